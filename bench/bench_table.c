@@ -1,0 +1,337 @@
+/* bench_table.c: `ps-bench table`: throughput of the in-process embedding table against the
+ * memory-gather limit measured in the same process.
+ *
+ * For each dim (16, 64) and table size (1M, 16M keys; --quick: 1M; --smoke: 100k) the table is
+ * filled completely, then batches of 1000 keys drawn uniformly or Zipf(1.05) over the keys are
+ * pulled, pushed (Adagrad; Adam on a second table) and looked up by 1 and 2 threads, each thread
+ * pinned to its own core. The reference gather copies the same rows, by precomputed row id, from
+ * a flat float array (huge pages, touched) into the same output buffer: no hashing, no locks, no
+ * optimizer. pull_vs_ref and push_vs_ref are the ratios for the same keys and threads.
+ * Memory overhead per row is reported twice: exact accounting (keys + metadata + index) and the
+ * growth of the resident set while filling the table, minus the floats. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_util.h"
+#include "pc_alloc.h"
+#include "pc_time.h"
+#include "ps_table.h"
+
+#define BATCH      1000
+#define STREAM_LEN (2u * 1000 * 1000) /* keys per thread stream */
+#define MAX_THR    2
+
+typedef enum { OP_PULL, OP_PUSH, OP_LOOKUP, OP_REF } op_t;
+static const char *const k_dist_names[] = {"uniform", "zipf"};
+
+typedef struct stream {
+    uint64_t *keys;
+    uint32_t *idx;
+    size_t n;
+} stream_t;
+
+typedef struct job {
+    op_t op;
+    ps_table_t *t;
+    const float *ref;
+    uint32_t dim;
+    const stream_t *st;
+    const float *grads;
+    float *out;
+    const bench_opts_t *o;
+    int cpu;
+    double seconds;
+    uint64_t rows;
+    double elapsed;
+    int rc;
+} job_t;
+
+static void *job_run(void *arg) {
+    job_t *j = arg;
+    bench_pin(j->o, j->cpu);
+    const size_t dim = j->dim;
+    size_t pos = 0;
+    uint64_t rows = 0, t0 = pc_time_mono_ns();
+    do {
+        for (int b = 0; b < 4; b++) {
+            const uint64_t *k = j->st->keys + pos;
+            const uint32_t *ix = j->st->idx + pos;
+            int rc = 0;
+            switch (j->op) {
+                case OP_PULL:
+                    rc = ps_table_pull(j->t, k, BATCH, j->out, BATCH * dim);
+                    break;
+                case OP_PUSH:
+                    rc = ps_table_push(j->t, k, BATCH, j->grads, BATCH * dim, NULL);
+                    break;
+                case OP_LOOKUP:
+                    rc = ps_table_lookup(j->t, k, BATCH, j->out, BATCH * dim, NULL);
+                    break;
+                case OP_REF:
+                    for (size_t i = 0; i < BATCH; i++) {
+                        if (i + 16 < BATCH) {
+                            const char *p = (const char *)(j->ref + (size_t)ix[i + 16] * dim);
+                            for (size_t l = 0; l < dim * 4; l += 64)
+                                __builtin_prefetch(p + l, 0, 3);
+                        }
+                        memcpy(j->out + i * dim, j->ref + (size_t)ix[i] * dim, dim * 4);
+                    }
+                    break;
+            }
+            if (rc)
+                j->rc = rc;
+            rows += BATCH;
+            pos += BATCH;
+            if (pos + BATCH > j->st->n)
+                pos = 0;
+        }
+    } while (pc_time_sec_since(t0) < j->seconds);
+    j->elapsed = pc_time_sec_since(t0);
+    j->rows = rows;
+    return NULL;
+}
+
+/* Rows per second of `op` with `threads` threads, each on its own stream. */
+static double measure(const bench_opts_t *o, op_t op, ps_table_t *t, const float *ref, uint32_t dim,
+                      stream_t *streams, int threads, const float *grads, float **outs,
+                      double seconds) {
+    job_t jobs[MAX_THR];
+    void *ctx[MAX_THR];
+    if (threads < 1 || threads > MAX_THR)
+        abort();
+    for (int i = 0; i < threads; i++) {
+        jobs[i] = (job_t){.op = op,
+                          .t = t,
+                          .ref = ref,
+                          .dim = dim,
+                          .st = &streams[i],
+                          .grads = grads,
+                          .out = outs[i],
+                          .o = o,
+                          .cpu = i,
+                          .seconds = seconds};
+        ctx[i] = &jobs[i];
+    }
+    bench_run_threads(threads, job_run, ctx);
+    double rate = 0;
+    for (int i = 0; i < threads; i++) {
+        if (jobs[i].rc) {
+            fprintf(stderr, "ps-bench table: operation failed with %d\n", jobs[i].rc);
+            exit(1);
+        }
+        rate += (double)jobs[i].rows / jobs[i].elapsed;
+    }
+    return rate;
+}
+
+static void make_stream(stream_t *s, uint64_t nkeys, int dist, uint64_t seed, size_t len) {
+    s->n = len;
+    s->keys = malloc(len * sizeof *s->keys);
+    s->idx = malloc(len * sizeof *s->idx);
+    if (!s->keys || !s->idx)
+        abort();
+    bench_zipf_t z;
+    bench_zipf_init(&z, nkeys, 1.05);
+    uint64_t rng = seed;
+    const uint64_t stride = 2654435761u; /* odd, coprime to nkeys: scatters hot ranks */
+    for (size_t i = 0; i < len; i++) {
+        uint64_t r = dist == 0 ? bench_rand(&rng) % nkeys
+                               : ((bench_zipf_next(&z, &rng) - 1) * stride) % nkeys;
+        s->idx[i] = (uint32_t)r;
+        s->keys[i] = bench_key(r);
+    }
+}
+
+static ps_table_t *make_filled(const char *optimizer, uint32_t dim, uint64_t nkeys,
+                               double *overhead, double *rss_overhead) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    char spec[160];
+    snprintf(spec, sizeof spec, "dim=%u,optimizer=%s,lr=0.01,init=uniform,shards=%u", dim,
+             optimizer, nkeys >= (8u << 20) ? 128u : 64u);
+    if (ps_table_config_parse(&c, spec, NULL, 0))
+        abort();
+    ps_table_t *t;
+    if (ps_table_create(&c, &t))
+        abort();
+    const size_t chunk = 65536;
+    uint64_t *keys = malloc(chunk * sizeof *keys);
+    float *rows = malloc(chunk * dim * sizeof *rows);
+    uint64_t rss0 = bench_rss_bytes();
+    for (uint64_t off = 0; off < nkeys; off += chunk) {
+        size_t n = nkeys - off < chunk ? (size_t)(nkeys - off) : chunk;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = bench_key(off + i);
+        if (ps_table_pull(t, keys, n, rows, n * dim))
+            abort();
+    }
+    uint64_t rss1 = bench_rss_bytes();
+    free(keys);
+    free(rows);
+    ps_table_stats_t st;
+    ps_table_stats(t, &st);
+    *overhead = ps_table_stats_overhead_per_row(&st);
+    double floats = (double)(st.bytes_weights + st.bytes_state);
+    *rss_overhead = ((double)(rss1 - rss0) - floats) / (double)st.rows;
+    return t;
+}
+
+int bench_table_main(int argc, char **argv) {
+    bench_opts_t o;
+    bench_parse_opts(argc, argv, "table", &o);
+    const uint32_t dims[] = {16, 64};
+    uint64_t sizes[2] = {1u << 20, 16u << 20};
+    int nsizes = 2;
+    double secs = 1.0;
+    size_t stream_len = STREAM_LEN;
+    if (o.quick) {
+        nsizes = 1;
+        secs = 0.25;
+    }
+    if (o.smoke) {
+        sizes[0] = 100000;
+        nsizes = 1;
+        secs = 0.03;
+        stream_len = 50000;
+    }
+    if (o.seconds > 0)
+        secs = o.seconds;
+
+    cJSON *root = cJSON_CreateObject(), *cases = cJSON_CreateArray();
+    cJSON_AddStringToObject(root, "bench", "table");
+    cJSON_AddNumberToObject(root, "batch", BATCH);
+    cJSON_AddNumberToObject(root, "seconds_per_measurement", secs);
+    printf("ps-bench table: rows/s, batch %d, %.2fs per figure, threads pinned=%s\n", BATCH, secs,
+           o.pin ? "yes" : "no");
+    printf("%4s %9s %7s %3s %11s %11s %11s %11s %11s %6s %6s\n", "dim", "keys", "dist", "thr",
+           "pull", "push_adagr", "push_adam", "lookup", "ref_gather", "pull/r", "push/r");
+    cJSON *main_case = NULL;
+    float *outs[MAX_THR];
+    float *grads = malloc((size_t)BATCH * 64 * sizeof *grads);
+    uint64_t grng = 3;
+    for (size_t i = 0; i < (size_t)BATCH * 64; i++)
+        grads[i] = (float)((double)(bench_rand(&grng) >> 11) * 0x1p-53 - 0.5) * 0.01f;
+    for (int i = 0; i < MAX_THR; i++)
+        outs[i] = malloc((size_t)BATCH * 64 * sizeof(float));
+
+    for (int si = 0; si < nsizes; si++) {
+        const uint64_t n = sizes[si];
+        stream_t streams[2][MAX_THR];
+        for (int d = 0; d < 2; d++)
+            for (int th = 0; th < MAX_THR; th++)
+                make_stream(&streams[d][th], n, d, 100 + (uint64_t)(d * 10 + th), stream_len);
+        for (int di = 0; di < 2; di++) {
+            const uint32_t dim = dims[di];
+            double r_ref[2][MAX_THR], r_pull[2][MAX_THR], r_push[2][MAX_THR], r_adam[2][MAX_THR],
+                r_look[2][MAX_THR];
+            /* 1. reference gather over a flat, touched, huge-page array */
+            size_t ref_bytes = (size_t)n * dim * sizeof(float);
+            float *ref = pc_vm_alloc(PC_MEM_OTHER, ref_bytes);
+            pc_vm_advise_huge(ref, ref_bytes);
+            for (size_t i = 0; i < (size_t)n * dim; i++)
+                ref[i] = (float)(i & 1023);
+            for (int d = 0; d < 2; d++)
+                for (int th = 1; th <= MAX_THR; th++)
+                    r_ref[d][th - 1] =
+                        measure(&o, OP_REF, NULL, ref, dim, streams[d], th, grads, outs, secs);
+            pc_vm_free(PC_MEM_OTHER, ref, ref_bytes);
+            /* 2. Adagrad table: pull, push, lookup */
+            double ovh, rss_ovh;
+            ps_table_t *t = make_filled("adagrad", dim, n, &ovh, &rss_ovh);
+            for (int d = 0; d < 2; d++) {
+                for (int th = 1; th <= MAX_THR; th++) {
+                    r_pull[d][th - 1] =
+                        measure(&o, OP_PULL, t, NULL, dim, streams[d], th, grads, outs, secs);
+                    r_push[d][th - 1] =
+                        measure(&o, OP_PUSH, t, NULL, dim, streams[d], th, grads, outs, secs);
+                    r_look[d][th - 1] =
+                        measure(&o, OP_LOOKUP, t, NULL, dim, streams[d], th, grads, outs, secs);
+                }
+            }
+            ps_table_destroy(t);
+            /* 3. Adam table: push */
+            double ovh_adam, rss_adam;
+            t = make_filled("adam", dim, n, &ovh_adam, &rss_adam);
+            for (int d = 0; d < 2; d++)
+                for (int th = 1; th <= MAX_THR; th++)
+                    r_adam[d][th - 1] =
+                        measure(&o, OP_PUSH, t, NULL, dim, streams[d], th, grads, outs, secs);
+            ps_table_destroy(t);
+
+            for (int d = 0; d < 2; d++) {
+                for (int th = 1; th <= MAX_THR; th++) {
+                    int x = th - 1;
+                    double pvr = r_pull[d][x] / r_ref[d][x], svr = r_push[d][x] / r_ref[d][x];
+                    printf("%4u %9llu %7s %3d %11.0f %11.0f %11.0f %11.0f %11.0f %6.2f %6.2f\n",
+                           dim, (unsigned long long)n, k_dist_names[d], th, r_pull[d][x],
+                           r_push[d][x], r_adam[d][x], r_look[d][x], r_ref[d][x], pvr, svr);
+                    cJSON *c = cJSON_CreateObject();
+                    cJSON_AddNumberToObject(c, "dim", dim);
+                    cJSON_AddNumberToObject(c, "keys", (double)n);
+                    cJSON_AddStringToObject(c, "dist", k_dist_names[d]);
+                    cJSON_AddNumberToObject(c, "threads", th);
+                    cJSON_AddNumberToObject(c, "pull_rows_per_s", r_pull[d][x]);
+                    cJSON_AddNumberToObject(c, "push_adagrad_rows_per_s", r_push[d][x]);
+                    cJSON_AddNumberToObject(c, "push_adam_rows_per_s", r_adam[d][x]);
+                    cJSON_AddNumberToObject(c, "lookup_rows_per_s", r_look[d][x]);
+                    cJSON_AddNumberToObject(c, "ref_gather_rows_per_s", r_ref[d][x]);
+                    cJSON_AddNumberToObject(c, "pull_vs_ref", pvr);
+                    cJSON_AddNumberToObject(c, "push_vs_ref", svr);
+                    cJSON_AddNumberToObject(c, "overhead_bytes_per_row", ovh);
+                    cJSON_AddNumberToObject(c, "rss_overhead_bytes_per_row", rss_ovh);
+                    cJSON_AddNumberToObject(c, "adam_overhead_bytes_per_row", ovh_adam);
+                    cJSON_AddItemToArray(cases, c);
+                    if (dim == 64 && d == 0 && th == 1 && si == nsizes - 1)
+                        main_case = c;
+                }
+            }
+            printf("     memory: overhead %.2f B/row (keys+meta+index), resident growth beyond "
+                   "floats %.2f B/row (adagrad); adam %.2f / %.2f\n",
+                   ovh, rss_ovh, ovh_adam, rss_adam);
+            fflush(stdout);
+        }
+        for (int d = 0; d < 2; d++)
+            for (int th = 0; th < MAX_THR; th++) {
+                free(streams[d][th].keys);
+                free(streams[d][th].idx);
+            }
+    }
+    /* Headline figures: dim 64, the largest size, uniform keys, 1 thread. */
+    const char *keys[] = {"pull_rows_per_s",
+                          "push_adagrad_rows_per_s",
+                          "push_adam_rows_per_s",
+                          "lookup_rows_per_s",
+                          "ref_gather_rows_per_s",
+                          "pull_vs_ref",
+                          "push_vs_ref",
+                          "overhead_bytes_per_row",
+                          "rss_overhead_bytes_per_row",
+                          "keys"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cJSON_AddNumberToObject(root, keys[i],
+                                cJSON_GetObjectItem(main_case, keys[i])->valuedouble);
+    /* 1 -> 2 thread scaling of pull and push for the main case */
+    cJSON *c2 = cJSON_GetArrayItem(cases, cJSON_GetArraySize(cases) - 3);
+    cJSON_AddNumberToObject(root, "pull_scaling_2_threads",
+                            cJSON_GetObjectItem(c2, "pull_rows_per_s")->valuedouble /
+                                cJSON_GetObjectItem(main_case, "pull_rows_per_s")->valuedouble);
+    cJSON_AddNumberToObject(
+        root, "push_scaling_2_threads",
+        cJSON_GetObjectItem(c2, "push_adagrad_rows_per_s")->valuedouble /
+            cJSON_GetObjectItem(main_case, "push_adagrad_rows_per_s")->valuedouble);
+    cJSON_AddItemToObject(root, "cases", cases);
+    printf("main case (dim 64, %llu keys, uniform, 1 thread): pull %.0f rows/s = %.2f x ref, "
+           "push(adagrad) %.0f rows/s = %.2f x ref, overhead %.2f B/row\n",
+           (unsigned long long)cJSON_GetObjectItem(root, "keys")->valuedouble,
+           cJSON_GetObjectItem(root, "pull_rows_per_s")->valuedouble,
+           cJSON_GetObjectItem(root, "pull_vs_ref")->valuedouble,
+           cJSON_GetObjectItem(root, "push_adagrad_rows_per_s")->valuedouble,
+           cJSON_GetObjectItem(root, "push_vs_ref")->valuedouble,
+           cJSON_GetObjectItem(root, "overhead_bytes_per_row")->valuedouble);
+    bench_emit_json(&o, root);
+    for (int i = 0; i < MAX_THR; i++)
+        free(outs[i]);
+    free(grads);
+    return 0;
+}

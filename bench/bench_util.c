@@ -1,0 +1,156 @@
+/* bench_util.c: helpers for ps-bench (see bench_util.h). */
+#include "bench_util.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pc_time.h"
+
+void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o) {
+    *o = (bench_opts_t){.json = false, .quick = false, .smoke = false, .pin = true, .seconds = 0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            o->json = true;
+        else if (!strcmp(argv[i], "--quick"))
+            o->quick = true;
+        else if (!strcmp(argv[i], "--smoke"))
+            o->smoke = true;
+        else if (!strcmp(argv[i], "--no-pin"))
+            o->pin = false;
+        else if (!strncmp(argv[i], "--seconds=", 10))
+            o->seconds = atof(argv[i] + 10);
+        else {
+            fprintf(stderr,
+                    "usage: ps-bench %s [--quick] [--smoke] [--json] [--no-pin] [--seconds=S]\n",
+                    area);
+            exit(2);
+        }
+    }
+}
+
+void bench_pin(const bench_opts_t *o, int cpu) {
+    if (!o->pin)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    CPU_SET(cpu % (n > 0 ? n : 1), &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+uint64_t bench_rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, rss = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &rss) != 2)
+            rss = 0;
+        fclose(f);
+    }
+    return rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+uint64_t bench_rand(uint64_t *s) {
+    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+uint64_t bench_key(uint64_t i) {
+    uint64_t s = i * 2 + 1;
+    return bench_rand(&s);
+}
+
+/* (exp(x) - 1) / x and log1p(x) / x, accurate near 0. */
+static double helper_expm1(double x) {
+    return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x / 2;
+}
+static double helper_log1p(double x) {
+    return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x / 2;
+}
+
+static double zh(const bench_zipf_t *z, double x) {
+    return exp(-z->s * log(x));
+}
+
+static double zh_int(const bench_zipf_t *z, double x) {
+    double lx = log(x);
+    return helper_expm1((1 - z->s) * lx) * lx;
+}
+
+static double zh_int_inv(const bench_zipf_t *z, double x) {
+    double t = x * (1 - z->s);
+    if (t < -1)
+        t = -1;
+    return exp(helper_log1p(t) * x);
+}
+
+void bench_zipf_init(bench_zipf_t *z, uint64_t n, double s) {
+    z->s = s;
+    z->n = (double)n;
+    z->hx1 = zh_int(z, 1.5) - 1;
+    z->hn = zh_int(z, z->n + 0.5);
+    z->sdiv = 2 - zh_int_inv(z, zh_int(z, 2.5) - zh(z, 2));
+}
+
+uint64_t bench_zipf_next(const bench_zipf_t *z, uint64_t *rng) {
+    for (;;) {
+        double u = z->hn + (double)(bench_rand(rng) >> 11) * 0x1p-53 * (z->hx1 - z->hn);
+        double x = zh_int_inv(z, u);
+        double k = floor(x + 0.5);
+        if (k < 1)
+            k = 1;
+        if (k > z->n)
+            k = z->n;
+        if (k - x <= z->sdiv || u >= zh_int(z, k + 0.5) - zh(z, k))
+            return (uint64_t)k;
+    }
+}
+
+/* Threads wait on one barrier with the caller, so the clock starts when all are ready. */
+typedef struct gate {
+    pthread_barrier_t *barrier;
+    void *(*fn)(void *);
+    void *ctx;
+} gate_t;
+
+static void *gated(void *arg) {
+    gate_t *g = arg;
+    pthread_barrier_wait(g->barrier);
+    return g->fn(g->ctx);
+}
+
+double bench_run_threads(int threads, void *(*fn)(void *), void **ctx) {
+    enum { MAX_THREADS = 64 };
+    pthread_t th[MAX_THREADS];
+    gate_t gate[MAX_THREADS];
+    pthread_barrier_t barrier;
+    if (threads < 1 || threads > MAX_THREADS)
+        abort();
+    pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
+    for (int i = 0; i < threads; i++) {
+        gate[i] = (gate_t){&barrier, fn, ctx[i]};
+        pthread_create(&th[i], NULL, gated, &gate[i]);
+    }
+    pthread_barrier_wait(&barrier);
+    uint64_t t0 = pc_time_mono_ns();
+    for (int i = 0; i < threads; i++)
+        pthread_join(th[i], NULL);
+    double secs = pc_time_sec_since(t0);
+    pthread_barrier_destroy(&barrier);
+    return secs;
+}
+
+void bench_emit_json(const bench_opts_t *o, cJSON *root) {
+    if (o->json) {
+        char *s = cJSON_PrintUnformatted(root);
+        printf("%s\n", s);
+        cJSON_free(s);
+    }
+    cJSON_Delete(root);
+}

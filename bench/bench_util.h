@@ -1,0 +1,48 @@
+/* bench_util.h: shared helpers of the ps-bench areas: options, timing, pinning, key streams,
+ * memory readings and the final JSON line. */
+#ifndef BENCH_UTIL_H
+#define BENCH_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+/* Options every area understands. */
+typedef struct bench_opts {
+    bool json;      /* print one JSON object as the last line */
+    bool quick;     /* reduced sizes, under 60 s */
+    bool smoke;     /* tiny sizes, for the test suite: proves the program runs */
+    bool pin;       /* pin worker thread i to CPU i */
+    double seconds; /* per measurement */
+} bench_opts_t;
+
+/* Parse common options from argv[1..]; exits with usage on error. */
+void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o);
+
+/* Pin the calling thread to cpu (mod the CPUs available); no-op when pinning is off. */
+void bench_pin(const bench_opts_t *o, int cpu);
+
+/* Resident set size of this process in bytes. */
+uint64_t bench_rss_bytes(void);
+
+/* The i-th key of a benchmark universe: arbitrary-looking 64-bit ids. */
+uint64_t bench_key(uint64_t i);
+
+/* Zipf(s) over ranks 1..n by rejection-inversion (Hoermann & Derflinger 1996). */
+typedef struct bench_zipf {
+    double s, n, hx1, hn, sdiv;
+} bench_zipf_t;
+void bench_zipf_init(bench_zipf_t *z, uint64_t n, double s);
+uint64_t bench_zipf_next(const bench_zipf_t *z, uint64_t *rng); /* 1..n */
+
+uint64_t bench_rand(uint64_t *rng);
+
+/* Run fn(ctx, thread) on `threads` threads started together; returns wall seconds. */
+double bench_run_threads(int threads, void *(*fn)(void *), void **ctx);
+
+/* Print the JSON object (and free it) as the last line when json is on. */
+void bench_emit_json(const bench_opts_t *o, cJSON *root);
+
+#endif

@@ -1,0 +1,30 @@
+/* ps_bench.c: `ps-bench AREA [options]`, the benchmark programs of EmberPS.
+ *
+ * Each area measures one part of the system and prints its figures next to a baseline measured in
+ * the same run, so ratios survive noisy machines; --json adds one JSON object as the last line.
+ * Areas are a table: adding one is a function and a row below. */
+#include <stdio.h>
+#include <string.h>
+
+int bench_table_main(int argc, char **argv);
+
+static const struct {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *help;
+} k_areas[] = {
+    {"table", bench_table_main, "in-process embedding table vs a flat memory gather"},
+};
+
+int main(int argc, char **argv) {
+    if (argc >= 2) {
+        for (size_t i = 0; i < sizeof k_areas / sizeof k_areas[0]; i++)
+            if (strcmp(argv[1], k_areas[i].name) == 0)
+                return k_areas[i].main(argc - 1, argv + 1);
+    }
+    fprintf(stderr, "usage: ps-bench AREA [--quick] [--smoke] [--json] [--no-pin] [--seconds=S]\n"
+                    "areas:\n");
+    for (size_t i = 0; i < sizeof k_areas / sizeof k_areas[0]; i++)
+        fprintf(stderr, "  %-8s %s\n", k_areas[i].name, k_areas[i].help);
+    return 2;
+}

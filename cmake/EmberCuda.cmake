@@ -1,0 +1,25 @@
+# CUDA detection. EMBER_CUDA=AUTO enables CUDA only when nvcc is found (CMake 3.25 does not look
+# in /usr/local/cuda/bin by itself), ON fails without it, OFF never looks. Sets EMBER_HAVE_CUDA.
+# Architectures are fixed (sm_80, sm_90): never "native", which silently picks sm_75 on a
+# machine without a GPU.
+set(EMBER_HAVE_CUDA OFF)
+if(NOT EMBER_CUDA STREQUAL "OFF")
+  if(NOT CMAKE_CUDA_COMPILER)
+    find_program(EMBER_NVCC nvcc HINTS /usr/local/cuda/bin $ENV{CUDA_HOME}/bin)
+    if(EMBER_NVCC)
+      set(CMAKE_CUDA_COMPILER ${EMBER_NVCC})
+    endif()
+  endif()
+  if(CMAKE_CUDA_COMPILER)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    if(CUDAToolkit_FOUND)
+      set(EMBER_HAVE_CUDA ON)
+    endif()
+  endif()
+  if(EMBER_CUDA STREQUAL "ON" AND NOT EMBER_HAVE_CUDA)
+    message(FATAL_ERROR "EMBER_CUDA=ON but no CUDA toolkit was found (set CMAKE_CUDA_COMPILER)")
+  endif()
+endif()
+message(STATUS "EmberPS: CUDA module ${EMBER_HAVE_CUDA} (EMBER_CUDA=${EMBER_CUDA})")

@@ -1,0 +1,14 @@
+# Third-party libraries, all from Debian's packages (deploy/install-deps.sh installs them).
+# One imported target per library; modules link these names and nothing else.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+find_library(XXHASH_LIBRARY xxhash REQUIRED)
+add_library(ember::xxhash UNKNOWN IMPORTED)
+set_target_properties(ember::xxhash PROPERTIES IMPORTED_LOCATION ${XXHASH_LIBRARY}
+                      INTERFACE_INCLUDE_DIRECTORIES ${XXHASH_INCLUDE_DIR})
+
+pkg_check_modules(CMOCKA IMPORTED_TARGET cmocka)
+
+pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)

@@ -1,0 +1,61 @@
+/* pc_alloc.h: allocation counted by tag.
+ *
+ * Every large or long-lived allocation in EmberPS goes through these functions with a tag naming
+ * what the memory is for, so that metrics can say where the bytes are (rows, optimizer state,
+ * index, ...). Counters hold requested bytes, exactly; the caller passes the size back on free.
+ *
+ * Two families:
+ *  - pc_malloc/pc_calloc/pc_realloc/pc_free: the C heap.
+ *  - pc_vm_alloc/pc_vm_resize/pc_vm_free: page-aligned anonymous mappings for big arrays (row
+ *    slabs, indexes). Resizing uses mremap, so growing a multi-GB array copies nothing; pages are
+ *    only resident once touched. pc_vm_advise_huge() asks for transparent huge pages.
+ *
+ * DESIGN: counters are process-wide relaxed atomics (the one other process-wide state in common/
+ * besides the logger): memory use is a property of the process, and metrics read it from any
+ * thread. Allocation failure returns NULL; callers turn it into PC_ENOMEM.
+ *
+ * Thread rule: all functions are thread-safe.
+ */
+#ifndef PC_ALLOC_H
+#define PC_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PC_MEM_TAG_MAP(XX)                                         \
+    XX(ROWS, "rows")       /* table weights and optimizer state */ \
+    XX(KEYS, "keys")       /* table keys and per-row metadata */   \
+    XX(INDEX, "index")     /* table hash indexes */                \
+    XX(SKETCH, "sketch")   /* admission sketches */                \
+    XX(SCRATCH, "scratch") /* per-call temporary buffers */        \
+    XX(OTHER, "other")
+
+typedef enum {
+#define PC__MEM_ENUM(name, str) PC_MEM_##name,
+    PC_MEM_TAG_MAP(PC__MEM_ENUM)
+#undef PC__MEM_ENUM
+        PC_MEM_NTAGS
+} pc_mem_tag_t;
+
+void *pc_malloc(pc_mem_tag_t tag, size_t size);
+void *pc_calloc(pc_mem_tag_t tag, size_t count, size_t size);
+/* Like realloc; old_size must be the size `p` was allocated with. On failure `p` stays valid. */
+void *pc_realloc(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size);
+/* Free `p` (NULL is a no-op); size must be what it was allocated with. */
+void pc_free(pc_mem_tag_t tag, void *p, size_t size);
+
+/* Zero-filled, page-aligned mapping of `size` bytes (size > 0). */
+void *pc_vm_alloc(pc_mem_tag_t tag, size_t size);
+/* Grow or shrink a pc_vm_alloc mapping; contents up to min(old, new) are kept, the region may
+ * move. On failure returns NULL and `p` stays valid. */
+void *pc_vm_resize(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size);
+void pc_vm_free(pc_mem_tag_t tag, void *p, size_t size);
+/* Ask for transparent huge pages on [p, p + size); advisory, errors ignored. */
+void pc_vm_advise_huge(void *p, size_t size);
+
+/* Bytes currently allocated under `tag`. */
+uint64_t pc_mem_used(pc_mem_tag_t tag);
+/* Tag name ("rows"), or "unknown". */
+const char *pc_mem_tag_name(pc_mem_tag_t tag);
+
+#endif

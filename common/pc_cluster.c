@@ -1,0 +1,284 @@
+/* pc_cluster.c: the versioned slot -> server map (see pc_cluster.h).
+ *
+ * DESIGN: a map is a version, an array of server addresses and a dense owner array of PC_NSLOTS
+ * uint16 entries (32 KiB), so a lookup is one load. Parsing validates everything (syntax, ranges,
+ * overlaps, coverage) before a map exists.
+ */
+#include "pc_cluster.h"
+#include "pc_error.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct pc_cluster_map {
+    uint64_t version;
+    size_t nservers;
+    char (*addrs)[PC_ADDR_MAX];
+    uint16_t owner[PC_NSLOTS];
+};
+
+static void cm_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void cm_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int cm_alloc(size_t n, pc_cluster_map_t **out) {
+    if (n == 0 || n > PC_MAX_SERVERS)
+        return PC_EINVAL;
+    pc_cluster_map_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return PC_ENOMEM;
+    m->addrs = calloc(n, sizeof *m->addrs);
+    if (!m->addrs) {
+        free(m);
+        return PC_ENOMEM;
+    }
+    m->nservers = n;
+    *out = m;
+    return 0;
+}
+
+static int valid_addr(const char *a, size_t len) {
+    if (len == 0 || len >= PC_ADDR_MAX)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!isgraph((unsigned char)a[i]) || a[i] == ',' || a[i] == ';')
+            return 0;
+    return 1;
+}
+
+int pc_cmap_create_even(uint64_t version, size_t n, const char *const *addrs,
+                        pc_cluster_map_t **out) {
+    if (!addrs || !out || version == 0)
+        return PC_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        if (!addrs[i] || !valid_addr(addrs[i], strlen(addrs[i])))
+            return PC_EINVAL;
+    pc_cluster_map_t *m;
+    int rc = cm_alloc(n, &m);
+    if (rc)
+        return rc;
+    m->version = version;
+    for (size_t i = 0; i < n; i++)
+        snprintf(m->addrs[i], PC_ADDR_MAX, "%s", addrs[i]);
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        m->owner[s] = (uint16_t)((uint64_t)s * n / PC_NSLOTS);
+    *out = m;
+    return 0;
+}
+
+void pc_cmap_destroy(pc_cluster_map_t *m) {
+    if (!m)
+        return;
+    free(m->addrs);
+    free(m);
+}
+
+int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out) {
+    pc_cluster_map_t *c;
+    int rc = cm_alloc(m->nservers, &c);
+    if (rc)
+        return rc;
+    c->version = m->version;
+    memcpy(c->addrs, m->addrs, m->nservers * sizeof *m->addrs);
+    memcpy(c->owner, m->owner, sizeof m->owner);
+    *out = c;
+    return 0;
+}
+
+uint64_t pc_cmap_version(const pc_cluster_map_t *m) {
+    return m->version;
+}
+size_t pc_cmap_nservers(const pc_cluster_map_t *m) {
+    return m->nservers;
+}
+
+const char *pc_cmap_addr(const pc_cluster_map_t *m, size_t i) {
+    return i < m->nservers ? m->addrs[i] : NULL;
+}
+
+int pc_cmap_find(const pc_cluster_map_t *m, const char *addr) {
+    for (size_t i = 0; i < m->nservers; i++)
+        if (strcmp(m->addrs[i], addr) == 0)
+            return (int)i;
+    return PC_ENOTFOUND;
+}
+
+uint32_t pc_cmap_slot_owner(const pc_cluster_map_t *m, uint32_t slot) {
+    return m->owner[slot & (PC_NSLOTS - 1)];
+}
+
+uint32_t pc_cmap_server_slots(const pc_cluster_map_t *m, uint32_t server) {
+    uint32_t c = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        c += m->owner[s] == server;
+    return c;
+}
+
+int pc_cmap_assign(pc_cluster_map_t *m, uint32_t lo, uint32_t hi, uint32_t server,
+                   uint64_t new_version) {
+    if (lo > hi || hi >= PC_NSLOTS || server >= m->nservers || new_version <= m->version)
+        return PC_EINVAL;
+    for (uint32_t s = lo; s <= hi; s++)
+        m->owner[s] = (uint16_t)server;
+    m->version = new_version;
+    return 0;
+}
+
+/* Parse an unsigned decimal at *p (advanced); PC_EPARSE if none or over `max`. */
+static int parse_u64(const char **p, uint64_t max, uint64_t *out) {
+    const char *s = *p;
+    if (!isdigit((unsigned char)*s))
+        return PC_EPARSE;
+    uint64_t v = 0;
+    while (isdigit((unsigned char)*s)) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > max / 10 || (v == max / 10 && d > max % 10))
+            return PC_EPARSE;
+        v = v * 10 + d;
+        s++;
+    }
+    *p = s;
+    *out = v;
+    return 0;
+}
+
+int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t errlen) {
+    if (!text || !out) {
+        cm_err(err, errlen, "no cluster map text");
+        return PC_EINVAL;
+    }
+    const char *vs = strstr(text, "version="), *ss = strstr(text, "servers="),
+               *ls = strstr(text, "slots=");
+    if (!vs || !ss || !ls) {
+        cm_err(err, errlen, "cluster map needs version=, servers= and slots=");
+        return PC_EPARSE;
+    }
+    const char *p = vs + 8;
+    uint64_t version;
+    if (parse_u64(&p, UINT64_MAX, &version) || version == 0 || (*p && *p != ';')) {
+        cm_err(err, errlen, "cluster map: bad version");
+        return PC_EPARSE;
+    }
+    /* Count servers. */
+    p = ss + 8;
+    const char *send = strchr(p, ';');
+    if (!send)
+        send = p + strlen(p);
+    size_t n = 1;
+    for (const char *q = p; q < send; q++)
+        n += *q == ',';
+    if (n > PC_MAX_SERVERS) {
+        cm_err(err, errlen, "cluster map: more than %u servers", PC_MAX_SERVERS);
+        return PC_EPARSE;
+    }
+    pc_cluster_map_t *m;
+    int rc = cm_alloc(n, &m);
+    if (rc)
+        return rc;
+    m->version = version;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = memchr(p, ',', (size_t)(send - p));
+        if (!e)
+            e = send;
+        if (!valid_addr(p, (size_t)(e - p))) {
+            cm_err(err, errlen, "cluster map: bad server address #%zu", i);
+            pc_cmap_destroy(m);
+            return PC_EPARSE;
+        }
+        memcpy(m->addrs[i], p, (size_t)(e - p));
+        p = e + 1;
+    }
+    /* Slot ranges. */
+    uint8_t *seen = calloc(PC_NSLOTS, 1);
+    if (!seen) {
+        pc_cmap_destroy(m);
+        return PC_ENOMEM;
+    }
+    p = ls + 6;
+    rc = 0;
+    while (*p && *p != ';') {
+        uint64_t lo, hi, srv;
+        if (parse_u64(&p, PC_NSLOTS - 1, &lo)) {
+            rc = PC_EPARSE;
+            break;
+        }
+        hi = lo;
+        if (*p == '-') {
+            p++;
+            if (parse_u64(&p, PC_NSLOTS - 1, &hi)) {
+                rc = PC_EPARSE;
+                break;
+            }
+        }
+        if (*p != ':' || (p++, parse_u64(&p, n - 1, &srv)) || hi < lo) {
+            rc = PC_EPARSE;
+            break;
+        }
+        for (uint64_t s = lo; s <= hi; s++) {
+            if (seen[s]) {
+                cm_err(err, errlen, "cluster map: slot %llu assigned twice", (unsigned long long)s);
+                rc = PC_EPARSE;
+                break;
+            }
+            seen[s] = 1;
+            m->owner[s] = (uint16_t)srv;
+        }
+        if (rc)
+            break;
+        if (*p == ',')
+            p++;
+        else if (*p && *p != ';')
+            rc = PC_EPARSE;
+    }
+    for (uint32_t s = 0; rc == 0 && s < PC_NSLOTS; s++) {
+        if (!seen[s]) {
+            cm_err(err, errlen, "cluster map: slot %u not assigned", s);
+            rc = PC_EPARSE;
+        }
+    }
+    free(seen);
+    if (rc) {
+        if (err && errlen && !err[0])
+            cm_err(err, errlen, "cluster map: bad slots list near '%.20s'", p);
+        pc_cmap_destroy(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+size_t pc_cmap_format(const pc_cluster_map_t *m, char *buf, size_t cap) {
+    size_t len = 0;
+#define CM_PUT(...)                                                                              \
+    do {                                                                                         \
+        int w_ = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
+        if (w_ > 0)                                                                              \
+            len += (size_t)w_;                                                                   \
+    } while (0)
+    if (cap)
+        buf[0] = '\0';
+    CM_PUT("version=%llu;servers=", (unsigned long long)m->version);
+    for (size_t i = 0; i < m->nservers; i++)
+        CM_PUT("%s%s", i ? "," : "", m->addrs[i]);
+    CM_PUT(";slots=");
+    for (uint32_t s = 0; s < PC_NSLOTS;) {
+        uint32_t e = s;
+        while (e + 1 < PC_NSLOTS && m->owner[e + 1] == m->owner[s])
+            e++;
+        CM_PUT("%s%u-%u:%u", s ? "," : "", s, e, m->owner[s]);
+        s = e + 1;
+    }
+#undef CM_PUT
+    return len;
+}

@@ -1,0 +1,71 @@
+/* pc_cluster.h: key -> slot -> server mapping shared by every EmberPS component.
+ *
+ * A key belongs to one of PC_NSLOTS hash slots forever (pc_key_slot). Slots, not keys, are
+ * assigned to servers by a versioned cluster map, so a shard can move between servers by
+ * reassigning slot ranges without rehashing a single key (the Redis Cluster scheme). Every map
+ * change produces a new, strictly larger version; servers refuse keys of slots they do not own
+ * and report their version, clients refresh stale maps.
+ *
+ * Text form (config files, flags, logs), one line:
+ *   version=3;servers=127.0.0.1:7000,127.0.0.1:7001;slots=0-8191:0,8192-16383:1
+ * Every slot must be assigned exactly once; server indexes refer to the servers list.
+ *
+ * Thread rule: a map is immutable once built except through pc_cmap_assign (single owner);
+ * readers share one map freely. Replace a map by building a new one (copy + assign).
+ */
+#ifndef PC_CLUSTER_H
+#define PC_CLUSTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pc_hash.h"
+
+#define PC_NSLOTS      16384u
+#define PC_MAX_SERVERS 1024u
+#define PC_ADDR_MAX    128u
+
+typedef struct pc_cluster_map pc_cluster_map_t;
+
+/* The slot of a key: a fixed function of the key, independent of any map. */
+static inline uint32_t pc_key_slot(uint64_t key) {
+    return (uint32_t)(pc_hash_u64(key, PC_HASH_SEED_SLOT) & (PC_NSLOTS - 1));
+}
+
+/* Build a map of `n` servers (addresses copied) owning equal contiguous slot ranges. */
+int pc_cmap_create_even(uint64_t version, size_t n, const char *const *addrs,
+                        pc_cluster_map_t **out);
+
+/* Parse the text form. PC_EPARSE with a message in err on any defect. */
+int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t errlen);
+
+/* Write the text form into buf (NUL-terminated when cap > 0). Returns the length the full text
+ * needs (excluding NUL), like snprintf; slot ranges are merged where contiguous. */
+size_t pc_cmap_format(const pc_cluster_map_t *m, char *buf, size_t cap);
+
+int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out);
+void pc_cmap_destroy(pc_cluster_map_t *m);
+
+uint64_t pc_cmap_version(const pc_cluster_map_t *m);
+size_t pc_cmap_nservers(const pc_cluster_map_t *m);
+/* Address of server i; valid as long as the map. NULL when i is out of range. */
+const char *pc_cmap_addr(const pc_cluster_map_t *m, size_t i);
+/* Server index for an address, or PC_ENOTFOUND. */
+int pc_cmap_find(const pc_cluster_map_t *m, const char *addr);
+
+/* Owner (server index) of a slot; slot must be < PC_NSLOTS. */
+uint32_t pc_cmap_slot_owner(const pc_cluster_map_t *m, uint32_t slot);
+
+static inline uint32_t pc_cmap_key_owner(const pc_cluster_map_t *m, uint64_t key) {
+    return pc_cmap_slot_owner(m, pc_key_slot(key));
+}
+
+/* Number of slots a server owns. */
+uint32_t pc_cmap_server_slots(const pc_cluster_map_t *m, uint32_t server);
+
+/* Reassign slots [lo, hi] to `server` and set the version to `new_version`, which must be larger
+ * than the current one. */
+int pc_cmap_assign(pc_cluster_map_t *m, uint32_t lo, uint32_t hi, uint32_t server,
+                   uint64_t new_version);
+
+#endif

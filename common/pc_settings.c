@@ -1,0 +1,367 @@
+/* pc_settings.c: parsing, validation and printing for settings tables (see pc_settings.h).
+ *
+ * DESIGN: all entry points funnel into set_value(), the single place that parses and checks a
+ * value, so flags, files, environment and lists cannot disagree on syntax or bounds.
+ */
+#include "pc_settings.h"
+#include "pc_error.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Name match where '-' in `given` (flags) stands for '_'; `len` bounds `given`. */
+static bool name_eq(const char *name, const char *given, size_t len) {
+    size_t i = 0;
+    for (; i < len; i++) {
+        char c = given[i] == '-' ? '_' : given[i];
+        if (name[i] == '\0' || name[i] != c)
+            return false;
+    }
+    return name[i] == '\0';
+}
+
+static const pc_setting_t *find(const pc_setting_t *tab, size_t n, const char *name, size_t len) {
+    for (size_t i = 0; i < n; i++)
+        if (name_eq(tab[i].name, name, len))
+            return &tab[i];
+    return NULL;
+}
+
+static int parse_bool(const char *v, bool *out) {
+    static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcasecmp(v, no[i]) == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    return PC_EINVAL;
+}
+
+static int parse_int(const char *v, int64_t *out) {
+    errno = 0;
+    char *end;
+    long long x = strtoll(v, &end, 0);
+    if (end == v || errno)
+        return PC_EINVAL;
+    struct {
+        const char *sfx;
+        int64_t mul;
+    } units[] = {
+        {"", 1},           {"k", 1000},  {"K", 1000},         {"M", 1000000},
+        {"G", 1000000000}, {"Ki", 1024}, {"Mi", 1024 * 1024}, {"Gi", 1024LL * 1024 * 1024}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].sfx) == 0) {
+            if (units[i].mul > 1 && (x > INT64_MAX / units[i].mul || x < INT64_MIN / units[i].mul))
+                return PC_EINVAL;
+            *out = (int64_t)x * units[i].mul;
+            return 0;
+        }
+    }
+    return PC_EINVAL;
+}
+
+static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err, size_t errlen) {
+    char *field = (char *)obj + s->offset;
+    while (isspace((unsigned char)*v))
+        v++;
+    switch (s->type) {
+        case PC_SET_BOOL: {
+            bool b;
+            if (parse_bool(v, &b)) {
+                set_err(err, errlen, "%s: '%s' is not a boolean (true/false)", s->name, v);
+                return PC_EINVAL;
+            }
+            *(bool *)field = b;
+            return 0;
+        }
+        case PC_SET_INT: {
+            int64_t x;
+            if (parse_int(v, &x)) {
+                set_err(err, errlen, "%s: '%s' is not an integer", s->name, v);
+                return PC_EINVAL;
+            }
+            if ((double)x < s->min || (double)x > s->max) {
+                set_err(err, errlen, "%s: %lld is outside [%.17g, %.17g]", s->name, (long long)x,
+                        s->min, s->max);
+                return PC_EINVAL;
+            }
+            *(int64_t *)field = x;
+            return 0;
+        }
+        case PC_SET_DOUBLE: {
+            errno = 0;
+            char *end;
+            double x = strtod(v, &end);
+            if (end == v || *end || errno || !isfinite(x)) {
+                set_err(err, errlen, "%s: '%s' is not a finite number", s->name, v);
+                return PC_EINVAL;
+            }
+            if (x < s->min || x > s->max) {
+                set_err(err, errlen, "%s: %g is outside [%g, %g]", s->name, x, s->min, s->max);
+                return PC_EINVAL;
+            }
+            *(double *)field = x;
+            return 0;
+        }
+        case PC_SET_ENUM:
+            for (int i = 0; s->choices[i]; i++) {
+                if (strcasecmp(v, s->choices[i]) == 0) {
+                    *(int *)field = i;
+                    return 0;
+                }
+            }
+            set_err(err, errlen, "%s: '%s' is not one of the choices", s->name, v);
+            return PC_EINVAL;
+        case PC_SET_STRING: {
+            size_t len = strlen(v);
+            if (len >= s->size) {
+                set_err(err, errlen, "%s: value longer than %zu bytes", s->name, s->size - 1);
+                return PC_EINVAL;
+            }
+            memcpy(field, v, len + 1);
+            return 0;
+        }
+    }
+    return PC_EINVAL;
+}
+
+int pc_settings_defaults(const pc_setting_t *tab, size_t n, void *obj) {
+    for (size_t i = 0; i < n; i++) {
+        int rc = set_value(&tab[i], obj, tab[i].def, NULL, 0);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int pc_settings_set(const pc_setting_t *tab, size_t n, void *obj, const char *name,
+                    const char *value, char *err, size_t errlen) {
+    const pc_setting_t *s = find(tab, n, name, strlen(name));
+    if (!s) {
+        set_err(err, errlen, "unknown setting '%s'", name);
+        return PC_ENOTFOUND;
+    }
+    return set_value(s, obj, value, err, errlen);
+}
+
+/* Trim spaces in place at both ends of [b, e); returns the new start, *e updated. */
+static const char *trim(const char *b, const char **e) {
+    while (b < *e && isspace((unsigned char)*b))
+        b++;
+    while (*e > b && isspace((unsigned char)(*e)[-1]))
+        (*e)--;
+    return b;
+}
+
+/* Apply "name=value" from [b, e) (value copied so set_value sees a C string). */
+static int set_span(const pc_setting_t *tab, size_t n, void *obj, const char *b, const char *e,
+                    char *err, size_t errlen) {
+    const char *eq = memchr(b, '=', (size_t)(e - b));
+    if (!eq) {
+        set_err(err, errlen, "'%.*s': expected name=value", (int)(e - b), b);
+        return PC_EINVAL;
+    }
+    const char *ne = eq;
+    const char *nb = trim(b, &ne);
+    const char *ve = e;
+    const char *vb = trim(eq + 1, &ve);
+    const pc_setting_t *s = find(tab, n, nb, (size_t)(ne - nb));
+    if (!s) {
+        set_err(err, errlen, "unknown setting '%.*s'", (int)(ne - nb), nb);
+        return PC_ENOTFOUND;
+    }
+    char buf[1024];
+    if ((size_t)(ve - vb) >= sizeof buf) {
+        set_err(err, errlen, "%s: value too long", s->name);
+        return PC_EINVAL;
+    }
+    memcpy(buf, vb, (size_t)(ve - vb));
+    buf[ve - vb] = '\0';
+    return set_value(s, obj, buf, err, errlen);
+}
+
+int pc_settings_parse_list(const pc_setting_t *tab, size_t n, void *obj, const char *list,
+                           char *err, size_t errlen) {
+    const char *p = list ? list : "";
+    while (*p) {
+        const char *e = strchr(p, ',');
+        if (!e)
+            e = p + strlen(p);
+        const char *te = e;
+        const char *tb = trim(p, &te);
+        if (tb < te) {
+            int rc = set_span(tab, n, obj, tb, te, err, errlen);
+            if (rc)
+                return rc;
+        }
+        p = *e ? e + 1 : e;
+    }
+    return 0;
+}
+
+int pc_settings_parse_args(const pc_setting_t *tab, size_t n, void *obj, int argc, char **argv,
+                           int *argi, char *err, size_t errlen) {
+    while (*argi < argc) {
+        const char *a = argv[*argi];
+        if (strcmp(a, "--") == 0) {
+            (*argi)++;
+            return 0;
+        }
+        if (strncmp(a, "--", 2) != 0)
+            return 0;
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const pc_setting_t *s = find(tab, n, name, len);
+        if (!s && !eq && strncmp(name, "no-", 3) == 0) {
+            const pc_setting_t *b = find(tab, n, name + 3, len - 3);
+            if (b && b->type == PC_SET_BOOL) {
+                *(bool *)((char *)obj + b->offset) = false;
+                (*argi)++;
+                continue;
+            }
+        }
+        if (!s)
+            return 0; /* not ours: the caller decides */
+        const char *value;
+        if (eq) {
+            value = eq + 1;
+        } else if (s->type == PC_SET_BOOL) {
+            value = "true";
+        } else if (*argi + 1 < argc) {
+            value = argv[++*argi];
+        } else {
+            set_err(err, errlen, "--%s needs a value", s->name);
+            return PC_EINVAL;
+        }
+        int rc = set_value(s, obj, value, err, errlen);
+        if (rc)
+            return rc;
+        (*argi)++;
+    }
+    return 0;
+}
+
+int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const char *path, char *err,
+                          size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return PC_EIO;
+    }
+    char line[1200];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len == sizeof line - 1 && line[len - 1] != '\n') {
+            set_err(err, errlen, "%s:%d: line too long", path, lineno);
+            rc = PC_EINVAL;
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash)
+            *hash = '\0';
+        const char *e = line + strlen(line);
+        const char *b = trim(line, &e);
+        if (b == e)
+            continue;
+        char msg[512] = "";
+        rc = set_span(tab, n, obj, b, e, msg, sizeof msg);
+        if (rc) {
+            set_err(err, errlen, "%s:%d: %s", path, lineno, msg);
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+int pc_settings_load_env(const pc_setting_t *tab, size_t n, void *obj, const char *prefix,
+                         char *err, size_t errlen) {
+    for (size_t i = 0; i < n; i++) {
+        char var[160];
+        int len = snprintf(var, sizeof var, "%s%s", prefix, tab[i].name);
+        for (int j = 0; j < len && j < (int)sizeof var; j++)
+            var[j] = (char)toupper((unsigned char)var[j]);
+        const char *v = getenv(var);
+        if (!v)
+            continue;
+        char msg[400] = "";
+        int rc = set_value(&tab[i], obj, v, msg, sizeof msg);
+        if (rc) {
+            set_err(err, errlen, "environment %s: %s", var, msg);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+void pc_settings_format(const pc_setting_t *s, const void *obj, char *buf, size_t cap) {
+    const char *field = (const char *)obj + s->offset;
+    switch (s->type) {
+        case PC_SET_BOOL:
+            snprintf(buf, cap, "%s", *(const bool *)field ? "true" : "false");
+            break;
+        case PC_SET_INT:
+            snprintf(buf, cap, "%lld", (long long)*(const int64_t *)field);
+            break;
+        case PC_SET_DOUBLE:
+            snprintf(buf, cap, "%.17g", *(const double *)field);
+            break;
+        case PC_SET_ENUM:
+            snprintf(buf, cap, "%s", s->choices[*(const int *)field]);
+            break;
+        case PC_SET_STRING:
+            snprintf(buf, cap, "%s", field);
+            break;
+    }
+}
+
+void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out) {
+    static const char *types[] = {"bool", "int", "num", "enum", "str"};
+    for (size_t i = 0; i < n; i++) {
+        const pc_setting_t *s = &tab[i];
+        char left[96];
+        snprintf(left, sizeof left, "--%s=<%s>", s->name, types[s->type]);
+        fprintf(out, "  %-32s %s (default: %s", left, s->help, s->def[0] ? s->def : "\"\"");
+        if (s->type == PC_SET_INT || s->type == PC_SET_DOUBLE)
+            fprintf(out, "; %g..%g", s->min, s->max);
+        if (s->type == PC_SET_ENUM) {
+            fprintf(out, "; one of");
+            for (int j = 0; s->choices[j]; j++)
+                fprintf(out, "%s%s", j ? "|" : " ", s->choices[j]);
+        }
+        fprintf(out, ")\n");
+    }
+}
+
+void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *out) {
+    for (size_t i = 0; i < n; i++) {
+        char buf[1100];
+        pc_settings_format(&tab[i], obj, buf, sizeof buf);
+        fprintf(out, "%s = %s\n", tab[i].name, buf);
+    }
+}

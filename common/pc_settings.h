@@ -1,0 +1,96 @@
+/* pc_settings.h: the settings table pattern.
+ *
+ * A program (or a module, such as a table's configuration) declares each of its settings once,
+ * in a table of pc_setting_t: name, type, bounds, default, help and where the value lives in a
+ * plain C struct. The same table then feeds every way a value can arrive and every way it is
+ * shown:
+ *   defaults       pc_settings_defaults
+ *   flags          pc_settings_parse_args   --name=value, --name value, --flag, --no-flag
+ *   "a=1,b=2"      pc_settings_parse_list   (table specs, psctl arguments)
+ *   config file    pc_settings_load_file    "name = value" lines, '#' comments
+ *   environment    pc_settings_load_env     PREFIX_NAME=value
+ *   --help         pc_settings_help
+ *   effective      pc_settings_dump         (same syntax as the config file: round-trips)
+ *
+ * Value syntax: bool true/false/1/0/yes/no/on/off; int with optional decimal (k, M, G) or binary
+ * (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer size - 1.
+ * Every value is checked against the bounds before it is stored; on error nothing is stored and
+ * `err` (may be NULL) receives one line naming the setting, the value and the rule.
+ *
+ * Storage types: BOOL -> bool, INT -> int64_t, DOUBLE -> double, ENUM -> int, STRING -> char[].
+ * Thread rule: functions touch only the table (read) and the target struct (caller-owned).
+ */
+#ifndef PC_SETTINGS_H
+#define PC_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum {
+    PC_SET_BOOL,
+    PC_SET_INT,
+    PC_SET_DOUBLE,
+    PC_SET_ENUM,
+    PC_SET_STRING,
+} pc_setting_type_t;
+
+typedef struct pc_setting {
+    const char *name;           /* snake_case; flags accept '-' for '_' */
+    pc_setting_type_t type;     /* storage type, see above */
+    size_t offset;              /* offsetof(struct, field) */
+    size_t size;                /* sizeof(field) */
+    double min, max;            /* INT/DOUBLE inclusive bounds */
+    const char *def;            /* default, in value syntax */
+    const char *const *choices; /* ENUM: NULL-terminated names, stored as their index */
+    const char *help;           /* one line */
+} pc_setting_t;
+
+#define PC_SETTING_BOOL(T, field, def, help) \
+    { #field, PC_SET_BOOL, offsetof(T, field), sizeof(((T *)0)->field), 0, 1, def, NULL, help }
+#define PC_SETTING_INT(T, field, lo, hi, def, help) \
+    { #field, PC_SET_INT, offsetof(T, field), sizeof(((T *)0)->field), lo, hi, def, NULL, help }
+#define PC_SETTING_DOUBLE(T, field, lo, hi, def, help) \
+    { #field, PC_SET_DOUBLE, offsetof(T, field), sizeof(((T *)0)->field), lo, hi, def, NULL, help }
+#define PC_SETTING_ENUM(T, field, choices, def, help) \
+    { #field, PC_SET_ENUM, offsetof(T, field), sizeof(((T *)0)->field), 0, 0, def, choices, help }
+#define PC_SETTING_STRING(T, field, def, help) \
+    { #field, PC_SET_STRING, offsetof(T, field), sizeof(((T *)0)->field), 0, 0, def, NULL, help }
+
+/* Store every default. Returns 0, or PC_EINVAL if a default violates its own rule (a bug). */
+int pc_settings_defaults(const pc_setting_t *tab, size_t n, void *obj);
+
+/* Set one setting by name from text. PC_ENOTFOUND for an unknown name, PC_EINVAL for a bad
+ * value. */
+int pc_settings_set(const pc_setting_t *tab, size_t n, void *obj, const char *name,
+                    const char *value, char *err, size_t errlen);
+
+/* Parse "name=value,name=value" (whitespace around items ignored; empty list is fine). */
+int pc_settings_parse_list(const pc_setting_t *tab, size_t n, void *obj, const char *list,
+                           char *err, size_t errlen);
+
+/* Parse options from argv[*argi] on, stopping at the first argument that is not an option, at
+ * "--" (skipped) or at an option not in the table (left for the caller). *argi is advanced past
+ * what was consumed. */
+int pc_settings_parse_args(const pc_setting_t *tab, size_t n, void *obj, int argc, char **argv,
+                           int *argi, char *err, size_t errlen);
+
+/* Read "name = value" lines; '#' starts a comment; unknown names are errors (with file:line). */
+int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const char *path, char *err,
+                          size_t errlen);
+
+/* For each setting, apply the environment variable PREFIX + NAME (upper case) when set. */
+int pc_settings_load_env(const pc_setting_t *tab, size_t n, void *obj, const char *prefix,
+                         char *err, size_t errlen);
+
+/* Format one setting's current value into buf (always NUL-terminated). */
+void pc_settings_format(const pc_setting_t *s, const void *obj, char *buf, size_t cap);
+
+/* One line per setting: --name=<type> (default) help [bounds or choices]. */
+void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out);
+
+/* "name = value" per setting, in table order. */
+void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *out);
+
+#endif

@@ -1,0 +1,28 @@
+/* pc_time.h: monotonic and wall clocks in nanoseconds.
+ *
+ * Durations, deadlines and rates use pc_time_mono_ns() (never jumps); timestamps that leave the
+ * process (logs, checkpoint manifests) use pc_time_wall_ns(). Thread-safe.
+ */
+#ifndef PC_TIME_H
+#define PC_TIME_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t pc_time_mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t pc_time_wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline double pc_time_sec_since(uint64_t mono_start_ns) {
+    return (double)(pc_time_mono_ns() - mono_start_ns) * 1e-9;
+}
+
+#endif

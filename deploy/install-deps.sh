@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# install-deps.sh: install every build and test dependency of EmberPS with apt.
+#
+# Debian 12 only, run as root (or through sudo). Idempotent: when every package is already
+# present it prints nothing and exits 0 without touching the network. CUDA is optional and is
+# never installed here; the build finds it at /usr/local/cuda when it exists.
+set -euo pipefail
+
+PKGS=(
+  # toolchain
+  build-essential cmake pkg-config clang-format
+  # product libraries
+  libxxhash-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler librocksdb-dev libuv1-dev
+  libopenblas-dev libgloo-dev libmicrohttpd-dev zlib1g-dev libcjson-dev
+  # tests and benchmark baselines
+  libcmocka-dev libhiredis-dev redis-server
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root (or sudo) for apt" >&2; exit 1; }
+  SUDO="sudo"
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

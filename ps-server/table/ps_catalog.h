@@ -1,0 +1,36 @@
+/* ps_catalog.h: the named tables of one server process.
+ *
+ * A catalog owns tables by name. Request handlers acquire a table for the duration of a call and
+ * release it afterwards; dropping a table removes its name at once (new acquires fail with
+ * PC_ENOTFOUND, the name can be reused) and destroys it when the last holder releases it.
+ *
+ * Thread rule: thread-safe, except ps_catalog_destroy (no table may still be acquired).
+ */
+#ifndef PS_CATALOG_H
+#define PS_CATALOG_H
+
+#include <stddef.h>
+
+#include "ps_table.h"
+
+typedef struct ps_catalog ps_catalog_t;
+
+int ps_catalog_create(ps_catalog_t **out);
+/* Destroys every table. No table may be acquired any more. NULL is a no-op. */
+void ps_catalog_destroy(ps_catalog_t *c);
+
+/* Create a table from cfg under cfg->name. PC_EEXIST if the name is taken, PC_EINVAL for a bad
+ * config, PC_ENOMEM. */
+int ps_catalog_add(ps_catalog_t *c, const ps_table_config_t *cfg);
+
+/* Acquire the table `name`: *out stays valid until ps_catalog_release. PC_ENOTFOUND. */
+int ps_catalog_acquire(ps_catalog_t *c, const char *name, ps_table_t **out);
+void ps_catalog_release(ps_catalog_t *c, ps_table_t *t);
+
+/* Remove `name`; the table is destroyed once no one holds it. PC_ENOTFOUND. */
+int ps_catalog_drop(ps_catalog_t *c, const char *name);
+
+/* Copy up to `cap` names (sorted) into names; returns how many tables there are. */
+size_t ps_catalog_list(ps_catalog_t *c, char (*names)[PS_TABLE_NAME_MAX], size_t cap);
+
+#endif

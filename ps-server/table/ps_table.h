@@ -1,0 +1,213 @@
+/* ps_table.h: EmberPS embedding tables, in-process.
+ *
+ * A table maps arbitrary uint64 keys (hashed feature ids) to rows of `dim` floats plus the
+ * per-row state of a server-side optimizer. Rows that were never written are a deterministic
+ * function of (table seed, key), so untouched rows cost nothing and every process agrees on them.
+ * The server daemon, tests and benchmarks all use this library directly.
+ *
+ * Batch semantics (all operations take n keys and caller buffers of n * dim floats):
+ *  - pull:   rows for keys, inserting missing keys with their initial row. With admission on, a
+ *            key not yet admitted is counted in a sketch and gets its initial row WITHOUT being
+ *            inserted until it has been seen `admit_threshold` times.
+ *  - push:   gradients for keys. Duplicate keys within one call are summed first (in call order),
+ *            then ONE optimizer step is applied to the row: pushing [k, k] with g1, g2 is exactly
+ *            pushing [k] with g1 + g2. A (summed) gradient with NaN or Inf is never applied: the
+ *            row is skipped and counted. Missing keys are inserted (when admitted) and updated;
+ *            gradients of keys not admitted are dropped and counted.
+ *  - lookup: read-only rows for serving; never inserts or touches metadata. A missing key yields
+ *            its initial row or zeros (config `missing`), `found` says which.
+ *  - erase:  removes rows; a later pull recreates the initial row.
+ * Each key is processed exactly once per occurrence; on an error that concerns only some keys
+ * (out of memory while inserting) the others are still processed and the first error returned.
+ *
+ * Optimizer step for a row, in order: sum duplicates -> reject non-finite -> clip each element to
+ * [-clip_value, clip_value] (if > 0) -> scale to L2 norm clip_norm (if > 0 and exceeded) -> add
+ * weight_decay * w -> optimizer update. Optimizers and their state per row:
+ *   sgd               w -= lr * g                                            (no state)
+ *   adagrad           G += g^2; w -= lr * g / (sqrt(G) + eps)                (dim floats)
+ *   rowwise_adagrad   G += mean(g^2); w -= lr * g / (sqrt(G) + eps)          (1 float)
+ *   adam              bias-corrected Adam with a per-row step count t        (2 * dim + 1)
+ *   ftrl              FTRL-Proximal (McMahan et al. 2013), lr = alpha        (2 * dim floats)
+ * Adagrad accumulators start at adagrad_init. For adam the last state word holds t as uint32.
+ *
+ * Metadata per row: a 16-bit "tick" (table clock value at the last push or insert) and an 8-bit
+ * logarithmic frequency counter (pulls and pushes; probabilistic increment, Morris-style). The
+ * table clock is advanced by the owner (ps_table_advance_clock), in steps or seconds as it
+ * chooses; TTL, incremental scans and sketch decay are expressed in clock ticks. Ages are exact
+ * up to PS_AGE_MAX ticks and saturate beyond it.
+ *
+ * Memory: rows live in per-shard slabs (weights then optimizer state, no per-row malloc), keys and
+ * metadata in a packed parallel array (11 bytes per row), the index is a two-choice bucketized
+ * cuckoo hash of 4-byte slots kept at 81-97% load. ps_table_stats() reports the bytes of each.
+ *
+ * Thread rule: a table is thread-safe: any number of threads may call any function at once,
+ * except ps_table_destroy (no other call may be in flight) and ps_table_set_evict_fn (before
+ * use). Internally the table is split into `shards` by key hash, each with its own lock.
+ */
+#ifndef PS_TABLE_H
+#define PS_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pc_settings.h"
+
+#define PS_TABLE_NAME_MAX 64
+#define PS_DIM_MAX        1024
+#define PS_BATCH_MAX      (16u * 1024 * 1024) /* keys per call */
+#define PS_AGE_MAX        16384u              /* ages saturate here (ticks) */
+
+typedef struct ps_table ps_table_t;
+
+typedef enum {
+    PS_INIT_ZEROS,
+    PS_INIT_UNIFORM,      /* uniform(-init_scale, init_scale) */
+    PS_INIT_NORMAL,       /* normal(0, init_scale) */
+    PS_INIT_TRUNC_NORMAL, /* normal(0, init_scale) redrawn outside +-2 init_scale */
+} ps_init_kind_t;
+
+typedef enum {
+    PS_OPT_SGD,
+    PS_OPT_ADAGRAD,
+    PS_OPT_ROWWISE_ADAGRAD,
+    PS_OPT_ADAM,
+    PS_OPT_FTRL,
+} ps_optim_kind_t;
+
+typedef enum {
+    PS_MISSING_INIT,  /* lookup of a missing key returns its initial row */
+    PS_MISSING_ZEROS, /* ... returns zeros */
+} ps_missing_t;
+
+/* Table configuration. Fill with ps_table_config_defaults(), then set fields directly or with
+ * ps_table_config_parse(). Fields are the settings of ps_table_settings(). */
+typedef struct ps_table_config {
+    char name[PS_TABLE_NAME_MAX];
+    int64_t dim;
+    int64_t shards;
+    int64_t seed;
+    int init; /* ps_init_kind_t */
+    double init_scale;
+    int missing;   /* ps_missing_t */
+    int optimizer; /* ps_optim_kind_t */
+    double lr, beta1, beta2, eps, adagrad_init, ftrl_beta, l1, l2;
+    double weight_decay, clip_value, clip_norm;
+    int64_t admit_threshold, admit_width, admit_decay_ticks;
+    int64_t ttl_ticks;
+    int64_t capacity_rows;
+} ps_table_config_t;
+
+/* The settings table behind ps_table_config_t (for --help, dumps and specs). */
+const pc_setting_t *ps_table_settings(size_t *n);
+
+void ps_table_config_defaults(ps_table_config_t *cfg);
+
+/* Apply "dim=64,optimizer=adam,lr=0.01" to cfg. err (may be NULL) gets one line on failure. */
+int ps_table_config_parse(ps_table_config_t *cfg, const char *spec, char *err, size_t errlen);
+
+/* Check a whole configuration (bounds, shards a power of two, name charset [A-Za-z0-9_.-]). */
+int ps_table_config_check(const ps_table_config_t *cfg, char *err, size_t errlen);
+
+/* Create a table (cfg copied). PC_EINVAL for a bad config, PC_ENOMEM. */
+int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out);
+void ps_table_destroy(ps_table_t *t);
+
+const ps_table_config_t *ps_table_config(const ps_table_t *t);
+uint32_t ps_table_dim(const ps_table_t *t);
+/* Optimizer state words (4 bytes each) per row. */
+uint32_t ps_table_state_len(const ps_table_t *t);
+/* Number of rows held. */
+uint64_t ps_table_count(const ps_table_t *t);
+
+/* `rows` receives n * dim floats; rows_len must equal n * dim (PC_EDIM otherwise). */
+int ps_table_pull(ps_table_t *t, const uint64_t *keys, size_t n, float *rows, size_t rows_len);
+
+typedef struct ps_push_result {
+    uint64_t applied;            /* rows updated (after merging duplicates) */
+    uint64_t skipped_nonfinite;  /* rows whose gradient had NaN/Inf */
+    uint64_t dropped_unadmitted; /* rows not admitted yet */
+} ps_push_result_t;
+
+/* grads_len must equal n * dim. `res` may be NULL. */
+int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *grads,
+                  size_t grads_len, ps_push_result_t *res);
+
+/* `found` (may be NULL) receives n flags. */
+int ps_table_lookup(const ps_table_t *t, const uint64_t *keys, size_t n, float *rows,
+                    size_t rows_len, uint8_t *found);
+
+/* `erased` (may be NULL) receives how many keys were present. */
+int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased);
+
+/* One row as seen by scans and the eviction callback. Pointers are valid only during the
+ * callback; `state` has ps_table_state_len() words (NULL when 0). */
+typedef struct ps_row_view {
+    uint64_t key;
+    const float *weights;
+    const float *state;
+    uint16_t tick;
+    uint8_t freq;
+} ps_row_view_t;
+
+typedef enum { PS_EVICT_CAPACITY, PS_EVICT_TTL } ps_evict_reason_t;
+
+/* Called for every row the table evicts (capacity or TTL), before it is removed, with the shard
+ * lock held: it must not call back into the same table. */
+typedef void (*ps_evict_fn)(void *ctx, ps_evict_reason_t why, const ps_row_view_t *row);
+
+/* Install the eviction callback (ctx borrowed). Call before the table is shared. */
+void ps_table_set_evict_fn(ps_table_t *t, ps_evict_fn fn, void *ctx);
+
+/* Advance the table clock to `now` (>= current; PC_EINVAL otherwise). Expires rows older than
+ * ttl_ticks (checked every ttl_ticks/16 ticks), decays the admission sketch every
+ * admit_decay_ticks, and renormalizes stored ticks so ages stay exact up to PS_AGE_MAX. */
+int ps_table_advance_clock(ps_table_t *t, uint32_t now);
+uint32_t ps_table_clock(const ps_table_t *t);
+
+/* Scan callback: `n` views (n <= 256) from one shard, under its read lock. Return 0 to go on,
+ * anything else to stop the scan with that value. */
+typedef int (*ps_scan_fn)(void *ctx, const ps_row_view_t *rows, size_t n);
+
+/* Visit every row (since == PS_SCAN_ALL) or every row pushed or inserted at clock >= since
+ * (exact while now - since < PS_AGE_MAX, all rows beyond). Each shard is visited under its read
+ * lock, so each row is seen exactly once and whole (weights, state and metadata of one moment);
+ * rows of different shards may come from different moments. Returns 0 or what fn returned. */
+#define PS_SCAN_ALL UINT64_MAX
+int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx);
+
+/* Insert or overwrite rows verbatim (restore, import): weights n * dim; states n * state_len or
+ * NULL for fresh optimizer state; ticks/freqs or NULL for "now"/1. Bypasses admission; capacity
+ * eviction still applies. */
+int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
+                  const float *states, const uint16_t *ticks, const uint8_t *freqs);
+
+/* The initial row of a key (what pull would insert). out has dim floats. */
+void ps_table_initial_row(const ps_table_t *t, uint64_t key, float *out);
+
+typedef struct ps_table_stats {
+    uint64_t rows;
+    /* memory, exact bytes */
+    uint64_t bytes_weights;  /* rows * dim * 4 */
+    uint64_t bytes_state;    /* rows * state_len * 4 */
+    uint64_t bytes_keys;     /* rows * 8 */
+    uint64_t bytes_meta;     /* rows * 3 (tick, freq) */
+    uint64_t bytes_index;    /* index slots allocated */
+    uint64_t bytes_sketch;   /* admission sketches */
+    uint64_t bytes_reserved; /* slab capacity allocated beyond rows (virtual, untouched) */
+    /* operations (rows) */
+    uint64_t pulled, pushed, looked_up, inserted, erased;
+    uint64_t evicted_capacity, evicted_ttl;
+    uint64_t admit_pending; /* pulls of keys not admitted yet */
+    uint64_t admit_dropped; /* pushes of keys not admitted yet (gradients dropped) */
+    uint64_t nonfinite_skipped;
+    uint64_t index_rebuilds;
+    uint32_t clock;
+} ps_table_stats_t;
+
+int ps_table_stats(const ps_table_t *t, ps_table_stats_t *out);
+
+/* Overhead bytes per row beyond weights and optimizer state: (keys + meta + index) / rows. */
+double ps_table_stats_overhead_per_row(const ps_table_stats_t *s);
+
+#endif

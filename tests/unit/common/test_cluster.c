@@ -1,0 +1,115 @@
+/* Cluster map: slot function, even maps, text round trip, validation, reassignment. */
+#include "test_util.h"
+
+#include <string.h>
+
+#include "pc_cluster.h"
+#include "pc_error.h"
+
+static void test_slot_function(void **state) {
+    (void)state;
+    /* The slot is XXH3 of the key's bytes with the slot seed: part of the data format. */
+    uint64_t key = 0x1234567890abcdefULL;
+    assert_int_equal(pc_key_slot(key),
+                     XXH3_64bits_withSeed(&key, 8, PC_HASH_SEED_SLOT) & (PC_NSLOTS - 1));
+    /* Spread: 16M sequential keys give every slot its mean of 1024 within +-20% (6 sigma). */
+    static uint32_t hist[PC_NSLOTS];
+    const uint64_t n = 16u << 20;
+    for (uint64_t k = 0; k < n; k++)
+        hist[pc_key_slot(k)]++;
+    double mean = (double)n / PC_NSLOTS;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        assert_true(hist[s] > 0.8 * mean);
+        assert_true(hist[s] < 1.2 * mean);
+    }
+}
+
+static void test_even_and_roundtrip(void **state) {
+    (void)state;
+    const char *addrs[] = {"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"};
+    pc_cluster_map_t *m, *p;
+    assert_int_equal(pc_cmap_create_even(5, 3, addrs, &m), 0);
+    assert_int_equal(pc_cmap_version(m), 5);
+    uint32_t total = 0;
+    for (uint32_t s = 0; s < 3; s++) {
+        uint32_t c = pc_cmap_server_slots(m, s);
+        assert_true(c == 5461 || c == 5462);
+        total += c;
+    }
+    assert_int_equal(total, PC_NSLOTS);
+    char buf[512];
+    size_t need = pc_cmap_format(m, buf, sizeof buf);
+    assert_true(need < sizeof buf);
+    assert_string_equal(buf, "version=5;servers=127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002;"
+                             "slots=0-5461:0,5462-10922:1,10923-16383:2");
+    char err[128];
+    assert_int_equal(pc_cmap_parse(buf, &p, err, sizeof err), 0);
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        assert_int_equal(pc_cmap_slot_owner(p, s), pc_cmap_slot_owner(m, s));
+    assert_int_equal(pc_cmap_find(p, "127.0.0.1:7002"), 2);
+    assert_int_equal(pc_cmap_find(p, "127.0.0.1:9"), PC_ENOTFOUND);
+    /* Truncated output still reports the needed length. */
+    char small[10];
+    assert_int_equal(pc_cmap_format(m, small, sizeof small), need);
+    assert_int_equal(strlen(small), 9);
+    pc_cmap_destroy(p);
+    pc_cmap_destroy(m);
+}
+
+static void test_parse_errors(void **state) {
+    (void)state;
+    pc_cluster_map_t *m = NULL;
+    char err[128];
+    const char *bad[] = {
+        "",
+        "version=1;servers=a:1;slots=0-16382:0",     /* slot 16383 missing */
+        "version=1;servers=a:1;slots=0-16383:0,5:0", /* slot 5 twice */
+        "version=1;servers=a:1;slots=0-16383:1",     /* no server 1 */
+        "version=0;servers=a:1;slots=0-16383:0",     /* version 0 */
+        "version=1;servers=a:1,;slots=0-16383:0",    /* empty address */
+        "version=1;servers=a:1;slots=0-16384:0",     /* slot out of range */
+        "version=1;servers=a:1;slots=9-3:0",         /* reversed range */
+        "version=x;servers=a:1;slots=0-16383:0",
+        "version=1;servers=a:1;slots=0-16383:0junk",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        int rc = pc_cmap_parse(bad[i], &m, err, sizeof err);
+        if (rc != PC_EPARSE)
+            print_error("case %zu '%s' gave %d\n", i, bad[i], rc);
+        assert_int_equal(rc, PC_EPARSE);
+        assert_true(strlen(err) > 0);
+    }
+    assert_int_equal(pc_cmap_parse(NULL, &m, err, sizeof err), PC_EINVAL);
+}
+
+static void test_assign(void **state) {
+    (void)state;
+    const char *addrs[] = {"a:1", "b:2"};
+    pc_cluster_map_t *m, *c;
+    assert_int_equal(pc_cmap_create_even(1, 2, addrs, &m), 0);
+    uint64_t key = 42;
+    uint32_t slot = pc_key_slot(key);
+    uint32_t owner = pc_cmap_key_owner(m, key);
+    assert_int_equal(pc_cmap_copy(m, &c), 0);
+    assert_int_equal(pc_cmap_assign(c, slot, slot, 1 - owner, 2), 0);
+    assert_int_equal(pc_cmap_key_owner(c, key), 1 - owner);
+    assert_int_equal(pc_cmap_key_owner(m, key), owner); /* the old map is untouched */
+    assert_int_equal(pc_cmap_version(c), 2);
+    assert_int_equal(pc_cmap_assign(c, 0, 1, 0, 2), PC_EINVAL); /* version must grow */
+    assert_int_equal(pc_cmap_assign(c, 0, 1, 2, 3), PC_EINVAL); /* no such server */
+    assert_int_equal(pc_cmap_assign(c, 5, 1, 0, 3), PC_EINVAL);
+    assert_int_equal(pc_cmap_create_even(0, 2, addrs, &m), PC_EINVAL);
+    pc_cmap_destroy(c);
+    pc_cmap_destroy(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slot_function),
+        cmocka_unit_test(test_even_and_roundtrip),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_assign),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

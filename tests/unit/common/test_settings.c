@@ -1,0 +1,155 @@
+/* Settings tables: every input path, bounds, errors, help and dump round trip. */
+#include "test_util.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include "pc_error.h"
+#include "pc_settings.h"
+
+typedef struct cfg {
+    bool verbose;
+    int64_t count;
+    double rate;
+    int mode;
+    char name[16];
+} cfg_t;
+
+static const char *const modes[] = {"fast", "safe", NULL};
+static const pc_setting_t tab[] = {
+    PC_SETTING_BOOL(cfg_t, verbose, "false", "talk more"),
+    PC_SETTING_INT(cfg_t, count, 1, 1e12, "10", "how many"),
+    PC_SETTING_DOUBLE(cfg_t, rate, 0, 1, "0.5", "a fraction"),
+    PC_SETTING_ENUM(cfg_t, mode, modes, "safe", "speed"),
+    PC_SETTING_STRING(cfg_t, name, "x", "a name"),
+};
+#define N (sizeof tab / sizeof tab[0])
+
+static void test_defaults_and_list(void **state) {
+    (void)state;
+    cfg_t c;
+    char err[200];
+    assert_int_equal(pc_settings_defaults(tab, N, &c), 0);
+    assert_false(c.verbose);
+    assert_int_equal(c.count, 10);
+    assert_int_equal(c.mode, 1);
+    assert_string_equal(c.name, "x");
+    assert_int_equal(pc_settings_parse_list(tab, N, &c,
+                                            " count=2Ki , rate=0.25,mode=FAST,verbose=on", err,
+                                            sizeof err),
+                     0);
+    assert_int_equal(c.count, 2048);
+    assert_true(c.rate == 0.25);
+    assert_int_equal(c.mode, 0);
+    assert_true(c.verbose);
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "count=3M", err, sizeof err), 0);
+    assert_int_equal(c.count, 3000000);
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "", err, sizeof err), 0);
+}
+
+static void test_rejects(void **state) {
+    (void)state;
+    cfg_t c;
+    char err[200];
+    pc_settings_defaults(tab, N, &c);
+    cfg_t before = c;
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "count=0", err, sizeof err), PC_EINVAL);
+    assert_non_null(strstr(err, "count"));
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "count=12abc", err, sizeof err), PC_EINVAL);
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "rate=nan", err, sizeof err), PC_EINVAL);
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "rate=1.5", err, sizeof err), PC_EINVAL);
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "mode=slow", err, sizeof err), PC_EINVAL);
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "verbose=maybe", err, sizeof err),
+                     PC_EINVAL);
+    assert_int_equal(
+        pc_settings_parse_list(tab, N, &c, "name=waytoolongforthebuffer", err, sizeof err),
+        PC_EINVAL);
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "nosuch=1", err, sizeof err), PC_ENOTFOUND);
+    assert_non_null(strstr(err, "nosuch"));
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "count", err, sizeof err), PC_EINVAL);
+    assert_int_equal(
+        pc_settings_parse_list(tab, N, &c, "count=99999999999999999999", err, sizeof err),
+        PC_EINVAL);
+    assert_memory_equal(&c, &before, sizeof c); /* nothing stored on error */
+}
+
+static void test_args(void **state) {
+    (void)state;
+    cfg_t c;
+    char err[200];
+    pc_settings_defaults(tab, N, &c);
+    char *argv[] = {"prog",         "--count",     "7",       "--rate=0.75", "--verbose",
+                    "--no-verbose", "--mode=fast", "--other", "file"};
+    int argi = 1;
+    assert_int_equal(pc_settings_parse_args(tab, N, &c, 9, argv, &argi, err, sizeof err), 0);
+    assert_int_equal(argi, 7); /* stopped at --other, left for the caller */
+    assert_int_equal(c.count, 7);
+    assert_true(c.rate == 0.75);
+    assert_false(c.verbose);
+    assert_int_equal(c.mode, 0);
+    char *argv2[] = {"prog", "--count"};
+    argi = 1;
+    assert_int_equal(pc_settings_parse_args(tab, N, &c, 2, argv2, &argi, err, sizeof err),
+                     PC_EINVAL);
+}
+
+static void test_file_env_dump(void **state) {
+    (void)state;
+    cfg_t c, d;
+    memset(&c, 0, sizeof c); /* padding bytes compare equal below */
+    memset(&d, 0, sizeof d);
+    char err[300];
+    char path[] = "/tmp/ember_settings_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "# a comment\n\n  count = 42  # trailing\nname=abc\n");
+    fclose(f);
+    pc_settings_defaults(tab, N, &c);
+    assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), 0);
+    assert_int_equal(c.count, 42);
+    assert_string_equal(c.name, "abc");
+
+    setenv("TST_RATE", "0.125", 1);
+    assert_int_equal(pc_settings_load_env(tab, N, &c, "TST_", err, sizeof err), 0);
+    assert_true(c.rate == 0.125);
+    setenv("TST_RATE", "bad", 1);
+    assert_int_equal(pc_settings_load_env(tab, N, &c, "TST_", err, sizeof err), PC_EINVAL);
+    assert_non_null(strstr(err, "TST_RATE"));
+    unsetenv("TST_RATE");
+
+    /* dump -> file -> load gives the same struct */
+    f = fopen(path, "w");
+    pc_settings_dump(tab, N, &c, f);
+    fclose(f);
+    pc_settings_defaults(tab, N, &d);
+    assert_int_equal(pc_settings_load_file(tab, N, &d, path, err, sizeof err), 0);
+    assert_memory_equal(&c, &d, sizeof c);
+
+    f = fopen(path, "w");
+    fprintf(f, "count = 5\nbogus = 1\n");
+    fclose(f);
+    assert_int_equal(pc_settings_load_file(tab, N, &d, path, err, sizeof err), PC_ENOTFOUND);
+    assert_non_null(strstr(err, ":2:"));
+    unlink(path);
+    assert_int_equal(pc_settings_load_file(tab, N, &d, path, err, sizeof err), PC_EIO);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    pc_settings_help(tab, N, m);
+    fclose(m);
+    assert_non_null(strstr(buf, "--count=<int>"));
+    assert_non_null(strstr(buf, "fast|safe"));
+    free(buf);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults_and_list),
+        cmocka_unit_test(test_rejects),
+        cmocka_unit_test(test_args),
+        cmocka_unit_test(test_file_env_dump),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
