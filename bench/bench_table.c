@@ -16,19 +16,21 @@
 #include "bench_util.h"
 #include "pc_alloc.h"
 #include "pc_time.h"
+#include "ps_optim.h"
 #include "ps_table.h"
 
 #define BATCH      1000
 #define STREAM_LEN (2u * 1000 * 1000) /* keys per thread stream */
 #define MAX_THR    2
 
-typedef enum { OP_PULL, OP_PUSH, OP_LOOKUP, OP_REF } op_t;
+typedef enum { OP_PULL, OP_PUSH, OP_LOOKUP, OP_REF, OP_REF_ADAGRAD } op_t;
 static const char *const k_dist_names[] = {"uniform", "zipf"};
 
 typedef struct stream {
     uint64_t *keys;
     uint32_t *idx;
     size_t n;
+    uint64_t nkeys; /* size of the key universe idx points into */
 } stream_t;
 
 typedef struct job {
@@ -38,9 +40,12 @@ typedef struct job {
     uint32_t dim;
     const stream_t *st;
     const float *grads;
+    const ps_optim_t *optim;
     float *out;
     const bench_opts_t *o;
-    int cpu;
+    int cpu;      /* thread number, also its CPU when pinned */
+    int nthreads; /* threads of this sample */
+    uint64_t nrows;
     double seconds;
     uint64_t rows;
     double elapsed;
@@ -78,6 +83,25 @@ static void *job_run(void *arg) {
                         memcpy(j->out + i * dim, j->ref + (size_t)ix[i] * dim, dim * 4);
                     }
                     break;
+                case OP_REF_ADAGRAD: /* same update, flat [w | G] rows, no hashing or locks */
+                    for (size_t i = 0; i < BATCH; i++) {
+                        if (i + 16 < BATCH) {
+                            uint32_t own = ix[i + 16] - ix[i + 16] % j->nthreads + (uint32_t)j->cpu;
+                            if (own >= j->nrows)
+                                own = (uint32_t)j->cpu;
+                            const char *p = (const char *)(j->ref + (size_t)own * 2 * dim);
+                            for (size_t l = 0; l < dim * 8; l += 64)
+                                __builtin_prefetch(p + l, 1, 3);
+                        }
+                        /* Threads own disjoint rows (no locks here): round to this thread's. */
+                        uint32_t own = ix[i] - ix[i] % j->nthreads + (uint32_t)j->cpu;
+                        if (own >= j->nrows)
+                            own = (uint32_t)j->cpu;
+                        float *row = (float *)j->ref + (size_t)own * 2 * dim;
+                        if (ps__grad_finite(j->grads + i * dim, (uint32_t)dim))
+                            ps__optim_step(j->optim, row, row + dim, j->grads + i * dim);
+                    }
+                    break;
             }
             if (rc)
                 j->rc = rc;
@@ -92,16 +116,17 @@ static void *job_run(void *arg) {
     return NULL;
 }
 
-/* Rows per second of `op` with `threads` threads, each on its own stream. */
-static double measure(const bench_opts_t *o, op_t op, ps_table_t *t, const float *ref, uint32_t dim,
-                      stream_t *streams, int threads, const float *grads, float **outs,
-                      double seconds) {
+/* One sample: rows per second of `op` with `threads` threads, each on its own stream. */
+static double sample(const bench_opts_t *o, op_t op, ps_table_t *t, const float *ref, uint32_t dim,
+                     stream_t *streams, int threads, const float *grads, const ps_optim_t *optim,
+                     float **outs, double seconds) {
     job_t jobs[MAX_THR];
     void *ctx[MAX_THR];
     if (threads < 1 || threads > MAX_THR)
         abort();
     for (int i = 0; i < threads; i++) {
-        jobs[i] = (job_t){.op = op,
+        jobs[i] = (job_t){.optim = optim,
+                          .op = op,
                           .t = t,
                           .ref = ref,
                           .dim = dim,
@@ -110,7 +135,9 @@ static double measure(const bench_opts_t *o, op_t op, ps_table_t *t, const float
                           .out = outs[i],
                           .o = o,
                           .cpu = i,
-                          .seconds = seconds};
+                          .seconds = seconds,
+                          .nthreads = threads,
+                          .nrows = streams[i].nkeys};
         ctx[i] = &jobs[i];
     }
     bench_run_threads(threads, job_run, ctx);
@@ -125,8 +152,16 @@ static double measure(const bench_opts_t *o, op_t op, ps_table_t *t, const float
     return rate;
 }
 
+#define ROUNDS 3
+
+static double median3(const double *v) {
+    double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+    return v[2] < lo ? lo : (v[2] > hi ? hi : v[2]);
+}
+
 static void make_stream(stream_t *s, uint64_t nkeys, int dist, uint64_t seed, size_t len) {
     s->n = len;
+    s->nkeys = nkeys;
     s->keys = malloc(len * sizeof *s->keys);
     s->idx = malloc(len * sizeof *s->idx);
     if (!s->keys || !s->idx)
@@ -144,12 +179,12 @@ static void make_stream(stream_t *s, uint64_t nkeys, int dist, uint64_t seed, si
 }
 
 static ps_table_t *make_filled(const char *optimizer, uint32_t dim, uint64_t nkeys,
-                               double *overhead, double *rss_overhead) {
+                               double *overhead, double *rss_overhead, double *huge_frac) {
     ps_table_config_t c;
     ps_table_config_defaults(&c);
     char spec[160];
     snprintf(spec, sizeof spec, "dim=%u,optimizer=%s,lr=0.01,init=uniform,shards=%u", dim,
-             optimizer, nkeys >= (8u << 20) ? 128u : 64u);
+             optimizer, 16u);
     if (ps_table_config_parse(&c, spec, NULL, 0))
         abort();
     ps_table_t *t;
@@ -158,7 +193,9 @@ static ps_table_t *make_filled(const char *optimizer, uint32_t dim, uint64_t nke
     const size_t chunk = 65536;
     uint64_t *keys = malloc(chunk * sizeof *keys);
     float *rows = malloc(chunk * dim * sizeof *rows);
-    uint64_t rss0 = bench_rss_bytes();
+    memset(keys, 0, chunk * sizeof *keys); /* resident before the baseline reading */
+    memset(rows, 0, chunk * dim * sizeof *rows);
+    uint64_t rss0 = bench_rss_bytes(), huge0 = bench_anon_huge_bytes();
     for (uint64_t off = 0; off < nkeys; off += chunk) {
         size_t n = nkeys - off < chunk ? (size_t)(nkeys - off) : chunk;
         for (size_t i = 0; i < n; i++)
@@ -166,7 +203,7 @@ static ps_table_t *make_filled(const char *optimizer, uint32_t dim, uint64_t nke
         if (ps_table_pull(t, keys, n, rows, n * dim))
             abort();
     }
-    uint64_t rss1 = bench_rss_bytes();
+    uint64_t rss1 = bench_rss_bytes(), huge1 = bench_anon_huge_bytes();
     free(keys);
     free(rows);
     ps_table_stats_t st;
@@ -174,39 +211,51 @@ static ps_table_t *make_filled(const char *optimizer, uint32_t dim, uint64_t nke
     *overhead = ps_table_stats_overhead_per_row(&st);
     double floats = (double)(st.bytes_weights + st.bytes_state);
     *rss_overhead = ((double)(rss1 - rss0) - floats) / (double)st.rows;
+    *huge_frac = rss1 > rss0 ? (double)(huge1 - huge0) / (double)(rss1 - rss0) : 0;
     return t;
 }
 
 int bench_table_main(int argc, char **argv) {
     bench_opts_t o;
     bench_parse_opts(argc, argv, "table", &o);
-    const uint32_t dims[] = {16, 64};
+    uint32_t dims[2] = {16, 64};
+    int ndims = 2;
     uint64_t sizes[2] = {1u << 20, 16u << 20};
     int nsizes = 2;
-    double secs = 1.0;
+    double secs = 0.4;
     size_t stream_len = STREAM_LEN;
     if (o.quick) {
         nsizes = 1;
-        secs = 0.25;
+        secs = 0.1;
     }
     if (o.smoke) {
         sizes[0] = 100000;
         nsizes = 1;
-        secs = 0.03;
+        secs = 0.01;
         stream_len = 50000;
     }
     if (o.seconds > 0)
         secs = o.seconds;
+    if (o.dim > 0) {
+        dims[0] = (uint32_t)o.dim;
+        ndims = 1;
+    }
+    if (o.keys > 0) {
+        sizes[0] = (uint64_t)o.keys;
+        nsizes = 1;
+    }
 
     cJSON *root = cJSON_CreateObject(), *cases = cJSON_CreateArray();
     cJSON_AddStringToObject(root, "bench", "table");
     cJSON_AddNumberToObject(root, "batch", BATCH);
     cJSON_AddNumberToObject(root, "seconds_per_measurement", secs);
-    printf("ps-bench table: rows/s, batch %d, %.2fs per figure, threads pinned=%s\n", BATCH, secs,
-           o.pin ? "yes" : "no");
-    printf("%4s %9s %7s %3s %11s %11s %11s %11s %11s %6s %6s\n", "dim", "keys", "dist", "thr",
-           "pull", "push_adagr", "push_adam", "lookup", "ref_gather", "pull/r", "push/r");
-    cJSON *main_case = NULL;
+    printf("ps-bench table: rows/s, batch %d, median of %d samples of %.2fs, reference and table "
+           "interleaved, threads pinned=%s\n",
+           BATCH, ROUNDS, secs, o.pin ? "yes" : "no");
+    printf("%4s %9s %7s %3s %11s %11s %11s %11s %11s %11s %6s %6s %6s\n", "dim", "keys", "dist",
+           "thr", "pull", "push_adagr", "push_adam", "lookup", "ref_gather", "ref_update", "pull/r",
+           "push/r", "push/u");
+    cJSON *main_case = NULL, *main_case2 = NULL;
     float *outs[MAX_THR];
     float *grads = malloc((size_t)BATCH * 64 * sizeof *grads);
     uint64_t grng = 3;
@@ -221,51 +270,90 @@ int bench_table_main(int argc, char **argv) {
         for (int d = 0; d < 2; d++)
             for (int th = 0; th < MAX_THR; th++)
                 make_stream(&streams[d][th], n, d, 100 + (uint64_t)(d * 10 + th), stream_len);
-        for (int di = 0; di < 2; di++) {
+        for (int di = 0; di < ndims; di++) {
             const uint32_t dim = dims[di];
-            double r_ref[2][MAX_THR], r_pull[2][MAX_THR], r_push[2][MAX_THR], r_adam[2][MAX_THR],
-                r_look[2][MAX_THR];
-            /* 1. reference gather over a flat, touched, huge-page array */
+            double r_ref[2][MAX_THR], r_upd[2][MAX_THR], r_pull[2][MAX_THR], r_push[2][MAX_THR],
+                r_adam[2][MAX_THR], r_look[2][MAX_THR];
+            double v[4][ROUNDS];
+            /* 1. Adagrad table and the flat reference array side by side; their samples are
+             * interleaved (ref, pull, push, lookup; three rounds; medians) so that a change in
+             * the machine's state hits both sides of every ratio alike. */
             size_t ref_bytes = (size_t)n * dim * sizeof(float);
             float *ref = pc_vm_alloc(PC_MEM_OTHER, ref_bytes);
-            pc_vm_advise_huge(ref, ref_bytes);
+            if (!ref)
+                abort();
+            pc_vm_advise_huge(ref, ref_bytes, 0);
             for (size_t i = 0; i < (size_t)n * dim; i++)
                 ref[i] = (float)(i & 1023);
-            for (int d = 0; d < 2; d++)
-                for (int th = 1; th <= MAX_THR; th++)
-                    r_ref[d][th - 1] =
-                        measure(&o, OP_REF, NULL, ref, dim, streams[d], th, grads, outs, secs);
-            pc_vm_free(PC_MEM_OTHER, ref, ref_bytes);
-            /* 2. Adagrad table: pull, push, lookup */
-            double ovh, rss_ovh;
-            ps_table_t *t = make_filled("adagrad", dim, n, &ovh, &rss_ovh);
+            double ovh, rss_ovh, huge_frac;
+            ps_table_t *t = make_filled("adagrad", dim, n, &ovh, &rss_ovh, &huge_frac);
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {
-                    r_pull[d][th - 1] =
-                        measure(&o, OP_PULL, t, NULL, dim, streams[d], th, grads, outs, secs);
-                    r_push[d][th - 1] =
-                        measure(&o, OP_PUSH, t, NULL, dim, streams[d], th, grads, outs, secs);
-                    r_look[d][th - 1] =
-                        measure(&o, OP_LOOKUP, t, NULL, dim, streams[d], th, grads, outs, secs);
+                    for (int r = 0; r < ROUNDS; r++) {
+                        v[0][r] = sample(&o, OP_REF, NULL, ref, dim, streams[d], th, grads, NULL,
+                                         outs, secs);
+                        v[1][r] = sample(&o, OP_PULL, t, NULL, dim, streams[d], th, grads, NULL,
+                                         outs, secs);
+                        v[2][r] = sample(&o, OP_PUSH, t, NULL, dim, streams[d], th, grads, NULL,
+                                         outs, secs);
+                        v[3][r] = sample(&o, OP_LOOKUP, t, NULL, dim, streams[d], th, grads, NULL,
+                                         outs, secs);
+                    }
+                    r_ref[d][th - 1] = median3(v[0]);
+                    r_pull[d][th - 1] = median3(v[1]);
+                    r_push[d][th - 1] = median3(v[2]);
+                    r_look[d][th - 1] = median3(v[3]);
                 }
             }
             ps_table_destroy(t);
+            pc_vm_free(PC_MEM_OTHER, ref, ref_bytes);
+            /* 2. The same Adagrad update on flat [w | G] rows: the optimizer's own memory cost,
+             * without hashing, index, keys or locks. */
+            ps_table_config_t acfg;
+            ps_table_config_defaults(&acfg);
+            acfg.dim = dim;
+            acfg.lr = 0.01;
+            ps_optim_t aopt;
+            ps__optim_from_config(&acfg, &aopt);
+            size_t upd_bytes = (size_t)n * dim * 2 * sizeof(float);
+            float *upd = pc_vm_alloc(PC_MEM_OTHER, upd_bytes);
+            if (!upd)
+                abort();
+            pc_vm_advise_huge(upd, upd_bytes, 0);
+            for (size_t i = 0; i < (size_t)n * dim * 2; i++)
+                upd[i] = 0.1f;
+            for (int d = 0; d < 2; d++) {
+                for (int th = 1; th <= MAX_THR; th++) {
+                    for (int r = 0; r < ROUNDS; r++)
+                        v[0][r] = sample(&o, OP_REF_ADAGRAD, NULL, upd, dim, streams[d], th, grads,
+                                         &aopt, outs, secs);
+                    r_upd[d][th - 1] = median3(v[0]);
+                }
+            }
+            pc_vm_free(PC_MEM_OTHER, upd, upd_bytes);
             /* 3. Adam table: push */
-            double ovh_adam, rss_adam;
-            t = make_filled("adam", dim, n, &ovh_adam, &rss_adam);
-            for (int d = 0; d < 2; d++)
-                for (int th = 1; th <= MAX_THR; th++)
-                    r_adam[d][th - 1] =
-                        measure(&o, OP_PUSH, t, NULL, dim, streams[d], th, grads, outs, secs);
+            double ovh_adam, rss_adam, huge_adam;
+            t = make_filled("adam", dim, n, &ovh_adam, &rss_adam, &huge_adam);
+            for (int d = 0; d < 2; d++) {
+                for (int th = 1; th <= MAX_THR; th++) {
+                    for (int r = 0; r < ROUNDS; r++)
+                        v[0][r] = sample(&o, OP_PUSH, t, NULL, dim, streams[d], th, grads, NULL,
+                                         outs, secs);
+                    r_adam[d][th - 1] = median3(v[0]);
+                }
+            }
             ps_table_destroy(t);
 
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {
                     int x = th - 1;
                     double pvr = r_pull[d][x] / r_ref[d][x], svr = r_push[d][x] / r_ref[d][x];
-                    printf("%4u %9llu %7s %3d %11.0f %11.0f %11.0f %11.0f %11.0f %6.2f %6.2f\n",
-                           dim, (unsigned long long)n, k_dist_names[d], th, r_pull[d][x],
-                           r_push[d][x], r_adam[d][x], r_look[d][x], r_ref[d][x], pvr, svr);
+                    double svu = r_push[d][x] / r_upd[d][x];
+                    printf(
+                        "%4u %9llu %7s %3d %11.0f %11.0f %11.0f %11.0f %11.0f %11.0f %6.2f %6.2f "
+                        "%6.2f\n",
+                        dim, (unsigned long long)n, k_dist_names[d], th, r_pull[d][x], r_push[d][x],
+                        r_adam[d][x], r_look[d][x], r_ref[d][x], r_upd[d][x], pvr, svr, svu);
                     cJSON *c = cJSON_CreateObject();
                     cJSON_AddNumberToObject(c, "dim", dim);
                     cJSON_AddNumberToObject(c, "keys", (double)n);
@@ -278,17 +366,25 @@ int bench_table_main(int argc, char **argv) {
                     cJSON_AddNumberToObject(c, "ref_gather_rows_per_s", r_ref[d][x]);
                     cJSON_AddNumberToObject(c, "pull_vs_ref", pvr);
                     cJSON_AddNumberToObject(c, "push_vs_ref", svr);
+                    cJSON_AddNumberToObject(c, "ref_adagrad_update_rows_per_s", r_upd[d][x]);
+                    cJSON_AddNumberToObject(c, "push_vs_ref_update", svu);
                     cJSON_AddNumberToObject(c, "overhead_bytes_per_row", ovh);
                     cJSON_AddNumberToObject(c, "rss_overhead_bytes_per_row", rss_ovh);
                     cJSON_AddNumberToObject(c, "adam_overhead_bytes_per_row", ovh_adam);
+                    cJSON_AddNumberToObject(c, "huge_page_fraction", huge_frac);
                     cJSON_AddItemToArray(cases, c);
-                    if (dim == 64 && d == 0 && th == 1 && si == nsizes - 1)
-                        main_case = c;
+                    /* headline: dim 64 (else the last dim), largest size, uniform, 1 thread */
+                    if (d == 0 && si == nsizes - 1 && (dim == 64 || !main_case || !main_case2)) {
+                        if (th == 1)
+                            main_case = c;
+                        else
+                            main_case2 = c;
+                    }
                 }
             }
             printf("     memory: overhead %.2f B/row (keys+meta+index), resident growth beyond "
-                   "floats %.2f B/row (adagrad); adam %.2f / %.2f\n",
-                   ovh, rss_ovh, ovh_adam, rss_adam);
+                   "floats %.2f B/row, %.0f%% in huge pages (adagrad); adam %.2f / %.2f\n",
+                   ovh, rss_ovh, 100 * huge_frac, ovh_adam, rss_adam);
             fflush(stdout);
         }
         for (int d = 0; d < 2; d++)
@@ -312,7 +408,7 @@ int bench_table_main(int argc, char **argv) {
         cJSON_AddNumberToObject(root, keys[i],
                                 cJSON_GetObjectItem(main_case, keys[i])->valuedouble);
     /* 1 -> 2 thread scaling of pull and push for the main case */
-    cJSON *c2 = cJSON_GetArrayItem(cases, cJSON_GetArraySize(cases) - 3);
+    cJSON *c2 = main_case2;
     cJSON_AddNumberToObject(root, "pull_scaling_2_threads",
                             cJSON_GetObjectItem(c2, "pull_rows_per_s")->valuedouble /
                                 cJSON_GetObjectItem(main_case, "pull_rows_per_s")->valuedouble);

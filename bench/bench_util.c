@@ -12,7 +12,7 @@
 #include "pc_time.h"
 
 void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o) {
-    *o = (bench_opts_t){.json = false, .quick = false, .smoke = false, .pin = true, .seconds = 0};
+    *o = (bench_opts_t){.pin = true};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             o->json = true;
@@ -24,9 +24,14 @@ void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o) 
             o->pin = false;
         else if (!strncmp(argv[i], "--seconds=", 10))
             o->seconds = atof(argv[i] + 10);
+        else if (!strncmp(argv[i], "--dim=", 6))
+            o->dim = atoi(argv[i] + 6);
+        else if (!strncmp(argv[i], "--keys=", 7))
+            o->keys = atoll(argv[i] + 7);
         else {
             fprintf(stderr,
-                    "usage: ps-bench %s [--quick] [--smoke] [--json] [--no-pin] [--seconds=S]\n",
+                    "usage: ps-bench %s [--quick] [--smoke] [--json] [--no-pin] [--seconds=S] "
+                    "[--dim=D] [--keys=N]\n",
                     area);
             exit(2);
         }
@@ -52,6 +57,18 @@ uint64_t bench_rss_bytes(void) {
         fclose(f);
     }
     return rss * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+uint64_t bench_anon_huge_bytes(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "AnonHugePages: %llu kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb * 1024;
 }
 
 uint64_t bench_rand(uint64_t *s) {

@@ -16,6 +16,8 @@ typedef struct bench_opts {
     bool smoke;     /* tiny sizes, for the test suite: proves the program runs */
     bool pin;       /* pin worker thread i to CPU i */
     double seconds; /* per measurement */
+    int dim;        /* only this dim (0: the area's list) */
+    long long keys; /* only this table size (0: the area's list) */
 } bench_opts_t;
 
 /* Parse common options from argv[1..]; exits with usage on error. */
@@ -24,8 +26,9 @@ void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o);
 /* Pin the calling thread to cpu (mod the CPUs available); no-op when pinning is off. */
 void bench_pin(const bench_opts_t *o, int cpu);
 
-/* Resident set size of this process in bytes. */
+/* Resident set size of this process in bytes, and the part in transparent huge pages. */
 uint64_t bench_rss_bytes(void);
+uint64_t bench_anon_huge_bytes(void);
 
 /* The i-th key of a benchmark universe: arbitrary-looking 64-bit ids. */
 uint64_t bench_key(uint64_t i);

@@ -48,13 +48,42 @@ void pc_free(pc_mem_tag_t tag, void *p, size_t size) {
     free(p);
 }
 
+/* Mappings of at least HUGE bytes start on a 2 MiB boundary and only ever move to another 2 MiB
+ * boundary: mremap to an address not congruent mod 2 MiB would split every transparent huge page
+ * of the region back into 4 KiB pages. */
+#define HUGE ((size_t)2 << 20)
+
+/* Reserve `size` bytes of address space at a 2 MiB boundary (PROT_NONE placeholder, or usable
+ * memory when `usable`). Returns NULL on failure. */
+static void *map_aligned(size_t size, int usable) {
+    size_t span = size + HUGE;
+    int prot = usable ? PROT_READ | PROT_WRITE : PROT_NONE;
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (usable ? 0 : MAP_NORESERVE);
+    char *p = mmap(NULL, span, prot, flags, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    char *a = (char *)(((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    size_t tail = (size_t)((p + span) - (a + size));
+    if (tail)
+        munmap(a + size, tail);
+    return a;
+}
+
 void *pc_vm_alloc(pc_mem_tag_t tag, size_t size) {
     if (size == 0)
         return NULL;
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        return NULL;
-    count_add(tag, size);
+    void *p;
+    if (size >= HUGE) {
+        p = map_aligned(size, 1);
+    } else {
+        p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            p = NULL;
+    }
+    if (p)
+        count_add(tag, size);
     return p;
 }
 
@@ -63,7 +92,30 @@ void *pc_vm_resize(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size) 
         return pc_vm_alloc(tag, new_size);
     if (new_size == 0)
         return NULL;
-    void *q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
+    void *q = MAP_FAILED;
+    if (new_size >= HUGE && ((uintptr_t)p & (HUGE - 1)) == 0) {
+        /* In place when the address space behind is free, else onto an aligned placeholder. */
+        q = mremap(p, old_size, new_size, 0);
+        if (q == MAP_FAILED) {
+            void *dst = map_aligned(new_size, 0);
+            if (dst) {
+                q = mremap(p, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+                if (q == MAP_FAILED)
+                    munmap(dst, new_size);
+            }
+        }
+    } else if (new_size >= HUGE) {
+        /* Small region growing large: copy once into an aligned mapping. */
+        q = map_aligned(new_size, 1);
+        if (q) {
+            memcpy(q, p, old_size < new_size ? old_size : new_size);
+            munmap(p, old_size);
+        } else {
+            q = MAP_FAILED;
+        }
+    } else {
+        q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
+    }
     if (q == MAP_FAILED)
         return NULL;
     count_sub(tag, old_size);
@@ -78,12 +130,24 @@ void pc_vm_free(pc_mem_tag_t tag, void *p, size_t size) {
     count_sub(tag, size);
 }
 
-void pc_vm_advise_huge(void *p, size_t size) {
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25 /* Linux 6.1 */
+#endif
+
+void pc_vm_advise_huge(void *p, size_t size, size_t used) {
 #ifdef MADV_HUGEPAGE
     madvise(p, size, MADV_HUGEPAGE);
+    /* Pages touched before the advice stay 4 KiB until khugepaged gets to them; collapse the
+     * fully covered 2 MiB ranges of the used part now (synchronous; older kernels answer
+     * EINVAL, ignored). The unused part is left alone so it stays unpopulated. */
+    uintptr_t b = ((uintptr_t)p + HUGE - 1) & ~(uintptr_t)(HUGE - 1);
+    uintptr_t e = ((uintptr_t)p + (used < size ? used : size)) & ~(uintptr_t)(HUGE - 1);
+    if (e > b)
+        madvise((void *)b, e - b, MADV_COLLAPSE);
 #else
     (void)p;
     (void)size;
+    (void)used;
 #endif
 }
 

@@ -8,7 +8,8 @@
  *  - pc_malloc/pc_calloc/pc_realloc/pc_free: the C heap.
  *  - pc_vm_alloc/pc_vm_resize/pc_vm_free: page-aligned anonymous mappings for big arrays (row
  *    slabs, indexes). Resizing uses mremap, so growing a multi-GB array copies nothing; pages are
- *    only resident once touched. pc_vm_advise_huge() asks for transparent huge pages.
+ *    only resident once touched. Mappings of 2 MiB and more stay 2 MiB-aligned across resizes so
+ *    transparent huge pages survive growth; pc_vm_advise_huge() asks for them.
  *
  * DESIGN: counters are process-wide relaxed atomics (the one other process-wide state in common/
  * besides the logger): memory use is a property of the process, and metrics read it from any
@@ -50,8 +51,9 @@ void *pc_vm_alloc(pc_mem_tag_t tag, size_t size);
  * move. On failure returns NULL and `p` stays valid. */
 void *pc_vm_resize(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size);
 void pc_vm_free(pc_mem_tag_t tag, void *p, size_t size);
-/* Ask for transparent huge pages on [p, p + size); advisory, errors ignored. */
-void pc_vm_advise_huge(void *p, size_t size);
+/* Ask for transparent huge pages on [p, p + size) and collapse the already touched prefix
+ * [p, p + used) into huge pages now; advisory, errors ignored. */
+void pc_vm_advise_huge(void *p, size_t size, size_t used);
 
 /* Bytes currently allocated under `tag`. */
 uint64_t pc_mem_used(pc_mem_tag_t tag);

@@ -24,10 +24,10 @@
  * Bucket counts need not be powers of two, so the load settles between 81% and 97%: the index
  * costs 4.1-4.9 bytes per row, keys and metadata 11, in all 15.1-15.9 bytes beyond the floats.
  *
- * Batches are software-pipelined: for key i the buckets are prefetched, for key i - D the tags
- * are matched and the candidate row and record prefetched, for key i - 2D the key is verified and
- * the operation done. Verification always re-checks the candidate against the slab, so rows that
- * moved in between (eviction during the same call) are found again by a full probe.
+ * Batches are software-pipelined within a shard group (see batch_run): bucket prefetch, tag match
+ * and row prefetch, second-bucket match, then key verification and the operation, D keys apart.
+ * Verification always re-checks the candidate against the slab, so rows that moved in between
+ * (eviction during the same call) are found again by a full probe.
  *
  * Clock and ages. Rows store the low 16 bits of the shard clock at their last update. Each
  * shard advances its own copy of the clock under its lock; every 8192 ticks it clamps stored
@@ -50,6 +50,9 @@
 #include "pc_log.h"
 
 #include <pthread.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,12 +70,13 @@
 #define MAX_RID_BITS    28u /* rows per shard < 2^28, tags >= 4 bits */
 #define MAX_TAG_BITS    20u /* tags come from h bits 32..51, shards from the top 12 */
 #define MAX_KICKS       256
-#define PIPE_D          8  /* pipeline distance */
+#define PIPE_D          16 /* pipeline distance */
 #define CLOCK_PROBES    64 /* rows a CLOCK eviction visits at most */
 #define AGING_PERIOD    8192u
 #define FREQ_FACTOR     8 /* log counter: increment with probability 1/(1 + freq*8) */
 #define SKETCH_DEPTH    4
-#define HUGE_MIN_BYTES  (32u << 20) /* slabs this large ask for huge pages */
+#define HUGE_MIN_BYTES  (4u << 20) /* slab arrays this large ask for huge pages */
+#define HUGE_MIN_INDEX  (2u << 20) /* so do indexes this large */
 #define NO_ROW          UINT32_MAX
 
 /* ==== types ================================================================================ */
@@ -108,7 +112,7 @@ struct ps_table {
     ps_table_config_t cfg;
     ps_optim_t opt;
     uint32_t dim, state_len, stride;
-    uint32_t shard_bits, nshards;
+    uint32_t nshards;
     uint32_t shard_cap; /* rows per shard, 0 = unlimited */
     uint32_t admit;     /* admission threshold (0 = off) */
     _Atomic uint32_t clock;
@@ -118,12 +122,14 @@ struct ps_table {
     ps_shard_t *shards;
 };
 
-/* Per-call scratch: hashes, shard grouping and pipeline candidates. */
+/* Per-call scratch: hashes, the visiting order and pipeline candidates. Keys are visited
+ * grouped by shard, starting with the first key's shard and wrapping around (so concurrent
+ * callers start in different places), call order kept within a shard. */
 typedef struct plan {
-    uint64_t *h;
-    uint32_t *order; /* key indexes grouped by shard, call order within a shard */
-    uint32_t *cand;  /* pipeline: candidate row per key index */
-    uint32_t *start; /* nshards + 1 offsets into order */
+    uint64_t *h;     /* per key index */
+    uint32_t *cand;  /* per key index: pipeline candidate row */
+    uint32_t *order; /* per position: key index */
+    uint16_t *sq;    /* per position: shard */
     size_t bytes;
     void *mem;
 } plan_t;
@@ -139,7 +145,7 @@ static const char *const k_missing_names[] = {"init", "zeros", NULL};
 static const pc_setting_t k_table_settings[] = {
     PC_SETTING_STRING(T, name, "default", "table name ([A-Za-z0-9_.-])"),
     PC_SETTING_INT(T, dim, 1, PS_DIM_MAX, "16", "floats per row"),
-    PC_SETTING_INT(T, shards, 1, 4096, "64", "lock shards (power of two); ~rows/1M for speed"),
+    PC_SETTING_INT(T, shards, 1, 4096, "16", "lock shards, a power of two (rows/shard < 16M)"),
     PC_SETTING_INT(T, seed, 0, 9.2e18, "0", "seed of the initial rows"),
     PC_SETTING_ENUM(T, init, k_init_names, "uniform", "initial row distribution"),
     PC_SETTING_DOUBLE(T, init_scale, 0, 1e6, "0.01", "uniform bound a or normal stddev s"),
@@ -242,8 +248,10 @@ static inline uint64_t key_hash(uint64_t key) {
     return pc_hash_u64(key, PC_HASH_SEED_INDEX);
 }
 
+/* Shards come from hash bits 52..63 (at most 4096 shards), disjoint from the tag bits 32..51
+ * and the bucket bits 0..31. */
 static inline uint32_t shard_of(const ps_table_t *t, uint64_t h) {
-    return t->shard_bits ? (uint32_t)(h >> (64 - t->shard_bits)) : 0;
+    return (uint32_t)(h >> 52) & (t->nshards - 1);
 }
 
 static inline uint32_t bucket1(const ps_shard_t *s, uint64_t h) {
@@ -280,39 +288,73 @@ static inline void freq_bump(ps_shard_t *s, ps_km_t *km) {
         km->freq = (uint8_t)(c + 1);
 }
 
+/* Prefetch row r's record and the cache lines of its first `floats` floats (at most 32). */
 static inline void prefetch_row(const ps_table_t *t, const ps_shard_t *s, uint32_t r, int write,
                                 uint32_t floats) {
-    const char *p = (const char *)row_ptr(t, s, r);
+    const uintptr_t p = (uintptr_t)row_ptr(t, s, r);
+    const char *line = (const char *)(p & ~(uintptr_t)63);
+    uint32_t lines = (uint32_t)((p + (uintptr_t)floats * sizeof(float) - 1) / 64 - p / 64) + 1;
+    if (lines > 32)
+        lines = 32;
     __builtin_prefetch(&s->km[r], write, 3);
-    const char *end = p + (size_t)floats * sizeof(float);
-    uint32_t lines = 0;
-    for (const char *q = (const char *)((uintptr_t)p & ~(uintptr_t)63); q < end && lines < 32;
-         q += 64, lines++) {
+    for (uint32_t l = 0; l < lines; l++, line += 64) {
         if (write)
-            __builtin_prefetch(q, 1, 3);
+            __builtin_prefetch(line, 1, 3);
         else
-            __builtin_prefetch(q, 0, 3);
+            __builtin_prefetch(line, 0, 3);
     }
 }
 
-static inline void prefetch_buckets(const ps_shard_t *s, uint64_t h) {
-    __builtin_prefetch(s->slots + (size_t)bucket1(s, h) * BUCKET_SLOTS, 0, 3);
-    __builtin_prefetch(s->slots + (size_t)bucket2(s, h) * BUCKET_SLOTS, 0, 3);
+/* Bitmask of the slots of a bucket that are occupied and carry `tag` in the bits `hi`. */
+static inline uint32_t bucket_match(const uint32_t *sl, uint32_t hi, uint32_t tag) {
+#ifdef __SSE2__
+    const __m128i vh = _mm_set1_epi32((int)hi), vt = _mm_set1_epi32((int)tag);
+    const __m128i zero = _mm_setzero_si128();
+    uint32_t mask = 0;
+    for (int q = 0; q < 4; q++) {
+        __m128i v = _mm_load_si128((const __m128i *)(sl + 4 * q));
+        __m128i eq = _mm_cmpeq_epi32(_mm_and_si128(v, vh), vt);
+        eq = _mm_andnot_si128(_mm_cmpeq_epi32(v, zero), eq);
+        mask |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(eq)) << (4 * q);
+    }
+    return mask;
+#else
+    uint32_t mask = 0;
+    for (int j = 0; j < BUCKET_SLOTS; j++)
+        mask |= (uint32_t)(sl[j] && (sl[j] & hi) == tag) << j;
+    return mask;
+#endif
 }
 
-/* First row whose tag matches in b1 then b2, without touching keys (pipeline stage B). */
-static inline uint32_t probe_tag(const ps_shard_t *s, uint64_t h) {
-    const uint32_t tag = slot_tag(s, h), hi = ~s->rid_mask;
-    const uint32_t b[2] = {bucket1(s, h), bucket2(s, h)};
-    for (int k = 0; k < 2; k++) {
-        const uint32_t *sl = s->slots + (size_t)b[k] * BUCKET_SLOTS;
-        for (int j = 0; j < BUCKET_SLOTS; j++) {
-            uint32_t v = sl[j];
-            if (v && (v & hi) == tag)
-                return (v & s->rid_mask) - 1;
-        }
-    }
-    return NO_ROW;
+static inline int bucket_full(const uint32_t *sl) {
+    for (int j = 0; j < BUCKET_SLOTS; j++)
+        if (!sl[j])
+            return 0;
+    return 1;
+}
+
+static inline const uint32_t *bucket_at(const ps_shard_t *s, uint32_t b) {
+    return s->slots + (size_t)b * BUCKET_SLOTS;
+}
+
+/* Candidate hints of pipeline stage B (real rows are < 2^28). */
+#define CAND_ABSENT UINT32_MAX       /* not in b1, and b1 has room: most likely absent */
+#define CAND_IN_B2  (UINT32_MAX - 1) /* not in b1, b1 full: look in b2 */
+
+/* Stage B: first tag match in b1, without touching keys. */
+static inline uint32_t probe_b1(const ps_shard_t *s, uint64_t h) {
+    const uint32_t *sl = bucket_at(s, bucket1(s, h));
+    uint32_t m = bucket_match(sl, ~s->rid_mask, slot_tag(s, h));
+    if (m)
+        return (sl[__builtin_ctz(m)] & s->rid_mask) - 1;
+    return bucket_full(sl) ? CAND_IN_B2 : CAND_ABSENT;
+}
+
+/* Stage B2: first tag match in b2. */
+static inline uint32_t probe_b2(const ps_shard_t *s, uint64_t h) {
+    const uint32_t *sl = bucket_at(s, bucket2(s, h));
+    uint32_t m = bucket_match(sl, ~s->rid_mask, slot_tag(s, h));
+    return m ? (sl[__builtin_ctz(m)] & s->rid_mask) - 1 : CAND_ABSENT;
 }
 
 /* Full probe: the row of key, or NO_ROW. */
@@ -320,14 +362,11 @@ static uint32_t find_row(const ps_shard_t *s, uint64_t key, uint64_t h) {
     const uint32_t tag = slot_tag(s, h), hi = ~s->rid_mask;
     const uint32_t b[2] = {bucket1(s, h), bucket2(s, h)};
     for (int k = 0; k < 2; k++) {
-        const uint32_t *sl = s->slots + (size_t)b[k] * BUCKET_SLOTS;
-        for (int j = 0; j < BUCKET_SLOTS; j++) {
-            uint32_t v = sl[j];
-            if (v && (v & hi) == tag) {
-                uint32_t r = (v & s->rid_mask) - 1;
-                if (s->km[r].key == key)
-                    return r;
-            }
+        const uint32_t *sl = bucket_at(s, b[k]);
+        for (uint32_t m = bucket_match(sl, hi, tag); m; m &= m - 1) {
+            uint32_t r = (sl[__builtin_ctz(m)] & s->rid_mask) - 1;
+            if (s->km[r].key == key)
+                return r;
         }
         if (b[1] == b[0])
             break;
@@ -412,6 +451,8 @@ static int index_rebuild(ps_shard_t *s, uint32_t nb) {
             s->slots = old;
             return PC_ENOMEM;
         }
+        if (nslots * sizeof(uint32_t) >= HUGE_MIN_INDEX)
+            pc_vm_advise_huge(slots, nslots * sizeof(uint32_t), 0);
         s->slots = slots;
         s->nbuckets = nb;
         s->rid_bits = bits;
@@ -464,10 +505,10 @@ static int slab_resize(const ps_table_t *t, ps_shard_t *s, uint32_t cap) {
         return PC_ENOMEM;
     s->rows = rows;
     if (nbytes >= HUGE_MIN_BYTES)
-        pc_vm_advise_huge(rows, nbytes);
-    ps_km_t *km = s->km ? pc_vm_resize(PC_MEM_KEYS, s->km, (size_t)s->cap * sizeof(ps_km_t),
-                                       (size_t)cap * sizeof(ps_km_t))
-                        : pc_vm_alloc(PC_MEM_KEYS, (size_t)cap * sizeof(ps_km_t));
+        pc_vm_advise_huge(rows, nbytes, rows_bytes(t, s->count));
+    const size_t kb = (size_t)cap * sizeof(ps_km_t);
+    ps_km_t *km = s->km ? pc_vm_resize(PC_MEM_KEYS, s->km, (size_t)s->cap * sizeof(ps_km_t), kb)
+                        : pc_vm_alloc(PC_MEM_KEYS, kb);
     if (!km) {
         /* Keep the arrays consistent: shrink rows back when it was a growth. */
         float *back = pc_vm_resize(PC_MEM_ROWS, s->rows, nbytes, ob);
@@ -477,6 +518,8 @@ static int slab_resize(const ps_table_t *t, ps_shard_t *s, uint32_t cap) {
             s->cap = cap < s->cap ? cap : s->cap; /* rows array is larger: still valid */
         return PC_ENOMEM;
     }
+    if (kb >= HUGE_MIN_BYTES)
+        pc_vm_advise_huge(km, kb, (size_t)s->count * sizeof(ps_km_t));
     s->km = km;
     s->cap = cap;
     return 0;
@@ -628,27 +671,32 @@ static uint32_t sketch_count(ps_shard_t *s, uint64_t key, int add) {
 /* ==== batch planning ======================================================================= */
 
 static int plan_build(const ps_table_t *t, const uint64_t *keys, size_t n, plan_t *p) {
-    size_t bytes = n * (sizeof(uint64_t) + 2 * sizeof(uint32_t)) +
-                   (size_t)(2 * t->nshards + 1) * sizeof(uint32_t);
+    const uint32_t ns = t->nshards, mask = ns - 1;
+    size_t bytes = n * (sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(uint16_t)) +
+                   (size_t)(ns + 1) * sizeof(uint32_t);
     p->mem = pc_malloc(PC_MEM_SCRATCH, bytes);
     if (!p->mem)
         return PC_ENOMEM;
     p->bytes = bytes;
     p->h = p->mem;
-    p->order = (uint32_t *)(p->h + n);
-    p->cand = p->order + n;
-    p->start = p->cand + n;
-    uint32_t *cur = p->start + t->nshards + 1; /* running cursor per shard */
-    memset(p->start, 0, (size_t)(t->nshards + 1) * sizeof(uint32_t));
-    for (size_t i = 0; i < n; i++) {
+    p->cand = (uint32_t *)(p->h + n);
+    p->order = p->cand + n;
+    uint32_t *cur = p->order + n; /* ns + 1 counters, then cursors */
+    p->sq = (uint16_t *)(cur + ns + 1);
+    memset(cur, 0, (size_t)(ns + 1) * sizeof(uint32_t));
+    for (size_t i = 0; i < n; i++)
         p->h[i] = key_hash(keys[i]);
-        p->start[shard_of(t, p->h[i]) + 1]++;
+    const uint32_t first = shard_of(t, p->h[0]);
+    for (size_t i = 0; i < n; i++) /* count per rotated shard */
+        cur[((shard_of(t, p->h[i]) - first) & mask) + 1]++;
+    for (uint32_t k = 0; k < ns; k++)
+        cur[k + 1] += cur[k];
+    for (size_t i = 0; i < n; i++) { /* stable scatter */
+        const uint32_t sh = shard_of(t, p->h[i]);
+        const uint32_t q = cur[(sh - first) & mask]++;
+        p->order[q] = (uint32_t)i;
+        p->sq[q] = (uint16_t)sh;
     }
-    for (uint32_t k = 0; k < t->nshards; k++)
-        p->start[k + 1] += p->start[k];
-    memcpy(cur, p->start, t->nshards * sizeof(uint32_t));
-    for (size_t i = 0; i < n; i++) /* stable: call order kept within a shard */
-        p->order[cur[shard_of(t, p->h[i])]++] = (uint32_t)i;
     return 0;
 }
 
@@ -656,308 +704,351 @@ static void plan_free(plan_t *p) {
     pc_free(PC_MEM_SCRATCH, p->mem, p->bytes);
 }
 
-static int check_batch(const ps_table_t *t, const void *keys, size_t n, const void *buf,
-                       size_t len) {
-    if (!t || (n && (!keys || !buf)))
+#define NO_BUF SIZE_MAX
+
+/* Validate a batch call and plan it. Returns a negative error, 0 when there is nothing to do, or
+ * 1 when *p holds a plan (free it with plan_free). A float buffer of n * dim is required unless
+ * buf_len is NO_BUF. */
+static int batch_begin(const ps_table_t *t, const uint64_t *keys, size_t n, const void *buf,
+                       size_t buf_len, plan_t *p) {
+    if (!t || (n && (!keys || (buf_len != NO_BUF && !buf))))
         return PC_EINVAL;
     if (n > PS_BATCH_MAX)
         return PC_ETOOBIG;
-    if (len != n * t->dim)
+    if (buf_len != NO_BUF && buf_len != n * t->dim)
         return PC_EDIM;
+    if (n == 0)
+        return 0;
+    int rc = plan_build(t, keys, n, p);
+    return rc ? rc : 1;
+}
+
+/* ==== batch pipeline ======================================================================= */
+
+typedef enum { OP_PULL, OP_LOOKUP, OP_PUSH } op_t;
+
+/* Duplicate merging for push, over the whole batch in visiting order: first[q] = the earliest
+ * position holding the same key as position q; acc[q] = offset of that key's summed gradient in
+ * sum, or UINT32_MAX when the key occurs once. Equal keys share a shard, so merging never crosses
+ * a lock. */
+typedef struct dedup {
+    uint32_t *first, *acc, *table;
+    float *sum;
+    size_t sum_bytes;
+} dedup_t;
+
+/* One batch call: its inputs, outputs and first error. Positions q = 0..n-1 follow the plan's
+ * visiting order. */
+typedef struct batch {
+    ps_table_t *t;
+    const uint64_t *keys;
+    plan_t *p;
+    uint32_t n;
+    float *rows;           /* pull, lookup: n * dim out */
+    uint8_t *found;        /* lookup, may be NULL */
+    const float *grads;    /* push: n * dim in */
+    dedup_t *d;            /* push */
+    ps_push_result_t *res; /* push */
+    int rc;
+} batch_t;
+
+/* Key index and shard of visiting position q. */
+static inline uint32_t key_at(const batch_t *b, uint32_t q) {
+    return b->p->order[q];
+}
+static inline uint32_t shard_at(const batch_t *b, uint32_t q) {
+    return b->p->sq[q];
+}
+
+/* Fill first[] for the batch; returns how many positions were merged into earlier ones. */
+static uint32_t dedup_find(const batch_t *b) {
+    dedup_t *d = b->d;
+    uint32_t cap = 16, merged = 0;
+    while (cap < 2 * b->n)
+        cap <<= 1;
+    memset(d->table, 0xff, cap * sizeof(uint32_t));
+    for (uint32_t q = 0; q < b->n; q++) {
+        const uint32_t k = key_at(b, q);
+        const uint64_t key = b->keys[k];
+        d->first[q] = q;
+        d->acc[q] = UINT32_MAX;
+        for (uint32_t i = (uint32_t)b->p->h[k] & (cap - 1);; i = (i + 1) & (cap - 1)) {
+            uint32_t q0 = d->table[i];
+            if (q0 == UINT32_MAX) {
+                d->table[i] = q;
+                break;
+            }
+            if (b->keys[key_at(b, q0)] == key) {
+                d->first[q] = q0;
+                merged++;
+                break;
+            }
+        }
+    }
+    return merged;
+}
+
+/* Sum the gradients of duplicate keys (in call order) into d->sum. */
+static int dedup_sum(const batch_t *b, uint32_t merged) {
+    dedup_t *d = b->d;
+    const uint32_t dim = b->t->dim;
+    size_t need = (size_t)merged * dim * sizeof(float);
+    d->sum = pc_malloc(PC_MEM_SCRATCH, need);
+    if (!d->sum)
+        return PC_ENOMEM;
+    d->sum_bytes = need;
+    uint32_t nsum = 0;
+    for (uint32_t q = 0; q < b->n; q++) {
+        uint32_t q0 = d->first[q];
+        if (q0 == q)
+            continue;
+        if (d->acc[q0] == UINT32_MAX) {
+            d->acc[q0] = nsum++ * dim;
+            memcpy(d->sum + d->acc[q0], b->grads + (size_t)key_at(b, q0) * dim,
+                   dim * sizeof(float));
+        }
+        float *acc = d->sum + d->acc[q0];
+        const float *g = b->grads + (size_t)key_at(b, q) * dim;
+        for (uint32_t e = 0; e < dim; e++)
+            acc[e] += g[e];
+    }
     return 0;
+}
+
+static inline void fill_initial(const ps_table_t *t, uint64_t key, float *out) {
+    ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed, key,
+                 t->dim, out);
+}
+
+/* Stage C: the operation itself for visiting position q (key index k), shard s locked. */
+static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_t *s, uint32_t q,
+                                                           uint32_t k, op_t op) {
+    ps_table_t *t = b->t;
+    const uint64_t key = b->keys[k], h = b->p->h[k];
+    const uint32_t dim = t->dim;
+    if (op == OP_LOOKUP) {
+        float *out = b->rows + (size_t)k * dim;
+        uint32_t r = resolve(s, key, h, b->p->cand[k]);
+        if (b->found)
+            b->found[k] = r != NO_ROW;
+        if (r != NO_ROW)
+            memcpy(out, row_ptr(t, s, r), (size_t)dim * sizeof(float));
+        else if (t->cfg.missing == PS_MISSING_ZEROS)
+            memset(out, 0, (size_t)dim * sizeof(float));
+        else
+            fill_initial(t, key, out);
+        return;
+    }
+    const float *g = NULL;
+    if (op == OP_PUSH) {
+        const dedup_t *d = b->d;
+        g = d->acc[q] != UINT32_MAX ? d->sum + d->acc[q] : b->grads + (size_t)k * dim;
+        if (!ps__grad_finite(g, dim)) {
+            s->nonfinite++;
+            b->res->skipped_nonfinite++;
+            return;
+        }
+    } else {
+        s->pulled++;
+    }
+    uint32_t r = resolve(s, key, h, b->p->cand[k]);
+    if (r == NO_ROW) {
+        if (t->admit > 1 && sketch_count(s, key, op == OP_PULL) < t->admit) {
+            if (op == OP_PULL) {
+                fill_initial(t, key, b->rows + (size_t)k * dim);
+                s->pending++;
+            } else {
+                s->dropped++;
+                b->res->dropped_unadmitted++;
+            }
+            return;
+        }
+        int rc = row_insert(t, s, key, h, &r);
+        if (rc) {
+            if (op == OP_PULL)
+                fill_initial(t, key, b->rows + (size_t)k * dim);
+            if (!b->rc)
+                b->rc = rc;
+            return;
+        }
+    }
+    float *row = row_ptr(t, s, r);
+    if (op == OP_PULL) {
+        memcpy(b->rows + (size_t)k * dim, row, (size_t)dim * sizeof(float));
+        return;
+    }
+    ps__optim_step(&t->opt, row, row + dim, g);
+    s->km[r].tick = (uint16_t)s->clock;
+    freq_bump(s, &s->km[r]);
+    s->pushed++;
+    b->res->applied++;
+}
+
+static inline void shard_lock(ps_shard_t *s, op_t op) {
+    if (op == OP_LOOKUP)
+        pthread_rwlock_rdlock(&s->lock);
+    else
+        pthread_rwlock_wrlock(&s->lock);
+}
+
+/* Run the batch one shard group at a time, each under its shard's lock, through a four-stage
+ * software pipeline:
+ *   A  (position qa):  prefetch bucket b1
+ *   B  (D behind A):   match tags in b1 -> prefetch the candidate's row, or b2 if b1 is full
+ *   B2 (D behind B):   match tags in b2 where needed -> prefetch the row
+ *   C  (D behind B2):  verify the key against the slab and do the operation
+ * (A pipeline flowing across groups, locking ahead, measured slower here.) Push skips positions
+ * merged into an earlier duplicate. */
+static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op) {
+    ps_table_t *t = b->t;
+    const uint64_t *h = b->p->h;
+    const uint32_t *order = b->p->order;
+    uint32_t *cand = b->p->cand;
+    const int write = op == OP_PUSH;
+    const uint32_t floats = write ? t->stride : t->dim;
+    const uint32_t n = b->n;
+    const uint32_t *first = op == OP_PUSH ? b->d->first : NULL;
+#define LIVE(q) (op != OP_PUSH || first[q] == (q))
+    for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) {
+        const uint32_t sh = b->p->sq[q0];
+        for (q1 = q0 + 1; q1 < n && b->p->sq[q1] == sh; q1++)
+            ;
+        ps_shard_t *s = &t->shards[sh];
+        shard_lock(s, op);
+        uint32_t qa = q0, qb = q0, qb2 = q0, qc = q0;
+        while (qc < q1) {
+            if (qa < q1) {
+                if (LIVE(qa))
+                    __builtin_prefetch(bucket_at(s, bucket1(s, h[order[qa]])), 0, 3);
+                qa++;
+            }
+            if (qb < qa && (qa - qb > PIPE_D || qa == q1)) {
+                if (LIVE(qb)) {
+                    const uint32_t j = order[qb], c = probe_b1(s, h[j]);
+                    cand[j] = c;
+                    if (c < s->count)
+                        prefetch_row(t, s, c, write, floats);
+                    else if (c == CAND_IN_B2)
+                        __builtin_prefetch(bucket_at(s, bucket2(s, h[j])), 0, 3);
+                }
+                qb++;
+            }
+            if (qb2 < qb && (qb - qb2 > PIPE_D || qb == q1)) {
+                const uint32_t j = order[qb2];
+                if (LIVE(qb2) && cand[j] == CAND_IN_B2) {
+                    const uint32_t c = probe_b2(s, h[j]);
+                    cand[j] = c;
+                    if (c < s->count)
+                        prefetch_row(t, s, c, write, floats);
+                }
+                qb2++;
+            }
+            if (qc < qb2 && (qb2 - qc > PIPE_D || qb2 == q1)) {
+                if (LIVE(qc))
+                    stage_op(b, s, qc, order[qc], op);
+                qc++;
+            }
+        }
+        pthread_rwlock_unlock(&s->lock);
+    }
+#undef LIVE
+}
+
+static void batch_init(batch_t *b, ps_table_t *t, const uint64_t *keys, plan_t *p, size_t n) {
+    memset(b, 0, sizeof *b);
+    b->t = t;
+    b->keys = keys;
+    b->p = p;
+    b->n = (uint32_t)n;
 }
 
 /* ==== operations =========================================================================== */
 
 int ps_table_pull(ps_table_t *t, const uint64_t *keys, size_t n, float *rows, size_t rows_len) {
-    int rc = check_batch(t, keys, n, rows, rows_len);
-    if (rc || n == 0)
-        return rc;
     plan_t p;
-    if ((rc = plan_build(t, keys, n, &p)))
+    int rc = batch_begin(t, keys, n, rows, rows_len, &p);
+    if (rc <= 0)
         return rc;
-    const uint32_t dim = t->dim;
-    const size_t rowsz = (size_t)dim * sizeof(float);
-    uint32_t first = shard_of(t, p.h[0]);
-    for (uint32_t si = 0; si < t->nshards; si++) {
-        uint32_t sh = (first + si) & (t->nshards - 1);
-        const uint32_t *idx = p.order + p.start[sh];
-        const uint32_t m = p.start[sh + 1] - p.start[sh];
-        if (!m)
-            continue;
-        ps_shard_t *s = &t->shards[sh];
-        pthread_rwlock_wrlock(&s->lock);
-        for (uint32_t i = 0; i < m + 2 * PIPE_D; i++) {
-            if (i < m)
-                prefetch_buckets(s, p.h[idx[i]]);
-            if (i >= PIPE_D && i - PIPE_D < m) {
-                uint32_t j = idx[i - PIPE_D];
-                uint32_t c = probe_tag(s, p.h[j]);
-                p.cand[j] = c;
-                if (c != NO_ROW)
-                    prefetch_row(t, s, c, 0, dim);
-            }
-            if (i < 2 * PIPE_D || i - 2 * PIPE_D >= m)
-                continue;
-            uint32_t k = idx[i - 2 * PIPE_D];
-            float *out = rows + (size_t)k * dim;
-            uint32_t r = resolve(s, keys[k], p.h[k], p.cand[k]);
-            if (r == NO_ROW) {
-                if (t->admit > 1 && sketch_count(s, keys[k], 1) < t->admit) {
-                    ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale,
-                                 (uint64_t)t->cfg.seed, keys[k], dim, out);
-                    s->pending++;
-                    continue;
-                }
-                int irc = row_insert(t, s, keys[k], p.h[k], &r);
-                if (irc) {
-                    ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale,
-                                 (uint64_t)t->cfg.seed, keys[k], dim, out);
-                    if (!rc)
-                        rc = irc;
-                    continue;
-                }
-            }
-            memcpy(out, row_ptr(t, s, r), rowsz);
-            freq_bump(s, &s->km[r]);
-        }
-        s->pulled += m;
-        pthread_rwlock_unlock(&s->lock);
-    }
+    batch_t b;
+    batch_init(&b, t, keys, &p, n);
+    b.rows = rows;
+    batch_run(&b, OP_PULL);
     plan_free(&p);
-    return rc;
+    return b.rc;
 }
 
 int ps_table_lookup(const ps_table_t *t, const uint64_t *keys, size_t n, float *rows,
                     size_t rows_len, uint8_t *found) {
-    int rc = check_batch(t, keys, n, rows, rows_len);
-    if (rc || n == 0)
-        return rc;
     plan_t p;
-    if ((rc = plan_build(t, keys, n, &p)))
+    int rc = batch_begin(t, keys, n, rows, rows_len, &p);
+    if (rc <= 0)
         return rc;
-    const uint32_t dim = t->dim;
-    const size_t rowsz = (size_t)dim * sizeof(float);
-    uint32_t first = shard_of(t, p.h[0]);
-    for (uint32_t si = 0; si < t->nshards; si++) {
-        uint32_t sh = (first + si) & (t->nshards - 1);
-        const uint32_t *idx = p.order + p.start[sh];
-        const uint32_t m = p.start[sh + 1] - p.start[sh];
-        if (!m)
-            continue;
-        ps_shard_t *s = &t->shards[sh];
-        pthread_rwlock_rdlock(&s->lock);
-        for (uint32_t i = 0; i < m + 2 * PIPE_D; i++) {
-            if (i < m)
-                prefetch_buckets(s, p.h[idx[i]]);
-            if (i >= PIPE_D && i - PIPE_D < m) {
-                uint32_t j = idx[i - PIPE_D];
-                uint32_t c = probe_tag(s, p.h[j]);
-                p.cand[j] = c;
-                if (c != NO_ROW)
-                    prefetch_row(t, s, c, 0, dim);
-            }
-            if (i < 2 * PIPE_D || i - 2 * PIPE_D >= m)
-                continue;
-            uint32_t k = idx[i - 2 * PIPE_D];
-            float *out = rows + (size_t)k * dim;
-            uint32_t r = resolve(s, keys[k], p.h[k], p.cand[k]);
-            if (found)
-                found[k] = r != NO_ROW;
-            if (r != NO_ROW)
-                memcpy(out, row_ptr(t, s, r), rowsz);
-            else if (t->cfg.missing == PS_MISSING_ZEROS)
-                memset(out, 0, rowsz);
-            else
-                ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale,
-                             (uint64_t)t->cfg.seed, keys[k], dim, out);
-        }
-        pthread_rwlock_unlock(&s->lock);
-    }
+    /* Lookup only reads shards (under their read locks); the table pointer is not const for
+     * the shared pipeline code, which does not write in this mode. */
+    batch_t b;
+    batch_init(&b, (ps_table_t *)t, keys, &p, n);
+    b.rows = rows;
+    b.found = found;
+    batch_run(&b, OP_LOOKUP);
     atomic_fetch_add_explicit(&((ps_table_t *)t)->looked_up, n, memory_order_relaxed);
     plan_free(&p);
-    return 0;
-}
-
-/* Duplicate merging for push: first[pos] = first position (within the shard group) holding
- * the same key; acc[pos] = offset of the summed gradient in `sum` (or UINT32_MAX). */
-typedef struct dedup {
-    uint32_t *first, *acc, *table;
-    float *sum;
-    uint32_t tcap, nsum;
-} dedup_t;
-
-static int dedup_run(dedup_t *d, const uint64_t *keys, const uint64_t *h, const uint32_t *idx,
-                     uint32_t m, const float *grads, uint32_t dim) {
-    uint32_t cap = 16;
-    while (cap < 2 * m)
-        cap <<= 1;
-    d->tcap = cap;
-    d->nsum = 0;
-    memset(d->table, 0xff, cap * sizeof(uint32_t));
-    for (uint32_t pos = 0; pos < m; pos++) {
-        uint64_t key = keys[idx[pos]];
-        uint32_t b = (uint32_t)h[idx[pos]] & (cap - 1);
-        d->first[pos] = pos;
-        d->acc[pos] = UINT32_MAX;
-        for (;; b = (b + 1) & (cap - 1)) {
-            uint32_t q = d->table[b];
-            if (q == UINT32_MAX) {
-                d->table[b] = pos;
-                break;
-            }
-            if (keys[idx[q]] == key) {
-                d->first[pos] = q;
-                if (d->acc[q] == UINT32_MAX) {
-                    d->acc[q] = d->nsum++ * dim;
-                    memcpy(d->sum + d->acc[q], grads + (size_t)idx[q] * dim, dim * sizeof(float));
-                }
-                float *acc = d->sum + d->acc[q];
-                const float *g = grads + (size_t)idx[pos] * dim;
-                for (uint32_t e = 0; e < dim; e++)
-                    acc[e] += g[e];
-                break;
-            }
-        }
-    }
-    return 0;
+    return b.rc;
 }
 
 int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *grads,
                   size_t grads_len, ps_push_result_t *res) {
     ps_push_result_t local = {0, 0, 0};
-    int rc = check_batch(t, keys, n, grads, grads_len);
-    if (rc || n == 0) {
-        if (res)
-            *res = local;
-        return rc;
-    }
+    if (res)
+        *res = local;
     plan_t p;
-    if ((rc = plan_build(t, keys, n, &p)))
+    int rc = batch_begin(t, keys, n, grads, grads_len, &p);
+    if (rc <= 0)
         return rc;
-    /* Dedup scratch sized for the largest shard group. */
-    uint32_t mmax = 0;
-    for (uint32_t sh = 0; sh < t->nshards; sh++)
-        if (p.start[sh + 1] - p.start[sh] > mmax)
-            mmax = p.start[sh + 1] - p.start[sh];
     uint32_t tcap = 16;
-    while (tcap < 2 * mmax)
+    while (tcap < 2 * n)
         tcap <<= 1;
-    size_t dbytes = (size_t)mmax * 2 * sizeof(uint32_t) + (size_t)tcap * sizeof(uint32_t);
-    dedup_t d;
+    size_t dbytes = (2 * n + tcap) * sizeof(uint32_t);
     void *dmem = pc_malloc(PC_MEM_SCRATCH, dbytes);
     if (!dmem) {
         plan_free(&p);
         return PC_ENOMEM;
     }
-    d.first = dmem;
-    d.acc = d.first + mmax;
-    d.table = d.acc + mmax;
-    d.sum = NULL;
-    size_t sum_bytes = 0;
-
-    const uint32_t dim = t->dim, stride = t->stride;
-    uint32_t first = shard_of(t, p.h[0]);
-    for (uint32_t si = 0; si < t->nshards; si++) {
-        uint32_t sh = (first + si) & (t->nshards - 1);
-        const uint32_t *idx = p.order + p.start[sh];
-        const uint32_t m = p.start[sh + 1] - p.start[sh];
-        if (!m)
-            continue;
-        /* Merge duplicates before taking the lock. The sum buffer grows on demand. */
-        if (!d.sum || sum_bytes < (size_t)m * dim * sizeof(float)) {
-            pc_free(PC_MEM_SCRATCH, d.sum, sum_bytes);
-            sum_bytes = (size_t)mmax * dim * sizeof(float);
-            d.sum = pc_malloc(PC_MEM_SCRATCH, sum_bytes);
-            if (!d.sum) {
-                sum_bytes = 0;
-                rc = PC_ENOMEM;
-                break;
-            }
-        }
-        dedup_run(&d, keys, p.h, idx, m, grads, dim);
-
-        ps_shard_t *s = &t->shards[sh];
-        pthread_rwlock_wrlock(&s->lock);
-        const uint16_t tick = (uint16_t)s->clock;
-        uint32_t applied = 0;
-        for (uint32_t i = 0; i < m + 2 * PIPE_D; i++) {
-            if (i < m && d.first[i] == i)
-                prefetch_buckets(s, p.h[idx[i]]);
-            if (i >= PIPE_D && i - PIPE_D < m && d.first[i - PIPE_D] == i - PIPE_D) {
-                uint32_t j = idx[i - PIPE_D];
-                uint32_t c = probe_tag(s, p.h[j]);
-                p.cand[j] = c;
-                if (c != NO_ROW)
-                    prefetch_row(t, s, c, 1, stride);
-            }
-            if (i < 2 * PIPE_D || i - 2 * PIPE_D >= m)
-                continue;
-            uint32_t pos = i - 2 * PIPE_D;
-            if (d.first[pos] != pos)
-                continue; /* merged into an earlier occurrence */
-            uint32_t k = idx[pos];
-            const float *g =
-                d.acc[pos] != UINT32_MAX ? d.sum + d.acc[pos] : grads + (size_t)k * dim;
-            if (!ps__grad_finite(g, dim)) {
-                s->nonfinite++;
-                local.skipped_nonfinite++;
-                continue;
-            }
-            uint32_t r = resolve(s, keys[k], p.h[k], p.cand[k]);
-            if (r == NO_ROW) {
-                if (t->admit > 1 && sketch_count(s, keys[k], 0) < t->admit) {
-                    s->dropped++;
-                    local.dropped_unadmitted++;
-                    continue;
-                }
-                int irc = row_insert(t, s, keys[k], p.h[k], &r);
-                if (irc) {
-                    if (!rc)
-                        rc = irc;
-                    continue;
-                }
-            }
-            float *row = row_ptr(t, s, r);
-            ps__optim_step(&t->opt, row, row + dim, g);
-            s->km[r].tick = tick;
-            freq_bump(s, &s->km[r]);
-            applied++;
-        }
-        s->pushed += applied;
-        local.applied += applied;
-        pthread_rwlock_unlock(&s->lock);
-    }
-    pc_free(PC_MEM_SCRATCH, d.sum, sum_bytes);
+    dedup_t d = {.first = dmem, .sum = NULL, .sum_bytes = 0};
+    d.acc = d.first + n;
+    d.table = d.acc + n;
+    batch_t b;
+    batch_init(&b, t, keys, &p, n);
+    b.grads = grads;
+    b.d = &d;
+    b.res = &local;
+    uint32_t merged = dedup_find(&b);
+    if (merged)
+        b.rc = dedup_sum(&b, merged);
+    if (!b.rc)
+        batch_run(&b, OP_PUSH);
+    pc_free(PC_MEM_SCRATCH, d.sum, d.sum_bytes);
     pc_free(PC_MEM_SCRATCH, dmem, dbytes);
     plan_free(&p);
     if (res)
         *res = local;
-    return rc;
+    return b.rc;
 }
 
 int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased) {
     if (erased)
         *erased = 0;
-    if (!t || (n && !keys))
-        return PC_EINVAL;
-    if (n > PS_BATCH_MAX)
-        return PC_ETOOBIG;
-    if (n == 0)
-        return 0;
     plan_t p;
-    int rc = plan_build(t, keys, n, &p);
-    if (rc)
+    int rc = batch_begin(t, keys, n, NULL, NO_BUF, &p);
+    if (rc <= 0)
         return rc;
     size_t count = 0;
-    for (uint32_t sh = 0; sh < t->nshards; sh++) {
-        const uint32_t m = p.start[sh + 1] - p.start[sh];
-        if (!m)
-            continue;
-        ps_shard_t *s = &t->shards[sh];
+    for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) { /* one shard group [q0, q1) at a time */
+        ps_shard_t *s = &t->shards[p.sq[q0]];
+        for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
+            ;
         pthread_rwlock_wrlock(&s->lock);
-        for (uint32_t i = 0; i < m; i++) {
-            uint32_t k = p.order[p.start[sh] + i];
+        for (uint32_t q = q0; q < q1; q++) {
+            uint32_t k = p.order[q];
             uint32_t r = find_row(s, keys[k], p.h[k]);
             if (r != NO_ROW) {
                 row_remove(t, s, r);
@@ -975,25 +1066,21 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
 
 int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
                   const float *states, const uint16_t *ticks, const uint8_t *freqs) {
-    if (!t || (n && (!keys || !weights)))
+    if (n && !weights)
         return PC_EINVAL;
-    if (n > PS_BATCH_MAX)
-        return PC_ETOOBIG;
-    if (n == 0)
-        return 0;
     plan_t p;
-    int rc = plan_build(t, keys, n, &p);
-    if (rc)
+    int rc = batch_begin(t, keys, n, NULL, NO_BUF, &p);
+    if (rc <= 0)
         return rc;
+    rc = 0;
     const uint32_t dim = t->dim, sl = t->state_len;
-    for (uint32_t sh = 0; sh < t->nshards && !rc; sh++) {
-        const uint32_t m = p.start[sh + 1] - p.start[sh];
-        if (!m)
-            continue;
-        ps_shard_t *s = &t->shards[sh];
+    for (uint32_t q0 = 0, q1; q0 < n && !rc; q0 = q1) { /* one shard group [q0, q1) */
+        ps_shard_t *s = &t->shards[p.sq[q0]];
+        for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
+            ;
         pthread_rwlock_wrlock(&s->lock);
-        for (uint32_t i = 0; i < m; i++) {
-            uint32_t k = p.order[p.start[sh] + i];
+        for (uint32_t q = q0; q < q1; q++) {
+            uint32_t k = p.order[q];
             uint32_t r = find_row(s, keys[k], p.h[k]);
             if (r == NO_ROW && (rc = row_insert(t, s, keys[k], p.h[k], &r)))
                 break;
@@ -1024,9 +1111,6 @@ static void shard_advance(ps_table_t *t, ps_shard_t *s, uint32_t now) {
                 s->km[r].tick = (uint16_t)(now - PS_AGE_MAX);
         }
         s->last_aging = now;
-    } else if (now - prev >= PS_AGE_MAX) {
-        for (uint32_t r = 0; r < s->count; r++)
-            s->km[r].tick = (uint16_t)(now - PS_AGE_MAX);
     }
     s->clock = now;
     const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
@@ -1079,20 +1163,17 @@ int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx)
     for (uint32_t sh = 0; sh < t->nshards; sh++) {
         ps_shard_t *s = &t->shards[sh];
         pthread_rwlock_rdlock(&s->lock);
-        uint32_t now = s->clock;
-        int all =
-            since == PS_SCAN_ALL || since > now ? since == PS_SCAN_ALL : now - since >= PS_AGE_MAX;
-        uint32_t window = since == PS_SCAN_ALL || since > now ? 0 : now - (uint32_t)since;
+        /* Rows pushed at clock >= since have age <= now - since; ages saturate at
+         * PS_AGE_MAX, so an older `since` means every row. A future `since` means none. */
+        const uint32_t now = s->clock;
+        const int every = since == PS_SCAN_ALL || (since <= now && now - since >= PS_AGE_MAX);
+        const int none = !every && since > now;
+        const uint32_t window = every || none ? 0 : now - (uint32_t)since;
         size_t nv = 0;
         int rc = 0;
-        for (uint32_t r = 0; r < s->count && !rc; r++) {
-            if (!all) {
-                if (since > now)
-                    continue; /* nothing updated at a future clock */
-                uint16_t age = (uint16_t)((uint16_t)now - s->km[r].tick);
-                if (age > window)
-                    continue;
-            }
+        for (uint32_t r = 0; r < s->count && !rc && !none; r++) {
+            if (!every && (uint16_t)((uint16_t)now - s->km[r].tick) > window)
+                continue;
             row_view(t, s, r, &views[nv++]);
             if (nv == 256) {
                 rc = fn(ctx, views, nv);
@@ -1128,7 +1209,6 @@ int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out) {
     t->state_len = ps__optim_state_len(t->opt.kind, t->dim);
     t->stride = t->dim + t->state_len;
     t->nshards = (uint32_t)cfg->shards;
-    t->shard_bits = bit_length(t->nshards) - 1;
     t->admit = (uint32_t)cfg->admit_threshold;
     if (cfg->capacity_rows) {
         uint64_t per = ((uint64_t)cfg->capacity_rows + t->nshards - 1) / t->nshards;

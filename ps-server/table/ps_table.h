@@ -31,7 +31,8 @@
  * Adagrad accumulators start at adagrad_init. For adam the last state word holds t as uint32.
  *
  * Metadata per row: a 16-bit "tick" (table clock value at the last push or insert) and an 8-bit
- * logarithmic frequency counter (pulls and pushes; probabilistic increment, Morris-style). The
+ * logarithmic frequency counter of pushes (probabilistic increment, Morris-style; pulls leave
+ * existing rows and their metadata untouched, so they never dirty a cache line). The
  * table clock is advanced by the owner (ps_table_advance_clock), in steps or seconds as it
  * chooses; TTL, incremental scans and sketch decay are expressed in clock ticks. Ages are exact
  * up to PS_AGE_MAX ticks and saturate beyond it.

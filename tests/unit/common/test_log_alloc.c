@@ -58,7 +58,7 @@ static void test_alloc(void **state) {
     assert_non_null(v);
     assert_int_equal(v[0], 7); /* contents kept */
     assert_int_equal(pc_mem_used(PC_MEM_INDEX) - vb, 64 << 20);
-    pc_vm_advise_huge(v, 64 << 20);
+    pc_vm_advise_huge(v, 64 << 20, 64 << 20);
     pc_vm_free(PC_MEM_INDEX, v, 64 << 20);
     assert_int_equal(pc_mem_used(PC_MEM_INDEX), vb);
     assert_null(pc_calloc(PC_MEM_OTHER, SIZE_MAX / 2, 4)); /* overflow refused */
