@@ -66,8 +66,17 @@ int ps_catalog_add(ps_catalog_t *c, const ps_table_config_t *cfg) {
     int rc = ps_table_create(cfg, &t);
     if (rc)
         return rc;
+    return ps_catalog_put(c, t);
+}
+
+int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
+    if (!c || !t) {
+        ps_table_destroy(t);
+        return PC_EINVAL;
+    }
+    int rc = 0;
     pthread_mutex_lock(&c->mu);
-    if (find_live(c, cfg->name)) {
+    if (find_live(c, ps_table_config(t)->name)) {
         rc = PC_EEXIST;
     } else if (c->n == c->cap) {
         size_t ncap = c->cap ? 2 * c->cap : 8;

@@ -23,6 +23,10 @@ void ps_catalog_destroy(ps_catalog_t *c);
  * config, PC_ENOMEM. */
 int ps_catalog_add(ps_catalog_t *c, const ps_table_config_t *cfg);
 
+/* Add an existing table under its configured name, taking ownership (also on failure: the
+ * table is destroyed then). PC_EEXIST if the name is taken. */
+int ps_catalog_put(ps_catalog_t *c, ps_table_t *t);
+
 /* Acquire the table `name`: *out stays valid until ps_catalog_release. PC_ENOTFOUND. */
 int ps_catalog_acquire(ps_catalog_t *c, const char *name, ps_table_t **out);
 void ps_catalog_release(ps_catalog_t *c, ps_table_t *t);

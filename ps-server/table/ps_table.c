@@ -48,6 +48,7 @@
 #include "pc_error.h"
 #include "pc_hash.h"
 #include "pc_log.h"
+#include "pc_time.h"
 
 #include <pthread.h>
 #ifdef __SSE2__
@@ -87,6 +88,18 @@ typedef struct __attribute__((packed)) ps_km {
     uint8_t freq;
 } ps_km_t;
 
+typedef struct ps_removal {
+    uint64_t key;
+    uint32_t clock;
+} ps_removal_t;
+
+/* A saved row: header then stride floats. */
+typedef struct ps_cow_hdr {
+    uint64_t key;
+    uint16_t tick;
+    uint8_t freq;
+} ps_cow_hdr_t;
+
 typedef struct ps_shard {
     pthread_rwlock_t lock;
     /* index */
@@ -103,6 +116,14 @@ typedef struct ps_shard {
     uint64_t rng;
     uint8_t *sketch;
     uint32_t sketch_width;
+    /* snapshot: copy-on-write of rows last changed before the cut (see "snapshots") */
+    uint8_t cow_active, cow_failed;
+    uint32_t cow_cut; /* first clock value after the cut */
+    uint8_t *cow;     /* saved records of cow_rec_bytes each */
+    size_t cow_n, cow_cap;
+    /* removals since the last committed snapshot, with the clock they happened at */
+    ps_removal_t *removed;
+    size_t removed_n, removed_cap;
     /* counters (under the write lock) */
     uint64_t pulled, pushed, inserted, erased, ev_cap, ev_ttl, pending, dropped, nonfinite,
         rebuilds;
@@ -117,6 +138,15 @@ struct ps_table {
     uint32_t admit;     /* admission threshold (0 = off) */
     _Atomic uint32_t clock;
     atomic_uint_least64_t looked_up;
+    /* Value-changing calls (push, erase, load, clock advance) hold `cut` shared for their whole
+     * duration; a snapshot takes it exclusively to place its cut between whole calls. */
+    pthread_rwlock_t cut;
+    atomic_uint_least64_t version; /* push calls so far: the update version of a cut */
+    int snap_active;               /* under `cut` */
+    uint32_t snap_cut;             /* clock value of the cut */
+    atomic_int track_removed;      /* log removals (after the first committed snapshot) */
+    uint64_t uid;                  /* distinguishes tables of the same name over time */
+    size_t cow_rec_bytes;
     ps_evict_fn evict_fn;
     void *evict_ctx;
     ps_shard_t *shards;
@@ -193,6 +223,21 @@ int ps_table_config_parse(ps_table_config_t *cfg, const char *spec, char *err, s
         return rc;
     *cfg = tmp;
     return 0;
+}
+
+size_t ps_table_config_format(const ps_table_config_t *cfg, char *buf, size_t cap) {
+    size_t len = 0;
+    if (cap)
+        buf[0] = '\0';
+    for (size_t i = 0; i < N_TABLE_SETTINGS; i++) {
+        char v[128];
+        pc_settings_format(&k_table_settings[i], cfg, v, sizeof v);
+        int w = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, "%s%s=%s",
+                         i ? "," : "", k_table_settings[i].name, v);
+        if (w > 0)
+            len += (size_t)w;
+    }
+    return len;
 }
 
 int ps_table_config_check(const ps_table_config_t *cfg, char *err, size_t errlen) {
@@ -280,11 +325,14 @@ static inline float *row_ptr(const ps_table_t *t, const ps_shard_t *s, uint32_t 
     return s->rows + (size_t)r * t->stride;
 }
 
-static inline void freq_bump(ps_shard_t *s, ps_km_t *km) {
+/* Morris-style increment with probability 1 / (1 + freq * FREQ_FACTOR). The coin is a hash of
+ * the key and the table's update version, not a stateful generator, so a restored table counts
+ * exactly as the original would have. */
+static inline void freq_bump(ps_km_t *km, uint64_t salt) {
     uint8_t c = km->freq;
     if (c == 255)
         return;
-    if (((rng_next(s) >> 32) * (uint64_t)(1 + c * FREQ_FACTOR)) >> 32 == 0)
+    if (((pc_hash_u64(km->key, salt) >> 32) * (uint64_t)(1 + c * FREQ_FACTOR)) >> 32 == 0)
         km->freq = (uint8_t)(c + 1);
 }
 
@@ -525,8 +573,67 @@ static int slab_resize(const ps_table_t *t, ps_shard_t *s, uint32_t cap) {
     return 0;
 }
 
+/* ---- snapshot helpers ---------------------------------------------------------------------
+ * While a snapshot is active in a shard (cow_active), a row is "pre-cut" when it was last changed
+ * before the cut: its age exceeds the ticks elapsed since the cut. The first change to a pre-cut
+ * row saves its image first; every change stamps the current clock, so later changes skip it. */
+
+static inline int row_precut(const ps_shard_t *s, uint16_t tick) {
+    uint16_t age = (uint16_t)((uint16_t)s->clock - tick);
+    return age > s->clock - s->cow_cut;
+}
+
+/* Save row r's image if the shard's snapshot still needs it. */
+static void cow_save(ps_table_t *t, ps_shard_t *s, uint32_t r) {
+    if (!s->cow_active || !row_precut(s, s->km[r].tick))
+        return;
+    if (s->cow_n == s->cow_cap) {
+        size_t ncap = s->cow_cap ? 2 * s->cow_cap : 64;
+        uint8_t *c = pc_realloc(PC_MEM_SCRATCH, s->cow, s->cow_cap * t->cow_rec_bytes,
+                                ncap * t->cow_rec_bytes);
+        if (!c) {
+            s->cow_failed = 1; /* the snapshot reports PC_ENOMEM; the table is unaffected */
+            return;
+        }
+        s->cow = c;
+        s->cow_cap = ncap;
+    }
+    uint8_t *rec = s->cow + s->cow_n++ * t->cow_rec_bytes;
+    ps_cow_hdr_t h = {s->km[r].key, s->km[r].tick, s->km[r].freq};
+    memcpy(rec, &h, sizeof h);
+    memcpy(rec + sizeof h, row_ptr(t, s, r), (size_t)t->stride * sizeof(float));
+}
+
+static void cow_free(ps_table_t *t, ps_shard_t *s) {
+    pc_free(PC_MEM_SCRATCH, s->cow, s->cow_cap * t->cow_rec_bytes);
+    s->cow = NULL;
+    s->cow_n = s->cow_cap = 0;
+    s->cow_active = 0;
+}
+
+/* Log the removal of `key` (for incremental checkpoints' tombstones). */
+static void log_removal(ps_table_t *t, ps_shard_t *s, uint64_t key) {
+    if (!atomic_load_explicit(&t->track_removed, memory_order_relaxed))
+        return;
+    if (s->removed_n == s->removed_cap) {
+        size_t ncap = s->removed_cap ? 2 * s->removed_cap : 64;
+        ps_removal_t *r =
+            pc_realloc(PC_MEM_SCRATCH, s->removed, s->removed_cap * sizeof(ps_removal_t),
+                       ncap * sizeof(ps_removal_t));
+        if (!r) {
+            s->cow_failed = 1; /* next incremental cannot be exact: it fails, a full follows */
+            return;
+        }
+        s->removed = r;
+        s->removed_cap = ncap;
+    }
+    s->removed[s->removed_n++] = (ps_removal_t){key, s->clock};
+}
+
 /* Remove row r: clear its slot, move the last row into its place. */
 static void row_remove(ps_table_t *t, ps_shard_t *s, uint32_t r) {
+    cow_save(t, s, r);
+    log_removal(t, s, s->km[r].key);
     uint32_t *sl = slot_of_row(s, key_hash(s->km[r].key), r);
     if (sl)
         *sl = 0;
@@ -749,6 +856,7 @@ typedef struct batch {
     const float *grads;    /* push: n * dim in */
     dedup_t *d;            /* push */
     ps_push_result_t *res; /* push */
+    uint64_t salt;         /* push: the update version, coin of the frequency counters */
     int rc;
 } batch_t;
 
@@ -877,9 +985,10 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
         memcpy(b->rows + (size_t)k * dim, row, (size_t)dim * sizeof(float));
         return;
     }
+    cow_save(t, s, r);
     ps__optim_step(&t->opt, row, row + dim, g);
     s->km[r].tick = (uint16_t)s->clock;
-    freq_bump(s, &s->km[r]);
+    freq_bump(&s->km[r], b->salt);
     s->pushed++;
     b->res->applied++;
 }
@@ -1024,8 +1133,12 @@ int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *gr
     uint32_t merged = dedup_find(&b);
     if (merged)
         b.rc = dedup_sum(&b, merged);
-    if (!b.rc)
+    if (!b.rc) {
+        pthread_rwlock_rdlock(&t->cut);
+        b.salt = atomic_fetch_add_explicit(&t->version, 1, memory_order_relaxed);
         batch_run(&b, OP_PUSH);
+        pthread_rwlock_unlock(&t->cut);
+    }
     pc_free(PC_MEM_SCRATCH, d.sum, d.sum_bytes);
     pc_free(PC_MEM_SCRATCH, dmem, dbytes);
     plan_free(&p);
@@ -1042,6 +1155,7 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
     if (rc <= 0)
         return rc;
     size_t count = 0;
+    pthread_rwlock_rdlock(&t->cut);
     for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) { /* one shard group [q0, q1) at a time */
         ps_shard_t *s = &t->shards[p.sq[q0]];
         for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
@@ -1058,6 +1172,7 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
         shard_maybe_shrink(t, s);
         pthread_rwlock_unlock(&s->lock);
     }
+    pthread_rwlock_unlock(&t->cut);
     plan_free(&p);
     if (erased)
         *erased = count;
@@ -1074,6 +1189,7 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
         return rc;
     rc = 0;
     const uint32_t dim = t->dim, sl = t->state_len;
+    pthread_rwlock_rdlock(&t->cut);
     for (uint32_t q0 = 0, q1; q0 < n && !rc; q0 = q1) { /* one shard group [q0, q1) */
         ps_shard_t *s = &t->shards[p.sq[q0]];
         for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
@@ -1084,17 +1200,20 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
             uint32_t r = find_row(s, keys[k], p.h[k]);
             if (r == NO_ROW && (rc = row_insert(t, s, keys[k], p.h[k], &r)))
                 break;
+            cow_save(t, s, r);
             float *row = row_ptr(t, s, r);
             memcpy(row, weights + (size_t)k * dim, dim * sizeof(float));
             if (sl && states)
                 memcpy(row + dim, states + (size_t)k * sl, sl * sizeof(float));
             else if (sl)
                 ps__optim_init_state(&t->opt, row + dim);
-            s->km[r].tick = ticks ? ticks[k] : (uint16_t)s->clock;
+            /* During a snapshot the row must read as changed after the cut. */
+            s->km[r].tick = ticks && !s->cow_active ? ticks[k] : (uint16_t)s->clock;
             s->km[r].freq = freqs ? freqs[k] : 1;
         }
         pthread_rwlock_unlock(&s->lock);
     }
+    pthread_rwlock_unlock(&t->cut);
     plan_free(&p);
     return rc;
 }
@@ -1103,6 +1222,19 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
 
 static void shard_advance(ps_table_t *t, ps_shard_t *s, uint32_t now) {
     const uint32_t prev = s->clock;
+    /* Expiry first, while the clock still reads `prev`: removals are logged (and pre-cut rows
+     * saved) as of the old clock; ages are computed against `now` (exact by the invariant). */
+    const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
+    uint32_t period = ttl / 16 ? ttl / 16 : 1;
+    if (ttl && now - s->last_ttl >= period) {
+        for (uint32_t r = s->count; r-- > 0;) {
+            uint32_t age = (uint16_t)((uint16_t)prev - s->km[r].tick) + (now - prev);
+            if (age >= ttl)
+                evict_row(t, s, r, PS_EVICT_TTL);
+        }
+        s->last_ttl = now;
+        shard_maybe_shrink(t, s);
+    }
     if (now - s->last_aging >= AGING_PERIOD) {
         /* Clamp ages at PS_AGE_MAX; ages relative to prev are exact (< 2^15) by the invariant. */
         for (uint32_t r = 0; r < s->count; r++) {
@@ -1113,17 +1245,6 @@ static void shard_advance(ps_table_t *t, ps_shard_t *s, uint32_t now) {
         s->last_aging = now;
     }
     s->clock = now;
-    const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
-    uint32_t period = ttl / 16 ? ttl / 16 : 1;
-    if (ttl && now - s->last_ttl >= period) {
-        for (uint32_t r = s->count; r-- > 0;) {
-            uint16_t age = (uint16_t)((uint16_t)now - s->km[r].tick);
-            if (age >= ttl)
-                evict_row(t, s, r, PS_EVICT_TTL);
-        }
-        s->last_ttl = now;
-        shard_maybe_shrink(t, s);
-    }
     const uint32_t decay = (uint32_t)t->cfg.admit_decay_ticks;
     if (decay && s->sketch && now - s->last_decay >= decay) {
         size_t nc = (size_t)SKETCH_DEPTH * s->sketch_width;
@@ -1136,20 +1257,21 @@ static void shard_advance(ps_table_t *t, ps_shard_t *s, uint32_t now) {
 int ps_table_advance_clock(ps_table_t *t, uint32_t now) {
     if (!t)
         return PC_EINVAL;
+    pthread_rwlock_rdlock(&t->cut);
     uint32_t cur = atomic_load(&t->clock);
-    if (now < cur)
-        return PC_EINVAL;
-    if (now == cur)
-        return 0;
-    atomic_store(&t->clock, now);
-    for (uint32_t sh = 0; sh < t->nshards; sh++) {
-        ps_shard_t *s = &t->shards[sh];
-        pthread_rwlock_wrlock(&s->lock);
-        if (now > s->clock)
-            shard_advance(t, s, now);
-        pthread_rwlock_unlock(&s->lock);
+    int rc = now < cur ? PC_EINVAL : 0;
+    if (!rc && now > cur) {
+        atomic_store(&t->clock, now);
+        for (uint32_t sh = 0; sh < t->nshards; sh++) {
+            ps_shard_t *s = &t->shards[sh];
+            pthread_rwlock_wrlock(&s->lock);
+            if (now > s->clock)
+                shard_advance(t, s, now);
+            pthread_rwlock_unlock(&s->lock);
+        }
     }
-    return 0;
+    pthread_rwlock_unlock(&t->cut);
+    return rc;
 }
 
 uint32_t ps_table_clock(const ps_table_t *t) {
@@ -1189,6 +1311,148 @@ int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx)
     return 0;
 }
 
+/* ==== snapshots ============================================================================ */
+
+int ps_table_snapshot_begin(ps_table_t *t, bool track_removals, ps_snapshot_info_t *info) {
+    if (!t || !info)
+        return PC_EINVAL;
+    pthread_rwlock_wrlock(&t->cut); /* no value-changing call is in flight now */
+    if (t->snap_active) {
+        pthread_rwlock_unlock(&t->cut);
+        return PC_EAGAIN;
+    }
+    const uint32_t cut = atomic_load(&t->clock), next = cut + 1;
+    if (track_removals)
+        atomic_store(&t->track_removed, 1);
+    for (uint32_t sh = 0; sh < t->nshards; sh++) {
+        ps_shard_t *s = &t->shards[sh];
+        pthread_rwlock_wrlock(&s->lock);
+        if (next > s->clock)
+            shard_advance(t, s, next);
+        s->cow_active = 1;
+        s->cow_failed = 0;
+        s->cow_cut = next;
+        pthread_rwlock_unlock(&s->lock);
+    }
+    atomic_store(&t->clock, next);
+    t->snap_active = 1;
+    t->snap_cut = cut;
+    info->cut_clock = cut;
+    info->version = atomic_load(&t->version);
+    pthread_rwlock_unlock(&t->cut);
+    return 0;
+}
+
+static int emit_removed(ps_shard_t *s, uint64_t since, uint32_t cut, ps_keys_fn fn, void *ctx) {
+    uint64_t keys[256];
+    size_t nk = 0;
+    int rc = 0;
+    for (size_t i = 0; i < s->removed_n && !rc; i++) {
+        const ps_removal_t *e = &s->removed[i];
+        if (e->clock < since || e->clock > cut)
+            continue;
+        keys[nk++] = e->key;
+        if (nk == 256) {
+            rc = fn(ctx, keys, nk);
+            nk = 0;
+        }
+    }
+    if (!rc && nk)
+        rc = fn(ctx, keys, nk);
+    return rc;
+}
+
+int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps_keys_fn removed_fn,
+                           void *ctx) {
+    if (!t || !rows_fn || !t->snap_active)
+        return PC_EINVAL;
+    const uint32_t cut = t->snap_cut;
+    ps_row_view_t views[256];
+    int rc = 0;
+    for (uint32_t sh = 0; sh < t->nshards && !rc; sh++) {
+        ps_shard_t *s = &t->shards[sh];
+        pthread_rwlock_rdlock(&s->lock);
+        if (s->cow_failed)
+            rc = PC_ENOMEM;
+        const uint32_t now = s->clock;
+        /* Rows changed at clock >= since have age <= now - since (saturating, see scan). */
+        const int every = since == PS_SCAN_ALL || now - since >= PS_AGE_MAX;
+        const uint32_t window = every ? 0 : now - (uint32_t)since;
+        size_t nv = 0;
+        for (uint32_t r = 0; r < s->count && !rc; r++) {
+            const uint16_t tick = s->km[r].tick;
+            if (!row_precut(s, tick) || (!every && (uint16_t)((uint16_t)now - tick) > window))
+                continue;
+            row_view(t, s, r, &views[nv++]);
+            if (nv == 256) {
+                rc = rows_fn(ctx, views, nv);
+                nv = 0;
+            }
+        }
+        for (size_t i = 0; i < s->cow_n && !rc; i++) { /* pre-cut images of changed rows */
+            const uint8_t *rec = s->cow + i * t->cow_rec_bytes;
+            ps_cow_hdr_t h;
+            memcpy(&h, rec, sizeof h);
+            if (!every && (uint16_t)((uint16_t)now - h.tick) > window)
+                continue;
+            const float *w = (const float *)(rec + sizeof h);
+            views[nv++] =
+                (ps_row_view_t){h.key, w, t->state_len ? w + t->dim : NULL, h.tick, h.freq};
+            if (nv == 256) {
+                rc = rows_fn(ctx, views, nv);
+                nv = 0;
+            }
+        }
+        if (!rc && nv)
+            rc = rows_fn(ctx, views, nv);
+        if (!rc && removed_fn && since != PS_SCAN_ALL)
+            rc = emit_removed(s, since, cut, removed_fn, ctx);
+        pthread_rwlock_unlock(&s->lock);
+        /* This shard is written: stop saving its rows. */
+        pthread_rwlock_wrlock(&s->lock);
+        cow_free(t, s);
+        pthread_rwlock_unlock(&s->lock);
+    }
+    return rc;
+}
+
+void ps_table_snapshot_end(ps_table_t *t, bool committed) {
+    if (!t)
+        return;
+    pthread_rwlock_wrlock(&t->cut);
+    for (uint32_t sh = 0; sh < t->nshards; sh++) {
+        ps_shard_t *s = &t->shards[sh];
+        pthread_rwlock_wrlock(&s->lock);
+        cow_free(t, s);
+        if (committed && t->snap_active) { /* tombstones up to the cut are now on disk */
+            size_t keep = 0;
+            for (size_t i = 0; i < s->removed_n; i++)
+                if (s->removed[i].clock > t->snap_cut)
+                    s->removed[keep++] = s->removed[i];
+            s->removed_n = keep;
+        }
+        pthread_rwlock_unlock(&s->lock);
+    }
+    t->snap_active = 0;
+    pthread_rwlock_unlock(&t->cut);
+}
+
+void ps_table_track_removals(ps_table_t *t) {
+    atomic_store(&t->track_removed, 1);
+}
+
+uint64_t ps_table_uid(const ps_table_t *t) {
+    return t->uid;
+}
+
+uint64_t ps_table_version(const ps_table_t *t) {
+    return atomic_load(&((ps_table_t *)t)->version);
+}
+
+void ps_table_set_version(ps_table_t *t, uint64_t version) {
+    atomic_store(&t->version, version);
+}
+
 /* ==== lifecycle and accessors ============================================================== */
 
 int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out) {
@@ -1223,9 +1487,12 @@ int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out) {
     uint32_t sk_width = (uint32_t)(cfg->admit_width / t->nshards);
     if (sk_width < 256)
         sk_width = 256;
+    t->cow_rec_bytes = sizeof(ps_cow_hdr_t) + (size_t)t->stride * sizeof(float);
+    t->uid = pc_hash_u64(pc_time_wall_ns() ^ (uint64_t)(uintptr_t)t, (uint64_t)cfg->seed);
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&t->cut, &attr);
     for (uint32_t sh = 0; sh < t->nshards; sh++) {
         ps_shard_t *s = &t->shards[sh];
         pthread_rwlock_init(&s->lock, &attr);
@@ -1259,8 +1526,11 @@ void ps_table_destroy(ps_table_t *t) {
         pc_vm_free(PC_MEM_ROWS, s->rows, rows_bytes(t, s->cap));
         pc_vm_free(PC_MEM_KEYS, s->km, (size_t)s->cap * sizeof(ps_km_t));
         pc_free(PC_MEM_SKETCH, s->sketch, (size_t)SKETCH_DEPTH * s->sketch_width);
+        cow_free(t, s);
+        pc_free(PC_MEM_SCRATCH, s->removed, s->removed_cap * sizeof(ps_removal_t));
         pthread_rwlock_destroy(&s->lock);
     }
+    pthread_rwlock_destroy(&t->cut);
     free(t->shards);
     pc_free(PC_MEM_OTHER, t, sizeof *t);
 }

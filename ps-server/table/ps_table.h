@@ -107,6 +107,10 @@ void ps_table_config_defaults(ps_table_config_t *cfg);
 /* Apply "dim=64,optimizer=adam,lr=0.01" to cfg. err (may be NULL) gets one line on failure. */
 int ps_table_config_parse(ps_table_config_t *cfg, const char *spec, char *err, size_t errlen);
 
+/* Format cfg as a spec list that ps_table_config_parse reads back ("name=ads,dim=64,...").
+ * Returns the length needed (like snprintf). */
+size_t ps_table_config_format(const ps_table_config_t *cfg, char *buf, size_t cap);
+
 /* Check a whole configuration (bounds, shards a power of two, name charset [A-Za-z0-9_.-]). */
 int ps_table_config_check(const ps_table_config_t *cfg, char *err, size_t errlen);
 
@@ -182,6 +186,47 @@ int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx)
  * eviction still applies. */
 int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
                   const float *states, const uint16_t *ticks, const uint8_t *freqs);
+
+/* ---- consistent snapshots (checkpoints) ----------------------------------------------------
+ * A snapshot captures the table at a cut placed between whole value-changing calls (push, erase,
+ * load, clock advance): every row as it was at the cut, weights, optimizer state and metadata
+ * from the same moment, while pulls and pushes go on. Beginning one waits for the calls in
+ * flight and advances the clock by one tick (the cut is the old value). Afterwards the first
+ * change to a row that still has to be written copies its pre-cut image (copy-on-write per row,
+ * memory proportional to the rows changed meanwhile); each shard is written under its read lock
+ * (pushes to that shard wait for that shard's share of the writing). One snapshot at a time. */
+
+typedef struct ps_snapshot_info {
+    uint32_t cut_clock; /* the table clock the snapshot reflects */
+    uint64_t version;   /* push calls applied before the cut */
+} ps_snapshot_info_t;
+
+/* Keys callback of snapshot scans (n <= 256); nonzero stops the scan with that value. */
+typedef int (*ps_keys_fn)(void *ctx, const uint64_t *keys, size_t n);
+
+/* Place the cut. PC_EAGAIN if a snapshot is already active. With track_removals (checkpoints),
+ * removals are logged from the cut on, for the tombstones of the next incremental snapshot. */
+int ps_table_snapshot_begin(ps_table_t *t, bool track_removals, ps_snapshot_info_t *info);
+
+/* Emit the rows as of the cut that changed at clock >= since (PS_SCAN_ALL: all rows) to
+ * rows_fn, and, when since != PS_SCAN_ALL, the keys removed at clocks since..cut to removed_fn
+ * (may be NULL). Call once per snapshot. PC_ENOMEM if a pre-cut image could not be saved (the
+ * table itself is unaffected; retry with a new snapshot). */
+int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps_keys_fn removed_fn,
+                           void *ctx);
+
+/* End the snapshot. `committed`: it is safely on disk, so removals up to its cut are forgotten. */
+void ps_table_snapshot_end(ps_table_t *t, bool committed);
+
+/* Start logging removals (a restored table continuing an incremental chain). */
+void ps_table_track_removals(ps_table_t *t);
+
+/* A random id fixed at creation: tells two tables of the same name apart. */
+uint64_t ps_table_uid(const ps_table_t *t);
+
+/* Push calls applied so far (restore sets it to the checkpoint's). */
+uint64_t ps_table_version(const ps_table_t *t);
+void ps_table_set_version(ps_table_t *t, uint64_t version);
 
 /* The initial row of a key (what pull would insert). out has dim floats. */
 void ps_table_initial_row(const ps_table_t *t, uint64_t key, float *out);

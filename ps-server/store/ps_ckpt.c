@@ -1,0 +1,791 @@
+/* ps_ckpt.c: checkpoint directories, manifests, chains, retention, restore, export/import.
+ *
+ * DESIGN
+ * Publishing: ckpt-<id>.tmp/ receives every row file (fsynced by the writer), then
+ * MANIFEST.json (written to a temporary name, fsynced, renamed, directory fsynced), then the
+ * directory is renamed to ckpt-<id> and DIR fsynced. Only names without ".tmp" whose manifest
+ * parses are checkpoints; restore additionally verifies every file's size and XXH3 before it
+ * replaces a table, and falls back to older checkpoints when asked for the newest.
+ *
+ * Chains: the checkpointer remembers the last checkpoint it wrote or restored, with each table's
+ * uid and cut clock. The next checkpoint is incremental when that parent is still published and
+ * the chain is shorter than full_every; per table it is incremental only when the table is the
+ * same one (uid) that was cut in the parent, otherwise that table is written in full. A process
+ * that has neither written nor restored starts with a full checkpoint.
+ *
+ * Manifest numbers that may exceed 2^53 (ids, versions, sizes, checksums) are decimal strings.
+ */
+#include "ps_ckpt.h"
+#include "ps_rowfile.h"
+
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_time.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MANIFEST        "MANIFEST.json"
+#define MANIFEST_FORMAT 1
+#define MAX_TABLES      1024
+#define PBUF            (2 * PATH_MAX) /* derived paths: the directory is < PATH_MAX / 2 */
+
+typedef struct tstate {
+    char name[PS_TABLE_NAME_MAX];
+    uint64_t uid;
+    uint32_t cut;
+} tstate_t;
+
+struct ps_ckpt {
+    ps_catalog_t *cat;
+    char dir[PATH_MAX / 2];
+    uint32_t keep, full_every;
+    uint64_t last_id;    /* parent of the next incremental; 0: none */
+    uint32_t since_full; /* incrementals after the last full checkpoint of that chain */
+    tstate_t *ts;
+    size_t nts;
+};
+
+/* One table's entry of a manifest. */
+typedef struct mtable {
+    char name[PS_TABLE_NAME_MAX];
+    char config[2048];
+    bool full;
+    uint32_t cut;
+    uint64_t version, rows, tombs, bytes, xxh3;
+} mtable_t;
+
+typedef struct manifest {
+    uint64_t id, parent, created;
+    uint32_t since_full;
+    bool incremental;
+    size_t ntables;
+    mtable_t *tables;
+} manifest_t;
+
+/* ==== paths and files ====================================================================== */
+
+static void ckpt_path(const ps_ckpt_t *c, uint64_t id, bool tmp, char *buf, size_t cap) {
+    snprintf(buf, cap, "%s/ckpt-%020" PRIu64 "%s", c->dir, id, tmp ? ".tmp" : "");
+}
+
+static int fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return PC_EIO;
+    int rc = fsync(fd) == 0 ? 0 : PC_EIO;
+    close(fd);
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+static void rm_tree(const char *path) {
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Parse "ckpt-<digits>[.tmp]". Returns 1 published, 2 temporary, 0 other. */
+static int parse_name(const char *name, uint64_t *id) {
+    if (strncmp(name, "ckpt-", 5) != 0)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(name + 5, &end, 10);
+    if (errno || end == name + 5 || v == 0)
+        return 0;
+    *id = v;
+    if (*end == '\0')
+        return 1;
+    return strcmp(end, ".tmp") == 0 ? 2 : 0;
+}
+
+/* Ids in `dir`: published ones into ids (sorted ascending, up to cap; *n = count), the largest
+ * id of any kind into *max_any. With remove_tmp, unpublished directories are deleted. */
+static int scan_dir(const char *dir, uint64_t *ids, size_t cap, size_t *n, uint64_t *max_any,
+                    bool remove_tmp) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? PC_ENOTFOUND : PC_EIO;
+    size_t cnt = 0;
+    uint64_t mx = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        uint64_t id;
+        int kind = parse_name(e->d_name, &id);
+        if (!kind)
+            continue;
+        if (id > mx)
+            mx = id;
+        if (kind == 2 && remove_tmp) {
+            char p[PBUF];
+            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+            PC_INFO("removing unpublished checkpoint %s", p);
+            rm_tree(p);
+        } else if (kind == 1) {
+            if (cnt < cap)
+                ids[cnt] = id;
+            cnt++;
+        }
+    }
+    closedir(d);
+    size_t m = cnt < cap ? cnt : cap;
+    for (size_t i = 1; i < m; i++) /* insertion sort: directories hold few checkpoints */
+        for (size_t j = i; j > 0 && ids[j - 1] > ids[j]; j--) {
+            uint64_t x = ids[j];
+            ids[j] = ids[j - 1];
+            ids[j - 1] = x;
+        }
+    if (n)
+        *n = cnt;
+    if (max_any)
+        *max_any = mx;
+    return 0;
+}
+
+/* ==== manifests ============================================================================ */
+
+static void json_u64(cJSON *o, const char *k, uint64_t v) {
+    char b[24];
+    snprintf(b, sizeof b, "%" PRIu64, v);
+    cJSON_AddStringToObject(o, k, b);
+}
+
+static int json_get_u64(const cJSON *o, const char *k, uint64_t *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsString(x))
+        return PC_ECORRUPT;
+    char *end;
+    errno = 0;
+    unsigned long long r = strtoull(x->valuestring, &end, 10);
+    if (errno || *end || end == x->valuestring)
+        return PC_ECORRUPT;
+    *v = r;
+    return 0;
+}
+
+static int json_get_str(const cJSON *o, const char *k, char *buf, size_t cap) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsString(x) || strlen(x->valuestring) >= cap)
+        return PC_ECORRUPT;
+    memcpy(buf, x->valuestring, strlen(x->valuestring) + 1);
+    return 0;
+}
+
+static void manifest_free(manifest_t *m) {
+    free(m->tables);
+    m->tables = NULL;
+}
+
+static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
+    char path[PBUF];
+    ckpt_path(c, id, false, path, sizeof path);
+    strncat(path, "/" MANIFEST, sizeof path - strlen(path) - 1);
+    memset(m, 0, sizeof *m);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return errno == ENOENT ? PC_ENOTFOUND : PC_EIO;
+    char *text = NULL;
+    size_t len = 0;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long sz = ftell(f);
+        if (sz > 0 && sz < (64 << 20) && fseek(f, 0, SEEK_SET) == 0) {
+            text = malloc((size_t)sz + 1);
+            if (text && fread(text, 1, (size_t)sz, f) == (size_t)sz) {
+                len = (size_t)sz;
+                text[len] = '\0';
+            }
+        }
+    }
+    fclose(f);
+    cJSON *root = len ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    int rc = root ? 0 : PC_ECORRUPT;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(root, "kind");
+    const cJSON *sf = cJSON_GetObjectItemCaseSensitive(root, "since_full");
+    const cJSON *tabs = cJSON_GetObjectItemCaseSensitive(root, "tables");
+    if (!rc &&
+        (!cJSON_IsNumber(fmt) || fmt->valueint != MANIFEST_FORMAT || !cJSON_IsString(kind) ||
+         !cJSON_IsNumber(sf) || !cJSON_IsArray(tabs) || cJSON_GetArraySize(tabs) > MAX_TABLES))
+        rc = PC_ECORRUPT;
+    if (!rc)
+        rc = json_get_u64(root, "id", &m->id) || json_get_u64(root, "parent", &m->parent) ||
+                     json_get_u64(root, "created_unix_ns", &m->created)
+                 ? PC_ECORRUPT
+                 : 0;
+    if (!rc && m->id != id)
+        rc = PC_ECORRUPT;
+    if (!rc) {
+        m->incremental = strcmp(kind->valuestring, "incremental") == 0;
+        m->since_full = (uint32_t)sf->valueint;
+        m->ntables = (size_t)cJSON_GetArraySize(tabs);
+        m->tables = calloc(m->ntables ? m->ntables : 1, sizeof *m->tables);
+        if (!m->tables)
+            rc = PC_ENOMEM;
+    }
+    for (size_t i = 0; !rc && i < m->ntables; i++) {
+        const cJSON *e = cJSON_GetArrayItem(tabs, (int)i);
+        mtable_t *t = &m->tables[i];
+        const cJSON *full = cJSON_GetObjectItemCaseSensitive(e, "full");
+        const cJSON *cut = cJSON_GetObjectItemCaseSensitive(e, "cut_clock");
+        if (json_get_str(e, "name", t->name, sizeof t->name) ||
+            json_get_str(e, "config", t->config, sizeof t->config) || !cJSON_IsBool(full) ||
+            !cJSON_IsNumber(cut) || json_get_u64(e, "version", &t->version) ||
+            json_get_u64(e, "rows", &t->rows) || json_get_u64(e, "tombstones", &t->tombs) ||
+            json_get_u64(e, "bytes", &t->bytes) || json_get_u64(e, "xxh3", &t->xxh3))
+            rc = PC_ECORRUPT;
+        t->full = cJSON_IsTrue(full);
+        t->cut = cut ? (uint32_t)cut->valuedouble : 0;
+    }
+    cJSON_Delete(root);
+    if (rc) {
+        PC_WARN("checkpoint %" PRIu64 ": manifest unreadable (%s)", id, pc_strerror(rc));
+        manifest_free(m);
+    }
+    return rc;
+}
+
+/* Write MANIFEST.json into `tmpdir`: temporary name, fsync, rename, fsync the directory. */
+static int manifest_write(const char *tmpdir, const manifest_t *m) {
+    cJSON *root = cJSON_CreateObject(), *tabs = cJSON_AddArrayToObject(root, "tables");
+    cJSON_AddNumberToObject(root, "format", MANIFEST_FORMAT);
+    json_u64(root, "id", m->id);
+    json_u64(root, "parent", m->parent);
+    cJSON_AddStringToObject(root, "kind", m->incremental ? "incremental" : "full");
+    cJSON_AddNumberToObject(root, "since_full", m->since_full);
+    json_u64(root, "created_unix_ns", m->created);
+    for (size_t i = 0; i < m->ntables; i++) {
+        const mtable_t *t = &m->tables[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", t->name);
+        cJSON_AddStringToObject(e, "config", t->config);
+        cJSON_AddBoolToObject(e, "full", t->full);
+        cJSON_AddNumberToObject(e, "cut_clock", t->cut);
+        json_u64(e, "version", t->version);
+        json_u64(e, "rows", t->rows);
+        json_u64(e, "tombstones", t->tombs);
+        json_u64(e, "bytes", t->bytes);
+        json_u64(e, "xxh3", t->xxh3);
+        char file[PS_TABLE_NAME_MAX + 8];
+        snprintf(file, sizeof file, "t-%s.rows", t->name);
+        cJSON_AddStringToObject(e, "file", file);
+        cJSON_AddItemToArray(tabs, e);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text)
+        return PC_ENOMEM;
+    char tmp[PBUF + 32], final[PBUF + 32];
+    snprintf(tmp, sizeof tmp, "%s/%s.tmp", tmpdir, MANIFEST);
+    snprintf(final, sizeof final, "%s/%s", tmpdir, MANIFEST);
+    int rc = 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    size_t len = strlen(text);
+    if (fd < 0 || write(fd, text, len) != (ssize_t)len || fsync(fd) != 0)
+        rc = errno == ENOSPC ? PC_ENOSPC : PC_EIO;
+    if (fd >= 0)
+        close(fd);
+    free(text);
+    if (!rc && rename(tmp, final) != 0)
+        rc = PC_EIO;
+    if (!rc)
+        rc = fsync_path(tmpdir);
+    return rc;
+}
+
+/* ==== lifecycle ============================================================================ */
+
+int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) {
+    if (!cat || !o || !o->dir || !out || o->keep < 1 || o->full_every < 1 ||
+        strlen(o->dir) >= sizeof((ps_ckpt_t *)0)->dir)
+        return PC_EINVAL;
+    if (mkdir(o->dir, 0755) != 0 && errno != EEXIST) {
+        PC_ERROR("checkpoint dir %s: %s", o->dir, strerror(errno));
+        return PC_EIO;
+    }
+    ps_ckpt_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return PC_ENOMEM;
+    c->cat = cat;
+    snprintf(c->dir, sizeof c->dir, "%s", o->dir);
+    c->keep = o->keep;
+    c->full_every = o->full_every;
+    size_t n;
+    uint64_t mx;
+    scan_dir(c->dir, NULL, 0, &n, &mx, true);
+    *out = c;
+    return 0;
+}
+
+void ps_ckpt_destroy(ps_ckpt_t *c) {
+    if (!c)
+        return;
+    free(c->ts);
+    free(c);
+}
+
+/* ==== writing ============================================================================== */
+
+typedef struct wctx {
+    ps_rowfile_w_t *w;
+    uint64_t *tombs;
+    size_t ntombs, cap;
+} wctx_t;
+
+static int on_rows(void *ctx, const ps_row_view_t *rows, size_t n) {
+    return ps_rowfile_add_rows(((wctx_t *)ctx)->w, rows, n);
+}
+
+static int on_tombs(void *ctx, const uint64_t *keys, size_t n) {
+    wctx_t *x = ctx;
+    if (x->ntombs + n > x->cap) {
+        size_t ncap = (x->cap ? 2 * x->cap : 1024) + n;
+        uint64_t *t = realloc(x->tombs, ncap * sizeof *t);
+        if (!t)
+            return PC_ENOMEM;
+        x->tombs = t;
+        x->cap = ncap;
+    }
+    memcpy(x->tombs + x->ntombs, keys, n * sizeof *keys);
+    x->ntombs += n;
+    return 0;
+}
+
+/* Snapshot `t` into `path` (rows changed since `since`, tombstones unless PS_SCAN_ALL). On
+ * success the snapshot stays active for the caller to end (committed or not); on failure it is
+ * ended here and the file removed. *e receives the table's manifest entry. */
+static int write_table(ps_table_t *t, const char *path, uint64_t since, bool with_state, bool track,
+                       mtable_t *e) {
+    ps_snapshot_info_t info;
+    int rc = ps_table_snapshot_begin(t, track, &info);
+    if (rc)
+        return rc;
+    const ps_table_config_t *cfg = ps_table_config(t);
+    ps_rowfile_meta_t meta = {.dim = ps_table_dim(t),
+                              .state_len = with_state ? ps_table_state_len(t) : 0,
+                              .optimizer = (uint32_t)cfg->optimizer,
+                              .cut_clock = info.cut_clock,
+                              .version = info.version};
+    wctx_t x = {0};
+    if (ps_table_config_format(cfg, meta.config, sizeof meta.config) >= sizeof meta.config)
+        rc = PC_EINVAL;
+    if (!rc)
+        rc = ps_rowfile_create(path, &meta, &x.w);
+    if (!rc)
+        rc = ps_table_snapshot_scan(t, since, on_rows, since == PS_SCAN_ALL ? NULL : on_tombs, &x);
+    if (!rc)
+        rc = ps_rowfile_add_tombs(x.w, x.tombs, x.ntombs);
+    free(x.tombs);
+    if (!rc) {
+        memset(e, 0, sizeof *e);
+        snprintf(e->name, sizeof e->name, "%s", cfg->name);
+        memcpy(e->config, meta.config, sizeof e->config);
+        e->full = since == PS_SCAN_ALL;
+        e->cut = info.cut_clock;
+        e->version = info.version;
+        rc = ps_rowfile_finish(x.w, &e->rows, &e->tombs, &e->bytes, &e->xxh3);
+    } else if (x.w) {
+        ps_rowfile_abort(x.w);
+    }
+    if (rc)
+        ps_table_snapshot_end(t, false);
+    return rc;
+}
+
+static const tstate_t *find_state(const ps_ckpt_t *c, const char *name) {
+    for (size_t i = 0; i < c->nts; i++)
+        if (strcmp(c->ts[i].name, name) == 0)
+            return &c->ts[i];
+    return NULL;
+}
+
+/* Keep the newest `keep` checkpoints and their chains; delete the rest. */
+static void retain(ps_ckpt_t *c) {
+    uint64_t ids[4096];
+    size_t n;
+    if (scan_dir(c->dir, ids, 4096, &n, NULL, false) || n > 4096 || n <= c->keep)
+        return;
+    bool *need = calloc(n, sizeof *need);
+    if (!need)
+        return;
+    for (size_t i = n - c->keep; i < n; i++) {
+        uint64_t id = ids[i];
+        while (id) { /* mark the chain */
+            size_t j = 0;
+            while (j < n && ids[j] != id)
+                j++;
+            if (j == n || need[j])
+                break;
+            need[j] = true;
+            manifest_t m;
+            if (manifest_read(c, id, &m))
+                break;
+            id = m.incremental ? m.parent : 0;
+            manifest_free(&m);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (need[i])
+            continue;
+        char p[PBUF];
+        ckpt_path(c, ids[i], false, p, sizeof p);
+        rm_tree(p);
+    }
+    free(need);
+    fsync_path(c->dir);
+}
+
+int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
+    const uint64_t t0 = pc_time_mono_ns();
+    uint64_t mx;
+    size_t npub;
+    int rc = scan_dir(c->dir, NULL, 0, &npub, &mx, true);
+    if (rc)
+        return rc;
+    manifest_t m = {.id = mx + 1, .created = pc_time_wall_ns()};
+    char parent_path[PBUF], tmp[PBUF], final[PBUF];
+    ckpt_path(c, c->last_id, false, parent_path, sizeof parent_path);
+    struct stat st;
+    m.incremental = c->last_id && c->since_full + 1 < c->full_every &&
+                    stat(parent_path, &st) == 0 && S_ISDIR(st.st_mode);
+    m.parent = m.incremental ? c->last_id : 0;
+    m.since_full = m.incremental ? c->since_full + 1 : 0;
+    ckpt_path(c, m.id, true, tmp, sizeof tmp);
+    ckpt_path(c, m.id, false, final, sizeof final);
+    if (mkdir(tmp, 0755) != 0) {
+        PC_ERROR("checkpoint %s: mkdir: %s", tmp, strerror(errno));
+        return errno == ENOSPC ? PC_ENOSPC : PC_EIO;
+    }
+    char(*names)[PS_TABLE_NAME_MAX] = malloc(MAX_TABLES * sizeof *names);
+    ps_table_t **tabs = calloc(MAX_TABLES, sizeof *tabs);
+    m.tables = calloc(MAX_TABLES, sizeof *m.tables);
+    tstate_t *ts = calloc(MAX_TABLES, sizeof *ts);
+    if (!names || !tabs || !m.tables || !ts) {
+        rc = PC_ENOMEM;
+        goto fail;
+    }
+    size_t nt = ps_catalog_list(c->cat, names, MAX_TABLES);
+    nt = nt < MAX_TABLES ? nt : MAX_TABLES;
+    for (size_t i = 0; i < nt && !rc; i++) {
+        ps_table_t *t;
+        if (ps_catalog_acquire(c->cat, names[i], &t))
+            continue; /* dropped meanwhile */
+        const tstate_t *prev = m.incremental ? find_state(c, names[i]) : NULL;
+        uint64_t since =
+            prev && prev->uid == ps_table_uid(t) ? (uint64_t)prev->cut + 1 : PS_SCAN_ALL;
+        char path[PBUF + PS_TABLE_NAME_MAX + 8];
+        snprintf(path, sizeof path, "%s/t-%s.rows", tmp, names[i]);
+        mtable_t *e = &m.tables[m.ntables];
+        rc = write_table(t, path, since, true, true, e);
+        if (rc) {
+            ps_catalog_release(c->cat, t);
+            break;
+        }
+        tabs[m.ntables] = t;
+        ts[m.ntables] = (tstate_t){.uid = ps_table_uid(t), .cut = e->cut};
+        memcpy(ts[m.ntables].name, e->name, sizeof ts[m.ntables].name);
+        m.ntables++;
+    }
+    if (!rc)
+        rc = manifest_write(tmp, &m);
+    if (!rc && rename(tmp, final) != 0)
+        rc = PC_EIO;
+    if (!rc)
+        rc = fsync_path(c->dir);
+    for (size_t i = 0; i < m.ntables; i++) {
+        ps_table_snapshot_end(tabs[i], rc == 0);
+        ps_catalog_release(c->cat, tabs[i]);
+    }
+    if (rc)
+        goto fail;
+    free(c->ts);
+    c->ts = ts;
+    c->nts = m.ntables;
+    ts = NULL;
+    c->last_id = m.id;
+    c->since_full = m.since_full;
+    if (res) {
+        *res = (ps_ckpt_result_t){.id = m.id, .parent = m.parent, .incremental = m.incremental};
+        for (size_t i = 0; i < m.ntables; i++) {
+            res->rows += m.tables[i].rows;
+            res->tombstones += m.tables[i].tombs;
+            res->bytes += m.tables[i].bytes;
+        }
+        res->seconds = pc_time_sec_since(t0);
+    }
+    PC_INFO("checkpoint %" PRIu64 " published (%s, %zu tables)", m.id,
+            m.incremental ? "incremental" : "full", m.ntables);
+    retain(c);
+    free(names);
+    free(tabs);
+    free(m.tables);
+    return 0;
+fail:
+    PC_ERROR("checkpoint %" PRIu64 " failed: %s; previous checkpoints untouched", m.id,
+             pc_strerror(rc));
+    rm_tree(tmp);
+    free(names);
+    free(tabs);
+    free(m.tables);
+    free(ts);
+    return rc;
+}
+
+/* ==== restore ============================================================================== */
+
+typedef struct rctx {
+    ps_table_t *t;
+    int rc;
+} rctx_t;
+
+static int on_restore_tombs(void *ctx, const uint64_t *keys, size_t n) {
+    return ps_table_erase(((rctx_t *)ctx)->t, keys, n, NULL);
+}
+
+static int on_restore_rows(void *ctx, size_t n, const uint64_t *keys, const float *w,
+                           const float *s, const uint16_t *ticks, const uint8_t *freqs) {
+    return ps_table_load(((rctx_t *)ctx)->t, n, keys, w, s, ticks, freqs);
+}
+
+/* Rebuild table `name` as of checkpoint `target` (manifest m) into *out. */
+static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t *te,
+                         ps_table_t **out) {
+    /* Collect the chain: target back to the entry that is full. */
+    uint64_t chain[256];
+    size_t nc = 0;
+    uint64_t id = target->id;
+    int rc = 0;
+    for (;;) {
+        manifest_t m;
+        if (nc == 256 || (rc = manifest_read(c, id, &m)))
+            return rc ? rc : PC_ECORRUPT;
+        const mtable_t *e = NULL;
+        for (size_t i = 0; i < m.ntables; i++)
+            if (strcmp(m.tables[i].name, te->name) == 0)
+                e = &m.tables[i];
+        bool full = e && e->full;
+        uint64_t parent = m.parent;
+        manifest_free(&m);
+        if (!e)
+            return PC_ECORRUPT;
+        chain[nc++] = id;
+        if (full)
+            break;
+        if (!parent)
+            return PC_ECORRUPT;
+        id = parent;
+    }
+    ps_table_config_t cfg;
+    ps_table_config_defaults(&cfg);
+    char err[256];
+    if (ps_table_config_parse(&cfg, te->config, err, sizeof err)) {
+        PC_ERROR("checkpoint %" PRIu64 " table %s: bad config: %s", target->id, te->name, err);
+        return PC_ECORRUPT;
+    }
+    ps_table_t *t;
+    if ((rc = ps_table_create(&cfg, &t)))
+        return rc;
+    /* Stored ticks are relative to the clock right after the target's cut. */
+    ps_table_advance_clock(t, te->cut + 1);
+    rctx_t x = {.t = t};
+    for (size_t i = nc; i-- > 0 && !rc;) {
+        char path[PBUF];
+        ckpt_path(c, chain[i], false, path, sizeof path);
+        snprintf(path + strlen(path), sizeof path - strlen(path), "/t-%s.rows", te->name);
+        ps_rowfile_meta_t meta;
+        rc = ps_rowfile_read(path, &meta, on_restore_tombs, on_restore_rows, &x);
+        if (!rc && (meta.dim != ps_table_dim(t) || meta.state_len != ps_table_state_len(t)))
+            rc = PC_ECORRUPT;
+    }
+    if (rc) {
+        ps_table_destroy(t);
+        return rc;
+    }
+    ps_table_set_version(t, te->version);
+    ps_table_track_removals(t);
+    *out = t;
+    return 0;
+}
+
+/* Verify every file of checkpoint `id`'s chains and rebuild its tables, then swap them in. */
+static int restore_one(ps_ckpt_t *c, uint64_t id) {
+    manifest_t m;
+    int rc = manifest_read(c, id, &m);
+    if (rc)
+        return rc;
+    ps_table_t **tabs = calloc(m.ntables ? m.ntables : 1, sizeof *tabs);
+    tstate_t *ts = calloc(m.ntables ? m.ntables : 1, sizeof *ts);
+    if (!tabs || !ts)
+        rc = PC_ENOMEM;
+    for (size_t i = 0; i < m.ntables && !rc; i++) {
+        rc = restore_table(c, &m, &m.tables[i], &tabs[i]);
+        if (!rc) {
+            ts[i].uid = ps_table_uid(tabs[i]);
+            ts[i].cut = m.tables[i].cut;
+            memcpy(ts[i].name, m.tables[i].name, sizeof ts[i].name);
+        }
+    }
+    if (!rc) {
+        for (size_t i = 0; i < m.ntables; i++) {
+            ps_catalog_drop(c->cat, m.tables[i].name);
+            int prc = ps_catalog_put(c->cat, tabs[i]);
+            tabs[i] = NULL;
+            if (prc && !rc)
+                rc = prc;
+        }
+        free(c->ts);
+        c->ts = ts;
+        c->nts = m.ntables;
+        ts = NULL;
+        c->last_id = id;
+        c->since_full = m.since_full;
+    }
+    for (size_t i = 0; tabs && i < m.ntables; i++)
+        ps_table_destroy(tabs[i]);
+    free(tabs);
+    free(ts);
+    manifest_free(&m);
+    return rc;
+}
+
+int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
+    if (id) {
+        int rc = restore_one(c, id);
+        if (!rc && restored)
+            *restored = id;
+        return rc;
+    }
+    uint64_t ids[4096];
+    size_t n;
+    int rc = scan_dir(c->dir, ids, 4096, &n, NULL, false);
+    if (rc)
+        return rc;
+    n = n < 4096 ? n : 4096;
+    for (size_t i = n; i-- > 0;) {
+        rc = restore_one(c, ids[i]);
+        if (!rc) {
+            PC_INFO("restored checkpoint %" PRIu64, ids[i]);
+            if (restored)
+                *restored = ids[i];
+            return 0;
+        }
+        PC_WARN("checkpoint %" PRIu64 " does not restore (%s), trying an older one", ids[i],
+                pc_strerror(rc));
+    }
+    return PC_ENOTFOUND;
+}
+
+int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n) {
+    uint64_t ids[4096];
+    size_t cnt;
+    int rc = scan_dir(dir, ids, 4096, &cnt, NULL, false);
+    if (rc)
+        return rc;
+    ps_ckpt_t tmp = {0};
+    snprintf(tmp.dir, sizeof tmp.dir, "%s", dir);
+    size_t k = 0;
+    for (size_t i = 0; i < cnt && i < 4096; i++) {
+        manifest_t m;
+        if (manifest_read(&tmp, ids[i], &m))
+            continue;
+        if (k < cap) {
+            ps_ckpt_entry_t *e = &out[k];
+            *e = (ps_ckpt_entry_t){.id = m.id,
+                                   .parent = m.parent,
+                                   .incremental = m.incremental,
+                                   .created_unix_ns = m.created,
+                                   .tables = (uint32_t)m.ntables};
+            for (size_t j = 0; j < m.ntables; j++) {
+                e->rows += m.tables[j].rows;
+                e->tombstones += m.tables[j].tombs;
+                e->bytes += m.tables[j].bytes;
+            }
+        }
+        k++;
+        manifest_free(&m);
+    }
+    *n = k;
+    return 0;
+}
+
+/* ==== export / import ====================================================================== */
+
+int ps_table_export(ps_table_t *t, const char *path, bool with_state) {
+    if (!t || !path)
+        return PC_EINVAL;
+    char tmp[PBUF];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return PC_EINVAL;
+    mtable_t e;
+    int rc = write_table(t, tmp, PS_SCAN_ALL, with_state, false, &e);
+    if (!rc)
+        ps_table_snapshot_end(t, false);
+    if (!rc && rename(tmp, path) != 0)
+        rc = PC_EIO;
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
+typedef struct ictx {
+    ps_catalog_t *cat;
+    const char *name;
+    ps_rowfile_meta_t *meta;
+    ps_table_t *t;
+} ictx_t;
+
+/* Create the table from the file's settings on first use. */
+static int import_table(ictx_t *x) {
+    if (x->t)
+        return 0;
+    ps_table_config_t cfg;
+    ps_table_config_defaults(&cfg);
+    char err[256];
+    if (ps_table_config_parse(&cfg, x->meta->config, err, sizeof err)) {
+        PC_ERROR("import: bad table settings in file: %s", err);
+        return PC_ECORRUPT;
+    }
+    if (x->name && snprintf(cfg.name, sizeof cfg.name, "%s", x->name) >= (int)sizeof cfg.name)
+        return PC_EINVAL;
+    int rc = ps_table_create(&cfg, &x->t);
+    if (!rc && (x->meta->dim != ps_table_dim(x->t) ||
+                (x->meta->state_len && x->meta->state_len != ps_table_state_len(x->t))))
+        rc = PC_ECORRUPT;
+    return rc;
+}
+
+static int on_import_rows(void *ctx, size_t n, const uint64_t *keys, const float *w, const float *s,
+                          const uint16_t *ticks, const uint8_t *freqs) {
+    ictx_t *x = ctx;
+    int rc = import_table(x);
+    return rc ? rc : ps_table_load(x->t, n, keys, w, s, ticks, freqs);
+}
+
+int ps_table_import(ps_catalog_t *cat, const char *path, const char *name) {
+    if (!cat || !path)
+        return PC_EINVAL;
+    ps_rowfile_meta_t meta;
+    ictx_t x = {.cat = cat, .name = name, .meta = &meta};
+    int rc = ps_rowfile_read(path, &meta, NULL, on_import_rows, &x);
+    if (!rc)
+        rc = import_table(&x); /* a file without rows */
+    if (rc) {
+        ps_table_destroy(x.t);
+        return rc;
+    }
+    return ps_catalog_put(cat, x.t);
+}

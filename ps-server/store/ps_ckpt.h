@@ -1,0 +1,76 @@
+/* ps_ckpt.h: checkpoints, restore and export/import of a catalog's tables.
+ *
+ * A checkpoint is a directory DIR/ckpt-<20-digit id>/ holding one row file per table
+ * (t-<name>.rows, see ps_rowfile.h) and MANIFEST.json (format version, id, parent, kind, and per
+ * table: config, cut clock, update version, row and tombstone counts, file size and XXH3). It is
+ * built as ckpt-<id>.tmp/, every file fsynced, the manifest written last, then published by
+ * renaming the directory and fsyncing DIR. A directory that is not published (crash, full disk)
+ * is never chosen by restore and is removed by the next checkpoint.
+ *
+ * Consistency: each table is captured by a snapshot (ps_table_snapshot_begin): every row at one
+ * cut between whole push calls, also while pushes continue. Tables are cut one after another.
+ *
+ * Incremental checkpoints hold only rows changed since the parent's cut, plus tombstones of rows
+ * removed meanwhile; restore applies base + increments in order. With full_every = N, every Nth
+ * checkpoint is full (folding the chain); retention keeps the newest `keep` checkpoints and
+ * every checkpoint they depend on.
+ *
+ * Thread rule: a ps_ckpt_t is single-owner (one checkpoint or restore at a time); the catalog
+ * and its tables stay usable by other threads throughout.
+ */
+#ifndef PS_CKPT_H
+#define PS_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps_catalog.h"
+
+typedef struct ps_ckpt ps_ckpt_t;
+
+typedef struct ps_ckpt_opts {
+    const char *dir;     /* created if missing; borrowed for the checkpointer's lifetime */
+    uint32_t keep;       /* restore points to keep, >= 1 */
+    uint32_t full_every; /* 1: every checkpoint full; N: one full, then N - 1 incrementals */
+} ps_ckpt_opts_t;
+
+typedef struct ps_ckpt_result {
+    uint64_t id, parent; /* parent 0 for a full checkpoint */
+    bool incremental;
+    uint64_t rows, tombstones, bytes;
+    double seconds;
+} ps_ckpt_result_t;
+
+/* A checkpointer for `cat` (borrowed) writing into o->dir. Removes unpublished leftovers. */
+int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out);
+void ps_ckpt_destroy(ps_ckpt_t *c);
+
+/* Write a checkpoint of every table (incremental when the chain allows). PC_ENOSPC / PC_EIO on
+ * disk errors: nothing is published, the previous checkpoints are untouched. */
+int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res);
+
+/* Restore checkpoint `id` (0: the newest one that verifies, falling back to older ones) into
+ * the catalog, replacing tables of the same names. All files are verified (checksums, sizes)
+ * before any table is replaced. *restored (may be NULL) gets the id. PC_ENOTFOUND when there is
+ * nothing to restore, PC_ECORRUPT when `id` does not verify. */
+int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored);
+
+typedef struct ps_ckpt_entry {
+    uint64_t id, parent;
+    bool incremental;
+    uint64_t rows, tombstones, bytes, created_unix_ns;
+    uint32_t tables;
+} ps_ckpt_entry_t;
+
+/* Published checkpoints of `dir`, oldest first: up to cap entries, *n gets how many exist. */
+int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n);
+
+/* Write table `t` to a portable row file (optimizer state included when with_state). */
+int ps_table_export(ps_table_t *t, const char *path, bool with_state);
+
+/* Create a table from an exported file in `cat`, named `name` (NULL: the exported name).
+ * PC_EEXIST if the name is taken, PC_ECORRUPT for a bad file. */
+int ps_table_import(ps_catalog_t *cat, const char *path, const char *name);
+
+#endif

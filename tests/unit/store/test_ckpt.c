@@ -1,0 +1,403 @@
+/* Checkpoints: bit-exact round trips for every optimizer, incremental chains with tombstones,
+ * consistency while pushes continue, retention, unpublished and corrupted checkpoints,
+ * export/import and bad files. */
+#include "table_check.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+
+#include "pc_error.h"
+#include "ps_catalog.h"
+#include "ps_ckpt.h"
+
+static ps_table_t *add_table(ps_catalog_t *cat, const char *spec) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    char err[200];
+    if (ps_table_config_parse(&c, spec, err, sizeof err))
+        fail_msg("%s: %s", spec, err);
+    assert_int_equal(ps_catalog_add(cat, &c), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, c.name, &t), 0);
+    ps_catalog_release(cat, t); /* the catalog keeps it; tests hold no reference */
+    return t;
+}
+
+static ps_table_t *get(ps_catalog_t *cat, const char *name) {
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, name, &t), 0);
+    ps_catalog_release(cat, t);
+    return t;
+}
+
+static void test_roundtrip_every_optimizer(void **state) {
+    (void)state;
+    const char *specs[] = {
+        "name=sgd,dim=7,optimizer=sgd",
+        "name=ada,dim=16,optimizer=adagrad,init=normal",
+        "name=row,dim=9,optimizer=rowwise_adagrad",
+        "name=adam,dim=12,optimizer=adam,shards=4",
+        "name=ftrl,dim=5,optimizer=ftrl,l1=0.01,init=zeros",
+    };
+    char dir[256];
+    tc_tmpdir(dir, sizeof dir, "ckpt");
+    ps_catalog_t *cat, *cat2;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    for (size_t i = 0; i < 5; i++) {
+        ps_table_t *t = add_table(cat, specs[i]);
+        for (int k = 1; k <= 6; k++)
+            tc_round(t, k);
+        assert_int_equal(ps_table_advance_clock(t, 40 + (uint32_t)i), 0);
+    }
+    ps_ckpt_t *ck, *ck2;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 3, .full_every = 1};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    ps_ckpt_result_t r;
+    assert_int_equal(ps_ckpt_write(ck, &r), 0);
+    assert_int_equal(r.id, 1);
+    assert_false(r.incremental);
+    assert_true(r.rows > 5 * 1000);
+
+    assert_int_equal(ps_catalog_create(&cat2), 0);
+    assert_int_equal(ps_ckpt_create(cat2, &o, &ck2), 0);
+    uint64_t got;
+    assert_int_equal(ps_ckpt_restore(ck2, 0, &got), 0);
+    assert_int_equal(got, 1);
+    char names[8][PS_TABLE_NAME_MAX];
+    assert_int_equal(ps_catalog_list(cat2, names, 8), 5);
+    for (size_t i = 0; i < 5; i++) {
+        ps_table_t *a = get(cat, names[i]), *b = get(cat2, names[i]);
+        tc_assert_equal(a, b);
+        assert_int_equal(ps_table_version(a), ps_table_version(b));
+        assert_int_equal(ps_table_clock(a), ps_table_clock(b)); /* the cut advanced both */
+        assert_memory_equal(ps_table_config(a), ps_table_config(b), sizeof(ps_table_config_t));
+    }
+    ps_ckpt_destroy(ck);
+    ps_ckpt_destroy(ck2);
+    ps_catalog_destroy(cat);
+    ps_catalog_destroy(cat2);
+    tc_rmdir(dir);
+}
+
+/* Reference for "the table after rounds 1..k with a checkpoint after each": replay. */
+static ps_table_t *replay(const char *spec, int k) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, spec, NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    for (int j = 1; j <= k; j++) {
+        tc_round(t, j);
+        assert_int_equal(ps_table_advance_clock(t, ps_table_clock(t) + 1), 0); /* the cut */
+    }
+    return t;
+}
+
+static void test_incremental_chain(void **state) {
+    (void)state;
+    const char *spec = "name=chain,dim=8,optimizer=adam,shards=4";
+    char dir[256];
+    tc_tmpdir(dir, sizeof dir, "chain");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_t *t = add_table(cat, spec);
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 100, .full_every = 4};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    uint64_t full_bytes = 0, inc_bytes = 0;
+    for (int k = 1; k <= 9; k++) {
+        tc_round(t, k);
+        ps_ckpt_result_t r;
+        assert_int_equal(ps_ckpt_write(ck, &r), 0);
+        assert_int_equal(r.id, (uint64_t)k);
+        assert_int_equal(r.incremental, (k - 1) % 4 != 0); /* 1, 5, 9 full */
+        if (r.incremental) {
+            assert_int_equal(r.parent, (uint64_t)k - 1);
+            inc_bytes += r.bytes;
+            if (k % 3 == 0)
+                assert_true(r.tombstones > 0);
+        } else {
+            full_bytes += r.bytes;
+        }
+    }
+    assert_true(inc_bytes / 6 < full_bytes / 3); /* increments hold only changed rows */
+    /* Every checkpoint restores to exactly the state after its round. */
+    for (int k = 1; k <= 9; k++) {
+        ps_catalog_t *c2;
+        ps_ckpt_t *ck2;
+        assert_int_equal(ps_catalog_create(&c2), 0);
+        assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+        assert_int_equal(ps_ckpt_restore(ck2, (uint64_t)k, NULL), 0);
+        ps_table_t *ref = replay(spec, k);
+        tc_assert_equal(get(c2, "chain"), ref);
+        ps_table_destroy(ref);
+        /* A restored chain continues: its next checkpoint is an increment of k. */
+        if (k == 6) {
+            tc_round(get(c2, "chain"), 7);
+            ps_ckpt_result_t r;
+            assert_int_equal(ps_ckpt_write(ck2, &r), 0);
+            assert_true(r.incremental);
+            assert_int_equal(r.parent, 6);
+            ps_catalog_t *c3;
+            ps_ckpt_t *ck3;
+            assert_int_equal(ps_catalog_create(&c3), 0);
+            assert_int_equal(ps_ckpt_create(c3, &o, &ck3), 0);
+            assert_int_equal(ps_ckpt_restore(ck3, r.id, NULL), 0);
+            ps_table_t *ref7 = replay(spec, 7);
+            tc_assert_equal(get(c3, "chain"), ref7);
+            ps_table_destroy(ref7);
+            ps_ckpt_destroy(ck3);
+            ps_catalog_destroy(c3);
+        }
+        ps_ckpt_destroy(ck2);
+        ps_catalog_destroy(c2);
+    }
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
+}
+
+/* ---- consistency while pushes continue ------------------------------------------------- */
+
+#define PUSHES 600
+
+typedef struct pusher {
+    ps_table_t *t;
+    atomic_int done;
+} pusher_t;
+
+static void push_call(ps_table_t *t, int i) {
+    enum { N = 256, D = 16 };
+    uint64_t keys[N];
+    static _Thread_local float g[N * D];
+    uint64_t rng = 77 + (uint64_t)i;
+    for (int j = 0; j < N; j++) {
+        keys[j] = tu_rand(&rng) % 20000;
+        for (int e = 0; e < D; e++)
+            g[j * D + e] = tu_gauss(&rng);
+    }
+    assert_int_equal(ps_table_push(t, keys, N, g, N * D, NULL), 0);
+}
+
+static void *push_loop(void *arg) {
+    pusher_t *p = arg;
+    for (int i = 0; i < PUSHES; i++) {
+        push_call(p->t, i);
+        atomic_store(&p->done, i + 1);
+    }
+    return NULL;
+}
+
+static void test_consistent_under_pushes(void **state) {
+    (void)state;
+    const char *spec = "name=live,dim=16,optimizer=adam,shards=8";
+    char dir[256];
+    tc_tmpdir(dir, sizeof dir, "live");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_t *t = add_table(cat, spec);
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 5, .full_every = 1};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    pusher_t p = {.t = t};
+    pthread_t th;
+    pthread_create(&th, NULL, push_loop, &p);
+    uint64_t ids[3];
+    for (int c = 0; c < 3; c++) { /* checkpoints land at different moments of the pushes */
+        while (atomic_load(&p.done) < 150 * (c + 1))
+            usleep(100);
+        ps_ckpt_result_t r;
+        assert_int_equal(ps_ckpt_write(ck, &r), 0);
+        ids[c] = r.id;
+    }
+    pthread_join(th, NULL);
+    ps_catalog_t *c2[3];
+    ps_ckpt_t *ck2[3];
+    uint64_t v[3];
+    for (int c = 0; c < 3; c++) {
+        assert_int_equal(ps_catalog_create(&c2[c]), 0);
+        assert_int_equal(ps_ckpt_create(c2[c], &o, &ck2[c]), 0);
+        assert_int_equal(ps_ckpt_restore(ck2[c], ids[c], NULL), 0);
+        v[c] = ps_table_version(get(c2[c], "live"));
+        assert_true(v[c] >= 150u * (c + 1) && v[c] < PUSHES);
+    }
+    for (int c = 0; c < 3; c++) {
+        /* Exactly the first v[c] push calls, whole (no torn rows, no mixed epochs), with the
+         * clock advanced by each earlier cut at the same point of the push sequence. */
+        ps_table_config_t cfg;
+        ps_table_config_defaults(&cfg);
+        assert_int_equal(ps_table_config_parse(&cfg, spec, NULL, 0), 0);
+        ps_table_t *ref;
+        assert_int_equal(ps_table_create(&cfg, &ref), 0);
+        int cut = 0;
+        for (uint64_t i = 0; i <= v[c]; i++) {
+            while (cut <= c && v[cut] == i) {
+                assert_int_equal(ps_table_advance_clock(ref, ps_table_clock(ref) + 1), 0);
+                cut++;
+            }
+            if (i < v[c])
+                push_call(ref, (int)i);
+        }
+        tc_assert_equal(get(c2[c], "live"), ref);
+        print_message("checkpoint %d: cut after push %llu of %d, restored bit-exact\n", c,
+                      (unsigned long long)v[c], PUSHES);
+        ps_table_destroy(ref);
+        ps_ckpt_destroy(ck2[c]);
+        ps_catalog_destroy(c2[c]);
+    }
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
+}
+
+/* ---- retention, leftovers, corruption ------------------------------------------------- */
+
+static void flip_byte(const char *path, off_t off) {
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    unsigned char b;
+    assert_int_equal(pread(fd, &b, 1, off), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, off), 1);
+    close(fd);
+}
+
+static void test_retention_and_damage(void **state) {
+    (void)state;
+    char dir[256], path[512];
+    tc_tmpdir(dir, sizeof dir, "keep");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_t *t = add_table(cat, "name=k,dim=4,optimizer=sgd");
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 2, .full_every = 3};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    for (int k = 1; k <= 7; k++) {
+        tc_round(t, k);
+        assert_int_equal(ps_ckpt_write(ck, NULL), 0);
+    }
+    /* keep 2 restore points (6, 7); 7 is a full one (1, 4, 7 full), 6 needs 5 and 4 */
+    ps_ckpt_entry_t e[16];
+    size_t n;
+    assert_int_equal(ps_ckpt_list(dir, e, 16, &n), 0);
+    assert_int_equal(n, 4);
+    assert_int_equal(e[0].id, 4);
+    assert_int_equal(e[3].id, 7);
+    assert_false(e[3].incremental);
+    assert_true(e[2].incremental);
+
+    /* A crashed, unpublished checkpoint is never chosen... */
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000008.tmp", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    ps_catalog_t *c2;
+    ps_ckpt_t *ck2;
+    assert_int_equal(ps_catalog_create(&c2), 0);
+    assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0); /* ...and is cleaned up */
+    struct stat st;
+    assert_int_equal(stat(path, &st), -1);
+    uint64_t got;
+    assert_int_equal(ps_ckpt_restore(ck2, 0, &got), 0);
+    assert_int_equal(got, 7);
+    ps_table_t *ref = replay("name=k,dim=4,optimizer=sgd", 7);
+    tc_assert_equal(get(c2, "k"), ref);
+    ps_table_destroy(ref);
+
+    /* A damaged newest checkpoint: named restore refuses, "newest" falls back to 6. */
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000007/t-k.rows", dir);
+    flip_byte(path, 200);
+    ps_catalog_t *c3;
+    ps_ckpt_t *ck3;
+    assert_int_equal(ps_catalog_create(&c3), 0);
+    assert_int_equal(ps_ckpt_create(c3, &o, &ck3), 0);
+    assert_int_equal(ps_ckpt_restore(ck3, 7, NULL), PC_ECORRUPT);
+    assert_int_equal(ps_ckpt_restore(ck3, 0, &got), 0);
+    assert_int_equal(got, 6);
+    ref = replay("name=k,dim=4,optimizer=sgd", 6);
+    tc_assert_equal(get(c3, "k"), ref);
+    ps_table_destroy(ref);
+    /* A truncated file in the chain of 6: nothing restores, no table was replaced. */
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000004/t-k.rows", dir);
+    assert_int_equal(truncate(path, 100), 0);
+    ps_catalog_t *c4;
+    ps_ckpt_t *ck4;
+    assert_int_equal(ps_catalog_create(&c4), 0);
+    assert_int_equal(ps_ckpt_create(c4, &o, &ck4), 0);
+    assert_int_equal(ps_ckpt_restore(ck4, 6, NULL), PC_ECORRUPT);
+    assert_int_equal(ps_ckpt_restore(ck4, 0, NULL), PC_ENOTFOUND);
+    char names[2][PS_TABLE_NAME_MAX];
+    assert_int_equal(ps_catalog_list(c4, names, 2), 0);
+    /* A manifest that is not JSON. */
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000007/MANIFEST.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"format\": 1, \"id\": ", f);
+    fclose(f);
+    assert_int_equal(ps_ckpt_restore(ck4, 7, NULL), PC_ECORRUPT);
+    ps_ckpt_destroy(ck4);
+    ps_catalog_destroy(c4);
+    ps_ckpt_destroy(ck3);
+    ps_catalog_destroy(c3);
+    ps_ckpt_destroy(ck2);
+    ps_catalog_destroy(c2);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
+}
+
+static void test_export_import(void **state) {
+    (void)state;
+    char dir[256], path[512];
+    tc_tmpdir(dir, sizeof dir, "export");
+    snprintf(path, sizeof path, "%s/model.rows", dir);
+    ps_catalog_t *cat, *c2;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    assert_int_equal(ps_catalog_create(&c2), 0);
+    ps_table_t *t = add_table(cat, "name=emb,dim=10,optimizer=adagrad");
+    for (int k = 1; k <= 4; k++)
+        tc_round(t, k);
+    assert_int_equal(ps_table_export(t, path, true), 0);
+    assert_int_equal(ps_table_import(c2, path, NULL), 0);
+    tc_assert_equal(t, get(c2, "emb"));
+    assert_int_equal(ps_table_import(c2, path, NULL), PC_EEXIST);
+    /* without optimizer state, under another name: same weights, fresh state */
+    assert_int_equal(ps_table_export(t, path, false), 0);
+    assert_int_equal(ps_table_import(c2, path, "serving"), 0);
+    ps_table_t *s = get(c2, "serving");
+    assert_int_equal(ps_table_count(s), ps_table_count(t));
+    uint64_t k = 2000 * 0x9E3779B97F4A7C15ULL;
+    float a[10], b[10];
+    uint8_t fa, fb;
+    assert_int_equal(ps_table_lookup(t, &k, 1, a, 10, &fa), 0);
+    assert_int_equal(ps_table_lookup(s, &k, 1, b, 10, &fb), 0);
+    assert_int_equal(fa, fb);
+    assert_memory_equal(a, b, sizeof a);
+    /* damaged and truncated files are refused, nothing is added */
+    flip_byte(path, 300);
+    assert_int_equal(ps_table_import(c2, path, "bad1"), PC_ECORRUPT);
+    assert_int_equal(ps_table_export(t, path, true), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(truncate(path, st.st_size - 5), 0);
+    assert_int_equal(ps_table_import(c2, path, "bad2"), PC_ECORRUPT);
+    assert_int_equal(truncate(path, 10), 0);
+    assert_int_equal(ps_table_import(c2, path, "bad3"), PC_ECORRUPT);
+    char names[8][PS_TABLE_NAME_MAX];
+    assert_int_equal(ps_catalog_list(c2, names, 8), 2);
+    snprintf(path, sizeof path, "%s/missing.rows", dir);
+    assert_int_equal(ps_table_import(c2, path, NULL), PC_ENOTFOUND);
+    ps_catalog_destroy(cat);
+    ps_catalog_destroy(c2);
+    tc_rmdir(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_every_optimizer),
+        cmocka_unit_test(test_incremental_chain),
+        cmocka_unit_test(test_consistent_under_pushes),
+        cmocka_unit_test(test_retention_and_damage),
+        cmocka_unit_test(test_export_import),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
