@@ -154,11 +154,6 @@ static double sample(const bench_opts_t *o, op_t op, ps_table_t *t, const float 
 
 #define ROUNDS 3
 
-static double median3(const double *v) {
-    double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
-    return v[2] < lo ? lo : (v[2] > hi ? hi : v[2]);
-}
-
 static void make_stream(stream_t *s, uint64_t nkeys, int dist, uint64_t seed, size_t len) {
     s->n = len;
     s->nkeys = nkeys;
@@ -299,10 +294,10 @@ int bench_table_main(int argc, char **argv) {
                         v[3][r] = sample(&o, OP_LOOKUP, t, NULL, dim, streams[d], th, grads, NULL,
                                          outs, secs);
                     }
-                    r_ref[d][th - 1] = median3(v[0]);
-                    r_pull[d][th - 1] = median3(v[1]);
-                    r_push[d][th - 1] = median3(v[2]);
-                    r_look[d][th - 1] = median3(v[3]);
+                    r_ref[d][th - 1] = bench_median3(v[0]);
+                    r_pull[d][th - 1] = bench_median3(v[1]);
+                    r_push[d][th - 1] = bench_median3(v[2]);
+                    r_look[d][th - 1] = bench_median3(v[3]);
                 }
             }
             ps_table_destroy(t);
@@ -327,7 +322,7 @@ int bench_table_main(int argc, char **argv) {
                     for (int r = 0; r < ROUNDS; r++)
                         v[0][r] = sample(&o, OP_REF_ADAGRAD, NULL, upd, dim, streams[d], th, grads,
                                          &aopt, outs, secs);
-                    r_upd[d][th - 1] = median3(v[0]);
+                    r_upd[d][th - 1] = bench_median3(v[0]);
                 }
             }
             pc_vm_free(PC_MEM_OTHER, upd, upd_bytes);
@@ -339,7 +334,7 @@ int bench_table_main(int argc, char **argv) {
                     for (int r = 0; r < ROUNDS; r++)
                         v[0][r] = sample(&o, OP_PUSH, t, NULL, dim, streams[d], th, grads, NULL,
                                          outs, secs);
-                    r_adam[d][th - 1] = median3(v[0]);
+                    r_adam[d][th - 1] = bench_median3(v[0]);
                 }
             }
             ps_table_destroy(t);

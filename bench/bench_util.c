@@ -78,6 +78,11 @@ uint64_t bench_rand(uint64_t *s) {
     return z ^ (z >> 31);
 }
 
+double bench_median3(const double *v) {
+    double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+    return v[2] < lo ? lo : (v[2] > hi ? hi : v[2]);
+}
+
 uint64_t bench_key(uint64_t i) {
     uint64_t s = i * 2 + 1;
     return bench_rand(&s);

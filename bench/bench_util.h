@@ -42,6 +42,9 @@ uint64_t bench_zipf_next(const bench_zipf_t *z, uint64_t *rng); /* 1..n */
 
 uint64_t bench_rand(uint64_t *rng);
 
+/* Median of three samples. */
+double bench_median3(const double *v);
+
 /* Run fn(ctx, thread) on `threads` threads started together; returns wall seconds. */
 double bench_run_threads(int threads, void *(*fn)(void *), void **ctx);
 

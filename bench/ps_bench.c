@@ -7,6 +7,7 @@
 #include <string.h>
 
 int bench_table_main(int argc, char **argv);
+int bench_store_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -14,6 +15,7 @@ static const struct {
     const char *help;
 } k_areas[] = {
     {"table", bench_table_main, "in-process embedding table vs a flat memory gather"},
+    {"store", bench_store_main, "checkpoint and restore vs sequential disk writes"},
 };
 
 int main(int argc, char **argv) {
