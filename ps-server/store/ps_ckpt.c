@@ -441,9 +441,13 @@ static void retain(ps_ckpt_t *c) {
     for (size_t i = 0; i < n; i++) {
         if (need[i])
             continue;
-        char p[PBUF];
+        /* Unpublish first (atomic), then delete: a crash in between leaves a .tmp directory,
+         * which restore ignores and the next checkpointer removes. */
+        char p[PBUF], q[PBUF];
         ckpt_path(c, ids[i], false, p, sizeof p);
-        rm_tree(p);
+        ckpt_path(c, ids[i], true, q, sizeof q);
+        if (rename(p, q) == 0)
+            rm_tree(q);
     }
     free(need);
     fsync_path(c->dir);
