@@ -120,18 +120,7 @@ int bench_store_main(int argc, char **argv) {
         abort();
     ps_table_t *t;
     ps_catalog_acquire(cat, "bench", &t);
-    const size_t chunk = 65536;
-    uint64_t *keys = malloc(chunk * sizeof *keys);
-    float *rows = malloc(chunk * dim * sizeof *rows);
-    for (uint64_t off = 0; off < n; off += chunk) {
-        size_t m = n - off < chunk ? (size_t)(n - off) : chunk;
-        for (size_t i = 0; i < m; i++)
-            keys[i] = bench_key(off + i);
-        if (ps_table_pull(t, keys, m, rows, m * dim))
-            abort();
-    }
-    free(keys);
-    free(rows);
+    bench_fill(t, n);
     printf("ps-bench store: %llu rows, dim %u, Adagrad, directory %s\n", (unsigned long long)n, dim,
            dir);
 

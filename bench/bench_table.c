@@ -185,22 +185,9 @@ static ps_table_t *make_filled(const char *optimizer, uint32_t dim, uint64_t nke
     ps_table_t *t;
     if (ps_table_create(&c, &t))
         abort();
-    const size_t chunk = 65536;
-    uint64_t *keys = malloc(chunk * sizeof *keys);
-    float *rows = malloc(chunk * dim * sizeof *rows);
-    memset(keys, 0, chunk * sizeof *keys); /* resident before the baseline reading */
-    memset(rows, 0, chunk * dim * sizeof *rows);
     uint64_t rss0 = bench_rss_bytes(), huge0 = bench_anon_huge_bytes();
-    for (uint64_t off = 0; off < nkeys; off += chunk) {
-        size_t n = nkeys - off < chunk ? (size_t)(nkeys - off) : chunk;
-        for (size_t i = 0; i < n; i++)
-            keys[i] = bench_key(off + i);
-        if (ps_table_pull(t, keys, n, rows, n * dim))
-            abort();
-    }
+    bench_fill(t, nkeys);
     uint64_t rss1 = bench_rss_bytes(), huge1 = bench_anon_huge_bytes();
-    free(keys);
-    free(rows);
     ps_table_stats_t st;
     ps_table_stats(t, &st);
     *overhead = ps_table_stats_overhead_per_row(&st);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "pc_time.h"
+#include "ps_table.h"
 
 void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o) {
     *o = (bench_opts_t){.pin = true};
@@ -175,4 +176,22 @@ void bench_emit_json(const bench_opts_t *o, cJSON *root) {
         cJSON_free(s);
     }
     cJSON_Delete(root);
+}
+
+void bench_fill(struct ps_table *t, uint64_t n) {
+    const size_t chunk = 65536;
+    const uint32_t dim = ps_table_dim(t);
+    uint64_t *keys = malloc(chunk * sizeof *keys);
+    float *rows = malloc(chunk * dim * sizeof *rows);
+    if (!keys || !rows)
+        abort();
+    for (uint64_t off = 0; off < n; off += chunk) {
+        size_t m = n - off < chunk ? (size_t)(n - off) : chunk;
+        for (size_t i = 0; i < m; i++)
+            keys[i] = bench_key(off + i);
+        if (ps_table_pull(t, keys, m, rows, m * dim))
+            abort();
+    }
+    free(keys);
+    free(rows);
 }

@@ -45,6 +45,10 @@ uint64_t bench_rand(uint64_t *rng);
 /* Median of three samples. */
 double bench_median3(const double *v);
 
+/* Insert keys bench_key(0 .. n-1) into t by pulls of 64Ki keys (aborts on error). */
+struct ps_table;
+void bench_fill(struct ps_table *t, uint64_t n);
+
 /* Run fn(ctx, thread) on `threads` threads started together; returns wall seconds. */
 double bench_run_threads(int threads, void *(*fn)(void *), void **ctx);
 
