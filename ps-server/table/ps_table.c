@@ -40,6 +40,12 @@
  * Admission. A count-min sketch (4 rows of uint8 counters, conservative update) per shard counts
  * sightings of keys that have no row; a pull inserts the key once its estimate reaches
  * admit_threshold.
+ *
+ * Snapshots (checkpoints). Value-changing calls hold the table's `cut` rwlock shared; a snapshot
+ * takes it exclusively to place its cut between whole calls and advances the clock by one tick.
+ * Until a shard has been written, the first change to a row whose tick predates the cut saves the
+ * row's image (copy-on-write per row); removals are logged with their clock for the tombstones
+ * of incremental snapshots. See the "snapshots" section and docs/checkpoints.md.
  */
 #include "ps_table.h"
 #include "ps_optim.h"
@@ -860,12 +866,9 @@ typedef struct batch {
     int rc;
 } batch_t;
 
-/* Key index and shard of visiting position q. */
+/* Key index of visiting position q. */
 static inline uint32_t key_at(const batch_t *b, uint32_t q) {
     return b->p->order[q];
-}
-static inline uint32_t shard_at(const batch_t *b, uint32_t q) {
-    return b->p->sq[q];
 }
 
 /* Fill first[] for the batch; returns how many positions were merged into earlier ones. */
