@@ -38,6 +38,7 @@
 #define MANIFEST        "MANIFEST.json"
 #define MANIFEST_FORMAT 1
 #define MAX_TABLES      1024
+#define MAX_CHAIN       256 /* full_every is at most this: chains restore in bounded steps */
 #define PBUF            (2 * PATH_MAX) /* derived paths: the directory is < PATH_MAX / 2 */
 
 typedef struct tstate {
@@ -102,10 +103,13 @@ static void rm_tree(const char *path) {
 static int parse_name(const char *name, uint64_t *id) {
     if (strncmp(name, "ckpt-", 5) != 0)
         return 0;
+    for (int i = 5; i < 25; i++)
+        if (name[i] < '0' || name[i] > '9')
+            return 0;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(name + 5, &end, 10);
-    if (errno || end == name + 5 || v == 0)
+    if (errno || end != name + 25 || v == 0 || v > UINT64_MAX / 2)
         return 0;
     *id = v;
     if (*end == '\0')
@@ -166,7 +170,7 @@ static void json_u64(cJSON *o, const char *k, uint64_t v) {
 
 static int json_get_u64(const cJSON *o, const char *k, uint64_t *v) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsString(x))
+    if (!cJSON_IsString(x) || x->valuestring[0] < '0' || x->valuestring[0] > '9')
         return PC_ECORRUPT;
     char *end;
     errno = 0;
@@ -227,7 +231,12 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
                      json_get_u64(root, "created_unix_ns", &m->created)
                  ? PC_ECORRUPT
                  : 0;
-    if (!rc && m->id != id)
+    if (!rc && (m->id != id || (m->parent && m->parent >= id)))
+        rc = PC_ECORRUPT;
+    if (!rc &&
+        (strcmp(kind->valuestring, "incremental") != 0 && strcmp(kind->valuestring, "full") != 0))
+        rc = PC_ECORRUPT;
+    if (!rc && (sf->valuedouble < 0 || sf->valuedouble > MAX_CHAIN))
         rc = PC_ECORRUPT;
     if (!rc) {
         m->incremental = strcmp(kind->valuestring, "incremental") == 0;
@@ -249,7 +258,9 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
             json_get_u64(e, "bytes", &t->bytes) || json_get_u64(e, "xxh3", &t->xxh3))
             rc = PC_ECORRUPT;
         t->full = cJSON_IsTrue(full);
-        t->cut = cut ? (uint32_t)cut->valuedouble : 0;
+        if (!rc && (cut->valuedouble < 0 || cut->valuedouble > UINT32_MAX))
+            rc = PC_ECORRUPT;
+        t->cut = rc ? 0 : (uint32_t)cut->valuedouble;
     }
     cJSON_Delete(root);
     if (rc) {
@@ -285,10 +296,10 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
         cJSON_AddStringToObject(e, "file", file);
         cJSON_AddItemToArray(tabs, e);
     }
-    char *text = cJSON_Print(root);
+    char *text = cJSON_GetArraySize(tabs) == (int)m->ntables ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text)
-        return PC_ENOMEM;
+        return PC_ENOMEM; /* an item could not be built: publish nothing */
     char tmp[PBUF + 32], final[PBUF + 32];
     snprintf(tmp, sizeof tmp, "%s/%s.tmp", tmpdir, MANIFEST);
     snprintf(final, sizeof final, "%s/%s", tmpdir, MANIFEST);
@@ -311,7 +322,7 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
 
 int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) {
     if (!cat || !o || !o->dir || !out || o->keep < 1 || o->full_every < 1 ||
-        strlen(o->dir) >= sizeof((ps_ckpt_t *)0)->dir)
+        o->full_every > MAX_CHAIN || strlen(o->dir) >= sizeof((ps_ckpt_t *)0)->dir)
         return PC_EINVAL;
     if (mkdir(o->dir, 0755) != 0 && errno != EEXIST) {
         PC_ERROR("checkpoint dir %s: %s", o->dir, strerror(errno));
@@ -379,6 +390,7 @@ static int write_table(ps_table_t *t, const char *path, uint64_t since, bool wit
                               .state_len = with_state ? ps_table_state_len(t) : 0,
                               .optimizer = (uint32_t)cfg->optimizer,
                               .cut_clock = info.cut_clock,
+                              .flags = since == PS_SCAN_ALL ? 0 : PS_ROWFILE_INCREMENTAL,
                               .version = info.version};
     wctx_t x = {0};
     if (ps_table_config_format(cfg, meta.config, sizeof meta.config) >= sizeof meta.config)
@@ -432,8 +444,10 @@ static void retain(ps_ckpt_t *c) {
                 break;
             need[j] = true;
             manifest_t m;
-            if (manifest_read(c, id, &m))
-                break;
+            if (manifest_read(c, id, &m)) {
+                free(need); /* cannot tell what the chain needs: delete nothing this time */
+                return;
+            }
             id = m.incremental ? m.parent : 0;
             manifest_free(&m);
         }
@@ -471,8 +485,9 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
     ckpt_path(c, m.id, true, tmp, sizeof tmp);
     ckpt_path(c, m.id, false, final, sizeof final);
     if (mkdir(tmp, 0755) != 0) {
-        PC_ERROR("checkpoint %s: mkdir: %s", tmp, strerror(errno));
-        return errno == ENOSPC ? PC_ENOSPC : PC_EIO;
+        int e = errno;
+        PC_ERROR("checkpoint %s: mkdir: %s", tmp, strerror(e));
+        return e == ENOSPC ? PC_ENOSPC : PC_EIO;
     }
     char(*names)[PS_TABLE_NAME_MAX] = malloc(MAX_TABLES * sizeof *names);
     ps_table_t **tabs = calloc(MAX_TABLES, sizeof *tabs);
@@ -483,7 +498,11 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         goto fail;
     }
     size_t nt = ps_catalog_list(c->cat, names, MAX_TABLES);
-    nt = nt < MAX_TABLES ? nt : MAX_TABLES;
+    if (nt > MAX_TABLES) {
+        PC_ERROR("checkpoint: %zu tables, at most %d supported", nt, MAX_TABLES);
+        rc = PC_ETOOBIG;
+        goto fail;
+    }
     for (size_t i = 0; i < nt && !rc; i++) {
         ps_table_t *t;
         if (ps_catalog_acquire(c->cat, names[i], &t))
@@ -508,8 +527,8 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         rc = manifest_write(tmp, &m);
     if (!rc && rename(tmp, final) != 0)
         rc = PC_EIO;
-    if (!rc)
-        rc = fsync_path(c->dir);
+    if (!rc && (rc = fsync_path(c->dir)))
+        rename(final, tmp); /* not known durable: unpublish, the tmp is removed below */
     for (size_t i = 0; i < m.ntables; i++) {
         ps_table_snapshot_end(tabs[i], rc == 0);
         ps_catalog_release(c->cat, tabs[i]);
@@ -553,68 +572,105 @@ fail:
 
 typedef struct rctx {
     ps_table_t *t;
-    int rc;
+    const ps_rowfile_meta_t *meta; /* filled by the reader before any callback */
+    const mtable_t *want;          /* the manifest's entry for this file */
+    int checked;
 } rctx_t;
 
+/* Before the first row or tombstone of a file is applied: the file must be what its manifest
+ * entry and the table say (sizes, cut, version), or nothing is loaded from it. */
+static int restore_check(rctx_t *x) {
+    if (x->checked)
+        return 0;
+    const ps_rowfile_meta_t *m = x->meta;
+    if (m->dim != ps_table_dim(x->t) || m->state_len != ps_table_state_len(x->t) ||
+        m->cut_clock != x->want->cut || m->version != x->want->version ||
+        ((m->flags & PS_ROWFILE_INCREMENTAL) != 0) == x->want->full) {
+        PC_ERROR("checkpoint table %s: row file does not match its manifest", x->want->name);
+        return PC_ECORRUPT;
+    }
+    x->checked = 1;
+    return 0;
+}
+
 static int on_restore_tombs(void *ctx, const uint64_t *keys, size_t n) {
-    return ps_table_erase(((rctx_t *)ctx)->t, keys, n, NULL);
+    rctx_t *x = ctx;
+    int rc = restore_check(x);
+    return rc ? rc : ps_table_erase(x->t, keys, n, NULL);
 }
 
 static int on_restore_rows(void *ctx, size_t n, const uint64_t *keys, const float *w,
                            const float *s, const uint16_t *ticks, const uint8_t *freqs) {
-    return ps_table_load(((rctx_t *)ctx)->t, n, keys, w, s, ticks, freqs);
+    rctx_t *x = ctx;
+    int rc = restore_check(x);
+    return rc ? rc : ps_table_load(x->t, n, keys, w, s, ticks, freqs);
 }
 
-/* Rebuild table `name` as of checkpoint `target` (manifest m) into *out. */
+/* Rebuild table te->name as of checkpoint `target` into *out. */
 static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t *te,
                          ps_table_t **out) {
-    /* Collect the chain: target back to the entry that is full. */
-    uint64_t chain[256];
+    /* Collect the chain: target back to the entry that is full (at most MAX_CHAIN links). */
+    uint64_t chain[MAX_CHAIN + 1];
+    mtable_t *ent = calloc(MAX_CHAIN + 1, sizeof *ent);
+    if (!ent)
+        return PC_ENOMEM;
     size_t nc = 0;
     uint64_t id = target->id;
     int rc = 0;
     for (;;) {
         manifest_t m;
-        if (nc == 256 || (rc = manifest_read(c, id, &m)))
-            return rc ? rc : PC_ECORRUPT;
+        if (nc == MAX_CHAIN + 1 || (rc = manifest_read(c, id, &m))) {
+            rc = rc ? rc : PC_ECORRUPT;
+            break;
+        }
         const mtable_t *e = NULL;
         for (size_t i = 0; i < m.ntables; i++)
             if (strcmp(m.tables[i].name, te->name) == 0)
                 e = &m.tables[i];
-        bool full = e && e->full;
+        if (e)
+            ent[nc] = *e;
         uint64_t parent = m.parent;
         manifest_free(&m);
-        if (!e)
-            return PC_ECORRUPT;
-        chain[nc++] = id;
-        if (full)
+        if (!e) {
+            rc = PC_ECORRUPT;
             break;
-        if (!parent)
-            return PC_ECORRUPT;
+        }
+        chain[nc++] = id;
+        if (ent[nc - 1].full)
+            break;
+        if (!parent) {
+            rc = PC_ECORRUPT;
+            break;
+        }
         id = parent;
     }
     ps_table_config_t cfg;
     ps_table_config_defaults(&cfg);
     char err[256];
-    if (ps_table_config_parse(&cfg, te->config, err, sizeof err)) {
-        PC_ERROR("checkpoint %" PRIu64 " table %s: bad config: %s", target->id, te->name, err);
-        return PC_ECORRUPT;
+    if (!rc && (ps_table_config_parse(&cfg, te->config, err, sizeof err) ||
+                strcmp(cfg.name, te->name) != 0)) {
+        PC_ERROR("checkpoint %" PRIu64 " table %s: bad settings", target->id, te->name);
+        rc = PC_ECORRUPT;
     }
-    ps_table_t *t;
-    if ((rc = ps_table_create(&cfg, &t)))
-        return rc;
-    /* Stored ticks are relative to the clock right after the target's cut. */
-    ps_table_advance_clock(t, te->cut + 1);
-    rctx_t x = {.t = t};
-    for (size_t i = nc; i-- > 0 && !rc;) {
-        char path[PBUF];
+    ps_table_t *t = NULL;
+    if (!rc)
+        rc = ps_table_create(&cfg, &t);
+    /* Apply base first; before each file the clock is where it was right after that file's
+     * cut, so the file's ticks mean the same ages they meant when it was written. */
+    for (size_t i = nc; !rc && i-- > 0;) {
+        char path[PBUF + PS_TABLE_NAME_MAX + 8];
         ckpt_path(c, chain[i], false, path, sizeof path);
         snprintf(path + strlen(path), sizeof path - strlen(path), "/t-%s.rows", te->name);
+        if (ent[i].cut + 1 > ps_table_clock(t))
+            rc = ps_table_advance_clock(t, ent[i].cut + 1);
         ps_rowfile_meta_t meta;
-        rc = ps_rowfile_read(path, &meta, on_restore_tombs, on_restore_rows, &x);
-        if (!rc && (meta.dim != ps_table_dim(t) || meta.state_len != ps_table_state_len(t)))
-            rc = PC_ECORRUPT;
+        rctx_t x = {.t = t, .meta = &meta, .want = &ent[i]};
+        if (!rc)
+            rc = ps_rowfile_read(path, &meta, on_restore_tombs, on_restore_rows, &x);
+        if (!rc)
+            rc = restore_check(&x); /* a file without rows or tombstones */
     }
+    free(ent);
     if (rc) {
         ps_table_destroy(t);
         return rc;
@@ -648,9 +704,15 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
             ps_catalog_drop(c->cat, m.tables[i].name);
             int prc = ps_catalog_put(c->cat, tabs[i]);
             tabs[i] = NULL;
-            if (prc && !rc)
+            if (prc && !rc) {
+                PC_ERROR("restore %" PRIu64 ": table %s could not be installed (%s); the "
+                         "catalog is partly restored",
+                         id, m.tables[i].name, pc_strerror(prc));
                 rc = prc;
+            }
         }
+    }
+    if (!rc) {
         free(c->ts);
         c->ts = ts;
         c->nts = m.ntables;
@@ -687,6 +749,8 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
                 *restored = ids[i];
             return 0;
         }
+        if (rc != PC_ECORRUPT && rc != PC_ENOTFOUND)
+            return rc; /* out of memory, I/O error: not a reason to go back in time */
         PC_WARN("checkpoint %" PRIu64 " does not restore (%s), trying an older one", ids[i],
                 pc_strerror(rc));
     }
@@ -740,9 +804,16 @@ int ps_table_export(ps_table_t *t, const char *path, bool with_state) {
         ps_table_snapshot_end(t, false);
     if (!rc && rename(tmp, path) != 0)
         rc = PC_EIO;
-    if (rc)
+    if (rc) {
         unlink(tmp);
-    return rc;
+        return rc;
+    }
+    char dir[PBUF];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    return fsync_path(slash ? (dir[0] ? dir : "/") : ".");
 }
 
 typedef struct ictx {
@@ -765,11 +836,23 @@ static int import_table(ictx_t *x) {
     }
     if (x->name && snprintf(cfg.name, sizeof cfg.name, "%s", x->name) >= (int)sizeof cfg.name)
         return PC_EINVAL;
+    if (x->meta->flags & PS_ROWFILE_INCREMENTAL) {
+        PC_ERROR("import: the file is an incremental checkpoint part, not a whole table");
+        return PC_EINVAL;
+    }
     int rc = ps_table_create(&cfg, &x->t);
     if (!rc && (x->meta->dim != ps_table_dim(x->t) ||
                 (x->meta->state_len && x->meta->state_len != ps_table_state_len(x->t))))
         rc = PC_ECORRUPT;
+    if (!rc) /* ticks in the file are ages against the clock right after its cut */
+        rc = ps_table_advance_clock(x->t, x->meta->cut_clock + 1);
     return rc;
+}
+
+static int on_import_tombs(void *ctx, const uint64_t *keys, size_t n) {
+    (void)keys;
+    (void)n;
+    return import_table(ctx); /* refuses incremental files before anything is loaded */
 }
 
 static int on_import_rows(void *ctx, size_t n, const uint64_t *keys, const float *w, const float *s,
@@ -784,7 +867,7 @@ int ps_table_import(ps_catalog_t *cat, const char *path, const char *name) {
         return PC_EINVAL;
     ps_rowfile_meta_t meta;
     ictx_t x = {.cat = cat, .name = name, .meta = &meta};
-    int rc = ps_rowfile_read(path, &meta, NULL, on_import_rows, &x);
+    int rc = ps_rowfile_read(path, &meta, on_import_tombs, on_import_rows, &x);
     if (!rc)
         rc = import_table(&x); /* a file without rows */
     if (rc) {

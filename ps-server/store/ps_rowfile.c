@@ -45,10 +45,11 @@ static int flush_buf(ps_rowfile_w_t *w) {
     while (off < w->used) {
         ssize_t n = write(w->fd, w->buf + off, w->used - off);
         if (n < 0) {
-            if (errno == EINTR)
+            int e = errno;
+            if (e == EINTR)
                 continue;
-            PC_ERROR("row file %s: write: %s", w->path, strerror(errno));
-            return errno == ENOSPC ? PC_ENOSPC : PC_EIO;
+            PC_ERROR("row file %s: write: %s", w->path, strerror(e));
+            return e == ENOSPC ? PC_ENOSPC : PC_EIO;
         }
         off += (size_t)n;
     }
@@ -106,7 +107,7 @@ int ps_rowfile_create(const char *path, const ps_rowfile_meta_t *meta, ps_rowfil
     put_u32(w, meta->state_len);
     put_u32(w, meta->optimizer);
     put_u32(w, meta->cut_clock);
-    put_u32(w, 0); /* reserved */
+    put_u32(w, meta->flags);
     put_u64(w, meta->version);
     put_u32(w, (uint32_t)clen);
     put(w, meta->config, clen);
@@ -150,22 +151,20 @@ int ps_rowfile_finish(ps_rowfile_w_t *w, uint64_t *rows, uint64_t *tombs, uint64
     XXH3_64bits_update(&w->hash, counts, sizeof counts);
     uint64_t h = XXH3_64bits_digest(&w->hash);
     int rc = w->err;
+    if (!rc && w->used + FOOTER_SIZE > BUF_SIZE)
+        rc = flush_buf(w); /* make room: the footer goes around put(), unhashed */
     if (!rc) {
-        /* The footer is not part of the hash stream: write it around put(). */
         memcpy(w->buf + w->used, counts, sizeof counts);
         memcpy(w->buf + w->used + 16, &h, 8);
         memcpy(w->buf + w->used + 24, END_MAGIC, 8);
-        if (w->used + FOOTER_SIZE > BUF_SIZE)
-            rc = PC_EINTERNAL; /* cannot happen: put() flushes at BUF_SIZE */
-        else {
-            w->used += FOOTER_SIZE;
-            w->bytes += FOOTER_SIZE;
-            rc = flush_buf(w);
-        }
+        w->used += FOOTER_SIZE;
+        w->bytes += FOOTER_SIZE;
+        rc = flush_buf(w);
     }
     if (!rc && fsync(w->fd) != 0) {
-        PC_ERROR("row file %s: fsync: %s", w->path, strerror(errno));
-        rc = errno == ENOSPC ? PC_ENOSPC : PC_EIO;
+        int e = errno;
+        PC_ERROR("row file %s: fsync: %s", w->path, strerror(e));
+        rc = e == ENOSPC ? PC_ENOSPC : PC_EIO;
     }
     if (close(w->fd) != 0 && !rc)
         rc = PC_EIO;
@@ -235,8 +234,9 @@ int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_
     reader_t r = {.path = path};
     r.fd = open(path, O_RDONLY | O_CLOEXEC);
     if (r.fd < 0) {
-        PC_ERROR("row file %s: open: %s", path, strerror(errno));
-        return errno == ENOENT ? PC_ENOTFOUND : PC_EIO;
+        int e = errno;
+        PC_ERROR("row file %s: open: %s", path, strerror(e));
+        return e == ENOENT ? PC_ENOTFOUND : PC_EIO;
     }
     r.buf = malloc(BUF_SIZE);
     uint64_t *keys = malloc(READ_BATCH * sizeof *keys);
@@ -265,19 +265,21 @@ int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_
     memcpy(&want_hash, foot + 16, 8);
     XXH3_64bits_reset(&r.hash);
     uint8_t hdr[HEADER_SIZE];
-    if ((rc = get(&r, hdr, HEADER_SIZE, 1)) || memcmp(hdr, MAGIC, 8) != 0) {
+    if ((rc = get(&r, hdr, HEADER_SIZE, 1)))
+        goto out;
+    if (memcmp(hdr, MAGIC, 8) != 0) {
         rc = corrupt(path, "bad magic");
         goto out;
     }
     ps_rowfile_meta_t m;
     memset(&m, 0, sizeof m);
-    uint32_t format, reserved, clen;
+    uint32_t format, clen;
     memcpy(&format, hdr + 8, 4);
     memcpy(&m.dim, hdr + 12, 4);
     memcpy(&m.state_len, hdr + 16, 4);
     memcpy(&m.optimizer, hdr + 20, 4);
     memcpy(&m.cut_clock, hdr + 24, 4);
-    memcpy(&reserved, hdr + 28, 4);
+    memcpy(&m.flags, hdr + 28, 4);
     memcpy(&m.version, hdr + 32, 8);
     memcpy(&clen, hdr + 40, 4);
     if (format != FORMAT) {
@@ -285,7 +287,7 @@ int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_
         goto out;
     }
     if (m.dim == 0 || m.dim > PS_DIM_MAX || m.state_len > 2 * PS_DIM_MAX + 1 ||
-        clen >= sizeof m.config) {
+        clen >= sizeof m.config || (m.flags & ~PS_ROWFILE_INCREMENTAL)) {
         rc = corrupt(path, "header values out of range");
         goto out;
     }

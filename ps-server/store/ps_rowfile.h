@@ -3,7 +3,8 @@
  * Used for the RAM rows of checkpoints and for table export/import. Little-endian:
  *
  *   header   "EMBRROWS" u32 format(=1) u32 dim u32 state_len u32 optimizer u32 cut_clock
- *            u64 version u32 config_len  then config_len bytes of table settings
+ *            u32 flags (PS_ROWFILE_INCREMENTAL) u64 version u32 config_len, then config_len
+ *            bytes of table settings
  *            ("name=ads,dim=64,..." as ps_table_config_parse reads them)
  *   rows     per row: u64 key, u16 tick, u8 freq, u8 row_format(=1), dim f32 weights,
  *            state_len f32 optimizer state
@@ -28,8 +29,12 @@
 
 typedef struct ps_rowfile_w ps_rowfile_w_t;
 
+/* flags: the file holds only the rows changed since a parent, plus tombstones */
+#define PS_ROWFILE_INCREMENTAL 1u
+
 typedef struct ps_rowfile_meta {
     uint32_t dim, state_len, optimizer, cut_clock;
+    uint32_t flags;
     uint64_t version;
     char config[2048]; /* table settings as a spec list */
 } ps_rowfile_meta_t;

@@ -67,24 +67,25 @@
 
 /* ==== constants ============================================================================ */
 
-#define BUCKET_SLOTS    16
-#define MAX_LOAD_PCT    97 /* rebuild above this load */
-#define GROW_NUM        6  /* rebuild size factor 6/5 = 1.2 */
-#define GROW_DEN        5
-#define SHRINK_LOAD_PCT 40 /* rebuild smaller below this load */
-#define SETTLE_LOAD_PCT 81 /* load after a shrink */
-#define MIN_BUCKETS     4u
-#define MAX_RID_BITS    28u /* rows per shard < 2^28, tags >= 4 bits */
-#define MAX_TAG_BITS    20u /* tags come from h bits 32..51, shards from the top 12 */
-#define MAX_KICKS       256
-#define PIPE_D          16 /* pipeline distance */
-#define CLOCK_PROBES    64 /* rows a CLOCK eviction visits at most */
-#define AGING_PERIOD    8192u
-#define FREQ_FACTOR     8 /* log counter: increment with probability 1/(1 + freq*8) */
-#define SKETCH_DEPTH    4
-#define HUGE_MIN_BYTES  (4u << 20) /* slab arrays this large ask for huge pages */
-#define HUGE_MIN_INDEX  (2u << 20) /* so do indexes this large */
-#define NO_ROW          UINT32_MAX
+#define BUCKET_SLOTS       16
+#define MAX_LOAD_PCT       97 /* rebuild above this load */
+#define GROW_NUM           6  /* rebuild size factor 6/5 = 1.2 */
+#define GROW_DEN           5
+#define SHRINK_LOAD_PCT    40 /* rebuild smaller below this load */
+#define SETTLE_LOAD_PCT    81 /* load after a shrink */
+#define MIN_BUCKETS        4u
+#define MAX_RID_BITS       28u /* rows per shard < 2^28, tags >= 4 bits */
+#define MAX_TAG_BITS       20u /* tags come from h bits 32..51, shards from the top 12 */
+#define MAX_KICKS          256
+#define PIPE_D             16 /* pipeline distance */
+#define CLOCK_PROBES       64 /* rows a CLOCK eviction visits at most */
+#define AGING_PERIOD       8192u
+#define SNAPSHOT_MAX_TICKS 4096u /* a snapshot spanning more ticks fails (ages stay < 2^15) */
+#define FREQ_FACTOR        8     /* log counter: increment with probability 1/(1 + freq*8) */
+#define SKETCH_DEPTH       4
+#define HUGE_MIN_BYTES     (4u << 20) /* slab arrays this large ask for huge pages */
+#define HUGE_MIN_INDEX     (2u << 20) /* so do indexes this large */
+#define NO_ROW             UINT32_MAX
 
 /* ==== types ================================================================================ */
 
@@ -124,8 +125,9 @@ typedef struct ps_shard {
     uint32_t sketch_width;
     /* snapshot: copy-on-write of rows last changed before the cut (see "snapshots") */
     uint8_t cow_active, cow_failed;
-    uint32_t cow_cut; /* first clock value after the cut */
-    uint8_t *cow;     /* saved records of cow_rec_bytes each */
+    uint8_t removed_lost; /* a removal could not be logged: incrementals refused until a full */
+    uint32_t cow_cut;     /* first clock value after the cut */
+    uint8_t *cow;         /* saved records of cow_rec_bytes each */
     size_t cow_n, cow_cap;
     /* removals since the last committed snapshot, with the clock they happened at */
     ps_removal_t *removed;
@@ -149,6 +151,7 @@ struct ps_table {
     pthread_rwlock_t cut;
     atomic_uint_least64_t version; /* push calls so far: the update version of a cut */
     int snap_active;               /* under `cut` */
+    int snap_scanned, snap_full;   /* the snapshot's one scan happened; it was a full one */
     uint32_t snap_cut;             /* clock value of the cut */
     atomic_int track_removed;      /* log removals (after the first committed snapshot) */
     uint64_t uid;                  /* distinguishes tables of the same name over time */
@@ -459,20 +462,22 @@ static inline int bucket_put(uint32_t *sl, uint32_t v) {
     return 0;
 }
 
-/* Place row r (hash h) into the index. PC_EFULL when the random walk gives up: then one row
- * (possibly another) is missing from the index and the caller must rebuild. */
+/* Place row r (hash h) into the index. PC_EFULL when the random walk gives up; the walk is then
+ * undone, so the index is exactly as before (without r) and the caller may rebuild. */
 static int index_place(ps_shard_t *s, uint64_t h, uint32_t r) {
     uint32_t v = slot_tag(s, h) | (r + 1);
     uint32_t b1 = bucket1(s, h), b2 = bucket2(s, h);
     if (bucket_put(s->slots + (size_t)b1 * BUCKET_SLOTS, v) ||
         bucket_put(s->slots + (size_t)b2 * BUCKET_SLOTS, v))
         return 0;
+    uint32_t *path[MAX_KICKS];
     uint32_t b = (rng_next(s) & 1) ? b1 : b2;
     for (int k = 0; k < MAX_KICKS; k++) {
         uint32_t *sl = s->slots + (size_t)b * BUCKET_SLOTS;
         uint32_t pos = (uint32_t)(rng_next(s) >> 60); /* 0..15 */
         uint32_t victim = sl[pos];
         sl[pos] = v;
+        path[k] = &sl[pos];
         v = victim;
         uint64_t vh = key_hash(s->km[(v & s->rid_mask) - 1].key);
         uint32_t vb1 = bucket1(s, vh), vb2 = bucket2(s, vh);
@@ -480,6 +485,11 @@ static int index_place(ps_shard_t *s, uint64_t h, uint32_t r) {
         if (bucket_put(s->slots + (size_t)alt * BUCKET_SLOTS, v))
             return 0;
         b = alt;
+    }
+    for (int k = MAX_KICKS; k-- > 0;) { /* undo: each slot gets back what it held */
+        uint32_t cur = *path[k];
+        *path[k] = v;
+        v = cur;
     }
     return PC_EFULL;
 }
@@ -495,6 +505,7 @@ static int index_rebuild(ps_shard_t *s, uint32_t nb) {
              old_tag = s->tag_mask;
     if (nb < MIN_BUCKETS)
         nb = MIN_BUCKETS;
+    int rc = PC_EFULL;
     for (int attempt = 0; attempt < 8; attempt++) {
         uint64_t nslots = (uint64_t)nb * BUCKET_SLOTS;
         uint32_t bits = bit_length(nslots);
@@ -502,8 +513,8 @@ static int index_rebuild(ps_shard_t *s, uint32_t nb) {
             break;
         uint32_t *slots = pc_vm_alloc(PC_MEM_INDEX, nslots * sizeof(uint32_t));
         if (!slots) {
-            s->slots = old;
-            return PC_ENOMEM;
+            rc = PC_ENOMEM;
+            break;
         }
         if (nslots * sizeof(uint32_t) >= HUGE_MIN_INDEX)
             pc_vm_advise_huge(slots, nslots * sizeof(uint32_t), 0);
@@ -531,12 +542,12 @@ static int index_rebuild(ps_shard_t *s, uint32_t nb) {
         pc_vm_free(PC_MEM_INDEX, slots, nslots * sizeof(uint32_t));
         nb = nb + nb / 8 + 1;
     }
-    s->slots = old;
+    s->slots = old; /* the old index, with its own geometry, is still valid */
     s->nbuckets = old_nb;
     s->rid_bits = old_bits;
     s->rid_mask = old_mask;
     s->tag_mask = old_tag;
-    return PC_EFULL;
+    return rc;
 }
 
 static inline uint64_t max_rows(const ps_shard_t *s) {
@@ -627,7 +638,7 @@ static void log_removal(ps_table_t *t, ps_shard_t *s, uint64_t key) {
             pc_realloc(PC_MEM_SCRATCH, s->removed, s->removed_cap * sizeof(ps_removal_t),
                        ncap * sizeof(ps_removal_t));
         if (!r) {
-            s->cow_failed = 1; /* next incremental cannot be exact: it fails, a full follows */
+            s->removed_lost = 1; /* incremental snapshots fail until a full one is committed */
             return;
         }
         s->removed = r;
@@ -708,6 +719,7 @@ static void evict_one(ps_table_t *t, ps_shard_t *s) {
             best = f;
             victim = s->hand;
         }
+        cow_save(t, s, s->hand); /* its metadata changes: a snapshot keeps the pre-cut value */
         s->km[s->hand].freq = (uint8_t)(f - 1);
         s->hand++;
     }
@@ -717,8 +729,7 @@ static void evict_one(ps_table_t *t, ps_shard_t *s) {
 
 /* Insert key (absent) with its initial row and fresh state. */
 static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, uint32_t *out) {
-    if (t->shard_cap && s->count >= t->shard_cap)
-        evict_one(t, s);
+    /* Fallible steps first, sized for one more row, so that a failure evicts nothing. */
     if (s->count == s->cap) {
         uint64_t cap = (uint64_t)s->cap + s->cap / 2 + 16;
         if (cap > (1u << MAX_RID_BITS))
@@ -734,6 +745,8 @@ static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, ui
         if (rc)
             return rc;
     }
+    if (t->shard_cap && s->count >= t->shard_cap)
+        evict_one(t, s);
     uint32_t r = s->count++;
     s->km[r].key = key;
     s->km[r].tick = (uint16_t)s->clock;
@@ -744,13 +757,10 @@ static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, ui
     if (t->state_len)
         ps__optim_init_state(&t->opt, row + t->dim);
     if (index_place(s, h, r)) {
+        /* The walk was undone: r is the only row without a slot; a rebuild places it. */
         int rc = index_rebuild(s, s->nbuckets * GROW_NUM / GROW_DEN + 1);
         if (rc) {
-            /* The new row may be unindexed: drop it so index and slab agree. */
-            uint32_t *sl = slot_of_row(s, h, r);
-            if (sl)
-                *sl = 0;
-            s->count--;
+            s->count--; /* drop r: index and slab agree again */
             return rc;
         }
     }
@@ -1193,7 +1203,7 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
     rc = 0;
     const uint32_t dim = t->dim, sl = t->state_len;
     pthread_rwlock_rdlock(&t->cut);
-    for (uint32_t q0 = 0, q1; q0 < n && !rc; q0 = q1) { /* one shard group [q0, q1) */
+    for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) { /* one shard group [q0, q1) */
         ps_shard_t *s = &t->shards[p.sq[q0]];
         for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
             ;
@@ -1201,8 +1211,13 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
         for (uint32_t q = q0; q < q1; q++) {
             uint32_t k = p.order[q];
             uint32_t r = find_row(s, keys[k], p.h[k]);
-            if (r == NO_ROW && (rc = row_insert(t, s, keys[k], p.h[k], &r)))
-                break;
+            if (r == NO_ROW) {
+                int irc = row_insert(t, s, keys[k], p.h[k], &r);
+                if (irc) { /* keep loading the other keys; report the first error */
+                    rc = rc ? rc : irc;
+                    continue;
+                }
+            }
             cow_save(t, s, r);
             float *row = row_ptr(t, s, r);
             memcpy(row, weights + (size_t)k * dim, dim * sizeof(float));
@@ -1238,8 +1253,11 @@ static void shard_advance(ps_table_t *t, ps_shard_t *s, uint32_t now) {
         s->last_ttl = now;
         shard_maybe_shrink(t, s);
     }
-    if (now - s->last_aging >= AGING_PERIOD) {
-        /* Clamp ages at PS_AGE_MAX; ages relative to prev are exact (< 2^15) by the invariant. */
+    if (s->cow_active && now - s->cow_cut >= SNAPSHOT_MAX_TICKS)
+        s->cow_failed = 1; /* pre-cut rows would stop being recognizable: fail the snapshot */
+    if (now - s->last_aging >= AGING_PERIOD && !s->cow_active) {
+        /* Clamp ages at PS_AGE_MAX; ages relative to prev are exact (< 2^15) by the invariant
+         * (aging may be postponed while a snapshot copies, at most SNAPSHOT_MAX_TICKS). */
         for (uint32_t r = 0; r < s->count; r++) {
             uint32_t age = (uint16_t)((uint16_t)prev - s->km[r].tick) + (now - prev);
             if (age >= PS_AGE_MAX)
@@ -1261,10 +1279,13 @@ int ps_table_advance_clock(ps_table_t *t, uint32_t now) {
     if (!t)
         return PC_EINVAL;
     pthread_rwlock_rdlock(&t->cut);
+    /* Concurrent advances: only a larger value wins (compare-and-swap); a smaller one is
+     * refused, so the clock never moves back. */
     uint32_t cur = atomic_load(&t->clock);
+    while (now > cur && !atomic_compare_exchange_weak(&t->clock, &cur, now))
+        ;
     int rc = now < cur ? PC_EINVAL : 0;
     if (!rc && now > cur) {
-        atomic_store(&t->clock, now);
         for (uint32_t sh = 0; sh < t->nshards; sh++) {
             ps_shard_t *s = &t->shards[sh];
             pthread_rwlock_wrlock(&s->lock);
@@ -1339,6 +1360,8 @@ int ps_table_snapshot_begin(ps_table_t *t, bool track_removals, ps_snapshot_info
     }
     atomic_store(&t->clock, next);
     t->snap_active = 1;
+    t->snap_scanned = 0;
+    t->snap_full = 0;
     t->snap_cut = cut;
     info->cut_clock = cut;
     info->version = atomic_load(&t->version);
@@ -1367,22 +1390,32 @@ static int emit_removed(ps_shard_t *s, uint64_t since, uint32_t cut, ps_keys_fn 
 
 int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps_keys_fn removed_fn,
                            void *ctx) {
-    if (!t || !rows_fn || !t->snap_active)
+    if (!t || !rows_fn)
         return PC_EINVAL;
+    /* Held shared for the whole scan: begin/end cannot interleave; pushes go on. */
+    pthread_rwlock_rdlock(&t->cut);
+    if (!t->snap_active || t->snap_scanned) {
+        pthread_rwlock_unlock(&t->cut);
+        return PC_EINVAL;
+    }
+    t->snap_scanned = 1; /* only this thread scans: the flag is ours under the protocol */
+    t->snap_full = since == PS_SCAN_ALL;
     const uint32_t cut = t->snap_cut;
     ps_row_view_t views[256];
     int rc = 0;
     for (uint32_t sh = 0; sh < t->nshards && !rc; sh++) {
         ps_shard_t *s = &t->shards[sh];
         pthread_rwlock_rdlock(&s->lock);
-        if (s->cow_failed)
+        if (s->cow_failed || (since != PS_SCAN_ALL && s->removed_lost))
             rc = PC_ENOMEM;
         const uint32_t now = s->clock;
-        /* Rows changed at clock >= since have age <= now - since (saturating, see scan). */
-        const int every = since == PS_SCAN_ALL || now - since >= PS_AGE_MAX;
-        const uint32_t window = every ? 0 : now - (uint32_t)since;
+        /* Rows changed at clock >= since have age <= now - since (saturating, see scan); a
+         * since after the cut selects nothing. */
+        const int none = since != PS_SCAN_ALL && since > cut;
+        const int every = since == PS_SCAN_ALL || (!none && now - since >= PS_AGE_MAX);
+        const uint32_t window = every || none ? 0 : now - (uint32_t)since;
         size_t nv = 0;
-        for (uint32_t r = 0; r < s->count && !rc; r++) {
+        for (uint32_t r = 0; r < s->count && !rc && !none; r++) {
             const uint16_t tick = s->km[r].tick;
             if (!row_precut(s, tick) || (!every && (uint16_t)((uint16_t)now - tick) > window))
                 continue;
@@ -1392,7 +1425,7 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
                 nv = 0;
             }
         }
-        for (size_t i = 0; i < s->cow_n && !rc; i++) { /* pre-cut images of changed rows */
+        for (size_t i = 0; i < s->cow_n && !rc && !none; i++) { /* pre-cut images */
             const uint8_t *rec = s->cow + i * t->cow_rec_bytes;
             ps_cow_hdr_t h;
             memcpy(&h, rec, sizeof h);
@@ -1416,6 +1449,7 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
         cow_free(t, s);
         pthread_rwlock_unlock(&s->lock);
     }
+    pthread_rwlock_unlock(&t->cut);
     return rc;
 }
 
@@ -1427,6 +1461,8 @@ void ps_table_snapshot_end(ps_table_t *t, bool committed) {
         ps_shard_t *s = &t->shards[sh];
         pthread_rwlock_wrlock(&s->lock);
         cow_free(t, s);
+        if (committed && t->snap_active && t->snap_full)
+            s->removed_lost = 0;           /* a full snapshot needs no tombstones */
         if (committed && t->snap_active) { /* tombstones up to the cut are now on disk */
             size_t keep = 0;
             for (size_t i = 0; i < s->removed_n; i++)

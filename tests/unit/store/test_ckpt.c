@@ -391,6 +391,74 @@ static void test_export_import(void **state) {
     tc_rmdir(dir);
 }
 
+/* Row files whose size ends just below a 1 MiB buffer boundary (the footer must not overflow the
+ * writer's buffer: ASan guards this), a manifest whose settings contradict its row file, and an
+ * incremental part offered to import. */
+static void test_regressions(void **state) {
+    (void)state;
+    char dir[256], path[512];
+    tc_tmpdir(dir, sizeof dir, "regress");
+    ps_catalog_t *cat, *c2;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    assert_int_equal(ps_catalog_create(&c2), 0);
+    ps_table_t *t = add_table(cat, "name=edge,dim=1,optimizer=sgd,init=zeros");
+    char cfg[2048];
+    size_t clen = ps_table_config_format(ps_table_config(t), cfg, sizeof cfg);
+    const size_t header = 44 + clen, row = 12 + 4;
+    const size_t n = ((1u << 20) - 1 - header) / row; /* rows end 1..16 bytes short of 1 MiB */
+    uint64_t *keys = malloc(n * sizeof *keys);
+    float *rows = malloc(n * sizeof *rows);
+    for (size_t i = 0; i < n; i++)
+        keys[i] = i + 1;
+    assert_int_equal(ps_table_pull(t, keys, n, rows, n), 0);
+    snprintf(path, sizeof path, "%s/edge.rows", dir);
+    assert_int_equal(ps_table_export(t, path, true), 0);
+    assert_int_equal(ps_table_import(c2, path, NULL), 0);
+    tc_assert_equal(t, get(c2, "edge"));
+    free(keys);
+    free(rows);
+
+    /* manifest says dim=2, its row file holds dim-1 rows: refused before loading */
+    char cdir[300];
+    snprintf(cdir, sizeof cdir, "%s/ck", dir);
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = cdir, .keep = 5, .full_every = 2};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    assert_int_equal(ps_ckpt_write(ck, NULL), 0);
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000001/MANIFEST.json", cdir);
+    FILE *f = fopen(path, "r+");
+    char text[8192];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    text[len] = '\0';
+    char *dim = strstr(text, "dim=1,");
+    assert_non_null(dim);
+    dim[4] = '2';
+    rewind(f);
+    fwrite(text, 1, len, f);
+    fclose(f);
+    ps_catalog_t *c3;
+    ps_ckpt_t *ck3;
+    assert_int_equal(ps_catalog_create(&c3), 0);
+    assert_int_equal(ps_ckpt_create(c3, &o, &ck3), 0);
+    assert_int_equal(ps_ckpt_restore(ck3, 1, NULL), PC_ECORRUPT);
+
+    /* an incremental part is not a table */
+    tc_round(t, 1);
+    ps_ckpt_result_t r;
+    assert_int_equal(ps_ckpt_write(ck, &r), 0);
+    assert_true(r.incremental);
+    snprintf(path, sizeof path, "%s/ckpt-%020llu/t-edge.rows", cdir, (unsigned long long)r.id);
+    assert_int_equal(ps_table_import(c3, path, "part"), PC_EINVAL);
+    char names[4][PS_TABLE_NAME_MAX];
+    assert_int_equal(ps_catalog_list(c3, names, 4), 0);
+    ps_ckpt_destroy(ck3);
+    ps_catalog_destroy(c3);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    ps_catalog_destroy(c2);
+    tc_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_every_optimizer),
@@ -398,6 +466,7 @@ int main(void) {
         cmocka_unit_test(test_consistent_under_pushes),
         cmocka_unit_test(test_retention_and_damage),
         cmocka_unit_test(test_export_import),
+        cmocka_unit_test(test_regressions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
