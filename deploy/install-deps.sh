@@ -8,7 +8,7 @@ set -euo pipefail
 
 PKGS=(
   # toolchain
-  build-essential cmake pkg-config clang-format
+  build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev
   # product libraries
   libxxhash-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler librocksdb-dev libuv1-dev
   libopenblas-dev libgloo-dev libmicrohttpd-dev zlib1g-dev libcjson-dev

@@ -353,7 +353,10 @@ static inline void prefetch_row(const ps_table_t *t, const ps_shard_t *s, uint32
     uint32_t lines = (uint32_t)((p + (uintptr_t)floats * sizeof(float) - 1) / 64 - p / 64) + 1;
     if (lines > 32)
         lines = 32;
-    __builtin_prefetch(&s->km[r], write, 3);
+    if (write) /* the hint must be a literal for clang */
+        __builtin_prefetch(&s->km[r], 1, 3);
+    else
+        __builtin_prefetch(&s->km[r], 0, 3);
     for (uint32_t l = 0; l < lines; l++, line += 64) {
         if (write)
             __builtin_prefetch(line, 1, 3);

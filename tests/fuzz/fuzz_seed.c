@@ -1,0 +1,66 @@
+/* Writes the seed corpus of fuzz_store into argv[1]: a valid table export (target 0 and 1)
+ * and a valid manifest (target 2), each prefixed with its target byte. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ps_catalog.h"
+#include "ps_ckpt.h"
+
+static int prefix_copy(const char *src, const char *dst, unsigned char target) {
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    if (!in || !out)
+        return 1;
+    fputc(target, out);
+    int c;
+    while ((c = fgetc(in)) != EOF)
+        fputc(c, out);
+    fclose(in);
+    fclose(out);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2)
+        return 2;
+    mkdir(argv[1], 0755);
+    ps_catalog_t *cat;
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    if (ps_catalog_create(&cat) ||
+        ps_table_config_parse(&c, "name=seed,dim=3,optimizer=adam,shards=1", NULL, 0) ||
+        ps_catalog_add(cat, &c))
+        return 1;
+    ps_table_t *t;
+    ps_catalog_acquire(cat, "seed", &t);
+    uint64_t keys[5] = {1, 2, 3, 4, 5};
+    float g[15];
+    for (int i = 0; i < 15; i++)
+        g[i] = 0.1f * (float)i;
+    ps_table_push(t, keys, 5, g, 15, NULL);
+    char tmp[600], dst[700];
+    snprintf(tmp, sizeof tmp, "%s/export.tmp", argv[1]);
+    if (ps_table_export(t, tmp, true))
+        return 1;
+    snprintf(dst, sizeof dst, "%s/seed-rows", argv[1]);
+    prefix_copy(tmp, dst, 0);
+    snprintf(dst, sizeof dst, "%s/seed-import", argv[1]);
+    prefix_copy(tmp, dst, 1);
+    remove(tmp);
+    snprintf(tmp, sizeof tmp, "%s/ck", argv[1]);
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = tmp, .keep = 2, .full_every = 1};
+    if (ps_ckpt_create(cat, &o, &ck) || ps_ckpt_write(ck, NULL))
+        return 1;
+    char man[800];
+    snprintf(man, sizeof man, "%s/ckpt-00000000000000000001/MANIFEST.json", tmp);
+    snprintf(dst, sizeof dst, "%s/seed-manifest", argv[1]);
+    prefix_copy(man, dst, 2);
+    ps_ckpt_destroy(ck);
+    ps_catalog_release(cat, t);
+    ps_catalog_destroy(cat);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    return system(cmd) == 0 ? 0 : 1;
+}
