@@ -22,8 +22,9 @@ echo "== format check"
 tests/check-format.sh
 
 echo "== configure and build ($build, sanitizer: $sanitize)"
+mkdir -p "$build"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEMBER_SANITIZE="$sanitize" \
-      -DEMBER_WERROR=ON >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+      -DEMBER_WERROR=ON >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 cmake --build "$build" -j2
 
 echo "== tests"
