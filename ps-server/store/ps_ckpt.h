@@ -66,7 +66,10 @@ typedef struct ps_ckpt_entry {
 /* Published checkpoints of `dir`, oldest first: up to cap entries, *n gets how many exist. */
 int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n);
 
-/* Write table `t` to a portable row file (optimizer state included when with_state). */
+/* Write table `t` to a portable row file (optimizer state included when with_state), via a
+ * temporary name and rename. A table has one snapshot at a time: while a checkpoint is writing
+ * it, export answers PC_EAGAIN (and a checkpoint meeting an export fails with PC_EAGAIN too);
+ * retry. */
 int ps_table_export(ps_table_t *t, const char *path, bool with_state);
 
 /* Create a table from an exported file in `cat`, named `name` (NULL: the exported name).
