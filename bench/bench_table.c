@@ -239,12 +239,19 @@ int bench_table_main(int argc, char **argv) {
            "push/r", "push/u");
     cJSON *main_case = NULL, *main_case2 = NULL;
     float *outs[MAX_THR];
-    float *grads = malloc((size_t)BATCH * 64 * sizeof *grads);
+    uint32_t maxdim = 0;
+    for (int i = 0; i < ndims; i++)
+        maxdim = dims[i] > maxdim ? dims[i] : maxdim;
+    if (maxdim > 1024) {
+        fprintf(stderr, "ps-bench table: --dim must be 1..1024\n");
+        return 2;
+    }
+    float *grads = malloc((size_t)BATCH * maxdim * sizeof *grads);
     uint64_t grng = 3;
-    for (size_t i = 0; i < (size_t)BATCH * 64; i++)
+    for (size_t i = 0; i < (size_t)BATCH * maxdim; i++)
         grads[i] = (float)((double)(bench_rand(&grng) >> 11) * 0x1p-53 - 0.5) * 0.01f;
     for (int i = 0; i < MAX_THR; i++)
-        outs[i] = malloc((size_t)BATCH * 64 * sizeof(float));
+        outs[i] = malloc((size_t)BATCH * maxdim * sizeof(float));
 
     for (int si = 0; si < nsizes; si++) {
         const uint64_t n = sizes[si];

@@ -42,11 +42,20 @@ void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o) 
 void bench_pin(const bench_opts_t *o, int cpu) {
     if (!o->pin)
         return;
-    cpu_set_t set;
+    /* The cpu-th of the CPUs this process may use (taskset is respected). */
+    cpu_set_t allowed, set;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
+        return;
+    int n = CPU_COUNT(&allowed), want = n ? cpu % n : 0;
     CPU_ZERO(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    CPU_SET(cpu % (n > 0 ? n : 1), &set);
-    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    for (int c = 0, seen = 0; c < CPU_SETSIZE; c++) {
+        if (CPU_ISSET(c, &allowed) && seen++ == want) {
+            CPU_SET(c, &set);
+            break;
+        }
+    }
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
+        fprintf(stderr, "ps-bench: could not pin a thread to a CPU; figures are unpinned\n");
 }
 
 uint64_t bench_rss_bytes(void) {

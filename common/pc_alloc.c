@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 static atomic_uint_least64_t g_used[PC_MEM_NTAGS];
 
@@ -56,6 +57,10 @@ void pc_free(pc_mem_tag_t tag, void *p, size_t size) {
 /* Reserve `size` bytes of address space at a 2 MiB boundary (PROT_NONE placeholder, or usable
  * memory when `usable`). Returns NULL on failure. */
 static void *map_aligned(size_t size, int usable) {
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    if (size > SIZE_MAX - HUGE - page)
+        return NULL;
+    size = (size + page - 1) & ~(page - 1); /* the tail unmapped below must start on a page */
     size_t span = size + HUGE;
     int prot = usable ? PROT_READ | PROT_WRITE : PROT_NONE;
     int flags = MAP_PRIVATE | MAP_ANONYMOUS | (usable ? 0 : MAP_NORESERVE);

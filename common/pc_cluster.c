@@ -52,7 +52,7 @@ static int valid_addr(const char *a, size_t len) {
     if (len == 0 || len >= PC_ADDR_MAX)
         return 0;
     for (size_t i = 0; i < len; i++)
-        if (!isgraph((unsigned char)a[i]) || a[i] == ',' || a[i] == ';')
+        if (!isgraph((unsigned char)a[i]) || a[i] == ',' || a[i] == ';' || a[i] == '=')
             return 0;
     return 1;
 }
@@ -158,23 +158,23 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
         cm_err(err, errlen, "no cluster map text");
         return PC_EINVAL;
     }
-    const char *vs = strstr(text, "version="), *ss = strstr(text, "servers="),
-               *ls = strstr(text, "slots=");
-    if (!vs || !ss || !ls) {
-        cm_err(err, errlen, "cluster map needs version=, servers= and slots=");
+    /* Exactly "version=V;servers=A,B,...;slots=RANGES", in this order. */
+    const char *vs = text, *ss = strstr(text, ";servers="), *ls = strstr(text, ";slots=");
+    if (strncmp(text, "version=", 8) != 0 || !ss || !ls || ls < ss) {
+        cm_err(err, errlen, "cluster map: expected version=V;servers=...;slots=...");
         return PC_EPARSE;
     }
+    ss += 1;
+    ls += 1;
     const char *p = vs + 8;
     uint64_t version;
-    if (parse_u64(&p, UINT64_MAX, &version) || version == 0 || (*p && *p != ';')) {
+    if (parse_u64(&p, UINT64_MAX, &version) || version == 0 || *p != ';' || p + 1 != ss) {
         cm_err(err, errlen, "cluster map: bad version");
         return PC_EPARSE;
     }
     /* Count servers. */
     p = ss + 8;
-    const char *send = strchr(p, ';');
-    if (!send)
-        send = p + strlen(p);
+    const char *send = ls - 1; /* the ';' before slots= */
     size_t n = 1;
     for (const char *q = p; q < send; q++)
         n += *q == ',';
@@ -197,6 +197,13 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
             return PC_EPARSE;
         }
         memcpy(m->addrs[i], p, (size_t)(e - p));
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(m->addrs[j], m->addrs[i]) == 0) {
+                cm_err(err, errlen, "cluster map: server %s listed twice", m->addrs[i]);
+                pc_cmap_destroy(m);
+                return PC_EPARSE;
+            }
+        }
         p = e + 1;
     }
     /* Slot ranges. */
@@ -207,6 +214,7 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
     }
     p = ls + 6;
     rc = 0;
+    int said = 0; /* a specific message is already in err */
     while (*p && *p != ';') {
         uint64_t lo, hi, srv;
         if (parse_u64(&p, PC_NSLOTS - 1, &lo)) {
@@ -228,6 +236,7 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
         for (uint64_t s = lo; s <= hi; s++) {
             if (seen[s]) {
                 cm_err(err, errlen, "cluster map: slot %llu assigned twice", (unsigned long long)s);
+                said = 1;
                 rc = PC_EPARSE;
                 break;
             }
@@ -236,20 +245,21 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
         }
         if (rc)
             break;
-        if (*p == ',')
+        if (*p == ',' && p[1])
             p++;
-        else if (*p && *p != ';')
-            rc = PC_EPARSE;
+        else if (*p)
+            rc = PC_EPARSE; /* trailing comma, another field or garbage */
     }
     for (uint32_t s = 0; rc == 0 && s < PC_NSLOTS; s++) {
         if (!seen[s]) {
             cm_err(err, errlen, "cluster map: slot %u not assigned", s);
+            said = 1;
             rc = PC_EPARSE;
         }
     }
     free(seen);
     if (rc) {
-        if (err && errlen && !err[0])
+        if (!said)
             cm_err(err, errlen, "cluster map: bad slots list near '%.20s'", p);
         pc_cmap_destroy(m);
         return rc;

@@ -62,7 +62,7 @@ static int parse_bool(const char *v, bool *out) {
 static int parse_int(const char *v, int64_t *out) {
     errno = 0;
     char *end;
-    long long x = strtoll(v, &end, 0);
+    long long x = strtoll(v, &end, 10); /* decimal only: "010" is ten, not eight */
     if (end == v || errno)
         return PC_EINVAL;
     struct {
@@ -147,8 +147,28 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err,
     return PC_EINVAL;
 }
 
+/* Storage size each type writes: a declaration on a field of another size is a bug. */
+static size_t type_size(pc_setting_type_t t) {
+    switch (t) {
+        case PC_SET_BOOL:
+            return sizeof(bool);
+        case PC_SET_INT:
+            return sizeof(int64_t);
+        case PC_SET_DOUBLE:
+            return sizeof(double);
+        case PC_SET_ENUM:
+            return sizeof(int);
+        case PC_SET_STRING:
+            return 0; /* any buffer */
+    }
+    return 0;
+}
+
 int pc_settings_defaults(const pc_setting_t *tab, size_t n, void *obj) {
     for (size_t i = 0; i < n; i++) {
+        size_t want = type_size(tab[i].type);
+        if ((want && tab[i].size != want) || (tab[i].type == PC_SET_STRING && tab[i].size < 2))
+            return PC_EINVAL;
         int rc = set_value(&tab[i], obj, tab[i].def, NULL, 0);
         if (rc)
             return rc;
@@ -295,6 +315,10 @@ int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const ch
             break;
         }
     }
+    if (!rc && ferror(f)) {
+        set_err(err, errlen, "%s: read error", path);
+        rc = PC_EIO;
+    }
     fclose(f);
     return rc;
 }
@@ -331,9 +355,13 @@ void pc_settings_format(const pc_setting_t *s, const void *obj, char *buf, size_
         case PC_SET_DOUBLE:
             snprintf(buf, cap, "%.17g", *(const double *)field);
             break;
-        case PC_SET_ENUM:
-            snprintf(buf, cap, "%s", s->choices[*(const int *)field]);
+        case PC_SET_ENUM: {
+            int v = *(const int *)field, nch = 0;
+            while (s->choices[nch])
+                nch++;
+            snprintf(buf, cap, "%s", v >= 0 && v < nch ? s->choices[v] : "?");
             break;
+        }
         case PC_SET_STRING:
             snprintf(buf, cap, "%s", field);
             break;

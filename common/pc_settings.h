@@ -12,8 +12,9 @@
  *   --help         pc_settings_help
  *   effective      pc_settings_dump         (same syntax as the config file: round-trips)
  *
- * Value syntax: bool true/false/1/0/yes/no/on/off; int with optional decimal (k, M, G) or binary
- * (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer size - 1.
+ * Value syntax: bool true/false/1/0/yes/no/on/off; int in decimal with optional decimal (k, M, G)
+ * or binary (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer
+ * size - 1 (in files and spec lists a string cannot hold '#' or ',').
  * Every value is checked against the bounds before it is stored; on error nothing is stored and
  * `err` (may be NULL) receives one line naming the setting, the value and the rule.
  *

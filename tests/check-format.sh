@@ -10,6 +10,7 @@ bad=0
 for f in $files; do
   if ! clang-format --dry-run -Werror "$f" >/dev/null 2>&1; then
     echo "not formatted: $f"
+    clang-format --dry-run -Werror "$f" 2>&1 | head -n 6
     bad=1
   fi
 done

@@ -62,6 +62,49 @@ static void test_alloc(void **state) {
     pc_vm_free(PC_MEM_INDEX, v, 64 << 20);
     assert_int_equal(pc_mem_used(PC_MEM_INDEX), vb);
     assert_null(pc_calloc(PC_MEM_OTHER, SIZE_MAX / 2, 4)); /* overflow refused */
+    assert_null(pc_vm_alloc(PC_MEM_OTHER, SIZE_MAX - 100));
+
+    /* Large mappings of sizes that are not whole pages: 2 MiB aligned, contents kept and
+     * alignment preserved through growth in place or by moving, nothing left mapped. */
+    const size_t odd = (2u << 20) + 100;
+    uint64_t before_other = pc_mem_used(PC_MEM_OTHER);
+    char *a = pc_vm_alloc(PC_MEM_OTHER, odd);
+    assert_non_null(a);
+    assert_int_equal((uintptr_t)a & ((2u << 20) - 1), 0);
+    a[odd - 1] = 42;
+    char *block = pc_vm_alloc(PC_MEM_OTHER, 1 << 20); /* may sit right behind a */
+    size_t sizes[] = {(5u << 20) + 7, (9u << 20) + 4095, (3u << 20) + 1};
+    size_t cur = odd;
+    for (int i = 0; i < 3; i++) {
+        a = pc_vm_resize(PC_MEM_OTHER, a, cur, sizes[i]);
+        assert_non_null(a);
+        assert_int_equal((uintptr_t)a & ((2u << 20) - 1), 0);
+        assert_int_equal(a[odd - 1], 42);
+        a[sizes[i] - 1] = 7; /* the whole new size is usable */
+        cur = sizes[i];
+    }
+    pc_vm_free(PC_MEM_OTHER, block, 1 << 20);
+    pc_vm_free(PC_MEM_OTHER, a, cur);
+    assert_int_equal(pc_mem_used(PC_MEM_OTHER), before_other);
+    /* the process mapped nothing more than it mapped before (no leaked tails) */
+    FILE *maps = fopen("/proc/self/maps", "r");
+    char line[512];
+    size_t nmaps = 0;
+    while (fgets(line, sizeof line, maps))
+        nmaps++;
+    fclose(maps);
+    for (int round = 0; round < 20; round++) {
+        char *x = pc_vm_alloc(PC_MEM_OTHER, (2u << 20) + 100 + (size_t)round * 4096 + 3);
+        x = pc_vm_resize(PC_MEM_OTHER, x, (2u << 20) + 100 + (size_t)round * 4096 + 3,
+                         (6u << 20) + 5);
+        pc_vm_free(PC_MEM_OTHER, x, (6u << 20) + 5);
+    }
+    maps = fopen("/proc/self/maps", "r");
+    size_t nmaps2 = 0;
+    while (fgets(line, sizeof line, maps))
+        nmaps2++;
+    fclose(maps);
+    assert_true(nmaps2 <= nmaps + 2);
     assert_string_equal(pc_mem_tag_name(PC_MEM_ROWS), "rows");
 }
 

@@ -44,6 +44,9 @@ static void test_defaults_and_list(void **state) {
     assert_true(c.verbose);
     assert_int_equal(pc_settings_parse_list(tab, N, &c, "count=3M", err, sizeof err), 0);
     assert_int_equal(c.count, 3000000);
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "count=010", err, sizeof err), 0);
+    assert_int_equal(c.count, 10); /* decimal, not octal */
+    assert_int_equal(pc_settings_parse_list(tab, N, &c, "count=0x10", err, sizeof err), PC_EINVAL);
     assert_int_equal(pc_settings_parse_list(tab, N, &c, "", err, sizeof err), 0);
 }
 
@@ -144,12 +147,26 @@ static void test_file_env_dump(void **state) {
     free(buf);
 }
 
+/* A declaration whose field has the wrong size is refused (it would overwrite memory). */
+typedef struct small {
+    int n; /* INT settings store int64_t */
+} small_t;
+
+static void test_bad_declaration(void **state) {
+    (void)state;
+    const pc_setting_t bad[] = {
+        {"n", PC_SET_INT, offsetof(small_t, n), sizeof(int), 0, 10, "1", NULL, "an int field"}};
+    small_t x;
+    assert_int_equal(pc_settings_defaults(bad, 1, &x), PC_EINVAL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_list),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_args),
         cmocka_unit_test(test_file_env_dump),
+        cmocka_unit_test(test_bad_declaration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
