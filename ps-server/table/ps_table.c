@@ -133,8 +133,7 @@ typedef struct ps_shard {
     ps_removal_t *removed;
     size_t removed_n, removed_cap;
     /* counters (under the write lock) */
-    uint64_t pulled, pushed, inserted, erased, ev_cap, ev_ttl, pending, dropped, nonfinite,
-        rebuilds;
+    uint64_t pushed, inserted, erased, ev_cap, ev_ttl, pending, dropped, nonfinite, rebuilds;
 } __attribute__((aligned(64))) ps_shard_t;
 
 struct ps_table {
@@ -145,7 +144,7 @@ struct ps_table {
     uint32_t shard_cap; /* rows per shard, 0 = unlimited */
     uint32_t admit;     /* admission threshold (0 = off) */
     _Atomic uint32_t clock;
-    atomic_uint_least64_t looked_up;
+    atomic_uint_least64_t looked_up, pulled; /* counted per call: readers share shards */
     /* Value-changing calls (push, erase, load, clock advance) hold `cut` shared for their whole
      * duration; a snapshot takes it exclusively to place its cut between whole calls. */
     pthread_rwlock_t cut;
@@ -876,6 +875,8 @@ typedef struct batch {
     dedup_t *d;            /* push */
     ps_push_result_t *res; /* push */
     uint64_t salt;         /* push: the update version, coin of the frequency counters */
+    uint32_t *defer;       /* pull: positions whose key was missing under the read lock */
+    uint32_t ndefer;
     int rc;
 } batch_t;
 
@@ -963,44 +964,36 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
             fill_initial(t, key, out);
         return;
     }
-    const float *g = NULL;
-    if (op == OP_PUSH) {
-        const dedup_t *d = b->d;
-        g = d->acc[q] != UINT32_MAX ? d->sum + d->acc[q] : b->grads + (size_t)k * dim;
-        if (!ps__grad_finite(g, dim)) {
-            s->nonfinite++;
-            b->res->skipped_nonfinite++;
-            return;
-        }
-    } else {
-        s->pulled++;
+    if (op == OP_PULL) { /* under the read lock: copy, or leave the key for pull_miss */
+        uint32_t r = resolve(s, key, h, b->p->cand[k]);
+        if (r != NO_ROW)
+            memcpy(b->rows + (size_t)k * dim, row_ptr(t, s, r), (size_t)dim * sizeof(float));
+        else
+            b->defer[b->ndefer++] = q;
+        return;
+    }
+    const dedup_t *d = b->d;
+    const float *g = d->acc[q] != UINT32_MAX ? d->sum + d->acc[q] : b->grads + (size_t)k * dim;
+    if (!ps__grad_finite(g, dim)) {
+        s->nonfinite++;
+        b->res->skipped_nonfinite++;
+        return;
     }
     uint32_t r = resolve(s, key, h, b->p->cand[k]);
     if (r == NO_ROW) {
-        if (t->admit > 1 && sketch_count(s, key, op == OP_PULL) < t->admit) {
-            if (op == OP_PULL) {
-                fill_initial(t, key, b->rows + (size_t)k * dim);
-                s->pending++;
-            } else {
-                s->dropped++;
-                b->res->dropped_unadmitted++;
-            }
+        if (t->admit > 1 && sketch_count(s, key, 0) < t->admit) {
+            s->dropped++;
+            b->res->dropped_unadmitted++;
             return;
         }
         int rc = row_insert(t, s, key, h, &r);
         if (rc) {
-            if (op == OP_PULL)
-                fill_initial(t, key, b->rows + (size_t)k * dim);
             if (!b->rc)
                 b->rc = rc;
             return;
         }
     }
     float *row = row_ptr(t, s, r);
-    if (op == OP_PULL) {
-        memcpy(b->rows + (size_t)k * dim, row, (size_t)dim * sizeof(float));
-        return;
-    }
     cow_save(t, s, r);
     ps__optim_step(&t->opt, row, row + dim, g);
     s->km[r].tick = (uint16_t)s->clock;
@@ -1009,11 +1002,37 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
     b->res->applied++;
 }
 
+/* A pulled key that was missing under the read lock, now under the write lock: it may have
+ * been inserted meanwhile (another caller, an earlier duplicate); else count a sighting for
+ * admission, insert it, and copy its row. */
+static void pull_miss(batch_t *b, ps_shard_t *s, uint32_t k) {
+    ps_table_t *t = b->t;
+    const uint64_t key = b->keys[k], h = b->p->h[k];
+    float *out = b->rows + (size_t)k * t->dim;
+    uint32_t r = find_row(s, key, h);
+    if (r == NO_ROW) {
+        if (t->admit > 1 && sketch_count(s, key, 1) < t->admit) {
+            fill_initial(t, key, out);
+            s->pending++;
+            return;
+        }
+        int rc = row_insert(t, s, key, h, &r);
+        if (rc) {
+            fill_initial(t, key, out);
+            if (!b->rc)
+                b->rc = rc;
+            return;
+        }
+    }
+    memcpy(out, row_ptr(t, s, r), (size_t)t->dim * sizeof(float));
+}
+
+/* Pull and lookup share a shard (they change nothing in the main pass); push takes it alone. */
 static inline void shard_lock(ps_shard_t *s, op_t op) {
-    if (op == OP_LOOKUP)
-        pthread_rwlock_rdlock(&s->lock);
-    else
+    if (op == OP_PUSH)
         pthread_rwlock_wrlock(&s->lock);
+    else
+        pthread_rwlock_rdlock(&s->lock);
 }
 
 /* Run the batch one shard group at a time, each under its shard's lock, through a four-stage
@@ -1040,6 +1059,7 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
             ;
         ps_shard_t *s = &t->shards[sh];
         shard_lock(s, op);
+        const uint32_t d0 = b->ndefer;
         uint32_t qa = q0, qb = q0, qb2 = q0, qc = q0;
         while (qc < q1) {
             if (qa < q1) {
@@ -1074,6 +1094,12 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
                 qc++;
             }
         }
+        if (op == OP_PULL && b->ndefer > d0) { /* inserts need the shard alone */
+            pthread_rwlock_unlock(&s->lock);
+            pthread_rwlock_wrlock(&s->lock);
+            for (uint32_t i = d0; i < b->ndefer; i++)
+                pull_miss(b, s, order[b->defer[i]]);
+        }
         pthread_rwlock_unlock(&s->lock);
     }
 #undef LIVE
@@ -1097,7 +1123,14 @@ int ps_table_pull(ps_table_t *t, const uint64_t *keys, size_t n, float *rows, si
     batch_t b;
     batch_init(&b, t, keys, &p, n);
     b.rows = rows;
+    b.defer = pc_malloc(PC_MEM_SCRATCH, n * sizeof(uint32_t));
+    if (!b.defer) {
+        plan_free(&p);
+        return PC_ENOMEM;
+    }
     batch_run(&b, OP_PULL);
+    pc_free(PC_MEM_SCRATCH, b.defer, n * sizeof(uint32_t));
+    atomic_fetch_add_explicit(&t->pulled, n, memory_order_relaxed);
     plan_free(&p);
     return b.rc;
 }
@@ -1619,7 +1652,6 @@ int ps_table_stats(const ps_table_t *t, ps_table_stats_t *o) {
         o->bytes_index += (uint64_t)s->nbuckets * BUCKET_SLOTS * sizeof(uint32_t);
         o->bytes_sketch += (uint64_t)SKETCH_DEPTH * s->sketch_width;
         o->bytes_reserved += (uint64_t)(s->cap - s->count) * (t->stride * 4 + sizeof(ps_km_t));
-        o->pulled += s->pulled;
         o->pushed += s->pushed;
         o->inserted += s->inserted;
         o->erased += s->erased;
@@ -1636,6 +1668,7 @@ int ps_table_stats(const ps_table_t *t, ps_table_stats_t *o) {
     o->bytes_keys = o->rows * sizeof(uint64_t);
     o->bytes_meta = o->rows * (sizeof(ps_km_t) - sizeof(uint64_t));
     o->looked_up = atomic_load_explicit(&((ps_table_t *)t)->looked_up, memory_order_relaxed);
+    o->pulled = atomic_load_explicit(&((ps_table_t *)t)->pulled, memory_order_relaxed);
     o->clock = ps_table_clock(t);
     return 0;
 }

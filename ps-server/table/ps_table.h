@@ -43,7 +43,9 @@
  *
  * Thread rule: a table is thread-safe: any number of threads may call any function at once,
  * except ps_table_destroy (no other call may be in flight) and ps_table_set_evict_fn (before
- * use). Internally the table is split into `shards` by key hash, each with its own lock.
+ * use). Internally the table is split into `shards` by key hash, each with its own rwlock:
+ * pull and lookup share it (a pull takes it alone only to insert missing keys), push, erase and
+ * load take it alone.
  */
 #ifndef PS_TABLE_H
 #define PS_TABLE_H
