@@ -86,6 +86,19 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err,
     char *field = (char *)obj + s->offset;
     while (isspace((unsigned char)*v))
         v++;
+    char trimmed[128]; /* numbers, booleans and choices: trailing blanks do not count */
+    if (s->type != PC_SET_STRING) {
+        size_t len = strlen(v);
+        while (len && isspace((unsigned char)v[len - 1]))
+            len--;
+        if (len >= sizeof trimmed) {
+            set_err(err, errlen, "%s: value too long", s->name);
+            return PC_EINVAL;
+        }
+        memcpy(trimmed, v, len);
+        trimmed[len] = '\0';
+        v = trimmed;
+    }
     switch (s->type) {
         case PC_SET_BOOL: {
             bool b;
@@ -270,7 +283,7 @@ int pc_settings_parse_args(const pc_setting_t *tab, size_t n, void *obj, int arg
             value = eq + 1;
         } else if (s->type == PC_SET_BOOL) {
             value = "true";
-        } else if (*argi + 1 < argc) {
+        } else if (*argi + 1 < argc && strncmp(argv[*argi + 1], "--", 2) != 0) {
             value = argv[++*argi];
         } else {
             set_err(err, errlen, "--%s needs a value", s->name);
@@ -326,9 +339,13 @@ int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const ch
 int pc_settings_load_env(const pc_setting_t *tab, size_t n, void *obj, const char *prefix,
                          char *err, size_t errlen) {
     for (size_t i = 0; i < n; i++) {
-        char var[160];
+        char var[256];
         int len = snprintf(var, sizeof var, "%s%s", prefix, tab[i].name);
-        for (int j = 0; j < len && j < (int)sizeof var; j++)
+        if (len < 0 || len >= (int)sizeof var) {
+            set_err(err, errlen, "environment name for %s is too long", tab[i].name);
+            return PC_EINVAL;
+        }
+        for (int j = 0; j < len; j++)
             var[j] = (char)toupper((unsigned char)var[j]);
         const char *v = getenv(var);
         if (!v)

@@ -94,6 +94,10 @@ static void test_args(void **state) {
     argi = 1;
     assert_int_equal(pc_settings_parse_args(tab, N, &c, 2, argv2, &argi, err, sizeof err),
                      PC_EINVAL);
+    char *argv3[] = {"prog", "--count", "--rate=0.5"}; /* an option is not a value */
+    argi = 1;
+    assert_int_equal(pc_settings_parse_args(tab, N, &c, 3, argv3, &argi, err, sizeof err),
+                     PC_EINVAL);
 }
 
 static void test_file_env_dump(void **state) {
