@@ -64,6 +64,10 @@ int pc_cmap_create_even(uint64_t version, size_t n, const char *const *addrs,
     for (size_t i = 0; i < n; i++)
         if (!addrs[i] || !valid_addr(addrs[i], strlen(addrs[i])))
             return PC_EINVAL;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(addrs[i], addrs[j]) == 0)
+                return PC_EINVAL; /* a server listed twice (the text form refuses it too) */
     pc_cluster_map_t *m;
     int rc = cm_alloc(n, &m);
     if (rc)
@@ -215,7 +219,7 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
     p = ls + 6;
     rc = 0;
     int said = 0; /* a specific message is already in err */
-    while (*p && *p != ';') {
+    while (*p) {  /* the slots field is the last one: everything up to the end is ranges */
         uint64_t lo, hi, srv;
         if (parse_u64(&p, PC_NSLOTS - 1, &lo)) {
             rc = PC_EPARSE;
@@ -245,7 +249,7 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
         }
         if (rc)
             break;
-        if (*p == ',' && p[1])
+        if (*p == ',' && isdigit((unsigned char)p[1]))
             p++;
         else if (*p)
             rc = PC_EPARSE; /* trailing comma, another field or garbage */

@@ -126,6 +126,7 @@ typedef struct ps_shard {
     /* snapshot: copy-on-write of rows last changed before the cut (see "snapshots") */
     uint8_t cow_active, cow_failed;
     uint8_t removed_lost; /* a removal could not be logged: incrementals refused until a full */
+    uint32_t lost_clock;  /* the latest clock at which a removal was lost */
     uint32_t cow_cut;     /* first clock value after the cut */
     uint8_t *cow;         /* saved records of cow_rec_bytes each */
     size_t cow_n, cow_cap;
@@ -153,6 +154,7 @@ struct ps_table {
     int snap_scanned, snap_full;   /* the snapshot's one scan happened; it was a full one */
     uint32_t snap_cut;             /* clock value of the cut */
     atomic_int track_removed;      /* log removals (after the first committed snapshot) */
+    atomic_int snap_busy;          /* a snapshot exists (set before waiting for `cut`) */
     uint64_t uid;                  /* distinguishes tables of the same name over time */
     size_t cow_rec_bytes;
     ps_evict_fn evict_fn;
@@ -602,6 +604,13 @@ static inline int row_precut(const ps_shard_t *s, uint16_t tick) {
     return age > s->clock - s->cow_cut;
 }
 
+static void cow_free(ps_table_t *t, ps_shard_t *s) {
+    pc_free(PC_MEM_SCRATCH, s->cow, s->cow_cap * t->cow_rec_bytes);
+    s->cow = NULL;
+    s->cow_n = s->cow_cap = 0;
+    s->cow_active = 0;
+}
+
 /* Save row r's image if the shard's snapshot still needs it. */
 static void cow_save(ps_table_t *t, ps_shard_t *s, uint32_t r) {
     if (!s->cow_active || !row_precut(s, s->km[r].tick))
@@ -612,6 +621,7 @@ static void cow_save(ps_table_t *t, ps_shard_t *s, uint32_t r) {
                                 ncap * t->cow_rec_bytes);
         if (!c) {
             s->cow_failed = 1; /* the snapshot reports PC_ENOMEM; the table is unaffected */
+            cow_free(t, s);    /* stop copying (and let aging resume) at once */
             return;
         }
         s->cow = c;
@@ -621,13 +631,6 @@ static void cow_save(ps_table_t *t, ps_shard_t *s, uint32_t r) {
     ps_cow_hdr_t h = {s->km[r].key, s->km[r].tick, s->km[r].freq};
     memcpy(rec, &h, sizeof h);
     memcpy(rec + sizeof h, row_ptr(t, s, r), (size_t)t->stride * sizeof(float));
-}
-
-static void cow_free(ps_table_t *t, ps_shard_t *s) {
-    pc_free(PC_MEM_SCRATCH, s->cow, s->cow_cap * t->cow_rec_bytes);
-    s->cow = NULL;
-    s->cow_n = s->cow_cap = 0;
-    s->cow_active = 0;
 }
 
 /* Log the removal of `key` (for incremental checkpoints' tombstones). */
@@ -641,6 +644,7 @@ static void log_removal(ps_table_t *t, ps_shard_t *s, uint64_t key) {
                        ncap * sizeof(ps_removal_t));
         if (!r) {
             s->removed_lost = 1; /* incremental snapshots fail until a full one is committed */
+            s->lost_clock = s->clock;
             return;
         }
         s->removed = r;
@@ -721,8 +725,10 @@ static void evict_one(ps_table_t *t, ps_shard_t *s) {
             best = f;
             victim = s->hand;
         }
-        cow_save(t, s, s->hand); /* its metadata changes: a snapshot keeps the pre-cut value */
-        s->km[s->hand].freq = (uint8_t)(f - 1);
+        /* Age the counter, except on pre-cut rows while a snapshot copies: their metadata must
+         * stay as at the cut (and saving each one visited would cost a copy per visit). */
+        if (!(s->cow_active && row_precut(s, s->km[s->hand].tick)))
+            s->km[s->hand].freq = (uint8_t)(f - 1);
         s->hand++;
     }
     if (victim != NO_ROW)
@@ -1289,8 +1295,10 @@ static void shard_advance(ps_table_t *t, ps_shard_t *s, uint32_t now) {
         s->last_ttl = now;
         shard_maybe_shrink(t, s);
     }
-    if (s->cow_active && now - s->cow_cut >= SNAPSHOT_MAX_TICKS)
+    if (s->cow_active && now - s->cow_cut >= SNAPSHOT_MAX_TICKS) {
         s->cow_failed = 1; /* pre-cut rows would stop being recognizable: fail the snapshot */
+        cow_free(t, s);
+    }
     if (now - s->last_aging >= AGING_PERIOD && !s->cow_active) {
         /* Clamp ages at PS_AGE_MAX; ages relative to prev are exact (< 2^15) by the invariant
          * (aging may be postponed while a snapshot copies, at most SNAPSHOT_MAX_TICKS). */
@@ -1376,11 +1384,9 @@ int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx)
 int ps_table_snapshot_begin(ps_table_t *t, bool track_removals, ps_snapshot_info_t *info) {
     if (!t || !info)
         return PC_EINVAL;
-    pthread_rwlock_wrlock(&t->cut); /* no value-changing call is in flight now */
-    if (t->snap_active) {
-        pthread_rwlock_unlock(&t->cut);
+    if (atomic_exchange(&t->snap_busy, 1)) /* at once, without queueing behind a scan */
         return PC_EAGAIN;
-    }
+    pthread_rwlock_wrlock(&t->cut); /* no value-changing call is in flight now */
     const uint32_t cut = atomic_load(&t->clock), next = cut + 1;
     if (track_removals)
         atomic_store(&t->track_removed, 1);
@@ -1508,8 +1514,11 @@ void ps_table_snapshot_end(ps_table_t *t, bool committed) {
         }
         pthread_rwlock_unlock(&s->lock);
     }
+    const int was_active = t->snap_active;
     t->snap_active = 0;
     pthread_rwlock_unlock(&t->cut);
+    if (was_active)
+        atomic_store(&t->snap_busy, 0);
 }
 
 void ps_table_track_removals(ps_table_t *t) {

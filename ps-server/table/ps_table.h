@@ -220,6 +220,10 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
 /* End the snapshot. `committed`: it is safely on disk, so removals up to its cut are forgotten. */
 void ps_table_snapshot_end(ps_table_t *t, bool committed);
 
+/* True when an incremental snapshot cannot be exact (a removal could not be logged for lack of
+ * memory): the next snapshot must be a full one. */
+bool ps_table_needs_full(const ps_table_t *t);
+
 /* Start logging removals (a restored table continuing an incremental chain). */
 void ps_table_track_removals(ps_table_t *t);
 

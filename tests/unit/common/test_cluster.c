@@ -106,6 +106,8 @@ static void test_assign(void **state) {
     assert_int_equal(pc_cmap_assign(c, 0, 1, 2, 3), PC_EINVAL); /* no such server */
     assert_int_equal(pc_cmap_assign(c, 5, 1, 0, 3), PC_EINVAL);
     assert_int_equal(pc_cmap_create_even(0, 2, addrs, &m), PC_EINVAL);
+    const char *twice[] = {"a:1", "a:1"};
+    assert_int_equal(pc_cmap_create_even(1, 2, twice, &m), PC_EINVAL);
     pc_cmap_destroy(c);
     pc_cmap_destroy(m);
 }

@@ -361,6 +361,57 @@ static void test_capacity(void **state) {
     ps_table_destroy(t);
 }
 
+typedef struct seen_keys {
+    uint64_t *keys;
+    size_t n, cap;
+} seen_keys_t;
+
+static int collect_keys(void *ctx, const ps_row_view_t *rows, size_t n) {
+    seen_keys_t *x = ctx;
+    for (size_t i = 0; i < n; i++) {
+        assert_true(x->n < x->cap);
+        x->keys[x->n++] = rows[i].key;
+    }
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* A snapshot of a table under capacity pressure: evictions during the snapshot must neither
+ * duplicate rows nor lose the pre-cut ones. */
+static void test_snapshot_with_evictions(void **state) {
+    (void)state;
+    ps_table_t *t = make("dim=4,optimizer=sgd,capacity_rows=2000,shards=2");
+    enum { PRE = 2000, POST = 6000 };
+    static uint64_t keys[PRE + POST];
+    static float rows[(PRE + POST) * 4];
+    for (int i = 0; i < PRE + POST; i++)
+        keys[i] = 0xABC00000ULL + (uint64_t)i;
+    assert_int_equal(ps_table_pull(t, keys, PRE, rows, PRE * 4), 0);
+    assert_int_equal(ps_table_push(t, keys, PRE, rows, PRE * 4, NULL), 0); /* freq > 0 */
+    uint64_t before = ps_table_count(t);
+    ps_snapshot_info_t info;
+    assert_int_equal(ps_table_snapshot_begin(t, true, &info), 0);
+    assert_int_equal(ps_table_snapshot_begin(t, true, &info), PC_EAGAIN); /* one at a time */
+    for (int r = 0; r < 3; r++) /* floods of new keys evict pre-cut rows, many visits each */
+        assert_int_equal(ps_table_pull(t, keys + PRE, POST, rows, POST * 4), 0);
+    static uint64_t got[PRE + POST];
+    seen_keys_t x = {got, 0, PRE + POST};
+    assert_int_equal(ps_table_snapshot_scan(t, PS_SCAN_ALL, collect_keys, NULL, &x), 0);
+    assert_int_equal(ps_table_snapshot_scan(t, PS_SCAN_ALL, collect_keys, NULL, &x), PC_EINVAL);
+    ps_table_snapshot_end(t, true);
+    qsort(got, x.n, sizeof *got, cmp_u64);
+    for (size_t i = 1; i < x.n; i++)
+        assert_true(got[i] != got[i - 1]); /* every row once */
+    assert_int_equal(x.n, before);         /* exactly the rows held at the cut */
+    for (size_t i = 0; i < x.n; i++)
+        assert_true(got[i] < keys[PRE]);
+    ps_table_destroy(t);
+}
+
 static void test_bad_input(void **state) {
     (void)state;
     ps_table_config_t c;
@@ -437,6 +488,7 @@ int main(void) {
         cmocka_unit_test(test_clock_wrap),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_snapshot_with_evictions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
