@@ -231,8 +231,8 @@ int bench_table_main(int argc, char **argv) {
     cJSON_AddStringToObject(root, "bench", "table");
     cJSON_AddNumberToObject(root, "batch", BATCH);
     cJSON_AddNumberToObject(root, "seconds_per_measurement", secs);
-    printf("ps-bench table: rows/s, batch %d, median of %d samples of %.2fs, reference and table "
-           "interleaved, threads pinned=%s\n",
+    printf("ps-bench table: rows/s, batch %d, median of %d samples of %.2fs; gather, pull, push "
+           "and lookup interleaved, flat update and Adam in their own phases; threads pinned=%s\n",
            BATCH, ROUNDS, secs, o.pin ? "yes" : "no");
     printf("%4s %9s %7s %3s %11s %11s %11s %11s %11s %11s %6s %6s %6s\n", "dim", "keys", "dist",
            "thr", "pull", "push_adagr", "push_adam", "lookup", "ref_gather", "ref_update", "pull/r",
