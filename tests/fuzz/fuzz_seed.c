@@ -8,6 +8,8 @@
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
 
+#include "fuzz_seed_table.h"
+
 static int prefix_copy(const char *src, const char *dst, unsigned char target) {
     FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
     if (!in || !out)
@@ -26,19 +28,9 @@ int main(int argc, char **argv) {
         return 2;
     mkdir(argv[1], 0755);
     ps_catalog_t *cat;
-    ps_table_config_t c;
-    ps_table_config_defaults(&c);
-    if (ps_catalog_create(&cat) ||
-        ps_table_config_parse(&c, "name=seed,dim=3,optimizer=adam,shards=1", NULL, 0) ||
-        ps_catalog_add(cat, &c))
+    if (ps_catalog_create(&cat))
         return 1;
-    ps_table_t *t;
-    ps_catalog_acquire(cat, "seed", &t);
-    uint64_t keys[5] = {1, 2, 3, 4, 5};
-    float g[15];
-    for (int i = 0; i < 15; i++)
-        g[i] = 0.1f * (float)i;
-    ps_table_push(t, keys, 5, g, 15, NULL);
+    ps_table_t *t = fuzz_seed_table(cat);
     char tmp[600], dst[700];
     snprintf(tmp, sizeof tmp, "%s/export.tmp", argv[1]);
     if (ps_table_export(t, tmp, true))
@@ -58,7 +50,6 @@ int main(int argc, char **argv) {
     snprintf(dst, sizeof dst, "%s/seed-manifest", argv[1]);
     prefix_copy(man, dst, 2);
     ps_ckpt_destroy(ck);
-    ps_catalog_release(cat, t);
     ps_catalog_destroy(cat);
     char cmd[800];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

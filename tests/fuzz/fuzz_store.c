@@ -22,6 +22,8 @@
 #include "ps_ckpt.h"
 #include "ps_rowfile.h"
 
+#include "fuzz_seed_table.h"
+
 static char g_dir[256];
 
 static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *f) {
@@ -78,23 +80,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         abort();
     atexit(cleanup);
     ps_catalog_t *cat;
-    ps_table_config_t c;
-    ps_table_config_defaults(&c);
-    if (ps_catalog_create(&cat) ||
-        ps_table_config_parse(&c, "name=seed,dim=3,optimizer=adam,shards=1", NULL, 0) ||
-        ps_catalog_add(cat, &c))
+    if (ps_catalog_create(&cat))
         abort();
-    ps_table_t *t;
-    ps_catalog_acquire(cat, "seed", &t);
-    uint64_t keys[5] = {1, 2, 3, 4, 5};
-    float g[15];
-    for (int i = 0; i < 15; i++)
-        g[i] = 0.1f * (float)i;
-    ps_table_push(t, keys, 5, g, 15, NULL);
+    ps_table_t *t = fuzz_seed_table(cat);
     snprintf(g_rows, sizeof g_rows, "%s/seed.rows", g_dir);
     if (ps_table_export(t, g_rows, true))
         abort();
-    ps_catalog_release(cat, t);
     ps_catalog_destroy(cat);
     return 0;
 }
