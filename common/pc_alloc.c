@@ -8,6 +8,25 @@
 #include <unistd.h>
 
 static atomic_uint_least64_t g_used[PC_MEM_NTAGS];
+static atomic_long g_fail_after = -1; /* test fault injection: -1 = off */
+
+void pc_mem_fail_after(long n) {
+    atomic_store(&g_fail_after, n);
+}
+
+long pc_mem_fail_remaining(void) {
+    return atomic_load(&g_fail_after);
+}
+
+/* True when this allocation must fail (fault injection). */
+static int injected_failure(void) {
+    long n = atomic_load_explicit(&g_fail_after, memory_order_relaxed);
+    if (n < 0)
+        return 0;
+    while (n > 0 && !atomic_compare_exchange_weak(&g_fail_after, &n, n - 1))
+        ;
+    return n == 0;
+}
 
 static void count_add(pc_mem_tag_t tag, size_t n) {
     atomic_fetch_add_explicit(&g_used[tag], n, memory_order_relaxed);
@@ -18,6 +37,8 @@ static void count_sub(pc_mem_tag_t tag, size_t n) {
 }
 
 void *pc_malloc(pc_mem_tag_t tag, size_t size) {
+    if (injected_failure())
+        return NULL;
     void *p = malloc(size ? size : 1);
     if (p)
         count_add(tag, size);
@@ -25,7 +46,7 @@ void *pc_malloc(pc_mem_tag_t tag, size_t size) {
 }
 
 void *pc_calloc(pc_mem_tag_t tag, size_t count, size_t size) {
-    if (size && count > SIZE_MAX / size)
+    if ((size && count > SIZE_MAX / size) || injected_failure())
         return NULL;
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (p)
@@ -34,6 +55,8 @@ void *pc_calloc(pc_mem_tag_t tag, size_t count, size_t size) {
 }
 
 void *pc_realloc(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size) {
+    if (injected_failure())
+        return NULL;
     void *q = realloc(p, new_size ? new_size : 1);
     if (!q)
         return NULL;
@@ -77,7 +100,7 @@ static void *map_aligned(size_t size, int usable) {
 }
 
 void *pc_vm_alloc(pc_mem_tag_t tag, size_t size) {
-    if (size == 0)
+    if (size == 0 || injected_failure())
         return NULL;
     void *p;
     if (size >= HUGE) {
@@ -95,7 +118,7 @@ void *pc_vm_alloc(pc_mem_tag_t tag, size_t size) {
 void *pc_vm_resize(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size) {
     if (!p)
         return pc_vm_alloc(tag, new_size);
-    if (new_size == 0)
+    if (new_size == 0 || injected_failure())
         return NULL;
     void *q = MAP_FAILED;
     if (new_size >= HUGE && ((uintptr_t)p & (HUGE - 1)) == 0) {

@@ -55,6 +55,12 @@ void pc_vm_free(pc_mem_tag_t tag, void *p, size_t size);
  * [p, p + used) into huge pages now; advisory, errors ignored. */
 void pc_vm_advise_huge(void *p, size_t size, size_t used);
 
+/* Fault injection for tests (SQLite style): after `n` more successful allocations through this
+ * module, every allocation fails until pc_mem_fail_after(-1). Process-wide; tests only. */
+void pc_mem_fail_after(long n);
+/* Successful allocations left before injected failures start (0: failing now, -1: off). */
+long pc_mem_fail_remaining(void);
+
 /* Bytes currently allocated under `tag`. */
 uint64_t pc_mem_used(pc_mem_tag_t tag);
 /* Tag name ("rows"), or "unknown". */

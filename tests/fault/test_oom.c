@@ -1,0 +1,135 @@
+/* Out of memory at every allocation: a sequence of table operations (push with inserts and
+ * duplicates, pull of new keys, erase, load, snapshot) is replayed with the i-th allocation
+ * failing, for i = 0, 1, 2, ... until the sequence completes without reaching the failure.
+ * Each time: every call returns 0 or PC_ENOMEM, the table stays consistent (scan, count and
+ * lookups agree), rows no call touched are bit-identical to before, and the table works again
+ * once memory is back. (Allocation failure injection: pc_mem_fail_after.) */
+#include "table_check.h"
+
+#include "pc_alloc.h"
+#include "pc_error.h"
+#include "ps_table.h"
+
+enum { BASE = 3000, DIM = 4 };
+
+static uint64_t base_key(int i) {
+    return 0x5000000ULL + (uint64_t)i * 7;
+}
+
+static ps_table_t *make_base(void) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, "dim=4,optimizer=adam,shards=4", NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    static uint64_t keys[BASE];
+    static float g[BASE * DIM];
+    for (int i = 0; i < BASE; i++)
+        keys[i] = base_key(i);
+    for (int i = 0; i < BASE * DIM; i++)
+        g[i] = 0.01f * (float)(i % 17);
+    assert_int_equal(ps_table_push(t, keys, BASE, g, BASE * DIM, NULL), 0);
+    return t;
+}
+
+static int g_failed_calls; /* calls that reported PC_ENOMEM, over all replays */
+
+static int ok_or_oom(int rc) {
+    g_failed_calls += rc == PC_ENOMEM;
+    return rc == 0 || rc == PC_ENOMEM;
+}
+
+static int count_rows(void *ctx, const ps_row_view_t *r, size_t n) {
+    (void)r;
+    *(size_t *)ctx += n;
+    return 0;
+}
+
+/* The operations; keys base_key(0..999) are touched, base_key(1000..) never are. */
+static void run_ops(ps_table_t *t) {
+    static uint64_t keys[1200];
+    static float g[1200 * DIM], rows[1200 * DIM];
+    for (int i = 0; i < 600; i++) /* 300 existing, 300 new, with duplicates */
+        keys[i] = i < 300 ? base_key(i % 250) : 0x9000000ULL + (uint64_t)(i % 280);
+    for (int i = 0; i < 600 * DIM; i++)
+        g[i] = 0.5f;
+    assert_true(ok_or_oom(ps_table_push(t, keys, 600, g, 600 * DIM, NULL)));
+    for (int i = 0; i < 1200; i++)
+        keys[i] = 0xA000000ULL + (uint64_t)i; /* new keys: inserts, index and slab growth */
+    assert_true(ok_or_oom(ps_table_pull(t, keys, 1200, rows, 1200 * DIM)));
+    for (int i = 0; i < 200; i++)
+        keys[i] = base_key(300 + i);
+    assert_true(ok_or_oom(ps_table_erase(t, keys, 200, NULL)));
+    for (int i = 0; i < 300; i++)
+        keys[i] = i < 150 ? base_key(500 + i) : 0xB000000ULL + (uint64_t)i;
+    assert_true(ok_or_oom(ps_table_load(t, 300, keys, g, NULL, NULL, NULL)));
+    ps_snapshot_info_t info;
+    int rc = ps_table_snapshot_begin(t, true, &info);
+    assert_true(ok_or_oom(rc));
+    if (rc == 0) { /* a push while the snapshot copies: copy-on-write under the same failure */
+        assert_true(ok_or_oom(ps_table_push(t, keys, 150, g, 150 * DIM, NULL)));
+        size_t n = 0;
+        assert_true(ok_or_oom(ps_table_snapshot_scan(t, PS_SCAN_ALL, count_rows, NULL, &n)));
+        ps_table_snapshot_end(t, false);
+    }
+}
+
+static void test_every_allocation_failure(void **state) {
+    (void)state;
+    ps_table_t *ref = make_base();
+    tc_rows_t before;
+    tc_dump(ref, &before);
+    int iterations = 0;
+    for (long i = 0;; i++) {
+        ps_table_t *t = make_base();
+        pc_mem_fail_after(i);
+        run_ops(t);
+        const long left = pc_mem_fail_remaining(); /* > 0: the failure was never reached */
+        pc_mem_fail_after(-1);
+        /* Consistency: scan, count and lookups agree. */
+        tc_rows_t now;
+        tc_dump(t, &now);
+        assert_int_equal(now.n, ps_table_count(t));
+        for (size_t r = 0; r < now.n; r++) {
+            float w[DIM];
+            uint8_t found;
+            assert_int_equal(ps_table_lookup(t, &now.keys[r], 1, w, DIM, &found), 0);
+            assert_int_equal(found, 1);
+            assert_memory_equal(w, now.vals + r * now.width, sizeof w);
+        }
+        /* Rows no call touched (base keys 1000..) are exactly as before. */
+        size_t j = 0;
+        for (size_t r = 0; r < before.n; r++) {
+            uint64_t k = before.keys[r];
+            if (k < base_key(1000))
+                continue;
+            while (j < now.n && now.keys[j] < k)
+                j++;
+            assert_true(j < now.n && now.keys[j] == k);
+            assert_memory_equal(now.vals + j * now.width, before.vals + r * before.width,
+                                before.width * sizeof(float));
+            assert_int_equal(now.tick[j], before.tick[r]);
+        }
+        tc_free(&now);
+        /* Works again with memory back. */
+        uint64_t k = 0xC000000ULL;
+        float g[DIM] = {1, 1, 1, 1}, w[DIM];
+        assert_int_equal(ps_table_push(t, &k, 1, g, DIM, NULL), 0);
+        assert_int_equal(ps_table_pull(t, &k, 1, w, DIM), 0);
+        ps_table_destroy(t);
+        iterations++;
+        if (left > 0)
+            break; /* the whole sequence ran without meeting the failure */
+        assert_true(i < 20000);
+    }
+    print_message("%d allocation failure points replayed, %d calls reported PC_ENOMEM\n",
+                  iterations, g_failed_calls);
+    assert_true(g_failed_calls >= iterations - 1); /* each replay but the last met a failure */
+    tc_free(&before);
+    ps_table_destroy(ref);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_allocation_failure)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
