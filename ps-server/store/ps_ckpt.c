@@ -18,6 +18,7 @@
 #include "ps_ckpt.h"
 #include "ps_rowfile.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
 #include "pc_time.h"
@@ -40,6 +41,9 @@
 #define MAX_TABLES      1024
 #define MAX_CHAIN       256 /* full_every is at most this: chains restore in bounded steps */
 #define PBUF            (2 * PATH_MAX) /* derived paths: the directory is < PATH_MAX / 2 */
+/* Every allocation through pc_alloc (counted, and failure injection reaches it in tests). */
+#define CK_ALLOC(bytes)   pc_calloc(PC_MEM_SCRATCH, 1, (bytes))
+#define CK_FREE(p, bytes) pc_free(PC_MEM_SCRATCH, (p), (bytes))
 
 typedef struct tstate {
     char name[PS_TABLE_NAME_MAX];
@@ -54,7 +58,7 @@ struct ps_ckpt {
     uint64_t last_id;    /* parent of the next incremental; 0: none */
     uint32_t since_full; /* incrementals after the last full checkpoint of that chain */
     tstate_t *ts;
-    size_t nts;
+    size_t nts, ts_cap;
 };
 
 /* One table's entry of a manifest. */
@@ -190,7 +194,7 @@ static int json_get_str(const cJSON *o, const char *k, char *buf, size_t cap) {
 }
 
 static void manifest_free(manifest_t *m) {
-    free(m->tables);
+    CK_FREE(m->tables, (m->ntables ? m->ntables : 1) * sizeof *m->tables);
     m->tables = NULL;
 }
 
@@ -203,21 +207,31 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
     if (!f)
         return errno == ENOENT ? PC_ENOTFOUND : PC_EIO;
     char *text = NULL;
-    size_t len = 0;
-    if (fseek(f, 0, SEEK_END) == 0) {
-        long sz = ftell(f);
-        if (sz > 0 && sz < (64 << 20) && fseek(f, 0, SEEK_SET) == 0) {
-            text = malloc((size_t)sz + 1);
-            if (text && fread(text, 1, (size_t)sz, f) == (size_t)sz) {
-                len = (size_t)sz;
-                text[len] = '\0';
-            }
+    size_t len = 0, text_bytes = 0;
+    int rc = 0; /* a manifest we cannot read is not a corrupt one: ENOMEM/EIO stop a restore */
+    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        rc = PC_EIO;
+    } else if (sz > 0 && sz < (64 << 20)) {
+        text_bytes = (size_t)sz + 1;
+        text = CK_ALLOC(text_bytes);
+        if (!text)
+            rc = PC_ENOMEM;
+        else if (fread(text, 1, (size_t)sz, f) != (size_t)sz)
+            rc = PC_EIO;
+        else {
+            len = (size_t)sz;
+            text[len] = '\0';
         }
     }
     fclose(f);
+    if (rc) {
+        CK_FREE(text, text_bytes);
+        return rc;
+    }
     cJSON *root = len ? cJSON_ParseWithLength(text, len) : NULL;
-    free(text);
-    int rc = root ? 0 : PC_ECORRUPT;
+    CK_FREE(text, text_bytes);
+    rc = root ? 0 : PC_ECORRUPT;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(root, "kind");
     const cJSON *sf = cJSON_GetObjectItemCaseSensitive(root, "since_full");
@@ -242,9 +256,11 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
         m->incremental = strcmp(kind->valuestring, "incremental") == 0;
         m->since_full = (uint32_t)sf->valueint;
         m->ntables = (size_t)cJSON_GetArraySize(tabs);
-        m->tables = calloc(m->ntables ? m->ntables : 1, sizeof *m->tables);
-        if (!m->tables)
+        m->tables = CK_ALLOC((m->ntables ? m->ntables : 1) * sizeof *m->tables);
+        if (!m->tables) {
+            m->ntables = 0;
             rc = PC_ENOMEM;
+        }
     }
     for (size_t i = 0; !rc && i < m->ntables; i++) {
         const cJSON *e = cJSON_GetArrayItem(tabs, (int)i);
@@ -265,7 +281,8 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
     cJSON_Delete(root);
     if (rc) {
         PC_WARN("checkpoint %" PRIu64 ": manifest unreadable (%s)", id, pc_strerror(rc));
-        manifest_free(m);
+        if (m->tables)
+            manifest_free(m);
     }
     return rc;
 }
@@ -310,7 +327,7 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
         rc = errno == ENOSPC ? PC_ENOSPC : PC_EIO;
     if (fd >= 0)
         close(fd);
-    free(text);
+    cJSON_free(text);
     if (!rc && rename(tmp, final) != 0)
         rc = PC_EIO;
     if (!rc)
@@ -328,7 +345,7 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
         PC_ERROR("checkpoint dir %s: %s", o->dir, strerror(errno));
         return PC_EIO;
     }
-    ps_ckpt_t *c = calloc(1, sizeof *c);
+    ps_ckpt_t *c = CK_ALLOC(sizeof *c);
     if (!c)
         return PC_ENOMEM;
     c->cat = cat;
@@ -345,8 +362,8 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
 void ps_ckpt_destroy(ps_ckpt_t *c) {
     if (!c)
         return;
-    free(c->ts);
-    free(c);
+    CK_FREE(c->ts, c->ts_cap * sizeof *c->ts);
+    CK_FREE(c, sizeof *c);
 }
 
 /* ==== writing ============================================================================== */
@@ -365,7 +382,7 @@ static int on_tombs(void *ctx, const uint64_t *keys, size_t n) {
     wctx_t *x = ctx;
     if (x->ntombs + n > x->cap) {
         size_t ncap = (x->cap ? 2 * x->cap : 1024) + n;
-        uint64_t *t = realloc(x->tombs, ncap * sizeof *t);
+        uint64_t *t = pc_realloc(PC_MEM_SCRATCH, x->tombs, x->cap * sizeof *t, ncap * sizeof *t);
         if (!t)
             return PC_ENOMEM;
         x->tombs = t;
@@ -401,7 +418,7 @@ static int write_table(ps_table_t *t, const char *path, uint64_t since, bool wit
         rc = ps_table_snapshot_scan(t, since, on_rows, since == PS_SCAN_ALL ? NULL : on_tombs, &x);
     if (!rc)
         rc = ps_rowfile_add_tombs(x.w, x.tombs, x.ntombs);
-    free(x.tombs);
+    pc_free(PC_MEM_SCRATCH, x.tombs, x.cap * sizeof *x.tombs);
     if (!rc) {
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", cfg->name);
@@ -431,7 +448,7 @@ static void retain(ps_ckpt_t *c) {
     size_t n;
     if (scan_dir(c->dir, ids, 4096, &n, NULL, false) || n > 4096 || n <= c->keep)
         return;
-    bool *need = calloc(n, sizeof *need);
+    bool *need = CK_ALLOC(n * sizeof *need);
     if (!need)
         return;
     for (size_t i = n - c->keep; i < n; i++) {
@@ -445,7 +462,7 @@ static void retain(ps_ckpt_t *c) {
             need[j] = true;
             manifest_t m;
             if (manifest_read(c, id, &m)) {
-                free(need); /* cannot tell what the chain needs: delete nothing this time */
+                CK_FREE(need, n * sizeof *need); /* cannot tell what a chain needs: keep all */
                 return;
             }
             id = m.incremental ? m.parent : 0;
@@ -463,7 +480,7 @@ static void retain(ps_ckpt_t *c) {
         if (rename(p, q) == 0)
             rm_tree(q);
     }
-    free(need);
+    CK_FREE(need, n * sizeof *need);
     fsync_path(c->dir);
 }
 
@@ -489,10 +506,10 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         PC_ERROR("checkpoint %s: mkdir: %s", tmp, strerror(e));
         return e == ENOSPC ? PC_ENOSPC : PC_EIO;
     }
-    char(*names)[PS_TABLE_NAME_MAX] = malloc(MAX_TABLES * sizeof *names);
-    ps_table_t **tabs = calloc(MAX_TABLES, sizeof *tabs);
-    m.tables = calloc(MAX_TABLES, sizeof *m.tables);
-    tstate_t *ts = calloc(MAX_TABLES, sizeof *ts);
+    char(*names)[PS_TABLE_NAME_MAX] = CK_ALLOC(MAX_TABLES * sizeof *names);
+    ps_table_t **tabs = CK_ALLOC(MAX_TABLES * sizeof *tabs);
+    m.tables = CK_ALLOC(MAX_TABLES * sizeof *m.tables);
+    tstate_t *ts = CK_ALLOC(MAX_TABLES * sizeof *ts);
     if (!names || !tabs || !m.tables || !ts) {
         rc = PC_ENOMEM;
         goto fail;
@@ -535,9 +552,10 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
     }
     if (rc)
         goto fail;
-    free(c->ts);
+    CK_FREE(c->ts, c->ts_cap * sizeof *c->ts);
     c->ts = ts;
     c->nts = m.ntables;
+    c->ts_cap = MAX_TABLES;
     ts = NULL;
     c->last_id = m.id;
     c->since_full = m.since_full;
@@ -553,18 +571,18 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
     PC_INFO("checkpoint %" PRIu64 " published (%s, %zu tables)", m.id,
             m.incremental ? "incremental" : "full", m.ntables);
     retain(c);
-    free(names);
-    free(tabs);
-    free(m.tables);
+    CK_FREE(names, MAX_TABLES * sizeof *names);
+    CK_FREE(tabs, MAX_TABLES * sizeof *tabs);
+    CK_FREE(m.tables, MAX_TABLES * sizeof *m.tables);
     return 0;
 fail:
     PC_ERROR("checkpoint %" PRIu64 " failed: %s; previous checkpoints untouched", m.id,
              pc_strerror(rc));
     rm_tree(tmp);
-    free(names);
-    free(tabs);
-    free(m.tables);
-    free(ts);
+    CK_FREE(names, MAX_TABLES * sizeof *names);
+    CK_FREE(tabs, MAX_TABLES * sizeof *tabs);
+    CK_FREE(m.tables, MAX_TABLES * sizeof *m.tables);
+    CK_FREE(ts, MAX_TABLES * sizeof *ts);
     return rc;
 }
 
@@ -611,7 +629,7 @@ static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t 
                          ps_table_t **out) {
     /* Collect the chain: target back to the entry that is full (at most MAX_CHAIN links). */
     uint64_t chain[MAX_CHAIN + 1];
-    mtable_t *ent = calloc(MAX_CHAIN + 1, sizeof *ent);
+    mtable_t *ent = CK_ALLOC((MAX_CHAIN + 1) * sizeof *ent);
     if (!ent)
         return PC_ENOMEM;
     size_t nc = 0;
@@ -670,7 +688,7 @@ static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t 
         if (!rc)
             rc = restore_check(&x); /* a file without rows or tombstones */
     }
-    free(ent);
+    CK_FREE(ent, (MAX_CHAIN + 1) * sizeof *ent);
     if (rc) {
         ps_table_destroy(t);
         return rc;
@@ -687,8 +705,9 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
     int rc = manifest_read(c, id, &m);
     if (rc)
         return rc;
-    ps_table_t **tabs = calloc(m.ntables ? m.ntables : 1, sizeof *tabs);
-    tstate_t *ts = calloc(m.ntables ? m.ntables : 1, sizeof *ts);
+    const size_t cap = m.ntables ? m.ntables : 1;
+    ps_table_t **tabs = CK_ALLOC(cap * sizeof *tabs);
+    tstate_t *ts = CK_ALLOC(cap * sizeof *ts);
     if (!tabs || !ts)
         rc = PC_ENOMEM;
     for (size_t i = 0; i < m.ntables && !rc; i++) {
@@ -713,17 +732,18 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
         }
     }
     if (!rc) {
-        free(c->ts);
+        CK_FREE(c->ts, c->ts_cap * sizeof *c->ts);
         c->ts = ts;
         c->nts = m.ntables;
+        c->ts_cap = cap;
         ts = NULL;
         c->last_id = id;
         c->since_full = m.since_full;
     }
     for (size_t i = 0; tabs && i < m.ntables; i++)
         ps_table_destroy(tabs[i]);
-    free(tabs);
-    free(ts);
+    CK_FREE(tabs, cap * sizeof *tabs);
+    CK_FREE(ts, cap * sizeof *ts);
     manifest_free(&m);
     return rc;
 }

@@ -7,6 +7,7 @@
  */
 #include "ps_rowfile.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_hash.h"
 #include "pc_log.h"
@@ -86,7 +87,7 @@ int ps_rowfile_create(const char *path, const ps_rowfile_meta_t *meta, ps_rowfil
     size_t clen = strnlen(meta->config, sizeof meta->config);
     if (clen == sizeof meta->config || meta->dim == 0 || meta->dim > PS_DIM_MAX)
         return PC_EINVAL;
-    ps_rowfile_w_t *w = malloc(sizeof *w);
+    ps_rowfile_w_t *w = pc_malloc(PC_MEM_SCRATCH, sizeof *w);
     if (!w)
         return PC_ENOMEM;
     memset(w, 0, offsetof(ps_rowfile_w_t, buf));
@@ -95,7 +96,7 @@ int ps_rowfile_create(const char *path, const ps_rowfile_meta_t *meta, ps_rowfil
     if (w->fd < 0) {
         int e = errno;
         PC_ERROR("row file %s: open: %s", path, strerror(e));
-        free(w);
+        pc_free(PC_MEM_SCRATCH, w, sizeof *w);
         return e == ENOSPC ? PC_ENOSPC : PC_EIO;
     }
     w->dim = meta->dim;
@@ -178,7 +179,7 @@ int ps_rowfile_finish(ps_rowfile_w_t *w, uint64_t *rows, uint64_t *tombs, uint64
         *bytes = w->bytes;
     if (checksum)
         *checksum = h;
-    free(w);
+    pc_free(PC_MEM_SCRATCH, w, sizeof *w);
     return rc;
 }
 
@@ -187,7 +188,7 @@ void ps_rowfile_abort(ps_rowfile_w_t *w) {
         return;
     close(w->fd);
     unlink(w->path);
-    free(w);
+    pc_free(PC_MEM_SCRATCH, w, sizeof *w);
 }
 
 /* ---- reader ------------------------------------------------------------------------------ */
@@ -238,11 +239,12 @@ int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_
         PC_ERROR("row file %s: open: %s", path, strerror(e));
         return e == ENOENT ? PC_ENOTFOUND : PC_EIO;
     }
-    r.buf = malloc(BUF_SIZE);
-    uint64_t *keys = malloc(READ_BATCH * sizeof *keys);
+    r.buf = pc_malloc(PC_MEM_SCRATCH, BUF_SIZE);
+    uint64_t *keys = pc_malloc(PC_MEM_SCRATCH, READ_BATCH * sizeof *keys);
     float *w = NULL; /* READ_BATCH rows of weights, then of state: sized from the header */
-    uint16_t *ticks = malloc(READ_BATCH * sizeof *ticks);
-    uint8_t *freqs = malloc(READ_BATCH);
+    uint16_t *ticks = pc_malloc(PC_MEM_SCRATCH, READ_BATCH * sizeof *ticks);
+    uint8_t *freqs = pc_malloc(PC_MEM_SCRATCH, READ_BATCH);
+    size_t w_bytes = 0;
     int rc = 0;
     struct stat st;
     if (!r.buf || !keys || !ticks || !freqs) {
@@ -313,7 +315,8 @@ int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_
             rc = tombs_fn(ctx, keys, n);
     }
     /* Rows, in batches. */
-    w = malloc((size_t)READ_BATCH * (m.dim + m.state_len) * sizeof *w);
+    w_bytes = (size_t)READ_BATCH * (m.dim + m.state_len) * sizeof *w;
+    w = pc_malloc(PC_MEM_SCRATCH, w_bytes);
     if (!w) {
         rc = PC_ENOMEM;
         goto out;
@@ -351,11 +354,11 @@ int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_
             rc = corrupt(path, "checksum mismatch");
     }
 out:
-    free(r.buf);
-    free(keys);
-    free(w);
-    free(ticks);
-    free(freqs);
+    pc_free(PC_MEM_SCRATCH, r.buf, BUF_SIZE);
+    pc_free(PC_MEM_SCRATCH, keys, READ_BATCH * sizeof *keys);
+    pc_free(PC_MEM_SCRATCH, w, w ? w_bytes : 0);
+    pc_free(PC_MEM_SCRATCH, ticks, READ_BATCH * sizeof *ticks);
+    pc_free(PC_MEM_SCRATCH, freqs, READ_BATCH);
     close(r.fd);
     return rc;
 }

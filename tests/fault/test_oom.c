@@ -8,6 +8,8 @@
 
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "ps_catalog.h"
+#include "ps_ckpt.h"
 #include "ps_table.h"
 
 enum { BASE = 3000, DIM = 4 };
@@ -129,7 +131,107 @@ static void test_every_allocation_failure(void **state) {
     ps_table_destroy(ref);
 }
 
+/* Same weights and optimizer state for the same keys (ticks may differ: cuts advance clocks). */
+static void assert_same_rows(const ps_table_t *a, const ps_table_t *b) {
+    tc_rows_t x, y;
+    tc_dump(a, &x);
+    tc_dump(b, &y);
+    assert_int_equal(x.n, y.n);
+    assert_memory_equal(x.keys, y.keys, x.n * sizeof *x.keys);
+    assert_memory_equal(x.vals, y.vals, x.n * x.width * sizeof(float));
+    tc_free(&x);
+    tc_free(&y);
+}
+
+static ps_table_t *table_in(ps_catalog_t *cat, const char *name) {
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, name, &t), 0);
+    ps_catalog_release(cat, t);
+    return t;
+}
+
+/* Checkpoint write and restore with the i-th allocation failing, for every i they reach. */
+static void test_checkpoint_allocation_failures(void **state) {
+    (void)state;
+    char dir[256];
+    tc_tmpdir(dir, sizeof dir, "oom");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_t *a = make_base(), *old = make_base(); /* old: the state of checkpoint 1 */
+    ps_table_config_t c = *ps_table_config(a);
+    snprintf(c.name, sizeof c.name, "live");
+    ps_table_destroy(a);
+    assert_int_equal(ps_catalog_add(cat, &c), 0);
+    ps_table_t *live = table_in(cat, "live");
+    static uint64_t keys[BASE];
+    static float g[BASE * DIM];
+    for (int i = 0; i < BASE; i++)
+        keys[i] = base_key(i);
+    for (int i = 0; i < BASE * DIM; i++)
+        g[i] = 0.01f * (float)(i % 17);
+    assert_int_equal(ps_table_push(live, keys, BASE, g, BASE * DIM, NULL), 0);
+    assert_int_equal(ps_table_erase(live, keys, 10, NULL), 0);
+    assert_int_equal(ps_table_erase(old, keys, 10, NULL), 0);
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 3, .full_every = 2};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    assert_int_equal(ps_ckpt_write(ck, NULL), 0);
+    tc_round(live, 1); /* the new state, to be checkpointed under failures */
+    ps_table_t *now = make_base();
+    assert_int_equal(ps_table_erase(now, keys, 10, NULL), 0);
+    tc_round(now, 1);
+    int published = 0, points = 0;
+    for (long i = 0;; i++, points++) {
+        pc_mem_fail_after(i);
+        int rc = ps_ckpt_write(ck, NULL);
+        const long left = pc_mem_fail_remaining();
+        pc_mem_fail_after(-1);
+        assert_true(rc == 0 || rc == PC_ENOMEM);
+        published |= rc == 0;
+        assert_same_rows(live, now); /* a checkpoint never changes the tables */
+        ps_catalog_t *c2;
+        ps_ckpt_t *ck2;
+        assert_int_equal(ps_catalog_create(&c2), 0);
+        assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+        assert_int_equal(ps_ckpt_restore(ck2, 0, NULL), 0);
+        assert_same_rows(table_in(c2, "live"), published ? now : old);
+        ps_ckpt_destroy(ck2);
+        ps_catalog_destroy(c2);
+        if (left > 0)
+            break;
+        assert_true(i < 20000);
+    }
+    for (long i = 0;; i++, points++) { /* restore: all or nothing */
+        ps_catalog_t *c2;
+        ps_ckpt_t *ck2;
+        assert_int_equal(ps_catalog_create(&c2), 0);
+        assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+        pc_mem_fail_after(i);
+        int rc = ps_ckpt_restore(ck2, 0, NULL);
+        const long left = pc_mem_fail_remaining();
+        pc_mem_fail_after(-1);
+        assert_true(rc == 0 || rc == PC_ENOMEM);
+        char names[2][PS_TABLE_NAME_MAX];
+        if (rc == 0)
+            assert_same_rows(table_in(c2, "live"), now);
+        else
+            assert_int_equal(ps_catalog_list(c2, names, 2), 0); /* nothing half-installed */
+        ps_ckpt_destroy(ck2);
+        ps_catalog_destroy(c2);
+        if (left > 0)
+            break;
+        assert_true(i < 20000);
+    }
+    print_message("%d allocation failure points in checkpoint write and restore\n", points);
+    ps_table_destroy(now);
+    ps_table_destroy(old);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_allocation_failure)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_allocation_failure),
+                                       cmocka_unit_test(test_checkpoint_allocation_failures)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
