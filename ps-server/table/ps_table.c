@@ -81,6 +81,7 @@
 #define CLOCK_PROBES       64 /* rows a CLOCK eviction visits at most */
 #define AGING_PERIOD       8192u
 #define SNAPSHOT_MAX_TICKS 4096u /* a snapshot spanning more ticks fails (ages stay < 2^15) */
+#define SCAN_CHUNK         4096u /* rows a snapshot writes per hold of a shard's read lock */
 #define FREQ_FACTOR        8     /* log counter: increment with probability 1/(1 + freq*8) */
 #define SKETCH_DEPTH       4
 #define HUGE_MIN_BYTES     (4u << 20) /* slab arrays this large ask for huge pages */
@@ -128,6 +129,7 @@ typedef struct ps_shard {
     uint8_t removed_lost; /* a removal could not be logged: incrementals refused until a full */
     uint32_t lost_clock;  /* the latest clock at which a removal was lost */
     uint32_t cow_cut;     /* first clock value after the cut */
+    uint32_t scan_cursor; /* rows below it are already written by the snapshot scan */
     uint8_t *cow;         /* saved records of cow_rec_bytes each */
     size_t cow_n, cow_cap;
     /* removals since the last committed snapshot, with the clock they happened at */
@@ -609,11 +611,13 @@ static void cow_free(ps_table_t *t, ps_shard_t *s) {
     s->cow = NULL;
     s->cow_n = s->cow_cap = 0;
     s->cow_active = 0;
+    s->scan_cursor = 0;
 }
 
 /* Save row r's image if the shard's snapshot still needs it. */
 static void cow_save(ps_table_t *t, ps_shard_t *s, uint32_t r) {
-    if (!s->cow_active || !row_precut(s, s->km[r].tick))
+    /* Rows below the scan cursor are written already (their pre-cut image is out). */
+    if (!s->cow_active || r < s->scan_cursor || !row_precut(s, s->km[r].tick))
         return;
     if (s->cow_n == s->cow_cap) {
         size_t ncap = s->cow_cap ? 2 * s->cow_cap : 64;
@@ -661,6 +665,8 @@ static void row_remove(ps_table_t *t, ps_shard_t *s, uint32_t r) {
     if (sl)
         *sl = 0;
     uint32_t last = s->count - 1;
+    if (r < s->scan_cursor && last >= s->scan_cursor)
+        cow_save(t, s, last); /* an unwritten row moves into the written part: save it first */
     if (r != last) {
         memcpy(row_ptr(t, s, r), row_ptr(t, s, last), (size_t)t->stride * sizeof(float));
         s->km[r] = s->km[last];
@@ -1398,6 +1404,7 @@ int ps_table_snapshot_begin(ps_table_t *t, bool track_removals, ps_snapshot_info
         s->cow_active = 1;
         s->cow_failed = 0;
         s->cow_cut = next;
+        s->scan_cursor = 0;
         pthread_rwlock_unlock(&s->lock);
     }
     atomic_store(&t->clock, next);
@@ -1445,28 +1452,49 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
     const uint32_t cut = t->snap_cut;
     ps_row_view_t views[256];
     int rc = 0;
+    const int none = since != PS_SCAN_ALL && since > cut; /* a future since selects nothing */
     for (uint32_t sh = 0; sh < t->nshards && !rc; sh++) {
         ps_shard_t *s = &t->shards[sh];
+        size_t nv = 0;
+        /* The slab in chunks, releasing the lock in between so pushes to this shard wait for a
+         * chunk, not the whole shard; writers then save what the cursor rules require. */
+        for (uint32_t cursor = 0; !rc;) {
+            pthread_rwlock_rdlock(&s->lock);
+            if (s->cow_failed || (since != PS_SCAN_ALL && s->removed_lost))
+                rc = PC_ENOMEM;
+            /* Rows changed at clock >= since have age <= now - since (saturating, see scan);
+             * the clock may move between chunks, so this is evaluated per chunk. */
+            const uint32_t now = s->clock;
+            const int every = since == PS_SCAN_ALL || (!none && now - since >= PS_AGE_MAX);
+            const uint32_t window = every || none ? 0 : now - (uint32_t)since;
+            const uint32_t end = s->count - cursor > SCAN_CHUNK ? cursor + SCAN_CHUNK : s->count;
+            for (uint32_t r = cursor; r < end && !rc && !none; r++) {
+                const uint16_t tick = s->km[r].tick;
+                if (!row_precut(s, tick) || (!every && (uint16_t)((uint16_t)now - tick) > window))
+                    continue;
+                row_view(t, s, r, &views[nv++]);
+                if (nv == 256) {
+                    rc = rows_fn(ctx, views, nv);
+                    nv = 0;
+                }
+            }
+            if (!rc && nv) /* views point into the slab: emit before unlocking */
+                rc = rows_fn(ctx, views, nv);
+            nv = 0;
+            /* Only this thread writes the cursor; writers read it under the write lock. */
+            s->scan_cursor = end > cursor ? end : cursor;
+            cursor = s->scan_cursor;
+            const int done = cursor >= s->count;
+            pthread_rwlock_unlock(&s->lock);
+            if (done)
+                break;
+        }
         pthread_rwlock_rdlock(&s->lock);
-        if (s->cow_failed || (since != PS_SCAN_ALL && s->removed_lost))
-            rc = PC_ENOMEM;
         const uint32_t now = s->clock;
-        /* Rows changed at clock >= since have age <= now - since (saturating, see scan); a
-         * since after the cut selects nothing. */
-        const int none = since != PS_SCAN_ALL && since > cut;
         const int every = since == PS_SCAN_ALL || (!none && now - since >= PS_AGE_MAX);
         const uint32_t window = every || none ? 0 : now - (uint32_t)since;
-        size_t nv = 0;
-        for (uint32_t r = 0; r < s->count && !rc && !none; r++) {
-            const uint16_t tick = s->km[r].tick;
-            if (!row_precut(s, tick) || (!every && (uint16_t)((uint16_t)now - tick) > window))
-                continue;
-            row_view(t, s, r, &views[nv++]);
-            if (nv == 256) {
-                rc = rows_fn(ctx, views, nv);
-                nv = 0;
-            }
-        }
+        if (!rc && s->cow_failed)
+            rc = PC_ENOMEM;
         for (size_t i = 0; i < s->cow_n && !rc && !none; i++) { /* pre-cut images */
             const uint8_t *rec = s->cow + i * t->cow_rec_bytes;
             ps_cow_hdr_t h;

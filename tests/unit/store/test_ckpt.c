@@ -168,7 +168,9 @@ typedef struct pusher {
     atomic_int done, stop;
 } pusher_t;
 
-static void push_call(ps_table_t *t, int i) {
+/* Call i: one push of 256 rows; every tenth call then erases 40 of them (rows move inside
+ * their shard, across a running scan's cursor). */
+static void push_call(ps_table_t *t, int i, bool with_erase) {
     enum { N = 256, D = 16 };
     uint64_t keys[N];
     static _Thread_local float g[N * D];
@@ -179,12 +181,14 @@ static void push_call(ps_table_t *t, int i) {
             g[j * D + e] = tu_gauss(&rng);
     }
     assert_int_equal(ps_table_push(t, keys, N, g, N * D, NULL), 0);
+    if (with_erase && i % 10 == 9)
+        assert_int_equal(ps_table_erase(t, keys, 40, NULL), 0);
 }
 
 static void *push_loop(void *arg) { /* until told to stop: every cut lands mid-stream */
     pusher_t *p = arg;
     for (int i = 0; i < PUSHES_MAX && !atomic_load(&p->stop); i++) {
-        push_call(p->t, i);
+        push_call(p->t, i, true);
         atomic_store(&p->done, i + 1);
     }
     return NULL;
@@ -192,7 +196,9 @@ static void *push_loop(void *arg) { /* until told to stop: every cut lands mid-s
 
 static void test_consistent_under_pushes(void **state) {
     (void)state;
-    const char *spec = "name=live,dim=16,optimizer=adam,shards=8";
+    /* 2 shards of ~10k rows: each is written in several chunks, with pushes and erases
+     * landing between them */
+    const char *spec = "name=live,dim=16,optimizer=adam,shards=2";
     char dir[256];
     tc_tmpdir(dir, sizeof dir, "live");
     ps_catalog_t *cat;
@@ -229,20 +235,26 @@ static void test_consistent_under_pushes(void **state) {
     }
     for (int c = 0; c < 3; c++) {
         /* Exactly the first v[c] push calls, whole (no torn rows, no mixed epochs), with the
-         * clock advanced by each earlier cut at the same point of the push sequence. */
-        ps_table_config_t cfg;
-        ps_table_config_defaults(&cfg);
-        assert_int_equal(ps_table_config_parse(&cfg, spec, NULL, 0), 0);
-        ps_table_t *ref;
-        assert_int_equal(ps_table_create(&cfg, &ref), 0);
-        int cut = 0;
-        for (uint64_t i = 0; i <= v[c]; i++) {
-            while (cut <= c && v[cut] == i) {
-                assert_int_equal(ps_table_advance_clock(ref, ps_table_clock(ref) + 1), 0);
-                cut++;
+         * clock advanced by each earlier cut at the same point of the sequence. The erase of
+         * call v[c] - 1 may fall on either side of the cut: one of the two states it is. */
+        ps_table_t *ref = NULL;
+        for (int last_erase = 1; last_erase >= 0; last_erase--) {
+            ps_table_config_t cfg;
+            ps_table_config_defaults(&cfg);
+            assert_int_equal(ps_table_config_parse(&cfg, spec, NULL, 0), 0);
+            assert_int_equal(ps_table_create(&cfg, &ref), 0);
+            int cut = 0;
+            for (uint64_t i = 0; i <= v[c]; i++) {
+                while (cut <= c && v[cut] == i) {
+                    assert_int_equal(ps_table_advance_clock(ref, ps_table_clock(ref) + 1), 0);
+                    cut++;
+                }
+                if (i < v[c])
+                    push_call(ref, (int)i, i + 1 < v[c] || last_erase);
             }
-            if (i < v[c])
-                push_call(ref, (int)i);
+            if (ps_table_count(ref) == ps_table_count(get(c2[c], "live")) || !last_erase)
+                break;
+            ps_table_destroy(ref);
         }
         tc_assert_equal(get(c2[c], "live"), ref);
         print_message("checkpoint %d: cut after push %llu of %d, restored bit-exact\n", c,
