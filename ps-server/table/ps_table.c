@@ -1467,7 +1467,10 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
             const uint32_t now = s->clock;
             const int every = since == PS_SCAN_ALL || (!none && now - since >= PS_AGE_MAX);
             const uint32_t window = every || none ? 0 : now - (uint32_t)since;
-            const uint32_t end = s->count - cursor > SCAN_CHUNK ? cursor + SCAN_CHUNK : s->count;
+            /* Removals in a gap may have dropped count below the cursor: then nothing is left. */
+            const uint32_t end = cursor >= s->count               ? cursor
+                                 : s->count - cursor > SCAN_CHUNK ? cursor + SCAN_CHUNK
+                                                                  : s->count;
             for (uint32_t r = cursor; r < end && !rc && !none; r++) {
                 const uint16_t tick = s->km[r].tick;
                 if (!row_precut(s, tick) || (!every && (uint16_t)((uint16_t)now - tick) > window))
@@ -1482,9 +1485,10 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
                 rc = rows_fn(ctx, views, nv);
             nv = 0;
             /* Only this thread writes the cursor; writers read it under the write lock. */
-            s->scan_cursor = end > cursor ? end : cursor;
-            cursor = s->scan_cursor;
-            const int done = cursor >= s->count;
+            cursor = end;
+            if (!rc && s->cow_active)
+                s->scan_cursor = end;
+            const int done = rc || cursor >= s->count;
             pthread_rwlock_unlock(&s->lock);
             if (done)
                 break;
