@@ -195,8 +195,9 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
  * from the same moment, while pulls and pushes go on. Beginning one waits for the calls in
  * flight and advances the clock by one tick (the cut is the old value). Afterwards the first
  * change to a row that still has to be written copies its pre-cut image (copy-on-write per row,
- * memory proportional to the rows changed meanwhile); each shard is written under its read lock
- * (pushes to that shard wait for that shard's share of the writing). One snapshot at a time. */
+ * memory proportional to the rows changed meanwhile); each shard is written in chunks of 4096
+ * rows under its read lock, released between chunks (a push waits for at most one chunk). One
+ * snapshot at a time. */
 
 typedef struct ps_snapshot_info {
     uint32_t cut_clock; /* the table clock the snapshot reflects */
