@@ -171,6 +171,7 @@ typedef struct plan {
     uint64_t *h;     /* per key index */
     uint32_t *cand;  /* per key index: pipeline candidate row */
     uint32_t *order; /* per position: key index */
+    uint32_t *defer; /* pull: positions whose key was missing under the read lock */
     uint16_t *sq;    /* per position: shard */
     size_t bytes;
     void *mem;
@@ -809,7 +810,7 @@ static uint32_t sketch_count(ps_shard_t *s, uint64_t key, int add) {
 
 static int plan_build(const ps_table_t *t, const uint64_t *keys, size_t n, plan_t *p) {
     const uint32_t ns = t->nshards, mask = ns - 1;
-    size_t bytes = n * (sizeof(uint64_t) + 2 * sizeof(uint32_t) + sizeof(uint16_t)) +
+    size_t bytes = n * (sizeof(uint64_t) + 3 * sizeof(uint32_t) + sizeof(uint16_t)) +
                    (size_t)(ns + 1) * sizeof(uint32_t);
     p->mem = pc_malloc(PC_MEM_SCRATCH, bytes);
     if (!p->mem)
@@ -818,7 +819,8 @@ static int plan_build(const ps_table_t *t, const uint64_t *keys, size_t n, plan_
     p->h = p->mem;
     p->cand = (uint32_t *)(p->h + n);
     p->order = p->cand + n;
-    uint32_t *cur = p->order + n; /* ns + 1 counters, then cursors */
+    p->defer = p->order + n;
+    uint32_t *cur = p->defer + n; /* ns + 1 counters, then cursors */
     p->sq = (uint16_t *)(cur + ns + 1);
     memset(cur, 0, (size_t)(ns + 1) * sizeof(uint32_t));
     for (size_t i = 0; i < n; i++)
@@ -1135,13 +1137,8 @@ int ps_table_pull(ps_table_t *t, const uint64_t *keys, size_t n, float *rows, si
     batch_t b;
     batch_init(&b, t, keys, &p, n);
     b.rows = rows;
-    b.defer = pc_malloc(PC_MEM_SCRATCH, n * sizeof(uint32_t));
-    if (!b.defer) {
-        plan_free(&p);
-        return PC_ENOMEM;
-    }
+    b.defer = p.defer;
     batch_run(&b, OP_PULL);
-    pc_free(PC_MEM_SCRATCH, b.defer, n * sizeof(uint32_t));
     atomic_fetch_add_explicit(&t->pulled, n, memory_order_relaxed);
     plan_free(&p);
     return b.rc;

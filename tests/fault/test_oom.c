@@ -18,12 +18,10 @@ static uint64_t base_key(int i) {
     return 0x5000000ULL + (uint64_t)i * 7;
 }
 
-static ps_table_t *make_base(void) {
-    ps_table_config_t c;
-    ps_table_config_defaults(&c);
-    assert_int_equal(ps_table_config_parse(&c, "dim=4,optimizer=adam,shards=4", NULL, 0), 0);
-    ps_table_t *t;
-    assert_int_equal(ps_table_create(&c, &t), 0);
+static const char *BASE_SPEC = "dim=4,optimizer=adam,shards=4";
+
+/* The base rows: one push of BASE keys. */
+static void fill_base(ps_table_t *t) {
     static uint64_t keys[BASE];
     static float g[BASE * DIM];
     for (int i = 0; i < BASE; i++)
@@ -31,6 +29,15 @@ static ps_table_t *make_base(void) {
     for (int i = 0; i < BASE * DIM; i++)
         g[i] = 0.01f * (float)(i % 17);
     assert_int_equal(ps_table_push(t, keys, BASE, g, BASE * DIM, NULL), 0);
+}
+
+static ps_table_t *make_base(void) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, BASE_SPEC, NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    fill_base(t);
     return t;
 }
 
@@ -157,19 +164,17 @@ static void test_checkpoint_allocation_failures(void **state) {
     tc_tmpdir(dir, sizeof dir, "oom");
     ps_catalog_t *cat;
     assert_int_equal(ps_catalog_create(&cat), 0);
-    ps_table_t *a = make_base(), *old = make_base(); /* old: the state of checkpoint 1 */
-    ps_table_config_t c = *ps_table_config(a);
+    ps_table_t *old = make_base(); /* the state of checkpoint 1 */
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, BASE_SPEC, NULL, 0), 0);
     snprintf(c.name, sizeof c.name, "live");
-    ps_table_destroy(a);
     assert_int_equal(ps_catalog_add(cat, &c), 0);
     ps_table_t *live = table_in(cat, "live");
-    static uint64_t keys[BASE];
-    static float g[BASE * DIM];
-    for (int i = 0; i < BASE; i++)
+    fill_base(live);
+    uint64_t keys[10];
+    for (int i = 0; i < 10; i++)
         keys[i] = base_key(i);
-    for (int i = 0; i < BASE * DIM; i++)
-        g[i] = 0.01f * (float)(i % 17);
-    assert_int_equal(ps_table_push(live, keys, BASE, g, BASE * DIM, NULL), 0);
     assert_int_equal(ps_table_erase(live, keys, 10, NULL), 0);
     assert_int_equal(ps_table_erase(old, keys, 10, NULL), 0);
     ps_ckpt_t *ck;
