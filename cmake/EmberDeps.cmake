@@ -12,3 +12,5 @@ set_target_properties(ember::xxhash PROPERTIES IMPORTED_LOCATION ${XXHASH_LIBRAR
 pkg_check_modules(CMOCKA IMPORTED_TARGET cmocka)
 
 pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
+
+pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)

@@ -20,6 +20,7 @@
 
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "pc_fs.h"
 #include "pc_log.h"
 #include "pc_time.h"
 
@@ -27,7 +28,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -84,25 +84,6 @@ static void ckpt_path(const ps_ckpt_t *c, uint64_t id, bool tmp, char *buf, size
     snprintf(buf, cap, "%s/ckpt-%020" PRIu64 "%s", c->dir, id, tmp ? ".tmp" : "");
 }
 
-static int fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return PC_EIO;
-    int rc = fsync(fd) == 0 ? 0 : PC_EIO;
-    close(fd);
-    return rc;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)ftw;
-    return flag == FTW_DP ? rmdir(path) : unlink(path);
-}
-
-static void rm_tree(const char *path) {
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* Parse "ckpt-<digits>[.tmp]". Returns 1 published, 2 temporary, 0 other. */
 static int parse_name(const char *name, uint64_t *id) {
     if (strncmp(name, "ckpt-", 5) != 0)
@@ -142,7 +123,7 @@ static int scan_dir(const char *dir, uint64_t *ids, size_t cap, size_t *n, uint6
             char p[PBUF];
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             PC_INFO("removing unpublished checkpoint %s", p);
-            rm_tree(p);
+            pc_fs_rm_tree(p);
         } else if (kind == 1) {
             if (cnt < cap)
                 ids[cnt] = id;
@@ -331,7 +312,7 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
     if (!rc && rename(tmp, final) != 0)
         rc = PC_EIO;
     if (!rc)
-        rc = fsync_path(tmpdir);
+        rc = pc_fs_fsync_path(tmpdir);
     return rc;
 }
 
@@ -478,10 +459,10 @@ static void retain(ps_ckpt_t *c) {
         ckpt_path(c, ids[i], false, p, sizeof p);
         ckpt_path(c, ids[i], true, q, sizeof q);
         if (rename(p, q) == 0)
-            rm_tree(q);
+            pc_fs_rm_tree(q);
     }
     CK_FREE(need, n * sizeof *need);
-    fsync_path(c->dir);
+    pc_fs_fsync_path(c->dir);
 }
 
 int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
@@ -544,7 +525,7 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         rc = manifest_write(tmp, &m);
     if (!rc && rename(tmp, final) != 0)
         rc = PC_EIO;
-    if (!rc && (rc = fsync_path(c->dir)))
+    if (!rc && (rc = pc_fs_fsync_path(c->dir)))
         rename(final, tmp); /* not known durable: unpublish, the tmp is removed below */
     for (size_t i = 0; i < m.ntables; i++) {
         ps_table_snapshot_end(tabs[i], rc == 0);
@@ -578,7 +559,7 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
 fail:
     PC_ERROR("checkpoint %" PRIu64 " failed: %s; previous checkpoints untouched", m.id,
              pc_strerror(rc));
-    rm_tree(tmp);
+    pc_fs_rm_tree(tmp);
     CK_FREE(names, MAX_TABLES * sizeof *names);
     CK_FREE(tabs, MAX_TABLES * sizeof *tabs);
     CK_FREE(m.tables, MAX_TABLES * sizeof *m.tables);
@@ -833,7 +814,7 @@ int ps_table_export(ps_table_t *t, const char *path, bool with_state) {
     char *slash = strrchr(dir, '/');
     if (slash)
         *slash = '\0';
-    return fsync_path(slash ? (dir[0] ? dir : "/") : ".");
+    return pc_fs_fsync_path(slash ? (dir[0] ? dir : "/") : ".");
 }
 
 typedef struct ictx {

@@ -83,6 +83,10 @@
 #define SNAPSHOT_MAX_TICKS 4096u /* a snapshot spanning more ticks fails (ages stay < 2^15) */
 #define SCAN_CHUNK         4096u /* rows a snapshot writes per hold of a shard's read lock */
 #define FREQ_FACTOR        8     /* log counter: increment with probability 1/(1 + freq*8) */
+#define FREQ_MASK          0x7fu /* km.freq: the counter in the low 7 bits ... */
+#define ROW_CLEAN          0x80u /* ... and "equal to its cold copy (or initial)" in the top bit */
+#define FREQ_MAX           127u
+#define SPILL_BATCH        256u  /* rows per cold put */
 #define SKETCH_DEPTH       4
 #define HUGE_MIN_BYTES     (4u << 20) /* slab arrays this large ask for huge pages */
 #define HUGE_MIN_INDEX     (2u << 20) /* so do indexes this large */
@@ -100,6 +104,13 @@ typedef struct ps_removal {
     uint64_t key;
     uint32_t clock;
 } ps_removal_t;
+
+/* A spilled row waiting for its write: header then stride floats. */
+typedef struct ps_spill_hdr {
+    uint64_t key;
+    uint32_t clock;
+    uint8_t freq;
+} ps_spill_hdr_t;
 
 /* A saved row: header then stride floats. */
 typedef struct ps_cow_hdr {
@@ -135,8 +146,15 @@ typedef struct ps_shard {
     /* removals since the last committed snapshot, with the clock they happened at */
     ps_removal_t *removed;
     size_t removed_n, removed_cap;
+    /* cold tier: victims waiting to be written before the lock is released, and a counter of
+     * writes to the cold store (pull/push misses fetched without the lock compare it) */
+    ps_spill_hdr_t *spill_hdr; /* compact, scanned by promotions (see spill_find) */
+    float *spill_rows;         /* stride floats per entry */
+    size_t spill_n, spill_cap, spill_hcap; /* entries; capacities of rows and headers */
+    uint32_t cold_seq;
     /* counters (under the write lock) */
     uint64_t pushed, inserted, erased, ev_cap, ev_ttl, pending, dropped, nonfinite, rebuilds;
+    uint64_t spilled, spill_clean, spill_refused, cold_errors;
 } __attribute__((aligned(64))) ps_shard_t;
 
 struct ps_table {
@@ -161,6 +179,15 @@ struct ps_table {
     size_t cow_rec_bytes;
     ps_evict_fn evict_fn;
     void *evict_ctx;
+    /* cold tier (cfg.cold): the store, the freeze gate (erasers wait while frozen) */
+    ps_cold_ops_t cold;
+    void *cold_ctx;
+    bool has_cold;
+    atomic_int cold_frozen;
+    pthread_mutex_t cold_mu;
+    pthread_cond_t cold_cv;
+    uint32_t erasers;
+    atomic_uint_least64_t cold_reads, cold_hits, cold_get_errors; /* per call, readers too */
     ps_shard_t *shards;
 };
 
@@ -210,6 +237,7 @@ static const pc_setting_t k_table_settings[] = {
     PC_SETTING_INT(T, admit_decay_ticks, 0, 1 << 30, "0", "halve sketch every N ticks (0: off)"),
     PC_SETTING_INT(T, ttl_ticks, 0, PS_AGE_MAX, "0", "expire rows idle N ticks (0: off)"),
     PC_SETTING_INT(T, capacity_rows, 0, 1e15, "0", "row budget, CLOCK eviction (0: off)"),
+    PC_SETTING_BOOL(T, cold, "false", "spill rows beyond capacity_rows to the RocksDB tier"),
 };
 #undef T
 
@@ -342,11 +370,11 @@ static inline float *row_ptr(const ps_table_t *t, const ps_shard_t *s, uint32_t 
  * the key and the table's update version, not a stateful generator, so a restored table counts
  * exactly as the original would have. */
 static inline void freq_bump(ps_km_t *km, uint64_t salt) {
-    uint8_t c = km->freq;
-    if (c == 255)
-        return;
-    if (((pc_hash_u64(km->key, salt) >> 32) * (uint64_t)(1 + c * FREQ_FACTOR)) >> 32 == 0)
-        km->freq = (uint8_t)(c + 1);
+    uint8_t c = km->freq & FREQ_MASK; /* a change: the row is no longer clean */
+    if (c < FREQ_MAX &&
+        ((pc_hash_u64(km->key, salt) >> 32) * (uint64_t)(1 + c * FREQ_FACTOR)) >> 32 == 0)
+        c++;
+    km->freq = c;
 }
 
 /* Prefetch row r's record and the cache lines of its first `floats` floats (at most 32). */
@@ -633,14 +661,15 @@ static void cow_save(ps_table_t *t, ps_shard_t *s, uint32_t r) {
         s->cow_cap = ncap;
     }
     uint8_t *rec = s->cow + s->cow_n++ * t->cow_rec_bytes;
-    ps_cow_hdr_t h = {s->km[r].key, s->km[r].tick, s->km[r].freq};
+    ps_cow_hdr_t h = {s->km[r].key, s->km[r].tick, (uint8_t)(s->km[r].freq & FREQ_MASK)};
     memcpy(rec, &h, sizeof h);
     memcpy(rec + sizeof h, row_ptr(t, s, r), (size_t)t->stride * sizeof(float));
 }
 
 /* Log the removal of `key` (for incremental checkpoints' tombstones). */
 static void log_removal(ps_table_t *t, ps_shard_t *s, uint64_t key) {
-    if (!atomic_load_explicit(&t->track_removed, memory_order_relaxed))
+    /* Cold tables are always written in full (their cold part is a copy of the store). */
+    if (t->cfg.cold || !atomic_load_explicit(&t->track_removed, memory_order_relaxed))
         return;
     if (s->removed_n == s->removed_cap) {
         size_t ncap = s->removed_cap ? 2 * s->removed_cap : 64;
@@ -699,7 +728,7 @@ static void row_view(const ps_table_t *t, const ps_shard_t *s, uint32_t r, ps_ro
     v->weights = row;
     v->state = t->state_len ? row + t->dim : NULL;
     v->tick = s->km[r].tick;
-    v->freq = s->km[r].freq;
+    v->freq = s->km[r].freq & FREQ_MASK;
 }
 
 static void evict_row(ps_table_t *t, ps_shard_t *s, uint32_t r, ps_evict_reason_t why) {
@@ -716,14 +745,15 @@ static void evict_row(ps_table_t *t, ps_shard_t *s, uint32_t r, ps_evict_reason_
     s->erased--; /* counted as eviction, not erase */
 }
 
-/* Generalized CLOCK over the frequency counters. */
-static void evict_one(ps_table_t *t, ps_shard_t *s) {
+/* Generalized CLOCK over the frequency counters: the row to evict next (the shard has rows). */
+static uint32_t clock_victim(ps_table_t *t, ps_shard_t *s) {
+    (void)t;
     uint32_t victim = NO_ROW;
     uint32_t best = 256;
     for (int k = 0; k < CLOCK_PROBES && s->count; k++) {
         if (s->hand >= s->count)
             s->hand = 0;
-        uint8_t f = s->km[s->hand].freq;
+        const uint8_t m = s->km[s->hand].freq, f = m & FREQ_MASK;
         if (f == 0) {
             victim = s->hand;
             break;
@@ -735,15 +765,108 @@ static void evict_one(ps_table_t *t, ps_shard_t *s) {
         /* Age the counter, except on pre-cut rows while a snapshot copies: their metadata must
          * stay as at the cut (and saving each one visited would cost a copy per visit). */
         if (!(s->cow_active && row_precut(s, s->km[s->hand].tick)))
-            s->km[s->hand].freq = (uint8_t)(f - 1);
+            s->km[s->hand].freq = (uint8_t)((m & ROW_CLEAN) | (f - 1));
         s->hand++;
     }
-    if (victim != NO_ROW)
-        evict_row(t, s, victim, PS_EVICT_CAPACITY);
+    return victim;
 }
 
-/* Insert key (absent) with its initial row and fresh state. */
-static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, uint32_t *out) {
+/* ---- cold tier: spills (shard write lock held) --------------------------------------------- */
+
+/* Absolute clock of a stored tick (exact below PS_AGE_MAX), and back. */
+static inline uint32_t clock_of_tick(const ps_shard_t *s, uint16_t tick) {
+    const uint32_t age = (uint16_t)((uint16_t)s->clock - tick);
+    return s->clock >= age ? s->clock - age : 0;
+}
+
+static inline uint16_t tick_of_clock(const ps_shard_t *s, uint32_t clock) {
+    uint32_t age = clock <= s->clock ? s->clock - clock : 0;
+    return (uint16_t)(s->clock - (age < PS_AGE_MAX ? age : PS_AGE_MAX));
+}
+
+/* A cold row last changed at `clock` has expired (TTL). */
+static inline int cold_expired(const ps_table_t *t, const ps_shard_t *s, uint32_t clock) {
+    const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
+    return ttl && clock <= s->clock && s->clock - clock >= ttl;
+}
+
+static void spill_free(ps_table_t *t, ps_shard_t *s) {
+    pc_free(PC_MEM_SCRATCH, s->spill_hdr, s->spill_hcap * sizeof *s->spill_hdr);
+    pc_free(PC_MEM_SCRATCH, s->spill_rows, s->spill_cap * t->stride * sizeof(float));
+    s->spill_hdr = NULL;
+    s->spill_rows = NULL;
+    s->spill_cap = s->spill_hcap = s->spill_n = 0;
+}
+
+/* Queue row r for writing to the cold store. */
+static int spill_append(ps_table_t *t, ps_shard_t *s, uint32_t r) {
+    const size_t rb = (size_t)t->stride * sizeof(float);
+    if (s->spill_n == s->spill_cap) {
+        const size_t ncap = s->spill_cap ? 2 * s->spill_cap : 16;
+        if (s->spill_hcap < ncap) {
+            ps_spill_hdr_t *h = pc_realloc(PC_MEM_SCRATCH, s->spill_hdr,
+                                           s->spill_hcap * sizeof *h, ncap * sizeof *h);
+            if (!h)
+                return PC_ENOMEM;
+            s->spill_hdr = h;
+            s->spill_hcap = ncap;
+        }
+        float *w = pc_realloc(PC_MEM_SCRATCH, s->spill_rows, s->spill_cap * rb, ncap * rb);
+        if (!w)
+            return PC_ENOMEM;
+        s->spill_rows = w;
+        s->spill_cap = ncap;
+    }
+    s->spill_hdr[s->spill_n] = (ps_spill_hdr_t){s->km[r].key, clock_of_tick(s, s->km[r].tick),
+                                                (uint8_t)(s->km[r].freq & FREQ_MASK)};
+    memcpy(s->spill_rows + s->spill_n * t->stride, row_ptr(t, s, r), rb);
+    s->spill_n++;
+    return 0;
+}
+
+/* The newest queued spill of key, or -1. A row evicted earlier in the same lock hold is newer
+ * than anything fetched from the cold store before it, and not written there yet. */
+static ptrdiff_t spill_find(const ps_shard_t *s, uint64_t key) {
+    for (size_t i = s->spill_n; i-- > 0;)
+        if (s->spill_hdr[i].key == key)
+            return (ptrdiff_t)i;
+    return -1;
+}
+
+/* Make room for one insert into a full shard of a cold table: evict the CLOCK victim, queueing
+ * it for a write unless it is clean. While frozen, nothing is evicted (RAM over budget); after
+ * a thaw each insert evicts up to two rows until the shard is back within its budget. */
+static int cold_make_room(ps_table_t *t, ps_shard_t *s) {
+    if (atomic_load_explicit(&t->cold_frozen, memory_order_acquire))
+        return 0;
+    for (int k = 0; k < 2 && s->count >= t->shard_cap && s->count; k++) {
+        const uint32_t v = clock_victim(t, s);
+        if (v == NO_ROW)
+            break;
+        if (!(s->km[v].freq & ROW_CLEAN)) {
+            if (!t->has_cold || !t->cold.writable(t->cold_ctx)) {
+                s->spill_refused++;
+                return k ? 0 : PC_ENOSPC;
+            }
+            int rc = spill_append(t, s, v);
+            if (rc)
+                return k ? 0 : rc;
+            s->spilled++;
+        } else {
+            s->spill_clean++;
+        }
+        s->ev_cap++;
+        row_remove(t, s, v);
+        s->erased--; /* counted as eviction, not erase */
+    }
+    return 0;
+}
+
+/* Insert key (absent). src: its stride floats, or NULL for the initial row with fresh optimizer
+ * state; tick and freq (freq may carry ROW_CLEAN) as given. With `room`, a full shard first
+ * evicts (cold tables: spills). */
+static int row_insert_ex(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, const float *src,
+                         uint16_t tick, uint8_t freq, int room, uint32_t *out) {
     /* Fallible steps first, sized for one more row, so that a failure evicts nothing. */
     if (s->count == s->cap) {
         uint64_t cap = (uint64_t)s->cap + s->cap / 2 + 16;
@@ -760,17 +883,30 @@ static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, ui
         if (rc)
             return rc;
     }
-    if (t->shard_cap && s->count >= t->shard_cap)
-        evict_one(t, s);
+    if (room && t->shard_cap && s->count >= t->shard_cap) {
+        if (t->cfg.cold) {
+            int rc = cold_make_room(t, s);
+            if (rc)
+                return rc;
+        } else {
+            uint32_t v = clock_victim(t, s);
+            if (v != NO_ROW)
+                evict_row(t, s, v, PS_EVICT_CAPACITY);
+        }
+    }
     uint32_t r = s->count++;
     s->km[r].key = key;
-    s->km[r].tick = (uint16_t)s->clock;
-    s->km[r].freq = 1;
+    s->km[r].tick = tick;
+    s->km[r].freq = freq;
     float *row = row_ptr(t, s, r);
-    ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed, key,
-                 t->dim, row);
-    if (t->state_len)
-        ps__optim_init_state(&t->opt, row + t->dim);
+    if (src) {
+        memcpy(row, src, (size_t)t->stride * sizeof(float));
+    } else {
+        ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed,
+                     key, t->dim, row);
+        if (t->state_len)
+            ps__optim_init_state(&t->opt, row + t->dim);
+    }
     if (index_place(s, h, r)) {
         /* The walk was undone: r is the only row without a slot; a rebuild places it. */
         int rc = index_rebuild(s, s->nbuckets * GROW_NUM / GROW_DEN + 1);
@@ -782,6 +918,57 @@ static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, ui
     s->inserted++;
     *out = r;
     return 0;
+}
+
+/* Insert key (absent) with its initial row and fresh state, changed now. */
+static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, uint32_t *out) {
+    return row_insert_ex(t, s, key, h, NULL, (uint16_t)s->clock, 1, 1, out);
+}
+
+/* Write the shard's queued spills (write lock held) in batches. Readers that missed a key
+ * without the lock see cold_seq move and fetch again. If a write fails, the rows not written
+ * go back into RAM (over budget, still changed) and the error is returned: nothing is lost. */
+static int cold_flush(ps_table_t *t, ps_shard_t *s) {
+    if (!s->spill_n)
+        return 0;
+    ps_cold_row_t recs[SPILL_BATCH];
+    s->cold_seq++;
+    int rc = 0;
+    size_t i0 = 0;
+    for (; i0 < s->spill_n && !rc;) {
+        size_t m = s->spill_n - i0 < SPILL_BATCH ? s->spill_n - i0 : SPILL_BATCH;
+        for (size_t i = 0; i < m; i++) {
+            const ps_spill_hdr_t *h = &s->spill_hdr[i0 + i];
+            recs[i] = (ps_cold_row_t){h->key, h->clock, h->freq,
+                                      s->spill_rows + (i0 + i) * t->stride};
+        }
+        rc = t->cold.put(t->cold_ctx, recs, m);
+        if (!rc)
+            i0 += m;
+    }
+    if (rc) {
+        s->cold_errors++;
+        size_t lost = 0;
+        for (size_t i = i0; i < s->spill_n; i++) {
+            const ps_spill_hdr_t *h = &s->spill_hdr[i];
+            uint64_t hh = key_hash(h->key);
+            uint32_t r;
+            if (find_row(s, h->key, hh) == NO_ROW &&
+                row_insert_ex(t, s, h->key, hh, s->spill_rows + i * t->stride,
+                              tick_of_clock(s, h->clock), h->freq, 0, &r))
+                lost++;
+        }
+        if (lost)
+            PC_ERROR("table %s: %zu evicted rows could neither be written nor kept in RAM",
+                     t->cfg.name, lost);
+        else
+            PC_WARN("table %s: cold write failed (%s); %zu rows kept in RAM over budget",
+                    t->cfg.name, pc_strerror(rc), s->spill_n - i0);
+    }
+    s->spill_n = 0;
+    if (s->spill_cap > 4 * SPILL_BATCH) /* a burst: give the buffers back */
+        spill_free(t, s);
+    return rc;
 }
 
 /* ==== admission sketch ===================================================================== */
@@ -889,8 +1076,10 @@ typedef struct batch {
     dedup_t *d;            /* push */
     ps_push_result_t *res; /* push */
     uint64_t salt;         /* push: the update version, coin of the frequency counters */
-    uint32_t *defer;       /* pull: positions whose key was missing under the read lock */
+    uint32_t *defer;       /* pull (cold tables: all ops): positions whose key was missing */
     uint32_t ndefer;
+    bool cold;             /* misses go to the cold store (cold_deferred); cand[k] keeps the
+                            * shard's cold_seq seen at the miss */
     int rc;
 } batch_t;
 
@@ -959,6 +1148,24 @@ static inline void fill_initial(const ps_table_t *t, uint64_t key, float *out) {
                  t->dim, out);
 }
 
+/* The (summed) gradient of push position q (key index k). */
+static inline const float *push_grad(const batch_t *b, uint32_t q, uint32_t k) {
+    const dedup_t *d = b->d;
+    return d->acc[q] != UINT32_MAX ? d->sum + d->acc[q] : b->grads + (size_t)k * b->t->dim;
+}
+
+/* One optimizer step on row r (write lock held). */
+static inline void push_apply(batch_t *b, ps_shard_t *s, uint32_t r, const float *g) {
+    ps_table_t *t = b->t;
+    float *row = row_ptr(t, s, r);
+    cow_save(t, s, r);
+    ps__optim_step(&t->opt, row, row + t->dim, g);
+    s->km[r].tick = (uint16_t)s->clock;
+    freq_bump(&s->km[r], b->salt);
+    s->pushed++;
+    b->res->applied++;
+}
+
 /* Stage C: the operation itself for visiting position q (key index k), shard s locked. */
 static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_t *s, uint32_t q,
                                                            uint32_t k, op_t op) {
@@ -972,6 +1179,8 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
             b->found[k] = r != NO_ROW;
         if (r != NO_ROW)
             memcpy(out, row_ptr(t, s, r), (size_t)dim * sizeof(float));
+        else if (b->cold)
+            b->defer[b->ndefer++] = q;
         else if (t->cfg.missing == PS_MISSING_ZEROS)
             memset(out, 0, (size_t)dim * sizeof(float));
         else
@@ -980,20 +1189,26 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
     }
     if (op == OP_PULL) { /* under the read lock: copy, or leave the key for pull_miss */
         uint32_t r = resolve(s, key, h, b->p->cand[k]);
-        if (r != NO_ROW)
+        if (r != NO_ROW) {
             memcpy(b->rows + (size_t)k * dim, row_ptr(t, s, r), (size_t)dim * sizeof(float));
-        else
+        } else {
             b->defer[b->ndefer++] = q;
+            b->p->cand[k] = s->cold_seq;
+        }
         return;
     }
-    const dedup_t *d = b->d;
-    const float *g = d->acc[q] != UINT32_MAX ? d->sum + d->acc[q] : b->grads + (size_t)k * dim;
+    const float *g = push_grad(b, q, k);
     if (!ps__grad_finite(g, dim)) {
         s->nonfinite++;
         b->res->skipped_nonfinite++;
         return;
     }
     uint32_t r = resolve(s, key, h, b->p->cand[k]);
+    if (r == NO_ROW && b->cold) { /* fetched from the cold store after this pass */
+        b->defer[b->ndefer++] = q;
+        b->p->cand[k] = s->cold_seq;
+        return;
+    }
     if (r == NO_ROW) {
         if (t->admit > 1 && sketch_count(s, key, 0) < t->admit) {
             s->dropped++;
@@ -1007,13 +1222,7 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
             return;
         }
     }
-    float *row = row_ptr(t, s, r);
-    cow_save(t, s, r);
-    ps__optim_step(&t->opt, row, row + dim, g);
-    s->km[r].tick = (uint16_t)s->clock;
-    freq_bump(&s->km[r], b->salt);
-    s->pushed++;
-    b->res->applied++;
+    push_apply(b, s, r, g);
 }
 
 /* A pulled key that was missing under the read lock, now under the write lock: it may have
@@ -1108,7 +1317,7 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
                 qc++;
             }
         }
-        if (op == OP_PULL && b->ndefer > d0) { /* inserts need the shard alone */
+        if (op == OP_PULL && b->ndefer > d0 && !b->cold) { /* inserts need the shard alone */
             pthread_rwlock_unlock(&s->lock);
             pthread_rwlock_wrlock(&s->lock);
             for (uint32_t i = d0; i < b->ndefer; i++)
@@ -1125,6 +1334,145 @@ static void batch_init(batch_t *b, ps_table_t *t, const uint64_t *keys, plan_t *
     b->keys = keys;
     b->p = p;
     b->n = (uint32_t)n;
+    b->cold = t->cfg.cold && t->has_cold;
+    b->defer = p->defer;
+}
+
+/* ---- cold tier: misses ---------------------------------------------------------------------
+ * After the main pass, the keys missing from RAM (b->defer, in visiting order, so grouped by
+ * shard) are fetched with one get outside the locks; then each shard group is finished under the
+ * write lock: if the shard wrote to the cold store since the miss (cold_seq moved), its keys are
+ * fetched again under the lock, so a row spilled or erased meanwhile is never read stale. */
+
+/* The cold rows of deferred entries [i0, i1) could not be read: zeros out, error noted. */
+static void cold_fail(batch_t *b, op_t op, uint32_t i0, uint32_t i1, int rc) {
+    const uint32_t dim = b->t->dim;
+    for (uint32_t i = i0; i < i1 && op != OP_PUSH; i++) {
+        const uint32_t k = key_at(b, b->defer[i]);
+        memset(b->rows + (size_t)k * dim, 0, (size_t)dim * sizeof(float));
+        if (b->found)
+            b->found[k] = 0;
+    }
+    if (!b->rc)
+        b->rc = rc;
+}
+
+/* Finish deferred position q of a pull or push under the shard's write lock, given what the
+ * cold store holds for its key (src: stride floats). */
+static void cold_apply(batch_t *b, ps_shard_t *s, op_t op, uint32_t q, const float *src,
+                       const ps_cold_meta_t *m) {
+    ps_table_t *t = b->t;
+    const uint32_t k = key_at(b, q), dim = t->dim;
+    const uint64_t key = b->keys[k], h = b->p->h[k];
+    float *out = op == OP_PULL ? b->rows + (size_t)k * dim : NULL;
+    uint32_t r = find_row(s, key, h); /* an earlier duplicate or another caller may have it */
+    if (r == NO_ROW) {
+        const ptrdiff_t sp = spill_find(s, key); /* evicted in this very lock hold */
+        ps_cold_meta_t queued;
+        if (sp >= 0) {
+            queued = (ps_cold_meta_t){s->spill_hdr[sp].clock, s->spill_hdr[sp].freq, 1};
+            m = &queued;
+            src = s->spill_rows + (size_t)sp * t->stride;
+        }
+        const int hit = m->found && !cold_expired(t, s, m->clock);
+        if (hit)
+            atomic_fetch_add_explicit(&t->cold_hits, 1, memory_order_relaxed);
+        if (!hit && t->admit > 1 && sketch_count(s, key, op == OP_PULL) < t->admit) {
+            if (op == OP_PULL) {
+                fill_initial(t, key, out);
+                s->pending++;
+            } else {
+                s->dropped++;
+                b->res->dropped_unadmitted++;
+            }
+            return;
+        }
+        /* Promoted rows and untouched initial rows are clean: evicting them writes nothing.
+         * A row taken back from the queue is not (its write may still fail). */
+        const uint16_t tick = hit ? tick_of_clock(s, m->clock) : (uint16_t)s->clock;
+        const uint8_t freq =
+            (uint8_t)((hit ? m->freq & FREQ_MASK : 1) | (sp >= 0 ? 0 : ROW_CLEAN));
+        int rc = row_insert_ex(t, s, key, h, hit ? src : NULL, tick, freq, 1, &r);
+        if (rc) {
+            if (!b->rc)
+                b->rc = rc;
+            if (out && hit)
+                memcpy(out, src, (size_t)dim * sizeof(float));
+            else if (out)
+                fill_initial(t, key, out);
+            return;
+        }
+    }
+    if (op == OP_PULL)
+        memcpy(out, row_ptr(t, s, r), (size_t)dim * sizeof(float));
+    else
+        push_apply(b, s, r, push_grad(b, q, k));
+}
+
+static void cold_deferred(batch_t *b, op_t op) {
+    ps_table_t *t = b->t;
+    const uint32_t n = b->ndefer, stride = t->stride, dim = t->dim;
+    if (!n)
+        return;
+    const size_t bytes =
+        (size_t)n * (sizeof(uint64_t) + sizeof(ps_cold_meta_t) + (size_t)stride * sizeof(float));
+    uint64_t *ck = pc_malloc(PC_MEM_SCRATCH, bytes);
+    if (!ck) {
+        cold_fail(b, op, 0, n, PC_ENOMEM);
+        return;
+    }
+    ps_cold_meta_t *cm = (ps_cold_meta_t *)(ck + n);
+    float *cr = (float *)(cm + n);
+    for (uint32_t i = 0; i < n; i++)
+        ck[i] = b->keys[key_at(b, b->defer[i])];
+    atomic_fetch_add_explicit(&t->cold_reads, n, memory_order_relaxed);
+    int rc = t->cold.get(t->cold_ctx, ck, n, cr, cm);
+    if (rc) {
+        atomic_fetch_add_explicit(&t->cold_get_errors, 1, memory_order_relaxed);
+        cold_fail(b, op, 0, n, rc);
+    } else if (op == OP_LOOKUP) { /* read-only: no promotion, no lock needed */
+        for (uint32_t i = 0; i < n; i++) {
+            const uint32_t k = key_at(b, b->defer[i]);
+            float *out = b->rows + (size_t)k * dim;
+            const uint32_t now = atomic_load_explicit(&t->clock, memory_order_relaxed);
+            const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
+            const int hit = cm[i].found && !(ttl && cm[i].clock <= now && now - cm[i].clock >= ttl);
+            if (b->found)
+                b->found[k] = (uint8_t)hit;
+            if (hit) {
+                atomic_fetch_add_explicit(&t->cold_hits, 1, memory_order_relaxed);
+                memcpy(out, cr + (size_t)i * stride, (size_t)dim * sizeof(float));
+            } else if (t->cfg.missing == PS_MISSING_ZEROS) {
+                memset(out, 0, (size_t)dim * sizeof(float));
+            } else {
+                fill_initial(t, b->keys[k], out);
+            }
+        }
+    } else {
+        for (uint32_t i0 = 0, i1; i0 < n; i0 = i1) {
+            const uint16_t sh = b->p->sq[b->defer[i0]];
+            for (i1 = i0 + 1; i1 < n && b->p->sq[b->defer[i1]] == sh; i1++)
+                ;
+            ps_shard_t *s = &t->shards[sh];
+            pthread_rwlock_wrlock(&s->lock);
+            int grc = 0;
+            if (b->p->cand[key_at(b, b->defer[i0])] != s->cold_seq) /* written since the miss */
+                grc = t->cold.get(t->cold_ctx, ck + i0, i1 - i0, cr + (size_t)i0 * stride,
+                                  cm + i0);
+            if (grc) {
+                s->cold_errors++;
+                cold_fail(b, op, i0, i1, grc);
+            } else {
+                for (uint32_t i = i0; i < i1; i++)
+                    cold_apply(b, s, op, b->defer[i], cr + (size_t)i * stride, &cm[i]);
+            }
+            int frc = cold_flush(t, s);
+            if (frc && !b->rc)
+                b->rc = frc;
+            pthread_rwlock_unlock(&s->lock);
+        }
+    }
+    pc_free(PC_MEM_SCRATCH, ck, bytes);
 }
 
 /* ==== operations =========================================================================== */
@@ -1137,8 +1485,9 @@ int ps_table_pull(ps_table_t *t, const uint64_t *keys, size_t n, float *rows, si
     batch_t b;
     batch_init(&b, t, keys, &p, n);
     b.rows = rows;
-    b.defer = p.defer;
     batch_run(&b, OP_PULL);
+    if (b.cold)
+        cold_deferred(&b, OP_PULL);
     atomic_fetch_add_explicit(&t->pulled, n, memory_order_relaxed);
     plan_free(&p);
     return b.rc;
@@ -1157,6 +1506,8 @@ int ps_table_lookup(const ps_table_t *t, const uint64_t *keys, size_t n, float *
     b.rows = rows;
     b.found = found;
     batch_run(&b, OP_LOOKUP);
+    if (b.cold)
+        cold_deferred(&b, OP_LOOKUP);
     atomic_fetch_add_explicit(&((ps_table_t *)t)->looked_up, n, memory_order_relaxed);
     plan_free(&p);
     return b.rc;
@@ -1195,6 +1546,8 @@ int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *gr
         pthread_rwlock_rdlock(&t->cut);
         b.salt = atomic_fetch_add_explicit(&t->version, 1, memory_order_relaxed);
         batch_run(&b, OP_PUSH);
+        if (b.cold)
+            cold_deferred(&b, OP_PUSH);
         pthread_rwlock_unlock(&t->cut);
     }
     pc_free(PC_MEM_SCRATCH, d.sum, d.sum_bytes);
@@ -1205,6 +1558,19 @@ int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *gr
     return b.rc;
 }
 
+/* Cold tables: erasers wait while the cold store is frozen (a checkpoint copies it). */
+static void erase_gate(ps_table_t *t, bool enter) {
+    pthread_mutex_lock(&t->cold_mu);
+    if (enter) {
+        while (atomic_load(&t->cold_frozen))
+            pthread_cond_wait(&t->cold_cv, &t->cold_mu);
+        t->erasers++;
+    } else if (--t->erasers == 0) {
+        pthread_cond_broadcast(&t->cold_cv);
+    }
+    pthread_mutex_unlock(&t->cold_mu);
+}
+
 int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased) {
     if (erased)
         *erased = 0;
@@ -1212,7 +1578,28 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
     int rc = batch_begin(t, keys, n, NULL, NO_BUF, &p);
     if (rc <= 0)
         return rc;
+    rc = 0;
     size_t count = 0;
+    /* Cold tables: ask the store which keys it holds (for the count), then delete them there
+     * under each shard's lock, moving cold_seq so that concurrent misses fetch again. */
+    const bool cold = t->cfg.cold && t->has_cold;
+    const size_t cbytes =
+        cold ? n * (sizeof(uint64_t) + sizeof(ps_cold_meta_t) + (size_t)t->stride * 4) : 0;
+    uint64_t *ck = cold ? pc_malloc(PC_MEM_SCRATCH, cbytes) : NULL;
+    ps_cold_meta_t *cm = ck ? (ps_cold_meta_t *)(ck + n) : NULL;
+    if (cold && !ck)
+        rc = PC_ENOMEM;
+    for (uint32_t q = 0; ck && q < n; q++)
+        ck[q] = keys[p.order[q]];
+    if (ck)
+        rc = t->cold.get(t->cold_ctx, ck, n, (float *)(cm + n), cm);
+    if (rc) {
+        pc_free(PC_MEM_SCRATCH, ck, cbytes);
+        plan_free(&p);
+        return rc;
+    }
+    if (cold)
+        erase_gate(t, true);
     pthread_rwlock_rdlock(&t->cut);
     for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) { /* one shard group [q0, q1) at a time */
         ps_shard_t *s = &t->shards[p.sq[q0]];
@@ -1225,16 +1612,29 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
             if (r != NO_ROW) {
                 row_remove(t, s, r);
                 count++;
+            } else if (cm && cm[q].found) {
+                count++;
+            }
+        }
+        if (cold) {
+            s->cold_seq++;
+            int drc = t->cold.del(t->cold_ctx, ck + q0, q1 - q0);
+            if (drc) {
+                s->cold_errors++;
+                rc = rc ? rc : drc;
             }
         }
         shard_maybe_shrink(t, s);
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_rwlock_unlock(&t->cut);
+    if (cold)
+        erase_gate(t, false);
+    pc_free(PC_MEM_SCRATCH, ck, cbytes);
     plan_free(&p);
     if (erased)
         *erased = count;
-    return 0;
+    return rc;
 }
 
 int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
@@ -1272,8 +1672,10 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
                 ps__optim_init_state(&t->opt, row + dim);
             /* During a snapshot the row must read as changed after the cut. */
             s->km[r].tick = ticks && !s->cow_active ? ticks[k] : (uint16_t)s->clock;
-            s->km[r].freq = freqs ? freqs[k] : 1;
+            s->km[r].freq = freqs ? (uint8_t)(freqs[k] < FREQ_MAX ? freqs[k] : FREQ_MAX) : 1;
         }
+        int frc = cold_flush(t, s);
+        rc = rc ? rc : frc;
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_rwlock_unlock(&t->cut);
@@ -1440,8 +1842,8 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
         return PC_EINVAL;
     /* Held shared for the whole scan: begin/end cannot interleave; pushes go on. */
     pthread_rwlock_rdlock(&t->cut);
-    if (!t->snap_active || t->snap_scanned) {
-        pthread_rwlock_unlock(&t->cut);
+    if (!t->snap_active || t->snap_scanned || (t->cfg.cold && since != PS_SCAN_ALL)) {
+        pthread_rwlock_unlock(&t->cut); /* cold tables keep no removal log: full scans only */
         return PC_EINVAL;
     }
     t->snap_scanned = 1; /* only this thread scans: the flag is ours under the protocol */
@@ -1601,6 +2003,8 @@ int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out) {
     if (sk_width < 256)
         sk_width = 256;
     t->cow_rec_bytes = sizeof(ps_cow_hdr_t) + (size_t)t->stride * sizeof(float);
+    pthread_mutex_init(&t->cold_mu, NULL);
+    pthread_cond_init(&t->cold_cv, NULL);
     t->uid = pc_hash_u64(pc_time_wall_ns() ^ (uint64_t)(uintptr_t)t, (uint64_t)cfg->seed);
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
@@ -1641,9 +2045,12 @@ void ps_table_destroy(ps_table_t *t) {
         pc_free(PC_MEM_SKETCH, s->sketch, (size_t)SKETCH_DEPTH * s->sketch_width);
         cow_free(t, s);
         pc_free(PC_MEM_SCRATCH, s->removed, s->removed_cap * sizeof(ps_removal_t));
+        spill_free(t, s);
         pthread_rwlock_destroy(&s->lock);
     }
     pthread_rwlock_destroy(&t->cut);
+    pthread_mutex_destroy(&t->cold_mu);
+    pthread_cond_destroy(&t->cold_cv);
     free(t->shards);
     pc_free(PC_MEM_OTHER, t, sizeof *t);
 }
@@ -1651,6 +2058,30 @@ void ps_table_destroy(ps_table_t *t) {
 void ps_table_set_evict_fn(ps_table_t *t, ps_evict_fn fn, void *ctx) {
     t->evict_fn = fn;
     t->evict_ctx = ctx;
+}
+
+void ps_table_set_cold(ps_table_t *t, const ps_cold_ops_t *ops, void *ctx) {
+    t->cold = *ops;
+    t->cold_ctx = ctx;
+    t->has_cold = t->cfg.cold;
+}
+
+void ps_table_cold_freeze(ps_table_t *t, bool frozen) {
+    pthread_mutex_lock(&t->cold_mu);
+    atomic_store(&t->cold_frozen, frozen);
+    if (frozen) {
+        while (t->erasers) /* erasers in flight finish; new ones wait for the thaw */
+            pthread_cond_wait(&t->cold_cv, &t->cold_mu);
+    } else {
+        pthread_cond_broadcast(&t->cold_cv);
+    }
+    pthread_mutex_unlock(&t->cold_mu);
+    for (uint32_t sh = 0; frozen && sh < t->nshards; sh++) {
+        /* Spills are written under a shard's write lock: once each lock has been free, none
+         * is in flight, and later inserts see the flag. */
+        pthread_rwlock_wrlock(&t->shards[sh].lock);
+        pthread_rwlock_unlock(&t->shards[sh].lock);
+    }
 }
 
 const ps_table_config_t *ps_table_config(const ps_table_t *t) {
@@ -1699,6 +2130,10 @@ int ps_table_stats(const ps_table_t *t, ps_table_stats_t *o) {
         o->admit_dropped += s->dropped;
         o->nonfinite_skipped += s->nonfinite;
         o->index_rebuilds += s->rebuilds;
+        o->spilled += s->spilled;
+        o->spill_clean += s->spill_clean;
+        o->spill_refused += s->spill_refused;
+        o->cold_errors += s->cold_errors;
         pthread_rwlock_unlock(&s->lock);
     }
     o->bytes_weights = o->rows * t->dim * sizeof(float);
@@ -1708,6 +2143,10 @@ int ps_table_stats(const ps_table_t *t, ps_table_stats_t *o) {
     o->looked_up = atomic_load_explicit(&((ps_table_t *)t)->looked_up, memory_order_relaxed);
     o->pulled = atomic_load_explicit(&((ps_table_t *)t)->pulled, memory_order_relaxed);
     o->clock = ps_table_clock(t);
+    ps_table_t *m = (ps_table_t *)t; /* counters are atomics */
+    o->cold_reads = atomic_load_explicit(&m->cold_reads, memory_order_relaxed);
+    o->cold_hits = atomic_load_explicit(&m->cold_hits, memory_order_relaxed);
+    o->cold_errors += atomic_load_explicit(&m->cold_get_errors, memory_order_relaxed);
     return 0;
 }
 

@@ -30,8 +30,8 @@
  *   ftrl              FTRL-Proximal (McMahan et al. 2013), lr = alpha        (2 * dim floats)
  * Adagrad accumulators start at adagrad_init. For adam the last state word holds t as uint32.
  *
- * Metadata per row: a 16-bit "tick" (table clock value at the last push or insert) and an 8-bit
- * logarithmic frequency counter of pushes (probabilistic increment, Morris-style; pulls leave
+ * Metadata per row: a 16-bit "tick" (table clock value at the last push or insert) and a 7-bit
+ * logarithmic frequency counter of pushes (0..127) (probabilistic increment, Morris-style; pulls leave
  * existing rows and their metadata untouched, so they never dirty a cache line). The
  * table clock is advanced by the owner (ps_table_advance_clock), in steps or seconds as it
  * chooses; TTL, incremental scans and sketch decay are expressed in clock ticks. Ages are exact
@@ -99,6 +99,7 @@ typedef struct ps_table_config {
     int64_t admit_threshold, admit_width, admit_decay_ticks;
     int64_t ttl_ticks;
     int64_t capacity_rows;
+    bool cold; /* rows beyond capacity_rows go to the cold tier (see "cold tier" below) */
 } ps_table_config_t;
 
 /* The settings table behind ps_table_config_t (for --help, dumps and specs). */
@@ -238,6 +239,59 @@ void ps_table_set_version(ps_table_t *t, uint64_t version);
 /* The initial row of a key (what pull would insert). out has dim floats. */
 void ps_table_initial_row(const ps_table_t *t, uint64_t key, float *out);
 
+/* ---- cold tier ---------------------------------------------------------------------------
+ * A table with config `cold` keeps at most capacity_rows rows in RAM; the rest live in a cold
+ * store (ps_tier.h: RocksDB) reached through the hooks below, which ps_tier installs before the
+ * table is used. Capacity eviction (CLOCK over the frequency counters) then spills instead of
+ * dropping: victims of a call are written in one batch per shard before the shard's lock is
+ * released. A row that came from the cold store (or is an untouched initial row) and was not
+ * changed since is "clean" and is dropped without a write (the cold copy, or its absence, is
+ * still right). Misses of pull, push and lookup are collected over the whole call and fetched
+ * with one `get` outside the shard locks; pull and push then promote the rows into RAM (a race
+ * with a concurrent spill or erase of the same shard is detected and the keys fetched again
+ * under the lock), lookup only reads them (serving does not disturb the training working set).
+ * Cold rows idle longer than ttl_ticks read as absent. The cold store is written only by spills
+ * and erase; ps_table_cold_freeze suspends both (RAM may exceed its budget meanwhile), which
+ * lets a checkpoint copy the cold store exactly at a snapshot's cut.
+ * Disk full: when `writable` says no, an insert that would have to spill a changed row fails
+ * with PC_ENOSPC (nothing is evicted); rows already held stay readable and writable. A failed
+ * `put` puts the victims back into RAM (over budget) and the call reports the error. */
+
+/* A row handed to the cold store: stride = dim + state_len floats, weights first. */
+typedef struct ps_cold_row {
+    uint64_t key;
+    uint32_t clock; /* table clock of the row's last change (absolute) */
+    uint8_t freq;
+    const float *row;
+} ps_cold_row_t;
+
+/* What `get` says of one key. */
+typedef struct ps_cold_meta {
+    uint32_t clock;
+    uint8_t freq;
+    uint8_t found;
+} ps_cold_meta_t;
+
+typedef struct ps_cold_ops {
+    /* Rows of n keys into rows (n * stride floats) and meta. Any thread, no table lock may be
+     * assumed held or not. 0, or an error for the whole call (PC_EIO, PC_ECORRUPT). */
+    int (*get)(void *ctx, const uint64_t *keys, size_t n, float *rows, ps_cold_meta_t *meta);
+    /* Write n rows (replacing older copies); called with a shard lock held. */
+    int (*put)(void *ctx, const ps_cold_row_t *rows, size_t n);
+    /* Delete n keys (absent keys are fine); called with a shard lock held. */
+    int (*del)(void *ctx, const uint64_t *keys, size_t n);
+    /* Whether writes are allowed now (free-space watermark). Cheap; called under shard locks. */
+    bool (*writable)(void *ctx);
+} ps_cold_ops_t;
+
+/* Install the cold store (ops copied, ctx borrowed); only for tables with config `cold`, before
+ * the table is shared. A cold table without a store refuses to evict changed rows (PC_ENOSPC). */
+void ps_table_set_cold(ps_table_t *t, const ps_cold_ops_t *ops, void *ctx);
+
+/* Suspend (true) or resume (false) writes to the cold store. Returns once no spill or erase is
+ * writing to it any more. Freezes do not nest. */
+void ps_table_cold_freeze(ps_table_t *t, bool frozen);
+
 typedef struct ps_table_stats {
     uint64_t rows;
     /* memory, exact bytes */
@@ -255,6 +309,13 @@ typedef struct ps_table_stats {
     uint64_t admit_dropped; /* pushes of keys not admitted yet (gradients dropped) */
     uint64_t nonfinite_skipped;
     uint64_t index_rebuilds;
+    /* cold tier (rows) */
+    uint64_t cold_reads;    /* keys looked for in the cold store */
+    uint64_t cold_hits;     /* ... and found there */
+    uint64_t spilled;       /* changed rows written to it by eviction */
+    uint64_t spill_clean;   /* clean rows evicted without a write */
+    uint64_t spill_refused; /* inserts refused because the store was not writable */
+    uint64_t cold_errors;   /* failed get / put / del calls */
     uint32_t clock;
 } ps_table_stats_t;
 

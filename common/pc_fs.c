@@ -1,0 +1,138 @@
+/* pc_fs.c: see pc_fs.h. */
+#include "pc_fs.h"
+
+#include "pc_error.h"
+#include "pc_log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+static int errno_rc(int e) {
+    return e == ENOSPC || e == EDQUOT ? PC_ENOSPC : PC_EIO;
+}
+
+int pc_fs_fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return PC_EIO;
+    int rc = fsync(fd) == 0 ? 0 : PC_EIO;
+    close(fd);
+    return rc;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+void pc_fs_rm_tree(const char *path) {
+    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int pc_fs_mkdirs(const char *path) {
+    char buf[PATH_MAX];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof buf)
+        return PC_EINVAL;
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0')
+            continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+            int e = errno;
+            PC_ERROR("mkdir %s: %s", buf, strerror(e));
+            return errno_rc(e);
+        }
+        buf[i] = c;
+    }
+    return 0;
+}
+
+static int copy_file(const char *src, const char *dst) {
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return PC_EIO;
+    int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) {
+        int e = errno;
+        close(in);
+        return errno_rc(e);
+    }
+    char buf[1 << 16];
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(in, buf, sizeof buf);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = r < 0 ? PC_EIO : 0;
+            break;
+        }
+        for (ssize_t off = 0; off < r && !rc;) {
+            ssize_t w = write(out, buf + off, (size_t)(r - off));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0)
+                rc = errno_rc(errno);
+            else
+                off += w;
+        }
+        if (rc)
+            break;
+    }
+    if (close(out) != 0 && !rc)
+        rc = PC_EIO;
+    close(in);
+    return rc;
+}
+
+int pc_fs_clone_dir(const char *src, const char *dst, const char *link_suffix) {
+    DIR *d = opendir(src);
+    if (!d) {
+        PC_ERROR("clone %s: %s", src, strerror(errno));
+        return PC_EIO;
+    }
+    const size_t sl = link_suffix ? strlen(link_suffix) : 0;
+    int rc = 0;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char from[PATH_MAX], to[PATH_MAX];
+        if ((size_t)snprintf(from, sizeof from, "%s/%s", src, e->d_name) >= sizeof from ||
+            (size_t)snprintf(to, sizeof to, "%s/%s", dst, e->d_name) >= sizeof to) {
+            rc = PC_EINVAL;
+            break;
+        }
+        struct stat st;
+        if (lstat(from, &st) != 0 || !S_ISREG(st.st_mode)) {
+            PC_ERROR("clone %s: %s is not a regular file", src, e->d_name);
+            rc = PC_EIO;
+            break;
+        }
+        const size_t nl = strlen(e->d_name);
+        if (sl && nl >= sl && strcmp(e->d_name + nl - sl, link_suffix) == 0 && link(from, to) == 0)
+            continue;
+        rc = copy_file(from, to);
+    }
+    closedir(d);
+    return rc;
+}
+
+uint64_t pc_fs_free_bytes(const char *path) {
+    struct statvfs v;
+    if (statvfs(path, &v) != 0)
+        return UINT64_MAX;
+    return (uint64_t)v.f_bavail * v.f_frsize;
+}

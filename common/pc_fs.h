@@ -1,0 +1,25 @@
+/* pc_fs.h: file-system helpers shared by the stores (checkpoints, the RocksDB tier). */
+#ifndef PC_FS_H
+#define PC_FS_H
+
+#include <stdint.h>
+
+/* fsync a directory (or file) by path. 0 or PC_EIO. */
+int pc_fs_fsync_path(const char *path);
+
+/* Remove a file or a directory tree; missing is fine. Does not follow symlinks. */
+void pc_fs_rm_tree(const char *path);
+
+/* Make every directory of `path` (mode 0755). 0, PC_ENOSPC or PC_EIO. */
+int pc_fs_mkdirs(const char *path);
+
+/* Copy the regular files of directory `src` into `dst` (existing, flat: subdirectories are an
+ * error). Files whose name ends in `link_suffix` (may be NULL) are hard-linked when src and dst
+ * share a file system, copied otherwise. 0, PC_ENOSPC or PC_EIO. */
+int pc_fs_clone_dir(const char *src, const char *dst, const char *link_suffix);
+
+/* Bytes available to unprivileged users on the file system holding path; UINT64_MAX when it
+ * cannot be read. */
+uint64_t pc_fs_free_bytes(const char *path);
+
+#endif

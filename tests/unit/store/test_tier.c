@@ -1,0 +1,408 @@
+/* The RocksDB cold tier: a table with 10x its RAM budget gives exactly what an all-in-RAM table
+ * gives under random pulls, pushes and lookups (also with two threads racing spills and
+ * promotions); erase, lookup, TTL and freezing; corrupt cold records are refused, not used. */
+#include "table_check.h"
+
+#include <pthread.h>
+#include <rocksdb/c.h>
+#include <stdatomic.h>
+
+#include "pc_error.h"
+#include "ps_tier.h"
+
+static ps_table_t *mk(const char *spec) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, spec, NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    return t;
+}
+
+typedef struct fixture {
+    char dir[256];
+    ps_tier_t *tier;
+} fixture_t;
+
+static void fx_open(fixture_t *f) {
+    tc_tmpdir(f->dir, sizeof f->dir, "tier");
+    ps_tier_opts_t o = {.dir = f->dir, .cache_bytes = 8 << 20, .write_buffer_bytes = 1 << 20,
+                        .min_free_bytes = 1 << 20};
+    assert_int_equal(ps_tier_open(&o, &f->tier), 0);
+}
+
+static void fx_close(fixture_t *f) {
+    ps_tier_close(f->tier);
+    tc_rmdir(f->dir);
+}
+
+static ps_table_t *mk_cold(fixture_t *f, const char *spec) {
+    ps_table_t *t = mk(spec);
+    assert_int_equal(ps_tier_attach(f->tier, t, true), 0);
+    return t;
+}
+
+static void drop_cold(fixture_t *f, ps_table_t *t) {
+    ps_tier_detach(f->tier, t, true);
+    ps_table_destroy(t);
+}
+
+/* Pull every key of both tables and compare; then push one more gradient to all and compare
+ * again (the optimizer state decides that step, so it is compared too). */
+static void assert_same_everywhere(ps_table_t *a, ps_table_t *b, const uint64_t *keys, size_t n) {
+    const uint32_t dim = ps_table_dim(a);
+    float *x = malloc(n * dim * sizeof(float)), *y = malloc(n * dim * sizeof(float));
+    float *g = malloc(n * dim * sizeof(float));
+    uint64_t rng = 77;
+    for (size_t i = 0; i < n * dim; i++)
+        g[i] = tu_gauss(&rng) * 0.05f;
+    for (int round = 0; round < 3; round++) {
+        assert_int_equal(ps_table_pull(a, keys, n, x, n * dim), 0);
+        assert_int_equal(ps_table_pull(b, keys, n, y, n * dim), 0);
+        assert_memory_equal(x, y, n * dim * sizeof(float));
+        assert_int_equal(ps_table_push(a, keys, n, g, n * dim, NULL), 0);
+        assert_int_equal(ps_table_push(b, keys, n, g, n * dim, NULL), 0);
+    }
+    free(x);
+    free(y);
+    free(g);
+}
+
+static uint64_t key_of(uint64_t i) {
+    return i * 0x9E3779B97F4A7C15ULL + 12345;
+}
+
+static void test_working_set_10x(void **state) {
+    (void)state;
+    fixture_t f;
+    fx_open(&f);
+    enum { POOL = 20000, CAP = 2000, B = 256, DIM = 16 };
+    ps_table_t *c = mk_cold(&f, "name=emb,dim=16,optimizer=adam,shards=8,capacity_rows=2000,"
+                                "cold=true");
+    ps_table_t *r = mk("name=emb,dim=16,optimizer=adam,shards=8");
+    static uint64_t keys[B];
+    static float x[B * DIM], y[B * DIM], g[B * DIM];
+    static uint8_t fx[B], fy[B];
+    uint64_t rng = 5;
+    for (int it = 0; it < 600; it++) {
+        for (int i = 0; i < B; i++) /* skewed: half the draws from a hot tenth */
+            keys[i] = key_of(tu_rand(&rng) % (i & 1 ? POOL : POOL / 10));
+        const uint64_t op = tu_rand(&rng) % 8;
+        if (op < 3) {
+            assert_int_equal(ps_table_pull(c, keys, B, x, B * DIM), 0);
+            assert_int_equal(ps_table_pull(r, keys, B, y, B * DIM), 0);
+            assert_memory_equal(x, y, sizeof x);
+        } else if (op < 7) {
+            for (int i = 0; i < B * DIM; i++)
+                g[i] = tu_gauss(&rng) * 0.1f;
+            ps_push_result_t pa, pb;
+            assert_int_equal(ps_table_push(c, keys, B, g, B * DIM, &pa), 0);
+            assert_int_equal(ps_table_push(r, keys, B, g, B * DIM, &pb), 0);
+            assert_int_equal(pa.applied, pb.applied);
+        } else {
+            assert_int_equal(ps_table_lookup(c, keys, B, x, B * DIM, fx), 0);
+            assert_int_equal(ps_table_lookup(r, keys, B, y, B * DIM, fy), 0);
+            assert_memory_equal(x, y, sizeof x); /* found flags may differ: see below */
+        }
+        assert_true(ps_table_count(c) <= CAP + 8 * 2);
+    }
+    ps_table_stats_t s;
+    assert_int_equal(ps_table_stats(c, &s), 0);
+    print_message("rows in RAM %llu of %llu; spilled %llu, clean drops %llu, cold hits %llu\n",
+                  (unsigned long long)s.rows, (unsigned long long)ps_table_count(r),
+                  (unsigned long long)s.spilled, (unsigned long long)s.spill_clean,
+                  (unsigned long long)s.cold_hits);
+    assert_true(ps_table_count(r) > 8 * CAP); /* the working set is far beyond the budget */
+    assert_true(s.spilled > 1000 && s.cold_hits > 1000 && s.spill_clean > 0);
+    assert_int_equal(s.cold_errors, 0);
+    static uint64_t all[POOL];
+    for (int i = 0; i < POOL; i++)
+        all[i] = key_of((uint64_t)i);
+    assert_same_everywhere(c, r, all, POOL);
+    ps_table_destroy(r);
+    drop_cold(&f, c);
+    fx_close(&f);
+}
+
+/* Two threads on disjoint keys sharing shards: spills of one race with misses of the other. */
+typedef struct worker {
+    ps_table_t *t;
+    int id;
+} worker_t;
+
+enum { WK = 3000, WB = 200, WDIM = 8, WROUNDS = 150 };
+
+static void worker_round(ps_table_t *t, int id, int round, float *rows) {
+    uint64_t rng = (uint64_t)(id * 100000 + round);
+    uint64_t keys[WB];
+    static _Thread_local float g[WB * WDIM];
+    for (int i = 0; i < WB; i++)
+        keys[i] = key_of((tu_rand(&rng) % WK) * 2 + (uint64_t)id);
+    for (int i = 0; i < WB * WDIM; i++)
+        g[i] = tu_gauss(&rng) * 0.1f;
+    if (round % 3 == 0)
+        assert_int_equal(ps_table_pull(t, keys, WB, rows, WB * WDIM), 0);
+    else
+        assert_int_equal(ps_table_push(t, keys, WB, g, WB * WDIM, NULL), 0);
+}
+
+static void *worker_main(void *arg) {
+    worker_t *w = arg;
+    static _Thread_local float rows[WB * WDIM];
+    for (int k = 0; k < WROUNDS; k++)
+        worker_round(w->t, w->id, k, rows);
+    return NULL;
+}
+
+static void test_concurrent_spills(void **state) {
+    (void)state;
+    fixture_t f;
+    fx_open(&f);
+    const char *spec = "name=race,dim=8,optimizer=adagrad,shards=4,capacity_rows=600,cold=true";
+    ps_table_t *c = mk_cold(&f, spec);
+    ps_table_t *r = mk("name=race,dim=8,optimizer=adagrad,shards=4");
+    pthread_t th[2];
+    worker_t w[2] = {{c, 0}, {c, 1}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    static float rows[WB * WDIM];
+    for (int id = 0; id < 2; id++) /* the same rounds, one after another, all in RAM */
+        for (int k = 0; k < WROUNDS; k++)
+            worker_round(r, id, k, rows);
+    static uint64_t all[2 * WK];
+    for (int i = 0; i < 2 * WK; i++)
+        all[i] = key_of((uint64_t)i);
+    assert_same_everywhere(c, r, all, 2 * WK);
+    ps_table_destroy(r);
+    drop_cold(&f, c);
+    fx_close(&f);
+}
+
+/* Two threads on the SAME keys: each pushes gradient 1 (lr 0.5, zero init) and pulls, with a
+ * tiny RAM budget so rows move between RAM and the store all the time. Every weight must end at
+ * exactly -0.5 x the pushes of its key: a promotion that used a stale cold copy (a spill or
+ * erase racing a miss) would lose updates. */
+enum { SK = 1000, SB = 64, SROUNDS = 400 };
+typedef struct shared_worker {
+    ps_table_t *t;
+    int id;
+    uint32_t counts[SK];
+} shared_worker_t;
+
+static void *shared_main(void *arg) {
+    shared_worker_t *w = arg;
+    uint64_t rng = 900 + (uint64_t)w->id;
+    uint64_t keys[SB];
+    float g[SB * 2], rows[SB * 2];
+    for (int i = 0; i < SB * 2; i++)
+        g[i] = 1.0f;
+    for (int k = 0; k < SROUNDS; k++) {
+        for (int i = 0; i < SB; i++) {
+            uint64_t j = tu_rand(&rng) % SK;
+            keys[i] = key_of(j);
+            if (k % 2 == 0)
+                w->counts[j]++;
+        }
+        if (k % 2 == 0)
+            assert_int_equal(ps_table_push(w->t, keys, SB, g, SB * 2, NULL), 0);
+        else
+            assert_int_equal(ps_table_pull(w->t, keys, SB, rows, SB * 2), 0);
+    }
+    return NULL;
+}
+
+static void test_shared_keys_no_lost_update(void **state) {
+    (void)state;
+    fixture_t f;
+    fx_open(&f);
+    ps_table_t *c = mk_cold(&f, "name=sh,dim=2,optimizer=sgd,lr=0.5,init=zeros,shards=1,"
+                                "capacity_rows=48,cold=true");
+    static shared_worker_t w[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        w[i].t = c;
+        w[i].id = i;
+        assert_int_equal(pthread_create(&th[i], NULL, shared_main, &w[i]), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    static uint64_t keys[SK];
+    static float rows[SK * 2];
+    for (int i = 0; i < SK; i++)
+        keys[i] = key_of((uint64_t)i);
+    assert_int_equal(ps_table_lookup(c, keys, SK, rows, SK * 2, NULL), 0);
+    for (int i = 0; i < SK; i++) {
+        const float want = -0.5f * (float)(w[0].counts[i] + w[1].counts[i]);
+        if (rows[2 * i] != want || rows[2 * i + 1] != want)
+            fail_msg("key %d: %g, want %g", i, rows[2 * i], want);
+    }
+    drop_cold(&f, c);
+    fx_close(&f);
+}
+
+static void test_erase_lookup_ttl(void **state) {
+    (void)state;
+    fixture_t f;
+    fx_open(&f);
+    enum { N = 1000, D = 4 };
+    ps_table_t *c = mk_cold(&f, "name=e,dim=4,optimizer=sgd,shards=2,capacity_rows=100,"
+                                "cold=true,ttl_ticks=50");
+    static uint64_t keys[N];
+    static float g[N * D], x[N * D], y[N * D];
+    static uint8_t found[N];
+    for (int i = 0; i < N; i++)
+        keys[i] = key_of((uint64_t)i);
+    for (int i = 0; i < N * D; i++)
+        g[i] = 1.0f;
+    assert_int_equal(ps_table_push(c, keys, N, g, N * D, NULL), 0);
+    assert_true(ps_table_count(c) <= 100);
+    /* Lookup reads cold rows without promoting them. */
+    const uint64_t before = ps_table_count(c);
+    assert_int_equal(ps_table_lookup(c, keys, N, x, N * D, found), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(found[i], 1);
+        float init[D];
+        ps_table_initial_row(c, keys[i], init);
+        assert_true(x[i * D] == init[0] - 0.01f * 1.0f); /* sgd, lr 0.01 */
+    }
+    assert_int_equal(ps_table_count(c), before);
+    /* Erase half (most of them cold): all counted, and they come back as initial rows. */
+    size_t erased = 0;
+    assert_int_equal(ps_table_erase(c, keys, N / 2, &erased), 0);
+    assert_int_equal(erased, N / 2);
+    assert_int_equal(ps_table_lookup(c, keys, N, y, N * D, found), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(found[i], i >= N / 2);
+        if (i < N / 2) {
+            float init[D];
+            ps_table_initial_row(c, keys[i], init);
+            assert_memory_equal(y + i * D, init, sizeof init);
+        } else {
+            assert_memory_equal(y + i * D, x + i * D, D * sizeof(float));
+        }
+    }
+    /* TTL: rows idle for 50 ticks read as absent, in RAM and in the cold store. */
+    assert_int_equal(ps_table_advance_clock(c, 60), 0);
+    assert_int_equal(ps_table_lookup(c, keys, N, y, N * D, found), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(found[i], 0);
+    drop_cold(&f, c);
+    fx_close(&f);
+}
+
+typedef struct eraser {
+    ps_table_t *t;
+    uint64_t key;
+    atomic_int done;
+} eraser_t;
+
+static void *erase_main(void *arg) {
+    eraser_t *e = arg;
+    assert_int_equal(ps_table_erase(e->t, &e->key, 1, NULL), 0);
+    atomic_store(&e->done, 1);
+    return NULL;
+}
+
+static void test_freeze(void **state) {
+    (void)state;
+    fixture_t f;
+    fx_open(&f);
+    enum { N = 300, D = 4 };
+    ps_table_t *c = mk_cold(&f, "name=fz,dim=4,optimizer=sgd,shards=1,capacity_rows=100,"
+                                "cold=true");
+    static uint64_t keys[3 * N];
+    static float g[3 * N * D];
+    for (int i = 0; i < 3 * N; i++)
+        keys[i] = key_of((uint64_t)i);
+    for (int i = 0; i < 3 * N * D; i++)
+        g[i] = 0.5f;
+    assert_int_equal(ps_table_push(c, keys, N, g, N * D, NULL), 0);
+    ps_table_stats_t s0, s1;
+    assert_int_equal(ps_table_stats(c, &s0), 0);
+    ps_table_cold_freeze(c, true);
+    eraser_t e = {c, keys[0], 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, erase_main, &e), 0);
+    assert_int_equal(ps_table_push(c, keys + N, N, g, N * D, NULL), 0);
+    assert_int_equal(ps_table_stats(c, &s1), 0);
+    assert_int_equal(s1.spilled, s0.spilled); /* nothing written while frozen */
+    assert_true(ps_table_count(c) >= 100 + N - 1);
+    usleep(50000);
+    assert_int_equal(atomic_load(&e.done), 0); /* the erase waits for the thaw */
+    ps_table_cold_freeze(c, false);
+    pthread_join(th, NULL);
+    assert_int_equal(atomic_load(&e.done), 1);
+    assert_int_equal(ps_table_push(c, keys + 2 * N, N, g, N * D, NULL), 0);
+    assert_true(ps_table_count(c) <= 100); /* back within budget: two evictions per insert */
+    drop_cold(&f, c);
+    fx_close(&f);
+}
+
+/* A record that is not what the table expects (wrong size) is an error, never a row. */
+static void test_corrupt_record(void **state) {
+    (void)state;
+    fixture_t f;
+    fx_open(&f);
+    char src[300];
+    snprintf(src, sizeof src, "%s-src", f.dir);
+    { /* a database holding table "bad" with one short record for key_of(1) */
+        rocksdb_options_t *o = rocksdb_options_create();
+        rocksdb_options_set_create_if_missing(o, 1);
+        char *err = NULL;
+        rocksdb_t *db = rocksdb_open(o, src, &err);
+        assert_null(err);
+        rocksdb_column_family_handle_t *h = rocksdb_create_column_family(db, o, "t.bad", &err);
+        assert_null(err);
+        rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+        char k[8];
+        uint64_t key = key_of(1);
+        for (int i = 0; i < 8; i++)
+            k[i] = (char)(key >> (56 - 8 * i));
+        rocksdb_put_cf(db, wo, h, k, 8, "\x01\x00\x00\x00garbage", 11, &err);
+        assert_null(err);
+        rocksdb_writeoptions_destroy(wo);
+        rocksdb_column_family_handle_destroy(h);
+        rocksdb_close(db);
+        rocksdb_options_destroy(o);
+    }
+    assert_int_equal(ps_tier_replace(f.tier, src), 0);
+    ps_table_t *t = mk("name=bad,dim=4,optimizer=sgd,capacity_rows=10,cold=true");
+    assert_int_equal(ps_tier_attach(f.tier, t, false), 0);
+    uint64_t keys[2] = {key_of(1), key_of(2)};
+    float rows[8], g[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    assert_int_equal(ps_table_pull(t, keys, 2, rows, 8), PC_ECORRUPT);
+    assert_int_equal(ps_table_push(t, keys, 2, g, 8, NULL), PC_ECORRUPT);
+    assert_int_equal(ps_table_count(t), 0); /* nothing inserted over the bad record */
+    ps_tier_detach(f.tier, t, true);
+    ps_table_destroy(t);
+    tc_rmdir(src);
+    fx_close(&f);
+}
+
+/* A cold table without a store refuses to evict changed rows instead of losing them. */
+static void test_unattached_refuses(void **state) {
+    (void)state;
+    ps_table_t *t = mk("name=u,dim=4,optimizer=sgd,shards=1,capacity_rows=10,cold=true");
+    uint64_t keys[20];
+    float g[80];
+    for (int i = 0; i < 20; i++)
+        keys[i] = key_of((uint64_t)i);
+    for (int i = 0; i < 80; i++)
+        g[i] = 1;
+    assert_int_equal(ps_table_push(t, keys, 10, g, 40, NULL), 0);
+    assert_int_equal(ps_table_push(t, keys + 10, 10, g, 40, NULL), PC_ENOSPC);
+    assert_int_equal(ps_table_count(t), 10);
+    ps_table_destroy(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_working_set_10x),   cmocka_unit_test(test_concurrent_spills),
+        cmocka_unit_test(test_shared_keys_no_lost_update),
+        cmocka_unit_test(test_erase_lookup_ttl),  cmocka_unit_test(test_freeze),
+        cmocka_unit_test(test_corrupt_record),    cmocka_unit_test(test_unattached_refuses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
