@@ -28,15 +28,15 @@
 #error "the record format stores little-endian floats as they are in memory"
 #endif
 
-#define REC_FORMAT     1
-#define REC_HDR        8u
-#define CF_PREFIX      "t."
-#define FREE_CHECK_NS  20000000ull /* watermark reading refreshed at most this often */
-#define DEF_CACHE      (256ull << 20)
-#define DEF_WBUF       (64ull << 20)
-#define DEF_MIN_FREE   (1ull << 30)
-#define VIEW_BATCH     256u
-#define CF_NAME_MAX    (PS_TABLE_NAME_MAX + sizeof CF_PREFIX)
+#define REC_FORMAT    1
+#define REC_HDR       8u
+#define CF_PREFIX     "t."
+#define FREE_CHECK_NS 20000000ull /* watermark reading refreshed at most this often */
+#define DEF_CACHE     (256ull << 20)
+#define DEF_WBUF      (64ull << 20)
+#define DEF_MIN_FREE  (1ull << 30)
+#define VIEW_BATCH    256u
+#define CF_NAME_MAX   (PS_TABLE_NAME_MAX + sizeof CF_PREFIX)
 
 typedef struct tier_cf tier_cf_t;
 
@@ -121,8 +121,8 @@ static int db_error(ps_tier_t *tier, const char *what, char *err) {
 
 static bool free_refresh(ps_tier_t *tier, bool force) {
     const uint64_t now = pc_time_mono_ns();
-    if (force || now - atomic_load_explicit(&tier->free_checked_ns, memory_order_relaxed) >=
-                     FREE_CHECK_NS) {
+    if (force ||
+        now - atomic_load_explicit(&tier->free_checked_ns, memory_order_relaxed) >= FREE_CHECK_NS) {
         const uint64_t fb = pc_fs_free_bytes(tier->dir);
         const bool ok = fb >= tier->min_free;
         if (!ok && atomic_load(&tier->writable))
@@ -334,8 +334,7 @@ int ps_tier_open(const ps_tier_opts_t *o, ps_tier_t **out) {
     tier->bbo = rocksdb_block_based_options_create();
     tier->cache = rocksdb_cache_create_lru(o->cache_bytes ? o->cache_bytes : DEF_CACHE);
     rocksdb_block_based_options_set_block_cache(tier->bbo, tier->cache);
-    rocksdb_block_based_options_set_filter_policy(tier->bbo,
-                                                  rocksdb_filterpolicy_create_bloom(10));
+    rocksdb_block_based_options_set_filter_policy(tier->bbo, rocksdb_filterpolicy_create_bloom(10));
     rocksdb_block_based_options_set_block_size(tier->bbo, 16 << 10);
     rocksdb_block_based_options_set_cache_index_and_filter_blocks(tier->bbo, 1);
     rocksdb_options_set_block_based_table_factory(tier->opts, tier->bbo);
@@ -487,8 +486,8 @@ int ps_tier_checkpoint(ps_tier_t *tier, const char *dir) {
 int ps_tier_replace(ps_tier_t *tier, const char *src) {
     for (size_t i = 0; i < tier->ncf; i++) {
         if (tier->cfs[i].att) {
-            PC_ERROR("tier %s: cannot replace the database while table %s is attached",
-                     tier->dir, tier->cfs[i].name);
+            PC_ERROR("tier %s: cannot replace the database while table %s is attached", tier->dir,
+                     tier->cfs[i].name);
             return PC_EINVAL;
         }
     }

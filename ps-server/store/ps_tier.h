@@ -72,14 +72,14 @@ int ps_tier_view_scan(ps_tier_view_t *v, int (*fn)(void *ctx, const ps_cold_row_
 void ps_tier_view_close(ps_tier_view_t *v);
 
 typedef struct ps_tier_stats {
-    uint64_t tables;          /* attached */
-    uint64_t rows_estimate;   /* RocksDB's estimate of rows over all attached tables */
-    uint64_t sst_bytes;       /* live SST files */
-    uint64_t free_bytes;      /* available on the file system (last reading) */
-    uint64_t min_free_bytes;  /* the watermark */
-    uint64_t writes_refused;  /* puts, deletes and checkpoints refused by the watermark */
+    uint64_t tables;         /* attached */
+    uint64_t rows_estimate;  /* RocksDB's estimate of rows over all attached tables */
+    uint64_t sst_bytes;      /* live SST files */
+    uint64_t free_bytes;     /* available on the file system (last reading) */
+    uint64_t min_free_bytes; /* the watermark */
+    uint64_t writes_refused; /* puts, deletes and checkpoints refused by the watermark */
     uint64_t rows_read, rows_written, rows_deleted;
-    uint64_t errors;          /* RocksDB calls that failed */
+    uint64_t errors; /* RocksDB calls that failed */
     bool writable;
 } ps_tier_stats_t;
 

@@ -86,7 +86,7 @@
 #define FREQ_MASK          0x7fu /* km.freq: the counter in the low 7 bits ... */
 #define ROW_CLEAN          0x80u /* ... and "equal to its cold copy (or initial)" in the top bit */
 #define FREQ_MAX           127u
-#define SPILL_BATCH        256u  /* rows per cold put */
+#define SPILL_BATCH        256u /* rows per cold put */
 #define SKETCH_DEPTH       4
 #define HUGE_MIN_BYTES     (4u << 20) /* slab arrays this large ask for huge pages */
 #define HUGE_MIN_INDEX     (2u << 20) /* so do indexes this large */
@@ -148,8 +148,8 @@ typedef struct ps_shard {
     size_t removed_n, removed_cap;
     /* cold tier: victims waiting to be written before the lock is released, and a counter of
      * writes to the cold store (pull/push misses fetched without the lock compare it) */
-    ps_spill_hdr_t *spill_hdr; /* compact, scanned by promotions (see spill_find) */
-    float *spill_rows;         /* stride floats per entry */
+    ps_spill_hdr_t *spill_hdr;             /* compact, scanned by promotions (see spill_find) */
+    float *spill_rows;                     /* stride floats per entry */
     size_t spill_n, spill_cap, spill_hcap; /* entries; capacities of rows and headers */
     uint32_t cold_seq;
     /* counters (under the write lock) */
@@ -804,8 +804,8 @@ static int spill_append(ps_table_t *t, ps_shard_t *s, uint32_t r) {
     if (s->spill_n == s->spill_cap) {
         const size_t ncap = s->spill_cap ? 2 * s->spill_cap : 16;
         if (s->spill_hcap < ncap) {
-            ps_spill_hdr_t *h = pc_realloc(PC_MEM_SCRATCH, s->spill_hdr,
-                                           s->spill_hcap * sizeof *h, ncap * sizeof *h);
+            ps_spill_hdr_t *h = pc_realloc(PC_MEM_SCRATCH, s->spill_hdr, s->spill_hcap * sizeof *h,
+                                           ncap * sizeof *h);
             if (!h)
                 return PC_ENOMEM;
             s->spill_hdr = h;
@@ -939,8 +939,8 @@ static int cold_flush(ps_table_t *t, ps_shard_t *s) {
         size_t m = s->spill_n - i0 < SPILL_BATCH ? s->spill_n - i0 : SPILL_BATCH;
         for (size_t i = 0; i < m; i++) {
             const ps_spill_hdr_t *h = &s->spill_hdr[i0 + i];
-            recs[i] = (ps_cold_row_t){h->key, h->clock, h->freq,
-                                      s->spill_rows + (i0 + i) * t->stride};
+            recs[i] =
+                (ps_cold_row_t){h->key, h->clock, h->freq, s->spill_rows + (i0 + i) * t->stride};
         }
         rc = t->cold.put(t->cold_ctx, recs, m);
         if (!rc)
@@ -1078,8 +1078,8 @@ typedef struct batch {
     uint64_t salt;         /* push: the update version, coin of the frequency counters */
     uint32_t *defer;       /* pull (cold tables: all ops): positions whose key was missing */
     uint32_t ndefer;
-    bool cold;             /* misses go to the cold store (cold_deferred); cand[k] keeps the
-                            * shard's cold_seq seen at the miss */
+    bool cold; /* misses go to the cold store (cold_deferred); cand[k] keeps the
+                * shard's cold_seq seen at the miss */
     int rc;
 } batch_t;
 
@@ -1390,8 +1390,7 @@ static void cold_apply(batch_t *b, ps_shard_t *s, op_t op, uint32_t q, const flo
         /* Promoted rows and untouched initial rows are clean: evicting them writes nothing.
          * A row taken back from the queue is not (its write may still fail). */
         const uint16_t tick = hit ? tick_of_clock(s, m->clock) : (uint16_t)s->clock;
-        const uint8_t freq =
-            (uint8_t)((hit ? m->freq & FREQ_MASK : 1) | (sp >= 0 ? 0 : ROW_CLEAN));
+        const uint8_t freq = (uint8_t)((hit ? m->freq & FREQ_MASK : 1) | (sp >= 0 ? 0 : ROW_CLEAN));
         int rc = row_insert_ex(t, s, key, h, hit ? src : NULL, tick, freq, 1, &r);
         if (rc) {
             if (!b->rc)
@@ -1457,8 +1456,7 @@ static void cold_deferred(batch_t *b, op_t op) {
             pthread_rwlock_wrlock(&s->lock);
             int grc = 0;
             if (b->p->cand[key_at(b, b->defer[i0])] != s->cold_seq) /* written since the miss */
-                grc = t->cold.get(t->cold_ctx, ck + i0, i1 - i0, cr + (size_t)i0 * stride,
-                                  cm + i0);
+                grc = t->cold.get(t->cold_ctx, ck + i0, i1 - i0, cr + (size_t)i0 * stride, cm + i0);
             if (grc) {
                 s->cold_errors++;
                 cold_fail(b, op, i0, i1, grc);

@@ -31,11 +31,11 @@
  * Adagrad accumulators start at adagrad_init. For adam the last state word holds t as uint32.
  *
  * Metadata per row: a 16-bit "tick" (table clock value at the last push or insert) and a 7-bit
- * logarithmic frequency counter of pushes (0..127) (probabilistic increment, Morris-style; pulls leave
- * existing rows and their metadata untouched, so they never dirty a cache line). The
- * table clock is advanced by the owner (ps_table_advance_clock), in steps or seconds as it
- * chooses; TTL, incremental scans and sketch decay are expressed in clock ticks. Ages are exact
- * up to PS_AGE_MAX ticks and saturate beyond it.
+ * logarithmic frequency counter of pushes (0..127) (probabilistic increment, Morris-style; pulls
+ * leave existing rows and their metadata untouched, so they never dirty a cache line). The table
+ * clock is advanced by the owner (ps_table_advance_clock), in steps or seconds as it chooses; TTL,
+ * incremental scans and sketch decay are expressed in clock ticks. Ages are exact up to PS_AGE_MAX
+ * ticks and saturate beyond it.
  *
  * Memory: rows live in per-shard slabs (weights then optimizer state, no per-row malloc), keys and
  * metadata in a packed parallel array (11 bytes per row), the index is a two-choice bucketized

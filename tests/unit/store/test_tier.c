@@ -26,7 +26,9 @@ typedef struct fixture {
 
 static void fx_open(fixture_t *f) {
     tc_tmpdir(f->dir, sizeof f->dir, "tier");
-    ps_tier_opts_t o = {.dir = f->dir, .cache_bytes = 8 << 20, .write_buffer_bytes = 1 << 20,
+    ps_tier_opts_t o = {.dir = f->dir,
+                        .cache_bytes = 8 << 20,
+                        .write_buffer_bytes = 1 << 20,
                         .min_free_bytes = 1 << 20};
     assert_int_equal(ps_tier_open(&o, &f->tier), 0);
 }
@@ -399,10 +401,13 @@ static void test_unattached_refuses(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_working_set_10x),   cmocka_unit_test(test_concurrent_spills),
+        cmocka_unit_test(test_working_set_10x),
+        cmocka_unit_test(test_concurrent_spills),
         cmocka_unit_test(test_shared_keys_no_lost_update),
-        cmocka_unit_test(test_erase_lookup_ttl),  cmocka_unit_test(test_freeze),
-        cmocka_unit_test(test_corrupt_record),    cmocka_unit_test(test_unattached_refuses),
+        cmocka_unit_test(test_erase_lookup_ttl),
+        cmocka_unit_test(test_freeze),
+        cmocka_unit_test(test_corrupt_record),
+        cmocka_unit_test(test_unattached_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
