@@ -37,6 +37,8 @@
 #include <unistd.h>
 
 #define MANIFEST        "MANIFEST.json"
+#define COLD_DIR        "cold" /* the tier's RocksDB checkpoint inside a checkpoint */
+#define MAX_COLD_FILES  65536
 #define MANIFEST_FORMAT 1
 #define MAX_TABLES      1024
 #define MAX_CHAIN       256 /* full_every is at most this: chains restore in bounded steps */
@@ -59,6 +61,7 @@ struct ps_ckpt {
     uint32_t since_full; /* incrementals after the last full checkpoint of that chain */
     tstate_t *ts;
     size_t nts, ts_cap;
+    ps_tier_t *tier; /* borrowed, may be NULL */
 };
 
 /* One table's entry of a manifest. */
@@ -70,12 +73,22 @@ typedef struct mtable {
     uint64_t version, rows, tombs, bytes, xxh3;
 } mtable_t;
 
+/* A file of the cold tier's RocksDB checkpoint (RocksDB checksums its own blocks; the
+ * manifest pins names and sizes so a damaged or incomplete copy is refused before use). */
+typedef struct cfile {
+    char name[64];
+    uint64_t bytes;
+} cfile_t;
+
 typedef struct manifest {
     uint64_t id, parent, created;
     uint32_t since_full;
     bool incremental;
     size_t ntables;
     mtable_t *tables;
+    size_t ncold; /* files of COLD_DIR; has_cold says whether the checkpoint has one */
+    bool has_cold;
+    cfile_t *cold;
 } manifest_t;
 
 /* ==== paths and files ====================================================================== */
@@ -177,6 +190,69 @@ static int json_get_str(const cJSON *o, const char *k, char *buf, size_t cap) {
 static void manifest_free(manifest_t *m) {
     CK_FREE(m->tables, (m->ntables ? m->ntables : 1) * sizeof *m->tables);
     m->tables = NULL;
+    CK_FREE(m->cold, (m->ncold ? m->ncold : 1) * sizeof *m->cold);
+    m->cold = NULL;
+    m->ncold = 0;
+}
+
+/* List the files of a tier checkpoint directory into m->cold. */
+static int cold_list(const char *dir, manifest_t *m) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return PC_EIO;
+    size_t cap = 64;
+    m->cold = CK_ALLOC(cap * sizeof *m->cold);
+    int rc = m->cold ? 0 : PC_ENOMEM;
+    struct dirent *e;
+    while (!rc && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char p[PBUF + 300];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (strlen(e->d_name) >= sizeof m->cold[0].name || stat(p, &st) != 0 ||
+            !S_ISREG(st.st_mode) || m->ncold == MAX_COLD_FILES) {
+            rc = PC_EIO;
+            break;
+        }
+        if (m->ncold == cap) {
+            cfile_t *n = pc_realloc(PC_MEM_SCRATCH, m->cold, cap * sizeof *n, 2 * cap * sizeof *n);
+            if (!n) {
+                rc = PC_ENOMEM;
+                break;
+            }
+            m->cold = n;
+            cap *= 2;
+        }
+        snprintf(m->cold[m->ncold].name, sizeof m->cold[0].name, "%s", e->d_name);
+        m->cold[m->ncold++].bytes = (uint64_t)st.st_size;
+    }
+    closedir(d);
+    if (m->cold && cap != (m->ncold ? m->ncold : 1)) { /* exact size, as manifest_free frees */
+        cfile_t *n = pc_realloc(PC_MEM_SCRATCH, m->cold, cap * sizeof *n,
+                                (m->ncold ? m->ncold : 1) * sizeof *n);
+        if (n)
+            m->cold = n;
+        else
+            rc = rc ? rc : PC_ENOMEM;
+    }
+    m->has_cold = !rc;
+    return rc;
+}
+
+/* Every file the manifest lists for the cold part is there with its size. */
+static int cold_verify(const char *dir, const manifest_t *m) {
+    for (size_t i = 0; i < m->ncold; i++) {
+        char p[PBUF + 80];
+        struct stat st;
+        snprintf(p, sizeof p, "%s/%s", dir, m->cold[i].name);
+        if (stat(p, &st) != 0 || (uint64_t)st.st_size != m->cold[i].bytes) {
+            PC_ERROR("checkpoint %" PRIu64 ": cold file %s missing or of the wrong size", m->id,
+                     m->cold[i].name);
+            return PC_ECORRUPT;
+        }
+    }
+    return 0;
 }
 
 static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
@@ -259,11 +335,29 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
             rc = PC_ECORRUPT;
         t->cut = rc ? 0 : (uint32_t)cut->valuedouble;
     }
+    const cJSON *cold = cJSON_GetObjectItemCaseSensitive(root, "cold");
+    if (!rc && cold && (!cJSON_IsArray(cold) || cJSON_GetArraySize(cold) > MAX_COLD_FILES))
+        rc = PC_ECORRUPT;
+    if (!rc && cold) {
+        m->has_cold = true;
+        m->ncold = (size_t)cJSON_GetArraySize(cold);
+        m->cold = CK_ALLOC((m->ncold ? m->ncold : 1) * sizeof *m->cold);
+        if (!m->cold) {
+            m->ncold = 0;
+            rc = PC_ENOMEM;
+        }
+    }
+    for (size_t i = 0; !rc && i < m->ncold; i++) {
+        const cJSON *e = cJSON_GetArrayItem(cold, (int)i);
+        if (json_get_str(e, "name", m->cold[i].name, sizeof m->cold[i].name) ||
+            strchr(m->cold[i].name, '/') || m->cold[i].name[0] == '.' ||
+            json_get_u64(e, "bytes", &m->cold[i].bytes))
+            rc = PC_ECORRUPT;
+    }
     cJSON_Delete(root);
     if (rc) {
         PC_WARN("checkpoint %" PRIu64 ": manifest unreadable (%s)", id, pc_strerror(rc));
-        if (m->tables)
-            manifest_free(m);
+        manifest_free(m);
     }
     return rc;
 }
@@ -294,7 +388,18 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
         cJSON_AddStringToObject(e, "file", file);
         cJSON_AddItemToArray(tabs, e);
     }
-    char *text = cJSON_GetArraySize(tabs) == (int)m->ntables ? cJSON_Print(root) : NULL;
+    if (m->has_cold) {
+        cJSON *cold = cJSON_AddArrayToObject(root, "cold");
+        for (size_t i = 0; cold && i < m->ncold; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", m->cold[i].name);
+            json_u64(e, "bytes", m->cold[i].bytes);
+            cJSON_AddItemToArray(cold, e);
+        }
+        if (!cold || cJSON_GetArraySize(cold) != (int)m->ncold)
+            tabs = NULL; /* incomplete: publish nothing */
+    }
+    char *text = tabs && cJSON_GetArraySize(tabs) == (int)m->ntables ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text)
         return PC_ENOMEM; /* an item could not be built: publish nothing */
@@ -333,6 +438,7 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
     snprintf(c->dir, sizeof c->dir, "%s", o->dir);
     c->keep = o->keep;
     c->full_every = o->full_every;
+    c->tier = o->tier;
     size_t n;
     uint64_t mx;
     scan_dir(c->dir, NULL, 0, &n, &mx, true);
@@ -353,66 +459,114 @@ typedef struct wctx {
     ps_rowfile_w_t *w;
     uint64_t *tombs;
     size_t ntombs, cap;
+    uint64_t *ram_keys; /* export of a cold table: keys written from RAM (sorted later) */
+    size_t nram, ram_cap;
+    bool collect;
 } wctx_t;
 
+static int grow_u64(uint64_t **a, size_t *cap, size_t need) {
+    if (need <= *cap)
+        return 0;
+    size_t ncap = (*cap ? 2 * *cap : 1024) + need;
+    uint64_t *t = pc_realloc(PC_MEM_SCRATCH, *a, *cap * sizeof *t, ncap * sizeof *t);
+    if (!t)
+        return PC_ENOMEM;
+    *a = t;
+    *cap = ncap;
+    return 0;
+}
+
 static int on_rows(void *ctx, const ps_row_view_t *rows, size_t n) {
-    return ps_rowfile_add_rows(((wctx_t *)ctx)->w, rows, n);
+    wctx_t *x = ctx;
+    if (x->collect) {
+        int rc = grow_u64(&x->ram_keys, &x->ram_cap, x->nram + n);
+        if (rc)
+            return rc;
+        for (size_t i = 0; i < n; i++)
+            x->ram_keys[x->nram++] = rows[i].key;
+    }
+    return ps_rowfile_add_rows(x->w, rows, n);
 }
 
 static int on_tombs(void *ctx, const uint64_t *keys, size_t n) {
     wctx_t *x = ctx;
-    if (x->ntombs + n > x->cap) {
-        size_t ncap = (x->cap ? 2 * x->cap : 1024) + n;
-        uint64_t *t = pc_realloc(PC_MEM_SCRATCH, x->tombs, x->cap * sizeof *t, ncap * sizeof *t);
-        if (!t)
-            return PC_ENOMEM;
-        x->tombs = t;
-        x->cap = ncap;
-    }
+    int rc = grow_u64(&x->tombs, &x->cap, x->ntombs + n);
+    if (rc)
+        return rc;
     memcpy(x->tombs + x->ntombs, keys, n * sizeof *keys);
     x->ntombs += n;
     return 0;
 }
 
-/* Snapshot `t` into `path` (rows changed since `since`, tombstones unless PS_SCAN_ALL). On
- * success the snapshot stays active for the caller to end (committed or not); on failure it is
- * ended here and the file removed. *e receives the table's manifest entry. */
-static int write_table(ps_table_t *t, const char *path, uint64_t since, bool with_state, bool track,
-                       mtable_t *e) {
-    ps_snapshot_info_t info;
-    int rc = ps_table_snapshot_begin(t, track, &info);
-    if (rc)
-        return rc;
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Cold rows of an export: those not written from RAM (RAM holds the newer copy). */
+typedef struct cold_wctx {
+    wctx_t *x;
+    uint32_t cut, dim;
+    bool with_state;
+} cold_wctx_t;
+
+static int on_cold_rows(void *ctx, const ps_cold_row_t *rows, size_t n) {
+    cold_wctx_t *c = ctx;
+    ps_row_view_t v[256];
+    size_t nv = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (bsearch(&rows[i].key, c->x->ram_keys, c->x->nram, sizeof(uint64_t), cmp_u64))
+            continue;
+        /* Ticks are clock values mod 2^16, ages saturating at PS_AGE_MAX (as in RAM). */
+        uint32_t age = rows[i].clock <= c->cut ? c->cut - rows[i].clock : 0;
+        uint16_t tick = (uint16_t)(c->cut - (age < PS_AGE_MAX ? age : PS_AGE_MAX));
+        v[nv++] = (ps_row_view_t){rows[i].key, rows[i].row,
+                                  c->with_state ? rows[i].row + c->dim : NULL, tick, rows[i].freq};
+    }
+    return nv ? ps_rowfile_add_rows(c->x->w, v, nv) : 0;
+}
+
+/* Write the active snapshot of `t` (cut `info`) into `path`: rows changed since `since`,
+ * tombstones unless PS_SCAN_ALL, and with `cold` (exports of cold tables) the cold rows that
+ * RAM did not hold. On failure the file is removed; the snapshot stays active either way, for
+ * the caller to end. *e receives the table's manifest entry. */
+static int write_snapshot(ps_table_t *t, const ps_snapshot_info_t *info, ps_tier_view_t *cold,
+                          const char *path, uint64_t since, bool with_state, mtable_t *e) {
     const ps_table_config_t *cfg = ps_table_config(t);
     ps_rowfile_meta_t meta = {.dim = ps_table_dim(t),
                               .state_len = with_state ? ps_table_state_len(t) : 0,
                               .optimizer = (uint32_t)cfg->optimizer,
-                              .cut_clock = info.cut_clock,
+                              .cut_clock = info->cut_clock,
                               .flags = since == PS_SCAN_ALL ? 0 : PS_ROWFILE_INCREMENTAL,
-                              .version = info.version};
-    wctx_t x = {0};
+                              .version = info->version};
+    wctx_t x = {.collect = cold != NULL};
+    int rc = 0;
     if (ps_table_config_format(cfg, meta.config, sizeof meta.config) >= sizeof meta.config)
         rc = PC_EINVAL;
     if (!rc)
         rc = ps_rowfile_create(path, &meta, &x.w);
     if (!rc)
         rc = ps_table_snapshot_scan(t, since, on_rows, since == PS_SCAN_ALL ? NULL : on_tombs, &x);
+    if (!rc && cold) {
+        qsort(x.ram_keys, x.nram, sizeof *x.ram_keys, cmp_u64);
+        cold_wctx_t cx = {&x, info->cut_clock, ps_table_dim(t), with_state};
+        rc = ps_tier_view_scan(cold, on_cold_rows, &cx);
+    }
     if (!rc)
         rc = ps_rowfile_add_tombs(x.w, x.tombs, x.ntombs);
     pc_free(PC_MEM_SCRATCH, x.tombs, x.cap * sizeof *x.tombs);
+    pc_free(PC_MEM_SCRATCH, x.ram_keys, x.ram_cap * sizeof *x.ram_keys);
     if (!rc) {
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", cfg->name);
         memcpy(e->config, meta.config, sizeof e->config);
         e->full = since == PS_SCAN_ALL;
-        e->cut = info.cut_clock;
-        e->version = info.version;
+        e->cut = info->cut_clock;
+        e->version = info->version;
         rc = ps_rowfile_finish(x.w, &e->rows, &e->tombs, &e->bytes, &e->xxh3);
     } else if (x.w) {
         ps_rowfile_abort(x.w);
     }
-    if (rc)
-        ps_table_snapshot_end(t, false);
     return rc;
 }
 
@@ -465,6 +619,56 @@ static void retain(ps_ckpt_t *c) {
     pc_fs_fsync_path(c->dir);
 }
 
+/* The tables of one checkpoint, cut together. */
+typedef struct cutset {
+    size_t n, begun;
+    ps_table_t **tabs;
+    ps_snapshot_info_t *info;
+    bool *cold;
+} cutset_t;
+
+/* Acquire every table and place all cuts together: cold tables are frozen first, every table
+ * is cut, the tier is copied (nothing writes to it while frozen, so it is exactly the cold state
+ * at the cuts), then the cold tables thaw. Their RAM rows follow from the snapshots. */
+static int cut_all(ps_ckpt_t *c, const char *tmp, char (*names)[PS_TABLE_NAME_MAX], size_t nt,
+                   cutset_t *cs) {
+    int rc = 0;
+    bool any_cold = false;
+    for (size_t i = 0; i < nt; i++) {
+        ps_table_t *t;
+        if (ps_catalog_acquire(c->cat, names[i], &t))
+            continue; /* dropped meanwhile */
+        cs->tabs[cs->n] = t;
+        cs->cold[cs->n] = ps_table_config(t)->cold;
+        if (cs->cold[cs->n] && !(c->tier && ps_tier_attached(c->tier, t))) {
+            PC_ERROR("checkpoint: cold table %s is not attached to this checkpointer's tier",
+                     names[i]);
+            rc = rc ? rc : PC_EINVAL;
+        }
+        any_cold |= cs->cold[cs->n];
+        cs->n++;
+    }
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < cs->n; i++)
+        if (cs->cold[i])
+            ps_table_cold_freeze(cs->tabs[i], true);
+    for (; cs->begun < cs->n && !rc; cs->begun++)
+        rc = ps_table_snapshot_begin(cs->tabs[cs->begun], !cs->cold[cs->begun],
+                                     &cs->info[cs->begun]);
+    if (rc)
+        cs->begun--; /* the failed one is not active */
+    if (!rc && any_cold) {
+        char cold[PBUF + 8];
+        snprintf(cold, sizeof cold, "%s/" COLD_DIR, tmp);
+        rc = ps_tier_checkpoint(c->tier, cold);
+    }
+    for (size_t i = 0; i < cs->n; i++)
+        if (cs->cold[i])
+            ps_table_cold_freeze(cs->tabs[i], false);
+    return rc;
+}
+
 int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
     const uint64_t t0 = pc_time_mono_ns();
     uint64_t mx;
@@ -488,35 +692,41 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         return e == ENOSPC ? PC_ENOSPC : PC_EIO;
     }
     char(*names)[PS_TABLE_NAME_MAX] = CK_ALLOC(MAX_TABLES * sizeof *names);
-    ps_table_t **tabs = CK_ALLOC(MAX_TABLES * sizeof *tabs);
+    cutset_t cs = {.tabs = CK_ALLOC(MAX_TABLES * sizeof *cs.tabs),
+                   .info = CK_ALLOC(MAX_TABLES * sizeof *cs.info),
+                   .cold = CK_ALLOC(MAX_TABLES * sizeof *cs.cold)};
     m.tables = CK_ALLOC(MAX_TABLES * sizeof *m.tables);
     tstate_t *ts = CK_ALLOC(MAX_TABLES * sizeof *ts);
-    if (!names || !tabs || !m.tables || !ts) {
+    if (!names || !cs.tabs || !cs.info || !cs.cold || !m.tables || !ts) {
         rc = PC_ENOMEM;
-        goto fail;
+        goto done;
     }
     size_t nt = ps_catalog_list(c->cat, names, MAX_TABLES);
     if (nt > MAX_TABLES) {
         PC_ERROR("checkpoint: %zu tables, at most %d supported", nt, MAX_TABLES);
         rc = PC_ETOOBIG;
-        goto fail;
+        goto done;
     }
-    for (size_t i = 0; i < nt && !rc; i++) {
-        ps_table_t *t;
-        if (ps_catalog_acquire(c->cat, names[i], &t))
-            continue; /* dropped meanwhile */
-        const tstate_t *prev = m.incremental ? find_state(c, names[i]) : NULL;
+    rc = cut_all(c, tmp, names, nt, &cs);
+    if (!rc) { /* the tier's copy, when a cold table made one */
+        char cold[PBUF + 8];
+        snprintf(cold, sizeof cold, "%s/" COLD_DIR, tmp);
+        if (stat(cold, &st) == 0)
+            rc = cold_list(cold, &m);
+    }
+    for (size_t i = 0; i < cs.n && !rc; i++) {
+        ps_table_t *t = cs.tabs[i];
+        const char *name = ps_table_config(t)->name;
+        /* Cold tables are written in full: their cold part is a whole copy anyway. */
+        const tstate_t *prev = m.incremental && !cs.cold[i] ? find_state(c, name) : NULL;
         uint64_t since =
             prev && prev->uid == ps_table_uid(t) ? (uint64_t)prev->cut + 1 : PS_SCAN_ALL;
         char path[PBUF + PS_TABLE_NAME_MAX + 8];
-        snprintf(path, sizeof path, "%s/t-%s.rows", tmp, names[i]);
+        snprintf(path, sizeof path, "%s/t-%s.rows", tmp, name);
         mtable_t *e = &m.tables[m.ntables];
-        rc = write_table(t, path, since, true, true, e);
-        if (rc) {
-            ps_catalog_release(c->cat, t);
+        rc = write_snapshot(t, &cs.info[i], NULL, path, since, true, e);
+        if (rc)
             break;
-        }
-        tabs[m.ntables] = t;
         ts[m.ntables] = (tstate_t){.uid = ps_table_uid(t), .cut = e->cut};
         memcpy(ts[m.ntables].name, e->name, sizeof ts[m.ntables].name);
         m.ntables++;
@@ -527,42 +737,45 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         rc = PC_EIO;
     if (!rc && (rc = pc_fs_fsync_path(c->dir)))
         rename(final, tmp); /* not known durable: unpublish, the tmp is removed below */
-    for (size_t i = 0; i < m.ntables; i++) {
-        ps_table_snapshot_end(tabs[i], rc == 0);
-        ps_catalog_release(c->cat, tabs[i]);
+done:
+    for (size_t i = 0; i < cs.n; i++) {
+        if (i < cs.begun)
+            ps_table_snapshot_end(cs.tabs[i], rc == 0);
+        ps_catalog_release(c->cat, cs.tabs[i]);
     }
-    if (rc)
-        goto fail;
-    CK_FREE(c->ts, c->ts_cap * sizeof *c->ts);
-    c->ts = ts;
-    c->nts = m.ntables;
-    c->ts_cap = MAX_TABLES;
-    ts = NULL;
-    c->last_id = m.id;
-    c->since_full = m.since_full;
-    if (res) {
-        *res = (ps_ckpt_result_t){.id = m.id, .parent = m.parent, .incremental = m.incremental};
-        for (size_t i = 0; i < m.ntables; i++) {
-            res->rows += m.tables[i].rows;
-            res->tombstones += m.tables[i].tombs;
-            res->bytes += m.tables[i].bytes;
+    if (!rc) {
+        CK_FREE(c->ts, c->ts_cap * sizeof *c->ts);
+        c->ts = ts;
+        c->nts = m.ntables;
+        c->ts_cap = MAX_TABLES;
+        ts = NULL;
+        c->last_id = m.id;
+        c->since_full = m.since_full;
+        if (res) {
+            *res = (ps_ckpt_result_t){.id = m.id, .parent = m.parent, .incremental = m.incremental};
+            for (size_t i = 0; i < m.ntables; i++) {
+                res->rows += m.tables[i].rows;
+                res->tombstones += m.tables[i].tombs;
+                res->bytes += m.tables[i].bytes;
+            }
+            for (size_t i = 0; i < m.ncold; i++)
+                res->bytes += m.cold[i].bytes;
+            res->seconds = pc_time_sec_since(t0);
         }
-        res->seconds = pc_time_sec_since(t0);
+        PC_INFO("checkpoint %" PRIu64 " published (%s, %zu tables%s)", m.id,
+                m.incremental ? "incremental" : "full", m.ntables, m.has_cold ? ", cold tier" : "");
+        retain(c);
+    } else {
+        PC_ERROR("checkpoint %" PRIu64 " failed: %s; previous checkpoints untouched", m.id,
+                 pc_strerror(rc));
+        pc_fs_rm_tree(tmp);
     }
-    PC_INFO("checkpoint %" PRIu64 " published (%s, %zu tables)", m.id,
-            m.incremental ? "incremental" : "full", m.ntables);
-    retain(c);
     CK_FREE(names, MAX_TABLES * sizeof *names);
-    CK_FREE(tabs, MAX_TABLES * sizeof *tabs);
+    CK_FREE(cs.tabs, MAX_TABLES * sizeof *cs.tabs);
+    CK_FREE(cs.info, MAX_TABLES * sizeof *cs.info);
+    CK_FREE(cs.cold, MAX_TABLES * sizeof *cs.cold);
     CK_FREE(m.tables, MAX_TABLES * sizeof *m.tables);
-    return 0;
-fail:
-    PC_ERROR("checkpoint %" PRIu64 " failed: %s; previous checkpoints untouched", m.id,
-             pc_strerror(rc));
-    pc_fs_rm_tree(tmp);
-    CK_FREE(names, MAX_TABLES * sizeof *names);
-    CK_FREE(tabs, MAX_TABLES * sizeof *tabs);
-    CK_FREE(m.tables, MAX_TABLES * sizeof *m.tables);
+    CK_FREE(m.cold, (m.ncold ? m.ncold : 1) * sizeof *m.cold);
     CK_FREE(ts, MAX_TABLES * sizeof *ts);
     return rc;
 }
@@ -654,6 +867,10 @@ static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t 
     ps_table_t *t = NULL;
     if (!rc)
         rc = ps_table_create(&cfg, &t);
+    if (!rc && (rc = ps_catalog_attach(c->cat, t, true))) { /* cold rows: the restored tier */
+        ps_table_destroy(t);
+        t = NULL;
+    }
     /* Apply base first; before each file the clock is where it was right after that file's
      * cut, so the file's ticks mean the same ages they meant when it was written. */
     for (size_t i = nc; !rc && i-- > 0;) {
@@ -671,7 +888,7 @@ static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t 
     }
     CK_FREE(ent, (MAX_CHAIN + 1) * sizeof *ent);
     if (rc) {
-        ps_table_destroy(t);
+        ps_catalog_discard(c->cat, t);
         return rc;
     }
     ps_table_set_version(t, te->version);
@@ -686,6 +903,23 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
     int rc = manifest_read(c, id, &m);
     if (rc)
         return rc;
+    if (m.has_cold) { /* the tier's database becomes the checkpoint's copy first */
+        char cold[PBUF + 8];
+        ckpt_path(c, id, false, cold, sizeof cold);
+        strncat(cold, "/" COLD_DIR, sizeof cold - strlen(cold) - 1);
+        if (!c->tier) {
+            PC_ERROR("checkpoint %" PRIu64 " has cold tables: restore it with a tier", id);
+            rc = PC_EINVAL;
+        }
+        if (!rc)
+            rc = cold_verify(cold, &m);
+        if (!rc)
+            rc = ps_tier_replace(c->tier, cold);
+        if (rc) {
+            manifest_free(&m);
+            return rc;
+        }
+    }
     const size_t cap = m.ntables ? m.ntables : 1;
     ps_table_t **tabs = CK_ALLOC(cap * sizeof *tabs);
     tstate_t *ts = CK_ALLOC(cap * sizeof *ts);
@@ -722,7 +956,7 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
         c->since_full = m.since_full;
     }
     for (size_t i = 0; tabs && i < m.ntables; i++)
-        ps_table_destroy(tabs[i]);
+        ps_catalog_discard(c->cat, tabs[i]);
     CK_FREE(tabs, cap * sizeof *tabs);
     CK_FREE(ts, cap * sizeof *ts);
     manifest_free(&m);
@@ -793,16 +1027,33 @@ int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n) {
 
 /* ==== export / import ====================================================================== */
 
-int ps_table_export(ps_table_t *t, const char *path, bool with_state) {
+int ps_table_export(ps_table_t *t, ps_tier_t *tier, const char *path, bool with_state) {
     if (!t || !path)
         return PC_EINVAL;
+    const bool cold = ps_table_config(t)->cold;
+    if (cold && !(tier && ps_tier_attached(tier, t))) {
+        PC_ERROR("export: cold table %s needs its tier", ps_table_config(t)->name);
+        return PC_EINVAL;
+    }
     char tmp[PBUF];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
         return PC_EINVAL;
-    mtable_t e;
-    int rc = write_table(t, tmp, PS_SCAN_ALL, with_state, false, &e);
-    if (!rc)
+    /* Cut the table and (frozen meanwhile) take a consistent view of its cold rows. */
+    ps_tier_view_t *view = NULL;
+    ps_snapshot_info_t info;
+    if (cold)
+        ps_table_cold_freeze(t, true);
+    int rc = ps_table_snapshot_begin(t, false, &info);
+    if (!rc && cold && (rc = ps_tier_view_open(tier, t, &view)))
         ps_table_snapshot_end(t, false);
+    if (cold)
+        ps_table_cold_freeze(t, false);
+    if (rc)
+        return rc;
+    mtable_t e;
+    rc = write_snapshot(t, &info, view, tmp, PS_SCAN_ALL, with_state, &e);
+    ps_table_snapshot_end(t, false);
+    ps_tier_view_close(view);
     if (!rc && rename(tmp, path) != 0)
         rc = PC_EIO;
     if (rc) {
@@ -842,6 +1093,10 @@ static int import_table(ictx_t *x) {
         return PC_EINVAL;
     }
     int rc = ps_table_create(&cfg, &x->t);
+    if (!rc && (rc = ps_catalog_attach(x->cat, x->t, false))) { /* cold tables: to the tier */
+        ps_table_destroy(x->t);
+        x->t = NULL;
+    }
     if (!rc && (x->meta->dim != ps_table_dim(x->t) ||
                 (x->meta->state_len && x->meta->state_len != ps_table_state_len(x->t))))
         rc = PC_ECORRUPT;
@@ -872,7 +1127,7 @@ int ps_table_import(ps_catalog_t *cat, const char *path, const char *name) {
     if (!rc)
         rc = import_table(&x); /* a file without rows */
     if (rc) {
-        ps_table_destroy(x.t);
+        ps_catalog_discard(cat, x.t);
         return rc;
     }
     return ps_catalog_put(cat, x.t);

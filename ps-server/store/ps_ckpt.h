@@ -8,7 +8,16 @@
  * is never chosen by restore and is removed by the next checkpoint.
  *
  * Consistency: each table is captured by a snapshot (ps_table_snapshot_begin): every row at one
- * cut between whole push calls, also while pushes continue. Tables are cut one after another.
+ * cut between whole push calls, also while pushes continue. All tables are cut before any is
+ * written (one after another, a few microseconds apart).
+ *
+ * Cold tables (ps_tier.h): their cold tables are frozen (no spills, no erases) while the cuts
+ * are placed and the tier's RocksDB checkpoint is taken into cold/ (SST files hard-linked,
+ * memtables flushed first), then thawed; their RAM rows are written from the snapshots like any
+ * table's, always in full. The manifest lists cold/'s files with their sizes. Restoring such a
+ * checkpoint replaces the tier's database by a copy of cold/ and loads the RAM rows on top (RAM
+ * is the newer copy of a row held in both), so it needs a tier with no table attached: restore
+ * at start, into an empty catalog.
  *
  * Incremental checkpoints hold only rows changed since the parent's cut, plus tombstones of rows
  * removed meanwhile; restore applies base + increments in order. With full_every = N, every Nth
@@ -26,6 +35,7 @@
 #include <stdint.h>
 
 #include "ps_catalog.h"
+#include "ps_tier.h"
 
 typedef struct ps_ckpt ps_ckpt_t;
 
@@ -33,6 +43,7 @@ typedef struct ps_ckpt_opts {
     const char *dir;     /* created if missing; borrowed for the checkpointer's lifetime */
     uint32_t keep;       /* restore points to keep, >= 1 */
     uint32_t full_every; /* 1: every checkpoint full; N: one full, then N - 1 incrementals */
+    ps_tier_t *tier;     /* the catalog's cold tier (borrowed), NULL when it has none */
 } ps_ckpt_opts_t;
 
 typedef struct ps_ckpt_result {
@@ -67,10 +78,11 @@ typedef struct ps_ckpt_entry {
 int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n);
 
 /* Write table `t` to a portable row file (optimizer state included when with_state), via a
- * temporary name and rename. A table has one snapshot at a time: while a checkpoint is writing
- * it, export answers PC_EAGAIN (and a checkpoint meeting an export fails with PC_EAGAIN too);
- * retry. */
-int ps_table_export(ps_table_t *t, const char *path, bool with_state);
+ * temporary name and rename. A cold table needs its tier: its rows are those in RAM at the cut
+ * plus the cold ones not in RAM, read from a RocksDB snapshot taken at the cut. A table has one
+ * snapshot at a time: while a checkpoint is writing it, export answers PC_EAGAIN (and a checkpoint
+ * meeting an export fails with PC_EAGAIN too); retry. */
+int ps_table_export(ps_table_t *t, ps_tier_t *tier, const char *path, bool with_state);
 
 /* Create a table from an exported file in `cat`, named `name` (NULL: the exported name).
  * PC_EEXIST if the name is taken, PC_ECORRUPT for a bad file. */

@@ -56,6 +56,7 @@ struct tier_cf {
 };
 
 struct ps_tier {
+    pthread_mutex_t mu; /* the column family list (attach, detach, replace, views, stats) */
     char dir[PATH_MAX];
     uint64_t min_free;
     rocksdb_t *db;
@@ -328,6 +329,7 @@ int ps_tier_open(const ps_tier_opts_t *o, ps_tier_t **out) {
     ps_tier_t *tier = pc_calloc(PC_MEM_OTHER, 1, sizeof *tier);
     if (!tier)
         return PC_ENOMEM;
+    pthread_mutex_init(&tier->mu, NULL);
     snprintf(tier->dir, sizeof tier->dir, "%s", o->dir);
     tier->min_free = o->min_free_bytes ? o->min_free_bytes : DEF_MIN_FREE;
     tier->opts = rocksdb_options_create();
@@ -378,6 +380,7 @@ void ps_tier_close(ps_tier_t *tier) {
     rocksdb_block_based_options_destroy(tier->bbo);
     rocksdb_cache_destroy(tier->cache);
     pc_free(PC_MEM_OTHER, tier->cfs, tier->cfcap * sizeof *tier->cfs);
+    pthread_mutex_destroy(&tier->mu);
     pc_free(PC_MEM_OTHER, tier, sizeof *tier);
 }
 
@@ -411,10 +414,23 @@ static int cf_drop(ps_tier_t *tier, cfent_t *e) {
 }
 
 bool ps_tier_attached(const ps_tier_t *tier, const ps_table_t *t) {
-    return cf_of_table(tier, t) != NULL;
+    ps_tier_t *m = (ps_tier_t *)tier; /* the lock only */
+    pthread_mutex_lock(&m->mu);
+    bool yes = cf_of_table(tier, t) != NULL;
+    pthread_mutex_unlock(&m->mu);
+    return yes;
 }
 
+static int attach_locked(ps_tier_t *tier, ps_table_t *t, bool fresh);
+
 int ps_tier_attach(ps_tier_t *tier, ps_table_t *t, bool fresh) {
+    pthread_mutex_lock(&tier->mu);
+    int rc = attach_locked(tier, t, fresh);
+    pthread_mutex_unlock(&tier->mu);
+    return rc;
+}
+
+static int attach_locked(ps_tier_t *tier, ps_table_t *t, bool fresh) {
     const ps_table_config_t *cfg = ps_table_config(t);
     if (!cfg->cold)
         return PC_EINVAL;
@@ -457,13 +473,28 @@ int ps_tier_attach(ps_tier_t *tier, ps_table_t *t, bool fresh) {
 }
 
 void ps_tier_detach(ps_tier_t *tier, ps_table_t *t, bool drop) {
+    pthread_mutex_lock(&tier->mu);
     cfent_t *e = cf_of_table(tier, t);
-    if (!e)
-        return;
-    pc_free(PC_MEM_OTHER, e->att, sizeof *e->att);
-    e->att = NULL;
-    if (drop)
-        (void)cf_drop(tier, e);
+    if (e) {
+        pc_free(PC_MEM_OTHER, e->att, sizeof *e->att);
+        e->att = NULL;
+        if (drop)
+            (void)cf_drop(tier, e);
+    }
+    pthread_mutex_unlock(&tier->mu);
+}
+
+static int hook_cat_attach(void *ctx, ps_table_t *t, bool keep) {
+    return ps_table_config(t)->cold ? ps_tier_attach(ctx, t, !keep) : 0;
+}
+
+static void hook_cat_detach(void *ctx, ps_table_t *t) {
+    ps_tier_detach(ctx, t, true);
+}
+
+void ps_tier_bind_catalog(ps_tier_t *tier, ps_catalog_t *cat) {
+    ps_catalog_hooks_t h = {hook_cat_attach, hook_cat_detach, tier};
+    ps_catalog_set_hooks(cat, &h);
 }
 
 /* ==== checkpoints ========================================================================== */
@@ -475,22 +506,35 @@ int ps_tier_checkpoint(ps_tier_t *tier, const char *dir) {
         return PC_ENOSPC;
     }
     char *err = NULL;
+    pthread_mutex_lock(&tier->mu); /* no replace meanwhile */
     rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(tier->db, &err);
-    if (err)
-        return db_error(tier, "checkpoint", err);
-    rocksdb_checkpoint_create(cp, dir, 0 /* always flush memtables: no WAL */, &err);
-    rocksdb_checkpoint_object_destroy(cp);
+    if (!err) {
+        rocksdb_checkpoint_create(cp, dir, 0 /* always flush memtables: no WAL */, &err);
+        rocksdb_checkpoint_object_destroy(cp);
+    }
+    pthread_mutex_unlock(&tier->mu);
     return err ? db_error(tier, "checkpoint", err) : 0;
 }
 
+static int replace_locked(ps_tier_t *tier, const char *src);
+
 int ps_tier_replace(ps_tier_t *tier, const char *src) {
-    for (size_t i = 0; i < tier->ncf; i++) {
+    pthread_mutex_lock(&tier->mu);
+    int rc = 0;
+    for (size_t i = 0; i < tier->ncf && !rc; i++) {
         if (tier->cfs[i].att) {
             PC_ERROR("tier %s: cannot replace the database while table %s is attached", tier->dir,
                      tier->cfs[i].name);
-            return PC_EINVAL;
+            rc = PC_EINVAL;
         }
     }
+    if (!rc)
+        rc = replace_locked(tier, src);
+    pthread_mutex_unlock(&tier->mu);
+    return rc;
+}
+
+static int replace_locked(ps_tier_t *tier, const char *src) {
     db_close(tier);
     pc_fs_rm_tree(tier->dir);
     int rc = pc_fs_mkdirs(tier->dir);
@@ -514,18 +558,20 @@ struct ps_tier_view {
 };
 
 int ps_tier_view_open(ps_tier_t *tier, const ps_table_t *t, ps_tier_view_t **out) {
+    pthread_mutex_lock(&tier->mu);
     cfent_t *e = cf_of_table(tier, t);
-    if (!e)
-        return PC_ENOTFOUND;
-    ps_tier_view_t *v = pc_calloc(PC_MEM_OTHER, 1, sizeof *v);
-    if (!v)
-        return PC_ENOMEM;
+    ps_tier_view_t *v = e ? pc_calloc(PC_MEM_OTHER, 1, sizeof *v) : NULL;
+    if (!v) {
+        pthread_mutex_unlock(&tier->mu);
+        return e ? PC_ENOMEM : PC_ENOTFOUND;
+    }
     v->tier = tier;
     v->x = e->att;
     v->snap = rocksdb_create_snapshot(tier->db);
     v->ro = rocksdb_readoptions_create();
     rocksdb_readoptions_set_snapshot(v->ro, v->snap);
     rocksdb_readoptions_set_fill_cache(v->ro, 0);
+    pthread_mutex_unlock(&tier->mu);
     *out = v;
     return 0;
 }
@@ -588,6 +634,7 @@ static uint64_t prop_u64(ps_tier_t *tier, rocksdb_column_family_handle_t *h, con
 
 int ps_tier_stats(ps_tier_t *tier, ps_tier_stats_t *o) {
     memset(o, 0, sizeof *o);
+    pthread_mutex_lock(&tier->mu);
     for (size_t i = 0; i < tier->ncf; i++) {
         o->sst_bytes += prop_u64(tier, tier->cfs[i].h, "rocksdb.total-sst-files-size");
         if (!tier->cfs[i].att)
@@ -595,6 +642,7 @@ int ps_tier_stats(ps_tier_t *tier, ps_tier_stats_t *o) {
         o->tables++;
         o->rows_estimate += prop_u64(tier, tier->cfs[i].h, "rocksdb.estimate-num-keys");
     }
+    pthread_mutex_unlock(&tier->mu);
     o->writable = free_refresh(tier, false);
     o->free_bytes = atomic_load(&tier->free_bytes);
     o->min_free_bytes = tier->min_free;

@@ -17,8 +17,8 @@
  * spills of changed rows fail with PC_ENOSPC (the table keeps them in RAM and refuses new rows),
  * tier checkpoints fail with PC_ENOSPC, reads go on.
  *
- * Thread rule: get/put/del (through the table hooks) from any thread; attach, detach, checkpoint,
- * replace and close by one owner thread, with no table call in flight on the tables concerned.
+ * Thread rule: thread-safe, except that ps_tier_close needs every table detached, and a table
+ * must not be in use while it is attached or detached.
  */
 #ifndef PS_TIER_H
 #define PS_TIER_H
@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ps_catalog.h"
 #include "ps_table.h"
 
 typedef struct ps_tier ps_tier_t;
@@ -49,6 +50,10 @@ int ps_tier_attach(ps_tier_t *tier, ps_table_t *t, bool fresh);
 /* Detach t (before destroying it); drop: delete its cold rows with the column family. */
 void ps_tier_detach(ps_tier_t *tier, ps_table_t *t, bool drop);
 bool ps_tier_attached(const ps_tier_t *tier, const ps_table_t *t);
+
+/* Make `cat` attach its cold tables to the tier when they enter it (fresh, or kept when
+ * restored) and detach them, dropping their cold rows, when they are destroyed. */
+void ps_tier_bind_catalog(ps_tier_t *tier, ps_catalog_t *cat);
 
 /* Whether the watermark allows writes now (refreshes the free-space reading when stale). */
 bool ps_tier_writable(ps_tier_t *tier);

@@ -7,6 +7,7 @@
 #include "ps_catalog.h"
 
 #include "pc_error.h"
+#include "pc_log.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -23,7 +24,78 @@ struct ps_catalog {
     pthread_mutex_t mu;
     entry_t *e;
     size_t n, cap;
+    ps_catalog_hooks_t hooks;
+    bool has_hooks;
+    /* tables attached but not put yet (restore, import): put does not attach them again */
+    ps_table_t **pending;
+    size_t npending, pending_cap;
 };
+
+void ps_catalog_set_hooks(ps_catalog_t *c, const ps_catalog_hooks_t *h) {
+    c->hooks = *h;
+    c->has_hooks = true;
+}
+
+/* Remove t from the pending list; true if it was there. */
+static bool unpend(ps_catalog_t *c, ps_table_t *t) {
+    bool found = false;
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->npending; i++) {
+        if (c->pending[i] == t) {
+            c->pending[i] = c->pending[--c->npending];
+            found = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return found;
+}
+
+int ps_catalog_attach(ps_catalog_t *c, ps_table_t *t, bool keep) {
+    if (!c->has_hooks) {
+        if (ps_table_config(t)->cold) {
+            PC_ERROR("table %s: cold=true needs a server with a cold tier",
+                     ps_table_config(t)->name);
+            return PC_EINVAL;
+        }
+        return 0;
+    }
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (c->npending == c->pending_cap) {
+        size_t ncap = c->pending_cap ? 2 * c->pending_cap : 8;
+        ps_table_t **p = realloc(c->pending, ncap * sizeof *p);
+        if (!p)
+            rc = PC_ENOMEM;
+        else {
+            c->pending = p;
+            c->pending_cap = ncap;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!rc)
+        rc = c->hooks.attach(c->hooks.ctx, t, keep);
+    if (!rc) {
+        pthread_mutex_lock(&c->mu);
+        c->pending[c->npending++] = t;
+        pthread_mutex_unlock(&c->mu);
+    }
+    return rc;
+}
+
+/* Destroy a table that leaves for good. */
+static void destroy_table(ps_catalog_t *c, ps_table_t *t) {
+    if (t && c->has_hooks)
+        c->hooks.detach(c->hooks.ctx, t);
+    ps_table_destroy(t);
+}
+
+void ps_catalog_discard(ps_catalog_t *c, ps_table_t *t) {
+    if (!t)
+        return;
+    unpend(c, t);
+    destroy_table(c, t);
+}
 
 int ps_catalog_create(ps_catalog_t **out) {
     ps_catalog_t *c = calloc(1, sizeof *c);
@@ -38,7 +110,10 @@ void ps_catalog_destroy(ps_catalog_t *c) {
     if (!c)
         return;
     for (size_t i = 0; i < c->n; i++)
-        ps_table_destroy(c->e[i].t);
+        destroy_table(c, c->e[i].t);
+    for (size_t i = 0; i < c->npending; i++)
+        destroy_table(c, c->pending[i]);
+    free(c->pending);
     free(c->e);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -75,6 +150,15 @@ int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
         return PC_EINVAL;
     }
     int rc = 0;
+    if (!unpend(c, t)) { /* not attached by the caller: attach now */
+        rc = ps_catalog_attach(c, t, false);
+        if (!rc)
+            unpend(c, t);
+    }
+    if (rc) {
+        destroy_table(c, t);
+        return rc;
+    }
     pthread_mutex_lock(&c->mu);
     if (find_live(c, ps_table_config(t)->name)) {
         rc = PC_EEXIST;
@@ -92,7 +176,7 @@ int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
         c->e[c->n++] = (entry_t){t, 0, false};
     pthread_mutex_unlock(&c->mu);
     if (rc)
-        ps_table_destroy(t);
+        destroy_table(c, t);
     return rc;
 }
 
@@ -122,7 +206,7 @@ void ps_catalog_release(ps_catalog_t *c, ps_table_t *t) {
         }
     }
     pthread_mutex_unlock(&c->mu);
-    ps_table_destroy(dead);
+    destroy_table(c, dead);
 }
 
 int ps_catalog_drop(ps_catalog_t *c, const char *name) {
@@ -139,7 +223,7 @@ int ps_catalog_drop(ps_catalog_t *c, const char *name) {
             dead = take_entry(c, (size_t)(e - c->e));
     }
     pthread_mutex_unlock(&c->mu);
-    ps_table_destroy(dead);
+    destroy_table(c, dead);
     return rc;
 }
 

@@ -9,6 +9,7 @@
 #ifndef PS_CATALOG_H
 #define PS_CATALOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "ps_table.h"
@@ -30,6 +31,27 @@ int ps_catalog_put(ps_catalog_t *c, ps_table_t *t);
 /* Acquire the table `name`: *out stays valid until ps_catalog_release. PC_ENOTFOUND. */
 int ps_catalog_acquire(ps_catalog_t *c, const char *name, ps_table_t **out);
 void ps_catalog_release(ps_catalog_t *c, ps_table_t *t);
+
+/* Hooks that follow tables in and out of the catalog (the server's cold tier uses them):
+ * attach runs before a table becomes visible (keep: it is being restored, so state held for it
+ * elsewhere is kept rather than wiped) and may refuse it; detach runs before a table is
+ * destroyed. Without hooks, tables with config cold=true are refused (PC_EINVAL). */
+typedef struct ps_catalog_hooks {
+    int (*attach)(void *ctx, ps_table_t *t, bool keep);
+    void (*detach)(void *ctx, ps_table_t *t);
+    void *ctx;
+} ps_catalog_hooks_t;
+
+/* Install hooks (copied) before the catalog holds tables. */
+void ps_catalog_set_hooks(ps_catalog_t *c, const ps_catalog_hooks_t *h);
+
+/* Run the attach hook on a table that is not in the catalog yet, so rows can be loaded into it
+ * before ps_catalog_put (restore, import). ps_catalog_put on an attached table does not attach
+ * it again. */
+int ps_catalog_attach(ps_catalog_t *c, ps_table_t *t, bool keep);
+
+/* Destroy a table that never entered the catalog (runs the detach hook). NULL is a no-op. */
+void ps_catalog_discard(ps_catalog_t *c, ps_table_t *t);
 
 /* Remove `name`; the table is destroyed once no one holds it. PC_ENOTFOUND. */
 int ps_catalog_drop(ps_catalog_t *c, const char *name);

@@ -33,7 +33,7 @@ int main(int argc, char **argv) {
     ps_table_t *t = fuzz_seed_table(cat);
     char tmp[600], dst[700];
     snprintf(tmp, sizeof tmp, "%s/export.tmp", argv[1]);
-    if (ps_table_export(t, tmp, true))
+    if (ps_table_export(t, NULL, tmp, true))
         return 1;
     snprintf(dst, sizeof dst, "%s/seed-rows", argv[1]);
     prefix_copy(tmp, dst, 0);

@@ -84,7 +84,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         abort();
     ps_table_t *t = fuzz_seed_table(cat);
     snprintf(g_rows, sizeof g_rows, "%s/seed.rows", g_dir);
-    if (ps_table_export(t, g_rows, true))
+    if (ps_table_export(t, NULL, g_rows, true))
         abort();
     ps_catalog_destroy(cat);
     return 0;

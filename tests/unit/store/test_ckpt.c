@@ -372,12 +372,12 @@ static void test_export_import(void **state) {
     ps_table_t *t = add_table(cat, "name=emb,dim=10,optimizer=adagrad");
     for (int k = 1; k <= 4; k++)
         tc_round(t, k);
-    assert_int_equal(ps_table_export(t, path, true), 0);
+    assert_int_equal(ps_table_export(t, NULL, path, true), 0);
     assert_int_equal(ps_table_import(c2, path, NULL), 0);
     tc_assert_equal(t, get(c2, "emb"));
     assert_int_equal(ps_table_import(c2, path, NULL), PC_EEXIST);
     /* without optimizer state, under another name: same weights, fresh state */
-    assert_int_equal(ps_table_export(t, path, false), 0);
+    assert_int_equal(ps_table_export(t, NULL, path, false), 0);
     assert_int_equal(ps_table_import(c2, path, "serving"), 0);
     ps_table_t *s = get(c2, "serving");
     assert_int_equal(ps_table_count(s), ps_table_count(t));
@@ -391,7 +391,7 @@ static void test_export_import(void **state) {
     /* damaged and truncated files are refused, nothing is added */
     flip_byte(path, 300);
     assert_int_equal(ps_table_import(c2, path, "bad1"), PC_ECORRUPT);
-    assert_int_equal(ps_table_export(t, path, true), 0);
+    assert_int_equal(ps_table_export(t, NULL, path, true), 0);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(truncate(path, st.st_size - 5), 0);
@@ -428,7 +428,7 @@ static void test_regressions(void **state) {
         keys[i] = i + 1;
     assert_int_equal(ps_table_pull(t, keys, n, rows, n), 0);
     snprintf(path, sizeof path, "%s/edge.rows", dir);
-    assert_int_equal(ps_table_export(t, path, true), 0);
+    assert_int_equal(ps_table_export(t, NULL, path, true), 0);
     assert_int_equal(ps_table_import(c2, path, NULL), 0);
     tc_assert_equal(t, get(c2, "edge"));
     free(keys);

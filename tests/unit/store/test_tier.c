@@ -8,6 +8,8 @@
 #include <stdatomic.h>
 
 #include "pc_error.h"
+#include "ps_catalog.h"
+#include "ps_ckpt.h"
 #include "ps_tier.h"
 
 static ps_table_t *mk(const char *spec) {
@@ -399,11 +401,205 @@ static void test_unattached_refuses(void **state) {
     ps_table_destroy(t);
 }
 
+/* ---- checkpoints, restore, export of cold tables ------------------------------------------ */
+
+enum { LK = 20000, LN = 256, LD = 16 };
+static const char *k_live = "name=live,dim=16,optimizer=adam,shards=2,capacity_rows=2000,cold=true";
+static const char *k_live_ref = "name=live,dim=16,optimizer=adam,shards=2";
+
+/* Call i: one push of 256 rows over 20k keys (10x the RAM budget); every fourth call then
+ * erases 40 random keys (mostly cold: the checkpoint's freeze must hold such erases back). */
+static void live_call(ps_table_t *t, int i, bool with_erase) {
+    uint64_t keys[LN];
+    static _Thread_local float g[LN * LD];
+    uint64_t rng = 77 + (uint64_t)i;
+    for (int j = 0; j < LN; j++) {
+        keys[j] = key_of(tu_rand(&rng) % LK);
+        for (int e = 0; e < LD; e++)
+            g[j * LD + e] = tu_gauss(&rng);
+    }
+    assert_int_equal(ps_table_push(t, keys, LN, g, LN * LD, NULL), 0);
+    if (with_erase && i % 4 == 3) { /* random keys: mostly cold ones */
+        for (int j = 0; j < 40; j++)
+            keys[j] = key_of(tu_rand(&rng) % LK);
+        assert_int_equal(ps_table_erase(t, keys, 40, NULL), 0);
+    }
+}
+
+typedef struct live_pusher {
+    ps_table_t *t;
+    atomic_int done, stop;
+} live_pusher_t;
+
+static void *live_loop(void *arg) {
+    live_pusher_t *p = arg;
+    for (int i = 0; i < 100000 && !atomic_load(&p->stop); i++) {
+        live_call(p->t, i, true);
+        atomic_store(&p->done, i + 1);
+    }
+    return NULL;
+}
+
+/* Lookups of every key agree (weights, RAM or cold). */
+static bool same_lookups(ps_table_t *a, ps_table_t *b) {
+    static uint64_t keys[LK];
+    static float x[LK * LD], y[LK * LD];
+    for (int i = 0; i < LK; i++)
+        keys[i] = key_of((uint64_t)i);
+    assert_int_equal(ps_table_lookup(a, keys, LK, x, LK * LD, NULL), 0);
+    assert_int_equal(ps_table_lookup(b, keys, LK, y, LK * LD, NULL), 0);
+    return memcmp(x, y, sizeof x) == 0;
+}
+
+typedef struct server {
+    fixture_t f;
+    ps_catalog_t *cat;
+    ps_ckpt_t *ck;
+} server_t;
+
+static void server_open(server_t *s, const char *ckdir) {
+    fx_open(&s->f);
+    assert_int_equal(ps_catalog_create(&s->cat), 0);
+    ps_tier_bind_catalog(s->f.tier, s->cat);
+    ps_ckpt_opts_t o = {.dir = ckdir, .keep = 5, .full_every = 3, .tier = s->f.tier};
+    assert_int_equal(ps_ckpt_create(s->cat, &o, &s->ck), 0);
+}
+
+static void server_close(server_t *s) {
+    ps_ckpt_destroy(s->ck);
+    ps_catalog_destroy(s->cat); /* detaches (and drops) the cold tables */
+    fx_close(&s->f);
+}
+
+static ps_table_t *get_table(ps_catalog_t *cat, const char *name) {
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, name, &t), 0);
+    ps_catalog_release(cat, t); /* the catalog keeps it alive */
+    return t;
+}
+
+/* Checkpoints cut while pushes and erases go on restore exactly the first v pushes: the RAM
+ * rows and the tier's copy come from the same cut. A RAM-only table in the same checkpoints is
+ * incremental and still exact. */
+static void test_ckpt_cold_under_pushes(void **state) {
+    (void)state;
+    char ckdir[256];
+    tc_tmpdir(ckdir, sizeof ckdir, "tierck");
+    server_t sv;
+    server_open(&sv, ckdir);
+    ps_table_config_t cfg;
+    ps_table_config_defaults(&cfg);
+    assert_int_equal(ps_table_config_parse(&cfg, k_live, NULL, 0), 0);
+    assert_int_equal(ps_catalog_add(sv.cat, &cfg), 0);
+    ps_table_config_defaults(&cfg);
+    assert_int_equal(ps_table_config_parse(&cfg, "name=ram,dim=4,optimizer=sgd", NULL, 0), 0);
+    assert_int_equal(ps_catalog_add(sv.cat, &cfg), 0);
+    ps_table_t *t = get_table(sv.cat, "live"), *ram = get_table(sv.cat, "ram");
+    live_pusher_t p = {.t = t};
+    pthread_t th;
+    pthread_create(&th, NULL, live_loop, &p);
+    uint64_t ids[3];
+    for (int c = 0; c < 3; c++) {
+        while (atomic_load(&p.done) < 60 * (c + 1))
+            usleep(100);
+        tc_round(ram, c + 1);
+        ps_ckpt_result_t r;
+        assert_int_equal(ps_ckpt_write(sv.ck, &r), 0);
+        assert_int_equal(r.incremental, c > 0); /* the RAM table's part */
+        ids[c] = r.id;
+    }
+    while (atomic_load(&p.done) < 60 * 4)
+        usleep(100);
+    atomic_store(&p.stop, 1);
+    pthread_join(th, NULL);
+    ps_table_stats_t st;
+    assert_int_equal(ps_table_stats(t, &st), 0);
+    assert_true(st.spilled > 0 && st.cold_hits > 0);
+    for (int c = 0; c < 3; c++) {
+        server_t rs; /* a fresh process: its own tier and catalog */
+        server_open(&rs, ckdir);
+        assert_int_equal(ps_ckpt_restore(rs.ck, ids[c], NULL), 0);
+        ps_table_t *got = get_table(rs.cat, "live");
+        const uint64_t v = ps_table_version(got);
+        assert_true(v >= 60u * (c + 1));
+        ps_table_t *ref = NULL;
+        bool ok = false;
+        for (int last_erase = 1; last_erase >= 0 && !ok; last_erase--) {
+            ref = mk(k_live_ref);
+            for (uint64_t i = 0; i < v; i++)
+                live_call(ref, (int)i, i + 1 < v || last_erase);
+            ok = same_lookups(got, ref);
+            if (!ok)
+                ps_table_destroy(ref);
+        }
+        assert_true(ok);
+        static uint64_t all[LK];
+        for (int i = 0; i < LK; i++)
+            all[i] = key_of((uint64_t)i);
+        assert_same_everywhere(got, ref, all, LK); /* optimizer state too */
+        ps_table_destroy(ref);
+        ps_table_t *rr = mk("name=ram,dim=4,optimizer=sgd");
+        for (int k = 1; k <= c + 1; k++) { /* each earlier cut advanced the clock by one */
+            if (k > 1)
+                assert_int_equal(ps_table_advance_clock(rr, ps_table_clock(rr) + 1), 0);
+            tc_round(rr, k);
+        }
+        tc_assert_equal(get_table(rs.cat, "ram"), rr);
+        ps_table_destroy(rr);
+        print_message("checkpoint %d: cut after push %llu, restored exactly\n", c,
+                      (unsigned long long)v);
+        server_close(&rs);
+    }
+    /* A restore needs a tier without attached tables: refused while "live" is attached. */
+    assert_int_equal(ps_ckpt_restore(sv.ck, ids[2], NULL), PC_EINVAL);
+    server_close(&sv);
+    tc_rmdir(ckdir);
+}
+
+/* Export of a cold table holds every row (RAM and cold) once; importing it elsewhere gives the
+ * same table. */
+static void test_export_import_cold(void **state) {
+    (void)state;
+    char ckdir[256], file[300];
+    tc_tmpdir(ckdir, sizeof ckdir, "tierexp");
+    snprintf(file, sizeof file, "%s/live.rows", ckdir);
+    server_t a, b;
+    server_open(&a, ckdir);
+    ps_table_config_t cfg;
+    ps_table_config_defaults(&cfg);
+    assert_int_equal(ps_table_config_parse(&cfg, k_live, NULL, 0), 0);
+    assert_int_equal(ps_catalog_add(a.cat, &cfg), 0);
+    ps_table_t *t = get_table(a.cat, "live");
+    for (int i = 0; i < 100; i++)
+        live_call(t, i, true);
+    assert_int_equal(ps_table_export(t, NULL, file, true), PC_EINVAL); /* needs the tier */
+    assert_int_equal(ps_table_export(t, a.f.tier, file, true), 0);
+    server_open(&b, ckdir);
+    assert_int_equal(ps_table_import(b.cat, file, NULL), 0);
+    ps_table_t *u = get_table(b.cat, "live");
+    assert_true(ps_table_count(u) <= 2000);
+    assert_true(same_lookups(t, u));
+    static uint64_t all[LK];
+    for (int i = 0; i < LK; i++)
+        all[i] = key_of((uint64_t)i);
+    assert_same_everywhere(t, u, all, LK);
+    /* Without a tier, a cold table is refused at import, with a clear error. */
+    ps_catalog_t *plain;
+    assert_int_equal(ps_catalog_create(&plain), 0);
+    assert_int_equal(ps_table_import(plain, file, "x"), PC_EINVAL);
+    ps_catalog_destroy(plain);
+    server_close(&b);
+    server_close(&a);
+    tc_rmdir(ckdir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_working_set_10x),
         cmocka_unit_test(test_concurrent_spills),
         cmocka_unit_test(test_shared_keys_no_lost_update),
+        cmocka_unit_test(test_ckpt_cold_under_pushes),
+        cmocka_unit_test(test_export_import_cold),
         cmocka_unit_test(test_erase_lookup_ttl),
         cmocka_unit_test(test_freeze),
         cmocka_unit_test(test_corrupt_record),
