@@ -69,6 +69,7 @@ struct ps_tier {
     cfent_t *cfs;
     size_t ncf, cfcap;
     _Atomic uint64_t free_bytes, free_checked_ns;
+    _Atomic uint64_t written_since; /* bytes written since the last reading */
     atomic_bool writable;
     atomic_uint_least64_t refused, rows_read, rows_written, rows_deleted, errors;
 };
@@ -120,21 +121,27 @@ static int db_error(ps_tier_t *tier, const char *what, char *err) {
 
 /* ==== watermark ============================================================================ */
 
+/* Free space is read with statvfs at most every 20 ms; in between, the bytes written since are
+ * subtracted from the last reading (flushes and compactions later write about as much again,
+ * which the watermark's margin must cover). */
 static bool free_refresh(ps_tier_t *tier, bool force) {
     const uint64_t now = pc_time_mono_ns();
-    if (force ||
-        now - atomic_load_explicit(&tier->free_checked_ns, memory_order_relaxed) >= FREE_CHECK_NS) {
-        const uint64_t fb = pc_fs_free_bytes(tier->dir);
-        const bool ok = fb >= tier->min_free;
-        if (!ok && atomic_load(&tier->writable))
-            PC_WARN("tier %s: %llu bytes free, below the %llu byte watermark: cold writes "
-                    "refused",
-                    tier->dir, (unsigned long long)fb, (unsigned long long)tier->min_free);
-        atomic_store(&tier->free_bytes, fb);
-        atomic_store(&tier->writable, ok);
-        atomic_store_explicit(&tier->free_checked_ns, now, memory_order_relaxed);
+    if (!force &&
+        now - atomic_load_explicit(&tier->free_checked_ns, memory_order_relaxed) < FREE_CHECK_NS) {
+        const uint64_t fb = atomic_load_explicit(&tier->free_bytes, memory_order_relaxed);
+        const uint64_t w = atomic_load_explicit(&tier->written_since, memory_order_relaxed);
+        return (fb < w ? 0 : fb - w) >= tier->min_free;
     }
-    return atomic_load_explicit(&tier->writable, memory_order_relaxed);
+    const uint64_t fb = pc_fs_free_bytes(tier->dir);
+    atomic_store(&tier->written_since, 0);
+    const bool ok = fb >= tier->min_free;
+    if (!ok && atomic_load(&tier->writable))
+        PC_WARN("tier %s: %llu bytes free, below the %llu byte watermark: cold writes refused",
+                tier->dir, (unsigned long long)fb, (unsigned long long)tier->min_free);
+    atomic_store(&tier->free_bytes, fb);
+    atomic_store(&tier->writable, ok);
+    atomic_store_explicit(&tier->free_checked_ns, now, memory_order_relaxed);
+    return ok;
 }
 
 bool ps_tier_writable(ps_tier_t *tier) {
@@ -190,6 +197,9 @@ static int write_batch(ps_tier_t *tier, rocksdb_writebatch_t *wb, const char *wh
         return PC_ENOSPC;
     }
     char *err = NULL;
+    size_t bytes = 0;
+    (void)rocksdb_writebatch_data(wb, &bytes);
+    atomic_fetch_add_explicit(&tier->written_since, bytes, memory_order_relaxed);
     rocksdb_write(tier->db, tier->wo, wb, &err);
     return err ? db_error(tier, what, err) : 0;
 }

@@ -1,0 +1,164 @@
+/* Disk full under the cold tier: a 48 MiB tmpfs, a 12 MiB free-space watermark. A cold table
+ * grows until spilling is refused: the push says PC_ENOSPC, the process lives, every value
+ * acknowledged before stays readable (RAM or cold, against an all-RAM reference), checkpoints
+ * are refused and publish nothing; once space is back, spills and checkpoints work again and
+ * the checkpoint restores exactly. Needs root (mount); reports SKIPPED otherwise. */
+#include "table_check.h"
+
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include "pc_error.h"
+#include "ps_catalog.h"
+#include "ps_ckpt.h"
+#include "ps_tier.h"
+
+static char g_mnt[256];
+
+static int teardown(void **state) {
+    (void)state;
+    umount(g_mnt);
+    rmdir(g_mnt);
+    return 0;
+}
+
+enum { D = 64, B = 200, MAXB = 2000 };
+
+static uint64_t key_of(uint64_t i) {
+    return i * 0x9E3779B97F4A7C15ULL + 7;
+}
+
+/* Lookups of the keys of batches [0, nb) agree between the tables. */
+static void assert_acked(ps_table_t *t, ps_table_t *ref, int nb) {
+    static uint64_t keys[B];
+    static float x[B * D], y[B * D];
+    for (int b = 0; b < nb; b++) {
+        for (int i = 0; i < B; i++)
+            keys[i] = key_of((uint64_t)b * B + (uint64_t)i);
+        assert_int_equal(ps_table_lookup(t, keys, B, x, B * D, NULL), 0);
+        assert_int_equal(ps_table_lookup(ref, keys, B, y, B * D, NULL), 0);
+        assert_memory_equal(x, y, sizeof x);
+    }
+}
+
+static int push_batch(ps_table_t *t, int b) {
+    static uint64_t keys[B];
+    static float g[B * D];
+    for (int i = 0; i < B; i++)
+        keys[i] = key_of((uint64_t)b * B + (uint64_t)i);
+    for (int i = 0; i < B * D; i++)
+        g[i] = 1.0f;
+    return ps_table_push(t, keys, B, g, B * D, NULL);
+}
+
+static void test_spill_on_full_disk(void **state) {
+    (void)state;
+    char live[300], ck[300], filler[300], live2[300];
+    snprintf(live, sizeof live, "%s/live", g_mnt);
+    snprintf(live2, sizeof live2, "%s/live2", g_mnt);
+    snprintf(ck, sizeof ck, "%s/ckpt", g_mnt);
+    snprintf(filler, sizeof filler, "%s/filler", g_mnt);
+    /* 16 MiB of filler, freed later to give the space back. */
+    int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    static char chunk[1 << 20];
+    memset(chunk, 1, sizeof chunk);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(write(fd, chunk, sizeof chunk), (ssize_t)sizeof chunk);
+    close(fd);
+
+    ps_tier_t *tier;
+    ps_tier_opts_t to = {.dir = live,
+                         .cache_bytes = 4 << 20,
+                         .write_buffer_bytes = 1 << 20,
+                         .min_free_bytes = 12 << 20};
+    assert_int_equal(ps_tier_open(&to, &tier), 0);
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_tier_bind_catalog(tier, cat);
+    const char *spec = "name=big,dim=64,optimizer=sgd,shards=4,capacity_rows=2000,cold=true";
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, spec, NULL, 0), 0);
+    assert_int_equal(ps_catalog_add(cat, &c), 0);
+    ps_table_t *t, *ref;
+    assert_int_equal(ps_catalog_acquire(cat, "big", &t), 0);
+    ps_table_config_t rc = c;
+    rc.cold = false;
+    rc.capacity_rows = 0;
+    assert_int_equal(ps_table_create(&rc, &ref), 0);
+    ps_ckpt_t *ckp;
+    ps_ckpt_opts_t o = {.dir = ck, .keep = 2, .full_every = 1, .tier = tier};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ckp), 0);
+
+    /* Fill: new rows until the tier refuses to spill (about 18 MiB of cold rows). */
+    int nb = 0, prc = 0;
+    for (; nb < MAXB; nb++) {
+        if ((prc = push_batch(t, nb)))
+            break;
+        assert_int_equal(push_batch(ref, nb), 0);
+        usleep(nb % 20 == 0 ? 25000 : 0); /* let the 20 ms watermark reading refresh */
+    }
+    assert_int_equal(prc, PC_ENOSPC);
+    ps_table_stats_t st;
+    assert_int_equal(ps_table_stats(t, &st), 0);
+    ps_tier_stats_t ts;
+    assert_int_equal(ps_tier_stats(tier, &ts), 0);
+    print_message("refused after %d batches: %llu rows spilled, %llu refusals, %llu bytes free\n",
+                  nb, (unsigned long long)st.spilled, (unsigned long long)st.spill_refused,
+                  (unsigned long long)ts.free_bytes);
+    assert_true(nb > 20 && st.spill_refused > 0 && !ts.writable);
+
+    /* Alive, acknowledged rows intact, more new rows refused, checkpoints refused cleanly. */
+    assert_acked(t, ref, nb);
+    assert_int_equal(push_batch(t, nb + 1), PC_ENOSPC);
+    ps_ckpt_result_t r;
+    assert_int_equal(ps_ckpt_write(ckp, &r), PC_ENOSPC);
+    ps_ckpt_entry_t e[4];
+    size_t n;
+    assert_int_equal(ps_ckpt_list(ck, e, 4, &n), 0);
+    assert_int_equal(n, 0);
+
+    /* Space back: the refused batch goes in, a checkpoint is published and restores. */
+    assert_int_equal(unlink(filler), 0);
+    usleep(30000);
+    assert_true(ps_tier_writable(tier));
+    assert_int_equal(push_batch(t, nb), 0);
+    assert_int_equal(push_batch(ref, nb), 0);
+    nb++;
+    assert_acked(t, ref, nb);
+    assert_int_equal(ps_ckpt_write(ckp, &r), 0);
+    ps_ckpt_destroy(ckp);
+    ps_catalog_release(cat, t);
+    ps_catalog_destroy(cat);
+    ps_tier_close(tier);
+
+    ps_tier_opts_t to2 = to;
+    to2.dir = live2;
+    assert_int_equal(ps_tier_open(&to2, &tier), 0);
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_tier_bind_catalog(tier, cat);
+    o.tier = tier;
+    assert_int_equal(ps_ckpt_create(cat, &o, &ckp), 0);
+    assert_int_equal(ps_ckpt_restore(ckp, 0, NULL), 0);
+    assert_int_equal(ps_catalog_acquire(cat, "big", &t), 0);
+    assert_acked(t, ref, nb);
+    ps_catalog_release(cat, t);
+    ps_ckpt_destroy(ckp);
+    ps_catalog_destroy(cat);
+    ps_tier_close(tier);
+    ps_table_destroy(ref);
+}
+
+int main(void) {
+    tc_tmpdir(g_mnt, sizeof g_mnt, "tierfull");
+    if (mount("tmpfs", g_mnt, "tmpfs", 0, "size=48m") != 0) {
+        rmdir(g_mnt);
+        printf("SKIPPED: cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)\n");
+        return 77; /* ctest SKIP_RETURN_CODE */
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_teardown(test_spill_on_full_disk, teardown)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
