@@ -9,7 +9,14 @@
  *    pusher's figures without a checkpoint (the cost of the copy-on-write snapshot);
  *  - an incremental checkpoint after 1% of the rows changed;
  *  - restore of the full checkpoint into a fresh catalog (seconds, rows/s).
- * Files go to --dir (default $TMPDIR or /tmp) and are removed at the end.
+ * Cold tier (a separate table of 2M rows, --quick 1M, --smoke 20k; dim 64, Adagrad, RAM budget
+ * 10% of the rows, the rest in the RocksDB tier):
+ *  - pulls of 1000 uniformly random keys (90% of them cold: fetched and promoted, evicting clean
+ *    rows) against raw rocksdb_batched_multi_get_cf of the same keys and values: the tier's own
+ *    checkpoint (the same SST files) opened read-only with a block cache of the same size.
+ *    Three interleaved pairs, median ratio (cold_pull_vs_multiget);
+ *  - the cold table's fill (spill rate) and a checkpoint of it (hard links + RAM rows).
+ * Files go to $TMPDIR (default /tmp) and are removed at the end.
  */
 #include <fcntl.h>
 #include <ftw.h>
@@ -25,6 +32,9 @@
 #include "pc_time.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
+#include "ps_tier.h"
+
+#include <rocksdb/c.h>
 
 typedef struct pusher {
     ps_table_t *t;
@@ -96,6 +106,195 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
     (void)sb;
     (void)f;
     return flag == FTW_DP ? rmdir(p) : unlink(p);
+}
+
+/* ---- cold tier ------------------------------------------------------------------------------ */
+
+#define COLD_CACHE (256ull << 20)
+enum { CB = 1000 };
+
+typedef struct cold_figs {
+    uint64_t rows, ram_rows;
+    double fill_rows_per_s, pull_rows_per_s, mget_rows_per_s, ratio, hit_frac;
+    double ckpt_seconds, ckpt_mb;
+} cold_figs_t;
+
+/* Raw batched MultiGet of `calls` batches of CB random keys (same generator as the pulls) from
+ * the read-only database `db`, column family `h`; touches every value. Rows/s. */
+static double raw_multiget(rocksdb_t *db, rocksdb_column_family_handle_t *h, uint64_t n,
+                           uint64_t seed, int calls) {
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    static char kb[CB][8];
+    const char *kl[CB];
+    size_t ks[CB];
+    rocksdb_pinnableslice_t *vals[CB];
+    char *errs[CB];
+    uint64_t rng = seed, sink = 0;
+    const uint64_t t0 = pc_time_mono_ns();
+    for (int c = 0; c < calls; c++) {
+        for (int i = 0; i < CB; i++) {
+            uint64_t key = bench_key(bench_rand(&rng) % n);
+            for (int b = 0; b < 8; b++)
+                kb[i][b] = (char)(key >> (56 - 8 * b));
+            kl[i] = kb[i];
+            ks[i] = 8;
+        }
+        rocksdb_batched_multi_get_cf(db, ro, h, CB, kl, ks, vals, errs, false);
+        for (int i = 0; i < CB; i++) {
+            if (errs[i])
+                abort();
+            if (!vals[i])
+                continue;
+            size_t len;
+            const char *v = rocksdb_pinnableslice_value(vals[i], &len);
+            sink += (uint8_t)v[len - 1]; /* use the value, as a pull copies it */
+            rocksdb_pinnableslice_destroy(vals[i]);
+        }
+    }
+    double secs = pc_time_sec_since(t0);
+    rocksdb_readoptions_destroy(ro);
+    if (sink == 42)
+        printf(" ");
+    return (double)calls * CB / secs;
+}
+
+static double cold_pulls(ps_table_t *t, uint64_t n, uint64_t seed, int calls) {
+    uint64_t keys[CB], rng = seed;
+    float *rows = malloc((size_t)CB * 64 * sizeof *rows);
+    const uint64_t t0 = pc_time_mono_ns();
+    for (int c = 0; c < calls; c++) {
+        for (int i = 0; i < CB; i++)
+            keys[i] = bench_key(bench_rand(&rng) % n);
+        if (ps_table_pull(t, keys, CB, rows, (size_t)CB * 64))
+            abort();
+    }
+    double secs = pc_time_sec_since(t0);
+    free(rows);
+    return (double)calls * CB / secs;
+}
+
+/* Open the tier checkpoint `path` read-only with the tier's table options; *h gets the column
+ * family of table "cold". */
+static rocksdb_t *open_ro(const char *path, rocksdb_column_family_handle_t **h,
+                          rocksdb_options_t **opts, rocksdb_cache_t **cache,
+                          rocksdb_block_based_table_options_t **bbo) {
+    *opts = rocksdb_options_create();
+    *bbo = rocksdb_block_based_options_create();
+    *cache = rocksdb_cache_create_lru(COLD_CACHE);
+    rocksdb_block_based_options_set_block_cache(*bbo, *cache);
+    rocksdb_block_based_options_set_filter_policy(*bbo, rocksdb_filterpolicy_create_bloom(10));
+    rocksdb_block_based_options_set_block_size(*bbo, 16 << 10);
+    rocksdb_block_based_options_set_cache_index_and_filter_blocks(*bbo, 1);
+    rocksdb_options_set_block_based_table_factory(*opts, *bbo);
+    char *err = NULL;
+    size_t ncf = 0;
+    char **names = rocksdb_list_column_families(*opts, path, &ncf, &err);
+    if (err)
+        abort();
+    const rocksdb_options_t **co = calloc(ncf, sizeof *co);
+    rocksdb_column_family_handle_t **hs = calloc(ncf, sizeof *hs);
+    for (size_t i = 0; i < ncf; i++)
+        co[i] = *opts;
+    rocksdb_t *db = rocksdb_open_for_read_only_column_families(
+        *opts, path, (int)ncf, (const char *const *)names, co, hs, 0, &err);
+    if (err)
+        abort();
+    *h = NULL;
+    for (size_t i = 0; i < ncf; i++) {
+        if (strcmp(names[i], "t.cold") == 0)
+            *h = hs[i];
+        else
+            rocksdb_column_family_handle_destroy(hs[i]);
+    }
+    if (!*h)
+        abort();
+    rocksdb_list_column_families_destroy(names, ncf);
+    free(co);
+    free(hs);
+    return db;
+}
+
+static void bench_cold(const bench_opts_t *o, const char *dir, cold_figs_t *f) {
+    const uint64_t n = o->smoke ? 20000 : o->quick ? 1000000 : 2000000;
+    char live[700], ckd[700], spec[160];
+    snprintf(live, sizeof live, "%s/cold-live", dir);
+    snprintf(ckd, sizeof ckd, "%s/cold-ckpt", dir);
+    ps_tier_t *tier;
+    ps_tier_opts_t to = {.dir = live, .cache_bytes = COLD_CACHE, .min_free_bytes = 64 << 20};
+    ps_catalog_t *cat;
+    if (ps_tier_open(&to, &tier) || ps_catalog_create(&cat))
+        abort();
+    ps_tier_bind_catalog(tier, cat);
+    snprintf(spec, sizeof spec,
+             "name=cold,dim=64,optimizer=adagrad,shards=16,capacity_rows=%llu,cold=true",
+             (unsigned long long)(n / 10));
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    ps_table_t *t;
+    if (ps_table_config_parse(&c, spec, NULL, 0) || ps_catalog_add(cat, &c) ||
+        ps_catalog_acquire(cat, "cold", &t))
+        abort();
+    /* Fill: every row changed (loaded), so 90% of them are spilled. */
+    enum { FB = 10000 };
+    uint64_t *keys = malloc(FB * sizeof *keys);
+    float *w = malloc((size_t)FB * 64 * sizeof *w);
+    for (size_t i = 0; i < (size_t)FB * 64; i++)
+        w[i] = (float)(i % 97) * 0.01f;
+    uint64_t t0 = pc_time_mono_ns();
+    for (uint64_t i = 0; i < n; i += FB) {
+        size_t m = n - i < FB ? (size_t)(n - i) : FB;
+        for (size_t j = 0; j < m; j++)
+            keys[j] = bench_key(i + j);
+        if (ps_table_load(t, m, keys, w, NULL, NULL, NULL))
+            abort();
+    }
+    f->rows = n;
+    f->fill_rows_per_s = (double)n / pc_time_sec_since(t0);
+    free(keys);
+    free(w);
+    /* Warm up: the changed rows still in RAM leave (spilled); what replaces them is clean. */
+    cold_pulls(t, n, 1, (int)(2 * (n / 10) / CB) + 1);
+    /* Checkpoint: the cold tier by hard links plus the RAM rows; it also flushes memtables, so
+     * the copy holds every cold row for the baseline to read. */
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t co = {.dir = ckd, .keep = 1, .full_every = 1, .tier = tier};
+    ps_ckpt_result_t cr;
+    if (ps_ckpt_create(cat, &co, &ck) || ps_ckpt_write(ck, &cr))
+        abort();
+    f->ckpt_seconds = cr.seconds;
+    f->ckpt_mb = (double)cr.bytes / 1e6;
+    char ro_path[800];
+    snprintf(ro_path, sizeof ro_path, "%s/ckpt-%020llu/cold", ckd, (unsigned long long)cr.id);
+    rocksdb_column_family_handle_t *h;
+    rocksdb_options_t *opts;
+    rocksdb_cache_t *cache;
+    rocksdb_block_based_table_options_t *bbo;
+    rocksdb_t *db = open_ro(ro_path, &h, &opts, &cache, &bbo);
+    const int calls = o->smoke ? 10 : 300;
+    raw_multiget(db, h, n, 2, calls); /* warm the baseline's cache as the pulls warmed theirs */
+    double pr[3], mr[3], ratio[3];
+    ps_table_stats_t s0, s1;
+    ps_table_stats(t, &s0);
+    for (int r = 0; r < 3; r++) {
+        pr[r] = cold_pulls(t, n, 100 + (uint64_t)r, calls);
+        mr[r] = raw_multiget(db, h, n, 100 + (uint64_t)r, calls);
+        ratio[r] = pr[r] / mr[r];
+    }
+    ps_table_stats(t, &s1);
+    f->pull_rows_per_s = bench_median3(pr);
+    f->mget_rows_per_s = bench_median3(mr);
+    f->ratio = bench_median3(ratio);
+    f->hit_frac = (double)(s1.cold_hits - s0.cold_hits) / (3.0 * calls * CB);
+    f->ram_rows = ps_table_count(t);
+    rocksdb_column_family_handle_destroy(h);
+    rocksdb_close(db);
+    rocksdb_options_destroy(opts);
+    rocksdb_block_based_options_destroy(bbo);
+    rocksdb_cache_destroy(cache);
+    ps_ckpt_destroy(ck);
+    ps_catalog_release(cat, t);
+    ps_catalog_destroy(cat);
+    ps_tier_close(tier);
 }
 
 int bench_store_main(int argc, char **argv) {
@@ -214,8 +413,18 @@ int bench_store_main(int argc, char **argv) {
            base.max_ms);
     printf("%-42s %10.0f rows/s, worst call %.1f ms\n", "pushes during the full checkpoint",
            live_rate, live.max_ms);
-    printf("cold tier figures (cold_pull_vs_multiget): not measured, the RocksDB tier is not built "
-           "yet\n");
+    cold_figs_t cf;
+    bench_cold(&o, dir, &cf);
+    printf("cold tier: %llu rows, dim 64, Adagrad, %llu in RAM (10%%), %.0f%% of pulled keys "
+           "read from RocksDB\n",
+           (unsigned long long)cf.rows, (unsigned long long)cf.ram_rows, 100.0 * cf.hit_frac);
+    printf("%-42s %10.0f rows/s\n", "fill (loads; 90% spilled)", cf.fill_rows_per_s);
+    printf("%-42s %10.0f rows/s\n", "raw batched MultiGet (same keys, 1000/call)",
+           cf.mget_rows_per_s);
+    printf("%-42s %10.0f rows/s  (median ratio %.2f)\n", "pull, 90% cold (1000/call)",
+           cf.pull_rows_per_s, cf.ratio);
+    printf("%-42s %10.2f s     (%.1f MB: RAM rows + hard-linked cold files)\n",
+           "checkpoint of the cold table", cf.ckpt_seconds, cf.ckpt_mb);
 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "store");
@@ -234,6 +443,14 @@ int bench_store_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "push_rows_per_s_during_ckpt", live_rate);
     cJSON_AddNumberToObject(root, "push_max_call_ms", base.max_ms);
     cJSON_AddNumberToObject(root, "push_max_call_ms_during_ckpt", live.max_ms);
+    cJSON_AddNumberToObject(root, "cold_rows", (double)cf.rows);
+    cJSON_AddNumberToObject(root, "cold_ram_rows", (double)cf.ram_rows);
+    cJSON_AddNumberToObject(root, "cold_read_fraction", cf.hit_frac);
+    cJSON_AddNumberToObject(root, "cold_fill_rows_per_s", cf.fill_rows_per_s);
+    cJSON_AddNumberToObject(root, "cold_pull_rows_per_s", cf.pull_rows_per_s);
+    cJSON_AddNumberToObject(root, "multiget_rows_per_s", cf.mget_rows_per_s);
+    cJSON_AddNumberToObject(root, "cold_pull_vs_multiget", cf.ratio);
+    cJSON_AddNumberToObject(root, "cold_ckpt_seconds", cf.ckpt_seconds);
     bench_emit_json(&o, root);
 
     ps_ckpt_destroy(ck2);
