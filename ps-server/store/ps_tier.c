@@ -284,9 +284,10 @@ static int db_open(ps_tier_t *tier) {
     char *err = NULL;
     size_t ncf = 0;
     char **names = rocksdb_list_column_families(tier->opts, tier->dir, &ncf, &err);
-    if (err) { /* no database yet */
+    if (err) { /* no database yet (the list is an empty allocation then) */
         rocksdb_free(err);
         err = NULL;
+        free(names);
         names = NULL;
         ncf = 0;
     }
