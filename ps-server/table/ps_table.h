@@ -18,7 +18,8 @@
  *            its initial row or zeros (config `missing`), `found` says which.
  *  - erase:  removes rows; a later pull recreates the initial row.
  * Each key is processed exactly once per occurrence; on an error that concerns only some keys
- * (out of memory while inserting) the others are still processed and the first error returned.
+ * (out of memory while inserting, or PC_ENOSPC when a cold table cannot spill) the others are
+ * still processed and the first error returned: such a call may have applied some of its keys.
  *
  * Optimizer step for a row, in order: sum duplicates -> reject non-finite -> clip each element to
  * [-clip_value, clip_value] (if > 0) -> scale to L2 norm clip_norm (if > 0 and exceeded) -> add

@@ -6,6 +6,9 @@
  * the rounds its update version says it holds. The same directory is used throughout, so later
  * children continue chains that earlier ones left, including half-written checkpoints.
  *
+ * Children are exec'ed afresh (this binary with --child): the parent runs RocksDB, whose
+ * background threads live on, and a forked copy of a threaded process must not start threads.
+ *
  * EMBER_FAULT_ITERS sets the number of kills (default 20; the long mode uses more). */
 #include "table_check.h"
 
@@ -125,8 +128,10 @@ static void test_kill_during_checkpoints(void **state) {
     for (int it = 0; it < iters; it++) {
         pid_t pid = fork();
         assert_true(pid >= 0);
-        if (pid == 0)
-            child_main(dir, live);
+        if (pid == 0) {
+            execl("/proc/self/exe", "test_ckpt_crash", "--child", dir, live, (char *)NULL);
+            _exit(5);
+        }
         struct timespec ts = {0, (long)(5 + tu_rand(&rng) % 300) * 1000000L};
         nanosleep(&ts, NULL);
         kill(pid, SIGKILL);
@@ -181,7 +186,9 @@ static void test_kill_during_checkpoints(void **state) {
     tc_rmdir(plive);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc == 4 && strcmp(argv[1], "--child") == 0)
+        child_main(argv[2], argv[3]);
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_kill_during_checkpoints)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,11 +30,11 @@ static uint64_t key_of(uint64_t i) {
     return i * 0x9E3779B97F4A7C15ULL + 7;
 }
 
-/* Lookups of the keys of batches [0, nb) agree between the tables. */
-static void assert_acked(ps_table_t *t, ps_table_t *ref, int nb) {
+/* Lookups of the keys of batches [b0, nb) agree between the tables. */
+static void assert_acked(ps_table_t *t, ps_table_t *ref, int b0, int nb) {
     static uint64_t keys[B];
     static float x[B * D], y[B * D];
-    for (int b = 0; b < nb; b++) {
+    for (int b = b0; b < nb; b++) {
         for (int i = 0; i < B; i++)
             keys[i] = key_of((uint64_t)b * B + (uint64_t)i);
         assert_int_equal(ps_table_lookup(t, keys, B, x, B * D, NULL), 0);
@@ -131,7 +131,7 @@ static void test_spill_on_full_disk(void **state) {
     usleep(30000);
 
     /* Alive, acknowledged rows intact, more new rows refused, checkpoints refused cleanly. */
-    assert_acked(t, ref, nb);
+    assert_acked(t, ref, 0, nb);
     assert_int_equal(push_batch(t, nb + 1), PC_ENOSPC);
     ps_ckpt_result_t r;
     assert_int_equal(ps_ckpt_write(ckp, &r), PC_ENOSPC);
@@ -140,15 +140,17 @@ static void test_spill_on_full_disk(void **state) {
     assert_int_equal(ps_ckpt_list(ck, e, 4, &n), 0);
     assert_int_equal(n, 0);
 
-    /* Space back: the refused batch goes in, a checkpoint is published and restores. */
+    /* Space back: new rows go in, a checkpoint is published and restores. (The refused calls
+     * were not acknowledged: some of their keys may have been applied, as the table contract
+     * says for errors that concern only some keys, so they are not compared.) */
     assert_int_equal(unlink(filler), 0);
     unlink(filler2);
     usleep(30000);
     assert_true(ps_tier_writable(tier));
-    assert_int_equal(push_batch(t, nb), 0);
-    assert_int_equal(push_batch(ref, nb), 0);
-    nb++;
-    assert_acked(t, ref, nb);
+    assert_int_equal(push_batch(t, nb + 2), 0);
+    assert_int_equal(push_batch(ref, nb + 2), 0);
+    assert_acked(t, ref, 0, nb);
+    assert_acked(t, ref, nb + 2, nb + 3);
     assert_int_equal(ps_ckpt_write(ckp, &r), 0);
     ps_ckpt_destroy(ckp);
     ps_catalog_release(cat, t);
@@ -164,7 +166,8 @@ static void test_spill_on_full_disk(void **state) {
     assert_int_equal(ps_ckpt_create(cat, &o, &ckp), 0);
     assert_int_equal(ps_ckpt_restore(ckp, 0, NULL), 0);
     assert_int_equal(ps_catalog_acquire(cat, "big", &t), 0);
-    assert_acked(t, ref, nb);
+    assert_acked(t, ref, 0, nb);
+    assert_acked(t, ref, nb + 2, nb + 3);
     ps_catalog_release(cat, t);
     ps_ckpt_destroy(ckp);
     ps_catalog_destroy(cat);
