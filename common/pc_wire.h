@@ -1,0 +1,94 @@
+/* pc_wire.h: the binary data plane's frames (EmberPS workers <-> servers). docs/wire.md is the
+ * specification; this is its one implementation, shared by server and client.
+ *
+ * Every frame is a 32-byte header followed by `body_len` bytes, all little-endian:
+ *   0  u32 magic "EMBR"        16 i32 status (responses; 0 or a negative PC_E* code)
+ *   4  u8  version (1)         20 u32 body_len
+ *   5  u8  op                  24 u64 map version (request: the client's; response: server's)
+ *   6  u16 flags (bit 0: response)
+ *   8  u64 request id (a response echoes its request's)
+ * Requests are answered in any order (match by id); many may be in flight per connection.
+ *
+ * Batch bodies (PULL, PUSH, LOOKUP requests): a 16-byte prefix {u16 name_len, u16 0, u32 n,
+ * u32 dim, u32 0}, the table name padded with zeros to a multiple of 8, then n u64 keys, then
+ * (PUSH) n * dim f32 gradients. So keys and floats start 8-aligned in an aligned buffer and
+ * both ends use the arrays in place: no per-element encoding.
+ * Responses: PULL n * dim f32 rows; LOOKUP rows then n found bytes; PUSH three u64 counters
+ * (applied, skipped_nonfinite, dropped_unadmitted). HELLO carries the token and is answered with
+ * the server's cluster map text, as is MAP. An error response's body is a one-line message,
+ * except PC_EWRONGSLOT whose body is the server's current cluster map text.
+ *
+ * Every length is checked against limits before anything is allocated for it.
+ */
+#ifndef PC_WIRE_H
+#define PC_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PC_WIRE_MAGIC    0x52424D45u /* "EMBR" as bytes E M B R */
+#define PC_WIRE_VERSION  1
+#define PC_WIRE_HDR      32u
+#define PC_WIRE_PREFIX   16u
+#define PC_WIRE_NAME_MAX 64u
+#define PC_WIRE_DIM_MAX  1024u
+#define PC_WIRE_MSG_MAX  512u /* error message bodies */
+#define PC_WIRE_RESPONSE 0x1u
+
+typedef enum {
+    PC_OP_HELLO = 1,  /* body: token (may be empty) -> cluster map text */
+    PC_OP_PULL = 2,   /* batch -> rows */
+    PC_OP_PUSH = 3,   /* batch + gradients -> counters */
+    PC_OP_LOOKUP = 4, /* batch -> rows + found */
+    PC_OP_MAP = 5,    /* empty -> cluster map text */
+    PC_OP_PING = 6,   /* empty -> empty */
+    PC_OP_MAX_ = 6
+} pc_wire_op_t;
+
+typedef struct pc_wire_hdr {
+    uint8_t op;
+    uint16_t flags;
+    uint64_t id;
+    int32_t status;
+    uint32_t body_len;
+    uint64_t map_version;
+} pc_wire_hdr_t;
+
+typedef struct pc_wire_limits {
+    uint32_t max_body; /* bytes */
+    uint32_t max_keys; /* per batch */
+} pc_wire_limits_t;
+
+void pc_wire_hdr_encode(const pc_wire_hdr_t *h, uint8_t out[PC_WIRE_HDR]);
+
+/* Every field is filled in, then checked. PC_EPARSE: not a frame of this protocol (magic,
+ * version, unknown op or flags): the stream cannot be trusted any more. PC_ETOOBIG: body_len
+ * over max_body (the framing is intact: the body can be skipped). */
+int pc_wire_hdr_decode(const uint8_t in[PC_WIRE_HDR], uint32_t max_body, pc_wire_hdr_t *h);
+
+/* A batch body, decoded in place (pointers into the body). */
+typedef struct pc_wire_batch {
+    char name[PC_WIRE_NAME_MAX + 1];
+    uint32_t n, dim;
+    const uint64_t *keys;
+    const float *vals; /* PUSH: n * dim gradients; NULL otherwise */
+} pc_wire_batch_t;
+
+/* Bytes of the prefix and padded name of a batch body. */
+size_t pc_wire_batch_head_len(size_t name_len);
+
+/* Total body bytes of a batch request. */
+uint64_t pc_wire_batch_body_len(pc_wire_op_t op, size_t name_len, uint32_t n, uint32_t dim);
+
+/* Write the prefix and padded name (pc_wire_batch_head_len bytes) into out. The name must be
+ * 1..PC_WIRE_NAME_MAX bytes. */
+size_t pc_wire_batch_head_encode(const char *name, uint32_t n, uint32_t dim, uint8_t *out);
+
+/* Decode a batch request body of `op` (8-aligned `body`): PC_EINVAL for a malformed body (the
+ * frame boundaries are intact, so the connection can go on), PC_ETOOBIG for n over max_keys,
+ * PC_EDIM for a dim outside 1..PC_WIRE_DIM_MAX. */
+int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
+                         const pc_wire_limits_t *lim, pc_wire_batch_t *out);
+
+#endif

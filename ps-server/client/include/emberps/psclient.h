@@ -1,0 +1,87 @@
+/* emberps/psclient.h: the C client of EmberPS servers' binary data plane (libpsclient).
+ *
+ * A client connects to every server of the cluster map, splits each batch by key slot, sends
+ * the parts to their servers concurrently (at most `max_inflight` requests in flight per
+ * server, the rest queued), and reassembles rows in the caller's key order. Every call has a
+ * deadline. Transient failures (a server unreachable or restarting, a stale cluster map) are
+ * retried with exponential backoff up to `retries` times; on PC_EWRONGSLOT the client adopts the
+ * server's newer map, reconnects as needed and resends the affected keys only.
+ *
+ * Errors are EmberPS codes (pc_error.h: negative ints): PC_ETIMEDOUT, PC_EUNAVAIL, PC_EAUTH,
+ * PC_ENOTFOUND (no such table), PC_EDIM, PC_EINVAL, PC_ETOOBIG, PC_ENOSPC, ...
+ *
+ * Thread rules: a client is thread-safe; any thread may start calls. Callbacks run on the
+ * client's I/O thread: they must be short and must not wait for other calls of the same client.
+ * Buffers passed to an async call (keys, rows, grads, found, result) must stay valid until the
+ * call completes (callback ran or psc_wait returned); after a timeout the client no longer
+ * touches them. A push that failed may have been applied on some servers (per-server parts are
+ * independent); a push is never sent twice to a server that answered it.
+ */
+#ifndef EMBERPS_PSCLIENT_H
+#define EMBERPS_PSCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct psc psc_t;
+
+typedef struct psc_opts {
+    const char *servers;    /* a cluster map text, or "host:port" of any server (its map is used) */
+    const char *token;      /* NULL: none */
+    int timeout_ms;         /* per call, default 10000 */
+    int max_inflight;       /* per server, default 8 */
+    int retries;            /* on transient errors, default 3 */
+    int connect_timeout_ms; /* psc_connect's wait for every server, default 5000 */
+} psc_opts_t;
+
+/* Connect to every server of the map (and authenticate). */
+int psc_connect(const psc_opts_t *o, psc_t **out);
+/* Fail calls still running with PC_ECANCELED, close connections, free. NULL is a no-op. */
+void psc_close(psc_t *c);
+
+typedef struct psc_push_result {
+    uint64_t applied, skipped_nonfinite, dropped_unadmitted;
+} psc_push_result_t;
+
+/* ---- blocking calls ---- */
+int psc_pull(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+             float *rows);
+int psc_push(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+             const float *grads, psc_push_result_t *res /* may be NULL */);
+int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+               float *rows, uint8_t *found /* may be NULL */);
+
+/* ---- asynchronous calls ----
+ * Each returns 0 and a call id, or an error (nothing started). With `done` set, the callback
+ * gets the call's result and the id must not be waited for; without it, psc_wait(id) must be
+ * called exactly once. */
+typedef void (*psc_done_fn)(void *ctx, uint64_t id, int rc);
+
+int psc_pull_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                   float *rows, psc_done_fn done, void *ctx, uint64_t *id);
+int psc_push_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                   const float *grads, psc_push_result_t *res, psc_done_fn done, void *ctx,
+                   uint64_t *id);
+int psc_lookup_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                     float *rows, uint8_t *found, psc_done_fn done, void *ctx, uint64_t *id);
+
+/* Wait for call `id` (started without a callback) and return its result. */
+int psc_wait(psc_t *c, uint64_t id);
+
+/* The cluster map the client uses now, as text (snprintf-like return). */
+size_t psc_map_text(psc_t *c, char *buf, size_t cap);
+
+typedef struct psc_stats {
+    uint64_t calls, retries, map_refreshes, reconnects, timeouts;
+} psc_stats_t;
+void psc_stats(psc_t *c, psc_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

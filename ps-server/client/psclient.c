@@ -1,0 +1,939 @@
+/* psclient.c: libpsclient (see emberps/psclient.h; wire format in pc_wire.h, docs/wire.md).
+ *
+ * DESIGN
+ * One I/O thread runs a libuv loop that owns every connection, part and timer. Callers hand
+ * calls over through a mutex-protected queue and a uv_async wake-up, and wait on a condition
+ * variable. A call is split into parts, one per server owning some of its keys (positions kept
+ * in `idx`, so replies scatter back into the caller's order). A server sends at most
+ * max_inflight parts at once; the rest wait in its queue. Parts that fail transiently (server
+ * unreachable, PC_EUNAVAIL, PC_EWRONGSLOT) collect their positions in the call's retry set; when
+ * the call's last part is back, the retry set is re-split under the current map after a backoff
+ * (10 ms doubling), up to `retries` times. A push part whose connection broke after it was sent
+ * is not retried (it may have been applied): the call fails with PC_EUNAVAIL.
+ * A call ends exactly once (result, error, deadline or close); parts still out after that
+ * resolve without touching the caller's buffers, and the call is freed when none is left and
+ * its result has been taken (callback run or psc_wait returned).
+ */
+#include "emberps/psclient.h"
+
+#include "pc_cluster.h"
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_wire.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#define MAX_REPLY     (1u << 31) /* bytes of one reply body the client accepts */
+#define BACKOFF_MS    10
+#define RECONNECT_MAX 8 /* connection attempts per server before its parts fail */
+
+typedef struct call call_t;
+typedef struct server server_t;
+
+typedef struct part {
+    call_t *call;
+    server_t *srv;
+    uint32_t n;
+    uint32_t *idx; /* positions in the call */
+    uint64_t fid;  /* frame id once sent */
+    bool sent;
+    struct part *next;
+} part_t;
+
+struct call {
+    uint64_t id;
+    uint8_t op;
+    char table[PC_WIRE_NAME_MAX + 1];
+    const uint64_t *keys;
+    size_t n;
+    uint32_t dim;
+    float *rows;
+    const float *grads;
+    uint8_t *found;
+    psc_push_result_t *res;
+    psc_push_result_t acc;
+    psc_done_fn done;
+    void *ctx;
+    int rc, attempts;
+    uint32_t parts_left;
+    uint32_t *retry; /* positions to send again */
+    size_t nretry, retry_cap;
+    bool started, finished, consumed;
+    int timers_open;
+    uv_timer_t deadline, backoff;
+    struct call *next_live, *next_submit;
+};
+
+struct server {
+    psc_t *c;
+    char addr[PC_ADDR_MAX];
+    uv_tcp_t tcp;
+    uv_connect_t creq;
+    int state; /* 0 closed, 1 connecting, 2 connected */
+    bool in_map, dead, hello_done, was_connected;
+    int failures;
+    part_t *qhead, *qtail, *inflight;
+    int ninflight;
+    uint8_t hdr[PC_WIRE_HDR];
+    size_t hdr_have;
+    pc_wire_hdr_t h;
+    uint8_t *body;
+    size_t body_have;
+    struct server *next_all;
+};
+
+struct psc {
+    psc_opts_t o;
+    char token[256];
+    pthread_t thread;
+    uv_loop_t loop;
+    uv_async_t wake;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    call_t *live, *submit_head, *submit_tail;
+    bool stopping;
+    pc_cluster_map_t *map; /* I/O thread; map_text under mu for readers */
+    char *map_text;
+    server_t **srv; /* by map index */
+    size_t nsrv;
+    server_t *all; /* every server object, also those left by a map change */
+    atomic_uint_least64_t next_id, next_fid;
+    atomic_uint_least64_t calls, retries, refreshes, reconnects, timeouts;
+    int hello_pending;
+    int connect_rc;
+    bool placeholder; /* the map is a stand-in until a server sends its own */
+};
+
+static void call_finish(psc_t *c, call_t *k, int rc);
+static void server_pump(server_t *s);
+static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n);
+static void on_backoff(uv_timer_t *t);
+
+/* Connect phase bookkeeping, read by psc_connect under mu. */
+static void hello_settled(psc_t *c, int rc) {
+    pthread_mutex_lock(&c->mu);
+    if (c->hello_pending > 0) {
+        if (rc && !c->connect_rc)
+            c->connect_rc = rc;
+        c->hello_pending--;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ==== maps and servers ===================================================================== */
+
+static server_t *server_get(psc_t *c, const char *addr) {
+    for (server_t *s = c->all; s; s = s->next_all)
+        if (strcmp(s->addr, addr) == 0)
+            return s;
+    server_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->c = c;
+    snprintf(s->addr, sizeof s->addr, "%s", addr);
+    s->next_all = c->all;
+    c->all = s;
+    return s;
+}
+
+/* Adopt `m` (taking it) if it is newer than the current map. */
+static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
+    if (c->map && !c->placeholder && pc_cmap_version(m) <= pc_cmap_version(c->map)) {
+        pc_cmap_destroy(m);
+        return;
+    }
+    size_t n = pc_cmap_nservers(m);
+    server_t **srv = calloc(n, sizeof *srv);
+    size_t len = pc_cmap_format(m, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!srv || !text) {
+        free(srv);
+        free(text);
+        pc_cmap_destroy(m);
+        return;
+    }
+    pc_cmap_format(m, text, len + 1);
+    for (server_t *s = c->all; s; s = s->next_all)
+        s->in_map = false;
+    for (size_t i = 0; i < n; i++) {
+        srv[i] = server_get(c, pc_cmap_addr(m, i));
+        if (srv[i])
+            srv[i]->in_map = true;
+    }
+    if (c->map && !c->placeholder)
+        atomic_fetch_add(&c->refreshes, 1);
+    c->placeholder = false;
+    pc_cmap_destroy(c->map);
+    free(c->srv);
+    c->map = m;
+    c->srv = srv;
+    c->nsrv = n;
+    pthread_mutex_lock(&c->mu);
+    free(c->map_text);
+    c->map_text = text;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void map_adopt_text(psc_t *c, const uint8_t *text, size_t len) {
+    char *t = malloc(len + 1);
+    if (!t)
+        return;
+    memcpy(t, text, len);
+    t[len] = '\0';
+    pc_cluster_map_t *m;
+    char err[128];
+    if (pc_cmap_parse(t, &m, err, sizeof err) == 0)
+        map_adopt(c, m);
+    else
+        PC_WARN("psclient: a server sent a bad cluster map: %s", err);
+    free(t);
+}
+
+/* ==== parts ================================================================================ */
+
+static void part_free(part_t *p) {
+    free(p->idx);
+    free(p);
+}
+
+/* A part is back (or given up). Transient failures queue its positions for a retry. */
+static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
+    call_t *k = p->call;
+    if (!k->finished && rc) {
+        if (transient && k->attempts < c->o.retries) {
+            if (k->nretry + p->n > k->retry_cap) {
+                size_t cap = (k->retry_cap ? 2 * k->retry_cap : 64) + p->n;
+                uint32_t *r = realloc(k->retry, cap * sizeof *r);
+                if (!r)
+                    k->rc = k->rc ? k->rc : PC_ENOMEM;
+                else {
+                    k->retry = r;
+                    k->retry_cap = cap;
+                }
+            }
+            if (k->nretry + p->n <= k->retry_cap) {
+                memcpy(k->retry + k->nretry, p->idx, p->n * sizeof *p->idx);
+                k->nretry += p->n;
+            }
+        } else if (!k->rc) {
+            k->rc = rc;
+        }
+    }
+    part_free(p);
+    if (--k->parts_left > 0)
+        return;
+    if (k->finished) { /* ended earlier (deadline, close): nothing more to do */
+        call_finish(c, k, k->rc);
+        return;
+    }
+    if (k->rc || !k->nretry) {
+        call_finish(c, k, k->rc);
+        return;
+    }
+    k->attempts++;
+    atomic_fetch_add(&c->retries, 1);
+    uv_timer_start(&k->backoff, on_backoff, (uint64_t)BACKOFF_MS << (k->attempts - 1), 0);
+}
+
+/* Fail every part of server s (connection lost or refused). */
+static void server_fail(server_t *s, int rc) {
+    psc_t *c = s->c;
+    part_t *lists[2] = {s->inflight, s->qhead};
+    s->inflight = s->qhead = s->qtail = NULL;
+    s->ninflight = 0;
+    for (int l = 0; l < 2; l++) {
+        for (part_t *p = lists[l], *nx; p; p = nx) {
+            nx = p->next;
+            /* A sent push may have been applied: never resend it. */
+            bool transient = rc != PC_EAUTH && !(p->sent && p->call->op == PC_OP_PUSH);
+            part_done(c, p, rc, transient);
+        }
+    }
+}
+
+/* ==== connections ========================================================================== */
+
+static void on_close_tcp(uv_handle_t *h) {
+    server_t *s = h->data;
+    s->state = 0;
+    free(s->body);
+    s->body = NULL;
+    s->hdr_have = s->body_have = 0;
+    if (!s->c->stopping && (s->qhead || s->inflight))
+        server_pump(s); /* reconnect for what is still queued */
+}
+
+static void server_drop(server_t *s, int rc) {
+    if (s->state == 0)
+        return;
+    server_fail(s, rc);
+    if (!uv_is_closing((uv_handle_t *)&s->tcp))
+        uv_close((uv_handle_t *)&s->tcp, on_close_tcp);
+}
+
+typedef struct wbuf {
+    uv_write_t req;
+    size_t len;
+    uint8_t data[];
+} wbuf_t;
+
+static void on_written(uv_write_t *req, int status) {
+    wbuf_t *w = (wbuf_t *)req;
+    server_t *s = req->data;
+    free(w);
+    if (status < 0 && s->state == 2)
+        server_drop(s, PC_EUNAVAIL);
+}
+
+static int send_frame(server_t *s, wbuf_t *w) {
+    w->req.data = s;
+    uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
+    if (uv_write(&w->req, (uv_stream_t *)&s->tcp, &b, 1, on_written) < 0) {
+        free(w);
+        return PC_EUNAVAIL;
+    }
+    return 0;
+}
+
+static void handle_reply(server_t *s) {
+    psc_t *c = s->c;
+    const pc_wire_hdr_t *h = &s->h;
+    if (h->op == PC_OP_HELLO) {
+        if (h->status) {
+            PC_ERROR("psclient: %s refused the connection: %s", s->addr, pc_strerror(h->status));
+            s->dead = true;
+            server_fail(s, h->status);
+        } else {
+            map_adopt_text(c, s->body, h->body_len);
+            s->failures = 0;
+        }
+        if (!s->hello_done) {
+            s->hello_done = true;
+            hello_settled(c, h->status);
+        }
+        return;
+    }
+    part_t **pp = &s->inflight, *p = NULL;
+    for (; *pp; pp = &(*pp)->next)
+        if ((*pp)->fid == h->id) {
+            p = *pp;
+            *pp = p->next;
+            break;
+        }
+    if (!p)
+        return; /* not ours (never happens with a correct server): ignore */
+    s->ninflight--;
+    call_t *k = p->call;
+    int rc = h->status;
+    bool transient = rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL;
+    if (rc == PC_EWRONGSLOT)
+        map_adopt_text(c, s->body, h->body_len);
+    if (!rc && !k->finished) {
+        const uint32_t dim = k->dim;
+        const size_t want = k->op == PC_OP_PUSH     ? 3 * sizeof(uint64_t)
+                            : k->op == PC_OP_LOOKUP ? (size_t)p->n * dim * 4 + p->n
+                                                    : (size_t)p->n * dim * 4;
+        if (h->body_len != want) {
+            rc = PC_EINVAL;
+        } else if (k->op == PC_OP_PUSH) {
+            uint64_t cnt[3];
+            memcpy(cnt, s->body, sizeof cnt);
+            k->acc.applied += cnt[0];
+            k->acc.skipped_nonfinite += cnt[1];
+            k->acc.dropped_unadmitted += cnt[2];
+        } else {
+            const float *rows = (const float *)(const void *)s->body;
+            for (uint32_t i = 0; i < p->n; i++)
+                memcpy(k->rows + (size_t)p->idx[i] * dim, rows + (size_t)i * dim, dim * 4);
+            if (k->op == PC_OP_LOOKUP && k->found)
+                for (uint32_t i = 0; i < p->n; i++)
+                    k->found[p->idx[i]] = s->body[(size_t)p->n * dim * 4 + i];
+        }
+    }
+    part_done(c, p, rc, transient);
+    server_pump(s);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+    (void)suggested;
+    server_t *s = h->data;
+    if (s->hdr_have < PC_WIRE_HDR)
+        *buf = uv_buf_init((char *)s->hdr + s->hdr_have, (unsigned)(PC_WIRE_HDR - s->hdr_have));
+    else
+        *buf =
+            uv_buf_init((char *)s->body + s->body_have, (unsigned)(s->h.body_len - s->body_have));
+}
+
+static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
+    (void)buf;
+    server_t *s = st->data;
+    if (nread < 0) {
+        server_drop(s, PC_EUNAVAIL);
+        return;
+    }
+    if (s->hdr_have < PC_WIRE_HDR) {
+        s->hdr_have += (size_t)nread;
+        if (s->hdr_have < PC_WIRE_HDR)
+            return;
+        if (pc_wire_hdr_decode(s->hdr, MAX_REPLY, &s->h) || !(s->h.flags & PC_WIRE_RESPONSE) ||
+            !(s->body = malloc(s->h.body_len ? s->h.body_len : 1))) {
+            PC_ERROR("psclient: bad reply from %s", s->addr);
+            server_drop(s, PC_EUNAVAIL);
+            return;
+        }
+        s->body_have = 0;
+    } else {
+        s->body_have += (size_t)nread;
+    }
+    if (s->body_have < s->h.body_len)
+        return;
+    handle_reply(s);
+    free(s->body);
+    s->body = NULL;
+    s->hdr_have = 0;
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+    server_t *s = req->data;
+    psc_t *c = s->c;
+    if (status < 0) {
+        s->failures++;
+        if (!s->hello_done) {
+            s->hello_done = true;
+            hello_settled(c, PC_EUNAVAIL);
+        }
+        server_drop(s, PC_EUNAVAIL);
+        return;
+    }
+    s->state = 2;
+    s->was_connected = true;
+    uv_tcp_nodelay(&s->tcp, 1);
+    uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+    /* HELLO first (with the token): the server answers with its map. */
+    size_t tl = strlen(c->token);
+    wbuf_t *w = malloc(sizeof *w + PC_WIRE_HDR + tl);
+    if (!w) {
+        server_drop(s, PC_ENOMEM);
+        return;
+    }
+    pc_wire_hdr_t h = {.op = PC_OP_HELLO, .body_len = (uint32_t)tl};
+    pc_wire_hdr_encode(&h, w->data);
+    memcpy(w->data + PC_WIRE_HDR, c->token, tl);
+    w->len = PC_WIRE_HDR + tl;
+    if (send_frame(s, w)) {
+        server_drop(s, PC_EUNAVAIL);
+        return;
+    }
+    server_pump(s);
+}
+
+static void server_connect(server_t *s) {
+    psc_t *c = s->c;
+    char host[PC_ADDR_MAX];
+    snprintf(host, sizeof host, "%s", s->addr);
+    char *colon = strrchr(host, ':');
+    struct sockaddr_in sa;
+    if (!colon || uv_ip4_addr((*colon = '\0', host), atoi(colon + 1), &sa) != 0) {
+        s->dead = true;
+        server_fail(s, PC_EINVAL);
+        return;
+    }
+    if (s->was_connected || s->failures)
+        atomic_fetch_add(&c->reconnects, 1);
+    uv_tcp_init(&c->loop, &s->tcp);
+    s->tcp.data = s;
+    s->creq.data = s;
+    s->state = 1;
+    if (uv_tcp_connect(&s->creq, &s->tcp, (const struct sockaddr *)&sa, on_connect) < 0)
+        server_drop(s, PC_EUNAVAIL);
+}
+
+/* Build and send the request of part p. */
+static int part_send(server_t *s, part_t *p) {
+    call_t *k = p->call;
+    const size_t nl = strlen(k->table);
+    const uint64_t body = pc_wire_batch_body_len((pc_wire_op_t)k->op, nl, p->n, k->dim);
+    wbuf_t *w = malloc(sizeof *w + PC_WIRE_HDR + body);
+    if (!w)
+        return PC_ENOMEM;
+    w->len = PC_WIRE_HDR + body;
+    p->fid = atomic_fetch_add(&s->c->next_fid, 1);
+    pc_wire_hdr_t h = {.op = k->op,
+                       .id = p->fid,
+                       .body_len = (uint32_t)body,
+                       .map_version = pc_cmap_version(s->c->map)};
+    pc_wire_hdr_encode(&h, w->data);
+    uint8_t *b = w->data + PC_WIRE_HDR;
+    b += pc_wire_batch_head_encode(k->table, p->n, k->dim, b);
+    uint64_t *keys = (uint64_t *)(void *)b;
+    for (uint32_t i = 0; i < p->n; i++)
+        keys[i] = k->keys[p->idx[i]];
+    if (k->op == PC_OP_PUSH) {
+        float *g = (float *)(void *)(b + (size_t)p->n * 8);
+        for (uint32_t i = 0; i < p->n; i++)
+            memcpy(g + (size_t)i * k->dim, k->grads + (size_t)p->idx[i] * k->dim, k->dim * 4);
+    }
+    p->sent = true;
+    return send_frame(s, w);
+}
+
+/* Send queued parts while the server has room; connect when needed. */
+static void server_pump(server_t *s) {
+    psc_t *c = s->c;
+    if (s->dead) {
+        server_fail(s, PC_EAUTH);
+        return;
+    }
+    if (s->state == 0 && (s->qhead || s->inflight)) {
+        if (s->failures >= RECONNECT_MAX) {
+            server_fail(s, PC_EUNAVAIL);
+            s->failures = 0;
+            return;
+        }
+        server_connect(s);
+        return;
+    }
+    while (s->state == 2 && s->qhead && s->ninflight < c->o.max_inflight) {
+        part_t *p = s->qhead;
+        s->qhead = p->next;
+        if (!s->qhead)
+            s->qtail = NULL;
+        if (p->call->finished) { /* ended meanwhile: do not send */
+            part_done(c, p, 0, false);
+            continue;
+        }
+        p->next = s->inflight;
+        s->inflight = p;
+        s->ninflight++;
+        int rc = part_send(s, p);
+        if (rc) {
+            server_drop(s, rc);
+            return;
+        }
+    }
+}
+
+/* ==== calls ================================================================================ */
+
+static void on_timer_closed(uv_handle_t *h) {
+    call_t *k = h->data;
+    if (--k->timers_open == 0) {
+        free(k->retry);
+        free(k);
+    }
+}
+
+/* Free calls whose result was taken and whose parts are all back (I/O thread). */
+static void sweep(psc_t *c) {
+    pthread_mutex_lock(&c->mu);
+    call_t **pp = &c->live;
+    while (*pp) {
+        call_t *k = *pp;
+        if (k->consumed && k->parts_left == 0) {
+            *pp = k->next_live;
+            uv_close((uv_handle_t *)&k->deadline, on_timer_closed);
+            uv_close((uv_handle_t *)&k->backoff, on_timer_closed);
+        } else {
+            pp = &k->next_live;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The call's result is decided: tell the caller (once). */
+static void call_finish(psc_t *c, call_t *k, int rc) {
+    if (!k->finished) {
+        uv_timer_stop(&k->deadline);
+        uv_timer_stop(&k->backoff);
+        if (k->res && !rc)
+            *k->res = k->acc;
+        pthread_mutex_lock(&c->mu);
+        k->finished = true;
+        k->rc = rc;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        if (k->done) {
+            k->done(k->ctx, k->id, rc);
+            pthread_mutex_lock(&c->mu);
+            k->consumed = true;
+            pthread_mutex_unlock(&c->mu);
+        }
+    }
+    if (k->parts_left == 0)
+        sweep(c);
+}
+
+static void on_deadline(uv_timer_t *t) {
+    call_t *k = t->data;
+    psc_t *c = (psc_t *)t->loop->data;
+    atomic_fetch_add(&c->timeouts, 1);
+    call_finish(c, k, PC_ETIMEDOUT);
+}
+
+static void on_backoff(uv_timer_t *t) {
+    call_t *k = t->data;
+    psc_t *c = (psc_t *)t->loop->data;
+    uint32_t *idx = k->retry;
+    size_t n = k->nretry;
+    k->retry = NULL;
+    k->nretry = k->retry_cap = 0;
+    call_dispatch(c, k, idx, n);
+    free(idx);
+}
+
+/* Split positions idx[0..n) of call k by server under the current map and queue the parts. */
+static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
+    const size_t ns = c->nsrv;
+    uint32_t *count = calloc(ns + 1, sizeof *count);
+    uint32_t *owner = malloc((n + 1) * sizeof *owner);
+    part_t **parts = calloc(ns + 1, sizeof *parts);
+    int rc = count && owner && parts ? 0 : PC_ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        owner[i] = pc_cmap_key_owner(c->map, k->keys[idx ? idx[i] : i]);
+        count[owner[i]]++;
+    }
+    for (size_t s = 0; !rc && s < ns; s++) {
+        if (!count[s])
+            continue;
+        parts[s] = calloc(1, sizeof(part_t));
+        if (!parts[s] || !(parts[s]->idx = malloc(count[s] * sizeof(uint32_t)))) {
+            rc = PC_ENOMEM;
+            break;
+        }
+        parts[s]->call = k;
+        parts[s]->srv = c->srv[s];
+    }
+    if (rc) {
+        for (size_t s = 0; parts && s < ns; s++)
+            if (parts[s])
+                part_free(parts[s]);
+        free(count);
+        free(owner);
+        free(parts);
+        k->rc = rc;
+        if (k->parts_left == 0)
+            call_finish(c, k, rc);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        part_t *p = parts[owner[i]];
+        p->idx[p->n++] = idx ? idx[i] : (uint32_t)i;
+    }
+    for (size_t s = 0; s < ns; s++)
+        if (parts[s])
+            k->parts_left++;
+    if (k->parts_left == 0) /* no keys */
+        call_finish(c, k, 0);
+    for (size_t s = 0; s < ns; s++) {
+        part_t *p = parts[s];
+        if (!p)
+            continue;
+        server_t *sv = p->srv;
+        if (sv->qtail)
+            sv->qtail->next = p;
+        else
+            sv->qhead = p;
+        sv->qtail = p;
+        server_pump(sv);
+    }
+    free(count);
+    free(owner);
+    free(parts);
+}
+
+static void on_wake(uv_async_t *a) {
+    psc_t *c = a->data;
+    pthread_mutex_lock(&c->mu);
+    call_t *list = c->submit_head;
+    c->submit_head = c->submit_tail = NULL;
+    bool stopping = c->stopping;
+    pthread_mutex_unlock(&c->mu);
+    for (call_t *k = list, *nx; k; k = nx) {
+        nx = k->next_submit;
+        uv_timer_init(&c->loop, &k->deadline);
+        uv_timer_init(&c->loop, &k->backoff);
+        k->deadline.data = k->backoff.data = k;
+        k->timers_open = 2;
+        k->started = true;
+        uv_timer_start(&k->deadline, on_deadline, (uint64_t)c->o.timeout_ms, 0);
+        if (stopping)
+            call_finish(c, k, PC_ECANCELED);
+        else
+            call_dispatch(c, k, NULL, k->n);
+    }
+    if (stopping) {
+        pthread_mutex_lock(&c->mu);
+        call_t *live = c->live;
+        pthread_mutex_unlock(&c->mu);
+        for (call_t *k = live; k; k = k->next_live) /* freed only by close callbacks, later */
+            if (k->started)
+                call_finish(c, k, PC_ECANCELED);
+        for (server_t *s = c->all; s; s = s->next_all) {
+            server_fail(s, PC_ECANCELED);
+            if (s->state && !uv_is_closing((uv_handle_t *)&s->tcp))
+                uv_close((uv_handle_t *)&s->tcp, NULL);
+        }
+        /* Calls still listed are freed by psc_close once the loop has ended. */
+        pthread_mutex_lock(&c->mu);
+        for (call_t *k = c->live; k; k = k->next_live) {
+            if (k->started && !uv_is_closing((uv_handle_t *)&k->deadline)) {
+                uv_close((uv_handle_t *)&k->deadline, NULL);
+                uv_close((uv_handle_t *)&k->backoff, NULL);
+            }
+        }
+        pthread_mutex_unlock(&c->mu);
+        uv_close((uv_handle_t *)&c->wake, NULL);
+        return;
+    }
+    sweep(c);
+}
+
+static void *io_main(void *arg) {
+    psc_t *c = arg;
+    uv_run(&c->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* ==== public API =========================================================================== */
+
+static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *keys, size_t n,
+                      uint32_t dim, float *rows, const float *grads, uint8_t *found,
+                      psc_push_result_t *res, psc_done_fn done, void *ctx, uint64_t *id) {
+    if (!c || !table || (n && !keys) || !id || dim == 0 || dim > PC_WIRE_DIM_MAX ||
+        strlen(table) == 0 || strlen(table) > PC_WIRE_NAME_MAX || n > UINT32_MAX)
+        return PC_EINVAL;
+    if ((op == PC_OP_PUSH && n && !grads) || (op != PC_OP_PUSH && n && !rows))
+        return PC_EINVAL;
+    call_t *k = calloc(1, sizeof *k);
+    if (!k)
+        return PC_ENOMEM;
+    k->id = atomic_fetch_add(&c->next_id, 1);
+    k->op = op;
+    snprintf(k->table, sizeof k->table, "%s", table);
+    k->keys = keys;
+    k->n = n;
+    k->dim = dim;
+    k->rows = rows;
+    k->grads = grads;
+    k->found = found;
+    k->res = res;
+    k->done = done;
+    k->ctx = ctx;
+    *id = k->id;
+    atomic_fetch_add(&c->calls, 1);
+    pthread_mutex_lock(&c->mu);
+    if (c->stopping) {
+        pthread_mutex_unlock(&c->mu);
+        free(k);
+        return PC_ECANCELED;
+    }
+    k->next_live = c->live;
+    c->live = k;
+    if (c->submit_tail)
+        c->submit_tail->next_submit = k;
+    else
+        c->submit_head = k;
+    c->submit_tail = k;
+    pthread_mutex_unlock(&c->mu);
+    uv_async_send(&c->wake);
+    return 0;
+}
+
+int psc_wait(psc_t *c, uint64_t id) {
+    pthread_mutex_lock(&c->mu);
+    call_t *k = c->live;
+    while (k && k->id != id)
+        k = k->next_live;
+    if (!k || k->done || k->consumed) {
+        pthread_mutex_unlock(&c->mu);
+        return PC_EINVAL;
+    }
+    while (!k->finished)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int rc = k->rc;
+    k->consumed = true;
+    pthread_mutex_unlock(&c->mu);
+    uv_async_send(&c->wake); /* let the I/O thread free it */
+    return rc;
+}
+
+int psc_pull_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                   float *rows, psc_done_fn done, void *ctx, uint64_t *id) {
+    return start_call(c, PC_OP_PULL, table, keys, n, dim, rows, NULL, NULL, NULL, done, ctx, id);
+}
+
+int psc_push_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                   const float *grads, psc_push_result_t *res, psc_done_fn done, void *ctx,
+                   uint64_t *id) {
+    return start_call(c, PC_OP_PUSH, table, keys, n, dim, NULL, grads, NULL, res, done, ctx, id);
+}
+
+int psc_lookup_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                     float *rows, uint8_t *found, psc_done_fn done, void *ctx, uint64_t *id) {
+    return start_call(c, PC_OP_LOOKUP, table, keys, n, dim, rows, NULL, found, NULL, done, ctx, id);
+}
+
+int psc_pull(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+             float *rows) {
+    uint64_t id;
+    int rc = psc_pull_async(c, table, keys, n, dim, rows, NULL, NULL, &id);
+    return rc ? rc : psc_wait(c, id);
+}
+
+int psc_push(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+             const float *grads, psc_push_result_t *res) {
+    uint64_t id;
+    int rc = psc_push_async(c, table, keys, n, dim, grads, res, NULL, NULL, &id);
+    return rc ? rc : psc_wait(c, id);
+}
+
+int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+               float *rows, uint8_t *found) {
+    uint64_t id;
+    int rc = psc_lookup_async(c, table, keys, n, dim, rows, found, NULL, NULL, &id);
+    return rc ? rc : psc_wait(c, id);
+}
+
+/* Connect: adopt the configured map (or a one-server placeholder), connect to every server and
+ * wait until each answered HELLO (its newer map replaces the placeholder). */
+static void on_connect_start(uv_async_t *a) {
+    psc_t *c = a->data;
+    uv_close((uv_handle_t *)a, (uv_close_cb)free);
+    for (size_t i = 0; i < c->nsrv; i++)
+        server_connect(c->srv[i]);
+}
+
+int psc_connect(const psc_opts_t *o, psc_t **out) {
+    if (!o || !o->servers || !out || (o->token && strlen(o->token) >= 256))
+        return PC_EINVAL;
+    psc_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return PC_ENOMEM;
+    c->o = *o;
+    c->o.timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
+    c->o.max_inflight = o->max_inflight > 0 ? o->max_inflight : 8;
+    c->o.retries = o->retries >= 0 ? (o->retries ? o->retries : 3) : 0;
+    c->o.connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms : 5000;
+    snprintf(c->token, sizeof c->token, "%s", o->token ? o->token : "");
+    c->o.token = c->token;
+    c->o.servers = NULL;
+    atomic_store(&c->next_id, 1);
+    atomic_store(&c->next_fid, 1);
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    uv_loop_init(&c->loop);
+    c->loop.data = c;
+    pc_cluster_map_t *m;
+    char err[128], text[PC_ADDR_MAX + 64];
+    int rc = 0;
+    if (strchr(o->servers, '=')) {
+        rc = pc_cmap_parse(o->servers, &m, err, sizeof err);
+    } else { /* one address: a placeholder map until that server's HELLO answer */
+        snprintf(text, sizeof text, "version=1;servers=%s;slots=0-16383:0", o->servers);
+        rc = pc_cmap_parse(text, &m, err, sizeof err);
+    }
+    if (rc) {
+        PC_ERROR("psclient: servers: %s", err);
+        uv_loop_close(&c->loop);
+        free(c);
+        return PC_EINVAL;
+    }
+    map_adopt(c, m);
+    c->placeholder = !strchr(o->servers, '=');
+    c->hello_pending = (int)c->nsrv;
+    uv_async_init(&c->loop, &c->wake, on_wake);
+    c->wake.data = c;
+    uv_async_t *start = malloc(sizeof *start);
+    if (!start || uv_async_init(&c->loop, start, on_connect_start)) {
+        free(start);
+        c->stopping = true; /* the loop closes everything and ends at once */
+        uv_close((uv_handle_t *)&c->wake, NULL);
+    } else {
+        start->data = c;
+        uv_async_send(start);
+    }
+    if (pthread_create(&c->thread, NULL, io_main, c)) {
+        PC_ERROR("psclient: cannot start the I/O thread");
+        abort(); /* the loop holds handles that only its thread can close */
+    }
+    if (!start) {
+        psc_close(c);
+        return PC_ENOMEM;
+    }
+    /* Wait (bounded) for every HELLO answer. */
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += c->o.connect_timeout_ms / 1000;
+    dl.tv_nsec += (long)(c->o.connect_timeout_ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&c->mu);
+    int w = 0;
+    while (w == 0 && c->hello_pending > 0 && !c->connect_rc)
+        w = pthread_cond_timedwait(&c->cv, &c->mu, &dl);
+    rc = c->connect_rc ? c->connect_rc : w ? PC_EUNAVAIL : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (rc) {
+        psc_close(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void psc_close(psc_t *c) {
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    bool was = c->stopping;
+    c->stopping = true;
+    pthread_mutex_unlock(&c->mu);
+    if (!was)
+        uv_async_send(&c->wake);
+    pthread_join(c->thread, NULL);
+    uv_run(&c->loop, UV_RUN_DEFAULT); /* close callbacks still pending */
+    for (call_t *k = c->live, *nx; k; k = nx) {
+        nx = k->next_live;
+        free(k->retry);
+        free(k);
+    }
+    for (server_t *s = c->all, *nx; s; s = nx) {
+        nx = s->next_all;
+        free(s->body);
+        free(s);
+    }
+    if (uv_loop_close(&c->loop) != 0)
+        PC_ERROR("psclient: loop closed with handles open");
+    pc_cmap_destroy(c->map);
+    free(c->srv);
+    free(c->map_text);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c);
+}
+
+size_t psc_map_text(psc_t *c, char *buf, size_t cap) {
+    pthread_mutex_lock(&c->mu);
+    size_t len = c->map_text ? strlen(c->map_text) : 0;
+    if (cap)
+        snprintf(buf, cap, "%s", c->map_text ? c->map_text : "");
+    pthread_mutex_unlock(&c->mu);
+    return len;
+}
+
+void psc_stats(psc_t *c, psc_stats_t *s) {
+    s->calls = atomic_load(&c->calls);
+    s->retries = atomic_load(&c->retries);
+    s->map_refreshes = atomic_load(&c->refreshes);
+    s->reconnects = atomic_load(&c->reconnects);
+    s->timeouts = atomic_load(&c->timeouts);
+}

@@ -1,0 +1,630 @@
+/* ps_dataplane.c: see ps_dataplane.h.
+ *
+ * DESIGN
+ * Input: a connection reads into a 64 KiB staging buffer and executes every complete frame in
+ * it. A frame whose body does not fit in what is left gets a buffer of exactly its (checked)
+ * size, and the rest of the body is read straight into it (bulk pushes are not copied through
+ * the staging buffer). Bodies that start unaligned in the staging buffer are copied to an
+ * aligned one first (keys are u64 arrays used in place).
+ * Output: a response is one allocation {write request, header, payload} written with one
+ * uv_write of two buffers. When a connection has more than WRITE_HIGH bytes queued, it stops
+ * reading until the queue drains (a slow reader cannot make the server buffer without bound).
+ */
+#include "ps_dataplane.h"
+
+#include "pc_alloc.h"
+#include "pc_error.h"
+#include "pc_log.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define STAGE_BYTES (64u << 10)
+#define WRITE_HIGH  (64u << 20)
+#define WRITE_LOW   (16u << 20)
+
+typedef struct loopctx loopctx_t;
+
+typedef struct conn {
+    uv_tcp_t tcp;
+    loopctx_t *lc;
+    struct conn *prev, *next;
+    bool authed, reading;
+    bool finishing; /* no more reads or replies: a shutdown is flushing the queued ones */
+    bool closing;   /* uv_close called */
+    uint8_t *stage;
+    size_t stage_len;
+    pc_wire_hdr_t hdr; /* of the frame being read into `body` */
+    uint8_t *body;
+    size_t body_have;
+    uint64_t skip; /* bytes of an oversized body still to discard */
+} conn_t;
+
+struct loopctx {
+    ps_dp_t *dp;
+    uv_loop_t loop;
+    uv_tcp_t listener;
+    uv_async_t stop;
+    pthread_t thread;
+    int fd;
+    conn_t *conns;
+    bool stopping;
+};
+
+struct ps_dp {
+    ps_catalog_t *cat;
+    ps_dp_opts_t o;
+    char token[256];
+    size_t token_len;
+    pthread_rwlock_t map_lock;
+    pc_cluster_map_t *map;
+    char *map_text;
+    size_t map_text_len;
+    int port;
+    int nloops;
+    loopctx_t *loops;
+    atomic_uint_least64_t conns, requests, errors, pulled, pushed, looked, bytes_in, bytes_out;
+};
+
+/* ==== replies ============================================================================== */
+
+typedef struct wreq {
+    uv_write_t req;
+    conn_t *c;
+    size_t bytes;
+    uint8_t hdr[PC_WIRE_HDR];
+    uint8_t payload[]; /* payload_len bytes */
+} wreq_t;
+
+static void conn_close(conn_t *c);
+static void conn_resume(conn_t *c);
+
+static void on_written(uv_write_t *req, int status) {
+    wreq_t *w = (wreq_t *)req;
+    conn_t *c = w->c;
+    pc_free(PC_MEM_SCRATCH, w, w->bytes);
+    if (status < 0) {
+        conn_close(c);
+        return;
+    }
+    if (!c->reading && !c->closing && !c->finishing && c->tcp.write_queue_size < WRITE_LOW)
+        conn_resume(c);
+}
+
+/* A reply with `payload_len` bytes of payload to fill in *payload (may be NULL for 0). */
+static wreq_t *reply_alloc(size_t payload_len) {
+    size_t bytes = sizeof(wreq_t) + payload_len;
+    wreq_t *w = pc_malloc(PC_MEM_SCRATCH, bytes);
+    if (w)
+        w->bytes = bytes;
+    return w;
+}
+
+static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t status,
+                       size_t payload_len) {
+    ps_dp_t *dp = c->lc->dp;
+    pthread_rwlock_rdlock(&dp->map_lock);
+    uint64_t mv = pc_cmap_version(dp->map);
+    pthread_rwlock_unlock(&dp->map_lock);
+    pc_wire_hdr_t h = {.op = req->op,
+                       .flags = PC_WIRE_RESPONSE,
+                       .id = req->id,
+                       .status = status,
+                       .body_len = (uint32_t)payload_len,
+                       .map_version = mv};
+    pc_wire_hdr_encode(&h, w->hdr);
+    w->c = c;
+    uv_buf_t bufs[2] = {uv_buf_init((char *)w->hdr, PC_WIRE_HDR),
+                        uv_buf_init((char *)w->payload, (unsigned)payload_len)};
+    atomic_fetch_add_explicit(&dp->requests, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&dp->bytes_out, PC_WIRE_HDR + payload_len, memory_order_relaxed);
+    if (status)
+        atomic_fetch_add_explicit(&dp->errors, 1, memory_order_relaxed);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, payload_len ? 2 : 1, on_written) < 0) {
+        pc_free(PC_MEM_SCRATCH, w, w->bytes);
+        conn_close(c);
+    }
+}
+
+/* Answer with an error status and a message (or, for PC_EWRONGSLOT, the map text). */
+static void reply_error(conn_t *c, const pc_wire_hdr_t *req, int rc, const char *msg) {
+    ps_dp_t *dp = c->lc->dp;
+    char text[PC_WIRE_MSG_MAX];
+    size_t len;
+    wreq_t *w;
+    if (rc == PC_EWRONGSLOT) {
+        pthread_rwlock_rdlock(&dp->map_lock);
+        len = dp->map_text_len;
+        w = reply_alloc(len);
+        if (w)
+            memcpy(w->payload, dp->map_text, len);
+        pthread_rwlock_unlock(&dp->map_lock);
+    } else {
+        int n = snprintf(text, sizeof text, "%s: %s", pc_strerror(rc), msg ? msg : "");
+        len = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : sizeof text - 1;
+        w = reply_alloc(len);
+        if (w)
+            memcpy(w->payload, text, len);
+    }
+    if (!w) {
+        conn_close(c);
+        return;
+    }
+    reply_send(c, w, req, rc, len);
+}
+
+static void reply_map(conn_t *c, const pc_wire_hdr_t *req) {
+    ps_dp_t *dp = c->lc->dp;
+    pthread_rwlock_rdlock(&dp->map_lock);
+    const size_t len = dp->map_text_len;
+    wreq_t *w = reply_alloc(len);
+    if (w)
+        memcpy(w->payload, dp->map_text, len);
+    pthread_rwlock_unlock(&dp->map_lock);
+    if (!w)
+        reply_error(c, req, PC_ENOMEM, "reply");
+    else
+        reply_send(c, w, req, 0, len);
+}
+
+/* ==== requests ============================================================================= */
+
+static bool token_ok(const ps_dp_t *dp, const uint8_t *body, uint32_t len) {
+    /* Constant time in the token's length: no early exit on the first difference. */
+    unsigned diff = len != dp->token_len;
+    for (size_t i = 0; i < dp->token_len; i++)
+        diff |= (unsigned)(dp->token[i] ^ (i < len ? body[i] : 0));
+    return diff == 0;
+}
+
+/* Every key belongs to a slot this server owns (under the current map). */
+static bool keys_owned(ps_dp_t *dp, const uint64_t *keys, uint32_t n) {
+    bool ok = true;
+    pthread_rwlock_rdlock(&dp->map_lock);
+    for (uint32_t i = 0; i < n && ok; i++)
+        ok = pc_cmap_key_owner(dp->map, keys[i]) == dp->o.self;
+    pthread_rwlock_unlock(&dp->map_lock);
+    return ok;
+}
+
+static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
+    ps_dp_t *dp = c->lc->dp;
+    pc_wire_batch_t b;
+    int rc = pc_wire_batch_decode((pc_wire_op_t)h->op, body, h->body_len, &dp->o.lim, &b);
+    if (rc) {
+        reply_error(c, h, rc, "malformed batch");
+        return;
+    }
+    if (!keys_owned(dp, b.keys, b.n)) {
+        reply_error(c, h, PC_EWRONGSLOT, NULL);
+        return;
+    }
+    ps_table_t *t;
+    if ((rc = ps_catalog_acquire(dp->cat, b.name, &t))) {
+        reply_error(c, h, rc, b.name);
+        return;
+    }
+    if (ps_table_dim(t) != b.dim) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "table %s has dim %u, request %u", b.name, ps_table_dim(t),
+                 b.dim);
+        ps_catalog_release(dp->cat, t);
+        reply_error(c, h, PC_EDIM, msg);
+        return;
+    }
+    const size_t nf = (size_t)b.n * b.dim;
+    size_t plen = h->op == PC_OP_PUSH     ? 3 * sizeof(uint64_t)
+                  : h->op == PC_OP_LOOKUP ? nf * sizeof(float) + b.n
+                                          : nf * sizeof(float);
+    wreq_t *w = reply_alloc(plen);
+    if (!w) {
+        ps_catalog_release(dp->cat, t);
+        reply_error(c, h, PC_ENOMEM, "reply");
+        return;
+    }
+    if (h->op == PC_OP_PULL) {
+        rc = ps_table_pull(t, b.keys, b.n, (float *)(void *)w->payload, nf);
+        atomic_fetch_add_explicit(&dp->pulled, b.n, memory_order_relaxed);
+    } else if (h->op == PC_OP_LOOKUP) {
+        rc = ps_table_lookup(t, b.keys, b.n, (float *)(void *)w->payload, nf,
+                             w->payload + nf * sizeof(float));
+        atomic_fetch_add_explicit(&dp->looked, b.n, memory_order_relaxed);
+    } else {
+        ps_push_result_t r;
+        rc = ps_table_push(t, b.keys, b.n, b.vals, nf, &r);
+        uint64_t cnt[3] = {r.applied, r.skipped_nonfinite, r.dropped_unadmitted};
+        memcpy(w->payload, cnt, sizeof cnt);
+        atomic_fetch_add_explicit(&dp->pushed, b.n, memory_order_relaxed);
+    }
+    ps_catalog_release(dp->cat, t);
+    if (rc) {
+        pc_free(PC_MEM_SCRATCH, w, w->bytes);
+        reply_error(c, h, rc, b.name);
+        return;
+    }
+    reply_send(c, w, h, 0, plen);
+}
+
+/* Execute one complete frame. Returns false when the connection must close. */
+static bool do_frame(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
+    ps_dp_t *dp = c->lc->dp;
+    atomic_fetch_add_explicit(&dp->bytes_in, PC_WIRE_HDR + h->body_len, memory_order_relaxed);
+    if (h->flags & PC_WIRE_RESPONSE) {
+        reply_error(c, h, PC_EINVAL, "a response sent to the server");
+        return false;
+    }
+    if (h->op == PC_OP_HELLO) {
+        if (dp->token_len && !token_ok(dp, body, h->body_len)) {
+            reply_error(c, h, PC_EAUTH, "bad token");
+            return false;
+        }
+        c->authed = true;
+        reply_map(c, h);
+        return true;
+    }
+    if (dp->token_len && !c->authed) {
+        reply_error(c, h, PC_EAUTH, "say HELLO with the token first");
+        return false;
+    }
+    switch (h->op) {
+        case PC_OP_PING: {
+            wreq_t *w = reply_alloc(0);
+            if (!w)
+                return false;
+            reply_send(c, w, h, 0, 0);
+            return true;
+        }
+        case PC_OP_MAP:
+            reply_map(c, h);
+            return true;
+        default:
+            do_batch(c, h, body);
+            return true;
+    }
+}
+
+/* ==== connections ========================================================================== */
+
+static void on_closed(uv_handle_t *hd) {
+    conn_t *c = hd->data;
+    loopctx_t *lc = c->lc;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        lc->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    pc_free(PC_MEM_SCRATCH, c->stage, STAGE_BYTES);
+    pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
+    pc_free(PC_MEM_OTHER, c, sizeof *c);
+    atomic_fetch_sub_explicit(&lc->dp->conns, 1, memory_order_relaxed);
+}
+
+static void conn_close(conn_t *c) {
+    if (c->closing)
+        return;
+    c->closing = true;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    uv_close((uv_handle_t *)&c->tcp, on_closed);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+    (void)status;
+    conn_t *c = req->data;
+    free(req);
+    conn_close(c);
+}
+
+/* Close after the queued replies are written. */
+static void conn_finish(conn_t *c) {
+    if (c->closing || c->finishing)
+        return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->reading = false;
+    c->finishing = true; /* on_shutdown closes the handle once the replies are out */
+    uv_shutdown_t *req = malloc(sizeof *req);
+    if (!req || uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
+        free(req);
+        conn_close(c);
+        return;
+    }
+    req->data = c;
+}
+
+static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
+    (void)suggested;
+    conn_t *c = hd->data;
+    if (c->skip) /* discard into the (empty) staging buffer */
+        *buf = uv_buf_init((char *)c->stage,
+                           (unsigned)(c->skip < STAGE_BYTES ? c->skip : STAGE_BYTES));
+    else if (c->body)
+        *buf =
+            uv_buf_init((char *)c->body + c->body_have, (unsigned)(c->hdr.body_len - c->body_have));
+    else
+        *buf = uv_buf_init((char *)c->stage + c->stage_len, (unsigned)(STAGE_BYTES - c->stage_len));
+}
+
+/* Execute the complete frames in the staging buffer; keep the tail (or move a large body into
+ * its own buffer). Returns false when the connection must close. */
+static bool drain_stage(conn_t *c) {
+    ps_dp_t *dp = c->lc->dp;
+    size_t off = 0;
+    bool ok = true;
+    while (ok && c->stage_len - off >= PC_WIRE_HDR) {
+        pc_wire_hdr_t h;
+        int rc = pc_wire_hdr_decode(c->stage + off, dp->o.lim.max_body, &h);
+        if (rc == PC_ETOOBIG) { /* framing intact: answer, discard the body, go on */
+            reply_error(c, &h, rc, "body over the limit");
+            const size_t here = c->stage_len - off - PC_WIRE_HDR;
+            if (here >= h.body_len) {
+                off += PC_WIRE_HDR + h.body_len;
+                continue;
+            }
+            c->skip = h.body_len - here;
+            off = c->stage_len;
+            break;
+        }
+        if (rc) { /* not this protocol: say so (best effort) and close */
+            h.flags = 0;
+            h.op = h.op >= PC_OP_HELLO && h.op <= PC_OP_MAX_ ? h.op : PC_OP_PING;
+            reply_error(c, &h, rc, "not an EmberPS frame");
+            return false;
+        }
+        const size_t total = PC_WIRE_HDR + (size_t)h.body_len;
+        if (c->stage_len - off < total) {
+            if (total > STAGE_BYTES) { /* read the rest of the body straight into its buffer */
+                c->body = pc_malloc(PC_MEM_SCRATCH, h.body_len ? h.body_len : 1);
+                if (!c->body)
+                    return false;
+                c->hdr = h;
+                c->body_have = c->stage_len - off - PC_WIRE_HDR;
+                memcpy(c->body, c->stage + off + PC_WIRE_HDR, c->body_have);
+                off = c->stage_len;
+            }
+            break;
+        }
+        const uint8_t *body = c->stage + off + PC_WIRE_HDR;
+        if (((uintptr_t)body & 7) && h.body_len) { /* keys are used in place: align them */
+            uint8_t *copy = pc_malloc(PC_MEM_SCRATCH, h.body_len);
+            if (!copy)
+                return false;
+            memcpy(copy, body, h.body_len);
+            ok = do_frame(c, &h, copy);
+            pc_free(PC_MEM_SCRATCH, copy, h.body_len);
+        } else {
+            ok = do_frame(c, &h, body);
+        }
+        off += total;
+    }
+    memmove(c->stage, c->stage + off, c->stage_len - off);
+    c->stage_len -= off;
+    return ok;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    (void)buf;
+    conn_t *c = s->data;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    bool ok = true;
+    if (c->skip) {
+        c->skip -= (uint64_t)nread;
+    } else if (c->body) {
+        c->body_have += (size_t)nread;
+        if (c->body_have == c->hdr.body_len) {
+            ok = do_frame(c, &c->hdr, c->body);
+            pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
+            c->body = NULL;
+        }
+    } else {
+        c->stage_len += (size_t)nread;
+        ok = drain_stage(c);
+    }
+    if (!ok) {
+        conn_finish(c);
+        return;
+    }
+    if (!c->closing && !c->finishing && c->tcp.write_queue_size > WRITE_HIGH) {
+        uv_read_stop(s); /* resumed by on_written */
+        c->reading = false;
+    }
+}
+
+static void conn_resume(conn_t *c) {
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+        c->reading = true;
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+    loopctx_t *lc = server->data;
+    if (status < 0 || lc->stopping)
+        return;
+    conn_t *c = pc_calloc(PC_MEM_OTHER, 1, sizeof *c);
+    if (!c)
+        return;
+    c->lc = lc;
+    c->stage = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
+    uv_tcp_init(&lc->loop, &c->tcp);
+    c->tcp.data = c;
+    c->next = lc->conns;
+    if (lc->conns)
+        lc->conns->prev = c;
+    lc->conns = c;
+    atomic_fetch_add_explicit(&lc->dp->conns, 1, memory_order_relaxed);
+    if (!c->stage || uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+        conn_close(c);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    conn_resume(c);
+}
+
+/* ==== loops ================================================================================ */
+
+static void on_stop(uv_async_t *a) {
+    loopctx_t *lc = a->data;
+    lc->stopping = true;
+    uv_close((uv_handle_t *)&lc->listener, NULL);
+    uv_close((uv_handle_t *)&lc->stop, NULL);
+    /* Frames already read were executed in their read callback: flush replies and close. */
+    for (conn_t *c = lc->conns; c; c = c->next)
+        conn_finish(c);
+}
+
+static void *loop_main(void *arg) {
+    loopctx_t *lc = arg;
+    uv_run(&lc->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+/* A listening socket on host:port with SO_REUSEPORT. */
+static int listen_fd(const char *host, int port, int *bound) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, host, &a.sin_addr) != 1) {
+        PC_ERROR("data plane: bad IPv4 address %s", host);
+        return PC_EINVAL;
+    }
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+        bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 1024)) {
+        PC_ERROR("data plane: cannot listen on %s:%d: %m", host, port);
+        if (fd >= 0)
+            close(fd);
+        return PC_EIO;
+    }
+    socklen_t len = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    *bound = ntohs(a.sin_port);
+    return fd;
+}
+
+static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
+    pc_cluster_map_t *m;
+    int rc = pc_cmap_copy(map, &m);
+    if (rc)
+        return rc;
+    size_t len = pc_cmap_format(m, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!text) {
+        pc_cmap_destroy(m);
+        return PC_ENOMEM;
+    }
+    pc_cmap_format(m, text, len + 1);
+    pthread_rwlock_wrlock(&dp->map_lock);
+    pc_cmap_destroy(dp->map);
+    free(dp->map_text);
+    dp->map = m;
+    dp->map_text = text;
+    dp->map_text_len = len;
+    pthread_rwlock_unlock(&dp->map_lock);
+    return 0;
+}
+
+int ps_dp_set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
+    return set_map(dp, map);
+}
+
+int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts_t *o,
+                ps_dp_t **out) {
+    if (!cat || !map || !o || !out || o->threads < 1 || o->threads > 64 ||
+        o->self >= pc_cmap_nservers(map) || (o->token && strlen(o->token) >= 256))
+        return PC_EINVAL;
+    ps_dp_t *dp = pc_calloc(PC_MEM_OTHER, 1, sizeof *dp);
+    if (!dp)
+        return PC_ENOMEM;
+    dp->cat = cat;
+    dp->o = *o;
+    if (o->token) {
+        dp->token_len = strlen(o->token);
+        memcpy(dp->token, o->token, dp->token_len);
+    }
+    dp->o.token = NULL;
+    pthread_rwlock_init(&dp->map_lock, NULL);
+    int rc = set_map(dp, map);
+    dp->loops = pc_calloc(PC_MEM_OTHER, (size_t)o->threads, sizeof *dp->loops);
+    if (!rc && !dp->loops)
+        rc = PC_ENOMEM;
+    int port = o->port;
+    for (int i = 0; !rc && i < o->threads; i++) {
+        loopctx_t *lc = &dp->loops[i];
+        lc->dp = dp;
+        int fd = listen_fd(o->host, port, &port); /* loop 0 picks the port, the rest share it */
+        if (fd < 0) {
+            rc = fd;
+            break;
+        }
+        uv_loop_init(&lc->loop);
+        uv_tcp_init(&lc->loop, &lc->listener);
+        lc->listener.data = lc;
+        uv_async_init(&lc->loop, &lc->stop, on_stop);
+        lc->stop.data = lc;
+        if (uv_tcp_open(&lc->listener, fd) < 0 ||
+            uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
+            close(fd);
+            rc = PC_EIO;
+        }
+        dp->nloops = i + 1;
+        if (rc || pthread_create(&lc->thread, NULL, loop_main, lc)) {
+            uv_close((uv_handle_t *)&lc->listener, NULL);
+            uv_close((uv_handle_t *)&lc->stop, NULL);
+            uv_run(&lc->loop, UV_RUN_DEFAULT);
+            uv_loop_close(&lc->loop);
+            dp->nloops = i;
+            rc = rc ? rc : PC_ESYS;
+        }
+    }
+    dp->port = port;
+    if (rc) {
+        ps_dp_stop(dp);
+        return rc;
+    }
+    PC_INFO("data plane on %s:%d, %d event loops%s", o->host, port, o->threads,
+            dp->token_len ? ", token required" : "");
+    *out = dp;
+    return 0;
+}
+
+int ps_dp_port(const ps_dp_t *dp) {
+    return dp->port;
+}
+
+void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *s) {
+    s->connections = atomic_load(&dp->conns);
+    s->requests = atomic_load(&dp->requests);
+    s->errors = atomic_load(&dp->errors);
+    s->rows_pulled = atomic_load(&dp->pulled);
+    s->rows_pushed = atomic_load(&dp->pushed);
+    s->rows_looked_up = atomic_load(&dp->looked);
+    s->bytes_in = atomic_load(&dp->bytes_in);
+    s->bytes_out = atomic_load(&dp->bytes_out);
+}
+
+void ps_dp_stop(ps_dp_t *dp) {
+    if (!dp)
+        return;
+    for (int i = 0; i < dp->nloops; i++)
+        uv_async_send(&dp->loops[i].stop);
+    for (int i = 0; i < dp->nloops; i++) {
+        loopctx_t *lc = &dp->loops[i];
+        pthread_join(lc->thread, NULL);
+        if (uv_loop_close(&lc->loop) != 0)
+            PC_ERROR("data plane: loop %d closed with handles open", i);
+    }
+    pc_free(PC_MEM_OTHER, dp->loops, (size_t)dp->o.threads * sizeof *dp->loops);
+    pc_cmap_destroy(dp->map);
+    free(dp->map_text);
+    pthread_rwlock_destroy(&dp->map_lock);
+    pc_free(PC_MEM_OTHER, dp, sizeof *dp);
+}

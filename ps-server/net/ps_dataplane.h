@@ -1,0 +1,59 @@
+/* ps_dataplane.h: the server side of the binary data plane (pc_wire.h, docs/wire.md).
+ *
+ * `threads` libuv event loops, each on its own thread with its own listening socket on the same
+ * port (SO_REUSEPORT: the kernel spreads connections). A connection's frames are executed on its
+ * loop as they complete (table calls are thread-safe and short) and answered with one
+ * scatter/gather write per response. Requests for keys of slots this server does not own are
+ * refused with PC_EWRONGSLOT and the current map; with a token configured, a connection must
+ * say HELLO with it before anything else (else PC_EAUTH and the connection is closed).
+ * Malformed batch bodies get an error and the connection goes on; a frame that breaks the
+ * framing (bad magic, version, op) or exceeds the body limit closes the connection after the
+ * error is sent; nothing is allocated for a length before it is checked.
+ *
+ * Thread rule: start/stop/set_map from one owner thread; stats from any thread.
+ */
+#ifndef PS_DATAPLANE_H
+#define PS_DATAPLANE_H
+
+#include <stdint.h>
+
+#include "pc_cluster.h"
+#include "pc_wire.h"
+#include "ps_catalog.h"
+
+typedef struct ps_dp ps_dp_t;
+
+typedef struct ps_dp_opts {
+    const char *host;     /* bind address */
+    int port;             /* 0: an ephemeral port (see ps_dp_port) */
+    int threads;          /* event loops, >= 1 */
+    const char *token;    /* NULL or "": no authentication */
+    pc_wire_limits_t lim; /* body and batch limits */
+    uint32_t self;        /* this server's index in the cluster map */
+} ps_dp_opts_t;
+
+/* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot
+ * be bound. */
+int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts_t *o,
+                ps_dp_t **out);
+
+int ps_dp_port(const ps_dp_t *dp);
+
+/* Replace the cluster map (copied); requests check ownership against it from now on. */
+int ps_dp_set_map(ps_dp_t *dp, const pc_cluster_map_t *map);
+
+typedef struct ps_dp_stats {
+    uint64_t connections; /* open now */
+    uint64_t requests;    /* frames answered */
+    uint64_t errors;      /* answered with an error status */
+    uint64_t rows_pulled, rows_pushed, rows_looked_up;
+    uint64_t bytes_in, bytes_out;
+} ps_dp_stats_t;
+
+void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *out);
+
+/* Stop accepting, answer every frame already received, flush replies, close connections and
+ * join the threads; frees dp. NULL is a no-op. */
+void ps_dp_stop(ps_dp_t *dp);
+
+#endif

@@ -1,0 +1,392 @@
+/* ps_server_main.c: the ps-server daemon.
+ *
+ *   build/bin/ps-server [--config=FILE] [--name=value ...]     (--help lists every setting)
+ *
+ * Settings come from one table: defaults, then the config file, then PS_SERVER_* environment
+ * variables, then flags (later wins). --print-config prints the effective settings and exits.
+ *
+ * Start: restore the newest checkpoint of ckpt_dir (if any), create the tables of `tables` that
+ * do not exist, serve the data plane. Signals: SIGTERM/SIGINT stop accepting, answer what was
+ * received, write a checkpoint (ckpt_on_exit) and exit 0; SIGUSR1 writes a checkpoint now; SIGHUP
+ * reloads cluster_map_file. Every ckpt_interval_s seconds a checkpoint is written; every
+ * clock_tick_s seconds the tables' clocks advance by one (TTL and admission decay count ticks).
+ * Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on bad settings.
+ */
+#include "pc_cluster.h"
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_settings.h"
+#include "ps_catalog.h"
+#include "ps_ckpt.h"
+#include "ps_dataplane.h"
+#include "ps_tier.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+typedef struct srv_cfg {
+    char config[512];
+    char host[64];
+    int64_t port;
+    int64_t io_threads;
+    char cluster_map[4096];
+    char cluster_map_file[512];
+    int64_t server_index;
+    char token[256];
+    bool insecure_remote;
+    int64_t max_body_bytes, max_batch_keys;
+    char tables[4096];
+    char ckpt_dir[512];
+    int64_t ckpt_interval_s, ckpt_keep, ckpt_full_every;
+    bool ckpt_on_exit;
+    char tier_dir[512];
+    int64_t tier_cache_bytes, tier_min_free_bytes;
+    int64_t clock_tick_s;
+    char port_file[512];
+    int log_level;
+    bool print_config;
+} srv_cfg_t;
+
+static const char *const k_levels[] = {"error", "warn", "info", "debug", "trace", NULL};
+
+#define T srv_cfg_t
+static const pc_setting_t k_settings[] = {
+    PC_SETTING_STRING(T, config, "", "settings file (name = value lines), read before flags"),
+    PC_SETTING_STRING(T, host, "127.0.0.1", "address to bind"),
+    PC_SETTING_INT(T, port, 0, 65535, "7400", "data plane port (0: any free port)"),
+    PC_SETTING_INT(T, io_threads, 1, 64, "2", "data plane event loops"),
+    PC_SETTING_STRING(T, cluster_map, "", "cluster map text (empty: this server owns every slot)"),
+    PC_SETTING_STRING(T, cluster_map_file, "", "file holding the cluster map (reread on SIGHUP)"),
+    PC_SETTING_INT(T, server_index, -1, 1023, "-1", "index in the map (-1: find host:port)"),
+    PC_SETTING_STRING(T, token, "", "shared token every connection must present"),
+    PC_SETTING_BOOL(T, insecure_remote, "false", "allow a non-loopback bind without a token"),
+    PC_SETTING_INT(T, max_body_bytes, 1024, 2147483647, "256Mi", "largest request body"),
+    PC_SETTING_INT(T, max_batch_keys, 1, 16777216, "4Mi", "most keys in one request"),
+    PC_SETTING_STRING(T, tables, "", "tables to create if missing: spec;spec (see ps_table.h)"),
+    PC_SETTING_STRING(T, ckpt_dir, "", "checkpoint directory (empty: no checkpoints)"),
+    PC_SETTING_INT(T, ckpt_interval_s, 0, 1e9, "0", "seconds between checkpoints (0: off)"),
+    PC_SETTING_INT(T, ckpt_keep, 1, 1000, "3", "checkpoints to keep"),
+    PC_SETTING_INT(T, ckpt_full_every, 1, 256, "4", "every Nth checkpoint is full"),
+    PC_SETTING_BOOL(T, ckpt_on_exit, "true", "write a checkpoint on SIGTERM/SIGINT"),
+    PC_SETTING_STRING(T, tier_dir, "", "RocksDB cold tier directory (empty: no cold tables)"),
+    PC_SETTING_INT(T, tier_cache_bytes, 0, 1e15, "256Mi", "cold tier block cache"),
+    PC_SETTING_INT(T, tier_min_free_bytes, 0, 1e15, "1Gi", "cold tier free-space watermark"),
+    PC_SETTING_INT(T, clock_tick_s, 0, 1e9, "0", "advance table clocks every N s (0: off)"),
+    PC_SETTING_STRING(T, port_file, "", "write the bound data plane port here once serving"),
+    PC_SETTING_ENUM(T, log_level, k_levels, "info", "log level"),
+    PC_SETTING_BOOL(T, print_config, "false", "print the effective settings and exit"),
+};
+#undef T
+#define NSET (sizeof k_settings / sizeof k_settings[0])
+
+typedef struct server {
+    srv_cfg_t cfg;
+    uv_loop_t *loop;
+    ps_catalog_t *cat;
+    ps_tier_t *tier;
+    ps_ckpt_t *ck;
+    ps_dp_t *dp;
+    uv_signal_t sig_term, sig_int, sig_usr1, sig_hup;
+    uv_timer_t ckpt_timer, clock_timer;
+    int rc;
+} server_t;
+
+/* ==== settings ============================================================================= */
+
+static int load_settings(srv_cfg_t *c, int argc, char **argv) {
+    char err[512];
+    if (pc_settings_defaults(k_settings, NSET, c))
+        return 2;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: ps-server [--name=value ...]\n\n");
+            pc_settings_help(k_settings, NSET, stdout);
+            exit(0);
+        }
+    }
+    /* The config file first (a --config flag names it), then environment, then flags. */
+    srv_cfg_t pre = *c;
+    int argi = 1;
+    if (pc_settings_parse_args(k_settings, NSET, &pre, argc, argv, &argi, err, sizeof err)) {
+        fprintf(stderr, "ps-server: %s\n", err);
+        return 2;
+    }
+    if (argi < argc) {
+        fprintf(stderr, "ps-server: unknown argument '%s' (see --help)\n", argv[argi]);
+        return 2;
+    }
+    if (pre.config[0] && pc_settings_load_file(k_settings, NSET, c, pre.config, err, sizeof err)) {
+        fprintf(stderr, "ps-server: %s\n", err);
+        return 2;
+    }
+    if (pc_settings_load_env(k_settings, NSET, c, "PS_SERVER_", err, sizeof err)) {
+        fprintf(stderr, "ps-server: %s\n", err);
+        return 2;
+    }
+    argi = 1;
+    if (pc_settings_parse_args(k_settings, NSET, c, argc, argv, &argi, err, sizeof err)) {
+        fprintf(stderr, "ps-server: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
+static bool is_loopback(const char *host) {
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0;
+}
+
+/* Read the map text from the setting or the file. */
+static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
+    char text[8192], err[256];
+    if (c->cluster_map_file[0]) {
+        FILE *f = fopen(c->cluster_map_file, "r");
+        size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+        if (f)
+            fclose(f);
+        if (!f || n == 0) {
+            PC_ERROR("cluster_map_file %s: unreadable or empty", c->cluster_map_file);
+            return PC_EIO;
+        }
+        text[n] = '\0';
+        text[strcspn(text, "\r\n")] = '\0';
+    } else if (c->cluster_map[0]) {
+        snprintf(text, sizeof text, "%s", c->cluster_map);
+    } else {
+        snprintf(text, sizeof text, "version=1;servers=%s:%d;slots=0-16383:0", c->host, port);
+    }
+    int rc = pc_cmap_parse(text, out, err, sizeof err);
+    if (rc)
+        PC_ERROR("cluster map: %s", err);
+    return rc;
+}
+
+/* ==== runtime ============================================================================== */
+
+static void checkpoint_now(server_t *s, const char *why) {
+    if (!s->ck)
+        return;
+    ps_ckpt_result_t r;
+    int rc = ps_ckpt_write(s->ck, &r);
+    if (rc)
+        PC_ERROR("checkpoint (%s) failed: %s", why, pc_strerror(rc));
+    else
+        PC_INFO("checkpoint %llu (%s): %llu rows, %.1f MB in %.2f s", (unsigned long long)r.id, why,
+                (unsigned long long)r.rows, (double)r.bytes / 1e6, r.seconds);
+}
+
+static void on_ckpt_timer(uv_timer_t *t) {
+    checkpoint_now(t->data, "periodic");
+}
+
+static int advance_one(ps_table_t *t) {
+    return ps_table_advance_clock(t, ps_table_clock(t) + 1);
+}
+
+static void on_clock_timer(uv_timer_t *t) {
+    server_t *s = t->data;
+    char names[256][PS_TABLE_NAME_MAX];
+    size_t n = ps_catalog_list(s->cat, names, 256);
+    for (size_t i = 0; i < n && i < 256; i++) {
+        ps_table_t *tab;
+        if (ps_catalog_acquire(s->cat, names[i], &tab) == 0) {
+            advance_one(tab);
+            ps_catalog_release(s->cat, tab);
+        }
+    }
+}
+
+static void on_stop_signal(uv_signal_t *h, int sig) {
+    server_t *s = h->data;
+    PC_INFO("signal %d: stopping", sig);
+    ps_dp_stop(s->dp); /* no more requests; those received are answered */
+    s->dp = NULL;
+    if (s->cfg.ckpt_on_exit)
+        checkpoint_now(s, "exit");
+    uv_close((uv_handle_t *)&s->sig_term, NULL);
+    uv_close((uv_handle_t *)&s->sig_int, NULL);
+    uv_close((uv_handle_t *)&s->sig_usr1, NULL);
+    uv_close((uv_handle_t *)&s->sig_hup, NULL);
+    uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
+    uv_close((uv_handle_t *)&s->clock_timer, NULL);
+}
+
+static void on_usr1(uv_signal_t *h, int sig) {
+    (void)sig;
+    checkpoint_now(h->data, "SIGUSR1");
+}
+
+static void on_hup(uv_signal_t *h, int sig) {
+    (void)sig;
+    server_t *s = h->data;
+    pc_cluster_map_t *m;
+    if (!s->cfg.cluster_map_file[0] || read_map(&s->cfg, (int)s->cfg.port, &m))
+        return;
+    int rc = ps_dp_set_map(s->dp, m);
+    PC_INFO("cluster map reloaded: version %llu (%s)", (unsigned long long)pc_cmap_version(m),
+            rc ? pc_strerror(rc) : "ok");
+    pc_cmap_destroy(m);
+}
+
+static int create_tables(server_t *s) {
+    char specs[sizeof s->cfg.tables];
+    snprintf(specs, sizeof specs, "%s", s->cfg.tables);
+    char *save = NULL;
+    for (char *spec = strtok_r(specs, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
+        ps_table_config_t c;
+        char err[256];
+        ps_table_config_defaults(&c);
+        if (ps_table_config_parse(&c, spec, err, sizeof err)) {
+            PC_ERROR("tables: '%s': %s", spec, err);
+            return 2;
+        }
+        ps_table_t *t;
+        if (ps_catalog_acquire(s->cat, c.name, &t) == 0) { /* restored already */
+            ps_catalog_release(s->cat, t);
+            continue;
+        }
+        int rc = ps_catalog_add(s->cat, &c);
+        if (rc) {
+            PC_ERROR("table %s: %s", c.name, pc_strerror(rc));
+            return 1;
+        }
+        PC_INFO("created table %s (dim %lld)", c.name, (long long)c.dim);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    signal(SIGPIPE, SIG_IGN);
+    server_t s = {0};
+    int rc = load_settings(&s.cfg, argc, argv);
+    if (rc)
+        return rc;
+    if (s.cfg.print_config) {
+        pc_settings_dump(k_settings, NSET, &s.cfg, stdout);
+        return 0;
+    }
+    if (!is_loopback(s.cfg.host) && !s.cfg.token[0] && !s.cfg.insecure_remote) {
+        fprintf(stderr,
+                "ps-server: refusing to listen on %s without a token (set --token, or "
+                "--insecure-remote if the network is trusted)\n",
+                s.cfg.host);
+        return 2;
+    }
+    pc_cluster_map_t *map = NULL;
+    /* The map (and our index) first: logs carry the shard id. */
+    if ((rc = read_map(&s.cfg, (int)s.cfg.port, &map)))
+        return 2;
+    int self = (int)s.cfg.server_index;
+    if (self < 0) {
+        char addr[PC_ADDR_MAX];
+        snprintf(addr, sizeof addr, "%s:%d", s.cfg.host, (int)s.cfg.port);
+        self = s.cfg.port ? pc_cmap_find(map, addr) : 0;
+        if (self < 0) {
+            fprintf(stderr, "ps-server: %s is not in the cluster map (set --server-index)\n", addr);
+            return 2;
+        }
+    }
+    if ((size_t)self >= pc_cmap_nservers(map)) {
+        fprintf(stderr, "ps-server: server_index %d: the map has %zu servers\n", self,
+                pc_cmap_nservers(map));
+        return 2;
+    }
+    char ident[64];
+    snprintf(ident, sizeof ident, "ps-server[shard %d]", self);
+    pc_log_init(NULL, (pc_log_level_t)s.cfg.log_level, ident);
+
+    rc = ps_catalog_create(&s.cat) ? 1 : 0;
+    if (!rc && s.cfg.tier_dir[0]) {
+        ps_tier_opts_t to = {.dir = s.cfg.tier_dir,
+                             .cache_bytes = (uint64_t)s.cfg.tier_cache_bytes,
+                             .min_free_bytes = (uint64_t)s.cfg.tier_min_free_bytes};
+        if ((rc = ps_tier_open(&to, &s.tier)))
+            PC_ERROR("tier %s: %s", s.cfg.tier_dir, pc_strerror(rc));
+        else
+            ps_tier_bind_catalog(s.tier, s.cat);
+        rc = rc ? 1 : 0;
+    }
+    if (!rc && s.cfg.ckpt_dir[0]) {
+        ps_ckpt_opts_t co = {.dir = s.cfg.ckpt_dir,
+                             .keep = (uint32_t)s.cfg.ckpt_keep,
+                             .full_every = (uint32_t)s.cfg.ckpt_full_every,
+                             .tier = s.tier};
+        uint64_t id = 0;
+        if (ps_ckpt_create(s.cat, &co, &s.ck)) {
+            rc = 1;
+        } else {
+            int r = ps_ckpt_restore(s.ck, 0, &id);
+            if (r == 0)
+                PC_INFO("restored checkpoint %llu", (unsigned long long)id);
+            else if (r != PC_ENOTFOUND) {
+                PC_ERROR("restore from %s failed: %s", s.cfg.ckpt_dir, pc_strerror(r));
+                rc = 1;
+            }
+        }
+    }
+    if (!rc)
+        rc = create_tables(&s);
+    ps_dp_opts_t dpo = {.host = s.cfg.host,
+                        .port = (int)s.cfg.port,
+                        .threads = (int)s.cfg.io_threads,
+                        .token = s.cfg.token,
+                        .lim = {(uint32_t)s.cfg.max_body_bytes, (uint32_t)s.cfg.max_batch_keys},
+                        .self = (uint32_t)self};
+    if (!rc && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
+        rc = 1;
+    if (!rc && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {
+        /* A lone server on a free port: its map names the port it got. */
+        s.cfg.port = ps_dp_port(s.dp);
+        pc_cmap_destroy(map);
+        if (read_map(&s.cfg, (int)s.cfg.port, &map) == 0)
+            ps_dp_set_map(s.dp, map);
+    }
+    pc_cmap_destroy(map);
+    if (rc) {
+        ps_dp_stop(s.dp);
+        ps_ckpt_destroy(s.ck);
+        ps_catalog_destroy(s.cat);
+        ps_tier_close(s.tier);
+        return rc;
+    }
+    if (s.cfg.port_file[0]) {
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "%s.tmp", s.cfg.port_file);
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fprintf(f, "%d\n", ps_dp_port(s.dp));
+            fclose(f);
+            rename(tmp, s.cfg.port_file);
+        }
+    }
+    PC_INFO("serving on %s:%d", s.cfg.host, ps_dp_port(s.dp));
+
+    s.loop = uv_default_loop();
+    uv_signal_init(s.loop, &s.sig_term);
+    uv_signal_init(s.loop, &s.sig_int);
+    uv_signal_init(s.loop, &s.sig_usr1);
+    uv_signal_init(s.loop, &s.sig_hup);
+    s.sig_term.data = s.sig_int.data = s.sig_usr1.data = s.sig_hup.data = &s;
+    uv_signal_start(&s.sig_term, on_stop_signal, SIGTERM);
+    uv_signal_start(&s.sig_int, on_stop_signal, SIGINT);
+    uv_signal_start(&s.sig_usr1, on_usr1, SIGUSR1);
+    uv_signal_start(&s.sig_hup, on_hup, SIGHUP);
+    uv_timer_init(s.loop, &s.ckpt_timer);
+    uv_timer_init(s.loop, &s.clock_timer);
+    s.ckpt_timer.data = s.clock_timer.data = &s;
+    if (s.ck && s.cfg.ckpt_interval_s > 0)
+        uv_timer_start(&s.ckpt_timer, on_ckpt_timer, (uint64_t)s.cfg.ckpt_interval_s * 1000,
+                       (uint64_t)s.cfg.ckpt_interval_s * 1000);
+    if (s.cfg.clock_tick_s > 0)
+        uv_timer_start(&s.clock_timer, on_clock_timer, (uint64_t)s.cfg.clock_tick_s * 1000,
+                       (uint64_t)s.cfg.clock_tick_s * 1000);
+    uv_run(s.loop, UV_RUN_DEFAULT);
+    uv_loop_close(s.loop);
+    ps_ckpt_destroy(s.ck);
+    ps_catalog_destroy(s.cat);
+    ps_tier_close(s.tier);
+    PC_INFO("stopped");
+    return 0;
+}

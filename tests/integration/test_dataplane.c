@@ -1,0 +1,480 @@
+/* The data plane end to end: ps-server processes on loopback ports, libpsclient and raw frames.
+ *  - two servers with a 2-way cluster map: pulls, pushes and lookups (blocking and 8 in flight)
+ *    equal an in-process table given the same calls;
+ *  - a map change (SIGHUP reload): stale clients are redirected (PC_EWRONGSLOT) and resend;
+ *  - kill -9 a server, restart it from its checkpoint: the client reconnects, state is exact;
+ *  - bad input on raw connections: not-a-frame, oversized body (skipped, connection lives),
+ *    malformed batch, unknown table, wrong dim, too many keys, NaN gradients;
+ *  - token authentication; refusal to bind a non-loopback address without a token;
+ *  - SIGTERM: in-flight work answered, checkpoint written, exit 0.
+ * argv[1] is the ps-server binary. Every wait is bounded. */
+#include "table_check.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "emberps/psclient.h"
+#include "pc_error.h"
+#include "pc_wire.h"
+#include "ps_ckpt.h"
+
+static const char *g_bin;
+static pid_t g_pids[16]; /* every server started, killed at the end whatever happened */
+static int g_npids;
+static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
+enum { D = 8 };
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Start ps-server with `extra` flags (NULL-terminated) on `port`; wait until it serves. */
+static pid_t spawn(int port, const char *dir, const char *const *extra) {
+    char pf[300], portarg[32], pfarg[320];
+    snprintf(pf, sizeof pf, "%s/port-%d", dir, port);
+    unlink(pf);
+    snprintf(portarg, sizeof portarg, "--port=%d", port);
+    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    const char *argv[32] = {g_bin, portarg, pfarg, "--log-level=warn", "--io-threads=2"};
+    int a = 5;
+    for (int i = 0; extra && extra[i] && a < 31; i++)
+        argv[a++] = extra[i];
+    argv[a] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execv(g_bin, (char *const *)argv);
+        _exit(127);
+    }
+    if (g_npids < 16)
+        g_pids[g_npids++] = pid;
+    for (double t0 = now_s(); now_s() - t0 < 10;) {
+        if (access(pf, F_OK) == 0)
+            return pid;
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("ps-server exited early (status %d)", st);
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    fail_msg("ps-server did not come up on port %d", port);
+    return -1;
+}
+
+/* Wait (bounded) for pid to exit; its exit status, or -1 if it had to be killed. */
+static int reap(pid_t pid, double seconds) {
+    int st;
+    for (double t0 = now_s(); now_s() - t0 < seconds; usleep(10000))
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+static ps_table_t *local_table(void) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, TABLE, NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    return t;
+}
+
+static psc_t *connect_to(const char *servers, const char *token) {
+    psc_opts_t o = {.servers = servers, .token = token, .timeout_ms = 5000, .retries = 8};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    return c;
+}
+
+/* Random batch i: keys from a pool of 5000 (with duplicates) and gradients. */
+static void batch(int i, uint64_t *keys, float *g, int n) {
+    uint64_t rng = 500 + (uint64_t)i;
+    for (int j = 0; j < n; j++) {
+        keys[j] = tu_rand(&rng) % 5000 * 0x9E3779B97F4A7C15ULL;
+        for (int e = 0; e < D; e++)
+            g[j * D + e] = tu_gauss(&rng) * 0.1f;
+    }
+}
+
+static void two_way_map(char *buf, size_t cap, int p0, int p1, int version) {
+    snprintf(buf, cap, "version=%d;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1",
+             version, p0, p1);
+}
+
+static void test_two_servers_match_local(void **state) {
+    (void)state;
+    char dir[256], map[256], maparg[300], tables[200];
+    tc_tmpdir(dir, sizeof dir, "dp2");
+    int p0 = free_port(), p1 = free_port();
+    two_way_map(map, sizeof map, p0, p1, 1);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {maparg, tables, NULL};
+    pid_t s0 = spawn(p0, dir, extra), s1 = spawn(p1, dir, extra);
+    char one[64];
+    snprintf(one, sizeof one, "127.0.0.1:%d", p0); /* the map comes from the server */
+    psc_t *c = connect_to(one, NULL);
+    ps_table_t *ref = local_table();
+    enum { N = 700 };
+    static uint64_t keys[N];
+    static float g[N * D], x[N * D], y[N * D];
+    static uint8_t fx[N], fy[N];
+    for (int i = 0; i < 40; i++) {
+        batch(i, keys, g, N);
+        assert_int_equal(psc_pull(c, "emb", keys, N, D, x), 0);
+        assert_int_equal(ps_table_pull(ref, keys, N, y, N * D), 0);
+        assert_memory_equal(x, y, sizeof x);
+        psc_push_result_t r;
+        ps_push_result_t lr;
+        assert_int_equal(psc_push(c, "emb", keys, N, D, g, &r), 0);
+        assert_int_equal(ps_table_push(ref, keys, N, g, N * D, &lr), 0);
+        assert_int_equal(r.applied, lr.applied);
+    }
+    assert_int_equal(psc_lookup(c, "emb", keys, N, D, x, fx), 0);
+    assert_int_equal(ps_table_lookup(ref, keys, N, y, N * D, fy), 0);
+    assert_memory_equal(x, y, sizeof x);
+    assert_memory_equal(fx, fy, N);
+    /* 8 pulls in flight at once, each into its own buffer. */
+    static float rows[8][N * D];
+    uint64_t ids[8];
+    for (int k = 0; k < 8; k++)
+        assert_int_equal(psc_pull_async(c, "emb", keys, N, D, rows[k], NULL, NULL, &ids[k]), 0);
+    for (int k = 0; k < 8; k++) {
+        assert_int_equal(psc_wait(c, ids[k]), 0);
+        assert_memory_equal(rows[k], y, sizeof rows[k]);
+    }
+    /* Unknown table, wrong dim: errors, not rows. */
+    assert_int_equal(psc_pull(c, "nope", keys, N, D, x), PC_ENOTFOUND);
+    assert_int_equal(psc_pull(c, "emb", keys, 10, 4, x), PC_EDIM);
+    psc_close(c);
+    ps_table_destroy(ref);
+    kill(s0, SIGTERM);
+    kill(s1, SIGTERM);
+    assert_int_equal(reap(s0, 10), 0);
+    assert_int_equal(reap(s1, 10), 0);
+    tc_rmdir(dir);
+}
+
+static void write_file(const char *path, const char *text) {
+    char tmp[400];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
+static void test_wrong_slot_redirect(void **state) {
+    (void)state;
+    char dir[256], mf[300], mfarg[320], tables[200], map[256];
+    tc_tmpdir(dir, sizeof dir, "dpmap");
+    int p0 = free_port(), p1 = free_port();
+    snprintf(mf, sizeof mf, "%s/map", dir);
+    snprintf(map, sizeof map, "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-16383:0", p0,
+             p1);
+    write_file(mf, map);
+    snprintf(mfarg, sizeof mfarg, "--cluster-map-file=%s", mf);
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    char idx0[] = "--server-index=0", idx1[] = "--server-index=1";
+    const char *e0[] = {mfarg, tables, idx0, NULL}, *e1[] = {mfarg, tables, idx1, NULL};
+    pid_t s0 = spawn(p0, dir, e0), s1 = spawn(p1, dir, e1);
+    psc_t *c = connect_to(map, NULL);
+    ps_table_t *ref = local_table();
+    enum { N = 500 };
+    static uint64_t keys[N];
+    static float g[N * D], x[N * D], y[N * D];
+    batch(1, keys, g, N);
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, x), 0);
+    /* Move half the slots to server 1 (the servers learn it on SIGHUP, the client does not). */
+    two_way_map(map, sizeof map, p0, p1, 2);
+    write_file(mf, map);
+    kill(s1, SIGHUP);
+    kill(s0, SIGHUP);
+    usleep(200000);
+    for (int i = 0; i < N; i++) /* fresh keys: initial rows wherever they live */
+        keys[i] = (uint64_t)(100000 + i) * 0x9E3779B97F4A7C15ULL;
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, x), 0);
+    assert_int_equal(ps_table_pull(ref, keys, N, y, N * D), 0);
+    assert_memory_equal(x, y, sizeof x);
+    psc_stats_t st;
+    psc_stats(c, &st);
+    assert_true(st.map_refreshes >= 1);
+    char text[256];
+    psc_map_text(c, text, sizeof text);
+    assert_non_null(strstr(text, "version=2"));
+    psc_close(c);
+    ps_table_destroy(ref);
+    kill(s0, SIGTERM);
+    kill(s1, SIGTERM);
+    assert_int_equal(reap(s0, 10), 0);
+    assert_int_equal(reap(s1, 10), 0);
+    tc_rmdir(dir);
+}
+
+static size_t count_ckpts(const char *dir) {
+    ps_ckpt_entry_t e[8];
+    size_t n = 0;
+    return ps_ckpt_list(dir, e, 8, &n) == 0 ? n : 0;
+}
+
+static void test_kill_and_restart(void **state) {
+    (void)state;
+    char dir[256], ck[300], ckarg[320], tables[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dpkill");
+    snprintf(ck, sizeof ck, "%s/ckpt", dir);
+    snprintf(ckarg, sizeof ckarg, "--ckpt-dir=%s", ck);
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {ckarg, tables, NULL};
+    int port = free_port();
+    pid_t s = spawn(port, dir, extra);
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_t *c = connect_to(one, NULL);
+    ps_table_t *ref = local_table();
+    enum { N = 400 };
+    static uint64_t keys[N];
+    static float g[N * D], x[N * D], y[N * D];
+    for (int i = 0; i < 10; i++) {
+        batch(i, keys, g, N);
+        assert_int_equal(psc_push(c, "emb", keys, N, D, g, NULL), 0);
+        assert_int_equal(ps_table_push(ref, keys, N, g, N * D, NULL), 0);
+    }
+    kill(s, SIGUSR1); /* checkpoint now */
+    for (double t0 = now_s(); count_ckpts(ck) == 0 && now_s() - t0 < 10;)
+        usleep(10000);
+    assert_int_equal(count_ckpts(ck), 1);
+    kill(s, SIGKILL);
+    reap(s, 5);
+    s = spawn(port, dir, extra); /* restores the checkpoint */
+    batch(3, keys, g, N);
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, x), 0); /* the client reconnects */
+    assert_int_equal(ps_table_pull(ref, keys, N, y, N * D), 0);
+    assert_memory_equal(x, y, sizeof x);
+    psc_stats_t st;
+    psc_stats(c, &st);
+    assert_true(st.reconnects >= 1 || st.retries >= 1);
+    /* SIGTERM: exit 0 with a final checkpoint. */
+    assert_int_equal(psc_push(c, "emb", keys, N, D, g, NULL), 0);
+    kill(s, SIGTERM);
+    assert_int_equal(reap(s, 10), 0);
+    assert_int_equal(count_ckpts(ck), 2);
+    psc_close(c);
+    ps_table_destroy(ref);
+    tc_rmdir(dir);
+}
+
+/* ---- raw frames ---- */
+
+static int raw_connect(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static void send_all(int fd, const void *p, size_t n) {
+    assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static void send_frame(int fd, uint8_t op, uint64_t id, const void *body, uint32_t len) {
+    uint8_t h[PC_WIRE_HDR];
+    pc_wire_hdr_t hd = {.op = op, .id = id, .body_len = len};
+    pc_wire_hdr_encode(&hd, h);
+    send_all(fd, h, sizeof h);
+    if (len)
+        send_all(fd, body, len);
+}
+
+/* Receive one reply; its status (body discarded), or 1 when the connection closed. want_id
+ * UINT64_MAX: any id. */
+static int recv_reply(int fd, uint64_t want_id) {
+    uint8_t h[PC_WIRE_HDR];
+    size_t got = 0;
+    while (got < sizeof h) {
+        ssize_t r = recv(fd, h + got, sizeof h - got, 0);
+        if (r <= 0)
+            return 1;
+        got += (size_t)r;
+    }
+    pc_wire_hdr_t hd;
+    assert_int_equal(pc_wire_hdr_decode(h, 1u << 30, &hd), 0);
+    assert_true(hd.flags & PC_WIRE_RESPONSE);
+    if (want_id != UINT64_MAX)
+        assert_int_equal(hd.id, want_id);
+    for (uint32_t left = hd.body_len; left;) {
+        char buf[4096];
+        ssize_t r = recv(fd, buf, left < sizeof buf ? left : sizeof buf, 0);
+        if (r <= 0)
+            return 1;
+        left -= (uint32_t)r;
+    }
+    return hd.status;
+}
+
+/* A batch body for `name` with n keys of dim (push: zero gradients, or NaN when nan). */
+static uint32_t batch_body(uint8_t op, const char *name, uint32_t n, uint32_t dim, bool nan,
+                           uint8_t *out) {
+    size_t hl = pc_wire_batch_head_encode(name, n, dim, out);
+    uint64_t *k = (uint64_t *)(void *)(out + hl);
+    for (uint32_t i = 0; i < n; i++)
+        k[i] = i * 7919;
+    size_t len = hl + (size_t)n * 8;
+    if (op == PC_OP_PUSH) {
+        float *g = (float *)(void *)(out + len);
+        for (uint32_t i = 0; i < n * dim; i++)
+            g[i] = nan ? NAN : 0.0f;
+        len += (size_t)n * dim * 4;
+    }
+    return (uint32_t)len;
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    char dir[256], tables[200];
+    tc_tmpdir(dir, sizeof dir, "dpbad");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    char lim[] = "--max-body-bytes=65536", keys[] = "--max-batch-keys=1000";
+    const char *extra[] = {tables, lim, keys, NULL};
+    int port = free_port();
+    pid_t s = spawn(port, dir, extra);
+    static uint8_t body[200000];
+    /* Not a frame: an error, then the server closes. */
+    int fd = raw_connect(port);
+    send_all(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n\0\0\0\0", 32);
+    assert_int_equal(recv_reply(fd, UINT64_MAX), PC_EPARSE);
+    char b;
+    assert_true(recv(fd, &b, 1, 0) <= 0);
+    close(fd);
+    /* Oversized body: PC_ETOOBIG, the body is skipped, the connection goes on. */
+    fd = raw_connect(port);
+    send_frame(fd, PC_OP_PING, 1, body, 100000);
+    assert_int_equal(recv_reply(fd, 1), PC_ETOOBIG);
+    send_frame(fd, PC_OP_PING, 2, NULL, 0);
+    assert_int_equal(recv_reply(fd, 2), 0);
+    /* Malformed batch (name length 0): PC_EINVAL, connection lives. */
+    memset(body, 0, 64);
+    send_frame(fd, PC_OP_PULL, 3, body, 24);
+    assert_int_equal(recv_reply(fd, 3), PC_EINVAL);
+    /* Length that does not match n: PC_EINVAL. */
+    uint32_t len = batch_body(PC_OP_PULL, "emb", 10, D, false, body);
+    send_frame(fd, PC_OP_PULL, 4, body, len - 8);
+    assert_int_equal(recv_reply(fd, 4), PC_EINVAL);
+    /* Unknown table, wrong dim, too many keys. */
+    len = batch_body(PC_OP_PULL, "missing", 10, D, false, body);
+    send_frame(fd, PC_OP_PULL, 5, body, len);
+    assert_int_equal(recv_reply(fd, 5), PC_ENOTFOUND);
+    len = batch_body(PC_OP_PULL, "emb", 10, 3, false, body);
+    send_frame(fd, PC_OP_PULL, 6, body, len);
+    assert_int_equal(recv_reply(fd, 6), PC_EDIM);
+    len = batch_body(PC_OP_PULL, "emb", 2000, D, false, body);
+    send_frame(fd, PC_OP_PULL, 7, body, len);
+    assert_int_equal(recv_reply(fd, 7), PC_ETOOBIG);
+    send_frame(fd, PC_OP_PING, 8, NULL, 0);
+    assert_int_equal(recv_reply(fd, 8), 0);
+    close(fd);
+    /* NaN gradients: skipped and counted; rows unchanged. */
+    char one[64];
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_t *c = connect_to(one, NULL);
+    uint64_t k[4] = {1, 2, 3, 4};
+    float before[4 * D], after[4 * D], g[4 * D];
+    for (int i = 0; i < 4 * D; i++)
+        g[i] = NAN;
+    assert_int_equal(psc_pull(c, "emb", k, 4, D, before), 0);
+    psc_push_result_t r;
+    assert_int_equal(psc_push(c, "emb", k, 4, D, g, &r), 0);
+    assert_int_equal(r.skipped_nonfinite, 4);
+    assert_int_equal(r.applied, 0);
+    assert_int_equal(psc_pull(c, "emb", k, 4, D, after), 0);
+    assert_memory_equal(before, after, sizeof before);
+    psc_close(c);
+    kill(s, SIGTERM);
+    assert_int_equal(reap(s, 10), 0);
+    tc_rmdir(dir);
+}
+
+static void test_token(void **state) {
+    (void)state;
+    char dir[256], tables[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dptok");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    char tok[] = "--token=s3cret";
+    const char *extra[] = {tables, tok, NULL};
+    int port = free_port();
+    pid_t s = spawn(port, dir, extra);
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = one, .timeout_ms = 3000};
+    psc_t *c = NULL;
+    assert_int_equal(psc_connect(&o, &c), PC_EAUTH);
+    o.token = "wrong";
+    assert_int_equal(psc_connect(&o, &c), PC_EAUTH);
+    c = connect_to(one, "s3cret");
+    uint64_t k = 42;
+    float row[D];
+    assert_int_equal(psc_pull(c, "emb", &k, 1, D, row), 0);
+    psc_close(c);
+    /* A raw connection that skips HELLO is refused and closed. */
+    int fd = raw_connect(port);
+    static uint8_t body[256];
+    uint32_t len = batch_body(PC_OP_PULL, "emb", 1, D, false, body);
+    send_frame(fd, PC_OP_PULL, 9, body, len);
+    assert_int_equal(recv_reply(fd, 9), PC_EAUTH);
+    char b;
+    assert_true(recv(fd, &b, 1, 0) <= 0);
+    close(fd);
+    kill(s, SIGTERM);
+    assert_int_equal(reap(s, 10), 0);
+    /* A non-loopback address without a token is refused at start (exit status 2). */
+    pid_t p = fork();
+    if (p == 0) {
+        execl(g_bin, g_bin, "--host=0.0.0.0", "--port=0", "--log-level=error", (char *)NULL);
+        _exit(127);
+    }
+    assert_int_equal(reap(p, 10), 2);
+    tc_rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_dataplane PATH-TO-ps-server\n");
+        return 2;
+    }
+    g_bin = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_two_servers_match_local),
+        cmocka_unit_test(test_wrong_slot_redirect),
+        cmocka_unit_test(test_kill_and_restart),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_token),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    for (int i = 0; i < g_npids; i++) /* servers a failed test left running */
+        if (kill(g_pids[i], 0) == 0) {
+            kill(g_pids[i], SIGKILL);
+            waitpid(g_pids[i], NULL, 0);
+        }
+    return rc;
+}
