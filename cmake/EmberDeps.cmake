@@ -15,3 +15,4 @@ pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
 
 pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
 pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)

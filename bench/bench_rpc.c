@@ -1,0 +1,487 @@
+/* bench_rpc.c: `ps-bench rpc`: the binary data plane against Redis on loopback.
+ *
+ * A ps-server process (the one next to ps-bench, one event loop) and a redis-server (no
+ * persistence) both run pinned to CPU 0; the client runs on CPU 1 (--no-pin: unpinned). 1M keys
+ * (--quick 200k, --smoke 5k), dim 16 and 64, Adagrad, batches of 1000, one client thread:
+ *  - data plane pull and push rows/s with 1 and 8 requests in flight (libpsclient);
+ *  - Redis holding the same keys with the same float vectors (the rows the server returns), read
+ *    through hiredis by pipelined MGET of 8-byte binary keys, and by HMGET over 16 hashes (the
+ *    layout TensorFlow Recommenders-Addons' Redis backend uses), 1 and 8 batches in flight;
+ *  - latency of 26-key lookups at a fixed rate against Redis MGET of the same 26 keys, and the
+ *    loopback round trip (PING) of both.
+ * Samples of the data plane and of Redis alternate. Figures for issue notes and docs.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "emberps/psclient.h"
+#include "pc_time.h"
+#include "pc_wire.h"
+
+enum { B = 1000, W = 8, LK = 26, HBUCKETS = 16 };
+
+typedef struct ctx {
+    const bench_opts_t *o;
+    uint64_t nkeys;
+    double secs;
+    psc_t *ps;
+    redisContext *rd;
+    int ps_port, rd_port;
+} ctx_t;
+
+/* ==== processes ============================================================================ */
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a))
+        abort();
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* fork + exec argv with the child pinned to the first allowed CPU (when pinning). */
+static pid_t spawn(const bench_opts_t *o, char *const argv[]) {
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        if (o->pin) {
+            cpu_set_t allowed, one;
+            sched_getaffinity(0, sizeof allowed, &allowed);
+            CPU_ZERO(&one);
+            for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &allowed)) {
+                    CPU_SET(c, &one);
+                    break;
+                }
+            sched_setaffinity(0, sizeof one, &one);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void stop(pid_t pid) {
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 500; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+static double now_s(void) {
+    return (double)pc_time_mono_ns() * 1e-9;
+}
+
+/* ==== data plane =========================================================================== */
+
+typedef struct slot {
+    uint64_t keys[B];
+    float *buf;
+    uint64_t id;
+    bool busy;
+} slot_t;
+
+/* Rows/s of pulls (push = false) or pushes with `inflight` calls in flight. */
+static double dp_rate(ctx_t *x, const char *table, uint32_t dim, int inflight, bool push,
+                      uint64_t seed) {
+    slot_t s[W];
+    uint64_t rng = seed;
+    for (int i = 0; i < inflight; i++) {
+        s[i].buf = malloc((size_t)B * dim * sizeof(float));
+        for (size_t j = 0; j < (size_t)B * dim; j++)
+            s[i].buf[j] = 1e-4f;
+        s[i].busy = false;
+    }
+    uint64_t rows = 0;
+    const double t0 = now_s();
+    for (int next = 0;; next = (next + 1) % inflight) {
+        slot_t *q = &s[next];
+        if (q->busy) {
+            if (psc_wait(x->ps, q->id))
+                abort();
+            rows += B;
+            q->busy = false;
+        }
+        if (now_s() - t0 >= x->secs)
+            break;
+        for (int i = 0; i < B; i++)
+            q->keys[i] = bench_key(bench_rand(&rng) % x->nkeys);
+        int rc =
+            push ? psc_push_async(x->ps, table, q->keys, B, dim, q->buf, NULL, NULL, NULL, &q->id)
+                 : psc_pull_async(x->ps, table, q->keys, B, dim, q->buf, NULL, NULL, &q->id);
+        if (rc)
+            abort();
+        q->busy = true;
+    }
+    for (int i = 0; i < inflight; i++) {
+        if (s[i].busy && psc_wait(x->ps, s[i].id))
+            abort();
+        rows += s[i].busy ? B : 0;
+        free(s[i].buf);
+    }
+    return (double)rows / (now_s() - t0);
+}
+
+/* ==== Redis ================================================================================ */
+
+static void rkey(char out[10], char layout, uint32_t dim, uint64_t key) {
+    out[0] = layout;
+    out[1] = dim == 16 ? 'a' : 'b';
+    memcpy(out + 2, &key, 8);
+}
+
+/* Fill Redis with the rows the server holds: string keys (MGET) and 16 hashes (HMGET). */
+static void redis_fill(ctx_t *x, const char *table, uint32_t dim) {
+    uint64_t keys[B];
+    float *rows = malloc((size_t)B * dim * sizeof(float));
+    for (uint64_t base = 0; base < x->nkeys; base += B) {
+        size_t n = x->nkeys - base < B ? (size_t)(x->nkeys - base) : B;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = bench_key(base + i);
+        if (psc_pull(x->ps, table, keys, n, dim, rows))
+            abort();
+        for (size_t i = 0; i < n; i++) {
+            char k[10], h[12];
+            rkey(k, 's', dim, keys[i]);
+            snprintf(h, sizeof h, "h%c%02u", dim == 16 ? 'a' : 'b', (unsigned)(keys[i] % HBUCKETS));
+            const char *a1[3] = {"SET", k, (const char *)(rows + i * dim)};
+            size_t l1[3] = {3, 10, dim * 4};
+            redisAppendCommandArgv(x->rd, 3, a1, l1);
+            const char *a2[4] = {"HSET", h, (const char *)&keys[i], (const char *)(rows + i * dim)};
+            size_t l2[4] = {4, strlen(h), 8, dim * 4};
+            redisAppendCommandArgv(x->rd, 4, a2, l2);
+        }
+        for (size_t i = 0; i < 2 * n; i++) {
+            redisReply *r;
+            if (redisGetReply(x->rd, (void **)&r) != REDIS_OK)
+                abort();
+            freeReplyObject(r);
+        }
+    }
+    free(rows);
+}
+
+/* Append the commands of one batch; returns how many replies it expects. */
+static int redis_batch(ctx_t *x, bool hash, uint32_t dim, uint64_t *rng, int nk) {
+    static char kbuf[B][10];
+    static uint64_t ids[B];
+    static const char *argv[B + 2];
+    static size_t lens[B + 2];
+    for (int i = 0; i < nk; i++)
+        ids[i] = bench_key(bench_rand(rng) % x->nkeys);
+    if (!hash) {
+        argv[0] = "MGET";
+        lens[0] = 4;
+        for (int i = 0; i < nk; i++) {
+            rkey(kbuf[i], 's', dim, ids[i]);
+            argv[i + 1] = kbuf[i];
+            lens[i + 1] = 10;
+        }
+        redisAppendCommandArgv(x->rd, nk + 1, argv, lens);
+        return 1;
+    }
+    int cmds = 0;
+    for (int b = 0; b < HBUCKETS; b++) { /* one HMGET per bucket holding keys of the batch */
+        char h[12];
+        snprintf(h, sizeof h, "h%c%02d", dim == 16 ? 'a' : 'b', b);
+        int m = 0;
+        argv[0] = "HMGET";
+        lens[0] = 5;
+        argv[1] = h;
+        lens[1] = strlen(h);
+        for (int i = 0; i < nk; i++) {
+            if (ids[i] % HBUCKETS != (uint64_t)b)
+                continue;
+            argv[2 + m] = (const char *)&ids[i];
+            lens[2 + m] = 8;
+            m++;
+        }
+        if (m) {
+            redisAppendCommandArgv(x->rd, m + 2, argv, lens);
+            cmds++;
+        }
+    }
+    return cmds;
+}
+
+/* Take `cmds` replies; returns the values they carried (rows). */
+static uint64_t redis_take(ctx_t *x, int cmds, uint32_t dim) {
+    uint64_t rows = 0;
+    for (int c = 0; c < cmds; c++) {
+        redisReply *r;
+        if (redisGetReply(x->rd, (void **)&r) != REDIS_OK || r->type != REDIS_REPLY_ARRAY)
+            abort();
+        for (size_t i = 0; i < r->elements; i++)
+            rows += r->element[i]->type == REDIS_REPLY_STRING && r->element[i]->len == dim * 4;
+        freeReplyObject(r);
+    }
+    return rows;
+}
+
+/* Rows/s of MGET (hash = false) or HMGET batches of B keys, `inflight` batches pipelined. */
+static double redis_rate(ctx_t *x, bool hash, uint32_t dim, int inflight, uint64_t seed) {
+    uint64_t rng = seed, rows = 0;
+    int pending[W], head = 0, n = 0;
+    const double t0 = now_s();
+    for (;;) {
+        while (n < inflight && now_s() - t0 < x->secs) {
+            pending[(head + n) % W] = redis_batch(x, hash, dim, &rng, B);
+            n++;
+        }
+        if (!n)
+            break;
+        rows += redis_take(x, pending[head], dim);
+        head = (head + 1) % W;
+        n--;
+    }
+    return (double)rows / (now_s() - t0);
+}
+
+/* ==== latency ============================================================================== */
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct lat {
+    double p50, p99;
+} lat_t;
+
+static lat_t percentiles(double *v, size_t n) {
+    qsort(v, n, sizeof *v, cmp_d);
+    return (lat_t){v[n / 2] * 1e6, v[(size_t)((double)n * 0.99)] * 1e6};
+}
+
+/* 26-key lookups (or MGETs) at `rate` per second for x->secs: per-call latency percentiles. */
+static lat_t lookup_latency(ctx_t *x, bool redis, uint32_t dim, double rate, uint64_t seed) {
+    const size_t max = (size_t)(rate * x->secs) + 1;
+    double *lat = malloc(max * sizeof *lat);
+    uint64_t keys[LK], rng = seed;
+    float rows[LK * 64];
+    size_t n = 0;
+    const double t0 = now_s();
+    for (double next = t0; n < max && next - t0 < x->secs; next += 1.0 / rate) {
+        while (now_s() < next)
+            ;
+        const double a = now_s();
+        if (redis) {
+            redis_take(x, redis_batch(x, false, dim, &rng, LK), dim);
+        } else {
+            for (int i = 0; i < LK; i++)
+                keys[i] = bench_key(bench_rand(&rng) % x->nkeys);
+            if (psc_lookup(x->ps, "b64", keys, LK, dim, rows, NULL))
+                abort();
+        }
+        lat[n++] = now_s() - a;
+    }
+    lat_t r = percentiles(lat, n);
+    free(lat);
+    return r;
+}
+
+/* Round trips of an empty request: data plane PING over a raw socket, Redis PING. */
+static lat_t rtt(ctx_t *x, bool redis) {
+    enum { N = 2000 };
+    static double lat[N];
+    int fd = -1;
+    if (!redis) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)x->ps_port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (connect(fd, (struct sockaddr *)&a, sizeof a))
+            abort();
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
+    }
+    for (int i = 0; i < N; i++) {
+        const double a = now_s();
+        if (redis) {
+            redisReply *r = redisCommand(x->rd, "PING");
+            freeReplyObject(r);
+        } else {
+            uint8_t h[PC_WIRE_HDR];
+            pc_wire_hdr_t hd = {.op = PC_OP_PING, .id = (uint64_t)i};
+            pc_wire_hdr_encode(&hd, h);
+            if (send(fd, h, sizeof h, 0) != (ssize_t)sizeof h)
+                abort();
+            for (size_t got = 0; got < sizeof h;) {
+                ssize_t r = recv(fd, h + got, sizeof h - got, 0);
+                if (r <= 0)
+                    abort();
+                got += (size_t)r;
+            }
+        }
+        lat[i] = now_s() - a;
+    }
+    if (fd >= 0)
+        close(fd);
+    return percentiles(lat, N);
+}
+
+/* ==== main ================================================================================= */
+
+static bool wait_file(const char *path, double seconds) {
+    for (double t0 = now_s(); now_s() - t0 < seconds; usleep(10000))
+        if (access(path, F_OK) == 0)
+            return true;
+    return false;
+}
+
+int bench_rpc_main(int argc, char **argv) {
+    bench_opts_t o;
+    bench_parse_opts(argc, argv, "rpc", &o);
+    signal(SIGPIPE, SIG_IGN);
+    ctx_t x = {.o = &o};
+    x.nkeys = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 5000 : o.quick ? 200000 : 1000000;
+    x.secs = o.seconds > 0 ? o.seconds : o.smoke ? 0.2 : o.quick ? 1.0 : 2.0;
+    char dir[256], bin[600], pf[300];
+    snprintf(dir, sizeof dir, "%s/ps-bench-rpc-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(dir))
+        abort();
+    ssize_t bl = readlink("/proc/self/exe", bin, sizeof bin - 16);
+    if (bl <= 0)
+        abort();
+    bin[bl] = '\0';
+    snprintf(strrchr(bin, '/'), 16, "/ps-server");
+    snprintf(pf, sizeof pf, "%s/port", dir);
+    x.ps_port = free_port();
+    char portarg[32], pfarg[320];
+    snprintf(portarg, sizeof portarg, "--port=%d", x.ps_port);
+    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    char *sargv[] = {bin,
+                     portarg,
+                     pfarg,
+                     "--io-threads=1",
+                     "--log-level=warn",
+                     "--tables=name=b16,dim=16,optimizer=adagrad;name=b64,dim=64,optimizer=adagrad",
+                     NULL};
+    pid_t ps = spawn(&o, sargv);
+    if (!wait_file(pf, 10)) {
+        fprintf(stderr, "ps-bench rpc: %s did not start\n", bin);
+        stop(ps);
+        return 1;
+    }
+    x.rd_port = free_port();
+    char rport[16];
+    snprintf(rport, sizeof rport, "%d", x.rd_port);
+    char *rargv[] = {"redis-server", "--port",     rport,          "--bind", "127.0.0.1",
+                     "--save",       "",           "--appendonly", "no",     "--protected-mode",
+                     "no",           "--loglevel", "warning",      NULL};
+    pid_t rd = spawn(&o, rargv);
+    for (int i = 0; i < 500 && !x.rd; i++) {
+        redisContext *r = redisConnect("127.0.0.1", x.rd_port);
+        if (r && !r->err)
+            x.rd = r;
+        else {
+            redisFree(r);
+            usleep(10000);
+        }
+    }
+    if (!x.rd) {
+        fprintf(stderr, "ps-bench rpc: redis-server did not start (is it installed?)\n");
+        stop(ps);
+        stop(rd);
+        return 1;
+    }
+    bench_pin(&o, 1); /* the client (and its I/O thread, created below) on the other CPU */
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", x.ps_port);
+    psc_opts_t co = {.servers = addr, .timeout_ms = 60000};
+    if (psc_connect(&co, &x.ps)) {
+        fprintf(stderr, "ps-bench rpc: cannot connect to ps-server\n");
+        stop(ps);
+        stop(rd);
+        return 1;
+    }
+    printf("ps-bench rpc: %llu keys, batch %d, %.1f s per sample, server and redis on one CPU, "
+           "client on another%s\n",
+           (unsigned long long)x.nkeys, B, x.secs, o.pin ? "" : " (unpinned)");
+    static const uint32_t dims[2] = {16, 64};
+    double pull[2][2], push[2][2], mget[2][2], hmget[2][2];
+    for (int d = 0; d < 2; d++) {
+        const char *table = d ? "b64" : "b16";
+        redis_fill(&x, table, dims[d]);
+        for (int f = 0; f < 2; f++) {
+            const int inflight = f ? W : 1;
+            pull[d][f] = dp_rate(&x, table, dims[d], inflight, false, 10 + (uint64_t)f);
+            mget[d][f] = redis_rate(&x, false, dims[d], inflight, 10 + (uint64_t)f);
+            hmget[d][f] = redis_rate(&x, true, dims[d], inflight, 10 + (uint64_t)f);
+            push[d][f] = dp_rate(&x, table, dims[d], inflight, true, 20 + (uint64_t)f);
+            printf("dim %2u, %d in flight: pull %9.0f  push(adagrad) %9.0f  redis MGET %9.0f  "
+                   "HMGET %9.0f rows/s  (pull / HMGET %.2f)\n",
+                   dims[d], inflight, pull[d][f], push[d][f], mget[d][f], hmget[d][f],
+                   pull[d][f] / hmget[d][f]);
+        }
+    }
+    const double rate = o.smoke ? 500 : 2000;
+    lat_t lk = lookup_latency(&x, false, 64, rate, 5), rl = lookup_latency(&x, true, 64, rate, 5);
+    lat_t prtt = rtt(&x, false), rrtt = rtt(&x, true);
+    printf("lookup of %d keys (dim 64) at %.0f/s: p50 %.0f us, p99 %.0f us; redis MGET: p50 %.0f "
+           "us, p99 %.0f us\n",
+           LK, rate, lk.p50, lk.p99, rl.p50, rl.p99);
+    printf("loopback round trip (PING): data plane p50 %.0f us p99 %.0f us; redis p50 %.0f us "
+           "p99 %.0f us\n",
+           prtt.p50, prtt.p99, rrtt.p50, rrtt.p99);
+    printf("gRPC API figures: not measured (the gRPC server is not built yet)\n");
+
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "bench", "rpc");
+    cJSON_AddNumberToObject(root, "keys", (double)x.nkeys);
+    cJSON_AddNumberToObject(root, "pull_rows_per_s", pull[1][1]);
+    cJSON_AddNumberToObject(root, "push_rows_per_s", push[1][1]);
+    cJSON_AddNumberToObject(root, "redis_mget_rows_per_s", mget[1][1]);
+    cJSON_AddNumberToObject(root, "redis_hmget_rows_per_s", hmget[1][1]);
+    cJSON_AddNumberToObject(root, "pull_vs_redis_hmget", pull[1][1] / hmget[1][1]);
+    cJSON_AddNumberToObject(root, "lookup_p50_us", lk.p50);
+    cJSON_AddNumberToObject(root, "lookup_p99_us", lk.p99);
+    cJSON_AddNumberToObject(root, "redis_p50_us", rl.p50);
+    cJSON_AddNumberToObject(root, "redis_p99_us", rl.p99);
+    cJSON_AddNumberToObject(root, "rtt_p50_us", prtt.p50);
+    cJSON_AddNumberToObject(root, "rtt_p99_us", prtt.p99);
+    cJSON_AddNumberToObject(root, "lookup_p99_vs_rtt_p50", lk.p99 / prtt.p50);
+    cJSON *cases = cJSON_AddArrayToObject(root, "cases");
+    for (int d = 0; d < 2; d++)
+        for (int f = 0; f < 2; f++) {
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "dim", dims[d]);
+            cJSON_AddNumberToObject(c, "inflight", f ? W : 1);
+            cJSON_AddNumberToObject(c, "pull_rows_per_s", pull[d][f]);
+            cJSON_AddNumberToObject(c, "push_rows_per_s", push[d][f]);
+            cJSON_AddNumberToObject(c, "redis_mget_rows_per_s", mget[d][f]);
+            cJSON_AddNumberToObject(c, "redis_hmget_rows_per_s", hmget[d][f]);
+            cJSON_AddItemToArray(cases, c);
+        }
+    bench_emit_json(&o, root);
+    psc_close(x.ps);
+    redisFree(x.rd);
+    stop(ps);
+    stop(rd);
+    unlink(pf);
+    rmdir(dir);
+    return 0;
+}
