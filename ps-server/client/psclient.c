@@ -97,7 +97,7 @@ struct psc {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     call_t *live, *submit_head, *submit_tail;
-    bool stopping;
+    atomic_bool stopping;  /* set under mu (ordering with submissions), read anywhere */
     pc_cluster_map_t *map; /* I/O thread; map_text under mu for readers */
     char *map_text;
     server_t **srv; /* by map index */

@@ -185,14 +185,22 @@ static bool token_ok(const ps_dp_t *dp, const uint8_t *body, uint32_t len) {
     return diff == 0;
 }
 
-/* Every key belongs to a slot this server owns (under the current map). */
-static bool keys_owned(ps_dp_t *dp, const uint64_t *keys, uint32_t n) {
+bool ps_dp_owns(ps_dp_t *dp, const uint64_t *keys, size_t n) {
     bool ok = true;
     pthread_rwlock_rdlock(&dp->map_lock);
-    for (uint32_t i = 0; i < n && ok; i++)
+    for (size_t i = 0; i < n && ok; i++)
         ok = pc_cmap_key_owner(dp->map, keys[i]) == dp->o.self;
     pthread_rwlock_unlock(&dp->map_lock);
     return ok;
+}
+
+char *ps_dp_map_text(ps_dp_t *dp, uint64_t *version) {
+    pthread_rwlock_rdlock(&dp->map_lock);
+    char *t = strdup(dp->map_text);
+    if (version)
+        *version = pc_cmap_version(dp->map);
+    pthread_rwlock_unlock(&dp->map_lock);
+    return t;
 }
 
 static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
@@ -203,7 +211,7 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, rc, "malformed batch");
         return;
     }
-    if (!keys_owned(dp, b.keys, b.n)) {
+    if (!ps_dp_owns(dp, b.keys, b.n)) {
         reply_error(c, h, PC_EWRONGSLOT, NULL);
         return;
     }

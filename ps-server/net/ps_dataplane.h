@@ -15,6 +15,8 @@
 #ifndef PS_DATAPLANE_H
 #define PS_DATAPLANE_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "pc_cluster.h"
@@ -41,6 +43,12 @@ int ps_dp_port(const ps_dp_t *dp);
 
 /* Replace the cluster map (copied); requests check ownership against it from now on. */
 int ps_dp_set_map(ps_dp_t *dp, const pc_cluster_map_t *map);
+
+/* The current map as text (malloc'ed, caller frees) and its version; NULL on ENOMEM. */
+char *ps_dp_map_text(ps_dp_t *dp, uint64_t *version);
+
+/* Whether every key belongs to a slot this server owns under the current map. */
+bool ps_dp_owns(ps_dp_t *dp, const uint64_t *keys, size_t n);
 
 typedef struct ps_dp_stats {
     uint64_t connections; /* open now */

@@ -1,0 +1,448 @@
+/* ps_api.c: the API handlers (see ps_api.h). One function per method: unpack (protobuf-c, NULL
+ * on malformed input), check, run, pack. */
+#include "ps_api.h"
+
+#include "emberps.pb-c.h"
+#include "pc_error.h"
+#include "pc_time.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PREFIX "/emberps.ParameterServer/"
+
+static const char *const k_names[PS_API_NMETHODS] = {
+    "Lookup",          "Pull",          "Push",       "CreateTable",
+    "DropTable",       "ListTables",    "TableStats", "Checkpoint",
+    "ListCheckpoints", "GetClusterMap", "Health"};
+static const char *const k_paths[PS_API_NMETHODS] = {
+    PREFIX "Lookup",          PREFIX "Pull",          PREFIX "Push",       PREFIX "CreateTable",
+    PREFIX "DropTable",       PREFIX "ListTables",    PREFIX "TableStats", PREFIX "Checkpoint",
+    PREFIX "ListCheckpoints", PREFIX "GetClusterMap", PREFIX "Health"};
+
+int ps_api_method(const char *path, size_t len) {
+    const size_t pl = sizeof PREFIX - 1;
+    if (len <= pl || memcmp(path, PREFIX, pl) != 0)
+        return -1;
+    for (int m = 0; m < PS_API_NMETHODS; m++)
+        if (strlen(k_names[m]) == len - pl && memcmp(path + pl, k_names[m], len - pl) == 0)
+            return m;
+    return -1;
+}
+
+const char *ps_api_path(ps_api_method_t m) {
+    return m < PS_API_NMETHODS ? k_paths[m] : NULL;
+}
+
+bool ps_api_is_admin(int m) {
+    return m == PS_API_CREATE_TABLE || m == PS_API_DROP_TABLE || m == PS_API_CHECKPOINT;
+}
+
+int ps_api_status_of(int e) {
+    switch (e) {
+        case 0:
+            return PS_ST_OK;
+        case PC_EINVAL:
+        case PC_EDIM:
+        case PC_EPARSE:
+        case PC_ERANGE:
+            return PS_ST_INVALID_ARGUMENT;
+        case PC_ENOTFOUND:
+            return PS_ST_NOT_FOUND;
+        case PC_EEXIST:
+            return PS_ST_ALREADY_EXISTS;
+        case PC_ETOOBIG:
+        case PC_ENOSPC:
+        case PC_ENOMEM:
+        case PC_EFULL:
+            return PS_ST_RESOURCE_EXHAUSTED;
+        case PC_EWRONGSLOT:
+        case PC_EAGAIN:
+            return PS_ST_FAILED_PRECONDITION;
+        case PC_EAUTH:
+            return PS_ST_UNAUTHENTICATED;
+        case PC_ETIMEDOUT:
+            return PS_ST_DEADLINE_EXCEEDED;
+        case PC_EUNAVAIL:
+            return PS_ST_UNAVAILABLE;
+        case PC_EUNSUPPORTED:
+            return PS_ST_UNIMPLEMENTED;
+        default:
+            return PS_ST_INTERNAL;
+    }
+}
+
+static void fail(ps_api_reply_t *r, int status, const char *fmt, const char *arg) {
+    r->status = status;
+    snprintf(r->msg, sizeof r->msg, fmt, arg ? arg : "");
+}
+
+static void fail_pc(ps_api_reply_t *r, int e, const char *what) {
+    r->status = ps_api_status_of(e);
+    snprintf(r->msg, sizeof r->msg, "%s: %s", what ? what : "", pc_strerror(e));
+}
+
+/* Pack a response message into r (any protobuf-c message). */
+static void ok_packed(ps_api_reply_t *r, const ProtobufCMessage *m) {
+    size_t len = protobuf_c_message_get_packed_size(m);
+    r->body = malloc(len ? len : 1);
+    if (!r->body) {
+        fail(r, PS_ST_RESOURCE_EXHAUSTED, "out of memory%s", "");
+        return;
+    }
+    r->len = protobuf_c_message_pack(m, r->body);
+    r->status = PS_ST_OK;
+}
+
+/* The table named in a request, acquired; NULL with r failed. */
+static ps_table_t *table_of(const ps_api_env_t *env, const char *name, ps_api_reply_t *r) {
+    ps_table_t *t;
+    if (!name || !name[0]) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "table name missing%s", "");
+        return NULL;
+    }
+    int rc = ps_catalog_acquire(env->cat, name, &t);
+    if (rc) {
+        fail(r, PS_ST_NOT_FOUND, "no table %s", name);
+        return NULL;
+    }
+    return t;
+}
+
+/* Common checks of a keyed batch: count and ownership. */
+static bool keys_ok(const ps_api_env_t *env, const uint64_t *keys, size_t n, ps_api_reply_t *r) {
+    if (n > env->max_keys) {
+        fail(r, PS_ST_RESOURCE_EXHAUSTED, "too many keys in one request%s", "");
+        return false;
+    }
+    if (env->owns && !env->owns(env->ctx, keys, n)) {
+        uint64_t v = 0;
+        char *text = env->map_text ? env->map_text(env->ctx, &v) : NULL;
+        free(text);
+        r->status = PS_ST_FAILED_PRECONDITION;
+        snprintf(r->msg, sizeof r->msg,
+                 "wrong slot: a key belongs to another server (map version %llu)",
+                 (unsigned long long)v);
+        return false;
+    }
+    return true;
+}
+
+static void do_rows(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
+                    ps_api_reply_t *r) {
+    const char *name;
+    size_t n;
+    const uint64_t *keys;
+    Emberps__LookupRequest *lq = NULL;
+    Emberps__PullRequest *pq = NULL;
+    if (m == PS_API_LOOKUP) {
+        if (!(lq = emberps__lookup_request__unpack(NULL, len, req))) {
+            fail(r, PS_ST_INVALID_ARGUMENT, "malformed LookupRequest%s", "");
+            return;
+        }
+        name = lq->table, n = lq->n_keys, keys = lq->keys;
+    } else {
+        if (!(pq = emberps__pull_request__unpack(NULL, len, req))) {
+            fail(r, PS_ST_INVALID_ARGUMENT, "malformed PullRequest%s", "");
+            return;
+        }
+        name = pq->table, n = pq->n_keys, keys = pq->keys;
+    }
+    ps_table_t *t = keys_ok(env, keys, n, r) ? table_of(env, name, r) : NULL;
+    if (t) {
+        const uint32_t dim = ps_table_dim(t);
+        float *rows = malloc(n * dim * sizeof(float) + 1);
+        uint8_t *found = m == PS_API_LOOKUP ? malloc(n + 1) : NULL;
+        int rc = !rows || (m == PS_API_LOOKUP && !found) ? PC_ENOMEM
+                 : m == PS_API_LOOKUP ? ps_table_lookup(t, keys, n, rows, n * dim, found)
+                                      : ps_table_pull(t, keys, n, rows, n * dim);
+        if (rc) {
+            fail_pc(r, rc, name);
+        } else if (m == PS_API_LOOKUP) {
+            Emberps__LookupResponse resp = EMBERPS__LOOKUP_RESPONSE__INIT;
+            resp.dim = dim;
+            resp.rows = (ProtobufCBinaryData){n * dim * sizeof(float), (uint8_t *)rows};
+            resp.found = (ProtobufCBinaryData){n, found};
+            ok_packed(r, &resp.base);
+        } else {
+            Emberps__PullResponse resp = EMBERPS__PULL_RESPONSE__INIT;
+            resp.dim = dim;
+            resp.rows = (ProtobufCBinaryData){n * dim * sizeof(float), (uint8_t *)rows};
+            ok_packed(r, &resp.base);
+        }
+        free(rows);
+        free(found);
+        ps_catalog_release(env->cat, t);
+    }
+    if (lq)
+        emberps__lookup_request__free_unpacked(lq, NULL);
+    if (pq)
+        emberps__pull_request__free_unpacked(pq, NULL);
+}
+
+static void do_push(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    Emberps__PushRequest *q = emberps__push_request__unpack(NULL, len, req);
+    if (!q) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "malformed PushRequest%s", "");
+        return;
+    }
+    ps_table_t *t = keys_ok(env, q->keys, q->n_keys, r) ? table_of(env, q->table, r) : NULL;
+    if (t) {
+        const size_t nf = q->n_keys * ps_table_dim(t);
+        if (q->grads.len != nf * sizeof(float)) {
+            r->status = PS_ST_INVALID_ARGUMENT;
+            snprintf(r->msg, sizeof r->msg, "grads: %zu bytes, want %zu keys x dim %u x 4",
+                     q->grads.len, q->n_keys, ps_table_dim(t));
+        } else {
+            /* bytes arrive unaligned inside the message copy: align for the table */
+            float *g = malloc(q->grads.len + 1);
+            ps_push_result_t res = {0, 0, 0};
+            int rc = g ? 0 : PC_ENOMEM;
+            if (g) {
+                memcpy(g, q->grads.data, q->grads.len);
+                rc = ps_table_push(t, q->keys, q->n_keys, g, nf, &res);
+            }
+            free(g);
+            if (rc) {
+                fail_pc(r, rc, q->table);
+            } else {
+                Emberps__PushResponse resp = EMBERPS__PUSH_RESPONSE__INIT;
+                resp.applied = res.applied;
+                resp.skipped_nonfinite = res.skipped_nonfinite;
+                resp.dropped_unadmitted = res.dropped_unadmitted;
+                ok_packed(r, &resp.base);
+            }
+        }
+        ps_catalog_release(env->cat, t);
+    }
+    emberps__push_request__free_unpacked(q, NULL);
+}
+
+static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    Emberps__CreateTableRequest *q = emberps__create_table_request__unpack(NULL, len, req);
+    if (!q) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "malformed CreateTableRequest%s", "");
+        return;
+    }
+    ps_table_config_t c;
+    char err[200];
+    ps_table_config_defaults(&c);
+    int rc = ps_table_config_parse(&c, q->spec, err, sizeof err);
+    if (rc) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "spec: %s", err);
+    } else if ((rc = ps_catalog_add(env->cat, &c))) {
+        fail_pc(r, rc, c.name);
+    } else {
+        char config[2048];
+        ps_table_config_format(&c, config, sizeof config);
+        Emberps__CreateTableResponse resp = EMBERPS__CREATE_TABLE_RESPONSE__INIT;
+        resp.config = config;
+        ok_packed(r, &resp.base);
+    }
+    emberps__create_table_request__free_unpacked(q, NULL);
+}
+
+static void do_drop(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    Emberps__DropTableRequest *q = emberps__drop_table_request__unpack(NULL, len, req);
+    if (!q) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "malformed DropTableRequest%s", "");
+        return;
+    }
+    int rc = ps_catalog_drop(env->cat, q->table);
+    if (rc) {
+        fail_pc(r, rc, q->table);
+    } else {
+        Emberps__DropTableResponse resp = EMBERPS__DROP_TABLE_RESPONSE__INIT;
+        ok_packed(r, &resp.base);
+    }
+    emberps__drop_table_request__free_unpacked(q, NULL);
+}
+
+static void do_list(const ps_api_env_t *env, ps_api_reply_t *r) {
+    enum { MAXT = 4096 };
+    char(*names)[PS_TABLE_NAME_MAX] = malloc(MAXT * sizeof *names);
+    char **ptrs = malloc(MAXT * sizeof *ptrs);
+    if (!names || !ptrs) {
+        free(names);
+        free(ptrs);
+        fail(r, PS_ST_RESOURCE_EXHAUSTED, "out of memory%s", "");
+        return;
+    }
+    size_t n = ps_catalog_list(env->cat, names, MAXT);
+    n = n < MAXT ? n : MAXT;
+    for (size_t i = 0; i < n; i++)
+        ptrs[i] = names[i];
+    Emberps__ListTablesResponse resp = EMBERPS__LIST_TABLES_RESPONSE__INIT;
+    resp.n_tables = n;
+    resp.tables = ptrs;
+    ok_packed(r, &resp.base);
+    free(names);
+    free(ptrs);
+}
+
+static void do_stats(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    Emberps__TableStatsRequest *q = emberps__table_stats_request__unpack(NULL, len, req);
+    if (!q) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "malformed TableStatsRequest%s", "");
+        return;
+    }
+    ps_table_t *t = table_of(env, q->table, r);
+    if (t) {
+        ps_table_stats_t s;
+        ps_table_stats(t, &s);
+        char config[2048];
+        ps_table_config_format(ps_table_config(t), config, sizeof config);
+        Emberps__TableStatsResponse resp = EMBERPS__TABLE_STATS_RESPONSE__INIT;
+        resp.config = config;
+        resp.rows = s.rows;
+        resp.bytes_weights = s.bytes_weights;
+        resp.bytes_state = s.bytes_state;
+        resp.bytes_overhead = s.bytes_keys + s.bytes_meta + s.bytes_index;
+        resp.pulled = s.pulled;
+        resp.pushed = s.pushed;
+        resp.looked_up = s.looked_up;
+        resp.evicted = s.evicted_capacity + s.evicted_ttl;
+        resp.nonfinite_skipped = s.nonfinite_skipped;
+        resp.admit_pending = s.admit_pending;
+        resp.spilled = s.spilled;
+        resp.cold_reads = s.cold_reads;
+        resp.version = ps_table_version(t);
+        ok_packed(r, &resp.base);
+        ps_catalog_release(env->cat, t);
+    }
+    emberps__table_stats_request__free_unpacked(q, NULL);
+}
+
+static void do_checkpoint(const ps_api_env_t *env, ps_api_reply_t *r) {
+    if (!env->checkpoint) {
+        fail(r, PS_ST_FAILED_PRECONDITION, "no checkpoint directory configured%s", "");
+        return;
+    }
+    ps_ckpt_result_t res;
+    int rc = env->checkpoint(env->ctx, &res);
+    if (rc) {
+        fail_pc(r, rc, "checkpoint");
+        return;
+    }
+    Emberps__CheckpointResponse resp = EMBERPS__CHECKPOINT_RESPONSE__INIT;
+    resp.id = res.id;
+    resp.incremental = res.incremental;
+    resp.rows = res.rows;
+    resp.bytes = res.bytes;
+    resp.seconds = res.seconds;
+    ok_packed(r, &resp.base);
+}
+
+static void do_list_ckpts(const ps_api_env_t *env, ps_api_reply_t *r) {
+    enum { MAXC = 1024 };
+    Emberps__ListCheckpointsResponse resp = EMBERPS__LIST_CHECKPOINTS_RESPONSE__INIT;
+    ps_ckpt_entry_t *e = NULL;
+    Emberps__CheckpointInfo *info = NULL, **ptrs = NULL;
+    size_t n = 0;
+    if (env->ckpt_dir) {
+        e = malloc(MAXC * sizeof *e);
+        info = malloc(MAXC * sizeof *info);
+        ptrs = malloc(MAXC * sizeof *ptrs);
+        int rc = e && info && ptrs ? ps_ckpt_list(env->ckpt_dir, e, MAXC, &n) : PC_ENOMEM;
+        if (rc == PC_ENOTFOUND)
+            n = 0;
+        else if (rc) {
+            fail_pc(r, rc, "list checkpoints");
+            n = SIZE_MAX;
+        }
+    }
+    if (n != SIZE_MAX) {
+        n = n < MAXC ? n : MAXC;
+        for (size_t i = 0; i < n; i++) {
+            Emberps__CheckpointInfo ci = EMBERPS__CHECKPOINT_INFO__INIT;
+            ci.id = e[i].id;
+            ci.parent = e[i].parent;
+            ci.incremental = e[i].incremental;
+            ci.rows = e[i].rows;
+            ci.bytes = e[i].bytes;
+            ci.created_unix_ns = e[i].created_unix_ns;
+            info[i] = ci;
+            ptrs[i] = &info[i];
+        }
+        resp.n_checkpoints = n;
+        resp.checkpoints = ptrs;
+        ok_packed(r, &resp.base);
+    }
+    free(e);
+    free(info);
+    free(ptrs);
+}
+
+static void do_map(const ps_api_env_t *env, ps_api_reply_t *r) {
+    uint64_t v = 0;
+    char *text = env->map_text ? env->map_text(env->ctx, &v) : NULL;
+    if (!text) {
+        fail(r, PS_ST_UNAVAILABLE, "no cluster map%s", "");
+        return;
+    }
+    Emberps__GetClusterMapResponse resp = EMBERPS__GET_CLUSTER_MAP_RESPONSE__INIT;
+    resp.map = text;
+    resp.version = v;
+    resp.self = env->shard;
+    ok_packed(r, &resp.base);
+    free(text);
+}
+
+static void do_health(const ps_api_env_t *env, ps_api_reply_t *r) {
+    char names[1][PS_TABLE_NAME_MAX];
+    Emberps__HealthResponse resp = EMBERPS__HEALTH_RESPONSE__INIT;
+    resp.status = "serving";
+    resp.shard = env->shard;
+    resp.uptime_s = (pc_time_mono_ns() - env->start_ns) / 1000000000ull;
+    resp.tables = ps_catalog_list(env->cat, names, 0);
+    ok_packed(r, &resp.base);
+}
+
+void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
+                 ps_api_reply_t *r) {
+    memset(r, 0, sizeof *r);
+    if (!req && len)
+        len = 0;
+    switch (m) {
+        case PS_API_LOOKUP:
+        case PS_API_PULL:
+            do_rows(env, m, req, len, r);
+            return;
+        case PS_API_PUSH:
+            do_push(env, req, len, r);
+            return;
+        case PS_API_CREATE_TABLE:
+            do_create(env, req, len, r);
+            return;
+        case PS_API_DROP_TABLE:
+            do_drop(env, req, len, r);
+            return;
+        case PS_API_LIST_TABLES:
+            do_list(env, r);
+            return;
+        case PS_API_TABLE_STATS:
+            do_stats(env, req, len, r);
+            return;
+        case PS_API_CHECKPOINT:
+            do_checkpoint(env, r);
+            return;
+        case PS_API_LIST_CHECKPOINTS:
+            do_list_ckpts(env, r);
+            return;
+        case PS_API_GET_CLUSTER_MAP:
+            do_map(env, r);
+            return;
+        case PS_API_HEALTH:
+            do_health(env, r);
+            return;
+        default:
+            fail(r, PS_ST_UNIMPLEMENTED, "unknown method%s", "");
+    }
+}
+
+void ps_api_reply_free(ps_api_reply_t *r) {
+    free(r->body);
+    r->body = NULL;
+    r->len = 0;
+}

@@ -1,0 +1,88 @@
+/* ps_api.h: the server's public API (proto/emberps.proto), independent of its transport.
+ *
+ * ps_api_call decodes one request message, runs it against the catalog and returns either the
+ * encoded response or a gRPC status with a message. The gRPC transport (ps_grpc.h) and the
+ * fuzz target drive it; nothing here depends on gRPC. Request sizes are bounded by the
+ * transport (max message length) before they get here; key counts by `max_keys` here.
+ *
+ * Thread rule: calls may run concurrently (the catalog and tables are thread-safe); the hooks
+ * must be thread-safe too.
+ */
+#ifndef PS_API_H
+#define PS_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ps_catalog.h"
+#include "ps_ckpt.h"
+
+/* gRPC status codes (grpc/status.h numbering) used by the API. */
+enum {
+    PS_ST_OK = 0,
+    PS_ST_DEADLINE_EXCEEDED = 4,
+    PS_ST_INVALID_ARGUMENT = 3,
+    PS_ST_NOT_FOUND = 5,
+    PS_ST_ALREADY_EXISTS = 6,
+    PS_ST_RESOURCE_EXHAUSTED = 8,
+    PS_ST_FAILED_PRECONDITION = 9,
+    PS_ST_UNIMPLEMENTED = 12,
+    PS_ST_INTERNAL = 13,
+    PS_ST_UNAVAILABLE = 14,
+    PS_ST_UNAUTHENTICATED = 16,
+};
+
+typedef enum {
+    PS_API_LOOKUP,
+    PS_API_PULL,
+    PS_API_PUSH,
+    PS_API_CREATE_TABLE,
+    PS_API_DROP_TABLE,
+    PS_API_LIST_TABLES,
+    PS_API_TABLE_STATS,
+    PS_API_CHECKPOINT,
+    PS_API_LIST_CHECKPOINTS,
+    PS_API_GET_CLUSTER_MAP,
+    PS_API_HEALTH,
+    PS_API_NMETHODS
+} ps_api_method_t;
+
+/* What the handlers reach. Hooks may be NULL (see each). */
+typedef struct ps_api_env {
+    ps_catalog_t *cat;
+    uint32_t max_keys;    /* per Lookup/Pull/Push */
+    const char *ckpt_dir; /* ListCheckpoints; NULL: none configured */
+    uint32_t shard;
+    uint64_t start_ns; /* pc_time_mono_ns() at start */
+    void *ctx;
+    /* Every key in a slot this server owns (NULL: owns all). */
+    bool (*owns)(void *ctx, const uint64_t *keys, size_t n);
+    /* The cluster map text (malloc'ed) and version (NULL: GetClusterMap is UNAVAILABLE). */
+    char *(*map_text)(void *ctx, uint64_t *version);
+    /* Write a checkpoint now (NULL: Checkpoint is FAILED_PRECONDITION). */
+    int (*checkpoint)(void *ctx, ps_ckpt_result_t *res);
+} ps_api_env_t;
+
+/* The method of a gRPC path such as "/emberps.ParameterServer/Lookup", or -1. */
+int ps_api_method(const char *path, size_t len);
+/* The full path of a method ("/emberps.ParameterServer/Lookup"). */
+const char *ps_api_path(ps_api_method_t m);
+/* Administrative methods (CreateTable, DropTable, Checkpoint): the admin token applies. */
+bool ps_api_is_admin(int method);
+
+typedef struct ps_api_reply {
+    int status; /* PS_ST_*; body only when PS_ST_OK */
+    char msg[256];
+    uint8_t *body; /* malloc'ed */
+    size_t len;
+} ps_api_reply_t;
+
+void ps_api_call(const ps_api_env_t *env, int method, const uint8_t *req, size_t len,
+                 ps_api_reply_t *out);
+void ps_api_reply_free(ps_api_reply_t *r);
+
+/* The gRPC status for an EmberPS error code. */
+int ps_api_status_of(int pc_err);
+
+#endif

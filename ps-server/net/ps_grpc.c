@@ -1,0 +1,241 @@
+/* ps_grpc.c: see ps_grpc.h. Follows ../shared TOOLCHAIN facts for gRPC C core 1.51: grpc_init
+ * first; initial metadata always sent with the status; grpc_op arrays zeroed; byte buffers read
+ * with readall; shutdown: shutdown_and_notify, cancel_all_calls, drain, destroy server, shut
+ * down and drain the queues. */
+#include "ps_grpc.h"
+
+#include "pc_error.h"
+#include "pc_log.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKEN_KEY "x-emberps-token"
+
+typedef struct worker {
+    struct ps_grpc *g;
+    grpc_completion_queue *cq;
+    pthread_t thread;
+    bool started;
+} worker_t;
+
+struct ps_grpc {
+    ps_api_env_t env;
+    char token[256], admin[256];
+    grpc_server *server;
+    int port;
+    int nworkers;
+    worker_t *w;
+    atomic_bool stopping;
+};
+
+/* The value of metadata `key`, compared in constant time with `want`. */
+static bool token_ok(const grpc_metadata_array *md, const char *want) {
+    const size_t wl = strlen(want);
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
+        if (GRPC_SLICE_LENGTH(k) != sizeof TOKEN_KEY - 1 ||
+            memcmp(GRPC_SLICE_START_PTR(k), TOKEN_KEY, sizeof TOKEN_KEY - 1) != 0)
+            continue;
+        const size_t vl = GRPC_SLICE_LENGTH(v);
+        const uint8_t *p = GRPC_SLICE_START_PTR(v);
+        unsigned diff = vl != wl;
+        for (size_t j = 0; j < wl; j++)
+            diff |= (unsigned)(want[j] ^ (j < vl ? p[j] : 0));
+        return diff == 0;
+    }
+    return false;
+}
+
+/* Run one batch and wait for it on the worker's queue. */
+static bool run_batch(worker_t *w, grpc_call *call, const grpc_op *ops, size_t n, void *tag) {
+    grpc_call_error e = grpc_call_start_batch(call, ops, n, tag, NULL);
+    if (e != GRPC_CALL_OK)
+        return false;
+    grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.tag == tag && ev.success;
+}
+
+static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
+                   const grpc_metadata_array *md) {
+    struct ps_grpc *g = w->g;
+    grpc_byte_buffer *in = NULL;
+    grpc_op op[4];
+    memset(op, 0, sizeof op);
+    op[0].op = GRPC_OP_RECV_MESSAGE;
+    op[0].data.recv_message.recv_message = &in;
+    if (!run_batch(w, call, op, 1, (void *)1))
+        return;
+    ps_api_reply_t r;
+    memset(&r, 0, sizeof r);
+    const int m =
+        ps_api_method((const char *)GRPC_SLICE_START_PTR(d->method), GRPC_SLICE_LENGTH(d->method));
+    const char *need = m >= 0 && ps_api_is_admin(m) && g->admin[0] ? g->admin : g->token;
+    if (need[0] && !token_ok(md, need)) {
+        r.status = PS_ST_UNAUTHENTICATED;
+        snprintf(r.msg, sizeof r.msg, "missing or wrong %s", TOKEN_KEY);
+    } else if (m < 0) {
+        r.status = PS_ST_UNIMPLEMENTED;
+        snprintf(r.msg, sizeof r.msg, "no such method");
+    } else {
+        grpc_slice s = grpc_empty_slice();
+        if (in) {
+            grpc_byte_buffer_reader rd;
+            if (grpc_byte_buffer_reader_init(&rd, in)) {
+                s = grpc_byte_buffer_reader_readall(&rd);
+                grpc_byte_buffer_reader_destroy(&rd);
+            }
+        }
+        ps_api_call(&g->env, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
+        grpc_slice_unref(s);
+    }
+    if (in)
+        grpc_byte_buffer_destroy(in);
+    grpc_byte_buffer *out = NULL;
+    if (r.status == PS_ST_OK) {
+        grpc_slice body = grpc_slice_from_copied_buffer((const char *)r.body, r.len);
+        out = grpc_raw_byte_buffer_create(&body, 1);
+        grpc_slice_unref(body);
+    }
+    grpc_slice details = grpc_slice_from_copied_string(r.msg);
+    int cancelled = 0;
+    size_t n = 0;
+    memset(op, 0, sizeof op);
+    op[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (out) {
+        op[n].op = GRPC_OP_SEND_MESSAGE;
+        op[n++].data.send_message.send_message = out;
+    }
+    op[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    op[n].data.send_status_from_server.status = (grpc_status_code)r.status;
+    op[n++].data.send_status_from_server.status_details = &details;
+    op[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op[n++].data.recv_close_on_server.cancelled = &cancelled;
+    run_batch(w, call, op, n, (void *)2);
+    grpc_slice_unref(details);
+    if (out)
+        grpc_byte_buffer_destroy(out);
+    ps_api_reply_free(&r);
+}
+
+static void *worker_main(void *arg) {
+    worker_t *w = arg;
+    struct ps_grpc *g = w->g;
+    while (!atomic_load(&g->stopping)) {
+        grpc_call *call = NULL;
+        grpc_call_details d;
+        grpc_metadata_array md;
+        grpc_call_details_init(&d);
+        grpc_metadata_array_init(&md);
+        grpc_call_error e =
+            grpc_server_request_call(g->server, &call, &d, &md, w->cq, w->cq, (void *)w);
+        bool got = false;
+        if (e == GRPC_CALL_OK) {
+            grpc_event ev =
+                grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+            got = ev.type == GRPC_OP_COMPLETE && ev.success;
+        }
+        if (got)
+            handle(w, call, &d, &md);
+        if (call)
+            grpc_call_unref(call);
+        grpc_call_details_destroy(&d);
+        grpc_metadata_array_destroy(&md);
+        if (e != GRPC_CALL_OK || !got)
+            break; /* the server is shutting down */
+    }
+    return NULL;
+}
+
+int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **out) {
+    if (!env || !o || !o->addr || !out || o->threads < 1 || o->threads > 64 ||
+        (o->token && strlen(o->token) >= 256) || (o->admin_token && strlen(o->admin_token) >= 256))
+        return PC_EINVAL;
+    grpc_init();
+    ps_grpc_t *g = calloc(1, sizeof *g);
+    worker_t *w = calloc((size_t)o->threads, sizeof *w);
+    if (!g || !w) {
+        free(g);
+        free(w);
+        grpc_shutdown();
+        return PC_ENOMEM;
+    }
+    g->env = *env;
+    g->w = w;
+    snprintf(g->token, sizeof g->token, "%s", o->token ? o->token : "");
+    snprintf(g->admin, sizeof g->admin, "%s", o->admin_token ? o->admin_token : "");
+    grpc_arg args[2] = {
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+         .value.integer = (int)o->max_message},
+        {.type = GRPC_ARG_INTEGER,
+         .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+         .value.integer = (int)o->max_message},
+    };
+    grpc_channel_args ca = {2, args};
+    g->server = grpc_server_create(&ca, NULL);
+    for (int i = 0; i < o->threads; i++) {
+        w[i].g = g;
+        w[i].cq = grpc_completion_queue_create_for_next(NULL);
+        grpc_server_register_completion_queue(g->server, w[i].cq, NULL);
+    }
+    g->nworkers = o->threads;
+    grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
+    g->port = grpc_server_add_http2_port(g->server, o->addr, cr);
+    grpc_server_credentials_release(cr);
+    if (g->port == 0) {
+        PC_ERROR("gRPC: cannot listen on %s", o->addr);
+        ps_grpc_stop(g);
+        return PC_EIO;
+    }
+    grpc_server_start(g->server);
+    for (int i = 0; i < o->threads; i++) {
+        if (pthread_create(&w[i].thread, NULL, worker_main, &w[i])) {
+            ps_grpc_stop(g);
+            return PC_ESYS;
+        }
+        w[i].started = true;
+    }
+    PC_INFO("gRPC API on %s (port %d), %d threads%s", o->addr, g->port, o->threads,
+            g->token[0] ? ", token required" : "");
+    *out = g;
+    return 0;
+}
+
+int ps_grpc_port(const ps_grpc_t *g) {
+    return g->port;
+}
+
+void ps_grpc_stop(ps_grpc_t *g) {
+    if (!g)
+        return;
+    atomic_store(&g->stopping, true);
+    grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
+    grpc_server_shutdown_and_notify(g->server, scq, (void *)g);
+    grpc_server_cancel_all_calls(g->server);
+    grpc_completion_queue_pluck(scq, (void *)g, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    for (int i = 0; i < g->nworkers; i++)
+        if (g->w[i].started)
+            pthread_join(g->w[i].thread, NULL);
+    grpc_server_destroy(g->server);
+    grpc_completion_queue_shutdown(scq);
+    grpc_completion_queue_destroy(scq);
+    for (int i = 0; i < g->nworkers; i++) {
+        grpc_completion_queue_shutdown(g->w[i].cq);
+        while (
+            grpc_completion_queue_next(g->w[i].cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+            GRPC_QUEUE_SHUTDOWN)
+            ;
+        grpc_completion_queue_destroy(g->w[i].cq);
+    }
+    free(g->w);
+    free(g);
+    grpc_shutdown();
+}

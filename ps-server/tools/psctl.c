@@ -1,0 +1,349 @@
+/* psctl: the command line of an EmberPS server's gRPC API.
+ *
+ *   psctl [--server=HOST:PORT] [--token=T] [--json] [--timeout-ms=N] COMMAND [ARGS]
+ *
+ * Commands: health, map, tables, create SPEC, drop NAME, stats NAME, lookup NAME KEY...,
+ * checkpoint, checkpoints. Human-readable output by default, one JSON object with --json.
+ * Exit status: 0 done; 1 the server refused (its status and message on stderr); 2 bad usage;
+ * 3 the server could not be reached in time.
+ */
+#include "emberps.pb-c.h"
+#include "emberps/psgrpc.h"
+#include "pc_settings.h"
+#include "ps_api.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct opts {
+    char server[256];
+    char token[256];
+    bool json;
+    int64_t timeout_ms;
+} opts_t;
+
+#define T opts_t
+static const pc_setting_t k_opts[] = {
+    PC_SETTING_STRING(T, server, "127.0.0.1:7500", "gRPC address of the server"),
+    PC_SETTING_STRING(T, token, "", "token (x-emberps-token), or the admin token"),
+    PC_SETTING_BOOL(T, json, "false", "print one JSON object"),
+    PC_SETTING_INT(T, timeout_ms, 1, 3600000, "10000", "deadline of the call"),
+};
+#undef T
+#define NOPTS (sizeof k_opts / sizeof k_opts[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: psctl [options] COMMAND [ARGS]\n\n"
+               "commands:\n"
+               "  health                 server status\n"
+               "  map                    the cluster map\n"
+               "  tables                 list tables\n"
+               "  create SPEC            create a table (\"name=emb,dim=16,optimizer=adagrad\")\n"
+               "  drop NAME              drop a table\n"
+               "  stats NAME             table statistics\n"
+               "  lookup NAME KEY...     rows of keys (read-only)\n"
+               "  checkpoint             write a checkpoint now\n"
+               "  checkpoints            list checkpoints\n\n"
+               "options:\n");
+    pc_settings_help(k_opts, NOPTS, f);
+    fprintf(f, "\nexit status: 0 done, 1 refused by the server, 2 usage, 3 unreachable\n");
+}
+
+static opts_t g_o;
+static psg_t *g_c;
+
+/* Call method m with a packed request; the unpacked response or NULL after printing why. */
+static uint8_t *call(int m, const ProtobufCMessage *req, size_t *len, int *exit_code) {
+    size_t rl = protobuf_c_message_get_packed_size(req);
+    uint8_t *rb = malloc(rl + 1);
+    protobuf_c_message_pack(req, rb);
+    uint8_t *resp;
+    char msg[512];
+    int st = psg_call(g_c, ps_api_path((ps_api_method_t)m), rb, rl, (int)g_o.timeout_ms, &resp, len,
+                      msg, sizeof msg);
+    free(rb);
+    if (st == 0)
+        return resp;
+    *exit_code = st == PS_ST_UNAVAILABLE || st == PS_ST_DEADLINE_EXCEEDED ? 3 : 1;
+    if (g_o.json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "status", st);
+        cJSON_AddStringToObject(o, "error", msg);
+        char *t = cJSON_PrintUnformatted(o);
+        printf("%s\n", t);
+        cJSON_free(t);
+        cJSON_Delete(o);
+    }
+    fprintf(stderr, "psctl: %s: status %d: %s\n", ps_api_path((ps_api_method_t)m), st, msg);
+    return NULL;
+}
+
+static void emit(cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    printf("%s\n", t);
+    cJSON_free(t);
+    cJSON_Delete(o);
+}
+
+static void num(cJSON *o, const char *k, uint64_t v) {
+    cJSON_AddNumberToObject(o, k, (double)v);
+}
+
+int main(int argc, char **argv) {
+    char err[256];
+    pc_settings_defaults(k_opts, NOPTS, &g_o);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+    int argi = 1;
+    if (pc_settings_parse_args(k_opts, NOPTS, &g_o, argc, argv, &argi, err, sizeof err)) {
+        fprintf(stderr, "psctl: %s\n", err);
+        return 2;
+    }
+    if (argi >= argc) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[argi++];
+    const int nargs = argc - argi;
+    char **args = argv + argi;
+    if (psg_create(g_o.server, g_o.token, 256u << 20, &g_c)) {
+        fprintf(stderr, "psctl: cannot create a client for %s\n", g_o.server);
+        return 2;
+    }
+    int rc = 0;
+    size_t len;
+    uint8_t *r = NULL;
+    if (!strcmp(cmd, "health") && nargs == 0) {
+        Emberps__HealthRequest q = EMBERPS__HEALTH_REQUEST__INIT;
+        Emberps__HealthResponse *p;
+        if ((r = call(PS_API_HEALTH, &q.base, &len, &rc)) &&
+            (p = emberps__health_response__unpack(NULL, len, r))) {
+            if (g_o.json) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "status", p->status);
+                num(o, "shard", p->shard);
+                num(o, "uptime_s", p->uptime_s);
+                num(o, "tables", p->tables);
+                emit(o);
+            } else {
+                printf("status: %s\nshard: %u\nuptime: %" PRIu64 " s\ntables: %" PRIu64 "\n",
+                       p->status, p->shard, p->uptime_s, p->tables);
+            }
+            emberps__health_response__free_unpacked(p, NULL);
+        }
+    } else if (!strcmp(cmd, "map") && nargs == 0) {
+        Emberps__GetClusterMapRequest q = EMBERPS__GET_CLUSTER_MAP_REQUEST__INIT;
+        Emberps__GetClusterMapResponse *p;
+        if ((r = call(PS_API_GET_CLUSTER_MAP, &q.base, &len, &rc)) &&
+            (p = emberps__get_cluster_map_response__unpack(NULL, len, r))) {
+            if (g_o.json) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "map", p->map);
+                num(o, "version", p->version);
+                num(o, "self", p->self);
+                emit(o);
+            } else {
+                printf("%s\n(this server: index %u)\n", p->map, p->self);
+            }
+            emberps__get_cluster_map_response__free_unpacked(p, NULL);
+        }
+    } else if (!strcmp(cmd, "tables") && nargs == 0) {
+        Emberps__ListTablesRequest q = EMBERPS__LIST_TABLES_REQUEST__INIT;
+        Emberps__ListTablesResponse *p;
+        if ((r = call(PS_API_LIST_TABLES, &q.base, &len, &rc)) &&
+            (p = emberps__list_tables_response__unpack(NULL, len, r))) {
+            cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tables");
+            for (size_t i = 0; i < p->n_tables; i++) {
+                if (g_o.json)
+                    cJSON_AddItemToArray(a, cJSON_CreateString(p->tables[i]));
+                else
+                    printf("%s\n", p->tables[i]);
+            }
+            if (g_o.json)
+                emit(o);
+            else
+                cJSON_Delete(o);
+            emberps__list_tables_response__free_unpacked(p, NULL);
+        }
+    } else if (!strcmp(cmd, "create") && nargs == 1) {
+        Emberps__CreateTableRequest q = EMBERPS__CREATE_TABLE_REQUEST__INIT;
+        q.spec = args[0];
+        Emberps__CreateTableResponse *p;
+        if ((r = call(PS_API_CREATE_TABLE, &q.base, &len, &rc)) &&
+            (p = emberps__create_table_response__unpack(NULL, len, r))) {
+            if (g_o.json) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "config", p->config);
+                emit(o);
+            } else {
+                printf("created: %s\n", p->config);
+            }
+            emberps__create_table_response__free_unpacked(p, NULL);
+        }
+    } else if (!strcmp(cmd, "drop") && nargs == 1) {
+        Emberps__DropTableRequest q = EMBERPS__DROP_TABLE_REQUEST__INIT;
+        q.table = args[0];
+        if ((r = call(PS_API_DROP_TABLE, &q.base, &len, &rc))) {
+            if (g_o.json) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "dropped", args[0]);
+                emit(o);
+            } else {
+                printf("dropped %s\n", args[0]);
+            }
+        }
+    } else if (!strcmp(cmd, "stats") && nargs == 1) {
+        Emberps__TableStatsRequest q = EMBERPS__TABLE_STATS_REQUEST__INIT;
+        q.table = args[0];
+        Emberps__TableStatsResponse *p;
+        if ((r = call(PS_API_TABLE_STATS, &q.base, &len, &rc)) &&
+            (p = emberps__table_stats_response__unpack(NULL, len, r))) {
+            const struct {
+                const char *k;
+                uint64_t v;
+            } f[] = {{"rows", p->rows},
+                     {"bytes_weights", p->bytes_weights},
+                     {"bytes_state", p->bytes_state},
+                     {"bytes_overhead", p->bytes_overhead},
+                     {"pulled", p->pulled},
+                     {"pushed", p->pushed},
+                     {"looked_up", p->looked_up},
+                     {"evicted", p->evicted},
+                     {"nonfinite_skipped", p->nonfinite_skipped},
+                     {"admit_pending", p->admit_pending},
+                     {"spilled", p->spilled},
+                     {"cold_reads", p->cold_reads},
+                     {"version", p->version}};
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "config", p->config);
+            if (!g_o.json)
+                printf("config: %s\n", p->config);
+            for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+                num(o, f[i].k, f[i].v);
+                if (!g_o.json)
+                    printf("%s: %" PRIu64 "\n", f[i].k, f[i].v);
+            }
+            if (g_o.json)
+                emit(o);
+            else
+                cJSON_Delete(o);
+            emberps__table_stats_response__free_unpacked(p, NULL);
+        }
+    } else if (!strcmp(cmd, "lookup") && nargs >= 2) {
+        Emberps__LookupRequest q = EMBERPS__LOOKUP_REQUEST__INIT;
+        q.table = args[0];
+        q.n_keys = (size_t)nargs - 1;
+        q.keys = calloc(q.n_keys, sizeof *q.keys);
+        for (size_t i = 0; i < q.n_keys; i++) {
+            char *end;
+            errno = 0;
+            q.keys[i] = strtoull(args[1 + i], &end, 10);
+            if (errno || *end || args[1 + i][0] == '-') {
+                fprintf(stderr, "psctl: '%s' is not a key (unsigned 64-bit decimal)\n",
+                        args[1 + i]);
+                free(q.keys);
+                psg_destroy(g_c);
+                return 2;
+            }
+        }
+        Emberps__LookupResponse *p;
+        if ((r = call(PS_API_LOOKUP, &q.base, &len, &rc)) &&
+            (p = emberps__lookup_response__unpack(NULL, len, r))) {
+            const float *rows = NULL;
+            float *copy = malloc(p->rows.len + 1);
+            if (copy && p->rows.len == q.n_keys * p->dim * sizeof(float)) {
+                memcpy(copy, p->rows.data, p->rows.len);
+                rows = copy;
+            }
+            cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "rows");
+            for (size_t i = 0; rows && i < q.n_keys; i++) {
+                const bool found = i < p->found.len && p->found.data[i];
+                if (g_o.json) {
+                    cJSON *e = cJSON_CreateObject();
+                    cJSON_AddStringToObject(e, "key", args[1 + i]);
+                    cJSON_AddBoolToObject(e, "found", found);
+                    cJSON *v = cJSON_AddArrayToObject(e, "values");
+                    for (uint32_t d = 0; d < p->dim; d++)
+                        cJSON_AddItemToArray(v, cJSON_CreateNumber(rows[i * p->dim + d]));
+                    cJSON_AddItemToArray(a, e);
+                } else {
+                    printf("%s%s:", args[1 + i], found ? "" : " (not found)");
+                    for (uint32_t d = 0; d < p->dim; d++)
+                        printf(" %.6g", rows[i * p->dim + d]);
+                    printf("\n");
+                }
+            }
+            if (g_o.json)
+                emit(o);
+            else
+                cJSON_Delete(o);
+            free(copy);
+            emberps__lookup_response__free_unpacked(p, NULL);
+        }
+        free(q.keys);
+    } else if (!strcmp(cmd, "checkpoint") && nargs == 0) {
+        Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
+        Emberps__CheckpointResponse *p;
+        if ((r = call(PS_API_CHECKPOINT, &q.base, &len, &rc)) &&
+            (p = emberps__checkpoint_response__unpack(NULL, len, r))) {
+            if (g_o.json) {
+                cJSON *o = cJSON_CreateObject();
+                num(o, "id", p->id);
+                cJSON_AddBoolToObject(o, "incremental", p->incremental);
+                num(o, "rows", p->rows);
+                num(o, "bytes", p->bytes);
+                cJSON_AddNumberToObject(o, "seconds", p->seconds);
+                emit(o);
+            } else {
+                printf("checkpoint %" PRIu64 " (%s): %" PRIu64 " rows, %" PRIu64 " bytes, %.2f s\n",
+                       p->id, p->incremental ? "incremental" : "full", p->rows, p->bytes,
+                       p->seconds);
+            }
+            emberps__checkpoint_response__free_unpacked(p, NULL);
+        }
+    } else if (!strcmp(cmd, "checkpoints") && nargs == 0) {
+        Emberps__ListCheckpointsRequest q = EMBERPS__LIST_CHECKPOINTS_REQUEST__INIT;
+        Emberps__ListCheckpointsResponse *p;
+        if ((r = call(PS_API_LIST_CHECKPOINTS, &q.base, &len, &rc)) &&
+            (p = emberps__list_checkpoints_response__unpack(NULL, len, r))) {
+            cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "checkpoints");
+            for (size_t i = 0; i < p->n_checkpoints; i++) {
+                const Emberps__CheckpointInfo *c = p->checkpoints[i];
+                if (g_o.json) {
+                    cJSON *e = cJSON_CreateObject();
+                    num(e, "id", c->id);
+                    num(e, "parent", c->parent);
+                    cJSON_AddBoolToObject(e, "incremental", c->incremental);
+                    num(e, "rows", c->rows);
+                    num(e, "bytes", c->bytes);
+                    num(e, "created_unix_ns", c->created_unix_ns);
+                    cJSON_AddItemToArray(a, e);
+                } else {
+                    printf("%" PRIu64 "  %-11s parent %" PRIu64 "  %" PRIu64 " rows  %" PRIu64
+                           " bytes\n",
+                           c->id, c->incremental ? "incremental" : "full", c->parent, c->rows,
+                           c->bytes);
+                }
+            }
+            if (g_o.json)
+                emit(o);
+            else
+                cJSON_Delete(o);
+            emberps__list_checkpoints_response__free_unpacked(p, NULL);
+        }
+    } else {
+        fprintf(stderr, "psctl: unknown command or wrong arguments: %s\n", cmd);
+        usage(stderr);
+        rc = 2;
+    }
+    free(r);
+    psg_destroy(g_c);
+    return rc;
+}
