@@ -18,9 +18,13 @@
 #include "pc_settings.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
+#include "pc_time.h"
+#include "ps_api.h"
 #include "ps_dataplane.h"
+#include "ps_grpc.h"
 #include "ps_tier.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +36,9 @@ typedef struct srv_cfg {
     char host[64];
     int64_t port;
     int64_t io_threads;
+    int64_t grpc_port;
+    int64_t grpc_threads;
+    char admin_token[256];
     char cluster_map[4096];
     char cluster_map_file[512];
     int64_t server_index;
@@ -58,6 +65,9 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_STRING(T, host, "127.0.0.1", "address to bind"),
     PC_SETTING_INT(T, port, 0, 65535, "7400", "data plane port (0: any free port)"),
     PC_SETTING_INT(T, io_threads, 1, 64, "2", "data plane event loops"),
+    PC_SETTING_INT(T, grpc_port, -1, 65535, "7500", "gRPC API port (0: any free, -1: off)"),
+    PC_SETTING_INT(T, grpc_threads, 1, 64, "2", "gRPC handler threads"),
+    PC_SETTING_STRING(T, admin_token, "", "token for CreateTable/DropTable/Checkpoint (gRPC)"),
     PC_SETTING_STRING(T, cluster_map, "", "cluster map text (empty: this server owns every slot)"),
     PC_SETTING_STRING(T, cluster_map_file, "", "file holding the cluster map (reread on SIGHUP)"),
     PC_SETTING_INT(T, server_index, -1, 1023, "-1", "index in the map (-1: find host:port)"),
@@ -75,7 +85,7 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, tier_cache_bytes, 0, 1e15, "256Mi", "cold tier block cache"),
     PC_SETTING_INT(T, tier_min_free_bytes, 0, 1e15, "1Gi", "cold tier free-space watermark"),
     PC_SETTING_INT(T, clock_tick_s, 0, 1e9, "0", "advance table clocks every N s (0: off)"),
-    PC_SETTING_STRING(T, port_file, "", "write the bound data plane port here once serving"),
+    PC_SETTING_STRING(T, port_file, "", "once serving, write the data plane and gRPC ports here"),
     PC_SETTING_ENUM(T, log_level, k_levels, "info", "log level"),
     PC_SETTING_BOOL(T, print_config, "false", "print the effective settings and exit"),
 };
@@ -89,6 +99,9 @@ typedef struct server {
     ps_tier_t *tier;
     ps_ckpt_t *ck;
     ps_dp_t *dp;
+    ps_grpc_t *grpc;
+    pthread_mutex_t ckpt_mu; /* checkpoints come from the timer, signals and gRPC */
+    uint32_t self;
     uv_signal_t sig_term, sig_int, sig_usr1, sig_hup;
     uv_timer_t ckpt_timer, clock_timer;
     int rc;
@@ -165,16 +178,39 @@ static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
 
 /* ==== runtime ============================================================================== */
 
+/* Write a checkpoint (serialized: the checkpointer is single-owner). */
+static int checkpoint_locked(server_t *s, ps_ckpt_result_t *r) {
+    pthread_mutex_lock(&s->ckpt_mu);
+    int rc = ps_ckpt_write(s->ck, r);
+    pthread_mutex_unlock(&s->ckpt_mu);
+    return rc;
+}
+
 static void checkpoint_now(server_t *s, const char *why) {
     if (!s->ck)
         return;
     ps_ckpt_result_t r;
-    int rc = ps_ckpt_write(s->ck, &r);
+    int rc = checkpoint_locked(s, &r);
     if (rc)
         PC_ERROR("checkpoint (%s) failed: %s", why, pc_strerror(rc));
     else
         PC_INFO("checkpoint %llu (%s): %llu rows, %.1f MB in %.2f s", (unsigned long long)r.id, why,
                 (unsigned long long)r.rows, (double)r.bytes / 1e6, r.seconds);
+}
+
+/* ---- hooks of the gRPC API ---- */
+static bool api_owns(void *ctx, const uint64_t *keys, size_t n) {
+    server_t *s = ctx;
+    return ps_dp_owns(s->dp, keys, n);
+}
+
+static char *api_map(void *ctx, uint64_t *version) {
+    server_t *s = ctx;
+    return ps_dp_map_text(s->dp, version);
+}
+
+static int api_checkpoint(void *ctx, ps_ckpt_result_t *r) {
+    return checkpoint_locked(ctx, r);
 }
 
 static void on_ckpt_timer(uv_timer_t *t) {
@@ -201,6 +237,8 @@ static void on_clock_timer(uv_timer_t *t) {
 static void on_stop_signal(uv_signal_t *h, int sig) {
     server_t *s = h->data;
     PC_INFO("signal %d: stopping", sig);
+    ps_grpc_stop(s->grpc); /* calls in flight are cancelled */
+    s->grpc = NULL;
     ps_dp_stop(s->dp); /* no more requests; those received are answered */
     s->dp = NULL;
     if (s->cfg.ckpt_on_exit)
@@ -260,6 +298,7 @@ static int create_tables(server_t *s) {
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     server_t s = {0};
+    pthread_mutex_init(&s.ckpt_mu, NULL);
     int rc = load_settings(&s.cfg, argc, argv);
     if (rc)
         return rc;
@@ -344,7 +383,29 @@ int main(int argc, char **argv) {
             ps_dp_set_map(s.dp, map);
     }
     pc_cmap_destroy(map);
+    s.self = (uint32_t)self;
+    ps_api_env_t env = {.cat = s.cat,
+                        .max_keys = (uint32_t)s.cfg.max_batch_keys,
+                        .ckpt_dir = s.cfg.ckpt_dir[0] ? s.cfg.ckpt_dir : NULL,
+                        .shard = (uint32_t)self,
+                        .start_ns = pc_time_mono_ns(),
+                        .ctx = &s,
+                        .owns = api_owns,
+                        .map_text = api_map,
+                        .checkpoint = s.ck ? api_checkpoint : NULL};
+    if (!rc && s.cfg.grpc_port >= 0) {
+        char addr[128];
+        snprintf(addr, sizeof addr, "%s:%d", s.cfg.host, (int)s.cfg.grpc_port);
+        ps_grpc_opts_t go = {.addr = addr,
+                             .threads = (int)s.cfg.grpc_threads,
+                             .token = s.cfg.token,
+                             .admin_token = s.cfg.admin_token,
+                             .max_message = (uint32_t)s.cfg.max_body_bytes};
+        if (ps_grpc_start(&env, &go, &s.grpc))
+            rc = 1;
+    }
     if (rc) {
+        ps_grpc_stop(s.grpc);
         ps_dp_stop(s.dp);
         ps_ckpt_destroy(s.ck);
         ps_catalog_destroy(s.cat);
@@ -355,13 +416,14 @@ int main(int argc, char **argv) {
         char tmp[600];
         snprintf(tmp, sizeof tmp, "%s.tmp", s.cfg.port_file);
         FILE *f = fopen(tmp, "w");
-        if (f) {
-            fprintf(f, "%d\n", ps_dp_port(s.dp));
+        if (f) { /* line 1: data plane port; line 2: gRPC port (0 when off) */
+            fprintf(f, "%d\n%d\n", ps_dp_port(s.dp), s.grpc ? ps_grpc_port(s.grpc) : 0);
             fclose(f);
             rename(tmp, s.cfg.port_file);
         }
     }
-    PC_INFO("serving on %s:%d", s.cfg.host, ps_dp_port(s.dp));
+    PC_INFO("serving on %s:%d (data plane), gRPC %d", s.cfg.host, ps_dp_port(s.dp),
+            s.grpc ? ps_grpc_port(s.grpc) : -1);
 
     s.loop = uv_default_loop();
     uv_signal_init(s.loop, &s.sig_term);

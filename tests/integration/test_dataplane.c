@@ -8,85 +8,16 @@
  *  - token authentication; refusal to bind a non-loopback address without a token;
  *  - SIGTERM: in-flight work answered, checkpoint written, exit 0.
  * argv[1] is the ps-server binary. Every wait is bounded. */
+#include "proc_util.h"
 #include "table_check.h"
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 
 #include "emberps/psclient.h"
 #include "pc_error.h"
 #include "pc_wire.h"
 #include "ps_ckpt.h"
 
-static const char *g_bin;
-static pid_t g_pids[16]; /* every server started, killed at the end whatever happened */
-static int g_npids;
 static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
 enum { D = 8 };
-
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Start ps-server with `extra` flags (NULL-terminated) on `port`; wait until it serves. */
-static pid_t spawn(int port, const char *dir, const char *const *extra) {
-    char pf[300], portarg[32], pfarg[320];
-    snprintf(pf, sizeof pf, "%s/port-%d", dir, port);
-    unlink(pf);
-    snprintf(portarg, sizeof portarg, "--port=%d", port);
-    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
-    const char *argv[32] = {g_bin, portarg, pfarg, "--log-level=warn", "--io-threads=2"};
-    int a = 5;
-    for (int i = 0; extra && extra[i] && a < 31; i++)
-        argv[a++] = extra[i];
-    argv[a] = NULL;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        execv(g_bin, (char *const *)argv);
-        _exit(127);
-    }
-    if (g_npids < 16)
-        g_pids[g_npids++] = pid;
-    for (double t0 = now_s(); now_s() - t0 < 10;) {
-        if (access(pf, F_OK) == 0)
-            return pid;
-        int st;
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            fail_msg("ps-server exited early (status %d)", st);
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    fail_msg("ps-server did not come up on port %d", port);
-    return -1;
-}
-
-/* Wait (bounded) for pid to exit; its exit status, or -1 if it had to be killed. */
-static int reap(pid_t pid, double seconds) {
-    int st;
-    for (double t0 = now_s(); now_s() - t0 < seconds; usleep(10000))
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
-}
 
 static ps_table_t *local_table(void) {
     ps_table_config_t c;
@@ -123,12 +54,12 @@ static void test_two_servers_match_local(void **state) {
     (void)state;
     char dir[256], map[256], maparg[300], tables[200];
     tc_tmpdir(dir, sizeof dir, "dp2");
-    int p0 = free_port(), p1 = free_port();
+    int p0 = pu_free_port(), p1 = pu_free_port();
     two_way_map(map, sizeof map, p0, p1, 1);
     snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     const char *extra[] = {maparg, tables, NULL};
-    pid_t s0 = spawn(p0, dir, extra), s1 = spawn(p1, dir, extra);
+    pid_t s0 = pu_spawn(p0, dir, extra, NULL), s1 = pu_spawn(p1, dir, extra, NULL);
     char one[64];
     snprintf(one, sizeof one, "127.0.0.1:%d", p0); /* the map comes from the server */
     psc_t *c = connect_to(one, NULL);
@@ -168,8 +99,8 @@ static void test_two_servers_match_local(void **state) {
     ps_table_destroy(ref);
     kill(s0, SIGTERM);
     kill(s1, SIGTERM);
-    assert_int_equal(reap(s0, 10), 0);
-    assert_int_equal(reap(s1, 10), 0);
+    assert_int_equal(pu_reap(s0, 10), 0);
+    assert_int_equal(pu_reap(s1, 10), 0);
     tc_rmdir(dir);
 }
 
@@ -187,7 +118,7 @@ static void test_wrong_slot_redirect(void **state) {
     (void)state;
     char dir[256], mf[300], mfarg[320], tables[200], map[256];
     tc_tmpdir(dir, sizeof dir, "dpmap");
-    int p0 = free_port(), p1 = free_port();
+    int p0 = pu_free_port(), p1 = pu_free_port();
     snprintf(mf, sizeof mf, "%s/map", dir);
     snprintf(map, sizeof map, "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-16383:0", p0,
              p1);
@@ -196,7 +127,7 @@ static void test_wrong_slot_redirect(void **state) {
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     char idx0[] = "--server-index=0", idx1[] = "--server-index=1";
     const char *e0[] = {mfarg, tables, idx0, NULL}, *e1[] = {mfarg, tables, idx1, NULL};
-    pid_t s0 = spawn(p0, dir, e0), s1 = spawn(p1, dir, e1);
+    pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
     psc_t *c = connect_to(map, NULL);
     ps_table_t *ref = local_table();
     enum { N = 500 };
@@ -225,8 +156,8 @@ static void test_wrong_slot_redirect(void **state) {
     ps_table_destroy(ref);
     kill(s0, SIGTERM);
     kill(s1, SIGTERM);
-    assert_int_equal(reap(s0, 10), 0);
-    assert_int_equal(reap(s1, 10), 0);
+    assert_int_equal(pu_reap(s0, 10), 0);
+    assert_int_equal(pu_reap(s1, 10), 0);
     tc_rmdir(dir);
 }
 
@@ -244,8 +175,8 @@ static void test_kill_and_restart(void **state) {
     snprintf(ckarg, sizeof ckarg, "--ckpt-dir=%s", ck);
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     const char *extra[] = {ckarg, tables, NULL};
-    int port = free_port();
-    pid_t s = spawn(port, dir, extra);
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
     snprintf(one, sizeof one, "127.0.0.1:%d", port);
     psc_t *c = connect_to(one, NULL);
     ps_table_t *ref = local_table();
@@ -258,12 +189,12 @@ static void test_kill_and_restart(void **state) {
         assert_int_equal(ps_table_push(ref, keys, N, g, N * D, NULL), 0);
     }
     kill(s, SIGUSR1); /* checkpoint now */
-    for (double t0 = now_s(); count_ckpts(ck) == 0 && now_s() - t0 < 10;)
+    for (double t0 = pu_now(); count_ckpts(ck) == 0 && pu_now() - t0 < 10;)
         usleep(10000);
     assert_int_equal(count_ckpts(ck), 1);
     kill(s, SIGKILL);
-    reap(s, 5);
-    s = spawn(port, dir, extra); /* restores the checkpoint */
+    pu_reap(s, 5);
+    s = pu_spawn(port, dir, extra, NULL); /* restores the checkpoint */
     batch(3, keys, g, N);
     assert_int_equal(psc_pull(c, "emb", keys, N, D, x), 0); /* the client reconnects */
     assert_int_equal(ps_table_pull(ref, keys, N, y, N * D), 0);
@@ -274,7 +205,7 @@ static void test_kill_and_restart(void **state) {
     /* SIGTERM: exit 0 with a final checkpoint. */
     assert_int_equal(psc_push(c, "emb", keys, N, D, g, NULL), 0);
     kill(s, SIGTERM);
-    assert_int_equal(reap(s, 10), 0);
+    assert_int_equal(pu_reap(s, 10), 0);
     assert_int_equal(count_ckpts(ck), 2);
     psc_close(c);
     ps_table_destroy(ref);
@@ -357,8 +288,8 @@ static void test_bad_input(void **state) {
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     char lim[] = "--max-body-bytes=65536", keys[] = "--max-batch-keys=1000";
     const char *extra[] = {tables, lim, keys, NULL};
-    int port = free_port();
-    pid_t s = spawn(port, dir, extra);
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
     static uint8_t body[200000];
     /* Not a frame: an error, then the server closes. */
     int fd = raw_connect(port);
@@ -411,7 +342,7 @@ static void test_bad_input(void **state) {
     assert_memory_equal(before, after, sizeof before);
     psc_close(c);
     kill(s, SIGTERM);
-    assert_int_equal(reap(s, 10), 0);
+    assert_int_equal(pu_reap(s, 10), 0);
     tc_rmdir(dir);
 }
 
@@ -422,8 +353,8 @@ static void test_token(void **state) {
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     char tok[] = "--token=s3cret";
     const char *extra[] = {tables, tok, NULL};
-    int port = free_port();
-    pid_t s = spawn(port, dir, extra);
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
     snprintf(one, sizeof one, "127.0.0.1:%d", port);
     psc_opts_t o = {.servers = one, .timeout_ms = 3000};
     psc_t *c = NULL;
@@ -445,14 +376,14 @@ static void test_token(void **state) {
     assert_true(recv(fd, &b, 1, 0) <= 0);
     close(fd);
     kill(s, SIGTERM);
-    assert_int_equal(reap(s, 10), 0);
+    assert_int_equal(pu_reap(s, 10), 0);
     /* A non-loopback address without a token is refused at start (exit status 2). */
     pid_t p = fork();
     if (p == 0) {
-        execl(g_bin, g_bin, "--host=0.0.0.0", "--port=0", "--log-level=error", (char *)NULL);
+        execl(pu_bin, pu_bin, "--host=0.0.0.0", "--port=0", "--log-level=error", (char *)NULL);
         _exit(127);
     }
-    assert_int_equal(reap(p, 10), 2);
+    assert_int_equal(pu_reap(p, 10), 2);
     tc_rmdir(dir);
 }
 
@@ -461,7 +392,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: test_dataplane PATH-TO-ps-server\n");
         return 2;
     }
-    g_bin = argv[1];
+    pu_bin = argv[1];
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_servers_match_local),
@@ -471,10 +402,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_token),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    for (int i = 0; i < g_npids; i++) /* servers a failed test left running */
-        if (kill(g_pids[i], 0) == 0) {
-            kill(g_pids[i], SIGKILL);
-            waitpid(g_pids[i], NULL, 0);
-        }
+    pu_kill_all(); /* servers a failed test left running */
     return rc;
 }

@@ -1,0 +1,324 @@
+/* The gRPC API end to end against ps-server processes, through psgrpc and protobuf-c messages:
+ *  - Pull, Push and Lookup equal an in-process table given the same calls;
+ *  - administration: CreateTable/DropTable/ListTables/TableStats/Checkpoint/ListCheckpoints/
+ *    GetClusterMap/Health, with the token and the admin token enforced;
+ *  - bad input: malformed protobuf, unknown method, wrong gradient size, unknown table, too many
+ *    keys, a message over the size limit, a key of another server's slot: the right status, and
+ *    the server keeps serving;
+ *  - psctl's exit codes and JSON output.
+ * argv[1] is ps-server, argv[2] psctl. Every wait is bounded. */
+#include "proc_util.h"
+#include "table_check.h"
+
+#include <cjson/cJSON.h>
+
+#include "emberps.pb-c.h"
+#include "emberps/psgrpc.h"
+#include "pc_cluster.h"
+#include "ps_api.h"
+
+static const char *g_psctl;
+static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
+enum { D = 8 };
+
+/* One call: packs `req`, returns the status; on OK *resp holds the reply bytes (free them). */
+static int call(psg_t *c, int m, const ProtobufCMessage *req, uint8_t **resp, size_t *len) {
+    size_t rl = protobuf_c_message_get_packed_size(req);
+    uint8_t *rb = malloc(rl + 1);
+    protobuf_c_message_pack(req, rb);
+    char msg[256];
+    int st = psg_call(c, ps_api_path((ps_api_method_t)m), rb, rl, 5000, resp, len, msg, sizeof msg);
+    free(rb);
+    return st;
+}
+
+static int call_raw(psg_t *c, const char *path, const void *bytes, size_t n) {
+    uint8_t *resp;
+    size_t len;
+    int st = psg_call(c, path, bytes, n, 5000, &resp, &len, NULL, 0);
+    free(resp);
+    return st;
+}
+
+static ps_table_t *local_table(void) {
+    ps_table_config_t cfg;
+    ps_table_config_defaults(&cfg);
+    assert_int_equal(ps_table_config_parse(&cfg, TABLE, NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&cfg, &t), 0);
+    return t;
+}
+
+static psg_t *client(int grpc_port, const char *token) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", grpc_port);
+    psg_t *c;
+    assert_int_equal(psg_create(addr, token, 0, &c), 0);
+    return c;
+}
+
+static void test_rows_match_local(void **state) {
+    (void)state;
+    char dir[256], tables[200];
+    tc_tmpdir(dir, sizeof dir, "grpc1");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, NULL};
+    int gp = 0;
+    pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
+    psg_t *c = client(gp, NULL);
+    ps_table_t *ref = local_table();
+    enum { N = 300 };
+    uint64_t keys[N];
+    float g[N * D], y[N * D];
+    uint8_t fy[N];
+    uint64_t rng = 3;
+    for (int it = 0; it < 20; it++) {
+        for (int i = 0; i < N; i++) {
+            keys[i] = tu_rand(&rng) % 2000;
+            for (int e = 0; e < D; e++)
+                g[i * D + e] = tu_gauss(&rng) * 0.1f;
+        }
+        Emberps__PullRequest pq = EMBERPS__PULL_REQUEST__INIT;
+        pq.table = "emb";
+        pq.n_keys = N;
+        pq.keys = keys;
+        uint8_t *resp;
+        size_t len;
+        assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), 0);
+        Emberps__PullResponse *pr = emberps__pull_response__unpack(NULL, len, resp);
+        assert_non_null(pr);
+        assert_int_equal(pr->dim, D);
+        assert_int_equal(ps_table_pull(ref, keys, N, y, N * D), 0);
+        assert_int_equal(pr->rows.len, sizeof y);
+        assert_memory_equal(pr->rows.data, y, sizeof y);
+        emberps__pull_response__free_unpacked(pr, NULL);
+        free(resp);
+        Emberps__PushRequest sq = EMBERPS__PUSH_REQUEST__INIT;
+        sq.table = "emb";
+        sq.n_keys = N;
+        sq.keys = keys;
+        sq.grads = (ProtobufCBinaryData){sizeof g, (uint8_t *)g};
+        assert_int_equal(call(c, PS_API_PUSH, &sq.base, &resp, &len), 0);
+        Emberps__PushResponse *sr = emberps__push_response__unpack(NULL, len, resp);
+        ps_push_result_t lr;
+        assert_int_equal(ps_table_push(ref, keys, N, g, N * D, &lr), 0);
+        assert_int_equal(sr->applied, lr.applied);
+        emberps__push_response__free_unpacked(sr, NULL);
+        free(resp);
+    }
+    Emberps__LookupRequest lq = EMBERPS__LOOKUP_REQUEST__INIT;
+    lq.table = "emb";
+    lq.n_keys = N;
+    lq.keys = keys;
+    uint8_t *resp;
+    size_t len;
+    assert_int_equal(call(c, PS_API_LOOKUP, &lq.base, &resp, &len), 0);
+    Emberps__LookupResponse *lr = emberps__lookup_response__unpack(NULL, len, resp);
+    assert_int_equal(ps_table_lookup(ref, keys, N, y, N * D, fy), 0);
+    assert_memory_equal(lr->rows.data, y, sizeof y);
+    assert_int_equal(lr->found.len, N);
+    assert_memory_equal(lr->found.data, fy, N);
+    emberps__lookup_response__free_unpacked(lr, NULL);
+    free(resp);
+    psg_destroy(c);
+    ps_table_destroy(ref);
+    kill(s, SIGTERM);
+    assert_int_equal(pu_reap(s, 10), 0);
+    tc_rmdir(dir);
+}
+
+static void test_admin_and_tokens(void **state) {
+    (void)state;
+    char dir[256], ck[300], ckarg[320];
+    tc_tmpdir(dir, sizeof dir, "grpc2");
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(ckarg, sizeof ckarg, "--ckpt-dir=%s", ck);
+    char tok[] = "--token=t1", adm[] = "--admin-token=a1";
+    const char *extra[] = {ckarg, tok, adm, NULL};
+    int gp = 0;
+    pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
+    psg_t *none = client(gp, NULL), *user = client(gp, "t1"), *admin = client(gp, "a1");
+    uint8_t *resp;
+    size_t len;
+    Emberps__HealthRequest hq = EMBERPS__HEALTH_REQUEST__INIT;
+    assert_int_equal(call(none, PS_API_HEALTH, &hq.base, &resp, &len), PS_ST_UNAUTHENTICATED);
+    assert_int_equal(call(user, PS_API_HEALTH, &hq.base, &resp, &len), 0);
+    Emberps__HealthResponse *h = emberps__health_response__unpack(NULL, len, resp);
+    assert_string_equal(h->status, "serving");
+    emberps__health_response__free_unpacked(h, NULL);
+    free(resp);
+    Emberps__CreateTableRequest cq = EMBERPS__CREATE_TABLE_REQUEST__INIT;
+    cq.spec = "name=ads,dim=4,optimizer=adam";
+    assert_int_equal(call(user, PS_API_CREATE_TABLE, &cq.base, &resp, &len),
+                     PS_ST_UNAUTHENTICATED); /* needs the admin token */
+    assert_int_equal(call(admin, PS_API_CREATE_TABLE, &cq.base, &resp, &len), 0);
+    free(resp);
+    assert_int_equal(call(admin, PS_API_CREATE_TABLE, &cq.base, &resp, &len), PS_ST_ALREADY_EXISTS);
+    cq.spec = "name=bad,dim=0";
+    assert_int_equal(call(admin, PS_API_CREATE_TABLE, &cq.base, &resp, &len),
+                     PS_ST_INVALID_ARGUMENT);
+    Emberps__ListTablesRequest tq = EMBERPS__LIST_TABLES_REQUEST__INIT;
+    assert_int_equal(call(user, PS_API_LIST_TABLES, &tq.base, &resp, &len), 0);
+    Emberps__ListTablesResponse *tl = emberps__list_tables_response__unpack(NULL, len, resp);
+    assert_int_equal(tl->n_tables, 1);
+    assert_string_equal(tl->tables[0], "ads");
+    emberps__list_tables_response__free_unpacked(tl, NULL);
+    free(resp);
+    Emberps__CheckpointRequest kq = EMBERPS__CHECKPOINT_REQUEST__INIT;
+    assert_int_equal(call(user, PS_API_CHECKPOINT, &kq.base, &resp, &len), PS_ST_UNAUTHENTICATED);
+    assert_int_equal(call(admin, PS_API_CHECKPOINT, &kq.base, &resp, &len), 0);
+    free(resp);
+    Emberps__ListCheckpointsRequest lq = EMBERPS__LIST_CHECKPOINTS_REQUEST__INIT;
+    assert_int_equal(call(user, PS_API_LIST_CHECKPOINTS, &lq.base, &resp, &len), 0);
+    Emberps__ListCheckpointsResponse *cl =
+        emberps__list_checkpoints_response__unpack(NULL, len, resp);
+    assert_int_equal(cl->n_checkpoints, 1);
+    assert_int_equal(cl->checkpoints[0]->id, 1);
+    emberps__list_checkpoints_response__free_unpacked(cl, NULL);
+    free(resp);
+    Emberps__TableStatsRequest sq = EMBERPS__TABLE_STATS_REQUEST__INIT;
+    sq.table = "ads";
+    assert_int_equal(call(user, PS_API_TABLE_STATS, &sq.base, &resp, &len), 0);
+    Emberps__TableStatsResponse *st = emberps__table_stats_response__unpack(NULL, len, resp);
+    assert_non_null(strstr(st->config, "optimizer=adam"));
+    emberps__table_stats_response__free_unpacked(st, NULL);
+    free(resp);
+    Emberps__DropTableRequest dq = EMBERPS__DROP_TABLE_REQUEST__INIT;
+    dq.table = "ads";
+    assert_int_equal(call(admin, PS_API_DROP_TABLE, &dq.base, &resp, &len), 0);
+    free(resp);
+    assert_int_equal(call(user, PS_API_TABLE_STATS, &sq.base, &resp, &len), PS_ST_NOT_FOUND);
+    Emberps__GetClusterMapRequest mq = EMBERPS__GET_CLUSTER_MAP_REQUEST__INIT;
+    assert_int_equal(call(user, PS_API_GET_CLUSTER_MAP, &mq.base, &resp, &len), 0);
+    Emberps__GetClusterMapResponse *mr = emberps__get_cluster_map_response__unpack(NULL, len, resp);
+    assert_non_null(strstr(mr->map, "slots=0-16383:0"));
+    emberps__get_cluster_map_response__free_unpacked(mr, NULL);
+    free(resp);
+    psg_destroy(none);
+    psg_destroy(user);
+    psg_destroy(admin);
+    kill(s, SIGTERM);
+    assert_int_equal(pu_reap(s, 10), 0);
+    tc_rmdir(dir);
+}
+
+static void test_bad_input(void **state) {
+    (void)state;
+    char dir[256], tables[200], map[256], maparg[300];
+    tc_tmpdir(dir, sizeof dir, "grpc3");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    int port = pu_free_port();
+    /* This server owns half the slots; the other server of the map need not run. */
+    snprintf(map, sizeof map,
+             "version=3;servers=127.0.0.1:%d,127.0.0.1:1;slots=0-8191:0,8192-16383:1", port);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    char lim[] = "--max-body-bytes=65536", keys[] = "--max-batch-keys=100";
+    const char *extra[] = {tables, lim, keys, maparg, NULL};
+    int gp = 0;
+    pid_t s = pu_spawn(port, dir, extra, &gp);
+    psg_t *c = client(gp, NULL);
+    const char *pull = ps_api_path(PS_API_PULL), *push = ps_api_path(PS_API_PUSH);
+    assert_int_equal(call_raw(c, pull, "\xff\xff\xff\xff", 4), PS_ST_INVALID_ARGUMENT);
+    assert_int_equal(call_raw(c, "/emberps.ParameterServer/Nope", "", 0), PS_ST_UNIMPLEMENTED);
+    static uint8_t big[100000];
+    assert_int_equal(call_raw(c, pull, big, sizeof big), PS_ST_RESOURCE_EXHAUSTED);
+    /* Find keys this server owns, and one it does not. */
+    uint64_t own[101], other = 0;
+    int n = 0;
+    for (uint64_t k = 1; n < 101 || !other; k++) {
+        if (pc_key_slot(k) < 8192 && n < 101)
+            own[n++] = k;
+        else if (pc_key_slot(k) >= 8192 && !other)
+            other = k;
+    }
+    uint8_t *resp;
+    size_t len;
+    Emberps__PullRequest pq = EMBERPS__PULL_REQUEST__INIT;
+    pq.table = "emb";
+    pq.keys = own;
+    pq.n_keys = 101;
+    assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), PS_ST_RESOURCE_EXHAUSTED);
+    pq.n_keys = 1;
+    pq.table = "missing";
+    assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), PS_ST_NOT_FOUND);
+    pq.table = "emb";
+    pq.keys = &other;
+    assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), PS_ST_FAILED_PRECONDITION);
+    float g[3] = {1, 2, 3};
+    Emberps__PushRequest sq = EMBERPS__PUSH_REQUEST__INIT;
+    sq.table = "emb";
+    sq.keys = own;
+    sq.n_keys = 1;
+    sq.grads = (ProtobufCBinaryData){sizeof g, (uint8_t *)g}; /* dim 8 wanted */
+    assert_int_equal(call(c, PS_API_PUSH, &sq.base, &resp, &len), PS_ST_INVALID_ARGUMENT);
+    (void)push;
+    pq.keys = own; /* still serving */
+    assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), 0);
+    free(resp);
+    psg_destroy(c);
+    kill(s, SIGTERM);
+    assert_int_equal(pu_reap(s, 10), 0);
+    tc_rmdir(dir);
+}
+
+/* Run psctl with args; its exit status; stdout into out. */
+static int psctl(int gp, char *out, size_t cap, const char *const *args) {
+    char server[64], cmd[1024];
+    snprintf(server, sizeof server, "--server=127.0.0.1:%d", gp);
+    int n = snprintf(cmd, sizeof cmd, "%s %s --timeout-ms=2000", g_psctl, server);
+    for (int i = 0; args[i]; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>/dev/null");
+    FILE *p = popen(cmd, "r");
+    size_t got = fread(out, 1, cap - 1, p);
+    out[got] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_psctl(void **state) {
+    (void)state;
+    char dir[256], tables[200], out[8192];
+    tc_tmpdir(dir, sizeof dir, "grpc4");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, NULL};
+    int gp = 0;
+    pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"health", NULL}), 0);
+    assert_non_null(strstr(out, "status: serving"));
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"stats", "nope", NULL}), 1);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"frobnicate", NULL}), 2);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"lookup", "emb", "x", NULL}), 2);
+    assert_int_equal(psctl(1, out, sizeof out, (const char *[]){"health", NULL}), 3);
+    assert_int_equal(
+        psctl(gp, out, sizeof out, (const char *[]){"--json", "lookup", "emb", "7", "8", NULL}), 0);
+    cJSON *j = cJSON_Parse(out);
+    assert_non_null(j);
+    cJSON *rows = cJSON_GetObjectItem(j, "rows");
+    assert_int_equal(cJSON_GetArraySize(rows), 2);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "values")),
+                     D);
+    cJSON_Delete(j);
+    kill(s, SIGTERM);
+    assert_int_equal(pu_reap(s, 10), 0);
+    tc_rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_grpc PATH-TO-ps-server PATH-TO-psctl\n");
+        return 2;
+    }
+    pu_bin = argv[1];
+    g_psctl = argv[2];
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rows_match_local),
+        cmocka_unit_test(test_admin_and_tokens),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_psctl),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    pu_kill_all();
+    return rc;
+}

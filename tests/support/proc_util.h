@@ -1,0 +1,101 @@
+/* proc_util.h: integration-test helpers: free loopback ports, starting ps-server processes and
+ * waiting for them, every wait bounded. Servers started here are killed by pu_kill_all (call it
+ * at the end of main, so a failed test leaves nothing running). */
+#ifndef PROC_UTIL_H
+#define PROC_UTIL_H
+
+#include "test_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *pu_bin; /* the ps-server binary (argv[1] of the test) */
+static pid_t pu_pids[32];
+static int pu_npids;
+
+static inline int pu_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static inline double pu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Start ps-server on data-plane `port` with a free gRPC port and `extra` flags
+ * (NULL-terminated); wait until it serves. *grpc_port (may be NULL) gets its gRPC port. */
+static inline pid_t pu_spawn(int port, const char *dir, const char *const *extra, int *grpc_port) {
+    char pf[300], portarg[32], pfarg[320];
+    snprintf(pf, sizeof pf, "%s/port-%d", dir, port);
+    unlink(pf);
+    snprintf(portarg, sizeof portarg, "--port=%d", port);
+    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    const char *argv[32] = {pu_bin,           portarg,        pfarg, "--log-level=warn",
+                            "--io-threads=2", "--grpc-port=0"};
+    int a = 6;
+    for (int i = 0; extra && extra[i] && a < 31; i++)
+        argv[a++] = extra[i];
+    argv[a] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execv(pu_bin, (char *const *)argv);
+        _exit(127);
+    }
+    if (pu_npids < 32)
+        pu_pids[pu_npids++] = pid;
+    for (double t0 = pu_now(); pu_now() - t0 < 10;) {
+        FILE *f = fopen(pf, "r");
+        int dp = 0, gp = 0;
+        if (f && fscanf(f, "%d %d", &dp, &gp) == 2) {
+            fclose(f);
+            if (grpc_port)
+                *grpc_port = gp;
+            return pid;
+        }
+        if (f)
+            fclose(f);
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            fail_msg("ps-server exited early (status %d)", st);
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    fail_msg("ps-server did not come up on port %d", port);
+    return -1;
+}
+
+/* Wait (bounded) for pid to exit: its exit status, 128 + signal, or -1 if it had to be killed. */
+static inline int pu_reap(pid_t pid, double seconds) {
+    int st;
+    for (double t0 = pu_now(); pu_now() - t0 < seconds; usleep(10000))
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    return -1;
+}
+
+static inline void pu_kill_all(void) {
+    for (int i = 0; i < pu_npids; i++)
+        if (kill(pu_pids[i], 0) == 0) {
+            kill(pu_pids[i], SIGKILL);
+            waitpid(pu_pids[i], NULL, 0);
+        }
+}
+
+#endif
