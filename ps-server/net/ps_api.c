@@ -200,7 +200,8 @@ static void do_push(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_
             ps_push_result_t res = {0, 0, 0};
             int rc = g ? 0 : PC_ENOMEM;
             if (g) {
-                memcpy(g, q->grads.data, q->grads.len);
+                if (q->grads.len) /* data is NULL for an empty field */
+                    memcpy(g, q->grads.data, q->grads.len);
                 rc = ps_table_push(t, q->keys, q->n_keys, g, nf, &res);
             }
             free(g);

@@ -1,0 +1,76 @@
+/* The API handlers without a transport: method names, status mapping, and requests that once
+ * broke them (found by fuzz_api) or that sit at the edges (empty batches, empty names). */
+#include "test_util.h"
+
+#include <string.h>
+
+#include "emberps.pb-c.h"
+#include "pc_error.h"
+#include "ps_api.h"
+
+static ps_catalog_t *cat(void) {
+    ps_catalog_t *c;
+    assert_int_equal(ps_catalog_create(&c), 0);
+    ps_table_config_t t;
+    ps_table_config_defaults(&t);
+    assert_int_equal(ps_table_config_parse(&t, "name=emb,dim=4", NULL, 0), 0);
+    assert_int_equal(ps_catalog_add(c, &t), 0);
+    return c;
+}
+
+static void test_methods_and_statuses(void **state) {
+    (void)state;
+    for (int m = 0; m < PS_API_NMETHODS; m++) {
+        const char *p = ps_api_path((ps_api_method_t)m);
+        assert_int_equal(ps_api_method(p, strlen(p)), m);
+    }
+    assert_int_equal(ps_api_method("/emberps.ParameterServer/", 25), -1);
+    assert_int_equal(ps_api_method("/emberps.ParameterServer/Pul", 28), -1);
+    assert_int_equal(ps_api_method("/other.Service/Pull", 19), -1);
+    assert_true(ps_api_is_admin(PS_API_CREATE_TABLE) && !ps_api_is_admin(PS_API_PULL));
+    assert_int_equal(ps_api_status_of(PC_EDIM), PS_ST_INVALID_ARGUMENT);
+    assert_int_equal(ps_api_status_of(PC_ENOTFOUND), PS_ST_NOT_FOUND);
+    assert_int_equal(ps_api_status_of(PC_ETOOBIG), PS_ST_RESOURCE_EXHAUSTED);
+    assert_int_equal(ps_api_status_of(PC_EWRONGSLOT), PS_ST_FAILED_PRECONDITION);
+    assert_int_equal(ps_api_status_of(PC_EIO), PS_ST_INTERNAL);
+}
+
+static void test_edge_requests(void **state) {
+    (void)state;
+    ps_catalog_t *c = cat();
+    ps_api_env_t env = {.cat = c, .max_keys = 10};
+    ps_api_reply_t r;
+    /* fuzz_api: Push of "emb" with no keys and an empty grads field (NULL data). */
+    const uint8_t push_empty[] = {0x0a, 0x03, 'e', 'm', 'b'};
+    ps_api_call(&env, PS_API_PUSH, push_empty, sizeof push_empty, &r);
+    assert_int_equal(r.status, PS_ST_OK);
+    Emberps__PushResponse *p = emberps__push_response__unpack(NULL, r.len, r.body);
+    assert_non_null(p);
+    assert_int_equal(p->applied, 0);
+    emberps__push_response__free_unpacked(p, NULL);
+    ps_api_reply_free(&r);
+    /* An empty message: table name missing. */
+    ps_api_call(&env, PS_API_PULL, NULL, 0, &r);
+    assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
+    ps_api_reply_free(&r);
+    /* Pull of no keys: an empty, valid reply. */
+    ps_api_call(&env, PS_API_PULL, push_empty, sizeof push_empty, &r);
+    assert_int_equal(r.status, PS_ST_OK);
+    ps_api_reply_free(&r);
+    /* Unknown method number, and Checkpoint without a checkpointer. */
+    ps_api_call(&env, PS_API_NMETHODS, NULL, 0, &r);
+    assert_int_equal(r.status, PS_ST_UNIMPLEMENTED);
+    ps_api_call(&env, PS_API_CHECKPOINT, NULL, 0, &r);
+    assert_int_equal(r.status, PS_ST_FAILED_PRECONDITION);
+    ps_api_call(&env, PS_API_GET_CLUSTER_MAP, NULL, 0, &r);
+    assert_int_equal(r.status, PS_ST_UNAVAILABLE);
+    ps_catalog_destroy(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_methods_and_statuses),
+        cmocka_unit_test(test_edge_requests),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
