@@ -22,10 +22,13 @@
 #include "ps_api.h"
 #include "ps_dataplane.h"
 #include "ps_grpc.h"
+#include "ps_metrics.h"
 #include "ps_tier.h"
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,7 @@ typedef struct srv_cfg {
     int64_t io_threads;
     int64_t grpc_port;
     int64_t grpc_threads;
+    int64_t metrics_port;
     char admin_token[256];
     char cluster_map[4096];
     char cluster_map_file[512];
@@ -67,6 +71,8 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, io_threads, 1, 64, "2", "data plane event loops"),
     PC_SETTING_INT(T, grpc_port, -1, 65535, "7500", "gRPC API port (0: any free, -1: off)"),
     PC_SETTING_INT(T, grpc_threads, 1, 64, "2", "gRPC handler threads"),
+    PC_SETTING_INT(T, metrics_port, -1, 65535, "9400",
+                   "Prometheus /metrics port (0: any, -1: off)"),
     PC_SETTING_STRING(T, admin_token, "", "token for CreateTable/DropTable/Checkpoint (gRPC)"),
     PC_SETTING_STRING(T, cluster_map, "", "cluster map text (empty: this server owns every slot)"),
     PC_SETTING_STRING(T, cluster_map_file, "", "file holding the cluster map (reread on SIGHUP)"),
@@ -100,7 +106,10 @@ typedef struct server {
     ps_ckpt_t *ck;
     ps_dp_t *dp;
     ps_grpc_t *grpc;
+    ps_metrics_t *metrics;
+    uint64_t start_ns;
     pthread_mutex_t ckpt_mu; /* checkpoints come from the timer, signals and gRPC */
+    atomic_uint_least64_t ckpt_ok, ckpt_failed, ckpt_last_ns, ckpt_last_seconds_us;
     uint32_t self;
     uv_signal_t sig_term, sig_int, sig_usr1, sig_hup;
     uv_timer_t ckpt_timer, clock_timer;
@@ -183,7 +192,126 @@ static int checkpoint_locked(server_t *s, ps_ckpt_result_t *r) {
     pthread_mutex_lock(&s->ckpt_mu);
     int rc = ps_ckpt_write(s->ck, r);
     pthread_mutex_unlock(&s->ckpt_mu);
+    if (rc) {
+        atomic_fetch_add(&s->ckpt_failed, 1);
+    } else {
+        atomic_fetch_add(&s->ckpt_ok, 1);
+        atomic_store(&s->ckpt_last_ns, pc_time_mono_ns());
+        atomic_store(&s->ckpt_last_seconds_us, (uint64_t)(r->seconds * 1e6));
+    }
     return rc;
+}
+
+/* ---- metrics ---- */
+static size_t put(char *buf, size_t cap, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static size_t put(char *buf, size_t cap, size_t len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, fmt, ap);
+    va_end(ap);
+    return n > 0 ? len + (size_t)n : len;
+}
+
+static size_t render_metrics(void *ctx, char *buf, size_t cap) {
+    server_t *s = ctx;
+    const uint64_t now = pc_time_mono_ns();
+    size_t len =
+        put(buf, cap, 0, "# TYPE emberps_uptime_seconds gauge\nemberps_uptime_seconds %.3f\n",
+            (double)(now - s->start_ns) * 1e-9);
+    len = ps_dp_render_metrics(s->dp, buf, cap, len);
+    if (s->grpc)
+        len = ps_grpc_render_metrics(s->grpc, buf, cap, len);
+    if (s->ck) {
+        uint64_t last = atomic_load(&s->ckpt_last_ns);
+        len = put(buf, cap, len,
+                  "# TYPE emberps_checkpoints_total counter\nemberps_checkpoints_total %llu\n"
+                  "# TYPE emberps_checkpoint_failures_total counter\n"
+                  "emberps_checkpoint_failures_total %llu\n"
+                  "# TYPE emberps_checkpoint_age_seconds gauge\n"
+                  "emberps_checkpoint_age_seconds %.3f\n"
+                  "# TYPE emberps_checkpoint_last_duration_seconds gauge\n"
+                  "emberps_checkpoint_last_duration_seconds %.6f\n",
+                  (unsigned long long)atomic_load(&s->ckpt_ok),
+                  (unsigned long long)atomic_load(&s->ckpt_failed),
+                  last ? (double)(now - last) * 1e-9 : -1.0,
+                  (double)atomic_load(&s->ckpt_last_seconds_us) * 1e-6);
+    }
+    if (s->tier) {
+        ps_tier_stats_t t;
+        ps_tier_stats(s->tier, &t);
+        len = put(buf, cap, len,
+                  "# TYPE emberps_tier_free_bytes gauge\nemberps_tier_free_bytes %llu\n"
+                  "# TYPE emberps_tier_writable gauge\nemberps_tier_writable %d\n"
+                  "# TYPE emberps_tier_rows gauge\nemberps_tier_rows %llu\n"
+                  "# TYPE emberps_tier_sst_bytes gauge\nemberps_tier_sst_bytes %llu\n"
+                  "# TYPE emberps_tier_writes_refused_total counter\n"
+                  "emberps_tier_writes_refused_total %llu\n",
+                  (unsigned long long)t.free_bytes, t.writable ? 1 : 0,
+                  (unsigned long long)t.rows_estimate, (unsigned long long)t.sst_bytes,
+                  (unsigned long long)t.writes_refused);
+    }
+    char names[256][PS_TABLE_NAME_MAX];
+    size_t n = ps_catalog_list(s->cat, names, 256);
+    static const char *const kinds[] = {"gauge", "counter"};
+    static const struct {
+        const char *name;
+        int kind;
+    } m[] = {{"emberps_table_rows", 0},
+             {"emberps_table_bytes", 0},
+             {"emberps_table_rows_pulled_total", 1},
+             {"emberps_table_rows_pushed_total", 1},
+             {"emberps_table_rows_looked_up_total", 1},
+             {"emberps_table_evicted_total", 1},
+             {"emberps_table_admit_pending_total", 1},
+             {"emberps_table_admit_dropped_total", 1},
+             {"emberps_table_nonfinite_skipped_total", 1},
+             {"emberps_table_spilled_total", 1},
+             {"emberps_table_cold_reads_total", 1}};
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+        len = put(buf, cap, len, "# TYPE %s %s\n", m[k].name, kinds[m[k].kind]);
+        for (size_t i = 0; i < n && i < 256; i++) {
+            ps_table_t *t;
+            if (ps_catalog_acquire(s->cat, names[i], &t))
+                continue;
+            ps_table_stats_t st;
+            ps_table_stats(t, &st);
+            ps_catalog_release(s->cat, t);
+            const char *nm = names[i];
+            switch (k) {
+                case 0:
+                    len = put(buf, cap, len, "%s{table=\"%s\"} %llu\n", m[k].name, nm,
+                              (unsigned long long)st.rows);
+                    break;
+                case 1:
+                    len = put(buf, cap, len,
+                              "%s{table=\"%s\",kind=\"weights\"} %llu\n"
+                              "%s{table=\"%s\",kind=\"state\"} %llu\n"
+                              "%s{table=\"%s\",kind=\"overhead\"} %llu\n",
+                              m[k].name, nm, (unsigned long long)st.bytes_weights, m[k].name, nm,
+                              (unsigned long long)st.bytes_state, m[k].name, nm,
+                              (unsigned long long)(st.bytes_keys + st.bytes_meta + st.bytes_index +
+                                                   st.bytes_sketch));
+                    break;
+                default: {
+                    const uint64_t v[] = {0,
+                                          0,
+                                          st.pulled,
+                                          st.pushed,
+                                          st.looked_up,
+                                          st.evicted_capacity + st.evicted_ttl,
+                                          st.admit_pending,
+                                          st.admit_dropped,
+                                          st.nonfinite_skipped,
+                                          st.spilled,
+                                          st.cold_reads};
+                    len = put(buf, cap, len, "%s{table=\"%s\"} %llu\n", m[k].name, nm,
+                              (unsigned long long)v[k]);
+                }
+            }
+        }
+    }
+    return len;
 }
 
 static void checkpoint_now(server_t *s, const char *why) {
@@ -237,6 +365,8 @@ static void on_clock_timer(uv_timer_t *t) {
 static void on_stop_signal(uv_signal_t *h, int sig) {
     server_t *s = h->data;
     PC_INFO("signal %d: stopping", sig);
+    ps_metrics_stop(s->metrics);
+    s->metrics = NULL;
     ps_grpc_stop(s->grpc); /* calls in flight are cancelled */
     s->grpc = NULL;
     ps_dp_stop(s->dp); /* no more requests; those received are answered */
@@ -298,6 +428,7 @@ static int create_tables(server_t *s) {
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     server_t s = {0};
+    s.start_ns = pc_time_mono_ns();
     pthread_mutex_init(&s.ckpt_mu, NULL);
     int rc = load_settings(&s.cfg, argc, argv);
     if (rc)
@@ -404,7 +535,11 @@ int main(int argc, char **argv) {
         if (ps_grpc_start(&env, &go, &s.grpc))
             rc = 1;
     }
+    if (!rc && s.cfg.metrics_port >= 0 &&
+        ps_metrics_start(s.cfg.host, (int)s.cfg.metrics_port, render_metrics, &s, &s.metrics))
+        rc = 1;
     if (rc) {
+        ps_metrics_stop(s.metrics);
         ps_grpc_stop(s.grpc);
         ps_dp_stop(s.dp);
         ps_ckpt_destroy(s.ck);
@@ -416,8 +551,9 @@ int main(int argc, char **argv) {
         char tmp[600];
         snprintf(tmp, sizeof tmp, "%s.tmp", s.cfg.port_file);
         FILE *f = fopen(tmp, "w");
-        if (f) { /* line 1: data plane port; line 2: gRPC port (0 when off) */
-            fprintf(f, "%d\n%d\n", ps_dp_port(s.dp), s.grpc ? ps_grpc_port(s.grpc) : 0);
+        if (f) { /* data plane, gRPC and metrics ports, one per line (0 when off) */
+            fprintf(f, "%d\n%d\n%d\n", ps_dp_port(s.dp), s.grpc ? ps_grpc_port(s.grpc) : 0,
+                    s.metrics ? ps_metrics_port(s.metrics) : 0);
             fclose(f);
             rename(tmp, s.cfg.port_file);
         }

@@ -14,7 +14,9 @@
 
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "pc_hist.h"
 #include "pc_log.h"
+#include "pc_time.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -72,6 +74,8 @@ struct ps_dp {
     int nloops;
     loopctx_t *loops;
     atomic_uint_least64_t conns, requests, errors, pulled, pushed, looked, bytes_in, bytes_out;
+    pc_hist_t lat[4]; /* request latency (frame complete -> reply queued): pull, push, lookup,
+                       * other */
 };
 
 /* ==== replies ============================================================================== */
@@ -261,8 +265,18 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     reply_send(c, w, h, 0, plen);
 }
 
-/* Execute one complete frame. Returns false when the connection must close. */
+static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body);
+
+/* Execute one complete frame (timed). Returns false when the connection must close. */
 static bool do_frame(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
+    const uint64_t t0 = pc_time_mono_ns();
+    bool ok = do_frame_(c, h, body);
+    const int k = h->op == PC_OP_PULL ? 0 : h->op == PC_OP_PUSH ? 1 : h->op == PC_OP_LOOKUP ? 2 : 3;
+    pc_hist_add(&c->lc->dp->lat[k], pc_time_mono_ns() - t0);
+    return ok;
+}
+
+static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_dp_t *dp = c->lc->dp;
     atomic_fetch_add_explicit(&dp->bytes_in, PC_WIRE_HDR + h->body_len, memory_order_relaxed);
     if (h->flags & PC_WIRE_RESPONSE) {
@@ -617,6 +631,40 @@ void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *s) {
     s->rows_looked_up = atomic_load(&dp->looked);
     s->bytes_in = atomic_load(&dp->bytes_in);
     s->bytes_out = atomic_load(&dp->bytes_out);
+}
+
+size_t ps_dp_render_metrics(ps_dp_t *dp, char *buf, size_t cap, size_t len) {
+    ps_dp_stats_t s;
+    ps_dp_stats(dp, &s);
+    char tmp[1024];
+    int n = snprintf(tmp, sizeof tmp,
+                     "# TYPE emberps_dataplane_connections gauge\n"
+                     "emberps_dataplane_connections %llu\n"
+                     "# TYPE emberps_dataplane_requests_total counter\n"
+                     "emberps_dataplane_requests_total %llu\n"
+                     "# TYPE emberps_dataplane_errors_total counter\n"
+                     "emberps_dataplane_errors_total %llu\n"
+                     "# TYPE emberps_dataplane_rows_total counter\n"
+                     "emberps_dataplane_rows_total{op=\"pull\"} %llu\n"
+                     "emberps_dataplane_rows_total{op=\"push\"} %llu\n"
+                     "emberps_dataplane_rows_total{op=\"lookup\"} %llu\n"
+                     "# TYPE emberps_dataplane_bytes_total counter\n"
+                     "emberps_dataplane_bytes_total{dir=\"in\"} %llu\n"
+                     "emberps_dataplane_bytes_total{dir=\"out\"} %llu\n"
+                     "# TYPE emberps_dataplane_request_seconds histogram\n",
+                     (unsigned long long)s.connections, (unsigned long long)s.requests,
+                     (unsigned long long)s.errors, (unsigned long long)s.rows_pulled,
+                     (unsigned long long)s.rows_pushed, (unsigned long long)s.rows_looked_up,
+                     (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out);
+    if (n > 0 && len + (size_t)n < cap)
+        memcpy(buf + len, tmp, (size_t)n + 1);
+    len += n > 0 ? (size_t)n : 0;
+    static const char *const ops[4] = {"op=\"pull\"", "op=\"push\"", "op=\"lookup\"",
+                                       "op=\"other\""};
+    for (int i = 0; i < 4; i++)
+        len =
+            pc_hist_render(&dp->lat[i], "emberps_dataplane_request_seconds", ops[i], buf, cap, len);
+    return len;
 }
 
 void ps_dp_stop(ps_dp_t *dp) {

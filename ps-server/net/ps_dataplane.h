@@ -60,6 +60,10 @@ typedef struct ps_dp_stats {
 
 void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *out);
 
+/* Append the data plane's metrics in Prometheus text form (counters, connections, per-op
+ * request latency histograms) to buf at len, up to cap; returns the length needed. */
+size_t ps_dp_render_metrics(ps_dp_t *dp, char *buf, size_t cap, size_t len);
+
 /* Stop accepting, answer every frame already received, flush replies, close connections and
  * join the threads; frees dp. NULL is a no-op. */
 void ps_dp_stop(ps_dp_t *dp);

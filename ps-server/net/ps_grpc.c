@@ -5,7 +5,9 @@
 #include "ps_grpc.h"
 
 #include "pc_error.h"
+#include "pc_hist.h"
 #include "pc_log.h"
+#include "pc_time.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -34,6 +36,8 @@ struct ps_grpc {
     int nworkers;
     worker_t *w;
     atomic_bool stopping;
+    atomic_uint_least64_t calls, errors;
+    pc_hist_t lat; /* request received -> reply sent */
 };
 
 /* The value of metadata `key`, compared in constant time with `want`. */
@@ -98,6 +102,9 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     }
     if (in)
         grpc_byte_buffer_destroy(in);
+    atomic_fetch_add_explicit(&g->calls, 1, memory_order_relaxed);
+    if (r.status != PS_ST_OK)
+        atomic_fetch_add_explicit(&g->errors, 1, memory_order_relaxed);
     grpc_byte_buffer *out = NULL;
     if (r.status == PS_ST_OK) {
         grpc_slice body = grpc_slice_from_copied_buffer((const char *)r.body, r.len);
@@ -142,8 +149,11 @@ static void *worker_main(void *arg) {
                 grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
             got = ev.type == GRPC_OP_COMPLETE && ev.success;
         }
-        if (got)
+        if (got) {
+            const uint64_t t0 = pc_time_mono_ns();
             handle(w, call, &d, &md);
+            pc_hist_add(&g->lat, pc_time_mono_ns() - t0);
+        }
         if (call)
             grpc_call_unref(call);
         grpc_call_details_destroy(&d);
@@ -211,6 +221,20 @@ int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **
 
 int ps_grpc_port(const ps_grpc_t *g) {
     return g->port;
+}
+
+size_t ps_grpc_render_metrics(ps_grpc_t *g, char *buf, size_t cap, size_t len) {
+    char tmp[256];
+    int n = snprintf(tmp, sizeof tmp,
+                     "# TYPE emberps_grpc_calls_total counter\nemberps_grpc_calls_total %llu\n"
+                     "# TYPE emberps_grpc_errors_total counter\nemberps_grpc_errors_total %llu\n"
+                     "# TYPE emberps_grpc_call_seconds histogram\n",
+                     (unsigned long long)atomic_load(&g->calls),
+                     (unsigned long long)atomic_load(&g->errors));
+    if (n > 0 && len + (size_t)n < cap)
+        memcpy(buf + len, tmp, (size_t)n + 1);
+    len += n > 0 ? (size_t)n : 0;
+    return pc_hist_render(&g->lat, "emberps_grpc_call_seconds", "", buf, cap, len);
 }
 
 void ps_grpc_stop(ps_grpc_t *g) {

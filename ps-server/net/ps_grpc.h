@@ -11,6 +11,7 @@
 #ifndef PS_GRPC_H
 #define PS_GRPC_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "ps_api.h"
@@ -29,6 +30,10 @@ typedef struct ps_grpc_opts {
  * cannot be bound. */
 int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **out);
 int ps_grpc_port(const ps_grpc_t *g);
+/* Append call counters and the call latency histogram (Prometheus text) to buf at len, up to
+ * cap; returns the length needed. */
+size_t ps_grpc_render_metrics(ps_grpc_t *g, char *buf, size_t cap, size_t len);
+
 /* Cancel calls in flight, join the threads, free. NULL is a no-op. */
 void ps_grpc_stop(ps_grpc_t *g);
 

@@ -261,6 +261,65 @@ static void test_bad_input(void **state) {
     tc_rmdir(dir);
 }
 
+/* GET path from the metrics port: the HTTP status; the response into out. */
+static int http_get(int port, const char *path, char *out, size_t cap) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char req[256];
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    assert_int_equal(send(fd, req, (size_t)n, 0), n);
+    size_t got = 0;
+    for (ssize_t r; got < cap - 1 && (r = recv(fd, out + got, cap - 1 - got, 0)) > 0;)
+        got += (size_t)r;
+    out[got] = '\0';
+    close(fd);
+    int code = 0;
+    sscanf(out, "HTTP/1.%*d %d", &code);
+    return code;
+}
+
+static void test_metrics(void **state) {
+    (void)state;
+    char dir[256], tables[200], ck[300], ckarg[320];
+    tc_tmpdir(dir, sizeof dir, "grpc5");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(ckarg, sizeof ckarg, "--ckpt-dir=%s", ck);
+    const char *extra[] = {tables, ckarg, NULL};
+    int gp = 0;
+    pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
+    const int mp = pu_last_metrics_port;
+    psg_t *c = client(gp, NULL);
+    uint64_t keys[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    Emberps__PullRequest pq = EMBERPS__PULL_REQUEST__INIT;
+    pq.table = "emb";
+    pq.keys = keys;
+    pq.n_keys = 10;
+    uint8_t *resp;
+    size_t len;
+    assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), 0);
+    free(resp);
+    static char out[1 << 16];
+    assert_int_equal(http_get(mp, "/metrics", out, sizeof out), 200);
+    assert_non_null(strstr(out, "text/plain; version=0.0.4"));
+    assert_non_null(strstr(out, "emberps_table_rows{table=\"emb\"} 10\n"));
+    assert_non_null(strstr(out, "emberps_grpc_calls_total 1\n"));
+    assert_non_null(strstr(out, "emberps_grpc_call_seconds_count{} 1\n"));
+    assert_non_null(
+        strstr(out, "emberps_dataplane_request_seconds_bucket{op=\"pull\",le=\"+Inf\"} 0"));
+    assert_non_null(strstr(out, "emberps_checkpoint_age_seconds -1"));
+    assert_int_equal(http_get(mp, "/nope", out, sizeof out), 404);
+    psg_destroy(c);
+    kill(s, SIGTERM);
+    assert_int_equal(pu_reap(s, 10), 0);
+    tc_rmdir(dir);
+}
+
 /* Run psctl with args; its exit status; stdout into out. */
 static int psctl(int gp, char *out, size_t cap, const char *const *args) {
     char server[64], cmd[1024];
@@ -313,10 +372,9 @@ int main(int argc, char **argv) {
     g_psctl = argv[2];
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rows_match_local),
-        cmocka_unit_test(test_admin_and_tokens),
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_psctl),
+        cmocka_unit_test(test_rows_match_local), cmocka_unit_test(test_admin_and_tokens),
+        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_psctl),
+        cmocka_unit_test(test_metrics),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all();

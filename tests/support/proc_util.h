@@ -36,17 +36,21 @@ static inline double pu_now(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Start ps-server on data-plane `port` with a free gRPC port and `extra` flags
- * (NULL-terminated); wait until it serves. *grpc_port (may be NULL) gets its gRPC port. */
+static int pu_last_metrics_port; /* of the last server pu_spawn started */
+
+/* Start ps-server on data-plane `port` with free gRPC and metrics ports and `extra` flags
+ * (NULL-terminated); wait until it serves. *grpc_port (may be NULL) gets its gRPC port,
+ * pu_last_metrics_port its metrics port. */
 static inline pid_t pu_spawn(int port, const char *dir, const char *const *extra, int *grpc_port) {
     char pf[300], portarg[32], pfarg[320];
     snprintf(pf, sizeof pf, "%s/port-%d", dir, port);
     unlink(pf);
     snprintf(portarg, sizeof portarg, "--port=%d", port);
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
-    const char *argv[32] = {pu_bin,           portarg,        pfarg, "--log-level=warn",
-                            "--io-threads=2", "--grpc-port=0"};
-    int a = 6;
+    const char *argv[32] = {
+        pu_bin,          portarg,           pfarg, "--log-level=warn", "--io-threads=2",
+        "--grpc-port=0", "--metrics-port=0"};
+    int a = 7;
     for (int i = 0; extra && extra[i] && a < 31; i++)
         argv[a++] = extra[i];
     argv[a] = NULL;
@@ -60,11 +64,12 @@ static inline pid_t pu_spawn(int port, const char *dir, const char *const *extra
         pu_pids[pu_npids++] = pid;
     for (double t0 = pu_now(); pu_now() - t0 < 10;) {
         FILE *f = fopen(pf, "r");
-        int dp = 0, gp = 0;
-        if (f && fscanf(f, "%d %d", &dp, &gp) == 2) {
+        int dp = 0, gp = 0, mp = 0;
+        if (f && fscanf(f, "%d %d %d", &dp, &gp, &mp) == 3) {
             fclose(f);
             if (grpc_port)
                 *grpc_port = gp;
+            pu_last_metrics_port = mp;
             return pid;
         }
         if (f)
