@@ -9,6 +9,7 @@
  *    layout TensorFlow Recommenders-Addons' Redis backend uses), 1 and 8 batches in flight;
  *  - latency of 26-key lookups at a fixed rate against Redis MGET of the same 26 keys, and the
  *    loopback round trip (PING) of both.
+ *  - pull and push over the gRPC API (dim 64, unary calls one at a time).
  * Samples of the data plane and of Redis alternate. Figures for issue notes and docs.
  */
 #include <arpa/inet.h>
@@ -26,9 +27,12 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "emberps.pb-c.h"
 #include "emberps/psclient.h"
+#include "emberps/psgrpc.h"
 #include "pc_time.h"
 #include "pc_wire.h"
+#include "ps_api.h"
 
 enum { B = 1000, W = 8, LK = 26, HBUCKETS = 16 };
 
@@ -37,8 +41,9 @@ typedef struct ctx {
     uint64_t nkeys;
     double secs;
     psc_t *ps;
+    psg_t *grpc;
     redisContext *rd;
-    int ps_port, rd_port;
+    int ps_port, rd_port, grpc_port;
 } ctx_t;
 
 /* ==== processes ============================================================================ */
@@ -141,6 +146,43 @@ static double dp_rate(ctx_t *x, const char *table, uint32_t dim, int inflight, b
         rows += s[i].busy ? B : 0;
         free(s[i].buf);
     }
+    return (double)rows / (now_s() - t0);
+}
+
+/* ==== gRPC API (one call at a time: unary, blocking) ====================================== */
+
+static double grpc_rate(ctx_t *x, const char *table, uint32_t dim, bool push, uint64_t seed) {
+    uint64_t keys[B], rng = seed, rows = 0;
+    float *g = calloc((size_t)B * dim, sizeof *g);
+    const double t0 = now_s();
+    while (now_s() - t0 < x->secs) {
+        for (int i = 0; i < B; i++)
+            keys[i] = bench_key(bench_rand(&rng) % x->nkeys);
+        Emberps__PullRequest pq = EMBERPS__PULL_REQUEST__INIT;
+        Emberps__PushRequest sq = EMBERPS__PUSH_REQUEST__INIT;
+        const ProtobufCMessage *m = push ? &sq.base : &pq.base;
+        pq.table = sq.table = (char *)table;
+        pq.keys = sq.keys = keys;
+        pq.n_keys = sq.n_keys = B;
+        sq.grads = (ProtobufCBinaryData){(size_t)B * dim * 4, (uint8_t *)g};
+        size_t len = protobuf_c_message_get_packed_size(m), rl;
+        uint8_t *req = malloc(len), *resp;
+        protobuf_c_message_pack(m, req);
+        int st = psg_call(x->grpc, ps_api_path(push ? PS_API_PUSH : PS_API_PULL), req, len, 10000,
+                          &resp, &rl, NULL, 0);
+        free(req);
+        if (st)
+            abort();
+        if (!push) { /* decode as a client would */
+            Emberps__PullResponse *r = emberps__pull_response__unpack(NULL, rl, resp);
+            if (!r || r->rows.len != (size_t)B * dim * 4)
+                abort();
+            emberps__pull_response__free_unpacked(r, NULL);
+        }
+        free(resp);
+        rows += B;
+    }
+    free(g);
     return (double)rows / (now_s() - t0);
 }
 
@@ -377,6 +419,9 @@ int bench_rpc_main(int argc, char **argv) {
                      portarg,
                      pfarg,
                      "--io-threads=1",
+                     "--grpc-threads=1",
+                     "--grpc-port=0",
+                     "--metrics-port=-1",
                      "--log-level=warn",
                      "--tables=name=b16,dim=16,optimizer=adagrad;name=b64,dim=64,optimizer=adagrad",
                      NULL};
@@ -386,6 +431,11 @@ int bench_rpc_main(int argc, char **argv) {
         stop(ps);
         return 1;
     }
+    FILE *portf = fopen(pf, "r");
+    int dpp = 0;
+    if (!portf || fscanf(portf, "%d %d", &dpp, &x.grpc_port) != 2)
+        abort();
+    fclose(portf);
     x.rd_port = free_port();
     char rport[16];
     snprintf(rport, sizeof rport, "%d", x.rd_port);
@@ -412,7 +462,9 @@ int bench_rpc_main(int argc, char **argv) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", x.ps_port);
     psc_opts_t co = {.servers = addr, .timeout_ms = 60000};
-    if (psc_connect(&co, &x.ps)) {
+    char gaddr[64];
+    snprintf(gaddr, sizeof gaddr, "127.0.0.1:%d", x.grpc_port);
+    if (psc_connect(&co, &x.ps) || psg_create(gaddr, NULL, 256u << 20, &x.grpc)) {
         fprintf(stderr, "ps-bench rpc: cannot connect to ps-server\n");
         stop(ps);
         stop(rd);
@@ -438,6 +490,10 @@ int bench_rpc_main(int argc, char **argv) {
                    pull[d][f] / hmget[d][f]);
         }
     }
+    const double gpull = grpc_rate(&x, "b64", 64, false, 30),
+                 gpush = grpc_rate(&x, "b64", 64, true, 31);
+    printf("gRPC API (dim 64, unary, 1 in flight): pull %.0f  push(adagrad) %.0f rows/s\n", gpull,
+           gpush);
     const double rate = o.smoke ? 500 : 2000;
     lat_t lk = lookup_latency(&x, false, 64, rate, 5), rl = lookup_latency(&x, true, 64, rate, 5);
     lat_t prtt = rtt(&x, false), rrtt = rtt(&x, true);
@@ -447,7 +503,6 @@ int bench_rpc_main(int argc, char **argv) {
     printf("loopback round trip (PING): data plane p50 %.0f us p99 %.0f us; redis p50 %.0f us "
            "p99 %.0f us\n",
            prtt.p50, prtt.p99, rrtt.p50, rrtt.p99);
-    printf("gRPC API figures: not measured (the gRPC server is not built yet)\n");
 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "rpc");
@@ -464,6 +519,8 @@ int bench_rpc_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "rtt_p50_us", prtt.p50);
     cJSON_AddNumberToObject(root, "rtt_p99_us", prtt.p99);
     cJSON_AddNumberToObject(root, "lookup_p99_vs_rtt_p50", lk.p99 / prtt.p50);
+    cJSON_AddNumberToObject(root, "grpc_pull_rows_per_s", gpull);
+    cJSON_AddNumberToObject(root, "grpc_push_rows_per_s", gpush);
     cJSON *cases = cJSON_AddArrayToObject(root, "cases");
     for (int d = 0; d < 2; d++)
         for (int f = 0; f < 2; f++) {
@@ -478,6 +535,7 @@ int bench_rpc_main(int argc, char **argv) {
         }
     bench_emit_json(&o, root);
     psc_close(x.ps);
+    psg_destroy(x.grpc);
     redisFree(x.rd);
     stop(ps);
     stop(rd);
