@@ -6,11 +6,12 @@
  * variables, then flags (later wins). --print-config prints the effective settings and exits.
  *
  * Start: restore the newest checkpoint of ckpt_dir (if any), create the tables of `tables` that
- * do not exist, serve the data plane, the gRPC API and /metrics (docs/server.md). Signals: SIGTERM/SIGINT stop accepting, answer what was
- * received, write a checkpoint (ckpt_on_exit) and exit 0; SIGUSR1 writes a checkpoint now; SIGHUP
- * reloads cluster_map_file. Every ckpt_interval_s seconds a checkpoint is written; every
- * clock_tick_s seconds the tables' clocks advance by one (TTL and admission decay count ticks).
- * Exit status: 0 after a clean stop, 1 on a runtime failure, 2 on bad settings.
+ * do not exist, serve the data plane, the gRPC API and /metrics (docs/server.md). Signals:
+ * SIGTERM/SIGINT stop accepting, answer what was received, write a checkpoint (ckpt_on_exit) and
+ * exit 0; SIGUSR1 writes a checkpoint now; SIGHUP reloads cluster_map_file. Every ckpt_interval_s
+ * seconds a checkpoint is written; every clock_tick_s seconds the tables' clocks advance by one
+ * (TTL and admission decay count ticks). Exit status: 0 after a clean stop, 1 on a runtime failure,
+ * 2 on bad settings.
  */
 #include "pc_cluster.h"
 #include "pc_error.h"
