@@ -22,6 +22,7 @@
 #include "pc_wire.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -31,7 +32,8 @@
 
 #define MAX_REPLY     (1u << 31) /* bytes of one reply body the client accepts */
 #define BACKOFF_MS    10
-#define RECONNECT_MAX 8 /* connection attempts per server before its parts fail */
+#define RECONNECT_MAX 8       /* connection attempts per server before its parts fail */
+#define WAIT_SPIN_NS  200000L /* psc_wait yields this long before sleeping */
 
 typedef struct call call_t;
 typedef struct server server_t;
@@ -64,7 +66,8 @@ struct call {
     uint32_t parts_left;
     uint32_t *retry; /* positions to send again */
     size_t nretry, retry_cap;
-    bool started, finished, consumed;
+    bool started, consumed;
+    atomic_bool finished; /* written by the I/O thread under mu; waiters may poll it */
     int timers_open;
     uv_timer_t deadline, backoff;
     struct call *next_live, *next_submit;
@@ -755,12 +758,26 @@ int psc_wait(psc_t *c, uint64_t id) {
         pthread_mutex_unlock(&c->mu);
         return PC_EINVAL;
     }
+    pthread_mutex_unlock(&c->mu);
+    /* k stays allocated until consumed. Short calls finish within tens of microseconds:
+     * yielding for a while lets the I/O thread run (also on the same core) and spares the
+     * futex sleep and wake-up, which cost more than that on virtual machines. */
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; !atomic_load_explicit(&k->finished, memory_order_acquire); i++) {
+        if ((i & 15) == 15) {
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > WAIT_SPIN_NS)
+                break;
+        }
+        sched_yield();
+    }
+    pthread_mutex_lock(&c->mu);
     while (!k->finished)
         pthread_cond_wait(&c->cv, &c->mu);
     int rc = k->rc;
-    k->consumed = true;
+    k->consumed = true; /* freed by the I/O thread's next sweep (its next wake-up) */
     pthread_mutex_unlock(&c->mu);
-    uv_async_send(&c->wake); /* let the I/O thread free it */
     return rc;
 }
 
