@@ -9,13 +9,15 @@
  *    layout TensorFlow Recommenders-Addons' Redis backend uses), 1 and 8 batches in flight;
  *  - latency of 26-key lookups at a fixed rate against Redis MGET of the same 26 keys, and the
  *    loopback round trip (PING) of both.
- *  - pull and push over the gRPC API (dim 64, unary calls one at a time).
+ *  - pull and push over the gRPC API (dim 64, unary calls, 1 and 8 in flight: 8 threads) and
+ *    gRPC Lookup latency at the same fixed rate.
  * Samples of the data plane and of Redis alternate. Figures for issue notes and docs.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -149,9 +151,43 @@ static double dp_rate(ctx_t *x, const char *table, uint32_t dim, int inflight, b
     return (double)rows / (now_s() - t0);
 }
 
-/* ==== gRPC API (one call at a time: unary, blocking) ====================================== */
+/* ==== gRPC API (unary calls; `inflight` threads each with one call at a time) ============== */
 
-static double grpc_rate(ctx_t *x, const char *table, uint32_t dim, bool push, uint64_t seed) {
+static double grpc_rate1(ctx_t *x, const char *table, uint32_t dim, bool push, uint64_t seed);
+
+typedef struct grpc_job {
+    ctx_t *x;
+    const char *table;
+    uint32_t dim;
+    bool push;
+    uint64_t seed;
+    double rate;
+} grpc_job_t;
+
+static void *grpc_job_main(void *arg) {
+    grpc_job_t *j = arg;
+    j->rate = grpc_rate1(j->x, j->table, j->dim, j->push, j->seed);
+    return NULL;
+}
+
+static double grpc_rate(ctx_t *x, const char *table, uint32_t dim, bool push, int inflight,
+                        uint64_t seed) {
+    pthread_t th[W];
+    grpc_job_t jobs[W];
+    double total = 0;
+    for (int i = 0; i < inflight; i++) {
+        jobs[i] = (grpc_job_t){x, table, dim, push, seed + (uint64_t)i * 1000, 0};
+        if (pthread_create(&th[i], NULL, grpc_job_main, &jobs[i]))
+            abort();
+    }
+    for (int i = 0; i < inflight; i++) {
+        pthread_join(th[i], NULL);
+        total += jobs[i].rate;
+    }
+    return total;
+}
+
+static double grpc_rate1(ctx_t *x, const char *table, uint32_t dim, bool push, uint64_t seed) {
     uint64_t keys[B], rng = seed, rows = 0;
     float *g = calloc((size_t)B * dim, sizeof *g);
     const double t0 = now_s();
@@ -344,6 +380,35 @@ static lat_t lookup_latency(ctx_t *x, bool redis, uint32_t dim, double rate, uin
     return r;
 }
 
+/* 26-key Lookups over gRPC at `rate` per second: latency percentiles. */
+static lat_t grpc_lookup_latency(ctx_t *x, double rate, uint64_t seed) {
+    const size_t max = (size_t)(rate * x->secs) + 1;
+    double *lat = malloc(max * sizeof *lat);
+    uint64_t keys[LK], rng = seed;
+    size_t n = 0;
+    const double t0 = now_s();
+    for (double next = t0; n < max && next - t0 < x->secs; next += 1.0 / rate) {
+        while (now_s() < next)
+            ;
+        const double a = now_s();
+        for (int i = 0; i < LK; i++)
+            keys[i] = bench_key(bench_rand(&rng) % x->nkeys);
+        Emberps__LookupRequest q = EMBERPS__LOOKUP_REQUEST__INIT;
+        q.table = "b64";
+        q.keys = keys;
+        q.n_keys = LK;
+        uint8_t req[512], *resp;
+        size_t len = emberps__lookup_request__pack(&q, req), rl;
+        if (psg_call(x->grpc, ps_api_path(PS_API_LOOKUP), req, len, 10000, &resp, &rl, NULL, 0))
+            abort();
+        free(resp);
+        lat[n++] = now_s() - a;
+    }
+    lat_t r = percentiles(lat, n);
+    free(lat);
+    return r;
+}
+
 /* Round trips of an empty request: data plane PING over a raw socket, Redis PING. */
 static lat_t rtt(ctx_t *x, bool redis) {
     enum { N = 2000 };
@@ -490,19 +555,25 @@ int bench_rpc_main(int argc, char **argv) {
                    pull[d][f] / hmget[d][f]);
         }
     }
-    const double gpull = grpc_rate(&x, "b64", 64, false, 30),
-                 gpush = grpc_rate(&x, "b64", 64, true, 31);
-    printf("gRPC API (dim 64, unary, 1 in flight): pull %.0f  push(adagrad) %.0f rows/s\n", gpull,
-           gpush);
+    double gpull[2], gpush[2];
+    for (int f = 0; f < 2; f++) {
+        gpull[f] = grpc_rate(&x, "b64", 64, false, f ? W : 1, 30);
+        gpush[f] = grpc_rate(&x, "b64", 64, true, f ? W : 1, 31);
+        printf("gRPC API, dim 64, %d in flight: pull %9.0f  push(adagrad) %9.0f rows/s\n",
+               f ? W : 1, gpull[f], gpush[f]);
+    }
     const double rate = o.smoke ? 500 : 2000;
     lat_t lk = lookup_latency(&x, false, 64, rate, 5), rl = lookup_latency(&x, true, 64, rate, 5);
     lat_t prtt = rtt(&x, false), rrtt = rtt(&x, true);
+    lat_t glk = grpc_lookup_latency(&x, rate, 5);
     printf("lookup of %d keys (dim 64) at %.0f/s: p50 %.0f us, p99 %.0f us; redis MGET: p50 %.0f "
            "us, p99 %.0f us\n",
            LK, rate, lk.p50, lk.p99, rl.p50, rl.p99);
     printf("loopback round trip (PING): data plane p50 %.0f us p99 %.0f us; redis p50 %.0f us "
            "p99 %.0f us\n",
            prtt.p50, prtt.p99, rrtt.p50, rrtt.p99);
+    printf("gRPC Lookup of %d keys at %.0f/s: p50 %.0f us, p99 %.0f us\n", LK, rate, glk.p50,
+           glk.p99);
 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "rpc");
@@ -519,8 +590,12 @@ int bench_rpc_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "rtt_p50_us", prtt.p50);
     cJSON_AddNumberToObject(root, "rtt_p99_us", prtt.p99);
     cJSON_AddNumberToObject(root, "lookup_p99_vs_rtt_p50", lk.p99 / prtt.p50);
-    cJSON_AddNumberToObject(root, "grpc_pull_rows_per_s", gpull);
-    cJSON_AddNumberToObject(root, "grpc_push_rows_per_s", gpush);
+    cJSON_AddNumberToObject(root, "grpc_pull_rows_per_s", gpull[1]);
+    cJSON_AddNumberToObject(root, "grpc_push_rows_per_s", gpush[1]);
+    cJSON_AddNumberToObject(root, "grpc_pull_rows_per_s_1", gpull[0]);
+    cJSON_AddNumberToObject(root, "grpc_push_rows_per_s_1", gpush[0]);
+    cJSON_AddNumberToObject(root, "grpc_lookup_p50_us", glk.p50);
+    cJSON_AddNumberToObject(root, "grpc_lookup_p99_us", glk.p99);
     cJSON *cases = cJSON_AddArrayToObject(root, "cases");
     for (int d = 0; d < 2; d++)
         for (int f = 0; f < 2; f++) {
