@@ -3,6 +3,7 @@
  *    equal an in-process table given the same calls;
  *  - a map change (SIGHUP reload): stale clients are redirected (PC_EWRONGSLOT) and resend;
  *  - kill -9 a server, restart it from its checkpoint: the client reconnects, state is exact;
+ *  - a stopped server: calls end at their deadline, late replies are discarded safely;
  *  - bad input on raw connections: not-a-frame, oversized body (skipped, connection lives),
  *    malformed batch, unknown table, wrong dim, too many keys, NaN gradients;
  *  - token authentication; refusal to bind a non-loopback address without a token;
@@ -158,6 +159,47 @@ static void test_wrong_slot_redirect(void **state) {
     kill(s1, SIGTERM);
     assert_int_equal(pu_reap(s0, 10), 0);
     assert_int_equal(pu_reap(s1, 10), 0);
+    tc_rmdir(dir);
+}
+
+/* Deadlines: a stopped server makes calls end with PC_ETIMEDOUT on time; its late replies
+ * (after SIGCONT) are discarded without touching the caller's buffers; then calls work again. */
+static void test_deadline(void **state) {
+    (void)state;
+    char dir[256], tables[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dpdl");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, NULL};
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = one, .timeout_ms = 300, .retries = 1};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    enum { N = 100 };
+    uint64_t keys[N];
+    float *rows = malloc(N * D * sizeof(float)), *ok = malloc(N * D * sizeof(float));
+    for (int i = 0; i < N; i++)
+        keys[i] = (uint64_t)i * 7;
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, ok), 0);
+    kill(s, SIGSTOP);
+    const double t0 = pu_now();
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, rows), PC_ETIMEDOUT);
+    const double took = pu_now() - t0;
+    assert_true(took >= 0.25 && took < 3.0);
+    free(rows); /* the late reply must not be written here */
+    kill(s, SIGCONT);
+    usleep(100000);
+    float again[N * D];
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, again), 0);
+    assert_memory_equal(again, ok, sizeof again);
+    psc_stats_t st;
+    psc_stats(c, &st);
+    assert_true(st.timeouts >= 1);
+    free(ok);
+    psc_close(c);
+    kill(s, SIGTERM);
+    assert_int_equal(pu_reap(s, 10), 0);
     tc_rmdir(dir);
 }
 
@@ -398,6 +440,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_two_servers_match_local),
         cmocka_unit_test(test_wrong_slot_redirect),
         cmocka_unit_test(test_kill_and_restart),
+        cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_token),
     };
