@@ -1,4 +1,4 @@
-/* pc_hist.h: lock-free latency histograms in Prometheus form.
+/* pc_hist.h: lock-free latency histograms, and appending Prometheus text.
  *
  * Fixed buckets from 10 us to 10 s (upper bounds in PC_HIST_BOUNDS), counted with relaxed
  * atomics: any thread may add, any thread may render (a render may see a sample in `count` a
@@ -30,6 +30,11 @@ static inline void pc_hist_add(pc_hist_t *h, uint64_t ns) {
     atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
 }
+
+/* Append printf-style text to buf at len (never past cap, NUL-terminated while it fits);
+ * returns the length the whole text needs, so a caller can retry with a larger buffer. */
+size_t pc_prom_appendf(char *buf, size_t cap, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Append the histogram `name` with `labels` ("op=\"pull\"", or "" for none) in Prometheus text
  * form (cumulative le buckets in seconds, _sum, _count) to buf at *len, up to cap. */

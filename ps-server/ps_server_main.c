@@ -15,6 +15,7 @@
  */
 #include "pc_cluster.h"
 #include "pc_error.h"
+#include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_settings.h"
 #include "ps_catalog.h"
@@ -28,7 +29,6 @@
 
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,53 +204,44 @@ static int checkpoint_locked(server_t *s, ps_ckpt_result_t *r) {
 }
 
 /* ---- metrics ---- */
-static size_t put(char *buf, size_t cap, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static size_t put(char *buf, size_t cap, size_t len, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0, fmt, ap);
-    va_end(ap);
-    return n > 0 ? len + (size_t)n : len;
-}
-
 static size_t render_metrics(void *ctx, char *buf, size_t cap) {
     server_t *s = ctx;
     const uint64_t now = pc_time_mono_ns();
-    size_t len =
-        put(buf, cap, 0, "# TYPE emberps_uptime_seconds gauge\nemberps_uptime_seconds %.3f\n",
-            (double)(now - s->start_ns) * 1e-9);
+    size_t len = pc_prom_appendf(
+        buf, cap, 0, "# TYPE emberps_uptime_seconds gauge\nemberps_uptime_seconds %.3f\n",
+        (double)(now - s->start_ns) * 1e-9);
     len = ps_dp_render_metrics(s->dp, buf, cap, len);
     if (s->grpc)
         len = ps_grpc_render_metrics(s->grpc, buf, cap, len);
     if (s->ck) {
         uint64_t last = atomic_load(&s->ckpt_last_ns);
-        len = put(buf, cap, len,
-                  "# TYPE emberps_checkpoints_total counter\nemberps_checkpoints_total %llu\n"
-                  "# TYPE emberps_checkpoint_failures_total counter\n"
-                  "emberps_checkpoint_failures_total %llu\n"
-                  "# TYPE emberps_checkpoint_age_seconds gauge\n"
-                  "emberps_checkpoint_age_seconds %.3f\n"
-                  "# TYPE emberps_checkpoint_last_duration_seconds gauge\n"
-                  "emberps_checkpoint_last_duration_seconds %.6f\n",
-                  (unsigned long long)atomic_load(&s->ckpt_ok),
-                  (unsigned long long)atomic_load(&s->ckpt_failed),
-                  last ? (double)(now - last) * 1e-9 : -1.0,
-                  (double)atomic_load(&s->ckpt_last_seconds_us) * 1e-6);
+        len = pc_prom_appendf(
+            buf, cap, len,
+            "# TYPE emberps_checkpoints_total counter\nemberps_checkpoints_total %llu\n"
+            "# TYPE emberps_checkpoint_failures_total counter\n"
+            "emberps_checkpoint_failures_total %llu\n"
+            "# TYPE emberps_checkpoint_age_seconds gauge\n"
+            "emberps_checkpoint_age_seconds %.3f\n"
+            "# TYPE emberps_checkpoint_last_duration_seconds gauge\n"
+            "emberps_checkpoint_last_duration_seconds %.6f\n",
+            (unsigned long long)atomic_load(&s->ckpt_ok),
+            (unsigned long long)atomic_load(&s->ckpt_failed),
+            last ? (double)(now - last) * 1e-9 : -1.0,
+            (double)atomic_load(&s->ckpt_last_seconds_us) * 1e-6);
     }
     if (s->tier) {
         ps_tier_stats_t t;
         ps_tier_stats(s->tier, &t);
-        len = put(buf, cap, len,
-                  "# TYPE emberps_tier_free_bytes gauge\nemberps_tier_free_bytes %llu\n"
-                  "# TYPE emberps_tier_writable gauge\nemberps_tier_writable %d\n"
-                  "# TYPE emberps_tier_rows gauge\nemberps_tier_rows %llu\n"
-                  "# TYPE emberps_tier_sst_bytes gauge\nemberps_tier_sst_bytes %llu\n"
-                  "# TYPE emberps_tier_writes_refused_total counter\n"
-                  "emberps_tier_writes_refused_total %llu\n",
-                  (unsigned long long)t.free_bytes, t.writable ? 1 : 0,
-                  (unsigned long long)t.rows_estimate, (unsigned long long)t.sst_bytes,
-                  (unsigned long long)t.writes_refused);
+        len = pc_prom_appendf(buf, cap, len,
+                              "# TYPE emberps_tier_free_bytes gauge\nemberps_tier_free_bytes %llu\n"
+                              "# TYPE emberps_tier_writable gauge\nemberps_tier_writable %d\n"
+                              "# TYPE emberps_tier_rows gauge\nemberps_tier_rows %llu\n"
+                              "# TYPE emberps_tier_sst_bytes gauge\nemberps_tier_sst_bytes %llu\n"
+                              "# TYPE emberps_tier_writes_refused_total counter\n"
+                              "emberps_tier_writes_refused_total %llu\n",
+                              (unsigned long long)t.free_bytes, t.writable ? 1 : 0,
+                              (unsigned long long)t.rows_estimate, (unsigned long long)t.sst_bytes,
+                              (unsigned long long)t.writes_refused);
     }
     char names[256][PS_TABLE_NAME_MAX];
     size_t n = ps_catalog_list(s->cat, names, 256);
@@ -270,7 +261,7 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
              {"emberps_table_spilled_total", 1},
              {"emberps_table_cold_reads_total", 1}};
     for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
-        len = put(buf, cap, len, "# TYPE %s %s\n", m[k].name, kinds[m[k].kind]);
+        len = pc_prom_appendf(buf, cap, len, "# TYPE %s %s\n", m[k].name, kinds[m[k].kind]);
         for (size_t i = 0; i < n && i < 256; i++) {
             ps_table_t *t;
             if (ps_catalog_acquire(s->cat, names[i], &t))
@@ -281,18 +272,19 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
             const char *nm = names[i];
             switch (k) {
                 case 0:
-                    len = put(buf, cap, len, "%s{table=\"%s\"} %llu\n", m[k].name, nm,
-                              (unsigned long long)st.rows);
+                    len = pc_prom_appendf(buf, cap, len, "%s{table=\"%s\"} %llu\n", m[k].name, nm,
+                                          (unsigned long long)st.rows);
                     break;
                 case 1:
-                    len = put(buf, cap, len,
-                              "%s{table=\"%s\",kind=\"weights\"} %llu\n"
-                              "%s{table=\"%s\",kind=\"state\"} %llu\n"
-                              "%s{table=\"%s\",kind=\"overhead\"} %llu\n",
-                              m[k].name, nm, (unsigned long long)st.bytes_weights, m[k].name, nm,
-                              (unsigned long long)st.bytes_state, m[k].name, nm,
-                              (unsigned long long)(st.bytes_keys + st.bytes_meta + st.bytes_index +
-                                                   st.bytes_sketch));
+                    len = pc_prom_appendf(buf, cap, len,
+                                          "%s{table=\"%s\",kind=\"weights\"} %llu\n"
+                                          "%s{table=\"%s\",kind=\"state\"} %llu\n"
+                                          "%s{table=\"%s\",kind=\"overhead\"} %llu\n",
+                                          m[k].name, nm, (unsigned long long)st.bytes_weights,
+                                          m[k].name, nm, (unsigned long long)st.bytes_state,
+                                          m[k].name, nm,
+                                          (unsigned long long)(st.bytes_keys + st.bytes_meta +
+                                                               st.bytes_index + st.bytes_sketch));
                     break;
                 default: {
                     const uint64_t v[] = {0,
@@ -306,8 +298,8 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
                                           st.nonfinite_skipped,
                                           st.spilled,
                                           st.cold_reads};
-                    len = put(buf, cap, len, "%s{table=\"%s\"} %llu\n", m[k].name, nm,
-                              (unsigned long long)v[k]);
+                    len = pc_prom_appendf(buf, cap, len, "%s{table=\"%s\"} %llu\n", m[k].name, nm,
+                                          (unsigned long long)v[k]);
                 }
             }
         }

@@ -636,29 +636,25 @@ void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *s) {
 size_t ps_dp_render_metrics(ps_dp_t *dp, char *buf, size_t cap, size_t len) {
     ps_dp_stats_t s;
     ps_dp_stats(dp, &s);
-    char tmp[1024];
-    int n = snprintf(tmp, sizeof tmp,
-                     "# TYPE emberps_dataplane_connections gauge\n"
-                     "emberps_dataplane_connections %llu\n"
-                     "# TYPE emberps_dataplane_requests_total counter\n"
-                     "emberps_dataplane_requests_total %llu\n"
-                     "# TYPE emberps_dataplane_errors_total counter\n"
-                     "emberps_dataplane_errors_total %llu\n"
-                     "# TYPE emberps_dataplane_rows_total counter\n"
-                     "emberps_dataplane_rows_total{op=\"pull\"} %llu\n"
-                     "emberps_dataplane_rows_total{op=\"push\"} %llu\n"
-                     "emberps_dataplane_rows_total{op=\"lookup\"} %llu\n"
-                     "# TYPE emberps_dataplane_bytes_total counter\n"
-                     "emberps_dataplane_bytes_total{dir=\"in\"} %llu\n"
-                     "emberps_dataplane_bytes_total{dir=\"out\"} %llu\n"
-                     "# TYPE emberps_dataplane_request_seconds histogram\n",
-                     (unsigned long long)s.connections, (unsigned long long)s.requests,
-                     (unsigned long long)s.errors, (unsigned long long)s.rows_pulled,
-                     (unsigned long long)s.rows_pushed, (unsigned long long)s.rows_looked_up,
-                     (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out);
-    if (n > 0 && len + (size_t)n < cap)
-        memcpy(buf + len, tmp, (size_t)n + 1);
-    len += n > 0 ? (size_t)n : 0;
+    len = pc_prom_appendf(buf, cap, len,
+                          "# TYPE emberps_dataplane_connections gauge\n"
+                          "emberps_dataplane_connections %llu\n"
+                          "# TYPE emberps_dataplane_requests_total counter\n"
+                          "emberps_dataplane_requests_total %llu\n"
+                          "# TYPE emberps_dataplane_errors_total counter\n"
+                          "emberps_dataplane_errors_total %llu\n"
+                          "# TYPE emberps_dataplane_rows_total counter\n"
+                          "emberps_dataplane_rows_total{op=\"pull\"} %llu\n"
+                          "emberps_dataplane_rows_total{op=\"push\"} %llu\n"
+                          "emberps_dataplane_rows_total{op=\"lookup\"} %llu\n"
+                          "# TYPE emberps_dataplane_bytes_total counter\n"
+                          "emberps_dataplane_bytes_total{dir=\"in\"} %llu\n"
+                          "emberps_dataplane_bytes_total{dir=\"out\"} %llu\n"
+                          "# TYPE emberps_dataplane_request_seconds histogram\n",
+                          (unsigned long long)s.connections, (unsigned long long)s.requests,
+                          (unsigned long long)s.errors, (unsigned long long)s.rows_pulled,
+                          (unsigned long long)s.rows_pushed, (unsigned long long)s.rows_looked_up,
+                          (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out);
     static const char *const ops[4] = {"op=\"pull\"", "op=\"push\"", "op=\"lookup\"",
                                        "op=\"other\""};
     for (int i = 0; i < 4; i++)

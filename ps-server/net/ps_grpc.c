@@ -224,16 +224,12 @@ int ps_grpc_port(const ps_grpc_t *g) {
 }
 
 size_t ps_grpc_render_metrics(ps_grpc_t *g, char *buf, size_t cap, size_t len) {
-    char tmp[256];
-    int n = snprintf(tmp, sizeof tmp,
-                     "# TYPE emberps_grpc_calls_total counter\nemberps_grpc_calls_total %llu\n"
-                     "# TYPE emberps_grpc_errors_total counter\nemberps_grpc_errors_total %llu\n"
-                     "# TYPE emberps_grpc_call_seconds histogram\n",
-                     (unsigned long long)atomic_load(&g->calls),
-                     (unsigned long long)atomic_load(&g->errors));
-    if (n > 0 && len + (size_t)n < cap)
-        memcpy(buf + len, tmp, (size_t)n + 1);
-    len += n > 0 ? (size_t)n : 0;
+    len = pc_prom_appendf(
+        buf, cap, len,
+        "# TYPE emberps_grpc_calls_total counter\nemberps_grpc_calls_total %llu\n"
+        "# TYPE emberps_grpc_errors_total counter\nemberps_grpc_errors_total %llu\n"
+        "# TYPE emberps_grpc_call_seconds histogram\n",
+        (unsigned long long)atomic_load(&g->calls), (unsigned long long)atomic_load(&g->errors));
     return pc_hist_render(&g->lat, "emberps_grpc_call_seconds", "", buf, cap, len);
 }
 

@@ -98,10 +98,8 @@ static void test_two_servers_match_local(void **state) {
     assert_int_equal(psc_pull(c, "emb", keys, 10, 4, x), PC_EDIM);
     psc_close(c);
     ps_table_destroy(ref);
-    kill(s0, SIGTERM);
-    kill(s1, SIGTERM);
-    assert_int_equal(pu_reap(s0, 10), 0);
-    assert_int_equal(pu_reap(s1, 10), 0);
+    pu_stop(s0);
+    pu_stop(s1);
     tc_rmdir(dir);
 }
 
@@ -155,10 +153,8 @@ static void test_wrong_slot_redirect(void **state) {
     assert_non_null(strstr(text, "version=2"));
     psc_close(c);
     ps_table_destroy(ref);
-    kill(s0, SIGTERM);
-    kill(s1, SIGTERM);
-    assert_int_equal(pu_reap(s0, 10), 0);
-    assert_int_equal(pu_reap(s1, 10), 0);
+    pu_stop(s0);
+    pu_stop(s1);
     tc_rmdir(dir);
 }
 
@@ -198,8 +194,7 @@ static void test_deadline(void **state) {
     assert_true(st.timeouts >= 1);
     free(ok);
     psc_close(c);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     tc_rmdir(dir);
 }
 
@@ -246,8 +241,7 @@ static void test_kill_and_restart(void **state) {
     assert_true(st.reconnects >= 1 || st.retries >= 1);
     /* SIGTERM: exit 0 with a final checkpoint. */
     assert_int_equal(psc_push(c, "emb", keys, N, D, g, NULL), 0);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     assert_int_equal(count_ckpts(ck), 2);
     psc_close(c);
     ps_table_destroy(ref);
@@ -383,8 +377,7 @@ static void test_bad_input(void **state) {
     assert_int_equal(psc_pull(c, "emb", k, 4, D, after), 0);
     assert_memory_equal(before, after, sizeof before);
     psc_close(c);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     tc_rmdir(dir);
 }
 
@@ -417,8 +410,7 @@ static void test_token(void **state) {
     char b;
     assert_true(recv(fd, &b, 1, 0) <= 0);
     close(fd);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     /* A non-loopback address without a token is refused at start (exit status 2). */
     pid_t p = fork();
     if (p == 0) {

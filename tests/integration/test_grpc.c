@@ -122,8 +122,7 @@ static void test_rows_match_local(void **state) {
     free(resp);
     psg_destroy(c);
     ps_table_destroy(ref);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     tc_rmdir(dir);
 }
 
@@ -197,8 +196,7 @@ static void test_admin_and_tokens(void **state) {
     psg_destroy(none);
     psg_destroy(user);
     psg_destroy(admin);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     tc_rmdir(dir);
 }
 
@@ -256,8 +254,7 @@ static void test_bad_input(void **state) {
     assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), 0);
     free(resp);
     psg_destroy(c);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     tc_rmdir(dir);
 }
 
@@ -315,8 +312,7 @@ static void test_metrics(void **state) {
     assert_non_null(strstr(out, "emberps_checkpoint_age_seconds -1"));
     assert_int_equal(http_get(mp, "/nope", out, sizeof out), 404);
     psg_destroy(c);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     tc_rmdir(dir);
 }
 
@@ -358,8 +354,7 @@ static void test_psctl(void **state) {
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "values")),
                      D);
     cJSON_Delete(j);
-    kill(s, SIGTERM);
-    assert_int_equal(pu_reap(s, 10), 0);
+    pu_stop(s);
     tc_rmdir(dir);
 }
 

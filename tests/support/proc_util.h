@@ -95,6 +95,12 @@ static inline int pu_reap(pid_t pid, double seconds) {
     return -1;
 }
 
+/* SIGTERM and expect a clean exit (0) within 10 s. */
+static inline void pu_stop(pid_t pid) {
+    kill(pid, SIGTERM);
+    assert_int_equal(pu_reap(pid, 10), 0);
+}
+
 static inline void pu_kill_all(void) {
     for (int i = 0; i < pu_npids; i++)
         if (kill(pu_pids[i], 0) == 0) {
