@@ -20,15 +20,6 @@
 static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
 enum { D = 8 };
 
-static ps_table_t *local_table(void) {
-    ps_table_config_t c;
-    ps_table_config_defaults(&c);
-    assert_int_equal(ps_table_config_parse(&c, TABLE, NULL, 0), 0);
-    ps_table_t *t;
-    assert_int_equal(ps_table_create(&c, &t), 0);
-    return t;
-}
-
 static psc_t *connect_to(const char *servers, const char *token) {
     psc_opts_t o = {.servers = servers, .token = token, .timeout_ms = 5000, .retries = 8};
     psc_t *c;
@@ -64,7 +55,7 @@ static void test_two_servers_match_local(void **state) {
     char one[64];
     snprintf(one, sizeof one, "127.0.0.1:%d", p0); /* the map comes from the server */
     psc_t *c = connect_to(one, NULL);
-    ps_table_t *ref = local_table();
+    ps_table_t *ref = tc_create(TABLE);
     enum { N = 700 };
     static uint64_t keys[N];
     static float g[N * D], x[N * D], y[N * D];
@@ -128,7 +119,7 @@ static void test_wrong_slot_redirect(void **state) {
     const char *e0[] = {mfarg, tables, idx0, NULL}, *e1[] = {mfarg, tables, idx1, NULL};
     pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
     psc_t *c = connect_to(map, NULL);
-    ps_table_t *ref = local_table();
+    ps_table_t *ref = tc_create(TABLE);
     enum { N = 500 };
     static uint64_t keys[N];
     static float g[N * D], x[N * D], y[N * D];
@@ -216,7 +207,7 @@ static void test_kill_and_restart(void **state) {
     pid_t s = pu_spawn(port, dir, extra, NULL);
     snprintf(one, sizeof one, "127.0.0.1:%d", port);
     psc_t *c = connect_to(one, NULL);
-    ps_table_t *ref = local_table();
+    ps_table_t *ref = tc_create(TABLE);
     enum { N = 400 };
     static uint64_t keys[N];
     static float g[N * D], x[N * D], y[N * D];

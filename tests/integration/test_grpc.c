@@ -40,15 +40,6 @@ static int call_raw(psg_t *c, const char *path, const void *bytes, size_t n) {
     return st;
 }
 
-static ps_table_t *local_table(void) {
-    ps_table_config_t cfg;
-    ps_table_config_defaults(&cfg);
-    assert_int_equal(ps_table_config_parse(&cfg, TABLE, NULL, 0), 0);
-    ps_table_t *t;
-    assert_int_equal(ps_table_create(&cfg, &t), 0);
-    return t;
-}
-
 static psg_t *client(int grpc_port, const char *token) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", grpc_port);
@@ -66,7 +57,7 @@ static void test_rows_match_local(void **state) {
     int gp = 0;
     pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
     psg_t *c = client(gp, NULL);
-    ps_table_t *ref = local_table();
+    ps_table_t *ref = tc_create(TABLE);
     enum { N = 300 };
     uint64_t keys[N];
     float g[N * D], y[N * D];

@@ -11,6 +11,16 @@
 
 #include "ps_table.h"
 
+/* A table from a spec ("name=emb,dim=8,optimizer=adam"); fails the test on a bad spec. */
+static inline ps_table_t *tc_create(const char *spec) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, spec, NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    return t;
+}
+
 /* Round k (k >= 1) of deterministic changes: one push of 300 keys (with duplicates) from a pool
  * that grows with k, and every third round an erase of 20 keys. */
 static inline void tc_round(ps_table_t *t, int k) {

@@ -12,15 +12,6 @@
 #include "ps_ckpt.h"
 #include "ps_tier.h"
 
-static ps_table_t *mk(const char *spec) {
-    ps_table_config_t c;
-    ps_table_config_defaults(&c);
-    assert_int_equal(ps_table_config_parse(&c, spec, NULL, 0), 0);
-    ps_table_t *t;
-    assert_int_equal(ps_table_create(&c, &t), 0);
-    return t;
-}
-
 typedef struct fixture {
     char dir[256];
     ps_tier_t *tier;
@@ -41,7 +32,7 @@ static void fx_close(fixture_t *f) {
 }
 
 static ps_table_t *mk_cold(fixture_t *f, const char *spec) {
-    ps_table_t *t = mk(spec);
+    ps_table_t *t = tc_create(spec);
     assert_int_equal(ps_tier_attach(f->tier, t, true), 0);
     return t;
 }
@@ -83,7 +74,7 @@ static void test_working_set_10x(void **state) {
     enum { POOL = 20000, CAP = 2000, B = 256, DIM = 16 };
     ps_table_t *c = mk_cold(&f, "name=emb,dim=16,optimizer=adam,shards=8,capacity_rows=2000,"
                                 "cold=true");
-    ps_table_t *r = mk("name=emb,dim=16,optimizer=adam,shards=8");
+    ps_table_t *r = tc_create("name=emb,dim=16,optimizer=adam,shards=8");
     static uint64_t keys[B];
     static float x[B * DIM], y[B * DIM], g[B * DIM];
     static uint8_t fx[B], fy[B];
@@ -164,7 +155,7 @@ static void test_concurrent_spills(void **state) {
     fx_open(&f);
     const char *spec = "name=race,dim=8,optimizer=adagrad,shards=4,capacity_rows=600,cold=true";
     ps_table_t *c = mk_cold(&f, spec);
-    ps_table_t *r = mk("name=race,dim=8,optimizer=adagrad,shards=4");
+    ps_table_t *r = tc_create("name=race,dim=8,optimizer=adagrad,shards=4");
     pthread_t th[2];
     worker_t w[2] = {{c, 0}, {c, 1}};
     for (int i = 0; i < 2; i++)
@@ -372,7 +363,7 @@ static void test_corrupt_record(void **state) {
         rocksdb_options_destroy(o);
     }
     assert_int_equal(ps_tier_replace(f.tier, src), 0);
-    ps_table_t *t = mk("name=bad,dim=4,optimizer=sgd,capacity_rows=10,cold=true");
+    ps_table_t *t = tc_create("name=bad,dim=4,optimizer=sgd,capacity_rows=10,cold=true");
     assert_int_equal(ps_tier_attach(f.tier, t, false), 0);
     uint64_t keys[2] = {key_of(1), key_of(2)};
     float rows[8], g[8] = {1, 1, 1, 1, 1, 1, 1, 1};
@@ -388,7 +379,7 @@ static void test_corrupt_record(void **state) {
 /* A cold table without a store refuses to evict changed rows instead of losing them. */
 static void test_unattached_refuses(void **state) {
     (void)state;
-    ps_table_t *t = mk("name=u,dim=4,optimizer=sgd,shards=1,capacity_rows=10,cold=true");
+    ps_table_t *t = tc_create("name=u,dim=4,optimizer=sgd,shards=1,capacity_rows=10,cold=true");
     uint64_t keys[20];
     float g[80];
     for (int i = 0; i < 20; i++)
@@ -525,7 +516,7 @@ static void test_ckpt_cold_under_pushes(void **state) {
         ps_table_t *ref = NULL;
         bool ok = false;
         for (int last_erase = 1; last_erase >= 0 && !ok; last_erase--) {
-            ref = mk(k_live_ref);
+            ref = tc_create(k_live_ref);
             for (uint64_t i = 0; i < v; i++)
                 live_call(ref, (int)i, i + 1 < v || last_erase);
             ok = same_lookups(got, ref);
@@ -538,7 +529,7 @@ static void test_ckpt_cold_under_pushes(void **state) {
             all[i] = key_of((uint64_t)i);
         assert_same_everywhere(got, ref, all, LK); /* optimizer state too */
         ps_table_destroy(ref);
-        ps_table_t *rr = mk("name=ram,dim=4,optimizer=sgd");
+        ps_table_t *rr = tc_create("name=ram,dim=4,optimizer=sgd");
         for (int k = 1; k <= c + 1; k++) { /* each earlier cut advanced the clock by one */
             if (k > 1)
                 assert_int_equal(ps_table_advance_clock(rr, ps_table_clock(rr) + 1), 0);
