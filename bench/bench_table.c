@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "bench_util.h"
+#include "pc_rand.h"
 #include "pc_alloc.h"
 #include "pc_time.h"
 #include "ps_optim.h"
@@ -161,13 +162,13 @@ static void make_stream(stream_t *s, uint64_t nkeys, int dist, uint64_t seed, si
     s->idx = malloc(len * sizeof *s->idx);
     if (!s->keys || !s->idx)
         abort();
-    bench_zipf_t z;
-    bench_zipf_init(&z, nkeys, 1.05);
+    pc_zipf_t z;
+    pc_zipf_init(&z, nkeys, 1.05);
     uint64_t rng = seed;
     const uint64_t stride = 2654435761u; /* odd, coprime to nkeys: scatters hot ranks */
     for (size_t i = 0; i < len; i++) {
-        uint64_t r = dist == 0 ? bench_rand(&rng) % nkeys
-                               : ((bench_zipf_next(&z, &rng) - 1) * stride) % nkeys;
+        uint64_t r =
+            dist == 0 ? bench_rand(&rng) % nkeys : ((pc_zipf_next(&z, &rng) - 1) * stride) % nkeys;
         s->idx[i] = (uint32_t)r;
         s->keys[i] = bench_key(r);
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pc_rand.h"
 #include "pc_time.h"
 #include "ps_table.h"
 
@@ -82,10 +83,7 @@ uint64_t bench_anon_huge_bytes(void) {
 }
 
 uint64_t bench_rand(uint64_t *s) {
-    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
+    return pc_rand(s);
 }
 
 double bench_median3(const double *v) {
@@ -96,52 +94,6 @@ double bench_median3(const double *v) {
 uint64_t bench_key(uint64_t i) {
     uint64_t s = i * 2 + 1;
     return bench_rand(&s);
-}
-
-/* (exp(x) - 1) / x and log1p(x) / x, accurate near 0. */
-static double helper_expm1(double x) {
-    return fabs(x) > 1e-8 ? expm1(x) / x : 1 + x / 2;
-}
-static double helper_log1p(double x) {
-    return fabs(x) > 1e-8 ? log1p(x) / x : 1 - x / 2;
-}
-
-static double zh(const bench_zipf_t *z, double x) {
-    return exp(-z->s * log(x));
-}
-
-static double zh_int(const bench_zipf_t *z, double x) {
-    double lx = log(x);
-    return helper_expm1((1 - z->s) * lx) * lx;
-}
-
-static double zh_int_inv(const bench_zipf_t *z, double x) {
-    double t = x * (1 - z->s);
-    if (t < -1)
-        t = -1;
-    return exp(helper_log1p(t) * x);
-}
-
-void bench_zipf_init(bench_zipf_t *z, uint64_t n, double s) {
-    z->s = s;
-    z->n = (double)n;
-    z->hx1 = zh_int(z, 1.5) - 1;
-    z->hn = zh_int(z, z->n + 0.5);
-    z->sdiv = 2 - zh_int_inv(z, zh_int(z, 2.5) - zh(z, 2));
-}
-
-uint64_t bench_zipf_next(const bench_zipf_t *z, uint64_t *rng) {
-    for (;;) {
-        double u = z->hn + (double)(bench_rand(rng) >> 11) * 0x1p-53 * (z->hx1 - z->hn);
-        double x = zh_int_inv(z, u);
-        double k = floor(x + 0.5);
-        if (k < 1)
-            k = 1;
-        if (k > z->n)
-            k = z->n;
-        if (k - x <= z->sdiv || u >= zh_int(z, k + 0.5) - zh(z, k))
-            return (uint64_t)k;
-    }
 }
 
 /* Threads wait on one barrier with the caller, so the clock starts when all are ready. */

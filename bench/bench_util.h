@@ -33,13 +33,7 @@ uint64_t bench_anon_huge_bytes(void);
 /* The i-th key of a benchmark universe: arbitrary-looking 64-bit ids. */
 uint64_t bench_key(uint64_t i);
 
-/* Zipf(s) over ranks 1..n by rejection-inversion (Hoermann & Derflinger 1996). */
-typedef struct bench_zipf {
-    double s, n, hx1, hn, sdiv;
-} bench_zipf_t;
-void bench_zipf_init(bench_zipf_t *z, uint64_t n, double s);
-uint64_t bench_zipf_next(const bench_zipf_t *z, uint64_t *rng); /* 1..n */
-
+/* 64 random bits (pc_rand); Zipf draws come from pc_rand.h's pc_zipf. */
 uint64_t bench_rand(uint64_t *rng);
 
 /* Median of three samples. */
