@@ -1,0 +1,225 @@
+/* pw_datagen.c: see pw_datagen.h. */
+#include "pw_datagen.h"
+
+#include "pc_error.h"
+#include "pc_hash.h"
+#include "pc_rand.h"
+#include "pw_metrics.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NF     26
+#define ND     13
+#define EDIM   4
+#define NPAIRS 24
+#define CALIB  20000
+#define W_STD  0.2  /* per-value weights */
+#define E_STD  0.25 /* per-value embedding components */
+
+void pw_datagen_defaults(pw_datagen_opts_t *o) {
+    *o = (pw_datagen_opts_t){.seed = 1,
+                             .rows = 1000000,
+                             .test_rows = 100000,
+                             .positive_rate = 0.25,
+                             .zipf_s = 1.1,
+                             .vocab_min = 10,
+                             .vocab_max = 10000000,
+                             .interaction = 2.0,
+                             .missing_rate = 0.02};
+}
+
+/* Derived constants of a model: vocabularies, dense scales, pairs. */
+typedef struct model {
+    pc_zipf_t zipf[NF];
+    uint64_t vocab[NF];
+    double dense_mean[ND], dense_a[ND], dense_center[ND];
+    uint8_t pa[NPAIRS], pb[NPAIRS];
+} model_t;
+
+static double gauss(uint64_t h) { /* N(0, 1) from 64 hash bits (Box-Muller) */
+    const double u1 = ((double)(h >> 40) + 0.5) * 0x1p-24, u2 = (double)(h & 0xffffff) * 0x1p-24;
+    return sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+}
+
+static uint64_t param_hash(uint64_t seed, uint32_t f, uint64_t v, uint32_t slot) {
+    return pc_hash_u64(pc_hash_u64(v, seed ^ ((uint64_t)f << 40)) ^ slot, PC_HASH_SEED_FEATURE);
+}
+
+static void model_init(const pw_datagen_opts_t *o, model_t *m) {
+    for (int f = 0; f < NF; f++) {
+        const double t = NF > 1 ? (double)f / (NF - 1) : 0;
+        m->vocab[f] = (uint64_t)llround(
+            exp(log((double)o->vocab_min) * (1 - t) + log((double)o->vocab_max) * t));
+        pc_zipf_init(&m->zipf[f], m->vocab[f], o->zipf_s);
+    }
+    for (int j = 0; j < ND; j++) {
+        m->dense_mean[j] = exp(log(1000.0) * j / (ND - 1));
+        m->dense_a[j] = 0.3 * gauss(param_hash(o->seed, 100, (uint64_t)j, 7));
+        /* E[log1p(x)] for geometric x with this mean, by a short numeric sum */
+        const double q = m->dense_mean[j] / (1 + m->dense_mean[j]);
+        double e = 0, pk = 1 - q;
+        for (int k = 0; k < 20000 && pk > 1e-15; k++, pk *= q)
+            e += pk * log1p((double)k);
+        m->dense_center[j] = e;
+    }
+    uint64_t st = o->seed ^ UINT64_C(0x70616972);
+    for (int p = 0; p < NPAIRS; p++) {
+        m->pa[p] = (uint8_t)(pc_rand(&st) % NF);
+        do
+            m->pb[p] = (uint8_t)(pc_rand(&st) % NF);
+        while (m->pb[p] == m->pa[p]);
+    }
+}
+
+/* A geometric draw with mean m. */
+static uint64_t geometric(uint64_t *st, double m) {
+    const double u = pc_rand_unit(st);
+    return (uint64_t)floor(log1p(-u) / log(m / (1 + m)));
+}
+
+/* Draw row r of stream s: the line (when buf) and the logit without bias. */
+static double draw(const pw_datagen_opts_t *o, const model_t *m, int s, uint64_t r, char *buf,
+                   size_t *len) {
+    uint64_t st = pc_hash_u64(r, o->seed ^ ((uint64_t)(s + 1) << 56));
+    uint64_t dense[ND];
+    uint64_t val[NF];
+    bool missing[NF];
+    double logit = 0;
+    for (int j = 0; j < ND; j++) {
+        dense[j] = geometric(&st, m->dense_mean[j]);
+        logit += m->dense_a[j] * (log1p((double)dense[j]) - m->dense_center[j]);
+    }
+    double emb[NF][EDIM];
+    for (int f = 0; f < NF; f++) {
+        missing[f] = pc_rand_unit(&st) < o->missing_rate;
+        val[f] = missing[f] ? UINT64_C(1) << 40 : pc_zipf_next(&m->zipf[f], &st);
+        logit += W_STD * gauss(param_hash(o->seed, (uint32_t)f, val[f], 0));
+        for (int k = 0; k < EDIM; k++)
+            emb[f][k] = E_STD * gauss(param_hash(o->seed, (uint32_t)f, val[f], 1 + (uint32_t)k));
+    }
+    if (o->interaction > 0) {
+        double it = 0;
+        for (int p = 0; p < NPAIRS; p++)
+            for (int k = 0; k < EDIM; k++)
+                it += emb[m->pa[p]][k] * emb[m->pb[p]][k];
+        logit += o->interaction * it;
+    }
+    if (buf) {
+        char *w = buf + 2; /* label written by the caller */
+        for (int j = 0; j < ND; j++)
+            w += sprintf(w, "%llu\t", (unsigned long long)dense[j]);
+        for (int f = 0; f < NF; f++) {
+            if (!missing[f]) {
+                const uint32_t h = (uint32_t)val[f] * 0x9E3779B1u ^ (uint32_t)f * 0x85EBCA6Bu;
+                w += sprintf(w, "%08x", h);
+            }
+            *w++ = f + 1 < NF ? '\t' : '\n';
+        }
+        *len = (size_t)(w - buf);
+    }
+    return logit;
+}
+
+static inline double sigmoid(double x) {
+    return 1 / (1 + exp(-x));
+}
+
+double pw_datagen_calibrate(const pw_datagen_opts_t *o) {
+    model_t m;
+    model_init(o, &m);
+    double *z = malloc(CALIB * sizeof *z);
+    if (!z)
+        return 0;
+    for (int i = 0; i < CALIB; i++)
+        z[i] = draw(o, &m, 2, (uint64_t)i, NULL, NULL);
+    double lo = -30, hi = 30;
+    for (int it = 0; it < 60; it++) {
+        const double b = (lo + hi) / 2;
+        double mean = 0;
+        for (int i = 0; i < CALIB; i++)
+            mean += sigmoid(b + z[i]);
+        mean /= CALIB;
+        if (mean < o->positive_rate)
+            lo = b;
+        else
+            hi = b;
+    }
+    free(z);
+    return (lo + hi) / 2;
+}
+
+size_t pw_datagen_row(const pw_datagen_opts_t *o, double b, int s, uint64_t r, char *buf,
+                      double *prob) {
+    model_t m;
+    model_init(o, &m);
+    size_t len = 0;
+    double p = sigmoid(b + draw(o, &m, s, r, buf, &len));
+    uint64_t st = pc_hash_u64(r, o->seed ^ UINT64_C(0x6c6162656c) ^ (uint64_t)s);
+    buf[0] = pc_rand_unit(&st) < p ? '1' : '0';
+    buf[1] = '\t';
+    if (prob)
+        *prob = p;
+    return len;
+}
+
+static int check(const pw_datagen_opts_t *o) {
+    return o->positive_rate > 0 && o->positive_rate < 1 && o->zipf_s > 0 && o->vocab_min >= 2 &&
+                   o->vocab_max >= o->vocab_min && o->vocab_max < (UINT64_C(1) << 32) &&
+                   o->interaction >= 0 && o->missing_rate >= 0 && o->missing_rate < 1
+               ? 0
+               : PC_EINVAL;
+}
+
+int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datagen_result_t *res) {
+    if (check(o))
+        return PC_EINVAL;
+    model_t m;
+    model_init(o, &m);
+    const double b = pw_datagen_calibrate(o);
+    float *probs = malloc((o->test_rows ? o->test_rows : 1) * sizeof *probs);
+    float *labels = malloc((o->test_rows ? o->test_rows : 1) * sizeof *labels);
+    if (!probs || !labels) {
+        free(probs);
+        free(labels);
+        return PC_ENOMEM;
+    }
+    char buf[768];
+    uint64_t pos = 0;
+    int rc = 0;
+    for (int s = 0; s < 2 && !rc; s++) {
+        FILE *out = s ? test : train;
+        const uint64_t n = s ? o->test_rows : o->rows;
+        for (uint64_t r = 0; r < n && !rc; r++) {
+            size_t len = 0;
+            const double p = sigmoid(b + draw(o, &m, s, r, buf, &len));
+            uint64_t st = pc_hash_u64(r, o->seed ^ UINT64_C(0x6c6162656c) ^ (uint64_t)s);
+            const int y = pc_rand_unit(&st) < p;
+            buf[0] = (char)('0' + y);
+            buf[1] = '\t';
+            if (s) {
+                probs[r] = (float)p;
+                labels[r] = (float)y;
+            } else {
+                pos += (uint64_t)y;
+            }
+            if (out && fwrite(buf, 1, len, out) != len)
+                rc = PC_EIO;
+        }
+    }
+    if (!rc && ((train && fflush(train)) || (test && fflush(test))))
+        rc = PC_EIO;
+    if (!rc && res) {
+        res->bias = b;
+        res->rows = o->rows;
+        res->test_rows = o->test_rows;
+        res->train_positive = o->rows ? (double)pos / (double)o->rows : NAN;
+        res->oracle_auc = pw_auc(probs, labels, o->test_rows);
+        res->oracle_logloss = pw_logloss(probs, labels, o->test_rows);
+    }
+    free(probs);
+    free(labels);
+    return rc;
+}

@@ -1,0 +1,60 @@
+/* pw_datagen.h: Criteo-format samples from a planted model (ps-datagen).
+ *
+ * The model, a deterministic function of the seed (nothing stored, any vocabulary size):
+ *   - field f (26) has a vocabulary of V_f values, log-spaced from vocab_min to vocab_max; a row
+ *     draws each field's value from Zipf(zipf_s) over its vocabulary, or leaves it empty with
+ *     probability missing_rate;
+ *   - each (field, value) has a weight w ~ N(0, 0.2^2) and an embedding e in R^4, components
+ *     ~ N(0, 0.25^2);
+ *   - 13 dense counts x_j, geometric with means log-spaced from 1 to 1000, enter as
+ *     a_j * (log1p(x_j) - mean_j);
+ *   - logit = b + sum_f w(f, v_f) + interaction * sum_{(f,g) in P} <e(f, v_f), e(g, v_g)> + dense,
+ *     P a seed-chosen set of 24 field pairs; b is set (bisection on 20k calibration rows) so the
+ *     mean probability is positive_rate; label ~ Bernoulli(sigmoid(logit)).
+ * Categorical values are written as 8 hex digits, a bijection of the value id per field.
+ * Row r of the training stream and row r of the test stream are independent deterministic
+ * functions of (seed, stream, r). The oracle's AUC and logloss are computed on the test rows from
+ * the true probabilities: the best any model can do on that data.
+ *
+ * Thread rule: pure, apart from the output streams.
+ */
+#ifndef PW_DATAGEN_H
+#define PW_DATAGEN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct pw_datagen_opts {
+    uint64_t seed;
+    uint64_t rows, test_rows;
+    double positive_rate;          /* (0, 1) */
+    double zipf_s;                 /* > 0 */
+    uint64_t vocab_min, vocab_max; /* 2 .. 2^32 - 1 */
+    double interaction;            /* >= 0 */
+    double missing_rate;           /* [0, 1) */
+} pw_datagen_opts_t;
+
+void pw_datagen_defaults(pw_datagen_opts_t *o);
+
+typedef struct pw_datagen_result {
+    double bias;                       /* the calibrated b */
+    double train_positive;             /* mean label of the training rows */
+    double oracle_auc, oracle_logloss; /* on the test rows */
+    uint64_t rows, test_rows;
+} pw_datagen_result_t;
+
+/* Write o->rows training lines to train and o->test_rows to test (either may be NULL: not
+ * written; the oracle needs the test rows generated, written or not). PC_EINVAL for bad options,
+ * PC_EIO on a write error, PC_ENOMEM. */
+int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datagen_result_t *res);
+
+/* Format row r of stream s (0 train, 1 test) as one Criteo line (with "\n") into buf (>= 512
+ * bytes); *prob gets its true probability. Returns the line length. The model must have been
+ * calibrated: b is res->bias from pw_datagen_run, or pw_datagen_calibrate. */
+size_t pw_datagen_row(const pw_datagen_opts_t *o, double b, int s, uint64_t r, char *buf,
+                      double *prob);
+
+/* The bias that gives o->positive_rate. */
+double pw_datagen_calibrate(const pw_datagen_opts_t *o);
+
+#endif

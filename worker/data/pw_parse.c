@@ -1,0 +1,213 @@
+/* pw_parse.c: see pw_parse.h. Hand-rolled scanners (no strtod on the hot path for integers and
+ * hex, no copies of the line): parsing must keep up with training. */
+#include "pw_parse.h"
+
+#include "pc_error.h"
+#include "pc_hash.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t pw_feature_key(uint32_t field, uint64_t value) {
+    return pc_hash_u64(value ^ pc_hash_u64(field, PC_HASH_SEED_FEATURE), PC_HASH_SEED_FEATURE);
+}
+
+uint64_t pw_missing_key(uint32_t field) {
+    /* A value no 32-bit categorical can take. */
+    return pw_feature_key(field, UINT64_C(1) << 40);
+}
+
+int pw_format_parse(const char *name, pw_format_t *out) {
+    static const char *const names[] = {"criteo", "libsvm", "libffm"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *out = (pw_format_t)i;
+            return 0;
+        }
+    return PC_EINVAL;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return PC_EPARSE;
+}
+
+/* A decimal integer in [p, e) (optional sign); false when empty, malformed or over 18 digits. */
+static bool scan_int(const char *p, const char *e, int64_t *out) {
+    bool neg = false;
+    if (p < e && (*p == '-' || *p == '+'))
+        neg = *p++ == '-';
+    if (p == e || e - p > 18)
+        return false;
+    int64_t v = 0;
+    for (; p < e; p++) {
+        if (*p < '0' || *p > '9')
+            return false;
+        v = v * 10 + (*p - '0');
+    }
+    *out = neg ? -v : v;
+    return true;
+}
+
+/* 1-8 hex digits in [p, e). */
+static bool scan_hex32(const char *p, const char *e, uint32_t *out) {
+    if (p == e || e - p > 8)
+        return false;
+    uint32_t v = 0;
+    for (; p < e; p++) {
+        const char c = *p;
+        uint32_t d = c >= '0' && c <= '9'   ? (uint32_t)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (uint32_t)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (uint32_t)(c - 'A' + 10)
+                                            : 16u;
+        if (d == 16)
+            return false;
+        v = v << 4 | d;
+    }
+    *out = v;
+    return true;
+}
+
+/* A finite number in [p, e) (strtod on a bounded copy). */
+static bool scan_float(const char *p, const char *e, float *out) {
+    char buf[64];
+    const size_t n = (size_t)(e - p);
+    if (n == 0 || n >= sizeof buf)
+        return false;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    char *end;
+    double v = strtod(buf, &end);
+    if (*end || !isfinite(v) || fabs(v) > 3.4e38)
+        return false;
+    *out = (float)v;
+    return true;
+}
+
+static int parse_criteo(const char *p, const char *e, pw_sample_t *s, char *err, size_t el) {
+    const char *f[1 + PW_CRITEO_DENSE + PW_CRITEO_CAT + 1];
+    int nf = 0;
+    f[nf++] = p;
+    for (const char *q = p; q < e; q++) {
+        if (*q == '\t') {
+            if (nf == 1 + PW_CRITEO_DENSE + PW_CRITEO_CAT)
+                return fail(err, el, "more than 40 fields");
+            f[nf++] = q + 1;
+        }
+    }
+    if (nf != 1 + PW_CRITEO_DENSE + PW_CRITEO_CAT)
+        return fail(err, el, "%d fields, want 40", nf);
+    f[nf] = e + 1; /* field i spans f[i] .. f[i + 1] - 1 */
+    int64_t v;
+    if (!scan_int(f[0], f[1] - 1, &v) || (v != 0 && v != 1))
+        return fail(err, el, "label is not 0 or 1");
+    s->label = (float)v;
+    s->ndense = PW_CRITEO_DENSE;
+    for (int i = 0; i < PW_CRITEO_DENSE; i++) {
+        const char *a = f[1 + i], *b = f[2 + i] - 1;
+        if (a == b) {
+            s->dense[i] = 0;
+            continue;
+        }
+        if (!scan_int(a, b, &v))
+            return fail(err, el, "integer field %d is not an integer", i + 1);
+        s->dense[i] = v > 0 ? (float)log1p((double)v) : 0.0f;
+    }
+    s->nkeys = PW_CRITEO_CAT;
+    for (int i = 0; i < PW_CRITEO_CAT; i++) {
+        const char *a = f[1 + PW_CRITEO_DENSE + i], *b = f[2 + PW_CRITEO_DENSE + i] - 1;
+        uint32_t h;
+        if (a == b)
+            s->keys[i] = pw_missing_key((uint32_t)i);
+        else if (scan_hex32(a, b, &h))
+            s->keys[i] = pw_feature_key((uint32_t)i, h);
+        else
+            return fail(err, el, "categorical field %d is not 1-8 hex digits", i + 1);
+        s->field[i] = (uint16_t)i;
+        s->val[i] = 1.0f;
+    }
+    return 0;
+}
+
+/* libsvm (ffm = false) or libffm: label, then space-separated [field:]idx:val items. */
+static int parse_svm(const char *p, const char *e, bool ffm, pw_sample_t *s, char *err, size_t el) {
+    while (p < e && (*p == ' ' || *p == '\t'))
+        p++;
+    const char *q = p;
+    while (q < e && *q != ' ' && *q != '\t')
+        q++;
+    float label;
+    if (!scan_float(p, q, &label))
+        return fail(err, el, "bad label");
+    s->label = label > 0 ? 1.0f : 0.0f;
+    s->ndense = 0;
+    s->nkeys = 0;
+    for (p = q; p < e;) {
+        while (p < e && (*p == ' ' || *p == '\t'))
+            p++;
+        if (p == e)
+            break;
+        q = p;
+        while (q < e && *q != ' ' && *q != '\t')
+            q++;
+        /* item [p, q): split at ':' */
+        const char *c1 = memchr(p, ':', (size_t)(q - p));
+        const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(q - c1 - 1)) : NULL;
+        if (!c1 || (ffm && !c2) || (!ffm && c2))
+            return fail(err, el, "feature item is not %s", ffm ? "field:idx:val" : "idx:val");
+        int64_t field = 0, idx;
+        const char *ib = p, *ie = c1, *vb = c1 + 1;
+        if (ffm) {
+            if (!scan_int(p, c1, &field) || field < 0 || field >= PW_FIELDS_MAX)
+                return fail(err, el, "field out of range 0..%d", PW_FIELDS_MAX - 1);
+            ib = c1 + 1;
+            ie = c2;
+            vb = c2 + 1;
+        }
+        float val;
+        if (!scan_int(ib, ie, &idx) || idx < 0)
+            return fail(err, el, "feature index is not a non-negative integer");
+        if (!scan_float(vb, q, &val))
+            return fail(err, el, "feature value is not a finite number");
+        if (s->nkeys == PW_KEYS_MAX) {
+            if (err && el)
+                snprintf(err, el, "more than %d features", PW_KEYS_MAX);
+            return PC_ETOOBIG;
+        }
+        s->keys[s->nkeys] = pw_feature_key((uint32_t)field, (uint64_t)idx);
+        s->field[s->nkeys] = (uint16_t)field;
+        s->val[s->nkeys] = val;
+        s->nkeys++;
+        p = q;
+    }
+    return 0;
+}
+
+int pw_parse_line(pw_format_t fmt, const char *line, size_t len, pw_sample_t *s, char *err,
+                  size_t errlen) {
+    if (len && line[len - 1] == '\n')
+        len--;
+    if (len && line[len - 1] == '\r')
+        len--;
+    if (memchr(line, '\0', len))
+        return fail(err, errlen, "NUL byte in line");
+    const char *e = line + len;
+    switch (fmt) {
+        case PW_FMT_CRITEO:
+            return parse_criteo(line, e, s, err, errlen);
+        case PW_FMT_LIBSVM:
+            return parse_svm(line, e, false, s, err, errlen);
+        case PW_FMT_LIBFFM:
+            return parse_svm(line, e, true, s, err, errlen);
+    }
+    return PC_EINVAL;
+}

@@ -1,0 +1,107 @@
+/* ps-datagen: Criteo-format training and test data from a planted model (pw_datagen.h).
+ *
+ *   build/bin/ps-datagen --rows=2000000 --test-rows=200000 --out=train.tsv --test-out=test.tsv \
+ *       --oracle-out=oracle.json
+ *
+ * --out=- writes the training rows to stdout. The oracle file holds the AUC and logloss of the
+ * true probabilities on the test rows (the best any model can reach) as one JSON object, also
+ * printed on stderr. Exit status: 0, 1 on an I/O error, 2 on bad settings.
+ */
+#include "pc_error.h"
+#include "pc_settings.h"
+#include "pw_datagen.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct cfg {
+    int64_t seed, rows, test_rows, vocab_min, vocab_max;
+    double positive_rate, zipf_s, interaction, missing_rate;
+    char out[512], test_out[512], oracle_out[512];
+} cfg_t;
+
+#define T cfg_t
+static const pc_setting_t k_set[] = {
+    PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the planted model and the rows"),
+    PC_SETTING_INT(T, rows, 0, 1e13, "1000000", "training rows"),
+    PC_SETTING_INT(T, test_rows, 0, 1e10, "100000",
+                   "held-out rows (the oracle is measured on them)"),
+    PC_SETTING_INT(T, vocab_min, 2, 4294967295.0, "10", "smallest field vocabulary"),
+    PC_SETTING_INT(T, vocab_max, 2, 4294967295.0, "10000000", "largest field vocabulary"),
+    PC_SETTING_DOUBLE(T, positive_rate, 0.001, 0.999, "0.25", "mean label"),
+    PC_SETTING_DOUBLE(T, zipf_s, 0.01, 10, "1.1", "Zipf exponent of categorical values"),
+    PC_SETTING_DOUBLE(T, interaction, 0, 100, "2", "strength of pairwise field interactions"),
+    PC_SETTING_DOUBLE(T, missing_rate, 0, 0.99, "0.02", "fraction of empty categorical values"),
+    PC_SETTING_STRING(T, out, "-", "training rows file (- for stdout)"),
+    PC_SETTING_STRING(T, test_out, "", "test rows file (empty: not written)"),
+    PC_SETTING_STRING(T, oracle_out, "", "oracle metrics JSON file (empty: stderr only)"),
+};
+#undef T
+#define NSET (sizeof k_set / sizeof k_set[0])
+
+int main(int argc, char **argv) {
+    cfg_t c;
+    char err[256];
+    pc_settings_defaults(k_set, NSET, &c);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: ps-datagen [--name=value ...]\n\n");
+            pc_settings_help(k_set, NSET, stdout);
+            return 0;
+        }
+    int argi = 1;
+    if (pc_settings_parse_args(k_set, NSET, &c, argc, argv, &argi, err, sizeof err) ||
+        argi < argc) {
+        fprintf(stderr, "ps-datagen: %s\n", argi < argc ? "unexpected argument" : err);
+        return 2;
+    }
+    if (c.vocab_max < c.vocab_min) {
+        fprintf(stderr, "ps-datagen: vocab_max < vocab_min\n");
+        return 2;
+    }
+    pw_datagen_opts_t o = {.seed = (uint64_t)c.seed,
+                           .rows = (uint64_t)c.rows,
+                           .test_rows = (uint64_t)c.test_rows,
+                           .positive_rate = c.positive_rate,
+                           .zipf_s = c.zipf_s,
+                           .vocab_min = (uint64_t)c.vocab_min,
+                           .vocab_max = (uint64_t)c.vocab_max,
+                           .interaction = c.interaction,
+                           .missing_rate = c.missing_rate};
+    FILE *train = strcmp(c.out, "-") ? fopen(c.out, "w") : stdout;
+    FILE *test = c.test_out[0] ? fopen(c.test_out, "w") : NULL;
+    if (!train || (c.test_out[0] && !test)) {
+        fprintf(stderr, "ps-datagen: cannot open the output files\n");
+        return 1;
+    }
+    static char wbuf[1 << 20];
+    setvbuf(train, wbuf, _IOFBF, sizeof wbuf);
+    pw_datagen_result_t r;
+    int rc = pw_datagen_run(&o, train, test, &r);
+    if ((train != stdout && fclose(train)) || (test && fclose(test)))
+        rc = rc ? rc : PC_EIO;
+    if (rc) {
+        fprintf(stderr, "ps-datagen: %s\n", pc_strerror(rc));
+        return rc == PC_EINVAL ? 2 : 1;
+    }
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "seed", (double)o.seed);
+    cJSON_AddNumberToObject(j, "rows", (double)r.rows);
+    cJSON_AddNumberToObject(j, "test_rows", (double)r.test_rows);
+    cJSON_AddNumberToObject(j, "train_positive_rate", r.train_positive);
+    cJSON_AddNumberToObject(j, "oracle_auc", r.oracle_auc);
+    cJSON_AddNumberToObject(j, "oracle_logloss", r.oracle_logloss);
+    char *text = cJSON_PrintUnformatted(j);
+    fprintf(stderr, "%s\n", text);
+    if (c.oracle_out[0]) {
+        FILE *f = fopen(c.oracle_out, "w");
+        if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f)) {
+            fprintf(stderr, "ps-datagen: cannot write %s\n", c.oracle_out);
+            rc = PC_EIO;
+        }
+    }
+    cJSON_free(text);
+    cJSON_Delete(j);
+    return rc ? 1 : 0;
+}
