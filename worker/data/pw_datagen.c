@@ -127,14 +127,19 @@ static inline double sigmoid(double x) {
     return 1 / (1 + exp(-x));
 }
 
-double pw_datagen_calibrate(const pw_datagen_opts_t *o) {
+struct pw_datagen {
+    pw_datagen_opts_t o;
     model_t m;
-    model_init(o, &m);
+    double b;
+};
+
+/* The bias that gives o->positive_rate, by bisection on CALIB rows of their own stream. */
+static int calibrate(const pw_datagen_opts_t *o, const model_t *m, double *out) {
     double *z = malloc(CALIB * sizeof *z);
     if (!z)
-        return 0;
+        return PC_ENOMEM;
     for (int i = 0; i < CALIB; i++)
-        z[i] = draw(o, &m, 2, (uint64_t)i, NULL, NULL);
+        z[i] = draw(o, m, 2, (uint64_t)i, NULL, NULL);
     double lo = -30, hi = 30;
     for (int it = 0; it < 60; it++) {
         const double b = (lo + hi) / 2;
@@ -148,16 +153,41 @@ double pw_datagen_calibrate(const pw_datagen_opts_t *o) {
             hi = b;
     }
     free(z);
-    return (lo + hi) / 2;
+    *out = (lo + hi) / 2;
+    return 0;
 }
 
-size_t pw_datagen_row(const pw_datagen_opts_t *o, double b, int s, uint64_t r, char *buf,
-                      double *prob) {
-    model_t m;
-    model_init(o, &m);
+static int check(const pw_datagen_opts_t *o);
+
+int pw_datagen_create(const pw_datagen_opts_t *o, pw_datagen_t **out) {
+    if (!o || !out || check(o))
+        return PC_EINVAL;
+    pw_datagen_t *g = malloc(sizeof *g);
+    if (!g)
+        return PC_ENOMEM;
+    g->o = *o;
+    model_init(o, &g->m);
+    int rc = calibrate(o, &g->m, &g->b);
+    if (rc) {
+        free(g);
+        return rc;
+    }
+    *out = g;
+    return 0;
+}
+
+void pw_datagen_destroy(pw_datagen_t *g) {
+    free(g);
+}
+
+double pw_datagen_bias(const pw_datagen_t *g) {
+    return g->b;
+}
+
+size_t pw_datagen_row(const pw_datagen_t *g, int s, uint64_t r, char *buf, double *prob) {
     size_t len = 0;
-    double p = sigmoid(b + draw(o, &m, s, r, buf, &len));
-    uint64_t st = pc_hash_u64(r, o->seed ^ UINT64_C(0x6c6162656c) ^ (uint64_t)s);
+    const double p = sigmoid(g->b + draw(&g->o, &g->m, s, r, buf, &len));
+    uint64_t st = pc_hash_u64(r, g->o.seed ^ UINT64_C(0x6c6162656c) ^ (uint64_t)s);
     buf[0] = pc_rand_unit(&st) < p ? '1' : '0';
     buf[1] = '\t';
     if (prob)
@@ -174,31 +204,27 @@ static int check(const pw_datagen_opts_t *o) {
 }
 
 int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datagen_result_t *res) {
-    if (check(o))
-        return PC_EINVAL;
-    model_t m;
-    model_init(o, &m);
-    const double b = pw_datagen_calibrate(o);
+    pw_datagen_t *g;
+    int rc = pw_datagen_create(o, &g);
+    if (rc)
+        return rc;
     float *probs = malloc((o->test_rows ? o->test_rows : 1) * sizeof *probs);
     float *labels = malloc((o->test_rows ? o->test_rows : 1) * sizeof *labels);
     if (!probs || !labels) {
         free(probs);
         free(labels);
+        pw_datagen_destroy(g);
         return PC_ENOMEM;
     }
     char buf[768];
     uint64_t pos = 0;
-    int rc = 0;
     for (int s = 0; s < 2 && !rc; s++) {
         FILE *out = s ? test : train;
         const uint64_t n = s ? o->test_rows : o->rows;
         for (uint64_t r = 0; r < n && !rc; r++) {
-            size_t len = 0;
-            const double p = sigmoid(b + draw(o, &m, s, r, buf, &len));
-            uint64_t st = pc_hash_u64(r, o->seed ^ UINT64_C(0x6c6162656c) ^ (uint64_t)s);
-            const int y = pc_rand_unit(&st) < p;
-            buf[0] = (char)('0' + y);
-            buf[1] = '\t';
+            double p;
+            const size_t len = pw_datagen_row(g, s, r, buf, &p);
+            const int y = buf[0] == '1';
             if (s) {
                 probs[r] = (float)p;
                 labels[r] = (float)y;
@@ -212,7 +238,7 @@ int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datag
     if (!rc && ((train && fflush(train)) || (test && fflush(test))))
         rc = PC_EIO;
     if (!rc && res) {
-        res->bias = b;
+        res->bias = g->b;
         res->rows = o->rows;
         res->test_rows = o->test_rows;
         res->train_positive = o->rows ? (double)pos / (double)o->rows : NAN;
@@ -221,5 +247,6 @@ int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datag
     }
     free(probs);
     free(labels);
+    pw_datagen_destroy(g);
     return rc;
 }

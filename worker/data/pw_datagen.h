@@ -48,13 +48,14 @@ typedef struct pw_datagen_result {
  * PC_EIO on a write error, PC_ENOMEM. */
 int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datagen_result_t *res);
 
-/* Format row r of stream s (0 train, 1 test) as one Criteo line (with "\n") into buf (>= 512
- * bytes); *prob gets its true probability. Returns the line length. The model must have been
- * calibrated: b is res->bias from pw_datagen_run, or pw_datagen_calibrate. */
-size_t pw_datagen_row(const pw_datagen_opts_t *o, double b, int s, uint64_t r, char *buf,
-                      double *prob);
+/* A generator: the model derived from the options and its calibrated bias, built once. */
+typedef struct pw_datagen pw_datagen_t;
+int pw_datagen_create(const pw_datagen_opts_t *o, pw_datagen_t **out);
+void pw_datagen_destroy(pw_datagen_t *g);
+double pw_datagen_bias(const pw_datagen_t *g);
 
-/* The bias that gives o->positive_rate. */
-double pw_datagen_calibrate(const pw_datagen_opts_t *o);
+/* Format row r of stream s (0 train, 1 test) as one Criteo line (with "\n") into buf (>= 768
+ * bytes); *prob (may be NULL) gets its true probability. Returns the line length. */
+size_t pw_datagen_row(const pw_datagen_t *g, int s, uint64_t r, char *buf, double *prob);
 
 #endif

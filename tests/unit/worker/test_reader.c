@@ -1,0 +1,215 @@
+/* The reader: plain and gzip files give the same samples in file order, across epochs; files are
+ * split by rank; bad lines are counted and skipped, and too many stop the stream with PC_EPARSE;
+ * a missing file is PC_EIO; resuming at pw_reader_consumed() continues exactly; closing early
+ * never hangs. */
+#include "table_check.h"
+
+#include <zlib.h>
+
+#include "pc_error.h"
+#include "pw_datagen.h"
+#include "pc_log.h"
+#include "pw_reader.h"
+
+static char g_dir[256];
+
+/* Write `rows` generated lines (with a bad line every `bad_every` lines, 0: none) to path,
+ * gzip-compressed when gz. */
+static void write_data(const char *path, uint64_t rows, uint64_t seed, int bad_every, bool gz) {
+    pw_datagen_opts_t o;
+    pw_datagen_defaults(&o);
+    o.seed = seed;
+    o.vocab_max = 10000;
+    pw_datagen_t *gen;
+    assert_int_equal(pw_datagen_create(&o, &gen), 0);
+    FILE *f = gz ? NULL : fopen(path, "w");
+    gzFile g = gz ? gzopen(path, "wb") : NULL;
+    assert_true(f || g);
+    char line[1024];
+    for (uint64_t r = 0; r < rows; r++) {
+        size_t n = pw_datagen_row(gen, 0, r, line, NULL);
+        if (bad_every && r % (uint64_t)bad_every == 7 % (uint64_t)bad_every)
+            n = (size_t)sprintf(line, "garbage line %llu\n", (unsigned long long)r);
+        if (gz)
+            assert_int_equal(gzwrite(g, line, (unsigned)n), (int)n);
+        else
+            assert_int_equal(fwrite(line, 1, n, f), n);
+    }
+    if (gz)
+        gzclose(g);
+    else
+        fclose(f);
+    pw_datagen_destroy(gen);
+}
+
+typedef struct seen {
+    uint64_t samples, lines;
+    double label_sum;
+    uint64_t key_hash;
+} seen_t;
+
+static int drain(pw_reader_t *r, seen_t *s, size_t max_batches) {
+    memset(s, 0, sizeof *s);
+    const pw_batch_t *b;
+    for (size_t k = 0; k < max_batches && (b = pw_reader_next(r)); k++) {
+        s->samples += b->n;
+        s->lines += b->lines;
+        for (size_t i = 0; i < b->n; i++) {
+            s->label_sum += b->labels[i];
+            for (size_t j = b->key_off[i]; j < b->key_off[i + 1]; j++)
+                s->key_hash = s->key_hash * 31 + b->keys[j];
+        }
+    }
+    return pw_reader_error(r);
+}
+
+static pw_reader_opts_t opts(const char *const *paths, size_t n) {
+    return (pw_reader_opts_t){.format = PW_FMT_CRITEO,
+                              .paths = paths,
+                              .npaths = n,
+                              .world = 1,
+                              .batch = 256,
+                              .queue = 2,
+                              .epochs = 1,
+                              .max_error_rate = 0.05};
+}
+
+static void test_plain_gzip_epochs(void **state) {
+    (void)state;
+    char plain[300], gz[300];
+    snprintf(plain, sizeof plain, "%s/a.tsv", g_dir);
+    snprintf(gz, sizeof gz, "%s/a.tsv.gz", g_dir);
+    write_data(plain, 5000, 1, 0, false);
+    write_data(gz, 5000, 1, 0, true);
+    const char *p1[] = {plain}, *p2[] = {gz};
+    pw_reader_opts_t o = opts(p1, 1);
+    pw_reader_t *r;
+    seen_t a, b;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &a, SIZE_MAX), 0);
+    pw_reader_close(r);
+    o = opts(p2, 1);
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &b, SIZE_MAX), 0);
+    pw_reader_stats_t st;
+    pw_reader_stats(r, &st);
+    pw_reader_close(r);
+    assert_int_equal(a.samples, 5000);
+    assert_int_equal(a.lines, 5000);
+    assert_true(a.key_hash == b.key_hash && a.label_sum == b.label_sum);
+    assert_int_equal(st.bad, 0);
+    o = opts(p1, 1);
+    o.epochs = 3;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &b, SIZE_MAX), 0);
+    pw_reader_close(r);
+    assert_int_equal(b.samples, 15000);
+}
+
+static void test_rank_split(void **state) {
+    (void)state;
+    char f[3][300];
+    const char *paths[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(f[i], sizeof f[i], "%s/part%d.tsv", g_dir, i);
+        write_data(f[i], 1000 * (uint64_t)(i + 1), 10 + (uint64_t)i, 0, false);
+        paths[i] = f[i];
+    }
+    seen_t s0, s1;
+    pw_reader_opts_t o = opts(paths, 3);
+    o.world = 2;
+    pw_reader_t *r;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &s0, SIZE_MAX), 0);
+    pw_reader_close(r);
+    o.rank = 1;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &s1, SIZE_MAX), 0);
+    pw_reader_close(r);
+    assert_int_equal(s0.samples, 1000 + 3000); /* files 0 and 2 */
+    assert_int_equal(s1.samples, 2000);
+}
+
+static void test_bad_lines_and_errors(void **state) {
+    (void)state;
+    char few[300], many[300], missing[300];
+    snprintf(few, sizeof few, "%s/few.tsv", g_dir);
+    snprintf(many, sizeof many, "%s/many.tsv", g_dir);
+    snprintf(missing, sizeof missing, "%s/nope.tsv", g_dir);
+    write_data(few, 4000, 3, 100, false); /* 1% bad */
+    write_data(many, 4000, 3, 2, false);  /* 50% bad */
+    const char *p1[] = {few}, *p2[] = {many}, *p3[] = {missing};
+    pw_reader_t *r;
+    seen_t s;
+    pw_reader_opts_t o = opts(p1, 1);
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &s, SIZE_MAX), 0);
+    pw_reader_stats_t st;
+    pw_reader_stats(r, &st);
+    pw_reader_close(r);
+    assert_int_equal(st.bad, 40);
+    assert_int_equal(s.samples, 3960);
+    assert_int_equal(s.lines, 4000); /* bad lines count toward the offsets */
+    o = opts(p2, 1);
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &s, SIZE_MAX), PC_EPARSE);
+    pw_reader_close(r);
+    o = opts(p3, 1);
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &s, SIZE_MAX), PC_EIO);
+    pw_reader_close(r);
+    o.batch = 0;
+    assert_int_equal(pw_reader_open(&o, &r), PC_EINVAL);
+}
+
+static void test_resume_and_early_close(void **state) {
+    (void)state;
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/r1.tsv", g_dir);
+    snprintf(b, sizeof b, "%s/r2.tsv", g_dir);
+    write_data(a, 3000, 21, 50, false);
+    write_data(b, 2000, 22, 0, false);
+    const char *paths[] = {a, b};
+    pw_reader_opts_t o = opts(paths, 2);
+    o.epochs = 2;
+    pw_reader_t *r;
+    seen_t all, head, tail;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &all, SIZE_MAX), 0);
+    pw_reader_close(r);
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &head, 13), 0); /* a "checkpoint" after 13 batches */
+    const uint64_t at = pw_reader_consumed(r);
+    pw_reader_close(r); /* early: the reader thread is blocked on a full queue */
+    assert_int_equal(at, head.lines);
+    o.skip_lines = at;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &tail, SIZE_MAX), 0);
+    pw_reader_close(r);
+    assert_int_equal(head.samples + tail.samples, all.samples);
+    assert_int_equal(head.lines + tail.lines, all.lines);
+    assert_true(fabs(head.label_sum + tail.label_sum - all.label_sum) < 1e-6);
+}
+
+static int setup(void **state) {
+    (void)state;
+    tc_tmpdir(g_dir, sizeof g_dir, "reader");
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    tc_rmdir(g_dir);
+    return 0;
+}
+
+int main(void) {
+    pc_log_set_level(PC_LOG_ERROR);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plain_gzip_epochs),
+        cmocka_unit_test(test_rank_split),
+        cmocka_unit_test(test_bad_lines_and_errors),
+        cmocka_unit_test(test_resume_and_early_close),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

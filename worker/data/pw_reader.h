@@ -1,0 +1,73 @@
+/* pw_reader.h: sample streams into batches, parsed off the training thread.
+ *
+ * A reader owns one thread that reads its sources line by line, parses them (pw_parse.h) and
+ * fills batches into a bounded queue; the trainer takes batches with pw_reader_next. Sources: a
+ * list of files (file i belongs to rank i % world, so workers split the files), "-" for stdin;
+ * names ending in ".gz" are read through zlib. Lines are read in file order, `epochs` times.
+ *
+ * Bad lines are counted and skipped, each logged with file:line and the reason (the first 20
+ * per source, then a count); once at least 1000 lines were read, a bad-line fraction above
+ * max_error_rate stops the reader with PC_EPARSE and a clear message. Resume: skip_lines drops
+ * that many lines of this rank's stream first (good or bad alike), so a restarted worker
+ * continues exactly after what pw_reader_consumed() reported when its checkpoint was taken.
+ *
+ * Thread rule: pw_reader_next / consumed / close from one consumer thread; stats from any.
+ */
+#ifndef PW_READER_H
+#define PW_READER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pw_parse.h"
+
+/* A batch of samples. Sample i: labels[i], dense[i * ndense ...], and its features
+ * keys/fields/vals[key_off[i] .. key_off[i + 1]). */
+typedef struct pw_batch {
+    size_t n, ndense;
+    float *labels, *dense;
+    uint64_t *keys;
+    uint16_t *fields;
+    float *vals;
+    size_t *key_off;
+    uint64_t lines; /* lines of the stream this batch covers (samples and bad lines) */
+} pw_batch_t;
+
+typedef struct pw_reader_opts {
+    pw_format_t format;
+    const char *const *paths; /* "-" is stdin */
+    size_t npaths;
+    uint32_t rank, world;  /* world >= 1 */
+    size_t batch;          /* samples per batch, >= 1 */
+    size_t queue;          /* batches buffered ahead, >= 1 */
+    int epochs;            /* >= 1 */
+    double max_error_rate; /* 0..1 */
+    uint64_t skip_lines;
+} pw_reader_opts_t;
+
+typedef struct pw_reader pw_reader_t;
+
+/* Start reading. PC_EINVAL for bad options; sources that cannot be opened are reported by
+ * pw_reader_error later (PC_EIO), when the reader reaches them. */
+int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out);
+
+/* The next batch (valid until the next call or close), or NULL at the end of the stream or on a
+ * fatal error (see pw_reader_error). */
+const pw_batch_t *pw_reader_next(pw_reader_t *r);
+
+/* 0, or why the stream stopped early (PC_EIO, PC_EPARSE for too many bad lines, PC_ENOMEM). */
+int pw_reader_error(pw_reader_t *r);
+
+/* Lines of this rank's stream covered by the batches returned so far, plus skip_lines: the
+ * skip_lines of a resumed reader. */
+uint64_t pw_reader_consumed(pw_reader_t *r);
+
+typedef struct pw_reader_stats {
+    uint64_t lines, samples, bad, bytes;
+} pw_reader_stats_t;
+void pw_reader_stats(pw_reader_t *r, pw_reader_stats_t *out);
+
+/* Stop the thread (also early) and free everything. NULL is a no-op. */
+void pw_reader_close(pw_reader_t *r);
+
+#endif
