@@ -9,6 +9,7 @@
 int bench_table_main(int argc, char **argv);
 int bench_store_main(int argc, char **argv);
 int bench_rpc_main(int argc, char **argv);
+int bench_data_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -18,6 +19,7 @@ static const struct {
     {"table", bench_table_main, "in-process embedding table vs a flat memory gather"},
     {"store", bench_store_main, "checkpoint and restore vs sequential disk writes"},
     {"rpc", bench_rpc_main, "the data plane (ps-server process) vs Redis on loopback"},
+    {"data", bench_data_main, "Criteo parsing and generation vs a raw line scan"},
 };
 
 int main(int argc, char **argv) {

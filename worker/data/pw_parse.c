@@ -6,6 +6,7 @@
 #include "pc_hash.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -13,7 +14,10 @@
 #include <string.h>
 
 uint64_t pw_feature_key(uint32_t field, uint64_t value) {
-    return pc_hash_u64(value ^ pc_hash_u64(field, PC_HASH_SEED_FEATURE), PC_HASH_SEED_FEATURE);
+    /* One hash per key: the field enters as a multiplicative salt whose high 32 bits differ
+     * between fields, so 32-bit values (Criteo) of different fields can never meet. */
+    const uint64_t salt = (uint64_t)(field + 1) * UINT64_C(0x9E3779B97F4A7C15);
+    return pc_hash_u64(value ^ salt, PC_HASH_SEED_FEATURE);
 }
 
 uint64_t pw_missing_key(uint32_t field) {
@@ -93,16 +97,30 @@ static bool scan_float(const char *p, const char *e, float *out) {
     return true;
 }
 
+/* log1p of small counts from a table (most Criteo counts are small); built once. */
+#define LOG1P_TABLE 4096
+static float g_log1p[LOG1P_TABLE];
+static pthread_once_t g_log1p_once = PTHREAD_ONCE_INIT;
+
+static void log1p_init(void) {
+    for (int i = 0; i < LOG1P_TABLE; i++)
+        g_log1p[i] = (float)log1p((double)i);
+}
+
+static inline float count_feature(int64_t v) {
+    if (v <= 0)
+        return 0.0f;
+    return v < LOG1P_TABLE ? g_log1p[v] : (float)log1p((double)v);
+}
+
 static int parse_criteo(const char *p, const char *e, pw_sample_t *s, char *err, size_t el) {
     const char *f[1 + PW_CRITEO_DENSE + PW_CRITEO_CAT + 1];
     int nf = 0;
     f[nf++] = p;
-    for (const char *q = p; q < e; q++) {
-        if (*q == '\t') {
-            if (nf == 1 + PW_CRITEO_DENSE + PW_CRITEO_CAT)
-                return fail(err, el, "more than 40 fields");
-            f[nf++] = q + 1;
-        }
+    for (const char *q = p; (q = memchr(q, '\t', (size_t)(e - q))); q++) {
+        if (nf == 1 + PW_CRITEO_DENSE + PW_CRITEO_CAT)
+            return fail(err, el, "more than 40 fields");
+        f[nf++] = q + 1;
     }
     if (nf != 1 + PW_CRITEO_DENSE + PW_CRITEO_CAT)
         return fail(err, el, "%d fields, want 40", nf);
@@ -120,7 +138,7 @@ static int parse_criteo(const char *p, const char *e, pw_sample_t *s, char *err,
         }
         if (!scan_int(a, b, &v))
             return fail(err, el, "integer field %d is not an integer", i + 1);
-        s->dense[i] = v > 0 ? (float)log1p((double)v) : 0.0f;
+        s->dense[i] = count_feature(v);
     }
     s->nkeys = PW_CRITEO_CAT;
     for (int i = 0; i < PW_CRITEO_CAT; i++) {
@@ -201,6 +219,7 @@ int pw_parse_line(pw_format_t fmt, const char *line, size_t len, pw_sample_t *s,
     if (memchr(line, '\0', len))
         return fail(err, errlen, "NUL byte in line");
     const char *e = line + len;
+    pthread_once(&g_log1p_once, log1p_init);
     switch (fmt) {
         case PW_FMT_CRITEO:
             return parse_criteo(line, e, s, err, errlen);

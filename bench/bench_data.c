@@ -1,0 +1,124 @@
+/* bench_data.c: `ps-bench data`: sample parsing and generation speed.
+ *
+ * 1M generated Criteo lines (--quick 300k, --smoke 20k; --keys=N) held in memory, then:
+ *  - baseline: splitting the same bytes into lines (memchr) and touching every byte: the rate
+ *    no parser can beat;
+ *  - pw_parse_line on every line (one thread): parse_lines_per_s and its ratio to the baseline;
+ *  - the reader (its own thread, batches of 1024 through the queue) over the same data written
+ *    to a file: lines/s as a trainer would see them;
+ *  - ps-datagen's generator: rows/s.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "pc_time.h"
+#include "pw_datagen.h"
+#include "pw_parse.h"
+#include "pw_reader.h"
+
+int bench_data_main(int argc, char **argv) {
+    bench_opts_t o;
+    bench_parse_opts(argc, argv, "data", &o);
+    const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 20000 : o.quick ? 300000 : 1000000;
+    bench_pin(&o, 0);
+    pw_datagen_opts_t go;
+    pw_datagen_defaults(&go);
+    pw_datagen_t *gen;
+    if (pw_datagen_create(&go, &gen))
+        abort();
+    size_t cap = n * 256, len = 0;
+    char *data = malloc(cap);
+    char line[768];
+    uint64_t t0 = pc_time_mono_ns();
+    for (uint64_t r = 0; r < n; r++) {
+        const size_t l = pw_datagen_row(gen, 0, r, line, NULL);
+        if (len + l > cap) {
+            cap *= 2;
+            data = realloc(data, cap);
+        }
+        memcpy(data + len, line, l);
+        len += l;
+    }
+    const double gen_rate = (double)n / pc_time_sec_since(t0);
+    pw_datagen_destroy(gen);
+
+    /* Baseline: find the lines and read every byte. */
+    double base[3], parse[3], ratio[3];
+    static pw_sample_t s;
+    for (int k = 0; k < 3; k++) {
+        t0 = pc_time_mono_ns();
+        uint64_t lines = 0, sum = 0;
+        for (const char *p = data, *e = data + len; p < e; lines++) {
+            const char *nl = memchr(p, '\n', (size_t)(e - p));
+            for (const char *q = p; q < nl; q++)
+                sum += (unsigned char)*q;
+            p = nl + 1;
+        }
+        base[k] = (double)lines / pc_time_sec_since(t0);
+        if (sum == 42)
+            printf(" ");
+        t0 = pc_time_mono_ns();
+        uint64_t ok = 0;
+        for (const char *p = data, *e = data + len; p < e;) {
+            const char *nl = memchr(p, '\n', (size_t)(e - p));
+            ok += pw_parse_line(PW_FMT_CRITEO, p, (size_t)(nl - p + 1), &s, NULL, 0) == 0;
+            p = nl + 1;
+        }
+        parse[k] = (double)ok / pc_time_sec_since(t0);
+        if (ok != n)
+            abort();
+        ratio[k] = parse[k] / base[k];
+    }
+    /* The reader over a file of the same lines. */
+    char path[256];
+    snprintf(path, sizeof path, "%s/ps-bench-data-XXXXXX",
+             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, data, len) != (ssize_t)len)
+        abort();
+    close(fd);
+    const char *paths[] = {path};
+    pw_reader_opts_t ro = {.format = PW_FMT_CRITEO,
+                           .paths = paths,
+                           .npaths = 1,
+                           .world = 1,
+                           .batch = 1024,
+                           .queue = 4,
+                           .epochs = 1,
+                           .max_error_rate = 0};
+    pw_reader_t *rd;
+    t0 = pc_time_mono_ns();
+    if (pw_reader_open(&ro, &rd))
+        abort();
+    uint64_t got = 0;
+    for (const pw_batch_t *b; (b = pw_reader_next(rd));)
+        got += b->n;
+    const double reader_rate = (double)got / pc_time_sec_since(t0);
+    if (pw_reader_error(rd) || got != n)
+        abort();
+    pw_reader_close(rd);
+    unlink(path);
+    free(data);
+
+    const double parse_rate = bench_median3(parse), base_rate = bench_median3(base);
+    printf("ps-bench data: %llu Criteo lines (%.1f MB)\n", (unsigned long long)n,
+           (double)len / 1e6);
+    printf("%-40s %12.0f lines/s\n", "baseline: split lines, read every byte", base_rate);
+    printf("%-40s %12.0f lines/s  (%.2f of the baseline, median of 3)\n",
+           "pw_parse_line (Criteo, 1 thread)", parse_rate, bench_median3(ratio));
+    printf("%-40s %12.0f lines/s\n", "reader (file -> thread -> batches)", reader_rate);
+    printf("%-40s %12.0f rows/s\n", "ps-datagen generator", gen_rate);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "bench", "data");
+    cJSON_AddNumberToObject(root, "lines", (double)n);
+    cJSON_AddNumberToObject(root, "parse_lines_per_s", parse_rate);
+    cJSON_AddNumberToObject(root, "scan_lines_per_s", base_rate);
+    cJSON_AddNumberToObject(root, "parse_vs_scan", bench_median3(ratio));
+    cJSON_AddNumberToObject(root, "reader_lines_per_s", reader_rate);
+    cJSON_AddNumberToObject(root, "datagen_rows_per_s", gen_rate);
+    bench_emit_json(&o, root);
+    return 0;
+}
