@@ -1,0 +1,200 @@
+/* Layers against double precision: the backend's GEMM (all transpose cases) and each layer's
+ * forward match a double reference; every gradient (weights, biases, inputs) of a
+ * Linear-ReLU-Linear-BCE network and of the dot interaction matches central finite differences
+ * of the double reference. BCE is finite and exact at extreme logits. */
+#include "test_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pw_backend.h"
+#include "pw_layers.h"
+
+static const pw_backend_t *be;
+
+static void fill(float *x, size_t n, uint64_t *rng, float scale) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = tu_gauss(rng) * scale;
+}
+
+static void test_gemm(void **state) {
+    (void)state;
+    uint64_t rng = 1;
+    for (int t = 0; t < 4; t++) {
+        const bool ta = t & 1, tb = t & 2;
+        const int m = 7, n = 5, k = 9;
+        float a[63], b[45], c[35], c0[35];
+        fill(a, 63, &rng, 1);
+        fill(b, 45, &rng, 1);
+        fill(c, 35, &rng, 1);
+        memcpy(c0, c, sizeof c);
+        be->gemm(ta, tb, m, n, k, 0.5f, a, b, 2.0f, c);
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++) {
+                double s = 0;
+                for (int p = 0; p < k; p++)
+                    s += (double)(ta ? a[p * m + i] : a[i * k + p]) *
+                         (tb ? b[j * k + p] : b[p * n + j]);
+                const double want = 0.5 * s + 2.0 * c0[i * n + j];
+                TU_ASSERT_CLOSE(c[i * n + j], want, 1e-5, 1e-5, "gemm t=%d (%d,%d)", t, i, j);
+            }
+    }
+}
+
+/* ---- the double-precision reference network: x -> W1 x + b1 -> relu -> W2 h + b2 -> bce ---- */
+enum { B = 6, IN = 5, H = 4 };
+
+typedef struct net {
+    double w1[H * IN], b1[H], w2[H], b2, x[B * IN];
+} net_t;
+
+static double net_loss(const net_t *n, const float *y) {
+    double loss = 0;
+    for (int s = 0; s < B; s++) {
+        double z = n->b2;
+        for (int h = 0; h < H; h++) {
+            double a = n->b1[h];
+            for (int i = 0; i < IN; i++)
+                a += n->w1[h * IN + i] * n->x[s * IN + i];
+            z += n->w2[h] * (a > 0 ? a : 0);
+        }
+        loss += log1p(exp(-fabs(z))) + (z > 0 ? z : 0) - y[s] * z;
+    }
+    return loss / B;
+}
+
+/* Central difference of the loss in *p. */
+static double fd(net_t *n, double *p, const float *y) {
+    const double eps = 1e-6, save = *p;
+    *p = save + eps;
+    const double up = net_loss(n, y);
+    *p = save - eps;
+    const double down = net_loss(n, y);
+    *p = save;
+    return (up - down) / (2 * eps);
+}
+
+#define GRAD_OK(analytic, numeric, what, i) \
+    TU_ASSERT_CLOSE((analytic), (numeric), 2e-3, 2e-5, "%s[%d]", what, (int)(i))
+
+static void test_mlp_gradients(void **state) {
+    (void)state;
+    uint64_t rng = 7;
+    pw_linear_t l1, l2;
+    assert_int_equal(pw_linear_init(&l1, IN, H, 11), 0);
+    assert_int_equal(pw_linear_init(&l2, H, 1, 12), 0);
+    fill(l1.b, H, &rng, 0.3f);
+    l2.b[0] = 0.1f;
+    float x[B * IN], y[B], a[B * H], h[B * H], z[B], dz[B], dh[B * H], dx[B * IN];
+    fill(x, B * IN, &rng, 1);
+    for (int s = 0; s < B; s++)
+        y[s] = (float)(s % 2);
+    /* float forward and backward through the layers */
+    pw_linear_forward(be, &l1, B, x, a);
+    be->relu(B * H, a, h);
+    pw_linear_forward(be, &l2, B, h, z);
+    float p[B];
+    const double loss = pw_bce_logits(B, z, y, p, dz);
+    pw_linear_zero_grad(&l1);
+    pw_linear_zero_grad(&l2);
+    pw_linear_backward(be, &l2, B, h, dz, dh);
+    be->relu_grad(B * H, h, dh, dh);
+    pw_linear_backward(be, &l1, B, x, dh, dx);
+    /* the same network in double */
+    net_t n;
+    for (int i = 0; i < H * IN; i++)
+        n.w1[i] = l1.w[i];
+    for (int i = 0; i < H; i++) {
+        n.b1[i] = l1.b[i];
+        n.w2[i] = l2.w[i];
+    }
+    n.b2 = l2.b[0];
+    for (int i = 0; i < B * IN; i++)
+        n.x[i] = x[i];
+    TU_ASSERT_CLOSE(loss, net_loss(&n, y), 1e-5, 1e-6, "loss");
+    for (int i = 0; i < H * IN; i++)
+        GRAD_OK(l1.dw[i], fd(&n, &n.w1[i], y), "dW1", i);
+    for (int i = 0; i < H; i++) {
+        GRAD_OK(l1.db[i], fd(&n, &n.b1[i], y), "db1", i);
+        GRAD_OK(l2.dw[i], fd(&n, &n.w2[i], y), "dW2", i);
+    }
+    GRAD_OK(l2.db[0], fd(&n, &n.b2, y), "db2", 0);
+    for (int i = 0; i < B * IN; i++)
+        GRAD_OK(dx[i], fd(&n, &n.x[i], y), "dx", i);
+    /* Gradients accumulate: a second backward doubles them. */
+    const float dw0 = l1.dw[0];
+    pw_linear_backward(be, &l1, B, x, dh, NULL);
+    TU_ASSERT_CLOSE(l1.dw[0], 2 * dw0, 1e-6, 1e-7, "accumulate");
+    pw_linear_free(&l1);
+    pw_linear_free(&l2);
+}
+
+static void test_dot_interaction(void **state) {
+    (void)state;
+    enum { NB = 3, F = 4, D = 3, NP = F * (F - 1) / 2 };
+    uint64_t rng = 3;
+    float z[NB * F * D], out[NB * NP], g[NB * NP], dz[NB * F * D];
+    fill(z, NB * F * D, &rng, 1);
+    fill(g, NB * NP, &rng, 1);
+    pw_dot_forward(NB, F, D, z, out);
+    pw_dot_backward(NB, F, D, z, g, dz);
+    /* reference: L = sum_k g_k * out_k, in double */
+    double zd[NB * F * D];
+    for (int i = 0; i < NB * F * D; i++)
+        zd[i] = z[i];
+#define LOSS(res)                                                               \
+    do {                                                                        \
+        res = 0;                                                                \
+        for (int b = 0; b < NB; b++)                                            \
+            for (int i = 1, k = 0; i < F; i++)                                  \
+                for (int j = 0; j < i; j++, k++) {                              \
+                    double s = 0;                                               \
+                    for (int e = 0; e < D; e++)                                 \
+                        s += zd[(b * F + i) * D + e] * zd[(b * F + j) * D + e]; \
+                    res += g[b * NP + k] * s;                                   \
+                }                                                               \
+    } while (0)
+    for (int b = 0; b < NB; b++)
+        for (int i = 1, k = 0; i < F; i++)
+            for (int j = 0; j < i; j++, k++) {
+                double s = 0;
+                for (int e = 0; e < D; e++)
+                    s += (double)z[(b * F + i) * D + e] * z[(b * F + j) * D + e];
+                TU_ASSERT_CLOSE(out[b * NP + k], s, 1e-5, 1e-6, "dot (%d,%d,%d)", b, i, j);
+            }
+    for (int p = 0; p < NB * F * D; p++) {
+        const double save = zd[p], eps = 1e-6;
+        double up, down;
+        zd[p] = save + eps;
+        LOSS(up);
+        zd[p] = save - eps;
+        LOSS(down);
+        zd[p] = save;
+        GRAD_OK(dz[p], (up - down) / (2 * eps), "dz", p);
+    }
+#undef LOSS
+}
+
+static void test_bce_extremes(void **state) {
+    (void)state;
+    const float z[4] = {100.0f, -100.0f, 100.0f, 0.0f}, y[4] = {1, 0, 0, 1};
+    float p[4], d[4];
+    const double loss = pw_bce_logits(4, z, y, p, d);
+    assert_true(isfinite(loss));
+    TU_ASSERT_CLOSE(loss, (100.0 + log(2.0)) / 4, 1e-9, 1e-9, "loss");
+    assert_true(p[0] == 1.0f && p[1] >= 0.0f && p[1] < 1e-30f && p[3] == 0.5f);
+    TU_ASSERT_CLOSE(d[2], 1.0 / 4, 1e-7, 1e-9, "gradient at a confident mistake");
+    TU_ASSERT_CLOSE(d[3], -0.5 / 4, 1e-7, 1e-9, "gradient at 0");
+}
+
+int main(void) {
+    be = pw_backend_cpu();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_mlp_gradients),
+        cmocka_unit_test(test_dot_interaction),
+        cmocka_unit_test(test_bce_extremes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
