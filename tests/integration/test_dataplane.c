@@ -169,7 +169,7 @@ static void test_deadline(void **state) {
     for (int i = 0; i < N; i++)
         keys[i] = (uint64_t)i * 7;
     assert_int_equal(psc_pull(c, "emb", keys, N, D, ok), 0);
-    kill(s, SIGSTOP);
+    pu_stop_signal(s);
     const double t0 = pu_now();
     assert_int_equal(psc_pull(c, "emb", keys, N, D, rows), PC_ETIMEDOUT);
     const double took = pu_now() - t0;

@@ -95,6 +95,25 @@ static inline int pu_reap(pid_t pid, double seconds) {
     return -1;
 }
 
+/* SIGSTOP pid and wait (at most 5 s) until the kernel reports it stopped: kill() returns before
+ * the target has stopped. */
+static inline void pu_stop_signal(pid_t pid) {
+    kill(pid, SIGSTOP);
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    for (double t0 = pu_now(); pu_now() - t0 < 5; usleep(1000)) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        const char *paren = strrchr(buf, ')'); /* state follows the command name */
+        if (paren && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't'))
+            return;
+    }
+    fail_msg("process %d did not stop", (int)pid);
+}
+
 /* SIGTERM and expect a clean exit (0) within 10 s. */
 static inline void pu_stop(pid_t pid) {
     kill(pid, SIGTERM);
