@@ -1,0 +1,153 @@
+/* ps-worker: the training worker. Today: --local (an in-process embedding table, no servers).
+ *
+ *   build/bin/ps-worker --local --train=train.tsv --test=test.tsv --model=dlrm --json
+ *
+ * Paths are comma-separated lists (files, "-" for stdin, .gz read through zlib). Prints a
+ * progress line every --progress-every samples on stderr and a summary at the end (one JSON
+ * object on stdout with --json: samples, samples_per_s, train_loss, auc, logloss). Exit status:
+ * 0, 1 on a runtime error, 2 on bad settings.
+ */
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_settings.h"
+#include "pw_train.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cfg {
+    bool local, json;
+    char train[4096], test[4096], format[16], model[16];
+    char bottom[128], top[128], table[512], dense_optimizer[16];
+    int64_t dim, batch, epochs, max_samples, seed, progress_every;
+    double dense_lr;
+    int log_level;
+} cfg_t;
+
+static const char *const k_levels[] = {"error", "warn", "info", "debug", "trace", NULL};
+
+#define T cfg_t
+static const pc_setting_t k_set[] = {
+    PC_SETTING_BOOL(T, local, "false", "train against an in-process table (the only mode yet)"),
+    PC_SETTING_STRING(T, train, "", "training data: comma-separated paths (- for stdin)"),
+    PC_SETTING_STRING(T, test, "", "evaluation data: comma-separated paths"),
+    PC_SETTING_STRING(T, format, "criteo", "criteo | libsvm | libffm"),
+    PC_SETTING_STRING(T, model, "dlrm", "dlrm | lr"),
+    PC_SETTING_INT(T, dim, 1, 1024, "16", "embedding dim (dlrm)"),
+    PC_SETTING_STRING(T, bottom, "64,16", "dlrm bottom MLP widths (last = dim)"),
+    PC_SETTING_STRING(T, top, "128,64,1", "dlrm top MLP widths (last = 1)"),
+    PC_SETTING_STRING(T, table,
+                      "optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05",
+                      "embedding table settings (ps_table.h)"),
+    PC_SETTING_STRING(T, dense_optimizer, "adam", "sgd | adagrad | adam"),
+    PC_SETTING_DOUBLE(T, dense_lr, 0, 100, "0.001", "dense learning rate"),
+    PC_SETTING_INT(T, batch, 1, 1 << 20, "1024", "samples per step"),
+    PC_SETTING_INT(T, epochs, 1, 1000, "1", "passes over the training data"),
+    PC_SETTING_INT(T, max_samples, 0, 1e15, "0", "stop after this many samples (0: no limit)"),
+    PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the model's initial values"),
+    PC_SETTING_INT(T, progress_every, 0, 1e15, "100000", "samples between progress lines"),
+    PC_SETTING_BOOL(T, json, "false", "print the summary as one JSON object"),
+    PC_SETTING_ENUM(T, log_level, k_levels, "warn", "log level"),
+};
+#undef T
+#define NSET (sizeof k_set / sizeof k_set[0])
+
+/* Split "a,b,c" into at most cap items (in place). */
+static size_t split(char *s, const char **out, size_t cap) {
+    size_t n = 0;
+    for (char *save = NULL, *tok = strtok_r(s, ",", &save); tok && n < cap;
+         tok = strtok_r(NULL, ",", &save))
+        out[n++] = tok;
+    return n;
+}
+
+static int widths(char *s, int *out, int *n) {
+    const char *items[8];
+    size_t k = split(s, items, 8);
+    for (size_t i = 0; i < k; i++) {
+        char *end;
+        long v = strtol(items[i], &end, 10);
+        if (*end || v < 1 || v > 65536)
+            return PC_EINVAL;
+        out[i] = (int)v;
+    }
+    *n = (int)k;
+    return k ? 0 : PC_EINVAL;
+}
+
+int main(int argc, char **argv) {
+    cfg_t c;
+    char err[256];
+    pc_settings_defaults(k_set, NSET, &c);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: ps-worker --local --train=PATHS [--test=PATHS] [--name=value ...]\n\n");
+            pc_settings_help(k_set, NSET, stdout);
+            return 0;
+        }
+    int argi = 1;
+    if (pc_settings_parse_args(k_set, NSET, &c, argc, argv, &argi, err, sizeof err) ||
+        argi < argc) {
+        fprintf(stderr, "ps-worker: %s\n", argi < argc ? "unexpected argument" : err);
+        return 2;
+    }
+    pc_log_init(NULL, (pc_log_level_t)c.log_level, "ps-worker[local]");
+    if (!c.local) {
+        fprintf(stderr, "ps-worker: only --local training exists yet (servers: next issue)\n");
+        return 2;
+    }
+    pw_train_config_t tc;
+    pw_train_config_defaults(&tc);
+    pw_format_t fmt;
+    const char *train[256], *test[256];
+    size_t ntrain = split(c.train, train, 256), ntest = split(c.test, test, 256);
+    pw_opt_kind_t ok = !strcmp(c.dense_optimizer, "sgd")       ? PW_OPT_SGD
+                       : !strcmp(c.dense_optimizer, "adagrad") ? PW_OPT_ADAGRAD
+                                                               : PW_OPT_ADAM;
+    if (!ntrain || pw_format_parse(c.format, &fmt) || widths(c.bottom, tc.bottom, &tc.nbottom) ||
+        widths(c.top, tc.top, &tc.ntop) ||
+        (strcmp(c.dense_optimizer, "adam") && ok == PW_OPT_ADAM)) {
+        fprintf(stderr, "ps-worker: bad --train, --format, --bottom, --top or --dense-optimizer\n");
+        return 2;
+    }
+    snprintf(tc.model, sizeof tc.model, "%s", c.model);
+    snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);
+    tc.dim = (int)c.dim;
+    tc.batch = (int)c.batch;
+    tc.epochs = (int)c.epochs;
+    tc.max_samples = (uint64_t)c.max_samples;
+    tc.seed = (uint64_t)c.seed;
+    tc.progress_every = (uint64_t)c.progress_every;
+    pw_opt_config_defaults(&tc.dense_opt, ok);
+    tc.dense_opt.lr = (float)c.dense_lr;
+    pw_train_result_t r;
+    int rc = pw_train_run(&tc, fmt, train, ntrain, test, ntest, &r);
+    if (rc) {
+        fprintf(stderr, "ps-worker: training failed: %s\n", pc_strerror(rc));
+        return rc == PC_EINVAL ? 2 : 1;
+    }
+    if (c.json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "model", tc.model);
+        cJSON_AddNumberToObject(j, "samples", (double)r.samples);
+        cJSON_AddNumberToObject(j, "seconds", r.seconds);
+        cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
+        cJSON_AddNumberToObject(j, "train_loss", r.train_loss);
+        cJSON_AddNumberToObject(j, "test_samples", (double)r.test_samples);
+        cJSON_AddNumberToObject(j, "auc", r.auc);
+        cJSON_AddNumberToObject(j, "logloss", r.logloss);
+        cJSON_AddNumberToObject(j, "embedding_rows", (double)r.table_rows);
+        char *t = cJSON_PrintUnformatted(j);
+        printf("%s\n", t);
+        cJSON_free(t);
+        cJSON_Delete(j);
+    } else {
+        printf("%s: %llu samples in %.1f s (%.0f/s), train loss %.4f; test: %llu samples, AUC "
+               "%.4f, logloss %.4f\n",
+               tc.model, (unsigned long long)r.samples, r.seconds, r.samples_per_s, r.train_loss,
+               (unsigned long long)r.test_samples, r.auc, r.logloss);
+    }
+    return 0;
+}

@@ -1,0 +1,56 @@
+/* pw_train.h: local training (ps-worker --local): one worker, an in-process embedding table.
+ *
+ * Each step takes a batch from the reader, pulls the embeddings of its keys from the table
+ * (ps_table_pull: missing keys start from their initial rows), runs the model forward and
+ * backward, pushes the embedding gradients (ps_table_push: duplicates summed, the table's
+ * optimizer applies them, as a server would) and steps the dense optimizer. Evaluation reads a
+ * test stream with ps_table_lookup (read-only: the test set never inserts rows) and reports the
+ * exact AUC and the logloss.
+ *
+ * Models: "dlrm" (pw_dlrm.h; one embedding of `dim` per categorical field) and "lr" (a weight
+ * per feature, dim-1 table, plus a linear term over the dense features). Both need samples with
+ * one key per field (Criteo).
+ *
+ * Thread rule: a trainer is used by one thread.
+ */
+#ifndef PW_TRAIN_H
+#define PW_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pw_dense_optim.h"
+#include "pw_parse.h"
+
+typedef struct pw_train_config {
+    char model[16];         /* "dlrm" or "lr" */
+    int dim;                /* embedding dim (dlrm) */
+    int nbottom, bottom[8]; /* dlrm bottom widths (last = dim) */
+    int ntop, top[8];       /* dlrm top widths (last = 1) */
+    int batch;
+    int epochs;
+    uint64_t max_samples; /* 0: no limit */
+    uint64_t seed;
+    char table_spec[512]; /* embedding table settings (ps_table.h), dim and name added */
+    pw_opt_config_t dense_opt;
+    uint64_t progress_every; /* samples between progress lines on stderr, 0: none */
+} pw_train_config_t;
+
+void pw_train_config_defaults(pw_train_config_t *c);
+
+typedef struct pw_train_result {
+    uint64_t samples;
+    double seconds, samples_per_s;
+    double train_loss;   /* mean over the last 10% of the samples */
+    double auc, logloss; /* on the test stream (NaN when none) */
+    uint64_t test_samples;
+    uint64_t table_rows;
+} pw_train_result_t;
+
+/* Train on `train` paths, then evaluate on `test` paths (ntest may be 0). Format as given.
+ * PC_EINVAL for a bad configuration; reader errors (PC_EIO, PC_EPARSE) stop training. */
+int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const *train,
+                 size_t ntrain, const char *const *test, size_t ntest, pw_train_result_t *res);
+
+#endif
