@@ -19,37 +19,13 @@
 #include "pw_parse.h"
 #include "pw_reader.h"
 
-int bench_data_main(int argc, char **argv) {
-    bench_opts_t o;
-    bench_parse_opts(argc, argv, "data", &o);
-    const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 20000 : o.quick ? 300000 : 1000000;
-    bench_pin(&o, 0);
-    pw_datagen_opts_t go;
-    pw_datagen_defaults(&go);
-    pw_datagen_t *gen;
-    if (pw_datagen_create(&go, &gen))
-        abort();
-    size_t cap = n * 256, len = 0;
-    char *data = malloc(cap);
-    char line[768];
-    uint64_t t0 = pc_time_mono_ns();
-    for (uint64_t r = 0; r < n; r++) {
-        const size_t l = pw_datagen_row(gen, 0, r, line, NULL);
-        if (len + l > cap) {
-            cap *= 2;
-            data = realloc(data, cap);
-        }
-        memcpy(data + len, line, l);
-        len += l;
-    }
-    const double gen_rate = (double)n / pc_time_sec_since(t0);
-    pw_datagen_destroy(gen);
-
-    /* Baseline: find the lines and read every byte. */
-    double base[3], parse[3], ratio[3];
+/* Criteo parse rate over n lines in data (median of 3), next to a line-scan baseline of the
+ * same bytes (*scan, lines/s) and their median ratio (*ratio). */
+double bench_parse_rate(const char *data, size_t len, uint64_t n, double *scan, double *ratio) {
+    double base[3], parse[3], rat[3];
     static pw_sample_t s;
     for (int k = 0; k < 3; k++) {
-        t0 = pc_time_mono_ns();
+        uint64_t t0 = pc_time_mono_ns();
         uint64_t lines = 0, sum = 0;
         for (const char *p = data, *e = data + len; p < e; lines++) {
             const char *nl = memchr(p, '\n', (size_t)(e - p));
@@ -70,8 +46,51 @@ int bench_data_main(int argc, char **argv) {
         parse[k] = (double)ok / pc_time_sec_since(t0);
         if (ok != n)
             abort();
-        ratio[k] = parse[k] / base[k];
+        rat[k] = parse[k] / base[k];
     }
+    *scan = bench_median3(base);
+    *ratio = bench_median3(rat);
+    return bench_median3(parse);
+}
+
+/* Generate n Criteo lines with the default planted model into a malloc'ed buffer. */
+char *bench_gen_lines(uint64_t n, size_t *len_out, double *rows_per_s) {
+    pw_datagen_opts_t go;
+    pw_datagen_defaults(&go);
+    pw_datagen_t *gen;
+    if (pw_datagen_create(&go, &gen))
+        abort();
+    size_t cap = n * 256 + 1024, len = 0;
+    char *data = malloc(cap);
+    char line[768];
+    const uint64_t t0 = pc_time_mono_ns();
+    for (uint64_t r = 0; r < n; r++) {
+        const size_t l = pw_datagen_row(gen, 0, r, line, NULL);
+        if (len + l > cap) {
+            cap *= 2;
+            data = realloc(data, cap);
+        }
+        memcpy(data + len, line, l);
+        len += l;
+    }
+    if (rows_per_s)
+        *rows_per_s = (double)n / pc_time_sec_since(t0);
+    pw_datagen_destroy(gen);
+    *len_out = len;
+    return data;
+}
+
+int bench_data_main(int argc, char **argv) {
+    bench_opts_t o;
+    bench_parse_opts(argc, argv, "data", &o);
+    const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 20000 : o.quick ? 300000 : 1000000;
+    bench_pin(&o, 0);
+    size_t len;
+    double gen_rate;
+    char *data = bench_gen_lines(n, &len, &gen_rate);
+
+    double base_rate, ratio;
+    const double parse_rate = bench_parse_rate(data, len, n, &base_rate, &ratio);
     /* The reader over a file of the same lines. */
     char path[256];
     snprintf(path, sizeof path, "%s/ps-bench-data-XXXXXX",
@@ -90,7 +109,7 @@ int bench_data_main(int argc, char **argv) {
                            .epochs = 1,
                            .max_error_rate = 0};
     pw_reader_t *rd;
-    t0 = pc_time_mono_ns();
+    const uint64_t t0 = pc_time_mono_ns();
     if (pw_reader_open(&ro, &rd))
         abort();
     uint64_t got = 0;
@@ -103,12 +122,11 @@ int bench_data_main(int argc, char **argv) {
     unlink(path);
     free(data);
 
-    const double parse_rate = bench_median3(parse), base_rate = bench_median3(base);
     printf("ps-bench data: %llu Criteo lines (%.1f MB)\n", (unsigned long long)n,
            (double)len / 1e6);
     printf("%-40s %12.0f lines/s\n", "baseline: split lines, read every byte", base_rate);
     printf("%-40s %12.0f lines/s  (%.2f of the baseline, median of 3)\n",
-           "pw_parse_line (Criteo, 1 thread)", parse_rate, bench_median3(ratio));
+           "pw_parse_line (Criteo, 1 thread)", parse_rate, ratio);
     printf("%-40s %12.0f lines/s\n", "reader (file -> thread -> batches)", reader_rate);
     printf("%-40s %12.0f rows/s\n", "ps-datagen generator", gen_rate);
     cJSON *root = cJSON_CreateObject();
@@ -116,7 +134,7 @@ int bench_data_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "lines", (double)n);
     cJSON_AddNumberToObject(root, "parse_lines_per_s", parse_rate);
     cJSON_AddNumberToObject(root, "scan_lines_per_s", base_rate);
-    cJSON_AddNumberToObject(root, "parse_vs_scan", bench_median3(ratio));
+    cJSON_AddNumberToObject(root, "parse_vs_scan", ratio);
     cJSON_AddNumberToObject(root, "reader_lines_per_s", reader_rate);
     cJSON_AddNumberToObject(root, "datagen_rows_per_s", gen_rate);
     bench_emit_json(&o, root);

@@ -36,6 +36,10 @@ uint64_t bench_key(uint64_t i);
 /* 64 random bits (pc_rand); Zipf draws come from pc_rand.h's pc_zipf. */
 uint64_t bench_rand(uint64_t *rng);
 
+/* Data helpers shared by the data and train areas (bench_data.c). */
+char *bench_gen_lines(uint64_t n, size_t *len, double *rows_per_s);
+double bench_parse_rate(const char *data, size_t len, uint64_t n, double *scan, double *ratio);
+
 /* Median of three samples. */
 double bench_median3(const double *v);
 

@@ -10,6 +10,7 @@ int bench_table_main(int argc, char **argv);
 int bench_store_main(int argc, char **argv);
 int bench_rpc_main(int argc, char **argv);
 int bench_data_main(int argc, char **argv);
+int bench_train_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -20,6 +21,7 @@ static const struct {
     {"store", bench_store_main, "checkpoint and restore vs sequential disk writes"},
     {"rpc", bench_rpc_main, "the data plane (ps-server process) vs Redis on loopback"},
     {"data", bench_data_main, "Criteo parsing and generation vs a raw line scan"},
+    {"train", bench_train_main, "local DLRM training vs OpenBLAS sgemm peak, AUC vs oracle"},
 };
 
 int main(int argc, char **argv) {
