@@ -410,3 +410,26 @@ void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *
         fprintf(out, "%s = %s\n", tab[i].name, buf);
     }
 }
+
+int pc_settings_cli(const pc_setting_t *tab, size_t n, void *obj, int argc, char **argv,
+                    const char *prog, const char *usage) {
+    char err[256];
+    if (pc_settings_defaults(tab, n, obj))
+        return 2;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s\n\n", usage);
+            pc_settings_help(tab, n, stdout);
+            return 1;
+        }
+    int argi = 1;
+    if (pc_settings_parse_args(tab, n, obj, argc, argv, &argi, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 2;
+    }
+    if (argi < argc) {
+        fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", prog, argv[argi]);
+        return 2;
+    }
+    return 0;
+}

@@ -91,6 +91,13 @@ void pc_settings_format(const pc_setting_t *s, const void *obj, char *buf, size_
 /* One line per setting: --name=<type> (default) help [bounds or choices]. */
 void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out);
 
+/* The usual command line of a tool: store the defaults, answer --help/-h (usage line, then
+ * pc_settings_help), parse every argument as a flag. Returns 0 to go on, 1 when help was printed
+ * (exit 0), 2 on a bad or unexpected argument (the message is printed on stderr as
+ * "prog: ..."; exit 2). */
+int pc_settings_cli(const pc_setting_t *tab, size_t n, void *obj, int argc, char **argv,
+                    const char *prog, const char *usage);
+
 /* "name = value" per setting, in table order. */
 void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *out);
 

@@ -42,20 +42,10 @@ static const pc_setting_t k_set[] = {
 
 int main(int argc, char **argv) {
     cfg_t c;
-    char err[256];
-    pc_settings_defaults(k_set, NSET, &c);
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: ps-datagen [--name=value ...]\n\n");
-            pc_settings_help(k_set, NSET, stdout);
-            return 0;
-        }
-    int argi = 1;
-    if (pc_settings_parse_args(k_set, NSET, &c, argc, argv, &argi, err, sizeof err) ||
-        argi < argc) {
-        fprintf(stderr, "ps-datagen: %s\n", argi < argc ? "unexpected argument" : err);
-        return 2;
-    }
+    int cli =
+        pc_settings_cli(k_set, NSET, &c, argc, argv, "ps-datagen", "ps-datagen [--name=value ...]");
+    if (cli)
+        return cli == 1 ? 0 : 2;
     if (c.vocab_max < c.vocab_min) {
         fprintf(stderr, "ps-datagen: vocab_max < vocab_min\n");
         return 2;

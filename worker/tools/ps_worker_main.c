@@ -79,20 +79,10 @@ static int widths(char *s, int *out, int *n) {
 
 int main(int argc, char **argv) {
     cfg_t c;
-    char err[256];
-    pc_settings_defaults(k_set, NSET, &c);
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: ps-worker --local --train=PATHS [--test=PATHS] [--name=value ...]\n\n");
-            pc_settings_help(k_set, NSET, stdout);
-            return 0;
-        }
-    int argi = 1;
-    if (pc_settings_parse_args(k_set, NSET, &c, argc, argv, &argi, err, sizeof err) ||
-        argi < argc) {
-        fprintf(stderr, "ps-worker: %s\n", argi < argc ? "unexpected argument" : err);
-        return 2;
-    }
+    int cli = pc_settings_cli(k_set, NSET, &c, argc, argv, "ps-worker",
+                              "ps-worker --local --train=PATHS [--test=PATHS] [--name=value ...]");
+    if (cli)
+        return cli == 1 ? 0 : 2;
     pc_log_init(NULL, (pc_log_level_t)c.log_level, "ps-worker[local]");
     if (!c.local) {
         fprintf(stderr, "ps-worker: only --local training exists yet (servers: next issue)\n");

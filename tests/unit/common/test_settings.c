@@ -164,6 +164,23 @@ static void test_bad_declaration(void **state) {
     assert_int_equal(pc_settings_defaults(bad, 1, &x), PC_EINVAL);
 }
 
+/* A tool's command line: values parsed, --help answered, leftovers and bad values refused. */
+static void test_cli(void **state) {
+    (void)state;
+    cfg_t c;
+    char *ok[] = {"tool", "--count=7", "--verbose", NULL};
+    assert_int_equal(pc_settings_cli(tab, N, &c, 3, ok, "tool", "tool [opts]"), 0);
+    assert_int_equal(c.count, 7);
+    assert_true(c.verbose);
+    assert_string_equal(c.name, "x"); /* defaults for the rest */
+    char *help[] = {"tool", "--count=7", "-h", NULL};
+    assert_int_equal(pc_settings_cli(tab, N, &c, 3, help, "tool", "tool [opts]"), 1);
+    char *extra[] = {"tool", "--count=7", "leftover", NULL};
+    assert_int_equal(pc_settings_cli(tab, N, &c, 3, extra, "tool", "tool [opts]"), 2);
+    char *bad[] = {"tool", "--count=0", NULL}; /* below its bound */
+    assert_int_equal(pc_settings_cli(tab, N, &c, 2, bad, "tool", "tool [opts]"), 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_list),
@@ -171,6 +188,7 @@ int main(void) {
         cmocka_unit_test(test_args),
         cmocka_unit_test(test_file_env_dump),
         cmocka_unit_test(test_bad_declaration),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
