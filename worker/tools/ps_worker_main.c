@@ -21,6 +21,7 @@ typedef struct cfg {
     bool local, json;
     char train[4096], test[4096], format[16], model[16];
     char bottom[128], top[128], table[512], dense_optimizer[16];
+    char load_dense[512], save_dense[512], export_embeddings[512];
     int64_t dim, batch, epochs, max_samples, seed, progress_every;
     double dense_lr;
     int log_level;
@@ -48,6 +49,9 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_INT(T, max_samples, 0, 1e15, "0", "stop after this many samples (0: no limit)"),
     PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the model's initial values"),
     PC_SETTING_INT(T, progress_every, 0, 1e15, "100000", "samples between progress lines"),
+    PC_SETTING_STRING(T, load_dense, "", "start from this dense model file"),
+    PC_SETTING_STRING(T, save_dense, "", "save the dense model here after training"),
+    PC_SETTING_STRING(T, export_embeddings, "", "export the embedding table (row file) here"),
     PC_SETTING_BOOL(T, json, "false", "print the summary as one JSON object"),
     PC_SETTING_ENUM(T, log_level, k_levels, "warn", "log level"),
 };
@@ -104,6 +108,9 @@ int main(int argc, char **argv) {
     }
     snprintf(tc.model, sizeof tc.model, "%s", c.model);
     snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);
+    snprintf(tc.load_dense, sizeof tc.load_dense, "%s", c.load_dense);
+    snprintf(tc.save_dense, sizeof tc.save_dense, "%s", c.save_dense);
+    snprintf(tc.export_embeddings, sizeof tc.export_embeddings, "%s", c.export_embeddings);
     tc.dim = (int)c.dim;
     tc.batch = (int)c.batch;
     tc.epochs = (int)c.epochs;

@@ -6,7 +6,9 @@
 #include "pc_time.h"
 #include "ps_table.h"
 #include "pw_dlrm.h"
+#include "ps_ckpt.h"
 #include "pw_metrics.h"
+#include "pw_model_io.h"
 #include "pw_reader.h"
 
 #include <math.h>
@@ -123,6 +125,8 @@ static int trainer_init(trainer_t *t, const pw_batch_t *b) {
         if (!rc)
             rc = pw_opt_init(&t->opt[2 * i + 1], &c->dense_opt, (size_t)t->layers[i].out);
     }
+    if (!rc && c->load_dense[0] && (rc = pw_dense_load(c->load_dense, t->layers, t->nlayers)))
+        PC_ERROR("train: cannot load the dense model %s: %s", c->load_dense, pc_strerror(rc));
     const size_t nk = (size_t)c->batch * t->nf;
     t->rows = malloc(nk * t->dim * sizeof(float));
     t->grads = malloc(nk * t->dim * sizeof(float));
@@ -228,6 +232,13 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->train_loss = ema;
     if (!rc && t.emb)
         res->table_rows = ps_table_count(t.emb);
+    if (!rc && t.emb && c->save_dense[0] &&
+        (rc = pw_dense_save(c->save_dense, t.layers, t.nlayers)))
+        PC_ERROR("train: cannot save the dense model to %s: %s", c->save_dense, pc_strerror(rc));
+    if (!rc && t.emb && c->export_embeddings[0] &&
+        (rc = ps_table_export(t.emb, NULL, c->export_embeddings, true)))
+        PC_ERROR("train: cannot export the embeddings to %s: %s", c->export_embeddings,
+                 pc_strerror(rc));
     if (!rc && ntest && t.emb) { /* evaluation */
         size_t cap = 1 << 16, n = 0;
         float *p = malloc(cap * sizeof *p), *y = malloc(cap * sizeof *y);

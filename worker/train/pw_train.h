@@ -34,7 +34,10 @@ typedef struct pw_train_config {
     uint64_t seed;
     char table_spec[512]; /* embedding table settings (ps_table.h), dim and name added */
     pw_opt_config_t dense_opt;
-    uint64_t progress_every; /* samples between progress lines on stderr, 0: none */
+    uint64_t progress_every;     /* samples between progress lines on stderr, 0: none */
+    char load_dense[512];        /* start from this dense model file (pw_model_io.h), "" none */
+    char save_dense[512];        /* save the dense model here after training, "" none */
+    char export_embeddings[512]; /* export the table (ps_table_export, with optimizer state) */
 } pw_train_config_t;
 
 void pw_train_config_defaults(pw_train_config_t *c);

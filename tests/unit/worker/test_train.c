@@ -8,6 +8,8 @@
 #include "pc_error.h"
 #include "pc_log.h"
 #include "pw_datagen.h"
+#include "ps_catalog.h"
+#include "ps_ckpt.h"
 #include "pw_train.h"
 
 static char g_dir[256], g_train[300], g_test[300];
@@ -69,6 +71,38 @@ static void test_models_learn(void **state) {
     assert_int_equal(only.table_rows, dlrm.table_rows);
 }
 
+/* Save the dense model and export the embeddings: the export imports as a table with every
+ * trained row; loading the dense file into a model of another shape fails with PC_EDIM. */
+static void test_save_load(void **state) {
+    (void)state;
+    char dense[300], emb[300];
+    snprintf(dense, sizeof dense, "%s/model.dense", g_dir);
+    snprintf(emb, sizeof emb, "%s/emb.rows", g_dir);
+    pw_train_config_t c;
+    pw_train_config_defaults(&c);
+    c.batch = 512;
+    c.max_samples = 20000;
+    snprintf(c.save_dense, sizeof c.save_dense, "%s", dense);
+    snprintf(c.export_embeddings, sizeof c.export_embeddings, "%s", emb);
+    const char *tr[] = {g_train}, *te[] = {g_test};
+    pw_train_result_t a;
+    assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &a), 0);
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    assert_int_equal(ps_table_import(cat, emb, NULL), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0);
+    assert_int_equal(ps_table_count(t), a.table_rows);
+    ps_catalog_release(cat, t);
+    ps_catalog_destroy(cat);
+    pw_train_config_t d = c; /* loading a model of another shape fails clearly */
+    d.save_dense[0] = d.export_embeddings[0] = '\0';
+    snprintf(d.load_dense, sizeof d.load_dense, "%s", dense);
+    d.top[0] = 32;
+    pw_train_result_t b;
+    assert_int_equal(pw_train_run(&d, PW_FMT_CRITEO, tr, 1, NULL, 0, &b), PC_EDIM);
+}
+
 static void test_errors(void **state) {
     (void)state;
     pw_train_config_t c;
@@ -90,6 +124,7 @@ static void test_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_models_learn),
+        cmocka_unit_test(test_save_load),
         cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,58 @@
+/* Dense model files: a round trip is bit-exact; a wrong shape is PC_EDIM; a flipped byte, a
+ * truncated file or a foreign file is PC_ECORRUPT and leaves the model untouched. */
+#include "table_check.h"
+
+#include "pc_error.h"
+#include "pw_model_io.h"
+
+static void test_roundtrip_and_damage(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    tc_tmpdir(dir, sizeof dir, "dense");
+    snprintf(path, sizeof path, "%s/model.dense", dir);
+    pw_linear_t a[2], b[2], c[1];
+    assert_int_equal(pw_linear_init(&a[0], 5, 4, 1), 0);
+    assert_int_equal(pw_linear_init(&a[1], 4, 1, 2), 0);
+    assert_int_equal(pw_linear_init(&b[0], 5, 4, 3), 0);
+    assert_int_equal(pw_linear_init(&b[1], 4, 1, 4), 0);
+    assert_int_equal(pw_linear_init(&c[0], 5, 4, 5), 0);
+    a[0].b[2] = 0.75f;
+    assert_int_equal(pw_dense_save(path, a, 2), 0);
+    assert_int_equal(pw_dense_load(path, b, 2), 0);
+    for (int i = 0; i < 2; i++) {
+        assert_memory_equal(a[i].w, b[i].w, (size_t)a[i].in * a[i].out * sizeof(float));
+        assert_memory_equal(a[i].b, b[i].b, (size_t)a[i].out * sizeof(float));
+    }
+    assert_int_equal(pw_dense_load(path, c, 1), PC_EDIM);
+    /* damage: flip a weight byte; the model must stay as it was */
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 40, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, 40, SEEK_SET);
+    fputc(ch ^ 0x10, f);
+    fclose(f);
+    const float before = b[0].w[0];
+    b[0].w[0] = 123.0f;
+    assert_int_equal(pw_dense_load(path, b, 2), PC_ECORRUPT);
+    assert_true(b[0].w[0] == 123.0f);
+    b[0].w[0] = before;
+    assert_int_equal(pw_dense_save(path, a, 2), 0);
+    assert_int_equal(truncate(path, 30), 0);
+    assert_int_equal(pw_dense_load(path, b, 2), PC_ECORRUPT);
+    f = fopen(path, "wb");
+    fputs("not a model file at all", f);
+    fclose(f);
+    assert_int_equal(pw_dense_load(path, b, 2), PC_ECORRUPT);
+    assert_int_equal(pw_dense_load("/nonexistent/x", b, 2), PC_ENOTFOUND);
+    for (int i = 0; i < 2; i++) {
+        pw_linear_free(&a[i]);
+        pw_linear_free(&b[i]);
+    }
+    pw_linear_free(&c[0]);
+    tc_rmdir(dir);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_roundtrip_and_damage)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

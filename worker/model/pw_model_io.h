@@ -1,0 +1,17 @@
+/* pw_model_io.h: the dense model file (MLP weights and biases), versioned and checksummed.
+ *
+ * Layout, little-endian: magic "EMBRDNS1" (8 bytes), u32 format (1), u32 layer count, per layer
+ * u32 in, u32 out; then per layer in*out weights and out biases as f32; then the XXH3-64 of
+ * everything before it. Written to PATH.tmp, fsynced and renamed, so a crash leaves the old file
+ * or the new one. Loading checks the magic, format, shapes against the model (PC_EDIM when they
+ * differ), the exact size and the checksum (PC_ECORRUPT) before touching any weight.
+ */
+#ifndef PW_MODEL_IO_H
+#define PW_MODEL_IO_H
+
+#include "pw_layers.h"
+
+int pw_dense_save(const char *path, const pw_linear_t *layers, int n);
+int pw_dense_load(const char *path, pw_linear_t *layers, int n);
+
+#endif
