@@ -6,6 +6,7 @@
 #include "pc_time.h"
 #include "ps_table.h"
 #include "pw_dlrm.h"
+#include "pw_fm.h"
 #include "ps_ckpt.h"
 #include "pw_metrics.h"
 #include "pw_model_io.h"
@@ -39,7 +40,7 @@ void pw_train_config_defaults(pw_train_config_t *c) {
 typedef struct trainer {
     const pw_train_config_t *c;
     const pw_backend_t *be;
-    bool lr;
+    bool lr, fm; /* lr and fm: a linear dense term (lin) plus sparse rows; else dlrm */
     int nf, ndense, dim;
     ps_table_t *emb;
     pw_dlrm_t *dlrm;
@@ -55,7 +56,7 @@ static void trainer_free(trainer_t *t) {
         pw_opt_free(&t->opt[i]);
     free(t->opt);
     pw_dlrm_destroy(t->dlrm);
-    if (t->lr)
+    if (t->lr || t->fm)
         pw_linear_free(&t->lin);
     ps_table_destroy(t->emb);
     free(t->rows);
@@ -70,13 +71,14 @@ static int trainer_init(trainer_t *t, const pw_batch_t *b) {
     const pw_train_config_t *c = t->c;
     t->be = pw_backend_cpu();
     t->lr = strcmp(c->model, "lr") == 0;
-    if (!t->lr && strcmp(c->model, "dlrm") != 0) {
-        PC_ERROR("train: unknown model '%s' (dlrm, lr)", c->model);
+    t->fm = strcmp(c->model, "fm") == 0;
+    if (!t->lr && !t->fm && strcmp(c->model, "dlrm") != 0) {
+        PC_ERROR("train: unknown model '%s' (dlrm, fm, lr)", c->model);
         return PC_EINVAL;
     }
     t->nf = (int)(b->key_off[1] - b->key_off[0]);
     t->ndense = (int)b->ndense;
-    t->dim = t->lr ? 1 : c->dim;
+    t->dim = t->lr ? 1 : t->fm ? c->dim + 1 : c->dim; /* fm rows: [w, v_1 .. v_dim] */
     if (t->nf < 1 || t->ndense < 1) {
         PC_ERROR("train: the model needs dense features and one key per categorical field");
         return PC_EINVAL;
@@ -95,7 +97,7 @@ static int trainer_init(trainer_t *t, const pw_batch_t *b) {
         tc.init = PS_INIT_ZEROS;
     if ((rc = ps_table_create(&tc, &t->emb)))
         return rc;
-    if (t->lr) {
+    if (t->lr || t->fm) {
         if ((rc = pw_linear_init(&t->lin, t->ndense, 1, c->seed)))
             return rc;
         memset(t->lin.w, 0, (size_t)t->ndense * sizeof(float)); /* LR starts from zero */
@@ -149,11 +151,14 @@ static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *l
                    : ps_table_lookup(t->emb, b->keys, nk, t->rows, nk * d, NULL);
     if (rc)
         return rc;
-    if (t->lr) {
+    if (t->lr || t->fm) {
         pw_linear_forward(t->be, &t->lin, n, b->dense, t->logits);
-        for (int s = 0; s < n; s++)
-            for (int f = 0; f < nf; f++)
-                t->logits[s] += t->rows[(size_t)s * nf + f];
+        if (t->fm)
+            pw_fm_forward(n, nf, d - 1, t->rows, t->logits);
+        else
+            for (int s = 0; s < n; s++)
+                for (int f = 0; f < nf; f++)
+                    t->logits[s] += t->rows[(size_t)s * nf + f];
     } else if ((rc = pw_dlrm_forward(t->dlrm, n, b->dense, t->rows, t->logits))) {
         return rc;
     }
@@ -162,11 +167,14 @@ static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *l
         return 0;
     for (int i = 0; i < t->nlayers; i++)
         pw_linear_zero_grad(&t->layers[i]);
-    if (t->lr) {
+    if (t->lr || t->fm) {
         pw_linear_backward(t->be, &t->lin, n, b->dense, t->dlogits, NULL);
-        for (int s = 0; s < n; s++)
-            for (int f = 0; f < nf; f++)
-                t->grads[(size_t)s * nf + f] = t->dlogits[s];
+        if (t->fm)
+            pw_fm_backward(n, nf, d - 1, t->rows, t->dlogits, t->grads);
+        else
+            for (int s = 0; s < n; s++)
+                for (int f = 0; f < nf; f++)
+                    t->grads[(size_t)s * nf + f] = t->dlogits[s];
     } else if ((rc = pw_dlrm_backward(t->dlrm, t->dlogits, t->grads))) {
         return rc;
     }

@@ -7,9 +7,10 @@
  * test stream with ps_table_lookup (read-only: the test set never inserts rows) and reports the
  * exact AUC and the logloss.
  *
- * Models: "dlrm" (pw_dlrm.h; one embedding of `dim` per categorical field) and "lr" (a weight
- * per feature, dim-1 table, plus a linear term over the dense features). Both need samples with
- * one key per field (Criteo).
+ * Models: "dlrm" (pw_dlrm.h; one embedding of `dim` per categorical field), "lr" (a weight per
+ * feature, dim-1 table, plus a linear term over the dense features) and "fm" (pw_fm.h: rows
+ * [w, v_1 .. v_dim] per feature, plus the same dense linear term). All need samples with one key
+ * per field (Criteo).
  *
  * Thread rule: a trainer is used by one thread.
  */
@@ -24,8 +25,8 @@
 #include "pw_parse.h"
 
 typedef struct pw_train_config {
-    char model[16];         /* "dlrm" or "lr" */
-    int dim;                /* embedding dim (dlrm) */
+    char model[16];         /* "dlrm", "fm" or "lr" */
+    int dim;                /* embedding dim (dlrm), factor dim (fm) */
     int nbottom, bottom[8]; /* dlrm bottom widths (last = dim) */
     int ntop, top[8];       /* dlrm top widths (last = 1) */
     int batch;

@@ -1,4 +1,4 @@
-/* Local training end to end on generated data: DLRM and LR both learn (AUC well above 0.5 on
+/* Local training end to end on generated data: LR, FM and DLRM learn (AUC well above 0.5 on
  * held-out rows), DLRM beats LR on data with planted interactions, the test set inserts no rows,
  * and bad configurations or unreadable data fail with a clear error. */
 #include "table_check.h"
@@ -52,9 +52,14 @@ static pw_train_result_t train(const char *model) {
 
 static void test_models_learn(void **state) {
     (void)state;
-    pw_train_result_t lr = train("lr"), dlrm = train("dlrm");
-    print_message("oracle AUC %.4f; LR %.4f (%.0f samples/s); DLRM %.4f (%.0f samples/s)\n",
-                  g_oracle.oracle_auc, lr.auc, lr.samples_per_s, dlrm.auc, dlrm.samples_per_s);
+    pw_train_result_t lr = train("lr"), fm = train("fm"), dlrm = train("dlrm");
+    print_message("oracle AUC %.4f; LR %.4f (%.0f samples/s); FM %.4f; DLRM %.4f (%.0f "
+                  "samples/s)\n",
+                  g_oracle.oracle_auc, lr.auc, lr.samples_per_s, fm.auc, dlrm.auc,
+                  dlrm.samples_per_s);
+    /* FM learns; at this size its 325 factor pairs are under-trained (it passes LR at 2M rows:
+     * docs/training.md), so only DLRM is held to beating LR here. */
+    assert_true(fm.auc > 0.70);
     assert_int_equal(dlrm.samples, 150000);
     assert_int_equal(dlrm.test_samples, 30000);
     assert_true(lr.auc > 0.68 && dlrm.auc > 0.72);
