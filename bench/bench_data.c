@@ -40,7 +40,7 @@ double bench_parse_rate(const char *data, size_t len, uint64_t n, double *scan, 
         uint64_t ok = 0;
         for (const char *p = data, *e = data + len; p < e;) {
             const char *nl = memchr(p, '\n', (size_t)(e - p));
-            ok += pw_parse_line(PW_FMT_CRITEO, p, (size_t)(nl - p + 1), &s, NULL, 0) == 0;
+            ok += pw_parse_line(PW_FMT_CRITEO, NULL, p, (size_t)(nl - p + 1), &s, NULL, 0) == 0;
             p = nl + 1;
         }
         parse[k] = (double)ok / pc_time_sec_since(t0);

@@ -7,9 +7,14 @@
  *  - train_samples_per_s, and the dense part's GFLOP/s (3 x the forward GEMM/interaction FLOPs
  *    per sample) as a fraction of single-thread OpenBLAS sgemm (512^3) measured in the same run;
  *  - auc and logloss on the test rows next to the oracle's (oracle_auc);
- *  - parse_lines_per_s of Criteo lines (as `ps-bench data`).
+ *  - parse_lines_per_s of Criteo lines (as `ps-bench data`);
+ *  - the same data's AUC for LR, FM and DeepFM (auc_lr, auc_fm, auc_deepfm; not with --smoke);
+ *  - MovieLens (when $EMBER_SHARED_DATA or ../shared/data has it): ratings >= 4 positive, the
+ *    last 20% by time as the test set, user and movie as two fields, batch 64, one epoch:
+ *    movielens_auc_lr, movielens_auc_dlrm (and FM, DeepFM).
  */
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,7 @@
 #include "pc_log.h"
 #include "pc_time.h"
 #include "pw_datagen.h"
+#include "pw_split.h"
 #include "pw_train.h"
 
 /* Single-thread sgemm GFLOP/s on square matrices of side m, for about `secs`. */
@@ -39,6 +45,47 @@ static double sgemm_peak(int m, double secs) {
     free(b);
     free(c);
     return 2.0 * m * m * (double)m * reps / s / 1e9;
+}
+
+/* AUC of `model` trained with c's other settings; NaN on failure. */
+static double auc_of(pw_train_config_t c, const char *model, pw_format_t fmt, const char *tr,
+                     const char *te) {
+    snprintf(c.model, sizeof c.model, "%s", model);
+    const char *trp[] = {tr}, *tep[] = {te};
+    pw_train_result_t r;
+    return pw_train_run(&c, fmt, trp, 1, tep, 1, &r) ? NAN : r.auc;
+}
+
+/* MovieLens figures into root (nothing when the data is absent). */
+static void movielens(const char *dir, cJSON *root) {
+    const char *data = getenv("EMBER_SHARED_DATA") ? getenv("EMBER_SHARED_DATA") : "../shared/data";
+    char src[512], tr[300], te[300];
+    snprintf(src, sizeof src, "%s/movielens-latest-small/ratings.csv", data);
+    snprintf(tr, sizeof tr, "%s/ml_train.csv", dir);
+    snprintf(te, sizeof te, "%s/ml_test.csv", dir);
+    if (access(src, R_OK) != 0) {
+        printf("%-40s skipped: %s not found\n", "MovieLens", src);
+        return;
+    }
+    if (pw_split_by_column(src, ',', true, 3, 0.2, tr, te, NULL, NULL))
+        abort();
+    pw_train_config_t c;
+    pw_train_config_defaults(&c);
+    c.batch = 64;
+    if (pw_csv_spec_parse("header=1,threshold=4,columns=cat:cat:label:skip", &c.csv, NULL, 0))
+        abort();
+    const char *models[] = {"lr", "fm", "dlrm", "deepfm"};
+    printf(
+        "MovieLens ml-latest-small, rating >= 4, last 20%% by time as test, batch 64, 1 epoch:\n");
+    for (int i = 0; i < 4; i++) {
+        const double auc = auc_of(c, models[i], PW_FMT_CSV, tr, te);
+        char key[64];
+        snprintf(key, sizeof key, "movielens_auc_%s", models[i]);
+        printf("  %-38s %12.4f\n", key, auc);
+        cJSON_AddNumberToObject(root, key, auc);
+    }
+    unlink(tr);
+    unlink(te);
 }
 
 int bench_train_main(int argc, char **argv) {
@@ -80,6 +127,10 @@ int bench_train_main(int argc, char **argv) {
         in = c.top[i];
     }
     const double dense_gflops = r.samples_per_s * 3 * fwd / 1e9;
+    double other[3] = {NAN, NAN, NAN};
+    const char *others[] = {"lr", "fm", "deepfm"};
+    for (int i = 0; i < 3 && !o.smoke; i++)
+        other[i] = auc_of(c, others[i], PW_FMT_CRITEO, tr, te);
     size_t len;
     char *lines = bench_gen_lines(o.smoke ? 20000 : 200000, &len, NULL);
     double scan, ratio;
@@ -87,7 +138,6 @@ int bench_train_main(int argc, char **argv) {
     free(lines);
     unlink(tr);
     unlink(te);
-    rmdir(dir);
     printf("ps-bench train: DLRM (26 fields, dim 16, 13-64-16, 128-64-1), batch 1024, %llu "
            "training rows, OpenBLAS 1 thread + the reader thread\n",
            (unsigned long long)r.samples);
@@ -97,7 +147,15 @@ int bench_train_main(int argc, char **argv) {
     printf("%-40s %12.4f  (oracle %.4f), logloss %.4f (oracle %.4f)\n", "test AUC", r.auc,
            oracle.oracle_auc, r.logloss, oracle.oracle_logloss);
     printf("%-40s %12.0f lines/s  (%.2f of a raw line scan)\n", "Criteo parsing", parse, ratio);
+    printf("%-40s LR %.4f, FM %.4f, DeepFM %.4f\n", "other models' test AUC", other[0], other[1],
+           other[2]);
     cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "auc_lr", other[0]);
+    cJSON_AddNumberToObject(root, "auc_fm", other[1]);
+    cJSON_AddNumberToObject(root, "auc_deepfm", other[2]);
+    if (!o.smoke)
+        movielens(dir, root);
+    rmdir(dir);
     cJSON_AddStringToObject(root, "bench", "train");
     cJSON_AddNumberToObject(root, "train_rows", (double)r.samples);
     cJSON_AddNumberToObject(root, "train_samples_per_s", r.samples_per_s);

@@ -80,9 +80,20 @@ static uint64_t geometric(uint64_t *st, double m) {
     return (uint64_t)floor(log1p(-u) / log(m / (1 + m)));
 }
 
-/* Draw row r of stream s: the line (when buf) and the logit without bias. */
+/* How often each (field, value) occurred in the training rows, saturating at 255: to measure the
+ * oracle restricted to the values training shows. */
+typedef struct seen {
+    uint8_t *count[NF]; /* count[f][v], v in 1..vocab[f] */
+    int min_count;      /* draw: values seen fewer times contribute nothing */
+    bool record;        /* draw: count the row's values */
+} seen_t;
+
+#define SEEN_MAX_VALUES (UINT64_C(1) << 28) /* all fields together; beyond: not measured */
+
+/* Draw row r of stream s: the line (when buf) and the logit without bias. With sn: record the
+ * row's values, or leave out the effects of values seen fewer than min_count times. */
 static double draw(const pw_datagen_opts_t *o, const model_t *m, int s, uint64_t r, char *buf,
-                   size_t *len) {
+                   size_t *len, seen_t *sn) {
     uint64_t st = pc_hash_u64(r, o->seed ^ ((uint64_t)(s + 1) << 56));
     uint64_t dense[ND];
     uint64_t val[NF];
@@ -96,6 +107,13 @@ static double draw(const pw_datagen_opts_t *o, const model_t *m, int s, uint64_t
     for (int f = 0; f < NF; f++) {
         missing[f] = pc_rand_unit(&st) < o->missing_rate;
         val[f] = missing[f] ? UINT64_C(1) << 40 : pc_zipf_next(&m->zipf[f], &st);
+        uint8_t *cnt = sn && !missing[f] ? &sn->count[f][val[f]] : NULL;
+        if (cnt && sn->record)
+            *cnt += *cnt < 255;
+        if (cnt && !sn->record && *cnt < sn->min_count) { /* unseen: its prior mean, 0 */
+            memset(emb[f], 0, sizeof emb[f]);
+            continue;
+        }
         logit += W_STD * gauss(param_hash(o->seed, (uint32_t)f, val[f], 0));
         for (int k = 0; k < EDIM; k++)
             emb[f][k] = E_STD * gauss(param_hash(o->seed, (uint32_t)f, val[f], 1 + (uint32_t)k));
@@ -139,7 +157,7 @@ static int calibrate(const pw_datagen_opts_t *o, const model_t *m, double *out) 
     if (!z)
         return PC_ENOMEM;
     for (int i = 0; i < CALIB; i++)
-        z[i] = draw(o, m, 2, (uint64_t)i, NULL, NULL);
+        z[i] = draw(o, m, 2, (uint64_t)i, NULL, NULL, NULL);
     double lo = -30, hi = 30;
     for (int it = 0; it < 60; it++) {
         const double b = (lo + hi) / 2;
@@ -184,15 +202,37 @@ double pw_datagen_bias(const pw_datagen_t *g) {
     return g->b;
 }
 
-size_t pw_datagen_row(const pw_datagen_t *g, int s, uint64_t r, char *buf, double *prob) {
+/* Row r of stream s into buf, with its probability (see pw_datagen_row); sn as for draw. */
+static size_t row(const pw_datagen_t *g, int s, uint64_t r, char *buf, double *prob, seen_t *sn) {
     size_t len = 0;
-    const double p = sigmoid(g->b + draw(&g->o, &g->m, s, r, buf, &len));
+    const double p = sigmoid(g->b + draw(&g->o, &g->m, s, r, buf, &len, sn));
     uint64_t st = pc_hash_u64(r, g->o.seed ^ UINT64_C(0x6c6162656c) ^ (uint64_t)s);
     buf[0] = pc_rand_unit(&st) < p ? '1' : '0';
     buf[1] = '\t';
     if (prob)
         *prob = p;
     return len;
+}
+
+size_t pw_datagen_row(const pw_datagen_t *g, int s, uint64_t r, char *buf, double *prob) {
+    return row(g, s, r, buf, prob, NULL);
+}
+
+/* The AUC of the true probabilities with the effects of values seen fewer than min_count times
+ * in training left out, on the test rows; NaN when not measured. */
+static double seen_auc(const pw_datagen_t *g, seen_t *sn, int min_count, float *probs,
+                       const float *labels) {
+    if (!sn->count[0])
+        return NAN;
+    sn->record = false;
+    sn->min_count = min_count;
+    char buf[768];
+    for (uint64_t r = 0; r < g->o.test_rows; r++) {
+        double p;
+        row(g, 1, r, buf, &p, sn);
+        probs[r] = (float)p;
+    }
+    return pw_auc(probs, labels, g->o.test_rows);
 }
 
 static int check(const pw_datagen_opts_t *o) {
@@ -216,6 +256,18 @@ int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datag
         pw_datagen_destroy(g);
         return PC_ENOMEM;
     }
+    seen_t sn = {.record = true};
+    uint64_t total = 0;
+    for (int f = 0; f < NF; f++)
+        total += g->m.vocab[f] + 1;
+    for (int f = 0; f < NF && total <= SEEN_MAX_VALUES && o->test_rows; f++)
+        if (!(sn.count[f] = calloc(g->m.vocab[f] + 1, 1))) {
+            for (int k = 0; k < f; k++) { /* not measured; everything else goes on */
+                free(sn.count[k]);
+                sn.count[k] = NULL;
+            }
+            break;
+        }
     char buf[768];
     uint64_t pos = 0;
     for (int s = 0; s < 2 && !rc; s++) {
@@ -223,7 +275,7 @@ int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datag
         const uint64_t n = s ? o->test_rows : o->rows;
         for (uint64_t r = 0; r < n && !rc; r++) {
             double p;
-            const size_t len = pw_datagen_row(g, s, r, buf, &p);
+            const size_t len = row(g, s, r, buf, &p, s == 0 && sn.count[0] ? &sn : NULL);
             const int y = buf[0] == '1';
             if (s) {
                 probs[r] = (float)p;
@@ -244,7 +296,11 @@ int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datag
         res->train_positive = o->rows ? (double)pos / (double)o->rows : NAN;
         res->oracle_auc = pw_auc(probs, labels, o->test_rows);
         res->oracle_logloss = pw_logloss(probs, labels, o->test_rows);
+        res->oracle_seen_auc = seen_auc(g, &sn, 1, probs, labels);
+        res->oracle_seen5_auc = seen_auc(g, &sn, 5, probs, labels);
     }
+    for (int f = 0; f < NF; f++)
+        free(sn.count[f]);
     free(probs);
     free(labels);
     pw_datagen_destroy(g);

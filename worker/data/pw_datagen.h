@@ -14,7 +14,11 @@
  * Categorical values are written as 8 hex digits, a bijection of the value id per field.
  * Row r of the training stream and row r of the test stream are independent deterministic
  * functions of (seed, stream, r). The oracle's AUC and logloss are computed on the test rows from
- * the true probabilities: the best any model can do on that data.
+ * the true probabilities: the best any model can do on that data. A model trained on the rows
+ * cannot know the effects of values the training rows never show (a long Zipf tail, 10M-value
+ * vocabularies), so two restricted oracles are measured too: the AUC of the true logits with the
+ * effects of values seen fewer than 1 (oracle_seen_auc) or 5 (oracle_seen5_auc) times in the
+ * training rows left out (set to their prior mean, 0): what the data can teach, roughly.
  *
  * Thread rule: pure, apart from the output streams.
  */
@@ -37,9 +41,11 @@ typedef struct pw_datagen_opts {
 void pw_datagen_defaults(pw_datagen_opts_t *o);
 
 typedef struct pw_datagen_result {
-    double bias;                       /* the calibrated b */
-    double train_positive;             /* mean label of the training rows */
-    double oracle_auc, oracle_logloss; /* on the test rows */
+    double bias;                              /* the calibrated b */
+    double train_positive;                    /* mean label of the training rows */
+    double oracle_auc, oracle_logloss;        /* on the test rows */
+    double oracle_seen_auc, oracle_seen5_auc; /* restricted to values seen >= 1, 5 times (NaN:
+                                                 not measured: vocabularies over 2^28 values) */
     uint64_t rows, test_rows;
 } pw_datagen_result_t;
 

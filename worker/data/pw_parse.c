@@ -26,8 +26,8 @@ uint64_t pw_missing_key(uint32_t field) {
 }
 
 int pw_format_parse(const char *name, pw_format_t *out) {
-    static const char *const names[] = {"criteo", "libsvm", "libffm"};
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"criteo", "libsvm", "libffm", "csv"};
+    for (int i = 0; i < 4; i++)
         if (strcmp(name, names[i]) == 0) {
             *out = (pw_format_t)i;
             return 0;
@@ -210,8 +210,235 @@ static int parse_svm(const char *p, const char *e, bool ffm, pw_sample_t *s, cha
     return 0;
 }
 
-int pw_parse_line(pw_format_t fmt, const char *line, size_t len, pw_sample_t *s, char *err,
-                  size_t errlen) {
+/* ==== CSV ================================================================================= */
+
+static bool sep_name(const char *v, char *out) {
+    static const struct {
+        const char *name;
+        char c;
+    } k[] = {{"comma", ','}, {"tab", '\t'},  {"semicolon", ';'},
+             {"pipe", '|'},  {"space", ' '}, {"colon", ':'}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (strcmp(v, k[i].name) == 0) {
+            *out = k[i].c;
+            return true;
+        }
+    return false;
+}
+
+static int spec_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return PC_EINVAL;
+}
+
+static int spec_columns(char *v, pw_csv_spec_t *o, char *err, size_t el) {
+    static const char *const kinds[] = {"skip", "label", "cat", "cats", "num", "log"};
+    int labels = 0;
+    for (char *save = NULL, *t = strtok_r(v, ":", &save); t; t = strtok_r(NULL, ":", &save)) {
+        if (o->ncols == PW_CSV_COLS_MAX)
+            return spec_fail(err, el, "more than %d columns", PW_CSV_COLS_MAX);
+        int k = -1;
+        for (int i = 0; i < 6; i++)
+            if (strcmp(t, kinds[i]) == 0)
+                k = i;
+        if (k < 0)
+            return spec_fail(err, el, "column kind '%s' (label|cat|cats|num|log|skip)", t);
+        o->col[o->ncols++] = (uint8_t)k;
+        labels += k == PW_COL_LABEL;
+        o->ncat += k == PW_COL_CAT || k == PW_COL_CATS;
+        o->nnum += k == PW_COL_NUM || k == PW_COL_LOG;
+    }
+    if (labels != 1)
+        return spec_fail(err, el, "columns need exactly one label");
+    if (o->ncat + o->nnum == 0)
+        return spec_fail(err, el, "columns need at least one cat, cats, num or log column");
+    if (o->ncat > PW_FIELDS_MAX || o->nnum > PW_DENSE_MAX)
+        return spec_fail(err, el, "over %d categorical or %d numeric columns", PW_FIELDS_MAX,
+                         PW_DENSE_MAX);
+    return 0;
+}
+
+int pw_csv_spec_parse(const char *text, pw_csv_spec_t *out, char *err, size_t errlen) {
+    pw_csv_spec_t o = {.sep = ',', .multi_sep = '|', .threshold = 0.5f};
+    char buf[2048];
+    if (!text || strlen(text) >= sizeof buf)
+        return spec_fail(err, errlen, "spec missing or over %zu bytes", sizeof buf - 1);
+    strcpy(buf, text);
+    int rc = 0;
+    for (char *save = NULL, *it = strtok_r(buf, ",", &save); it && !rc;
+         it = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(it, '=');
+        if (!eq) {
+            rc = spec_fail(err, errlen, "'%s' is not name=value", it);
+            break;
+        }
+        *eq = '\0';
+        const char *v = eq + 1;
+        char *end;
+        if (strcmp(it, "columns") == 0) {
+            rc = spec_columns(eq + 1, &o, err, errlen);
+        } else if (strcmp(it, "threshold") == 0) {
+            double t = strtod(v, &end);
+            if (*end || !*v || !isfinite(t))
+                rc = spec_fail(err, errlen, "threshold '%s' is not a number", v);
+            o.threshold = (float)t;
+        } else if (strcmp(it, "header") == 0) {
+            if (strcmp(v, "0") && strcmp(v, "1"))
+                rc = spec_fail(err, errlen, "header is 0 or 1");
+            o.header = v[0] == '1';
+        } else if (strcmp(it, "sep") == 0) {
+            if (!sep_name(v, &o.sep))
+                rc = spec_fail(err, errlen, "sep '%s' (comma|tab|semicolon|pipe|space|colon)", v);
+        } else if (strcmp(it, "multi_sep") == 0) {
+            if (!sep_name(v, &o.multi_sep))
+                rc = spec_fail(err, errlen, "multi_sep '%s' (pipe|semicolon|space|comma|colon)", v);
+        } else {
+            rc = spec_fail(err, errlen, "unknown CSV setting '%s'", it);
+        }
+    }
+    if (!rc && o.ncols == 0)
+        rc = spec_fail(err, errlen, "columns=... is required");
+    if (!rc && o.multi_sep == o.sep)
+        rc = spec_fail(err, errlen, "multi_sep equals sep");
+    if (!rc)
+        *out = o;
+    return rc;
+}
+
+/* The CSV cell at *p in [*p, e): its value [*vb, *ve) (quotes removed; doubled quotes kept as
+ * they are, which is fine for hashing). *p moves past the separator; *more tells whether a
+ * separator followed (another cell comes). False on a broken quote. */
+static bool csv_cell(const char **p, const char *e, char sep, const char **vb, const char **ve,
+                     bool *more) {
+    const char *q = *p;
+    if (q < e && *q == '"') {
+        const char *c = q + 1;
+        for (;; c++) {
+            if (c >= e)
+                return false;
+            if (*c == '"') {
+                if (c + 1 < e && c[1] == '"') {
+                    c++;
+                    continue;
+                }
+                break;
+            }
+        }
+        *vb = q + 1;
+        *ve = c++;
+        if (c < e && *c != sep)
+            return false;
+        *more = c < e;
+        *p = *more ? c + 1 : e;
+        return true;
+    }
+    const char *c = memchr(q, sep, (size_t)(e - q));
+    *vb = q;
+    *ve = c ? c : e;
+    *more = c != NULL;
+    *p = c ? c + 1 : e;
+    return true;
+}
+
+static bool csv_key(pw_sample_t *s, uint32_t field, const char *a, const char *b) {
+    if (s->nkeys == PW_KEYS_MAX)
+        return false;
+    s->keys[s->nkeys] =
+        a == b ? pw_missing_key(field)
+               : pw_feature_key(field, pc_hash64(a, (size_t)(b - a), PC_HASH_SEED_FEATURE));
+    s->field[s->nkeys] = (uint16_t)field;
+    s->val[s->nkeys] = 1.0f;
+    s->nkeys++;
+    return true;
+}
+
+static int parse_csv(const pw_csv_spec_t *sp, const char *p, const char *e, pw_sample_t *s,
+                     char *err, size_t el) {
+    s->nkeys = 0;
+    s->ndense = (uint32_t)sp->nnum;
+    uint32_t field = 0, dense = 0;
+    int col = 0;
+    for (bool more = true; more; col++) {
+        const char *a, *b;
+        if (col == sp->ncols)
+            return fail(err, el, "more than %d columns", sp->ncols);
+        if (!csv_cell(&p, e, sp->sep, &a, &b, &more))
+            return fail(err, el, "column %d: unterminated quote", col + 1);
+        float v;
+        switch ((pw_col_t)sp->col[col]) {
+            case PW_COL_SKIP:
+                break;
+            case PW_COL_LABEL:
+                if (!scan_float(a, b, &v))
+                    return fail(err, el, "label (column %d) is not a number", col + 1);
+                s->label = v >= sp->threshold ? 1.0f : 0.0f;
+                break;
+            case PW_COL_NUM:
+            case PW_COL_LOG:
+                if (a == b) {
+                    v = 0;
+                } else if (!scan_float(a, b, &v)) {
+                    return fail(err, el, "column %d is not a finite number", col + 1);
+                } else if (sp->col[col] == PW_COL_LOG) {
+                    v = v > 0 ? (float)log1p(v) : 0.0f;
+                }
+                s->dense[dense++] = v;
+                break;
+            case PW_COL_CAT:
+                if (!csv_key(s, field, a, b))
+                    goto too_many;
+                field++;
+                break;
+            case PW_COL_CATS:
+                for (const char *x = a; x < b;) {
+                    const char *y = memchr(x, sp->multi_sep, (size_t)(b - x));
+                    if (!y)
+                        y = b;
+                    if (y > x && !csv_key(s, field, x, y))
+                        goto too_many;
+                    x = y + 1;
+                }
+                field++;
+                break;
+        }
+    }
+    if (col != sp->ncols)
+        return fail(err, el, "%d columns, want %d", col, sp->ncols);
+    return 0;
+too_many:
+    if (err && el)
+        snprintf(err, el, "more than %d features", PW_KEYS_MAX);
+    return PC_ETOOBIG;
+}
+
+void pw_format_shape(pw_format_t fmt, const pw_csv_spec_t *csv, int *nfields, int *ndense) {
+    switch (fmt) {
+        case PW_FMT_CRITEO:
+            *nfields = PW_CRITEO_CAT;
+            *ndense = PW_CRITEO_DENSE;
+            return;
+        case PW_FMT_CSV:
+            *nfields = csv ? csv->ncat : 0;
+            *ndense = csv ? csv->nnum : 0;
+            return;
+        case PW_FMT_LIBSVM:
+            *nfields = 1;
+            *ndense = 0;
+            return;
+        case PW_FMT_LIBFFM:
+            break;
+    }
+    *nfields = 0;
+    *ndense = 0;
+}
+
+int pw_parse_line(pw_format_t fmt, const pw_csv_spec_t *csv, const char *line, size_t len,
+                  pw_sample_t *s, char *err, size_t errlen) {
     if (len && line[len - 1] == '\n')
         len--;
     if (len && line[len - 1] == '\r')
@@ -227,6 +454,10 @@ int pw_parse_line(pw_format_t fmt, const char *line, size_t len, pw_sample_t *s,
             return parse_svm(line, e, false, s, err, errlen);
         case PW_FMT_LIBFFM:
             return parse_svm(line, e, true, s, err, errlen);
+        case PW_FMT_CSV:
+            if (!csv)
+                return fail(err, errlen, "CSV without a column spec");
+            return parse_csv(csv, line, e, s, err, errlen);
     }
     return PC_EINVAL;
 }

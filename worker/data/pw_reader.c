@@ -10,12 +10,14 @@
 #include "pc_error.h"
 #include "pc_log.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <uv.h>
 #include <zlib.h>
 
 #define LINE_MAX_BYTES (1u << 20)
@@ -24,6 +26,7 @@
 
 struct pw_reader {
     pw_reader_opts_t o;
+    pw_csv_spec_t csv; /* o.csv points here */
     char **paths;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -33,6 +36,7 @@ struct pw_reader {
     bool holding, done, stop;
     int err;
     uint64_t consumed;
+    int tcp_port;   /* bound port of the TCP source: 0 not yet, < 0 none or failed */
     size_t key_cap; /* per batch */
     atomic_uint_least64_t lines, samples, bad, bytes;
 };
@@ -135,9 +139,55 @@ typedef struct cursor {
     pw_sample_t s;
 } cursor_t;
 
-/* One source: read, parse, batch. 0, or a fatal error. */
-static int read_source(cursor_t *c, const char *path, char *line) {
+/* One line of a source (`len` bytes, its newline included when it had one; `too_long` when the
+ * line was cut at LINE_MAX_BYTES). Counted, parsed and batched; bad lines logged and counted.
+ * 0, 1 when the reader is to stop, or a fatal error. */
+static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char *line, size_t len,
+                     bool too_long, uint64_t *bad_here) {
     pw_reader_t *r = c->r;
+    atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
+    if (lineno == 1 && r->o.format == PW_FMT_CSV && r->csv.header)
+        return 0; /* not a sample, and not counted: resume offsets skip it anyway */
+    if (c->skip) {
+        c->skip--;
+        return 0;
+    }
+    if ((lineno & 4095) == 0 && stopping(r))
+        return 1;
+    atomic_fetch_add_explicit(&r->lines, 1, memory_order_relaxed);
+    c->b->lines++;
+    char err[160];
+    int prc = too_long ? PC_ETOOBIG
+                       : pw_parse_line(r->o.format, &r->csv, line, len, &c->s, err, sizeof err);
+    if (prc) {
+        const uint64_t nbad = atomic_fetch_add(&r->bad, 1) + 1;
+        if (++*bad_here <= LOG_BAD_MAX)
+            PC_WARN("%s:%llu: %s", where, (unsigned long long)lineno,
+                    too_long ? "line longer than 1 MiB" : err);
+        const uint64_t nl = atomic_load(&r->lines);
+        if (nl >= MIN_LINES_RATE && (double)nbad > r->o.max_error_rate * (double)nl) {
+            PC_ERROR("reader: %llu of %llu lines malformed (over max_error_rate %.4g); "
+                     "stopping at %s:%llu",
+                     (unsigned long long)nbad, (unsigned long long)nl, r->o.max_error_rate, where,
+                     (unsigned long long)lineno);
+            return PC_EPARSE;
+        }
+        return 0;
+    }
+    int rc = batch_add(c->b, &c->cap, &c->s);
+    if (rc)
+        return rc;
+    atomic_fetch_add_explicit(&r->samples, 1, memory_order_relaxed);
+    if (c->b->n == r->o.batch) {
+        slot_publish(r);
+        if (!(c->b = slot_acquire(r)))
+            return 1;
+    }
+    return 0;
+}
+
+/* One file source (or stdin): read, parse, batch. 0, or a fatal error. */
+static int read_source(cursor_t *c, const char *path, char *line) {
     gzFile gz = strcmp(path, "-") == 0 ? gzdopen(dup(0), "rb") : gzopen(path, "rb");
     if (!gz) {
         PC_ERROR("reader: cannot open %s", path);
@@ -149,48 +199,16 @@ static int read_source(cursor_t *c, const char *path, char *line) {
     while (!rc && gzgets(gz, line, LINE_MAX_BYTES)) {
         size_t len = strlen(line);
         lineno++;
-        atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
         bool too_long = len == LINE_MAX_BYTES - 1 && line[len - 1] != '\n';
         if (too_long) { /* drop the rest of the line */
             char tail[4096];
             while (gzgets(gz, tail, sizeof tail) && tail[strlen(tail) - 1] != '\n')
                 ;
         }
-        if (c->skip) {
-            c->skip--;
-            continue;
-        }
-        if ((lineno & 4095) == 0 && stopping(r))
-            break;
-        atomic_fetch_add_explicit(&r->lines, 1, memory_order_relaxed);
-        c->b->lines++;
-        char err[160];
-        int prc =
-            too_long ? PC_ETOOBIG : pw_parse_line(r->o.format, line, len, &c->s, err, sizeof err);
-        if (prc) {
-            const uint64_t nbad = atomic_fetch_add(&r->bad, 1) + 1;
-            if (++bad_here <= LOG_BAD_MAX)
-                PC_WARN("%s:%llu: %s", path, (unsigned long long)lineno,
-                        too_long ? "line longer than 1 MiB" : err);
-            const uint64_t nl = atomic_load(&r->lines);
-            if (nl >= MIN_LINES_RATE && (double)nbad > r->o.max_error_rate * (double)nl) {
-                PC_ERROR("reader: %llu of %llu lines malformed (over max_error_rate %.4g); "
-                         "stopping at %s:%llu",
-                         (unsigned long long)nbad, (unsigned long long)nl, r->o.max_error_rate,
-                         path, (unsigned long long)lineno);
-                rc = PC_EPARSE;
-            }
-            continue;
-        }
-        if ((rc = batch_add(c->b, &c->cap, &c->s)))
-            break;
-        atomic_fetch_add_explicit(&r->samples, 1, memory_order_relaxed);
-        if (c->b->n == r->o.batch) {
-            slot_publish(r);
-            if (!(c->b = slot_acquire(r)))
-                break;
-        }
+        rc = take_line(c, path, lineno, line, len, too_long, &bad_here);
     }
+    if (rc == 1)
+        rc = 0;
     int gerr;
     const char *gmsg = gzerror(gz, &gerr);
     if (!rc && gerr != Z_OK && gerr != Z_STREAM_END) {
@@ -200,6 +218,209 @@ static int read_source(cursor_t *c, const char *path, char *line) {
     if (bad_here > LOG_BAD_MAX)
         PC_WARN("%s: %llu malformed lines in all", path, (unsigned long long)bad_here);
     gzclose(gz);
+    return rc;
+}
+
+/* ==== TCP source ========================================================================== */
+
+/* "tcp://HOST:PORT" listens on HOST:PORT (IPv4) for producers; each connection is a stream of
+ * lines. The source ends once producers have come and all have gone for tcp_end_idle_ms (or when
+ * the reader is closed). Backpressure: while the queue is full the loop blocks in take_line and
+ * the producers' TCP windows fill. */
+typedef struct tcp_src {
+    uv_loop_t loop;
+    uv_tcp_t listener;
+    uv_timer_t timer;
+    cursor_t *c;
+    int rc; /* 0, 1 (stop), or an error */
+    int open;
+    bool any;
+    uint64_t idle_since_ms;
+    uint64_t nconn;
+} tcp_src_t;
+
+typedef struct tcp_conn {
+    uv_tcp_t h;
+    tcp_src_t *src;
+    char *buf;
+    size_t len;
+    bool dropping; /* inside a line over LINE_MAX_BYTES */
+    uint64_t lineno, bad;
+    char where[48];
+} tcp_conn_t;
+
+static bool is_tcp(const char *path) {
+    return strncmp(path, "tcp://", 6) == 0;
+}
+
+static void tcp_halt(tcp_src_t *t, int rc) {
+    if (!t->rc)
+        t->rc = rc;
+    uv_stop(&t->loop);
+}
+
+static void conn_closed(uv_handle_t *h) {
+    tcp_conn_t *k = (tcp_conn_t *)h;
+    if (k->bad > LOG_BAD_MAX)
+        PC_WARN("%s: %llu malformed lines in all", k->where, (unsigned long long)k->bad);
+    free(k->buf);
+    free(k);
+}
+
+static void conn_line(tcp_conn_t *k, const char *line, size_t len, bool too_long) {
+    tcp_src_t *t = k->src;
+    if (t->rc)
+        return;
+    int rc = take_line(t->c, k->where, ++k->lineno, line, len, too_long, &k->bad);
+    if (rc)
+        tcp_halt(t, rc);
+}
+
+static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+    (void)suggested;
+    tcp_conn_t *k = (tcp_conn_t *)h;
+    *buf = uv_buf_init(k->buf + k->len, (unsigned)(LINE_MAX_BYTES - k->len));
+}
+
+static void conn_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
+    (void)buf;
+    tcp_conn_t *k = (tcp_conn_t *)st;
+    tcp_src_t *t = k->src;
+    if (n > 0) {
+        size_t start = 0, end = k->len + (size_t)n;
+        for (size_t i = k->len; i < end && !t->rc; i++) {
+            if (k->buf[i] != '\n')
+                continue;
+            if (k->dropping)
+                k->dropping = false;
+            else
+                conn_line(k, k->buf + start, i + 1 - start, false);
+            start = i + 1;
+        }
+        memmove(k->buf, k->buf + start, end - start);
+        k->len = end - start;
+        if (k->len == LINE_MAX_BYTES) { /* a line over the limit: counted once, then dropped */
+            if (!k->dropping)
+                conn_line(k, k->buf, k->len, true);
+            k->dropping = true;
+            k->len = 0;
+        }
+        return;
+    }
+    if (n == 0)
+        return;
+    if (k->len && !k->dropping) /* a last line without a newline */
+        conn_line(k, k->buf, k->len, false);
+    k->len = 0;
+    if (n != UV_EOF)
+        PC_WARN("%s: %s", k->where, uv_strerror((int)n));
+    uv_close((uv_handle_t *)st, conn_closed);
+    if (--t->open == 0)
+        t->idle_since_ms = uv_now(&t->loop);
+}
+
+static void on_producer(uv_stream_t *srv, int status) {
+    tcp_src_t *t = srv->data;
+    if (status < 0)
+        return;
+    tcp_conn_t *k = calloc(1, sizeof *k);
+    if (!k || !(k->buf = malloc(LINE_MAX_BYTES))) {
+        free(k);
+        tcp_halt(t, PC_ENOMEM);
+        return;
+    }
+    k->src = t;
+    uv_tcp_init(&t->loop, &k->h);
+    k->h.data = NULL; /* marks a connection for close_any */
+    if (uv_accept(srv, (uv_stream_t *)&k->h) < 0) {
+        uv_close((uv_handle_t *)&k->h, conn_closed);
+        return;
+    }
+    snprintf(k->where, sizeof k->where, "tcp producer %llu", (unsigned long long)++t->nconn);
+    t->open++;
+    t->any = true;
+    uv_read_start((uv_stream_t *)&k->h, conn_alloc, conn_read);
+}
+
+static void tcp_tick(uv_timer_t *tm) {
+    tcp_src_t *t = tm->data;
+    if (stopping(t->c->r))
+        tcp_halt(t, 1);
+    else if (t->any && t->open == 0 &&
+             uv_now(&t->loop) - t->idle_since_ms >= t->c->r->o.tcp_end_idle_ms)
+        tcp_halt(t, 0);
+}
+
+static void close_any(uv_handle_t *h, void *arg) {
+    (void)arg;
+    if (uv_is_closing(h))
+        return;
+    uv_close(h, h->type == UV_TCP && h->data == NULL ? conn_closed : NULL);
+}
+
+static void set_port(pw_reader_t *r, int port) {
+    pthread_mutex_lock(&r->mu);
+    r->tcp_port = port;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static int read_tcp(cursor_t *c, const char *path) {
+    pw_reader_t *r = c->r;
+    char host[64];
+    int port;
+    const char *colon = strrchr(path + 6, ':');
+    struct sockaddr_in addr;
+    if (!colon || (size_t)(colon - path - 6) >= sizeof host ||
+        sscanf(colon + 1, "%d", &port) != 1 || port < 0 || port > 65535) {
+        PC_ERROR("reader: %s is not tcp://HOST:PORT", path);
+        set_port(r, -1);
+        return PC_EINVAL;
+    }
+    memcpy(host, path + 6, (size_t)(colon - path - 6));
+    host[colon - path - 6] = '\0';
+    tcp_src_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        set_port(r, -1);
+        return PC_ENOMEM;
+    }
+    t->c = c;
+    int rc = uv_loop_init(&t->loop);
+    if (rc) {
+        free(t);
+        set_port(r, -1);
+        return PC_ESYS;
+    }
+    uv_tcp_init(&t->loop, &t->listener);
+    t->listener.data = t;
+    uv_timer_init(&t->loop, &t->timer);
+    t->timer.data = t;
+    int uerr = uv_ip4_addr(host, port, &addr);
+    if (!uerr)
+        uerr = uv_tcp_bind(&t->listener, (const struct sockaddr *)&addr, 0);
+    if (!uerr)
+        uerr = uv_listen((uv_stream_t *)&t->listener, 64, on_producer);
+    if (uerr) {
+        PC_ERROR("reader: cannot listen on %s: %s", path, uv_strerror(uerr));
+        rc = PC_EIO;
+        set_port(r, -1);
+    } else {
+        struct sockaddr_storage sa;
+        int len = sizeof sa;
+        uv_tcp_getsockname(&t->listener, (struct sockaddr *)&sa, &len);
+        const int bound = ntohs(((struct sockaddr_in *)&sa)->sin_port);
+        PC_INFO("reader: listening for samples on %s:%d", host, bound);
+        set_port(r, bound);
+        uv_timer_start(&t->timer, tcp_tick, 20, 20);
+        uv_run(&t->loop, UV_RUN_DEFAULT);
+        rc = t->rc == 1 ? 0 : t->rc;
+    }
+    /* Connections carry data = NULL (their tcp_conn_t is the handle); listener and timer have
+     * data = t and are embedded. */
+    uv_walk(&t->loop, close_any, NULL);
+    uv_run(&t->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&t->loop);
+    free(t);
     return rc;
 }
 
@@ -223,16 +444,20 @@ static void *reader_main(void *arg) {
         for (size_t i = 0; i < r->o.npaths && !rc && c->b; i++) {
             if (i % r->o.world != r->o.rank)
                 continue;
-            if (strcmp(r->paths[i], "-") == 0) { /* stdin cannot be read twice */
-                if (stdin_read)
+            if (strcmp(r->paths[i], "-") == 0 || is_tcp(r->paths[i])) { /* streams: once */
+                if (e > 0)
                     continue;
-                stdin_read = true;
+                if (strcmp(r->paths[i], "-") == 0 && stdin_read)
+                    continue;
+                stdin_read |= strcmp(r->paths[i], "-") == 0;
             }
-            rc = read_source(c, r->paths[i], line);
+            rc = is_tcp(r->paths[i]) ? read_tcp(c, r->paths[i]) : read_source(c, r->paths[i], line);
         }
     }
     if (c->b && c->b->n) /* the last, partial batch */
         slot_publish(r);
+    if (r->tcp_port == 0) /* never reached: wake pw_reader_tcp_port waiters */
+        set_port(r, -1);
     free(line);
     free(c);
     finish(r, rc);
@@ -250,6 +475,18 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
     if (!r)
         return PC_ENOMEM;
     r->o = *o;
+    if (o->format == PW_FMT_CSV) {
+        if (!o->csv) {
+            free(r);
+            return PC_EINVAL;
+        }
+        r->csv = *o->csv;
+    }
+    r->o.csv = &r->csv;
+    r->tcp_port = -1; /* until a TCP source is found below */
+    for (size_t i = 0; i < o->npaths; i++)
+        if (i % o->world == o->rank && is_tcp(o->paths[i]))
+            r->tcp_port = 0;
     r->nslots = o->queue + 1;
     r->key_cap = o->batch * 32;
     r->slots = calloc(r->nslots, sizeof *r->slots);
@@ -307,6 +544,15 @@ int pw_reader_error(pw_reader_t *r) {
     int e = r->err;
     pthread_mutex_unlock(&r->mu);
     return e;
+}
+
+int pw_reader_tcp_port(pw_reader_t *r) {
+    pthread_mutex_lock(&r->mu);
+    while (r->tcp_port == 0 && !r->done)
+        pthread_cond_wait(&r->cv, &r->mu);
+    int p = r->tcp_port > 0 ? r->tcp_port : -1;
+    pthread_mutex_unlock(&r->mu);
+    return p;
 }
 
 uint64_t pw_reader_consumed(pw_reader_t *r) {

@@ -3,7 +3,11 @@
  * A reader owns one thread that reads its sources line by line, parses them (pw_parse.h) and
  * fills batches into a bounded queue; the trainer takes batches with pw_reader_next. Sources: a
  * list of files (file i belongs to rank i % world, so workers split the files), "-" for stdin;
- * names ending in ".gz" are read through zlib. Lines are read in file order, `epochs` times.
+ * names ending in ".gz" are read through zlib; "tcp://HOST:PORT" listens there (IPv4, port 0:
+ * any) for producers that connect and send lines, any number at once, and ends once producers
+ * have come and all have gone for tcp_end_idle_ms. Files are read in order, `epochs` times;
+ * stdin and TCP streams once (the first epoch). CSV headers (spec header=1) are skipped at the
+ * start of every file and every producer connection.
  *
  * Bad lines are counted and skipped, each logged with file:line and the reason (the first 20
  * per source, then a count); once at least 1000 lines were read, a bad-line fraction above
@@ -35,6 +39,7 @@ typedef struct pw_batch {
 
 typedef struct pw_reader_opts {
     pw_format_t format;
+    const pw_csv_spec_t *csv; /* PW_FMT_CSV: the column spec (copied) */
     const char *const *paths; /* "-" is stdin */
     size_t npaths;
     uint32_t rank, world;  /* world >= 1 */
@@ -43,6 +48,7 @@ typedef struct pw_reader_opts {
     int epochs;            /* >= 1 */
     double max_error_rate; /* 0..1 */
     uint64_t skip_lines;
+    uint32_t tcp_end_idle_ms; /* TCP source: end after all producers left for this long */
 } pw_reader_opts_t;
 
 typedef struct pw_reader pw_reader_t;
@@ -57,6 +63,11 @@ const pw_batch_t *pw_reader_next(pw_reader_t *r);
 
 /* 0, or why the stream stopped early (PC_EIO, PC_EPARSE for too many bad lines, PC_ENOMEM). */
 int pw_reader_error(pw_reader_t *r);
+
+/* The port this rank's TCP source listens on, waiting until it is bound (the sources before it
+ * must be consumed first); -1 at once when the stream has none, or when it could not listen
+ * (pw_reader_error says why). Any thread. */
+int pw_reader_tcp_port(pw_reader_t *r);
 
 /* Lines of this rank's stream covered by the batches returned so far, plus skip_lines: the
  * skip_lines of a resumed reader. */

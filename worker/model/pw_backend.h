@@ -12,6 +12,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#define PW_POOL_FIELDS_MAX 1024 /* fields a pooled sample may have (nf) */
 
 typedef struct pw_backend {
     const char *name;
@@ -27,6 +30,18 @@ typedef struct pw_backend {
     void (*relu)(size_t n, const float *x, float *y);
     /* dx = dy where y > 0, else 0 (dx may be dy). */
     void (*relu_grad)(size_t n, const float *y, const float *dy, float *dx);
+    /* Embedding pooling. Sample s (of n) has features j in [off[s], off[s + 1]) with field[j]
+     * (< nf <= PW_POOL_FIELDS_MAX) and value val[j], and feature j's row at rows + j * ld (d floats
+     * used). out (n x nf x d) gets, for each (s, f), the sum over the features of field f of val[j]
+     * * row (mean: divided by their count); fields without features get zeros. */
+    void (*pool)(int n, const size_t *off, const uint16_t *field, const float *val, int nf, int d,
+                 const float *rows, int ld, bool mean, float *out);
+    /* Its gradient scattered back to the features: val[j] * dout[s][field[j]] (mean: divided by
+     * the count) is ADDED to the d floats at drows + j * ld (other columns untouched), so several
+     * uses of a row (FM and deep parts) sum up.
+     * Duplicate keys keep separate gradients (the table's push sums them). */
+    void (*pool_grad)(int n, const size_t *off, const uint16_t *field, const float *val, int nf,
+                      int d, const float *dout, int ld, bool mean, float *drows);
 } pw_backend_t;
 
 /* The CPU backend (OpenBLAS sgemm). */

@@ -34,8 +34,52 @@ static void cpu_relu_grad(size_t n, const float *y, const float *dy, float *dx) 
         dx[i] = y[i] > 0 ? dy[i] : 0.0f;
 }
 
-static const pw_backend_t k_cpu = {"cpu-openblas", cpu_gemm, cpu_add_bias,
-                                   cpu_col_sum,    cpu_relu, cpu_relu_grad};
+/* Per field of sample s, the factor its features are scaled by: 1 / count for mean, else 1. */
+static void field_scale(const size_t *off, const uint16_t *field, int s, int nf, bool mean,
+                        float *scale) {
+    for (int f = 0; f < nf; f++)
+        scale[f] = 0;
+    for (size_t j = off[s]; j < off[s + 1]; j++)
+        scale[field[j]] += 1;
+    for (int f = 0; f < nf; f++)
+        scale[f] = mean && scale[f] > 0 ? 1.0f / scale[f] : 1.0f;
+}
+
+static void cpu_pool(int n, const size_t *off, const uint16_t *field, const float *val, int nf,
+                     int d, const float *rows, int ld, bool mean, float *out) {
+    float scale[PW_POOL_FIELDS_MAX];
+    for (int s = 0; s < n; s++) {
+        float *o = out + (size_t)s * nf * d;
+        for (size_t i = 0; i < (size_t)nf * d; i++)
+            o[i] = 0;
+        field_scale(off, field, s, nf, mean, scale);
+        for (size_t j = off[s]; j < off[s + 1]; j++) {
+            const float w = val[j] * scale[field[j]];
+            const float *r = rows + j * (size_t)ld;
+            float *of = o + (size_t)field[j] * d;
+            for (int e = 0; e < d; e++)
+                of[e] += w * r[e];
+        }
+    }
+}
+
+static void cpu_pool_grad(int n, const size_t *off, const uint16_t *field, const float *val, int nf,
+                          int d, const float *dout, int ld, bool mean, float *drows) {
+    float scale[PW_POOL_FIELDS_MAX];
+    for (int s = 0; s < n; s++) {
+        field_scale(off, field, s, nf, mean, scale);
+        for (size_t j = off[s]; j < off[s + 1]; j++) {
+            const float w = val[j] * scale[field[j]];
+            const float *g = dout + ((size_t)s * nf + field[j]) * d;
+            float *r = drows + j * (size_t)ld;
+            for (int e = 0; e < d; e++)
+                r[e] += w * g[e];
+        }
+    }
+}
+
+static const pw_backend_t k_cpu = {"cpu-openblas", cpu_gemm,      cpu_add_bias, cpu_col_sum,
+                                   cpu_relu,       cpu_relu_grad, cpu_pool,     cpu_pool_grad};
 
 const pw_backend_t *pw_backend_cpu(void) {
     return &k_cpu;

@@ -16,8 +16,6 @@
 
 #include "pw_layers.h"
 
-#define PW_MLP_MAX 8
-
 typedef struct pw_dlrm_config {
     int ndense, nfields, dim;
     int nbottom, bottom[PW_MLP_MAX]; /* widths after the input; the last must equal dim */

@@ -3,46 +3,49 @@
 
 #include <string.h>
 
-#define K_MAX 1024
+/* sum[j] = sum_i v_ij x_i over sample s's features. */
+static void factor_sums(size_t a, size_t b, const float *val, int k, const float *rows,
+                        float *sum) {
+    memset(sum, 0, (size_t)k * sizeof(float));
+    for (size_t i = a; i < b; i++) {
+        const float *v = rows + i * (size_t)(k + 1) + 1;
+        for (int j = 0; j < k; j++)
+            sum[j] += v[j] * val[i];
+    }
+}
 
-void pw_fm_forward(int batch, int nf, int k, const float *rows, float *logits) {
-    const int w = k + 1;
-    float sum[K_MAX];
+void pw_fm_forward(int batch, const size_t *off, const float *val, int k, const float *rows,
+                   float *logits) {
+    float sum[PW_FM_K_MAX];
     for (int s = 0; s < batch; s++) {
-        const float *r = rows + (size_t)s * nf * w;
-        double lin = 0, sq = 0;
-        memset(sum, 0, (size_t)k * sizeof(float));
-        for (int f = 0; f < nf; f++) {
-            lin += r[f * w];
-            for (int j = 0; j < k; j++) {
-                const float v = r[f * w + 1 + j];
-                sum[j] += v;
-                sq += (double)v * v;
-            }
+        factor_sums(off[s], off[s + 1], val, k, rows, sum);
+        double lin = 0, sq = 0, pair = 0;
+        for (size_t i = off[s]; i < off[s + 1]; i++) {
+            const float *r = rows + i * (size_t)(k + 1);
+            const double x = val[i];
+            lin += r[0] * x;
+            for (int j = 0; j < k; j++)
+                sq += (double)r[1 + j] * r[1 + j] * x * x;
         }
-        double pair = 0;
         for (int j = 0; j < k; j++)
             pair += (double)sum[j] * sum[j];
         logits[s] += (float)(lin + 0.5 * (pair - sq));
     }
 }
 
-void pw_fm_backward(int batch, int nf, int k, const float *rows, const float *dlogits,
-                    float *drows) {
-    const int w = k + 1;
-    float sum[K_MAX];
+void pw_fm_backward(int batch, const size_t *off, const float *val, int k, const float *rows,
+                    const float *dlogits, float *drows) {
+    float sum[PW_FM_K_MAX];
     for (int s = 0; s < batch; s++) {
-        const float *r = rows + (size_t)s * nf * w;
-        float *d = drows + (size_t)s * nf * w;
+        factor_sums(off[s], off[s + 1], val, k, rows, sum);
         const float g = dlogits[s];
-        memset(sum, 0, (size_t)k * sizeof(float));
-        for (int f = 0; f < nf; f++)
-            for (int j = 0; j < k; j++)
-                sum[j] += r[f * w + 1 + j];
-        for (int f = 0; f < nf; f++) {
-            d[f * w] = g;
-            for (int j = 0; j < k; j++) /* d/dv_fj = sum_j - v_fj */
-                d[f * w + 1 + j] = g * (sum[j] - r[f * w + 1 + j]);
+        for (size_t i = off[s]; i < off[s + 1]; i++) {
+            const float *r = rows + i * (size_t)(k + 1);
+            float *d = drows + i * (size_t)(k + 1);
+            const float x = val[i];
+            d[0] = g * x;
+            for (int j = 0; j < k; j++) /* d/dv_ij = x_i sum_j - v_ij x_i^2 */
+                d[1 + j] = g * x * (sum[j] - r[1 + j] * x);
         }
     }
 }

@@ -59,6 +59,78 @@ void pw_linear_backward(const pw_backend_t *be, pw_linear_t *l, int batch, const
         be->gemm(false, false, batch, l->in, l->out, 1.0f, dy, l->w, 0.0f, dx);
 }
 
+int pw_mlp_init(pw_mlp_t *m, pw_linear_t *l, int in, const int *widths, int n, bool relu_last,
+                int max_batch, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    if (n < 1 || n > PW_MLP_MAX || in < 1 || max_batch < 1)
+        return PC_EINVAL;
+    m->l = l;
+    m->relu_last = relu_last;
+    m->max_batch = max_batch;
+    int rc = 0, widest = in;
+    for (int i = 0; i < n && !rc; i++) {
+        if (widths[i] < 1) {
+            rc = PC_EINVAL;
+            break;
+        }
+        rc = pw_linear_init(&l[i], i ? widths[i - 1] : in, widths[i], seed + (uint64_t)i);
+        if (!rc)
+            m->nl++;
+        widest = widths[i] > widest ? widths[i] : widest;
+    }
+    const size_t b = (size_t)max_batch;
+    for (int i = 0; i <= m->nl && !rc; i++)
+        if (!(m->act[i] = malloc(b * (size_t)(i ? widths[i - 1] : in) * sizeof(float))))
+            rc = PC_ENOMEM;
+    if (!rc && (!(m->ga = malloc(b * (size_t)widest * sizeof(float))) ||
+                !(m->gb = malloc(b * (size_t)widest * sizeof(float)))))
+        rc = PC_ENOMEM;
+    if (rc)
+        pw_mlp_free(m);
+    return rc;
+}
+
+void pw_mlp_free(pw_mlp_t *m) {
+    for (int i = 0; i < m->nl; i++)
+        pw_linear_free(&m->l[i]);
+    for (int i = 0; i <= PW_MLP_MAX; i++)
+        free(m->act[i]);
+    free(m->ga);
+    free(m->gb);
+    memset(m, 0, sizeof *m);
+}
+
+const float *pw_mlp_forward(const pw_backend_t *be, pw_mlp_t *m, int batch, const float *x) {
+    if (batch < 1 || batch > m->max_batch)
+        return NULL;
+    m->batch = batch;
+    memcpy(m->act[0], x, (size_t)batch * m->l[0].in * sizeof(float));
+    for (int i = 0; i < m->nl; i++) {
+        pw_linear_forward(be, &m->l[i], batch, m->act[i], m->act[i + 1]);
+        if (i + 1 < m->nl || m->relu_last)
+            be->relu((size_t)batch * m->l[i].out, m->act[i + 1], m->act[i + 1]);
+    }
+    return m->act[m->nl];
+}
+
+void pw_mlp_backward(const pw_backend_t *be, pw_mlp_t *m, const float *dy, float *dx) {
+    const int batch = m->batch, last = m->nl - 1;
+    float *g = m->ga, *gx = m->gb;
+    if (m->relu_last)
+        be->relu_grad((size_t)batch * m->l[last].out, m->act[m->nl], dy, g);
+    else
+        memcpy(g, dy, (size_t)batch * m->l[last].out * sizeof(float));
+    for (int i = last; i >= 0; i--) {
+        pw_linear_backward(be, &m->l[i], batch, m->act[i], g, i ? gx : dx);
+        if (i == 0)
+            break;
+        be->relu_grad((size_t)batch * m->l[i].in, m->act[i], gx, gx); /* the ReLU before i */
+        float *t = g;
+        g = gx;
+        gx = t;
+    }
+}
+
 double pw_bce_logits(int batch, const float *logits, const float *labels, float *p,
                      float *dlogits) {
     double loss = 0;

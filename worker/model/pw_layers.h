@@ -10,6 +10,7 @@
 #ifndef PW_LAYERS_H
 #define PW_LAYERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,33 @@ void pw_linear_forward(const pw_backend_t *be, const pw_linear_t *l, int batch, 
 /* dy: batch x out. Accumulates dW, db; writes dx (batch x in) unless dx is NULL. */
 void pw_linear_backward(const pw_backend_t *be, pw_linear_t *l, int batch, const float *x,
                         const float *dy, float *dx);
+
+/* A multi-layer perceptron: Linear layers with a ReLU after each but the last (after the last
+ * too when relu_last). The layers live in the caller's array (so a model can hand all its layers
+ * to an optimizer as one array); the MLP keeps its input and every activation of the last
+ * forward (up to max_batch rows) for backward. */
+#define PW_MLP_MAX 8
+
+typedef struct pw_mlp {
+    pw_linear_t *l;
+    int nl, max_batch, batch;
+    bool relu_last;
+    float *act[PW_MLP_MAX + 1]; /* act[0]: input copy; act[i + 1]: output of layer i */
+    float *ga, *gb;             /* gradient scratch, max_batch x widest */
+} pw_mlp_t;
+
+/* Layers l[0 .. n) get widths in -> widths[0] -> ... -> widths[n - 1] (1 <= n <= PW_MLP_MAX),
+ * layer i seeded with seed + i. PC_EINVAL, PC_ENOMEM (then nothing is left allocated). */
+int pw_mlp_init(pw_mlp_t *m, pw_linear_t *l, int in, const int *widths, int n, bool relu_last,
+                int max_batch, uint64_t seed);
+/* Frees the activations and the layers. */
+void pw_mlp_free(pw_mlp_t *m);
+/* x: batch x in (copied) -> the output, batch x widths[n - 1], owned by the MLP and valid until
+ * the next forward. NULL when batch is not in 1..max_batch. */
+const float *pw_mlp_forward(const pw_backend_t *be, pw_mlp_t *m, int batch, const float *x);
+/* After forward: dy (batch x out) -> parameter gradients accumulated, dx (batch x in) written
+ * unless NULL. */
+void pw_mlp_backward(const pw_backend_t *be, pw_mlp_t *m, const float *dy, float *dx);
 
 /* Binary cross-entropy on logits, mean over the batch: returns the loss; p (may be NULL) gets
  * sigmoid(logits); dlogits gets d loss / d logit = (sigmoid(z) - y) / batch. Stable for large

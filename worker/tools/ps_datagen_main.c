@@ -3,6 +3,12 @@
  *   build/bin/ps-datagen --rows=2000000 --test-rows=200000 --out=train.tsv --test-out=test.tsv \
  *       --oracle-out=oracle.json
  *
+ * A time-ordered split of a delimited file instead (MovieLens ratings by timestamp, the last 20%
+ * as the test set; pw_split.h):
+ *
+ *   build/bin/ps-datagen --split=ratings.csv --split_column=3 --split_header=true \
+ *       --test_fraction=0.2 --out=train.csv --test_out=test.csv
+ *
  * --out=- writes the training rows to stdout. The oracle file holds the AUC and logloss of the
  * true probabilities on the test rows (the best any model can reach) as one JSON object, also
  * printed on stderr. Exit status: 0, 1 on an I/O error, 2 on bad settings.
@@ -10,6 +16,7 @@
 #include "pc_error.h"
 #include "pc_settings.h"
 #include "pw_datagen.h"
+#include "pw_split.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -18,7 +25,10 @@
 typedef struct cfg {
     int64_t seed, rows, test_rows, vocab_min, vocab_max;
     double positive_rate, zipf_s, interaction, missing_rate;
-    char out[512], test_out[512], oracle_out[512];
+    char out[512], test_out[512], oracle_out[512], split[512];
+    int64_t split_column;
+    bool split_header;
+    double test_fraction;
 } cfg_t;
 
 #define T cfg_t
@@ -36,6 +46,12 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_STRING(T, out, "-", "training rows file (- for stdout)"),
     PC_SETTING_STRING(T, test_out, "", "test rows file (empty: not written)"),
     PC_SETTING_STRING(T, oracle_out, "", "oracle metrics JSON file (empty: stderr only)"),
+    PC_SETTING_STRING(T, split, "",
+                      "split this comma-separated file by time instead (to out, test_out)"),
+    PC_SETTING_INT(T, split_column, 0, 255, "3", "split: the time column (0-based)"),
+    PC_SETTING_BOOL(T, split_header, "true", "split: the file has a header line"),
+    PC_SETTING_DOUBLE(T, test_fraction, 0.0001, 0.9999, "0.2",
+                      "split: the latest fraction to test"),
 };
 #undef T
 #define NSET (sizeof k_set / sizeof k_set[0])
@@ -46,6 +62,22 @@ int main(int argc, char **argv) {
         pc_settings_cli(k_set, NSET, &c, argc, argv, "ps-datagen", "ps-datagen [--name=value ...]");
     if (cli)
         return cli == 1 ? 0 : 2;
+    if (c.split[0]) {
+        uint64_t ntr, nte;
+        if (!strcmp(c.out, "-") || !c.test_out[0]) {
+            fprintf(stderr, "ps-datagen: --split needs --out=FILE and --test_out=FILE\n");
+            return 2;
+        }
+        int rc = pw_split_by_column(c.split, ',', c.split_header, (int)c.split_column,
+                                    c.test_fraction, c.out, c.test_out, &ntr, &nte);
+        if (rc) {
+            fprintf(stderr, "ps-datagen: split: %s\n", pc_strerror(rc));
+            return rc == PC_EINVAL ? 2 : 1;
+        }
+        fprintf(stderr, "{\"train_rows\":%llu,\"test_rows\":%llu}\n", (unsigned long long)ntr,
+                (unsigned long long)nte);
+        return 0;
+    }
     if (c.vocab_max < c.vocab_min) {
         fprintf(stderr, "ps-datagen: vocab_max < vocab_min\n");
         return 2;
@@ -82,6 +114,8 @@ int main(int argc, char **argv) {
     cJSON_AddNumberToObject(j, "train_positive_rate", r.train_positive);
     cJSON_AddNumberToObject(j, "oracle_auc", r.oracle_auc);
     cJSON_AddNumberToObject(j, "oracle_logloss", r.oracle_logloss);
+    cJSON_AddNumberToObject(j, "oracle_seen_auc", r.oracle_seen_auc);
+    cJSON_AddNumberToObject(j, "oracle_seen5_auc", r.oracle_seen5_auc);
     char *text = cJSON_PrintUnformatted(j);
     fprintf(stderr, "%s\n", text);
     if (c.oracle_out[0]) {

@@ -1,6 +1,8 @@
 /* ps-worker: the training worker. Today: --local (an in-process embedding table, no servers).
  *
  *   build/bin/ps-worker --local --train=train.tsv --test=test.tsv --model=dlrm --json
+ *   build/bin/ps-worker --local --format=csv \
+ *       --csv=header=1,threshold=4,columns=cat:cat:label:skip --train=r.csv --test=t.csv
  *
  * Paths are comma-separated lists (files, "-" for stdin, .gz read through zlib). Prints a
  * progress line every --progress-every samples on stderr and a summary at the end (one JSON
@@ -19,10 +21,10 @@
 
 typedef struct cfg {
     bool local, json;
-    char train[4096], test[4096], format[16], model[16];
+    char train[4096], test[4096], format[16], model[16], csv[2048], pooling[8];
     char bottom[128], top[128], table[512], dense_optimizer[16];
     char load_dense[512], save_dense[512], export_embeddings[512];
-    int64_t dim, batch, epochs, max_samples, seed, progress_every;
+    int64_t dim, fields, batch, epochs, max_samples, seed, progress_every, eval_every;
     double dense_lr;
     int log_level;
 } cfg_t;
@@ -32,13 +34,19 @@ static const char *const k_levels[] = {"error", "warn", "info", "debug", "trace"
 #define T cfg_t
 static const pc_setting_t k_set[] = {
     PC_SETTING_BOOL(T, local, "false", "train against an in-process table (the only mode yet)"),
-    PC_SETTING_STRING(T, train, "", "training data: comma-separated paths (- for stdin)"),
+    PC_SETTING_STRING(
+        T, train, "",
+        "training data: comma-separated paths (- for stdin, tcp://HOST:PORT listens)"),
     PC_SETTING_STRING(T, test, "", "evaluation data: comma-separated paths"),
-    PC_SETTING_STRING(T, format, "criteo", "criteo | libsvm | libffm"),
-    PC_SETTING_STRING(T, model, "dlrm", "dlrm | fm | lr"),
-    PC_SETTING_INT(T, dim, 1, 1023, "16", "embedding dim (dlrm), factor dim (fm)"),
+    PC_SETTING_STRING(T, format, "criteo", "criteo | libsvm | libffm | csv"),
+    PC_SETTING_STRING(T, csv, "",
+                      "CSV column spec, e.g. header=1,threshold=4,columns=cat:cat:label:skip"),
+    PC_SETTING_STRING(T, model, "dlrm", "dlrm | deepfm | fm | lr"),
+    PC_SETTING_INT(T, dim, 1, 1023, "16", "embedding dim (dlrm), factor dim (fm, deepfm)"),
+    PC_SETTING_INT(T, fields, 0, 1024, "0", "categorical fields (0: from the format)"),
+    PC_SETTING_STRING(T, pooling, "sum", "pooling of multi-valued fields: sum | mean"),
     PC_SETTING_STRING(T, bottom, "64,16", "dlrm bottom MLP widths (last = dim)"),
-    PC_SETTING_STRING(T, top, "128,64,1", "dlrm top MLP widths (last = 1)"),
+    PC_SETTING_STRING(T, top, "128,64,1", "dlrm top / deepfm MLP widths (last = 1)"),
     PC_SETTING_STRING(T, table,
                       "optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05",
                       "embedding table settings (ps_table.h)"),
@@ -49,6 +57,7 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_INT(T, max_samples, 0, 1e15, "0", "stop after this many samples (0: no limit)"),
     PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the model's initial values"),
     PC_SETTING_INT(T, progress_every, 0, 1e15, "100000", "samples between progress lines"),
+    PC_SETTING_INT(T, eval_every, 0, 1e15, "0", "samples between evaluations (0: at the end)"),
     PC_SETTING_STRING(T, load_dense, "", "start from this dense model file"),
     PC_SETTING_STRING(T, save_dense, "", "save the dense model here after training"),
     PC_SETTING_STRING(T, export_embeddings, "", "export the embedding table (row file) here"),
@@ -102,10 +111,20 @@ int main(int argc, char **argv) {
                                                                : PW_OPT_ADAM;
     if (!ntrain || pw_format_parse(c.format, &fmt) || widths(c.bottom, tc.bottom, &tc.nbottom) ||
         widths(c.top, tc.top, &tc.ntop) ||
-        (strcmp(c.dense_optimizer, "adam") && ok == PW_OPT_ADAM)) {
-        fprintf(stderr, "ps-worker: bad --train, --format, --bottom, --top or --dense-optimizer\n");
+        (strcmp(c.dense_optimizer, "adam") && ok == PW_OPT_ADAM) ||
+        (strcmp(c.pooling, "sum") && strcmp(c.pooling, "mean"))) {
+        fprintf(stderr, "ps-worker: bad --train, --format, --bottom, --top, --pooling or "
+                        "--dense-optimizer\n");
         return 2;
     }
+    char err[256];
+    if (fmt == PW_FMT_CSV && pw_csv_spec_parse(c.csv, &tc.csv, err, sizeof err)) {
+        fprintf(stderr, "ps-worker: --csv: %s\n", err);
+        return 2;
+    }
+    tc.fields = (int)c.fields;
+    tc.mean_pooling = strcmp(c.pooling, "mean") == 0;
+    tc.eval_every = (uint64_t)c.eval_every;
     snprintf(tc.model, sizeof tc.model, "%s", c.model);
     snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);
     snprintf(tc.load_dense, sizeof tc.load_dense, "%s", c.load_dense);

@@ -5,6 +5,7 @@
 #include "pc_log.h"
 #include "pc_time.h"
 #include "ps_table.h"
+#include "pw_deepfm.h"
 #include "pw_dlrm.h"
 #include "pw_fm.h"
 #include "ps_ckpt.h"
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 void pw_train_config_defaults(pw_train_config_t *c) {
     memset(c, 0, sizeof *c);
@@ -40,15 +42,19 @@ void pw_train_config_defaults(pw_train_config_t *c) {
 typedef struct trainer {
     const pw_train_config_t *c;
     const pw_backend_t *be;
-    bool lr, fm; /* lr and fm: a linear dense term (lin) plus sparse rows; else dlrm */
-    int nf, ndense, dim;
+    pw_format_t fmt;
+    enum { M_DLRM, M_DEEPFM, M_FM, M_LR } kind;
+    int nf, ndense, dim; /* dim: the table's row width */
+    bool ones;           /* no dense features: one constant 1 stands in (a learned bias) */
     ps_table_t *emb;
     pw_dlrm_t *dlrm;
-    pw_linear_t lin; /* lr: dense features -> logit */
+    pw_deepfm_t *deepfm;
+    pw_linear_t lin; /* lr, fm: dense features -> logit */
     pw_linear_t *layers;
     int nlayers;
     pw_opt_t *opt; /* 2 per layer: weights, biases */
-    float *rows, *grads, *logits, *dlogits, *probs;
+    size_t cap;    /* features the row buffers hold */
+    float *rows, *grads, *pooled, *dpooled, *dense1, *logits, *dlogits, *probs;
 } trainer_t;
 
 static void trainer_free(trainer_t *t) {
@@ -56,53 +62,83 @@ static void trainer_free(trainer_t *t) {
         pw_opt_free(&t->opt[i]);
     free(t->opt);
     pw_dlrm_destroy(t->dlrm);
-    if (t->lr || t->fm)
+    pw_deepfm_destroy(t->deepfm);
+    if (t->kind == M_LR || t->kind == M_FM)
         pw_linear_free(&t->lin);
     ps_table_destroy(t->emb);
     free(t->rows);
     free(t->grads);
+    free(t->pooled);
+    free(t->dpooled);
+    free(t->dense1);
     free(t->logits);
     free(t->dlogits);
     free(t->probs);
 }
 
-/* Build the model once the first batch tells the field and dense counts. */
-static int trainer_init(trainer_t *t, const pw_batch_t *b) {
+static int model_kind(const char *name, int *kind) {
+    static const char *const names[] = {"dlrm", "deepfm", "fm", "lr"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *kind = i;
+            return 0;
+        }
+    PC_ERROR("train: unknown model '%s' (dlrm, deepfm, fm, lr)", name);
+    return PC_EINVAL;
+}
+
+/* Build the model: fields and dense values from the format (or the configuration). */
+static int trainer_init(trainer_t *t) {
     const pw_train_config_t *c = t->c;
     t->be = pw_backend_cpu();
-    t->lr = strcmp(c->model, "lr") == 0;
-    t->fm = strcmp(c->model, "fm") == 0;
-    if (!t->lr && !t->fm && strcmp(c->model, "dlrm") != 0) {
-        PC_ERROR("train: unknown model '%s' (dlrm, fm, lr)", c->model);
+    int kind, rc = model_kind(c->model, &kind);
+    if (rc)
+        return rc;
+    t->kind = kind;
+    pw_format_shape(t->fmt, &c->csv, &t->nf, &t->ndense);
+    if (c->fields)
+        t->nf = c->fields;
+    if (t->nf < 1 && (t->kind == M_DLRM || t->kind == M_DEEPFM)) {
+        PC_ERROR("train: set fields= (the number of categorical fields) for this format");
         return PC_EINVAL;
     }
-    t->nf = (int)(b->key_off[1] - b->key_off[0]);
-    t->ndense = (int)b->ndense;
-    t->dim = t->lr ? 1 : t->fm ? c->dim + 1 : c->dim; /* fm rows: [w, v_1 .. v_dim] */
-    if (t->nf < 1 || t->ndense < 1) {
-        PC_ERROR("train: the model needs dense features and one key per categorical field");
-        return PC_EINVAL;
-    }
+    t->ones = t->ndense == 0;
+    if (t->ones)
+        t->ndense = 1;
+    t->dim = t->kind == M_LR ? 1 : t->kind == M_DLRM ? c->dim : c->dim + 1; /* [w, v_1 .. v_k] */
     ps_table_config_t tc;
     char spec[600], err[256];
     ps_table_config_defaults(&tc);
     snprintf(spec, sizeof spec, "name=emb,dim=%d,seed=%llu,%s", t->dim, (unsigned long long)c->seed,
              c->table_spec);
-    int rc = ps_table_config_parse(&tc, spec, err, sizeof err);
-    if (rc) {
+    if ((rc = ps_table_config_parse(&tc, spec, err, sizeof err))) {
         PC_ERROR("train: table settings: %s", err);
         return PC_EINVAL;
     }
-    if (t->lr)
+    if (t->kind == M_LR)
         tc.init = PS_INIT_ZEROS;
     if ((rc = ps_table_create(&tc, &t->emb)))
         return rc;
-    if (t->lr || t->fm) {
+    if (t->kind == M_LR || t->kind == M_FM) {
         if ((rc = pw_linear_init(&t->lin, t->ndense, 1, c->seed)))
             return rc;
-        memset(t->lin.w, 0, (size_t)t->ndense * sizeof(float)); /* LR starts from zero */
+        memset(t->lin.w, 0, (size_t)t->ndense * sizeof(float)); /* the linear part starts at 0 */
         t->layers = &t->lin;
         t->nlayers = 1;
+    } else if (t->kind == M_DEEPFM) {
+        pw_deepfm_config_t dc = {.ndense = t->ndense,
+                                 .nfields = t->nf,
+                                 .k = c->dim,
+                                 .nlayers = c->ntop,
+                                 .mean = c->mean_pooling,
+                                 .max_batch = c->batch,
+                                 .seed = c->seed};
+        memcpy(dc.widths, c->top, sizeof dc.widths);
+        if ((rc = pw_deepfm_create(&dc, t->be, &t->deepfm))) {
+            PC_ERROR("train: DeepFM layers do not fit (top must end at 1)");
+            return rc;
+        }
+        t->layers = pw_deepfm_layers(t->deepfm, &t->nlayers);
     } else {
         pw_dlrm_config_t dc = {.ndense = t->ndense,
                                .nfields = t->nf,
@@ -129,55 +165,119 @@ static int trainer_init(trainer_t *t, const pw_batch_t *b) {
     }
     if (!rc && c->load_dense[0] && (rc = pw_dense_load(c->load_dense, t->layers, t->nlayers)))
         PC_ERROR("train: cannot load the dense model %s: %s", c->load_dense, pc_strerror(rc));
-    const size_t nk = (size_t)c->batch * t->nf;
-    t->rows = malloc(nk * t->dim * sizeof(float));
-    t->grads = malloc(nk * t->dim * sizeof(float));
-    t->logits = malloc((size_t)c->batch * sizeof(float));
-    t->dlogits = malloc((size_t)c->batch * sizeof(float));
-    t->probs = malloc((size_t)c->batch * sizeof(float));
-    return rc ? rc : t->rows && t->grads && t->logits && t->dlogits && t->probs ? 0 : PC_ENOMEM;
+    const size_t b = (size_t)c->batch, pooled = b * (size_t)(t->nf > 0 ? t->nf : 1) * c->dim;
+    t->pooled = malloc(pooled * sizeof(float));
+    t->dpooled = malloc(pooled * sizeof(float));
+    t->dense1 = malloc(b * sizeof(float));
+    t->logits = malloc(b * sizeof(float));
+    t->dlogits = malloc(b * sizeof(float));
+    t->probs = malloc(b * sizeof(float));
+    if (!rc && !(t->pooled && t->dpooled && t->dense1 && t->logits && t->dlogits && t->probs))
+        rc = PC_ENOMEM;
+    for (size_t i = 0; !rc && i < b; i++)
+        t->dense1[i] = 1.0f;
+    return rc;
+}
+
+/* Row buffers for nk features. */
+static int reserve_rows(trainer_t *t, size_t nk) {
+    if (nk <= t->cap)
+        return 0;
+    const size_t cap = nk + nk / 2;
+    float *r = realloc(t->rows, cap * t->dim * sizeof(float));
+    if (r)
+        t->rows = r;
+    float *g = realloc(t->grads, cap * t->dim * sizeof(float));
+    if (g)
+        t->grads = g;
+    if (!r || !g)
+        return PC_ENOMEM;
+    t->cap = cap;
+    return 0;
+}
+
+/* The batch fits the model: dense width, fields in range. */
+static int check_batch(const trainer_t *t, const pw_batch_t *b) {
+    if ((int)b->ndense != (t->ones ? 0 : t->ndense)) {
+        PC_ERROR("train: a sample with %zu dense values, the model has %d", b->ndense,
+                 t->ones ? 0 : t->ndense);
+        return PC_EINVAL;
+    }
+    if (t->kind == M_DLRM || t->kind == M_DEEPFM)
+        for (size_t j = 0; j < b->key_off[b->n]; j++)
+            if (b->fields[j] >= t->nf) {
+                PC_ERROR("train: a feature of field %u, the model has %d fields (fields=)",
+                         b->fields[j], t->nf);
+                return PC_EINVAL;
+            }
+    return 0;
 }
 
 /* One batch: forward (and backward + updates when training). The loss is returned in *loss. */
 static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *loss) {
     const int n = (int)b->n, nf = t->nf, d = t->dim;
-    const size_t nk = (size_t)n * nf;
-    for (int s = 0; s < n; s++)
-        if ((int)(b->key_off[s + 1] - b->key_off[s]) != nf || (int)b->ndense != t->ndense) {
-            PC_ERROR("train: a sample without exactly %d keys and %d dense values", nf, t->ndense);
-            return PC_EINVAL;
-        }
-    int rc = train ? ps_table_pull(t->emb, b->keys, nk, t->rows, nk * d)
+    const size_t nk = b->key_off[n];
+    const float *dense = t->ones ? t->dense1 : b->dense;
+    int rc = check_batch(t, b);
+    if (!rc)
+        rc = reserve_rows(t, nk);
+    if (!rc)
+        rc = train ? ps_table_pull(t->emb, b->keys, nk, t->rows, nk * d)
                    : ps_table_lookup(t->emb, b->keys, nk, t->rows, nk * d, NULL);
     if (rc)
         return rc;
-    if (t->lr || t->fm) {
-        pw_linear_forward(t->be, &t->lin, n, b->dense, t->logits);
-        if (t->fm)
-            pw_fm_forward(n, nf, d - 1, t->rows, t->logits);
-        else
-            for (int s = 0; s < n; s++)
-                for (int f = 0; f < nf; f++)
-                    t->logits[s] += t->rows[(size_t)s * nf + f];
-    } else if ((rc = pw_dlrm_forward(t->dlrm, n, b->dense, t->rows, t->logits))) {
-        return rc;
+    const bool mean = t->c->mean_pooling;
+    switch (t->kind) {
+        case M_LR:
+        case M_FM:
+            pw_linear_forward(t->be, &t->lin, n, dense, t->logits);
+            if (t->kind == M_FM)
+                pw_fm_forward(n, b->key_off, b->vals, d - 1, t->rows, t->logits);
+            else
+                for (int s = 0; s < n; s++)
+                    for (size_t j = b->key_off[s]; j < b->key_off[s + 1]; j++)
+                        t->logits[s] += t->rows[j] * b->vals[j];
+            break;
+        case M_DEEPFM:
+            rc = pw_deepfm_forward(t->deepfm, n, dense, b->key_off, b->fields, b->vals, t->rows,
+                                   t->logits);
+            break;
+        case M_DLRM:
+            t->be->pool(n, b->key_off, b->fields, b->vals, nf, d, t->rows, d, mean, t->pooled);
+            rc = pw_dlrm_forward(t->dlrm, n, dense, t->pooled, t->logits);
+            break;
     }
+    if (rc)
+        return rc;
     *loss = pw_bce_logits(n, t->logits, b->labels, t->probs, t->dlogits);
     if (!train)
         return 0;
     for (int i = 0; i < t->nlayers; i++)
         pw_linear_zero_grad(&t->layers[i]);
-    if (t->lr || t->fm) {
-        pw_linear_backward(t->be, &t->lin, n, b->dense, t->dlogits, NULL);
-        if (t->fm)
-            pw_fm_backward(n, nf, d - 1, t->rows, t->dlogits, t->grads);
-        else
-            for (int s = 0; s < n; s++)
-                for (int f = 0; f < nf; f++)
-                    t->grads[(size_t)s * nf + f] = t->dlogits[s];
-    } else if ((rc = pw_dlrm_backward(t->dlrm, t->dlogits, t->grads))) {
-        return rc;
+    switch (t->kind) {
+        case M_LR:
+        case M_FM:
+            pw_linear_backward(t->be, &t->lin, n, dense, t->dlogits, NULL);
+            if (t->kind == M_FM)
+                pw_fm_backward(n, b->key_off, b->vals, d - 1, t->rows, t->dlogits, t->grads);
+            else
+                for (int s = 0; s < n; s++)
+                    for (size_t j = b->key_off[s]; j < b->key_off[s + 1]; j++)
+                        t->grads[j] = t->dlogits[s] * b->vals[j];
+            break;
+        case M_DEEPFM:
+            rc = pw_deepfm_backward(t->deepfm, t->dlogits, t->grads);
+            break;
+        case M_DLRM:
+            if ((rc = pw_dlrm_backward(t->dlrm, t->dlogits, t->dpooled)))
+                break;
+            memset(t->grads, 0, nk * d * sizeof(float));
+            t->be->pool_grad(n, b->key_off, b->fields, b->vals, nf, d, t->dpooled, d, mean,
+                             t->grads);
+            break;
     }
+    if (rc)
+        return rc;
     ps_push_result_t pr;
     if ((rc = ps_table_push(t->emb, b->keys, nk, t->grads, nk * d, &pr)))
         return rc;
@@ -191,14 +291,91 @@ static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *l
 static int open_reader(const pw_train_config_t *c, pw_format_t fmt, const char *const *paths,
                        size_t n, int epochs, pw_reader_t **r) {
     pw_reader_opts_t o = {.format = fmt,
+                          .csv = &c->csv,
                           .paths = paths,
                           .npaths = n,
                           .world = 1,
                           .batch = (size_t)c->batch,
                           .queue = 4,
                           .epochs = epochs,
-                          .max_error_rate = 0.01};
+                          .max_error_rate = 0.01,
+                          .tcp_end_idle_ms = 1000};
     return pw_reader_open(&o, r);
+}
+
+/* Evaluate on the test stream: exact AUC and logloss over every sample. */
+static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_train_result_t *res) {
+    size_t cap = 1 << 16, n = 0;
+    float *p = malloc(cap * sizeof *p), *y = malloc(cap * sizeof *y);
+    pw_reader_t *tr = NULL;
+    int rc = p && y ? open_reader(t->c, t->fmt, test, ntest, 1, &tr) : PC_ENOMEM;
+    for (const pw_batch_t *b; !rc && (b = pw_reader_next(tr));) {
+        double loss;
+        if ((rc = trainer_step(t, b, false, &loss)))
+            break;
+        if (n + b->n > cap) {
+            cap = 2 * (n + b->n);
+            float *np = realloc(p, cap * sizeof *p), *ny = realloc(y, cap * sizeof *y);
+            if (np)
+                p = np;
+            if (ny)
+                y = ny;
+            if (!np || !ny) {
+                rc = PC_ENOMEM;
+                break;
+            }
+        }
+        memcpy(p + n, t->probs, b->n * sizeof *p);
+        memcpy(y + n, b->labels, b->n * sizeof *y);
+        n += b->n;
+    }
+    if (tr) {
+        if (!rc)
+            rc = pw_reader_error(tr);
+        pw_reader_close(tr);
+    }
+    if (!rc) {
+        res->test_samples = n;
+        res->auc = pw_auc(p, y, n);
+        res->logloss = pw_logloss(p, y, n);
+        res->evals++;
+    }
+    free(p);
+    free(y);
+    return rc;
+}
+
+/* Bytes the training stream will read (all epochs), or 0 when unknown (stdin, TCP, gzip). */
+static uint64_t stream_bytes(const char *const *paths, size_t n, int epochs) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct stat st;
+        const size_t len = strlen(paths[i]);
+        if (strcmp(paths[i], "-") == 0 || strncmp(paths[i], "tcp://", 6) == 0 ||
+            (len > 3 && strcmp(paths[i] + len - 3, ".gz") == 0) || stat(paths[i], &st))
+            return 0;
+        total += (uint64_t)st.st_size;
+    }
+    return total * (uint64_t)epochs;
+}
+
+static void progress(const pw_train_config_t *c, pw_reader_t *r, uint64_t samples, uint64_t t0,
+                     double loss, uint64_t total_bytes) {
+    const double sec = pc_time_sec_since(t0);
+    double frac = 0;
+    if (c->max_samples)
+        frac = (double)samples / (double)c->max_samples;
+    if (total_bytes) {
+        pw_reader_stats_t st;
+        pw_reader_stats(r, &st);
+        const double fb = (double)st.bytes / (double)total_bytes;
+        frac = frac > fb ? frac : fb;
+    }
+    char eta[48] = "";
+    if (frac > 0.001 && frac < 1)
+        snprintf(eta, sizeof eta, ", ETA %.0f s", sec * (1 - frac) / frac);
+    fprintf(stderr, "train: %llu samples, %.0f/s, loss %.4f%s\n", (unsigned long long)samples,
+            (double)samples / sec, loss, eta);
 }
 
 int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const *train,
@@ -207,27 +384,35 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         return PC_EINVAL;
     memset(res, 0, sizeof *res);
     res->auc = res->logloss = NAN;
-    trainer_t t = {.c = c};
-    pw_reader_t *r;
-    int rc = open_reader(c, fmt, train, ntrain, c->epochs, &r);
-    if (rc)
+    trainer_t t = {.c = c, .fmt = fmt};
+    int rc = trainer_init(&t);
+    pw_reader_t *r = NULL;
+    if (!rc)
+        rc = open_reader(c, fmt, train, ntrain, c->epochs, &r);
+    if (rc) {
+        trainer_free(&t);
         return rc;
-    const uint64_t t0 = pc_time_mono_ns();
+    }
+    const uint64_t t0 = pc_time_mono_ns(), total_bytes = stream_bytes(train, ntrain, c->epochs);
     double ema = NAN;
-    uint64_t next_progress = c->progress_every;
+    uint64_t next_progress = c->progress_every, next_eval = c->eval_every;
     for (const pw_batch_t *b; !rc && (b = pw_reader_next(r));) {
-        if (!t.emb && (rc = trainer_init(&t, b)))
-            break;
         double loss;
         if ((rc = trainer_step(&t, b, true, &loss)))
             break;
         ema = isnan(ema) ? loss : 0.99 * ema + 0.01 * loss;
         res->samples += b->n;
         if (c->progress_every && res->samples >= next_progress) {
-            const double s = pc_time_sec_since(t0);
-            fprintf(stderr, "train: %llu samples, %.0f/s, loss %.4f\n",
-                    (unsigned long long)res->samples, (double)res->samples / s, ema);
+            progress(c, r, res->samples, t0, ema, total_bytes);
             next_progress += c->progress_every;
+        }
+        if (c->eval_every && ntest && res->samples >= next_eval) {
+            if ((rc = evaluate(&t, test, ntest, res)))
+                break;
+            fprintf(stderr, "eval: after %llu samples: AUC %.4f, logloss %.4f (%llu samples)\n",
+                    (unsigned long long)res->samples, res->auc, res->logloss,
+                    (unsigned long long)res->test_samples);
+            next_eval += c->eval_every;
         }
         if (c->max_samples && res->samples >= c->max_samples)
             break;
@@ -238,53 +423,16 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->seconds = pc_time_sec_since(t0);
     res->samples_per_s = res->seconds > 0 ? (double)res->samples / res->seconds : 0;
     res->train_loss = ema;
-    if (!rc && t.emb)
+    if (!rc)
         res->table_rows = ps_table_count(t.emb);
-    if (!rc && t.emb && c->save_dense[0] &&
-        (rc = pw_dense_save(c->save_dense, t.layers, t.nlayers)))
+    if (!rc && c->save_dense[0] && (rc = pw_dense_save(c->save_dense, t.layers, t.nlayers)))
         PC_ERROR("train: cannot save the dense model to %s: %s", c->save_dense, pc_strerror(rc));
-    if (!rc && t.emb && c->export_embeddings[0] &&
+    if (!rc && c->export_embeddings[0] &&
         (rc = ps_table_export(t.emb, NULL, c->export_embeddings, true)))
         PC_ERROR("train: cannot export the embeddings to %s: %s", c->export_embeddings,
                  pc_strerror(rc));
-    if (!rc && ntest && t.emb) { /* evaluation */
-        size_t cap = 1 << 16, n = 0;
-        float *p = malloc(cap * sizeof *p), *y = malloc(cap * sizeof *y);
-        pw_reader_t *tr = NULL;
-        rc = p && y ? open_reader(c, fmt, test, ntest, 1, &tr) : PC_ENOMEM;
-        for (const pw_batch_t *b; !rc && (b = pw_reader_next(tr));) {
-            double loss;
-            if ((rc = trainer_step(&t, b, false, &loss)))
-                break;
-            if (n + b->n > cap) {
-                cap = 2 * (n + b->n);
-                float *np = realloc(p, cap * sizeof *p), *ny = realloc(y, cap * sizeof *y);
-                if (np)
-                    p = np;
-                if (ny)
-                    y = ny;
-                if (!np || !ny) {
-                    rc = PC_ENOMEM;
-                    break;
-                }
-            }
-            memcpy(p + n, t.probs, b->n * sizeof *p);
-            memcpy(y + n, b->labels, b->n * sizeof *y);
-            n += b->n;
-        }
-        if (tr) {
-            if (!rc)
-                rc = pw_reader_error(tr);
-            pw_reader_close(tr);
-        }
-        if (!rc) {
-            res->test_samples = n;
-            res->auc = pw_auc(p, y, n);
-            res->logloss = pw_logloss(p, y, n);
-        }
-        free(p);
-        free(y);
-    }
+    if (!rc && ntest)
+        rc = evaluate(&t, test, ntest, res);
     trainer_free(&t);
     return rc;
 }

@@ -7,10 +7,19 @@
  * test stream with ps_table_lookup (read-only: the test set never inserts rows) and reports the
  * exact AUC and the logloss.
  *
- * Models: "dlrm" (pw_dlrm.h; one embedding of `dim` per categorical field), "lr" (a weight per
- * feature, dim-1 table, plus a linear term over the dense features) and "fm" (pw_fm.h: rows
- * [w, v_1 .. v_dim] per feature, plus the same dense linear term). All need samples with one key
- * per field (Criteo).
+ * Models: "dlrm" (pw_dlrm.h; one embedding of `dim` per categorical field: the field's features
+ * pooled, sum or mean, weighted by their values), "deepfm" (pw_deepfm.h: rows [w, v_1 .. v_dim]
+ * shared by an FM and an MLP over the dense features and the pooled v per field; widths from
+ * `top`), "fm" (pw_fm.h: the same rows, plus a linear term over the dense features) and "lr" (a
+ * weight per feature, dim-1 table, plus the same dense linear term). FM and LR work on features
+ * (any number per sample); DLRM and DeepFM need the field count: from the format (Criteo 26, CSV
+ * its categorical columns, libsvm 1) or `fields`. Streams without dense features (libsvm,
+ * libffm, CSV without numeric columns) get one constant 1 as their dense input, so the dense
+ * part still learns a bias (for DLRM, a learned vector that interacts with every field).
+ *
+ * Progress lines (stderr, every progress_every samples): samples, samples/s, loss, and the ETA
+ * when the size is known (a sample budget, or uncompressed files). With eval_every, the test
+ * stream is evaluated every that many samples too (AUC and logloss on stderr).
  *
  * Thread rule: a trainer is used by one thread.
  */
@@ -25,8 +34,11 @@
 #include "pw_parse.h"
 
 typedef struct pw_train_config {
-    char model[16];         /* "dlrm", "fm" or "lr" */
-    int dim;                /* embedding dim (dlrm), factor dim (fm) */
+    char model[16];         /* "dlrm", "deepfm", "fm" or "lr" */
+    int dim;                /* embedding dim (dlrm), factor dim (fm, deepfm) */
+    int fields;             /* categorical fields (0: from the format) */
+    bool mean_pooling;      /* pool a field's features by mean (else sum) */
+    pw_csv_spec_t csv;      /* the column spec of CSV streams */
     int nbottom, bottom[8]; /* dlrm bottom widths (last = dim) */
     int ntop, top[8];       /* dlrm top widths (last = 1) */
     int batch;
@@ -36,6 +48,7 @@ typedef struct pw_train_config {
     char table_spec[512]; /* embedding table settings (ps_table.h), dim and name added */
     pw_opt_config_t dense_opt;
     uint64_t progress_every;     /* samples between progress lines on stderr, 0: none */
+    uint64_t eval_every;         /* samples between evaluations of the test stream, 0: at the end */
     char load_dense[512];        /* start from this dense model file (pw_model_io.h), "" none */
     char save_dense[512];        /* save the dense model here after training, "" none */
     char export_embeddings[512]; /* export the table (ps_table_export, with optimizer state) */
@@ -47,7 +60,8 @@ typedef struct pw_train_result {
     uint64_t samples;
     double seconds, samples_per_s;
     double train_loss;   /* mean over the last 10% of the samples */
-    double auc, logloss; /* on the test stream (NaN when none) */
+    double auc, logloss; /* on the test stream at the end (NaN when none) */
+    int evals;           /* evaluations run (periodic and final) */
     uint64_t test_samples;
     uint64_t table_rows;
 } pw_train_result_t;

@@ -1,13 +1,15 @@
 /* Layers against double precision: the backend's GEMM (all transpose cases) and each layer's
  * forward match a double reference; every gradient (weights, biases, inputs) of a
- * Linear-ReLU-Linear-BCE network and of the dot interaction matches central finite differences
- * of the double reference. BCE is finite and exact at extreme logits. */
+ * Linear-ReLU-Linear-BCE network (pw_mlp) and of the dot interaction matches central finite
+ * differences of the double reference; pooling is exact and its gradient is its adjoint. BCE is
+ * finite and exact at extreme logits. */
 #include "test_util.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pc_error.h"
 #include "pw_backend.h"
 #include "pw_layers.h"
 
@@ -81,53 +83,99 @@ static double fd(net_t *n, double *p, const float *y) {
 static void test_mlp_gradients(void **state) {
     (void)state;
     uint64_t rng = 7;
-    pw_linear_t l1, l2;
-    assert_int_equal(pw_linear_init(&l1, IN, H, 11), 0);
-    assert_int_equal(pw_linear_init(&l2, H, 1, 12), 0);
-    fill(l1.b, H, &rng, 0.3f);
-    l2.b[0] = 0.1f;
-    float x[B * IN], y[B], a[B * H], h[B * H], z[B], dz[B], dh[B * H], dx[B * IN];
+    pw_linear_t l[2];
+    pw_mlp_t m;
+    const int widths[2] = {H, 1};
+    assert_int_equal(pw_mlp_init(&m, l, IN, widths, 2, false, B, 11), 0);
+    pw_linear_t *l1 = &l[0], *l2 = &l[1];
+    fill(l1->b, H, &rng, 0.3f);
+    l2->b[0] = 0.1f;
+    float x[B * IN], y[B], z[B], dz[B], dx[B * IN];
     fill(x, B * IN, &rng, 1);
     for (int s = 0; s < B; s++)
         y[s] = (float)(s % 2);
-    /* float forward and backward through the layers */
-    pw_linear_forward(be, &l1, B, x, a);
-    be->relu(B * H, a, h);
-    pw_linear_forward(be, &l2, B, h, z);
+    /* float forward and backward through the MLP (Linear, ReLU, Linear) */
+    memcpy(z, pw_mlp_forward(be, &m, B, x), sizeof z);
     float p[B];
     const double loss = pw_bce_logits(B, z, y, p, dz);
-    pw_linear_zero_grad(&l1);
-    pw_linear_zero_grad(&l2);
-    pw_linear_backward(be, &l2, B, h, dz, dh);
-    be->relu_grad(B * H, h, dh, dh);
-    pw_linear_backward(be, &l1, B, x, dh, dx);
+    pw_linear_zero_grad(l1);
+    pw_linear_zero_grad(l2);
+    pw_mlp_backward(be, &m, dz, dx);
     /* the same network in double */
     net_t n;
     for (int i = 0; i < H * IN; i++)
-        n.w1[i] = l1.w[i];
+        n.w1[i] = l1->w[i];
     for (int i = 0; i < H; i++) {
-        n.b1[i] = l1.b[i];
-        n.w2[i] = l2.w[i];
+        n.b1[i] = l1->b[i];
+        n.w2[i] = l2->w[i];
     }
-    n.b2 = l2.b[0];
+    n.b2 = l2->b[0];
     for (int i = 0; i < B * IN; i++)
         n.x[i] = x[i];
     TU_ASSERT_CLOSE(loss, net_loss(&n, y), 1e-5, 1e-6, "loss");
     for (int i = 0; i < H * IN; i++)
-        GRAD_OK(l1.dw[i], fd(&n, &n.w1[i], y), "dW1", i);
+        GRAD_OK(l1->dw[i], fd(&n, &n.w1[i], y), "dW1", i);
     for (int i = 0; i < H; i++) {
-        GRAD_OK(l1.db[i], fd(&n, &n.b1[i], y), "db1", i);
-        GRAD_OK(l2.dw[i], fd(&n, &n.w2[i], y), "dW2", i);
+        GRAD_OK(l1->db[i], fd(&n, &n.b1[i], y), "db1", i);
+        GRAD_OK(l2->dw[i], fd(&n, &n.w2[i], y), "dW2", i);
     }
-    GRAD_OK(l2.db[0], fd(&n, &n.b2, y), "db2", 0);
+    GRAD_OK(l2->db[0], fd(&n, &n.b2, y), "db2", 0);
     for (int i = 0; i < B * IN; i++)
         GRAD_OK(dx[i], fd(&n, &n.x[i], y), "dx", i);
     /* Gradients accumulate: a second backward doubles them. */
-    const float dw0 = l1.dw[0];
-    pw_linear_backward(be, &l1, B, x, dh, NULL);
-    TU_ASSERT_CLOSE(l1.dw[0], 2 * dw0, 1e-6, 1e-7, "accumulate");
-    pw_linear_free(&l1);
-    pw_linear_free(&l2);
+    const float dw0 = l1->dw[0];
+    pw_mlp_backward(be, &m, dz, NULL);
+    TU_ASSERT_CLOSE(l1->dw[0], 2 * dw0, 1e-6, 1e-7, "accumulate");
+    /* Bad shapes are refused; a batch over max_batch has no output. */
+    assert_null(pw_mlp_forward(be, &m, B + 1, x));
+    pw_mlp_free(&m);
+    pw_mlp_t bad;
+    const int zero[1] = {0};
+    assert_int_equal(pw_mlp_init(&bad, l, IN, zero, 1, false, B, 1), PC_EINVAL);
+    assert_int_equal(pw_mlp_init(&bad, l, IN, widths, 0, false, B, 1), PC_EINVAL);
+}
+
+/* Pooling against double precision, sum and mean: forward equals the reference, and pool_grad
+ * is the exact adjoint of pool (<pool(r), g> = <r, pool_grad(g)>, which is what the gradient of
+ * a linear map is), accumulating into the rows. Samples with several, one and no features of a
+ * field. */
+static void test_pool(void **state) {
+    (void)state;
+    enum { N = 3, NF = 3, D = 4, LD = 6, NK = 7 };
+    const size_t off[N + 1] = {0, 4, 4, NK};
+    const uint16_t field[NK] = {0, 2, 0, 0, /* sample 1 has none */ 1, 2, 1};
+    const float val[NK] = {1, 0.5f, 2, 1, 1, -1, 0.25f};
+    uint64_t rng = 9;
+    float rows[NK * LD], g[N * NF * D], out[N * NF * D], dr[NK * LD];
+    fill(rows, NK * LD, &rng, 1);
+    fill(g, N * NF * D, &rng, 1);
+    for (int mean = 0; mean < 2; mean++) {
+        be->pool(N, off, field, val, NF, D, rows + 1, LD, mean, out);
+        double ref[N * NF * D] = {0};
+        for (int s = 0; s < N; s++)
+            for (size_t j = off[s]; j < off[s + 1]; j++) {
+                int cnt = 0;
+                for (size_t i = off[s]; i < off[s + 1]; i++)
+                    cnt += field[i] == field[j];
+                for (int e = 0; e < D; e++)
+                    ref[(s * NF + field[j]) * D + e] +=
+                        (double)val[j] * rows[j * LD + 1 + e] / (mean ? cnt : 1);
+            }
+        for (int i = 0; i < N * NF * D; i++)
+            TU_ASSERT_CLOSE(out[i], ref[i], 1e-6, 1e-6, "pool %d value %d", mean, i);
+        for (int i = 0; i < NK * LD; i++)
+            dr[i] = 0.5f; /* pool_grad adds to what is there */
+        be->pool_grad(N, off, field, val, NF, D, g, LD, mean, dr + 1);
+        double lhs = 0, rhs = 0;
+        for (int i = 0; i < N * NF * D; i++)
+            lhs += (double)out[i] * g[i];
+        for (int j = 0; j < NK; j++) {
+            assert_true(dr[j * LD] == 0.5f && dr[j * LD + 5] == 0.5f); /* columns outside d */
+            for (int e = 0; e < D; e++)
+                rhs += (double)rows[j * LD + 1 + e] * (dr[j * LD + 1 + e] - 0.5);
+        }
+        TU_ASSERT_CLOSE(lhs, rhs, 1e-5, 1e-6, "adjoint %d", mean);
+    }
 }
 
 static void test_dot_interaction(void **state) {
@@ -191,9 +239,8 @@ static void test_bce_extremes(void **state) {
 int main(void) {
     be = pw_backend_cpu();
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm),
-        cmocka_unit_test(test_mlp_gradients),
-        cmocka_unit_test(test_dot_interaction),
+        cmocka_unit_test(test_gemm),         cmocka_unit_test(test_mlp_gradients),
+        cmocka_unit_test(test_pool),         cmocka_unit_test(test_dot_interaction),
         cmocka_unit_test(test_bce_extremes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

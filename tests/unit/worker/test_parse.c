@@ -13,7 +13,7 @@ static pw_sample_t g_s;
 
 static int parse(pw_format_t f, const char *line) {
     char err[128];
-    return pw_parse_line(f, line, strlen(line), &g_s, err, sizeof err);
+    return pw_parse_line(f, NULL, line, strlen(line), &g_s, err, sizeof err);
 }
 
 /* A Criteo line with label y, integers i0.. (-1: empty), categoricals (NULL: empty). */
@@ -88,7 +88,7 @@ static void test_criteo_bad(void **state) {
     *p = 'q';
     assert_int_equal(parse(PW_FMT_CRITEO, line), PC_EPARSE);
     assert_int_equal(parse(PW_FMT_CRITEO, ""), PC_EPARSE);
-    assert_int_equal(pw_parse_line(PW_FMT_CRITEO, "0\t\0", 3, &g_s, NULL, 0), PC_EPARSE);
+    assert_int_equal(pw_parse_line(PW_FMT_CRITEO, NULL, "0\t\0", 3, &g_s, NULL, 0), PC_EPARSE);
 }
 
 static void test_libsvm_libffm(void **state) {
@@ -126,12 +126,104 @@ static void test_libsvm_libffm(void **state) {
     assert_int_equal(pw_format_parse("libffm", &f), 0);
     assert_int_equal(f, PW_FMT_LIBFFM);
     assert_int_equal(pw_format_parse("csv?", &f), PC_EINVAL);
+    assert_int_equal(pw_format_parse("csv", &f), 0);
+    assert_int_equal(f, PW_FMT_CSV);
+}
+
+static int csv(const pw_csv_spec_t *sp, const char *line) {
+    char err[128];
+    return pw_parse_line(PW_FMT_CSV, sp, line, strlen(line), &g_s, err, sizeof err);
+}
+
+/* Column specs: every setting, and every malformed spec refused with a reason. */
+static void test_csv_spec(void **state) {
+    (void)state;
+    pw_csv_spec_t sp;
+    char err[128];
+    assert_int_equal(
+        pw_csv_spec_parse("header=1,threshold=4,columns=cat:cat:label:skip", &sp, err, sizeof err),
+        0);
+    assert_true(sp.header && sp.threshold == 4.0f && sp.ncols == 4 && sp.ncat == 2 && sp.nnum == 0);
+    assert_true(sp.sep == ',' && sp.multi_sep == '|');
+    assert_int_equal(pw_csv_spec_parse("columns=label:num:log:cats,sep=tab,multi_sep=space", &sp,
+                                       err, sizeof err),
+                     0);
+    assert_true(sp.sep == '\t' && sp.multi_sep == ' ' && sp.ncat == 1 && sp.nnum == 2);
+    int nf, nd;
+    pw_format_shape(PW_FMT_CSV, &sp, &nf, &nd);
+    assert_true(nf == 1 && nd == 2);
+    pw_format_shape(PW_FMT_CRITEO, NULL, &nf, &nd);
+    assert_true(nf == 26 && nd == 13);
+    const char *bad[] = {"",
+                         "header=1",                          /* no columns */
+                         "columns=cat:cat",                   /* no label */
+                         "columns=label:label:cat",           /* two labels */
+                         "columns=label:skip",                /* no feature */
+                         "columns=label:cat:bogus",           /* kind */
+                         "columns=label:cat,threshold=x",     /* threshold */
+                         "columns=label:cat,header=2",        /* header */
+                         "columns=label:cat,sep=dot",         /* separator */
+                         "columns=label:cat,multi_sep=comma", /* equals sep */
+                         "columns=label:cat,speed=9",         /* unknown */
+                         "columns"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = '\0';
+        assert_int_equal(pw_csv_spec_parse(bad[i], &sp, err, sizeof err), PC_EINVAL);
+        assert_true(err[0] != '\0');
+    }
+}
+
+/* MovieLens-style lines, quoting, multi-valued and numeric columns, and malformed lines. */
+static void test_csv_lines(void **state) {
+    (void)state;
+    pw_csv_spec_t ml, sp;
+    assert_int_equal(
+        pw_csv_spec_parse("header=1,threshold=4,columns=cat:cat:label:skip", &ml, NULL, 0), 0);
+    assert_int_equal(csv(&ml, "1,31,2.5,1260759144\r\n"), 0);
+    assert_true(g_s.label == 0.0f && g_s.nkeys == 2 && g_s.ndense == 0);
+    assert_true(g_s.field[0] == 0 && g_s.field[1] == 1 && g_s.val[0] == 1.0f);
+    const uint64_t u1 = g_s.keys[0], m31 = g_s.keys[1];
+    assert_true(u1 != m31);
+    assert_int_equal(csv(&ml, "1,1029,4.0,1260759179"), 0);
+    assert_true(g_s.label == 1.0f && g_s.keys[0] == u1 && g_s.keys[1] != m31);
+    assert_int_equal(csv(&ml, "31,1,4.5,0"), 0); /* same value, other field: other key */
+    assert_true(g_s.keys[0] != m31 && g_s.keys[1] != u1);
+    assert_int_equal(csv(&ml, ",1,4.5,0"), 0); /* empty cat: the field's missing key */
+    assert_true(g_s.keys[0] == pw_missing_key(0));
+    /* Wrong column counts, bad label. */
+    assert_int_equal(csv(&ml, "1,31,2.5"), PC_EPARSE);
+    assert_int_equal(csv(&ml, "1,31,2.5,1,9"), PC_EPARSE);
+    assert_int_equal(csv(&ml, ""), PC_EPARSE);
+    assert_int_equal(csv(&ml, "1,31,,1"), PC_EPARSE);
+    assert_int_equal(csv(&ml, "1,31,nan,1"), PC_EPARSE);
+    assert_int_equal(csv(&ml, "1,31,four,1"), PC_EPARSE);
+    /* Quotes, multi-valued, numeric and log columns. */
+    assert_int_equal(
+        pw_csv_spec_parse("columns=skip:cats:num:log:label:cat,threshold=1", &sp, NULL, 0), 0);
+    assert_int_equal(csv(&sp, "\"Heat, (1995)\",Action|Crime|Thriller,-1.5,e,1,\"x\"\"y\""),
+                     PC_EPARSE); /* "e" is not a number */
+    assert_int_equal(csv(&sp, "\"Heat, (1995)\",Action|Crime|Thriller,-1.5,7,1,\"x\"\"y\""), 0);
+    assert_true(g_s.label == 1.0f && g_s.ndense == 2 && g_s.nkeys == 4);
+    assert_true(g_s.dense[0] == -1.5f && fabsf(g_s.dense[1] - (float)log1p(7.0)) < 1e-6f);
+    assert_true(g_s.field[0] == 0 && g_s.field[2] == 0 && g_s.field[3] == 1);
+    const uint64_t action = g_s.keys[0];
+    assert_int_equal(csv(&sp, "t,Crime|Action,,-3,0,z"), 0); /* order-free, empty num 0 */
+    assert_true(g_s.keys[1] == action && g_s.dense[0] == 0 && g_s.dense[1] == 0);
+    assert_true(g_s.label == 0.0f);
+    assert_int_equal(csv(&sp, "t,,1,1,0,z"), 0); /* empty multi-valued: no feature */
+    assert_int_equal(g_s.nkeys, 1);
+    assert_int_equal(csv(&sp, "t,a||b|,1,1,0,z"), 0); /* empty items skipped */
+    assert_int_equal(g_s.nkeys, 3);
+    assert_int_equal(csv(&sp, "\"open,A,1,1,0,z"), PC_EPARSE); /* unterminated quote */
+    assert_int_equal(csv(&sp, "\"a\"b,A,1,1,0,z"), PC_EPARSE); /* text after a quote */
+    assert_int_equal(csv(&sp, "t,A,1,1,0,\"\""), 0);           /* quoted empty */
+    assert_int_equal(pw_parse_line(PW_FMT_CSV, NULL, "1,2", 3, &g_s, NULL, 0), PC_EPARSE);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_criteo),
-        cmocka_unit_test(test_criteo_bad),
+        cmocka_unit_test(test_csv_spec),      cmocka_unit_test(test_csv_lines),
+        cmocka_unit_test(test_criteo),        cmocka_unit_test(test_criteo_bad),
         cmocka_unit_test(test_libsvm_libffm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

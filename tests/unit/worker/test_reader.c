@@ -1,9 +1,15 @@
 /* The reader: plain and gzip files give the same samples in file order, across epochs; files are
  * split by rank; bad lines are counted and skipped, and too many stop the stream with PC_EPARSE;
  * a missing file is PC_EIO; resuming at pw_reader_consumed() continues exactly; closing early
- * never hangs. */
+ * never hangs. A TCP source gives the same samples as the file its producers send (in odd chunk
+ * sizes, a last line without newline, two producers at once); CSV headers are skipped per file
+ * and per connection. */
 #include "table_check.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sys/socket.h>
 #include <zlib.h>
 
 #include "pc_error.h"
@@ -203,13 +209,140 @@ static int teardown(void **state) {
     return 0;
 }
 
+/* ---- TCP source ---- */
+
+typedef struct producer {
+    int port;
+    const char *data;
+    size_t len, chunk; /* send in pieces of `chunk` bytes (varying a little) */
+} producer_t;
+
+static void *produce(void *arg) {
+    producer_t *p = arg;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)p->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    for (size_t off = 0, k = 0; off < p->len; k++) {
+        size_t n = p->chunk + k % 5;
+        n = n > p->len - off ? p->len - off : n;
+        ssize_t w = send(fd, p->data + off, n, MSG_NOSIGNAL);
+        assert_true(w > 0);
+        off += (size_t)w;
+    }
+    close(fd);
+    return NULL;
+}
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc(*len + 1);
+    assert_int_equal(fread(b, 1, *len, f), *len);
+    fclose(f);
+    return b;
+}
+
+static void test_tcp_source(void **state) {
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/tcp.tsv", g_dir);
+    write_data(path, 3000, 4, 500, false); /* with bad lines */
+    const char *p1[] = {path}, *tcp[] = {"tcp://127.0.0.1:0"};
+    pw_reader_opts_t o = opts(p1, 1);
+    pw_reader_t *r;
+    seen_t file, net;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(pw_reader_tcp_port(r), -1); /* no TCP source */
+    assert_int_equal(drain(r, &file, SIZE_MAX), 0);
+    pw_reader_close(r);
+    size_t len;
+    char *data = read_all(path, &len);
+    data[--len] = '\0'; /* the last line loses its newline */
+    /* One producer, odd chunks: the same samples in the same order. */
+    o = opts(tcp, 1);
+    o.tcp_end_idle_ms = 200;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    producer_t pa = {.port = pw_reader_tcp_port(r), .data = data, .len = len, .chunk = 7};
+    assert_true(pa.port > 0);
+    pthread_t th[2];
+    pthread_create(&th[0], NULL, produce, &pa);
+    assert_int_equal(drain(r, &net, SIZE_MAX), 0);
+    pthread_join(th[0], NULL);
+    pw_reader_stats_t st;
+    pw_reader_stats(r, &st);
+    pw_reader_close(r);
+    assert_int_equal(net.samples, file.samples);
+    assert_true(net.key_hash == file.key_hash && net.label_sum == file.label_sum);
+    assert_int_equal(st.bad, 6);
+    /* Two producers at once, each half the lines: every sample once. */
+    const char *mid = strchr(data + len / 2, '\n') + 1;
+    producer_t h1 = {.data = data, .len = (size_t)(mid - data), .chunk = 1000},
+               h2 = {.data = mid, .len = len - (size_t)(mid - data), .chunk = 333};
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    h1.port = h2.port = pw_reader_tcp_port(r);
+    pthread_create(&th[0], NULL, produce, &h1);
+    pthread_create(&th[1], NULL, produce, &h2);
+    assert_int_equal(drain(r, &net, SIZE_MAX), 0);
+    pthread_join(th[0], NULL);
+    pthread_join(th[1], NULL);
+    pw_reader_close(r);
+    assert_int_equal(net.samples, file.samples);
+    assert_true(net.label_sum == file.label_sum);
+    /* Closing while nobody connected returns promptly; a bad address is PC_EINVAL. */
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_true(pw_reader_tcp_port(r) > 0);
+    pw_reader_close(r);
+    const char *badaddr[] = {"tcp://127.0.0.1"};
+    o = opts(badaddr, 1);
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(pw_reader_tcp_port(r), -1);
+    assert_null(pw_reader_next(r));
+    assert_int_equal(pw_reader_error(r), PC_EINVAL);
+    pw_reader_close(r);
+    free(data);
+}
+
+/* CSV: the header of each file is skipped and not counted. */
+static void test_csv_header(void **state) {
+    (void)state;
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/a.csv", g_dir);
+    snprintf(b, sizeof b, "%s/b.csv", g_dir);
+    FILE *f = fopen(a, "w");
+    fprintf(f, "user,item,rating\n1,2,5\n1,3,1\n");
+    fclose(f);
+    f = fopen(b, "w");
+    fprintf(f, "user,item,rating\n2,2,4\n");
+    fclose(f);
+    pw_csv_spec_t sp;
+    assert_int_equal(pw_csv_spec_parse("header=1,threshold=4,columns=cat:cat:label", &sp, NULL, 0),
+                     0);
+    const char *p[] = {a, b};
+    pw_reader_opts_t o = opts(p, 2);
+    o.format = PW_FMT_CSV;
+    o.csv = &sp;
+    pw_reader_t *r;
+    seen_t s;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &s, SIZE_MAX), 0);
+    pw_reader_stats_t st;
+    pw_reader_stats(r, &st);
+    pw_reader_close(r);
+    assert_true(s.samples == 3 && s.lines == 3 && s.label_sum == 2 && st.bad == 0);
+    o.csv = NULL; /* CSV needs its spec */
+    assert_int_equal(pw_reader_open(&o, &r), PC_EINVAL);
+}
+
 int main(void) {
     pc_log_set_level(PC_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plain_gzip_epochs),
-        cmocka_unit_test(test_rank_split),
-        cmocka_unit_test(test_bad_lines_and_errors),
-        cmocka_unit_test(test_resume_and_early_close),
+        cmocka_unit_test(test_plain_gzip_epochs),    cmocka_unit_test(test_rank_split),
+        cmocka_unit_test(test_bad_lines_and_errors), cmocka_unit_test(test_resume_and_early_close),
+        cmocka_unit_test(test_tcp_source),           cmocka_unit_test(test_csv_header),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
