@@ -22,6 +22,7 @@
 #include "ps_ckpt.h"
 #include "pc_time.h"
 #include "ps_api.h"
+#include "ps_coord.h"
 #include "ps_dataplane.h"
 #include "ps_grpc.h"
 #include "ps_metrics.h"
@@ -49,6 +50,7 @@ typedef struct srv_cfg {
     int64_t server_index;
     char token[256];
     bool insecure_remote;
+    bool coordinator;
     int64_t max_body_bytes, max_batch_keys;
     char tables[4096];
     char ckpt_dir[512];
@@ -80,6 +82,8 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, server_index, -1, 1023, "-1", "index in the map (-1: find host:port)"),
     PC_SETTING_STRING(T, token, "", "shared token every connection must present"),
     PC_SETTING_BOOL(T, insecure_remote, "false", "allow a non-loopback bind without a token"),
+    PC_SETTING_BOOL(T, coordinator, "false",
+                    "also serve the job's coordinator (gRPC emberps.Coordinator: rendezvous KV)"),
     PC_SETTING_INT(T, max_body_bytes, 1024, 2147483647, "256Mi", "largest request body"),
     PC_SETTING_INT(T, max_batch_keys, 1, 16777216, "4Mi", "most keys in one request"),
     PC_SETTING_STRING(T, tables, "", "tables to create if missing: spec;spec (see ps_table.h)"),
@@ -108,6 +112,7 @@ typedef struct server {
     ps_dp_t *dp;
     ps_grpc_t *grpc;
     ps_metrics_t *metrics;
+    ps_coord_store_t coord; /* --coordinator: the in-process store */
     uint64_t start_ns;
     pthread_mutex_t ckpt_mu; /* checkpoints come from the timer, signals and gRPC */
     atomic_uint_least64_t ckpt_ok, ckpt_failed, ckpt_last_ns, ckpt_last_seconds_us;
@@ -508,6 +513,8 @@ int main(int argc, char **argv) {
     }
     pc_cmap_destroy(map);
     s.self = (uint32_t)self;
+    if (!rc && s.cfg.coordinator && ps_coord_store_memory(&s.coord))
+        rc = 1;
     ps_api_env_t env = {.cat = s.cat,
                         .max_keys = (uint32_t)s.cfg.max_batch_keys,
                         .ckpt_dir = s.cfg.ckpt_dir[0] ? s.cfg.ckpt_dir : NULL,
@@ -516,7 +523,8 @@ int main(int argc, char **argv) {
                         .ctx = &s,
                         .owns = api_owns,
                         .map_text = api_map,
-                        .checkpoint = s.ck ? api_checkpoint : NULL};
+                        .checkpoint = s.ck ? api_checkpoint : NULL,
+                        .coord = s.coord.ctx ? &s.coord : NULL};
     if (!rc && s.cfg.grpc_port >= 0) {
         char addr[128];
         snprintf(addr, sizeof addr, "%s:%d", s.cfg.host, (int)s.cfg.grpc_port);
@@ -538,6 +546,8 @@ int main(int argc, char **argv) {
         ps_ckpt_destroy(s.ck);
         ps_catalog_destroy(s.cat);
         ps_tier_close(s.tier);
+        if (s.coord.ctx)
+            s.coord.destroy(s.coord.ctx);
         return rc;
     }
     if (s.cfg.port_file[0]) {
@@ -578,6 +588,8 @@ int main(int argc, char **argv) {
     ps_ckpt_destroy(s.ck);
     ps_catalog_destroy(s.cat);
     ps_tier_close(s.tier);
+    if (s.coord.ctx)
+        s.coord.destroy(s.coord.ctx);
     PC_INFO("stopped");
     return 0;
 }

@@ -3,6 +3,7 @@
 #include "ps_api.h"
 
 #include "emberps.pb-c.h"
+#include "ps_coord.h"
 #include "pc_error.h"
 #include "pc_time.h"
 
@@ -11,22 +12,18 @@
 #include <string.h>
 
 #define PREFIX "/emberps.ParameterServer/"
+#define COORD  "/emberps.Coordinator/"
 
-static const char *const k_names[PS_API_NMETHODS] = {
-    "Lookup",          "Pull",          "Push",       "CreateTable",
-    "DropTable",       "ListTables",    "TableStats", "Checkpoint",
-    "ListCheckpoints", "GetClusterMap", "Health"};
 static const char *const k_paths[PS_API_NMETHODS] = {
-    PREFIX "Lookup",          PREFIX "Pull",          PREFIX "Push",       PREFIX "CreateTable",
-    PREFIX "DropTable",       PREFIX "ListTables",    PREFIX "TableStats", PREFIX "Checkpoint",
-    PREFIX "ListCheckpoints", PREFIX "GetClusterMap", PREFIX "Health"};
+    PREFIX "Lookup",        PREFIX "Pull",       PREFIX "Push",
+    PREFIX "CreateTable",   PREFIX "DropTable",  PREFIX "ListTables",
+    PREFIX "TableStats",    PREFIX "Checkpoint", PREFIX "ListCheckpoints",
+    PREFIX "GetClusterMap", PREFIX "Health",     COORD "KvSet",
+    COORD "KvGet"};
 
 int ps_api_method(const char *path, size_t len) {
-    const size_t pl = sizeof PREFIX - 1;
-    if (len <= pl || memcmp(path, PREFIX, pl) != 0)
-        return -1;
     for (int m = 0; m < PS_API_NMETHODS; m++)
-        if (strlen(k_names[m]) == len - pl && memcmp(path + pl, k_names[m], len - pl) == 0)
+        if (strlen(k_paths[m]) == len && memcmp(path, k_paths[m], len) == 0)
             return m;
     return -1;
 }
@@ -400,6 +397,51 @@ static void do_health(const ps_api_env_t *env, ps_api_reply_t *r) {
     ok_packed(r, &resp.base);
 }
 
+static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    if (!env->coord) {
+        fail(r, PS_ST_FAILED_PRECONDITION, "not the coordinator%s", "");
+        return;
+    }
+    Emberps__KvSetRequest *q = emberps__kv_set_request__unpack(NULL, len, req);
+    if (!q) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "malformed KvSetRequest%s", "");
+        return;
+    }
+    int rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len);
+    if (rc) {
+        fail_pc(r, rc, q->key);
+    } else {
+        Emberps__KvSetResponse resp = EMBERPS__KV_SET_RESPONSE__INIT;
+        ok_packed(r, &resp.base);
+    }
+    emberps__kv_set_request__free_unpacked(q, NULL);
+}
+
+static void do_kv_get(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    if (!env->coord) {
+        fail(r, PS_ST_FAILED_PRECONDITION, "not the coordinator%s", "");
+        return;
+    }
+    Emberps__KvGetRequest *q = emberps__kv_get_request__unpack(NULL, len, req);
+    if (!q) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "malformed KvGetRequest%s", "");
+        return;
+    }
+    void *v = NULL;
+    size_t vl = 0;
+    int rc = q->key[0] ? env->coord->get(env->coord->ctx, q->key, &v, &vl) : PC_EINVAL;
+    if (rc) {
+        fail_pc(r, rc, q->key);
+    } else {
+        Emberps__KvGetResponse resp = EMBERPS__KV_GET_RESPONSE__INIT;
+        resp.value.data = v;
+        resp.value.len = vl;
+        ok_packed(r, &resp.base);
+    }
+    free(v);
+    emberps__kv_get_request__free_unpacked(q, NULL);
+}
+
 void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
                  ps_api_reply_t *r) {
     memset(r, 0, sizeof *r);
@@ -436,6 +478,12 @@ void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
             return;
         case PS_API_HEALTH:
             do_health(env, r);
+            return;
+        case PS_API_KV_SET:
+            do_kv_set(env, req, len, r);
+            return;
+        case PS_API_KV_GET:
+            do_kv_get(env, req, len, r);
             return;
         default:
             fail(r, PS_ST_UNIMPLEMENTED, "unknown method%s", "");

@@ -45,6 +45,8 @@ typedef enum {
     PS_API_LIST_CHECKPOINTS,
     PS_API_GET_CLUSTER_MAP,
     PS_API_HEALTH,
+    PS_API_KV_SET, /* emberps.Coordinator */
+    PS_API_KV_GET,
     PS_API_NMETHODS
 } ps_api_method_t;
 
@@ -62,9 +64,12 @@ typedef struct ps_api_env {
     char *(*map_text)(void *ctx, uint64_t *version);
     /* Write a checkpoint now (NULL: Checkpoint is FAILED_PRECONDITION). */
     int (*checkpoint)(void *ctx, ps_ckpt_result_t *res);
+    /* The coordinator's store (NULL: not the coordinator; KvSet/KvGet are FAILED_PRECONDITION). */
+    const struct ps_coord_store *coord;
 } ps_api_env_t;
 
-/* The method of a gRPC path such as "/emberps.ParameterServer/Lookup", or -1. */
+/* The method of a gRPC path such as "/emberps.ParameterServer/Lookup" or
+ * "/emberps.Coordinator/KvGet", or -1. */
 int ps_api_method(const char *path, size_t len);
 /* The full path of a method ("/emberps.ParameterServer/Lookup"). */
 const char *ps_api_path(ps_api_method_t m);

@@ -1,13 +1,15 @@
 /* libFuzzer target: the gRPC API's request decoding and handling (ps_api_call) on arbitrary
  * bytes, in process, against a small catalog: the first input byte picks the method, the rest
- * is the request message. Tables the input creates are dropped after each run and the base
- * table has a row budget, so memory stays bounded. Never crashes, never leaks. */
+ * is the request message (the coordinator's KvSet/KvGet included). Tables the input creates are
+ * dropped after each run and the base table has a row budget, so memory stays bounded. Never
+ * crashes, never leaks. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pc_log.h"
 #include "ps_api.h"
+#include "ps_coord.h"
 
 static ps_catalog_t *g_cat;
 
@@ -28,9 +30,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         setup();
     if (size < 1)
         return 0;
-    ps_api_env_t env = {.cat = g_cat, .max_keys = 1024, .shard = 0};
+    ps_coord_store_t kv; /* a fresh coordinator store per input: memory stays bounded */
+    if (ps_coord_store_memory(&kv))
+        abort();
+    ps_api_env_t env = {.cat = g_cat, .max_keys = 1024, .shard = 0, .coord = &kv};
     ps_api_reply_t r;
     ps_api_call(&env, data[0] % (PS_API_NMETHODS + 1), data + 1, size - 1, &r);
+    kv.destroy(kv.ctx);
     if (r.status == PS_ST_OK && !r.body && r.len)
         abort(); /* a reply claims bytes it does not have */
     ps_api_reply_free(&r);

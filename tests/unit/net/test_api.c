@@ -7,6 +7,7 @@
 #include "emberps.pb-c.h"
 #include "pc_error.h"
 #include "ps_api.h"
+#include "ps_coord.h"
 
 static ps_catalog_t *cat(void) {
     ps_catalog_t *c;
@@ -27,6 +28,8 @@ static void test_methods_and_statuses(void **state) {
     assert_int_equal(ps_api_method("/emberps.ParameterServer/", 25), -1);
     assert_int_equal(ps_api_method("/emberps.ParameterServer/Pul", 28), -1);
     assert_int_equal(ps_api_method("/other.Service/Pull", 19), -1);
+    assert_int_equal(ps_api_method("/emberps.Coordinator/KvGet", 26), PS_API_KV_GET);
+    assert_int_equal(ps_api_method("/emberps.Coordinator/Pull", 25), -1);
     assert_true(ps_api_is_admin(PS_API_CREATE_TABLE) && !ps_api_is_admin(PS_API_PULL));
     assert_int_equal(ps_api_status_of(PC_EDIM), PS_ST_INVALID_ARGUMENT);
     assert_int_equal(ps_api_status_of(PC_ENOTFOUND), PS_ST_NOT_FOUND);
@@ -67,10 +70,70 @@ static void test_edge_requests(void **state) {
     ps_catalog_destroy(c);
 }
 
+static int kv_call(const ps_api_env_t *env, int m, const ProtobufCMessage *msg, ps_api_reply_t *r) {
+    uint8_t buf[4096];
+    const size_t n = protobuf_c_message_pack(msg, buf);
+    ps_api_call(env, m, buf, n, r);
+    return r->status;
+}
+
+/* The coordinator's KvSet/KvGet: set, replace, get, absent keys, limits, malformed requests, and
+ * a server that is not the coordinator. */
+static void test_coordinator_kv(void **state) {
+    (void)state;
+    ps_catalog_t *c = cat();
+    ps_coord_store_t st;
+    assert_int_equal(ps_coord_store_memory(&st), 0);
+    ps_api_env_t env = {.cat = c, .max_keys = 10, .coord = &st};
+    ps_api_reply_t r;
+    Emberps__KvSetRequest set = EMBERPS__KV_SET_REQUEST__INIT;
+    Emberps__KvGetRequest get = EMBERPS__KV_GET_REQUEST__INIT;
+    set.key = "gen/0/1";
+    set.value.data = (uint8_t *)"abc";
+    set.value.len = 3;
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_OK);
+    ps_api_reply_free(&r);
+    set.value.data = (uint8_t *)"wxyz"; /* replaces */
+    set.value.len = 4;
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_OK);
+    ps_api_reply_free(&r);
+    get.key = "gen/0/1";
+    assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_OK);
+    Emberps__KvGetResponse *g = emberps__kv_get_response__unpack(NULL, r.len, r.body);
+    assert_non_null(g);
+    assert_true(g->value.len == 4 && memcmp(g->value.data, "wxyz", 4) == 0);
+    emberps__kv_get_response__free_unpacked(g, NULL);
+    ps_api_reply_free(&r);
+    get.key = "gen/0/2";
+    assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_NOT_FOUND);
+    get.key = "";
+    assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_INVALID_ARGUMENT);
+    set.key = "";
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_INVALID_ARGUMENT);
+    /* Limits: an over-long key, an over-size value (straight to the store: a request of 1 MiB
+     * would not fit this test's buffer). */
+    char longkey[PS_COORD_KEY_MAX + 2];
+    memset(longkey, 'k', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    set.key = longkey;
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_RESOURCE_EXHAUSTED);
+    assert_int_equal(st.set(st.ctx, "big", "x", (size_t)PS_COORD_VALUE_MAX + 1), PC_ETOOBIG);
+    /* Malformed bytes; a server that is not the coordinator. */
+    const uint8_t junk[] = {0xff, 0xff, 0xff};
+    ps_api_call(&env, PS_API_KV_GET, junk, sizeof junk, &r);
+    assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
+    env.coord = NULL;
+    get.key = "gen/0/1";
+    assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_FAILED_PRECONDITION);
+    st.destroy(st.ctx);
+    ps_catalog_destroy(c);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_methods_and_statuses),
         cmocka_unit_test(test_edge_requests),
+        cmocka_unit_test(test_coordinator_kv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,116 @@
+/* pw_coord_client.c: see pw_coord_client.h. */
+#include "pw_coord_client.h"
+
+#include "emberps.pb-c.h"
+#include "emberps/psgrpc.h"
+#include "pc_error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct pw_coord {
+    psg_t *g;
+    int timeout_ms;
+};
+
+int pw_coord_open(const char *addr, const char *token, int timeout_ms, pw_coord_t **out) {
+    if (!addr || !out || timeout_ms < 1)
+        return PC_EINVAL;
+    pw_coord_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return PC_ENOMEM;
+    c->timeout_ms = timeout_ms;
+    int rc = psg_create(addr, token, 4u << 20, &c->g);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+void pw_coord_close(pw_coord_t *c) {
+    if (!c)
+        return;
+    psg_destroy(c->g);
+    free(c);
+}
+
+/* gRPC status -> EmberPS error. */
+static int error_of(int st) {
+    switch (st) {
+        case 0:
+            return 0;
+        case 3:
+            return PC_EINVAL;
+        case 4:
+            return PC_ETIMEDOUT;
+        case 5:
+            return PC_ENOTFOUND;
+        case 8:
+            return PC_ETOOBIG;
+        case 14:
+            return PC_EUNAVAIL;
+        case 16:
+            return PC_EAUTH;
+        default:
+            return PC_EINTERNAL;
+    }
+}
+
+static int call(pw_coord_t *c, const char *method, const ProtobufCMessage *m, uint8_t **resp,
+                size_t *rlen) {
+    const size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *req = malloc(n ? n : 1);
+    if (!req)
+        return PC_ENOMEM;
+    protobuf_c_message_pack(m, req);
+    int st = psg_call(c->g, method, req, n, c->timeout_ms, resp, rlen, NULL, 0);
+    free(req);
+    return error_of(st);
+}
+
+int pw_coord_set(pw_coord_t *c, const char *key, const void *value, size_t len) {
+    Emberps__KvSetRequest q = EMBERPS__KV_SET_REQUEST__INIT;
+    q.key = (char *)key;
+    q.value.data = (uint8_t *)value;
+    q.value.len = len;
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int rc = call(c, "/emberps.Coordinator/KvSet", &q.base, &resp, &rlen);
+    free(resp);
+    return rc;
+}
+
+int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {
+    Emberps__KvGetRequest q = EMBERPS__KV_GET_REQUEST__INIT;
+    q.key = (char *)key;
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int rc = call(c, "/emberps.Coordinator/KvGet", &q.base, &resp, &rlen);
+    if (rc)
+        return rc;
+    Emberps__KvGetResponse *r = emberps__kv_get_response__unpack(NULL, rlen, resp);
+    free(resp);
+    if (!r)
+        return PC_ECORRUPT;
+    *value = malloc(r->value.len ? r->value.len : 1);
+    if (*value) {
+        memcpy(*value, r->value.data, r->value.len);
+        *len = r->value.len;
+    }
+    emberps__kv_get_response__free_unpacked(r, NULL);
+    return *value ? 0 : PC_ENOMEM;
+}
+
+static int kv_set(void *ctx, const char *key, const void *value, size_t len) {
+    return pw_coord_set(ctx, key, value, len);
+}
+
+static int kv_get(void *ctx, const char *key, void **value, size_t *len) {
+    return pw_coord_get(ctx, key, value, len);
+}
+
+pw_kv_t pw_coord_kv(pw_coord_t *c) {
+    return (pw_kv_t){c, kv_set, kv_get};
+}

@@ -1,0 +1,25 @@
+/* pw_coord_client.h: a worker's client of the coordinator (ps-server --coordinator; gRPC
+ * emberps.Coordinator), as the key-value store that collective groups rendezvous in.
+ *
+ * Thread rule: thread-safe (one gRPC channel).
+ */
+#ifndef PW_COORD_CLIENT_H
+#define PW_COORD_CLIENT_H
+
+#include "pw_coll.h"
+
+typedef struct pw_coord pw_coord_t;
+
+/* A client of the coordinator at addr ("host:grpc_port"); token may be NULL. No I/O yet. */
+int pw_coord_open(const char *addr, const char *token, int timeout_ms, pw_coord_t **out);
+void pw_coord_close(pw_coord_t *c);
+
+/* KvSet / KvGet. get: 0 with a malloc'ed value, PC_ENOTFOUND, PC_EUNAVAIL (unreachable),
+ * PC_ETIMEDOUT, or the mapped status of a refusal. */
+int pw_coord_set(pw_coord_t *c, const char *key, const void *value, size_t len);
+int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len);
+
+/* The store as pw_coll.h wants it. */
+pw_kv_t pw_coord_kv(pw_coord_t *c);
+
+#endif
