@@ -2,7 +2,7 @@
  *
  *   psctl [--server=HOST:PORT] [--token=T] [--json] [--timeout-ms=N] COMMAND [ARGS]
  *
- * Commands: health, map, tables, create SPEC, drop NAME, stats NAME, lookup NAME KEY...,
+ * Commands: health, map, tables, create SPEC, drop NAME, stats NAME, lookup NAME KEY..., key,
  * checkpoint, checkpoints. Human-readable output by default, one JSON object with --json.
  * Exit status: 0 done; 1 the server refused (its status and message on stderr); 2 bad usage;
  * 3 the server could not be reached in time.
@@ -10,7 +10,9 @@
 #include "emberps.pb-c.h"
 #include "emberps/psgrpc.h"
 #include "pc_settings.h"
+#include "pc_cluster.h"
 #include "ps_api.h"
+#include "pw_parse.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -22,7 +24,7 @@
 typedef struct opts {
     char server[256];
     char token[256];
-    bool json;
+    bool json, csv_value;
     int64_t timeout_ms;
 } opts_t;
 
@@ -31,6 +33,7 @@ static const pc_setting_t k_opts[] = {
     PC_SETTING_STRING(T, server, "127.0.0.1:7500", "gRPC address of the server"),
     PC_SETTING_STRING(T, token, "", "token (x-emberps-token), or the admin token"),
     PC_SETTING_BOOL(T, json, "false", "print one JSON object"),
+    PC_SETTING_BOOL(T, csv_value, "false", "key: the value is CSV text, not Criteo hex"),
     PC_SETTING_INT(T, timeout_ms, 1, 3600000, "10000", "deadline of the call"),
 };
 #undef T
@@ -46,6 +49,9 @@ static void usage(FILE *f) {
                "  drop NAME              drop a table\n"
                "  stats NAME             table statistics\n"
                "  lookup NAME KEY...     rows of keys (read-only)\n"
+               "  key FIELD VALUE        the feature key of a Criteo (hex) or, with\n"
+               "                         --csv-value, CSV categorical value; its slot and\n"
+               "                         which server of the map owns it\n"
                "  checkpoint             write a checkpoint now\n"
                "  checkpoints            list checkpoints\n\n"
                "options:\n");
@@ -91,6 +97,55 @@ static void emit(cJSON *o) {
 
 static void num(cJSON *o, const char *k, uint64_t v) {
     cJSON_AddNumberToObject(o, k, (double)v);
+}
+
+/* psctl key: the key, its slot, and (from the server's map) the index of its owner. */
+static int feature_key(const char *field_s, const char *value) {
+    char *end;
+    errno = 0;
+    const unsigned long field = strtoul(field_s, &end, 10);
+    unsigned long hex = 0;
+    const size_t vl = strlen(value);
+    bool ok = !errno && !*end && field < PW_FIELDS_MAX;
+    if (ok && !g_o.csv_value) {
+        hex = strtoul(value, &end, 16);
+        ok = vl >= 1 && vl <= 8 && !*end;
+    }
+    if (!ok) {
+        fprintf(stderr,
+                "psctl: key FIELD VALUE: field 0..%d, value 1-8 hex digits (Criteo) or "
+                "any text with --csv-value\n",
+                PW_FIELDS_MAX - 1);
+        return 2;
+    }
+    const uint64_t key = g_o.csv_value ? pw_text_key((uint32_t)field, value, vl)
+                                       : pw_feature_key((uint32_t)field, hex);
+    int rc = 0, owner = -1;
+    size_t len;
+    Emberps__GetClusterMapRequest q = EMBERPS__GET_CLUSTER_MAP_REQUEST__INIT;
+    Emberps__GetClusterMapResponse *p;
+    uint8_t *r = call(PS_API_GET_CLUSTER_MAP, &q.base, &len, &rc);
+    if (r && (p = emberps__get_cluster_map_response__unpack(NULL, len, r))) {
+        pc_cluster_map_t *m;
+        if (pc_cmap_parse(p->map, &m, NULL, 0) == 0) {
+            owner = (int)pc_cmap_key_owner(m, key);
+            pc_cmap_destroy(m);
+        }
+        emberps__get_cluster_map_response__free_unpacked(p, NULL);
+    }
+    free(r);
+    if (g_o.json) {
+        cJSON *o = cJSON_CreateObject();
+        char ks[24];
+        snprintf(ks, sizeof ks, "%" PRIu64, key);
+        cJSON_AddStringToObject(o, "key", ks);
+        num(o, "slot", pc_key_slot(key));
+        cJSON_AddNumberToObject(o, "owner", owner);
+        emit(o);
+    } else {
+        printf("%" PRIu64 " slot %u owner %d\n", key, pc_key_slot(key), owner);
+    }
+    return rc == 3 ? 0 : rc; /* unreachable: the key is still right, its owner unknown (-1) */
 }
 
 int main(int argc, char **argv) {
@@ -236,6 +291,8 @@ int main(int argc, char **argv) {
                 cJSON_Delete(o);
             emberps__table_stats_response__free_unpacked(p, NULL);
         }
+    } else if (!strcmp(cmd, "key") && nargs == 2) {
+        rc = feature_key(args[0], args[1]);
     } else if (!strcmp(cmd, "lookup") && nargs >= 2) {
         Emberps__LookupRequest q = EMBERPS__LOOKUP_REQUEST__INIT;
         q.table = args[0];

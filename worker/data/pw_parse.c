@@ -20,6 +20,10 @@ uint64_t pw_feature_key(uint32_t field, uint64_t value) {
     return pc_hash_u64(value ^ salt, PC_HASH_SEED_FEATURE);
 }
 
+uint64_t pw_text_key(uint32_t field, const char *value, size_t len) {
+    return pw_feature_key(field, pc_hash64(value, len, PC_HASH_SEED_FEATURE));
+}
+
 uint64_t pw_missing_key(uint32_t field) {
     /* A value no 32-bit categorical can take. */
     return pw_feature_key(field, UINT64_C(1) << 40);

@@ -83,6 +83,8 @@ typedef struct pw_sample {
 
 /* The key of value `value` of field `field`. */
 uint64_t pw_feature_key(uint32_t field, uint64_t value);
+/* The key of a CSV categorical value (any bytes; hashed first). */
+uint64_t pw_text_key(uint32_t field, const char *value, size_t len);
 /* The key of a Criteo categorical field left empty. */
 uint64_t pw_missing_key(uint32_t field);
 

@@ -1,6 +1,8 @@
-/* ps-worker: the training worker. Today: --local (an in-process embedding table, no servers).
+/* ps-worker: the training worker: --local (an in-process embedding table) or against servers.
  *
  *   build/bin/ps-worker --local --train=train.tsv --test=test.tsv --model=dlrm --json
+ *   build/bin/ps-worker --servers=127.0.0.1:7400 --coordinator=127.0.0.1:7500 --rank=0 \
+ *       --world=2 --train=part-0.tsv,part-1.tsv --test=test.tsv   (rank 1 likewise)
  *   build/bin/ps-worker --local --format=csv \
  *       --csv=header=1,threshold=4,columns=cat:cat:label:skip --train=r.csv --test=t.csv
  *
@@ -15,6 +17,7 @@
 #include "pw_train.h"
 
 #include <cjson/cJSON.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +27,8 @@ typedef struct cfg {
     char train[4096], test[4096], format[16], model[16], csv[2048], pooling[8];
     char bottom[128], top[128], table[512], dense_optimizer[16];
     char load_dense[512], save_dense[512], export_embeddings[512];
+    char servers[4096], table_name[64], coordinator[256], job[64], host[64];
+    int64_t rank, world, timeout_ms;
     int64_t dim, fields, batch, epochs, max_samples, seed, progress_every, eval_every;
     double dense_lr;
     int log_level;
@@ -33,7 +38,15 @@ static const char *const k_levels[] = {"error", "warn", "info", "debug", "trace"
 
 #define T cfg_t
 static const pc_setting_t k_set[] = {
-    PC_SETTING_BOOL(T, local, "false", "train against an in-process table (the only mode yet)"),
+    PC_SETTING_BOOL(T, local, "false", "train against an in-process table (no servers)"),
+    PC_SETTING_STRING(T, servers, "", "the servers: a cluster map, or host:port of any server"),
+    PC_SETTING_STRING(T, table_name, "emb", "the servers' embedding table"),
+    PC_SETTING_STRING(T, coordinator, "", "host:gRPC port of the coordinator (world > 1)"),
+    PC_SETTING_INT(T, rank, 0, 4095, "0", "this worker's rank"),
+    PC_SETTING_INT(T, world, 1, 4096, "1", "workers in the job"),
+    PC_SETTING_STRING(T, job, "emberps", "the job's key prefix at the coordinator"),
+    PC_SETTING_STRING(T, host, "127.0.0.1", "this worker's address as its peers reach it"),
+    PC_SETTING_INT(T, timeout_ms, 100, 3.6e6, "30000", "server calls and collectives time out"),
     PC_SETTING_STRING(
         T, train, "",
         "training data: comma-separated paths (- for stdin, tcp://HOST:PORT listens)"),
@@ -92,15 +105,19 @@ static int widths(char *s, int *out, int *n) {
 
 int main(int argc, char **argv) {
     cfg_t c;
-    int cli = pc_settings_cli(k_set, NSET, &c, argc, argv, "ps-worker",
-                              "ps-worker --local --train=PATHS [--test=PATHS] [--name=value ...]");
+    int cli = pc_settings_cli(
+        k_set, NSET, &c, argc, argv, "ps-worker",
+        "ps-worker (--local | --servers=...) --train=PATHS [--test=PATHS] [--name=value ...]");
     if (cli)
         return cli == 1 ? 0 : 2;
-    pc_log_init(NULL, (pc_log_level_t)c.log_level, "ps-worker[local]");
-    if (!c.local) {
-        fprintf(stderr, "ps-worker: only --local training exists yet (servers: next issue)\n");
+    char tag[64];
+    snprintf(tag, sizeof tag, c.local ? "ps-worker[local]" : "ps-worker[%d]", (int)c.rank);
+    pc_log_init(NULL, (pc_log_level_t)c.log_level, tag);
+    if (c.local == (c.servers[0] != '\0')) {
+        fprintf(stderr, "ps-worker: give either --local or --servers=...\n");
         return 2;
     }
+    signal(SIGPIPE, SIG_IGN); /* a peer that died must not kill this worker */
     pw_train_config_t tc;
     pw_train_config_defaults(&tc);
     pw_format_t fmt;
@@ -125,6 +142,14 @@ int main(int argc, char **argv) {
     tc.fields = (int)c.fields;
     tc.mean_pooling = strcmp(c.pooling, "mean") == 0;
     tc.eval_every = (uint64_t)c.eval_every;
+    snprintf(tc.servers, sizeof tc.servers, "%s", c.servers);
+    snprintf(tc.table_name, sizeof tc.table_name, "%s", c.table_name);
+    snprintf(tc.coordinator, sizeof tc.coordinator, "%s", c.coordinator);
+    snprintf(tc.job, sizeof tc.job, "%s", c.job);
+    snprintf(tc.host, sizeof tc.host, "%s", c.host);
+    tc.rank = (int)c.rank;
+    tc.world = (int)c.world;
+    tc.timeout_ms = (int)c.timeout_ms;
     snprintf(tc.model, sizeof tc.model, "%s", c.model);
     snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);
     snprintf(tc.load_dense, sizeof tc.load_dense, "%s", c.load_dense);
@@ -147,7 +172,9 @@ int main(int argc, char **argv) {
     if (c.json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", tc.model);
+        cJSON_AddNumberToObject(j, "rank", (double)tc.rank);
         cJSON_AddNumberToObject(j, "samples", (double)r.samples);
+        cJSON_AddNumberToObject(j, "steps", (double)r.steps);
         cJSON_AddNumberToObject(j, "seconds", r.seconds);
         cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
         cJSON_AddNumberToObject(j, "train_loss", r.train_loss);

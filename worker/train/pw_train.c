@@ -5,6 +5,9 @@
 #include "pc_log.h"
 #include "pc_time.h"
 #include "ps_table.h"
+#include "emberps/psclient.h"
+#include "pw_coll.h"
+#include "pw_coord_client.h"
 #include "pw_deepfm.h"
 #include "pw_dlrm.h"
 #include "pw_fm.h"
@@ -37,6 +40,11 @@ void pw_train_config_defaults(pw_train_config_t *c) {
              "optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05,shards=16");
     pw_opt_config_defaults(&c->dense_opt, PW_OPT_ADAM);
     c->progress_every = 0;
+    snprintf(c->table_name, sizeof c->table_name, "emb");
+    snprintf(c->job, sizeof c->job, "emberps");
+    snprintf(c->host, sizeof c->host, "127.0.0.1");
+    c->world = 1;
+    c->timeout_ms = 30000;
 }
 
 typedef struct trainer {
@@ -46,7 +54,12 @@ typedef struct trainer {
     enum { M_DLRM, M_DEEPFM, M_FM, M_LR } kind;
     int nf, ndense, dim; /* dim: the table's row width */
     bool ones;           /* no dense features: one constant 1 stands in (a learned bias) */
-    ps_table_t *emb;
+    ps_table_t *emb;     /* local */
+    psc_t *ps;           /* distributed: the servers */
+    pw_coord_t *coord;
+    pw_coll_t *coll; /* world > 1 */
+    float *flat;     /* distributed: every dense gradient and the has-batch flag */
+    size_t nflat;
     pw_dlrm_t *dlrm;
     pw_deepfm_t *deepfm;
     pw_linear_t lin; /* lr, fm: dense features -> logit */
@@ -66,6 +79,10 @@ static void trainer_free(trainer_t *t) {
     if (t->kind == M_LR || t->kind == M_FM)
         pw_linear_free(&t->lin);
     ps_table_destroy(t->emb);
+    pw_coll_destroy(t->coll);
+    pw_coord_close(t->coord);
+    psc_close(t->ps);
+    free(t->flat);
     free(t->rows);
     free(t->grads);
     free(t->pooled);
@@ -85,6 +102,107 @@ static int model_kind(const char *name, int *kind) {
         }
     PC_ERROR("train: unknown model '%s' (dlrm, deepfm, fm, lr)", name);
     return PC_EINVAL;
+}
+
+/* Distributed: connect to the servers and, with world > 1, form the collective group. */
+static int connect_cluster(trainer_t *t) {
+    const pw_train_config_t *c = t->c;
+    if (c->world < 1 || c->rank < 0 || c->rank >= c->world ||
+        (c->world > 1 && !c->coordinator[0])) {
+        PC_ERROR("train: rank %d of world %d%s", c->rank, c->world,
+                 c->world > 1 && !c->coordinator[0] ? " needs a coordinator" : " is invalid");
+        return PC_EINVAL;
+    }
+    psc_opts_t po = {.servers = c->servers, .timeout_ms = c->timeout_ms};
+    int rc = psc_connect(&po, &t->ps);
+    if (rc) {
+        PC_ERROR("train: cannot reach the servers (%s): %s", c->servers, pc_strerror(rc));
+        return rc;
+    }
+    if (c->world == 1)
+        return 0;
+    if ((rc = pw_coord_open(c->coordinator, NULL, c->timeout_ms, &t->coord)))
+        return rc;
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "%s/gen/0", c->job);
+    pw_kv_t kv = pw_coord_kv(t->coord);
+    if ((rc = pw_coll_create(&kv, prefix, c->rank, c->world, c->host, c->timeout_ms, &t->coll)))
+        PC_ERROR("train: the worker group did not form (%s at %s): %s", prefix, c->coordinator,
+                 pc_strerror(rc));
+    return rc;
+}
+
+static int emb_pull(trainer_t *t, const uint64_t *keys, size_t n, float *rows, bool train) {
+    if (t->ps)
+        return train ? psc_pull(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, rows)
+                     : psc_lookup(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, rows, NULL);
+    return train ? ps_table_pull(t->emb, keys, n, rows, n * (size_t)t->dim)
+                 : ps_table_lookup(t->emb, keys, n, rows, n * (size_t)t->dim, NULL);
+}
+
+static int emb_push(trainer_t *t, const uint64_t *keys, size_t n, float *grads) {
+    if (t->ps) {
+        const float scale = 1.0f / (float)t->c->world; /* the mean over the workers' batches */
+        if (t->c->world > 1)
+            for (size_t i = 0; i < n * (size_t)t->dim; i++)
+                grads[i] *= scale;
+        return psc_push(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, grads, NULL);
+    }
+    ps_push_result_t pr;
+    return ps_table_push(t->emb, keys, n, grads, n * (size_t)t->dim, &pr);
+}
+
+/* Sync steps (BSP) take two collectives: reduce_dense after every worker computed (so every
+ * pull of step t is done before any push of step t is applied) and barrier after the pushes (so
+ * every push of step t is applied before any pull of step t + 1). Local training: no-ops. */
+
+/* With a group: allreduce every dense gradient (and whether this worker had a batch) and leave
+ * the mean over the workers that had one in the layers. *any: some worker had a batch. */
+static int reduce_dense(trainer_t *t, bool had_batch, bool *any) {
+    *any = had_batch;
+    if (!t->coll)
+        return 0;
+    size_t k = 0;
+    for (int i = 0; i < t->nlayers; i++) {
+        const pw_linear_t *l = &t->layers[i];
+        const size_t nw = (size_t)l->in * l->out;
+        if (had_batch) {
+            memcpy(t->flat + k, l->dw, nw * sizeof(float));
+            memcpy(t->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
+        } else {
+            memset(t->flat + k, 0, (nw + (size_t)l->out) * sizeof(float));
+        }
+        k += nw + (size_t)l->out;
+    }
+    t->flat[k] = had_batch ? 1.0f : 0.0f;
+    int rc = pw_coll_allreduce_sum(t->coll, t->flat, t->nflat);
+    if (rc)
+        return rc;
+    const float active = t->flat[k];
+    *any = active > 0;
+    k = 0;
+    for (int i = 0; i < t->nlayers && *any; i++) {
+        pw_linear_t *l = &t->layers[i];
+        const size_t nw = (size_t)l->in * l->out;
+        for (size_t j = 0; j < nw; j++)
+            l->dw[j] = t->flat[k + j] / active;
+        for (int j = 0; j < l->out; j++)
+            l->db[j] = t->flat[k + nw + (size_t)j] / active;
+        k += nw + (size_t)l->out;
+    }
+    return 0;
+}
+
+static int barrier(trainer_t *t) {
+    float one = 1;
+    return t->coll ? pw_coll_allreduce_sum(t->coll, &one, 1) : 0;
+}
+
+static void apply_dense(trainer_t *t) {
+    for (int i = 0; i < t->nlayers; i++) {
+        pw_opt_step(&t->opt[2 * i], t->layers[i].w, t->layers[i].dw);
+        pw_opt_step(&t->opt[2 * i + 1], t->layers[i].b, t->layers[i].db);
+    }
 }
 
 /* Build the model: fields and dense values from the format (or the configuration). */
@@ -117,8 +235,12 @@ static int trainer_init(trainer_t *t) {
     }
     if (t->kind == M_LR)
         tc.init = PS_INIT_ZEROS;
-    if ((rc = ps_table_create(&tc, &t->emb)))
+    if (c->servers[0]) { /* distributed: the servers hold the table */
+        if ((rc = connect_cluster(t)))
+            return rc;
+    } else if ((rc = ps_table_create(&tc, &t->emb))) {
         return rc;
+    }
     if (t->kind == M_LR || t->kind == M_FM) {
         if ((rc = pw_linear_init(&t->lin, t->ndense, 1, c->seed)))
             return rc;
@@ -163,6 +285,11 @@ static int trainer_init(trainer_t *t) {
         if (!rc)
             rc = pw_opt_init(&t->opt[2 * i + 1], &c->dense_opt, (size_t)t->layers[i].out);
     }
+    for (int i = 0; i < t->nlayers; i++)
+        t->nflat += (size_t)t->layers[i].in * t->layers[i].out + (size_t)t->layers[i].out;
+    t->nflat++; /* the has-batch flag */
+    if (!rc && t->coll && !(t->flat = malloc(t->nflat * sizeof(float))))
+        rc = PC_ENOMEM;
     if (!rc && c->load_dense[0] && (rc = pw_dense_load(c->load_dense, t->layers, t->nlayers)))
         PC_ERROR("train: cannot load the dense model %s: %s", c->load_dense, pc_strerror(rc));
     const size_t b = (size_t)c->batch, pooled = b * (size_t)(t->nf > 0 ? t->nf : 1) * c->dim;
@@ -222,8 +349,7 @@ static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *l
     if (!rc)
         rc = reserve_rows(t, nk);
     if (!rc)
-        rc = train ? ps_table_pull(t->emb, b->keys, nk, t->rows, nk * d)
-                   : ps_table_lookup(t->emb, b->keys, nk, t->rows, nk * d, NULL);
+        rc = emb_pull(t, b->keys, nk, t->rows, train);
     if (rc)
         return rc;
     const bool mean = t->c->mean_pooling;
@@ -278,23 +404,17 @@ static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *l
     }
     if (rc)
         return rc;
-    ps_push_result_t pr;
-    if ((rc = ps_table_push(t->emb, b->keys, nk, t->grads, nk * d, &pr)))
-        return rc;
-    for (int i = 0; i < t->nlayers; i++) {
-        pw_opt_step(&t->opt[2 * i], t->layers[i].w, t->layers[i].dw);
-        pw_opt_step(&t->opt[2 * i + 1], t->layers[i].b, t->layers[i].db);
-    }
-    return 0;
+    return 0; /* the sparse gradients wait in t->grads for emb_push */
 }
 
 static int open_reader(const pw_train_config_t *c, pw_format_t fmt, const char *const *paths,
-                       size_t n, int epochs, pw_reader_t **r) {
+                       size_t n, int epochs, bool split, pw_reader_t **r) {
     pw_reader_opts_t o = {.format = fmt,
                           .csv = &c->csv,
                           .paths = paths,
                           .npaths = n,
-                          .world = 1,
+                          .rank = split ? (uint32_t)c->rank : 0,
+                          .world = split ? (uint32_t)c->world : 1,
                           .batch = (size_t)c->batch,
                           .queue = 4,
                           .epochs = epochs,
@@ -308,7 +428,7 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
     size_t cap = 1 << 16, n = 0;
     float *p = malloc(cap * sizeof *p), *y = malloc(cap * sizeof *y);
     pw_reader_t *tr = NULL;
-    int rc = p && y ? open_reader(t->c, t->fmt, test, ntest, 1, &tr) : PC_ENOMEM;
+    int rc = p && y ? open_reader(t->c, t->fmt, test, ntest, 1, false, &tr) : PC_ENOMEM;
     for (const pw_batch_t *b; !rc && (b = pw_reader_next(tr));) {
         double loss;
         if ((rc = trainer_step(t, b, false, &loss)))
@@ -388,7 +508,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     int rc = trainer_init(&t);
     pw_reader_t *r = NULL;
     if (!rc)
-        rc = open_reader(c, fmt, train, ntrain, c->epochs, &r);
+        rc = open_reader(c, fmt, train, ntrain, c->epochs, true, &r);
     if (rc) {
         trainer_free(&t);
         return rc;
@@ -396,17 +516,32 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     const uint64_t t0 = pc_time_mono_ns(), total_bytes = stream_bytes(train, ntrain, c->epochs);
     double ema = NAN;
     uint64_t next_progress = c->progress_every, next_eval = c->eval_every;
-    for (const pw_batch_t *b; !rc && (b = pw_reader_next(r));) {
+    bool budget_left = true;
+    for (;;) {
+        /* A batch (none once the stream or the sample budget is done); with a group, step on
+         * until no worker has one. */
+        const pw_batch_t *b = budget_left ? pw_reader_next(r) : NULL;
         double loss;
-        if ((rc = trainer_step(&t, b, true, &loss)))
+        bool any;
+        if (b && (rc = trainer_step(&t, b, true, &loss)))
             break;
+        if ((rc = reduce_dense(&t, b != NULL, &any)) || !any)
+            break;
+        if (b && (rc = emb_push(&t, b->keys, b->key_off[b->n], t.grads)))
+            break;
+        if ((rc = barrier(&t)))
+            break;
+        apply_dense(&t);
+        res->steps++;
+        if (!b)
+            continue;
         ema = isnan(ema) ? loss : 0.99 * ema + 0.01 * loss;
         res->samples += b->n;
         if (c->progress_every && res->samples >= next_progress) {
             progress(c, r, res->samples, t0, ema, total_bytes);
             next_progress += c->progress_every;
         }
-        if (c->eval_every && ntest && res->samples >= next_eval) {
+        if (c->eval_every && ntest && c->rank == 0 && res->samples >= next_eval) {
             if ((rc = evaluate(&t, test, ntest, res)))
                 break;
             fprintf(stderr, "eval: after %llu samples: AUC %.4f, logloss %.4f (%llu samples)\n",
@@ -415,7 +550,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             next_eval += c->eval_every;
         }
         if (c->max_samples && res->samples >= c->max_samples)
-            break;
+            budget_left = false;
     }
     if (!rc)
         rc = pw_reader_error(r);
@@ -423,15 +558,20 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->seconds = pc_time_sec_since(t0);
     res->samples_per_s = res->seconds > 0 ? (double)res->samples / res->seconds : 0;
     res->train_loss = ema;
-    if (!rc)
+    if (!rc && t.emb)
         res->table_rows = ps_table_count(t.emb);
-    if (!rc && c->save_dense[0] && (rc = pw_dense_save(c->save_dense, t.layers, t.nlayers)))
+    const bool lead = c->rank == 0; /* distributed: rank 0 saves and evaluates */
+    if (!rc && lead && c->save_dense[0] && (rc = pw_dense_save(c->save_dense, t.layers, t.nlayers)))
         PC_ERROR("train: cannot save the dense model to %s: %s", c->save_dense, pc_strerror(rc));
+    if (!rc && c->export_embeddings[0] && !t.emb) {
+        PC_ERROR("train: export the servers' table with a checkpoint (psctl), not the worker");
+        rc = PC_EINVAL;
+    }
     if (!rc && c->export_embeddings[0] &&
         (rc = ps_table_export(t.emb, NULL, c->export_embeddings, true)))
         PC_ERROR("train: cannot export the embeddings to %s: %s", c->export_embeddings,
                  pc_strerror(rc));
-    if (!rc && ntest)
+    if (!rc && lead && ntest)
         rc = evaluate(&t, test, ntest, res);
     trainer_free(&t);
     return rc;

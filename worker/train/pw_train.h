@@ -1,4 +1,5 @@
-/* pw_train.h: local training (ps-worker --local): one worker, an in-process embedding table.
+/* pw_train.h: training: local (ps-worker --local: one worker, an in-process embedding table) or
+ * distributed (against ps-servers through libpsclient, dense gradients allreduced among workers).
  *
  * Each step takes a batch from the reader, pulls the embeddings of its keys from the table
  * (ps_table_pull: missing keys start from their initial rows), runs the model forward and
@@ -16,6 +17,20 @@
  * its categorical columns, libsvm 1) or `fields`. Streams without dense features (libsvm,
  * libffm, CSV without numeric columns) get one constant 1 as their dense input, so the dense
  * part still learns a bias (for DLRM, a learned vector that interacts with every field).
+ *
+ * Distributed (`servers` set): the embedding table `table_name` lives on the servers (created
+ * there with the same dim: `dim` for DLRM, dim + 1 for FM/DeepFM, 1 for LR; a mismatch is
+ * PC_EDIM); `world` workers (ranks 0..world-1) each read their share of the files (file i goes to
+ * rank i % world) and train in `sync` mode: every step each worker pulls its batch's rows,
+ * computes, pushes its sparse gradients scaled by 1/world and waits for the servers to apply
+ * them, then the workers allreduce their dense gradients (Gloo, pw_coll.h; the group forms
+ * through the coordinator under "<job>/gen/0") and every worker takes the same dense optimizer
+ * step with the mean. So step t of every worker is applied before any worker pulls for step
+ * t + 1. A worker whose data ran out keeps joining the allreduce with no gradient (the mean is
+ * over the workers that had a batch) until all have run out. Rank 0 evaluates the test stream
+ * at the end (lookups: the servers' rows are not changed) and saves and exports what is asked.
+ * With a server optimizer that is linear in the gradient (SGD), 2 workers with batch b train the
+ * same model as 1 worker with batch 2b over the interleaved data, to float rounding.
  *
  * Progress lines (stderr, every progress_every samples): samples, samples/s, loss, and the ETA
  * when the size is known (a sample budget, or uncompressed files). With eval_every, the test
@@ -52,6 +67,14 @@ typedef struct pw_train_config {
     char load_dense[512];        /* start from this dense model file (pw_model_io.h), "" none */
     char save_dense[512];        /* save the dense model here after training, "" none */
     char export_embeddings[512]; /* export the table (ps_table_export, with optimizer state) */
+    /* distributed training (servers[0] != 0) */
+    char servers[4096];    /* a cluster map text, or host:port of any server */
+    char table_name[64];   /* the servers' embedding table */
+    char coordinator[256]; /* host:gRPC port of the coordinator (world > 1) */
+    char job[64];          /* key prefix of this job at the coordinator */
+    char host[64];         /* this worker's address as its peers reach it */
+    int rank, world;
+    int timeout_ms; /* every server call and collective */
 } pw_train_config_t;
 
 void pw_train_config_defaults(pw_train_config_t *c);
@@ -63,11 +86,14 @@ typedef struct pw_train_result {
     double auc, logloss; /* on the test stream at the end (NaN when none) */
     int evals;           /* evaluations run (periodic and final) */
     uint64_t test_samples;
-    uint64_t table_rows;
+    uint64_t table_rows; /* local training only */
+    uint64_t steps;      /* optimizer steps taken (distributed: the same on every worker) */
 } pw_train_result_t;
 
 /* Train on `train` paths, then evaluate on `test` paths (ntest may be 0). Format as given.
- * PC_EINVAL for a bad configuration; reader errors (PC_EIO, PC_EPARSE) stop training. */
+ * PC_EINVAL for a bad configuration; reader errors (PC_EIO, PC_EPARSE) stop training;
+ * distributed: server errors (PC_EUNAVAIL, PC_ETIMEDOUT, PC_EDIM, PC_ENOTFOUND for a missing
+ * table) and collective errors (a peer gone: PC_EUNAVAIL / PC_ETIMEDOUT) stop it too. */
 int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const *train,
                  size_t ntrain, const char *const *test, size_t ntest, pw_train_result_t *res);
 

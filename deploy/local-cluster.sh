@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# deploy/local-cluster.sh: run EmberPS servers on this machine (loopback), for the quickstart and
+# for users who want to train their own data through the same setup.
+#
+#   deploy/local-cluster.sh up [--servers=N] [--dir=DIR] [--base-port=P] [--table=SPEC]
+#   deploy/local-cluster.sh status [--dir=DIR]
+#   deploy/local-cluster.sh down [--dir=DIR]
+#
+# up starts N ps-servers (default 2) sharing one cluster map (slots split evenly); server 0 is
+# also the coordinator. Server i serves the data plane on P+i, gRPC on P+100+i and metrics on
+# P+2000+i (P default 7400), checkpoints into DIR/ckpt-i every 60 s and on stop, and logs to
+# DIR/logs/server-i.log. It creates the table SPEC (default: a 16-dim Adagrad table "emb") unless
+# a checkpoint brings it back. DIR (default run/cluster) then holds:
+#   cluster.map     the map (pass it, or any server's host:port, to ps-worker --servers)
+#   servers.txt     one line per server: index data-port grpc-port metrics-port pid
+#   coordinator     host:gRPC port of the coordinator (ps-worker --coordinator)
+# status prints each server's health through psctl; down stops them (SIGTERM: each writes a
+# checkpoint and exits 0). Binaries come from build/bin (tests/run.sh or deploy/quickstart.sh
+# build them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cmd=${1:-}
+[ -n "$cmd" ] && shift
+n=2 dir=run/cluster base=7400
+table="name=emb,dim=16,optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05"
+for a in "$@"; do
+  case "$a" in
+    --servers=*) n=${a#*=} ;;
+    --dir=*) dir=${a#*=} ;;
+    --base-port=*) base=${a#*=} ;;
+    --table=*) table=${a#*=} ;;
+    *) echo "local-cluster.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+bin=build/bin
+
+up() {
+  [ -x $bin/ps-server ] || { echo "local-cluster.sh: build first (no $bin/ps-server)" >&2; exit 1; }
+  if [ -f "$dir/servers.txt" ] && status >/dev/null 2>&1; then
+    echo "local-cluster.sh: a cluster is already up in $dir (down first)" >&2; exit 1
+  fi
+  mkdir -p "$dir/logs"
+  : >"$dir/servers.txt"
+  local addrs="" slots="" per=$((16384 / n))
+  for ((i = 0; i < n; i++)); do
+    addrs+="${addrs:+,}127.0.0.1:$((base + i))"
+    local lo=$((i * per)) hi=$(((i + 1) * per - 1))
+    [ $i -eq $((n - 1)) ] && hi=16383
+    slots+="${slots:+,}$lo-$hi:$i"
+  done
+  echo "version=1;servers=$addrs;slots=$slots" >"$dir/cluster.map"
+  for ((i = 0; i < n; i++)); do
+    local extra=()
+    [ $i -eq 0 ] && extra+=(--coordinator)
+    rm -f "$dir/port-$i"
+    nohup $bin/ps-server --port=$((base + i)) --grpc-port=$((base + 100 + i)) \
+      --metrics-port=$((base + 2000 + i)) --cluster-map-file="$dir/cluster.map" \
+      --server-index=$i --tables="$table" --ckpt-dir="$dir/ckpt-$i" --ckpt-interval-s=60 \
+      --port-file="$dir/port-$i" "${extra[@]}" >"$dir/logs/server-$i.log" 2>&1 &
+    echo "$i $((base + i)) $((base + 100 + i)) $((base + 2000 + i)) $!" >>"$dir/servers.txt"
+  done
+  for ((i = 0; i < n; i++)); do # bounded wait for every server to serve
+    for ((t = 0; t < 200; t++)); do [ -s "$dir/port-$i" ] && break; sleep 0.05; done
+    if [ ! -s "$dir/port-$i" ]; then
+      echo "local-cluster.sh: server $i did not start; its log:" >&2
+      tail -n 20 "$dir/logs/server-$i.log" >&2
+      down; exit 1
+    fi
+  done
+  echo "127.0.0.1:$((base + 100))" >"$dir/coordinator"
+  echo "cluster up: $n servers, map $dir/cluster.map, coordinator $(cat "$dir/coordinator")," \
+       "logs $dir/logs"
+}
+
+status() {
+  [ -f "$dir/servers.txt" ] || { echo "no cluster in $dir"; return 1; }
+  local bad=0
+  while read -r i dp gp mp pid; do
+    if kill -0 "$pid" 2>/dev/null && out=$($bin/psctl --server=127.0.0.1:$gp --timeout-ms=2000 health 2>&1); then
+      echo "server $i (pid $pid, data :$dp, gRPC :$gp, metrics :$mp): $(echo "$out" | tr '\n' ' ')"
+    else
+      echo "server $i (pid $pid): DOWN"; bad=1
+    fi
+  done <"$dir/servers.txt"
+  return $bad
+}
+
+down() {
+  [ -f "$dir/servers.txt" ] || return 0
+  while read -r i dp gp mp pid; do kill -TERM "$pid" 2>/dev/null || true; done <"$dir/servers.txt"
+  while read -r i dp gp mp pid; do
+    for ((t = 0; t < 300; t++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "$pid" 2>/dev/null && { echo "server $i did not stop in 15 s: killing" >&2; kill -9 "$pid"; }
+  done <"$dir/servers.txt"
+  rm -f "$dir/servers.txt"
+  echo "cluster down ($dir)"
+}
+
+case "$cmd" in
+  up) up ;;
+  status) status ;;
+  down) down ;;
+  *) echo "usage: deploy/local-cluster.sh up|status|down [--servers=N] [--dir=DIR] [--base-port=P] [--table=SPEC]" >&2; exit 2 ;;
+esac

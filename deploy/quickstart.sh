@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# deploy/quickstart.sh: the main job, end to end on one machine (a fresh Debian 12, as root).
+#
+# Installs the dependencies (apt), builds, generates a Criteo-format dataset with ps-datagen
+# (a planted model, so the best possible AUC is known), starts 2 servers (server 0 is also the
+# coordinator) and 2 workers on loopback, trains one epoch in sync mode with a live progress
+# line, prints the final AUC next to the oracle's, answers an online Lookup of a trained
+# embedding through psctl, and stops everything cleanly. Everything lands in run/quickstart/
+# (data, cluster logs and checkpoints, worker logs).
+#
+#   deploy/quickstart.sh                       # 500k training rows
+#   QUICKSTART_ROWS=2000000 deploy/quickstart.sh
+#   QUICKSTART_BASE_PORT=17400 deploy/quickstart.sh   # if 7400.. are taken
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rows=${QUICKSTART_ROWS:-500000}
+base=${QUICKSTART_BASE_PORT:-7400}
+run=run/quickstart
+bin=build/bin
+
+echo "== dependencies"
+deploy/install-deps.sh
+echo "== build (build/, Release)"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j2 >"${TMPDIR:-/tmp}/emberps-build.log" 2>&1 ||
+  { tail -n 30 "${TMPDIR:-/tmp}/emberps-build.log"; exit 1; }
+
+rm -rf "$run"
+mkdir -p "$run/data" "$run/workers"
+echo "== data: $rows training rows, $((rows / 10)) test rows (ps-datagen)"
+$bin/ps-datagen --rows="$rows" --test-rows=$((rows / 10)) --out="$run/data/train.tsv" \
+  --test-out="$run/data/test.tsv" --oracle-out="$run/data/oracle.json" 2>/dev/null
+split -n l/2 -d "$run/data/train.tsv" "$run/data/part-" # one file per worker (rank i: part-0i)
+rm "$run/data/train.tsv"
+
+echo "== cluster: 2 servers (server 0 also the coordinator)"
+cluster() { deploy/local-cluster.sh "$1" --dir="$run/cluster" --base-port="$base"; }
+workers=()
+cleanup() {
+  for p in "${workers[@]}"; do kill "$p" 2>/dev/null || true; done
+  cluster down >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+cluster up
+
+echo "== training: 2 workers, sync mode, DLRM (dim 16, 13-64-16, 128-64-1), batch 1024"
+common=(--servers="$(cat "$run/cluster/cluster.map")" --coordinator="$(cat "$run/cluster/coordinator")"
+        --world=2 --train="$run/data/part-00,$run/data/part-01" --job=quickstart)
+$bin/ps-worker "${common[@]}" --rank=1 --progress-every=0 --json \
+  >"$run/workers/worker-1.json" 2>"$run/workers/worker-1.log" &
+workers+=($!)
+$bin/ps-worker "${common[@]}" --rank=0 --test="$run/data/test.tsv" --progress-every=50000 \
+  --save-dense="$run/workers/dense.model" --json \
+  >"$run/workers/worker-0.json" 2> >(tee "$run/workers/worker-0.log" >&2)
+wait "${workers[@]}"
+workers=()
+
+python_free_json() { # the number after "key": in a one-line JSON file
+  sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1"
+}
+auc=$(python_free_json "$run/workers/worker-0.json" auc)
+logloss=$(python_free_json "$run/workers/worker-0.json" logloss)
+sps=$(python_free_json "$run/workers/worker-0.json" samples_per_s)
+oauc=$(python_free_json "$run/data/oracle.json" oracle_auc)
+ologloss=$(python_free_json "$run/data/oracle.json" oracle_logloss)
+printf '== result: test AUC %.4f (oracle %.4f), logloss %.4f (oracle %.4f); %.0f samples/s per worker\n' \
+  "$auc" "$oauc" "$logloss" "$ologloss" "$sps"
+
+echo "== online lookup: the embedding of field 0's value in the first test row"
+value=$(head -n 1 "$run/data/test.tsv" | cut -f 15)
+read -r key _ _ _ owner < <($bin/psctl --server=127.0.0.1:$((base + 100)) key 0 "$value")
+echo "\$ psctl --server=127.0.0.1:$((base + 100 + owner)) lookup emb $key"
+$bin/psctl --server=127.0.0.1:$((base + 100 + owner)) lookup emb "$key"
+
+echo "== stopping (servers checkpoint on the way out)"
+trap - EXIT
+cluster down
+echo "done: data, logs and checkpoints are in $run/"

@@ -1,0 +1,239 @@
+/* Distributed training on loopback: 2 ps-servers (one the coordinator) and ps-worker processes.
+ *  - sync equivalence: 2 workers with batch b train the same model as 1 worker with batch 2b
+ *    over the interleaved data (server SGD: linear in the gradient), dense weights and test
+ *    metrics equal to float rounding;
+ *  - workers with unequal data both finish (the one that ran out joins with no gradient);
+ *  - errors are clear exits: no coordinator for world 2 (2), servers unreachable (1), a table of
+ *    another dim on the servers (1), a peer that never comes (1, within the timeout). */
+#include "proc_util.h"
+#include "table_check.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "pc_log.h"
+#include "pw_datagen.h"
+#include "pw_dlrm.h"
+#include "pw_model_io.h"
+
+static const char *g_worker;
+static char g_dir[256];
+enum { B = 256, ROWS = 40 * 2 * B };
+#define TABLE "name=emb,dim=16,optimizer=sgd,lr=20,init=uniform,init_scale=0.05,seed=3"
+
+typedef struct cluster {
+    pid_t s0, s1;
+    int p0, grpc0;
+    char map[256];
+} cluster_t;
+
+static void cluster_up(cluster_t *c, const char *table) {
+    c->p0 = pu_free_port();
+    const int p1 = pu_free_port();
+    char maparg[300], tables[256];
+    snprintf(c->map, sizeof c->map,
+             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", c->p0, p1);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", c->map);
+    snprintf(tables, sizeof tables, "--tables=%s", table);
+    const char *e0[] = {maparg, tables, "--coordinator", NULL}, *e1[] = {maparg, tables, NULL};
+    c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
+    c->s1 = pu_spawn(p1, g_dir, e1, NULL);
+}
+
+static void cluster_down(cluster_t *c) {
+    pu_stop(c->s0);
+    pu_stop(c->s1);
+}
+
+/* Start ps-worker with args (NULL-terminated); stdout to out_path. */
+static pid_t worker(const char *const *args, const char *out_path) {
+    const char *argv[40] = {g_worker, "--log-level=error", "--progress-every=0", "--json",
+                            "--timeout-ms=20000"};
+    int a = 5;
+    for (int i = 0; args[i] && a < 39; i++)
+        argv[a++] = args[i];
+    argv[a] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(out_path, "w", stdout))
+            _exit(126);
+        execv(g_worker, (char *const *)argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static double json_num(const char *path, const char *key) {
+    char buf[4096] = "", pat[64];
+    FILE *f = fopen(path, "r");
+    if (f) {
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+    }
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *p = strstr(buf, pat);
+    return p ? strtod(p + strlen(pat), NULL) : NAN;
+}
+
+static char g_all[300], g_p0[300], g_p1[300], g_test[300];
+
+static int setup(void **state) {
+    (void)state;
+    tc_tmpdir(g_dir, sizeof g_dir, "dist");
+    snprintf(g_all, sizeof g_all, "%s/all.tsv", g_dir);
+    snprintf(g_p0, sizeof g_p0, "%s/p0.tsv", g_dir);
+    snprintf(g_p1, sizeof g_p1, "%s/p1.tsv", g_dir);
+    snprintf(g_test, sizeof g_test, "%s/test.tsv", g_dir);
+    pw_datagen_opts_t o;
+    pw_datagen_defaults(&o);
+    o.rows = ROWS;
+    o.test_rows = 10000;
+    o.vocab_max = 5000;
+    FILE *a = fopen(g_all, "w"), *t = fopen(g_test, "w");
+    assert_int_equal(pw_datagen_run(&o, a, t, NULL), 0);
+    fclose(a);
+    fclose(t);
+    /* Blocks of B lines alternate between p0 and p1: batch t of 2B lines of all.tsv is block t
+     * of p0 followed by block t of p1. */
+    a = fopen(g_all, "r");
+    FILE *f0 = fopen(g_p0, "w"), *f1 = fopen(g_p1, "w");
+    char line[1024];
+    for (int i = 0; fgets(line, sizeof line, a); i++)
+        fputs(line, (i / B) % 2 ? f1 : f0);
+    fclose(a);
+    fclose(f0);
+    fclose(f1);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    pu_kill_all();
+    tc_rmdir(g_dir);
+    return 0;
+}
+
+static void load_dense(const char *path, pw_dlrm_t **m) {
+    pw_dlrm_config_t c = {.ndense = 13,
+                          .nfields = 26,
+                          .dim = 16,
+                          .nbottom = 2,
+                          .bottom = {64, 16},
+                          .ntop = 3,
+                          .top = {128, 64, 1},
+                          .max_batch = 1,
+                          .seed = 1};
+    assert_int_equal(pw_dlrm_create(&c, pw_backend_cpu(), m), 0);
+    int n;
+    pw_linear_t *l = pw_dlrm_layers(*m, &n);
+    assert_int_equal(pw_dense_load(path, l, n), 0);
+}
+
+static void test_sync_equivalence(void **state) {
+    (void)state;
+    char srv[64], coord[64], d1[300], d2[300], o1[300], o2a[300], o2b[300], a1[320], a2[320];
+    char batch1[32], batch2[32];
+    snprintf(d1, sizeof d1, "%s/one.dense", g_dir);
+    snprintf(d2, sizeof d2, "%s/two.dense", g_dir);
+    snprintf(o1, sizeof o1, "%s/one.json", g_dir);
+    snprintf(o2a, sizeof o2a, "%s/two0.json", g_dir);
+    snprintf(o2b, sizeof o2b, "%s/two1.json", g_dir);
+    snprintf(batch1, sizeof batch1, "--batch=%d", 2 * B);
+    snprintf(batch2, sizeof batch2, "--batch=%d", B);
+    char train_all[320], train_parts[640], test[320];
+    snprintf(train_all, sizeof train_all, "--train=%s", g_all);
+    snprintf(train_parts, sizeof train_parts, "--train=%s,%s", g_p0, g_p1);
+    snprintf(test, sizeof test, "--test=%s", g_test);
+    /* One worker, batch 2B. */
+    cluster_t c;
+    cluster_up(&c, TABLE);
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+    snprintf(a1, sizeof a1, "--save-dense=%s", d1);
+    const char *w1[] = {srv, train_all, test, batch1, a1, NULL};
+    assert_int_equal(pu_reap(worker(w1, o1), 120), 0);
+    cluster_down(&c);
+    /* Two workers, batch B each, on fresh servers. */
+    cluster_up(&c, TABLE);
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+    snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
+    snprintf(a2, sizeof a2, "--save-dense=%s", d2);
+    const char *w20[] = {srv, coord, "--world=2", "--rank=0", train_parts, test, batch2, a2, NULL};
+    const char *w21[] = {srv, coord, "--world=2", "--rank=1", train_parts, test, batch2, NULL};
+    pid_t r0 = worker(w20, o2a), r1 = worker(w21, o2b);
+    assert_int_equal(pu_reap(r0, 120), 0);
+    assert_int_equal(pu_reap(r1, 120), 0);
+    cluster_down(&c);
+    const double auc1 = json_num(o1, "auc"), auc2 = json_num(o2a, "auc");
+    const double ll1 = json_num(o1, "logloss"), ll2 = json_num(o2a, "logloss");
+    print_message("1 worker x batch %d: AUC %.6f logloss %.6f; 2 workers x batch %d: AUC %.6f "
+                  "logloss %.6f\n",
+                  2 * B, auc1, ll1, B, auc2, ll2);
+    assert_true(auc1 > 0.6);
+    assert_true(fabs(auc1 - auc2) < 1e-3 && fabs(ll1 - ll2) < 1e-3);
+    assert_true(json_num(o1, "steps") == ROWS / (2 * B) &&
+                json_num(o2a, "steps") == ROWS / (2 * B));
+    assert_true(json_num(o2b, "steps") == ROWS / (2 * B));
+    pw_dlrm_t *m1, *m2;
+    load_dense(d1, &m1);
+    load_dense(d2, &m2);
+    int n;
+    pw_linear_t *l1 = pw_dlrm_layers(m1, &n), *l2 = pw_dlrm_layers(m2, &n);
+    double worst = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < l1[i].in * l1[i].out; j++)
+            worst = fmax(worst, fabs((double)l1[i].w[j] - l2[i].w[j]));
+    print_message("largest dense weight difference %.3g\n", worst);
+    assert_true(worst < 2e-3);
+    pw_dlrm_destroy(m1);
+    pw_dlrm_destroy(m2);
+}
+
+static void test_unequal_data_and_errors(void **state) {
+    (void)state;
+    cluster_t c;
+    cluster_up(&c, TABLE);
+    char srv[64], coord[64], out0[300], out1[300], tr[640], unreach[64];
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+    snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
+    snprintf(out0, sizeof out0, "%s/u0.json", g_dir);
+    snprintf(out1, sizeof out1, "%s/u1.json", g_dir);
+    /* Rank 0 gets all.tsv (2x the rows), rank 1 p1.tsv (files split by rank). */
+    snprintf(tr, sizeof tr, "--train=%s,%s", g_all, g_p1);
+    const char *w0[] = {srv, coord, "--world=2", "--rank=0", tr, "--batch=512", NULL};
+    const char *w1[] = {srv, coord, "--world=2", "--rank=1", tr, "--batch=512", NULL};
+    pid_t r0 = worker(w0, out0), r1 = worker(w1, out1);
+    assert_int_equal(pu_reap(r0, 120), 0);
+    assert_int_equal(pu_reap(r1, 120), 0);
+    assert_true(json_num(out0, "samples") == ROWS && json_num(out1, "samples") == ROWS / 2);
+    assert_true(json_num(out0, "steps") == json_num(out1, "steps"));
+    /* world 2 without a coordinator: bad settings */
+    const char *nc[] = {srv, "--world=2", tr, NULL};
+    assert_int_equal(pu_reap(worker(nc, out0), 30), 2);
+    /* a peer that never comes: exit 1 within the timeout */
+    const char *lone[] = {
+        srv, coord, "--world=2", "--rank=0", "--job=lonely", tr, "--timeout-ms=1000", NULL};
+    const double t0 = pu_now();
+    assert_int_equal(pu_reap(worker(lone, out0), 30), 1);
+    assert_true(pu_now() - t0 < 20);
+    /* a table of another dim: the model wants 17-float rows for FM with dim 16 */
+    const char *fm[] = {srv, "--model=fm", tr, NULL};
+    assert_int_equal(pu_reap(worker(fm, out0), 30), 1);
+    cluster_down(&c);
+    /* servers unreachable */
+    snprintf(unreach, sizeof unreach, "--servers=127.0.0.1:%d", pu_free_port());
+    const char *un[] = {unreach, tr, "--timeout-ms=500", NULL};
+    assert_int_equal(pu_reap(worker(un, out0), 60), 1);
+}
+
+int main(int argc, char **argv) {
+    pc_log_set_level(PC_LOG_ERROR);
+    pu_bin = argc > 1 ? argv[1] : "build/bin/ps-server";
+    g_worker = argc > 2 ? argv[2] : "build/bin/ps-worker";
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sync_equivalence),
+        cmocka_unit_test(test_unequal_data_and_errors),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
