@@ -50,53 +50,6 @@ typedef struct ctx {
 
 /* ==== processes ============================================================================ */
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a))
-        abort();
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* fork + exec argv with the child pinned to the first allowed CPU (when pinning). */
-static pid_t spawn(const bench_opts_t *o, char *const argv[]) {
-    pid_t pid = fork();
-    if (pid < 0)
-        abort();
-    if (pid == 0) {
-        if (o->pin) {
-            cpu_set_t allowed, one;
-            sched_getaffinity(0, sizeof allowed, &allowed);
-            CPU_ZERO(&one);
-            for (int c = 0; c < CPU_SETSIZE; c++)
-                if (CPU_ISSET(c, &allowed)) {
-                    CPU_SET(c, &one);
-                    break;
-                }
-            sched_setaffinity(0, sizeof one, &one);
-        }
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
-}
-
-static void stop(pid_t pid) {
-    if (pid <= 0)
-        return;
-    kill(pid, SIGTERM);
-    for (int i = 0; i < 500; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid)
-            return;
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
-
 static double now_s(void) {
     return (double)pc_time_mono_ns() * 1e-9;
 }
@@ -451,13 +404,6 @@ static lat_t rtt(ctx_t *x, bool redis) {
 
 /* ==== main ================================================================================= */
 
-static bool wait_file(const char *path, double seconds) {
-    for (double t0 = now_s(); now_s() - t0 < seconds; usleep(10000))
-        if (access(path, F_OK) == 0)
-            return true;
-    return false;
-}
-
 int bench_rpc_main(int argc, char **argv) {
     bench_opts_t o;
     bench_parse_opts(argc, argv, "rpc", &o);
@@ -470,13 +416,9 @@ int bench_rpc_main(int argc, char **argv) {
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir))
         abort();
-    ssize_t bl = readlink("/proc/self/exe", bin, sizeof bin - 16);
-    if (bl <= 0)
-        abort();
-    bin[bl] = '\0';
-    snprintf(strrchr(bin, '/'), 16, "/ps-server");
+    bench_sibling("ps-server", bin, sizeof bin);
     snprintf(pf, sizeof pf, "%s/port", dir);
-    x.ps_port = free_port();
+    x.ps_port = bench_free_port();
     char portarg[32], pfarg[320];
     snprintf(portarg, sizeof portarg, "--port=%d", x.ps_port);
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
@@ -490,10 +432,10 @@ int bench_rpc_main(int argc, char **argv) {
                      "--log-level=warn",
                      "--tables=name=b16,dim=16,optimizer=adagrad;name=b64,dim=64,optimizer=adagrad",
                      NULL};
-    pid_t ps = spawn(&o, sargv);
-    if (!wait_file(pf, 10)) {
+    pid_t ps = bench_spawn(&o, sargv);
+    if (!bench_wait_file(pf, 10)) {
         fprintf(stderr, "ps-bench rpc: %s did not start\n", bin);
-        stop(ps);
+        bench_stop(ps);
         return 1;
     }
     FILE *portf = fopen(pf, "r");
@@ -501,13 +443,13 @@ int bench_rpc_main(int argc, char **argv) {
     if (!portf || fscanf(portf, "%d %d", &dpp, &x.grpc_port) != 2)
         abort();
     fclose(portf);
-    x.rd_port = free_port();
+    x.rd_port = bench_free_port();
     char rport[16];
     snprintf(rport, sizeof rport, "%d", x.rd_port);
     char *rargv[] = {"redis-server", "--port",     rport,          "--bind", "127.0.0.1",
                      "--save",       "",           "--appendonly", "no",     "--protected-mode",
                      "no",           "--loglevel", "warning",      NULL};
-    pid_t rd = spawn(&o, rargv);
+    pid_t rd = bench_spawn(&o, rargv);
     for (int i = 0; i < 500 && !x.rd; i++) {
         redisContext *r = redisConnect("127.0.0.1", x.rd_port);
         if (r && !r->err)
@@ -519,8 +461,8 @@ int bench_rpc_main(int argc, char **argv) {
     }
     if (!x.rd) {
         fprintf(stderr, "ps-bench rpc: redis-server did not start (is it installed?)\n");
-        stop(ps);
-        stop(rd);
+        bench_stop(ps);
+        bench_stop(rd);
         return 1;
     }
     bench_pin(&o, 1); /* the client (and its I/O thread, created below) on the other CPU */
@@ -531,8 +473,8 @@ int bench_rpc_main(int argc, char **argv) {
     snprintf(gaddr, sizeof gaddr, "127.0.0.1:%d", x.grpc_port);
     if (psc_connect(&co, &x.ps) || psg_create(gaddr, NULL, 256u << 20, &x.grpc)) {
         fprintf(stderr, "ps-bench rpc: cannot connect to ps-server\n");
-        stop(ps);
-        stop(rd);
+        bench_stop(ps);
+        bench_stop(rd);
         return 1;
     }
     printf("ps-bench rpc: %llu keys, batch %d, %.1f s per sample, server and redis on one CPU, "
@@ -612,8 +554,8 @@ int bench_rpc_main(int argc, char **argv) {
     psc_close(x.ps);
     psg_destroy(x.grpc);
     redisFree(x.rd);
-    stop(ps);
-    stop(rd);
+    bench_stop(ps);
+    bench_stop(rd);
     unlink(pf);
     rmdir(dir);
     return 0;

@@ -1,12 +1,17 @@
 /* bench_util.c: helpers for ps-bench (see bench_util.h). */
 #include "bench_util.h"
 
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "pc_rand.h"
@@ -155,4 +160,68 @@ void bench_fill(struct ps_table *t, uint64_t n) {
     }
     free(keys);
     free(rows);
+}
+
+int bench_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a))
+        abort();
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+int bench_spawn(const bench_opts_t *o, char *const argv[]) {
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        if (o->pin) {
+            cpu_set_t allowed, one;
+            sched_getaffinity(0, sizeof allowed, &allowed);
+            CPU_ZERO(&one);
+            for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &allowed)) {
+                    CPU_SET(c, &one);
+                    break;
+                }
+            sched_setaffinity(0, sizeof one, &one);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+void bench_stop(int pid) {
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    for (int i = 0; i < 500; i++) {
+        if (waitpid(pid, NULL, WNOHANG) == pid)
+            return;
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+bool bench_wait_file(const char *path, double seconds) {
+    for (uint64_t t0 = pc_time_mono_ns(); pc_time_sec_since(t0) < seconds; usleep(10000))
+        if (access(path, F_OK) == 0)
+            return true;
+    return false;
+}
+
+void bench_sibling(const char *name, char *buf, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+    if (n <= 0)
+        abort();
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (!slash || (size_t)(slash - buf) + 1 + strlen(name) >= cap)
+        abort();
+    strcpy(slash + 1, name);
 }

@@ -50,6 +50,15 @@ void bench_fill(struct ps_table *t, uint64_t n);
 /* Run fn(ctx, thread) on `threads` threads started together; returns wall seconds. */
 double bench_run_threads(int threads, void *(*fn)(void *), void **ctx);
 
+/* Processes next to the benchmark (ps-server, redis-server): a free loopback port; fork + exec
+ * argv with the child pinned to the first allowed CPU (when pinning); SIGTERM and reap (SIGKILL
+ * after 5 s); wait (bounded) for a file to appear. The path of a binary next to ps-bench. */
+int bench_free_port(void);
+int bench_spawn(const bench_opts_t *o, char *const argv[]);
+void bench_stop(int pid);
+bool bench_wait_file(const char *path, double seconds);
+void bench_sibling(const char *name, char *buf, size_t cap);
+
 /* Print the JSON object (and free it) as the last line when json is on. */
 void bench_emit_json(const bench_opts_t *o, cJSON *root);
 

@@ -11,6 +11,7 @@ int bench_store_main(int argc, char **argv);
 int bench_rpc_main(int argc, char **argv);
 int bench_data_main(int argc, char **argv);
 int bench_train_main(int argc, char **argv);
+int bench_dist_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -22,6 +23,7 @@ static const struct {
     {"rpc", bench_rpc_main, "the data plane (ps-server process) vs Redis on loopback"},
     {"data", bench_data_main, "Criteo parsing and generation vs a raw line scan"},
     {"train", bench_train_main, "local DLRM training vs OpenBLAS sgemm peak, AUC vs oracle"},
+    {"dist", bench_dist_main, "training against a ps-server process vs the same model local"},
 };
 
 int main(int argc, char **argv) {
