@@ -5,7 +5,7 @@
  *  - bad input: malformed protobuf, unknown method, wrong gradient size, unknown table, too many
  *    keys, a message over the size limit, a key of another server's slot: the right status, and
  *    the server keeps serving;
- *  - psctl's exit codes and JSON output.
+ *  - psctl's exit codes and JSON output; psctl key against the parser's keys.
  * argv[1] is ps-server, argv[2] psctl. Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
@@ -16,6 +16,7 @@
 #include "emberps/psgrpc.h"
 #include "pc_cluster.h"
 #include "ps_api.h"
+#include "pw_parse.h"
 
 static const char *g_psctl;
 static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
@@ -293,7 +294,13 @@ static void test_metrics(void **state) {
     assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), 0);
     free(resp);
     static char out[1 << 16];
-    assert_int_equal(http_get(mp, "/metrics", out, sizeof out), 200);
+    /* The latency histogram is recorded after the reply went out: the client can see the reply
+     * first, so wait (bounded) for the count to show. */
+    for (double t0 = pu_now(); pu_now() - t0 < 5; usleep(10000)) {
+        assert_int_equal(http_get(mp, "/metrics", out, sizeof out), 200);
+        if (strstr(out, "emberps_grpc_call_seconds_count{} 1\n"))
+            break;
+    }
     assert_non_null(strstr(out, "text/plain; version=0.0.4"));
     assert_non_null(strstr(out, "emberps_table_rows{table=\"emb\"} 10\n"));
     assert_non_null(strstr(out, "emberps_grpc_calls_total 1\n"));
@@ -345,6 +352,23 @@ static void test_psctl(void **state) {
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(rows, 0), "values")),
                      D);
     cJSON_Delete(j);
+    /* psctl key: the parser's key for a Criteo value and a CSV value, with the owner from the
+     * server's map (a lone server owns everything: 0); bad values are usage errors. */
+    char want[64];
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "3", "68fd1e64", NULL}), 0);
+    snprintf(want, sizeof want, "%llu slot %u owner 0",
+             (unsigned long long)pw_feature_key(3, 0x68fd1e64u),
+             pc_key_slot(pw_feature_key(3, 0x68fd1e64u)));
+    assert_non_null(strstr(out, want));
+    assert_int_equal(
+        psctl(gp, out, sizeof out,
+              (const char *[]){"--csv-value", "--json", "key", "1", "Toy Story", NULL}),
+        0);
+    snprintf(want, sizeof want, "\"key\":\"%llu\"",
+             (unsigned long long)pw_text_key(1, "Toy Story", 9));
+    assert_non_null(strstr(out, want));
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "3", "xyz", NULL}), 2);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "9999", "1", NULL}), 2);
     pu_stop(s);
     tc_rmdir(dir);
 }
