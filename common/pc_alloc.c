@@ -121,6 +121,17 @@ void *pc_vm_resize(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size) 
     if (new_size == 0 || injected_failure())
         return NULL;
     void *q = MAP_FAILED;
+#if defined(__SANITIZE_THREAD__)
+    /* ThreadSanitizer does not follow mremap: the moved pages keep the old range's shadow, and a
+     * later mapping at the old address (another shard's) inherits it, which it reports as races
+     * between unrelated locks. Under TSan, copy into a new mapping instead (munmap is seen). */
+    if ((q = map_aligned(new_size, 1))) {
+        memcpy(q, p, old_size < new_size ? old_size : new_size);
+        munmap(p, old_size);
+    } else {
+        q = MAP_FAILED;
+    }
+#else
     if (new_size >= HUGE && ((uintptr_t)p & (HUGE - 1)) == 0) {
         /* In place when the address space behind is free, else onto an aligned placeholder. */
         q = mremap(p, old_size, new_size, 0);
@@ -144,6 +155,7 @@ void *pc_vm_resize(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size) 
     } else {
         q = mremap(p, old_size, new_size, MREMAP_MAYMOVE);
     }
+#endif
     if (q == MAP_FAILED)
         return NULL;
     count_sub(tag, old_size);
