@@ -1,8 +1,8 @@
 /* Local training end to end on generated data: LR, FM, DeepFM and DLRM learn (AUC well above 0.5
- * on held-out rows), DLRM beats LR on data with planted interactions, the test set inserts no
- * rows, periodic evaluation runs, multi-valued fields are pooled (libffm bags, sum and mean),
- * MovieLens trains from its CSV after a time split (skipped without ../shared/data), and bad
- * configurations or unreadable data fail with a clear error. */
+ * on held-out rows), runs are reproducible from their seed, DLRM beats LR on data with planted
+ * interactions, the test set inserts no rows, periodic evaluation runs, multi-valued fields are
+ * pooled (libffm bags, sum and mean), MovieLens trains from its CSV after a time split (skipped
+ * without ../shared/data), and bad configurations or unreadable data fail with a clear error. */
 #include "table_check.h"
 
 #include <math.h>
@@ -133,6 +133,23 @@ static void test_errors(void **state) {
     c.max_samples = 5000; /* a budget stops training early */
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, NULL, 0, &r), 0);
     assert_true(r.samples >= 5000 && r.samples < 5000 + 1024);
+}
+
+/* Reproducible: the same settings and seed give bit-identical results; another seed does not. */
+static void test_reproducible(void **state) {
+    (void)state;
+    pw_train_config_t c;
+    pw_train_config_defaults(&c);
+    c.max_samples = 20000;
+    c.batch = 500;
+    const char *tr[] = {g_train}, *te[] = {g_test};
+    pw_train_result_t a, b, d;
+    assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &a), 0);
+    assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &b), 0);
+    assert_true(a.auc == b.auc && a.logloss == b.logloss && a.train_loss == b.train_loss);
+    c.seed = 2;
+    assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &d), 0);
+    assert_true(d.logloss != a.logloss);
 }
 
 /* eval_every: the test stream is evaluated during training too. */
@@ -269,9 +286,10 @@ static void test_movielens(void **state) {
 int main(int argc, char **argv) {
     g_data = argc > 1 ? argv[1] : NULL;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_models_learn),  cmocka_unit_test(test_periodic_eval),
-        cmocka_unit_test(test_pooled_fields), cmocka_unit_test(test_movielens),
-        cmocka_unit_test(test_save_load),     cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_models_learn),  cmocka_unit_test(test_reproducible),
+        cmocka_unit_test(test_periodic_eval), cmocka_unit_test(test_pooled_fields),
+        cmocka_unit_test(test_movielens),     cmocka_unit_test(test_save_load),
+        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
