@@ -31,7 +31,7 @@ static entry_t **slot(mem_t *m, const char *key) {
     return e;
 }
 
-static int mem_set(void *ctx, const char *key, const void *value, size_t len) {
+static int mem_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent) {
     mem_t *m = ctx;
     const size_t kl = key ? strlen(key) : 0;
     if (kl == 0)
@@ -47,7 +47,9 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len) {
     entry_t **e = slot(m, key);
     int rc = 0;
     const size_t grow = *e ? len - (*e)->len : kl + len; /* may wrap: a shrink */
-    if (m->bytes + grow > PS_COORD_BYTES_MAX && (!*e || len > (*e)->len)) {
+    if (*e && if_absent) {
+        rc = PC_EEXIST;
+    } else if (m->bytes + grow > PS_COORD_BYTES_MAX && (!*e || len > (*e)->len)) {
         rc = PC_EFULL;
     } else if (*e) {
         free((*e)->value);

@@ -14,6 +14,7 @@
 #ifndef PS_COORD_H
 #define PS_COORD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define PS_COORD_KEY_MAX   512
@@ -23,8 +24,10 @@
 
 typedef struct ps_coord_store {
     void *ctx;
-    /* Set key to value (replacing). 0, PC_EINVAL (empty key), PC_ETOOBIG, PC_EFULL, PC_ENOMEM. */
-    int (*set)(void *ctx, const char *key, const void *value, size_t len);
+    /* Set key to value, replacing it, or with if_absent only when the key is absent (PC_EEXIST
+     * otherwise, nothing changes: the first of racing writers wins). 0, PC_EINVAL (empty key),
+     * PC_ETOOBIG, PC_EFULL, PC_ENOMEM. */
+    int (*set)(void *ctx, const char *key, const void *value, size_t len, bool if_absent);
     /* The value of key (malloc'ed copy; a 0-byte value gives a non-NULL pointer) or
      * PC_ENOTFOUND. */
     int (*get)(void *ctx, const char *key, void **value, size_t *len);

@@ -407,7 +407,7 @@ static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         fail(r, PS_ST_INVALID_ARGUMENT, "malformed KvSetRequest%s", "");
         return;
     }
-    int rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len);
+    int rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len, q->if_absent);
     if (rc) {
         fail_pc(r, rc, q->key);
     } else {

@@ -72,9 +72,16 @@ static void run_group(pw_kv_t kv, const char *prefix, int size, size_t n) {
     }
 }
 
+static ps_coord_store_t g_store;
+
+static int store_set(void *ctx, const char *key, const void *value, size_t len) {
+    return g_store.set(ctx, key, value, len, false);
+}
+
 static pw_kv_t memory_kv(ps_coord_store_t *st) {
     assert_int_equal(ps_coord_store_memory(st), 0);
-    return (pw_kv_t){st->ctx, st->set, st->get};
+    g_store = *st;
+    return (pw_kv_t){st->ctx, store_set, st->get};
 }
 
 static void test_groups_in_process(void **state) {
@@ -137,6 +144,11 @@ static void test_groups_through_coordinator(void **state) {
     assert_int_equal(pw_coord_set(co, "k", "v", 1), 0);
     assert_int_equal(pw_coord_get(co, "k", &v, &n), 0);
     assert_true(n == 1 && memcmp(v, "v", 1) == 0);
+    free(v);
+    assert_int_equal(pw_coord_set_if_absent(co, "once", "a", 1), 0);
+    assert_int_equal(pw_coord_set_if_absent(co, "once", "b", 1), PC_EEXIST);
+    assert_int_equal(pw_coord_get(co, "once", &v, &n), 0);
+    assert_true(n == 1 && memcmp(v, "a", 1) == 0);
     free(v);
     run_group(pw_coord_kv(co), "job/gen/0", 2, 100000);
     pw_coord_close(co);

@@ -5,6 +5,7 @@
 #include "emberps/psgrpc.h"
 #include "pc_error.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,8 @@ static int error_of(int st) {
             return PC_ETIMEDOUT;
         case 5:
             return PC_ENOTFOUND;
+        case 6:
+            return PC_EEXIST;
         case 8:
             return PC_ETOOBIG;
         case 14:
@@ -70,16 +73,25 @@ static int call(pw_coord_t *c, const char *method, const ProtobufCMessage *m, ui
     return error_of(st);
 }
 
-int pw_coord_set(pw_coord_t *c, const char *key, const void *value, size_t len) {
+static int kv_put(pw_coord_t *c, const char *key, const void *value, size_t len, bool if_absent) {
     Emberps__KvSetRequest q = EMBERPS__KV_SET_REQUEST__INIT;
     q.key = (char *)key;
     q.value.data = (uint8_t *)value;
     q.value.len = len;
+    q.if_absent = if_absent;
     uint8_t *resp = NULL;
     size_t rlen = 0;
     int rc = call(c, "/emberps.Coordinator/KvSet", &q.base, &resp, &rlen);
     free(resp);
     return rc;
+}
+
+int pw_coord_set(pw_coord_t *c, const char *key, const void *value, size_t len) {
+    return kv_put(c, key, value, len, false);
+}
+
+int pw_coord_set_if_absent(pw_coord_t *c, const char *key, const void *value, size_t len) {
+    return kv_put(c, key, value, len, true);
 }
 
 int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {

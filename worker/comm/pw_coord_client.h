@@ -17,6 +17,9 @@ void pw_coord_close(pw_coord_t *c);
 /* KvSet / KvGet. get: 0 with a malloc'ed value, PC_ENOTFOUND, PC_EUNAVAIL (unreachable),
  * PC_ETIMEDOUT, or the mapped status of a refusal. */
 int pw_coord_set(pw_coord_t *c, const char *key, const void *value, size_t len);
+/* KvSet only when the key is absent: 0 (stored), PC_EEXIST (it was there; nothing changed), or
+ * the errors of pw_coord_set. Racing writers: exactly one gets 0. */
+int pw_coord_set_if_absent(pw_coord_t *c, const char *key, const void *value, size_t len);
 int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len);
 
 /* The store as pw_coll.h wants it. */

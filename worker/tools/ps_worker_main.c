@@ -28,7 +28,8 @@ typedef struct cfg {
     char bottom[128], top[128], table[512], dense_optimizer[16];
     char load_dense[512], save_dense[512], export_embeddings[512];
     char servers[4096], table_name[64], coordinator[256], job[64], host[64];
-    int64_t rank, world, timeout_ms;
+    char on_worker_loss[16];
+    int64_t rank, world, timeout_ms, rejoin_timeout_ms;
     int64_t dim, fields, batch, epochs, max_samples, seed, progress_every, eval_every;
     double dense_lr;
     int log_level;
@@ -47,6 +48,10 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_STRING(T, job, "emberps", "the job's key prefix at the coordinator"),
     PC_SETTING_STRING(T, host, "127.0.0.1", "this worker's address as its peers reach it"),
     PC_SETTING_INT(T, timeout_ms, 100, 3.6e6, "30000", "server calls and collectives time out"),
+    PC_SETTING_INT(T, rejoin_timeout_ms, 100, 3.6e6, "60000",
+                   "how long survivors wait for a lost worker to come back"),
+    PC_SETTING_STRING(T, on_worker_loss, "shrink",
+                      "after that: shrink (go on without it) | wait (keep waiting)"),
     PC_SETTING_STRING(
         T, train, "",
         "training data: comma-separated paths (- for stdin, tcp://HOST:PORT listens)"),
@@ -129,9 +134,10 @@ int main(int argc, char **argv) {
     if (!ntrain || pw_format_parse(c.format, &fmt) || widths(c.bottom, tc.bottom, &tc.nbottom) ||
         widths(c.top, tc.top, &tc.ntop) ||
         (strcmp(c.dense_optimizer, "adam") && ok == PW_OPT_ADAM) ||
-        (strcmp(c.pooling, "sum") && strcmp(c.pooling, "mean"))) {
-        fprintf(stderr, "ps-worker: bad --train, --format, --bottom, --top, --pooling or "
-                        "--dense-optimizer\n");
+        (strcmp(c.pooling, "sum") && strcmp(c.pooling, "mean")) ||
+        (strcmp(c.on_worker_loss, "shrink") && strcmp(c.on_worker_loss, "wait"))) {
+        fprintf(stderr, "ps-worker: bad --train, --format, --bottom, --top, --pooling, "
+                        "--dense-optimizer or --on-worker-loss\n");
         return 2;
     }
     char err[256];
@@ -150,6 +156,8 @@ int main(int argc, char **argv) {
     tc.rank = (int)c.rank;
     tc.world = (int)c.world;
     tc.timeout_ms = (int)c.timeout_ms;
+    tc.rejoin_timeout_ms = (int)c.rejoin_timeout_ms;
+    tc.shrink = strcmp(c.on_worker_loss, "shrink") == 0;
     snprintf(tc.model, sizeof tc.model, "%s", c.model);
     snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);
     snprintf(tc.load_dense, sizeof tc.load_dense, "%s", c.load_dense);
@@ -175,6 +183,7 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "rank", (double)tc.rank);
         cJSON_AddNumberToObject(j, "samples", (double)r.samples);
         cJSON_AddNumberToObject(j, "steps", (double)r.steps);
+        cJSON_AddNumberToObject(j, "first_step_s", r.first_step_s);
         cJSON_AddNumberToObject(j, "seconds", r.seconds);
         cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
         cJSON_AddNumberToObject(j, "train_loss", r.train_loss);

@@ -7,7 +7,7 @@
 #include "ps_table.h"
 #include "emberps/psclient.h"
 #include "pw_coll.h"
-#include "pw_coord_client.h"
+#include "pw_group.h"
 #include "pw_deepfm.h"
 #include "pw_dlrm.h"
 #include "pw_fm.h"
@@ -45,6 +45,8 @@ void pw_train_config_defaults(pw_train_config_t *c) {
     snprintf(c->host, sizeof c->host, "127.0.0.1");
     c->world = 1;
     c->timeout_ms = 30000;
+    c->rejoin_timeout_ms = 60000;
+    c->shrink = true;
 }
 
 typedef struct trainer {
@@ -56,10 +58,11 @@ typedef struct trainer {
     bool ones;           /* no dense features: one constant 1 stands in (a learned bias) */
     ps_table_t *emb;     /* local */
     psc_t *ps;           /* distributed: the servers */
-    pw_coord_t *coord;
-    pw_coll_t *coll; /* world > 1 */
-    float *flat;     /* distributed: every dense gradient and the has-batch flag */
+    pw_group_t *grp;     /* world > 1: the workers' group (membership, collectives) */
+    float *flat;         /* distributed: every dense gradient and the has-batch flag */
     size_t nflat;
+    uint64_t step;  /* dense optimizer steps taken (distributed: the group's count) */
+    bool has_state; /* the dense model is trained state (not a restarted worker's fresh one) */
     pw_dlrm_t *dlrm;
     pw_deepfm_t *deepfm;
     pw_linear_t lin; /* lr, fm: dense features -> logit */
@@ -79,8 +82,7 @@ static void trainer_free(trainer_t *t) {
     if (t->kind == M_LR || t->kind == M_FM)
         pw_linear_free(&t->lin);
     ps_table_destroy(t->emb);
-    pw_coll_destroy(t->coll);
-    pw_coord_close(t->coord);
+    pw_group_close(t->grp);
     psc_close(t->ps);
     free(t->flat);
     free(t->rows);
@@ -121,13 +123,16 @@ static int connect_cluster(trainer_t *t) {
     }
     if (c->world == 1)
         return 0;
-    if ((rc = pw_coord_open(c->coordinator, NULL, c->timeout_ms, &t->coord)))
-        return rc;
-    char prefix[128];
-    snprintf(prefix, sizeof prefix, "%s/gen/0", c->job);
-    pw_kv_t kv = pw_coord_kv(t->coord);
-    if ((rc = pw_coll_create(&kv, prefix, c->rank, c->world, c->host, c->timeout_ms, &t->coll)))
-        PC_ERROR("train: the worker group did not form (%s at %s): %s", prefix, c->coordinator,
+    pw_group_opts_t go = {.coordinator = c->coordinator,
+                          .job = c->job,
+                          .host = c->host,
+                          .rank = c->rank,
+                          .world = c->world,
+                          .timeout_ms = c->timeout_ms,
+                          .rejoin_timeout_ms = c->rejoin_timeout_ms,
+                          .shrink = c->shrink};
+    if ((rc = pw_group_join(&go, &t->grp)))
+        PC_ERROR("train: the worker group did not form (job %s at %s): %s", c->job, c->coordinator,
                  pc_strerror(rc));
     return rc;
 }
@@ -142,8 +147,9 @@ static int emb_pull(trainer_t *t, const uint64_t *keys, size_t n, float *rows, b
 
 static int emb_push(trainer_t *t, const uint64_t *keys, size_t n, float *grads) {
     if (t->ps) {
-        const float scale = 1.0f / (float)t->c->world; /* the mean over the workers' batches */
-        if (t->c->world > 1)
+        const int world = t->grp ? pw_group_size(t->grp) : 1;
+        const float scale = 1.0f / (float)world; /* the mean over the workers' batches */
+        if (world > 1)
             for (size_t i = 0; i < n * (size_t)t->dim; i++)
                 grads[i] *= scale;
         return psc_push(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, grads, NULL);
@@ -160,7 +166,7 @@ static int emb_push(trainer_t *t, const uint64_t *keys, size_t n, float *grads) 
  * the mean over the workers that had one in the layers. *any: some worker had a batch. */
 static int reduce_dense(trainer_t *t, bool had_batch, bool *any) {
     *any = had_batch;
-    if (!t->coll)
+    if (!t->grp)
         return 0;
     size_t k = 0;
     for (int i = 0; i < t->nlayers; i++) {
@@ -175,7 +181,7 @@ static int reduce_dense(trainer_t *t, bool had_batch, bool *any) {
         k += nw + (size_t)l->out;
     }
     t->flat[k] = had_batch ? 1.0f : 0.0f;
-    int rc = pw_coll_allreduce_sum(t->coll, t->flat, t->nflat);
+    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), t->flat, t->nflat);
     if (rc)
         return rc;
     const float active = t->flat[k];
@@ -195,7 +201,7 @@ static int reduce_dense(trainer_t *t, bool had_batch, bool *any) {
 
 static int barrier(trainer_t *t) {
     float one = 1;
-    return t->coll ? pw_coll_allreduce_sum(t->coll, &one, 1) : 0;
+    return t->grp ? pw_coll_allreduce_sum(pw_group_coll(t->grp), &one, 1) : 0;
 }
 
 static void apply_dense(trainer_t *t) {
@@ -203,6 +209,106 @@ static void apply_dense(trainer_t *t) {
         pw_opt_step(&t->opt[2 * i], t->layers[i].w, t->layers[i].dw);
         pw_opt_step(&t->opt[2 * i + 1], t->layers[i].b, t->layers[i].db);
     }
+    t->step++;
+}
+
+/* A step count as two floats, exact below 2^48. */
+static void u64_put(float *f, uint64_t v) {
+    f[0] = (float)(v >> 24);
+    f[1] = (float)(v & 0xffffff);
+}
+
+static uint64_t u64_get(const float *f) {
+    return ((uint64_t)f[0] << 24) | (uint64_t)f[1];
+}
+
+/* n floats at p into buf + *k (pack) or back; *k advances either way (buf NULL: counting). */
+static void move(float *buf, size_t *k, float *p, size_t n, bool pack) {
+    if (buf && n)
+        memcpy(pack ? buf + *k : p, pack ? p : buf + *k, n * sizeof(float));
+    *k += n;
+}
+
+/* The dense state as floats (weights, biases, optimizer state, the step count): the count, and
+ * with buf, packed into it (pack) or taken from it. */
+static size_t dense_state(trainer_t *t, float *buf, bool pack) {
+    size_t k = 0;
+    for (int i = 0; i < t->nlayers; i++) {
+        pw_linear_t *l = &t->layers[i];
+        move(buf, &k, l->w, (size_t)l->in * l->out, pack);
+        move(buf, &k, l->b, (size_t)l->out, pack);
+    }
+    for (int i = 0; i < 2 * t->nlayers; i++) {
+        pw_opt_t *o = &t->opt[i];
+        if (o->s1)
+            move(buf, &k, o->s1, o->n, pack);
+        if (o->s2)
+            move(buf, &k, o->s2, o->n, pack);
+        if (buf && pack)
+            u64_put(buf + k, o->t);
+        else if (buf)
+            o->t = u64_get(buf + k);
+        k += 2;
+    }
+    if (buf && pack)
+        u64_put(buf + k, t->step);
+    else if (buf)
+        t->step = u64_get(buf + k);
+    return k + 2;
+}
+
+/* After the group (re)formed: every member takes the dense state of the member with the most
+ * steps among those that have trained state (ties: the lowest group rank), by an allreduce in
+ * which the others contribute zeros. Members that restarted have none; when no member has any
+ * (the whole job restarted), each keeps its initial model. */
+static int sync_state(trainer_t *t) {
+    const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
+    pw_coll_t *coll = pw_group_coll(t->grp);
+    float *info = calloc((size_t)n * 2, sizeof *info);
+    if (!info)
+        return PC_ENOMEM;
+    u64_put(info + 2 * me, t->has_state ? t->step + 1 : 0);
+    int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * 2);
+    int src = -1;
+    uint64_t best = 0;
+    for (int i = 0; !rc && i < n; i++)
+        if (u64_get(info + 2 * i) > best)
+            best = u64_get(info + 2 * i), src = i;
+    free(info);
+    if (rc || src < 0)
+        return rc;
+    const size_t len = dense_state(t, NULL, false);
+    float *buf = calloc(len, sizeof *buf);
+    if (!buf)
+        return PC_ENOMEM;
+    if (me == src)
+        dense_state(t, buf, true);
+    if (!(rc = pw_coll_allreduce_sum(coll, buf, len)) && me != src)
+        dense_state(t, buf, false);
+    free(buf);
+    if (!rc) {
+        t->has_state = true;
+        PC_INFO("train: group generation %llu: %d worker(s) at step %llu (state of member %d)",
+                (unsigned long long)pw_group_gen(t->grp), n, (unsigned long long)t->step, src);
+    }
+    return rc;
+}
+
+/* A collective failed (a peer died) or a newer generation was proposed: re-form the group and
+ * agree on the dense state; tried again while a member fails during the agreement. */
+static int regroup(trainer_t *t) {
+    int rc;
+    do
+        rc = pw_group_recover(t->grp);
+    while (!rc && (rc = sync_state(t)) && rc != PC_ENOMEM);
+    return rc;
+}
+
+/* At start: agree on the dense state with the group just joined (a restarted worker takes it
+ * from a live peer); a member failing meanwhile is handled as in regroup. */
+static int regroup_initial(trainer_t *t) {
+    int rc = sync_state(t);
+    return rc && rc != PC_ENOMEM ? regroup(t) : rc;
 }
 
 /* Build the model: fields and dense values from the format (or the configuration). */
@@ -288,7 +394,7 @@ static int trainer_init(trainer_t *t) {
     for (int i = 0; i < t->nlayers; i++)
         t->nflat += (size_t)t->layers[i].in * t->layers[i].out + (size_t)t->layers[i].out;
     t->nflat++; /* the has-batch flag */
-    if (!rc && t->coll && !(t->flat = malloc(t->nflat * sizeof(float))))
+    if (!rc && t->grp && !(t->flat = malloc(t->nflat * sizeof(float))))
         rc = PC_ENOMEM;
     if (!rc && c->load_dense[0] && (rc = pw_dense_load(c->load_dense, t->layers, t->nlayers)))
         PC_ERROR("train: cannot load the dense model %s: %s", c->load_dense, pc_strerror(rc));
@@ -408,7 +514,7 @@ static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *l
 }
 
 static int open_reader(const pw_train_config_t *c, pw_format_t fmt, const char *const *paths,
-                       size_t n, int epochs, bool split, pw_reader_t **r) {
+                       size_t n, int epochs, bool split, uint64_t skip, pw_reader_t **r) {
     pw_reader_opts_t o = {.format = fmt,
                           .csv = &c->csv,
                           .paths = paths,
@@ -419,6 +525,7 @@ static int open_reader(const pw_train_config_t *c, pw_format_t fmt, const char *
                           .queue = 4,
                           .epochs = epochs,
                           .max_error_rate = 0.01,
+                          .skip_lines = skip,
                           .tcp_end_idle_ms = 1000};
     return pw_reader_open(&o, r);
 }
@@ -428,7 +535,7 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
     size_t cap = 1 << 16, n = 0;
     float *p = malloc(cap * sizeof *p), *y = malloc(cap * sizeof *y);
     pw_reader_t *tr = NULL;
-    int rc = p && y ? open_reader(t->c, t->fmt, test, ntest, 1, false, &tr) : PC_ENOMEM;
+    int rc = p && y ? open_reader(t->c, t->fmt, test, ntest, 1, false, 0, &tr) : PC_ENOMEM;
     for (const pw_batch_t *b; !rc && (b = pw_reader_next(tr));) {
         double loss;
         if ((rc = trainer_step(t, b, false, &loss)))
@@ -504,35 +611,77 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         return PC_EINVAL;
     memset(res, 0, sizeof *res);
     res->auc = res->logloss = NAN;
-    trainer_t t = {.c = c, .fmt = fmt};
+    const uint64_t t0 = pc_time_mono_ns();
+    trainer_t t = {.c = c, .fmt = fmt, .has_state = true};
     int rc = trainer_init(&t);
+    uint64_t skip = 0, saved_step = 0;
+    if (!rc && t.grp) { /* a restarted worker continues after its last step */
+        rc = pw_group_offset_load(t.grp, &saved_step, &skip);
+        if (rc == 0) {
+            t.has_state = false; /* its dense model comes from a live peer */
+            PC_WARN("train: rank %d resumes after step %llu, line %llu of its data", c->rank,
+                    (unsigned long long)saved_step, (unsigned long long)skip);
+        }
+        rc = rc == PC_ENOTFOUND ? 0 : rc;
+        if (!rc)
+            rc = regroup_initial(&t);
+    }
     pw_reader_t *r = NULL;
     if (!rc)
-        rc = open_reader(c, fmt, train, ntrain, c->epochs, true, &r);
+        rc = open_reader(c, fmt, train, ntrain, c->epochs, true, skip, &r);
     if (rc) {
         trainer_free(&t);
         return rc;
     }
-    const uint64_t t0 = pc_time_mono_ns(), total_bytes = stream_bytes(train, ntrain, c->epochs);
+    const uint64_t total_bytes = stream_bytes(train, ntrain, c->epochs);
     double ema = NAN;
     uint64_t next_progress = c->progress_every, next_eval = c->eval_every;
-    bool budget_left = true;
+    bool budget_left = true, redo = false, pos_warned = false;
+    const pw_batch_t *b = NULL;
+    res->first_step_s = NAN;
     for (;;) {
         /* A batch (none once the stream or the sample budget is done); with a group, step on
-         * until no worker has one. */
-        const pw_batch_t *b = budget_left ? pw_reader_next(r) : NULL;
+         * until no worker has one. A step that a peer's failure cut short before the pushes is
+         * done again with the same batch in the re-formed group. */
+        if (!redo)
+            b = budget_left ? pw_reader_next(r) : NULL;
+        redo = false;
+        if (t.grp && pw_group_stale(t.grp) && (rc = regroup(&t)))
+            break;
         double loss;
         bool any;
         if (b && (rc = trainer_step(&t, b, true, &loss)))
             break;
-        if ((rc = reduce_dense(&t, b != NULL, &any)) || !any)
+        if ((rc = reduce_dense(&t, b != NULL, &any)) && t.grp) {
+            if ((rc = regroup(&t)))
+                break;
+            redo = true;
+            continue;
+        }
+        if (rc || !any)
             break;
         if (b && (rc = emb_push(&t, b->keys, b->key_off[b->n], t.grads)))
             break;
-        if ((rc = barrier(&t)))
+        if ((rc = barrier(&t)) && t.grp) {
+            /* b's gradients were pushed; the re-formed group agreed on a dense state */
+            if ((rc = regroup(&t)))
+                break;
+        } else if (rc) {
             break;
-        apply_dense(&t);
-        res->steps++;
+        } else {
+            apply_dense(&t);
+        }
+        if (isnan(res->first_step_s))
+            res->first_step_s = pc_time_sec_since(t0);
+        if (t.grp && (rc = pw_group_offset_save(t.grp, t.step, pw_reader_consumed(r)))) {
+            /* training goes on (the group's connections are peer to peer); a restart would
+             * resume from an older position */
+            if (!pos_warned)
+                PC_WARN("train: cannot record this worker's position at the coordinator: %s",
+                        pc_strerror(rc));
+            pos_warned = true;
+            rc = 0;
+        }
         if (!b)
             continue;
         ema = isnan(ema) ? loss : 0.99 * ema + 0.01 * loss;
@@ -541,7 +690,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             progress(c, r, res->samples, t0, ema, total_bytes);
             next_progress += c->progress_every;
         }
-        if (c->eval_every && ntest && c->rank == 0 && res->samples >= next_eval) {
+        if (c->eval_every && ntest && (t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0) &&
+            res->samples >= next_eval) {
             if ((rc = evaluate(&t, test, ntest, res)))
                 break;
             fprintf(stderr, "eval: after %llu samples: AUC %.4f, logloss %.4f (%llu samples)\n",
@@ -555,12 +705,16 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     if (!rc)
         rc = pw_reader_error(r);
     pw_reader_close(r);
+    res->steps = t.step;
     res->seconds = pc_time_sec_since(t0);
     res->samples_per_s = res->seconds > 0 ? (double)res->samples / res->seconds : 0;
     res->train_loss = ema;
     if (!rc && t.emb)
         res->table_rows = ps_table_count(t.emb);
-    const bool lead = c->rank == 0; /* distributed: rank 0 saves and evaluates */
+    /* distributed: the group's rank 0 saves, evaluates and ends the run at the coordinator */
+    const bool lead = t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0;
+    if (!rc && lead && t.grp && (rc = pw_group_finish(t.grp)))
+        PC_ERROR("train: cannot mark the run finished at the coordinator: %s", pc_strerror(rc));
     if (!rc && lead && c->save_dense[0] && (rc = pw_dense_save(c->save_dense, t.layers, t.nlayers)))
         PC_ERROR("train: cannot save the dense model to %s: %s", c->save_dense, pc_strerror(rc));
     if (!rc && c->export_embeddings[0] && !t.emb) {

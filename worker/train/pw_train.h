@@ -21,16 +21,26 @@
  * Distributed (`servers` set): the embedding table `table_name` lives on the servers (created
  * there with the same dim: `dim` for DLRM, dim + 1 for FM/DeepFM, 1 for LR; a mismatch is
  * PC_EDIM); `world` workers (ranks 0..world-1) each read their share of the files (file i goes to
- * rank i % world) and train in `sync` mode: every step each worker pulls its batch's rows,
- * computes, pushes its sparse gradients scaled by 1/world and waits for the servers to apply
- * them, then the workers allreduce their dense gradients (Gloo, pw_coll.h; the group forms
- * through the coordinator under "<job>/gen/0") and every worker takes the same dense optimizer
- * step with the mean. So step t of every worker is applied before any worker pulls for step
- * t + 1. A worker whose data ran out keeps joining the allreduce with no gradient (the mean is
- * over the workers that had a batch) until all have run out. Rank 0 evaluates the test stream
- * at the end (lookups: the servers' rows are not changed) and saves and exports what is asked.
- * With a server optimizer that is linear in the gradient (SGD), 2 workers with batch b train the
- * same model as 1 worker with batch 2b over the interleaved data, to float rounding.
+ * rank i % world) and train in `sync` mode: every step each worker pulls its batch's rows and
+ * computes; the workers allreduce their dense gradients (Gloo, pw_coll.h, in the group of
+ * pw_group.h), so every pull of step t is done before any push of step t; each pushes its sparse
+ * gradients scaled by 1/size and waits for the servers to apply them; a barrier; every worker
+ * takes the same dense optimizer step with the mean. So step t of every worker is applied
+ * before any worker pulls for step t + 1. A worker whose data ran out keeps joining the
+ * allreduce with no gradient (the mean is over the workers that had a batch) until all have run
+ * out. The group's rank 0 evaluates the test stream at the end (lookups: the servers' rows are
+ * not changed) and saves what is asked. With a server optimizer that is linear in the gradient
+ * (SGD), 2 workers with batch b train the same model as 1 worker with batch 2b over the
+ * interleaved data, to float rounding.
+ *
+ * Worker failures: after every step a worker records its reader position at the coordinator.
+ * When a collective fails (a peer died), the survivors re-form the group (pw_group_recover: they
+ * wait rejoin_timeout_ms for the lost worker, then go on without it when `shrink`); a step cut
+ * short before its pushes is done again with the same batch. A worker restarted with its rank
+ * rejoins: it reads its data from its recorded position (the batch it was in when it died is
+ * read again; its pushes may have been applied once already) and, like every member of a newly
+ * formed group, takes the dense state (weights, optimizer state, step count) of the member with
+ * the most steps. The servers keep the embeddings throughout.
  *
  * Progress lines (stderr, every progress_every samples): samples, samples/s, loss, and the ETA
  * when the size is known (a sample budget, or uncompressed files). With eval_every, the test
@@ -74,7 +84,9 @@ typedef struct pw_train_config {
     char job[64];          /* key prefix of this job at the coordinator */
     char host[64];         /* this worker's address as its peers reach it */
     int rank, world;
-    int timeout_ms; /* every server call and collective */
+    int timeout_ms;        /* every server call and collective */
+    int rejoin_timeout_ms; /* survivors wait this long for a lost worker (pw_group.h) */
+    bool shrink;           /* then go on without it (else keep waiting) */
 } pw_train_config_t;
 
 void pw_train_config_defaults(pw_train_config_t *c);
@@ -87,7 +99,8 @@ typedef struct pw_train_result {
     int evals;           /* evaluations run (periodic and final) */
     uint64_t test_samples;
     uint64_t table_rows; /* local training only */
-    uint64_t steps;      /* optimizer steps taken (distributed: the same on every worker) */
+    uint64_t steps;      /* optimizer steps taken (distributed: the group's count) */
+    double first_step_s; /* from the start to this worker's first completed step */
 } pw_train_result_t;
 
 /* Train on `train` paths, then evaluate on `test` paths (ntest may be 0). Format as given.

@@ -106,6 +106,21 @@ static void test_coordinator_kv(void **state) {
     ps_api_reply_free(&r);
     get.key = "gen/0/2";
     assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_NOT_FOUND);
+    /* if_absent: the first writer wins, a second is ALREADY_EXISTS and changes nothing. */
+    set.key = "gen/1/members";
+    set.value = (ProtobufCBinaryData){3, (uint8_t *)"0,1"};
+    set.if_absent = true;
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_OK);
+    ps_api_reply_free(&r);
+    set.value = (ProtobufCBinaryData){1, (uint8_t *)"0"};
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_ALREADY_EXISTS);
+    get.key = "gen/1/members";
+    assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_OK);
+    g = emberps__kv_get_response__unpack(NULL, r.len, r.body);
+    assert_true(g && g->value.len == 3 && memcmp(g->value.data, "0,1", 3) == 0);
+    emberps__kv_get_response__free_unpacked(g, NULL);
+    ps_api_reply_free(&r);
+    set.if_absent = false;
     get.key = "";
     assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_INVALID_ARGUMENT);
     set.key = "";
@@ -117,7 +132,7 @@ static void test_coordinator_kv(void **state) {
     longkey[sizeof longkey - 1] = '\0';
     set.key = longkey;
     assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_RESOURCE_EXHAUSTED);
-    assert_int_equal(st.set(st.ctx, "big", "x", (size_t)PS_COORD_VALUE_MAX + 1), PC_ETOOBIG);
+    assert_int_equal(st.set(st.ctx, "big", "x", (size_t)PS_COORD_VALUE_MAX + 1, false), PC_ETOOBIG);
     /* Malformed bytes; a server that is not the coordinator. */
     const uint8_t junk[] = {0xff, 0xff, 0xff};
     ps_api_call(&env, PS_API_KV_GET, junk, sizeof junk, &r);

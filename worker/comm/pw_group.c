@@ -1,0 +1,378 @@
+/* pw_group.c: see pw_group.h. */
+#include "pw_group.h"
+
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_time.h"
+#include "pw_coord_client.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_MEMBERS 4096
+#define POLL_NS     1000000000ull /* pw_group_stale asks at most this often */
+
+struct pw_group {
+    pw_group_opts_t o;
+    char job[64], host[64], ns[192];
+    uint64_t run;
+    pw_coord_t *coord;
+    pw_coll_t *coll;
+    int64_t gen; /* -1: none yet */
+    int grank, gsize;
+    uint64_t last_poll_ns;
+    int members[MAX_MEMBERS]; /* scratch */
+};
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = snprintf(buf, cap, "%s/", g->ns);
+    vsnprintf(buf + n, cap - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+/* A value as a NUL-terminated string. PC_ENOTFOUND, PC_ETOOBIG (longer than cap - 1). */
+static int get_str(pw_group_t *g, const char *key, char *buf, size_t cap) {
+    void *v;
+    size_t n;
+    int rc = pw_coord_get(g->coord, key, &v, &n);
+    if (rc)
+        return rc;
+    if (n >= cap) {
+        free(v);
+        return PC_ETOOBIG;
+    }
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    free(v);
+    return 0;
+}
+
+static int get_u64(pw_group_t *g, const char *key, uint64_t *out) {
+    char buf[32];
+    int rc = get_str(g, key, buf, sizeof buf);
+    if (rc)
+        return rc;
+    char *end;
+    *out = strtoull(buf, &end, 10);
+    return end == buf ? PC_ECORRUPT : 0;
+}
+
+static int set_str(pw_group_t *g, const char *key, const char *value) {
+    return pw_coord_set(g->coord, key, value, strlen(value));
+}
+
+/* "0,1,3" -> members; the count, or PC_ECORRUPT. */
+static int parse_members(const char *s, int *out) {
+    int n = 0;
+    while (*s) {
+        char *end;
+        long r = strtol(s, &end, 10);
+        if (end == s || r < 0 || r >= MAX_MEMBERS || n == MAX_MEMBERS || (*end && *end != ','))
+            return PC_ECORRUPT;
+        out[n++] = (int)r;
+        s = *end ? end + 1 : end;
+    }
+    return n ? n : PC_ECORRUPT;
+}
+
+static int index_of(const int *m, int n, int rank) {
+    for (int i = 0; i < n; i++)
+        if (m[i] == rank)
+            return i;
+    return -1;
+}
+
+/* The member list of generation G (in g->members). The count, PC_ENOTFOUND, or an error. */
+static int members_of(pw_group_t *g, int64_t gen) {
+    char key[256], *text = malloc(MAX_MEMBERS * 5 + 1);
+    if (!text)
+        return PC_ENOMEM;
+    key_of(g, key, sizeof key, "g/%" PRId64, gen);
+    int rc = get_str(g, key, text, MAX_MEMBERS * 5 + 1);
+    if (!rc)
+        rc = parse_members(text, g->members);
+    free(text);
+    return rc;
+}
+
+/* The newest generation (-1: none): the hint "cur", then forward while the next one exists. */
+static int newest(pw_group_t *g, int64_t *out) {
+    char key[256];
+    uint64_t cur;
+    key_of(g, key, sizeof key, "cur");
+    int rc = get_u64(g, key, &cur);
+    int64_t gen = rc == PC_ENOTFOUND ? -1 : (int64_t)cur;
+    if (rc && rc != PC_ENOTFOUND)
+        return rc;
+    for (;;) {
+        char v[8];
+        key_of(g, key, sizeof key, "g/%" PRId64, gen + 1);
+        rc = get_str(g, key, v, sizeof v);
+        if (rc == PC_ENOTFOUND)
+            break;
+        if (rc && rc != PC_ETOOBIG) /* a long member list is still there */
+            return rc;
+        gen++;
+    }
+    *out = gen;
+    return 0;
+}
+
+/* Propose generation `gen` with members m[0..n) (sorted here); the first proposal stays. */
+static int propose(pw_group_t *g, int64_t gen, int *m, int n) {
+    for (int i = 1; i < n; i++) /* insertion sort: member lists are short */
+        for (int j = i; j > 0 && m[j - 1] > m[j]; j--) {
+            int t = m[j];
+            m[j] = m[j - 1];
+            m[j - 1] = t;
+        }
+    char key[256], *text = malloc((size_t)n * 5 + 1);
+    if (!text)
+        return PC_ENOMEM;
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)sprintf(text + len, i ? ",%d" : "%d", m[i]);
+    key_of(g, key, sizeof key, "g/%" PRId64, gen);
+    int rc = pw_coord_set_if_absent(g->coord, key, text, len);
+    if (rc == 0)
+        PC_INFO("group: proposed generation %" PRId64 ": workers %s", gen, text);
+    free(text);
+    if (rc == PC_EEXIST)
+        rc = 0; /* another proposal won: it is read back next */
+    char cur[24];
+    snprintf(cur, sizeof cur, "%" PRId64, gen);
+    key_of(g, key, sizeof key, "cur");
+    return rc ? rc : set_str(g, key, cur);
+}
+
+/* Form generation `gen` of members m[0..n) (this worker among them). */
+static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms) {
+    char prefix[256], key[256];
+    pw_coll_destroy(g->coll);
+    g->coll = NULL;
+    key_of(g, prefix, sizeof prefix, "g/%" PRId64 "/rdv", gen);
+    pw_kv_t kv = pw_coord_kv(g->coord);
+    const int me = index_of(m, n, g->o.rank);
+    int rc = pw_coll_create(&kv, prefix, me, n, g->host, timeout_ms, &g->coll);
+    g->gen = gen; /* tried: a failed formation is not tried again */
+    if (rc)
+        return rc;
+    g->grank = me;
+    g->gsize = n;
+    if (me == 0) {
+        key_of(g, key, sizeof key, "g/%" PRId64 "/formed", gen);
+        if ((rc = set_str(g, key, "1")))
+            return rc;
+    }
+    PC_INFO("group: generation %" PRId64 " formed: %d worker(s), this one is %d", gen, n, me);
+    return 0;
+}
+
+static bool formed(pw_group_t *g, int64_t gen) {
+    char key[256], v[4];
+    key_of(g, key, sizeof key, "g/%" PRId64 "/formed", gen);
+    return get_str(g, key, v, sizeof v) == 0;
+}
+
+/* The workers of generation `gen` that registered as alive there (into g->members). */
+static int alive_of(pw_group_t *g, int64_t gen) {
+    int n = members_of(g, gen), k = 0;
+    for (int i = 0; i < n; i++) {
+        char key[256], v[4];
+        key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", gen, g->members[i]);
+        int rc = get_str(g, key, v, sizeof v);
+        if (rc == 0)
+            g->members[k++] = g->members[i];
+        else if (rc != PC_ENOTFOUND)
+            return rc;
+    }
+    return n < 0 ? n : k;
+}
+
+/* Settle into a generation (see pw_group.h). first: joining at start. */
+static int settle(pw_group_t *g, bool first) {
+    const int rejoin = g->o.rejoin_timeout_ms;
+    uint64_t deadline = pc_time_mono_ns() + (uint64_t)rejoin * 1000000ull, trouble = 0;
+    bool registered = false;
+    for (;;) {
+        int64_t last;
+        int rc = newest(g, &last), n = 0;
+        if (!rc && last >= 0 && (n = members_of(g, last)) < 0)
+            rc = n;
+        if (rc) { /* the coordinator: retried up to rejoin_timeout_ms */
+            if (!trouble)
+                trouble = pc_time_mono_ns();
+            if (pc_time_sec_since(trouble) * 1000 > rejoin) {
+                PC_ERROR("group: the coordinator %s: %s", g->o.coordinator, pc_strerror(rc));
+                return rc;
+            }
+            sleep_ms(100);
+            continue;
+        }
+        trouble = 0;
+        if (last < 0) { /* a new run: generation 0 is everybody */
+            for (int i = 0; i < g->o.world; i++)
+                g->members[i] = i;
+            if ((rc = propose(g, 0, g->members, g->o.world)))
+                return rc;
+            continue;
+        }
+        if (last > g->gen) {
+            const bool member = index_of(g->members, n, g->o.rank) >= 0;
+            if (member && !formed(g, last)) {
+                int m[MAX_MEMBERS];
+                memcpy(m, g->members, (size_t)n * sizeof *m);
+                const int t = first && last == 0 ? g->o.timeout_ms : rejoin;
+                if ((rc = form(g, last, m, n, t)) == 0)
+                    return 0;
+                if (first && last == 0) /* the job never started: a worker never came */
+                    return rc;
+                PC_WARN("group: generation %" PRId64 " did not form (%s); trying again", last,
+                        pc_strerror(rc));
+                registered = false;
+                deadline = pc_time_mono_ns() + (uint64_t)rejoin * 1000000ull;
+                continue;
+            }
+            if (!member) /* formed without this worker, or it lost the race: add it */
+                g->members[n++] = g->o.rank;
+            if ((rc = propose(g, last + 1, g->members, n)))
+                return rc;
+            continue;
+        }
+        /* Nothing newer than this worker's generation: wait for a replacement to propose. */
+        char key[256];
+        if (!registered) {
+            key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", g->gen, g->o.rank);
+            if ((rc = set_str(g, key, "1")))
+                continue; /* coordinator trouble: counted above */
+            registered = true;
+        }
+        if (pc_time_mono_ns() < deadline) {
+            sleep_ms(50);
+            continue;
+        }
+        deadline = pc_time_mono_ns() + (uint64_t)rejoin * 1000000ull;
+        if (!g->o.shrink) {
+            PC_WARN("group: still waiting for a lost worker to come back (generation %" PRId64 ")",
+                    g->gen);
+            continue;
+        }
+        if ((n = alive_of(g, g->gen)) < 0)
+            continue;
+        PC_WARN("group: a worker did not come back within %d ms: going on with %d", rejoin, n);
+        if ((rc = propose(g, g->gen + 1, g->members, n)))
+            return rc;
+    }
+}
+
+int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
+    if (!o || !o->coordinator || !o->job || !o->host || o->world < 1 || o->world > MAX_MEMBERS ||
+        o->rank < 0 || o->rank >= o->world || o->timeout_ms < 1 || o->rejoin_timeout_ms < 1 ||
+        !out || strlen(o->job) >= 64 || strlen(o->host) >= 64)
+        return PC_EINVAL;
+    pw_group_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return PC_ENOMEM;
+    g->o = *o;
+    snprintf(g->job, sizeof g->job, "%s", o->job);
+    snprintf(g->host, sizeof g->host, "%s", o->host);
+    g->o.job = g->job;
+    g->o.host = g->host;
+    g->gen = -1;
+    int rc = pw_coord_open(o->coordinator, NULL, o->timeout_ms, &g->coord);
+    if (!rc) {
+        snprintf(g->ns, sizeof g->ns, "%s", g->job);
+        char key[96];
+        snprintf(key, sizeof key, "%s/runs", g->job);
+        rc = get_u64(g, key, &g->run);
+        if (rc == PC_ENOTFOUND)
+            rc = 0, g->run = 0;
+        snprintf(g->ns, sizeof g->ns, "%s/run/%" PRIu64, g->job, g->run);
+    }
+    if (!rc)
+        rc = settle(g, true);
+    if (rc) {
+        PC_ERROR("group: rank %d of %d could not join job %s at %s: %s", o->rank, o->world, o->job,
+                 o->coordinator, pc_strerror(rc));
+        pw_group_close(g);
+        return rc;
+    }
+    g->last_poll_ns = pc_time_mono_ns();
+    *out = g;
+    return 0;
+}
+
+void pw_group_close(pw_group_t *g) {
+    if (!g)
+        return;
+    pw_coll_destroy(g->coll);
+    pw_coord_close(g->coord);
+    free(g);
+}
+
+pw_coll_t *pw_group_coll(pw_group_t *g) {
+    return g->coll;
+}
+
+int pw_group_rank(const pw_group_t *g) {
+    return g->grank;
+}
+
+int pw_group_size(const pw_group_t *g) {
+    return g->gsize;
+}
+
+uint64_t pw_group_gen(const pw_group_t *g) {
+    return (uint64_t)g->gen;
+}
+
+int pw_group_recover(pw_group_t *g) {
+    pw_coll_destroy(g->coll); /* broken or stale: its peers are gone or moving on */
+    g->coll = NULL;
+    int rc = settle(g, false);
+    g->last_poll_ns = pc_time_mono_ns();
+    return rc;
+}
+
+bool pw_group_stale(pw_group_t *g) {
+    const uint64_t now = pc_time_mono_ns();
+    if (now - g->last_poll_ns < POLL_NS)
+        return false;
+    g->last_poll_ns = now;
+    int64_t last;
+    return newest(g, &last) == 0 && last > g->gen;
+}
+
+int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines) {
+    char key[256], v[48];
+    key_of(g, key, sizeof key, "off/%d", g->o.rank);
+    snprintf(v, sizeof v, "%" PRIu64 " %" PRIu64, step, lines);
+    return set_str(g, key, v);
+}
+
+int pw_group_offset_load(pw_group_t *g, uint64_t *step, uint64_t *lines) {
+    char key[256], v[48];
+    key_of(g, key, sizeof key, "off/%d", g->o.rank);
+    int rc = get_str(g, key, v, sizeof v);
+    if (rc)
+        return rc;
+    return sscanf(v, "%" SCNu64 " %" SCNu64, step, lines) == 2 ? 0 : PC_ECORRUPT;
+}
+
+int pw_group_finish(pw_group_t *g) {
+    char key[96], v[24];
+    snprintf(key, sizeof key, "%s/runs", g->job);
+    snprintf(v, sizeof v, "%" PRIu64, g->run + 1);
+    return set_str(g, key, v);
+}

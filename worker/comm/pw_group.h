@@ -1,0 +1,76 @@
+/* pw_group.h: a job's worker membership, kept at the coordinator, and its collective group.
+ *
+ * Workers of a job form numbered generations. Generation G is decided once, by the first writer
+ * of its member list (KvSet if_absent: racing proposals cannot disagree), and its collective
+ * group rendezvouses under its own key prefix, so a group is never formed twice under one
+ * prefix. A member's rank in the group is its position in the member list; its data rank (which
+ * files it reads) stays the rank it was started with.
+ *
+ * When a collective fails (a peer died) or a newer generation appears (a worker came back),
+ * members call pw_group_recover:
+ *   - a newer generation that lists this worker and has not formed yet: join it;
+ *   - one that does not list it, or formed already: propose the next one with this worker added;
+ *   - none: register as alive in the current generation and wait for rejoin_timeout_ms for a
+ *     replacement to propose; then, with `shrink`, propose the next generation made of the
+ *     workers that registered as alive (the job goes on without the lost ones; a lost worker that
+ *     comes back later is added again), else keep waiting (a warning every rejoin_timeout_ms).
+ * A worker started into a running job (its rank's generation formed already: it was restarted)
+ * proposes the next generation with itself added, so the survivors re-form with it.
+ *
+ * Keys (all under "<job>/run/<k>", k = the job's finished runs, "<job>/runs"): "g/<G>" member
+ * list, "g/<G>/formed", "g/<G>/alive/<rank>", "g/<G>/rdv/..." (the group's rendezvous), "cur"
+ * (a hint of the newest G), "off/<rank>" (this rank's reader position after its last step).
+ * A finished run (pw_group_finish) bumps "runs", so the next run of the same job name starts
+ * fresh.
+ *
+ * Errors: PC_ETIMEDOUT (the first generation did not form within the timeout: a worker never
+ * came), PC_EUNAVAIL (the coordinator is unreachable for longer than rejoin_timeout_ms), and the
+ * errors of pw_coll_create.
+ *
+ * Thread rule: a group is used by one thread.
+ */
+#ifndef PW_GROUP_H
+#define PW_GROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pw_coll.h"
+
+typedef struct pw_group_opts {
+    const char *coordinator; /* host:gRPC port */
+    const char *job;         /* the job's key prefix */
+    const char *host;        /* this worker's address as its peers reach it */
+    int rank, world;         /* the data rank, and the workers the job starts with */
+    int timeout_ms;          /* coordinator calls, collectives, the first formation */
+    int rejoin_timeout_ms;   /* survivors wait this long for a lost worker */
+    bool shrink;             /* then continue without it (else keep waiting) */
+} pw_group_opts_t;
+
+typedef struct pw_group pw_group_t;
+
+/* Join the job: form its first generation, or, when it runs already, rejoin it. */
+int pw_group_join(const pw_group_opts_t *o, pw_group_t **out);
+void pw_group_close(pw_group_t *g);
+
+/* The collective group of the current generation (valid until the next recover). */
+pw_coll_t *pw_group_coll(pw_group_t *g);
+int pw_group_rank(const pw_group_t *g); /* in the current generation */
+int pw_group_size(const pw_group_t *g);
+uint64_t pw_group_gen(const pw_group_t *g);
+
+/* After a collective failed, or when pw_group_stale: form the next generation (see above). */
+int pw_group_recover(pw_group_t *g);
+
+/* Whether a newer generation was proposed (asks the coordinator at most once a second). */
+bool pw_group_stale(pw_group_t *g);
+
+/* This rank's reader position after its last completed step, so that a restarted worker
+ * continues from there. load: PC_ENOTFOUND when none was saved in this run. */
+int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines);
+int pw_group_offset_load(pw_group_t *g, uint64_t *step, uint64_t *lines);
+
+/* The run is over (call once, from group rank 0): the job's name starts a new run next. */
+int pw_group_finish(pw_group_t *g);
+
+#endif
