@@ -29,21 +29,29 @@ enum { B = 256, ROWS = 40 * 2 * B };
 
 typedef struct cluster {
     pid_t s0, s1;
-    int p0, grpc0;
-    char map[256];
+    int p0, p1, grpc0;
+    char map[256], maparg[300], tables[256], ckpt1[320];
 } cluster_t;
+
+/* Server 1 checkpoints every second (into a directory of its own) so that it can be killed and
+ * started again (start_server1). */
+static void start_server1(cluster_t *c) {
+    const char *e1[] = {c->maparg, c->tables, c->ckpt1, "--ckpt-interval-s=1", NULL};
+    c->s1 = pu_spawn(c->p1, g_dir, e1, NULL);
+}
 
 static void cluster_up(cluster_t *c, const char *table) {
     c->p0 = pu_free_port();
-    const int p1 = pu_free_port();
-    char maparg[300], tables[256];
+    c->p1 = pu_free_port();
     snprintf(c->map, sizeof c->map,
-             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", c->p0, p1);
-    snprintf(maparg, sizeof maparg, "--cluster-map=%s", c->map);
-    snprintf(tables, sizeof tables, "--tables=%s", table);
-    const char *e0[] = {maparg, tables, "--coordinator", NULL}, *e1[] = {maparg, tables, NULL};
+             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", c->p0,
+             c->p1);
+    snprintf(c->maparg, sizeof c->maparg, "--cluster-map=%s", c->map);
+    snprintf(c->tables, sizeof c->tables, "--tables=%s", table);
+    snprintf(c->ckpt1, sizeof c->ckpt1, "--ckpt-dir=%s/ckpt-%d", g_dir, c->p1);
+    const char *e0[] = {c->maparg, c->tables, "--coordinator", NULL};
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
-    c->s1 = pu_spawn(p1, g_dir, e1, NULL);
+    start_server1(c);
 }
 
 static void cluster_down(cluster_t *c) {
@@ -443,6 +451,38 @@ static void test_worker_lost(void **state) {
     cluster_down(&c);
 }
 
+/* Server 1 killed with -9 mid-training and started again: it restores its last checkpoint, the
+ * workers' pulls wait for it, pushes it missed are counted as lost, the job completes. */
+static void test_server_restart(void **state) {
+    (void)state;
+    recovery_data();
+    cluster_t c;
+    cluster_up(&c, RTABLE);
+    pw_coord_t *co = coord_of(&c);
+    rjob_t j = {.c = &c, .job = "srv", .policy = "shrink", .rejoin_ms = 20000};
+    snprintf(j.out[0], sizeof j.out[0], "%s/srv0.json", g_dir);
+    snprintf(j.out[1], sizeof j.out[1], "%s/srv1.json", g_dir);
+    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    wait_progress(co, j.job);
+    usleep(1200000); /* at least one checkpoint of server 1 */
+    assert_int_equal(kill(c.s1, SIGKILL), 0);
+    assert_int_equal(pu_reap(c.s1, 10), 128 + SIGKILL);
+    usleep(500000);
+    start_server1(&c);
+    assert_int_equal(pu_reap(p0, 120), 0);
+    assert_int_equal(pu_reap(p1, 120), 0);
+    char v[64];
+    job_key(co, j.job, "g/1", v, sizeof v);
+    assert_string_equal(v, ""); /* no worker was lost */
+    print_message("server 1 killed and restarted: AUC %.5f, pushes lost %.0f + %.0f\n",
+                  json_num(j.out[0], "auc"), json_num(j.out[0], "lost_pushes"),
+                  json_num(j.out[1], "lost_pushes"));
+    assert_true(json_num(j.out[0], "samples") == RROWS && json_num(j.out[1], "samples") == RROWS);
+    assert_true(json_num(j.out[0], "auc") > 0.65);
+    pw_coord_close(co);
+    cluster_down(&c);
+}
+
 int main(int argc, char **argv) {
     pc_log_set_level(PC_LOG_ERROR);
     pu_bin = argc > 1 ? argv[1] : "build/bin/ps-server";
@@ -452,6 +492,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_unequal_data_and_errors),
         cmocka_unit_test(test_worker_restart),
         cmocka_unit_test(test_worker_lost),
+        cmocka_unit_test(test_server_restart),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

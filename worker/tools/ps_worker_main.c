@@ -29,7 +29,7 @@ typedef struct cfg {
     char load_dense[512], save_dense[512], export_embeddings[512];
     char servers[4096], table_name[64], coordinator[256], job[64], host[64];
     char on_worker_loss[16];
-    int64_t rank, world, timeout_ms, rejoin_timeout_ms;
+    int64_t rank, world, timeout_ms, rejoin_timeout_ms, server_retry_ms;
     int64_t dim, fields, batch, epochs, max_samples, seed, progress_every, eval_every;
     double dense_lr;
     int log_level;
@@ -50,6 +50,8 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_INT(T, timeout_ms, 100, 3.6e6, "30000", "server calls and collectives time out"),
     PC_SETTING_INT(T, rejoin_timeout_ms, 100, 3.6e6, "60000",
                    "how long survivors wait for a lost worker to come back"),
+    PC_SETTING_INT(T, server_retry_ms, 0, 3.6e6, "60000",
+                   "how long pulls wait for servers that are down (restarting)"),
     PC_SETTING_STRING(T, on_worker_loss, "shrink",
                       "after that: shrink (go on without it) | wait (keep waiting)"),
     PC_SETTING_STRING(
@@ -157,6 +159,7 @@ int main(int argc, char **argv) {
     tc.world = (int)c.world;
     tc.timeout_ms = (int)c.timeout_ms;
     tc.rejoin_timeout_ms = (int)c.rejoin_timeout_ms;
+    tc.server_retry_ms = (int)c.server_retry_ms;
     tc.shrink = strcmp(c.on_worker_loss, "shrink") == 0;
     snprintf(tc.model, sizeof tc.model, "%s", c.model);
     snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);
@@ -184,6 +187,7 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "samples", (double)r.samples);
         cJSON_AddNumberToObject(j, "steps", (double)r.steps);
         cJSON_AddNumberToObject(j, "first_step_s", r.first_step_s);
+        cJSON_AddNumberToObject(j, "lost_pushes", (double)r.lost_pushes);
         cJSON_AddNumberToObject(j, "seconds", r.seconds);
         cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
         cJSON_AddNumberToObject(j, "train_loss", r.train_loss);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 void pw_train_config_defaults(pw_train_config_t *c) {
     memset(c, 0, sizeof *c);
@@ -46,6 +47,7 @@ void pw_train_config_defaults(pw_train_config_t *c) {
     c->world = 1;
     c->timeout_ms = 30000;
     c->rejoin_timeout_ms = 60000;
+    c->server_retry_ms = 60000;
     c->shrink = true;
 }
 
@@ -63,6 +65,8 @@ typedef struct trainer {
     size_t nflat;
     uint64_t step;  /* dense optimizer steps taken (distributed: the group's count) */
     bool has_state; /* the dense model is trained state (not a restarted worker's fresh one) */
+    bool waiting_servers; /* warned that the servers are unavailable */
+    uint64_t lost_pushes;
     pw_dlrm_t *dlrm;
     pw_deepfm_t *deepfm;
     pw_linear_t lin; /* lr, fm: dense features -> logit */
@@ -137,10 +141,30 @@ static int connect_cluster(trainer_t *t) {
     return rc;
 }
 
+static bool transient(int rc) {
+    return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT;
+}
+
+/* Distributed: a server that is down (killed, restarting) is waited for, up to
+ * server_retry_ms, retrying every 200 ms; pulls and lookups do not change the servers. */
 static int emb_pull(trainer_t *t, const uint64_t *keys, size_t n, float *rows, bool train) {
-    if (t->ps)
-        return train ? psc_pull(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, rows)
-                     : psc_lookup(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, rows, NULL);
+    if (t->ps) {
+        const char *name = t->c->table_name;
+        const uint32_t dim = (uint32_t)t->dim;
+        const uint64_t t0 = pc_time_mono_ns();
+        for (;;) {
+            int rc = train ? psc_pull(t->ps, name, keys, n, dim, rows)
+                           : psc_lookup(t->ps, name, keys, n, dim, rows, NULL);
+            if (!transient(rc) || pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms)
+                return rc;
+            if (!t->waiting_servers)
+                PC_WARN("train: servers unavailable (%s); waiting up to %d ms", pc_strerror(rc),
+                        t->c->server_retry_ms);
+            t->waiting_servers = true;
+            const struct timespec ts = {0, 200 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
     return train ? ps_table_pull(t->emb, keys, n, rows, n * (size_t)t->dim)
                  : ps_table_lookup(t->emb, keys, n, rows, n * (size_t)t->dim, NULL);
 }
@@ -152,7 +176,16 @@ static int emb_push(trainer_t *t, const uint64_t *keys, size_t n, float *grads) 
         if (world > 1)
             for (size_t i = 0; i < n * (size_t)t->dim; i++)
                 grads[i] *= scale;
-        return psc_push(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, grads, NULL);
+        int rc = psc_push(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, grads, NULL);
+        if (transient(rc)) {
+            /* Not sent again: the servers that answered applied their part. The failed
+             * server lost this part (and, when it restarted, all since its checkpoint). */
+            PC_WARN("train: a push failed (%s); its part on the failed server is lost",
+                    pc_strerror(rc));
+            t->lost_pushes++;
+            rc = 0;
+        }
+        return rc;
     }
     ps_push_result_t pr;
     return ps_table_push(t->emb, keys, n, grads, n * (size_t)t->dim, &pr);
@@ -706,6 +739,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         rc = pw_reader_error(r);
     pw_reader_close(r);
     res->steps = t.step;
+    res->lost_pushes = t.lost_pushes;
     res->seconds = pc_time_sec_since(t0);
     res->samples_per_s = res->seconds > 0 ? (double)res->samples / res->seconds : 0;
     res->train_loss = ema;

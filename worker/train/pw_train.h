@@ -42,6 +42,11 @@
  * formed group, takes the dense state (weights, optimizer state, step count) of the member with
  * the most steps. The servers keep the embeddings throughout.
  *
+ * Server failures: pulls and lookups that find a server down (PC_EUNAVAIL, PC_ETIMEDOUT) are
+ * tried again every 200 ms for up to server_retry_ms (a restarted server restores its last
+ * checkpoint); a push that fails so is not sent again (the servers that answered applied their
+ * part; a restarted server lost it anyway): counted in lost_pushes, training goes on.
+ *
  * Progress lines (stderr, every progress_every samples): samples, samples/s, loss, and the ETA
  * when the size is known (a sample budget, or uncompressed files). With eval_every, the test
  * stream is evaluated every that many samples too (AUC and logloss on stderr).
@@ -87,6 +92,7 @@ typedef struct pw_train_config {
     int timeout_ms;        /* every server call and collective */
     int rejoin_timeout_ms; /* survivors wait this long for a lost worker (pw_group.h) */
     bool shrink;           /* then go on without it (else keep waiting) */
+    int server_retry_ms;   /* pulls wait this long for servers that are down */
 } pw_train_config_t;
 
 void pw_train_config_defaults(pw_train_config_t *c);
@@ -101,6 +107,7 @@ typedef struct pw_train_result {
     uint64_t table_rows; /* local training only */
     uint64_t steps;      /* optimizer steps taken (distributed: the group's count) */
     double first_step_s; /* from the start to this worker's first completed step */
+    uint64_t lost_pushes; /* pushes a server failure cut short (not sent again) */
 } pw_train_result_t;
 
 /* Train on `train` paths, then evaluate on `test` paths (ntest may be 0). Format as given.
