@@ -104,9 +104,9 @@ typedef struct pw_train_result {
     double auc, logloss; /* on the test stream at the end (NaN when none) */
     int evals;           /* evaluations run (periodic and final) */
     uint64_t test_samples;
-    uint64_t table_rows; /* local training only */
-    uint64_t steps;      /* optimizer steps taken (distributed: the group's count) */
-    double first_step_s; /* from the start to this worker's first completed step */
+    uint64_t table_rows;  /* local training only */
+    uint64_t steps;       /* optimizer steps taken (distributed: the group's count) */
+    double first_step_s;  /* from the start to this worker's first completed step */
     uint64_t lost_pushes; /* pushes a server failure cut short (not sent again) */
 } pw_train_result_t;
 
