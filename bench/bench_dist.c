@@ -7,19 +7,102 @@
  * in process, also on CPU 1. Figures: local_samples_per_s, dist_samples_per_s, dist_vs_local
  * (1.0 means communication is completely hidden).
  *
- * Not measured yet (the pieces are not built): fifo_vs_priority under a tc tbf bandwidth limit,
- * time from a worker restart to its first step.
+ * Then a worker restart: two ps-worker processes (world 2, sync, unpinned) train against the
+ * same server (also the coordinator); once rank 1 has taken 10 steps (a third of its share when
+ * that is fewer) it is killed with SIGKILL and started again at once. restart_first_step_s: from
+ * the new process's start to its first completed step (its JSON: connecting, rejoining the group,
+ * taking the dense state, reading from its position, one step); restart_wall_s: from the spawn
+ * until the coordinator records its first new step (adds exec and the poll, 5 ms).
+ *
+ * Not measured yet (the piece is not built): fifo_vs_priority under a tc tbf bandwidth limit.
  */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_util.h"
 #include "pc_log.h"
+#include "pc_time.h"
+#include "pw_coord_client.h"
 #include "pw_datagen.h"
 #include "pw_train.h"
+
+/* ps-worker rank `rank` of the restart job, its JSON summary to out. */
+static int spawn_worker(const char *bin, int port, int grpc, const char *p0, const char *p1,
+                        int rank, const char *out) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "exec '%s' --servers=127.0.0.1:%d --coordinator=127.0.0.1:%d --world=2 --rank=%d "
+             "--train='%s','%s' --job=restart --on-worker-loss=wait --rejoin-timeout-ms=30000 "
+             "--log-level=error --progress-every=0 --json > '%s'",
+             bin, port, grpc, rank, p0, p1, out);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    const bench_opts_t unpinned = {.pin = false};
+    return bench_spawn(&unpinned, argv);
+}
+
+/* Rank 1's recorded step in the restart job (-1 while none). */
+static long rank1_step(pw_coord_t *co) {
+    void *v;
+    size_t len;
+    long step = -1;
+    if (pw_coord_get(co, "restart/run/0/off/1", &v, &len) == 0) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%.*s", (int)len, (const char *)v);
+        step = strtol(buf, NULL, 10);
+        free(v);
+    }
+    return step;
+}
+
+/* Kill rank 1 after kill_at steps and start it again; its start-to-first-step time (JSON) and the
+ * wall time until the coordinator saw its new step. 0, or -1 on a failure. */
+static int measure_restart(const char *dir, int port, int grpc, const char *p0, const char *p1,
+                           long kill_at, double *first_step, double *wall) {
+    char wbin[600], out0[300], out1[300], out1b[300], addr[64];
+    bench_sibling("ps-worker", wbin, sizeof wbin);
+    snprintf(out0, sizeof out0, "%s/w0.json", dir);
+    snprintf(out1, sizeof out1, "%s/w1.json", dir);
+    snprintf(out1b, sizeof out1b, "%s/w1b.json", dir);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", grpc);
+    pw_coord_t *co;
+    if (pw_coord_open(addr, NULL, 5000, &co))
+        return -1;
+    int w0 = spawn_worker(wbin, port, grpc, p0, p1, 0, out0);
+    int w1 = spawn_worker(wbin, port, grpc, p0, p1, 1, out1);
+    long before = -1;
+    for (uint64_t t0 = pc_time_mono_ns(); pc_time_sec_since(t0) < 60 && before < kill_at;
+         usleep(5000))
+        before = rank1_step(co);
+    int rc = before >= kill_at ? 0 : -1;
+    kill(w1, SIGKILL);
+    waitpid(w1, NULL, 0);
+    const uint64_t t1 = pc_time_mono_ns();
+    w1 = spawn_worker(wbin, port, grpc, p0, p1, 1, out1b);
+    *wall = -1;
+    while (!rc && pc_time_sec_since(t1) < 60 && *wall < 0) {
+        long now = rank1_step(co);
+        if (now > before && now != -1)
+            *wall = pc_time_sec_since(t1);
+        usleep(5000);
+    }
+    int st0 = -1, st1 = -1;
+    waitpid(w0, &st0, 0);
+    waitpid(w1, &st1, 0);
+    pw_coord_close(co);
+    FILE *f = fopen(out1b, "r");
+    char buf[4096] = "";
+    if (f) {
+        buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+        fclose(f);
+    }
+    const char *k = strstr(buf, "\"first_step_s\":");
+    *first_step = k ? strtod(k + strlen("\"first_step_s\":"), NULL) : -1;
+    return !rc && st0 == 0 && st1 == 0 && *wall >= 0 && *first_step >= 0 ? 0 : -1;
+}
 
 int bench_dist_main(int argc, char **argv) {
     bench_opts_t o;
@@ -27,12 +110,13 @@ int bench_dist_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     pc_log_set_level(PC_LOG_WARN);
     const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 10000 : o.quick ? 100000 : 300000;
-    char dir[256], tr[300], pf[300], bin[600];
+    char dir[256], tr[300], tr1[300], pf[300], bin[600];
     snprintf(dir, sizeof dir, "%s/ps-bench-dist-XXXXXX",
              getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(dir))
         abort();
-    snprintf(tr, sizeof tr, "%s/train.tsv", dir);
+    snprintf(tr, sizeof tr, "%s/train-0.tsv", dir);
+    snprintf(tr1, sizeof tr1, "%s/train-1.tsv", dir);
     snprintf(pf, sizeof pf, "%s/port", dir);
     pw_datagen_opts_t go;
     pw_datagen_defaults(&go);
@@ -42,14 +126,20 @@ int bench_dist_main(int argc, char **argv) {
     if (!ft || pw_datagen_run(&go, ft, NULL, NULL))
         abort();
     fclose(ft);
+    go.seed++; /* the second share of the restart run */
+    if (!(ft = fopen(tr1, "w")) || pw_datagen_run(&go, ft, NULL, NULL))
+        abort();
+    fclose(ft);
     pw_train_config_t c;
     pw_train_config_defaults(&c);
     const char *trp[] = {tr};
     /* The server: CPU 0 (bench_spawn pins to the first CPU), the same table as local runs. */
     bench_sibling("ps-server", bin, sizeof bin);
     const int port = bench_free_port();
-    char portarg[32], pfarg[320], tables[700];
+    const int grpc = bench_free_port();
+    char portarg[32], grpcarg[32], pfarg[320], tables[700];
     snprintf(portarg, sizeof portarg, "--port=%d", port);
+    snprintf(grpcarg, sizeof grpcarg, "--grpc-port=%d", grpc);
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
     snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", c.dim,
              (unsigned long long)c.seed, c.table_spec);
@@ -57,7 +147,8 @@ int bench_dist_main(int argc, char **argv) {
                      portarg,
                      pfarg,
                      "--io-threads=1",
-                     "--grpc-port=-1",
+                     grpcarg,
+                     "--coordinator",
                      "--metrics-port=-1",
                      "--log-level=warn",
                      tables,
@@ -74,12 +165,26 @@ int bench_dist_main(int argc, char **argv) {
         abort();
     snprintf(c.servers, sizeof c.servers, "127.0.0.1:%d", port);
     int rc = pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &dist);
+    double first_step = -1, wall = -1;
+    const long steps = (long)(n / 1024), kill_at = steps / 3 < 1    ? 1
+                                                   : steps / 3 > 10 ? 10
+                                                                    : steps / 3;
+    const int rrc =
+        rc ? -1 : measure_restart(dir, port, grpc, tr, tr1, kill_at, &first_step, &wall);
     bench_stop(ps);
+    char path[320];
+    const char *outs[] = {"w0.json", "w1.json", "w1b.json"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, outs[i]);
+        unlink(path);
+    }
+    unlink(tr1);
     unlink(tr);
     unlink(pf);
     rmdir(dir);
-    if (rc) {
-        fprintf(stderr, "ps-bench dist: distributed training failed\n");
+    if (rc || rrc) {
+        fprintf(stderr, "ps-bench dist: distributed training%s failed\n",
+                rc ? "" : " with a worker restart");
         return 1;
     }
     const double ratio = dist.samples_per_s / local.samples_per_s;
@@ -89,12 +194,16 @@ int bench_dist_main(int argc, char **argv) {
     printf("%-40s %12.0f samples/s\n", "local (in-process table)", local.samples_per_s);
     printf("%-40s %12.0f samples/s  (%.2f of local)\n", "1 worker + 1 server, sync",
            dist.samples_per_s, ratio);
+    printf("%-40s %12.3f s  (wall, spawn to recorded step: %.3f s)\n",
+           "worker restart to its first step", first_step, wall);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "dist");
     cJSON_AddNumberToObject(root, "rows", (double)n);
     cJSON_AddNumberToObject(root, "local_samples_per_s", local.samples_per_s);
     cJSON_AddNumberToObject(root, "dist_samples_per_s", dist.samples_per_s);
     cJSON_AddNumberToObject(root, "dist_vs_local", ratio);
+    cJSON_AddNumberToObject(root, "restart_first_step_s", first_step);
+    cJSON_AddNumberToObject(root, "restart_wall_s", wall);
     bench_emit_json(&o, root);
     return 0;
 }

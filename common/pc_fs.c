@@ -28,6 +28,33 @@ int pc_fs_fsync_path(const char *path) {
     return rc;
 }
 
+int pc_fs_write_atomic(const char *path, const void *buf, size_t len) {
+    char tmp[PATH_MAX], dir[PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
+        return PC_EINVAL;
+    FILE *f = fopen(tmp, "wb");
+    int rc = !f || fwrite(buf, 1, len, f) != len || fflush(f) ? PC_EIO : 0;
+    if (f && fclose(f))
+        rc = PC_EIO;
+    if (!rc)
+        rc = pc_fs_fsync_path(tmp);
+    if (!rc && rename(tmp, path) != 0)
+        rc = PC_EIO;
+    if (rc) {
+        remove(tmp);
+        return rc;
+    }
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof dir, ".");
+    return pc_fs_fsync_path(dir);
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)ftw;

@@ -2,10 +2,15 @@
 #ifndef PC_FS_H
 #define PC_FS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* fsync a directory (or file) by path. 0 or PC_EIO. */
 int pc_fs_fsync_path(const char *path);
+
+/* Write len bytes to path atomically: into PATH.tmp, fsynced, renamed over path, directory
+ * fsynced; a crash leaves the old file or the new one. 0, PC_EINVAL (path too long), PC_EIO. */
+int pc_fs_write_atomic(const char *path, const void *buf, size_t len);
 
 /* Remove a file or a directory tree; missing is fine. Does not follow symlinks. */
 void pc_fs_rm_tree(const char *path);

@@ -3,6 +3,7 @@
 # for users who want to train their own data through the same setup.
 #
 #   deploy/local-cluster.sh up [--servers=N] [--dir=DIR] [--base-port=P] [--table=SPEC]
+#                              [--rollback=JOBCKPT_DIR]
 #   deploy/local-cluster.sh status [--dir=DIR]
 #   deploy/local-cluster.sh down [--dir=DIR]
 #
@@ -14,6 +15,10 @@
 #   cluster.map     the map (pass it, or any server's host:port, to ps-worker --servers)
 #   servers.txt     one line per server: index data-port grpc-port metrics-port pid
 #   coordinator     host:gRPC port of the coordinator (ps-worker --coordinator)
+#   grpc            the servers' gRPC addresses, comma-separated (ps-worker --server-grpc)
+# --rollback=JOBCKPT_DIR starts each server from its checkpoint listed in the latest coordinated
+# checkpoint of JOBCKPT_DIR (ps-worker --ckpt-dir; then start the workers with
+# --resume=checkpoint): the whole job rolled back to one consistent point.
 # status prints each server's health through psctl; down stops them (SIGTERM: each writes a
 # checkpoint and exits 0). Binaries come from build/bin (tests/run.sh or deploy/quickstart.sh
 # build them).
@@ -22,7 +27,7 @@ cd "$(dirname "$0")/.."
 
 cmd=${1:-}
 [ -n "$cmd" ] && shift
-n=2 dir=run/cluster base=7400
+n=2 dir=run/cluster base=7400 rollback=""
 table="name=emb,dim=16,optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05"
 for a in "$@"; do
   case "$a" in
@@ -30,6 +35,7 @@ for a in "$@"; do
     --dir=*) dir=${a#*=} ;;
     --base-port=*) base=${a#*=} ;;
     --table=*) table=${a#*=} ;;
+    --rollback=*) rollback=${a#*=} ;;
     *) echo "local-cluster.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -50,13 +56,24 @@ up() {
     slots+="${slots:+,}$lo-$hi:$i"
   done
   echo "version=1;servers=$addrs;slots=$slots" >"$dir/cluster.map"
+  local ids=()
+  if [ -n "$rollback" ]; then # the servers' checkpoint ids in the latest job checkpoint
+    local step
+    step=$(cat "$rollback/LATEST" 2>/dev/null) || { echo "local-cluster.sh: no $rollback/LATEST" >&2; exit 1; }
+    read -r -a ids < <(sed -n 's/^servers //p' "$rollback/step-$(printf %020d "$step")/manifest")
+    [ ${#ids[@]} -eq "$n" ] || { echo "local-cluster.sh: $rollback lists ${#ids[@]} servers, not $n" >&2; exit 1; }
+    echo "rolling back to the job checkpoint after step $step (server checkpoints ${ids[*]})"
+  fi
+  local grpc=""
   for ((i = 0; i < n; i++)); do
     local extra=()
     [ $i -eq 0 ] && extra+=(--coordinator)
+    [ ${#ids[@]} -gt 0 ] && extra+=(--restore-id="${ids[$i]}")
+    grpc+="${grpc:+,}127.0.0.1:$((base + 100 + i))"
     rm -f "$dir/port-$i"
     nohup $bin/ps-server --port=$((base + i)) --grpc-port=$((base + 100 + i)) \
       --metrics-port=$((base + 2000 + i)) --cluster-map-file="$dir/cluster.map" \
-      --server-index=$i --tables="$table" --ckpt-dir="$dir/ckpt-$i" --ckpt-interval-s=60 \
+      --server-index=$i --tables="$table" --ckpt-dir="$dir/ckpt-$i" --ckpt-interval-s=60 --ckpt-keep=10 \
       --port-file="$dir/port-$i" "${extra[@]}" >"$dir/logs/server-$i.log" 2>&1 &
     echo "$i $((base + i)) $((base + 100 + i)) $((base + 2000 + i)) $!" >>"$dir/servers.txt"
   done
@@ -69,6 +86,7 @@ up() {
     fi
   done
   echo "127.0.0.1:$((base + 100))" >"$dir/coordinator"
+  echo "$grpc" >"$dir/grpc"
   echo "cluster up: $n servers, map $dir/cluster.map, coordinator $(cat "$dir/coordinator")," \
        "logs $dir/logs"
 }
@@ -101,5 +119,5 @@ case "$cmd" in
   up) up ;;
   status) status ;;
   down) down ;;
-  *) echo "usage: deploy/local-cluster.sh up|status|down [--servers=N] [--dir=DIR] [--base-port=P] [--table=SPEC]" >&2; exit 2 ;;
+  *) echo "usage: deploy/local-cluster.sh up|status|down [--servers=N] [--dir=DIR] [--base-port=P] [--table=SPEC] [--rollback=JOBCKPT_DIR]" >&2; exit 2 ;;
 esac

@@ -5,8 +5,9 @@
  * Settings come from one table: defaults, then the config file, then PS_SERVER_* environment
  * variables, then flags (later wins). --print-config prints the effective settings and exits.
  *
- * Start: restore the newest checkpoint of ckpt_dir (if any), create the tables of `tables` that
- * do not exist, serve the data plane, the gRPC API and /metrics (docs/server.md). Signals:
+ * Start: restore the newest checkpoint of ckpt_dir (if any; restore_id names one), create the
+ * tables of `tables` that do not exist, serve the data plane, the gRPC API and /metrics
+ * (docs/server.md). Signals:
  * SIGTERM/SIGINT stop accepting, answer what was received, write a checkpoint (ckpt_on_exit) and
  * exit 0; SIGUSR1 writes a checkpoint now; SIGHUP reloads cluster_map_file. Every ckpt_interval_s
  * seconds a checkpoint is written; every clock_tick_s seconds the tables' clocks advance by one
@@ -54,7 +55,7 @@ typedef struct srv_cfg {
     int64_t max_body_bytes, max_batch_keys;
     char tables[4096];
     char ckpt_dir[512];
-    int64_t ckpt_interval_s, ckpt_keep, ckpt_full_every;
+    int64_t ckpt_interval_s, ckpt_keep, ckpt_full_every, restore_id;
     bool ckpt_on_exit;
     char tier_dir[512];
     int64_t tier_cache_bytes, tier_min_free_bytes;
@@ -90,6 +91,8 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_STRING(T, ckpt_dir, "", "checkpoint directory (empty: no checkpoints)"),
     PC_SETTING_INT(T, ckpt_interval_s, 0, 1e9, "0", "seconds between checkpoints (0: off)"),
     PC_SETTING_INT(T, ckpt_keep, 1, 1000, "3", "checkpoints to keep"),
+    PC_SETTING_INT(T, restore_id, 0, 9.2e18, "0",
+                   "start from this checkpoint (0: the newest; a job rollback names one)"),
     PC_SETTING_INT(T, ckpt_full_every, 1, 256, "4", "every Nth checkpoint is full"),
     PC_SETTING_BOOL(T, ckpt_on_exit, "true", "write a checkpoint on SIGTERM/SIGINT"),
     PC_SETTING_STRING(T, tier_dir, "", "RocksDB cold tier directory (empty: no cold tables)"),
@@ -485,10 +488,10 @@ int main(int argc, char **argv) {
         if (ps_ckpt_create(s.cat, &co, &s.ck)) {
             rc = 1;
         } else {
-            int r = ps_ckpt_restore(s.ck, 0, &id);
+            int r = ps_ckpt_restore(s.ck, (uint64_t)s.cfg.restore_id, &id);
             if (r == 0)
                 PC_INFO("restored checkpoint %llu", (unsigned long long)id);
-            else if (r != PC_ENOTFOUND) {
+            else if (r != PC_ENOTFOUND || s.cfg.restore_id) {
                 PC_ERROR("restore from %s failed: %s", s.cfg.ckpt_dir, pc_strerror(r));
                 rc = 1;
             }

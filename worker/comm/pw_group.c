@@ -361,9 +361,9 @@ int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines) {
     return set_str(g, key, v);
 }
 
-int pw_group_offset_load(pw_group_t *g, uint64_t *step, uint64_t *lines) {
+int pw_group_offset_load(pw_group_t *g, int rank, uint64_t *step, uint64_t *lines) {
     char key[256], v[48];
-    key_of(g, key, sizeof key, "off/%d", g->o.rank);
+    key_of(g, key, sizeof key, "off/%d", rank);
     int rc = get_str(g, key, v, sizeof v);
     if (rc)
         return rc;

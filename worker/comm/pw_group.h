@@ -66,9 +66,10 @@ int pw_group_recover(pw_group_t *g);
 bool pw_group_stale(pw_group_t *g);
 
 /* This rank's reader position after its last completed step, so that a restarted worker
- * continues from there. load: PC_ENOTFOUND when none was saved in this run. */
+ * continues from there; load reads data rank `rank`'s: PC_ENOTFOUND when none was saved in
+ * this run. */
 int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines);
-int pw_group_offset_load(pw_group_t *g, uint64_t *step, uint64_t *lines);
+int pw_group_offset_load(pw_group_t *g, int rank, uint64_t *step, uint64_t *lines);
 
 /* The run is over (call once, from group rank 0): the job's name starts a new run next. */
 int pw_group_finish(pw_group_t *g);

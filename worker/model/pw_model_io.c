@@ -42,22 +42,8 @@ int pw_dense_save(const char *path, const pw_linear_t *l, int n) {
     }
     const uint64_t h = pc_hash64(img, size - 8, 0);
     memcpy(p, &h, 8);
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp) {
-        free(img);
-        return PC_EINVAL;
-    }
-    FILE *f = fopen(tmp, "wb");
-    int rc = !f || fwrite(img, 1, size, f) != size || fflush(f) ? PC_EIO : 0;
-    if (f && fclose(f))
-        rc = PC_EIO;
+    int rc = pc_fs_write_atomic(path, img, size);
     free(img);
-    if (!rc)
-        rc = pc_fs_fsync_path(tmp);
-    if (!rc && rename(tmp, path) != 0)
-        rc = PC_EIO;
-    if (rc)
-        remove(tmp);
     return rc;
 }
 

@@ -28,7 +28,8 @@ typedef struct cfg {
     char bottom[128], top[128], table[512], dense_optimizer[16];
     char load_dense[512], save_dense[512], export_embeddings[512];
     char servers[4096], table_name[64], coordinator[256], job[64], host[64];
-    char on_worker_loss[16];
+    char on_worker_loss[16], resume[16], ckpt_dir[512], server_grpc[4096];
+    int64_t ckpt_every;
     int64_t rank, world, timeout_ms, rejoin_timeout_ms, server_retry_ms;
     int64_t dim, fields, batch, epochs, max_samples, seed, progress_every, eval_every;
     double dense_lr;
@@ -52,6 +53,15 @@ static const pc_setting_t k_set[] = {
                    "how long survivors wait for a lost worker to come back"),
     PC_SETTING_INT(T, server_retry_ms, 0, 3.6e6, "60000",
                    "how long pulls wait for servers that are down (restarting)"),
+    PC_SETTING_INT(T, ckpt_every, 0, 1e15, "0",
+                   "steps between coordinated checkpoints (0: none; needs --ckpt-dir, "
+                   "--server-grpc)"),
+    PC_SETTING_STRING(T, ckpt_dir, "", "where coordinated checkpoints go (all workers reach it)"),
+    PC_SETTING_STRING(T, server_grpc, "",
+                      "the servers' gRPC addresses, comma-separated, in cluster-map order"),
+    PC_SETTING_STRING(T, resume, "position",
+                      "position (a restarted worker continues where it was) | checkpoint (the "
+                      "whole job starts from the latest coordinated checkpoint)"),
     PC_SETTING_STRING(T, on_worker_loss, "shrink",
                       "after that: shrink (go on without it) | wait (keep waiting)"),
     PC_SETTING_STRING(
@@ -137,9 +147,10 @@ int main(int argc, char **argv) {
         widths(c.top, tc.top, &tc.ntop) ||
         (strcmp(c.dense_optimizer, "adam") && ok == PW_OPT_ADAM) ||
         (strcmp(c.pooling, "sum") && strcmp(c.pooling, "mean")) ||
-        (strcmp(c.on_worker_loss, "shrink") && strcmp(c.on_worker_loss, "wait"))) {
+        (strcmp(c.on_worker_loss, "shrink") && strcmp(c.on_worker_loss, "wait")) ||
+        (strcmp(c.resume, "position") && strcmp(c.resume, "checkpoint"))) {
         fprintf(stderr, "ps-worker: bad --train, --format, --bottom, --top, --pooling, "
-                        "--dense-optimizer or --on-worker-loss\n");
+                        "--dense-optimizer, --on-worker-loss or --resume\n");
         return 2;
     }
     char err[256];
@@ -160,6 +171,10 @@ int main(int argc, char **argv) {
     tc.timeout_ms = (int)c.timeout_ms;
     tc.rejoin_timeout_ms = (int)c.rejoin_timeout_ms;
     tc.server_retry_ms = (int)c.server_retry_ms;
+    tc.ckpt_every = (uint64_t)c.ckpt_every;
+    snprintf(tc.ckpt_dir, sizeof tc.ckpt_dir, "%s", c.ckpt_dir);
+    snprintf(tc.server_grpc, sizeof tc.server_grpc, "%s", c.server_grpc);
+    tc.resume_checkpoint = strcmp(c.resume, "checkpoint") == 0;
     tc.shrink = strcmp(c.on_worker_loss, "shrink") == 0;
     snprintf(tc.model, sizeof tc.model, "%s", c.model);
     snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);

@@ -8,6 +8,7 @@
 #include "emberps/psclient.h"
 #include "pw_coll.h"
 #include "pw_group.h"
+#include "pw_jobckpt.h"
 #include "pw_deepfm.h"
 #include "pw_dlrm.h"
 #include "pw_fm.h"
@@ -113,6 +114,12 @@ static int model_kind(const char *name, int *kind) {
 /* Distributed: connect to the servers and, with world > 1, form the collective group. */
 static int connect_cluster(trainer_t *t) {
     const pw_train_config_t *c = t->c;
+    if ((c->ckpt_every || c->resume_checkpoint) &&
+        (!c->coordinator[0] || !c->ckpt_dir[0] || (c->ckpt_every && !c->server_grpc[0]))) {
+        PC_ERROR("train: coordinated checkpoints need a coordinator, a checkpoint directory and "
+                 "(to write them) the servers' gRPC addresses");
+        return PC_EINVAL;
+    }
     if (c->world < 1 || c->rank < 0 || c->rank >= c->world ||
         (c->world > 1 && !c->coordinator[0])) {
         PC_ERROR("train: rank %d of world %d%s", c->rank, c->world,
@@ -125,7 +132,7 @@ static int connect_cluster(trainer_t *t) {
         PC_ERROR("train: cannot reach the servers (%s): %s", c->servers, pc_strerror(rc));
         return rc;
     }
-    if (c->world == 1)
+    if (!c->coordinator[0])
         return 0;
     pw_group_opts_t go = {.coordinator = c->coordinator,
                           .job = c->job,
@@ -638,6 +645,70 @@ static void progress(const pw_train_config_t *c, pw_reader_t *r, uint64_t sample
             (double)samples / sec, loss, eta);
 }
 
+/* A coordinated checkpoint after step t->step (pw_jobckpt.h); every member has recorded its
+ * position. Collective errors are returned (the caller regroups); a failed checkpoint is only
+ * logged. */
+static int job_checkpoint(trainer_t *t) {
+    const pw_train_config_t *c = t->c;
+    int rc = barrier(t);
+    if (rc || pw_group_rank(t->grp) != 0)
+        return rc ? rc : barrier(t);
+    const uint64_t t0 = pc_time_mono_ns();
+    pw_jobckpt_t *ck = calloc(1, sizeof *ck);
+    const size_t n = dense_state(t, NULL, false);
+    float *state = malloc(n * sizeof *state);
+    int ck_rc = ck && state ? 0 : PC_ENOMEM;
+    if (!ck_rc) {
+        ck->step = t->step;
+        ck->nranks = (size_t)c->world;
+        for (int r = 0; r < c->world && !ck_rc; r++) { /* lost ranks: their last position */
+            uint64_t step;
+            ck_rc = pw_group_offset_load(t->grp, r, &step, &ck->positions[r]);
+            if (ck_rc == PC_ENOTFOUND)
+                ck_rc = 0, ck->positions[r] = 0;
+        }
+    }
+    if (!ck_rc)
+        ck_rc = pw_jobckpt_servers(c->server_grpc, c->timeout_ms, ck);
+    if (!ck_rc) {
+        dense_state(t, state, true);
+        ck_rc = pw_jobckpt_write(c->ckpt_dir, ck, state, n, 2);
+    }
+    if (ck_rc)
+        PC_ERROR("train: the checkpoint after step %llu failed: %s (training goes on)",
+                 (unsigned long long)t->step, pc_strerror(ck_rc));
+    else
+        PC_INFO("train: checkpoint after step %llu in %s (%zu servers) in %.2f s",
+                (unsigned long long)t->step, c->ckpt_dir, ck->nservers, pc_time_sec_since(t0));
+    free(ck);
+    free(state);
+    return barrier(t);
+}
+
+/* Start from the latest coordinated checkpoint: the dense state, and *skip = this rank's
+ * position. */
+static int resume_checkpoint(trainer_t *t, uint64_t *skip) {
+    const size_t n = dense_state(t, NULL, false);
+    pw_jobckpt_t *ck = calloc(1, sizeof *ck);
+    float *state = malloc(n * sizeof *state);
+    int rc = ck && state ? pw_jobckpt_read_latest(t->c->ckpt_dir, ck, state, n) : PC_ENOMEM;
+    if (!rc && (size_t)t->c->rank >= ck->nranks)
+        rc = PC_ERANGE;
+    if (!rc) {
+        dense_state(t, state, false);
+        *skip = ck->positions[t->c->rank];
+        PC_WARN("train: rank %d resumes from the checkpoint after step %llu, line %llu of its "
+                "data",
+                t->c->rank, (unsigned long long)t->step, (unsigned long long)*skip);
+    } else {
+        PC_ERROR("train: cannot resume from the checkpoint in %s: %s", t->c->ckpt_dir,
+                 pc_strerror(rc));
+    }
+    free(ck);
+    free(state);
+    return rc;
+}
+
 int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const *train,
                  size_t ntrain, const char *const *test, size_t ntest, pw_train_result_t *res) {
     if (!c || !train || !ntrain || c->batch < 1 || c->epochs < 1 || !res)
@@ -648,8 +719,11 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     trainer_t t = {.c = c, .fmt = fmt, .has_state = true};
     int rc = trainer_init(&t);
     uint64_t skip = 0, saved_step = 0;
-    if (!rc && t.grp) { /* a restarted worker continues after its last step */
-        rc = pw_group_offset_load(t.grp, &saved_step, &skip);
+    if (!rc && t.grp && c->resume_checkpoint) { /* the job rolled back */
+        if (!(rc = resume_checkpoint(&t, &skip)))
+            rc = regroup_initial(&t);
+    } else if (!rc && t.grp) { /* a restarted worker continues after its last step */
+        rc = pw_group_offset_load(t.grp, c->rank, &saved_step, &skip);
         if (rc == 0) {
             t.has_state = false; /* its dense model comes from a live peer */
             PC_WARN("train: rank %d resumes after step %llu, line %llu of its data", c->rank,
@@ -714,6 +788,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                         pc_strerror(rc));
             pos_warned = true;
             rc = 0;
+        }
+        if (t.grp && c->ckpt_every && t.step % c->ckpt_every == 0 && (rc = job_checkpoint(&t))) {
+            if ((rc = regroup(&t)))
+                break;
         }
         if (!b)
             continue;

@@ -42,6 +42,14 @@
  * formed group, takes the dense state (weights, optimizer state, step count) of the member with
  * the most steps. The servers keep the embeddings throughout.
  *
+ * Coordinated checkpoints (ckpt_every steps, pw_jobckpt.h): after step S every worker has
+ * recorded its position; a barrier; the group's rank 0 has every server write a checkpoint and
+ * writes the dense state, the servers' ids and every data rank's position under ckpt_dir; a
+ * barrier (no push of S + 1 reaches a server before its cut). A failed checkpoint is logged and
+ * training goes on (the previous one stays the latest). resume_checkpoint: every worker starts
+ * from the latest one's dense state and its rank's position (the servers restarted from the
+ * listed ids): the job rolled back as a whole.
+ *
  * Server failures: pulls and lookups that find a server down (PC_EUNAVAIL, PC_ETIMEDOUT) are
  * tried again every 200 ms for up to server_retry_ms (a restarted server restores its last
  * checkpoint); a push that fails so is not sent again (the servers that answered applied their
@@ -93,6 +101,11 @@ typedef struct pw_train_config {
     int rejoin_timeout_ms; /* survivors wait this long for a lost worker (pw_group.h) */
     bool shrink;           /* then go on without it (else keep waiting) */
     int server_retry_ms;   /* pulls wait this long for servers that are down */
+    /* coordinated checkpoints (pw_jobckpt.h; a coordinator needed) */
+    uint64_t ckpt_every;    /* steps between them, 0: none */
+    char ckpt_dir[512];     /* where the group's rank 0 writes them */
+    char server_grpc[4096]; /* the servers' gRPC addresses, comma-separated, map order */
+    bool resume_checkpoint; /* start from the latest one (the job rolled back) */
 } pw_train_config_t;
 
 void pw_train_config_defaults(pw_train_config_t *c);

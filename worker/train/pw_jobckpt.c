@@ -1,0 +1,230 @@
+/* pw_jobckpt.c: see pw_jobckpt.h. */
+#include "pw_jobckpt.h"
+
+#include "emberps.pb-c.h"
+#include "emberps/psgrpc.h"
+#include "pc_error.h"
+#include "pc_fs.h"
+#include "pc_hash.h"
+#include "pc_log.h"
+
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STATE_MAGIC "EMBRSTA1"
+
+static int status_error(int st) {
+    return st == 0 ? 0 : st == 4 ? PC_ETIMEDOUT : st == 14 ? PC_EUNAVAIL : PC_EINTERNAL;
+}
+
+int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck) {
+    char *list = strdup(grpc ? grpc : ""), *save = NULL;
+    if (!list)
+        return PC_ENOMEM;
+    int rc = 0;
+    ck->nservers = 0;
+    for (char *a = strtok_r(list, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save)) {
+        if (ck->nservers == PW_JOBCKPT_MAX_SERVERS) {
+            rc = PC_ETOOBIG;
+            break;
+        }
+        psg_t *g;
+        if ((rc = psg_create(a, NULL, 1u << 20, &g)))
+            break;
+        Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
+        uint8_t req[16], *resp = NULL;
+        size_t rlen = 0, len = protobuf_c_message_pack(&q.base, req);
+        char msg[256] = "";
+        int st = psg_call(g, "/emberps.ParameterServer/Checkpoint", req, len, timeout_ms, &resp,
+                          &rlen, msg, sizeof msg);
+        psg_destroy(g);
+        Emberps__CheckpointResponse *p =
+            st ? NULL : emberps__checkpoint_response__unpack(NULL, rlen, resp);
+        free(resp);
+        if (!p) {
+            PC_ERROR("checkpoint: server %s: status %d %s", a, st, msg);
+            rc = st ? status_error(st) : PC_ECORRUPT;
+            break;
+        }
+        ck->servers[ck->nservers++] = p->id;
+        emberps__checkpoint_response__free_unpacked(p, NULL);
+    }
+    free(list);
+    return rc ? rc : ck->nservers ? 0 : PC_EINVAL;
+}
+
+/* Write the state file image. */
+static int state_save(const char *path, const float *v, size_t n) {
+    const size_t size = 16 + n * sizeof(float) + 8;
+    uint8_t *img = malloc(size);
+    if (!img)
+        return PC_ENOMEM;
+    const uint64_t count = n;
+    memcpy(img, STATE_MAGIC, 8);
+    memcpy(img + 8, &count, 8);
+    memcpy(img + 16, v, n * sizeof(float));
+    const uint64_t h = pc_hash64(img, size - 8, 0);
+    memcpy(img + size - 8, &h, 8);
+    int rc = pc_fs_write_atomic(path, img, size);
+    free(img);
+    return rc;
+}
+
+static int state_load(const char *path, float *v, size_t n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return PC_ENOTFOUND;
+    const size_t want = 16 + n * sizeof(float) + 8;
+    uint8_t *img = malloc(want + 1);
+    const size_t got = img ? fread(img, 1, want + 1, f) : 0;
+    fclose(f);
+    int rc = !img ? PC_ENOMEM : got < 16 || memcmp(img, STATE_MAGIC, 8) ? PC_ECORRUPT : 0;
+    uint64_t count = 0, h = 0;
+    if (!rc) {
+        memcpy(&count, img + 8, 8);
+        rc = count != n ? PC_EDIM : got != want ? PC_ECORRUPT : 0;
+    }
+    if (!rc) {
+        memcpy(&h, img + want - 8, 8);
+        rc = h != pc_hash64(img, want - 8, 0) ? PC_ECORRUPT : 0;
+    }
+    if (!rc)
+        memcpy(v, img + 16, n * sizeof(float));
+    free(img);
+    return rc;
+}
+
+/* Remove step directories of dir older than the newest `keep`. */
+static void prune(const char *dir, int keep) {
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    uint64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        uint64_t s;
+        char tail;
+        if (sscanf(e->d_name, "step-%" SCNu64 "%c", &s, &tail) != 1)
+            continue;
+        if (n == cap) {
+            uint64_t *ns = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *ns);
+            if (!ns)
+                break;
+            steps = ns;
+        }
+        steps[n++] = s;
+    }
+    closedir(d);
+    for (size_t i = 0; i < n; i++) {
+        size_t newer = 0;
+        for (size_t j = 0; j < n; j++)
+            newer += steps[j] > steps[i];
+        if (newer >= (size_t)keep) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s/step-%020" PRIu64, dir, steps[i]);
+            pc_fs_rm_tree(path);
+        }
+    }
+    free(steps);
+}
+
+int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,
+                     int keep) {
+    if (!dir || !dir[0] || !ck || keep < 1)
+        return PC_EINVAL;
+    char sdir[4096], path[4200];
+    snprintf(sdir, sizeof sdir, "%s/step-%020" PRIu64, dir, ck->step);
+    int rc = pc_fs_mkdirs(sdir);
+    snprintf(path, sizeof path, "%s/dense.state", sdir);
+    if (!rc)
+        rc = state_save(path, state, n);
+    const size_t cap = 64 + 24 * (ck->nservers + ck->nranks);
+    char *m = malloc(cap);
+    if (!rc && !m)
+        rc = PC_ENOMEM;
+    if (!rc) {
+        size_t len = (size_t)snprintf(m, cap, "emberps-job-checkpoint 1\nstep %" PRIu64 "\nservers",
+                                      ck->step);
+        for (size_t i = 0; i < ck->nservers; i++)
+            len += (size_t)snprintf(m + len, cap - len, " %" PRIu64, ck->servers[i]);
+        len += (size_t)snprintf(m + len, cap - len, "\npositions");
+        for (size_t i = 0; i < ck->nranks; i++)
+            len += (size_t)snprintf(m + len, cap - len, " %" PRIu64, ck->positions[i]);
+        len += (size_t)snprintf(m + len, cap - len, "\n");
+        snprintf(path, sizeof path, "%s/manifest", sdir);
+        rc = pc_fs_write_atomic(path, m, len);
+    }
+    free(m);
+    if (!rc) {
+        char latest[32];
+        const int len = snprintf(latest, sizeof latest, "%" PRIu64 "\n", ck->step);
+        snprintf(path, sizeof path, "%s/LATEST", dir);
+        rc = pc_fs_write_atomic(path, latest, (size_t)len);
+    }
+    if (!rc)
+        prune(dir, keep);
+    return rc;
+}
+
+/* Parse "word N N N ..." into out (at most cap numbers). */
+static int numbers(const char *line, const char *word, uint64_t *out, size_t cap, size_t *n) {
+    const size_t wl = strlen(word);
+    if (strncmp(line, word, wl) != 0)
+        return PC_ECORRUPT;
+    const char *p = line + wl;
+    *n = 0;
+    while (*p == ' ') {
+        char *end;
+        const uint64_t v = strtoull(p + 1, &end, 10);
+        if (end == p + 1 || *n == cap)
+            return PC_ECORRUPT;
+        out[(*n)++] = v;
+        p = end;
+    }
+    return *p == '\n' || *p == '\0' ? 0 : PC_ECORRUPT;
+}
+
+int pw_jobckpt_read_latest(const char *dir, pw_jobckpt_t *ck, float *state, size_t n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/LATEST", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return PC_ENOTFOUND;
+    uint64_t step;
+    const int ok = fscanf(f, "%" SCNu64, &step) == 1;
+    fclose(f);
+    if (!ok)
+        return PC_ECORRUPT;
+    snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/manifest", dir, step);
+    if (!(f = fopen(path, "r")))
+        return PC_ECORRUPT; /* LATEST is written last: its directory must be there */
+    const size_t cap = 64 + 24 * (PW_JOBCKPT_MAX_SERVERS + PW_JOBCKPT_MAX_RANKS);
+    char *line = malloc(cap);
+    int rc = line ? 0 : PC_ENOMEM;
+    size_t k;
+    if (!rc)
+        rc = fgets(line, (int)cap, f) && strcmp(line, "emberps-job-checkpoint 1\n") == 0
+                 ? 0
+                 : PC_ECORRUPT;
+    if (!rc)
+        rc = fgets(line, (int)cap, f) ? numbers(line, "step", &ck->step, 1, &k) : PC_ECORRUPT;
+    if (!rc && (k != 1 || ck->step != step))
+        rc = PC_ECORRUPT;
+    if (!rc)
+        rc = fgets(line, (int)cap, f)
+                 ? numbers(line, "servers", ck->servers, PW_JOBCKPT_MAX_SERVERS, &ck->nservers)
+                 : PC_ECORRUPT;
+    if (!rc)
+        rc = fgets(line, (int)cap, f)
+                 ? numbers(line, "positions", ck->positions, PW_JOBCKPT_MAX_RANKS, &ck->nranks)
+                 : PC_ECORRUPT;
+    fclose(f);
+    free(line);
+    snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/dense.state", dir, step);
+    if (!rc && (rc = state_load(path, state, n)) == PC_ENOTFOUND)
+        rc = PC_ECORRUPT;
+    return rc;
+}

@@ -1,0 +1,49 @@
+/* pw_jobckpt.h: coordinated checkpoints of a distributed job, the worker side.
+ *
+ * At a step boundary where every push of the step is applied and no push of the next one has
+ * been sent (the trainer holds the workers at barriers around it), the group's rank 0 asks every
+ * server to write a checkpoint (gRPC Checkpoint) and writes DIR/step-<S>/ with
+ *   dense.state  the dense state (weights, optimizer state, step count) as floats: magic
+ *                "EMBRSTA1", u64 count, the floats, XXH3-64 of all before it;
+ *   manifest     text lines "emberps-job-checkpoint 1", "step S", "servers ID0 ID1 ..." (each
+ *                server's checkpoint id, in cluster-map order), "positions L0 L1 ..." (lines of
+ *                each data rank's share read through step S);
+ * then DIR/LATEST ("S\n"); every file is written atomically (pc_fs_write_atomic), LATEST last,
+ * so a crash leaves the previous checkpoint the latest. Step directories older than the newest
+ * `keep` are removed. DIR must be reachable by every worker (one machine, or a shared file
+ * system) for a rollback.
+ *
+ * Rolling a job back to it: start server i with --restore-id=IDi, every worker with
+ * --resume=checkpoint (docs/training.md).
+ *
+ * Errors: PC_ENOTFOUND (no checkpoint), PC_ECORRUPT (a damaged file), PC_EDIM (a dense state of
+ * another size: another model), PC_EIO, PC_EUNAVAIL / PC_ETIMEDOUT (a server did not answer).
+ */
+#ifndef PW_JOBCKPT_H
+#define PW_JOBCKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PW_JOBCKPT_MAX_SERVERS 1024
+#define PW_JOBCKPT_MAX_RANKS   4096
+
+typedef struct pw_jobckpt {
+    uint64_t step;
+    size_t nservers, nranks;
+    uint64_t servers[PW_JOBCKPT_MAX_SERVERS];
+    uint64_t positions[PW_JOBCKPT_MAX_RANKS];
+} pw_jobckpt_t;
+
+/* Ask every server of `grpc` (comma-separated host:gRPC port, cluster-map order) to write a
+ * checkpoint now; their ids go to ck->servers. */
+int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck);
+
+/* Write DIR/step-<ck->step>/ and LATEST; keep the newest `keep` (>= 1) step directories. */
+int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,
+                     int keep);
+
+/* Read the latest checkpoint: its manifest into ck and its n-float dense state into state. */
+int pw_jobckpt_read_latest(const char *dir, pw_jobckpt_t *ck, float *state, size_t n);
+
+#endif
