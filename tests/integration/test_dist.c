@@ -104,6 +104,25 @@ static double json_num(const char *path, const char *key) {
 
 static char g_all[300], g_p0[300], g_p1[300], g_test[300];
 
+/* Generate o's rows into all and test, and split all into two worker shares: blocks of `block`
+ * lines alternate between p0 and p1, so batch t of 2 x block lines of all is block t of p0
+ * followed by block t of p1. */
+static void make_shares(const pw_datagen_opts_t *o, const char *all, const char *test,
+                        const char *p0, const char *p1, int block) {
+    FILE *a = fopen(all, "w"), *t = fopen(test, "w");
+    assert_int_equal(pw_datagen_run(o, a, t, NULL), 0);
+    fclose(a);
+    fclose(t);
+    a = fopen(all, "r");
+    FILE *f0 = fopen(p0, "w"), *f1 = fopen(p1, "w");
+    char line[1024];
+    for (int i = 0; fgets(line, sizeof line, a); i++)
+        fputs(line, (i / block) % 2 ? f1 : f0);
+    fclose(a);
+    fclose(f0);
+    fclose(f1);
+}
+
 static int setup(void **state) {
     (void)state;
     tc_tmpdir(g_dir, sizeof g_dir, "dist");
@@ -116,20 +135,7 @@ static int setup(void **state) {
     o.rows = ROWS;
     o.test_rows = 10000;
     o.vocab_max = 5000;
-    FILE *a = fopen(g_all, "w"), *t = fopen(g_test, "w");
-    assert_int_equal(pw_datagen_run(&o, a, t, NULL), 0);
-    fclose(a);
-    fclose(t);
-    /* Blocks of B lines alternate between p0 and p1: batch t of 2B lines of all.tsv is block t
-     * of p0 followed by block t of p1. */
-    a = fopen(g_all, "r");
-    FILE *f0 = fopen(g_p0, "w"), *f1 = fopen(g_p1, "w");
-    char line[1024];
-    for (int i = 0; fgets(line, sizeof line, a); i++)
-        fputs(line, (i / B) % 2 ? f1 : f0);
-    fclose(a);
-    fclose(f0);
-    fclose(f1);
+    make_shares(&o, g_all, g_test, g_p0, g_p1, B);
     return 0;
 }
 
@@ -287,18 +293,7 @@ static void recovery_data(void) {
     o.test_rows = 20000;
     o.vocab_max = 20000;
     o.seed = 7;
-    FILE *a = fopen(all, "w"), *t = fopen(g_rtest, "w");
-    assert_int_equal(pw_datagen_run(&o, a, t, NULL), 0);
-    fclose(a);
-    fclose(t);
-    a = fopen(all, "r");
-    FILE *f0 = fopen(g_r0, "w"), *f1 = fopen(g_r1, "w");
-    char line[1024];
-    for (int i = 0; fgets(line, sizeof line, a); i++)
-        fputs(line, (i / RB) % 2 ? f1 : f0);
-    fclose(a);
-    fclose(f0);
-    fclose(f1);
+    make_shares(&o, all, g_rtest, g_r0, g_r1, RB);
 }
 
 typedef struct rjob {
