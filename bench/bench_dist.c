@@ -99,8 +99,10 @@ static int measure_restart(const char *dir, int port, int grpc, const char *p0, 
         buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
         fclose(f);
     }
-    const char *k = strstr(buf, "\"first_step_s\":");
-    *first_step = k ? strtod(k + strlen("\"first_step_s\":"), NULL) : -1;
+    cJSON *j = cJSON_Parse(buf);
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(j, "first_step_s");
+    *first_step = cJSON_IsNumber(k) ? k->valuedouble : -1;
+    cJSON_Delete(j);
     return !rc && st0 == 0 && st1 == 0 && *wall >= 0 && *first_step >= 0 ? 0 : -1;
 }
 
@@ -111,10 +113,7 @@ int bench_dist_main(int argc, char **argv) {
     pc_log_set_level(PC_LOG_WARN);
     const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 10000 : o.quick ? 100000 : 300000;
     char dir[256], tr[300], tr1[300], pf[300], bin[600];
-    snprintf(dir, sizeof dir, "%s/ps-bench-dist-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
+    bench_tmpdir("dist", dir, sizeof dir);
     snprintf(tr, sizeof tr, "%s/train-0.tsv", dir);
     snprintf(tr1, sizeof tr1, "%s/train-1.tsv", dir);
     snprintf(pf, sizeof pf, "%s/port", dir);

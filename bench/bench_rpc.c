@@ -412,10 +412,7 @@ int bench_rpc_main(int argc, char **argv) {
     x.nkeys = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 5000 : o.quick ? 200000 : 1000000;
     x.secs = o.seconds > 0 ? o.seconds : o.smoke ? 0.2 : o.quick ? 1.0 : 2.0;
     char dir[256], bin[600], pf[300];
-    snprintf(dir, sizeof dir, "%s/ps-bench-rpc-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
+    bench_tmpdir("rpc", dir, sizeof dir);
     bench_sibling("ps-server", bin, sizeof bin);
     snprintf(pf, sizeof pf, "%s/port", dir);
     x.ps_port = bench_free_port();

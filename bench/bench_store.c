@@ -304,10 +304,7 @@ int bench_store_main(int argc, char **argv) {
     uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 20000 : o.quick ? 1000000 : 10000000;
     uint32_t dim = o.dim > 0 ? (uint32_t)o.dim : 32;
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/ps-bench-store-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
+    bench_tmpdir("store", dir, sizeof dir);
 
     ps_catalog_t *cat;
     ps_table_config_t c;

@@ -96,10 +96,7 @@ int bench_train_main(int argc, char **argv) {
     const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 20000 : o.quick ? 300000 : 2000000;
     const double peak = sgemm_peak(512, o.smoke ? 0.2 : 1.0);
     char dir[256], tr[300], te[300];
-    snprintf(dir, sizeof dir, "%s/ps-bench-train-XXXXXX",
-             getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(dir))
-        abort();
+    bench_tmpdir("train", dir, sizeof dir);
     snprintf(tr, sizeof tr, "%s/train.tsv", dir);
     snprintf(te, sizeof te, "%s/test.tsv", dir);
     pw_datagen_opts_t go;

@@ -225,3 +225,9 @@ void bench_sibling(const char *name, char *buf, size_t cap) {
         abort();
     strcpy(slash + 1, name);
 }
+
+void bench_tmpdir(const char *area, char *buf, size_t cap) {
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if ((size_t)snprintf(buf, cap, "%s/ps-bench-%s-XXXXXX", base, area) >= cap || !mkdtemp(buf))
+        abort();
+}

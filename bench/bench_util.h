@@ -58,6 +58,9 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]);
 void bench_stop(int pid);
 bool bench_wait_file(const char *path, double seconds);
 void bench_sibling(const char *name, char *buf, size_t cap);
+/* A new directory $TMPDIR/ps-bench-AREA-XXXXXX (TMPDIR default /tmp) into buf; aborts when it
+ * cannot be made. */
+void bench_tmpdir(const char *area, char *buf, size_t cap);
 
 /* Print the JSON object (and free it) as the last line when json is on. */
 void bench_emit_json(const bench_opts_t *o, cJSON *root);

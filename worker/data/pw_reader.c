@@ -32,12 +32,12 @@ struct pw_reader {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* one condition: batches and space both signal it */
     pw_batch_t *slots;
+    size_t *caps; /* keys each slot's key arrays hold (they grow one by one) */
     size_t nslots, head, count;
     bool holding, done, stop;
     int err;
     uint64_t consumed;
-    int tcp_port;   /* bound port of the TCP source: 0 not yet, < 0 none or failed */
-    size_t key_cap; /* per batch */
+    int tcp_port; /* bound port of the TCP source: 0 not yet, < 0 none or failed */
     atomic_uint_least64_t lines, samples, bad, bytes;
 };
 
@@ -134,7 +134,6 @@ static bool stopping(pw_reader_t *r) {
 typedef struct cursor {
     pw_reader_t *r;
     pw_batch_t *b;
-    size_t cap;
     uint64_t skip;
     pw_sample_t s;
 } cursor_t;
@@ -174,7 +173,7 @@ static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char
         }
         return 0;
     }
-    int rc = batch_add(c->b, &c->cap, &c->s);
+    int rc = batch_add(c->b, &r->caps[c->b - r->slots], &c->s);
     if (rc)
         return rc;
     atomic_fetch_add_explicit(&r->samples, 1, memory_order_relaxed);
@@ -436,7 +435,6 @@ static void *reader_main(void *arg) {
     }
     c->r = r;
     c->skip = r->o.skip_lines;
-    c->cap = r->key_cap;
     c->b = slot_acquire(r);
     int rc = 0;
     bool stdin_read = false;
@@ -466,6 +464,20 @@ static void *reader_main(void *arg) {
 
 /* ==== consumer side ======================================================================== */
 
+/* Free everything of a reader whose thread is not running (never started, or joined). */
+static void reader_free(pw_reader_t *r) {
+    for (size_t i = 0; r->slots && i < r->nslots; i++)
+        batch_free(&r->slots[i]);
+    for (size_t i = 0; r->paths && i < r->o.npaths; i++)
+        free(r->paths[i]);
+    free(r->slots);
+    free(r->caps);
+    free(r->paths);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
 int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
     if (!o || !out || !o->npaths || !o->paths || o->world < 1 || o->rank >= o->world ||
         o->batch < 1 || o->queue < 1 || o->epochs < 1 || o->max_error_rate < 0 ||
@@ -488,31 +500,24 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
         if (i % o->world == o->rank && is_tcp(o->paths[i]))
             r->tcp_port = 0;
     r->nslots = o->queue + 1;
-    r->key_cap = o->batch * 32;
     r->slots = calloc(r->nslots, sizeof *r->slots);
+    r->caps = calloc(r->nslots, sizeof *r->caps);
     r->paths = calloc(o->npaths, sizeof *r->paths);
-    int rc = r->slots && r->paths ? 0 : PC_ENOMEM;
+    int rc = r->slots && r->caps && r->paths ? 0 : PC_ENOMEM;
     for (size_t i = 0; !rc && i < o->npaths; i++)
         if (!(r->paths[i] = strdup(o->paths[i])))
             rc = PC_ENOMEM;
-    for (size_t i = 0; !rc && i < r->nslots; i++)
-        rc = batch_alloc(&r->slots[i], o->batch, r->key_cap);
+    for (size_t i = 0; !rc && i < r->nslots; i++) {
+        r->caps[i] = o->batch * 32;
+        rc = batch_alloc(&r->slots[i], o->batch, r->caps[i]);
+    }
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->consumed = o->skip_lines;
     if (!rc && pthread_create(&r->thread, NULL, reader_main, r))
         rc = PC_ESYS;
     if (rc) {
-        r->done = true; /* no thread to join */
-        for (size_t i = 0; r->slots && i < r->nslots; i++)
-            batch_free(&r->slots[i]);
-        for (size_t i = 0; r->paths && i < o->npaths; i++)
-            free(r->paths[i]);
-        free(r->slots);
-        free(r->paths);
-        pthread_mutex_destroy(&r->mu);
-        pthread_cond_destroy(&r->cv);
-        free(r);
+        reader_free(r); /* no thread to join */
         return rc;
     }
     *out = r;
@@ -577,13 +582,5 @@ void pw_reader_close(pw_reader_t *r) {
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     pthread_join(r->thread, NULL);
-    for (size_t i = 0; i < r->nslots; i++)
-        batch_free(&r->slots[i]);
-    for (size_t i = 0; i < r->o.npaths; i++)
-        free(r->paths[i]);
-    free(r->slots);
-    free(r->paths);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
-    free(r);
+    reader_free(r);
 }

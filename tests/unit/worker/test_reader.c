@@ -3,7 +3,8 @@
  * a missing file is PC_EIO; resuming at pw_reader_consumed() continues exactly; closing early
  * never hangs. A TCP source gives the same samples as the file its producers send (in odd chunk
  * sizes, a last line without newline, two producers at once); CSV headers are skipped per file
- * and per connection. */
+ * and per connection. Samples with more features than a batch's first allocation holds grow
+ * every slot of the queue on its own (libsvm, 40-119 features a sample, batch 4). */
 #include "table_check.h"
 
 #include <arpa/inet.h>
@@ -197,6 +198,41 @@ static void test_resume_and_early_close(void **state) {
     assert_true(fabs(head.label_sum + tail.label_sum - all.label_sum) < 1e-6);
 }
 
+static void test_wide_samples(void **state) {
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/wide.svm", g_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    enum { ROWS = 400 };
+    for (int i = 0; i < ROWS; i++) {
+        fprintf(f, "%d", i % 2);
+        for (int j = 0; j < 40 + i % 80; j++)
+            fprintf(f, " %d:%d", i * 1000 + j, j + 1);
+        fputc('\n', f);
+    }
+    fclose(f);
+    const char *p[] = {path};
+    pw_reader_opts_t o = opts(p, 1);
+    o.format = PW_FMT_LIBSVM;
+    o.batch = 4;
+    o.queue = 3;
+    pw_reader_t *r;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    int row = 0;
+    for (const pw_batch_t *b; (b = pw_reader_next(r));)
+        for (size_t i = 0; i < b->n; i++, row++) {
+            const size_t n = b->key_off[i + 1] - b->key_off[i];
+            assert_int_equal(n, 40 + row % 80);
+            assert_true(b->labels[i] == (float)(row % 2));
+            for (size_t j = 0; j < n; j++)
+                assert_true(b->vals[b->key_off[i] + j] == (float)(j + 1));
+        }
+    assert_int_equal(pw_reader_error(r), 0);
+    assert_int_equal(row, ROWS);
+    pw_reader_close(r);
+}
+
 static int setup(void **state) {
     (void)state;
     tc_tmpdir(g_dir, sizeof g_dir, "reader");
@@ -343,6 +379,7 @@ int main(void) {
         cmocka_unit_test(test_plain_gzip_epochs),    cmocka_unit_test(test_rank_split),
         cmocka_unit_test(test_bad_lines_and_errors), cmocka_unit_test(test_resume_and_early_close),
         cmocka_unit_test(test_tcp_source),           cmocka_unit_test(test_csv_header),
+        cmocka_unit_test(test_wide_samples),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
