@@ -2,6 +2,8 @@
  * waited for on a per-call pluck queue. */
 #include "emberps/psgrpc.h"
 
+#include "pc_error.h"
+
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
@@ -125,4 +127,27 @@ int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int tim
     grpc_completion_queue_shutdown(cq);
     grpc_completion_queue_destroy(cq);
     return (int)status;
+}
+
+int psg_error(int status) {
+    switch (status) {
+        case 0:
+            return 0;
+        case 3:
+            return PC_EINVAL;
+        case 4:
+            return PC_ETIMEDOUT;
+        case 5:
+            return PC_ENOTFOUND;
+        case 6:
+            return PC_EEXIST;
+        case 8:
+            return PC_ETOOBIG;
+        case 14:
+            return PC_EUNAVAIL;
+        case 16:
+            return PC_EAUTH;
+        default:
+            return PC_EINTERNAL;
+    }
 }

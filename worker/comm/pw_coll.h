@@ -2,8 +2,8 @@
  *
  * CPU workers use Gloo (libgloo-dev; TCP transport) through a small C++ shim (pw_gloo.cc); GPU
  * workers will use NCCL behind the same calls. A group of `size` ranks forms by rendezvous in a
- * key-value store given as callbacks (the coordinator's KvSet/KvGet: pw_coord.h), under a key
- * prefix that must be new for every group formation (e.g. "job/gen/3"), so a restarted worker
+ * key-value store given as callbacks (the coordinator's KvSet/KvGet: pw_coord_client.h), under a
+ * key prefix that must be new for every group formation (e.g. "job/gen/3"), so a restarted worker
  * re-forms the group under a new generation without stale keys.
  *
  * Errors: PC_ETIMEDOUT (a rank did not come within the timeout, or a peer stopped answering),
@@ -44,8 +44,9 @@ void pw_coll_destroy(pw_coll_t *c);
  * split by the caller into chunks (each its own call) so a scheduler can order them. */
 int pw_coll_allreduce_sum(pw_coll_t *c, float *buf, size_t n);
 
-int pw_coll_rank(const pw_coll_t *c);
-int pw_coll_size(const pw_coll_t *c);
+/* Wait until every rank got here; timeout_ms > 0 bounds this call instead of the group's
+ * timeout (a rank known to be busy longer, e.g. writing a checkpoint). */
+int pw_coll_barrier(pw_coll_t *c, int timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -37,30 +37,6 @@ void pw_coord_close(pw_coord_t *c) {
     free(c);
 }
 
-/* gRPC status -> EmberPS error. */
-static int error_of(int st) {
-    switch (st) {
-        case 0:
-            return 0;
-        case 3:
-            return PC_EINVAL;
-        case 4:
-            return PC_ETIMEDOUT;
-        case 5:
-            return PC_ENOTFOUND;
-        case 6:
-            return PC_EEXIST;
-        case 8:
-            return PC_ETOOBIG;
-        case 14:
-            return PC_EUNAVAIL;
-        case 16:
-            return PC_EAUTH;
-        default:
-            return PC_EINTERNAL;
-    }
-}
-
 static int call(pw_coord_t *c, const char *method, const ProtobufCMessage *m, uint8_t **resp,
                 size_t *rlen) {
     const size_t n = protobuf_c_message_get_packed_size(m);
@@ -70,7 +46,7 @@ static int call(pw_coord_t *c, const char *method, const ProtobufCMessage *m, ui
     protobuf_c_message_pack(m, req);
     int st = psg_call(c->g, method, req, n, c->timeout_ms, resp, rlen, NULL, 0);
     free(req);
-    return error_of(st);
+    return psg_error(st);
 }
 
 static int kv_put(pw_coord_t *c, const char *key, const void *value, size_t len, bool if_absent) {

@@ -8,6 +8,7 @@ extern "C" {
 }
 
 #include <gloo/allreduce.h>
+#include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -41,41 +42,39 @@ class KvStore : public gloo::rendezvous::Store {
             throw gloo::IoException("rendezvous set " + key + ": " + pc_strerror(rc));
     }
 
-    std::vector<char> get(const std::string &key) override {
-        wait({key}, timeout_);
-        void *v = nullptr;
-        size_t n = 0;
-        int rc = kv_.get(kv_.ctx, key.c_str(), &v, &n);
-        if (rc)
-            throw gloo::IoException("rendezvous get " + key + ": " + pc_strerror(rc));
-        std::vector<char> out(static_cast<char *>(v), static_cast<char *>(v) + n);
-        free(v);
-        return out;
-    }
+    std::vector<char> get(const std::string &key) override { return fetch(key, timeout_); }
 
     void wait(const std::vector<std::string> &keys) override { wait(keys, timeout_); }
 
     void wait(const std::vector<std::string> &keys,
               const std::chrono::milliseconds &timeout) override {
         const auto end = std::chrono::steady_clock::now() + timeout;
-        for (const auto &k : keys) {
-            for (int sleep_ms = 1;; sleep_ms = sleep_ms < 20 ? 2 * sleep_ms : 20) {
-                void *v = nullptr;
-                size_t n = 0;
-                int rc = kv_.get(kv_.ctx, k.c_str(), &v, &n);
-                free(v);
-                if (rc == 0)
-                    break;
-                if (rc != PC_ENOTFOUND)
-                    throw gloo::IoException("rendezvous get " + k + ": " + pc_strerror(rc));
-                if (std::chrono::steady_clock::now() >= end)
-                    throw RendezvousTimeout("rendezvous: key " + k + " never came");
-                std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
-            }
-        }
+        for (const auto &k : keys)
+            fetch(k, std::chrono::duration_cast<std::chrono::milliseconds>(
+                         end - std::chrono::steady_clock::now()));
     }
 
   private:
+    // The value of key, polling until it is there or the timeout passed.
+    std::vector<char> fetch(const std::string &key, std::chrono::milliseconds timeout) {
+        const auto end = std::chrono::steady_clock::now() + timeout;
+        for (int sleep_ms = 1;; sleep_ms = sleep_ms < 20 ? 2 * sleep_ms : 20) {
+            void *v = nullptr;
+            size_t n = 0;
+            int rc = kv_.get(kv_.ctx, key.c_str(), &v, &n);
+            if (rc == 0) {
+                std::vector<char> out(static_cast<char *>(v), static_cast<char *>(v) + n);
+                free(v);
+                return out;
+            }
+            if (rc != PC_ENOTFOUND)
+                throw gloo::IoException("rendezvous get " + key + ": " + pc_strerror(rc));
+            if (std::chrono::steady_clock::now() >= end)
+                throw RendezvousTimeout("rendezvous: key " + key + " never came");
+            std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+        }
+    }
+
     pw_kv_t kv_;
     std::chrono::milliseconds timeout_;
 };
@@ -94,7 +93,7 @@ int error_of(const std::exception &e, const char *what) {
 struct pw_coll {
     std::shared_ptr<gloo::transport::Device> dev;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
-    int rank, size;
+    int size;
     uint32_t tag;
 };
 
@@ -115,7 +114,6 @@ extern "C" int pw_coll_create(const pw_kv_t *kv, const char *prefix, int rank, i
         KvStore store(*kv, timeout);
         gloo::rendezvous::PrefixStore ps(prefix, store);
         c->ctx->connectFullMesh(ps, c->dev);
-        c->rank = rank;
         c->size = size;
         *out = c;
         return 0;
@@ -152,10 +150,19 @@ extern "C" int pw_coll_allreduce_sum(pw_coll_t *c, float *buf, size_t n) {
     }
 }
 
-extern "C" int pw_coll_rank(const pw_coll_t *c) {
-    return c->rank;
-}
-
-extern "C" int pw_coll_size(const pw_coll_t *c) {
-    return c->size;
+extern "C" int pw_coll_barrier(pw_coll_t *c, int timeout_ms) {
+    if (!c)
+        return PC_EINVAL;
+    if (c->size == 1)
+        return 0;
+    try {
+        gloo::BarrierOptions opts(c->ctx);
+        opts.setTag(c->tag++);
+        if (timeout_ms > 0)
+            opts.setTimeout(std::chrono::milliseconds(timeout_ms));
+        gloo::barrier(opts);
+        return 0;
+    } catch (const std::exception &e) {
+        return error_of(e, "barrier");
+    }
 }

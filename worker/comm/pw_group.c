@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_MEMBERS 4096
 #define POLL_NS     1000000000ull /* pw_group_stale asks at most this often */
@@ -27,11 +26,6 @@ struct pw_group {
     uint64_t last_poll_ns;
     int members[MAX_MEMBERS]; /* scratch */
 };
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, ...) {
     va_list ap;
@@ -204,6 +198,7 @@ static int alive_of(pw_group_t *g, int64_t gen) {
 static int settle(pw_group_t *g, bool first) {
     const int rejoin = g->o.rejoin_timeout_ms;
     uint64_t deadline = pc_time_mono_ns() + (uint64_t)rejoin * 1000000ull, trouble = 0;
+    uint64_t set_trouble = 0; /* since when registering fails (reads may work meanwhile) */
     bool registered = false;
     for (;;) {
         int64_t last;
@@ -217,7 +212,7 @@ static int settle(pw_group_t *g, bool first) {
                 PC_ERROR("group: the coordinator %s: %s", g->o.coordinator, pc_strerror(rc));
                 return rc;
             }
-            sleep_ms(100);
+            pc_time_sleep_ms(100);
             continue;
         }
         trouble = 0;
@@ -231,10 +226,8 @@ static int settle(pw_group_t *g, bool first) {
         if (last > g->gen) {
             const bool member = index_of(g->members, n, g->o.rank) >= 0;
             if (member && !formed(g, last)) {
-                int m[MAX_MEMBERS];
-                memcpy(m, g->members, (size_t)n * sizeof *m);
                 const int t = first && last == 0 ? g->o.timeout_ms : rejoin;
-                if ((rc = form(g, last, m, n, t)) == 0)
+                if ((rc = form(g, last, g->members, n, t)) == 0)
                     return 0;
                 if (first && last == 0) /* the job never started: a worker never came */
                     return rc;
@@ -254,12 +247,20 @@ static int settle(pw_group_t *g, bool first) {
         char key[256];
         if (!registered) {
             key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", g->gen, g->o.rank);
-            if ((rc = set_str(g, key, "1")))
-                continue; /* coordinator trouble: counted above */
+            if ((rc = set_str(g, key, "1"))) { /* coordinator trouble: bounded as above */
+                if (!set_trouble)
+                    set_trouble = pc_time_mono_ns();
+                if (pc_time_sec_since(set_trouble) * 1000 > rejoin) {
+                    PC_ERROR("group: the coordinator %s: %s", g->o.coordinator, pc_strerror(rc));
+                    return rc;
+                }
+                pc_time_sleep_ms(100);
+                continue;
+            }
             registered = true;
         }
         if (pc_time_mono_ns() < deadline) {
-            sleep_ms(50);
+            pc_time_sleep_ms(50);
             continue;
         }
         deadline = pc_time_mono_ns() + (uint64_t)rejoin * 1000000ull;

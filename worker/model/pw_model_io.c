@@ -9,11 +9,45 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAGIC  "EMBRDNS1"
-#define FORMAT 1u
+#define DENSE_MAGIC "EMBRDNS1"
+#define STATE_MAGIC "EMBRSTA1"
+#define FORMAT      1u
 
-/* The whole file image in memory (models are small: MLPs). */
-static size_t image_size(const pw_linear_t *l, int n) {
+/* Both files are one image in memory (dense models are small): an 8-byte magic, a body, and the
+ * XXH3-64 of everything before it in the last 8 bytes. */
+
+/* Seal img (size bytes, the hash's 8 included) and write it atomically; frees img. */
+static int image_write(const char *path, uint8_t *img, size_t size) {
+    const uint64_t h = pc_hash64(img, size - 8, 0);
+    memcpy(img + size - 8, &h, 8);
+    int rc = pc_fs_write_atomic(path, img, size);
+    free(img);
+    return rc;
+}
+
+/* Read path expecting `want` bytes: *img (free it) with *got bytes read (up to want + 1).
+ * PC_ENOTFOUND, PC_ENOMEM, PC_ECORRUPT (shorter than a header, or another magic). */
+static int image_read(const char *path, const char *magic, size_t want, uint8_t **img,
+                      size_t *got) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return PC_ENOTFOUND;
+    *img = malloc(want + 1);
+    *got = *img ? fread(*img, 1, want + 1, f) : 0;
+    fclose(f);
+    return !*img ? PC_ENOMEM : *got < 16 || memcmp(*img, magic, 8) ? PC_ECORRUPT : 0;
+}
+
+/* The image is exactly want bytes and its hash matches. */
+static int image_verify(const uint8_t *img, size_t want, size_t got) {
+    uint64_t h;
+    if (got != want)
+        return PC_ECORRUPT;
+    memcpy(&h, img + want - 8, 8);
+    return h == pc_hash64(img, want - 8, 0) ? 0 : PC_ECORRUPT;
+}
+
+static size_t dense_size(const pw_linear_t *l, int n) {
     size_t s = 8 + 8 + (size_t)n * 8 + 8;
     for (int i = 0; i < n; i++)
         s += ((size_t)l[i].in * l[i].out + (size_t)l[i].out) * sizeof(float);
@@ -21,12 +55,12 @@ static size_t image_size(const pw_linear_t *l, int n) {
 }
 
 int pw_dense_save(const char *path, const pw_linear_t *l, int n) {
-    const size_t size = image_size(l, n);
+    const size_t size = dense_size(l, n);
     uint8_t *img = malloc(size), *p = img;
     if (!img)
         return PC_ENOMEM;
     const uint32_t hdr[2] = {FORMAT, (uint32_t)n};
-    memcpy(p, MAGIC, 8);
+    memcpy(p, DENSE_MAGIC, 8);
     memcpy(p + 8, hdr, 8);
     p += 16;
     for (int i = 0; i < n; i++) {
@@ -40,22 +74,14 @@ int pw_dense_save(const char *path, const pw_linear_t *l, int n) {
         memcpy(p + nw, l[i].b, (size_t)l[i].out * sizeof(float));
         p += nw + (size_t)l[i].out * sizeof(float);
     }
-    const uint64_t h = pc_hash64(img, size - 8, 0);
-    memcpy(p, &h, 8);
-    int rc = pc_fs_write_atomic(path, img, size);
-    free(img);
-    return rc;
+    return image_write(path, img, size);
 }
 
 int pw_dense_load(const char *path, pw_linear_t *l, int n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return PC_ENOTFOUND;
-    const size_t want = image_size(l, n);
-    uint8_t *img = malloc(want + 1);
-    size_t got = img ? fread(img, 1, want + 1, f) : 0;
-    fclose(f);
-    int rc = !img ? PC_ENOMEM : got < 16 || memcmp(img, MAGIC, 8) ? PC_ECORRUPT : 0;
+    const size_t want = dense_size(l, n);
+    uint8_t *img = NULL;
+    size_t got = 0;
+    int rc = image_read(path, DENSE_MAGIC, want, &img, &got);
     uint32_t hdr[2] = {0, 0};
     if (!rc) {
         memcpy(hdr, img + 8, 8);
@@ -71,20 +97,43 @@ int pw_dense_load(const char *path, pw_linear_t *l, int n) {
         if (shape[0] != (uint32_t)l[i].in || shape[1] != (uint32_t)l[i].out)
             rc = PC_EDIM;
     }
-    if (!rc && got != want)
-        rc = PC_ECORRUPT;
-    if (!rc) {
-        uint64_t h;
-        memcpy(&h, img + want - 8, 8);
-        if (h != pc_hash64(img, want - 8, 0))
-            rc = PC_ECORRUPT;
-    }
-    for (int i = 0, off = 16 + n * 8; !rc && i < n; i++) {
+    if (!rc)
+        rc = image_verify(img, want, got);
+    size_t off = 16 + (size_t)n * 8;
+    for (int i = 0; !rc && i < n; i++) {
         const size_t nw = (size_t)l[i].in * l[i].out * sizeof(float);
         memcpy(l[i].w, img + off, nw);
         memcpy(l[i].b, img + off + nw, (size_t)l[i].out * sizeof(float));
-        off += (int)(nw + (size_t)l[i].out * sizeof(float));
+        off += nw + (size_t)l[i].out * sizeof(float);
     }
+    free(img);
+    return rc;
+}
+
+int pw_state_save(const char *path, const float *v, size_t n) {
+    const size_t size = 16 + n * sizeof(float) + 8;
+    uint8_t *img = malloc(size);
+    if (!img)
+        return PC_ENOMEM;
+    const uint64_t count = n;
+    memcpy(img, STATE_MAGIC, 8);
+    memcpy(img + 8, &count, 8);
+    memcpy(img + 16, v, n * sizeof(float));
+    return image_write(path, img, size);
+}
+
+int pw_state_load(const char *path, float *v, size_t n) {
+    const size_t want = 16 + n * sizeof(float) + 8;
+    uint8_t *img = NULL;
+    size_t got = 0;
+    int rc = image_read(path, STATE_MAGIC, want, &img, &got);
+    uint64_t count = 0;
+    if (!rc) {
+        memcpy(&count, img + 8, 8);
+        rc = count != n ? PC_EDIM : image_verify(img, want, got);
+    }
+    if (!rc)
+        memcpy(v, img + 16, n * sizeof(float));
     free(img);
     return rc;
 }

@@ -1,4 +1,5 @@
-/* pw_model_io.h: the dense model file (MLP weights and biases), versioned and checksummed.
+/* pw_model_io.h: the dense model file (MLP weights and biases), versioned and checksummed, and
+ * the dense state file (any float vector: weights with optimizer state, for job checkpoints).
  *
  * Layout, little-endian: magic "EMBRDNS1" (8 bytes), u32 format (1), u32 layer count, per layer
  * u32 in, u32 out; then per layer in*out weights and out biases as f32; then the XXH3-64 of
@@ -13,5 +14,11 @@
 
 int pw_dense_save(const char *path, const pw_linear_t *layers, int n);
 int pw_dense_load(const char *path, pw_linear_t *layers, int n);
+
+/* The state file: magic "EMBRSTA1", u64 count, the floats, XXH3-64 of all before it; written
+ * like the model file. Loading n floats: PC_EDIM when the file holds another count,
+ * PC_ECORRUPT (size, checksum), PC_ENOTFOUND. */
+int pw_state_save(const char *path, const float *v, size_t n);
+int pw_state_load(const char *path, float *v, size_t n);
 
 #endif

@@ -24,11 +24,12 @@
 
 typedef struct cfg {
     bool local, json;
-    char train[4096], test[4096], format[16], model[16], csv[2048], pooling[8];
-    char bottom[128], top[128], table[512], dense_optimizer[16];
+    char train[4096], test[4096], format[16], model[16], csv[2048];
+    char bottom[128], top[128], table[512];
     char load_dense[512], save_dense[512], export_embeddings[512];
     char servers[4096], table_name[64], coordinator[256], job[64], host[64];
-    char on_worker_loss[16], resume[16], ckpt_dir[512], server_grpc[4096];
+    char ckpt_dir[512], server_grpc[4096];
+    int pooling, dense_optimizer, on_worker_loss, resume; /* indexes into their k_* lists */
     int64_t ckpt_every;
     int64_t rank, world, timeout_ms, rejoin_timeout_ms, server_retry_ms;
     int64_t dim, fields, batch, epochs, max_samples, seed, progress_every, eval_every;
@@ -37,6 +38,11 @@ typedef struct cfg {
 } cfg_t;
 
 static const char *const k_levels[] = {"error", "warn", "info", "debug", "trace", NULL};
+static const char *const k_pooling[] = {"sum", "mean", NULL};
+/* in pw_opt_kind_t order */
+static const char *const k_optimizers[] = {"sgd", "adagrad", "adam", NULL};
+static const char *const k_loss[] = {"shrink", "wait", NULL};
+static const char *const k_resume[] = {"position", "checkpoint", NULL};
 
 #define T cfg_t
 static const pc_setting_t k_set[] = {
@@ -59,11 +65,11 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_STRING(T, ckpt_dir, "", "where coordinated checkpoints go (all workers reach it)"),
     PC_SETTING_STRING(T, server_grpc, "",
                       "the servers' gRPC addresses, comma-separated, in cluster-map order"),
-    PC_SETTING_STRING(T, resume, "position",
-                      "position (a restarted worker continues where it was) | checkpoint (the "
-                      "whole job starts from the latest coordinated checkpoint)"),
-    PC_SETTING_STRING(T, on_worker_loss, "shrink",
-                      "after that: shrink (go on without it) | wait (keep waiting)"),
+    PC_SETTING_ENUM(T, resume, k_resume, "position",
+                    "position (a restarted worker continues where it was) | checkpoint (the "
+                    "whole job starts from the latest coordinated checkpoint)"),
+    PC_SETTING_ENUM(T, on_worker_loss, k_loss, "shrink",
+                    "after that: shrink (go on without it) | wait (keep waiting)"),
     PC_SETTING_STRING(
         T, train, "",
         "training data: comma-separated paths (- for stdin, tcp://HOST:PORT listens)"),
@@ -74,13 +80,13 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_STRING(T, model, "dlrm", "dlrm | deepfm | fm | lr"),
     PC_SETTING_INT(T, dim, 1, 1023, "16", "embedding dim (dlrm), factor dim (fm, deepfm)"),
     PC_SETTING_INT(T, fields, 0, 1024, "0", "categorical fields (0: from the format)"),
-    PC_SETTING_STRING(T, pooling, "sum", "pooling of multi-valued fields: sum | mean"),
+    PC_SETTING_ENUM(T, pooling, k_pooling, "sum", "pooling of multi-valued fields: sum | mean"),
     PC_SETTING_STRING(T, bottom, "64,16", "dlrm bottom MLP widths (last = dim)"),
     PC_SETTING_STRING(T, top, "128,64,1", "dlrm top / deepfm MLP widths (last = 1)"),
     PC_SETTING_STRING(T, table,
                       "optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05",
                       "embedding table settings (ps_table.h)"),
-    PC_SETTING_STRING(T, dense_optimizer, "adam", "sgd | adagrad | adam"),
+    PC_SETTING_ENUM(T, dense_optimizer, k_optimizers, "adam", "sgd | adagrad | adam"),
     PC_SETTING_DOUBLE(T, dense_lr, 0, 100, "0.001", "dense learning rate"),
     PC_SETTING_INT(T, batch, 1, 1 << 20, "1024", "samples per step"),
     PC_SETTING_INT(T, epochs, 1, 1000, "1", "passes over the training data"),
@@ -140,17 +146,10 @@ int main(int argc, char **argv) {
     pw_format_t fmt;
     const char *train[256], *test[256];
     size_t ntrain = split(c.train, train, 256), ntest = split(c.test, test, 256);
-    pw_opt_kind_t ok = !strcmp(c.dense_optimizer, "sgd")       ? PW_OPT_SGD
-                       : !strcmp(c.dense_optimizer, "adagrad") ? PW_OPT_ADAGRAD
-                                                               : PW_OPT_ADAM;
+    const pw_opt_kind_t ok = (pw_opt_kind_t)c.dense_optimizer;
     if (!ntrain || pw_format_parse(c.format, &fmt) || widths(c.bottom, tc.bottom, &tc.nbottom) ||
-        widths(c.top, tc.top, &tc.ntop) ||
-        (strcmp(c.dense_optimizer, "adam") && ok == PW_OPT_ADAM) ||
-        (strcmp(c.pooling, "sum") && strcmp(c.pooling, "mean")) ||
-        (strcmp(c.on_worker_loss, "shrink") && strcmp(c.on_worker_loss, "wait")) ||
-        (strcmp(c.resume, "position") && strcmp(c.resume, "checkpoint"))) {
-        fprintf(stderr, "ps-worker: bad --train, --format, --bottom, --top, --pooling, "
-                        "--dense-optimizer, --on-worker-loss or --resume\n");
+        widths(c.top, tc.top, &tc.ntop)) {
+        fprintf(stderr, "ps-worker: bad --train, --format, --bottom or --top\n");
         return 2;
     }
     char err[256];
@@ -159,7 +158,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     tc.fields = (int)c.fields;
-    tc.mean_pooling = strcmp(c.pooling, "mean") == 0;
+    tc.mean_pooling = c.pooling == 1;
     tc.eval_every = (uint64_t)c.eval_every;
     snprintf(tc.servers, sizeof tc.servers, "%s", c.servers);
     snprintf(tc.table_name, sizeof tc.table_name, "%s", c.table_name);
@@ -174,8 +173,8 @@ int main(int argc, char **argv) {
     tc.ckpt_every = (uint64_t)c.ckpt_every;
     snprintf(tc.ckpt_dir, sizeof tc.ckpt_dir, "%s", c.ckpt_dir);
     snprintf(tc.server_grpc, sizeof tc.server_grpc, "%s", c.server_grpc);
-    tc.resume_checkpoint = strcmp(c.resume, "checkpoint") == 0;
-    tc.shrink = strcmp(c.on_worker_loss, "shrink") == 0;
+    tc.resume_checkpoint = c.resume == 1;
+    tc.shrink = c.on_worker_loss == 0;
     snprintf(tc.model, sizeof tc.model, "%s", c.model);
     snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);
     snprintf(tc.load_dense, sizeof tc.load_dense, "%s", c.load_dense);

@@ -5,20 +5,14 @@
 #include "emberps/psgrpc.h"
 #include "pc_error.h"
 #include "pc_fs.h"
-#include "pc_hash.h"
 #include "pc_log.h"
+#include "pw_model_io.h"
 
 #include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define STATE_MAGIC "EMBRSTA1"
-
-static int status_error(int st) {
-    return st == 0 ? 0 : st == 4 ? PC_ETIMEDOUT : st == 14 ? PC_EUNAVAIL : PC_EINTERNAL;
-}
 
 int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck) {
     char *list = strdup(grpc ? grpc : ""), *save = NULL;
@@ -46,7 +40,7 @@ int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck) {
         free(resp);
         if (!p) {
             PC_ERROR("checkpoint: server %s: status %d %s", a, st, msg);
-            rc = st ? status_error(st) : PC_ECORRUPT;
+            rc = st ? psg_error(st) : PC_ECORRUPT;
             break;
         }
         ck->servers[ck->nservers++] = p->id;
@@ -56,49 +50,9 @@ int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck) {
     return rc ? rc : ck->nservers ? 0 : PC_EINVAL;
 }
 
-/* Write the state file image. */
-static int state_save(const char *path, const float *v, size_t n) {
-    const size_t size = 16 + n * sizeof(float) + 8;
-    uint8_t *img = malloc(size);
-    if (!img)
-        return PC_ENOMEM;
-    const uint64_t count = n;
-    memcpy(img, STATE_MAGIC, 8);
-    memcpy(img + 8, &count, 8);
-    memcpy(img + 16, v, n * sizeof(float));
-    const uint64_t h = pc_hash64(img, size - 8, 0);
-    memcpy(img + size - 8, &h, 8);
-    int rc = pc_fs_write_atomic(path, img, size);
-    free(img);
-    return rc;
-}
-
-static int state_load(const char *path, float *v, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return PC_ENOTFOUND;
-    const size_t want = 16 + n * sizeof(float) + 8;
-    uint8_t *img = malloc(want + 1);
-    const size_t got = img ? fread(img, 1, want + 1, f) : 0;
-    fclose(f);
-    int rc = !img ? PC_ENOMEM : got < 16 || memcmp(img, STATE_MAGIC, 8) ? PC_ECORRUPT : 0;
-    uint64_t count = 0, h = 0;
-    if (!rc) {
-        memcpy(&count, img + 8, 8);
-        rc = count != n ? PC_EDIM : got != want ? PC_ECORRUPT : 0;
-    }
-    if (!rc) {
-        memcpy(&h, img + want - 8, 8);
-        rc = h != pc_hash64(img, want - 8, 0) ? PC_ECORRUPT : 0;
-    }
-    if (!rc)
-        memcpy(v, img + 16, n * sizeof(float));
-    free(img);
-    return rc;
-}
-
-/* Remove step directories of dir older than the newest `keep`. */
-static void prune(const char *dir, int keep) {
+/* Keep the latest step directory and the keep - 1 before it; remove the others, also those
+ * after the latest (abandoned by a rollback, or left half-written by a crash). */
+static void prune(const char *dir, uint64_t latest, int keep) {
     DIR *d = opendir(dir);
     if (!d)
         return;
@@ -121,8 +75,8 @@ static void prune(const char *dir, int keep) {
     for (size_t i = 0; i < n; i++) {
         size_t newer = 0;
         for (size_t j = 0; j < n; j++)
-            newer += steps[j] > steps[i];
-        if (newer >= (size_t)keep) {
+            newer += steps[j] > steps[i] && steps[j] <= latest;
+        if (steps[i] > latest || newer >= (size_t)keep) {
             char path[4096];
             snprintf(path, sizeof path, "%s/step-%020" PRIu64, dir, steps[i]);
             pc_fs_rm_tree(path);
@@ -140,7 +94,7 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
     int rc = pc_fs_mkdirs(sdir);
     snprintf(path, sizeof path, "%s/dense.state", sdir);
     if (!rc)
-        rc = state_save(path, state, n);
+        rc = pw_state_save(path, state, n);
     const size_t cap = 64 + 24 * (ck->nservers + ck->nranks);
     char *m = malloc(cap);
     if (!rc && !m)
@@ -165,7 +119,7 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
         rc = pc_fs_write_atomic(path, latest, (size_t)len);
     }
     if (!rc)
-        prune(dir, keep);
+        prune(dir, ck->step, keep);
     return rc;
 }
 
@@ -224,7 +178,7 @@ int pw_jobckpt_read_latest(const char *dir, pw_jobckpt_t *ck, float *state, size
     fclose(f);
     free(line);
     snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/dense.state", dir, step);
-    if (!rc && (rc = state_load(path, state, n)) == PC_ENOTFOUND)
+    if (!rc && (rc = pw_state_load(path, state, n)) == PC_ENOTFOUND)
         rc = PC_ECORRUPT;
     return rc;
 }

@@ -3,15 +3,15 @@
  * At a step boundary where every push of the step is applied and no push of the next one has
  * been sent (the trainer holds the workers at barriers around it), the group's rank 0 asks every
  * server to write a checkpoint (gRPC Checkpoint) and writes DIR/step-<S>/ with
- *   dense.state  the dense state (weights, optimizer state, step count) as floats: magic
- *                "EMBRSTA1", u64 count, the floats, XXH3-64 of all before it;
+ *   dense.state  the dense state (weights, optimizer state, step count): pw_state_save
+ *                (pw_model_io.h);
  *   manifest     text lines "emberps-job-checkpoint 1", "step S", "servers ID0 ID1 ..." (each
  *                server's checkpoint id, in cluster-map order), "positions L0 L1 ..." (lines of
  *                each data rank's share read through step S);
  * then DIR/LATEST ("S\n"); every file is written atomically (pc_fs_write_atomic), LATEST last,
- * so a crash leaves the previous checkpoint the latest. Step directories older than the newest
- * `keep` are removed. DIR must be reachable by every worker (one machine, or a shared file
- * system) for a rollback.
+ * so a crash leaves the previous checkpoint the latest. Of the step directories, the latest and
+ * the `keep` - 1 before it stay (later ones, abandoned by a rollback or half-written, go). DIR
+ * must be reachable by every worker (one machine, or a shared file system) for a rollback.
  *
  * Rolling a job back to it: start server i with --restore-id=IDi, every worker with
  * --resume=checkpoint (docs/training.md).
@@ -39,7 +39,7 @@ typedef struct pw_jobckpt {
  * checkpoint now; their ids go to ck->servers. */
 int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck);
 
-/* Write DIR/step-<ck->step>/ and LATEST; keep the newest `keep` (>= 1) step directories. */
+/* Write DIR/step-<ck->step>/ and LATEST; keep `keep` (>= 1) step directories (see above). */
 int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,
                      int keep);
 

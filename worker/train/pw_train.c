@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 void pw_train_config_defaults(pw_train_config_t *c) {
     memset(c, 0, sizeof *c);
@@ -66,7 +65,9 @@ typedef struct trainer {
     size_t nflat;
     uint64_t step;  /* dense optimizer steps taken (distributed: the group's count) */
     bool has_state; /* the dense model is trained state (not a restarted worker's fresh one) */
-    bool waiting_servers; /* warned that the servers are unavailable */
+    bool waiting_servers;  /* warned that the servers are unavailable (until they answer) */
+    bool pos_saved;        /* this worker's last position reached the coordinator */
+    uint64_t pos_retry_ns; /* after a failed save, the next try waits until then */
     uint64_t lost_pushes;
     pw_dlrm_t *dlrm;
     pw_deepfm_t *deepfm;
@@ -114,12 +115,6 @@ static int model_kind(const char *name, int *kind) {
 /* Distributed: connect to the servers and, with world > 1, form the collective group. */
 static int connect_cluster(trainer_t *t) {
     const pw_train_config_t *c = t->c;
-    if ((c->ckpt_every || c->resume_checkpoint) &&
-        (!c->coordinator[0] || !c->ckpt_dir[0] || (c->ckpt_every && !c->server_grpc[0]))) {
-        PC_ERROR("train: coordinated checkpoints need a coordinator, a checkpoint directory and "
-                 "(to write them) the servers' gRPC addresses");
-        return PC_EINVAL;
-    }
     if (c->world < 1 || c->rank < 0 || c->rank >= c->world ||
         (c->world > 1 && !c->coordinator[0])) {
         PC_ERROR("train: rank %d of world %d%s", c->rank, c->world,
@@ -162,14 +157,20 @@ static int emb_pull(trainer_t *t, const uint64_t *keys, size_t n, float *rows, b
         for (;;) {
             int rc = train ? psc_pull(t->ps, name, keys, n, dim, rows)
                            : psc_lookup(t->ps, name, keys, n, dim, rows, NULL);
-            if (!transient(rc) || pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms)
+            if (!transient(rc)) {
+                if (!rc && t->waiting_servers) {
+                    PC_WARN("train: the servers answer again");
+                    t->waiting_servers = false;
+                }
+                return rc;
+            }
+            if (pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms)
                 return rc;
             if (!t->waiting_servers)
                 PC_WARN("train: servers unavailable (%s); waiting up to %d ms", pc_strerror(rc),
                         t->c->server_retry_ms);
             t->waiting_servers = true;
-            const struct timespec ts = {0, 200 * 1000000L};
-            nanosleep(&ts, NULL);
+            pc_time_sleep_ms(200);
         }
     }
     return train ? ps_table_pull(t->emb, keys, n, rows, n * (size_t)t->dim)
@@ -240,8 +241,7 @@ static int reduce_dense(trainer_t *t, bool had_batch, bool *any) {
 }
 
 static int barrier(trainer_t *t) {
-    float one = 1;
-    return t->grp ? pw_coll_allreduce_sum(pw_group_coll(t->grp), &one, 1) : 0;
+    return t->grp ? pw_coll_barrier(pw_group_coll(t->grp), 0) : 0;
 }
 
 static void apply_dense(trainer_t *t) {
@@ -300,24 +300,33 @@ static size_t dense_state(trainer_t *t, float *buf, bool pack) {
 /* After the group (re)formed: every member takes the dense state of the member with the most
  * steps among those that have trained state (ties: the lowest group rank), by an allreduce in
  * which the others contribute zeros. Members that restarted have none; when no member has any
- * (the whole job restarted), each keeps its initial model. */
+ * (the whole job restarted), each keeps its initial model. Members whose dense state differs in
+ * size (another model) get PC_EDIM. */
 static int sync_state(trainer_t *t) {
     const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
     pw_coll_t *coll = pw_group_coll(t->grp);
-    float *info = calloc((size_t)n * 2, sizeof *info);
+    const size_t len = dense_state(t, NULL, false);
+    float *info = calloc((size_t)n * 4, sizeof *info); /* per member: steps + 1, state size */
     if (!info)
         return PC_ENOMEM;
-    u64_put(info + 2 * me, t->has_state ? t->step + 1 : 0);
-    int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * 2);
+    u64_put(info + 4 * me, t->has_state ? t->step + 1 : 0);
+    u64_put(info + 4 * me + 2, len);
+    int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * 4);
     int src = -1;
     uint64_t best = 0;
-    for (int i = 0; !rc && i < n; i++)
-        if (u64_get(info + 2 * i) > best)
-            best = u64_get(info + 2 * i), src = i;
+    for (int i = 0; !rc && i < n; i++) {
+        if (u64_get(info + 4 * i + 2) != len) {
+            PC_ERROR("train: group member %d has a dense model of another size: not the same "
+                     "model settings",
+                     i);
+            rc = PC_EDIM;
+        } else if (u64_get(info + 4 * i) > best) {
+            best = u64_get(info + 4 * i), src = i;
+        }
+    }
     free(info);
     if (rc || src < 0)
         return rc;
-    const size_t len = dense_state(t, NULL, false);
     float *buf = calloc(len, sizeof *buf);
     if (!buf)
         return PC_ENOMEM;
@@ -334,13 +343,18 @@ static int sync_state(trainer_t *t) {
     return rc;
 }
 
+/* Errors of the agreement that re-forming the group cannot cure. */
+static bool fatal(int rc) {
+    return rc == PC_ENOMEM || rc == PC_EDIM || rc == PC_EINVAL;
+}
+
 /* A collective failed (a peer died) or a newer generation was proposed: re-form the group and
  * agree on the dense state; tried again while a member fails during the agreement. */
 static int regroup(trainer_t *t) {
     int rc;
     do
         rc = pw_group_recover(t->grp);
-    while (!rc && (rc = sync_state(t)) && rc != PC_ENOMEM);
+    while (!rc && (rc = sync_state(t)) && !fatal(rc));
     return rc;
 }
 
@@ -348,12 +362,19 @@ static int regroup(trainer_t *t) {
  * from a live peer); a member failing meanwhile is handled as in regroup. */
 static int regroup_initial(trainer_t *t) {
     int rc = sync_state(t);
-    return rc && rc != PC_ENOMEM ? regroup(t) : rc;
+    return rc && !fatal(rc) ? regroup(t) : rc;
 }
 
 /* Build the model: fields and dense values from the format (or the configuration). */
 static int trainer_init(trainer_t *t) {
     const pw_train_config_t *c = t->c;
+    if ((c->ckpt_every || c->resume_checkpoint) &&
+        (!c->servers[0] || !c->coordinator[0] || !c->ckpt_dir[0] ||
+         (c->ckpt_every && !c->server_grpc[0]))) {
+        PC_ERROR("train: coordinated checkpoints need servers, a coordinator, a checkpoint "
+                 "directory and (to write them) the servers' gRPC addresses");
+        return PC_EINVAL;
+    }
     t->be = pw_backend_cpu();
     int kind, rc = model_kind(c->model, &kind);
     if (rc)
@@ -645,19 +666,25 @@ static void progress(const pw_train_config_t *c, pw_reader_t *r, uint64_t sample
             (double)samples / sec, loss, eta);
 }
 
-/* A coordinated checkpoint after step t->step (pw_jobckpt.h); every member has recorded its
- * position. Collective errors are returned (the caller regroups); a failed checkpoint is only
- * logged. */
+/* A coordinated checkpoint after step t->step (pw_jobckpt.h). The members first agree that
+ * every one recorded its position (else no checkpoint: one would hold a stale position); they
+ * then wait for rank 0 with a timeout long enough for every server's checkpoint call. Collective
+ * errors are returned (the caller regroups); a failed checkpoint is only logged. */
 static int job_checkpoint(trainer_t *t) {
     const pw_train_config_t *c = t->c;
-    int rc = barrier(t);
+    int nservers = 1;
+    for (const char *p = c->server_grpc; *p; p++)
+        nservers += *p == ',';
+    const int wait_ms = c->timeout_ms * (nservers + 1);
+    float saved = t->pos_saved ? 1.0f : 0.0f;
+    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), &saved, 1);
     if (rc || pw_group_rank(t->grp) != 0)
-        return rc ? rc : barrier(t);
+        return rc ? rc : pw_coll_barrier(pw_group_coll(t->grp), wait_ms);
     const uint64_t t0 = pc_time_mono_ns();
     pw_jobckpt_t *ck = calloc(1, sizeof *ck);
     const size_t n = dense_state(t, NULL, false);
     float *state = malloc(n * sizeof *state);
-    int ck_rc = ck && state ? 0 : PC_ENOMEM;
+    int ck_rc = !ck || !state ? PC_ENOMEM : saved < (float)pw_group_size(t->grp) ? PC_EUNAVAIL : 0;
     if (!ck_rc) {
         ck->step = t->step;
         ck->nranks = (size_t)c->world;
@@ -682,7 +709,7 @@ static int job_checkpoint(trainer_t *t) {
                 (unsigned long long)t->step, c->ckpt_dir, ck->nservers, pc_time_sec_since(t0));
     free(ck);
     free(state);
-    return barrier(t);
+    return pw_coll_barrier(pw_group_coll(t->grp), wait_ms);
 }
 
 /* Start from the latest coordinated checkpoint: the dense state, and *skip = this rank's
@@ -692,8 +719,11 @@ static int resume_checkpoint(trainer_t *t, uint64_t *skip) {
     pw_jobckpt_t *ck = calloc(1, sizeof *ck);
     float *state = malloc(n * sizeof *state);
     int rc = ck && state ? pw_jobckpt_read_latest(t->c->ckpt_dir, ck, state, n) : PC_ENOMEM;
-    if (!rc && (size_t)t->c->rank >= ck->nranks)
-        rc = PC_ERANGE;
+    if (!rc && ck->nranks != (size_t)t->c->world) {
+        PC_ERROR("train: the checkpoint is of %zu workers, this job has %d", ck->nranks,
+                 t->c->world);
+        rc = PC_EINVAL;
+    }
     if (!rc) {
         dense_state(t, state, false);
         *skip = ck->positions[t->c->rank];
@@ -716,7 +746,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     memset(res, 0, sizeof *res);
     res->auc = res->logloss = NAN;
     const uint64_t t0 = pc_time_mono_ns();
-    trainer_t t = {.c = c, .fmt = fmt, .has_state = true};
+    trainer_t t = {.c = c, .fmt = fmt, .has_state = true, .pos_saved = true};
     int rc = trainer_init(&t);
     uint64_t skip = 0, saved_step = 0;
     if (!rc && t.grp && c->resume_checkpoint) { /* the job rolled back */
@@ -743,7 +773,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     const uint64_t total_bytes = stream_bytes(train, ntrain, c->epochs);
     double ema = NAN;
     uint64_t next_progress = c->progress_every, next_eval = c->eval_every;
-    bool budget_left = true, redo = false, pos_warned = false;
+    bool budget_left = true, redo = false;
     const pw_batch_t *b = NULL;
     res->first_step_s = NAN;
     for (;;) {
@@ -780,13 +810,16 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
         if (isnan(res->first_step_s))
             res->first_step_s = pc_time_sec_since(t0);
-        if (t.grp && (rc = pw_group_offset_save(t.grp, t.step, pw_reader_consumed(r)))) {
-            /* training goes on (the group's connections are peer to peer); a restart would
-             * resume from an older position */
-            if (!pos_warned)
+        /* The position after this step (unchanged without a batch). A failed save: training
+         * goes on (the group's connections are peer to peer), the next try a second later; a
+         * restart would resume from an older position, and no checkpoint is taken meanwhile. */
+        if (t.grp && (b || !t.pos_saved) && pc_time_mono_ns() >= t.pos_retry_ns) {
+            rc = pw_group_offset_save(t.grp, t.step, pw_reader_consumed(r));
+            if (rc && t.pos_saved)
                 PC_WARN("train: cannot record this worker's position at the coordinator: %s",
                         pc_strerror(rc));
-            pos_warned = true;
+            t.pos_saved = rc == 0;
+            t.pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
             rc = 0;
         }
         if (t.grp && c->ckpt_every && t.step % c->ckpt_every == 0 && (rc = job_checkpoint(&t))) {

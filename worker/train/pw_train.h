@@ -113,7 +113,7 @@ void pw_train_config_defaults(pw_train_config_t *c);
 typedef struct pw_train_result {
     uint64_t samples;
     double seconds, samples_per_s;
-    double train_loss;   /* mean over the last 10% of the samples */
+    double train_loss;   /* moving average of the batch losses (weight 0.99) */
     double auc, logloss; /* on the test stream at the end (NaN when none) */
     int evals;           /* evaluations run (periodic and final) */
     uint64_t test_samples;

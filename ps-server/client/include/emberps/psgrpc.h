@@ -30,6 +30,11 @@ void psg_destroy(psg_t *c);
 int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
              uint8_t **resp, size_t *resp_len, char *msg, size_t msgcap);
 
+/* A gRPC status as an EmberPS error (pc_error.h): 0, PC_EINVAL (INVALID_ARGUMENT), PC_ETIMEDOUT,
+ * PC_ENOTFOUND, PC_EEXIST (ALREADY_EXISTS), PC_ETOOBIG (RESOURCE_EXHAUSTED), PC_EUNAVAIL,
+ * PC_EAUTH (UNAUTHENTICATED), PC_EINTERNAL for the rest. */
+int psg_error(int status);
+
 #ifdef __cplusplus
 }
 #endif
