@@ -285,7 +285,8 @@ int pw_csv_spec_parse(const char *text, pw_csv_spec_t *out, char *err, size_t er
         const char *v = eq + 1;
         char *end;
         if (strcmp(it, "columns") == 0) {
-            rc = spec_columns(eq + 1, &o, err, errlen);
+            rc = o.ncols ? spec_fail(err, errlen, "columns given twice%s", "")
+                         : spec_columns(eq + 1, &o, err, errlen);
         } else if (strcmp(it, "threshold") == 0) {
             double t = strtod(v, &end);
             if (*end || !*v || !isfinite(t))
@@ -352,9 +353,7 @@ static bool csv_cell(const char **p, const char *e, char sep, const char **vb, c
 static bool csv_key(pw_sample_t *s, uint32_t field, const char *a, const char *b) {
     if (s->nkeys == PW_KEYS_MAX)
         return false;
-    s->keys[s->nkeys] =
-        a == b ? pw_missing_key(field)
-               : pw_feature_key(field, pc_hash64(a, (size_t)(b - a), PC_HASH_SEED_FEATURE));
+    s->keys[s->nkeys] = a == b ? pw_missing_key(field) : pw_text_key(field, a, (size_t)(b - a));
     s->field[s->nkeys] = (uint16_t)field;
     s->val[s->nkeys] = 1.0f;
     s->nkeys++;

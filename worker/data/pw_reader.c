@@ -187,7 +187,10 @@ static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char
 
 /* One file source (or stdin): read, parse, batch. 0, or a fatal error. */
 static int read_source(cursor_t *c, const char *path, char *line) {
-    gzFile gz = strcmp(path, "-") == 0 ? gzdopen(dup(0), "rb") : gzopen(path, "rb");
+    const int fd = strcmp(path, "-") == 0 ? dup(0) : -1;
+    gzFile gz = fd >= 0 ? gzdopen(fd, "rb") : strcmp(path, "-") ? gzopen(path, "rb") : NULL;
+    if (!gz && fd >= 0)
+        close(fd); /* gzdopen failed: the descriptor is still ours */
     if (!gz) {
         PC_ERROR("reader: cannot open %s", path);
         return PC_EIO;

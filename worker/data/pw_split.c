@@ -4,6 +4,7 @@
 #include "pc_error.h"
 #include "pc_log.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,32 +22,35 @@ static int row_cmp(const void *a, const void *b) {
     return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-static char *slurp(const char *path, size_t *len) {
+/* The whole file, NUL-terminated, in *out (free it). PC_EIO (cannot open or read), PC_ENOMEM. */
+static int slurp(const char *path, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f)
-        return NULL;
+        return PC_EIO;
     size_t cap = 1 << 20, n = 0;
     char *buf = malloc(cap + 1);
-    for (size_t got; buf && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
+    int rc = buf ? 0 : PC_ENOMEM;
+    for (size_t got; !rc && (got = fread(buf + n, 1, cap - n, f)) > 0;) {
         n += got;
         if (n == cap) {
             char *nb = realloc(buf, 2 * cap + 1);
             if (!nb)
-                free(buf);
-            buf = nb;
-            cap *= 2;
+                rc = PC_ENOMEM;
+            else
+                buf = nb, cap *= 2;
         }
     }
-    const bool bad = ferror(f);
+    if (!rc && ferror(f))
+        rc = PC_EIO;
     fclose(f);
-    if (bad) {
+    if (rc) {
         free(buf);
-        return NULL;
+        return rc;
     }
-    if (buf)
-        buf[n] = '\0';
+    buf[n] = '\0';
+    *out = buf;
     *len = n;
-    return buf;
+    return 0;
 }
 
 static bool write_rows(const char *path, const char *buf, const char *hdr, size_t hlen,
@@ -69,10 +73,11 @@ int pw_split_by_column(const char *in, char sep, bool header, int col, double te
     if (!(test_fraction > 0 && test_fraction < 1) || col < 0)
         return PC_EINVAL;
     size_t len;
-    char *buf = slurp(in, &len);
-    if (!buf) {
-        PC_ERROR("split: cannot read %s", in);
-        return PC_EIO;
+    char *buf;
+    int src = slurp(in, &buf, &len);
+    if (src) {
+        PC_ERROR("split: cannot read %s: %s", in, pc_strerror(src));
+        return src;
     }
     size_t cap = 1024, n = 0, p = 0, hlen = 0;
     row_t *rows = malloc(cap * sizeof *rows);
@@ -90,9 +95,11 @@ int pw_split_by_column(const char *in, char sep, bool header, int col, double te
             c = memchr(c, sep, (size_t)(end - c));
             c = c ? c + 1 : NULL;
         }
-        char *stop;
-        const double key = c ? strtod(c, &stop) : NAN;
-        if (!c || stop == c || !isfinite(key)) {
+        char *stop = NULL;
+        /* strtod skips leading blanks, newlines included: an empty last column must not read
+         * the next line's number */
+        const double key = c && c < end && !isspace((unsigned char)*c) ? strtod(c, &stop) : NAN;
+        if (!c || !stop || stop == c || stop > end || !isfinite(key)) {
             PC_ERROR("split: %s:%zu: column %d is not a number", in, lineno, col + 1);
             rc = PC_EPARSE;
             break;

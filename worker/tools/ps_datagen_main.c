@@ -14,12 +14,14 @@
  * printed on stderr. Exit status: 0, 1 on an I/O error, 2 on bad settings.
  */
 #include "pc_error.h"
+#include "pc_fs.h"
 #include "pc_settings.h"
 #include "pw_datagen.h"
 #include "pw_split.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct cfg {
@@ -119,11 +121,17 @@ int main(int argc, char **argv) {
     char *text = cJSON_PrintUnformatted(j);
     fprintf(stderr, "%s\n", text);
     if (c.oracle_out[0]) {
-        FILE *f = fopen(c.oracle_out, "w");
-        if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f)) {
+        const size_t len = strlen(text);
+        char *line = malloc(len + 2);
+        if (line) {
+            memcpy(line, text, len);
+            line[len] = '\n';
+        }
+        if (!line || pc_fs_write_atomic(c.oracle_out, line, len + 1)) {
             fprintf(stderr, "ps-datagen: cannot write %s\n", c.oracle_out);
             rc = PC_EIO;
         }
+        free(line);
     }
     cJSON_free(text);
     cJSON_Delete(j);

@@ -165,6 +165,7 @@ static void test_csv_spec(void **state) {
                          "columns=label:cat,sep=dot",         /* separator */
                          "columns=label:cat,multi_sep=comma", /* equals sep */
                          "columns=label:cat,speed=9",         /* unknown */
+                         "columns=label:cat,columns=label",   /* two column lists */
                          "columns"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';

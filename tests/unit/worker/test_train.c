@@ -238,6 +238,10 @@ static void test_movielens(void **state) {
     fprintf(f, "u,m,r,t\n1,2,4.0,100\n1,3,4.0,yesterday\n");
     fclose(f);
     assert_int_equal(pw_split_by_column(bad, ',', true, 3, 0.2, tr, te, NULL, NULL), PC_EPARSE);
+    f = fopen(bad, "w"); /* an empty time column must not take the next line's number */
+    fprintf(f, "u,m,r,t\n1,2,4.0,\n100,3,4.0,7\n");
+    fclose(f);
+    assert_int_equal(pw_split_by_column(bad, ',', true, 3, 0.2, tr, te, NULL, NULL), PC_EPARSE);
     assert_int_equal(pw_split_by_column("/nonexistent.csv", ',', true, 3, 0.2, tr, te, NULL, NULL),
                      PC_EIO);
     assert_int_equal(pw_split_by_column(bad, ',', true, 3, 1.5, tr, te, NULL, NULL), PC_EINVAL);
