@@ -33,9 +33,12 @@ int pc_fs_write_atomic(const char *path, const void *buf, size_t len) {
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
         return PC_EINVAL;
     FILE *f = fopen(tmp, "wb");
+    errno = 0;
     int rc = !f || fwrite(buf, 1, len, f) != len || fflush(f) ? PC_EIO : 0;
     if (f && fclose(f))
         rc = PC_EIO;
+    if (rc && errno == ENOSPC)
+        rc = PC_ENOSPC;
     if (!rc)
         rc = pc_fs_fsync_path(tmp);
     if (!rc && rename(tmp, path) != 0)

@@ -9,7 +9,8 @@
 int pc_fs_fsync_path(const char *path);
 
 /* Write len bytes to path atomically: into PATH.tmp, fsynced, renamed over path, directory
- * fsynced; a crash leaves the old file or the new one. 0, PC_EINVAL (path too long), PC_EIO. */
+ * fsynced; a crash leaves the old file or the new one. 0, PC_EINVAL (path too long),
+ * PC_ENOSPC (the disk is full), PC_EIO. */
 int pc_fs_write_atomic(const char *path, const void *buf, size_t len);
 
 /* Remove a file or a directory tree; missing is fine. Does not follow symlinks. */

@@ -268,15 +268,23 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
              {"emberps_table_nonfinite_skipped_total", 1},
              {"emberps_table_spilled_total", 1},
              {"emberps_table_cold_reads_total", 1}};
-    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
+    /* Each table's stats once (they read-lock every shard), then printed metric by metric. */
+    ps_table_stats_t *stats = calloc(n ? n : 1, sizeof *stats);
+    bool *have = calloc(n ? n : 1, sizeof *have);
+    for (size_t i = 0; stats && have && i < n; i++) {
+        ps_table_t *t;
+        if (ps_catalog_acquire(s->cat, names[i], &t))
+            continue;
+        ps_table_stats(t, &stats[i]);
+        ps_catalog_release(s->cat, t);
+        have[i] = true;
+    }
+    for (size_t k = 0; stats && have && k < sizeof m / sizeof m[0]; k++) {
         len = pc_prom_appendf(buf, cap, len, "# TYPE %s %s\n", m[k].name, kinds[m[k].kind]);
-        for (size_t i = 0; i < n && i < 256; i++) {
-            ps_table_t *t;
-            if (ps_catalog_acquire(s->cat, names[i], &t))
+        for (size_t i = 0; i < n; i++) {
+            if (!have[i])
                 continue;
-            ps_table_stats_t st;
-            ps_table_stats(t, &st);
-            ps_catalog_release(s->cat, t);
+            const ps_table_stats_t st = stats[i];
             const char *nm = names[i];
             switch (k) {
                 case 0:
@@ -312,6 +320,8 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
             }
         }
     }
+    free(stats);
+    free(have);
     return len;
 }
 
