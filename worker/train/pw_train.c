@@ -8,6 +8,8 @@
 #include "emberps/psclient.h"
 #include "pw_coll.h"
 #include "pw_group.h"
+#include "pw_sched.h"
+#include "pc_hash.h"
 #include "pw_jobckpt.h"
 #include "pw_deepfm.h"
 #include "pw_dlrm.h"
@@ -17,7 +19,9 @@
 #include "pw_model_io.h"
 #include "pw_reader.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +53,75 @@ void pw_train_config_defaults(pw_train_config_t *c) {
     c->rejoin_timeout_ms = 60000;
     c->server_retry_ms = 60000;
     c->shrink = true;
+    c->staleness = 0;
+    c->pull_ahead = 2;
+    c->async_window = 8;
+    c->credit_bytes = (size_t)4 << 20;
+    c->chunk_bytes = (size_t)256 << 10;
 }
+
+int pw_train_mode_parse(const char *s, int *staleness) {
+    if (strcmp(s, "sync") == 0)
+        return *staleness = 0, 0;
+    if (strcmp(s, "async") == 0)
+        return *staleness = PW_ASYNC, 0;
+    char *end;
+    long v = strncmp(s, "ssp:", 4) == 0 ? strtol(s + 4, &end, 10) : 0;
+    if (v < 1 || v > 1000 || *end)
+        return PC_EINVAL;
+    *staleness = (int)v;
+    return 0;
+}
+
+struct trainer;
+
+/* A step's batch on its way through the pipeline: a copy of the reader's batch, its unique keys
+ * (ukeys; inv[j]: the index of feature j's key), their pulled rows and summed gradients, and the
+ * jobs that move them (pw_sched.h). */
+typedef struct slot {
+    struct trainer *t;
+    bool has;       /* holds a batch not computed yet */
+    uint64_t round; /* the step it is computed as */
+    uint64_t pos;   /* the reader's position after this batch */
+    pw_batch_t b;
+    size_t ncap, dcap, kcap; /* labels and key_off; dense; keys, fields, vals, inv, ukeys */
+    uint64_t *ukeys;
+    uint32_t *inv;
+    size_t nu, ucap; /* ucap: urows, ugrads */
+    float *urows, *ugrads;
+    pw_job_t pull;
+    struct pchunk *push;
+    size_t npush, pcap;
+    uint64_t pull_t0; /* first try of this pull (server retries) */
+} slot_t;
+
+typedef struct pchunk { /* a push of keys [off, off + n) of a slot */
+    pw_job_t job;
+    slot_t *s;
+    size_t off, n;
+} pchunk_t;
+
+/* A step's round: its dense gradients summed over the group in chunks (the layers the next
+ * forward needs first), then the marker (ordered lane): it waits for the step's pushes (sync,
+ * ssp), records the step's end, and sums the has-batch flag (the last float of flat). The group
+ * applies rounds in order; without a group a round only tracks the pushes. */
+typedef struct round {
+    struct trainer *t;
+    uint64_t id;
+    bool pending;  /* submitted, not applied */
+    uint64_t pos;  /* the reader position after its batch */
+    bool has_pos;  /* it had a batch */
+    slot_t *slot;  /* whose pushes the marker waits for (NULL: none) */
+    float *flat;   /* the group's dense gradients and flag */
+    struct dchunk *chunks;
+    pw_job_t mark;
+} round_t;
+
+typedef struct dchunk { /* an allreduce of flat[off, off + n) */
+    pw_job_t job;
+    round_t *r;
+    size_t off, n;
+} dchunk_t;
 
 typedef struct trainer {
     const pw_train_config_t *c;
@@ -61,14 +133,31 @@ typedef struct trainer {
     ps_table_t *emb;     /* local */
     psc_t *ps;           /* distributed: the servers */
     pw_group_t *grp;     /* world > 1: the workers' group (membership, collectives) */
-    float *flat;         /* distributed: every dense gradient and the has-batch flag */
-    size_t nflat;
-    uint64_t step;  /* dense optimizer steps taken (distributed: the group's count) */
-    bool has_state; /* the dense model is trained state (not a restarted worker's fresh one) */
+    pw_sched_t *sched;   /* distributed: every call to the servers and the group */
+    size_t nflat;        /* dense gradients and the has-batch flag */
+    int stale;           /* rounds a step may run ahead of the group (sync 0) */
+    int ahead;           /* batches pulled ahead of the one computing */
+    slot_t *slots;       /* ring: slots[head] holds step next_round's batch */
+    int nslots, head, filled;
+    round_t *rounds; /* ring by round id */
+    int nrounds;
+    dchunk_t *plan; /* the chunks of a round (offsets, priorities) */
+    int nplan;
+    uint64_t next_round, applied; /* rounds submitted, rounds applied */
+    uint64_t step;   /* dense optimizer steps taken (distributed: the group's count) */
+    bool has_state;  /* the dense model is trained state (not a restarted worker's fresh one) */
     bool waiting_servers;  /* warned that the servers are unavailable (until they answer) */
+    uint64_t done_pos;     /* position after the last applied round with a batch */
+    bool pos_dirty;        /* done_pos not recorded at the coordinator yet */
     bool pos_saved;        /* this worker's last position reached the coordinator */
     uint64_t pos_retry_ns; /* after a failed save, the next try waits until then */
-    uint64_t lost_pushes;
+    atomic_ullong lost_pushes;
+    atomic_bool coll_broken; /* an ordered-lane collective failed (until the group re-forms) */
+    FILE *step_log;
+    uint64_t max_ahead;
+    double pull_wait_s;
+    uint32_t *dedup; /* open addressing: index + 1 into ukeys, 0 empty */
+    size_t dedup_cap;
     pw_dlrm_t *dlrm;
     pw_deepfm_t *deepfm;
     pw_linear_t lin; /* lr, fm: dense features -> logit */
@@ -79,7 +168,34 @@ typedef struct trainer {
     float *rows, *grads, *pooled, *dpooled, *dense1, *logits, *dlogits, *probs;
 } trainer_t;
 
+static void slot_free(slot_t *s) {
+    free(s->b.labels);
+    free(s->b.dense);
+    free(s->b.keys);
+    free(s->b.fields);
+    free(s->b.vals);
+    free(s->b.key_off);
+    free(s->ukeys);
+    free(s->inv);
+    free(s->urows);
+    free(s->ugrads);
+    free(s->push);
+}
+
 static void trainer_free(trainer_t *t) {
+    pw_sched_destroy(t->sched); /* first: its jobs use the slots, rounds and client */
+    for (int i = 0; t->slots && i < t->nslots; i++)
+        slot_free(&t->slots[i]);
+    free(t->slots);
+    for (int i = 0; t->rounds && i < t->nrounds; i++) {
+        free(t->rounds[i].flat);
+        free(t->rounds[i].chunks);
+    }
+    free(t->rounds);
+    free(t->plan);
+    free(t->dedup);
+    if (t->step_log)
+        fclose(t->step_log);
     for (int i = 0; t->opt && i < 2 * t->nlayers; i++)
         pw_opt_free(&t->opt[i]);
     free(t->opt);
@@ -90,7 +206,6 @@ static void trainer_free(trainer_t *t) {
     ps_table_destroy(t->emb);
     pw_group_close(t->grp);
     psc_close(t->ps);
-    free(t->flat);
     free(t->rows);
     free(t->grads);
     free(t->pooled);
@@ -147,101 +262,360 @@ static bool transient(int rc) {
     return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT;
 }
 
-/* Distributed: a server that is down (killed, restarting) is waited for, up to
- * server_retry_ms, retrying every 200 ms; pulls and lookups do not change the servers. */
-static int emb_pull(trainer_t *t, const uint64_t *keys, size_t n, float *rows, bool train) {
-    if (t->ps) {
-        const char *name = t->c->table_name;
-        const uint32_t dim = (uint32_t)t->dim;
-        const uint64_t t0 = pc_time_mono_ns();
-        for (;;) {
-            int rc = train ? psc_pull(t->ps, name, keys, n, dim, rows)
-                           : psc_lookup(t->ps, name, keys, n, dim, rows, NULL);
-            if (!transient(rc)) {
-                if (!rc && t->waiting_servers) {
-                    PC_WARN("train: the servers answer again");
-                    t->waiting_servers = false;
-                }
-                return rc;
-            }
-            if (pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms)
-                return rc;
-            if (!t->waiting_servers)
-                PC_WARN("train: servers unavailable (%s); waiting up to %d ms", pc_strerror(rc),
-                        t->c->server_retry_ms);
-            t->waiting_servers = true;
-            pc_time_sleep_ms(200);
-        }
+/* Evaluation's read-only lookups. Distributed: a server that is down (killed, restarting) is
+ * waited for, up to server_retry_ms, retrying every 200 ms. */
+static int emb_lookup(trainer_t *t, const uint64_t *keys, size_t n, float *rows) {
+    if (!t->ps)
+        return ps_table_lookup(t->emb, keys, n, rows, n * (size_t)t->dim, NULL);
+    const uint64_t t0 = pc_time_mono_ns();
+    for (;;) {
+        int rc = psc_lookup(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, rows, NULL);
+        if (!transient(rc) || pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms)
+            return rc;
+        pc_time_sleep_ms(200);
     }
-    return train ? ps_table_pull(t->emb, keys, n, rows, n * (size_t)t->dim)
-                 : ps_table_lookup(t->emb, keys, n, rows, n * (size_t)t->dim, NULL);
 }
 
-static int emb_push(trainer_t *t, const uint64_t *keys, size_t n, float *grads) {
+/* ---- the pipeline: pulls ahead, chunked pushes and dense rounds through the scheduler ---- */
+
+enum { PRIO_PULL = 0, PRIO_DENSE = 1, PRIO_PUSH = 1 << 20 };
+
+static void call_done(void *ctx, uint64_t id, int rc) {
+    (void)id;
+    pw_sched_complete(ctx, rc);
+}
+
+static int run_pull(pw_job_t *j) {
+    slot_t *s = j->ctx;
+    trainer_t *t = s->t;
     if (t->ps) {
-        const int world = t->grp ? pw_group_size(t->grp) : 1;
-        const float scale = 1.0f / (float)world; /* the mean over the workers' batches */
-        if (world > 1)
-            for (size_t i = 0; i < n * (size_t)t->dim; i++)
-                grads[i] *= scale;
-        int rc = psc_push(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, grads, NULL);
-        if (transient(rc)) {
-            /* Not sent again: the servers that answered applied their part. The failed
-             * server lost this part (and, when it restarted, all since its checkpoint). */
-            PC_WARN("train: a push failed (%s); its part on the failed server is lost",
-                    pc_strerror(rc));
-            t->lost_pushes++;
-            rc = 0;
-        }
-        return rc;
+        uint64_t id;
+        return psc_pull_async(t->ps, t->c->table_name, s->ukeys, s->nu, (uint32_t)t->dim,
+                              s->urows, call_done, j, &id);
+    }
+    pw_sched_complete(j, ps_table_pull(t->emb, s->ukeys, s->nu, s->urows, s->nu * t->dim));
+    return 0;
+}
+
+/* A push that a server failure cut short is not sent again: the servers that answered applied
+ * their part; a restarted server lost it anyway (and all since its checkpoint). */
+static void push_done(void *ctx, uint64_t id, int rc) {
+    (void)id;
+    pchunk_t *p = ctx;
+    if (transient(rc)) {
+        PC_WARN("train: a push failed (%s); its part on the failed server is lost",
+                pc_strerror(rc));
+        atomic_fetch_add(&p->s->t->lost_pushes, 1);
+        rc = 0;
+    }
+    pw_sched_complete(&p->job, rc);
+}
+
+static int run_push(pw_job_t *j) {
+    pchunk_t *p = (pchunk_t *)j;
+    trainer_t *t = p->s->t;
+    const size_t d = (size_t)t->dim;
+    if (t->ps) {
+        uint64_t id;
+        return psc_push_async(t->ps, t->c->table_name, p->s->ukeys + p->off, p->n, (uint32_t)d,
+                              p->s->ugrads + p->off * d, NULL, push_done, p, &id);
     }
     ps_push_result_t pr;
-    return ps_table_push(t->emb, keys, n, grads, n * (size_t)t->dim, &pr);
+    pw_sched_complete(j, ps_table_push(t->emb, p->s->ukeys + p->off, p->n,
+                                       p->s->ugrads + p->off * d, p->n * d, &pr));
+    return 0;
 }
 
-/* Sync steps (BSP) take two collectives: reduce_dense after every worker computed (so every
- * pull of step t is done before any push of step t is applied) and barrier after the pushes (so
- * every push of step t is applied before any pull of step t + 1). Local training: no-ops. */
+/* A collective of the ordered lane; after one failed, the group is broken: the rest fail at
+ * once (until the group is re-formed). */
+static int coll_sum(trainer_t *t, float *buf, size_t n) {
+    if (atomic_load(&t->coll_broken))
+        return PC_ECANCELED;
+    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
+    if (rc)
+        atomic_store(&t->coll_broken, true);
+    return rc;
+}
 
-/* With a group: allreduce every dense gradient (and whether this worker had a batch) and leave
- * the mean over the workers that had one in the layers. *any: some worker had a batch. */
-static int reduce_dense(trainer_t *t, bool had_batch, bool *any) {
-    *any = had_batch;
-    if (!t->grp)
-        return 0;
+static int run_dense(pw_job_t *j) {
+    dchunk_t *c = (dchunk_t *)j;
+    return coll_sum(c->r->t, c->r->flat + c->off, c->n);
+}
+
+static void log_step(trainer_t *t, uint64_t round, const char *what) {
+    if (t->step_log)
+        fprintf(t->step_log, "%d %" PRIu64 " %s %" PRIu64 "\n", t->c->rank, round, what,
+                pc_time_mono_ns());
+}
+
+static int run_mark(pw_job_t *j) {
+    round_t *r = j->ctx;
+    trainer_t *t = r->t;
+    int rc = 0;
+    for (size_t i = 0; r->slot && i < r->slot->npush; i++) {
+        int prc = pw_sched_wait(t->sched, &r->slot->push[i].job);
+        rc = rc ? rc : prc;
+    }
+    log_step(t, r->id, "end");
+    if (!rc && t->grp)
+        rc = coll_sum(t, r->flat + t->nflat - 1, 1);
+    return rc;
+}
+
+/* The pipeline's buffers: stale = the rounds a step may run ahead (sync 0, ssp S, async the
+ * window), ahead = batches pulled ahead (at most stale). A slot is refilled only once its round
+ * is done: stale + ahead + 2 slots never wait for that. The dense rounds go in chunks of
+ * chunk_bytes, per layer, in the order the forward pass needs them. */
+static int pipeline_init(trainer_t *t) {
+    const pw_train_config_t *c = t->c;
+    t->stale = c->staleness == PW_ASYNC ? (c->async_window > 0 ? c->async_window : 1)
+                                        : c->staleness;
+    if (!t->ps)
+        t->stale = 0; /* local training is one thread */
+    t->ahead = c->pull_ahead < t->stale ? c->pull_ahead : t->stale;
+    if (t->ahead < 0)
+        t->ahead = 0;
+    t->nslots = t->stale + t->ahead + 2;
+    t->nrounds = t->stale + 2;
+    t->slots = calloc((size_t)t->nslots, sizeof *t->slots);
+    t->rounds = calloc((size_t)t->nrounds, sizeof *t->rounds);
+    const size_t cf = c->chunk_bytes / sizeof(float) ? c->chunk_bytes / sizeof(float) : 1;
+    size_t nplan = 0;
+    for (int i = 0; i < t->nlayers; i++) {
+        const size_t n = (size_t)t->layers[i].in * t->layers[i].out + (size_t)t->layers[i].out;
+        nplan += (n + cf - 1) / cf;
+    }
+    t->plan = calloc(nplan ? nplan : 1, sizeof *t->plan);
+    if (!t->slots || !t->rounds || !t->plan)
+        return PC_ENOMEM;
     size_t k = 0;
     for (int i = 0; i < t->nlayers; i++) {
-        const pw_linear_t *l = &t->layers[i];
-        const size_t nw = (size_t)l->in * l->out;
-        if (had_batch) {
-            memcpy(t->flat + k, l->dw, nw * sizeof(float));
-            memcpy(t->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
-        } else {
-            memset(t->flat + k, 0, (nw + (size_t)l->out) * sizeof(float));
+        const size_t n = (size_t)t->layers[i].in * t->layers[i].out + (size_t)t->layers[i].out;
+        for (size_t o = 0; o < n; o += cf) {
+            dchunk_t *d = &t->plan[t->nplan++];
+            d->off = k + o;
+            d->n = n - o < cf ? n - o : cf;
+            d->job.prio = PRIO_DENSE + i;
         }
-        k += nw + (size_t)l->out;
+        k += n;
     }
-    t->flat[k] = had_batch ? 1.0f : 0.0f;
-    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), t->flat, t->nflat);
+    for (int i = 0; i < t->nslots; i++)
+        t->slots[i].t = t;
+    for (int i = 0; i < t->nrounds; i++) {
+        round_t *r = &t->rounds[i];
+        r->t = t;
+        if (!t->grp)
+            continue;
+        r->flat = calloc(t->nflat, sizeof(float));
+        r->chunks = calloc((size_t)t->nplan, sizeof *r->chunks);
+        if (!r->flat || !r->chunks)
+            return PC_ENOMEM;
+    }
+    if (c->step_log[0] && !(t->step_log = fopen(c->step_log, "a"))) {
+        PC_ERROR("train: cannot open the step log %s", c->step_log);
+        return PC_EIO;
+    }
+    if (t->step_log)
+        setvbuf(t->step_log, NULL, _IOLBF, 0);
+    if (!t->ps)
+        return 0;
+    pw_sched_opts_t so = {.credit_bytes = c->credit_bytes, .fifo = c->fifo};
+    return pw_sched_create(&so, &t->sched);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return 0;
+    size_t n = need + need / 2;
+    void *q = realloc(*p, n * elem);
+    if (!q)
+        return PC_ENOMEM;
+    *p = q;
+    *cap = n;
+    return 0;
+}
+
+/* The batch copied into the slot (the reader reuses its buffers), and its unique keys. */
+static int slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
+    const size_t n = b->n, nk = b->key_off[n], nd = b->ndense;
+    size_t kc = s->kcap, kc2 = s->kcap, kc3 = s->kcap, kc4 = s->kcap, nc = s->ncap;
+    int rc = grow((void **)&s->b.labels, &s->ncap, n + 1, sizeof(float));
+    if (!rc)
+        rc = grow((void **)&s->b.key_off, &nc, n + 1, sizeof(size_t));
+    if (!rc)
+        rc = grow((void **)&s->b.dense, &s->dcap, n * nd + 1, sizeof(float));
+    if (!rc)
+        rc = grow((void **)&s->b.keys, &s->kcap, nk + 1, sizeof(uint64_t));
+    if (!rc)
+        rc = grow((void **)&s->b.fields, &kc, nk + 1, sizeof(uint16_t));
+    if (!rc)
+        rc = grow((void **)&s->b.vals, &kc2, nk + 1, sizeof(float));
+    if (!rc)
+        rc = grow((void **)&s->inv, &kc3, nk + 1, sizeof(uint32_t));
+    if (!rc)
+        rc = grow((void **)&s->ukeys, &kc4, nk + 1, sizeof(uint64_t));
+    if (rc || kc != s->kcap || kc2 != s->kcap || kc3 != s->kcap || kc4 != s->kcap ||
+        nc != s->ncap) {
+        s->kcap = s->ncap = 0; /* capacities out of step after a failure: regrow all next time */
+        return rc ? rc : PC_ENOMEM;
+    }
+    s->b.n = n;
+    s->b.ndense = nd;
+    s->b.lines = b->lines;
+    memcpy(s->b.labels, b->labels, n * sizeof(float));
+    memcpy(s->b.dense, b->dense, n * nd * sizeof(float));
+    memcpy(s->b.key_off, b->key_off, (n + 1) * sizeof(size_t));
+    memcpy(s->b.keys, b->keys, nk * sizeof(uint64_t));
+    memcpy(s->b.fields, b->fields, nk * sizeof(uint16_t));
+    memcpy(s->b.vals, b->vals, nk * sizeof(float));
+    /* unique keys, in first-seen order */
+    size_t hc = 16;
+    while (hc < 2 * nk)
+        hc <<= 1;
+    if (hc > t->dedup_cap) {
+        free(t->dedup);
+        if (!(t->dedup = malloc(hc * sizeof *t->dedup)))
+            return t->dedup_cap = 0, PC_ENOMEM;
+        t->dedup_cap = hc;
+    }
+    memset(t->dedup, 0, hc * sizeof *t->dedup);
+    s->nu = 0;
+    for (size_t j = 0; j < nk; j++) {
+        const uint64_t key = s->b.keys[j];
+        size_t h = pc_hash_u64(key, PC_HASH_SEED_DEDUP) & (hc - 1);
+        while (t->dedup[h] && s->ukeys[t->dedup[h] - 1] != key)
+            h = (h + 1) & (hc - 1);
+        if (!t->dedup[h]) {
+            s->ukeys[s->nu] = key;
+            t->dedup[h] = (uint32_t)++s->nu;
+        }
+        s->inv[j] = t->dedup[h] - 1;
+    }
+    size_t uc = s->ucap;
+    rc = grow((void **)&s->urows, &s->ucap, s->nu * (size_t)t->dim + 1, sizeof(float));
+    if (!rc)
+        rc = grow((void **)&s->ugrads, &uc, s->nu * (size_t)t->dim + 1, sizeof(float));
+    if (!rc && uc != s->ucap)
+        rc = PC_ENOMEM;
+    if (rc)
+        s->ucap = 0;
+    return rc;
+}
+
+static round_t *round_of(trainer_t *t, uint64_t id) {
+    return &t->rounds[id % (uint64_t)t->nrounds];
+}
+
+/* Start the pull of a filled slot: after round `round - stale - 1` is done (sync: every
+ * worker's pushes of the step before it were applied). */
+static void slot_pull(trainer_t *t, slot_t *s) {
+    pw_sched_reset(&s->pull);
+    s->pull.cls = PW_JOB_PULL;
+    s->pull.prio = PRIO_PULL;
+    s->pull.bytes = s->nu * (sizeof(uint64_t) + (size_t)t->dim * sizeof(float));
+    s->pull.run = run_pull;
+    s->pull.ctx = s;
+    const uint64_t gate = s->round - (uint64_t)t->stale - 1;
+    if (s->round >= (uint64_t)t->stale + 1 && gate >= t->applied)
+        s->pull.after = &round_of(t, gate)->mark;
+    s->pull_t0 = pc_time_mono_ns();
+    pw_sched_submit(t->sched, &s->pull);
+}
+
+/* Wait for the slot's rows; pulls that find a server down are tried again every 200 ms for up
+ * to server_retry_ms (a restarted server restores its last checkpoint). */
+static int slot_rows(trainer_t *t, slot_t *s) {
+    const uint64_t t0 = pc_time_mono_ns();
+    int rc;
+    while (transient(rc = pw_sched_wait(t->sched, &s->pull)) &&
+           pc_time_sec_since(s->pull_t0) * 1000 <= t->c->server_retry_ms) {
+        if (!t->waiting_servers)
+            PC_WARN("train: servers unavailable (%s); waiting up to %d ms", pc_strerror(rc),
+                    t->c->server_retry_ms);
+        t->waiting_servers = true;
+        pc_time_sleep_ms(200);
+        const uint64_t first = s->pull_t0;
+        pw_sched_reset(&s->pull);
+        slot_pull(t, s); /* its gate is done: waited for before */
+        s->pull_t0 = first;
+    }
+    if (!rc && t->waiting_servers) {
+        PC_WARN("train: the servers answer again");
+        t->waiting_servers = false;
+    }
+    t->pull_wait_s += pc_time_sec_since(t0);
+    return rc;
+}
+
+/* Push the slot's summed gradients in chunks (bulk: after everything else). */
+static int slot_push(trainer_t *t, slot_t *s) {
+    const size_t d = (size_t)t->dim, row = sizeof(uint64_t) + d * sizeof(float);
+    size_t per = t->c->chunk_bytes / row ? t->c->chunk_bytes / row : 1;
+    const size_t n = s->nu ? (s->nu + per - 1) / per : 0;
+    int rc = grow((void **)&s->push, &s->pcap, n ? n : 1, sizeof *s->push);
     if (rc)
         return rc;
-    const float active = t->flat[k];
-    *any = active > 0;
-    k = 0;
-    for (int i = 0; i < t->nlayers && *any; i++) {
-        pw_linear_t *l = &t->layers[i];
-        const size_t nw = (size_t)l->in * l->out;
-        for (size_t j = 0; j < nw; j++)
-            l->dw[j] = t->flat[k + j] / active;
-        for (int j = 0; j < l->out; j++)
-            l->db[j] = t->flat[k + nw + (size_t)j] / active;
-        k += nw + (size_t)l->out;
+    s->npush = n;
+    for (size_t i = 0; i < n; i++) {
+        pchunk_t *p = &s->push[i];
+        pw_sched_reset(&p->job);
+        p->job.cls = PW_JOB_PUSH;
+        p->job.prio = PRIO_PUSH;
+        p->job.run = run_push;
+        p->s = s;
+        p->off = i * per;
+        p->n = s->nu - p->off < per ? s->nu - p->off : per;
+        p->job.bytes = p->n * row;
+        pw_sched_submit(t->sched, &p->job);
     }
     return 0;
 }
 
-static int barrier(trainer_t *t) {
-    return t->grp ? pw_coll_barrier(pw_group_coll(t->grp), 0) : 0;
+/* Submit round next_round: the dense gradients now in the layers (group), whether this worker
+ * had a batch, and the marker; `s` the slot whose pushes it waits for (sync, ssp). */
+static void round_submit(trainer_t *t, slot_t *s, bool had_batch) {
+    round_t *r = round_of(t, t->next_round);
+    r->id = t->next_round++;
+    r->pending = true;
+    r->has_pos = s != NULL;
+    r->pos = s ? s->pos : 0;
+    r->slot = t->c->staleness == PW_ASYNC ? NULL : s;
+    if (t->grp) {
+        size_t k = 0;
+        for (int i = 0; i < t->nlayers; i++) {
+            const pw_linear_t *l = &t->layers[i];
+            const size_t nw = (size_t)l->in * l->out;
+            if (had_batch) {
+                memcpy(r->flat + k, l->dw, nw * sizeof(float));
+                memcpy(r->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
+            } else {
+                memset(r->flat + k, 0, (nw + (size_t)l->out) * sizeof(float));
+            }
+            k += nw + (size_t)l->out;
+        }
+        r->flat[k] = had_batch ? 1.0f : 0.0f;
+        for (int i = 0; i < t->nplan; i++) {
+            dchunk_t *c = &r->chunks[i];
+            pw_sched_reset(&c->job);
+            c->job.cls = PW_JOB_DENSE;
+            c->job.ordered = true;
+            c->job.prio = t->plan[i].job.prio;
+            c->job.bytes = t->plan[i].n * sizeof(float);
+            c->job.run = run_dense;
+            c->r = r;
+            c->off = t->plan[i].off;
+            c->n = t->plan[i].n;
+            pw_sched_submit(t->sched, &c->job);
+        }
+    }
+    pw_sched_reset(&r->mark);
+    r->mark.cls = PW_JOB_MARK;
+    r->mark.ordered = true;
+    r->mark.prio = PRIO_DENSE + t->nlayers;
+    r->mark.bytes = sizeof(float);
+    r->mark.run = run_mark;
+    r->mark.ctx = r;
+    pw_sched_submit(t->sched, &r->mark);
 }
 
 static void apply_dense(trainer_t *t) {
@@ -250,6 +624,50 @@ static void apply_dense(trainer_t *t) {
         pw_opt_step(&t->opt[2 * i + 1], t->layers[i].b, t->layers[i].db);
     }
     t->step++;
+}
+
+/* Apply the rounds that are done, in order; first wait for those up to round `wait_upto`
+ * (wait_all: every submitted one). The group's rounds step the dense optimizer with the mean
+ * over the workers that had a batch; a round in which none had one sets *stop. A failed round
+ * (a collective: a peer died) is returned: the caller re-forms the group. */
+static int apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *stop) {
+    while (t->applied < t->next_round) {
+        round_t *r = round_of(t, t->applied);
+        if (!wait_all && (int64_t)t->applied > wait_upto && !pw_sched_done(t->sched, &r->mark))
+            break;
+        int rc = pw_sched_wait(t->sched, &r->mark);
+        for (int i = 0; t->grp && i < t->nplan; i++) {
+            const int crc = pw_sched_wait(t->sched, &r->chunks[i].job);
+            rc = rc ? rc : crc;
+        }
+        if (rc)
+            return rc;
+        if (t->grp) {
+            const float active = r->flat[t->nflat - 1];
+            if (active <= 0) {
+                *stop = true;
+                return 0;
+            }
+            size_t k = 0;
+            for (int i = 0; i < t->nlayers; i++) {
+                pw_linear_t *l = &t->layers[i];
+                const size_t nw = (size_t)l->in * l->out;
+                for (size_t j = 0; j < nw; j++)
+                    l->dw[j] = r->flat[k + j] / active;
+                for (int j = 0; j < l->out; j++)
+                    l->db[j] = r->flat[k + nw + (size_t)j] / active;
+                k += nw + (size_t)l->out;
+            }
+            apply_dense(t);
+        }
+        if (r->has_pos) {
+            t->done_pos = r->pos;
+            t->pos_dirty = true;
+        }
+        r->pending = false;
+        t->applied++;
+    }
+    return 0;
 }
 
 /* A step count as two floats, exact below 2^48. */
@@ -455,8 +873,6 @@ static int trainer_init(trainer_t *t) {
     for (int i = 0; i < t->nlayers; i++)
         t->nflat += (size_t)t->layers[i].in * t->layers[i].out + (size_t)t->layers[i].out;
     t->nflat++; /* the has-batch flag */
-    if (!rc && t->grp && !(t->flat = malloc(t->nflat * sizeof(float))))
-        rc = PC_ENOMEM;
     if (!rc && c->load_dense[0] && (rc = pw_dense_load(c->load_dense, t->layers, t->nlayers)))
         PC_ERROR("train: cannot load the dense model %s: %s", c->load_dense, pc_strerror(rc));
     const size_t b = (size_t)c->batch, pooled = b * (size_t)(t->nf > 0 ? t->nf : 1) * c->dim;
@@ -470,7 +886,7 @@ static int trainer_init(trainer_t *t) {
         rc = PC_ENOMEM;
     for (size_t i = 0; !rc && i < b; i++)
         t->dense1[i] = 1.0f;
-    return rc;
+    return rc ? rc : pipeline_init(t);
 }
 
 /* Row buffers for nk features. */
@@ -507,18 +923,14 @@ static int check_batch(const trainer_t *t, const pw_batch_t *b) {
     return 0;
 }
 
-/* One batch: forward (and backward + updates when training). The loss is returned in *loss. */
-static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *loss) {
+/* One batch whose rows are in t->rows (a row per feature): forward, and when training
+ * backward (dense gradients in the layers, a row gradient per feature in t->grads). The loss is
+ * returned in *loss. */
+static int trainer_compute(trainer_t *t, const pw_batch_t *b, bool train, double *loss) {
     const int n = (int)b->n, nf = t->nf, d = t->dim;
     const size_t nk = b->key_off[n];
     const float *dense = t->ones ? t->dense1 : b->dense;
-    int rc = check_batch(t, b);
-    if (!rc)
-        rc = reserve_rows(t, nk);
-    if (!rc)
-        rc = emb_pull(t, b->keys, nk, t->rows, train);
-    if (rc)
-        return rc;
+    int rc = 0;
     const bool mean = t->c->mean_pooling;
     switch (t->kind) {
         case M_LR:
@@ -571,7 +983,7 @@ static int trainer_step(trainer_t *t, const pw_batch_t *b, bool train, double *l
     }
     if (rc)
         return rc;
-    return 0; /* the sparse gradients wait in t->grads for emb_push */
+    return 0;
 }
 
 static int open_reader(const pw_train_config_t *c, pw_format_t fmt, const char *const *paths,
@@ -599,7 +1011,10 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
     int rc = p && y ? open_reader(t->c, t->fmt, test, ntest, 1, false, 0, &tr) : PC_ENOMEM;
     for (const pw_batch_t *b; !rc && (b = pw_reader_next(tr));) {
         double loss;
-        if ((rc = trainer_step(t, b, false, &loss)))
+        const size_t nk = b->key_off[b->n];
+        if ((rc = check_batch(t, b)) || (rc = reserve_rows(t, nk)) ||
+            (rc = emb_lookup(t, b->keys, nk, t->rows)) ||
+            (rc = trainer_compute(t, b, false, &loss)))
             break;
         if (n + b->n > cap) {
             cap = 2 * (n + b->n);
@@ -739,6 +1154,52 @@ static int resume_checkpoint(trainer_t *t, uint64_t *skip) {
     return rc;
 }
 
+/* Record this worker's position (after its last applied step) at the coordinator when it
+ * changed. A failed save: training goes on (the group's connections are peer to peer), the next
+ * try a second later (force: now); a restart would resume from an older position, and no
+ * checkpoint is taken meanwhile. */
+static void save_position(trainer_t *t, bool force) {
+    if (!t->grp || (!t->pos_dirty && t->pos_saved) ||
+        (!force && pc_time_mono_ns() < t->pos_retry_ns))
+        return;
+    int rc = pw_group_offset_save(t->grp, t->step, t->done_pos);
+    if (rc && t->pos_saved)
+        PC_WARN("train: cannot record this worker's position at the coordinator: %s",
+                pc_strerror(rc));
+    t->pos_saved = rc == 0;
+    t->pos_dirty = rc != 0;
+    t->pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
+}
+
+/* A collective failed (a peer died) or a newer generation was proposed: stop the ordered lane
+ * (its collectives cannot complete; pulls gated on its rounds fail with it), let the server
+ * calls finish, re-form the group and agree on the dense state (regroup). The rounds in flight
+ * are dropped: their pushes were sent (applied once), their dense gradients are lost, their
+ * batches count as read. The batches read but not computed are renumbered from the agreed step
+ * and pulled again. */
+static int pipeline_regroup(trainer_t *t) {
+    pw_sched_abort_ordered(t->sched, PC_ECANCELED);
+    for (uint64_t id = t->applied; id < t->next_round; id++) {
+        round_t *r = round_of(t, id);
+        if (r->pending && r->has_pos) {
+            t->done_pos = r->pos;
+            t->pos_dirty = true;
+        }
+        r->pending = false;
+    }
+    atomic_store(&t->coll_broken, false);
+    int rc = regroup(t);
+    if (rc)
+        return rc;
+    t->next_round = t->applied = t->step;
+    for (int i = 0; i < t->filled; i++) {
+        slot_t *s = &t->slots[(t->head + i) % t->nslots];
+        s->round = t->step + (uint64_t)i;
+        slot_pull(t, s);
+    }
+    return 0;
+}
+
 int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const *train,
                  size_t ntrain, const char *const *test, size_t ntest, pw_train_result_t *res) {
     if (!c || !train || !ntrain || c->batch < 1 || c->epochs < 1 || !res)
@@ -770,64 +1231,107 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         trainer_free(&t);
         return rc;
     }
+    t.done_pos = skip;
     const uint64_t total_bytes = stream_bytes(train, ntrain, c->epochs);
     double ema = NAN;
-    uint64_t next_progress = c->progress_every, next_eval = c->eval_every;
-    bool budget_left = true, redo = false;
-    const pw_batch_t *b = NULL;
+    uint64_t next_progress = c->progress_every, next_eval = c->eval_every, last_ckpt = t.step;
+    bool more = true, stop = false;
     res->first_step_s = NAN;
-    for (;;) {
-        /* A batch (none once the stream or the sample budget is done); with a group, step on
-         * until no worker has one. A step that a peer's failure cut short before the pushes is
-         * done again with the same batch in the re-formed group. */
-        if (!redo)
-            b = budget_left ? pw_reader_next(r) : NULL;
-        redo = false;
-        if (t.grp && pw_group_stale(t.grp) && (rc = regroup(&t)))
-            break;
-        double loss;
-        bool any;
-        if (b && (rc = trainer_step(&t, b, true, &loss)))
-            break;
-        if ((rc = reduce_dense(&t, b != NULL, &any)) && t.grp) {
-            if ((rc = regroup(&t)))
+    t.next_round = t.applied = t.step;
+    while (!rc && !stop) {
+        /* Read and pull ahead: slots for steps next_round .. next_round + ahead. A slot is
+         * refilled once its last round is done (the ring is long enough that this never waits
+         * in practice). */
+        while (more && t.filled <= t.ahead) {
+            slot_t *s = &t.slots[(t.head + t.filled) % t.nslots];
+            const pw_batch_t *b = c->max_samples && res->samples + (uint64_t)t.filled *
+                                  (uint64_t)c->batch >= c->max_samples
+                                      ? NULL
+                                      : pw_reader_next(r);
+            if (!b) {
+                more = false;
                 break;
-            redo = true;
+            }
+            if ((rc = check_batch(&t, b)) || (rc = slot_fill(&t, s, b)))
+                break;
+            s->has = true;
+            s->round = t.next_round + (uint64_t)t.filled++;
+            s->pos = pw_reader_consumed(r);
+            slot_pull(&t, s);
+        }
+        if (rc)
+            break;
+        if (t.grp && pw_group_stale(t.grp) && (rc = pipeline_regroup(&t)))
+            break;
+        slot_t *s = &t.slots[t.head];
+        if (!t.filled) { /* no batch: the others may have some; stop when no worker has */
+            if ((rc = apply_rounds(&t, 0, true, &stop)) || stop || !t.grp) {
+                if (rc && t.grp)
+                    rc = pipeline_regroup(&t);
+                if (!rc && !stop && !t.grp)
+                    stop = true;
+                continue;
+            }
+            log_step(&t, t.next_round, "start");
+            round_submit(&t, NULL, false);
+            if ((rc = apply_rounds(&t, 0, true, &stop)) && t.grp)
+                rc = pipeline_regroup(&t);
             continue;
         }
-        if (rc || !any)
+        /* The staleness gate: round next_round - stale - 1 done (its pull waited for it too);
+         * a failed round means a peer died: re-form the group. */
+        const uint64_t cur = t.next_round;
+        if ((rc = apply_rounds(&t, (int64_t)cur - t.stale - 1, false, &stop))) {
+            if (t.grp && !(rc = pipeline_regroup(&t)))
+                continue;
             break;
-        if (b && (rc = emb_push(&t, b->keys, b->key_off[b->n], t.grads)))
-            break;
-        if ((rc = barrier(&t)) && t.grp) {
-            /* b's gradients were pushed; the re-formed group agreed on a dense state */
-            if ((rc = regroup(&t)))
-                break;
-        } else if (rc) {
-            break;
-        } else {
-            apply_dense(&t);
         }
+        if (t.grp && c->ckpt_every && cur % c->ckpt_every == 0 && cur != last_ckpt) {
+            /* a consistent cut: every round before cur applied, every push acknowledged */
+            last_ckpt = cur;
+            if (!(rc = apply_rounds(&t, 0, true, &stop)))
+                save_position(&t, true);
+            if (rc || (rc = job_checkpoint(&t))) {
+                if (!(rc = pipeline_regroup(&t)))
+                    continue;
+                break;
+            }
+        }
+        if ((rc = slot_rows(&t, s)))
+            break;
+        if (cur - t.applied > t.max_ahead)
+            t.max_ahead = cur - t.applied;
+        log_step(&t, cur, "start");
+        /* compute: a row per feature from the unique rows, and back */
+        const pw_batch_t *b = &s->b;
+        const size_t nk = b->key_off[b->n], d = (size_t)t.dim;
+        double loss;
+        if ((rc = reserve_rows(&t, nk)))
+            break;
+        for (size_t j = 0; j < nk; j++)
+            memcpy(t.rows + j * d, s->urows + (size_t)s->inv[j] * d, d * sizeof(float));
+        for (int i = 0; i < t.nlayers; i++)
+            pw_linear_zero_grad(&t.layers[i]);
+        if ((rc = trainer_compute(&t, b, true, &loss)))
+            break;
+        const float scale = t.grp ? 1.0f / (float)pw_group_size(t.grp) : 1.0f;
+        memset(s->ugrads, 0, s->nu * d * sizeof(float));
+        for (size_t j = 0; j < nk; j++) {
+            float *g = s->ugrads + (size_t)s->inv[j] * d;
+            for (size_t e = 0; e < d; e++)
+                g[e] += scale * t.grads[j * d + e];
+        }
+        if ((rc = slot_push(&t, s)))
+            break;
+        if (!t.grp)
+            apply_dense(&t);
+        round_submit(&t, s, true);
+        s->has = false;
+        t.head = (t.head + 1) % t.nslots;
+        t.filled--;
         if (isnan(res->first_step_s))
             res->first_step_s = pc_time_sec_since(t0);
-        /* The position after this step (unchanged without a batch). A failed save: training
-         * goes on (the group's connections are peer to peer), the next try a second later; a
-         * restart would resume from an older position, and no checkpoint is taken meanwhile. */
-        if (t.grp && (b || !t.pos_saved) && pc_time_mono_ns() >= t.pos_retry_ns) {
-            rc = pw_group_offset_save(t.grp, t.step, pw_reader_consumed(r));
-            if (rc && t.pos_saved)
-                PC_WARN("train: cannot record this worker's position at the coordinator: %s",
-                        pc_strerror(rc));
-            t.pos_saved = rc == 0;
-            t.pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
-            rc = 0;
-        }
-        if (t.grp && c->ckpt_every && t.step % c->ckpt_every == 0 && (rc = job_checkpoint(&t))) {
-            if ((rc = regroup(&t)))
-                break;
-        }
-        if (!b)
-            continue;
+        save_position(&t, false);
         ema = isnan(ema) ? loss : 0.99 * ema + 0.01 * loss;
         res->samples += b->n;
         if (c->progress_every && res->samples >= next_progress) {
@@ -843,14 +1347,22 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                     (unsigned long long)res->test_samples);
             next_eval += c->eval_every;
         }
-        if (c->max_samples && res->samples >= c->max_samples)
-            budget_left = false;
     }
+    pw_sched_drain(t.sched);
+    if (!rc)
+        save_position(&t, true);
+    pw_sched_stats_t st;
+    pw_sched_stats(t.sched, &st);
+    res->pulled_bytes = st.bytes[PW_JOB_PULL];
+    res->pushed_bytes = st.bytes[PW_JOB_PUSH];
+    res->dense_bytes = st.bytes[PW_JOB_DENSE];
+    res->max_ahead = t.max_ahead;
+    res->pull_wait_s = t.pull_wait_s;
     if (!rc)
         rc = pw_reader_error(r);
     pw_reader_close(r);
     res->steps = t.step;
-    res->lost_pushes = t.lost_pushes;
+    res->lost_pushes = atomic_load(&t.lost_pushes);
     res->seconds = pc_time_sec_since(t0);
     res->samples_per_s = res->seconds > 0 ? (double)res->samples / res->seconds : 0;
     res->train_loss = ema;

@@ -106,7 +106,20 @@ typedef struct pw_train_config {
     char ckpt_dir[512];     /* where the group's rank 0 writes them */
     char server_grpc[4096]; /* the servers' gRPC addresses, comma-separated, map order */
     bool resume_checkpoint; /* start from the latest one (the job rolled back) */
+    /* the pipeline (distributed) */
+    int staleness;        /* consistency: 0 sync, S > 0 ssp:S, PW_ASYNC async */
+    int pull_ahead;       /* batches whose rows are pulled ahead (at most the staleness) */
+    int async_window;     /* async: rounds in flight at most (a buffer limit) */
+    size_t credit_bytes;  /* bytes in flight at most (pw_sched.h) */
+    size_t chunk_bytes;   /* pushes and dense allreduce go in chunks of at most this */
+    bool fifo;            /* send in submission order instead of by priority (the baseline) */
+    char step_log[512];   /* write every step's start and end times here ("" none) */
 } pw_train_config_t;
+
+#define PW_ASYNC (-1)
+
+/* "sync" -> 0, "async" -> PW_ASYNC, "ssp:S" (1 <= S <= 1000) -> S; else PC_EINVAL. */
+int pw_train_mode_parse(const char *s, int *staleness);
 
 void pw_train_config_defaults(pw_train_config_t *c);
 
@@ -121,6 +134,9 @@ typedef struct pw_train_result {
     uint64_t steps;       /* optimizer steps taken (distributed: the group's count) */
     double first_step_s;  /* from the start to this worker's first completed step */
     uint64_t lost_pushes; /* pushes a server failure cut short (not sent again) */
+    uint64_t max_ahead;   /* most steps this worker ran ahead of the slowest (<= staleness) */
+    double pull_wait_s;   /* time the training thread waited for pulled rows */
+    uint64_t pulled_bytes, pushed_bytes, dense_bytes;
 } pw_train_result_t;
 
 /* Train on `train` paths, then evaluate on `test` paths (ntest may be 0). Format as given.
