@@ -595,6 +595,104 @@ static void test_job_rollback(void **state) {
     cluster_down(&c);
 }
 
+/* Steps of a --step-log file: start[r] and end[r] (ns, 0 when absent) for rounds < cap. */
+static void read_step_log(const char *path, uint64_t *start, uint64_t *end, size_t cap) {
+    memset(start, 0, cap * sizeof *start);
+    memset(end, 0, cap * sizeof *end);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    int rank;
+    unsigned long long round, ns;
+    char what[8];
+    while (fscanf(f, "%d %llu %7s %llu", &rank, &round, what, &ns) == 4)
+        if (round < cap)
+            (strcmp(what, "start") == 0 ? start : end)[round] = ns;
+    fclose(f);
+}
+
+/* The SSP bound from both workers' step logs: when a worker starts step r, every worker has
+ * ended steps 0 .. r - S - 1 (so it is at most S steps ahead of the slowest). Returns the most
+ * steps any worker was ahead of the slowest when it started a step. */
+static int ssp_check(const char *log0, const char *log1, int S) {
+    enum { CAP = 4096 };
+    static uint64_t st[2][CAP], en[2][CAP];
+    read_step_log(log0, st[0], en[0], CAP);
+    read_step_log(log1, st[1], en[1], CAP);
+    int most = 0, starts = 0;
+    for (int a = 0; a < 2; a++)
+        for (int r = 0; r < CAP; r++) {
+            if (!st[a][r])
+                continue;
+            starts++;
+            for (int b = 0; b < 2; b++) {
+                int done = 0; /* steps of b ended before a started r */
+                while (done < CAP && en[b][done] && en[b][done] <= st[a][r])
+                    done++;
+                if (r - done > most)
+                    most = r - done;
+                if (r - S - 1 >= 0)
+                    assert_true(en[b][r - S - 1] && en[b][r - S - 1] <= st[a][r]);
+            }
+        }
+    assert_true(starts > 100);
+    return most;
+}
+
+static void test_consistency_modes(void **state) {
+    (void)state;
+    const double auc0 = base_auc();
+    /* async: pulls ahead, pushes not awaited, dense rounds applied up to 2 late; converges to
+     * about the sync model (200 steps: staleness costs about 0.01 AUC) */
+    cluster_t c;
+    cluster_up(&c, RTABLE);
+    rjob_t j = {.c = &c, .job = "async", .policy = "wait", .rejoin_ms = 5000};
+    j.extra[0] = "--mode=async";
+    snprintf(j.out[0], sizeof j.out[0], "%s/as0.json", g_dir);
+    snprintf(j.out[1], sizeof j.out[1], "%s/as1.json", g_dir);
+    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    assert_int_equal(pu_reap(p0, 120), 0);
+    assert_int_equal(pu_reap(p1, 120), 0);
+    const double auc_async = json_num(j.out[0], "auc");
+    assert_true(json_num(j.out[0], "samples") == RROWS);
+    assert_true(json_num(j.out[1], "samples") == RROWS);
+    cluster_down(&c);
+    /* ssp:2 with a straggler: rank 0 takes batches of RB, rank 1 of RB / 8, so rank 1 keeps
+     * running into the bound; the logs show it never passes it */
+    cluster_up(&c, RTABLE);
+    enum { S = 2 };
+    char log0[300], log1[300], l0[320], l1[320], small[32];
+    snprintf(log0, sizeof log0, "%s/ssp0.log", g_dir);
+    snprintf(log1, sizeof log1, "%s/ssp1.log", g_dir);
+    snprintf(l0, sizeof l0, "--step-log=%s", log0);
+    snprintf(l1, sizeof l1, "--step-log=%s", log1);
+    snprintf(small, sizeof small, "--batch=%d", RB / 8);
+    unlink(log0);
+    unlink(log1);
+    rjob_t k = {.c = &c, .job = "ssp", .policy = "wait", .rejoin_ms = 5000};
+    k.extra[0] = "--mode=ssp:2";
+    snprintf(k.out[0], sizeof k.out[0], "%s/ssp0.json", g_dir);
+    snprintf(k.out[1], sizeof k.out[1], "%s/ssp1.json", g_dir);
+    k.extra[1] = l0;
+    p0 = rworker(&k, 0, k.out[0]);
+    k.extra[1] = l1;
+    k.extra[2] = small;
+    p1 = rworker(&k, 1, k.out[1]);
+    assert_int_equal(pu_reap(p0, 120), 0);
+    assert_int_equal(pu_reap(p1, 120), 0);
+    cluster_down(&c);
+    const double auc_ssp = json_num(k.out[0], "auc");
+    const int most = ssp_check(log0, log1, S);
+    const double ahead0 = json_num(k.out[0], "max_ahead"), ahead1 = json_num(k.out[1], "max_ahead");
+    print_message("sync AUC %.5f, async %.5f, ssp:%d with a straggler %.5f; most steps ahead of "
+                  "the slowest (logs) %d, reported by the workers %.0f, %.0f\n",
+                  auc0, auc_async, S, auc_ssp, most, ahead0, ahead1);
+    assert_true(fabs(auc_async - auc0) < 0.025);
+    assert_true(auc_ssp > AUC_MIN);
+    assert_true(json_num(k.out[1], "samples") == RROWS);
+    assert_int_equal(most, S); /* bounded, and the bound was reached */
+    assert_true(ahead0 <= S && ahead1 <= S && ahead1 >= 1);
+}
+
 int main(int argc, char **argv) {
     pc_log_set_level(PC_LOG_ERROR);
     pu_bin = argc > 1 ? argv[1] : "build/bin/ps-server";
@@ -603,6 +701,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sync_equivalence), cmocka_unit_test(test_unequal_data_and_errors),
         cmocka_unit_test(test_worker_restart),   cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),   cmocka_unit_test(test_job_rollback),
+        cmocka_unit_test(test_consistency_modes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -28,8 +28,9 @@ typedef struct cfg {
     char bottom[128], top[128], table[512];
     char load_dense[512], save_dense[512], export_embeddings[512];
     char servers[4096], table_name[64], coordinator[256], job[64], host[64];
-    char ckpt_dir[512], server_grpc[4096];
-    int pooling, dense_optimizer, on_worker_loss, resume; /* indexes into their k_* lists */
+    char ckpt_dir[512], server_grpc[4096], mode[16], step_log[512];
+    int pooling, dense_optimizer, on_worker_loss, resume, order; /* indexes into k_* lists */
+    int64_t pull_ahead, async_window, credit_kib, chunk_kib;
     int64_t ckpt_every;
     int64_t rank, world, timeout_ms, rejoin_timeout_ms, server_retry_ms;
     int64_t dim, fields, batch, epochs, max_samples, seed, progress_every, eval_every;
@@ -43,6 +44,7 @@ static const char *const k_pooling[] = {"sum", "mean", NULL};
 static const char *const k_optimizers[] = {"sgd", "adagrad", "adam", NULL};
 static const char *const k_loss[] = {"shrink", "wait", NULL};
 static const char *const k_resume[] = {"position", "checkpoint", NULL};
+static const char *const k_order[] = {"priority", "fifo", NULL};
 
 #define T cfg_t
 static const pc_setting_t k_set[] = {
@@ -70,6 +72,19 @@ static const pc_setting_t k_set[] = {
                     "whole job starts from the latest coordinated checkpoint)"),
     PC_SETTING_ENUM(T, on_worker_loss, k_loss, "shrink",
                     "after that: shrink (go on without it) | wait (keep waiting)"),
+    PC_SETTING_STRING(T, mode, "sync",
+                      "sync | async | ssp:S (no worker more than S steps ahead of the slowest)"),
+    PC_SETTING_INT(T, pull_ahead, 0, 64, "2",
+                   "batches whose rows are pulled ahead (async, ssp: at most S)"),
+    PC_SETTING_INT(T, async_window, 1, 1000, "2",
+                   "async: dense rounds in flight at most (their gradients apply that late)"),
+    PC_SETTING_ENUM(T, order, k_order, "priority",
+                    "what is sent first: priority (pulls, then dense layers the next forward "
+                    "needs first, then pushes) | fifo (submission order)"),
+    PC_SETTING_INT(T, credit_kib, 16, 1 << 22, "4096", "KiB in flight at most"),
+    PC_SETTING_INT(T, chunk_kib, 4, 1 << 20, "256",
+                   "pushes and dense allreduce go in chunks of this many KiB"),
+    PC_SETTING_STRING(T, step_log, "", "append every step's start and end time (ns) here"),
     PC_SETTING_STRING(
         T, train, "",
         "training data: comma-separated paths (- for stdin, tcp://HOST:PORT listens)"),
@@ -175,6 +190,16 @@ int main(int argc, char **argv) {
     snprintf(tc.server_grpc, sizeof tc.server_grpc, "%s", c.server_grpc);
     tc.resume_checkpoint = c.resume == 1;
     tc.shrink = c.on_worker_loss == 0;
+    if (pw_train_mode_parse(c.mode, &tc.staleness)) {
+        fprintf(stderr, "ps-worker: --mode is sync, async or ssp:S (S from 1 to 1000)\n");
+        return 2;
+    }
+    tc.pull_ahead = (int)c.pull_ahead;
+    tc.async_window = (int)c.async_window;
+    tc.fifo = c.order == 1;
+    tc.credit_bytes = (size_t)c.credit_kib << 10;
+    tc.chunk_bytes = (size_t)c.chunk_kib << 10;
+    snprintf(tc.step_log, sizeof tc.step_log, "%s", c.step_log);
     snprintf(tc.model, sizeof tc.model, "%s", c.model);
     snprintf(tc.table_spec, sizeof tc.table_spec, "%s", c.table);
     snprintf(tc.load_dense, sizeof tc.load_dense, "%s", c.load_dense);
@@ -202,6 +227,11 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "steps", (double)r.steps);
         cJSON_AddNumberToObject(j, "first_step_s", r.first_step_s);
         cJSON_AddNumberToObject(j, "lost_pushes", (double)r.lost_pushes);
+        cJSON_AddNumberToObject(j, "max_ahead", (double)r.max_ahead);
+        cJSON_AddNumberToObject(j, "pull_wait_s", r.pull_wait_s);
+        cJSON_AddNumberToObject(j, "pulled_bytes", (double)r.pulled_bytes);
+        cJSON_AddNumberToObject(j, "pushed_bytes", (double)r.pushed_bytes);
+        cJSON_AddNumberToObject(j, "dense_bytes", (double)r.dense_bytes);
         cJSON_AddNumberToObject(j, "seconds", r.seconds);
         cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
         cJSON_AddNumberToObject(j, "train_loss", r.train_loss);

@@ -55,7 +55,7 @@ void pw_train_config_defaults(pw_train_config_t *c) {
     c->shrink = true;
     c->staleness = 0;
     c->pull_ahead = 2;
-    c->async_window = 8;
+    c->async_window = 2;
     c->credit_bytes = (size_t)4 << 20;
     c->chunk_bytes = (size_t)256 << 10;
 }
@@ -1240,10 +1240,15 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     t.next_round = t.applied = t.step;
     while (!rc && !stop) {
         /* Read and pull ahead: slots for steps next_round .. next_round + ahead. A slot is
-         * refilled once its last round is done (the ring is long enough that this never waits
-         * in practice). */
+         * refilled once its pushes are done (sync, ssp: the ring is long enough that they are:
+         * its round was done before the step now computing began). */
         while (more && t.filled <= t.ahead) {
             slot_t *s = &t.slots[(t.head + t.filled) % t.nslots];
+            for (size_t i = 0; i < s->npush && !rc; i++) /* async: pushes not awaited before */
+                rc = pw_sched_wait(t.sched, &s->push[i].job);
+            if (rc)
+                break;
+            s->npush = 0;
             const pw_batch_t *b = c->max_samples && res->samples + (uint64_t)t.filled *
                                   (uint64_t)c->batch >= c->max_samples
                                       ? NULL
