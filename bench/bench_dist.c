@@ -2,10 +2,21 @@
  *
  * ps-datagen data (300k rows; --quick 100k, --smoke 10k; --keys sets it), the issue's DLRM
  * (26 fields, dim 16, 13-64-16, 128-64-1, batch 1024, Adagrad table). The worker (this process:
- * its training and reader threads, and libpsclient's I/O thread) runs pinned to CPU 1, a
- * ps-server (one event loop) pinned to CPU 0; the baseline is the same training with the table
- * in process, also on CPU 1. Figures: local_samples_per_s, dist_samples_per_s, dist_vs_local
- * (1.0 means communication is completely hidden).
+ * its training and reader threads, the scheduler's threads and libpsclient's I/O thread) runs
+ * pinned to CPU 1, a ps-server (one event loop) pinned to CPU 0; the baseline is the same
+ * training with the table in process, also on CPU 1. Figures: local_samples_per_s;
+ * dist_sync_samples_per_s (sync: every pull waits for the previous step's push); and
+ * dist_samples_per_s in async mode (rows of the next 2 batches pulled while one computes,
+ * pushes not awaited); dist_vs_local = async / local (1.0: communication completely hidden).
+ *
+ * Priority vs FIFO under a bandwidth limit (root only: `ip netns`, `tc`): the server runs in a
+ * network namespace of its own behind a veth pair shaped by tc tbf on both ends to about the
+ * bytes per second the async run moved at local speed (so the link is the scarce resource), and
+ * the async run is repeated with --order=fifo and =priority (credits 256 KiB, chunks 64 KiB, so
+ * the order is decided in the scheduler, not in socket buffers), 3 times each order, alternating,
+ * a fresh server each. fifo_vs_priority = median priority samples/s / median FIFO samples/s;
+ * the pull stalls of both are printed. Without root the figure is
+ * reported as skipped with the reason.
  *
  * Then a worker restart: two ps-worker processes (world 2, sync, unpinned) train against the
  * same server (also the coordinator); once rank 1 has taken 10 steps (a third of its share when
@@ -13,8 +24,6 @@
  * the new process's start to its first completed step (its JSON: connecting, rejoining the group,
  * taking the dense state, reading from its position, one step); restart_wall_s: from the spawn
  * until the coordinator records its first new step (adds exec and the poll, 5 ms).
- *
- * Not measured yet (the piece is not built): fifo_vs_priority under a tc tbf bandwidth limit.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -106,6 +115,113 @@ static int measure_restart(const char *dir, int port, int grpc, const char *p0, 
     return !rc && st0 == 0 && st1 == 0 && *wall >= 0 && *first_step >= 0 ? 0 : -1;
 }
 
+/* The bench's namespace: a veth pair, host end 10.213.77.1, namespace end 10.213.77.2, both
+ * shaped to mbit. 0, or -1 (with the reason in why) when the system does not allow it. */
+static int netns_up(const char *ns, const char *va, const char *vb, double mbit, char *why,
+                    size_t cap) {
+    if (geteuid() != 0) {
+        snprintf(why, cap, "needs root (ip netns, tc)");
+        return -1;
+    }
+    /* tokens for 2 ms at the rate (a timer tick's worth), at least 32 KB */
+    const double burst_kb = mbit * 1e6 / 8 * 0.002 / 1000 > 32 ? mbit * 1e6 / 8 * 0.002 / 1000 : 32;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "ip netns add %s && ip link add %s type veth peer name %s && "
+             "ip link set %s netns %s && ip addr add 10.213.77.1/24 dev %s && ip link set %s up && "
+             "ip netns exec %s ip addr add 10.213.77.2/24 dev %s && "
+             "ip netns exec %s ip link set %s up && ip netns exec %s ip link set lo up && "
+             "tc qdisc add dev %s root tbf rate %.0fkbit burst %.0fkb latency 200ms && "
+             "ip netns exec %s tc qdisc add dev %s root tbf rate %.0fkbit burst %.0fkb "
+             "latency 200ms",
+             ns, va, vb, vb, ns, va, va, ns, vb, ns, vb, ns, va, mbit * 1000, burst_kb, ns, vb,
+             mbit * 1000, burst_kb);
+    if (system(cmd) != 0) {
+        snprintf(why, cap, "ip netns / veth / tc tbf failed (kernel or container limits)");
+        return -1;
+    }
+    return 0;
+}
+
+static void netns_down(const char *ns, const char *va) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ip link del %s 2>/dev/null; ip netns del %s 2>/dev/null", va, ns);
+    if (system(cmd) != 0)
+        fprintf(stderr, "ps-bench dist: could not remove namespace %s\n", ns);
+}
+
+typedef struct shaped {
+    double mbit, fifo, prio, fifo_wait_s, prio_wait_s;
+    char why[128]; /* set when skipped */
+} shaped_t;
+
+/* The async run over the shaped link, FIFO and priority order. */
+static void measure_shaped(const bench_opts_t *o, const pw_train_config_t *base,
+                           const char *const *trp, double mbit, shaped_t *out) {
+    char ns[32], va[16], vb[16], bin[600], portarg[32], pfarg[320], tables[700], dir[256], pf[300];
+    snprintf(ns, sizeof ns, "emberps-bench-%d", (int)getpid());
+    snprintf(va, sizeof va, "eb%da", (int)getpid() % 1000000);
+    snprintf(vb, sizeof vb, "eb%db", (int)getpid() % 1000000);
+    out->mbit = mbit;
+    if (netns_up(ns, va, vb, mbit, out->why, sizeof out->why)) {
+        netns_down(ns, va);
+        return;
+    }
+    bench_tmpdir("dist-shaped", dir, sizeof dir);
+    snprintf(pf, sizeof pf, "%s/port", dir);
+    bench_sibling("ps-server", bin, sizeof bin);
+    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", base->dim,
+             (unsigned long long)base->seed, base->table_spec);
+    double sps[2][3] = {{0}}, waits[2][3] = {{0}};
+    for (int rep = 0; rep < 3 && !out->why[0]; rep++)
+        for (int order = 0; order < 2 && !out->why[0]; order++) { /* fresh server: same state */
+            const int port = bench_free_port();
+            snprintf(portarg, sizeof portarg, "--port=%d", port);
+            char *sargv[] = {"ip",
+                             "netns",
+                             "exec",
+                             ns,
+                             bin,
+                             portarg,
+                             pfarg,
+                             "--host=10.213.77.2",
+                             "--insecure-remote", /* the link reaches only this namespace */
+                             "--io-threads=1",
+                             "--grpc-port=-1",
+                             "--metrics-port=-1",
+                             "--log-level=warn",
+                             tables,
+                             NULL};
+            unlink(pf);
+            const int ps = bench_spawn(o, sargv);
+            if (!bench_wait_file(pf, 10)) {
+                snprintf(out->why, sizeof out->why, "ps-server did not start in the namespace");
+                bench_stop(ps);
+                break;
+            }
+            pw_train_config_t c = *base;
+            snprintf(c.servers, sizeof c.servers, "10.213.77.2:%d", port);
+            c.staleness = PW_ASYNC;
+            c.fifo = order == 0;
+            c.credit_bytes = 256 << 10;
+            c.chunk_bytes = 64 << 10;
+            pw_train_result_t r;
+            if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &r))
+                snprintf(out->why, sizeof out->why, "training over the shaped link failed");
+            sps[order][rep] = r.samples_per_s;
+            waits[order][rep] = r.pull_wait_s;
+            bench_stop(ps);
+        }
+    out->fifo = bench_median3(sps[0]);
+    out->prio = bench_median3(sps[1]);
+    out->fifo_wait_s = bench_median3(waits[0]);
+    out->prio_wait_s = bench_median3(waits[1]);
+    unlink(pf);
+    rmdir(dir);
+    netns_down(ns, va);
+}
+
 int bench_dist_main(int argc, char **argv) {
     bench_opts_t o;
     bench_parse_opts(argc, argv, "dist", &o);
@@ -159,11 +275,22 @@ int bench_dist_main(int argc, char **argv) {
         return 1;
     }
     bench_pin(&o, 1); /* this thread; the reader and client threads inherit it */
-    pw_train_result_t local, dist;
+    pw_train_result_t local, sync, dist;
     if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &local))
         abort();
     snprintf(c.servers, sizeof c.servers, "127.0.0.1:%d", port);
-    int rc = pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &dist);
+    int rc = pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &sync);
+    c.staleness = PW_ASYNC;
+    if (!rc)
+        rc = pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &dist);
+    c.staleness = 0;
+    c.servers[0] = '\0';
+    /* the link: the bytes per second the async run moved at local speed */
+    shaped_t sh = {0};
+    const double bytes_per_sample =
+        rc ? 0 : (double)(dist.pulled_bytes + dist.pushed_bytes) / (double)dist.samples;
+    if (!rc)
+        measure_shaped(&o, &c, trp, bytes_per_sample * local.samples_per_s * 8 / 1e6, &sh);
     double first_step = -1, wall = -1;
     const long steps = (long)(n / 1024), kill_at = steps / 3 < 1    ? 1
                                                    : steps / 3 > 10 ? 10
@@ -191,8 +318,21 @@ int bench_dist_main(int argc, char **argv) {
            "ps-server on CPU 0\n",
            (unsigned long long)n, o.pin ? "" : " (unpinned)");
     printf("%-40s %12.0f samples/s\n", "local (in-process table)", local.samples_per_s);
-    printf("%-40s %12.0f samples/s  (%.2f of local)\n", "1 worker + 1 server, sync",
-           dist.samples_per_s, ratio);
+    printf("%-40s %12.0f samples/s  (%.2f of local; pull stalls %.2f s)\n",
+           "1 worker + 1 server, sync", sync.samples_per_s,
+           sync.samples_per_s / local.samples_per_s, sync.pull_wait_s);
+    printf("%-40s %12.0f samples/s  (%.2f of local; pull stalls %.2f s)\n",
+           "1 worker + 1 server, async (pull ahead 2)", dist.samples_per_s, ratio,
+           dist.pull_wait_s);
+    if (sh.why[0])
+        printf("%-40s skipped: %s\n", "fifo_vs_priority", sh.why);
+    else
+        printf("%-40s %12.0f vs %.0f samples/s (fifo_vs_priority %.2f; pull stalls %.2f vs "
+               "%.2f s)\n",
+               "priority vs FIFO, tbf link", sh.prio, sh.fifo, sh.prio / sh.fifo, sh.prio_wait_s,
+               sh.fifo_wait_s);
+    if (!sh.why[0])
+        printf("%-40s %12.1f Mbit/s each way\n", "  (link)", sh.mbit);
     printf("%-40s %12.3f s  (wall, spawn to recorded step: %.3f s)\n",
            "worker restart to its first step", first_step, wall);
     cJSON *root = cJSON_CreateObject();
@@ -200,7 +340,17 @@ int bench_dist_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "rows", (double)n);
     cJSON_AddNumberToObject(root, "local_samples_per_s", local.samples_per_s);
     cJSON_AddNumberToObject(root, "dist_samples_per_s", dist.samples_per_s);
+    cJSON_AddNumberToObject(root, "dist_sync_samples_per_s", sync.samples_per_s);
     cJSON_AddNumberToObject(root, "dist_vs_local", ratio);
+    cJSON_AddNumberToObject(root, "pull_wait_s", dist.pull_wait_s);
+    if (sh.why[0]) {
+        cJSON_AddStringToObject(root, "fifo_vs_priority_skipped", sh.why);
+    } else {
+        cJSON_AddNumberToObject(root, "link_mbit", sh.mbit);
+        cJSON_AddNumberToObject(root, "fifo_samples_per_s", sh.fifo);
+        cJSON_AddNumberToObject(root, "priority_samples_per_s", sh.prio);
+        cJSON_AddNumberToObject(root, "fifo_vs_priority", sh.prio / sh.fifo);
+    }
     cJSON_AddNumberToObject(root, "restart_first_step_s", first_step);
     cJSON_AddNumberToObject(root, "restart_wall_s", wall);
     bench_emit_json(&o, root);

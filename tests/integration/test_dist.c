@@ -698,9 +698,9 @@ int main(int argc, char **argv) {
     pu_bin = argc > 1 ? argv[1] : "build/bin/ps-server";
     g_worker = argc > 2 ? argv[2] : "build/bin/ps-worker";
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sync_equivalence), cmocka_unit_test(test_unequal_data_and_errors),
-        cmocka_unit_test(test_worker_restart),   cmocka_unit_test(test_worker_lost),
-        cmocka_unit_test(test_server_restart),   cmocka_unit_test(test_job_rollback),
+        cmocka_unit_test(test_sync_equivalence),  cmocka_unit_test(test_unequal_data_and_errors),
+        cmocka_unit_test(test_worker_restart),    cmocka_unit_test(test_worker_lost),
+        cmocka_unit_test(test_server_restart),    cmocka_unit_test(test_job_rollback),
         cmocka_unit_test(test_consistency_modes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

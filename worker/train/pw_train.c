@@ -108,11 +108,11 @@ typedef struct pchunk { /* a push of keys [off, off + n) of a slot */
 typedef struct round {
     struct trainer *t;
     uint64_t id;
-    bool pending;  /* submitted, not applied */
-    uint64_t pos;  /* the reader position after its batch */
-    bool has_pos;  /* it had a batch */
-    slot_t *slot;  /* whose pushes the marker waits for (NULL: none) */
-    float *flat;   /* the group's dense gradients and flag */
+    bool pending; /* submitted, not applied */
+    uint64_t pos; /* the reader position after its batch */
+    bool has_pos; /* it had a batch */
+    slot_t *slot; /* whose pushes the marker waits for (NULL: none) */
+    float *flat;  /* the group's dense gradients and flag */
     struct dchunk *chunks;
     pw_job_t mark;
 } round_t;
@@ -144,8 +144,8 @@ typedef struct trainer {
     dchunk_t *plan; /* the chunks of a round (offsets, priorities) */
     int nplan;
     uint64_t next_round, applied; /* rounds submitted, rounds applied */
-    uint64_t step;   /* dense optimizer steps taken (distributed: the group's count) */
-    bool has_state;  /* the dense model is trained state (not a restarted worker's fresh one) */
+    uint64_t step;                /* dense optimizer steps taken (distributed: the group's count) */
+    bool has_state; /* the dense model is trained state (not a restarted worker's fresh one) */
     bool waiting_servers;  /* warned that the servers are unavailable (until they answer) */
     uint64_t done_pos;     /* position after the last applied round with a batch */
     bool pos_dirty;        /* done_pos not recorded at the coordinator yet */
@@ -290,8 +290,8 @@ static int run_pull(pw_job_t *j) {
     trainer_t *t = s->t;
     if (t->ps) {
         uint64_t id;
-        return psc_pull_async(t->ps, t->c->table_name, s->ukeys, s->nu, (uint32_t)t->dim,
-                              s->urows, call_done, j, &id);
+        return psc_pull_async(t->ps, t->c->table_name, s->ukeys, s->nu, (uint32_t)t->dim, s->urows,
+                              call_done, j, &id);
     }
     pw_sched_complete(j, ps_table_pull(t->emb, s->ukeys, s->nu, s->urows, s->nu * t->dim));
     return 0;
@@ -368,8 +368,8 @@ static int run_mark(pw_job_t *j) {
  * chunk_bytes, per layer, in the order the forward pass needs them. */
 static int pipeline_init(trainer_t *t) {
     const pw_train_config_t *c = t->c;
-    t->stale = c->staleness == PW_ASYNC ? (c->async_window > 0 ? c->async_window : 1)
-                                        : c->staleness;
+    t->stale =
+        c->staleness == PW_ASYNC ? (c->async_window > 0 ? c->async_window : 1) : c->staleness;
     if (!t->ps)
         t->stale = 0; /* local training is one thread */
     t->ahead = c->pull_ahead < t->stale ? c->pull_ahead : t->stale;
@@ -1249,10 +1249,11 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             if (rc)
                 break;
             s->npush = 0;
-            const pw_batch_t *b = c->max_samples && res->samples + (uint64_t)t.filled *
-                                  (uint64_t)c->batch >= c->max_samples
-                                      ? NULL
-                                      : pw_reader_next(r);
+            const pw_batch_t *b =
+                c->max_samples &&
+                        res->samples + (uint64_t)t.filled * (uint64_t)c->batch >= c->max_samples
+                    ? NULL
+                    : pw_reader_next(r);
             if (!b) {
                 more = false;
                 break;

@@ -21,22 +21,30 @@
  * Distributed (`servers` set): the embedding table `table_name` lives on the servers (created
  * there with the same dim: `dim` for DLRM, dim + 1 for FM/DeepFM, 1 for LR; a mismatch is
  * PC_EDIM); `world` workers (ranks 0..world-1) each read their share of the files (file i goes to
- * rank i % world) and train in `sync` mode: every step each worker pulls its batch's rows and
- * computes; the workers allreduce their dense gradients (Gloo, pw_coll.h, in the group of
- * pw_group.h), so every pull of step t is done before any push of step t; each pushes its sparse
- * gradients scaled by 1/size and waits for the servers to apply them; a barrier; every worker
- * takes the same dense optimizer step with the mean. So step t of every worker is applied
- * before any worker pulls for step t + 1. A worker whose data ran out keeps joining the
- * allreduce with no gradient (the mean is over the workers that had a batch) until all have run
- * out. The group's rank 0 evaluates the test stream at the end (lookups: the servers' rows are
- * not changed) and saves what is asked. With a server optimizer that is linear in the gradient
- * (SGD), 2 workers with batch b train the same model as 1 worker with batch 2b over the
- * interleaved data, to float rounding.
+ * rank i % world). Each batch's keys are made unique and their rows pulled through the
+ * communication scheduler (pw_sched.h: pulls first, then the dense allreduce chunks, then pushes,
+ * under a credit limit; `fifo` for submission order); the summed gradients of the unique keys
+ * are pushed in chunks, scaled by 1/size of the group. Step t's round: its dense gradients
+ * allreduced in chunks (the layers the next forward needs first) and a marker that waits for
+ * step t's pushes (not in async) and sums the has-batch flags. Rounds are applied in order on
+ * every worker (the dense optimizer steps with the mean over the workers that had a batch).
+ * Consistency (`staleness`): step t's pull waits for round t - S - 1 and that round is applied
+ * before step t computes; sync is S = 0 (bulk synchronous: every worker's pushes of step t - 1
+ * applied before any pull of step t; with a server optimizer linear in the gradient, 2 workers
+ * with batch b train the same model as 1 worker with batch 2b over the interleaved data, to
+ * float rounding), ssp:S lets a worker run at most S steps ahead of the slowest and pulls
+ * `pull_ahead` (<= S) batches ahead, async does not wait for pushes and applies dense rounds up
+ * to `async_window` steps late. A worker whose data ran out joins rounds with no gradient until
+ * a round in which no worker had a batch. The group's rank 0 evaluates the test stream at the
+ * end (lookups: the servers' rows are not changed) and saves what is asked. `step_log`: a line
+ * "rank step start|end ns" (CLOCK_MONOTONIC) when a step starts computing and when its pushes
+ * were acknowledged.
  *
  * Worker failures: after every step a worker records its reader position at the coordinator.
  * When a collective fails (a peer died), the survivors re-form the group (pw_group_recover: they
- * wait rejoin_timeout_ms for the lost worker, then go on without it when `shrink`); a step cut
- * short before its pushes is done again with the same batch. A worker restarted with its rank
+ * wait rejoin_timeout_ms for the lost worker, then go on without it when `shrink`); the rounds in
+ * flight are dropped (their pushes went out; their dense gradients are lost) and the batches read
+ * ahead are pulled again. A worker restarted with its rank
  * rejoins: it reads its data from its recorded position (the batch it was in when it died is
  * read again; its pushes may have been applied once already) and, like every member of a newly
  * formed group, takes the dense state (weights, optimizer state, step count) of the member with
@@ -107,13 +115,13 @@ typedef struct pw_train_config {
     char server_grpc[4096]; /* the servers' gRPC addresses, comma-separated, map order */
     bool resume_checkpoint; /* start from the latest one (the job rolled back) */
     /* the pipeline (distributed) */
-    int staleness;        /* consistency: 0 sync, S > 0 ssp:S, PW_ASYNC async */
-    int pull_ahead;       /* batches whose rows are pulled ahead (at most the staleness) */
-    int async_window;     /* async: rounds in flight at most (a buffer limit) */
-    size_t credit_bytes;  /* bytes in flight at most (pw_sched.h) */
-    size_t chunk_bytes;   /* pushes and dense allreduce go in chunks of at most this */
-    bool fifo;            /* send in submission order instead of by priority (the baseline) */
-    char step_log[512];   /* write every step's start and end times here ("" none) */
+    int staleness;       /* consistency: 0 sync, S > 0 ssp:S, PW_ASYNC async */
+    int pull_ahead;      /* batches whose rows are pulled ahead (at most the staleness) */
+    int async_window;    /* async: rounds in flight at most (a buffer limit) */
+    size_t credit_bytes; /* bytes in flight at most (pw_sched.h) */
+    size_t chunk_bytes;  /* pushes and dense allreduce go in chunks of at most this */
+    bool fifo;           /* send in submission order instead of by priority (the baseline) */
+    char step_log[512];  /* write every step's start and end times here ("" none) */
 } pw_train_config_t;
 
 #define PW_ASYNC (-1)
