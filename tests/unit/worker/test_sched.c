@@ -202,11 +202,11 @@ static void test_ordered_and_after(void **state) {
     init(&o2, 2, PW_JOB_DENSE, 1, 10, true); /* better priority: still after o1 */
     init(&o3, 3, PW_JOB_MARK, 0, 10, true);
     init(&dep, 4, PW_JOB_PULL, 0, 10, false);
-    dep.job.after = &o3.job;
-    pw_sched_submit(s, &dep.job);
+    dep.job.after = &o3.job; /* (a dependency is submitted first: never submitted is none) */
     pw_sched_submit(s, &o1.job);
     pw_sched_submit(s, &o2.job);
     pw_sched_submit(s, &o3.job);
+    pw_sched_submit(s, &dep.job);
     assert_int_equal(pw_sched_wait(s, &o3.job), 0);
     wait_started(4);
     assert_int_equal(g_rec.order[0], 1);
@@ -221,8 +221,8 @@ static void test_ordered_and_after(void **state) {
     pw_sched_reset(&dep.job);
     o1.rc = PC_EUNAVAIL;
     dep.job.after = &o1.job;
-    pw_sched_submit(s, &dep.job);
     pw_sched_submit(s, &o1.job);
+    pw_sched_submit(s, &dep.job);
     assert_int_equal(pw_sched_wait(s, &o1.job), PC_EUNAVAIL);
     assert_int_equal(pw_sched_wait(s, &dep.job), PC_EUNAVAIL);
     assert_int_equal(started_count(), 1);
