@@ -265,12 +265,14 @@ static void test_unequal_data_and_errors(void **state) {
  * checks (lines read once, steps, membership) are the same. */
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 enum { RB = 512, RROWS = 60 * RB };
-#define AUC_MIN 0.6
-#define AUC_TOL 0.02
+#define AUC_MIN   0.6
+#define AUC_TOL   0.02
+#define ASYNC_TOL 0.06 /* 60 steps: late dense rounds weigh more */
 #else
 enum { RB = 512, RROWS = 200 * RB };
-#define AUC_MIN 0.65
-#define AUC_TOL 0.005
+#define AUC_MIN   0.65
+#define AUC_TOL   0.005
+#define ASYNC_TOL 0.025
 #endif
 #define RTABLE                                                                                  \
     "name=emb,dim=16,optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05," \
@@ -686,7 +688,7 @@ static void test_consistency_modes(void **state) {
     print_message("sync AUC %.5f, async %.5f, ssp:%d with a straggler %.5f; most steps ahead of "
                   "the slowest (logs) %d, reported by the workers %.0f, %.0f\n",
                   auc0, auc_async, S, auc_ssp, most, ahead0, ahead1);
-    assert_true(fabs(auc_async - auc0) < 0.025);
+    assert_true(fabs(auc_async - auc0) < ASYNC_TOL);
     assert_true(auc_ssp > AUC_MIN);
     assert_true(json_num(k.out[1], "samples") == RROWS);
     assert_int_equal(most, S); /* bounded, and the bound was reached */
