@@ -254,8 +254,7 @@ static void test_ordered_and_after(void **state) {
     assert_int_equal(pw_sched_wait(s, &q2.job), PC_ECANCELED);
     assert_int_equal(pw_sched_wait(s, &d2.job), PC_ECANCELED);
     assert_int_equal(pw_sched_wait(s, &srv.job), 0);
-    assert_false(atomic_load(&q1.started) || atomic_load(&q2.started) ||
-                 atomic_load(&d2.started));
+    assert_false(atomic_load(&q1.started) || atomic_load(&q2.started) || atomic_load(&d2.started));
     pw_sched_destroy(s);
 }
 
