@@ -2,7 +2,6 @@
 #include "pw_sched.h"
 
 #include "pc_error.h"
-#include "pc_time.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,13 +34,9 @@ static void finish_locked(pw_sched_t *s, pw_job_t *j, int rc) {
     pthread_cond_broadcast(&s->cv);
 }
 
-static void start_stats(pw_sched_t *s, pw_job_t *j) {
-    const double w = (double)(pc_time_mono_ns() - j->submit_ns) * 1e-9;
+static void start_stats(pw_sched_t *s, const pw_job_t *j) {
     s->st.jobs[j->cls]++;
     s->st.bytes[j->cls] += j->bytes;
-    s->st.wait_s[j->cls] += w;
-    if (w > s->st.max_wait_s[j->cls])
-        s->st.max_wait_s[j->cls] = w;
 }
 
 static bool before(const pw_sched_t *s, const pw_job_t *a, const pw_job_t *b) {
@@ -243,7 +238,6 @@ void pw_sched_submit(pw_sched_t *s, pw_job_t *j) {
     pthread_mutex_lock(&s->mu);
     j->state = J_QUEUED;
     j->seq = s->seq++;
-    j->submit_ns = pc_time_mono_ns();
     if (j->ordered) {
         if (s->oq_tail)
             s->oq_tail->next = j;

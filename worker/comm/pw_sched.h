@@ -50,7 +50,7 @@ struct pw_job {
     /* the scheduler's */
     pw_sched_t *sched;
     int state, rc;
-    uint64_t seq, submit_ns;
+    uint64_t seq;
     pw_job_t *next;
 };
 
@@ -60,9 +60,7 @@ typedef struct pw_sched_opts {
 } pw_sched_opts_t;
 
 typedef struct pw_sched_stats {
-    uint64_t jobs[PW_JOB_NCLASS], bytes[PW_JOB_NCLASS];
-    double wait_s[PW_JOB_NCLASS]; /* sum over jobs of submit to start */
-    double max_wait_s[PW_JOB_NCLASS];
+    uint64_t jobs[PW_JOB_NCLASS], bytes[PW_JOB_NCLASS]; /* started, by class */
 } pw_sched_stats_t;
 
 int pw_sched_create(const pw_sched_opts_t *o, pw_sched_t **out);

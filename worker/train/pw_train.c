@@ -80,7 +80,6 @@ struct trainer;
  * jobs that move them (pw_sched.h). */
 typedef struct slot {
     struct trainer *t;
-    bool has;       /* holds a batch not computed yet */
     uint64_t round; /* the step it is computed as */
     uint64_t pos;   /* the reader's position after this batch */
     pw_batch_t b;
@@ -92,7 +91,6 @@ typedef struct slot {
     pw_job_t pull;
     struct pchunk *push;
     size_t npush, pcap;
-    uint64_t pull_t0; /* first try of this pull (server retries) */
 } slot_t;
 
 typedef struct pchunk { /* a push of keys [off, off + n) of a slot */
@@ -108,7 +106,6 @@ typedef struct pchunk { /* a push of keys [off, off + n) of a slot */
 typedef struct round {
     struct trainer *t;
     uint64_t id;
-    bool pending; /* submitted, not applied */
     uint64_t pos; /* the reader position after its batch */
     bool has_pos; /* it had a batch */
     slot_t *slot; /* whose pushes the marker waits for (NULL: none) */
@@ -264,16 +261,33 @@ static bool transient(int rc) {
 
 /* Evaluation's read-only lookups. Distributed: a server that is down (killed, restarting) is
  * waited for, up to server_retry_ms, retrying every 200 ms. */
+/* A read from the servers (a pull or a lookup, first tried at t0) ended with rc: true when it is
+ * to be tried again, after a 200 ms pause (a server down, within server_retry_ms). Warns once
+ * while the servers are down, and when they answer again. */
+static bool server_retry(trainer_t *t, int rc, uint64_t t0) {
+    if (!transient(rc) || pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms) {
+        if (!rc && t->waiting_servers)
+            PC_WARN("train: the servers answer again");
+        t->waiting_servers = t->waiting_servers && rc;
+        return false;
+    }
+    if (!t->waiting_servers)
+        PC_WARN("train: servers unavailable (%s); waiting up to %d ms", pc_strerror(rc),
+                t->c->server_retry_ms);
+    t->waiting_servers = true;
+    pc_time_sleep_ms(200);
+    return true;
+}
+
 static int emb_lookup(trainer_t *t, const uint64_t *keys, size_t n, float *rows) {
     if (!t->ps)
         return ps_table_lookup(t->emb, keys, n, rows, n * (size_t)t->dim, NULL);
     const uint64_t t0 = pc_time_mono_ns();
-    for (;;) {
-        int rc = psc_lookup(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, rows, NULL);
-        if (!transient(rc) || pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms)
-            return rc;
-        pc_time_sleep_ms(200);
-    }
+    int rc;
+    do
+        rc = psc_lookup(t->ps, t->c->table_name, keys, n, (uint32_t)t->dim, rows, NULL);
+    while (server_retry(t, rc, t0));
+    return rc;
 }
 
 /* ---- the pipeline: pulls ahead, chunked pushes and dense rounds through the scheduler ---- */
@@ -423,42 +437,40 @@ static int pipeline_init(trainer_t *t) {
     return pw_sched_create(&so, &t->sched);
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+/* Arrays p[0..n) (element sizes es[]) that share the capacity *cap grow together to hold
+ * need elements; *cap changes only when all grew (after a failure the next call grows again). */
+static int grow(size_t *cap, size_t need, int n, void **const p[], const size_t es[]) {
     if (need <= *cap)
         return 0;
-    size_t n = need + need / 2;
-    void *q = realloc(*p, n * elem);
-    if (!q)
-        return PC_ENOMEM;
-    *p = q;
-    *cap = n;
+    const size_t c = need + need / 2;
+    for (int i = 0; i < n; i++) {
+        void *q = realloc(*p[i], c * es[i]);
+        if (!q)
+            return PC_ENOMEM;
+        *p[i] = q;
+    }
+    *cap = c;
     return 0;
 }
 
 /* The batch copied into the slot (the reader reuses its buffers), and its unique keys. */
 static int slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     const size_t n = b->n, nk = b->key_off[n], nd = b->ndense;
-    size_t kc = s->kcap, kc2 = s->kcap, kc3 = s->kcap, kc4 = s->kcap, nc = s->ncap;
-    int rc = grow((void **)&s->b.labels, &s->ncap, n + 1, sizeof(float));
+    void **const per_sample[] = {(void **)&s->b.labels, (void **)&s->b.key_off};
+    const size_t ps_size[] = {sizeof(float), sizeof(size_t)};
+    void **const per_key[] = {(void **)&s->b.keys, (void **)&s->b.fields, (void **)&s->b.vals,
+                              (void **)&s->inv, (void **)&s->ukeys};
+    const size_t pk_size[] = {sizeof(uint64_t), sizeof(uint16_t), sizeof(float), sizeof(uint32_t),
+                              sizeof(uint64_t)};
+    void **const dense[] = {(void **)&s->b.dense};
+    const size_t d_size[] = {sizeof(float)};
+    int rc = grow(&s->ncap, n + 1, 2, per_sample, ps_size);
     if (!rc)
-        rc = grow((void **)&s->b.key_off, &nc, n + 1, sizeof(size_t));
+        rc = grow(&s->dcap, n * nd + 1, 1, dense, d_size);
     if (!rc)
-        rc = grow((void **)&s->b.dense, &s->dcap, n * nd + 1, sizeof(float));
-    if (!rc)
-        rc = grow((void **)&s->b.keys, &s->kcap, nk + 1, sizeof(uint64_t));
-    if (!rc)
-        rc = grow((void **)&s->b.fields, &kc, nk + 1, sizeof(uint16_t));
-    if (!rc)
-        rc = grow((void **)&s->b.vals, &kc2, nk + 1, sizeof(float));
-    if (!rc)
-        rc = grow((void **)&s->inv, &kc3, nk + 1, sizeof(uint32_t));
-    if (!rc)
-        rc = grow((void **)&s->ukeys, &kc4, nk + 1, sizeof(uint64_t));
-    if (rc || kc != s->kcap || kc2 != s->kcap || kc3 != s->kcap || kc4 != s->kcap ||
-        nc != s->ncap) {
-        s->kcap = s->ncap = 0; /* capacities out of step after a failure: regrow all next time */
-        return rc ? rc : PC_ENOMEM;
-    }
+        rc = grow(&s->kcap, nk + 1, 5, per_key, pk_size);
+    if (rc)
+        return rc;
     s->b.n = n;
     s->b.ndense = nd;
     s->b.lines = b->lines;
@@ -491,15 +503,9 @@ static int slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
         }
         s->inv[j] = t->dedup[h] - 1;
     }
-    size_t uc = s->ucap;
-    rc = grow((void **)&s->urows, &s->ucap, s->nu * (size_t)t->dim + 1, sizeof(float));
-    if (!rc)
-        rc = grow((void **)&s->ugrads, &uc, s->nu * (size_t)t->dim + 1, sizeof(float));
-    if (!rc && uc != s->ucap)
-        rc = PC_ENOMEM;
-    if (rc)
-        s->ucap = 0;
-    return rc;
+    void **const rows[] = {(void **)&s->urows, (void **)&s->ugrads};
+    const size_t r_size[] = {sizeof(float), sizeof(float)};
+    return grow(&s->ucap, s->nu * (size_t)t->dim + 1, 2, rows, r_size);
 }
 
 static round_t *round_of(trainer_t *t, uint64_t id) {
@@ -518,7 +524,6 @@ static void slot_pull(trainer_t *t, slot_t *s) {
     const uint64_t gate = s->round - (uint64_t)t->stale - 1;
     if (s->round >= (uint64_t)t->stale + 1 && gate >= t->applied)
         s->pull.after = &round_of(t, gate)->mark;
-    s->pull_t0 = pc_time_mono_ns();
     pw_sched_submit(t->sched, &s->pull);
 }
 
@@ -527,22 +532,8 @@ static void slot_pull(trainer_t *t, slot_t *s) {
 static int slot_rows(trainer_t *t, slot_t *s) {
     const uint64_t t0 = pc_time_mono_ns();
     int rc;
-    while (transient(rc = pw_sched_wait(t->sched, &s->pull)) &&
-           pc_time_sec_since(s->pull_t0) * 1000 <= t->c->server_retry_ms) {
-        if (!t->waiting_servers)
-            PC_WARN("train: servers unavailable (%s); waiting up to %d ms", pc_strerror(rc),
-                    t->c->server_retry_ms);
-        t->waiting_servers = true;
-        pc_time_sleep_ms(200);
-        const uint64_t first = s->pull_t0;
-        pw_sched_reset(&s->pull);
+    while (server_retry(t, rc = pw_sched_wait(t->sched, &s->pull), t0))
         slot_pull(t, s); /* its gate is done: waited for before */
-        s->pull_t0 = first;
-    }
-    if (!rc && t->waiting_servers) {
-        PC_WARN("train: the servers answer again");
-        t->waiting_servers = false;
-    }
     t->pull_wait_s += pc_time_sec_since(t0);
     return rc;
 }
@@ -552,7 +543,9 @@ static int slot_push(trainer_t *t, slot_t *s) {
     const size_t d = (size_t)t->dim, row = sizeof(uint64_t) + d * sizeof(float);
     size_t per = t->c->chunk_bytes / row ? t->c->chunk_bytes / row : 1;
     const size_t n = s->nu ? (s->nu + per - 1) / per : 0;
-    int rc = grow((void **)&s->push, &s->pcap, n ? n : 1, sizeof *s->push);
+    void **const push[] = {(void **)&s->push};
+    const size_t p_size[] = {sizeof *s->push};
+    int rc = grow(&s->pcap, n ? n : 1, 1, push, p_size);
     if (rc)
         return rc;
     s->npush = n;
@@ -576,7 +569,6 @@ static int slot_push(trainer_t *t, slot_t *s) {
 static void round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     round_t *r = round_of(t, t->next_round);
     r->id = t->next_round++;
-    r->pending = true;
     r->has_pos = s != NULL;
     r->pos = s ? s->pos : 0;
     r->slot = t->c->staleness == PW_ASYNC ? NULL : s;
@@ -664,7 +656,6 @@ static int apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *st
             t->done_pos = r->pos;
             t->pos_dirty = true;
         }
-        r->pending = false;
         t->applied++;
     }
     return 0;
@@ -1179,13 +1170,12 @@ static void save_position(trainer_t *t, bool force) {
  * and pulled again. */
 static int pipeline_regroup(trainer_t *t) {
     pw_sched_abort_ordered(t->sched, PC_ECANCELED);
-    for (uint64_t id = t->applied; id < t->next_round; id++) {
-        round_t *r = round_of(t, id);
-        if (r->pending && r->has_pos) {
+    for (uint64_t id = t->applied; id < t->next_round; id++) { /* the rounds not applied */
+        const round_t *r = round_of(t, id);
+        if (r->has_pos) {
             t->done_pos = r->pos;
             t->pos_dirty = true;
         }
-        r->pending = false;
     }
     atomic_store(&t->coll_broken, false);
     int rc = regroup(t);
@@ -1260,7 +1250,6 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             }
             if ((rc = check_batch(&t, b)) || (rc = slot_fill(&t, s, b)))
                 break;
-            s->has = true;
             s->round = t.next_round + (uint64_t)t.filled++;
             s->pos = pw_reader_consumed(r);
             slot_pull(&t, s);
@@ -1332,7 +1321,6 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         if (!t.grp)
             apply_dense(&t);
         round_submit(&t, s, true);
-        s->has = false;
         t.head = (t.head + 1) % t.nslots;
         t.filled--;
         if (isnan(res->first_step_s))
