@@ -1,9 +1,11 @@
 /* ps_coord.c: the in-process coordinator store (see ps_coord.h): a chained hash table under one
- * mutex (the coordinator's traffic is a few calls per worker step at most). */
+ * mutex (the coordinator's traffic is a few calls per worker step at most). Expired keys are
+ * removed when met (get, set, list) and all at once when the store would otherwise be full. */
 #include "ps_coord.h"
 
 #include "pc_error.h"
 #include "pc_hash.h"
+#include "pc_time.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@ typedef struct entry {
     char *key;
     void *value;
     size_t len;
+    uint64_t expires_ns; /* CLOCK_MONOTONIC; 0: never */
 } entry_t;
 
 typedef struct mem {
@@ -31,7 +34,45 @@ static entry_t **slot(mem_t *m, const char *key) {
     return e;
 }
 
-static int mem_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent) {
+static bool expired(const entry_t *e, uint64_t now) {
+    return e->expires_ns && now >= e->expires_ns;
+}
+
+/* Unlink and free *e (the caller holds the mutex). */
+static void drop(mem_t *m, entry_t **e) {
+    entry_t *x = *e;
+    *e = x->next;
+    m->n--;
+    m->bytes -= strlen(x->key) + x->len;
+    free(x->key);
+    free(x->value);
+    free(x);
+}
+
+/* *slot(key), with an expired entry there removed first. */
+static entry_t **live_slot(mem_t *m, const char *key, uint64_t now) {
+    entry_t **e = slot(m, key);
+    if (*e && expired(*e, now))
+        drop(m, e);
+    return e;
+}
+
+static void purge(mem_t *m, uint64_t now) {
+    for (size_t i = 0; i < NBUCKETS; i++)
+        for (entry_t **e = &m->b[i]; *e;)
+            if (expired(*e, now))
+                drop(m, e);
+            else
+                e = &(*e)->next;
+}
+
+/* Whether adding `grow` bytes (and a key when `add`) stays within the limits. */
+static bool fits(const mem_t *m, size_t grow, bool add) {
+    return m->bytes + grow <= PS_COORD_BYTES_MAX && (!add || m->n < PS_COORD_KEYS_MAX);
+}
+
+static int mem_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+                   uint32_t lease_ms) {
     mem_t *m = ctx;
     const size_t kl = key ? strlen(key) : 0;
     if (kl == 0)
@@ -44,20 +85,25 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
     if (len)
         memcpy(copy, value, len);
     pthread_mutex_lock(&m->mu);
-    entry_t **e = slot(m, key);
+    const uint64_t now = pc_time_mono_ns();
+    const uint64_t expires = lease_ms ? now + (uint64_t)lease_ms * 1000000u : 0;
+    entry_t **e = live_slot(m, key, now);
+    const size_t grow = *e ? (len > (*e)->len ? len - (*e)->len : 0) : kl + len;
+    if (!fits(m, grow, !*e)) {
+        purge(m, now);
+        e = slot(m, key); /* the purge may have moved the chain */
+    }
     int rc = 0;
-    const size_t grow = *e ? len - (*e)->len : kl + len; /* may wrap: a shrink */
     if (*e && if_absent) {
         rc = PC_EEXIST;
-    } else if (m->bytes + grow > PS_COORD_BYTES_MAX && (!*e || len > (*e)->len)) {
+    } else if (!fits(m, grow, !*e)) {
         rc = PC_EFULL;
     } else if (*e) {
+        m->bytes = m->bytes - (*e)->len + len;
         free((*e)->value);
         (*e)->value = copy;
         (*e)->len = len;
-        m->bytes += grow;
-    } else if (m->n >= PS_COORD_KEYS_MAX) {
-        rc = PC_EFULL;
+        (*e)->expires_ns = expires;
     } else {
         entry_t *ne = malloc(sizeof *ne);
         char *k = strdup(key);
@@ -66,10 +112,10 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
             free(k);
             rc = PC_ENOMEM;
         } else {
-            *ne = (entry_t){NULL, k, copy, len};
+            *ne = (entry_t){NULL, k, copy, len, expires};
             *e = ne;
             m->n++;
-            m->bytes += grow;
+            m->bytes += kl + len;
         }
     }
     pthread_mutex_unlock(&m->mu);
@@ -78,21 +124,84 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
     return rc;
 }
 
+static void *dup_bytes(const void *p, size_t n) {
+    void *d = malloc(n ? n : 1);
+    if (d && n)
+        memcpy(d, p, n);
+    return d;
+}
+
 static int mem_get(void *ctx, const char *key, void **value, size_t *len) {
     mem_t *m = ctx;
     pthread_mutex_lock(&m->mu);
-    entry_t *e = *slot(m, key);
+    entry_t *e = *live_slot(m, key, pc_time_mono_ns());
     int rc = PC_ENOTFOUND;
     if (e) {
-        *value = malloc(e->len ? e->len : 1);
+        *value = dup_bytes(e->value, e->len);
         rc = *value ? 0 : PC_ENOMEM;
-        if (!rc) {
-            memcpy(*value, e->value, e->len);
+        if (!rc)
             *len = e->len;
-        }
     }
     pthread_mutex_unlock(&m->mu);
     return rc;
+}
+
+static int by_key(const void *a, const void *b) {
+    return strcmp(((const ps_coord_entry_t *)a)->key, ((const ps_coord_entry_t *)b)->key);
+}
+
+/* Every live key under the prefix is collected (the store holds at most PS_COORD_KEYS_MAX),
+ * sorted, then cut to max: the first max keys in order, whatever the hash order. */
+static int mem_list(void *ctx, const char *prefix, size_t max, ps_coord_entry_t **out, size_t *n,
+                    bool *truncated) {
+    mem_t *m = ctx;
+    const size_t pl = strlen(prefix);
+    pthread_mutex_lock(&m->mu);
+    const uint64_t now = pc_time_mono_ns();
+    purge(m, now);
+    ps_coord_entry_t *v = calloc(m->n ? m->n : 1, sizeof *v);
+    size_t k = 0;
+    int rc = v ? 0 : PC_ENOMEM;
+    for (size_t i = 0; i < NBUCKETS && !rc; i++)
+        for (entry_t *e = m->b[i]; e && !rc; e = e->next) {
+            if (strncmp(e->key, prefix, pl) != 0)
+                continue;
+            v[k] = (ps_coord_entry_t){strdup(e->key), dup_bytes(e->value, e->len), e->len, 0};
+            if (e->expires_ns) {
+                const uint64_t left = (e->expires_ns - now + 999999u) / 1000000u;
+                v[k].lease_left_ms = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
+            }
+            if (!v[k].key || !v[k].value)
+                rc = PC_ENOMEM;
+            k++;
+        }
+    pthread_mutex_unlock(&m->mu);
+    if (rc) {
+        ps_coord_entries_free(v, k);
+        return rc;
+    }
+    qsort(v, k, sizeof *v, by_key);
+    *truncated = k > max;
+    if (k > max) {
+        for (size_t i = max; i < k; i++) {
+            free(v[i].key);
+            free(v[i].value);
+        }
+        k = max;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+void ps_coord_entries_free(ps_coord_entry_t *e, size_t n) {
+    if (!e)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(e[i].key);
+        free(e[i].value);
+    }
+    free(e);
 }
 
 static void mem_destroy(void *ctx) {
@@ -113,6 +222,6 @@ int ps_coord_store_memory(ps_coord_store_t *out) {
     if (!m)
         return PC_ENOMEM;
     pthread_mutex_init(&m->mu, NULL);
-    *out = (ps_coord_store_t){m, mem_set, mem_get, mem_destroy};
+    *out = (ps_coord_store_t){m, mem_set, mem_get, mem_list, mem_destroy};
     return 0;
 }

@@ -4,10 +4,15 @@
  * gRPC Coordinator service (proto/emberps.proto: KvSet, KvGet). Collective groups rendezvous here
  * (Gloo's Store: set, get, wait by polling get), with a key prefix per group generation.
  *
+ * Keys may carry a lease (as etcd's): a key set with lease_ms > 0 expires lease_ms after its last
+ * set, and from then on reads as absent (get, list, if_absent). Workers keep their membership
+ * alive this way (heartbeats: pw_group.h).
+ *
  * The state lives behind ps_coord_store_t, a table of functions, so an external store (etcd) can
- * hold it instead of this process; ps_coord_store_memory() is the in-process one. Limits: keys
- * 1..PS_COORD_KEY_MAX bytes, values up to PS_COORD_VALUE_MAX bytes, PS_COORD_KEYS_MAX keys and
- * PS_COORD_BYTES_MAX bytes in all (PC_ETOOBIG / PC_EFULL beyond; nothing changes).
+ * hold it instead of this process; ps_coord_store_memory() is the in-process one (leases on
+ * CLOCK_MONOTONIC; a restarted coordinator starts empty). Limits: keys 1..PS_COORD_KEY_MAX
+ * bytes, values up to PS_COORD_VALUE_MAX bytes, PS_COORD_KEYS_MAX keys and PS_COORD_BYTES_MAX
+ * bytes in all, expired keys not counted (PC_ETOOBIG / PC_EFULL beyond; nothing changes).
  *
  * Thread rule: every function is thread-safe.
  */
@@ -16,25 +21,44 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define PS_COORD_KEY_MAX   512
 #define PS_COORD_VALUE_MAX (1u << 20)
 #define PS_COORD_KEYS_MAX  65536
 #define PS_COORD_BYTES_MAX (256u << 20) /* keys and values together */
+#define PS_COORD_LIST_MAX  4096         /* entries one list returns at most */
+
+/* One live key of a listing. */
+typedef struct ps_coord_entry {
+    char *key;
+    void *value;
+    size_t len;
+    uint32_t lease_left_ms; /* 0: no lease (the key stays) */
+} ps_coord_entry_t;
 
 typedef struct ps_coord_store {
     void *ctx;
     /* Set key to value, replacing it, or with if_absent only when the key is absent (PC_EEXIST
-     * otherwise, nothing changes: the first of racing writers wins). 0, PC_EINVAL (empty key),
-     * PC_ETOOBIG, PC_EFULL, PC_ENOMEM. */
-    int (*set)(void *ctx, const char *key, const void *value, size_t len, bool if_absent);
+     * otherwise, nothing changes: the first of racing writers wins). lease_ms > 0: the key
+     * expires lease_ms after this set (0: never). 0, PC_EINVAL (empty key), PC_ETOOBIG,
+     * PC_EFULL, PC_ENOMEM. */
+    int (*set)(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+               uint32_t lease_ms);
     /* The value of key (malloc'ed copy; a 0-byte value gives a non-NULL pointer) or
      * PC_ENOTFOUND. */
     int (*get)(void *ctx, const char *key, void **value, size_t *len);
+    /* The live keys starting with prefix ("" for all), sorted by key, at most max (then
+     * *truncated): *out is a malloc'ed array of *n entries (each key and value malloc'ed; free
+     * with ps_coord_entries_free). 0 or PC_ENOMEM. */
+    int (*list)(void *ctx, const char *prefix, size_t max, ps_coord_entry_t **out, size_t *n,
+                bool *truncated);
     void (*destroy)(void *ctx);
 } ps_coord_store_t;
 
 /* The in-process store. PC_ENOMEM. */
 int ps_coord_store_memory(ps_coord_store_t *out);
+
+void ps_coord_entries_free(ps_coord_entry_t *e, size_t n);
 
 #endif

@@ -19,7 +19,7 @@ static const char *const k_paths[PS_API_NMETHODS] = {
     PREFIX "CreateTable",   PREFIX "DropTable",  PREFIX "ListTables",
     PREFIX "TableStats",    PREFIX "Checkpoint", PREFIX "ListCheckpoints",
     PREFIX "GetClusterMap", PREFIX "Health",     COORD "KvSet",
-    COORD "KvGet"};
+    COORD "KvGet",          COORD "KvList"};
 
 int ps_api_method(const char *path, size_t len) {
     for (int m = 0; m < PS_API_NMETHODS; m++)
@@ -407,7 +407,8 @@ static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         fail(r, PS_ST_INVALID_ARGUMENT, "malformed KvSetRequest%s", "");
         return;
     }
-    int rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len, q->if_absent);
+    int rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len, q->if_absent,
+                             q->lease_ms);
     if (rc) {
         fail_pc(r, rc, q->key);
     } else {
@@ -440,6 +441,48 @@ static void do_kv_get(const ps_api_env_t *env, const uint8_t *req, size_t len, p
     }
     free(v);
     emberps__kv_get_request__free_unpacked(q, NULL);
+}
+
+static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    if (!env->coord) {
+        fail(r, PS_ST_FAILED_PRECONDITION, "not the coordinator%s", "");
+        return;
+    }
+    Emberps__KvListRequest *q = emberps__kv_list_request__unpack(NULL, len, req);
+    if (!q) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "malformed KvListRequest%s", "");
+        return;
+    }
+    const size_t max = q->limit && q->limit < PS_COORD_LIST_MAX ? q->limit : PS_COORD_LIST_MAX;
+    ps_coord_entry_t *v = NULL;
+    size_t n = 0;
+    bool truncated = false;
+    int rc = env->coord->list(env->coord->ctx, q->prefix, max, &v, &n, &truncated);
+    Emberps__KvEntry *ents = rc ? NULL : calloc(n ? n : 1, sizeof *ents);
+    Emberps__KvEntry **ptrs = rc ? NULL : calloc(n ? n : 1, sizeof *ptrs);
+    if (!rc && (!ents || !ptrs))
+        rc = PC_ENOMEM;
+    if (rc) {
+        fail_pc(r, rc, q->prefix);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            emberps__kv_entry__init(&ents[i]);
+            ents[i].key = v[i].key;
+            ents[i].value.data = v[i].value;
+            ents[i].value.len = v[i].len;
+            ents[i].lease_left_ms = v[i].lease_left_ms;
+            ptrs[i] = &ents[i];
+        }
+        Emberps__KvListResponse resp = EMBERPS__KV_LIST_RESPONSE__INIT;
+        resp.n_entries = n;
+        resp.entries = ptrs;
+        resp.truncated = truncated;
+        ok_packed(r, &resp.base);
+    }
+    free(ptrs);
+    free(ents);
+    ps_coord_entries_free(v, n);
+    emberps__kv_list_request__free_unpacked(q, NULL);
 }
 
 void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
@@ -484,6 +527,9 @@ void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
             return;
         case PS_API_KV_GET:
             do_kv_get(env, req, len, r);
+            return;
+        case PS_API_KV_LIST:
+            do_kv_list(env, req, len, r);
             return;
         default:
             fail(r, PS_ST_UNIMPLEMENTED, "unknown method%s", "");

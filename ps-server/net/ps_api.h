@@ -47,6 +47,7 @@ typedef enum {
     PS_API_HEALTH,
     PS_API_KV_SET, /* emberps.Coordinator */
     PS_API_KV_GET,
+    PS_API_KV_LIST,
     PS_API_NMETHODS
 } ps_api_method_t;
 
@@ -64,7 +65,8 @@ typedef struct ps_api_env {
     char *(*map_text)(void *ctx, uint64_t *version);
     /* Write a checkpoint now (NULL: Checkpoint is FAILED_PRECONDITION). */
     int (*checkpoint)(void *ctx, ps_ckpt_result_t *res);
-    /* The coordinator's store (NULL: not the coordinator; KvSet/KvGet are FAILED_PRECONDITION). */
+    /* The coordinator's store (NULL: not the coordinator; its methods are
+     * FAILED_PRECONDITION). */
     const struct ps_coord_store *coord;
 } ps_api_env_t;
 

@@ -53,7 +53,9 @@ static void usage(FILE *f) {
                "                         --csv-value, CSV categorical value; its slot and\n"
                "                         which server of the map owns it\n"
                "  checkpoint             write a checkpoint now\n"
-               "  checkpoints            list checkpoints\n\n"
+               "  checkpoints            list checkpoints\n"
+               "  workers JOB            the job's workers and their membership leases (--server:\n"
+               "                         the coordinator's gRPC address)\n\n"
                "options:\n");
     pc_settings_help(k_opts, NOPTS, f);
     fprintf(f, "\nexit status: 0 done, 1 refused by the server, 2 usage, 3 unreachable\n");
@@ -146,6 +148,92 @@ static int feature_key(const char *field_s, const char *value) {
         printf("%" PRIu64 " slot %u owner %d\n", key, pc_key_slot(key), owner);
     }
     return rc == 3 ? 0 : rc; /* unreachable: the key is still right, its owner unknown (-1) */
+}
+
+/* KvList under prefix: the response, or NULL after printing why. */
+static Emberps__KvListResponse *kv_list(const char *prefix, int *exit_code) {
+    Emberps__KvListRequest q = EMBERPS__KV_LIST_REQUEST__INIT;
+    q.prefix = (char *)prefix;
+    size_t len;
+    uint8_t *r = call(PS_API_KV_LIST, &q.base, &len, exit_code);
+    Emberps__KvListResponse *p = r ? emberps__kv_list_response__unpack(NULL, len, r) : NULL;
+    if (r && !p) {
+        fprintf(stderr, "psctl: malformed KvList response\n");
+        *exit_code = 1;
+    }
+    free(r);
+    return p;
+}
+
+/* The value of exactly `key` (a NUL-terminated copy in out; "" when absent). 0 or the exit code. */
+static int kv_value(const char *key, char *out, size_t cap) {
+    int rc = 0;
+    Emberps__KvListResponse *p = kv_list(key, &rc);
+    out[0] = '\0';
+    for (size_t i = 0; p && i < p->n_entries; i++)
+        if (!strcmp(p->entries[i]->key, key))
+            snprintf(out, cap, "%.*s", (int)p->entries[i]->value.len,
+                     (const char *)p->entries[i]->value.data);
+    if (p)
+        emberps__kv_list_response__free_unpacked(p, NULL);
+    return rc;
+}
+
+/* `workers JOB`: the key layout of worker/comm/pw_group.h ("<job>/runs", "<job>/run/<k>/cur",
+ * ".../g/<G>" and ".../live/<rank>" holding each worker's heartbeat, a JSON object). */
+static int workers(const char *job) {
+    char key[400], runs[32], cur[32], members[4096] = "";
+    snprintf(key, sizeof key, "%s/runs", job);
+    int rc = kv_value(key, runs, sizeof runs);
+    const unsigned long long run = strtoull(runs, NULL, 10);
+    snprintf(key, sizeof key, "%s/run/%llu/cur", job, run);
+    if (!rc)
+        rc = kv_value(key, cur, sizeof cur);
+    if (!rc && cur[0]) {
+        snprintf(key, sizeof key, "%s/run/%llu/g/%s", job, run, cur);
+        rc = kv_value(key, members, sizeof members);
+    }
+    snprintf(key, sizeof key, "%s/run/%llu/live/", job, run);
+    Emberps__KvListResponse *p = rc ? NULL : kv_list(key, &rc);
+    if (!p)
+        return rc;
+    cJSON *o = cJSON_CreateObject(), *a = NULL;
+    cJSON_AddStringToObject(o, "job", job);
+    num(o, "run", run);
+    if (cur[0])
+        num(o, "generation", strtoull(cur, NULL, 10));
+    cJSON_AddStringToObject(o, "members", members);
+    a = cJSON_AddArrayToObject(o, "workers");
+    if (!g_o.json)
+        printf("job %s, run %llu, generation %s: workers %s\n%-5s %-11s %5s %10s %9s  %s\n", job,
+               run, cur[0] ? cur : "-", members[0] ? members : "-", "rank", "state", "gen", "step",
+               "lease", "host (pid)");
+    for (size_t i = 0; i < p->n_entries; i++) {
+        const Emberps__KvEntry *e = p->entries[i];
+        cJSON *w = cJSON_ParseWithLength((const char *)e->value.data, e->value.len);
+        if (!w || !cJSON_IsObject(w)) {
+            cJSON_Delete(w);
+            continue; /* not a heartbeat of this layout */
+        }
+        num(w, "lease_left_ms", e->lease_left_ms);
+        if (!g_o.json) {
+            const cJSON *st = cJSON_GetObjectItem(w, "state"), *h = cJSON_GetObjectItem(w, "host");
+            printf("%-5.0f %-11s %5.0f %10.0f %7.1f s  %s (%.0f)\n",
+                   cJSON_GetNumberValue(cJSON_GetObjectItem(w, "rank")),
+                   cJSON_IsString(st) ? st->valuestring : "?",
+                   cJSON_GetNumberValue(cJSON_GetObjectItem(w, "gen")),
+                   cJSON_GetNumberValue(cJSON_GetObjectItem(w, "step")), e->lease_left_ms / 1e3,
+                   cJSON_IsString(h) ? h->valuestring : "?",
+                   cJSON_GetNumberValue(cJSON_GetObjectItem(w, "pid")));
+        }
+        cJSON_AddItemToArray(a, w);
+    }
+    if (g_o.json)
+        emit(o);
+    else
+        cJSON_Delete(o);
+    emberps__kv_list_response__free_unpacked(p, NULL);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -395,6 +483,8 @@ int main(int argc, char **argv) {
                 cJSON_Delete(o);
             emberps__list_checkpoints_response__free_unpacked(p, NULL);
         }
+    } else if (!strcmp(cmd, "workers") && nargs == 1) {
+        rc = workers(args[0]);
     } else {
         fprintf(stderr, "psctl: unknown command or wrong arguments: %s\n", cmd);
         usage(stderr);

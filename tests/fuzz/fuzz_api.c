@@ -1,7 +1,7 @@
 /* libFuzzer target: the gRPC API's request decoding and handling (ps_api_call) on arbitrary
  * bytes, in process, against a small catalog: the first input byte picks the method, the rest
- * is the request message (the coordinator's KvSet/KvGet included). Tables the input creates are
- * dropped after each run and the base table has a row budget, so memory stays bounded. Never
+ * is the request message (the coordinator's KvSet/KvGet/KvList included). Tables the input creates
+ * are dropped after each run and the base table has a row budget, so memory stays bounded. Never
  * crashes, never leaks. */
 #include <stdint.h>
 #include <stdlib.h>

@@ -75,7 +75,7 @@ static void run_group(pw_kv_t kv, const char *prefix, int size, size_t n) {
 static ps_coord_store_t g_store;
 
 static int store_set(void *ctx, const char *key, const void *value, size_t len) {
-    return g_store.set(ctx, key, value, len, false);
+    return g_store.set(ctx, key, value, len, false, 0);
 }
 
 static pw_kv_t memory_kv(ps_coord_store_t *st) {

@@ -8,7 +8,9 @@
  *  - worker failures (kill -9): a worker restarted mid-training rejoins and the job ends within
  *    0.005 AUC of an uninterrupted run, its data read once from where it was; survivors that
  *    wait (--on-worker-loss=wait) wait; with shrink they go on alone after the rejoin timeout and
- *    take the worker back when it returns; a worker that never returns does not stop them. */
+ *    take the worker back when it returns; a worker that never returns does not stop them;
+ *  - a worker that hangs (SIGSTOP): its membership lease ends (psctl workers shows it gone), the
+ *    survivor's collective times out and it goes on alone; resumed, the worker is taken back. */
 #include "proc_util.h"
 #include "table_check.h"
 
@@ -24,6 +26,7 @@
 #include "pw_model_io.h"
 
 static const char *g_worker;
+static char g_psctl[600]; /* next to ps-server */
 static char g_dir[256];
 enum { B = 256, ROWS = 40 * 2 * B };
 #define TABLE "name=emb,dim=16,optimizer=sgd,lr=20,init=uniform,init_scale=0.05,seed=3"
@@ -482,6 +485,75 @@ static void test_worker_lost(void **state) {
     cluster_down(&c);
 }
 
+/* Bounded wait until key of job is absent (a lease ended). */
+static void wait_gone(pw_coord_t *co, const char *job, const char *key) {
+    char v[256];
+    const double t0 = pu_now();
+    do {
+        job_key(co, job, key, v, sizeof v);
+        if (!v[0])
+            return;
+        usleep(50000);
+    } while (pu_now() - t0 < 30);
+    fail_msg("%s/%s stayed: %s", job, key, v);
+}
+
+static void test_worker_hung(void **state) {
+    (void)state;
+    recovery_data();
+    cluster_t c;
+    cluster_up(&c, RTABLE);
+    pw_coord_t *co = coord_of(&c);
+    /* Collectives time out after 4 s, leases after 1 s, survivors wait 1 s for a replacement. */
+    rjob_t j = {.c = &c,
+                .job = "hung",
+                .policy = "shrink",
+                .rejoin_ms = 1000,
+                .extra = {"--timeout-ms=4000", "--lease-ms=1000", NULL}};
+    char out[4096], v[256];
+    snprintf(j.out[0], sizeof j.out[0], "%s/hg0.json", g_dir);
+    snprintf(j.out[1], sizeof j.out[1], "%s/hg1.json", g_dir);
+    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    wait_progress(co, j.job);
+    const char *args[] = {"--json", "workers", j.job, NULL};
+    assert_int_equal(pu_psctl(g_psctl, c.grpc0, out, sizeof out, args), 0);
+    assert_non_null(strstr(out, "\"rank\":0,"));
+    assert_non_null(strstr(out, "\"rank\":1,"));
+    assert_non_null(strstr(out, "\"state\":\"training\""));
+    const char *text[] = {"workers", j.job, NULL}; /* the table for people */
+    assert_int_equal(pu_psctl(g_psctl, c.grpc0, out, sizeof out, text), 0);
+    assert_non_null(strstr(out, "generation 0: workers 0,1"));
+    assert_non_null(strstr(out, "training"));
+    const double t0 = pu_now();
+    assert_int_equal(kill(p1, SIGSTOP), 0);
+    wait_gone(co, j.job, "live/1"); /* its heartbeats stopped */
+    const double lease_end = pu_now() - t0;
+    job_key(co, j.job, "live/0", v, sizeof v);
+    assert_non_null(strstr(v, "\"rank\":0,")); /* the survivor's lease lives */
+    assert_int_equal(pu_psctl(g_psctl, c.grpc0, out, sizeof out, args), 0);
+    assert_null(strstr(out, "\"rank\":1,"));
+    wait_key(co, j.job, "g/1/formed", v, sizeof v);
+    const double shrunk = pu_now() - t0;
+    job_key(co, j.job, "g/1", v, sizeof v);
+    assert_string_equal(v, "0"); /* rank 0 went on alone */
+    assert_true(running(p0));
+    assert_int_equal(kill(p1, SIGCONT), 0);
+    wait_key(co, j.job, "g/2/formed", v, sizeof v);
+    job_key(co, j.job, "g/2", v, sizeof v);
+    assert_string_equal(v, "0,1"); /* and took rank 1 back */
+    assert_int_equal(pu_reap(p0, 120), 0);
+    assert_int_equal(pu_reap(p1, 120), 0);
+    print_message("hung worker: its lease ended %.1f s after SIGSTOP, the survivor went on alone "
+                  "after %.1f s; AUC %.5f\n",
+                  lease_end, shrunk, json_num(j.out[0], "auc"));
+    assert_true(lease_end < 4); /* 1 s lease, heartbeats every 0.25 s */
+    assert_true(json_num(j.out[0], "samples") == RROWS);
+    assert_true(json_num(j.out[1], "samples") == RROWS);
+    assert_true(json_num(j.out[0], "auc") > AUC_MIN);
+    pw_coord_close(co);
+    cluster_down(&c);
+}
+
 /* Server 1 killed with -9 mid-training and started again: it restores its last checkpoint, the
  * workers' pulls wait for it, pushes it missed are counted as lost, the job completes. */
 static void test_server_restart(void **state) {
@@ -699,11 +771,13 @@ int main(int argc, char **argv) {
     pc_log_set_level(PC_LOG_ERROR);
     pu_bin = argc > 1 ? argv[1] : "build/bin/ps-server";
     g_worker = argc > 2 ? argv[2] : "build/bin/ps-worker";
+    const char *slash = strrchr(pu_bin, '/');
+    snprintf(g_psctl, sizeof g_psctl, "%.*spsctl", slash ? (int)(slash - pu_bin + 1) : 0, pu_bin);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_equivalence),  cmocka_unit_test(test_unequal_data_and_errors),
         cmocka_unit_test(test_worker_restart),    cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),    cmocka_unit_test(test_job_rollback),
-        cmocka_unit_test(test_consistency_modes),
+        cmocka_unit_test(test_consistency_modes), cmocka_unit_test(test_worker_hung),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

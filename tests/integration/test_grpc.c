@@ -314,19 +314,9 @@ static void test_metrics(void **state) {
     tc_rmdir(dir);
 }
 
-/* Run psctl with args; its exit status; stdout into out. */
+/* Run psctl with args against the server at 127.0.0.1:gp; its exit status; stdout into out. */
 static int psctl(int gp, char *out, size_t cap, const char *const *args) {
-    char server[64], cmd[1024];
-    snprintf(server, sizeof server, "--server=127.0.0.1:%d", gp);
-    int n = snprintf(cmd, sizeof cmd, "%s %s --timeout-ms=2000", g_psctl, server);
-    for (int i = 0; args[i]; i++)
-        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
-    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>/dev/null");
-    FILE *p = popen(cmd, "r");
-    size_t got = fread(out, 1, cap - 1, p);
-    out[got] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return pu_psctl(g_psctl, gp, out, cap, args);
 }
 
 static void test_psctl(void **state) {

@@ -120,6 +120,25 @@ static inline void pu_stop(pid_t pid) {
     assert_int_equal(pu_reap(pid, 10), 0);
 }
 
+/* Run psctl (its binary: psctl) against the server at 127.0.0.1:grpc_port with args
+ * (NULL-terminated, each quoted); its stdout into out, its exit status (-1: not exited). */
+static inline int pu_psctl(const char *psctl, int grpc_port, char *out, size_t cap,
+                           const char *const *args) {
+    char cmd[1024];
+    int n =
+        snprintf(cmd, sizeof cmd, "%s --server=127.0.0.1:%d --timeout-ms=2000", psctl, grpc_port);
+    for (int i = 0; args[i]; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>/dev/null");
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t got = fread(out, 1, cap - 1, p);
+    out[got] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 static inline void pu_kill_all(void) {
     for (int i = 0; i < pu_npids; i++)
         if (kill(pu_pids[i], 0) == 0) {

@@ -49,12 +49,14 @@ static int call(pw_coord_t *c, const char *method, const ProtobufCMessage *m, ui
     return psg_error(st);
 }
 
-static int kv_put(pw_coord_t *c, const char *key, const void *value, size_t len, bool if_absent) {
+static int kv_put(pw_coord_t *c, const char *key, const void *value, size_t len, bool if_absent,
+                  uint32_t lease_ms) {
     Emberps__KvSetRequest q = EMBERPS__KV_SET_REQUEST__INIT;
     q.key = (char *)key;
     q.value.data = (uint8_t *)value;
     q.value.len = len;
     q.if_absent = if_absent;
+    q.lease_ms = lease_ms;
     uint8_t *resp = NULL;
     size_t rlen = 0;
     int rc = call(c, "/emberps.Coordinator/KvSet", &q.base, &resp, &rlen);
@@ -63,11 +65,16 @@ static int kv_put(pw_coord_t *c, const char *key, const void *value, size_t len,
 }
 
 int pw_coord_set(pw_coord_t *c, const char *key, const void *value, size_t len) {
-    return kv_put(c, key, value, len, false);
+    return kv_put(c, key, value, len, false, 0);
 }
 
 int pw_coord_set_if_absent(pw_coord_t *c, const char *key, const void *value, size_t len) {
-    return kv_put(c, key, value, len, true);
+    return kv_put(c, key, value, len, true, 0);
+}
+
+int pw_coord_set_lease(pw_coord_t *c, const char *key, const void *value, size_t len,
+                       uint32_t lease_ms) {
+    return kv_put(c, key, value, len, false, lease_ms);
 }
 
 int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {
@@ -89,6 +96,57 @@ int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {
     }
     emberps__kv_get_response__free_unpacked(r, NULL);
     return *value ? 0 : PC_ENOMEM;
+}
+
+int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pw_coord_entry_t **out,
+                  size_t *n) {
+    Emberps__KvListRequest q = EMBERPS__KV_LIST_REQUEST__INIT;
+    q.prefix = (char *)prefix;
+    q.limit = limit;
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int rc = call(c, "/emberps.Coordinator/KvList", &q.base, &resp, &rlen);
+    if (rc)
+        return rc;
+    Emberps__KvListResponse *r = emberps__kv_list_response__unpack(NULL, rlen, resp);
+    free(resp);
+    if (!r)
+        return PC_ECORRUPT;
+    pw_coord_entry_t *v = calloc(r->n_entries ? r->n_entries : 1, sizeof *v);
+    size_t k = 0; /* entries filled (or partly filled: freed on failure) */
+    rc = v ? 0 : PC_ENOMEM;
+    while (!rc && k < r->n_entries) {
+        const Emberps__KvEntry *e = r->entries[k];
+        pw_coord_entry_t *d = &v[k++];
+        d->key = strdup(e->key);
+        d->value = malloc(e->value.len + 1); /* NUL-terminated: values are often text */
+        if (!d->key || !d->value) {
+            rc = PC_ENOMEM;
+            break;
+        }
+        memcpy(d->value, e->value.data, e->value.len);
+        ((char *)d->value)[e->value.len] = '\0';
+        d->len = e->value.len;
+        d->lease_left_ms = e->lease_left_ms;
+    }
+    emberps__kv_list_response__free_unpacked(r, NULL);
+    if (rc) {
+        pw_coord_entries_free(v, k);
+        return rc;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+void pw_coord_entries_free(pw_coord_entry_t *e, size_t n) {
+    if (!e)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        free(e[i].key);
+        free(e[i].value);
+    }
+    free(e);
 }
 
 static int kv_set(void *ctx, const char *key, const void *value, size_t len) {

@@ -6,11 +6,14 @@
 #include "pc_time.h"
 #include "pw_coord_client.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_MEMBERS 4096
 #define POLL_NS     1000000000ull /* pw_group_stale asks at most this often */
@@ -25,6 +28,14 @@ struct pw_group {
     int grank, gsize;
     uint64_t last_poll_ns;
     int members[MAX_MEMBERS]; /* scratch */
+    /* The heartbeat thread's view of this worker (hb_mu); hb_now: beat at once. */
+    pthread_t hb;
+    bool hb_started, hb_stop, hb_now, hb_failing;
+    pthread_mutex_t hb_mu;
+    pthread_cond_t hb_cv; /* CLOCK_MONOTONIC */
+    const char *hb_state;
+    int64_t hb_gen;
+    uint64_t hb_step;
 };
 
 static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, ...) {
@@ -179,19 +190,98 @@ static bool formed(pw_group_t *g, int64_t gen) {
     return get_str(g, key, v, sizeof v) == 0;
 }
 
-/* The workers of generation `gen` that registered as alive there (into g->members). */
+/* Publish this worker's state (and current generation) to its heartbeats, at once. */
+static void hb_set(pw_group_t *g, const char *state) {
+    pthread_mutex_lock(&g->hb_mu);
+    g->hb_state = state;
+    g->hb_gen = g->gen;
+    g->hb_now = true;
+    pthread_cond_signal(&g->hb_cv);
+    pthread_mutex_unlock(&g->hb_mu);
+}
+
+static void beat(pw_group_t *g, const char *state, int64_t gen, uint64_t step) {
+    char key[256], v[256];
+    key_of(g, key, sizeof key, "live/%d", g->o.rank);
+    const int n = snprintf(v, sizeof v,
+                           "{\"rank\":%d,\"gen\":%" PRId64 ",\"step\":%" PRIu64
+                           ",\"state\":\"%s\",\"host\":\"%s\",\"pid\":%d}",
+                           g->o.rank, gen, step, state, g->host, (int)getpid());
+    const int rc = pw_coord_set_lease(g->coord, key, v, (size_t)n, (uint32_t)g->o.lease_ms);
+    if (rc && !g->hb_failing)
+        PC_WARN("group: heartbeat to the coordinator %s failed: %s (retrying)", g->o.coordinator,
+                pc_strerror(rc));
+    else if (!rc && g->hb_failing)
+        PC_INFO("group: heartbeats reach the coordinator again");
+    g->hb_failing = rc != 0; /* this thread's alone */
+}
+
+static void *hb_main(void *arg) {
+    pw_group_t *g = arg;
+    const uint64_t period_ns = (uint64_t)g->o.lease_ms * 250000u; /* lease / 4 */
+    pthread_mutex_lock(&g->hb_mu);
+    while (!g->hb_stop) {
+        const char *state = g->hb_state;
+        const int64_t gen = g->hb_gen;
+        const uint64_t step = g->hb_step;
+        g->hb_now = false;
+        pthread_mutex_unlock(&g->hb_mu);
+        beat(g, state, gen, step);
+        pthread_mutex_lock(&g->hb_mu);
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        const uint64_t at = (uint64_t)dl.tv_sec * 1000000000u + (uint64_t)dl.tv_nsec + period_ns;
+        dl.tv_sec = (time_t)(at / 1000000000u);
+        dl.tv_nsec = (long)(at % 1000000000u);
+        int w = 0;
+        while (!g->hb_stop && !g->hb_now && w != ETIMEDOUT)
+            w = pthread_cond_timedwait(&g->hb_cv, &g->hb_mu, &dl);
+    }
+    pthread_mutex_unlock(&g->hb_mu);
+    return NULL;
+}
+
+/* Which of members[0..n) hold a live lease: live[i]. 0 or the coordinator's error. */
+static int leases_of(pw_group_t *g, const int *members, int n, bool *live) {
+    char prefix[256];
+    key_of(g, prefix, sizeof prefix, "live/");
+    pw_coord_entry_t *e;
+    size_t ne;
+    int rc = pw_coord_list(g->coord, prefix, 0, &e, &ne);
+    if (rc)
+        return rc;
+    const size_t pl = strlen(prefix);
+    for (int i = 0; i < n; i++) {
+        live[i] = false;
+        for (size_t k = 0; k < ne && !live[i]; k++)
+            live[i] = atoi(e[k].key + pl) == members[i];
+    }
+    pw_coord_entries_free(e, ne);
+    return 0;
+}
+
+/* The workers of generation `gen` that registered as alive there and hold a live lease (into
+ * g->members); the others are named in a warning. */
 static int alive_of(pw_group_t *g, int64_t gen) {
     int n = members_of(g, gen), k = 0;
-    for (int i = 0; i < n; i++) {
+    if (n < 0)
+        return n;
+    bool *live = malloc((size_t)n * sizeof *live);
+    int rc = live ? leases_of(g, g->members, n, live) : PC_ENOMEM;
+    for (int i = 0; i < n && !rc; i++) {
         char key[256], v[4];
         key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", gen, g->members[i]);
-        int rc = get_str(g, key, v, sizeof v);
-        if (rc == 0)
+        rc = get_str(g, key, v, sizeof v);
+        if ((rc == PC_ENOTFOUND || (rc == 0 && !live[i])) && g->members[i] != g->o.rank) {
+            PC_WARN("group: worker %d is lost (%s)", g->members[i],
+                    live[i] ? "alive but not in recovery" : "its membership lease expired");
+            rc = 0;
+        } else if (rc == 0 || g->members[i] == g->o.rank) { /* this worker is alive */
             g->members[k++] = g->members[i];
-        else if (rc != PC_ENOTFOUND)
-            return rc;
+        }
     }
-    return n < 0 ? n : k;
+    free(live);
+    return rc ? rc : k;
 }
 
 /* Settle into a generation (see pw_group.h). first: joining at start. */
@@ -227,8 +317,10 @@ static int settle(pw_group_t *g, bool first) {
             const bool member = index_of(g->members, n, g->o.rank) >= 0;
             if (member && !formed(g, last)) {
                 const int t = first && last == 0 ? g->o.timeout_ms : rejoin;
-                if ((rc = form(g, last, g->members, n, t)) == 0)
+                if ((rc = form(g, last, g->members, n, t)) == 0) {
+                    hb_set(g, "training");
                     return 0;
+                }
                 if (first && last == 0) /* the job never started: a worker never came */
                     return rc;
                 PC_WARN("group: generation %" PRId64 " did not form (%s); trying again", last,
@@ -280,7 +372,8 @@ static int settle(pw_group_t *g, bool first) {
 int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     if (!o || !o->coordinator || !o->job || !o->host || o->world < 1 || o->world > MAX_MEMBERS ||
         o->rank < 0 || o->rank >= o->world || o->timeout_ms < 1 || o->rejoin_timeout_ms < 1 ||
-        !out || strlen(o->job) >= 64 || strlen(o->host) >= 64)
+        o->lease_ms < 100 || !out || strlen(o->job) >= 64 || strlen(o->host) >= 64 ||
+        strpbrk(o->host, "\"\\")) /* the host goes into the heartbeat's JSON */
         return PC_EINVAL;
     pw_group_t *g = calloc(1, sizeof *g);
     if (!g)
@@ -291,6 +384,14 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     g->o.job = g->job;
     g->o.host = g->host;
     g->gen = -1;
+    g->hb_state = "joining";
+    g->hb_gen = -1;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->hb_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&g->hb_mu, NULL);
     int rc = pw_coord_open(o->coordinator, NULL, o->timeout_ms, &g->coord);
     if (!rc) {
         snprintf(g->ns, sizeof g->ns, "%s", g->job);
@@ -300,6 +401,10 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
         if (rc == PC_ENOTFOUND)
             rc = 0, g->run = 0;
         snprintf(g->ns, sizeof g->ns, "%s/run/%" PRIu64, g->job, g->run);
+    }
+    if (!rc) {
+        rc = pthread_create(&g->hb, NULL, hb_main, g) ? PC_ENOMEM : 0;
+        g->hb_started = rc == 0;
     }
     if (!rc)
         rc = settle(g, true);
@@ -317,6 +422,17 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
 void pw_group_close(pw_group_t *g) {
     if (!g)
         return;
+    if (g->hb_started) {
+        pthread_mutex_lock(&g->hb_mu);
+        g->hb_stop = true;
+        pthread_cond_signal(&g->hb_cv);
+        pthread_mutex_unlock(&g->hb_mu);
+        pthread_join(g->hb, NULL);
+        if (!g->hb_failing) /* shows until its lease ends */
+            beat(g, "exited", g->gen, g->hb_step);
+    }
+    pthread_cond_destroy(&g->hb_cv);
+    pthread_mutex_destroy(&g->hb_mu);
     pw_coll_destroy(g->coll);
     pw_coord_close(g->coord);
     free(g);
@@ -341,9 +457,16 @@ uint64_t pw_group_gen(const pw_group_t *g) {
 int pw_group_recover(pw_group_t *g) {
     pw_coll_destroy(g->coll); /* broken or stale: its peers are gone or moving on */
     g->coll = NULL;
+    hb_set(g, "recovering");
     int rc = settle(g, false);
     g->last_poll_ns = pc_time_mono_ns();
     return rc;
+}
+
+void pw_group_progress(pw_group_t *g, uint64_t step) {
+    pthread_mutex_lock(&g->hb_mu);
+    g->hb_step = step;
+    pthread_mutex_unlock(&g->hb_mu);
 }
 
 bool pw_group_stale(pw_group_t *g) {

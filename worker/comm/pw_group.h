@@ -17,9 +17,18 @@
  * A worker started into a running job (its rank's generation formed already: it was restarted)
  * proposes the next generation with itself added, so the survivors re-form with it.
  *
+ * Membership lease: from join to close a thread of the group sets "live/<rank>" every
+ * lease_ms / 4 with a lease of lease_ms (the coordinator drops the key when the heartbeats stop:
+ * the process died, hung or lost its network). Its value is a JSON object: {"rank", "gen",
+ * "step", "state" ("joining", "training", "recovering", "exited"), "host", "pid"}; `psctl
+ * workers JOB` lists them. A shrink takes only workers that registered as alive AND hold a live
+ * lease (one that registered and died since is left out, so the new generation can form), and
+ * the survivors' warnings name the workers whose lease expired.
+ *
  * Keys (all under "<job>/run/<k>", k = the job's finished runs, "<job>/runs"): "g/<G>" member
  * list, "g/<G>/formed", "g/<G>/alive/<rank>", "g/<G>/rdv/..." (the group's rendezvous), "cur"
- * (a hint of the newest G), "off/<rank>" (this rank's reader position after its last step).
+ * (a hint of the newest G), "off/<rank>" (this rank's reader position after its last step),
+ * "live/<rank>" (the membership lease).
  * A finished run (pw_group_finish) bumps "runs", so the next run of the same job name starts
  * fresh.
  *
@@ -27,7 +36,7 @@
  * came), PC_EUNAVAIL (the coordinator is unreachable for longer than rejoin_timeout_ms), and the
  * errors of pw_coll_create.
  *
- * Thread rule: a group is used by one thread.
+ * Thread rule: a group is used by one thread (its heartbeat thread is internal).
  */
 #ifndef PW_GROUP_H
 #define PW_GROUP_H
@@ -44,6 +53,7 @@ typedef struct pw_group_opts {
     int rank, world;         /* the data rank, and the workers the job starts with */
     int timeout_ms;          /* coordinator calls, collectives, the first formation */
     int rejoin_timeout_ms;   /* survivors wait this long for a lost worker */
+    int lease_ms;            /* membership lease (heartbeats every lease_ms / 4); >= 100 */
     bool shrink;             /* then continue without it (else keep waiting) */
 } pw_group_opts_t;
 
@@ -64,6 +74,9 @@ int pw_group_recover(pw_group_t *g);
 
 /* Whether a newer generation was proposed (asks the coordinator at most once a second). */
 bool pw_group_stale(pw_group_t *g);
+
+/* The step this worker completed last, for its heartbeats. */
+void pw_group_progress(pw_group_t *g, uint64_t step);
 
 /* This rank's reader position after its last completed step, so that a restarted worker
  * continues from there; load reads data rank `rank`'s: PC_ENOTFOUND when none was saved in

@@ -32,7 +32,7 @@ typedef struct cfg {
     int pooling, dense_optimizer, on_worker_loss, resume, order; /* indexes into k_* lists */
     int64_t pull_ahead, async_window, credit_kib, chunk_kib;
     int64_t ckpt_every;
-    int64_t rank, world, timeout_ms, rejoin_timeout_ms, server_retry_ms;
+    int64_t rank, world, timeout_ms, rejoin_timeout_ms, lease_ms, server_retry_ms;
     int64_t dim, fields, batch, epochs, max_samples, seed, progress_every, eval_every;
     double dense_lr;
     int log_level;
@@ -59,6 +59,8 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_INT(T, timeout_ms, 100, 3.6e6, "30000", "server calls and collectives time out"),
     PC_SETTING_INT(T, rejoin_timeout_ms, 100, 3.6e6, "60000",
                    "how long survivors wait for a lost worker to come back"),
+    PC_SETTING_INT(T, lease_ms, 100, 3.6e6, "10000",
+                   "membership lease at the coordinator (a heartbeat every lease / 4)"),
     PC_SETTING_INT(T, server_retry_ms, 0, 3.6e6, "60000",
                    "how long pulls wait for servers that are down (restarting)"),
     PC_SETTING_INT(T, ckpt_every, 0, 1e15, "0",
@@ -184,6 +186,7 @@ int main(int argc, char **argv) {
     tc.world = (int)c.world;
     tc.timeout_ms = (int)c.timeout_ms;
     tc.rejoin_timeout_ms = (int)c.rejoin_timeout_ms;
+    tc.lease_ms = (int)c.lease_ms;
     tc.server_retry_ms = (int)c.server_retry_ms;
     tc.ckpt_every = (uint64_t)c.ckpt_every;
     snprintf(tc.ckpt_dir, sizeof tc.ckpt_dir, "%s", c.ckpt_dir);

@@ -51,6 +51,7 @@ void pw_train_config_defaults(pw_train_config_t *c) {
     c->world = 1;
     c->timeout_ms = 30000;
     c->rejoin_timeout_ms = 60000;
+    c->lease_ms = 10000;
     c->server_retry_ms = 60000;
     c->shrink = true;
     c->staleness = 0;
@@ -248,6 +249,7 @@ static int connect_cluster(trainer_t *t) {
                           .world = c->world,
                           .timeout_ms = c->timeout_ms,
                           .rejoin_timeout_ms = c->rejoin_timeout_ms,
+                          .lease_ms = c->lease_ms,
                           .shrink = c->shrink};
     if ((rc = pw_group_join(&go, &t->grp)))
         PC_ERROR("train: the worker group did not form (job %s at %s): %s", c->job, c->coordinator,
@@ -1150,6 +1152,8 @@ static int resume_checkpoint(trainer_t *t, uint64_t *skip) {
  * try a second later (force: now); a restart would resume from an older position, and no
  * checkpoint is taken meanwhile. */
 static void save_position(trainer_t *t, bool force) {
+    if (t->grp)
+        pw_group_progress(t->grp, t->step);
     if (!t->grp || (!t->pos_dirty && t->pos_saved) ||
         (!force && pc_time_mono_ns() < t->pos_retry_ns))
         return;

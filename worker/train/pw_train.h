@@ -107,6 +107,7 @@ typedef struct pw_train_config {
     int rank, world;
     int timeout_ms;        /* every server call and collective */
     int rejoin_timeout_ms; /* survivors wait this long for a lost worker (pw_group.h) */
+    int lease_ms;          /* membership lease at the coordinator (heartbeats: pw_group.h) */
     bool shrink;           /* then go on without it (else keep waiting) */
     int server_retry_ms;   /* pulls wait this long for servers that are down */
     /* coordinated checkpoints (pw_jobckpt.h; a coordinator needed) */

@@ -3,6 +3,7 @@
 #include "test_util.h"
 
 #include <string.h>
+#include <unistd.h>
 
 #include "emberps.pb-c.h"
 #include "pc_error.h"
@@ -132,7 +133,8 @@ static void test_coordinator_kv(void **state) {
     longkey[sizeof longkey - 1] = '\0';
     set.key = longkey;
     assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_RESOURCE_EXHAUSTED);
-    assert_int_equal(st.set(st.ctx, "big", "x", (size_t)PS_COORD_VALUE_MAX + 1, false), PC_ETOOBIG);
+    assert_int_equal(st.set(st.ctx, "big", "x", (size_t)PS_COORD_VALUE_MAX + 1, false, 0),
+                     PC_ETOOBIG);
     /* Malformed bytes; a server that is not the coordinator. */
     const uint8_t junk[] = {0xff, 0xff, 0xff};
     ps_api_call(&env, PS_API_KV_GET, junk, sizeof junk, &r);
@@ -144,11 +146,113 @@ static void test_coordinator_kv(void **state) {
     ps_catalog_destroy(c);
 }
 
+static Emberps__KvListResponse *kv_list(const ps_api_env_t *env, const char *prefix,
+                                        uint32_t limit) {
+    Emberps__KvListRequest q = EMBERPS__KV_LIST_REQUEST__INIT;
+    q.prefix = (char *)prefix;
+    q.limit = limit;
+    ps_api_reply_t r;
+    assert_int_equal(kv_call(env, PS_API_KV_LIST, &q.base, &r), PS_ST_OK);
+    Emberps__KvListResponse *l = emberps__kv_list_response__unpack(NULL, r.len, r.body);
+    assert_non_null(l);
+    ps_api_reply_free(&r);
+    return l;
+}
+
+static int kv_set_lease(const ps_api_env_t *env, const char *key, uint32_t lease_ms,
+                        bool if_absent) {
+    Emberps__KvSetRequest q = EMBERPS__KV_SET_REQUEST__INIT;
+    q.key = (char *)key;
+    q.value = (ProtobufCBinaryData){2, (uint8_t *)"hb"};
+    q.lease_ms = lease_ms;
+    q.if_absent = if_absent;
+    ps_api_reply_t r;
+    int st = kv_call(env, PS_API_KV_SET, &q.base, &r);
+    ps_api_reply_free(&r);
+    return st;
+}
+
+/* Membership leases and KvList: a leased key reads as absent once its lease ends (get, list,
+ * if_absent), setting it again renews it, listing is by prefix, sorted and limited, and expired
+ * keys do not count against the store's limits. */
+static void test_coordinator_leases(void **state) {
+    (void)state;
+    ps_coord_store_t st;
+    assert_int_equal(ps_coord_store_memory(&st), 0);
+    ps_api_env_t env = {.max_keys = 10, .coord = &st};
+    assert_int_equal(kv_set_lease(&env, "w/live/1", 60000, false), PS_ST_OK);
+    assert_int_equal(kv_set_lease(&env, "w/live/0", 150, false), PS_ST_OK);
+    assert_int_equal(kv_set_lease(&env, "w/g/0", 0, false), PS_ST_OK);
+    assert_int_equal(kv_set_lease(&env, "w/live/0", 150, true), PS_ST_ALREADY_EXISTS);
+    Emberps__KvListResponse *l = kv_list(&env, "w/live/", 0);
+    assert_int_equal(l->n_entries, 2);
+    assert_string_equal(l->entries[0]->key, "w/live/0");
+    assert_string_equal(l->entries[1]->key, "w/live/1");
+    assert_true(l->entries[0]->lease_left_ms > 0 && l->entries[0]->lease_left_ms <= 150);
+    assert_true(l->entries[1]->lease_left_ms > 150 && l->entries[1]->lease_left_ms <= 60000);
+    assert_true(l->entries[0]->value.len == 2 && !l->truncated);
+    emberps__kv_list_response__free_unpacked(l, NULL);
+    /* "w/live/1" renewed every 50 ms with a 300 ms lease outlives "w/live/0" (and its own
+     * first lease). */
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(kv_set_lease(&env, "w/live/1", 300, false), PS_ST_OK);
+        usleep(50000);
+    }
+    Emberps__KvGetRequest get = EMBERPS__KV_GET_REQUEST__INIT;
+    ps_api_reply_t r;
+    get.key = "w/live/0";
+    assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_NOT_FOUND);
+    get.key = "w/live/1";
+    assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_OK);
+    ps_api_reply_free(&r);
+    l = kv_list(&env, "w/", 0);
+    assert_int_equal(l->n_entries, 2); /* w/g/0 (no lease: 0) and w/live/1 */
+    assert_string_equal(l->entries[0]->key, "w/g/0");
+    assert_int_equal(l->entries[0]->lease_left_ms, 0);
+    assert_string_equal(l->entries[1]->key, "w/live/1");
+    emberps__kv_list_response__free_unpacked(l, NULL);
+    assert_int_equal(kv_set_lease(&env, "w/live/0", 150, true), PS_ST_OK); /* expired: absent */
+    /* Limit: the first keys in order, truncated. */
+    char k[32];
+    for (int i = 4; i >= 0; i--) {
+        snprintf(k, sizeof k, "lim/%d", i);
+        assert_int_equal(kv_set_lease(&env, k, 0, false), PS_ST_OK);
+    }
+    l = kv_list(&env, "lim/", 3);
+    assert_true(l->n_entries == 3 && l->truncated);
+    assert_string_equal(l->entries[0]->key, "lim/0");
+    assert_string_equal(l->entries[2]->key, "lim/2");
+    emberps__kv_list_response__free_unpacked(l, NULL);
+    /* A store full of leased keys refuses more until their leases end. */
+    size_t n = 0;
+    for (; n < PS_COORD_KEYS_MAX; n++) {
+        snprintf(k, sizeof k, "fill/%zu", n);
+        if (st.set(st.ctx, k, "", 0, false, 1500))
+            break;
+    }
+    assert_true(n > PS_COORD_KEYS_MAX - 16); /* the keys set above hold a few places */
+    assert_int_equal(st.set(st.ctx, "one/more", "", 0, false, 0), PC_EFULL);
+    usleep(1600000);
+    assert_int_equal(st.set(st.ctx, "one/more", "", 0, false, 0), 0);
+    l = kv_list(&env, "fill/", 0);
+    assert_int_equal(l->n_entries, 0);
+    emberps__kv_list_response__free_unpacked(l, NULL);
+    /* Malformed bytes; a server that is not the coordinator. */
+    const uint8_t junk[] = {0xff, 0xff, 0xff};
+    ps_api_call(&env, PS_API_KV_LIST, junk, sizeof junk, &r);
+    assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
+    env.coord = NULL;
+    Emberps__KvListRequest q = EMBERPS__KV_LIST_REQUEST__INIT;
+    assert_int_equal(kv_call(&env, PS_API_KV_LIST, &q.base, &r), PS_ST_FAILED_PRECONDITION);
+    st.destroy(st.ctx);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_methods_and_statuses),
         cmocka_unit_test(test_edge_requests),
         cmocka_unit_test(test_coordinator_kv),
+        cmocka_unit_test(test_coordinator_leases),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
