@@ -316,8 +316,10 @@ static int settle(pw_group_t *g, bool first) {
         if (last > g->gen) {
             const bool member = index_of(g->members, n, g->o.rank) >= 0;
             if (member && !formed(g, last)) {
-                const int t = first && last == 0 ? g->o.timeout_ms : rejoin;
-                if ((rc = form(g, last, g->members, n, t)) == 0) {
+                /* Every member was alive when it was proposed; the others notice a newer
+                 * generation within about a second (pw_group_stale), then finish what they
+                 * do: the formation waits up to the collective timeout for them. */
+                if ((rc = form(g, last, g->members, n, g->o.timeout_ms)) == 0) {
                     hb_set(g, "training");
                     return 0;
                 }

@@ -51,7 +51,7 @@ typedef struct pw_group_opts {
     const char *job;         /* the job's key prefix */
     const char *host;        /* this worker's address as its peers reach it */
     int rank, world;         /* the data rank, and the workers the job starts with */
-    int timeout_ms;          /* coordinator calls, collectives, the first formation */
+    int timeout_ms;          /* coordinator calls, collectives, every group formation */
     int rejoin_timeout_ms;   /* survivors wait this long for a lost worker */
     int lease_ms;            /* membership lease (heartbeats every lease_ms / 4); >= 100 */
     bool shrink;             /* then continue without it (else keep waiting) */
