@@ -14,9 +14,13 @@
  * bytes per second the async run moved at local speed (so the link is the scarce resource), and
  * the async run is repeated with --order=fifo and =priority (credits 256 KiB, chunks 64 KiB, so
  * the order is decided in the scheduler, not in socket buffers), 3 times each order, alternating,
- * a fresh server each. fifo_vs_priority = median priority samples/s / median FIFO samples/s;
- * the pull stalls of both are printed. Without root the figure is reported as skipped with the
- * reason; --smoke skips it (a run of it did not finish twice: the cause is not found yet).
+ * a fresh server each; twice: with the pulls just in time (--pull-ahead=0: the pull of the next
+ * batch is queued after the pushes of the step before, the case priority scheduling is for) and
+ * 2 batches ahead (the default: pulls queued before those pushes anyway). fifo_vs_priority =
+ * median priority samples/s / median FIFO samples/s with pulls just in time,
+ * fifo_vs_priority_ahead2 the same with pulls ahead; the pull stalls are printed. Without root
+ * the figures are reported as skipped with the reason; --smoke skips them (a run of this phase
+ * did not finish twice: the cause is not found yet).
  *
  * Then a worker restart: two ps-worker processes (world 2, sync, unpinned) train against the
  * same server (also the coordinator); once rank 1 has taken 10 steps (a third of its share when
@@ -150,38 +154,36 @@ static void netns_down(const char *ns, const char *va) {
         fprintf(stderr, "ps-bench dist: could not remove namespace %s\n", ns);
 }
 
+/* One pull-ahead setting over the shaped link: medians of FIFO and priority runs. */
+typedef struct order_pair {
+    double fifo, prio, fifo_wait_s, prio_wait_s;
+} order_pair_t;
+
 typedef struct shaped {
-    double mbit, fifo, prio, fifo_wait_s, prio_wait_s;
-    char why[128]; /* set when skipped */
+    double mbit;
+    order_pair_t jit, ahead2; /* pulls just in time (--pull-ahead=0), 2 batches ahead */
+    char why[128];            /* set when skipped */
 } shaped_t;
 
-/* The async run over the shaped link, FIFO and priority order. */
-static void measure_shaped(const bench_opts_t *o, const pw_train_config_t *base,
-                           const char *const *trp, double mbit, shaped_t *out) {
-    char ns[32], va[16], vb[16], bin[600], portarg[32], pfarg[320], tables[700], dir[256], pf[300];
-    snprintf(ns, sizeof ns, "emberps-bench-%d", (int)getpid());
-    snprintf(va, sizeof va, "eb%da", (int)getpid() % 1000000);
-    snprintf(vb, sizeof vb, "eb%db", (int)getpid() % 1000000);
-    out->mbit = mbit;
-    if (netns_up(ns, va, vb, mbit, out->why, sizeof out->why)) {
-        netns_down(ns, va);
-        return;
-    }
-    bench_tmpdir("dist-shaped", dir, sizeof dir);
-    snprintf(pf, sizeof pf, "%s/port", dir);
+/* The async run over the shaped link (its namespace up: server at 10.213.77.2), FIFO and
+ * priority order alternating, a fresh server each, pulls `ahead` batches ahead. */
+static void shaped_pair(const bench_opts_t *o, const pw_train_config_t *base,
+                        const char *const *trp, const char *ns, const char *pf, int ahead,
+                        order_pair_t *out, char *why, size_t cap) {
+    char bin[600], portarg[32], pfarg[320], tables[700];
     bench_sibling("ps-server", bin, sizeof bin);
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
     snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", base->dim,
              (unsigned long long)base->seed, base->table_spec);
     double sps[2][3] = {{0}}, waits[2][3] = {{0}};
-    for (int rep = 0; rep < 3 && !out->why[0]; rep++)
-        for (int order = 0; order < 2 && !out->why[0]; order++) { /* fresh server: same state */
+    for (int rep = 0; rep < 3 && !why[0]; rep++)
+        for (int order = 0; order < 2 && !why[0]; order++) { /* fresh server: same state */
             const int port = bench_free_port();
             snprintf(portarg, sizeof portarg, "--port=%d", port);
             char *sargv[] = {"ip",
                              "netns",
                              "exec",
-                             ns,
+                             (char *)ns,
                              bin,
                              portarg,
                              pfarg,
@@ -196,20 +198,21 @@ static void measure_shaped(const bench_opts_t *o, const pw_train_config_t *base,
             unlink(pf);
             const int ps = bench_spawn(o, sargv);
             if (!bench_wait_file(pf, 10)) {
-                snprintf(out->why, sizeof out->why, "ps-server did not start in the namespace");
+                snprintf(why, cap, "ps-server did not start in the namespace");
                 bench_stop(ps);
                 break;
             }
             pw_train_config_t c = *base;
             snprintf(c.servers, sizeof c.servers, "10.213.77.2:%d", port);
             c.staleness = PW_ASYNC;
+            c.pull_ahead = ahead;
             c.fifo = order == 0;
             c.credit_bytes = 256 << 10;
             c.chunk_bytes = 64 << 10;
             c.timeout_ms = 10000;
             pw_train_result_t r;
             if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &r))
-                snprintf(out->why, sizeof out->why, "training over the shaped link failed");
+                snprintf(why, cap, "training over the shaped link failed");
             sps[order][rep] = r.samples_per_s;
             waits[order][rep] = r.pull_wait_s;
             bench_stop(ps);
@@ -218,6 +221,23 @@ static void measure_shaped(const bench_opts_t *o, const pw_train_config_t *base,
     out->prio = bench_median3(sps[1]);
     out->fifo_wait_s = bench_median3(waits[0]);
     out->prio_wait_s = bench_median3(waits[1]);
+}
+
+static void measure_shaped(const bench_opts_t *o, const pw_train_config_t *base,
+                           const char *const *trp, double mbit, shaped_t *out) {
+    char ns[32], va[16], vb[16], dir[256], pf[300];
+    snprintf(ns, sizeof ns, "emberps-bench-%d", (int)getpid());
+    snprintf(va, sizeof va, "eb%da", (int)getpid() % 1000000);
+    snprintf(vb, sizeof vb, "eb%db", (int)getpid() % 1000000);
+    out->mbit = mbit;
+    if (netns_up(ns, va, vb, mbit, out->why, sizeof out->why)) {
+        netns_down(ns, va);
+        return;
+    }
+    bench_tmpdir("dist-shaped", dir, sizeof dir);
+    snprintf(pf, sizeof pf, "%s/port", dir);
+    shaped_pair(o, base, trp, ns, pf, 0, &out->jit, out->why, sizeof out->why);
+    shaped_pair(o, base, trp, ns, pf, 2, &out->ahead2, out->why, sizeof out->why);
     unlink(pf);
     rmdir(dir);
     netns_down(ns, va);
@@ -327,15 +347,18 @@ int bench_dist_main(int argc, char **argv) {
     printf("%-40s %12.0f samples/s  (%.2f of local; pull stalls %.2f s)\n",
            "1 worker + 1 server, async (pull ahead 2)", dist.samples_per_s, ratio,
            dist.pull_wait_s);
-    if (sh.why[0])
+    if (sh.why[0]) {
         printf("%-40s skipped: %s\n", "fifo_vs_priority", sh.why);
-    else
-        printf("%-40s %12.0f vs %.0f samples/s (fifo_vs_priority %.2f; pull stalls %.2f vs "
-               "%.2f s)\n",
-               "priority vs FIFO, tbf link", sh.prio, sh.fifo, sh.prio / sh.fifo, sh.prio_wait_s,
-               sh.fifo_wait_s);
-    if (!sh.why[0])
-        printf("%-40s %12.1f Mbit/s each way\n", "  (link)", sh.mbit);
+    } else {
+        const order_pair_t *pp[] = {&sh.jit, &sh.ahead2};
+        const char *what[] = {"priority vs FIFO, pulls just in time",
+                              "priority vs FIFO, pulls 2 ahead"};
+        for (int i = 0; i < 2; i++)
+            printf("%-40s %12.0f vs %.0f samples/s (%.2f; pull stalls %.2f vs %.2f s)\n", what[i],
+                   pp[i]->prio, pp[i]->fifo, pp[i]->prio / pp[i]->fifo, pp[i]->prio_wait_s,
+                   pp[i]->fifo_wait_s);
+        printf("%-40s %12.1f Mbit/s each way (tbf)\n", "  (link)", sh.mbit);
+    }
     printf("%-40s %12.3f s  (wall, spawn to recorded step: %.3f s)\n",
            "worker restart to its first step", first_step, wall);
     cJSON *root = cJSON_CreateObject();
@@ -350,9 +373,12 @@ int bench_dist_main(int argc, char **argv) {
         cJSON_AddStringToObject(root, "fifo_vs_priority_skipped", sh.why);
     } else {
         cJSON_AddNumberToObject(root, "link_mbit", sh.mbit);
-        cJSON_AddNumberToObject(root, "fifo_samples_per_s", sh.fifo);
-        cJSON_AddNumberToObject(root, "priority_samples_per_s", sh.prio);
-        cJSON_AddNumberToObject(root, "fifo_vs_priority", sh.prio / sh.fifo);
+        cJSON_AddNumberToObject(root, "fifo_samples_per_s", sh.jit.fifo);
+        cJSON_AddNumberToObject(root, "priority_samples_per_s", sh.jit.prio);
+        cJSON_AddNumberToObject(root, "fifo_vs_priority", sh.jit.prio / sh.jit.fifo);
+        cJSON_AddNumberToObject(root, "fifo_pull_wait_s", sh.jit.fifo_wait_s);
+        cJSON_AddNumberToObject(root, "priority_pull_wait_s", sh.jit.prio_wait_s);
+        cJSON_AddNumberToObject(root, "fifo_vs_priority_ahead2", sh.ahead2.prio / sh.ahead2.fifo);
     }
     cJSON_AddNumberToObject(root, "restart_first_step_s", first_step);
     cJSON_AddNumberToObject(root, "restart_wall_s", wall);

@@ -352,6 +352,24 @@ static int api_checkpoint(void *ctx, ps_ckpt_result_t *r) {
     return checkpoint_locked(ctx, r);
 }
 
+/* Restore: RAM tables only (a cold tier's database is replaced only into an empty catalog). */
+static int api_restore(void *ctx, uint64_t id, uint64_t *restored) {
+    server_t *s = ctx;
+    if (s->tier) {
+        PC_WARN("restore while serving refused: this server has a cold tier (use --restore-id)");
+        return PC_EUNSUPPORTED;
+    }
+    pthread_mutex_lock(&s->ckpt_mu);
+    int rc = ps_ckpt_restore(s->ck, id, restored);
+    pthread_mutex_unlock(&s->ckpt_mu);
+    if (rc)
+        PC_ERROR("restore of checkpoint %llu failed: %s", (unsigned long long)id, pc_strerror(rc));
+    else
+        PC_WARN("restored checkpoint %llu while serving (a job rollback)",
+                (unsigned long long)*restored);
+    return rc;
+}
+
 static void on_ckpt_timer(uv_timer_t *t) {
     checkpoint_now(t->data, "periodic");
 }
@@ -537,6 +555,7 @@ int main(int argc, char **argv) {
                         .owns = api_owns,
                         .map_text = api_map,
                         .checkpoint = s.ck ? api_checkpoint : NULL,
+                        .restore = s.ck ? api_restore : NULL,
                         .coord = s.coord.ctx ? &s.coord : NULL};
     if (!rc && s.cfg.grpc_port >= 0) {
         char addr[128];

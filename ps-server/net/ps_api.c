@@ -18,8 +18,8 @@ static const char *const k_paths[PS_API_NMETHODS] = {
     PREFIX "Lookup",        PREFIX "Pull",       PREFIX "Push",
     PREFIX "CreateTable",   PREFIX "DropTable",  PREFIX "ListTables",
     PREFIX "TableStats",    PREFIX "Checkpoint", PREFIX "ListCheckpoints",
-    PREFIX "GetClusterMap", PREFIX "Health",     COORD "KvSet",
-    COORD "KvGet",          COORD "KvList"};
+    PREFIX "GetClusterMap", PREFIX "Health",     PREFIX "Restore",
+    COORD "KvSet",          COORD "KvGet",       COORD "KvList"};
 
 int ps_api_method(const char *path, size_t len) {
     for (int m = 0; m < PS_API_NMETHODS; m++)
@@ -33,7 +33,8 @@ const char *ps_api_path(ps_api_method_t m) {
 }
 
 bool ps_api_is_admin(int m) {
-    return m == PS_API_CREATE_TABLE || m == PS_API_DROP_TABLE || m == PS_API_CHECKPOINT;
+    return m == PS_API_CREATE_TABLE || m == PS_API_DROP_TABLE || m == PS_API_CHECKPOINT ||
+           m == PS_API_RESTORE;
 }
 
 int ps_api_status_of(int e) {
@@ -332,6 +333,36 @@ static void do_checkpoint(const ps_api_env_t *env, ps_api_reply_t *r) {
     ok_packed(r, &resp.base);
 }
 
+static void do_restore(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    Emberps__RestoreRequest *q = emberps__restore_request__unpack(NULL, len, req);
+    if (!q) {
+        fail(r, PS_ST_INVALID_ARGUMENT, "malformed RestoreRequest%s", "");
+        return;
+    }
+    const uint64_t id = q->id;
+    emberps__restore_request__free_unpacked(q, NULL);
+    if (!env->restore) {
+        fail(r, PS_ST_FAILED_PRECONDITION, "no checkpoint directory configured%s", "");
+        return;
+    }
+    const uint64_t t0 = pc_time_mono_ns();
+    uint64_t got = 0;
+    int rc = env->restore(env->ctx, id, &got);
+    if (rc == PC_EUNSUPPORTED) {
+        fail(r, PS_ST_FAILED_PRECONDITION,
+             "this server has a cold tier: restore it at start (--restore-id)%s", "");
+        return;
+    }
+    if (rc) {
+        fail_pc(r, rc, "restore");
+        return;
+    }
+    Emberps__RestoreResponse resp = EMBERPS__RESTORE_RESPONSE__INIT;
+    resp.id = got;
+    resp.seconds = pc_time_sec_since(t0);
+    ok_packed(r, &resp.base);
+}
+
 static void do_list_ckpts(const ps_api_env_t *env, ps_api_reply_t *r) {
     enum { MAXC = 1024 };
     Emberps__ListCheckpointsResponse resp = EMBERPS__LIST_CHECKPOINTS_RESPONSE__INIT;
@@ -515,6 +546,9 @@ void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
             return;
         case PS_API_LIST_CHECKPOINTS:
             do_list_ckpts(env, r);
+            return;
+        case PS_API_RESTORE:
+            do_restore(env, req, len, r);
             return;
         case PS_API_GET_CLUSTER_MAP:
             do_map(env, r);

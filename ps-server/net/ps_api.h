@@ -45,6 +45,7 @@ typedef enum {
     PS_API_LIST_CHECKPOINTS,
     PS_API_GET_CLUSTER_MAP,
     PS_API_HEALTH,
+    PS_API_RESTORE,
     PS_API_KV_SET, /* emberps.Coordinator */
     PS_API_KV_GET,
     PS_API_KV_LIST,
@@ -65,6 +66,9 @@ typedef struct ps_api_env {
     char *(*map_text)(void *ctx, uint64_t *version);
     /* Write a checkpoint now (NULL: Checkpoint is FAILED_PRECONDITION). */
     int (*checkpoint)(void *ctx, ps_ckpt_result_t *res);
+    /* Restore checkpoint id (0: the newest) into the serving tables; *restored its id;
+     * PC_EUNSUPPORTED when this server cannot (NULL or that: Restore is FAILED_PRECONDITION). */
+    int (*restore)(void *ctx, uint64_t id, uint64_t *restored);
     /* The coordinator's store (NULL: not the coordinator; its methods are
      * FAILED_PRECONDITION). */
     const struct ps_coord_store *coord;
@@ -75,7 +79,8 @@ typedef struct ps_api_env {
 int ps_api_method(const char *path, size_t len);
 /* The full path of a method ("/emberps.ParameterServer/Lookup"). */
 const char *ps_api_path(ps_api_method_t m);
-/* Administrative methods (CreateTable, DropTable, Checkpoint): the admin token applies. */
+/* Administrative methods (CreateTable, DropTable, Checkpoint, Restore): the admin token
+ * applies. */
 bool ps_api_is_admin(int method);
 
 typedef struct ps_api_reply {

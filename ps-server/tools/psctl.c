@@ -54,6 +54,7 @@ static void usage(FILE *f) {
                "                         which server of the map owns it\n"
                "  checkpoint             write a checkpoint now\n"
                "  checkpoints            list checkpoints\n"
+               "  restore ID             go back to checkpoint ID while serving (0: the newest)\n"
                "  workers JOB            the job's workers and their membership leases (--server:\n"
                "                         the coordinator's gRPC address)\n\n"
                "options:\n");
@@ -482,6 +483,26 @@ int main(int argc, char **argv) {
             else
                 cJSON_Delete(o);
             emberps__list_checkpoints_response__free_unpacked(p, NULL);
+        }
+    } else if (!strcmp(cmd, "restore") && nargs == 1) {
+        Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
+        char *end;
+        q.id = strtoull(args[0], &end, 10);
+        Emberps__RestoreResponse *p;
+        if (*end || end == args[0]) {
+            fprintf(stderr, "psctl: restore: not a checkpoint id: %s\n", args[0]);
+            rc = 2;
+        } else if ((r = call(PS_API_RESTORE, &q.base, &len, &rc)) &&
+                   (p = emberps__restore_response__unpack(NULL, len, r))) {
+            if (g_o.json) {
+                cJSON *o = cJSON_CreateObject();
+                num(o, "restored", p->id);
+                cJSON_AddNumberToObject(o, "seconds", p->seconds);
+                emit(o);
+            } else {
+                printf("restored checkpoint %" PRIu64 " in %.2f s\n", p->id, p->seconds);
+            }
+            emberps__restore_response__free_unpacked(p, NULL);
         }
     } else if (!strcmp(cmd, "workers") && nargs == 1) {
         rc = workers(args[0]);

@@ -35,6 +35,7 @@ typedef struct cluster {
     pid_t s0, s1;
     int p0, p1, grpc0, grpc1;
     char map[256], maparg[300], tables[256], ckpt0[320], ckpt1[320];
+    char grpc1arg[32]; /* "--grpc-port=N": server 1 keeps its gRPC port across restarts */
 } cluster_t;
 
 /* Both servers have checkpoint directories of their own; server 1 also checkpoints every
@@ -49,12 +50,22 @@ static void start_server0(cluster_t *c, uint64_t restore) {
 static void start_server1(cluster_t *c, uint64_t restore) {
     char rs[48];
     snprintf(rs, sizeof rs, "--restore-id=%llu", (unsigned long long)restore);
-    const char *e1[] = {c->maparg,         c->tables, c->ckpt1, "--ckpt-interval-s=1",
-                        "--ckpt-keep=100", rs,        NULL};
+    const char *e1[] = {c->maparg,
+                        c->tables,
+                        c->ckpt1,
+                        "--ckpt-interval-s=1",
+                        "--ckpt-keep=100",
+                        rs,
+                        c->grpc1arg[0] ? c->grpc1arg : NULL,
+                        NULL};
     c->s1 = pu_spawn(c->p1, g_dir, e1, &c->grpc1);
 }
 
-static void cluster_up(cluster_t *c, const char *table) {
+/* fixed_grpc1: server 1's gRPC port stays the same when it is started again. */
+static void cluster_start(cluster_t *c, const char *table, bool fixed_grpc1) {
+    c->grpc1arg[0] = '\0';
+    if (fixed_grpc1)
+        snprintf(c->grpc1arg, sizeof c->grpc1arg, "--grpc-port=%d", pu_free_port());
     c->p0 = pu_free_port();
     c->p1 = pu_free_port();
     snprintf(c->map, sizeof c->map,
@@ -66,6 +77,10 @@ static void cluster_up(cluster_t *c, const char *table) {
     snprintf(c->ckpt1, sizeof c->ckpt1, "--ckpt-dir=%s/ckpt-%d", g_dir, c->p1);
     start_server0(c, 0);
     start_server1(c, 0);
+}
+
+static void cluster_up(cluster_t *c, const char *table) {
+    cluster_start(c, table, false);
 }
 
 static void cluster_down(cluster_t *c) {
@@ -351,19 +366,23 @@ static void wait_key(pw_coord_t *co, const char *job, const char *key, char *out
     fail_msg("%s/%s never came", job, key);
 }
 
-/* Bounded wait until rank 1 recorded step >= 15 of job; its recorded lines. */
-static long wait_progress(pw_coord_t *co, const char *job) {
+/* Bounded wait until rank 1 recorded step >= min_step of job; its recorded lines. */
+static long wait_step(pw_coord_t *co, const char *job, unsigned long long min_step) {
     const double t0 = pu_now();
     char v[64];
     unsigned long long step = 0, lines = 0;
     while (pu_now() - t0 < 60) {
         job_key(co, job, "off/1", v, sizeof v);
-        if (sscanf(v, "%llu %llu", &step, &lines) == 2 && step >= 15)
+        if (sscanf(v, "%llu %llu", &step, &lines) == 2 && step >= min_step)
             return (long)lines;
         usleep(10000);
     }
-    fail_msg("rank 1 of %s made no progress", job);
+    fail_msg("rank 1 of %s did not reach step %llu", job, min_step);
     return -1;
+}
+
+static long wait_progress(pw_coord_t *co, const char *job) {
+    return wait_step(co, job, 15);
 }
 
 static pw_coord_t *coord_of(const cluster_t *c) {
@@ -586,6 +605,52 @@ static void test_server_restart(void **state) {
     cluster_down(&c);
 }
 
+/* A server killed with -9 and restarted while the job runs, with --on-server-loss=rollback: it
+ * comes back from a periodic checkpoint of its own (not the job's cut); the workers notice the
+ * lost connection and roll the whole job back to the latest coordinated checkpoint (every
+ * server restores its part through gRPC Restore, every worker takes the dense state and its
+ * position) and finish where an uninterrupted run does, within its AUC tolerance. */
+static void test_server_rollback(void **state) {
+    (void)state;
+    recovery_data();
+    cluster_t c;
+    cluster_start(&c, RTABLE, true);
+    pw_coord_t *co = coord_of(&c);
+    char dir[300], ckd[320], grpc[96], latest[340];
+    snprintf(dir, sizeof dir, "%s/liveckpt", g_dir);
+    snprintf(ckd, sizeof ckd, "--ckpt-dir=%s", dir);
+    snprintf(grpc, sizeof grpc, "--server-grpc=127.0.0.1:%d,127.0.0.1:%d", c.grpc0, c.grpc1);
+    snprintf(latest, sizeof latest, "%s/LATEST", dir);
+    rjob_t j = {.c = &c,
+                .job = "liverb",
+                .policy = "wait",
+                .rejoin_ms = 20000,
+                .extra = {ckd, grpc, "--ckpt-every=40", "--on-server-loss=rollback", NULL}};
+    snprintf(j.out[0], sizeof j.out[0], "%s/lr0.json", g_dir);
+    snprintf(j.out[1], sizeof j.out[1], "%s/lr1.json", g_dir);
+    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    wait_step(co, j.job, 50); /* past the checkpoint after step 40 */
+    assert_int_equal(access(latest, F_OK), 0);
+    usleep(1200000); /* a periodic checkpoint of server 1 after the job's cut */
+    assert_int_equal(kill(c.s1, SIGKILL), 0);
+    assert_int_equal(pu_reap(c.s1, 10), 128 + SIGKILL);
+    usleep(300000);
+    start_server1(&c, 0); /* its own newest checkpoint, same ports */
+    assert_int_equal(pu_reap(p0, 120), 0);
+    assert_int_equal(pu_reap(p1, 120), 0);
+    const double auc = json_num(j.out[0], "auc"), base = base_auc();
+    print_message("server 1 killed and restarted, the job rolled back (%.0f, %.0f rollbacks): "
+                  "AUC %.5f (uninterrupted %.5f), %.0f steps\n",
+                  json_num(j.out[0], "rollbacks"), json_num(j.out[1], "rollbacks"), auc, base,
+                  json_num(j.out[0], "steps"));
+    assert_true(json_num(j.out[0], "rollbacks") >= 1 && json_num(j.out[1], "rollbacks") >= 1);
+    assert_true(json_num(j.out[0], "steps") == RROWS / RB);
+    assert_true(json_num(j.out[1], "steps") == RROWS / RB);
+    assert_true(fabs(auc - base) < AUC_TOL);
+    pw_coord_close(co);
+    cluster_down(&c);
+}
+
 /* The whole job rolled back: workers take coordinated checkpoints every 40 steps; after one,
  * both workers and both servers are killed with -9; the servers start from the checkpoint's
  * ids (--restore-id), the workers with --resume=checkpoint: each reads its data from the
@@ -778,6 +843,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_worker_restart),    cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),    cmocka_unit_test(test_job_rollback),
         cmocka_unit_test(test_consistency_modes), cmocka_unit_test(test_worker_hung),
+        cmocka_unit_test(test_server_rollback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

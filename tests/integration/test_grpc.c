@@ -167,6 +167,16 @@ static void test_admin_and_tokens(void **state) {
     assert_int_equal(cl->checkpoints[0]->id, 1);
     emberps__list_checkpoints_response__free_unpacked(cl, NULL);
     free(resp);
+    Emberps__RestoreRequest rq = EMBERPS__RESTORE_REQUEST__INIT; /* back to it while serving */
+    rq.id = 1;
+    assert_int_equal(call(user, PS_API_RESTORE, &rq.base, &resp, &len), PS_ST_UNAUTHENTICATED);
+    assert_int_equal(call(admin, PS_API_RESTORE, &rq.base, &resp, &len), 0);
+    Emberps__RestoreResponse *rr = emberps__restore_response__unpack(NULL, len, resp);
+    assert_true(rr && rr->id == 1);
+    emberps__restore_response__free_unpacked(rr, NULL);
+    free(resp);
+    rq.id = 99;
+    assert_int_equal(call(admin, PS_API_RESTORE, &rq.base, &resp, &len), PS_ST_NOT_FOUND);
     Emberps__TableStatsRequest sq = EMBERPS__TABLE_STATS_REQUEST__INIT;
     sq.table = "ads";
     assert_int_equal(call(user, PS_API_TABLE_STATS, &sq.base, &resp, &len), 0);

@@ -465,6 +465,11 @@ int pw_group_recover(pw_group_t *g) {
     return rc;
 }
 
+int pw_group_reform(pw_group_t *g) {
+    const int n = members_of(g, g->gen);
+    return n < 0 ? n : propose(g, g->gen + 1, g->members, n);
+}
+
 void pw_group_progress(pw_group_t *g, uint64_t step) {
     pthread_mutex_lock(&g->hb_mu);
     g->hb_step = step;

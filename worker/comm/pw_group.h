@@ -72,6 +72,11 @@ uint64_t pw_group_gen(const pw_group_t *g);
 /* After a collective failed, or when pw_group_stale: form the next generation (see above). */
 int pw_group_recover(pw_group_t *g);
 
+/* Propose the next generation with the current members (a voluntary re-formation, e.g. for a
+ * job rollback: every member sees it as stale and regroups); then call pw_group_recover. A newer
+ * proposal already there wins. */
+int pw_group_reform(pw_group_t *g);
+
 /* Whether a newer generation was proposed (asks the coordinator at most once a second). */
 bool pw_group_stale(pw_group_t *g);
 

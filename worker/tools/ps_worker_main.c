@@ -29,7 +29,8 @@ typedef struct cfg {
     char load_dense[512], save_dense[512], export_embeddings[512];
     char servers[4096], table_name[64], coordinator[256], job[64], host[64];
     char ckpt_dir[512], server_grpc[4096], mode[16], step_log[512];
-    int pooling, dense_optimizer, on_worker_loss, resume, order; /* indexes into k_* lists */
+    int pooling, dense_optimizer, on_worker_loss, on_server_loss, resume,
+        order; /* indexes into k_* lists */
     int64_t pull_ahead, async_window, credit_kib, chunk_kib;
     int64_t ckpt_every;
     int64_t rank, world, timeout_ms, rejoin_timeout_ms, lease_ms, server_retry_ms;
@@ -44,6 +45,7 @@ static const char *const k_pooling[] = {"sum", "mean", NULL};
 static const char *const k_optimizers[] = {"sgd", "adagrad", "adam", NULL};
 static const char *const k_loss[] = {"shrink", "wait", NULL};
 static const char *const k_resume[] = {"position", "checkpoint", NULL};
+static const char *const k_server_loss[] = {"continue", "rollback", NULL};
 static const char *const k_order[] = {"priority", "fifo", NULL};
 
 #define T cfg_t
@@ -72,6 +74,9 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_ENUM(T, resume, k_resume, "position",
                     "position (a restarted worker continues where it was) | checkpoint (the "
                     "whole job starts from the latest coordinated checkpoint)"),
+    PC_SETTING_ENUM(T, on_server_loss, k_server_loss, "continue",
+                    "after a lost server connection: continue, or roll the job back to its "
+                    "latest coordinated checkpoint (needs --ckpt-every)"),
     PC_SETTING_ENUM(T, on_worker_loss, k_loss, "shrink",
                     "after that: shrink (go on without it) | wait (keep waiting)"),
     PC_SETTING_STRING(T, mode, "sync",
@@ -192,6 +197,7 @@ int main(int argc, char **argv) {
     snprintf(tc.ckpt_dir, sizeof tc.ckpt_dir, "%s", c.ckpt_dir);
     snprintf(tc.server_grpc, sizeof tc.server_grpc, "%s", c.server_grpc);
     tc.resume_checkpoint = c.resume == 1;
+    tc.rollback_on_server_loss = c.on_server_loss == 1;
     tc.shrink = c.on_worker_loss == 0;
     if (pw_train_mode_parse(c.mode, &tc.staleness)) {
         fprintf(stderr, "ps-worker: --mode is sync, async or ssp:S (S from 1 to 1000)\n");
@@ -230,6 +236,7 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "steps", (double)r.steps);
         cJSON_AddNumberToObject(j, "first_step_s", r.first_step_s);
         cJSON_AddNumberToObject(j, "lost_pushes", (double)r.lost_pushes);
+        cJSON_AddNumberToObject(j, "rollbacks", (double)r.rollbacks);
         cJSON_AddNumberToObject(j, "max_ahead", (double)r.max_ahead);
         cJSON_AddNumberToObject(j, "pull_wait_s", r.pull_wait_s);
         cJSON_AddNumberToObject(j, "pulled_bytes", (double)r.pulled_bytes);

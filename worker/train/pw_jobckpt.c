@@ -9,45 +9,78 @@
 #include "pw_model_io.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck) {
+/* One unary call to the server at addr: the unpacked response (free with
+ * protobuf_c_message_free_unpacked) or an error, logged. */
+static int call_server(const char *addr, const char *method, const ProtobufCMessage *q,
+                       const ProtobufCMessageDescriptor *rd, int timeout_ms,
+                       ProtobufCMessage **out) {
+    psg_t *g;
+    int rc = psg_create(addr, NULL, 1u << 20, &g);
+    if (rc)
+        return rc;
+    uint8_t req[64], *resp = NULL;
+    size_t rlen = 0, len = protobuf_c_message_pack(q, req); /* small requests */
+    char msg[256] = "";
+    int st = psg_call(g, method, req, len, timeout_ms, &resp, &rlen, msg, sizeof msg);
+    psg_destroy(g);
+    *out = st ? NULL : protobuf_c_message_unpack(rd, NULL, rlen, resp);
+    free(resp);
+    if (!*out) {
+        PC_ERROR("job checkpoint: server %s, %s: status %d %s", addr, method, st, msg);
+        return st ? psg_error(st) : PC_ECORRUPT;
+    }
+    return 0;
+}
+
+/* Server i of the comma-separated list: a checkpoint (restore: false; its id into
+ * ck->servers[i]) or a restore of ck->servers[i]. */
+static int each_server(const char *grpc, int timeout_ms, pw_jobckpt_t *ck, bool restore) {
     char *list = strdup(grpc ? grpc : ""), *save = NULL;
     if (!list)
         return PC_ENOMEM;
     int rc = 0;
-    ck->nservers = 0;
-    for (char *a = strtok_r(list, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save)) {
-        if (ck->nservers == PW_JOBCKPT_MAX_SERVERS) {
-            rc = PC_ETOOBIG;
+    size_t i = 0;
+    for (char *a = strtok_r(list, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save), i++) {
+        if (i == (restore ? ck->nservers : PW_JOBCKPT_MAX_SERVERS)) {
+            rc = restore ? PC_EINVAL : PC_ETOOBIG; /* more servers than the checkpoint has */
             break;
         }
-        psg_t *g;
-        if ((rc = psg_create(a, NULL, 1u << 20, &g)))
-            break;
-        Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
-        uint8_t req[16], *resp = NULL;
-        size_t rlen = 0, len = protobuf_c_message_pack(&q.base, req);
-        char msg[256] = "";
-        int st = psg_call(g, "/emberps.ParameterServer/Checkpoint", req, len, timeout_ms, &resp,
-                          &rlen, msg, sizeof msg);
-        psg_destroy(g);
-        Emberps__CheckpointResponse *p =
-            st ? NULL : emberps__checkpoint_response__unpack(NULL, rlen, resp);
-        free(resp);
-        if (!p) {
-            PC_ERROR("checkpoint: server %s: status %d %s", a, st, msg);
-            rc = st ? psg_error(st) : PC_ECORRUPT;
-            break;
+        ProtobufCMessage *p;
+        if (restore) {
+            Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
+            q.id = ck->servers[i];
+            rc = call_server(a, "/emberps.ParameterServer/Restore", &q.base,
+                             &emberps__restore_response__descriptor, timeout_ms, &p);
+        } else {
+            Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
+            rc = call_server(a, "/emberps.ParameterServer/Checkpoint", &q.base,
+                             &emberps__checkpoint_response__descriptor, timeout_ms, &p);
+            if (!rc)
+                ck->servers[i] = ((Emberps__CheckpointResponse *)p)->id;
         }
-        ck->servers[ck->nservers++] = p->id;
-        emberps__checkpoint_response__free_unpacked(p, NULL);
+        if (!rc)
+            protobuf_c_message_free_unpacked(p, NULL);
     }
     free(list);
-    return rc ? rc : ck->nservers ? 0 : PC_EINVAL;
+    if (!rc && (i == 0 || (restore && i != ck->nservers)))
+        rc = PC_EINVAL; /* no servers, or not as many as the checkpoint has */
+    if (!rc && !restore)
+        ck->nservers = i;
+    return rc;
+}
+
+int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck) {
+    return each_server(grpc, timeout_ms, ck, false);
+}
+
+int pw_jobckpt_restore_servers(const char *grpc, int timeout_ms, const pw_jobckpt_t *ck) {
+    return each_server(grpc, timeout_ms, (pw_jobckpt_t *)ck, true);
 }
 
 /* Keep the latest step directory and the keep - 1 before it; remove the others, also those

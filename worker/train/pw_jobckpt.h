@@ -14,7 +14,9 @@
  * must be reachable by every worker (one machine, or a shared file system) for a rollback.
  *
  * Rolling a job back to it: start server i with --restore-id=IDi, every worker with
- * --resume=checkpoint (docs/training.md).
+ * --resume=checkpoint; or, while the job runs (--on-server-loss=rollback), restore the running
+ * servers (pw_jobckpt_restore_servers) and load every worker's state and position
+ * (docs/training.md).
  *
  * Errors: PC_ENOTFOUND (no checkpoint), PC_ECORRUPT (a damaged file), PC_EDIM (a dense state of
  * another size: another model), PC_EIO, PC_EUNAVAIL / PC_ETIMEDOUT (a server did not answer).
@@ -38,6 +40,11 @@ typedef struct pw_jobckpt {
 /* Ask every server of `grpc` (comma-separated host:gRPC port, cluster-map order) to write a
  * checkpoint now; their ids go to ck->servers. */
 int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck);
+
+/* Have every server of `grpc` (as above) go back to its checkpoint of ck (gRPC Restore of
+ * ck->servers[i]): a job rollback while the servers run. PC_EINVAL when the list and the
+ * checkpoint's servers differ in number. */
+int pw_jobckpt_restore_servers(const char *grpc, int timeout_ms, const pw_jobckpt_t *ck);
 
 /* Write DIR/step-<ck->step>/ and LATEST; keep `keep` (>= 1) step directories (see above). */
 int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,

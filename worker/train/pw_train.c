@@ -150,6 +150,10 @@ typedef struct trainer {
     bool pos_saved;        /* this worker's last position reached the coordinator */
     uint64_t pos_retry_ns; /* after a failed save, the next try waits until then */
     atomic_ullong lost_pushes;
+    uint64_t seen_reconnects; /* the client's reconnects when last looked at (rollback) */
+    bool want_rollback;       /* this worker saw a server connection lost */
+    bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
+    uint64_t reposition_at, rollbacks;
     atomic_bool coll_broken; /* an ordered-lane collective failed (until the group re-forms) */
     FILE *step_log;
     uint64_t max_ahead;
@@ -759,20 +763,109 @@ static bool fatal(int rc) {
     return rc == PC_ENOMEM || rc == PC_EDIM || rc == PC_EINVAL;
 }
 
+/* How long members wait for rank 0 calling every server (checkpoint, restore). */
+static int servers_wait_ms(const pw_train_config_t *c) {
+    int nservers = 1;
+    for (const char *p = c->server_grpc; *p; p++)
+        nservers += *p == ',';
+    return c->timeout_ms * (nservers + 1);
+}
+
+/* The latest coordinated checkpoint of ckpt_dir: its manifest and dense state (*ck and *state
+ * malloc'ed, NULL on errors), checked against this job's world. Errors are logged. */
+static int latest_checkpoint(trainer_t *t, pw_jobckpt_t **ck, float **state) {
+    const size_t n = dense_state(t, NULL, false);
+    *ck = calloc(1, sizeof **ck);
+    *state = malloc(n * sizeof **state);
+    int rc = *ck && *state ? pw_jobckpt_read_latest(t->c->ckpt_dir, *ck, *state, n) : PC_ENOMEM;
+    if (!rc && (*ck)->nranks != (size_t)t->c->world) {
+        PC_ERROR("train: the checkpoint is of %zu workers, this job has %d", (*ck)->nranks,
+                 t->c->world);
+        rc = PC_EINVAL;
+    }
+    if (rc) {
+        PC_ERROR("train: cannot read the checkpoint in %s: %s", t->c->ckpt_dir, pc_strerror(rc));
+        free(*ck);
+        free(*state);
+        *ck = NULL;
+        *state = NULL;
+    }
+    return rc;
+}
+
+/* Take a checkpoint's dense state (and step count) and this rank's position in it. */
+static void take_checkpoint(trainer_t *t, const pw_jobckpt_t *ck, const float *state,
+                            uint64_t *pos) {
+    dense_state(t, (float *)state, false);
+    *pos = ck->positions[t->c->rank];
+    PC_WARN("train: rank %d goes on from the checkpoint after step %llu, line %llu of its data",
+            t->c->rank, (unsigned long long)t->step, (unsigned long long)*pos);
+}
+
+/* In a group just formed: when any member saw a server connection lost (want_rollback), the
+ * job rolls back to the latest coordinated checkpoint: the group's rank 0 has every server
+ * restore its part (gRPC Restore), the members agree that it worked, then each takes the
+ * checkpoint's dense state and position (t->reposition: the loop reads from there again). A
+ * failed rollback (no checkpoint yet, a server refusing) is logged and training goes on. Only
+ * collective errors are returned. */
+static int rollback_agree(trainer_t *t) {
+    pw_coll_t *coll = pw_group_coll(t->grp);
+    float want = t->want_rollback ? 1.0f : 0.0f;
+    int rc = pw_coll_allreduce_sum(coll, &want, 1);
+    if (rc || want == 0.0f)
+        return rc;
+    pw_jobckpt_t *ck = NULL;
+    float *state = NULL;
+    int ck_rc = latest_checkpoint(t, &ck, &state);
+    if (!ck_rc && pw_group_rank(t->grp) == 0) {
+        const uint64_t t0 = pc_time_mono_ns();
+        ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, t->c->timeout_ms, ck);
+        if (!ck_rc)
+            PC_WARN("train: job rollback: %zu servers restored the checkpoint after step %llu "
+                    "in %.2f s",
+                    ck->nservers, (unsigned long long)ck->step, pc_time_sec_since(t0));
+    }
+    float failed = ck_rc ? 1.0f : 0.0f;
+    if (!(rc = pw_coll_barrier(coll, servers_wait_ms(t->c))))
+        rc = pw_coll_allreduce_sum(coll, &failed, 1);
+    if (!rc && failed == 0.0f) {
+        take_checkpoint(t, ck, state, &t->reposition_at);
+        t->reposition = true;
+        t->rollbacks++;
+    } else if (!rc) {
+        PC_ERROR("train: the job rollback failed (see above): training goes on from here");
+    }
+    if (!rc) {
+        psc_stats_t st;
+        psc_stats(t->ps, &st);
+        t->seen_reconnects = st.reconnects;
+        t->want_rollback = false;
+    }
+    free(ck);
+    free(state);
+    return rc;
+}
+
+/* The agreement of a group just formed: one dense state, then a rollback if one is wanted. */
+static int agree(trainer_t *t) {
+    int rc = sync_state(t);
+    return rc ? rc : rollback_agree(t);
+}
+
 /* A collective failed (a peer died) or a newer generation was proposed: re-form the group and
- * agree on the dense state; tried again while a member fails during the agreement. */
+ * agree (agree); tried again while a member fails during the agreement. */
 static int regroup(trainer_t *t) {
     int rc;
     do
         rc = pw_group_recover(t->grp);
-    while (!rc && (rc = sync_state(t)) && !fatal(rc));
+    while (!rc && (rc = agree(t)) && !fatal(rc));
     return rc;
 }
 
-/* At start: agree on the dense state with the group just joined (a restarted worker takes it
- * from a live peer); a member failing meanwhile is handled as in regroup. */
+/* At start: agree with the group just joined (a restarted worker takes the dense state from a
+ * live peer); a member failing meanwhile is handled as in regroup. */
 static int regroup_initial(trainer_t *t) {
-    int rc = sync_state(t);
+    int rc = agree(t);
     return rc && !fatal(rc) ? regroup(t) : rc;
 }
 
@@ -784,6 +877,11 @@ static int trainer_init(trainer_t *t) {
          (c->ckpt_every && !c->server_grpc[0]))) {
         PC_ERROR("train: coordinated checkpoints need servers, a coordinator, a checkpoint "
                  "directory and (to write them) the servers' gRPC addresses");
+        return PC_EINVAL;
+    }
+    if (c->rollback_on_server_loss && !c->ckpt_every) {
+        PC_ERROR("train: rolling back on a server loss needs coordinated checkpoints "
+                 "(--ckpt-every, --ckpt-dir, --server-grpc)");
         return PC_EINVAL;
     }
     t->be = pw_backend_cpu();
@@ -1080,10 +1178,7 @@ static void progress(const pw_train_config_t *c, pw_reader_t *r, uint64_t sample
  * errors are returned (the caller regroups); a failed checkpoint is only logged. */
 static int job_checkpoint(trainer_t *t) {
     const pw_train_config_t *c = t->c;
-    int nservers = 1;
-    for (const char *p = c->server_grpc; *p; p++)
-        nservers += *p == ',';
-    const int wait_ms = c->timeout_ms * (nservers + 1);
+    const int wait_ms = servers_wait_ms(c);
     float saved = t->pos_saved ? 1.0f : 0.0f;
     int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), &saved, 1);
     if (rc || pw_group_rank(t->grp) != 0)
@@ -1123,25 +1218,11 @@ static int job_checkpoint(trainer_t *t) {
 /* Start from the latest coordinated checkpoint: the dense state, and *skip = this rank's
  * position. */
 static int resume_checkpoint(trainer_t *t, uint64_t *skip) {
-    const size_t n = dense_state(t, NULL, false);
-    pw_jobckpt_t *ck = calloc(1, sizeof *ck);
-    float *state = malloc(n * sizeof *state);
-    int rc = ck && state ? pw_jobckpt_read_latest(t->c->ckpt_dir, ck, state, n) : PC_ENOMEM;
-    if (!rc && ck->nranks != (size_t)t->c->world) {
-        PC_ERROR("train: the checkpoint is of %zu workers, this job has %d", ck->nranks,
-                 t->c->world);
-        rc = PC_EINVAL;
-    }
-    if (!rc) {
-        dense_state(t, state, false);
-        *skip = ck->positions[t->c->rank];
-        PC_WARN("train: rank %d resumes from the checkpoint after step %llu, line %llu of its "
-                "data",
-                t->c->rank, (unsigned long long)t->step, (unsigned long long)*skip);
-    } else {
-        PC_ERROR("train: cannot resume from the checkpoint in %s: %s", t->c->ckpt_dir,
-                 pc_strerror(rc));
-    }
+    pw_jobckpt_t *ck;
+    float *state;
+    int rc = latest_checkpoint(t, &ck, &state);
+    if (!rc)
+        take_checkpoint(t, ck, state, skip);
     free(ck);
     free(state);
     return rc;
@@ -1166,12 +1247,30 @@ static void save_position(trainer_t *t, bool force) {
     t->pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
 }
 
+/* With rollback_on_server_loss: whether a connection to a server was lost since the last look
+ * (the client reconnected: the server may have restarted from an older checkpoint of its own);
+ * then this worker wants a job rollback. */
+static bool server_lost(trainer_t *t) {
+    if (!t->grp || !t->c->rollback_on_server_loss)
+        return false;
+    psc_stats_t st;
+    psc_stats(t->ps, &st);
+    if (st.reconnects == t->seen_reconnects)
+        return false;
+    t->seen_reconnects = st.reconnects;
+    t->want_rollback = true;
+    PC_WARN("train: a server connection was lost: rolling the job back to its latest coordinated "
+            "checkpoint");
+    return true;
+}
+
 /* A collective failed (a peer died) or a newer generation was proposed: stop the ordered lane
  * (its collectives cannot complete; pulls gated on its rounds fail with it), let the server
  * calls finish, re-form the group and agree on the dense state (regroup). The rounds in flight
  * are dropped: their pushes were sent (applied once), their dense gradients are lost, their
  * batches count as read. The batches read but not computed are renumbered from the agreed step
- * and pulled again. */
+ * and pulled again (after a job rollback: dropped, the reader starts again from the
+ * checkpoint's position). */
 static int pipeline_regroup(trainer_t *t) {
     pw_sched_abort_ordered(t->sched, PC_ECANCELED);
     for (uint64_t id = t->applied; id < t->next_round; id++) { /* the rounds not applied */
@@ -1186,6 +1285,11 @@ static int pipeline_regroup(trainer_t *t) {
     if (rc)
         return rc;
     t->next_round = t->applied = t->step;
+    if (t->reposition) { /* rolled back: the batches read ahead are read again later */
+        t->filled = 0;
+        t->done_pos = t->reposition_at;
+        t->pos_dirty = true;
+    }
     for (int i = 0; i < t->filled; i++) {
         slot_t *s = &t->slots[(t->head + i) % t->nslots];
         s->round = t->step + (uint64_t)i;
@@ -1233,6 +1337,14 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->first_step_s = NAN;
     t.next_round = t.applied = t.step;
     while (!rc && !stop) {
+        if (t.reposition) { /* a job rollback: read again from the checkpoint's position */
+            pw_reader_close(r);
+            r = NULL;
+            if ((rc = open_reader(c, fmt, train, ntrain, c->epochs, true, t.reposition_at, &r)))
+                break;
+            t.reposition = false;
+            more = true;
+        }
         /* Read and pull ahead: slots for steps next_round .. next_round + ahead. A slot is
          * refilled once its pushes are done (sync, ssp: the ring is long enough that they are:
          * its round was done before the step now computing began). */
@@ -1260,8 +1372,11 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
         if (rc)
             break;
-        if (t.grp && pw_group_stale(t.grp) && (rc = pipeline_regroup(&t)))
-            break;
+        if (t.grp && pw_group_stale(t.grp)) {
+            if ((rc = pipeline_regroup(&t)))
+                break;
+            continue;
+        }
         slot_t *s = &t.slots[t.head];
         if (!t.filled) { /* no batch: the others may have some; stop when no worker has */
             if ((rc = apply_rounds(&t, 0, true, &stop)) || stop || !t.grp) {
@@ -1298,6 +1413,11 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
         if ((rc = slot_rows(&t, s)))
             break;
+        if (server_lost(&t)) { /* the servers answer again: roll the job back */
+            if ((rc = pw_group_reform(t.grp)) || (rc = pipeline_regroup(&t)))
+                break;
+            continue;
+        }
         if (cur - t.applied > t.max_ahead)
             t.max_ahead = cur - t.applied;
         log_step(&t, cur, "start");
@@ -1361,6 +1481,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     pw_reader_close(r);
     res->steps = t.step;
     res->lost_pushes = atomic_load(&t.lost_pushes);
+    res->rollbacks = t.rollbacks;
     res->seconds = pc_time_sec_since(t0);
     res->samples_per_s = res->seconds > 0 ? (double)res->samples / res->seconds : 0;
     res->train_loss = ema;

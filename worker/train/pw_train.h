@@ -61,7 +61,12 @@
  * Server failures: pulls and lookups that find a server down (PC_EUNAVAIL, PC_ETIMEDOUT) are
  * tried again every 200 ms for up to server_retry_ms (a restarted server restores its last
  * checkpoint); a push that fails so is not sent again (the servers that answered applied their
- * part; a restarted server lost it anyway): counted in lost_pushes, training goes on.
+ * part; a restarted server lost it anyway): counted in lost_pushes, training goes on. With
+ * rollback_on_server_loss, once the servers answer again the worker that saw a connection to a
+ * server lost proposes a new generation; in it every member learns of the loss (an allreduce),
+ * the group's rank 0 has every server restore its checkpoint of the latest coordinated one
+ * (gRPC Restore) and every worker loads that checkpoint's dense state and reads its data again
+ * from that checkpoint's position: servers and workers agree again, at step S.
  *
  * Progress lines (stderr, every progress_every samples): samples, samples/s, loss, and the ETA
  * when the size is known (a sample budget, or uncompressed files). With eval_every, the test
@@ -115,6 +120,8 @@ typedef struct pw_train_config {
     char ckpt_dir[512];     /* where the group's rank 0 writes them */
     char server_grpc[4096]; /* the servers' gRPC addresses, comma-separated, map order */
     bool resume_checkpoint; /* start from the latest one (the job rolled back) */
+    bool rollback_on_server_loss; /* a lost server connection rolls the job back to the latest
+                                   * coordinated checkpoint while it runs (docs/training.md) */
     /* the pipeline (distributed) */
     int staleness;       /* consistency: 0 sync, S > 0 ssp:S, PW_ASYNC async */
     int pull_ahead;      /* batches whose rows are pulled ahead (at most the staleness) */
@@ -143,6 +150,7 @@ typedef struct pw_train_result {
     uint64_t steps;       /* optimizer steps taken (distributed: the group's count) */
     double first_step_s;  /* from the start to this worker's first completed step */
     uint64_t lost_pushes; /* pushes a server failure cut short (not sent again) */
+    uint64_t rollbacks;   /* job rollbacks taken part in (rollback_on_server_loss) */
     uint64_t max_ahead;   /* most steps this worker ran ahead of the slowest (<= staleness) */
     double pull_wait_s;   /* time the training thread waited for pulled rows */
     uint64_t pulled_bytes, pushed_bytes, dense_bytes;

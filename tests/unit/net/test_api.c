@@ -247,12 +247,50 @@ static void test_coordinator_leases(void **state) {
     st.destroy(st.ctx);
 }
 
+static int restore_hook(void *ctx, uint64_t id, uint64_t *restored) {
+    (void)ctx;
+    if (id == 7)
+        return PC_EUNSUPPORTED; /* a server with a cold tier */
+    if (id == 9)
+        return PC_ENOTFOUND;
+    *restored = id ? id : 3;
+    return 0;
+}
+
+/* Restore: without checkpoints, refused by the server (cold tier), unknown ids, malformed
+ * requests, and the id restored (0: the newest). */
+static void test_restore(void **state) {
+    (void)state;
+    ps_api_env_t env = {.max_keys = 10};
+    Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
+    ps_api_reply_t r;
+    assert_true(ps_api_is_admin(PS_API_RESTORE));
+    assert_int_equal(kv_call(&env, PS_API_RESTORE, &q.base, &r), PS_ST_FAILED_PRECONDITION);
+    env.restore = restore_hook;
+    q.id = 7;
+    assert_int_equal(kv_call(&env, PS_API_RESTORE, &q.base, &r), PS_ST_FAILED_PRECONDITION);
+    assert_non_null(strstr(r.msg, "cold tier"));
+    q.id = 9;
+    assert_int_equal(kv_call(&env, PS_API_RESTORE, &q.base, &r), PS_ST_NOT_FOUND);
+    const uint8_t junk[] = {0xff, 0xff, 0xff};
+    ps_api_call(&env, PS_API_RESTORE, junk, sizeof junk, &r);
+    assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
+    q.id = 0;
+    assert_int_equal(kv_call(&env, PS_API_RESTORE, &q.base, &r), PS_ST_OK);
+    Emberps__RestoreResponse *p = emberps__restore_response__unpack(NULL, r.len, r.body);
+    assert_non_null(p);
+    assert_int_equal(p->id, 3);
+    emberps__restore_response__free_unpacked(p, NULL);
+    ps_api_reply_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_methods_and_statuses),
         cmocka_unit_test(test_edge_requests),
         cmocka_unit_test(test_coordinator_kv),
         cmocka_unit_test(test_coordinator_leases),
+        cmocka_unit_test(test_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
