@@ -116,10 +116,10 @@ typedef struct pw_train_config {
     bool shrink;           /* then go on without it (else keep waiting) */
     int server_retry_ms;   /* pulls wait this long for servers that are down */
     /* coordinated checkpoints (pw_jobckpt.h; a coordinator needed) */
-    uint64_t ckpt_every;    /* steps between them, 0: none */
-    char ckpt_dir[512];     /* where the group's rank 0 writes them */
-    char server_grpc[4096]; /* the servers' gRPC addresses, comma-separated, map order */
-    bool resume_checkpoint; /* start from the latest one (the job rolled back) */
+    uint64_t ckpt_every;          /* steps between them, 0: none */
+    char ckpt_dir[512];           /* where the group's rank 0 writes them */
+    char server_grpc[4096];       /* the servers' gRPC addresses, comma-separated, map order */
+    bool resume_checkpoint;       /* start from the latest one (the job rolled back) */
     bool rollback_on_server_loss; /* a lost server connection rolls the job back to the latest
                                    * coordinated checkpoint while it runs (docs/training.md) */
     /* the pipeline (distributed) */
