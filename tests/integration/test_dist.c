@@ -605,6 +605,19 @@ static void test_server_restart(void **state) {
     cluster_down(&c);
 }
 
+/* The flags of a job with coordinated checkpoints into g_dir/<name> against cluster c. */
+typedef struct ckjob {
+    char dir[300], ckd[320], grpc[96], latest[340];
+} ckjob_t;
+
+static void ckjob_init(ckjob_t *k, const cluster_t *c, const char *name) {
+    snprintf(k->dir, sizeof k->dir, "%s/%s", g_dir, name);
+    snprintf(k->ckd, sizeof k->ckd, "--ckpt-dir=%s", k->dir);
+    snprintf(k->grpc, sizeof k->grpc, "--server-grpc=127.0.0.1:%d,127.0.0.1:%d", c->grpc0,
+             c->grpc1);
+    snprintf(k->latest, sizeof k->latest, "%s/LATEST", k->dir);
+}
+
 /* A server killed with -9 and restarted while the job runs, with --on-server-loss=rollback: it
  * comes back from a periodic checkpoint of its own (not the job's cut); the workers notice the
  * lost connection and roll the whole job back to the latest coordinated checkpoint (every
@@ -616,21 +629,18 @@ static void test_server_rollback(void **state) {
     cluster_t c;
     cluster_start(&c, RTABLE, true);
     pw_coord_t *co = coord_of(&c);
-    char dir[300], ckd[320], grpc[96], latest[340];
-    snprintf(dir, sizeof dir, "%s/liveckpt", g_dir);
-    snprintf(ckd, sizeof ckd, "--ckpt-dir=%s", dir);
-    snprintf(grpc, sizeof grpc, "--server-grpc=127.0.0.1:%d,127.0.0.1:%d", c.grpc0, c.grpc1);
-    snprintf(latest, sizeof latest, "%s/LATEST", dir);
+    ckjob_t k;
+    ckjob_init(&k, &c, "liveckpt");
     rjob_t j = {.c = &c,
                 .job = "liverb",
                 .policy = "wait",
                 .rejoin_ms = 20000,
-                .extra = {ckd, grpc, "--ckpt-every=40", "--on-server-loss=rollback", NULL}};
+                .extra = {k.ckd, k.grpc, "--ckpt-every=40", "--on-server-loss=rollback", NULL}};
     snprintf(j.out[0], sizeof j.out[0], "%s/lr0.json", g_dir);
     snprintf(j.out[1], sizeof j.out[1], "%s/lr1.json", g_dir);
     pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
     wait_step(co, j.job, 50); /* past the checkpoint after step 40 */
-    assert_int_equal(access(latest, F_OK), 0);
+    assert_int_equal(access(k.latest, F_OK), 0);
     usleep(1200000); /* a periodic checkpoint of server 1 after the job's cut */
     assert_int_equal(kill(c.s1, SIGKILL), 0);
     assert_int_equal(pu_reap(c.s1, 10), 128 + SIGKILL);
@@ -660,23 +670,22 @@ static void test_job_rollback(void **state) {
     recovery_data();
     cluster_t c;
     cluster_up(&c, RTABLE);
-    char dir[300], ckd[320], grpc[96], latest[340], out[2][300];
-    snprintf(dir, sizeof dir, "%s/jobckpt", g_dir);
-    snprintf(ckd, sizeof ckd, "--ckpt-dir=%s", dir);
-    snprintf(grpc, sizeof grpc, "--server-grpc=127.0.0.1:%d,127.0.0.1:%d", c.grpc0, c.grpc1);
-    snprintf(latest, sizeof latest, "%s/LATEST", dir);
+    char out[2][300];
+    ckjob_t k;
+    ckjob_init(&k, &c, "jobckpt");
+    const char *dir = k.dir;
     rjob_t j = {.c = &c,
                 .job = "rollback",
                 .policy = "wait",
                 .rejoin_ms = 20000,
-                .extra = {ckd, grpc, "--ckpt-every=40", NULL}};
+                .extra = {k.ckd, k.grpc, "--ckpt-every=40", NULL}};
     snprintf(j.out[0], sizeof j.out[0], "%s/rb0.json", g_dir);
     snprintf(j.out[1], sizeof j.out[1], "%s/rb1.json", g_dir);
     pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
     const double t0 = pu_now();
-    while (access(latest, F_OK) != 0 && pu_now() - t0 < 60)
+    while (access(k.latest, F_OK) != 0 && pu_now() - t0 < 60)
         usleep(5000);
-    assert_int_equal(access(latest, F_OK), 0);
+    assert_int_equal(access(k.latest, F_OK), 0);
     kill(p0, SIGKILL);
     kill(p1, SIGKILL);
     kill(c.s0, SIGKILL);
@@ -698,7 +707,7 @@ static void test_job_rollback(void **state) {
     assert_true(ck->positions[0] == ck->step * RB && ck->positions[1] == ck->step * RB);
     start_server0(&c, ck->servers[0]);
     start_server1(&c, ck->servers[1]);
-    snprintf(grpc, sizeof grpc, "--server-grpc=127.0.0.1:%d,127.0.0.1:%d", c.grpc0, c.grpc1);
+    ckjob_init(&k, &c, "jobckpt"); /* the servers' new gRPC ports */
     j.extra[3] = "--resume=checkpoint";
     snprintf(out[0], sizeof out[0], "%s/rb0b.json", g_dir);
     snprintf(out[1], sizeof out[1], "%s/rb1b.json", g_dir);
