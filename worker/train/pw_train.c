@@ -556,11 +556,10 @@ static int slot_push(trainer_t *t, slot_t *s) {
         return rc;
     s->npush = n;
     for (size_t i = 0; i < n; i++) {
-        pchunk_t *p = &s->push[i];
+        pchunk_t *p = &s->push[i]; /* grown by realloc: every field of the job set here */
+        p->job =
+            (pw_job_t){.cls = PW_JOB_PUSH, .ordered = false, .prio = PRIO_PUSH, .run = run_push};
         pw_sched_reset(&p->job);
-        p->job.cls = PW_JOB_PUSH;
-        p->job.prio = PRIO_PUSH;
-        p->job.run = run_push;
         p->s = s;
         p->off = i * per;
         p->n = s->nu - p->off < per ? s->nu - p->off : per;
