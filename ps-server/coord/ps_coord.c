@@ -49,11 +49,14 @@ static void drop(mem_t *m, entry_t **e) {
     free(x);
 }
 
-/* *slot(key), with an expired entry there removed first. */
+/* *slot(key), with an expired entry there removed first (then the link at the chain's end: the
+ * link that held it now holds the next entry, another key). */
 static entry_t **live_slot(mem_t *m, const char *key, uint64_t now) {
     entry_t **e = slot(m, key);
-    if (*e && expired(*e, now))
+    if (*e && expired(*e, now)) {
         drop(m, e);
+        e = slot(m, key);
+    }
     return e;
 }
 
@@ -146,12 +149,12 @@ static int mem_get(void *ctx, const char *key, void **value, size_t *len) {
     return rc;
 }
 
-static int by_key(const void *a, const void *b) {
-    return strcmp(((const ps_coord_entry_t *)a)->key, ((const ps_coord_entry_t *)b)->key);
+static int by_entry_key(const void *a, const void *b) {
+    return strcmp((*(const entry_t *const *)a)->key, (*(const entry_t *const *)b)->key);
 }
 
-/* Every live key under the prefix is collected (the store holds at most PS_COORD_KEYS_MAX),
- * sorted, then cut to max: the first max keys in order, whatever the hash order. */
+/* Under the mutex: the live entries under the prefix are collected as pointers and sorted, and
+ * only the first max of them (and at most PS_COORD_LIST_BYTES of values) are copied. */
 static int mem_list(void *ctx, const char *prefix, size_t max, ps_coord_entry_t **out, size_t *n,
                     bool *truncated) {
     mem_t *m = ctx;
@@ -159,36 +162,34 @@ static int mem_list(void *ctx, const char *prefix, size_t max, ps_coord_entry_t 
     pthread_mutex_lock(&m->mu);
     const uint64_t now = pc_time_mono_ns();
     purge(m, now);
-    ps_coord_entry_t *v = calloc(m->n ? m->n : 1, sizeof *v);
-    size_t k = 0;
-    int rc = v ? 0 : PC_ENOMEM;
+    entry_t **hits = malloc((m->n ? m->n : 1) * sizeof *hits);
+    ps_coord_entry_t *v = calloc(max ? max : 1, sizeof *v);
+    size_t nh = 0, k = 0, bytes = 0;
+    int rc = hits && v ? 0 : PC_ENOMEM;
     for (size_t i = 0; i < NBUCKETS && !rc; i++)
-        for (entry_t *e = m->b[i]; e && !rc; e = e->next) {
-            if (strncmp(e->key, prefix, pl) != 0)
-                continue;
-            v[k] = (ps_coord_entry_t){strdup(e->key), dup_bytes(e->value, e->len), e->len, 0};
-            if (e->expires_ns) {
-                const uint64_t left = (e->expires_ns - now + 999999u) / 1000000u;
-                v[k].lease_left_ms = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
-            }
-            if (!v[k].key || !v[k].value)
-                rc = PC_ENOMEM;
-            k++;
+        for (entry_t *e = m->b[i]; e; e = e->next)
+            if (strncmp(e->key, prefix, pl) == 0)
+                hits[nh++] = e;
+    if (!rc)
+        qsort(hits, nh, sizeof *hits, by_entry_key);
+    for (; !rc && k < nh && k < max && bytes + hits[k]->len <= PS_COORD_LIST_BYTES; k++) {
+        const entry_t *e = hits[k];
+        v[k] = (ps_coord_entry_t){strdup(e->key), dup_bytes(e->value, e->len), e->len, 0};
+        bytes += e->len;
+        if (e->expires_ns) {
+            const uint64_t left = (e->expires_ns - now + 999999u) / 1000000u;
+            v[k].lease_left_ms = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
         }
+        if (!v[k].key || !v[k].value)
+            rc = PC_ENOMEM;
+    }
     pthread_mutex_unlock(&m->mu);
+    free(hits);
     if (rc) {
-        ps_coord_entries_free(v, k);
+        ps_coord_entries_free(v, k); /* k counts the entry that failed too */
         return rc;
     }
-    qsort(v, k, sizeof *v, by_key);
-    *truncated = k > max;
-    if (k > max) {
-        for (size_t i = max; i < k; i++) {
-            free(v[i].key);
-            free(v[i].value);
-        }
-        k = max;
-    }
+    *truncated = k < nh;
     *out = v;
     *n = k;
     return 0;

@@ -23,11 +23,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PS_COORD_KEY_MAX   512
-#define PS_COORD_VALUE_MAX (1u << 20)
-#define PS_COORD_KEYS_MAX  65536
-#define PS_COORD_BYTES_MAX (256u << 20) /* keys and values together */
-#define PS_COORD_LIST_MAX  4096         /* entries one list returns at most */
+#define PS_COORD_KEY_MAX    512
+#define PS_COORD_VALUE_MAX  (1u << 20)
+#define PS_COORD_KEYS_MAX   65536
+#define PS_COORD_BYTES_MAX  (256u << 20) /* keys and values together */
+#define PS_COORD_LIST_MAX   4096         /* entries one list returns at most */
+#define PS_COORD_LIST_BYTES (4u << 20)   /* and values of at most this many bytes */
 
 /* One live key of a listing. */
 typedef struct ps_coord_entry {
@@ -48,9 +49,9 @@ typedef struct ps_coord_store {
     /* The value of key (malloc'ed copy; a 0-byte value gives a non-NULL pointer) or
      * PC_ENOTFOUND. */
     int (*get)(void *ctx, const char *key, void **value, size_t *len);
-    /* The live keys starting with prefix ("" for all), sorted by key, at most max (then
-     * *truncated): *out is a malloc'ed array of *n entries (each key and value malloc'ed; free
-     * with ps_coord_entries_free). 0 or PC_ENOMEM. */
+    /* The live keys starting with prefix ("" for all), sorted by key, at most max and
+     * PS_COORD_LIST_BYTES of values (then *truncated): *out is a malloc'ed array of *n entries
+     * (each key and value malloc'ed; free with ps_coord_entries_free). 0 or PC_ENOMEM. */
     int (*list)(void *ctx, const char *prefix, size_t max, ps_coord_entry_t **out, size_t *n,
                 bool *truncated);
     void (*destroy)(void *ctx);

@@ -223,6 +223,54 @@ static void test_coordinator_leases(void **state) {
     assert_string_equal(l->entries[0]->key, "lim/0");
     assert_string_equal(l->entries[2]->key, "lim/2");
     emberps__kv_list_response__free_unpacked(l, NULL);
+    /* Expired keys sharing hash chains with live ones: reading or setting the expired key never
+     * touches its neighbour (2000 of each: many chains hold both). */
+    enum { NB = 2000 };
+    char k2[32], want[32];
+    for (int i = 0; i < NB; i++) {
+        snprintf(k, sizeof k, "a/%d", i);
+        assert_int_equal(st.set(st.ctx, k, "a", 1, false, 100), 0);
+    }
+    for (int i = 0; i < NB; i++) {
+        snprintf(k2, sizeof k2, "b/%d", i);
+        assert_int_equal(st.set(st.ctx, k2, k2, strlen(k2), false, 0), 0);
+    }
+    usleep(200000);
+    for (int i = 0; i < NB; i++) {
+        void *val;
+        size_t vl;
+        snprintf(k, sizeof k, "a/%d", i);
+        assert_int_equal(st.get(st.ctx, k, &val, &vl), PC_ENOTFOUND);
+        assert_int_equal(st.set(st.ctx, k, "A", 1, true, 0), 0);
+    }
+    for (int i = 0; i < NB; i++) {
+        void *val;
+        size_t vl;
+        snprintf(k2, sizeof k2, "b/%d", i);
+        assert_int_equal(st.get(st.ctx, k2, &val, &vl), 0);
+        snprintf(want, sizeof want, "b/%d", i);
+        assert_true(vl == strlen(want) && memcmp(val, want, vl) == 0);
+        free(val);
+        snprintf(k, sizeof k, "a/%d", i);
+        assert_int_equal(st.get(st.ctx, k, &val, &vl), 0);
+        assert_true(vl == 1 && memcmp(val, "A", 1) == 0);
+        free(val);
+    }
+    /* A listing stops at PS_COORD_LIST_BYTES of values: four 1 MiB values of five. */
+    void *big = calloc(1, PS_COORD_VALUE_MAX);
+    assert_non_null(big);
+    for (int i = 0; i < 5; i++) {
+        snprintf(k, sizeof k, "big/%d", i);
+        assert_int_equal(st.set(st.ctx, k, big, PS_COORD_VALUE_MAX, false, 0), 0);
+    }
+    free(big);
+    ps_coord_entry_t *ents;
+    size_t ne;
+    bool trunc;
+    assert_int_equal(st.list(st.ctx, "big/", 100, &ents, &ne, &trunc), 0);
+    assert_true(ne == PS_COORD_LIST_BYTES / PS_COORD_VALUE_MAX && trunc);
+    assert_string_equal(ents[0].key, "big/0");
+    ps_coord_entries_free(ents, ne);
     /* A store full of leased keys refuses more until their leases end. */
     size_t n = 0;
     for (; n < PS_COORD_KEYS_MAX; n++) {
@@ -230,7 +278,7 @@ static void test_coordinator_leases(void **state) {
         if (st.set(st.ctx, k, "", 0, false, 1500))
             break;
     }
-    assert_true(n > PS_COORD_KEYS_MAX - 16); /* the keys set above hold a few places */
+    assert_true(n > PS_COORD_KEYS_MAX - 2 * NB - 16); /* the keys set above hold places */
     assert_int_equal(st.set(st.ctx, "one/more", "", 0, false, 0), PC_EFULL);
     usleep(1600000);
     assert_int_equal(st.set(st.ctx, "one/more", "", 0, false, 0), 0);
