@@ -166,24 +166,43 @@ static Emberps__KvListResponse *kv_list(const char *prefix, int *exit_code) {
     return p;
 }
 
-/* The value of exactly `key` (a NUL-terminated copy in out; "" when absent). 0 or the exit code. */
+/* The value of key (a NUL-terminated copy in out, cut to cap - 1; "" when absent: not an error
+ * here). 0 or the exit code. */
 static int kv_value(const char *key, char *out, size_t cap) {
-    int rc = 0;
-    Emberps__KvListResponse *p = kv_list(key, &rc);
+    Emberps__KvGetRequest q = EMBERPS__KV_GET_REQUEST__INIT;
+    q.key = (char *)key;
+    const size_t rl = protobuf_c_message_get_packed_size(&q.base);
+    uint8_t *rb = malloc(rl + 1), *resp = NULL;
+    size_t len = 0;
+    char msg[256];
     out[0] = '\0';
-    for (size_t i = 0; p && i < p->n_entries; i++)
-        if (!strcmp(p->entries[i]->key, key))
-            snprintf(out, cap, "%.*s", (int)p->entries[i]->value.len,
-                     (const char *)p->entries[i]->value.data);
-    if (p)
-        emberps__kv_list_response__free_unpacked(p, NULL);
-    return rc;
+    if (!rb)
+        return 1;
+    protobuf_c_message_pack(&q.base, rb);
+    int st = psg_call(g_c, ps_api_path(PS_API_KV_GET), rb, rl, (int)g_o.timeout_ms, &resp, &len,
+                      msg, sizeof msg);
+    free(rb);
+    if (st == PS_ST_NOT_FOUND)
+        return 0;
+    if (st) {
+        fprintf(stderr, "psctl: KvGet %s: status %d: %s\n", key, st, msg);
+        return st == PS_ST_UNAVAILABLE || st == PS_ST_DEADLINE_EXCEEDED ? 3 : 1;
+    }
+    Emberps__KvGetResponse *p = emberps__kv_get_response__unpack(NULL, len, resp);
+    free(resp);
+    if (!p) {
+        fprintf(stderr, "psctl: malformed KvGet response\n");
+        return 1;
+    }
+    snprintf(out, cap, "%.*s", (int)p->value.len, (const char *)p->value.data);
+    emberps__kv_get_response__free_unpacked(p, NULL);
+    return 0;
 }
 
 /* `workers JOB`: the key layout of worker/comm/pw_group.h ("<job>/runs", "<job>/run/<k>/cur",
  * ".../g/<G>" and ".../live/<rank>" holding each worker's heartbeat, a JSON object). */
 static int workers(const char *job) {
-    char key[400], runs[32], cur[32], members[4096] = "";
+    char key[400], runs[32], cur[32], members[4096 * 5 + 1] = ""; /* pw_group's MAX_MEMBERS */
     snprintf(key, sizeof key, "%s/runs", job);
     int rc = kv_value(key, runs, sizeof runs);
     const unsigned long long run = strtoull(runs, NULL, 10);
@@ -487,9 +506,10 @@ int main(int argc, char **argv) {
     } else if (!strcmp(cmd, "restore") && nargs == 1) {
         Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
         char *end;
+        errno = 0;
         q.id = strtoull(args[0], &end, 10);
-        Emberps__RestoreResponse *p;
-        if (*end || end == args[0]) {
+        Emberps__RestoreResponse *p = NULL;
+        if (*end || end == args[0] || args[0][0] == '-' || errno) {
             fprintf(stderr, "psctl: restore: not a checkpoint id: %s\n", args[0]);
             rc = 2;
         } else if ((r = call(PS_API_RESTORE, &q.base, &len, &rc)) &&
@@ -503,6 +523,9 @@ int main(int argc, char **argv) {
                 printf("restored checkpoint %" PRIu64 " in %.2f s\n", p->id, p->seconds);
             }
             emberps__restore_response__free_unpacked(p, NULL);
+        } else if (r) {
+            fprintf(stderr, "psctl: malformed Restore response\n");
+            rc = 1;
         }
     } else if (!strcmp(cmd, "workers") && nargs == 1) {
         rc = workers(args[0]);

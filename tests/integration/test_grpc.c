@@ -341,6 +341,9 @@ static void test_psctl(void **state) {
     assert_non_null(strstr(out, "status: serving"));
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"stats", "nope", NULL}), 1);
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"frobnicate", NULL}), 2);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"restore", "-1", NULL}), 2);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"restore", "1", NULL}),
+                     1); /* no checkpoint directory: refused */
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"lookup", "emb", "x", NULL}), 2);
     assert_int_equal(psctl(1, out, sizeof out, (const char *[]){"health", NULL}), 3);
     assert_int_equal(

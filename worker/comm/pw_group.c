@@ -22,7 +22,7 @@ struct pw_group {
     pw_group_opts_t o;
     char job[64], host[64], ns[192];
     uint64_t run;
-    pw_coord_t *coord;
+    pw_coord_t *coord, *hb_coord; /* hb_coord: the heartbeats' (calls bounded by lease / 4) */
     pw_coll_t *coll;
     int64_t gen; /* -1: none yet */
     int grank, gsize;
@@ -207,7 +207,7 @@ static void beat(pw_group_t *g, const char *state, int64_t gen, uint64_t step) {
                            "{\"rank\":%d,\"gen\":%" PRId64 ",\"step\":%" PRIu64
                            ",\"state\":\"%s\",\"host\":\"%s\",\"pid\":%d}",
                            g->o.rank, gen, step, state, g->host, (int)getpid());
-    const int rc = pw_coord_set_lease(g->coord, key, v, (size_t)n, (uint32_t)g->o.lease_ms);
+    const int rc = pw_coord_set_lease(g->hb_coord, key, v, (size_t)n, (uint32_t)g->o.lease_ms);
     if (rc && !g->hb_failing)
         PC_WARN("group: heartbeat to the coordinator %s failed: %s (retrying)", g->o.coordinator,
                 pc_strerror(rc));
@@ -271,14 +271,14 @@ static int alive_of(pw_group_t *g, int64_t gen) {
     for (int i = 0; i < n && !rc; i++) {
         char key[256], v[4];
         key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", gen, g->members[i]);
-        rc = get_str(g, key, v, sizeof v);
-        if ((rc == PC_ENOTFOUND || (rc == 0 && !live[i])) && g->members[i] != g->o.rank) {
+        const int got = get_str(g, key, v, sizeof v);
+        if (got && got != PC_ENOTFOUND)
+            rc = got;
+        else if (g->members[i] == g->o.rank || (got == 0 && live[i])) /* this worker is alive */
+            g->members[k++] = g->members[i];
+        else
             PC_WARN("group: worker %d is lost (%s)", g->members[i],
                     live[i] ? "alive but not in recovery" : "its membership lease expired");
-            rc = 0;
-        } else if (rc == 0 || g->members[i] == g->o.rank) { /* this worker is alive */
-            g->members[k++] = g->members[i];
-        }
     }
     free(live);
     return rc ? rc : k;
@@ -318,8 +318,12 @@ static int settle(pw_group_t *g, bool first) {
             if (member && !formed(g, last)) {
                 /* Every member was alive when it was proposed; the others notice a newer
                  * generation within about a second (pw_group_stale), then finish what they
-                 * do: the formation waits up to the collective timeout for them. */
-                if ((rc = form(g, last, g->members, n, g->o.timeout_ms)) == 0) {
+                 * do: the formation waits for them up to the collective timeout (or the
+                 * rejoin timeout when longer: they may be waiting out a server restart). The
+                 * job's first formation: the collective timeout (a worker never came). */
+                const int t =
+                    (first && last == 0) || g->o.timeout_ms > rejoin ? g->o.timeout_ms : rejoin;
+                if ((rc = form(g, last, g->members, n, t)) == 0) {
                     hb_set(g, "training");
                     return 0;
                 }
@@ -363,8 +367,10 @@ static int settle(pw_group_t *g, bool first) {
                     g->gen);
             continue;
         }
-        if ((n = alive_of(g, g->gen)) < 0)
+        if ((n = alive_of(g, g->gen)) < 0) { /* tried again after another timeout */
+            PC_WARN("group: cannot tell which workers are alive: %s", pc_strerror(n));
             continue;
+        }
         PC_WARN("group: a worker did not come back within %d ms: going on with %d", rejoin, n);
         if ((rc = propose(g, g->gen + 1, g->members, n)))
             return rc;
@@ -404,6 +410,8 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
             rc = 0, g->run = 0;
         snprintf(g->ns, sizeof g->ns, "%s/run/%" PRIu64, g->job, g->run);
     }
+    if (!rc) /* a heartbeat stuck longer than a quarter lease is dropped, the next one sent */
+        rc = pw_coord_open(o->coordinator, NULL, o->lease_ms / 4, &g->hb_coord);
     if (!rc) {
         rc = pthread_create(&g->hb, NULL, hb_main, g) ? PC_ENOMEM : 0;
         g->hb_started = rc == 0;
@@ -436,6 +444,7 @@ void pw_group_close(pw_group_t *g) {
     pthread_cond_destroy(&g->hb_cv);
     pthread_mutex_destroy(&g->hb_mu);
     pw_coll_destroy(g->coll);
+    pw_coord_close(g->hb_coord);
     pw_coord_close(g->coord);
     free(g);
 }

@@ -39,18 +39,22 @@ static int call_server(const char *addr, const char *method, const ProtobufCMess
 }
 
 /* Server i of the comma-separated list: a checkpoint (restore: false; its id into
- * ck->servers[i]) or a restore of ck->servers[i]. */
+ * ck->servers[i]) or a restore of ck->servers[i]. The list is checked before any call: a restore
+ * with another number of servers than the checkpoint has restores none. */
 static int each_server(const char *grpc, int timeout_ms, pw_jobckpt_t *ck, bool restore) {
-    char *list = strdup(grpc ? grpc : ""), *save = NULL;
+    size_t naddr = grpc && *grpc ? 1 : 0;
+    for (const char *p = grpc; p && *p; p++)
+        naddr += *p == ',';
+    if (naddr == 0 || (restore && naddr != ck->nservers))
+        return PC_EINVAL;
+    if (naddr > PW_JOBCKPT_MAX_SERVERS)
+        return PC_ETOOBIG;
+    char *list = strdup(grpc), *save = NULL;
     if (!list)
         return PC_ENOMEM;
     int rc = 0;
     size_t i = 0;
     for (char *a = strtok_r(list, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save), i++) {
-        if (i == (restore ? ck->nservers : PW_JOBCKPT_MAX_SERVERS)) {
-            rc = restore ? PC_EINVAL : PC_ETOOBIG; /* more servers than the checkpoint has */
-            break;
-        }
         ProtobufCMessage *p;
         if (restore) {
             Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
@@ -68,8 +72,8 @@ static int each_server(const char *grpc, int timeout_ms, pw_jobckpt_t *ck, bool 
             protobuf_c_message_free_unpacked(p, NULL);
     }
     free(list);
-    if (!rc && (i == 0 || (restore && i != ck->nservers)))
-        rc = PC_EINVAL; /* no servers, or not as many as the checkpoint has */
+    if (!rc && i != naddr)
+        rc = PC_EINVAL; /* an empty entry ("a,,b") */
     if (!rc && !restore)
         ck->nservers = i;
     return rc;

@@ -42,8 +42,9 @@ typedef struct pw_jobckpt {
 int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck);
 
 /* Have every server of `grpc` (as above) go back to its checkpoint of ck (gRPC Restore of
- * ck->servers[i]): a job rollback while the servers run. PC_EINVAL when the list and the
- * checkpoint's servers differ in number. */
+ * ck->servers[i], each call bounded by timeout_ms): a job rollback while the servers run.
+ * PC_EINVAL (nothing restored) when the list and the checkpoint's servers differ in number; an
+ * error after the first call may leave some servers restored and others not. */
 int pw_jobckpt_restore_servers(const char *grpc, int timeout_ms, const pw_jobckpt_t *ck);
 
 /* Write DIR/step-<ck->step>/ and LATEST; keep `keep` (>= 1) step directories (see above). */

@@ -759,7 +759,7 @@ static int sync_state(trainer_t *t) {
 
 /* Errors of the agreement that re-forming the group cannot cure. */
 static bool fatal(int rc) {
-    return rc == PC_ENOMEM || rc == PC_EDIM || rc == PC_EINVAL;
+    return rc == PC_ENOMEM || rc == PC_EDIM || rc == PC_EINVAL || rc == PC_EIO;
 }
 
 /* How long members wait for rank 0 calling every server (checkpoint, restore). */
@@ -802,10 +802,12 @@ static void take_checkpoint(trainer_t *t, const pw_jobckpt_t *ck, const float *s
 }
 
 /* In a group just formed: when any member saw a server connection lost (want_rollback), the
- * job rolls back to the latest coordinated checkpoint: the group's rank 0 has every server
- * restore its part (gRPC Restore), the members agree that it worked, then each takes the
- * checkpoint's dense state and position (t->reposition: the loop reads from there again). A
- * failed rollback (no checkpoint yet, a server refusing) is logged and training goes on. Only
+ * job rolls back to the latest coordinated checkpoint. Every member reads it first (when one
+ * cannot, nothing changes: logged, training goes on); then the group's rank 0 has every server
+ * restore its part (gRPC Restore) while the others wait, the members agree that every restore
+ * worked, and each takes the checkpoint's dense state and position (t->reposition: the loop
+ * reads from there again). A restore that failed part-way leaves the servers at different
+ * points: PC_EIO, fatal (the job must be restarted from the checkpoint). Otherwise only
  * collective errors are returned. */
 static int rollback_agree(trainer_t *t) {
     pw_coll_t *coll = pw_group_coll(t->grp);
@@ -815,24 +817,35 @@ static int rollback_agree(trainer_t *t) {
         return rc;
     pw_jobckpt_t *ck = NULL;
     float *state = NULL;
-    int ck_rc = latest_checkpoint(t, &ck, &state);
-    if (!ck_rc && pw_group_rank(t->grp) == 0) {
-        const uint64_t t0 = pc_time_mono_ns();
-        ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, t->c->timeout_ms, ck);
-        if (!ck_rc)
-            PC_WARN("train: job rollback: %zu servers restored the checkpoint after step %llu "
-                    "in %.2f s",
-                    ck->nservers, (unsigned long long)ck->step, pc_time_sec_since(t0));
-    }
-    float failed = ck_rc ? 1.0f : 0.0f;
-    if (!(rc = pw_coll_barrier(coll, servers_wait_ms(t->c))))
-        rc = pw_coll_allreduce_sum(coll, &failed, 1);
+    float failed = latest_checkpoint(t, &ck, &state) ? 1.0f : 0.0f;
+    rc = pw_coll_allreduce_sum(coll, &failed, 1);
+    if (!rc && failed > 0.0f)
+        PC_ERROR("train: a worker cannot read the latest coordinated checkpoint: no rollback, "
+                 "training goes on from here");
     if (!rc && failed == 0.0f) {
-        take_checkpoint(t, ck, state, &t->reposition_at);
-        t->reposition = true;
-        t->rollbacks++;
-    } else if (!rc) {
-        PC_ERROR("train: the job rollback failed (see above): training goes on from here");
+        const int restore_ms = 4 * t->c->timeout_ms; /* restores of large tables take long */
+        int ck_rc = 0;
+        if (pw_group_rank(t->grp) == 0) {
+            const uint64_t t0 = pc_time_mono_ns();
+            ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, restore_ms, ck);
+            if (!ck_rc)
+                PC_WARN("train: job rollback: %zu servers restored the checkpoint after step %llu "
+                        "in %.2f s",
+                        ck->nservers, (unsigned long long)ck->step, pc_time_sec_since(t0));
+        }
+        failed = ck_rc ? 1.0f : 0.0f;
+        if (!(rc = pw_coll_barrier(coll, 4 * servers_wait_ms(t->c))))
+            rc = pw_coll_allreduce_sum(coll, &failed, 1);
+        if (!rc && failed > 0.0f) {
+            PC_ERROR("train: the job rollback failed part-way (a server did not restore): the "
+                     "servers may hold different checkpoints; restart the job from the latest "
+                     "checkpoint (servers --restore-id, workers --resume=checkpoint)");
+            rc = PC_EIO;
+        } else if (!rc) {
+            take_checkpoint(t, ck, state, &t->reposition_at);
+            t->reposition = true;
+            t->rollbacks++;
+        }
     }
     if (!rc) {
         psc_stats_t st;
@@ -1246,12 +1259,14 @@ static void save_position(trainer_t *t, bool force) {
     t->pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
 }
 
-/* With rollback_on_server_loss: whether a connection to a server was lost since the last look
- * (the client reconnected: the server may have restarted from an older checkpoint of its own);
- * then this worker wants a job rollback. */
+/* With rollback_on_server_loss: whether this worker wants a job rollback: a connection to a
+ * server was lost since the last look (the client reconnected: the server may have restarted
+ * from an older checkpoint of its own), or an earlier want is still pending. */
 static bool server_lost(trainer_t *t) {
     if (!t->grp || !t->c->rollback_on_server_loss)
         return false;
+    if (t->want_rollback)
+        return true;
     psc_stats_t st;
     psc_stats(t->ps, &st);
     if (st.reconnects == t->seen_reconnects)
@@ -1284,11 +1299,8 @@ static int pipeline_regroup(trainer_t *t) {
     if (rc)
         return rc;
     t->next_round = t->applied = t->step;
-    if (t->reposition) { /* rolled back: the batches read ahead are read again later */
+    if (t->reposition) /* rolled back: the batches read ahead are read again later */
         t->filled = 0;
-        t->done_pos = t->reposition_at;
-        t->pos_dirty = true;
-    }
     for (int i = 0; i < t->filled; i++) {
         slot_t *s = &t->slots[(t->head + i) % t->nslots];
         s->round = t->step + (uint64_t)i;
@@ -1329,6 +1341,11 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         return rc;
     }
     t.done_pos = skip;
+    if (t.ps) { /* reconnects from here on are losses (connecting to late servers is not) */
+        psc_stats_t st;
+        psc_stats(t.ps, &st);
+        t.seen_reconnects = st.reconnects;
+    }
     const uint64_t total_bytes = stream_bytes(train, ntrain, c->epochs);
     double ema = NAN;
     uint64_t next_progress = c->progress_every, next_eval = c->eval_every, last_ckpt = t.step;
@@ -1343,6 +1360,9 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 break;
             t.reposition = false;
             more = true;
+            t.done_pos = t.reposition_at;
+            t.pos_dirty = true;
+            last_ckpt = t.step; /* the checkpoint it rolled back to */
         }
         /* Read and pull ahead: slots for steps next_round .. next_round + ahead. A slot is
          * refilled once its pushes are done (sync, ssp: the ring is long enough that they are:
@@ -1412,10 +1432,15 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
         if ((rc = slot_rows(&t, s)))
             break;
-        if (server_lost(&t)) { /* the servers answer again: roll the job back */
-            if ((rc = pw_group_reform(t.grp)) || (rc = pipeline_regroup(&t)))
-                break;
-            continue;
+        if (server_lost(&t)) {                   /* the servers answer again: roll the job back */
+            if ((rc = pw_group_reform(t.grp))) { /* the coordinator: tried again next step */
+                PC_WARN("train: cannot propose the rollback's generation: %s", pc_strerror(rc));
+                rc = 0;
+            } else {
+                if ((rc = pipeline_regroup(&t)))
+                    break;
+                continue;
+            }
         }
         if (cur - t.applied > t.max_ahead)
             t.max_ahead = cur - t.applied;
