@@ -155,7 +155,7 @@ static int by_entry_key(const void *a, const void *b) {
 
 /* Under the mutex: the live entries under the prefix are collected as pointers and sorted, and
  * only the first max of them (and at most PS_COORD_LIST_BYTES of values) are copied. */
-static int mem_list(void *ctx, const char *prefix, size_t max, ps_coord_entry_t **out, size_t *n,
+static int mem_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out, size_t *n,
                     bool *truncated) {
     mem_t *m = ctx;
     const size_t pl = strlen(prefix);
@@ -163,18 +163,21 @@ static int mem_list(void *ctx, const char *prefix, size_t max, ps_coord_entry_t 
     const uint64_t now = pc_time_mono_ns();
     purge(m, now);
     entry_t **hits = malloc((m->n ? m->n : 1) * sizeof *hits);
-    ps_coord_entry_t *v = calloc(max ? max : 1, sizeof *v);
+    pc_kv_entry_t *v = NULL;
     size_t nh = 0, k = 0, bytes = 0;
-    int rc = hits && v ? 0 : PC_ENOMEM;
+    int rc = hits ? 0 : PC_ENOMEM;
     for (size_t i = 0; i < NBUCKETS && !rc; i++)
         for (entry_t *e = m->b[i]; e; e = e->next)
             if (strncmp(e->key, prefix, pl) == 0)
                 hits[nh++] = e;
-    if (!rc)
+    if (!rc) {
         qsort(hits, nh, sizeof *hits, by_entry_key);
+        v = calloc(nh < max ? (nh ? nh : 1) : (max ? max : 1), sizeof *v);
+        rc = v ? 0 : PC_ENOMEM;
+    }
     for (; !rc && k < nh && k < max && bytes + hits[k]->len <= PS_COORD_LIST_BYTES; k++) {
         const entry_t *e = hits[k];
-        v[k] = (ps_coord_entry_t){strdup(e->key), dup_bytes(e->value, e->len), e->len, 0};
+        v[k] = (pc_kv_entry_t){strdup(e->key), dup_bytes(e->value, e->len), e->len, 0};
         bytes += e->len;
         if (e->expires_ns) {
             const uint64_t left = (e->expires_ns - now + 999999u) / 1000000u;
@@ -186,23 +189,13 @@ static int mem_list(void *ctx, const char *prefix, size_t max, ps_coord_entry_t 
     pthread_mutex_unlock(&m->mu);
     free(hits);
     if (rc) {
-        ps_coord_entries_free(v, k); /* k counts the entry that failed too */
+        pc_kv_entries_free(v, k); /* k counts the entry that failed too */
         return rc;
     }
     *truncated = k < nh;
     *out = v;
     *n = k;
     return 0;
-}
-
-void ps_coord_entries_free(ps_coord_entry_t *e, size_t n) {
-    if (!e)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        free(e[i].key);
-        free(e[i].value);
-    }
-    free(e);
 }
 
 static void mem_destroy(void *ctx) {

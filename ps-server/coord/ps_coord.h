@@ -23,20 +23,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pc_kv.h"
+
 #define PS_COORD_KEY_MAX    512
 #define PS_COORD_VALUE_MAX  (1u << 20)
 #define PS_COORD_KEYS_MAX   65536
 #define PS_COORD_BYTES_MAX  (256u << 20) /* keys and values together */
 #define PS_COORD_LIST_MAX   4096         /* entries one list returns at most */
 #define PS_COORD_LIST_BYTES (4u << 20)   /* and values of at most this many bytes */
-
-/* One live key of a listing. */
-typedef struct ps_coord_entry {
-    char *key;
-    void *value;
-    size_t len;
-    uint32_t lease_left_ms; /* 0: no lease (the key stays) */
-} ps_coord_entry_t;
 
 typedef struct ps_coord_store {
     void *ctx;
@@ -51,15 +45,13 @@ typedef struct ps_coord_store {
     int (*get)(void *ctx, const char *key, void **value, size_t *len);
     /* The live keys starting with prefix ("" for all), sorted by key, at most max and
      * PS_COORD_LIST_BYTES of values (then *truncated): *out is a malloc'ed array of *n entries
-     * (each key and value malloc'ed; free with ps_coord_entries_free). 0 or PC_ENOMEM. */
-    int (*list)(void *ctx, const char *prefix, size_t max, ps_coord_entry_t **out, size_t *n,
+     * (each key and value malloc'ed; free with pc_kv_entries_free). 0 or PC_ENOMEM. */
+    int (*list)(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out, size_t *n,
                 bool *truncated);
     void (*destroy)(void *ctx);
 } ps_coord_store_t;
 
 /* The in-process store. PC_ENOMEM. */
 int ps_coord_store_memory(ps_coord_store_t *out);
-
-void ps_coord_entries_free(ps_coord_entry_t *e, size_t n);
 
 #endif

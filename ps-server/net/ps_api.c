@@ -485,7 +485,7 @@ static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, 
         return;
     }
     const size_t max = q->limit && q->limit < PS_COORD_LIST_MAX ? q->limit : PS_COORD_LIST_MAX;
-    ps_coord_entry_t *v = NULL;
+    pc_kv_entry_t *v = NULL;
     size_t n = 0;
     bool truncated = false;
     int rc = env->coord->list(env->coord->ctx, q->prefix, max, &v, &n, &truncated);
@@ -512,7 +512,7 @@ static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, 
     }
     free(ptrs);
     free(ents);
-    ps_coord_entries_free(v, n);
+    pc_kv_entries_free(v, n);
     emberps__kv_list_request__free_unpacked(q, NULL);
 }
 

@@ -65,8 +65,11 @@ static void usage(FILE *f) {
 static opts_t g_o;
 static psg_t *g_c;
 
-/* Call method m with a packed request; the unpacked response or NULL after printing why. */
-static uint8_t *call(int m, const ProtobufCMessage *req, size_t *len, int *exit_code) {
+/* Call method m with a packed request; the response bytes, or NULL: after printing why (and
+ * setting *exit_code), or quietly when the status is `quiet` (non-zero: an expected answer, e.g.
+ * NOT_FOUND for an absent key). */
+static uint8_t *call_quiet(int m, const ProtobufCMessage *req, size_t *len, int *exit_code,
+                           int quiet) {
     size_t rl = protobuf_c_message_get_packed_size(req);
     uint8_t *rb = malloc(rl + 1);
     protobuf_c_message_pack(req, rb);
@@ -75,8 +78,8 @@ static uint8_t *call(int m, const ProtobufCMessage *req, size_t *len, int *exit_
     int st = psg_call(g_c, ps_api_path((ps_api_method_t)m), rb, rl, (int)g_o.timeout_ms, &resp, len,
                       msg, sizeof msg);
     free(rb);
-    if (st == 0)
-        return resp;
+    if (st == 0 || (quiet && st == quiet))
+        return st ? NULL : resp;
     *exit_code = st == PS_ST_UNAVAILABLE || st == PS_ST_DEADLINE_EXCEEDED ? 3 : 1;
     if (g_o.json) {
         cJSON *o = cJSON_CreateObject();
@@ -89,6 +92,10 @@ static uint8_t *call(int m, const ProtobufCMessage *req, size_t *len, int *exit_
     }
     fprintf(stderr, "psctl: %s: status %d: %s\n", ps_api_path((ps_api_method_t)m), st, msg);
     return NULL;
+}
+
+static uint8_t *call(int m, const ProtobufCMessage *req, size_t *len, int *exit_code) {
+    return call_quiet(m, req, len, exit_code, 0);
 }
 
 static void emit(cJSON *o) {
@@ -171,32 +178,20 @@ static Emberps__KvListResponse *kv_list(const char *prefix, int *exit_code) {
 static int kv_value(const char *key, char *out, size_t cap) {
     Emberps__KvGetRequest q = EMBERPS__KV_GET_REQUEST__INIT;
     q.key = (char *)key;
-    const size_t rl = protobuf_c_message_get_packed_size(&q.base);
-    uint8_t *rb = malloc(rl + 1), *resp = NULL;
-    size_t len = 0;
-    char msg[256];
+    size_t len;
+    int rc = 0;
+    uint8_t *r = call_quiet(PS_API_KV_GET, &q.base, &len, &rc, PS_ST_NOT_FOUND);
+    Emberps__KvGetResponse *p = r ? emberps__kv_get_response__unpack(NULL, len, r) : NULL;
+    free(r);
     out[0] = '\0';
-    if (!rb)
-        return 1;
-    protobuf_c_message_pack(&q.base, rb);
-    int st = psg_call(g_c, ps_api_path(PS_API_KV_GET), rb, rl, (int)g_o.timeout_ms, &resp, &len,
-                      msg, sizeof msg);
-    free(rb);
-    if (st == PS_ST_NOT_FOUND)
-        return 0;
-    if (st) {
-        fprintf(stderr, "psctl: KvGet %s: status %d: %s\n", key, st, msg);
-        return st == PS_ST_UNAVAILABLE || st == PS_ST_DEADLINE_EXCEEDED ? 3 : 1;
-    }
-    Emberps__KvGetResponse *p = emberps__kv_get_response__unpack(NULL, len, resp);
-    free(resp);
-    if (!p) {
+    if (r && !p) {
         fprintf(stderr, "psctl: malformed KvGet response\n");
         return 1;
     }
-    snprintf(out, cap, "%.*s", (int)p->value.len, (const char *)p->value.data);
+    if (p)
+        snprintf(out, cap, "%.*s", (int)p->value.len, (const char *)p->value.data);
     emberps__kv_get_response__free_unpacked(p, NULL);
-    return 0;
+    return rc;
 }
 
 /* `workers JOB`: the key layout of worker/comm/pw_group.h ("<job>/runs", "<job>/run/<k>/cur",

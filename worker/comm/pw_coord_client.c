@@ -98,7 +98,7 @@ int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {
     return *value ? 0 : PC_ENOMEM;
 }
 
-int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pw_coord_entry_t **out,
+int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pc_kv_entry_t **out,
                   size_t *n) {
     Emberps__KvListRequest q = EMBERPS__KV_LIST_REQUEST__INIT;
     q.prefix = (char *)prefix;
@@ -112,12 +112,12 @@ int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pw_coord_en
     free(resp);
     if (!r)
         return PC_ECORRUPT;
-    pw_coord_entry_t *v = calloc(r->n_entries ? r->n_entries : 1, sizeof *v);
+    pc_kv_entry_t *v = calloc(r->n_entries ? r->n_entries : 1, sizeof *v);
     size_t k = 0; /* entries filled (or partly filled: freed on failure) */
     rc = v ? 0 : PC_ENOMEM;
     while (!rc && k < r->n_entries) {
         const Emberps__KvEntry *e = r->entries[k];
-        pw_coord_entry_t *d = &v[k++];
+        pc_kv_entry_t *d = &v[k++];
         d->key = strdup(e->key);
         d->value = malloc(e->value.len + 1); /* NUL-terminated: values are often text */
         if (!d->key || !d->value) {
@@ -131,22 +131,12 @@ int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pw_coord_en
     }
     emberps__kv_list_response__free_unpacked(r, NULL);
     if (rc) {
-        pw_coord_entries_free(v, k);
+        pc_kv_entries_free(v, k);
         return rc;
     }
     *out = v;
     *n = k;
     return 0;
-}
-
-void pw_coord_entries_free(pw_coord_entry_t *e, size_t n) {
-    if (!e)
-        return;
-    for (size_t i = 0; i < n; i++) {
-        free(e[i].key);
-        free(e[i].value);
-    }
-    free(e);
 }
 
 static int kv_set(void *ctx, const char *key, const void *value, size_t len) {

@@ -6,6 +6,7 @@
 #ifndef PW_COORD_CLIENT_H
 #define PW_COORD_CLIENT_H
 
+#include "pc_kv.h"
 #include "pw_coll.h"
 
 #include <stdint.h>
@@ -27,19 +28,11 @@ int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len);
 int pw_coord_set_lease(pw_coord_t *c, const char *key, const void *value, size_t len,
                        uint32_t lease_ms);
 
-/* One live key of pw_coord_list. */
-typedef struct pw_coord_entry {
-    char *key;
-    void *value;
-    size_t len;
-    uint32_t lease_left_ms; /* 0: no lease */
-} pw_coord_entry_t;
-
 /* KvList: the live keys under prefix, sorted, at most limit (0: the server's maximum, 4096).
- * *out (malloc'ed; free with pw_coord_entries_free) has *n entries. Errors as pw_coord_get. */
-int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pw_coord_entry_t **out,
+ * *out (malloc'ed; free with pc_kv_entries_free; values NUL-terminated) has *n entries. Errors as
+ * pw_coord_get. */
+int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pc_kv_entry_t **out,
                   size_t *n);
-void pw_coord_entries_free(pw_coord_entry_t *e, size_t n);
 
 /* The store as pw_coll.h wants it. */
 pw_kv_t pw_coord_kv(pw_coord_t *c);

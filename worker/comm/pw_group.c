@@ -245,7 +245,7 @@ static void *hb_main(void *arg) {
 static int leases_of(pw_group_t *g, const int *members, int n, bool *live) {
     char prefix[256];
     key_of(g, prefix, sizeof prefix, "live/");
-    pw_coord_entry_t *e;
+    pc_kv_entry_t *e;
     size_t ne;
     int rc = pw_coord_list(g->coord, prefix, 0, &e, &ne);
     if (rc)
@@ -256,7 +256,7 @@ static int leases_of(pw_group_t *g, const int *members, int n, bool *live) {
         for (size_t k = 0; k < ne && !live[i]; k++)
             live[i] = atoi(e[k].key + pl) == members[i];
     }
-    pw_coord_entries_free(e, ne);
+    pc_kv_entries_free(e, ne);
     return 0;
 }
 
@@ -284,6 +284,20 @@ static int alive_of(pw_group_t *g, int64_t gen) {
     return rc ? rc : k;
 }
 
+/* A failed coordinator call: true (logged) once failures have lasted rejoin_timeout_ms since
+ * *since (set at the first one; the caller zeroes it after a success), else a 100 ms pause
+ * before the caller tries again. */
+static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
+    if (!*since)
+        *since = pc_time_mono_ns();
+    if (pc_time_sec_since(*since) * 1000 > g->o.rejoin_timeout_ms) {
+        PC_ERROR("group: the coordinator %s: %s", g->o.coordinator, pc_strerror(rc));
+        return true;
+    }
+    pc_time_sleep_ms(100);
+    return false;
+}
+
 /* Settle into a generation (see pw_group.h). first: joining at start. */
 static int settle(pw_group_t *g, bool first) {
     const int rejoin = g->o.rejoin_timeout_ms;
@@ -296,13 +310,8 @@ static int settle(pw_group_t *g, bool first) {
         if (!rc && last >= 0 && (n = members_of(g, last)) < 0)
             rc = n;
         if (rc) { /* the coordinator: retried up to rejoin_timeout_ms */
-            if (!trouble)
-                trouble = pc_time_mono_ns();
-            if (pc_time_sec_since(trouble) * 1000 > rejoin) {
-                PC_ERROR("group: the coordinator %s: %s", g->o.coordinator, pc_strerror(rc));
+            if (coord_gave_up(g, &trouble, rc))
                 return rc;
-            }
-            pc_time_sleep_ms(100);
             continue;
         }
         trouble = 0;
@@ -346,13 +355,8 @@ static int settle(pw_group_t *g, bool first) {
         if (!registered) {
             key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", g->gen, g->o.rank);
             if ((rc = set_str(g, key, "1"))) { /* coordinator trouble: bounded as above */
-                if (!set_trouble)
-                    set_trouble = pc_time_mono_ns();
-                if (pc_time_sec_since(set_trouble) * 1000 > rejoin) {
-                    PC_ERROR("group: the coordinator %s: %s", g->o.coordinator, pc_strerror(rc));
+                if (coord_gave_up(g, &set_trouble, rc))
                     return rc;
-                }
-                pc_time_sleep_ms(100);
                 continue;
             }
             registered = true;

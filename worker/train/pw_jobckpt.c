@@ -9,7 +9,6 @@
 #include "pw_model_io.h"
 
 #include <dirent.h>
-#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,14 +37,15 @@ static int call_server(const char *addr, const char *method, const ProtobufCMess
     return 0;
 }
 
-/* Server i of the comma-separated list: a checkpoint (restore: false; its id into
- * ck->servers[i]) or a restore of ck->servers[i]. The list is checked before any call: a restore
+/* Server i of the comma-separated list: a restore of restore->servers[i] (restore not NULL), or
+ * a checkpoint, its id into taken->servers[i]. The list is checked before any call: a restore
  * with another number of servers than the checkpoint has restores none. */
-static int each_server(const char *grpc, int timeout_ms, pw_jobckpt_t *ck, bool restore) {
+static int each_server(const char *grpc, int timeout_ms, const pw_jobckpt_t *restore,
+                       pw_jobckpt_t *taken) {
     size_t naddr = grpc && *grpc ? 1 : 0;
     for (const char *p = grpc; p && *p; p++)
         naddr += *p == ',';
-    if (naddr == 0 || (restore && naddr != ck->nservers))
+    if (naddr == 0 || (restore && naddr != restore->nservers))
         return PC_EINVAL;
     if (naddr > PW_JOBCKPT_MAX_SERVERS)
         return PC_ETOOBIG;
@@ -58,7 +58,7 @@ static int each_server(const char *grpc, int timeout_ms, pw_jobckpt_t *ck, bool 
         ProtobufCMessage *p;
         if (restore) {
             Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
-            q.id = ck->servers[i];
+            q.id = restore->servers[i];
             rc = call_server(a, "/emberps.ParameterServer/Restore", &q.base,
                              &emberps__restore_response__descriptor, timeout_ms, &p);
         } else {
@@ -66,7 +66,7 @@ static int each_server(const char *grpc, int timeout_ms, pw_jobckpt_t *ck, bool 
             rc = call_server(a, "/emberps.ParameterServer/Checkpoint", &q.base,
                              &emberps__checkpoint_response__descriptor, timeout_ms, &p);
             if (!rc)
-                ck->servers[i] = ((Emberps__CheckpointResponse *)p)->id;
+                taken->servers[i] = ((Emberps__CheckpointResponse *)p)->id;
         }
         if (!rc)
             protobuf_c_message_free_unpacked(p, NULL);
@@ -75,16 +75,16 @@ static int each_server(const char *grpc, int timeout_ms, pw_jobckpt_t *ck, bool 
     if (!rc && i != naddr)
         rc = PC_EINVAL; /* an empty entry ("a,,b") */
     if (!rc && !restore)
-        ck->nservers = i;
+        taken->nservers = i;
     return rc;
 }
 
 int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck) {
-    return each_server(grpc, timeout_ms, ck, false);
+    return each_server(grpc, timeout_ms, NULL, ck);
 }
 
 int pw_jobckpt_restore_servers(const char *grpc, int timeout_ms, const pw_jobckpt_t *ck) {
-    return each_server(grpc, timeout_ms, (pw_jobckpt_t *)ck, true);
+    return each_server(grpc, timeout_ms, ck, NULL);
 }
 
 /* Keep the latest step directory and the keep - 1 before it; remove the others, also those

@@ -264,13 +264,13 @@ static void test_coordinator_leases(void **state) {
         assert_int_equal(st.set(st.ctx, k, big, PS_COORD_VALUE_MAX, false, 0), 0);
     }
     free(big);
-    ps_coord_entry_t *ents;
+    pc_kv_entry_t *ents;
     size_t ne;
     bool trunc;
     assert_int_equal(st.list(st.ctx, "big/", 100, &ents, &ne, &trunc), 0);
     assert_true(ne == PS_COORD_LIST_BYTES / PS_COORD_VALUE_MAX && trunc);
     assert_string_equal(ents[0].key, "big/0");
-    ps_coord_entries_free(ents, ne);
+    pc_kv_entries_free(ents, ne);
     /* A store full of leased keys refuses more until their leases end. */
     size_t n = 0;
     for (; n < PS_COORD_KEYS_MAX; n++) {
