@@ -286,13 +286,13 @@ enum { RB = 512, RROWS = 60 * RB };
 #define AUC_MIN     0.6
 #define AUC_TOL     0.02
 #define ASYNC_TOL   0.06 /* 60 steps: late dense rounds weigh more */
-#define HUNG_EPOCHS 3    /* the survivor is still training when the hung worker resumes */
+#define HUNG_EPOCHS 3    /* the survivor must still train when the resumed worker rejoins */
 #else
 enum { RB = 512, RROWS = 200 * RB };
 #define AUC_MIN     0.65
 #define AUC_TOL     0.005
 #define ASYNC_TOL   0.025
-#define HUNG_EPOCHS 1
+#define HUNG_EPOCHS 4 /* see above: one epoch left it done within 8 s of the stop once */
 #endif
 enum { CKPT_EVERY = RROWS / RB / 5 }; /* coordinated checkpoints in the rollback tests */
 #define RTABLE                                                                                  \
