@@ -1,22 +1,82 @@
 /* pw_backend_cpu.c: the CPU backend: OpenBLAS for GEMM, plain loops (auto-vectorized) for the
- * elementwise parts. */
+ * rest. Device memory is host memory (calloc). Stateless: one static table serves every thread.
+ * These loops are also the reference the GPU backend is tested against. */
 #include "pw_backend.h"
 
-#include <cblas.h>
+#include "pc_error.h"
 
-static void cpu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
-                     const float *b, float beta, float *c) {
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(pw_backend_t *be, size_t bytes) {
+    (void)be;
+    return bytes ? calloc(1, bytes) : NULL;
+}
+
+static void cpu_free(pw_backend_t *be, void *p) {
+    (void)be;
+    free(p);
+}
+
+static void cpu_copy(pw_backend_t *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    if (bytes)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_zero(pw_backend_t *be, void *p, size_t bytes) {
+    (void)be;
+    if (bytes)
+        memset(p, 0, bytes);
+}
+
+static int cpu_error(pw_backend_t *be, char *msg, size_t len) {
+    (void)be;
+    if (msg && len)
+        msg[0] = 0;
+    return 0;
+}
+
+static void cpu_close(pw_backend_t *be) {
+    (void)be;
+}
+
+/* ---- dense math ---- */
+
+static void cpu_gemm(pw_backend_t *be, bool ta, bool tb, int m, int n, int k, float alpha,
+                     const float *a, const float *b, float beta, float *c) {
+    (void)be;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
                 k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
 }
 
-static void cpu_add_bias(int rows, int cols, const float *bias, float *y) {
-    for (int r = 0; r < rows; r++)
-        for (int c = 0; c < cols; c++)
-            y[(size_t)r * cols + c] += bias[c];
+static void cpu_gemm_batched(pw_backend_t *be, bool ta, bool tb, int m, int n, int k, float alpha,
+                             const float *a, size_t sa, const float *b, size_t sb, float beta,
+                             float *c, size_t sc, int count) {
+    for (int i = 0; i < count; i++)
+        cpu_gemm(be, ta, tb, m, n, k, alpha, a + i * sa, b + i * sb, beta, c + i * sc);
 }
 
-static void cpu_col_sum(int rows, int cols, const float *x, float beta, float *out) {
+static void cpu_bias_act(pw_backend_t *be, int rows, int cols, const float *bias, bool relu,
+                         float *y) {
+    (void)be;
+    for (int r = 0; r < rows; r++) {
+        float *yr = y + (size_t)r * cols;
+        for (int c = 0; c < cols; c++)
+            yr[c] += bias[c];
+        if (relu)
+            for (int c = 0; c < cols; c++)
+                yr[c] = yr[c] > 0 ? yr[c] : 0.0f;
+    }
+}
+
+static void cpu_col_sum(pw_backend_t *be, int rows, int cols, const float *x, float beta,
+                        float *out) {
+    (void)be;
     for (int c = 0; c < cols; c++)
         out[c] *= beta;
     for (int r = 0; r < rows; r++)
@@ -24,14 +84,84 @@ static void cpu_col_sum(int rows, int cols, const float *x, float beta, float *o
             out[c] += x[(size_t)r * cols + c];
 }
 
-static void cpu_relu(size_t n, const float *x, float *y) {
-    for (size_t i = 0; i < n; i++)
-        y[i] = x[i] > 0 ? x[i] : 0.0f;
-}
-
-static void cpu_relu_grad(size_t n, const float *y, const float *dy, float *dx) {
+static void cpu_relu_grad(pw_backend_t *be, size_t n, const float *y, const float *dy, float *dx) {
+    (void)be;
     for (size_t i = 0; i < n; i++)
         dx[i] = y[i] > 0 ? dy[i] : 0.0f;
+}
+
+static void cpu_copy2d(pw_backend_t *be, int rows, int cols, const float *src, int lds, float *dst,
+                       int ldd) {
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        memmove(dst + (size_t)r * ldd, src + (size_t)r * lds, (size_t)cols * sizeof(float));
+}
+
+static void cpu_add2d(pw_backend_t *be, int rows, int cols, const float *src, int lds, float *dst,
+                      int ldd) {
+    (void)be;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            dst[(size_t)r * ldd + c] += src[(size_t)r * lds + c];
+}
+
+static void cpu_scale(pw_backend_t *be, size_t n, float alpha, float *x) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        x[i] *= alpha;
+}
+
+static void cpu_fill(pw_backend_t *be, size_t n, float value, float *x) {
+    (void)be;
+    for (size_t i = 0; i < n; i++)
+        x[i] = value;
+}
+
+/* ---- DLRM interaction ---- */
+
+static void cpu_tril_pack(pw_backend_t *be, int n, int f, const float *full, float *out, int ldo) {
+    (void)be;
+    for (int s = 0; s < n; s++) {
+        const float *z = full + (size_t)s * f * f;
+        float *o = out + (size_t)s * ldo;
+        for (int i = 1, k = 0; i < f; i++)
+            for (int j = 0; j < i; j++)
+                o[k++] = z[i * f + j];
+    }
+}
+
+static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, int ldg,
+                            float *full) {
+    (void)be;
+    for (int s = 0; s < n; s++) {
+        const float *g = grad + (size_t)s * ldg;
+        float *z = full + (size_t)s * f * f;
+        for (int i = 0; i < f; i++)
+            z[i * f + i] = 0;
+        for (int i = 1, k = 0; i < f; i++)
+            for (int j = 0; j < i; j++, k++)
+                z[i * f + j] = z[j * f + i] = g[k];
+    }
+}
+
+/* ---- embeddings ---- */
+
+static void cpu_gather_rows(pw_backend_t *be, size_t n, const uint32_t *idx, const float *src,
+                            int d, float *dst) {
+    (void)be;
+    for (size_t j = 0; j < n; j++)
+        memcpy(dst + j * d, src + (size_t)idx[j] * d, (size_t)d * sizeof(float));
+}
+
+static void cpu_scatter_add_rows(pw_backend_t *be, size_t n, const uint32_t *idx, const float *src,
+                                 int d, float alpha, float *dst) {
+    (void)be;
+    for (size_t j = 0; j < n; j++) {
+        float *o = dst + (size_t)idx[j] * d;
+        const float *g = src + j * d;
+        for (int e = 0; e < d; e++)
+            o[e] += alpha * g[e];
+    }
 }
 
 /* Per field of sample s, the factor its features are scaled by: 1 / count for mean, else 1. */
@@ -45,8 +175,10 @@ static void field_scale(const size_t *off, const uint16_t *field, int s, int nf,
         scale[f] = mean && scale[f] > 0 ? 1.0f / scale[f] : 1.0f;
 }
 
-static void cpu_pool(int n, const size_t *off, const uint16_t *field, const float *val, int nf,
-                     int d, const float *rows, int ld, bool mean, float *out) {
+static void cpu_pool(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
+                     const float *val, int nf, int d, const float *rows, int ld, bool mean,
+                     float *out) {
+    (void)be;
     float scale[PW_POOL_FIELDS_MAX];
     for (int s = 0; s < n; s++) {
         float *o = out + (size_t)s * nf * d;
@@ -63,8 +195,10 @@ static void cpu_pool(int n, const size_t *off, const uint16_t *field, const floa
     }
 }
 
-static void cpu_pool_grad(int n, const size_t *off, const uint16_t *field, const float *val, int nf,
-                          int d, const float *dout, int ld, bool mean, float *drows) {
+static void cpu_pool_grad(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
+                          const float *val, int nf, int d, const float *dout, int ld, bool mean,
+                          float *drows) {
+    (void)be;
     float scale[PW_POOL_FIELDS_MAX];
     for (int s = 0; s < n; s++) {
         field_scale(off, field, s, nf, mean, scale);
@@ -78,9 +212,133 @@ static void cpu_pool_grad(int n, const size_t *off, const uint16_t *field, const
     }
 }
 
-static const pw_backend_t k_cpu = {"cpu-openblas", cpu_gemm,      cpu_add_bias, cpu_col_sum,
-                                   cpu_relu,       cpu_relu_grad, cpu_pool,     cpu_pool_grad};
+/* sum[e] = sum_j v_je x_j over the features [a, b). */
+static void factor_sums(size_t a, size_t b, const float *val, int k, const float *rows,
+                        float *sum) {
+    memset(sum, 0, (size_t)k * sizeof(float));
+    for (size_t i = a; i < b; i++) {
+        const float *v = rows + i * (size_t)(k + 1) + 1;
+        for (int j = 0; j < k; j++)
+            sum[j] += v[j] * val[i];
+    }
+}
 
-const pw_backend_t *pw_backend_cpu(void) {
+static void cpu_fm(pw_backend_t *be, int n, const size_t *off, const float *val, int k,
+                   const float *rows, float *logits) {
+    (void)be;
+    float sum[PW_FM_K_MAX];
+    for (int s = 0; s < n; s++) {
+        factor_sums(off[s], off[s + 1], val, k, rows, sum);
+        double lin = 0, sq = 0, pair = 0;
+        for (size_t i = off[s]; i < off[s + 1]; i++) {
+            const float *r = rows + i * (size_t)(k + 1);
+            const double x = val[i];
+            lin += r[0] * x;
+            for (int j = 0; j < k; j++)
+                sq += (double)r[1 + j] * r[1 + j] * x * x;
+        }
+        for (int j = 0; j < k; j++)
+            pair += (double)sum[j] * sum[j];
+        logits[s] += (float)(lin + 0.5 * (pair - sq));
+    }
+}
+
+static void cpu_fm_grad(pw_backend_t *be, int n, const size_t *off, const float *val, int k,
+                        const float *rows, const float *dlogits, float *drows) {
+    (void)be;
+    float sum[PW_FM_K_MAX];
+    for (int s = 0; s < n; s++) {
+        factor_sums(off[s], off[s + 1], val, k, rows, sum);
+        const float g = dlogits[s];
+        for (size_t i = off[s]; i < off[s + 1]; i++) {
+            const float *r = rows + i * (size_t)(k + 1);
+            float *d = drows + i * (size_t)(k + 1);
+            const float x = val[i];
+            d[0] = g * x;
+            for (int j = 0; j < k; j++) /* d/dv_ij = x_i sum_j - v_ij x_i^2 */
+                d[1 + j] = g * x * (sum[j] - r[1 + j] * x);
+        }
+    }
+}
+
+/* ---- loss and optimizer ---- */
+
+static double cpu_bce(pw_backend_t *be, int n, const float *logits, const float *labels, float *p,
+                      float *dlogits) {
+    (void)be;
+    double loss = 0;
+    for (int i = 0; i < n; i++) {
+        const double z = logits[i], y = labels[i];
+        /* log(1 + exp(-|z|)) + max(z, 0) - y z: no overflow for any z */
+        loss += log1p(exp(-fabs(z))) + (z > 0 ? z : 0) - y * z;
+        const double s = z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z));
+        if (p)
+            p[i] = (float)s;
+        if (dlogits)
+            dlogits[i] = (float)((s - y) / n);
+    }
+    return n ? loss / n : 0;
+}
+
+static void cpu_opt_step(pw_backend_t *be, const pw_opt_step_args_t *a, size_t n, float *w,
+                         const float *g, float *s1, float *s2) {
+    (void)be;
+    switch (a->kind) {
+        case PW_OPT_SGD:
+            for (size_t i = 0; i < n; i++)
+                w[i] -= a->lr * g[i];
+            return;
+        case PW_OPT_ADAGRAD:
+            for (size_t i = 0; i < n; i++) {
+                s1[i] += g[i] * g[i];
+                w[i] -= a->lr * g[i] / (sqrtf(s1[i]) + a->eps);
+            }
+            return;
+        case PW_OPT_ADAM:
+            for (size_t i = 0; i < n; i++) {
+                s1[i] = a->beta1 * s1[i] + (1 - a->beta1) * g[i];
+                s2[i] = a->beta2 * s2[i] + (1 - a->beta2) * g[i] * g[i];
+                w[i] -= a->lr * (s1[i] / a->bc1) / (sqrtf(s2[i] / a->bc2) + a->eps);
+            }
+            return;
+    }
+}
+
+static pw_backend_t k_cpu = {
+    .abi = PW_BACKEND_ABI,
+    .name = "cpu-openblas",
+    .host_memory = true,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .error = cpu_error,
+    .close = cpu_close,
+    .gemm = cpu_gemm,
+    .gemm_batched = cpu_gemm_batched,
+    .bias_act = cpu_bias_act,
+    .col_sum = cpu_col_sum,
+    .relu_grad = cpu_relu_grad,
+    .copy2d = cpu_copy2d,
+    .add2d = cpu_add2d,
+    .scale = cpu_scale,
+    .fill = cpu_fill,
+    .tril_pack = cpu_tril_pack,
+    .tril_unpack = cpu_tril_unpack,
+    .gather_rows = cpu_gather_rows,
+    .scatter_add_rows = cpu_scatter_add_rows,
+    .pool = cpu_pool,
+    .pool_grad = cpu_pool_grad,
+    .fm = cpu_fm,
+    .fm_grad = cpu_fm_grad,
+    .bce = cpu_bce,
+    .opt_step = cpu_opt_step,
+};
+
+pw_backend_t *pw_backend_cpu(void) {
     return &k_cpu;
 }

@@ -2,14 +2,13 @@
 #include "pw_deepfm.h"
 
 #include "pc_error.h"
-#include "pw_fm.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 struct pw_deepfm {
     pw_deepfm_config_t c;
-    const pw_backend_t *be;
+    pw_backend_t *be;
     pw_linear_t l[PW_MLP_MAX];
     pw_mlp_t mlp;
     int in; /* MLP input width: ndense + nfields * k */
@@ -21,7 +20,7 @@ struct pw_deepfm {
     const float *val, *rows;
 };
 
-int pw_deepfm_create(const pw_deepfm_config_t *c, const pw_backend_t *be, pw_deepfm_t **out) {
+int pw_deepfm_create(const pw_deepfm_config_t *c, pw_backend_t *be, pw_deepfm_t **out) {
     if (c->ndense < 1 || c->nfields < 1 || c->nfields > PW_POOL_FIELDS_MAX || c->k < 1 ||
         c->k > PW_FM_K_MAX || c->nlayers < 1 || c->nlayers > PW_MLP_MAX || c->max_batch < 1 ||
         c->widths[c->nlayers - 1] != 1)
@@ -32,11 +31,12 @@ int pw_deepfm_create(const pw_deepfm_config_t *c, const pw_backend_t *be, pw_dee
     m->c = *c;
     m->be = be;
     m->in = c->ndense + c->nfields * c->k;
-    int rc = pw_mlp_init(&m->mlp, m->l, m->in, c->widths, c->nlayers, false, c->max_batch, c->seed);
+    int rc =
+        pw_mlp_init(&m->mlp, be, m->l, m->in, c->widths, c->nlayers, false, c->max_batch, c->seed);
     const size_t b = (size_t)c->max_batch;
-    m->x = malloc(b * (size_t)m->in * sizeof(float));
-    m->dx = malloc(b * (size_t)m->in * sizeof(float));
-    m->pooled = malloc(b * (size_t)c->nfields * c->k * sizeof(float));
+    m->x = be->alloc(be, b * (size_t)m->in * sizeof(float));
+    m->dx = be->alloc(be, b * (size_t)m->in * sizeof(float));
+    m->pooled = be->alloc(be, b * (size_t)c->nfields * c->k * sizeof(float));
     if (!rc && (!m->x || !m->dx || !m->pooled))
         rc = PC_ENOMEM;
     if (rc) {
@@ -52,9 +52,9 @@ void pw_deepfm_destroy(pw_deepfm_t *m) {
         return;
     if (m->mlp.l)
         pw_mlp_free(&m->mlp);
-    free(m->x);
-    free(m->dx);
-    free(m->pooled);
+    m->be->free(m->be, m->x);
+    m->be->free(m->be, m->dx);
+    m->be->free(m->be, m->pooled);
     free(m);
 }
 
@@ -68,29 +68,26 @@ int pw_deepfm_forward(pw_deepfm_t *m, int batch, const float *dense, const size_
     m->field = field;
     m->val = val;
     m->rows = rows;
+    pw_backend_t *be = m->be;
     const int k = c->k, pw = c->nfields * k;
-    m->be->pool(batch, off, field, val, c->nfields, k, rows + 1, k + 1, c->mean, m->pooled);
-    for (int s = 0; s < batch; s++) { /* x = [dense, pooled] */
-        memcpy(m->x + (size_t)s * m->in, dense + (size_t)s * c->ndense,
-               (size_t)c->ndense * sizeof(float));
-        memcpy(m->x + (size_t)s * m->in + c->ndense, m->pooled + (size_t)s * pw,
-               (size_t)pw * sizeof(float));
-    }
-    memcpy(logits, pw_mlp_forward(m->be, &m->mlp, batch, m->x), (size_t)batch * sizeof(float));
-    pw_fm_forward(batch, off, val, k, rows, logits);
+    be->pool(be, batch, off, field, val, c->nfields, k, rows + 1, k + 1, c->mean, m->pooled);
+    be->copy2d(be, batch, c->ndense, dense, c->ndense, m->x, m->in); /* x = [dense, pooled] */
+    be->copy2d(be, batch, pw, m->pooled, pw, m->x + c->ndense, m->in);
+    be->copy(be, logits, pw_mlp_forward(&m->mlp, batch, m->x), (size_t)batch * sizeof(float));
+    be->fm(be, batch, off, val, k, rows, logits);
     return 0;
 }
 
 int pw_deepfm_backward(pw_deepfm_t *m, const float *dlogits, float *drows) {
     const pw_deepfm_config_t *c = &m->c;
+    pw_backend_t *be = m->be;
     const int batch = m->batch, k = c->k, pw = c->nfields * k;
-    pw_fm_backward(batch, m->off, m->val, k, m->rows, dlogits, drows); /* writes every row */
-    pw_mlp_backward(m->be, &m->mlp, dlogits, m->dx);
-    for (int s = 0; s < batch; s++) /* d pooled: the MLP input's gradient past the dense part */
-        memcpy(m->pooled + (size_t)s * pw, m->dx + (size_t)s * m->in + c->ndense,
-               (size_t)pw * sizeof(float));
-    m->be->pool_grad(batch, m->off, m->field, m->val, c->nfields, k, m->pooled, k + 1, c->mean,
-                     drows + 1);
+    be->fm_grad(be, batch, m->off, m->val, k, m->rows, dlogits, drows); /* writes every row */
+    pw_mlp_backward(&m->mlp, dlogits, m->dx);
+    /* d pooled: the MLP input's gradient past the dense part */
+    be->copy2d(be, batch, pw, m->dx + c->ndense, m->in, m->pooled, pw);
+    be->pool_grad(be, batch, m->off, m->field, m->val, c->nfields, k, m->pooled, k + 1, c->mean,
+                  drows + 1);
     return 0;
 }
 

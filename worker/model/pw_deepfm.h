@@ -2,13 +2,14 @@
  * embeddings.
  *
  *   rows   one per feature: [w, v_1 .. v_k] (table dim k + 1), value x per feature
- *   fm     = sum_i w_i x_i + pairwise interactions of the v_i x_i           (pw_fm.h)
+ *   fm     = sum_i w_i x_i + pairwise interactions of the v_i x_i   (pw_backend_t.fm)
  *   deep   = MLP([dense, pool_1(v), .., pool_F(v)])  pool_f: the v of field f's features,
  *            summed (or averaged) with their values; ReLU between layers, the last width 1
  *   logit  = fm + deep
  *
  * The model owns the MLP; rows come from the caller (pulled) and their gradients go back to the
  * caller (pushed). forward keeps pointers to its inputs: they must stay valid until backward.
+ * Every pointer is the backend's device memory.
  *
  * Thread rule: a model is used by one thread at a time.
  */
@@ -28,7 +29,7 @@ typedef struct pw_deepfm_config {
 typedef struct pw_deepfm pw_deepfm_t;
 
 /* PC_EINVAL for an inconsistent configuration, PC_ENOMEM. */
-int pw_deepfm_create(const pw_deepfm_config_t *c, const pw_backend_t *be, pw_deepfm_t **out);
+int pw_deepfm_create(const pw_deepfm_config_t *c, pw_backend_t *be, pw_deepfm_t **out);
 void pw_deepfm_destroy(pw_deepfm_t *m);
 
 /* dense: batch x ndense; sample s has features j in [off[s], off[s + 1]) with field[j] (<

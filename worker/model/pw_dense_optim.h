@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { PW_OPT_SGD, PW_OPT_ADAGRAD, PW_OPT_ADAM } pw_opt_kind_t;
+#include "pw_backend.h"
 
 typedef struct pw_opt_config {
     pw_opt_kind_t kind;
@@ -26,15 +26,17 @@ typedef struct pw_opt_config {
 void pw_opt_config_defaults(pw_opt_config_t *c, pw_opt_kind_t kind);
 
 typedef struct pw_opt {
+    pw_backend_t *be; /* borrowed */
     pw_opt_config_t c;
     size_t n;
-    float *s1, *s2; /* adagrad: G; adam: m, v */
-    uint64_t t;
+    float *s1, *s2; /* device memory: adagrad G; adam m, v (NULL when unused) */
+    uint64_t t;     /* steps taken (adam's bias correction) */
 } pw_opt_t;
 
-int pw_opt_init(pw_opt_t *o, const pw_opt_config_t *c, size_t n);
+/* State for n parameters on `be`. PC_ENOMEM. */
+int pw_opt_init(pw_opt_t *o, pw_backend_t *be, const pw_opt_config_t *c, size_t n);
 void pw_opt_free(pw_opt_t *o);
-/* One step on w[0..n) with gradient g. */
+/* One step on w[0..n) with gradient g (device memory), on the backend. */
 void pw_opt_step(pw_opt_t *o, float *w, const float *g);
 
 #endif

@@ -2,12 +2,12 @@
  *
  *   bottom = MLP(dense)                  ReLU after every bottom layer; last width = emb dim d
  *   z      = [bottom, e_1 .. e_F]        F = nfields + 1 vectors of dim d per sample
- *   inter  = <z_i, z_j> for i > j        pw_dot_forward
+ *   inter  = <z_i, z_j> for i > j        pw_interact_forward (batched GEMM)
  *   logit  = MLP([bottom, inter])        ReLU between top layers, none after the last (width 1)
  *
  * The embeddings e_f come from the caller (pulled from a table) and their gradients go back to
  * the caller (pushed); the model owns the MLPs. Activations of the last forward are kept for
- * backward, for up to max_batch samples.
+ * backward, for up to max_batch samples. Every float pointer is the backend's device memory.
  *
  * Thread rule: a model is used by one thread at a time.
  */
@@ -27,7 +27,7 @@ typedef struct pw_dlrm_config {
 typedef struct pw_dlrm pw_dlrm_t;
 
 /* PC_EINVAL for an inconsistent configuration, PC_ENOMEM. */
-int pw_dlrm_create(const pw_dlrm_config_t *c, const pw_backend_t *be, pw_dlrm_t **out);
+int pw_dlrm_create(const pw_dlrm_config_t *c, pw_backend_t *be, pw_dlrm_t **out);
 void pw_dlrm_destroy(pw_dlrm_t *m);
 
 /* dense: batch x ndense; emb: batch x nfields x dim -> logits: batch. */

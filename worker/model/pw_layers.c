@@ -8,62 +8,69 @@
 #include <stdlib.h>
 #include <string.h>
 
-int pw_linear_init(pw_linear_t *l, int in, int out, uint64_t seed) {
+int pw_linear_init(pw_linear_t *l, pw_backend_t *be, int in, int out, uint64_t seed) {
     memset(l, 0, sizeof *l);
     if (in < 1 || out < 1)
         return PC_EINVAL;
     const size_t nw = (size_t)in * out;
+    l->be = be;
     l->in = in;
     l->out = out;
-    l->w = malloc(nw * sizeof(float));
-    l->dw = calloc(nw, sizeof(float));
-    l->b = calloc((size_t)out, sizeof(float));
-    l->db = calloc((size_t)out, sizeof(float));
-    if (!l->w || !l->dw || !l->b || !l->db) {
+    float *w = malloc(nw * sizeof(float)); /* drawn on the host: the same on every backend */
+    l->w = be->alloc(be, nw * sizeof(float));
+    l->dw = be->alloc(be, nw * sizeof(float));
+    l->b = be->alloc(be, (size_t)out * sizeof(float));
+    l->db = be->alloc(be, (size_t)out * sizeof(float));
+    if (!w || !l->w || !l->dw || !l->b || !l->db) {
+        free(w);
         pw_linear_free(l);
         return PC_ENOMEM;
     }
     const double limit = sqrt(6.0 / (in + out)); /* Glorot & Bengio 2010 */
     uint64_t st = seed;
     for (size_t i = 0; i < nw; i++)
-        l->w[i] = (float)((2 * pc_rand_unit(&st) - 1) * limit);
+        w[i] = (float)((2 * pc_rand_unit(&st) - 1) * limit);
+    be->upload(be, l->w, w, nw * sizeof(float));
+    free(w);
     return 0;
 }
 
 void pw_linear_free(pw_linear_t *l) {
-    free(l->w);
-    free(l->b);
-    free(l->dw);
-    free(l->db);
+    if (l->be) {
+        l->be->free(l->be, l->w);
+        l->be->free(l->be, l->b);
+        l->be->free(l->be, l->dw);
+        l->be->free(l->be, l->db);
+    }
     memset(l, 0, sizeof *l);
 }
 
 void pw_linear_zero_grad(pw_linear_t *l) {
-    memset(l->dw, 0, (size_t)l->in * l->out * sizeof(float));
-    memset(l->db, 0, (size_t)l->out * sizeof(float));
+    l->be->zero(l->be, l->dw, (size_t)l->in * l->out * sizeof(float));
+    l->be->zero(l->be, l->db, (size_t)l->out * sizeof(float));
 }
 
-void pw_linear_forward(const pw_backend_t *be, const pw_linear_t *l, int batch, const float *x,
-                       float *y) {
-    /* y (batch x out) = x (batch x in) * W^T (in x out) */
-    be->gemm(false, true, batch, l->out, l->in, 1.0f, x, l->w, 0.0f, y);
-    be->add_bias(batch, l->out, l->b, y);
+void pw_linear_forward(const pw_linear_t *l, int batch, const float *x, float *y) {
+    /* y (batch x out) = x (batch x in) * W^T (in x out) + b */
+    l->be->gemm(l->be, false, true, batch, l->out, l->in, 1.0f, x, l->w, 0.0f, y);
+    l->be->bias_act(l->be, batch, l->out, l->b, false, y);
 }
 
-void pw_linear_backward(const pw_backend_t *be, pw_linear_t *l, int batch, const float *x,
-                        const float *dy, float *dx) {
+void pw_linear_backward(pw_linear_t *l, int batch, const float *x, const float *dy, float *dx) {
+    pw_backend_t *be = l->be;
     /* dW (out x in) += dy^T (out x batch) * x (batch x in); db += column sums of dy */
-    be->gemm(true, false, l->out, l->in, batch, 1.0f, dy, x, 1.0f, l->dw);
-    be->col_sum(batch, l->out, dy, 1.0f, l->db);
+    be->gemm(be, true, false, l->out, l->in, batch, 1.0f, dy, x, 1.0f, l->dw);
+    be->col_sum(be, batch, l->out, dy, 1.0f, l->db);
     if (dx) /* dx (batch x in) = dy (batch x out) * W (out x in) */
-        be->gemm(false, false, batch, l->in, l->out, 1.0f, dy, l->w, 0.0f, dx);
+        be->gemm(be, false, false, batch, l->in, l->out, 1.0f, dy, l->w, 0.0f, dx);
 }
 
-int pw_mlp_init(pw_mlp_t *m, pw_linear_t *l, int in, const int *widths, int n, bool relu_last,
-                int max_batch, uint64_t seed) {
+int pw_mlp_init(pw_mlp_t *m, pw_backend_t *be, pw_linear_t *l, int in, const int *widths, int n,
+                bool relu_last, int max_batch, uint64_t seed) {
     memset(m, 0, sizeof *m);
     if (n < 1 || n > PW_MLP_MAX || in < 1 || max_batch < 1)
         return PC_EINVAL;
+    m->be = be;
     m->l = l;
     m->relu_last = relu_last;
     m->max_batch = max_batch;
@@ -73,17 +80,17 @@ int pw_mlp_init(pw_mlp_t *m, pw_linear_t *l, int in, const int *widths, int n, b
             rc = PC_EINVAL;
             break;
         }
-        rc = pw_linear_init(&l[i], i ? widths[i - 1] : in, widths[i], seed + (uint64_t)i);
+        rc = pw_linear_init(&l[i], be, i ? widths[i - 1] : in, widths[i], seed + (uint64_t)i);
         if (!rc)
             m->nl++;
         widest = widths[i] > widest ? widths[i] : widest;
     }
     const size_t b = (size_t)max_batch;
     for (int i = 0; i <= m->nl && !rc; i++)
-        if (!(m->act[i] = malloc(b * (size_t)(i ? widths[i - 1] : in) * sizeof(float))))
+        if (!(m->act[i] = be->alloc(be, b * (size_t)(i ? widths[i - 1] : in) * sizeof(float))))
             rc = PC_ENOMEM;
-    if (!rc && (!(m->ga = malloc(b * (size_t)widest * sizeof(float))) ||
-                !(m->gb = malloc(b * (size_t)widest * sizeof(float)))))
+    if (!rc && (!(m->ga = be->alloc(be, b * (size_t)widest * sizeof(float))) ||
+                !(m->gb = be->alloc(be, b * (size_t)widest * sizeof(float)))))
         rc = PC_ENOMEM;
     if (rc)
         pw_mlp_free(m);
@@ -93,86 +100,59 @@ int pw_mlp_init(pw_mlp_t *m, pw_linear_t *l, int in, const int *widths, int n, b
 void pw_mlp_free(pw_mlp_t *m) {
     for (int i = 0; i < m->nl; i++)
         pw_linear_free(&m->l[i]);
-    for (int i = 0; i <= PW_MLP_MAX; i++)
-        free(m->act[i]);
-    free(m->ga);
-    free(m->gb);
+    for (int i = 0; m->be && i <= PW_MLP_MAX; i++)
+        m->be->free(m->be, m->act[i]);
+    if (m->be) {
+        m->be->free(m->be, m->ga);
+        m->be->free(m->be, m->gb);
+    }
     memset(m, 0, sizeof *m);
 }
 
-const float *pw_mlp_forward(const pw_backend_t *be, pw_mlp_t *m, int batch, const float *x) {
+const float *pw_mlp_forward(pw_mlp_t *m, int batch, const float *x) {
     if (batch < 1 || batch > m->max_batch)
         return NULL;
+    pw_backend_t *be = m->be;
     m->batch = batch;
-    memcpy(m->act[0], x, (size_t)batch * m->l[0].in * sizeof(float));
+    be->copy(be, m->act[0], x, (size_t)batch * m->l[0].in * sizeof(float));
     for (int i = 0; i < m->nl; i++) {
-        pw_linear_forward(be, &m->l[i], batch, m->act[i], m->act[i + 1]);
-        if (i + 1 < m->nl || m->relu_last)
-            be->relu((size_t)batch * m->l[i].out, m->act[i + 1], m->act[i + 1]);
+        const pw_linear_t *l = &m->l[i];
+        be->gemm(be, false, true, batch, l->out, l->in, 1.0f, m->act[i], l->w, 0.0f, m->act[i + 1]);
+        be->bias_act(be, batch, l->out, l->b, i + 1 < m->nl || m->relu_last, m->act[i + 1]);
     }
     return m->act[m->nl];
 }
 
-void pw_mlp_backward(const pw_backend_t *be, pw_mlp_t *m, const float *dy, float *dx) {
+void pw_mlp_backward(pw_mlp_t *m, const float *dy, float *dx) {
+    pw_backend_t *be = m->be;
     const int batch = m->batch, last = m->nl - 1;
     float *g = m->ga, *gx = m->gb;
     if (m->relu_last)
-        be->relu_grad((size_t)batch * m->l[last].out, m->act[m->nl], dy, g);
+        be->relu_grad(be, (size_t)batch * m->l[last].out, m->act[m->nl], dy, g);
     else
-        memcpy(g, dy, (size_t)batch * m->l[last].out * sizeof(float));
+        be->copy(be, g, dy, (size_t)batch * m->l[last].out * sizeof(float));
     for (int i = last; i >= 0; i--) {
-        pw_linear_backward(be, &m->l[i], batch, m->act[i], g, i ? gx : dx);
+        pw_linear_backward(&m->l[i], batch, m->act[i], g, i ? gx : dx);
         if (i == 0)
             break;
-        be->relu_grad((size_t)batch * m->l[i].in, m->act[i], gx, gx); /* the ReLU before i */
+        be->relu_grad(be, (size_t)batch * m->l[i].in, m->act[i], gx, gx); /* the ReLU before i */
         float *t = g;
         g = gx;
         gx = t;
     }
 }
 
-double pw_bce_logits(int batch, const float *logits, const float *labels, float *p,
-                     float *dlogits) {
-    double loss = 0;
-    for (int i = 0; i < batch; i++) {
-        const double z = logits[i], y = labels[i];
-        /* log(1 + exp(-|z|)) + max(z, 0) - y z: no overflow for any z */
-        loss += log1p(exp(-fabs(z))) + (z > 0 ? z : 0) - y * z;
-        const double s = z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z));
-        if (p)
-            p[i] = (float)s;
-        if (dlogits)
-            dlogits[i] = (float)((s - y) / batch);
-    }
-    return batch ? loss / batch : 0;
+void pw_interact_forward(pw_backend_t *be, int n, int f, int d, const float *z, float *full,
+                         float *out, int ldo) {
+    const size_t sz = (size_t)f * d, sf = (size_t)f * f;
+    be->gemm_batched(be, false, true, f, f, d, 1.0f, z, sz, z, sz, 0.0f, full, sf, n);
+    be->tril_pack(be, n, f, full, out, ldo);
 }
 
-void pw_dot_forward(int batch, int f, int d, const float *z, float *out) {
-    const int np = f * (f - 1) / 2;
-    for (int b = 0; b < batch; b++) {
-        const float *zb = z + (size_t)b * f * d;
-        float *o = out + (size_t)b * np;
-        for (int i = 1, k = 0; i < f; i++)
-            for (int j = 0; j < i; j++, k++) {
-                float s = 0;
-                for (int e = 0; e < d; e++)
-                    s += zb[i * d + e] * zb[j * d + e];
-                o[k] = s;
-            }
-    }
-}
-
-void pw_dot_backward(int batch, int f, int d, const float *z, const float *dout, float *dz) {
-    const int np = f * (f - 1) / 2;
-    memset(dz, 0, (size_t)batch * f * d * sizeof(float));
-    for (int b = 0; b < batch; b++) {
-        const float *zb = z + (size_t)b * f * d, *g = dout + (size_t)b * np;
-        float *dzb = dz + (size_t)b * f * d;
-        for (int i = 1, k = 0; i < f; i++)
-            for (int j = 0; j < i; j++, k++)
-                for (int e = 0; e < d; e++) {
-                    dzb[i * d + e] += g[k] * zb[j * d + e];
-                    dzb[j * d + e] += g[k] * zb[i * d + e];
-                }
-    }
+void pw_interact_backward(pw_backend_t *be, int n, int f, int d, const float *z, const float *dout,
+                          int ldd, float *full, float *dz) {
+    /* d<z_i, z_j>/dz_i = z_j: dz_s = (G + G^T) z_s with G the gradients below the diagonal */
+    const size_t sz = (size_t)f * d, sf = (size_t)f * f;
+    be->tril_unpack(be, n, f, dout, ldd, full);
+    be->gemm_batched(be, false, false, f, d, f, 1.0f, full, sf, z, sz, 0.0f, dz, sz, n);
 }

@@ -70,8 +70,8 @@ int pw_dense_save(const char *path, const pw_linear_t *l, int n) {
     }
     for (int i = 0; i < n; i++) {
         const size_t nw = (size_t)l[i].in * l[i].out * sizeof(float);
-        memcpy(p, l[i].w, nw);
-        memcpy(p + nw, l[i].b, (size_t)l[i].out * sizeof(float));
+        l[i].be->download(l[i].be, p, l[i].w, nw);
+        l[i].be->download(l[i].be, p + nw, l[i].b, (size_t)l[i].out * sizeof(float));
         p += nw + (size_t)l[i].out * sizeof(float);
     }
     return image_write(path, img, size);
@@ -102,8 +102,8 @@ int pw_dense_load(const char *path, pw_linear_t *l, int n) {
     size_t off = 16 + (size_t)n * 8;
     for (int i = 0; !rc && i < n; i++) {
         const size_t nw = (size_t)l[i].in * l[i].out * sizeof(float);
-        memcpy(l[i].w, img + off, nw);
-        memcpy(l[i].b, img + off + nw, (size_t)l[i].out * sizeof(float));
+        l[i].be->upload(l[i].be, l[i].w, img + off, nw);
+        l[i].be->upload(l[i].be, l[i].b, img + off + nw, (size_t)l[i].out * sizeof(float));
         off += nw + (size_t)l[i].out * sizeof(float);
     }
     free(img);

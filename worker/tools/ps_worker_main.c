@@ -28,7 +28,7 @@ typedef struct cfg {
     char bottom[128], top[128], table[512];
     char load_dense[512], save_dense[512], export_embeddings[512];
     char servers[4096], table_name[64], coordinator[256], job[64], host[64];
-    char ckpt_dir[512], server_grpc[4096], mode[16], step_log[512];
+    char ckpt_dir[512], server_grpc[4096], mode[16], step_log[512], device[32];
     int pooling, dense_optimizer, on_worker_loss, on_server_loss, resume,
         order; /* indexes into k_* lists */
     int64_t pull_ahead, async_window, credit_kib, chunk_kib;
@@ -100,6 +100,9 @@ static const pc_setting_t k_set[] = {
     PC_SETTING_STRING(T, csv, "",
                       "CSV column spec, e.g. header=1,threshold=4,columns=cat:cat:label:skip"),
     PC_SETTING_STRING(T, model, "dlrm", "dlrm | deepfm | fm | lr"),
+    PC_SETTING_STRING(T, device, "auto",
+                      "where the dense math runs: auto (a GPU when the CUDA module loads and "
+                      "finds one, else the CPU) | cpu | cuda | cuda:N | cpu:checked (tests)"),
     PC_SETTING_INT(T, dim, 1, 1023, "16", "embedding dim (dlrm), factor dim (fm, deepfm)"),
     PC_SETTING_INT(T, fields, 0, 1024, "0", "categorical fields (0: from the format)"),
     PC_SETTING_ENUM(T, pooling, k_pooling, "sum", "pooling of multi-valued fields: sum | mean"),
@@ -222,15 +225,25 @@ int main(int argc, char **argv) {
     tc.progress_every = (uint64_t)c.progress_every;
     pw_opt_config_defaults(&tc.dense_opt, ok);
     tc.dense_opt.lr = (float)c.dense_lr;
-    pw_train_result_t r;
-    int rc = pw_train_run(&tc, fmt, train, ntrain, test, ntest, &r);
+    char why[768];
+    int rc = pw_backend_open(c.device, &tc.backend, why, sizeof why);
     if (rc) {
+        fprintf(stderr, "%s: --device %s: %s\n", tag, c.device, why);
+        return rc == PC_EINVAL ? 2 : 1;
+    }
+    fprintf(stderr, "%s: dense math on %s\n", tag, why);
+    pw_train_result_t r;
+    rc = pw_train_run(&tc, fmt, train, ntrain, test, ntest, &r);
+    const char *backend_name = tc.backend->name;
+    if (rc) {
+        pw_backend_close(tc.backend);
         fprintf(stderr, "ps-worker: training failed: %s\n", pc_strerror(rc));
         return rc == PC_EINVAL ? 2 : 1;
     }
     if (c.json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", tc.model);
+        cJSON_AddStringToObject(j, "device", backend_name);
         cJSON_AddNumberToObject(j, "rank", (double)tc.rank);
         cJSON_AddNumberToObject(j, "samples", (double)r.samples);
         cJSON_AddNumberToObject(j, "steps", (double)r.steps);
@@ -259,5 +272,6 @@ int main(int argc, char **argv) {
                tc.model, (unsigned long long)r.samples, r.seconds, r.samples_per_s, r.train_loss,
                (unsigned long long)r.test_samples, r.auc, r.logloss);
     }
+    pw_backend_close(tc.backend);
     return 0;
 }

@@ -13,7 +13,6 @@
 #include "pw_jobckpt.h"
 #include "pw_deepfm.h"
 #include "pw_dlrm.h"
-#include "pw_fm.h"
 #include "ps_ckpt.h"
 #include "pw_metrics.h"
 #include "pw_model_io.h"
@@ -87,7 +86,7 @@ typedef struct slot {
     size_t ncap, dcap, kcap; /* labels and key_off; dense; keys, fields, vals, inv, ukeys */
     uint64_t *ukeys;
     uint32_t *inv;
-    size_t nu, ucap; /* ucap: urows, ugrads */
+    size_t nu, ucap; /* ucap: urows, ugrads (the backend's host memory: pinned on a GPU) */
     float *urows, *ugrads;
     pw_job_t pull;
     struct pchunk *push;
@@ -121,9 +120,27 @@ typedef struct dchunk { /* an allreduce of flat[off, off + n) */
     size_t off, n;
 } dchunk_t;
 
+/* The backend's copies of what a step computes from (device memory, grown as needed; cap in
+ * bytes). Backends with host memory compute from the host arrays and leave these unused. */
+typedef struct dbuf {
+    void *p;
+    size_t cap;
+} dbuf_t;
+
+enum { DB_LABELS, DB_DENSE, DB_KEY_OFF, DB_FIELDS, DB_VALS, DB_INV, DB_UROWS, DB_UGRADS, DB_N };
+
+/* A batch as the backend sees it (device pointers; host ones with host memory). */
+typedef struct dview {
+    int n;
+    size_t nk; /* features */
+    const float *labels, *dense, *vals;
+    const size_t *key_off;
+    const uint16_t *fields;
+} dview_t;
+
 typedef struct trainer {
     const pw_train_config_t *c;
-    const pw_backend_t *be;
+    pw_backend_t *be;
     pw_format_t fmt;
     enum { M_DLRM, M_DEEPFM, M_FM, M_LR } kind;
     int nf, ndense, dim; /* dim: the table's row width */
@@ -167,7 +184,10 @@ typedef struct trainer {
     int nlayers;
     pw_opt_t *opt; /* 2 per layer: weights, biases */
     size_t cap;    /* features the row buffers hold */
+    /* device memory: a row and its gradient per feature, the model's inputs and outputs */
     float *rows, *grads, *pooled, *dpooled, *dense1, *logits, *dlogits, *probs;
+    float *hrows;     /* host: rows looked up for evaluation (cap of them) */
+    dbuf_t dev[DB_N]; /* the step's inputs on the backend */
 } trainer_t;
 
 static void slot_free(slot_t *s) {
@@ -179,15 +199,17 @@ static void slot_free(slot_t *s) {
     free(s->b.key_off);
     free(s->ukeys);
     free(s->inv);
-    free(s->urows);
-    free(s->ugrads);
     free(s->push);
 }
 
 static void trainer_free(trainer_t *t) {
+    pw_backend_t *be = t->be;
     pw_sched_destroy(t->sched); /* first: its jobs use the slots, rounds and client */
-    for (int i = 0; t->slots && i < t->nslots; i++)
+    for (int i = 0; t->slots && i < t->nslots; i++) {
         slot_free(&t->slots[i]);
+        be->host_free(be, t->slots[i].urows);
+        be->host_free(be, t->slots[i].ugrads);
+    }
     free(t->slots);
     for (int i = 0; t->rounds && i < t->nrounds; i++) {
         free(t->rounds[i].flat);
@@ -208,14 +230,17 @@ static void trainer_free(trainer_t *t) {
     ps_table_destroy(t->emb);
     pw_group_close(t->grp);
     psc_close(t->ps);
-    free(t->rows);
-    free(t->grads);
-    free(t->pooled);
-    free(t->dpooled);
-    free(t->dense1);
-    free(t->logits);
-    free(t->dlogits);
-    free(t->probs);
+    be->free(be, t->rows);
+    be->free(be, t->grads);
+    be->free(be, t->pooled);
+    be->free(be, t->dpooled);
+    be->free(be, t->dense1);
+    be->free(be, t->logits);
+    be->free(be, t->dlogits);
+    be->free(be, t->probs);
+    free(t->hrows);
+    for (int i = 0; i < DB_N; i++)
+        be->free(be, t->dev[i].p);
 }
 
 static int model_kind(const char *name, int *kind) {
@@ -509,9 +534,18 @@ static int slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
         }
         s->inv[j] = t->dedup[h] - 1;
     }
-    void **const rows[] = {(void **)&s->urows, (void **)&s->ugrads};
-    const size_t r_size[] = {sizeof(float), sizeof(float)};
-    return grow(&s->ucap, s->nu * (size_t)t->dim + 1, 2, rows, r_size);
+    const size_t need = s->nu * (size_t)t->dim + 1; /* the rows are pulled afresh: not kept */
+    if (need > s->ucap) {
+        pw_backend_t *be = t->be;
+        be->host_free(be, s->urows);
+        be->host_free(be, s->ugrads);
+        s->ucap = need + need / 2;
+        s->urows = be->host_alloc(be, s->ucap * sizeof(float));
+        s->ugrads = be->host_alloc(be, s->ucap * sizeof(float));
+        if (!s->urows || !s->ugrads)
+            return s->ucap = 0, PC_ENOMEM;
+    }
+    return 0;
 }
 
 static round_t *round_of(trainer_t *t, uint64_t id) {
@@ -583,8 +617,8 @@ static void round_submit(trainer_t *t, slot_t *s, bool had_batch) {
             const pw_linear_t *l = &t->layers[i];
             const size_t nw = (size_t)l->in * l->out;
             if (had_batch) {
-                memcpy(r->flat + k, l->dw, nw * sizeof(float));
-                memcpy(r->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
+                t->be->download(t->be, r->flat + k, l->dw, nw * sizeof(float));
+                t->be->download(t->be, r->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
             } else {
                 memset(r->flat + k, 0, (nw + (size_t)l->out) * sizeof(float));
             }
@@ -646,13 +680,13 @@ static int apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *st
                 return 0;
             }
             size_t k = 0;
+            for (size_t j = 0; j + 1 < t->nflat; j++) /* the mean over the active workers */
+                r->flat[j] /= active;
             for (int i = 0; i < t->nlayers; i++) {
                 pw_linear_t *l = &t->layers[i];
                 const size_t nw = (size_t)l->in * l->out;
-                for (size_t j = 0; j < nw; j++)
-                    l->dw[j] = r->flat[k + j] / active;
-                for (int j = 0; j < l->out; j++)
-                    l->db[j] = r->flat[k + nw + (size_t)j] / active;
+                t->be->upload(t->be, l->dw, r->flat + k, nw * sizeof(float));
+                t->be->upload(t->be, l->db, r->flat + k + nw, (size_t)l->out * sizeof(float));
                 k += nw + (size_t)l->out;
             }
             apply_dense(t);
@@ -676,10 +710,13 @@ static uint64_t u64_get(const float *f) {
     return ((uint64_t)f[0] << 24) | (uint64_t)f[1];
 }
 
-/* n floats at p into buf + *k (pack) or back; *k advances either way (buf NULL: counting). */
-static void move(float *buf, size_t *k, float *p, size_t n, bool pack) {
-    if (buf && n)
-        memcpy(pack ? buf + *k : p, pack ? p : buf + *k, n * sizeof(float));
+/* n floats at device p into buf + *k (pack) or back; *k advances either way (buf NULL:
+ * counting). */
+static void move(pw_backend_t *be, float *buf, size_t *k, float *p, size_t n, bool pack) {
+    if (buf && n && pack)
+        be->download(be, buf + *k, p, n * sizeof(float));
+    else if (buf && n)
+        be->upload(be, p, buf + *k, n * sizeof(float));
     *k += n;
 }
 
@@ -689,15 +726,15 @@ static size_t dense_state(trainer_t *t, float *buf, bool pack) {
     size_t k = 0;
     for (int i = 0; i < t->nlayers; i++) {
         pw_linear_t *l = &t->layers[i];
-        move(buf, &k, l->w, (size_t)l->in * l->out, pack);
-        move(buf, &k, l->b, (size_t)l->out, pack);
+        move(t->be, buf, &k, l->w, (size_t)l->in * l->out, pack);
+        move(t->be, buf, &k, l->b, (size_t)l->out, pack);
     }
     for (int i = 0; i < 2 * t->nlayers; i++) {
         pw_opt_t *o = &t->opt[i];
         if (o->s1)
-            move(buf, &k, o->s1, o->n, pack);
+            move(t->be, buf, &k, o->s1, o->n, pack);
         if (o->s2)
-            move(buf, &k, o->s2, o->n, pack);
+            move(t->be, buf, &k, o->s2, o->n, pack);
         if (buf && pack)
             u64_put(buf + k, o->t);
         else if (buf)
@@ -884,6 +921,7 @@ static int regroup_initial(trainer_t *t) {
 /* Build the model: fields and dense values from the format (or the configuration). */
 static int trainer_init(trainer_t *t) {
     const pw_train_config_t *c = t->c;
+    t->be = c->backend ? c->backend : pw_backend_cpu();
     if ((c->ckpt_every || c->resume_checkpoint) &&
         (!c->servers[0] || !c->coordinator[0] || !c->ckpt_dir[0] ||
          (c->ckpt_every && !c->server_grpc[0]))) {
@@ -896,7 +934,7 @@ static int trainer_init(trainer_t *t) {
                  "(--ckpt-every, --ckpt-dir, --server-grpc)");
         return PC_EINVAL;
     }
-    t->be = pw_backend_cpu();
+    pw_backend_t *be = t->be;
     int kind, rc = model_kind(c->model, &kind);
     if (rc)
         return rc;
@@ -930,9 +968,9 @@ static int trainer_init(trainer_t *t) {
         return rc;
     }
     if (t->kind == M_LR || t->kind == M_FM) {
-        if ((rc = pw_linear_init(&t->lin, t->ndense, 1, c->seed)))
+        if ((rc = pw_linear_init(&t->lin, be, t->ndense, 1, c->seed)))
             return rc;
-        memset(t->lin.w, 0, (size_t)t->ndense * sizeof(float)); /* the linear part starts at 0 */
+        be->zero(be, t->lin.w, (size_t)t->ndense * sizeof(float)); /* the linear part starts at 0 */
         t->layers = &t->lin;
         t->nlayers = 1;
     } else if (t->kind == M_DEEPFM) {
@@ -969,9 +1007,10 @@ static int trainer_init(trainer_t *t) {
     if (!t->opt)
         return PC_ENOMEM;
     for (int i = 0; i < t->nlayers && !rc; i++) {
-        rc = pw_opt_init(&t->opt[2 * i], &c->dense_opt, (size_t)t->layers[i].in * t->layers[i].out);
+        rc = pw_opt_init(&t->opt[2 * i], be, &c->dense_opt,
+                         (size_t)t->layers[i].in * t->layers[i].out);
         if (!rc)
-            rc = pw_opt_init(&t->opt[2 * i + 1], &c->dense_opt, (size_t)t->layers[i].out);
+            rc = pw_opt_init(&t->opt[2 * i + 1], be, &c->dense_opt, (size_t)t->layers[i].out);
     }
     for (int i = 0; i < t->nlayers; i++)
         t->nflat += (size_t)t->layers[i].in * t->layers[i].out + (size_t)t->layers[i].out;
@@ -979,34 +1018,81 @@ static int trainer_init(trainer_t *t) {
     if (!rc && c->load_dense[0] && (rc = pw_dense_load(c->load_dense, t->layers, t->nlayers)))
         PC_ERROR("train: cannot load the dense model %s: %s", c->load_dense, pc_strerror(rc));
     const size_t b = (size_t)c->batch, pooled = b * (size_t)(t->nf > 0 ? t->nf : 1) * c->dim;
-    t->pooled = malloc(pooled * sizeof(float));
-    t->dpooled = malloc(pooled * sizeof(float));
-    t->dense1 = malloc(b * sizeof(float));
-    t->logits = malloc(b * sizeof(float));
-    t->dlogits = malloc(b * sizeof(float));
-    t->probs = malloc(b * sizeof(float));
+    const size_t fl = sizeof(float);
+    t->pooled = be->alloc(be, pooled * fl);
+    t->dpooled = be->alloc(be, pooled * fl);
+    t->dense1 = be->alloc(be, b * fl);
+    t->logits = be->alloc(be, b * fl);
+    t->dlogits = be->alloc(be, b * fl);
+    t->probs = be->alloc(be, b * fl);
     if (!rc && !(t->pooled && t->dpooled && t->dense1 && t->logits && t->dlogits && t->probs))
         rc = PC_ENOMEM;
-    for (size_t i = 0; !rc && i < b; i++)
-        t->dense1[i] = 1.0f;
+    if (!rc)
+        be->fill(be, b, 1.0f, t->dense1);
     return rc ? rc : pipeline_init(t);
 }
 
-/* Row buffers for nk features. */
+/* Row buffers for nk features (their contents are not kept). */
 static int reserve_rows(trainer_t *t, size_t nk) {
     if (nk <= t->cap)
         return 0;
-    const size_t cap = nk + nk / 2;
-    float *r = realloc(t->rows, cap * t->dim * sizeof(float));
-    if (r)
-        t->rows = r;
-    float *g = realloc(t->grads, cap * t->dim * sizeof(float));
-    if (g)
-        t->grads = g;
-    if (!r || !g)
-        return PC_ENOMEM;
+    pw_backend_t *be = t->be;
+    const size_t cap = nk + nk / 2, bytes = cap * (size_t)t->dim * sizeof(float);
+    be->free(be, t->rows);
+    be->free(be, t->grads);
+    free(t->hrows);
+    t->rows = be->alloc(be, bytes);
+    t->grads = be->alloc(be, bytes);
+    t->hrows = malloc(bytes);
+    if (!t->rows || !t->grads || !t->hrows)
+        return t->cap = 0, PC_ENOMEM;
     t->cap = cap;
     return 0;
+}
+
+/* Device buffer d holding at least bytes (contents not kept). */
+static void *dbuf_reserve(trainer_t *t, dbuf_t *d, size_t bytes) {
+    if (bytes > d->cap || !d->p) {
+        t->be->free(t->be, d->p);
+        d->cap = bytes + bytes / 2 + 64;
+        if (!(d->p = t->be->alloc(t->be, d->cap)))
+            d->cap = 0;
+    }
+    return d->p;
+}
+
+/* host (bytes) as the backend sees it: itself on a host-memory backend, else uploaded into
+ * device buffer d. NULL: no memory. */
+static const void *stage(trainer_t *t, dbuf_t *d, const void *host, size_t bytes) {
+    if (t->be->host_memory)
+        return host;
+    void *p = dbuf_reserve(t, d, bytes);
+    if (p && bytes)
+        t->be->upload(t->be, p, host, bytes);
+    return p;
+}
+
+/* The batch's inputs on the backend. PC_ENOMEM. */
+static int stage_batch(trainer_t *t, const pw_batch_t *b, dview_t *v) {
+    const size_t n = b->n, nk = b->key_off[n];
+    v->n = (int)n;
+    v->nk = nk;
+    v->labels = stage(t, &t->dev[DB_LABELS], b->labels, n * sizeof(float));
+    v->dense =
+        t->ones ? t->dense1 : stage(t, &t->dev[DB_DENSE], b->dense, n * b->ndense * sizeof(float));
+    v->key_off = stage(t, &t->dev[DB_KEY_OFF], b->key_off, (n + 1) * sizeof(size_t));
+    v->fields = stage(t, &t->dev[DB_FIELDS], b->fields, nk * sizeof(uint16_t));
+    v->vals = stage(t, &t->dev[DB_VALS], b->vals, nk * sizeof(float));
+    return v->labels && v->dense && v->key_off && v->fields && v->vals ? 0 : PC_ENOMEM;
+}
+
+/* A failed device (sticky): logged, PC_EIO. */
+static int device_check(trainer_t *t) {
+    char msg[256];
+    int rc = t->be->error(t->be, msg, sizeof msg);
+    if (rc)
+        PC_ERROR("train: the %s backend failed: %s", t->be->name, msg);
+    return rc;
 }
 
 /* The batch fits the model: dense width, fields in range. */
@@ -1026,52 +1112,41 @@ static int check_batch(const trainer_t *t, const pw_batch_t *b) {
     return 0;
 }
 
-/* One batch whose rows are in t->rows (a row per feature): forward, and when training
- * backward (dense gradients in the layers, a row gradient per feature in t->grads). The loss is
- * returned in *loss. */
-static int trainer_compute(trainer_t *t, const pw_batch_t *b, bool train, double *loss) {
-    const int n = (int)b->n, nf = t->nf, d = t->dim;
-    const size_t nk = b->key_off[n];
-    const float *dense = t->ones ? t->dense1 : b->dense;
+/* One batch (v, on the backend) whose rows are in t->rows (a row per feature): forward, and when
+ * training backward (dense gradients in the layers, a row gradient per feature in t->grads).
+ * The loss is returned in *loss; the probabilities are in t->probs. */
+static int trainer_compute(trainer_t *t, const dview_t *v, bool train, double *loss) {
+    pw_backend_t *be = t->be;
+    const int n = v->n, nf = t->nf, d = t->dim;
     int rc = 0;
     const bool mean = t->c->mean_pooling;
     switch (t->kind) {
-        case M_LR:
+        case M_LR: /* an FM without factors */
         case M_FM:
-            pw_linear_forward(t->be, &t->lin, n, dense, t->logits);
-            if (t->kind == M_FM)
-                pw_fm_forward(n, b->key_off, b->vals, d - 1, t->rows, t->logits);
-            else
-                for (int s = 0; s < n; s++)
-                    for (size_t j = b->key_off[s]; j < b->key_off[s + 1]; j++)
-                        t->logits[s] += t->rows[j] * b->vals[j];
+            pw_linear_forward(&t->lin, n, v->dense, t->logits);
+            be->fm(be, n, v->key_off, v->vals, d - 1, t->rows, t->logits);
             break;
         case M_DEEPFM:
-            rc = pw_deepfm_forward(t->deepfm, n, dense, b->key_off, b->fields, b->vals, t->rows,
+            rc = pw_deepfm_forward(t->deepfm, n, v->dense, v->key_off, v->fields, v->vals, t->rows,
                                    t->logits);
             break;
         case M_DLRM:
-            t->be->pool(n, b->key_off, b->fields, b->vals, nf, d, t->rows, d, mean, t->pooled);
-            rc = pw_dlrm_forward(t->dlrm, n, dense, t->pooled, t->logits);
+            be->pool(be, n, v->key_off, v->fields, v->vals, nf, d, t->rows, d, mean, t->pooled);
+            rc = pw_dlrm_forward(t->dlrm, n, v->dense, t->pooled, t->logits);
             break;
     }
     if (rc)
         return rc;
-    *loss = pw_bce_logits(n, t->logits, b->labels, t->probs, t->dlogits);
+    *loss = be->bce(be, n, t->logits, v->labels, t->probs, t->dlogits);
     if (!train)
-        return 0;
+        return device_check(t);
     for (int i = 0; i < t->nlayers; i++)
         pw_linear_zero_grad(&t->layers[i]);
     switch (t->kind) {
         case M_LR:
         case M_FM:
-            pw_linear_backward(t->be, &t->lin, n, dense, t->dlogits, NULL);
-            if (t->kind == M_FM)
-                pw_fm_backward(n, b->key_off, b->vals, d - 1, t->rows, t->dlogits, t->grads);
-            else
-                for (int s = 0; s < n; s++)
-                    for (size_t j = b->key_off[s]; j < b->key_off[s + 1]; j++)
-                        t->grads[j] = t->dlogits[s] * b->vals[j];
+            pw_linear_backward(&t->lin, n, v->dense, t->dlogits, NULL);
+            be->fm_grad(be, n, v->key_off, v->vals, d - 1, t->rows, t->dlogits, t->grads);
             break;
         case M_DEEPFM:
             rc = pw_deepfm_backward(t->deepfm, t->dlogits, t->grads);
@@ -1079,14 +1154,39 @@ static int trainer_compute(trainer_t *t, const pw_batch_t *b, bool train, double
         case M_DLRM:
             if ((rc = pw_dlrm_backward(t->dlrm, t->dlogits, t->dpooled)))
                 break;
-            memset(t->grads, 0, nk * d * sizeof(float));
-            t->be->pool_grad(n, b->key_off, b->fields, b->vals, nf, d, t->dpooled, d, mean,
-                             t->grads);
+            be->zero(be, t->grads, v->nk * (size_t)d * sizeof(float));
+            be->pool_grad(be, n, v->key_off, v->fields, v->vals, nf, d, t->dpooled, d, mean,
+                          t->grads);
             break;
     }
-    if (rc)
+    return rc;
+}
+
+/* A training step on slot s's batch: a row per feature gathered from the unique rows, forward
+ * and backward, and the unique rows' gradients (summed over their features, scaled by 1 /
+ * workers) back in s->ugrads. */
+static int step_compute(trainer_t *t, slot_t *s, double *loss) {
+    pw_backend_t *be = t->be;
+    const pw_batch_t *b = &s->b;
+    const size_t nk = b->key_off[b->n], d = (size_t)t->dim, ub = s->nu * d * sizeof(float);
+    dview_t v;
+    int rc = reserve_rows(t, nk);
+    if (rc || (rc = stage_batch(t, b, &v)))
         return rc;
-    return 0;
+    const uint32_t *inv = stage(t, &t->dev[DB_INV], s->inv, nk * sizeof(uint32_t));
+    const float *urows = stage(t, &t->dev[DB_UROWS], s->urows, ub);
+    float *ugrads = be->host_memory ? s->ugrads : dbuf_reserve(t, &t->dev[DB_UGRADS], ub);
+    if (!inv || !urows || !ugrads)
+        return PC_ENOMEM;
+    be->gather_rows(be, nk, inv, urows, (int)d, t->rows);
+    if ((rc = trainer_compute(t, &v, true, loss)))
+        return rc;
+    const float scale = t->grp ? 1.0f / (float)pw_group_size(t->grp) : 1.0f;
+    be->zero(be, ugrads, ub);
+    be->scatter_add_rows(be, nk, inv, t->grads, (int)d, scale, ugrads);
+    if (!be->host_memory)
+        be->download(be, s->ugrads, ugrads, ub);
+    return device_check(t);
 }
 
 static int open_reader(const pw_train_config_t *c, pw_format_t fmt, const char *const *paths,
@@ -1114,10 +1214,14 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
     int rc = p && y ? open_reader(t->c, t->fmt, test, ntest, 1, false, 0, &tr) : PC_ENOMEM;
     for (const pw_batch_t *b; !rc && (b = pw_reader_next(tr));) {
         double loss;
+        dview_t v;
         const size_t nk = b->key_off[b->n];
         if ((rc = check_batch(t, b)) || (rc = reserve_rows(t, nk)) ||
-            (rc = emb_lookup(t, b->keys, nk, t->rows)) ||
-            (rc = trainer_compute(t, b, false, &loss)))
+            (rc = emb_lookup(t, b->keys, nk, t->be->host_memory ? t->rows : t->hrows)))
+            break;
+        if (!t->be->host_memory)
+            t->be->upload(t->be, t->rows, t->hrows, nk * (size_t)t->dim * sizeof(float));
+        if ((rc = stage_batch(t, b, &v)) || (rc = trainer_compute(t, &v, false, &loss)))
             break;
         if (n + b->n > cap) {
             cap = 2 * (n + b->n);
@@ -1131,7 +1235,7 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
                 break;
             }
         }
-        memcpy(p + n, t->probs, b->n * sizeof *p);
+        t->be->download(t->be, p + n, t->probs, b->n * sizeof *p);
         memcpy(y + n, b->labels, b->n * sizeof *y);
         n += b->n;
     }
@@ -1445,26 +1549,9 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         if (cur - t.applied > t.max_ahead)
             t.max_ahead = cur - t.applied;
         log_step(&t, cur, "start");
-        /* compute: a row per feature from the unique rows, and back */
         const pw_batch_t *b = &s->b;
-        const size_t nk = b->key_off[b->n], d = (size_t)t.dim;
         double loss;
-        if ((rc = reserve_rows(&t, nk)))
-            break;
-        for (size_t j = 0; j < nk; j++)
-            memcpy(t.rows + j * d, s->urows + (size_t)s->inv[j] * d, d * sizeof(float));
-        for (int i = 0; i < t.nlayers; i++)
-            pw_linear_zero_grad(&t.layers[i]);
-        if ((rc = trainer_compute(&t, b, true, &loss)))
-            break;
-        const float scale = t.grp ? 1.0f / (float)pw_group_size(t.grp) : 1.0f;
-        memset(s->ugrads, 0, s->nu * d * sizeof(float));
-        for (size_t j = 0; j < nk; j++) {
-            float *g = s->ugrads + (size_t)s->inv[j] * d;
-            for (size_t e = 0; e < d; e++)
-                g[e] += scale * t.grads[j * d + e];
-        }
-        if ((rc = slot_push(&t, s)))
+        if ((rc = step_compute(&t, s, &loss)) || (rc = slot_push(&t, s)))
             break;
         if (!t.grp)
             apply_dense(&t);

@@ -103,6 +103,7 @@ typedef struct pw_train_config {
     char load_dense[512];        /* start from this dense model file (pw_model_io.h), "" none */
     char save_dense[512];        /* save the dense model here after training, "" none */
     char export_embeddings[512]; /* export the table (ps_table_export, with optimizer state) */
+    pw_backend_t *backend;       /* borrowed: the dense math's device (NULL: the CPU) */
     /* distributed training (servers[0] != 0) */
     char servers[4096];    /* a cluster map text, or host:port of any server */
     char table_name[64];   /* the servers' embedding table */

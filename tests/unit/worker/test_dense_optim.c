@@ -34,7 +34,7 @@ static void test_against_double(void **state) {
         pw_opt_config_t c;
         pw_opt_config_defaults(&c, (pw_opt_kind_t)k);
         pw_opt_t o;
-        assert_int_equal(pw_opt_init(&o, &c, N), 0);
+        assert_int_equal(pw_opt_init(&o, pw_backend_cpu(), &c, N), 0);
         float w[N], g[N];
         double wd[N], s1[N] = {0}, s2[N] = {0};
         uint64_t rng = 5 + (uint64_t)k;
@@ -60,7 +60,7 @@ static void test_converges(void **state) {
         pw_opt_config_defaults(&c, (pw_opt_kind_t)k);
         c.lr = k == PW_OPT_ADAM ? 0.05f : k == PW_OPT_ADAGRAD ? 0.5f : 0.1f;
         pw_opt_t o;
-        assert_int_equal(pw_opt_init(&o, &c, 4), 0);
+        assert_int_equal(pw_opt_init(&o, pw_backend_cpu(), &c, 4), 0);
         float w[4] = {0}, g[4];
         for (int t = 0; t < 2000; t++) {
             for (int i = 0; i < 4; i++)

@@ -7,7 +7,7 @@
 
 #include "pc_error.h"
 #include "pw_deepfm.h"
-#include "pw_fm.h"
+#include "pw_backend.h"
 
 #include <string.h>
 
@@ -38,8 +38,9 @@ static void test_fm(void **state) {
     float x[B * NF];
     for (int i = 0; i < B * NF; i++)
         x[i] = i % 3 == 0 ? 1.0f : 0.3f + 0.4f * (float)(i % 4); /* one-hot and weighted */
-    pw_fm_forward(B, k_off, x, K, rows, logits);
-    pw_fm_backward(B, k_off, x, K, rows, dl, drows);
+    pw_backend_t *be = pw_backend_cpu();
+    be->fm(be, B, k_off, x, K, rows, logits);
+    be->fm_grad(be, B, k_off, x, K, rows, dl, drows);
     for (int s = 0; s < B; s++) {
         const int nf = (int)(k_off[s + 1] - k_off[s]), o = (int)k_off[s];
         double r[NF * W];

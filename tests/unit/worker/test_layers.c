@@ -1,8 +1,8 @@
 /* Layers against double precision: the backend's GEMM (all transpose cases) and each layer's
  * forward match a double reference; every gradient (weights, biases, inputs) of a
- * Linear-ReLU-Linear-BCE network (pw_mlp) and of the dot interaction matches central finite
- * differences of the double reference; pooling is exact and its gradient is its adjoint. BCE is
- * finite and exact at extreme logits. */
+ * Linear-ReLU-Linear-BCE network (pw_mlp) and of the dot interaction (batched GEMM and the
+ * triangle) matches central finite differences of the double reference; pooling is exact and its
+ * gradient is its adjoint. BCE is finite and exact at extreme logits. */
 #include "test_util.h"
 
 #include <math.h>
@@ -13,7 +13,7 @@
 #include "pw_backend.h"
 #include "pw_layers.h"
 
-static const pw_backend_t *be;
+static pw_backend_t *be;
 
 static void fill(float *x, size_t n, uint64_t *rng, float scale) {
     for (size_t i = 0; i < n; i++)
@@ -31,7 +31,7 @@ static void test_gemm(void **state) {
         fill(b, 45, &rng, 1);
         fill(c, 35, &rng, 1);
         memcpy(c0, c, sizeof c);
-        be->gemm(ta, tb, m, n, k, 0.5f, a, b, 2.0f, c);
+        be->gemm(be, ta, tb, m, n, k, 0.5f, a, b, 2.0f, c);
         for (int i = 0; i < m; i++)
             for (int j = 0; j < n; j++) {
                 double s = 0;
@@ -86,7 +86,7 @@ static void test_mlp_gradients(void **state) {
     pw_linear_t l[2];
     pw_mlp_t m;
     const int widths[2] = {H, 1};
-    assert_int_equal(pw_mlp_init(&m, l, IN, widths, 2, false, B, 11), 0);
+    assert_int_equal(pw_mlp_init(&m, be, l, IN, widths, 2, false, B, 11), 0);
     pw_linear_t *l1 = &l[0], *l2 = &l[1];
     fill(l1->b, H, &rng, 0.3f);
     l2->b[0] = 0.1f;
@@ -95,12 +95,12 @@ static void test_mlp_gradients(void **state) {
     for (int s = 0; s < B; s++)
         y[s] = (float)(s % 2);
     /* float forward and backward through the MLP (Linear, ReLU, Linear) */
-    memcpy(z, pw_mlp_forward(be, &m, B, x), sizeof z);
+    memcpy(z, pw_mlp_forward(&m, B, x), sizeof z);
     float p[B];
-    const double loss = pw_bce_logits(B, z, y, p, dz);
+    const double loss = be->bce(be, B, z, y, p, dz);
     pw_linear_zero_grad(l1);
     pw_linear_zero_grad(l2);
-    pw_mlp_backward(be, &m, dz, dx);
+    pw_mlp_backward(&m, dz, dx);
     /* the same network in double */
     net_t n;
     for (int i = 0; i < H * IN; i++)
@@ -124,15 +124,15 @@ static void test_mlp_gradients(void **state) {
         GRAD_OK(dx[i], fd(&n, &n.x[i], y), "dx", i);
     /* Gradients accumulate: a second backward doubles them. */
     const float dw0 = l1->dw[0];
-    pw_mlp_backward(be, &m, dz, NULL);
+    pw_mlp_backward(&m, dz, NULL);
     TU_ASSERT_CLOSE(l1->dw[0], 2 * dw0, 1e-6, 1e-7, "accumulate");
     /* Bad shapes are refused; a batch over max_batch has no output. */
-    assert_null(pw_mlp_forward(be, &m, B + 1, x));
+    assert_null(pw_mlp_forward(&m, B + 1, x));
     pw_mlp_free(&m);
     pw_mlp_t bad;
     const int zero[1] = {0};
-    assert_int_equal(pw_mlp_init(&bad, l, IN, zero, 1, false, B, 1), PC_EINVAL);
-    assert_int_equal(pw_mlp_init(&bad, l, IN, widths, 0, false, B, 1), PC_EINVAL);
+    assert_int_equal(pw_mlp_init(&bad, be, l, IN, zero, 1, false, B, 1), PC_EINVAL);
+    assert_int_equal(pw_mlp_init(&bad, be, l, IN, widths, 0, false, B, 1), PC_EINVAL);
 }
 
 /* Pooling against double precision, sum and mean: forward equals the reference, and pool_grad
@@ -150,7 +150,7 @@ static void test_pool(void **state) {
     fill(rows, NK * LD, &rng, 1);
     fill(g, N * NF * D, &rng, 1);
     for (int mean = 0; mean < 2; mean++) {
-        be->pool(N, off, field, val, NF, D, rows + 1, LD, mean, out);
+        be->pool(be, N, off, field, val, NF, D, rows + 1, LD, mean, out);
         double ref[N * NF * D] = {0};
         for (int s = 0; s < N; s++)
             for (size_t j = off[s]; j < off[s + 1]; j++) {
@@ -165,7 +165,7 @@ static void test_pool(void **state) {
             TU_ASSERT_CLOSE(out[i], ref[i], 1e-6, 1e-6, "pool %d value %d", mean, i);
         for (int i = 0; i < NK * LD; i++)
             dr[i] = 0.5f; /* pool_grad adds to what is there */
-        be->pool_grad(N, off, field, val, NF, D, g, LD, mean, dr + 1);
+        be->pool_grad(be, N, off, field, val, NF, D, g, LD, mean, dr + 1);
         double lhs = 0, rhs = 0;
         for (int i = 0; i < N * NF * D; i++)
             lhs += (double)out[i] * g[i];
@@ -182,11 +182,16 @@ static void test_dot_interaction(void **state) {
     (void)state;
     enum { NB = 3, F = 4, D = 3, NP = F * (F - 1) / 2 };
     uint64_t rng = 3;
-    float z[NB * F * D], out[NB * NP], g[NB * NP], dz[NB * F * D];
+    enum { LDO = NP + 2 }; /* rows of the output with a stride, as inside the DLRM's top input */
+    float z[NB * F * D], out[NB * LDO], g[NB * LDO], dz[NB * F * D], full[NB * F * F];
     fill(z, NB * F * D, &rng, 1);
-    fill(g, NB * NP, &rng, 1);
-    pw_dot_forward(NB, F, D, z, out);
-    pw_dot_backward(NB, F, D, z, g, dz);
+    fill(g, NB * LDO, &rng, 1);
+    for (int i = 0; i < NB * LDO; i++)
+        out[i] = 7.0f; /* the columns past NP stay untouched */
+    pw_interact_forward(be, NB, F, D, z, full, out, LDO);
+    pw_interact_backward(be, NB, F, D, z, g, LDO, full, dz);
+    for (int b = 0; b < NB; b++)
+        assert_true(out[b * LDO + NP] == 7.0f && out[b * LDO + NP + 1] == 7.0f);
     /* reference: L = sum_k g_k * out_k, in double */
     double zd[NB * F * D];
     for (int i = 0; i < NB * F * D; i++)
@@ -200,7 +205,7 @@ static void test_dot_interaction(void **state) {
                     double s = 0;                                               \
                     for (int e = 0; e < D; e++)                                 \
                         s += zd[(b * F + i) * D + e] * zd[(b * F + j) * D + e]; \
-                    res += g[b * NP + k] * s;                                   \
+                    res += g[b * LDO + k] * s;                                  \
                 }                                                               \
     } while (0)
     for (int b = 0; b < NB; b++)
@@ -209,7 +214,7 @@ static void test_dot_interaction(void **state) {
                 double s = 0;
                 for (int e = 0; e < D; e++)
                     s += (double)z[(b * F + i) * D + e] * z[(b * F + j) * D + e];
-                TU_ASSERT_CLOSE(out[b * NP + k], s, 1e-5, 1e-6, "dot (%d,%d,%d)", b, i, j);
+                TU_ASSERT_CLOSE(out[b * LDO + k], s, 1e-5, 1e-6, "dot (%d,%d,%d)", b, i, j);
             }
     for (int p = 0; p < NB * F * D; p++) {
         const double save = zd[p], eps = 1e-6;
@@ -228,7 +233,7 @@ static void test_bce_extremes(void **state) {
     (void)state;
     const float z[4] = {100.0f, -100.0f, 100.0f, 0.0f}, y[4] = {1, 0, 0, 1};
     float p[4], d[4];
-    const double loss = pw_bce_logits(4, z, y, p, d);
+    const double loss = be->bce(be, 4, z, y, p, d);
     assert_true(isfinite(loss));
     TU_ASSERT_CLOSE(loss, (100.0 + log(2.0)) / 4, 1e-9, 1e-9, "loss");
     assert_true(p[0] == 1.0f && p[1] >= 0.0f && p[1] < 1e-30f && p[3] == 0.5f);

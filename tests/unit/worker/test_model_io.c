@@ -11,11 +11,11 @@ static void test_roundtrip_and_damage(void **state) {
     tc_tmpdir(dir, sizeof dir, "dense");
     snprintf(path, sizeof path, "%s/model.dense", dir);
     pw_linear_t a[2], b[2], c[1];
-    assert_int_equal(pw_linear_init(&a[0], 5, 4, 1), 0);
-    assert_int_equal(pw_linear_init(&a[1], 4, 1, 2), 0);
-    assert_int_equal(pw_linear_init(&b[0], 5, 4, 3), 0);
-    assert_int_equal(pw_linear_init(&b[1], 4, 1, 4), 0);
-    assert_int_equal(pw_linear_init(&c[0], 5, 4, 5), 0);
+    assert_int_equal(pw_linear_init(&a[0], pw_backend_cpu(), 5, 4, 1), 0);
+    assert_int_equal(pw_linear_init(&a[1], pw_backend_cpu(), 4, 1, 2), 0);
+    assert_int_equal(pw_linear_init(&b[0], pw_backend_cpu(), 5, 4, 3), 0);
+    assert_int_equal(pw_linear_init(&b[1], pw_backend_cpu(), 4, 1, 4), 0);
+    assert_int_equal(pw_linear_init(&c[0], pw_backend_cpu(), 5, 4, 5), 0);
     a[0].b[2] = 0.75f;
     assert_int_equal(pw_dense_save(path, a, 2), 0);
     assert_int_equal(pw_dense_load(path, b, 2), 0);

@@ -2,7 +2,10 @@
  * on held-out rows), runs are reproducible from their seed, DLRM beats LR on data with planted
  * interactions, the test set inserts no rows, periodic evaluation runs, multi-valued fields are
  * pooled (libffm bags, sum and mean), MovieLens trains from its CSV after a time split (skipped
- * without ../shared/data), and bad configurations or unreadable data fail with a clear error. */
+ * without ../shared/data), and bad configurations or unreadable data fail with a clear error.
+ * Every model trains on "cpu:checked" (device memory unreadable to host code) to the same bits as
+ * on the CPU: the trainer keeps the GPU's memory rule; --device choices fail or fall back
+ * clearly. */
 #include "table_check.h"
 
 #include <math.h>
@@ -83,6 +86,64 @@ static void test_models_learn(void **state) {
     pw_train_result_t only;
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, NULL, 0, &only), 0);
     assert_int_equal(only.table_rows, dlrm.table_rows);
+}
+
+/* The trainer obeys the backend's memory rule (pw_backend.h): on cpu:checked, where host code
+ * touching device memory faults and a host pointer handed to a math function aborts, each model
+ * trains, evaluates and saves its dense model, with exactly the CPU backend's results (the same
+ * math on other memory). */
+static void test_device_memory_rule(void **state) {
+    (void)state;
+    const char *const models[] = {"lr", "fm", "deepfm", "dlrm"};
+    char why[512], dense[300];
+    snprintf(dense, sizeof dense, "%s/checked.dense", g_dir);
+    for (size_t i = 0; i < 4; i++) {
+        pw_backend_t *checked;
+        assert_int_equal(pw_backend_open("cpu:checked", &checked, why, sizeof why), 0);
+        pw_train_result_t r[2];
+        for (int k = 0; k < 2; k++) {
+            pw_train_config_t c;
+            pw_train_config_defaults(&c);
+            snprintf(c.model, sizeof c.model, "%s", models[i]);
+            c.batch = 500;
+            c.max_samples = 10000;
+            c.backend = k ? checked : NULL;
+            if (k)
+                snprintf(c.save_dense, sizeof c.save_dense, "%s", dense);
+            const char *tr[] = {g_train}, *te[] = {g_test};
+            assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &r[k]), 0);
+        }
+        pw_backend_close(checked);
+        print_message("%s: AUC %.6f on the CPU, %.6f on cpu:checked\n", models[i], r[0].auc,
+                      r[1].auc);
+        assert_int_equal(r[0].samples, r[1].samples);
+        assert_true(r[0].auc == r[1].auc && r[0].logloss == r[1].logloss);
+        assert_true(r[0].train_loss == r[1].train_loss && r[0].auc > 0.55);
+    }
+}
+
+/* --device: cpu and auto always give a backend (auto says why it is not the GPU when it is not);
+ * unknown names and bad GPU indexes are refused; cuda:N on a machine without that GPU fails
+ * with the reason, never crashes. */
+static void test_device_choice(void **state) {
+    (void)state;
+    char why[768];
+    pw_backend_t *be;
+    assert_int_equal(pw_backend_open("cpu", &be, why, sizeof why), 0);
+    assert_true(be == pw_backend_cpu() && strstr(why, "cpu-openblas"));
+    assert_int_equal(pw_backend_open("auto", &be, why, sizeof why), 0);
+    print_message("auto: %s\n", why);
+    if (be == pw_backend_cpu())
+        assert_non_null(strstr(why, "--device auto: no GPU backend: "));
+    pw_backend_close(be);
+    assert_int_equal(pw_backend_open("tpu", &be, why, sizeof why), PC_EINVAL);
+    assert_non_null(strstr(why, "unknown device"));
+    assert_int_equal(pw_backend_open("cuda:x", &be, why, sizeof why), PC_EINVAL);
+    assert_int_equal(pw_backend_open("cuda:-1", &be, why, sizeof why), PC_EINVAL);
+    int rc = pw_backend_open("cuda:1023", &be, why, sizeof why); /* no machine has that GPU */
+    print_message("cuda:1023: %s\n", why);
+    assert_int_equal(rc, PC_EUNAVAIL);
+    assert_non_null(strstr(why, "cannot use cuda:1023: "));
 }
 
 /* Save the dense model and export the embeddings: the export imports as a table with every
@@ -293,7 +354,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_models_learn),  cmocka_unit_test(test_reproducible),
         cmocka_unit_test(test_periodic_eval), cmocka_unit_test(test_pooled_fields),
         cmocka_unit_test(test_movielens),     cmocka_unit_test(test_save_load),
-        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_errors),        cmocka_unit_test(test_device_memory_rule),
+        cmocka_unit_test(test_device_choice),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
