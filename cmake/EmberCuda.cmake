@@ -1,7 +1,7 @@
 # CUDA detection. EMBER_CUDA=AUTO enables CUDA only when nvcc is found (CMake 3.25 does not look
 # in /usr/local/cuda/bin by itself), ON fails without it, OFF never looks. Sets EMBER_HAVE_CUDA.
-# Architectures are fixed (sm_80, sm_90): never "native", which silently picks sm_75 on a
-# machine without a GPU.
+# Architectures are fixed: sm_80 code, sm_90 code and compute_90 PTX (newer GPUs compile it at
+# load); never "native", which silently picks sm_75 on a machine without a GPU.
 set(EMBER_HAVE_CUDA OFF)
 if(NOT EMBER_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER)
@@ -11,7 +11,7 @@ if(NOT EMBER_CUDA STREQUAL "OFF")
     endif()
   endif()
   if(CMAKE_CUDA_COMPILER)
-    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    set(CMAKE_CUDA_ARCHITECTURES 80-real 90)
     enable_language(CUDA)
     find_package(CUDAToolkit)
     if(CUDAToolkit_FOUND)

@@ -862,5 +862,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_consistency_modes), cmocka_unit_test(test_worker_hung),
         cmocka_unit_test(test_server_rollback),
     };
+    if (argc > 3) /* a test name pattern (cmocka's * and ?), to run one scenario */
+        cmocka_set_test_filter(argv[3]);
     return cmocka_run_group_tests(tests, setup, teardown);
 }
