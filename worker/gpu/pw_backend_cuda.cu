@@ -60,17 +60,17 @@ void fail(cuda_be *b, const char *file, int line, const char *call, const char *
 }
 
 /* Translate CUDA and cuBLAS status once, here (the project's rule for third-party errors). */
-#define CU(b, call)                                                                               \
-    do {                                                                                          \
-        cudaError_t e_ = (call);                                                                  \
-        if (e_ != cudaSuccess)                                                                    \
-            fail((b), __FILE__, __LINE__, #call, cudaGetErrorString(e_));                         \
+#define CU(b, call)                                                       \
+    do {                                                                  \
+        cudaError_t e_ = (call);                                          \
+        if (e_ != cudaSuccess)                                            \
+            fail((b), __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
     } while (0)
-#define CB(b, call)                                                                               \
-    do {                                                                                          \
-        cublasStatus_t s_ = (call);                                                               \
-        if (s_ != CUBLAS_STATUS_SUCCESS)                                                          \
-            fail((b), __FILE__, __LINE__, #call, cublasGetStatusString(s_));                      \
+#define CB(b, call)                                                          \
+    do {                                                                     \
+        cublasStatus_t s_ = (call);                                          \
+        if (s_ != CUBLAS_STATUS_SUCCESS)                                     \
+            fail((b), __FILE__, __LINE__, #call, cublasGetStatusString(s_)); \
     } while (0)
 #define LAUNCHED(b) CU((b), cudaGetLastError())
 
@@ -81,8 +81,8 @@ unsigned blocks(size_t n) {
     return (unsigned)(g < 1 ? 1 : g > 65535 * 4 ? 65535 * 4 : g);
 }
 
-#define GRID_LOOP(i, n)                                                                           \
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                       \
+#define GRID_LOOP(i, n)                                                     \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
          i += (size_t)gridDim.x * blockDim.x)
 
 /* ---- kernels ---- */
@@ -380,9 +380,9 @@ void g_gemm_batched(pw_backend_t *be, bool ta, bool tb, int m, int n, int k, flo
                     size_t sc, int count) {
     cuda_be *b = of(be);
     CB(b, cublasSgemmStridedBatched(b->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bm,
-                                    tb ? k : n, (long long)sb, a, ta ? m : k, (long long)sa, &beta,
-                                    c, n, (long long)sc, count));
+                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, bm, tb ? k : n,
+                                    (long long)sb, a, ta ? m : k, (long long)sa, &beta, c, n,
+                                    (long long)sc, count));
 }
 
 void g_bias_act(pw_backend_t *be, int rows, int cols, const float *bias, bool relu, float *y) {
@@ -426,11 +426,10 @@ void g_copy2d(pw_backend_t *be, int rows, int cols, const float *src, int lds, f
                                 cudaMemcpyDeviceToDevice, b->stream));
 }
 
-void g_add2d(pw_backend_t *be, int rows, int cols, const float *src, int lds, float *dst,
-             int ldd) {
+void g_add2d(pw_backend_t *be, int rows, int cols, const float *src, int lds, float *dst, int ldd) {
     cuda_be *b = of(be);
     k_add2d<<<blocks((size_t)rows * cols), kThreads, 0, b->stream>>>(rows, cols, src, lds, dst,
-                                                                      ldd);
+                                                                     ldd);
     LAUNCHED(b);
 }
 
@@ -567,8 +566,10 @@ pw_cuda_backend_open(int device, pw_backend_t **out, char *why, size_t why_len) 
         return PC_EUNAVAIL;
     }
     if (prop.major < 8) {
-        snprintf(why, why_len, "GPU %d (%s) has compute capability %d.%d; the module is built for "
-                 "8.0 and 9.0 (and newer through PTX)", device, prop.name, prop.major, prop.minor);
+        snprintf(why, why_len,
+                 "GPU %d (%s) has compute capability %d.%d; the module is built for "
+                 "8.0 and 9.0 (and newer through PTX)",
+                 device, prop.name, prop.major, prop.minor);
         return PC_EUNAVAIL;
     }
     cuda_be *b = static_cast<cuda_be *>(calloc(1, sizeof *b));
