@@ -6,8 +6,11 @@
  * without a GPU the open fails with the runtime's reason instead of the worker not starting.
  *
  * DESIGN
- * - One stream per backend: every function is queued on it in call order; upload and download
- *   synchronize it, so host code sees finished results and may reuse its buffers at once.
+ * - Two streams: compute (every function, in call order) and copy (upload_async,
+ *   download_async). An async upload records an event the compute stream waits for; an async
+ *   download waits for an event recorded on the compute stream; copy_wait synchronizes the copy
+ *   stream. upload and download synchronize the compute stream, so host code sees finished
+ *   results and may reuse its buffers at once.
  * - Errors: the first failure of any CUDA or cuBLAS call is kept (file, line, call, the library's
  *   message) and reported by error(); later calls go on (a sticky CUDA error fails them too).
  *   Allocation failures return NULL and are not sticky.
@@ -37,13 +40,14 @@ namespace {
 struct cuda_be {
     pw_backend_t t; /* first: the table handed out */
     int dev;
-    cudaStream_t stream;
+    cudaStream_t stream, copy; /* compute, copies */
+    cudaEvent_t ev;            /* ordering between them */
     cublasHandle_t blas;
     int failed; /* 0, or PC_EIO after the first failure */
     char msg[320];
     float *ones; /* col_sum's vector of ones */
     size_t nones;
-    double *loss; /* bce: per-sample losses, then their sum */
+    double *loss; /* bce: per-sample losses */
     size_t nloss;
     char name[160];
 };
@@ -244,8 +248,8 @@ __global__ void k_bce(int n, const float *z, const float *y, float *p, float *dz
     }
 }
 
-/* One block: loss[n] = the sum of loss[0 .. n), in a fixed order. */
-__global__ void k_sum(int n, double *loss) {
+/* One block: *out = the mean of loss[0 .. n), summed in a fixed order. */
+__global__ void k_mean(int n, const double *loss, float *out) {
     __shared__ double part[kThreads];
     double acc = 0;
     for (int i = threadIdx.x; i < n; i += blockDim.x)
@@ -258,7 +262,7 @@ __global__ void k_sum(int n, double *loss) {
         __syncthreads();
     }
     if (threadIdx.x == 0)
-        loss[n] = part[0];
+        *out = (float)(part[0] / n);
 }
 
 __global__ void k_opt(pw_opt_step_args_t a, size_t n, float *w, const float *g, float *s1,
@@ -314,6 +318,29 @@ void g_download(pw_backend_t *be, void *dst, const void *src, size_t bytes) {
     CU(b, cudaStreamSynchronize(b->stream));
 }
 
+void g_upload_async(pw_backend_t *be, void *dst, const void *src, size_t bytes) {
+    cuda_be *b = of(be);
+    if (!bytes)
+        return;
+    CU(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, b->copy));
+    CU(b, cudaEventRecord(b->ev, b->copy));
+    CU(b, cudaStreamWaitEvent(b->stream, b->ev, 0)); /* later compute sees the data */
+}
+
+void g_download_async(pw_backend_t *be, void *dst, const void *src, size_t bytes) {
+    cuda_be *b = of(be);
+    if (!bytes)
+        return;
+    CU(b, cudaEventRecord(b->ev, b->stream)); /* after the compute queued so far */
+    CU(b, cudaStreamWaitEvent(b->copy, b->ev, 0));
+    CU(b, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, b->copy));
+}
+
+void g_copy_wait(pw_backend_t *be) {
+    cuda_be *b = of(be);
+    CU(b, cudaStreamSynchronize(b->copy));
+}
+
 void g_copy(pw_backend_t *be, void *dst, const void *src, size_t bytes) {
     cuda_be *b = of(be);
     if (bytes && dst != src)
@@ -362,6 +389,10 @@ void g_close(pw_backend_t *be) {
     cudaFree(b->loss);
     if (b->blas)
         cublasDestroy(b->blas);
+    if (b->ev)
+        cudaEventDestroy(b->ev);
+    if (b->copy)
+        cudaStreamDestroy(b->copy);
     if (b->stream)
         cudaStreamDestroy(b->stream);
     free(b);
@@ -511,28 +542,27 @@ void g_fm_grad(pw_backend_t *be, int n, const size_t *off, const float *val, int
     LAUNCHED(b);
 }
 
-double g_bce(pw_backend_t *be, int n, const float *z, const float *y, float *p, float *dz) {
+void g_bce(pw_backend_t *be, int n, const float *z, const float *y, float *p, float *dz,
+           float *out) {
     cuda_be *b = of(be);
-    if (n < 1)
-        return 0;
-    if ((size_t)n + 1 > b->nloss) {
+    if (n < 1) {
+        CU(b, cudaMemsetAsync(out, 0, sizeof(float), b->stream));
+        return;
+    }
+    if ((size_t)n > b->nloss) {
         CU(b, cudaFree(b->loss));
         b->loss = nullptr;
         b->nloss = 0;
-        if (cudaMalloc(&b->loss, ((size_t)n + 1) * sizeof(double)) != cudaSuccess) {
+        if (cudaMalloc(&b->loss, (size_t)n * sizeof(double)) != cudaSuccess) {
             fail(b, __FILE__, __LINE__, "cudaMalloc(loss)", "out of device memory");
-            return NAN;
+            return;
         }
-        b->nloss = (size_t)n + 1;
+        b->nloss = (size_t)n;
     }
     k_bce<<<blocks((size_t)n), kThreads, 0, b->stream>>>(n, z, y, p, dz, b->loss);
     LAUNCHED(b);
-    k_sum<<<1, kThreads, 0, b->stream>>>(n, b->loss);
+    k_mean<<<1, kThreads, 0, b->stream>>>(n, b->loss, out);
     LAUNCHED(b);
-    double sum = NAN;
-    CU(b, cudaMemcpyAsync(&sum, b->loss + n, sizeof sum, cudaMemcpyDeviceToHost, b->stream));
-    CU(b, cudaStreamSynchronize(b->stream));
-    return sum / n;
 }
 
 void g_opt_step(pw_backend_t *be, const pw_opt_step_args_t *a, size_t n, float *w, const float *g,
@@ -578,9 +608,11 @@ pw_cuda_backend_open(int device, pw_backend_t **out, char *why, size_t why_len) 
     b->dev = device;
     snprintf(b->name, sizeof b->name, "cuda:%d %.100s (sm_%d%d)", device, prop.name, prop.major,
              prop.minor);
-    if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        snprintf(why, why_len, "GPU %d: cudaStreamCreate: %s", device, cudaGetErrorString(e));
-        free(b);
+    if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&b->copy, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&b->ev, cudaEventDisableTiming)) != cudaSuccess) {
+        snprintf(why, why_len, "GPU %d: streams: %s", device, cudaGetErrorString(e));
+        g_close(&b->t);
         return PC_EUNAVAIL;
     }
     cublasStatus_t s = cublasCreate(&b->blas);
@@ -600,6 +632,9 @@ pw_cuda_backend_open(int device, pw_backend_t **out, char *why, size_t why_len) 
     b->t.free = g_free;
     b->t.upload = g_upload;
     b->t.download = g_download;
+    b->t.upload_async = g_upload_async;
+    b->t.download_async = g_download_async;
+    b->t.copy_wait = g_copy_wait;
     b->t.copy = g_copy;
     b->t.zero = g_zero;
     b->t.host_alloc = g_host_alloc;

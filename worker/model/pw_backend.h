@@ -13,6 +13,12 @@
  *   that runs the trainer on it proves the trainer obeys this rule without a GPU.
  * - Order: functions run in the order they are called (the GPU backend queues them on one
  *   stream); results are visible to host code after download.
+ * - Overlap: upload_async and download_async move data on a second lane (a second stream) while
+ *   the compute functions run; host memory they use should come from host_alloc (pinned) and is
+ *   the backend's until copy_wait returns. An async upload is visible to every function called
+ *   after it; an async download copies what the functions called before it wrote. The caller
+ *   makes sure no queued function still uses the destination of an async upload (the trainer
+ *   double-buffers: it uploads step t+1's inputs while step t computes).
  * - Errors: allocation returns NULL; every other failure of a device (a kernel that failed, a
  *   lost device) is sticky and reported by `error` (0 while none), which the trainer checks after
  *   every step.
@@ -54,6 +60,9 @@ struct pw_backend {
     void (*free)(pw_backend_t *be, void *p); /* p NULL: nothing */
     void (*upload)(pw_backend_t *be, void *dst, const void *src_host, size_t bytes);
     void (*download)(pw_backend_t *be, void *dst_host, const void *src, size_t bytes);
+    void (*upload_async)(pw_backend_t *be, void *dst, const void *src_host, size_t bytes);
+    void (*download_async)(pw_backend_t *be, void *dst_host, const void *src, size_t bytes);
+    void (*copy_wait)(pw_backend_t *be); /* the async copies are done */
     void (*copy)(pw_backend_t *be, void *dst, const void *src, size_t bytes); /* device->device */
     void (*zero)(pw_backend_t *be, void *p, size_t bytes);
     /* Host memory the device copies from and to fastest (pinned for a GPU), zeroed, or NULL;
@@ -127,10 +136,11 @@ struct pw_backend {
                     const float *rows, const float *dlogits, float *drows);
 
     /* ---- loss and optimizer ---- */
-    /* Binary cross-entropy on logits, mean over n: returns the loss (a host value); p (may be
-     * NULL) gets sigmoid(logits), dlogits (may be NULL) (sigmoid(z) - y) / n. Stable for any z. */
-    double (*bce)(pw_backend_t *be, int n, const float *logits, const float *labels, float *p,
-                  float *dlogits);
+    /* Binary cross-entropy on logits: loss[0] (device memory) gets the mean over n; p (may be
+     * NULL) sigmoid(logits), dlogits (may be NULL) (sigmoid(z) - y) / n. Stable for any z; the
+     * sum is taken in double, in a fixed order. */
+    void (*bce)(pw_backend_t *be, int n, const float *logits, const float *labels, float *p,
+                float *dlogits, float *loss);
     /* One optimizer step on w[0..n) with gradient g and state s1 (adagrad G, adam m), s2 (adam
      * v) (NULL when the optimizer has none); see pw_dense_optim.h. */
     void (*opt_step)(pw_backend_t *be, const pw_opt_step_args_t *a, size_t n, float *w,

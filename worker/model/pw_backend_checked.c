@@ -198,20 +198,17 @@ CK(fm_grad,
    (pw_backend_t * be, int n, const size_t *off, const float *val, int kk, const float *rows,
     const float *dlogits, float *drows),
    (be, n, off, val, kk, rows, dlogits, drows), off, val, rows, dlogits, drows)
+CK(bce,
+   (pw_backend_t * be, int n, const float *logits, const float *labels, float *p, float *dlogits,
+    float *loss),
+   (be, n, logits, labels, p, dlogits, loss), logits, labels, p, dlogits, loss)
 CK(opt_step,
    (pw_backend_t * be, const pw_opt_step_args_t *a, size_t n, float *w, const float *g, float *s1,
     float *s2),
    (be, a, n, w, g, s1, s2), w, g, s1, s2)
 
-static double ck_bce(pw_backend_t *be, int n, const float *logits, const float *labels, float *p,
-                     float *dlogits) {
-    checked_t *k = (checked_t *)be;
-    const void *const ptrs[] = {logits, labels, p, dlogits};
-    require_device(k, "bce", ptrs, 4);
-    protect_all(k, PROT_READ | PROT_WRITE);
-    const double loss = pw_backend_cpu()->bce(be, n, logits, labels, p, dlogits);
-    protect_all(k, PROT_NONE);
-    return loss;
+static void ck_copy_wait(pw_backend_t *be) {
+    (void)be;
 }
 
 int pw__backend_checked_open(pw_backend_t **out) {
@@ -226,6 +223,9 @@ int pw__backend_checked_open(pw_backend_t **out) {
         .free = ck_free,
         .upload = ck_upload,
         .download = ck_download,
+        .upload_async = ck_upload,
+        .download_async = ck_download,
+        .copy_wait = ck_copy_wait,
         .copy = ck_copy,
         .zero = ck_zero,
         .host_alloc = ck_host_alloc,

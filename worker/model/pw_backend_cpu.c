@@ -41,6 +41,10 @@ static int cpu_error(pw_backend_t *be, char *msg, size_t len) {
     return 0;
 }
 
+static void cpu_copy_wait(pw_backend_t *be) {
+    (void)be;
+}
+
 static void cpu_close(pw_backend_t *be) {
     (void)be;
 }
@@ -263,8 +267,8 @@ static void cpu_fm_grad(pw_backend_t *be, int n, const size_t *off, const float 
 
 /* ---- loss and optimizer ---- */
 
-static double cpu_bce(pw_backend_t *be, int n, const float *logits, const float *labels, float *p,
-                      float *dlogits) {
+static void cpu_bce(pw_backend_t *be, int n, const float *logits, const float *labels, float *p,
+                    float *dlogits, float *loss_out) {
     (void)be;
     double loss = 0;
     for (int i = 0; i < n; i++) {
@@ -277,7 +281,7 @@ static double cpu_bce(pw_backend_t *be, int n, const float *logits, const float 
         if (dlogits)
             dlogits[i] = (float)((s - y) / n);
     }
-    return n ? loss / n : 0;
+    *loss_out = n ? (float)(loss / n) : 0.0f;
 }
 
 static void cpu_opt_step(pw_backend_t *be, const pw_opt_step_args_t *a, size_t n, float *w,
@@ -312,6 +316,9 @@ static pw_backend_t k_cpu = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .upload_async = cpu_copy,
+    .download_async = cpu_copy,
+    .copy_wait = cpu_copy_wait,
     .copy = cpu_copy,
     .zero = cpu_zero,
     .host_alloc = cpu_alloc,

@@ -75,6 +75,27 @@ int pw_train_mode_parse(const char *s, int *staleness) {
 
 struct trainer;
 
+/* The backend's copies of what a step computes from (device memory, grown as needed; cap in
+ * bytes). Backends with host memory compute from the host arrays and leave these unused. */
+typedef struct dbuf {
+    void *p;
+    size_t cap;
+} dbuf_t;
+
+enum { DB_LABELS, DB_DENSE, DB_KEY_OFF, DB_FIELDS, DB_VALS, DB_INV, DB_UROWS, DB_UGRADS, DB_N };
+enum { DB_SETS = 3 }; /* two for training steps (by round parity), one for evaluation */
+
+/* A batch as the backend sees it (device pointers; host ones with host memory). */
+typedef struct dview {
+    int n;
+    size_t nk;           /* features */
+    const uint32_t *inv; /* training: feature -> unique row */
+    const float *urows;  /* training: the unique rows */
+    const float *labels, *dense, *vals;
+    const size_t *key_off;
+    const uint16_t *fields;
+} dview_t;
+
 /* A step's batch on its way through the pipeline: a copy of the reader's batch, its unique keys
  * (ukeys; inv[j]: the index of feature j's key), their pulled rows and summed gradients, and the
  * jobs that move them (pw_sched.h). */
@@ -89,6 +110,8 @@ typedef struct slot {
     size_t nu, ucap; /* ucap: urows, ugrads (the backend's host memory: pinned on a GPU) */
     float *urows, *ugrads;
     pw_job_t pull;
+    bool staged; /* its inputs are on the backend (in dv), uploaded after its pull */
+    dview_t dv;
     struct pchunk *push;
     size_t npush, pcap;
 } slot_t;
@@ -119,24 +142,6 @@ typedef struct dchunk { /* an allreduce of flat[off, off + n) */
     round_t *r;
     size_t off, n;
 } dchunk_t;
-
-/* The backend's copies of what a step computes from (device memory, grown as needed; cap in
- * bytes). Backends with host memory compute from the host arrays and leave these unused. */
-typedef struct dbuf {
-    void *p;
-    size_t cap;
-} dbuf_t;
-
-enum { DB_LABELS, DB_DENSE, DB_KEY_OFF, DB_FIELDS, DB_VALS, DB_INV, DB_UROWS, DB_UGRADS, DB_N };
-
-/* A batch as the backend sees it (device pointers; host ones with host memory). */
-typedef struct dview {
-    int n;
-    size_t nk; /* features */
-    const float *labels, *dense, *vals;
-    const size_t *key_off;
-    const uint16_t *fields;
-} dview_t;
 
 typedef struct trainer {
     const pw_train_config_t *c;
@@ -186,8 +191,9 @@ typedef struct trainer {
     size_t cap;    /* features the row buffers hold */
     /* device memory: a row and its gradient per feature, the model's inputs and outputs */
     float *rows, *grads, *pooled, *dpooled, *dense1, *logits, *dlogits, *probs;
-    float *hrows;     /* host: rows looked up for evaluation (cap of them) */
-    dbuf_t dev[DB_N]; /* the step's inputs on the backend */
+    float *hrows;              /* host: rows looked up for evaluation (cap of them) */
+    dbuf_t dev[DB_SETS][DB_N]; /* steps' inputs on the backend */
+    float *dloss, *hloss;      /* the step's loss: device, host (pinned) */
 } trainer_t;
 
 static void slot_free(slot_t *s) {
@@ -239,8 +245,11 @@ static void trainer_free(trainer_t *t) {
     be->free(be, t->dlogits);
     be->free(be, t->probs);
     free(t->hrows);
-    for (int i = 0; i < DB_N; i++)
-        be->free(be, t->dev[i].p);
+    for (int k = 0; k < DB_SETS; k++)
+        for (int i = 0; i < DB_N; i++)
+            be->free(be, t->dev[k][i].p);
+    be->free(be, t->dloss);
+    be->host_free(be, t->hloss);
 }
 
 static int model_kind(const char *name, int *kind) {
@@ -555,6 +564,7 @@ static round_t *round_of(trainer_t *t, uint64_t id) {
 /* Start the pull of a filled slot: after round `round - stale - 1` is done (sync: every
  * worker's pushes of the step before it were applied). */
 static void slot_pull(trainer_t *t, slot_t *s) {
+    s->staged = false;
     pw_sched_reset(&s->pull);
     s->pull.cls = PW_JOB_PULL;
     s->pull.prio = PRIO_PULL;
@@ -1025,7 +1035,10 @@ static int trainer_init(trainer_t *t) {
     t->logits = be->alloc(be, b * fl);
     t->dlogits = be->alloc(be, b * fl);
     t->probs = be->alloc(be, b * fl);
-    if (!rc && !(t->pooled && t->dpooled && t->dense1 && t->logits && t->dlogits && t->probs))
+    t->dloss = be->alloc(be, fl);
+    t->hloss = be->host_alloc(be, fl);
+    if (!rc && !(t->pooled && t->dpooled && t->dense1 && t->logits && t->dlogits && t->probs &&
+                 t->dloss && t->hloss))
         rc = PC_ENOMEM;
     if (!rc)
         be->fill(be, b, 1.0f, t->dense1);
@@ -1062,28 +1075,46 @@ static void *dbuf_reserve(trainer_t *t, dbuf_t *d, size_t bytes) {
 }
 
 /* host (bytes) as the backend sees it: itself on a host-memory backend, else uploaded into
- * device buffer d. NULL: no memory. */
+ * device buffer d (asynchronously: visible to the functions called after). NULL: no memory. */
 static const void *stage(trainer_t *t, dbuf_t *d, const void *host, size_t bytes) {
     if (t->be->host_memory)
         return host;
     void *p = dbuf_reserve(t, d, bytes);
     if (p && bytes)
-        t->be->upload(t->be, p, host, bytes);
+        t->be->upload_async(t->be, p, host, bytes);
     return p;
 }
 
-/* The batch's inputs on the backend. PC_ENOMEM. */
-static int stage_batch(trainer_t *t, const pw_batch_t *b, dview_t *v) {
+/* The batch's inputs on the backend, in buffer set `set`. PC_ENOMEM. */
+static int stage_batch(trainer_t *t, int set, const pw_batch_t *b, dview_t *v) {
+    dbuf_t *d = t->dev[set];
     const size_t n = b->n, nk = b->key_off[n];
     v->n = (int)n;
     v->nk = nk;
-    v->labels = stage(t, &t->dev[DB_LABELS], b->labels, n * sizeof(float));
+    v->labels = stage(t, &d[DB_LABELS], b->labels, n * sizeof(float));
     v->dense =
-        t->ones ? t->dense1 : stage(t, &t->dev[DB_DENSE], b->dense, n * b->ndense * sizeof(float));
-    v->key_off = stage(t, &t->dev[DB_KEY_OFF], b->key_off, (n + 1) * sizeof(size_t));
-    v->fields = stage(t, &t->dev[DB_FIELDS], b->fields, nk * sizeof(uint16_t));
-    v->vals = stage(t, &t->dev[DB_VALS], b->vals, nk * sizeof(float));
+        t->ones ? t->dense1 : stage(t, &d[DB_DENSE], b->dense, n * b->ndense * sizeof(float));
+    v->key_off = stage(t, &d[DB_KEY_OFF], b->key_off, (n + 1) * sizeof(size_t));
+    v->fields = stage(t, &d[DB_FIELDS], b->fields, nk * sizeof(uint16_t));
+    v->vals = stage(t, &d[DB_VALS], b->vals, nk * sizeof(float));
     return v->labels && v->dense && v->key_off && v->fields && v->vals ? 0 : PC_ENOMEM;
+}
+
+/* A pulled slot's inputs and rows onto the backend, in the buffer set of its round's parity
+ * (the other set may still be read by the step computing). */
+static int slot_stage(trainer_t *t, slot_t *s) {
+    const int set = (int)(s->round & 1);
+    const size_t nk = s->b.key_off[s->b.n];
+    int rc = stage_batch(t, set, &s->b, &s->dv);
+    if (rc)
+        return rc;
+    s->dv.inv = stage(t, &t->dev[set][DB_INV], s->inv, nk * sizeof(uint32_t));
+    s->dv.urows =
+        stage(t, &t->dev[set][DB_UROWS], s->urows, s->nu * (size_t)t->dim * sizeof(float));
+    if (!s->dv.inv || !s->dv.urows)
+        return PC_ENOMEM;
+    s->staged = true;
+    return 0;
 }
 
 /* A failed device (sticky): logged, PC_EIO. */
@@ -1114,8 +1145,8 @@ static int check_batch(const trainer_t *t, const pw_batch_t *b) {
 
 /* One batch (v, on the backend) whose rows are in t->rows (a row per feature): forward, and when
  * training backward (dense gradients in the layers, a row gradient per feature in t->grads).
- * The loss is returned in *loss; the probabilities are in t->probs. */
-static int trainer_compute(trainer_t *t, const dview_t *v, bool train, double *loss) {
+ * The loss goes to t->dloss, the probabilities to t->probs (device memory). */
+static int trainer_compute(trainer_t *t, const dview_t *v, bool train) {
     pw_backend_t *be = t->be;
     const int n = v->n, nf = t->nf, d = t->dim;
     int rc = 0;
@@ -1137,9 +1168,9 @@ static int trainer_compute(trainer_t *t, const dview_t *v, bool train, double *l
     }
     if (rc)
         return rc;
-    *loss = be->bce(be, n, t->logits, v->labels, t->probs, t->dlogits);
+    be->bce(be, n, t->logits, v->labels, t->probs, t->dlogits, t->dloss);
     if (!train)
-        return device_check(t);
+        return 0;
     for (int i = 0; i < t->nlayers; i++)
         pw_linear_zero_grad(&t->layers[i]);
     switch (t->kind) {
@@ -1162,30 +1193,36 @@ static int trainer_compute(trainer_t *t, const dview_t *v, bool train, double *l
     return rc;
 }
 
-/* A training step on slot s's batch: a row per feature gathered from the unique rows, forward
- * and backward, and the unique rows' gradients (summed over their features, scaled by 1 /
- * workers) back in s->ugrads. */
-static int step_compute(trainer_t *t, slot_t *s, double *loss) {
+/* A training step on slot s's batch (staged): a row per feature gathered from the unique rows,
+ * forward and backward, and the unique rows' gradients (summed over their features, scaled by
+ * 1 / workers) back in s->ugrads; *loss gets the batch's loss. While the backend computes, the
+ * next slot's inputs are uploaded when its pull is done, and without a group the dense optimizer
+ * steps while the gradients come back. */
+static int step_compute(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
     pw_backend_t *be = t->be;
-    const pw_batch_t *b = &s->b;
-    const size_t nk = b->key_off[b->n], d = (size_t)t->dim, ub = s->nu * d * sizeof(float);
-    dview_t v;
-    int rc = reserve_rows(t, nk);
-    if (rc || (rc = stage_batch(t, b, &v)))
-        return rc;
-    const uint32_t *inv = stage(t, &t->dev[DB_INV], s->inv, nk * sizeof(uint32_t));
-    const float *urows = stage(t, &t->dev[DB_UROWS], s->urows, ub);
-    float *ugrads = be->host_memory ? s->ugrads : dbuf_reserve(t, &t->dev[DB_UGRADS], ub);
-    if (!inv || !urows || !ugrads)
-        return PC_ENOMEM;
-    be->gather_rows(be, nk, inv, urows, (int)d, t->rows);
-    if ((rc = trainer_compute(t, &v, true, loss)))
+    const dview_t *v = &s->dv;
+    const size_t d = (size_t)t->dim, ub = s->nu * d * sizeof(float);
+    float *ugrads =
+        be->host_memory ? s->ugrads : dbuf_reserve(t, &t->dev[s->round & 1][DB_UGRADS], ub);
+    int rc = reserve_rows(t, v->nk);
+    if (rc || !ugrads)
+        return rc ? rc : PC_ENOMEM;
+    be->gather_rows(be, v->nk, v->inv, v->urows, (int)d, t->rows);
+    if ((rc = trainer_compute(t, v, true)))
         return rc;
     const float scale = t->grp ? 1.0f / (float)pw_group_size(t->grp) : 1.0f;
     be->zero(be, ugrads, ub);
-    be->scatter_add_rows(be, nk, inv, t->grads, (int)d, scale, ugrads);
+    be->scatter_add_rows(be, v->nk, v->inv, t->grads, (int)d, scale, ugrads);
+    if (next && !next->staged && pw_sched_done(t->sched, &next->pull) &&
+        pw_sched_wait(t->sched, &next->pull) == 0 && (rc = slot_stage(t, next)))
+        return rc;
     if (!be->host_memory)
-        be->download(be, s->ugrads, ugrads, ub);
+        be->download_async(be, s->ugrads, ugrads, ub);
+    be->download_async(be, t->hloss, t->dloss, sizeof(float));
+    if (!t->grp)
+        apply_dense(t);
+    be->copy_wait(be);
+    *loss = *t->hloss;
     return device_check(t);
 }
 
@@ -1213,7 +1250,6 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
     pw_reader_t *tr = NULL;
     int rc = p && y ? open_reader(t->c, t->fmt, test, ntest, 1, false, 0, &tr) : PC_ENOMEM;
     for (const pw_batch_t *b; !rc && (b = pw_reader_next(tr));) {
-        double loss;
         dview_t v;
         const size_t nk = b->key_off[b->n];
         if ((rc = check_batch(t, b)) || (rc = reserve_rows(t, nk)) ||
@@ -1221,7 +1257,7 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
             break;
         if (!t->be->host_memory)
             t->be->upload(t->be, t->rows, t->hrows, nk * (size_t)t->dim * sizeof(float));
-        if ((rc = stage_batch(t, b, &v)) || (rc = trainer_compute(t, &v, false, &loss)))
+        if ((rc = stage_batch(t, DB_SETS - 1, b, &v)) || (rc = trainer_compute(t, &v, false)))
             break;
         if (n + b->n > cap) {
             cap = 2 * (n + b->n);
@@ -1236,6 +1272,8 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
             }
         }
         t->be->download(t->be, p + n, t->probs, b->n * sizeof *p);
+        if ((rc = device_check(t)))
+            break;
         memcpy(y + n, b->labels, b->n * sizeof *y);
         n += b->n;
     }
@@ -1550,11 +1588,11 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             t.max_ahead = cur - t.applied;
         log_step(&t, cur, "start");
         const pw_batch_t *b = &s->b;
+        slot_t *next = t.filled > 1 ? &t.slots[(t.head + 1) % t.nslots] : NULL;
         double loss;
-        if ((rc = step_compute(&t, s, &loss)) || (rc = slot_push(&t, s)))
+        if ((!s->staged && (rc = slot_stage(&t, s))) || (rc = step_compute(&t, s, next, &loss)) ||
+            (rc = slot_push(&t, s)))
             break;
-        if (!t.grp)
-            apply_dense(&t);
         round_submit(&t, s, true);
         t.head = (t.head + 1) % t.nslots;
         t.filled--;
