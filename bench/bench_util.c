@@ -35,10 +35,12 @@ void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o) 
             o->dim = atoi(argv[i] + 6);
         else if (!strncmp(argv[i], "--keys=", 7))
             o->keys = atoll(argv[i] + 7);
+        else if (!strncmp(argv[i], "--device=", 9))
+            o->device = argv[i] + 9;
         else {
             fprintf(stderr,
                     "usage: ps-bench %s [--quick] [--smoke] [--json] [--no-pin] [--seconds=S] "
-                    "[--dim=D] [--keys=N]\n",
+                    "[--dim=D] [--keys=N] [--device=D]\n",
                     area);
             exit(2);
         }

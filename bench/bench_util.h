@@ -11,13 +11,14 @@
 
 /* Options every area understands. */
 typedef struct bench_opts {
-    bool json;      /* print one JSON object as the last line */
-    bool quick;     /* reduced sizes, under 60 s */
-    bool smoke;     /* tiny sizes, for the test suite: proves the program runs */
-    bool pin;       /* pin worker thread i to CPU i */
-    double seconds; /* per measurement */
-    int dim;        /* only this dim (0: the area's list) */
-    long long keys; /* only this table size (0: the area's list) */
+    bool json;          /* print one JSON object as the last line */
+    bool quick;         /* reduced sizes, under 60 s */
+    bool smoke;         /* tiny sizes, for the test suite: proves the program runs */
+    bool pin;           /* pin worker thread i to CPU i */
+    double seconds;     /* per measurement */
+    int dim;            /* only this dim (0: the area's list) */
+    long long keys;     /* only this table size (0: the area's list) */
+    const char *device; /* --device=NAME (pw_backend_open), NULL: the area's default */
 } bench_opts_t;
 
 /* Parse common options from argv[1..]; exits with usage on error. */

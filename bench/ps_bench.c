@@ -12,6 +12,7 @@ int bench_rpc_main(int argc, char **argv);
 int bench_data_main(int argc, char **argv);
 int bench_train_main(int argc, char **argv);
 int bench_dist_main(int argc, char **argv);
+int bench_gpu_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -24,6 +25,7 @@ static const struct {
     {"data", bench_data_main, "Criteo parsing and generation vs a raw line scan"},
     {"train", bench_train_main, "local DLRM training vs OpenBLAS sgemm peak, AUC vs oracle"},
     {"dist", bench_dist_main, "training against a ps-server process vs the same model local"},
+    {"gpu", bench_gpu_main, "the DLRM step on the GPU vs PyTorch, GEMM share of peak, overlap"},
 };
 
 int main(int argc, char **argv) {
