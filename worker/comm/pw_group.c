@@ -457,6 +457,11 @@ pw_coll_t *pw_group_coll(pw_group_t *g) {
     return g->coll;
 }
 
+void pw_group_rendezvous(pw_group_t *g, const char *name, pw_kv_t *kv, char *prefix, size_t cap) {
+    *kv = pw_coord_kv(g->coord);
+    key_of(g, prefix, cap, "g/%" PRId64 "/%s", g->gen, name);
+}
+
 int pw_group_rank(const pw_group_t *g) {
     return g->grank;
 }

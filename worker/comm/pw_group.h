@@ -65,6 +65,10 @@ void pw_group_close(pw_group_t *g);
 
 /* The collective group of the current generation (valid until the next recover). */
 pw_coll_t *pw_group_coll(pw_group_t *g);
+/* A rendezvous for another collective backend of the current generation (NCCL's unique id):
+ * the coordinator as a store, and a key prefix "<...>/g/<G>/<name>" new for every generation.
+ * The kv is valid while the group is. */
+void pw_group_rendezvous(pw_group_t *g, const char *name, pw_kv_t *kv, char *prefix, size_t cap);
 int pw_group_rank(const pw_group_t *g); /* in the current generation */
 int pw_group_size(const pw_group_t *g);
 uint64_t pw_group_gen(const pw_group_t *g);

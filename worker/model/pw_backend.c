@@ -9,6 +9,7 @@
 #include "pw_backend.h"
 
 #include "pc_error.h"
+#include "pc_log.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -50,6 +51,10 @@ static void *load_module(char *why, size_t why_len) {
     return NULL;
 }
 
+static void module_log(const char *msg) {
+    PC_ERROR("%s", msg);
+}
+
 /* The GPU backend on device `dev`; PC_EUNAVAIL with the reason in why. */
 static int open_cuda(int dev, pw_backend_t **out, char *why, size_t why_len) {
     void *h = load_module(why, why_len);
@@ -61,7 +66,7 @@ static int open_cuda(int dev, pw_backend_t **out, char *why, size_t why_len) {
         snprintf(why, why_len, "%s has no pw_cuda_backend_open", CUDA_MODULE);
         return PC_EUNAVAIL;
     }
-    int rc = fn(dev, out, why, why_len);
+    int rc = fn(dev, module_log, out, why, why_len);
     if (rc)
         return rc;
     if ((*out)->abi != PW_BACKEND_ABI) {

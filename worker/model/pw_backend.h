@@ -49,10 +49,26 @@ typedef struct pw_opt_step_args {
 
 typedef struct pw_backend pw_backend_t;
 
+/* Collectives over device memory (NCCL on the GPU backend), formed like pw_coll's groups
+ * (pw_coll.h: a rendezvous store, a key prefix new for every formation, rank, size, a timeout
+ * on every call). Errors as pw_coll's; after one the communicator is unusable: destroy it and
+ * form a new one under a new prefix. A communicator is used by one thread at a time, which may
+ * be another thread than the backend's; its buffers must be complete (see sync) before a call. */
+struct pw_kv;
+typedef struct pw_dcoll pw_dcoll_t;
+typedef struct pw_dcoll_ops {
+    int (*create)(pw_backend_t *be, const struct pw_kv *kv, const char *prefix, int rank, int size,
+                  int timeout_ms, pw_dcoll_t **out);
+    /* buf (n floats of device memory) = the sum over the ranks, in place. */
+    int (*allreduce_sum)(pw_dcoll_t *c, float *buf, size_t n);
+    void (*destroy)(pw_dcoll_t *c); /* NULL: nothing */
+} pw_dcoll_ops_t;
+
 struct pw_backend {
-    int abi;          /* PW_BACKEND_ABI */
-    const char *name; /* e.g. "cpu-openblas", "cuda:0 NVIDIA H100 80GB HBM3" */
-    bool host_memory; /* device memory is host memory (CPU backends) */
+    int abi;                     /* PW_BACKEND_ABI */
+    const char *name;            /* e.g. "cpu-openblas", "cuda:0 NVIDIA H100 80GB HBM3" */
+    bool host_memory;            /* device memory is host memory (CPU backends) */
+    const pw_dcoll_ops_t *dcoll; /* collectives over device memory, or NULL (use pw_coll) */
 
     /* ---- memory ---- */
     /* bytes of device memory, zeroed, or NULL (no memory, or bytes == 0). */
@@ -63,6 +79,7 @@ struct pw_backend {
     void (*upload_async)(pw_backend_t *be, void *dst, const void *src_host, size_t bytes);
     void (*download_async)(pw_backend_t *be, void *dst_host, const void *src, size_t bytes);
     void (*copy_wait)(pw_backend_t *be); /* the async copies are done */
+    void (*sync)(pw_backend_t *be);      /* every function called so far is done */
     void (*copy)(pw_backend_t *be, void *dst, const void *src, size_t bytes); /* device->device */
     void (*zero)(pw_backend_t *be, void *p, size_t bytes);
     /* Host memory the device copies from and to fastest (pinned for a GPU), zeroed, or NULL;
@@ -164,7 +181,9 @@ int pw_backend_open(const char *device, pw_backend_t **out, char *why, size_t wh
 void pw_backend_close(pw_backend_t *be); /* NULL: nothing */
 
 /* Entry point the CUDA module exports (dlsym name "pw_cuda_backend_open"): open GPU `device`;
- * 0 with the table, or an error with the reason in why. */
-typedef int (*pw_cuda_open_fn)(int device, pw_backend_t **out, char *why, size_t why_len);
+ * 0 with the table, or an error with the reason in why. log writes a line to the worker's error
+ * log (the module links nothing of the worker's). */
+typedef int (*pw_cuda_open_fn)(int device, void (*log)(const char *msg), pw_backend_t **out,
+                               char *why, size_t why_len);
 
 #endif

@@ -226,6 +226,7 @@ int pw__backend_checked_open(pw_backend_t **out) {
         .upload_async = ck_upload,
         .download_async = ck_download,
         .copy_wait = ck_copy_wait,
+        .sync = ck_copy_wait,
         .copy = ck_copy,
         .zero = ck_zero,
         .host_alloc = ck_host_alloc,

@@ -319,6 +319,7 @@ static pw_backend_t k_cpu = {
     .upload_async = cpu_copy,
     .download_async = cpu_copy,
     .copy_wait = cpu_copy_wait,
+    .sync = cpu_copy_wait,
     .copy = cpu_copy,
     .zero = cpu_zero,
     .host_alloc = cpu_alloc,

@@ -132,7 +132,7 @@ typedef struct round {
     uint64_t pos; /* the reader position after its batch */
     bool has_pos; /* it had a batch */
     slot_t *slot; /* whose pushes the marker waits for (NULL: none) */
-    float *flat;  /* the group's dense gradients and flag */
+    float *flat;  /* the group's dense gradients and flag (device memory when dflat) */
     struct dchunk *chunks;
     pw_job_t mark;
 } round_t;
@@ -153,6 +153,8 @@ typedef struct trainer {
     ps_table_t *emb;     /* local */
     psc_t *ps;           /* distributed: the servers */
     pw_group_t *grp;     /* world > 1: the workers' group (membership, collectives) */
+    pw_dcoll_t *dcoll;   /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
+    bool dflat;          /* rounds' flat buffers are device memory (the backend has dcoll) */
     pw_sched_t *sched;   /* distributed: every call to the servers and the group */
     size_t nflat;        /* dense gradients and the has-batch flag */
     int stale;           /* rounds a step may run ahead of the group (sync 0) */
@@ -217,8 +219,13 @@ static void trainer_free(trainer_t *t) {
         be->host_free(be, t->slots[i].ugrads);
     }
     free(t->slots);
+    if (t->dcoll)
+        be->dcoll->destroy(t->dcoll);
     for (int i = 0; t->rounds && i < t->nrounds; i++) {
-        free(t->rounds[i].flat);
+        if (t->dflat)
+            be->free(be, t->rounds[i].flat);
+        else
+            free(t->rounds[i].flat);
         free(t->rounds[i].chunks);
     }
     free(t->rounds);
@@ -385,7 +392,8 @@ static int run_push(pw_job_t *j) {
 static int coll_sum(trainer_t *t, float *buf, size_t n) {
     if (atomic_load(&t->coll_broken))
         return PC_ECANCELED;
-    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
+    int rc = t->dflat ? t->be->dcoll->allreduce_sum(t->dcoll, buf, n)
+                      : pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
     if (rc)
         atomic_store(&t->coll_broken, true);
     return rc;
@@ -431,6 +439,7 @@ static int pipeline_init(trainer_t *t) {
         t->ahead = 0;
     t->nslots = t->stale + t->ahead + 2;
     t->nrounds = t->stale + 2;
+    t->dflat = t->grp && t->be->dcoll;
     t->slots = calloc((size_t)t->nslots, sizeof *t->slots);
     t->rounds = calloc((size_t)t->nrounds, sizeof *t->rounds);
     const size_t cf = c->chunk_bytes / sizeof(float) ? c->chunk_bytes / sizeof(float) : 1;
@@ -460,7 +469,8 @@ static int pipeline_init(trainer_t *t) {
         r->t = t;
         if (!t->grp)
             continue;
-        r->flat = calloc(t->nflat, sizeof(float));
+        r->flat = t->dflat ? t->be->alloc(t->be, t->nflat * sizeof(float))
+                           : calloc(t->nflat, sizeof(float));
         r->chunks = calloc((size_t)t->nplan, sizeof *r->chunks);
         if (!r->flat || !r->chunks)
             return PC_ENOMEM;
@@ -622,19 +632,30 @@ static void round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     r->pos = s ? s->pos : 0;
     r->slot = t->c->staleness == PW_ASYNC ? NULL : s;
     if (t->grp) {
+        pw_backend_t *be = t->be;
         size_t k = 0;
         for (int i = 0; i < t->nlayers; i++) {
             const pw_linear_t *l = &t->layers[i];
-            const size_t nw = (size_t)l->in * l->out;
-            if (had_batch) {
-                t->be->download(t->be, r->flat + k, l->dw, nw * sizeof(float));
-                t->be->download(t->be, r->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
+            const size_t nw = (size_t)l->in * l->out, fl = sizeof(float);
+            if (had_batch && t->dflat) {
+                be->copy(be, r->flat + k, l->dw, nw * fl);
+                be->copy(be, r->flat + k + nw, l->db, (size_t)l->out * fl);
+            } else if (had_batch) {
+                be->download(be, r->flat + k, l->dw, nw * fl);
+                be->download(be, r->flat + k + nw, l->db, (size_t)l->out * fl);
+            } else if (t->dflat) {
+                be->zero(be, r->flat + k, (nw + (size_t)l->out) * fl);
             } else {
-                memset(r->flat + k, 0, (nw + (size_t)l->out) * sizeof(float));
+                memset(r->flat + k, 0, (nw + (size_t)l->out) * fl);
             }
             k += nw + (size_t)l->out;
         }
-        r->flat[k] = had_batch ? 1.0f : 0.0f;
+        if (t->dflat) { /* the collective reads the buffer from another thread: complete it */
+            be->fill(be, 1, had_batch ? 1.0f : 0.0f, r->flat + k);
+            be->sync(be);
+        } else {
+            r->flat[k] = had_batch ? 1.0f : 0.0f;
+        }
         for (int i = 0; i < t->nplan; i++) {
             dchunk_t *c = &r->chunks[i];
             pw_sched_reset(&c->job);
@@ -684,19 +705,29 @@ static int apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *st
         if (rc)
             return rc;
         if (t->grp) {
-            const float active = r->flat[t->nflat - 1];
+            pw_backend_t *be = t->be;
+            float active = 0;
+            if (t->dflat)
+                be->download(be, &active, r->flat + t->nflat - 1, sizeof active);
+            else
+                active = r->flat[t->nflat - 1];
             if (active <= 0) {
                 *stop = true;
                 return 0;
             }
+            if (t->dflat) /* the mean over the active workers */
+                be->scale(be, t->nflat - 1, 1.0f / active, r->flat);
+            else
+                for (size_t j = 0; j + 1 < t->nflat; j++)
+                    r->flat[j] /= active;
             size_t k = 0;
-            for (size_t j = 0; j + 1 < t->nflat; j++) /* the mean over the active workers */
-                r->flat[j] /= active;
             for (int i = 0; i < t->nlayers; i++) {
                 pw_linear_t *l = &t->layers[i];
-                const size_t nw = (size_t)l->in * l->out;
-                t->be->upload(t->be, l->dw, r->flat + k, nw * sizeof(float));
-                t->be->upload(t->be, l->db, r->flat + k + nw, (size_t)l->out * sizeof(float));
+                const size_t nw = (size_t)l->in * l->out, fl = sizeof(float);
+                void (*in)(pw_backend_t *, void *, const void *, size_t) =
+                    t->dflat ? be->copy : be->upload;
+                in(be, l->dw, r->flat + k, nw * fl);
+                in(be, l->db, r->flat + k + nw, (size_t)l->out * fl);
                 k += nw + (size_t)l->out;
             }
             apply_dense(t);
@@ -905,9 +936,32 @@ static int rollback_agree(trainer_t *t) {
     return rc;
 }
 
-/* The agreement of a group just formed: one dense state, then a rollback if one is wanted. */
+/* The group's dense allreduce on the device (NCCL), formed anew for every generation under its
+ * own rendezvous prefix at the coordinator (the unique id rank 0 hands out). */
+static int dcoll_form(trainer_t *t) {
+    if (!t->dflat)
+        return 0;
+    pw_backend_t *be = t->be;
+    if (t->dcoll)
+        be->dcoll->destroy(t->dcoll);
+    t->dcoll = NULL;
+    char prefix[320];
+    pw_kv_t kv;
+    pw_group_rendezvous(t->grp, "dcoll", &kv, prefix, sizeof prefix);
+    int rc = be->dcoll->create(be, &kv, prefix, pw_group_rank(t->grp), pw_group_size(t->grp),
+                               t->c->timeout_ms, &t->dcoll);
+    if (rc)
+        PC_WARN("train: the device allreduce of generation %llu did not form: %s",
+                (unsigned long long)pw_group_gen(t->grp), pc_strerror(rc));
+    return rc;
+}
+
+/* The agreement of a group just formed: its device allreduce, one dense state, then a rollback
+ * if one is wanted. */
 static int agree(trainer_t *t) {
-    int rc = sync_state(t);
+    int rc = dcoll_form(t);
+    if (!rc)
+        rc = sync_state(t);
     return rc ? rc : rollback_agree(t);
 }
 
