@@ -107,14 +107,20 @@ static pid_t worker(const char *const *args, const char *out_path) {
     return pid;
 }
 
-static double json_num(const char *path, const char *key) {
-    char buf[4096] = "", pat[64];
+/* The worker's JSON summary at path (empty when unreadable). */
+static void json_text(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "r");
+    buf[0] = '\0';
     if (f) {
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        size_t n = fread(buf, 1, cap - 1, f);
         buf[n] = '\0';
         fclose(f);
     }
+}
+
+static double json_num(const char *path, const char *key) {
+    char buf[4096], pat[64];
+    json_text(path, buf, sizeof buf);
     snprintf(pat, sizeof pat, "\"%s\":", key);
     const char *p = strstr(buf, pat);
     return p ? strtod(p + strlen(pat), NULL) : NAN;
@@ -422,8 +428,8 @@ static double base_auc(void) {
 static void test_worker_restart(void **state) {
     (void)state;
     const double auc0 = base_auc();
-    /* The same on fresh servers, rank 1 killed mid-way and started again 1.5 s later: the
-     * survivor waits (3 rejoin timeouts pass, no shrink), then both finish. */
+    /* The same on fresh servers, rank 1 killed mid-way and started again 1.5 s later (on
+     * cpu:checked): the survivor waits (3 rejoin timeouts pass, no shrink), then both finish. */
     cluster_t c;
     cluster_up(&c, RTABLE);
     pw_coord_t *co = coord_of(&c);
@@ -443,11 +449,18 @@ static void test_worker_restart(void **state) {
     job_key(co, j.job, "off/1", v, sizeof v);
     unsigned long long step, lines;
     assert_int_equal(sscanf(v, "%llu %llu", &step, &lines), 2);
+    /* The restarted worker computes on cpu:checked (device memory unreadable to host code): it
+     * takes its dense state from rank 0 and exchanges every round's gradients through the
+     * backend's memory rule; the same math as rank 0's CPU backend. */
+    j.extra[0] = "--device=cpu:checked";
     p1 = rworker(&j, 1, out1b);
     assert_int_equal(pu_reap(p0, 120), 0);
     assert_int_equal(pu_reap(p1, 120), 0);
     job_key(co, j.job, "g/1", v, sizeof v);
     assert_string_equal(v, "0,1");
+    char json[4096];
+    json_text(out1b, json, sizeof json);
+    assert_non_null(strstr(json, "\"device\":\"cpu:checked\""));
     const double auc1 = json_num(j.out[0], "auc");
     const double again = json_num(out1b, "samples"), first = json_num(out1b, "first_step_s");
     print_message("uninterrupted AUC %.5f, with rank 1 killed after step %llu and restarted: "
