@@ -124,20 +124,6 @@ static void ck_download(pw_backend_t *be, void *dst, const void *src, size_t byt
     protect_all(k, PROT_NONE);
 }
 
-static void *ck_host_alloc(pw_backend_t *be, size_t bytes) {
-    (void)be;
-    return bytes ? calloc(1, bytes) : NULL;
-}
-
-static void ck_host_free(pw_backend_t *be, void *p) {
-    (void)be;
-    free(p);
-}
-
-static int ck_error(pw_backend_t *be, char *msg, size_t len) {
-    return pw_backend_cpu()->error(be, msg, len);
-}
-
 static void ck_close(pw_backend_t *be) {
     checked_t *k = (checked_t *)be;
     if (k->n)
@@ -207,12 +193,9 @@ CK(opt_step,
     float *s2),
    (be, a, n, w, g, s1, s2), w, g, s1, s2)
 
-static void ck_copy_wait(pw_backend_t *be) {
-    (void)be;
-}
-
 int pw__backend_checked_open(pw_backend_t **out) {
     checked_t *k = calloc(1, sizeof *k);
+    const pw_backend_t *cpu = pw_backend_cpu(); /* host memory, errors, waits: the CPU's */
     if (!k)
         return PC_ENOMEM;
     k->t = (pw_backend_t){
@@ -225,13 +208,13 @@ int pw__backend_checked_open(pw_backend_t **out) {
         .download = ck_download,
         .upload_async = ck_upload,
         .download_async = ck_download,
-        .copy_wait = ck_copy_wait,
-        .sync = ck_copy_wait,
+        .copy_wait = cpu->copy_wait,
+        .sync = cpu->sync,
         .copy = ck_copy,
         .zero = ck_zero,
-        .host_alloc = ck_host_alloc,
-        .host_free = ck_host_free,
-        .error = ck_error,
+        .host_alloc = cpu->host_alloc,
+        .host_free = cpu->host_free,
+        .error = cpu->error,
         .close = ck_close,
         .gemm = ck_gemm,
         .gemm_batched = ck_gemm_batched,
