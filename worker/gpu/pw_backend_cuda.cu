@@ -106,8 +106,8 @@ unsigned blocks(size_t n) {
 
 __global__ void k_bias_act(size_t n, int cols, const float *bias, bool relu, float *y) {
     GRID_LOOP(i, n) {
-        float v = y[i] + bias[i % cols];
-        y[i] = relu && v < 0 ? 0.0f : v;
+        const float v = y[i] + bias[i % cols];
+        y[i] = relu && !(v > 0) ? 0.0f : v; /* as the CPU: NaN and -0 become 0 */
     }
 }
 
@@ -302,11 +302,20 @@ void *g_alloc(pw_backend_t *be, size_t bytes) {
     void *p = nullptr;
     if (!bytes)
         return nullptr;
-    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError(); /* out of memory is not sticky */
         return nullptr;
     }
-    CU(b, cudaMemsetAsync(p, 0, bytes, b->stream));
+    if (e != cudaSuccess) { /* a device that failed: sticky */
+        fail(b, __FILE__, __LINE__, "cudaMalloc", cudaGetErrorString(e));
+        return nullptr;
+    }
+    /* Zeroed on the copy stream, which both an async upload into it (copy stream order) and any
+     * compute (the event) come after. */
+    CU(b, cudaMemsetAsync(p, 0, bytes, b->copy));
+    CU(b, cudaEventRecord(b->ev, b->copy));
+    CU(b, cudaStreamWaitEvent(b->stream, b->ev, 0));
     return p;
 }
 
@@ -357,6 +366,7 @@ void g_copy_wait(pw_backend_t *be) {
 void g_sync(pw_backend_t *be) {
     cuda_be *b = of(be);
     CU(b, cudaStreamSynchronize(b->stream));
+    CU(b, cudaStreamSynchronize(b->copy));
 }
 
 void g_copy(pw_backend_t *be, void *dst, const void *src, size_t bytes) {
@@ -629,11 +639,12 @@ int nccl_rc(ncclResult_t r) {
         case ncclSuccess:
             return 0;
         case ncclRemoteError:
+        case ncclSystemError: /* sockets: a peer died during the bootstrap or a call */
             return PC_EUNAVAIL;
         case ncclInvalidArgument:
         case ncclInvalidUsage:
             return PC_EINVAL;
-        default: /* system, internal, CUDA errors */
+        default: /* internal and CUDA errors */
             return PC_EIO;
     }
 }
@@ -737,6 +748,7 @@ int nccl_create(pw_backend_t *be, const struct pw_kv *kv, const char *prefix, in
     cudaSetDevice(c->dev);
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not the backend's sticky error */
         report(b->log, "nccl: cudaStreamCreate: %s", cudaGetErrorString(e));
         free(c);
         return PC_EIO;

@@ -18,7 +18,8 @@
  *   the backend's until copy_wait returns. An async upload is visible to every function called
  *   after it; an async download copies what the functions called before it wrote. The caller
  *   makes sure no queued function still uses the destination of an async upload (the trainer
- *   double-buffers: it uploads step t+1's inputs while step t computes).
+ *   double-buffers: it uploads step t+1's inputs while step t computes), and that no function
+ *   called after an async download writes its source before copy_wait.
  * - Errors: allocation returns NULL; every other failure of a device (a kernel that failed, a
  *   lost device) is sticky and reported by `error` (0 while none), which the trainer checks after
  *   every step.
