@@ -23,8 +23,14 @@ tests/check-format.sh
 
 echo "== configure and build ($build, sanitizer: $sanitize)"
 mkdir -p "$build"
+# With a CUDA toolkit the GPU module must build (EMBER_CUDA=ON fails the configure otherwise),
+# so a toolkit that CMake stops finding is an error, not a silently CPU-only suite.
+cuda=AUTO
+if [ -x /usr/local/cuda/bin/nvcc ] || command -v nvcc >/dev/null; then cuda=ON; fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DEMBER_SANITIZE="$sanitize" \
-      -DEMBER_WERROR=ON >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
+      -DEMBER_WERROR=ON -DEMBER_CUDA="$cuda" >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log"; exit 1; }
+grep -E "EmberPS: CUDA module" "$build/configure.log" || true
 cmake --build "$build" -j2
 
 echo "== tests"

@@ -198,15 +198,11 @@ typedef struct trainer {
     float *dloss, *hloss;      /* the step's loss: device, host (pinned) */
 } trainer_t;
 
-static void slot_free(slot_t *s) {
-    free(s->b.labels);
-    free(s->b.dense);
-    free(s->b.keys);
-    free(s->b.fields);
-    free(s->b.vals);
-    free(s->b.key_off);
-    free(s->ukeys);
-    free(s->inv);
+static void slot_free(pw_backend_t *be, slot_t *s) {
+    void *const host[] = {s->b.labels,  s->b.dense, s->b.keys, s->b.fields, s->b.vals,
+                          s->b.key_off, s->ukeys,   s->inv,    s->urows,    s->ugrads};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        be->host_free(be, host[i]);
     free(s->push);
 }
 
@@ -214,9 +210,7 @@ static void trainer_free(trainer_t *t) {
     pw_backend_t *be = t->be;
     pw_sched_destroy(t->sched); /* first: its jobs use the slots, rounds and client */
     for (int i = 0; t->slots && i < t->nslots; i++) {
-        slot_free(&t->slots[i]);
-        be->host_free(be, t->slots[i].urows);
-        be->host_free(be, t->slots[i].ugrads);
+        slot_free(be, &t->slots[i]);
     }
     free(t->slots);
     if (t->dcoll)
@@ -488,15 +482,20 @@ static int pipeline_init(trainer_t *t) {
 }
 
 /* Arrays p[0..n) (element sizes es[]) that share the capacity *cap grow together to hold
- * need elements; *cap changes only when all grew (after a failure the next call grows again). */
-static int grow(size_t *cap, size_t need, int n, void **const p[], const size_t es[]) {
+ * need elements; *cap changes only when all grew (after a failure the next call grows again).
+ * With a backend they are its host memory (pinned on a GPU: what the device copies from and
+ * to), and their contents are not kept; without, realloc keeps them. */
+static int grow(pw_backend_t *be, size_t *cap, size_t need, int n, void **const p[],
+                const size_t es[]) {
     if (need <= *cap)
         return 0;
     const size_t c = need + need / 2;
     for (int i = 0; i < n; i++) {
-        void *q = realloc(*p[i], c * es[i]);
+        void *q = be ? be->host_alloc(be, c * es[i]) : realloc(*p[i], c * es[i]);
         if (!q)
             return PC_ENOMEM;
+        if (be)
+            be->host_free(be, *p[i]);
         *p[i] = q;
     }
     *cap = c;
@@ -514,11 +513,12 @@ static int slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
                               sizeof(uint64_t)};
     void **const dense[] = {(void **)&s->b.dense};
     const size_t d_size[] = {sizeof(float)};
-    int rc = grow(&s->ncap, n + 1, 2, per_sample, ps_size);
+    pw_backend_t *be = t->be; /* the slot's arrays are what the device copies from */
+    int rc = grow(be, &s->ncap, n + 1, 2, per_sample, ps_size);
     if (!rc)
-        rc = grow(&s->dcap, n * nd + 1, 1, dense, d_size);
+        rc = grow(be, &s->dcap, n * nd + 1, 1, dense, d_size);
     if (!rc)
-        rc = grow(&s->kcap, nk + 1, 5, per_key, pk_size);
+        rc = grow(be, &s->kcap, nk + 1, 5, per_key, pk_size);
     if (rc)
         return rc;
     s->b.n = n;
@@ -553,18 +553,9 @@ static int slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
         }
         s->inv[j] = t->dedup[h] - 1;
     }
-    const size_t need = s->nu * (size_t)t->dim + 1; /* the rows are pulled afresh: not kept */
-    if (need > s->ucap) {
-        pw_backend_t *be = t->be;
-        be->host_free(be, s->urows);
-        be->host_free(be, s->ugrads);
-        s->ucap = need + need / 2;
-        s->urows = be->host_alloc(be, s->ucap * sizeof(float));
-        s->ugrads = be->host_alloc(be, s->ucap * sizeof(float));
-        if (!s->urows || !s->ugrads)
-            return s->ucap = 0, PC_ENOMEM;
-    }
-    return 0;
+    void **const rows[] = {(void **)&s->urows, (void **)&s->ugrads};
+    const size_t r_size[] = {sizeof(float), sizeof(float)};
+    return grow(be, &s->ucap, s->nu * (size_t)t->dim + 1, 2, rows, r_size);
 }
 
 static round_t *round_of(trainer_t *t, uint64_t id) {
@@ -605,7 +596,7 @@ static int slot_push(trainer_t *t, slot_t *s) {
     const size_t n = s->nu ? (s->nu + per - 1) / per : 0;
     void **const push[] = {(void **)&s->push};
     const size_t p_size[] = {sizeof *s->push};
-    int rc = grow(&s->pcap, n ? n : 1, 1, push, p_size);
+    int rc = grow(NULL, &s->pcap, n ? n : 1, 1, push, p_size);
     if (rc)
         return rc;
     s->npush = n;
