@@ -54,6 +54,17 @@ static void fill_file(const char *path, uint64_t bytes) {
     close(fd);
 }
 
+/* Eat the test file system's free space down to 6 MiB (well below the tier's 12 MiB watermark)
+ * into `path`, and let the tier's 20 ms reading see it. RocksDB's background flushes and
+ * compactions give space back at any moment, so the checks that need a full disk call this
+ * right before they run. */
+static void starve(const char *path) {
+    const uint64_t fb = pc_fs_free_bytes(g_mnt);
+    if (fb > (7 << 20))
+        fill_file(path, (fb - (6 << 20)) & ~(uint64_t)((1 << 20) - 1));
+    usleep(30000);
+}
+
 static int push_batch(ps_table_t *t, int b) {
     static uint64_t keys[B];
     static float g[B * D];
@@ -66,12 +77,14 @@ static int push_batch(ps_table_t *t, int b) {
 
 static void test_spill_on_full_disk(void **state) {
     (void)state;
-    char live[300], ck[300], filler[300], filler2[300], live2[300];
+    char live[300], ck[300], filler[300], filler2[300], filler3[300], filler4[300], live2[300];
     snprintf(live, sizeof live, "%s/live", g_mnt);
     snprintf(live2, sizeof live2, "%s/live2", g_mnt);
     snprintf(ck, sizeof ck, "%s/ckpt", g_mnt);
     snprintf(filler, sizeof filler, "%s/filler", g_mnt);
     snprintf(filler2, sizeof filler2, "%s/filler2", g_mnt);
+    snprintf(filler3, sizeof filler3, "%s/filler3", g_mnt);
+    snprintf(filler4, sizeof filler4, "%s/filler4", g_mnt);
     fill_file(filler, 16 << 20); /* freed later to give the space back */
 
     ps_tier_t *tier;
@@ -126,14 +139,14 @@ static void test_spill_on_full_disk(void **state) {
             break;
         fb = now;
     }
-    if (fb > (7 << 20))
-        fill_file(filler2, (fb - (6 << 20)) & ~(uint64_t)((1 << 20) - 1));
-    usleep(30000);
+    starve(filler2);
 
     /* Alive, acknowledged rows intact, more new rows refused, checkpoints refused cleanly. */
     assert_acked(t, ref, 0, nb);
+    starve(filler3); /* space a compaction gave back meanwhile */
     assert_int_equal(push_batch(t, nb + 1), PC_ENOSPC);
     ps_ckpt_result_t r;
+    starve(filler4);
     assert_int_equal(ps_ckpt_write(ckp, &r), PC_ENOSPC);
     ps_ckpt_entry_t e[4];
     size_t n;
@@ -145,6 +158,8 @@ static void test_spill_on_full_disk(void **state) {
      * says for errors that concern only some keys, so they are not compared.) */
     assert_int_equal(unlink(filler), 0);
     unlink(filler2);
+    unlink(filler3);
+    unlink(filler4);
     usleep(30000);
     assert_true(ps_tier_writable(tier));
     assert_int_equal(push_batch(t, nb + 2), 0);
