@@ -226,10 +226,13 @@ static void test_sync_equivalence(void **state) {
                   "logloss %.6f\n",
                   2 * B, auc1, ll1, B, auc2, ll2);
     assert_true(auc1 > 0.6);
-    assert_true(fabs(auc1 - auc2) < 1e-3 && fabs(ll1 - ll2) < 1e-3);
     assert_true(json_num(o1, "steps") == ROWS / (2 * B) &&
                 json_num(o2a, "steps") == ROWS / (2 * B));
     assert_true(json_num(o2b, "steps") == ROWS / (2 * B));
+    /* Not bitwise: a server applies the two workers' pushes of a key in arrival order (Adagrad
+     * is order-dependent), so runs differ; typically by 1e-6 in AUC, once by 1.5e-3 in about
+     * twenty runs. A broken sync step (a stale pull) costs about 1e-2 (async: test below). */
+    assert_true(fabs(auc1 - auc2) < 2e-3 && fabs(ll1 - ll2) < 2e-3);
     pw_dlrm_t *m1, *m2;
     load_dense(d1, &m1);
     load_dense(d2, &m2);
