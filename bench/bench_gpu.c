@@ -311,9 +311,11 @@ static double gemm_peak(pw_backend_t *be, int m) {
 /* PyTorch's samples/s for the configuration, from bench/dlrm_torch.py (NAN: unavailable). */
 static double torch_rate(int batch, int dim, const char *device, char *why, size_t wl) {
     char cmd[1024], line[2048];
+    /* the same device in PyTorch's names: cuda, cuda:N; every CPU backend is "cpu" */
+    const char *tdev = strncmp(device, "cpu", 3) == 0 ? "cpu" : device;
     snprintf(cmd, sizeof cmd,
              "python3 %s/bench/dlrm_torch.py --batch %d --dim %d --device %s --json 2>&1",
-             EMBER_SOURCE_DIR, batch, dim, device);
+             EMBER_SOURCE_DIR, batch, dim, tdev);
     FILE *p = popen(cmd, "r");
     double rate = NAN;
     snprintf(why, wl, "no output");

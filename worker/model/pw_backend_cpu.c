@@ -3,8 +3,6 @@
  * These loops are also the reference the GPU backend is tested against. */
 #include "pw_backend.h"
 
-#include "pc_error.h"
-
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>

@@ -50,10 +50,14 @@ void pw_linear_zero_grad(pw_linear_t *l) {
     l->be->zero(l->be, l->db, (size_t)l->out * sizeof(float));
 }
 
-void pw_linear_forward(const pw_linear_t *l, int batch, const float *x, float *y) {
-    /* y (batch x out) = x (batch x in) * W^T (in x out) + b */
+/* y (batch x out) = x (batch x in) * W^T (in x out) + b, then max(y, 0) when relu (fused). */
+static void linear_act(const pw_linear_t *l, int batch, const float *x, bool relu, float *y) {
     l->be->gemm(l->be, false, true, batch, l->out, l->in, 1.0f, x, l->w, 0.0f, y);
-    l->be->bias_act(l->be, batch, l->out, l->b, false, y);
+    l->be->bias_act(l->be, batch, l->out, l->b, relu, y);
+}
+
+void pw_linear_forward(const pw_linear_t *l, int batch, const float *x, float *y) {
+    linear_act(l, batch, x, false, y);
 }
 
 void pw_linear_backward(pw_linear_t *l, int batch, const float *x, const float *dy, float *dx) {
@@ -115,11 +119,8 @@ const float *pw_mlp_forward(pw_mlp_t *m, int batch, const float *x) {
     pw_backend_t *be = m->be;
     m->batch = batch;
     be->copy(be, m->act[0], x, (size_t)batch * m->l[0].in * sizeof(float));
-    for (int i = 0; i < m->nl; i++) {
-        const pw_linear_t *l = &m->l[i];
-        be->gemm(be, false, true, batch, l->out, l->in, 1.0f, m->act[i], l->w, 0.0f, m->act[i + 1]);
-        be->bias_act(be, batch, l->out, l->b, i + 1 < m->nl || m->relu_last, m->act[i + 1]);
-    }
+    for (int i = 0; i < m->nl; i++)
+        linear_act(&m->l[i], batch, m->act[i], i + 1 < m->nl || m->relu_last, m->act[i + 1]);
     return m->act[m->nl];
 }
 

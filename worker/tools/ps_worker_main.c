@@ -234,7 +234,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: dense math on %s\n", tag, why);
     pw_train_result_t r;
     rc = pw_train_run(&tc, fmt, train, ntrain, test, ntest, &r);
-    const char *backend_name = tc.backend->name;
     if (rc) {
         pw_backend_close(tc.backend);
         fprintf(stderr, "ps-worker: training failed: %s\n", pc_strerror(rc));
@@ -243,7 +242,7 @@ int main(int argc, char **argv) {
     if (c.json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddStringToObject(j, "model", tc.model);
-        cJSON_AddStringToObject(j, "device", backend_name);
+        cJSON_AddStringToObject(j, "device", tc.backend->name);
         cJSON_AddNumberToObject(j, "rank", (double)tc.rank);
         cJSON_AddNumberToObject(j, "samples", (double)r.samples);
         cJSON_AddNumberToObject(j, "steps", (double)r.steps);

@@ -83,7 +83,10 @@ typedef struct dbuf {
 } dbuf_t;
 
 enum { DB_LABELS, DB_DENSE, DB_KEY_OFF, DB_FIELDS, DB_VALS, DB_INV, DB_UROWS, DB_UGRADS, DB_N };
-enum { DB_SETS = 3 }; /* two for training steps (by round parity), one for evaluation */
+enum {
+    DB_SETS = 3
+}; /* two for training steps (by round parity), one for evaluation; the
+    * gradients' buffer (DB_UGRADS) is set 0's only */
 
 /* A batch as the backend sees it (device pointers; host ones with host memory). */
 typedef struct dview {
@@ -154,7 +157,6 @@ typedef struct trainer {
     psc_t *ps;           /* distributed: the servers */
     pw_group_t *grp;     /* world > 1: the workers' group (membership, collectives) */
     pw_dcoll_t *dcoll;   /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
-    bool dflat;          /* rounds' flat buffers are device memory (the backend has dcoll) */
     pw_sched_t *sched;   /* distributed: every call to the servers and the group */
     size_t nflat;        /* dense gradients and the has-batch flag */
     int stale;           /* rounds a step may run ahead of the group (sync 0) */
@@ -193,10 +195,16 @@ typedef struct trainer {
     size_t cap;    /* features the row buffers hold */
     /* device memory: a row and its gradient per feature, the model's inputs and outputs */
     float *rows, *grads, *pooled, *dpooled, *dense1, *logits, *dlogits, *probs;
-    float *hrows;              /* host: rows looked up for evaluation (cap of them) */
+    float *hrows; /* pinned host: rows looked up for evaluation (device backends; cap of them) */
     dbuf_t dev[DB_SETS][DB_N]; /* steps' inputs on the backend */
     float *dloss, *hloss;      /* the step's loss: device, host (pinned) */
 } trainer_t;
+
+/* The rounds' dense buffers are device memory, summed by the backend's device collectives
+ * (NCCL); else host memory summed by Gloo. */
+static bool dflat(const trainer_t *t) {
+    return t->grp && t->be->dcoll;
+}
 
 static void slot_free(pw_backend_t *be, slot_t *s) {
     void *const host[] = {s->b.labels,  s->b.dense, s->b.keys, s->b.fields, s->b.vals,
@@ -209,14 +217,13 @@ static void slot_free(pw_backend_t *be, slot_t *s) {
 static void trainer_free(trainer_t *t) {
     pw_backend_t *be = t->be;
     pw_sched_destroy(t->sched); /* first: its jobs use the slots, rounds and client */
-    for (int i = 0; t->slots && i < t->nslots; i++) {
+    for (int i = 0; t->slots && i < t->nslots; i++)
         slot_free(be, &t->slots[i]);
-    }
     free(t->slots);
     if (t->dcoll)
         be->dcoll->destroy(t->dcoll);
     for (int i = 0; t->rounds && i < t->nrounds; i++) {
-        if (t->dflat)
+        if (dflat(t))
             be->free(be, t->rounds[i].flat);
         else
             free(t->rounds[i].flat);
@@ -245,7 +252,7 @@ static void trainer_free(trainer_t *t) {
     be->free(be, t->logits);
     be->free(be, t->dlogits);
     be->free(be, t->probs);
-    free(t->hrows);
+    be->host_free(be, t->hrows);
     for (int k = 0; k < DB_SETS; k++)
         for (int i = 0; i < DB_N; i++)
             be->free(be, t->dev[k][i].p);
@@ -386,7 +393,7 @@ static int run_push(pw_job_t *j) {
 static int coll_sum(trainer_t *t, float *buf, size_t n) {
     if (atomic_load(&t->coll_broken))
         return PC_ECANCELED;
-    int rc = t->dflat ? t->be->dcoll->allreduce_sum(t->dcoll, buf, n)
+    int rc = dflat(t) ? t->be->dcoll->allreduce_sum(t->dcoll, buf, n)
                       : pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
     if (rc)
         atomic_store(&t->coll_broken, true);
@@ -433,7 +440,6 @@ static int pipeline_init(trainer_t *t) {
         t->ahead = 0;
     t->nslots = t->stale + t->ahead + 2;
     t->nrounds = t->stale + 2;
-    t->dflat = t->grp && t->be->dcoll;
     t->slots = calloc((size_t)t->nslots, sizeof *t->slots);
     t->rounds = calloc((size_t)t->nrounds, sizeof *t->rounds);
     const size_t cf = c->chunk_bytes / sizeof(float) ? c->chunk_bytes / sizeof(float) : 1;
@@ -463,7 +469,7 @@ static int pipeline_init(trainer_t *t) {
         r->t = t;
         if (!t->grp)
             continue;
-        r->flat = t->dflat ? t->be->alloc(t->be, t->nflat * sizeof(float))
+        r->flat = dflat(t) ? t->be->alloc(t->be, t->nflat * sizeof(float))
                            : calloc(t->nflat, sizeof(float));
         r->chunks = calloc((size_t)t->nplan, sizeof *r->chunks);
         if (!r->flat || !r->chunks)
@@ -624,28 +630,26 @@ static void round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     r->slot = t->c->staleness == PW_ASYNC ? NULL : s;
     if (t->grp) {
         pw_backend_t *be = t->be;
+        const bool dev = dflat(t);
+        void (*out)(pw_backend_t *, void *, const void *, size_t) = dev ? be->copy : be->download;
         size_t k = 0;
-        for (int i = 0; i < t->nlayers; i++) {
+        for (int i = 0; i < t->nlayers && had_batch; i++) {
             const pw_linear_t *l = &t->layers[i];
-            const size_t nw = (size_t)l->in * l->out, fl = sizeof(float);
-            if (had_batch && t->dflat) {
-                be->copy(be, r->flat + k, l->dw, nw * fl);
-                be->copy(be, r->flat + k + nw, l->db, (size_t)l->out * fl);
-            } else if (had_batch) {
-                be->download(be, r->flat + k, l->dw, nw * fl);
-                be->download(be, r->flat + k + nw, l->db, (size_t)l->out * fl);
-            } else if (t->dflat) {
-                be->zero(be, r->flat + k, (nw + (size_t)l->out) * fl);
-            } else {
-                memset(r->flat + k, 0, (nw + (size_t)l->out) * fl);
-            }
+            const size_t nw = (size_t)l->in * l->out;
+            out(be, r->flat + k, l->dw, nw * sizeof(float));
+            out(be, r->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
             k += nw + (size_t)l->out;
         }
-        if (t->dflat) { /* the collective reads the buffer from another thread: complete it */
-            be->fill(be, 1, had_batch ? 1.0f : 0.0f, r->flat + k);
+        const float flag = had_batch ? 1.0f : 0.0f;
+        if (dev) { /* the collective reads the buffer from another thread: complete it */
+            if (!had_batch)
+                be->zero(be, r->flat, (t->nflat - 1) * sizeof(float));
+            be->fill(be, 1, flag, r->flat + t->nflat - 1);
             be->sync(be);
         } else {
-            r->flat[k] = had_batch ? 1.0f : 0.0f;
+            if (!had_batch)
+                memset(r->flat, 0, (t->nflat - 1) * sizeof(float));
+            r->flat[t->nflat - 1] = flag;
         }
         for (int i = 0; i < t->nplan; i++) {
             dchunk_t *c = &r->chunks[i];
@@ -697,8 +701,10 @@ static int apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *st
             return rc;
         if (t->grp) {
             pw_backend_t *be = t->be;
+            const bool dev = dflat(t);
+            void (*in)(pw_backend_t *, void *, const void *, size_t) = dev ? be->copy : be->upload;
             float active = 0;
-            if (t->dflat)
+            if (dev)
                 be->download(be, &active, r->flat + t->nflat - 1, sizeof active);
             else
                 active = r->flat[t->nflat - 1];
@@ -706,7 +712,7 @@ static int apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *st
                 *stop = true;
                 return 0;
             }
-            if (t->dflat) /* the mean over the active workers */
+            if (dev) /* the mean over the active workers */
                 be->scale(be, t->nflat - 1, 1.0f / active, r->flat);
             else
                 for (size_t j = 0; j + 1 < t->nflat; j++)
@@ -714,11 +720,9 @@ static int apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *st
             size_t k = 0;
             for (int i = 0; i < t->nlayers; i++) {
                 pw_linear_t *l = &t->layers[i];
-                const size_t nw = (size_t)l->in * l->out, fl = sizeof(float);
-                void (*in)(pw_backend_t *, void *, const void *, size_t) =
-                    t->dflat ? be->copy : be->upload;
-                in(be, l->dw, r->flat + k, nw * fl);
-                in(be, l->db, r->flat + k + nw, (size_t)l->out * fl);
+                const size_t nw = (size_t)l->in * l->out;
+                in(be, l->dw, r->flat + k, nw * sizeof(float));
+                in(be, l->db, r->flat + k + nw, (size_t)l->out * sizeof(float));
                 k += nw + (size_t)l->out;
             }
             apply_dense(t);
@@ -930,7 +934,7 @@ static int rollback_agree(trainer_t *t) {
 /* The group's dense allreduce on the device (NCCL), formed anew for every generation under its
  * own rendezvous prefix at the coordinator (the unique id rank 0 hands out). */
 static int dcoll_form(trainer_t *t) {
-    if (!t->dflat)
+    if (!dflat(t))
         return 0;
     pw_backend_t *be = t->be;
     if (t->dcoll)
@@ -1098,11 +1102,12 @@ static int reserve_rows(trainer_t *t, size_t nk) {
     const size_t cap = nk + nk / 2, bytes = cap * (size_t)t->dim * sizeof(float);
     be->free(be, t->rows);
     be->free(be, t->grads);
-    free(t->hrows);
+    be->host_free(be, t->hrows);
     t->rows = be->alloc(be, bytes);
     t->grads = be->alloc(be, bytes);
-    t->hrows = malloc(bytes);
-    if (!t->rows || !t->grads || !t->hrows)
+    /* evaluation looks rows up on the host: into the rows themselves with host memory */
+    t->hrows = be->host_memory ? NULL : be->host_alloc(be, bytes);
+    if (!t->rows || !t->grads || (!be->host_memory && !t->hrows))
         return t->cap = 0, PC_ENOMEM;
     t->cap = cap;
     return 0;
@@ -1247,8 +1252,8 @@ static int step_compute(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
     pw_backend_t *be = t->be;
     const dview_t *v = &s->dv;
     const size_t d = (size_t)t->dim, ub = s->nu * d * sizeof(float);
-    float *ugrads =
-        be->host_memory ? s->ugrads : dbuf_reserve(t, &t->dev[s->round & 1][DB_UGRADS], ub);
+    /* one device buffer: this step's download of it is done (copy_wait) before the next step */
+    float *ugrads = be->host_memory ? s->ugrads : dbuf_reserve(t, &t->dev[0][DB_UGRADS], ub);
     int rc = reserve_rows(t, v->nk);
     if (rc || !ugrads)
         return rc ? rc : PC_ENOMEM;
