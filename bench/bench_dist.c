@@ -173,8 +173,8 @@ static void shaped_pair(const bench_opts_t *o, const pw_train_config_t *base,
     char bin[600], portarg[32], pfarg[320], tables[700];
     bench_sibling("ps-server", bin, sizeof bin);
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
-    snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", base->dim,
-             (unsigned long long)base->seed, base->table_spec);
+    snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", (int)base->dim,
+             (unsigned long long)base->seed, base->table);
     double sps[2][3] = {{0}}, waits[2][3] = {{0}};
     for (int rep = 0; rep < 3 && !why[0]; rep++)
         for (int order = 0; order < 2 && !why[0]; order++) { /* fresh server: same state */
@@ -204,11 +204,11 @@ static void shaped_pair(const bench_opts_t *o, const pw_train_config_t *base,
             }
             pw_train_config_t c = *base;
             snprintf(c.servers, sizeof c.servers, "10.213.77.2:%d", port);
-            c.staleness = PW_ASYNC;
+            snprintf(c.mode, sizeof c.mode, "async");
             c.pull_ahead = ahead;
-            c.fifo = order == 0;
-            c.credit_bytes = 256 << 10;
-            c.chunk_bytes = 64 << 10;
+            c.order = order == 0 ? PW_ORDER_FIFO : PW_ORDER_PRIORITY;
+            c.credit_kib = 256;
+            c.chunk_kib = 64;
             c.timeout_ms = 10000;
             pw_train_result_t r;
             if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &r))
@@ -268,6 +268,7 @@ int bench_dist_main(int argc, char **argv) {
     fclose(ft);
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     const char *trp[] = {tr};
     /* The server: CPU 0 (bench_spawn pins to the first CPU), the same table as local runs. */
     bench_sibling("ps-server", bin, sizeof bin);
@@ -277,8 +278,8 @@ int bench_dist_main(int argc, char **argv) {
     snprintf(portarg, sizeof portarg, "--port=%d", port);
     snprintf(grpcarg, sizeof grpcarg, "--grpc-port=%d", grpc);
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
-    snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", c.dim,
-             (unsigned long long)c.seed, c.table_spec);
+    snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", (int)c.dim,
+             (unsigned long long)c.seed, c.table);
     char *sargv[] = {bin,
                      portarg,
                      pfarg,
@@ -301,10 +302,10 @@ int bench_dist_main(int argc, char **argv) {
         abort();
     snprintf(c.servers, sizeof c.servers, "127.0.0.1:%d", port);
     int rc = pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &sync);
-    c.staleness = PW_ASYNC;
+    snprintf(c.mode, sizeof c.mode, "async");
     if (!rc)
         rc = pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &dist);
-    c.staleness = 0;
+    snprintf(c.mode, sizeof c.mode, "sync");
     c.servers[0] = '\0';
     /* the link: the bytes per second the async run moved at local speed */
     shaped_t sh = {0};

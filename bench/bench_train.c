@@ -71,9 +71,9 @@ static void movielens(const char *dir, cJSON *root) {
         abort();
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     c.batch = 64;
-    if (pw_csv_spec_parse("header=1,threshold=4,columns=cat:cat:label:skip", &c.csv, NULL, 0))
-        abort();
+    snprintf(c.csv, sizeof c.csv, "header=1,threshold=4,columns=cat:cat:label:skip");
     const char *models[] = {"lr", "fm", "dlrm", "deepfm"};
     printf(
         "MovieLens ml-latest-small, rating >= 4, last 20%% by time as test, batch 64, 1 epoch:\n");
@@ -111,17 +111,19 @@ int bench_train_main(int argc, char **argv) {
     fclose(fe);
     pw_train_config_t c;
     pw_train_config_defaults(&c); /* dim 16, 13-64-16, 128-64-1, batch 1024 */
+    c.local_store = pw_emb_local_open;
     const char *trp[] = {tr}, *tep[] = {te};
     pw_train_result_t r;
     if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, tep, 1, &r))
         abort();
     /* Dense FLOPs per sample: forward GEMMs and dot products, backward twice that. */
-    const int f = 27, np = f * (f - 1) / 2, d = c.dim;
+    const int f = 27, np = f * (f - 1) / 2, d = (int)c.dim;
     double fwd = 2.0 * (13 * 64 + 64 * 16) + 2.0 * np * d;
     int in = d + np;
-    for (int i = 0; i < c.ntop; i++) {
-        fwd += 2.0 * in * c.top[i];
-        in = c.top[i];
+    for (char *p = c.top, *end; *p; p = *end ? end + 1 : end) { /* "128,64,1" */
+        const int w = (int)strtol(p, &end, 10);
+        fwd += 2.0 * in * w;
+        in = w;
     }
     const double dense_gflops = r.samples_per_s * 3 * fwd / 1e9;
     double other[3] = {NAN, NAN, NAN};

@@ -433,3 +433,18 @@ int pc_settings_cli(const pc_setting_t *tab, size_t n, void *obj, int argc, char
     }
     return 0;
 }
+
+pc_setting_t *pc_settings_join(const pc_setting_t *nested, size_t nn, size_t nested_at,
+                               const pc_setting_t *own, size_t no, size_t *n) {
+    pc_setting_t *t = malloc((nn + no) * sizeof *t);
+    if (!t)
+        return NULL;
+    for (size_t i = 0; i < nn; i++) {
+        t[i] = nested[i];
+        t[i].offset += nested_at;
+    }
+    if (no)
+        memcpy(t + nn, own, no * sizeof *own);
+    *n = nn + no;
+    return t;
+}

@@ -98,6 +98,12 @@ void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out);
 int pc_settings_cli(const pc_setting_t *tab, size_t n, void *obj, int argc, char **argv,
                     const char *prog, const char *usage);
 
+/* A program's table made of a module's table nested in the program's struct (at byte offset
+ * `nested_at`, e.g. offsetof(cfg_t, train)) followed by the program's own entries: malloc'ed
+ * (free it), *n entries; NULL when out of memory. */
+pc_setting_t *pc_settings_join(const pc_setting_t *nested, size_t nn, size_t nested_at,
+                               const pc_setting_t *own, size_t no, size_t *n);
+
 /* "name = value" per setting, in table order. */
 void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *out);
 

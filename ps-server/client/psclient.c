@@ -13,6 +13,9 @@
  * A call ends exactly once (result, error, deadline or close); parts still out after that
  * resolve without touching the caller's buffers, and the call is freed when none is left and
  * its result has been taken (callback run or psc_wait returned).
+ * The same object file goes into libpsclient.a (the project's programs) and libpsclient.so (for
+ * outside users and bindings): compiled with hidden visibility, it exports what psclient.h marks
+ * PSC_EXTERN; the shared library's version script (psclient.map) hides ember_common's pc_*.
  */
 #include "emberps/psclient.h"
 
@@ -34,6 +37,10 @@
 #define BACKOFF_MS    10
 #define RECONNECT_MAX 8       /* connection attempts per server before its parts fail */
 #define WAIT_SPIN_NS  200000L /* psc_wait yields this long before sleeping */
+
+#define STR_(x)        #x
+#define STR(x)         STR_(x)
+#define VERSION_STRING STR(PSC_VERSION_MAJOR) "." STR(PSC_VERSION_MINOR) "." STR(PSC_VERSION_PATCH)
 
 typedef struct call call_t;
 typedef struct server server_t;
@@ -445,6 +452,10 @@ static void server_connect(server_t *s) {
     struct sockaddr_in sa;
     if (!colon || uv_ip4_addr((*colon = '\0', host), atoi(colon + 1), &sa) != 0) {
         s->dead = true;
+        if (!s->hello_done) { /* psc_connect fails at once, not at its deadline */
+            s->hello_done = true;
+            hello_settled(c, PC_EINVAL);
+        }
         server_fail(s, PC_EINVAL);
         return;
     }
@@ -953,4 +964,22 @@ void psc_stats(psc_t *c, psc_stats_t *s) {
     s->map_refreshes = atomic_load(&c->refreshes);
     s->reconnects = atomic_load(&c->reconnects);
     s->timeouts = atomic_load(&c->timeouts);
+}
+
+/* ==== version and errors =================================================================== */
+
+unsigned int psc_version(void) {
+    return PSC_VERSION_HEX;
+}
+
+const char *psc_version_string(void) {
+    return VERSION_STRING;
+}
+
+const char *psc_strerror(int err) {
+    return pc_strerror(err);
+}
+
+const char *psc_err_name(int err) {
+    return pc_err_name(err);
 }

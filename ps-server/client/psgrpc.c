@@ -52,8 +52,20 @@ void psg_destroy(psg_t *c) {
     grpc_shutdown();
 }
 
-int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
-             uint8_t **resp, size_t *resp_len, char *msg, size_t msgcap) {
+/* The code a finished call's status and trailing metadata name (pc_error.h: the one mapping). */
+static int code_of(grpc_status_code status, const grpc_metadata_array *trail) {
+    for (size_t i = 0; i < trail->count; i++) {
+        const grpc_slice k = trail->metadata[i].key, v = trail->metadata[i].value;
+        if (GRPC_SLICE_LENGTH(k) == sizeof PC_GRPC_ERROR_KEY - 1 &&
+            memcmp(GRPC_SLICE_START_PTR(k), PC_GRPC_ERROR_KEY, sizeof PC_GRPC_ERROR_KEY - 1) == 0)
+            return pc_err_from_grpc((int)status, (const char *)GRPC_SLICE_START_PTR(v),
+                                    GRPC_SLICE_LENGTH(v));
+    }
+    return pc_err_from_grpc((int)status, NULL, 0);
+}
+
+int psg_request(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
+                uint8_t **resp, size_t *resp_len, int *status_out, char *msg, size_t msgcap) {
     *resp = NULL;
     *resp_len = 0;
     if (msg && msgcap)
@@ -76,6 +88,7 @@ int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int tim
     grpc_status_code status = GRPC_STATUS_UNKNOWN;
     grpc_slice details = grpc_empty_slice();
     const char *err = NULL;
+    int local = 0; /* a failure on this side, after which the status says less */
     grpc_op op[6];
     memset(op, 0, sizeof op);
     op[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -94,20 +107,24 @@ int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int tim
     op[5].data.recv_status_on_client.status_details = &details;
     op[5].data.recv_status_on_client.error_string = &err;
     grpc_call_error e = grpc_call_start_batch(call, op, 6, (void *)1, NULL);
-    if (e == GRPC_CALL_OK)
+    if (e == GRPC_CALL_OK) {
         grpc_completion_queue_pluck(cq, (void *)1, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    else
+    } else {
         status = GRPC_STATUS_INTERNAL;
+        local = PC_EINTERNAL;
+    }
     if (status == GRPC_STATUS_OK && in) {
         grpc_byte_buffer_reader rd;
         if (grpc_byte_buffer_reader_init(&rd, in)) {
             grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
             *resp_len = GRPC_SLICE_LENGTH(s);
             *resp = malloc(*resp_len + 1);
-            if (*resp)
+            if (*resp) {
                 memcpy(*resp, GRPC_SLICE_START_PTR(s), *resp_len);
-            else
+            } else {
                 status = GRPC_STATUS_RESOURCE_EXHAUSTED;
+                local = PC_ENOMEM;
+            }
             grpc_slice_unref(s);
             grpc_byte_buffer_reader_destroy(&rd);
         }
@@ -115,6 +132,7 @@ int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int tim
     if (msg && msgcap)
         snprintf(msg, msgcap, "%.*s", (int)GRPC_SLICE_LENGTH(details),
                  (const char *)GRPC_SLICE_START_PTR(details));
+    const int rc = local ? local : code_of(status, &trail_md);
     grpc_slice_unref(details);
     gpr_free((void *)err);
     grpc_slice_unref(md.value);
@@ -126,28 +144,14 @@ int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int tim
     grpc_call_unref(call);
     grpc_completion_queue_shutdown(cq);
     grpc_completion_queue_destroy(cq);
-    return (int)status;
+    if (status_out)
+        *status_out = (int)status;
+    return rc;
 }
 
-int psg_error(int status) {
-    switch (status) {
-        case 0:
-            return 0;
-        case 3:
-            return PC_EINVAL;
-        case 4:
-            return PC_ETIMEDOUT;
-        case 5:
-            return PC_ENOTFOUND;
-        case 6:
-            return PC_EEXIST;
-        case 8:
-            return PC_ETOOBIG;
-        case 14:
-            return PC_EUNAVAIL;
-        case 16:
-            return PC_EAUTH;
-        default:
-            return PC_EINTERNAL;
-    }
+int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
+             uint8_t **resp, size_t *resp_len, char *msg, size_t msgcap) {
+    int status;
+    psg_request(c, path, req, len, timeout_ms, resp, resp_len, &status, msg, msgcap);
+    return status;
 }

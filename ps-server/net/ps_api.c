@@ -7,6 +7,7 @@
 #include "pc_error.h"
 #include "pc_time.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,48 +38,17 @@ bool ps_api_is_admin(int m) {
            m == PS_API_RESTORE;
 }
 
-int ps_api_status_of(int e) {
-    switch (e) {
-        case 0:
-            return PS_ST_OK;
-        case PC_EINVAL:
-        case PC_EDIM:
-        case PC_EPARSE:
-        case PC_ERANGE:
-            return PS_ST_INVALID_ARGUMENT;
-        case PC_ENOTFOUND:
-            return PS_ST_NOT_FOUND;
-        case PC_EEXIST:
-            return PS_ST_ALREADY_EXISTS;
-        case PC_ETOOBIG:
-        case PC_ENOSPC:
-        case PC_ENOMEM:
-        case PC_EFULL:
-            return PS_ST_RESOURCE_EXHAUSTED;
-        case PC_EWRONGSLOT:
-        case PC_EAGAIN:
-            return PS_ST_FAILED_PRECONDITION;
-        case PC_EAUTH:
-            return PS_ST_UNAUTHENTICATED;
-        case PC_ETIMEDOUT:
-            return PS_ST_DEADLINE_EXCEEDED;
-        case PC_EUNAVAIL:
-            return PS_ST_UNAVAILABLE;
-        case PC_EUNSUPPORTED:
-            return PS_ST_UNIMPLEMENTED;
-        default:
-            return PS_ST_INTERNAL;
-    }
-}
-
-static void fail(ps_api_reply_t *r, int status, const char *fmt, const char *arg) {
-    r->status = status;
-    snprintf(r->msg, sizeof r->msg, fmt, arg ? arg : "");
+void ps_api_fail(ps_api_reply_t *r, int err, const char *fmt, ...) {
+    r->err = err;
+    r->status = pc_err_to_grpc(err);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->msg, sizeof r->msg, fmt, ap);
+    va_end(ap);
 }
 
 static void fail_pc(ps_api_reply_t *r, int e, const char *what) {
-    r->status = ps_api_status_of(e);
-    snprintf(r->msg, sizeof r->msg, "%s: %s", what ? what : "", pc_strerror(e));
+    ps_api_fail(r, e, "%s: %s", what ? what : "", pc_strerror(e));
 }
 
 /* Pack a response message into r (any protobuf-c message). */
@@ -86,7 +56,7 @@ static void ok_packed(ps_api_reply_t *r, const ProtobufCMessage *m) {
     size_t len = protobuf_c_message_get_packed_size(m);
     r->body = malloc(len ? len : 1);
     if (!r->body) {
-        fail(r, PS_ST_RESOURCE_EXHAUSTED, "out of memory%s", "");
+        ps_api_fail(r, PC_ENOMEM, "out of memory");
         return;
     }
     r->len = protobuf_c_message_pack(m, r->body);
@@ -97,12 +67,12 @@ static void ok_packed(ps_api_reply_t *r, const ProtobufCMessage *m) {
 static ps_table_t *table_of(const ps_api_env_t *env, const char *name, ps_api_reply_t *r) {
     ps_table_t *t;
     if (!name || !name[0]) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "table name missing%s", "");
+        ps_api_fail(r, PC_EINVAL, "table name missing");
         return NULL;
     }
     int rc = ps_catalog_acquire(env->cat, name, &t);
     if (rc) {
-        fail(r, PS_ST_NOT_FOUND, "no table %s", name);
+        ps_api_fail(r, rc, "no table %s", name);
         return NULL;
     }
     return t;
@@ -111,17 +81,16 @@ static ps_table_t *table_of(const ps_api_env_t *env, const char *name, ps_api_re
 /* Common checks of a keyed batch: count and ownership. */
 static bool keys_ok(const ps_api_env_t *env, const uint64_t *keys, size_t n, ps_api_reply_t *r) {
     if (n > env->max_keys) {
-        fail(r, PS_ST_RESOURCE_EXHAUSTED, "too many keys in one request%s", "");
+        ps_api_fail(r, PC_ETOOBIG, "too many keys in one request");
         return false;
     }
     if (env->owns && !env->owns(env->ctx, keys, n)) {
         uint64_t v = 0;
         char *text = env->map_text ? env->map_text(env->ctx, &v) : NULL;
         free(text);
-        r->status = PS_ST_FAILED_PRECONDITION;
-        snprintf(r->msg, sizeof r->msg,
-                 "wrong slot: a key belongs to another server (map version %llu)",
-                 (unsigned long long)v);
+        ps_api_fail(r, PC_EWRONGSLOT,
+                    "wrong slot: a key belongs to another server (map version %llu)",
+                    (unsigned long long)v);
         return false;
     }
     return true;
@@ -136,13 +105,13 @@ static void do_rows(const ps_api_env_t *env, int m, const uint8_t *req, size_t l
     Emberps__PullRequest *pq = NULL;
     if (m == PS_API_LOOKUP) {
         if (!(lq = emberps__lookup_request__unpack(NULL, len, req))) {
-            fail(r, PS_ST_INVALID_ARGUMENT, "malformed LookupRequest%s", "");
+            ps_api_fail(r, PC_EPARSE, "malformed LookupRequest");
             return;
         }
         name = lq->table, n = lq->n_keys, keys = lq->keys;
     } else {
         if (!(pq = emberps__pull_request__unpack(NULL, len, req))) {
-            fail(r, PS_ST_INVALID_ARGUMENT, "malformed PullRequest%s", "");
+            ps_api_fail(r, PC_EPARSE, "malformed PullRequest");
             return;
         }
         name = pq->table, n = pq->n_keys, keys = pq->keys;
@@ -182,16 +151,15 @@ static void do_rows(const ps_api_env_t *env, int m, const uint8_t *req, size_t l
 static void do_push(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     Emberps__PushRequest *q = emberps__push_request__unpack(NULL, len, req);
     if (!q) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "malformed PushRequest%s", "");
+        ps_api_fail(r, PC_EPARSE, "malformed PushRequest");
         return;
     }
     ps_table_t *t = keys_ok(env, q->keys, q->n_keys, r) ? table_of(env, q->table, r) : NULL;
     if (t) {
         const size_t nf = q->n_keys * ps_table_dim(t);
         if (q->grads.len != nf * sizeof(float)) {
-            r->status = PS_ST_INVALID_ARGUMENT;
-            snprintf(r->msg, sizeof r->msg, "grads: %zu bytes, want %zu keys x dim %u x 4",
-                     q->grads.len, q->n_keys, ps_table_dim(t));
+            ps_api_fail(r, PC_EDIM, "grads: %zu bytes, want %zu keys x dim %u x 4", q->grads.len,
+                        q->n_keys, ps_table_dim(t));
         } else {
             /* bytes arrive unaligned inside the message copy: align for the table */
             float *g = malloc(q->grads.len + 1);
@@ -221,7 +189,7 @@ static void do_push(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_
 static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     Emberps__CreateTableRequest *q = emberps__create_table_request__unpack(NULL, len, req);
     if (!q) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "malformed CreateTableRequest%s", "");
+        ps_api_fail(r, PC_EPARSE, "malformed CreateTableRequest");
         return;
     }
     ps_table_config_t c;
@@ -229,7 +197,7 @@ static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, p
     ps_table_config_defaults(&c);
     int rc = ps_table_config_parse(&c, q->spec, err, sizeof err);
     if (rc) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "spec: %s", err);
+        ps_api_fail(r, PC_EINVAL, "spec: %s", err);
     } else if ((rc = ps_catalog_add(env->cat, &c))) {
         fail_pc(r, rc, c.name);
     } else {
@@ -245,7 +213,7 @@ static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, p
 static void do_drop(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     Emberps__DropTableRequest *q = emberps__drop_table_request__unpack(NULL, len, req);
     if (!q) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "malformed DropTableRequest%s", "");
+        ps_api_fail(r, PC_EPARSE, "malformed DropTableRequest");
         return;
     }
     int rc = ps_catalog_drop(env->cat, q->table);
@@ -265,7 +233,7 @@ static void do_list(const ps_api_env_t *env, ps_api_reply_t *r) {
     if (!names || !ptrs) {
         free(names);
         free(ptrs);
-        fail(r, PS_ST_RESOURCE_EXHAUSTED, "out of memory%s", "");
+        ps_api_fail(r, PC_ENOMEM, "out of memory");
         return;
     }
     size_t n = ps_catalog_list(env->cat, names, MAXT);
@@ -283,7 +251,7 @@ static void do_list(const ps_api_env_t *env, ps_api_reply_t *r) {
 static void do_stats(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     Emberps__TableStatsRequest *q = emberps__table_stats_request__unpack(NULL, len, req);
     if (!q) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "malformed TableStatsRequest%s", "");
+        ps_api_fail(r, PC_EPARSE, "malformed TableStatsRequest");
         return;
     }
     ps_table_t *t = table_of(env, q->table, r);
@@ -315,7 +283,7 @@ static void do_stats(const ps_api_env_t *env, const uint8_t *req, size_t len, ps
 
 static void do_checkpoint(const ps_api_env_t *env, ps_api_reply_t *r) {
     if (!env->checkpoint) {
-        fail(r, PS_ST_FAILED_PRECONDITION, "no checkpoint directory configured%s", "");
+        ps_api_fail(r, PC_ESTATE, "no checkpoint directory configured");
         return;
     }
     ps_ckpt_result_t res;
@@ -336,21 +304,21 @@ static void do_checkpoint(const ps_api_env_t *env, ps_api_reply_t *r) {
 static void do_restore(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     Emberps__RestoreRequest *q = emberps__restore_request__unpack(NULL, len, req);
     if (!q) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "malformed RestoreRequest%s", "");
+        ps_api_fail(r, PC_EPARSE, "malformed RestoreRequest");
         return;
     }
     const uint64_t id = q->id;
     emberps__restore_request__free_unpacked(q, NULL);
     if (!env->restore) {
-        fail(r, PS_ST_FAILED_PRECONDITION, "no checkpoint directory configured%s", "");
+        ps_api_fail(r, PC_ESTATE, "no checkpoint directory configured");
         return;
     }
     const uint64_t t0 = pc_time_mono_ns();
     uint64_t got = 0;
     int rc = env->restore(env->ctx, id, &got);
     if (rc == PC_EUNSUPPORTED) {
-        fail(r, PS_ST_FAILED_PRECONDITION,
-             "this server has a cold tier: restore it at start (--restore-id)%s", "");
+        ps_api_fail(r, PC_ESTATE,
+                    "this server has a cold tier: restore it at start (--restore-id)");
         return;
     }
     if (rc) {
@@ -407,7 +375,7 @@ static void do_map(const ps_api_env_t *env, ps_api_reply_t *r) {
     uint64_t v = 0;
     char *text = env->map_text ? env->map_text(env->ctx, &v) : NULL;
     if (!text) {
-        fail(r, PS_ST_UNAVAILABLE, "no cluster map%s", "");
+        ps_api_fail(r, PC_EUNAVAIL, "no cluster map");
         return;
     }
     Emberps__GetClusterMapResponse resp = EMBERPS__GET_CLUSTER_MAP_RESPONSE__INIT;
@@ -430,12 +398,12 @@ static void do_health(const ps_api_env_t *env, ps_api_reply_t *r) {
 
 static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     if (!env->coord) {
-        fail(r, PS_ST_FAILED_PRECONDITION, "not the coordinator%s", "");
+        ps_api_fail(r, PC_ESTATE, "not the coordinator");
         return;
     }
     Emberps__KvSetRequest *q = emberps__kv_set_request__unpack(NULL, len, req);
     if (!q) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "malformed KvSetRequest%s", "");
+        ps_api_fail(r, PC_EPARSE, "malformed KvSetRequest");
         return;
     }
     int rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len, q->if_absent,
@@ -451,12 +419,12 @@ static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, p
 
 static void do_kv_get(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     if (!env->coord) {
-        fail(r, PS_ST_FAILED_PRECONDITION, "not the coordinator%s", "");
+        ps_api_fail(r, PC_ESTATE, "not the coordinator");
         return;
     }
     Emberps__KvGetRequest *q = emberps__kv_get_request__unpack(NULL, len, req);
     if (!q) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "malformed KvGetRequest%s", "");
+        ps_api_fail(r, PC_EPARSE, "malformed KvGetRequest");
         return;
     }
     void *v = NULL;
@@ -476,12 +444,12 @@ static void do_kv_get(const ps_api_env_t *env, const uint8_t *req, size_t len, p
 
 static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     if (!env->coord) {
-        fail(r, PS_ST_FAILED_PRECONDITION, "not the coordinator%s", "");
+        ps_api_fail(r, PC_ESTATE, "not the coordinator");
         return;
     }
     Emberps__KvListRequest *q = emberps__kv_list_request__unpack(NULL, len, req);
     if (!q) {
-        fail(r, PS_ST_INVALID_ARGUMENT, "malformed KvListRequest%s", "");
+        ps_api_fail(r, PC_EPARSE, "malformed KvListRequest");
         return;
     }
     const size_t max = q->limit && q->limit < PS_COORD_LIST_MAX ? q->limit : PS_COORD_LIST_MAX;
@@ -566,7 +534,7 @@ void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
             do_kv_list(env, req, len, r);
             return;
         default:
-            fail(r, PS_ST_UNIMPLEMENTED, "unknown method%s", "");
+            ps_api_fail(r, PC_EUNSUPPORTED, "unknown method");
     }
 }
 

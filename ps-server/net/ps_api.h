@@ -1,9 +1,12 @@
 /* ps_api.h: the server's public API (proto/emberps.proto), independent of its transport.
  *
  * ps_api_call decodes one request message, runs it against the catalog and returns either the
- * encoded response or a gRPC status with a message. The gRPC transport (ps_grpc.h) and the
- * fuzz target drive it; nothing here depends on gRPC. Request sizes are bounded by the
- * transport (max message length) before they get here; key counts by `max_keys` here.
+ * encoded response or an error: an EmberPS code (pc_error.h), the gRPC status that code travels
+ * as (pc_err_to_grpc, the one mapping) and a message. The gRPC transport (ps_grpc.h) sends the
+ * status with the code's name beside it (metadata PC_GRPC_ERROR_KEY), so clients get the code
+ * back exactly (pc_err_from_grpc). The transport and the fuzz target drive this; nothing here
+ * depends on gRPC. Request sizes are bounded by the transport (max message length) before they
+ * get here; key counts by `max_keys` here.
  *
  * Thread rule: calls may run concurrently (the catalog and tables are thread-safe); the hooks
  * must be thread-safe too.
@@ -18,11 +21,13 @@
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
 
-/* gRPC status codes (grpc/status.h numbering) used by the API. */
+/* Names of the gRPC status codes (grpc/status.h numbering) that the API's codes travel as, for
+ * callers that look at statuses (which code travels as which: PC_ERRNO_MAP). */
 enum {
     PS_ST_OK = 0,
-    PS_ST_DEADLINE_EXCEEDED = 4,
+    PS_ST_CANCELLED = 1,
     PS_ST_INVALID_ARGUMENT = 3,
+    PS_ST_DEADLINE_EXCEEDED = 4,
     PS_ST_NOT_FOUND = 5,
     PS_ST_ALREADY_EXISTS = 6,
     PS_ST_RESOURCE_EXHAUSTED = 8,
@@ -30,6 +35,7 @@ enum {
     PS_ST_UNIMPLEMENTED = 12,
     PS_ST_INTERNAL = 13,
     PS_ST_UNAVAILABLE = 14,
+    PS_ST_DATA_LOSS = 15,
     PS_ST_UNAUTHENTICATED = 16,
 };
 
@@ -64,12 +70,13 @@ typedef struct ps_api_env {
     bool (*owns)(void *ctx, const uint64_t *keys, size_t n);
     /* The cluster map text (malloc'ed) and version (NULL: GetClusterMap is UNAVAILABLE). */
     char *(*map_text)(void *ctx, uint64_t *version);
-    /* Write a checkpoint now (NULL: Checkpoint is FAILED_PRECONDITION). */
+    /* Write a checkpoint now (NULL: Checkpoint is PC_ESTATE, FAILED_PRECONDITION). */
     int (*checkpoint)(void *ctx, ps_ckpt_result_t *res);
     /* Restore checkpoint id (0: the newest) into the serving tables; *restored its id;
-     * PC_EUNSUPPORTED when this server cannot (NULL or that: Restore is FAILED_PRECONDITION). */
+     * PC_EUNSUPPORTED when this server cannot (NULL or that: Restore is PC_ESTATE,
+     * FAILED_PRECONDITION). */
     int (*restore)(void *ctx, uint64_t id, uint64_t *restored);
-    /* The coordinator's store (NULL: not the coordinator; its methods are
+    /* The coordinator's store (NULL: not the coordinator; its methods are PC_ESTATE,
      * FAILED_PRECONDITION). */
     const struct ps_coord_store *coord;
 } ps_api_env_t;
@@ -84,7 +91,8 @@ const char *ps_api_path(ps_api_method_t m);
 bool ps_api_is_admin(int method);
 
 typedef struct ps_api_reply {
-    int status; /* PS_ST_*; body only when PS_ST_OK */
+    int err;    /* 0, or the PC_E* code of the failure */
+    int status; /* pc_err_to_grpc(err) (PS_ST_*); body only when PS_ST_OK */
     char msg[256];
     uint8_t *body; /* malloc'ed */
     size_t len;
@@ -94,7 +102,9 @@ void ps_api_call(const ps_api_env_t *env, int method, const uint8_t *req, size_t
                  ps_api_reply_t *out);
 void ps_api_reply_free(ps_api_reply_t *r);
 
-/* The gRPC status for an EmberPS error code. */
-int ps_api_status_of(int pc_err);
+/* Make r a failure: code err (negative), its gRPC status, and a message (printf format, cut to
+ * fit). The transport uses it for the failures it finds itself (token, unknown path). */
+void ps_api_fail(ps_api_reply_t *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #endif

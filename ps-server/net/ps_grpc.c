@@ -83,11 +83,9 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         ps_api_method((const char *)GRPC_SLICE_START_PTR(d->method), GRPC_SLICE_LENGTH(d->method));
     const char *need = m >= 0 && ps_api_is_admin(m) && g->admin[0] ? g->admin : g->token;
     if (need[0] && !token_ok(md, need)) {
-        r.status = PS_ST_UNAUTHENTICATED;
-        snprintf(r.msg, sizeof r.msg, "missing or wrong %s", TOKEN_KEY);
+        ps_api_fail(&r, PC_EAUTH, "missing or wrong %s", TOKEN_KEY);
     } else if (m < 0) {
-        r.status = PS_ST_UNIMPLEMENTED;
-        snprintf(r.msg, sizeof r.msg, "no such method");
+        ps_api_fail(&r, PC_EUNSUPPORTED, "no such method");
     } else {
         grpc_slice s = grpc_empty_slice();
         if (in) {
@@ -112,6 +110,9 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         grpc_slice_unref(body);
     }
     grpc_slice details = grpc_slice_from_copied_string(r.msg);
+    /* The code's name beside its status, so that clients get the exact code back. */
+    grpc_metadata code = {.key = grpc_slice_from_static_string(PC_GRPC_ERROR_KEY),
+                          .value = grpc_slice_from_static_string(pc_err_name(r.err))};
     int cancelled = 0;
     size_t n = 0;
     memset(op, 0, sizeof op);
@@ -122,6 +123,8 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     }
     op[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     op[n].data.send_status_from_server.status = (grpc_status_code)r.status;
+    op[n].data.send_status_from_server.trailing_metadata_count = r.err ? 1 : 0;
+    op[n].data.send_status_from_server.trailing_metadata = &code;
     op[n++].data.send_status_from_server.status_details = &details;
     op[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op[n++].data.recv_close_on_server.cancelled = &cancelled;

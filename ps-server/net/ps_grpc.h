@@ -3,8 +3,10 @@
  * gRPC C core, no generated stubs: `threads` handler threads, each with its own completion
  * queue, take one call at a time: receive the request message, check the token metadata
  * ("x-emberps-token"; the admin token for administrative methods when one is configured), run
- * ps_api_call, send initial metadata, the response and the status in one batch. Messages over
- * max_message bytes are refused by gRPC itself with RESOURCE_EXHAUSTED.
+ * ps_api_call, send initial metadata, the response and the status in one batch. A failed call's
+ * status is its code's (pc_err_to_grpc) and its trailing metadata names the code
+ * ("emberps-error: PC_EWRONGSLOT", PC_GRPC_ERROR_KEY). Messages over max_message bytes are
+ * refused by gRPC itself with RESOURCE_EXHAUSTED (no name: PC_ETOOBIG at the client).
  *
  * Thread rule: start and stop from one owner thread.
  */

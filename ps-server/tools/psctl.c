@@ -11,8 +11,9 @@
 #include "emberps/psgrpc.h"
 #include "pc_settings.h"
 #include "pc_cluster.h"
+#include "pc_error.h"
+#include "pc_feature.h"
 #include "ps_api.h"
-#include "pw_parse.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -66,8 +67,8 @@ static opts_t g_o;
 static psg_t *g_c;
 
 /* Call method m with a packed request; the response bytes, or NULL: after printing why (and
- * setting *exit_code), or quietly when the status is `quiet` (non-zero: an expected answer, e.g.
- * NOT_FOUND for an absent key). */
+ * setting *exit_code), or quietly when the error is `quiet` (non-zero: an expected answer, e.g.
+ * PC_ENOTFOUND for an absent key). */
 static uint8_t *call_quiet(int m, const ProtobufCMessage *req, size_t *len, int *exit_code,
                            int quiet) {
     size_t rl = protobuf_c_message_get_packed_size(req);
@@ -75,22 +76,25 @@ static uint8_t *call_quiet(int m, const ProtobufCMessage *req, size_t *len, int 
     protobuf_c_message_pack(req, rb);
     uint8_t *resp;
     char msg[512];
-    int st = psg_call(g_c, ps_api_path((ps_api_method_t)m), rb, rl, (int)g_o.timeout_ms, &resp, len,
-                      msg, sizeof msg);
+    int st;
+    int rc = psg_request(g_c, ps_api_path((ps_api_method_t)m), rb, rl, (int)g_o.timeout_ms, &resp,
+                         len, &st, msg, sizeof msg);
     free(rb);
-    if (st == 0 || (quiet && st == quiet))
-        return st ? NULL : resp;
-    *exit_code = st == PS_ST_UNAVAILABLE || st == PS_ST_DEADLINE_EXCEEDED ? 3 : 1;
+    if (rc == 0 || (quiet && rc == quiet))
+        return rc ? NULL : resp;
+    *exit_code = rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT ? 3 : 1;
     if (g_o.json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "status", st);
+        cJSON_AddStringToObject(o, "code", pc_err_name(rc));
         cJSON_AddStringToObject(o, "error", msg);
         char *t = cJSON_PrintUnformatted(o);
         printf("%s\n", t);
         cJSON_free(t);
         cJSON_Delete(o);
     }
-    fprintf(stderr, "psctl: %s: status %d: %s\n", ps_api_path((ps_api_method_t)m), st, msg);
+    fprintf(stderr, "psctl: %s: status %d (%s): %s\n", ps_api_path((ps_api_method_t)m), st,
+            pc_err_name(rc), msg);
     return NULL;
 }
 
@@ -116,7 +120,7 @@ static int feature_key(const char *field_s, const char *value) {
     const unsigned long field = strtoul(field_s, &end, 10);
     unsigned long hex = 0;
     const size_t vl = strlen(value);
-    bool ok = !errno && !*end && field < PW_FIELDS_MAX;
+    bool ok = !errno && !*end && field < PC_FEATURE_FIELDS_MAX;
     if (ok && !g_o.csv_value) {
         hex = strtoul(value, &end, 16);
         ok = vl >= 1 && vl <= 8 && !*end;
@@ -125,11 +129,11 @@ static int feature_key(const char *field_s, const char *value) {
         fprintf(stderr,
                 "psctl: key FIELD VALUE: field 0..%d, value 1-8 hex digits (Criteo) or "
                 "any text with --csv-value\n",
-                PW_FIELDS_MAX - 1);
+                PC_FEATURE_FIELDS_MAX - 1);
         return 2;
     }
-    const uint64_t key = g_o.csv_value ? pw_text_key((uint32_t)field, value, vl)
-                                       : pw_feature_key((uint32_t)field, hex);
+    const uint64_t key = g_o.csv_value ? pc_text_key((uint32_t)field, value, vl)
+                                       : pc_feature_key((uint32_t)field, hex);
     int rc = 0, owner = -1;
     size_t len;
     Emberps__GetClusterMapRequest q = EMBERPS__GET_CLUSTER_MAP_REQUEST__INIT;
@@ -180,7 +184,7 @@ static int kv_value(const char *key, char *out, size_t cap) {
     q.key = (char *)key;
     size_t len;
     int rc = 0;
-    uint8_t *r = call_quiet(PS_API_KV_GET, &q.base, &len, &rc, PS_ST_NOT_FOUND);
+    uint8_t *r = call_quiet(PS_API_KV_GET, &q.base, &len, &rc, PC_ENOTFOUND);
     Emberps__KvGetResponse *p = r ? emberps__kv_get_response__unpack(NULL, len, r) : NULL;
     free(r);
     out[0] = '\0';

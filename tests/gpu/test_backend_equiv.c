@@ -523,6 +523,7 @@ static void test_training_runs(void **state) {
         for (int k = 0; k < 2; k++) {
             pw_train_config_t c;
             pw_train_config_defaults(&c);
+            c.local_store = pw_emb_local_open;
             snprintf(c.model, sizeof c.model, "%s", models[i]);
             c.batch = 1024;
             c.backend = k ? g_x : g_cpu;

@@ -3,20 +3,24 @@
  *  - administration: CreateTable/DropTable/ListTables/TableStats/Checkpoint/ListCheckpoints/
  *    GetClusterMap/Health, with the token and the admin token enforced;
  *  - bad input: malformed protobuf, unknown method, wrong gradient size, unknown table, too many
- *    keys, a message over the size limit, a key of another server's slot: the right status, and
- *    the server keeps serving;
- *  - psctl's exit codes and JSON output; psctl key against the parser's keys.
+ *    keys, a message over the size limit, a key of another server's slot: the right status and,
+ *    through psg_request, the server's exact error code (codes that share a status included),
+ *    and the server keeps serving;
+ *  - psctl's exit codes and JSON output; psctl key against pc_feature's keys.
  * argv[1] is ps-server, argv[2] psctl. Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 #include "emberps.pb-c.h"
 #include "emberps/psgrpc.h"
 #include "pc_cluster.h"
+#include "pc_error.h"
+#include "pc_feature.h"
 #include "ps_api.h"
-#include "pw_parse.h"
 
 static const char *g_psctl;
 static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
@@ -31,6 +35,40 @@ static int call(psg_t *c, int m, const ProtobufCMessage *req, uint8_t **resp, si
     int st = psg_call(c, ps_api_path((ps_api_method_t)m), rb, rl, 5000, resp, len, msg, sizeof msg);
     free(rb);
     return st;
+}
+
+/* The same call seen as the client's error code (psg_request): 0 or the server's PC_E* code. */
+static int call_pc(psg_t *c, int m, const ProtobufCMessage *req) {
+    size_t rl = protobuf_c_message_get_packed_size(req), len;
+    uint8_t *rb = malloc(rl + 1), *resp;
+    protobuf_c_message_pack(req, rb);
+    int rc =
+        psg_request(c, ps_api_path((ps_api_method_t)m), rb, rl, 5000, &resp, &len, NULL, NULL, 0);
+    free(rb);
+    free(resp);
+    return rc;
+}
+
+static int call_raw_pc(psg_t *c, const char *path, const void *bytes, size_t n) {
+    uint8_t *resp;
+    size_t len;
+    int rc = psg_request(c, path, bytes, n, 5000, &resp, &len, NULL, NULL, 0);
+    free(resp);
+    return rc;
+}
+
+/* Flip one byte in the middle of a file (a checkpoint that no longer verifies). */
+static void flip_middle(const char *path) {
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_true(st.st_size > 0);
+    unsigned char b;
+    assert_int_equal(pread(fd, &b, 1, st.st_size / 2), 1);
+    b ^= 0x40;
+    assert_int_equal(pwrite(fd, &b, 1, st.st_size / 2), 1);
+    close(fd);
 }
 
 static int call_raw(psg_t *c, const char *path, const void *bytes, size_t n) {
@@ -133,6 +171,7 @@ static void test_admin_and_tokens(void **state) {
     size_t len;
     Emberps__HealthRequest hq = EMBERPS__HEALTH_REQUEST__INIT;
     assert_int_equal(call(none, PS_API_HEALTH, &hq.base, &resp, &len), PS_ST_UNAUTHENTICATED);
+    assert_int_equal(call_pc(none, PS_API_HEALTH, &hq.base), PC_EAUTH);
     assert_int_equal(call(user, PS_API_HEALTH, &hq.base, &resp, &len), 0);
     Emberps__HealthResponse *h = emberps__health_response__unpack(NULL, len, resp);
     assert_string_equal(h->status, "serving");
@@ -177,6 +216,15 @@ static void test_admin_and_tokens(void **state) {
     free(resp);
     rq.id = 99;
     assert_int_equal(call(admin, PS_API_RESTORE, &rq.base, &resp, &len), PS_ST_NOT_FOUND);
+    assert_int_equal(call_pc(admin, PS_API_RESTORE, &rq.base), PC_ENOTFOUND);
+    /* A checkpoint that does not verify: PC_ECORRUPT at the client (a bare INTERNAL status and
+     * PC_EINTERNAL before the codes travelled by name); nothing changes on the server. */
+    char rows[400];
+    snprintf(rows, sizeof rows, "%s/ckpt-00000000000000000001/t-ads.rows", ck);
+    flip_middle(rows);
+    rq.id = 1;
+    assert_int_equal(call(admin, PS_API_RESTORE, &rq.base, &resp, &len), PS_ST_DATA_LOSS);
+    assert_int_equal(call_pc(admin, PS_API_RESTORE, &rq.base), PC_ECORRUPT);
     Emberps__TableStatsRequest sq = EMBERPS__TABLE_STATS_REQUEST__INIT;
     sq.table = "ads";
     assert_int_equal(call(user, PS_API_TABLE_STATS, &sq.base, &resp, &len), 0);
@@ -219,9 +267,13 @@ static void test_bad_input(void **state) {
     psg_t *c = client(gp, NULL);
     const char *pull = ps_api_path(PS_API_PULL), *push = ps_api_path(PS_API_PUSH);
     assert_int_equal(call_raw(c, pull, "\xff\xff\xff\xff", 4), PS_ST_INVALID_ARGUMENT);
+    assert_int_equal(call_raw_pc(c, pull, "\xff\xff\xff\xff", 4), PC_EPARSE);
     assert_int_equal(call_raw(c, "/emberps.ParameterServer/Nope", "", 0), PS_ST_UNIMPLEMENTED);
+    assert_int_equal(call_raw_pc(c, "/emberps.ParameterServer/Nope", "", 0), PC_EUNSUPPORTED);
     static uint8_t big[100000];
     assert_int_equal(call_raw(c, pull, big, sizeof big), PS_ST_RESOURCE_EXHAUSTED);
+    /* refused by gRPC itself, without a code name: the status's own code */
+    assert_int_equal(call_raw_pc(c, pull, big, sizeof big), PC_ETOOBIG);
     /* Find keys this server owns, and one it does not. */
     uint64_t own[101], other = 0;
     int n = 0;
@@ -238,12 +290,16 @@ static void test_bad_input(void **state) {
     pq.keys = own;
     pq.n_keys = 101;
     assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), PS_ST_RESOURCE_EXHAUSTED);
+    assert_int_equal(call_pc(c, PS_API_PULL, &pq.base), PC_ETOOBIG);
     pq.n_keys = 1;
     pq.table = "missing";
     assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), PS_ST_NOT_FOUND);
+    assert_int_equal(call_pc(c, PS_API_PULL, &pq.base), PC_ENOTFOUND);
     pq.table = "emb";
     pq.keys = &other;
     assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), PS_ST_FAILED_PRECONDITION);
+    /* PC_EINTERNAL at the client before the codes travelled by name */
+    assert_int_equal(call_pc(c, PS_API_PULL, &pq.base), PC_EWRONGSLOT);
     float g[3] = {1, 2, 3};
     Emberps__PushRequest sq = EMBERPS__PUSH_REQUEST__INIT;
     sq.table = "emb";
@@ -251,6 +307,7 @@ static void test_bad_input(void **state) {
     sq.n_keys = 1;
     sq.grads = (ProtobufCBinaryData){sizeof g, (uint8_t *)g}; /* dim 8 wanted */
     assert_int_equal(call(c, PS_API_PUSH, &sq.base, &resp, &len), PS_ST_INVALID_ARGUMENT);
+    assert_int_equal(call_pc(c, PS_API_PUSH, &sq.base), PC_EDIM); /* PC_EINVAL before */
     (void)push;
     pq.keys = own; /* still serving */
     assert_int_equal(call(c, PS_API_PULL, &pq.base, &resp, &len), 0);
@@ -360,15 +417,15 @@ static void test_psctl(void **state) {
     char want[64];
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "3", "68fd1e64", NULL}), 0);
     snprintf(want, sizeof want, "%llu slot %u owner 0",
-             (unsigned long long)pw_feature_key(3, 0x68fd1e64u),
-             pc_key_slot(pw_feature_key(3, 0x68fd1e64u)));
+             (unsigned long long)pc_feature_key(3, 0x68fd1e64u),
+             pc_key_slot(pc_feature_key(3, 0x68fd1e64u)));
     assert_non_null(strstr(out, want));
     assert_int_equal(
         psctl(gp, out, sizeof out,
               (const char *[]){"--csv-value", "--json", "key", "1", "Toy Story", NULL}),
         0);
     snprintf(want, sizeof want, "\"key\":\"%llu\"",
-             (unsigned long long)pw_text_key(1, "Toy Story", 9));
+             (unsigned long long)pc_text_key(1, "Toy Story", 9));
     assert_non_null(strstr(out, want));
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "3", "xyz", NULL}), 2);
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "9999", "1", NULL}), 2);

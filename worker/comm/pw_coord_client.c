@@ -44,9 +44,9 @@ static int call(pw_coord_t *c, const char *method, const ProtobufCMessage *m, ui
     if (!req)
         return PC_ENOMEM;
     protobuf_c_message_pack(m, req);
-    int st = psg_call(c->g, method, req, n, c->timeout_ms, resp, rlen, NULL, 0);
+    int rc = psg_request(c->g, method, req, n, c->timeout_ms, resp, rlen, NULL, NULL, 0);
     free(req);
-    return psg_error(st);
+    return rc;
 }
 
 static int kv_put(pw_coord_t *c, const char *key, const void *value, size_t len, bool if_absent,

@@ -18,7 +18,8 @@ int pw_coord_open(const char *addr, const char *token, int timeout_ms, pw_coord_
 void pw_coord_close(pw_coord_t *c);
 
 /* KvSet / KvGet. get: 0 with a malloc'ed value, PC_ENOTFOUND, PC_EUNAVAIL (unreachable),
- * PC_ETIMEDOUT, or the mapped status of a refusal. */
+ * PC_ETIMEDOUT, or the code of a refusal as the coordinator sent it (psg_request; PC_ESTATE from
+ * a server that is not the coordinator). */
 int pw_coord_set(pw_coord_t *c, const char *key, const void *value, size_t len);
 /* KvSet only when the key is absent: 0 (stored), PC_EEXIST (it was there; nothing changed), or
  * the errors of pw_coord_set. Racing writers: exactly one gets 0. */

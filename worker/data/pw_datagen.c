@@ -19,17 +19,36 @@
 #define W_STD  0.2  /* per-value weights */
 #define E_STD  0.25 /* per-value embedding components */
 
-void pw_datagen_defaults(pw_datagen_opts_t *o) {
-    *o = (pw_datagen_opts_t){.seed = 1,
-                             .rows = 1000000,
-                             .test_rows = 100000,
-                             .positive_rate = 0.25,
-                             .zipf_s = 1.1,
-                             .vocab_min = 10,
-                             .vocab_max = 10000000,
-                             .interaction = 2.0,
-                             .missing_rate = 0.02};
+/* ---- options --------------------------------------------------------------------------------- */
+
+#define T pw_datagen_opts_t
+static const pc_setting_t k_settings[] = {
+    PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the planted model and the rows"),
+    PC_SETTING_INT(T, rows, 0, 1e13, "1000000", "training rows"),
+    PC_SETTING_INT(T, test_rows, 0, 1e10, "100000",
+                   "held-out rows (the oracle is measured on them)"),
+    PC_SETTING_INT(T, vocab_min, 2, 4294967295.0, "10", "smallest field vocabulary"),
+    PC_SETTING_INT(T, vocab_max, 2, 4294967295.0, "10000000", "largest field vocabulary"),
+    PC_SETTING_DOUBLE(T, positive_rate, 0.001, 0.999, "0.25", "mean label"),
+    PC_SETTING_DOUBLE(T, zipf_s, 0.01, 10, "1.1", "Zipf exponent of categorical values"),
+    PC_SETTING_DOUBLE(T, interaction, 0, 100, "2", "strength of pairwise field interactions"),
+    PC_SETTING_DOUBLE(T, missing_rate, 0, 0.99, "0.02", "fraction of empty categorical values"),
+};
+#undef T
+#define NSETTINGS (sizeof k_settings / sizeof k_settings[0])
+
+const pc_setting_t *pw_datagen_settings(size_t *n) {
+    *n = NSETTINGS;
+    return k_settings;
 }
+
+void pw_datagen_defaults(pw_datagen_opts_t *o) {
+    memset(o, 0, sizeof *o);
+    if (pc_settings_defaults(k_settings, NSETTINGS, o))
+        abort(); /* a default violates its own bounds: a bug in the table above */
+}
+
+/* ---- the model ------------------------------------------------------------------------------- */
 
 /* Derived constants of a model: vocabularies, dense scales, pairs. */
 typedef struct model {
@@ -227,7 +246,7 @@ static double seen_auc(const pw_datagen_t *g, seen_t *sn, int min_count, float *
     sn->record = false;
     sn->min_count = min_count;
     char buf[768];
-    for (uint64_t r = 0; r < g->o.test_rows; r++) {
+    for (uint64_t r = 0; r < (uint64_t)g->o.test_rows; r++) {
         double p;
         row(g, 1, r, buf, &p, sn);
         probs[r] = (float)p;
@@ -236,9 +255,10 @@ static double seen_auc(const pw_datagen_t *g, seen_t *sn, int min_count, float *
 }
 
 static int check(const pw_datagen_opts_t *o) {
-    return o->positive_rate > 0 && o->positive_rate < 1 && o->zipf_s > 0 && o->vocab_min >= 2 &&
-                   o->vocab_max >= o->vocab_min && o->vocab_max < (UINT64_C(1) << 32) &&
-                   o->interaction >= 0 && o->missing_rate >= 0 && o->missing_rate < 1
+    return o->rows >= 0 && o->test_rows >= 0 && o->positive_rate > 0 && o->positive_rate < 1 &&
+                   o->zipf_s > 0 && o->vocab_min >= 2 && o->vocab_max >= o->vocab_min &&
+                   o->vocab_max < (INT64_C(1) << 32) && o->interaction >= 0 &&
+                   o->missing_rate >= 0 && o->missing_rate < 1
                ? 0
                : PC_EINVAL;
 }
@@ -272,7 +292,7 @@ int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datag
     uint64_t pos = 0;
     for (int s = 0; s < 2 && !rc; s++) {
         FILE *out = s ? test : train;
-        const uint64_t n = s ? o->test_rows : o->rows;
+        const uint64_t n = (uint64_t)(s ? o->test_rows : o->rows);
         for (uint64_t r = 0; r < n && !rc; r++) {
             double p;
             const size_t len = row(g, s, r, buf, &p, s == 0 && sn.count[0] ? &sn : NULL);

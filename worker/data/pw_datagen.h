@@ -25,19 +25,29 @@
 #ifndef PW_DATAGEN_H
 #define PW_DATAGEN_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include "pc_settings.h"
+
+/* The generator's options. Fill with pw_datagen_defaults(), then set fields directly or through
+ * the settings of pw_datagen_settings() (names, bounds, defaults and help are declared there,
+ * once; ps-datagen's flags are that table). Types are the settings' storage types. */
 typedef struct pw_datagen_opts {
-    uint64_t seed;
-    uint64_t rows, test_rows;
-    double positive_rate;          /* (0, 1) */
-    double zipf_s;                 /* > 0 */
-    uint64_t vocab_min, vocab_max; /* 2 .. 2^32 - 1 */
-    double interaction;            /* >= 0 */
-    double missing_rate;           /* [0, 1) */
+    int64_t seed;                 /* any (the flag takes 0 .. 9.2e18) */
+    int64_t rows, test_rows;      /* >= 0 */
+    int64_t vocab_min, vocab_max; /* 2 .. 2^32 - 1 */
+    double positive_rate;         /* (0, 1) */
+    double zipf_s;                /* > 0 */
+    double interaction;           /* >= 0 */
+    double missing_rate;          /* [0, 1) */
 } pw_datagen_opts_t;
 
+/* The settings table behind pw_datagen_opts_t (flags, --help, dumps). Static; *n its length. */
+const pc_setting_t *pw_datagen_settings(size_t *n);
+
+/* Every option at its default (pc_settings_defaults over pw_datagen_settings()). */
 void pw_datagen_defaults(pw_datagen_opts_t *o);
 
 typedef struct pw_datagen_result {
@@ -50,8 +60,9 @@ typedef struct pw_datagen_result {
 } pw_datagen_result_t;
 
 /* Write o->rows training lines to train and o->test_rows to test (either may be NULL: not
- * written; the oracle needs the test rows generated, written or not). PC_EINVAL for bad options,
- * PC_EIO on a write error, PC_ENOMEM. */
+ * written; the oracle needs the test rows generated, written or not). PC_EINVAL for bad options
+ * (the rules in the comments of pw_datagen_opts_t, which the settings' bounds imply), PC_EIO on a
+ * write error, PC_ENOMEM. */
 int pw_datagen_run(const pw_datagen_opts_t *o, FILE *train, FILE *test, pw_datagen_result_t *res);
 
 /* A generator: the model derived from the options and its calibrated bias, built once. */

@@ -3,7 +3,7 @@
 #include "pw_parse.h"
 
 #include "pc_error.h"
-#include "pc_hash.h"
+#include "pc_feature.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -12,22 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-uint64_t pw_feature_key(uint32_t field, uint64_t value) {
-    /* One hash per key: the field enters as a multiplicative salt whose high 32 bits differ
-     * between fields, so 32-bit values (Criteo) of different fields can never meet. */
-    const uint64_t salt = (uint64_t)(field + 1) * UINT64_C(0x9E3779B97F4A7C15);
-    return pc_hash_u64(value ^ salt, PC_HASH_SEED_FEATURE);
-}
-
-uint64_t pw_text_key(uint32_t field, const char *value, size_t len) {
-    return pw_feature_key(field, pc_hash64(value, len, PC_HASH_SEED_FEATURE));
-}
-
-uint64_t pw_missing_key(uint32_t field) {
-    /* A value no 32-bit categorical can take. */
-    return pw_feature_key(field, UINT64_C(1) << 40);
-}
 
 int pw_format_parse(const char *name, pw_format_t *out) {
     static const char *const names[] = {"criteo", "libsvm", "libffm", "csv"};
@@ -149,9 +133,9 @@ static int parse_criteo(const char *p, const char *e, pw_sample_t *s, char *err,
         const char *a = f[1 + PW_CRITEO_DENSE + i], *b = f[2 + PW_CRITEO_DENSE + i] - 1;
         uint32_t h;
         if (a == b)
-            s->keys[i] = pw_missing_key((uint32_t)i);
+            s->keys[i] = pc_missing_key((uint32_t)i);
         else if (scan_hex32(a, b, &h))
-            s->keys[i] = pw_feature_key((uint32_t)i, h);
+            s->keys[i] = pc_feature_key((uint32_t)i, h);
         else
             return fail(err, el, "categorical field %d is not 1-8 hex digits", i + 1);
         s->field[i] = (uint16_t)i;
@@ -205,7 +189,7 @@ static int parse_svm(const char *p, const char *e, bool ffm, pw_sample_t *s, cha
                 snprintf(err, el, "more than %d features", PW_KEYS_MAX);
             return PC_ETOOBIG;
         }
-        s->keys[s->nkeys] = pw_feature_key((uint32_t)field, (uint64_t)idx);
+        s->keys[s->nkeys] = pc_feature_key((uint32_t)field, (uint64_t)idx);
         s->field[s->nkeys] = (uint16_t)field;
         s->val[s->nkeys] = val;
         s->nkeys++;
@@ -353,7 +337,7 @@ static bool csv_cell(const char **p, const char *e, char sep, const char **vb, c
 static bool csv_key(pw_sample_t *s, uint32_t field, const char *a, const char *b) {
     if (s->nkeys == PW_KEYS_MAX)
         return false;
-    s->keys[s->nkeys] = a == b ? pw_missing_key(field) : pw_text_key(field, a, (size_t)(b - a));
+    s->keys[s->nkeys] = a == b ? pc_missing_key(field) : pc_text_key(field, a, (size_t)(b - a));
     s->field[s->nkeys] = (uint16_t)field;
     s->val[s->nkeys] = 1.0f;
     s->nkeys++;

@@ -9,11 +9,12 @@
  *               skipped; a header line; RFC 4180 quoting ("a,b" and "" inside quotes).
  *
  * Labels: Criteo 0/1; libsvm/libffm any number, positive when > 0 (so -1/+1 and 0/1 both work).
- * Categorical values become 64-bit keys by hashing (field, value) (pw_feature_key), so equal
- * values of different fields never share a row. Criteo specifics: an empty categorical field
- * gets its field's "missing" key (every field has exactly one key, as one-embedding-per-field
- * models expect); integer fields x become log1p(max(x, 0)) (counts; the few negative values of
- * the public data are treated as 0), empty ones 0.
+ * Categorical values become 64-bit keys by hashing (field, value) (pc_feature_key and
+ * pc_text_key, common/pc_feature.h), so equal values of different fields never share a row.
+ * Criteo specifics: an empty categorical field gets its field's "missing" key (pc_missing_key:
+ * every field has exactly one key, as one-embedding-per-field models expect); integer fields x
+ * become log1p(max(x, 0)) (counts; the few negative values of the public data are treated as 0),
+ * empty ones 0.
  *
  * Errors: PC_EPARSE with a reason in err for anything malformed (field count, non-hex or long
  * categorical, non-numeric label or value, NaN/Inf, index or field out of range), PC_ETOOBIG
@@ -28,9 +29,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pc_feature.h"
+
 #define PW_DENSE_MAX    64
 #define PW_KEYS_MAX     4096
-#define PW_FIELDS_MAX   1024
+#define PW_FIELDS_MAX   PC_FEATURE_FIELDS_MAX
 #define PW_CRITEO_DENSE 13
 #define PW_CRITEO_CAT   26
 
@@ -80,13 +83,6 @@ typedef struct pw_sample {
     uint16_t field[PW_KEYS_MAX];
     float val[PW_KEYS_MAX];
 } pw_sample_t;
-
-/* The key of value `value` of field `field`. */
-uint64_t pw_feature_key(uint32_t field, uint64_t value);
-/* The key of a CSV categorical value (any bytes; hashed first). */
-uint64_t pw_text_key(uint32_t field, const char *value, size_t len);
-/* The key of a Criteo categorical field left empty. */
-uint64_t pw_missing_key(uint32_t field);
 
 /* Parse format `fmt` from line[0..len) (no terminator needed; a trailing "\n" or "\r\n" is
  * ignored). `csv` is the column spec for PW_FMT_CSV and ignored otherwise. */

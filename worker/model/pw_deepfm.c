@@ -1,6 +1,9 @@
 /* pw_deepfm.c: see pw_deepfm.h. */
 #include "pw_deepfm.h"
 
+#include "pc_log.h"
+#include "pw_model.h"
+
 #include "pc_error.h"
 
 #include <stdlib.h>
@@ -95,3 +98,60 @@ pw_linear_t *pw_deepfm_layers(pw_deepfm_t *m, int *n) {
     *n = m->c.nlayers;
     return m->l;
 }
+
+/* ---- DeepFM as a model (pw_model.h) ---- */
+
+typedef struct deepfm_model {
+    pw_model_t base;
+    pw_deepfm_t *d;
+} deepfm_model_t;
+
+static int deepfm_row_dim(const pw_model_config_t *c) {
+    return c->dim + 1; /* [w, v_1 .. v_k] */
+}
+
+static void deepfm_model_destroy(pw_model_t *base) {
+    pw_deepfm_destroy(((deepfm_model_t *)base)->d);
+    free(base);
+}
+
+static int deepfm_model_create(const pw_model_config_t *c, pw_backend_t *be, pw_model_t **out) {
+    pw_deepfm_config_t dc = {.ndense = c->ndense,
+                             .nfields = c->nfields,
+                             .k = c->dim,
+                             .nlayers = c->ntop,
+                             .mean = c->mean,
+                             .max_batch = c->max_batch,
+                             .seed = c->seed};
+    memcpy(dc.widths, c->top, sizeof dc.widths);
+    deepfm_model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return PC_ENOMEM;
+    m->base = (pw_model_t){.ops = &pw_model_deepfm, .be = be, .c = *c, .row_dim = c->dim + 1};
+    int rc = pw_deepfm_create(&dc, be, &m->d);
+    if (rc) {
+        PC_ERROR("train: DeepFM layers do not fit (top must end at 1)");
+        free(m);
+        return rc;
+    }
+    m->base.params = pw_deepfm_layers(m->d, &m->base.nparams);
+    *out = &m->base;
+    return 0;
+}
+
+static int deepfm_model_forward(pw_model_t *base, const pw_view_t *v, float *logits) {
+    return pw_deepfm_forward(((deepfm_model_t *)base)->d, v->n, v->dense, v->key_off, v->fields,
+                             v->vals, v->rows, logits);
+}
+
+static int deepfm_model_backward(pw_model_t *base, const float *dlogits, float *drows) {
+    return pw_deepfm_backward(((deepfm_model_t *)base)->d, dlogits, drows);
+}
+
+const pw_model_ops_t pw_model_deepfm = {.name = "deepfm",
+                                        .needs_fields = true,
+                                        .row_dim = deepfm_row_dim,
+                                        .create = deepfm_model_create,
+                                        .forward = deepfm_model_forward,
+                                        .backward = deepfm_model_backward,
+                                        .destroy = deepfm_model_destroy};

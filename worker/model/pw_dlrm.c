@@ -2,6 +2,9 @@
  * activations, so backward needs no recomputation. */
 #include "pw_dlrm.h"
 
+#include "pc_log.h"
+#include "pw_model.h"
+
 #include "pc_error.h"
 
 #include <stdlib.h>
@@ -106,3 +109,88 @@ void pw_dlrm_zero_grad(pw_dlrm_t *m) {
     for (int i = 0; i < m->c.nbottom + m->c.ntop; i++)
         pw_linear_zero_grad(&m->l[i]);
 }
+
+/* ---- DLRM as a model (pw_model.h): the embeddings pooled per field first ---- */
+
+typedef struct dlrm_model {
+    pw_model_t base;
+    pw_dlrm_t *d;
+    float *pooled, *dpooled; /* max_batch x nfields x dim */
+    pw_view_t v;             /* the last forward's input */
+} dlrm_model_t;
+
+static int dlrm_row_dim(const pw_model_config_t *c) {
+    return c->dim;
+}
+
+static void dlrm_model_destroy(pw_model_t *base) {
+    dlrm_model_t *m = (dlrm_model_t *)base;
+    pw_dlrm_destroy(m->d);
+    base->be->free(base->be, m->pooled);
+    base->be->free(base->be, m->dpooled);
+    free(m);
+}
+
+static int dlrm_model_create(const pw_model_config_t *c, pw_backend_t *be, pw_model_t **out) {
+    pw_dlrm_config_t dc = {.ndense = c->ndense,
+                           .nfields = c->nfields,
+                           .dim = c->dim,
+                           .nbottom = c->nbottom,
+                           .ntop = c->ntop,
+                           .max_batch = c->max_batch,
+                           .seed = c->seed};
+    memcpy(dc.bottom, c->bottom, sizeof dc.bottom);
+    memcpy(dc.top, c->top, sizeof dc.top);
+    dlrm_model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return PC_ENOMEM;
+    m->base = (pw_model_t){.ops = &pw_model_dlrm, .be = be, .c = *c, .row_dim = c->dim};
+    int rc = pw_dlrm_create(&dc, be, &m->d);
+    if (rc) {
+        PC_ERROR("train: DLRM layers do not fit (bottom must end at dim %d, top at 1)", c->dim);
+        free(m);
+        return rc;
+    }
+    const size_t pooled = (size_t)c->max_batch * c->nfields * c->dim * sizeof(float);
+    m->pooled = be->alloc(be, pooled);
+    m->dpooled = be->alloc(be, pooled);
+    if (!m->pooled || !m->dpooled) {
+        dlrm_model_destroy(&m->base);
+        return PC_ENOMEM;
+    }
+    m->base.params = pw_dlrm_layers(m->d, &m->base.nparams);
+    *out = &m->base;
+    return 0;
+}
+
+static int dlrm_model_forward(pw_model_t *base, const pw_view_t *v, float *logits) {
+    dlrm_model_t *m = (dlrm_model_t *)base;
+    const pw_model_config_t *c = &base->c;
+    if (v->n < 1 || v->n > c->max_batch)
+        return PC_EINVAL;
+    m->v = *v;
+    base->be->pool(base->be, v->n, v->key_off, v->fields, v->vals, c->nfields, c->dim, v->rows,
+                   c->dim, c->mean, m->pooled);
+    return pw_dlrm_forward(m->d, v->n, v->dense, m->pooled, logits);
+}
+
+static int dlrm_model_backward(pw_model_t *base, const float *dlogits, float *drows) {
+    dlrm_model_t *m = (dlrm_model_t *)base;
+    const pw_model_config_t *c = &base->c;
+    const pw_view_t *v = &m->v;
+    int rc = pw_dlrm_backward(m->d, dlogits, m->dpooled);
+    if (rc)
+        return rc;
+    base->be->zero(base->be, drows, v->nk * (size_t)c->dim * sizeof(float));
+    base->be->pool_grad(base->be, v->n, v->key_off, v->fields, v->vals, c->nfields, c->dim,
+                        m->dpooled, c->dim, c->mean, drows);
+    return 0;
+}
+
+const pw_model_ops_t pw_model_dlrm = {.name = "dlrm",
+                                      .needs_fields = true,
+                                      .row_dim = dlrm_row_dim,
+                                      .create = dlrm_model_create,
+                                      .forward = dlrm_model_forward,
+                                      .backward = dlrm_model_backward,
+                                      .destroy = dlrm_model_destroy};

@@ -20,13 +20,14 @@
 #include "pw_split.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* The generator's options (declared in pw_datagen: pw_datagen_settings) and this program's. */
 typedef struct cfg {
-    int64_t seed, rows, test_rows, vocab_min, vocab_max;
-    double positive_rate, zipf_s, interaction, missing_rate;
+    pw_datagen_opts_t gen;
     char out[512], test_out[512], oracle_out[512], split[512];
     int64_t split_column;
     bool split_header;
@@ -34,17 +35,7 @@ typedef struct cfg {
 } cfg_t;
 
 #define T cfg_t
-static const pc_setting_t k_set[] = {
-    PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the planted model and the rows"),
-    PC_SETTING_INT(T, rows, 0, 1e13, "1000000", "training rows"),
-    PC_SETTING_INT(T, test_rows, 0, 1e10, "100000",
-                   "held-out rows (the oracle is measured on them)"),
-    PC_SETTING_INT(T, vocab_min, 2, 4294967295.0, "10", "smallest field vocabulary"),
-    PC_SETTING_INT(T, vocab_max, 2, 4294967295.0, "10000000", "largest field vocabulary"),
-    PC_SETTING_DOUBLE(T, positive_rate, 0.001, 0.999, "0.25", "mean label"),
-    PC_SETTING_DOUBLE(T, zipf_s, 0.01, 10, "1.1", "Zipf exponent of categorical values"),
-    PC_SETTING_DOUBLE(T, interaction, 0, 100, "2", "strength of pairwise field interactions"),
-    PC_SETTING_DOUBLE(T, missing_rate, 0, 0.99, "0.02", "fraction of empty categorical values"),
+static const pc_setting_t k_own[] = {
     PC_SETTING_STRING(T, out, "-", "training rows file (- for stdout)"),
     PC_SETTING_STRING(T, test_out, "", "test rows file (empty: not written)"),
     PC_SETTING_STRING(T, oracle_out, "", "oracle metrics JSON file (empty: stderr only)"),
@@ -56,12 +47,20 @@ static const pc_setting_t k_set[] = {
                       "split: the latest fraction to test"),
 };
 #undef T
-#define NSET (sizeof k_set / sizeof k_set[0])
+#define NOWN (sizeof k_own / sizeof k_own[0])
 
 int main(int argc, char **argv) {
+    /* One table for the command line: the generator's settings, moved to cfg_t's `gen`, then
+     * this program's. */
+    size_t ngen, nset;
+    const pc_setting_t *gen = pw_datagen_settings(&ngen);
+    pc_setting_t *set = pc_settings_join(gen, ngen, offsetof(cfg_t, gen), k_own, NOWN, &nset);
+    if (!set)
+        return 1;
     cfg_t c;
     int cli =
-        pc_settings_cli(k_set, NSET, &c, argc, argv, "ps-datagen", "ps-datagen [--name=value ...]");
+        pc_settings_cli(set, nset, &c, argc, argv, "ps-datagen", "ps-datagen [--name=value ...]");
+    free(set);
     if (cli)
         return cli == 1 ? 0 : 2;
     if (c.split[0]) {
@@ -80,19 +79,10 @@ int main(int argc, char **argv) {
                 (unsigned long long)nte);
         return 0;
     }
-    if (c.vocab_max < c.vocab_min) {
+    if (c.gen.vocab_max < c.gen.vocab_min) {
         fprintf(stderr, "ps-datagen: vocab_max < vocab_min\n");
         return 2;
     }
-    pw_datagen_opts_t o = {.seed = (uint64_t)c.seed,
-                           .rows = (uint64_t)c.rows,
-                           .test_rows = (uint64_t)c.test_rows,
-                           .positive_rate = c.positive_rate,
-                           .zipf_s = c.zipf_s,
-                           .vocab_min = (uint64_t)c.vocab_min,
-                           .vocab_max = (uint64_t)c.vocab_max,
-                           .interaction = c.interaction,
-                           .missing_rate = c.missing_rate};
     FILE *train = strcmp(c.out, "-") ? fopen(c.out, "w") : stdout;
     FILE *test = c.test_out[0] ? fopen(c.test_out, "w") : NULL;
     if (!train || (c.test_out[0] && !test)) {
@@ -102,7 +92,7 @@ int main(int argc, char **argv) {
     static char wbuf[1 << 20];
     setvbuf(train, wbuf, _IOFBF, sizeof wbuf);
     pw_datagen_result_t r;
-    int rc = pw_datagen_run(&o, train, test, &r);
+    int rc = pw_datagen_run(&c.gen, train, test, &r);
     if ((train != stdout && fclose(train)) || (test && fclose(test)))
         rc = rc ? rc : PC_EIO;
     if (rc) {
@@ -110,7 +100,7 @@ int main(int argc, char **argv) {
         return rc == PC_EINVAL ? 2 : 1;
     }
     cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "seed", (double)o.seed);
+    cJSON_AddNumberToObject(j, "seed", (double)c.gen.seed);
     cJSON_AddNumberToObject(j, "rows", (double)r.rows);
     cJSON_AddNumberToObject(j, "test_rows", (double)r.test_rows);
     cJSON_AddNumberToObject(j, "train_positive_rate", r.train_positive);

@@ -26,13 +26,14 @@ static int call_server(const char *addr, const char *method, const ProtobufCMess
     uint8_t req[64], *resp = NULL;
     size_t rlen = 0, len = protobuf_c_message_pack(q, req); /* small requests */
     char msg[256] = "";
-    int st = psg_call(g, method, req, len, timeout_ms, &resp, &rlen, msg, sizeof msg);
+    int st = 0;
+    rc = psg_request(g, method, req, len, timeout_ms, &resp, &rlen, &st, msg, sizeof msg);
     psg_destroy(g);
-    *out = st ? NULL : protobuf_c_message_unpack(rd, NULL, rlen, resp);
+    *out = rc ? NULL : protobuf_c_message_unpack(rd, NULL, rlen, resp);
     free(resp);
     if (!*out) {
         PC_ERROR("job checkpoint: server %s, %s: status %d %s", addr, method, st, msg);
-        return st ? psg_error(st) : PC_ECORRUPT;
+        return rc ? rc : PC_ECORRUPT;
     }
     return 0;
 }

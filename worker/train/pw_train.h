@@ -1,18 +1,21 @@
 /* pw_train.h: training: local (ps-worker --local: one worker, an in-process embedding table) or
  * distributed (against ps-servers through libpsclient, dense gradients allreduced among workers).
  *
- * Each step takes a batch from the reader, pulls the embeddings of its keys from the table
- * (ps_table_pull: missing keys start from their initial rows), runs the model forward and
- * backward, pushes the embedding gradients (ps_table_push: duplicates summed, the table's
- * optimizer applies them, as a server would) and steps the dense optimizer. Evaluation reads a
- * test stream with ps_table_lookup (read-only: the test set never inserts rows) and reports the
- * exact AUC and the logloss.
+ * Each step takes a batch from the reader, pulls the embeddings of its unique keys from the
+ * embedding store (pw_emb.h: the servers, or with `local_store` an in-process table; missing keys
+ * start from their initial rows), runs the model's step (pw_step.h: forward, backward), pushes
+ * the embedding gradients (duplicates summed; the store's optimizer applies them, as a server
+ * would) and steps the dense optimizer. Evaluation reads a test stream with lookups (read-only:
+ * the test set never inserts rows) and reports the exact AUC and the logloss. The files:
+ * pw_train.c (the loop), pw_pipeline.c (slots, rounds, jobs), pw_recover.c (group agreement,
+ * rollback, checkpoints); their shared state: pw_train_int.h.
  *
  * Models: "dlrm" (pw_dlrm.h; one embedding of `dim` per categorical field: the field's features
  * pooled, sum or mean, weighted by their values), "deepfm" (pw_deepfm.h: rows [w, v_1 .. v_dim]
  * shared by an FM and an MLP over the dense features and the pooled v per field; widths from
- * `top`), "fm" (pw_fm.h: the same rows, plus a linear term over the dense features) and "lr" (a
- * weight per feature, dim-1 table, plus the same dense linear term). FM and LR work on features
+ * `top`), "fm" (pw_fm.c: the same rows, plus a linear term over the dense features) and "lr" (a
+ * weight per feature, dim-1 table, plus the same dense linear term): models behind one table of
+ * functions (pw_model.h). FM and LR work on features
  * (any number per sample); DLRM and DeepFM need the field count: from the format (Criteo 26, CSV
  * its categorical columns, libsvm 1) or `fields`. Streams without dense features (libsvm,
  * libffm, CSV without numeric columns) get one constant 1 as their dense input, so the dense
@@ -54,7 +57,7 @@
  * recorded its position; a barrier; the group's rank 0 has every server write a checkpoint and
  * writes the dense state, the servers' ids and every data rank's position under ckpt_dir; a
  * barrier (no push of S + 1 reaches a server before its cut). A failed checkpoint is logged and
- * training goes on (the previous one stays the latest). resume_checkpoint: every worker starts
+ * training goes on (the previous one stays the latest). resume=checkpoint: every worker starts
  * from the latest one's dense state and its rank's position (the servers restarted from the
  * listed ids): the job rolled back as a whole.
  *
@@ -62,7 +65,7 @@
  * tried again every 200 ms for up to server_retry_ms (a restarted server restores its last
  * checkpoint); a push that fails so is not sent again (the servers that answered applied their
  * part; a restarted server lost it anyway): counted in lost_pushes, training goes on. With
- * rollback_on_server_loss, once the servers answer again the worker that saw a connection to a
+ * on_server_loss=rollback, once the servers answer again the worker that saw a connection to a
  * server lost proposes a new generation; in it every member learns of the loss (an allreduce),
  * the group's rank 0 has every server restore its checkpoint of the latest coordinated one
  * (gRPC Restore) and every worker loads that checkpoint's dense state and reads its data again
@@ -82,55 +85,71 @@
 #include <stdint.h>
 
 #include "pw_dense_optim.h"
+#include "pw_emb.h"
 #include "pw_parse.h"
 
+/* The trainer's settings, declared once (pw_train_settings: name, type, bounds, default, help)
+ * and read by ps-worker from flags, a file or the environment. Storage types are the settings
+ * table's: int64_t, double, int for a choice (the enums below), bool, char[]. */
+typedef enum { PW_POOL_SUM, PW_POOL_MEAN } pw_pooling_t;
+typedef enum { PW_RESUME_POSITION, PW_RESUME_CHECKPOINT } pw_resume_t;
+typedef enum { PW_WORKER_LOSS_SHRINK, PW_WORKER_LOSS_WAIT } pw_worker_loss_t;
+typedef enum { PW_SERVER_LOSS_CONTINUE, PW_SERVER_LOSS_ROLLBACK } pw_server_loss_t;
+typedef enum { PW_ORDER_PRIORITY, PW_ORDER_FIFO } pw_order_t;
+
 typedef struct pw_train_config {
-    char model[16];         /* "dlrm", "deepfm", "fm" or "lr" */
-    int dim;                /* embedding dim (dlrm), factor dim (fm, deepfm) */
-    int fields;             /* categorical fields (0: from the format) */
-    bool mean_pooling;      /* pool a field's features by mean (else sum) */
-    pw_csv_spec_t csv;      /* the column spec of CSV streams */
-    int nbottom, bottom[8]; /* dlrm bottom widths (last = dim) */
-    int ntop, top[8];       /* dlrm top widths (last = 1) */
-    int batch;
-    int epochs;
-    uint64_t max_samples; /* 0: no limit */
-    uint64_t seed;
-    char table_spec[512]; /* embedding table settings (ps_table.h), dim and name added */
-    pw_opt_config_t dense_opt;
-    uint64_t progress_every;     /* samples between progress lines on stderr, 0: none */
-    uint64_t eval_every;         /* samples between evaluations of the test stream, 0: at the end */
-    char load_dense[512];        /* start from this dense model file (pw_model_io.h), "" none */
+    /* the model */
+    char model[16];       /* "dlrm", "deepfm", "fm" or "lr" */
+    int64_t dim;          /* embedding dim (dlrm), factor dim (fm, deepfm) */
+    int64_t fields;       /* categorical fields (0: from the format) */
+    int pooling;          /* pw_pooling_t: of a field's features */
+    char bottom[128];     /* dlrm bottom widths, "64,16" (last = dim) */
+    char top[128];        /* dlrm top / deepfm MLP widths, "128,64,1" (last = 1) */
+    char table[512];      /* embedding table settings (ps_table.h) of the local store */
+    int dense_optimizer;  /* pw_opt_kind_t */
+    double dense_lr;      /* its learning rate */
+    int64_t seed;         /* initial values */
+    char load_dense[512]; /* start from this dense model file (pw_model_io.h), "" none */
+    /* the data */
+    char csv[2048];      /* the column spec of CSV streams (pw_csv_spec_parse) */
+    int64_t batch;       /* samples per step */
+    int64_t epochs;      /* passes over the training data */
+    int64_t max_samples; /* 0: no limit */
+    /* reporting and results */
+    int64_t progress_every;      /* samples between progress lines on stderr, 0: none */
+    int64_t eval_every;          /* samples between evaluations of the test stream, 0: at the end */
     char save_dense[512];        /* save the dense model here after training, "" none */
-    char export_embeddings[512]; /* export the table (ps_table_export, with optimizer state) */
-    pw_backend_t *backend;       /* borrowed: the dense math's device (NULL: the CPU) */
+    char export_embeddings[512]; /* export the local table (with optimizer state), "" none */
+    char step_log[512];          /* append every step's start and end times here ("" none) */
     /* distributed training (servers[0] != 0) */
-    char servers[4096];    /* a cluster map text, or host:port of any server */
-    char table_name[64];   /* the servers' embedding table */
-    char coordinator[256]; /* host:gRPC port of the coordinator (world > 1) */
-    char job[64];          /* key prefix of this job at the coordinator */
-    char host[64];         /* this worker's address as its peers reach it */
-    int rank, world;
-    int timeout_ms;        /* every server call and collective */
-    int rejoin_timeout_ms; /* survivors wait this long for a lost worker (pw_group.h) */
-    int lease_ms;          /* membership lease at the coordinator (heartbeats: pw_group.h) */
-    bool shrink;           /* then go on without it (else keep waiting) */
-    int server_retry_ms;   /* pulls wait this long for servers that are down */
-    /* coordinated checkpoints (pw_jobckpt.h; a coordinator needed) */
-    uint64_t ckpt_every;          /* steps between them, 0: none */
-    char ckpt_dir[512];           /* where the group's rank 0 writes them */
-    char server_grpc[4096];       /* the servers' gRPC addresses, comma-separated, map order */
-    bool resume_checkpoint;       /* start from the latest one (the job rolled back) */
-    bool rollback_on_server_loss; /* a lost server connection rolls the job back to the latest
-                                   * coordinated checkpoint while it runs (docs/training.md) */
-    /* the pipeline (distributed) */
-    int staleness;       /* consistency: 0 sync, S > 0 ssp:S, PW_ASYNC async */
-    int pull_ahead;      /* batches whose rows are pulled ahead (at most the staleness) */
-    int async_window;    /* async: rounds in flight at most (a buffer limit) */
-    size_t credit_bytes; /* bytes in flight at most (pw_sched.h) */
-    size_t chunk_bytes;  /* pushes and dense allreduce go in chunks of at most this */
-    bool fifo;           /* send in submission order instead of by priority (the baseline) */
-    char step_log[512];  /* write every step's start and end times here ("" none) */
+    char servers[4096];        /* a cluster map text, or host:port of any server */
+    char table_name[64];       /* the servers' embedding table */
+    char coordinator[256];     /* host:gRPC port of the coordinator (world > 1) */
+    char job[64];              /* key prefix of this job at the coordinator */
+    char host[64];             /* this worker's address as its peers reach it */
+    int64_t rank, world;       /* this worker, of world */
+    int64_t timeout_ms;        /* every server call and collective */
+    int64_t rejoin_timeout_ms; /* survivors wait this long for a lost worker (pw_group.h) */
+    int64_t lease_ms;          /* membership lease at the coordinator (heartbeats) */
+    int on_worker_loss;        /* pw_worker_loss_t: then go on without it, or keep waiting */
+    int64_t server_retry_ms;   /* pulls wait this long for servers that are down */
+    int64_t ckpt_every;        /* steps between coordinated checkpoints (pw_jobckpt.h), 0: none */
+    char ckpt_dir[512];        /* where the group's rank 0 writes them */
+    char server_grpc[4096];    /* the servers' gRPC addresses, comma-separated, map order */
+    int resume;                /* pw_resume_t: a restarted worker goes on from its position, or
+                                * the job starts from the latest coordinated checkpoint */
+    int on_server_loss;        /* pw_server_loss_t: roll the job back to the latest coordinated
+                                * checkpoint while it runs (docs/training.md) */
+    char mode[16];             /* consistency: "sync", "async" or "ssp:S" */
+    int64_t pull_ahead;        /* batches whose rows are pulled ahead (at most the staleness) */
+    int64_t async_window;      /* async: rounds in flight at most (a buffer limit) */
+    int64_t credit_kib;        /* KiB in flight at most (pw_sched.h) */
+    int64_t chunk_kib;         /* pushes and dense allreduce go in chunks of at most this */
+    int order;                 /* pw_order_t: by priority, or submission order (the baseline) */
+    /* not settings: the caller's */
+    pw_backend_t *backend;      /* borrowed: the dense math's device (NULL: the CPU) */
+    pw_emb_open_fn local_store; /* without servers: opens the in-process embedding store
+                                 * (pw_emb_local_open, library ember_worker_local) */
 } pw_train_config_t;
 
 #define PW_ASYNC (-1)
@@ -138,6 +157,11 @@ typedef struct pw_train_config {
 /* "sync" -> 0, "async" -> PW_ASYNC, "ssp:S" (1 <= S <= 1000) -> S; else PC_EINVAL. */
 int pw_train_mode_parse(const char *s, int *staleness);
 
+/* The settings table over pw_train_config_t (*n entries; a static table). */
+struct pc_setting;
+const struct pc_setting *pw_train_settings(size_t *n);
+
+/* Every setting's default (the pointers NULL). */
 void pw_train_config_defaults(pw_train_config_t *c);
 
 typedef struct pw_train_result {

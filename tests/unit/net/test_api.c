@@ -1,4 +1,4 @@
-/* The API handlers without a transport: method names, status mapping, and requests that once
+/* The API handlers without a transport: method names, codes and statuses, and requests that once
  * broke them (found by fuzz_api) or that sit at the edges (empty batches, empty names). */
 #include "test_util.h"
 
@@ -32,11 +32,11 @@ static void test_methods_and_statuses(void **state) {
     assert_int_equal(ps_api_method("/emberps.Coordinator/KvGet", 26), PS_API_KV_GET);
     assert_int_equal(ps_api_method("/emberps.Coordinator/Pull", 25), -1);
     assert_true(ps_api_is_admin(PS_API_CREATE_TABLE) && !ps_api_is_admin(PS_API_PULL));
-    assert_int_equal(ps_api_status_of(PC_EDIM), PS_ST_INVALID_ARGUMENT);
-    assert_int_equal(ps_api_status_of(PC_ENOTFOUND), PS_ST_NOT_FOUND);
-    assert_int_equal(ps_api_status_of(PC_ETOOBIG), PS_ST_RESOURCE_EXHAUSTED);
-    assert_int_equal(ps_api_status_of(PC_EWRONGSLOT), PS_ST_FAILED_PRECONDITION);
-    assert_int_equal(ps_api_status_of(PC_EIO), PS_ST_INTERNAL);
+    assert_int_equal(pc_err_to_grpc(PC_EDIM), PS_ST_INVALID_ARGUMENT);
+    assert_int_equal(pc_err_to_grpc(PC_ENOTFOUND), PS_ST_NOT_FOUND);
+    assert_int_equal(pc_err_to_grpc(PC_ETOOBIG), PS_ST_RESOURCE_EXHAUSTED);
+    assert_int_equal(pc_err_to_grpc(PC_EWRONGSLOT), PS_ST_FAILED_PRECONDITION);
+    assert_int_equal(pc_err_to_grpc(PC_EIO), PS_ST_INTERNAL);
 }
 
 static void test_edge_requests(void **state) {
@@ -64,10 +64,13 @@ static void test_edge_requests(void **state) {
     /* Unknown method number, and Checkpoint without a checkpointer. */
     ps_api_call(&env, PS_API_NMETHODS, NULL, 0, &r);
     assert_int_equal(r.status, PS_ST_UNIMPLEMENTED);
+    assert_int_equal(r.err, PC_EUNSUPPORTED);
     ps_api_call(&env, PS_API_CHECKPOINT, NULL, 0, &r);
     assert_int_equal(r.status, PS_ST_FAILED_PRECONDITION);
+    assert_int_equal(r.err, PC_ESTATE);
     ps_api_call(&env, PS_API_GET_CLUSTER_MAP, NULL, 0, &r);
     assert_int_equal(r.status, PS_ST_UNAVAILABLE);
+    assert_int_equal(r.err, PC_EUNAVAIL);
     ps_catalog_destroy(c);
 }
 
@@ -318,6 +321,7 @@ static void test_restore(void **state) {
     q.id = 7;
     assert_int_equal(kv_call(&env, PS_API_RESTORE, &q.base, &r), PS_ST_FAILED_PRECONDITION);
     assert_non_null(strstr(r.msg, "cold tier"));
+    assert_int_equal(r.err, PC_ESTATE);
     q.id = 9;
     assert_int_equal(kv_call(&env, PS_API_RESTORE, &q.base, &r), PS_ST_NOT_FOUND);
     const uint8_t junk[] = {0xff, 0xff, 0xff};

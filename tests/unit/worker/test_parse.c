@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pc_error.h"
+#include "pc_feature.h"
 #include "pw_parse.h"
 
 static pw_sample_t g_s;
@@ -46,11 +47,11 @@ static void test_criteo(void **state) {
     assert_true(g_s.dense[0] == 0.0f);
     assert_true(g_s.dense[1] == (float)log1p(10.0));
     assert_true(g_s.dense[2] == 0.0f && g_s.dense[3] == 0.0f);
-    assert_true(g_s.keys[0] == pw_feature_key(0, 0x68fd1e64u));
-    assert_true(g_s.keys[1] == pw_feature_key(1, 0x68fd1e64u));
+    assert_true(g_s.keys[0] == pc_feature_key(0, 0x68fd1e64u));
+    assert_true(g_s.keys[1] == pc_feature_key(1, 0x68fd1e64u));
     assert_true(g_s.keys[0] != g_s.keys[1]); /* fields never share keys */
-    assert_true(g_s.keys[5] == pw_missing_key(5));
-    assert_true(g_s.keys[6] == pw_feature_key(6, 0xabcdef01u)); /* hex is case-blind */
+    assert_true(g_s.keys[5] == pc_missing_key(5));
+    assert_true(g_s.keys[6] == pc_feature_key(6, 0xabcdef01u)); /* hex is case-blind */
     /* CRLF and LF endings give the same sample. */
     char crlf[1100];
     snprintf(crlf, sizeof crlf, "%s\r\n", line);
@@ -96,14 +97,14 @@ static void test_libsvm_libffm(void **state) {
     assert_int_equal(parse(PW_FMT_LIBSVM, "+1 3:0.5 17:2 9:1e-3\n"), 0);
     assert_true(g_s.label == 1.0f);
     assert_int_equal(g_s.nkeys, 3);
-    assert_true(g_s.keys[1] == pw_feature_key(0, 17) && g_s.val[1] == 2.0f);
+    assert_true(g_s.keys[1] == pc_feature_key(0, 17) && g_s.val[1] == 2.0f);
     assert_int_equal(parse(PW_FMT_LIBSVM, "-1"), 0); /* no features */
     assert_true(g_s.label == 0.0f && g_s.nkeys == 0);
     assert_int_equal(parse(PW_FMT_LIBSVM, "0  5:1\t6:1  "), 0); /* extra blanks */
     assert_int_equal(g_s.nkeys, 2);
     assert_int_equal(parse(PW_FMT_LIBFFM, "1 0:5:1 3:5:0.25"), 0);
     assert_int_equal(g_s.nkeys, 2);
-    assert_true(g_s.keys[0] == pw_feature_key(0, 5) && g_s.keys[1] == pw_feature_key(3, 5));
+    assert_true(g_s.keys[0] == pc_feature_key(0, 5) && g_s.keys[1] == pc_feature_key(3, 5));
     assert_int_equal(g_s.field[1], 3);
     /* Malformed. */
     assert_int_equal(parse(PW_FMT_LIBSVM, "x 1:1"), PC_EPARSE);
@@ -190,7 +191,7 @@ static void test_csv_lines(void **state) {
     assert_int_equal(csv(&ml, "31,1,4.5,0"), 0); /* same value, other field: other key */
     assert_true(g_s.keys[0] != m31 && g_s.keys[1] != u1);
     assert_int_equal(csv(&ml, ",1,4.5,0"), 0); /* empty cat: the field's missing key */
-    assert_true(g_s.keys[0] == pw_missing_key(0));
+    assert_true(g_s.keys[0] == pc_missing_key(0));
     /* Wrong column counts, bad label. */
     assert_int_equal(csv(&ml, "1,31,2.5"), PC_EPARSE);
     assert_int_equal(csv(&ml, "1,31,2.5,1,9"), PC_EPARSE);

@@ -52,6 +52,7 @@ static int teardown(void **state) {
 static pw_train_result_t train(const char *model) {
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     snprintf(c.model, sizeof c.model, "%s", model);
     c.batch = 512;
     const char *tr[] = {g_train}, *te[] = {g_test};
@@ -81,6 +82,7 @@ static void test_models_learn(void **state) {
     /* Rows come from training keys only: evaluation reads, never inserts. */
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     c.batch = 512;
     const char *tr[] = {g_train};
     pw_train_result_t only;
@@ -104,6 +106,7 @@ static void test_device_memory_rule(void **state) {
         for (int k = 0; k < 2; k++) {
             pw_train_config_t c;
             pw_train_config_defaults(&c);
+            c.local_store = pw_emb_local_open;
             snprintf(c.model, sizeof c.model, "%s", models[i]);
             c.batch = 500;
             c.max_samples = 10000;
@@ -155,6 +158,7 @@ static void test_save_load(void **state) {
     snprintf(emb, sizeof emb, "%s/emb.rows", g_dir);
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     c.batch = 512;
     c.max_samples = 20000;
     snprintf(c.save_dense, sizeof c.save_dense, "%s", dense);
@@ -173,7 +177,7 @@ static void test_save_load(void **state) {
     pw_train_config_t d = c; /* loading a model of another shape fails clearly */
     d.save_dense[0] = d.export_embeddings[0] = '\0';
     snprintf(d.load_dense, sizeof d.load_dense, "%s", dense);
-    d.top[0] = 32;
+    snprintf(d.top, sizeof d.top, "32,64,1");
     pw_train_result_t b;
     assert_int_equal(pw_train_run(&d, PW_FMT_CRITEO, tr, 1, NULL, 0, &b), PC_EDIM);
 }
@@ -182,14 +186,17 @@ static void test_errors(void **state) {
     (void)state;
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     const char *tr[] = {g_train}, *missing[] = {"/nonexistent/data.tsv"};
     pw_train_result_t r;
     snprintf(c.model, sizeof c.model, "gbdt");
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, NULL, 0, &r), PC_EINVAL);
     pw_train_config_defaults(&c);
-    c.bottom[c.nbottom - 1] = 8; /* must end at dim 16 */
+    c.local_store = pw_emb_local_open;
+    snprintf(c.bottom, sizeof c.bottom, "64,8"); /* must end at dim 16 */
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, NULL, 0, &r), PC_EINVAL);
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, missing, 1, NULL, 0, &r), PC_EIO);
     c.max_samples = 5000; /* a budget stops training early */
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, NULL, 0, &r), 0);
@@ -201,6 +208,7 @@ static void test_reproducible(void **state) {
     (void)state;
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     c.max_samples = 20000;
     c.batch = 500;
     const char *tr[] = {g_train}, *te[] = {g_test};
@@ -218,6 +226,7 @@ static void test_periodic_eval(void **state) {
     (void)state;
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     c.max_samples = 30000;
     c.batch = 1000;
     c.eval_every = 10000;
@@ -267,11 +276,12 @@ static void test_pooled_fields(void **state) {
     for (int i = 0; i < 5; i++) {
         pw_train_config_t c;
         pw_train_config_defaults(&c);
+        c.local_store = pw_emb_local_open;
         snprintf(c.model, sizeof c.model, "%s", models[i]);
         c.batch = 128;
         c.epochs = 2;
         c.fields = 2;
-        c.mean_pooling = i == 4;
+        c.pooling = i == 4 ? PW_POOL_MEAN : PW_POOL_SUM;
         pw_train_result_t r;
         assert_int_equal(pw_train_run(&c, PW_FMT_LIBFFM, trp, 1, tep, 1, &r), 0);
         print_message("bags: %s%s AUC %.4f\n", models[i], i == 4 ? " (mean)" : "", r.auc);
@@ -280,6 +290,7 @@ static void test_pooled_fields(void **state) {
     /* A feature of a field beyond `fields` is refused, not read out of bounds. */
     pw_train_config_t c;
     pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
     c.fields = 1;
     pw_train_result_t r;
     assert_int_equal(pw_train_run(&c, PW_FMT_LIBFFM, trp, 1, NULL, 0, &r), PC_EINVAL);
@@ -333,11 +344,10 @@ static void test_movielens(void **state) {
     for (int i = 0; i < 2; i++) {
         pw_train_config_t c;
         pw_train_config_defaults(&c);
+        c.local_store = pw_emb_local_open;
         snprintf(c.model, sizeof c.model, "%s", models[i]);
         c.batch = 64;
-        assert_int_equal(
-            pw_csv_spec_parse("header=1,threshold=4,columns=cat:cat:label:skip", &c.csv, NULL, 0),
-            0);
+        snprintf(c.csv, sizeof c.csv, "header=1,threshold=4,columns=cat:cat:label:skip");
         pw_train_result_t r;
         assert_int_equal(pw_train_run(&c, PW_FMT_CSV, trp, 1, tep, 1, &r), 0);
         assert_int_equal(r.samples, ntr);

@@ -7,8 +7,10 @@
  * retried with exponential backoff up to `retries` times; on PC_EWRONGSLOT the client adopts the
  * server's newer map, reconnects as needed and resends the affected keys only.
  *
- * Errors are EmberPS codes (pc_error.h: negative ints): PC_ETIMEDOUT, PC_EUNAVAIL, PC_EAUTH,
- * PC_ENOTFOUND (no such table), PC_EDIM, PC_EINVAL, PC_ETOOBIG, PC_ENOSPC, ...
+ * Errors are negative ints from EmberPS's one error table (stable values): PC_ETIMEDOUT,
+ * PC_EUNAVAIL, PC_EAUTH, PC_ENOTFOUND (no such table), PC_EDIM, PC_EINVAL, PC_ETOOBIG, PC_ENOSPC,
+ * ... psc_err_name(rc) gives the name, psc_strerror(rc) the message. Inside the project the codes
+ * are pc_error.h's enum; this header stands alone (installed with libpsclient, nothing else).
  *
  * Thread rules: a client is thread-safe; any thread may start calls. Callbacks run on the
  * client's I/O thread: they must be short and must not wait for other calls of the same client.
@@ -16,6 +18,11 @@
  * call completes (callback ran or psc_wait returned); after a timeout the client no longer
  * touches them. A push that failed may have been applied on some servers (per-server parts are
  * independent); a push is never sent twice to a server that answered it.
+ *
+ * ABI: libpsclient.so.<PSC_VERSION_MAJOR> exports the psc_* functions below and nothing else.
+ * Any change that breaks a caller built against an older header (a function's signature, a
+ * public struct's layout, a removed function) raises PSC_VERSION_MAJOR, and with it the soname;
+ * added functions raise PSC_VERSION_MINOR. A binding checks psc_version() >> 16 at load time.
  */
 #ifndef EMBERPS_PSCLIENT_H
 #define EMBERPS_PSCLIENT_H
@@ -26,6 +33,30 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The one declaration of the library's version (CMake reads it for the soname). */
+#define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
+#define PSC_VERSION_MINOR 0
+#define PSC_VERSION_PATCH 0
+#define PSC_VERSION_HEX   ((PSC_VERSION_MAJOR << 16) | (PSC_VERSION_MINOR << 8) | PSC_VERSION_PATCH)
+
+/* Marks the exported functions (the shared library is built with hidden visibility). */
+#if defined(__GNUC__)
+#define PSC_EXTERN __attribute__((visibility("default")))
+#else
+#define PSC_EXTERN
+#endif
+
+/* The version of the library loaded at run time, as PSC_VERSION_HEX computes it. */
+PSC_EXTERN unsigned int psc_version(void);
+/* The same as "MAJOR.MINOR.PATCH"; static storage, never NULL. */
+PSC_EXTERN const char *psc_version_string(void);
+
+/* Message for an error code ("unknown error" for a value not in the table); name of a code
+ * ("PC_ETIMEDOUT"; "PC_OK" for 0, "PC_UNKNOWN" otherwise). Static storage, never NULL;
+ * thread-safe. */
+PSC_EXTERN const char *psc_strerror(int err);
+PSC_EXTERN const char *psc_err_name(int err);
 
 typedef struct psc psc_t;
 
@@ -39,21 +70,21 @@ typedef struct psc_opts {
 } psc_opts_t;
 
 /* Connect to every server of the map (and authenticate). */
-int psc_connect(const psc_opts_t *o, psc_t **out);
+PSC_EXTERN int psc_connect(const psc_opts_t *o, psc_t **out);
 /* Fail calls still running with PC_ECANCELED, close connections, free. NULL is a no-op. */
-void psc_close(psc_t *c);
+PSC_EXTERN void psc_close(psc_t *c);
 
 typedef struct psc_push_result {
     uint64_t applied, skipped_nonfinite, dropped_unadmitted;
 } psc_push_result_t;
 
 /* ---- blocking calls ---- */
-int psc_pull(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
-             float *rows);
-int psc_push(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
-             const float *grads, psc_push_result_t *res /* may be NULL */);
-int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
-               float *rows, uint8_t *found /* may be NULL */);
+PSC_EXTERN int psc_pull(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                        float *rows);
+PSC_EXTERN int psc_push(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                        const float *grads, psc_push_result_t *res /* may be NULL */);
+PSC_EXTERN int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
+                          float *rows, uint8_t *found /* may be NULL */);
 
 /* ---- asynchronous calls ----
  * Each returns 0 and a call id, or an error (nothing started). With `done` set, the callback
@@ -61,24 +92,25 @@ int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint
  * called exactly once. */
 typedef void (*psc_done_fn)(void *ctx, uint64_t id, int rc);
 
-int psc_pull_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
-                   float *rows, psc_done_fn done, void *ctx, uint64_t *id);
-int psc_push_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
-                   const float *grads, psc_push_result_t *res, psc_done_fn done, void *ctx,
-                   uint64_t *id);
-int psc_lookup_async(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
-                     float *rows, uint8_t *found, psc_done_fn done, void *ctx, uint64_t *id);
+PSC_EXTERN int psc_pull_async(psc_t *c, const char *table, const uint64_t *keys, size_t n,
+                              uint32_t dim, float *rows, psc_done_fn done, void *ctx, uint64_t *id);
+PSC_EXTERN int psc_push_async(psc_t *c, const char *table, const uint64_t *keys, size_t n,
+                              uint32_t dim, const float *grads, psc_push_result_t *res,
+                              psc_done_fn done, void *ctx, uint64_t *id);
+PSC_EXTERN int psc_lookup_async(psc_t *c, const char *table, const uint64_t *keys, size_t n,
+                                uint32_t dim, float *rows, uint8_t *found, psc_done_fn done,
+                                void *ctx, uint64_t *id);
 
 /* Wait for call `id` (started without a callback) and return its result. */
-int psc_wait(psc_t *c, uint64_t id);
+PSC_EXTERN int psc_wait(psc_t *c, uint64_t id);
 
 /* The cluster map the client uses now, as text (snprintf-like return). */
-size_t psc_map_text(psc_t *c, char *buf, size_t cap);
+PSC_EXTERN size_t psc_map_text(psc_t *c, char *buf, size_t cap);
 
 typedef struct psc_stats {
     uint64_t calls, retries, map_refreshes, reconnects, timeouts;
 } psc_stats_t;
-void psc_stats(psc_t *c, psc_stats_t *out);
+PSC_EXTERN void psc_stats(psc_t *c, psc_stats_t *out);
 
 #ifdef __cplusplus
 }

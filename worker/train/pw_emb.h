@@ -1,0 +1,79 @@
+/* pw_emb.h: the worker's embedding store: where a batch's rows come from and its gradients go.
+ *
+ * Two implementations behind one table of functions: remote (the ps-servers, through
+ * libpsclient: pw_emb_remote.c) and local (an in-process ps_table for `ps-worker --local`:
+ * pw_emb_local.c, in its own library, the only worker file that includes server headers). The
+ * trainer calls only this header.
+ *
+ * DESIGN
+ * - Asynchronous by contract: pull_async / push_async return 0 once the call is started and
+ *   report its end through the callback (from any thread: libpsclient's I/O thread for remote);
+ *   or return an error and start nothing. A store whose calls end before they return
+ *   (`synchronous`: the local one) runs its callbacks in the caller's thread, and the trainer
+ *   then needs no scheduler thread and no pipelining.
+ * - Rows are dim floats each, in the caller's key order. Pulls of missing keys give their initial
+ *   rows (and insert them); lookups never insert. A push applies the summed gradient of each key
+ *   with the store's optimizer. Errors: PC_EUNAVAIL / PC_ETIMEDOUT (a server down: the caller
+ *   may try again), PC_EDIM, PC_ENOTFOUND (no such table), PC_ENOMEM.
+ * - Buffers are borrowed until the callback ran (blocking calls: until they return).
+ *
+ * Thread rule: calls from one thread at a time (the trainer's); callbacks from any thread.
+ */
+#ifndef PW_EMB_H
+#define PW_EMB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pw_emb pw_emb_t;
+typedef void (*pw_emb_done_fn)(void *ctx, int rc);
+
+typedef struct pw_emb_ops {
+    const char *name; /* "remote", "local" */
+    bool synchronous; /* calls end (callback run) before they return */
+    int (*pull_async)(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows, pw_emb_done_fn done,
+                      void *ctx);
+    int (*push_async)(pw_emb_t *e, const uint64_t *keys, size_t n, const float *grads,
+                      pw_emb_done_fn done, void *ctx);
+    int (*lookup)(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows); /* blocking */
+    /* Connections lost and made again so far (a server may have restarted); 0 for local. */
+    uint64_t (*reconnects)(pw_emb_t *e);
+    /* Rows held (local), 0 when unknown. */
+    uint64_t (*rows)(pw_emb_t *e);
+    /* Write the table with its optimizer state to a row file (ps_ckpt.h's export), or NULL:
+     * the store cannot (remote: export the servers' tables with a checkpoint). */
+    int (*export_rows)(pw_emb_t *e, const char *path);
+    void (*close)(pw_emb_t *e);
+} pw_emb_ops_t;
+
+struct pw_emb {
+    const pw_emb_ops_t *ops;
+    int dim;
+};
+
+typedef struct pw_emb_opts {
+    int dim;        /* row width */
+    int timeout_ms; /* remote: every call */
+    /* remote */
+    const char *servers; /* a cluster map text, or host:port of any server */
+    const char *table;   /* the servers' table (created there with this dim) */
+    /* local */
+    const char *table_spec; /* ps_table settings ("optimizer=adagrad,lr=0.05,..."), dim added */
+    uint64_t seed;          /* the table's initial rows */
+    bool zero_rows;         /* rows start at zero (overrides the spec's init) */
+} pw_emb_opts_t;
+
+typedef int (*pw_emb_open_fn)(const pw_emb_opts_t *o, pw_emb_t **out);
+
+/* The servers of o->servers, table o->table. PC_EUNAVAIL (logged), PC_EINVAL, PC_ENOMEM. */
+int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out);
+/* An in-process table (ember_worker_local). PC_EINVAL for bad settings (logged), PC_ENOMEM. */
+int pw_emb_local_open(const pw_emb_opts_t *o, pw_emb_t **out);
+
+static inline void pw_emb_close(pw_emb_t *e) {
+    if (e)
+        e->ops->close(e);
+}
+
+#endif

@@ -1,0 +1,111 @@
+/* pw_emb_remote.c: the embedding store on the ps-servers (pw_emb.h), through libpsclient. Every
+ * call is libpsclient's asynchronous one; the client's I/O thread runs the callbacks. */
+#include "pw_emb.h"
+
+#include "emberps/psclient.h"
+#include "pc_error.h"
+#include "pc_log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct remote {
+    pw_emb_t base;
+    psc_t *ps;
+    char table[64];
+} remote_t;
+
+/* libpsclient's callback -> the store's (ctx: the caller's done and ctx). */
+typedef struct call {
+    pw_emb_done_fn done;
+    void *ctx;
+} call_t;
+
+static void call_done(void *ctx, uint64_t id, int rc) {
+    (void)id;
+    call_t c = *(call_t *)ctx;
+    free(ctx);
+    c.done(c.ctx, rc);
+}
+
+static call_t *call_new(pw_emb_done_fn done, void *ctx) {
+    call_t *c = malloc(sizeof *c);
+    if (c)
+        *c = (call_t){done, ctx};
+    return c;
+}
+
+static int r_pull_async(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows,
+                        pw_emb_done_fn done, void *ctx) {
+    remote_t *r = (remote_t *)e;
+    call_t *c = call_new(done, ctx);
+    if (!c)
+        return PC_ENOMEM;
+    uint64_t id;
+    int rc = psc_pull_async(r->ps, r->table, keys, n, (uint32_t)e->dim, rows, call_done, c, &id);
+    if (rc)
+        free(c);
+    return rc;
+}
+
+static int r_push_async(pw_emb_t *e, const uint64_t *keys, size_t n, const float *grads,
+                        pw_emb_done_fn done, void *ctx) {
+    remote_t *r = (remote_t *)e;
+    call_t *c = call_new(done, ctx);
+    if (!c)
+        return PC_ENOMEM;
+    uint64_t id;
+    int rc =
+        psc_push_async(r->ps, r->table, keys, n, (uint32_t)e->dim, grads, NULL, call_done, c, &id);
+    if (rc)
+        free(c);
+    return rc;
+}
+
+static int r_lookup(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows) {
+    remote_t *r = (remote_t *)e;
+    return psc_lookup(r->ps, r->table, keys, n, (uint32_t)e->dim, rows, NULL);
+}
+
+static uint64_t r_reconnects(pw_emb_t *e) {
+    psc_stats_t st;
+    psc_stats(((remote_t *)e)->ps, &st);
+    return st.reconnects;
+}
+
+static uint64_t r_rows(pw_emb_t *e) {
+    (void)e;
+    return 0;
+}
+
+static void r_close(pw_emb_t *e) {
+    psc_close(((remote_t *)e)->ps);
+    free(e);
+}
+
+static const pw_emb_ops_t k_remote = {.name = "remote",
+                                      .pull_async = r_pull_async,
+                                      .push_async = r_push_async,
+                                      .lookup = r_lookup,
+                                      .reconnects = r_reconnects,
+                                      .rows = r_rows,
+                                      .close = r_close};
+
+int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
+    if (!o->servers || !o->table || o->dim < 1)
+        return PC_EINVAL;
+    remote_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return PC_ENOMEM;
+    r->base = (pw_emb_t){.ops = &k_remote, .dim = o->dim};
+    snprintf(r->table, sizeof r->table, "%s", o->table);
+    psc_opts_t po = {.servers = o->servers, .timeout_ms = o->timeout_ms};
+    int rc = psc_connect(&po, &r->ps);
+    if (rc) {
+        PC_ERROR("train: cannot reach the servers (%s): %s", o->servers, pc_strerror(rc));
+        free(r);
+        return rc;
+    }
+    *out = &r->base;
+    return 0;
+}

@@ -1,0 +1,459 @@
+/* pw_pipeline.c: the trainer's pipeline: pulls ahead, chunked pushes and dense rounds, every one
+ * a scheduler job (pw_sched.h), in priority order: pulls first, then the dense allreduce chunks
+ * (the layers the next forward needs first), then pushes.
+ *
+ * DESIGN (the rings: pw_train_int.h)
+ * - Sizes: stale = the rounds a step may run ahead (sync 0, ssp S, async the window), ahead =
+ *   batches pulled ahead (at most stale). A slot is refilled only once its round is done:
+ *   stale + ahead + 2 slots never wait for that. A synchronous store (local) has no scheduler
+ *   thread: stale 0, and every job runs in the caller at submit.
+ * - Gates: the pull of step t waits for round t - stale - 1 (its marker: every worker's pushes of
+ *   that step applied, in sync); the marker of a round waits for its slot's pushes (not async).
+ * - Failures: a pull or lookup that finds a server down is tried again every 200 ms for up to
+ *   server_retry_ms; a push cut short by a server failure is not sent again (lost_pushes); a
+ *   failed collective marks the group broken (coll_broken), the rest of the ordered lane fails at
+ *   once, and the loop re-forms the group (pw_recover.c).
+ * - Threads: run_* functions run on the scheduler's threads (the ordered lane's, or the dispatch
+ *   thread that starts store calls); they touch only their job's slot or round and the atomics.
+ */
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_time.h"
+#include "pw_train_int.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PRIO_PULL = 0, PRIO_DENSE = 1, PRIO_PUSH = 1 << 20 };
+
+bool pw__dflat(const trainer_t *t) {
+    return t->grp && t->be->dcoll;
+}
+
+static bool transient(int rc) {
+    return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT;
+}
+
+/* ---- reads that wait for servers ---- */
+
+bool pw__server_retry(trainer_t *t, int rc, uint64_t t0) {
+    if (!transient(rc) || pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms) {
+        if (!rc && t->waiting_servers)
+            PC_WARN("train: the servers answer again");
+        t->waiting_servers = t->waiting_servers && rc;
+        return false;
+    }
+    if (!t->waiting_servers)
+        PC_WARN("train: servers unavailable (%s); waiting up to %lld ms", pc_strerror(rc),
+                (long long)t->c->server_retry_ms);
+    t->waiting_servers = true;
+    pc_time_sleep_ms(200);
+    return true;
+}
+
+int pw__lookup(trainer_t *t, const uint64_t *keys, size_t n, float *rows) {
+    const uint64_t t0 = pc_time_mono_ns();
+    int rc;
+    do
+        rc = t->emb->ops->lookup(t->emb, keys, n, rows);
+    while (pw__server_retry(t, rc, t0));
+    return rc;
+}
+
+/* ---- jobs ---- */
+
+static void job_done(void *ctx, int rc) {
+    pw_sched_complete(ctx, rc);
+}
+
+static int run_pull(pw_job_t *j) {
+    slot_t *s = j->ctx;
+    pw_emb_t *e = s->t->emb;
+    return e->ops->pull_async(e, s->ukeys, s->nu, s->urows, job_done, j);
+}
+
+/* A push that a server failure cut short is not sent again: the servers that answered applied
+ * their part; a restarted server lost it anyway (and all since its checkpoint). */
+static void push_done(void *ctx, int rc) {
+    pchunk_t *p = ctx;
+    if (transient(rc)) {
+        PC_WARN("train: a push failed (%s); its part on the failed server is lost",
+                pc_strerror(rc));
+        atomic_fetch_add(&p->s->t->lost_pushes, 1);
+        rc = 0;
+    }
+    pw_sched_complete(&p->job, rc);
+}
+
+static int run_push(pw_job_t *j) {
+    pchunk_t *p = (pchunk_t *)j;
+    pw_emb_t *e = p->s->t->emb;
+    const size_t d = (size_t)e->dim;
+    return e->ops->push_async(e, p->s->ukeys + p->off, p->n, p->s->ugrads + p->off * d, push_done,
+                              p);
+}
+
+/* A collective of the ordered lane; after one failed, the group is broken: the rest fail at
+ * once (until the group is re-formed). */
+static int coll_sum(trainer_t *t, float *buf, size_t n) {
+    if (atomic_load(&t->coll_broken))
+        return PC_ECANCELED;
+    int rc = pw__dflat(t) ? t->be->dcoll->allreduce_sum(t->dcoll, buf, n)
+                          : pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
+    if (rc)
+        atomic_store(&t->coll_broken, true);
+    return rc;
+}
+
+static int run_dense(pw_job_t *j) {
+    dchunk_t *c = (dchunk_t *)j;
+    return coll_sum(c->r->t, c->r->flat + c->off, c->n);
+}
+
+void pw__log_step(trainer_t *t, uint64_t round, const char *what) {
+    if (t->step_log)
+        fprintf(t->step_log, "%d %" PRIu64 " %s %" PRIu64 "\n", (int)t->c->rank, round, what,
+                pc_time_mono_ns());
+}
+
+static int run_mark(pw_job_t *j) {
+    round_t *r = j->ctx;
+    trainer_t *t = r->t;
+    int rc = 0;
+    for (size_t i = 0; r->slot && i < r->slot->npush; i++) {
+        int prc = pw_sched_wait(t->sched, &r->slot->push[i].job);
+        rc = rc ? rc : prc;
+    }
+    pw__log_step(t, r->id, "end");
+    if (!rc && t->grp)
+        rc = coll_sum(t, r->flat + t->nflat - 1, 1);
+    return rc;
+}
+
+/* ---- set-up ---- */
+
+int pw__pipeline_init(trainer_t *t) {
+    const pw_train_config_t *c = t->c;
+    const pw_linear_t *layers = t->model->params;
+    const int nlayers = t->model->nparams;
+    t->stale = t->staleness == PW_ASYNC ? (int)c->async_window : t->staleness;
+    if (t->emb->ops->synchronous)
+        t->stale = 0; /* one thread: nothing runs ahead */
+    t->ahead = c->pull_ahead < t->stale ? (int)c->pull_ahead : t->stale;
+    if (t->ahead < 0)
+        t->ahead = 0;
+    t->nslots = t->stale + t->ahead + 2;
+    t->nrounds = t->stale + 2;
+    t->slots = calloc((size_t)t->nslots, sizeof *t->slots);
+    t->rounds = calloc((size_t)t->nrounds, sizeof *t->rounds);
+    const size_t cf = ((size_t)c->chunk_kib << 10) / sizeof(float);
+    size_t nplan = 0;
+    for (int i = 0; i < nlayers; i++) {
+        const size_t n = (size_t)layers[i].in * layers[i].out + (size_t)layers[i].out;
+        nplan += (n + cf - 1) / cf;
+        t->nflat += n;
+    }
+    t->nflat++; /* the has-batch flag */
+    t->plan = calloc(nplan ? nplan : 1, sizeof *t->plan);
+    if (!t->slots || !t->rounds || !t->plan)
+        return PC_ENOMEM;
+    size_t k = 0;
+    for (int i = 0; i < nlayers; i++) {
+        const size_t n = (size_t)layers[i].in * layers[i].out + (size_t)layers[i].out;
+        for (size_t o = 0; o < n; o += cf) {
+            dchunk_t *d = &t->plan[t->nplan++];
+            d->off = k + o;
+            d->n = n - o < cf ? n - o : cf;
+            d->job.prio = PRIO_DENSE + i;
+        }
+        k += n;
+    }
+    for (int i = 0; i < t->nslots; i++)
+        t->slots[i].t = t;
+    for (int i = 0; i < t->nrounds; i++) {
+        round_t *r = &t->rounds[i];
+        r->t = t;
+        if (!t->grp)
+            continue;
+        r->flat = pw__dflat(t) ? t->be->alloc(t->be, t->nflat * sizeof(float))
+                               : calloc(t->nflat, sizeof(float));
+        r->chunks = calloc((size_t)t->nplan, sizeof *r->chunks);
+        if (!r->flat || !r->chunks)
+            return PC_ENOMEM;
+    }
+    if (c->step_log[0] && !(t->step_log = fopen(c->step_log, "a"))) {
+        PC_ERROR("train: cannot open the step log %s", c->step_log);
+        return PC_EIO;
+    }
+    if (t->step_log)
+        setvbuf(t->step_log, NULL, _IOLBF, 0);
+    if (t->emb->ops->synchronous)
+        return 0;
+    pw_sched_opts_t so = {.credit_bytes = (size_t)c->credit_kib << 10,
+                          .fifo = c->order == PW_ORDER_FIFO};
+    return pw_sched_create(&so, &t->sched);
+}
+
+static void slot_free(pw_backend_t *be, slot_t *s) {
+    void *const host[] = {s->b.labels,  s->b.dense, s->b.keys, s->b.fields, s->b.vals,
+                          s->b.key_off, s->ukeys,   s->inv,    s->urows,    s->ugrads};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        be->host_free(be, host[i]);
+    free(s->push);
+}
+
+void pw__pipeline_free(trainer_t *t) {
+    pw_backend_t *be = t->be;
+    pw_sched_destroy(t->sched); /* first: its jobs use the slots, rounds and store */
+    for (int i = 0; t->slots && i < t->nslots; i++)
+        slot_free(be, &t->slots[i]);
+    free(t->slots);
+    for (int i = 0; t->rounds && i < t->nrounds; i++) {
+        if (pw__dflat(t))
+            be->free(be, t->rounds[i].flat);
+        else
+            free(t->rounds[i].flat);
+        free(t->rounds[i].chunks);
+    }
+    free(t->rounds);
+    free(t->plan);
+    if (t->step_log)
+        fclose(t->step_log);
+}
+
+/* ---- slots ---- */
+
+/* Arrays p[0..n) (element sizes es[]) that share the capacity *cap grow together to hold
+ * need elements; *cap changes only when all grew (after a failure the next call grows again).
+ * With a backend they are its host memory (pinned on a GPU: what the device copies from and
+ * to), and their contents are not kept; without, realloc keeps them. */
+static int grow(pw_backend_t *be, size_t *cap, size_t need, int n, void **const p[],
+                const size_t es[]) {
+    if (need <= *cap)
+        return 0;
+    const size_t c = need + need / 2;
+    for (int i = 0; i < n; i++) {
+        void *q = be ? be->host_alloc(be, c * es[i]) : realloc(*p[i], c * es[i]);
+        if (!q)
+            return PC_ENOMEM;
+        if (be)
+            be->host_free(be, *p[i]);
+        *p[i] = q;
+    }
+    *cap = c;
+    return 0;
+}
+
+int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
+    const size_t n = b->n, nk = b->key_off[n], nd = b->ndense;
+    void **const per_sample[] = {(void **)&s->b.labels, (void **)&s->b.key_off};
+    const size_t ps_size[] = {sizeof(float), sizeof(size_t)};
+    void **const per_key[] = {(void **)&s->b.keys, (void **)&s->b.fields, (void **)&s->b.vals,
+                              (void **)&s->inv, (void **)&s->ukeys};
+    const size_t pk_size[] = {sizeof(uint64_t), sizeof(uint16_t), sizeof(float), sizeof(uint32_t),
+                              sizeof(uint64_t)};
+    void **const dense[] = {(void **)&s->b.dense};
+    const size_t d_size[] = {sizeof(float)};
+    pw_backend_t *be = t->be; /* the slot's arrays are what the device copies from */
+    int rc = grow(be, &s->ncap, n + 1, 2, per_sample, ps_size);
+    if (!rc)
+        rc = grow(be, &s->dcap, n * nd + 1, 1, dense, d_size);
+    if (!rc)
+        rc = grow(be, &s->kcap, nk + 1, 5, per_key, pk_size);
+    if (rc)
+        return rc;
+    s->b.n = n;
+    s->b.ndense = nd;
+    s->b.lines = b->lines;
+    memcpy(s->b.labels, b->labels, n * sizeof(float));
+    memcpy(s->b.dense, b->dense, n * nd * sizeof(float));
+    memcpy(s->b.key_off, b->key_off, (n + 1) * sizeof(size_t));
+    memcpy(s->b.keys, b->keys, nk * sizeof(uint64_t));
+    memcpy(s->b.fields, b->fields, nk * sizeof(uint16_t));
+    memcpy(s->b.vals, b->vals, nk * sizeof(float));
+    if ((rc = pw_unique(&t->uniq, s->b.keys, nk, s->ukeys, s->inv, &s->nu)))
+        return rc;
+    void **const rows[] = {(void **)&s->urows, (void **)&s->ugrads};
+    const size_t r_size[] = {sizeof(float), sizeof(float)};
+    return grow(be, &s->ucap, s->nu * (size_t)t->emb->dim + 1, 2, rows, r_size);
+}
+
+static round_t *round_of(trainer_t *t, uint64_t id) {
+    return &t->rounds[id % (uint64_t)t->nrounds];
+}
+
+void pw__slot_pull(trainer_t *t, slot_t *s) {
+    s->staged = false;
+    pw_sched_reset(&s->pull);
+    s->pull.cls = PW_JOB_PULL;
+    s->pull.prio = PRIO_PULL;
+    s->pull.bytes = s->nu * (sizeof(uint64_t) + (size_t)t->emb->dim * sizeof(float));
+    s->pull.run = run_pull;
+    s->pull.ctx = s;
+    const uint64_t gate = s->round - (uint64_t)t->stale - 1;
+    if (s->round >= (uint64_t)t->stale + 1 && gate >= t->applied)
+        s->pull.after = &round_of(t, gate)->mark;
+    pw_sched_submit(t->sched, &s->pull);
+}
+
+int pw__slot_rows(trainer_t *t, slot_t *s) {
+    const uint64_t t0 = pc_time_mono_ns();
+    int rc;
+    while (pw__server_retry(t, rc = pw_sched_wait(t->sched, &s->pull), t0))
+        pw__slot_pull(t, s); /* its gate is done: waited for before */
+    t->pull_wait_s += pc_time_sec_since(t0);
+    return rc;
+}
+
+int pw__slot_stage(trainer_t *t, slot_t *s) {
+    pw_step_input_t in = {.b = &s->b, .inv = s->inv, .nu = s->nu, .urows = s->urows};
+    int rc = pw_step_stage(t->st, (int)(s->round & 1), &in);
+    s->staged = rc == 0;
+    return rc;
+}
+
+int pw__slot_push(trainer_t *t, slot_t *s) {
+    const size_t d = (size_t)t->emb->dim, row = sizeof(uint64_t) + d * sizeof(float);
+    const size_t chunk = (size_t)t->c->chunk_kib << 10, per = chunk / row ? chunk / row : 1;
+    const size_t n = s->nu ? (s->nu + per - 1) / per : 0;
+    void **const push[] = {(void **)&s->push};
+    const size_t p_size[] = {sizeof *s->push};
+    int rc = grow(NULL, &s->pcap, n ? n : 1, 1, push, p_size);
+    if (rc)
+        return rc;
+    s->npush = n;
+    for (size_t i = 0; i < n; i++) {
+        pchunk_t *p = &s->push[i]; /* grown by realloc: every field of the job set here */
+        p->job =
+            (pw_job_t){.cls = PW_JOB_PUSH, .ordered = false, .prio = PRIO_PUSH, .run = run_push};
+        pw_sched_reset(&p->job);
+        p->s = s;
+        p->off = i * per;
+        p->n = s->nu - p->off < per ? s->nu - p->off : per;
+        p->job.bytes = p->n * row;
+        pw_sched_submit(t->sched, &p->job);
+    }
+    return 0;
+}
+
+/* ---- rounds ---- */
+
+/* Copies between the rounds' flat buffers and the layers: device to device (dflat), else
+ * download (pack) / upload. */
+typedef void (*move_fn)(pw_backend_t *, void *, const void *, size_t);
+
+void pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
+    round_t *r = round_of(t, t->next_round);
+    r->id = t->next_round++;
+    r->has_pos = s != NULL;
+    r->pos = s ? s->pos : 0;
+    r->slot = t->staleness == PW_ASYNC ? NULL : s;
+    if (t->grp) {
+        pw_backend_t *be = t->be;
+        const bool dev = pw__dflat(t);
+        const move_fn out = dev ? be->copy : be->download;
+        size_t k = 0;
+        for (int i = 0; i < t->model->nparams && had_batch; i++) {
+            const pw_linear_t *l = &t->model->params[i];
+            const size_t nw = (size_t)l->in * l->out;
+            out(be, r->flat + k, l->dw, nw * sizeof(float));
+            out(be, r->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
+            k += nw + (size_t)l->out;
+        }
+        const float flag = had_batch ? 1.0f : 0.0f;
+        if (dev) { /* the collective reads the buffer from another thread: complete it */
+            if (!had_batch)
+                be->zero(be, r->flat, (t->nflat - 1) * sizeof(float));
+            be->fill(be, 1, flag, r->flat + t->nflat - 1);
+            be->sync(be);
+        } else {
+            if (!had_batch)
+                memset(r->flat, 0, (t->nflat - 1) * sizeof(float));
+            r->flat[t->nflat - 1] = flag;
+        }
+        for (int i = 0; i < t->nplan; i++) {
+            dchunk_t *c = &r->chunks[i];
+            pw_sched_reset(&c->job);
+            c->job.cls = PW_JOB_DENSE;
+            c->job.ordered = true;
+            c->job.prio = t->plan[i].job.prio;
+            c->job.bytes = t->plan[i].n * sizeof(float);
+            c->job.run = run_dense;
+            c->r = r;
+            c->off = t->plan[i].off;
+            c->n = t->plan[i].n;
+            pw_sched_submit(t->sched, &c->job);
+        }
+    }
+    pw_sched_reset(&r->mark);
+    r->mark.cls = PW_JOB_MARK;
+    r->mark.ordered = true;
+    r->mark.prio = PRIO_DENSE + t->model->nparams;
+    r->mark.bytes = sizeof(float);
+    r->mark.run = run_mark;
+    r->mark.ctx = r;
+    pw_sched_submit(t->sched, &r->mark);
+}
+
+void pw__apply_dense(trainer_t *t) {
+    pw_step_apply(t->st);
+    t->step++;
+}
+
+/* The group's mean gradients of round r into the layers, and the dense step. *stop when no
+ * worker had a batch. */
+static void round_apply(trainer_t *t, round_t *r, bool *stop) {
+    pw_backend_t *be = t->be;
+    const bool dev = pw__dflat(t);
+    const move_fn in = dev ? be->copy : be->upload;
+    float active = 0;
+    if (dev)
+        be->download(be, &active, r->flat + t->nflat - 1, sizeof active);
+    else
+        active = r->flat[t->nflat - 1];
+    if (active <= 0) {
+        *stop = true;
+        return;
+    }
+    if (dev) /* the mean over the active workers */
+        be->scale(be, t->nflat - 1, 1.0f / active, r->flat);
+    else
+        for (size_t j = 0; j + 1 < t->nflat; j++)
+            r->flat[j] /= active;
+    size_t k = 0;
+    for (int i = 0; i < t->model->nparams; i++) {
+        pw_linear_t *l = &t->model->params[i];
+        const size_t nw = (size_t)l->in * l->out;
+        in(be, l->dw, r->flat + k, nw * sizeof(float));
+        in(be, l->db, r->flat + k + nw, (size_t)l->out * sizeof(float));
+        k += nw + (size_t)l->out;
+    }
+    pw__apply_dense(t);
+}
+
+int pw__apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *stop) {
+    while (t->applied < t->next_round) {
+        round_t *r = round_of(t, t->applied);
+        if (!wait_all && (int64_t)t->applied > wait_upto && !pw_sched_done(t->sched, &r->mark))
+            break;
+        int rc = pw_sched_wait(t->sched, &r->mark);
+        for (int i = 0; t->grp && i < t->nplan; i++) {
+            const int crc = pw_sched_wait(t->sched, &r->chunks[i].job);
+            rc = rc ? rc : crc;
+        }
+        if (rc)
+            return rc;
+        if (t->grp) {
+            round_apply(t, r, stop);
+            if (*stop)
+                return 0;
+        }
+        if (r->has_pos) {
+            t->done_pos = r->pos;
+            t->pos_dirty = true;
+        }
+        t->applied++;
+    }
+    return 0;
+}

@@ -1,0 +1,412 @@
+/* pw_recover.c: the trainer's recovery: one dense state for the group, job rollback, coordinated
+ * checkpoints and reader positions.
+ *
+ * DESIGN
+ * - Dense state: the model's parameters, the step's optimizer state and the step count, packed
+ *   as floats (dense_state) for the allreduce that hands it to a (re)formed group and for the
+ *   checkpoint files. Counts travel as two floats each, exact below 2^48.
+ * - Agreement (agree), after every formation of the group: the device allreduce (NCCL) formed
+ *   for the generation, one dense state (the member with the most steps gives it, sync_state),
+ *   then a job rollback when any member asks for one (rollback_agree). A member failing during
+ *   the agreement makes the group form again (regroup); errors no re-formation cures (fatal) end
+ *   the job.
+ * - Positions: after every applied step a worker records its reader position at the coordinator
+ *   (save_position); a restarted worker reads on from there, a checkpoint records every rank's.
+ * - Rollback (rollback_on_server_loss): a reconnect of the store means a server may have
+ *   restarted from its own last checkpoint; the worker proposes a new generation, and in it the
+ *   group restores the servers and itself to the latest coordinated checkpoint.
+ * - Threads: the training thread's; the ordered lane is stopped before a re-formation.
+ */
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_time.h"
+#include "pw_jobckpt.h"
+#include "pw_train_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int pw__group_join(trainer_t *t) {
+    const pw_train_config_t *c = t->c;
+    pw_group_opts_t go = {.coordinator = c->coordinator,
+                          .job = c->job,
+                          .host = c->host,
+                          .rank = (int)c->rank,
+                          .world = (int)c->world,
+                          .timeout_ms = (int)c->timeout_ms,
+                          .rejoin_timeout_ms = (int)c->rejoin_timeout_ms,
+                          .lease_ms = (int)c->lease_ms,
+                          .shrink = c->on_worker_loss == PW_WORKER_LOSS_SHRINK};
+    int rc = pw_group_join(&go, &t->grp);
+    if (rc)
+        PC_ERROR("train: the worker group did not form (job %s at %s): %s", c->job, c->coordinator,
+                 pc_strerror(rc));
+    return rc;
+}
+
+/* ---- the dense state ---- */
+
+/* A step count as two floats, exact below 2^48. */
+static void u64_put(float *f, uint64_t v) {
+    f[0] = (float)(v >> 24);
+    f[1] = (float)(v & 0xffffff);
+}
+
+static uint64_t u64_get(const float *f) {
+    return ((uint64_t)f[0] << 24) | (uint64_t)f[1];
+}
+
+/* n floats at device p into buf + *k (pack) or back; *k advances either way (buf NULL:
+ * counting). */
+static void move(pw_backend_t *be, float *buf, size_t *k, float *p, size_t n, bool pack) {
+    if (buf && n && pack)
+        be->download(be, buf + *k, p, n * sizeof(float));
+    else if (buf && n)
+        be->upload(be, p, buf + *k, n * sizeof(float));
+    *k += n;
+}
+
+/* The dense state as floats (weights, biases, optimizer state, the step count): the count, and
+ * with buf, packed into it (pack) or taken from it. */
+static size_t dense_state(trainer_t *t, float *buf, bool pack) {
+    size_t k = 0;
+    for (int i = 0; i < t->model->nparams; i++) {
+        pw_linear_t *l = &t->model->params[i];
+        move(t->be, buf, &k, l->w, (size_t)l->in * l->out, pack);
+        move(t->be, buf, &k, l->b, (size_t)l->out, pack);
+    }
+    int nopt;
+    pw_opt_t *opt = pw_step_opts(t->st, &nopt);
+    for (int i = 0; i < nopt; i++) {
+        pw_opt_t *o = &opt[i];
+        if (o->s1)
+            move(t->be, buf, &k, o->s1, o->n, pack);
+        if (o->s2)
+            move(t->be, buf, &k, o->s2, o->n, pack);
+        if (buf && pack)
+            u64_put(buf + k, o->t);
+        else if (buf)
+            o->t = u64_get(buf + k);
+        k += 2;
+    }
+    if (buf && pack)
+        u64_put(buf + k, t->step);
+    else if (buf)
+        t->step = u64_get(buf + k);
+    return k + 2;
+}
+
+/* After the group (re)formed: every member takes the dense state of the member with the most
+ * steps among those that have trained state (ties: the lowest group rank), by an allreduce in
+ * which the others contribute zeros. Members that restarted have none; when no member has any
+ * (the whole job restarted), each keeps its initial model. Members whose dense state differs in
+ * size (another model) get PC_EDIM. */
+static int sync_state(trainer_t *t) {
+    const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
+    pw_coll_t *coll = pw_group_coll(t->grp);
+    const size_t len = dense_state(t, NULL, false);
+    float *info = calloc((size_t)n * 4, sizeof *info); /* per member: steps + 1, state size */
+    if (!info)
+        return PC_ENOMEM;
+    u64_put(info + 4 * me, t->has_state ? t->step + 1 : 0);
+    u64_put(info + 4 * me + 2, len);
+    int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * 4);
+    int src = -1;
+    uint64_t best = 0;
+    for (int i = 0; !rc && i < n; i++) {
+        if (u64_get(info + 4 * i + 2) != len) {
+            PC_ERROR("train: group member %d has a dense model of another size: not the same "
+                     "model settings",
+                     i);
+            rc = PC_EDIM;
+        } else if (u64_get(info + 4 * i) > best) {
+            best = u64_get(info + 4 * i), src = i;
+        }
+    }
+    free(info);
+    if (rc || src < 0)
+        return rc;
+    float *buf = calloc(len, sizeof *buf);
+    if (!buf)
+        return PC_ENOMEM;
+    if (me == src)
+        dense_state(t, buf, true);
+    if (!(rc = pw_coll_allreduce_sum(coll, buf, len)) && me != src)
+        dense_state(t, buf, false);
+    free(buf);
+    if (!rc) {
+        t->has_state = true;
+        PC_INFO("train: group generation %llu: %d worker(s) at step %llu (state of member %d)",
+                (unsigned long long)pw_group_gen(t->grp), n, (unsigned long long)t->step, src);
+    }
+    return rc;
+}
+
+/* Errors of the agreement that re-forming the group cannot cure. */
+static bool fatal(int rc) {
+    return rc == PC_ENOMEM || rc == PC_EDIM || rc == PC_EINVAL || rc == PC_EIO;
+}
+
+/* How long members wait for rank 0 calling every server (checkpoint, restore). */
+static int servers_wait_ms(const pw_train_config_t *c) {
+    int nservers = 1;
+    for (const char *p = c->server_grpc; *p; p++)
+        nservers += *p == ',';
+    return (int)c->timeout_ms * (nservers + 1);
+}
+
+/* The latest coordinated checkpoint of ckpt_dir: its manifest and dense state (*ck and *state
+ * malloc'ed, NULL on errors), checked against this job's world. Errors are logged. */
+static int latest_checkpoint(trainer_t *t, pw_jobckpt_t **ck, float **state) {
+    const size_t n = dense_state(t, NULL, false);
+    *ck = calloc(1, sizeof **ck);
+    *state = malloc(n * sizeof **state);
+    int rc = *ck && *state ? pw_jobckpt_read_latest(t->c->ckpt_dir, *ck, *state, n) : PC_ENOMEM;
+    if (!rc && (*ck)->nranks != (size_t)t->c->world) {
+        PC_ERROR("train: the checkpoint is of %zu workers, this job has %d", (*ck)->nranks,
+                 (int)t->c->world);
+        rc = PC_EINVAL;
+    }
+    if (rc) {
+        PC_ERROR("train: cannot read the checkpoint in %s: %s", t->c->ckpt_dir, pc_strerror(rc));
+        free(*ck);
+        free(*state);
+        *ck = NULL;
+        *state = NULL;
+    }
+    return rc;
+}
+
+/* Take a checkpoint's dense state (and step count) and this rank's position in it. */
+static void take_checkpoint(trainer_t *t, const pw_jobckpt_t *ck, const float *state,
+                            uint64_t *pos) {
+    dense_state(t, (float *)state, false);
+    *pos = ck->positions[t->c->rank];
+    PC_WARN("train: rank %d goes on from the checkpoint after step %llu, line %llu of its data",
+            (int)t->c->rank, (unsigned long long)t->step, (unsigned long long)*pos);
+}
+
+/* In a group just formed: when any member saw a server connection lost (want_rollback), the
+ * job rolls back to the latest coordinated checkpoint. Every member reads it first (when one
+ * cannot, nothing changes: logged, training goes on); then the group's rank 0 has every server
+ * restore its part (gRPC Restore) while the others wait, the members agree that every restore
+ * worked, and each takes the checkpoint's dense state and position (t->reposition: the loop
+ * reads from there again). A restore that failed part-way leaves the servers at different
+ * points: PC_EIO, fatal (the job must be restarted from the checkpoint). Otherwise only
+ * collective errors are returned. */
+static int rollback_agree(trainer_t *t) {
+    pw_coll_t *coll = pw_group_coll(t->grp);
+    float want = t->want_rollback ? 1.0f : 0.0f;
+    int rc = pw_coll_allreduce_sum(coll, &want, 1);
+    if (rc || want == 0.0f)
+        return rc;
+    pw_jobckpt_t *ck = NULL;
+    float *state = NULL;
+    float failed = latest_checkpoint(t, &ck, &state) ? 1.0f : 0.0f;
+    rc = pw_coll_allreduce_sum(coll, &failed, 1);
+    if (!rc && failed > 0.0f)
+        PC_ERROR("train: a worker cannot read the latest coordinated checkpoint: no rollback, "
+                 "training goes on from here");
+    if (!rc && failed == 0.0f) {
+        const int restore_ms = 4 * (int)t->c->timeout_ms; /* restores of large tables take long */
+        int ck_rc = 0;
+        if (pw_group_rank(t->grp) == 0) {
+            const uint64_t t0 = pc_time_mono_ns();
+            ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, restore_ms, ck);
+            if (!ck_rc)
+                PC_WARN("train: job rollback: %zu servers restored the checkpoint after step %llu "
+                        "in %.2f s",
+                        ck->nservers, (unsigned long long)ck->step, pc_time_sec_since(t0));
+        }
+        failed = ck_rc ? 1.0f : 0.0f;
+        if (!(rc = pw_coll_barrier(coll, 4 * servers_wait_ms(t->c))))
+            rc = pw_coll_allreduce_sum(coll, &failed, 1);
+        if (!rc && failed > 0.0f) {
+            PC_ERROR("train: the job rollback failed part-way (a server did not restore): the "
+                     "servers may hold different checkpoints; restart the job from the latest "
+                     "checkpoint (servers --restore-id, workers --resume=checkpoint)");
+            rc = PC_EIO;
+        } else if (!rc) {
+            take_checkpoint(t, ck, state, &t->reposition_at);
+            t->reposition = true;
+            t->rollbacks++;
+        }
+    }
+    if (!rc) {
+        t->seen_reconnects = t->emb->ops->reconnects(t->emb);
+        t->want_rollback = false;
+    }
+    free(ck);
+    free(state);
+    return rc;
+}
+
+/* The group's dense allreduce on the device (NCCL), formed anew for every generation under its
+ * own rendezvous prefix at the coordinator (the unique id rank 0 hands out). */
+static int dcoll_form(trainer_t *t) {
+    if (!pw__dflat(t))
+        return 0;
+    pw_backend_t *be = t->be;
+    if (t->dcoll)
+        be->dcoll->destroy(t->dcoll);
+    t->dcoll = NULL;
+    char prefix[320];
+    pw_kv_t kv;
+    pw_group_rendezvous(t->grp, "dcoll", &kv, prefix, sizeof prefix);
+    int rc = be->dcoll->create(be, &kv, prefix, pw_group_rank(t->grp), pw_group_size(t->grp),
+                               t->c->timeout_ms, &t->dcoll);
+    if (rc)
+        PC_WARN("train: the device allreduce of generation %llu did not form: %s",
+                (unsigned long long)pw_group_gen(t->grp), pc_strerror(rc));
+    return rc;
+}
+
+/* The agreement of a group just formed: its device allreduce, one dense state, then a rollback
+ * if one is wanted. */
+static int agree(trainer_t *t) {
+    int rc = dcoll_form(t);
+    if (!rc)
+        rc = sync_state(t);
+    return rc ? rc : rollback_agree(t);
+}
+
+/* A collective failed (a peer died) or a newer generation was proposed: re-form the group and
+ * agree (agree); tried again while a member fails during the agreement. */
+static int regroup(trainer_t *t) {
+    int rc;
+    do
+        rc = pw_group_recover(t->grp);
+    while (!rc && (rc = agree(t)) && !fatal(rc));
+    return rc;
+}
+
+/* At start: agree with the group just joined (a restarted worker takes the dense state from a
+ * live peer); a member failing meanwhile is handled as in regroup. */
+int pw__regroup_initial(trainer_t *t) {
+    int rc = agree(t);
+    return rc && !fatal(rc) ? regroup(t) : rc;
+}
+
+/* A coordinated checkpoint after step t->step (pw_jobckpt.h). The members first agree that
+ * every one recorded its position (else no checkpoint: one would hold a stale position); they
+ * then wait for rank 0 with a timeout long enough for every server's checkpoint call. Collective
+ * errors are returned (the caller regroups); a failed checkpoint is only logged. */
+int pw__job_checkpoint(trainer_t *t) {
+    const pw_train_config_t *c = t->c;
+    const int wait_ms = servers_wait_ms(c);
+    float saved = t->pos_saved ? 1.0f : 0.0f;
+    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), &saved, 1);
+    if (rc || pw_group_rank(t->grp) != 0)
+        return rc ? rc : pw_coll_barrier(pw_group_coll(t->grp), wait_ms);
+    const uint64_t t0 = pc_time_mono_ns();
+    pw_jobckpt_t *ck = calloc(1, sizeof *ck);
+    const size_t n = dense_state(t, NULL, false);
+    float *state = malloc(n * sizeof *state);
+    int ck_rc = !ck || !state ? PC_ENOMEM : saved < (float)pw_group_size(t->grp) ? PC_EUNAVAIL : 0;
+    if (!ck_rc) {
+        ck->step = t->step;
+        ck->nranks = (size_t)c->world;
+        for (int r = 0; r < c->world && !ck_rc; r++) { /* lost ranks: their last position */
+            uint64_t step;
+            ck_rc = pw_group_offset_load(t->grp, r, &step, &ck->positions[r]);
+            if (ck_rc == PC_ENOTFOUND)
+                ck_rc = 0, ck->positions[r] = 0;
+        }
+    }
+    if (!ck_rc)
+        ck_rc = pw_jobckpt_servers(c->server_grpc, c->timeout_ms, ck);
+    if (!ck_rc) {
+        dense_state(t, state, true);
+        ck_rc = pw_jobckpt_write(c->ckpt_dir, ck, state, n, 2);
+    }
+    if (ck_rc)
+        PC_ERROR("train: the checkpoint after step %llu failed: %s (training goes on)",
+                 (unsigned long long)t->step, pc_strerror(ck_rc));
+    else
+        PC_INFO("train: checkpoint after step %llu in %s (%zu servers) in %.2f s",
+                (unsigned long long)t->step, c->ckpt_dir, ck->nservers, pc_time_sec_since(t0));
+    free(ck);
+    free(state);
+    return pw_coll_barrier(pw_group_coll(t->grp), wait_ms);
+}
+
+/* Start from the latest coordinated checkpoint: the dense state, and *skip = this rank's
+ * position. */
+int pw__resume_checkpoint(trainer_t *t, uint64_t *skip) {
+    pw_jobckpt_t *ck;
+    float *state;
+    int rc = latest_checkpoint(t, &ck, &state);
+    if (!rc)
+        take_checkpoint(t, ck, state, skip);
+    free(ck);
+    free(state);
+    return rc;
+}
+
+/* Record this worker's position (after its last applied step) at the coordinator when it
+ * changed. A failed save: training goes on (the group's connections are peer to peer), the next
+ * try a second later (force: now); a restart would resume from an older position, and no
+ * checkpoint is taken meanwhile. */
+void pw__save_position(trainer_t *t, bool force) {
+    if (t->grp)
+        pw_group_progress(t->grp, t->step);
+    if (!t->grp || (!t->pos_dirty && t->pos_saved) ||
+        (!force && pc_time_mono_ns() < t->pos_retry_ns))
+        return;
+    int rc = pw_group_offset_save(t->grp, t->step, t->done_pos);
+    if (rc && t->pos_saved)
+        PC_WARN("train: cannot record this worker's position at the coordinator: %s",
+                pc_strerror(rc));
+    t->pos_saved = rc == 0;
+    t->pos_dirty = rc != 0;
+    t->pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
+}
+
+/* With rollback_on_server_loss: whether this worker wants a job rollback: a connection to a
+ * server was lost since the last look (the client reconnected: the server may have restarted
+ * from an older checkpoint of its own), or an earlier want is still pending. */
+bool pw__server_lost(trainer_t *t) {
+    if (!t->grp || t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK)
+        return false;
+    if (t->want_rollback)
+        return true;
+    const uint64_t reconnects = t->emb->ops->reconnects(t->emb);
+    if (reconnects == t->seen_reconnects)
+        return false;
+    t->seen_reconnects = reconnects;
+    t->want_rollback = true;
+    PC_WARN("train: a server connection was lost: rolling the job back to its latest coordinated "
+            "checkpoint");
+    return true;
+}
+
+/* A collective failed (a peer died) or a newer generation was proposed: stop the ordered lane
+ * (its collectives cannot complete; pulls gated on its rounds fail with it), let the server
+ * calls finish, re-form the group and agree on the dense state (regroup). The rounds in flight
+ * are dropped: their pushes were sent (applied once), their dense gradients are lost, their
+ * batches count as read. The batches read but not computed are renumbered from the agreed step
+ * and pulled again (after a job rollback: dropped, the reader starts again from the
+ * checkpoint's position). */
+int pw__pipeline_regroup(trainer_t *t) {
+    pw_sched_abort_ordered(t->sched, PC_ECANCELED);
+    for (uint64_t id = t->applied; id < t->next_round; id++) { /* the rounds not applied */
+        const round_t *r = &t->rounds[id % (uint64_t)t->nrounds];
+        if (r->has_pos) {
+            t->done_pos = r->pos;
+            t->pos_dirty = true;
+        }
+    }
+    atomic_store(&t->coll_broken, false);
+    int rc = regroup(t);
+    if (rc)
+        return rc;
+    t->next_round = t->applied = t->step;
+    if (t->reposition) /* rolled back: the batches read ahead are read again later */
+        t->filled = 0;
+    for (int i = 0; i < t->filled; i++) {
+        slot_t *s = &t->slots[(t->head + i) % t->nslots];
+        s->round = t->step + (uint64_t)i;
+        pw__slot_pull(t, s);
+    }
+    return 0;
+}

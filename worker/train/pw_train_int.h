@@ -1,0 +1,160 @@
+/* pw_train_int.h: the trainer's state, shared by its three files (not a public header):
+ *
+ *   pw_train.c     the loop: set-up, read ahead, the step, progress, evaluation, the end
+ *   pw_pipeline.c  slots, rounds, chunks: every call to the store and the group, through the
+ *                  scheduler
+ *   pw_recover.c   the dense state, the group's agreement, rollback, coordinated checkpoints,
+ *                  positions
+ *
+ * DESIGN
+ * - The slot ring: slots[head] holds the batch of step next_round, the `filled` slots after it
+ *   the batches read ahead (their rows pulled ahead, up to `ahead`). A slot owns a copy of the
+ *   reader's batch (backend host memory: pinned on a GPU), its unique keys and rows, and the
+ *   scheduler jobs that move them: one pull, push chunks. A slot is refilled only once the
+ *   pushes of its last step were acknowledged.
+ * - The round ring: round r carries step r's dense gradients through the group (allreduce chunks
+ *   in the order the next forward needs them) and a marker that waits for step r's pushes
+ *   (sync, ssp) and sums the has-batch flags. Rounds are applied in order (apply_rounds); the
+ *   staleness gate: step t's pull waits for round t - stale - 1.
+ * - The step (pw_step.h) owns the device buffers: slot s is staged into set (s->round & 1), so
+ *   the next slot uploads while this one computes.
+ * - Threads: everything here is the training thread's, except what the scheduler's threads touch
+ *   while a job runs (a job's slot or round, the store's callbacks, the group's collectives in
+ *   the ordered lane: coll_broken and lost_pushes are atomic for them).
+ */
+#ifndef PW_TRAIN_INT_H
+#define PW_TRAIN_INT_H
+
+#include "pw_coll.h"
+#include "pw_emb.h"
+#include "pw_group.h"
+#include "pw_model.h"
+#include "pw_reader.h"
+#include "pw_sched.h"
+#include "pw_step.h"
+#include "pw_train.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+
+struct trainer;
+
+/* A step's batch on its way through the pipeline: a copy of the reader's batch, its unique keys
+ * (ukeys; inv[j]: the index of feature j's key), their pulled rows and summed gradients, and the
+ * jobs that move them (pw_sched.h). */
+typedef struct slot {
+    struct trainer *t;
+    uint64_t round; /* the step it is computed as */
+    uint64_t pos;   /* the reader's position after this batch */
+    pw_batch_t b;
+    size_t ncap, dcap, kcap; /* labels and key_off; dense; keys, fields, vals, inv, ukeys */
+    uint64_t *ukeys;
+    uint32_t *inv;
+    size_t nu, ucap; /* ucap: urows, ugrads (the backend's host memory: pinned on a GPU) */
+    float *urows, *ugrads;
+    pw_job_t pull;
+    bool staged; /* its inputs are on the backend (the step's set round & 1) */
+    struct pchunk *push;
+    size_t npush, pcap;
+} slot_t;
+
+typedef struct pchunk { /* a push of keys [off, off + n) of a slot */
+    pw_job_t job;
+    slot_t *s;
+    size_t off, n;
+} pchunk_t;
+
+/* A step's round (see DESIGN). flat: the group's dense gradients and the has-batch flag (its last
+ * float), device memory when the backend has device collectives (dflat). */
+typedef struct round {
+    struct trainer *t;
+    uint64_t id;
+    uint64_t pos; /* the reader position after its batch */
+    bool has_pos; /* it had a batch */
+    slot_t *slot; /* whose pushes the marker waits for (NULL: none) */
+    float *flat;
+    struct dchunk *chunks;
+    pw_job_t mark;
+} round_t;
+
+typedef struct dchunk { /* an allreduce of flat[off, off + n) */
+    pw_job_t job;
+    round_t *r;
+    size_t off, n;
+} dchunk_t;
+
+typedef struct trainer {
+    const pw_train_config_t *c;
+    pw_format_t fmt;
+    pw_csv_spec_t csv; /* the csv setting, parsed */
+    int staleness;     /* the mode setting: 0 sync, S for ssp:S, PW_ASYNC */
+    pw_backend_t *be;
+    pw_model_t *model;
+    pw_step_t *st;
+    pw_emb_t *emb;     /* the embedding store */
+    pw_group_t *grp;   /* world > 1: the workers' group (membership, collectives) */
+    pw_dcoll_t *dcoll; /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
+    pw_sched_t *sched; /* every call to the store and the group (NULL: a synchronous store) */
+    pw_unique_t uniq;
+    /* the pipeline (pw_pipeline.c) */
+    size_t nflat; /* dense gradients and the has-batch flag */
+    int stale;    /* rounds a step may run ahead of the group (sync 0) */
+    int ahead;    /* batches pulled ahead of the one computing */
+    slot_t *slots;
+    int nslots, head, filled;
+    round_t *rounds; /* ring by round id */
+    int nrounds;
+    dchunk_t *plan; /* the chunks of a round (offsets, priorities) */
+    int nplan;
+    uint64_t next_round, applied; /* rounds submitted, rounds applied */
+    atomic_ullong lost_pushes;
+    atomic_bool coll_broken; /* an ordered-lane collective failed (until the group re-forms) */
+    bool waiting_servers;    /* warned that the servers are unavailable (until they answer) */
+    FILE *step_log;
+    uint64_t max_ahead;
+    double pull_wait_s;
+    /* recovery (pw_recover.c) */
+    uint64_t step;            /* dense optimizer steps taken (distributed: the group's count) */
+    bool has_state;           /* the dense model is trained state (not a restarted worker's) */
+    uint64_t done_pos;        /* position after the last applied round with a batch */
+    bool pos_dirty;           /* done_pos not recorded at the coordinator yet */
+    bool pos_saved;           /* this worker's last position reached the coordinator */
+    uint64_t pos_retry_ns;    /* after a failed save, the next try waits until then */
+    uint64_t seen_reconnects; /* the store's reconnects when last looked at (rollback) */
+    bool want_rollback;       /* this worker saw a server connection lost */
+    bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
+    uint64_t reposition_at, rollbacks;
+} trainer_t;
+
+/* ---- pw_pipeline.c ---- */
+int pw__pipeline_init(trainer_t *t);
+void pw__pipeline_free(trainer_t *t);
+/* The rounds' dense buffers are device memory (device collectives), else host memory. */
+bool pw__dflat(const trainer_t *t);
+/* A read (pull, lookup: first tried at t0) ended with rc: true when it is to be tried again
+ * after a pause (a server down, within server_retry_ms). */
+bool pw__server_retry(trainer_t *t, int rc, uint64_t t0);
+/* Evaluation's read-only lookup, waiting for servers that are down like a pull. */
+int pw__lookup(trainer_t *t, const uint64_t *keys, size_t n, float *rows);
+int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b);
+void pw__slot_pull(trainer_t *t, slot_t *s);
+int pw__slot_rows(trainer_t *t, slot_t *s);
+int pw__slot_stage(trainer_t *t, slot_t *s);
+int pw__slot_push(trainer_t *t, slot_t *s);
+void pw__round_submit(trainer_t *t, slot_t *s, bool had_batch);
+int pw__apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *stop);
+void pw__apply_dense(trainer_t *t);
+void pw__log_step(trainer_t *t, uint64_t round, const char *what);
+
+/* ---- pw_recover.c ---- */
+/* Distributed: connect to the group (world > 1). */
+int pw__group_join(trainer_t *t);
+int pw__regroup_initial(trainer_t *t);
+/* A collective failed or a newer generation was proposed: re-form, agree, pull again. */
+int pw__pipeline_regroup(trainer_t *t);
+int pw__job_checkpoint(trainer_t *t);
+int pw__resume_checkpoint(trainer_t *t, uint64_t *skip);
+void pw__save_position(trainer_t *t, bool force);
+bool pw__server_lost(trainer_t *t);
+
+#endif
