@@ -41,7 +41,6 @@ int psg_request(psg_t *c, const char *path, const uint8_t *req, size_t len, int 
 int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
              uint8_t **resp, size_t *resp_len, char *msg, size_t msgcap);
 
-
 #ifdef __cplusplus
 }
 #endif
