@@ -2,6 +2,8 @@
 #include "pc_alloc.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -70,6 +72,62 @@ void pc_free(pc_mem_tag_t tag, void *p, size_t size) {
         return;
     count_sub(tag, size);
     free(p);
+}
+
+/* ---- self-sized blocks: [header][user bytes] ---- */
+
+typedef union shdr {
+    struct {
+        size_t size;
+        pc_mem_tag_t tag;
+    } h;
+    max_align_t align; /* the user block keeps malloc's alignment */
+} shdr_t;
+
+void *pc_smalloc(pc_mem_tag_t tag, size_t size) {
+    if (size > SIZE_MAX - sizeof(shdr_t) || injected_failure())
+        return NULL;
+    shdr_t *h = malloc(sizeof *h + size);
+    if (!h)
+        return NULL;
+    h->h.size = size;
+    h->h.tag = tag;
+    count_add(tag, size);
+    return h + 1;
+}
+
+void *pc_scalloc(pc_mem_tag_t tag, size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size)
+        return NULL;
+    void *p = pc_smalloc(tag, count * size);
+    if (p)
+        memset(p, 0, count * size);
+    return p;
+}
+
+void *pc_srealloc(pc_mem_tag_t tag, void *p, size_t size) {
+    if (!p)
+        return pc_smalloc(tag, size);
+    if (size > SIZE_MAX - sizeof(shdr_t) || injected_failure())
+        return NULL;
+    shdr_t *old = (shdr_t *)p - 1;
+    const size_t old_size = old->h.size;
+    const pc_mem_tag_t t = old->h.tag;
+    shdr_t *h = realloc(old, sizeof *h + size);
+    if (!h)
+        return NULL;
+    h->h.size = size;
+    count_sub(t, old_size);
+    count_add(t, size);
+    return h + 1;
+}
+
+void pc_sfree(void *p) {
+    if (!p)
+        return;
+    shdr_t *h = (shdr_t *)p - 1;
+    count_sub(h->h.tag, h->h.size);
+    free(h);
 }
 
 /* Mappings of at least HUGE bytes start on a 2 MiB boundary and only ever move to another 2 MiB

@@ -4,8 +4,11 @@
  * what the memory is for, so that metrics can say where the bytes are (rows, optimizer state,
  * index, ...). Counters hold requested bytes, exactly; the caller passes the size back on free.
  *
- * Two families:
+ * Three families:
  *  - pc_malloc/pc_calloc/pc_realloc/pc_free: the C heap.
+ *  - pc_smalloc/pc_scalloc/pc_srealloc/pc_sfree: the C heap, self-sized (zmalloc style: a
+ *    16-byte header keeps the size and tag), for code whose frees are far from its allocations
+ *    (the worker): drop-in for malloc and free.
  *  - pc_vm_alloc/pc_vm_resize/pc_vm_free: page-aligned anonymous mappings for big arrays (row
  *    slabs, indexes). Resizing uses mremap, so growing a multi-GB array copies nothing; pages are
  *    only resident once touched. Mappings of 2 MiB and more stay 2 MiB-aligned across resizes so
@@ -29,6 +32,8 @@
     XX(INDEX, "index")     /* table hash indexes */                \
     XX(SKETCH, "sketch")   /* admission sketches */                \
     XX(SCRATCH, "scratch") /* per-call temporary buffers */        \
+    XX(MODEL, "model")     /* a worker's dense model and step */   \
+    XX(BATCH, "batch")     /* a worker's batches in flight */      \
     XX(OTHER, "other")
 
 typedef enum {
@@ -44,6 +49,13 @@ void *pc_calloc(pc_mem_tag_t tag, size_t count, size_t size);
 void *pc_realloc(pc_mem_tag_t tag, void *p, size_t old_size, size_t new_size);
 /* Free `p` (NULL is a no-op); size must be what it was allocated with. */
 void pc_free(pc_mem_tag_t tag, void *p, size_t size);
+
+/* Self-sized: like malloc, calloc (zeroed), realloc (p NULL: a new block under tag; else the
+ * block keeps its tag) and free (NULL: nothing). Blocks are 16-byte aligned. */
+void *pc_smalloc(pc_mem_tag_t tag, size_t size);
+void *pc_scalloc(pc_mem_tag_t tag, size_t count, size_t size);
+void *pc_srealloc(pc_mem_tag_t tag, void *p, size_t size);
+void pc_sfree(void *p);
 
 /* Zero-filled, page-aligned mapping of `size` bytes (size > 0). */
 void *pc_vm_alloc(pc_mem_tag_t tag, size_t size);

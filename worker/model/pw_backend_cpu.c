@@ -3,6 +3,8 @@
  * These loops are also the reference the GPU backend is tested against. */
 #include "pw_backend.h"
 
+#include "pc_alloc.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,14 +12,20 @@
 
 /* ---- memory ---- */
 
+/* Device memory (the model's, counted as such) and host memory (batches) are both the heap. */
 static void *cpu_alloc(pw_backend_t *be, size_t bytes) {
     (void)be;
-    return bytes ? calloc(1, bytes) : NULL;
+    return bytes ? pc_scalloc(PC_MEM_MODEL, 1, bytes) : NULL;
+}
+
+static void *cpu_host_alloc(pw_backend_t *be, size_t bytes) {
+    (void)be;
+    return bytes ? pc_scalloc(PC_MEM_BATCH, 1, bytes) : NULL;
 }
 
 static void cpu_free(pw_backend_t *be, void *p) {
     (void)be;
-    free(p);
+    pc_sfree(p);
 }
 
 static void cpu_copy(pw_backend_t *be, void *dst, const void *src, size_t bytes) {
@@ -320,7 +328,7 @@ static pw_backend_t k_cpu = {
     .sync = cpu_copy_wait,
     .copy = cpu_copy,
     .zero = cpu_zero,
-    .host_alloc = cpu_alloc,
+    .host_alloc = cpu_host_alloc,
     .host_free = cpu_free,
     .error = cpu_error,
     .close = cpu_close,

@@ -1,6 +1,7 @@
 /* pw_deepfm.c: see pw_deepfm.h. */
 #include "pw_deepfm.h"
 
+#include "pc_alloc.h"
 #include "pc_log.h"
 #include "pw_model.h"
 
@@ -28,7 +29,7 @@ int pw_deepfm_create(const pw_deepfm_config_t *c, pw_backend_t *be, pw_deepfm_t 
         c->k > PW_FM_K_MAX || c->nlayers < 1 || c->nlayers > PW_MLP_MAX || c->max_batch < 1 ||
         c->widths[c->nlayers - 1] != 1)
         return PC_EINVAL;
-    pw_deepfm_t *m = calloc(1, sizeof *m);
+    pw_deepfm_t *m = pc_scalloc(PC_MEM_MODEL, 1, sizeof *m);
     if (!m)
         return PC_ENOMEM;
     m->c = *c;
@@ -58,7 +59,7 @@ void pw_deepfm_destroy(pw_deepfm_t *m) {
     m->be->free(m->be, m->x);
     m->be->free(m->be, m->dx);
     m->be->free(m->be, m->pooled);
-    free(m);
+    pc_sfree(m);
 }
 
 int pw_deepfm_forward(pw_deepfm_t *m, int batch, const float *dense, const size_t *off,
@@ -112,7 +113,7 @@ static int deepfm_row_dim(const pw_model_config_t *c) {
 
 static void deepfm_model_destroy(pw_model_t *base) {
     pw_deepfm_destroy(((deepfm_model_t *)base)->d);
-    free(base);
+    pc_sfree(base);
 }
 
 static int deepfm_model_create(const pw_model_config_t *c, pw_backend_t *be, pw_model_t **out) {
@@ -124,14 +125,14 @@ static int deepfm_model_create(const pw_model_config_t *c, pw_backend_t *be, pw_
                              .max_batch = c->max_batch,
                              .seed = c->seed};
     memcpy(dc.widths, c->top, sizeof dc.widths);
-    deepfm_model_t *m = calloc(1, sizeof *m);
+    deepfm_model_t *m = pc_scalloc(PC_MEM_MODEL, 1, sizeof *m);
     if (!m)
         return PC_ENOMEM;
     m->base = (pw_model_t){.ops = &pw_model_deepfm, .be = be, .c = *c, .row_dim = c->dim + 1};
     int rc = pw_deepfm_create(&dc, be, &m->d);
     if (rc) {
         PC_ERROR("train: DeepFM layers do not fit (top must end at 1)");
-        free(m);
+        pc_sfree(m);
         return rc;
     }
     m->base.params = pw_deepfm_layers(m->d, &m->base.nparams);

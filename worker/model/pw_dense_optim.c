@@ -1,6 +1,7 @@
 /* pw_dense_optim.c: see pw_dense_optim.h. */
 #include "pw_dense_optim.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 
 #include <math.h>

@@ -2,6 +2,7 @@
  * activations, so backward needs no recomputation. */
 #include "pw_dlrm.h"
 
+#include "pc_alloc.h"
 #include "pc_log.h"
 #include "pw_model.h"
 
@@ -27,7 +28,7 @@ int pw_dlrm_create(const pw_dlrm_config_t *c, pw_backend_t *be, pw_dlrm_t **out)
         c->nbottom > PW_MLP_MAX || c->ntop < 1 || c->ntop > PW_MLP_MAX || c->max_batch < 1 ||
         c->bottom[c->nbottom - 1] != c->dim || c->top[c->ntop - 1] != 1)
         return PC_EINVAL;
-    pw_dlrm_t *m = calloc(1, sizeof *m);
+    pw_dlrm_t *m = pc_scalloc(PC_MEM_MODEL, 1, sizeof *m);
     if (!m)
         return PC_ENOMEM;
     m->c = *c;
@@ -67,7 +68,7 @@ void pw_dlrm_destroy(pw_dlrm_t *m) {
     m->be->free(m->be, m->full);
     m->be->free(m->be, m->top_in);
     m->be->free(m->be, m->dbot);
-    free(m);
+    pc_sfree(m);
 }
 
 int pw_dlrm_forward(pw_dlrm_t *m, int batch, const float *dense, const float *emb, float *logits) {
@@ -128,7 +129,7 @@ static void dlrm_model_destroy(pw_model_t *base) {
     pw_dlrm_destroy(m->d);
     base->be->free(base->be, m->pooled);
     base->be->free(base->be, m->dpooled);
-    free(m);
+    pc_sfree(m);
 }
 
 static int dlrm_model_create(const pw_model_config_t *c, pw_backend_t *be, pw_model_t **out) {
@@ -141,14 +142,14 @@ static int dlrm_model_create(const pw_model_config_t *c, pw_backend_t *be, pw_mo
                            .seed = c->seed};
     memcpy(dc.bottom, c->bottom, sizeof dc.bottom);
     memcpy(dc.top, c->top, sizeof dc.top);
-    dlrm_model_t *m = calloc(1, sizeof *m);
+    dlrm_model_t *m = pc_scalloc(PC_MEM_MODEL, 1, sizeof *m);
     if (!m)
         return PC_ENOMEM;
     m->base = (pw_model_t){.ops = &pw_model_dlrm, .be = be, .c = *c, .row_dim = c->dim};
     int rc = pw_dlrm_create(&dc, be, &m->d);
     if (rc) {
         PC_ERROR("train: DLRM layers do not fit (bottom must end at dim %d, top at 1)", c->dim);
-        free(m);
+        pc_sfree(m);
         return rc;
     }
     const size_t pooled = (size_t)c->max_batch * c->nfields * c->dim * sizeof(float);

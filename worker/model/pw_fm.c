@@ -10,6 +10,7 @@
  */
 #include "pw_model.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 
 #include <stdlib.h>
@@ -32,19 +33,19 @@ static int lr_row_dim(const pw_model_config_t *c) {
 static void fm_destroy(pw_model_t *base) {
     fm_t *m = (fm_t *)base;
     pw_linear_free(&m->lin);
-    free(m);
+    pc_sfree(m);
 }
 
 static int create(const pw_model_ops_t *ops, const pw_model_config_t *c, pw_backend_t *be,
                   pw_model_t **out) {
     if (c->ndense < 1 || c->max_batch < 1 || (ops == &pw_model_fm && c->dim > PW_FM_K_MAX))
         return PC_EINVAL;
-    fm_t *m = calloc(1, sizeof *m);
+    fm_t *m = pc_scalloc(PC_MEM_MODEL, 1, sizeof *m);
     if (!m)
         return PC_ENOMEM;
     int rc = pw_linear_init(&m->lin, be, c->ndense, 1, c->seed);
     if (rc) {
-        free(m);
+        pc_sfree(m);
         return rc;
     }
     be->zero(be, m->lin.w, (size_t)c->ndense * sizeof(float)); /* the linear part starts at 0 */

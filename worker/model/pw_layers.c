@@ -1,6 +1,7 @@
 /* pw_layers.c: see pw_layers.h. */
 #include "pw_layers.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_rand.h"
 
@@ -16,13 +17,14 @@ int pw_linear_init(pw_linear_t *l, pw_backend_t *be, int in, int out, uint64_t s
     l->be = be;
     l->in = in;
     l->out = out;
-    float *w = malloc(nw * sizeof(float)); /* drawn on the host: the same on every backend */
+    float *w = pc_smalloc(PC_MEM_MODEL,
+                          nw * sizeof(float)); /* drawn on the host: the same on every backend */
     l->w = be->alloc(be, nw * sizeof(float));
     l->dw = be->alloc(be, nw * sizeof(float));
     l->b = be->alloc(be, (size_t)out * sizeof(float));
     l->db = be->alloc(be, (size_t)out * sizeof(float));
     if (!w || !l->w || !l->dw || !l->b || !l->db) {
-        free(w);
+        pc_sfree(w);
         pw_linear_free(l);
         return PC_ENOMEM;
     }
@@ -31,7 +33,7 @@ int pw_linear_init(pw_linear_t *l, pw_backend_t *be, int in, int out, uint64_t s
     for (size_t i = 0; i < nw; i++)
         w[i] = (float)((2 * pc_rand_unit(&st) - 1) * limit);
     be->upload(be, l->w, w, nw * sizeof(float));
-    free(w);
+    pc_sfree(w);
     return 0;
 }
 

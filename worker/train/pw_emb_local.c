@@ -4,6 +4,7 @@
  * worker file that includes server headers: it lives in its own library (ember_worker_local). */
 #include "pw_emb.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
 #include "ps_ckpt.h"
@@ -49,7 +50,7 @@ static int l_export(pw_emb_t *e, const char *path) {
 
 static void l_close(pw_emb_t *e) {
     ps_table_destroy(((local_t *)e)->t);
-    free(e);
+    pc_sfree(e);
 }
 
 static const pw_emb_ops_t k_local = {.name = "local",
@@ -76,13 +77,13 @@ int pw_emb_local_open(const pw_emb_opts_t *o, pw_emb_t **out) {
     }
     if (o->zero_rows)
         tc.init = PS_INIT_ZEROS;
-    local_t *l = calloc(1, sizeof *l);
+    local_t *l = pc_scalloc(PC_MEM_OTHER, 1, sizeof *l);
     if (!l)
         return PC_ENOMEM;
     l->base = (pw_emb_t){.ops = &k_local, .dim = o->dim};
     int rc = ps_table_create(&tc, &l->t);
     if (rc) {
-        free(l);
+        pc_sfree(l);
         return rc;
     }
     *out = &l->base;

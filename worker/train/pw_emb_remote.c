@@ -3,6 +3,7 @@
 #include "pw_emb.h"
 
 #include "emberps/psclient.h"
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
 
@@ -24,12 +25,12 @@ typedef struct call {
 static void call_done(void *ctx, uint64_t id, int rc) {
     (void)id;
     call_t c = *(call_t *)ctx;
-    free(ctx);
+    pc_sfree(ctx);
     c.done(c.ctx, rc);
 }
 
 static call_t *call_new(pw_emb_done_fn done, void *ctx) {
-    call_t *c = malloc(sizeof *c);
+    call_t *c = pc_smalloc(PC_MEM_OTHER, sizeof *c);
     if (c)
         *c = (call_t){done, ctx};
     return c;
@@ -44,7 +45,7 @@ static int r_pull_async(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows
     uint64_t id;
     int rc = psc_pull_async(r->ps, r->table, keys, n, (uint32_t)e->dim, rows, call_done, c, &id);
     if (rc)
-        free(c);
+        pc_sfree(c);
     return rc;
 }
 
@@ -58,7 +59,7 @@ static int r_push_async(pw_emb_t *e, const uint64_t *keys, size_t n, const float
     int rc =
         psc_push_async(r->ps, r->table, keys, n, (uint32_t)e->dim, grads, NULL, call_done, c, &id);
     if (rc)
-        free(c);
+        pc_sfree(c);
     return rc;
 }
 
@@ -80,7 +81,7 @@ static uint64_t r_rows(pw_emb_t *e) {
 
 static void r_close(pw_emb_t *e) {
     psc_close(((remote_t *)e)->ps);
-    free(e);
+    pc_sfree(e);
 }
 
 static const pw_emb_ops_t k_remote = {.name = "remote",
@@ -94,7 +95,7 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
 int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
     if (!o->servers || !o->table || o->dim < 1)
         return PC_EINVAL;
-    remote_t *r = calloc(1, sizeof *r);
+    remote_t *r = pc_scalloc(PC_MEM_OTHER, 1, sizeof *r);
     if (!r)
         return PC_ENOMEM;
     r->base = (pw_emb_t){.ops = &k_remote, .dim = o->dim};
@@ -103,7 +104,7 @@ int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
     int rc = psc_connect(&po, &r->ps);
     if (rc) {
         PC_ERROR("train: cannot reach the servers (%s): %s", o->servers, pc_strerror(rc));
-        free(r);
+        pc_sfree(r);
         return rc;
     }
     *out = &r->base;

@@ -16,6 +16,7 @@
  * - Threads: run_* functions run on the scheduler's threads (the ordered lane's, or the dispatch
  *   thread that starts store calls); they touch only their job's slot or round and the atomics.
  */
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
 #include "pc_time.h"
@@ -145,8 +146,8 @@ int pw__pipeline_init(trainer_t *t) {
         t->ahead = 0;
     t->nslots = t->stale + t->ahead + 2;
     t->nrounds = t->stale + 2;
-    t->slots = calloc((size_t)t->nslots, sizeof *t->slots);
-    t->rounds = calloc((size_t)t->nrounds, sizeof *t->rounds);
+    t->slots = pc_scalloc(PC_MEM_BATCH, (size_t)t->nslots, sizeof *t->slots);
+    t->rounds = pc_scalloc(PC_MEM_BATCH, (size_t)t->nrounds, sizeof *t->rounds);
     const size_t cf = ((size_t)c->chunk_kib << 10) / sizeof(float);
     size_t nplan = 0;
     for (int i = 0; i < nlayers; i++) {
@@ -155,7 +156,7 @@ int pw__pipeline_init(trainer_t *t) {
         t->nflat += n;
     }
     t->nflat++; /* the has-batch flag */
-    t->plan = calloc(nplan ? nplan : 1, sizeof *t->plan);
+    t->plan = pc_scalloc(PC_MEM_BATCH, nplan ? nplan : 1, sizeof *t->plan);
     if (!t->slots || !t->rounds || !t->plan)
         return PC_ENOMEM;
     size_t k = 0;
@@ -177,8 +178,8 @@ int pw__pipeline_init(trainer_t *t) {
         if (!t->grp)
             continue;
         r->flat = pw__dflat(t) ? t->be->alloc(t->be, t->nflat * sizeof(float))
-                               : calloc(t->nflat, sizeof(float));
-        r->chunks = calloc((size_t)t->nplan, sizeof *r->chunks);
+                               : pc_scalloc(PC_MEM_BATCH, t->nflat, sizeof(float));
+        r->chunks = pc_scalloc(PC_MEM_BATCH, (size_t)t->nplan, sizeof *r->chunks);
         if (!r->flat || !r->chunks)
             return PC_ENOMEM;
     }
@@ -200,7 +201,7 @@ static void slot_free(pw_backend_t *be, slot_t *s) {
                           s->b.key_off, s->ukeys,   s->inv,    s->urows,    s->ugrads};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         be->host_free(be, host[i]);
-    free(s->push);
+    pc_sfree(s->push);
 }
 
 void pw__pipeline_free(trainer_t *t) {
@@ -208,16 +209,16 @@ void pw__pipeline_free(trainer_t *t) {
     pw_sched_destroy(t->sched); /* first: its jobs use the slots, rounds and store */
     for (int i = 0; t->slots && i < t->nslots; i++)
         slot_free(be, &t->slots[i]);
-    free(t->slots);
+    pc_sfree(t->slots);
     for (int i = 0; t->rounds && i < t->nrounds; i++) {
         if (pw__dflat(t))
             be->free(be, t->rounds[i].flat);
         else
-            free(t->rounds[i].flat);
-        free(t->rounds[i].chunks);
+            pc_sfree(t->rounds[i].flat);
+        pc_sfree(t->rounds[i].chunks);
     }
-    free(t->rounds);
-    free(t->plan);
+    pc_sfree(t->rounds);
+    pc_sfree(t->plan);
     if (t->step_log)
         fclose(t->step_log);
 }
@@ -234,7 +235,7 @@ static int grow(pw_backend_t *be, size_t *cap, size_t need, int n, void **const 
         return 0;
     const size_t c = need + need / 2;
     for (int i = 0; i < n; i++) {
-        void *q = be ? be->host_alloc(be, c * es[i]) : realloc(*p[i], c * es[i]);
+        void *q = be ? be->host_alloc(be, c * es[i]) : pc_srealloc(PC_MEM_BATCH, *p[i], c * es[i]);
         if (!q)
             return PC_ENOMEM;
         if (be)

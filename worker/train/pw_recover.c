@@ -17,6 +17,7 @@
  *   group restores the servers and itself to the latest coordinated checkpoint.
  * - Threads: the training thread's; the ordered lane is stopped before a re-formation.
  */
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
 #include "pc_time.h"
@@ -105,7 +106,8 @@ static int sync_state(trainer_t *t) {
     const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
     pw_coll_t *coll = pw_group_coll(t->grp);
     const size_t len = dense_state(t, NULL, false);
-    float *info = calloc((size_t)n * 4, sizeof *info); /* per member: steps + 1, state size */
+    float *info = pc_scalloc(PC_MEM_MODEL, (size_t)n * 4,
+                             sizeof *info); /* per member: steps + 1, state size */
     if (!info)
         return PC_ENOMEM;
     u64_put(info + 4 * me, t->has_state ? t->step + 1 : 0);
@@ -123,17 +125,17 @@ static int sync_state(trainer_t *t) {
             best = u64_get(info + 4 * i), src = i;
         }
     }
-    free(info);
+    pc_sfree(info);
     if (rc || src < 0)
         return rc;
-    float *buf = calloc(len, sizeof *buf);
+    float *buf = pc_scalloc(PC_MEM_MODEL, len, sizeof *buf);
     if (!buf)
         return PC_ENOMEM;
     if (me == src)
         dense_state(t, buf, true);
     if (!(rc = pw_coll_allreduce_sum(coll, buf, len)) && me != src)
         dense_state(t, buf, false);
-    free(buf);
+    pc_sfree(buf);
     if (!rc) {
         t->has_state = true;
         PC_INFO("train: group generation %llu: %d worker(s) at step %llu (state of member %d)",
@@ -159,8 +161,8 @@ static int servers_wait_ms(const pw_train_config_t *c) {
  * malloc'ed, NULL on errors), checked against this job's world. Errors are logged. */
 static int latest_checkpoint(trainer_t *t, pw_jobckpt_t **ck, float **state) {
     const size_t n = dense_state(t, NULL, false);
-    *ck = calloc(1, sizeof **ck);
-    *state = malloc(n * sizeof **state);
+    *ck = pc_scalloc(PC_MEM_MODEL, 1, sizeof **ck);
+    *state = pc_smalloc(PC_MEM_MODEL, n * sizeof **state);
     int rc = *ck && *state ? pw_jobckpt_read_latest(t->c->ckpt_dir, *ck, *state, n) : PC_ENOMEM;
     if (!rc && (*ck)->nranks != (size_t)t->c->world) {
         PC_ERROR("train: the checkpoint is of %zu workers, this job has %d", (*ck)->nranks,
@@ -169,8 +171,8 @@ static int latest_checkpoint(trainer_t *t, pw_jobckpt_t **ck, float **state) {
     }
     if (rc) {
         PC_ERROR("train: cannot read the checkpoint in %s: %s", t->c->ckpt_dir, pc_strerror(rc));
-        free(*ck);
-        free(*state);
+        pc_sfree(*ck);
+        pc_sfree(*state);
         *ck = NULL;
         *state = NULL;
     }
@@ -236,8 +238,8 @@ static int rollback_agree(trainer_t *t) {
         t->seen_reconnects = t->emb->ops->reconnects(t->emb);
         t->want_rollback = false;
     }
-    free(ck);
-    free(state);
+    pc_sfree(ck);
+    pc_sfree(state);
     return rc;
 }
 
@@ -299,9 +301,9 @@ int pw__job_checkpoint(trainer_t *t) {
     if (rc || pw_group_rank(t->grp) != 0)
         return rc ? rc : pw_coll_barrier(pw_group_coll(t->grp), wait_ms);
     const uint64_t t0 = pc_time_mono_ns();
-    pw_jobckpt_t *ck = calloc(1, sizeof *ck);
+    pw_jobckpt_t *ck = pc_scalloc(PC_MEM_MODEL, 1, sizeof *ck);
     const size_t n = dense_state(t, NULL, false);
-    float *state = malloc(n * sizeof *state);
+    float *state = pc_smalloc(PC_MEM_MODEL, n * sizeof *state);
     int ck_rc = !ck || !state ? PC_ENOMEM : saved < (float)pw_group_size(t->grp) ? PC_EUNAVAIL : 0;
     if (!ck_rc) {
         ck->step = t->step;
@@ -325,8 +327,8 @@ int pw__job_checkpoint(trainer_t *t) {
     else
         PC_INFO("train: checkpoint after step %llu in %s (%zu servers) in %.2f s",
                 (unsigned long long)t->step, c->ckpt_dir, ck->nservers, pc_time_sec_since(t0));
-    free(ck);
-    free(state);
+    pc_sfree(ck);
+    pc_sfree(state);
     return pw_coll_barrier(pw_group_coll(t->grp), wait_ms);
 }
 
@@ -338,8 +340,8 @@ int pw__resume_checkpoint(trainer_t *t, uint64_t *skip) {
     int rc = latest_checkpoint(t, &ck, &state);
     if (!rc)
         take_checkpoint(t, ck, state, skip);
-    free(ck);
-    free(state);
+    pc_sfree(ck);
+    pc_sfree(state);
     return rc;
 }
 

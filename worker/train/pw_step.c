@@ -10,6 +10,7 @@
  */
 #include "pw_step.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_hash.h"
 #include "pc_log.h"
@@ -25,8 +26,8 @@ int pw_unique(pw_unique_t *u, const uint64_t *keys, size_t nk, uint64_t *ukeys, 
     while (hc < 2 * nk)
         hc <<= 1;
     if (hc > u->cap) {
-        free(u->tab);
-        if (!(u->tab = malloc(hc * sizeof *u->tab)))
+        pc_sfree(u->tab);
+        if (!(u->tab = pc_smalloc(PC_MEM_MODEL, hc * sizeof *u->tab)))
             return u->cap = 0, PC_ENOMEM;
         u->cap = hc;
     }
@@ -48,7 +49,7 @@ int pw_unique(pw_unique_t *u, const uint64_t *keys, size_t nk, uint64_t *ukeys, 
 }
 
 void pw_unique_free(pw_unique_t *u) {
-    free(u->tab);
+    pc_sfree(u->tab);
     u->tab = NULL;
     u->cap = 0;
 }
@@ -101,7 +102,7 @@ int pw_step_create(const pw_step_config_t *c, pw_step_t **out) {
         PC_ERROR("train: batches with %d dense values for a model of %d", c->ndense, m->c.ndense);
         return PC_EINVAL;
     }
-    pw_step_t *st = calloc(1, sizeof *st);
+    pw_step_t *st = pc_scalloc(PC_MEM_MODEL, 1, sizeof *st);
     if (!st)
         return PC_ENOMEM;
     pw_backend_t *be = c->be;
@@ -110,7 +111,7 @@ int pw_step_create(const pw_step_config_t *c, pw_step_t **out) {
     st->ndense = c->ndense;
     st->d = m->row_dim;
     st->nopt = 2 * m->nparams;
-    st->opt = calloc((size_t)st->nopt, sizeof *st->opt);
+    st->opt = pc_scalloc(PC_MEM_MODEL, (size_t)st->nopt, sizeof *st->opt);
     int rc = st->opt ? 0 : PC_ENOMEM;
     for (int i = 0; i < m->nparams && !rc; i++) {
         const pw_linear_t *l = &m->params[i];
@@ -142,7 +143,7 @@ void pw_step_destroy(pw_step_t *st) {
     pw_backend_t *be = st->be;
     for (int i = 0; st->opt && i < st->nopt; i++)
         pw_opt_free(&st->opt[i]);
-    free(st->opt);
+    pc_sfree(st->opt);
     for (int k = 0; k < NSETS; k++)
         for (int i = 0; i < DB_N; i++)
             be->free(be, st->dev[k][i].p);
@@ -153,7 +154,7 @@ void pw_step_destroy(pw_step_t *st) {
         be->free(be, dev[i]);
     be->host_free(be, st->hrows);
     be->host_free(be, st->hloss);
-    free(st);
+    pc_sfree(st);
 }
 
 /* ---- buffers and staging ---- */

@@ -15,6 +15,7 @@
  */
 #include "pw_train.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
 #include "pc_settings.h"
@@ -272,7 +273,8 @@ static int open_reader(const trainer_t *t, const char *const *paths, size_t n, i
  * are not changed). */
 static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_train_result_t *res) {
     size_t cap = 1 << 16, n = 0;
-    float *p = malloc(cap * sizeof *p), *y = malloc(cap * sizeof *y);
+    float *p = pc_smalloc(PC_MEM_BATCH, cap * sizeof *p),
+          *y = pc_smalloc(PC_MEM_BATCH, cap * sizeof *y);
     pw_reader_t *tr = NULL;
     int rc = p && y ? open_reader(t, test, ntest, 1, false, 0, &tr) : PC_ENOMEM;
     for (const pw_batch_t *b; !rc && (b = pw_reader_next(tr));) {
@@ -284,7 +286,8 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
             break;
         if (n + b->n > cap) {
             cap = 2 * (n + b->n);
-            float *np = realloc(p, cap * sizeof *p), *ny = realloc(y, cap * sizeof *y);
+            float *np = pc_srealloc(PC_MEM_BATCH, p, cap * sizeof *p),
+                  *ny = pc_srealloc(PC_MEM_BATCH, y, cap * sizeof *y);
             if (np)
                 p = np;
             if (ny)
@@ -310,8 +313,8 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
         res->logloss = pw_logloss(p, y, n);
         res->evals++;
     }
-    free(p);
-    free(y);
+    pc_sfree(p);
+    pc_sfree(y);
     return rc;
 }
 
