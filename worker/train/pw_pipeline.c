@@ -90,6 +90,7 @@ static void push_done(void *ctx, int rc) {
 static int run_push(pw_job_t *j) {
     pchunk_t *p = (pchunk_t *)j;
     pw_emb_t *e = p->s->t->emb;
+    p->sent = true;
     const size_t d = (size_t)e->dim;
     return e->ops->push_async(e, p->s->ukeys + p->off, p->n, p->s->ugrads + p->off * d, push_done,
                               p);
@@ -314,28 +315,33 @@ int pw__slot_stage(trainer_t *t, slot_t *s) {
     return rc;
 }
 
-int pw__slot_push(trainer_t *t, slot_t *s) {
-    const size_t d = (size_t)t->emb->dim, row = sizeof(uint64_t) + d * sizeof(float);
-    const size_t chunk = (size_t)t->c->chunk_kib << 10, per = chunk / row ? chunk / row : 1;
-    const size_t n = s->nu ? (s->nu + per - 1) / per : 0;
-    void **const push[] = {(void **)&s->push};
-    const size_t p_size[] = {sizeof *s->push};
-    int rc = grow(NULL, &s->pcap, n ? n : 1, 1, push, p_size);
-    if (rc)
-        return rc;
+/* Push chunks of slot s: their count, *per keys each, *row bytes a key. */
+static size_t push_chunks(const trainer_t *t, const slot_t *s, size_t *per, size_t *row) {
+    *row = sizeof(uint64_t) + (size_t)t->emb->dim * sizeof(float);
+    const size_t chunk = (size_t)t->c->chunk_kib << 10;
+    *per = chunk / *row ? chunk / *row : 1;
+    return s->nu ? (s->nu + *per - 1) / *per : 0;
+}
+
+/* Push the slot's summed gradients in chunks (bulk: after everything else), each started only
+ * once `gate` is done (NULL: at once). s->push holds them (grown by round_submit). */
+static void slot_push(trainer_t *t, slot_t *s, pw_job_t *gate) {
+    size_t per, row;
+    const size_t n = push_chunks(t, s, &per, &row);
     s->npush = n;
     for (size_t i = 0; i < n; i++) {
         pchunk_t *p = &s->push[i]; /* grown by realloc: every field of the job set here */
         p->job =
             (pw_job_t){.cls = PW_JOB_PUSH, .ordered = false, .prio = PRIO_PUSH, .run = run_push};
         pw_sched_reset(&p->job);
+        p->job.after = gate;
         p->s = s;
+        p->sent = false;
         p->off = i * per;
         p->n = s->nu - p->off < per ? s->nu - p->off : per;
         p->job.bytes = p->n * row;
         pw_sched_submit(t->sched, &p->job);
     }
-    return 0;
 }
 
 /* ---- rounds ---- */
@@ -344,7 +350,28 @@ int pw__slot_push(trainer_t *t, slot_t *s) {
  * download (pack) / upload. */
 typedef void (*move_fn)(pw_backend_t *, void *, const void *, size_t);
 
-void pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
+int pw__slot_settle(trainer_t *t, slot_t *s) {
+    int rc = 0;
+    for (size_t i = 0; i < s->npush; i++) {
+        const int prc = pw_sched_wait(t->sched, &s->push[i].job);
+        if (prc && !s->push[i].sent) /* its gate failed: the round was dropped (a regroup) */
+            atomic_fetch_add(&t->lost_pushes, 1);
+        else
+            rc = rc ? rc : prc;
+    }
+    s->npush = 0;
+    return rc;
+}
+
+int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
+    if (s) { /* the push chunks' memory first: nothing is submitted on a failure */
+        size_t per, row, n = push_chunks(t, s, &per, &row);
+        void **const push[] = {(void **)&s->push};
+        const size_t p_size[] = {sizeof *s->push};
+        int rc = grow(NULL, &s->pcap, n ? n : 1, 1, push, p_size);
+        if (rc)
+            return rc;
+    }
     round_t *r = round_of(t, t->next_round);
     r->id = t->next_round++;
     r->has_pos = s != NULL;
@@ -387,6 +414,11 @@ void pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
             pw_sched_submit(t->sched, &c->job);
         }
     }
+    /* Sync: a step's pushes wait for the round's first allreduce, which every worker enters only
+     * after its step computed: no push of step t reaches a server before every worker's pull of
+     * step t was answered (else a slower worker would read rows already moved by step t). */
+    if (s)
+        slot_push(t, s, t->grp && t->staleness == 0 && t->nplan ? &r->chunks[0].job : NULL);
     pw_sched_reset(&r->mark);
     r->mark.cls = PW_JOB_MARK;
     r->mark.ordered = true;
@@ -395,6 +427,7 @@ void pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     r->mark.run = run_mark;
     r->mark.ctx = r;
     pw_sched_submit(t->sched, &r->mark);
+    return 0;
 }
 
 void pw__apply_dense(trainer_t *t) {

@@ -426,11 +426,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
          * its round was done before the step now computing began). */
         while (more && t.filled <= t.ahead) {
             slot_t *s = &t.slots[(t.head + t.filled) % t.nslots];
-            for (size_t i = 0; i < s->npush && !rc; i++) /* async: pushes not awaited before */
-                rc = pw_sched_wait(t.sched, &s->push[i].job);
-            if (rc)
+            if ((rc = pw__slot_settle(&t, s))) /* async: pushes not awaited before */
                 break;
-            s->npush = 0;
             const pw_batch_t *b =
                 c->max_samples && res->samples + (uint64_t)t.filled * (uint64_t)c->batch >=
                                       (uint64_t)c->max_samples
@@ -463,7 +460,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 continue;
             }
             pw__log_step(&t, t.next_round, "start");
-            pw__round_submit(&t, NULL, false);
+            (void)pw__round_submit(&t, NULL, false); /* no slot: nothing to allocate */
             if ((rc = pw__apply_rounds(&t, 0, true, &stop)) && t.grp)
                 rc = pw__pipeline_regroup(&t);
             continue;
@@ -506,9 +503,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         slot_t *next = t.filled > 1 ? &t.slots[(t.head + 1) % t.nslots] : NULL;
         double loss;
         if ((!s->staged && (rc = pw__slot_stage(&t, s))) || (rc = step_run(&t, s, next, &loss)) ||
-            (rc = pw__slot_push(&t, s)))
+            (rc = pw__round_submit(&t, s, true)))
             break;
-        pw__round_submit(&t, s, true);
         t.head = (t.head + 1) % t.nslots;
         t.filled--;
         if (isnan(res->first_step_s))

@@ -62,6 +62,7 @@ typedef struct pchunk { /* a push of keys [off, off + n) of a slot */
     pw_job_t job;
     slot_t *s;
     size_t off, n;
+    bool sent; /* its call started (else its gate failed and it never ran) */
 } pchunk_t;
 
 /* A step's round (see DESIGN). flat: the group's dense gradients and the has-batch flag (its last
@@ -140,8 +141,13 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b);
 void pw__slot_pull(trainer_t *t, slot_t *s);
 int pw__slot_rows(trainer_t *t, slot_t *s);
 int pw__slot_stage(trainer_t *t, slot_t *s);
-int pw__slot_push(trainer_t *t, slot_t *s);
-void pw__round_submit(trainer_t *t, slot_t *s, bool had_batch);
+/* Wait for the slot's pushes before it is refilled: pushes whose gate failed (a dropped round)
+ * count as lost; a push that ran and failed is returned. */
+int pw__slot_settle(trainer_t *t, slot_t *s);
+/* Submit round next_round: the dense gradients now in the layers (group), whether this worker
+ * had a batch, slot s's pushes (NULL: none) and the marker that waits for them (sync, ssp).
+ * PC_ENOMEM (nothing submitted). */
+int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch);
 int pw__apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *stop);
 void pw__apply_dense(trainer_t *t);
 void pw__log_step(trainer_t *t, uint64_t round, const char *what);
