@@ -33,15 +33,16 @@
  * every worker (the dense optimizer steps with the mean over the workers that had a batch).
  * Consistency (`staleness`): step t's pull waits for round t - S - 1 and that round is applied
  * before step t computes; sync is S = 0 (bulk synchronous: every worker's pushes of step t - 1
- * applied before any pull of step t; with a server optimizer linear in the gradient, 2 workers
- * with batch b train the same model as 1 worker with batch 2b over the interleaved data, to
- * float rounding), ssp:S lets a worker run at most S steps ahead of the slowest and pulls
- * `pull_ahead` (<= S) batches ahead, async does not wait for pushes and applies dense rounds up
- * to `async_window` steps late. A worker whose data ran out joins rounds with no gradient until
- * a round in which no worker had a batch. The group's rank 0 evaluates the test stream at the
- * end (lookups: the servers' rows are not changed) and saves what is asked. `step_log`: a line
- * "rank step start|end ns" (CLOCK_MONOTONIC) when a step starts computing and when its pushes
- * were acknowledged.
+ * applied before any pull of step t, and no push of step t sent before every worker's pull of
+ * step t was answered: the pushes wait for the round's first allreduce; with a server optimizer
+ * linear in the gradient, 2 workers with batch b train the same model as 1 worker with batch 2b
+ * over the interleaved data, to float rounding), ssp:S lets a worker run at most S steps ahead of
+ * the slowest and pulls `pull_ahead` (<= S) batches ahead, async does not wait for pushes and
+ * applies dense rounds up to `async_window` steps late. A worker whose data ran out joins rounds
+ * with no gradient until a round in which no worker had a batch. The group's rank 0 evaluates the
+ * test stream at the end (lookups: the servers' rows are not changed) and saves what is asked.
+ * `step_log`: a line "rank step start|end ns" (CLOCK_MONOTONIC) when a step starts computing and
+ * when its pushes were acknowledged.
  *
  * Worker failures: after every step a worker records its reader position at the coordinator.
  * When a collective fails (a peer died), the survivors re-form the group (pw_group_recover: they
@@ -84,7 +85,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pw_dense_optim.h"
+#include "pw_backend.h"
 #include "pw_emb.h"
 #include "pw_parse.h"
 
