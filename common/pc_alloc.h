@@ -34,6 +34,7 @@
     XX(SCRATCH, "scratch") /* per-call temporary buffers */        \
     XX(MODEL, "model")     /* a worker's dense model and step */   \
     XX(BATCH, "batch")     /* a worker's batches in flight */      \
+    XX(CLIENT, "client")   /* libpsclient's calls and buffers */   \
     XX(OTHER, "other")
 
 typedef enum {

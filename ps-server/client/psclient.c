@@ -19,6 +19,7 @@
  */
 #include "emberps/psclient.h"
 
+#include "pc_alloc.h"
 #include "pc_cluster.h"
 #include "pc_error.h"
 #include "pc_log.h"
@@ -143,7 +144,7 @@ static server_t *server_get(psc_t *c, const char *addr) {
     for (server_t *s = c->all; s; s = s->next_all)
         if (strcmp(s->addr, addr) == 0)
             return s;
-    server_t *s = calloc(1, sizeof *s);
+    server_t *s = pc_scalloc(PC_MEM_CLIENT, 1, sizeof *s);
     if (!s)
         return NULL;
     s->c = c;
@@ -160,12 +161,12 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
         return;
     }
     size_t n = pc_cmap_nservers(m);
-    server_t **srv = calloc(n, sizeof *srv);
+    server_t **srv = pc_scalloc(PC_MEM_CLIENT, n, sizeof *srv);
     size_t len = pc_cmap_format(m, NULL, 0);
-    char *text = malloc(len + 1);
+    char *text = pc_smalloc(PC_MEM_CLIENT, len + 1);
     if (!srv || !text) {
-        free(srv);
-        free(text);
+        pc_sfree(srv);
+        pc_sfree(text);
         pc_cmap_destroy(m);
         return;
     }
@@ -181,18 +182,18 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
         atomic_fetch_add(&c->refreshes, 1);
     c->placeholder = false;
     pc_cmap_destroy(c->map);
-    free(c->srv);
+    pc_sfree(c->srv);
     c->map = m;
     c->srv = srv;
     c->nsrv = n;
     pthread_mutex_lock(&c->mu);
-    free(c->map_text);
+    pc_sfree(c->map_text);
     c->map_text = text;
     pthread_mutex_unlock(&c->mu);
 }
 
 static void map_adopt_text(psc_t *c, const uint8_t *text, size_t len) {
-    char *t = malloc(len + 1);
+    char *t = pc_smalloc(PC_MEM_CLIENT, len + 1);
     if (!t)
         return;
     memcpy(t, text, len);
@@ -203,14 +204,14 @@ static void map_adopt_text(psc_t *c, const uint8_t *text, size_t len) {
         map_adopt(c, m);
     else
         PC_WARN("psclient: a server sent a bad cluster map: %s", err);
-    free(t);
+    pc_sfree(t);
 }
 
 /* ==== parts ================================================================================ */
 
 static void part_free(part_t *p) {
-    free(p->idx);
-    free(p);
+    pc_sfree(p->idx);
+    pc_sfree(p);
 }
 
 /* A part is back (or given up). Transient failures queue its positions for a retry. */
@@ -220,7 +221,7 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
         if (transient && k->attempts < c->o.retries) {
             if (k->nretry + p->n > k->retry_cap) {
                 size_t cap = (k->retry_cap ? 2 * k->retry_cap : 64) + p->n;
-                uint32_t *r = realloc(k->retry, cap * sizeof *r);
+                uint32_t *r = pc_srealloc(PC_MEM_CLIENT, k->retry, cap * sizeof *r);
                 if (!r)
                     k->rc = k->rc ? k->rc : PC_ENOMEM;
                 else {
@@ -270,10 +271,15 @@ static void server_fail(server_t *s, int rc) {
 
 /* ==== connections ========================================================================== */
 
+/* A heap handle's close callback: free it (pc_smalloc'ed). */
+static void close_free(uv_handle_t *h) {
+    pc_sfree(h);
+}
+
 static void on_close_tcp(uv_handle_t *h) {
     server_t *s = h->data;
     s->state = 0;
-    free(s->body);
+    pc_sfree(s->body);
     s->body = NULL;
     s->hdr_have = s->body_have = 0;
     if (!s->c->stopping && (s->qhead || s->inflight))
@@ -297,7 +303,7 @@ typedef struct wbuf {
 static void on_written(uv_write_t *req, int status) {
     wbuf_t *w = (wbuf_t *)req;
     server_t *s = req->data;
-    free(w);
+    pc_sfree(w);
     if (status < 0 && s->state == 2)
         server_drop(s, PC_EUNAVAIL);
 }
@@ -306,7 +312,7 @@ static int send_frame(server_t *s, wbuf_t *w) {
     w->req.data = s;
     uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
     if (uv_write(&w->req, (uv_stream_t *)&s->tcp, &b, 1, on_written) < 0) {
-        free(w);
+        pc_sfree(w);
         return PC_EUNAVAIL;
     }
     return 0;
@@ -393,7 +399,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
         if (s->hdr_have < PC_WIRE_HDR)
             return;
         if (pc_wire_hdr_decode(s->hdr, MAX_REPLY, &s->h) || !(s->h.flags & PC_WIRE_RESPONSE) ||
-            !(s->body = malloc(s->h.body_len ? s->h.body_len : 1))) {
+            !(s->body = pc_smalloc(PC_MEM_CLIENT, s->h.body_len ? s->h.body_len : 1))) {
             PC_ERROR("psclient: bad reply from %s", s->addr);
             server_drop(s, PC_EUNAVAIL);
             return;
@@ -405,7 +411,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     if (s->body_have < s->h.body_len)
         return;
     handle_reply(s);
-    free(s->body);
+    pc_sfree(s->body);
     s->body = NULL;
     s->hdr_have = 0;
 }
@@ -428,7 +434,7 @@ static void on_connect(uv_connect_t *req, int status) {
     uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
     /* HELLO first (with the token): the server answers with its map. */
     size_t tl = strlen(c->token);
-    wbuf_t *w = malloc(sizeof *w + PC_WIRE_HDR + tl);
+    wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR + tl);
     if (!w) {
         server_drop(s, PC_ENOMEM);
         return;
@@ -474,7 +480,7 @@ static int part_send(server_t *s, part_t *p) {
     call_t *k = p->call;
     const size_t nl = strlen(k->table);
     const uint64_t body = pc_wire_batch_body_len((pc_wire_op_t)k->op, nl, p->n, k->dim);
-    wbuf_t *w = malloc(sizeof *w + PC_WIRE_HDR + body);
+    wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR + body);
     if (!w)
         return PC_ENOMEM;
     w->len = PC_WIRE_HDR + body;
@@ -539,8 +545,8 @@ static void server_pump(server_t *s) {
 static void on_timer_closed(uv_handle_t *h) {
     call_t *k = h->data;
     if (--k->timers_open == 0) {
-        free(k->retry);
-        free(k);
+        pc_sfree(k->retry);
+        pc_sfree(k);
     }
 }
 
@@ -599,15 +605,15 @@ static void on_backoff(uv_timer_t *t) {
     k->retry = NULL;
     k->nretry = k->retry_cap = 0;
     call_dispatch(c, k, idx, n);
-    free(idx);
+    pc_sfree(idx);
 }
 
 /* Split positions idx[0..n) of call k by server under the current map and queue the parts. */
 static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
     const size_t ns = c->nsrv;
-    uint32_t *count = calloc(ns + 1, sizeof *count);
-    uint32_t *owner = malloc((n + 1) * sizeof *owner);
-    part_t **parts = calloc(ns + 1, sizeof *parts);
+    uint32_t *count = pc_scalloc(PC_MEM_CLIENT, ns + 1, sizeof *count);
+    uint32_t *owner = pc_smalloc(PC_MEM_CLIENT, (n + 1) * sizeof *owner);
+    part_t **parts = pc_scalloc(PC_MEM_CLIENT, ns + 1, sizeof *parts);
     int rc = count && owner && parts ? 0 : PC_ENOMEM;
     for (size_t i = 0; !rc && i < n; i++) {
         owner[i] = pc_cmap_key_owner(c->map, k->keys[idx ? idx[i] : i]);
@@ -616,8 +622,9 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
     for (size_t s = 0; !rc && s < ns; s++) {
         if (!count[s])
             continue;
-        parts[s] = calloc(1, sizeof(part_t));
-        if (!parts[s] || !(parts[s]->idx = malloc(count[s] * sizeof(uint32_t)))) {
+        parts[s] = pc_scalloc(PC_MEM_CLIENT, 1, sizeof(part_t));
+        if (!parts[s] ||
+            !(parts[s]->idx = pc_smalloc(PC_MEM_CLIENT, count[s] * sizeof(uint32_t)))) {
             rc = PC_ENOMEM;
             break;
         }
@@ -628,9 +635,9 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
         for (size_t s = 0; parts && s < ns; s++)
             if (parts[s])
                 part_free(parts[s]);
-        free(count);
-        free(owner);
-        free(parts);
+        pc_sfree(count);
+        pc_sfree(owner);
+        pc_sfree(parts);
         k->rc = rc;
         if (k->parts_left == 0)
             call_finish(c, k, rc);
@@ -657,9 +664,9 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
         sv->qtail = p;
         server_pump(sv);
     }
-    free(count);
-    free(owner);
-    free(parts);
+    pc_sfree(count);
+    pc_sfree(owner);
+    pc_sfree(parts);
 }
 
 static void on_wake(uv_async_t *a) {
@@ -725,7 +732,7 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
         return PC_EINVAL;
     if ((op == PC_OP_PUSH && n && !grads) || (op != PC_OP_PUSH && n && !rows))
         return PC_EINVAL;
-    call_t *k = calloc(1, sizeof *k);
+    call_t *k = pc_scalloc(PC_MEM_CLIENT, 1, sizeof *k);
     if (!k)
         return PC_ENOMEM;
     k->id = atomic_fetch_add(&c->next_id, 1);
@@ -745,7 +752,7 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
     pthread_mutex_lock(&c->mu);
     if (c->stopping) {
         pthread_mutex_unlock(&c->mu);
-        free(k);
+        pc_sfree(k);
         return PC_ECANCELED;
     }
     k->next_live = c->live;
@@ -833,7 +840,7 @@ int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint
  * wait until each answered HELLO (its newer map replaces the placeholder). */
 static void on_connect_start(uv_async_t *a) {
     psc_t *c = a->data;
-    uv_close((uv_handle_t *)a, (uv_close_cb)free);
+    uv_close((uv_handle_t *)a, close_free);
     for (size_t i = 0; i < c->nsrv; i++)
         server_connect(c->srv[i]);
 }
@@ -841,7 +848,7 @@ static void on_connect_start(uv_async_t *a) {
 int psc_connect(const psc_opts_t *o, psc_t **out) {
     if (!o || !o->servers || !out || (o->token && strlen(o->token) >= 256))
         return PC_EINVAL;
-    psc_t *c = calloc(1, sizeof *c);
+    psc_t *c = pc_scalloc(PC_MEM_CLIENT, 1, sizeof *c);
     if (!c)
         return PC_ENOMEM;
     c->o = *o;
@@ -870,7 +877,7 @@ int psc_connect(const psc_opts_t *o, psc_t **out) {
     if (rc) {
         PC_ERROR("psclient: servers: %s", err);
         uv_loop_close(&c->loop);
-        free(c);
+        pc_sfree(c);
         return PC_EINVAL;
     }
     map_adopt(c, m);
@@ -878,9 +885,9 @@ int psc_connect(const psc_opts_t *o, psc_t **out) {
     c->hello_pending = (int)c->nsrv;
     uv_async_init(&c->loop, &c->wake, on_wake);
     c->wake.data = c;
-    uv_async_t *start = malloc(sizeof *start);
+    uv_async_t *start = pc_smalloc(PC_MEM_CLIENT, sizeof *start);
     if (!start || uv_async_init(&c->loop, start, on_connect_start)) {
-        free(start);
+        pc_sfree(start);
         c->stopping = true; /* the loop closes everything and ends at once */
         uv_close((uv_handle_t *)&c->wake, NULL);
     } else {
@@ -931,22 +938,22 @@ void psc_close(psc_t *c) {
     uv_run(&c->loop, UV_RUN_DEFAULT); /* close callbacks still pending */
     for (call_t *k = c->live, *nx; k; k = nx) {
         nx = k->next_live;
-        free(k->retry);
-        free(k);
+        pc_sfree(k->retry);
+        pc_sfree(k);
     }
     for (server_t *s = c->all, *nx; s; s = nx) {
         nx = s->next_all;
-        free(s->body);
-        free(s);
+        pc_sfree(s->body);
+        pc_sfree(s);
     }
     if (uv_loop_close(&c->loop) != 0)
         PC_ERROR("psclient: loop closed with handles open");
     pc_cmap_destroy(c->map);
-    free(c->srv);
-    free(c->map_text);
+    pc_sfree(c->srv);
+    pc_sfree(c->map_text);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
-    free(c);
+    pc_sfree(c);
 }
 
 size_t psc_map_text(psc_t *c, char *buf, size_t cap) {

@@ -7,6 +7,7 @@
  */
 #include "pw_reader.h"
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
 
@@ -42,22 +43,22 @@ struct pw_reader {
 };
 
 static void batch_free(pw_batch_t *b) {
-    free(b->labels);
-    free(b->dense);
-    free(b->keys);
-    free(b->fields);
-    free(b->vals);
-    free(b->key_off);
+    pc_sfree(b->labels);
+    pc_sfree(b->dense);
+    pc_sfree(b->keys);
+    pc_sfree(b->fields);
+    pc_sfree(b->vals);
+    pc_sfree(b->key_off);
 }
 
 static int batch_alloc(pw_batch_t *b, size_t batch, size_t key_cap) {
     memset(b, 0, sizeof *b);
-    b->labels = malloc(batch * sizeof *b->labels);
-    b->dense = malloc(batch * PW_DENSE_MAX * sizeof *b->dense);
-    b->key_off = malloc((batch + 1) * sizeof *b->key_off);
-    b->keys = malloc(key_cap * sizeof *b->keys);
-    b->fields = malloc(key_cap * sizeof *b->fields);
-    b->vals = malloc(key_cap * sizeof *b->vals);
+    b->labels = pc_smalloc(PC_MEM_BATCH, batch * sizeof *b->labels);
+    b->dense = pc_smalloc(PC_MEM_BATCH, batch * PW_DENSE_MAX * sizeof *b->dense);
+    b->key_off = pc_smalloc(PC_MEM_BATCH, (batch + 1) * sizeof *b->key_off);
+    b->keys = pc_smalloc(PC_MEM_BATCH, key_cap * sizeof *b->keys);
+    b->fields = pc_smalloc(PC_MEM_BATCH, key_cap * sizeof *b->fields);
+    b->vals = pc_smalloc(PC_MEM_BATCH, key_cap * sizeof *b->vals);
     return b->labels && b->dense && b->key_off && b->keys && b->fields && b->vals ? 0 : PC_ENOMEM;
 }
 
@@ -66,13 +67,13 @@ static int batch_add(pw_batch_t *b, size_t *cap, const pw_sample_t *s) {
     const size_t base = b->key_off[b->n];
     if (base + s->nkeys > *cap) {
         size_t nc = 2 * *cap + s->nkeys;
-        uint64_t *k = realloc(b->keys, nc * sizeof *k);
+        uint64_t *k = pc_srealloc(PC_MEM_BATCH, b->keys, nc * sizeof *k);
         if (k)
             b->keys = k;
-        uint16_t *f = realloc(b->fields, nc * sizeof *f);
+        uint16_t *f = pc_srealloc(PC_MEM_BATCH, b->fields, nc * sizeof *f);
         if (f)
             b->fields = f;
-        float *v = realloc(b->vals, nc * sizeof *v);
+        float *v = pc_srealloc(PC_MEM_BATCH, b->vals, nc * sizeof *v);
         if (v)
             b->vals = v;
         if (!k || !f || !v)
@@ -265,8 +266,8 @@ static void conn_closed(uv_handle_t *h) {
     tcp_conn_t *k = (tcp_conn_t *)h;
     if (k->bad > LOG_BAD_MAX)
         PC_WARN("%s: %llu malformed lines in all", k->where, (unsigned long long)k->bad);
-    free(k->buf);
-    free(k);
+    pc_sfree(k->buf);
+    pc_sfree(k);
 }
 
 static void conn_line(tcp_conn_t *k, const char *line, size_t len, bool too_long) {
@@ -325,9 +326,9 @@ static void on_producer(uv_stream_t *srv, int status) {
     tcp_src_t *t = srv->data;
     if (status < 0)
         return;
-    tcp_conn_t *k = calloc(1, sizeof *k);
-    if (!k || !(k->buf = malloc(LINE_MAX_BYTES))) {
-        free(k);
+    tcp_conn_t *k = pc_scalloc(PC_MEM_BATCH, 1, sizeof *k);
+    if (!k || !(k->buf = pc_smalloc(PC_MEM_BATCH, LINE_MAX_BYTES))) {
+        pc_sfree(k);
         tcp_halt(t, PC_ENOMEM);
         return;
     }
@@ -381,7 +382,7 @@ static int read_tcp(cursor_t *c, const char *path) {
     }
     memcpy(host, path + 6, (size_t)(colon - path - 6));
     host[colon - path - 6] = '\0';
-    tcp_src_t *t = calloc(1, sizeof *t);
+    tcp_src_t *t = pc_scalloc(PC_MEM_BATCH, 1, sizeof *t);
     if (!t) {
         set_port(r, -1);
         return PC_ENOMEM;
@@ -389,7 +390,7 @@ static int read_tcp(cursor_t *c, const char *path) {
     t->c = c;
     int rc = uv_loop_init(&t->loop);
     if (rc) {
-        free(t);
+        pc_sfree(t);
         set_port(r, -1);
         return PC_ESYS;
     }
@@ -422,17 +423,18 @@ static int read_tcp(cursor_t *c, const char *path) {
     uv_walk(&t->loop, close_any, NULL);
     uv_run(&t->loop, UV_RUN_DEFAULT);
     uv_loop_close(&t->loop);
-    free(t);
+    pc_sfree(t);
     return rc;
 }
 
 static void *reader_main(void *arg) {
     pw_reader_t *r = arg;
-    char *line = malloc(LINE_MAX_BYTES);
-    cursor_t *c = calloc(1, sizeof *c); /* the sample is large: not on the stack */
+    char *line = pc_smalloc(PC_MEM_BATCH, LINE_MAX_BYTES);
+    cursor_t *c =
+        pc_scalloc(PC_MEM_BATCH, 1, sizeof *c); /* the sample is large: not on the stack */
     if (!line || !c) {
-        free(line);
-        free(c);
+        pc_sfree(line);
+        pc_sfree(c);
         finish(r, PC_ENOMEM);
         return NULL;
     }
@@ -459,8 +461,8 @@ static void *reader_main(void *arg) {
         slot_publish(r);
     if (r->tcp_port == 0) /* never reached: wake pw_reader_tcp_port waiters */
         set_port(r, -1);
-    free(line);
-    free(c);
+    pc_sfree(line);
+    pc_sfree(c);
     finish(r, rc);
     return NULL;
 }
@@ -472,13 +474,13 @@ static void reader_free(pw_reader_t *r) {
     for (size_t i = 0; r->slots && i < r->nslots; i++)
         batch_free(&r->slots[i]);
     for (size_t i = 0; r->paths && i < r->o.npaths; i++)
-        free(r->paths[i]);
-    free(r->slots);
-    free(r->caps);
-    free(r->paths);
+        pc_sfree(r->paths[i]);
+    pc_sfree(r->slots);
+    pc_sfree(r->caps);
+    pc_sfree(r->paths);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
-    free(r);
+    pc_sfree(r);
 }
 
 int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
@@ -486,13 +488,13 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
         o->batch < 1 || o->queue < 1 || o->epochs < 1 || o->max_error_rate < 0 ||
         o->max_error_rate > 1)
         return PC_EINVAL;
-    pw_reader_t *r = calloc(1, sizeof *r);
+    pw_reader_t *r = pc_scalloc(PC_MEM_BATCH, 1, sizeof *r);
     if (!r)
         return PC_ENOMEM;
     r->o = *o;
     if (o->format == PW_FMT_CSV) {
         if (!o->csv) {
-            free(r);
+            pc_sfree(r);
             return PC_EINVAL;
         }
         r->csv = *o->csv;
@@ -503,13 +505,17 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
         if (i % o->world == o->rank && is_tcp(o->paths[i]))
             r->tcp_port = 0;
     r->nslots = o->queue + 1;
-    r->slots = calloc(r->nslots, sizeof *r->slots);
-    r->caps = calloc(r->nslots, sizeof *r->caps);
-    r->paths = calloc(o->npaths, sizeof *r->paths);
+    r->slots = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->slots);
+    r->caps = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->caps);
+    r->paths = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->paths);
     int rc = r->slots && r->caps && r->paths ? 0 : PC_ENOMEM;
-    for (size_t i = 0; !rc && i < o->npaths; i++)
-        if (!(r->paths[i] = strdup(o->paths[i])))
+    for (size_t i = 0; !rc && i < o->npaths; i++) {
+        const size_t len = strlen(o->paths[i]) + 1;
+        if ((r->paths[i] = pc_smalloc(PC_MEM_BATCH, len)))
+            memcpy(r->paths[i], o->paths[i], len);
+        else
             rc = PC_ENOMEM;
+    }
     for (size_t i = 0; !rc && i < r->nslots; i++) {
         r->caps[i] = o->batch * 32;
         rc = batch_alloc(&r->slots[i], o->batch, r->caps[i]);
