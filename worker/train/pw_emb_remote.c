@@ -29,38 +29,32 @@ static void call_done(void *ctx, uint64_t id, int rc) {
     c.done(c.ctx, rc);
 }
 
-static call_t *call_new(pw_emb_done_fn done, void *ctx) {
+/* Start a pull (into rows) or, with grads, a push of n keys; done(ctx, rc) comes from the
+ * client's I/O thread. */
+static int start(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows, const float *grads,
+                 pw_emb_done_fn done, void *ctx) {
+    remote_t *r = (remote_t *)e;
     call_t *c = pc_smalloc(PC_MEM_OTHER, sizeof *c);
-    if (c)
-        *c = (call_t){done, ctx};
-    return c;
+    if (!c)
+        return PC_ENOMEM;
+    *c = (call_t){done, ctx};
+    const uint32_t dim = (uint32_t)e->dim;
+    uint64_t id;
+    int rc = grads ? psc_push_async(r->ps, r->table, keys, n, dim, grads, NULL, call_done, c, &id)
+                   : psc_pull_async(r->ps, r->table, keys, n, dim, rows, call_done, c, &id);
+    if (rc)
+        pc_sfree(c);
+    return rc;
 }
 
 static int r_pull_async(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows,
                         pw_emb_done_fn done, void *ctx) {
-    remote_t *r = (remote_t *)e;
-    call_t *c = call_new(done, ctx);
-    if (!c)
-        return PC_ENOMEM;
-    uint64_t id;
-    int rc = psc_pull_async(r->ps, r->table, keys, n, (uint32_t)e->dim, rows, call_done, c, &id);
-    if (rc)
-        pc_sfree(c);
-    return rc;
+    return start(e, keys, n, rows, NULL, done, ctx);
 }
 
 static int r_push_async(pw_emb_t *e, const uint64_t *keys, size_t n, const float *grads,
                         pw_emb_done_fn done, void *ctx) {
-    remote_t *r = (remote_t *)e;
-    call_t *c = call_new(done, ctx);
-    if (!c)
-        return PC_ENOMEM;
-    uint64_t id;
-    int rc =
-        psc_push_async(r->ps, r->table, keys, n, (uint32_t)e->dim, grads, NULL, call_done, c, &id);
-    if (rc)
-        pc_sfree(c);
-    return rc;
+    return start(e, keys, n, NULL, grads, done, ctx);
 }
 
 static int r_lookup(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows) {
