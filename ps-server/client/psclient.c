@@ -289,6 +289,10 @@ static void on_close_tcp(uv_handle_t *h) {
 static void server_drop(server_t *s, int rc) {
     if (s->state == 0)
         return;
+    if (rc == PC_ENOMEM && !s->hello_done) { /* no memory: psc_connect ends with it, now */
+        s->hello_done = true;
+        hello_settled(s->c, rc);
+    }
     server_fail(s, rc);
     if (!uv_is_closing((uv_handle_t *)&s->tcp))
         uv_close((uv_handle_t *)&s->tcp, on_close_tcp);
@@ -398,10 +402,13 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
         s->hdr_have += (size_t)nread;
         if (s->hdr_have < PC_WIRE_HDR)
             return;
-        if (pc_wire_hdr_decode(s->hdr, MAX_REPLY, &s->h) || !(s->h.flags & PC_WIRE_RESPONSE) ||
-            !(s->body = pc_smalloc(PC_MEM_CLIENT, s->h.body_len ? s->h.body_len : 1))) {
+        if (pc_wire_hdr_decode(s->hdr, MAX_REPLY, &s->h) || !(s->h.flags & PC_WIRE_RESPONSE)) {
             PC_ERROR("psclient: bad reply from %s", s->addr);
             server_drop(s, PC_EUNAVAIL);
+            return;
+        }
+        if (!(s->body = pc_smalloc(PC_MEM_CLIENT, s->h.body_len ? s->h.body_len : 1))) {
+            server_drop(s, PC_ENOMEM); /* the calls waiting for it end with PC_ENOMEM */
             return;
         }
         s->body_have = 0;

@@ -13,6 +13,7 @@
 #include "table_check.h"
 
 #include "emberps/psclient.h"
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_wire.h"
 #include "ps_ckpt.h"
@@ -412,6 +413,66 @@ static void test_token(void **state) {
     tc_rmdir(dir);
 }
 
+/* Out of memory at every allocation of the client (libpsclient counts its memory under the
+ * client tag, so pc_mem_fail_after reaches it; the server is another process): connect, pull and
+ * lookup with the i-th allocation failing, i = 0, 1, ... until a round reaches no failure. Every
+ * call returns 0 or PC_ENOMEM, rows that arrive are the right ones, and after psc_close the
+ * client holds no memory. */
+static void test_client_oom(void **state) {
+    (void)state;
+    char dir[256], tables[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dpoom");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, NULL};
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = one, .timeout_ms = 5000};
+    enum { N = 64 };
+    uint64_t keys[N];
+    float want[N * D], rows[N * D];
+    for (int i = 0; i < N; i++)
+        keys[i] = (uint64_t)i * 13 + 1;
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, want), 0); /* rows exist from here on */
+    psc_close(c);
+    const uint64_t base = pc_mem_used(PC_MEM_CLIENT);
+    int i = 0, enomem = 0;
+    for (; i < 5000; i++) {
+        pc_mem_fail_after(i);
+        c = NULL;
+        int rc = psc_connect(&o, &c), prc = 0, lrc = 0;
+        if (!rc) {
+            memset(rows, 0, sizeof rows);
+            prc = psc_pull(c, "emb", keys, N, D, rows);
+            if (!prc)
+                assert_memory_equal(rows, want, sizeof rows);
+            memset(rows, 0, sizeof rows);
+            lrc = psc_lookup(c, "emb", keys, N, D, rows, NULL);
+            if (!lrc)
+                assert_memory_equal(rows, want, sizeof rows);
+        }
+        const bool reached = pc_mem_fail_remaining() == 0;
+        pc_mem_fail_after(-1);
+        if ((rc && rc != PC_ENOMEM) || (prc && prc != PC_ENOMEM) || (lrc && lrc != PC_ENOMEM))
+            fail_msg("allocation %d failing: connect %s, pull %s, lookup %s", i, pc_err_name(rc),
+                     pc_err_name(prc), pc_err_name(lrc));
+        enomem += rc == PC_ENOMEM || prc == PC_ENOMEM || lrc == PC_ENOMEM;
+        psc_close(c);
+        assert_true(pc_mem_used(PC_MEM_CLIENT) == base);
+        if (!reached) {
+            assert_true(!rc && !prc && !lrc);
+            break;
+        }
+    }
+    print_message("client: %d allocation points replayed, %d rounds ended in PC_ENOMEM\n", i,
+                  enomem);
+    assert_true(i > 10 && i < 5000 && enomem > 0);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane PATH-TO-ps-server\n");
@@ -426,6 +487,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_token),
+        cmocka_unit_test(test_client_oom),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all(); /* servers a failed test left running */
