@@ -129,14 +129,15 @@ static void test_spill_on_full_disk(void **state) {
                   (unsigned long long)ts.free_bytes);
     assert_true(nb > 20 && st.spill_refused > 0 && !ts.writable);
     /* Background flushes and compactions give space back for a while: wait until the free
-     * space holds still (at most 5 s), then eat it down to 6 MiB, well below the watermark, for
-     * the checks that follow. */
+     * space has held still for a second (at most 15 s; a compaction that finished right after a
+     * shorter wait once gave back more than 6 MiB between starve() and the checkpoint's own
+     * reading), then eat it down to 6 MiB, well below the watermark, for the checks that
+     * follow. */
     uint64_t fb = pc_fs_free_bytes(g_mnt);
-    for (int i = 0; i < 25; i++) {
+    for (int i = 0, still = 0; i < 75 && still < 5; i++) {
         usleep(200000);
-        uint64_t now = pc_fs_free_bytes(g_mnt);
-        if (now == fb && i >= 2)
-            break;
+        const uint64_t now = pc_fs_free_bytes(g_mnt);
+        still = now == fb ? still + 1 : 0;
         fb = now;
     }
     starve(filler2);
