@@ -1,4 +1,4 @@
-/* pc_log.c: the logger behind PC_LOG (see pc_log.h for the contract). */
+/* pc_log.c: the logger behind PC_LOG and its rate limit (see pc_log.h for the contract). */
 #include "pc_log.h"
 #include "pc_error.h"
 
@@ -44,7 +44,9 @@ int pc_log_level_parse(const char *s, pc_log_level_t *out) {
     return PC_EINVAL;
 }
 
-void pc__log_write(pc_log_level_t level, const char *file, int line, const char *fmt, ...) {
+/* Format and write one line; `suppressed` > 0 appends " [N more suppressed]". */
+static void log_vwrite(pc_log_level_t level, const char *file, int line, uint64_t suppressed,
+                       const char *fmt, va_list ap) {
     static const char letters[] = "EWIDT";
     char buf[1024];
     struct timespec ts;
@@ -59,10 +61,13 @@ void pc__log_write(pc_log_level_t level, const char *file, int line, const char 
     if (n < 0)
         return;
     if ((size_t)n < sizeof buf) {
-        va_list ap;
-        va_start(ap, fmt);
         int m = vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
-        va_end(ap);
+        if (m > 0)
+            n += m;
+    }
+    if (suppressed && (size_t)n < sizeof buf) {
+        int m = snprintf(buf + n, sizeof buf - (size_t)n, " [%llu more suppressed]",
+                         (unsigned long long)suppressed);
         if (m > 0)
             n += m;
     }
@@ -74,4 +79,56 @@ void pc__log_write(pc_log_level_t level, const char *file, int line, const char 
     fwrite(buf, 1, (size_t)n, out);
     fflush(out);
     funlockfile(out);
+}
+
+void pc__log_write(pc_log_level_t level, const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_vwrite(level, file, line, 0, fmt, ap);
+    va_end(ap);
+}
+
+void pc__log_write_limited(pc_log_level_t level, const char *file, int line, uint64_t suppressed,
+                           const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    log_vwrite(level, file, line, suppressed, fmt, ap);
+    va_end(ap);
+}
+
+/* ==== rate limit ============================================================================ */
+
+void pc_log_limit_init(pc_log_limit_t *l, uint32_t lines, uint32_t window_ms) {
+    memset(l, 0, sizeof *l);
+    pthread_mutex_init(&l->mu, NULL);
+    l->lines = lines ? lines : 1;
+    l->window_ms = window_ms ? window_ms : 1;
+}
+
+void pc_log_limit_close(pc_log_limit_t *l) {
+    pthread_mutex_destroy(&l->mu);
+}
+
+bool pc_log_limit_take(pc_log_limit_t *l, uint64_t now_ms, uint64_t *suppressed) {
+    pthread_mutex_lock(&l->mu);
+    if (l->used == 0 || now_ms - l->window_start_ms >= l->window_ms) { /* a new window */
+        l->window_start_ms = now_ms;
+        l->used = 0;
+    }
+    const bool ok = l->used < l->lines;
+    if (ok) {
+        l->used++;
+        *suppressed = l->suppressed;
+        l->suppressed = 0;
+    } else {
+        l->suppressed++;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return ok;
+}
+
+uint64_t pc_log_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }

@@ -10,13 +10,20 @@
  * sets them once with pc_log_init() before starting threads (later level changes are atomic).
  * Each line is written with a single fwrite under the stream lock, so lines from different
  * threads never interleave. Log where an error is handled, not at every hop.
+ * A source that can log once per bad input from outside (a library's own messages, one per
+ * malformed request) goes through a rate limit, pc_log_limit_t: a fixed window with a line budget
+ * whose overflow is counted, and the next line let through says how many were suppressed. The
+ * limit is the caller's (one per source, inside its context), not global state.
  *
- * Thread rule: PC_LOG and friends are thread-safe; pc_log_init() is for main() only.
+ * Thread rule: PC_LOG and friends are thread-safe; pc_log_init() is for main() only. A
+ * pc_log_limit_t is thread-safe between its _init and _close.
  */
 #ifndef PC_LOG_H
 #define PC_LOG_H
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef enum {
@@ -40,11 +47,45 @@ int pc_log_level_parse(const char *s, pc_log_level_t *out);
 
 void pc__log_write(pc_log_level_t level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+/* pc__log_write with " [N more suppressed]" appended when suppressed > 0. */
+void pc__log_write_limited(pc_log_level_t level, const char *file, int line, uint64_t suppressed,
+                           const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* A rate limit for one source of log lines: at most `lines` lines per window of `window_ms`
+ * milliseconds (a fixed window that starts at the first line after the previous one ended). */
+typedef struct pc_log_limit {
+    pthread_mutex_t mu;
+    uint32_t lines, window_ms;
+    uint32_t used;            /* lines let through in the current window */
+    uint64_t window_start_ms; /* monotonic */
+    uint64_t suppressed;      /* refused since the last line let through */
+} pc_log_limit_t;
+
+/* Caller-provided memory: init before use (lines >= 1, window_ms >= 1), close after. */
+void pc_log_limit_init(pc_log_limit_t *l, uint32_t lines, uint32_t window_ms);
+void pc_log_limit_close(pc_log_limit_t *l);
+
+/* Whether one more line may be written at now_ms (a monotonic clock). When it may, *suppressed
+ * gets the number of lines refused since the last one let through (and that count restarts);
+ * otherwise the refusal is counted. */
+bool pc_log_limit_take(pc_log_limit_t *l, uint64_t now_ms, uint64_t *suppressed);
+
+/* Monotonic milliseconds, the clock PC_LOG_LIMITED passes to pc_log_limit_take. */
+uint64_t pc_log_now_ms(void);
 
 #define PC_LOG(level, ...)                                         \
     do {                                                           \
         if (pc_log_enabled(level))                                 \
             pc__log_write(level, __FILE__, __LINE__, __VA_ARGS__); \
+    } while (0)
+
+/* PC_LOG through the rate limit `lim` (a pc_log_limit_t *): a line over the limit is counted,
+ * not formatted; the next line let through ends in " [N more suppressed]". */
+#define PC_LOG_LIMITED(lim, level, ...)                                                   \
+    do {                                                                                  \
+        uint64_t pc_sup_;                                                                 \
+        if (pc_log_enabled(level) && pc_log_limit_take((lim), pc_log_now_ms(), &pc_sup_)) \
+            pc__log_write_limited(level, __FILE__, __LINE__, pc_sup_, __VA_ARGS__);       \
     } while (0)
 
 #define PC_ERROR(...) PC_LOG(PC_LOG_ERROR, __VA_ARGS__)

@@ -44,7 +44,7 @@ typedef struct srv_cfg {
     int64_t io_threads;
     int64_t grpc_port;
     int64_t grpc_threads;
-    int64_t metrics_port;
+    int64_t metrics_port, metrics_max_connections;
     char admin_token[256];
     char cluster_map[4096];
     char cluster_map_file[512];
@@ -77,6 +77,8 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, grpc_threads, 1, 64, "2", "gRPC handler threads"),
     PC_SETTING_INT(T, metrics_port, -1, 65535, "9400",
                    "Prometheus /metrics port (0: any, -1: off)"),
+    PC_SETTING_INT(T, metrics_max_connections, 1, 10000, "64",
+                   "most HTTP connections /metrics holds at once (more are closed)"),
     PC_SETTING_STRING(T, admin_token, "", "token for CreateTable/DropTable/Checkpoint (gRPC)"),
     PC_SETTING_STRING(T, cluster_map, "", "cluster map text (empty: this server owns every slot)"),
     PC_SETTING_STRING(T, cluster_map_file, "", "file holding the cluster map (reread on SIGHUP)"),
@@ -569,7 +571,8 @@ int main(int argc, char **argv) {
             rc = 1;
     }
     if (!rc && s.cfg.metrics_port >= 0 &&
-        ps_metrics_start(s.cfg.host, (int)s.cfg.metrics_port, render_metrics, &s, &s.metrics))
+        ps_metrics_start(s.cfg.host, (int)s.cfg.metrics_port,
+                         (unsigned)s.cfg.metrics_max_connections, render_metrics, &s, &s.metrics))
         rc = 1;
     if (rc) {
         ps_metrics_stop(s.metrics);

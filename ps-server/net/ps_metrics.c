@@ -1,4 +1,11 @@
-/* ps_metrics.c: see ps_metrics.h. */
+/* ps_metrics.c: the /metrics endpoint on libmicrohttpd (see ps_metrics.h for the contract).
+ *
+ * DESIGN: the daemon is started in epoll mode when the library has it (MHD_FEATURE_EPOLL; Debian
+ * 12's 0.9.75 does), else poll; select() is never used (descriptors >= 1024). The connection
+ * limit and the idle timeout bound what the endpoint holds. The library's messages arrive through
+ * MHD_OPTION_EXTERNAL_LOGGER on its thread and are formatted into one pc_log line each, through
+ * a rate limit that lives in the ps_metrics_t (created before the daemon, freed after it).
+ */
 #include "ps_metrics.h"
 
 #include "pc_error.h"
@@ -7,6 +14,8 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +24,21 @@ struct ps_metrics {
     ps_metrics_fn fn;
     void *ctx;
     int port;
+    pc_log_limit_t log_limit; /* libmicrohttpd's own messages */
 };
+
+/* libmicrohttpd's messages (MHD_OPTION_EXTERNAL_LOGGER): one WARN line each, rate-limited. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    ps_metrics_t *m = cls;
+    char msg[512];
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    if (n < 0)
+        return;
+    size_t len = strnlen(msg, sizeof msg);
+    while (len && (msg[len - 1] == '\n' || msg[len - 1] == '\r'))
+        msg[--len] = '\0';
+    PC_LOG_LIMITED(&m->log_limit, PC_LOG_WARN, "metrics: http: %s", msg);
+}
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
@@ -64,20 +87,36 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     return ret;
 }
 
-int ps_metrics_start(const char *host, int port, ps_metrics_fn fn, void *ctx, ps_metrics_t **out) {
+int ps_metrics_start(const char *host, int port, unsigned max_connections, ps_metrics_fn fn,
+                     void *ctx, ps_metrics_t **out) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (!fn || !out || inet_pton(AF_INET, host, &a.sin_addr) != 1)
+    if (!fn || !out || max_connections < 1 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
         return PC_EINVAL;
+    /* Never select(): it cannot watch descriptors >= FD_SETSIZE. */
+    unsigned flags = MHD_USE_ERROR_LOG;
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) == MHD_YES) {
+        flags |= MHD_USE_EPOLL_INTERNAL_THREAD;
+    } else if (MHD_is_feature_supported(MHD_FEATURE_POLL) == MHD_YES) {
+        flags |= MHD_USE_POLL_INTERNAL_THREAD;
+    } else {
+        PC_ERROR("metrics: libmicrohttpd %s has neither epoll nor poll", MHD_get_version());
+        return PC_EUNSUPPORTED;
+    }
     ps_metrics_t *m = calloc(1, sizeof *m);
     if (!m)
         return PC_ENOMEM;
     m->fn = fn;
     m->ctx = ctx;
-    m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, (uint16_t)port,
-                            NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&a,
+    pc_log_limit_init(&m->log_limit, PS_METRICS_LOG_LINES, PS_METRICS_LOG_WINDOW_MS);
+    /* The logger first: messages about later options already go through it. */
+    MHD_LogCallback logger = mhd_log;
+    m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, answer, m,
+                            MHD_OPTION_EXTERNAL_LOGGER, logger, m, MHD_OPTION_SOCK_ADDR,
+                            (struct sockaddr *)&a, MHD_OPTION_CONNECTION_LIMIT, max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
     if (!m->d) {
         PC_ERROR("metrics: cannot listen on %s:%d", host, port);
+        pc_log_limit_close(&m->log_limit);
         free(m);
         return PC_EIO;
     }
@@ -95,6 +134,7 @@ int ps_metrics_port(const ps_metrics_t *m) {
 void ps_metrics_stop(ps_metrics_t *m) {
     if (!m)
         return;
-    MHD_stop_daemon(m->d);
+    MHD_stop_daemon(m->d); /* joins its thread: no more log calls */
+    pc_log_limit_close(&m->log_limit);
     free(m);
 }

@@ -1,4 +1,4 @@
-/* Logging levels and format; counted allocation by tag. */
+/* Logging levels, format and rate limit; counted allocation by tag. */
 #include "test_util.h"
 
 #include <string.h>
@@ -33,6 +33,48 @@ static void test_log(void **state) {
     PC_ERROR("%s", big); /* truncated, still one line */
     fflush(m);
     assert_int_equal(buf[len - 1], '\n');
+    pc_log_init(NULL, PC_LOG_INFO, "ember");
+    fclose(m);
+    free(buf);
+}
+
+/* The rate limit: `lines` per window, refusals counted and reported by the next line let
+ * through; PC_LOG_LIMITED formats nothing it refuses and ends the next line with the count. */
+static void test_log_limit(void **state) {
+    (void)state;
+    pc_log_limit_t l;
+    pc_log_limit_init(&l, 3, 1000);
+    uint64_t sup = 99;
+    for (uint64_t t = 5000; t < 5003; t++) {
+        assert_true(pc_log_limit_take(&l, t, &sup));
+        assert_int_equal(sup, 0);
+    }
+    for (uint64_t t = 5003; t < 5010; t++)
+        assert_false(pc_log_limit_take(&l, t, &sup));
+    assert_false(pc_log_limit_take(&l, 5999, &sup)); /* same window: 8 refused */
+    assert_true(pc_log_limit_take(&l, 6000, &sup));  /* next window */
+    assert_int_equal(sup, 8);
+    assert_true(pc_log_limit_take(&l, 6001, &sup));
+    assert_int_equal(sup, 0);
+    pc_log_limit_close(&l);
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    pc_log_init(m, PC_LOG_INFO, "tester");
+    pc_log_limit_init(&l, 2, 60000); /* one window for the whole test */
+    int evaluated = 0;
+    for (int i = 0; i < 50; i++)
+        PC_LOG_LIMITED(&l, PC_LOG_WARN, "noisy %d", ++evaluated);
+    fflush(m);
+    assert_int_equal(evaluated, 2); /* refused lines are not formatted */
+    assert_non_null(strstr(buf, " W tester test_log_alloc.c:"));
+    assert_non_null(strstr(buf, "noisy 2\n"));
+    assert_null(strstr(buf, "noisy 3"));
+    pc__log_write_limited(PC_LOG_WARN, __FILE__, __LINE__, 48, "noisy %d", 51);
+    fflush(m);
+    assert_non_null(strstr(buf, "noisy 51 [48 more suppressed]\n"));
+    pc_log_limit_close(&l);
     pc_log_init(NULL, PC_LOG_INFO, "ember");
     fclose(m);
     free(buf);
@@ -109,6 +151,7 @@ static void test_alloc(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_log), cmocka_unit_test(test_alloc)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_log), cmocka_unit_test(test_log_limit),
+                                       cmocka_unit_test(test_alloc)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
