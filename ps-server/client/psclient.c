@@ -23,10 +23,12 @@
 #include "pc_cluster.h"
 #include "pc_error.h"
 #include "pc_log.h"
+#include "pc_time.h"
 #include "pc_wire.h"
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,6 +40,7 @@
 #define BACKOFF_MS    10
 #define RECONNECT_MAX 8       /* connection attempts per server before its parts fail */
 #define WAIT_SPIN_NS  200000L /* psc_wait yields this long before sleeping */
+#define PSC_WHY_MAX   (PC_ADDR_MAX + PC_WIRE_MSG_MAX + 96) /* a call's failure detail */
 
 #define STR_(x)        #x
 #define STR(x)         STR_(x)
@@ -68,9 +71,15 @@ struct call {
     uint8_t *found;
     psc_push_result_t *res;
     psc_push_result_t acc;
+    const char *job;   /* CLAIM: the job, mode and the caller's result */
+    int mode;
+    psc_claim_t *claim;
+    bool claimed;      /* CLAIM: a server's reply is in *claim */
     psc_done_fn done;
     void *ctx;
     int rc, attempts;
+    bool why_final; /* why explains rc (else: the latest transient failure, or nothing) */
+    char why[PSC_WHY_MAX];
     uint32_t parts_left;
     uint32_t *retry; /* positions to send again */
     size_t nretry, retry_cap;
@@ -89,6 +98,8 @@ struct server {
     int state; /* 0 closed, 1 connecting, 2 connected */
     bool in_map, dead, hello_done, was_connected;
     int failures;
+    uint64_t down_ns; /* since when connecting fails (0: it did not, or it answered since) */
+    char msg[PC_WIRE_MSG_MAX]; /* the failure part_done is told about, set just before */
     part_t *qhead, *qtail, *inflight;
     int ninflight;
     uint8_t hdr[PC_WIRE_HDR];
@@ -118,7 +129,8 @@ struct psc {
     atomic_uint_least64_t calls, retries, refreshes, reconnects, timeouts;
     int hello_pending;
     int connect_rc;
-    bool placeholder; /* the map is a stand-in until a server sends its own */
+    char connect_why[PSC_WHY_MAX]; /* why connect_rc, "<addr>: <message>" (under mu) */
+    bool placeholder;              /* the map is a stand-in until a server sends its own */
 };
 
 static void call_finish(psc_t *c, call_t *k, int rc);
@@ -127,11 +139,13 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n);
 static void on_backoff(uv_timer_t *t);
 
 /* Connect phase bookkeeping, read by psc_connect under mu. */
-static void hello_settled(psc_t *c, int rc) {
+static void hello_settled(psc_t *c, int rc, const char *addr, const char *text) {
     pthread_mutex_lock(&c->mu);
     if (c->hello_pending > 0) {
-        if (rc && !c->connect_rc)
+        if (rc && !c->connect_rc) {
             c->connect_rc = rc;
+            snprintf(c->connect_why, sizeof c->connect_why, "%s: %s", addr, text);
+        }
         c->hello_pending--;
         pthread_cond_broadcast(&c->cv);
     }
@@ -214,11 +228,28 @@ static void part_free(part_t *p) {
     pc_sfree(p);
 }
 
-/* A part is back (or given up). Transient failures queue its positions for a retry. */
+/* Record why call k failed at server s (its text in s->msg): the failure that decides the
+ * call's result (final), or else the latest transient one (retried), which a timeout reports. */
+static void call_note(call_t *k, const server_t *s, bool final) {
+    if (k->why_final)
+        return;
+    const int n = snprintf(k->why, sizeof k->why, "%s: %s", s->addr, s->msg);
+    if (final && k->attempts > 0 && n > 0 && (size_t)n < sizeof k->why)
+        snprintf(k->why + n, sizeof k->why - (size_t)n, " (gave up after %d attempts)",
+                 k->attempts + 1);
+    k->why_final = final;
+}
+
+/* A part is back (or given up). Transient failures queue its positions for a retry; a failure
+ * is explained by p->srv->msg. */
 static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
     call_t *k = p->call;
+    if (!k->finished && rc && k->op == PC_OP_CLAIM && !k->claim->message[0])
+        snprintf(k->claim->message, sizeof k->claim->message, "%s: %s", p->srv->addr,
+                 pc_strerror(rc));
     if (!k->finished && rc) {
-        if (transient && k->attempts < c->o.retries) {
+        if (transient && k->attempts < c->o.retries && k->op != PC_OP_CLAIM) {
+            call_note(k, p->srv, false);
             if (k->nretry + p->n > k->retry_cap) {
                 size_t cap = (k->retry_cap ? 2 * k->retry_cap : 64) + p->n;
                 uint32_t *r = pc_srealloc(PC_MEM_CLIENT, k->retry, cap * sizeof *r);
@@ -235,6 +266,7 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
             }
         } else if (!k->rc) {
             k->rc = rc;
+            call_note(k, p->srv, true);
         }
     }
     part_free(p);
@@ -253,9 +285,12 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
     uv_timer_start(&k->backoff, on_backoff, (uint64_t)BACKOFF_MS << (k->attempts - 1), 0);
 }
 
-/* Fail every part of server s (connection lost or refused). */
-static void server_fail(server_t *s, int rc) {
+/* Fail every part of server s (connection lost or refused): s->msg becomes "<rc's message>:
+ * <why>" (why NULL: s->msg says it already). */
+static void server_fail(server_t *s, int rc, const char *why) {
     psc_t *c = s->c;
+    if (why)
+        snprintf(s->msg, sizeof s->msg, "%s: %s", pc_strerror(rc), why);
     part_t *lists[2] = {s->inflight, s->qhead};
     s->inflight = s->qhead = s->qtail = NULL;
     s->ninflight = 0;
@@ -286,14 +321,14 @@ static void on_close_tcp(uv_handle_t *h) {
         server_pump(s); /* reconnect for what is still queued */
 }
 
-static void server_drop(server_t *s, int rc) {
+static void server_drop(server_t *s, int rc, const char *why) {
     if (s->state == 0)
         return;
     if (rc == PC_ENOMEM && !s->hello_done) { /* no memory: psc_connect ends with it, now */
         s->hello_done = true;
-        hello_settled(s->c, rc);
+        hello_settled(s->c, rc, s->addr, pc_strerror(rc));
     }
-    server_fail(s, rc);
+    server_fail(s, rc, why);
     if (!uv_is_closing((uv_handle_t *)&s->tcp))
         uv_close((uv_handle_t *)&s->tcp, on_close_tcp);
 }
@@ -309,7 +344,7 @@ static void on_written(uv_write_t *req, int status) {
     server_t *s = req->data;
     pc_sfree(w);
     if (status < 0 && s->state == 2)
-        server_drop(s, PC_EUNAVAIL);
+        server_drop(s, PC_EUNAVAIL, uv_strerror(status));
 }
 
 static int send_frame(server_t *s, wbuf_t *w) {
@@ -322,21 +357,81 @@ static int send_frame(server_t *s, wbuf_t *w) {
     return 0;
 }
 
+/* Merge server s's claim reply (status rc, body in s->body) into k's result. */
+static int claim_reply(server_t *s, call_t *k, int rc) {
+    psc_claim_t *out = k->claim;
+    if (rc) {
+        if (!out->message[0])
+            snprintf(out->message, sizeof out->message, "%s: %.*s", s->addr,
+                     (int)(s->h.body_len < PC_WIRE_MSG_MAX ? s->h.body_len : PC_WIRE_MSG_MAX),
+                     (const char *)s->body);
+        return rc;
+    }
+    pc_wire_claim_reply_t *r = pc_smalloc(PC_MEM_CLIENT, sizeof *r);
+    if (!r)
+        return PC_ENOMEM;
+    if (pc_wire_claim_reply_decode(s->body, s->h.body_len, r)) {
+        rc = PC_EINVAL;
+        snprintf(out->message, sizeof out->message, "%s: malformed claim reply", s->addr);
+    } else if (k->claimed && strcmp(r->config, out->config) != 0) {
+        rc = PC_ESTATE;
+        snprintf(out->message, sizeof out->message,
+                 "servers disagree on table %s: %s has %.150s, another %.150s", k->table, s->addr,
+                 r->config, out->config);
+    } else {
+        /* the strongest action any server took: reset > warm-started > new > continued */
+        static const int rank[] = {1, 0, 2, 3, -1};
+        if (!k->claimed || (r->action < 5 && out->action < 5 && rank[r->action] > rank[out->action]))
+            out->action = (int)r->action;
+        if (!out->previous[0])
+            snprintf(out->previous, sizeof out->previous, "%s", r->previous);
+        snprintf(out->config, sizeof out->config, "%s", r->config);
+        out->dim = r->dim;
+        out->rows += r->rows;
+        out->version += r->version;
+        k->claimed = true;
+    }
+    pc_sfree(r);
+    return rc;
+}
+
+/* s->msg = the error reply's message (one line, printable; the server's map for
+ * PC_EWRONGSLOT is not a message). */
+static void reply_msg(server_t *s) {
+    const pc_wire_hdr_t *h = &s->h;
+    if (h->status == PC_EWRONGSLOT) {
+        snprintf(s->msg, sizeof s->msg, "%s (map version %llu)", pc_strerror(h->status),
+                 (unsigned long long)h->map_version);
+        return;
+    }
+    size_t n = h->body_len < sizeof s->msg - 1 ? h->body_len : sizeof s->msg - 1;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t ch = s->body[i];
+        s->msg[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    s->msg[n] = '\0';
+    if (!n) /* a server that sent no message */
+        snprintf(s->msg, sizeof s->msg, "%s", pc_strerror(h->status));
+}
+
 static void handle_reply(server_t *s) {
     psc_t *c = s->c;
     const pc_wire_hdr_t *h = &s->h;
     if (h->op == PC_OP_HELLO) {
         if (h->status) {
-            PC_ERROR("psclient: %s refused the connection: %s", s->addr, pc_strerror(h->status));
+            reply_msg(s);
+            if (s->hello_done) /* while connecting, psc_connect logs it */
+                PC_ERROR("psclient: %s refused the connection: %s", s->addr, s->msg);
             s->dead = true;
-            server_fail(s, h->status);
+            server_fail(s, h->status, NULL);
         } else {
             map_adopt_text(c, s->body, h->body_len);
             s->failures = 0;
+            s->down_ns = 0;
         }
         if (!s->hello_done) {
             s->hello_done = true;
-            hello_settled(c, h->status);
+            hello_settled(c, h->status, s->addr, s->msg);
         }
         return;
     }
@@ -353,8 +448,17 @@ static void handle_reply(server_t *s) {
     call_t *k = p->call;
     int rc = h->status;
     bool transient = rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL;
+    if (rc)
+        reply_msg(s);
     if (rc == PC_EWRONGSLOT)
         map_adopt_text(c, s->body, h->body_len);
+    if (k->op == PC_OP_CLAIM) {
+        if (!k->finished)
+            rc = claim_reply(s, k, rc);
+        part_done(c, p, rc, false);
+        server_pump(s);
+        return;
+    }
     if (!rc && !k->finished) {
         const uint32_t dim = k->dim;
         const size_t want = k->op == PC_OP_PUSH     ? 3 * sizeof(uint64_t)
@@ -362,6 +466,8 @@ static void handle_reply(server_t *s) {
                                                     : (size_t)p->n * dim * 4;
         if (h->body_len != want) {
             rc = PC_EINVAL;
+            snprintf(s->msg, sizeof s->msg, "%s: a reply of %u bytes, %zu expected",
+                     pc_strerror(rc), h->body_len, want);
         } else if (k->op == PC_OP_PUSH) {
             uint64_t cnt[3];
             memcpy(cnt, s->body, sizeof cnt);
@@ -395,7 +501,8 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
     (void)buf;
     server_t *s = st->data;
     if (nread < 0) {
-        server_drop(s, PC_EUNAVAIL);
+        server_drop(s, PC_EUNAVAIL,
+                    nread == UV_EOF ? "the server closed the connection" : uv_strerror((int)nread));
         return;
     }
     if (s->hdr_have < PC_WIRE_HDR) {
@@ -404,11 +511,11 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
             return;
         if (pc_wire_hdr_decode(s->hdr, MAX_REPLY, &s->h) || !(s->h.flags & PC_WIRE_RESPONSE)) {
             PC_ERROR("psclient: bad reply from %s", s->addr);
-            server_drop(s, PC_EUNAVAIL);
+            server_drop(s, PC_EUNAVAIL, "not an EmberPS reply");
             return;
         }
         if (!(s->body = pc_smalloc(PC_MEM_CLIENT, s->h.body_len ? s->h.body_len : 1))) {
-            server_drop(s, PC_ENOMEM); /* the calls waiting for it end with PC_ENOMEM */
+            server_drop(s, PC_ENOMEM, "for a reply"); /* the calls waiting end with it */
             return;
         }
         s->body_have = 0;
@@ -428,11 +535,22 @@ static void on_connect(uv_connect_t *req, int status) {
     psc_t *c = s->c;
     if (status < 0) {
         s->failures++;
+        const uint64_t now = pc_time_mono_ns();
+        if (!s->down_ns)
+            s->down_ns = now;
+        char why[160];
+        const double down = (double)(now - s->down_ns) * 1e-9;
+        if (down >= 0.1)
+            snprintf(why, sizeof why, "%s (failing for %.1f s)", uv_strerror(status), down);
+        else
+            snprintf(why, sizeof why, "%s", uv_strerror(status));
         if (!s->hello_done) {
             s->hello_done = true;
-            hello_settled(c, PC_EUNAVAIL);
+            char text[200];
+            snprintf(text, sizeof text, "%s: %s", pc_strerror(PC_EUNAVAIL), why);
+            hello_settled(c, PC_EUNAVAIL, s->addr, text);
         }
-        server_drop(s, PC_EUNAVAIL);
+        server_drop(s, PC_EUNAVAIL, why);
         return;
     }
     s->state = 2;
@@ -443,7 +561,7 @@ static void on_connect(uv_connect_t *req, int status) {
     size_t tl = strlen(c->token);
     wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR + tl);
     if (!w) {
-        server_drop(s, PC_ENOMEM);
+        server_drop(s, PC_ENOMEM, "for HELLO");
         return;
     }
     pc_wire_hdr_t h = {.op = PC_OP_HELLO, .body_len = (uint32_t)tl};
@@ -451,7 +569,7 @@ static void on_connect(uv_connect_t *req, int status) {
     memcpy(w->data + PC_WIRE_HDR, c->token, tl);
     w->len = PC_WIRE_HDR + tl;
     if (send_frame(s, w)) {
-        server_drop(s, PC_EUNAVAIL);
+        server_drop(s, PC_EUNAVAIL, "cannot send HELLO");
         return;
     }
     server_pump(s);
@@ -467,9 +585,9 @@ static void server_connect(server_t *s) {
         s->dead = true;
         if (!s->hello_done) { /* psc_connect fails at once, not at its deadline */
             s->hello_done = true;
-            hello_settled(c, PC_EINVAL);
+            hello_settled(c, PC_EINVAL, s->addr, "invalid argument: not an IPv4 host:port");
         }
-        server_fail(s, PC_EINVAL);
+        server_fail(s, PC_EINVAL, "not an IPv4 host:port");
         return;
     }
     if (s->was_connected || s->failures)
@@ -478,15 +596,18 @@ static void server_connect(server_t *s) {
     s->tcp.data = s;
     s->creq.data = s;
     s->state = 1;
-    if (uv_tcp_connect(&s->creq, &s->tcp, (const struct sockaddr *)&sa, on_connect) < 0)
-        server_drop(s, PC_EUNAVAIL);
+    int rc = uv_tcp_connect(&s->creq, &s->tcp, (const struct sockaddr *)&sa, on_connect);
+    if (rc < 0)
+        server_drop(s, PC_EUNAVAIL, uv_strerror(rc));
 }
 
 /* Build and send the request of part p. */
 static int part_send(server_t *s, part_t *p) {
     call_t *k = p->call;
     const size_t nl = strlen(k->table);
-    const uint64_t body = pc_wire_batch_body_len((pc_wire_op_t)k->op, nl, p->n, k->dim);
+    const uint64_t body = k->op == PC_OP_CLAIM
+                              ? pc_wire_claim_len(nl, strlen(k->job))
+                              : pc_wire_batch_body_len((pc_wire_op_t)k->op, nl, p->n, k->dim);
     wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR + body);
     if (!w)
         return PC_ENOMEM;
@@ -498,6 +619,11 @@ static int part_send(server_t *s, part_t *p) {
                        .map_version = pc_cmap_version(s->c->map)};
     pc_wire_hdr_encode(&h, w->data);
     uint8_t *b = w->data + PC_WIRE_HDR;
+    p->sent = true;
+    if (k->op == PC_OP_CLAIM) {
+        pc_wire_claim_encode(k->table, k->job, (uint32_t)k->mode, b);
+        return send_frame(s, w);
+    }
     b += pc_wire_batch_head_encode(k->table, p->n, k->dim, b);
     uint64_t *keys = (uint64_t *)(void *)b;
     for (uint32_t i = 0; i < p->n; i++)
@@ -515,12 +641,15 @@ static int part_send(server_t *s, part_t *p) {
 static void server_pump(server_t *s) {
     psc_t *c = s->c;
     if (s->dead) {
-        server_fail(s, PC_EAUTH);
+        server_fail(s, PC_EAUTH, "the server refused this client at HELLO");
         return;
     }
     if (s->state == 0 && (s->qhead || s->inflight)) {
         if (s->failures >= RECONNECT_MAX) {
-            server_fail(s, PC_EUNAVAIL);
+            char why[PC_WIRE_MSG_MAX];
+            snprintf(why, sizeof why, "%d connection attempts failed, the last: %.300s",
+                     s->failures, s->msg);
+            server_fail(s, PC_EUNAVAIL, why);
             s->failures = 0;
             return;
         }
@@ -541,7 +670,7 @@ static void server_pump(server_t *s) {
         s->ninflight++;
         int rc = part_send(s, p);
         if (rc) {
-            server_drop(s, rc);
+            server_drop(s, rc, "cannot send a request");
             return;
         }
     }
@@ -574,9 +703,58 @@ static void sweep(psc_t *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Whether server s holds a part of call k (queued or in flight). */
+static bool server_has(const server_t *s, const call_t *k) {
+    for (int l = 0; l < 2; l++)
+        for (const part_t *p = l ? s->qhead : s->inflight; p; p = p->next)
+            if (p->call == k)
+                return true;
+    return false;
+}
+
+/* Append to the string in buf[0..cap) (truncated). */
+__attribute__((format(printf, 3, 4))) static void why_add(char *buf, size_t cap, const char *fmt,
+                                                          ...) {
+    const size_t n = strlen(buf);
+    va_list ap;
+    va_start(ap, fmt);
+    if (n + 1 < cap)
+        vsnprintf(buf + n, cap - n, fmt, ap);
+    va_end(ap);
+}
+
+/* k->why for a result no server's failure explains (k->why_final false): a timeout names the
+ * servers still owing an answer, and any earlier failure is kept after it. */
+static void call_explain(psc_t *c, call_t *k, int rc) {
+    char last[PSC_WHY_MAX];
+    snprintf(last, sizeof last, "%s", k->why);
+    k->why[0] = '\0';
+#define WHY(...) why_add(k->why, sizeof k->why, __VA_ARGS__)
+    if (rc == PC_ETIMEDOUT) {
+        WHY("%s after %d ms", pc_strerror(rc), c->o.timeout_ms);
+        int listed = 0;
+        for (server_t *s = c->all; s && listed < 4; s = s->next_all)
+            if (server_has(s, k))
+                WHY("%s %s (%s)", listed++ ? "," : "; no answer from", s->addr,
+                    s->state == 2   ? "connected"
+                    : s->state == 1 ? "connecting"
+                                    : "not connected");
+    } else if (rc == PC_ECANCELED) {
+        WHY("%s: the client is closing", pc_strerror(rc));
+    } else {
+        WHY("%s", pc_strerror(rc));
+    }
+    if (last[0])
+        WHY("; before: %s", last);
+#undef WHY
+    k->why_final = true;
+}
+
 /* The call's result is decided: tell the caller (once). */
 static void call_finish(psc_t *c, call_t *k, int rc) {
     if (!k->finished) {
+        if (rc && (!k->why_final || rc != k->rc))
+            call_explain(c, k, rc);
         uv_timer_stop(&k->deadline);
         uv_timer_stop(&k->backoff);
         if (k->res && !rc)
@@ -627,11 +805,11 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
         count[owner[i]]++;
     }
     for (size_t s = 0; !rc && s < ns; s++) {
-        if (!count[s])
+        if (!count[s] && k->op != PC_OP_CLAIM) /* a claim goes to every server */
             continue;
         parts[s] = pc_scalloc(PC_MEM_CLIENT, 1, sizeof(part_t));
         if (!parts[s] ||
-            !(parts[s]->idx = pc_smalloc(PC_MEM_CLIENT, count[s] * sizeof(uint32_t)))) {
+            !(parts[s]->idx = pc_smalloc(PC_MEM_CLIENT, (count[s] + 1) * sizeof(uint32_t)))) {
             rc = PC_ENOMEM;
             break;
         }
@@ -704,7 +882,7 @@ static void on_wake(uv_async_t *a) {
             if (k->started)
                 call_finish(c, k, PC_ECANCELED);
         for (server_t *s = c->all; s; s = s->next_all) {
-            server_fail(s, PC_ECANCELED);
+            server_fail(s, PC_ECANCELED, "the client is closing");
             if (s->state && !uv_is_closing((uv_handle_t *)&s->tcp))
                 uv_close((uv_handle_t *)&s->tcp, NULL);
         }
@@ -731,6 +909,9 @@ static void *io_main(void *arg) {
 
 /* ==== public API =========================================================================== */
 
+static call_t *call_new(psc_t *c, uint8_t op, const char *table);
+static int call_submit(psc_t *c, call_t *k);
+
 static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *keys, size_t n,
                       uint32_t dim, float *rows, const float *grads, uint8_t *found,
                       psc_push_result_t *res, psc_done_fn done, void *ctx, uint64_t *id) {
@@ -739,12 +920,9 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
         return PC_EINVAL;
     if ((op == PC_OP_PUSH && n && !grads) || (op != PC_OP_PUSH && n && !rows))
         return PC_EINVAL;
-    call_t *k = pc_scalloc(PC_MEM_CLIENT, 1, sizeof *k);
+    call_t *k = call_new(c, op, table);
     if (!k)
         return PC_ENOMEM;
-    k->id = atomic_fetch_add(&c->next_id, 1);
-    k->op = op;
-    snprintf(k->table, sizeof k->table, "%s", table);
     k->keys = keys;
     k->n = n;
     k->dim = dim;
@@ -755,6 +933,22 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
     k->done = done;
     k->ctx = ctx;
     *id = k->id;
+    return call_submit(c, k);
+}
+
+/* A new call (not submitted yet). */
+static call_t *call_new(psc_t *c, uint8_t op, const char *table) {
+    call_t *k = pc_scalloc(PC_MEM_CLIENT, 1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->id = atomic_fetch_add(&c->next_id, 1);
+    k->op = op;
+    snprintf(k->table, sizeof k->table, "%s", table);
+    return k;
+}
+
+/* Hand call k to the I/O thread; PC_ECANCELED (k freed) when the client is closing. */
+static int call_submit(psc_t *c, call_t *k) {
     atomic_fetch_add(&c->calls, 1);
     pthread_mutex_lock(&c->mu);
     if (c->stopping) {
@@ -774,11 +968,30 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
     return 0;
 }
 
+/* The detail of finished call k into buf (snprintf-like; "" for a success); under mu. */
+static void call_why(const call_t *k, char *buf, size_t cap) {
+    if (buf && cap)
+        snprintf(buf, cap, "%s", k->rc ? k->why : "");
+}
+
 int psc_wait(psc_t *c, uint64_t id) {
+    return psc_wait_detail(c, id, NULL, 0);
+}
+
+int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap) {
+    if (buf && cap)
+        buf[0] = '\0';
     pthread_mutex_lock(&c->mu);
     call_t *k = c->live;
     while (k && k->id != id)
         k = k->next_live;
+    if (k && k->done && !k->consumed && k->finished && pthread_equal(pthread_self(), c->thread)) {
+        /* in the call's own callback: the I/O thread frees nothing until it returned */
+        int rc = k->rc;
+        call_why(k, buf, cap);
+        pthread_mutex_unlock(&c->mu);
+        return rc;
+    }
     if (!k || k->done || k->consumed) {
         pthread_mutex_unlock(&c->mu);
         return PC_EINVAL;
@@ -801,6 +1014,7 @@ int psc_wait(psc_t *c, uint64_t id) {
     while (!k->finished)
         pthread_cond_wait(&c->cv, &c->mu);
     int rc = k->rc;
+    call_why(k, buf, cap);
     k->consumed = true; /* freed by the I/O thread's next sweep (its next wake-up) */
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -841,6 +1055,27 @@ int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint
     uint64_t id;
     int rc = psc_lookup_async(c, table, keys, n, dim, rows, found, NULL, NULL, &id);
     return rc ? rc : psc_wait(c, id);
+}
+
+int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_t *out) {
+    if (!c || !table || !job || !out || !table[0] || strlen(table) > PC_WIRE_NAME_MAX ||
+        strlen(job) > PC_WIRE_JOB_MAX || mode < PSC_CLAIM_CHECK || mode > PSC_CLAIM_INSPECT ||
+        (!job[0] && mode != PSC_CLAIM_FRESH && mode != PSC_CLAIM_INSPECT))
+        return PC_EINVAL;
+    memset(out, 0, sizeof *out);
+    call_t *k = call_new(c, PC_OP_CLAIM, table);
+    if (!k)
+        return PC_ENOMEM;
+    k->job = job;
+    k->mode = mode;
+    k->claim = out;
+    uint64_t id = k->id;
+    int rc = call_submit(c, k);
+    if (!rc)
+        rc = psc_wait(c, id);
+    if (rc && !out->message[0])
+        snprintf(out->message, sizeof out->message, "%s", pc_strerror(rc));
+    return rc;
 }
 
 /* Connect: adopt the configured map (or a one-server placeholder), connect to every server and
@@ -923,6 +1158,11 @@ int psc_connect(const psc_opts_t *o, psc_t **out) {
     while (w == 0 && c->hello_pending > 0 && !c->connect_rc)
         w = pthread_cond_timedwait(&c->cv, &c->mu, &dl);
     rc = c->connect_rc ? c->connect_rc : w ? PC_EUNAVAIL : 0;
+    if (rc && !c->connect_rc)
+        snprintf(c->connect_why, sizeof c->connect_why, "%d server(s) did not answer within %d ms",
+                 c->hello_pending, c->o.connect_timeout_ms);
+    if (rc) /* the caller gets only the code: the detail is logged here */
+        PC_ERROR("psclient: cannot connect: %s", c->connect_why);
     pthread_mutex_unlock(&c->mu);
     if (rc) {
         psc_close(c);

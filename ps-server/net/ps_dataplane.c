@@ -221,7 +221,9 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     }
     ps_table_t *t;
     if ((rc = ps_catalog_acquire(dp->cat, b.name, &t))) {
-        reply_error(c, h, rc, b.name);
+        char why[96];
+        snprintf(why, sizeof why, "no table %s", b.name);
+        reply_error(c, h, rc, why);
         return;
     }
     if (ps_table_dim(t) != b.dim) {

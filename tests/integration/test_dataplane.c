@@ -18,6 +18,8 @@
 #include "pc_wire.h"
 #include "ps_ckpt.h"
 
+#include <stdatomic.h>
+
 static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
 enum { D = 8 };
 
@@ -92,6 +94,95 @@ static void test_two_servers_match_local(void **state) {
     ps_table_destroy(ref);
     pu_stop(s0);
     pu_stop(s1);
+    tc_rmdir(dir);
+}
+
+/* What a done callback learnt through psc_wait_detail from inside it. */
+typedef struct detail_cb {
+    psc_t *c;
+    int rc;
+    char why[1024];
+    atomic_int done;
+} detail_cb_t;
+
+static void on_detail(void *ctx, uint64_t id, int rc) {
+    detail_cb_t *d = ctx;
+    d->rc = psc_wait_detail(d->c, id, d->why, sizeof d->why);
+    assert_int_equal(d->rc, rc);
+    atomic_store(&d->done, 1);
+}
+
+static void assert_has(const char *text, const char *part) {
+    if (!strstr(text, part))
+        fail_msg("\"%s\" does not contain \"%s\"", text, part);
+}
+
+/* Failures carry their detail to the caller (psc_wait_detail): the server's message with the
+ * table and both dims, the missing table's name, the address of a server that is down; from a
+ * waited call and from inside a done callback. */
+static void test_error_detail(void **state) {
+    (void)state;
+    char dir[256], map[256], maparg[300], tables[200], one[64], a0[64], a1[64], why[1024];
+    tc_tmpdir(dir, sizeof dir, "dpwhy");
+    int p0 = pu_free_port(), p1 = pu_free_port();
+    two_way_map(map, sizeof map, p0, p1, 1);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {maparg, tables, NULL};
+    pid_t s0 = pu_spawn(p0, dir, extra, NULL), s1 = pu_spawn(p1, dir, extra, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", p0);
+    snprintf(a0, sizeof a0, "127.0.0.1:%d", p0);
+    snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
+    psc_opts_t o = {.servers = one, .timeout_ms = 5000, .retries = 2};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    enum { N = 200 };
+    uint64_t keys[N], id;
+    static float rows[N * D];
+    for (int i = 0; i < N; i++)
+        keys[i] = (uint64_t)i * 0x9E3779B97F4A7C15ULL; /* both servers' slots */
+    /* a success: no detail */
+    assert_int_equal(psc_pull_async(c, "emb", keys, N, D, rows, NULL, NULL, &id), 0);
+    strcpy(why, "x");
+    assert_int_equal(psc_wait_detail(c, id, why, sizeof why), 0);
+    assert_string_equal(why, "");
+    assert_int_equal(psc_wait_detail(c, id, why, sizeof why), PC_EINVAL); /* taken */
+    /* wrong dim: the server's message, after its address */
+    assert_int_equal(psc_pull_async(c, "emb", keys, N, 4, rows, NULL, NULL, &id), 0);
+    assert_int_equal(psc_wait_detail(c, id, why, sizeof why), PC_EDIM);
+    print_message("wrong dim: %s\n", why);
+    assert_has(why, "table emb has dim 8, request 4");
+    assert_true(strncmp(why, a0, strlen(a0)) == 0 || strncmp(why, a1, strlen(a1)) == 0);
+    /* no such table: named */
+    assert_int_equal(psc_lookup_async(c, "nope", keys, N, D, rows, NULL, NULL, NULL, &id), 0);
+    assert_int_equal(psc_wait_detail(c, id, why, sizeof why), PC_ENOTFOUND);
+    print_message("no table: %s\n", why);
+    assert_has(why, "nope");
+    assert_has(why, "127.0.0.1:");
+    /* from inside a done callback (the I/O thread); a truncating buffer stays terminated */
+    static float g[N * D];
+    detail_cb_t d = {.c = c};
+    assert_int_equal(psc_push_async(c, "emb", keys, N, 4, g, NULL, on_detail, &d, &id), 0);
+    for (double t0 = pu_now(); !atomic_load(&d.done) && pu_now() - t0 < 10;)
+        usleep(1000);
+    assert_true(atomic_load(&d.done));
+    assert_int_equal(d.rc, PC_EDIM);
+    assert_has(d.why, "table emb has dim 8, request 4");
+    assert_int_equal(psc_wait_detail(c, id, why, sizeof why), PC_EINVAL); /* not from outside */
+    assert_int_equal(psc_pull_async(c, "emb", keys, N, 4, rows, NULL, NULL, &id), 0);
+    assert_int_equal(psc_wait_detail(c, id, why, 8), PC_EDIM);
+    assert_int_equal(strlen(why), 7);
+    /* a server down for good: its address and why, once the retries are spent */
+    kill(s1, SIGKILL);
+    pu_reap(s1, 5);
+    assert_int_equal(psc_pull_async(c, "emb", keys, N, D, rows, NULL, NULL, &id), 0);
+    assert_int_equal(psc_wait_detail(c, id, why, sizeof why), PC_EUNAVAIL);
+    print_message("server down: %s\n", why);
+    assert_true(strncmp(why, a1, strlen(a1)) == 0);
+    assert_has(why, "connection refused");
+    assert_has(why, "attempts");
+    psc_close(c);
+    pu_stop(s0);
     tc_rmdir(dir);
 }
 
@@ -482,6 +573,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_servers_match_local),
+        cmocka_unit_test(test_error_detail),
         cmocka_unit_test(test_wrong_slot_redirect),
         cmocka_unit_test(test_kill_and_restart),
         cmocka_unit_test(test_deadline),

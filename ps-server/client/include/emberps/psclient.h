@@ -11,6 +11,8 @@
  * PC_EUNAVAIL, PC_EAUTH, PC_ENOTFOUND (no such table), PC_EDIM, PC_EINVAL, PC_ETOOBIG, PC_ENOSPC,
  * ... psc_err_name(rc) gives the name, psc_strerror(rc) the message. Inside the project the codes
  * are pc_error.h's enum; this header stands alone (installed with libpsclient, nothing else).
+ * A code says what kind of failure; psc_wait_detail says which server and the server's own
+ * message (the table, both dims, ...): log that where the error is handled.
  *
  * Thread rules: a client is thread-safe; any thread may start calls. Callbacks run on the
  * client's I/O thread: they must be short and must not wait for other calls of the same client.
@@ -36,7 +38,7 @@ extern "C" {
 
 /* The one declaration of the library's version (CMake reads it for the soname). */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
-#define PSC_VERSION_MINOR 0
+#define PSC_VERSION_MINOR 2 /* 1: psc_claim; 2: psc_wait_detail */
 #define PSC_VERSION_PATCH 0
 #define PSC_VERSION_HEX   ((PSC_VERSION_MAJOR << 16) | (PSC_VERSION_MINOR << 8) | PSC_VERSION_PATCH)
 
@@ -101,8 +103,52 @@ PSC_EXTERN int psc_lookup_async(psc_t *c, const char *table, const uint64_t *key
                                 uint32_t dim, float *rows, uint8_t *found, psc_done_fn done,
                                 void *ctx, uint64_t *id);
 
+/* ---- table lifecycle ----
+ * A training job claims its table on every server before it trains it, so that two jobs do not
+ * silently train one table's rows. Modes: PSC_CLAIM_CHECK refuses a table whose rows another
+ * job (or a client that claimed nothing) trained, with PC_EOWNED; PSC_CLAIM_WARM_START takes
+ * such a table over with its rows; PSC_CLAIM_FRESH replaces its rows by new ones (with job "",
+ * the table is left without an owner: an operator's reset); PSC_CLAIM_INSPECT changes nothing
+ * and only describes the table (job may be ""). A job that owns the table already (a restarted
+ * worker, every worker of one job) continues. */
+enum { PSC_CLAIM_CHECK = 0, PSC_CLAIM_WARM_START = 1, PSC_CLAIM_FRESH = 2, PSC_CLAIM_INSPECT = 3 };
+/* What the claim did: the strongest across servers (reset > warm-started > new > continued). */
+enum { PSC_CLAIMED_NEW = 0, PSC_CLAIMED_CONTINUED = 1, PSC_CLAIMED_WARM_STARTED = 2,
+       PSC_CLAIMED_RESET = 3, PSC_CLAIMED_NONE = 4 };
+
+typedef struct psc_claim {
+    int action;             /* PSC_CLAIMED_* */
+    uint32_t dim;           /* the table's */
+    uint64_t rows, version; /* rows and push calls before the claim, summed over servers */
+    char previous[128];     /* the owner before the claim ("" none) */
+    char config[2048];      /* the table's settings, "name=emb,dim=16,optimizer=adagrad,..." */
+    char message[600];      /* on failure: what went wrong, the server's address first */
+} psc_claim_t;
+
+/* Claim `table` for `job` (at most 127 bytes) on every server; blocking. Errors: PC_EOWNED (the
+ * message names the owner), PC_ENOTFOUND (no such table on some server), PC_ESTATE (servers
+ * disagree on the table's settings, or a cold table cannot be reset), PC_EINVAL, the transport's
+ * errors. Claims are not retried. Thread-safe. */
+PSC_EXTERN int psc_claim(psc_t *c, const char *table, const char *job, int mode,
+                         psc_claim_t *out);
+
 /* Wait for call `id` (started without a callback) and return its result. */
 PSC_EXTERN int psc_wait(psc_t *c, uint64_t id);
+
+/* psc_wait that also says why call `id` failed: one line naming the server, copied into
+ * buf[0..cap) (truncated, always terminated; "" when the call succeeded; buf may be NULL with
+ * cap 0). The first failure that decided the result is given, with the server's own message:
+ *   "127.0.0.1:7401: wrong dimension: table emb has dim 16, request 8"
+ *   "127.0.0.1:7401: not found: no table nope"
+ *   "127.0.0.1:7401: service unavailable: connection refused (failing for 0.3 s) (gave up after
+ *    4 attempts)"
+ *   "timed out after 5000 ms; no answer from 127.0.0.1:7401 (connected)"
+ * Two uses: instead of psc_wait for a call started without a callback (it waits and takes the
+ * result the same way; psc_wait must not be called for it too), or from inside the done
+ * callback of call `id` itself (on the I/O thread), where it returns at once. PC_EINVAL for an
+ * unknown id, a result already taken, or a call with a callback asked from anywhere else.
+ * (Since 1.2.) */
+PSC_EXTERN int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap);
 
 /* The cluster map the client uses now, as text (snprintf-like return). */
 PSC_EXTERN size_t psc_map_text(psc_t *c, char *buf, size_t cap);
