@@ -50,7 +50,8 @@
     XX(EUNSUPPORTED, -20, 1, 12 /* UNIMPLEMENTED */, "not supported")                              \
     XX(ESYS,         -21, 0, 13 /* INTERNAL */, "system call failed")                              \
     XX(EINTERNAL,    -22, 1, 13 /* INTERNAL */, "internal error")                                  \
-    XX(ESTATE,       -23, 1,  9 /* FAILED_PRECONDITION */, "not possible in the current state")
+    XX(ESTATE,       -23, 1,  9 /* FAILED_PRECONDITION */, "not possible in the current state")   \
+    XX(EOWNED,       -24, 0,  9 /* FAILED_PRECONDITION */, "table owned by another job")
 // clang-format on
 
 typedef enum {

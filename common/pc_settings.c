@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -35,6 +37,28 @@ static bool name_eq(const char *name, const char *given, size_t len) {
             return false;
     }
     return name[i] == '\0';
+}
+
+/* How a setting is named in a message or in --help: "--ckpt-dir" among flags (the form the docs
+ * use; "--ckpt_dir" works too), "ckpt_dir" in files, lists and the environment. */
+static const char *shown(const pc_setting_t *s, bool flag, char *buf, size_t cap) {
+    if (!flag)
+        return s->name;
+    size_t len = (size_t)snprintf(buf, cap, "--%s", s->name);
+    for (size_t i = 2; i < len && i < cap; i++)
+        if (buf[i] == '_')
+            buf[i] = '-';
+    return buf;
+}
+
+/* "a, b, c": an enum's choices, for messages. */
+static void choices_text(const pc_setting_t *s, char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; s->choices[i] && len < cap; i++) {
+        int w = snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", s->choices[i]);
+        len += w > 0 ? (size_t)w : 0;
+    }
 }
 
 static const pc_setting_t *find(const pc_setting_t *tab, size_t n, const char *name, size_t len) {
@@ -82,8 +106,13 @@ static int parse_int(const char *v, int64_t *out) {
     return PC_EINVAL;
 }
 
-static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err, size_t errlen) {
+/* Parse v into s's field of obj; `flag`: v came from a command line flag (messages name the
+ * setting as the flag: "--ckpt-dir: ..."). */
+static int set_value(const pc_setting_t *s, void *obj, const char *v, bool flag, char *err,
+                     size_t errlen) {
     char *field = (char *)obj + s->offset;
+    char nbuf[96];
+    const char *name = shown(s, flag, nbuf, sizeof nbuf);
     while (isspace((unsigned char)*v))
         v++;
     char trimmed[128]; /* numbers, booleans and choices: trailing blanks do not count */
@@ -92,7 +121,7 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err,
         while (len && isspace((unsigned char)v[len - 1]))
             len--;
         if (len >= sizeof trimmed) {
-            set_err(err, errlen, "%s: value too long", s->name);
+            set_err(err, errlen, "%s: value too long", name);
             return PC_EINVAL;
         }
         memcpy(trimmed, v, len);
@@ -103,7 +132,7 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err,
         case PC_SET_BOOL: {
             bool b;
             if (parse_bool(v, &b)) {
-                set_err(err, errlen, "%s: '%s' is not a boolean (true/false)", s->name, v);
+                set_err(err, errlen, "%s: '%s' is not a boolean (true/false)", name, v);
                 return PC_EINVAL;
             }
             *(bool *)field = b;
@@ -112,11 +141,11 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err,
         case PC_SET_INT: {
             int64_t x;
             if (parse_int(v, &x)) {
-                set_err(err, errlen, "%s: '%s' is not an integer", s->name, v);
+                set_err(err, errlen, "%s: '%s' is not an integer", name, v);
                 return PC_EINVAL;
             }
             if ((double)x < s->min || (double)x > s->max) {
-                set_err(err, errlen, "%s: %lld is outside [%.17g, %.17g]", s->name, (long long)x,
+                set_err(err, errlen, "%s: %lld is outside [%.17g, %.17g]", name, (long long)x,
                         s->min, s->max);
                 return PC_EINVAL;
             }
@@ -128,11 +157,11 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err,
             char *end;
             double x = strtod(v, &end);
             if (end == v || *end || errno || !isfinite(x)) {
-                set_err(err, errlen, "%s: '%s' is not a finite number", s->name, v);
+                set_err(err, errlen, "%s: '%s' is not a finite number", name, v);
                 return PC_EINVAL;
             }
             if (x < s->min || x > s->max) {
-                set_err(err, errlen, "%s: %g is outside [%g, %g]", s->name, x, s->min, s->max);
+                set_err(err, errlen, "%s: %g is outside [%g, %g]", name, x, s->min, s->max);
                 return PC_EINVAL;
             }
             *(double *)field = x;
@@ -145,12 +174,16 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, char *err,
                     return 0;
                 }
             }
-            set_err(err, errlen, "%s: '%s' is not one of the choices", s->name, v);
+            if (err && errlen) {
+                char ch[256];
+                choices_text(s, ch, sizeof ch);
+                set_err(err, errlen, "%s: '%s' is not one of %s", name, v, ch);
+            }
             return PC_EINVAL;
         case PC_SET_STRING: {
             size_t len = strlen(v);
             if (len >= s->size) {
-                set_err(err, errlen, "%s: value longer than %zu bytes", s->name, s->size - 1);
+                set_err(err, errlen, "%s: value longer than %zu bytes", name, s->size - 1);
                 return PC_EINVAL;
             }
             memcpy(field, v, len + 1);
@@ -182,7 +215,7 @@ int pc_settings_defaults(const pc_setting_t *tab, size_t n, void *obj) {
         size_t want = type_size(tab[i].type);
         if ((want && tab[i].size != want) || (tab[i].type == PC_SET_STRING && tab[i].size < 2))
             return PC_EINVAL;
-        int rc = set_value(&tab[i], obj, tab[i].def, NULL, 0);
+        int rc = set_value(&tab[i], obj, tab[i].def, false, NULL, 0);
         if (rc)
             return rc;
     }
@@ -196,7 +229,7 @@ int pc_settings_set(const pc_setting_t *tab, size_t n, void *obj, const char *na
         set_err(err, errlen, "unknown setting '%s'", name);
         return PC_ENOTFOUND;
     }
-    return set_value(s, obj, value, err, errlen);
+    return set_value(s, obj, value, false, err, errlen);
 }
 
 /* Trim spaces in place at both ends of [b, e); returns the new start, *e updated. */
@@ -232,7 +265,7 @@ static int set_span(const pc_setting_t *tab, size_t n, void *obj, const char *b,
     }
     memcpy(buf, vb, (size_t)(ve - vb));
     buf[ve - vb] = '\0';
-    return set_value(s, obj, buf, err, errlen);
+    return set_value(s, obj, buf, false, err, errlen);
 }
 
 int pc_settings_parse_list(const pc_setting_t *tab, size_t n, void *obj, const char *list,
@@ -286,10 +319,11 @@ int pc_settings_parse_args(const pc_setting_t *tab, size_t n, void *obj, int arg
         } else if (*argi + 1 < argc && strncmp(argv[*argi + 1], "--", 2) != 0) {
             value = argv[++*argi];
         } else {
-            set_err(err, errlen, "--%s needs a value", s->name);
+            char nbuf[96];
+            set_err(err, errlen, "%s needs a value", shown(s, true, nbuf, sizeof nbuf));
             return PC_EINVAL;
         }
-        int rc = set_value(s, obj, value, err, errlen);
+        int rc = set_value(s, obj, value, true, err, errlen);
         if (rc)
             return rc;
         (*argi)++;
@@ -351,7 +385,7 @@ int pc_settings_load_env(const pc_setting_t *tab, size_t n, void *obj, const cha
         if (!v)
             continue;
         char msg[400] = "";
-        int rc = set_value(&tab[i], obj, v, msg, sizeof msg);
+        int rc = set_value(&tab[i], obj, v, false, msg, sizeof msg);
         if (rc) {
             set_err(err, errlen, "environment %s: %s", var, msg);
             return rc;
@@ -385,12 +419,14 @@ void pc_settings_format(const pc_setting_t *s, const void *obj, char *buf, size_
     }
 }
 
-void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out) {
+/* One line per setting: "--ckpt-dir=<str>" (flags) or "init_scale=<num>" (spec lists), then
+ * the help, the default and the bounds or choices. */
+static void help_lines(const pc_setting_t *tab, size_t n, bool flags, FILE *out) {
     static const char *types[] = {"bool", "int", "num", "enum", "str"};
     for (size_t i = 0; i < n; i++) {
         const pc_setting_t *s = &tab[i];
-        char left[96];
-        snprintf(left, sizeof left, "--%s=<%s>", s->name, types[s->type]);
+        char left[96], nbuf[80];
+        snprintf(left, sizeof left, "%s=<%s>", shown(s, flags, nbuf, sizeof nbuf), types[s->type]);
         fprintf(out, "  %-32s %s (default: %s", left, s->help, s->def[0] ? s->def : "\"\"");
         if (s->type == PC_SET_INT || s->type == PC_SET_DOUBLE)
             fprintf(out, "; %g..%g", s->min, s->max);
@@ -401,6 +437,17 @@ void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out) {
         }
         fprintf(out, ")\n");
     }
+}
+
+void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out) {
+    help_lines(tab, n, true, out);
+    fprintf(out,
+            "  (a name takes '-' or '_' alike: --ckpt-dir is --ckpt_dir; --no-NAME turns a bool "
+            "off)\n");
+}
+
+void pc_settings_help_list(const pc_setting_t *tab, size_t n, FILE *out) {
+    help_lines(tab, n, false, out);
 }
 
 void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *out) {
@@ -447,4 +494,82 @@ pc_setting_t *pc_settings_join(const pc_setting_t *nested, size_t nn, size_t nes
         memcpy(t + nn, own, no * sizeof *own);
     *n = nn + no;
     return t;
+}
+
+/* ==== comparing lists ======================================================================= */
+
+/* Item `name` of list `l` (names compared with '-' = '_'): its value's span, or NULL. */
+static const char *list_find(const char *l, const char *name, size_t nl, size_t *vl) {
+    while (*l) {
+        size_t il = strcspn(l, ","), kl = strcspn(l, "=");
+        const char *k = l;
+        while (kl && isspace((unsigned char)*k))
+            k++, kl--;
+        size_t klen = kl < il ? kl : il;
+        while (klen && isspace((unsigned char)k[klen - 1]))
+            klen--;
+        bool same = klen == nl;
+        for (size_t i = 0; same && i < nl; i++)
+            same = (k[i] == '-' ? '_' : k[i]) == (name[i] == '-' ? '_' : name[i]);
+        if (same && kl < il) {
+            const char *v = l + (k - l) + kl + 1;
+            size_t len = il - (size_t)(v - l);
+            while (len && isspace((unsigned char)*v))
+                v++, len--;
+            while (len && isspace((unsigned char)v[len - 1]))
+                len--;
+            *vl = len;
+            return v;
+        }
+        l += il + (l[il] == ',');
+    }
+    return NULL;
+}
+
+static bool values_equal(const char *a, size_t al, const char *b, size_t bl) {
+    char x[128], y[128];
+    if (al >= sizeof x || bl >= sizeof y)
+        return al == bl && memcmp(a, b, al) == 0;
+    memcpy(x, a, al), x[al] = '\0';
+    memcpy(y, b, bl), y[bl] = '\0';
+    char *ex, *ey;
+    double dx = strtod(x, &ex), dy = strtod(y, &ey);
+    if (al && bl && !*ex && !*ey)
+        return dx == dy || fabs(dx - dy) <= 1e-9 * fmax(fabs(dx), fabs(dy));
+    return strcmp(x, y) == 0;
+}
+
+int pc_settings_list_diff(const char *want, const char *have, char *diff, size_t cap) {
+    int bad = 0;
+    size_t used = 0;
+    if (diff && cap)
+        diff[0] = '\0';
+    for (const char *w = want; w && *w;) {
+        size_t il = strcspn(w, ","), kl = strcspn(w, "=");
+        const char *k = w;
+        while (kl && isspace((unsigned char)*k))
+            k++, kl--;
+        size_t nl = kl < il ? kl : il;
+        while (nl && isspace((unsigned char)k[nl - 1]))
+            nl--;
+        size_t hl = 0;
+        const char *wv = kl < il ? k + kl + 1 : k + nl;
+        size_t wl = kl < il ? (size_t)(w + il - wv) : 0;
+        while (wl && isspace((unsigned char)*wv))
+            wv++, wl--;
+        while (wl && isspace((unsigned char)wv[wl - 1]))
+            wl--;
+        const char *hv = nl ? list_find(have, k, nl, &hl) : NULL;
+        if (nl && (!hv || !values_equal(wv, wl, hv, hl))) {
+            bad++;
+            if (diff && used < cap) {
+                int m = snprintf(diff + used, cap - used, "%s%.*s=%.*s (have: %.*s)",
+                                 bad > 1 ? "; " : "", (int)nl, k, (int)wl, wv, hv ? (int)hl : 6,
+                                 hv ? hv : "absent");
+                used += m > 0 ? (size_t)m : 0;
+            }
+        }
+        w += il + (w[il] == ',');
+    }
+    return bad;
 }

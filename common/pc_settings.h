@@ -9,14 +9,15 @@
  *   "a=1,b=2"      pc_settings_parse_list   (table specs, psctl arguments)
  *   config file    pc_settings_load_file    "name = value" lines, '#' comments
  *   environment    pc_settings_load_env     PREFIX_NAME=value
- *   --help         pc_settings_help
+ *   --help         pc_settings_help (flags: --ckpt-dir), pc_settings_help_list (lists)
  *   effective      pc_settings_dump         (same syntax as the config file: round-trips)
  *
  * Value syntax: bool true/false/1/0/yes/no/on/off; int in decimal with optional decimal (k, M, G)
  * or binary (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer
  * size - 1 (in files and spec lists a string cannot hold '#' or ',').
  * Every value is checked against the bounds before it is stored; on error nothing is stored and
- * `err` (may be NULL) receives one line naming the setting, the value and the rule.
+ * `err` (may be NULL) receives one line naming the setting (as the flag, "--ckpt-dir", when it
+ * came from one), the value and the rule (an enum's lists the choices).
  *
  * Storage types: BOOL -> bool, INT -> int64_t, DOUBLE -> double, ENUM -> int, STRING -> char[].
  * Thread rule: functions touch only the table (read) and the target struct (caller-owned).
@@ -88,8 +89,12 @@ int pc_settings_load_env(const pc_setting_t *tab, size_t n, void *obj, const cha
 /* Format one setting's current value into buf (always NUL-terminated). */
 void pc_settings_format(const pc_setting_t *s, const void *obj, char *buf, size_t cap);
 
-/* One line per setting: --name=<type> (default) help [bounds or choices]. */
+/* One line per setting: --name=<type> help (default; bounds or choices), names with '-' for
+ * '_' (--ckpt-dir, the form the docs use), then a line saying both forms work. */
 void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out);
+
+/* The same lines for a "name=value,..." list (table specs): name=<type> as the list spells it. */
+void pc_settings_help_list(const pc_setting_t *tab, size_t n, FILE *out);
 
 /* The usual command line of a tool: store the defaults, answer --help/-h (usage line, then
  * pc_settings_help), parse every argument as a flag. Returns 0 to go on, 1 when help was printed
@@ -103,6 +108,13 @@ int pc_settings_cli(const pc_setting_t *tab, size_t n, void *obj, int argc, char
  * (free it), *n entries; NULL when out of memory. */
 pc_setting_t *pc_settings_join(const pc_setting_t *nested, size_t nn, size_t nested_at,
                                const pc_setting_t *own, size_t no, size_t *n);
+
+/* Compare two "name=value,..." lists without their table (a worker checking a server's table
+ * against the settings it was given): every item of `want` must be in `have` with an equal
+ * value (numbers compare as numbers: 0.05 = 5e-2; '-' and '_' in names are the same). Returns
+ * how many differ (or are missing from `have`); diff (may be NULL) gets them as
+ * "name=want (have: value)", "; "-separated. */
+int pc_settings_list_diff(const char *want, const char *have, char *diff, size_t cap);
 
 /* "name = value" per setting, in table order. */
 void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *out);

@@ -3,6 +3,7 @@
 
 #include "pc_error.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -107,5 +108,130 @@ int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
     out->dim = dim;
     out->keys = (const uint64_t *)(const void *)(body + hl);
     out->vals = op == PC_OP_PUSH ? (const float *)(const void *)(body + hl + (size_t)n * 8) : NULL;
+    return 0;
+}
+
+/* ==== reply sizes ========================================================================== */
+
+uint64_t pc_wire_reply_len(pc_wire_op_t op, uint64_t n, uint32_t dim) {
+    switch (op) {
+        case PC_OP_PULL:
+            return n * dim * 4;
+        case PC_OP_LOOKUP:
+            return n * dim * 4 + n;
+        case PC_OP_PUSH:
+            return 3 * sizeof(uint64_t);
+        default:
+            return 0;
+    }
+}
+
+/* "8 GiB", "64 MiB", "1.5 KiB", "100 B": about three digits in the largest unit that fits. */
+static void fmt_bytes(uint64_t v, char *out, size_t cap) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double x = (double)v;
+    int u = 0;
+    while (x >= 1024 && u < 5) {
+        x /= 1024;
+        u++;
+    }
+    snprintf(out, cap, x >= 100 ? "%.0f %s" : "%.3g %s", x, units[u]);
+}
+
+int pc_wire_reply_check(pc_wire_op_t op, uint64_t n, uint32_t dim, uint64_t max_reply, char *msg,
+                        size_t cap) {
+    const uint64_t len = pc_wire_reply_len(op, n, dim);
+    if (!max_reply || len <= max_reply)
+        return 0;
+    if (msg && cap) {
+        char have[32], lim[32];
+        fmt_bytes(len, have, sizeof have);
+        fmt_bytes(max_reply, lim, sizeof lim);
+        snprintf(msg, cap, "%s of %llu rows x dim %u = %s over the reply limit of %s",
+                 op == PC_OP_LOOKUP ? "lookup" : "pull", (unsigned long long)n, dim, have, lim);
+    }
+    return PC_ETOOBIG;
+}
+
+/* ==== claims ================================================================================ */
+
+/* A string of `len` bytes without NUL into out (cap > len). */
+static int get_text(const uint8_t *p, size_t len, char *out) {
+    memcpy(out, p, len);
+    out[len] = '\0';
+    return memchr(p, '\0', len) ? PC_EINVAL : 0;
+}
+
+size_t pc_wire_claim_len(size_t name_len, size_t job_len) {
+    return pc_wire_batch_head_len(name_len) + job_len;
+}
+
+size_t pc_wire_claim_encode(const char *name, const char *job, uint32_t mode, uint8_t *out) {
+    const size_t nl = strlen(name), jl = strlen(job), hl = pc_wire_batch_head_len(nl);
+    if (nl == 0 || nl > PC_WIRE_NAME_MAX || jl > PC_WIRE_JOB_MAX || mode > UINT16_MAX)
+        return 0;
+    memset(out, 0, hl);
+    put16(out, (uint16_t)nl);
+    put16(out + 2, (uint16_t)mode);
+    put32(out + 4, (uint32_t)jl);
+    memcpy(out + PC_WIRE_PREFIX, name, nl);
+    memcpy(out + hl, job, jl);
+    return hl + jl;
+}
+
+int pc_wire_claim_decode(const uint8_t *body, uint32_t len, pc_wire_claim_t *out) {
+    if (len < PC_WIRE_PREFIX)
+        return PC_EINVAL;
+    const uint32_t nl = get16(body), jl = get32(body + 4);
+    if (nl == 0 || nl > PC_WIRE_NAME_MAX || jl > PC_WIRE_JOB_MAX || get32(body + 8) ||
+        get32(body + 12))
+        return PC_EINVAL;
+    const size_t hl = pc_wire_batch_head_len(nl);
+    if ((uint64_t)len != (uint64_t)hl + jl)
+        return PC_EINVAL;
+    for (size_t i = PC_WIRE_PREFIX + nl; i < hl; i++)
+        if (body[i])
+            return PC_EINVAL;
+    out->mode = get16(body + 2);
+    if (get_text(body + PC_WIRE_PREFIX, nl, out->name) || get_text(body + hl, jl, out->job))
+        return PC_EINVAL;
+    return 0;
+}
+
+#define CLAIM_REPLY_PREFIX 32u
+
+size_t pc_wire_claim_reply_len(const pc_wire_claim_reply_t *r) {
+    size_t pl = strnlen(r->previous, PC_WIRE_JOB_MAX), cl = strnlen(r->config, PC_WIRE_CFG_MAX);
+    return CLAIM_REPLY_PREFIX + pl + cl;
+}
+
+size_t pc_wire_claim_reply_encode(const pc_wire_claim_reply_t *r, uint8_t *out) {
+    size_t pl = strnlen(r->previous, PC_WIRE_JOB_MAX), cl = strnlen(r->config, PC_WIRE_CFG_MAX);
+    memset(out, 0, CLAIM_REPLY_PREFIX);
+    put32(out, r->action);
+    put32(out + 4, r->dim);
+    put64(out + 8, r->rows);
+    put64(out + 16, r->version);
+    put16(out + 24, (uint16_t)pl);
+    put16(out + 26, (uint16_t)cl);
+    memcpy(out + CLAIM_REPLY_PREFIX, r->previous, pl);
+    memcpy(out + CLAIM_REPLY_PREFIX + pl, r->config, cl);
+    return CLAIM_REPLY_PREFIX + pl + cl;
+}
+
+int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_reply_t *out) {
+    if (len < CLAIM_REPLY_PREFIX)
+        return PC_EINVAL;
+    const uint32_t pl = get16(body + 24), cl = get16(body + 26);
+    if (pl > PC_WIRE_JOB_MAX || cl > PC_WIRE_CFG_MAX || get32(body + 28) ||
+        (uint64_t)len != (uint64_t)CLAIM_REPLY_PREFIX + pl + cl)
+        return PC_EINVAL;
+    out->action = get32(body);
+    out->dim = get32(body + 4);
+    out->rows = get64(body + 8);
+    out->version = get64(body + 16);
+    if (get_text(body + CLAIM_REPLY_PREFIX, pl, out->previous) ||
+        get_text(body + CLAIM_REPLY_PREFIX + pl, cl, out->config))
+        return PC_EINVAL;
     return 0;
 }

@@ -14,9 +14,9 @@
  * (PUSH) n * dim f32 gradients. So keys and floats start 8-aligned in an aligned buffer and
  * both ends use the arrays in place: no per-element encoding.
  * Responses: PULL n * dim f32 rows; LOOKUP rows then n found bytes; PUSH three u64 counters
- * (applied, skipped_nonfinite, dropped_unadmitted). HELLO carries the token and is answered with
- * the server's cluster map text, as is MAP. An error response's body is a one-line message,
- * except PC_EWRONGSLOT whose body is the server's current cluster map text.
+ * (applied, skipped_nonfinite, dropped_unadmitted). CLAIM: see pc_wire_claim_t. HELLO carries the
+ * token and is answered with the server's cluster map text, as is MAP. An error response's body is
+ * a one-line message, except PC_EWRONGSLOT whose body is the server's current cluster map text.
  *
  * Every length is checked against limits before anything is allocated for it.
  */
@@ -33,7 +33,9 @@
 #define PC_WIRE_PREFIX   16u
 #define PC_WIRE_NAME_MAX 64u
 #define PC_WIRE_DIM_MAX  1024u
-#define PC_WIRE_MSG_MAX  512u /* error message bodies */
+#define PC_WIRE_MSG_MAX  512u  /* error message bodies */
+#define PC_WIRE_JOB_MAX  127u  /* bytes of a job name in a claim */
+#define PC_WIRE_CFG_MAX  2047u /* bytes of a table's settings text in a claim reply */
 #define PC_WIRE_RESPONSE 0x1u
 
 typedef enum {
@@ -43,7 +45,8 @@ typedef enum {
     PC_OP_LOOKUP = 4, /* batch -> rows + found */
     PC_OP_MAP = 5,    /* empty -> cluster map text */
     PC_OP_PING = 6,   /* empty -> empty */
-    PC_OP_MAX_ = 6
+    PC_OP_CLAIM = 7,  /* claim -> claim reply: a job claims a table (ps_catalog_claim) */
+    PC_OP_MAX_ = 7
 } pc_wire_op_t;
 
 typedef struct pc_wire_hdr {
@@ -56,8 +59,9 @@ typedef struct pc_wire_hdr {
 } pc_wire_hdr_t;
 
 typedef struct pc_wire_limits {
-    uint32_t max_body; /* bytes */
-    uint32_t max_keys; /* per batch */
+    uint32_t max_body;  /* bytes */
+    uint32_t max_keys;  /* per batch */
+    uint32_t max_reply; /* bytes of a reply's body (rows, found bytes); 0: no limit */
 } pc_wire_limits_t;
 
 void pc_wire_hdr_encode(const pc_wire_hdr_t *h, uint8_t out[PC_WIRE_HDR]);
@@ -90,5 +94,47 @@ size_t pc_wire_batch_head_encode(const char *name, uint32_t n, uint32_t dim, uin
  * PC_EDIM for a dim outside 1..PC_WIRE_DIM_MAX. */
 int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
                          const pc_wire_limits_t *lim, pc_wire_batch_t *out);
+
+/* Bytes of the reply body a PULL (n * dim f32) or LOOKUP (the same plus n found bytes) of n rows
+ * of dim produces; 3 * 8 for PUSH, 0 for other ops. */
+uint64_t pc_wire_reply_len(pc_wire_op_t op, uint64_t n, uint32_t dim);
+
+/* Whether the reply of `op` for n rows of dim fits max_reply (0: no limit): 0, or PC_ETOOBIG
+ * with msg (cap bytes, may be NULL) naming the sizes, "lookup of 2097152 rows x dim 1024 = 8 GiB
+ * over the reply limit of 64 MiB". Servers check it before any work or allocation. */
+int pc_wire_reply_check(pc_wire_op_t op, uint64_t n, uint32_t dim, uint64_t max_reply, char *msg,
+                        size_t cap);
+
+/* A claim (request body): a 16-byte prefix {u16 name_len, u16 mode, u32 job_len, u32 0, u32 0},
+ * the table name padded with zeros to a multiple of 8, then the job name (job_len bytes, no
+ * NUL). mode is ps_claim_mode_t (0 check, 1 warm-start, 2 fresh, 3 inspect). */
+typedef struct pc_wire_claim {
+    char name[PC_WIRE_NAME_MAX + 1];
+    char job[PC_WIRE_JOB_MAX + 1];
+    uint32_t mode;
+} pc_wire_claim_t;
+
+/* A claim reply (status 0): a 32-byte prefix {u32 action, u32 dim, u64 rows, u64 version,
+ * u16 previous_len, u16 config_len, u32 0}, the previous owner (previous_len bytes), then the
+ * table's settings text (config_len bytes). action is ps_claim_action_t; rows and version are
+ * the table's before the claim. */
+typedef struct pc_wire_claim_reply {
+    uint32_t action, dim;
+    uint64_t rows, version;
+    char previous[PC_WIRE_JOB_MAX + 1];
+    char config[PC_WIRE_CFG_MAX + 1];
+} pc_wire_claim_reply_t;
+
+/* Encode into out (at least pc_wire_claim_len bytes); returns the bytes written. name must be
+ * 1..PC_WIRE_NAME_MAX bytes, job at most PC_WIRE_JOB_MAX (else 0 is returned). */
+size_t pc_wire_claim_len(size_t name_len, size_t job_len);
+size_t pc_wire_claim_encode(const char *name, const char *job, uint32_t mode, uint8_t *out);
+/* PC_EINVAL for a malformed body. */
+int pc_wire_claim_decode(const uint8_t *body, uint32_t len, pc_wire_claim_t *out);
+
+/* Same for the reply (previous and config are cut to their maximum lengths). */
+size_t pc_wire_claim_reply_len(const pc_wire_claim_reply_t *r);
+size_t pc_wire_claim_reply_encode(const pc_wire_claim_reply_t *r, uint8_t *out);
+int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_reply_t *out);
 
 #endif

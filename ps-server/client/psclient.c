@@ -71,10 +71,10 @@ struct call {
     uint8_t *found;
     psc_push_result_t *res;
     psc_push_result_t acc;
-    const char *job;   /* CLAIM: the job, mode and the caller's result */
+    const char *job; /* CLAIM: the job, mode and the caller's result */
     int mode;
     psc_claim_t *claim;
-    bool claimed;      /* CLAIM: a server's reply is in *claim */
+    bool claimed; /* CLAIM: a server's reply is in *claim */
     psc_done_fn done;
     void *ctx;
     int rc, attempts;
@@ -381,7 +381,8 @@ static int claim_reply(server_t *s, call_t *k, int rc) {
     } else {
         /* the strongest action any server took: reset > warm-started > new > continued */
         static const int rank[] = {1, 0, 2, 3, -1};
-        if (!k->claimed || (r->action < 5 && out->action < 5 && rank[r->action] > rank[out->action]))
+        if (!k->claimed ||
+            (r->action < 5 && out->action < 5 && rank[r->action] > rank[out->action]))
             out->action = (int)r->action;
         if (!out->previous[0])
             snprintf(out->previous, sizeof out->previous, "%s", r->previous);

@@ -6,6 +6,7 @@
 #include "ps_coord.h"
 #include "pc_error.h"
 #include "pc_time.h"
+#include "pc_wire.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,11 +17,10 @@
 #define COORD  "/emberps.Coordinator/"
 
 static const char *const k_paths[PS_API_NMETHODS] = {
-    PREFIX "Lookup",        PREFIX "Pull",       PREFIX "Push",
-    PREFIX "CreateTable",   PREFIX "DropTable",  PREFIX "ListTables",
-    PREFIX "TableStats",    PREFIX "Checkpoint", PREFIX "ListCheckpoints",
-    PREFIX "GetClusterMap", PREFIX "Health",     PREFIX "Restore",
-    COORD "KvSet",          COORD "KvGet",       COORD "KvList"};
+    PREFIX "Lookup",          PREFIX "Pull",          PREFIX "Push",       PREFIX "CreateTable",
+    PREFIX "DropTable",       PREFIX "ListTables",    PREFIX "TableStats", PREFIX "Checkpoint",
+    PREFIX "ListCheckpoints", PREFIX "GetClusterMap", PREFIX "Health",     PREFIX "Restore",
+    PREFIX "ResetTable",      COORD "KvSet",          COORD "KvGet",       COORD "KvList"};
 
 int ps_api_method(const char *path, size_t len) {
     for (int m = 0; m < PS_API_NMETHODS; m++)
@@ -35,7 +35,7 @@ const char *ps_api_path(ps_api_method_t m) {
 
 bool ps_api_is_admin(int m) {
     return m == PS_API_CREATE_TABLE || m == PS_API_DROP_TABLE || m == PS_API_CHECKPOINT ||
-           m == PS_API_RESTORE;
+           m == PS_API_RESTORE || m == PS_API_RESET_TABLE;
 }
 
 void ps_api_fail(ps_api_reply_t *r, int err, const char *fmt, ...) {
@@ -117,6 +117,13 @@ static void do_rows(const ps_api_env_t *env, int m, const uint8_t *req, size_t l
         name = pq->table, n = pq->n_keys, keys = pq->keys;
     }
     ps_table_t *t = keys_ok(env, keys, n, r) ? table_of(env, name, r) : NULL;
+    char msg[sizeof r->msg];
+    if (t && pc_wire_reply_check(m == PS_API_LOOKUP ? PC_OP_LOOKUP : PC_OP_PULL, n, ps_table_dim(t),
+                                 env->max_reply, msg, sizeof msg)) {
+        ps_api_fail(r, PC_ETOOBIG, "%s", msg); /* before any row is read or allocated */
+        ps_catalog_release(env->cat, t);
+        t = NULL;
+    }
     if (t) {
         const uint32_t dim = ps_table_dim(t);
         float *rows = malloc(n * dim * sizeof(float) + 1);
@@ -193,11 +200,10 @@ static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         return;
     }
     ps_table_config_t c;
-    char err[200];
-    ps_table_config_defaults(&c);
-    int rc = ps_table_config_parse(&c, q->spec, err, sizeof err);
+    char err[256];
+    int rc = ps_catalog_spec_parse(q->spec, &c, err, sizeof err);
     if (rc) {
-        ps_api_fail(r, PC_EINVAL, "spec: %s", err);
+        ps_api_fail(r, PC_EINVAL, "%s", err);
     } else if ((rc = ps_catalog_add(env->cat, &c))) {
         fail_pc(r, rc, c.name);
     } else {
@@ -224,6 +230,26 @@ static void do_drop(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_
         ok_packed(r, &resp.base);
     }
     emberps__drop_table_request__free_unpacked(q, NULL);
+}
+
+static void do_reset(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    Emberps__ResetTableRequest *q = emberps__reset_table_request__unpack(NULL, len, req);
+    if (!q) {
+        ps_api_fail(r, PC_EPARSE, "malformed ResetTableRequest");
+        return;
+    }
+    ps_claim_result_t res;
+    char err[512];
+    int rc = ps_catalog_claim(env->cat, q->table, "", PS_CLAIM_FRESH, &res, err, sizeof err);
+    if (rc) {
+        ps_api_fail(r, rc, "%s", err);
+    } else {
+        Emberps__ResetTableResponse resp = EMBERPS__RESET_TABLE_RESPONSE__INIT;
+        resp.previous_owner = res.previous;
+        resp.rows = res.rows;
+        ok_packed(r, &resp.base);
+    }
+    emberps__reset_table_request__free_unpacked(q, NULL);
 }
 
 static void do_list(const ps_api_env_t *env, ps_api_reply_t *r) {
@@ -275,6 +301,9 @@ static void do_stats(const ps_api_env_t *env, const uint8_t *req, size_t len, ps
         resp.spilled = s.spilled;
         resp.cold_reads = s.cold_reads;
         resp.version = ps_table_version(t);
+        char owner[PS_OWNER_MAX];
+        ps_table_owner(t, owner, sizeof owner);
+        resp.owner = owner;
         ok_packed(r, &resp.base);
         ps_catalog_release(env->cat, t);
     }
@@ -502,6 +531,9 @@ void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
             return;
         case PS_API_DROP_TABLE:
             do_drop(env, req, len, r);
+            return;
+        case PS_API_RESET_TABLE:
+            do_reset(env, req, len, r);
             return;
         case PS_API_LIST_TABLES:
             do_list(env, r);

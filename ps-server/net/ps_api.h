@@ -6,7 +6,8 @@
  * status with the code's name beside it (metadata PC_GRPC_ERROR_KEY), so clients get the code
  * back exactly (pc_err_from_grpc). The transport and the fuzz target drive this; nothing here
  * depends on gRPC. Request sizes are bounded by the transport (max message length) before they
- * get here; key counts by `max_keys` here.
+ * get here; key counts by `max_keys` here, and the rows a Lookup or Pull would return by
+ * `max_reply` (PC_ETOOBIG naming the sizes, before any row is read or allocated).
  *
  * Thread rule: calls may run concurrently (the catalog and tables are thread-safe); the hooks
  * must be thread-safe too.
@@ -52,6 +53,7 @@ typedef enum {
     PS_API_GET_CLUSTER_MAP,
     PS_API_HEALTH,
     PS_API_RESTORE,
+    PS_API_RESET_TABLE,
     PS_API_KV_SET, /* emberps.Coordinator */
     PS_API_KV_GET,
     PS_API_KV_LIST,
@@ -62,6 +64,7 @@ typedef enum {
 typedef struct ps_api_env {
     ps_catalog_t *cat;
     uint32_t max_keys;    /* per Lookup/Pull/Push */
+    uint64_t max_reply;   /* bytes of rows (+ found) a Lookup/Pull may return; 0: no limit */
     const char *ckpt_dir; /* ListCheckpoints; NULL: none configured */
     uint32_t shard;
     uint64_t start_ns; /* pc_time_mono_ns() at start */

@@ -7,8 +7,20 @@
  * the staging buffer). Bodies that start unaligned in the staging buffer are copied to an
  * aligned one first (keys are u64 arrays used in place).
  * Output: a response is one allocation {write request, header, payload} written with one
- * uv_write of two buffers. When a connection has more than WRITE_HIGH bytes queued, it stops
- * reading until the queue drains (a slow reader cannot make the server buffer without bound).
+ * uv_write of two buffers.
+ * Reply memory: a PULL or LOOKUP whose reply would exceed lim.max_reply is refused with
+ * PC_ETOOBIG after decoding, before anything is looked up or allocated. Every reply counts as
+ * unsent (its allocation) from uv_write until its write callback, per connection (c->unsent,
+ * loop thread only) and per server (dp->unsent, atomic). Before executing a frame a connection
+ * checks may_run(): its own unsent bytes under reply_queue and the server's under
+ * reply_queue_total (or, over that, nothing of its own queued, while the server is under
+ * 9/8 of reply_queue_total: a client that reads is served one request at a time while others
+ * do not read). Otherwise it pauses: reading stops and the frames already read stay in the
+ * staging buffer (or the complete large body stays in `body`). It resumes from its write
+ * callback once its queue is at most half of reply_queue, and, when it waits for the server's
+ * total, from the `wake` async that any loop sends when the total falls below the cap. The
+ * check comes before the frame, so a connection holds at most reply_queue plus one reply, and
+ * the server at most 9/8 reply_queue_total plus one reply per event loop.
  */
 #include "ps_dataplane.h"
 
@@ -30,8 +42,6 @@
 #include <uv.h>
 
 #define STAGE_BYTES (64u << 10)
-#define WRITE_HIGH  (64u << 20)
-#define WRITE_LOW   (16u << 20)
 
 typedef struct loopctx loopctx_t;
 
@@ -39,7 +49,7 @@ typedef struct conn {
     uv_tcp_t tcp;
     loopctx_t *lc;
     struct conn *prev, *next;
-    bool authed, reading;
+    bool authed;
     bool finishing; /* no more reads or replies: a shutdown is flushing the queued ones */
     bool closing;   /* uv_close called */
     uint8_t *stage;
@@ -47,7 +57,10 @@ typedef struct conn {
     pc_wire_hdr_t hdr; /* of the frame being read into `body` */
     uint8_t *body;
     size_t body_have;
-    uint64_t skip; /* bytes of an oversized body still to discard */
+    uint64_t skip;   /* bytes of an oversized body still to discard */
+    uint64_t unsent; /* bytes of replies written but not yet completed */
+    bool paused;     /* held back by may_run(): not reading, frames wait in stage/body */
+    bool body_ready; /* paused with the large body complete, not yet executed */
 } conn_t;
 
 struct loopctx {
@@ -55,6 +68,7 @@ struct loopctx {
     uv_loop_t loop;
     uv_tcp_t listener;
     uv_async_t stop;
+    uv_async_t wake; /* the server's unsent total fell below its cap: resume paused conns */
     pthread_t thread;
     int fd;
     conn_t *conns;
@@ -74,8 +88,10 @@ struct ps_dp {
     int nloops;
     loopctx_t *loops;
     atomic_uint_least64_t conns, requests, errors, pulled, pushed, looked, bytes_in, bytes_out;
-    pc_hist_t lat[4]; /* request latency (frame complete -> reply queued): pull, push, lookup,
-                       * other */
+    atomic_uint_least64_t unsent, unsent_peak, paused; /* reply memory (see DESIGN) */
+    atomic_bool waiting; /* some connection waits for the unsent total to fall */
+    pc_hist_t lat[4];    /* request latency (frame complete -> reply queued): pull, push, lookup,
+                          * other */
 };
 
 /* ==== replies ============================================================================== */
@@ -89,18 +105,63 @@ typedef struct wreq {
 } wreq_t;
 
 static void conn_close(conn_t *c);
-static void conn_resume(conn_t *c);
+static void conn_continue(conn_t *c);
+
+/* Count a reply's bytes as unsent (+) or sent (-), per connection and per server. */
+static void unsent_add(conn_t *c, size_t bytes) {
+    ps_dp_t *dp = c->lc->dp;
+    c->unsent += bytes;
+    uint64_t now = atomic_fetch_add(&dp->unsent, bytes) + bytes;
+    uint64_t peak = atomic_load_explicit(&dp->unsent_peak, memory_order_relaxed);
+    while (now > peak && !atomic_compare_exchange_weak(&dp->unsent_peak, &peak, now)) {
+    }
+}
+
+static void unsent_sub(conn_t *c, size_t bytes) {
+    ps_dp_t *dp = c->lc->dp;
+    c->unsent -= bytes;
+    const uint64_t now = atomic_fetch_sub(&dp->unsent, bytes) - bytes;
+    if (now < dp->o.reply_queue_total && atomic_exchange(&dp->waiting, false))
+        for (int i = 0; i < dp->nloops; i++) /* paused connections may go on */
+            uv_async_send(&dp->loops[i].wake);
+}
+
+/* Whether connection c may execute its next frame now (see DESIGN); a connection resuming
+ * from a pause needs its own queue down to half the cap. */
+static bool may_run(conn_t *c) {
+    ps_dp_t *dp = c->lc->dp;
+    const uint64_t own = c->paused ? dp->o.reply_queue / 2 : dp->o.reply_queue;
+    if (c->unsent && c->unsent >= own)
+        return false;
+    const uint64_t cap = dp->o.reply_queue_total, total = atomic_load(&dp->unsent);
+    if (total < cap || (c->unsent == 0 && total < cap + cap / 8))
+        return true;
+    /* Wait for the total: say so first, then look again (a write that completed in between
+     * saw no waiter and sent no wake-up). */
+    atomic_store(&dp->waiting, true);
+    return atomic_load(&dp->unsent) < cap;
+}
+
+/* Stop reading c until may_run() allows it again. */
+static void conn_pause(conn_t *c) {
+    if (c->paused)
+        return;
+    uv_read_stop((uv_stream_t *)&c->tcp);
+    c->paused = true;
+    atomic_fetch_add_explicit(&c->lc->dp->paused, 1, memory_order_relaxed);
+}
 
 static void on_written(uv_write_t *req, int status) {
     wreq_t *w = (wreq_t *)req;
     conn_t *c = w->c;
+    unsent_sub(c, w->bytes);
     pc_free(PC_MEM_SCRATCH, w, w->bytes);
     if (status < 0) {
         conn_close(c);
         return;
     }
-    if (!c->reading && !c->closing && !c->finishing && c->tcp.write_queue_size < WRITE_LOW)
-        conn_resume(c);
+    if (c->paused && !c->closing && !c->finishing)
+        conn_continue(c);
 }
 
 /* A reply with `payload_len` bytes of payload to fill in *payload (may be NULL for 0). */
@@ -132,7 +193,9 @@ static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t s
     atomic_fetch_add_explicit(&dp->bytes_out, PC_WIRE_HDR + payload_len, memory_order_relaxed);
     if (status)
         atomic_fetch_add_explicit(&dp->errors, 1, memory_order_relaxed);
+    unsent_add(c, w->bytes);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, payload_len ? 2 : 1, on_written) < 0) {
+        unsent_sub(c, w->bytes);
         pc_free(PC_MEM_SCRATCH, w, w->bytes);
         conn_close(c);
     }
@@ -215,6 +278,12 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, rc, "malformed batch");
         return;
     }
+    char msg[160];
+    if ((rc = pc_wire_reply_check((pc_wire_op_t)h->op, b.n, b.dim, dp->o.lim.max_reply, msg,
+                                  sizeof msg))) { /* before any work or allocation */
+        reply_error(c, h, rc, msg);
+        return;
+    }
     if (!ps_dp_owns(dp, b.keys, b.n)) {
         reply_error(c, h, PC_EWRONGSLOT, NULL);
         return;
@@ -267,6 +336,41 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     reply_send(c, w, h, 0, plen);
 }
 
+/* A job claims a table (ps_catalog_claim); the reply carries the table's settings. */
+static void do_claim(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
+    ps_dp_t *dp = c->lc->dp;
+    pc_wire_claim_t q;
+    if (pc_wire_claim_decode(body, h->body_len, &q) || q.mode > PS_CLAIM_INSPECT) {
+        reply_error(c, h, PC_EINVAL, "malformed claim");
+        return;
+    }
+    ps_claim_result_t res;
+    char err[PC_WIRE_MSG_MAX];
+    int rc =
+        ps_catalog_claim(dp->cat, q.name, q.job, (ps_claim_mode_t)q.mode, &res, err, sizeof err);
+    pc_wire_claim_reply_t r = {
+        .action = (uint32_t)res.action, .rows = res.rows, .version = res.version};
+    ps_table_t *t = NULL;
+    if (!rc && (rc = ps_catalog_acquire(dp->cat, q.name, &t)) == 0) {
+        r.dim = ps_table_dim(t);
+        ps_table_config_format(ps_table_config(t), r.config, sizeof r.config);
+        ps_catalog_release(dp->cat, t);
+    }
+    if (rc) {
+        reply_error(c, h, rc, err);
+        return;
+    }
+    snprintf(r.previous, sizeof r.previous, "%s", res.previous);
+    const size_t len = pc_wire_claim_reply_len(&r);
+    wreq_t *w = reply_alloc(len);
+    if (!w) {
+        reply_error(c, h, PC_ENOMEM, "reply");
+        return;
+    }
+    pc_wire_claim_reply_encode(&r, w->payload);
+    reply_send(c, w, h, 0, len);
+}
+
 static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body);
 
 /* Execute one complete frame (timed). Returns false when the connection must close. */
@@ -309,6 +413,9 @@ static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         case PC_OP_MAP:
             reply_map(c, h);
             return true;
+        case PC_OP_CLAIM:
+            do_claim(c, h, body);
+            return true;
         default:
             do_batch(c, h, body);
             return true;
@@ -328,6 +435,8 @@ static void on_closed(uv_handle_t *hd) {
         c->next->prev = c->prev;
     pc_free(PC_MEM_SCRATCH, c->stage, STAGE_BYTES);
     pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
+    if (c->paused)
+        atomic_fetch_sub_explicit(&lc->dp->paused, 1, memory_order_relaxed);
     pc_free(PC_MEM_OTHER, c, sizeof *c);
     atomic_fetch_sub_explicit(&lc->dp->conns, 1, memory_order_relaxed);
 }
@@ -352,7 +461,6 @@ static void conn_finish(conn_t *c) {
     if (c->closing || c->finishing)
         return;
     uv_read_stop((uv_stream_t *)&c->tcp);
-    c->reading = false;
     c->finishing = true; /* on_shutdown closes the handle once the replies are out */
     uv_shutdown_t *req = malloc(sizeof *req);
     if (!req || uv_shutdown(req, (uv_stream_t *)&c->tcp, on_shutdown) < 0) {
@@ -383,6 +491,10 @@ static bool drain_stage(conn_t *c) {
     size_t off = 0;
     bool ok = true;
     while (ok && c->stage_len - off >= PC_WIRE_HDR) {
+        if (!may_run(c)) { /* too many reply bytes unsent: keep the rest for later */
+            conn_pause(c);
+            break;
+        }
         pc_wire_hdr_t h;
         int rc = pc_wire_hdr_decode(c->stage + off, dp->o.lim.max_body, &h);
         if (rc == PC_ETOOBIG) { /* framing intact: answer, discard the body, go on */
@@ -433,6 +545,14 @@ static bool drain_stage(conn_t *c) {
     return ok;
 }
 
+/* Execute the frame whose large body is complete in c->body, then free the body. */
+static bool run_body(conn_t *c) {
+    bool ok = do_frame(c, &c->hdr, c->body);
+    pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
+    c->body = NULL;
+    return ok;
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     (void)buf;
     conn_t *c = s->data;
@@ -446,27 +566,50 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     } else if (c->body) {
         c->body_have += (size_t)nread;
         if (c->body_have == c->hdr.body_len) {
-            ok = do_frame(c, &c->hdr, c->body);
-            pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
-            c->body = NULL;
+            if (may_run(c)) {
+                ok = run_body(c);
+            } else { /* executed when the connection continues */
+                c->body_ready = true;
+                conn_pause(c);
+            }
         }
     } else {
         c->stage_len += (size_t)nread;
         ok = drain_stage(c);
     }
-    if (!ok) {
+    if (!ok)
         conn_finish(c);
-        return;
-    }
-    if (!c->closing && !c->finishing && c->tcp.write_queue_size > WRITE_HIGH) {
-        uv_read_stop(s); /* resumed by on_written */
-        c->reading = false;
-    }
 }
 
 static void conn_resume(conn_t *c) {
-    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
-        c->reading = true;
+    if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) < 0)
+        conn_close(c);
+}
+
+/* A paused connection goes on if may_run() allows: the complete body first, then the frames
+ * in the staging buffer, then reading (unless that paused it again). */
+static void conn_continue(conn_t *c) {
+    if (!c->paused || c->closing || c->finishing || !may_run(c))
+        return;
+    c->paused = false;
+    atomic_fetch_sub_explicit(&c->lc->dp->paused, 1, memory_order_relaxed);
+    bool ok = true;
+    if (c->body_ready) {
+        c->body_ready = false;
+        ok = run_body(c);
+    }
+    if (ok)
+        ok = drain_stage(c);
+    if (!ok)
+        conn_finish(c);
+    else if (!c->paused)
+        conn_resume(c);
+}
+
+static void on_wake(uv_async_t *a) {
+    loopctx_t *lc = a->data;
+    for (conn_t *c = lc->conns; c; c = c->next)
+        conn_continue(c);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -500,7 +643,9 @@ static void on_stop(uv_async_t *a) {
     lc->stopping = true;
     uv_close((uv_handle_t *)&lc->listener, NULL);
     uv_close((uv_handle_t *)&lc->stop, NULL);
-    /* Frames already read were executed in their read callback: flush replies and close. */
+    uv_close((uv_handle_t *)&lc->wake, NULL);
+    /* Frames already read were executed in their read callback (except those a paused
+     * connection holds back: they are dropped): flush replies and close. */
     for (conn_t *c = lc->conns; c; c = c->next)
         conn_finish(c);
 }
@@ -575,6 +720,10 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         memcpy(dp->token, o->token, dp->token_len);
     }
     dp->o.token = NULL;
+    if (!dp->o.reply_queue) /* 0: no cap (halved: cap + cap / 8 must not overflow) */
+        dp->o.reply_queue = UINT64_MAX / 2;
+    if (!dp->o.reply_queue_total)
+        dp->o.reply_queue_total = UINT64_MAX / 2;
     pthread_rwlock_init(&dp->map_lock, NULL);
     int rc = set_map(dp, map);
     dp->loops = pc_calloc(PC_MEM_OTHER, (size_t)o->threads, sizeof *dp->loops);
@@ -594,6 +743,8 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         lc->listener.data = lc;
         uv_async_init(&lc->loop, &lc->stop, on_stop);
         lc->stop.data = lc;
+        uv_async_init(&lc->loop, &lc->wake, on_wake);
+        lc->wake.data = lc;
         if (uv_tcp_open(&lc->listener, fd) < 0 ||
             uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
             close(fd);
@@ -603,6 +754,7 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         if (rc || pthread_create(&lc->thread, NULL, loop_main, lc)) {
             uv_close((uv_handle_t *)&lc->listener, NULL);
             uv_close((uv_handle_t *)&lc->stop, NULL);
+            uv_close((uv_handle_t *)&lc->wake, NULL);
             uv_run(&lc->loop, UV_RUN_DEFAULT);
             uv_loop_close(&lc->loop);
             dp->nloops = i;
@@ -633,6 +785,9 @@ void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *s) {
     s->rows_looked_up = atomic_load(&dp->looked);
     s->bytes_in = atomic_load(&dp->bytes_in);
     s->bytes_out = atomic_load(&dp->bytes_out);
+    s->reply_queue_bytes = atomic_load(&dp->unsent);
+    s->reply_queue_peak_bytes = atomic_load(&dp->unsent_peak);
+    s->paused_connections = atomic_load(&dp->paused);
 }
 
 size_t ps_dp_render_metrics(ps_dp_t *dp, char *buf, size_t cap, size_t len) {
@@ -652,11 +807,20 @@ size_t ps_dp_render_metrics(ps_dp_t *dp, char *buf, size_t cap, size_t len) {
                           "# TYPE emberps_dataplane_bytes_total counter\n"
                           "emberps_dataplane_bytes_total{dir=\"in\"} %llu\n"
                           "emberps_dataplane_bytes_total{dir=\"out\"} %llu\n"
+                          "# TYPE emberps_dataplane_reply_queue_bytes gauge\n"
+                          "emberps_dataplane_reply_queue_bytes %llu\n"
+                          "# TYPE emberps_dataplane_reply_queue_peak_bytes gauge\n"
+                          "emberps_dataplane_reply_queue_peak_bytes %llu\n"
+                          "# TYPE emberps_dataplane_paused_connections gauge\n"
+                          "emberps_dataplane_paused_connections %llu\n"
                           "# TYPE emberps_dataplane_request_seconds histogram\n",
                           (unsigned long long)s.connections, (unsigned long long)s.requests,
                           (unsigned long long)s.errors, (unsigned long long)s.rows_pulled,
                           (unsigned long long)s.rows_pushed, (unsigned long long)s.rows_looked_up,
-                          (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out);
+                          (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out,
+                          (unsigned long long)s.reply_queue_bytes,
+                          (unsigned long long)s.reply_queue_peak_bytes,
+                          (unsigned long long)s.paused_connections);
     static const char *const ops[4] = {"op=\"pull\"", "op=\"push\"", "op=\"lookup\"",
                                        "op=\"other\""};
     for (int i = 0; i < 4; i++)

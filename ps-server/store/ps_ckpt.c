@@ -68,6 +68,7 @@ struct ps_ckpt {
 typedef struct mtable {
     char name[PS_TABLE_NAME_MAX];
     char config[2048];
+    char owner[PS_OWNER_MAX]; /* the job that trained it ("" none; absent in older manifests) */
     bool full;
     uint32_t cut;
     uint64_t version, rows, tombs, bytes, xxh3;
@@ -330,6 +331,9 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
             json_get_u64(e, "rows", &t->rows) || json_get_u64(e, "tombstones", &t->tombs) ||
             json_get_u64(e, "bytes", &t->bytes) || json_get_u64(e, "xxh3", &t->xxh3))
             rc = PC_ECORRUPT;
+        if (!rc && cJSON_GetObjectItemCaseSensitive(e, "owner") &&
+            json_get_str(e, "owner", t->owner, sizeof t->owner))
+            rc = PC_ECORRUPT;
         t->full = cJSON_IsTrue(full);
         if (!rc && (cut->valuedouble < 0 || cut->valuedouble > UINT32_MAX))
             rc = PC_ECORRUPT;
@@ -376,6 +380,7 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", t->name);
         cJSON_AddStringToObject(e, "config", t->config);
+        cJSON_AddStringToObject(e, "owner", t->owner);
         cJSON_AddBoolToObject(e, "full", t->full);
         cJSON_AddNumberToObject(e, "cut_clock", t->cut);
         json_u64(e, "version", t->version);
@@ -560,6 +565,7 @@ static int write_snapshot(ps_table_t *t, const ps_snapshot_info_t *info, ps_tier
         memset(e, 0, sizeof *e);
         snprintf(e->name, sizeof e->name, "%s", cfg->name);
         memcpy(e->config, meta.config, sizeof e->config);
+        ps_table_owner(t, e->owner, sizeof e->owner);
         e->full = since == PS_SCAN_ALL;
         e->cut = info->cut_clock;
         e->version = info->version;
@@ -892,6 +898,7 @@ static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t 
         return rc;
     }
     ps_table_set_version(t, te->version);
+    ps_table_set_owner(t, te->owner);
     ps_table_track_removals(t);
     *out = t;
     return 0;

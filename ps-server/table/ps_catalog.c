@@ -1,16 +1,22 @@
-/* ps_catalog.c: named tables with reference counts (see ps_catalog.h).
+/* ps_catalog.c: named tables with reference counts, and which job owns each (ps_catalog.h).
  *
  * DESIGN: a mutex-protected array of entries {table, refs, dropped}. The mutex guards only the
  * name space and the counts; table operations run outside it. A dropped entry stays in the array
- * (invisible to lookups) until its last reference goes.
+ * (invisible to lookups) until its last reference goes. Claims hold `claim_mu` from reading the
+ * owner to writing it (or swapping in the reset table), so two workers of one job racing with
+ * --fresh reset the table once: the second finds its own job as the owner. A reset swaps the new
+ * table into the old one's entry under `mu` in one step: a caller sees the old or the new table,
+ * never no table.
  */
 #include "ps_catalog.h"
 
 #include "pc_error.h"
 #include "pc_log.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +28,7 @@ typedef struct entry {
 
 struct ps_catalog {
     pthread_mutex_t mu;
+    pthread_mutex_t claim_mu; /* serializes claims; taken before mu */
     entry_t *e;
     size_t n, cap;
     ps_catalog_hooks_t hooks;
@@ -102,6 +109,7 @@ int ps_catalog_create(ps_catalog_t **out) {
     if (!c)
         return PC_ENOMEM;
     pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->claim_mu, NULL);
     *out = c;
     return 0;
 }
@@ -116,6 +124,7 @@ void ps_catalog_destroy(ps_catalog_t *c) {
     free(c->pending);
     free(c->e);
     pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->claim_mu);
     free(c);
 }
 
@@ -132,6 +141,29 @@ static ps_table_t *take_entry(ps_catalog_t *c, size_t i) {
     ps_table_t *t = c->e[i].t;
     c->e[i] = c->e[--c->n];
     return t;
+}
+
+int ps_catalog_spec_parse(const char *spec, ps_table_config_t *cfg, char *err, size_t errlen) {
+    size_t n;
+    const pc_setting_t *tab = ps_table_settings(&n);
+    ps_table_config_t tmp;
+    char msg[256];
+    ps_table_config_defaults(&tmp);
+    tmp.name[0] = '\0'; /* a served table has no default name: the spec gives it */
+    int rc = pc_settings_parse_list(tab, n, &tmp, spec, msg, sizeof msg);
+    if (!rc && !tmp.name[0]) {
+        snprintf(msg, sizeof msg, "name= is required");
+        rc = PC_EINVAL;
+    }
+    if (!rc)
+        rc = ps_table_config_check(&tmp, msg, sizeof msg);
+    if (rc) {
+        if (err && errlen)
+            snprintf(err, errlen, "table spec '%s': %s", spec ? spec : "", msg);
+        return PC_EINVAL;
+    }
+    *cfg = tmp;
+    return 0;
 }
 
 int ps_catalog_add(ps_catalog_t *c, const ps_table_config_t *cfg) {
@@ -224,6 +256,119 @@ int ps_catalog_drop(ps_catalog_t *c, const char *name) {
     }
     pthread_mutex_unlock(&c->mu);
     destroy_table(c, dead);
+    return rc;
+}
+
+/* ==== claims ================================================================================ */
+
+const char *ps_claim_action_name(ps_claim_action_t a) {
+    static const char *const names[] = {"new", "continued", "warm_started", "reset", "none"};
+    return (unsigned)a < sizeof names / sizeof names[0] ? names[a] : "unknown";
+}
+
+/* Replace `old` (acquired by the caller, who still releases it) by an empty table of the same
+ * settings owned by `job`. */
+static int reset_table(ps_catalog_t *c, ps_table_t *old, const char *job, char *err,
+                       size_t errlen) {
+    const ps_table_config_t *cfg = ps_table_config(old);
+    if (cfg->cold) {
+        snprintf(err, errlen,
+                 "table %s spills to the cold tier and cannot be reset while serving: drop it "
+                 "and create it again",
+                 cfg->name);
+        return PC_ESTATE;
+    }
+    ps_table_t *t;
+    int rc = ps_table_create(cfg, &t);
+    if (!rc && (rc = ps_table_set_owner(t, job)))
+        ps_table_destroy(t);
+    if (!rc && (rc = ps_catalog_attach(c, t, false)))
+        ps_table_destroy(t);
+    if (rc) {
+        snprintf(err, errlen, "table %s: cannot create its empty replacement: %s", cfg->name,
+                 pc_strerror(rc));
+        return rc;
+    }
+    unpend(c, t);
+    pthread_mutex_lock(&c->mu);
+    entry_t *e = NULL;
+    for (size_t i = 0; i < c->n && !e; i++)
+        if (c->e[i].t == old && !c->e[i].dropped)
+            e = &c->e[i];
+    if (e && c->n == c->cap) {
+        size_t ncap = 2 * c->cap;
+        entry_t *ne = realloc(c->e, ncap * sizeof *ne);
+        if (!ne) {
+            rc = PC_ENOMEM;
+        } else {
+            e = ne + (e - c->e);
+            c->e = ne;
+            c->cap = ncap;
+        }
+    }
+    if (!e && !rc)
+        rc = PC_ENOTFOUND; /* dropped meanwhile */
+    if (!rc) {
+        e->dropped = true; /* the caller's reference keeps it until released */
+        c->e[c->n++] = (entry_t){t, 0, false};
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc) {
+        destroy_table(c, t);
+        snprintf(err, errlen, "table %s: reset failed: %s", cfg->name, pc_strerror(rc));
+    }
+    return rc;
+}
+
+int ps_catalog_claim(ps_catalog_t *c, const char *name, const char *job, ps_claim_mode_t mode,
+                     ps_claim_result_t *out, char *err, size_t errlen) {
+    if (!c || !name || !job || !out || strlen(job) >= PS_OWNER_MAX ||
+        (!job[0] && mode != PS_CLAIM_FRESH && mode != PS_CLAIM_INSPECT) ||
+        (unsigned)mode > PS_CLAIM_INSPECT) {
+        snprintf(err, errlen, "bad claim of table %s", name ? name : "(null)");
+        return PC_EINVAL;
+    }
+    pthread_mutex_lock(&c->claim_mu);
+    ps_table_t *t;
+    int rc = ps_catalog_acquire(c, name, &t);
+    if (rc) {
+        pthread_mutex_unlock(&c->claim_mu);
+        snprintf(err, errlen, "no table %s", name);
+        return rc;
+    }
+    memset(out, 0, sizeof *out);
+    ps_table_owner(t, out->previous, sizeof out->previous);
+    out->rows = ps_table_count(t);
+    out->version = ps_table_version(t);
+    if (mode == PS_CLAIM_INSPECT) {
+        out->action = PS_CLAIMED_NONE;
+    } else if (job[0] && strcmp(out->previous, job) == 0) {
+        out->action = PS_CLAIMED_CONTINUED;
+    } else if (mode == PS_CLAIM_FRESH) {
+        out->action = PS_CLAIMED_RESET;
+        rc = reset_table(c, t, job, err, errlen);
+    } else if (mode == PS_CLAIM_WARM_START || (!out->previous[0] && out->version == 0)) {
+        out->action = mode == PS_CLAIM_WARM_START ? PS_CLAIMED_WARM_STARTED : PS_CLAIMED_NEW;
+        rc = ps_table_set_owner(t, job);
+    } else {
+        rc = PC_EOWNED;
+        if (out->previous[0])
+            snprintf(err, errlen,
+                     "table %s holds rows of job '%s' (%" PRIu64 " rows, %" PRIu64 " pushes)", name,
+                     out->previous, out->rows, out->version);
+        else
+            snprintf(err, errlen,
+                     "table %s holds rows that a client which claimed no job trained (%" PRIu64
+                     " rows, %" PRIu64 " pushes)",
+                     name, out->rows, out->version);
+    }
+    ps_catalog_release(c, t);
+    pthread_mutex_unlock(&c->claim_mu);
+    if (!rc && out->action != PS_CLAIMED_CONTINUED && out->action != PS_CLAIMED_NONE)
+        PC_INFO("table %s: claimed by %s (%s; before: owner '%s', %" PRIu64 " rows, %" PRIu64
+                " pushes)",
+                name, job[0] ? job : "nobody", ps_claim_action_name(out->action), out->previous,
+                out->rows, out->version);
     return rc;
 }
 

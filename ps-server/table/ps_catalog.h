@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "ps_table.h"
 
@@ -19,6 +20,13 @@ typedef struct ps_catalog ps_catalog_t;
 int ps_catalog_create(ps_catalog_t **out);
 /* Destroys every table. No table may be acquired any more. NULL is a no-op. */
 void ps_catalog_destroy(ps_catalog_t *c);
+
+/* A table spec as a server takes it from a user ("name=ads,dim=64,optimizer=adam": ps-server
+ * --tables, gRPC CreateTable, psctl create; keys: ps-server --help-tables): the defaults, then
+ * the spec, which must name the table. On failure *cfg is unchanged, PC_EINVAL, and err (may be
+ * NULL) gets one line that quotes the spec ("table spec 'dim=8': name= is required"). In-process
+ * tables (ps_table_config_parse) keep the default name. */
+int ps_catalog_spec_parse(const char *spec, ps_table_config_t *cfg, char *err, size_t errlen);
 
 /* Create a table from cfg under cfg->name. PC_EEXIST if the name is taken, PC_EINVAL for a bad
  * config, PC_ENOMEM. */
@@ -55,6 +63,45 @@ void ps_catalog_discard(ps_catalog_t *c, ps_table_t *t);
 
 /* Remove `name`; the table is destroyed once no one holds it. PC_ENOTFOUND. */
 int ps_catalog_drop(ps_catalog_t *c, const char *name);
+
+/* ---- table lifecycle: which job trains a table ------------------------------------------
+ * A job claims a table before it trains it. The table's owner (ps_table_owner; kept in
+ * checkpoints) says whose rows it holds. A claim by job J:
+ *   - J owns the table already (a restarted worker, another worker of J): continued;
+ *   - PS_CLAIM_FRESH: the table is replaced by an empty one of the same settings, owned by J
+ *     (reset); with job "" it is left without an owner (psctl reset);
+ *   - PS_CLAIM_WARM_START: J takes the table over with its rows (warm-started);
+ *   - PS_CLAIM_CHECK: an unowned table that no push has changed becomes J's (new); a table owned
+ *     by another job, or changed by pushes of clients that claim nothing, is refused with
+ *     PC_EOWNED and a message in err that names the owner and what to do;
+ *   - PS_CLAIM_INSPECT: nothing changes (action none); the result describes the table.
+ * Claims of one catalog are serialized. Cold tables cannot be reset while serving (PC_ESTATE:
+ * their rows live in the tier under the table's name; drop and create them). */
+typedef enum {
+    PS_CLAIM_CHECK,
+    PS_CLAIM_WARM_START,
+    PS_CLAIM_FRESH,
+    PS_CLAIM_INSPECT
+} ps_claim_mode_t;
+typedef enum {
+    PS_CLAIMED_NEW,
+    PS_CLAIMED_CONTINUED,
+    PS_CLAIMED_WARM_STARTED,
+    PS_CLAIMED_RESET,
+    PS_CLAIMED_NONE
+} ps_claim_action_t;
+typedef struct ps_claim_result {
+    ps_claim_action_t action;
+    char previous[PS_OWNER_MAX]; /* the owner before the claim ("" none) */
+    uint64_t rows, version;      /* of the table before the claim */
+} ps_claim_result_t;
+/* Claim table `name` for `job` (shorter than PS_OWNER_MAX; "" with PS_CLAIM_FRESH or
+ * PS_CLAIM_INSPECT).
+ * Errors: PC_ENOTFOUND, PC_EINVAL, PC_EOWNED, PC_ESTATE, PC_ENOMEM; err gets a message. */
+int ps_catalog_claim(ps_catalog_t *c, const char *name, const char *job, ps_claim_mode_t mode,
+                     ps_claim_result_t *out, char *err, size_t errlen);
+/* The name of a claim action ("new", "continued", "warm_started", "reset", "none"). */
+const char *ps_claim_action_name(ps_claim_action_t a);
 
 /* Copy up to `cap` names (sorted) into names; returns how many tables there are. */
 size_t ps_catalog_list(ps_catalog_t *c, char (*names)[PS_TABLE_NAME_MAX], size_t cap);

@@ -188,6 +188,8 @@ struct ps_table {
     pthread_cond_t cold_cv;
     uint32_t erasers;
     atomic_uint_least64_t cold_reads, cold_hits, cold_get_errors; /* per call, readers too */
+    pthread_mutex_t owner_mu; /* the owner, the job that trains the table (ps_catalog_claim) */
+    char owner[PS_OWNER_MAX];
     ps_shard_t *shards;
 };
 
@@ -218,14 +220,14 @@ static const pc_setting_t k_table_settings[] = {
     PC_SETTING_INT(T, shards, 1, 4096, "16", "lock shards, a power of two (rows/shard < 16M)"),
     PC_SETTING_INT(T, seed, 0, 9.2e18, "0", "seed of the initial rows"),
     PC_SETTING_ENUM(T, init, k_init_names, "uniform", "initial row distribution"),
-    PC_SETTING_DOUBLE(T, init_scale, 0, 1e6, "0.01", "uniform bound a or normal stddev s"),
+    PC_SETTING_DOUBLE(T, init_scale, 0, 1e6, "0.05", "uniform bound a or normal stddev s"),
     PC_SETTING_ENUM(T, missing, k_missing_names, "init", "lookup of a missing key returns"),
     PC_SETTING_ENUM(T, optimizer, k_opt_names, "adagrad", "server-side optimizer"),
-    PC_SETTING_DOUBLE(T, lr, 0, 1e6, "0.01", "learning rate (FTRL alpha)"),
+    PC_SETTING_DOUBLE(T, lr, 0, 1e6, "0.05", "learning rate (FTRL alpha)"),
     PC_SETTING_DOUBLE(T, beta1, 0, 0.999999, "0.9", "Adam beta1"),
     PC_SETTING_DOUBLE(T, beta2, 0, 0.99999999, "0.999", "Adam beta2"),
     PC_SETTING_DOUBLE(T, eps, 0, 1, "1e-8", "Adam/Adagrad epsilon"),
-    PC_SETTING_DOUBLE(T, adagrad_init, 0, 1e6, "0.1", "Adagrad initial accumulator"),
+    PC_SETTING_DOUBLE(T, adagrad_init, 0, 1e6, "1e-6", "Adagrad initial accumulator"),
     PC_SETTING_DOUBLE(T, ftrl_beta, 0, 1e6, "1", "FTRL beta"),
     PC_SETTING_DOUBLE(T, l1, 0, 1e6, "0", "FTRL L1 strength"),
     PC_SETTING_DOUBLE(T, l2, 0, 1e6, "0", "FTRL L2 strength"),
@@ -1966,6 +1968,23 @@ void ps_table_set_version(ps_table_t *t, uint64_t version) {
     atomic_store(&t->version, version);
 }
 
+size_t ps_table_owner(const ps_table_t *t, char *buf, size_t cap) {
+    ps_table_t *m = (ps_table_t *)t;
+    pthread_mutex_lock(&m->owner_mu);
+    size_t n = (size_t)snprintf(buf, cap, "%s", m->owner);
+    pthread_mutex_unlock(&m->owner_mu);
+    return n;
+}
+
+int ps_table_set_owner(ps_table_t *t, const char *owner) {
+    if (!owner || strlen(owner) >= PS_OWNER_MAX)
+        return PC_EINVAL;
+    pthread_mutex_lock(&t->owner_mu);
+    snprintf(t->owner, sizeof t->owner, "%s", owner);
+    pthread_mutex_unlock(&t->owner_mu);
+    return 0;
+}
+
 /* ==== lifecycle and accessors ============================================================== */
 
 int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out) {
@@ -2002,6 +2021,7 @@ int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out) {
         sk_width = 256;
     t->cow_rec_bytes = sizeof(ps_cow_hdr_t) + (size_t)t->stride * sizeof(float);
     pthread_mutex_init(&t->cold_mu, NULL);
+    pthread_mutex_init(&t->owner_mu, NULL);
     pthread_cond_init(&t->cold_cv, NULL);
     t->uid = pc_hash_u64(pc_time_wall_ns() ^ (uint64_t)(uintptr_t)t, (uint64_t)cfg->seed);
     pthread_rwlockattr_t attr;
@@ -2048,6 +2068,7 @@ void ps_table_destroy(ps_table_t *t) {
     }
     pthread_rwlock_destroy(&t->cut);
     pthread_mutex_destroy(&t->cold_mu);
+    pthread_mutex_destroy(&t->owner_mu);
     pthread_cond_destroy(&t->cold_cv);
     free(t->shards);
     pc_free(PC_MEM_OTHER, t, sizeof *t);

@@ -58,6 +58,7 @@
 #include "pc_settings.h"
 
 #define PS_TABLE_NAME_MAX 64
+#define PS_OWNER_MAX      128 /* bytes of a table owner's name, with its NUL */
 #define PS_DIM_MAX        1024
 #define PS_BATCH_MAX      (16u * 1024 * 1024) /* keys per call */
 #define PS_AGE_MAX        16384u              /* ages saturate here (ticks) */
@@ -236,6 +237,12 @@ uint64_t ps_table_uid(const ps_table_t *t);
 /* Push calls applied so far (restore sets it to the checkpoint's). */
 uint64_t ps_table_version(const ps_table_t *t);
 void ps_table_set_version(ps_table_t *t, uint64_t version);
+
+/* The job that owns the table's rows ("" none): set by ps_catalog_claim, kept in checkpoints.
+ * ps_table_owner copies it (snprintf-like return); ps_table_set_owner: PC_EINVAL when it is
+ * PS_OWNER_MAX bytes or longer. Both thread-safe. */
+size_t ps_table_owner(const ps_table_t *t, char *buf, size_t cap);
+int ps_table_set_owner(ps_table_t *t, const char *owner);
 
 /* The initial row of a key (what pull would insert). out has dim floats. */
 void ps_table_initial_row(const ps_table_t *t, uint64_t key, float *out);

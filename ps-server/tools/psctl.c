@@ -2,10 +2,10 @@
  *
  *   psctl [--server=HOST:PORT] [--token=T] [--json] [--timeout-ms=N] COMMAND [ARGS]
  *
- * Commands: health, map, tables, create SPEC, drop NAME, stats NAME, lookup NAME KEY..., key,
- * checkpoint, checkpoints. Human-readable output by default, one JSON object with --json.
- * Exit status: 0 done; 1 the server refused (its status and message on stderr); 2 bad usage;
- * 3 the server could not be reached in time.
+ * Commands: health, map, tables, create SPEC, drop NAME, reset NAME, stats NAME, lookup NAME
+ * KEY..., key, checkpoint, checkpoints, restore ID, workers JOB. Human-readable output by default,
+ * one JSON object with --json. Exit status: 0 done; 1 the server refused (its status and message on
+ * stderr); 2 bad usage; 3 the server could not be reached in time.
  */
 #include "emberps.pb-c.h"
 #include "emberps/psgrpc.h"
@@ -46,8 +46,11 @@ static void usage(FILE *f) {
                "  health                 server status\n"
                "  map                    the cluster map\n"
                "  tables                 list tables\n"
-               "  create SPEC            create a table (\"name=emb,dim=16,optimizer=adagrad\")\n"
+               "  create SPEC            create a table (\"name=emb,dim=16,optimizer=adagrad\";\n"
+               "                         name= is required, keys: ps-server --help-tables)\n"
                "  drop NAME              drop a table\n"
+               "  reset NAME             empty a table and clear its owner job (on this server:\n"
+               "                         run it on every server of the cluster)\n"
                "  stats NAME             table statistics\n"
                "  lookup NAME KEY...     rows of keys (read-only)\n"
                "  key FIELD VALUE        the feature key of a Criteo (hex) or, with\n"
@@ -361,6 +364,24 @@ int main(int argc, char **argv) {
                 printf("dropped %s\n", args[0]);
             }
         }
+    } else if (!strcmp(cmd, "reset") && nargs == 1) {
+        Emberps__ResetTableRequest q = EMBERPS__RESET_TABLE_REQUEST__INIT;
+        q.table = args[0];
+        Emberps__ResetTableResponse *p;
+        if ((r = call(PS_API_RESET_TABLE, &q.base, &len, &rc)) &&
+            (p = emberps__reset_table_response__unpack(NULL, len, r))) {
+            if (g_o.json) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "reset", args[0]);
+                cJSON_AddStringToObject(o, "previous_owner", p->previous_owner);
+                cJSON_AddNumberToObject(o, "rows", (double)p->rows);
+                emit(o);
+            } else {
+                printf("reset %s (%" PRIu64 " rows, owner '%s')\n", args[0], p->rows,
+                       p->previous_owner);
+            }
+            emberps__reset_table_response__free_unpacked(p, NULL);
+        }
     } else if (!strcmp(cmd, "stats") && nargs == 1) {
         Emberps__TableStatsRequest q = EMBERPS__TABLE_STATS_REQUEST__INIT;
         q.table = args[0];
@@ -385,8 +406,9 @@ int main(int argc, char **argv) {
                      {"version", p->version}};
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "config", p->config);
+            cJSON_AddStringToObject(o, "owner", p->owner);
             if (!g_o.json)
-                printf("config: %s\n", p->config);
+                printf("config: %s\nowner: %s\n", p->config, p->owner[0] ? p->owner : "(none)");
             for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
                 num(o, f[i].k, f[i].v);
                 if (!g_o.json)

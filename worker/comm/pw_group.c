@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +38,8 @@ struct pw_group {
     const char *hb_state;
     int64_t hb_gen;
     uint64_t hb_step;
+    char hb_note[200]; /* pw_group_note's, JSON-safe */
+    char node[64];     /* this machine's name: tells a dead holder of a rank from a live one */
 };
 
 static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, ...) {
@@ -200,14 +204,22 @@ static void hb_set(pw_group_t *g, const char *state) {
     pthread_mutex_unlock(&g->hb_mu);
 }
 
-static void beat(pw_group_t *g, const char *state, int64_t gen, uint64_t step) {
-    char key[256], v[256];
-    key_of(g, key, sizeof key, "live/%d", g->o.rank);
-    const int n = snprintf(v, sizeof v,
+/* The heartbeat's value (JSON) into v; its length. */
+static size_t hb_value(const pw_group_t *g, const char *state, int64_t gen, uint64_t step,
+                       const char *note, char *v, size_t cap) {
+    const int n = snprintf(v, cap,
                            "{\"rank\":%d,\"gen\":%" PRId64 ",\"step\":%" PRIu64
-                           ",\"state\":\"%s\",\"host\":\"%s\",\"pid\":%d}",
-                           g->o.rank, gen, step, state, g->host, (int)getpid());
-    const int rc = pw_coord_set_lease(g->hb_coord, key, v, (size_t)n, (uint32_t)g->o.lease_ms);
+                           ",\"state\":\"%s\",\"host\":\"%s\",\"pid\":%d,\"node\":\"%s\""
+                           ",\"note\":\"%s\"}",
+                           g->o.rank, gen, step, state, g->host, (int)getpid(), g->node, note);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+static void beat(pw_group_t *g, const char *state, int64_t gen, uint64_t step, const char *note) {
+    char key[256], v[640];
+    key_of(g, key, sizeof key, "live/%d", g->o.rank);
+    const size_t n = hb_value(g, state, gen, step, note, v, sizeof v);
+    const int rc = pw_coord_set_lease(g->hb_coord, key, v, n, (uint32_t)g->o.lease_ms);
     if (rc && !g->hb_failing)
         PC_WARN("group: heartbeat to the coordinator %s failed: %s (retrying)", g->o.coordinator,
                 pc_strerror(rc));
@@ -224,9 +236,11 @@ static void *hb_main(void *arg) {
         const char *state = g->hb_state;
         const int64_t gen = g->hb_gen;
         const uint64_t step = g->hb_step;
+        char note[sizeof g->hb_note];
+        memcpy(note, g->hb_note, sizeof note);
         g->hb_now = false;
         pthread_mutex_unlock(&g->hb_mu);
-        beat(g, state, gen, step);
+        beat(g, state, gen, step, note);
         pthread_mutex_lock(&g->hb_mu);
         struct timespec dl;
         clock_gettime(CLOCK_MONOTONIC, &dl);
@@ -241,47 +255,165 @@ static void *hb_main(void *arg) {
     return NULL;
 }
 
-/* Which of members[0..n) hold a live lease: live[i]. 0 or the coordinator's error. */
-static int leases_of(pw_group_t *g, const int *members, int n, bool *live) {
-    char prefix[256];
-    key_of(g, prefix, sizeof prefix, "live/");
-    pc_kv_entry_t *e;
-    size_t ne;
-    int rc = pw_coord_list(g->coord, prefix, 0, &e, &ne);
-    if (rc)
-        return rc;
-    const size_t pl = strlen(prefix);
-    for (int i = 0; i < n; i++) {
-        live[i] = false;
-        for (size_t k = 0; k < ne && !live[i]; k++)
-            live[i] = atoi(e[k].key + pl) == members[i];
+/* A string field of a heartbeat's value (pw_group's own JSON: no escapes) into out ("" when
+ * absent); a number field as a long (-1 when absent). */
+static void hb_field(const char *v, const char *name, char *out, size_t cap) {
+    char pat[32];
+    snprintf(pat, sizeof pat, "\"%s\":\"", name);
+    const char *p = strstr(v, pat), *end = p ? strchr(p + strlen(pat), '"') : NULL;
+    const int n = end ? (int)(end - p - (ptrdiff_t)strlen(pat)) : 0;
+    snprintf(out, cap, "%.*s", n, end ? p + strlen(pat) : "");
+}
+
+static long hb_num(const char *v, const char *name) {
+    char pat[32];
+    snprintf(pat, sizeof pat, "\"%s\":", name);
+    const char *p = strstr(v, pat);
+    return p ? strtol(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* The live lease of `rank` among the entries of "live/" (prefix length pl), or NULL. */
+static const pc_kv_entry_t *lease_in(const pc_kv_entry_t *e, size_t ne, size_t pl, int rank) {
+    for (size_t k = 0; k < ne; k++) {
+        char *end;
+        const long r = strtol(e[k].key + pl, &end, 10);
+        if (!*end && end != e[k].key + pl && r == rank)
+            return &e[k];
     }
-    pc_kv_entries_free(e, ne);
-    return 0;
+    return NULL;
+}
+
+/* What a live lease's value says about its holder. */
+typedef struct holder {
+    char state[24], host[64], node[64], note[200];
+    long pid;
+    bool here;       /* on this machine (same node name) */
+    bool gone;       /* here, and its process no longer exists */
+    double silent_s; /* since its last heartbeat (its lease is this worker's lease_ms) */
+} holder_t;
+
+static void holder_of(const pw_group_t *g, const pc_kv_entry_t *e, holder_t *h) {
+    const char *v = e->value;
+    hb_field(v, "state", h->state, sizeof h->state);
+    hb_field(v, "host", h->host, sizeof h->host);
+    hb_field(v, "node", h->node, sizeof h->node);
+    hb_field(v, "note", h->note, sizeof h->note);
+    h->pid = hb_num(v, "pid");
+    h->here = h->node[0] && strcmp(h->node, g->node) == 0;
+    h->gone = h->here && h->pid > 0 && h->pid != (long)getpid() && kill((pid_t)h->pid, 0) != 0 &&
+              errno == ESRCH;
+    const long left = (long)e->lease_left_ms;
+    h->silent_s = left > 0 && left < g->o.lease_ms ? (g->o.lease_ms - left) / 1000.0 : 0;
 }
 
 /* The workers of generation `gen` that registered as alive there and hold a live lease (into
- * g->members); the others are named in a warning. */
+ * g->members); for the others, what is known is logged: the lease expired, the process is gone,
+ * the heartbeats stopped, or it is alive and busy elsewhere (with what it reports, e.g. a
+ * server it waits for). */
 static int alive_of(pw_group_t *g, int64_t gen) {
     int n = members_of(g, gen), k = 0;
     if (n < 0)
         return n;
-    bool *live = malloc((size_t)n * sizeof *live);
-    int rc = live ? leases_of(g, g->members, n, live) : PC_ENOMEM;
+    char prefix[256];
+    key_of(g, prefix, sizeof prefix, "live/");
+    pc_kv_entry_t *e = NULL;
+    size_t ne = 0;
+    int rc = pw_coord_list(g->coord, prefix, 0, &e, &ne);
+    const size_t pl = strlen(prefix);
+    /* no heartbeat for two periods (a live worker beats every lease / 4) */
+    const double overdue_s = g->o.lease_ms / 2000.0 + 0.2;
     for (int i = 0; i < n && !rc; i++) {
+        const int r = g->members[i];
+        const pc_kv_entry_t *lease = lease_in(e, ne, pl, r);
         char key[256], v[4];
-        key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", gen, g->members[i]);
+        key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", gen, r);
         const int got = get_str(g, key, v, sizeof v);
-        if (got && got != PC_ENOTFOUND)
+        if (got && got != PC_ENOTFOUND) {
             rc = got;
-        else if (g->members[i] == g->o.rank || (got == 0 && live[i])) /* this worker is alive */
-            g->members[k++] = g->members[i];
+            continue;
+        }
+        if (r == g->o.rank || (got == 0 && lease)) { /* this worker, or one in recovery */
+            g->members[k++] = r;
+            continue;
+        }
+        holder_t h = {0};
+        if (lease)
+            holder_of(g, lease, &h);
+        if (!lease)
+            PC_WARN("group: rank %d: worker %d is lost: its membership lease expired", g->o.rank,
+                    r);
+        else if (h.gone)
+            PC_WARN("group: rank %d: worker %d is lost: its process (pid %ld on %s) is gone",
+                    g->o.rank, r, h.pid, h.node);
+        else if (h.silent_s > overdue_s)
+            PC_WARN("group: rank %d: worker %d is lost: no heartbeat for %.1f s (pid %ld on %s)",
+                    g->o.rank, r, h.silent_s, h.pid, h.host);
+        else if (h.note[0])
+            PC_WARN("group: rank %d: worker %d is alive but not in recovery: it reports %s",
+                    g->o.rank, r, h.note);
         else
-            PC_WARN("group: worker %d is lost (%s)", g->members[i],
-                    live[i] ? "alive but not in recovery" : "its membership lease expired");
+            PC_WARN("group: rank %d: worker %d is alive but not in recovery (state %s, pid %ld on "
+                    "%s)",
+                    g->o.rank, r, h.state, h.pid, h.host);
     }
-    free(live);
+    pc_kv_entries_free(e, ne);
     return rc ? rc : k;
+}
+
+/* Take this rank's membership lease before the heartbeats start: PC_EEXIST (logged) when a live
+ * worker holds it (two workers given one --rank). A lease left by a dead holder is taken over:
+ * one that said it exited, one whose process on this machine is gone, or one not renewed within
+ * a heartbeat period (about lease_ms / 4: what a holder elsewhere costs a restarted worker). */
+static int claim_rank(pw_group_t *g) {
+    char key[256], v[640], prefix[256];
+    key_of(g, key, sizeof key, "live/%d", g->o.rank);
+    key_of(g, prefix, sizeof prefix, "live/");
+    const size_t n = hb_value(g, "joining", -1, 0, "", v, sizeof v);
+    long first_left = 0;
+    uint64_t first_ns = 0; /* when the watch for a renewal began */
+    const uint64_t watch_ns = ((uint64_t)g->o.lease_ms / 4 + 300) * 1000000u;
+    for (;;) {
+        int rc = pw_coord_set_lease_if_absent(g->coord, key, v, n, (uint32_t)g->o.lease_ms);
+        if (rc != PC_EEXIST)
+            return rc;
+        pc_kv_entry_t *e;
+        size_t ne;
+        if ((rc = pw_coord_list(g->coord, prefix, 0, &e, &ne)))
+            return rc;
+        const pc_kv_entry_t *lease = lease_in(e, ne, strlen(prefix), g->o.rank);
+        holder_t h = {0};
+        long left = -1;
+        if (lease) {
+            holder_of(g, lease, &h);
+            left = (long)lease->lease_left_ms;
+        }
+        pc_kv_entries_free(e, ne);
+        if (!lease)
+            continue; /* it expired meanwhile: claim again */
+        if (strcmp(h.state, "exited") == 0 || h.gone)
+            return 0; /* a dead holder's: the heartbeats take it over */
+        const bool live_here = h.here && h.pid > 0 && !h.gone;
+        if (!live_here) { /* elsewhere: renewed within a heartbeat period means alive */
+            const uint64_t now = pc_time_mono_ns();
+            bool renewed = false;
+            if (!first_ns) {
+                first_ns = now;
+                first_left = left;
+            } else {
+                renewed = left > first_left - (long)((now - first_ns) / 1000000u) + 100;
+            }
+            if (!renewed) {
+                if (now - first_ns > watch_ns)
+                    return 0; /* not renewed: its holder is gone */
+                pc_time_sleep_ms(50);
+                continue;
+            }
+        }
+        PC_ERROR("group: rank %d is already held by a live worker of job %s (pid %ld on %s, "
+                 "state %s): give every worker its own --rank",
+                 g->o.rank, g->job, h.pid, h.host, h.state[0] ? h.state : "?");
+        return PC_EEXIST;
+    }
 }
 
 /* A failed coordinator call: true (logged) once failures have lasted rejoin_timeout_ms since
@@ -398,6 +530,8 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     g->gen = -1;
     g->hb_state = "joining";
     g->hb_gen = -1;
+    if (gethostname(g->node, sizeof g->node - 1) != 0 || strpbrk(g->node, "\"\\"))
+        g->node[0] = '\0'; /* unknown: rank holders are then told apart by lease renewals */
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -414,6 +548,8 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
             rc = 0, g->run = 0;
         snprintf(g->ns, sizeof g->ns, "%s/run/%" PRIu64, g->job, g->run);
     }
+    if (!rc)
+        rc = claim_rank(g);
     if (!rc) /* a heartbeat stuck longer than a quarter lease is dropped, the next one sent */
         rc = pw_coord_open(o->coordinator, NULL, o->lease_ms / 4, &g->hb_coord);
     if (!rc) {
@@ -443,7 +579,7 @@ void pw_group_close(pw_group_t *g) {
         pthread_mutex_unlock(&g->hb_mu);
         pthread_join(g->hb, NULL);
         if (!g->hb_failing) /* shows until its lease ends */
-            beat(g, "exited", g->gen, g->hb_step);
+            beat(g, "exited", g->gen, g->hb_step, "");
     }
     pthread_cond_destroy(&g->hb_cv);
     pthread_mutex_destroy(&g->hb_mu);
@@ -460,6 +596,10 @@ pw_coll_t *pw_group_coll(pw_group_t *g) {
 void pw_group_rendezvous(pw_group_t *g, const char *name, pw_kv_t *kv, char *prefix, size_t cap) {
     *kv = pw_coord_kv(g->coord);
     key_of(g, prefix, cap, "g/%" PRId64 "/%s", g->gen, name);
+}
+
+const char *pw_group_run_name(const pw_group_t *g) {
+    return g->ns;
 }
 
 int pw_group_rank(const pw_group_t *g) {
@@ -486,6 +626,17 @@ int pw_group_recover(pw_group_t *g) {
 int pw_group_reform(pw_group_t *g) {
     const int n = members_of(g, g->gen);
     return n < 0 ? n : propose(g, g->gen + 1, g->members, n);
+}
+
+void pw_group_note(pw_group_t *g, const char *note) {
+    pthread_mutex_lock(&g->hb_mu);
+    size_t n = 0;
+    for (; note && note[n] && n + 1 < sizeof g->hb_note; n++) /* JSON-safe, one line */
+        g->hb_note[n] = note[n] == '"' ? '\'' : note[n] == '\\' || note[n] < 0x20 ? ' ' : note[n];
+    g->hb_note[n] = '\0';
+    g->hb_now = true;
+    pthread_cond_signal(&g->hb_cv);
+    pthread_mutex_unlock(&g->hb_mu);
 }
 
 void pw_group_progress(pw_group_t *g, uint64_t step) {

@@ -20,10 +20,15 @@
  * Membership lease: from join to close a thread of the group sets "live/<rank>" every
  * lease_ms / 4 with a lease of lease_ms (the coordinator drops the key when the heartbeats stop:
  * the process died, hung or lost its network). Its value is a JSON object: {"rank", "gen",
- * "step", "state" ("joining", "training", "recovering", "exited"), "host", "pid"}; `psctl
- * workers JOB` lists them. A shrink takes only workers that registered as alive AND hold a live
- * lease (one that registered and died since is left out, so the new generation can form), and
- * the survivors' warnings name the workers whose lease expired.
+ * "step", "state" ("joining", "training", "recovering", "exited"), "host", "pid", "node" (the
+ * machine's name), "note" (pw_group_note)}; `psctl workers JOB` lists them. Joining takes the
+ * lease first (if absent): a rank whose lease a live worker holds is refused with PC_EEXIST, so
+ * two workers given one rank fail at once instead of timing out; a dead holder's lease (its
+ * process on this machine gone, or not renewed within a heartbeat period) is taken over. A
+ * shrink takes only workers that registered as alive AND hold a live lease (one that registered
+ * and died since is left out, so the new generation can form), and the survivors' warnings say
+ * what is known of each one left out: lease expired, process gone, heartbeats stopped (lost), or
+ * alive but busy elsewhere, with its note.
  *
  * Keys (all under "<job>/run/<k>", k = the job's finished runs, "<job>/runs"): "g/<G>" member
  * list, "g/<G>/formed", "g/<G>/alive/<rank>", "g/<G>/rdv/..." (the group's rendezvous), "cur"
@@ -32,9 +37,9 @@
  * A finished run (pw_group_finish) bumps "runs", so the next run of the same job name starts
  * fresh.
  *
- * Errors: PC_ETIMEDOUT (the first generation did not form within the timeout: a worker never
- * came), PC_EUNAVAIL (the coordinator is unreachable for longer than rejoin_timeout_ms), and the
- * errors of pw_coll_create.
+ * Errors: PC_EEXIST (join: a live worker holds this rank), PC_ETIMEDOUT (the first generation
+ * did not form within the timeout: a worker never came), PC_EUNAVAIL (the coordinator is
+ * unreachable for longer than rejoin_timeout_ms), and the errors of pw_coll_create.
  *
  * Thread rule: a group is used by one thread (its heartbeat thread is internal).
  */
@@ -70,6 +75,9 @@ pw_coll_t *pw_group_coll(pw_group_t *g);
  * The kv is valid while the group is. */
 void pw_group_rendezvous(pw_group_t *g, const char *name, pw_kv_t *kv, char *prefix, size_t cap);
 int pw_group_rank(const pw_group_t *g); /* in the current generation */
+/* This run of the job, "<job>/run/<k>": the same for every worker of the run, restarted ones
+ * too; the next run of the job name gets a new one. Valid while the group is. */
+const char *pw_group_run_name(const pw_group_t *g);
 int pw_group_size(const pw_group_t *g);
 uint64_t pw_group_gen(const pw_group_t *g);
 
@@ -83,6 +91,10 @@ int pw_group_reform(pw_group_t *g);
 
 /* Whether a newer generation was proposed (asks the coordinator at most once a second). */
 bool pw_group_stale(pw_group_t *g);
+
+/* What this worker is stuck on, for its heartbeats ("server 127.0.0.1:7401 unreachable since
+ * ..."; NULL or "": nothing): peers that find it missing from a recovery name it. */
+void pw_group_note(pw_group_t *g, const char *note);
 
 /* The step this worker completed last, for its heartbeats. */
 void pw_group_progress(pw_group_t *g, uint64_t step);

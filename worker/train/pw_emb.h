@@ -16,6 +16,9 @@
  *   with the store's optimizer. Errors: PC_EUNAVAIL / PC_ETIMEDOUT (a server down: the caller
  *   may try again), PC_EDIM, PC_ENOTFOUND (no such table), PC_ENOMEM.
  * - Buffers are borrowed until the callback ran (blocking calls: until they return).
+ * - A store on shared servers is claimed by the job before it trains (`claim`): the servers'
+ *   table records which job's rows it holds, and one job does not silently train another's
+ *   (docs/training.md, "Table lifecycle").
  *
  * Thread rule: calls from one thread at a time (the trainer's); callbacks from any thread.
  */
@@ -37,6 +40,10 @@ typedef struct pw_emb_ops {
     int (*push_async)(pw_emb_t *e, const uint64_t *keys, size_t n, const float *grads,
                       pw_emb_done_fn done, void *ctx);
     int (*lookup)(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows); /* blocking */
+    /* Why the latest failed call failed, one line naming the server ("127.0.0.1:7401: wrong
+     * dimension: table emb has dim 16, request 8"), into buf ("" none yet); for the caller's
+     * log where it handles the failure. NULL: the codes say all (local). Thread-safe. */
+    void (*error)(pw_emb_t *e, char *buf, size_t cap);
     /* Connections lost and made again so far (a server may have restarted); 0 for local. */
     uint64_t (*reconnects)(pw_emb_t *e);
     /* Rows held (local), 0 when unknown. */
@@ -44,8 +51,17 @@ typedef struct pw_emb_ops {
     /* Write the table with its optimizer state to a row file (ps_ckpt.h's export), or NULL:
      * the store cannot (remote: export the servers' tables with a checkpoint). */
     int (*export_rows)(pw_emb_t *e, const char *path);
+    /* Check the servers' table against this store's dim and the settings the job expects
+     * (`expect`: a "name=value,..." list, may be ""), then claim it for `job` with `mode`
+     * (pw_claim_mode_t). NULL: the store's table is its own (local). On failure, msg gets one
+     * line for the user: PC_EDIM / PC_EINVAL (the table differs), PC_EOWNED (another job's
+     * rows), PC_ENOTFOUND (no such table), transport errors. */
+    int (*claim)(pw_emb_t *e, const char *job, int mode, const char *expect, char *msg, size_t cap);
     void (*close)(pw_emb_t *e);
 } pw_emb_ops_t;
+
+/* How a job takes a table that holds rows (libpsclient's PSC_CLAIM_* values). */
+typedef enum { PW_CLAIM_CHECK, PW_CLAIM_WARM_START, PW_CLAIM_FRESH } pw_claim_mode_t;
 
 struct pw_emb {
     const pw_emb_ops_t *ops;

@@ -6,26 +6,46 @@
 #include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
+#include "pc_settings.h"
 
+#include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct remote {
     pw_emb_t base;
     psc_t *ps;
     char table[64];
+    pthread_mutex_t mu; /* why */
+    char why[1024];     /* the latest failure's detail (psc_wait_detail) */
 } remote_t;
 
 /* libpsclient's callback -> the store's (ctx: the caller's done and ctx). */
 typedef struct call {
+    remote_t *r;
     pw_emb_done_fn done;
     void *ctx;
 } call_t;
 
+/* Keep call id's failure detail (from its callback, or instead of psc_wait); its result. */
+static int keep_why(remote_t *r, uint64_t id) {
+    char why[sizeof r->why];
+    const int rc = psc_wait_detail(r->ps, id, why, sizeof why);
+    if (rc) {
+        pthread_mutex_lock(&r->mu);
+        memcpy(r->why, why, sizeof why);
+        pthread_mutex_unlock(&r->mu);
+    }
+    return rc;
+}
+
 static void call_done(void *ctx, uint64_t id, int rc) {
-    (void)id;
     call_t c = *(call_t *)ctx;
     pc_sfree(ctx);
+    if (rc)
+        keep_why(c.r, id);
     c.done(c.ctx, rc);
 }
 
@@ -37,7 +57,7 @@ static int start(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows, const
     call_t *c = pc_smalloc(PC_MEM_OTHER, sizeof *c);
     if (!c)
         return PC_ENOMEM;
-    *c = (call_t){done, ctx};
+    *c = (call_t){r, done, ctx};
     const uint32_t dim = (uint32_t)e->dim;
     uint64_t id;
     int rc = grads ? psc_push_async(r->ps, r->table, keys, n, dim, grads, NULL, call_done, c, &id)
@@ -59,7 +79,17 @@ static int r_push_async(pw_emb_t *e, const uint64_t *keys, size_t n, const float
 
 static int r_lookup(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows) {
     remote_t *r = (remote_t *)e;
-    return psc_lookup(r->ps, r->table, keys, n, (uint32_t)e->dim, rows, NULL);
+    uint64_t id;
+    int rc =
+        psc_lookup_async(r->ps, r->table, keys, n, (uint32_t)e->dim, rows, NULL, NULL, NULL, &id);
+    return rc ? rc : keep_why(r, id);
+}
+
+static void r_error(pw_emb_t *e, char *buf, size_t cap) {
+    remote_t *r = (remote_t *)e;
+    pthread_mutex_lock(&r->mu);
+    snprintf(buf, cap, "%s", r->why);
+    pthread_mutex_unlock(&r->mu);
 }
 
 static uint64_t r_reconnects(pw_emb_t *e) {
@@ -73,8 +103,45 @@ static uint64_t r_rows(pw_emb_t *e) {
     return 0;
 }
 
+_Static_assert((int)PW_CLAIM_CHECK == (int)PSC_CLAIM_CHECK &&
+                   (int)PW_CLAIM_WARM_START == (int)PSC_CLAIM_WARM_START &&
+                   (int)PW_CLAIM_FRESH == (int)PSC_CLAIM_FRESH,
+               "pw_claim_mode_t is libpsclient's");
+
+static int r_claim(pw_emb_t *e, const char *job, int mode, const char *expect, char *msg,
+                   size_t cap) {
+    remote_t *r = (remote_t *)e;
+    psc_claim_t *cl = pc_smalloc(PC_MEM_OTHER, sizeof *cl);
+    if (!cl)
+        return PC_ENOMEM;
+    char diff[512];
+    int rc = psc_claim(r->ps, r->table, "", PSC_CLAIM_INSPECT, cl);
+    if (rc) {
+        snprintf(msg, cap, "table %s: %s", r->table, cl->message);
+    } else if (cl->dim != (uint32_t)e->dim) {
+        rc = PC_EDIM;
+        snprintf(msg, cap,
+                 "table %s on the servers has dim %u; this model needs rows of %d floats (--dim, "
+                 "--model)",
+                 r->table, cl->dim, e->dim);
+    } else if (expect && pc_settings_list_diff(expect, cl->config, diff, sizeof diff)) {
+        rc = PC_EINVAL;
+        snprintf(msg, cap, "table %s on the servers does not match --table: %s", r->table, diff);
+    } else if ((rc = psc_claim(r->ps, r->table, job, mode, cl))) {
+        snprintf(msg, cap, "table %s: %s", r->table, cl->message);
+    } else {
+        static const char *const did[] = {"claimed", "continued", "warm-started", "reset", ""};
+        PC_INFO("train: table %s %s for job %s (%" PRIu64 " rows%s%s): %s", r->table,
+                did[cl->action < 5 ? cl->action : 4], job, cl->rows,
+                cl->previous[0] ? " of job " : "", cl->previous, cl->config);
+    }
+    pc_sfree(cl);
+    return rc;
+}
+
 static void r_close(pw_emb_t *e) {
     psc_close(((remote_t *)e)->ps);
+    pthread_mutex_destroy(&((remote_t *)e)->mu);
     pc_sfree(e);
 }
 
@@ -82,8 +149,10 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
                                       .pull_async = r_pull_async,
                                       .push_async = r_push_async,
                                       .lookup = r_lookup,
+                                      .error = r_error,
                                       .reconnects = r_reconnects,
                                       .rows = r_rows,
+                                      .claim = r_claim,
                                       .close = r_close};
 
 int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
@@ -94,10 +163,12 @@ int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
         return PC_ENOMEM;
     r->base = (pw_emb_t){.ops = &k_remote, .dim = o->dim};
     snprintf(r->table, sizeof r->table, "%s", o->table);
+    pthread_mutex_init(&r->mu, NULL);
     psc_opts_t po = {.servers = o->servers, .timeout_ms = o->timeout_ms};
     int rc = psc_connect(&po, &r->ps);
     if (rc) {
         PC_ERROR("train: cannot reach the servers (%s): %s", o->servers, pc_strerror(rc));
+        pthread_mutex_destroy(&r->mu);
         pc_sfree(r);
         return rc;
     }

@@ -29,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 /* ---- settings ---- */
 
@@ -90,14 +92,23 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_ENUM(T, pooling, k_pooling, "sum", "pooling of multi-valued fields: sum | mean"),
     PC_SETTING_STRING(T, bottom, "64,16", "dlrm bottom MLP widths (last = dim)"),
     PC_SETTING_STRING(T, top, "128,64,1", "dlrm top / deepfm MLP widths (last = 1)"),
-    PC_SETTING_STRING(T, table,
-                      "optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05",
-                      "embedding table settings of --local (ps_table.h)"),
+    PC_SETTING_STRING(T, table, "",
+                      "embedding table settings (ps-server --help-tables): --local's table is "
+                      "made with them (the rest: the table defaults); with --servers, the servers' "
+                      "table must have them (checked at start)"),
+    PC_SETTING_BOOL(T, fresh, "false",
+                    "--servers: start from new rows when the table holds another job's (the "
+                    "table is emptied)"),
+    PC_SETTING_BOOL(T, warm_start, "false",
+                    "--servers: train further the rows another job left in the table"),
     PC_SETTING_ENUM(T, dense_optimizer, k_optimizers, "adam", "sgd | adagrad | adam"),
     PC_SETTING_DOUBLE(T, dense_lr, 0, 100, "0.001", "dense learning rate"),
     PC_SETTING_INT(T, batch, 1, 1 << 20, "1024", "samples per step"),
     PC_SETTING_INT(T, epochs, 1, 1000, "1", "passes over the training data"),
     PC_SETTING_INT(T, max_samples, 0, 1e15, "0", "stop after this many samples (0: no limit)"),
+    PC_SETTING_DOUBLE(T, max_error_rate, 0, 1, "0.01",
+                      "the fraction of a file's lines that may be malformed (checked at its end, "
+                      "and once it has 1000 lines)"),
     PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the model's initial values"),
     PC_SETTING_INT(T, progress_every, 0, 1e15, "100000", "samples between progress lines"),
     PC_SETTING_INT(T, eval_every, 0, 1e15, "0", "samples between evaluations (0: at the end)"),
@@ -157,7 +168,36 @@ static int check_config(const pw_train_config_t *c) {
         PC_ERROR("train: no embedding store: give servers, or a local store (--local)");
         return PC_EINVAL;
     }
+    if (c->fresh && c->warm_start) {
+        PC_ERROR("train: --fresh (new rows) and --warm-start (the rows there) exclude each other");
+        return PC_EINVAL;
+    }
     return 0;
+}
+
+/* Claim the servers' table for this job run (pw_emb.h): the run's name at the coordinator, or,
+ * for a worker on its own, a name no other process has. */
+static int claim_table(trainer_t *t) {
+    const pw_train_config_t *c = t->c;
+    char job[160], host[64] = "", msg[1024];
+    if (t->grp) {
+        snprintf(job, sizeof job, "%s", pw_group_run_name(t->grp));
+    } else {
+        gethostname(host, sizeof host - 1);
+        snprintf(job, sizeof job, "%s@%s:%d:%lld", c->job, host, (int)getpid(),
+                 (long long)time(NULL));
+    }
+    const int mode = c->fresh        ? PW_CLAIM_FRESH
+                     : c->warm_start ? PW_CLAIM_WARM_START
+                                     : PW_CLAIM_CHECK;
+    int rc = t->emb->ops->claim(t->emb, job, mode, c->table, msg, sizeof msg);
+    if (rc == PC_EOWNED)
+        PC_ERROR("train: %s. --warm-start trains those rows further; --fresh empties the table "
+                 "first (as psctl reset %s on every server does); or use another --table-name",
+                 msg, c->table_name);
+    else if (rc)
+        PC_ERROR("train: %s", msg);
+    return rc;
 }
 
 /* "64,16" -> widths (1 .. PW_MLP_MAX of them, each 1 .. 65536). PC_EINVAL (logged). */
@@ -227,6 +267,8 @@ static int trainer_init(trainer_t *t) {
         return rc;
     if (c->servers[0] && c->coordinator[0] && (rc = pw__group_join(t)))
         return rc;
+    if (t->emb->ops->claim && (rc = claim_table(t)))
+        return rc;
     if ((rc = pw_model_create(&mc, t->be, &t->model)))
         return rc;
     pw_opt_config_t oc;
@@ -263,10 +305,76 @@ static int open_reader(const trainer_t *t, const char *const *paths, size_t n, i
                           .batch = (size_t)c->batch,
                           .queue = 4,
                           .epochs = epochs,
-                          .max_error_rate = 0.01,
+                          .max_error_rate = c->max_error_rate,
                           .skip_lines = skip,
                           .tcp_end_idle_ms = 1000};
     return pw_reader_open(&o, r);
+}
+
+/* ---- data accounting ---- */
+
+/* Add what reader r counted for each of its files (of paths[0..n): this rank's share) to
+ * files[] (those files in order, the first PW_TRAIN_FILES_MAX), borrowing the paths. */
+static void count_files(pw_reader_t *r, const char *const *paths, size_t n, pw_train_file_t *files,
+                        size_t *nfiles) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < PW_TRAIN_FILES_MAX; i++) {
+        pw_reader_source_t st;
+        if (pw_reader_source_stats(r, i, &st))
+            continue;
+        pw_train_file_t *f = &files[k++];
+        f->path = paths[i];
+        f->lines += st.lines;
+        f->samples += st.samples;
+        f->bad += st.bad;
+    }
+    *nfiles = k;
+}
+
+/* The end of a stream of n paths read by r: its error rc (0 when it ended normally) and, for one
+ * that ended without a usable sample (when `need_sample`: read from its beginning, and this rank
+ * has files), PC_EPARSE. The one-line reason goes to why (the reader's, or the counts and the first
+ * malformed line) with a hint about the format when no line parsed; the code is returned. */
+static int stream_end(const trainer_t *t, pw_reader_t *r, size_t n, int rc, bool need_sample,
+                      char *why, size_t len) {
+    uint64_t lines = 0, samples = 0, bad = 0;
+    size_t nmine = 0, all_bad = 0;
+    const char *name = NULL;
+    pw_reader_source_t first = {.first_bad_line = 0}, st;
+    for (size_t i = 0; i < n; i++) {
+        if (pw_reader_source_stats(r, i, &st))
+            continue;
+        name = name ? name : st.path;
+        nmine++;
+        lines += st.lines;
+        samples += st.samples;
+        bad += st.bad;
+        all_bad += st.lines && !st.samples;
+        if (st.first_bad_line && !first.first_bad_line)
+            first = st;
+    }
+    int len0;
+    if (rc) {
+        len0 = snprintf(why, len, "%s", pw_reader_error_text(r));
+        if (!why[0] || rc != PC_EPARSE)
+            return rc;
+    } else {
+        if (samples || !need_sample || !nmine)
+            return 0;
+        rc = PC_EPARSE;
+        char more[48] = "";
+        if (nmine > 1)
+            snprintf(more, sizeof more, " (and %zu more files)", nmine - 1);
+        len0 = snprintf(why, len, "%s%s: no usable samples: %llu lines read, %llu malformed", name,
+                        more, (unsigned long long)lines, (unsigned long long)bad);
+        if (first.first_bad_line && len0 >= 0 && (size_t)len0 < len)
+            len0 += snprintf(why + len0, len - (size_t)len0, " (first: %s%s%s)",
+                             nmine > 1 ? first.path : "", nmine > 1 ? " " : "", first.first_bad);
+    }
+    if (all_bad && len0 >= 0 && (size_t)len0 < len)
+        snprintf(why + len0, len - (size_t)len0, "; every line malformed: %s match the file?",
+                 t->fmt == PW_FMT_CSV ? "do --format and --csv" : "does --format");
+    return rc;
 }
 
 /* Evaluate on the test stream: exact AUC and logloss over every sample (lookups: the store's rows
@@ -303,8 +411,10 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
         n += b->n;
     }
     if (tr) {
+        memset(res->test_files, 0, sizeof res->test_files);
+        count_files(tr, test, ntest, res->test_files, &res->ntest_files);
         if (!rc)
-            rc = pw_reader_error(tr);
+            rc = stream_end(t, tr, ntest, pw_reader_error(tr), true, res->error, sizeof res->error);
         pw_reader_close(tr);
     }
     if (!rc) {
@@ -411,6 +521,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     t.next_round = t.applied = t.step;
     while (!rc && !stop) {
         if (t.reposition) { /* a job rollback: read again from the checkpoint's position */
+            count_files(r, train, ntrain, res->train_files, &res->ntrain_files);
             pw_reader_close(r);
             r = NULL;
             if ((rc = open_reader(&t, train, ntrain, (int)c->epochs, true, t.reposition_at, &r)))
@@ -536,8 +647,13 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->dense_bytes = st.bytes[PW_JOB_DENSE];
     res->max_ahead = t.max_ahead;
     res->pull_wait_s = t.pull_wait_s;
-    if (!rc)
-        rc = pw_reader_error(r);
+    count_files(r, train, ntrain, res->train_files, &res->ntrain_files);
+    uint64_t read = 0; /* samples of this run's readers (one before each rollback) */
+    for (size_t i = 0; i < res->ntrain_files; i++)
+        read += res->train_files[i].samples;
+    if (!rc) /* a share read from its start must give a sample (a resumed one may be done) */
+        rc = stream_end(&t, r, ntrain, pw_reader_error(r), skip == 0 && !read, res->error,
+                        sizeof res->error);
     pw_reader_close(r);
     res->steps = t.step;
     res->lost_pushes = atomic_load(&t.lost_pushes);

@@ -23,7 +23,10 @@
  *
  * Distributed (`servers` set): the embedding table `table_name` lives on the servers (created
  * there with the same dim: `dim` for DLRM, dim + 1 for FM/DeepFM, 1 for LR; a mismatch is
- * PC_EDIM); `world` workers (ranks 0..world-1) each read their share of the files (file i goes to
+ * PC_EDIM at start, as is a setting of `table` the servers' table does not have). Every worker
+ * claims the table for the job's run before training (pw_emb.h): rows another job trained are
+ * refused (PC_EOWNED) unless `warm_start` (train them further) or `fresh` (empty the table
+ * first); `world` workers (ranks 0..world-1) each read their share of the files (file i goes to
  * rank i % world). Each batch's keys are made unique and their rows pulled through the
  * communication scheduler (pw_sched.h: pulls first, then the dense allreduce chunks, then pushes,
  * under a credit limit; `fifo` for submission order); the summed gradients of the unique keys
@@ -106,16 +109,20 @@ typedef struct pw_train_config {
     int pooling;          /* pw_pooling_t: of a field's features */
     char bottom[128];     /* dlrm bottom widths, "64,16" (last = dim) */
     char top[128];        /* dlrm top / deepfm MLP widths, "128,64,1" (last = 1) */
-    char table[512];      /* embedding table settings (ps_table.h) of the local store */
+    char table[512];      /* embedding table settings (ps_table.h): the local store's; the
+                           * servers' table must match them */
+    bool fresh;           /* servers: empty a table another job trained, then train */
+    bool warm_start;      /* servers: train further the rows another job left */
     int dense_optimizer;  /* pw_opt_kind_t */
     double dense_lr;      /* its learning rate */
     int64_t seed;         /* initial values */
     char load_dense[512]; /* start from this dense model file (pw_model_io.h), "" none */
     /* the data */
-    char csv[2048];      /* the column spec of CSV streams (pw_csv_spec_parse) */
-    int64_t batch;       /* samples per step */
-    int64_t epochs;      /* passes over the training data */
-    int64_t max_samples; /* 0: no limit */
+    char csv[2048];        /* the column spec of CSV streams (pw_csv_spec_parse) */
+    int64_t batch;         /* samples per step */
+    int64_t epochs;        /* passes over the training data */
+    int64_t max_samples;   /* 0: no limit */
+    double max_error_rate; /* malformed lines a file may have, a fraction (pw_reader.h's rule) */
     /* reporting and results */
     int64_t progress_every;      /* samples between progress lines on stderr, 0: none */
     int64_t eval_every;          /* samples between evaluations of the test stream, 0: at the end */
@@ -165,6 +172,17 @@ const struct pc_setting *pw_train_settings(size_t *n);
 /* Every setting's default (the pointers NULL). */
 void pw_train_config_defaults(pw_train_config_t *c);
 
+/* What the readers counted for one file (pw_reader_source_t): lines read (not blank lines or
+ * CSV headers), samples (lines that parsed: trained on unless max_samples ended the run first,
+ * as the reader reads a few batches ahead) and malformed lines. */
+typedef struct pw_train_file {
+    const char *path; /* borrowed: the caller's train or test path */
+    uint64_t lines, samples, bad;
+} pw_train_file_t;
+
+#define PW_TRAIN_FILES_MAX 256
+#define PW_TRAIN_ERROR_MAX 768
+
 typedef struct pw_train_result {
     uint64_t samples;
     double seconds, samples_per_s;
@@ -180,10 +198,19 @@ typedef struct pw_train_result {
     uint64_t max_ahead;   /* most steps this worker ran ahead of the slowest (<= staleness) */
     double pull_wait_s;   /* time the training thread waited for pulled rows */
     uint64_t pulled_bytes, pushed_bytes, dense_bytes;
+    /* per file (the first PW_TRAIN_FILES_MAX): this rank's training files, over every epoch
+     * (from the resume position on), and the test files of the last evaluation */
+    pw_train_file_t train_files[PW_TRAIN_FILES_MAX], test_files[PW_TRAIN_FILES_MAX];
+    size_t ntrain_files, ntest_files;
+    char error[PW_TRAIN_ERROR_MAX]; /* a failed run's data error in one line naming the file
+                                     * ("" when the code says all, or it was logged) */
 } pw_train_result_t;
 
 /* Train on `train` paths, then evaluate on `test` paths (ntest may be 0). Format as given.
- * PC_EINVAL for a bad configuration; reader errors (PC_EIO, PC_EPARSE) stop training;
+ * PC_EINVAL for a bad configuration; reader errors (PC_EIO, PC_EPARSE) stop training, and a
+ * training share (started from its beginning) or a test set without one usable sample is
+ * PC_EPARSE: res->error then says which file and why (the reader's reason, the counts, the
+ * first malformed line, a hint about the format when no line parsed);
  * distributed: server errors (PC_EUNAVAIL, PC_ETIMEDOUT, PC_EDIM, PC_ENOTFOUND for a missing
  * table) and collective errors (a peer gone: PC_EUNAVAIL / PC_ETIMEDOUT) stop it too. */
 int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const *train,

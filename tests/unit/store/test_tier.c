@@ -242,7 +242,7 @@ static void test_erase_lookup_ttl(void **state) {
     fixture_t f;
     fx_open(&f);
     enum { N = 1000, D = 4 };
-    ps_table_t *c = mk_cold(&f, "name=e,dim=4,optimizer=sgd,shards=2,capacity_rows=100,"
+    ps_table_t *c = mk_cold(&f, "name=e,dim=4,optimizer=sgd,lr=0.01,shards=2,capacity_rows=100,"
                                 "cold=true,ttl_ticks=50");
     static uint64_t keys[N];
     static float g[N * D], x[N * D], y[N * D];

@@ -113,8 +113,13 @@ PSC_EXTERN int psc_lookup_async(psc_t *c, const char *table, const uint64_t *key
  * worker, every worker of one job) continues. */
 enum { PSC_CLAIM_CHECK = 0, PSC_CLAIM_WARM_START = 1, PSC_CLAIM_FRESH = 2, PSC_CLAIM_INSPECT = 3 };
 /* What the claim did: the strongest across servers (reset > warm-started > new > continued). */
-enum { PSC_CLAIMED_NEW = 0, PSC_CLAIMED_CONTINUED = 1, PSC_CLAIMED_WARM_STARTED = 2,
-       PSC_CLAIMED_RESET = 3, PSC_CLAIMED_NONE = 4 };
+enum {
+    PSC_CLAIMED_NEW = 0,
+    PSC_CLAIMED_CONTINUED = 1,
+    PSC_CLAIMED_WARM_STARTED = 2,
+    PSC_CLAIMED_RESET = 3,
+    PSC_CLAIMED_NONE = 4
+};
 
 typedef struct psc_claim {
     int action;             /* PSC_CLAIMED_* */
@@ -129,8 +134,7 @@ typedef struct psc_claim {
  * message names the owner), PC_ENOTFOUND (no such table on some server), PC_ESTATE (servers
  * disagree on the table's settings, or a cold table cannot be reset), PC_EINVAL, the transport's
  * errors. Claims are not retried. Thread-safe. */
-PSC_EXTERN int psc_claim(psc_t *c, const char *table, const char *job, int mode,
-                         psc_claim_t *out);
+PSC_EXTERN int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_t *out);
 
 /* Wait for call `id` (started without a callback) and return its result. */
 PSC_EXTERN int psc_wait(psc_t *c, uint64_t id);
