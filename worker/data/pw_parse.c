@@ -13,10 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const pw_format_names[] = {"criteo", "libsvm", "libffm", "csv", NULL};
+
 int pw_format_parse(const char *name, pw_format_t *out) {
-    static const char *const names[] = {"criteo", "libsvm", "libffm", "csv"};
-    for (int i = 0; i < 4; i++)
-        if (strcmp(name, names[i]) == 0) {
+    for (int i = 0; pw_format_names[i]; i++)
+        if (strcmp(name, pw_format_names[i]) == 0) {
             *out = (pw_format_t)i;
             return 0;
         }
@@ -31,6 +32,15 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
         va_end(ap);
     }
     return PC_EPARSE;
+}
+
+/* At most 40 bytes of [p, e) for a message: its length for "%.*s", and "..." when cut. */
+#define SHOW_MAX 40
+static int show_len(const char *p, const char *e) {
+    return e - p > SHOW_MAX ? SHOW_MAX : (int)(e - p);
+}
+static const char *show_more(const char *p, const char *e) {
+    return e - p > SHOW_MAX ? "..." : "";
 }
 
 /* A decimal integer in [p, e) (optional sign); false when empty, malformed or over 18 digits. */
@@ -106,12 +116,15 @@ static int parse_criteo(const char *p, const char *e, pw_sample_t *s, char *err,
     int nf = 0;
     f[nf++] = p;
     for (const char *q = p; (q = memchr(q, '\t', (size_t)(e - q))); q++) {
-        if (nf == 1 + PW_CRITEO_DENSE + PW_CRITEO_CAT)
-            return fail(err, el, "more than 40 fields");
+        if (nf == 1 + PW_CRITEO_DENSE + PW_CRITEO_CAT) { /* count the rest, for the message */
+            for (; q; q = memchr(q + 1, '\t', (size_t)(e - q - 1)))
+                nf++;
+            break;
+        }
         f[nf++] = q + 1;
     }
     if (nf != 1 + PW_CRITEO_DENSE + PW_CRITEO_CAT)
-        return fail(err, el, "%d fields, want 40", nf);
+        return fail(err, el, "expected 40 tab-separated fields, got %d", nf);
     f[nf] = e + 1; /* field i spans f[i] .. f[i + 1] - 1 */
     int64_t v;
     if (!scan_int(f[0], f[1] - 1, &v) || (v != 0 && v != 1))
@@ -153,7 +166,8 @@ static int parse_svm(const char *p, const char *e, bool ffm, pw_sample_t *s, cha
         q++;
     float label;
     if (!scan_float(p, q, &label))
-        return fail(err, el, "bad label");
+        return fail(err, el, "expected a number as the label, got '%.*s%s'", show_len(p, q), p,
+                    show_more(p, q));
     s->label = label > 0 ? 1.0f : 0.0f;
     s->ndense = 0;
     s->nkeys = 0;
@@ -169,7 +183,8 @@ static int parse_svm(const char *p, const char *e, bool ffm, pw_sample_t *s, cha
         const char *c1 = memchr(p, ':', (size_t)(q - p));
         const char *c2 = c1 ? memchr(c1 + 1, ':', (size_t)(q - c1 - 1)) : NULL;
         if (!c1 || (ffm && !c2) || (!ffm && c2))
-            return fail(err, el, "feature item is not %s", ffm ? "field:idx:val" : "idx:val");
+            return fail(err, el, "feature %u: expected %s, got '%.*s%s'", s->nkeys + 1,
+                        ffm ? "field:idx:val" : "idx:val", show_len(p, q), p, show_more(p, q));
         int64_t field = 0, idx;
         const char *ib = p, *ie = c1, *vb = c1 + 1;
         if (ffm) {
@@ -352,8 +367,13 @@ static int parse_csv(const pw_csv_spec_t *sp, const char *p, const char *e, pw_s
     int col = 0;
     for (bool more = true; more; col++) {
         const char *a, *b;
-        if (col == sp->ncols)
-            return fail(err, el, "more than %d columns", sp->ncols);
+        if (col == sp->ncols) { /* count the rest, for the message */
+            for (; more; col++)
+                if (!csv_cell(&p, e, sp->sep, &a, &b, &more))
+                    break;
+            return fail(err, el, "expected %d columns, got %s%d", sp->ncols, more ? "over " : "",
+                        col);
+        }
         if (!csv_cell(&p, e, sp->sep, &a, &b, &more))
             return fail(err, el, "column %d: unterminated quote", col + 1);
         float v;
@@ -395,7 +415,7 @@ static int parse_csv(const pw_csv_spec_t *sp, const char *p, const char *e, pw_s
         }
     }
     if (col != sp->ncols)
-        return fail(err, el, "%d columns, want %d", col, sp->ncols);
+        return fail(err, el, "expected %d columns, got %d", sp->ncols, col);
     return 0;
 too_many:
     if (err && el)

@@ -3,7 +3,10 @@
  * DESIGN: a ring of queue + 1 preallocated batches; the consumer holds at most one (the batch it
  * was last given, released at its next call), the reader thread fills the others. zlib's gzFile
  * reads plain and gzip files alike (gzopen is transparent to uncompressed input), so every
- * source is a gzFile; stdin is wrapped with gzdopen.
+ * source is a gzFile; stdin is wrapped with gzdopen. Counts: one set per source (atomics the
+ * reader thread adds to and any thread reads; the first bad line's reason written once under
+ * mu) and the stream's totals; the reason the stream stopped (`why`) is written by the reader
+ * thread before it finishes, under mu.
  */
 #include "pw_reader.h"
 
@@ -12,7 +15,9 @@
 #include "pc_log.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -24,6 +29,13 @@
 #define LINE_MAX_BYTES (1u << 20)
 #define LOG_BAD_MAX    20
 #define MIN_LINES_RATE 1000
+
+/* What one source gave (pw_reader_source_t without the copy's plainness). */
+typedef struct src_count {
+    atomic_uint_least64_t lines, samples, bad;
+    uint64_t first_bad_line; /* under mu */
+    char first_bad[PW_READER_REASON_MAX];
+} src_count_t;
 
 struct pw_reader {
     pw_reader_opts_t o;
@@ -37,9 +49,11 @@ struct pw_reader {
     size_t nslots, head, count;
     bool holding, done, stop;
     int err;
+    char why[PW_READER_WHY_MAX]; /* one line: why the stream stopped ("" none) */
     uint64_t consumed;
     int tcp_port; /* bound port of the TCP source: 0 not yet, < 0 none or failed */
     atomic_uint_least64_t lines, samples, bad, bytes;
+    src_count_t *src; /* per path */
 };
 
 static void batch_free(pw_batch_t *b) {
@@ -125,6 +139,19 @@ static void finish(pw_reader_t *r, int err) {
     pthread_mutex_unlock(&r->mu);
 }
 
+/* The stream stops with this reason (reader thread; the first reason stays). */
+static void set_why(pw_reader_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_why(pw_reader_t *r, const char *fmt, ...) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->why[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->why, sizeof r->why, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
 static bool stopping(pw_reader_t *r) {
     pthread_mutex_lock(&r->mu);
     bool s = r->stop;
@@ -136,15 +163,40 @@ typedef struct cursor {
     pw_reader_t *r;
     pw_batch_t *b;
     uint64_t skip;
+    size_t src; /* the source being read (index into paths) */
     pw_sample_t s;
 } cursor_t;
 
+/* The error-rate rule (pw_reader.h): source i is over max_error_rate, judged at its end
+ * (`at_end`, any size) or once it has MIN_LINES_RATE lines. PC_EPARSE with the reason set. */
+static int check_rate(pw_reader_t *r, size_t i, bool at_end) {
+    src_count_t *sc = &r->src[i];
+    const uint64_t lines = atomic_load(&sc->lines), bad = atomic_load(&sc->bad),
+                   samples = atomic_load(&sc->samples);
+    if ((!at_end && lines < MIN_LINES_RATE) || (double)bad <= r->o.max_error_rate * (double)lines)
+        return 0;
+    char first[PW_READER_REASON_MAX];
+    pthread_mutex_lock(&r->mu);
+    memcpy(first, sc->first_bad, sizeof first);
+    pthread_mutex_unlock(&r->mu);
+    if (samples == 0)
+        set_why(r, "%s: no usable samples: %llu lines read, %llu malformed (first: %s)",
+                r->paths[i], (unsigned long long)lines, (unsigned long long)bad, first);
+    else
+        set_why(r, "%s: %llu of %llu lines malformed, over max_error_rate %g%s (first: %s)",
+                r->paths[i], (unsigned long long)bad, (unsigned long long)lines,
+                r->o.max_error_rate, at_end ? "" : ", stopped early", first);
+    return PC_EPARSE;
+}
+
 /* One line of a source (`len` bytes, its newline included when it had one; `too_long` when the
- * line was cut at LINE_MAX_BYTES). Counted, parsed and batched; bad lines logged and counted.
- * 0, 1 when the reader is to stop, or a fatal error. */
+ * line was cut at LINE_MAX_BYTES). Counted, parsed and batched; bad lines logged and counted;
+ * blank lines skipped (they count only toward positions). 0, 1 when the reader is to stop, or a
+ * fatal error. */
 static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char *line, size_t len,
                      bool too_long, uint64_t *bad_here) {
     pw_reader_t *r = c->r;
+    src_count_t *sc = &r->src[c->src];
     atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
     if (lineno == 1 && r->o.format == PW_FMT_CSV && r->csv.header)
         return 0; /* not a sample, and not counted: resume offsets skip it anyway */
@@ -154,30 +206,39 @@ static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char
     }
     if ((lineno & 4095) == 0 && stopping(r))
         return 1;
-    atomic_fetch_add_explicit(&r->lines, 1, memory_order_relaxed);
     c->b->lines++;
+    if (!too_long && (len == 0 || (len == 1 && line[0] == '\n') ||
+                      (len == 2 && line[0] == '\r' && line[1] == '\n')))
+        return 0; /* blank */
+    atomic_fetch_add_explicit(&r->lines, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sc->lines, 1, memory_order_relaxed);
     char err[160];
     int prc = too_long ? PC_ETOOBIG
                        : pw_parse_line(r->o.format, &r->csv, line, len, &c->s, err, sizeof err);
     if (prc) {
-        const uint64_t nbad = atomic_fetch_add(&r->bad, 1) + 1;
-        if (++*bad_here <= LOG_BAD_MAX)
-            PC_WARN("%s:%llu: %s", where, (unsigned long long)lineno,
-                    too_long ? "line longer than 1 MiB" : err);
-        const uint64_t nl = atomic_load(&r->lines);
-        if (nl >= MIN_LINES_RATE && (double)nbad > r->o.max_error_rate * (double)nl) {
-            PC_ERROR("reader: %llu of %llu lines malformed (over max_error_rate %.4g); "
-                     "stopping at %s:%llu",
-                     (unsigned long long)nbad, (unsigned long long)nl, r->o.max_error_rate, where,
-                     (unsigned long long)lineno);
-            return PC_EPARSE;
+        if (too_long)
+            snprintf(err, sizeof err, "line longer than 1 MiB");
+        atomic_fetch_add(&r->bad, 1);
+        if (atomic_fetch_add(&sc->bad, 1) == 0) {
+            pthread_mutex_lock(&r->mu);
+            sc->first_bad_line = lineno;
+            if (strcmp(where, r->paths[c->src])) /* a TCP producer: say which */
+                snprintf(sc->first_bad, sizeof sc->first_bad, "%s:%llu: %s", where,
+                         (unsigned long long)lineno, err);
+            else
+                snprintf(sc->first_bad, sizeof sc->first_bad, "line %llu: %s",
+                         (unsigned long long)lineno, err);
+            pthread_mutex_unlock(&r->mu);
         }
-        return 0;
+        if (++*bad_here <= LOG_BAD_MAX)
+            PC_WARN("%s:%llu: %s", where, (unsigned long long)lineno, err);
+        return check_rate(r, c->src, false);
     }
     int rc = batch_add(c->b, &r->caps[c->b - r->slots], &c->s);
     if (rc)
         return rc;
     atomic_fetch_add_explicit(&r->samples, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&sc->samples, 1, memory_order_relaxed);
     if (c->b->n == r->o.batch) {
         slot_publish(r);
         if (!(c->b = slot_acquire(r)))
@@ -193,7 +254,7 @@ static int read_source(cursor_t *c, const char *path, char *line) {
     if (!gz && fd >= 0)
         close(fd); /* gzdopen failed: the descriptor is still ours */
     if (!gz) {
-        PC_ERROR("reader: cannot open %s", path);
+        set_why(c->r, "%s: cannot open: %s", path, strerror(errno));
         return PC_EIO;
     }
     gzbuffer(gz, 256 << 10);
@@ -215,13 +276,13 @@ static int read_source(cursor_t *c, const char *path, char *line) {
     int gerr;
     const char *gmsg = gzerror(gz, &gerr);
     if (!rc && gerr != Z_OK && gerr != Z_STREAM_END) {
-        PC_ERROR("reader: %s: %s", path, gmsg);
+        set_why(c->r, "%s: %s", path, gerr == Z_ERRNO ? strerror(errno) : gmsg);
         rc = PC_EIO;
     }
     if (bad_here > LOG_BAD_MAX)
         PC_WARN("%s: %llu malformed lines in all", path, (unsigned long long)bad_here);
     gzclose(gz);
-    return rc;
+    return rc ? rc : check_rate(c->r, c->src, true);
 }
 
 /* ==== TCP source ========================================================================== */
@@ -376,7 +437,7 @@ static int read_tcp(cursor_t *c, const char *path) {
     struct sockaddr_in addr;
     if (!colon || (size_t)(colon - path - 6) >= sizeof host ||
         sscanf(colon + 1, "%d", &port) != 1 || port < 0 || port > 65535) {
-        PC_ERROR("reader: %s is not tcp://HOST:PORT", path);
+        set_why(r, "%s: not tcp://HOST:PORT", path);
         set_port(r, -1);
         return PC_EINVAL;
     }
@@ -404,7 +465,7 @@ static int read_tcp(cursor_t *c, const char *path) {
     if (!uerr)
         uerr = uv_listen((uv_stream_t *)&t->listener, 64, on_producer);
     if (uerr) {
-        PC_ERROR("reader: cannot listen on %s: %s", path, uv_strerror(uerr));
+        set_why(r, "%s: cannot listen: %s", path, uv_strerror(uerr));
         rc = PC_EIO;
         set_port(r, -1);
     } else {
@@ -424,7 +485,7 @@ static int read_tcp(cursor_t *c, const char *path) {
     uv_run(&t->loop, UV_RUN_DEFAULT);
     uv_loop_close(&t->loop);
     pc_sfree(t);
-    return rc;
+    return rc ? rc : check_rate(r, c->src, true);
 }
 
 static void *reader_main(void *arg) {
@@ -454,6 +515,7 @@ static void *reader_main(void *arg) {
                     continue;
                 stdin_read |= strcmp(r->paths[i], "-") == 0;
             }
+            c->src = i;
             rc = is_tcp(r->paths[i]) ? read_tcp(c, r->paths[i]) : read_source(c, r->paths[i], line);
         }
     }
@@ -478,6 +540,7 @@ static void reader_free(pw_reader_t *r) {
     pc_sfree(r->slots);
     pc_sfree(r->caps);
     pc_sfree(r->paths);
+    pc_sfree(r->src);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     pc_sfree(r);
@@ -508,7 +571,8 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
     r->slots = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->slots);
     r->caps = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->caps);
     r->paths = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->paths);
-    int rc = r->slots && r->caps && r->paths ? 0 : PC_ENOMEM;
+    r->src = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->src);
+    int rc = r->slots && r->caps && r->paths && r->src ? 0 : PC_ENOMEM;
     for (size_t i = 0; !rc && i < o->npaths; i++) {
         const size_t len = strlen(o->paths[i]) + 1;
         if ((r->paths[i] = pc_smalloc(PC_MEM_BATCH, len)))
@@ -560,6 +624,13 @@ int pw_reader_error(pw_reader_t *r) {
     return e;
 }
 
+const char *pw_reader_error_text(pw_reader_t *r) {
+    pthread_mutex_lock(&r->mu);
+    const char *w = r->done && r->err ? r->why : "";
+    pthread_mutex_unlock(&r->mu);
+    return w;
+}
+
 int pw_reader_tcp_port(pw_reader_t *r) {
     pthread_mutex_lock(&r->mu);
     while (r->tcp_port == 0 && !r->done)
@@ -581,6 +652,21 @@ void pw_reader_stats(pw_reader_t *r, pw_reader_stats_t *s) {
     s->samples = atomic_load(&r->samples);
     s->bad = atomic_load(&r->bad);
     s->bytes = atomic_load(&r->bytes);
+}
+
+int pw_reader_source_stats(pw_reader_t *r, size_t i, pw_reader_source_t *out) {
+    if (i >= r->o.npaths || i % r->o.world != r->o.rank)
+        return PC_ENOTFOUND;
+    const src_count_t *sc = &r->src[i];
+    out->path = r->paths[i];
+    out->lines = atomic_load(&sc->lines);
+    out->samples = atomic_load(&sc->samples);
+    out->bad = atomic_load(&sc->bad);
+    pthread_mutex_lock(&r->mu);
+    out->first_bad_line = sc->first_bad_line;
+    memcpy(out->first_bad, sc->first_bad, sizeof out->first_bad);
+    pthread_mutex_unlock(&r->mu);
+    return 0;
 }
 
 void pw_reader_close(pw_reader_t *r) {

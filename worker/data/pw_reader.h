@@ -10,12 +10,18 @@
  * start of every file and every producer connection.
  *
  * Bad lines are counted and skipped, each logged with file:line and the reason (the first 20
- * per source, then a count); once at least 1000 lines were read, a bad-line fraction above
- * max_error_rate stops the reader with PC_EPARSE and a clear message. Resume: skip_lines drops
+ * per source, then a count); blank lines are skipped and not counted (they count toward
+ * positions only). The error-rate rule, per source (a path; a TCP source's producers together):
+ * when a source ends, any size, and while it is read once it has 1000 lines, more than
+ * max_error_rate x its lines malformed stops the reader with PC_EPARSE and a one-line reason
+ * naming it (pw_reader_error_text; "no usable samples" when none of its lines parsed). The
+ * counts are per source (pw_reader_source_stats) and in total (pw_reader_stats); a source's
+ * counts cover every epoch, from skip_lines on. Resume: skip_lines drops
  * that many lines of this rank's stream first (good or bad alike), so a restarted worker
  * continues exactly after what pw_reader_consumed() reported when its checkpoint was taken.
  *
- * Thread rule: pw_reader_next / consumed / close from one consumer thread; stats from any.
+ * Thread rule: pw_reader_next / consumed / error_text / close from one consumer thread; stats
+ * and source stats from any.
  */
 #ifndef PW_READER_H
 #define PW_READER_H
@@ -64,6 +70,15 @@ const pw_batch_t *pw_reader_next(pw_reader_t *r);
 /* 0, or why the stream stopped early (PC_EIO, PC_EPARSE for too many bad lines, PC_ENOMEM). */
 int pw_reader_error(pw_reader_t *r);
 
+#define PW_READER_WHY_MAX    640
+#define PW_READER_REASON_MAX 256
+
+/* One line saying why the stream stopped, naming the source: "train.tsv: no usable samples: 812
+ * lines read, 812 malformed (first: line 1: ...)", "x.tsv: cannot open: No such file or
+ * directory"; "" while it has not stopped, when it ended normally, or when nothing more than
+ * pw_reader_error's code is known (PC_ENOMEM). Owned by the reader: valid until close. */
+const char *pw_reader_error_text(pw_reader_t *r);
+
 /* The port this rank's TCP source listens on, waiting until it is bound (the sources before it
  * must be consumed first); -1 at once when the stream has none, or when it could not listen
  * (pw_reader_error says why). Any thread. */
@@ -73,10 +88,25 @@ int pw_reader_tcp_port(pw_reader_t *r);
  * skip_lines of a resumed reader. */
 uint64_t pw_reader_consumed(pw_reader_t *r);
 
+/* The stream's totals: lines read (not blank lines, CSV headers or lines skipped for a resume),
+ * samples (lines that parsed), bad (malformed lines), bytes (every byte, skipped ones too). */
 typedef struct pw_reader_stats {
     uint64_t lines, samples, bad, bytes;
 } pw_reader_stats_t;
 void pw_reader_stats(pw_reader_t *r, pw_reader_stats_t *out);
+
+/* What source i (an index into opts.paths) gave so far, over every epoch: lines read, samples and
+ * malformed lines as in pw_reader_stats, and the first malformed line ("line 3: 2 fields, want
+ * 40"; "tcp producer 1:3: ..." for a TCP source; "" when none). */
+typedef struct pw_reader_source {
+    const char *path; /* the reader's copy: valid until close */
+    uint64_t lines, samples, bad;
+    uint64_t first_bad_line; /* 0: none */
+    char first_bad[PW_READER_REASON_MAX];
+} pw_reader_source_t;
+
+/* Source i's counts (any thread). PC_ENOTFOUND when i is out of range or another rank's file. */
+int pw_reader_source_stats(pw_reader_t *r, size_t i, pw_reader_source_t *out);
 
 /* Stop the thread (also early) and free everything. NULL is a no-op. */
 void pw_reader_close(pw_reader_t *r);

@@ -8,8 +8,10 @@
  *
  * Paths are comma-separated lists (files, "-" for stdin, .gz read through zlib). Prints a
  * progress line every --progress-every samples on stderr and a summary at the end (one JSON
- * object on stdout with --json: samples, samples_per_s, train_loss, auc, logloss). Exit status:
- * 0, 1 on a runtime error, 2 on bad settings.
+ * object on stdout with --json: samples, samples_per_s, train_loss, auc, logloss, ..., and per
+ * file train_files / test_files: path, lines, samples, malformed). Exit status: 0, 1 on a
+ * runtime error (unreadable data: a file without one usable sample or over --max-error-rate
+ * malformed lines, said in one line naming the file), 2 on bad settings.
  */
 #include "pc_error.h"
 #include "pc_log.h"
@@ -58,6 +60,29 @@ static size_t split(char *s, const char **out, size_t cap) {
     return n;
 }
 
+/* The summary's per-file counts: "train a.tsv: 1000 lines read, 998 samples, 2 malformed". */
+static void files_text(const char *what, const pw_train_file_t *f, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        printf("%s %s: %llu lines read, %llu samples, %llu malformed\n", what, f[i].path,
+               (unsigned long long)f[i].lines, (unsigned long long)f[i].samples,
+               (unsigned long long)f[i].bad);
+}
+
+/* ... and in JSON: key: [{"path", "lines", "samples", "malformed"}, ...]. */
+static void files_json(cJSON *j, const char *key, const pw_train_file_t *f, size_t n) {
+    cJSON *a = cJSON_AddArrayToObject(j, key);
+    for (size_t i = 0; a && i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o)
+            break;
+        cJSON_AddItemToArray(a, o); /* fails only for NULL arguments */
+        cJSON_AddStringToObject(o, "path", f[i].path);
+        cJSON_AddNumberToObject(o, "lines", (double)f[i].lines);
+        cJSON_AddNumberToObject(o, "samples", (double)f[i].samples);
+        cJSON_AddNumberToObject(o, "malformed", (double)f[i].bad);
+    }
+}
+
 int main(int argc, char **argv) {
     size_t ntrain_set, nset;
     const pc_setting_t *ts = pw_train_settings(&ntrain_set);
@@ -97,10 +122,14 @@ int main(int argc, char **argv) {
     }
     fprintf(stderr, "%s: dense math on %s\n", tag, why);
     pw_train_result_t r;
+    r.error[0] = '\0';
     rc = pw_train_run(tc, fmt, train, ntrain, test, ntest, &r);
     if (rc) {
         pw_backend_close(tc->backend);
-        fprintf(stderr, "ps-worker: training failed: %s\n", pc_strerror(rc));
+        if (r.error[0]) /* which file and why */
+            fprintf(stderr, "ps-worker: %s\n", r.error);
+        else
+            fprintf(stderr, "ps-worker: training failed: %s\n", pc_strerror(rc));
         return rc == PC_EINVAL ? 2 : 1;
     }
     if (c.json) {
@@ -125,6 +154,8 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "auc", r.auc);
         cJSON_AddNumberToObject(j, "logloss", r.logloss);
         cJSON_AddNumberToObject(j, "embedding_rows", (double)r.table_rows);
+        files_json(j, "train_files", r.train_files, r.ntrain_files);
+        files_json(j, "test_files", r.test_files, r.ntest_files);
         char *t = cJSON_PrintUnformatted(j);
         printf("%s\n", t);
         cJSON_free(t);
@@ -134,6 +165,8 @@ int main(int argc, char **argv) {
                "%.4f, logloss %.4f\n",
                tc->model, (unsigned long long)r.samples, r.seconds, r.samples_per_s, r.train_loss,
                (unsigned long long)r.test_samples, r.auc, r.logloss);
+        files_text("train", r.train_files, r.ntrain_files);
+        files_text("test", r.test_files, r.ntest_files);
     }
     pw_backend_close(tc->backend);
     return 0;

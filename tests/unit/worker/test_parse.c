@@ -1,5 +1,6 @@
 /* Sample parsers: Criteo TSV (empty fields, CRLF, hex cases, missing keys), libsvm, libffm, and
- * every kind of malformed line refused with a reason. */
+ * every kind of malformed line refused with a reason (a wrong format's lines say what was
+ * expected and what came: counts of fields and columns, the item). */
 #include "test_util.h"
 
 #include <math.h>
@@ -15,6 +16,15 @@ static pw_sample_t g_s;
 static int parse(pw_format_t f, const char *line) {
     char err[128];
     return pw_parse_line(f, NULL, line, strlen(line), &g_s, err, sizeof err);
+}
+
+/* The reason a line of format f (csv: its spec) is refused ("" when it parses). */
+static const char *why(pw_format_t f, const pw_csv_spec_t *csv, const char *line) {
+    static char err[200];
+    err[0] = '\0';
+    if (pw_parse_line(f, csv, line, strlen(line), &g_s, err, sizeof err) == 0)
+        err[0] = '\0';
+    return err;
 }
 
 /* A Criteo line with label y, integers i0.. (-1: empty), categoricals (NULL: empty). */
@@ -117,6 +127,21 @@ static void test_libsvm_libffm(void **state) {
     assert_int_equal(parse(PW_FMT_LIBSVM, "1 99999999999999999999:1"), PC_EPARSE);
     assert_int_equal(parse(PW_FMT_LIBFFM, "1 3:1"), PC_EPARSE);
     assert_int_equal(parse(PW_FMT_LIBFFM, "1 5000:1:1"), PC_EPARSE); /* field range */
+    /* A wrong format's lines say what was expected and what came. */
+    assert_string_equal(why(PW_FMT_LIBSVM, NULL, "1 0:3:1 1:7:1"),
+                        "feature 1: expected idx:val, got '0:3:1'");
+    assert_string_equal(why(PW_FMT_LIBFFM, NULL, "1 0:3:1 7:1"),
+                        "feature 2: expected field:idx:val, got '7:1'");
+    assert_string_equal(why(PW_FMT_LIBSVM, NULL, "1\t2\t3"), /* Criteo read as libsvm */
+                        "feature 1: expected idx:val, got '2'");
+    assert_string_equal(why(PW_FMT_CRITEO, NULL, "1 3:1"),
+                        "expected 40 tab-separated fields, got 1");
+    assert_string_equal(
+        why(PW_FMT_LIBSVM, NULL, "x 1:1"),
+        "expected a number as the label, got 'x'"); /* long items are cut at 40 bytes: */
+    assert_non_null(
+        strstr(why(PW_FMT_LIBSVM, NULL, "1 0123456789012345678901234567890123456789xyz"),
+               "got '0123456789012345678901234567890123456789...'"));
     /* Over the feature limit: PC_ETOOBIG. */
     static char big[PW_KEYS_MAX * 8 + 64];
     int n = sprintf(big, "1");
@@ -192,7 +217,12 @@ static void test_csv_lines(void **state) {
     assert_true(g_s.keys[0] != m31 && g_s.keys[1] != u1);
     assert_int_equal(csv(&ml, ",1,4.5,0"), 0); /* empty cat: the field's missing key */
     assert_true(g_s.keys[0] == pc_missing_key(0));
-    /* Wrong column counts, bad label. */
+    /* Wrong column counts (said with the counts), bad label. */
+    assert_string_equal(why(PW_FMT_CSV, &ml, "1,31,2.5"), "expected 4 columns, got 3");
+    assert_string_equal(why(PW_FMT_CSV, &ml, "1,31,2.5,1,9,\"a,b\",c"),
+                        "expected 4 columns, got 7");
+    assert_string_equal(why(PW_FMT_CSV, &ml, "1,31,2.5,1,\"open"),
+                        "expected 4 columns, got over 4");
     assert_int_equal(csv(&ml, "1,31,2.5"), PC_EPARSE);
     assert_int_equal(csv(&ml, "1,31,2.5,1,9"), PC_EPARSE);
     assert_int_equal(csv(&ml, ""), PC_EPARSE);

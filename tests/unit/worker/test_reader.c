@@ -4,7 +4,10 @@
  * never hangs. A TCP source gives the same samples as the file its producers send (in odd chunk
  * sizes, a last line without newline, two producers at once); CSV headers are skipped per file
  * and per connection. Samples with more features than a batch's first allocation holds grow
- * every slot of the queue on its own (libsvm, 40-119 features a sample, batch 4). */
+ * every slot of the queue on its own (libsvm, 40-119 features a sample, batch 4). Counts per
+ * source (lines read, samples, malformed, the first malformed line; blank lines skipped), and
+ * the error-rate rule on small files (at a file's end), each stop said in one line naming the
+ * file. */
 #include "table_check.h"
 
 #include <arpa/inet.h>
@@ -233,6 +236,127 @@ static void test_wide_samples(void **state) {
     pw_reader_close(r);
 }
 
+/* Write `lines` (NULL-terminated) to path. */
+static void write_lines(const char *path, const char *const *lines) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (size_t i = 0; lines[i]; i++)
+        fputs(lines[i], f);
+    fclose(f);
+}
+
+/* Drain the reader of paths (Criteo, rate as given): its error. */
+static int read_all_of(const char *const *paths, size_t n, double rate, int epochs,
+                       pw_reader_t **out) {
+    pw_reader_opts_t o = opts(paths, n);
+    o.max_error_rate = rate;
+    o.epochs = epochs;
+    assert_int_equal(pw_reader_open(&o, out), 0);
+    seen_t s;
+    return drain(*out, &s, SIZE_MAX);
+}
+
+/* Per-source counts: lines read, samples, malformed lines and the first malformed line, per
+ * file and over epochs; blank lines are none of them (but count toward positions); another
+ * rank's file is not this reader's. */
+static void test_source_counts(void **state) {
+    (void)state;
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/sa.tsv", g_dir);
+    snprintf(b, sizeof b, "%s/sb.tsv", g_dir);
+    write_data(a, 50, 31, 25, false); /* lines 8 and 33 bad: 4% */
+    FILE *f = fopen(a, "a");
+    fputs("\n\r\n", f); /* two blank lines */
+    fclose(f);
+    write_data(b, 30, 32, 0, false);
+    const char *paths[] = {a, b};
+    pw_reader_opts_t o = opts(paths, 2);
+    o.epochs = 2;
+    pw_reader_t *r;
+    seen_t s;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &s, SIZE_MAX), 0);
+    assert_string_equal(pw_reader_error_text(r), "");
+    pw_reader_source_t sa, sb;
+    assert_int_equal(pw_reader_source_stats(r, 0, &sa), 0);
+    assert_int_equal(pw_reader_source_stats(r, 1, &sb), 0);
+    assert_int_equal(pw_reader_source_stats(r, 2, &sb), PC_ENOTFOUND);
+    pw_reader_stats_t st;
+    pw_reader_stats(r, &st);
+    pw_reader_close(r);
+    assert_string_equal(sa.path, a);
+    assert_true(sa.lines == 100 && sa.samples == 96 && sa.bad == 4);
+    assert_int_equal(sa.first_bad_line, 8);
+    assert_string_equal(sa.first_bad, "line 8: expected 40 tab-separated fields, got 1");
+    assert_true(sb.lines == 60 && sb.samples == 60 && sb.bad == 0 && sb.first_bad_line == 0);
+    assert_string_equal(sb.first_bad, "");
+    assert_true(st.lines == 160 && st.samples == 156 && st.bad == 4);
+    assert_int_equal(s.lines, 2 * (52 + 30)); /* positions count the blank lines */
+    /* rank 0 of 2: file 1 is rank 1's */
+    o.world = 2;
+    o.epochs = 1;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &s, SIZE_MAX), 0);
+    assert_int_equal(pw_reader_source_stats(r, 1, &sb), PC_ENOTFOUND);
+    assert_int_equal(pw_reader_source_stats(r, 0, &sa), 0);
+    assert_true(sa.lines == 50 && sa.samples == 48);
+    pw_reader_close(r);
+}
+
+/* The error-rate rule holds for small files (checked at a file's end): 5 bad of 50 is over 0.05
+ * and stops the stream with one line naming the file; 2 of 50 is not. A file without a usable
+ * line says so; an empty file is no error for the reader (the trainer decides); a missing file
+ * is named. */
+static void test_small_file_rate(void **state) {
+    (void)state;
+    char over[300], under[300], bad[300], empty[300], missing[300];
+    snprintf(over, sizeof over, "%s/over.tsv", g_dir);
+    snprintf(under, sizeof under, "%s/under.tsv", g_dir);
+    snprintf(bad, sizeof bad, "%s/allbad.tsv", g_dir);
+    snprintf(empty, sizeof empty, "%s/empty.tsv", g_dir);
+    snprintf(missing, sizeof missing, "%s/missing.tsv", g_dir);
+    write_data(over, 50, 41, 10, false);  /* 5 bad */
+    write_data(under, 50, 41, 25, false); /* 2 bad */
+    write_lines(bad, (const char *const[]){"1\tx\n", "0 3:1\n", "garbage\n", NULL});
+    write_lines(empty, (const char *const[]){NULL});
+    char want[600];
+    const char *p[] = {over};
+    pw_reader_t *r;
+    assert_int_equal(read_all_of(p, 1, 0.05, 1, &r), PC_EPARSE);
+    snprintf(want, sizeof want,
+             "%s: 5 of 50 lines malformed, over max_error_rate 0.05 (first: line 8: expected 40 "
+             "tab-separated fields, got 1)",
+             over);
+    assert_string_equal(pw_reader_error_text(r), want);
+    pw_reader_close(r);
+    assert_int_equal(read_all_of(p, 1, 0.1, 1, &r), 0); /* exactly at the limit: allowed */
+    pw_reader_close(r);
+    p[0] = under;
+    assert_int_equal(read_all_of(p, 1, 0.05, 1, &r), 0);
+    pw_reader_close(r);
+    p[0] = bad;
+    assert_int_equal(read_all_of(p, 1, 0.05, 1, &r), PC_EPARSE);
+    snprintf(want, sizeof want,
+             "%s: no usable samples: 3 lines read, 3 malformed (first: line 1: expected 40 "
+             "tab-separated fields, got 2)",
+             bad);
+    assert_string_equal(pw_reader_error_text(r), want);
+    pw_reader_close(r);
+    assert_int_equal(read_all_of(p, 1, 1.0, 1, &r), 0); /* all may be bad: the caller decides */
+    pw_reader_close(r);
+    p[0] = empty;
+    assert_int_equal(read_all_of(p, 1, 0.05, 1, &r), 0);
+    pw_reader_source_t st;
+    assert_int_equal(pw_reader_source_stats(r, 0, &st), 0);
+    assert_true(st.lines == 0 && st.samples == 0 && st.bad == 0);
+    pw_reader_close(r);
+    p[0] = missing;
+    assert_int_equal(read_all_of(p, 1, 0.05, 1, &r), PC_EIO);
+    snprintf(want, sizeof want, "%s: cannot open: No such file or directory", missing);
+    assert_string_equal(pw_reader_error_text(r), want);
+    pw_reader_close(r);
+}
+
 static int setup(void **state) {
     (void)state;
     tc_tmpdir(g_dir, sizeof g_dir, "reader");
@@ -378,6 +502,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_gzip_epochs),    cmocka_unit_test(test_rank_split),
         cmocka_unit_test(test_bad_lines_and_errors), cmocka_unit_test(test_resume_and_early_close),
+        cmocka_unit_test(test_source_counts),        cmocka_unit_test(test_small_file_rate),
         cmocka_unit_test(test_tcp_source),           cmocka_unit_test(test_csv_header),
         cmocka_unit_test(test_wide_samples),
     };

@@ -2,7 +2,8 @@
  * on held-out rows), runs are reproducible from their seed, DLRM beats LR on data with planted
  * interactions, the test set inserts no rows, periodic evaluation runs, multi-valued fields are
  * pooled (libffm bags, sum and mean), MovieLens trains from its CSV after a time split (skipped
- * without ../shared/data), and bad configurations or unreadable data fail with a clear error.
+ * without ../shared/data), and bad configurations or unreadable data fail with a clear error
+ * (data: one line naming the file and why; per-file counts of lines, samples, malformed lines).
  * Every model trains on "cpu:checked" (device memory unreadable to host code) to the same bits as
  * on the CPU: the trainer keeps the GPU's memory rule; --device choices fail or fall back
  * clearly. */
@@ -203,6 +204,106 @@ static void test_errors(void **state) {
     assert_true(r.samples >= 5000 && r.samples < 5000 + 1024);
 }
 
+/* The first `rows` lines of the generated training file to path, every `bad_every`-th (from line
+ * 3; 1: every line) replaced by a malformed one (0: none). */
+static void copy_rows(const char *path, int rows, int bad_every) {
+    FILE *in = fopen(g_train, "r"), *out = fopen(path, "w");
+    assert_true(in && out);
+    char line[4096];
+    for (int i = 0; i < rows && fgets(line, sizeof line, in); i++)
+        fputs(bad_every == 1 || (bad_every && i % bad_every == 2) ? "not a sample\n" : line, out);
+    fclose(in);
+    fclose(out);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Train LR on one file (format fmt, csv spec, rate) and test on `test` (NULL: none): the code,
+ * the result in *r. */
+static int train_file(pw_format_t fmt, const char *csv, double rate, const char *path,
+                      const char *test, pw_train_result_t *r) {
+    pw_train_config_t c;
+    pw_train_config_defaults(&c);
+    c.local_store = pw_emb_local_open;
+    snprintf(c.model, sizeof c.model, "lr");
+    snprintf(c.csv, sizeof c.csv, "%s", csv ? csv : "");
+    c.batch = 64;
+    c.progress_every = 0;
+    c.max_error_rate = rate;
+    const char *tr[] = {path}, *te[] = {test};
+    return pw_train_run(&c, fmt, tr, 1, te, test ? 1 : 0, r);
+}
+
+/* Data the trainer cannot use is an error that names the file and says why (pw_train_result's
+ * error): an empty file, a small file all malformed, a libffm file read as libsvm (a hint about
+ * --format), a CSV spec with too few columns, an all-bad test file, a small file over
+ * max_error_rate; max_error_rate = 1 still wants one sample. A run that trains counts lines,
+ * samples and malformed lines per file. */
+static void test_unreadable_data(void **state) {
+    (void)state;
+    char empty[300], bad[300], ffm[300], csv[300], some[300], want[900];
+    snprintf(empty, sizeof empty, "%s/empty.tsv", g_dir);
+    snprintf(bad, sizeof bad, "%s/bad.tsv", g_dir);
+    snprintf(ffm, sizeof ffm, "%s/a.ffm", g_dir);
+    snprintf(csv, sizeof csv, "%s/r.csv", g_dir);
+    snprintf(some, sizeof some, "%s/some.tsv", g_dir);
+    write_text(empty, "");
+    copy_rows(bad, 300, 1); /* every line */
+    write_text(ffm, "1 0:3:1 1:7:1\n0 0:4:1 1:9:0.5\n");
+    write_text(csv, "1,31,2.5,1260759144\n1,1029,4.0,1260759179\n");
+    copy_rows(some, 500, 10); /* 50 of 500 bad */
+    pw_train_result_t r;
+    assert_int_equal(train_file(PW_FMT_CRITEO, NULL, 0.01, empty, NULL, &r), PC_EPARSE);
+    snprintf(want, sizeof want, "%s: no usable samples: 0 lines read, 0 malformed", empty);
+    assert_string_equal(r.error, want);
+    assert_true(r.ntrain_files == 1 && r.train_files[0].lines == 0);
+    assert_int_equal(train_file(PW_FMT_CRITEO, NULL, 0.01, bad, NULL, &r), PC_EPARSE);
+    snprintf(want, sizeof want,
+             "%s: no usable samples: 300 lines read, 300 malformed (first: line 1: expected 40 "
+             "tab-separated fields, got 1); every line malformed: does --format match the file?",
+             bad);
+    assert_string_equal(r.error, want);
+    assert_int_equal(train_file(PW_FMT_CRITEO, NULL, 1.0, bad, NULL, &r), PC_EPARSE);
+    assert_string_equal(r.error, want); /* every line may be bad, but one sample is needed */
+    assert_int_equal(train_file(PW_FMT_LIBSVM, NULL, 0.01, ffm, NULL, &r), PC_EPARSE);
+    snprintf(want, sizeof want,
+             "%s: no usable samples: 2 lines read, 2 malformed (first: line 1: feature 1: "
+             "expected idx:val, got '0:3:1'); every line malformed: does --format match the file?",
+             ffm);
+    assert_string_equal(r.error, want);
+    assert_int_equal(train_file(PW_FMT_CSV, "threshold=4,columns=cat:label", 0.01, csv, NULL, &r),
+                     PC_EPARSE);
+    snprintf(want, sizeof want,
+             "%s: no usable samples: 2 lines read, 2 malformed (first: line 1: expected 2 columns, "
+             "got 4); every line malformed: do --format and --csv match the file?",
+             csv);
+    assert_string_equal(r.error, want);
+    assert_int_equal(train_file(PW_FMT_CRITEO, NULL, 0.1, some, bad, &r), PC_EPARSE);
+    assert_true(strstr(r.error, bad) == r.error && strstr(r.error, "no usable samples: 300 lines"));
+    assert_true(r.samples == 450 && r.ntest_files == 1 && r.test_files[0].bad == 300);
+    assert_int_equal(train_file(PW_FMT_CRITEO, NULL, 0.05, some, NULL, &r), PC_EPARSE);
+    snprintf(want, sizeof want,
+             "%s: 50 of 500 lines malformed, over max_error_rate 0.05 (first: line 3: expected 40 "
+             "tab-separated fields, got 1)",
+             some);
+    assert_string_equal(r.error, want);
+    /* Allowed: counted per file. */
+    assert_int_equal(train_file(PW_FMT_CRITEO, NULL, 0.1, some, g_test, &r), 0);
+    assert_string_equal(r.error, "");
+    assert_int_equal(r.ntrain_files, 1);
+    assert_string_equal(r.train_files[0].path, some);
+    assert_true(r.train_files[0].lines == 500 && r.train_files[0].samples == 450 &&
+                r.train_files[0].bad == 50 && r.samples == 450);
+    assert_int_equal(r.ntest_files, 1);
+    assert_true(r.test_files[0].lines == 30000 && r.test_files[0].samples == 30000 &&
+                r.test_files[0].bad == 0 && r.test_samples == 30000);
+}
+
 /* Reproducible: the same settings and seed give bit-identical results; another seed does not. */
 static void test_reproducible(void **state) {
     (void)state;
@@ -365,7 +466,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_periodic_eval), cmocka_unit_test(test_pooled_fields),
         cmocka_unit_test(test_movielens),     cmocka_unit_test(test_save_load),
         cmocka_unit_test(test_errors),        cmocka_unit_test(test_device_memory_rule),
-        cmocka_unit_test(test_device_choice),
+        cmocka_unit_test(test_device_choice), cmocka_unit_test(test_unreadable_data),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
