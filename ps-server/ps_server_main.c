@@ -52,7 +52,8 @@ typedef struct srv_cfg {
     char token[256];
     bool insecure_remote;
     bool coordinator;
-    int64_t max_body_bytes, max_batch_keys;
+    int64_t max_body_bytes, max_batch_keys, max_reply_bytes;
+    int64_t reply_queue_bytes, reply_queue_total_bytes;
     char tables[4096];
     char ckpt_dir[512];
     int64_t ckpt_interval_s, ckpt_keep, ckpt_full_every, restore_id;
@@ -78,7 +79,7 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, metrics_port, -1, 65535, "9400",
                    "Prometheus /metrics port (0: any, -1: off)"),
     PC_SETTING_INT(T, metrics_max_connections, 1, 10000, "64",
-                   "most HTTP connections /metrics holds at once (more are closed)"),
+                   "most HTTP connections /metrics holds at once (more wait)"),
     PC_SETTING_STRING(T, admin_token, "", "token for CreateTable/DropTable/Checkpoint (gRPC)"),
     PC_SETTING_STRING(T, cluster_map, "", "cluster map text (empty: this server owns every slot)"),
     PC_SETTING_STRING(T, cluster_map_file, "", "file holding the cluster map (reread on SIGHUP)"),
@@ -89,7 +90,13 @@ static const pc_setting_t k_settings[] = {
                     "also serve the job's coordinator (gRPC emberps.Coordinator: rendezvous KV)"),
     PC_SETTING_INT(T, max_body_bytes, 1024, 2147483647, "256Mi", "largest request body"),
     PC_SETTING_INT(T, max_batch_keys, 1, 16777216, "4Mi", "most keys in one request"),
-    PC_SETTING_STRING(T, tables, "", "tables to create if missing: spec;spec (see ps_table.h)"),
+    PC_SETTING_INT(T, max_reply_bytes, 1024, 2147483647, "64Mi",
+                   "largest reply (rows + found bytes) of a pull or lookup; more: PC_ETOOBIG"),
+    PC_SETTING_INT(T, reply_queue_bytes, 65536, 1e15, "64Mi",
+                   "unsent reply bytes at which a data-plane connection stops being read"),
+    PC_SETTING_INT(T, reply_queue_total_bytes, 65536, 1e15, "1Gi",
+                   "unsent reply bytes of all connections at which the data plane stops reading"),
+    PC_SETTING_STRING(T, tables, "", "tables to create if missing: spec;spec (--help-tables)"),
     PC_SETTING_STRING(T, ckpt_dir, "", "checkpoint directory (empty: no checkpoints)"),
     PC_SETTING_INT(T, ckpt_interval_s, 0, 1e9, "0", "seconds between checkpoints (0: off)"),
     PC_SETTING_INT(T, ckpt_keep, 1, 1000, "3", "checkpoints to keep"),
@@ -533,8 +540,11 @@ int main(int argc, char **argv) {
                         .port = (int)s.cfg.port,
                         .threads = (int)s.cfg.io_threads,
                         .token = s.cfg.token,
-                        .lim = {(uint32_t)s.cfg.max_body_bytes, (uint32_t)s.cfg.max_batch_keys},
-                        .self = (uint32_t)self};
+                        .lim = {(uint32_t)s.cfg.max_body_bytes, (uint32_t)s.cfg.max_batch_keys,
+                                (uint32_t)s.cfg.max_reply_bytes},
+                        .self = (uint32_t)self,
+                        .reply_queue = (uint64_t)s.cfg.reply_queue_bytes,
+                        .reply_queue_total = (uint64_t)s.cfg.reply_queue_total_bytes};
     if (!rc && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
         rc = 1;
     if (!rc && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {
@@ -550,6 +560,10 @@ int main(int argc, char **argv) {
         rc = 1;
     ps_api_env_t env = {.cat = s.cat,
                         .max_keys = (uint32_t)s.cfg.max_batch_keys,
+                        /* a gRPC reply is also one message: max_body_bytes bounds it too */
+                        .max_reply = (uint64_t)(s.cfg.max_reply_bytes < s.cfg.max_body_bytes
+                                                    ? s.cfg.max_reply_bytes
+                                                    : s.cfg.max_body_bytes),
                         .ckpt_dir = s.cfg.ckpt_dir[0] ? s.cfg.ckpt_dir : NULL,
                         .shard = (uint32_t)self,
                         .start_ns = pc_time_mono_ns(),

@@ -7,8 +7,11 @@
  * refused with PC_EWRONGSLOT and the current map; with a token configured, a connection must
  * say HELLO with it before anything else (else PC_EAUTH and the connection is closed).
  * Malformed batch bodies get an error and the connection goes on; a frame that breaks the
- * framing (bad magic, version, op) or exceeds the body limit closes the connection after the
- * error is sent; nothing is allocated for a length before it is checked.
+ * framing (bad magic, version, op) closes the connection after the error is sent; nothing is
+ * allocated for a length before it is checked. A PULL or LOOKUP whose reply would exceed
+ * lim.max_reply is refused with PC_ETOOBIG (a message naming the sizes) before any work.
+ * Unsent replies are bounded per connection and per server (reply_queue, reply_queue_total):
+ * over them, connections are not read until their replies drain.
  *
  * Thread rule: start/stop/set_map from one owner thread; stats from any thread.
  */
@@ -30,8 +33,13 @@ typedef struct ps_dp_opts {
     int port;             /* 0: an ephemeral port (see ps_dp_port) */
     int threads;          /* event loops, >= 1 */
     const char *token;    /* NULL or "": no authentication */
-    pc_wire_limits_t lim; /* body and batch limits */
+    pc_wire_limits_t lim; /* body, batch and reply limits */
     uint32_t self;        /* this server's index in the cluster map */
+    /* Unsent reply bytes: a connection stops being read (and executing the frames it has read)
+     * while it has reply_queue bytes unsent, until half of that is left; the server stops
+     * reading connections that have replies queued while the total is at reply_queue_total,
+     * and all of them at 9/8 of it. 0: no cap. */
+    uint64_t reply_queue, reply_queue_total;
 } ps_dp_opts_t;
 
 /* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot
@@ -56,6 +64,9 @@ typedef struct ps_dp_stats {
     uint64_t errors;      /* answered with an error status */
     uint64_t rows_pulled, rows_pushed, rows_looked_up;
     uint64_t bytes_in, bytes_out;
+    uint64_t reply_queue_bytes;      /* replies built and not yet written, now (all loops) */
+    uint64_t reply_queue_peak_bytes; /* the most reply_queue_bytes has been since start */
+    uint64_t paused_connections;     /* not read now because of reply_queue(_total) */
 } ps_dp_stats_t;
 
 void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *out);

@@ -7,6 +7,12 @@
  *  - bad input on raw connections: not-a-frame, oversized body (skipped, connection lives),
  *    malformed batch, unknown table, wrong dim, too many keys, NaN gradients;
  *  - token authentication; refusal to bind a non-loopback address without a token;
+ *  - a PULL or LOOKUP whose reply would exceed max_reply_bytes: PC_ETOOBIG with a message that
+ *    names the sizes, at once, without the server's memory growing by the reply (raw frames and
+ *    libpsclient);
+ *  - clients that send requests and never read: the server's unsent reply bytes stay under its
+ *    per-connection and server-wide caps (a gauge and its peak in /metrics), a client that
+ *    reads is still served, and everything recovers once they go;
  *  - SIGTERM: in-flight work answered, checkpoint written, exit 0.
  * argv[1] is the ps-server binary. Every wait is bounded. */
 #include "proc_util.h"
@@ -17,6 +23,8 @@
 #include "pc_error.h"
 #include "pc_wire.h"
 #include "ps_ckpt.h"
+
+#include <sys/mman.h>
 
 #include <stdatomic.h>
 
@@ -383,6 +391,35 @@ static int recv_reply(int fd, uint64_t want_id) {
     return hd.status;
 }
 
+/* recv_reply, also giving the body as text (an error's message) in msg. */
+static int recv_reply_msg(int fd, uint64_t want_id, char *msg, size_t cap) {
+    uint8_t h[PC_WIRE_HDR];
+    size_t got = 0;
+    msg[0] = '\0';
+    while (got < sizeof h) {
+        ssize_t r = recv(fd, h + got, sizeof h - got, 0);
+        if (r <= 0)
+            return 1;
+        got += (size_t)r;
+    }
+    pc_wire_hdr_t hd;
+    assert_int_equal(pc_wire_hdr_decode(h, 1u << 30, &hd), 0);
+    assert_int_equal(hd.id, want_id);
+    size_t kept = 0;
+    for (uint32_t left = hd.body_len; left;) {
+        char buf[4096];
+        ssize_t r = recv(fd, buf, left < sizeof buf ? left : sizeof buf, 0);
+        if (r <= 0)
+            return 1;
+        size_t take = kept + (size_t)r < cap - 1 ? (size_t)r : cap - 1 - kept;
+        memcpy(msg + kept, buf, take);
+        kept += take;
+        left -= (uint32_t)r;
+    }
+    msg[kept] = '\0';
+    return hd.status;
+}
+
 /* A batch body for `name` with n keys of dim (push: zero gradients, or NaN when nan). */
 static uint32_t batch_body(uint8_t op, const char *name, uint32_t n, uint32_t dim, bool nan,
                            uint8_t *out) {
@@ -564,6 +601,200 @@ static void test_client_oom(void **state) {
     tc_rmdir(dir);
 }
 
+/* A field of /proc/<pid>/status in KiB ("VmHWM:" the peak resident set, "VmRSS:"). */
+static long proc_kb(pid_t pid, const char *field) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, field, strlen(field)) == 0)
+            kb = atol(line + strlen(field));
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* The value of metric `name` (a line "name value") at the metrics port; -1 when absent. */
+static double metric(int port, const char *name) {
+    static char out[1 << 16];
+    int fd = raw_connect(port);
+    const char *req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+    send_all(fd, req, strlen(req));
+    size_t got = 0;
+    for (ssize_t r; got < sizeof out - 1 && (r = recv(fd, out + got, sizeof out - 1 - got, 0)) > 0;)
+        got += (size_t)r;
+    out[got] = '\0';
+    close(fd);
+    char want[128];
+    snprintf(want, sizeof want, "\n%s ", name);
+    const char *p = strstr(out, want);
+    return p ? atof(p + strlen(want)) : -1;
+}
+
+/* A reply over max_reply_bytes (64 MiB by default) is refused before it is built: a lookup of
+ * 262144 keys of a dim-1024 table would be 1 GiB. */
+static void test_reply_limit(void **state) {
+    (void)state;
+    char dir[256], tables[200], one[64], msg[PC_WIRE_MSG_MAX + 1];
+    tc_tmpdir(dir, sizeof dir, "dpreply");
+    snprintf(tables, sizeof tables, "--tables=name=big,dim=1024,shards=4");
+    const char *extra[] = {tables, NULL};
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    const long hwm0 = proc_kb(s, "VmHWM:");
+    enum { N = 262144, DIM = 1024 };
+    const size_t body_cap = 64 + (size_t)N * 8;
+    uint8_t *body = malloc(body_cap);
+    /* Raw frames: the status, the message naming the sizes, the connection lives. */
+    int fd = raw_connect(port);
+    double t0 = pu_now();
+    uint32_t len = batch_body(PC_OP_LOOKUP, "big", N, DIM, false, body);
+    send_frame(fd, PC_OP_LOOKUP, 1, body, len);
+    assert_int_equal(recv_reply_msg(fd, 1, msg, sizeof msg), PC_ETOOBIG);
+    print_message("LOOKUP: %s\n", msg);
+    assert_non_null(
+        strstr(msg, "lookup of 262144 rows x dim 1024 = 1 GiB over the reply limit of 64 MiB"));
+    len = batch_body(PC_OP_PULL, "big", N, DIM, false, body);
+    send_frame(fd, PC_OP_PULL, 2, body, len);
+    assert_int_equal(recv_reply_msg(fd, 2, msg, sizeof msg), PC_ETOOBIG);
+    assert_non_null(
+        strstr(msg, "pull of 262144 rows x dim 1024 = 1 GiB over the reply limit of 64 MiB"));
+    send_frame(fd, PC_OP_PING, 3, NULL, 0);
+    assert_int_equal(recv_reply(fd, 3), 0);
+    close(fd);
+    assert_true(pu_now() - t0 < 10); /* refused, not computed */
+    /* libpsclient: PC_ETOOBIG, and not a byte written into the caller's rows (they are mapped
+     * without access: a write would crash). */
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_t *c = connect_to(one, NULL);
+    uint64_t *keys = malloc((size_t)N * sizeof *keys);
+    for (uint32_t i = 0; i < N; i++)
+        keys[i] = i * 7919u;
+    const size_t rows_len = (size_t)N * DIM * sizeof(float);
+    float *rows =
+        mmap(NULL, rows_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    assert_true(rows != MAP_FAILED);
+    t0 = pu_now();
+    assert_int_equal(psc_pull(c, "big", keys, N, DIM, rows), PC_ETOOBIG);
+#if PSC_VERSION_MINOR >= 2 /* psc_wait_detail: the server's message reaches the caller */
+    uint64_t id;
+    assert_int_equal(psc_lookup_async(c, "big", keys, N, DIM, rows, NULL, NULL, NULL, &id), 0);
+    assert_int_equal(psc_wait_detail(c, id, msg, sizeof msg), PC_ETOOBIG);
+    print_message("psc_lookup: %s\n", msg);
+    assert_non_null(
+        strstr(msg, "lookup of 262144 rows x dim 1024 = 1 GiB over the reply limit of 64 MiB"));
+#else
+    assert_int_equal(psc_lookup(c, "big", keys, N, DIM, rows, NULL), PC_ETOOBIG);
+#endif
+    assert_true(pu_now() - t0 < 10);
+    /* Within the limit it works: 16384 rows x dim 1024 = 64 MiB + 16 KiB found > 64 MiB, so
+     * 16000 rows. */
+    float *ok = malloc((size_t)16000 * DIM * sizeof(float));
+    assert_int_equal(psc_lookup(c, "big", keys, 16000, DIM, ok, NULL), 0);
+    free(ok);
+    psc_close(c);
+    munmap(rows, rows_len);
+    const long hwm1 = proc_kb(s, "VmHWM:");
+    print_message("server peak RSS %ld -> %ld KiB\n", hwm0, hwm1);
+    assert_true(hwm0 > 0 && hwm1 - hwm0 < 256 * 1024); /* 1 GiB replies were never built */
+    free(keys);
+    free(body);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
+/* Open a connection that sends `count` LOOKUPs of n keys of dim and never reads; a small
+ * receive buffer keeps the kernel from taking the replies off the server's hands. */
+static int flood(int port, int count, uint32_t n, uint32_t dim, uint64_t id0) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 16 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    static uint8_t body[64 + 8 * 4096];
+    assert_true(n <= 4096);
+    const uint32_t len = batch_body(PC_OP_LOOKUP, "wide", n, dim, false, body);
+    uint8_t h[PC_WIRE_HDR];
+    for (int i = 0; i < count; i++) {
+        pc_wire_hdr_t hd = {.op = PC_OP_LOOKUP, .id = id0 + (uint64_t)i, .body_len = len};
+        pc_wire_hdr_encode(&hd, h);
+        /* Blocking sends with a timeout: the server stops reading once its caps are reached. */
+        struct timeval tv = {0, 200000};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        if (send(fd, h, sizeof h, MSG_NOSIGNAL) != (ssize_t)sizeof h ||
+            send(fd, body, len, MSG_NOSIGNAL) != (ssize_t)len)
+            break;
+    }
+    return fd;
+}
+
+/* Clients that send lookups and never read their replies (1 MiB each): the server's unsent
+ * bytes stay under its caps. 2 MiB per connection, 8 MiB in all; 2 event loops. */
+static void test_unsent_bounded(void **state) {
+    (void)state;
+    char dir[256], tables[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dpunsent");
+    snprintf(tables, sizeof tables, "--tables=name=wide,dim=256,shards=4");
+    char q[] = "--reply-queue-bytes=2Mi", qt[] = "--reply-queue-total-bytes=8Mi";
+    const char *extra[] = {tables, q, qt, NULL};
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    const int mp = pu_last_metrics_port;
+    enum { DIM = 256, N = 1024, LOOPS = 2, FIRST = 3, MORE = 9 };
+    const double reply = 32.0 + 64 + (double)N * DIM * 4 + N; /* allocation of one reply */
+    const double conn_cap = 2 << 20, total_cap = 8 << 20;
+    const long rss0 = proc_kb(s, "VmRSS:");
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_t *c = connect_to(one, NULL);
+    uint64_t keys[64];
+    float rows[64 * DIM];
+    for (int i = 0; i < 64; i++)
+        keys[i] = (uint64_t)i * 31 + 5;
+    /* A few non-readers: each stops at its own cap; together under the server's. */
+    int fds[FIRST + MORE];
+    for (int i = 0; i < FIRST; i++)
+        fds[i] = flood(port, 40, N, DIM, 1000u * (uint64_t)i);
+    /* Each stops once it has its cap unsent; the kernel's socket buffers take some replies off
+     * its hands first, so it rests with at least one reply queued (it goes on at half the cap). */
+    double paused = 0;
+    for (double t0 = pu_now(); pu_now() - t0 < 5 && paused < FIRST; usleep(20000))
+        paused = metric(mp, "emberps_dataplane_paused_connections");
+    const double queued = metric(mp, "emberps_dataplane_reply_queue_bytes");
+    print_message("%d non-readers: %.1f MiB unsent, %g paused\n", FIRST, queued / (1 << 20),
+                  paused);
+    assert_true(paused >= FIRST);
+    assert_true(queued >= FIRST * reply);              /* they did queue replies */
+    assert_true(queued <= FIRST * (conn_cap + reply)); /* and no more than their caps */
+    for (int k = 0; k < 20; k++)                       /* a client that reads is served meanwhile */
+        assert_int_equal(psc_pull(c, "wide", keys, 64, DIM, rows), 0);
+    /* Enough more to exceed the server-wide cap: the total stays bounded. */
+    for (int i = FIRST; i < FIRST + MORE; i++)
+        fds[i] = flood(port, 40, N, DIM, 1000u * (uint64_t)i);
+    usleep(500000);
+    const double peak = metric(mp, "emberps_dataplane_reply_queue_peak_bytes");
+    const long rss1 = proc_kb(s, "VmRSS:");
+    print_message("%d non-readers: peak %.1f MiB unsent (cap %.0f MiB), RSS %ld -> %ld KiB\n",
+                  FIRST + MORE, peak / (1 << 20), total_cap / (1 << 20), rss0, rss1);
+    assert_true(peak >= total_cap);
+    assert_true(peak <= total_cap * 9 / 8 + LOOPS * reply);
+    assert_true(rss1 - rss0 < 96 * 1024); /* before the caps: ~64 MiB per connection */
+    /* They go: their replies are dropped, the queue empties, clients are served. */
+    for (int i = 0; i < FIRST + MORE; i++)
+        close(fds[i]);
+    double left = -1;
+    for (double t0 = pu_now(); pu_now() - t0 < 5 && left != 0; usleep(20000))
+        left = metric(mp, "emberps_dataplane_reply_queue_bytes");
+    assert_true(left == 0);
+    assert_true(metric(mp, "emberps_dataplane_paused_connections") == 0);
+    assert_int_equal(psc_pull(c, "wide", keys, 64, DIM, rows), 0);
+    psc_close(c);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane PATH-TO-ps-server\n");
@@ -580,6 +811,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_token),
         cmocka_unit_test(test_client_oom),
+        cmocka_unit_test(test_reply_limit),
+        cmocka_unit_test(test_unsent_bounded),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all(); /* servers a failed test left running */

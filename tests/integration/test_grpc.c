@@ -6,7 +6,9 @@
  *    keys, a message over the size limit, a key of another server's slot: the right status and,
  *    through psg_request, the server's exact error code (codes that share a status included),
  *    and the server keeps serving;
- *  - psctl's exit codes and JSON output; psctl key against pc_feature's keys.
+ *  - psctl's exit codes and JSON output; psctl key against pc_feature's keys;
+ *  - a Lookup or Pull whose rows would exceed max_reply_bytes: PC_ETOOBIG (RESOURCE_EXHAUSTED)
+ *    with a message naming the sizes, without the server building the reply.
  * argv[1] is ps-server, argv[2] psctl. Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
@@ -317,6 +319,80 @@ static void test_bad_input(void **state) {
     tc_rmdir(dir);
 }
 
+/* Peak resident set of pid in KiB (VmHWM), -1 when unreadable. */
+static long peak_kb(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0)
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* 262144 keys of a dim-1024 table would be a 1 GiB reply: refused (64 MiB by default) before
+ * any row is read or allocated, with the sizes in the message. */
+static void test_reply_limit(void **state) {
+    (void)state;
+    char dir[256], tables[] = "--tables=name=big,dim=1024,shards=4", msg[256];
+    tc_tmpdir(dir, sizeof dir, "grpc6");
+    const char *extra[] = {tables, NULL};
+    int gp = 0;
+    pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
+    psg_t *c = client(gp, NULL);
+    const long hwm0 = peak_kb(s);
+    enum { N = 262144 };
+    uint64_t *keys = malloc(N * sizeof *keys);
+    for (uint64_t i = 0; i < N; i++)
+        keys[i] = i * 7919;
+    Emberps__LookupRequest lq = EMBERPS__LOOKUP_REQUEST__INIT;
+    lq.table = "big";
+    lq.n_keys = N;
+    lq.keys = keys;
+    Emberps__PullRequest pq = EMBERPS__PULL_REQUEST__INIT;
+    pq.table = "big";
+    pq.n_keys = N;
+    pq.keys = keys;
+    const ProtobufCMessage *reqs[2] = {&lq.base, &pq.base};
+    const int methods[2] = {PS_API_LOOKUP, PS_API_PULL};
+    const char *want[2] = {
+        "lookup of 262144 rows x dim 1024 = 1 GiB over the reply limit of 64 MiB",
+        "pull of 262144 rows x dim 1024 = 1 GiB over the reply limit of 64 MiB"};
+    for (int i = 0; i < 2; i++) {
+        size_t rl = protobuf_c_message_get_packed_size(reqs[i]), len = 0;
+        uint8_t *rb = malloc(rl), *resp = NULL;
+        protobuf_c_message_pack(reqs[i], rb);
+        int st = -1;
+        const double t0 = pu_now();
+        int rc = psg_request(c, ps_api_path((ps_api_method_t)methods[i]), rb, rl, 20000, &resp,
+                             &len, &st, msg, sizeof msg);
+        print_message("%s: %s, status %d: %s (%.2f s)\n", ps_api_path(methods[i]), pc_err_name(rc),
+                      st, msg, pu_now() - t0);
+        assert_int_equal(rc, PC_ETOOBIG);
+        assert_int_equal(st, PS_ST_RESOURCE_EXHAUSTED);
+        assert_non_null(strstr(msg, want[i]));
+        assert_true(pu_now() - t0 < 10);
+        free(rb);
+        free(resp);
+    }
+    /* Within the limit it is answered. */
+    lq.n_keys = 1000;
+    uint8_t *resp;
+    size_t len;
+    assert_int_equal(call(c, PS_API_LOOKUP, &lq.base, &resp, &len), 0);
+    free(resp);
+    const long hwm1 = peak_kb(s);
+    print_message("server peak RSS %ld -> %ld KiB\n", hwm0, hwm1);
+    assert_true(hwm0 > 0 && hwm1 - hwm0 < 256 * 1024); /* no 1 GiB reply was built */
+    free(keys);
+    psg_destroy(c);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 /* GET path from the metrics port: the HTTP status; the response into out. */
 static int http_get(int port, const char *path, char *out, size_t cap) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -444,7 +520,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rows_match_local), cmocka_unit_test(test_admin_and_tokens),
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_psctl),
-        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_metrics),          cmocka_unit_test(test_reply_limit),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all();
