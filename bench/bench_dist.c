@@ -49,7 +49,8 @@ static int spawn_worker(const char *bin, int port, int grpc, const char *p0, con
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "exec '%s' --servers=127.0.0.1:%d --coordinator=127.0.0.1:%d --world=2 --rank=%d "
-             "--train='%s','%s' --job=restart --on-worker-loss=wait --rejoin-timeout-ms=30000 "
+             "--train='%s','%s' --job=restart --fresh --on-worker-loss=wait "
+             "--rejoin-timeout-ms=30000 "
              "--log-level=error --progress-every=0 --json > '%s'",
              bin, port, grpc, rank, p0, p1, out);
     char *argv[] = {"/bin/sh", "-c", cmd, NULL};
@@ -269,6 +270,7 @@ int bench_dist_main(int argc, char **argv) {
     pw_train_config_t c;
     pw_train_config_defaults(&c);
     c.local_store = pw_emb_local_open;
+    c.fresh = true; /* every run against the server starts from new rows */
     const char *trp[] = {tr};
     /* The server: CPU 0 (bench_spawn pins to the first CPU), the same table as local runs. */
     bench_sibling("ps-server", bin, sizeof bin);

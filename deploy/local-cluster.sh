@@ -2,16 +2,16 @@
 # deploy/local-cluster.sh: run EmberPS servers on this machine (loopback), for the quickstart and
 # for users who want to train their own data through the same setup.
 #
-#   deploy/local-cluster.sh up [--servers=N] [--dir=DIR] [--base-port=P] [--table=SPEC]
-#                              [--rollback=JOBCKPT_DIR]
-#   deploy/local-cluster.sh status [--dir=DIR]
+#   deploy/local-cluster.sh up [--servers=N] [--dir=DIR] [--bin-dir=BIN] [--base-port=P]
+#                              [--table=SPEC] [--rollback=JOBCKPT_DIR]
+#   deploy/local-cluster.sh status [--dir=DIR] [--bin-dir=BIN]
 #   deploy/local-cluster.sh down [--dir=DIR]
 #
 # up starts N ps-servers (default 2) sharing one cluster map (slots split evenly); server 0 is
 # also the coordinator. Server i serves the data plane on P+i, gRPC on P+100+i and metrics on
 # P+2000+i (P default 7400), checkpoints into DIR/ckpt-i every 60 s and on stop, and logs to
-# DIR/logs/server-i.log. It creates the table SPEC (default: a 16-dim Adagrad table "emb") unless
-# a checkpoint brings it back. DIR (default run/cluster) then holds:
+# DIR/logs/server-i.log. It creates the table SPEC (default: "name=emb,dim=16", a 16-dim table with the default settings) unless
+# a checkpoint brings it back. DIR then holds:
 #   cluster.map     the map (pass it, or any server's host:port, to ps-worker --servers)
 #   servers.txt     one line per server: index data-port grpc-port metrics-port pid
 #   coordinator     host:gRPC port of the coordinator (ps-worker --coordinator)
@@ -20,29 +20,59 @@
 # checkpoint of JOBCKPT_DIR (ps-worker --ckpt-dir; then start the workers with
 # --resume=checkpoint): the whole job rolled back to one consistent point.
 # status prints each server's health through psctl; down stops them (SIGTERM: each writes a
-# checkpoint and exits 0). Binaries come from build/bin (tests/run.sh or deploy/quickstart.sh
-# build them).
+# checkpoint and exits 0).
+#
+# Where things are (relative paths are taken from the current directory; the script writes
+# nothing outside DIR, so a read-only checkout or an installed build works):
+#   DIR   --dir, else $EMBER_RUN_DIR, else run/cluster in the checkout this script is in, else
+#         (an installed script) ${XDG_STATE_HOME:-~/.local/state}/emberps/cluster.
+#   BIN   ps-server and psctl: --bin-dir, else $EMBER_BIN_DIR, else build/bin of the checkout
+#         (tests/run.sh or deploy/quickstart.sh build it), else the script's own directory when
+#         they are beside it (`cmake --install build --component programs` installs the script
+#         as bin/emberps-local-cluster), else the directory of `command -v ps-server`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$here") # the checkout, when the script is deploy/local-cluster.sh in one
 
 cmd=${1:-}
 [ -n "$cmd" ] && shift
-n=2 dir=run/cluster base=7400 rollback=""
-table="name=emb,dim=16,optimizer=adagrad,lr=0.05,adagrad_init=1e-6,init=uniform,init_scale=0.05"
+n=2 dir=${EMBER_RUN_DIR:-} bin=${EMBER_BIN_DIR:-} base=7400 rollback=""
+table="name=emb,dim=16" # every other setting: the table defaults (ps-server --help-tables)
 for a in "$@"; do
   case "$a" in
     --servers=*) n=${a#*=} ;;
     --dir=*) dir=${a#*=} ;;
+    --bin-dir=*) bin=${a#*=} ;;
     --base-port=*) base=${a#*=} ;;
     --table=*) table=${a#*=} ;;
     --rollback=*) rollback=${a#*=} ;;
     *) echo "local-cluster.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
-bin=build/bin
+if [ -z "$dir" ]; then
+  if [ -f "$root/CMakeLists.txt" ] && [ -d "$root/deploy" ]; then
+    dir=$root/run/cluster
+  else
+    dir=${XDG_STATE_HOME:-$HOME/.local/state}/emberps/cluster
+  fi
+fi
+case "$dir" in /*) ;; *) dir=$PWD/$dir ;; esac
+if [ -z "$bin" ]; then
+  if [ -x "$root/build/bin/ps-server" ]; then
+    bin=$root/build/bin
+  elif [ -x "$here/ps-server" ]; then
+    bin=$here
+  elif command -v ps-server >/dev/null; then
+    bin=$(dirname "$(command -v ps-server)")
+  else
+    bin=$root/build/bin # not there: up says so
+  fi
+fi
+case "$bin" in /*) ;; *) bin=$PWD/$bin ;; esac
 
 up() {
-  [ -x $bin/ps-server ] || { echo "local-cluster.sh: build first (no $bin/ps-server)" >&2; exit 1; }
+  [ -x "$bin/ps-server" ] ||
+    { echo "local-cluster.sh: no $bin/ps-server (build first, or give --bin-dir=DIR)" >&2; exit 1; }
   if [ -f "$dir/servers.txt" ] && status >/dev/null 2>&1; then
     echo "local-cluster.sh: a cluster is already up in $dir (down first)" >&2; exit 1
   fi
@@ -71,7 +101,7 @@ up() {
     [ ${#ids[@]} -gt 0 ] && extra+=(--restore-id="${ids[$i]}")
     grpc+="${grpc:+,}127.0.0.1:$((base + 100 + i))"
     rm -f "$dir/port-$i"
-    nohup $bin/ps-server --port=$((base + i)) --grpc-port=$((base + 100 + i)) \
+    nohup "$bin/ps-server" --port=$((base + i)) --grpc-port=$((base + 100 + i)) \
       --metrics-port=$((base + 2000 + i)) --cluster-map-file="$dir/cluster.map" \
       --server-index=$i --tables="$table" --ckpt-dir="$dir/ckpt-$i" --ckpt-interval-s=60 --ckpt-keep=10 \
       --port-file="$dir/port-$i" "${extra[@]}" >"$dir/logs/server-$i.log" 2>&1 &
@@ -95,7 +125,7 @@ status() {
   [ -f "$dir/servers.txt" ] || { echo "no cluster in $dir"; return 1; }
   local bad=0
   while read -r i dp gp mp pid; do
-    if kill -0 "$pid" 2>/dev/null && out=$($bin/psctl --server=127.0.0.1:$gp --timeout-ms=2000 health 2>&1); then
+    if kill -0 "$pid" 2>/dev/null && out=$("$bin/psctl" --server=127.0.0.1:$gp --timeout-ms=2000 health 2>&1); then
       echo "server $i (pid $pid, data :$dp, gRPC :$gp, metrics :$mp): $(echo "$out" | tr '\n' ' ')"
     else
       echo "server $i (pid $pid): DOWN"; bad=1
@@ -119,5 +149,5 @@ case "$cmd" in
   up) up ;;
   status) status ;;
   down) down ;;
-  *) echo "usage: deploy/local-cluster.sh up|status|down [--servers=N] [--dir=DIR] [--base-port=P] [--table=SPEC] [--rollback=JOBCKPT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: deploy/local-cluster.sh up|status|down [--servers=N] [--dir=DIR] [--bin-dir=BIN] [--base-port=P] [--table=SPEC] [--rollback=JOBCKPT_DIR]" >&2; exit 2 ;;
 esac

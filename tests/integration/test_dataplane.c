@@ -194,6 +194,57 @@ static void test_error_detail(void **state) {
     tc_rmdir(dir);
 }
 
+/* psc_claim across two servers: every server claimed, owners refused with the server's message,
+ * fresh empties both, and servers whose tables differ (or lack it) are an error. */
+static void test_claim(void **state) {
+    (void)state;
+    char dir[256], map[256], maparg[300], t0[200], t1[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dpclaim");
+    int p0 = pu_free_port(), p1 = pu_free_port();
+    two_way_map(map, sizeof map, p0, p1, 1);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    snprintf(t0, sizeof t0, "--tables=%s;name=odd,dim=8", TABLE);
+    snprintf(t1, sizeof t1, "--tables=%s;name=odd,dim=8,optimizer=sgd", TABLE);
+    const char *e0[] = {maparg, t0, NULL}, *e1[] = {maparg, t1, NULL};
+    pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", p0);
+    psc_t *c = connect_to(one, NULL);
+    psc_claim_t cl;
+    assert_int_equal(psc_claim(c, "emb", "a", PSC_CLAIM_CHECK, &cl), 0);
+    assert_int_equal(cl.action, PSC_CLAIMED_NEW);
+    assert_int_equal(cl.dim, D);
+    assert_non_null(strstr(cl.config, "name=emb,dim=8,"));
+    enum { N = 300 };
+    static uint64_t keys[N];
+    static float g[N * D];
+    batch(1, keys, g, N);
+    assert_int_equal(psc_push(c, "emb", keys, N, D, g, NULL), 0); /* both servers get keys */
+    assert_int_equal(psc_claim(c, "emb", "b", PSC_CLAIM_CHECK, &cl), PC_EOWNED);
+    assert_has(cl.message, "holds rows of job 'a'");
+    assert_has(cl.message, "127.0.0.1:");
+    assert_int_equal(psc_claim(c, "emb", "", PSC_CLAIM_INSPECT, &cl), 0);
+    assert_int_equal(cl.action, PSC_CLAIMED_NONE);
+    assert_string_equal(cl.previous, "a");
+    assert_int_equal(cl.version, 2); /* one push call per server */
+    assert_int_equal(psc_claim(c, "emb", "b", PSC_CLAIM_FRESH, &cl), 0);
+    assert_int_equal(cl.action, PSC_CLAIMED_RESET);
+    assert_true(cl.rows > 0);
+    assert_int_equal(psc_claim(c, "emb", "", PSC_CLAIM_INSPECT, &cl), 0);
+    assert_int_equal(cl.rows, 0);
+    assert_int_equal(cl.version, 0);
+    assert_string_equal(cl.previous, "b");
+    /* the servers' "odd" tables differ; no server has "nope" */
+    assert_int_equal(psc_claim(c, "odd", "a", PSC_CLAIM_CHECK, &cl), PC_ESTATE);
+    assert_has(cl.message, "servers disagree on table odd");
+    assert_int_equal(psc_claim(c, "nope", "a", PSC_CLAIM_CHECK, &cl), PC_ENOTFOUND);
+    assert_has(cl.message, "nope");
+    assert_int_equal(psc_claim(c, "emb", "", PSC_CLAIM_CHECK, &cl), PC_EINVAL); /* no job */
+    psc_close(c);
+    pu_stop(s0);
+    pu_stop(s1);
+    tc_rmdir(dir);
+}
+
 static void write_file(const char *path, const char *text) {
     char tmp[400];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -805,6 +856,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_servers_match_local),
         cmocka_unit_test(test_error_detail),
+        cmocka_unit_test(test_claim),
         cmocka_unit_test(test_wrong_slot_redirect),
         cmocka_unit_test(test_kill_and_restart),
         cmocka_unit_test(test_deadline),

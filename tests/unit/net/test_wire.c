@@ -7,7 +7,7 @@
 #include "pc_error.h"
 #include "pc_wire.h"
 
-static const pc_wire_limits_t LIM = {1u << 20, 1000};
+static const pc_wire_limits_t LIM = {1u << 20, 1000, 0};
 
 static void test_header_roundtrip(void **state) {
     (void)state;
@@ -112,7 +112,7 @@ static void test_batch_roundtrip_and_errors(void **state) {
     memcpy(body + 8, &dbig, 4);
     assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EDIM);
     /* n * dim large enough to overflow 32 bits must not wrap into a small valid length. */
-    pc_wire_limits_t wide = {UINT32_MAX, UINT32_MAX};
+    pc_wire_limits_t wide = {UINT32_MAX, UINT32_MAX, 0};
     uint32_t hn = 0x40000000u, hd = 1024;
     memcpy(body, save, 16);
     memcpy(body + 4, &hn, 4);
@@ -120,10 +120,88 @@ static void test_batch_roundtrip_and_errors(void **state) {
     assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &wide, &b), PC_EINVAL);
 }
 
+/* Reply sizes against the reply limit, and the message that names them. */
+static void test_reply_limit(void **state) {
+    (void)state;
+    char msg[160];
+    assert_int_equal(pc_wire_reply_len(PC_OP_PULL, 10, 4), 160);
+    assert_int_equal(pc_wire_reply_len(PC_OP_LOOKUP, 10, 4), 170);
+    assert_int_equal(pc_wire_reply_len(PC_OP_PUSH, 1u << 30, 1024), 24);
+    const uint64_t lim = 64u << 20;
+    assert_int_equal(pc_wire_reply_check(PC_OP_LOOKUP, 16000, 1024, lim, msg, sizeof msg), 0);
+    assert_int_equal(pc_wire_reply_check(PC_OP_PULL, 16384, 1024, lim, msg, sizeof msg), 0);
+    assert_int_equal(pc_wire_reply_check(PC_OP_LOOKUP, 16384, 1024, lim, msg, sizeof msg),
+                     PC_ETOOBIG); /* 64 MiB of rows + 16 KiB found bytes */
+    assert_int_equal(pc_wire_reply_check(PC_OP_LOOKUP, 2097152, 1024, lim, msg, sizeof msg),
+                     PC_ETOOBIG);
+    assert_string_equal(msg,
+                        "lookup of 2097152 rows x dim 1024 = 8 GiB over the reply limit of 64 MiB");
+    assert_int_equal(pc_wire_reply_check(PC_OP_PULL, 1000, 300, 1u << 20, msg, sizeof msg),
+                     PC_ETOOBIG);
+    assert_string_equal(msg,
+                        "pull of 1000 rows x dim 300 = 1.14 MiB over the reply limit of 1 MiB");
+    /* No limit; PUSH replies are counters; a NULL message is allowed. */
+    assert_int_equal(pc_wire_reply_check(PC_OP_PULL, 1u << 30, 1024, 0, msg, sizeof msg), 0);
+    assert_int_equal(pc_wire_reply_check(PC_OP_PUSH, 1u << 30, 1024, 1024, NULL, 0), 0);
+    assert_int_equal(pc_wire_reply_check(PC_OP_PULL, 1u << 30, 1024, 1024, NULL, 0), PC_ETOOBIG);
+}
+
+/* CLAIM bodies and replies: round trips, and every malformed body refused. */
+static void test_claim_codec(void **state) {
+    (void)state;
+    uint8_t b[512] __attribute__((aligned(8)));
+    const size_t len = pc_wire_claim_encode("emb", "job/run/3", 2, b);
+    assert_int_equal(len, pc_wire_claim_len(3, 9));
+    assert_int_equal(len, PC_WIRE_PREFIX + 8 + 9);
+    pc_wire_claim_t q;
+    assert_int_equal(pc_wire_claim_decode(b, (uint32_t)len, &q), 0);
+    assert_string_equal(q.name, "emb");
+    assert_string_equal(q.job, "job/run/3");
+    assert_int_equal(q.mode, 2);
+    assert_int_equal(pc_wire_claim_decode(b, (uint32_t)len - 1, &q), PC_EINVAL); /* short */
+    assert_int_equal(pc_wire_claim_decode(b, (uint32_t)len + 1, &q), PC_EINVAL); /* long */
+    assert_int_equal(pc_wire_claim_decode(b, 8, &q), PC_EINVAL);
+    b[PC_WIRE_PREFIX + 4] = 1; /* padding */
+    assert_int_equal(pc_wire_claim_decode(b, (uint32_t)len, &q), PC_EINVAL);
+    b[PC_WIRE_PREFIX + 4] = 0;
+    b[len - 1] = 0; /* a NUL inside the job */
+    assert_int_equal(pc_wire_claim_decode(b, (uint32_t)len, &q), PC_EINVAL);
+    b[len - 1] = '3';
+    b[12] = 1; /* reserved */
+    assert_int_equal(pc_wire_claim_decode(b, (uint32_t)len, &q), PC_EINVAL);
+    b[12] = 0;
+    b[4] = 200; /* job_len over the maximum */
+    assert_int_equal(pc_wire_claim_decode(b, (uint32_t)len, &q), PC_EINVAL);
+    char big[200];
+    memset(big, 'j', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(pc_wire_claim_encode("emb", big, 0, b), 0); /* refused, nothing written */
+    assert_int_equal(pc_wire_claim_encode("", "j", 0, b), 0);
+
+    pc_wire_claim_reply_t r = {.action = 3, .dim = 16, .rows = 7, .version = 9}, back;
+    snprintf(r.previous, sizeof r.previous, "old/run/0");
+    snprintf(r.config, sizeof r.config, "name=emb,dim=16,optimizer=adagrad");
+    const size_t rl = pc_wire_claim_reply_encode(&r, b);
+    assert_int_equal(rl, pc_wire_claim_reply_len(&r));
+    assert_int_equal(pc_wire_claim_reply_decode(b, (uint32_t)rl, &back), 0);
+    assert_int_equal(back.action, 3);
+    assert_int_equal(back.dim, 16);
+    assert_int_equal(back.rows, 7);
+    assert_int_equal(back.version, 9);
+    assert_string_equal(back.previous, "old/run/0");
+    assert_string_equal(back.config, r.config);
+    assert_int_equal(pc_wire_claim_reply_decode(b, (uint32_t)rl - 1, &back), PC_EINVAL);
+    assert_int_equal(pc_wire_claim_reply_decode(b, 31, &back), PC_EINVAL);
+    b[30] = 1; /* reserved */
+    assert_int_equal(pc_wire_claim_reply_decode(b, (uint32_t)rl, &back), PC_EINVAL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_roundtrip),
         cmocka_unit_test(test_batch_roundtrip_and_errors),
+        cmocka_unit_test(test_reply_limit),
+        cmocka_unit_test(test_claim_codec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
-/* Named tables: add, acquire, drop while held, list, reuse of a dropped name. */
+/* Named tables: add, acquire, drop while held, list, reuse of a dropped name; claims (which job
+ * trains a table), also racing. */
 #include "test_util.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "pc_error.h"
@@ -53,7 +55,161 @@ static void test_catalog(void **state) {
     ps_catalog_destroy(cat);
 }
 
+/* A spec a server takes from a user must name its table (no silent "default"); errors quote the
+ * spec; the bare engine's parse keeps its default name for in-process tables. */
+static void test_spec_needs_name(void **state) {
+    (void)state;
+    ps_table_config_t c, before;
+    char err[300];
+    ps_table_config_defaults(&c);
+    before = c;
+    assert_int_equal(ps_catalog_spec_parse("dim=8", &c, err, sizeof err), PC_EINVAL);
+    assert_string_equal(err, "table spec 'dim=8': name= is required");
+    assert_memory_equal(&c, &before, sizeof c);
+    assert_int_equal(ps_catalog_spec_parse("name=,dim=8", &c, err, sizeof err), PC_EINVAL);
+    assert_string_equal(err, "table spec 'name=,dim=8': name= is required");
+    assert_int_equal(ps_catalog_spec_parse("", &c, err, sizeof err), PC_EINVAL);
+    assert_int_equal(ps_catalog_spec_parse("name=ads,dim=0", &c, err, sizeof err), PC_EINVAL);
+    assert_non_null(strstr(err, "table spec 'name=ads,dim=0': dim: 0 is outside"));
+    assert_int_equal(ps_catalog_spec_parse("name=ads,bogus=1", &c, err, sizeof err), PC_EINVAL);
+    assert_non_null(strstr(err, "unknown setting 'bogus'"));
+    assert_int_equal(ps_catalog_spec_parse("name=ads,shards=3", &c, err, sizeof err), PC_EINVAL);
+    assert_int_equal(ps_catalog_spec_parse("name=ads,dim=8,optimizer=adam", &c, NULL, 0), 0);
+    assert_string_equal(c.name, "ads");
+    assert_int_equal(c.dim, 8);
+    ps_table_config_t d;
+    ps_table_config_defaults(&d);
+    assert_true(c.lr == d.lr); /* the rest are the table's defaults */
+    assert_int_equal(c.shards, d.shards);
+    /* the engine alone: no name needed */
+    assert_int_equal(ps_table_config_parse(&d, "dim=8", NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&d, &t), 0);
+    ps_table_destroy(t);
+}
+
+static int claim(ps_catalog_t *cat, const char *job, ps_claim_mode_t mode,
+                 ps_claim_result_t *r) {
+    char err[256];
+    return ps_catalog_claim(cat, "emb", job, mode, r, err, sizeof err);
+}
+
+/* One push of key 1 (a trained table). */
+static void push_one(ps_catalog_t *cat) {
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0);
+    uint64_t k = 1;
+    float g[4] = {1, 1, 1, 1};
+    assert_int_equal(ps_table_push(t, &k, 1, g, 4, NULL), 0);
+    ps_catalog_release(cat, t);
+}
+
+static void test_claims(void **state) {
+    (void)state;
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_config_t c;
+    cfg_named(&c, "name=emb,dim=4");
+    assert_int_equal(ps_catalog_add(cat, &c), 0);
+    ps_claim_result_t r;
+    char err[256], owner[PS_OWNER_MAX];
+    assert_int_equal(ps_catalog_claim(cat, "nope", "a", PS_CLAIM_CHECK, &r, err, sizeof err),
+                     PC_ENOTFOUND);
+    assert_int_equal(claim(cat, "", PS_CLAIM_CHECK, &r), PC_EINVAL); /* a job needs a name */
+    /* an untrained table: job a gets it; a again: continued; inspect changes nothing */
+    assert_int_equal(claim(cat, "a", PS_CLAIM_CHECK, &r), 0);
+    assert_int_equal(r.action, PS_CLAIMED_NEW);
+    push_one(cat);
+    assert_int_equal(claim(cat, "a", PS_CLAIM_FRESH, &r), 0);
+    assert_int_equal(r.action, PS_CLAIMED_CONTINUED); /* its own rows are not emptied */
+    assert_int_equal(r.version, 1);
+    assert_int_equal(claim(cat, "", PS_CLAIM_INSPECT, &r), 0);
+    assert_int_equal(r.action, PS_CLAIMED_NONE);
+    assert_string_equal(r.previous, "a");
+    /* job b: refused, with a message naming a; warm-start takes the rows over */
+    assert_int_equal(ps_catalog_claim(cat, "emb", "b", PS_CLAIM_CHECK, &r, err, sizeof err),
+                     PC_EOWNED);
+    assert_non_null(strstr(err, "job 'a'"));
+    assert_int_equal(claim(cat, "b", PS_CLAIM_WARM_START, &r), 0);
+    assert_int_equal(r.action, PS_CLAIMED_WARM_STARTED);
+    assert_int_equal(r.rows, 1);
+    /* job c with fresh: an empty table with the same settings, owned by c */
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0); /* a call still holding the old */
+    assert_int_equal(claim(cat, "c", PS_CLAIM_FRESH, &r), 0);
+    assert_int_equal(r.action, PS_CLAIMED_RESET);
+    assert_string_equal(r.previous, "b");
+    assert_int_equal(ps_table_count(t), 1); /* the holder's table is intact until released */
+    ps_catalog_release(cat, t);
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0);
+    assert_int_equal(ps_table_count(t), 0);
+    assert_int_equal(ps_table_version(t), 0);
+    assert_int_equal(ps_table_dim(t), 4);
+    ps_table_owner(t, owner, sizeof owner);
+    assert_string_equal(owner, "c");
+    ps_catalog_release(cat, t);
+    /* a table pushed to by a client that claimed nothing is refused too; reset with job "" */
+    assert_int_equal(claim(cat, "", PS_CLAIM_FRESH, &r), 0);
+    push_one(cat);
+    assert_int_equal(ps_catalog_claim(cat, "emb", "d", PS_CLAIM_CHECK, &r, err, sizeof err),
+                     PC_EOWNED);
+    assert_non_null(strstr(err, "claimed no job"));
+    char names[2][PS_TABLE_NAME_MAX];
+    assert_int_equal(ps_catalog_list(cat, names, 2), 1); /* one table through all of it */
+    ps_catalog_destroy(cat);
+}
+
+/* Workers of one job racing with fresh: the table is emptied once. */
+typedef struct racer {
+    ps_catalog_t *cat;
+    ps_claim_result_t r;
+    int rc;
+} racer_t;
+
+static void *race(void *arg) {
+    racer_t *x = arg;
+    x->rc = claim(x->cat, "job", PS_CLAIM_FRESH, &x->r);
+    push_one(x->cat); /* its first training step */
+    return NULL;
+}
+
+static void test_claims_race(void **state) {
+    (void)state;
+    for (int round = 0; round < 50; round++) {
+        ps_catalog_t *cat;
+        assert_int_equal(ps_catalog_create(&cat), 0);
+        ps_table_config_t c;
+        cfg_named(&c, "name=emb,dim=4");
+        assert_int_equal(ps_catalog_add(cat, &c), 0);
+        ps_claim_result_t r;
+        assert_int_equal(claim(cat, "old", PS_CLAIM_CHECK, &r), 0);
+        push_one(cat);
+        enum { N = 4 };
+        racer_t x[N];
+        pthread_t th[N];
+        for (int i = 0; i < N; i++) {
+            x[i] = (racer_t){.cat = cat};
+            assert_int_equal(pthread_create(&th[i], NULL, race, &x[i]), 0);
+        }
+        int resets = 0;
+        for (int i = 0; i < N; i++) {
+            pthread_join(th[i], NULL);
+            assert_int_equal(x[i].rc, 0);
+            resets += x[i].r.action == PS_CLAIMED_RESET;
+        }
+        assert_int_equal(resets, 1);
+        ps_table_t *t;
+        assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0);
+        assert_int_equal(ps_table_version(t), N); /* every worker's push, none emptied away */
+        ps_catalog_release(cat, t);
+        ps_catalog_destroy(cat);
+    }
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_catalog)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_catalog),
+                                       cmocka_unit_test(test_spec_needs_name),
+                                       cmocka_unit_test(test_claims),
+                                       cmocka_unit_test(test_claims_race)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
