@@ -1,6 +1,7 @@
 /* ps_server_main.c: the ps-server daemon.
  *
  *   build/bin/ps-server [--config=FILE] [--name=value ...]     (--help lists every setting)
+ *   build/bin/ps-server --help-tables                         (the keys of a table spec)
  *
  * Settings come from one table: defaults, then the config file, then PS_SERVER_* environment
  * variables, then flags (later wins). --print-config prints the effective settings and exits.
@@ -142,8 +143,25 @@ static int load_settings(srv_cfg_t *c, int argc, char **argv) {
         return 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: ps-server [--name=value ...]\n\n");
+            printf("usage: ps-server [--name=value ...]\n"
+                   "       ps-server --help-tables      the keys of a table spec (--tables)\n\n");
             pc_settings_help(k_settings, NSET, stdout);
+            exit(0);
+        }
+        if (strcmp(argv[i], "--help-tables") == 0 || strcmp(argv[i], "--help_tables") == 0) {
+            size_t n;
+            const pc_setting_t *tab = ps_table_settings(&n);
+            printf("A table spec is key=value items separated by ',' (specs in --tables by ';'):\n"
+                   "  ps-server --tables=\"name=emb,dim=16;name=ads,dim=64,optimizer=adam\"\n"
+                   "  psctl create \"name=ads,dim=64,optimizer=adam,lr=0.001\"  (gRPC "
+                   "CreateTable)\n"
+                   "name= is required; every other key has the default shown.\n\n");
+            for (size_t k = 0; k < n; k++) {
+                if (strcmp(tab[k].name, "name") == 0) /* the engine's default is not served */
+                    printf("  %-32s %s (required)\n", "name=<str>", tab[k].help);
+                else
+                    pc_settings_help_list(&tab[k], 1, stdout);
+            }
             exit(0);
         }
     }
@@ -442,10 +460,9 @@ static int create_tables(server_t *s) {
     char *save = NULL;
     for (char *spec = strtok_r(specs, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
         ps_table_config_t c;
-        char err[256];
-        ps_table_config_defaults(&c);
-        if (ps_table_config_parse(&c, spec, err, sizeof err)) {
-            PC_ERROR("tables: '%s': %s", spec, err);
+        char err[512];
+        if (ps_catalog_spec_parse(spec, &c, err, sizeof err)) {
+            PC_ERROR("--tables: %s", err);
             return 2;
         }
         ps_table_t *t;

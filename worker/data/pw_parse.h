@@ -93,6 +93,9 @@ int pw_parse_line(pw_format_t fmt, const pw_csv_spec_t *csv, const char *line, s
  * its spec, libsvm 1/0; libffm 0/0 (fields come with the data: the model must be told). */
 void pw_format_shape(pw_format_t fmt, const pw_csv_spec_t *csv, int *nfields, int *ndense);
 
+/* The formats' names, indexed by pw_format_t, NULL-terminated (an enum setting's choices). */
+extern const char *const pw_format_names[];
+
 /* "criteo" | "libsvm" | "libffm" | "csv" -> format; PC_EINVAL otherwise. */
 int pw_format_parse(const char *name, pw_format_t *out);
 

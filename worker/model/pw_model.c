@@ -35,7 +35,9 @@ int pw_model_create(const pw_model_config_t *c, pw_backend_t *be, pw_model_t **o
     if (rc)
         return rc;
     if (ops->needs_fields && c->nfields < 1) {
-        PC_ERROR("train: set fields= (the number of categorical fields) for this format");
+        PC_ERROR("train: model %s needs --fields (the number of categorical fields): this "
+                 "format does not give it",
+                 c->name);
         return PC_EINVAL;
     }
     return ops->create(c, be, out);

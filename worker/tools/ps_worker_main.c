@@ -28,7 +28,8 @@
 typedef struct cfg {
     pw_train_config_t t;
     bool local, json;
-    char train[4096], test[4096], format[16], device[32];
+    char train[4096], test[4096], device[32];
+    int format; /* pw_format_t */
     int log_level;
 } cfg_t;
 
@@ -41,7 +42,7 @@ static const pc_setting_t k_own[] = {
         T, train, "",
         "training data: comma-separated paths (- for stdin, tcp://HOST:PORT listens)"),
     PC_SETTING_STRING(T, test, "", "evaluation data: comma-separated paths"),
-    PC_SETTING_STRING(T, format, "criteo", "criteo | libsvm | libffm | csv"),
+    PC_SETTING_ENUM(T, format, pw_format_names, "criteo", "format of --train and --test"),
     PC_SETTING_STRING(T, device, "auto",
                       "where the dense math runs: auto (a GPU when the CUDA module loads and "
                       "finds one, else the CPU) | cpu | cuda | cuda:N | cpu:checked (tests)"),
@@ -105,11 +106,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     signal(SIGPIPE, SIG_IGN); /* a peer that died must not kill this worker */
-    pw_format_t fmt;
     const char *train[256], *test[256];
     size_t ntrain = split(c.train, train, 256), ntest = split(c.test, test, 256);
-    if (!ntrain || pw_format_parse(c.format, &fmt)) {
-        fprintf(stderr, "ps-worker: bad --train or --format\n");
+    if (!ntrain) {
+        fprintf(stderr, "ps-worker: --train: give the training data (comma-separated paths, - "
+                        "for stdin, tcp://HOST:PORT)\n");
         return 2;
     }
     if (c.local)
@@ -123,7 +124,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s: dense math on %s\n", tag, why);
     pw_train_result_t r;
     r.error[0] = '\0';
-    rc = pw_train_run(tc, fmt, train, ntrain, test, ntest, &r);
+    rc = pw_train_run(tc, (pw_format_t)c.format, train, ntrain, test, ntest, &r);
     if (rc) {
         pw_backend_close(tc->backend);
         if (r.error[0]) /* which file and why */

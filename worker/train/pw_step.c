@@ -226,7 +226,7 @@ int pw_step_check(const pw_step_t *st, const pw_batch_t *b) {
     const int nf = pw_model_fields(st->m);
     for (size_t j = 0; nf && j < b->key_off[b->n]; j++)
         if (b->fields[j] >= nf) {
-            PC_ERROR("train: a feature of field %u, the model has %d fields (fields=)",
+            PC_ERROR("train: a feature of field %u, the model has %d fields (--fields)",
                      b->fields[j], nf);
             return PC_EINVAL;
         }

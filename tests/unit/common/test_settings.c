@@ -181,6 +181,61 @@ static void test_cli(void **state) {
     assert_int_equal(pc_settings_cli(tab, N, &c, 2, bad, "tool", "tool [opts]"), 2);
 }
 
+/* Messages and help name a setting as the user wrote it: flags as "--ckpt-dir" (either spelling
+ * parses), an enum's bad value with its choices; lists keep the snake_case name. */
+typedef struct named {
+    int64_t ckpt_keep;
+    int fmt;
+} named_t;
+
+static void test_names_and_choices(void **state) {
+    (void)state;
+    static const char *const fmts[] = {"criteo", "libsvm", "csv", NULL};
+    const pc_setting_t t[] = {
+        PC_SETTING_INT(named_t, ckpt_keep, 1, 10, "3", "checkpoints kept"),
+        PC_SETTING_ENUM(named_t, fmt, fmts, "criteo", "input format"),
+    };
+    named_t c;
+    char err[200];
+    assert_int_equal(pc_settings_defaults(t, 2, &c), 0);
+    char *argv[] = {"prog", "--ckpt-keep=4", "--ckpt_keep", "5", "--fmt=CSV"};
+    int argi = 1;
+    assert_int_equal(pc_settings_parse_args(t, 2, &c, 5, argv, &argi, err, sizeof err), 0);
+    assert_int_equal(c.ckpt_keep, 5);
+    assert_int_equal(c.fmt, 2);
+    char *bad[] = {"prog", "--fmt=parquet"};
+    argi = 1;
+    assert_int_equal(pc_settings_parse_args(t, 2, &c, 2, bad, &argi, err, sizeof err), PC_EINVAL);
+    assert_string_equal(err, "--fmt: 'parquet' is not one of criteo, libsvm, csv");
+    char *big[] = {"prog", "--ckpt_keep=11"};
+    argi = 1;
+    assert_int_equal(pc_settings_parse_args(t, 2, &c, 2, big, &argi, err, sizeof err), PC_EINVAL);
+    assert_non_null(strstr(err, "--ckpt-keep: 11 is outside"));
+    char *none[] = {"prog", "--ckpt-keep"};
+    argi = 1;
+    assert_int_equal(pc_settings_parse_args(t, 2, &c, 2, none, &argi, err, sizeof err), PC_EINVAL);
+    assert_string_equal(err, "--ckpt-keep needs a value");
+    assert_int_equal(pc_settings_parse_list(t, 2, &c, "fmt=orc", err, sizeof err), PC_EINVAL);
+    assert_string_equal(err, "fmt: 'orc' is not one of criteo, libsvm, csv");
+
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    pc_settings_help(t, 2, m);
+    fclose(m);
+    assert_non_null(strstr(buf, "--ckpt-keep=<int>"));
+    assert_null(strstr(buf, "--ckpt_keep="));   /* the docs' form only ... */
+    assert_non_null(strstr(buf, "'-' or '_'")); /* ... and a line saying both work */
+    free(buf);
+    m = open_memstream(&buf, &len);
+    pc_settings_help_list(t, 2, m);
+    fclose(m);
+    assert_non_null(strstr(buf, "  ckpt_keep=<int>"));
+    assert_non_null(strstr(buf, "criteo|libsvm|csv"));
+    assert_null(strstr(buf, "--"));
+    free(buf);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_list),
@@ -189,6 +244,7 @@ int main(void) {
         cmocka_unit_test(test_file_env_dump),
         cmocka_unit_test(test_bad_declaration),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_names_and_choices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

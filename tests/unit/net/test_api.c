@@ -74,6 +74,33 @@ static void test_edge_requests(void **state) {
     ps_catalog_destroy(c);
 }
 
+/* CreateTable: a spec without name= is refused with a message that says so (no table "default"). */
+static void test_create_needs_name(void **state) {
+    (void)state;
+    ps_catalog_t *c = cat();
+    ps_api_env_t env = {.cat = c, .max_keys = 10};
+    ps_api_reply_t r;
+    uint8_t buf[256];
+    Emberps__CreateTableRequest q = EMBERPS__CREATE_TABLE_REQUEST__INIT;
+    q.spec = "dim=8";
+    size_t n = protobuf_c_message_pack(&q.base, buf);
+    ps_api_call(&env, PS_API_CREATE_TABLE, buf, n, &r);
+    assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
+    assert_int_equal(r.err, PC_EINVAL);
+    assert_string_equal(r.msg, "table spec 'dim=8': name= is required");
+    ps_api_reply_free(&r);
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(c, "default", &t), PC_ENOTFOUND);
+    q.spec = "name=ads,dim=8";
+    n = protobuf_c_message_pack(&q.base, buf);
+    ps_api_call(&env, PS_API_CREATE_TABLE, buf, n, &r);
+    assert_int_equal(r.status, PS_ST_OK);
+    ps_api_reply_free(&r);
+    assert_int_equal(ps_catalog_acquire(c, "ads", &t), 0);
+    ps_catalog_release(c, t);
+    ps_catalog_destroy(c);
+}
+
 static int kv_call(const ps_api_env_t *env, int m, const ProtobufCMessage *msg, ps_api_reply_t *r) {
     uint8_t buf[4096];
     const size_t n = protobuf_c_message_pack(msg, buf);
@@ -338,11 +365,9 @@ static void test_restore(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_methods_and_statuses),
-        cmocka_unit_test(test_edge_requests),
-        cmocka_unit_test(test_coordinator_kv),
-        cmocka_unit_test(test_coordinator_leases),
-        cmocka_unit_test(test_restore),
+        cmocka_unit_test(test_methods_and_statuses), cmocka_unit_test(test_edge_requests),
+        cmocka_unit_test(test_create_needs_name),    cmocka_unit_test(test_coordinator_kv),
+        cmocka_unit_test(test_coordinator_leases),   cmocka_unit_test(test_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

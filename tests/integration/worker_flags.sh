@@ -1,0 +1,30 @@
+#!/bin/sh
+# worker_flags.sh BIN_DIR: ps-worker's answers to bad flags name the flag and what it takes.
+#   --format=parquet       exit 2: "--format: 'parquet' is not one of criteo, libsvm, libffm, csv"
+#   no --train             exit 2, naming --train
+#   deepfm on libffm       exit 2, naming --fields (the format does not give the field count)
+#   --help                 flags as the docs write them (--ckpt-dir), both spellings accepted
+set -eu
+bin=$1
+dir=$(mktemp -d /tmp/ember-wflags-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+printf '1 0:1:1 1:2:1\n0 0:3:1 1:4:1\n' >"$dir/t.ffm"
+
+expect() { # expect RC TEXT ARGS...: ps-worker ARGS exits RC and says TEXT on stderr
+  want=$1 text=$2
+  shift 2
+  rc=0
+  "$bin/ps-worker" "$@" >/dev/null 2>"$dir/err.txt" || rc=$?
+  cat "$dir/err.txt"
+  [ "$rc" -eq "$want" ] || { echo "FAIL: ps-worker $* exited $rc, want $want"; exit 1; }
+  grep -q -F -- "$text" "$dir/err.txt" || { echo "FAIL: ps-worker $*: no \"$text\""; exit 1; }
+}
+
+expect 2 "--format: 'parquet' is not one of criteo, libsvm, libffm, csv" \
+  --local --device=cpu --format=parquet --train="$dir/t.ffm"
+expect 2 "--train: give the training data" --local --device=cpu
+expect 2 "needs --fields" --local --device=cpu --format=libffm --model=deepfm --train="$dir/t.ffm"
+"$bin/ps-worker" --help >"$dir/help.txt"
+grep -q -- "--ckpt-dir=<str>" "$dir/help.txt" || { echo "FAIL: --help does not show --ckpt-dir"; exit 1; }
+grep -q -- "'-' or '_'" "$dir/help.txt" || { echo "FAIL: --help does not say both forms work"; exit 1; }
+echo "ok"
