@@ -88,8 +88,9 @@ static void cluster_down(cluster_t *c) {
     pu_stop(c->s1);
 }
 
-/* Start ps-worker with args (NULL-terminated); stdout to out_path. */
-static pid_t worker(const char *const *args, const char *out_path) {
+/* Start ps-worker with args (NULL-terminated); stdout to out_path, stderr to err_path (NULL:
+ * the test's). */
+static pid_t worker_to(const char *const *args, const char *out_path, const char *err_path) {
     const char *argv[40] = {g_worker, "--log-level=error", "--progress-every=0", "--json",
                             "--timeout-ms=20000"};
     int a = 5;
@@ -99,12 +100,16 @@ static pid_t worker(const char *const *args, const char *out_path) {
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        if (!freopen(out_path, "w", stdout))
+        if (!freopen(out_path, "w", stdout) || (err_path && !freopen(err_path, "w", stderr)))
             _exit(126);
         execv(g_worker, (char *const *)argv);
         _exit(127);
     }
     return pid;
+}
+
+static pid_t worker(const char *const *args, const char *out_path) {
+    return worker_to(args, out_path, NULL);
 }
 
 /* The worker's JSON summary at path (empty when unreadable). */
@@ -127,6 +132,9 @@ static double json_num(const char *path, const char *key) {
 }
 
 static char g_all[300], g_p0[300], g_p1[300], g_test[300];
+static pw_coord_t *coord_of(const cluster_t *c);
+static void job_key(pw_coord_t *co, const char *job, const char *key, char *out, size_t cap);
+static bool running(pid_t pid);
 
 /* Generate o's rows into all and test, and split all into two worker shares: blocks of `block`
  * lines alternate between p0 and p1, so batch t of 2 x block lines of all is block t of p0
@@ -275,6 +283,30 @@ static void test_unequal_data_and_errors(void **state) {
     const double t0 = pu_now();
     assert_int_equal(pu_reap(worker(lone, out0), 30), 1);
     assert_true(pu_now() - t0 < 20);
+    /* two workers given one rank: the second is refused at once, naming the rank and the
+     * holder; the first goes on (here: to its timeout, as rank 0 never comes) */
+    const char *dup[] = {srv,         coord, "--world=2",         "--rank=1",
+                         "--job=dup", tr,    "--timeout-ms=3000", NULL};
+    char err1[300], log[8192], v[512];
+    snprintf(err1, sizeof err1, "%s/dup1.err", g_dir);
+    pw_coord_t *co = coord_of(&c);
+    pid_t first = worker(dup, out0);
+    for (double t1 = pu_now(); pu_now() - t1 < 20; usleep(20000)) {
+        job_key(co, "dup", "live/1", v, sizeof v);
+        if (v[0])
+            break;
+    }
+    assert_true(v[0]);
+    const double t2 = pu_now();
+    assert_int_equal(pu_reap(worker_to(dup, out1, err1), 30), 1);
+    const double refused = pu_now() - t2;
+    json_text(err1, log, sizeof log);
+    print_message("the second rank 1 exited 1 after %.2f s: %s", refused, log);
+    assert_true(refused < 2.5); /* not the 3 s formation timeout */
+    assert_non_null(strstr(log, "rank 1 is already held by a live worker"));
+    assert_true(running(first));
+    assert_int_equal(pu_reap(first, 30), 1);
+    pw_coord_close(co);
     /* a table of another dim: the model wants 17-float rows for FM with dim 16 */
     const char *fm[] = {srv, "--model=fm", tr, NULL};
     assert_int_equal(pu_reap(worker(fm, out0), 30), 1);
@@ -336,6 +368,7 @@ typedef struct rjob {
     int rejoin_ms;
     char out[2][300];
     const char *extra[5]; /* more flags, NULL-terminated */
+    const char *err;      /* rank 0's stderr goes here (NULL: the test's) */
 } rjob_t;
 
 static pid_t rworker(rjob_t *j, int rank, const char *out) {
@@ -352,7 +385,7 @@ static pid_t rworker(rjob_t *j, int rank, const char *out) {
     const char *args[16] = {srv, coord, "--world=2", tr, test, jb, rk, pol, rj, b};
     for (int i = 0; i < 5 && j->extra[i]; i++)
         args[10 + i] = j->extra[i];
-    return worker(args, out);
+    return worker_to(args, out, rank == 0 ? j->err : NULL);
 }
 
 /* A key of job's current run at the coordinator ("" when absent). */
@@ -510,8 +543,17 @@ static void test_worker_lost(void **state) {
     assert_int_equal(pu_reap(p1, 120), 0);
     assert_true(json_num(j.out[0], "samples") == REJOIN_EPOCHS * RROWS);
     assert_true(json_num(j.out[0], "auc") > AUC_MIN);
-    /* A worker that never comes back: the survivor finishes its data alone. */
-    rjob_t k = {.c = &c, .job = "lost", .policy = "shrink", .rejoin_ms = 1000};
+    /* A worker that never comes back: the survivor finishes its data alone, and its warning
+     * says the worker is lost (its process is gone), not "alive" (its lease still runs). A job
+     * of its own on the shrink job's table: it trains those rows further (--warm-start). */
+    char err0[300], log[16384];
+    snprintf(err0, sizeof err0, "%s/lost0.err", g_dir);
+    rjob_t k = {.c = &c,
+                .job = "lost",
+                .policy = "shrink",
+                .rejoin_ms = 1000,
+                .extra = {"--log-level=warn", "--warm-start", NULL},
+                .err = err0};
     snprintf(k.out[0], sizeof k.out[0], "%s/lost0.json", g_dir);
     snprintf(k.out[1], sizeof k.out[1], "%s/lost1.json", g_dir);
     p0 = rworker(&k, 0, k.out[0]);
@@ -523,6 +565,11 @@ static void test_worker_lost(void **state) {
     assert_true(json_num(k.out[0], "samples") == RROWS);
     job_key(co, k.job, "g/1", v, sizeof v);
     assert_string_equal(v, "0");
+    json_text(err0, log, sizeof log);
+    const char *lost = strstr(log, "worker 1 is lost");
+    if (!lost || strstr(log, "alive but not in recovery"))
+        fail_msg("rank 0's log: %s", log);
+    print_message("%.*s\n", (int)strcspn(lost, "\n"), lost);
     pw_coord_close(co);
     cluster_down(&c);
 }

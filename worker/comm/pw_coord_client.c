@@ -77,6 +77,11 @@ int pw_coord_set_lease(pw_coord_t *c, const char *key, const void *value, size_t
     return kv_put(c, key, value, len, false, lease_ms);
 }
 
+int pw_coord_set_lease_if_absent(pw_coord_t *c, const char *key, const void *value, size_t len,
+                                 uint32_t lease_ms) {
+    return kv_put(c, key, value, len, true, lease_ms);
+}
+
 int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {
     Emberps__KvGetRequest q = EMBERPS__KV_GET_REQUEST__INIT;
     q.key = (char *)key;

@@ -28,6 +28,10 @@ int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len);
 /* KvSet with a lease: the key expires lease_ms after this call unless set again. */
 int pw_coord_set_lease(pw_coord_t *c, const char *key, const void *value, size_t len,
                        uint32_t lease_ms);
+/* Both: only when the key is absent (an expired lease counts as absent), then with a lease.
+ * 0, PC_EEXIST, or the errors of pw_coord_set. */
+int pw_coord_set_lease_if_absent(pw_coord_t *c, const char *key, const void *value, size_t len,
+                                 uint32_t lease_ms);
 
 /* KvList: the live keys under prefix, sorted, at most limit (0: the server's maximum, 4096).
  * *out (malloc'ed; free with pc_kv_entries_free; values NUL-terminated) has *n entries. Errors as

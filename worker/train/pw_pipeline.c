@@ -23,8 +23,10 @@
 #include "pw_train_int.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { PRIO_PULL = 0, PRIO_DENSE = 1, PRIO_PUSH = 1 << 20 };
 
@@ -38,16 +40,43 @@ static bool transient(int rc) {
 
 /* ---- reads that wait for servers ---- */
 
+const char *pw__store_why(trainer_t *t, int rc, char *buf, size_t cap) {
+    buf[0] = '\0';
+    if (t->emb->ops->error)
+        t->emb->ops->error(t->emb, buf, cap);
+    if (!buf[0])
+        snprintf(buf, cap, "%s", pc_strerror(rc));
+    return buf;
+}
+
 bool pw__server_retry(trainer_t *t, int rc, uint64_t t0) {
+    const int rank = (int)t->c->rank;
+    char why[1024];
     if (!transient(rc) || pc_time_sec_since(t0) * 1000 > t->c->server_retry_ms) {
-        if (!rc && t->waiting_servers)
-            PC_WARN("train: the servers answer again");
+        if (!rc && t->waiting_servers) {
+            PC_WARN("train: rank %d: the servers answer again", rank);
+            if (t->grp)
+                pw_group_note(t->grp, NULL);
+        } else if (transient(rc)) {
+            PC_ERROR("train: rank %d: giving up after waiting %lld ms for the servers: %s", rank,
+                     (long long)t->c->server_retry_ms, pw__store_why(t, rc, why, sizeof why));
+        }
         t->waiting_servers = t->waiting_servers && rc;
         return false;
     }
-    if (!t->waiting_servers)
-        PC_WARN("train: servers unavailable (%s); waiting up to %lld ms", pc_strerror(rc),
+    if (!t->waiting_servers) {
+        pw__store_why(t, rc, why, sizeof why);
+        PC_WARN("train: rank %d: servers unavailable: %s; waiting up to %lld ms", rank, why,
                 (long long)t->c->server_retry_ms);
+        if (t->grp) { /* peers that miss this worker in a recovery say why */
+            char note[sizeof why + 64], at[32];
+            const time_t now = time(NULL);
+            struct tm tm;
+            strftime(at, sizeof at, "%H:%M:%S", localtime_r(&now, &tm));
+            snprintf(note, sizeof note, "waiting since %s for the servers: %s", at, why);
+            pw_group_note(t->grp, note);
+        }
+    }
     t->waiting_servers = true;
     pc_time_sleep_ms(200);
     return true;
@@ -59,6 +88,10 @@ int pw__lookup(trainer_t *t, const uint64_t *keys, size_t n, float *rows) {
     do
         rc = t->emb->ops->lookup(t->emb, keys, n, rows);
     while (pw__server_retry(t, rc, t0));
+    char why[1024];
+    if (rc && !transient(rc))
+        PC_ERROR("train: rank %d: a lookup failed: %s", (int)t->c->rank,
+                 pw__store_why(t, rc, why, sizeof why));
     return rc;
 }
 
@@ -78,11 +111,16 @@ static int run_pull(pw_job_t *j) {
  * their part; a restarted server lost it anyway (and all since its checkpoint). */
 static void push_done(void *ctx, int rc) {
     pchunk_t *p = ctx;
+    trainer_t *t = p->s->t;
+    char why[1024];
     if (transient(rc)) {
-        PC_WARN("train: a push failed (%s); its part on the failed server is lost",
-                pc_strerror(rc));
-        atomic_fetch_add(&p->s->t->lost_pushes, 1);
+        PC_WARN("train: rank %d: a push failed (%s); its part on the failed server is lost",
+                (int)t->c->rank, pw__store_why(t, rc, why, sizeof why));
+        atomic_fetch_add(&t->lost_pushes, 1);
         rc = 0;
+    } else if (rc) {
+        PC_ERROR("train: rank %d: a push failed: %s", (int)t->c->rank,
+                 pw__store_why(t, rc, why, sizeof why));
     }
     pw_sched_complete(&p->job, rc);
 }
@@ -305,6 +343,10 @@ int pw__slot_rows(trainer_t *t, slot_t *s) {
     while (pw__server_retry(t, rc = pw_sched_wait(t->sched, &s->pull), t0))
         pw__slot_pull(t, s); /* its gate is done: waited for before */
     t->pull_wait_s += pc_time_sec_since(t0);
+    char why[1024];
+    if (rc && !transient(rc) && rc != PC_ECANCELED) /* transient: logged giving up */
+        PC_ERROR("train: rank %d: pulling rows failed: %s", (int)t->c->rank,
+                 pw__store_why(t, rc, why, sizeof why));
     return rc;
 }
 

@@ -133,8 +133,12 @@ void pw__pipeline_free(trainer_t *t);
 /* The rounds' dense buffers are device memory (device collectives), else host memory. */
 bool pw__dflat(const trainer_t *t);
 /* A read (pull, lookup: first tried at t0) ended with rc: true when it is to be tried again
- * after a pause (a server down, within server_retry_ms). */
+ * after a pause (a server down, within server_retry_ms). Logs the wait (naming the server) and
+ * giving up; while waiting, the group's heartbeats carry it (pw_group_note). */
 bool pw__server_retry(trainer_t *t, int rc, uint64_t t0);
+/* Why the store's call failed with rc: its detail (the server and its message), else the
+ * code's message; in buf. */
+const char *pw__store_why(trainer_t *t, int rc, char *buf, size_t cap);
 /* Evaluation's read-only lookup, waiting for servers that are down like a pull. */
 int pw__lookup(trainer_t *t, const uint64_t *keys, size_t n, float *rows);
 int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b);
