@@ -244,9 +244,6 @@ static void call_note(call_t *k, const server_t *s, bool final) {
  * is explained by p->srv->msg. */
 static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
     call_t *k = p->call;
-    if (!k->finished && rc && k->op == PC_OP_CLAIM && !k->claim->message[0])
-        snprintf(k->claim->message, sizeof k->claim->message, "%s: %s", p->srv->addr,
-                 pc_strerror(rc));
     if (!k->finished && rc) {
         if (transient && k->attempts < c->o.retries && k->op != PC_OP_CLAIM) {
             call_note(k, p->srv, false);
@@ -357,26 +354,22 @@ static int send_frame(server_t *s, wbuf_t *w) {
     return 0;
 }
 
-/* Merge server s's claim reply (status rc, body in s->body) into k's result. */
-static int claim_reply(server_t *s, call_t *k, int rc) {
+/* Merge server s's claim reply (status 0, body in s->body) into k's result; a failure is
+ * explained in s->msg (for part_done). */
+static int claim_reply(server_t *s, call_t *k) {
     psc_claim_t *out = k->claim;
-    if (rc) {
-        if (!out->message[0])
-            snprintf(out->message, sizeof out->message, "%s: %.*s", s->addr,
-                     (int)(s->h.body_len < PC_WIRE_MSG_MAX ? s->h.body_len : PC_WIRE_MSG_MAX),
-                     (const char *)s->body);
-        return rc;
-    }
     pc_wire_claim_reply_t *r = pc_smalloc(PC_MEM_CLIENT, sizeof *r);
-    if (!r)
-        return PC_ENOMEM;
-    if (pc_wire_claim_reply_decode(s->body, s->h.body_len, r)) {
+    int rc = 0;
+    if (!r) {
+        rc = PC_ENOMEM;
+        snprintf(s->msg, sizeof s->msg, "%s: the claim reply", pc_strerror(rc));
+    } else if (pc_wire_claim_reply_decode(s->body, s->h.body_len, r)) {
         rc = PC_EINVAL;
-        snprintf(out->message, sizeof out->message, "%s: malformed claim reply", s->addr);
+        snprintf(s->msg, sizeof s->msg, "malformed claim reply");
     } else if (k->claimed && strcmp(r->config, out->config) != 0) {
         rc = PC_ESTATE;
-        snprintf(out->message, sizeof out->message,
-                 "servers disagree on table %s: %s has %.150s, another %.150s", k->table, s->addr,
+        snprintf(s->msg, sizeof s->msg,
+                 "servers disagree on table %s: this one has %.150s, another %.150s", k->table,
                  r->config, out->config);
     } else {
         /* the strongest action any server took: reset > warm-started > new > continued */
@@ -454,8 +447,8 @@ static void handle_reply(server_t *s) {
     if (rc == PC_EWRONGSLOT)
         map_adopt_text(c, s->body, h->body_len);
     if (k->op == PC_OP_CLAIM) {
-        if (!k->finished)
-            rc = claim_reply(s, k, rc);
+        if (!k->finished && !rc)
+            rc = claim_reply(s, k);
         part_done(c, p, rc, false);
         server_pump(s);
         return;
@@ -1073,8 +1066,8 @@ int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_
     uint64_t id = k->id;
     int rc = call_submit(c, k);
     if (!rc)
-        rc = psc_wait(c, id);
-    if (rc && !out->message[0])
+        rc = psc_wait_detail(c, id, out->message, sizeof out->message);
+    else
         snprintf(out->message, sizeof out->message, "%s", pc_strerror(rc));
     return rc;
 }

@@ -127,7 +127,7 @@ typedef struct psc_claim {
     uint64_t rows, version; /* rows and push calls before the claim, summed over servers */
     char previous[128];     /* the owner before the claim ("" none) */
     char config[2048];      /* the table's settings, "name=emb,dim=16,optimizer=adagrad,..." */
-    char message[600];      /* on failure: what went wrong, the server's address first */
+    char message[600];      /* on failure: psc_wait_detail's line (the server's address first) */
 } psc_claim_t;
 
 /* Claim `table` for `job` (at most 127 bytes) on every server; blocking. Errors: PC_EOWNED (the
