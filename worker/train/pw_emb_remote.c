@@ -18,6 +18,7 @@ typedef struct remote {
     pw_emb_t base;
     psc_t *ps;
     char table[64];
+    bool zero_rows;     /* the model starts its rows at zero (LR) */
     pthread_mutex_t mu; /* why */
     char why[1024];     /* the latest failure's detail (psc_wait_detail) */
 } remote_t;
@@ -127,9 +128,14 @@ static int r_claim(pw_emb_t *e, const char *job, int mode, const char *expect, c
     } else if (expect && pc_settings_list_diff(expect, cl->config, diff, sizeof diff)) {
         rc = PC_EINVAL;
         snprintf(msg, cap, "table %s on the servers does not match --table: %s", r->table, diff);
-    } else if ((rc = psc_claim(r->ps, r->table, job, mode, cl))) {
+    }
+    if (!rc && r->zero_rows && pc_settings_list_diff("init=zeros", cl->config, NULL, 0))
+        PC_WARN("train: table %s on the servers starts rows at random (no init=zeros); this model "
+                "starts them at zero with --local: create the table with init=zeros to match",
+                r->table);
+    if (!rc && (rc = psc_claim(r->ps, r->table, job, mode, cl))) {
         snprintf(msg, cap, "table %s: %s", r->table, cl->message);
-    } else {
+    } else if (!rc) {
         static const char *const did[] = {"claimed", "continued", "warm-started", "reset", ""};
         PC_INFO("train: table %s %s for job %s (%" PRIu64 " rows%s%s): %s", r->table,
                 did[cl->action < 5 ? cl->action : 4], job, cl->rows,
@@ -163,6 +169,7 @@ int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
         return PC_ENOMEM;
     r->base = (pw_emb_t){.ops = &k_remote, .dim = o->dim};
     snprintf(r->table, sizeof r->table, "%s", o->table);
+    r->zero_rows = o->zero_rows;
     pthread_mutex_init(&r->mu, NULL);
     psc_opts_t po = {.servers = o->servers, .timeout_ms = o->timeout_ms};
     int rc = psc_connect(&po, &r->ps);

@@ -88,8 +88,7 @@ static void test_spec_needs_name(void **state) {
     ps_table_destroy(t);
 }
 
-static int claim(ps_catalog_t *cat, const char *job, ps_claim_mode_t mode,
-                 ps_claim_result_t *r) {
+static int claim(ps_catalog_t *cat, const char *job, ps_claim_mode_t mode, ps_claim_result_t *r) {
     char err[256];
     return ps_catalog_claim(cat, "emb", job, mode, r, err, sizeof err);
 }
@@ -207,9 +206,8 @@ static void test_claims_race(void **state) {
 }
 
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_catalog),
-                                       cmocka_unit_test(test_spec_needs_name),
-                                       cmocka_unit_test(test_claims),
-                                       cmocka_unit_test(test_claims_race)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_catalog), cmocka_unit_test(test_spec_needs_name),
+        cmocka_unit_test(test_claims), cmocka_unit_test(test_claims_race)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
