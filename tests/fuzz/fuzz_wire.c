@@ -1,7 +1,7 @@
 /* libFuzzer target: the data plane's frame decoders on arbitrary byte streams. The input is cut
  * into frames the way a server reads a connection (header, then body_len bytes); every batch
  * body is decoded with small limits and the decoded arrays are read in full, so ASan catches
- * any pointer outside the body. Never crashes, never reads outside the input. */
+ * any pointer outside the body; CLAIM bodies are decoded as requests and as replies. Never crashes, never reads outside the input. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +10,7 @@
 #include "pc_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    const pc_wire_limits_t lim = {1u << 16, 4096};
+    const pc_wire_limits_t lim = {1u << 16, 4096, 1u << 20};
     size_t off = 0;
     while (size - off >= PC_WIRE_HDR) {
         pc_wire_hdr_t h;
@@ -35,6 +35,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 (void)sink;
             }
+            free(body);
+        } else if (!rc && h.op == PC_OP_CLAIM) { /* as a request, then as a reply */
+            uint8_t *body = malloc(h.body_len ? h.body_len : 1);
+            memcpy(body, data + off, h.body_len);
+            pc_wire_claim_t q;
+            pc_wire_claim_reply_t r;
+            if (pc_wire_claim_decode(body, h.body_len, &q) == 0 &&
+                (strlen(q.name) > PC_WIRE_NAME_MAX || strlen(q.job) > PC_WIRE_JOB_MAX))
+                abort();
+            if (pc_wire_claim_reply_decode(body, h.body_len, &r) == 0 &&
+                (strlen(r.previous) > PC_WIRE_JOB_MAX || strlen(r.config) > PC_WIRE_CFG_MAX))
+                abort();
             free(body);
         }
         off += h.body_len;
