@@ -834,12 +834,12 @@ void ps_dp_stop(ps_dp_t *dp) {
         return;
     for (int i = 0; i < dp->nloops; i++)
         uv_async_send(&dp->loops[i].stop);
-    for (int i = 0; i < dp->nloops; i++) {
-        loopctx_t *lc = &dp->loops[i];
-        pthread_join(lc->thread, NULL);
-        if (uv_loop_close(&lc->loop) != 0)
+    /* Every thread first: a loop still flushing may wake the others (unsent_sub). */
+    for (int i = 0; i < dp->nloops; i++)
+        pthread_join(dp->loops[i].thread, NULL);
+    for (int i = 0; i < dp->nloops; i++)
+        if (uv_loop_close(&dp->loops[i].loop) != 0)
             PC_ERROR("data plane: loop %d closed with handles open", i);
-    }
     pc_free(PC_MEM_OTHER, dp->loops, (size_t)dp->o.threads * sizeof *dp->loops);
     pc_cmap_destroy(dp->map);
     free(dp->map_text);
