@@ -653,7 +653,14 @@ static void test_server_restart(void **state) {
     cluster_t c;
     cluster_up(&c, RTABLE);
     pw_coord_t *co = coord_of(&c);
-    rjob_t j = {.c = &c, .job = "srv", .policy = "shrink", .rejoin_ms = 20000};
+    char err0[300], log[16384], addr[64];
+    snprintf(err0, sizeof err0, "%s/srv0.err", g_dir);
+    rjob_t j = {.c = &c,
+                .job = "srv",
+                .policy = "shrink",
+                .rejoin_ms = 20000,
+                .extra = {"--log-level=warn", NULL},
+                .err = err0};
     snprintf(j.out[0], sizeof j.out[0], "%s/srv0.json", g_dir);
     snprintf(j.out[1], sizeof j.out[1], "%s/srv1.json", g_dir);
     pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
@@ -673,6 +680,13 @@ static void test_server_restart(void **state) {
                   json_num(j.out[1], "lost_pushes"));
     assert_true(json_num(j.out[0], "samples") == RROWS && json_num(j.out[1], "samples") == RROWS);
     assert_true(json_num(j.out[0], "auc") > AUC_MIN);
+    /* rank 0's warnings about the lost connection name the server that went down */
+    json_text(err0, log, sizeof log);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d: ", c.p1);
+    const char *named = strstr(log, addr);
+    if (!named)
+        fail_msg("rank 0's log does not name server 1 (%s): %s", addr, log);
+    print_message("rank 0: ...%.*s\n", (int)strcspn(named, "\n"), named);
     pw_coord_close(co);
     cluster_down(&c);
 }
