@@ -1,7 +1,8 @@
 /* libFuzzer target: the data plane's frame decoders on arbitrary byte streams. The input is cut
  * into frames the way a server reads a connection (header, then body_len bytes); every batch
  * body is decoded with small limits and the decoded arrays are read in full, so ASan catches
- * any pointer outside the body; CLAIM bodies are decoded as requests and as replies. Never crashes, never reads outside the input. */
+ * any pointer outside the body; CLAIM bodies are decoded as requests and as replies. Never crashes,
+ * never reads outside the input. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
