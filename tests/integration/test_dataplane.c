@@ -322,8 +322,14 @@ static void test_deadline(void **state) {
     assert_int_equal(psc_pull(c, "emb", keys, N, D, ok), 0);
     pu_stop_signal(s);
     const double t0 = pu_now();
-    assert_int_equal(psc_pull(c, "emb", keys, N, D, rows), PC_ETIMEDOUT);
+    uint64_t id;
+    char why[512];
+    assert_int_equal(psc_pull_async(c, "emb", keys, N, D, rows, NULL, NULL, &id), 0);
+    assert_int_equal(psc_wait_detail(c, id, why, sizeof why), PC_ETIMEDOUT);
     const double took = pu_now() - t0;
+    print_message("stopped server: %s\n", why);
+    assert_non_null(strstr(why, "timed out after 300 ms; no answer from "));
+    assert_non_null(strstr(why, one)); /* the server that did not answer */
     assert_true(took >= 0.25 && took < 3.0);
     free(rows); /* the late reply must not be written here */
     kill(s, SIGCONT);
