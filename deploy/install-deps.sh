@@ -11,9 +11,9 @@ PKGS=(
   build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev
   # product libraries
   libxxhash-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler librocksdb-dev libuv1-dev
-  libopenblas-dev libgloo-dev libmicrohttpd-dev zlib1g-dev libcjson-dev
+  libopenblas-dev libgloo-dev libmicrohttpd-dev zlib1g-dev libcjson-dev libssl-dev
   # tests and benchmark baselines
-  libcmocka-dev libhiredis-dev redis-server
+  libcmocka-dev libhiredis-dev redis-server openssl
 )
 
 missing=()
