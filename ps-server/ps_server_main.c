@@ -27,7 +27,7 @@
 #include "ps_coord.h"
 #include "ps_dataplane.h"
 #include "ps_grpc.h"
-#include "ps_metrics.h"
+#include "pc_metrics.h"
 #include "ps_tier.h"
 
 #include <pthread.h>
@@ -51,6 +51,8 @@ typedef struct srv_cfg {
     char cluster_map_file[512];
     int64_t server_index;
     char token[256];
+    char tls_cert[512], tls_key[512], tls_ca[512];
+    int tls_client_auth; /* 0 none, 1 request, 2 require (k_tls_auth) */
     bool insecure_remote;
     bool coordinator;
     int64_t max_body_bytes, max_batch_keys, max_reply_bytes;
@@ -68,6 +70,8 @@ typedef struct srv_cfg {
 } srv_cfg_t;
 
 static const char *const k_levels[] = {"error", "warn", "info", "debug", "trace", NULL};
+/* tls_client_auth, by index: 0 none, 1 request, 2 require (ps_grpc.h's PS_GRPC_AUTH_*). */
+static const char *const k_tls_auth[] = {"none", "request", "require", NULL};
 
 #define T srv_cfg_t
 static const pc_setting_t k_settings[] = {
@@ -86,7 +90,16 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_STRING(T, cluster_map_file, "", "file holding the cluster map (reread on SIGHUP)"),
     PC_SETTING_INT(T, server_index, -1, 1023, "-1", "index in the map (-1: find host:port)"),
     PC_SETTING_STRING(T, token, "", "shared token every connection must present"),
-    PC_SETTING_BOOL(T, insecure_remote, "false", "allow a non-loopback bind without a token"),
+    PC_SETTING_STRING(
+        T, tls_cert, "",
+        "PEM certificate chain: with tls_key, gRPC and the data plane serve TLS only"),
+    PC_SETTING_STRING(T, tls_key, "", "PEM private key of tls_cert"),
+    PC_SETTING_STRING(T, tls_ca, "", "PEM CA bundle that client certificates must chain to"),
+    PC_SETTING_ENUM(
+        T, tls_client_auth, k_tls_auth, "none",
+        "client certificates: none, request (verified if sent), require (needs tls_ca)"),
+    PC_SETTING_BOOL(T, insecure_remote, "false",
+                    "allow a non-loopback bind without a token and without TLS"),
     PC_SETTING_BOOL(T, coordinator, "false",
                     "also serve the job's coordinator (gRPC emberps.Coordinator: rendezvous KV)"),
     PC_SETTING_INT(T, max_body_bytes, 1024, 2147483647, "256Mi", "largest request body"),
@@ -124,7 +137,7 @@ typedef struct server {
     ps_ckpt_t *ck;
     ps_dp_t *dp;
     ps_grpc_t *grpc;
-    ps_metrics_t *metrics;
+    pc_metrics_t *metrics;
     ps_coord_store_t coord; /* --coordinator: the in-process store */
     uint64_t start_ns;
     pthread_mutex_t ckpt_mu; /* checkpoints come from the timer, signals and gRPC */
@@ -194,6 +207,35 @@ static int load_settings(srv_cfg_t *c, int argc, char **argv) {
 
 static bool is_loopback(const char *host) {
     return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0;
+}
+
+static bool tls_on(const srv_cfg_t *c) {
+    return c->tls_cert[0] && c->tls_key[0];
+}
+
+/* The security settings, checked in one place: TLS needs both a certificate and its key, client
+ * authentication needs the CA, and a bind beyond loopback needs a token or TLS (or the explicit
+ * --insecure-remote). Returns 0 or the exit status 2, having said why on stderr. */
+static int check_security(const srv_cfg_t *c) {
+    if (!c->tls_cert[0] != !c->tls_key[0]) {
+        fprintf(stderr, "ps-server: --tls-cert and --tls-key go together (got only --%s)\n",
+                c->tls_cert[0] ? "tls-cert" : "tls-key");
+        return 2;
+    }
+    if (c->tls_client_auth != 0 && (!tls_on(c) || !c->tls_ca[0])) {
+        fprintf(stderr,
+                "ps-server: --tls-client-auth=%s needs --tls-cert, --tls-key and --tls-ca\n",
+                k_tls_auth[c->tls_client_auth]);
+        return 2;
+    }
+    if (!is_loopback(c->host) && !c->token[0] && !tls_on(c) && !c->insecure_remote) {
+        fprintf(stderr,
+                "ps-server: refusing to listen on %s without a token or TLS (set --token, "
+                "--tls-cert and --tls-key, or --insecure-remote if the network is trusted)\n",
+                c->host);
+        return 2;
+    }
+    return 0;
 }
 
 /* Read the map text from the setting or the file. */
@@ -421,7 +463,7 @@ static void on_clock_timer(uv_timer_t *t) {
 static void on_stop_signal(uv_signal_t *h, int sig) {
     server_t *s = h->data;
     PC_INFO("signal %d: stopping", sig);
-    ps_metrics_stop(s->metrics);
+    pc_metrics_stop(s->metrics);
     s->metrics = NULL;
     ps_grpc_stop(s->grpc); /* calls in flight are cancelled */
     s->grpc = NULL;
@@ -492,13 +534,8 @@ int main(int argc, char **argv) {
         pc_settings_dump(k_settings, NSET, &s.cfg, stdout);
         return 0;
     }
-    if (!is_loopback(s.cfg.host) && !s.cfg.token[0] && !s.cfg.insecure_remote) {
-        fprintf(stderr,
-                "ps-server: refusing to listen on %s without a token (set --token, or "
-                "--insecure-remote if the network is trusted)\n",
-                s.cfg.host);
-        return 2;
-    }
+    if ((rc = check_security(&s.cfg)))
+        return rc;
     pc_cluster_map_t *map = NULL;
     /* The map (and our index) first: logs carry the shard id. */
     if ((rc = read_map(&s.cfg, (int)s.cfg.port, &map)))
@@ -602,11 +639,11 @@ int main(int argc, char **argv) {
             rc = 1;
     }
     if (!rc && s.cfg.metrics_port >= 0 &&
-        ps_metrics_start(s.cfg.host, (int)s.cfg.metrics_port,
+        pc_metrics_start(s.cfg.host, (int)s.cfg.metrics_port,
                          (unsigned)s.cfg.metrics_max_connections, render_metrics, &s, &s.metrics))
         rc = 1;
     if (rc) {
-        ps_metrics_stop(s.metrics);
+        pc_metrics_stop(s.metrics);
         ps_grpc_stop(s.grpc);
         ps_dp_stop(s.dp);
         ps_ckpt_destroy(s.ck);
@@ -622,7 +659,7 @@ int main(int argc, char **argv) {
         FILE *f = fopen(tmp, "w");
         if (f) { /* data plane, gRPC and metrics ports, one per line (0 when off) */
             fprintf(f, "%d\n%d\n%d\n", ps_dp_port(s.dp), s.grpc ? ps_grpc_port(s.grpc) : 0,
-                    s.metrics ? ps_metrics_port(s.metrics) : 0);
+                    s.metrics ? pc_metrics_port(s.metrics) : 0);
             fclose(f);
             rename(tmp, s.cfg.port_file);
         }
