@@ -1,12 +1,12 @@
-/* ps_metrics.c: the /metrics endpoint on libmicrohttpd (see ps_metrics.h for the contract).
+/* pc_metrics.c: the /metrics endpoint on libmicrohttpd (see pc_metrics.h for the contract).
  *
  * DESIGN: the daemon is started in epoll mode when the library has it (MHD_FEATURE_EPOLL; Debian
  * 12's 0.9.75 does), else poll; select() is never used (descriptors >= 1024). The connection
  * limit and the idle timeout bound what the endpoint holds. The library's messages arrive through
  * MHD_OPTION_EXTERNAL_LOGGER on its thread and are formatted into one pc_log line each, through
- * a rate limit that lives in the ps_metrics_t (created before the daemon, freed after it).
+ * a rate limit that lives in the pc_metrics_t (created before the daemon, freed after it).
  */
-#include "ps_metrics.h"
+#include "pc_metrics.h"
 
 #include "pc_error.h"
 #include "pc_log.h"
@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct ps_metrics {
+struct pc_metrics {
     struct MHD_Daemon *d;
-    ps_metrics_fn fn;
+    pc_metrics_fn fn;
     void *ctx;
     int port;
     pc_log_limit_t log_limit; /* libmicrohttpd's own messages */
@@ -29,7 +29,7 @@ struct ps_metrics {
 
 /* libmicrohttpd's messages (MHD_OPTION_EXTERNAL_LOGGER): one WARN line each, rate-limited. */
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    ps_metrics_t *m = cls;
+    pc_metrics_t *m = cls;
     char msg[512];
     int n = vsnprintf(msg, sizeof msg, fmt, ap);
     if (n < 0)
@@ -47,7 +47,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     (void)upload;
     (void)upload_size;
     (void)con_cls;
-    ps_metrics_t *m = cls;
+    pc_metrics_t *m = cls;
     unsigned code = MHD_HTTP_OK;
     char *body = NULL;
     size_t len = 0;
@@ -87,8 +87,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     return ret;
 }
 
-int ps_metrics_start(const char *host, int port, unsigned max_connections, ps_metrics_fn fn,
-                     void *ctx, ps_metrics_t **out) {
+int pc_metrics_start(const char *host, int port, unsigned max_connections, pc_metrics_fn fn,
+                     void *ctx, pc_metrics_t **out) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (!fn || !out || max_connections < 1 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
         return PC_EINVAL;
@@ -102,12 +102,12 @@ int ps_metrics_start(const char *host, int port, unsigned max_connections, ps_me
         PC_ERROR("metrics: libmicrohttpd %s has neither epoll nor poll", MHD_get_version());
         return PC_EUNSUPPORTED;
     }
-    ps_metrics_t *m = calloc(1, sizeof *m);
+    pc_metrics_t *m = calloc(1, sizeof *m);
     if (!m)
         return PC_ENOMEM;
     m->fn = fn;
     m->ctx = ctx;
-    pc_log_limit_init(&m->log_limit, PS_METRICS_LOG_LINES, PS_METRICS_LOG_WINDOW_MS);
+    pc_log_limit_init(&m->log_limit, PC_METRICS_LOG_LINES, PC_METRICS_LOG_WINDOW_MS);
     /* The logger first: messages about later options already go through it. */
     MHD_LogCallback logger = mhd_log;
     m->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, answer, m,
@@ -127,11 +127,11 @@ int ps_metrics_start(const char *host, int port, unsigned max_connections, ps_me
     return 0;
 }
 
-int ps_metrics_port(const ps_metrics_t *m) {
+int pc_metrics_port(const pc_metrics_t *m) {
     return m->port;
 }
 
-void ps_metrics_stop(ps_metrics_t *m) {
+void pc_metrics_stop(pc_metrics_t *m) {
     if (!m)
         return;
     MHD_stop_daemon(m->d); /* joins its thread: no more log calls */

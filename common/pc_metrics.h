@@ -1,4 +1,4 @@
-/* ps_metrics.h: the Prometheus endpoint, over HTTP served by libmicrohttpd.
+/* pc_metrics.h: the Prometheus endpoint, over HTTP served by libmicrohttpd.
  *
  * GET /metrics answers 200 with the text the render callback produces (Prometheus text format
  * 0.0.4); any other path 404, any other method 405. The callback runs on libmicrohttpd's thread.
@@ -9,30 +9,30 @@
  * refuse every scrape. It holds at most `max_connections` connections at once (more are closed
  * as they arrive) and drops idle ones after 10 s, so a flood of connections cannot use up the
  * process's descriptors. The library's own messages (one per malformed request) go through
- * pc_log as WARN lines prefixed "metrics: http: ", rate-limited to PS_METRICS_LOG_LINES per
- * PS_METRICS_LOG_WINDOW_MS (the next line let through counts the suppressed ones).
+ * pc_log as WARN lines prefixed "metrics: http: ", rate-limited to PC_METRICS_LOG_LINES per
+ * PC_METRICS_LOG_WINDOW_MS (the next line let through counts the suppressed ones).
  *
  * Thread rule: start and stop from one owner thread.
  */
-#ifndef PS_METRICS_H
-#define PS_METRICS_H
+#ifndef PC_METRICS_H
+#define PC_METRICS_H
 
 #include <stddef.h>
 
-#define PS_METRICS_LOG_LINES     5
-#define PS_METRICS_LOG_WINDOW_MS 10000
+#define PC_METRICS_LOG_LINES     5
+#define PC_METRICS_LOG_WINDOW_MS 10000
 
-typedef struct ps_metrics ps_metrics_t;
+typedef struct pc_metrics pc_metrics_t;
 
 /* Render into buf (cap bytes) starting at 0; return the length needed (the caller retries with
  * a larger buffer when it exceeds cap). */
-typedef size_t (*ps_metrics_fn)(void *ctx, char *buf, size_t cap);
+typedef size_t (*pc_metrics_fn)(void *ctx, char *buf, size_t cap);
 
 /* Serve on host:port (port 0: a free one), holding at most max_connections (>= 1) connections.
  * PC_EINVAL for a bad address or argument, PC_EIO when it cannot bind. */
-int ps_metrics_start(const char *host, int port, unsigned max_connections, ps_metrics_fn fn,
-                     void *ctx, ps_metrics_t **out);
-int ps_metrics_port(const ps_metrics_t *m);
-void ps_metrics_stop(ps_metrics_t *m);
+int pc_metrics_start(const char *host, int port, unsigned max_connections, pc_metrics_fn fn,
+                     void *ctx, pc_metrics_t **out);
+int pc_metrics_port(const pc_metrics_t *m);
+void pc_metrics_stop(pc_metrics_t *m);
 
 #endif

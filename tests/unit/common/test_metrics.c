@@ -1,10 +1,10 @@
-/* The /metrics endpoint (ps_metrics) in process, on 127.0.0.1:
+/* The /metrics endpoint (pc_metrics) in process, on 127.0.0.1:
  *  - with every descriptor below 1100 taken, so its sockets are numbered above FD_SETSIZE
  *    (1024), GET /metrics still answers 200 (with select() it could not even listen);
  *  - it holds at most max_connections: idle connections beyond that wait in the listen backlog
  *    without a descriptor in the process, and once the idle ones go, scrapes are answered again;
  *  - libmicrohttpd's own messages about malformed requests reach pc_log's sink as formatted
- *    lines (time, level, identity), rate-limited to PS_METRICS_LOG_LINES per window.
+ *    lines (time, level, identity), rate-limited to PC_METRICS_LOG_LINES per window.
  * Every wait is bounded. */
 #include "test_util.h"
 
@@ -20,7 +20,7 @@
 
 #include "pc_error.h"
 #include "pc_log.h"
-#include "ps_metrics.h"
+#include "pc_metrics.h"
 
 static size_t render(void *ctx, char *buf, size_t cap) {
     (void)ctx;
@@ -123,10 +123,10 @@ static void test_descriptors_above_fd_setsize(void **state) {
         g_dummy[g_ndummy++] = fd;
     }
     assert_true(g_ndummy > 1000);
-    ps_metrics_t *m = NULL;
-    int rc = ps_metrics_start("127.0.0.1", 0, LIMIT, render, NULL, &m);
+    pc_metrics_t *m = NULL;
+    int rc = pc_metrics_start("127.0.0.1", 0, LIMIT, render, NULL, &m);
     assert_int_equal(rc, 0); /* select(): the listening socket >= FD_SETSIZE was refused */
-    const int port = ps_metrics_port(m);
+    const int port = pc_metrics_port(m);
     static char out[1 << 14];
     assert_int_equal(http_get(port, out, sizeof out), 200);
     assert_non_null(strstr(out, "emberps_test 42\n"));
@@ -167,7 +167,7 @@ static void test_descriptors_above_fd_setsize(void **state) {
     print_message("pending scrape got %zu bytes: %.40s\n", got, out);
     assert_non_null(strstr(out, " 200 "));
     assert_int_equal(http_get(port, out, sizeof out), 200);
-    ps_metrics_stop(m);
+    pc_metrics_stop(m);
 }
 
 /* Count the lines of `text` that contain `what`. */
@@ -183,9 +183,9 @@ static void test_library_log_limited(void **state) {
     FILE *sink = tmpfile();
     assert_non_null(sink);
     pc_log_init(sink, PC_LOG_INFO, "tester[shard 7]");
-    ps_metrics_t *m = NULL;
-    assert_int_equal(ps_metrics_start("127.0.0.1", 0, 64, render, NULL, &m), 0);
-    const int port = ps_metrics_port(m);
+    pc_metrics_t *m = NULL;
+    assert_int_equal(pc_metrics_start("127.0.0.1", 0, 64, render, NULL, &m), 0);
+    const int port = pc_metrics_port(m);
     static char out[1 << 14];
     enum { BAD = 300 };
     const double t0 = now_s();
@@ -195,7 +195,7 @@ static void test_library_log_limited(void **state) {
                              sizeof out) != 0;
     const double took = now_s() - t0;
     assert_int_equal(http_get(port, out, sizeof out), 200); /* still serving */
-    ps_metrics_stop(m);
+    pc_metrics_stop(m);
     pc_log_init(NULL, PC_LOG_INFO, "ember");
 
     fflush(sink);
@@ -206,13 +206,13 @@ static void test_library_log_limited(void **state) {
     assert_int_equal(fread(text, 1, (size_t)size, sink), (size_t)size);
     fclose(sink);
     const int lines = count_lines(text, "metrics: http: ");
-    const int formatted = count_lines(text, "Z W tester[shard 7] ps_metrics.c:");
-    const int windows = 1 + (int)(took * 1000 / PS_METRICS_LOG_WINDOW_MS);
+    const int formatted = count_lines(text, "Z W tester[shard 7] pc_metrics.c:");
+    const int windows = 1 + (int)(took * 1000 / PC_METRICS_LOG_WINDOW_MS);
     print_message("%d malformed requests (%d answered) in %.2f s: %d library lines logged\n", BAD,
                   answered, took, lines);
     assert_true(lines >= 1);            /* the library's messages reach pc_log's sink */
     assert_int_equal(formatted, lines); /* each with time, level, identity and source */
-    assert_true(lines <= PS_METRICS_LOG_LINES * (windows + 1));
+    assert_true(lines <= PC_METRICS_LOG_LINES * (windows + 1));
     free(text);
 }
 
