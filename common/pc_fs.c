@@ -9,7 +9,9 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -165,4 +167,39 @@ uint64_t pc_fs_free_bytes(const char *path) {
     if (statvfs(path, &v) != 0)
         return UINT64_MAX;
     return (uint64_t)v.f_bavail * v.f_frsize;
+}
+
+int pc_fs_read_all(const char *path, size_t max, char **out, size_t *len) {
+    *out = NULL;
+    if (len)
+        *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return errno == ENOENT ? PC_ENOTFOUND : PC_EIO;
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        fclose(f);
+        return PC_EIO;
+    }
+    if ((uint64_t)st.st_size > max) {
+        fclose(f);
+        return PC_ETOOBIG;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        fclose(f);
+        return PC_ENOMEM;
+    }
+    const size_t n = fread(buf, 1, (size_t)st.st_size, f);
+    const bool bad = ferror(f) != 0;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return PC_EIO;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    if (len)
+        *len = n;
+    return 0;
 }

@@ -24,6 +24,11 @@ int pc_fs_mkdirs(const char *path);
  * share a file system, copied otherwise. 0, PC_ENOSPC or PC_EIO. */
 int pc_fs_clone_dir(const char *src, const char *dst, const char *link_suffix);
 
+/* Read the whole file at path (at most max bytes) into *out, malloc'ed and NUL-terminated (the
+ * caller frees it), its length in *len (may be NULL). 0, PC_ENOTFOUND (no such file), PC_ETOOBIG
+ * (over max), PC_ENOMEM, PC_EIO. For small files: PEM certificates and keys. */
+int pc_fs_read_all(const char *path, size_t max, char **out, size_t *len);
+
 /* Bytes available to unprivileged users on the file system holding path; UINT64_MAX when it
  * cannot be read. */
 uint64_t pc_fs_free_bytes(const char *path);
