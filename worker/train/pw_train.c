@@ -45,6 +45,11 @@ static const char *const k_order[] = {"priority", "fifo", NULL};
 static const pc_setting_t k_settings[] = {
     PC_SETTING_STRING(T, servers, "", "the servers: a cluster map, or host:port of any server"),
     PC_SETTING_STRING(T, table_name, "emb", "the servers' embedding table"),
+    PC_SETTING_STRING(T, token, "", "the servers' token (ps-server --token)"),
+    PC_SETTING_STRING(T, tls_ca, "",
+                      "PEM CA bundle the servers' certificates chain to: connect with TLS"),
+    PC_SETTING_STRING(T, tls_cert, "", "PEM client certificate (servers with tls_client_auth)"),
+    PC_SETTING_STRING(T, tls_key, "", "PEM private key of tls_cert"),
     PC_SETTING_STRING(T, coordinator, "", "host:gRPC port of the coordinator (world > 1)"),
     PC_SETTING_INT(T, rank, 0, 4095, "0", "this worker's rank"),
     PC_SETTING_INT(T, world, 1, 4096, "1", "workers in the job"),

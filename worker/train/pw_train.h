@@ -132,6 +132,10 @@ typedef struct pw_train_config {
     /* distributed training (servers[0] != 0) */
     char servers[4096];        /* a cluster map text, or host:port of any server */
     char table_name[64];       /* the servers' embedding table */
+    char token[256];           /* the servers' token (data plane HELLO, gRPC), "" none */
+    char tls_ca[512];          /* PEM CA that the servers' certificates chain to: TLS on */
+    char tls_cert[512];        /* PEM client certificate (servers that want one), "" none */
+    char tls_key[512];         /* its private key */
     char coordinator[256];     /* host:gRPC port of the coordinator (world > 1) */
     char job[64];              /* key prefix of this job at the coordinator */
     char host[64];             /* this worker's address as its peers reach it */
