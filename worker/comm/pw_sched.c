@@ -25,6 +25,8 @@ struct pw_sched {
 };
 
 static void finish_locked(pw_sched_t *s, pw_job_t *j, int rc) {
+    if (j->state == J_QUEUED)
+        s->st.queued[j->cls]--;
     if (j->state == J_RUNNING) {
         s->inflight -= j->bytes;
         s->running--;
@@ -112,6 +114,7 @@ static void *dispatch_main(void *arg) {
             s->queue = j->next;
         }
         j->state = J_RUNNING;
+        s->st.queued[j->cls]--;
         s->inflight += j->bytes;
         s->running++;
         start_stats(s, j);
@@ -237,6 +240,7 @@ void pw_sched_submit(pw_sched_t *s, pw_job_t *j) {
     }
     pthread_mutex_lock(&s->mu);
     j->state = J_QUEUED;
+    s->st.queued[j->cls]++;
     j->seq = s->seq++;
     if (j->ordered) {
         if (s->oq_tail)
@@ -317,5 +321,7 @@ void pw_sched_stats(pw_sched_t *s, pw_sched_stats_t *out) {
     }
     pthread_mutex_lock(&s->mu);
     *out = s->st;
+    out->inflight_bytes = s->inflight;
+    out->credit_bytes = s->credit;
     pthread_mutex_unlock(&s->mu);
 }

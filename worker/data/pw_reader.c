@@ -53,6 +53,7 @@ struct pw_reader {
     uint64_t consumed;
     int tcp_port; /* bound port of the TCP source: 0 not yet, < 0 none or failed */
     atomic_uint_least64_t lines, samples, bad, bytes;
+    atomic_uint_least64_t epoch; /* the pass being read, from 1 */
     src_count_t *src; /* per path */
 };
 
@@ -505,6 +506,7 @@ static void *reader_main(void *arg) {
     int rc = 0;
     bool stdin_read = false;
     for (int e = 0; e < r->o.epochs && !rc && c->b; e++) {
+        atomic_store(&r->epoch, (uint64_t)e + 1);
         for (size_t i = 0; i < r->o.npaths && !rc && c->b; i++) {
             if (i % r->o.world != r->o.rank)
                 continue;
@@ -652,6 +654,7 @@ void pw_reader_stats(pw_reader_t *r, pw_reader_stats_t *s) {
     s->samples = atomic_load(&r->samples);
     s->bad = atomic_load(&r->bad);
     s->bytes = atomic_load(&r->bytes);
+    s->epoch = atomic_load(&r->epoch);
 }
 
 int pw_reader_source_stats(pw_reader_t *r, size_t i, pw_reader_source_t *out) {

@@ -92,6 +92,7 @@ uint64_t pw_reader_consumed(pw_reader_t *r);
  * samples (lines that parsed), bad (malformed lines), bytes (every byte, skipped ones too). */
 typedef struct pw_reader_stats {
     uint64_t lines, samples, bad, bytes;
+    uint64_t epoch; /* the pass the reader thread is in, from 1 (it reads a few batches ahead) */
 } pw_reader_stats_t;
 void pw_reader_stats(pw_reader_t *r, pw_reader_stats_t *out);
 

@@ -343,6 +343,7 @@ int pw__slot_rows(trainer_t *t, slot_t *s) {
     while (pw__server_retry(t, rc = pw_sched_wait(t->sched, &s->pull), t0))
         pw__slot_pull(t, s); /* its gate is done: waited for before */
     t->pull_wait_s += pc_time_sec_since(t0);
+    pw_telemetry_pull_wait(t->tel, pc_time_mono_ns() - t0);
     char why[1024];
     if (rc && !transient(rc) && rc != PC_ECANCELED) /* transient: logged giving up */
         PC_ERROR("train: rank %d: pulling rows failed: %s", (int)t->c->rank,

@@ -89,6 +89,14 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, chunk_kib, 4, 1 << 20, "256",
                    "pushes and dense allreduce go in chunks of this many KiB"),
     PC_SETTING_STRING(T, step_log, "", "append every step's start and end time (ns) here"),
+    PC_SETTING_INT(T, metrics_port, -1, 65535, "-1",
+                   "Prometheus /metrics port of this worker while it trains (-1: off, 0: any free "
+                   "port, logged at info)"),
+    PC_SETTING_STRING(T, metrics_host, "127.0.0.1",
+                      "the address /metrics listens on (0.0.0.0: every interface)"),
+    PC_SETTING_STRING(T, metrics_log, "",
+                      "append a JSON line per progress line and per evaluation here (psctl plot "
+                      "draws it)"),
     PC_SETTING_STRING(T, csv, "",
                       "CSV column spec, e.g. header=1,threshold=4,columns=cat:cat:label:skip"),
     PC_SETTING_STRING(T, model, "dlrm", "dlrm | deepfm | fm | lr"),
@@ -247,6 +255,13 @@ static int trainer_init(trainer_t *t) {
     int rc = check_config(c);
     if (rc)
         return rc;
+    pw_telemetry_opts_t to = {.host = c->metrics_host,
+                              .port = (int)c->metrics_port,
+                              .log_path = c->metrics_log,
+                              .model = c->model,
+                              .rank = (int)c->rank};
+    if ((rc = pw_telemetry_open(&to, &t->tel)))
+        return rc;
     char err[256];
     if (pw_train_mode_parse(c->mode, &t->staleness)) {
         PC_ERROR("train: --mode=%s: sync, async or ssp:S (S from 1 to 1000)", c->mode);
@@ -296,6 +311,7 @@ static void trainer_free(trainer_t *t) {
     pw_model_destroy(t->model);
     pw_group_close(t->grp);
     pw_emb_close(t->emb);
+    pw_telemetry_close(t->tel); /* last: the loop published into it until here */
 }
 
 static int open_reader(const trainer_t *t, const char *const *paths, size_t n, int epochs,
@@ -427,6 +443,7 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
         res->auc = pw_auc(p, y, n);
         res->logloss = pw_logloss(p, y, n);
         res->evals++;
+        pw_telemetry_eval(t->tel, res->auc, res->logloss, n);
     }
     pc_sfree(p);
     pc_sfree(y);
@@ -464,6 +481,31 @@ static void progress(const pw_train_config_t *c, pw_reader_t *r, uint64_t sample
         snprintf(eta, sizeof eta, ", ETA %.0f s", sec * (1 - frac) / frac);
     fprintf(stderr, "train: %llu samples, %.0f/s, loss %.4f%s\n", (unsigned long long)samples,
             (double)samples / sec, loss, eta);
+}
+
+/* The figures of the step just taken, for /metrics and the metrics log (pw_telemetry.h). */
+static void publish(trainer_t *t, pw_reader_t *r, uint64_t samples, double loss, double ema) {
+    pw_reader_stats_t rs;
+    pw_reader_stats(r, &rs);
+    pw_sched_stats_t ss;
+    pw_sched_stats(t->sched, &ss);
+    pw_telemetry_step_t s = {.step = t->step,
+                             .samples = samples,
+                             .epoch = rs.epoch,
+                             .loss = loss,
+                             .loss_ewma = ema,
+                             .generation = t->grp ? pw_group_gen(t->grp) : 0,
+                             .group_size = t->grp ? pw_group_size(t->grp) : 1,
+                             .rollbacks = t->rollbacks,
+                             .reconnects = t->emb->ops->reconnects(t->emb),
+                             .lost_pushes = atomic_load(&t->lost_pushes),
+                             .inflight_bytes = ss.inflight_bytes,
+                             .credit_bytes = ss.credit_bytes,
+                             .pulled_bytes = ss.bytes[PW_JOB_PULL],
+                             .pushed_bytes = ss.bytes[PW_JOB_PUSH]};
+    for (int i = 0; i < PW_JOB_NCLASS; i++)
+        s.queued[i] = ss.queued[i];
+    pw_telemetry_publish(t->tel, &s);
 }
 
 /* A training step on slot s (staged): the step computes, the next slot is staged meanwhile when
@@ -628,8 +670,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         pw__save_position(&t, false);
         ema = isnan(ema) ? loss : 0.99 * ema + 0.01 * loss;
         res->samples += b->n;
+        publish(&t, r, res->samples, loss, ema);
         if (c->progress_every && res->samples >= next_progress) {
             progress(c, r, res->samples, t0, ema, total_bytes);
+            pw_telemetry_log_progress(t.tel);
             next_progress += (uint64_t)c->progress_every;
         }
         if (c->eval_every && ntest && (t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0) &&

@@ -77,7 +77,11 @@
  *
  * Progress lines (stderr, every progress_every samples): samples, samples/s, loss, and the ETA
  * when the size is known (a sample budget, or uncompressed files). With eval_every, the test
- * stream is evaluated every that many samples too (AUC and logloss on stderr).
+ * stream is evaluated every that many samples too (AUC and logloss on stderr). The same figures
+ * and the pipeline's (pull waits, scheduler queues and credits, generation, rollbacks,
+ * reconnects) are published after every step (pw_telemetry.h): on Prometheus /metrics at
+ * metrics_host:metrics_port while the run lasts, and as JSON lines in metrics_log (a row per
+ * progress line and per evaluation; `psctl plot` draws them).
  *
  * Thread rule: a trainer is used by one thread.
  */
@@ -129,6 +133,9 @@ typedef struct pw_train_config {
     char save_dense[512];        /* save the dense model here after training, "" none */
     char export_embeddings[512]; /* export the local table (with optimizer state), "" none */
     char step_log[512];          /* append every step's start and end times here ("" none) */
+    int64_t metrics_port;        /* Prometheus /metrics (pw_telemetry.h): -1 off, 0 any port */
+    char metrics_host[64];       /* the address it listens on */
+    char metrics_log[512];       /* append a JSON line per progress line and evaluation ("" none) */
     /* distributed training (servers[0] != 0) */
     char servers[4096];        /* a cluster map text, or host:port of any server */
     char table_name[64];       /* the servers' embedding table */

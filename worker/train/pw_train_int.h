@@ -5,6 +5,7 @@
  *                  scheduler
  *   pw_recover.c   the dense state, the group's agreement, rollback, coordinated checkpoints,
  *                  positions
+ *   pw_telemetry.c what the loop publishes after each step: /metrics and the metrics log
  *
  * DESIGN
  * - The slot ring: slots[head] holds the batch of step next_round, the `filled` slots after it
@@ -32,6 +33,7 @@
 #include "pw_reader.h"
 #include "pw_sched.h"
 #include "pw_step.h"
+#include "pw_telemetry.h"
 #include "pw_train.h"
 
 #include <stdatomic.h>
@@ -96,6 +98,7 @@ typedef struct trainer {
     pw_group_t *grp;   /* world > 1: the workers' group (membership, collectives) */
     pw_dcoll_t *dcoll; /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
     pw_sched_t *sched; /* every call to the store and the group (NULL: a synchronous store) */
+    pw_telemetry_t *tel; /* /metrics and the metrics log: published after every step */
     pw_unique_t uniq;
     /* the pipeline (pw_pipeline.c) */
     size_t nflat; /* dense gradients and the has-batch flag */
