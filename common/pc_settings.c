@@ -498,43 +498,53 @@ pc_setting_t *pc_settings_join(const pc_setting_t *nested, size_t nn, size_t nes
 
 /* ==== comparing lists ======================================================================= */
 
-/* Item `name` of list `l` (names compared with '-' = '_'): its value's span, or NULL. */
-static const char *list_find(const char *l, const char *name, size_t nl, size_t *vl) {
-    while (*l) {
-        size_t il = strcspn(l, ","), kl = strcspn(l, "=");
-        const char *k = l;
-        while (kl && isspace((unsigned char)*k))
-            k++, kl--;
-        size_t klen = kl < il ? kl : il;
-        while (klen && isspace((unsigned char)k[klen - 1]))
-            klen--;
-        bool same = klen == nl;
-        for (size_t i = 0; same && i < nl; i++)
-            same = (k[i] == '-' ? '_' : k[i]) == (name[i] == '-' ? '_' : name[i]);
-        if (same && kl < il) {
-            const char *v = l + (k - l) + kl + 1;
-            size_t len = il - (size_t)(v - l);
-            while (len && isspace((unsigned char)*v))
-                v++, len--;
-            while (len && isspace((unsigned char)v[len - 1]))
-                len--;
-            *vl = len;
-            return v;
-        }
-        l += il + (l[il] == ',');
-    }
-    return NULL;
+/* A "name=value" item of a list, trimmed: name[0..nl), value[0..vl) (vl 0 without '='). */
+typedef struct item {
+    const char *name, *value;
+    size_t nl, vl;
+} item_t;
+
+/* Split the item at *l and advance *l past it and its comma; false at the end of the list. */
+static bool next_item(const char **l, item_t *it) {
+    const char *p = *l;
+    if (!p || !*p)
+        return false;
+    const size_t il = strcspn(p, ","), kl = strcspn(p, "=");
+    const char *end = p + il, *eq = kl < il ? p + kl : end;
+    it->name = p;
+    while (it->name < eq && isspace((unsigned char)*it->name))
+        it->name++;
+    it->nl = (size_t)(eq - it->name);
+    while (it->nl && isspace((unsigned char)it->name[it->nl - 1]))
+        it->nl--;
+    it->value = eq < end ? eq + 1 : end;
+    while (it->value < end && isspace((unsigned char)*it->value))
+        it->value++;
+    it->vl = (size_t)(end - it->value);
+    while (it->vl && isspace((unsigned char)it->value[it->vl - 1]))
+        it->vl--;
+    *l = end + (*end == ',');
+    return true;
 }
 
-static bool values_equal(const char *a, size_t al, const char *b, size_t bl) {
+/* Names equal with '-' = '_'. */
+static bool names_equal(const item_t *a, const item_t *b) {
+    bool same = a->nl == b->nl;
+    for (size_t i = 0; same && i < a->nl; i++)
+        same = (a->name[i] == '-' ? '_' : a->name[i]) == (b->name[i] == '-' ? '_' : b->name[i]);
+    return same;
+}
+
+/* Numbers compare as numbers (0.05 = 5e-2), anything else as text. */
+static bool values_equal(const item_t *a, const item_t *b) {
     char x[128], y[128];
-    if (al >= sizeof x || bl >= sizeof y)
-        return al == bl && memcmp(a, b, al) == 0;
-    memcpy(x, a, al), x[al] = '\0';
-    memcpy(y, b, bl), y[bl] = '\0';
+    if (a->vl >= sizeof x || b->vl >= sizeof y)
+        return a->vl == b->vl && memcmp(a->value, b->value, a->vl) == 0;
+    memcpy(x, a->value, a->vl), x[a->vl] = '\0';
+    memcpy(y, b->value, b->vl), y[b->vl] = '\0';
     char *ex, *ey;
     double dx = strtod(x, &ex), dy = strtod(y, &ey);
-    if (al && bl && !*ex && !*ey)
+    if (a->vl && b->vl && !*ex && !*ey)
         return dx == dy || fabs(dx - dy) <= 1e-9 * fmax(fabs(dx), fabs(dy));
     return strcmp(x, y) == 0;
 }
@@ -544,32 +554,22 @@ int pc_settings_list_diff(const char *want, const char *have, char *diff, size_t
     size_t used = 0;
     if (diff && cap)
         diff[0] = '\0';
-    for (const char *w = want; w && *w;) {
-        size_t il = strcspn(w, ","), kl = strcspn(w, "=");
-        const char *k = w;
-        while (kl && isspace((unsigned char)*k))
-            k++, kl--;
-        size_t nl = kl < il ? kl : il;
-        while (nl && isspace((unsigned char)k[nl - 1]))
-            nl--;
-        size_t hl = 0;
-        const char *wv = kl < il ? k + kl + 1 : k + nl;
-        size_t wl = kl < il ? (size_t)(w + il - wv) : 0;
-        while (wl && isspace((unsigned char)*wv))
-            wv++, wl--;
-        while (wl && isspace((unsigned char)wv[wl - 1]))
-            wl--;
-        const char *hv = nl ? list_find(have, k, nl, &hl) : NULL;
-        if (nl && (!hv || !values_equal(wv, wl, hv, hl))) {
-            bad++;
-            if (diff && used < cap) {
-                int m = snprintf(diff + used, cap - used, "%s%.*s=%.*s (have: %.*s)",
-                                 bad > 1 ? "; " : "", (int)nl, k, (int)wl, wv, hv ? (int)hl : 6,
-                                 hv ? hv : "absent");
-                used += m > 0 ? (size_t)m : 0;
-            }
+    item_t w, h;
+    for (const char *wl = want; next_item(&wl, &w);) {
+        if (!w.nl)
+            continue;
+        bool found = false;
+        for (const char *hl = have; !found && next_item(&hl, &h);)
+            found = names_equal(&w, &h);
+        if (found && values_equal(&w, &h))
+            continue;
+        bad++;
+        if (diff && used < cap) {
+            int m = snprintf(diff + used, cap - used, "%s%.*s=%.*s (have: %.*s)",
+                             bad > 1 ? "; " : "", (int)w.nl, w.name, (int)w.vl, w.value,
+                             found ? (int)h.vl : 6, found ? h.value : "absent");
+            used += m > 0 ? (size_t)m : 0;
         }
-        w += il + (w[il] == ',');
     }
     return bad;
 }

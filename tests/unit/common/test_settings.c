@@ -236,6 +236,28 @@ static void test_names_and_choices(void **state) {
     free(buf);
 }
 
+/* Comparing a wanted list with a table's settings text (what a worker checks at start). */
+static void test_list_diff(void **state) {
+    (void)state;
+    const char *have = "name=emb,dim=16,init_scale=0.050000000000000003,optimizer=adagrad,"
+                       "lr=0.050000000000000003,adagrad_init=9.9999999999999995e-07,cold=false";
+    char d[256];
+    assert_int_equal(pc_settings_list_diff("", have, d, sizeof d), 0);
+    assert_string_equal(d, "");
+    assert_int_equal(pc_settings_list_diff(NULL, have, NULL, 0), 0);
+    /* numbers as numbers, '-' as '_', blanks and empty items ignored */
+    assert_int_equal(pc_settings_list_diff(" lr = 5e-2 ,, adagrad-init=1e-6,dim=16,cold=false,",
+                                           have, d, sizeof d),
+                     0);
+    assert_int_equal(pc_settings_list_diff("optimizer=sgd,dim=8,lr=0.05", have, d, sizeof d), 2);
+    assert_string_equal(d, "optimizer=sgd (have: adagrad); dim=8 (have: 16)");
+    assert_int_equal(pc_settings_list_diff("shards=4", have, d, sizeof d), 1);
+    assert_string_equal(d, "shards=4 (have: absent)");
+    assert_int_equal(pc_settings_list_diff("lr=0.0500001", have, NULL, 0), 1); /* close: differs */
+    assert_int_equal(pc_settings_list_diff("name=emb2", have, d, 8), 1);       /* truncated */
+    assert_int_equal(strlen(d), 7);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_list),
@@ -245,6 +267,7 @@ int main(void) {
         cmocka_unit_test(test_bad_declaration),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_names_and_choices),
+        cmocka_unit_test(test_list_diff),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
