@@ -15,6 +15,8 @@ pkg_check_modules(CJSON REQUIRED IMPORTED_TARGET libcjson)
 
 pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
 pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
+# TLS of the data plane (common/pc_tls.c); gRPC brings its own.
+pkg_check_modules(OPENSSL REQUIRED IMPORTED_TARGET openssl)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc gpr)
 pkg_check_modules(PROTOBUFC REQUIRED IMPORTED_TARGET libprotobuf-c)

@@ -16,6 +16,16 @@
  * The same object file goes into libpsclient.a (the project's programs) and libpsclient.so (for
  * outside users and bindings): compiled with hidden visibility, it exports what psclient.h marks
  * PSC_EXTERN; the shared library's version script (psclient.map) hides ember_common's pc_*.
+ * TLS (psc_connect2, pc_tls.h): the context is made by psc_connect2 on the caller's thread
+ * before the I/O thread starts, and freed by psc_close after it ended; every session lives on the
+ * I/O thread only. A TLS connection reads the socket into its ciphertext buffer, feeds its
+ * session, and reads the plaintext into the same header and body buffers a plain connection
+ * reads into (plain_buf), handled by the same code (input). It counts as connected (state 2)
+ * only once its handshake is done: HELLO and the queued parts go out then. Frames are
+ * encrypted as they are sent (send_frame), in pieces of TLS_PIECE bytes, each piece's
+ * ciphertext one write. A failed handshake marks the server dead with PC_ETLS (a verify failure
+ * does not heal by retrying), and any failure before the HELLO answer settles psc_connect at
+ * once with the reason (connect_why).
  */
 #include "emberps/psclient.h"
 
@@ -24,6 +34,7 @@
 #include "pc_error.h"
 #include "pc_log.h"
 #include "pc_time.h"
+#include "pc_tls.h"
 #include "pc_wire.h"
 
 #include <pthread.h>
@@ -41,6 +52,8 @@
 #define RECONNECT_MAX 8       /* connection attempts per server before its parts fail */
 #define WAIT_SPIN_NS  200000L /* psc_wait yields this long before sleeping */
 #define PSC_WHY_MAX   (PC_ADDR_MAX + PC_WIRE_MSG_MAX + 96) /* a call's failure detail */
+#define CIPHER_BYTES  (64u << 10)                          /* TLS: socket reads land here */
+#define TLS_PIECE     (256u << 10)                         /* TLS: plaintext encrypted per write */
 
 #define STR_(x)        #x
 #define STR(x)         STR_(x)
@@ -97,6 +110,9 @@ struct server {
     uv_connect_t creq;
     int state; /* 0 closed, 1 connecting, 2 connected */
     bool in_map, dead, hello_done, was_connected;
+    int dead_rc;   /* why dead: PC_EAUTH (HELLO refused) or PC_ETLS (handshake); s->msg says more */
+    pc_tls_t *tls; /* TLS: this connection's session (I/O thread) */
+    uint8_t *cipher; /* TLS: CIPHER_BYTES the socket is read into */
     int failures;
     uint64_t down_ns; /* since when connecting fails (0: it did not, or it answered since) */
     char msg[PC_WIRE_MSG_MAX]; /* the failure part_done is told about, set just before */
@@ -131,6 +147,8 @@ struct psc {
     int connect_rc;
     char connect_why[PSC_WHY_MAX]; /* why connect_rc, "<addr>: <message>" (under mu) */
     bool placeholder;              /* the map is a stand-in until a server sends its own */
+    pc_tls_ctx_t *tls;             /* NULL: plain TCP */
+    char tls_name[256];            /* the name servers' certificates carry ("": their address) */
 };
 
 static void call_finish(psc_t *c, call_t *k, int rc);
@@ -286,7 +304,9 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
  * <why>" (why NULL: s->msg says it already). */
 static void server_fail(server_t *s, int rc, const char *why) {
     psc_t *c = s->c;
-    if (why)
+    if (why && rc == PC_ETLS) /* why says "TLS: ..." already */
+        snprintf(s->msg, sizeof s->msg, "%s", why);
+    else if (why)
         snprintf(s->msg, sizeof s->msg, "%s: %s", pc_strerror(rc), why);
     part_t *lists[2] = {s->inflight, s->qhead};
     s->inflight = s->qhead = s->qtail = NULL;
@@ -295,7 +315,8 @@ static void server_fail(server_t *s, int rc, const char *why) {
         for (part_t *p = lists[l], *nx; p; p = nx) {
             nx = p->next;
             /* A sent push may have been applied: never resend it. */
-            bool transient = rc != PC_EAUTH && !(p->sent && p->call->op == PC_OP_PUSH);
+            bool transient =
+                rc != PC_EAUTH && rc != PC_ETLS && !(p->sent && p->call->op == PC_OP_PUSH);
             part_done(c, p, rc, transient);
         }
     }
@@ -311,6 +332,10 @@ static void close_free(uv_handle_t *h) {
 static void on_close_tcp(uv_handle_t *h) {
     server_t *s = h->data;
     s->state = 0;
+    pc_tls_free(s->tls);
+    s->tls = NULL;
+    pc_sfree(s->cipher);
+    s->cipher = NULL;
     pc_sfree(s->body);
     s->body = NULL;
     s->hdr_have = s->body_have = 0;
@@ -321,11 +346,11 @@ static void on_close_tcp(uv_handle_t *h) {
 static void server_drop(server_t *s, int rc, const char *why) {
     if (s->state == 0)
         return;
-    if (rc == PC_ENOMEM && !s->hello_done) { /* no memory: psc_connect ends with it, now */
-        s->hello_done = true;
-        hello_settled(s->c, rc, s->addr, pc_strerror(rc));
-    }
     server_fail(s, rc, why);
+    if (!s->hello_done) { /* lost before the HELLO answer: psc_connect ends with it, now */
+        s->hello_done = true;
+        hello_settled(s->c, rc, s->addr, s->msg);
+    }
     if (!uv_is_closing((uv_handle_t *)&s->tcp))
         uv_close((uv_handle_t *)&s->tcp, on_close_tcp);
 }
@@ -344,7 +369,36 @@ static void on_written(uv_write_t *req, int status) {
         server_drop(s, PC_EUNAVAIL, uv_strerror(status));
 }
 
+/* TLS: write the session's pending ciphertext as one write. PC_ENOMEM, PC_EUNAVAIL. */
+static int tls_flush(server_t *s) {
+    const size_t n = pc_tls_pending(s->tls);
+    if (!n)
+        return 0;
+    wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + n);
+    if (!w)
+        return PC_ENOMEM;
+    w->len = pc_tls_take(s->tls, w->data, n);
+    w->req.data = s;
+    uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
+    if (uv_write(&w->req, (uv_stream_t *)&s->tcp, &b, 1, on_written) < 0) {
+        pc_sfree(w);
+        return PC_EUNAVAIL;
+    }
+    return 0;
+}
+
+/* Send frame w (taken): as it is, or encrypted in pieces. */
 static int send_frame(server_t *s, wbuf_t *w) {
+    if (s->tls) {
+        int rc = 0;
+        for (size_t off = 0; !rc && off < w->len; off += TLS_PIECE) {
+            const size_t n = w->len - off < TLS_PIECE ? w->len - off : TLS_PIECE;
+            if (!(rc = pc_tls_write(s->tls, w->data + off, n)))
+                rc = tls_flush(s);
+        }
+        pc_sfree(w);
+        return rc == PC_ENOMEM ? rc : rc ? PC_EUNAVAIL : 0;
+    }
     w->req.data = s;
     uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
     if (uv_write(&w->req, (uv_stream_t *)&s->tcp, &b, 1, on_written) < 0) {
@@ -481,47 +535,117 @@ static void handle_reply(server_t *s) {
     server_pump(s);
 }
 
+/* Where the next plaintext bytes of server s go: the header, then the reply's body. */
+static uv_buf_t plain_buf(server_t *s) {
+    if (s->hdr_have < PC_WIRE_HDR)
+        return uv_buf_init((char *)s->hdr + s->hdr_have, (unsigned)(PC_WIRE_HDR - s->hdr_have));
+    return uv_buf_init((char *)s->body + s->body_have, (unsigned)(s->h.body_len - s->body_have));
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     server_t *s = h->data;
-    if (s->hdr_have < PC_WIRE_HDR)
-        *buf = uv_buf_init((char *)s->hdr + s->hdr_have, (unsigned)(PC_WIRE_HDR - s->hdr_have));
-    else
-        *buf =
-            uv_buf_init((char *)s->body + s->body_have, (unsigned)(s->h.body_len - s->body_have));
+    *buf = s->cipher ? uv_buf_init((char *)s->cipher, CIPHER_BYTES) : plain_buf(s);
+}
+
+/* nread plaintext bytes arrived where plain_buf() said. Returns false when the connection was
+ * dropped meanwhile. */
+static bool input(server_t *s, size_t nread) {
+    if (s->hdr_have < PC_WIRE_HDR) {
+        s->hdr_have += nread;
+        if (s->hdr_have < PC_WIRE_HDR)
+            return true;
+        if (pc_wire_hdr_decode(s->hdr, MAX_REPLY, &s->h) || !(s->h.flags & PC_WIRE_RESPONSE)) {
+            PC_ERROR("psclient: bad reply from %s", s->addr);
+            server_drop(s, PC_EUNAVAIL, "not an EmberPS reply");
+            return false;
+        }
+        if (!(s->body = pc_smalloc(PC_MEM_CLIENT, s->h.body_len ? s->h.body_len : 1))) {
+            server_drop(s, PC_ENOMEM, "for a reply"); /* the calls waiting end with it */
+            return false;
+        }
+        s->body_have = 0;
+    } else {
+        s->body_have += nread;
+    }
+    if (s->body_have < s->h.body_len)
+        return true;
+    handle_reply(s);
+    pc_sfree(s->body);
+    s->body = NULL;
+    s->hdr_have = 0;
+    return !uv_is_closing((uv_handle_t *)&s->tcp);
+}
+
+static void hello_send(server_t *s);
+
+/* TLS: ciphertext arrived: advance the handshake (HELLO once it is done), then hand the
+ * plaintext to input(). */
+static void tls_input(server_t *s, const uint8_t *data, size_t n) {
+    if (!pc_tls_established(s->tls) && n >= 4 && memcmp(data, "EMBR", 4) == 0) {
+        s->dead = true; /* a plaintext EmberPS reply to our ClientHello */
+        s->dead_rc = PC_ETLS;
+        server_drop(s, PC_ETLS,
+                    "TLS: the server answered in plaintext (its data plane has no "
+                    "TLS: connect without it, or give the server a certificate)");
+        return;
+    }
+    if (pc_tls_feed(s->tls, data, n)) {
+        server_drop(s, PC_ENOMEM, "for TLS input");
+        return;
+    }
+    if (!pc_tls_established(s->tls)) {
+        const int rc = pc_tls_handshake(s->tls);
+        const int frc = tls_flush(s);
+        if (rc == PC_ETLS) {
+            s->dead = true; /* an unverified certificate does not heal by retrying */
+            s->dead_rc = PC_ETLS;
+            server_drop(s, PC_ETLS, pc_tls_error(s->tls));
+            return;
+        }
+        if (frc) {
+            server_drop(s, frc, "cannot send the TLS handshake");
+            return;
+        }
+        if (rc == PC_EAGAIN)
+            return;
+        hello_send(s);
+        if (s->state != 2)
+            return;
+    }
+    for (;;) {
+        const uv_buf_t b = plain_buf(s);
+        const ssize_t got = pc_tls_read(s->tls, b.base, b.len);
+        if (got == 0)
+            break;
+        if (got < 0) {
+            if (!s->hello_done) { /* refused in the handshake's last step: a client cert */
+                s->dead = true;
+                s->dead_rc = PC_ETLS;
+            }
+            server_drop(s, got == PC_ECLOSED ? PC_EUNAVAIL : PC_ETLS,
+                        got == PC_ECLOSED ? "the server closed the TLS session"
+                                          : pc_tls_error(s->tls));
+            return;
+        }
+        if (!input(s, (size_t)got))
+            return;
+    }
+    if (tls_flush(s)) /* what reading produced (TLS 1.3 post-handshake messages) */
+        server_drop(s, PC_EUNAVAIL, "cannot write to the server");
 }
 
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
-    (void)buf;
     server_t *s = st->data;
     if (nread < 0) {
         server_drop(s, PC_EUNAVAIL,
                     nread == UV_EOF ? "the server closed the connection" : uv_strerror((int)nread));
         return;
     }
-    if (s->hdr_have < PC_WIRE_HDR) {
-        s->hdr_have += (size_t)nread;
-        if (s->hdr_have < PC_WIRE_HDR)
-            return;
-        if (pc_wire_hdr_decode(s->hdr, MAX_REPLY, &s->h) || !(s->h.flags & PC_WIRE_RESPONSE)) {
-            PC_ERROR("psclient: bad reply from %s", s->addr);
-            server_drop(s, PC_EUNAVAIL, "not an EmberPS reply");
-            return;
-        }
-        if (!(s->body = pc_smalloc(PC_MEM_CLIENT, s->h.body_len ? s->h.body_len : 1))) {
-            server_drop(s, PC_ENOMEM, "for a reply"); /* the calls waiting end with it */
-            return;
-        }
-        s->body_have = 0;
-    } else {
-        s->body_have += (size_t)nread;
-    }
-    if (s->body_have < s->h.body_len)
-        return;
-    handle_reply(s);
-    pc_sfree(s->body);
-    s->body = NULL;
-    s->hdr_have = 0;
+    if (s->tls)
+        tls_input(s, (const uint8_t *)buf->base, (size_t)nread);
+    else
+        input(s, (size_t)nread);
 }
 
 static void on_connect(uv_connect_t *req, int status) {
@@ -547,11 +671,35 @@ static void on_connect(uv_connect_t *req, int status) {
         server_drop(s, PC_EUNAVAIL, why);
         return;
     }
-    s->state = 2;
     s->was_connected = true;
     uv_tcp_nodelay(&s->tcp, 1);
+    if (c->tls) { /* the handshake first; HELLO once it is done (tls_input) */
+        char host[PC_ADDR_MAX];
+        snprintf(host, sizeof host, "%s", s->addr);
+        char *colon = strrchr(host, ':');
+        if (colon)
+            *colon = '\0';
+        int rc = pc_tls_new(c->tls, c->tls_name[0] ? c->tls_name : host, &s->tls);
+        if (!rc && !(s->cipher = pc_smalloc(PC_MEM_CLIENT, CIPHER_BYTES)))
+            rc = PC_ENOMEM;
+        if (!rc && (rc = pc_tls_handshake(s->tls)) == PC_EAGAIN)
+            rc = tls_flush(s);
+        if (rc) {
+            server_drop(s, rc, "cannot start TLS");
+            return;
+        }
+        uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+        return;
+    }
     uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
-    /* HELLO first (with the token): the server answers with its map. */
+    hello_send(s);
+}
+
+/* The connection is up (TLS: its handshake done): say HELLO (with the token; the server answers
+ * with its map), then send what is queued. */
+static void hello_send(server_t *s) {
+    psc_t *c = s->c;
+    s->state = 2;
     size_t tl = strlen(c->token);
     wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR + tl);
     if (!w) {
@@ -635,7 +783,10 @@ static int part_send(server_t *s, part_t *p) {
 static void server_pump(server_t *s) {
     psc_t *c = s->c;
     if (s->dead) {
-        server_fail(s, PC_EAUTH, "the server refused this client at HELLO");
+        if (s->dead_rc == PC_ETLS) /* s->msg says why */
+            server_fail(s, PC_ETLS, NULL);
+        else
+            server_fail(s, PC_EAUTH, "the server refused this client at HELLO");
         return;
     }
     if (s->state == 0 && (s->qhead || s->inflight)) {
@@ -1082,11 +1233,36 @@ static void on_connect_start(uv_async_t *a) {
 }
 
 int psc_connect(const psc_opts_t *o, psc_t **out) {
-    if (!o || !o->servers || !out || (o->token && strlen(o->token) >= 256))
+    return psc_connect2(o, NULL, NULL, 0, out);
+}
+
+int psc_connect2(const psc_opts_t *o, const psc_tls_opts_t *tls, char *why, size_t cap,
+                 psc_t **out) {
+    if (why && cap)
+        why[0] = '\0';
+    if (!o || !o->servers || !out || (o->token && strlen(o->token) >= 256) ||
+        (tls && tls->server_name && strlen(tls->server_name) >= 256))
         return PC_EINVAL;
+    pc_tls_ctx_t *ctx = NULL;
+    if (tls) { /* the files are read now, on the caller's thread */
+        pc_tls_opts_t to = {.cert = tls->cert, .key = tls->key, .ca = tls->ca};
+        char err[PSC_WHY_MAX];
+        const int rc = pc_tls_ctx_create(&to, &ctx, err, sizeof err);
+        if (rc) {
+            PC_ERROR("psclient: cannot connect: %s", err);
+            if (why && cap)
+                snprintf(why, cap, "%s", err);
+            return rc;
+        }
+    }
     psc_t *c = pc_scalloc(PC_MEM_CLIENT, 1, sizeof *c);
-    if (!c)
+    if (!c) {
+        pc_tls_ctx_destroy(ctx);
         return PC_ENOMEM;
+    }
+    c->tls = ctx;
+    if (tls && tls->server_name)
+        snprintf(c->tls_name, sizeof c->tls_name, "%s", tls->server_name);
     c->o = *o;
     c->o.timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : 10000;
     c->o.max_inflight = o->max_inflight > 0 ? o->max_inflight : 8;
@@ -1112,7 +1288,10 @@ int psc_connect(const psc_opts_t *o, psc_t **out) {
     }
     if (rc) {
         PC_ERROR("psclient: servers: %s", err);
+        if (why && cap)
+            snprintf(why, cap, "servers: %s", err);
         uv_loop_close(&c->loop);
+        pc_tls_ctx_destroy(c->tls);
         pc_sfree(c);
         return PC_EINVAL;
     }
@@ -1155,8 +1334,10 @@ int psc_connect(const psc_opts_t *o, psc_t **out) {
     if (rc && !c->connect_rc)
         snprintf(c->connect_why, sizeof c->connect_why, "%d server(s) did not answer within %d ms",
                  c->hello_pending, c->o.connect_timeout_ms);
-    if (rc) /* the caller gets only the code: the detail is logged here */
+    if (rc) /* logged here, and given to psc_connect2's caller */
         PC_ERROR("psclient: cannot connect: %s", c->connect_why);
+    if (rc && why && cap)
+        snprintf(why, cap, "%s", c->connect_why);
     pthread_mutex_unlock(&c->mu);
     if (rc) {
         psc_close(c);
@@ -1185,6 +1366,8 @@ void psc_close(psc_t *c) {
     for (server_t *s = c->all, *nx; s; s = nx) {
         nx = s->next_all;
         pc_sfree(s->body);
+        pc_tls_free(s->tls);
+        pc_sfree(s->cipher);
         pc_sfree(s);
     }
     if (uv_loop_close(&c->loop) != 0)
@@ -1194,6 +1377,7 @@ void psc_close(psc_t *c) {
     pc_sfree(c->map_text);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
+    pc_tls_ctx_destroy(c->tls);
     pc_sfree(c);
 }
 

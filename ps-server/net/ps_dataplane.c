@@ -21,6 +21,16 @@
  * total, from the `wake` async that any loop sends when the total falls below the cap. The
  * check comes before the frame, so a connection holds at most reply_queue plus one reply, and
  * the server at most 9/8 reply_queue_total plus one reply per event loop.
+ * TLS (pc_tls.h, when the server has a certificate): the socket's bytes are read into a
+ * per-connection ciphertext buffer and fed to the connection's TLS session; the plaintext it
+ * gives is read into exactly the places a plain connection reads into (conn_buf: the staging
+ * buffer, a large body, the discard area) and handled by the same code (conn_input). A reply is
+ * encrypted in pieces of TLS_PIECE bytes as soon as it is built, and each piece's ciphertext is
+ * one write whose allocation counts as unsent exactly as a plain reply does; the plaintext is
+ * freed at once. A paused connection leaves its undecrypted records in the session, and takes
+ * them up when it continues (tls_pump). The first bytes of a connection must be a TLS
+ * ClientHello: a plaintext EmberPS frame is answered with PC_ETLS in clear (the client learns
+ * why), anything else is closed with a log line. All TLS state belongs to the loop's thread.
  */
 #include "ps_dataplane.h"
 
@@ -29,11 +39,13 @@
 #include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_time.h"
+#include "pc_tls.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +54,7 @@
 #include <uv.h>
 
 #define STAGE_BYTES (64u << 10)
+#define TLS_PIECE   (256u << 10) /* plaintext encrypted per write (see DESIGN) */
 
 typedef struct loopctx loopctx_t;
 
@@ -61,6 +74,8 @@ typedef struct conn {
     uint64_t unsent; /* bytes of replies written but not yet completed */
     bool paused;     /* held back by may_run(): not reading, frames wait in stage/body */
     bool body_ready; /* paused with the large body complete, not yet executed */
+    pc_tls_t *tls;   /* TLS servers: the session, made at the first bytes (NULL before) */
+    uint8_t *cipher; /* TLS servers: STAGE_BYTES the socket is read into */
 } conn_t;
 
 struct loopctx {
@@ -80,6 +95,7 @@ struct ps_dp {
     ps_dp_opts_t o;
     char token[256];
     size_t token_len;
+    pc_tls_ctx_t *tls; /* NULL: plain TCP */
     pthread_rwlock_t map_lock;
     pc_cluster_map_t *map;
     char *map_text;
@@ -103,6 +119,8 @@ typedef struct wreq {
     uint8_t hdr[PC_WIRE_HDR];
     uint8_t payload[]; /* payload_len bytes */
 } wreq_t;
+_Static_assert(offsetof(wreq_t, payload) == offsetof(wreq_t, hdr) + PC_WIRE_HDR,
+               "a reply's header and payload are one span (TLS encrypts them in one go)");
 
 static void conn_close(conn_t *c);
 static void conn_continue(conn_t *c);
@@ -173,6 +191,40 @@ static wreq_t *reply_alloc(size_t payload_len) {
     return w;
 }
 
+static wreq_t *reply_alloc(size_t payload_len);
+
+/* TLS: write the session's pending ciphertext as one write, counted as unsent like a reply.
+ * PC_ENOMEM or PC_EIO (the connection must close). */
+static int tls_flush(conn_t *c) {
+    const size_t n = pc_tls_pending(c->tls);
+    if (!n)
+        return 0;
+    wreq_t *w = reply_alloc(n);
+    if (!w)
+        return PC_ENOMEM;
+    w->c = c;
+    const size_t got = pc_tls_take(c->tls, w->payload, n);
+    uv_buf_t b = uv_buf_init((char *)w->payload, (unsigned)got);
+    unsent_add(c, w->bytes);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
+        unsent_sub(c, w->bytes);
+        pc_free(PC_MEM_SCRATCH, w, w->bytes);
+        return PC_EIO;
+    }
+    return 0;
+}
+
+/* TLS: encrypt len bytes of plaintext in pieces, each piece's ciphertext one write. */
+static int tls_send(conn_t *c, const uint8_t *p, size_t len) {
+    int rc = 0;
+    for (size_t off = 0; !rc && off < len; off += TLS_PIECE) {
+        const size_t n = len - off < TLS_PIECE ? len - off : TLS_PIECE;
+        if (!(rc = pc_tls_write(c->tls, p + off, n)))
+            rc = tls_flush(c);
+    }
+    return rc;
+}
+
 static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t status,
                        size_t payload_len) {
     ps_dp_t *dp = c->lc->dp;
@@ -193,6 +245,13 @@ static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t s
     atomic_fetch_add_explicit(&dp->bytes_out, PC_WIRE_HDR + payload_len, memory_order_relaxed);
     if (status)
         atomic_fetch_add_explicit(&dp->errors, 1, memory_order_relaxed);
+    if (c->tls) { /* encrypted now: the ciphertext is what waits (tls_flush) */
+        const int rc = tls_send(c, w->hdr, PC_WIRE_HDR + payload_len);
+        pc_free(PC_MEM_SCRATCH, w, w->bytes);
+        if (rc)
+            conn_close(c);
+        return;
+    }
     unsent_add(c, w->bytes);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, payload_len ? 2 : 1, on_written) < 0) {
         unsent_sub(c, w->bytes);
@@ -435,6 +494,8 @@ static void on_closed(uv_handle_t *hd) {
         c->next->prev = c->prev;
     pc_free(PC_MEM_SCRATCH, c->stage, STAGE_BYTES);
     pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
+    pc_free(PC_MEM_SCRATCH, c->cipher, c->cipher ? STAGE_BYTES : 0);
+    pc_tls_free(c->tls);
     if (c->paused)
         atomic_fetch_sub_explicit(&lc->dp->paused, 1, memory_order_relaxed);
     pc_free(PC_MEM_OTHER, c, sizeof *c);
@@ -471,17 +532,22 @@ static void conn_finish(conn_t *c) {
     req->data = c;
 }
 
+/* Where the connection's next plaintext bytes go: the discard area, a large body or the
+ * staging buffer. */
+static uv_buf_t conn_buf(conn_t *c) {
+    if (c->skip) /* discard into the (empty) staging buffer */
+        return uv_buf_init((char *)c->stage,
+                           (unsigned)(c->skip < STAGE_BYTES ? c->skip : STAGE_BYTES));
+    if (c->body)
+        return uv_buf_init((char *)c->body + c->body_have,
+                           (unsigned)(c->hdr.body_len - c->body_have));
+    return uv_buf_init((char *)c->stage + c->stage_len, (unsigned)(STAGE_BYTES - c->stage_len));
+}
+
 static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     conn_t *c = hd->data;
-    if (c->skip) /* discard into the (empty) staging buffer */
-        *buf = uv_buf_init((char *)c->stage,
-                           (unsigned)(c->skip < STAGE_BYTES ? c->skip : STAGE_BYTES));
-    else if (c->body)
-        *buf =
-            uv_buf_init((char *)c->body + c->body_have, (unsigned)(c->hdr.body_len - c->body_have));
-    else
-        *buf = uv_buf_init((char *)c->stage + c->stage_len, (unsigned)(STAGE_BYTES - c->stage_len));
+    *buf = c->cipher ? uv_buf_init((char *)c->cipher, STAGE_BYTES) : conn_buf(c);
 }
 
 /* Execute the complete frames in the staging buffer; keep the tail (or move a large body into
@@ -553,13 +619,9 @@ static bool run_body(conn_t *c) {
     return ok;
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-    (void)buf;
-    conn_t *c = s->data;
-    if (nread < 0) {
-        conn_close(c);
-        return;
-    }
+/* nread plaintext bytes arrived where conn_buf() said. Returns false when the connection must
+ * close (after its replies). */
+static bool conn_input(conn_t *c, size_t nread) {
     bool ok = true;
     if (c->skip) {
         c->skip -= (uint64_t)nread;
@@ -577,6 +639,92 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         c->stage_len += (size_t)nread;
         ok = drain_stage(c);
     }
+    return ok;
+}
+
+/* TLS: the address of c's peer, for log lines. */
+static void peer_name(conn_t *c, char *buf, size_t cap) {
+    struct sockaddr_storage sa;
+    int len = sizeof sa;
+    char ip[64] = "?";
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&sa, &len) == 0 && sa.ss_family == AF_INET)
+        uv_ip4_name((const struct sockaddr_in *)&sa, ip, sizeof ip);
+    snprintf(buf, cap, "%s:%d", ip,
+             sa.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&sa)->sin_port) : 0);
+}
+
+/* TLS: advance the handshake, then hand the session's plaintext to conn_input until it has
+ * none or the connection pauses. Returns false when the connection must close. */
+static bool tls_pump(conn_t *c) {
+    if (!pc_tls_established(c->tls)) {
+        const int rc = pc_tls_handshake(c->tls);
+        if (tls_flush(c)) /* the handshake's answer, or the alert of a failure */
+            return false;
+        if (rc == PC_EAGAIN)
+            return true;
+        if (rc) {
+            char peer[80];
+            peer_name(c, peer, sizeof peer);
+            PC_WARN("data plane: %s: %s: closing", peer, pc_tls_error(c->tls));
+            return false;
+        }
+    }
+    while (!c->paused && !c->closing && !c->finishing) {
+        const uv_buf_t b = conn_buf(c);
+        if (!b.len)
+            break;
+        const ssize_t n = pc_tls_read(c->tls, b.base, b.len);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            if (n != PC_ECLOSED) {
+                char peer[80];
+                peer_name(c, peer, sizeof peer);
+                PC_WARN("data plane: %s: %s: closing", peer, pc_tls_error(c->tls));
+            }
+            return false;
+        }
+        if (!conn_input(c, (size_t)n))
+            return false;
+    }
+    return c->closing || c->finishing || !tls_flush(c);
+}
+
+/* TLS: the connection's first bytes. A TLS ClientHello starts its session; a plaintext EmberPS
+ * frame gets PC_ETLS in clear (so that the client can say why); anything else is closed.
+ * Returns false when the connection must close. */
+static bool tls_start(conn_t *c, const uint8_t *data, size_t n) {
+    ps_dp_t *dp = c->lc->dp;
+    if (pc_tls_looks_like_hello(data, n)) {
+        if (pc_tls_new(dp->tls, NULL, &c->tls))
+            return false;
+        return true;
+    }
+    char peer[80];
+    peer_name(c, peer, sizeof peer);
+    PC_WARN("data plane: %s sent no TLS ClientHello (a plaintext client?): closing", peer);
+    pc_wire_hdr_t h;
+    if (n >= PC_WIRE_HDR && pc_wire_hdr_decode(data, dp->o.lim.max_body, &h) == 0 &&
+        !(h.flags & PC_WIRE_RESPONSE))
+        reply_error(c, &h, PC_ETLS,
+                    "this server takes TLS connections only (give the client "
+                    "the CA file of the server's certificate)");
+    return false;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+    conn_t *c = s->data;
+    if (nread < 0) {
+        conn_close(c);
+        return;
+    }
+    bool ok;
+    if (!c->cipher)
+        ok = conn_input(c, (size_t)nread);
+    else if (!c->tls && !tls_start(c, (const uint8_t *)buf->base, (size_t)nread))
+        ok = false;
+    else
+        ok = pc_tls_feed(c->tls, buf->base, (size_t)nread) == 0 && tls_pump(c);
     if (!ok)
         conn_finish(c);
 }
@@ -600,6 +748,8 @@ static void conn_continue(conn_t *c) {
     }
     if (ok)
         ok = drain_stage(c);
+    if (ok && !c->paused && c->tls) /* records read before the pause */
+        ok = tls_pump(c);
     if (!ok)
         conn_finish(c);
     else if (!c->paused)
@@ -621,6 +771,8 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     c->lc = lc;
     c->stage = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
+    if (lc->dp->tls)
+        c->cipher = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
     uv_tcp_init(&lc->loop, &c->tcp);
     c->tcp.data = c;
     c->next = lc->conns;
@@ -628,7 +780,7 @@ static void on_connection(uv_stream_t *server, int status) {
         lc->conns->prev = c;
     lc->conns = c;
     atomic_fetch_add_explicit(&lc->dp->conns, 1, memory_order_relaxed);
-    if (!c->stage || uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+    if (!c->stage || (lc->dp->tls && !c->cipher) || uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
         conn_close(c);
         return;
     }
@@ -720,6 +872,21 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         memcpy(dp->token, o->token, dp->token_len);
     }
     dp->o.token = NULL;
+    if (o->tls_cert && o->tls_cert[0]) {
+        pc_tls_opts_t to = {.server = true,
+                            .cert = o->tls_cert,
+                            .key = o->tls_key,
+                            .ca = o->tls_ca,
+                            .client_auth = (pc_tls_auth_t)o->tls_client_auth};
+        char err[400];
+        int rc = pc_tls_ctx_create(&to, &dp->tls, err, sizeof err);
+        if (rc) {
+            PC_ERROR("data plane: %s", err);
+            pc_free(PC_MEM_OTHER, dp, sizeof *dp);
+            return rc;
+        }
+    }
+    dp->o.tls_cert = dp->o.tls_key = dp->o.tls_ca = NULL;
     if (!dp->o.reply_queue) /* 0: no cap (halved: cap + cap / 8 must not overflow) */
         dp->o.reply_queue = UINT64_MAX / 2;
     if (!dp->o.reply_queue_total)
@@ -766,8 +933,8 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         ps_dp_stop(dp);
         return rc;
     }
-    PC_INFO("data plane on %s:%d, %d event loops%s", o->host, port, o->threads,
-            dp->token_len ? ", token required" : "");
+    PC_INFO("data plane on %s:%d, %d event loops%s%s", o->host, port, o->threads,
+            dp->token_len ? ", token required" : "", dp->tls ? ", TLS" : "");
     *out = dp;
     return 0;
 }
@@ -844,5 +1011,6 @@ void ps_dp_stop(ps_dp_t *dp) {
     pc_cmap_destroy(dp->map);
     free(dp->map_text);
     pthread_rwlock_destroy(&dp->map_lock);
+    pc_tls_ctx_destroy(dp->tls);
     pc_free(PC_MEM_OTHER, dp, sizeof *dp);
 }

@@ -5,7 +5,8 @@
  * loop as they complete (table calls are thread-safe and short) and answered with one
  * scatter/gather write per response. Requests for keys of slots this server does not own are
  * refused with PC_EWRONGSLOT and the current map; with a token configured, a connection must
- * say HELLO with it before anything else (else PC_EAUTH and the connection is closed).
+ * say HELLO with it before anything else (else PC_EAUTH and the connection is closed). With a
+ * certificate configured, connections speak TLS (pc_tls.h) and plaintext ones are refused.
  * Malformed batch bodies get an error and the connection goes on; a frame that breaks the
  * framing (bad magic, version, op) closes the connection after the error is sent; nothing is
  * allocated for a length before it is checked. A PULL or LOOKUP whose reply would exceed
@@ -29,10 +30,16 @@
 typedef struct ps_dp ps_dp_t;
 
 typedef struct ps_dp_opts {
-    const char *host;     /* bind address */
-    int port;             /* 0: an ephemeral port (see ps_dp_port) */
-    int threads;          /* event loops, >= 1 */
-    const char *token;    /* NULL or "": no authentication */
+    const char *host;  /* bind address */
+    int port;          /* 0: an ephemeral port (see ps_dp_port) */
+    int threads;       /* event loops, >= 1 */
+    const char *token; /* NULL or "": no authentication */
+    /* TLS (pc_tls.h; paths borrowed for ps_dp_start): with tls_cert and tls_key set, every
+     * connection must open with a TLS handshake (TLS 1.2+); a plaintext client is answered with
+     * PC_ETLS, unencrypted, and closed. tls_client_auth: pc_tls_auth_t (none, request, require;
+     * the last two verify client certificates against tls_ca). */
+    const char *tls_cert, *tls_key, *tls_ca;
+    int tls_client_auth;
     pc_wire_limits_t lim; /* body, batch and reply limits */
     uint32_t self;        /* this server's index in the cluster map */
     /* Unsent reply bytes: a connection stops being read (and executing the frames it has read)

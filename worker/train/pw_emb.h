@@ -74,6 +74,10 @@ typedef struct pw_emb_opts {
     /* remote */
     const char *servers; /* a cluster map text, or host:port of any server */
     const char *table;   /* the servers' table (created there with this dim) */
+    const char *token;   /* the servers' token ("" or NULL: none) */
+    /* TLS to the servers (psc_tls_opts_t): tls_ca set turns it on; tls_cert and tls_key give a
+     * client certificate to servers that ask for one. Borrowed for pw_emb_remote_open. */
+    const char *tls_ca, *tls_cert, *tls_key;
     /* local */
     const char *table_spec; /* ps_table settings ("optimizer=adagrad,lr=0.05,..."), dim added */
     uint64_t seed;          /* the table's initial rows */

@@ -171,10 +171,12 @@ int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
     snprintf(r->table, sizeof r->table, "%s", o->table);
     r->zero_rows = o->zero_rows;
     pthread_mutex_init(&r->mu, NULL);
-    psc_opts_t po = {.servers = o->servers, .timeout_ms = o->timeout_ms};
-    int rc = psc_connect(&po, &r->ps);
+    psc_opts_t po = {.servers = o->servers, .token = o->token, .timeout_ms = o->timeout_ms};
+    psc_tls_opts_t tls = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key};
+    char why[600];
+    int rc = psc_connect2(&po, o->tls_ca && o->tls_ca[0] ? &tls : NULL, why, sizeof why, &r->ps);
     if (rc) {
-        PC_ERROR("train: cannot reach the servers (%s): %s", o->servers, pc_strerror(rc));
+        PC_ERROR("train: cannot reach the servers (%s): %s", o->servers, why);
         pthread_mutex_destroy(&r->mu);
         pc_sfree(r);
         return rc;

@@ -280,6 +280,10 @@ static int trainer_init(trainer_t *t) {
                         .timeout_ms = (int)c->timeout_ms,
                         .servers = c->servers,
                         .table = c->table_name,
+                        .token = c->token,
+                        .tls_ca = c->tls_ca,
+                        .tls_cert = c->tls_cert,
+                        .tls_key = c->tls_key,
                         .table_spec = c->table,
                         .seed = (uint64_t)c->seed,
                         .zero_rows = ops->zero_rows};

@@ -2,7 +2,8 @@
  * installed emberps/psclient.h and libpsclient.so. It checks that the library loaded at run time
  * is the version of the header, that error codes have their names and messages, and that
  * psc_connect fails cleanly and within its bounded wait: PC_EINVAL at once for bad arguments and
- * a server that is not an IPv4 address, PC_EUNAVAIL for a refused connection. Exit 0: all good. */
+ * a server that is not an IPv4 address, PC_EUNAVAIL for a refused connection; psc_connect2
+ * (TLS) says why it failed. Exit 0: all good. */
 #define _POSIX_C_SOURCE 200809L
 #include <emberps/psclient.h>
 
@@ -61,6 +62,17 @@ int main(void) {
         return 1;
     if (connect_fails("no-such-host.invalid:7400", "PC_EINVAL", 1.0))
         return 1;
+    /* psc_connect2 (1.3): TLS with a CA file that does not exist fails at once, saying so */
+    psc_opts_t o = {.servers = "127.0.0.1:1"};
+    psc_tls_opts_t tls = {.ca = "/nonexistent/ca.pem"};
+    char why[512] = "x";
+    rc = psc_connect2(&o, &tls, why, sizeof why, &c);
+    printf("psc_connect2(ca=/nonexistent/ca.pem): %s: %s\n", psc_err_name(rc), why);
+    CHECK(strcmp(psc_err_name(rc), "PC_ENOTFOUND") == 0 && c == NULL);
+    CHECK(strstr(why, "/nonexistent/ca.pem") != NULL);
+    rc = psc_connect2(&o, NULL, why, sizeof why, &c); /* plain TCP: port 1 refuses */
+    printf("psc_connect2(127.0.0.1:1): %s: %s\n", psc_err_name(rc), why);
+    CHECK(strcmp(psc_err_name(rc), "PC_EUNAVAIL") == 0 && strstr(why, "127.0.0.1:1: ") == why);
     psc_close(NULL);
     puts("ok");
     return 0;

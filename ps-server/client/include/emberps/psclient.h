@@ -38,7 +38,7 @@ extern "C" {
 
 /* The one declaration of the library's version (CMake reads it for the soname). */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
-#define PSC_VERSION_MINOR 2 /* 1: psc_claim; 2: psc_wait_detail */
+#define PSC_VERSION_MINOR 3 /* 1: psc_claim; 2: psc_wait_detail; 3: psc_connect2 (TLS) */
 #define PSC_VERSION_PATCH 0
 #define PSC_VERSION_HEX   ((PSC_VERSION_MAJOR << 16) | (PSC_VERSION_MINOR << 8) | PSC_VERSION_PATCH)
 
@@ -71,8 +71,36 @@ typedef struct psc_opts {
     int connect_timeout_ms; /* psc_connect's wait for every server, default 5000 */
 } psc_opts_t;
 
-/* Connect to every server of the map (and authenticate). */
+/* Connect to every server of the map (and authenticate), over plain TCP: psc_connect2 with
+ * tls NULL and no detail buffer (the reason of a failure is logged). */
 PSC_EXTERN int psc_connect(const psc_opts_t *o, psc_t **out);
+
+/* TLS for the data plane (servers started with a certificate: docs/wire.md "TLS"). A separate
+ * struct, not new fields of psc_opts_t: callers allocate psc_opts_t, so growing it would change
+ * its layout under programs built against 1.x. A future field comes with a new struct and
+ * function the same way. Paths are borrowed for the psc_connect2 call only (the files are read
+ * then). */
+typedef struct psc_tls_opts {
+    const char *ca;   /* PEM CA bundle the servers' certificates must chain to (required) */
+    const char *cert; /* PEM client certificate, for servers that ask for one (NULL: none) */
+    const char *key;  /* its PEM private key (with cert) */
+    /* The name every server's certificate must carry (NULL or "": each server's address from
+     * the cluster map, checked against the certificate's IP addresses). */
+    const char *server_name;
+} psc_tls_opts_t;
+
+/* psc_connect with TLS (tls non-NULL: every connection is TLS 1.2 or newer, the servers'
+ * certificates verified against tls->ca and their names checked; NULL: plain TCP) and the reason
+ * of a failure, one line naming the server, in why[0..cap) (truncated, always terminated, ""
+ * on success; why may be NULL with cap 0):
+ *   "127.0.0.1:7400: TLS: certificate verify failed: unable to get local issuer certificate"
+ *   "127.0.0.1:7400: authentication failed: bad token"
+ * Errors as psc_connect's, and PC_ETLS (-25) for a handshake that failed (an unverified server
+ * certificate, a missing or refused client certificate, a server that does not speak TLS, or a
+ * client speaking plaintext to a TLS server), PC_ENOTFOUND for a TLS file that does not exist.
+ * (Since 1.3.) */
+PSC_EXTERN int psc_connect2(const psc_opts_t *o, const psc_tls_opts_t *tls, char *why, size_t cap,
+                            psc_t **out);
 /* Fail calls still running with PC_ECANCELED, close connections, free. NULL is a no-op. */
 PSC_EXTERN void psc_close(psc_t *c);
 

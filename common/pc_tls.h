@@ -1,0 +1,87 @@
+/* pc_tls.h: TLS for the binary data plane over memory buffers (OpenSSL), shared by the server's
+ * event loops and libpsclient's I/O thread.
+ *
+ * The event loop owns the socket; this module owns nothing but the TLS state. Bytes read from
+ * the socket go in with pc_tls_feed; plaintext comes out with pc_tls_read; plaintext to send goes
+ * in with pc_tls_write, and the bytes to put on the socket come out with pc_tls_take (after
+ * pc_tls_pending says how many). The handshake runs inside pc_tls_handshake (call it after each
+ * feed until it returns 0) and its output is taken the same way. Protocol: TLS 1.2 or newer
+ * (1.3 preferred); a client verifies the server's chain against its CA file and checks the
+ * server's name (an IPv4/IPv6 address against the certificate's IP SANs, otherwise a DNS name).
+ *
+ * Errors are negative PC_E* codes (pc_error.h); OpenSSL's own error queue is read and cleared
+ * once, here, and turned into one line that pc_tls_error / the err buffers give:
+ * "TLS: certificate verify failed: unable to get local issuer certificate".
+ *
+ * DESIGN
+ * One SSL per connection with two memory BIOs (read: ciphertext fed in; write: ciphertext to
+ * send). Memory BIOs never block, so pc_tls_write encrypts all it is given at once; a caller
+ * that wants bounded buffers writes in pieces and takes the output after each. OpenSSL's error
+ * queue is per thread: every function here clears it before returning, so a session's errors
+ * never leak into another's on the same thread.
+ *
+ * Thread rule: a context is created and destroyed by one owner and shared read-only by the
+ * threads that make sessions from it (OpenSSL's SSL_CTX is safe for that). A session is used by
+ * one thread only (its event loop's).
+ */
+#ifndef PC_TLS_H
+#define PC_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct pc_tls_ctx pc_tls_ctx_t;
+typedef struct pc_tls pc_tls_t;
+
+/* Client certificates a server asks for: none; request (verified against ca when sent);
+ * require (a connection without one is refused in the handshake). */
+typedef enum {
+    PC_TLS_AUTH_NONE = 0,
+    PC_TLS_AUTH_REQUEST = 1,
+    PC_TLS_AUTH_REQUIRE = 2
+} pc_tls_auth_t;
+
+typedef struct pc_tls_opts {
+    bool server;      /* the accepting end */
+    const char *cert; /* PEM certificate chain: a server's (required), a client's (optional) */
+    const char *key;  /* PEM private key of cert */
+    const char *ca;   /* PEM CA bundle: a client's trust (required); a server's for client certs */
+    pc_tls_auth_t client_auth; /* server only; REQUEST and REQUIRE need ca */
+} pc_tls_opts_t;
+
+/* A context from PEM files (paths borrowed for the call). PC_EINVAL for missing or inconsistent
+ * settings, PC_ENOTFOUND for a file that does not exist, PC_ETLS for a file OpenSSL refuses (a
+ * bad certificate, a key that does not match); the reason, naming the file, in err[0..cap). */
+int pc_tls_ctx_create(const pc_tls_opts_t *o, pc_tls_ctx_t **out, char *err, size_t cap);
+/* NULL is a no-op. Every session made from ctx must be freed first. */
+void pc_tls_ctx_destroy(pc_tls_ctx_t *ctx);
+
+/* A session of ctx. peer (clients): the name or address the server's certificate must carry
+ * (copied; NULL or "": no name check, the chain is still verified). PC_ENOMEM, PC_EINVAL. */
+int pc_tls_new(pc_tls_ctx_t *ctx, const char *peer, pc_tls_t **out);
+/* NULL is a no-op. */
+void pc_tls_free(pc_tls_t *t);
+
+/* Ciphertext read from the socket (copied). PC_ENOMEM. */
+int pc_tls_feed(pc_tls_t *t, const void *buf, size_t len);
+/* Advance the handshake: 0 once it is complete (and at every later call), PC_EAGAIN while it
+ * needs more input (send pc_tls_take's output first), PC_ETLS when it failed (pc_tls_error
+ * says why; send the pending output too: it may carry the alert that tells the peer). */
+int pc_tls_handshake(pc_tls_t *t);
+bool pc_tls_established(const pc_tls_t *t);
+/* Plaintext: up to cap bytes into buf. Returns the bytes read (> 0), 0 when no whole record is
+ * buffered (feed more), PC_ECLOSED when the peer closed the TLS session, PC_ETLS on an error. */
+ssize_t pc_tls_read(pc_tls_t *t, void *buf, size_t cap);
+/* Encrypt len bytes of plaintext (all of them); the handshake must be complete. PC_ENOMEM,
+ * PC_ETLS, PC_ESTATE (handshake not complete). */
+int pc_tls_write(pc_tls_t *t, const void *buf, size_t len);
+/* Ciphertext waiting to be sent, and take up to cap bytes of it into buf (returns how many). */
+size_t pc_tls_pending(const pc_tls_t *t);
+size_t pc_tls_take(pc_tls_t *t, void *buf, size_t cap);
+/* The last failure's one-line reason ("" when none); valid until the next call on t. */
+const char *pc_tls_error(const pc_tls_t *t);
+/* Whether buf[0..len) (len >= 1) can start a TLS handshake record (a ClientHello). */
+bool pc_tls_looks_like_hello(const void *buf, size_t len);
+
+#endif

@@ -1,0 +1,346 @@
+/* TLS and the token on the binary data plane, end to end: ps-server processes on loopback with
+ * the certificates of tests/support/make-certs.sh, libpsclient's psc_connect2, raw sockets and
+ * a short ps-worker run.
+ *  - pulls, pushes and lookups over TLS equal those over plain TCP (two servers with the same
+ *    table), also replies of several MiB, 8 in flight, through a server whose per-connection
+ *    reply queue is at its minimum (64 KiB: connections pause and resume with records still
+ *    in their TLS session);
+ *  - a client that trusts another CA fails psc_connect2 with PC_ETLS and "<addr>: TLS:
+ *    certificate verify failed: unable to get local issuer certificate"; a name the certificate
+ *    does not carry fails the same way (hostname mismatch);
+ *  - a plaintext client to a TLS server fails at once with PC_ETLS and the server's reason,
+ *    garbage bytes are closed, and the server goes on serving TLS clients; a TLS client to a
+ *    plaintext server fails with PC_ETLS;
+ *  - tls_client_auth=require: without a client certificate refused (PC_ETLS), with it served;
+ *  - TLS and a token: a wrong token is PC_EAUTH with the server's message ("bad token");
+ *  - ps-worker trains against a TLS + token server (--tls-ca, --token) and fails without them.
+ * argv: ps-server, ps-worker, make-certs.sh. Every wait is bounded. */
+#include "proc_util.h"
+#include "table_check.h"
+
+#include "emberps/psclient.h"
+#include "pc_error.h"
+#include "pw_datagen.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static const char *g_worker, *g_certs_sh;
+static char g_dir[256], g_certs[300];
+static const char *TABLE = "--tables=name=emb,dim=8,optimizer=adagrad,shards=4";
+enum { D = 8 };
+
+/* A certificate file of g_certs ("ca.pem") into buf. */
+static const char *cert(char *buf, size_t cap, const char *name) {
+    snprintf(buf, cap, "%s/%s", g_certs, name);
+    return buf;
+}
+
+/* A flag "--name=<g_certs>/file" into buf. */
+static const char *cert_flag(char *buf, size_t cap, const char *flag, const char *name) {
+    snprintf(buf, cap, "--%s=%s/%s", flag, g_certs, name);
+    return buf;
+}
+
+typedef struct tls_files {
+    char ca[400], cert[400], key[400];
+} tls_files_t;
+
+/* psc_connect2 to 127.0.0.1:port; tls: CA file name (NULL: plain), client cert/key names (may be
+ * NULL), server_name; returns the code, the detail in why. */
+static int connect_tls(int port, const char *token, const char *ca, const char *client,
+                       const char *server_name, char *why, size_t cap, psc_t **out) {
+    char one[64];
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = one,
+                    .token = token,
+                    .timeout_ms = 10000,
+                    .retries = 2,
+                    .connect_timeout_ms = 5000};
+    tls_files_t f;
+    psc_tls_opts_t t = {.server_name = server_name};
+    if (ca)
+        t.ca = cert(f.ca, sizeof f.ca, ca);
+    if (client) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.pem", client);
+        t.cert = cert(f.cert, sizeof f.cert, name);
+        snprintf(name, sizeof name, "%s.key", client);
+        t.key = cert(f.key, sizeof f.key, name);
+    }
+    *out = NULL;
+    return psc_connect2(&o, ca ? &t : NULL, why, cap, out);
+}
+
+static void assert_has(const char *text, const char *part) {
+    if (!strstr(text, part))
+        fail_msg("\"%s\" does not contain \"%s\"", text, part);
+}
+
+static void keys_of(int i, uint64_t *keys, float *g, size_t n) {
+    uint64_t rng = 77 + (uint64_t)i;
+    for (size_t j = 0; j < n; j++) {
+        keys[j] = tu_rand(&rng) % 300000 * 0x9E3779B97F4A7C15ULL;
+        if (g)
+            for (int e = 0; e < D; e++)
+                g[j * D + e] = tu_gauss(&rng) * 0.1f;
+    }
+}
+
+/* Pulls, pushes, lookups over TLS equal those over plain TCP; replies of several MiB. */
+static void test_tls_equals_plain(void **state) {
+    (void)state;
+    char sc[340], sk[340], why[1024];
+    const int pp = pu_free_port(), pt = pu_free_port();
+    const char *plain[] = {TABLE, NULL};
+    const char *tls[] = {TABLE, cert_flag(sc, sizeof sc, "tls-cert", "server.pem"),
+                         cert_flag(sk, sizeof sk, "tls-key", "server.key"),
+                         "--reply-queue-bytes=65536", NULL};
+    pid_t sp = pu_spawn(pp, g_dir, plain, NULL), st = pu_spawn(pt, g_dir, tls, NULL);
+    psc_t *a, *b;
+    assert_int_equal(connect_tls(pp, NULL, NULL, NULL, NULL, why, sizeof why, &a), 0);
+    int rc = connect_tls(pt, NULL, "ca.pem", NULL, NULL, why, sizeof why, &b);
+    if (rc)
+        fail_msg("TLS connect: %s (%s)", psc_err_name(rc), why);
+    enum { N = 1000, BIG = 200000 }; /* BIG x 8 floats: a 6.4 MB reply */
+    static uint64_t keys[BIG];
+    static float g[N * D], x[BIG * D], y[BIG * D];
+    static uint8_t fx[N], fy[N];
+    for (int i = 0; i < 20; i++) {
+        keys_of(i, keys, g, N);
+        assert_int_equal(psc_pull(a, "emb", keys, N, D, x), 0);
+        assert_int_equal(psc_pull(b, "emb", keys, N, D, y), 0);
+        assert_memory_equal(x, y, N * D * sizeof(float));
+        psc_push_result_t ra, rb;
+        assert_int_equal(psc_push(a, "emb", keys, N, D, g, &ra), 0);
+        assert_int_equal(psc_push(b, "emb", keys, N, D, g, &rb), 0);
+        assert_int_equal(ra.applied, rb.applied);
+    }
+    assert_int_equal(psc_lookup(a, "emb", keys, N, D, x, fx), 0);
+    assert_int_equal(psc_lookup(b, "emb", keys, N, D, y, fy), 0);
+    assert_memory_equal(x, y, N * D * sizeof(float));
+    assert_memory_equal(fx, fy, N);
+    /* several MiB per reply, 8 in flight over one TLS connection with a 64 KiB reply queue */
+    keys_of(99, keys, NULL, BIG);
+    assert_int_equal(psc_pull(a, "emb", keys, BIG, D, x), 0);
+    static float rows[8][BIG * D];
+    uint64_t ids[8];
+    for (int k = 0; k < 8; k++)
+        assert_int_equal(psc_pull_async(b, "emb", keys, BIG, D, rows[k], NULL, NULL, &ids[k]), 0);
+    for (int k = 0; k < 8; k++) {
+        rc = psc_wait_detail(b, ids[k], why, sizeof why);
+        if (rc)
+            fail_msg("big pull %d over TLS: %s (%s)", k, psc_err_name(rc), why);
+        assert_memory_equal(rows[k], x, sizeof rows[k]);
+    }
+    /* a large push (6.4 MB of gradients) through TLS too */
+    static float gb[BIG * D];
+    for (size_t j = 0; j < (size_t)BIG * D; j++)
+        gb[j] = (float)(j % 7) * 0.01f;
+    assert_int_equal(psc_push(a, "emb", keys, BIG, D, gb, NULL), 0);
+    assert_int_equal(psc_push(b, "emb", keys, BIG, D, gb, NULL), 0);
+    assert_int_equal(psc_pull(a, "emb", keys, BIG, D, x), 0);
+    assert_int_equal(psc_pull(b, "emb", keys, BIG, D, y), 0);
+    assert_memory_equal(x, y, sizeof x);
+    psc_close(a);
+    psc_close(b);
+    pu_stop(sp);
+    pu_stop(st);
+}
+
+/* Certificates that do not verify, plaintext against TLS and TLS against plaintext. */
+static void test_tls_refusals(void **state) {
+    (void)state;
+    char sc[340], sk[340], why[1024], want[200];
+    const int pt = pu_free_port(), pp = pu_free_port();
+    const char *tls[] = {TABLE, cert_flag(sc, sizeof sc, "tls-cert", "server.pem"),
+                         cert_flag(sk, sizeof sk, "tls-key", "server.key"), NULL};
+    const char *plain[] = {TABLE, NULL};
+    pid_t st = pu_spawn(pt, g_dir, tls, NULL), sp = pu_spawn(pp, g_dir, plain, NULL);
+    psc_t *c;
+    /* another CA */
+    int rc = connect_tls(pt, NULL, "other-ca.pem", NULL, NULL, why, sizeof why, &c);
+    print_message("other CA: %s: %s\n", psc_err_name(rc), why);
+    assert_int_equal(rc, PC_ETLS);
+    assert_null(c);
+    snprintf(want, sizeof want,
+             "127.0.0.1:%d: TLS: certificate verify failed: unable to get local issuer certificate",
+             pt);
+    assert_string_equal(why, want);
+    /* the right CA, a name the certificate does not carry */
+    rc = connect_tls(pt, NULL, "ca.pem", NULL, "db.example.com", why, sizeof why, &c);
+    print_message("wrong name: %s: %s\n", psc_err_name(rc), why);
+    assert_int_equal(rc, PC_ETLS);
+    assert_has(why, "TLS: certificate verify failed: hostname mismatch");
+    /* a CA file that does not exist */
+    rc = connect_tls(pt, NULL, "nope.pem", NULL, NULL, why, sizeof why, &c);
+    assert_int_equal(rc, PC_ENOTFOUND);
+    assert_has(why, "nope.pem");
+    /* plaintext to the TLS server: PC_ETLS at once, with the server's reason */
+    double t0 = pu_now();
+    rc = connect_tls(pt, NULL, NULL, NULL, NULL, why, sizeof why, &c);
+    print_message("plaintext to TLS: %s: %s (%.3f s)\n", psc_err_name(rc), why, pu_now() - t0);
+    assert_int_equal(rc, PC_ETLS);
+    assert_has(why, "takes TLS connections only");
+    assert_true(pu_now() - t0 < 2.0);
+    /* garbage bytes: closed (read gives EOF), no hang */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)pt),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    assert_int_equal(write(fd, "GET / HTTP/1.0\r\n\r\n", 18), 18);
+    char buf[64];
+    assert_int_equal(read(fd, buf, sizeof buf), 0);
+    close(fd);
+    /* TLS to the plaintext server */
+    rc = connect_tls(pp, NULL, "ca.pem", NULL, NULL, why, sizeof why, &c);
+    print_message("TLS to plaintext: %s: %s\n", psc_err_name(rc), why);
+    assert_int_equal(rc, PC_ETLS);
+    assert_has(why, "TLS: the server answered in plaintext");
+    /* the TLS server still serves */
+    rc = connect_tls(pt, NULL, "ca.pem", NULL, "localhost", why, sizeof why, &c);
+    if (rc)
+        fail_msg("TLS connect after the refusals: %s (%s)", psc_err_name(rc), why);
+    uint64_t k[3] = {1, 2, 3};
+    float r[3 * D];
+    assert_int_equal(psc_pull(c, "emb", k, 3, D, r), 0);
+    psc_close(c);
+    pu_stop(st);
+    pu_stop(sp);
+}
+
+/* tls_client_auth=require: a client without a certificate is refused, one with it is served;
+ * a token on top: the wrong one is PC_EAUTH with the server's message. */
+static void test_tls_client_auth_and_token(void **state) {
+    (void)state;
+    char sc[340], sk[340], sca[340], why[1024];
+    const int pt = pu_free_port();
+    const char *tls[] = {TABLE,
+                         cert_flag(sc, sizeof sc, "tls-cert", "server.pem"),
+                         cert_flag(sk, sizeof sk, "tls-key", "server.key"),
+                         cert_flag(sca, sizeof sca, "tls-ca", "ca.pem"),
+                         "--tls-client-auth=require",
+                         "--token=s3cret",
+                         NULL};
+    pid_t st = pu_spawn(pt, g_dir, tls, NULL);
+    psc_t *c;
+    double t0 = pu_now();
+    int rc = connect_tls(pt, "s3cret", "ca.pem", NULL, NULL, why, sizeof why, &c);
+    print_message("no client certificate: %s: %s (%.3f s)\n", psc_err_name(rc), why, pu_now() - t0);
+    assert_int_equal(rc, PC_ETLS);
+    assert_null(c);
+    assert_has(why, "TLS: ");
+    assert_true(pu_now() - t0 < 2.0);
+    rc = connect_tls(pt, "wrong", "ca.pem", "client", NULL, why, sizeof why, &c);
+    print_message("wrong token: %s: %s\n", psc_err_name(rc), why);
+    assert_int_equal(rc, PC_EAUTH);
+    assert_has(why, "bad token");
+    rc = connect_tls(pt, "s3cret", "ca.pem", "client", NULL, why, sizeof why, &c);
+    if (rc)
+        fail_msg("client certificate and token: %s (%s)", psc_err_name(rc), why);
+    uint64_t k[3] = {1, 2, 3};
+    float r[3 * D];
+    assert_int_equal(psc_pull(c, "emb", k, 3, D, r), 0);
+    psc_close(c);
+    pu_stop(st);
+}
+
+/* ps-worker (a process) with args; its exit status, its stderr into err. */
+static int run_worker(const char *const *args, char *err, size_t cap) {
+    char tr[320], errf[320];
+    snprintf(tr, sizeof tr, "--train=%s/train.tsv", g_dir);
+    snprintf(errf, sizeof errf, "%s/worker.err", g_dir);
+    const char *argv[32] = {g_worker, "--progress-every=0", "--timeout-ms=20000", tr};
+    int a = 4;
+    for (int i = 0; args[i] && a < 31; i++)
+        argv[a++] = args[i];
+    argv[a] = NULL;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stdout) || !freopen(errf, "w", stderr))
+            _exit(126);
+        execv(g_worker, (char *const *)argv);
+        _exit(127);
+    }
+    int rc = pu_reap(pid, 120);
+    err[0] = '\0';
+    FILE *f = fopen(errf, "r");
+    if (f) {
+        err[fread(err, 1, cap - 1, f)] = '\0';
+        fclose(f);
+    }
+    return rc;
+}
+
+/* ps-worker against a TLS + token server: trains with --tls-ca and --token, fails without. */
+static void test_worker_tls(void **state) {
+    (void)state;
+    char sc[340], sk[340], srv[64], ca[340], err[8192];
+    const int pt = pu_free_port();
+    const char *tls[] = {"--tables=name=emb,dim=16,seed=1",
+                         cert_flag(sc, sizeof sc, "tls-cert", "server.pem"),
+                         cert_flag(sk, sizeof sk, "tls-key", "server.key"), "--token=t0k", NULL};
+    pid_t st = pu_spawn(pt, g_dir, tls, NULL);
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", pt);
+    const char *bare[] = {srv, "--token=t0k", NULL};
+    assert_int_not_equal(run_worker(bare, err, sizeof err), 0);
+    if (!strstr(err, "takes TLS connections only"))
+        fail_msg("worker without --tls-ca, stderr:\n%s", err);
+    const char *good[] = {srv, "--token=t0k", cert_flag(ca, sizeof ca, "tls-ca", "ca.pem"), NULL};
+    const int rc = run_worker(good, err, sizeof err);
+    if (rc)
+        fail_msg("worker over TLS exited %d, stderr:\n%s", rc, err);
+    pu_stop(st);
+}
+
+static int setup(void **state) {
+    (void)state;
+    tc_tmpdir(g_dir, sizeof g_dir, "dptls");
+    snprintf(g_certs, sizeof g_certs, "%s/certs", g_dir);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "timeout 60 bash '%s' '%s' >/dev/null 2>&1", g_certs_sh, g_certs);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "make-certs.sh failed\n");
+        return -1;
+    }
+    char train[320];
+    snprintf(train, sizeof train, "%s/train.tsv", g_dir);
+    pw_datagen_opts_t o;
+    pw_datagen_defaults(&o);
+    o.rows = 3000;
+    o.test_rows = 0;
+    o.vocab_max = 2000;
+    FILE *a = fopen(train, "w");
+    if (!a || pw_datagen_run(&o, a, NULL, NULL))
+        return -1;
+    fclose(a);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    pu_kill_all();
+    tc_rmdir(g_dir);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s PS_SERVER PS_WORKER MAKE_CERTS_SH\n", argv[0]);
+        return 2;
+    }
+    pu_bin = argv[1];
+    g_worker = argv[2];
+    g_certs_sh = argv[3];
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tls_equals_plain),
+        cmocka_unit_test(test_tls_refusals),
+        cmocka_unit_test(test_tls_client_auth_and_token),
+        cmocka_unit_test(test_worker_tls),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
