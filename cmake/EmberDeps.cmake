@@ -24,3 +24,5 @@ find_program(PROTOC_C protoc-c REQUIRED)
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
 pkg_check_modules(ZLIB REQUIRED IMPORTED_TARGET zlib)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# psctl plot: training curves (svg and pngcairo drivers: plplot-driver-cairo).
+pkg_check_modules(PLPLOT REQUIRED IMPORTED_TARGET plplot)

@@ -28,8 +28,10 @@ PKGS=(
   # product libraries
   libxxhash-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler librocksdb-dev libuv1-dev
   libopenblas-dev libgloo-dev libmicrohttpd-dev zlib1g-dev libcjson-dev libssl-dev
+  # training-curve plots (psctl plot): PLplot's C library and its cairo drivers (svg, pngcairo)
+  libplplot-dev plplot-driver-cairo
   # tests and benchmark baselines
-  libcmocka-dev libhiredis-dev redis-server openssl
+  libcmocka-dev libhiredis-dev redis-server openssl libxml2-dev
   # deploy/ tests: the venv of PyPI tools, YAML, systemd-analyze verify
   python3-venv python3-yaml systemd
 )

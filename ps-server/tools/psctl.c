@@ -3,7 +3,8 @@
  *   psctl [--server=HOST:PORT] [--token=T] [--json] [--timeout-ms=N] COMMAND [ARGS]
  *
  * Commands: health, map, tables, create SPEC, drop NAME, reset NAME, stats NAME, lookup NAME
- * KEY..., key, checkpoint, checkpoints, restore ID, workers JOB. Human-readable output by default,
+ * KEY..., key, checkpoint, checkpoints, restore ID, workers JOB; plot LOG OUT (a worker's
+ * metrics log drawn, psctl_plot.h; no server). Human-readable output by default,
  * one JSON object with --json. Exit status: 0 done; 1 the server refused (its status and message on
  * stderr); 2 bad usage; 3 the server could not be reached in time.
  */
@@ -14,6 +15,7 @@
 #include "pc_error.h"
 #include "pc_feature.h"
 #include "ps_api.h"
+#include "psctl_plot.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -60,7 +62,9 @@ static void usage(FILE *f) {
                "  checkpoints            list checkpoints\n"
                "  restore ID             go back to checkpoint ID while serving (0: the newest)\n"
                "  workers JOB            the job's workers and their membership leases (--server:\n"
-               "                         the coordinator's gRPC address)\n\n"
+               "                         the coordinator's gRPC address)\n"
+               "  plot LOG OUT.svg|png   draw a ps-worker --metrics-log: loss and test AUC over\n"
+               "                         the samples trained on (no server involved)\n\n"
                "options:\n");
     pc_settings_help(k_opts, NOPTS, f);
     fprintf(f, "\nexit status: 0 done, 1 refused by the server, 2 usage, 3 unreachable\n");
@@ -278,6 +282,12 @@ int main(int argc, char **argv) {
     const char *cmd = argv[argi++];
     const int nargs = argc - argi;
     char **args = argv + argi;
+    if (!strcmp(cmd, "plot")) { /* a worker's metrics log: no server involved */
+        if (nargs == 2)
+            return psctl_plot(args[0], args[1]);
+        usage(stderr);
+        return 2;
+    }
     if (psg_create(g_o.server, g_o.token, 256u << 20, &g_c)) {
         fprintf(stderr, "psctl: cannot create a client for %s\n", g_o.server);
         return 2;

@@ -61,7 +61,7 @@ typedef struct pw_sched_opts {
 
 typedef struct pw_sched_stats {
     uint64_t jobs[PW_JOB_NCLASS], bytes[PW_JOB_NCLASS]; /* started, by class */
-    uint64_t queued[PW_JOB_NCLASS];    /* now: submitted, not started yet, by class */
+    uint64_t queued[PW_JOB_NCLASS];        /* now: submitted, not started yet, by class */
     uint64_t inflight_bytes, credit_bytes; /* now: credits held by running jobs; the limit */
 } pw_sched_stats_t;
 

@@ -54,7 +54,7 @@ struct pw_reader {
     int tcp_port; /* bound port of the TCP source: 0 not yet, < 0 none or failed */
     atomic_uint_least64_t lines, samples, bad, bytes;
     atomic_uint_least64_t epoch; /* the pass being read, from 1 */
-    src_count_t *src; /* per path */
+    src_count_t *src;            /* per path */
 };
 
 static void batch_free(pw_batch_t *b) {

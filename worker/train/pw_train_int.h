@@ -94,10 +94,10 @@ typedef struct trainer {
     pw_backend_t *be;
     pw_model_t *model;
     pw_step_t *st;
-    pw_emb_t *emb;     /* the embedding store */
-    pw_group_t *grp;   /* world > 1: the workers' group (membership, collectives) */
-    pw_dcoll_t *dcoll; /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
-    pw_sched_t *sched; /* every call to the store and the group (NULL: a synchronous store) */
+    pw_emb_t *emb;       /* the embedding store */
+    pw_group_t *grp;     /* world > 1: the workers' group (membership, collectives) */
+    pw_dcoll_t *dcoll;   /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
+    pw_sched_t *sched;   /* every call to the store and the group (NULL: a synchronous store) */
     pw_telemetry_t *tel; /* /metrics and the metrics log: published after every step */
     pw_unique_t uniq;
     /* the pipeline (pw_pipeline.c) */
