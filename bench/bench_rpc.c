@@ -11,6 +11,9 @@
  *    loopback round trip (PING) of both.
  *  - pull and push over the gRPC API (dim 64, unary calls, 1 and 8 in flight: 8 threads) and
  *    gRPC Lookup latency at the same fixed rate.
+ *  - data plane pull over TLS against plain TCP (dim 64, 8 in flight): a second ps-server with a
+ *    self-signed certificate (openssl CLI) and the same settings and pinning, samples of the two
+ *    alternating (tls_pull_vs_plain).
  * Samples of the data plane and of Redis alternate. Figures for issue notes and docs.
  */
 #include <arpa/inet.h>
@@ -102,6 +105,82 @@ static double dp_rate(ctx_t *x, const char *table, uint32_t dim, int inflight, b
         free(s[i].buf);
     }
     return (double)rows / (now_s() - t0);
+}
+
+/* ==== data plane over TLS ================================================================== */
+
+/* Pull rows/s at dim 64, 8 in flight, over TLS (a second server, `bin`, pinned as the first)
+ * and over the plain connection x->ps, alternating; *plain gets the plain figure. Returns the
+ * TLS figure, or -1 when the TLS server cannot be set up (said on stderr). */
+static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, const char *dir,
+                            double *plain) {
+    char cert[300], key[300], pf[300], cmd[1024];
+    snprintf(cert, sizeof cert, "%s/tls.pem", dir);
+    snprintf(key, sizeof key, "%s/tls.key", dir);
+    snprintf(pf, sizeof pf, "%s/port-tls", dir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+             "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout '%s' -out '%s' "
+             ">/dev/null 2>&1",
+             key, cert);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "ps-bench rpc: cannot make a certificate (is openssl installed?)\n");
+        return -1;
+    }
+    const int port = bench_free_port();
+    char portarg[32], pfarg[320], certarg[320], keyarg[320];
+    snprintf(portarg, sizeof portarg, "--port=%d", port);
+    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    snprintf(certarg, sizeof certarg, "--tls-cert=%s", cert);
+    snprintf(keyarg, sizeof keyarg, "--tls-key=%s", key);
+    char *argv[] = {(char *)bin,
+                    portarg,
+                    pfarg,
+                    "--io-threads=1",
+                    "--grpc-port=-1",
+                    "--metrics-port=-1",
+                    "--log-level=warn",
+                    certarg,
+                    keyarg,
+                    "--tables=name=b64,dim=64,optimizer=adagrad",
+                    NULL};
+    pid_t pid = bench_spawn(o, argv);
+    char addr[64], why[512] = "";
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    psc_opts_t co = {.servers = addr, .timeout_ms = 60000};
+    psc_tls_opts_t tls = {.ca = cert};
+    psc_t *plain_ps = x->ps, *tls_ps = NULL;
+    if (!bench_wait_file(pf, 10) || psc_connect2(&co, &tls, why, sizeof why, &tls_ps)) {
+        fprintf(stderr, "ps-bench rpc: the TLS server: %s\n", why[0] ? why : "did not start");
+        bench_stop(pid);
+        return -1;
+    }
+    /* every key once on the new server first: the plain one holds its rows already */
+    static uint64_t keys[B];
+    float *rows = malloc((size_t)B * 64 * sizeof(float));
+    for (uint64_t k = 0; rows && k < x->nkeys; k += B) {
+        const size_t n = x->nkeys - k < B ? (size_t)(x->nkeys - k) : B;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = bench_key(k + i);
+        if (psc_pull(tls_ps, "b64", keys, n, 64, rows))
+            abort();
+    }
+    free(rows);
+    double t = 0, p = 0;
+    for (int r = 0; r < 2; r++) { /* alternate: drift in the machine hits both */
+        x->ps = plain_ps;
+        p += dp_rate(x, "b64", 64, W, false, 40 + (uint64_t)r);
+        x->ps = tls_ps;
+        t += dp_rate(x, "b64", 64, W, false, 40 + (uint64_t)r);
+    }
+    x->ps = plain_ps;
+    psc_close(tls_ps);
+    bench_stop(pid);
+    unlink(pf);
+    unlink(cert);
+    unlink(key);
+    *plain = p / 2;
+    return t / 2;
 }
 
 /* ==== gRPC API (unary calls; `inflight` threads each with one call at a time) ============== */
@@ -468,7 +547,8 @@ int bench_rpc_main(int argc, char **argv) {
     psc_opts_t co = {.servers = addr, .timeout_ms = 60000};
     char gaddr[64];
     snprintf(gaddr, sizeof gaddr, "127.0.0.1:%d", x.grpc_port);
-    if (psc_connect(&co, &x.ps) || psg_create(gaddr, NULL, 256u << 20, &x.grpc)) {
+    const psg_opts_t go = {.addr = gaddr, .max_message = 256u << 20};
+    if (psc_connect(&co, &x.ps) || psg_create(&go, &x.grpc)) {
         fprintf(stderr, "ps-bench rpc: cannot connect to ps-server\n");
         bench_stop(ps);
         bench_stop(rd);
@@ -501,6 +581,15 @@ int bench_rpc_main(int argc, char **argv) {
         printf("gRPC API, dim 64, %d in flight: pull %9.0f  push(adagrad) %9.0f rows/s\n",
                f ? W : 1, gpull[f], gpush[f]);
     }
+    double tls_plain, tls_pull = tls_pull_rate(&x, &o, bin, dir, &tls_plain);
+    if (tls_pull < 0) {
+        bench_stop(ps);
+        bench_stop(rd);
+        return 1;
+    }
+    printf("data plane over TLS, dim 64, %d in flight: pull %9.0f rows/s, plain %9.0f (TLS / "
+           "plain %.2f)\n",
+           W, tls_pull, tls_plain, tls_pull / tls_plain);
     const double rate = o.smoke ? 500 : 2000;
     lat_t lk = lookup_latency(&x, false, 64, rate, 5), rl = lookup_latency(&x, true, 64, rate, 5);
     lat_t prtt = rtt(&x, false), rrtt = rtt(&x, true);
@@ -535,6 +624,8 @@ int bench_rpc_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "grpc_push_rows_per_s_1", gpush[0]);
     cJSON_AddNumberToObject(root, "grpc_lookup_p50_us", glk.p50);
     cJSON_AddNumberToObject(root, "grpc_lookup_p99_us", glk.p99);
+    cJSON_AddNumberToObject(root, "tls_pull_rows_per_s", tls_pull);
+    cJSON_AddNumberToObject(root, "tls_pull_vs_plain", tls_pull / tls_plain);
     cJSON *cases = cJSON_AddArrayToObject(root, "cases");
     for (int d = 0; d < 2; d++)
         for (int f = 0; f < 2; f++) {

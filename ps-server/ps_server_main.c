@@ -465,12 +465,13 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     PC_INFO("signal %d: stopping", sig);
     pc_metrics_stop(s->metrics);
     s->metrics = NULL;
-    ps_grpc_stop(s->grpc); /* calls in flight are cancelled */
-    s->grpc = NULL;
-    ps_dp_stop(s->dp); /* no more requests; those received are answered */
+    ps_grpc_set_serving(s->grpc, false); /* probes see NOT_SERVING, API calls are refused */
+    ps_dp_stop(s->dp);                   /* no more requests; those received are answered */
     s->dp = NULL;
     if (s->cfg.ckpt_on_exit)
         checkpoint_now(s, "exit");
+    ps_grpc_stop(s->grpc); /* calls in flight are cancelled */
+    s->grpc = NULL;
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
     uv_close((uv_handle_t *)&s->sig_usr1, NULL);
@@ -638,7 +639,11 @@ int main(int argc, char **argv) {
                              .threads = (int)s.cfg.grpc_threads,
                              .token = s.cfg.token,
                              .admin_token = s.cfg.admin_token,
-                             .max_message = (uint32_t)s.cfg.max_body_bytes};
+                             .max_message = (uint32_t)s.cfg.max_body_bytes,
+                             .tls_cert = tls_on(&s.cfg) ? s.cfg.tls_cert : NULL,
+                             .tls_key = s.cfg.tls_key,
+                             .tls_ca = s.cfg.tls_ca,
+                             .tls_client_auth = (ps_grpc_auth_t)s.cfg.tls_client_auth};
         if (ps_grpc_start(&env, &go, &s.grpc))
             rc = 1;
     }
@@ -670,6 +675,7 @@ int main(int argc, char **argv) {
     }
     PC_INFO("serving on %s:%d (data plane), gRPC %d", s.cfg.host, ps_dp_port(s.dp),
             s.grpc ? ps_grpc_port(s.grpc) : -1);
+    ps_grpc_set_serving(s.grpc, true); /* tables restored, every listener up */
 
     s.loop = uv_default_loop();
     uv_signal_init(s.loop, &s.sig_term);

@@ -1,44 +1,92 @@
 /* psgrpc.c: see emberps/psgrpc.h. gRPC C core client: one batch with every op of a unary call,
- * waited for on a per-call pluck queue. */
+ * waited for on a per-call pluck queue.
+ *
+ * DESIGN: the channel's credentials (plaintext, or TLS from PEM files read once here) are fixed
+ * at creation. gRPC reports a failed TLS handshake as UNAVAILABLE with the TLS library's words
+ * in the status details; tls_failure() is the one place that recognises them and rewrites the
+ * failure as PC_ETLS with a message naming the server and the cause. */
 #include "emberps/psgrpc.h"
 
 #include "pc_error.h"
+#include "pc_fs.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define PEM_MAX (1u << 20)
+
 struct psg {
     grpc_channel *ch;
     char token[256];
+    char addr[256]; /* for messages */
+    char ca[256];   /* what verifies the server: the CA file, or "the system's roots" */
+    bool tls, has_cert;
 };
 
-int psg_create(const char *addr, const char *token, uint32_t max_message, psg_t **out) {
-    if (!addr || !out || (token && strlen(token) >= 256))
-        return -1;
-    grpc_init();
-    psg_t *c = calloc(1, sizeof *c);
-    if (!c) {
-        grpc_shutdown();
-        return -2;
+static bool set(const char *s) {
+    return s && s[0];
+}
+
+/* TLS credentials from the PEM files of o (read here, copied by gRPC). */
+static int tls_credentials(const psg_opts_t *o, grpc_channel_credentials **out) {
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    int rc = set(o->tls_ca) ? pc_fs_read_all(o->tls_ca, PEM_MAX, &ca, NULL) : 0;
+    if (!rc && set(o->tls_cert))
+        rc = pc_fs_read_all(o->tls_cert, PEM_MAX, &cert, NULL);
+    if (!rc && set(o->tls_key))
+        rc = pc_fs_read_all(o->tls_key, PEM_MAX, &key, NULL);
+    if (!rc) {
+        grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+        *out = grpc_ssl_credentials_create(ca, cert ? &pair : NULL, NULL, NULL);
+        rc = *out ? 0 : PC_EINVAL;
     }
-    snprintf(c->token, sizeof c->token, "%s", token ? token : "");
-    grpc_arg args[2] = {
+    free(ca);
+    free(cert);
+    free(key);
+    return rc;
+}
+
+int psg_create(const psg_opts_t *o, psg_t **out) {
+    if (!o || !o->addr || !out || (o->token && strlen(o->token) >= 256) ||
+        set(o->tls_cert) != set(o->tls_key))
+        return PC_EINVAL;
+    psg_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return PC_ENOMEM;
+    snprintf(c->token, sizeof c->token, "%s", o->token ? o->token : "");
+    snprintf(c->addr, sizeof c->addr, "%s", o->addr);
+    c->tls = o->tls || set(o->tls_ca) || set(o->tls_cert);
+    c->has_cert = set(o->tls_cert);
+    snprintf(c->ca, sizeof c->ca, "%s", set(o->tls_ca) ? o->tls_ca : "the system's roots");
+    grpc_init();
+    grpc_channel_credentials *cr = NULL;
+    int rc = c->tls ? tls_credentials(o, &cr) : 0;
+    if (rc) {
+        free(c);
+        grpc_shutdown();
+        return rc;
+    }
+    if (!cr)
+        cr = grpc_insecure_credentials_create();
+    const int max = (int)(o->max_message ? o->max_message : 64u << 20);
+    grpc_arg args[3] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-         .value.integer = (int)(max_message ? max_message : 64u << 20)},
-        {.type = GRPC_ARG_INTEGER,
-         .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
-         .value.integer = (int)(max_message ? max_message : 64u << 20)},
+         .value.integer = max},
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, .value.integer = max},
+        {.type = GRPC_ARG_STRING,
+         .key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG,
+         .value.string = (char *)o->tls_target},
     };
-    grpc_channel_args ca = {2, args};
-    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
-    c->ch = grpc_channel_create(addr, cr, &ca);
+    grpc_channel_args ca = {set(o->tls_target) ? 3 : 2, args};
+    c->ch = grpc_channel_create(o->addr, cr, &ca);
     grpc_channel_credentials_release(cr);
     *out = c;
     return 0;
@@ -62,6 +110,63 @@ static int code_of(grpc_status_code status, const grpc_metadata_array *trail) {
                                     GRPC_SLICE_LENGTH(v));
     }
     return pc_err_from_grpc((int)status, NULL, 0);
+}
+
+/* Whether the words of an UNAVAILABLE status (details, then gRPC's error string) tell of a TLS
+ * handshake that failed. If so: PC_ETLS, and msg names the server and the cause with the TLS
+ * library's words; else PC_EUNAVAIL, msg as it was (with a hint for a plaintext client whose
+ * connection was closed at once, as a TLS-only server does). gRPC 1.51's words: "Ssl handshake
+ * failed: ... certificate verify failed" when the server's certificate does not verify; "Socket
+ * closed" while connecting when the server rejects the client's certificate (or its absence)
+ * after the handshake, or a plaintext client; "Peer name N is not in peer certificate" when the
+ * certificate verifies but names another host. */
+static int tls_failure(const psg_t *c, grpc_slice details, const char *err, char *msg,
+                       size_t msgcap) {
+    char words[1024];
+    snprintf(words, sizeof words, "%.*s\n%s", (int)GRPC_SLICE_LENGTH(details),
+             (const char *)GRPC_SLICE_START_PTR(details), err ? err : "");
+    const bool connecting = strstr(words, "failed to connect") != NULL;
+    const bool closed = connecting && strstr(words, "Socket closed") != NULL;
+    const char *ssl = strstr(words, "Ssl handshake failed");
+    if (!msg || !msgcap)
+        msg = words, msgcap = sizeof words; /* the code is still decided */
+    if (!c->tls) {
+        if (closed && strlen(msg) + 80 < msgcap)
+            strcat(msg, " (a TLS-only server closes plaintext connections: give its CA, tls_ca)");
+        return PC_EUNAVAIL;
+    }
+    if (ssl) {
+        const char *lib = strstr(ssl, "SSL routines::");
+        char why[160];
+        snprintf(why, sizeof why, "%.*s", (int)strcspn(lib ? lib + 14 : ssl, "|{\n"),
+                 lib ? lib + 14 : ssl);
+        if (strstr(ssl, "certificate verify failed"))
+            snprintf(msg, msgcap,
+                     "server %s: TLS handshake failed: the server's certificate did not verify "
+                     "against %s (%s)",
+                     c->addr, c->ca, why);
+        else
+            snprintf(msg, msgcap, "server %s: TLS handshake failed: %s", c->addr, why);
+        return PC_ETLS;
+    }
+    const char *peer = strstr(words, "Peer name ");
+    if (peer && strstr(peer, "is not in peer certificate")) {
+        const char *name = peer + 10;
+        snprintf(msg, msgcap,
+                 "server %s: TLS handshake failed: the server's certificate does not name %.*s",
+                 c->addr, (int)strcspn(name, " "), name);
+        return PC_ETLS;
+    }
+    if (closed) {
+        snprintf(msg, msgcap,
+                 "server %s closed the connection in the TLS handshake: %s (or it does not serve "
+                 "TLS)",
+                 c->addr,
+                 c->has_cert ? "it did not accept this client's certificate"
+                             : "it requires a client certificate (tls_cert, tls_key)");
+        return PC_ETLS;
+    }
+    return PC_EUNAVAIL;
 }
 
 int psg_request(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
@@ -132,7 +237,9 @@ int psg_request(psg_t *c, const char *path, const uint8_t *req, size_t len, int 
     if (msg && msgcap)
         snprintf(msg, msgcap, "%.*s", (int)GRPC_SLICE_LENGTH(details),
                  (const char *)GRPC_SLICE_START_PTR(details));
-    const int rc = local ? local : code_of(status, &trail_md);
+    int rc = local ? local : code_of(status, &trail_md);
+    if (rc == PC_EUNAVAIL)
+        rc = tls_failure(c, details, err, msg, msgcap);
     grpc_slice_unref(details);
     gpr_free((void *)err);
     grpc_slice_unref(md.value);

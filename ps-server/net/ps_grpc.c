@@ -4,7 +4,9 @@
  * down and drain the queues. */
 #include "ps_grpc.h"
 
+#include "health.pb-c.h"
 #include "pc_error.h"
+#include "pc_fs.h"
 #include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_time.h"
@@ -19,7 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TOKEN_KEY "x-emberps-token"
+#define TOKEN_KEY    "x-emberps-token"
+#define HEALTH_CHECK "/grpc.health.v1.Health/Check"
+#define HEALTH_WATCH "/grpc.health.v1.Health/Watch"
+#define PEM_MAX      (1u << 20)
 
 typedef struct worker {
     struct ps_grpc *g;
@@ -36,6 +41,7 @@ struct ps_grpc {
     int nworkers;
     worker_t *w;
     atomic_bool stopping;
+    atomic_bool serving; /* health: SERVING; API calls accepted */
     atomic_uint_least64_t calls, errors;
     pc_hist_t lat; /* request received -> reply sent */
 };
@@ -56,6 +62,40 @@ static bool token_ok(const grpc_metadata_array *md, const char *want) {
         return diff == 0;
     }
     return false;
+}
+
+/* The method path of a call is `want` (a NUL-terminated literal). */
+static bool path_is(const grpc_call_details *d, const char *want) {
+    const size_t n = strlen(want);
+    return GRPC_SLICE_LENGTH(d->method) == n &&
+           memcmp(GRPC_SLICE_START_PTR(d->method), want, n) == 0;
+}
+
+/* grpc.health.v1.Health/Check: the serving status of service "" or one this server has. */
+static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    Grpc__Health__V1__HealthCheckRequest *q =
+        grpc__health__v1__health_check_request__unpack(NULL, len, req);
+    if (!q) {
+        ps_api_fail(r, PC_EPARSE, "malformed HealthCheckRequest");
+        return;
+    }
+    const char *svc = q->service;
+    if (svc[0] && strcmp(svc, "emberps.ParameterServer") != 0 &&
+        !(g->env.coord && strcmp(svc, "emberps.Coordinator") == 0)) {
+        ps_api_fail(r, PC_ENOTFOUND, "unknown service '%.200s'", svc);
+    } else {
+        Grpc__Health__V1__HealthCheckResponse a = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+        a.status = atomic_load(&g->serving)
+                       ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                       : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        r->len = grpc__health__v1__health_check_response__get_packed_size(&a);
+        r->body = malloc(r->len + 1);
+        if (r->body)
+            grpc__health__v1__health_check_response__pack(&a, r->body);
+        else
+            ps_api_fail(r, PC_ENOMEM, "out of memory");
+    }
+    grpc__health__v1__health_check_request__free_unpacked(q, NULL);
 }
 
 /* Run one batch and wait for it on the worker's queue. */
@@ -81,23 +121,30 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     memset(&r, 0, sizeof r);
     const int m =
         ps_api_method((const char *)GRPC_SLICE_START_PTR(d->method), GRPC_SLICE_LENGTH(d->method));
+    const bool health = path_is(d, HEALTH_CHECK), watch = path_is(d, HEALTH_WATCH);
     const char *need = m >= 0 && ps_api_is_admin(m) && g->admin[0] ? g->admin : g->token;
-    if (need[0] && !token_ok(md, need)) {
+    grpc_slice s = grpc_empty_slice();
+    if (in) {
+        grpc_byte_buffer_reader rd;
+        if (grpc_byte_buffer_reader_init(&rd, in)) {
+            s = grpc_byte_buffer_reader_readall(&rd);
+            grpc_byte_buffer_reader_destroy(&rd);
+        }
+    }
+    if (health) { /* no token: probes send none (ps_grpc.h) */
+        health_check(g, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
+    } else if (watch) {
+        ps_api_fail(&r, PC_EUNSUPPORTED, "Watch is not served: poll Check");
+    } else if (need[0] && !token_ok(md, need)) {
         ps_api_fail(&r, PC_EAUTH, "missing or wrong %s", TOKEN_KEY);
     } else if (m < 0) {
         ps_api_fail(&r, PC_EUNSUPPORTED, "no such method");
+    } else if (!atomic_load(&g->serving)) {
+        ps_api_fail(&r, PC_ECLOSED, "not serving (starting or shutting down)");
     } else {
-        grpc_slice s = grpc_empty_slice();
-        if (in) {
-            grpc_byte_buffer_reader rd;
-            if (grpc_byte_buffer_reader_init(&rd, in)) {
-                s = grpc_byte_buffer_reader_readall(&rd);
-                grpc_byte_buffer_reader_destroy(&rd);
-            }
-        }
         ps_api_call(&g->env, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
-        grpc_slice_unref(s);
     }
+    grpc_slice_unref(s);
     if (in)
         grpc_byte_buffer_destroy(in);
     atomic_fetch_add_explicit(&g->calls, 1, memory_order_relaxed);
@@ -167,9 +214,50 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+/* Read one PEM file of the settings, logging which one failed. */
+static int read_pem(const char *setting, const char *path, char **out) {
+    int rc = pc_fs_read_all(path, PEM_MAX, out, NULL);
+    if (rc)
+        PC_ERROR("gRPC: %s %s: %s", setting, path, pc_strerror(rc));
+    return rc;
+}
+
+/* The port's credentials: TLS from the PEM files when a certificate is set, else plaintext. */
+static int server_credentials(const ps_grpc_opts_t *o, grpc_server_credentials **out) {
+    *out = NULL;
+    if (!o->tls_cert || !o->tls_cert[0]) {
+        *out = grpc_insecure_server_credentials_create();
+        return 0;
+    }
+    static const grpc_ssl_client_certificate_request_type k_req[] = {
+        [PS_GRPC_AUTH_NONE] = GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        [PS_GRPC_AUTH_REQUEST] = GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY,
+        [PS_GRPC_AUTH_REQUIRE] = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+    };
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    int rc = read_pem("tls_cert", o->tls_cert, &cert);
+    if (!rc)
+        rc = read_pem("tls_key", o->tls_key, &key);
+    if (!rc && o->tls_ca && o->tls_ca[0])
+        rc = read_pem("tls_ca", o->tls_ca, &ca);
+    if (!rc) {
+        grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+        *out = grpc_ssl_server_credentials_create_ex(ca, &pair, 1, k_req[o->tls_client_auth], NULL);
+        rc = *out ? 0 : PC_EIO;
+    }
+    free(cert);
+    free(key);
+    free(ca);
+    return rc;
+}
+
 int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **out) {
+    const bool tls = o && o->tls_cert && o->tls_cert[0];
     if (!env || !o || !o->addr || !out || o->threads < 1 || o->threads > 64 ||
-        (o->token && strlen(o->token) >= 256) || (o->admin_token && strlen(o->admin_token) >= 256))
+        (o->token && strlen(o->token) >= 256) ||
+        (o->admin_token && strlen(o->admin_token) >= 256) ||
+        (tls && (!o->tls_key || !o->tls_key[0])) || (unsigned)o->tls_client_auth > 2 ||
+        (o->tls_client_auth != PS_GRPC_AUTH_NONE && (!tls || !o->tls_ca || !o->tls_ca[0])))
         return PC_EINVAL;
     grpc_init();
     ps_grpc_t *g = calloc(1, sizeof *g);
@@ -200,11 +288,17 @@ int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **
         grpc_server_register_completion_queue(g->server, w[i].cq, NULL);
     }
     g->nworkers = o->threads;
-    grpc_server_credentials *cr = grpc_insecure_server_credentials_create();
+    grpc_server_credentials *cr;
+    int rc = server_credentials(o, &cr);
+    if (rc) {
+        ps_grpc_stop(g);
+        return rc;
+    }
     g->port = grpc_server_add_http2_port(g->server, o->addr, cr);
     grpc_server_credentials_release(cr);
     if (g->port == 0) {
-        PC_ERROR("gRPC: cannot listen on %s", o->addr);
+        PC_ERROR("gRPC: cannot listen on %s%s", o->addr,
+                 tls ? " (or tls_cert and tls_key are not a valid pair)" : "");
         ps_grpc_stop(g);
         return PC_EIO;
     }
@@ -216,7 +310,10 @@ int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **
         }
         w[i].started = true;
     }
-    PC_INFO("gRPC API on %s (port %d), %d threads%s", o->addr, g->port, o->threads,
+    static const char *const k_auth[] = {"", ", client certificates verified when sent",
+                                         ", client certificates required"};
+    PC_INFO("gRPC API on %s (port %d), %d threads%s%s%s", o->addr, g->port, o->threads,
+            tls ? ", TLS only" : ", plaintext", k_auth[o->tls_client_auth],
             g->token[0] ? ", token required" : "");
     *out = g;
     return 0;
@@ -224,6 +321,11 @@ int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **
 
 int ps_grpc_port(const ps_grpc_t *g) {
     return g->port;
+}
+
+void ps_grpc_set_serving(ps_grpc_t *g, bool serving) {
+    if (g)
+        atomic_store(&g->serving, serving);
 }
 
 size_t ps_grpc_render_metrics(ps_grpc_t *g, char *buf, size_t cap, size_t len) {
@@ -240,6 +342,7 @@ void ps_grpc_stop(ps_grpc_t *g) {
     if (!g)
         return;
     atomic_store(&g->stopping, true);
+    atomic_store(&g->serving, false);
     grpc_completion_queue *scq = grpc_completion_queue_create_for_pluck(NULL);
     grpc_server_shutdown_and_notify(g->server, scq, (void *)g);
     grpc_server_cancel_all_calls(g->server);

@@ -1,4 +1,5 @@
-/* ps_grpc.h: the gRPC transport of the public API (proto/emberps.proto, handlers in ps_api.h).
+/* ps_grpc.h: the gRPC transport of the public API (proto/emberps.proto, handlers in ps_api.h)
+ * and of the standard health service (proto/health.proto, grpc.health.v1.Health).
  *
  * gRPC C core, no generated stubs: `threads` handler threads, each with its own completion
  * queue, take one call at a time: receive the request message, check the token metadata
@@ -8,11 +9,26 @@
  * ("emberps-error: PC_EWRONGSLOT", PC_GRPC_ERROR_KEY). Messages over max_message bytes are
  * refused by gRPC itself with RESOURCE_EXHAUSTED (no name: PC_ETOOBIG at the client).
  *
- * Thread rule: start and stop from one owner thread.
+ * DESIGN (security): with tls_cert and tls_key the port serves TLS only (there is no plaintext
+ * port beside it); tls_client_auth asks for client certificates verified against tls_ca
+ * (REQUEST: verified when sent; REQUIRE: a client without one fails its handshake, and sees
+ * UNAVAILABLE, never a status from us). The token is checked on top of TLS, per call.
+ *
+ * DESIGN (health): grpc.health.v1.Health/Check answers without a token (probes cannot send
+ * one; it tells nothing but the serving status) for services "", "emberps.ParameterServer" and,
+ * on a coordinator, "emberps.Coordinator"; other names get NOT_FOUND. The status is NOT_SERVING
+ * until the owner calls ps_grpc_set_serving(g, true) (tables restored, every listener up) and
+ * again from ps_grpc_set_serving(g, false) on (shutting down); while not serving, API calls are
+ * refused with PC_ECLOSED (UNAVAILABLE: clients retry elsewhere or later). Watch answers
+ * UNIMPLEMENTED (a handler thread serves one call at a time; a stream would hold it), which the
+ * protocol tells clients to take as "poll Check instead".
+ *
+ * Thread rule: start, set_serving and stop from one owner thread.
  */
 #ifndef PS_GRPC_H
 #define PS_GRPC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,18 +36,33 @@
 
 typedef struct ps_grpc ps_grpc_t;
 
+/* tls_client_auth: what a TLS server asks of clients. */
+typedef enum {
+    PS_GRPC_AUTH_NONE = 0,    /* no client certificate asked for */
+    PS_GRPC_AUTH_REQUEST = 1, /* asked for; verified against tls_ca when sent */
+    PS_GRPC_AUTH_REQUIRE = 2, /* required and verified against tls_ca */
+} ps_grpc_auth_t;
+
 typedef struct ps_grpc_opts {
     const char *addr;        /* "127.0.0.1:7500"; port 0 picks a free one */
     int threads;             /* handler threads, >= 1 */
     const char *token;       /* NULL/"": none */
     const char *admin_token; /* NULL/"": administrative calls need `token` like the rest */
     uint32_t max_message;    /* bytes, both directions */
+    const char *tls_cert;    /* PEM file of the certificate chain; with tls_key: TLS only */
+    const char *tls_key;     /* PEM file of its private key */
+    const char *tls_ca;      /* PEM file of the CA client certificates chain to (NULL/"": none) */
+    ps_grpc_auth_t tls_client_auth; /* needs tls_ca unless NONE */
 } ps_grpc_opts_t;
 
-/* Start serving; env (copied) must stay valid until ps_grpc_stop. PC_EIO when the address
- * cannot be bound. */
+/* Start serving (NOT_SERVING until ps_grpc_set_serving); env (copied) must stay valid until
+ * ps_grpc_stop; the option strings are read during the call. PC_EIO when the address cannot be
+ * bound or the certificate and key are not a valid pair, PC_EINVAL for bad options, and
+ * pc_fs_read_all's codes for a PEM file that cannot be read (each logged with the file). */
 int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **out);
 int ps_grpc_port(const ps_grpc_t *g);
+/* SERVING (true) or NOT_SERVING (false) to health checks; API calls are refused while false. */
+void ps_grpc_set_serving(ps_grpc_t *g, bool serving);
 /* Append call counters and the call latency histogram (Prometheus text) to buf at len, up to
  * cap; returns the length needed. */
 size_t ps_grpc_render_metrics(ps_grpc_t *g, char *buf, size_t cap, size_t len);

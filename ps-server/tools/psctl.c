@@ -1,12 +1,15 @@
 /* psctl: the command line of an EmberPS server's gRPC API.
  *
- *   psctl [--server=HOST:PORT] [--token=T] [--json] [--timeout-ms=N] COMMAND [ARGS]
+ *   psctl [--server=HOST:PORT] [--token=T] [--tls-ca=CA.pem [--tls-cert=C.pem --tls-key=K.pem]]
+ *         [--json] [--timeout-ms=N] COMMAND [ARGS]
  *
  * Commands: health, map, tables, create SPEC, drop NAME, reset NAME, stats NAME, lookup NAME
  * KEY..., key, checkpoint, checkpoints, restore ID, workers JOB; plot LOG OUT (a worker's
  * metrics log drawn, psctl_plot.h; no server). Human-readable output by default,
  * one JSON object with --json. Exit status: 0 done; 1 the server refused (its status and message on
- * stderr); 2 bad usage; 3 the server could not be reached in time.
+ * stderr); 2 bad usage; 3 the server could not be reached in time, or no TLS session could be
+ * set up with it (PC_ETLS: its certificate did not verify, or it wanted a client certificate):
+ * either way no call reached the API.
  */
 #include "emberps.pb-c.h"
 #include "emberps/psgrpc.h"
@@ -27,6 +30,8 @@
 typedef struct opts {
     char server[256];
     char token[256];
+    bool tls;
+    char tls_ca[512], tls_cert[512], tls_key[512];
     bool json, csv_value;
     int64_t timeout_ms;
 } opts_t;
@@ -35,6 +40,10 @@ typedef struct opts {
 static const pc_setting_t k_opts[] = {
     PC_SETTING_STRING(T, server, "127.0.0.1:7500", "gRPC address of the server"),
     PC_SETTING_STRING(T, token, "", "token (x-emberps-token), or the admin token"),
+    PC_SETTING_BOOL(T, tls, "false", "speak TLS, verifying the server with the system's roots"),
+    PC_SETTING_STRING(T, tls_ca, "", "PEM CA the server's certificate chains to (TLS on)"),
+    PC_SETTING_STRING(T, tls_cert, "", "PEM client certificate (servers with tls_client_auth)"),
+    PC_SETTING_STRING(T, tls_key, "", "PEM private key of --tls-cert"),
     PC_SETTING_BOOL(T, json, "false", "print one JSON object"),
     PC_SETTING_BOOL(T, csv_value, "false", "key: the value is CSV text, not Criteo hex"),
     PC_SETTING_INT(T, timeout_ms, 1, 3600000, "10000", "deadline of the call"),
@@ -67,7 +76,11 @@ static void usage(FILE *f) {
                "                         the samples trained on (no server involved)\n\n"
                "options:\n");
     pc_settings_help(k_opts, NOPTS, f);
-    fprintf(f, "\nexit status: 0 done, 1 refused by the server, 2 usage, 3 unreachable\n");
+    fprintf(f,
+            "\nTLS: a server with --tls-cert/--tls-key serves gRPC over TLS only: give --tls-ca\n"
+            "(its CA), and --tls-cert/--tls-key when it requires client certificates.\n"
+            "exit status: 0 done, 1 refused by the server, 2 usage, 3 unreachable or TLS\n"
+            "handshake failed\n");
 }
 
 static opts_t g_o;
@@ -89,7 +102,7 @@ static uint8_t *call_quiet(int m, const ProtobufCMessage *req, size_t *len, int 
     free(rb);
     if (rc == 0 || (quiet && rc == quiet))
         return rc ? NULL : resp;
-    *exit_code = rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT ? 3 : 1;
+    *exit_code = rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ETLS ? 3 : 1;
     if (g_o.json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "status", st);
@@ -288,8 +301,20 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (psg_create(g_o.server, g_o.token, 256u << 20, &g_c)) {
-        fprintf(stderr, "psctl: cannot create a client for %s\n", g_o.server);
+    const psg_opts_t po = {.addr = g_o.server,
+                           .token = g_o.token,
+                           .max_message = 256u << 20,
+                           .tls = g_o.tls,
+                           .tls_ca = g_o.tls_ca,
+                           .tls_cert = g_o.tls_cert,
+                           .tls_key = g_o.tls_key};
+    int crc = psg_create(&po, &g_c);
+    if (crc) {
+        fprintf(stderr,
+                "psctl: cannot create a client for %s: %s (--tls-ca %s, --tls-cert %s, "
+                "--tls-key %s; certificate and key go together)\n",
+                g_o.server, pc_strerror(crc), g_o.tls_ca[0] ? g_o.tls_ca : "-",
+                g_o.tls_cert[0] ? g_o.tls_cert : "-", g_o.tls_key[0] ? g_o.tls_key : "-");
         return 2;
     }
     int rc = 0;

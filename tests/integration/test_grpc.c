@@ -85,7 +85,8 @@ static psg_t *client(int grpc_port, const char *token) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", grpc_port);
     psg_t *c;
-    assert_int_equal(psg_create(addr, token, 0, &c), 0);
+    const psg_opts_t o = {.addr = addr, .token = token};
+    assert_int_equal(psg_create(&o, &c), 0);
     return c;
 }
 

@@ -14,14 +14,19 @@ struct pw_coord {
     int timeout_ms;
 };
 
-int pw_coord_open(const char *addr, const char *token, int timeout_ms, pw_coord_t **out) {
+int pw_coord_open(const char *addr, const psg_opts_t *sec, int timeout_ms, pw_coord_t **out) {
     if (!addr || !out || timeout_ms < 1)
         return PC_EINVAL;
     pw_coord_t *c = calloc(1, sizeof *c);
     if (!c)
         return PC_ENOMEM;
     c->timeout_ms = timeout_ms;
-    int rc = psg_create(addr, token, 4u << 20, &c->g);
+    psg_opts_t o = {0};
+    if (sec)
+        o = *sec;
+    o.addr = addr;
+    o.max_message = 4u << 20;
+    int rc = psg_create(&o, &c->g);
     if (rc) {
         free(c);
         return rc;

@@ -6,6 +6,7 @@
 #ifndef PW_COORD_CLIENT_H
 #define PW_COORD_CLIENT_H
 
+#include "emberps/psgrpc.h"
 #include "pc_kv.h"
 #include "pw_coll.h"
 
@@ -13,8 +14,10 @@
 
 typedef struct pw_coord pw_coord_t;
 
-/* A client of the coordinator at addr ("host:grpc_port"); token may be NULL. No I/O yet. */
-int pw_coord_open(const char *addr, const char *token, int timeout_ms, pw_coord_t **out);
+/* A client of the coordinator at addr ("host:grpc_port"). sec (borrowed for the call; NULL:
+ * plaintext, no token) gives the token and TLS files (psg_opts_t; its addr and max_message are
+ * not used). No network I/O yet; errors of psg_create. */
+int pw_coord_open(const char *addr, const psg_opts_t *sec, int timeout_ms, pw_coord_t **out);
 void pw_coord_close(pw_coord_t *c);
 
 /* KvSet / KvGet. get: 0 with a malloc'ed value, PC_ENOTFOUND, PC_EUNAVAIL (unreachable),

@@ -538,7 +538,7 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     pthread_cond_init(&g->hb_cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&g->hb_mu, NULL);
-    int rc = pw_coord_open(o->coordinator, NULL, o->timeout_ms, &g->coord);
+    int rc = pw_coord_open(o->coordinator, o->sec, o->timeout_ms, &g->coord);
     if (!rc) {
         snprintf(g->ns, sizeof g->ns, "%s", g->job);
         char key[96];
@@ -551,7 +551,7 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     if (!rc)
         rc = claim_rank(g);
     if (!rc) /* a heartbeat stuck longer than a quarter lease is dropped, the next one sent */
-        rc = pw_coord_open(o->coordinator, NULL, o->lease_ms / 4, &g->hb_coord);
+        rc = pw_coord_open(o->coordinator, o->sec, o->lease_ms / 4, &g->hb_coord);
     if (!rc) {
         rc = pthread_create(&g->hb, NULL, hb_main, g) ? PC_ENOMEM : 0;
         g->hb_started = rc == 0;

@@ -49,10 +49,12 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "emberps/psgrpc.h"
 #include "pw_coll.h"
 
 typedef struct pw_group_opts {
     const char *coordinator; /* host:gRPC port */
+    const psg_opts_t *sec;   /* token, TLS of coordinator calls (borrowed for join); NULL: none */
     const char *job;         /* the job's key prefix */
     const char *host;        /* this worker's address as its peers reach it */
     int rank, world;         /* the data rank, and the workers the job starts with */

@@ -16,13 +16,21 @@
 
 /* One unary call to the server at addr: the unpacked response (free with
  * protobuf_c_message_free_unpacked) or an error, logged. */
-static int call_server(const char *addr, const char *method, const ProtobufCMessage *q,
-                       const ProtobufCMessageDescriptor *rd, int timeout_ms,
-                       ProtobufCMessage **out) {
+static int call_server(const char *addr, const psg_opts_t *sec, const char *method,
+                       const ProtobufCMessage *q, const ProtobufCMessageDescriptor *rd,
+                       int timeout_ms, ProtobufCMessage **out) {
+    psg_opts_t o = {0};
+    if (sec)
+        o = *sec;
+    o.addr = addr;
+    o.max_message = 1u << 20;
     psg_t *g;
-    int rc = psg_create(addr, NULL, 1u << 20, &g);
-    if (rc)
+    int rc = psg_create(&o, &g);
+    if (rc) {
+        PC_ERROR("job checkpoint: server %s: cannot create a gRPC client: %s", addr,
+                 pc_strerror(rc));
         return rc;
+    }
     uint8_t req[64], *resp = NULL;
     size_t rlen = 0, len = protobuf_c_message_pack(q, req); /* small requests */
     char msg[256] = "";
@@ -41,8 +49,8 @@ static int call_server(const char *addr, const char *method, const ProtobufCMess
 /* Server i of the comma-separated list: a restore of restore->servers[i] (restore not NULL), or
  * a checkpoint, its id into taken->servers[i]. The list is checked before any call: a restore
  * with another number of servers than the checkpoint has restores none. */
-static int each_server(const char *grpc, int timeout_ms, const pw_jobckpt_t *restore,
-                       pw_jobckpt_t *taken) {
+static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms,
+                       const pw_jobckpt_t *restore, pw_jobckpt_t *taken) {
     size_t naddr = grpc && *grpc ? 1 : 0;
     for (const char *p = grpc; p && *p; p++)
         naddr += *p == ',';
@@ -60,11 +68,11 @@ static int each_server(const char *grpc, int timeout_ms, const pw_jobckpt_t *res
         if (restore) {
             Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
             q.id = restore->servers[i];
-            rc = call_server(a, "/emberps.ParameterServer/Restore", &q.base,
+            rc = call_server(a, sec, "/emberps.ParameterServer/Restore", &q.base,
                              &emberps__restore_response__descriptor, timeout_ms, &p);
         } else {
             Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
-            rc = call_server(a, "/emberps.ParameterServer/Checkpoint", &q.base,
+            rc = call_server(a, sec, "/emberps.ParameterServer/Checkpoint", &q.base,
                              &emberps__checkpoint_response__descriptor, timeout_ms, &p);
             if (!rc)
                 taken->servers[i] = ((Emberps__CheckpointResponse *)p)->id;
@@ -80,12 +88,13 @@ static int each_server(const char *grpc, int timeout_ms, const pw_jobckpt_t *res
     return rc;
 }
 
-int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck) {
-    return each_server(grpc, timeout_ms, NULL, ck);
+int pw_jobckpt_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, pw_jobckpt_t *ck) {
+    return each_server(grpc, sec, timeout_ms, NULL, ck);
 }
 
-int pw_jobckpt_restore_servers(const char *grpc, int timeout_ms, const pw_jobckpt_t *ck) {
-    return each_server(grpc, timeout_ms, ck, NULL);
+int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms,
+                               const pw_jobckpt_t *ck) {
+    return each_server(grpc, sec, timeout_ms, ck, NULL);
 }
 
 /* Keep the latest step directory and the keep - 1 before it; remove the others, also those

@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "emberps/psgrpc.h"
+
 #define PW_JOBCKPT_MAX_SERVERS 1024
 #define PW_JOBCKPT_MAX_RANKS   4096
 
@@ -38,14 +40,16 @@ typedef struct pw_jobckpt {
 } pw_jobckpt_t;
 
 /* Ask every server of `grpc` (comma-separated host:gRPC port, cluster-map order) to write a
- * checkpoint now; their ids go to ck->servers. */
-int pw_jobckpt_servers(const char *grpc, int timeout_ms, pw_jobckpt_t *ck);
+ * checkpoint now; their ids go to ck->servers. sec (may be NULL: plaintext, no token) gives the
+ * token and TLS files of the calls (psg_opts_t; its addr is not used). */
+int pw_jobckpt_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, pw_jobckpt_t *ck);
 
 /* Have every server of `grpc` (as above) go back to its checkpoint of ck (gRPC Restore of
  * ck->servers[i], each call bounded by timeout_ms): a job rollback while the servers run.
  * PC_EINVAL (nothing restored) when the list and the checkpoint's servers differ in number; an
  * error after the first call may leave some servers restored and others not. */
-int pw_jobckpt_restore_servers(const char *grpc, int timeout_ms, const pw_jobckpt_t *ck);
+int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms,
+                               const pw_jobckpt_t *ck);
 
 /* Write DIR/step-<ck->step>/ and LATEST; keep `keep` (>= 1) step directories (see above). */
 int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,

@@ -27,9 +27,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The token and TLS files of the worker's gRPC calls (coordinator, server checkpoints): views
+ * of c's settings, valid while c is. */
+static psg_opts_t grpc_sec(const pw_train_config_t *c) {
+    return (psg_opts_t){
+        .token = c->token, .tls_ca = c->tls_ca, .tls_cert = c->tls_cert, .tls_key = c->tls_key};
+}
+
 int pw__group_join(trainer_t *t) {
     const pw_train_config_t *c = t->c;
+    const psg_opts_t sec = grpc_sec(c);
     pw_group_opts_t go = {.coordinator = c->coordinator,
+                          .sec = &sec,
                           .job = c->job,
                           .host = c->host,
                           .rank = (int)c->rank,
@@ -214,7 +223,8 @@ static int rollback_agree(trainer_t *t) {
         int ck_rc = 0;
         if (pw_group_rank(t->grp) == 0) {
             const uint64_t t0 = pc_time_mono_ns();
-            ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, restore_ms, ck);
+            const psg_opts_t sec = grpc_sec(t->c);
+            ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, &sec, restore_ms, ck);
             if (!ck_rc)
                 PC_WARN("train: job rollback: %zu servers restored the checkpoint after step %llu "
                         "in %.2f s",
@@ -315,8 +325,9 @@ int pw__job_checkpoint(trainer_t *t) {
                 ck_rc = 0, ck->positions[r] = 0;
         }
     }
+    const psg_opts_t sec = grpc_sec(c);
     if (!ck_rc)
-        ck_rc = pw_jobckpt_servers(c->server_grpc, c->timeout_ms, ck);
+        ck_rc = pw_jobckpt_servers(c->server_grpc, &sec, c->timeout_ms, ck);
     if (!ck_rc) {
         dense_state(t, state, true);
         ck_rc = pw_jobckpt_write(c->ckpt_dir, ck, state, n, 2);

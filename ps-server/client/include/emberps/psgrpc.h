@@ -8,6 +8,14 @@
  * by psctl, the coordinator client and the job checkpoints; other languages generate stubs from
  * the .proto instead (and may read "emberps-error" the same way).
  *
+ * DESIGN (TLS): with tls_ca (or tls) the channel speaks TLS and verifies the server's
+ * certificate against that CA (the system's roots without one) and the host of addr (or
+ * tls_target); tls_cert and tls_key present a client certificate to servers that ask for one.
+ * A failed handshake is translated here, once, from gRPC's UNAVAILABLE into PC_ETLS with a
+ * message that names the server and what did not verify ("server 127.0.0.1:7500: TLS: its
+ * certificate did not verify against ca.pem"); PEM files are read in psg_create, so a
+ * missing file fails there, not at the first call.
+ *
  * Thread rule: a client may be used by several threads at once (gRPC channels are thread-safe).
  */
 #ifndef EMBERPS_PSGRPC_H
@@ -22,14 +30,29 @@ extern "C" {
 
 typedef struct psg psg_t;
 
-/* A client of the server at addr ("host:port"); token may be NULL. No I/O happens yet. */
-int psg_create(const char *addr, const char *token, uint32_t max_message, psg_t **out);
+typedef struct psg_opts {
+    const char *addr;       /* "host:port" of the server (required) */
+    const char *token;      /* sent as x-emberps-token; NULL/"": none */
+    uint32_t max_message;   /* largest message either way, bytes; 0: 64 MiB */
+    int tls;                /* non-zero: TLS even without tls_ca (the system's roots verify) */
+    const char *tls_ca;     /* PEM file of the CA the server's certificate chains to: TLS on */
+    const char *tls_cert;   /* PEM file of a client certificate (servers asking for one) */
+    const char *tls_key;    /* PEM file of its private key (with tls_cert) */
+    const char *tls_target; /* name the certificate must carry instead of addr's host; tests */
+} psg_opts_t;
+
+/* A client of the server o->addr. Strings are copied or read during the call (borrowed). No
+ * network I/O happens yet. Returns 0, PC_EINVAL (no addr, a token over 255 bytes, tls_cert
+ * without tls_key or the other way round), PC_ENOMEM, or pc_fs_read_all's code for a PEM file
+ * that cannot be read (PC_ENOTFOUND: no such file). */
+int psg_create(const psg_opts_t *o, psg_t **out);
 void psg_destroy(psg_t *c);
 
 /* Call `path` ("/emberps.ParameterServer/Health") with request bytes. Returns 0 or the error:
  * the code the server named, or for a status without a name (another server, or one gRPC made:
  * PC_EUNAVAIL when the server cannot be reached, PC_ETIMEDOUT at the deadline, PC_ETOOBIG for a
- * message over the size limit) the code its status stands for; PC_ENOMEM or PC_EINTERNAL for a
+ * message over the size limit, PC_ETLS when the TLS handshake failed: msg says why, naming the
+ * server) the code its status stands for; PC_ENOMEM or PC_EINTERNAL for a
  * failure on this side. On 0, *resp gets the response bytes (malloc'ed, caller frees) and
  * *resp_len their length. *status (may be NULL) receives the gRPC status code, msg (may be
  * NULL) the status message. */
