@@ -14,6 +14,9 @@
  *  - data plane pull over TLS against plain TCP (dim 64, 8 in flight): a second ps-server with a
  *    self-signed certificate (openssl CLI) and the same settings and pinning, samples of the two
  *    alternating (tls_pull_vs_plain).
+ *  - gRPC Pull over TLS against plain gRPC (dim 64, 8 in flight): a third ps-server whose gRPC
+ *    port serves TLS (its own self-signed certificate), same settings and pinning as the first,
+ *    samples of the two alternating (tls_grpc_pull_vs_plain).
  * Samples of the data plane and of Redis alternate. Figures for issue notes and docs.
  */
 #include <arpa/inet.h>
@@ -252,6 +255,101 @@ static double grpc_rate1(ctx_t *x, const char *table, uint32_t dim, bool push, u
     }
     free(g);
     return (double)rows / (now_s() - t0);
+}
+
+/* ==== gRPC over TLS ======================================================================== */
+
+/* gRPC Pull rows/s at dim 64, 8 in flight, over TLS (a third server, `bin`, started as the
+ * first: one gRPC thread) and over the plain channel x->grpc, alternating; *plain gets the plain
+ * figure. Returns the TLS figure, or -1 when the TLS server cannot be set up (said on stderr). */
+static double tls_grpc_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, const char *dir,
+                                 double *plain) {
+    *plain = 0;
+    char cert[300], key[300], pf[300], cmd[1024];
+    snprintf(cert, sizeof cert, "%s/tlsg.pem", dir);
+    snprintf(key, sizeof key, "%s/tlsg.key", dir);
+    snprintf(pf, sizeof pf, "%s/port-tlsg", dir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
+             "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout '%s' -out '%s' "
+             ">/dev/null 2>&1",
+             key, cert);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "ps-bench rpc: cannot make a certificate (is openssl installed?)\n");
+        return -1;
+    }
+    char portarg[32], pfarg[320], certarg[320], keyarg[320];
+    snprintf(portarg, sizeof portarg, "--port=%d", bench_free_port());
+    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    snprintf(certarg, sizeof certarg, "--tls-cert=%s", cert);
+    snprintf(keyarg, sizeof keyarg, "--tls-key=%s", key);
+    char *argv[] = {(char *)bin,
+                    portarg,
+                    pfarg,
+                    "--io-threads=1",
+                    "--grpc-threads=1",
+                    "--grpc-port=0",
+                    "--metrics-port=-1",
+                    "--log-level=warn",
+                    certarg,
+                    keyarg,
+                    "--tables=name=b64,dim=64,optimizer=adagrad",
+                    NULL};
+    pid_t pid = bench_spawn(o, argv);
+    int dpp = 0, gp = 0;
+    FILE *f = bench_wait_file(pf, 10) ? fopen(pf, "r") : NULL;
+    if (!f || fscanf(f, "%d %d", &dpp, &gp) != 2) {
+        if (f)
+            fclose(f);
+        fprintf(stderr, "ps-bench rpc: the gRPC TLS server did not start\n");
+        bench_stop(pid);
+        return -1;
+    }
+    fclose(f);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    const psg_opts_t go = {.addr = addr, .max_message = 256u << 20, .tls_ca = cert};
+    psg_t *plain_g = x->grpc, *tls_g = NULL;
+    if (psg_create(&go, &tls_g)) {
+        fprintf(stderr, "ps-bench rpc: cannot make a TLS client for %s\n", addr);
+        bench_stop(pid);
+        return -1;
+    }
+    /* every key once on the new server first (Pull creates rows): the plain one holds them */
+    static uint64_t keys[B];
+    int rc = 0;
+    for (uint64_t k = 0; !rc && k < x->nkeys; k += B) {
+        Emberps__PullRequest q = EMBERPS__PULL_REQUEST__INIT;
+        q.table = "b64";
+        q.n_keys = x->nkeys - k < B ? (size_t)(x->nkeys - k) : B;
+        q.keys = keys;
+        for (size_t i = 0; i < q.n_keys; i++)
+            keys[i] = bench_key(k + i);
+        uint8_t *req = malloc(protobuf_c_message_get_packed_size(&q.base)), *resp = NULL;
+        size_t len = protobuf_c_message_pack(&q.base, req), rl;
+        char msg[512];
+        rc = psg_request(tls_g, ps_api_path(PS_API_PULL), req, len, 10000, &resp, &rl, NULL, msg,
+                         sizeof msg);
+        if (rc)
+            fprintf(stderr, "ps-bench rpc: gRPC over TLS: %s\n", msg);
+        free(req);
+        free(resp);
+    }
+    double t = 0, p = 0;
+    for (int r = 0; !rc && r < 2; r++) { /* alternate: drift in the machine hits both */
+        x->grpc = plain_g;
+        p += grpc_rate(x, "b64", 64, false, W, 50 + (uint64_t)r);
+        x->grpc = tls_g;
+        t += grpc_rate(x, "b64", 64, false, W, 50 + (uint64_t)r);
+    }
+    x->grpc = plain_g;
+    psg_destroy(tls_g);
+    bench_stop(pid);
+    unlink(pf);
+    unlink(cert);
+    unlink(key);
+    *plain = p / 2;
+    return rc ? -1 : t / 2;
 }
 
 /* ==== Redis ================================================================================ */
@@ -590,6 +688,15 @@ int bench_rpc_main(int argc, char **argv) {
     printf("data plane over TLS, dim 64, %d in flight: pull %9.0f rows/s, plain %9.0f (TLS / "
            "plain %.2f)\n",
            W, tls_pull, tls_plain, tls_pull / tls_plain);
+    double tls_gplain, tls_gpull = tls_grpc_pull_rate(&x, &o, bin, dir, &tls_gplain);
+    if (tls_gpull < 0) {
+        bench_stop(ps);
+        bench_stop(rd);
+        return 1;
+    }
+    printf("gRPC over TLS, dim 64, %d in flight: pull %9.0f rows/s, plain %9.0f (TLS / plain "
+           "%.2f)\n",
+           W, tls_gpull, tls_gplain, tls_gpull / tls_gplain);
     const double rate = o.smoke ? 500 : 2000;
     lat_t lk = lookup_latency(&x, false, 64, rate, 5), rl = lookup_latency(&x, true, 64, rate, 5);
     lat_t prtt = rtt(&x, false), rrtt = rtt(&x, true);
@@ -626,6 +733,8 @@ int bench_rpc_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "grpc_lookup_p99_us", glk.p99);
     cJSON_AddNumberToObject(root, "tls_pull_rows_per_s", tls_pull);
     cJSON_AddNumberToObject(root, "tls_pull_vs_plain", tls_pull / tls_plain);
+    cJSON_AddNumberToObject(root, "tls_grpc_pull_rows_per_s", tls_gpull);
+    cJSON_AddNumberToObject(root, "tls_grpc_pull_vs_plain", tls_gpull / tls_gplain);
     cJSON *cases = cJSON_AddArrayToObject(root, "cases");
     for (int d = 0; d < 2; d++)
         for (int f = 0; f < 2; f++) {
