@@ -3,16 +3,17 @@
  *   psctl [--server=HOST:PORT] [--token=T] [--tls-ca=CA.pem [--tls-cert=C.pem --tls-key=K.pem]]
  *         [--json] [--timeout-ms=N] COMMAND [ARGS]
  *
- * Commands: health, map, tables, create SPEC, drop NAME, reset NAME, stats NAME, lookup NAME
- * KEY..., key, checkpoint, checkpoints, restore ID, workers JOB; plot LOG OUT (a worker's
- * metrics log drawn, psctl_plot.h; no server). Human-readable output by default,
- * one JSON object with --json. Exit status: 0 done; 1 the server refused (its status and message on
- * stderr); 2 bad usage; 3 the server could not be reached in time, or no TLS session could be
- * set up with it (PC_ETLS: its certificate did not verify, or it wanted a client certificate):
- * either way no call reached the API.
+ * Commands: health, probe [SERVICE], map, tables, create SPEC, drop NAME, reset NAME, stats NAME,
+ * lookup NAME KEY..., key, checkpoint, checkpoints, restore ID, workers JOB; plot LOG OUT (a
+ * worker's metrics log drawn, psctl_plot.h; no server). Human-readable output by default, one JSON
+ * object with --json. Exit status: 0 done; 1 the server refused (its status and message on stderr);
+ * 2 bad usage; 3 the server could not be reached in time, or no TLS session could be set up with it
+ * (PC_ETLS: its certificate did not verify, or it wanted a client certificate): either way no call
+ * reached the API.
  */
 #include "emberps.pb-c.h"
 #include "emberps/psgrpc.h"
+#include "health.pb-c.h"
 #include "pc_settings.h"
 #include "pc_cluster.h"
 #include "pc_error.h"
@@ -55,6 +56,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: psctl [options] COMMAND [ARGS]\n\n"
                "commands:\n"
                "  health                 server status\n"
+               "  probe [SERVICE]        grpc.health.v1 Check (no token needed): exit 0 when\n"
+               "                         SERVING, 1 when not (SERVICE: \"\" or\n"
+               "                         emberps.ParameterServer)\n"
                "  map                    the cluster map\n"
                "  tables                 list tables\n"
                "  create SPEC            create a table (\"name=emb,dim=16,optimizer=adagrad\";\n"
@@ -180,6 +184,42 @@ static int feature_key(const char *field_s, const char *value) {
         printf("%" PRIu64 " slot %u owner %d\n", key, pc_key_slot(key), owner);
     }
     return rc == 3 ? 0 : rc; /* unreachable: the key is still right, its owner unknown (-1) */
+}
+
+/* psctl probe: the standard health check of `service`; 0 when SERVING, else the exit code. */
+static int probe(const char *service) {
+    Grpc__Health__V1__HealthCheckRequest q = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+    q.service = (char *)service;
+    const size_t n = grpc__health__v1__health_check_request__get_packed_size(&q);
+    uint8_t *req = malloc(n + 1), *resp = NULL;
+    grpc__health__v1__health_check_request__pack(&q, req);
+    char msg[512];
+    size_t len = 0;
+    int st = 0;
+    int rc = psg_request(g_c, "/grpc.health.v1.Health/Check", req, n, (int)g_o.timeout_ms, &resp,
+                         &len, &st, msg, sizeof msg);
+    free(req);
+    Grpc__Health__V1__HealthCheckResponse *p =
+        rc ? NULL : grpc__health__v1__health_check_response__unpack(NULL, len, resp);
+    free(resp);
+    if (!p) {
+        fprintf(stderr, "psctl: grpc.health.v1.Health/Check: status %d (%s): %s\n", st,
+                pc_err_name(rc ? rc : PC_EPARSE), rc ? msg : "malformed response");
+        return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ETLS ? 3 : 1;
+    }
+    const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
+        &grpc__health__v1__health_check_response__serving_status__descriptor, (int)p->status);
+    const char *name = v ? v->name : "UNKNOWN";
+    if (g_o.json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "status", name);
+        emit(o);
+    } else {
+        printf("%s\n", name);
+    }
+    rc = p->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING ? 0 : 1;
+    grpc__health__v1__health_check_response__free_unpacked(p, NULL);
+    return rc;
 }
 
 /* KvList under prefix: the response, or NULL after printing why. */
@@ -583,6 +623,8 @@ int main(int argc, char **argv) {
             fprintf(stderr, "psctl: malformed Restore response\n");
             rc = 1;
         }
+    } else if (!strcmp(cmd, "probe") && nargs <= 1) {
+        rc = probe(nargs ? args[0] : "");
     } else if (!strcmp(cmd, "workers") && nargs == 1) {
         rc = workers(args[0]);
     } else {

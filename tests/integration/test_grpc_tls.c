@@ -8,7 +8,7 @@
  *    CA did not sign, is refused (exit 3, PC_ETLS), one with client.pem works;
  *  - grpc.health.v1.Health/Check: SERVING for "" and "emberps.ParameterServer" without the
  *    token the server wants, NOT_FOUND for another service, Watch UNIMPLEMENTED, NOT_SERVING
- *    while the server checkpoints on its way out;
+ *    while the server checkpoints on its way out; psctl probe prints it and exits 0 on SERVING;
  *  - the bind rule: --host=0.0.0.0 without a token and without TLS is refused (exit 2), with TLS
  *    it serves.
  * Certificates come from tests/support/make-certs.sh (argv[3]) into a fresh directory.
@@ -212,6 +212,11 @@ static void test_health(void **state) {
     assert_int_equal(st, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING);
     assert_int_equal(health_check(anon, "emberps.Coordinator", &st), PC_ENOTFOUND);
     assert_int_equal(health_check(anon, "no.such.Service", &st), PC_ENOTFOUND);
+    char out[4096]; /* psctl probe: the same check, for exec probes (no token) */
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"probe", NULL}), 0);
+    assert_non_null(strstr(out, "SERVING"));
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"probe", "no.such", NULL}), 1);
+    assert_non_null(strstr(out, "PC_ENOTFOUND"));
     uint8_t *resp;
     size_t len;
     assert_int_equal(psg_request(anon, "/grpc.health.v1.Health/Watch", NULL, 0, 3000, &resp, &len,
