@@ -9,6 +9,9 @@
  *  - grpc.health.v1.Health/Check: SERVING for "" and "emberps.ParameterServer" without the
  *    token the server wants, NOT_FOUND for another service, Watch UNIMPLEMENTED, NOT_SERVING
  *    while the server checkpoints on its way out; psctl probe prints it and exits 0 on SERVING;
+ *  - ps-worker's gRPC clients (pw_coord_open, pw_jobckpt_servers) with the worker's token and
+ *    TLS files against a TLS coordinator with mutual TLS: KvSet/KvGet and a job checkpoint work,
+ *    the same calls without them fail (PC_ETLS);
  *  - the bind rule: --host=0.0.0.0 without a token and without TLS is refused (exit 2), with TLS
  *    it serves.
  * Certificates come from tests/support/make-certs.sh (argv[3]) into a fresh directory.
@@ -21,6 +24,8 @@
 #include "health.pb-c.h"
 #include "pc_error.h"
 #include "ps_api.h"
+#include "pw_coord_client.h"
+#include "pw_jobckpt.h"
 
 #include <stdlib.h>
 
@@ -278,6 +283,50 @@ static void test_health(void **state) {
     tc_rmdir(dir);
 }
 
+static void test_worker_clients(void **state) {
+    (void)state;
+    char dir[256], ckarg[320], addr[64];
+    tc_tmpdir(dir, sizeof dir, "tls5");
+    snprintf(ckarg, sizeof ckarg, "--ckpt-dir=%s/ck", dir);
+    int gp = 0;
+    pid_t s = spawn_tls(
+        dir,
+        (const char *[]){"--coordinator", "--tls-client-auth=require", "--token=t1", ckarg, NULL},
+        &gp);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    /* what pw_recover builds from the worker's token, tls_ca, tls_cert, tls_key settings */
+    const psg_opts_t sec = {.token = "t1",
+                            .tls_ca = pem("ca.pem"),
+                            .tls_cert = pem("client.pem"),
+                            .tls_key = pem("client.key")};
+    pw_coord_t *co;
+    assert_int_equal(pw_coord_open(addr, &sec, 3000, &co), 0);
+    assert_int_equal(pw_coord_set(co, "job/x", "v1", 2), 0);
+    void *v;
+    size_t n;
+    assert_int_equal(pw_coord_get(co, "job/x", &v, &n), 0);
+    assert_int_equal(n, 2);
+    assert_memory_equal(v, "v1", 2);
+    free(v);
+    pw_coord_close(co);
+    assert_int_equal(pw_coord_open(addr, NULL, 3000, &co), 0);
+    assert_int_equal(pw_coord_set(co, "job/x", "v2", 2), PC_EUNAVAIL); /* plaintext: closed */
+    pw_coord_close(co);
+    const psg_opts_t nocert = {.token = "t1", .tls_ca = pem("ca.pem")};
+    assert_int_equal(pw_coord_open(addr, &nocert, 3000, &co), 0);
+    assert_int_equal(pw_coord_set(co, "job/x", "v2", 2), PC_ETLS);
+    pw_coord_close(co);
+    /* A coordinated checkpoint's server side (--server-grpc). */
+    pw_jobckpt_t *ck = calloc(1, sizeof *ck);
+    assert_int_equal(pw_jobckpt_servers(addr, &sec, 5000, ck), 0);
+    assert_int_equal(ck->nservers, 1);
+    assert_true(ck->servers[0] > 0);
+    assert_int_equal(pw_jobckpt_servers(addr, &nocert, 5000, ck), PC_ETLS);
+    free(ck);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 static void test_bind_rule(void **state) {
     (void)state;
     char dir[256], line[1024], out[8192], ca[320];
@@ -321,9 +370,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tls),
-        cmocka_unit_test(test_mtls),
-        cmocka_unit_test(test_health),
+        cmocka_unit_test(test_tls),       cmocka_unit_test(test_mtls),
+        cmocka_unit_test(test_health),    cmocka_unit_test(test_worker_clients),
         cmocka_unit_test(test_bind_rule),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
