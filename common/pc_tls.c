@@ -3,8 +3,12 @@
  * DESIGN
  * OpenSSL is reached only from this file: its status (SSL_get_error, the thread's error queue,
  * the X509 verify result) is translated here into a PC_E* code and one line of text, once per
- * failure, and the queue is cleared before every return. Sessions hold an SSL and its two memory
- * BIOs (SSL_set_bio gives the SSL their ownership: SSL_free frees them).
+ * failure, and the queue is cleared before every return. A session is an SSL with one BIO of
+ * this file's own method (made once per context) whose two ends are the session's buffers: it
+ * reads ciphertext from `in` (the socket is read straight into it: pc_tls_inbuf) and writes
+ * records to `sink` (the caller's buffer, during pc_tls_seal) or else to `out` (handshake,
+ * alerts, taken with pc_tls_take). OpenSSL's memory BIO would copy every byte once more each
+ * way and zero its buffer as it grows.
  */
 #include "pc_tls.h"
 
@@ -16,18 +20,25 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 struct pc_tls_ctx {
     SSL_CTX *ctx;
+    BIO_METHOD *bio; /* the sessions' BIO (see DESIGN) */
 };
 
 struct pc_tls {
     SSL *ssl;
-    BIO *rb, *wb; /* ciphertext in, ciphertext out (owned by ssl) */
     bool established;
+    uint8_t *in;                   /* ciphertext received: in[in_off .. in_off + in_len) unread */
+    size_t in_cap, in_off, in_len; /* in_cap: PC_TLS_IN_BYTES once allocated */
+    uint8_t *out;                  /* ciphertext to send outside pc_tls_seal (handshake, alerts) */
+    size_t out_cap, out_len;
+    uint8_t *sink; /* pc_tls_seal: records go straight to sink[sink_len .. sink_cap) */
+    size_t sink_cap, sink_len;
     char err[256];
 };
 
@@ -52,6 +63,64 @@ static void err_text(SSL *ssl, const char *what, char *buf, size_t cap) {
             snprintf(buf + n, cap - (size_t)n, ": %s", X509_verify_cert_error_string(v));
     }
     ERR_clear_error();
+}
+
+/* ==== the sessions' BIO =================================================================== */
+
+/* Append n bytes to t->out (growing it). */
+static int out_append(pc_tls_t *t, const void *p, size_t n) {
+    if (t->out_len + n > t->out_cap) {
+        size_t cap = t->out_cap ? t->out_cap : 4096;
+        while (cap < t->out_len + n)
+            cap *= 2;
+        uint8_t *o = pc_srealloc(PC_MEM_OTHER, t->out, cap);
+        if (!o)
+            return PC_ENOMEM;
+        t->out = o;
+        t->out_cap = cap;
+    }
+    memcpy(t->out + t->out_len, p, n);
+    t->out_len += n;
+    return 0;
+}
+
+static int bio_write(BIO *b, const char *p, int n) {
+    pc_tls_t *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (n <= 0)
+        return 0;
+    if (t->sink && (size_t)n <= t->sink_cap - t->sink_len) { /* a record of pc_tls_seal */
+        memcpy(t->sink + t->sink_len, p, (size_t)n);
+        t->sink_len += (size_t)n;
+        return n;
+    }
+    return out_append(t, p, (size_t)n) ? -1 : n;
+}
+
+static int bio_read(BIO *b, char *p, int n) {
+    pc_tls_t *t = BIO_get_data(b);
+    BIO_clear_retry_flags(b);
+    if (t->in_len == 0) {
+        BIO_set_retry_read(b); /* more is to come: not an EOF */
+        return -1;
+    }
+    const size_t k = (size_t)n < t->in_len ? (size_t)n : t->in_len;
+    memcpy(p, t->in + t->in_off, k);
+    t->in_off += k;
+    t->in_len -= k;
+    if (!t->in_len)
+        t->in_off = 0;
+    return (int)k;
+}
+
+static long bio_ctrl(BIO *b, int cmd, long num, void *ptr) {
+    (void)b, (void)num, (void)ptr;
+    return cmd == BIO_CTRL_FLUSH ? 1 : 0;
+}
+
+static int bio_create(BIO *b) {
+    BIO_set_init(b, 1);
+    return 1;
 }
 
 /* ==== contexts ============================================================================= */
@@ -92,9 +161,14 @@ int pc_tls_ctx_create(const pc_tls_opts_t *o, pc_tls_ctx_t **out, char *err, siz
     if (!t)
         return PC_ENOMEM;
     t->ctx = SSL_CTX_new(o->server ? TLS_server_method() : TLS_client_method());
+    t->bio = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "emberps");
+    if (t->bio &&
+        (!BIO_meth_set_write(t->bio, bio_write) || !BIO_meth_set_read(t->bio, bio_read) ||
+         !BIO_meth_set_ctrl(t->bio, bio_ctrl) || !BIO_meth_set_create(t->bio, bio_create)))
+        rc = PC_ENOMEM;
     const char *file = NULL;
     /* AES-128-GCM first: as safe for this use and the fastest with AES-NI */
-    if (!t->ctx || !SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION) ||
+    if (rc || !t->bio || !t->ctx || !SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION) ||
         !SSL_CTX_set_ciphersuites(t->ctx, "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
                                           "TLS_CHACHA20_POLY1305_SHA256")) {
         rc = PC_ENOMEM;
@@ -141,6 +215,7 @@ void pc_tls_ctx_destroy(pc_tls_ctx_t *ctx) {
     if (!ctx)
         return;
     SSL_CTX_free(ctx->ctx);
+    BIO_meth_free(ctx->bio);
     pc_sfree(ctx);
 }
 
@@ -153,18 +228,16 @@ int pc_tls_new(pc_tls_ctx_t *ctx, const char *peer, pc_tls_t **out) {
     if (!t)
         return PC_ENOMEM;
     t->ssl = SSL_new(ctx->ctx);
-    t->rb = BIO_new(BIO_s_mem());
-    t->wb = BIO_new(BIO_s_mem());
-    if (!t->ssl || !t->rb || !t->wb) {
-        BIO_free(t->rb);
-        BIO_free(t->wb);
+    BIO *b = BIO_new(ctx->bio);
+    if (!t->ssl || !b) {
+        BIO_free(b);
         SSL_free(t->ssl);
         pc_sfree(t);
         ERR_clear_error();
         return PC_ENOMEM;
     }
-    BIO_set_mem_eof_return(t->rb, -1); /* an empty read BIO means "more to come", not EOF */
-    SSL_set_bio(t->ssl, t->rb, t->wb);
+    BIO_set_data(b, t);
+    SSL_set_bio(t->ssl, b, b); /* one BIO both ways; the SSL owns it */
     int rc = 0;
     if (SSL_is_server(t->ssl)) {
         SSL_set_accept_state(t->ssl);
@@ -193,21 +266,26 @@ void pc_tls_free(pc_tls_t *t) {
     if (!t)
         return;
     SSL_free(t->ssl);
+    pc_sfree(t->in);
+    pc_sfree(t->out);
     pc_sfree(t);
 }
 
-int pc_tls_feed(pc_tls_t *t, const void *buf, size_t len) {
-    const char *p = buf;
-    while (len) {
-        const int n = (int)(len < INT_MAX ? len : INT_MAX);
-        if (BIO_write(t->rb, p, n) != n) {
-            ERR_clear_error();
-            return PC_ENOMEM;
-        }
-        p += n;
-        len -= (size_t)n;
+int pc_tls_inbuf(pc_tls_t *t, void **buf, size_t *cap) {
+    if (!t->in && !(t->in = pc_smalloc(PC_MEM_OTHER, PC_TLS_IN_BYTES)))
+        return PC_ENOMEM;
+    t->in_cap = PC_TLS_IN_BYTES;
+    if (t->in_off && t->in_off + t->in_len > t->in_cap / 2) { /* the unread part to the front */
+        memmove(t->in, t->in + t->in_off, t->in_len);
+        t->in_off = 0;
     }
+    *buf = t->in + t->in_off + t->in_len;
+    *cap = t->in_cap - t->in_off - t->in_len;
     return 0;
+}
+
+void pc_tls_received(pc_tls_t *t, size_t n) {
+    t->in_len += n;
 }
 
 int pc_tls_handshake(pc_tls_t *t) {
@@ -249,31 +327,60 @@ ssize_t pc_tls_read(pc_tls_t *t, void *buf, size_t cap) {
     return PC_ETLS;
 }
 
-int pc_tls_write(pc_tls_t *t, const void *buf, size_t len) {
+/* Plaintext bytes per record (TLS's maximum) and a bound on a record's overhead (header,
+ * explicit nonce, tag, TLS 1.3's content type: 29 bytes at most for the AEAD suites offered). */
+#define RECORD          16384u
+#define RECORD_OVERHEAD 64u
+
+size_t pc_tls_sealed_max(size_t len) {
+    return len + (len / RECORD + 1) * RECORD_OVERHEAD;
+}
+
+int pc_tls_seal(pc_tls_t *t, const void *buf, size_t len, void *out, size_t cap, size_t *outlen) {
     if (!t->established)
         return PC_ESTATE;
+    const uint8_t *in = buf, *o = out;
+    if (in >= o && in < o + cap && /* in place: the plaintext at the end, room in front */
+        (in + len != o + cap || cap - len < t->out_len + pc_tls_sealed_max(len) - len))
+        return PC_EINVAL;
+    if (t->out_len > cap)
+        return PC_ETOOBIG;
+    size_t have = pc_tls_take(t, out, cap); /* what was pending first, in order */
+    t->sink = out;
+    t->sink_cap = cap;
+    t->sink_len = have;
     const char *p = buf;
-    while (len) {
-        const int n = (int)(len < (1u << 30) ? len : (1u << 30));
-        const int r = SSL_write(t->ssl, p, n);
+    int rc = 0;
+    for (size_t off = 0; off < len;) {
+        const int piece = (int)(len - off < (1u << 30) ? len - off : (1u << 30));
+        const int r = SSL_write(t->ssl, p + off, piece);
         if (r <= 0) {
             err_text(t->ssl, "write failed", t->err, sizeof t->err);
-            return PC_ETLS;
+            rc = PC_ETLS;
+            break;
         }
-        p += r;
-        len -= (size_t)r;
+        off += (size_t)r;
     }
-    return 0;
+    have = t->sink_len;
+    t->sink = NULL;
+    if (!rc && t->out_len) /* records that did not fit (never within pc_tls_sealed_max) */
+        rc = t->out_len <= cap - have ? 0 : PC_ETOOBIG;
+    if (!rc)
+        have += pc_tls_take(t, (uint8_t *)out + have, cap - have);
+    *outlen = have;
+    return rc;
 }
 
 size_t pc_tls_pending(const pc_tls_t *t) {
-    return BIO_ctrl_pending(t->wb);
+    return t->out_len;
 }
 
 size_t pc_tls_take(pc_tls_t *t, void *buf, size_t cap) {
-    const int r = BIO_read(t->wb, buf, (int)(cap < INT_MAX ? cap : INT_MAX));
-    ERR_clear_error();
-    return r > 0 ? (size_t)r : 0;
+    const size_t n = t->out_len < cap ? t->out_len : cap;
+    memcpy(buf, t->out, n);
+    memmove(t->out, t->out + n, t->out_len - n);
+    t->out_len -= n;
+    return n;
 }
 
 const char *pc_tls_error(const pc_tls_t *t) {

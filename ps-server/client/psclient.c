@@ -18,14 +18,13 @@
  * PSC_EXTERN; the shared library's version script (psclient.map) hides ember_common's pc_*.
  * TLS (psc_connect2, pc_tls.h): the context is made by psc_connect2 on the caller's thread
  * before the I/O thread starts, and freed by psc_close after it ended; every session lives on the
- * I/O thread only. A TLS connection reads the socket into its ciphertext buffer, feeds its
- * session, and reads the plaintext into the same header and body buffers a plain connection
+ * I/O thread only. A TLS connection reads the socket straight into its session (pc_tls_inbuf),
+ * and reads the plaintext into the same header and body buffers a plain connection
  * reads into (plain_buf), handled by the same code (input). It counts as connected (state 2)
  * only once its handshake is done: HELLO and the queued parts go out then. Frames are
- * encrypted as they are sent (send_frame), in pieces of TLS_PIECE bytes, each piece's
- * ciphertext one write. A failed handshake marks the server dead with PC_ETLS (a verify failure
- * does not heal by retrying), and any failure before the HELLO answer settles psc_connect at
- * once with the reason (connect_why).
+ * encrypted as they are sent (send_frame, pc_tls_seal), each frame's ciphertext one write. A failed
+ * handshake marks the server dead with PC_ETLS (a verify failure does not heal by retrying), and
+ * any failure before the HELLO answer settles psc_connect at once with the reason (connect_why).
  */
 #include "emberps/psclient.h"
 
@@ -52,8 +51,6 @@
 #define RECONNECT_MAX 8       /* connection attempts per server before its parts fail */
 #define WAIT_SPIN_NS  200000L /* psc_wait yields this long before sleeping */
 #define PSC_WHY_MAX   (PC_ADDR_MAX + PC_WIRE_MSG_MAX + 96) /* a call's failure detail */
-#define CIPHER_BYTES  (64u << 10)                          /* TLS: socket reads land here */
-#define TLS_PIECE     (256u << 10)                         /* TLS: plaintext encrypted per write */
 
 #define STR_(x)        #x
 #define STR(x)         STR_(x)
@@ -112,7 +109,6 @@ struct server {
     bool in_map, dead, hello_done, was_connected;
     int dead_rc;   /* why dead: PC_EAUTH (HELLO refused) or PC_ETLS (handshake); s->msg says more */
     pc_tls_t *tls; /* TLS: this connection's session (I/O thread) */
-    uint8_t *cipher; /* TLS: CIPHER_BYTES the socket is read into */
     int failures;
     uint64_t down_ns; /* since when connecting fails (0: it did not, or it answered since) */
     char msg[PC_WIRE_MSG_MAX]; /* the failure part_done is told about, set just before */
@@ -334,8 +330,6 @@ static void on_close_tcp(uv_handle_t *h) {
     s->state = 0;
     pc_tls_free(s->tls);
     s->tls = NULL;
-    pc_sfree(s->cipher);
-    s->cipher = NULL;
     pc_sfree(s->body);
     s->body = NULL;
     s->hdr_have = s->body_have = 0;
@@ -387,17 +381,18 @@ static int tls_flush(server_t *s) {
     return 0;
 }
 
-/* Send frame w (taken): as it is, or encrypted in pieces. */
+/* Send frame w (taken): as it is, or encrypted into one write (pc_tls_seal). */
 static int send_frame(server_t *s, wbuf_t *w) {
     if (s->tls) {
-        int rc = 0;
-        for (size_t off = 0; !rc && off < w->len; off += TLS_PIECE) {
-            const size_t n = w->len - off < TLS_PIECE ? w->len - off : TLS_PIECE;
-            if (!(rc = pc_tls_write(s->tls, w->data + off, n)))
-                rc = tls_flush(s);
-        }
+        const size_t cap = pc_tls_pending(s->tls) + pc_tls_sealed_max(w->len);
+        wbuf_t *e = pc_smalloc(PC_MEM_CLIENT, sizeof *e + cap);
+        int rc = e ? pc_tls_seal(s->tls, w->data, w->len, e->data, cap, &e->len) : PC_ENOMEM;
         pc_sfree(w);
-        return rc == PC_ENOMEM ? rc : rc ? PC_EUNAVAIL : 0;
+        if (rc) {
+            pc_sfree(e);
+            return rc == PC_ENOMEM ? rc : PC_EUNAVAIL;
+        }
+        w = e;
     }
     w->req.data = s;
     uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
@@ -545,7 +540,13 @@ static uv_buf_t plain_buf(server_t *s) {
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     server_t *s = h->data;
-    *buf = s->cipher ? uv_buf_init((char *)s->cipher, CIPHER_BYTES) : plain_buf(s);
+    void *p;
+    size_t cap;
+    if (!s->tls)
+        *buf = plain_buf(s);
+    else /* the socket is read straight into the session; no space: the read fails */
+        *buf =
+            pc_tls_inbuf(s->tls, &p, &cap) ? uv_buf_init(NULL, 0) : uv_buf_init(p, (unsigned)cap);
 }
 
 /* nread plaintext bytes arrived where plain_buf() said. Returns false when the connection was
@@ -590,10 +591,7 @@ static void tls_input(server_t *s, const uint8_t *data, size_t n) {
                     "TLS: connect without it, or give the server a certificate)");
         return;
     }
-    if (pc_tls_feed(s->tls, data, n)) {
-        server_drop(s, PC_ENOMEM, "for TLS input");
-        return;
-    }
+    pc_tls_received(s->tls, n);
     if (!pc_tls_established(s->tls)) {
         const int rc = pc_tls_handshake(s->tls);
         const int frc = tls_flush(s);
@@ -680,8 +678,6 @@ static void on_connect(uv_connect_t *req, int status) {
         if (colon)
             *colon = '\0';
         int rc = pc_tls_new(c->tls, c->tls_name[0] ? c->tls_name : host, &s->tls);
-        if (!rc && !(s->cipher = pc_smalloc(PC_MEM_CLIENT, CIPHER_BYTES)))
-            rc = PC_ENOMEM;
         if (!rc && (rc = pc_tls_handshake(s->tls)) == PC_EAGAIN)
             rc = tls_flush(s);
         if (rc) {
@@ -1367,7 +1363,6 @@ void psc_close(psc_t *c) {
         nx = s->next_all;
         pc_sfree(s->body);
         pc_tls_free(s->tls);
-        pc_sfree(s->cipher);
         pc_sfree(s);
     }
     if (uv_loop_close(&c->loop) != 0)

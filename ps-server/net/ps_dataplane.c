@@ -21,14 +21,14 @@
  * total, from the `wake` async that any loop sends when the total falls below the cap. The
  * check comes before the frame, so a connection holds at most reply_queue plus one reply, and
  * the server at most 9/8 reply_queue_total plus one reply per event loop.
- * TLS (pc_tls.h, when the server has a certificate): the socket's bytes are read into a
- * per-connection ciphertext buffer and fed to the connection's TLS session; the plaintext it
+ * TLS (pc_tls.h, when the server has a certificate): the socket's bytes are read straight into
+ * the connection's TLS session (made at accept); the plaintext it
  * gives is read into exactly the places a plain connection reads into (conn_buf: the staging
  * buffer, a large body, the discard area) and handled by the same code (conn_input). A reply is
- * encrypted in pieces of TLS_PIECE bytes as soon as it is built, and each piece's ciphertext is
- * one write whose allocation counts as unsent exactly as a plain reply does; the plaintext is
- * freed at once. A paused connection leaves its undecrypted records in the session, and takes
- * them up when it continues (tls_pump). The first bytes of a connection must be a TLS
+ * encrypted as soon as it is built (pc_tls_seal, record by record into one buffer), and the
+ * ciphertext is one write whose allocation counts as unsent exactly as a plain reply does; the
+ * plaintext is freed at once. A paused connection leaves its undecrypted records in the session,
+ * and takes them up when it continues (tls_pump). The first bytes of a connection must be a TLS
  * ClientHello: a plaintext EmberPS frame is answered with PC_ETLS in clear (the client learns
  * why), anything else is closed with a log line. All TLS state belongs to the loop's thread.
  */
@@ -54,7 +54,6 @@
 #include <uv.h>
 
 #define STAGE_BYTES (64u << 10)
-#define TLS_PIECE   (256u << 10) /* plaintext encrypted per write (see DESIGN) */
 
 typedef struct loopctx loopctx_t;
 
@@ -70,12 +69,12 @@ typedef struct conn {
     pc_wire_hdr_t hdr; /* of the frame being read into `body` */
     uint8_t *body;
     size_t body_have;
-    uint64_t skip;   /* bytes of an oversized body still to discard */
-    uint64_t unsent; /* bytes of replies written but not yet completed */
-    bool paused;     /* held back by may_run(): not reading, frames wait in stage/body */
-    bool body_ready; /* paused with the large body complete, not yet executed */
-    pc_tls_t *tls;   /* TLS servers: the session, made at the first bytes (NULL before) */
-    uint8_t *cipher; /* TLS servers: STAGE_BYTES the socket is read into */
+    uint64_t skip;    /* bytes of an oversized body still to discard */
+    uint64_t unsent;  /* bytes of replies written but not yet completed */
+    bool paused;      /* held back by may_run(): not reading, frames wait in stage/body */
+    bool body_ready;  /* paused with the large body complete, not yet executed */
+    pc_tls_t *tls;    /* TLS servers: the session (NULL once a plaintext client is refused) */
+    bool tls_started; /* the first bytes were a ClientHello */
 } conn_t;
 
 struct loopctx {
@@ -115,12 +114,11 @@ struct ps_dp {
 typedef struct wreq {
     uv_write_t req;
     conn_t *c;
-    size_t bytes;
-    uint8_t hdr[PC_WIRE_HDR];
-    uint8_t payload[]; /* payload_len bytes */
+    size_t bytes;     /* the allocation */
+    uint8_t *hdr;     /* the frame: PC_WIRE_HDR bytes of header, then the payload */
+    uint8_t *payload; /* hdr + PC_WIRE_HDR, 8-aligned */
+    uint8_t data[];   /* TLS: room for the ciphertext (reply_alloc), then the frame */
 } wreq_t;
-_Static_assert(offsetof(wreq_t, payload) == offsetof(wreq_t, hdr) + PC_WIRE_HDR,
-               "a reply's header and payload are one span (TLS encrypts them in one go)");
 
 static void conn_close(conn_t *c);
 static void conn_continue(conn_t *c);
@@ -182,16 +180,28 @@ static void on_written(uv_write_t *req, int status) {
         conn_continue(c);
 }
 
-/* A reply with `payload_len` bytes of payload to fill in *payload (may be NULL for 0). */
-static wreq_t *reply_alloc(size_t payload_len) {
-    size_t bytes = sizeof(wreq_t) + payload_len;
+/* A write of `room` bytes before a frame of `frame` bytes (hdr, payload). */
+static wreq_t *wreq_new(size_t room, size_t frame) {
+    const size_t bytes = sizeof(wreq_t) + room + frame;
     wreq_t *w = pc_malloc(PC_MEM_SCRATCH, bytes);
-    if (w)
+    if (w) {
         w->bytes = bytes;
+        w->hdr = w->data + room;
+        w->payload = w->hdr + PC_WIRE_HDR;
+    }
     return w;
 }
 
-static wreq_t *reply_alloc(size_t payload_len);
+/* A reply to c with `payload_len` bytes of payload to fill in at w->payload. On a TLS
+ * connection the frame sits at the end of the allocation behind room for its ciphertext, which
+ * pc_tls_seal writes from data[0] on without overtaking the plaintext it has yet to read: one
+ * allocation per reply, TLS or not, and no pages touched twice. */
+static wreq_t *reply_alloc(conn_t *c, size_t payload_len) {
+    const size_t frame = PC_WIRE_HDR + payload_len;
+    const size_t room =
+        c->tls ? (pc_tls_pending(c->tls) + pc_tls_sealed_max(frame) - frame + 7) & ~(size_t)7 : 0;
+    return wreq_new(room, frame);
+}
 
 /* TLS: write the session's pending ciphertext as one write, counted as unsent like a reply.
  * PC_ENOMEM or PC_EIO (the connection must close). */
@@ -199,12 +209,12 @@ static int tls_flush(conn_t *c) {
     const size_t n = pc_tls_pending(c->tls);
     if (!n)
         return 0;
-    wreq_t *w = reply_alloc(n);
+    wreq_t *w = wreq_new(0, n);
     if (!w)
         return PC_ENOMEM;
     w->c = c;
-    const size_t got = pc_tls_take(c->tls, w->payload, n);
-    uv_buf_t b = uv_buf_init((char *)w->payload, (unsigned)got);
+    const size_t got = pc_tls_take(c->tls, w->hdr, n);
+    uv_buf_t b = uv_buf_init((char *)w->hdr, (unsigned)got);
     unsent_add(c, w->bytes);
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
         unsent_sub(c, w->bytes);
@@ -214,15 +224,24 @@ static int tls_flush(conn_t *c) {
     return 0;
 }
 
-/* TLS: encrypt len bytes of plaintext in pieces, each piece's ciphertext one write. */
-static int tls_send(conn_t *c, const uint8_t *p, size_t len) {
-    int rc = 0;
-    for (size_t off = 0; !rc && off < len; off += TLS_PIECE) {
-        const size_t n = len - off < TLS_PIECE ? len - off : TLS_PIECE;
-        if (!(rc = pc_tls_write(c->tls, p + off, n)))
-            rc = tls_flush(c);
+/* TLS: encrypt reply w's frame (len bytes) in place (reply_alloc) into one write, with what the
+ * session had pending, counted as unsent like a plain reply. Takes w. PC_ETLS, PC_EIO (the
+ * connection must close). */
+static int tls_send(conn_t *c, wreq_t *w, size_t len) {
+    size_t n;
+    int rc = pc_tls_seal(c->tls, w->hdr, len, w->data, (size_t)(w->hdr - w->data) + len, &n);
+    if (rc) {
+        pc_free(PC_MEM_SCRATCH, w, w->bytes);
+        return rc;
     }
-    return rc;
+    uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)n);
+    unsent_add(c, w->bytes);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
+        unsent_sub(c, w->bytes);
+        pc_free(PC_MEM_SCRATCH, w, w->bytes);
+        return PC_EIO;
+    }
+    return 0;
 }
 
 static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t status,
@@ -246,9 +265,7 @@ static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t s
     if (status)
         atomic_fetch_add_explicit(&dp->errors, 1, memory_order_relaxed);
     if (c->tls) { /* encrypted now: the ciphertext is what waits (tls_flush) */
-        const int rc = tls_send(c, w->hdr, PC_WIRE_HDR + payload_len);
-        pc_free(PC_MEM_SCRATCH, w, w->bytes);
-        if (rc)
+        if (tls_send(c, w, PC_WIRE_HDR + payload_len))
             conn_close(c);
         return;
     }
@@ -269,14 +286,14 @@ static void reply_error(conn_t *c, const pc_wire_hdr_t *req, int rc, const char 
     if (rc == PC_EWRONGSLOT) {
         pthread_rwlock_rdlock(&dp->map_lock);
         len = dp->map_text_len;
-        w = reply_alloc(len);
+        w = reply_alloc(c, len);
         if (w)
             memcpy(w->payload, dp->map_text, len);
         pthread_rwlock_unlock(&dp->map_lock);
     } else {
         int n = snprintf(text, sizeof text, "%s: %s", pc_strerror(rc), msg ? msg : "");
         len = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : sizeof text - 1;
-        w = reply_alloc(len);
+        w = reply_alloc(c, len);
         if (w)
             memcpy(w->payload, text, len);
     }
@@ -291,7 +308,7 @@ static void reply_map(conn_t *c, const pc_wire_hdr_t *req) {
     ps_dp_t *dp = c->lc->dp;
     pthread_rwlock_rdlock(&dp->map_lock);
     const size_t len = dp->map_text_len;
-    wreq_t *w = reply_alloc(len);
+    wreq_t *w = reply_alloc(c, len);
     if (w)
         memcpy(w->payload, dp->map_text, len);
     pthread_rwlock_unlock(&dp->map_lock);
@@ -366,7 +383,7 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     size_t plen = h->op == PC_OP_PUSH     ? 3 * sizeof(uint64_t)
                   : h->op == PC_OP_LOOKUP ? nf * sizeof(float) + b.n
                                           : nf * sizeof(float);
-    wreq_t *w = reply_alloc(plen);
+    wreq_t *w = reply_alloc(c, plen);
     if (!w) {
         ps_catalog_release(dp->cat, t);
         reply_error(c, h, PC_ENOMEM, "reply");
@@ -421,7 +438,7 @@ static void do_claim(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     }
     snprintf(r.previous, sizeof r.previous, "%s", res.previous);
     const size_t len = pc_wire_claim_reply_len(&r);
-    wreq_t *w = reply_alloc(len);
+    wreq_t *w = reply_alloc(c, len);
     if (!w) {
         reply_error(c, h, PC_ENOMEM, "reply");
         return;
@@ -463,7 +480,7 @@ static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     }
     switch (h->op) {
         case PC_OP_PING: {
-            wreq_t *w = reply_alloc(0);
+            wreq_t *w = reply_alloc(c, 0);
             if (!w)
                 return false;
             reply_send(c, w, h, 0, 0);
@@ -494,7 +511,6 @@ static void on_closed(uv_handle_t *hd) {
         c->next->prev = c->prev;
     pc_free(PC_MEM_SCRATCH, c->stage, STAGE_BYTES);
     pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
-    pc_free(PC_MEM_SCRATCH, c->cipher, c->cipher ? STAGE_BYTES : 0);
     pc_tls_free(c->tls);
     if (c->paused)
         atomic_fetch_sub_explicit(&lc->dp->paused, 1, memory_order_relaxed);
@@ -547,7 +563,13 @@ static uv_buf_t conn_buf(conn_t *c) {
 static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     conn_t *c = hd->data;
-    *buf = c->cipher ? uv_buf_init((char *)c->cipher, STAGE_BYTES) : conn_buf(c);
+    void *p;
+    size_t cap;
+    if (!c->tls)
+        *buf = conn_buf(c);
+    else /* the socket is read straight into the session; no space: the read fails (closed) */
+        *buf =
+            pc_tls_inbuf(c->tls, &p, &cap) ? uv_buf_init(NULL, 0) : uv_buf_init(p, (unsigned)cap);
 }
 
 /* Execute the complete frames in the staging buffer; keep the tail (or move a large body into
@@ -690,22 +712,22 @@ static bool tls_pump(conn_t *c) {
     return c->closing || c->finishing || !tls_flush(c);
 }
 
-/* TLS: the connection's first bytes. A TLS ClientHello starts its session; a plaintext EmberPS
- * frame gets PC_ETLS in clear (so that the client can say why); anything else is closed.
- * Returns false when the connection must close. */
+/* TLS: the connection's first bytes. A TLS ClientHello goes on; a plaintext EmberPS frame gets
+ * PC_ETLS in clear (so that the client can say why); anything else is closed. Returns false
+ * when the connection must close. */
 static bool tls_start(conn_t *c, const uint8_t *data, size_t n) {
     ps_dp_t *dp = c->lc->dp;
-    if (pc_tls_looks_like_hello(data, n)) {
-        if (pc_tls_new(dp->tls, NULL, &c->tls))
-            return false;
-        return true;
-    }
+    if (pc_tls_looks_like_hello(data, n))
+        return c->tls_started = true;
     char peer[80];
     peer_name(c, peer, sizeof peer);
     PC_WARN("data plane: %s sent no TLS ClientHello (a plaintext client?): closing", peer);
     pc_wire_hdr_t h;
-    if (n >= PC_WIRE_HDR && pc_wire_hdr_decode(data, dp->o.lim.max_body, &h) == 0 &&
-        !(h.flags & PC_WIRE_RESPONSE))
+    const bool frame = n >= PC_WIRE_HDR && pc_wire_hdr_decode(data, dp->o.lim.max_body, &h) == 0 &&
+                       !(h.flags & PC_WIRE_RESPONSE);
+    pc_tls_free(c->tls); /* data points into it: decoded first. Replies go out in clear now */
+    c->tls = NULL;
+    if (frame)
         reply_error(c, &h, PC_ETLS,
                     "this server takes TLS connections only (give the client "
                     "the CA file of the server's certificate)");
@@ -719,12 +741,12 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     bool ok;
-    if (!c->cipher)
+    if (!c->tls)
         ok = conn_input(c, (size_t)nread);
-    else if (!c->tls && !tls_start(c, (const uint8_t *)buf->base, (size_t)nread))
+    else if (!c->tls_started && nread && !tls_start(c, (const uint8_t *)buf->base, (size_t)nread))
         ok = false;
     else
-        ok = pc_tls_feed(c->tls, buf->base, (size_t)nread) == 0 && tls_pump(c);
+        ok = (pc_tls_received(c->tls, (size_t)nread), tls_pump(c));
     if (!ok)
         conn_finish(c);
 }
@@ -771,8 +793,8 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     c->lc = lc;
     c->stage = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
-    if (lc->dp->tls)
-        c->cipher = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
+    if (lc->dp->tls && pc_tls_new(lc->dp->tls, NULL, &c->tls))
+        c->tls = NULL; /* checked below */
     uv_tcp_init(&lc->loop, &c->tcp);
     c->tcp.data = c;
     c->next = lc->conns;
@@ -780,7 +802,7 @@ static void on_connection(uv_stream_t *server, int status) {
         lc->conns->prev = c;
     lc->conns = c;
     atomic_fetch_add_explicit(&lc->dp->conns, 1, memory_order_relaxed);
-    if (!c->stage || (lc->dp->tls && !c->cipher) || uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+    if (!c->stage || (lc->dp->tls && !c->tls) || uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
         conn_close(c);
         return;
     }
