@@ -8,11 +8,12 @@
  * server's newer map, reconnects as needed and resends the affected keys only.
  *
  * Errors are negative ints from EmberPS's one error table (stable values): PC_ETIMEDOUT,
- * PC_EUNAVAIL, PC_EAUTH, PC_ENOTFOUND (no such table), PC_EDIM, PC_EINVAL, PC_ETOOBIG, PC_ENOSPC,
- * ... psc_err_name(rc) gives the name, psc_strerror(rc) the message. Inside the project the codes
- * are pc_error.h's enum; this header stands alone (installed with libpsclient, nothing else).
- * A code says what kind of failure; psc_wait_detail says which server and the server's own
- * message (the table, both dims, ...): log that where the error is handled.
+ * PC_EUNAVAIL, PC_EAUTH, PC_ETLS (TLS handshake), PC_ENOTFOUND (no such table), PC_EDIM,
+ * PC_EINVAL, PC_ETOOBIG, PC_ENOSPC, ... psc_err_name(rc) gives the name, psc_strerror(rc) the
+ * message. Inside the project the codes are pc_error.h's enum; this header stands alone
+ * (installed with libpsclient, nothing else). A code says what kind of failure;
+ * psc_wait_detail (psc_connect2 for connecting) says which server and the server's own message
+ * (the table, both dims, ...): log that where the error is handled.
  *
  * Thread rules: a client is thread-safe; any thread may start calls. Callbacks run on the
  * client's I/O thread: they must be short and must not wait for other calls of the same client.
