@@ -13,6 +13,9 @@
  *    plaintext server fails with PC_ETLS;
  *  - tls_client_auth=require: without a client certificate refused (PC_ETLS), with it served;
  *  - TLS and a token: a wrong token is PC_EAUTH with the server's message ("bad token");
+ *  - a TLS client that sends lookups and never reads (pc_tls over a raw socket): the server counts
+ *    the ciphertext as unsent reply bytes and stops reading that connection at its cap, while a
+ *    reading client is served; all of it goes once the non-reader does;
  *  - ps-worker trains against a TLS + token server (--tls-ca, --token) and fails without them.
  * argv: ps-server, ps-worker, make-certs.sh. Every wait is bounded. */
 #include "proc_util.h"
@@ -20,6 +23,8 @@
 
 #include "emberps/psclient.h"
 #include "pc_error.h"
+#include "pc_tls.h"
+#include "pc_wire.h"
 #include "pw_datagen.h"
 
 #include <math.h>
@@ -248,6 +253,126 @@ static void test_tls_client_auth_and_token(void **state) {
     pu_stop(st);
 }
 
+/* The value of metric `name` (a line "name value") at the metrics port; -1 when absent. */
+static double metric(int port, const char *name) {
+    static char out[1 << 16];
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
+    assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
+    size_t got = 0;
+    for (ssize_t r; got < sizeof out - 1 && (r = recv(fd, out + got, sizeof out - 1 - got, 0)) > 0;)
+        got += (size_t)r;
+    out[got] = '\0';
+    close(fd);
+    char want[128];
+    snprintf(want, sizeof want, "\n%s ", name);
+    const char *p = strstr(out, want);
+    return p ? atof(p + strlen(want)) : -1;
+}
+
+/* A TLS connection over a blocking socket (pc_tls), handshake done; its session in *tls. */
+static int tls_raw_connect(int port, pc_tls_ctx_t *ctx, pc_tls_t **tls) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 16 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    struct timeval tv = {.tv_sec = 3};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    assert_int_equal(pc_tls_new(ctx, "127.0.0.1", tls), 0);
+    for (int rc; (rc = pc_tls_handshake(*tls)) != 0;) {
+        assert_int_equal(rc, PC_EAGAIN);
+        uint8_t out[8192];
+        for (size_t n; (n = pc_tls_take(*tls, out, sizeof out)) > 0;)
+            assert_int_equal(send(fd, out, n, MSG_NOSIGNAL), (ssize_t)n);
+        void *in;
+        size_t cap;
+        assert_int_equal(pc_tls_inbuf(*tls, &in, &cap), 0);
+        const ssize_t r = recv(fd, in, cap, 0);
+        assert_true(r > 0);
+        pc_tls_received(*tls, (size_t)r);
+    }
+    return fd;
+}
+
+/* A TLS client that sends lookups with 1 MiB replies and never reads: the server counts their
+ * ciphertext as unsent and stops reading the connection at reply_queue_bytes (2 MiB); a client
+ * that reads is served meanwhile; once the non-reader goes, nothing is left queued. */
+static void test_tls_unsent_bounded(void **state) {
+    (void)state;
+    char sc[340], sk[340], why[1024];
+    const int port = pu_free_port();
+    const char *tls[] = {
+        "--tables=name=wide,dim=256,shards=4", cert_flag(sc, sizeof sc, "tls-cert", "server.pem"),
+        cert_flag(sk, sizeof sk, "tls-key", "server.key"), "--reply-queue-bytes=2Mi", NULL};
+    pid_t s = pu_spawn(port, g_dir, tls, NULL);
+    const int mp = pu_last_metrics_port;
+    enum { DIM = 256, N = 1024, COUNT = 40 };
+    const double reply = (double)N * DIM * 4 + N, cap = 2 << 20;
+    const double reply_alloc = reply + 64 * 1024; /* header, TLS records, allocation */
+    char ca[400];
+    pc_tls_opts_t to = {.ca = cert(ca, sizeof ca, "ca.pem")};
+    pc_tls_ctx_t *ctx;
+    assert_int_equal(pc_tls_ctx_create(&to, &ctx, why, sizeof why), 0);
+    pc_tls_t *t;
+    const int fd = tls_raw_connect(port, ctx, &t);
+    static uint8_t frame[PC_WIRE_HDR + 64 + 8 * N], sealed[2 * sizeof frame];
+    const uint32_t len = (uint32_t)pc_wire_batch_body_len(PC_OP_LOOKUP, 4, N, DIM);
+    assert_true(PC_WIRE_HDR + len <= sizeof frame);
+    uint8_t *b = frame + PC_WIRE_HDR;
+    b += pc_wire_batch_head_encode("wide", N, DIM, b);
+    for (uint32_t i = 0; i < N; i++)
+        ((uint64_t *)(void *)b)[i] = (uint64_t)i * 7919;
+    struct timeval tv = {0, 200000}; /* blocking sends: the server stops reading at its cap */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int sent = 0;
+    for (; sent < COUNT; sent++) {
+        pc_wire_hdr_t hd = {.op = PC_OP_LOOKUP, .id = 1 + (uint64_t)sent, .body_len = len};
+        pc_wire_hdr_encode(&hd, frame);
+        size_t n;
+        assert_int_equal(pc_tls_seal(t, frame, PC_WIRE_HDR + len, sealed, sizeof sealed, &n), 0);
+        if (send(fd, sealed, n, MSG_NOSIGNAL) != (ssize_t)n)
+            break;
+    }
+    double paused = 0;
+    for (double t0 = pu_now(); pu_now() - t0 < 5 && paused < 1; usleep(20000))
+        paused = metric(mp, "emberps_dataplane_paused_connections");
+    const double queued = metric(mp, "emberps_dataplane_reply_queue_bytes");
+    const double peak = metric(mp, "emberps_dataplane_reply_queue_peak_bytes");
+    print_message("TLS non-reader: %d lookups sent, %.2f MiB unsent (peak %.2f), %g paused\n", sent,
+                  queued / (1 << 20), peak / (1 << 20), paused);
+    assert_true(paused >= 1);
+    assert_true(queued >= reply);           /* the ciphertext counts as unsent */
+    assert_true(peak <= cap + reply_alloc); /* and no more than the cap and one reply */
+    psc_t *c;
+    int rc = connect_tls(port, NULL, "ca.pem", NULL, NULL, why, sizeof why, &c);
+    if (rc)
+        fail_msg("TLS connect beside the non-reader: %s (%s)", psc_err_name(rc), why);
+    uint64_t keys[64];
+    static float rows[64 * DIM];
+    for (int i = 0; i < 64; i++)
+        keys[i] = (uint64_t)i * 31 + 5;
+    for (int k = 0; k < 10; k++)
+        assert_int_equal(psc_pull(c, "wide", keys, 64, DIM, rows), 0);
+    close(fd);
+    pc_tls_free(t);
+    pc_tls_ctx_destroy(ctx);
+    double left = -1;
+    for (double t0 = pu_now(); pu_now() - t0 < 5 && left != 0; usleep(20000))
+        left = metric(mp, "emberps_dataplane_reply_queue_bytes");
+    assert_true(left == 0);
+    assert_true(metric(mp, "emberps_dataplane_paused_connections") == 0);
+    assert_int_equal(psc_pull(c, "wide", keys, 64, DIM, rows), 0);
+    psc_close(c);
+    pu_stop(s);
+}
+
 /* ps-worker (a process) with args; its exit status, its stderr into err. */
 static int run_worker(const char *const *args, char *err, size_t cap) {
     char tr[320], errf[320];
@@ -340,6 +465,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_tls_equals_plain),
         cmocka_unit_test(test_tls_refusals),
         cmocka_unit_test(test_tls_client_auth_and_token),
+        cmocka_unit_test(test_tls_unsent_bounded),
         cmocka_unit_test(test_worker_tls),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
