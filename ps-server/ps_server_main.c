@@ -662,6 +662,8 @@ int main(int argc, char **argv) {
             s.coord.destroy(s.coord.ctx);
         return rc;
     }
+    ps_grpc_set_serving(s.grpc, true); /* tables restored, every listener up (before the port
+                                          file: whoever reads it may call at once) */
     if (s.cfg.port_file[0]) {
         char tmp[600];
         snprintf(tmp, sizeof tmp, "%s.tmp", s.cfg.port_file);
@@ -675,7 +677,6 @@ int main(int argc, char **argv) {
     }
     PC_INFO("serving on %s:%d (data plane), gRPC %d", s.cfg.host, ps_dp_port(s.dp),
             s.grpc ? ps_grpc_port(s.grpc) : -1);
-    ps_grpc_set_serving(s.grpc, true); /* tables restored, every listener up */
 
     s.loop = uv_default_loop();
     uv_signal_init(s.loop, &s.sig_term);

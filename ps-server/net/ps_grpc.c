@@ -140,7 +140,7 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     } else if (m < 0) {
         ps_api_fail(&r, PC_EUNSUPPORTED, "no such method");
     } else if (!atomic_load(&g->serving)) {
-        ps_api_fail(&r, PC_ECLOSED, "not serving (starting or shutting down)");
+        ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
     } else {
         ps_api_call(&g->env, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
     }

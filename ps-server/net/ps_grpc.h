@@ -19,7 +19,7 @@
  * on a coordinator, "emberps.Coordinator"; other names get NOT_FOUND. The status is NOT_SERVING
  * until the owner calls ps_grpc_set_serving(g, true) (tables restored, every listener up) and
  * again from ps_grpc_set_serving(g, false) on (shutting down); while not serving, API calls are
- * refused with PC_ECLOSED (UNAVAILABLE: clients retry elsewhere or later). Watch answers
+ * refused with PC_EUNAVAIL (UNAVAILABLE, which clients already retry). Watch answers
  * UNIMPLEMENTED (a handler thread serves one call at a time; a stream would hold it), which the
  * protocol tells clients to take as "poll Check instead".
  *

@@ -268,7 +268,7 @@ static void test_health(void **state) {
             not_serving++;
             refused += psg_request(user, ps_api_path(PS_API_HEALTH), req,
                                    emberps__health_request__pack(&hq, req), 3000, &resp, &len, NULL,
-                                   NULL, 0) == PC_ECLOSED;
+                                   NULL, 0) == PC_EUNAVAIL;
         } else if (not_serving) {
             serving_after++;
         }
