@@ -161,7 +161,9 @@ int pc_tls_ctx_create(const pc_tls_opts_t *o, pc_tls_ctx_t **out, char *err, siz
     if (!t)
         return PC_ENOMEM;
     t->ctx = SSL_CTX_new(o->server ? TLS_server_method() : TLS_client_method());
-    t->bio = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "emberps");
+    /* A type without an index of BIO_get_new_index: those run out after 127 in a process (one
+     * per context: a program that reconnects would) and nothing looks this BIO up by type. */
+    t->bio = BIO_meth_new(BIO_TYPE_SOURCE_SINK, "emberps");
     if (t->bio &&
         (!BIO_meth_set_write(t->bio, bio_write) || !BIO_meth_set_read(t->bio, bio_read) ||
          !BIO_meth_set_ctrl(t->bio, bio_ctrl) || !BIO_meth_set_create(t->bio, bio_create)))
