@@ -608,7 +608,7 @@ static void tls_input(server_t *s, const uint8_t *data, size_t n) {
         if (rc == PC_EAGAIN)
             return;
         hello_send(s);
-        if (s->state != 2)
+        if (uv_is_closing((uv_handle_t *)&s->tcp))
             return;
     }
     for (;;) {
@@ -617,7 +617,8 @@ static void tls_input(server_t *s, const uint8_t *data, size_t n) {
         if (got == 0)
             break;
         if (got < 0) {
-            if (!s->hello_done) { /* refused in the handshake's last step: a client cert */
+            if (got == PC_ETLS && !s->hello_done) { /* refused in the handshake's last step
+                                                     * (TLS 1.3: a client certificate) */
                 s->dead = true;
                 s->dead_rc = PC_ETLS;
             }
