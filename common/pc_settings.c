@@ -460,15 +460,27 @@ void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *
 
 int pc_settings_cli(const pc_setting_t *tab, size_t n, void *obj, int argc, char **argv,
                     const char *prog, const char *usage) {
-    char err[256];
+    char err[256], prefix[64];
     if (pc_settings_defaults(tab, n, obj))
         return 2;
+    size_t pl = 0; /* "ps-worker" -> "PS_WORKER_" */
+    for (; prog[pl] && pl < sizeof prefix - 2; pl++)
+        prefix[pl] = prog[pl] == '-' ? '_' : (char)toupper((unsigned char)prog[pl]);
+    prefix[pl++] = '_';
+    prefix[pl] = '\0';
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: %s\n\n", usage);
             pc_settings_help(tab, n, stdout);
+            printf("  (each setting also comes from the environment as %sNAME, e.g. %s%s; a flag "
+                   "overrides it)\n",
+                   prefix, prefix, "TOKEN");
             return 1;
         }
+    if (pc_settings_load_env(tab, n, obj, prefix, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", prog, err);
+        return 2;
+    }
     int argi = 1;
     if (pc_settings_parse_args(tab, n, obj, argc, argv, &argi, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", prog, err);

@@ -96,8 +96,10 @@ void pc_settings_help(const pc_setting_t *tab, size_t n, FILE *out);
 /* The same lines for a "name=value,..." list (table specs): name=<type> as the list spells it. */
 void pc_settings_help_list(const pc_setting_t *tab, size_t n, FILE *out);
 
-/* The usual command line of a tool: store the defaults, answer --help/-h (usage line, then
- * pc_settings_help), parse every argument as a flag. Returns 0 to go on, 1 when help was printed
+/* The usual command line of a tool: store the defaults, apply the environment (PROG_NAME: prog
+ * upper-cased, '-' as '_', e.g. PS_WORKER_TOKEN: secrets stay out of the process list), answer
+ * --help/-h (usage line, then pc_settings_help), parse every argument as a flag (flags override
+ * the environment). Returns 0 to go on, 1 when help was printed
  * (exit 0), 2 on a bad or unexpected argument (the message is printed on stderr as
  * "prog: ..."; exit 2). */
 int pc_settings_cli(const pc_setting_t *tab, size_t n, void *obj, int argc, char **argv,

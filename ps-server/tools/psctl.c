@@ -83,6 +83,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "\nTLS: a server with --tls-cert/--tls-key serves gRPC over TLS only: give --tls-ca\n"
             "(its CA), and --tls-cert/--tls-key when it requires client certificates.\n"
+            "Each option also comes from the environment as PSCTL_NAME (PSCTL_TOKEN keeps the\n"
+            "token out of the process list); a flag overrides it.\n"
             "exit status: 0 done, 1 refused by the server, 2 usage, 3 unreachable or TLS\n"
             "handshake failed\n");
 }
@@ -324,7 +326,8 @@ int main(int argc, char **argv) {
             return 0;
         }
     int argi = 1;
-    if (pc_settings_parse_args(k_opts, NOPTS, &g_o, argc, argv, &argi, err, sizeof err)) {
+    if (pc_settings_load_env(k_opts, NOPTS, &g_o, "PSCTL_", err, sizeof err) ||
+        pc_settings_parse_args(k_opts, NOPTS, &g_o, argc, argv, &argi, err, sizeof err)) {
         fprintf(stderr, "psctl: %s\n", err);
         return 2;
     }

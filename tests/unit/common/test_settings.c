@@ -1,6 +1,7 @@
 /* Settings tables: every input path, bounds, errors, help and dump round trip. */
 #include "test_util.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -179,6 +180,17 @@ static void test_cli(void **state) {
     assert_int_equal(pc_settings_cli(tab, N, &c, 3, extra, "tool", "tool [opts]"), 2);
     char *bad[] = {"tool", "--count=0", NULL}; /* below its bound */
     assert_int_equal(pc_settings_cli(tab, N, &c, 2, bad, "tool", "tool [opts]"), 2);
+    /* the environment (MY_TOOL_NAME for "my-tool"), overridden by flags; a bad value refused */
+    setenv("MY_TOOL_NAME", "from-env", 1);
+    setenv("MY_TOOL_COUNT", "5", 1);
+    char *env[] = {"my-tool", "--count=8", NULL};
+    assert_int_equal(pc_settings_cli(tab, N, &c, 2, env, "my-tool", "my-tool [opts]"), 0);
+    assert_string_equal(c.name, "from-env");
+    assert_int_equal(c.count, 8);
+    setenv("MY_TOOL_COUNT", "many", 1);
+    assert_int_equal(pc_settings_cli(tab, N, &c, 1, env, "my-tool", "my-tool [opts]"), 2);
+    unsetenv("MY_TOOL_NAME");
+    unsetenv("MY_TOOL_COUNT");
 }
 
 /* Messages and help name a setting as the user wrote it: flags as "--ckpt-dir" (either spelling
