@@ -3,7 +3,7 @@
 # for users who want to train their own data through the same setup.
 #
 #   deploy/local-cluster.sh up [--servers=N] [--dir=DIR] [--bin-dir=BIN] [--base-port=P]
-#                              [--table=SPEC] [--rollback=JOBCKPT_DIR]
+#                              [--table=SPEC] [--rollback=JOBCKPT_DIR] [--secure]
 #   deploy/local-cluster.sh status [--dir=DIR] [--bin-dir=BIN]
 #   deploy/local-cluster.sh down [--dir=DIR]
 #
@@ -19,6 +19,11 @@
 # --rollback=JOBCKPT_DIR starts each server from its checkpoint listed in the latest coordinated
 # checkpoint of JOBCKPT_DIR (ps-worker --ckpt-dir; then start the workers with
 # --resume=checkpoint): the whole job rolled back to one consistent point.
+# --secure: both planes speak TLS and want a token. DIR/tls gets a private CA and a certificate for
+# 127.0.0.1 (deploy/make-certs.sh, valid 30 days; kept across restarts), DIR/token a random token
+# (mode 600). Clients then need the CA and the token, e.g.
+#   PS_WORKER_TOKEN=$(cat DIR/token) ps-worker --tls-ca=DIR/tls/ca.pem ...
+#   PSCTL_TOKEN=$(cat DIR/token) psctl --tls-ca=DIR/tls/ca.pem --server=127.0.0.1:7500 health
 # status prints each server's health through psctl; down stops them (SIGTERM: each writes a
 # checkpoint and exits 0).
 #
@@ -36,7 +41,7 @@ root=$(dirname "$here") # the checkout, when the script is deploy/local-cluster.
 
 cmd=${1:-}
 [ -n "$cmd" ] && shift
-n=2 dir=${EMBER_RUN_DIR:-} bin=${EMBER_BIN_DIR:-} base=7400 rollback=""
+n=2 dir=${EMBER_RUN_DIR:-} bin=${EMBER_BIN_DIR:-} base=7400 rollback="" secure=0
 table="name=emb,dim=16" # every other setting: the table defaults (ps-server --help-tables)
 for a in "$@"; do
   case "$a" in
@@ -46,6 +51,7 @@ for a in "$@"; do
     --base-port=*) base=${a#*=} ;;
     --table=*) table=${a#*=} ;;
     --rollback=*) rollback=${a#*=} ;;
+    --secure) secure=1 ;;
     *) echo "local-cluster.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -77,6 +83,18 @@ up() {
     echo "local-cluster.sh: a cluster is already up in $dir (down first)" >&2; exit 1
   fi
   mkdir -p "$dir/logs"
+  local tls=() token=""
+  rm -f "$dir/secure"
+  if [ "$secure" = 1 ]; then
+    local certs=$here/make-certs.sh
+    [ -x "$certs" ] || certs=$here/emberps-make-certs # an installed script
+    [ -s "$dir/tls/server.pem" ] || EMBER_CERT_DAYS=30 "$certs" "$dir/tls" ||
+      { echo "local-cluster.sh: cannot make TLS certificates (openssl)" >&2; exit 1; }
+    [ -s "$dir/token" ] || (umask 077 && openssl rand -hex 16 >"$dir/token")
+    token=$(cat "$dir/token")
+    tls=(--tls-cert="$dir/tls/server.pem" --tls-key="$dir/tls/server.key")
+    : >"$dir/secure"
+  fi
   : >"$dir/servers.txt"
   local addrs="" slots="" per=$((16384 / n))
   for ((i = 0; i < n; i++)); do
@@ -101,7 +119,7 @@ up() {
     [ ${#ids[@]} -gt 0 ] && extra+=(--restore-id="${ids[$i]}")
     grpc+="${grpc:+,}127.0.0.1:$((base + 100 + i))"
     rm -f "$dir/port-$i"
-    nohup "$bin/ps-server" --port=$((base + i)) --grpc-port=$((base + 100 + i)) \
+    env ${token:+PS_SERVER_TOKEN="$token"} nohup "$bin/ps-server" "${tls[@]}" --port=$((base + i)) --grpc-port=$((base + 100 + i)) \
       --metrics-port=$((base + 2000 + i)) --cluster-map-file="$dir/cluster.map" \
       --server-index=$i --tables="$table" --ckpt-dir="$dir/ckpt-$i" --ckpt-interval-s=60 --ckpt-keep=10 \
       --port-file="$dir/port-$i" "${extra[@]}" >"$dir/logs/server-$i.log" 2>&1 &
@@ -119,13 +137,25 @@ up() {
   echo "$grpc" >"$dir/grpc"
   echo "cluster up: $n servers, map $dir/cluster.map, coordinator $(cat "$dir/coordinator")," \
        "logs $dir/logs"
+  [ "$secure" = 1 ] && echo "secure: TLS on both planes and a token; clients need" \
+       "--tls-ca=$dir/tls/ca.pem and the token of $dir/token (PS_WORKER_TOKEN, PSCTL_TOKEN)"
+  return 0
+}
+
+# psctl with the cluster's CA and token when it runs --secure.
+psctl_secure() {
+  if [ -f "$dir/secure" ]; then
+    PSCTL_TOKEN=$(cat "$dir/token") "$bin/psctl" --tls-ca="$dir/tls/ca.pem" "$@"
+  else
+    "$bin/psctl" "$@"
+  fi
 }
 
 status() {
   [ -f "$dir/servers.txt" ] || { echo "no cluster in $dir"; return 1; }
   local bad=0
   while read -r i dp gp mp pid; do
-    if kill -0 "$pid" 2>/dev/null && out=$("$bin/psctl" --server=127.0.0.1:$gp --timeout-ms=2000 health 2>&1); then
+    if kill -0 "$pid" 2>/dev/null && out=$(psctl_secure --server=127.0.0.1:$gp --timeout-ms=2000 health 2>&1); then
       echo "server $i (pid $pid, data :$dp, gRPC :$gp, metrics :$mp): $(echo "$out" | tr '\n' ' ')"
     else
       echo "server $i (pid $pid): DOWN"; bad=1
@@ -149,5 +179,5 @@ case "$cmd" in
   up) up ;;
   status) status ;;
   down) down ;;
-  *) echo "usage: deploy/local-cluster.sh up|status|down [--servers=N] [--dir=DIR] [--bin-dir=BIN] [--base-port=P] [--table=SPEC] [--rollback=JOBCKPT_DIR]" >&2; exit 2 ;;
+  *) echo "usage: deploy/local-cluster.sh up|status|down [--servers=N] [--dir=DIR] [--bin-dir=BIN] [--base-port=P] [--table=SPEC] [--rollback=JOBCKPT_DIR] [--secure]" >&2; exit 2 ;;
 esac

@@ -11,7 +11,15 @@
 #   deploy/quickstart.sh                       # 500k training rows
 #   QUICKSTART_ROWS=2000000 deploy/quickstart.sh
 #   QUICKSTART_BASE_PORT=17400 deploy/quickstart.sh   # if 7400.. are taken
+#   deploy/quickstart.sh --secure              # TLS on both planes and a token (local-cluster.sh)
 set -euo pipefail
+secure=()
+for a in "$@"; do
+  case "$a" in
+    --secure) secure=(--secure) ;;
+    *) echo "usage: deploy/quickstart.sh [--secure]" >&2; exit 2 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
 rows=${QUICKSTART_ROWS:-500000}
 base=${QUICKSTART_BASE_PORT:-7400}
@@ -34,17 +42,23 @@ split -n l/2 -d "$run/data/train.tsv" "$run/data/part-" # one file per worker (r
 rm "$run/data/train.tsv"
 
 echo "== cluster: 2 servers (server 0 also the coordinator)"
-cluster() { deploy/local-cluster.sh "$1" --dir="$run/cluster" --base-port="$base"; }
+cluster() { deploy/local-cluster.sh "$@" --dir="$run/cluster" --base-port="$base"; }
 workers=()
 cleanup() {
   for p in "${workers[@]}"; do kill "$p" 2>/dev/null || true; done
   cluster down >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
-cluster up
+cluster up "${secure[@]}"
+tls=() # with --secure: the cluster's CA for every client, its token through the environment
+if [ ${#secure[@]} -gt 0 ]; then
+  tls=(--tls-ca="$run/cluster/tls/ca.pem")
+  PS_WORKER_TOKEN=$(cat "$run/cluster/token") PSCTL_TOKEN=$(cat "$run/cluster/token")
+  export PS_WORKER_TOKEN PSCTL_TOKEN
+fi
 
 echo "== training: 2 workers, sync mode, DLRM (dim 16, 13-64-16, 128-64-1), batch 1024"
-common=(--servers="$(cat "$run/cluster/cluster.map")" --coordinator="$(cat "$run/cluster/coordinator")"
+common=("${tls[@]}" --servers="$(cat "$run/cluster/cluster.map")" --coordinator="$(cat "$run/cluster/coordinator")"
         --world=2 --train="$run/data/part-00,$run/data/part-01" --job=quickstart)
 $bin/ps-worker "${common[@]}" --rank=1 --progress-every=0 --json \
   >"$run/workers/worker-1.json" 2>"$run/workers/worker-1.log" &
@@ -68,9 +82,9 @@ printf '== result: test AUC %.4f (oracle %.4f), logloss %.4f (oracle %.4f); %.0f
 
 echo "== online lookup: the embedding of field 0's value in the first test row"
 value=$(head -n 1 "$run/data/test.tsv" | cut -f 15)
-read -r key _ _ _ owner < <($bin/psctl --server=127.0.0.1:$((base + 100)) key 0 "$value")
-echo "\$ psctl --server=127.0.0.1:$((base + 100 + owner)) lookup emb $key"
-$bin/psctl --server=127.0.0.1:$((base + 100 + owner)) lookup emb "$key"
+read -r key _ _ _ owner < <($bin/psctl "${tls[@]}" --server=127.0.0.1:$((base + 100)) key 0 "$value")
+echo "\$ psctl ${tls[*]} --server=127.0.0.1:$((base + 100 + owner)) lookup emb $key"
+$bin/psctl "${tls[@]}" --server=127.0.0.1:$((base + 100 + owner)) lookup emb "$key"
 
 echo "== stopping (servers checkpoint on the way out)"
 trap - EXIT

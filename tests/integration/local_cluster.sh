@@ -7,6 +7,9 @@
 #      current one;
 #   3. with CMAKE: `cmake --install --component programs` into a temporary prefix, then its
 #      bin/emberps-local-cluster with no --bin-dir (it finds the programs beside it);
+#   4. up --secure (the installed script when 3 ran, it finds emberps-make-certs beside it): TLS
+#      and a token: status works (it uses the cluster's CA and token), psctl without the CA
+#      fails to connect (exit 3), with the CA but no token is refused (exit 1);
 # and, after all, no new file in the checkout (git status, build directories aside) and none in
 # the current directory but the run directory of 2. Ports: a free base P (P, P+100, P+2000).
 set -euo pipefail
@@ -58,6 +61,16 @@ cycle() {
   echo "$out"
   echo "$out" | grep -q "^server 0 (pid [0-9]*, data :$base, gRPC :$((base + 100))" ||
     fail "status does not show server 0"
+  if [ -f "$d/secure" ]; then
+    local rc=0
+    [ -s "$d/tls/ca.pem" ] && [ "$(stat -c %a "$d/token")" = 600 ] || fail "no CA or token in $d"
+    "$bin/psctl" --server=127.0.0.1:$((base + 100)) --timeout-ms=3000 health >/dev/null 2>&1 || rc=$?
+    [ $rc = 3 ] || fail "psctl without the CA: exit $rc, not 3"
+    rc=0
+    "$bin/psctl" --tls-ca="$d/tls/ca.pem" --server=127.0.0.1:$((base + 100)) --timeout-ms=3000 \
+      health >/dev/null 2>&1 || rc=$?
+    [ $rc = 1 ] || fail "psctl without the token: exit $rc, not 1"
+  fi
   pid=$(awk '{print $5}' "$d/servers.txt")
   lc down
   kill -0 "$pid" 2>/dev/null && fail "server $pid still running after down"
@@ -86,6 +99,15 @@ if [ -n "$cmake" ]; then
   flags=(--dir="$tmp/run3")
   cycle "$tmp/run3"
 fi
+
+echo "== 4. --secure: TLS on both planes and a token"
+if [ -n "$cmake" ]; then
+  lc=(env -u EMBER_BIN_DIR -u EMBER_RUN_DIR "$tmp/inst/bin/emberps-local-cluster")
+else
+  lc=("$script")
+fi
+flags=(--bin-dir="$bin" --dir="$tmp/run4" --secure)
+cycle "$tmp/run4"
 
 extra=$(ls -A "$tmp/cwd" | grep -v -x rel || true)
 [ -z "$extra" ] || fail "files written into the current directory: $extra"

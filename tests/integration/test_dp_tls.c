@@ -1,5 +1,5 @@
 /* TLS and the token on the binary data plane, end to end: ps-server processes on loopback with
- * the certificates of tests/support/make-certs.sh, libpsclient's psc_connect2, raw sockets and
+ * the certificates of deploy/make-certs.sh, libpsclient's psc_connect2, raw sockets and
  * a short ps-worker run.
  *  - pulls, pushes and lookups over TLS equal those over plain TCP (two servers with the same
  *    table), also replies of several MiB, 8 in flight, through a server whose per-connection

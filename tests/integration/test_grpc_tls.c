@@ -14,7 +14,7 @@
  *    the same calls without them fail (PC_ETLS);
  *  - the bind rule: --host=0.0.0.0 without a token and without TLS is refused (exit 2), with TLS
  *    it serves.
- * Certificates come from tests/support/make-certs.sh (argv[3]) into a fresh directory.
+ * Certificates come from deploy/make-certs.sh (argv[3]) into a fresh directory.
  * argv[1] is ps-server, argv[2] psctl. Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
