@@ -9,6 +9,7 @@
 
 #include "pc_error.h"
 #include "pc_fs.h"
+#include "pc_grpc_log.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -65,6 +66,7 @@ int psg_create(const psg_opts_t *o, psg_t **out) {
     c->tls = o->tls || set(o->tls_ca) || set(o->tls_cert);
     c->has_cert = set(o->tls_cert);
     snprintf(c->ca, sizeof c->ca, "%s", set(o->tls_ca) ? o->tls_ca : "the system's roots");
+    pc_grpc_log_route();
     grpc_init();
     grpc_channel_credentials *cr = NULL;
     int rc = c->tls ? tls_credentials(o, &cr) : 0;

@@ -7,6 +7,7 @@
 #include "health.pb-c.h"
 #include "pc_error.h"
 #include "pc_fs.h"
+#include "pc_grpc_log.h"
 #include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_time.h"
@@ -42,6 +43,10 @@ struct ps_grpc {
     worker_t *w;
     atomic_bool stopping;
     atomic_bool serving; /* health: SERVING; API calls accepted */
+    /* Read-held by every API call from its check of `serving` to its end; ps_grpc_set_serving
+     * takes it exclusively (writers first), so when it turns serving off no call still runs
+     * through env (the owner then stops what env points to: the data plane, the catalog). */
+    pthread_rwlock_t gate;
     atomic_uint_least64_t calls, errors;
     pc_hist_t lat; /* request received -> reply sent */
 };
@@ -139,10 +144,13 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         ps_api_fail(&r, PC_EAUTH, "missing or wrong %s", TOKEN_KEY);
     } else if (m < 0) {
         ps_api_fail(&r, PC_EUNSUPPORTED, "no such method");
-    } else if (!atomic_load(&g->serving)) {
-        ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
     } else {
-        ps_api_call(&g->env, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
+        pthread_rwlock_rdlock(&g->gate);
+        if (!atomic_load(&g->serving))
+            ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
+        else
+            ps_api_call(&g->env, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
+        pthread_rwlock_unlock(&g->gate);
     }
     grpc_slice_unref(s);
     if (in)
@@ -259,6 +267,7 @@ int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **
         (tls && (!o->tls_key || !o->tls_key[0])) || (unsigned)o->tls_client_auth > 2 ||
         (o->tls_client_auth != PS_GRPC_AUTH_NONE && (!tls || !o->tls_ca || !o->tls_ca[0])))
         return PC_EINVAL;
+    pc_grpc_log_route();
     grpc_init();
     ps_grpc_t *g = calloc(1, sizeof *g);
     worker_t *w = calloc((size_t)o->threads, sizeof *w);
@@ -270,6 +279,11 @@ int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **
     }
     g->env = *env;
     g->w = w;
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&g->gate, &ra);
+    pthread_rwlockattr_destroy(&ra);
     snprintf(g->token, sizeof g->token, "%s", o->token ? o->token : "");
     snprintf(g->admin, sizeof g->admin, "%s", o->admin_token ? o->admin_token : "");
     grpc_arg args[2] = {
@@ -324,8 +338,11 @@ int ps_grpc_port(const ps_grpc_t *g) {
 }
 
 void ps_grpc_set_serving(ps_grpc_t *g, bool serving) {
-    if (g)
-        atomic_store(&g->serving, serving);
+    if (!g)
+        return;
+    pthread_rwlock_wrlock(&g->gate); /* calls in flight end first */
+    atomic_store(&g->serving, serving);
+    pthread_rwlock_unlock(&g->gate);
 }
 
 size_t ps_grpc_render_metrics(ps_grpc_t *g, char *buf, size_t cap, size_t len) {
@@ -362,6 +379,7 @@ void ps_grpc_stop(ps_grpc_t *g) {
         grpc_completion_queue_destroy(g->w[i].cq);
     }
     free(g->w);
+    pthread_rwlock_destroy(&g->gate);
     free(g);
     grpc_shutdown();
 }

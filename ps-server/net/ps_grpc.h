@@ -61,7 +61,9 @@ typedef struct ps_grpc_opts {
  * pc_fs_read_all's codes for a PEM file that cannot be read (each logged with the file). */
 int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **out);
 int ps_grpc_port(const ps_grpc_t *g);
-/* SERVING (true) or NOT_SERVING (false) to health checks; API calls are refused while false. */
+/* SERVING (true) or NOT_SERVING (false) to health checks; API calls are refused while false.
+ * Turning it off waits for the API calls in flight to end: after it returns, no call uses the
+ * env's catalog, data plane or callbacks, which the owner may then stop. */
 void ps_grpc_set_serving(ps_grpc_t *g, bool serving);
 /* Append call counters and the call latency histogram (Prometheus text) to buf at len, up to
  * cap; returns the length needed. */
