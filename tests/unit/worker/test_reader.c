@@ -283,8 +283,8 @@ static void test_source_counts(void **state) {
     assert_int_equal(pw_reader_source_stats(r, 2, &sb), PC_ENOTFOUND);
     pw_reader_stats_t st;
     pw_reader_stats(r, &st);
+    assert_string_equal(sa.path, a); /* the reader's copy: valid until close */
     pw_reader_close(r);
-    assert_string_equal(sa.path, a);
     assert_true(sa.lines == 100 && sa.samples == 96 && sa.bad == 4);
     assert_int_equal(sa.first_bad_line, 8);
     assert_string_equal(sa.first_bad, "line 8: expected 40 tab-separated fields, got 1");
