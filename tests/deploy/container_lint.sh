@@ -11,6 +11,9 @@ for t in hadolint python; do
     { echo "SKIP: no $venv/bin/$t (deploy/install-deps.sh --venv=$venv; PyPI unreachable?)"; exit 77; }
 done
 "$venv/bin/hadolint" --no-color "$cf" || { echo "FAIL: hadolint"; exit 1; }
+if ldd "$bin/ps-server" | grep -q -E 'lib(t|a|ub)san'; then # the image is a Release build
+  echo "SKIP: $bin holds a sanitizer build (its runtime libraries are not the image's)"; exit 77
+fi
 bash -n "$src/deploy/container/emberps-entrypoint.sh" || { echo "FAIL: emberps-entrypoint.sh does not parse"; exit 1; }
 "$venv/bin/python" "$src/tests/deploy/container_lint.py" "$cf" \
   "$bin/ps-server" "$bin/ps-worker" "$bin/psctl" "$bin/ps-datagen" || { echo "FAIL: container_lint.py"; exit 1; }

@@ -203,7 +203,10 @@ def pod(docs, kind, name, cname, index, root, sets, probe):
     if argv[0] == "emberps-entrypoint":
         argv[0] = entry
     out = ["#!/usr/bin/env bash", f"# {kind}/{name} pod {podname} container {cname}" + (f" ({probe} probe)" if probe else "")]
-    out.append("exec env -i PATH=\"$PATH\" " + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
+    # A pod's environment is its own; the sanitizers' options pass through (tests/run.sh --tsan).
+    keep = " ".join(f'${{{v}:+{v}="${v}"}}' for v in ("TSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS"))
+    out.append("exec env -i PATH=\"$PATH\" " + keep + " "
+               + " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(env.items()))
                + " " + " ".join(shlex.quote(a) for a in argv))
     print("\n".join(out))
 
