@@ -112,15 +112,12 @@ static double dp_rate(ctx_t *x, const char *table, uint32_t dim, int inflight, b
 
 /* ==== data plane over TLS ================================================================== */
 
-/* Pull rows/s at dim 64, 8 in flight, over TLS (a second server, `bin`, pinned as the first)
- * and over the plain connection x->ps, alternating; *plain gets the plain figure. Returns the
- * TLS figure, or -1 when the TLS server cannot be set up (said on stderr). */
-static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, const char *dir,
-                            double *plain) {
-    char cert[300], key[300], pf[300], cmd[1024];
-    snprintf(cert, sizeof cert, "%s/tls.pem", dir);
-    snprintf(key, sizeof key, "%s/tls.key", dir);
-    snprintf(pf, sizeof pf, "%s/port-tls", dir);
+/* A self-signed certificate for 127.0.0.1 into dir/<name>.pem and dir/<name>.key (openssl CLI;
+ * the paths go to cert and key, cap bytes each). 0, or -1 said on stderr. */
+static int make_cert(const char *dir, const char *name, char *cert, char *key, size_t cap) {
+    char cmd[1024];
+    snprintf(cert, cap, "%s/%s.pem", dir, name);
+    snprintf(key, cap, "%s/%s.key", dir, name);
     snprintf(cmd, sizeof cmd,
              "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
              "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout '%s' -out '%s' "
@@ -130,6 +127,18 @@ static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, co
         fprintf(stderr, "ps-bench rpc: cannot make a certificate (is openssl installed?)\n");
         return -1;
     }
+    return 0;
+}
+
+/* Pull rows/s at dim 64, 8 in flight, over TLS (a second server, `bin`, pinned as the first)
+ * and over the plain connection x->ps, alternating; *plain gets the plain figure. Returns the
+ * TLS figure, or -1 when the TLS server cannot be set up (said on stderr). */
+static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, const char *dir,
+                            double *plain) {
+    char cert[300], key[300], pf[300];
+    snprintf(pf, sizeof pf, "%s/port-tls", dir);
+    if (make_cert(dir, "tls", cert, key, sizeof cert))
+        return -1;
     const int port = bench_free_port();
     char portarg[32], pfarg[320], certarg[320], keyarg[320];
     snprintf(portarg, sizeof portarg, "--port=%d", port);
@@ -265,19 +274,10 @@ static double grpc_rate1(ctx_t *x, const char *table, uint32_t dim, bool push, u
 static double tls_grpc_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, const char *dir,
                                  double *plain) {
     *plain = 0;
-    char cert[300], key[300], pf[300], cmd[1024];
-    snprintf(cert, sizeof cert, "%s/tlsg.pem", dir);
-    snprintf(key, sizeof key, "%s/tlsg.key", dir);
+    char cert[300], key[300], pf[300];
     snprintf(pf, sizeof pf, "%s/port-tlsg", dir);
-    snprintf(cmd, sizeof cmd,
-             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 "
-             "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout '%s' -out '%s' "
-             ">/dev/null 2>&1",
-             key, cert);
-    if (system(cmd) != 0) {
-        fprintf(stderr, "ps-bench rpc: cannot make a certificate (is openssl installed?)\n");
+    if (make_cert(dir, "tlsg", cert, key, sizeof cert))
         return -1;
-    }
     char portarg[32], pfarg[320], certarg[320], keyarg[320];
     snprintf(portarg, sizeof portarg, "--port=%d", bench_free_port());
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);

@@ -203,6 +203,19 @@ static wreq_t *reply_alloc(conn_t *c, size_t payload_len) {
     return wreq_new(room, frame);
 }
 
+/* TLS: write len ciphertext bytes at p (inside w, taken) as one write, counted as unsent like a
+ * plain reply. PC_EIO: the connection must close. */
+static int tls_write(conn_t *c, wreq_t *w, uint8_t *p, size_t len) {
+    uv_buf_t b = uv_buf_init((char *)p, (unsigned)len);
+    unsent_add(c, w->bytes);
+    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
+        unsent_sub(c, w->bytes);
+        pc_free(PC_MEM_SCRATCH, w, w->bytes);
+        return PC_EIO;
+    }
+    return 0;
+}
+
 /* TLS: write the session's pending ciphertext as one write, counted as unsent like a reply.
  * PC_ENOMEM or PC_EIO (the connection must close). */
 static int tls_flush(conn_t *c) {
@@ -214,14 +227,7 @@ static int tls_flush(conn_t *c) {
         return PC_ENOMEM;
     w->c = c;
     const size_t got = pc_tls_take(c->tls, w->hdr, n);
-    uv_buf_t b = uv_buf_init((char *)w->hdr, (unsigned)got);
-    unsent_add(c, w->bytes);
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
-        unsent_sub(c, w->bytes);
-        pc_free(PC_MEM_SCRATCH, w, w->bytes);
-        return PC_EIO;
-    }
-    return 0;
+    return tls_write(c, w, w->hdr, got);
 }
 
 /* TLS: encrypt reply w's frame (len bytes) in place (reply_alloc) into one write, with what the
@@ -234,14 +240,7 @@ static int tls_send(conn_t *c, wreq_t *w, size_t len) {
         pc_free(PC_MEM_SCRATCH, w, w->bytes);
         return rc;
     }
-    uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)n);
-    unsent_add(c, w->bytes);
-    if (uv_write(&w->req, (uv_stream_t *)&c->tcp, &b, 1, on_written) < 0) {
-        unsent_sub(c, w->bytes);
-        pc_free(PC_MEM_SCRATCH, w, w->bytes);
-        return PC_EIO;
-    }
-    return 0;
+    return tls_write(c, w, w->data, n);
 }
 
 static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t status,
