@@ -363,6 +363,17 @@ static void on_written(uv_write_t *req, int status) {
         server_drop(s, PC_EUNAVAIL, uv_strerror(status));
 }
 
+/* Write buffer w (taken) to server s. PC_EUNAVAIL when it cannot be queued. */
+static int write_buf(server_t *s, wbuf_t *w) {
+    w->req.data = s;
+    uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
+    if (uv_write(&w->req, (uv_stream_t *)&s->tcp, &b, 1, on_written) < 0) {
+        pc_sfree(w);
+        return PC_EUNAVAIL;
+    }
+    return 0;
+}
+
 /* TLS: write the session's pending ciphertext as one write. PC_ENOMEM, PC_EUNAVAIL. */
 static int tls_flush(server_t *s) {
     const size_t n = pc_tls_pending(s->tls);
@@ -372,13 +383,7 @@ static int tls_flush(server_t *s) {
     if (!w)
         return PC_ENOMEM;
     w->len = pc_tls_take(s->tls, w->data, n);
-    w->req.data = s;
-    uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
-    if (uv_write(&w->req, (uv_stream_t *)&s->tcp, &b, 1, on_written) < 0) {
-        pc_sfree(w);
-        return PC_EUNAVAIL;
-    }
-    return 0;
+    return write_buf(s, w);
 }
 
 /* Send frame w (taken): as it is, or encrypted into one write (pc_tls_seal). */
@@ -394,13 +399,7 @@ static int send_frame(server_t *s, wbuf_t *w) {
         }
         w = e;
     }
-    w->req.data = s;
-    uv_buf_t b = uv_buf_init((char *)w->data, (unsigned)w->len);
-    if (uv_write(&w->req, (uv_stream_t *)&s->tcp, &b, 1, on_written) < 0) {
-        pc_sfree(w);
-        return PC_EUNAVAIL;
-    }
-    return 0;
+    return write_buf(s, w);
 }
 
 /* Merge server s's claim reply (status 0, body in s->body) into k's result; a failure is
