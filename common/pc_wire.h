@@ -14,7 +14,8 @@
  * (PUSH) n * dim f32 gradients. So keys and floats start 8-aligned in an aligned buffer and
  * both ends use the arrays in place: no per-element encoding.
  * Responses: PULL n * dim f32 rows; LOOKUP rows then n found bytes; PUSH three u64 counters
- * (applied, skipped_nonfinite, dropped_unadmitted). CLAIM: see pc_wire_claim_t. HELLO carries the
+ * (applied, skipped_nonfinite, dropped_unadmitted). CLAIM: see pc_wire_claim_t. TABLES: each
+ * table's settings text ("name=emb,dim=16,...") followed by '\n'. HELLO carries the
  * token and is answered with the server's cluster map text, as is MAP. An error response's body is
  * a one-line message, except PC_EWRONGSLOT whose body is the server's current cluster map text.
  *
@@ -46,7 +47,8 @@ typedef enum {
     PC_OP_MAP = 5,    /* empty -> cluster map text */
     PC_OP_PING = 6,   /* empty -> empty */
     PC_OP_CLAIM = 7,  /* claim -> claim reply: a job claims a table (ps_catalog_claim) */
-    PC_OP_MAX_ = 7
+    PC_OP_TABLES = 8, /* empty -> the tables' settings texts, one line each (sorted by name) */
+    PC_OP_MAX_ = 8
 } pc_wire_op_t;
 
 typedef struct pc_wire_hdr {

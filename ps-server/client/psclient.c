@@ -31,6 +31,7 @@
 #include "pc_alloc.h"
 #include "pc_cluster.h"
 #include "pc_error.h"
+#include "pc_feature.h"
 #include "pc_log.h"
 #include "pc_time.h"
 #include "pc_tls.h"
@@ -63,8 +64,10 @@ typedef struct part {
     call_t *call;
     server_t *srv;
     uint32_t n;
-    uint32_t *idx; /* positions in the call */
-    uint64_t fid;  /* frame id once sent */
+    uint32_t *idx;   /* positions in the call */
+    uint64_t fid;    /* frame id once sent */
+    uint64_t t_sent; /* when (PING: its round trip) */
+    uint32_t sidx;   /* the server's index in the map the call was split under */
     bool sent;
     struct part *next;
 } part_t;
@@ -85,6 +88,12 @@ struct call {
     int mode;
     psc_claim_t *claim;
     bool claimed; /* CLAIM: a server's reply is in *claim */
+    char *text;   /* TABLES: the caller's buffer (text_cap bytes), *text_len bytes in it */
+    size_t text_cap, *text_len;
+    bool listed;                 /* TABLES: a server's list is in text */
+    psc_server_health_t *health; /* PING (psc_health): a result per server, health_cap of them */
+    size_t health_cap, *nhealth; /* (the caller's, as the buffers: written until the call ends) */
+    int timeout_ms;              /* 0: the client's */
     psc_done_fn done;
     void *ctx;
     int rc, attempts;
@@ -254,12 +263,31 @@ static void call_note(call_t *k, const server_t *s, bool final) {
     k->why_final = final;
 }
 
+/* Whether call k is split by key (PULL, PUSH, LOOKUP); the others go to every server. */
+static bool keyed(const call_t *k) {
+    return k->op == PC_OP_PULL || k->op == PC_OP_PUSH || k->op == PC_OP_LOOKUP;
+}
+
+/* PING (psc_health): server p->srv answered (rc 0) or failed (its text in p->srv->msg). */
+static void health_note(call_t *k, const part_t *p, int rc) {
+    if (k->finished || p->sidx >= k->health_cap)
+        return;
+    psc_server_health_t *e = &k->health[p->sidx];
+    e->rc = rc;
+    e->rtt_us = rc ? 0 : (uint32_t)((pc_time_mono_ns() - p->t_sent) / 1000);
+    snprintf(e->message, sizeof e->message, "%s", rc ? p->srv->msg : "");
+}
+
 /* A part is back (or given up). Transient failures queue its positions for a retry; a failure
- * is explained by p->srv->msg. */
+ * is explained by p->srv->msg. A PING's failure is that server's result, not the call's. */
 static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
     call_t *k = p->call;
+    if (k->op == PC_OP_PING && rc) {
+        health_note(k, p, rc);
+        rc = 0;
+    }
     if (!k->finished && rc) {
-        if (transient && k->attempts < c->o.retries && k->op != PC_OP_CLAIM) {
+        if (transient && k->attempts < c->o.retries && keyed(k)) {
             call_note(k, p->srv, false);
             if (k->nretry + p->n > k->retry_cap) {
                 size_t cap = (k->retry_cap ? 2 * k->retry_cap : 64) + p->n;
@@ -437,6 +465,28 @@ static int claim_reply(server_t *s, call_t *k) {
     return rc;
 }
 
+/* Merge server s's table list (status 0, body in s->body) into k's text: every server must list
+ * the same tables with the same settings. A failure is explained in s->msg. */
+static int tables_reply(server_t *s, call_t *k) {
+    const size_t n = s->h.body_len;
+    if (k->listed) {
+        if (n == *k->text_len && (n >= k->text_cap || !memcmp(k->text, s->body, n)))
+            return 0;
+        snprintf(s->msg, sizeof s->msg,
+                 "servers disagree on the tables (%zu bytes of settings "
+                 "here, %zu at another server): compare `psctl tables` on each",
+                 n, *k->text_len);
+        return PC_ESTATE;
+    }
+    k->listed = true;
+    *k->text_len = n;
+    if (n < k->text_cap) {
+        memcpy(k->text, s->body, n);
+        k->text[n] = '\0';
+    }
+    return 0;
+}
+
 /* s->msg = the error reply's message (one line, printable; the server's map for
  * PC_EWRONGSLOT is not a message). */
 static void reply_msg(server_t *s) {
@@ -494,9 +544,13 @@ static void handle_reply(server_t *s) {
         reply_msg(s);
     if (rc == PC_EWRONGSLOT)
         map_adopt_text(c, s->body, h->body_len);
-    if (k->op == PC_OP_CLAIM) {
+    if (!keyed(k)) {
         if (!k->finished && !rc)
-            rc = claim_reply(s, k);
+            rc = k->op == PC_OP_CLAIM    ? claim_reply(s, k)
+                 : k->op == PC_OP_TABLES ? tables_reply(s, k)
+                                         : 0;
+        if (k->op == PC_OP_PING && !rc)
+            health_note(k, p, 0);
         part_done(c, p, rc, false);
         server_pump(s);
         return;
@@ -743,9 +797,9 @@ static void server_connect(server_t *s) {
 static int part_send(server_t *s, part_t *p) {
     call_t *k = p->call;
     const size_t nl = strlen(k->table);
-    const uint64_t body = k->op == PC_OP_CLAIM
-                              ? pc_wire_claim_len(nl, strlen(k->job))
-                              : pc_wire_batch_body_len((pc_wire_op_t)k->op, nl, p->n, k->dim);
+    const uint64_t body = k->op == PC_OP_CLAIM ? pc_wire_claim_len(nl, strlen(k->job))
+                          : keyed(k) ? pc_wire_batch_body_len((pc_wire_op_t)k->op, nl, p->n, k->dim)
+                                     : 0; /* PING, TABLES */
     wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR + body);
     if (!w)
         return PC_ENOMEM;
@@ -758,10 +812,11 @@ static int part_send(server_t *s, part_t *p) {
     pc_wire_hdr_encode(&h, w->data);
     uint8_t *b = w->data + PC_WIRE_HDR;
     p->sent = true;
-    if (k->op == PC_OP_CLAIM) {
+    p->t_sent = pc_time_mono_ns();
+    if (k->op == PC_OP_CLAIM)
         pc_wire_claim_encode(k->table, k->job, (uint32_t)k->mode, b);
+    if (!keyed(k))
         return send_frame(s, w);
-    }
     b += pc_wire_batch_head_encode(k->table, p->n, k->dim, b);
     uint64_t *keys = (uint64_t *)(void *)b;
     for (uint32_t i = 0; i < p->n; i++)
@@ -946,7 +1001,7 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
         count[owner[i]]++;
     }
     for (size_t s = 0; !rc && s < ns; s++) {
-        if (!count[s] && k->op != PC_OP_CLAIM) /* a claim goes to every server */
+        if (!count[s] && keyed(k)) /* the other calls go to every server */
             continue;
         parts[s] = pc_scalloc(PC_MEM_CLIENT, 1, sizeof(part_t));
         if (!parts[s] ||
@@ -956,6 +1011,7 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
         }
         parts[s]->call = k;
         parts[s]->srv = c->srv[s];
+        parts[s]->sidx = (uint32_t)s;
     }
     if (rc) {
         for (size_t s = 0; parts && s < ns; s++)
@@ -972,6 +1028,15 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
     for (size_t i = 0; i < n; i++) {
         part_t *p = parts[owner[i]];
         p->idx[p->n++] = idx ? idx[i] : (uint32_t)i;
+    }
+    if (k->op == PC_OP_PING) { /* psc_health: a result per server, "no answer" until one */
+        *k->nhealth = ns;
+        for (size_t s = 0; s < ns && s < k->health_cap; s++) {
+            psc_server_health_t *e = &k->health[s];
+            snprintf(e->addr, sizeof e->addr, "%s", c->srv[s]->addr);
+            e->rc = PC_ETIMEDOUT;
+            snprintf(e->message, sizeof e->message, "no answer within %d ms", k->timeout_ms);
+        }
     }
     for (size_t s = 0; s < ns; s++)
         if (parts[s])
@@ -1009,7 +1074,8 @@ static void on_wake(uv_async_t *a) {
         k->deadline.data = k->backoff.data = k;
         k->timers_open = 2;
         k->started = true;
-        uv_timer_start(&k->deadline, on_deadline, (uint64_t)c->o.timeout_ms, 0);
+        uv_timer_start(&k->deadline, on_deadline,
+                       (uint64_t)(k->timeout_ms ? k->timeout_ms : c->o.timeout_ms), 0);
         if (stopping)
             call_finish(c, k, PC_ECANCELED);
         else
@@ -1217,6 +1283,64 @@ int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_
     else
         snprintf(out->message, sizeof out->message, "%s", pc_strerror(rc));
     return rc;
+}
+
+int psc_tables(psc_t *c, char *buf, size_t cap, size_t *len) {
+    if (!c || (!buf && cap) || !len)
+        return PC_EINVAL;
+    call_t *k = call_new(c, PC_OP_TABLES, "-");
+    if (!k)
+        return PC_ENOMEM;
+    *len = 0;
+    k->text = buf;
+    k->text_cap = cap;
+    k->text_len = len;
+    uint64_t id = k->id;
+    int rc = call_submit(c, k);
+    if (!rc)
+        rc = psc_wait(c, id);
+    if (!rc && *len >= cap)
+        rc = PC_ETOOBIG;
+    if (rc && rc != PC_ETOOBIG)
+        *len = 0;
+    return rc;
+}
+
+int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, size_t cap) {
+    if (!c || (!out && cap) || timeout_ms <= 0)
+        return PC_EINVAL;
+    call_t *k = call_new(c, PC_OP_PING, "-");
+    if (!k)
+        return PC_ENOMEM;
+    size_t n = 0;
+    k->health = out;
+    k->health_cap = cap;
+    k->nhealth = &n;
+    k->timeout_ms = timeout_ms;
+    uint64_t id = k->id;
+    int rc = call_submit(c, k);
+    if (!rc)
+        rc = psc_wait(c, id);
+    if (rc && rc != PC_ETIMEDOUT) /* a timeout leaves "no answer" for the servers still out */
+        return rc;
+    return (int)n;
+}
+
+uint64_t psc_feature_key(uint32_t field, uint64_t value) {
+    return pc_feature_key(field, value);
+}
+
+uint64_t psc_text_key(uint32_t field, const char *value, size_t len) {
+    return pc_text_key(field, value, len);
+}
+
+uint64_t psc_missing_key(uint32_t field) {
+    return pc_missing_key(field);
+}
+
+void psc_feature_keys(uint32_t field, const uint64_t *values, size_t n, uint64_t *out) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = pc_feature_key(field, values[i]);
 }
 
 /* Connect: adopt the configured map (or a one-server placeholder), connect to every server and

@@ -446,6 +446,41 @@ static void do_claim(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     reply_send(c, w, h, 0, len);
 }
 
+/* TABLES: every table's settings text, a line each, in name order. */
+static void do_tables(conn_t *c, const pc_wire_hdr_t *h) {
+    ps_dp_t *dp = c->lc->dp;
+    const size_t n = ps_catalog_list(dp->cat, NULL, 0);
+    char(*names)[PS_TABLE_NAME_MAX] = n ? pc_scalloc(PC_MEM_SCRATCH, n, sizeof *names) : NULL;
+    const size_t line = PC_WIRE_CFG_MAX + 2;
+    char *text = pc_smalloc(PC_MEM_SCRATCH, n * line + 1);
+    if ((n && !names) || !text) {
+        pc_sfree(names);
+        pc_sfree(text);
+        reply_error(c, h, PC_ENOMEM, "table list");
+        return;
+    }
+    size_t len = 0;
+    const size_t got = ps_catalog_list(dp->cat, names, n);
+    for (size_t i = 0; i < got && i < n; i++) {
+        ps_table_t *t;
+        if (ps_catalog_acquire(dp->cat, names[i], &t))
+            continue; /* dropped meanwhile */
+        const size_t m = ps_table_config_format(ps_table_config(t), text + len, line - 1);
+        ps_catalog_release(dp->cat, t);
+        len += m < line - 2 ? m : line - 2; /* a text over PC_WIRE_CFG_MAX is cut, as in CLAIM */
+        text[len++] = '\n';
+    }
+    wreq_t *w = reply_alloc(c, len);
+    if (!w) {
+        reply_error(c, h, PC_ENOMEM, "reply");
+    } else {
+        memcpy(w->payload, text, len);
+        reply_send(c, w, h, 0, len);
+    }
+    pc_sfree(names);
+    pc_sfree(text);
+}
+
 static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body);
 
 /* Execute one complete frame (timed). Returns false when the connection must close. */
@@ -490,6 +525,9 @@ static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
             return true;
         case PC_OP_CLAIM:
             do_claim(c, h, body);
+            return true;
+        case PC_OP_TABLES:
+            do_tables(c, h);
             return true;
         default:
             do_batch(c, h, body);

@@ -387,6 +387,7 @@ size_t ps_catalog_list(ps_catalog_t *c, char (*names)[PS_TABLE_NAME_MAX], size_t
         total++;
     }
     pthread_mutex_unlock(&c->mu);
-    qsort(names, total < cap ? total : cap, PS_TABLE_NAME_MAX, cmp_name);
+    if (cap)
+        qsort(names, total < cap ? total : cap, PS_TABLE_NAME_MAX, cmp_name);
     return total;
 }

@@ -13,6 +13,9 @@
  *  - clients that send requests and never read: the server's unsent reply bytes stay under its
  *    per-connection and server-wide caps (a gauge and its peak in /metrics), a client that
  *    reads is still served, and everything recovers once they go;
+ *  - the cluster calls: psc_tables (the same text from every server, PC_ESTATE when they differ,
+ *    PC_ETOOBIG and the size for a short buffer) and psc_health (a result per server: an answer,
+ *    a stopped server's "no answer" at the deadline, a killed one's connection failure);
  *  - SIGTERM: in-flight work answered, checkpoint written, exit 0.
  * argv[1] is the ps-server binary. Every wait is bounded. */
 #include "proc_util.h"
@@ -239,6 +242,72 @@ static void test_claim(void **state) {
     assert_int_equal(psc_claim(c, "nope", "a", PSC_CLAIM_CHECK, &cl), PC_ENOTFOUND);
     assert_has(cl.message, "nope");
     assert_int_equal(psc_claim(c, "emb", "", PSC_CLAIM_CHECK, &cl), PC_EINVAL); /* no job */
+    psc_close(c);
+    pu_stop(s0);
+    pu_stop(s1);
+    tc_rmdir(dir);
+}
+
+static void test_tables_health(void **state) {
+    (void)state;
+    char dir[256], map[256], maparg[300], t0[200], t1[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dptables");
+    int p0 = pu_free_port(), p1 = pu_free_port();
+    two_way_map(map, sizeof map, p0, p1, 1);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    snprintf(t0, sizeof t0, "--tables=%s;name=aux,dim=4", TABLE);
+    snprintf(t1, sizeof t1, "--tables=%s;name=aux,dim=4,optimizer=sgd", TABLE);
+    const char *e0[] = {maparg, t0, NULL}, *e1[] = {maparg, t0, NULL}, *e2[] = {maparg, t1, NULL};
+    pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", p0);
+    psc_t *c = connect_to(one, NULL);
+    char text[4096];
+    size_t len = 7;
+    assert_int_equal(psc_tables(c, text, sizeof text, &len), 0);
+    assert_int_equal(len, strlen(text));
+    assert_true(!strncmp(text, "name=aux,dim=4,", 15)); /* in name order, a line each */
+    const char *second = strchr(text, '\n');
+    assert_non_null(second);
+    assert_true(!strncmp(second + 1, "name=emb,dim=8,shards=4,", 24));
+    assert_non_null(strstr(second, ",optimizer=adagrad,"));
+    assert_true(strchr(second + 1, '\n') == text + len - 1); /* two lines, the last ended */
+    char small[16];
+    size_t need = 0;
+    assert_int_equal(psc_tables(c, small, sizeof small, &need), PC_ETOOBIG);
+    assert_int_equal(need, len);
+    assert_int_equal(psc_tables(c, NULL, 0, &need), PC_ETOOBIG);
+    assert_int_equal(psc_tables(c, text, sizeof text, NULL), PC_EINVAL);
+
+    psc_server_health_t h[4];
+    memset(h, 0x55, sizeof h);
+    assert_int_equal(psc_health(c, 2000, h, 4), 2);
+    for (int i = 0; i < 2; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "127.0.0.1:%d", i ? p1 : p0);
+        assert_string_equal(h[i].addr, want);
+        assert_int_equal(h[i].rc, 0);
+        assert_string_equal(h[i].message, "");
+        assert_true(h[i].rtt_us < 2000000);
+    }
+    assert_int_equal(psc_health(c, 2000, h, 1), 2); /* only the first described */
+    assert_int_equal(psc_health(c, 0, h, 4), PC_EINVAL);
+    /* a stopped server: no answer within the deadline; the other still answers */
+    pu_stop_signal(s1);
+    assert_int_equal(psc_health(c, 300, h, 4), 2);
+    assert_int_equal(h[0].rc, 0);
+    assert_int_equal(h[1].rc, PC_ETIMEDOUT);
+    assert_has(h[1].message, "no answer within 300 ms");
+    kill(s1, SIGCONT);
+    /* a killed server: its connection fails; a server with other tables: PC_ESTATE */
+    kill(s1, SIGKILL);
+    waitpid(s1, NULL, 0);
+    assert_int_equal(psc_health(c, 3000, h, 4), 2);
+    assert_int_equal(h[0].rc, 0);
+    assert_true(h[1].rc == PC_EUNAVAIL || h[1].rc == PC_ETIMEDOUT);
+    assert_true(h[1].message[0] != '\0');
+    s1 = pu_spawn(p1, dir, e2, NULL);
+    assert_int_equal(psc_tables(c, text, sizeof text, &len), PC_ESTATE);
+    assert_int_equal(len, 0);
     psc_close(c);
     pu_stop(s0);
     pu_stop(s1);
@@ -872,6 +941,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_two_servers_match_local),
         cmocka_unit_test(test_error_detail),
         cmocka_unit_test(test_claim),
+        cmocka_unit_test(test_tables_health),
         cmocka_unit_test(test_wrong_slot_redirect),
         cmocka_unit_test(test_kill_and_restart),
         cmocka_unit_test(test_deadline),

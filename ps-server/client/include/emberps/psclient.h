@@ -37,9 +37,10 @@
 extern "C" {
 #endif
 
-/* The one declaration of the library's version (CMake reads it for the soname). */
+/* The one declaration of the library's version (CMake reads it for the soname). Minor versions:
+ * 1 psc_claim; 2 psc_wait_detail; 3 psc_connect2 (TLS); 4 psc_tables, psc_health, feature keys. */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
-#define PSC_VERSION_MINOR 3 /* 1: psc_claim; 2: psc_wait_detail; 3: psc_connect2 (TLS) */
+#define PSC_VERSION_MINOR 4
 #define PSC_VERSION_PATCH 0
 #define PSC_VERSION_HEX   ((PSC_VERSION_MAJOR << 16) | (PSC_VERSION_MINOR << 8) | PSC_VERSION_PATCH)
 
@@ -182,6 +183,41 @@ PSC_EXTERN int psc_wait(psc_t *c, uint64_t id);
  * unknown id, a result already taken, or a call with a callback asked from anywhere else.
  * (Since 1.2.) */
 PSC_EXTERN int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap);
+
+/* ---- the cluster (since 1.4) ---- */
+
+/* Every table's settings text, one line each ("name=emb,dim=16,optimizer=adagrad,...\n"), in
+ * name order, as the servers hold them; blocking. The text is terminated in buf[0..cap) and
+ * *len gets its length; PC_ETOOBIG (and the length needed in *len) when cap <= the length.
+ * PC_ESTATE when the servers do not hold the same tables with the same settings; the
+ * transport's errors. Thread-safe. */
+PSC_EXTERN int psc_tables(psc_t *c, char *buf, size_t cap, size_t *len);
+
+/* One server's answer to psc_health. */
+typedef struct psc_server_health {
+    char addr[128];    /* "host:port", from the cluster map */
+    int rc;            /* 0: it answered; PC_ETIMEDOUT, PC_EUNAVAIL, PC_EAUTH, PC_ETLS: why not */
+    uint32_t rtt_us;   /* the round trip of its answer (0 when none) */
+    char message[512]; /* "" or why not, one line */
+} psc_server_health_t;
+
+/* Ask every server of the map for a round trip (PING), waiting at most timeout_ms; out[i] gets
+ * the map's i-th server (up to cap of them). Returns the number of servers in the map (more
+ * than cap: the rest are not described), or PC_EINVAL / PC_ECANCELED. A server that does not
+ * answer is a result (its rc), not an error of the call. Thread-safe. */
+PSC_EXTERN int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, size_t cap);
+
+/* ---- feature keys (since 1.4) ----
+ * The keys ps-worker derives from a sample's categorical values, so that a caller in another
+ * language names the same rows (a stable format: docs/data.md, docs/python.md). Pure functions. */
+/* The key of value `value` (a Criteo 8-hex-digit value, a libsvm/libffm index) of `field`. */
+PSC_EXTERN uint64_t psc_feature_key(uint32_t field, uint64_t value);
+/* out[i] = psc_feature_key(field, values[i]) for i < n. */
+PSC_EXTERN void psc_feature_keys(uint32_t field, const uint64_t *values, size_t n, uint64_t *out);
+/* The key of a categorical value given as bytes (CSV columns): value[0..len), not terminated. */
+PSC_EXTERN uint64_t psc_text_key(uint32_t field, const char *value, size_t len);
+/* The key of `field` left empty (one per field). */
+PSC_EXTERN uint64_t psc_missing_key(uint32_t field);
 
 /* The cluster map the client uses now, as text (snprintf-like return). */
 PSC_EXTERN size_t psc_map_text(psc_t *c, char *buf, size_t cap);
