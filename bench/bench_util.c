@@ -20,6 +20,11 @@
 
 void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o) {
     *o = (bench_opts_t){.pin = true};
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) == 0)
+        for (int c = 0; c < CPU_SETSIZE && o->ncpu < 64; c++)
+            if (CPU_ISSET(c, &allowed))
+                o->cpu[o->ncpu++] = c;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             o->json = true;
@@ -47,21 +52,31 @@ void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o) 
     }
 }
 
-void bench_pin(const bench_opts_t *o, int cpu) {
-    if (!o->pin)
-        return;
-    /* The cpu-th of the CPUs this process may use (taskset is respected). */
-    cpu_set_t allowed, set;
+/* The cpu-th (mod their count) of the CPUs this process may use (taskset is respected) into
+ * *set; false when they cannot be read. */
+static bool pin_set(const bench_opts_t *o, int cpu, cpu_set_t *set) {
+    CPU_ZERO(set);
+    if (o->ncpu > 0) {
+        CPU_SET(o->cpu[cpu % o->ncpu], set);
+        return true;
+    }
+    cpu_set_t allowed;
     if (sched_getaffinity(0, sizeof allowed, &allowed) != 0)
-        return;
+        return false;
     int n = CPU_COUNT(&allowed), want = n ? cpu % n : 0;
-    CPU_ZERO(&set);
     for (int c = 0, seen = 0; c < CPU_SETSIZE; c++) {
         if (CPU_ISSET(c, &allowed) && seen++ == want) {
-            CPU_SET(c, &set);
+            CPU_SET(c, set);
             break;
         }
     }
+    return true;
+}
+
+void bench_pin(const bench_opts_t *o, int cpu) {
+    cpu_set_t set;
+    if (!o->pin || !pin_set(o, cpu, &set))
+        return;
     if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0)
         fprintf(stderr, "ps-bench: could not pin a thread to a CPU; figures are unpinned\n");
 }
@@ -180,17 +195,9 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]) {
     if (pid < 0)
         abort();
     if (pid == 0) {
-        if (o->pin) {
-            cpu_set_t allowed, one;
-            sched_getaffinity(0, sizeof allowed, &allowed);
-            CPU_ZERO(&one);
-            for (int c = 0; c < CPU_SETSIZE; c++)
-                if (CPU_ISSET(c, &allowed)) {
-                    CPU_SET(c, &one);
-                    break;
-                }
+        cpu_set_t one; /* CPU 0 of bench_pin even when the caller is pinned elsewhere */
+        if (o->pin && pin_set(o, 0, &one))
             sched_setaffinity(0, sizeof one, &one);
-        }
         execvp(argv[0], argv);
         _exit(127);
     }

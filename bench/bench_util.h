@@ -19,12 +19,18 @@ typedef struct bench_opts {
     int dim;            /* only this dim (0: the area's list) */
     long long keys;     /* only this table size (0: the area's list) */
     const char *device; /* --device=NAME (pw_backend_open), NULL: the area's default */
+    /* The CPUs this process may use as started (bench_parse_opts; ncpu 0: ask at each call):
+     * bench_pin and bench_spawn count from these, not from the calling thread's own set, which
+     * bench_pin has narrowed to one CPU (a server spawned after pinning landed on the client's). */
+    int cpu[64];
+    int ncpu;
 } bench_opts_t;
 
 /* Parse common options from argv[1..]; exits with usage on error. */
 void bench_parse_opts(int argc, char **argv, const char *area, bench_opts_t *o);
 
-/* Pin the calling thread to cpu (mod the CPUs available); no-op when pinning is off. */
+/* Pin the calling thread to the cpu-th CPU available (mod their count); no-op when pinning is
+ * off. */
 void bench_pin(const bench_opts_t *o, int cpu);
 
 /* Resident set size of this process in bytes, and the part in transparent huge pages. */
@@ -52,7 +58,8 @@ void bench_fill(struct ps_table *t, uint64_t n);
 double bench_run_threads(int threads, void *(*fn)(void *), void **ctx);
 
 /* Processes next to the benchmark (ps-server, redis-server): a free loopback port; fork + exec
- * argv with the child pinned to the first allowed CPU (when pinning); SIGTERM and reap (SIGKILL
+ * argv with the child pinned to the first CPU available (when pinning; that is CPU 0
+ * of bench_pin, whichever CPU the caller is pinned to); SIGTERM and reap (SIGKILL
  * after 5 s); wait (bounded) for a file to appear. The path of a binary next to ps-bench. */
 int bench_free_port(void);
 int bench_spawn(const bench_opts_t *o, char *const argv[]);
