@@ -1,0 +1,388 @@
+"""emberps.Client: pull, push and look up rows of EmberPS tables from Python (libpsclient).
+
+DESIGN: a thin layer over the C client, which does the work (slot routing, one connection per
+server, retries, deadlines). Arrays cross without copies: keys are read from a C-contiguous
+uint64 array, rows are written into a C-contiguous float32 array (the caller's `out=` or a new
+one), gradients are read from a float32 array (converted once if given in another float type).
+Every call goes through the async API and psc_wait_detail, so a failure is an EmberError whose
+`detail` names the server and what it said. Futures (the *_async methods) are
+concurrent.futures.Future objects completed by one waiter thread per client, which takes
+finished calls in the order they were started (psc_wait_detail releases the GIL, as every cffi
+call does); the arrays of a pending call are held by its future until it completed.
+Thread rule: a Client may be used by several threads at once; close() waits until calls
+already started have completed (each is bounded by timeout_ms).
+"""
+import queue
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+
+from ._lib import err_name, ffi, lib
+from .errors import CODES, EmberError, check
+
+WHY = 600  # bytes of a call's failure detail (psclient.h: PSC_WHY_MAX is below this)
+CLAIM_MODES = {"check": 0, "warm_start": 1, "fresh": 2, "inspect": 3}
+CLAIM_ACTIONS = ("new", "continued", "warm_started", "reset", "none")
+
+
+def as_keys(keys):
+    """keys as a 1-D C-contiguous uint64 array (no copy when it is one already). A numpy array
+    must be uint64 (a signed array is refused: say .view(np.uint64) for 64-bit patterns, such as
+    keys kept in an int64 torch tensor, or .astype(np.uint64) for values); a sequence must hold
+    ints in [0, 2^64)."""
+    if isinstance(keys, np.ndarray):
+        if keys.dtype != np.uint64:
+            raise TypeError("keys must be a numpy uint64 array, got %s (use .view(np.uint64) "
+                            "for 64-bit patterns, .astype(np.uint64) for values)" % keys.dtype)
+        if keys.ndim != 1:
+            raise ValueError("keys must be 1-D, got shape %s" % (keys.shape,))
+        return np.ascontiguousarray(keys)
+    keys = list(keys)
+    for k in keys:
+        if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 0 <= k < 2 ** 64:
+            raise TypeError("keys must be ints in [0, 2^64), got %r" % (k,))
+    return np.array(keys, dtype=np.uint64)
+
+
+def _parse_settings(line):
+    """"name=emb,dim=16,lr=0.05,cold=false" -> a dict with numbers and booleans converted."""
+    out = {}
+    for item in line.split(","):
+        if "=" not in item:
+            continue
+        k, v = item.split("=", 1)
+        if v in ("true", "false"):
+            out[k] = v == "true"
+            continue
+        for conv in (int, float):
+            try:
+                out[k] = conv(v)
+                break
+            except ValueError:
+                pass
+        else:
+            out[k] = v
+    return out
+
+
+class Client:
+    """A client of every server of an EmberPS cluster (the data plane).
+
+    servers: a cluster map text, or "host:port" of any server (its map is used).
+    token: the servers' token. tls_ca (with tls_cert, tls_key for client certificates,
+    tls_server_name to check another name than each server's address): TLS on the data plane.
+    timeout_ms bounds every call; retries and max_inflight are libpsclient's.
+    """
+
+    def __init__(self, servers, token=None, timeout_ms=10000, max_inflight=8, retries=3,
+                 connect_timeout_ms=5000, tls_ca=None, tls_cert=None, tls_key=None,
+                 tls_server_name=None):
+        if not isinstance(servers, str) or not servers:
+            raise ValueError("servers must be a cluster map text or 'host:port'")
+        if (tls_cert or tls_key or tls_server_name) and not tls_ca:
+            raise ValueError("tls_cert, tls_key and tls_server_name need tls_ca")
+        keep = []
+
+        def cstr(s):
+            if s is None:
+                return ffi.NULL
+            b = ffi.new("char[]", s.encode())
+            keep.append(b)
+            return b
+
+        o = ffi.new("psc_opts_t *")
+        o.servers, o.token = cstr(servers), cstr(token)
+        o.timeout_ms, o.max_inflight, o.retries = timeout_ms, max_inflight, retries
+        o.connect_timeout_ms = connect_timeout_ms
+        tls = ffi.NULL
+        if tls_ca:
+            tls = ffi.new("psc_tls_opts_t *")
+            tls.ca, tls.cert, tls.key = cstr(tls_ca), cstr(tls_cert), cstr(tls_key)
+            tls.server_name = cstr(tls_server_name)
+        why = ffi.new("char[]", WHY)
+        out = ffi.new("psc_t **")
+        check(lib.psc_connect2(o, tls, why, WHY, out), ffi.string(why).decode(errors="replace"))
+        self._c = out[0]
+        self.timeout_ms = timeout_ms
+        self._dims = {}
+        self._mu = threading.Condition()
+        self._busy = 0
+        self._closed = False
+        self._pending = queue.Queue()
+        self._waiter = None
+
+    # ---- lifetime --------------------------------------------------------------------------
+    def close(self):
+        """Wait for calls already started, then disconnect. Idempotent."""
+        with self._mu:
+            if self._closed:
+                return
+            self._closed = True
+            while self._busy:
+                self._mu.wait()
+        if self._waiter:
+            self._pending.put(None)
+            self._waiter.join()
+        lib.psc_close(self._c)
+        self._c = ffi.NULL
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_c", ffi.NULL) != ffi.NULL:
+            self.close()
+
+    def _enter(self):
+        with self._mu:
+            if self._closed:
+                raise EmberError(CODES["PC_ECLOSED"], "the client is closed")
+            self._busy += 1
+
+    def _leave(self):
+        with self._mu:
+            self._busy -= 1
+            if not self._busy:
+                self._mu.notify_all()
+
+    # ---- calls -----------------------------------------------------------------------------
+    def _wait(self, cid):
+        why = ffi.new("char[]", WHY)
+        rc = lib.psc_wait_detail(self._c, cid, why, WHY)
+        return rc, ffi.string(why).decode(errors="replace")
+
+    def _start(self, op, table, keys, dim, rows, grads, found, res):
+        """Start one call; returns its id. Arrays must stay alive until it completed."""
+        self._enter()
+        try:
+            cid = ffi.new("uint64_t *")
+            tb = table.encode()
+            kp = ffi.from_buffer("uint64_t[]", keys)
+            if op == "push":
+                rc = lib.psc_push_async(self._c, tb, kp, keys.size, dim,
+                                        ffi.from_buffer("float[]", grads), res, ffi.NULL,
+                                        ffi.NULL, cid)
+            elif op == "pull":
+                rc = lib.psc_pull_async(self._c, tb, kp, keys.size, dim,
+                                        ffi.from_buffer("float[]", rows, require_writable=True),
+                                        ffi.NULL, ffi.NULL, cid)
+            else:
+                rc = lib.psc_lookup_async(self._c, tb, kp, keys.size, dim,
+                                          ffi.from_buffer("float[]", rows, require_writable=True),
+                                          ffi.from_buffer("uint8_t[]", found,
+                                                          require_writable=True),
+                                          ffi.NULL, ffi.NULL, cid)
+            check(rc)
+            return cid[0]
+        except BaseException:
+            self._leave()
+            raise
+
+    def _finish(self, cid, result):
+        try:
+            rc, why = self._wait(cid)
+        finally:
+            self._leave()
+        check(rc, why)
+        return result()
+
+    def _submit(self, cid, result, keep):
+        fut = Future()
+        fut.set_running_or_notify_cancel()
+        with self._mu:
+            if self._waiter is None:
+                self._waiter = threading.Thread(target=self._wait_loop, name="emberps-waiter",
+                                                daemon=True)
+                self._waiter.start()
+        self._pending.put((cid, fut, result, keep))
+        return fut
+
+    def _wait_loop(self):
+        while True:
+            item = self._pending.get()
+            if item is None:
+                return
+            cid, fut, result, _keep = item
+            try:
+                fut.set_result(self._finish(cid, result))
+            except BaseException as e:  # delivered to the future's owner
+                fut.set_exception(e)
+
+    def _rows_out(self, n, dim, out):
+        if out is None:
+            return np.empty((n, dim), dtype=np.float32)
+        if (not isinstance(out, np.ndarray) or out.dtype != np.float32 or out.shape != (n, dim)
+                or not out.flags.c_contiguous or not out.flags.writeable):
+            raise ValueError("out must be a writable C-contiguous float32 array of shape (%d, %d)"
+                             % (n, dim))
+        return out
+
+    def _prep(self, op, table, keys, dim, out=None, grads=None):
+        if not isinstance(table, str) or not table:
+            raise ValueError("table must be a non-empty str")
+        keys = as_keys(keys)
+        n = keys.size
+        if grads is not None:
+            grads = np.ascontiguousarray(grads, dtype=np.float32)
+            if grads.ndim != 2 or grads.shape[0] != n:
+                raise ValueError("grads must have shape (%d, dim), got %s" % (n, grads.shape))
+            dim = grads.shape[1] if dim is None else dim
+            if grads.shape[1] != dim:
+                raise ValueError("grads have dim %d, the call %d" % (grads.shape[1], dim))
+        elif dim is None:
+            dim = self.dim(table)
+        if not isinstance(dim, (int, np.integer)) or not 0 < dim <= 1024:
+            raise ValueError("dim must be an int in 1..1024, got %r" % (dim,))
+        dim = int(dim)
+        rows = found = res = None
+        if op == "push":
+            res = ffi.new("psc_push_result_t *")
+        else:
+            rows = self._rows_out(n, dim, out)
+            if op == "lookup":
+                found = np.zeros(n, dtype=np.uint8)
+        cid = self._start(op, table, keys, dim, rows, grads, found, res)
+        if op == "push":
+            def result():
+                return {"applied": res.applied, "skipped_nonfinite": res.skipped_nonfinite,
+                        "dropped_unadmitted": res.dropped_unadmitted}
+        elif op == "pull":
+            def result():
+                return rows
+        else:
+            def result():
+                return rows, found.view(np.bool_)
+        return cid, result, (keys, rows, grads, found, res)
+
+    def pull(self, table, keys, dim=None, out=None):
+        """Rows of `keys` (created with the table's initializer when missing): a (n, dim) float32
+        array (`out` when given). dim defaults to the table's."""
+        cid, result, _keep = self._prep("pull", table, keys, dim, out)
+        return self._finish(cid, result)
+
+    def push(self, table, keys, grads, dim=None):
+        """Apply gradients (n, dim) with the table's server-side optimizer (duplicate keys are
+        summed). Returns {"applied", "skipped_nonfinite", "dropped_unadmitted"}."""
+        cid, result, _keep = self._prep("push", table, keys, dim, grads=grads)
+        return self._finish(cid, result)
+
+    def lookup(self, table, keys, dim=None, out=None):
+        """Read-only rows: (rows, found) where found[i] is False for a key the table lacks (its
+        row is zeros or the table's missing-row policy)."""
+        cid, result, _keep = self._prep("lookup", table, keys, dim, out)
+        return self._finish(cid, result)
+
+    def pull_async(self, table, keys, dim=None, out=None):
+        """pull, returning a concurrent.futures.Future of the rows."""
+        return self._submit(*self._prep("pull", table, keys, dim, out))
+
+    def push_async(self, table, keys, grads, dim=None):
+        """push, returning a Future of its counters."""
+        return self._submit(*self._prep("push", table, keys, dim, grads=grads))
+
+    def lookup_async(self, table, keys, dim=None, out=None):
+        """lookup, returning a Future of (rows, found)."""
+        return self._submit(*self._prep("lookup", table, keys, dim, out))
+
+    # ---- the cluster -----------------------------------------------------------------------
+    def claim(self, table, job, mode="check"):
+        """Claim `table` for training job `job` on every server (docs/server.md "Table
+        owners"); mode: check | warm_start | fresh | inspect. Returns {"action", "dim", "rows",
+        "version", "previous", "settings"}."""
+        if mode not in CLAIM_MODES:
+            raise ValueError("mode must be one of %s" % ", ".join(CLAIM_MODES))
+        out = ffi.new("psc_claim_t *")
+        self._enter()
+        try:
+            rc = lib.psc_claim(self._c, table.encode(), job.encode(), CLAIM_MODES[mode], out)
+        finally:
+            self._leave()
+        check(rc, ffi.string(out.message).decode(errors="replace"))
+        return {"action": CLAIM_ACTIONS[out.action] if 0 <= out.action < 5 else out.action,
+                "dim": out.dim, "rows": out.rows, "version": out.version,
+                "previous": ffi.string(out.previous).decode(),
+                "settings": _parse_settings(ffi.string(out.config).decode())}
+
+    def tables(self):
+        """The servers' tables: a list of dicts with the table's settings ("name", "dim",
+        "optimizer", "lr", ...) and "rows", "version" (push calls) and "owner", summed over the
+        servers."""
+        cap = 1 << 14
+        while True:
+            buf = ffi.new("char[]", cap)
+            n = ffi.new("size_t *")
+            self._enter()
+            try:
+                rc = lib.psc_tables(self._c, buf, cap, n)
+            finally:
+                self._leave()
+            if rc == CODES["PC_ETOOBIG"]:
+                cap = n[0] + 1
+                continue
+            check(rc)
+            break
+        out = []
+        for line in ffi.string(buf).decode().splitlines():
+            t = _parse_settings(line)
+            c = self.claim(t["name"], "", "inspect")
+            t.update(rows=c["rows"], version=c["version"], owner=c["previous"])
+            self._dims[t["name"]] = t["dim"]
+            out.append(t)
+        return out
+
+    def dim(self, table):
+        """The dim of `table` (asked of the servers once, then remembered)."""
+        if table not in self._dims:
+            self.tables()
+            if table not in self._dims:
+                raise EmberError(CODES["PC_ENOTFOUND"], "no table %s on the servers" % table)
+        return self._dims[table]
+
+    def health(self, timeout_ms=1000):
+        """A round trip to every server of the map: a list of {"addr", "ok", "rtt_ms",
+        "error" (the code's name or None), "message"}."""
+        cap = 64
+        while True:
+            out = ffi.new("psc_server_health_t[]", cap)
+            self._enter()
+            try:
+                n = check(lib.psc_health(self._c, timeout_ms, out, cap))
+            finally:
+                self._leave()
+            if n <= cap:
+                break
+            cap = n
+        res = []
+        for i in range(n):
+            e = out[i]
+            res.append({"addr": ffi.string(e.addr).decode(), "ok": e.rc == 0,
+                        "rtt_ms": e.rtt_us / 1000.0 if e.rc == 0 else None,
+                        "error": None if e.rc == 0 else err_name(e.rc),
+                        "message": ffi.string(e.message).decode(errors="replace")})
+        return res
+
+    def map_text(self):
+        """The cluster map the client uses now."""
+        self._enter()
+        try:
+            n = lib.psc_map_text(self._c, ffi.NULL, 0)
+            buf = ffi.new("char[]", n + 1)
+            lib.psc_map_text(self._c, buf, n + 1)
+        finally:
+            self._leave()
+        return ffi.string(buf).decode()
+
+    def stats(self):
+        """The client's counters: calls, retries, map_refreshes, reconnects, timeouts."""
+        s = ffi.new("psc_stats_t *")
+        self._enter()
+        try:
+            lib.psc_stats(self._c, s)
+        finally:
+            self._leave()
+        return {k: getattr(s, k) for k in ("calls", "retries", "map_refreshes", "reconnects",
+                                           "timeouts")}

@@ -1,0 +1,118 @@
+"""emberps.torch: an embedding table kept on EmberPS servers, as a torch.nn.Module.
+
+    from emberps.torch import EmbeddingBag
+    emb = EmbeddingBag(client, "emb", dim=16, mode="sum")
+    pooled = emb(keys)               # keys: int64 tensor (B, L), or 1-D with offsets (B,)
+    loss.backward()                  # pushes the rows' gradients; the server's optimizer steps
+
+DESIGN: forward takes the batch's keys (64-bit feature keys held in an int64 tensor: the bits
+are the key, so keys >= 2^63 are negative numbers there), finds the unique ones (np.unique), pulls
+their rows into one float32 array (or takes the rows a prefetch(keys) already pulled for the same
+unique keys), and pools with torch.nn.functional.embedding_bag over that array, so forward and
+backward are PyTorch's own kernels. The pulled rows enter autograd through _PushRows, an identity
+whose backward receives the gradient of every unique row (duplicates summed by embedding_bag's
+backward) and pushes it to the servers with one call: the table's server-side optimizer applies
+it, so the module has no torch Parameter and a torch optimizer only steps the dense layers.
+The push in backward is synchronous: a pull issued after backward returned sees the update.
+Imported on use: `import emberps` works without PyTorch.
+"""
+try:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+except ImportError as e:  # the package itself does not need torch
+    raise ImportError("emberps.torch needs PyTorch (Debian 12: apt install python3-torch, then "
+                      "use /usr/bin/python3): %s" % e) from None
+
+import numpy as np
+
+
+def keys_numpy(keys):
+    """An int64 tensor of feature keys as the uint64 numpy array of the same bits (no copy for
+    a contiguous CPU tensor)."""
+    if not isinstance(keys, torch.Tensor):
+        raise TypeError("keys must be a torch tensor, got %s" % type(keys).__name__)
+    if keys.dtype != torch.int64:
+        raise TypeError("keys must be an int64 tensor (the 64-bit keys' bits), got %s"
+                        % keys.dtype)
+    return keys.detach().cpu().contiguous().reshape(-1).numpy().view(np.uint64)
+
+
+class _PushRows(torch.autograd.Function):
+    """Identity on the pulled rows whose backward pushes their gradient to the servers."""
+
+    @staticmethod
+    def forward(ctx, rows, module, ukeys):
+        ctx.module, ctx.ukeys = module, ukeys
+        return rows.view_as(rows)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.module._push(ctx.ukeys, grad)
+        return None, None, None
+
+
+class EmbeddingBag(nn.Module):
+    """Bags of keys -> pooled rows of `table` (dim `dim`) held by the servers of `client`.
+
+    mode: "sum" or "mean", as torch.nn.EmbeddingBag. Input as torch.nn.EmbeddingBag: a 2-D
+    int64 tensor (B, L) is B bags of L keys; a 1-D tensor needs offsets (B,) where each bag
+    starts. per_sample_weights (mode "sum") weight each key. In training mode with gradients
+    enabled, backward pushes the unique rows' gradients (`last_push` keeps the servers'
+    counters); in eval mode or under torch.no_grad() nothing is pushed.
+    """
+
+    def __init__(self, client, table, dim, mode="sum"):
+        super().__init__()
+        if mode not in ("sum", "mean"):
+            raise ValueError("mode must be 'sum' or 'mean', got %r" % (mode,))
+        if client.dim(table) != dim:
+            raise ValueError("table %s has dim %d on the servers, not %d"
+                             % (table, client.dim(table), dim))
+        self.client, self.table, self.dim, self.mode = client, table, dim, mode
+        self._ahead = []  # (unique keys, future of their rows), oldest first
+        self.last_push = None
+
+    def extra_repr(self):
+        return "table=%s, dim=%d, mode=%s" % (self.table, self.dim, self.mode)
+
+    def prefetch(self, keys):
+        """Start pulling the rows of a coming batch's keys (any int64 tensor); its forward then
+        uses them instead of pulling. Rows reflect pushes that completed before this call."""
+        ukeys = np.unique(keys_numpy(keys))
+        self._ahead.append((ukeys, self.client.pull_async(self.table, ukeys, self.dim)))
+        while len(self._ahead) > 8:  # a prefetch never used is dropped (after it completed)
+            self._ahead.pop(0)[1].result()
+
+    def _rows(self, ukeys):
+        for i, (k, fut) in enumerate(self._ahead):
+            if k.shape == ukeys.shape and np.array_equal(k, ukeys):
+                del self._ahead[i]
+                return fut.result()
+        return self.client.pull(self.table, ukeys, self.dim)
+
+    def _push(self, ukeys, grad):
+        g = grad.detach().to(torch.float32).contiguous().numpy()
+        self.last_push = self.client.push(self.table, ukeys, g, self.dim)
+
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        if input.dim() == 2:
+            if offsets is not None:
+                raise ValueError("offsets must be None with 2-D input")
+            b, n = input.shape
+            offsets = torch.arange(0, b * n, n, dtype=torch.int64) if n else None
+            if not n:
+                return torch.zeros((b, self.dim))
+        elif input.dim() == 1:
+            if offsets is None:
+                raise ValueError("1-D input needs offsets")
+        else:
+            raise ValueError("input must be 1-D or 2-D, got %d-D" % input.dim())
+        flat = keys_numpy(input)
+        ukeys, inverse = np.unique(flat, return_inverse=True)
+        rows = torch.from_numpy(self._rows(ukeys))
+        if self.training and torch.is_grad_enabled():
+            rows = _PushRows.apply(rows.requires_grad_(True), self, ukeys)
+        return F.embedding_bag(torch.from_numpy(inverse.astype(np.int64)), rows,
+                               offsets.to(torch.int64), mode=self.mode,
+                               per_sample_weights=per_sample_weights)

@@ -1,0 +1,113 @@
+"""emberps.Client against live ps-server processes: the same results as the C client for the same
+calls (byte for byte, two servers, slot routing), futures, threads, the cluster calls."""
+import os
+import subprocess
+import threading
+
+import numpy as np
+
+import emberps
+from conftest import BUILD
+
+TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4"
+
+
+def splitmix64(x):
+    m = (1 << 64) - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def test_same_as_c(servers, tmp_path):
+    """tests/unit/client/psc_replay.c's sequence, through the C client on one fresh 2-server
+    cluster and through this package on another: every byte of every result equal."""
+    n, dim = 3000, 8
+    cmap_c, _ = servers(TABLE, n=2)
+    out = str(tmp_path / "c.bin")
+    subprocess.run([os.path.join(BUILD, "tests", "psc_replay"), cmap_c, "emb", str(dim), str(n),
+                    out], check=True, timeout=60)
+    c_bytes = open(out, "rb").read()
+
+    cmap, _ = servers(TABLE, n=2)
+    with emberps.Client(cmap) as c:
+        base = np.array([splitmix64(i) for i in range(n)], dtype=np.uint64)
+        keys = np.concatenate([base, base])
+        lk = np.concatenate([base, np.array([splitmix64(10 ** 9 + i) for i in range(n)],
+                                            dtype=np.uint64)])
+        i = np.arange(2 * n)[:, None]
+        j = np.arange(dim)[None, :]
+        g = (((i * 7 + j) % 13) - 6).astype(np.float32) / np.float32(64)
+        a = c.pull("emb", keys)
+        res = c.push("emb", keys, g)
+        b = c.pull("emb", keys)
+        rows, found = c.lookup("emb", lk)
+    assert res == {"applied": n, "skipped_nonfinite": 0, "dropped_unadmitted": 0}
+    py_bytes = a.tobytes() + b.tobytes() + rows.tobytes() + found.view(np.uint8).tobytes()
+    assert len(py_bytes) == len(c_bytes)
+    assert py_bytes == c_bytes
+    assert found[:n].all() and not found[n:].any()
+    assert not np.array_equal(a, b)  # the push changed the rows
+
+
+def test_async_and_threads(servers):
+    addr, _ = servers(TABLE)
+    with emberps.Client(addr) as c:
+        batches = [np.arange(1 + 500 * b, 1 + 500 * (b + 1), dtype=np.uint64) for b in range(16)]
+        want = [c.pull("emb", k) for k in batches]
+        futs = [c.pull_async("emb", k) for k in batches]  # 16 in flight
+        for f, w in zip(futs, want):
+            assert np.array_equal(f.result(timeout=30), w)
+        out = np.empty((500, 8), dtype=np.float32)
+        assert c.pull_async("emb", batches[3], out=out).result(timeout=30) is out
+        assert np.array_equal(out, want[3])
+        lf = c.lookup_async("emb", batches[0])
+        assert np.array_equal(lf.result(timeout=30)[0], want[0])
+        pf = c.push_async("emb", batches[1], np.zeros((500, 8), np.float32))
+        assert pf.result(timeout=30)["applied"] == 500
+
+        errors = []
+
+        def worker(t):
+            try:
+                for r in range(20):
+                    k = batches[(t + r) % 16]
+                    assert np.array_equal(c.pull("emb", k), want[(t + r) % 16])
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+
+
+def test_cluster_calls(servers):
+    cmap, group = servers(TABLE + ";name=aux,dim=4,optimizer=sgd,lr=0.5", n=2)
+    with emberps.Client(group[0].addr) as c:  # one address: the client adopts the map
+        assert c.map_text().startswith("version=1;")
+        tables = {t["name"]: t for t in c.tables()}
+        assert set(tables) == {"emb", "aux"}
+        assert tables["emb"]["dim"] == 8 and tables["emb"]["optimizer"] == "adagrad"
+        assert tables["aux"]["lr"] == 0.5 and tables["aux"]["rows"] == 0
+        c.push("aux", np.arange(1, 101, dtype=np.uint64), np.ones((100, 4), np.float32))
+        aux = {t["name"]: t for t in c.tables()}["aux"]
+        assert aux["rows"] == 100 and aux["version"] >= 1
+        assert c.claim("emb", "job-a")["action"] == "new"
+        assert c.claim("emb", "", "inspect")["previous"] == "job-a"
+        try:
+            c.claim("emb", "job-b")
+            raise AssertionError("a second job's claim was accepted")
+        except emberps.EmberError as e:
+            assert e.name == "PC_EOWNED" and "job-a" in e.detail
+        h = c.health()
+        assert [x["addr"] for x in h] == cmap.split("servers=")[1].split(";")[0].split(",")
+        assert all(x["ok"] and x["rtt_ms"] >= 0 for x in h)
+        group[1].signal(19)  # SIGSTOP: no answer within the deadline
+        h = c.health(timeout_ms=300)
+        assert h[0]["ok"] and not h[1]["ok"] and h[1]["error"] == "PC_ETIMEDOUT"
+        group[1].signal(18)
+        assert c.stats()["calls"] > 0

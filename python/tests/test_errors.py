@@ -1,0 +1,86 @@
+"""Failures become EmberError (with the code's name and the server's detail) or TypeError /
+ValueError for bad arguments; nothing crashes and the client stays usable."""
+import numpy as np
+import pytest
+
+import emberps
+from conftest import free_port
+
+TABLE = "name=emb,dim=8"
+
+
+def test_server_down_at_connect():
+    with pytest.raises(emberps.EmberError) as e:
+        emberps.Client("127.0.0.1:%d" % free_port(), connect_timeout_ms=500)
+    assert e.value.name in ("PC_EUNAVAIL", "PC_ETIMEDOUT")
+    assert "127.0.0.1" in e.value.detail
+
+
+def test_server_killed(servers):
+    addr, group = servers(TABLE)
+    c = emberps.Client(addr, timeout_ms=1500, retries=1)
+    keys = np.arange(1, 9, dtype=np.uint64)
+    c.pull("emb", keys)
+    group[0].kill()
+    with pytest.raises(emberps.EmberError) as e:
+        c.pull("emb", keys)
+    assert e.value.name in ("PC_EUNAVAIL", "PC_ETIMEDOUT")
+    with pytest.raises(emberps.EmberError):
+        c.pull_async("emb", keys).result(timeout=30)
+    c.close()
+
+
+def test_bad_calls(servers):
+    addr, _ = servers(TABLE)
+    c = emberps.Client(addr)
+    keys = np.arange(1, 9, dtype=np.uint64)
+    with pytest.raises(emberps.EmberError) as e:
+        c.pull("emb", keys, dim=4)
+    assert e.value.name == "PC_EDIM" and e.value.code == emberps.CODES["PC_EDIM"]
+    assert "dim 8" in e.value.detail and addr in e.value.detail
+    with pytest.raises(emberps.EmberError) as e:
+        c.pull("nope", keys)
+    assert e.value.name == "PC_ENOTFOUND"
+    with pytest.raises(emberps.EmberError) as e:
+        c.push("nope", keys, np.zeros((8, 8), np.float32))
+    assert e.value.name == "PC_ENOTFOUND" and "nope" in e.value.detail
+    with pytest.raises(TypeError):
+        c.pull("emb", np.arange(8))  # int64
+    with pytest.raises(TypeError):
+        c.pull("emb", np.arange(8, dtype=np.float64))
+    with pytest.raises(TypeError):
+        c.pull("emb", [1, -2, 3])
+    with pytest.raises(TypeError):
+        c.pull("emb", [1.5])
+    with pytest.raises(ValueError):
+        c.pull("emb", keys.reshape(2, 4))
+    with pytest.raises(ValueError):
+        c.push("emb", keys, np.zeros((7, 8), np.float32))
+    with pytest.raises(ValueError):
+        c.pull("emb", keys, out=np.zeros((8, 8), np.float64))
+    with pytest.raises(ValueError):
+        c.pull("emb", keys, out=np.zeros((8, 8), np.float32)[:, ::2])
+    with pytest.raises(emberps.EmberError) as e:
+        c.pull_async("emb", keys, dim=2).result(timeout=30)
+    assert e.value.name == "PC_EDIM"
+    bad = np.zeros((8, 8), np.float32)
+    bad[2, 3] = np.nan
+    bad[5, 0] = np.inf
+    res = c.push("emb", keys, bad)
+    assert res["skipped_nonfinite"] == 2 and res["applied"] == 6
+    assert np.isfinite(c.pull("emb", keys)).all()
+    assert c.pull("emb", np.zeros(0, np.uint64)).shape == (0, 8)  # empty batch
+    c.close()
+    c.close()
+    with pytest.raises(emberps.EmberError) as e:
+        c.pull("emb", keys)
+    assert e.value.name == "PC_ECLOSED"
+
+
+def test_token(servers):
+    addr, _ = servers(TABLE, extra=["--token=s3cret"])
+    with pytest.raises(emberps.EmberError) as e:
+        emberps.Client(addr, token="wrong")
+    assert e.value.name == "PC_EAUTH"
+    with emberps.Client(addr, token="s3cret") as c:
+        assert c.pull("emb", [1, 2]).shape == (2, 8)
