@@ -99,10 +99,8 @@ class EmbeddingBag(nn.Module):
         if input.dim() == 2:
             if offsets is not None:
                 raise ValueError("offsets must be None with 2-D input")
-            b, n = input.shape
-            offsets = torch.arange(0, b * n, n, dtype=torch.int64) if n else None
-            if not n:
-                return torch.zeros((b, self.dim))
+            if not input.shape[1]:
+                return torch.zeros((input.shape[0], self.dim))
         elif input.dim() == 1:
             if offsets is None:
                 raise ValueError("1-D input needs offsets")
@@ -113,6 +111,6 @@ class EmbeddingBag(nn.Module):
         rows = torch.from_numpy(self._rows(ukeys))
         if self.training and torch.is_grad_enabled():
             rows = _PushRows.apply(rows.requires_grad_(True), self, ukeys)
-        return F.embedding_bag(torch.from_numpy(inverse.astype(np.int64)), rows,
-                               offsets.to(torch.int64), mode=self.mode,
-                               per_sample_weights=per_sample_weights)
+        idx = torch.from_numpy(inverse.astype(np.int64)).reshape(input.shape)
+        return F.embedding_bag(idx, rows, None if offsets is None else offsets.to(torch.int64),
+                               mode=self.mode, per_sample_weights=per_sample_weights)
