@@ -34,6 +34,9 @@ PKGS=(
   libcmocka-dev libhiredis-dev redis-server openssl libxml2-dev
   # deploy/ tests: the venv of PyPI tools, YAML, systemd-analyze verify
   python3-venv python3-yaml systemd
+  # the Python package (python/, under /usr/bin/python3) and its tests; PyTorch for
+  # emberps.torch, examples/torch_dlrm.py and the PyTorch baselines of ps-bench
+  python3-numpy python3-cffi python3-setuptools python3-pytest python3-torch
 )
 
 missing=()

@@ -12,7 +12,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
-BUILD = os.environ.get("EMBERPS_BUILD_DIR", os.path.join(REPO, "build"))
+BUILD = os.path.abspath(os.environ.get("EMBERPS_BUILD_DIR", os.path.join(REPO, "build")))
 BIN = os.path.join(BUILD, "bin")
 sys.path.insert(0, os.path.join(REPO, "python"))
 
