@@ -11,6 +11,8 @@
  *  - a plaintext client to a TLS server fails at once with PC_ETLS and the server's reason,
  *    garbage bytes are closed, and the server goes on serving TLS clients; a TLS client to a
  *    plaintext server fails with PC_ETLS;
+ *  - TLS 1.3 with AES-128-GCM whatever the client prefers, TLS 1.2 with ECDHE and AES-128-GCM;
+ *    TLS 1.1 and TLS 1.2 suites without forward secrecy or AEAD refused (openssl s_client);
  *  - tls_client_auth=require: without a client certificate refused (PC_ETLS), with it served;
  *  - TLS and a token: a wrong token is PC_EAUTH with the server's message ("bad token");
  *  - a TLS client that sends lookups and never reads (pc_tls over a raw socket): the server counts
@@ -215,6 +217,45 @@ static void test_tls_refusals(void **state) {
     psc_close(c);
     pu_stop(st);
     pu_stop(sp);
+}
+
+/* What `openssl s_client` (args after the address) negotiates with 127.0.0.1:port: its
+ * "New, <protocol>, Cipher is <suite>" line into buf ("" when it printed none). */
+static void s_client(int port, const char *args, char *buf, size_t cap) {
+    char cmd[1024], ca[400], line[512];
+    snprintf(cmd, sizeof cmd,
+             "timeout 10 openssl s_client -connect 127.0.0.1:%d -CAfile '%s' "
+             "-verify_return_error %s </dev/null 2>&1",
+             port, cert(ca, sizeof ca, "ca.pem"), args);
+    buf[0] = '\0';
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "New, ", 5))
+            snprintf(buf, cap, "%.*s", (int)strcspn(line, "\n"), line);
+    pclose(f);
+    print_message("s_client %s: %s\n", args, buf);
+}
+
+/* Protocols and suites: TLS 1.3 with AES-128-GCM even for a client that prefers AES-256 (the
+ * server's order), TLS 1.2 with ECDHE and AES-128-GCM; a TLS 1.2 suite without forward secrecy
+ * or AEAD, and TLS 1.1, are refused. */
+static void test_tls_versions_and_suites(void **state) {
+    (void)state;
+    char sc[340], sk[340], got[512];
+    const int pt = pu_free_port();
+    const char *tls[] = {TABLE, cert_flag(sc, sizeof sc, "tls-cert", "server.pem"),
+                         cert_flag(sk, sizeof sk, "tls-key", "server.key"), NULL};
+    pid_t st = pu_spawn(pt, g_dir, tls, NULL);
+    s_client(pt, "-ciphersuites TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256", got, sizeof got);
+    assert_string_equal(got, "New, TLSv1.3, Cipher is TLS_AES_128_GCM_SHA256");
+    s_client(pt, "-tls1_2", got, sizeof got);
+    assert_string_equal(got, "New, TLSv1.2, Cipher is ECDHE-ECDSA-AES128-GCM-SHA256");
+    s_client(pt, "-tls1_2 -cipher ECDHE-ECDSA-AES128-SHA:AES128-GCM-SHA256", got, sizeof got);
+    assert_string_equal(got, "New, (NONE), Cipher is (NONE)");
+    s_client(pt, "-tls1_1 -cipher DEFAULT@SECLEVEL=0", got, sizeof got);
+    assert_string_equal(got, "New, (NONE), Cipher is (NONE)");
+    pu_stop(st);
 }
 
 /* tls_client_auth=require: a client without a certificate is refused, one with it is served;
@@ -464,6 +505,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tls_equals_plain),
         cmocka_unit_test(test_tls_refusals),
+        cmocka_unit_test(test_tls_versions_and_suites),
         cmocka_unit_test(test_tls_client_auth_and_token),
         cmocka_unit_test(test_tls_unsent_bounded),
         cmocka_unit_test(test_worker_tls),
