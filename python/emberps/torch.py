@@ -13,7 +13,10 @@ backward are PyTorch's own kernels. The pulled rows enter autograd through _Push
 whose backward receives the gradient of every unique row (duplicates summed by embedding_bag's
 backward) and pushes it to the servers with one call: the table's server-side optimizer applies
 it, so the module has no torch Parameter and a torch optimizer only steps the dense layers.
-The push in backward is synchronous: a pull issued after backward returned sees the update.
+The push is started in backward and not waited for there (the dense optimizer's step overlaps
+it); a pull issued after backward returned still sees the update, because libpsclient sends a
+server its requests in order on one connection and the server applies them in that order. The
+push's result is taken at the next forward or flush(), which raise its error.
 Imported on use: `import emberps` works without PyTorch.
 """
 try:
@@ -71,14 +74,28 @@ class EmbeddingBag(nn.Module):
                              % (table, client.dim(table), dim))
         self.client, self.table, self.dim, self.mode = client, table, dim, mode
         self._ahead = []  # (unique keys, future of their rows), oldest first
-        self.last_push = None
+        self._pushing = None  # the future of the last push, until its result is taken
+        self._last_push = None
 
     def extra_repr(self):
         return "table=%s, dim=%d, mode=%s" % (self.table, self.dim, self.mode)
 
+    @property
+    def last_push(self):
+        """The servers' counters of the last push ({"applied", "skipped_nonfinite",
+        "dropped_unadmitted"}; waits for it)."""
+        self.flush()
+        return self._last_push
+
+    def flush(self):
+        """Wait for the last backward's push; raise its error (an EmberError)."""
+        fut, self._pushing = self._pushing, None
+        if fut is not None:
+            self._last_push = fut.result()
+
     def prefetch(self, keys):
         """Start pulling the rows of a coming batch's keys (any int64 tensor); its forward then
-        uses them instead of pulling. Rows reflect pushes that completed before this call."""
+        uses them instead of pulling. Rows reflect every push started before this call."""
         ukeys = np.unique(keys_numpy(keys))
         self._ahead.append((ukeys, self.client.pull_async(self.table, ukeys, self.dim)))
         while len(self._ahead) > 8:  # a prefetch never used is dropped (after it completed)
@@ -92,8 +109,9 @@ class EmbeddingBag(nn.Module):
         return self.client.pull(self.table, ukeys, self.dim)
 
     def _push(self, ukeys, grad):
+        self.flush()
         g = grad.detach().to(torch.float32).contiguous().numpy()
-        self.last_push = self.client.push(self.table, ukeys, g, self.dim)
+        self._pushing = self.client.push_async(self.table, ukeys, g, self.dim)
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         if input.dim() == 2:
@@ -106,6 +124,7 @@ class EmbeddingBag(nn.Module):
                 raise ValueError("1-D input needs offsets")
         else:
             raise ValueError("input must be 1-D or 2-D, got %d-D" % input.dim())
+        self.flush()
         flat = keys_numpy(input)
         ukeys, inverse = np.unique(flat, return_inverse=True)
         rows = torch.from_numpy(self._rows(ukeys))
