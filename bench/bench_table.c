@@ -99,7 +99,7 @@ static void *job_run(void *arg) {
                         if (own >= j->nrows)
                             own = (uint32_t)j->cpu;
                         float *row = (float *)j->ref + (size_t)own * 2 * dim;
-                        if (ps__grad_finite(j->grads + i * dim, (uint32_t)dim))
+                        if (ps__grad_finite(j->optim, j->grads + i * dim))
                             ps__optim_step(j->optim, row, row + dim, j->grads + i * dim);
                     }
                     break;

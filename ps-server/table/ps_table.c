@@ -1214,7 +1214,7 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
         return;
     }
     const float *g = push_grad(b, q, k);
-    if (!ps__grad_finite(g, dim)) {
+    if (!ps__grad_finite(&t->opt, g)) {
         s->nonfinite++;
         b->res->skipped_nonfinite++;
         return;

@@ -1,19 +1,25 @@
 /* Every optimizer (and clipping / weight decay) against an independent double-precision
- * reference, over random push sequences with duplicate keys; rows AND optimizer state compared. */
+ * reference, over random push sequences with duplicate keys; rows AND optimizer state compared.
+ * The row kernels themselves ("scalar" and, where the CPU has it, "avx2") are also run one by
+ * one against the reference and against each other on odd dims, with guard words around every
+ * row, and their non-finite check is tried with NaN / Inf in every position. */
 #include "test_util.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "pc_error.h"
+#include "ps_optim.h"
 #include "ps_table.h"
 
 #define NKEYS 40
 #define STEPS 60
 #define BATCH 48
+#define DMAX  72 /* widest row of these tests */
 
 typedef struct ref_row {
-    double w[64], a[64], b[64]; /* a, b: per-optimizer state */
-    double G;                   /* rowwise accumulator */
+    double w[DMAX], a[DMAX], b[DMAX]; /* a, b: per-optimizer state */
+    double G;                         /* rowwise accumulator */
     uint32_t t;
 } ref_row_t;
 
@@ -24,7 +30,7 @@ typedef struct ref {
 
 static void ref_step(const ps_table_config_t *c, ref_row_t *r, const double *g_in) {
     const int d = (int)c->dim;
-    double g[64];
+    double g[DMAX];
     memcpy(g, g_in, sizeof(double) * (size_t)d);
     if (c->clip_value > 0)
         for (int i = 0; i < d; i++)
@@ -156,7 +162,7 @@ static void run_case(const char *spec, double rtol) {
     uint64_t rng = 1234;
     for (int k = 0; k < NKEYS; k++) {
         cx.keys[k] = tu_rand(&rng);
-        float init[64];
+        float init[DMAX];
         ps_table_initial_row(t, cx.keys[k], init);
         for (int e = 0; e < d; e++)
             ref.rows[k].w[e] = init[e];
@@ -167,7 +173,7 @@ static void run_case(const char *spec, double rtol) {
     }
     uint64_t keys[BATCH];
     int kidx[BATCH], pushed[NKEYS] = {0};
-    static float grads[BATCH * 64];
+    static float grads[BATCH * DMAX];
     for (int step = 0; step < STEPS; step++) {
         int nb = 1 + (int)(tu_rand(&rng) % BATCH);
         for (int i = 0; i < nb; i++) {
@@ -182,7 +188,7 @@ static void run_case(const char *spec, double rtol) {
         /* Reference: sum duplicates (in double), then one step per distinct key. */
         int distinct = 0;
         for (int k = 0; k < NKEYS; k++) {
-            double g[64] = {0};
+            double g[DMAX] = {0};
             int hit = 0;
             for (int i = 0; i < nb; i++) {
                 if (kidx[i] != k)
@@ -204,7 +210,7 @@ static void run_case(const char *spec, double rtol) {
         assert_int_equal(cx.seen[k], pushed[k]); /* every pushed row exists, exactly once */
         if (!cx.seen[k])
             continue;
-        float w[64];
+        float w[DMAX];
         assert_int_equal(ps_table_lookup(t, &cx.keys[k], 1, w, (size_t)d, NULL), 0);
         for (int e = 0; e < d; e++)
             TU_ASSERT_CLOSE(w[e], ref.rows[k].w[e], rtol, 1e-6, "%s lookup", spec);
@@ -225,6 +231,15 @@ static void test_adagrad(void **s) {
 static void test_rowwise_adagrad(void **s) {
     (void)s;
     run_case("dim=16,optimizer=rowwise_adagrad,lr=0.2", 1e-5);
+}
+/* Whole rows of vectors plus a tail, through the table (duplicates merged across shards). */
+static void test_wide_rows(void **s) {
+    (void)s;
+    run_case("dim=63,optimizer=adagrad,lr=0.1,adagrad_init=0.1", 1e-5);
+    run_case("dim=64,optimizer=adagrad,lr=0.1,adagrad_init=0.1,shards=4", 1e-5);
+    run_case("dim=65,optimizer=adam,lr=0.01,clip_norm=2", 1e-5);
+    run_case("dim=71,optimizer=ftrl,lr=0.1,l1=0.01,l2=0.1,init=zeros", 1e-4);
+    run_case("dim=64,optimizer=rowwise_adagrad,lr=0.2,weight_decay=0.01", 1e-5);
 }
 static void test_adam(void **s) {
     (void)s;
@@ -266,6 +281,208 @@ static void test_duplicates_one_step(void **s) {
     ps_table_destroy(b);
 }
 
+/* ---- the row kernels one by one ------------------------------------------------------------ */
+
+#define GUARD      8
+#define GUARD_WORD 12345.0f
+static const uint32_t k_dims[] = {1, 7, 8, 16, 63, 64, 65};
+static const char *const k_specs[] = {
+    "optimizer=sgd,lr=0.1",
+    "optimizer=adagrad,lr=0.1,adagrad_init=0.1",
+    "optimizer=adagrad,lr=0.3,adagrad_init=0,eps=1e-6",
+    "optimizer=rowwise_adagrad,lr=0.2",
+    "optimizer=adam,lr=0.01",
+    "optimizer=adam,lr=0.05,beta1=0.5,beta2=0.9,eps=1e-6",
+    "optimizer=ftrl,lr=0.1,ftrl_beta=1,l1=0.01,l2=0.1",
+    "optimizer=ftrl,lr=0.5,ftrl_beta=0.5,l1=0,l2=0",
+    "optimizer=sgd,lr=0.1,clip_value=0.3",
+    "optimizer=adagrad,lr=0.1,clip_norm=0.5,weight_decay=0.01",
+    "optimizer=adam,lr=0.01,clip_value=0.4,clip_norm=0.8,weight_decay=0.1",
+};
+
+/* The kernel sets this CPU runs: "scalar" always, "avx2" where supported. */
+static int kernel_sets(const ps_optim_kernels_t **ks) {
+    int n = 0;
+    ks[n++] = ps__optim_kernels("scalar");
+    assert_non_null(ks[0]);
+    if ((ks[n] = ps__optim_kernels("avx2")) != NULL)
+        n++;
+    else
+        print_message("avx2 kernels not supported by this CPU: only the scalar ones tested\n");
+    assert_non_null(ps__optim_kernels(NULL));
+    assert_null(ps__optim_kernels("no-such-kernels"));
+    return n;
+}
+
+/* One row of weights and state with GUARD words on both sides of each. */
+typedef struct krow {
+    float w[GUARD + DMAX + GUARD];
+    float s[GUARD + 2 * DMAX + 1 + GUARD];
+} krow_t;
+
+static void check_guards(const krow_t *r, uint32_t d, uint32_t sl, const char *what) {
+    for (uint32_t i = 0; i < GUARD; i++) {
+        if (r->w[i] != GUARD_WORD || r->w[GUARD + d + i] != GUARD_WORD || r->s[i] != GUARD_WORD ||
+            r->s[GUARD + sl + i] != GUARD_WORD)
+            fail_msg("%s: a kernel wrote outside its row", what);
+    }
+}
+
+/* Run each kernel set for STEPS steps on one row per dim and spec; compare each with the
+ * double reference, and the sets with each other. */
+static void test_kernels_vs_reference(void **st) {
+    (void)st;
+    const ps_optim_kernels_t *ks[2];
+    const int nk = kernel_sets(ks);
+    static krow_t rows[2];
+    for (size_t di = 0; di < sizeof k_dims / sizeof k_dims[0]; di++) {
+        for (size_t si = 0; si < sizeof k_specs / sizeof k_specs[0]; si++) {
+            const uint32_t d = k_dims[di];
+            char spec[200], err[200], what[260];
+            snprintf(spec, sizeof spec, "%s,dim=%u", k_specs[si], d);
+            ps_table_config_t c;
+            ps_table_config_defaults(&c);
+            if (ps_table_config_parse(&c, spec, err, sizeof err))
+                fail_msg("%s: %s", spec, err);
+            ps_optim_t o[2];
+            const uint32_t sl = ps__optim_state_len((ps_optim_kind_t)c.optimizer, d);
+            ref_row_t ref;
+            memset(&ref, 0, sizeof ref);
+            uint64_t rng = 99 + d;
+            for (int k = 0; k < nk; k++) {
+                ps__optim_from_config(&c, &o[k]);
+                o[k].k = ks[k];
+                for (size_t i = 0; i < sizeof rows[k].w / sizeof(float); i++)
+                    rows[k].w[i] = GUARD_WORD;
+                for (size_t i = 0; i < sizeof rows[k].s / sizeof(float); i++)
+                    rows[k].s[i] = GUARD_WORD;
+                ps__optim_init_state(&o[k], rows[k].s + GUARD);
+            }
+            for (uint32_t e = 0; e < d; e++) {
+                const float w0 = c.optimizer == PS_OPT_FTRL ? 0.0f : tu_gauss(&rng) * 0.1f;
+                ref.w[e] = w0;
+                for (int k = 0; k < nk; k++)
+                    rows[k].w[GUARD + e] = w0;
+                if (c.optimizer == PS_OPT_ADAGRAD)
+                    ref.a[e] = (float)c.adagrad_init;
+            }
+            ref.G = (float)c.adagrad_init;
+            for (int step = 0; step < STEPS; step++) {
+                float g[DMAX];
+                double gd[DMAX];
+                for (uint32_t e = 0; e < d; e++) {
+                    g[e] = tu_gauss(&rng) * (step % 7 == 3 ? 5.0f : 0.5f); /* some clipped */
+                    gd[e] = g[e];
+                }
+                ref_step(&c, &ref, gd);
+                for (int k = 0; k < nk; k++) {
+                    assert_true(ps__grad_finite(&o[k], g));
+                    ps__optim_step(&o[k], rows[k].w + GUARD, rows[k].s + GUARD, g);
+                }
+            }
+            for (int k = 0; k < nk; k++) {
+                snprintf(what, sizeof what, "%s [%s]", spec, ks[k]->name);
+                check_guards(&rows[k], d, sl, what);
+                const float *w = rows[k].w + GUARD, *s = rows[k].s + GUARD;
+                for (uint32_t e = 0; e < d; e++)
+                    TU_ASSERT_CLOSE(w[e], ref.w[e], 1e-4, 1e-6, "%s w[%u]", what, e);
+                if (c.optimizer == PS_OPT_ADAGRAD)
+                    for (uint32_t e = 0; e < d; e++)
+                        TU_ASSERT_CLOSE(s[e], ref.a[e], 1e-4, 1e-7, "%s G[%u]", what, e);
+                if (c.optimizer == PS_OPT_ROWWISE_ADAGRAD)
+                    TU_ASSERT_CLOSE(s[0], ref.G, 1e-4, 1e-7, "%s G", what);
+                if (c.optimizer == PS_OPT_ADAM || c.optimizer == PS_OPT_FTRL)
+                    for (uint32_t e = 0; e < d; e++) {
+                        TU_ASSERT_CLOSE(s[e], ref.a[e], 1e-4, 1e-6, "%s s1[%u]", what, e);
+                        TU_ASSERT_CLOSE(s[d + e], ref.b[e], 1e-4, 1e-8, "%s s2[%u]", what, e);
+                    }
+                if (c.optimizer == PS_OPT_ADAM) {
+                    uint32_t t;
+                    memcpy(&t, &s[2 * d], sizeof t);
+                    assert_int_equal(t, STEPS);
+                }
+            }
+            /* The sets agree with each other closer than with the reference, except FTRL's z,
+             * a running sum of terms of both signs whose relative rounding error grows. */
+            const double srtol = c.optimizer == PS_OPT_FTRL ? 1e-4 : 2e-5;
+            for (int k = 1; k < nk; k++) {
+                for (uint32_t e = 0; e < d; e++)
+                    TU_ASSERT_CLOSE(rows[k].w[GUARD + e], rows[0].w[GUARD + e], 2e-5, 1e-7,
+                                    "%s: %s vs %s w[%u]", spec, ks[k]->name, ks[0]->name, e);
+                for (uint32_t e = 0; e < sl; e++) {
+                    if (c.optimizer == PS_OPT_ADAM && e == 2 * d) /* the step count */
+                        assert_memory_equal(&rows[k].s[GUARD + e], &rows[0].s[GUARD + e], 4);
+                    else
+                        TU_ASSERT_CLOSE(rows[k].s[GUARD + e], rows[0].s[GUARD + e], srtol, 1e-9,
+                                        "%s: %s vs %s s[%u]", spec, ks[k]->name, ks[0]->name, e);
+                }
+            }
+        }
+    }
+}
+
+/* NaN, +Inf and -Inf are found in every position of every dim (the vector body, the masked
+ * tail, a single-element row); large, tiny, subnormal and signed-zero values are finite. */
+static void test_kernels_nonfinite(void **st) {
+    (void)st;
+    const ps_optim_kernels_t *ks[2];
+    const int nk = kernel_sets(ks);
+    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < nk; k++) {
+        for (size_t di = 0; di < sizeof k_dims / sizeof k_dims[0]; di++) {
+            const uint32_t d = k_dims[di];
+            float g[DMAX + GUARD];
+            for (uint32_t e = 0; e < d; e++)
+                g[e] = (e % 4 == 0)   ? 3.0e38f
+                       : (e % 4 == 1) ? 1e-45f
+                       : (e % 4 == 2) ? -0.0f
+                                      : -1.5f;
+            for (uint32_t e = d; e < d + GUARD; e++)
+                g[e] = NAN; /* past the row: must not be looked at */
+            assert_true(ks[k]->grad_finite(g, d));
+            for (uint32_t p = 0; p < d; p++) {
+                for (int b = 0; b < 3; b++) {
+                    const float keep = g[p];
+                    g[p] = bad[b];
+                    if (ks[k]->grad_finite(g, d))
+                        fail_msg("[%s] dim %u: %g at %u not found", ks[k]->name, d, bad[b], p);
+                    g[p] = keep;
+                }
+            }
+        }
+    }
+}
+
+/* Through the table: a pushed batch whose duplicates sum to a NaN (or hold an Inf) is skipped
+ * for that key only, on a row long enough to use a vector body and a masked tail. */
+static void test_push_nonfinite_wide(void **st) {
+    (void)st;
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, "dim=65,optimizer=adagrad,lr=0.1", NULL, 0), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    const uint64_t keys[5] = {1, 2, 1, 3, 2};
+    static float g[5 * 65];
+    for (size_t i = 0; i < 5 * 65; i++)
+        g[i] = 0.25f;
+    g[0 * 65 + 64] = INFINITY; /* key 1, tail lane: 1 + (-1) would be NaN */
+    g[2 * 65 + 64] = -INFINITY;
+    g[1 * 65 + 3] = NAN; /* key 2, vector lane */
+    float before[3 * 65], after[3 * 65];
+    const uint64_t ukeys[3] = {1, 2, 3};
+    assert_int_equal(ps_table_pull(t, ukeys, 3, before, 3 * 65), 0);
+    ps_push_result_t r;
+    assert_int_equal(ps_table_push(t, keys, 5, g, 5 * 65, &r), 0);
+    assert_int_equal(r.applied, 1);
+    assert_int_equal(r.skipped_nonfinite, 2);
+    assert_int_equal(ps_table_pull(t, ukeys, 3, after, 3 * 65), 0);
+    assert_memory_equal(before, after, 2 * 65 * sizeof(float)); /* keys 1 and 2 untouched */
+    for (int e = 0; e < 65; e++)
+        assert_true(after[2 * 65 + e] < before[2 * 65 + e]); /* key 3 took its step */
+    ps_table_destroy(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sgd),
@@ -275,6 +492,10 @@ int main(void) {
         cmocka_unit_test(test_ftrl),
         cmocka_unit_test(test_clip_and_decay),
         cmocka_unit_test(test_duplicates_one_step),
+        cmocka_unit_test(test_wide_rows),
+        cmocka_unit_test(test_kernels_vs_reference),
+        cmocka_unit_test(test_kernels_nonfinite),
+        cmocka_unit_test(test_push_nonfinite_wide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
