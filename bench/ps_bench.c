@@ -13,6 +13,7 @@ int bench_data_main(int argc, char **argv);
 int bench_train_main(int argc, char **argv);
 int bench_dist_main(int argc, char **argv);
 int bench_gpu_main(int argc, char **argv);
+int bench_py_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -26,6 +27,7 @@ static const struct {
     {"train", bench_train_main, "local DLRM training vs OpenBLAS sgemm peak, AUC vs oracle"},
     {"dist", bench_dist_main, "training against a ps-server process vs the same model local"},
     {"gpu", bench_gpu_main, "the DLRM step on the GPU vs PyTorch, GEMM share of peak, overlap"},
+    {"py", bench_py_main, "the Python package vs the C client, PyTorch DLRM steps and AUC"},
 };
 
 int main(int argc, char **argv) {

@@ -1,0 +1,214 @@
+/* bench_py.c: `ps-bench py`: the Python package (python/emberps) against the C client it wraps.
+ *
+ * A ps-server process (one event loop) runs pinned to CPU 0 with two tables, b64 (dim 64) and
+ * d16 (dim 16), both Adagrad; the clients run on CPU 1 (--no-pin: unpinned). The Python side is
+ * `/usr/bin/python3 -m emberps.bench` (python/emberps/bench.py: Debian's torch needs Debian's
+ * interpreter), given this build's libpsclient and binaries; it fills a universe of 1M keys
+ * (--quick 200k, --smoke 20k) and times Client.pull of random batches of 4096 keys, one call at
+ * a time, in rounds. Before each of its rounds it hands over through a pipe and this process
+ * times the same loop through psc_pull on the same keys and server (c_pull_rows_per_s), so the
+ * two alternate. py_vs_c = the medians' ratio (goal >= 0.8). The Python side adds
+ * torch_step_overhead (a DLRM step with emberps.torch.EmbeddingBag / with a local
+ * nn.EmbeddingBag, goal <= 1.5) and, except with --smoke, torch_auc_minus_worker
+ * (examples/torch_dlrm.py against ps-worker on generated data, goal >= -0.005); see its text.
+ * Without python3, numpy or cffi the Python keys are missing and py_skipped says why.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "emberps/psclient.h"
+
+#define BATCH  4096
+#define NBATCH 64
+#define DIM    64
+#define GOLDEN UINT64_C(0x9E3779B97F4A7C15) /* python/emberps/bench.py's universe: i * GOLDEN */
+#define PYTHON "/usr/bin/python3"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One C round: blocking pulls of random batches for `secs`; rows/s (negative: the error). */
+static double c_round(psc_t *c, const uint64_t *batches, float *rows, double secs) {
+    long n = 0;
+    const double t0 = now_s();
+    double el;
+    do {
+        int rc = psc_pull(c, "b64", batches + (size_t)(n % NBATCH) * BATCH, BATCH, DIM, rows);
+        if (rc)
+            return rc;
+        n++;
+    } while ((el = now_s() - t0) < secs);
+    return (double)n * BATCH / el;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Run the Python side with the sync pipes; its output into out_path. Returns its pid. */
+static pid_t spawn_python(const bench_opts_t *o, const char *servers, int rfd, int wfd,
+                          const char *out_path) {
+    char bin[600], lib[700], srv[128], sync[32], pypath[600];
+    bench_sibling("ps-server", bin, sizeof bin);
+    *strrchr(bin, '/') = '\0'; /* the binaries' directory */
+    snprintf(lib, sizeof lib, "%s/../lib/libpsclient.so.%d", bin, PSC_VERSION_MAJOR);
+    snprintf(srv, sizeof srv, "--servers=%s", servers);
+    snprintf(sync, sizeof sync, "--sync=%d,%d", rfd, wfd);
+    snprintf(pypath, sizeof pypath, "%s/python", EMBER_SOURCE_DIR);
+    char bindir[620];
+    snprintf(bindir, sizeof bindir, "--bin-dir=%s", bin);
+    const char *size = o->smoke ? "--smoke" : o->quick ? "--quick" : NULL; /* NULL: full */
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        FILE *f = freopen(out_path, "w", stdout);
+        if (!f)
+            _exit(127);
+        setenv("PYTHONPATH", pypath, 1);
+        setenv("EMBERPS_LIBPSCLIENT", lib, 1);
+        setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
+        char *args[] = {PYTHON, "-m",     "emberps.bench", srv, sync,
+                        bindir, "--json", (char *)size,    NULL};
+        execv(PYTHON, args);
+        _exit(127);
+    }
+    return pid;
+}
+
+int bench_py_main(int argc, char **argv) {
+    bench_opts_t o;
+    bench_parse_opts(argc, argv, "py", &o);
+    signal(SIGPIPE, SIG_IGN);
+    const uint64_t nkeys = o.smoke ? 20000 : o.quick ? 200000 : 1000000;
+    const double secs = o.seconds > 0 ? o.seconds : o.smoke ? 0.2 : o.quick ? 1.0 : 2.0;
+    char dir[256], bin[600], pf[300], portarg[32], pfarg[320];
+    bench_tmpdir("py", dir, sizeof dir);
+    bench_sibling("ps-server", bin, sizeof bin);
+    snprintf(pf, sizeof pf, "%s/port", dir);
+    const int port = bench_free_port();
+    snprintf(portarg, sizeof portarg, "--port=%d", port);
+    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    char *sargv[] = {bin,
+                     portarg,
+                     pfarg,
+                     "--io-threads=1",
+                     "--grpc-port=0",
+                     "--metrics-port=-1",
+                     "--log-level=warn",
+                     "--tables=name=b64,dim=64,optimizer=adagrad;name=d16,dim=16,optimizer=adagrad",
+                     NULL};
+    pid_t ps = bench_spawn(&o, sargv);
+    if (!bench_wait_file(pf, 10)) {
+        fprintf(stderr, "ps-bench py: %s did not start\n", bin);
+        bench_stop(ps);
+        return 1;
+    }
+    bench_pin(&o, 1);
+    char servers[64];
+    snprintf(servers, sizeof servers, "127.0.0.1:%d", port);
+    psc_opts_t co = {.servers = servers, .timeout_ms = 60000};
+    psc_t *c = NULL;
+    if (psc_connect(&co, &c)) {
+        fprintf(stderr, "ps-bench py: cannot connect to %s\n", servers);
+        bench_stop(ps);
+        return 1;
+    }
+    uint64_t *batches = malloc(sizeof(uint64_t) * BATCH * NBATCH);
+    float *rows = malloc(sizeof(float) * BATCH * DIM);
+    if (!batches || !rows)
+        abort();
+    uint64_t rng = 7;
+    for (size_t i = 0; i < (size_t)BATCH * NBATCH; i++)
+        batches[i] = (bench_rand(&rng) % nkeys + 1) * GOLDEN;
+
+    int to_py[2], from_py[2];
+    if (pipe(to_py) || pipe(from_py))
+        abort();
+    char out_path[320];
+    snprintf(out_path, sizeof out_path, "%s/python.out", dir);
+    printf("ps-bench py: %llu keys, dim %d, batches of %d, server on CPU 0, clients on CPU 1\n",
+           (unsigned long long)nkeys, DIM, BATCH);
+    fflush(stdout);
+    pid_t py = spawn_python(&o, servers, to_py[0], from_py[1], out_path);
+    close(to_py[0]);
+    close(from_py[1]);
+    double rates[16];
+    int nr = 0, failed = 0;
+    char ch;
+    /* Python asks ('r') before each of its rounds (after filling the keys): a C round first */
+    while (read(from_py[0], &ch, 1) == 1 && ch == 'r' && nr < 16) {
+        const double r = c_round(c, batches, rows, secs);
+        if (r < 0) {
+            fprintf(stderr, "ps-bench py: psc_pull: %s\n", psc_strerror((int)r));
+            failed = 1;
+            break;
+        }
+        rates[nr++] = r;
+        if (write(to_py[1], "g", 1) != 1)
+            break;
+    }
+    close(to_py[1]);
+    close(from_py[0]);
+    int st = 0;
+    waitpid(py, &st, 0);
+    psc_close(c);
+    bench_stop(ps);
+    free(batches);
+    free(rows);
+
+    cJSON *root = NULL;
+    char line[8192], last[8192] = "";
+    FILE *f = fopen(out_path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (line[0] == '{')
+            snprintf(last, sizeof last, "%s", line);
+        else
+            printf("  %s", line);
+    }
+    if (f)
+        fclose(f);
+    if (last[0])
+        root = cJSON_Parse(last);
+    if (!root) {
+        root = cJSON_CreateObject();
+        char why[200];
+        snprintf(why, sizeof why,
+                 "%s -m emberps.bench exited with status %d (numpy, cffi: "
+                 "deploy/install-deps.sh)",
+                 PYTHON, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        cJSON_AddStringToObject(root, "py_skipped", why);
+        printf("  %s\n", why);
+    }
+    if (nr) {
+        qsort(rates, (size_t)nr, sizeof rates[0], cmp_double);
+        const double cr = rates[nr / 2];
+        cJSON_AddNumberToObject(root, "c_pull_rows_per_s", cr);
+        const cJSON *pr = cJSON_GetObjectItem(root, "py_pull_rows_per_s");
+        if (cJSON_IsNumber(pr)) {
+            cJSON_AddNumberToObject(root, "py_vs_c", pr->valuedouble / cr);
+            printf("pull, dim 64, batch %d: python %.2fM rows/s, C %.2fM rows/s: py_vs_c %.2f "
+                   "(goal >= 0.8)\n",
+                   BATCH, pr->valuedouble / 1e6, cr / 1e6, pr->valuedouble / cr);
+        }
+    }
+    const cJSON *ov = cJSON_GetObjectItem(root, "torch_step_overhead");
+    if (cJSON_IsNumber(ov))
+        printf("torch DLRM step, EmberPS embeddings / local nn.EmbeddingBag: %.2f (goal <= 1.5)\n",
+               ov->valuedouble);
+    const cJSON *am = cJSON_GetObjectItem(root, "torch_auc_minus_worker");
+    if (cJSON_IsNumber(am))
+        printf("torch AUC - ps-worker AUC: %+.4f (goal >= -0.005)\n", am->valuedouble);
+    bench_emit_json(&o, root);
+    return failed;
+}
