@@ -1,5 +1,7 @@
 """Failures become EmberError (with the code's name and the server's detail) or TypeError /
 ValueError for bad arguments; nothing crashes and the client stays usable."""
+import os
+
 import numpy as np
 import pytest
 
@@ -84,3 +86,27 @@ def test_token(servers):
     assert e.value.name == "PC_EAUTH"
     with emberps.Client(addr, token="s3cret") as c:
         assert c.pull("emb", [1, 2]).shape == (2, 8)
+
+
+def test_tls(servers, tmp_path):
+    """TLS on the data plane from Python: the cluster's CA verifies; another CA is PC_ETLS with
+    the reason; a plaintext client against a TLS server fails too."""
+    from conftest import REPO
+    import subprocess
+    d = str(tmp_path / "tls")
+    subprocess.run(["bash", os.path.join(REPO, "deploy", "make-certs.sh"), d], check=True,
+                   capture_output=True, timeout=120)
+    addr, _ = servers(TABLE, extra=["--tls-cert=%s/server.pem" % d, "--tls-key=%s/server.key" % d,
+                                    "--token=t0k"])
+    with emberps.Client(addr, token="t0k", tls_ca=d + "/ca.pem") as c:
+        assert c.pull("emb", [5, 6]).shape == (2, 8)
+    with pytest.raises(emberps.EmberError) as e:
+        emberps.Client(addr, token="t0k", tls_ca=d + "/other-ca.pem")
+    assert e.value.name == "PC_ETLS" and "certificate verify failed" in e.value.detail
+    with pytest.raises(emberps.EmberError):
+        emberps.Client(addr, token="t0k", connect_timeout_ms=2000)
+    with pytest.raises(emberps.EmberError) as e:
+        emberps.Client(addr, token="t0k", tls_ca=d + "/missing.pem")
+    assert e.value.name == "PC_ENOTFOUND"
+    with pytest.raises(ValueError):
+        emberps.Client(addr, tls_cert=d + "/client.pem")  # a certificate needs tls_ca
