@@ -7,8 +7,10 @@
  * caller's buffer, ready for the socket. The handshake runs inside pc_tls_handshake (call it
  * after each read until it returns 0); its output, and anything else the session has to send,
  * comes out with pc_tls_take (after pc_tls_pending says how many bytes). Protocol: TLS 1.2 or newer
- * (1.3 preferred); a client verifies the server's chain against its CA file and checks the
- * server's name (an IPv4/IPv6 address against the certificate's IP SANs, otherwise a DNS name).
+ * (1.3 preferred); suites AES-128-GCM first, then AES-256-GCM and ChaCha20-Poly1305, the server's
+ * order deciding (TLS 1.2: ECDHE AEAD suites only); a client verifies the server's chain against
+ * its CA file and checks the server's name (an IPv4/IPv6 address against the certificate's IP SANs,
+ * otherwise a DNS name).
  *
  * Errors are negative PC_E* codes (pc_error.h); OpenSSL's own error queue is read and cleared
  * once, here, and turned into one line that pc_tls_error / the err buffers give:
@@ -19,7 +21,10 @@
  * the caller's output buffer: ciphertext is copied once on the way in (into OpenSSL's record
  * buffer) and written once on the way out (records straight into the caller's buffer). With
  * OpenSSL's memory BIOs each byte was copied once more each way and their buffers zeroed as
- * they grew: measured on 256 KiB replies, that cost more than the encryption. OpenSSL's error
+ * they grew: measured on 256 KiB replies, that cost more than the encryption. Now pc_tls_seal
+ * costs 72 ns of CPU per 256 bytes, of which AES-128-GCM is 60 and the record layer 12 (OpenSSL
+ * 3.0 copies the plaintext into its record buffer and encrypts there; only kTLS avoids that).
+ * pc_tls_read is alike (decrypt in the record buffer, one copy out). OpenSSL's error
  * queue is per thread: every function here clears it before returning, so a session's errors
  * never leak into another's on the same thread.
  *
