@@ -2,7 +2,8 @@
 # emberps-entrypoint: the image's ENTRYPOINT. The first argument says what the container runs:
 #
 #   server [FLAG...]    ps-server, index from the pod's ordinal hostname (ps-server-3 -> 3)
-#   worker [FLAG...]    ps-worker, rank from JOB_COMPLETION_INDEX (an Indexed Job)
+#   worker [FLAG...]    ps-worker, rank from JOB_COMPLETION_INDEX (an Indexed Job), the servers'
+#                       data and gRPC addresses (--servers, --server-grpc) from the Services
 #   health              exit 0 when this pod's ps-server answers psctl health (probes)
 #   datagen DIR PARTS [FLAG...]  ps-datagen into DIR, training rows split into PARTS files
 #   psctl|ps-server|ps-worker|ps-datagen [ARG...]   that program as is
@@ -99,7 +100,11 @@ case "$cmd" in
     ;;
   worker)
     rank=${JOB_COMPLETION_INDEX:?JOB_COMPLETION_INDEX unset (run workers as an Indexed Job)}
-    exec ps-worker --servers="$(cluster_map)" --rank="$rank" \
+    grpcs="" # every server's gRPC address, in map order (coordinated checkpoints)
+    for ((i = 0; i < ${EMBER_SERVERS:?EMBER_SERVERS unset}; i++)); do
+      grpcs+="${grpcs:+,}$(resolve "$(server_host $i)"):$((gport + i * stride))"
+    done
+    exec ps-worker --servers="$(cluster_map)" --rank="$rank" --server-grpc="$grpcs" \
       --coordinator="$(resolve "$(server_host 0)"):$gport" --host="${POD_IP:-127.0.0.1}" "${client[@]}" "$@"
     ;;
   health)

@@ -11,9 +11,12 @@
 #   - volumes: directories under a temp dir; 0.0.0.0 -> 127.0.0.1; fewer generated rows;
 #   - the kubelet: this script (start, readiness probe, SIGKILL, restart, SIGTERM).
 # 2 servers (StatefulSet pods 0 and 1, server 0 the coordinator) and 2 workers (Indexed Job
-# pods 0 and 1, datagen init container first) train; worker 1 is killed with SIGKILL mid-run
-# and started again with the same command (a replacement pod of the same index); both must
-# finish; the servers stop on SIGTERM with a checkpoint and exit 0.
+# pods 0 and 1, datagen init container first) train with TLS on both planes and the token (the
+# Secret gets tls.crt, tls.key and ca.crt, made by deploy/make-certs.sh for 127.0.0.1, as
+# `kubectl create secret --from-file` would put them) and coordinated checkpoints into the
+# shared claim; worker 1 is killed with SIGKILL mid-run and started again with the same command
+# (a replacement pod of the same index); both must finish, the shared claim must hold a job
+# checkpoint naming both servers; the servers stop on SIGTERM with a checkpoint and exit 0.
 set -euo pipefail
 src=$1 bin=$2
 py=/usr/bin/python3
@@ -52,6 +55,18 @@ else
 fi
 ns=$($py -c 'import sys, yaml; print([o for o in yaml.safe_load_all(open(sys.argv[1])) if o["kind"] == "StatefulSet"][0]["metadata"]["namespace"])' "$tmp/all.yaml")
 
+# TLS material into the Secret (tls.crt, tls.key, ca.crt), which turns TLS on everywhere.
+bash "$src/deploy/make-certs.sh" "$tmp/certs" >/dev/null 2>&1 || fail "deploy/make-certs.sh"
+$py - "$tmp/all.yaml" "$tmp/certs" <<'EOF' || fail "adding the TLS files to the Secret"
+import sys, yaml
+docs = list(yaml.safe_load_all(open(sys.argv[1])))
+d = sys.argv[2]
+sec = [o for o in docs if o["kind"] == "Secret" and o["metadata"]["name"] == "emberps-secret"][0]
+for key, f in (("tls.crt", "server.pem"), ("tls.key", "server.key"), ("ca.crt", "ca.pem")):
+    sec["stringData"][key] = open(f"{d}/{f}").read()
+yaml.safe_dump_all(docs, open(sys.argv[1], "w"))
+EOF
+
 # getent: the cluster's DNS for the per-server Services, the system's for anything else.
 mkdir -p "$tmp/shim" "$tmp/logs"
 cat >"$tmp/shim/getent" <<EOF
@@ -67,7 +82,7 @@ export PATH="$tmp/shim:$bin:$PATH"
 base=$((20000 + ($$ % 800) * 20))
 sets=(--set EMBER_PORT_STRIDE=1 --set EMBER_DATA_PORT=$base --set EMBER_GRPC_PORT=$((base + 5))
       --set EMBER_METRICS_PORT=$((base + 10)) --set EMBER_DATAGEN_ROWS=300000
-      --set EMBER_DATAGEN_TEST_ROWS=5000)
+      --set EMBER_DATAGEN_TEST_ROWS=5000 --set EMBER_JOBCKPT_EVERY=40)
 gen() { $py "$tool" pod "$tmp/all.yaml" "$@" "$tmp/pods" "${sets[@]}"; }
 for i in 0 1; do
   gen StatefulSet ps-server ps-server $i >"$tmp/server-$i.sh"
@@ -110,7 +125,8 @@ done
 # Rank 1's step at the coordinator (server 0's gRPC port), through psctl as an operator would.
 token=$(cat "$tmp/pods/ps-server-0/secret/token")
 step1() {
-  psctl --server=127.0.0.1:$((base + 5)) --token="$token" --timeout-ms=2000 workers emberps \
+  psctl --server=127.0.0.1:$((base + 5)) --token="$token" --tls-ca="$tmp/certs/ca.pem" \
+    --timeout-ms=2000 workers emberps \
     2>/dev/null | awk '$1 == "1" && $2 == "training" { print $4 }'
 }
 killed_at=""
@@ -152,6 +168,16 @@ assert 0 < w1["samples"] < w0["samples"] - 1000, "the restarted rank 1 did not r
 EOF
 grep -q -i "rejoin\|generation" "$tmp/logs/worker-1.log" "$tmp/logs/worker-0.log" ||
   fail "no worker log line about the rejoin (generation)"
+grep -q -i "TLS" "$tmp/logs/server-0.log" || fail "server 0 does not say it serves TLS"
+
+# The job's coordinated checkpoints, in the claim both worker pods mount.
+jc=$tmp/pods/claims/emberps-jobckpt
+[ -s "$jc/LATEST" ] || fail "no coordinated checkpoint (LATEST) in the shared claim"
+step=$(cat "$jc/LATEST")
+man=$jc/$(printf 'step-%020d' "$step")/manifest
+grep -Eq '^servers [0-9]+ [0-9]+$' "$man" ||
+  fail "the job checkpoint of step $step does not name both servers' checkpoints"
+echo "coordinated checkpoint of step $step in the shared claim: $(tr '\n' ';' <"$man")"
 
 # The StatefulSet's pods stop: SIGTERM, a checkpoint, exit 0 (terminationGracePeriodSeconds).
 for i in 0 1; do kill -TERM "${spids[$i]}"; done

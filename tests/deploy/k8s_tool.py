@@ -14,8 +14,9 @@ kind-free test runs exactly what the manifests say. Substitutions, all of them h
     metadata.namespace = the object's namespace, status.podIP = 127.0.0.1;
   - the image's ENTRYPOINT (emberps-entrypoint) = deploy/container/emberps-entrypoint.sh; the
     programs come from PATH (the test puts build/bin first);
-  - every volume's mountPath = ROOT/<pod>/<volume> (emptyDir and claims: a directory; a Secret:
-    its keys written there as files), in args and environment values;
+  - every volume's mountPath = ROOT/<pod>/<volume> (emptyDir and claim templates: a directory;
+    a Secret: its keys written there as files), a named claim's = ROOT/claims/<claim> (shared by
+    the pods mounting it, as a ReadWriteMany volume is), in args and environment values;
   - 0.0.0.0 = 127.0.0.1 (tests bind loopback only);
   - --set K=V overrides an environment variable after all that (the test: EMBER_PORT_STRIDE=1
     so servers share 127.0.0.1, free ports, fewer generated rows);
@@ -129,6 +130,15 @@ def check(docs):
             bad.append(f"datagen writes {ic['args'][2]} parts for --world={world}")
     if js["template"]["spec"]["restartPolicy"] != "Never":
         bad.append("worker restartPolicy must be Never (a new pod of the same index = kill -9 + restart)")
+    ck = flag(w["args"], "ckpt-dir")
+    if ck:  # coordinated checkpoints: every rank reads them back, so one shared claim
+        mounts = {m["mountPath"]: m["name"] for m in w.get("volumeMounts", [])}
+        vols = {v["name"]: v for v in js["template"]["spec"].get("volumes", [])}
+        pvc = vols.get(mounts.get(ck), {}).get("persistentVolumeClaim", {}).get("claimName")
+        claims = [o for o in docs if o["kind"] == "PersistentVolumeClaim"
+                  and o["metadata"]["name"] == pvc]
+        if not claims or "ReadWriteMany" not in claims[0]["spec"]["accessModes"]:
+            bad.append(f"the workers' --ckpt-dir={ck} is not a mounted ReadWriteMany claim")
     wann = js["template"]["metadata"]["annotations"]
     if wann.get("prometheus.io/port") != flag(w["args"], "metrics-port"):
         bad.append("the workers' prometheus.io/port is not their --metrics-port")
@@ -152,10 +162,13 @@ def pod(docs, kind, name, cname, index, root, sets, probe):
     vols = {v["name"]: v for v in spec.get("volumes", [])}
     paths = {}
     for m in c.get("volumeMounts", []):
-        host = os.path.join(root, podname, m["name"])
+        v = vols.get(m["name"], {})
+        if "persistentVolumeClaim" in v:  # a named claim: one volume every pod mounting it shares
+            host = os.path.join(root, "claims", v["persistentVolumeClaim"]["claimName"])
+        else:
+            host = os.path.join(root, podname, m["name"])
         paths[m["mountPath"]] = host
         os.makedirs(host, exist_ok=True)
-        v = vols.get(m["name"], {})
         if "secret" in v:
             sec = find(docs, "Secret", v["secret"]["secretName"])
             for key, val in (sec.get("stringData") or {}).items():
