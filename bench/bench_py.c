@@ -28,7 +28,6 @@
 #define NBATCH 64
 #define DIM    64
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15) /* python/emberps/bench.py's universe: i * GOLDEN */
-#define PYTHON "/usr/bin/python3"
 
 static double now_s(void) {
     struct timespec t;
@@ -58,32 +57,16 @@ static int cmp_double(const void *a, const void *b) {
 /* Run the Python side with the sync pipes; its output into out_path. Returns its pid. */
 static pid_t spawn_python(const bench_opts_t *o, const char *servers, int rfd, int wfd,
                           const char *out_path) {
-    char bin[600], lib[700], srv[128], sync[32], pypath[600];
+    char bin[600], srv[128], sync[32], bindir[620];
     bench_sibling("ps-server", bin, sizeof bin);
     *strrchr(bin, '/') = '\0'; /* the binaries' directory */
-    snprintf(lib, sizeof lib, "%s/../lib/libpsclient.so.%d", bin, PSC_VERSION_MAJOR);
     snprintf(srv, sizeof srv, "--servers=%s", servers);
     snprintf(sync, sizeof sync, "--sync=%d,%d", rfd, wfd);
-    snprintf(pypath, sizeof pypath, "%s/python", EMBER_SOURCE_DIR);
-    char bindir[620];
     snprintf(bindir, sizeof bindir, "--bin-dir=%s", bin);
     const char *size = o->smoke ? "--smoke" : o->quick ? "--quick" : NULL; /* NULL: full */
-    pid_t pid = fork();
-    if (pid < 0)
-        abort();
-    if (pid == 0) {
-        FILE *f = freopen(out_path, "w", stdout);
-        if (!f)
-            _exit(127);
-        setenv("PYTHONPATH", pypath, 1);
-        setenv("EMBERPS_LIBPSCLIENT", lib, 1);
-        setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
-        char *args[] = {PYTHON, "-m",     "emberps.bench", srv, sync,
-                        bindir, "--json", (char *)size,    NULL};
-        execv(PYTHON, args);
-        _exit(127);
-    }
-    return pid;
+    char *args[] = {BENCH_PYTHON, "-m",     "emberps.bench", srv, sync,
+                    bindir,       "--json", (char *)size,    NULL};
+    return bench_python(args, out_path, false);
 }
 
 int bench_py_main(int argc, char **argv) {
@@ -167,26 +150,14 @@ int bench_py_main(int argc, char **argv) {
     free(batches);
     free(rows);
 
-    cJSON *root = NULL;
-    char line[8192], last[8192] = "";
-    FILE *f = fopen(out_path, "r");
-    while (f && fgets(line, sizeof line, f)) {
-        if (line[0] == '{')
-            snprintf(last, sizeof last, "%s", line);
-        else
-            printf("  %s", line);
-    }
-    if (f)
-        fclose(f);
-    if (last[0])
-        root = cJSON_Parse(last);
+    cJSON *root = bench_python_result(out_path, NULL, 0);
     if (!root) {
         root = cJSON_CreateObject();
         char why[200];
         snprintf(why, sizeof why,
                  "%s -m emberps.bench exited with status %d (numpy, cffi: "
                  "deploy/install-deps.sh)",
-                 PYTHON, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+                 BENCH_PYTHON, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         cJSON_AddStringToObject(root, "py_skipped", why);
         printf("  %s\n", why);
     }

@@ -11,18 +11,27 @@
  *  - the same data's AUC for LR, FM and DeepFM (auc_lr, auc_fm, auc_deepfm; not with --smoke);
  *  - MovieLens (when $EMBER_SHARED_DATA or ../shared/data has it): ratings >= 4 positive, the
  *    last 20% by time as the test set, user and movie as two fields, batch 64, one epoch:
- *    movielens_auc_lr, movielens_auc_dlrm (and FM, DeepFM).
+ *    movielens_auc_lr, movielens_auc_dlrm (and FM, DeepFM);
+ *  - torch_auc: the same DLRM trained on the same files in PyTorch on the CPU
+ *    (bench/torch_train.py under /usr/bin/python3: local embeddings with the table's Adagrad and
+ *    initializer, the worker's dense optimizer, batch and order; every setting passed from the
+ *    two settings tables, so the defaults stay declared once) and auc_minus_torch = auc -
+ *    torch_auc (goal >= -0.002). Without python3 and torch the two keys are absent and
+ *    torch_skipped says why.
  */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench_util.h"
 #include "pc_log.h"
+#include "pc_settings.h"
 #include "pc_time.h"
+#include "ps_table.h"
 #include "pw_datagen.h"
 #include "pw_split.h"
 #include "pw_train.h"
@@ -88,6 +97,94 @@ static void movielens(const char *dir, cJSON *root) {
     unlink(te);
 }
 
+/* torch_train.py's flags: the settings of ps-worker (pw_train_settings) or of its table
+ * (ps_table_settings) that it takes. */
+static const struct {
+    bool table;
+    const char *name, *flag;
+} k_torch_flags[] = {
+    {false, "dense_optimizer", "dense-optimizer"},
+    {false, "dense_lr", "dense-lr"},
+    {false, "batch", "batch"},
+    {false, "dim", "dim"},
+    {false, "bottom", "bottom"},
+    {false, "top", "top"},
+    {false, "seed", "seed"},
+    {true, "lr", "table-lr"},
+    {true, "adagrad_init", "adagrad-init"},
+    {true, "eps", "eps"},
+    {true, "init_scale", "init-scale"},
+};
+
+/* "--flag=VALUE" of setting `name` of tab (over obj) appended to args. */
+static void add_flag(char **args, int *na, const pc_setting_t *tab, size_t n, const void *obj,
+                     const char *name, const char *flag) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(tab[i].name, name) == 0) {
+            char v[256], buf[320];
+            pc_settings_format(&tab[i], obj, v, sizeof v);
+            snprintf(buf, sizeof buf, "--%s=%s", flag, v);
+            args[(*na)++] = strdup(buf);
+            return;
+        }
+    abort(); /* a setting this file names is gone */
+}
+
+/* bench/torch_train.py on tr/te with c's settings and its table's: torch_auc and
+ * auc_minus_torch into root (auc is ps-worker's), or torch_skipped with the reason. */
+static void torch_reference(const pw_train_config_t *c, double auc, const char *dir, const char *tr,
+                            const char *te, cJSON *root) {
+    char why[900] = "", out_path[320];
+    ps_table_config_t tc;
+    ps_table_config_defaults(&tc);
+    if (ps_table_config_parse(&tc, c->table, why, sizeof why) == 0 &&
+        (tc.optimizer != PS_OPT_ADAGRAD || tc.init != PS_INIT_UNIFORM))
+        snprintf(why, sizeof why, "bench/torch_train.py has Adagrad tables with uniform init");
+    cJSON *r = NULL;
+    if (!why[0]) {
+        char *args[32] = {BENCH_PYTHON, NULL}, script[400], trf[320], tef[320];
+        int na = 1, nfixed;
+        snprintf(script, sizeof script, "%s/bench/torch_train.py", EMBER_SOURCE_DIR);
+        snprintf(trf, sizeof trf, "--train=%s", tr);
+        snprintf(tef, sizeof tef, "--test=%s", te);
+        args[na++] = script;
+        args[na++] = trf;
+        args[na++] = tef;
+        args[na++] = "--json";
+        nfixed = na;
+        size_t nw, nt;
+        const pc_setting_t *wt = pw_train_settings(&nw), *tt = ps_table_settings(&nt);
+        for (size_t i = 0; i < sizeof k_torch_flags / sizeof *k_torch_flags; i++) {
+            const bool table = k_torch_flags[i].table;
+            add_flag(args, &na, table ? tt : wt, table ? nt : nw, table ? (void *)&tc : (void *)c,
+                     k_torch_flags[i].name, k_torch_flags[i].flag);
+        }
+        snprintf(out_path, sizeof out_path, "%s/torch.out", dir);
+        int st = 0;
+        waitpid(bench_python(args, out_path, true), &st, 0);
+        for (int i = nfixed; i < na; i++)
+            free(args[i]);
+        char last[400];
+        r = bench_python_result(out_path, last, sizeof last);
+        unlink(out_path);
+        snprintf(why, sizeof why, "%s exited with status %d: %s", script,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : -1, last + strspn(last, " "));
+    }
+    const cJSON *ta = r ? cJSON_GetObjectItem(r, "auc") : NULL;
+    if (cJSON_IsNumber(ta)) {
+        cJSON_AddNumberToObject(root, "torch_auc", ta->valuedouble);
+        cJSON_AddNumberToObject(root, "auc_minus_torch", auc - ta->valuedouble);
+        printf("%-40s %12.4f  (auc_minus_torch %+.4f, goal >= -0.002)\n", "PyTorch's test AUC",
+               ta->valuedouble, auc - ta->valuedouble);
+    } else {
+        char skipped[1000];
+        snprintf(skipped, sizeof skipped, "%s (python3-torch: deploy/install-deps.sh)", why);
+        cJSON_AddStringToObject(root, "torch_skipped", skipped);
+        printf("%-40s skipped: %s\n", "PyTorch's test AUC", skipped);
+    }
+    cJSON_Delete(r);
+}
+
 int bench_train_main(int argc, char **argv) {
     bench_opts_t o;
     bench_parse_opts(argc, argv, "train", &o);
@@ -135,8 +232,6 @@ int bench_train_main(int argc, char **argv) {
     double scan, ratio;
     const double parse = bench_parse_rate(lines, len, o.smoke ? 20000 : 200000, &scan, &ratio);
     free(lines);
-    unlink(tr);
-    unlink(te);
     printf("ps-bench train: DLRM (26 fields, dim 16, 13-64-16, 128-64-1), batch 1024, %llu "
            "training rows, OpenBLAS 1 thread + the reader thread\n",
            (unsigned long long)r.samples);
@@ -149,6 +244,9 @@ int bench_train_main(int argc, char **argv) {
     printf("%-40s LR %.4f, FM %.4f, DeepFM %.4f\n", "other models' test AUC", other[0], other[1],
            other[2]);
     cJSON *root = cJSON_CreateObject();
+    torch_reference(&c, r.auc, dir, tr, te, root);
+    unlink(tr);
+    unlink(te);
     cJSON_AddNumberToObject(root, "auc_lr", other[0]);
     cJSON_AddNumberToObject(root, "auc_fm", other[1]);
     cJSON_AddNumberToObject(root, "auc_deepfm", other[2]);

@@ -2,6 +2,7 @@
 #include "bench_util.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "emberps/psclient.h"
 #include "pc_rand.h"
 #include "pc_time.h"
 #include "ps_table.h"
@@ -233,6 +235,48 @@ void bench_sibling(const char *name, char *buf, size_t cap) {
     if (!slash || (size_t)(slash - buf) + 1 + strlen(name) >= cap)
         abort();
     strcpy(slash + 1, name);
+}
+
+int bench_python(char *const args[], const char *out_path, bool merge_stderr) {
+    char bin[600], lib[700], pypath[600];
+    bench_sibling("ps-server", bin, sizeof bin);
+    *strrchr(bin, '/') = '\0'; /* the binaries' directory */
+    snprintf(lib, sizeof lib, "%s/../lib/libpsclient.so.%d", bin, PSC_VERSION_MAJOR);
+    snprintf(pypath, sizeof pypath, "%s/python", EMBER_SOURCE_DIR);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        abort();
+    if (pid == 0) {
+        if (!freopen(out_path, "w", stdout) || (merge_stderr && dup2(1, 2) < 0))
+            _exit(127);
+        setenv("PYTHONPATH", pypath, 1);
+        setenv("EMBERPS_LIBPSCLIENT", lib, 1);
+        setenv("PYTHONDONTWRITEBYTECODE", "1", 1);
+        execv(BENCH_PYTHON, args);
+        printf("%s: %s\n", BENCH_PYTHON, strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+cJSON *bench_python_result(const char *out_path, char *last, size_t cap) {
+    char line[8192], json[8192] = "";
+    if (last)
+        last[0] = '\0';
+    FILE *f = fopen(out_path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (line[0] == '{') {
+            snprintf(json, sizeof json, "%s", line);
+            continue;
+        }
+        printf("  %s", line);
+        if (last)
+            snprintf(last, cap, "%.*s", (int)strcspn(line, "\n"), line);
+    }
+    if (f)
+        fclose(f);
+    return json[0] ? cJSON_Parse(json) : NULL;
 }
 
 void bench_tmpdir(const char *area, char *buf, size_t cap) {

@@ -70,6 +70,17 @@ void bench_sibling(const char *name, char *buf, size_t cap);
  * cannot be made. */
 void bench_tmpdir(const char *area, char *buf, size_t cap);
 
+/* The Python side of an area (ps-bench py, train): fork + exec BENCH_PYTHON with args (args[0]
+ * is BENCH_PYTHON, NULL-terminated), PYTHONPATH the checkout's python/ and EMBERPS_LIBPSCLIENT
+ * this build's libpsclient; its stdout (and with merge_stderr its stderr) into out_path. Debian's
+ * torch is built for Debian's interpreter, hence /usr/bin/python3. Returns the child's pid. */
+#define BENCH_PYTHON "/usr/bin/python3"
+int bench_python(char *const args[], const char *out_path, bool merge_stderr);
+/* Read what bench_python's child wrote: the last line starting with '{' parsed (NULL when none
+ * or unparsable; the caller frees it), every other line printed indented. `last` (may be NULL)
+ * gets the last of those other lines, "" when none: why a failed child failed. */
+cJSON *bench_python_result(const char *out_path, char *last, size_t cap);
+
 /* Print the JSON object (and free it) as the last line when json is on. */
 void bench_emit_json(const bench_opts_t *o, cJSON *root);
 
