@@ -413,32 +413,36 @@ prefetch_row(const ps_table_t *t, const ps_shard_t *s, uint32_t r, int write, ui
     prefetch_floats(row_ptr(t, s, r), floats, write);
 }
 
-/* Bitmask of the slots of a bucket that are occupied and carry `tag` in the bits `hi`. */
-static inline uint32_t bucket_match(const uint32_t *sl, uint32_t hi, uint32_t tag) {
+/* Bitmask of the slots of a bucket that are occupied and carry `tag` in the bits `hi`; *empty
+ * gets the bitmask of its free slots (from the same compares). */
+static inline uint32_t bucket_scan(const uint32_t *sl, uint32_t hi, uint32_t tag, uint32_t *empty) {
 #ifdef __SSE2__
     const __m128i vh = _mm_set1_epi32((int)hi), vt = _mm_set1_epi32((int)tag);
     const __m128i zero = _mm_setzero_si128();
-    uint32_t mask = 0;
+    uint32_t mask = 0, free = 0;
     for (int q = 0; q < 4; q++) {
         __m128i v = _mm_load_si128((const __m128i *)(sl + 4 * q));
-        __m128i eq = _mm_cmpeq_epi32(_mm_and_si128(v, vh), vt);
-        eq = _mm_andnot_si128(_mm_cmpeq_epi32(v, zero), eq);
+        __m128i z = _mm_cmpeq_epi32(v, zero);
+        __m128i eq = _mm_andnot_si128(z, _mm_cmpeq_epi32(_mm_and_si128(v, vh), vt));
         mask |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(eq)) << (4 * q);
+        free |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(z)) << (4 * q);
     }
+    *empty = free;
     return mask;
 #else
-    uint32_t mask = 0;
-    for (int j = 0; j < BUCKET_SLOTS; j++)
+    uint32_t mask = 0, free = 0;
+    for (int j = 0; j < BUCKET_SLOTS; j++) {
         mask |= (uint32_t)(sl[j] && (sl[j] & hi) == tag) << j;
+        free |= (uint32_t)!sl[j] << j;
+    }
+    *empty = free;
     return mask;
 #endif
 }
 
-static inline int bucket_full(const uint32_t *sl) {
-    for (int j = 0; j < BUCKET_SLOTS; j++)
-        if (!sl[j])
-            return 0;
-    return 1;
+static inline uint32_t bucket_match(const uint32_t *sl, uint32_t hi, uint32_t tag) {
+    uint32_t empty;
+    return bucket_scan(sl, hi, tag, &empty);
 }
 
 static inline const uint32_t *bucket_at(const ps_shard_t *s, uint32_t b) {
@@ -452,10 +456,10 @@ static inline const uint32_t *bucket_at(const ps_shard_t *s, uint32_t b) {
 /* Stage B: first tag match in b1, without touching keys. */
 static inline uint32_t probe_b1(const ps_shard_t *s, uint64_t h) {
     const uint32_t *sl = bucket_at(s, bucket1(s, h));
-    uint32_t m = bucket_match(sl, ~s->rid_mask, slot_tag(s, h));
+    uint32_t empty, m = bucket_scan(sl, ~s->rid_mask, slot_tag(s, h), &empty);
     if (m)
         return (sl[__builtin_ctz(m)] & s->rid_mask) - 1;
-    return bucket_full(sl) ? CAND_IN_B2 : CAND_ABSENT;
+    return empty ? CAND_ABSENT : CAND_IN_B2; /* only a full b1 sends keys on to b2 */
 }
 
 /* Stage B2: first tag match in b2. */
