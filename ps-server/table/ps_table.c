@@ -351,7 +351,9 @@ static inline uint32_t bucket2(const ps_shard_t *s, uint64_t h) {
 }
 
 static inline uint32_t slot_tag(const ps_shard_t *s, uint64_t h) {
-    return ((uint32_t)(h >> 32) & s->tag_mask) << s->rid_bits;
+    /* Never 0, so a free slot (0) never carries a key's tag: matching needs no occupancy test. */
+    const uint32_t tag = (uint32_t)(h >> 32) & s->tag_mask;
+    return (tag | (tag == 0)) << s->rid_bits;
 }
 
 static inline uint64_t rng_next(ps_shard_t *s) {
@@ -413,36 +415,42 @@ prefetch_row(const ps_table_t *t, const ps_shard_t *s, uint32_t r, int write, ui
     prefetch_floats(row_ptr(t, s, r), floats, write);
 }
 
-/* Bitmask of the slots of a bucket that are occupied and carry `tag` in the bits `hi`; *empty
- * gets the bitmask of its free slots (from the same compares). */
-static inline uint32_t bucket_scan(const uint32_t *sl, uint32_t hi, uint32_t tag, uint32_t *empty) {
+/* Bitmask of the slots of a bucket that carry `tag` (never 0, see slot_tag) in the bits `hi`:
+ * 16 compares packed into one movemask. */
+static inline uint32_t bucket_match(const uint32_t *sl, uint32_t hi, uint32_t tag) {
 #ifdef __SSE2__
     const __m128i vh = _mm_set1_epi32((int)hi), vt = _mm_set1_epi32((int)tag);
-    const __m128i zero = _mm_setzero_si128();
-    uint32_t mask = 0, free = 0;
-    for (int q = 0; q < 4; q++) {
-        __m128i v = _mm_load_si128((const __m128i *)(sl + 4 * q));
-        __m128i z = _mm_cmpeq_epi32(v, zero);
-        __m128i eq = _mm_andnot_si128(z, _mm_cmpeq_epi32(_mm_and_si128(v, vh), vt));
-        mask |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(eq)) << (4 * q);
-        free |= (uint32_t)_mm_movemask_ps(_mm_castsi128_ps(z)) << (4 * q);
-    }
-    *empty = free;
-    return mask;
+    const __m128i *v = (const __m128i *)sl;
+    const __m128i e0 = _mm_cmpeq_epi32(_mm_and_si128(_mm_load_si128(v), vh), vt);
+    const __m128i e1 = _mm_cmpeq_epi32(_mm_and_si128(_mm_load_si128(v + 1), vh), vt);
+    const __m128i e2 = _mm_cmpeq_epi32(_mm_and_si128(_mm_load_si128(v + 2), vh), vt);
+    const __m128i e3 = _mm_cmpeq_epi32(_mm_and_si128(_mm_load_si128(v + 3), vh), vt);
+    const __m128i p = _mm_packs_epi16(_mm_packs_epi32(e0, e1), _mm_packs_epi32(e2, e3));
+    return (uint32_t)_mm_movemask_epi8(p);
 #else
-    uint32_t mask = 0, free = 0;
-    for (int j = 0; j < BUCKET_SLOTS; j++) {
-        mask |= (uint32_t)(sl[j] && (sl[j] & hi) == tag) << j;
-        free |= (uint32_t)!sl[j] << j;
-    }
-    *empty = free;
+    uint32_t mask = 0;
+    for (int j = 0; j < BUCKET_SLOTS; j++)
+        mask |= (uint32_t)((sl[j] & hi) == tag) << j;
     return mask;
 #endif
 }
 
-static inline uint32_t bucket_match(const uint32_t *sl, uint32_t hi, uint32_t tag) {
-    uint32_t empty;
-    return bucket_scan(sl, hi, tag, &empty);
+/* True when the bucket has a free slot. */
+static inline int bucket_has_room(const uint32_t *sl) {
+#ifdef __SSE2__
+    const __m128i zero = _mm_setzero_si128();
+    const __m128i *v = (const __m128i *)sl;
+    const __m128i z = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi32(_mm_load_si128(v), zero),
+                                                _mm_cmpeq_epi32(_mm_load_si128(v + 1), zero)),
+                                   _mm_or_si128(_mm_cmpeq_epi32(_mm_load_si128(v + 2), zero),
+                                                _mm_cmpeq_epi32(_mm_load_si128(v + 3), zero)));
+    return _mm_movemask_epi8(z) != 0;
+#else
+    for (int j = 0; j < BUCKET_SLOTS; j++)
+        if (!sl[j])
+            return 1;
+    return 0;
+#endif
 }
 
 static inline const uint32_t *bucket_at(const ps_shard_t *s, uint32_t b) {
@@ -456,10 +464,10 @@ static inline const uint32_t *bucket_at(const ps_shard_t *s, uint32_t b) {
 /* Stage B: first tag match in b1, without touching keys. */
 static inline uint32_t probe_b1(const ps_shard_t *s, uint64_t h) {
     const uint32_t *sl = bucket_at(s, bucket1(s, h));
-    uint32_t empty, m = bucket_scan(sl, ~s->rid_mask, slot_tag(s, h), &empty);
+    const uint32_t m = bucket_match(sl, ~s->rid_mask, slot_tag(s, h));
     if (m)
         return (sl[__builtin_ctz(m)] & s->rid_mask) - 1;
-    return empty ? CAND_ABSENT : CAND_IN_B2; /* only a full b1 sends keys on to b2 */
+    return bucket_has_room(sl) ? CAND_ABSENT : CAND_IN_B2; /* only a full b1 sends keys to b2 */
 }
 
 /* Stage B2: first tag match in b2. */
