@@ -6,7 +6,9 @@
  * pulled, pushed (Adagrad; Adam on a second table) and looked up by 1 and 2 threads, each thread
  * pinned to its own core. The reference gather copies the same rows, by precomputed row id, from
  * a flat float array (huge pages, touched) into the same output buffer: no hashing, no locks, no
- * optimizer. pull_vs_ref and push_vs_ref are the ratios for the same keys and threads.
+ * optimizer. pull_vs_ref and push_vs_ref are the ratios for the same keys and threads; the
+ * headline is dim 64, and each dim's own ratios are in pull_vs_ref_dimD / push_vs_ref_dimD and
+ * by_dim (optim_kernels names the optimizer kernels the CPU got).
  * Memory overhead per row is reported twice: exact accounting (keys + metadata + index) and the
  * growth of the resident set while filling the table, minus the floats. */
 #include <stdio.h>
@@ -239,6 +241,7 @@ int bench_table_main(int argc, char **argv) {
            "thr", "pull", "push_adagr", "push_adam", "lookup", "ref_gather", "ref_update", "pull/r",
            "push/r", "push/u");
     cJSON *main_case = NULL, *main_case2 = NULL;
+    cJSON *dim_cases[2] = {NULL, NULL}; /* per dim: largest size, uniform, 1 thread */
     float *outs[MAX_THR];
     uint32_t maxdim = 0;
     for (int i = 0; i < ndims; i++)
@@ -364,6 +367,8 @@ int bench_table_main(int argc, char **argv) {
                     cJSON_AddNumberToObject(c, "huge_page_fraction", huge_frac);
                     cJSON_AddItemToArray(cases, c);
                     /* headline: dim 64 (else the last dim), largest size, uniform, 1 thread */
+                    if (d == 0 && si == nsizes - 1 && th == 1)
+                        dim_cases[di] = c;
                     if (d == 0 && si == nsizes - 1 && (dim == 64 || !main_case || !main_case2)) {
                         if (th == 1)
                             main_case = c;
@@ -406,6 +411,32 @@ int bench_table_main(int argc, char **argv) {
         root, "push_scaling_2_threads",
         cJSON_GetObjectItem(c2, "push_adagrad_rows_per_s")->valuedouble /
             cJSON_GetObjectItem(main_case, "push_adagrad_rows_per_s")->valuedouble);
+    /* The same ratios for every dim measured, e.g. pull_vs_ref_dim16 (1 thread, uniform keys,
+     * largest size), and grouped under by_dim. */
+    cJSON *by_dim = cJSON_CreateObject();
+    const char *dim_keys[] = {"pull_vs_ref", "push_vs_ref", "pull_rows_per_s",
+                              "push_adagrad_rows_per_s", "ref_gather_rows_per_s"};
+    for (int di = 0; di < ndims; di++) {
+        if (!dim_cases[di])
+            continue;
+        char name[64];
+        cJSON *e = cJSON_CreateObject();
+        for (size_t i = 0; i < sizeof dim_keys / sizeof dim_keys[0]; i++) {
+            const double v = cJSON_GetObjectItem(dim_cases[di], dim_keys[i])->valuedouble;
+            cJSON_AddNumberToObject(e, dim_keys[i], v);
+            if (i < 2) {
+                snprintf(name, sizeof name, "%s_dim%u", dim_keys[i], dims[di]);
+                cJSON_AddNumberToObject(root, name, v);
+            }
+        }
+        snprintf(name, sizeof name, "%u", dims[di]);
+        cJSON_AddItemToObject(by_dim, name, e);
+        printf("dim %u (1 thread, uniform): pull %.2f x ref, push(adagrad) %.2f x ref\n", dims[di],
+               cJSON_GetObjectItem(e, "pull_vs_ref")->valuedouble,
+               cJSON_GetObjectItem(e, "push_vs_ref")->valuedouble);
+    }
+    cJSON_AddItemToObject(root, "by_dim", by_dim);
+    cJSON_AddStringToObject(root, "optim_kernels", ps__optim_kernels(NULL)->name);
     cJSON_AddItemToObject(root, "cases", cases);
     printf("main case (dim 64, %llu keys, uniform, 1 thread): pull %.0f rows/s = %.2f x ref, "
            "push(adagrad) %.0f rows/s = %.2f x ref, overhead %.2f B/row\n",
