@@ -16,18 +16,25 @@
  *
  * Index. nbuckets buckets of 16 uint32 slots (one 64-byte line each). A key may live in bucket
  * b1 = range(h_lo32) or b2 = range(mix(h) >> 32) (two-choice cuckoo); a slot holds
- * (tag << rid_bits) | (row + 1), 0 = empty, where tag is a few bits of h so that most non-matching
- * slots are rejected without touching the row's key. rid_bits = bit length of the slot count, so
- * tags shrink as a shard grows (20 bits when small, at least 4). Insertion takes a free slot of
- * b1 or b2, else moves residents to their other bucket (random walk, bounded); when that fails or
- * the load passes 97% the index is rebuilt 1.2x larger from the slab (the index is derived state).
- * Bucket counts need not be powers of two, so the load settles between 81% and 97%: the index
- * costs 4.1-4.9 bytes per row, keys and metadata 11, in all 15.1-15.9 bytes beyond the floats.
+ * (tag << rid_bits) | (row + 1), 0 = empty, where tag is a few bits of h (never 0, so a free
+ * slot never matches) so that most non-matching slots are rejected without touching the row's key.
+ * rid_bits = bit length of the slot count, so tags shrink as a shard grows (20 bits when small, at
+ * least 4). Insertion takes a free slot of b1 or b2, else moves residents to their other bucket
+ * (random walk, bounded); when that fails or the load passes 97% the index is rebuilt 1.2x larger
+ * from the slab (the index is derived state). Bucket counts need not be powers of two, so the load
+ * settles between 81% and 97%: the index costs 4.1-4.9 bytes per row, keys and metadata 11, in
+ * all 15.1-15.9 bytes beyond the floats.
  *
  * Batches are software-pipelined within a shard group (see batch_run): bucket prefetch, tag match
- * and row prefetch, second-bucket match, then key verification and the operation, D keys apart.
- * Verification always re-checks the candidate against the slab, so rows that moved in between
- * (eviction during the same call) are found again by a full probe.
+ * and row prefetch (with the caller's gradient row for push), second-bucket match, then key
+ * verification and the operation, PIPE_D keys apart. The lock of a shard is taken once per group,
+ * never per key. Verification always re-checks the candidate against the slab, so rows that moved
+ * in between (eviction during the same call) are found again by a full probe. The prefetch
+ * helpers must stay always_inline: GCC deletes calls to a non-inlined function that only
+ * prefetches (it deems it const), which left the pipeline without row prefetches for a while.
+ *
+ * Row math (optimizers, the non-finite check) goes through the kernel table of ps_optim.h,
+ * chosen at creation for the CPU (AVX2 + FMA or scalar).
  *
  * Clock and ages. Rows store the low 16 bits of the shard clock at their last update. Each
  * shard advances its own copy of the clock under its lock; every 8192 ticks it clamps stored
