@@ -32,6 +32,8 @@ PKGS=(
   libplplot-dev plplot-driver-cairo
   # tests and benchmark baselines
   libcmocka-dev libhiredis-dev redis-server openssl libxml2-dev
+  # the coordinator on etcd (tests start their own members on loopback)
+  etcd-server etcd-client
   # deploy/ tests: the venv of PyPI tools, YAML, systemd-analyze verify
   python3-venv python3-yaml systemd
   # the Python package (python/, under /usr/bin/python3) and its tests; PyTorch for

@@ -25,6 +25,7 @@
 #include "pc_time.h"
 #include "ps_api.h"
 #include "ps_coord.h"
+#include "ps_coord_etcd.h"
 #include "ps_dataplane.h"
 #include "ps_grpc.h"
 #include "pc_metrics.h"
@@ -55,6 +56,7 @@ typedef struct srv_cfg {
     int tls_client_auth; /* 0 none, 1 request, 2 require (k_tls_auth) */
     bool insecure_remote;
     bool coordinator;
+    char coordinator_store[1024];
     int64_t max_body_bytes, max_batch_keys, max_reply_bytes;
     int64_t reply_queue_bytes, reply_queue_total_bytes;
     char tables[4096];
@@ -102,6 +104,9 @@ static const pc_setting_t k_settings[] = {
                     "allow a non-loopback bind without a token and without TLS"),
     PC_SETTING_BOOL(T, coordinator, "false",
                     "also serve the job's coordinator (gRPC emberps.Coordinator: rendezvous KV)"),
+    PC_SETTING_STRING(T, coordinator_store, "memory",
+                      "where --coordinator keeps its state: memory (this process), or "
+                      "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcds:// for TLS)"),
     PC_SETTING_INT(T, max_body_bytes, 1024, 2147483647, "256Mi", "largest request body"),
     PC_SETTING_INT(T, max_batch_keys, 1, 16777216, "4Mi", "most keys in one request"),
     PC_SETTING_INT(T, max_reply_bytes, 1024, 2147483647, "64Mi",
@@ -239,6 +244,23 @@ static int check_security(const srv_cfg_t *c) {
 }
 
 /* Read the map text from the setting or the file. */
+/* The store of --coordinator's service: this process's memory, or an etcd cluster (etcds://: TLS
+ * with this server's CA, certificate and key as the client's). Logged on failure. */
+static int open_coord_store(const srv_cfg_t *c, ps_coord_store_t *out) {
+    if (!strcmp(c->coordinator_store, "memory"))
+        return ps_coord_store_memory(out);
+    if (!ps_coord_is_etcd(c->coordinator_store)) {
+        PC_ERROR("coordinator_store: '%s' is neither memory nor etcd://HOST:PORT[,...][/PREFIX]",
+                 c->coordinator_store);
+        return PC_EINVAL;
+    }
+    const psg_opts_t sec = {.tls_ca = c->tls_ca, .tls_cert = c->tls_cert, .tls_key = c->tls_key};
+    int rc = ps_coord_store_etcd(c->coordinator_store, &sec, 10000, out);
+    if (!rc)
+        PC_INFO("coordinator: state kept in etcd at %s", c->coordinator_store);
+    return rc;
+}
+
 static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
     char text[8192], err[256];
     if (c->cluster_map_file[0]) {
@@ -615,7 +637,7 @@ int main(int argc, char **argv) {
     }
     pc_cmap_destroy(map);
     s.self = (uint32_t)self;
-    if (!rc && s.cfg.coordinator && ps_coord_store_memory(&s.coord))
+    if (!rc && s.cfg.coordinator && open_coord_store(&s.cfg, &s.coord))
         rc = 1;
     ps_api_env_t env = {.cat = s.cat,
                         .max_keys = (uint32_t)s.cfg.max_batch_keys,

@@ -1,16 +1,23 @@
-/* pw_coord_client.c: see pw_coord_client.h. */
+/* pw_coord_client.c: see pw_coord_client.h.
+ *
+ * DESIGN: two backends behind the same calls. A ps-server's Coordinator service is called
+ * through psgrpc (KvSet, KvGet, KvList); an etcd cluster ("etcd://...") through the coordinator
+ * store that talks to it (ps_coord_etcd.h), the same code a ps-server uses to keep its
+ * Coordinator service's state in etcd. */
 #include "pw_coord_client.h"
 
 #include "emberps.pb-c.h"
 #include "emberps/psgrpc.h"
 #include "pc_error.h"
+#include "ps_coord_etcd.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct pw_coord {
-    psg_t *g;
+    psg_t *g;            /* a ps-server's Coordinator service, or */
+    ps_coord_store_t st; /* (st.ctx set) an etcd cluster */
     int timeout_ms;
 };
 
@@ -21,6 +28,15 @@ int pw_coord_open(const char *addr, const psg_opts_t *sec, int timeout_ms, pw_co
     if (!c)
         return PC_ENOMEM;
     c->timeout_ms = timeout_ms;
+    if (ps_coord_is_etcd(addr)) {
+        int rc = ps_coord_store_etcd(addr, sec, timeout_ms, &c->st);
+        if (rc) {
+            free(c);
+            return rc;
+        }
+        *out = c;
+        return 0;
+    }
     psg_opts_t o = {0};
     if (sec)
         o = *sec;
@@ -38,6 +54,8 @@ int pw_coord_open(const char *addr, const psg_opts_t *sec, int timeout_ms, pw_co
 void pw_coord_close(pw_coord_t *c) {
     if (!c)
         return;
+    if (c->st.ctx)
+        c->st.destroy(c->st.ctx);
     psg_destroy(c->g);
     free(c);
 }
@@ -56,6 +74,8 @@ static int call(pw_coord_t *c, const char *method, const ProtobufCMessage *m, ui
 
 static int kv_put(pw_coord_t *c, const char *key, const void *value, size_t len, bool if_absent,
                   uint32_t lease_ms) {
+    if (c->st.ctx)
+        return c->st.set(c->st.ctx, key, value, len, if_absent, lease_ms);
     Emberps__KvSetRequest q = EMBERPS__KV_SET_REQUEST__INIT;
     q.key = (char *)key;
     q.value.data = (uint8_t *)value;
@@ -88,6 +108,8 @@ int pw_coord_set_lease_if_absent(pw_coord_t *c, const char *key, const void *val
 }
 
 int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {
+    if (c->st.ctx)
+        return c->st.get(c->st.ctx, key, value, len);
     Emberps__KvGetRequest q = EMBERPS__KV_GET_REQUEST__INIT;
     q.key = (char *)key;
     uint8_t *resp = NULL;
@@ -110,6 +132,10 @@ int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {
 
 int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pc_kv_entry_t **out,
                   size_t *n) {
+    if (c->st.ctx) {
+        bool truncated;
+        return c->st.list(c->st.ctx, prefix, limit ? limit : PS_COORD_LIST_MAX, out, n, &truncated);
+    }
     Emberps__KvListRequest q = EMBERPS__KV_LIST_REQUEST__INIT;
     q.prefix = (char *)prefix;
     q.limit = limit;

@@ -1,5 +1,6 @@
-/* pw_coord_client.h: a worker's client of the coordinator (ps-server --coordinator; gRPC
- * emberps.Coordinator), as the key-value store that collective groups rendezvous in.
+/* pw_coord_client.h: a worker's client of the coordinator, as the key-value store that
+ * collective groups rendezvous in: a ps-server's Coordinator service (ps-server --coordinator;
+ * gRPC emberps.Coordinator) or an etcd cluster (ps_coord_etcd.h), the same calls for both.
  *
  * Thread rule: thread-safe (one gRPC channel).
  */
@@ -14,9 +15,11 @@
 
 typedef struct pw_coord pw_coord_t;
 
-/* A client of the coordinator at addr ("host:grpc_port"). sec (borrowed for the call; NULL:
- * plaintext, no token) gives the token and TLS files (psg_opts_t; its addr and max_message are
- * not used). No network I/O yet; errors of psg_create. */
+/* A client of the coordinator at addr: "host:grpc_port" of a ps-server, or
+ * "etcd://host:port[,host:port...][/prefix]". sec (borrowed for the call; NULL: plaintext, no
+ * token) gives the token and TLS files (psg_opts_t; its addr and max_message are not used; etcd
+ * gets the TLS files, not the token). No network I/O yet; errors of psg_create, PC_EINVAL for a
+ * bad etcd URL. */
 int pw_coord_open(const char *addr, const psg_opts_t *sec, int timeout_ms, pw_coord_t **out);
 void pw_coord_close(pw_coord_t *c);
 

@@ -1,0 +1,559 @@
+/* ps_coord_etcd.c: the coordinator store on etcd (see ps_coord_etcd.h).
+ *
+ * DESIGN
+ * - Transport: etcd's v3 API over gRPC with psgrpc (the gRPC C core channel, TLS and deadlines
+ *   EmberPS already uses), messages from proto/etcd.proto through protobuf-c. Not etcd's JSON
+ *   gateway: that would take an HTTP client and base64 on every key and value for nothing.
+ * - Security: "etcds://" speaks TLS with the caller's CA (and client certificate, for etcd's
+ *   --client-cert-auth), checking the first host's name; "etcd://" is plaintext. EmberPS's own
+ *   token is never sent to etcd.
+ * - Members: one channel whose target lists every endpoint ("ipv4:a:p,b:q", gRPC's pick_first):
+ *   any member answers (followers forward writes to the leader) and when the connected one dies
+ *   the channel moves on to another. A call failing with PC_EUNAVAIL (member gone, election in
+ *   progress, "no leader") or not answered within 2 s (a member cut off from the leader holds
+ *   requests for its own 5 s and more) is retried with backoff (25 ms doubling to 400 ms) until
+ *   the operation's deadline. Puts are idempotent; a set-if-absent whose transaction says
+ *   "exists" after a retried attempt checks whether the value there is its own (the earlier
+ *   attempt was applied, its answer lost) and then succeeds.
+ * - Leases: the store remembers the etcd lease it gave each key. Setting a key again with a
+ *   lease first keeps that lease alive (LeaseKeepAlive: etcd's bidirectional stream, used for
+ *   one request and its answer) and then puts the value under it; a lease etcd no longer knows
+ *   (TTL 0: it expired, its keys are gone) is replaced by a new grant. A heartbeat costs two
+ *   calls, and an expired key reads as absent, as in the memory store.
+ * - set-if-absent: one transaction comparing the key's create revision with 0 (an absent key
+ *   has none) and putting on success; exactly one of racing writers succeeds. A lease granted
+ *   for a set-if-absent that lost is revoked.
+ * - list: a range over [PREFIX + prefix, its successor) sorted by key, limit max; values over
+ *   PS_COORD_LIST_BYTES in all, or etcd's "more", mark it truncated; the lease left of a leased
+ *   key comes from LeaseTimeToLive (one call per lease met).
+ */
+#include "ps_coord_etcd.h"
+
+#include "etcd.pb-c.h"
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_time.h"
+
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <arpa/inet.h>
+
+#define DEFAULT_PREFIX "/emberps/"
+#define PREFIX_MAX     128
+#define TARGET_MAX     2048
+#define LEASE_BUCKETS  256
+#define BACKOFF_MS     25
+#define BACKOFF_MAX_MS 400
+#define ATTEMPT_MS     2000 /* one attempt's deadline: a member waiting for a leader is left */
+
+typedef struct lease {
+    struct lease *next;
+    char *key;
+    int64_t id;
+    int64_t ttl; /* seconds */
+} lease_t;
+
+typedef struct etcd {
+    psg_t *g;
+    char url[TARGET_MAX];
+    char prefix[PREFIX_MAX];
+    size_t plen;
+    int timeout_ms;
+    pthread_mutex_t mu; /* the lease map */
+    lease_t *leases[LEASE_BUCKETS];
+} etcd_t;
+
+/* The length of url's etcd scheme ("etcd://" or "etcds://"), 0 for another URL. */
+static size_t scheme_len(const char *url) {
+    if (url && strncmp(url, PS_COORD_ETCD_SCHEME, strlen(PS_COORD_ETCD_SCHEME)) == 0)
+        return strlen(PS_COORD_ETCD_SCHEME);
+    if (url && strncmp(url, PS_COORD_ETCDS_SCHEME, strlen(PS_COORD_ETCDS_SCHEME)) == 0)
+        return strlen(PS_COORD_ETCDS_SCHEME);
+    return 0;
+}
+
+bool ps_coord_is_etcd(const char *url) {
+    return scheme_len(url) > 0;
+}
+
+/* ---- calls ------------------------------------------------------------------------------- */
+
+/* Call `method` with message q and unpack the answer as `desc` into *out. PC_EUNAVAIL and an
+ * attempt's deadline (ATTEMPT_MS: a member cut off from the leader holds requests for seconds)
+ * are retried with backoff until timeout_ms passed; *retried (may be NULL) tells whether an
+ * earlier attempt may have been applied (its answer was lost). */
+static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
+                  const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out, bool *retried) {
+    if (retried)
+        *retried = false;
+    const size_t n = protobuf_c_message_get_packed_size(q);
+    uint8_t *req = malloc(n ? n : 1);
+    if (!req)
+        return PC_ENOMEM;
+    protobuf_c_message_pack(q, req);
+    const uint64_t t0 = pc_time_mono_ns();
+    int rc, backoff = BACKOFF_MS;
+    char msg[256];
+    for (;;) {
+        const int64_t left = e->timeout_ms - (int64_t)((pc_time_mono_ns() - t0) / 1000000);
+        if (left <= 0) {
+            rc = PC_ETIMEDOUT;
+            break;
+        }
+        uint8_t *resp = NULL;
+        size_t rlen = 0;
+        const int attempt = left < ATTEMPT_MS ? (int)left : ATTEMPT_MS;
+        rc = psg_request(e->g, method, req, n, attempt, &resp, &rlen, NULL, msg, sizeof msg);
+        if (!rc) {
+            *out = protobuf_c_message_unpack(desc, NULL, rlen, resp);
+            free(resp);
+            rc = *out ? 0 : PC_ECORRUPT;
+            break;
+        }
+        free(resp);
+        if (rc != PC_EUNAVAIL && rc != PC_ETIMEDOUT)
+            break;
+        if (retried)
+            *retried = true;
+        const int64_t after = e->timeout_ms - (int64_t)((pc_time_mono_ns() - t0) / 1000000);
+        if (after <= backoff) {
+            rc = PC_EUNAVAIL;
+            break;
+        }
+        struct timespec ts = {backoff / 1000, (long)(backoff % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+    }
+    if (rc && rc != PC_ENOTFOUND)
+        PC_DEBUG("coord: etcd %s at %s: %s (%s)", method, e->url, pc_strerror(rc), msg);
+    free(req);
+    return rc;
+}
+
+#define CALL(e, method, q, T, lower, out) \
+    call_r(e, method, &(q).base, &lower##__descriptor, (ProtobufCMessage **)(out), NULL)
+
+/* ---- leases ------------------------------------------------------------------------------ */
+
+static lease_t **lease_slot(etcd_t *e, const char *key) {
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a: a few dozen keys per process */
+    for (const char *p = key; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+    lease_t **pp = &e->leases[h % LEASE_BUCKETS];
+    while (*pp && strcmp((*pp)->key, key) != 0)
+        pp = &(*pp)->next;
+    return pp;
+}
+
+static int grant(etcd_t *e, int64_t ttl, int64_t *id) {
+    Emberps__Etcd__LeaseGrantRequest q = EMBERPS__ETCD__LEASE_GRANT_REQUEST__INIT;
+    q.ttl = ttl;
+    Emberps__Etcd__LeaseGrantResponse *r = NULL;
+    int rc = CALL(e, "/etcdserverpb.Lease/LeaseGrant", q, Emberps__Etcd__LeaseGrantResponse,
+                  emberps__etcd__lease_grant_response, &r);
+    if (!rc) {
+        if (r->error && r->error[0]) {
+            PC_WARN("coord: etcd refused a lease of %lld s: %s", (long long)ttl, r->error);
+            rc = PC_EUNAVAIL;
+        } else {
+            *id = r->id;
+        }
+        emberps__etcd__lease_grant_response__free_unpacked(r, NULL);
+    }
+    return rc;
+}
+
+/* Keep lease id alive: 0 (alive), PC_ENOTFOUND (expired), or the call's error. */
+static int keepalive(etcd_t *e, int64_t id) {
+    Emberps__Etcd__LeaseKeepAliveRequest q = EMBERPS__ETCD__LEASE_KEEP_ALIVE_REQUEST__INIT;
+    q.id = id;
+    Emberps__Etcd__LeaseKeepAliveResponse *r = NULL;
+    int rc = CALL(e, "/etcdserverpb.Lease/LeaseKeepAlive", q, Emberps__Etcd__LeaseKeepAliveResponse,
+                  emberps__etcd__lease_keep_alive_response, &r);
+    if (!rc) {
+        rc = r->ttl > 0 ? 0 : PC_ENOTFOUND;
+        emberps__etcd__lease_keep_alive_response__free_unpacked(r, NULL);
+    }
+    return rc;
+}
+
+static void revoke(etcd_t *e, int64_t id) {
+    Emberps__Etcd__LeaseRevokeRequest q = EMBERPS__ETCD__LEASE_REVOKE_REQUEST__INIT;
+    q.id = id;
+    Emberps__Etcd__LeaseRevokeResponse *r = NULL;
+    if (!CALL(e, "/etcdserverpb.Lease/LeaseRevoke", q, Emberps__Etcd__LeaseRevokeResponse,
+              emberps__etcd__lease_revoke_response, &r))
+        emberps__etcd__lease_revoke_response__free_unpacked(r, NULL);
+}
+
+/* The live lease for key with ttl seconds: the one it had (kept alive) or a new grant (*fresh). */
+static int lease_for(etcd_t *e, const char *key, int64_t ttl, int64_t *id, bool *fresh) {
+    pthread_mutex_lock(&e->mu);
+    lease_t *l = *lease_slot(e, key);
+    int64_t have = l && l->ttl == ttl ? l->id : 0;
+    pthread_mutex_unlock(&e->mu);
+    *fresh = false;
+    if (have) {
+        int rc = keepalive(e, have);
+        if (!rc) {
+            *id = have;
+            return 0;
+        }
+        if (rc != PC_ENOTFOUND)
+            return rc;
+    }
+    int rc = grant(e, ttl, id);
+    *fresh = !rc;
+    return rc;
+}
+
+/* Remember (id != 0) or forget (id == 0) key's lease. */
+static int lease_note(etcd_t *e, const char *key, int64_t id, int64_t ttl) {
+    int rc = 0;
+    pthread_mutex_lock(&e->mu);
+    lease_t **pp = lease_slot(e, key), *l = *pp;
+    if (id && !l) {
+        l = calloc(1, sizeof *l);
+        if (!l || !(l->key = strdup(key))) {
+            free(l);
+            rc = PC_ENOMEM;
+        } else {
+            *pp = l;
+        }
+    }
+    if (!rc && id) {
+        l->id = id;
+        l->ttl = ttl;
+    } else if (!id && l) {
+        *pp = l->next;
+        free(l->key);
+        free(l);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* ---- the store --------------------------------------------------------------------------- */
+
+/* PREFIX + key into buf (cap PREFIX_MAX + PS_COORD_KEY_MAX + 1). */
+static size_t full_key(const etcd_t *e, const char *key, char *buf) {
+    memcpy(buf, e->prefix, e->plen);
+    const size_t kl = strlen(key);
+    memcpy(buf + e->plen, key, kl + 1);
+    return e->plen + kl;
+}
+
+/* Whether full key fk holds exactly (value, lease): the put of an earlier attempt. */
+static bool is_ours(etcd_t *e, const char *fk, size_t fl, const void *value, size_t len,
+                    int64_t lease) {
+    Emberps__Etcd__RangeRequest q = EMBERPS__ETCD__RANGE_REQUEST__INIT;
+    q.key = (ProtobufCBinaryData){fl, (uint8_t *)(uintptr_t)fk};
+    Emberps__Etcd__RangeResponse *r = NULL;
+    if (CALL(e, "/etcdserverpb.KV/Range", q, Emberps__Etcd__RangeResponse,
+             emberps__etcd__range_response, &r))
+        return false;
+    const bool ours = r->n_kvs == 1 && r->kvs[0]->value.len == len && r->kvs[0]->lease == lease &&
+                      (!len || !memcmp(r->kvs[0]->value.data, value, len));
+    emberps__etcd__range_response__free_unpacked(r, NULL);
+    return ours;
+}
+
+static int e_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+                 uint32_t lease_ms) {
+    etcd_t *e = ctx;
+    const size_t kl = key ? strlen(key) : 0;
+    if (!kl)
+        return PC_EINVAL;
+    if (kl > PS_COORD_KEY_MAX || len > PS_COORD_VALUE_MAX)
+        return PC_ETOOBIG;
+    char fk[PREFIX_MAX + PS_COORD_KEY_MAX + 1];
+    const size_t fl = full_key(e, key, fk);
+    int64_t lid = 0, ttl = 0;
+    bool fresh = false;
+    int rc = 0;
+    if (lease_ms) {
+        ttl = ((int64_t)lease_ms + 999) / 1000;
+        if ((rc = lease_for(e, key, ttl, &lid, &fresh)))
+            return rc;
+    }
+    Emberps__Etcd__PutRequest put = EMBERPS__ETCD__PUT_REQUEST__INIT;
+    put.key = (ProtobufCBinaryData){fl, (uint8_t *)fk};
+    put.value = (ProtobufCBinaryData){len, (uint8_t *)(uintptr_t)value};
+    put.lease = lid;
+    if (!if_absent) {
+        Emberps__Etcd__PutResponse *r = NULL;
+        rc = CALL(e, "/etcdserverpb.KV/Put", put, Emberps__Etcd__PutResponse,
+                  emberps__etcd__put_response, &r);
+        if (!rc)
+            emberps__etcd__put_response__free_unpacked(r, NULL);
+    } else {
+        Emberps__Etcd__Compare cmp = EMBERPS__ETCD__COMPARE__INIT;
+        cmp.result = EMBERPS__ETCD__COMPARE__COMPARE_RESULT__EQUAL;
+        cmp.target = EMBERPS__ETCD__COMPARE__COMPARE_TARGET__CREATE;
+        cmp.key = put.key;
+        cmp.target_union_case = EMBERPS__ETCD__COMPARE__TARGET_UNION_CREATE_REVISION;
+        cmp.create_revision = 0;
+        Emberps__Etcd__RequestOp op = EMBERPS__ETCD__REQUEST_OP__INIT;
+        op.request_case = EMBERPS__ETCD__REQUEST_OP__REQUEST_REQUEST_PUT;
+        op.request_put = &put;
+        Emberps__Etcd__Compare *cmps[] = {&cmp};
+        Emberps__Etcd__RequestOp *ops[] = {&op};
+        Emberps__Etcd__TxnRequest q = EMBERPS__ETCD__TXN_REQUEST__INIT;
+        q.n_compare = 1;
+        q.compare = cmps;
+        q.n_success = 1;
+        q.success = ops;
+        Emberps__Etcd__TxnResponse *r = NULL;
+        bool retried = false;
+        rc = call_r(e, "/etcdserverpb.KV/Txn", &q.base, &emberps__etcd__txn_response__descriptor,
+                    (ProtobufCMessage **)&r, &retried);
+        if (!rc) {
+            rc = r->succeeded ? 0 : PC_EEXIST;
+            emberps__etcd__txn_response__free_unpacked(r, NULL);
+        }
+        if (rc == PC_EEXIST && retried && is_ours(e, fk, fl, value, len, lid))
+            rc = 0; /* an attempt whose answer was lost had put it */
+    }
+    if (lease_ms && rc && fresh) {
+        revoke(e, lid); /* nothing was put under it */
+        return rc;
+    }
+    if (!rc)
+        rc = lease_note(e, key, lid, ttl);
+    return rc;
+}
+
+static int e_get(void *ctx, const char *key, void **value, size_t *len) {
+    etcd_t *e = ctx;
+    if (!key || !key[0])
+        return PC_EINVAL;
+    if (strlen(key) > PS_COORD_KEY_MAX)
+        return PC_ENOTFOUND;
+    char fk[PREFIX_MAX + PS_COORD_KEY_MAX + 1];
+    const size_t fl = full_key(e, key, fk);
+    Emberps__Etcd__RangeRequest q = EMBERPS__ETCD__RANGE_REQUEST__INIT;
+    q.key = (ProtobufCBinaryData){fl, (uint8_t *)fk};
+    Emberps__Etcd__RangeResponse *r = NULL;
+    int rc = CALL(e, "/etcdserverpb.KV/Range", q, Emberps__Etcd__RangeResponse,
+                  emberps__etcd__range_response, &r);
+    if (rc)
+        return rc;
+    if (!r->n_kvs) {
+        rc = PC_ENOTFOUND;
+    } else {
+        const ProtobufCBinaryData *v = &r->kvs[0]->value;
+        *value = malloc(v->len ? v->len : 1);
+        if (!*value) {
+            rc = PC_ENOMEM;
+        } else {
+            memcpy(*value, v->data, v->len);
+            *len = v->len;
+        }
+    }
+    emberps__etcd__range_response__free_unpacked(r, NULL);
+    return rc;
+}
+
+/* Milliseconds left of lease id (0 when it is gone or cannot be asked). */
+static uint32_t lease_left_ms(etcd_t *e, int64_t id) {
+    Emberps__Etcd__LeaseTimeToLiveRequest q = EMBERPS__ETCD__LEASE_TIME_TO_LIVE_REQUEST__INIT;
+    q.id = id;
+    Emberps__Etcd__LeaseTimeToLiveResponse *r = NULL;
+    if (CALL(e, "/etcdserverpb.Lease/LeaseTimeToLive", q, Emberps__Etcd__LeaseTimeToLiveResponse,
+             emberps__etcd__lease_time_to_live_response, &r))
+        return 0;
+    const int64_t ttl = r->ttl;
+    emberps__etcd__lease_time_to_live_response__free_unpacked(r, NULL);
+    return ttl > 0 ? (uint32_t)(ttl * 1000) : 0;
+}
+
+static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out, size_t *n,
+                  bool *truncated) {
+    etcd_t *e = ctx;
+    *out = NULL;
+    *n = 0;
+    *truncated = false;
+    if (!prefix)
+        prefix = "";
+    if (strlen(prefix) > PS_COORD_KEY_MAX)
+        return PC_EINVAL;
+    if (max > PS_COORD_LIST_MAX)
+        max = PS_COORD_LIST_MAX;
+    char lo[PREFIX_MAX + PS_COORD_KEY_MAX + 1], hi[sizeof lo];
+    size_t ll = full_key(e, prefix, lo), hl = ll;
+    memcpy(hi, lo, ll);
+    /* the successor of the prefix: its last byte below 0xff plus one (the rest dropped) */
+    while (hl && (uint8_t)hi[hl - 1] == 0xff)
+        hl--;
+    if (hl)
+        hi[hl - 1] = (char)((uint8_t)hi[hl - 1] + 1);
+    Emberps__Etcd__RangeRequest q = EMBERPS__ETCD__RANGE_REQUEST__INIT;
+    q.key = (ProtobufCBinaryData){ll, (uint8_t *)lo};
+    q.range_end =
+        hl ? (ProtobufCBinaryData){hl, (uint8_t *)hi} : (ProtobufCBinaryData){1, (uint8_t *)"\0"};
+    q.limit = (int64_t)max;
+    q.sort_order = EMBERPS__ETCD__RANGE_REQUEST__SORT_ORDER__ASCEND;
+    q.sort_target = EMBERPS__ETCD__RANGE_REQUEST__SORT_TARGET__KEY;
+    Emberps__Etcd__RangeResponse *r = NULL;
+    int rc = max ? CALL(e, "/etcdserverpb.KV/Range", q, Emberps__Etcd__RangeResponse,
+                        emberps__etcd__range_response, &r)
+                 : 0;
+    if (rc || !max)
+        return rc;
+    pc_kv_entry_t *v = calloc(r->n_kvs ? r->n_kvs : 1, sizeof *v);
+    size_t k = 0, bytes = 0;
+    rc = v ? 0 : PC_ENOMEM;
+    *truncated = r->more;
+    int64_t last_lease = 0;
+    uint32_t last_left = 0;
+    for (; !rc && k < r->n_kvs; k++) {
+        const Emberps__Etcd__KeyValue *kv = r->kvs[k];
+        if (bytes + kv->value.len > PS_COORD_LIST_BYTES) {
+            *truncated = true;
+            break;
+        }
+        bytes += kv->value.len;
+        pc_kv_entry_t *d = &v[k];
+        const size_t kl = kv->key.len > e->plen ? kv->key.len - e->plen : 0;
+        d->key = malloc(kl + 1);
+        d->value = malloc(kv->value.len + 1); /* NUL-terminated, as the other stores' */
+        if (!d->key || !d->value) {
+            rc = PC_ENOMEM;
+            break;
+        }
+        memcpy(d->key, kv->key.data + e->plen, kl);
+        d->key[kl] = '\0';
+        memcpy(d->value, kv->value.data, kv->value.len);
+        ((char *)d->value)[kv->value.len] = '\0';
+        d->len = kv->value.len;
+        if (kv->lease) {
+            if (kv->lease != last_lease) {
+                last_lease = kv->lease;
+                last_left = lease_left_ms(e, kv->lease);
+            }
+            d->lease_left_ms = last_left ? last_left : 1; /* leased: never reads as "none" */
+        }
+    }
+    emberps__etcd__range_response__free_unpacked(r, NULL);
+    if (rc) {
+        pc_kv_entries_free(v, k + 1);
+        return rc;
+    }
+    *out = v;
+    *n = k;
+    return 0;
+}
+
+static void e_destroy(void *ctx) {
+    etcd_t *e = ctx;
+    if (!e)
+        return;
+    /* Leases are left to expire: a process that stops is gone from the job after its TTL, as
+     * one that dies. */
+    for (size_t b = 0; b < LEASE_BUCKETS; b++)
+        for (lease_t *l = e->leases[b], *nx; l; l = nx) {
+            nx = l->next;
+            free(l->key);
+            free(l);
+        }
+    psg_destroy(e->g);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+/* "etcd://h:p,h:p/prefix" -> target "ipv4:a:p,b:p", the first host, the prefix. */
+static int parse_url(const char *url, char *target, size_t tcap, char *host0, size_t hcap,
+                     char *prefix, size_t pcap) {
+    if (!ps_coord_is_etcd(url))
+        return PC_EINVAL;
+    const char *p = url + scheme_len(url);
+    const char *slash = strchr(p, '/');
+    const size_t elen = slash ? (size_t)(slash - p) : strlen(p);
+    if (!elen || elen >= TARGET_MAX)
+        return PC_EINVAL;
+    if (slash && slash[1]) {
+        const size_t n = strlen(slash);
+        if (n + 2 > pcap)
+            return PC_EINVAL;
+        memcpy(prefix, slash, n + 1);
+        if (prefix[n - 1] != '/')
+            memcpy(prefix + n, "/", 2);
+    } else {
+        snprintf(prefix, pcap, "%s", DEFAULT_PREFIX);
+    }
+    size_t tl = (size_t)snprintf(target, tcap, "ipv4:");
+    host0[0] = '\0';
+    for (const char *s = p; s < p + elen;) {
+        const char *comma = memchr(s, ',', (size_t)(p + elen - s));
+        const char *end = comma ? comma : p + elen;
+        char ep[256];
+        const size_t len = (size_t)(end - s);
+        if (!len || len >= sizeof ep)
+            return PC_EINVAL;
+        memcpy(ep, s, len);
+        ep[len] = '\0';
+        char *colon = strrchr(ep, ':');
+        if (!colon || !colon[1] || colon == ep)
+            return PC_EINVAL;
+        *colon = '\0';
+        const char *port = colon + 1;
+        if (!host0[0])
+            snprintf(host0, hcap, "%s", ep);
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+        if (getaddrinfo(ep, port, &hints, &ai) || !ai) {
+            PC_ERROR("coord: etcd endpoint %s:%s does not resolve to an IPv4 address", ep, port);
+            return PC_EINVAL;
+        }
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr, ip, sizeof ip);
+        freeaddrinfo(ai);
+        const int w = snprintf(target + tl, tcap - tl, "%s%s:%s", tl > 5 ? "," : "", ip, port);
+        if (w < 0 || (size_t)w >= tcap - tl)
+            return PC_EINVAL;
+        tl += (size_t)w;
+        s = comma ? comma + 1 : end;
+    }
+    return 0;
+}
+
+int ps_coord_store_etcd(const char *url, const psg_opts_t *sec, int timeout_ms,
+                        ps_coord_store_t *out) {
+    if (!url || !out || timeout_ms < 1)
+        return PC_EINVAL;
+    etcd_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return PC_ENOMEM;
+    char target[TARGET_MAX], host0[256];
+    int rc =
+        parse_url(url, target, sizeof target, host0, sizeof host0, e->prefix, sizeof e->prefix);
+    if (rc) {
+        PC_ERROR("coord: '%s' is not etcd://HOST:PORT[,HOST:PORT...][/PREFIX]", url);
+        free(e);
+        return rc;
+    }
+    snprintf(e->url, sizeof e->url, "%s", url);
+    e->plen = strlen(e->prefix);
+    e->timeout_ms = timeout_ms;
+    psg_opts_t o = {.addr = target, .max_message = 8u << 20};
+    if (scheme_len(url) == strlen(PS_COORD_ETCDS_SCHEME)) { /* etcds://: TLS */
+        o.tls = 1;
+        o.tls_target = host0;
+        if (sec) {
+            o.tls_ca = sec->tls_ca;
+            o.tls_cert = sec->tls_cert;
+            o.tls_key = sec->tls_key;
+        }
+    }
+    if ((rc = psg_create(&o, &e->g))) {
+        free(e);
+        return rc;
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    *out = (ps_coord_store_t){e, e_set, e_get, e_list, e_destroy};
+    return 0;
+}

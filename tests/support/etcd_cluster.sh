@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# etcd_cluster.sh: real etcd members on loopback for the tests (Debian's etcd-server 3.4).
+#
+#   etcd_cluster.sh start DIR N    start N members (free ports), wait (at most 30 s) until the
+#                                  cluster answers; DIR/endpoints gets "127.0.0.1:P1,...",
+#                                  DIR/pid-<i> each member's pid, DIR/client-<i> its endpoint
+#   etcd_cluster.sh leader DIR     the index of the member that is the leader now
+#   etcd_cluster.sh kill DIR I     kill -9 member I
+#   etcd_cluster.sh stop DIR       kill every member (and remove their data)
+# Exit 77 (ctest's skip) from start when etcd is not installed. Every wait is bounded.
+set -euo pipefail
+cmd=${1:?usage: etcd_cluster.sh start|leader|kill|stop DIR [ARG]} dir=${2:?DIR}
+export ETCDCTL_API=3
+
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+case "$cmd" in
+  start)
+    n=${3:-1}
+    command -v etcd >/dev/null || { echo "SKIP: etcd is not installed (apt-get install etcd-server etcd-client)"; exit 77; }
+    mkdir -p "$dir"
+    cluster="" eps=""
+    for ((i = 0; i < n; i++)); do
+      c=$(free_port) p=$(free_port)
+      echo "127.0.0.1:$c" >"$dir/client-$i"
+      echo "$p" >"$dir/peer-$i"
+      cluster+="${cluster:+,}e$i=http://127.0.0.1:$p"
+      eps+="${eps:+,}127.0.0.1:$c"
+    done
+    for ((i = 0; i < n; i++)); do
+      c=$(cat "$dir/client-$i") p=$(cat "$dir/peer-$i")
+      etcd --name "e$i" --data-dir "$dir/data-$i" \
+        --listen-client-urls "http://$c" --advertise-client-urls "http://$c" \
+        --listen-peer-urls "http://127.0.0.1:$p" --initial-advertise-peer-urls "http://127.0.0.1:$p" \
+        --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "t-$$" \
+        --logger zap --log-level error >"$dir/log-$i" 2>&1 &
+      echo $! >"$dir/pid-$i"
+    done
+    echo "$eps" >"$dir/endpoints"
+    for ((t = 0; t < 150; t++)); do
+      if timeout 5 etcdctl --endpoints="$eps" --dial-timeout=1s endpoint health >/dev/null 2>&1; then
+        exit 0
+      fi
+      sleep 0.2
+    done
+    echo "etcd did not come up in 30 s:"; tail -n 5 "$dir"/log-*; exit 1
+    ;;
+  leader)
+    for f in "$dir"/client-*; do
+      i=${f##*-}
+      kill -0 "$(cat "$dir/pid-$i")" 2>/dev/null || continue
+      st=$(timeout 5 etcdctl --endpoints="$(cat "$f")" --dial-timeout=1s endpoint status -w fields 2>/dev/null) || continue
+      me=$(sed -n 's/^"MemberID" : //p' <<<"$st") lead=$(sed -n 's/^"Leader" : //p' <<<"$st")
+      if [ -n "$me" ] && [ "$me" = "$lead" ]; then echo "$i"; exit 0; fi
+    done
+    echo "no leader" >&2; exit 1
+    ;;
+  kill)
+    i=${3:?member index}
+    kill -9 "$(cat "$dir/pid-$i")" 2>/dev/null || true
+    ;;
+  stop)
+    for f in "$dir"/pid-*; do
+      [ -e "$f" ] || continue
+      kill -9 "$(cat "$f")" 2>/dev/null || true
+    done
+    rm -rf "$dir"/data-*
+    ;;
+  *) echo "etcd_cluster.sh: unknown command $cmd" >&2; exit 2 ;;
+esac
