@@ -304,8 +304,9 @@ AVX2_INLINE void avx2_preprocess(const ps_optim_t *o, const float *w, const floa
     }
 }
 
-static AVX2_FN void avx2_step(const ps_optim_t *o, float *restrict w, float *restrict s,
-                              const float *restrict g) {
+/* No restrict here: g may be redirected to buf, which avx2_preprocess wrote through another
+ * pointer (the intrinsics need no aliasing promise to be scheduled well). */
+static AVX2_FN void avx2_step(const ps_optim_t *o, float *w, float *s, const float *g) {
     float buf[PS_DIM_MAX];
     const uint32_t d = o->dim;
     if (o->clip_value > 0.0f || o->clip_norm > 0.0f || o->weight_decay != 0.0f) {
