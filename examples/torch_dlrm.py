@@ -135,7 +135,7 @@ def main(argv=None):
     p.add_argument("--dim", type=int, default=16)
     p.add_argument("--batch", type=int, default=1024)
     p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--dense-lr", type=float, default=0.001)
+    p.add_argument("--dense-lr", type=float, default=0.003)  # ps-worker's default
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--max-rows", type=int, default=0, help="train on at most this many rows")
     p.add_argument("--threads", type=int, default=1, help="torch threads per process")

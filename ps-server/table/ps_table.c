@@ -227,7 +227,7 @@ static const pc_setting_t k_table_settings[] = {
     PC_SETTING_INT(T, shards, 1, 4096, "16", "lock shards, a power of two (rows/shard < 16M)"),
     PC_SETTING_INT(T, seed, 0, 9.2e18, "0", "seed of the initial rows"),
     PC_SETTING_ENUM(T, init, k_init_names, "uniform", "initial row distribution"),
-    PC_SETTING_DOUBLE(T, init_scale, 0, 1e6, "0.05", "uniform bound a or normal stddev s"),
+    PC_SETTING_DOUBLE(T, init_scale, 0, 1e6, "0.01", "uniform bound a or normal stddev s"),
     PC_SETTING_ENUM(T, missing, k_missing_names, "init", "lookup of a missing key returns"),
     PC_SETTING_ENUM(T, optimizer, k_opt_names, "adagrad", "server-side optimizer"),
     PC_SETTING_DOUBLE(T, lr, 0, 1e6, "0.05", "learning rate (FTRL alpha)"),
