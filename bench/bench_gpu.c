@@ -220,7 +220,7 @@ static double torch_rate(int batch, int dim, const char *device, char *why, size
     /* the same device in PyTorch's names: cuda, cuda:N; every CPU backend is "cpu" */
     const char *tdev = strncmp(device, "cpu", 3) == 0 ? "cpu" : device;
     snprintf(cmd, sizeof cmd,
-             "python3 %s/bench/dlrm_torch.py --batch %d --dim %d --device %s --json 2>&1",
+             BENCH_PYTHON " %s/bench/dlrm_torch.py --batch %d --dim %d --device %s --json 2>&1",
              EMBER_SOURCE_DIR, batch, dim, tdev);
     FILE *p = popen(cmd, "r");
     double rate = NAN;
