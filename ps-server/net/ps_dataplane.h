@@ -74,6 +74,7 @@ typedef struct ps_dp_stats {
     uint64_t reply_queue_bytes;      /* replies built and not yet written, now (all loops) */
     uint64_t reply_queue_peak_bytes; /* the most reply_queue_bytes has been since start */
     uint64_t paused_connections;     /* not read now because of reply_queue(_total) */
+    uint64_t reply_pool_bytes;       /* idle reply allocations kept for reuse (all loops) */
 } ps_dp_stats_t;
 
 void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *out);
