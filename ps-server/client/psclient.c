@@ -49,8 +49,9 @@
 
 #define MAX_REPLY     (1u << 31) /* bytes of one reply body the client accepts */
 #define BACKOFF_MS    10
-#define RECONNECT_MAX 8       /* connection attempts per server before its parts fail */
-#define WAIT_SPIN_NS  200000L /* psc_wait yields this long before sleeping */
+#define RECONNECT_MAX 8           /* connection attempts per server before its parts fail */
+#define WAIT_SPIN_NS  200000L     /* psc_wait yields this long before sleeping */
+#define BODY_KEEP     (16u << 20) /* a server's reply buffer is kept for the next reply up to this */
 #define PSC_WHY_MAX   (PC_ADDR_MAX + PC_WIRE_MSG_MAX + 96) /* a call's failure detail */
 
 #define STR_(x)        #x
@@ -126,8 +127,11 @@ struct server {
     uint8_t hdr[PC_WIRE_HDR];
     size_t hdr_have;
     pc_wire_hdr_t h;
-    uint8_t *body;
-    size_t body_have;
+    uint8_t *body; /* the reply's body (body_cap bytes, kept between replies) */
+    size_t body_cap, body_have;
+    part_t *cur;     /* the part whose rows are read straight into the caller's (direct) */
+    uint8_t *direct; /* where body bytes [0, direct_len) go instead of body (or NULL) */
+    size_t direct_len;
     struct server *next_all;
 };
 
@@ -247,6 +251,10 @@ static void map_adopt_text(psc_t *c, const uint8_t *text, size_t len) {
 /* ==== parts ================================================================================ */
 
 static void part_free(part_t *p) {
+    if (p->srv && p->srv->cur == p) { /* its reply is being read: the rest goes to body */
+        p->srv->cur = NULL;
+        p->srv->direct = NULL;
+    }
     pc_sfree(p->idx);
     pc_sfree(p);
 }
@@ -360,7 +368,9 @@ static void on_close_tcp(uv_handle_t *h) {
     s->tls = NULL;
     pc_sfree(s->body);
     s->body = NULL;
-    s->hdr_have = s->body_have = 0;
+    s->body_cap = s->hdr_have = s->body_have = 0;
+    s->cur = NULL;
+    s->direct = NULL;
     if (!s->c->stopping && (s->qhead || s->inflight))
         server_pump(s); /* reconnect for what is still queued */
 }
@@ -572,8 +582,9 @@ static void handle_reply(server_t *s) {
             k->acc.dropped_unadmitted += cnt[2];
         } else {
             const float *rows = (const float *)(const void *)s->body;
-            for (uint32_t i = 0; i < p->n; i++)
-                memcpy(k->rows + (size_t)p->idx[i] * dim, rows + (size_t)i * dim, dim * 4);
+            if (s->cur != p || !s->direct) /* else read into place already (direct_start) */
+                for (uint32_t i = 0; i < p->n; i++)
+                    memcpy(k->rows + (size_t)p->idx[i] * dim, rows + (size_t)i * dim, dim * 4);
             if (k->op == PC_OP_LOOKUP && k->found)
                 for (uint32_t i = 0; i < p->n; i++)
                     k->found[p->idx[i]] = s->body[(size_t)p->n * dim * 4 + i];
@@ -583,11 +594,46 @@ static void handle_reply(server_t *s) {
     server_pump(s);
 }
 
-/* Where the next plaintext bytes of server s go: the header, then the reply's body. */
+/* Where the next plaintext bytes of server s go: the header, then the reply's body (its rows
+ * straight into the caller's array while s->direct, see direct_start). */
 static uv_buf_t plain_buf(server_t *s) {
     if (s->hdr_have < PC_WIRE_HDR)
         return uv_buf_init((char *)s->hdr + s->hdr_have, (unsigned)(PC_WIRE_HDR - s->hdr_have));
+    if (s->direct && s->body_have < s->direct_len) {
+        if (!s->cur->call->finished)
+            return uv_buf_init((char *)s->direct + s->body_have,
+                               (unsigned)(s->direct_len - s->body_have));
+        s->direct = NULL; /* the call ended meanwhile (deadline, close): not the caller's now */
+    }
     return uv_buf_init((char *)s->body + s->body_have, (unsigned)(s->h.body_len - s->body_have));
+}
+
+/* A reply header arrived: when it answers a PULL or LOOKUP part with the size expected and the
+ * part's positions are consecutive (always so for a call to one server), its rows are read
+ * straight into the caller's array (s->direct), not into s->body and then copied. Only while
+ * the call has not ended: plain_buf checks before every read, on the I/O thread that ends
+ * calls, and part_free stops it when the part goes. */
+static void direct_start(server_t *s) {
+    const pc_wire_hdr_t *h = &s->h;
+    s->cur = NULL;
+    s->direct = NULL;
+    if (h->status || (h->op != PC_OP_PULL && h->op != PC_OP_LOOKUP))
+        return;
+    part_t *p = s->inflight;
+    while (p && p->fid != h->id)
+        p = p->next;
+    if (!p || p->call->finished || p->call->op != h->op || !p->n)
+        return;
+    const call_t *k = p->call;
+    const size_t rows = (size_t)p->n * k->dim * 4;
+    if (h->body_len != (k->op == PC_OP_LOOKUP ? rows + p->n : rows))
+        return;
+    for (uint32_t i = 1; i < p->n; i++)
+        if (p->idx[i] != p->idx[0] + i)
+            return;
+    s->cur = p;
+    s->direct = (uint8_t *)(k->rows + (size_t)p->idx[0] * k->dim);
+    s->direct_len = rows;
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -614,19 +660,30 @@ static bool input(server_t *s, size_t nread) {
             server_drop(s, PC_EUNAVAIL, "not an EmberPS reply");
             return false;
         }
-        if (!(s->body = pc_smalloc(PC_MEM_CLIENT, s->h.body_len ? s->h.body_len : 1))) {
-            server_drop(s, PC_ENOMEM, "for a reply"); /* the calls waiting end with it */
-            return false;
+        if (s->body_cap < s->h.body_len || !s->body) { /* kept from the last reply if it fits */
+            pc_sfree(s->body);
+            s->body_cap = s->h.body_len ? s->h.body_len : 1;
+            if (!(s->body = pc_smalloc(PC_MEM_CLIENT, s->body_cap))) {
+                s->body_cap = 0;
+                server_drop(s, PC_ENOMEM, "for a reply"); /* the calls waiting end with it */
+                return false;
+            }
         }
         s->body_have = 0;
+        direct_start(s);
     } else {
         s->body_have += nread;
     }
     if (s->body_have < s->h.body_len)
         return true;
     handle_reply(s);
-    pc_sfree(s->body);
-    s->body = NULL;
+    s->cur = NULL;
+    s->direct = NULL;
+    if (s->body_cap > BODY_KEEP) {
+        pc_sfree(s->body);
+        s->body = NULL;
+        s->body_cap = 0;
+    }
     s->hdr_have = 0;
     return !uv_is_closing((uv_handle_t *)&s->tcp);
 }

@@ -108,6 +108,54 @@ static void test_two_servers_match_local(void **state) {
     tc_rmdir(dir);
 }
 
+/* One server: the rows of a pull or lookup are read straight into the caller's array (psclient
+ * direct_start), the found bytes of a lookup after them; the results match a local table's, for
+ * keys present and absent, with 8 calls in flight into buffers side by side, and an error reply
+ * (wrong dim) leaves the caller's rows untouched. */
+static void test_one_server_direct(void **state) {
+    (void)state;
+    char dir[256], tables[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dpdir");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, NULL};
+    const int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_t *c = connect_to(one, NULL);
+    ps_table_t *ref = tc_create(TABLE);
+    enum { N = 3000 }; /* replies of 96 KB: several reads each */
+    static uint64_t keys[2 * N];
+    static float g[2 * N * D], x[8][2 * N * D], y[2 * N * D];
+    static uint8_t fx[8][2 * N], fy[2 * N];
+    batch(1, keys, g, 2 * N);
+    for (int i = N; i < 2 * N; i++)
+        keys[i] = 0xABCD000000000000ULL + (uint64_t)i; /* never pulled: not found */
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, x[0]), 0);
+    assert_int_equal(ps_table_pull(ref, keys, N, y, N * D), 0);
+    assert_memory_equal(x[0], y, N * D * sizeof(float));
+    assert_int_equal(ps_table_lookup(ref, keys, 2 * N, y, 2 * N * D, fy), 0);
+    uint64_t ids[8];
+    memset(fx, 7, sizeof fx);
+    for (int k = 0; k < 8; k++)
+        assert_int_equal(
+            psc_lookup_async(c, "emb", keys, 2 * N, D, x[k], fx[k], NULL, NULL, &ids[k]), 0);
+    for (int k = 0; k < 8; k++) {
+        assert_int_equal(psc_wait(c, ids[k]), 0);
+        assert_memory_equal(x[k], y, sizeof y);
+        assert_memory_equal(fx[k], fy, sizeof fy);
+    }
+    /* An error's body is a message: the caller's rows stay as they were. */
+    for (size_t i = 0; i < 2 * N * D; i++)
+        x[0][i] = 42.0f;
+    assert_int_equal(psc_pull(c, "emb", keys, N, 4, x[0]), PC_EDIM);
+    for (size_t i = 0; i < 2 * N * D; i++)
+        assert_true(x[0][i] == 42.0f);
+    psc_close(c);
+    ps_table_destroy(ref);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 /* What a done callback learnt through psc_wait_detail from inside it. */
 typedef struct detail_cb {
     psc_t *c;
@@ -939,6 +987,7 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_servers_match_local),
+        cmocka_unit_test(test_one_server_direct),
         cmocka_unit_test(test_error_detail),
         cmocka_unit_test(test_claim),
         cmocka_unit_test(test_tables_health),
