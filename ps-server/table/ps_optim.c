@@ -249,12 +249,13 @@ static AVX2_FN bool avx2_grad_finite(const float *g, uint32_t dim) {
     return _mm256_testz_si256(bad, bad);
 }
 
-/* Sum of the 8 lanes of v in double. */
+/* Sum of the 4 lanes of v. */
 AVX2_INLINE double hsum_pd(__m256d v) {
     __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
     return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
+/* Sum of the 8 lanes of v. */
 AVX2_INLINE float hsum_ps(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
