@@ -2,8 +2,12 @@
  *
  * DESIGN
  * One I/O thread runs a libuv loop that owns every connection, part and timer. Callers hand
- * calls over through a mutex-protected queue and a uv_async wake-up, and wait on a condition
- * variable. A call is split into parts, one per server owning some of its keys (positions kept
+ * calls over through a mutex-protected queue and a uv_async wake-up, and wait (psc_wait) first
+ * yielding the CPU for up to WAIT_SPIN_NS, then on a condition variable. While a caller yields,
+ * the I/O thread polls its loop (yielding between polls) instead of sleeping in epoll, so an
+ * answer needs no wake-up of a sleeping thread: on one core shared by both threads that wake-up
+ * cost a 26-key lookup ~40 us, as much as the loopback round trip itself. A call is split into
+ * parts, one per server owning some of its keys (positions kept
  * in `idx`, so replies scatter back into the caller's order). A server sends at most
  * max_inflight parts at once; the rest wait in its queue. Parts that fail transiently (server
  * unreachable, PC_EUNAVAIL, PC_EWRONGSLOT) collect their positions in the call's retry set; when
@@ -13,6 +17,11 @@
  * A call ends exactly once (result, error, deadline or close); parts still out after that
  * resolve without touching the caller's buffers, and the call is freed when none is left and
  * its result has been taken (callback run or psc_wait returned).
+ * Replies: a reply is read into its server's body buffer (kept between replies), except the rows
+ * of a PULL or LOOKUP part whose positions in the call are consecutive (any call to one server):
+ * those are read straight into the caller's array (direct_start), with no copy; plain_buf checks
+ * before every read that the call has not ended (it may, by deadline, between two reads of one
+ * body) and sends the rest into the body buffer if it has.
  * The same object file goes into libpsclient.a (the project's programs) and libpsclient.so (for
  * outside users and bindings): compiled with hidden visibility, it exports what psclient.h marks
  * PSC_EXTERN; the shared library's version script (psclient.map) hides ember_common's pc_*.
@@ -145,6 +154,7 @@ struct psc {
     pthread_cond_t cv;
     call_t *live, *submit_head, *submit_tail;
     atomic_bool stopping;  /* set under mu (ordering with submissions), read anywhere */
+    atomic_int spinners;   /* callers yielding in psc_wait now: the I/O thread polls (io_main) */
     pc_cluster_map_t *map; /* I/O thread; map_text under mu for readers */
     char *map_text;
     server_t **srv; /* by map index */
@@ -1167,7 +1177,15 @@ static void on_wake(uv_async_t *a) {
 
 static void *io_main(void *arg) {
     psc_t *c = arg;
-    uv_run(&c->loop, UV_RUN_DEFAULT);
+    for (int alive = 1; alive;) {
+        alive = uv_run(&c->loop, UV_RUN_ONCE);
+        /* While a caller yields in psc_wait, poll instead of sleeping in epoll: its answer is
+         * seen at the next poll, without the wake-up of a sleeping thread. */
+        while (alive && atomic_load_explicit(&c->spinners, memory_order_relaxed) > 0) {
+            sched_yield();
+            alive = uv_run(&c->loop, UV_RUN_NOWAIT);
+        }
+    }
     return NULL;
 }
 
@@ -1266,6 +1284,7 @@ int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap) {
      * futex sleep and wake-up, which cost more than that on virtual machines. */
     struct timespec t0, t;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    atomic_fetch_add_explicit(&c->spinners, 1, memory_order_relaxed);
     for (int i = 0; !atomic_load_explicit(&k->finished, memory_order_acquire); i++) {
         if ((i & 15) == 15) {
             clock_gettime(CLOCK_MONOTONIC, &t);
@@ -1274,6 +1293,7 @@ int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap) {
         }
         sched_yield();
     }
+    atomic_fetch_sub_explicit(&c->spinners, 1, memory_order_relaxed);
     pthread_mutex_lock(&c->mu);
     while (!k->finished)
         pthread_cond_wait(&c->cv, &c->mu);
