@@ -7,6 +7,10 @@
  *  - Redis holding the same keys with the same float vectors (the rows the server returns), read
  *    through hiredis by pipelined MGET of 8-byte binary keys, and by HMGET over 16 hashes (the
  *    layout TensorFlow Recommenders-Addons' Redis backend uses), 1 and 8 batches in flight;
+ *  - a loopback TCP stream with the same pinning (a sender process on the server's CPU writing
+ *    256,000-byte chunks, the size of a dim-64 pull reply; the receiver on the client's CPU):
+ *    pull_vs_loopback, the data plane's pull bytes/s (dim 64, 8 in flight) over the stream's,
+ *    three pairs of samples alternating, the median of the pairs' ratios;
  *  - latency of 26-key lookups at a fixed rate against Redis MGET of the same 26 keys, and the
  *    loopback round trip (PING) of both.
  *  - pull and push over the gRPC API (dim 64, unary calls, 1 and 8 in flight: 8 threads) and
@@ -110,6 +114,77 @@ static double dp_rate(ctx_t *x, const char *table, uint32_t dim, int inflight, b
     return (double)rows / (now_s() - t0);
 }
 
+/* ==== pairs of samples ===================================================================== */
+
+/* A figure against its baseline (TLS against plain, pull against a loopback stream): PAIRS pairs
+ * of samples, alternating (drift in the machine hits both); the figures are the medians of the
+ * samples and of the pairs' ratios, which one burst of load on the shared machine cannot move. */
+enum { PAIRS = 3 }; /* bench_median3 */
+typedef struct pairs {
+    double a[PAIRS], base[PAIRS], ratio[PAIRS];
+} pairs_t;
+
+static void fig_add(pairs_t *f, int i, double a, double base) {
+    f->a[i] = a;
+    f->base[i] = base;
+    f->ratio[i] = a / base;
+}
+
+/* ==== loopback TCP stream ================================================================== */
+
+/* Bytes/s of one TCP stream on loopback for x->secs: a child process pinned as the servers are
+ * writes `chunk`-byte buffers as fast as it can; this thread (the client's CPU) reads them into
+ * a buffer of that size. The bound a data plane reply stream could reach with no work per byte
+ * but the kernel's copies. -1 on a socket error (said on stderr). */
+static double loopback_rate(ctx_t *x, size_t chunk) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) || listen(l, 1) ||
+        getsockname(l, (struct sockaddr *)&a, &al)) {
+        fprintf(stderr, "ps-bench rpc: loopback stream: %s\n", strerror(errno));
+        if (l >= 0)
+            close(l);
+        return -1;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) { /* the sender, on the servers' CPU; it ends when the reader closes */
+        bench_pin(x->o, 0);
+        const int fd = accept(l, NULL, NULL);
+        char *buf = calloc(1, chunk);
+        for (;;)
+            for (size_t off = 0; off < chunk;) {
+                const ssize_t n = write(fd, buf + off, chunk - off);
+                if (n <= 0)
+                    _exit(0);
+                off += (size_t)n;
+            }
+    }
+    close(l);
+    const int fd = pid > 0 ? socket(AF_INET, SOCK_STREAM, 0) : -1;
+    char *buf = malloc(chunk);
+    double rate = -1;
+    if (fd >= 0 && buf && connect(fd, (struct sockaddr *)&a, sizeof a) == 0) {
+        uint64_t bytes = 0;
+        const double t0 = now_s();
+        ssize_t n = 1;
+        while (n > 0 && now_s() - t0 < x->secs)
+            if ((n = read(fd, buf, chunk)) > 0)
+                bytes += (uint64_t)n;
+        rate = n > 0 ? (double)bytes / (now_s() - t0) : -1;
+    }
+    if (rate < 0)
+        fprintf(stderr, "ps-bench rpc: loopback stream failed\n");
+    if (fd >= 0)
+        close(fd);
+    free(buf);
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    return rate;
+}
+
 /* ==== data plane over TLS ================================================================== */
 
 /* A self-signed certificate for 127.0.0.1 into dir/<name>.pem and dir/<name>.key (openssl CLI;
@@ -128,20 +203,6 @@ static int make_cert(const char *dir, const char *name, char *cert, char *key, s
         return -1;
     }
     return 0;
-}
-
-/* TLS against plain: PAIRS pairs of samples, alternating (drift in the machine hits both); the
- * figures are the medians of the samples and of the pairs' ratios, which one burst of load on
- * the shared machine cannot move. */
-enum { PAIRS = 3 }; /* bench_median3 */
-typedef struct tls_fig {
-    double tls[PAIRS], plain[PAIRS], ratio[PAIRS];
-} tls_fig_t;
-
-static void fig_add(tls_fig_t *f, int i, double tls, double plain) {
-    f->tls[i] = tls;
-    f->plain[i] = plain;
-    f->ratio[i] = tls / plain;
 }
 
 /* Pull rows/s at dim 64, 8 in flight, over TLS (a second server, `bin`, pinned as the first)
@@ -193,7 +254,7 @@ static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, co
             abort();
     }
     free(rows);
-    tls_fig_t f;
+    pairs_t f;
     for (int r = 0; r < PAIRS; r++) {
         x->ps = plain_ps;
         const double p = dp_rate(x, "b64", 64, W, false, 40 + (uint64_t)r);
@@ -206,9 +267,9 @@ static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, co
     unlink(pf);
     unlink(cert);
     unlink(key);
-    *plain = bench_median3(f.plain);
+    *plain = bench_median3(f.base);
     *ratio = bench_median3(f.ratio);
-    return bench_median3(f.tls);
+    return bench_median3(f.a);
 }
 
 /* ==== gRPC API (unary calls; `inflight` threads each with one call at a time) ============== */
@@ -351,7 +412,7 @@ static double tls_grpc_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bi
         free(req);
         free(resp);
     }
-    tls_fig_t fig;
+    pairs_t fig;
     for (int r = 0; !rc && r < PAIRS; r++) {
         x->grpc = plain_g;
         const double p = grpc_rate(x, "b64", 64, false, W, 50 + (uint64_t)r);
@@ -366,9 +427,9 @@ static double tls_grpc_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bi
     unlink(key);
     if (rc)
         return -1;
-    *plain = bench_median3(fig.plain);
+    *plain = bench_median3(fig.base);
     *ratio = bench_median3(fig.ratio);
-    return bench_median3(fig.tls);
+    return bench_median3(fig.a);
 }
 
 /* ==== Redis ================================================================================ */
@@ -691,6 +752,23 @@ int bench_rpc_main(int argc, char **argv) {
                    pull[d][f] / hmget[d][f]);
         }
     }
+    /* Pull bytes at dim 64, 8 in flight, against a loopback TCP stream: pairs alternating. */
+    pairs_t lo;
+    for (int r = 0; r < PAIRS; r++) {
+        const double p = dp_rate(&x, "b64", 64, W, false, 60 + (uint64_t)r) * 64 * 4;
+        const double l = loopback_rate(&x, (size_t)B * 64 * 4);
+        if (l <= 0) {
+            bench_stop(ps);
+            bench_stop(rd);
+            return 1;
+        }
+        fig_add(&lo, r, p, l);
+    }
+    const double lo_pull = bench_median3(lo.a), lo_bytes = bench_median3(lo.base),
+                 lo_ratio = bench_median3(lo.ratio);
+    printf("dim 64, %d in flight: pull %.0f MB/s, loopback TCP stream %.0f MB/s (pull / "
+           "loopback %.2f)\n",
+           W, lo_pull * 1e-6, lo_bytes * 1e-6, lo_ratio);
     double gpull[2], gpush[2];
     for (int f = 0; f < 2; f++) {
         gpull[f] = grpc_rate(&x, "b64", 64, false, f ? W : 1, 30);
@@ -738,6 +816,9 @@ int bench_rpc_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "redis_mget_rows_per_s", mget[1][1]);
     cJSON_AddNumberToObject(root, "redis_hmget_rows_per_s", hmget[1][1]);
     cJSON_AddNumberToObject(root, "pull_vs_redis_hmget", pull[1][1] / hmget[1][1]);
+    cJSON_AddNumberToObject(root, "pull_bytes_per_s", lo_pull);
+    cJSON_AddNumberToObject(root, "loopback_bytes_per_s", lo_bytes);
+    cJSON_AddNumberToObject(root, "pull_vs_loopback", lo_ratio);
     cJSON_AddNumberToObject(root, "lookup_p50_us", lk.p50);
     cJSON_AddNumberToObject(root, "lookup_p99_us", lk.p99);
     cJSON_AddNumberToObject(root, "redis_p50_us", rl.p50);
