@@ -13,7 +13,10 @@
  * next reply of about its size takes it. Freed to glibc instead, a 256 KB reply went back to the
  * kernel and its pages faulted in again for the next one (a fifth of the server's CPU at dim 64
  * with 8 pulls in flight). A reply counts as unsent by its allocation, pooled or not; idle
- * allocations are reply_pool_bytes.
+ * allocations are reply_pool_bytes. Small replies are corked: those to the frames one read
+ * brought wait until the staging buffer is drained (or CORK_MAX of them, or CORK_BYTES) and go
+ * out as one write, the first reply's write request carrying the others (their unsent bytes
+ * counted from the moment each is made, as any reply's); a 256 KB pull reply is written at once.
  * Reply memory: a PULL or LOOKUP whose reply would exceed lim.max_reply is refused with
  * PC_ETOOBIG after decoding, before anything is looked up or allocated. Every reply counts as
  * unsent (its allocation) from uv_write until its write callback, per connection (c->unsent,
@@ -65,6 +68,9 @@
 #define POOL_MIN   (16u << 10)
 #define POOL_SLOTS 32
 #define POOL_KEEP  (16u << 20)
+/* Corked replies (see DESIGN): written together once there are CORK_MAX or CORK_BYTES of them. */
+#define CORK_MAX   64
+#define CORK_BYTES (64u << 10)
 
 typedef struct loopctx loopctx_t;
 
@@ -86,6 +92,10 @@ typedef struct conn {
     bool body_ready;  /* paused with the large body complete, not yet executed */
     pc_tls_t *tls;    /* TLS servers: the session (NULL once a plaintext client is refused) */
     bool tls_started; /* the first bytes were a ClientHello */
+    bool corked;      /* replies wait in cork_* until cork_flush (drain_stage) */
+    struct wreq *cork_head, *cork_tail;
+    int ncork;
+    size_t cork_bytes;
 } conn_t;
 
 struct loopctx {
@@ -129,13 +139,16 @@ struct ps_dp {
 typedef struct wreq {
     uv_write_t req;
     conn_t *c;
-    size_t bytes;     /* the allocation */
-    uint8_t *hdr;     /* the frame: PC_WIRE_HDR bytes of header, then the payload */
-    uint8_t *payload; /* hdr + PC_WIRE_HDR, 8-aligned */
-    uint8_t data[];   /* TLS: room for the ciphertext (reply_alloc), then the frame */
+    struct wreq *next; /* corked replies written with this one's request (cork_flush) */
+    size_t len;        /* corked: the frame's bytes */
+    size_t bytes;      /* the allocation */
+    uint8_t *hdr;      /* the frame: PC_WIRE_HDR bytes of header, then the payload */
+    uint8_t *payload;  /* hdr + PC_WIRE_HDR, 8-aligned */
+    uint8_t data[];    /* TLS: room for the ciphertext (reply_alloc), then the frame */
 } wreq_t;
 
 static void conn_close(conn_t *c);
+static void cork_flush(conn_t *c);
 static void reply_free(loopctx_t *lc, struct wreq *w);
 static void conn_continue(conn_t *c);
 
@@ -186,8 +199,11 @@ static void conn_pause(conn_t *c) {
 static void on_written(uv_write_t *req, int status) {
     wreq_t *w = (wreq_t *)req;
     conn_t *c = w->c;
-    unsent_sub(c, w->bytes);
-    reply_free(c->lc, w);
+    for (wreq_t *nx; w; w = nx) { /* one reply, or the corked ones written together */
+        nx = w->next;
+        unsent_sub(c, w->bytes);
+        reply_free(c->lc, w);
+    }
     if (status < 0) {
         conn_close(c);
         return;
@@ -219,6 +235,7 @@ static wreq_t *wreq_new(loopctx_t *lc, size_t room, size_t frame) {
     if (!w && (w = pc_malloc(PC_MEM_SCRATCH, bytes)) != NULL)
         w->bytes = bytes;
     if (w) {
+        w->next = NULL;
         w->hdr = w->data + room;
         w->payload = w->hdr + PC_WIRE_HDR;
     }
@@ -334,9 +351,46 @@ static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t s
         return;
     }
     unsent_add(c, w->bytes);
+    if (c->corked) { /* written with the other replies of this read (cork_flush) */
+        w->len = PC_WIRE_HDR + payload_len;
+        if (c->cork_tail)
+            c->cork_tail->next = w;
+        else
+            c->cork_head = w;
+        c->cork_tail = w;
+        c->cork_bytes += w->len;
+        if (++c->ncork == CORK_MAX || c->cork_bytes >= CORK_BYTES)
+            cork_flush(c);
+        return;
+    }
     if (uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, payload_len ? 2 : 1, on_written) < 0) {
         unsent_sub(c, w->bytes);
         reply_free(c->lc, w);
+        conn_close(c);
+    }
+}
+
+/* Write the corked replies of c as one write (one writev for all of them while the socket takes
+ * them), the request of the first one carrying the rest (on_written). */
+static void cork_flush(conn_t *c) {
+    wreq_t *w = c->cork_head;
+    const int n = c->ncork;
+    c->cork_head = c->cork_tail = NULL;
+    c->ncork = 0;
+    c->cork_bytes = 0;
+    if (!w)
+        return;
+    uv_buf_t bufs[CORK_MAX];
+    int i = 0;
+    for (wreq_t *p = w; p; p = p->next)
+        bufs[i++] = uv_buf_init((char *)p->hdr, (unsigned)p->len);
+    if (c->closing ||
+        uv_write(&w->req, (uv_stream_t *)&c->tcp, bufs, (unsigned)n, on_written) < 0) {
+        for (wreq_t *nx; w; w = nx) {
+            nx = w->next;
+            unsent_sub(c, w->bytes);
+            reply_free(c->lc, w);
+        }
         conn_close(c);
     }
 }
@@ -676,7 +730,7 @@ static void on_alloc(uv_handle_t *hd, size_t suggested, uv_buf_t *buf) {
 
 /* Execute the complete frames in the staging buffer; keep the tail (or move a large body into
  * its own buffer). Returns false when the connection must close. */
-static bool drain_stage(conn_t *c) {
+static bool drain_stage_(conn_t *c) {
     ps_dp_t *dp = c->lc->dp;
     size_t off = 0;
     bool ok = true;
@@ -732,6 +786,17 @@ static bool drain_stage(conn_t *c) {
     }
     memmove(c->stage, c->stage + off, c->stage_len - off);
     c->stage_len -= off;
+    return ok;
+}
+
+/* drain_stage_ with the replies corked: the replies to the frames that one read brought go out
+ * together, in as few writes as CORK_MAX and CORK_BYTES allow (plain TCP; a TLS reply is sealed
+ * and written as it is made). */
+static bool drain_stage(conn_t *c) {
+    c->corked = !c->tls;
+    const bool ok = drain_stage_(c);
+    c->corked = false;
+    cork_flush(c);
     return ok;
 }
 
