@@ -11,8 +11,8 @@ partial, as ps-worker; test keys never trained keep their initial rows (ps-worke
 missing key returns its initial row). One torch thread (ps-worker: OpenBLAS on one thread).
 
     PYTHONPATH=python EMBERPS_LIBPSCLIENT=build/lib/libpsclient.so.1 /usr/bin/python3 \\
-        bench/torch_train.py --train=train.tsv --test=test.tsv --dense-lr=0.001 --batch=1024 \\
-        --table-lr=0.05 --adagrad-init=1e-6 --eps=1e-8 --init-scale=0.05 [--json]
+        bench/torch_train.py --train=train.tsv --test=test.tsv --dense-lr=0.003 --batch=1024 \\
+        --table-lr=0.05 --adagrad-init=1e-6 --eps=1e-8 --init-scale=0.01 [--json]
 
 `ps-bench train` runs it with ps-worker's defaults (every setting is passed: the defaults are
 declared once, in C). Prints the test AUC; with --json the last line is one JSON object (auc,
