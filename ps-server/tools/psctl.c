@@ -19,6 +19,7 @@
 #include "pc_error.h"
 #include "pc_feature.h"
 #include "ps_api.h"
+#include "ps_coord_remote.h"
 #include "psctl_plot.h"
 
 #include <cjson/cJSON.h>
@@ -30,6 +31,7 @@
 
 typedef struct opts {
     char server[256];
+    char coordinator[1024];
     char token[256];
     bool tls;
     char tls_ca[512], tls_cert[512], tls_key[512];
@@ -40,6 +42,9 @@ typedef struct opts {
 #define T opts_t
 static const pc_setting_t k_opts[] = {
     PC_SETTING_STRING(T, server, "127.0.0.1:7500", "gRPC address of the server"),
+    PC_SETTING_STRING(T, coordinator, "",
+                      "workers: the coordinator, a ps-server's gRPC address or "
+                      "etcd://HOST:PORT[,...][/PREFIX] (\"\": --server)"),
     PC_SETTING_STRING(T, token, "", "token (x-emberps-token), or the admin token"),
     PC_SETTING_BOOL(T, tls, "false", "speak TLS, verifying the server with the system's roots"),
     PC_SETTING_STRING(T, tls_ca, "", "PEM CA the server's certificate chains to (TLS on)"),
@@ -74,8 +79,9 @@ static void usage(FILE *f) {
                "  checkpoint             write a checkpoint now\n"
                "  checkpoints            list checkpoints\n"
                "  restore ID             go back to checkpoint ID while serving (0: the newest)\n"
-               "  workers JOB            the job's workers and their membership leases (--server:\n"
-               "                         the coordinator's gRPC address)\n"
+               "  workers JOB            the job's workers and their membership leases, from\n"
+               "                         --coordinator (a server's gRPC address or an etcd URL;\n"
+               "                         default --server)\n"
                "  plot LOG OUT.svg|png   draw a ps-worker --metrics-log: loss and test AUC over\n"
                "                         the samples trained on (no server involved)\n\n"
                "options:\n");
@@ -224,59 +230,57 @@ static int probe(const char *service) {
     return rc;
 }
 
-/* KvList under prefix: the response, or NULL after printing why. */
-static Emberps__KvListResponse *kv_list(const char *prefix, int *exit_code) {
-    Emberps__KvListRequest q = EMBERPS__KV_LIST_REQUEST__INIT;
-    q.prefix = (char *)prefix;
-    size_t len;
-    uint8_t *r = call(PS_API_KV_LIST, &q.base, &len, exit_code);
-    Emberps__KvListResponse *p = r ? emberps__kv_list_response__unpack(NULL, len, r) : NULL;
-    if (r && !p) {
-        fprintf(stderr, "psctl: malformed KvList response\n");
-        *exit_code = 1;
-    }
-    free(r);
-    return p;
-}
-
-/* The value of key (a NUL-terminated copy in out, cut to cap - 1; "" when absent: not an error
- * here). 0 or the exit code. */
-static int kv_value(const char *key, char *out, size_t cap) {
-    Emberps__KvGetRequest q = EMBERPS__KV_GET_REQUEST__INIT;
-    q.key = (char *)key;
-    size_t len;
-    int rc = 0;
-    uint8_t *r = call_quiet(PS_API_KV_GET, &q.base, &len, &rc, PC_ENOTFOUND);
-    Emberps__KvGetResponse *p = r ? emberps__kv_get_response__unpack(NULL, len, r) : NULL;
-    free(r);
+/* The value of key at the coordinator (a NUL-terminated copy in out, cut to cap - 1; "" when
+ * absent: not an error here). 0 or the exit code, after printing why. */
+static int kv_value(ps_coord_store_t *st, const char *where, const char *key, char *out,
+                    size_t cap) {
+    void *v = NULL;
+    size_t len = 0;
     out[0] = '\0';
-    if (r && !p) {
-        fprintf(stderr, "psctl: malformed KvGet response\n");
+    int rc = st->get(st->ctx, key, &v, &len);
+    if (rc == PC_ENOTFOUND)
+        return 0;
+    if (rc) {
+        fprintf(stderr, "psctl: coordinator %s: %s: %s\n", where, key, pc_strerror(rc));
         return 1;
     }
-    if (p)
-        snprintf(out, cap, "%.*s", (int)p->value.len, (const char *)p->value.data);
-    emberps__kv_get_response__free_unpacked(p, NULL);
-    return rc;
+    snprintf(out, cap, "%.*s", (int)len, (const char *)v);
+    free(v);
+    return 0;
 }
 
 /* `workers JOB`: the key layout of worker/comm/pw_group.h ("<job>/runs", "<job>/run/<k>/cur",
- * ".../g/<G>" and ".../live/<rank>" holding each worker's heartbeat, a JSON object). */
-static int workers(const char *job) {
+ * ".../g/<G>" and ".../live/<rank>" holding each worker's heartbeat, a JSON object), read from
+ * the coordinator: --coordinator (a ps-server's gRPC address or an etcd URL), else --server. */
+static int workers(const char *job, const psg_opts_t *sec) {
+    const char *where = g_o.coordinator[0] ? g_o.coordinator : g_o.server;
+    ps_coord_store_t st;
+    int rc = ps_coord_store_open(where, sec, (int)g_o.timeout_ms, &st);
+    if (rc) {
+        fprintf(stderr, "psctl: coordinator %s: %s\n", where, pc_strerror(rc));
+        return 2;
+    }
     char key[400], runs[32], cur[32], members[4096 * 5 + 1] = ""; /* pw_group's MAX_MEMBERS */
     snprintf(key, sizeof key, "%s/runs", job);
-    int rc = kv_value(key, runs, sizeof runs);
+    rc = kv_value(&st, where, key, runs, sizeof runs);
     const unsigned long long run = strtoull(runs, NULL, 10);
     snprintf(key, sizeof key, "%s/run/%llu/cur", job, run);
     if (!rc)
-        rc = kv_value(key, cur, sizeof cur);
+        rc = kv_value(&st, where, key, cur, sizeof cur);
     if (!rc && cur[0]) {
         snprintf(key, sizeof key, "%s/run/%llu/g/%s", job, run, cur);
-        rc = kv_value(key, members, sizeof members);
+        rc = kv_value(&st, where, key, members, sizeof members);
     }
     snprintf(key, sizeof key, "%s/run/%llu/live/", job, run);
-    Emberps__KvListResponse *p = rc ? NULL : kv_list(key, &rc);
-    if (!p)
+    pc_kv_entry_t *e = NULL;
+    size_t n = 0;
+    bool truncated;
+    if (!rc && (rc = st.list(st.ctx, key, PS_COORD_LIST_MAX, &e, &n, &truncated))) {
+        fprintf(stderr, "psctl: coordinator %s: %s: %s\n", where, key, pc_strerror(rc));
+        rc = 1;
+    }
+    st.destroy(st.ctx);
+    if (rc)
         return rc;
     cJSON *o = cJSON_CreateObject(), *a = NULL;
     cJSON_AddStringToObject(o, "job", job);
@@ -289,21 +293,20 @@ static int workers(const char *job) {
         printf("job %s, run %llu, generation %s: workers %s\n%-5s %-11s %5s %10s %9s  %s\n", job,
                run, cur[0] ? cur : "-", members[0] ? members : "-", "rank", "state", "gen", "step",
                "lease", "host (pid)");
-    for (size_t i = 0; i < p->n_entries; i++) {
-        const Emberps__KvEntry *e = p->entries[i];
-        cJSON *w = cJSON_ParseWithLength((const char *)e->value.data, e->value.len);
+    for (size_t i = 0; i < n; i++) {
+        cJSON *w = cJSON_ParseWithLength((const char *)e[i].value, e[i].len);
         if (!w || !cJSON_IsObject(w)) {
             cJSON_Delete(w);
             continue; /* not a heartbeat of this layout */
         }
-        num(w, "lease_left_ms", e->lease_left_ms);
+        num(w, "lease_left_ms", e[i].lease_left_ms);
         if (!g_o.json) {
             const cJSON *st = cJSON_GetObjectItem(w, "state"), *h = cJSON_GetObjectItem(w, "host");
             printf("%-5.0f %-11s %5.0f %10.0f %7.1f s  %s (%.0f)\n",
                    cJSON_GetNumberValue(cJSON_GetObjectItem(w, "rank")),
                    cJSON_IsString(st) ? st->valuestring : "?",
                    cJSON_GetNumberValue(cJSON_GetObjectItem(w, "gen")),
-                   cJSON_GetNumberValue(cJSON_GetObjectItem(w, "step")), e->lease_left_ms / 1e3,
+                   cJSON_GetNumberValue(cJSON_GetObjectItem(w, "step")), e[i].lease_left_ms / 1e3,
                    cJSON_IsString(h) ? h->valuestring : "?",
                    cJSON_GetNumberValue(cJSON_GetObjectItem(w, "pid")));
         }
@@ -313,7 +316,7 @@ static int workers(const char *job) {
         emit(o);
     else
         cJSON_Delete(o);
-    emberps__kv_list_response__free_unpacked(p, NULL);
+    pc_kv_entries_free(e, n);
     return 0;
 }
 
@@ -629,7 +632,7 @@ int main(int argc, char **argv) {
     } else if (!strcmp(cmd, "probe") && nargs <= 1) {
         rc = probe(nargs ? args[0] : "");
     } else if (!strcmp(cmd, "workers") && nargs == 1) {
-        rc = workers(args[0]);
+        rc = workers(args[0], &po);
     } else {
         fprintf(stderr, "psctl: unknown command or wrong arguments: %s\n", cmd);
         usage(stderr);

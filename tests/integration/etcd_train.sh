@@ -3,7 +3,8 @@
 # leader is killed with SIGKILL mid-training. Real etcd members on loopback
 # (tests/support/etcd_cluster.sh), one ps-server whose Coordinator service keeps its state in
 # the same etcd (--coordinator-store), two ps-workers with --coordinator=etcd://<all members>.
-#   - while training, `psctl workers JOB` (through the server, state in etcd) lists both ranks;
+#   - while training, `psctl workers JOB` lists both ranks, through the server (state in etcd)
+#     and with --coordinator=etcd://... (etcd directly);
 #   - the leader is killed after both workers made progress; both workers finish (exit 0), rank
 #     0 reports a test AUC, and the longest gap between rank 0's steps after the kill is printed
 #     (etcd's election and the coordinator store's retries: a pause, not an error);
@@ -68,6 +69,11 @@ done
 [ $listed = 1 ] || fail "psctl workers did not list both ranks training: $out"
 echo "psctl workers etcdjob (through the server, from etcd):"
 echo "$out"
+direct=$("$bin/psctl" --coordinator="$url" --timeout-ms=5000 workers etcdjob) ||
+  fail "psctl --coordinator=etcd://... workers"
+[ "$(awk '$2 == "training" || $2 == "joining"' <<<"$direct" | wc -l)" -eq 2 ] ||
+  fail "psctl --coordinator=$url workers does not list both ranks: $direct"
+echo "psctl --coordinator=etcd://... workers etcdjob (etcd directly): $(wc -l <<<"$direct") lines"
 steps_before=0 # mid-training: after rank 0's 20th step
 for ((t = 0; t < 300; t++)); do
   steps_before=$(grep -c " end " "$tmp/steps0" 2>/dev/null || true)
