@@ -351,7 +351,8 @@ static int e_get(void *ctx, const char *key, void **value, size_t *len) {
         if (!*value) {
             rc = PC_ENOMEM;
         } else {
-            memcpy(*value, v->data, v->len);
+            if (v->len) /* an empty value may come without data */
+                memcpy(*value, v->data, v->len);
             *len = v->len;
         }
     }
@@ -426,9 +427,11 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
             rc = PC_ENOMEM;
             break;
         }
-        memcpy(d->key, kv->key.data + e->plen, kl);
+        if (kl)
+            memcpy(d->key, kv->key.data + e->plen, kl);
         d->key[kl] = '\0';
-        memcpy(d->value, kv->value.data, kv->value.len);
+        if (kv->value.len)
+            memcpy(d->value, kv->value.data, kv->value.len);
         ((char *)d->value)[kv->value.len] = '\0';
         d->len = kv->value.len;
         if (kv->lease) {

@@ -56,7 +56,8 @@ static int r_get(void *ctx, const char *key, void **value, size_t *len) {
         return PC_ECORRUPT;
     *value = malloc(r->value.len ? r->value.len : 1);
     if (*value) {
-        memcpy(*value, r->value.data, r->value.len);
+        if (r->value.len) /* an empty value may come without data */
+            memcpy(*value, r->value.data, r->value.len);
         *len = r->value.len;
     }
     emberps__kv_get_response__free_unpacked(r, NULL);
@@ -94,7 +95,8 @@ static int r_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
             rc = PC_ENOMEM;
             break;
         }
-        memcpy(d->value, e->value.data, e->value.len);
+        if (e->value.len)
+            memcpy(d->value, e->value.data, e->value.len);
         ((char *)d->value)[e->value.len] = '\0';
         d->len = e->value.len;
         d->lease_left_ms = e->lease_left_ms;
