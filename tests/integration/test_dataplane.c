@@ -972,6 +972,10 @@ static void test_unsent_bounded(void **state) {
         left = metric(mp, "emberps_dataplane_reply_queue_bytes");
     assert_true(left == 0);
     assert_true(metric(mp, "emberps_dataplane_paused_connections") == 0);
+    /* Written replies wait for reuse, a bounded amount per loop (ps_dataplane.c POOL_KEEP). */
+    const double pooled = metric(mp, "emberps_dataplane_reply_pool_bytes");
+    print_message("reply pool: %.1f MiB idle\n", pooled / (1 << 20));
+    assert_true(pooled > 0 && pooled <= LOOPS * 16.0 * (1 << 20));
     assert_int_equal(psc_pull(c, "wide", keys, 64, DIM, rows), 0);
     psc_close(c);
     pu_stop(s);
