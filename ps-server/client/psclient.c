@@ -159,6 +159,7 @@ struct psc {
     char *map_text;
     server_t **srv; /* by map index */
     size_t nsrv;
+    long sole;     /* the index of the server owning every slot of map, or -1 */
     server_t *all; /* every server object, also those left by a map change */
     atomic_uint_least64_t next_id, next_fid;
     atomic_uint_least64_t calls, retries, refreshes, reconnects, timeouts;
@@ -232,6 +233,10 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
     if (c->map && !c->placeholder)
         atomic_fetch_add(&c->refreshes, 1);
     c->placeholder = false;
+    c->sole = (long)pc_cmap_slot_owner(m, 0);
+    for (uint32_t slot = 1; slot < PC_NSLOTS && c->sole >= 0; slot++)
+        if (pc_cmap_slot_owner(m, slot) != (uint32_t)c->sole)
+            c->sole = -1;
     pc_cmap_destroy(c->map);
     pc_sfree(c->srv);
     c->map = m;
@@ -1063,8 +1068,9 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
     uint32_t *owner = pc_smalloc(PC_MEM_CLIENT, (n + 1) * sizeof *owner);
     part_t **parts = pc_scalloc(PC_MEM_CLIENT, ns + 1, sizeof *parts);
     int rc = count && owner && parts ? 0 : PC_ENOMEM;
-    for (size_t i = 0; !rc && i < n; i++) {
-        owner[i] = pc_cmap_key_owner(c->map, k->keys[idx ? idx[i] : i]);
+    for (size_t i = 0; !rc && i < n; i++) { /* one server owning every slot: no hashing */
+        owner[i] =
+            c->sole >= 0 ? (uint32_t)c->sole : pc_cmap_key_owner(c->map, k->keys[idx ? idx[i] : i]);
         count[owner[i]]++;
     }
     for (size_t s = 0; !rc && s < ns; s++) {
