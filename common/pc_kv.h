@@ -20,4 +20,14 @@ typedef struct pc_kv_entry {
  * fields). NULL is a no-op. */
 void pc_kv_entries_free(pc_kv_entry_t *e, size_t n);
 
+/* A malloc'ed copy of p[0..n) with a NUL after it (n may be 0, and p then NULL: values are
+ * bytes, often text); NULL when out of memory. Every coordinator store copies keys and values
+ * out with it. */
+void *pc_kv_dup(const void *p, size_t n);
+
+/* d = copies of key[0..klen) and value[0..vlen) (pc_kv_dup), lease_left_ms 0. 0, or PC_ENOMEM
+ * with d's fields NULL or owned (pc_kv_entries_free frees them). */
+int pc_kv_entry_fill(pc_kv_entry_t *d, const void *key, size_t klen, const void *value,
+                     size_t vlen);
+
 #endif

@@ -127,20 +127,13 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
     return rc;
 }
 
-static void *dup_bytes(const void *p, size_t n) {
-    void *d = malloc(n ? n : 1);
-    if (d && n)
-        memcpy(d, p, n);
-    return d;
-}
-
 static int mem_get(void *ctx, const char *key, void **value, size_t *len) {
     mem_t *m = ctx;
     pthread_mutex_lock(&m->mu);
     entry_t *e = *live_slot(m, key, pc_time_mono_ns());
     int rc = PC_ENOTFOUND;
     if (e) {
-        *value = dup_bytes(e->value, e->len);
+        *value = pc_kv_dup(e->value, e->len);
         rc = *value ? 0 : PC_ENOMEM;
         if (!rc)
             *len = e->len;
@@ -177,14 +170,12 @@ static int mem_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **o
     }
     for (; !rc && k < nh && k < max && bytes + hits[k]->len <= PS_COORD_LIST_BYTES; k++) {
         const entry_t *e = hits[k];
-        v[k] = (pc_kv_entry_t){strdup(e->key), dup_bytes(e->value, e->len), e->len, 0};
+        rc = pc_kv_entry_fill(&v[k], e->key, strlen(e->key), e->value, e->len);
         bytes += e->len;
         if (e->expires_ns) {
             const uint64_t left = (e->expires_ns - now + 999999u) / 1000000u;
             v[k].lease_left_ms = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;
         }
-        if (!v[k].key || !v[k].value)
-            rc = PC_ENOMEM;
     }
     pthread_mutex_unlock(&m->mu);
     free(hits);

@@ -347,14 +347,10 @@ static int e_get(void *ctx, const char *key, void **value, size_t *len) {
         rc = PC_ENOTFOUND;
     } else {
         const ProtobufCBinaryData *v = &r->kvs[0]->value;
-        *value = malloc(v->len ? v->len : 1);
-        if (!*value) {
+        if (!(*value = pc_kv_dup(v->data, v->len)))
             rc = PC_ENOMEM;
-        } else {
-            if (v->len) /* an empty value may come without data */
-                memcpy(*value, v->data, v->len);
+        else
             *len = v->len;
-        }
     }
     emberps__etcd__range_response__free_unpacked(r, NULL);
     return rc;
@@ -421,19 +417,9 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
         bytes += kv->value.len;
         pc_kv_entry_t *d = &v[k];
         const size_t kl = kv->key.len > e->plen ? kv->key.len - e->plen : 0;
-        d->key = malloc(kl + 1);
-        d->value = malloc(kv->value.len + 1); /* NUL-terminated, as the other stores' */
-        if (!d->key || !d->value) {
-            rc = PC_ENOMEM;
+        if ((rc = pc_kv_entry_fill(d, kl ? kv->key.data + e->plen : NULL, kl, kv->value.data,
+                                   kv->value.len)))
             break;
-        }
-        if (kl)
-            memcpy(d->key, kv->key.data + e->plen, kl);
-        d->key[kl] = '\0';
-        if (kv->value.len)
-            memcpy(d->value, kv->value.data, kv->value.len);
-        ((char *)d->value)[kv->value.len] = '\0';
-        d->len = kv->value.len;
         if (kv->lease) {
             if (kv->lease != last_lease) {
                 last_lease = kv->lease;

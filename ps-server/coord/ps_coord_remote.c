@@ -54,12 +54,8 @@ static int r_get(void *ctx, const char *key, void **value, size_t *len) {
     free(resp);
     if (!r)
         return PC_ECORRUPT;
-    *value = malloc(r->value.len ? r->value.len : 1);
-    if (*value) {
-        if (r->value.len) /* an empty value may come without data */
-            memcpy(*value, r->value.data, r->value.len);
+    if ((*value = pc_kv_dup(r->value.data, r->value.len)))
         *len = r->value.len;
-    }
     emberps__kv_get_response__free_unpacked(r, NULL);
     return *value ? 0 : PC_ENOMEM;
 }
@@ -89,16 +85,8 @@ static int r_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
     while (!rc && k < r->n_entries) {
         const Emberps__KvEntry *e = r->entries[k];
         pc_kv_entry_t *d = &v[k++];
-        d->key = strdup(e->key);
-        d->value = malloc(e->value.len + 1); /* NUL-terminated: values are often text */
-        if (!d->key || !d->value) {
-            rc = PC_ENOMEM;
+        if ((rc = pc_kv_entry_fill(d, e->key, strlen(e->key), e->value.data, e->value.len)))
             break;
-        }
-        if (e->value.len)
-            memcpy(d->value, e->value.data, e->value.len);
-        ((char *)d->value)[e->value.len] = '\0';
-        d->len = e->value.len;
         d->lease_left_ms = e->lease_left_ms;
     }
     *truncated = r->truncated;
