@@ -21,6 +21,10 @@
 #                         test runs every server on 127.0.0.1 with 1)                      (0)
 #   EMBER_SECRET_DIR      files of the Secret: token, and TLS (tls.crt, tls.key, ca.crt) when
 #                         the programs take them                              (/etc/emberps/secret)
+#   EMBER_COORDINATOR     "" (server 0's Coordinator service, state in its memory), or an etcd
+#                         cluster, etcd://HOST:PORT[,HOST:PORT...][/PREFIX]: the workers talk
+#                         to it directly and server 0's Coordinator service (psctl workers)
+#                         keeps its state there, so the job survives server 0's death      ("")
 #   HOSTNAME, JOB_COMPLETION_INDEX, POD_IP, POD_NAMESPACE: set by Kubernetes (the manifests).
 #
 # The cluster map names servers by IPv4 address (libpsclient connects to IPv4 host:port), so
@@ -94,6 +98,7 @@ case "$cmd" in
       die "$host: ordinal $idx but EMBER_SERVERS=$EMBER_SERVERS (scale the Services and the map too)"
     extra=()
     [ "$idx" -eq 0 ] && extra+=(--coordinator) # server 0 is also the job's coordinator
+    [ "$idx" -eq 0 ] && [ -n "${EMBER_COORDINATOR:-}" ] && extra+=(--coordinator-store="$EMBER_COORDINATOR")
     exec ps-server --cluster-map="$(cluster_map)" --server-index="$idx" \
       --port=$((dport + idx * stride)) --grpc-port=$((gport + idx * stride)) \
       --metrics-port=$((mport + idx * stride)) "${extra[@]}" "$@"
@@ -104,8 +109,9 @@ case "$cmd" in
     for ((i = 0; i < ${EMBER_SERVERS:?EMBER_SERVERS unset}; i++)); do
       grpcs+="${grpcs:+,}$(resolve "$(server_host $i)"):$((gport + i * stride))"
     done
+    coord=${EMBER_COORDINATOR:-$(resolve "$(server_host 0)"):$gport}
     exec ps-worker --servers="$(cluster_map)" --rank="$rank" --server-grpc="$grpcs" \
-      --coordinator="$(resolve "$(server_host 0)"):$gport" --host="${POD_IP:-127.0.0.1}" "${client[@]}" "$@"
+      --coordinator="$coord" --host="${POD_IP:-127.0.0.1}" "${client[@]}" "$@"
     ;;
   health)
     # This pod's server (the probe runs in its container): index from the hostname as above.

@@ -17,6 +17,8 @@
 # shared claim; worker 1 is killed with SIGKILL mid-run and started again with the same command
 # (a replacement pod of the same index); both must finish, the shared claim must hold a job
 # checkpoint naming both servers; the servers stop on SIGTERM with a checkpoint and exit 0.
+# K8S_E2E_ETCD=1: the same with EMBER_COORDINATOR set to an etcd member started here (the
+# workers coordinate through etcd, server 0's Coordinator service keeps its state there).
 set -euo pipefail
 src=$1 bin=$2
 py=/usr/bin/python3
@@ -35,6 +37,7 @@ cleanup() {
   local p
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  [ -d "$tmp/etcd" ] && bash "$src/tests/support/etcd_cluster.sh" stop "$tmp/etcd" >/dev/null 2>&1
   if [ "${keep:-0}" = 1 ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
@@ -83,6 +86,11 @@ base=$((20000 + ($$ % 800) * 20))
 sets=(--set EMBER_PORT_STRIDE=1 --set EMBER_DATA_PORT=$base --set EMBER_GRPC_PORT=$((base + 5))
       --set EMBER_METRICS_PORT=$((base + 10)) --set EMBER_DATAGEN_ROWS=300000
       --set EMBER_DATAGEN_TEST_ROWS=5000 --set EMBER_JOBCKPT_EVERY=40)
+if [ "${K8S_E2E_ETCD:-0}" = 1 ]; then
+  bash "$src/tests/support/etcd_cluster.sh" start "$tmp/etcd" 1 || exit $?
+  sets+=(--set "EMBER_COORDINATOR=etcd://$(cat "$tmp/etcd/endpoints")/k8s-e2e")
+  echo "coordinator: etcd at $(cat "$tmp/etcd/endpoints")"
+fi
 gen() { $py "$tool" pod "$tmp/all.yaml" "$@" "$tmp/pods" "${sets[@]}"; }
 for i in 0 1; do
   gen StatefulSet ps-server ps-server $i >"$tmp/server-$i.sh"
@@ -169,6 +177,13 @@ EOF
 grep -q -i "rejoin\|generation" "$tmp/logs/worker-1.log" "$tmp/logs/worker-0.log" ||
   fail "no worker log line about the rejoin (generation)"
 grep -q -i "TLS" "$tmp/logs/server-0.log" || fail "server 0 does not say it serves TLS"
+if [ "${K8S_E2E_ETCD:-0}" = 1 ]; then # the job's state is in etcd, not in server 0
+  grep -q "state kept in etcd" "$tmp/logs/server-0.log" || fail "server 0 does not keep its state in etcd"
+  keys=$(ETCDCTL_API=3 timeout 10 etcdctl --endpoints="$(cat "$tmp/etcd/endpoints")" get --prefix \
+    --keys-only /k8s-e2e/emberps/ | grep -c . || true)
+  [ "$keys" -gt 0 ] || fail "no job keys under /k8s-e2e/ in etcd"
+  echo "etcd holds $keys keys of the job under /k8s-e2e/emberps/"
+fi
 
 # The job's coordinated checkpoints, in the claim both worker pods mount.
 jc=$tmp/pods/claims/emberps-jobckpt
