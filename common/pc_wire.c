@@ -235,3 +235,83 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
         return PC_EINVAL;
     return 0;
 }
+
+/* ---- the delta stream ---- */
+
+size_t pc_wire_stream_len(size_t name_len) {
+    return pc_wire_batch_head_len(name_len) + 16;
+}
+
+size_t pc_wire_stream_encode(const pc_wire_stream_t *q, uint8_t *out) {
+    const size_t nl = strlen(q->name), hl = pc_wire_batch_head_len(nl);
+    if (nl == 0 || nl > PC_WIRE_NAME_MAX)
+        return 0;
+    memset(out, 0, hl);
+    put16(out, (uint16_t)nl);
+    put32(out + 4, q->max);
+    put32(out + 8, q->part);
+    put32(out + 12, q->parts);
+    memcpy(out + PC_WIRE_PREFIX, q->name, nl);
+    put64(out + hl, q->from);
+    put64(out + hl + 8, q->uid);
+    return hl + 16;
+}
+
+int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *out) {
+    if (len < PC_WIRE_PREFIX)
+        return PC_EINVAL;
+    const uint32_t nl = get16(body);
+    if (nl == 0 || nl > PC_WIRE_NAME_MAX || get16(body + 2))
+        return PC_EINVAL;
+    const size_t hl = pc_wire_batch_head_len(nl);
+    if ((uint64_t)len != (uint64_t)hl + 16)
+        return PC_EINVAL;
+    for (size_t i = PC_WIRE_PREFIX + nl; i < hl; i++)
+        if (body[i])
+            return PC_EINVAL;
+    if (get_text(body + PC_WIRE_PREFIX, nl, out->name))
+        return PC_EINVAL;
+    out->max = get32(body + 4);
+    out->part = get32(body + 8);
+    out->parts = get32(body + 12);
+    out->from = get64(body + hl);
+    out->uid = get64(body + hl + 8);
+    return 0;
+}
+
+uint64_t pc_wire_stream_found_off(uint64_t n) {
+    return PC_WIRE_STREAM_REPLY_PREFIX + 8 * n;
+}
+
+uint64_t pc_wire_stream_rows_off(uint64_t n) {
+    return pc_wire_stream_found_off(n) + ((n + 7) & ~(uint64_t)7);
+}
+
+uint64_t pc_wire_stream_reply_len(uint64_t n, uint32_t dim) {
+    return pc_wire_stream_rows_off(n) + n * dim * 4;
+}
+
+void pc_wire_stream_reply_encode(const pc_wire_stream_reply_t *r, uint8_t *out) {
+    put64(out, r->uid);
+    put64(out + 8, r->from);
+    put64(out + 16, r->next);
+    put64(out + 24, r->head);
+    put64(out + 32, r->oldest);
+    put32(out + 40, r->n);
+    put32(out + 44, r->dim);
+}
+
+int pc_wire_stream_reply_decode(const uint8_t *body, uint32_t len, pc_wire_stream_reply_t *out) {
+    if (len < PC_WIRE_STREAM_REPLY_PREFIX)
+        return PC_EINVAL;
+    out->uid = get64(body);
+    out->from = get64(body + 8);
+    out->next = get64(body + 16);
+    out->head = get64(body + 24);
+    out->oldest = get64(body + 32);
+    out->n = get32(body + 40);
+    out->dim = get32(body + 44);
+    if (out->dim > PC_WIRE_DIM_MAX || pc_wire_stream_reply_len(out->n, out->dim) != len)
+        return PC_EINVAL;
+    return 0;
+}

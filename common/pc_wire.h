@@ -48,7 +48,9 @@ typedef enum {
     PC_OP_PING = 6,   /* empty -> empty */
     PC_OP_CLAIM = 7,  /* claim -> claim reply: a job claims a table (ps_catalog_claim) */
     PC_OP_TABLES = 8, /* empty -> the tables' settings texts, one line each (sorted by name) */
-    PC_OP_MAX_ = 8
+    PC_OP_DELTAS = 9, /* stream request -> stream reply: keys changed since a position */
+    PC_OP_SCAN = 10,  /* stream request -> stream reply: one part of every row (a resync) */
+    PC_OP_MAX_ = 10
 } pc_wire_op_t;
 
 typedef struct pc_wire_hdr {
@@ -138,5 +140,42 @@ int pc_wire_claim_decode(const uint8_t *body, uint32_t len, pc_wire_claim_t *out
 size_t pc_wire_claim_reply_len(const pc_wire_claim_reply_t *r);
 size_t pc_wire_claim_reply_encode(const pc_wire_claim_reply_t *r, uint8_t *out);
 int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_reply_t *out);
+
+/* The delta stream (docs/wire.md "The delta stream"). A request: a 16-byte prefix {u16 name_len,
+ * u16 0, u32 max, u32 part, u32 parts}, the table name padded to a multiple of 8, then u64 from
+ * and u64 uid. DELTAS reads up to `max` keys of the table's change log from position `from`;
+ * SCAN sends every row whose key's slot hash falls in part `part` of `parts`. uid: the table
+ * the subscriber follows (0: any; another one answers PC_ESTATE: the table was replaced). */
+typedef struct pc_wire_stream {
+    char name[PC_WIRE_NAME_MAX + 1];
+    uint32_t max, part, parts;
+    uint64_t from, uid;
+} pc_wire_stream_t;
+
+size_t pc_wire_stream_len(size_t name_len);
+/* Encode into out (pc_wire_stream_len bytes); 0 for a name of 0 or over PC_WIRE_NAME_MAX bytes. */
+size_t pc_wire_stream_encode(const pc_wire_stream_t *q, uint8_t *out);
+/* PC_EINVAL for a malformed body. */
+int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *out);
+
+/* A stream reply (status 0): a 48-byte prefix {u64 uid, u64 from, u64 next, u64 head, u64 oldest,
+ * u32 n, u32 dim}, n u64 keys, n found bytes (1: the row follows as the table holds it; 0: the
+ * key is absent: erased or evicted, its row zeros) padded with zeros to a multiple of 8, then n x
+ * dim f32 rows. next: the position to ask from next (DELTAS), or (SCAN) the log's head before
+ * the scan began, from which DELTAS continue; head and oldest: the log's bounds. */
+typedef struct pc_wire_stream_reply {
+    uint64_t uid, from, next, head, oldest;
+    uint32_t n, dim;
+} pc_wire_stream_reply_t;
+
+#define PC_WIRE_STREAM_REPLY_PREFIX 48u
+/* Bytes of a reply of n rows of dim; the offsets of its arrays. */
+uint64_t pc_wire_stream_reply_len(uint64_t n, uint32_t dim);
+uint64_t pc_wire_stream_found_off(uint64_t n);
+uint64_t pc_wire_stream_rows_off(uint64_t n);
+/* Write the prefix (the arrays are the caller's to fill at their offsets). */
+void pc_wire_stream_reply_encode(const pc_wire_stream_reply_t *r, uint8_t *out);
+/* Read the prefix and check len against n and dim (and dim <= PC_WIRE_DIM_MAX): PC_EINVAL. */
+int pc_wire_stream_reply_decode(const uint8_t *body, uint32_t len, pc_wire_stream_reply_t *out);
 
 #endif

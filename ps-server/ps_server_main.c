@@ -58,6 +58,7 @@ typedef struct srv_cfg {
     bool coordinator;
     char coordinator_store[1024];
     int64_t max_body_bytes, max_batch_keys, max_reply_bytes;
+    int64_t delta_log_entries;
     int64_t reply_queue_bytes, reply_queue_total_bytes;
     char tables[4096];
     char ckpt_dir[512];
@@ -111,6 +112,9 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, max_batch_keys, 1, 16777216, "4Mi", "most keys in one request"),
     PC_SETTING_INT(T, max_reply_bytes, 1024, 2147483647, "64Mi",
                    "largest reply (rows + found bytes) of a pull or lookup; more: PC_ETOOBIG"),
+    PC_SETTING_INT(T, delta_log_entries, 0, 1099511627776, "1Mi",
+                   "keys each table's change log keeps for the delta stream (8 bytes each; 0: "
+                   "no delta stream): a subscriber further behind rescans"),
     PC_SETTING_INT(T, reply_queue_bytes, 65536, 1e15, "64Mi",
                    "unsent reply bytes at which a data-plane connection stops being read"),
     PC_SETTING_INT(T, reply_queue_total_bytes, 65536, 1e15, "1Gi",
@@ -583,6 +587,8 @@ int main(int argc, char **argv) {
     pc_log_init(NULL, (pc_log_level_t)s.cfg.log_level, ident);
 
     rc = ps_catalog_create(&s.cat) ? 1 : 0;
+    if (!rc)
+        ps_catalog_set_changelog(s.cat, (size_t)s.cfg.delta_log_entries);
     if (!rc && s.cfg.tier_dir[0]) {
         ps_tier_opts_t to = {.dir = s.cfg.tier_dir,
                              .cache_bytes = (uint64_t)s.cfg.tier_cache_bytes,

@@ -104,6 +104,9 @@ struct call {
     psc_server_health_t *health; /* PING (psc_health): a result per server, health_cap of them */
     size_t health_cap, *nhealth; /* (the caller's, as the buffers: written until the call ends) */
     int timeout_ms;              /* 0: the client's */
+    int target; /* DELTAS, SCAN: the one server asked (its map index); -1: by keys, or all */
+    const psc_stream_req_t *stream; /* DELTAS, SCAN: the caller's request, and its result */
+    psc_stream_t *stream_out;
     psc_done_fn done;
     void *ctx;
     int rc, attempts;
@@ -512,6 +515,29 @@ static int tables_reply(server_t *s, call_t *k) {
     return 0;
 }
 
+/* Server s's stream reply (status 0, body in s->body) into the caller's buffers of k->stream: at
+ * most cap rows of the request's dim. A failure is explained in s->msg. */
+static int stream_reply(server_t *s, call_t *k) {
+    const psc_stream_req_t *q = k->stream;
+    pc_wire_stream_reply_t r;
+    if (pc_wire_stream_reply_decode(s->body, s->h.body_len, &r)) {
+        snprintf(s->msg, sizeof s->msg, "malformed stream reply");
+        return PC_EINVAL;
+    }
+    if (r.dim != q->dim || r.n > q->cap) {
+        snprintf(s->msg, sizeof s->msg, "a stream reply of %u rows of dim %u for %u rows of dim %u",
+                 r.n, r.dim, q->cap, q->dim);
+        return r.dim != q->dim ? PC_EDIM : PC_ETOOBIG;
+    }
+    if (r.n) {
+        memcpy(q->keys, s->body + PC_WIRE_STREAM_REPLY_PREFIX, (size_t)r.n * 8);
+        memcpy(q->found, s->body + pc_wire_stream_found_off(r.n), r.n);
+        memcpy(q->rows, s->body + pc_wire_stream_rows_off(r.n), (size_t)r.n * r.dim * 4);
+    }
+    *k->stream_out = (psc_stream_t){r.uid, r.from, r.next, r.head, r.oldest, r.n};
+    return 0;
+}
+
 /* s->msg = the error reply's message (one line, printable; the server's map for
  * PC_EWRONGSLOT is not a message). */
 static void reply_msg(server_t *s) {
@@ -573,6 +599,7 @@ static void handle_reply(server_t *s) {
         if (!k->finished && !rc)
             rc = k->op == PC_OP_CLAIM    ? claim_reply(s, k)
                  : k->op == PC_OP_TABLES ? tables_reply(s, k)
+                 : k->stream             ? stream_reply(s, k)
                                          : 0;
         if (k->op == PC_OP_PING && !rc)
             health_note(k, p, 0);
@@ -870,6 +897,7 @@ static int part_send(server_t *s, part_t *p) {
     call_t *k = p->call;
     const size_t nl = strlen(k->table);
     const uint64_t body = k->op == PC_OP_CLAIM ? pc_wire_claim_len(nl, strlen(k->job))
+                          : k->stream          ? pc_wire_stream_len(nl)
                           : keyed(k) ? pc_wire_batch_body_len((pc_wire_op_t)k->op, nl, p->n, k->dim)
                                      : 0; /* PING, TABLES */
     wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR + body);
@@ -887,6 +915,13 @@ static int part_send(server_t *s, part_t *p) {
     p->t_sent = pc_time_mono_ns();
     if (k->op == PC_OP_CLAIM)
         pc_wire_claim_encode(k->table, k->job, (uint32_t)k->mode, b);
+    if (k->stream) {
+        const psc_stream_req_t *q = k->stream;
+        pc_wire_stream_t sq = {
+            .max = q->cap, .part = q->part, .parts = q->parts, .from = q->from, .uid = q->uid};
+        snprintf(sq.name, sizeof sq.name, "%s", k->table);
+        pc_wire_stream_encode(&sq, b);
+    }
     if (!keyed(k))
         return send_frame(s, w);
     b += pc_wire_batch_head_encode(k->table, p->n, k->dim, b);
@@ -1068,14 +1103,20 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
     uint32_t *owner = pc_smalloc(PC_MEM_CLIENT, (n + 1) * sizeof *owner);
     part_t **parts = pc_scalloc(PC_MEM_CLIENT, ns + 1, sizeof *parts);
     int rc = count && owner && parts ? 0 : PC_ENOMEM;
+    if (!rc && k->target >= 0 && (size_t)k->target >= ns) {
+        rc = PC_EINVAL;
+        snprintf(k->why, sizeof k->why, "%s: the map has %zu servers, no server %d",
+                 pc_strerror(rc), ns, k->target);
+        k->why_final = true;
+    }
     for (size_t i = 0; !rc && i < n; i++) { /* one server owning every slot: no hashing */
         owner[i] =
             c->sole >= 0 ? (uint32_t)c->sole : pc_cmap_key_owner(c->map, k->keys[idx ? idx[i] : i]);
         count[owner[i]]++;
     }
     for (size_t s = 0; !rc && s < ns; s++) {
-        if (!count[s] && keyed(k)) /* the other calls go to every server */
-            continue;
+        if ((!count[s] && keyed(k)) || (k->target >= 0 && (size_t)k->target != s))
+            continue; /* the other calls go to every server, or to their target */
         parts[s] = pc_scalloc(PC_MEM_CLIENT, 1, sizeof(part_t));
         if (!parts[s] ||
             !(parts[s]->idx = pc_smalloc(PC_MEM_CLIENT, (count[s] + 1) * sizeof(uint32_t)))) {
@@ -1231,6 +1272,7 @@ static call_t *call_new(psc_t *c, uint8_t op, const char *table) {
         return NULL;
     k->id = atomic_fetch_add(&c->next_id, 1);
     k->op = op;
+    k->target = -1;
     snprintf(k->table, sizeof k->table, "%s", table);
     return k;
 }
@@ -1407,6 +1449,38 @@ int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, size_t cap) {
     if (rc && rc != PC_ETIMEDOUT) /* a timeout leaves "no answer" for the servers still out */
         return rc;
     return (int)n;
+}
+
+/* DELTAS or SCAN of request q at its server; the reason of a failure into why. */
+static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, psc_stream_t *out,
+                       char *why, size_t cap) {
+    if (why && cap)
+        why[0] = '\0';
+    if (!c || !q || !out || !q->table || !q->table[0] || strlen(q->table) > PC_WIRE_NAME_MAX ||
+        !q->dim || q->dim > PC_WIRE_DIM_MAX || !q->cap || !q->keys || !q->found || !q->rows ||
+        q->server > INT32_MAX || (op == PC_OP_SCAN && q->part >= q->parts))
+        return PC_EINVAL;
+    memset(out, 0, sizeof *out);
+    call_t *k = call_new(c, op, q->table);
+    if (!k)
+        return PC_ENOMEM;
+    k->target = (int)q->server; /* a server the map does not have: PC_EINVAL (call_dispatch) */
+    k->stream = q;
+    k->stream_out = out;
+    k->dim = q->dim;
+    uint64_t id = k->id;
+    int rc = call_submit(c, k);
+    if (!rc)
+        rc = psc_wait_detail(c, id, why, cap);
+    return rc;
+}
+
+int psc_deltas(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
+    return stream_call(c, PC_OP_DELTAS, q, out, why, cap);
+}
+
+int psc_scan(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
+    return stream_call(c, PC_OP_SCAN, q, out, why, cap);
 }
 
 uint64_t psc_feature_key(uint32_t field, uint64_t value) {

@@ -45,6 +45,7 @@
 
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "pc_hash.h"
 #include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_time.h"
@@ -603,6 +604,196 @@ static void do_tables(conn_t *c, const pc_wire_hdr_t *h) {
     pc_sfree(text);
 }
 
+/* ---- the delta stream (pc_wire_stream_t; docs/wire.md "The delta stream") ---- */
+
+/* The table of a stream request, checked against the uid the subscriber follows; NULL after
+ * replying the error. */
+static ps_table_t *stream_table(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body,
+                                pc_wire_stream_t *q) {
+    char msg[PC_WIRE_MSG_MAX];
+    ps_table_t *t = NULL;
+    if (pc_wire_stream_decode(body, h->body_len, q)) {
+        reply_error(c, h, PC_EINVAL, "malformed stream request");
+    } else if (ps_catalog_acquire(c->lc->dp->cat, q->name, &t)) {
+        snprintf(msg, sizeof msg, "no table %s", q->name);
+        reply_error(c, h, PC_ENOTFOUND, msg);
+        t = NULL;
+    } else if (q->uid && q->uid != ps_table_uid(t)) {
+        snprintf(msg, sizeof msg, "table %s was replaced (uid %016llx, now %016llx): scan it again",
+                 q->name, (unsigned long long)q->uid, (unsigned long long)ps_table_uid(t));
+        reply_error(c, h, PC_ESTATE, msg);
+        ps_catalog_release(c->lc->dp->cat, t);
+        t = NULL;
+    }
+    return t;
+}
+
+/* The rows of keys[0..n) into a stream reply w (prefix r, found and rows as the table holds
+ * them now) and send it. */
+static void stream_send(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t, wreq_t *w,
+                        pc_wire_stream_reply_t *r, const uint64_t *keys) {
+    uint8_t *b = w->payload;
+    pc_wire_stream_reply_encode(r, b);
+    if (keys != (const uint64_t *)(const void *)(b + PC_WIRE_STREAM_REPLY_PREFIX))
+        memcpy(b + PC_WIRE_STREAM_REPLY_PREFIX, keys, (size_t)r->n * 8);
+    uint8_t *found = b + pc_wire_stream_found_off(r->n);
+    memset(found, 0, pc_wire_stream_rows_off(r->n) - pc_wire_stream_found_off(r->n));
+    float *rows = (float *)(void *)(b + pc_wire_stream_rows_off(r->n));
+    int rc =
+        r->n ? ps_table_lookup(t, (const uint64_t *)(const void *)(b + PC_WIRE_STREAM_REPLY_PREFIX),
+                               r->n, rows, (size_t)r->n * r->dim, found)
+             : 0;
+    for (uint32_t i = 0; !rc && i < r->n; i++)
+        if (!found[i]) /* absent: its row is not sent (zeros), only the fact */
+            memset(rows + (size_t)i * r->dim, 0, (size_t)r->dim * 4);
+    if (rc) {
+        reply_free(c->lc, w); /* never sent */
+        reply_error(c, h, rc, "reading the rows of a stream reply");
+        return;
+    }
+    reply_send(c, w, h, 0, pc_wire_stream_reply_len(r->n, r->dim));
+}
+
+/* DELTAS: the keys of the table's change log from q.from (at most q.max, and what fits the
+ * reply limit), each with its row as the table holds it now. */
+static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
+    ps_dp_t *dp = c->lc->dp;
+    pc_wire_stream_t q;
+    ps_table_t *t = stream_table(c, h, body, &q);
+    if (!t)
+        return;
+    ps_changelog_t *log = ps_table_changelog(t);
+    char msg[PC_WIRE_MSG_MAX];
+    const uint32_t dim = ps_table_dim(t);
+    uint64_t max = q.max ? q.max : 1;
+    const uint64_t per = 8 + 1 + (uint64_t)dim * 4, room = dp->o.lim.max_reply;
+    if (room && max > (room - PC_WIRE_STREAM_REPLY_PREFIX - 8) / per)
+        max = (room - PC_WIRE_STREAM_REPLY_PREFIX - 8) / per;
+    if (!max)
+        max = 1;
+    uint64_t oldest, head;
+    if (!log) {
+        snprintf(msg, sizeof msg, "table %s keeps no change log (ps-server --delta-log-entries=0)",
+                 q.name);
+        reply_error(c, h, PC_EUNSUPPORTED, msg);
+    } else {
+        ps_changelog_bounds(log, &oldest, &head);
+        if (max > head - (q.from < head ? q.from : head))
+            max = head - (q.from < head ? q.from : head);
+        wreq_t *w = reply_alloc(c, pc_wire_stream_reply_len(max, dim));
+        size_t n = 0;
+        int rc = w ? 0 : PC_ENOMEM;
+        uint64_t *keys = w ? (uint64_t *)(void *)(w->payload + PC_WIRE_STREAM_REPLY_PREFIX) : NULL;
+        if (!rc)
+            rc = ps_changelog_read(log, q.from, (size_t)max, keys, &n, &oldest, &head);
+        if (rc == PC_ERANGE) {
+            snprintf(msg, sizeof msg,
+                     "position %llu of table %s is not held (oldest %llu, head %llu): scan it "
+                     "again",
+                     (unsigned long long)q.from, q.name, (unsigned long long)oldest,
+                     (unsigned long long)head);
+            reply_error(c, h, rc, msg);
+        } else if (rc) {
+            reply_error(c, h, rc, "stream reply");
+        }
+        if (rc) {
+            if (w)
+                reply_free(c->lc, w);
+        } else {
+            /* n <= max: the reply keeps its size; the arrays move to n's offsets */
+            pc_wire_stream_reply_t r = {ps_table_uid(t), q.from,      q.from + n, head,
+                                        oldest,          (uint32_t)n, dim};
+            stream_send(c, h, t, w, &r, keys);
+        }
+    }
+    ps_catalog_release(dp->cat, t);
+}
+
+typedef struct scan_ctx {
+    uint32_t part, parts, dim;
+    uint64_t n, cap, limit; /* rows collected, allocated, allowed */
+    uint64_t *keys;
+    int rc;
+} scan_ctx_t;
+
+static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
+    scan_ctx_t *x = ctx;
+    for (size_t i = 0; i < n; i++) {
+        if (pc_hash_u64(rows[i].key, PC_HASH_SEED_SLOT) % x->parts != x->part)
+            continue;
+        if (x->n == x->limit) {
+            x->rc = PC_ETOOBIG;
+            return 1;
+        }
+        if (x->n == x->cap) {
+            const uint64_t ncap = x->cap ? 2 * x->cap : 4096;
+            uint64_t *k = pc_srealloc(PC_MEM_SCRATCH, x->keys, ncap * sizeof *k);
+            if (!k) {
+                x->rc = PC_ENOMEM;
+                return 1;
+            }
+            x->keys = k;
+            x->cap = ncap;
+        }
+        x->keys[x->n++] = rows[i].key;
+    }
+    return 0;
+}
+
+/* SCAN: every row in part q.part of q.parts (by the keys' slot hash), with the change log's head
+ * taken before the scan: DELTAS from there bring every change made since. */
+static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
+    ps_dp_t *dp = c->lc->dp;
+    pc_wire_stream_t q;
+    ps_table_t *t = stream_table(c, h, body, &q);
+    if (!t)
+        return;
+    char msg[PC_WIRE_MSG_MAX];
+    const uint32_t dim = ps_table_dim(t);
+    ps_changelog_t *log = ps_table_changelog(t);
+    uint64_t oldest = 0, head = 0;
+    if (log)
+        ps_changelog_bounds(log, &oldest, &head);
+    const uint64_t per = 8 + 1 + (uint64_t)dim * 4, room = dp->o.lim.max_reply;
+    scan_ctx_t x = {.part = q.part,
+                    .parts = q.parts,
+                    .dim = dim,
+                    .limit = room ? (room - PC_WIRE_STREAM_REPLY_PREFIX - 8) / per : UINT32_MAX};
+    if (x.limit > UINT32_MAX)
+        x.limit = UINT32_MAX;
+    if (q.max && x.limit > q.max) /* the subscriber's buffers */
+        x.limit = q.max;
+    if (!q.parts || q.part >= q.parts) {
+        reply_error(c, h, PC_EINVAL, "a scan needs part < parts");
+    } else if (ps_table_config(t)->cold) {
+        snprintf(msg, sizeof msg,
+                 "table %s spills to the cold tier: it cannot be scanned over "
+                 "the data plane",
+                 q.name);
+        reply_error(c, h, PC_EUNSUPPORTED, msg);
+    } else {
+        if (ps_table_scan(t, PS_SCAN_ALL, scan_collect, &x) && !x.rc)
+            x.rc = PC_EINTERNAL;
+        wreq_t *w = x.rc ? NULL : reply_alloc(c, pc_wire_stream_reply_len(x.n, dim));
+        if (!x.rc && !w)
+            x.rc = PC_ENOMEM;
+        if (x.rc == PC_ETOOBIG) {
+            snprintf(msg, sizeof msg,
+                     "part %u of %u of table %s holds over %llu rows, more than a reply may "
+                     "carry: scan it in more parts",
+                     q.part, q.parts, q.name, (unsigned long long)x.limit);
+            reply_error(c, h, x.rc, msg);
+        } else if (x.rc) {
+            reply_error(c, h, x.rc, "scan");
+        } else {
+            pc_wire_stream_reply_t r = {ps_table_uid(t), 0, head, head, oldest, (uint32_t)x.n, dim};
+            stream_send(c, h, t, w, &r, x.keys);
+        }
+    }
+    pc_sfree(x.keys);
+    ps_catalog_release(dp->cat, t);
+}
+
 static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body);
 
 /* Execute one complete frame (timed). Returns false when the connection must close. */
@@ -650,6 +841,12 @@ static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
             return true;
         case PC_OP_TABLES:
             do_tables(c, h);
+            return true;
+        case PC_OP_DELTAS:
+            do_deltas(c, h, body);
+            return true;
+        case PC_OP_SCAN:
+            do_scan(c, h, body);
             return true;
         default:
             do_batch(c, h, body);

@@ -33,6 +33,7 @@ struct ps_catalog {
     size_t n, cap;
     ps_catalog_hooks_t hooks;
     bool has_hooks;
+    size_t log_entries; /* every table gets a change log of this many entries (0: none) */
     /* tables attached but not put yet (restore, import): put does not attach them again */
     ps_table_t **pending;
     size_t npending, pending_cap;
@@ -58,7 +59,18 @@ static bool unpend(ps_catalog_t *c, ps_table_t *t) {
     return found;
 }
 
+void ps_catalog_set_changelog(ps_catalog_t *c, size_t entries) {
+    c->log_entries = entries;
+}
+
 int ps_catalog_attach(ps_catalog_t *c, ps_table_t *t, bool keep) {
+    if (c->log_entries && !ps_table_changelog(t)) { /* before any row goes in */
+        ps_changelog_t *log;
+        int lrc = ps_changelog_create(c->log_entries, &log);
+        if (lrc)
+            return lrc;
+        ps_table_set_changelog(t, log);
+    }
     if (!c->has_hooks) {
         if (ps_table_config(t)->cold) {
             PC_ERROR("table %s: cold=true needs a server with a cold tier",

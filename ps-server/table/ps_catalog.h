@@ -53,6 +53,11 @@ typedef struct ps_catalog_hooks {
 /* Install hooks (copied) before the catalog holds tables. */
 void ps_catalog_set_hooks(ps_catalog_t *c, const ps_catalog_hooks_t *h);
 
+/* Give every table that enters the catalog from now on (created, restored, imported, reset) a
+ * change log of `entries` keys (ps_changelog.h; the delta stream); 0: none. Set before the
+ * catalog holds tables. */
+void ps_catalog_set_changelog(ps_catalog_t *c, size_t entries);
+
 /* Run the attach hook on a table that is not in the catalog yet, so rows can be loaded into it
  * before ps_catalog_put (restore, import). ps_catalog_put on an attached table does not attach
  * it again. */

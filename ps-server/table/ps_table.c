@@ -186,6 +186,7 @@ struct ps_table {
     size_t cow_rec_bytes;
     ps_evict_fn evict_fn;
     void *evict_ctx;
+    ps_changelog_t *log; /* the delta stream's change log (owned; NULL: none) */
     /* cold tier (cfg.cold): the store, the freeze gate (erasers wait while frozen) */
     ps_cold_ops_t cold;
     void *cold_ctx;
@@ -771,6 +772,10 @@ static void evict_row(ps_table_t *t, ps_shard_t *s, uint32_t r, ps_evict_reason_
         ps_row_view_t v;
         row_view(t, s, r, &v);
         t->evict_fn(t->evict_ctx, why, &v);
+    }
+    if (t->log) { /* before the key's slot is reused; readers look the key up later anyway */
+        const uint64_t key = s->km[r].key;
+        ps_changelog_append(t->log, &key, 1);
     }
     if (why == PS_EVICT_CAPACITY)
         s->ev_cap++;
@@ -1586,6 +1591,8 @@ int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *gr
         if (b.cold)
             cold_deferred(&b, OP_PUSH);
         pthread_rwlock_unlock(&t->cut);
+        if (t->log) /* after the rows changed: a reader meeting a key sees its change */
+            ps_changelog_append(t->log, keys, n);
     }
     pc_free(PC_MEM_SCRATCH, d.sum, d.sum_bytes);
     pc_free(PC_MEM_SCRATCH, dmem, dbytes);
@@ -1665,6 +1672,8 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_rwlock_unlock(&t->cut);
+    if (t->log)
+        ps_changelog_append(t->log, keys, n);
     if (cold)
         erase_gate(t, false);
     pc_free(PC_MEM_SCRATCH, ck, cbytes);
@@ -1716,6 +1725,8 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_rwlock_unlock(&t->cut);
+    if (t->log)
+        ps_changelog_append(t->log, keys, n);
     plan_free(&p);
     return rc;
 }
@@ -2107,8 +2118,18 @@ void ps_table_destroy(ps_table_t *t) {
     pthread_mutex_destroy(&t->cold_mu);
     pthread_mutex_destroy(&t->owner_mu);
     pthread_cond_destroy(&t->cold_cv);
+    ps_changelog_destroy(t->log);
     free(t->shards);
     pc_free(PC_MEM_OTHER, t, sizeof *t);
+}
+
+void ps_table_set_changelog(ps_table_t *t, ps_changelog_t *log) {
+    ps_changelog_destroy(t->log);
+    t->log = log;
+}
+
+ps_changelog_t *ps_table_changelog(const ps_table_t *t) {
+    return t->log;
 }
 
 void ps_table_set_evict_fn(ps_table_t *t, ps_evict_fn fn, void *ctx) {

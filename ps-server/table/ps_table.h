@@ -56,6 +56,7 @@
 #include <stdint.h>
 
 #include "pc_settings.h"
+#include "ps_changelog.h"
 
 #define PS_TABLE_NAME_MAX 64
 #define PS_OWNER_MAX      128 /* bytes of a table owner's name, with its NUL */
@@ -168,6 +169,12 @@ typedef void (*ps_evict_fn)(void *ctx, ps_evict_reason_t why, const ps_row_view_
 
 /* Install the eviction callback (ctx borrowed). Call before the table is shared. */
 void ps_table_set_evict_fn(ps_table_t *t, ps_evict_fn fn, void *ctx);
+
+/* The delta stream's change log (ps_changelog.h), owned by the table from here on (a previous
+ * one is destroyed; NULL: none). Pushes, loads, erasures and evictions append their keys after
+ * the change. Call before the table is shared. */
+void ps_table_set_changelog(ps_table_t *t, ps_changelog_t *log);
+ps_changelog_t *ps_table_changelog(const ps_table_t *t);
 
 /* Advance the table clock to `now` (>= current; PC_EINVAL otherwise). Expires rows older than
  * ttl_ticks (checked every ttl_ticks/16 ticks), decays the admission sketch every

@@ -49,6 +49,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 (strlen(r.previous) > PC_WIRE_JOB_MAX || strlen(r.config) > PC_WIRE_CFG_MAX))
                 abort();
             free(body);
+        } else if (!rc && (h.op == PC_OP_DELTAS || h.op == PC_OP_SCAN)) { /* request, reply */
+            uint8_t *body = malloc(h.body_len ? h.body_len : 1);
+            memcpy(body, data + off, h.body_len);
+            pc_wire_stream_t q;
+            pc_wire_stream_reply_t r;
+            if (pc_wire_stream_decode(body, h.body_len, &q) == 0 &&
+                (!q.name[0] || strlen(q.name) > PC_WIRE_NAME_MAX))
+                abort();
+            if (pc_wire_stream_reply_decode(body, h.body_len, &r) == 0) {
+                if (pc_wire_stream_reply_len(r.n, r.dim) != h.body_len)
+                    abort();
+                volatile uint8_t sink = 0; /* every array inside the body */
+                for (uint32_t i = 0; i < r.n; i++)
+                    sink ^= body[pc_wire_stream_found_off(r.n) + i];
+                (void)sink;
+            }
+            free(body);
         }
         off += h.body_len;
     }

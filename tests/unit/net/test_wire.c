@@ -147,6 +147,52 @@ static void test_reply_limit(void **state) {
 }
 
 /* CLAIM bodies and replies: round trips, and every malformed body refused. */
+/* The delta stream's request and reply: round trips, and every malformation refused. */
+static void test_stream_codec(void **state) {
+    (void)state;
+    pc_wire_stream_t q = {.name = "emb",
+                          .max = 500,
+                          .part = 3,
+                          .parts = 8,
+                          .from = 1234567,
+                          .uid = 0xABCDEF0123456789ULL},
+                     d;
+    uint8_t b[200];
+    const size_t len = pc_wire_stream_encode(&q, b);
+    assert_int_equal(len, pc_wire_stream_len(3));
+    assert_int_equal(len, 16 + 8 + 16);
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
+    assert_string_equal(d.name, "emb");
+    assert_true(d.max == 500 && d.part == 3 && d.parts == 8 && d.from == 1234567 &&
+                d.uid == 0xABCDEF0123456789ULL);
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len - 1, &d), PC_EINVAL); /* short */
+    b[16 + 5] = 1; /* a padding byte */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    b[16 + 5] = 0;
+    b[2] = 1; /* the reserved u16 */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    b[2] = 0;
+    b[0] = 0; /* no name */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    pc_wire_stream_t noname = {.name = ""};
+    assert_int_equal(pc_wire_stream_encode(&noname, b), 0);
+    /* a reply of 3 rows of dim 2: prefix, keys, found padded to 8, rows */
+    assert_int_equal(pc_wire_stream_found_off(3), 48 + 24);
+    assert_int_equal(pc_wire_stream_rows_off(3), 48 + 24 + 8);
+    assert_int_equal(pc_wire_stream_reply_len(3, 2), 48 + 24 + 8 + 24);
+    pc_wire_stream_reply_t r = {7, 10, 13, 20, 5, 3, 2}, e;
+    uint8_t rb[104] = {0};
+    pc_wire_stream_reply_encode(&r, rb);
+    assert_int_equal(pc_wire_stream_reply_decode(rb, 104, &e), 0);
+    assert_true(e.uid == 7 && e.from == 10 && e.next == 13 && e.head == 20 && e.oldest == 5 &&
+                e.n == 3 && e.dim == 2);
+    assert_int_equal(pc_wire_stream_reply_decode(rb, 103, &e), PC_EINVAL);
+    assert_int_equal(pc_wire_stream_reply_decode(rb, 40, &e), PC_EINVAL);
+    r.dim = PC_WIRE_DIM_MAX + 1;
+    pc_wire_stream_reply_encode(&r, rb);
+    assert_int_equal(pc_wire_stream_reply_decode(rb, 104, &e), PC_EINVAL);
+}
+
 static void test_claim_codec(void **state) {
     (void)state;
     uint8_t b[512] __attribute__((aligned(8)));
@@ -198,10 +244,9 @@ static void test_claim_codec(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_header_roundtrip),
-        cmocka_unit_test(test_batch_roundtrip_and_errors),
-        cmocka_unit_test(test_reply_limit),
-        cmocka_unit_test(test_claim_codec),
+        cmocka_unit_test(test_header_roundtrip), cmocka_unit_test(test_batch_roundtrip_and_errors),
+        cmocka_unit_test(test_reply_limit),      cmocka_unit_test(test_claim_codec),
+        cmocka_unit_test(test_stream_codec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,7 +38,8 @@ extern "C" {
 #endif
 
 /* The one declaration of the library's version (CMake reads it for the soname). Minor versions:
- * 1 psc_claim; 2 psc_wait_detail; 3 psc_connect2 (TLS); 4 psc_tables, psc_health, feature keys. */
+ * 1 psc_claim; 2 psc_wait_detail; 3 psc_connect2 (TLS); 4 psc_tables, psc_health, feature keys,
+ * the delta stream (psc_deltas, psc_scan). */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
 #define PSC_VERSION_MINOR 4
 #define PSC_VERSION_PATCH 0
@@ -206,6 +207,48 @@ typedef struct psc_server_health {
  * than cap: the rest are not described), or PC_EINVAL / PC_ECANCELED. A server that does not
  * answer is a result (its rc), not an error of the call. Thread-safe. */
 PSC_EXTERN int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, size_t cap);
+
+/* ---- the delta stream (since 1.4; docs/wire.md "The delta stream") ----
+ * A follower of a table (a serving replica, a backup) reads each server's changes in order: the
+ * keys changed since a position, each with its row as the server holds it now (found 0: the key
+ * is gone, erased or evicted). When it fell too far behind (PC_ERANGE) or the table was replaced
+ * (PC_ESTATE: another uid), it scans the table again in parts and continues from the position
+ * the scan returned. Rows a pull created and nothing changed since are not in the stream: they
+ * are the table's deterministic initial rows, which a follower computes itself. */
+typedef struct psc_stream_req {
+    uint32_t server;   /* the server asked: its index in the cluster map (psc_map_text) */
+    const char *table; /* its table */
+    uint32_t dim;      /* the table's dim */
+    uint64_t uid;      /* the table followed (psc_stream_t.uid); 0: whatever table has the name */
+    uint64_t from;     /* psc_deltas: the position to read from (0 at first) */
+    uint32_t part;     /* psc_scan: this part of `parts` (keys by slot hash) */
+    uint32_t parts;
+    uint32_t cap;   /* rows the buffers hold (psc_deltas returns at most this many) */
+    uint64_t *keys; /* cap keys */
+    uint8_t *found; /* cap flags */
+    float *rows;    /* cap x dim */
+} psc_stream_req_t;
+
+typedef struct psc_stream {
+    uint64_t uid;          /* the table's identity (a new one when it is replaced or reset) */
+    uint64_t from, next;   /* the positions read: [from, next); scan: next = where to go on */
+    uint64_t head, oldest; /* the server's log: the newest position, the oldest still held */
+    uint32_t n;            /* rows in the buffers */
+} psc_stream_t;
+
+/* The changes of q->table at server q->server from q->from: up to q->cap keys with found and
+ * rows; out->next is where to continue (out->n == 0 and next == head: caught up). Errors:
+ * PC_ERANGE (q->from is older than the oldest position held: scan again), PC_ESTATE (the table
+ * was replaced since uid), PC_EUNSUPPORTED (the server keeps no change log), PC_ENOTFOUND,
+ * PC_EDIM, PC_EINVAL (bad arguments, a server index the map does not have), the transport's.
+ * why (may be NULL with cap 0) gets the detail line. Blocking; thread-safe. */
+PSC_EXTERN int psc_deltas(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why,
+                          size_t cap);
+/* Every row of q->table at q->server whose key is in part q->part of q->parts; out->next is the
+ * position to follow with psc_deltas. PC_ETOOBIG (a part holds more than cap rows, or than a
+ * reply may carry: use more parts), PC_EUNSUPPORTED (a cold table), the errors of psc_deltas. */
+PSC_EXTERN int psc_scan(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why,
+                        size_t cap);
 
 /* ---- feature keys (since 1.4) ----
  * The keys ps-worker derives from a sample's categorical values, so that a caller in another

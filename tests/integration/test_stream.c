@@ -1,0 +1,343 @@
+/* The delta stream end to end (docs/wire.md "The delta stream"): ps-server processes on loopback,
+ * libpsclient's psc_scan and psc_deltas, and a follower that applies them to a table of its own:
+ *  - following a table while pushes go on, from an empty start (a scan, then deltas): at the
+ *    end every key's row and presence equal the server's, compared key by key;
+ *  - evictions (capacity_rows) reach the follower as absent keys;
+ *  - a follower further behind than the server's log (--delta-log-entries=64) gets PC_ERANGE
+ *    with the bounds, scans again and converges;
+ *  - a table reset by a fresh claim (a new uid) answers PC_ESTATE to the old uid;
+ *  - two servers, each followed by its map index; a server index the map lacks, an unknown
+ *    table, a wrong dim, a part out of range, a part larger than the buffers, a server without a
+ *    change log: clean errors.
+ * argv[1] is the ps-server binary. Every wait is bounded. */
+#include "proc_util.h"
+#include "table_check.h"
+
+#include "emberps/psclient.h"
+#include "pc_error.h"
+
+enum { CAP = 4096 };
+
+static void assert_has(const char *s, const char *part) {
+    if (!strstr(s, part))
+        fail_msg("'%s' does not contain '%s'", s, part);
+}
+
+static psc_t *connect_to(const char *servers) {
+    psc_opts_t o = {.servers = servers, .timeout_ms = 5000, .retries = 4};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    return c;
+}
+
+typedef struct follower {
+    psc_t *c;
+    uint32_t server, dim;
+    const char *table;
+    ps_table_t *t; /* the follower's copy */
+    uint64_t uid, pos;
+    uint64_t keys[CAP];
+    uint8_t found[CAP];
+    float rows[CAP * 16];
+    int scans, rescans;
+} follower_t;
+
+/* Apply the rows of one reply: present keys loaded, absent ones erased. */
+static void apply(follower_t *f, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        if (f->found[i])
+            assert_int_equal(
+                ps_table_load(f->t, 1, &f->keys[i], f->rows + (size_t)i * f->dim, NULL, NULL, NULL),
+                0);
+        else
+            assert_int_equal(ps_table_erase(f->t, &f->keys[i], 1, NULL), 0);
+    }
+}
+
+static psc_stream_req_t req(follower_t *f) {
+    return (psc_stream_req_t){.server = f->server,
+                              .table = f->table,
+                              .dim = f->dim,
+                              .uid = f->uid,
+                              .from = f->pos,
+                              .cap = CAP,
+                              .keys = f->keys,
+                              .found = f->found,
+                              .rows = f->rows};
+}
+
+/* Start over: an empty copy, every part scanned, the stream's position from the first part. */
+static void rescan(follower_t *f, const char *spec) {
+    ps_table_destroy(f->t);
+    f->t = tc_create(spec);
+    f->uid = 0;
+    const uint32_t parts = 8;
+    uint64_t next = 0;
+    for (uint32_t p = 0; p < parts; p++) {
+        psc_stream_req_t q = req(f);
+        q.part = p;
+        q.parts = parts;
+        psc_stream_t out;
+        char why[600];
+        int rc = psc_scan(f->c, &q, &out, why, sizeof why);
+        if (rc)
+            fail_msg("scan part %u: %s: %s", p, pc_err_name(rc), why);
+        if (!p) {
+            f->uid = out.uid;
+            next = out.next; /* the log's head before the first part: deltas cover the rest */
+        }
+        apply(f, out.n);
+    }
+    f->pos = next;
+    f->scans++;
+}
+
+/* Deltas until caught up (bounded); rescans on PC_ERANGE / PC_ESTATE. */
+static void follow(follower_t *f, const char *spec) {
+    for (int i = 0; i < 10000; i++) {
+        psc_stream_req_t q = req(f);
+        psc_stream_t out;
+        char why[600];
+        int rc = psc_deltas(f->c, &q, &out, why, sizeof why);
+        if (rc == PC_ERANGE || rc == PC_ESTATE) {
+            f->rescans++;
+            rescan(f, spec);
+            continue;
+        }
+        if (rc)
+            fail_msg("deltas from %llu: %s: %s", (unsigned long long)f->pos, pc_err_name(rc), why);
+        assert_true(out.from == f->pos && out.next == f->pos + out.n);
+        apply(f, out.n);
+        f->pos = out.next;
+        if (!out.n && out.next == out.head)
+            return;
+    }
+    fail_msg("the follower did not catch up");
+}
+
+/* Every key of keys[0..n): presence and row at the server (LOOKUP) equal the follower's. */
+static void compare(psc_t *c, follower_t *f, const uint64_t *keys, size_t n) {
+    float *a = malloc(n * f->dim * 4), *b = malloc(n * f->dim * 4);
+    uint8_t *fa = malloc(n), *fb = malloc(n);
+    assert_int_equal(psc_lookup(c, f->table, keys, n, f->dim, a, fa), 0);
+    assert_int_equal(ps_table_lookup(f->t, keys, n, b, n * f->dim, fb), 0);
+    size_t present = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fa[i] != fb[i])
+            fail_msg("key %zu: found %d at the server, %d at the follower", i, fa[i], fb[i]);
+        if (fa[i] && memcmp(a + i * f->dim, b + i * f->dim, f->dim * 4))
+            fail_msg("key %zu: rows differ", i);
+        present += fa[i];
+    }
+    print_message("%zu keys compared, %zu present, every row equal (%d scans, %d rescans)\n", n,
+                  present, f->scans, f->rescans);
+    assert_true(present > 0);
+    free(a);
+    free(b);
+    free(fa);
+    free(fb);
+}
+
+static void push_round(psc_t *c, const char *table, uint32_t dim, int r, uint64_t *keys, int n,
+                       int pool) {
+    float *g = malloc((size_t)n * dim * 4);
+    uint64_t rng = 77 + (uint64_t)r;
+    for (int i = 0; i < n; i++) {
+        keys[i] = (uint64_t)(tu_rand(&rng) % (uint64_t)pool + 1) * 0x9E3779B97F4A7C15ULL;
+        for (uint32_t e = 0; e < dim; e++)
+            g[(size_t)i * dim + e] = tu_gauss(&rng) * 0.1f;
+    }
+    assert_int_equal(psc_push(c, table, keys, (size_t)n, dim, g, NULL), 0);
+    free(g);
+}
+
+static void test_follow(void **state) {
+    (void)state;
+    char dir[256], one[64];
+    tc_tmpdir(dir, sizeof dir, "stream");
+    const char *spec = "name=emb,dim=8,optimizer=adagrad,shards=4";
+    const char *cap_spec = "name=cap,dim=4,optimizer=sgd,capacity_rows=400,shards=2";
+    char tables[200];
+    snprintf(tables, sizeof tables, "--tables=%s;%s", spec, cap_spec);
+    int port = pu_free_port();
+    const char *extra[] = {tables, NULL};
+    pid_t srv = pu_spawn(port, dir, extra, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_t *c = connect_to(one);
+    follower_t *f = calloc(1, sizeof *f);
+    *f = (follower_t){.c = c, .server = 0, .dim = 8, .table = "emb"};
+    enum { ROUNDS = 30, N = 500, POOL = 3000 };
+    static uint64_t keys[ROUNDS * N];
+    for (int r = 0; r < 5; r++)
+        push_round(c, "emb", 8, r, keys + r * N, N, POOL);
+    rescan(f, spec); /* a follower starting late: the rows so far by scan */
+    for (int r = 5; r < ROUNDS; r++) {
+        push_round(c, "emb", 8, r, keys + r * N, N, POOL);
+        if (r % 3 == 0)
+            follow(f, spec); /* follow while pushes go on */
+    }
+    follow(f, spec);
+    compare(c, f, keys, ROUNDS * N);
+    assert_int_equal(f->rescans, 0);
+    /* evictions: a table of 400 rows (in 2 shards) given 2000 keys */
+    ps_table_destroy(f->t);
+    memset(f, 0, sizeof *f);
+    *f = (follower_t){.c = c, .server = 0, .dim = 4, .table = "cap"};
+    f->t = tc_create(cap_spec);
+    static uint64_t ck[4 * N];
+    for (int r = 0; r < 4; r++) {
+        push_round(c, "cap", 4, 100 + r, ck + r * N, N, 2000);
+        follow(f, cap_spec);
+    }
+    compare(c, f, ck, 4 * N);
+    ps_table_destroy(f->t);
+    /* a fresh claim replaces the table: the old uid is refused */
+    psc_stream_req_t q = req(f);
+    psc_stream_t out;
+    char why[600];
+    q.table = "emb";
+    q.dim = 8;
+    q.from = 0;
+    assert_int_equal(psc_scan(c,
+                              &(psc_stream_req_t){.table = "emb",
+                                                  .dim = 8,
+                                                  .parts = 1,
+                                                  .cap = 100,
+                                                  .keys = f->keys,
+                                                  .found = f->found,
+                                                  .rows = f->rows},
+                              &out, why, sizeof why),
+                     PC_ETOOBIG); /* about 3000 rows in one part, for buffers of 100 */
+    assert_has(why, "more parts");
+    q.uid = 0;
+    q.parts = 8;
+    assert_int_equal(psc_scan(c, &q, &out, why, sizeof why), 0);
+    const uint64_t uid = out.uid;
+    psc_claim_t cl;
+    assert_int_equal(psc_claim(c, "emb", "job-b", PSC_CLAIM_FRESH, &cl), 0);
+    q.uid = uid;
+    q.from = out.next;
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_ESTATE);
+    assert_has(why, "was replaced");
+    /* bad requests */
+    q.uid = 0;
+    q.server = 3;
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_EINVAL);
+    assert_has(why, "no server 3");
+    q.server = 0;
+    q.table = "nope";
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_ENOTFOUND);
+    q.table = "emb";
+    q.dim = 4;
+    q.from = 0;
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_EDIM);
+    q.dim = 8;
+    q.part = 8;
+    assert_int_equal(psc_scan(c, &q, &out, why, sizeof why), PC_EINVAL);
+    q.cap = 0;
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_EINVAL);
+    psc_close(c);
+    free(f);
+    pu_stop(srv);
+    tc_rmdir(dir);
+}
+
+static void test_behind_log(void **state) {
+    (void)state;
+    char dir[256], one[64];
+    tc_tmpdir(dir, sizeof dir, "streamlog");
+    const char *spec = "name=emb,dim=8,optimizer=adagrad";
+    char tables[100];
+    snprintf(tables, sizeof tables, "--tables=%s", spec);
+    int port = pu_free_port();
+    const char *extra[] = {tables, "--delta-log-entries=64", NULL};
+    pid_t srv = pu_spawn(port, dir, extra, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_t *c = connect_to(one);
+    follower_t *f = calloc(1, sizeof *f);
+    *f = (follower_t){.c = c, .server = 0, .dim = 8, .table = "emb"};
+    f->t = tc_create(spec);
+    static uint64_t keys[10 * 300];
+    push_round(c, "emb", 8, 1, keys, 300, 1000);
+    psc_stream_req_t q = req(f);
+    psc_stream_t out;
+    char why[600];
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_ERANGE);
+    assert_has(why, "not held (oldest 236, head 300)");
+    follow(f, spec); /* rescans */
+    assert_int_equal(f->rescans, 1);
+    for (int r = 2; r <= 10; r++) {
+        push_round(c, "emb", 8, r, keys + (r - 1) * 300, 300, 1000);
+        follow(f, spec); /* each round is over 64 keys: a rescan each time */
+    }
+    compare(c, f, keys, 10 * 300);
+    assert_true(f->rescans >= 9);
+    ps_table_destroy(f->t);
+    free(f);
+    psc_close(c);
+    pu_stop(srv);
+    tc_rmdir(dir);
+}
+
+static void test_two_servers_and_no_log(void **state) {
+    (void)state;
+    char dir[256], map[256], maparg[300], t[100];
+    tc_tmpdir(dir, sizeof dir, "stream2");
+    int p0 = pu_free_port(), p1 = pu_free_port();
+    snprintf(map, sizeof map,
+             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", p0, p1);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    const char *spec = "name=emb,dim=8,optimizer=adagrad";
+    snprintf(t, sizeof t, "--tables=%s", spec);
+    const char *e0[] = {maparg, t, NULL}, *e1[] = {maparg, t, "--delta-log-entries=0", NULL};
+    pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
+    psc_t *c = connect_to(map);
+    static uint64_t keys[2000];
+    push_round(c, "emb", 8, 5, keys, 2000, 100000);
+    follower_t *f = calloc(1, sizeof *f);
+    *f = (follower_t){.c = c, .server = 0, .dim = 8, .table = "emb"};
+    f->t = tc_create(spec);
+    follow(f, spec); /* server 0's half */
+    size_t n0 = 0;
+    uint8_t fl[2000];
+    float *rows = malloc(2000 * 8 * 4);
+    assert_int_equal(ps_table_lookup(f->t, keys, 2000, rows, 2000 * 8, fl), 0);
+    for (int i = 0; i < 2000; i++)
+        n0 += fl[i];
+    print_message("server 0 streamed %zu of 2000 keys\n", n0);
+    assert_true(n0 > 700 && n0 < 1300);
+    psc_stream_req_t q = req(f);
+    q.server = 1;
+    q.from = 0;
+    psc_stream_t out;
+    char why[600];
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_EUNSUPPORTED);
+    assert_has(why, "no change log");
+    q.parts = 2; /* a scan needs no log */
+    assert_int_equal(psc_scan(c, &q, &out, why, sizeof why), 0);
+    assert_int_equal(out.next, 0);
+    free(rows);
+    ps_table_destroy(f->t);
+    free(f);
+    psc_close(c);
+    pu_stop(s0);
+    pu_stop(s1);
+    tc_rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_stream PATH-TO-ps-server\n");
+        return 2;
+    }
+    pu_bin = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_follow),
+        cmocka_unit_test(test_behind_log),
+        cmocka_unit_test(test_two_servers_and_no_log),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    pu_kill_all();
+    return rc;
+}
