@@ -75,28 +75,14 @@ int bench_py_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     const uint64_t nkeys = o.smoke ? 20000 : o.quick ? 200000 : 1000000;
     const double secs = o.seconds > 0 ? o.seconds : o.smoke ? 0.2 : o.quick ? 1.0 : 2.0;
-    char dir[256], bin[600], pf[300], portarg[32], pfarg[320];
+    char dir[256];
     bench_tmpdir("py", dir, sizeof dir);
-    bench_sibling("ps-server", bin, sizeof bin);
-    snprintf(pf, sizeof pf, "%s/port", dir);
-    const int port = bench_free_port();
-    snprintf(portarg, sizeof portarg, "--port=%d", port);
-    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
-    char *sargv[] = {bin,
-                     portarg,
-                     pfarg,
-                     "--io-threads=1",
-                     "--grpc-port=0",
-                     "--metrics-port=-1",
-                     "--log-level=warn",
-                     "--tables=name=b64,dim=64,optimizer=adagrad;name=d16,dim=16,optimizer=adagrad",
-                     NULL};
-    pid_t ps = bench_spawn(&o, sargv);
-    if (!bench_wait_file(pf, 10)) {
-        fprintf(stderr, "ps-bench py: %s did not start\n", bin);
-        bench_stop(ps);
+    const char *extra[] = {
+        "--tables=name=b64,dim=64,optimizer=adagrad;name=d16,dim=16,optimizer=adagrad", NULL};
+    int port;
+    const pid_t ps = bench_ps_server(&o, "py", dir, "py", extra, &port, NULL);
+    if (ps < 0)
         return 1;
-    }
     bench_pin(&o, 1);
     char servers[64];
     snprintf(servers, sizeof servers, "127.0.0.1:%d", port);
@@ -151,6 +137,8 @@ int bench_py_main(int argc, char **argv) {
     free(rows);
 
     cJSON *root = bench_python_result(out_path, NULL, 0);
+    unlink(out_path);
+    rmdir(dir);
     if (!root) {
         root = cJSON_CreateObject();
         char why[200];

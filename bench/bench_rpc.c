@@ -205,41 +205,31 @@ static int make_cert(const char *dir, const char *name, char *cert, char *key, s
     return 0;
 }
 
-/* Pull rows/s at dim 64, 8 in flight, over TLS (a second server, `bin`, pinned as the first)
+/* Pull rows/s at dim 64, 8 in flight, over TLS (a second server, pinned as the first)
  * and over the plain connection x->ps, alternating; *plain and *ratio get the medians of the
  * plain samples and of the pairs' ratios. Returns the TLS figure, or -1 when the TLS server
  * cannot be set up (said on stderr). */
-static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, const char *dir,
-                            double *plain, double *ratio) {
-    char cert[300], key[300], pf[300];
-    snprintf(pf, sizeof pf, "%s/port-tls", dir);
+static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *dir, double *plain,
+                            double *ratio) {
+    char cert[300], key[300];
     if (make_cert(dir, "tls", cert, key, sizeof cert))
         return -1;
-    const int port = bench_free_port();
-    char portarg[32], pfarg[320], certarg[320], keyarg[320];
-    snprintf(portarg, sizeof portarg, "--port=%d", port);
-    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    char certarg[320], keyarg[320];
     snprintf(certarg, sizeof certarg, "--tls-cert=%s", cert);
     snprintf(keyarg, sizeof keyarg, "--tls-key=%s", key);
-    char *argv[] = {(char *)bin,
-                    portarg,
-                    pfarg,
-                    "--io-threads=1",
-                    "--grpc-port=-1",
-                    "--metrics-port=-1",
-                    "--log-level=warn",
-                    certarg,
-                    keyarg,
-                    "--tables=name=b64,dim=64,optimizer=adagrad",
-                    NULL};
-    pid_t pid = bench_spawn(o, argv);
+    const char *extra[] = {"--grpc-port=-1", certarg, keyarg,
+                           "--tables=name=b64,dim=64,optimizer=adagrad", NULL};
+    int port;
+    const pid_t pid = bench_ps_server(o, "rpc", dir, "tls", extra, &port, NULL);
+    if (pid < 0)
+        return -1;
     char addr[64], why[512] = "";
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     psc_opts_t co = {.servers = addr, .timeout_ms = 60000};
     psc_tls_opts_t tls = {.ca = cert};
     psc_t *plain_ps = x->ps, *tls_ps = NULL;
-    if (!bench_wait_file(pf, 10) || psc_connect2(&co, &tls, why, sizeof why, &tls_ps)) {
-        fprintf(stderr, "ps-bench rpc: the TLS server: %s\n", why[0] ? why : "did not start");
+    if (psc_connect2(&co, &tls, why, sizeof why, &tls_ps)) {
+        fprintf(stderr, "ps-bench rpc: the TLS server: %s\n", why);
         bench_stop(pid);
         return -1;
     }
@@ -264,7 +254,6 @@ static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, co
     x->ps = plain_ps;
     psc_close(tls_ps);
     bench_stop(pid);
-    unlink(pf);
     unlink(cert);
     unlink(key);
     *plain = bench_median3(f.base);
@@ -345,44 +334,24 @@ static double grpc_rate1(ctx_t *x, const char *table, uint32_t dim, bool push, u
 
 /* ==== gRPC over TLS ======================================================================== */
 
-/* gRPC Pull rows/s at dim 64, 8 in flight, over TLS (a third server, `bin`, started as the
+/* gRPC Pull rows/s at dim 64, 8 in flight, over TLS (a third server, started as the
  * first: one gRPC thread) and over the plain channel x->grpc, alternating; *plain gets the plain
  * figure. Returns the TLS figure, or -1 when the TLS server cannot be set up (said on stderr). */
-static double tls_grpc_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bin, const char *dir,
-                                 double *plain, double *ratio) {
+static double tls_grpc_pull_rate(ctx_t *x, const bench_opts_t *o, const char *dir, double *plain,
+                                 double *ratio) {
     *plain = 0;
-    char cert[300], key[300], pf[300];
-    snprintf(pf, sizeof pf, "%s/port-tlsg", dir);
+    char cert[300], key[300];
     if (make_cert(dir, "tlsg", cert, key, sizeof cert))
         return -1;
-    char portarg[32], pfarg[320], certarg[320], keyarg[320];
-    snprintf(portarg, sizeof portarg, "--port=%d", bench_free_port());
-    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    char certarg[320], keyarg[320];
     snprintf(certarg, sizeof certarg, "--tls-cert=%s", cert);
     snprintf(keyarg, sizeof keyarg, "--tls-key=%s", key);
-    char *argv[] = {(char *)bin,
-                    portarg,
-                    pfarg,
-                    "--io-threads=1",
-                    "--grpc-threads=1",
-                    "--grpc-port=0",
-                    "--metrics-port=-1",
-                    "--log-level=warn",
-                    certarg,
-                    keyarg,
-                    "--tables=name=b64,dim=64,optimizer=adagrad",
-                    NULL};
-    pid_t pid = bench_spawn(o, argv);
-    int dpp = 0, gp = 0;
-    FILE *f = bench_wait_file(pf, 10) ? fopen(pf, "r") : NULL;
-    if (!f || fscanf(f, "%d %d", &dpp, &gp) != 2) {
-        if (f)
-            fclose(f);
-        fprintf(stderr, "ps-bench rpc: the gRPC TLS server did not start\n");
-        bench_stop(pid);
+    const char *extra[] = {"--grpc-threads=1", certarg, keyarg,
+                           "--tables=name=b64,dim=64,optimizer=adagrad", NULL};
+    int dpp, gp;
+    const pid_t pid = bench_ps_server(o, "rpc", dir, "tlsg", extra, &dpp, &gp);
+    if (pid < 0)
         return -1;
-    }
-    fclose(f);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
     const psg_opts_t go = {.addr = addr, .max_message = 256u << 20, .tls_ca = cert};
@@ -422,7 +391,6 @@ static double tls_grpc_pull_rate(ctx_t *x, const bench_opts_t *o, const char *bi
     x->grpc = plain_g;
     psg_destroy(tls_g);
     bench_stop(pid);
-    unlink(pf);
     unlink(cert);
     unlink(key);
     if (rc)
@@ -668,35 +636,14 @@ int bench_rpc_main(int argc, char **argv) {
     ctx_t x = {.o = &o};
     x.nkeys = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 5000 : o.quick ? 200000 : 1000000;
     x.secs = o.seconds > 0 ? o.seconds : o.smoke ? 0.2 : o.quick ? 1.0 : 2.0;
-    char dir[256], bin[600], pf[300];
+    char dir[256];
     bench_tmpdir("rpc", dir, sizeof dir);
-    bench_sibling("ps-server", bin, sizeof bin);
-    snprintf(pf, sizeof pf, "%s/port", dir);
-    x.ps_port = bench_free_port();
-    char portarg[32], pfarg[320];
-    snprintf(portarg, sizeof portarg, "--port=%d", x.ps_port);
-    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
-    char *sargv[] = {bin,
-                     portarg,
-                     pfarg,
-                     "--io-threads=1",
-                     "--grpc-threads=1",
-                     "--grpc-port=0",
-                     "--metrics-port=-1",
-                     "--log-level=warn",
-                     "--tables=name=b16,dim=16,optimizer=adagrad;name=b64,dim=64,optimizer=adagrad",
-                     NULL};
-    pid_t ps = bench_spawn(&o, sargv);
-    if (!bench_wait_file(pf, 10)) {
-        fprintf(stderr, "ps-bench rpc: %s did not start\n", bin);
-        bench_stop(ps);
+    const char *extra[] = {
+        "--grpc-threads=1",
+        "--tables=name=b16,dim=16,optimizer=adagrad;name=b64,dim=64,optimizer=adagrad", NULL};
+    const pid_t ps = bench_ps_server(&o, "rpc", dir, "plain", extra, &x.ps_port, &x.grpc_port);
+    if (ps < 0)
         return 1;
-    }
-    FILE *portf = fopen(pf, "r");
-    int dpp = 0;
-    if (!portf || fscanf(portf, "%d %d", &dpp, &x.grpc_port) != 2)
-        abort();
-    fclose(portf);
     x.rd_port = bench_free_port();
     char rport[16];
     snprintf(rport, sizeof rport, "%d", x.rd_port);
@@ -776,7 +723,7 @@ int bench_rpc_main(int argc, char **argv) {
         printf("gRPC API, dim 64, %d in flight: pull %9.0f  push(adagrad) %9.0f rows/s\n",
                f ? W : 1, gpull[f], gpush[f]);
     }
-    double tls_plain, tls_ratio, tls_pull = tls_pull_rate(&x, &o, bin, dir, &tls_plain, &tls_ratio);
+    double tls_plain, tls_ratio, tls_pull = tls_pull_rate(&x, &o, dir, &tls_plain, &tls_ratio);
     if (tls_pull < 0) {
         bench_stop(ps);
         bench_stop(rd);
@@ -786,7 +733,7 @@ int bench_rpc_main(int argc, char **argv) {
            "plain %.2f)\n",
            W, tls_pull, tls_plain, tls_ratio);
     double tls_gplain, tls_gratio,
-        tls_gpull = tls_grpc_pull_rate(&x, &o, bin, dir, &tls_gplain, &tls_gratio);
+        tls_gpull = tls_grpc_pull_rate(&x, &o, dir, &tls_gplain, &tls_gratio);
     if (tls_gpull < 0) {
         bench_stop(ps);
         bench_stop(rd);
@@ -854,7 +801,6 @@ int bench_rpc_main(int argc, char **argv) {
     redisFree(x.rd);
     bench_stop(ps);
     bench_stop(rd);
-    unlink(pf);
     rmdir(dir);
     return 0;
 }

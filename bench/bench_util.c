@@ -206,6 +206,43 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]) {
     return pid;
 }
 
+int bench_ps_server(const bench_opts_t *o, const char *area, const char *dir, const char *tag,
+                    const char *const *extra, int *dport, int *gport) {
+    char bin[600], pf[320], portarg[32], pfarg[340];
+    bench_sibling("ps-server", bin, sizeof bin);
+    snprintf(pf, sizeof pf, "%s/port-%s", dir, tag);
+    const int port = bench_free_port();
+    snprintf(portarg, sizeof portarg, "--port=%d", port);
+    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    char *argv[24] = {bin,
+                      portarg,
+                      pfarg,
+                      "--io-threads=1",
+                      "--grpc-port=0",
+                      "--metrics-port=-1",
+                      "--log-level=warn"};
+    int a = 7;
+    for (; extra && *extra && a < 23; extra++)
+        argv[a++] = (char *)*extra;
+    argv[a] = NULL;
+    const int pid = bench_spawn(o, argv);
+    int dp = 0, gp = 0;
+    FILE *f = bench_wait_file(pf, 10) ? fopen(pf, "r") : NULL;
+    if (!f || fscanf(f, "%d %d", &dp, &gp) != 2 || dp != port) {
+        if (f)
+            fclose(f);
+        fprintf(stderr, "ps-bench %s: %s (%s) did not start\n", area, bin, tag);
+        bench_stop(pid);
+        return -1;
+    }
+    fclose(f);
+    unlink(pf); /* read: the directory stays removable */
+    *dport = dp;
+    if (gport)
+        *gport = gp;
+    return pid;
+}
+
 void bench_stop(int pid) {
     if (pid <= 0)
         return;

@@ -66,6 +66,15 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]);
 void bench_stop(int pid);
 bool bench_wait_file(const char *path, double seconds);
 void bench_sibling(const char *name, char *buf, size_t cap);
+/* The ps-server next to ps-bench on a free data port, started by bench_spawn (pinned to the
+ * first CPU) with --io-threads=1 --grpc-port=0 --metrics-port=-1 --log-level=warn and then
+ * `extra` (NULL-terminated: tables, TLS files, ...; a later flag wins, so extra may override
+ * those), its port file at DIR/port-TAG (removed once read); waits (10 s) until it serves. Returns
+ * its pid with its data-plane port in *dport and gRPC port in *gport (may be NULL), or -1 after
+ * saying on stderr why (AREA names the bench). */
+int bench_ps_server(const bench_opts_t *o, const char *area, const char *dir, const char *tag,
+                    const char *const *extra, int *dport, int *gport);
+
 /* A new directory $TMPDIR/ps-bench-AREA-XXXXXX (TMPDIR default /tmp) into buf; aborts when it
  * cannot be made. */
 void bench_tmpdir(const char *area, char *buf, size_t cap);
