@@ -654,6 +654,17 @@ static void stream_send(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t, wreq_t
     reply_send(c, w, h, 0, pc_wire_stream_reply_len(r->n, r->dim));
 }
 
+/* Rows a stream reply of dim may carry: the reply limit's, and at most `want` (0: no wish). */
+static uint64_t stream_rows_max(const ps_dp_t *dp, uint32_t dim, uint64_t want) {
+    const uint64_t per = 8 + 1 + (uint64_t)dim * 4, room = dp->o.lim.max_reply;
+    uint64_t fit = room ? (room - PC_WIRE_STREAM_REPLY_PREFIX - 8) / per : UINT32_MAX;
+    if (fit > UINT32_MAX)
+        fit = UINT32_MAX;
+    if (want && want < fit)
+        fit = want;
+    return fit ? fit : 1;
+}
+
 /* DELTAS: the keys of the table's change log from q.from (at most q.max, and what fits the
  * reply limit), each with its row as the table holds it now. */
 static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
@@ -665,21 +676,16 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_changelog_t *log = ps_table_changelog(t);
     char msg[PC_WIRE_MSG_MAX];
     const uint32_t dim = ps_table_dim(t);
-    uint64_t max = q.max ? q.max : 1;
-    const uint64_t per = 8 + 1 + (uint64_t)dim * 4, room = dp->o.lim.max_reply;
-    if (room && max > (room - PC_WIRE_STREAM_REPLY_PREFIX - 8) / per)
-        max = (room - PC_WIRE_STREAM_REPLY_PREFIX - 8) / per;
-    if (!max)
-        max = 1;
-    uint64_t oldest, head;
+    uint64_t max = stream_rows_max(dp, dim, q.max), oldest, head;
     if (!log) {
         snprintf(msg, sizeof msg, "table %s keeps no change log (ps-server --delta-log-entries=0)",
                  q.name);
         reply_error(c, h, PC_EUNSUPPORTED, msg);
     } else {
-        ps_changelog_bounds(log, &oldest, &head);
-        if (max > head - (q.from < head ? q.from : head))
-            max = head - (q.from < head ? q.from : head);
+        ps_changelog_bounds(log, &oldest, &head); /* to size the reply: at most up to the head */
+        const uint64_t avail = q.from < head ? head - q.from : 0;
+        if (max > avail)
+            max = avail;
         wreq_t *w = reply_alloc(c, pc_wire_stream_reply_len(max, dim));
         size_t n = 0;
         int rc = w ? 0 : PC_ENOMEM;
@@ -754,15 +760,10 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     uint64_t oldest = 0, head = 0;
     if (log)
         ps_changelog_bounds(log, &oldest, &head);
-    const uint64_t per = 8 + 1 + (uint64_t)dim * 4, room = dp->o.lim.max_reply;
-    scan_ctx_t x = {.part = q.part,
+    scan_ctx_t x = {.part = q.part, /* at most the reply limit and the subscriber's buffers */
                     .parts = q.parts,
                     .dim = dim,
-                    .limit = room ? (room - PC_WIRE_STREAM_REPLY_PREFIX - 8) / per : UINT32_MAX};
-    if (x.limit > UINT32_MAX)
-        x.limit = UINT32_MAX;
-    if (q.max && x.limit > q.max) /* the subscriber's buffers */
-        x.limit = q.max;
+                    .limit = stream_rows_max(dp, dim, q.max)};
     if (!q.parts || q.part >= q.parts) {
         reply_error(c, h, PC_EINVAL, "a scan needs part < parts");
     } else if (ps_table_config(t)->cold) {
