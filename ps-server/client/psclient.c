@@ -1389,6 +1389,15 @@ int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint
     return rc ? rc : psc_wait(c, id);
 }
 
+/* Submit call k (no callback) and wait for its result, the detail into why (may be NULL). */
+static int call_run(psc_t *c, call_t *k, char *why, size_t cap) {
+    const uint64_t id = k->id;
+    int rc = call_submit(c, k);
+    if (why && cap && rc)
+        why[0] = '\0';
+    return rc ? rc : psc_wait_detail(c, id, why, cap);
+}
+
 int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_t *out) {
     if (!c || !table || !job || !out || !table[0] || strlen(table) > PC_WIRE_NAME_MAX ||
         strlen(job) > PC_WIRE_JOB_MAX || mode < PSC_CLAIM_CHECK || mode > PSC_CLAIM_INSPECT ||
@@ -1401,11 +1410,8 @@ int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_
     k->job = job;
     k->mode = mode;
     k->claim = out;
-    uint64_t id = k->id;
-    int rc = call_submit(c, k);
-    if (!rc)
-        rc = psc_wait_detail(c, id, out->message, sizeof out->message);
-    else
+    int rc = call_run(c, k, out->message, sizeof out->message);
+    if (rc && !out->message[0])
         snprintf(out->message, sizeof out->message, "%s", pc_strerror(rc));
     return rc;
 }
@@ -1420,10 +1426,7 @@ int psc_tables(psc_t *c, char *buf, size_t cap, size_t *len) {
     k->text = buf;
     k->text_cap = cap;
     k->text_len = len;
-    uint64_t id = k->id;
-    int rc = call_submit(c, k);
-    if (!rc)
-        rc = psc_wait(c, id);
+    int rc = call_run(c, k, NULL, 0);
     if (!rc && *len >= cap)
         rc = PC_ETOOBIG;
     if (rc && rc != PC_ETOOBIG)
@@ -1442,10 +1445,7 @@ int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, size_t cap) {
     k->health_cap = cap;
     k->nhealth = &n;
     k->timeout_ms = timeout_ms;
-    uint64_t id = k->id;
-    int rc = call_submit(c, k);
-    if (!rc)
-        rc = psc_wait(c, id);
+    int rc = call_run(c, k, NULL, 0);
     if (rc && rc != PC_ETIMEDOUT) /* a timeout leaves "no answer" for the servers still out */
         return rc;
     return (int)n;
@@ -1468,11 +1468,7 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, psc_stre
     k->stream = q;
     k->stream_out = out;
     k->dim = q->dim;
-    uint64_t id = k->id;
-    int rc = call_submit(c, k);
-    if (!rc)
-        rc = psc_wait_detail(c, id, why, cap);
-    return rc;
+    return call_run(c, k, why, cap);
 }
 
 int psc_deltas(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
