@@ -160,7 +160,7 @@ static void test_follow(void **state) {
     char tables[200];
     snprintf(tables, sizeof tables, "--tables=%s;%s", spec, cap_spec);
     int port = pu_free_port();
-    const char *extra[] = {tables, NULL};
+    const char *extra[] = {tables, "--delta-log-entries=1Mi", NULL};
     pid_t srv = pu_spawn(port, dir, extra, NULL);
     snprintf(one, sizeof one, "127.0.0.1:%d", port);
     psc_t *c = connect_to(one);
@@ -289,7 +289,8 @@ static void test_two_servers_and_no_log(void **state) {
     snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
     const char *spec = "name=emb,dim=8,optimizer=adagrad";
     snprintf(t, sizeof t, "--tables=%s", spec);
-    const char *e0[] = {maparg, t, NULL}, *e1[] = {maparg, t, "--delta-log-entries=0", NULL};
+    const char *e0[] = {maparg, t, "--delta-log-entries=100000", NULL},
+               *e1[] = {maparg, t, NULL}; /* the default: no change log */
     pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
     psc_t *c = connect_to(map);
     static uint64_t keys[2000];
