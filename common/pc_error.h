@@ -52,7 +52,8 @@
     XX(EINTERNAL,    -22, 1, 13 /* INTERNAL */, "internal error")                                  \
     XX(ESTATE,       -23, 1,  9 /* FAILED_PRECONDITION */, "not possible in the current state")   \
     XX(EOWNED,       -24, 0,  9 /* FAILED_PRECONDITION */, "table owned by another job")       \
-    XX(ETLS,         -25, 0, 14 /* UNAVAILABLE */, "TLS failed (handshake, certificate or protocol)")
+    XX(ETLS,         -25, 0, 14 /* UNAVAILABLE */, "TLS failed (handshake, certificate or protocol)") \
+    XX(EREADONLY,    -26, 0,  9 /* FAILED_PRECONDITION */, "read-only: a serving replica takes no writes")
 // clang-format on
 
 typedef enum {

@@ -433,6 +433,11 @@ static void checkpoint_now(server_t *s, const char *why) {
 }
 
 /* ---- hooks of the gRPC API ---- */
+/* The gRPC service's call: the API's handlers over env. */
+static void api_call(void *env, int method, const uint8_t *req, size_t len, ps_api_reply_t *out) {
+    ps_api_call(env, method, req, len, out);
+}
+
 static bool api_owns(void *ctx, const uint64_t *keys, size_t n) {
     server_t *s = ctx;
     return ps_dp_owns(s->dp, keys, n);
@@ -672,7 +677,15 @@ int main(int argc, char **argv) {
                              .tls_key = s.cfg.tls_key,
                              .tls_ca = s.cfg.tls_ca,
                              .tls_client_auth = (ps_grpc_auth_t)s.cfg.tls_client_auth};
-        if (ps_grpc_start(&env, &go, &s.grpc))
+        static const char *const k_names[] = {"emberps.ParameterServer", "emberps.Coordinator",
+                                              NULL};
+        static const char *const k_names_plain[] = {"emberps.ParameterServer", NULL};
+        ps_grpc_service_t svc = {.names = env.coord ? k_names : k_names_plain,
+                                 .method = ps_api_method,
+                                 .is_admin = ps_api_is_admin,
+                                 .call = api_call,
+                                 .ctx = &env};
+        if (ps_grpc_start(&svc, &go, &s.grpc))
             rc = 1;
     }
     if (!rc && s.cfg.metrics_port >= 0 &&

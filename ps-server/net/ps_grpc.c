@@ -35,7 +35,7 @@ typedef struct worker {
 } worker_t;
 
 struct ps_grpc {
-    ps_api_env_t env;
+    ps_grpc_service_t svc;
     char token[256], admin[256];
     grpc_server *server;
     int port;
@@ -85,8 +85,10 @@ static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_a
         return;
     }
     const char *svc = q->service;
-    if (svc[0] && strcmp(svc, "emberps.ParameterServer") != 0 &&
-        !(g->env.coord && strcmp(svc, "emberps.Coordinator") == 0)) {
+    bool known = !svc[0];
+    for (const char *const *n = g->svc.names; !known && n && *n; n++)
+        known = strcmp(svc, *n) == 0;
+    if (!known) {
         ps_api_fail(r, PC_ENOTFOUND, "unknown service '%.200s'", svc);
     } else {
         Grpc__Health__V1__HealthCheckResponse a = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
@@ -124,10 +126,10 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         return;
     ps_api_reply_t r;
     memset(&r, 0, sizeof r);
-    const int m =
-        ps_api_method((const char *)GRPC_SLICE_START_PTR(d->method), GRPC_SLICE_LENGTH(d->method));
+    const int m = g->svc.method((const char *)GRPC_SLICE_START_PTR(d->method),
+                                GRPC_SLICE_LENGTH(d->method));
     const bool health = path_is(d, HEALTH_CHECK), watch = path_is(d, HEALTH_WATCH);
-    const char *need = m >= 0 && ps_api_is_admin(m) && g->admin[0] ? g->admin : g->token;
+    const char *need = m >= 0 && g->svc.is_admin(m) && g->admin[0] ? g->admin : g->token;
     grpc_slice s = grpc_empty_slice();
     if (in) {
         grpc_byte_buffer_reader rd;
@@ -149,7 +151,7 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         if (!atomic_load(&g->serving))
             ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
         else
-            ps_api_call(&g->env, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
+            g->svc.call(g->svc.ctx, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
         pthread_rwlock_unlock(&g->gate);
     }
     grpc_slice_unref(s);
@@ -259,9 +261,9 @@ static int server_credentials(const ps_grpc_opts_t *o, grpc_server_credentials *
     return rc;
 }
 
-int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **out) {
+int ps_grpc_start(const ps_grpc_service_t *svc, const ps_grpc_opts_t *o, ps_grpc_t **out) {
     const bool tls = o && o->tls_cert && o->tls_cert[0];
-    if (!env || !o || !o->addr || !out || o->threads < 1 || o->threads > 64 ||
+    if (!svc || !svc->method || !svc->is_admin || !svc->call || !o || !o->addr || !out || o->threads < 1 || o->threads > 64 ||
         (o->token && strlen(o->token) >= 256) ||
         (o->admin_token && strlen(o->admin_token) >= 256) ||
         (tls && (!o->tls_key || !o->tls_key[0])) || (unsigned)o->tls_client_auth > 2 ||
@@ -277,7 +279,7 @@ int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **
         grpc_shutdown();
         return PC_ENOMEM;
     }
-    g->env = *env;
+    g->svc = *svc;
     g->w = w;
     pthread_rwlockattr_t ra;
     pthread_rwlockattr_init(&ra);

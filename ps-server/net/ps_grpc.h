@@ -1,10 +1,14 @@
-/* ps_grpc.h: the gRPC transport of the public API (proto/emberps.proto, handlers in ps_api.h)
- * and of the standard health service (proto/health.proto, grpc.health.v1.Health).
+/* ps_grpc.h: the gRPC transport of a daemon's API (proto/emberps.proto) and of the standard
+ * health service (proto/health.proto, grpc.health.v1.Health).
+ *
+ * What it serves is a table of functions (ps_grpc_service_t): ps-server passes the handlers of
+ * ps_api.h (emberps.ParameterServer, emberps.Coordinator), ps-serve its own (emberps.Serving,
+ * serve/sv_api.h). The transport knows methods only by the index the service gives a path.
  *
  * gRPC C core, no generated stubs: `threads` handler threads, each with its own completion
  * queue, take one call at a time: receive the request message, check the token metadata
  * ("x-emberps-token"; the admin token for administrative methods when one is configured), run
- * ps_api_call, send initial metadata, the response and the status in one batch. A failed call's
+ * the service's call, send initial metadata, the response and the status in one batch. A failed call's
  * status is its code's (pc_err_to_grpc) and its trailing metadata names the code
  * ("emberps-error: PC_EWRONGSLOT", PC_GRPC_ERROR_KEY). Messages over max_message bytes are
  * refused by gRPC itself with RESOURCE_EXHAUSTED (no name: PC_ETOOBIG at the client).
@@ -15,8 +19,9 @@
  * UNAVAILABLE, never a status from us). The token is checked on top of TLS, per call.
  *
  * DESIGN (health): grpc.health.v1.Health/Check answers without a token (probes cannot send
- * one; it tells nothing but the serving status) for services "", "emberps.ParameterServer" and,
- * on a coordinator, "emberps.Coordinator"; other names get NOT_FOUND. The status is NOT_SERVING
+ * one; it tells nothing but the serving status) for service "" and the names the service lists
+ * (ps-server: "emberps.ParameterServer" and, on a coordinator, "emberps.Coordinator"); other
+ * names get NOT_FOUND. The status is NOT_SERVING
  * until the owner calls ps_grpc_set_serving(g, true) (tables restored, every listener up) and
  * again from ps_grpc_set_serving(g, false) on (shutting down); while not serving, API calls are
  * refused with PC_EUNAVAIL (UNAVAILABLE, which clients already retry). Watch answers
@@ -55,15 +60,28 @@ typedef struct ps_grpc_opts {
     ps_grpc_auth_t tls_client_auth; /* needs tls_ca unless NONE */
 } ps_grpc_opts_t;
 
-/* Start serving (NOT_SERVING until ps_grpc_set_serving); env (copied) must stay valid until
- * ps_grpc_stop; the option strings are read during the call. PC_EIO when the address cannot be
+/* What a daemon serves: its methods as a table of functions over its context. */
+typedef struct ps_grpc_service {
+    const char *const *names; /* NULL-terminated service names health checks answer for */
+    /* The method index (>= 0) of a path such as "/emberps.ParameterServer/Lookup", or -1. */
+    int (*method)(const char *path, size_t len);
+    /* Administrative methods: the admin token applies. */
+    bool (*is_admin)(int method);
+    /* Run one call: decode req, answer in out (ps_api_reply_t: a body or a failure). Called
+     * from the handler threads at once; must be thread-safe. */
+    void (*call)(void *ctx, int method, const uint8_t *req, size_t len, ps_api_reply_t *out);
+    void *ctx; /* borrowed until ps_grpc_stop */
+} ps_grpc_service_t;
+
+/* Start serving (NOT_SERVING until ps_grpc_set_serving); svc is copied, what it points to must
+ * stay valid until ps_grpc_stop; the option strings are read during the call. PC_EIO when the address cannot be
  * bound or the certificate and key are not a valid pair, PC_EINVAL for bad options, and
  * pc_fs_read_all's codes for a PEM file that cannot be read (each logged with the file). */
-int ps_grpc_start(const ps_api_env_t *env, const ps_grpc_opts_t *o, ps_grpc_t **out);
+int ps_grpc_start(const ps_grpc_service_t *svc, const ps_grpc_opts_t *o, ps_grpc_t **out);
 int ps_grpc_port(const ps_grpc_t *g);
 /* SERVING (true) or NOT_SERVING (false) to health checks; API calls are refused while false.
  * Turning it off waits for the API calls in flight to end: after it returns, no call uses the
- * env's catalog, data plane or callbacks, which the owner may then stop. */
+ * service's context (a catalog, a data plane), which the owner may then stop. */
 void ps_grpc_set_serving(ps_grpc_t *g, bool serving);
 /* Append call counters and the call latency histogram (Prometheus text) to buf at len, up to
  * cap; returns the length needed. */
