@@ -403,3 +403,46 @@ size_t ps_catalog_list(ps_catalog_t *c, char (*names)[PS_TABLE_NAME_MAX], size_t
         qsort(names, total < cap ? total : cap, PS_TABLE_NAME_MAX, cmp_name);
     return total;
 }
+
+int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t) {
+    if (!c || !t) {
+        ps_table_destroy(t);
+        return PC_EINVAL;
+    }
+    int rc = 0;
+    if (!unpend(c, t)) { /* not attached by the caller: attach now */
+        rc = ps_catalog_attach(c, t, false);
+        if (!rc)
+            unpend(c, t);
+    }
+    if (rc) {
+        destroy_table(c, t);
+        return rc;
+    }
+    ps_table_t *dead = NULL;
+    pthread_mutex_lock(&c->mu);
+    entry_t *e = find_live(c, ps_table_config(t)->name);
+    if (!e) {
+        rc = PC_ENOTFOUND;
+    } else if (c->n == c->cap) {
+        size_t ncap = 2 * c->cap;
+        entry_t *ne = realloc(c->e, ncap * sizeof *ne);
+        if (!ne) {
+            rc = PC_ENOMEM;
+        } else {
+            e = ne + (e - c->e);
+            c->e = ne;
+            c->cap = ncap;
+        }
+    }
+    if (!rc) {
+        e->dropped = true;
+        const size_t old = (size_t)(e - c->e);
+        c->e[c->n++] = (entry_t){t, 0, false};
+        if (c->e[old].refs == 0)
+            dead = take_entry(c, old);
+    }
+    pthread_mutex_unlock(&c->mu);
+    destroy_table(c, rc ? t : dead);
+    return rc;
+}

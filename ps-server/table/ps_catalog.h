@@ -66,6 +66,12 @@ int ps_catalog_attach(ps_catalog_t *c, ps_table_t *t, bool keep);
 /* Destroy a table that never entered the catalog (runs the detach hook). NULL is a no-op. */
 void ps_catalog_discard(ps_catalog_t *c, ps_table_t *t);
 
+/* Put `t` in place of the table of the same name in one step: an acquire sees the old table or
+ * the new one, never none (a replica swapping in a table it filled aside). Takes ownership of t
+ * (destroyed on failure); the old table is destroyed once its last holder releases it.
+ * PC_ENOTFOUND when no table has t's name (t is not added then), PC_ENOMEM. */
+int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t);
+
 /* Remove `name`; the table is destroyed once no one holds it. PC_ENOTFOUND. */
 int ps_catalog_drop(ps_catalog_t *c, const char *name);
 
