@@ -51,8 +51,7 @@ static void fail_pc(ps_api_reply_t *r, int e, const char *what) {
     ps_api_fail(r, e, "%s: %s", what ? what : "", pc_strerror(e));
 }
 
-/* Pack a response message into r (any protobuf-c message). */
-static void ok_packed(ps_api_reply_t *r, const ProtobufCMessage *m) {
+void ps_api_reply_pack(ps_api_reply_t *r, const ProtobufCMessage *m) {
     size_t len = protobuf_c_message_get_packed_size(m);
     r->body = malloc(len ? len : 1);
     if (!r->body) {
@@ -138,12 +137,12 @@ static void do_rows(const ps_api_env_t *env, int m, const uint8_t *req, size_t l
             resp.dim = dim;
             resp.rows = (ProtobufCBinaryData){n * dim * sizeof(float), (uint8_t *)rows};
             resp.found = (ProtobufCBinaryData){n, found};
-            ok_packed(r, &resp.base);
+            ps_api_reply_pack(r, &resp.base);
         } else {
             Emberps__PullResponse resp = EMBERPS__PULL_RESPONSE__INIT;
             resp.dim = dim;
             resp.rows = (ProtobufCBinaryData){n * dim * sizeof(float), (uint8_t *)rows};
-            ok_packed(r, &resp.base);
+            ps_api_reply_pack(r, &resp.base);
         }
         free(rows);
         free(found);
@@ -185,7 +184,7 @@ static void do_push(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_
                 resp.applied = res.applied;
                 resp.skipped_nonfinite = res.skipped_nonfinite;
                 resp.dropped_unadmitted = res.dropped_unadmitted;
-                ok_packed(r, &resp.base);
+                ps_api_reply_pack(r, &resp.base);
             }
         }
         ps_catalog_release(env->cat, t);
@@ -211,7 +210,7 @@ static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         ps_table_config_format(&c, config, sizeof config);
         Emberps__CreateTableResponse resp = EMBERPS__CREATE_TABLE_RESPONSE__INIT;
         resp.config = config;
-        ok_packed(r, &resp.base);
+        ps_api_reply_pack(r, &resp.base);
     }
     emberps__create_table_request__free_unpacked(q, NULL);
 }
@@ -227,7 +226,7 @@ static void do_drop(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_
         fail_pc(r, rc, q->table);
     } else {
         Emberps__DropTableResponse resp = EMBERPS__DROP_TABLE_RESPONSE__INIT;
-        ok_packed(r, &resp.base);
+        ps_api_reply_pack(r, &resp.base);
     }
     emberps__drop_table_request__free_unpacked(q, NULL);
 }
@@ -247,7 +246,7 @@ static void do_reset(const ps_api_env_t *env, const uint8_t *req, size_t len, ps
         Emberps__ResetTableResponse resp = EMBERPS__RESET_TABLE_RESPONSE__INIT;
         resp.previous_owner = res.previous;
         resp.rows = res.rows;
-        ok_packed(r, &resp.base);
+        ps_api_reply_pack(r, &resp.base);
     }
     emberps__reset_table_request__free_unpacked(q, NULL);
 }
@@ -269,7 +268,7 @@ static void do_list(const ps_api_env_t *env, ps_api_reply_t *r) {
     Emberps__ListTablesResponse resp = EMBERPS__LIST_TABLES_RESPONSE__INIT;
     resp.n_tables = n;
     resp.tables = ptrs;
-    ok_packed(r, &resp.base);
+    ps_api_reply_pack(r, &resp.base);
     free(names);
     free(ptrs);
 }
@@ -304,7 +303,7 @@ static void do_stats(const ps_api_env_t *env, const uint8_t *req, size_t len, ps
         char owner[PS_OWNER_MAX];
         ps_table_owner(t, owner, sizeof owner);
         resp.owner = owner;
-        ok_packed(r, &resp.base);
+        ps_api_reply_pack(r, &resp.base);
         ps_catalog_release(env->cat, t);
     }
     emberps__table_stats_request__free_unpacked(q, NULL);
@@ -327,7 +326,7 @@ static void do_checkpoint(const ps_api_env_t *env, ps_api_reply_t *r) {
     resp.rows = res.rows;
     resp.bytes = res.bytes;
     resp.seconds = res.seconds;
-    ok_packed(r, &resp.base);
+    ps_api_reply_pack(r, &resp.base);
 }
 
 static void do_restore(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
@@ -357,7 +356,7 @@ static void do_restore(const ps_api_env_t *env, const uint8_t *req, size_t len, 
     Emberps__RestoreResponse resp = EMBERPS__RESTORE_RESPONSE__INIT;
     resp.id = got;
     resp.seconds = pc_time_sec_since(t0);
-    ok_packed(r, &resp.base);
+    ps_api_reply_pack(r, &resp.base);
 }
 
 static void do_list_ckpts(const ps_api_env_t *env, ps_api_reply_t *r) {
@@ -393,7 +392,7 @@ static void do_list_ckpts(const ps_api_env_t *env, ps_api_reply_t *r) {
         }
         resp.n_checkpoints = n;
         resp.checkpoints = ptrs;
-        ok_packed(r, &resp.base);
+        ps_api_reply_pack(r, &resp.base);
     }
     free(e);
     free(info);
@@ -411,7 +410,7 @@ static void do_map(const ps_api_env_t *env, ps_api_reply_t *r) {
     resp.map = text;
     resp.version = v;
     resp.self = env->shard;
-    ok_packed(r, &resp.base);
+    ps_api_reply_pack(r, &resp.base);
     free(text);
 }
 
@@ -422,7 +421,7 @@ static void do_health(const ps_api_env_t *env, ps_api_reply_t *r) {
     resp.shard = env->shard;
     resp.uptime_s = (pc_time_mono_ns() - env->start_ns) / 1000000000ull;
     resp.tables = ps_catalog_list(env->cat, names, 0);
-    ok_packed(r, &resp.base);
+    ps_api_reply_pack(r, &resp.base);
 }
 
 static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
@@ -441,7 +440,7 @@ static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         fail_pc(r, rc, q->key);
     } else {
         Emberps__KvSetResponse resp = EMBERPS__KV_SET_RESPONSE__INIT;
-        ok_packed(r, &resp.base);
+        ps_api_reply_pack(r, &resp.base);
     }
     emberps__kv_set_request__free_unpacked(q, NULL);
 }
@@ -465,7 +464,7 @@ static void do_kv_get(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         Emberps__KvGetResponse resp = EMBERPS__KV_GET_RESPONSE__INIT;
         resp.value.data = v;
         resp.value.len = vl;
-        ok_packed(r, &resp.base);
+        ps_api_reply_pack(r, &resp.base);
     }
     free(v);
     emberps__kv_get_request__free_unpacked(q, NULL);
@@ -505,7 +504,7 @@ static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, 
         resp.n_entries = n;
         resp.entries = ptrs;
         resp.truncated = truncated;
-        ok_packed(r, &resp.base);
+        ps_api_reply_pack(r, &resp.base);
     }
     free(ptrs);
     free(ents);

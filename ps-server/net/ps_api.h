@@ -103,6 +103,10 @@ typedef struct ps_api_reply {
 
 void ps_api_call(const ps_api_env_t *env, int method, const uint8_t *req, size_t len,
                  ps_api_reply_t *out);
+/* Make r a success carrying the packed response message m (any protobuf-c message), or
+ * PC_ENOMEM. For other services' handlers (serve/sv_api.c). */
+struct ProtobufCMessage;
+void ps_api_reply_pack(ps_api_reply_t *r, const struct ProtobufCMessage *m);
 void ps_api_reply_free(ps_api_reply_t *r);
 
 /* Make r a failure: code err (negative), its gRPC status, and a message (printf format, cut to
