@@ -215,40 +215,6 @@ static int claim_table(trainer_t *t) {
     return rc;
 }
 
-/* "64,16" -> widths (1 .. PW_MLP_MAX of them, each 1 .. 65536). PC_EINVAL (logged). */
-static int parse_widths(const char *name, const char *s, int *out, int *n) {
-    *n = 0;
-    bool ok = *s != '\0';
-    for (const char *p = s; ok && *p;) {
-        char *end;
-        const long v = strtol(p, &end, 10);
-        ok = end != p && v >= 1 && v <= 65536 && *n < PW_MLP_MAX && (!*end || *end == ',');
-        if (ok)
-            out[(*n)++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    if (!ok)
-        PC_ERROR("train: --%s=%s: 1 to %d widths from 1 to 65536, comma-separated", name, s,
-                 PW_MLP_MAX);
-    return ok ? 0 : PC_EINVAL;
-}
-
-/* The model settings from the configuration and the format (fields and dense width). */
-static int model_config(trainer_t *t, pw_model_config_t *mc, int *ndense) {
-    const pw_train_config_t *c = t->c;
-    int nf;
-    pw_format_shape(t->fmt, &t->csv, &nf, ndense);
-    *mc = (pw_model_config_t){.ndense = *ndense ? *ndense : 1, /* none: a constant 1 stands in */
-                              .nfields = c->fields ? (int)c->fields : nf,
-                              .dim = (int)c->dim,
-                              .mean = c->pooling == PW_POOL_MEAN,
-                              .max_batch = (int)c->batch,
-                              .seed = (uint64_t)c->seed};
-    snprintf(mc->name, sizeof mc->name, "%s", c->model);
-    int rc = parse_widths("bottom", c->bottom, mc->bottom, &mc->nbottom);
-    return rc ? rc : parse_widths("top", c->top, mc->top, &mc->ntop);
-}
-
 /* The settings that are text (mode, csv) parsed; the model, its store, the group, the step and
  * the pipeline. */
 static int trainer_init(trainer_t *t) {
@@ -273,12 +239,12 @@ static int trainer_init(trainer_t *t) {
         PC_ERROR("train: --csv: %s", err);
         return PC_EINVAL;
     }
-    pw_model_config_t mc;
-    const pw_model_ops_t *ops;
-    int ndense;
-    if ((rc = pw_model_find(c->model, &ops)) || (rc = model_config(t, &mc, &ndense)))
+    if ((rc = pw_model_card_from_config(c, t->fmt, &t->card)))
         return rc;
-    pw_emb_opts_t eo = {.dim = ops->row_dim(&mc),
+    const pw_model_ops_t *ops;
+    if ((rc = pw_model_find(c->model, &ops)))
+        return rc;
+    pw_emb_opts_t eo = {.dim = t->card.row_dim,
                         .timeout_ms = (int)c->timeout_ms,
                         .servers = c->servers,
                         .table = c->table_name,
@@ -295,12 +261,12 @@ static int trainer_init(trainer_t *t) {
         return rc;
     if (t->emb->ops->claim && (rc = claim_table(t)))
         return rc;
-    if ((rc = pw_model_create(&mc, t->be, &t->model)))
+    if ((rc = pw_model_create(&t->card.model, t->be, &t->model)))
         return rc;
     pw_opt_config_t oc;
     pw_opt_config_defaults(&oc, (pw_opt_kind_t)c->dense_optimizer);
     oc.lr = (float)c->dense_lr;
-    pw_step_config_t sc = {.be = t->be, .model = t->model, .ndense = ndense, .opt = &oc};
+    pw_step_config_t sc = {.be = t->be, .model = t->model, .ndense = t->card.ndense, .opt = &oc};
     if ((rc = pw_step_create(&sc, &t->st)))
         return rc;
     if (c->load_dense[0] && (rc = pw_model_load(t->model, c->load_dense)))

@@ -30,6 +30,7 @@
 #include "pw_emb.h"
 #include "pw_group.h"
 #include "pw_model.h"
+#include "pw_model_card.h"
 #include "pw_reader.h"
 #include "pw_sched.h"
 #include "pw_step.h"
@@ -89,8 +90,9 @@ typedef struct dchunk { /* an allreduce of flat[off, off + n) */
 typedef struct trainer {
     const pw_train_config_t *c;
     pw_format_t fmt;
-    pw_csv_spec_t csv; /* the csv setting, parsed */
-    int staleness;     /* the mode setting: 0 sync, S for ssp:S, PW_ASYNC */
+    pw_csv_spec_t csv;    /* the csv setting, parsed */
+    pw_model_card_t card; /* the model's settings (pw_model_card_from_config) */
+    int staleness;        /* the mode setting: 0 sync, S for ssp:S, PW_ASYNC */
     pw_backend_t *be;
     pw_model_t *model;
     pw_step_t *st;
