@@ -17,6 +17,7 @@
 
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "pc_fs.h"
 #include "pc_log.h"
 #include "pc_settings.h"
 #include "pc_time.h"
@@ -129,6 +130,9 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, eval_every, 0, 1e15, "0", "samples between evaluations (0: at the end)"),
     PC_SETTING_STRING(T, load_dense, "", "start from this dense model file"),
     PC_SETTING_STRING(T, save_dense, "", "save the dense model here after training"),
+    PC_SETTING_STRING(T, predictions, "",
+                      "write the final evaluation's predicted probability of every test sample "
+                      "here, one per line in test-stream order (the evaluating rank)"),
     PC_SETTING_STRING(T, export_embeddings, "", "export the embedding table (row file) here"),
 };
 #undef T
@@ -370,9 +374,27 @@ static int stream_end(const trainer_t *t, pw_reader_t *r, size_t n, int rc, bool
     return rc;
 }
 
+/* The predictions p[0..n) to path, one "%.9g" per line (a float's exact value), atomically.
+ * Errors are logged. */
+static int write_predictions(const char *path, const float *p, size_t n) {
+    const size_t cap = n * 16 + 1; /* "-1.23456789e-38\n" at most */
+    char *buf = pc_smalloc(PC_MEM_BATCH, cap);
+    if (!buf)
+        return PC_ENOMEM;
+    size_t len = 0;
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%.9g\n", (double)p[i]);
+    int rc = pc_fs_write_atomic(path, buf, len);
+    pc_sfree(buf);
+    if (rc)
+        PC_ERROR("train: cannot write the predictions to %s: %s", path, pc_strerror(rc));
+    return rc;
+}
+
 /* Evaluate on the test stream: exact AUC and logloss over every sample (lookups: the store's rows
- * are not changed). */
-static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_train_result_t *res) {
+ * are not changed); the final one writes the predictions when asked. */
+static int evaluate(trainer_t *t, const char *const *test, size_t ntest, bool final,
+                    pw_train_result_t *res) {
     size_t cap = 1 << 16, n = 0;
     float *p = pc_smalloc(PC_MEM_BATCH, cap * sizeof *p),
           *y = pc_smalloc(PC_MEM_BATCH, cap * sizeof *y);
@@ -416,6 +438,8 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, pw_trai
         res->logloss = pw_logloss(p, y, n);
         res->evals++;
         pw_telemetry_eval(t->tel, res->auc, res->logloss, n);
+        if (final && t->c->predictions[0])
+            rc = write_predictions(t->c->predictions, p, n);
     }
     pc_sfree(p);
     pc_sfree(y);
@@ -503,6 +527,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         return PC_EINVAL;
     memset(res, 0, sizeof *res);
     res->auc = res->logloss = NAN;
+    if (c->predictions[0] && !ntest) {
+        PC_ERROR("train: --predictions needs a test stream (--test)");
+        return PC_EINVAL;
+    }
     const uint64_t t0 = pc_time_mono_ns();
     trainer_t t = {.c = c, .fmt = fmt, .has_state = true, .pos_saved = true};
     int rc = trainer_init(&t);
@@ -650,7 +678,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
         if (c->eval_every && ntest && (t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0) &&
             res->samples >= next_eval) {
-            if ((rc = evaluate(&t, test, ntest, res)))
+            if ((rc = evaluate(&t, test, ntest, false, res)))
                 break;
             fprintf(stderr, "eval: after %llu samples: AUC %.4f, logloss %.4f (%llu samples)\n",
                     (unsigned long long)res->samples, res->auc, res->logloss,
@@ -699,7 +727,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         PC_ERROR("train: cannot export the embeddings to %s: %s", c->export_embeddings,
                  pc_strerror(rc));
     if (!rc && lead && ntest)
-        rc = evaluate(&t, test, ntest, res);
+        rc = evaluate(&t, test, ntest, true, res);
     trainer_free(&t);
     return rc;
 }

@@ -43,7 +43,9 @@
  * the slowest and pulls `pull_ahead` (<= S) batches ahead, async does not wait for pushes and
  * applies dense rounds up to `async_window` steps late. A worker whose data ran out joins rounds
  * with no gradient until a round in which no worker had a batch. The group's rank 0 evaluates the
- * test stream at the end (lookups: the servers' rows are not changed) and saves what is asked.
+ * test stream at the end (lookups: the servers' rows are not changed), writes its predictions
+ * when asked (`predictions`: the probability of every test sample, one per line, in the test
+ * stream's order, written atomically) and saves what is asked.
  * `step_log`: a line "rank step start|end ns" (CLOCK_MONOTONIC) when a step starts computing and
  * when its pushes were acknowledged.
  *
@@ -131,6 +133,8 @@ typedef struct pw_train_config {
     int64_t progress_every;      /* samples between progress lines on stderr, 0: none */
     int64_t eval_every;          /* samples between evaluations of the test stream, 0: at the end */
     char save_dense[512];        /* save the dense model here after training, "" none */
+    char predictions[512];       /* the final evaluation's predicted probabilities, one per line
+                                  * in test-stream order ("%.9g"; the evaluating rank), "" none */
     char export_embeddings[512]; /* export the local table (with optimizer state), "" none */
     char step_log[512];          /* append every step's start and end times here ("" none) */
     int64_t metrics_port;        /* Prometheus /metrics (pw_telemetry.h): -1 off, 0 any port */
