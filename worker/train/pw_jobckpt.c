@@ -74,8 +74,14 @@ static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms,
             Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
             rc = call_server(a, sec, "/emberps.ParameterServer/Checkpoint", &q.base,
                              &emberps__checkpoint_response__descriptor, timeout_ms, &p);
-            if (!rc)
-                taken->servers[i] = ((Emberps__CheckpointResponse *)p)->id;
+            if (!rc) {
+                const Emberps__CheckpointResponse *r = (const Emberps__CheckpointResponse *)p;
+                taken->servers[i] = r->id;
+                if (r->dir && r->dir[0] && pw_jobckpt_server_dir_set(taken, i, r->dir))
+                    PC_WARN("job checkpoint: server %s: its directory is not kept (too long, "
+                            "or a newline in it): %.200s",
+                            a, r->dir);
+            }
         }
         if (!rc)
             protobuf_c_message_free_unpacked(p, NULL);
@@ -87,6 +93,33 @@ static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms,
         taken->nservers = i;
     return rc;
 }
+
+/* ---- server directories ---- */
+
+const char *pw_jobckpt_server_dir(const pw_jobckpt_t *ck, size_t i) {
+    return i < PW_JOBCKPT_MAX_SERVERS && ck->dir_off[i] ? ck->dirs + ck->dir_off[i] : "";
+}
+
+int pw_jobckpt_server_dir_set(pw_jobckpt_t *ck, size_t i, const char *path) {
+    if (!ck || !path || i >= PW_JOBCKPT_MAX_SERVERS || strchr(path, '\n'))
+        return PC_EINVAL;
+    const size_t len = strlen(path);
+    if (len >= PW_JOBCKPT_DIR_MAX)
+        return PC_EINVAL;
+    if (len == 0) {
+        ck->dir_off[i] = 0;
+        return 0;
+    }
+    const size_t at = ck->dirs_used ? ck->dirs_used : 1; /* offset 0 means none */
+    if (at + len + 1 > sizeof ck->dirs)
+        return PC_ETOOBIG;
+    memcpy(ck->dirs + at, path, len + 1);
+    ck->dir_off[i] = (uint32_t)at;
+    ck->dirs_used = at + len + 1;
+    return 0;
+}
+
+/* ---- servers ---- */
 
 int pw_jobckpt_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, pw_jobckpt_t *ck) {
     return each_server(grpc, sec, timeout_ms, NULL, ck);
@@ -133,8 +166,8 @@ static void prune(const char *dir, uint64_t latest, int keep) {
 }
 
 int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,
-                     int keep) {
-    if (!dir || !dir[0] || !ck || keep < 1)
+                     const pw_model_t *model, const pw_model_card_t *card, int keep) {
+    if (!dir || !dir[0] || !ck || keep < 1 || !model != !card)
         return PC_EINVAL;
     char sdir[4096], path[4200];
     snprintf(sdir, sizeof sdir, "%s/step-%020" PRIu64, dir, ck->step);
@@ -142,7 +175,13 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
     snprintf(path, sizeof path, "%s/dense.state", sdir);
     if (!rc)
         rc = pw_state_save(path, state, n);
-    const size_t cap = 64 + 24 * (ck->nservers + ck->nranks);
+    snprintf(path, sizeof path, "%s/model", sdir);
+    if (!rc && model)
+        rc = pw_model_save(model, path);
+    snprintf(path, sizeof path, "%s/card", sdir);
+    if (!rc && card)
+        rc = pw_model_card_write(path, card);
+    const size_t cap = 64 + 24 * (ck->nservers + ck->nranks) + 32 * ck->nservers + ck->dirs_used;
     char *m = malloc(cap);
     if (!rc && !m)
         rc = PC_ENOMEM;
@@ -155,6 +194,10 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
         for (size_t i = 0; i < ck->nranks; i++)
             len += (size_t)snprintf(m + len, cap - len, " %" PRIu64, ck->positions[i]);
         len += (size_t)snprintf(m + len, cap - len, "\n");
+        for (size_t i = 0; i < ck->nservers; i++)
+            if (ck->dir_off[i])
+                len += (size_t)snprintf(m + len, cap - len, "server-dir %zu %s\n", i,
+                                        pw_jobckpt_server_dir(ck, i));
         snprintf(path, sizeof path, "%s/manifest", sdir);
         rc = pc_fs_write_atomic(path, m, len);
     }
@@ -188,20 +231,35 @@ static int numbers(const char *line, const char *word, uint64_t *out, size_t cap
     return *p == '\n' || *p == '\0' ? 0 : PC_ECORRUPT;
 }
 
-int pw_jobckpt_read_latest(const char *dir, pw_jobckpt_t *ck, float *state, size_t n) {
+/* "server-dir I PATH\n" into ck (I below ck->nservers, each once). */
+static int server_dir_line(const char *line, pw_jobckpt_t *ck) {
+    if (strncmp(line, "server-dir ", 11) != 0)
+        return PC_ECORRUPT;
+    char *end;
+    const char *p = line + 11;
+    const unsigned long long i = strtoull(p, &end, 10);
+    if (end == p || *p < '0' || *p > '9' || *end != ' ' || i >= ck->nservers || ck->dir_off[i])
+        return PC_ECORRUPT;
+    char path[PW_JOBCKPT_DIR_MAX];
+    const size_t len = strcspn(end + 1, "\n");
+    if (len == 0 || len >= sizeof path || end[1 + len] != '\n')
+        return PC_ECORRUPT;
+    memcpy(path, end + 1, len);
+    path[len] = '\0';
+    const int rc = pw_jobckpt_server_dir_set(ck, (size_t)i, path);
+    return rc == PC_ETOOBIG ? rc : rc ? PC_ECORRUPT : 0;
+}
+
+int pw_jobckpt_read(const char *dir, uint64_t step, pw_jobckpt_t *ck, float *state, size_t n) {
+    if (!dir || !ck || (!state && n))
+        return PC_EINVAL;
     char path[4200];
-    snprintf(path, sizeof path, "%s/LATEST", dir);
+    snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/manifest", dir, step);
     FILE *f = fopen(path, "r");
     if (!f)
         return PC_ENOTFOUND;
-    uint64_t step;
-    const int ok = fscanf(f, "%" SCNu64, &step) == 1;
-    fclose(f);
-    if (!ok)
-        return PC_ECORRUPT;
-    snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/manifest", dir, step);
-    if (!(f = fopen(path, "r")))
-        return PC_ECORRUPT; /* LATEST is written last: its directory must be there */
+    memset(ck->dir_off, 0, sizeof ck->dir_off);
+    ck->dirs_used = 0;
     const size_t cap = 64 + 24 * (PW_JOBCKPT_MAX_SERVERS + PW_JOBCKPT_MAX_RANKS);
     char *line = malloc(cap);
     int rc = line ? 0 : PC_ENOMEM;
@@ -222,10 +280,27 @@ int pw_jobckpt_read_latest(const char *dir, pw_jobckpt_t *ck, float *state, size
         rc = fgets(line, (int)cap, f)
                  ? numbers(line, "positions", ck->positions, PW_JOBCKPT_MAX_RANKS, &ck->nranks)
                  : PC_ECORRUPT;
+    while (!rc && fgets(line, (int)cap, f)) /* the servers' directories (none before them) */
+        rc = server_dir_line(line, ck);
     fclose(f);
     free(line);
     snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/dense.state", dir, step);
-    if (!rc && (rc = pw_state_load(path, state, n)) == PC_ENOTFOUND)
+    if (!rc && state && (rc = pw_state_load(path, state, n)) == PC_ENOTFOUND)
         rc = PC_ECORRUPT;
     return rc;
+}
+
+int pw_jobckpt_read_latest(const char *dir, pw_jobckpt_t *ck, float *state, size_t n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/LATEST", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return PC_ENOTFOUND;
+    uint64_t step;
+    const int ok = fscanf(f, "%" SCNu64, &step) == 1;
+    fclose(f);
+    if (!ok)
+        return PC_ECORRUPT;
+    const int rc = pw_jobckpt_read(dir, step, ck, state, n);
+    return rc == PC_ENOTFOUND ? PC_ECORRUPT : rc; /* LATEST is written last: its step is there */
 }

@@ -330,7 +330,7 @@ int pw__job_checkpoint(trainer_t *t) {
         ck_rc = pw_jobckpt_servers(c->server_grpc, &sec, c->timeout_ms, ck);
     if (!ck_rc) {
         dense_state(t, state, true);
-        ck_rc = pw_jobckpt_write(c->ckpt_dir, ck, state, n, 2);
+        ck_rc = pw_jobckpt_write(c->ckpt_dir, ck, state, n, t->model, &t->card, 2);
     }
     if (ck_rc)
         PC_ERROR("train: the checkpoint after step %llu failed: %s (training goes on)",
