@@ -1,0 +1,754 @@
+/* sv_follow.c: the replica's follower of the training servers' delta streams (sv_follow.h).
+ *
+ * Costs to the training server: a caught-up follower sends one DELTAS per table every poll_ms
+ * (2 ms by default: about 500 small requests a second, each answered from the change log's
+ * bounds without touching the table), and one per batch_rows keys changed while behind; a scan
+ * part is one pass over the table on a server loop, so scans use few, large parts (replies of
+ * about scan_bytes) and happen only when the follower starts, fell behind the ring, or the table
+ * was replaced.
+ *
+ * DESIGN
+ * - One thread per training server (srvf_t), each with its own libpsclient client connected to
+ *   that server's address only (the client adopts the server's map on HELLO; the server's index
+ *   in it must be the replica's index, or the map has changed under the replica). A client that
+ *   connected once reconnects by itself; one that never did is connected again on the next try.
+ * - A source (source_t) per (server, table). Its working fields (uid, pos, need_scan, backoff,
+ *   retry time) belong to its server's thread; what sv_follow_status and the watermark readers
+ *   see is written by that thread under f->mu, the one lock, taken once per call to a server.
+ * - Applying a reply: the present rows are compacted to the front of the reply buffers and
+ *   loaded with one ps_table_load (fresh optimizer state), the absent keys erased with one
+ *   ps_table_erase. A key twice in one reply carries the same row both times, or, when the table
+ *   changed while the reply was filled, the change's own log entry comes later: order within a
+ *   reply does not matter.
+ * - A rescan fills a staging table (sv_sparse_staging_create) part by part and swaps it in with
+ *   sv_sparse_swap_in: a lookup sees the old rows until the new ones are complete. The first
+ *   part is asked with uid 0 (whatever table has the name) and the rest with the uid it gave, so
+ *   a table replaced mid-scan starts the scan over. PC_ETOOBIG doubles the parts and starts over.
+ * - Waits (poll, backoff) are timed waits on f->cv, which sv_follow_stop broadcasts; a call in
+ *   flight ends within timeout_ms.
+ */
+#include "sv_follow.h"
+
+#include "emberps/psclient.h"
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pc_time.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define UID_HISTORY   8     /* uids a source followed before its current one */
+#define PARTS_MAX     65536 /* a scan in more parts than this gives up (PC_ETOOBIG) */
+#define SCAN_ROWS_MAX (1u << 22)
+#define BACKOFF_MIN   10 /* ms */
+#define MAP_TEXT_MAX  (1u << 20)
+
+/* ==== settings ============================================================================== */
+
+#define T sv_follow_opts_t
+static const pc_setting_t k_settings[] = {
+    PC_SETTING_INT(T, poll_ms, 1, 60000, "2",
+                   "a caught-up follower asks each training server again after this long"),
+    PC_SETTING_INT(T, batch_rows, 1, 1 << 20, "4096", "keys per DELTAS request"),
+    PC_SETTING_INT(T, scan_bytes, 1 << 16, 1 << 30, "16Mi",
+                   "a rescan's parts are sized to replies of about this many bytes"),
+    PC_SETTING_INT(T, timeout_ms, 100, 600000, "5000",
+                   "one call to a training server (bounds how long a stop waits)"),
+    PC_SETTING_INT(T, backoff_max_ms, 10, 600000, "1000",
+                   "a training server that is down is retried after 10 ms doubling to this"),
+};
+#undef T
+
+const pc_setting_t *sv_follow_settings(size_t *n) {
+    *n = sizeof k_settings / sizeof k_settings[0];
+    return k_settings;
+}
+
+void sv_follow_opts_defaults(sv_follow_opts_t *o) {
+    size_t n;
+    const pc_setting_t *tab = sv_follow_settings(&n);
+    pc_settings_defaults(tab, n, o);
+}
+
+/* ==== types ================================================================================= */
+
+typedef struct source {
+    char table[PS_TABLE_NAME_MAX];
+    uint32_t dim;
+    /* the thread's own */
+    bool need_scan;
+    uint64_t backoff_ms, retry_ns;
+    /* written by the thread under f->mu; read by the status functions under it */
+    sv_source_state_t state;
+    uint64_t uid, pos, head;
+    uint64_t caught_ns; /* when it was last caught up (0: never: start_ns counts) */
+    uint64_t applied, rescans, calls;
+    int last_rc;
+    char last_error[320];
+    uint64_t seen[UID_HISTORY]; /* uids followed before, newest last */
+    unsigned nseen;
+} source_t;
+
+typedef struct srvf {
+    sv_follow_t *f;
+    uint32_t idx;
+    char addr[PC_ADDR_MAX];
+    pthread_t th;
+    bool running;
+    psc_t *c;
+    source_t *src;
+    size_t nsrc;
+    uint32_t cap, scan_cap; /* rows of the buffers; rows of a scan part */
+    uint64_t *keys, *erase;
+    uint8_t *found;
+    float *rows;
+} srvf_t;
+
+struct sv_follow {
+    sv_sparse_t *s;
+    sv_follow_opts_t o;
+    char token[256], ca[1024], cert[1024], key[1024], name[256];
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast by stop */
+    bool stop, started;
+    uint64_t start_ns;
+    srvf_t *srv;
+    size_t nsrv;
+};
+
+const char *sv_source_state_name(sv_source_state_t st) {
+    static const char *const names[] = {"starting", "following", "scanning", "down"};
+    return (unsigned)st < sizeof names / sizeof names[0] ? names[st] : "unknown";
+}
+
+/* ==== helpers =============================================================================== */
+
+static bool stopping(sv_follow_t *f) {
+    pthread_mutex_lock(&f->mu);
+    const bool s = f->stop;
+    pthread_mutex_unlock(&f->mu);
+    return s;
+}
+
+/* Wait up to ms (or until stop). */
+static void wait_ms(sv_follow_t *f, uint64_t ms) {
+    struct timespec dl;
+    clock_gettime(CLOCK_MONOTONIC, &dl);
+    dl.tv_sec += (time_t)(ms / 1000);
+    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop && pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0) {
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Whether rc says the server (not the table) is unreachable: every source of it waits. */
+static bool transport_error(int rc) {
+    return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ECLOSED || rc == PC_ECANCELED ||
+           rc == PC_ETLS || rc == PC_EAUTH;
+}
+
+/* Source x failed with rc (why: the line): down, retried after its backoff. Thread only. */
+static void source_down(srvf_t *sf, source_t *x, int rc, const char *why) {
+    sv_follow_t *f = sf->f;
+    x->backoff_ms = x->backoff_ms ? x->backoff_ms * 2 : BACKOFF_MIN;
+    if (x->backoff_ms > (uint64_t)f->o.backoff_max_ms)
+        x->backoff_ms = (uint64_t)f->o.backoff_max_ms;
+    x->retry_ns = pc_time_mono_ns() + x->backoff_ms * 1000000u;
+    pthread_mutex_lock(&f->mu);
+    const bool was_down = x->state == SV_SOURCE_DOWN;
+    x->state = SV_SOURCE_DOWN;
+    x->last_rc = rc;
+    if (why && why[0])
+        snprintf(x->last_error, sizeof x->last_error, "%s", why);
+    else
+        snprintf(x->last_error, sizeof x->last_error, "%s: %s", sf->addr, pc_strerror(rc));
+    pthread_mutex_unlock(&f->mu);
+    if (!was_down)
+        PC_WARN("serve: follower of %s table %s: %s (%s); its rows stay as they are, retrying",
+                sf->addr, x->table, pc_err_name(rc), x->last_error);
+}
+
+/* A successful call: the source is up again. Caller holds f->mu. */
+static void source_up(srvf_t *sf, source_t *x, sv_source_state_t st) {
+    if (x->state == SV_SOURCE_DOWN)
+        PC_INFO("serve: follower of %s table %s: the server answers again", sf->addr, x->table);
+    x->state = st;
+    x->backoff_ms = 0;
+}
+
+/* Note the uid followed from now on (the previous one goes to the history). Caller holds mu. */
+static void set_uid(source_t *x, uint64_t uid) {
+    if (x->uid && x->uid != uid) {
+        if (x->nseen == UID_HISTORY) {
+            memmove(x->seen, x->seen + 1, (UID_HISTORY - 1) * sizeof x->seen[0]);
+            x->nseen--;
+        }
+        x->seen[x->nseen++] = x->uid;
+    }
+    x->uid = uid;
+}
+
+/* Apply n rows of a reply in sf's buffers to t: present ones loaded, absent ones erased. */
+static int apply(srvf_t *sf, ps_table_t *t, uint32_t dim, uint32_t n) {
+    uint32_t m = 0, e = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!sf->found[i]) {
+            sf->erase[e++] = sf->keys[i];
+            continue;
+        }
+        if (m != i) {
+            sf->keys[m] = sf->keys[i];
+            memcpy(sf->rows + (size_t)m * dim, sf->rows + (size_t)i * dim, dim * sizeof(float));
+        }
+        m++;
+    }
+    int rc = m ? ps_table_load(t, m, sf->keys, sf->rows, NULL, NULL, NULL) : 0;
+    if (!rc && e)
+        rc = ps_table_erase(t, sf->erase, e, NULL);
+    return rc;
+}
+
+/* ==== connecting ============================================================================ */
+
+static int connect_server(srvf_t *sf, char *why, size_t cap) {
+    sv_follow_t *f = sf->f;
+    psc_opts_t po = {.servers = sf->addr,
+                     .token = f->token[0] ? f->token : NULL,
+                     .timeout_ms = (int)f->o.timeout_ms,
+                     .connect_timeout_ms = (int)f->o.timeout_ms,
+                     .retries = -1}; /* the follower's own backoff retries */
+    psc_tls_opts_t tls = {.ca = f->ca,
+                          .cert = f->cert[0] ? f->cert : NULL,
+                          .key = f->key[0] ? f->key : NULL,
+                          .server_name = f->name[0] ? f->name : NULL};
+    psc_t *c;
+    int rc = psc_connect2(&po, f->ca[0] ? &tls : NULL, why, cap, &c);
+    if (rc)
+        return rc;
+    char *text = malloc(MAP_TEXT_MAX);
+    if (!text) {
+        psc_close(c);
+        return PC_ENOMEM;
+    }
+    psc_map_text(c, text, MAP_TEXT_MAX);
+    pc_cluster_map_t *m;
+    char err[128];
+    rc = pc_cmap_parse(text, &m, err, sizeof err);
+    free(text);
+    if (rc) {
+        snprintf(why, cap, "%s: its cluster map: %s", sf->addr, err);
+    } else {
+        const int at = pc_cmap_find(m, sf->addr);
+        if (at != (int)sf->idx) {
+            rc = PC_ESTATE;
+            snprintf(why, cap,
+                     "%s: its cluster map (version %" PRIu64 ") has it as server %d, the "
+                     "replica's as server %u: the map changed; start the replica again",
+                     sf->addr, pc_cmap_version(m), at, sf->idx);
+        }
+        pc_cmap_destroy(m);
+    }
+    if (rc) {
+        psc_close(c);
+        return rc;
+    }
+    sf->c = c;
+    return 0;
+}
+
+/* ==== scans ================================================================================= */
+
+/* Scan every part of x's table into a staging table and swap it in; then DELTAS go on from the
+ * first part's position. 0, PC_ECANCELED (stopped), or the failure (why says it). */
+static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
+    sv_follow_t *f = sf->f;
+    pthread_mutex_lock(&f->mu);
+    x->state = x->state == SV_SOURCE_DOWN ? SV_SOURCE_DOWN : SV_SOURCE_SCANNING;
+    pthread_mutex_unlock(&f->mu);
+    /* parts from the rows held now (the previous copy of this server's table) */
+    ps_catalog_t *cat = sv_sparse_catalog(f->s, sf->idx);
+    ps_table_t *live;
+    uint64_t held = 0;
+    if (!ps_catalog_acquire(cat, x->table, &live)) {
+        held = ps_table_count(live);
+        ps_catalog_release(cat, live);
+    }
+    uint32_t parts = (uint32_t)((held + held / 2) / sf->scan_cap + 1);
+    const uint64_t t0 = pc_time_mono_ns();
+    for (int attempt = 0; attempt < 32; attempt++) {
+        ps_table_t *st;
+        int rc = sv_sparse_staging_create(f->s, x->table, &st);
+        if (rc) {
+            snprintf(why, cap, "table %s: cannot create its staging table: %s", x->table,
+                     pc_strerror(rc));
+            return rc;
+        }
+        uint64_t uid = 0, next = 0, rows = 0;
+        uint32_t p = 0;
+        for (; p < parts && !rc; p++) {
+            if (stopping(f)) {
+                rc = PC_ECANCELED;
+                break;
+            }
+            psc_stream_req_t q = {.server = sf->idx,
+                                  .table = x->table,
+                                  .dim = x->dim,
+                                  .uid = uid,
+                                  .part = p,
+                                  .parts = parts,
+                                  .cap = sf->scan_cap,
+                                  .keys = sf->keys,
+                                  .found = sf->found,
+                                  .rows = sf->rows};
+            psc_stream_t out;
+            rc = psc_scan(sf->c, &q, &out, why, cap);
+            if (rc)
+                break;
+            if (p == 0) {
+                uid = out.uid;
+                next = out.next; /* the head before any part: DELTAS from here cover the rest */
+            }
+            rc = apply(sf, st, x->dim, out.n);
+            rows += out.n;
+            if (rc)
+                snprintf(why, cap, "table %s: loading scanned rows: %s", x->table, pc_strerror(rc));
+        }
+        if (!rc) {
+            rc = sv_sparse_swap_in(f->s, sf->idx, st);
+            if (rc) {
+                snprintf(why, cap, "table %s: swapping in the scanned rows: %s", x->table,
+                         pc_strerror(rc));
+                return rc;
+            }
+            pthread_mutex_lock(&f->mu);
+            set_uid(x, uid);
+            x->pos = x->head = next; /* the next DELTAS says the head since */
+            x->applied += rows;
+            source_up(sf, x, SV_SOURCE_FOLLOWING);
+            pthread_mutex_unlock(&f->mu);
+            x->need_scan = false;
+            PC_INFO("serve: %s table %s: scanned %" PRIu64 " rows in %u parts (%.3f s), uid "
+                    "%016" PRIx64 ", following from position %" PRIu64,
+                    sf->addr, x->table, rows, parts, pc_time_sec_since(t0), uid, next);
+            return 0;
+        }
+        ps_table_destroy(st);
+        if (rc == PC_ETOOBIG && parts < PARTS_MAX) {
+            parts *= 2; /* a part held more than the buffers or a reply: more, smaller parts */
+            continue;
+        }
+        if (rc == PC_ESTATE && p > 0)
+            continue; /* replaced during the scan: start over with the new table */
+        return rc;
+    }
+    snprintf(why, cap, "table %s: the scan did not complete in 32 attempts", x->table);
+    return PC_EAGAIN;
+}
+
+/* ==== following ============================================================================= */
+
+/* One step of source x: a rescan when one is due, else one DELTAS applied. *more: not caught
+ * up yet (ask again at once). 0 or the failure (why says it). */
+static int step(srvf_t *sf, source_t *x, bool *more, char *why, size_t cap) {
+    sv_follow_t *f = sf->f;
+    *more = false;
+    if (x->need_scan) {
+        int rc = rescan(sf, x, why, cap);
+        *more = !rc;
+        return rc;
+    }
+    psc_stream_req_t q = {.server = sf->idx,
+                          .table = x->table,
+                          .dim = x->dim,
+                          .uid = x->uid,
+                          .from = x->pos,
+                          .cap = sf->cap,
+                          .keys = sf->keys,
+                          .found = sf->found,
+                          .rows = sf->rows};
+    psc_stream_t out;
+    int rc = psc_deltas(sf->c, &q, &out, why, cap);
+    if (rc == PC_ERANGE || rc == PC_ESTATE) {
+        /* fell behind the ring (or the DELTAS just started the log), or a new table */
+        x->need_scan = true;
+        pthread_mutex_lock(&f->mu);
+        x->rescans++;
+        x->last_rc = rc;
+        snprintf(x->last_error, sizeof x->last_error, "%s", why);
+        pthread_mutex_unlock(&f->mu);
+        PC_INFO("serve: table %s: %s: rescanning", x->table, why);
+        *more = true;
+        return 0;
+    }
+    if (rc)
+        return rc;
+    ps_catalog_t *cat = sv_sparse_catalog(f->s, sf->idx);
+    ps_table_t *t;
+    rc = ps_catalog_acquire(cat, x->table, &t);
+    if (!rc) {
+        rc = apply(sf, t, x->dim, out.n);
+        ps_catalog_release(cat, t);
+    }
+    if (rc) {
+        snprintf(why, cap, "table %s: applying %u rows: %s", x->table, out.n, pc_strerror(rc));
+        return rc;
+    }
+    const uint64_t now = pc_time_mono_ns();
+    pthread_mutex_lock(&f->mu);
+    x->pos = out.next;
+    x->head = out.head;
+    x->applied += out.n;
+    x->calls++;
+    if (out.next >= out.head)
+        x->caught_ns = now;
+    source_up(sf, x, SV_SOURCE_FOLLOWING);
+    pthread_mutex_unlock(&f->mu);
+    *more = out.next < out.head;
+    return 0;
+}
+
+static void *server_main(void *arg) {
+    srvf_t *sf = arg;
+    sv_follow_t *f = sf->f;
+    char why[PC_ADDR_MAX + 512];
+    uint64_t conn_backoff = 0;
+    while (!stopping(f)) {
+        if (!sf->c) {
+            why[0] = '\0';
+            int rc = connect_server(sf, why, sizeof why);
+            if (rc) {
+                for (size_t i = 0; i < sf->nsrc; i++)
+                    source_down(sf, &sf->src[i], rc, why);
+                conn_backoff = conn_backoff ? 2 * conn_backoff : BACKOFF_MIN;
+                if (conn_backoff > (uint64_t)f->o.backoff_max_ms)
+                    conn_backoff = (uint64_t)f->o.backoff_max_ms;
+                wait_ms(f, conn_backoff);
+                continue;
+            }
+            conn_backoff = 0;
+        }
+        bool more = false;
+        uint64_t next_ns = UINT64_MAX; /* the earliest retry of a source that is down */
+        for (size_t i = 0; i < sf->nsrc && !stopping(f); i++) {
+            source_t *x = &sf->src[i];
+            const uint64_t now = pc_time_mono_ns();
+            if (x->retry_ns > now) {
+                next_ns = x->retry_ns < next_ns ? x->retry_ns : next_ns;
+                continue;
+            }
+            bool m = false;
+            why[0] = '\0';
+            const int rc = step(sf, x, &m, why, sizeof why);
+            if (rc == PC_ECANCELED && stopping(f))
+                break;
+            if (rc && transport_error(rc)) {           /* the server, not the table: all wait */
+                if (rc == PC_EAUTH || rc == PC_ETLS) { /* the client gave up on it: anew */
+                    psc_close(sf->c);
+                    sf->c = NULL;
+                }
+                for (size_t j = 0; j < sf->nsrc; j++) {
+                    source_down(sf, &sf->src[j], rc, why);
+                    next_ns = sf->src[j].retry_ns < next_ns ? sf->src[j].retry_ns : next_ns;
+                }
+                break;
+            }
+            if (rc) {
+                source_down(sf, x, rc, why);
+                next_ns = x->retry_ns < next_ns ? x->retry_ns : next_ns;
+                continue;
+            }
+            x->retry_ns = 0;
+            more = more || m;
+        }
+        if (more)
+            continue;
+        uint64_t wait = (uint64_t)f->o.poll_ms;
+        const uint64_t now = pc_time_mono_ns();
+        if (next_ns != UINT64_MAX) { /* a source down is retried sooner than the poll */
+            const uint64_t until = next_ns > now ? (next_ns - now + 999999) / 1000000 : 0;
+            wait = until < wait ? until : wait;
+        }
+        if (wait)
+            wait_ms(f, wait);
+    }
+    return NULL;
+}
+
+/* ==== lifecycle ============================================================================= */
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+int sv_follow_create(sv_sparse_t *s, const sv_follow_opts_t *o, const sv_follow_auth_t *auth,
+                     const sv_sparse_start_t *starts, size_t n, sv_follow_t **out) {
+    if (!s || !out || (n && !starts))
+        return PC_EINVAL;
+    sv_follow_t *f = calloc(1, sizeof *f);
+    if (!f)
+        return PC_ENOMEM;
+    f->s = s;
+    if (o)
+        f->o = *o;
+    else
+        sv_follow_opts_defaults(&f->o);
+    if (auth) {
+        copy_str(f->token, sizeof f->token, auth->token);
+        copy_str(f->ca, sizeof f->ca, auth->tls_ca);
+        copy_str(f->cert, sizeof f->cert, auth->tls_cert);
+        copy_str(f->key, sizeof f->key, auth->tls_key);
+        copy_str(f->name, sizeof f->name, auth->tls_server_name);
+    }
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&f->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    const size_t ntab = sv_sparse_tables(s, NULL, 0);
+    char(*names)[PS_TABLE_NAME_MAX] = calloc(ntab ? ntab : 1, sizeof *names);
+    f->nsrv = sv_sparse_servers(s);
+    f->srv = calloc(f->nsrv, sizeof *f->srv);
+    int rc = names && f->srv ? 0 : PC_ENOMEM;
+    const size_t nt = rc ? 0 : sv_sparse_tables(s, names, ntab);
+    uint32_t maxdim = 1;
+    ps_table_config_t cfg;
+    for (size_t t = 0; t < nt; t++)
+        if (!sv_sparse_table_config(s, names[t], &cfg) && (uint32_t)cfg.dim > maxdim)
+            maxdim = (uint32_t)cfg.dim;
+    uint64_t scan_cap = (uint64_t)f->o.scan_bytes / (9 + 4 * (uint64_t)maxdim);
+    if (scan_cap < (uint64_t)f->o.batch_rows)
+        scan_cap = (uint64_t)f->o.batch_rows;
+    if (scan_cap > SCAN_ROWS_MAX)
+        scan_cap = SCAN_ROWS_MAX;
+    for (size_t i = 0; !rc && i < f->nsrv; i++) {
+        srvf_t *sf = &f->srv[i];
+        sf->f = f;
+        sf->idx = (uint32_t)i;
+        copy_str(sf->addr, sizeof sf->addr, sv_sparse_server_addr(s, (uint32_t)i));
+        sf->cap = (uint32_t)f->o.batch_rows;
+        sf->scan_cap = (uint32_t)scan_cap;
+        sf->nsrc = nt;
+        sf->src = calloc(nt ? nt : 1, sizeof *sf->src);
+        sf->keys = malloc(scan_cap * sizeof *sf->keys);
+        sf->erase = malloc(scan_cap * sizeof *sf->erase);
+        sf->found = malloc(scan_cap);
+        sf->rows = malloc(scan_cap * maxdim * sizeof *sf->rows);
+        if (!sf->src || !sf->keys || !sf->erase || !sf->found || !sf->rows) {
+            rc = PC_ENOMEM;
+            break;
+        }
+        for (size_t t = 0; t < nt; t++) {
+            source_t *x = &sf->src[t];
+            copy_str(x->table, sizeof x->table, names[t]);
+            sv_sparse_table_config(s, names[t], &cfg);
+            x->dim = (uint32_t)cfg.dim;
+            x->need_scan = true;
+            for (size_t k = 0; k < n; k++) {
+                if (starts[k].server == i && strcmp(starts[k].table, names[t]) == 0 &&
+                    starts[k].position != UINT64_MAX && starts[k].uid) {
+                    x->uid = starts[k].uid;
+                    x->pos = x->head = starts[k].position;
+                    x->need_scan = false;
+                }
+            }
+        }
+    }
+    free(names);
+    if (rc) {
+        sv_follow_destroy(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+int sv_follow_start(sv_follow_t *f) {
+    if (!f)
+        return PC_EINVAL;
+    if (f->started)
+        return PC_ESTATE;
+    f->started = true;
+    f->stop = false;
+    f->start_ns = pc_time_mono_ns();
+    for (size_t i = 0; i < f->nsrv; i++) {
+        if (pthread_create(&f->srv[i].th, NULL, server_main, &f->srv[i])) {
+            PC_ERROR("serve: cannot start the follower thread of %s", f->srv[i].addr);
+            sv_follow_stop(f);
+            return PC_ESYS;
+        }
+        f->srv[i].running = true;
+    }
+    return 0;
+}
+
+void sv_follow_stop(sv_follow_t *f) {
+    if (!f)
+        return;
+    pthread_mutex_lock(&f->mu);
+    f->stop = true;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+    for (size_t i = 0; i < f->nsrv; i++) {
+        if (f->srv[i].running) {
+            pthread_join(f->srv[i].th, NULL);
+            f->srv[i].running = false;
+        }
+        psc_close(f->srv[i].c);
+        f->srv[i].c = NULL;
+    }
+    f->started = false;
+}
+
+void sv_follow_destroy(sv_follow_t *f) {
+    if (!f)
+        return;
+    sv_follow_stop(f);
+    for (size_t i = 0; f->srv && i < f->nsrv; i++) {
+        free(f->srv[i].src);
+        free(f->srv[i].keys);
+        free(f->srv[i].erase);
+        free(f->srv[i].found);
+        free(f->srv[i].rows);
+    }
+    free(f->srv);
+    pthread_mutex_destroy(&f->mu);
+    pthread_cond_destroy(&f->cv);
+    free(f);
+}
+
+/* ==== status ================================================================================ */
+
+size_t sv_follow_status(sv_follow_t *f, sv_follow_source_t *out, size_t cap) {
+    size_t k = 0;
+    const uint64_t now = pc_time_mono_ns();
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < f->nsrv; i++) {
+        const srvf_t *sf = &f->srv[i];
+        for (size_t t = 0; t < sf->nsrc; t++, k++) {
+            if (k >= cap)
+                continue;
+            const source_t *x = &sf->src[t];
+            sv_follow_source_t *o = &out[k];
+            memset(o, 0, sizeof *o);
+            o->server = sf->idx;
+            copy_str(o->addr, sizeof o->addr, sf->addr);
+            copy_str(o->table, sizeof o->table, x->table);
+            o->state = x->state;
+            o->uid = x->uid;
+            o->position = x->pos;
+            o->head = x->head;
+            o->lag_entries = x->head > x->pos ? x->head - x->pos : 0;
+            const uint64_t since = x->caught_ns ? x->caught_ns : f->start_ns;
+            o->lag_ms = since && now > since ? (now - since) / 1000000u : 0;
+            o->rows_applied = x->applied;
+            o->rescans = x->rescans;
+            o->deltas_calls = x->calls;
+            o->last_rc = x->last_rc;
+            copy_str(o->last_error, sizeof o->last_error, x->last_error);
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return k;
+}
+
+/* Index of `table` among the sources (the same in every server), or -1. */
+static long source_index(const sv_follow_t *f, const char *table) {
+    if (!f->nsrv)
+        return -1;
+    for (size_t t = 0; t < f->srv[0].nsrc; t++)
+        if (strcmp(f->srv[0].src[t].table, table) == 0)
+            return (long)t;
+    return -1;
+}
+
+int sv_follow_positions(sv_follow_t *f, const char *table, uint64_t *uids, uint64_t *positions,
+                        size_t cap) {
+    if (!f || !table)
+        return PC_EINVAL;
+    const long t = source_index(f, table);
+    if (t < 0)
+        return PC_ENOTFOUND;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < f->nsrv && i < cap; i++) {
+        if (uids)
+            uids[i] = f->srv[i].src[t].uid;
+        if (positions)
+            positions[i] = f->srv[i].src[t].pos;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return (int)f->nsrv;
+}
+
+bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids,
+                         const uint64_t *heads, size_t n) {
+    if (!f || !table || (n && (!uids || !heads)))
+        return false;
+    const long t = source_index(f, table);
+    if (t < 0 || n > f->nsrv)
+        return false;
+    bool ok = true;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < n && ok; i++) {
+        const source_t *x = &f->srv[i].src[t];
+        if (!uids[i])
+            continue;
+        if (x->uid == uids[i] && !x->need_scan) {
+            ok = x->pos >= heads[i];
+            continue;
+        }
+        bool before = false; /* followed it before: what it holds now is newer */
+        for (unsigned k = 0; k < x->nseen && !before; k++)
+            before = x->seen[k] == uids[i];
+        ok = before;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return ok;
+}
+
+/* ==== discovery ============================================================================= */
+
+int sv_follow_discover(const char *servers, const sv_follow_auth_t *auth, int timeout_ms, char *map,
+                       size_t mapcap, char *tables, size_t tablescap, char *why, size_t whycap) {
+    if (why && whycap)
+        why[0] = '\0';
+    if (!servers || !map || !tables)
+        return PC_EINVAL;
+    const sv_follow_auth_t none = {0};
+    if (!auth)
+        auth = &none;
+    psc_opts_t po = {.servers = servers,
+                     .token = auth->token && auth->token[0] ? auth->token : NULL,
+                     .timeout_ms = timeout_ms,
+                     .connect_timeout_ms = timeout_ms};
+    psc_tls_opts_t tls = {.ca = auth->tls_ca,
+                          .cert = auth->tls_cert && auth->tls_cert[0] ? auth->tls_cert : NULL,
+                          .key = auth->tls_key && auth->tls_key[0] ? auth->tls_key : NULL,
+                          .server_name = auth->tls_server_name};
+    psc_t *c;
+    int rc = psc_connect2(&po, auth->tls_ca && auth->tls_ca[0] ? &tls : NULL, why, whycap, &c);
+    if (rc)
+        return rc;
+    const size_t need = psc_map_text(c, map, mapcap);
+    if (need >= mapcap) {
+        rc = PC_ETOOBIG;
+        if (why && whycap)
+            snprintf(why, whycap, "the cluster map needs %zu bytes", need + 1);
+    }
+    size_t len = 0;
+    if (!rc && (rc = psc_tables(c, tables, tablescap, &len)) && why && whycap)
+        snprintf(why, whycap, "the servers' tables: %s%s", psc_strerror(rc),
+                 rc == PC_ESTATE ? " (the servers disagree on the tables' settings)" : "");
+    psc_close(c);
+    return rc;
+}

@@ -1,0 +1,469 @@
+/* The serving replica's follower end to end (serve/sv_follow.h, docs/serving.md "The replica
+ * and its follower"): ps-server processes on loopback, a replica (sv_sparse) kept up to date by
+ * sv_follow while a client pushes:
+ *  - two servers, pushes going on while the follower runs: once the pushes stop and the follower
+ *    is caught up (sv_follow_caught_up with the servers' uids and heads), the replica's checksum
+ *    of every row equals the same checksum over the servers' rows (a scan of every part of each
+ *    server), and lookups of pushed and never-pushed keys equal the servers' Lookup (rows and
+ *    found); a table with capacity_rows evicts on the servers and the evicted keys go away in
+ *    the replica; the speed of catching up after a burst of pushes is printed;
+ *  - a tiny ring (--delta-log-entries=64): the follower falls behind, rescans, converges;
+ *  - kill -9 of a server: the replica keeps answering that server's keys from its last rows and
+ *    reports it down; the server restarted on the same port holds a new (empty) table: the
+ *    follower rescans it and converges again.
+ * argv[1] is the ps-server binary. Every wait is bounded. */
+#include "proc_util.h"
+#include "table_check.h"
+
+#include "emberps/psclient.h"
+#include "pc_error.h"
+#include "sv_follow.h"
+#include "sv_sparse.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+enum { SCAN_CAP = 1 << 16 };
+
+static const char *k_emb = "name=emb,dim=8,optimizer=adagrad,shards=4";
+static const char *k_cap = "name=cap,dim=4,optimizer=sgd,capacity_rows=300,shards=2,missing=zeros";
+
+typedef struct cluster {
+    int n;
+    int port[2];
+    pid_t pid[2];
+    char dir[256], map[256], maparg[300], tables[300], logarg[64];
+} cluster_t;
+
+static void start_server(cluster_t *k, int i) {
+    const char *extra[] = {k->maparg, k->tables, k->logarg, NULL};
+    k->pid[i] = pu_spawn(k->port[i], k->dir, extra, NULL);
+}
+
+static void cluster_up(cluster_t *k, int n, const char *tag, const char *log_entries) {
+    memset(k, 0, sizeof *k);
+    k->n = n;
+    tc_tmpdir(k->dir, sizeof k->dir, tag);
+    for (int i = 0; i < n; i++)
+        k->port[i] = pu_free_port();
+    if (n == 2)
+        snprintf(k->map, sizeof k->map,
+                 "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1",
+                 k->port[0], k->port[1]);
+    else
+        snprintf(k->map, sizeof k->map, "version=1;servers=127.0.0.1:%d;slots=0-16383:0",
+                 k->port[0]);
+    snprintf(k->maparg, sizeof k->maparg, "--cluster-map=%s", k->map);
+    snprintf(k->tables, sizeof k->tables, "--tables=%s;%s", k_emb, k_cap);
+    snprintf(k->logarg, sizeof k->logarg, "--delta-log-entries=%s", log_entries);
+    for (int i = 0; i < n; i++)
+        start_server(k, i);
+}
+
+static void cluster_down(cluster_t *k) {
+    for (int i = 0; i < k->n; i++)
+        if (k->pid[i] > 0)
+            pu_stop(k->pid[i]);
+    tc_rmdir(k->dir);
+}
+
+static psc_t *connect_to(const char *servers) {
+    psc_opts_t o = {.servers = servers, .timeout_ms = 5000, .retries = 4};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    return c;
+}
+
+/* A replica of the cluster's tables and its follower (not started). */
+static sv_sparse_t *replica(const cluster_t *k, sv_follow_t **f) {
+    char map[4096], tables[8192], why[512];
+    int rc = sv_follow_discover(k->map, NULL, 5000, map, sizeof map, tables, sizeof tables, why,
+                                sizeof why);
+    if (rc)
+        fail_msg("discover: %s: %s", pc_err_name(rc), why);
+    sv_sparse_t *s;
+    assert_int_equal(sv_sparse_create(map, &s, why, sizeof why), 0);
+    assert_int_equal(sv_sparse_servers(s), (size_t)k->n);
+    rc = sv_sparse_add_tables(s, tables, "emb,cap", why, sizeof why);
+    if (rc)
+        fail_msg("add tables: %s", why);
+    sv_follow_opts_t o;
+    sv_follow_opts_defaults(&o);
+    o.timeout_ms = 1000;
+    assert_int_equal(sv_follow_create(s, &o, NULL, NULL, 0, f), 0);
+    return s;
+}
+
+/* ---- the servers' side ---- */
+
+typedef struct scanbuf {
+    uint64_t keys[SCAN_CAP];
+    uint8_t found[SCAN_CAP];
+    float rows[SCAN_CAP * 8];
+} scanbuf_t;
+
+static scanbuf_t g_buf;
+
+/* Server `srv`'s table: uid and head now (a scan of one small part). */
+static void server_state(psc_t *c, uint32_t srv, const char *table, uint32_t dim, uint64_t *uid,
+                         uint64_t *head) {
+    psc_stream_req_t q = {.server = srv,
+                          .table = table,
+                          .dim = dim,
+                          .part = 0,
+                          .parts = 4096,
+                          .cap = SCAN_CAP,
+                          .keys = g_buf.keys,
+                          .found = g_buf.found,
+                          .rows = g_buf.rows};
+    psc_stream_t out;
+    char why[600];
+    int rc = psc_scan(c, &q, &out, why, sizeof why);
+    if (rc)
+        fail_msg("scan of server %u: %s: %s", srv, pc_err_name(rc), why);
+    *uid = out.uid;
+    *head = out.next;
+}
+
+/* sv_sparse_checksum's figure over the servers' rows: every part of every server scanned. */
+static void server_checksum(psc_t *c, int nsrv, const char *table, uint32_t dim, uint64_t *sum,
+                            uint64_t *rows) {
+    *sum = *rows = 0;
+    for (int srv = 0; srv < nsrv; srv++) {
+        for (uint32_t p = 0; p < 4; p++) {
+            psc_stream_req_t q = {.server = (uint32_t)srv,
+                                  .table = table,
+                                  .dim = dim,
+                                  .part = p,
+                                  .parts = 4,
+                                  .cap = SCAN_CAP,
+                                  .keys = g_buf.keys,
+                                  .found = g_buf.found,
+                                  .rows = g_buf.rows};
+            psc_stream_t out;
+            char why[600];
+            int rc = psc_scan(c, &q, &out, why, sizeof why);
+            if (rc)
+                fail_msg("scan: %s: %s", pc_err_name(rc), why);
+            for (uint32_t i = 0; i < out.n; i++) {
+                if (!g_buf.found[i])
+                    continue;
+                *sum += sv_sparse_row_hash(g_buf.keys[i], g_buf.rows + (size_t)i * dim, dim);
+                ++*rows;
+            }
+        }
+    }
+}
+
+/* Wait (bounded) until the follower is at least at the servers' present state of `table`;
+ * returns the seconds it took. */
+static double wait_caught_up(sv_follow_t *f, psc_t *c, int nsrv, const char *table, uint32_t dim,
+                             double limit) {
+    uint64_t uids[2], heads[2];
+    for (int i = 0; i < nsrv; i++)
+        server_state(c, (uint32_t)i, table, dim, &uids[i], &heads[i]);
+    const double t0 = pu_now();
+    while (!sv_follow_caught_up(f, table, uids, heads, (size_t)nsrv)) {
+        if (pu_now() - t0 > limit) {
+            sv_follow_source_t st[8];
+            size_t n = sv_follow_status(f, st, 8);
+            for (size_t i = 0; i < n && i < 8; i++)
+                print_message("  %s %s: %s uid %016llx pos %llu head %llu (%s)\n", st[i].addr,
+                              st[i].table, sv_source_state_name(st[i].state),
+                              (unsigned long long)st[i].uid, (unsigned long long)st[i].position,
+                              (unsigned long long)st[i].head, st[i].last_error);
+            fail_msg("the follower did not catch up on %s within %.0f s", table, limit);
+        }
+        usleep(1000);
+    }
+    return pu_now() - t0;
+}
+
+/* The replica's checksum of `table` equals the servers'. */
+static void assert_same_rows(sv_sparse_t *s, psc_t *c, int nsrv, const char *table, uint32_t dim) {
+    uint64_t a, ar, b, br;
+    server_checksum(c, nsrv, table, dim, &a, &ar);
+    assert_int_equal(sv_sparse_checksum(s, table, &b, &br), 0);
+    print_message("%s: %llu rows at the servers, %llu in the replica, checksums %016llx %016llx\n",
+                  table, (unsigned long long)ar, (unsigned long long)br, (unsigned long long)a,
+                  (unsigned long long)b);
+    assert_int_equal(ar, br);
+    assert_true(a == b);
+}
+
+/* Lookups of keys[0..n) answer the same rows and found flags from the replica as from the
+ * servers; returns how many were found. */
+static size_t assert_same_lookups(sv_sparse_t *s, psc_t *c, const char *table, uint32_t dim,
+                                  const uint64_t *keys, size_t n) {
+    float *a = malloc(n * dim * 4), *b = malloc(n * dim * 4);
+    uint8_t *fa = malloc(n), *fb = malloc(n);
+    assert_int_equal(psc_lookup(c, table, keys, n, dim, a, fa), 0);
+    assert_int_equal(sv_sparse_lookup(s, table, keys, n, b, n * dim, fb), 0);
+    size_t present = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fa[i] != fb[i])
+            fail_msg("%s key %zu: found %d at the servers, %d in the replica", table, i, fa[i],
+                     fb[i]);
+        if (memcmp(a + i * dim, b + i * dim, dim * 4))
+            fail_msg("%s key %zu (found %d): rows differ", table, i, fa[i]);
+        present += fa[i];
+    }
+    free(a);
+    free(b);
+    free(fa);
+    free(fb);
+    return present;
+}
+
+/* ---- pushes ---- */
+
+static uint64_t pool_key(uint64_t i) {
+    return (i + 1) * 0x9E3779B97F4A7C15ULL;
+}
+
+/* One push of n keys drawn from pool keys [0, pool) to table (dim), seeded by r. */
+static int push_round(psc_t *c, const char *table, uint32_t dim, uint64_t r, int n, uint64_t pool) {
+    uint64_t *keys = malloc((size_t)n * 8);
+    float *g = malloc((size_t)n * dim * 4);
+    uint64_t rng = 77 + r;
+    for (int i = 0; i < n; i++) {
+        keys[i] = pool_key(tu_rand(&rng) % pool);
+        for (uint32_t e = 0; e < dim; e++)
+            g[(size_t)i * dim + e] = tu_gauss(&rng) * 0.1f;
+    }
+    int rc = psc_push(c, table, keys, (size_t)n, dim, g, NULL);
+    free(keys);
+    free(g);
+    return rc;
+}
+
+typedef struct pusher {
+    psc_t *c;
+    atomic_bool stop;
+    uint64_t rounds, rows;
+    int rc; /* the first failure (cmocka's asserts belong to the main thread) */
+} pusher_t;
+
+static void *push_main(void *arg) {
+    pusher_t *p = arg;
+    while (!atomic_load(&p->stop) && !p->rc) {
+        p->rc = push_round(p->c, "emb", 8, 1000 + p->rounds, 500, 20000);
+        if (!p->rc)
+            p->rc = push_round(p->c, "cap", 4, 5000 + p->rounds, 50, 2000);
+        p->rounds++;
+        p->rows += 550;
+        usleep(2000);
+    }
+    return NULL;
+}
+
+/* ---- tests ---- */
+
+static void test_follow_while_pushing(void **state) {
+    (void)state;
+    cluster_t k;
+    cluster_up(&k, 2, "follow", "1Mi");
+    psc_t *c = connect_to(k.map);
+    for (int r = 0; r < 5; r++) /* rows before the follower starts: its first scan */
+        assert_int_equal(push_round(c, "emb", 8, (uint64_t)r, 2000, 20000), 0);
+    sv_follow_t *f;
+    sv_sparse_t *s = replica(&k, &f);
+    assert_int_equal(sv_follow_start(f), 0);
+    pusher_t p = {.c = c};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, push_main, &p), 0);
+    const double t0 = pu_now();
+    uint64_t lookups = 0;
+    float rows[64 * 8];
+    uint8_t found[64];
+    uint64_t keys[64];
+    while (pu_now() - t0 < 2.0) { /* serve lookups meanwhile */
+        for (int i = 0; i < 64; i++)
+            keys[i] = pool_key((lookups * 64 + (uint64_t)i) % 20000);
+        assert_int_equal(sv_sparse_lookup(s, "emb", keys, 64, rows, 64 * 8, found), 0);
+        lookups++;
+        usleep(500);
+    }
+    atomic_store(&p.stop, true);
+    pthread_join(th, NULL);
+    assert_int_equal(p.rc, 0);
+    print_message("%llu push rounds (%llu rows) while following; %llu lookups served\n",
+                  (unsigned long long)p.rounds, (unsigned long long)p.rows,
+                  (unsigned long long)lookups);
+    double took = wait_caught_up(f, c, 2, "emb", 8, 20);
+    took += wait_caught_up(f, c, 2, "cap", 4, 20);
+    print_message("caught up %.1f ms after the pushes stopped\n", took * 1e3);
+    assert_same_rows(s, c, 2, "emb", 8);
+    assert_same_rows(s, c, 2, "cap", 4);
+    /* every pool key: pushed or not, present or evicted, the same answer */
+    static uint64_t all[20000];
+    for (uint64_t i = 0; i < 20000; i++)
+        all[i] = pool_key(i);
+    size_t present = assert_same_lookups(s, c, "emb", 8, all, 20000);
+    size_t kept = assert_same_lookups(s, c, "cap", 4, all, 2000);
+    print_message("emb: %zu of 20000 keys present; cap: %zu of 2000 (the rest evicted or never "
+                  "pushed, absent in both)\n",
+                  present, kept);
+    assert_true(present > 10000);
+    assert_true(kept > 0 && kept <= 700); /* capacity_rows=300 per server */
+    /* never-pushed keys: the table's initial rows (emb) or zeros (cap), found 0 */
+    for (uint64_t i = 0; i < 1000; i++)
+        all[i] = pool_key(1000000 + i);
+    assert_int_equal(assert_same_lookups(s, c, "emb", 8, all, 1000), 0);
+    assert_int_equal(assert_same_lookups(s, c, "cap", 4, all, 1000), 0);
+    sv_follow_source_t st[4];
+    assert_int_equal(sv_follow_status(f, st, 4), 4);
+    for (int i = 0; i < 4; i++) {
+        print_message("  %s %s: %s, %llu rows applied, %llu DELTAS, %llu rescans, lag %llu ms\n",
+                      st[i].addr, st[i].table, sv_source_state_name(st[i].state),
+                      (unsigned long long)st[i].rows_applied,
+                      (unsigned long long)st[i].deltas_calls, (unsigned long long)st[i].rescans,
+                      (unsigned long long)st[i].lag_ms);
+        assert_int_equal(st[i].state, SV_SOURCE_FOLLOWING);
+        assert_int_equal(st[i].rescans, 0);
+        assert_int_equal(st[i].lag_entries, 0);
+    }
+    /* catching up after a burst: 40 pushes of 5000 distinct keys as fast as the client goes */
+    double b0 = pu_now();
+    for (int r = 0; r < 40; r++)
+        assert_int_equal(push_round(c, "emb", 8, 90000 + (uint64_t)r, 5000, 1000000), 0);
+    const double pushed = pu_now() - b0;
+    const double behind = wait_caught_up(f, c, 2, "emb", 8, 30);
+    print_message("burst: 200000 rows pushed in %.1f ms (%.0f rows/s); the replica caught up "
+                  "%.1f ms after the last push (%.0f rows/s end to end)\n",
+                  pushed * 1e3, 200000 / pushed, behind * 1e3, 200000 / (pu_now() - b0));
+    assert_same_rows(s, c, 2, "emb", 8);
+    uint64_t uids[2], pos[2];
+    assert_int_equal(sv_follow_positions(f, "emb", uids, pos, 2), 2);
+    assert_true(uids[0] && uids[1] && uids[0] != uids[1]);
+    sv_follow_destroy(f);
+    sv_sparse_destroy(s);
+    psc_close(c);
+    cluster_down(&k);
+}
+
+static void test_behind_ring(void **state) {
+    (void)state;
+    cluster_t k;
+    cluster_up(&k, 1, "followring", "64");
+    psc_t *c = connect_to(k.map);
+    sv_follow_t *f;
+    sv_sparse_t *s = replica(&k, &f);
+    assert_int_equal(sv_follow_start(f), 0);
+    for (int r = 0; r < 20; r++) { /* 300 keys a push: over the ring of 64 each time */
+        assert_int_equal(push_round(c, "emb", 8, 300 + (uint64_t)r, 300, 1000), 0);
+        usleep(5000);
+    }
+    wait_caught_up(f, c, 1, "emb", 8, 20);
+    wait_caught_up(f, c, 1, "cap", 4, 20);
+    assert_same_rows(s, c, 1, "emb", 8);
+    sv_follow_source_t st[2];
+    assert_int_equal(sv_follow_status(f, st, 2), 2);
+    const sv_follow_source_t *e = strcmp(st[0].table, "emb") == 0 ? &st[0] : &st[1];
+    print_message("emb: %llu rescans, %llu rows applied; last: %s\n",
+                  (unsigned long long)e->rescans, (unsigned long long)e->rows_applied,
+                  e->last_error);
+    assert_true(e->rescans >= 1);
+    assert_int_equal(e->last_rc, PC_ERANGE);
+    assert_int_equal(e->state, SV_SOURCE_FOLLOWING);
+    static uint64_t all[1000];
+    for (uint64_t i = 0; i < 1000; i++)
+        all[i] = pool_key(i);
+    assert_true(assert_same_lookups(s, c, "emb", 8, all, 1000) > 500);
+    sv_follow_destroy(f);
+    sv_sparse_destroy(s);
+    psc_close(c);
+    cluster_down(&k);
+}
+
+static void test_server_restart(void **state) {
+    (void)state;
+    cluster_t k;
+    cluster_up(&k, 2, "followkill", "1Mi");
+    psc_t *c = connect_to(k.map);
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(push_round(c, "emb", 8, 700 + (uint64_t)r, 2000, 5000), 0);
+    sv_follow_t *f;
+    sv_sparse_t *s = replica(&k, &f);
+    assert_int_equal(sv_follow_start(f), 0);
+    wait_caught_up(f, c, 2, "emb", 8, 20);
+    assert_same_rows(s, c, 2, "emb", 8);
+    static uint64_t all[5000];
+    static float before[5000 * 8], during[5000 * 8];
+    static uint8_t fb[5000], fd[5000];
+    for (uint64_t i = 0; i < 5000; i++)
+        all[i] = pool_key(i);
+    assert_int_equal(sv_sparse_lookup(s, "emb", all, 5000, before, 5000 * 8, fb), 0);
+    uint64_t uids[2], pos[2];
+    assert_int_equal(sv_follow_positions(f, "emb", uids, pos, 2), 2);
+    /* server 1 dies: its rows stay served as they were, and it is reported down */
+    kill(k.pid[1], SIGKILL);
+    assert_int_equal(pu_reap(k.pid[1], 10), 128 + SIGKILL);
+    k.pid[1] = 0;
+    const double t0 = pu_now();
+    sv_follow_source_t st[4];
+    for (;;) {
+        assert_int_equal(sv_follow_status(f, st, 4), 4);
+        bool down = false;
+        for (int i = 0; i < 4; i++)
+            down = down || (st[i].server == 1 && st[i].state == SV_SOURCE_DOWN);
+        if (down)
+            break;
+        if (pu_now() - t0 > 15)
+            fail_msg("server 1 was not reported down");
+        usleep(10000);
+    }
+    for (int i = 0; i < 4; i++)
+        if (st[i].server == 1)
+            print_message("server 1 %s: %s (%s) after %.0f ms\n", st[i].table,
+                          sv_source_state_name(st[i].state), st[i].last_error,
+                          (pu_now() - t0) * 1e3);
+    assert_int_equal(sv_sparse_lookup(s, "emb", all, 5000, during, 5000 * 8, fd), 0);
+    assert_memory_equal(before, during, sizeof before);
+    assert_memory_equal(fb, fd, sizeof fb);
+    usleep(300000); /* a few retries while it is down */
+    assert_int_equal(sv_sparse_lookup(s, "emb", all, 5000, during, 5000 * 8, fd), 0);
+    assert_memory_equal(before, during, sizeof before);
+    /* back on the same port with an empty table (nothing checkpointed): a new uid, a rescan */
+    start_server(&k, 1);
+    assert_int_equal(push_round(c, "emb", 8, 800, 2000, 5000), 0);
+    wait_caught_up(f, c, 2, "emb", 8, 20);
+    assert_same_rows(s, c, 2, "emb", 8);
+    assert_same_lookups(s, c, "emb", 8, all, 5000);
+    uint64_t uids2[2], pos2[2];
+    assert_int_equal(sv_follow_positions(f, "emb", uids2, pos2, 2), 2);
+    assert_true(uids2[0] == uids[0] && uids2[1] != uids[1]);
+    /* the old table of server 1 was followed before: anything paired with it is satisfied */
+    assert_true(sv_follow_caught_up(f, "emb", uids, pos, 2));
+    uint64_t unknown[2] = {uids[0], 12345};
+    assert_false(sv_follow_caught_up(f, "emb", unknown, pos, 2));
+    assert_int_equal(sv_follow_status(f, st, 4), 4);
+    for (int i = 0; i < 4; i++) {
+        print_message("  %s %s: %s, %llu rescans (%s)\n", st[i].addr, st[i].table,
+                      sv_source_state_name(st[i].state), (unsigned long long)st[i].rescans,
+                      st[i].last_error);
+        assert_int_equal(st[i].state, SV_SOURCE_FOLLOWING);
+        assert_int_equal(st[i].rescans, st[i].server == 1 ? 1 : 0);
+    }
+    sv_follow_destroy(f);
+    sv_sparse_destroy(s);
+    psc_close(c);
+    cluster_down(&k);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_follow PATH-TO-ps-server\n");
+        return 2;
+    }
+    pu_bin = argv[1];
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_follow_while_pushing),
+        cmocka_unit_test(test_behind_ring),
+        cmocka_unit_test(test_server_restart),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    pu_kill_all();
+    return rc;
+}
