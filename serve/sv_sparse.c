@@ -300,43 +300,43 @@ int sv_sparse_lookup(sv_sparse_t *s, const char *table, const uint64_t *keys, si
         return 0;
     if (s->nsrv == 1)
         return lookup_one(s, 0, table, keys, n, rows, rows_len, found);
-    /* owner of each key; all on one server: no copies */
-    uint32_t *own = malloc(n * sizeof *own);
-    if (!own)
+    /* One allocation for the call's scratch: the rows first (float alignment), then per key
+     * its position in the caller's order, key, owner and flag, then per server a count. */
+    const size_t ns = s->nsrv;
+    char *mem = malloc(n * dim * sizeof(float) + n * (sizeof(size_t) + 8 + 4 + 1) +
+                       2 * (ns + 1) * sizeof(size_t) + 8);
+    if (!mem)
         return PC_ENOMEM;
+    float *grows = (float *)(void *)mem;
+    size_t *pos = (size_t *)(void *)(mem + ((n * dim * sizeof(float) + 7) & ~(size_t)7));
+    uint64_t *gkeys = (uint64_t *)(void *)(pos + n);
+    size_t *start = (size_t *)(void *)(gkeys + n), *next = start + ns + 1;
+    uint32_t *own = (uint32_t *)(void *)(next + ns + 1);
+    uint8_t *gfound = (uint8_t *)(own + n);
+    /* owner of each key; all on one server: no copies */
     bool one = true;
     for (size_t i = 0; i < n; i++) {
         own[i] = pc_cmap_key_owner(s->map, keys[i]);
         one = one && own[i] == own[0];
     }
+    int rc = 0;
     if (one) {
-        const uint32_t srv = own[0];
-        free(own);
-        return lookup_one(s, srv, table, keys, n, rows, rows_len, found);
+        rc = lookup_one(s, own[0], table, keys, n, rows, rows_len, found);
+        free(mem);
+        return rc;
     }
-    /* counting sort by owner: start[srv] .. start[srv + 1] in pos / gkeys */
-    size_t *start = calloc(s->nsrv + 1, sizeof *start);
-    size_t *pos = malloc(n * sizeof *pos);
-    uint64_t *gkeys = malloc(n * sizeof *gkeys);
-    float *grows = malloc(n * dim * sizeof *grows);
-    uint8_t *gfound = malloc(n);
-    int rc = start && pos && gkeys && grows && gfound ? 0 : PC_ENOMEM;
-    if (!rc) {
-        for (size_t i = 0; i < n; i++)
-            start[own[i] + 1]++;
-        for (size_t j = 0; j < s->nsrv; j++)
-            start[j + 1] += start[j];
-        size_t *next = calloc(s->nsrv, sizeof *next); /* keys placed per server so far */
-        if (!next)
-            rc = PC_ENOMEM;
-        for (size_t i = 0; !rc && i < n; i++) {
-            const size_t at = start[own[i]] + next[own[i]]++;
-            pos[at] = i;
-            gkeys[at] = keys[i];
-        }
-        free(next);
+    /* counting sort by owner: server srv's keys at start[srv] .. start[srv + 1] */
+    memset(start, 0, 2 * (ns + 1) * sizeof *start);
+    for (size_t i = 0; i < n; i++)
+        start[own[i] + 1]++;
+    for (size_t j = 0; j < ns; j++)
+        start[j + 1] += start[j];
+    for (size_t i = 0; i < n; i++) {
+        const size_t at = start[own[i]] + next[own[i]]++;
+        pos[at] = i;
+        gkeys[at] = keys[i];
     }
-    for (uint32_t srv = 0; !rc && srv < s->nsrv; srv++) {
+    for (uint32_t srv = 0; !rc && srv < ns; srv++) {
         const size_t a = start[srv], m = start[srv + 1] - a;
         if (m)
             rc = lookup_one(s, srv, table, gkeys + a, m, grows + a * dim, m * dim, gfound + a);
@@ -348,12 +348,7 @@ int sv_sparse_lookup(sv_sparse_t *s, const char *table, const uint64_t *keys, si
                 found[pos[j]] = gfound[j];
         }
     }
-    free(own);
-    free(start);
-    free(pos);
-    free(gkeys);
-    free(grows);
-    free(gfound);
+    free(mem);
     return rc;
 }
 
