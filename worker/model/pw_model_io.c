@@ -54,7 +54,7 @@ static size_t dense_size(const pw_linear_t *l, int n) {
     return s;
 }
 
-int pw_dense_save(const char *path, const pw_linear_t *l, int n) {
+int pw_dense_image(const pw_linear_t *l, int n, uint8_t **out, size_t *out_size) {
     const size_t size = dense_size(l, n);
     uint8_t *img = malloc(size), *p = img;
     if (!img)
@@ -74,7 +74,22 @@ int pw_dense_save(const char *path, const pw_linear_t *l, int n) {
         l[i].be->download(l[i].be, p + nw, l[i].b, (size_t)l[i].out * sizeof(float));
         p += nw + (size_t)l[i].out * sizeof(float);
     }
-    return image_write(path, img, size);
+    const uint64_t h = pc_hash64(img, size - 8, 0);
+    memcpy(img + size - 8, &h, 8);
+    *out = img;
+    *out_size = size;
+    return 0;
+}
+
+int pw_dense_save(const char *path, const pw_linear_t *l, int n) {
+    uint8_t *img;
+    size_t size;
+    int rc = pw_dense_image(l, n, &img, &size);
+    if (rc)
+        return rc;
+    rc = pc_fs_write_atomic(path, img, size);
+    free(img);
+    return rc;
 }
 
 int pw_dense_load(const char *path, pw_linear_t *l, int n) {

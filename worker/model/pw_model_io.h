@@ -13,6 +13,10 @@
 #include "pw_layers.h"
 
 int pw_dense_save(const char *path, const pw_linear_t *layers, int n);
+/* The file pw_dense_save writes, in memory: *img (malloc'ed, the caller frees it) of *size
+ * bytes, checksum included (a snapshot of the weights to write later, from another thread).
+ * PC_ENOMEM. */
+int pw_dense_image(const pw_linear_t *layers, int n, uint8_t **img, size_t *size);
 int pw_dense_load(const char *path, pw_linear_t *layers, int n);
 
 /* The state file: magic "EMBRSTA1", u64 count, the floats, XXH3-64 of all before it; written

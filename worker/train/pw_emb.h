@@ -32,6 +32,12 @@
 typedef struct pw_emb pw_emb_t;
 typedef void (*pw_emb_done_fn)(void *ctx, int rc);
 
+/* Where one server's table stands in its delta stream (psclient.h: psc_deltas): the table's
+ * identity and its change log's newest position (0: the server keeps no log of it yet). */
+typedef struct pw_emb_mark {
+    uint64_t uid, head;
+} pw_emb_mark_t;
+
 typedef struct pw_emb_ops {
     const char *name; /* "remote", "local" */
     bool synchronous; /* calls end (callback run) before they return */
@@ -57,6 +63,13 @@ typedef struct pw_emb_ops {
      * line for the user: PC_EDIM / PC_EINVAL (the table differs), PC_EOWNED (another job's
      * rows), PC_ENOTFOUND (no such table), transport errors. */
     int (*claim)(pw_emb_t *e, const char *job, int mode, const char *expect, char *msg, size_t cap);
+    /* The table's delta-stream marks on every server, in cluster-map order: out[0 .. *n), *n
+     * the map's servers (PC_ETOOBIG when over cap). Asked after a step's pushes were
+     * acknowledged, each head is at or after the log entries of every change they made (the
+     * servers log a change before they answer). why gets the failure's detail line. NULL: no
+     * servers (local). Thread-safe: may run beside the trainer's calls (a publisher's thread). */
+    int (*watermark)(pw_emb_t *e, pw_emb_mark_t *out, size_t cap, size_t *n, char *why,
+                     size_t whycap);
     void (*close)(pw_emb_t *e);
 } pw_emb_ops_t;
 

@@ -4,6 +4,7 @@
 
 #include "emberps/psclient.h"
 #include "pc_alloc.h"
+#include "pc_cluster.h"
 #include "pc_error.h"
 #include "pc_log.h"
 #include "pc_settings.h"
@@ -145,6 +146,36 @@ static int r_claim(pw_emb_t *e, const char *job, int mode, const char *expect, c
     return rc;
 }
 
+static int r_watermark(pw_emb_t *e, pw_emb_mark_t *out, size_t cap, size_t *n, char *why,
+                       size_t whycap) {
+    remote_t *r = (remote_t *)e;
+    if (why && whycap)
+        why[0] = '\0';
+    *n = 0;
+    const size_t len = psc_map_text(r->ps, NULL, 0);
+    char *text = pc_smalloc(PC_MEM_OTHER, len + 1);
+    if (!text)
+        return PC_ENOMEM;
+    psc_map_text(r->ps, text, len + 1);
+    pc_cluster_map_t *map = NULL;
+    int rc = pc_cmap_parse(text, &map, why, whycap);
+    pc_sfree(text);
+    if (rc)
+        return rc;
+    const size_t ns = pc_cmap_nservers(map);
+    pc_cmap_destroy(map);
+    if (ns > cap)
+        return PC_ETOOBIG;
+    for (size_t i = 0; i < ns && !rc; i++) { /* cap 0: the bounds alone (no log is started) */
+        psc_stream_req_t q = {.server = (uint32_t)i, .table = r->table, .dim = (uint32_t)e->dim};
+        psc_stream_t st;
+        if (!(rc = psc_deltas(r->ps, &q, &st, why, whycap)))
+            out[i] = (pw_emb_mark_t){.uid = st.uid, .head = st.head};
+    }
+    *n = rc ? 0 : ns;
+    return rc;
+}
+
 static void r_close(pw_emb_t *e) {
     psc_close(((remote_t *)e)->ps);
     pthread_mutex_destroy(&((remote_t *)e)->mu);
@@ -159,6 +190,7 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
                                       .reconnects = r_reconnects,
                                       .rows = r_rows,
                                       .claim = r_claim,
+                                      .watermark = r_watermark,
                                       .close = r_close};
 
 int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {

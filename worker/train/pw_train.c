@@ -130,6 +130,15 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, eval_every, 0, 1e15, "0", "samples between evaluations (0: at the end)"),
     PC_SETTING_STRING(T, load_dense, "", "start from this dense model file"),
     PC_SETTING_STRING(T, save_dense, "", "save the dense model here after training"),
+    PC_SETTING_STRING(T, publish_dir, "",
+                      "publish the dense model for serving replicas here: DIR/dense-<step>/ "
+                      "with model, card and watermark (\"\": off)"),
+    PC_SETTING_INT(T, publish_every, 0, 1e15, "100",
+                   "steps between published dense models (0: by --publish-every-s only)"),
+    PC_SETTING_DOUBLE(T, publish_every_s, 0, 1e6, "0",
+                      "seconds between published dense models (0: by steps only; whichever "
+                      "comes first)"),
+    PC_SETTING_INT(T, publish_keep, 1, 1000, "3", "published dense models kept"),
     PC_SETTING_STRING(T, predictions, "",
                       "write the final evaluation's predicted probability of every test sample "
                       "here, one per line in test-stream order (the evaluating rank)"),
@@ -185,6 +194,10 @@ static int check_config(const pw_train_config_t *c) {
     }
     if (!c->servers[0] && !c->local_store) {
         PC_ERROR("train: no embedding store: give servers, or a local store (--local)");
+        return PC_EINVAL;
+    }
+    if (c->publish_dir[0] && !c->publish_every && !(c->publish_every_s > 0)) {
+        PC_ERROR("train: --publish-dir needs --publish-every (steps) or --publish-every-s");
         return PC_EINVAL;
     }
     if (c->fresh && c->warm_start) {
@@ -275,11 +288,20 @@ static int trainer_init(trainer_t *t) {
         return rc;
     if (c->load_dense[0] && (rc = pw_model_load(t->model, c->load_dense)))
         PC_ERROR("train: cannot load the dense model %s: %s", c->load_dense, pc_strerror(rc));
+    pw_publish_opts_t po = {.dir = c->publish_dir,
+                            .every = c->publish_every,
+                            .every_s = c->publish_every_s,
+                            .keep = (int)c->publish_keep,
+                            .card = &t->card,
+                            .emb = t->emb};
+    if (!rc && c->publish_dir[0] && (rc = pw_publish_open(&po, &t->pub)))
+        PC_ERROR("train: cannot publish to %s: %s", c->publish_dir, pc_strerror(rc));
     return rc ? rc : pw__pipeline_init(t);
 }
 
 static void trainer_free(trainer_t *t) {
-    pw__pipeline_free(t); /* first: its jobs use the store and the group */
+    pw_publish_close(t->pub); /* writes what is pending; its thread uses the store */
+    pw__pipeline_free(t);     /* first of the rest: its jobs use the store and the group */
     pw_unique_free(&t->uniq);
     if (t->dcoll)
         t->be->dcoll->destroy(t->dcoll);
@@ -671,6 +693,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         ema = isnan(ema) ? loss : 0.99 * ema + 0.01 * loss;
         res->samples += b->n;
         publish(&t, r, res->samples, loss, ema);
+        if (t.pub && (t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0))
+            (void)pw_publish_step(t.pub, t.model, t.step, false); /* failures logged */
         if (c->progress_every && res->samples >= next_progress) {
             progress(c, r, res->samples, t0, ema, total_bytes);
             pw_telemetry_log_progress(t.tel);
@@ -716,6 +740,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     const bool lead = t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0;
     if (!rc && lead && t.grp && (rc = pw_group_finish(t.grp)))
         PC_ERROR("train: cannot mark the run finished at the coordinator: %s", pc_strerror(rc));
+    if (!rc && lead && t.pub) /* the final model (logged when it fails) */
+        (void)pw_publish_step(t.pub, t.model, t.step, true);
     if (!rc && lead && c->save_dense[0] && (rc = pw_model_save(t.model, c->save_dense)))
         PC_ERROR("train: cannot save the dense model to %s: %s", c->save_dense, pc_strerror(rc));
     if (!rc && c->export_embeddings[0] && !t.emb->ops->export_rows) {

@@ -77,6 +77,11 @@
  * (gRPC Restore) and every worker loads that checkpoint's dense state and reads its data again
  * from that checkpoint's position: servers and workers agree again, at step S.
  *
+ * Serving (publish_dir): the group's rank 0 (a lone worker, local too) publishes its dense model
+ * every publish_every steps or publish_every_s seconds, with the model card and a watermark of
+ * the servers' delta streams read after the step's pushes were acknowledged (pw_publish.h: a
+ * thread of its own writes them; training only copies the weights); and at the end.
+ *
  * Progress lines (stderr, every progress_every samples): samples, samples/s, loss, and the ETA
  * when the size is known (a sample budget, or uncompressed files). With eval_every, the test
  * stream is evaluated every that many samples too (AUC and logloss on stderr). The same figures
@@ -130,11 +135,15 @@ typedef struct pw_train_config {
     int64_t max_samples;   /* 0: no limit */
     double max_error_rate; /* malformed lines a file may have, a fraction (pw_reader.h's rule) */
     /* reporting and results */
-    int64_t progress_every;      /* samples between progress lines on stderr, 0: none */
-    int64_t eval_every;          /* samples between evaluations of the test stream, 0: at the end */
-    char save_dense[512];        /* save the dense model here after training, "" none */
-    char predictions[512];       /* the final evaluation's predicted probabilities, one per line
-                                  * in test-stream order ("%.9g"; the evaluating rank), "" none */
+    int64_t progress_every; /* samples between progress lines on stderr, 0: none */
+    int64_t eval_every;     /* samples between evaluations of the test stream, 0: at the end */
+    char save_dense[512];   /* save the dense model here after training, "" none */
+    char predictions[512];  /* the final evaluation's predicted probabilities, one per line
+                             * in test-stream order ("%.9g"; the evaluating rank), "" none */
+    char publish_dir[512];  /* publish the dense model for serving here (pw_publish.h), "" off */
+    int64_t publish_every;  /* steps between published versions (0: by seconds only) */
+    double publish_every_s; /* seconds between them (0: by steps only; whichever first) */
+    int64_t publish_keep;   /* versions kept */
     char export_embeddings[512]; /* export the local table (with optimizer state), "" none */
     char step_log[512];          /* append every step's start and end times here ("" none) */
     int64_t metrics_port;        /* Prometheus /metrics (pw_telemetry.h): -1 off, 0 any port */

@@ -31,6 +31,7 @@
 #include "pw_group.h"
 #include "pw_model.h"
 #include "pw_model_card.h"
+#include "pw_publish.h"
 #include "pw_reader.h"
 #include "pw_sched.h"
 #include "pw_step.h"
@@ -101,6 +102,7 @@ typedef struct trainer {
     pw_dcoll_t *dcoll;   /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
     pw_sched_t *sched;   /* every call to the store and the group (NULL: a synchronous store) */
     pw_telemetry_t *tel; /* /metrics and the metrics log: published after every step */
+    pw_publish_t *pub;   /* publish_dir: the dense publisher (NULL: off) */
     pw_unique_t uniq;
     /* the pipeline (pw_pipeline.c) */
     size_t nflat; /* dense gradients and the has-batch flag */
