@@ -288,14 +288,6 @@ static int trainer_init(trainer_t *t) {
         return rc;
     if (c->load_dense[0] && (rc = pw_model_load(t->model, c->load_dense)))
         PC_ERROR("train: cannot load the dense model %s: %s", c->load_dense, pc_strerror(rc));
-    pw_publish_opts_t po = {.dir = c->publish_dir,
-                            .every = c->publish_every,
-                            .every_s = c->publish_every_s,
-                            .keep = (int)c->publish_keep,
-                            .card = &t->card,
-                            .emb = t->emb};
-    if (!rc && c->publish_dir[0] && (rc = pw_publish_open(&po, &t->pub)))
-        PC_ERROR("train: cannot publish to %s: %s", c->publish_dir, pc_strerror(rc));
     return rc ? rc : pw__pipeline_init(t);
 }
 
@@ -526,6 +518,30 @@ static void publish(trainer_t *t, pw_reader_t *r, uint64_t samples, double loss,
     pw_telemetry_publish(t->tel, &s);
 }
 
+/* After a step (or with `force`, at the end): the dense publisher's turn (pw_publish.h), on the
+ * group's rank 0 only. It is opened by the first worker that publishes (a rank 0 chosen later,
+ * after a shrink, opens its own then; opening clears a crash's leftovers, which must not happen
+ * under a publishing rank 0's feet); a failure to open is logged once and publishing stays off. */
+static void publish_dense(trainer_t *t, bool force) {
+    const pw_train_config_t *c = t->c;
+    if (!c->publish_dir[0] || t->pub_off || !(t->grp ? pw_group_rank(t->grp) == 0 : c->rank == 0))
+        return;
+    pw_publish_opts_t po = {.dir = c->publish_dir,
+                            .every = c->publish_every,
+                            .every_s = c->publish_every_s,
+                            .keep = (int)c->publish_keep,
+                            .card = &t->card,
+                            .emb = t->emb};
+    int rc = t->pub ? 0 : pw_publish_open(&po, &t->pub);
+    if (rc) {
+        PC_ERROR("train: cannot publish the dense model to %s: %s (training goes on)",
+                 c->publish_dir, pc_strerror(rc));
+        t->pub_off = true;
+        return;
+    }
+    (void)pw_publish_step(t->pub, t->model, t->step, force); /* failures logged */
+}
+
 /* A training step on slot s (staged): the step computes, the next slot is staged meanwhile when
  * its rows are there, then the gradients (scaled by 1 / workers) come back to s->ugrads; without
  * a group the dense optimizer steps while they move. */
@@ -693,8 +709,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         ema = isnan(ema) ? loss : 0.99 * ema + 0.01 * loss;
         res->samples += b->n;
         publish(&t, r, res->samples, loss, ema);
-        if (t.pub && (t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0))
-            (void)pw_publish_step(t.pub, t.model, t.step, false); /* failures logged */
+        publish_dense(&t, false);
         if (c->progress_every && res->samples >= next_progress) {
             progress(c, r, res->samples, t0, ema, total_bytes);
             pw_telemetry_log_progress(t.tel);
@@ -740,8 +755,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     const bool lead = t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0;
     if (!rc && lead && t.grp && (rc = pw_group_finish(t.grp)))
         PC_ERROR("train: cannot mark the run finished at the coordinator: %s", pc_strerror(rc));
-    if (!rc && lead && t.pub) /* the final model (logged when it fails) */
-        (void)pw_publish_step(t.pub, t.model, t.step, true);
+    if (!rc && lead) /* the final model */
+        publish_dense(&t, true);
     if (!rc && lead && c->save_dense[0] && (rc = pw_model_save(t.model, c->save_dense)))
         PC_ERROR("train: cannot save the dense model to %s: %s", c->save_dense, pc_strerror(rc));
     if (!rc && c->export_embeddings[0] && !t.emb->ops->export_rows) {

@@ -102,7 +102,8 @@ typedef struct trainer {
     pw_dcoll_t *dcoll;   /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
     pw_sched_t *sched;   /* every call to the store and the group (NULL: a synchronous store) */
     pw_telemetry_t *tel; /* /metrics and the metrics log: published after every step */
-    pw_publish_t *pub;   /* publish_dir: the dense publisher (NULL: off) */
+    pw_publish_t *pub;   /* publish_dir: the dense publisher (NULL: not opened yet) */
+    bool pub_off;        /* it could not be opened: publishing stays off */
     pw_unique_t uniq;
     /* the pipeline (pw_pipeline.c) */
     size_t nflat; /* dense gradients and the has-batch flag */
