@@ -112,9 +112,10 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, max_batch_keys, 1, 16777216, "4Mi", "most keys in one request"),
     PC_SETTING_INT(T, max_reply_bytes, 1024, 2147483647, "64Mi",
                    "largest reply (rows + found bytes) of a pull or lookup; more: PC_ETOOBIG"),
-    PC_SETTING_INT(T, delta_log_entries, 0, 1099511627776, "0",
-                   "keys each table's change log keeps for the delta stream (8 bytes each; 0: "
-                   "no delta stream, no cost to pushes): a subscriber further behind rescans"),
+    PC_SETTING_INT(T, delta_log_entries, 0, 1099511627776, "1Mi",
+                   "keys the change log of a table keeps for the delta stream, started when a "
+                   "follower first asks (8 bytes each; 0: no delta stream): a follower further "
+                   "behind rescans"),
     PC_SETTING_INT(T, reply_queue_bytes, 65536, 1e15, "64Mi",
                    "unsent reply bytes at which a data-plane connection stops being read"),
     PC_SETTING_INT(T, reply_queue_total_bytes, 65536, 1e15, "1Gi",

@@ -665,22 +665,53 @@ static uint64_t stream_rows_max(const ps_dp_t *dp, uint32_t dim, uint64_t want) 
     return fit ? fit : 1;
 }
 
+/* A stream reply without rows: the table's uid and its log's bounds. */
+static void stream_send_bounds(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t,
+                               const pc_wire_stream_t *q, uint64_t head, uint64_t oldest) {
+    wreq_t *w = reply_alloc(c, pc_wire_stream_reply_len(0, ps_table_dim(t)));
+    if (!w) {
+        reply_error(c, h, PC_ENOMEM, "reply");
+        return;
+    }
+    pc_wire_stream_reply_t r = {ps_table_uid(t), q->from, q->from,        head,
+                                oldest,          0,       ps_table_dim(t)};
+    stream_send(c, h, t, w, &r,
+                (const uint64_t *)(void *)(w->payload + PC_WIRE_STREAM_REPLY_PREFIX));
+}
+
 /* DELTAS: the keys of the table's change log from q.from (at most q.max, and what fits the
- * reply limit), each with its row as the table holds it now. */
+ * reply limit), each with its row as the table holds it now. The first DELTAS of a table starts
+ * its log and answers PC_ERANGE: the log holds nothing from before, the follower scans first.
+ * max 0 asks for the bounds only (head = oldest = 0: no log), and starts nothing. */
 static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_dp_t *dp = c->lc->dp;
     pc_wire_stream_t q;
     ps_table_t *t = stream_table(c, h, body, &q);
     if (!t)
         return;
-    ps_changelog_t *log = ps_table_changelog(t);
     char msg[PC_WIRE_MSG_MAX];
     const uint32_t dim = ps_table_dim(t);
-    uint64_t max = stream_rows_max(dp, dim, q.max), oldest, head;
-    if (!log) {
+    uint64_t max = stream_rows_max(dp, dim, q.max), oldest = 0, head = 0;
+    ps_changelog_t *log = NULL;
+    bool started = false;
+    int rc = q.max ? ps_catalog_changelog_start(dp->cat, t, &log, &started) : 0;
+    if (!q.max) {
+        if ((log = ps_table_changelog(t)))
+            ps_changelog_bounds(log, &oldest, &head);
+        stream_send_bounds(c, h, t, &q, head, oldest);
+    } else if (rc == PC_EUNSUPPORTED) {
         snprintf(msg, sizeof msg, "table %s keeps no change log (ps-server --delta-log-entries=0)",
                  q.name);
-        reply_error(c, h, PC_EUNSUPPORTED, msg);
+        reply_error(c, h, rc, msg);
+    } else if (rc) {
+        reply_error(c, h, rc, "starting the change log");
+    } else if (started) {
+        ps_changelog_bounds(log, &oldest, &head);
+        snprintf(msg, sizeof msg,
+                 "table %s had no change log: its log starts now (oldest %llu, head %llu), "
+                 "holding nothing from before: scan it first",
+                 q.name, (unsigned long long)oldest, (unsigned long long)head);
+        reply_error(c, h, PC_ERANGE, msg);
     } else {
         ps_changelog_bounds(log, &oldest, &head); /* to size the reply: at most up to the head */
         const uint64_t avail = q.from < head ? head - q.from : 0;
@@ -688,7 +719,7 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
             max = avail;
         wreq_t *w = reply_alloc(c, pc_wire_stream_reply_len(max, dim));
         size_t n = 0;
-        int rc = w ? 0 : PC_ENOMEM;
+        rc = w ? 0 : PC_ENOMEM;
         uint64_t *keys = w ? (uint64_t *)(void *)(w->payload + PC_WIRE_STREAM_REPLY_PREFIX) : NULL;
         if (!rc)
             rc = ps_changelog_read(log, q.from, (size_t)max, keys, &n, &oldest, &head);
@@ -747,7 +778,9 @@ static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
 }
 
 /* SCAN: every row in part q.part of q.parts (by the keys' slot hash), with the change log's head
- * taken before the scan: DELTAS from there bring every change made since. */
+ * taken before the scan: DELTAS from there bring every change made since. A table without a log
+ * gets one first (when the server starts logs): the head is taken after it is installed, so
+ * every change the scan may miss is in the log after it. */
 static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_dp_t *dp = c->lc->dp;
     pc_wire_stream_t q;
@@ -756,10 +789,7 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         return;
     char msg[PC_WIRE_MSG_MAX];
     const uint32_t dim = ps_table_dim(t);
-    ps_changelog_t *log = ps_table_changelog(t);
     uint64_t oldest = 0, head = 0;
-    if (log)
-        ps_changelog_bounds(log, &oldest, &head);
     scan_ctx_t x = {.part = q.part, /* at most the reply limit and the subscriber's buffers */
                     .parts = q.parts,
                     .dim = dim,
@@ -773,7 +803,13 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
                  q.name);
         reply_error(c, h, PC_EUNSUPPORTED, msg);
     } else {
-        if (ps_table_scan(t, PS_SCAN_ALL, scan_collect, &x) && !x.rc)
+        ps_changelog_t *log = NULL;
+        x.rc = ps_catalog_changelog_start(dp->cat, t, &log, NULL);
+        if (x.rc == PC_EUNSUPPORTED) /* a server that keeps no logs: a scan, position 0 */
+            x.rc = 0;
+        else if (!x.rc)
+            ps_changelog_bounds(log, &oldest, &head);
+        if (!x.rc && ps_table_scan(t, PS_SCAN_ALL, scan_collect, &x) && !x.rc)
             x.rc = PC_EINTERNAL;
         wreq_t *w = x.rc ? NULL : reply_alloc(c, pc_wire_stream_reply_len(x.n, dim));
         if (!x.rc && !w)

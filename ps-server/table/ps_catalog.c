@@ -33,7 +33,7 @@ struct ps_catalog {
     size_t n, cap;
     ps_catalog_hooks_t hooks;
     bool has_hooks;
-    size_t log_entries; /* every table gets a change log of this many entries (0: none) */
+    size_t log_entries; /* capacity of a change log a follower starts (0: none is started) */
     /* tables attached but not put yet (restore, import): put does not attach them again */
     ps_table_t **pending;
     size_t npending, pending_cap;
@@ -60,17 +60,25 @@ static bool unpend(ps_catalog_t *c, ps_table_t *t) {
 }
 
 void ps_catalog_set_changelog(ps_catalog_t *c, size_t entries) {
+    pthread_mutex_lock(&c->mu);
     c->log_entries = entries;
+    pthread_mutex_unlock(&c->mu);
+}
+
+int ps_catalog_changelog_start(ps_catalog_t *c, ps_table_t *t, ps_changelog_t **out,
+                               bool *started) {
+    if (started)
+        *started = false;
+    *out = ps_table_changelog(t);
+    if (*out)
+        return 0;
+    pthread_mutex_lock(&c->mu);
+    const size_t entries = c->log_entries;
+    pthread_mutex_unlock(&c->mu);
+    return entries ? ps_table_changelog_start(t, entries, out, started) : PC_EUNSUPPORTED;
 }
 
 int ps_catalog_attach(ps_catalog_t *c, ps_table_t *t, bool keep) {
-    if (c->log_entries && !ps_table_changelog(t)) { /* before any row goes in */
-        ps_changelog_t *log;
-        int lrc = ps_changelog_create(c->log_entries, &log);
-        if (lrc)
-            return lrc;
-        ps_table_set_changelog(t, log);
-    }
     if (!c->has_hooks) {
         if (ps_table_config(t)->cold) {
             PC_ERROR("table %s: cold=true needs a server with a cold tier",

@@ -53,10 +53,15 @@ typedef struct ps_catalog_hooks {
 /* Install hooks (copied) before the catalog holds tables. */
 void ps_catalog_set_hooks(ps_catalog_t *c, const ps_catalog_hooks_t *h);
 
-/* Give every table that enters the catalog from now on (created, restored, imported, reset) a
- * change log of `entries` keys (ps_changelog.h; the delta stream); 0: none. Set before the
- * catalog holds tables. */
+/* Change logs (ps_changelog.h; the delta stream) are started by their first follower, not
+ * kept by every table: a table nobody follows costs its writers one load per call.
+ * ps_catalog_set_changelog sets the capacity (`entries` keys, 8 bytes each) of the logs started
+ * from then on; 0 (the default): none is started. ps_catalog_changelog_start gives table t's
+ * log (t acquired from c), starting one of that capacity when it has none (*started, may be
+ * NULL: this call started it, so it holds no change made before now); PC_EUNSUPPORTED when t
+ * has none and the capacity is 0, PC_ENOMEM. Both thread-safe. */
 void ps_catalog_set_changelog(ps_catalog_t *c, size_t entries);
+int ps_catalog_changelog_start(ps_catalog_t *c, ps_table_t *t, ps_changelog_t **out, bool *started);
 
 /* Run the attach hook on a table that is not in the catalog yet, so rows can be loaded into it
  * before ps_catalog_put (restore, import). ps_catalog_put on an attached table does not attach

@@ -9,18 +9,20 @@
 
 struct ps_changelog {
     pthread_mutex_t mu;
-    uint64_t head; /* entries appended so far; entry i sits at ring[i % cap] */
+    uint64_t base; /* the first entry's position */
+    uint64_t head; /* the next position; entry at position p sits at ring[(p - base) % cap] */
     size_t cap;
     uint64_t *ring;
 };
 
-int ps_changelog_create(size_t capacity, ps_changelog_t **out) {
-    if (!capacity || capacity > ((size_t)1 << 40))
+int ps_changelog_create(size_t capacity, uint64_t base, ps_changelog_t **out) {
+    if (!capacity || capacity > ((size_t)1 << 40) || base > UINT64_MAX / 2)
         return PC_EINVAL;
     ps_changelog_t *l = pc_scalloc(PC_MEM_OTHER, 1, sizeof *l);
     if (!l)
         return PC_ENOMEM;
     l->cap = capacity;
+    l->base = l->head = base;
     if (!(l->ring = pc_smalloc(PC_MEM_OTHER, capacity * sizeof *l->ring))) {
         pc_sfree(l);
         return PC_ENOMEM;
@@ -41,7 +43,8 @@ void ps_changelog_destroy(ps_changelog_t *l) {
 /* Copy between the ring (from position pos) and a flat array, in at most two pieces. */
 static void ring_copy(const ps_changelog_t *l, uint64_t pos, uint64_t *flat, size_t n, int in) {
     while (n) {
-        const size_t at = (size_t)(pos % l->cap), run = l->cap - at < n ? l->cap - at : n;
+        const size_t at = (size_t)((pos - l->base) % l->cap),
+                     run = l->cap - at < n ? l->cap - at : n;
         if (in)
             memcpy(l->ring + at, flat, run * sizeof *flat);
         else
@@ -67,7 +70,7 @@ void ps_changelog_append(ps_changelog_t *l, const uint64_t *keys, size_t n) {
 }
 
 static uint64_t oldest_of(const ps_changelog_t *l) {
-    return l->head > l->cap ? l->head - l->cap : 0;
+    return l->head - l->base > l->cap ? l->head - l->cap : l->base;
 }
 
 void ps_changelog_bounds(ps_changelog_t *l, uint64_t *oldest, uint64_t *head) {

@@ -14,6 +14,13 @@
  * entries in one copy), readers for the copy of at most `max` keys, so a slow subscriber holds
  * it no longer than that and never slows training further.
  *
+ * A log starts at a base position (ps_changelog_create): a log started after its table already
+ * held rows (lazily, when the first follower asked: ps_table_changelog_start) begins at a base
+ * no earlier position of that table can reach (the wall clock in nanoseconds), so a position
+ * given out before the log existed, or by an earlier log of a table of the same name, is older
+ * than its oldest and refused (PC_ERANGE) instead of silently skipping the changes the log never
+ * saw. Position 0 is therefore never inside a lazily started log.
+ *
  * Thread rule: thread-safe.
  */
 #ifndef PS_CHANGELOG_H
@@ -24,14 +31,15 @@
 
 typedef struct ps_changelog ps_changelog_t;
 
-/* A log keeping the newest `capacity` (>= 1) entries. PC_EINVAL, PC_ENOMEM. */
-int ps_changelog_create(size_t capacity, ps_changelog_t **out);
+/* A log keeping the newest `capacity` (>= 1) entries, whose first entry gets position `base`
+ * (head = oldest = base until the first append; base <= UINT64_MAX / 2). PC_EINVAL, PC_ENOMEM. */
+int ps_changelog_create(size_t capacity, uint64_t base, ps_changelog_t **out);
 void ps_changelog_destroy(ps_changelog_t *l);
 
 /* Append keys[0..n) (positions head .. head + n - 1). */
 void ps_changelog_append(ps_changelog_t *l, const uint64_t *keys, size_t n);
 
-/* The next position (entries so far) and the oldest one still held. */
+/* The next position (base + entries so far) and the oldest one still held. */
 void ps_changelog_bounds(ps_changelog_t *l, uint64_t *oldest, uint64_t *head);
 
 /* Copy the keys at positions from .. from + *n - 1 into keys (*n <= max: up to the head);

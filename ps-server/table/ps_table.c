@@ -53,6 +53,17 @@
  * Until a shard has been written, the first change to a row whose tick predates the cut saves the
  * row's image (copy-on-write per row); removals are logged with their clock for the tombstones
  * of incremental snapshots. See the "snapshots" section and docs/checkpoints.md.
+ *
+ * Change log (the delta stream, ps_changelog.h). `log` is an atomic pointer, NULL until the
+ * first follower asks (ps_table_changelog_start installs it once, by compare-and-swap; a table
+ * nobody follows pays one acquire load per changing call and nothing else). Changing calls load
+ * it after their change is applied and their locks released, and append only when it is there.
+ * A change whose call loaded NULL is not in the log; it is in any scan that starts after the
+ * install: the scan takes the shard's lock after the change released it, or, taking it first,
+ * makes the install visible to the call's later load (so the change is appended). Hence a
+ * follower's rule: a log installed at T holds no change before T; it starts from a scan whose
+ * position was taken after the install (SCAN), never from a position older than the log's
+ * base (DELTAS answers PC_ERANGE).
  */
 #include "ps_table.h"
 #include "ps_optim.h"
@@ -186,7 +197,7 @@ struct ps_table {
     size_t cow_rec_bytes;
     ps_evict_fn evict_fn;
     void *evict_ctx;
-    ps_changelog_t *log; /* the delta stream's change log (owned; NULL: none) */
+    ps_changelog_t *_Atomic log; /* the delta stream's change log (owned; NULL: none yet) */
     /* cold tier (cfg.cold): the store, the freeze gate (erasers wait while frozen) */
     ps_cold_ops_t cold;
     void *cold_ctx;
@@ -758,6 +769,14 @@ static void shard_maybe_shrink(ps_table_t *t, ps_shard_t *s) {
         (void)slab_resize(t, s, s->cap / 2);
 }
 
+/* Append keys[0..n) to the change log if a follower started one (one load otherwise). Called
+ * after the change is applied (an eviction: under its shard's lock, before the slot is reused). */
+static void log_append(ps_table_t *t, const uint64_t *keys, size_t n) {
+    ps_changelog_t *log = atomic_load_explicit(&t->log, memory_order_acquire);
+    if (log)
+        ps_changelog_append(log, keys, n);
+}
+
 static void row_view(const ps_table_t *t, const ps_shard_t *s, uint32_t r, ps_row_view_t *v) {
     const float *row = row_ptr(t, s, r);
     v->key = s->km[r].key;
@@ -773,10 +792,8 @@ static void evict_row(ps_table_t *t, ps_shard_t *s, uint32_t r, ps_evict_reason_
         row_view(t, s, r, &v);
         t->evict_fn(t->evict_ctx, why, &v);
     }
-    if (t->log) { /* before the key's slot is reused; readers look the key up later anyway */
-        const uint64_t key = s->km[r].key;
-        ps_changelog_append(t->log, &key, 1);
-    }
+    const uint64_t key = s->km[r].key; /* logged before the slot is reused; a reader looks the */
+    log_append(t, &key, 1);            /* key up later, after the shard lock is released */
     if (why == PS_EVICT_CAPACITY)
         s->ev_cap++;
     else
@@ -1591,8 +1608,7 @@ int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *gr
         if (b.cold)
             cold_deferred(&b, OP_PUSH);
         pthread_rwlock_unlock(&t->cut);
-        if (t->log) /* after the rows changed: a reader meeting a key sees its change */
-            ps_changelog_append(t->log, keys, n);
+        log_append(t, keys, n); /* after the rows changed: a reader meeting a key sees it */
     }
     pc_free(PC_MEM_SCRATCH, d.sum, d.sum_bytes);
     pc_free(PC_MEM_SCRATCH, dmem, dbytes);
@@ -1672,8 +1688,7 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_rwlock_unlock(&t->cut);
-    if (t->log)
-        ps_changelog_append(t->log, keys, n);
+    log_append(t, keys, n);
     if (cold)
         erase_gate(t, false);
     pc_free(PC_MEM_SCRATCH, ck, cbytes);
@@ -1725,8 +1740,7 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_rwlock_unlock(&t->cut);
-    if (t->log)
-        ps_changelog_append(t->log, keys, n);
+    log_append(t, keys, n);
     plan_free(&p);
     return rc;
 }
@@ -2118,18 +2132,41 @@ void ps_table_destroy(ps_table_t *t) {
     pthread_mutex_destroy(&t->cold_mu);
     pthread_mutex_destroy(&t->owner_mu);
     pthread_cond_destroy(&t->cold_cv);
-    ps_changelog_destroy(t->log);
+    ps_changelog_destroy(atomic_load(&t->log));
     free(t->shards);
     pc_free(PC_MEM_OTHER, t, sizeof *t);
 }
 
 void ps_table_set_changelog(ps_table_t *t, ps_changelog_t *log) {
-    ps_changelog_destroy(t->log);
-    t->log = log;
+    ps_changelog_destroy(atomic_exchange(&t->log, log));
 }
 
 ps_changelog_t *ps_table_changelog(const ps_table_t *t) {
-    return t->log;
+    return atomic_load_explicit(&((ps_table_t *)t)->log, memory_order_acquire);
+}
+
+int ps_table_changelog_start(ps_table_t *t, size_t capacity, ps_changelog_t **out, bool *started) {
+    ps_changelog_t *log = ps_table_changelog(t), *mine;
+    if (started)
+        *started = false;
+    if (!log) {
+        /* The base: past every position an earlier log of this name gave out (those count
+         * appends from their own start, far fewer than one per nanosecond). */
+        const uint64_t now = pc_time_wall_ns();
+        int rc = ps_changelog_create(capacity, now ? now : 1, &mine);
+        if (rc)
+            return rc;
+        if (atomic_compare_exchange_strong_explicit(&t->log, &log, mine, memory_order_acq_rel,
+                                                    memory_order_acquire)) {
+            log = mine;
+            if (started)
+                *started = true;
+        } else {
+            ps_changelog_destroy(mine); /* another caller installed one first: log is it */
+        }
+    }
+    *out = log;
+    return 0;
 }
 
 void ps_table_set_evict_fn(ps_table_t *t, ps_evict_fn fn, void *ctx) {

@@ -1,8 +1,11 @@
 /* The delta stream end to end (docs/wire.md "The delta stream"): ps-server processes on loopback,
  * libpsclient's psc_scan and psc_deltas, and a follower that applies them to a table of its own:
  *  - following a table while pushes go on, from an empty start (a scan, then deltas): at the
- *    end every key's row and presence equal the server's, compared key by key;
+ *    end every key's row and presence equal the server's, compared key by key; the scan started
+ *    the table's change log (servers start one when a follower first asks);
  *  - evictions (capacity_rows) reach the follower as absent keys;
+ *  - a first DELTAS of a table starts its log and answers PC_ERANGE (it holds nothing from
+ *    before), and position 0 stays refused (the log's base lies beyond it);
  *  - a follower further behind than the server's log (--delta-log-entries=64) gets PC_ERANGE
  *    with the bounds, scans again and converges;
  *  - a table reset by a fresh claim (a new uid) answers PC_ESTATE to the old uid;
@@ -160,7 +163,7 @@ static void test_follow(void **state) {
     char tables[200];
     snprintf(tables, sizeof tables, "--tables=%s;%s", spec, cap_spec);
     int port = pu_free_port();
-    const char *extra[] = {tables, "--delta-log-entries=1Mi", NULL};
+    const char *extra[] = {tables, NULL}; /* the default: logs started by followers */
     pid_t srv = pu_spawn(port, dir, extra, NULL);
     snprintf(one, sizeof one, "127.0.0.1:%d", port);
     psc_t *c = connect_to(one);
@@ -170,7 +173,8 @@ static void test_follow(void **state) {
     static uint64_t keys[ROUNDS * N];
     for (int r = 0; r < 5; r++)
         push_round(c, "emb", 8, r, keys + r * N, N, POOL);
-    rescan(f, spec); /* a follower starting late: the rows so far by scan */
+    rescan(f, spec);         /* a follower starting late: the rows so far by scan */
+    assert_true(f->pos > 0); /* the scan started the table's log, whose base lies past 0 */
     for (int r = 5; r < ROUNDS; r++) {
         push_round(c, "emb", 8, r, keys + r * N, N, POOL);
         if (r % 3 == 0)
@@ -230,7 +234,7 @@ static void test_follow(void **state) {
     q.table = "emb";
     q.dim = 4;
     q.from = 0;
-    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_EDIM);
+    assert_int_equal(psc_scan(c, &q, &out, why, sizeof why), PC_EDIM);
     q.dim = 8;
     q.part = 8;
     assert_int_equal(psc_scan(c, &q, &out, why, sizeof why), PC_EINVAL);
@@ -263,7 +267,9 @@ static void test_behind_log(void **state) {
     psc_stream_t out;
     char why[600];
     assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_ERANGE);
-    assert_has(why, "not held (oldest 236, head 300)");
+    assert_has(why, "had no change log: its log starts now");
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_ERANGE); /* 0 < its base */
+    assert_has(why, "position 0 of table emb is not held");
     follow(f, spec); /* rescans */
     assert_int_equal(f->rescans, 1);
     for (int r = 2; r <= 10; r++) {
@@ -290,7 +296,7 @@ static void test_two_servers_and_no_log(void **state) {
     const char *spec = "name=emb,dim=8,optimizer=adagrad";
     snprintf(t, sizeof t, "--tables=%s", spec);
     const char *e0[] = {maparg, t, "--delta-log-entries=100000", NULL},
-               *e1[] = {maparg, t, NULL}; /* the default: no change log */
+               *e1[] = {maparg, t, "--delta-log-entries=0", NULL}; /* no change log */
     pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
     psc_t *c = connect_to(map);
     static uint64_t keys[2000];
@@ -309,6 +315,7 @@ static void test_two_servers_and_no_log(void **state) {
     assert_true(n0 > 700 && n0 < 1300);
     psc_stream_req_t q = req(f);
     q.server = 1;
+    q.uid = 0; /* f->uid is server 0's table */
     q.from = 0;
     psc_stream_t out;
     char why[600];
