@@ -336,6 +336,36 @@ static void test_follow_while_pushing(void **state) {
     uint64_t uids[2], pos[2];
     assert_int_equal(sv_follow_positions(f, "emb", uids, pos, 2), 2);
     assert_true(uids[0] && uids[1] && uids[0] != uids[1]);
+    /* a new follower of the same replica from the positions it holds: no scan, no rescan */
+    sv_sparse_start_t starts[4];
+    for (int i = 0; i < 2; i++) {
+        starts[i] = (sv_sparse_start_t){.server = (uint32_t)i, .uid = uids[i], .position = pos[i]};
+        snprintf(starts[i].table, sizeof starts[i].table, "emb");
+    }
+    assert_int_equal(sv_follow_positions(f, "cap", uids, pos, 2), 2);
+    for (int i = 0; i < 2; i++) {
+        starts[2 + i] =
+            (sv_sparse_start_t){.server = (uint32_t)i, .uid = uids[i], .position = pos[i]};
+        snprintf(starts[2 + i].table, sizeof starts[2 + i].table, "cap");
+    }
+    sv_follow_destroy(f);
+    for (int r = 0; r < 10; r++) {
+        assert_int_equal(push_round(c, "emb", 8, 95000 + (uint64_t)r, 1000, 1000000), 0);
+        assert_int_equal(push_round(c, "cap", 4, 96000 + (uint64_t)r, 100, 2000), 0);
+    }
+    sv_follow_opts_t o;
+    sv_follow_opts_defaults(&o);
+    assert_int_equal(sv_follow_create(s, &o, NULL, starts, 4, &f), 0);
+    assert_int_equal(sv_follow_start(f), 0);
+    wait_caught_up(f, c, 2, "emb", 8, 20);
+    wait_caught_up(f, c, 2, "cap", 4, 20);
+    assert_same_rows(s, c, 2, "emb", 8);
+    assert_same_rows(s, c, 2, "cap", 4);
+    assert_int_equal(sv_follow_status(f, st, 4), 4);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(st[i].rescans, 0);
+        assert_true(st[i].rows_applied > 0 && st[i].rows_applied < 20000); /* deltas only */
+    }
     sv_follow_destroy(f);
     sv_sparse_destroy(s);
     psc_close(c);
