@@ -524,7 +524,7 @@ static int stream_reply(server_t *s, call_t *k) {
         snprintf(s->msg, sizeof s->msg, "malformed stream reply");
         return PC_EINVAL;
     }
-    if (r.dim != q->dim || r.n > q->cap) {
+    if ((q->dim && r.dim != q->dim) || r.n > q->cap) { /* dim 0: a bounds query's any dim */
         snprintf(s->msg, sizeof s->msg, "a stream reply of %u rows of dim %u for %u rows of dim %u",
                  r.n, r.dim, q->cap, q->dim);
         return r.dim != q->dim ? PC_EDIM : PC_ETOOBIG;
@@ -1456,9 +1456,11 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, psc_stre
                        char *why, size_t cap) {
     if (why && cap)
         why[0] = '\0';
+    const bool bounds = op == PC_OP_DELTAS && !q->cap; /* rows neither asked nor buffered */
     if (!c || !q || !out || !q->table || !q->table[0] || strlen(q->table) > PC_WIRE_NAME_MAX ||
-        !q->dim || q->dim > PC_WIRE_DIM_MAX || !q->cap || !q->keys || !q->found || !q->rows ||
-        q->server > INT32_MAX || (op == PC_OP_SCAN && q->part >= q->parts))
+        (!q->dim && !bounds) || q->dim > PC_WIRE_DIM_MAX ||
+        (!bounds && (!q->cap || !q->keys || !q->found || !q->rows)) || q->server > INT32_MAX ||
+        (op == PC_OP_SCAN && q->part >= q->parts))
         return PC_EINVAL;
     memset(out, 0, sizeof *out);
     call_t *k = call_new(c, op, q->table);

@@ -6,6 +6,8 @@
  *  - evictions (capacity_rows) reach the follower as absent keys;
  *  - a first DELTAS of a table starts its log and answers PC_ERANGE (it holds nothing from
  *    before), and position 0 stays refused (the log's base lies beyond it);
+ *  - the bounds query (cap 0): the uid and the log's bounds, 0 and 0 without a log, never
+ *    PC_ERANGE, and it starts no log;
  *  - a follower further behind than the server's log (--delta-log-entries=64) gets PC_ERANGE
  *    with the bounds, scans again and converges;
  *  - a table reset by a fresh claim (a new uid) answers PC_ESTATE to the old uid;
@@ -173,8 +175,26 @@ static void test_follow(void **state) {
     static uint64_t keys[ROUNDS * N];
     for (int r = 0; r < 5; r++)
         push_round(c, "emb", 8, r, keys + r * N, N, POOL);
+    /* the bounds query starts nothing: head and oldest 0 (no log) however often it is asked */
+    psc_stream_t b;
+    char bwhy[600];
+    for (int i = 0; i < 2; i++) {
+        memset(&b, 0xff, sizeof b);
+        assert_int_equal(psc_deltas(c, &(psc_stream_req_t){.table = "emb", .from = 12345}, &b, bwhy,
+                                    sizeof bwhy),
+                         0);
+        assert_true(b.uid != 0 && b.head == 0 && b.oldest == 0 && b.n == 0);
+        assert_true(b.from == 12345 && b.next == 12345);
+    }
     rescan(f, spec);         /* a follower starting late: the rows so far by scan */
     assert_true(f->pos > 0); /* the scan started the table's log, whose base lies past 0 */
+    static uint64_t extra_keys[N];
+    push_round(c, "emb", 8, 99, extra_keys, N, POOL); /* N entries: [pos, pos + N) */
+    assert_int_equal(psc_deltas(c, /* from 0 is not held: no PC_ERANGE for a bounds query */
+                                &(psc_stream_req_t){.table = "emb", .dim = 8, .uid = f->uid}, &b,
+                                bwhy, sizeof bwhy),
+                     0);
+    assert_true(b.uid == f->uid && b.oldest == f->pos && b.head == f->pos + N && b.n == 0);
     for (int r = 5; r < ROUNDS; r++) {
         push_round(c, "emb", 8, r, keys + r * N, N, POOL);
         if (r % 3 == 0)
@@ -238,7 +258,10 @@ static void test_follow(void **state) {
     q.dim = 8;
     q.part = 8;
     assert_int_equal(psc_scan(c, &q, &out, why, sizeof why), PC_EINVAL);
-    q.cap = 0;
+    q.part = 0;
+    q.cap = 0; /* a scan needs buffers (a DELTAS of cap 0 is the bounds query) */
+    assert_int_equal(psc_scan(c, &q, &out, why, sizeof why), PC_EINVAL);
+    q.table = NULL;
     assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_EINVAL);
     psc_close(c);
     free(f);
@@ -321,6 +344,10 @@ static void test_two_servers_and_no_log(void **state) {
     char why[600];
     assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), PC_EUNSUPPORTED);
     assert_has(why, "no change log");
+    q.cap = 0; /* the bounds query: no log, no error */
+    assert_int_equal(psc_deltas(c, &q, &out, why, sizeof why), 0);
+    assert_true(out.uid != 0 && out.head == 0 && out.oldest == 0);
+    q.cap = CAP;
     q.parts = 2; /* a scan needs no log */
     assert_int_equal(psc_scan(c, &q, &out, why, sizeof why), 0);
     assert_int_equal(out.next, 0);

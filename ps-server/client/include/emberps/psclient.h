@@ -218,12 +218,13 @@ PSC_EXTERN int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, si
 typedef struct psc_stream_req {
     uint32_t server;   /* the server asked: its index in the cluster map (psc_map_text) */
     const char *table; /* its table */
-    uint32_t dim;      /* the table's dim */
+    uint32_t dim;      /* the table's dim (a bounds query, cap 0: may be 0, any dim) */
     uint64_t uid;      /* the table followed (psc_stream_t.uid); 0: whatever table has the name */
     uint64_t from;     /* psc_deltas: the position to read from (0 at first) */
     uint32_t part;     /* psc_scan: this part of `parts` (keys by slot hash) */
     uint32_t parts;
-    uint32_t cap;   /* rows the buffers hold (psc_deltas returns at most this many) */
+    uint32_t cap;   /* rows the buffers hold (psc_deltas returns at most this many; 0: the
+                     * bounds query below, buffers may be NULL) */
     uint64_t *keys; /* cap keys */
     uint8_t *found; /* cap flags */
     float *rows;    /* cap x dim */
@@ -232,16 +233,30 @@ typedef struct psc_stream_req {
 typedef struct psc_stream {
     uint64_t uid;          /* the table's identity (a new one when it is replaced or reset) */
     uint64_t from, next;   /* the positions read: [from, next); scan: next = where to go on */
-    uint64_t head, oldest; /* the server's log: the newest position, the oldest still held */
+    uint64_t head, oldest; /* the server's log: the next position, the oldest still held; both
+                            * 0: the table keeps no log (none started yet, or the server
+                            * starts none) */
     uint32_t n;            /* rows in the buffers */
 } psc_stream_t;
 
 /* The changes of q->table at server q->server from q->from: up to q->cap keys with found and
- * rows; out->next is where to continue (out->n == 0 and next == head: caught up). Errors:
- * PC_ERANGE (q->from is older than the oldest position held: scan again), PC_ESTATE (the table
- * was replaced since uid), PC_EUNSUPPORTED (the server keeps no change log), PC_ENOTFOUND,
- * PC_EDIM, PC_EINVAL (bad arguments, a server index the map does not have), the transport's.
- * why (may be NULL with cap 0) gets the detail line. Blocking; thread-safe. */
+ * rows; out->next is where to continue (out->n == 0 and next == head: caught up). A server
+ * starts a table's change log when a follower first asks for it: the first psc_deltas (or
+ * psc_scan) of a table starts it, and psc_deltas answers PC_ERANGE then (the log holds nothing
+ * from before: scan first); a started log's positions begin far above 0, so a position from
+ * before it (0 included) is PC_ERANGE too. Errors: PC_ERANGE (q->from is not held: older than
+ * the oldest position, or the log just started: scan again), PC_ESTATE (the table was replaced
+ * since uid), PC_EUNSUPPORTED (the server keeps no change logs), PC_ENOTFOUND, PC_EDIM,
+ * PC_EINVAL (bad arguments, a server index the map does not have), the transport's. why (may
+ * be NULL with cap 0) gets the detail line. Blocking; thread-safe.
+ *
+ * Bounds query (since 1.4): q->cap 0 (keys, found, rows may be NULL; dim 0 accepts any) reads
+ * no rows, never answers PC_ERANGE and starts no log: out->uid is the table's, out->head and
+ * out->oldest its log's bounds (n 0, from = next = q->from), both 0 when it keeps no log. A
+ * trainer stamps what it publishes (a dense model) with the heads of every server as a sparse
+ * watermark: a head H says the rows of that server include every change before H; a head 0
+ * says there is no log, so any follower that starts later scans the table after now, and its
+ * rows are newer than the watermark. */
 PSC_EXTERN int psc_deltas(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why,
                           size_t cap);
 /* Every row of q->table at q->server whose key is in part q->part of q->parts; out->next is the
