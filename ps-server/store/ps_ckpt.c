@@ -13,6 +13,16 @@
  * same one (uid) that was cut in the parent, otherwise that table is written in full. A process
  * that has neither written nor restored starts with a full checkpoint.
  *
+ * Stream positions: each table entry records the table's uid and its change log's head read
+ * just before its cut (`log_position`, absent when the table kept no log), so a follower (a
+ * serving replica) that restores the checkpoint continues the delta stream from there while
+ * the uid still names the live table: every change after the cut is logged at or after that
+ * head (appends follow their change; a change that preceded the cut may come twice, harmless).
+ * Older manifests lack both: uid 0, log_position UINT64_MAX.
+ *
+ * Read-only checkpointers (a serving replica restoring a training server's directory) create,
+ * remove and write nothing in the directory.
+ *
  * Manifest numbers that may exceed 2^53 (ids, versions, sizes, checksums) are decimal strings.
  */
 #include "ps_ckpt.h"
@@ -62,6 +72,7 @@ struct ps_ckpt {
     tstate_t *ts;
     size_t nts, ts_cap;
     ps_tier_t *tier; /* borrowed, may be NULL */
+    bool read_only;  /* restores only: nothing in dir is created, removed or written */
 };
 
 /* One table's entry of a manifest. */
@@ -72,6 +83,8 @@ typedef struct mtable {
     bool full;
     uint32_t cut;
     uint64_t version, rows, tombs, bytes, xxh3;
+    uint64_t uid;          /* the table's ps_table_uid (0: an older manifest) */
+    uint64_t log_position; /* its change-log head before the cut; UINT64_MAX: no log */
 } mtable_t;
 
 /* A file of the cold tier's RocksDB checkpoint (RocksDB checksums its own blocks; the
@@ -334,6 +347,12 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
         if (!rc && cJSON_GetObjectItemCaseSensitive(e, "owner") &&
             json_get_str(e, "owner", t->owner, sizeof t->owner))
             rc = PC_ECORRUPT;
+        t->log_position = UINT64_MAX; /* uid and log_position: absent in older manifests */
+        if (!rc && cJSON_GetObjectItemCaseSensitive(e, "uid") && json_get_u64(e, "uid", &t->uid))
+            rc = PC_ECORRUPT;
+        if (!rc && cJSON_GetObjectItemCaseSensitive(e, "log_position") &&
+            json_get_u64(e, "log_position", &t->log_position))
+            rc = PC_ECORRUPT;
         t->full = cJSON_IsTrue(full);
         if (!rc && (cut->valuedouble < 0 || cut->valuedouble > UINT32_MAX))
             rc = PC_ECORRUPT;
@@ -388,6 +407,9 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
         json_u64(e, "tombstones", t->tombs);
         json_u64(e, "bytes", t->bytes);
         json_u64(e, "xxh3", t->xxh3);
+        json_u64(e, "uid", t->uid);
+        if (t->log_position != UINT64_MAX)
+            json_u64(e, "log_position", t->log_position);
         char file[PS_TABLE_NAME_MAX + 8];
         snprintf(file, sizeof file, "t-%s.rows", t->name);
         cJSON_AddStringToObject(e, "file", file);
@@ -432,7 +454,7 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
     if (!cat || !o || !o->dir || !out || o->keep < 1 || o->full_every < 1 ||
         o->full_every > MAX_CHAIN || strlen(o->dir) >= sizeof((ps_ckpt_t *)0)->dir)
         return PC_EINVAL;
-    if (mkdir(o->dir, 0755) != 0 && errno != EEXIST) {
+    if (!o->read_only && mkdir(o->dir, 0755) != 0 && errno != EEXIST) {
         PC_ERROR("checkpoint dir %s: %s", o->dir, strerror(errno));
         return PC_EIO;
     }
@@ -444,9 +466,11 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
     c->keep = o->keep;
     c->full_every = o->full_every;
     c->tier = o->tier;
+    c->read_only = o->read_only;
     size_t n;
     uint64_t mx;
-    scan_dir(c->dir, NULL, 0, &n, &mx, true);
+    if (!c->read_only) /* leftovers of a crashed writer: the writer's to remove */
+        scan_dir(c->dir, NULL, 0, &n, &mx, true);
     *out = c;
     return 0;
 }
@@ -631,6 +655,7 @@ typedef struct cutset {
     ps_table_t **tabs;
     ps_snapshot_info_t *info;
     bool *cold;
+    uint64_t *log_pos; /* each table's change-log head just before its cut (UINT64_MAX: none) */
 } cutset_t;
 
 /* Acquire every table and place all cuts together: cold tables are frozen first, every table
@@ -659,9 +684,15 @@ static int cut_all(ps_ckpt_t *c, const char *tmp, char (*names)[PS_TABLE_NAME_MA
     for (size_t i = 0; i < cs->n; i++)
         if (cs->cold[i])
             ps_table_cold_freeze(cs->tabs[i], true);
-    for (; cs->begun < cs->n && !rc; cs->begun++)
-        rc = ps_table_snapshot_begin(cs->tabs[cs->begun], !cs->cold[cs->begun],
-                                     &cs->info[cs->begun]);
+    for (; cs->begun < cs->n && !rc; cs->begun++) {
+        ps_table_t *t = cs->tabs[cs->begun];
+        ps_changelog_t *log = ps_table_changelog(t);
+        uint64_t oldest, head = UINT64_MAX;
+        if (log) /* before the cut: every change after it is logged at or after head */
+            ps_changelog_bounds(log, &oldest, &head);
+        cs->log_pos[cs->begun] = head;
+        rc = ps_table_snapshot_begin(t, !cs->cold[cs->begun], &cs->info[cs->begun]);
+    }
     if (rc)
         cs->begun--; /* the failed one is not active */
     if (!rc && any_cold) {
@@ -679,6 +710,8 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
     const uint64_t t0 = pc_time_mono_ns();
     uint64_t mx;
     size_t npub;
+    if (c->read_only)
+        return PC_ESTATE;
     int rc = scan_dir(c->dir, NULL, 0, &npub, &mx, true);
     if (rc)
         return rc;
@@ -700,10 +733,11 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
     char(*names)[PS_TABLE_NAME_MAX] = CK_ALLOC(MAX_TABLES * sizeof *names);
     cutset_t cs = {.tabs = CK_ALLOC(MAX_TABLES * sizeof *cs.tabs),
                    .info = CK_ALLOC(MAX_TABLES * sizeof *cs.info),
-                   .cold = CK_ALLOC(MAX_TABLES * sizeof *cs.cold)};
+                   .cold = CK_ALLOC(MAX_TABLES * sizeof *cs.cold),
+                   .log_pos = CK_ALLOC(MAX_TABLES * sizeof *cs.log_pos)};
     m.tables = CK_ALLOC(MAX_TABLES * sizeof *m.tables);
     tstate_t *ts = CK_ALLOC(MAX_TABLES * sizeof *ts);
-    if (!names || !cs.tabs || !cs.info || !cs.cold || !m.tables || !ts) {
+    if (!names || !cs.tabs || !cs.info || !cs.cold || !cs.log_pos || !m.tables || !ts) {
         rc = PC_ENOMEM;
         goto done;
     }
@@ -733,6 +767,8 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         rc = write_snapshot(t, &cs.info[i], NULL, path, since, true, e);
         if (rc)
             break;
+        e->uid = ps_table_uid(t);
+        e->log_position = cs.log_pos[i];
         ts[m.ntables] = (tstate_t){.uid = ps_table_uid(t), .cut = e->cut};
         memcpy(ts[m.ntables].name, e->name, sizeof ts[m.ntables].name);
         m.ntables++;
@@ -780,6 +816,7 @@ done:
     CK_FREE(cs.tabs, MAX_TABLES * sizeof *cs.tabs);
     CK_FREE(cs.info, MAX_TABLES * sizeof *cs.info);
     CK_FREE(cs.cold, MAX_TABLES * sizeof *cs.cold);
+    CK_FREE(cs.log_pos, MAX_TABLES * sizeof *cs.log_pos);
     CK_FREE(m.tables, MAX_TABLES * sizeof *m.tables);
     CK_FREE(m.cold, (m.ncold ? m.ncold : 1) * sizeof *m.cold);
     CK_FREE(ts, MAX_TABLES * sizeof *ts);
@@ -1030,6 +1067,61 @@ int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n) {
     }
     *n = k;
     return 0;
+}
+
+/* The row files of m's own entries are there with their manifest sizes (a cheap check; restore
+ * verifies the checksums). */
+static int files_present(const ps_ckpt_t *c, const manifest_t *m) {
+    for (size_t i = 0; i < m->ntables; i++) {
+        char path[PBUF + PS_TABLE_NAME_MAX + 8];
+        struct stat st;
+        ckpt_path(c, m->id, false, path, sizeof path);
+        snprintf(path + strlen(path), sizeof path - strlen(path), "/t-%s.rows", m->tables[i].name);
+        if (stat(path, &st) != 0 || (uint64_t)st.st_size != m->tables[i].bytes)
+            return PC_ECORRUPT;
+    }
+    return 0;
+}
+
+int ps_ckpt_tables(const char *dir, uint64_t id, ps_ckpt_table_info_t *out, size_t cap, size_t *n) {
+    if (!dir || !n || (cap && !out) || strlen(dir) >= sizeof((ps_ckpt_t *)0)->dir)
+        return PC_EINVAL;
+    ps_ckpt_t tmp = {0};
+    snprintf(tmp.dir, sizeof tmp.dir, "%s", dir);
+    uint64_t ids[4096];
+    size_t cnt = 1;
+    ids[0] = id;
+    int rc = id ? 0 : scan_dir(dir, ids, 4096, &cnt, NULL, false);
+    if (rc)
+        return rc;
+    cnt = cnt < 4096 ? cnt : 4096;
+    rc = PC_ENOTFOUND;
+    for (size_t i = cnt; i-- > 0;) { /* id 0: the newest first, then older ones */
+        manifest_t m;
+        rc = manifest_read(&tmp, ids[i], &m);
+        if (!rc && (rc = files_present(&tmp, &m)))
+            manifest_free(&m);
+        if (rc == PC_ENOTFOUND && id)
+            return rc;
+        if (rc == PC_ENOTFOUND || rc == PC_ECORRUPT)
+            continue;
+        if (rc)
+            return rc;
+        for (size_t j = 0; j < m.ntables && j < cap; j++) {
+            ps_ckpt_table_info_t *e = &out[j];
+            memset(e, 0, sizeof *e);
+            snprintf(e->name, sizeof e->name, "%s", m.tables[j].name);
+            snprintf(e->config, sizeof e->config, "%s", m.tables[j].config);
+            e->uid = m.tables[j].uid;
+            e->log_position = m.tables[j].log_position;
+            e->rows = m.tables[j].rows;
+            e->version = m.tables[j].version;
+        }
+        *n = m.ntables;
+        manifest_free(&m);
+        return 0;
+    }
+    return id ? rc : PC_ENOTFOUND;
 }
 
 /* ==== export / import ====================================================================== */

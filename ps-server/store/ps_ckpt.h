@@ -2,7 +2,8 @@
  *
  * A checkpoint is a directory DIR/ckpt-<20-digit id>/ holding one row file per table
  * (t-<name>.rows, see ps_rowfile.h) and MANIFEST.json (format version, id, parent, kind, and per
- * table: config, cut clock, update version, row and tombstone counts, file size and XXH3). It is
+ * table: config, cut clock, update version, row and tombstone counts, file size and XXH3, the
+ * table's uid and the position of its delta stream at the cut: ps_ckpt_tables). It is
  * built as ckpt-<id>.tmp/, every file fsynced, the manifest written last, then published by
  * renaming the directory and fsyncing DIR. A directory that is not published (crash, full disk)
  * is never chosen by restore and is removed by the next checkpoint.
@@ -44,6 +45,9 @@ typedef struct ps_ckpt_opts {
     uint32_t keep;       /* restore points to keep, >= 1 */
     uint32_t full_every; /* 1: every checkpoint full; N: one full, then N - 1 incrementals */
     ps_tier_t *tier;     /* the catalog's cold tier (borrowed), NULL when it has none */
+    bool read_only;      /* restore only (a serving replica reading a training server's
+                          * directory): nothing in dir is created, removed or written, and
+                          * ps_ckpt_write answers PC_ESTATE */
 } ps_ckpt_opts_t;
 
 typedef struct ps_ckpt_result {
@@ -53,12 +57,14 @@ typedef struct ps_ckpt_result {
     double seconds;
 } ps_ckpt_result_t;
 
-/* A checkpointer for `cat` (borrowed) writing into o->dir. Removes unpublished leftovers. */
+/* A checkpointer for `cat` (borrowed) writing into o->dir (created if missing). Removes
+ * unpublished leftovers, unless o->read_only (then dir need not exist yet). */
 int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out);
 void ps_ckpt_destroy(ps_ckpt_t *c);
 
 /* Write a checkpoint of every table (incremental when the chain allows). PC_ENOSPC / PC_EIO on
- * disk errors: nothing is published, the previous checkpoints are untouched. */
+ * disk errors: nothing is published, the previous checkpoints are untouched. PC_ESTATE: a
+ * read-only checkpointer. */
 int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res);
 
 /* Restore checkpoint `id` (0: the newest one that verifies, falling back to older ones) into
@@ -76,6 +82,27 @@ typedef struct ps_ckpt_entry {
 
 /* Published checkpoints of `dir`, oldest first: up to cap entries, *n gets how many exist. */
 int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n);
+
+/* One table of a checkpoint's manifest: what a follower needs to continue the delta stream
+ * (docs/wire.md "The delta stream") from the checkpoint instead of a scan. A serving replica
+ * restores a training server's checkpoint into its own catalog, then reads DELTAS of that server
+ * from log_position with uid: while the server's table is still the one checkpointed (same
+ * uid, the log still holds the position) every change after the cut comes by the stream; else
+ * PC_ESTATE / PC_ERANGE, and it scans. */
+typedef struct ps_ckpt_table_info {
+    char name[PS_TABLE_NAME_MAX];
+    uint64_t uid;          /* the checkpointed table's ps_table_uid (0: an older manifest) */
+    uint64_t log_position; /* its change-log head before the cut; UINT64_MAX: it kept no log */
+    uint64_t rows, version;
+    char config[2048]; /* its settings (ps_table_config_format) */
+} ps_ckpt_table_info_t;
+
+/* The tables of published checkpoint `id` of dir (0: the newest whose manifest reads and whose
+ * row files are there with their sizes; restore checks more, so to match a restore pass the id
+ * ps_ckpt_restore restored), from its manifest (for an incremental checkpoint: its own
+ * entries); up to cap into out, *n how many there are. PC_ENOTFOUND, PC_ECORRUPT (`id` does not
+ * read), PC_EINVAL, PC_ENOMEM, PC_EIO. Reads only. */
+int ps_ckpt_tables(const char *dir, uint64_t id, ps_ckpt_table_info_t *out, size_t cap, size_t *n);
 
 /* Write table `t` to a portable row file (optimizer state included when with_state), via a
  * temporary name and rename. A cold table needs its tier: its rows are those in RAM at the cut

@@ -1,6 +1,8 @@
 /* Checkpoints: bit-exact round trips for every optimizer, incremental chains with tombstones,
  * consistency while pushes continue, retention, unpublished and corrupted checkpoints,
- * export/import and bad files. */
+ * export/import and bad files; stream positions in manifests (ps_ckpt_tables: a restore plus the
+ * change log from log_position equals the live table; older manifests without them) and
+ * read-only checkpointers. */
 #include "table_check.h"
 
 #include <fcntl.h>
@@ -475,6 +477,141 @@ static void test_regressions(void **state) {
     tc_rmdir(dir);
 }
 
+/* Weights and keys of every row equal (metadata aside: a follower loads rows anew). */
+static void assert_same_weights(const ps_table_t *a, const ps_table_t *b) {
+    tc_rows_t x, y;
+    tc_dump(a, &x);
+    tc_dump(b, &y);
+    assert_int_equal(x.n, y.n);
+    assert_memory_equal(x.keys, y.keys, x.n * sizeof *x.keys);
+    for (size_t i = 0; i < x.n; i++)
+        assert_memory_equal(x.vals + i * x.width, y.vals + i * y.width, x.dim * sizeof(float));
+    tc_free(&x);
+    tc_free(&y);
+}
+
+/* A follower's step: the keys of `live`'s log from `from` to its head, each with its row as
+ * live holds it now (or erased), applied to `copy`. */
+static void apply_log(ps_table_t *live, uint64_t from, ps_table_t *copy) {
+    ps_changelog_t *log = ps_table_changelog(live);
+    const uint32_t dim = ps_table_dim(live);
+    uint64_t keys[512];
+    float row[64];
+    uint8_t found;
+    for (size_t n;; from += n) {
+        assert_int_equal(ps_changelog_read(log, from, 512, keys, &n, NULL, NULL), 0);
+        if (!n)
+            break;
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(ps_table_lookup(live, &keys[i], 1, row, dim, &found), 0);
+            if (found)
+                assert_int_equal(ps_table_load(copy, 1, &keys[i], row, NULL, NULL, NULL), 0);
+            else
+                assert_int_equal(ps_table_erase(copy, &keys[i], 1, NULL), 0);
+        }
+    }
+}
+
+static void test_stream_positions(void **state) {
+    (void)state;
+    char dir[256], path[600], absent[300];
+    tc_tmpdir(dir, sizeof dir, "streampos");
+    ps_catalog_t *cat, *rep;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_catalog_set_changelog(cat, 1 << 16);
+    ps_table_t *a = add_table(cat, "name=a,dim=4,optimizer=sgd"),
+               *b = add_table(cat, "name=b,dim=3,optimizer=adagrad");
+    for (int k = 1; k <= 3; k++) {
+        tc_round(a, k);
+        tc_round(b, k);
+    }
+    ps_changelog_t *log;
+    bool started;
+    assert_int_equal(ps_catalog_changelog_start(cat, a, &log, &started), 0); /* a followed */
+    assert_true(started);
+    tc_round(a, 4);
+    uint64_t oldest, head;
+    ps_changelog_bounds(log, &oldest, &head);
+    ps_ckpt_t *ck, *ro;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 5, .full_every = 2};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    assert_int_equal(ps_ckpt_write(ck, NULL), 0); /* 1, full */
+    ps_ckpt_table_info_t ti[4];
+    size_t n;
+    assert_int_equal(ps_ckpt_tables(dir, 0, ti, 4, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(ti[0].name, "a"); /* in name order, as the catalog lists them */
+    assert_true(ti[0].uid == ps_table_uid(a) && ti[0].log_position == head);
+    assert_true(ti[0].rows == ps_table_count(a) && ti[0].version == ps_table_version(a));
+    char cfg[2048];
+    ps_table_config_format(ps_table_config(a), cfg, sizeof cfg);
+    assert_string_equal(ti[0].config, cfg);
+    assert_true(ti[1].uid == ps_table_uid(b) && ti[1].log_position == UINT64_MAX); /* no log */
+    assert_int_equal(ps_ckpt_tables(dir, 0, ti, 1, &n), 0); /* cap 1: one copied, 2 counted */
+    assert_int_equal(n, 2);
+    /* pushes go on; the next checkpoint (incremental) records the head before its cut */
+    tc_round(a, 5);
+    ps_changelog_bounds(log, &oldest, &head);
+    assert_int_equal(ps_ckpt_write(ck, NULL), 0); /* 2, incremental */
+    for (int k = 6; k <= 8; k++)
+        tc_round(a, k); /* after the cut: only the stream has them */
+    assert_int_equal(ps_ckpt_tables(dir, 2, ti, 4, &n), 0);
+    assert_true(n == 2 && ti[0].log_position == head && ti[0].uid == ps_table_uid(a));
+    /* a replica: restore read-only, then the stream from log_position: the live table's rows */
+    assert_int_equal(ps_catalog_create(&rep), 0);
+    ps_ckpt_opts_t ro_o = {.dir = dir, .keep = 1, .full_every = 1, .read_only = true};
+    assert_int_equal(ps_ckpt_create(rep, &ro_o, &ro), 0);
+    uint64_t got;
+    assert_int_equal(ps_ckpt_restore(ro, 0, &got), 0);
+    assert_int_equal(got, 2);
+    ps_table_t *ra = get(rep, "a");
+    apply_log(a, ti[0].log_position, ra);
+    assert_same_weights(a, ra);
+    assert_int_equal(ps_ckpt_write(ro, NULL), PC_ESTATE);
+    /* read-only: leftovers stay, a missing directory is not created */
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000009.tmp", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    ps_ckpt_destroy(ro);
+    assert_int_equal(ps_ckpt_create(rep, &ro_o, &ro), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    ps_ckpt_destroy(ro);
+    snprintf(absent, sizeof absent, "%s/none", dir);
+    ro_o.dir = absent;
+    assert_int_equal(ps_ckpt_create(rep, &ro_o, &ro), 0);
+    assert_int_equal(ps_ckpt_restore(ro, 0, NULL), PC_ENOTFOUND);
+    assert_int_equal(stat(absent, &st), -1);
+    ps_ckpt_destroy(ro);
+    assert_int_equal(ps_ckpt_tables(absent, 0, ti, 4, &n), PC_ENOTFOUND);
+    assert_int_equal(ps_ckpt_tables(dir, 7, ti, 4, &n), PC_ENOTFOUND);
+    /* an older manifest, without uid and log_position: read as 0 and UINT64_MAX, restorable */
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000001/MANIFEST.json", dir);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char text[1 << 16], out[1 << 16];
+    size_t len = fread(text, 1, sizeof text - 1, f), w = 0;
+    fclose(f);
+    text[len] = '\0';
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        if (!strstr(line, "\"uid\"") && !strstr(line, "\"log_position\""))
+            w += (size_t)snprintf(out + w, sizeof out - w, "%s\n", line);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(out, 1, w, f), w);
+    fclose(f);
+    assert_int_equal(ps_ckpt_tables(dir, 1, ti, 4, &n), 0);
+    assert_true(n == 2 && ti[0].uid == 0 && ti[0].log_position == UINT64_MAX);
+    assert_true(ti[1].uid == 0 && ti[1].log_position == UINT64_MAX);
+    ro_o.dir = dir;
+    assert_int_equal(ps_ckpt_create(rep, &ro_o, &ro), 0);
+    assert_int_equal(ps_ckpt_restore(ro, 1, NULL), 0);
+    ps_ckpt_destroy(ro);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(rep);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_every_optimizer),
@@ -483,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_retention_and_damage),
         cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_regressions),
+        cmocka_unit_test(test_stream_positions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
