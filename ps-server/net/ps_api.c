@@ -8,6 +8,7 @@
 #include "pc_time.h"
 #include "pc_wire.h"
 
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,6 +327,9 @@ static void do_checkpoint(const ps_api_env_t *env, ps_api_reply_t *r) {
     resp.rows = res.rows;
     resp.bytes = res.bytes;
     resp.seconds = res.seconds;
+    char dir[PATH_MAX]; /* absolute, for a reader elsewhere (a serving replica restoring it) */
+    if (env->ckpt_dir)
+        resp.dir = realpath(env->ckpt_dir, dir) ? dir : (char *)env->ckpt_dir;
     ps_api_reply_pack(r, &resp.base);
 }
 

@@ -65,7 +65,7 @@ typedef struct ps_api_env {
     ps_catalog_t *cat;
     uint32_t max_keys;    /* per Lookup/Pull/Push */
     uint64_t max_reply;   /* bytes of rows (+ found) a Lookup/Pull may return; 0: no limit */
-    const char *ckpt_dir; /* ListCheckpoints; NULL: none configured */
+    const char *ckpt_dir; /* ListCheckpoints, CheckpointResponse.dir (made absolute); NULL: none */
     uint32_t shard;
     uint64_t start_ns; /* pc_time_mono_ns() at start */
     void *ctx;

@@ -2,6 +2,8 @@
  * broke them (found by fuzz_api) or that sit at the edges (empty batches, empty names). */
 #include "test_util.h"
 
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -371,11 +373,40 @@ static void test_restore(void **state) {
     ps_api_reply_free(&r);
 }
 
+static int checkpoint_hook(void *ctx, ps_ckpt_result_t *res) {
+    (void)ctx;
+    *res = (ps_ckpt_result_t){.id = 5, .rows = 10, .bytes = 100};
+    return 0;
+}
+
+/* Checkpoint: the reply names the checkpoint directory as an absolute path, for a reader in
+ * another working directory (a serving replica), whatever form the server was given. */
+static void test_checkpoint_dir(void **state) {
+    (void)state;
+    char rel[] = "api-ckpt-XXXXXX", want[PATH_MAX], given[64];
+    assert_non_null(mkdtemp(rel));
+    assert_non_null(realpath(rel, want));
+    snprintf(given, sizeof given, "./%s/", rel);
+    ps_api_env_t env = {.max_keys = 10, .ckpt_dir = given, .checkpoint = checkpoint_hook};
+    ps_api_reply_t r;
+    ps_api_call(&env, PS_API_CHECKPOINT, NULL, 0, &r);
+    assert_int_equal(r.status, PS_ST_OK);
+    Emberps__CheckpointResponse *p = emberps__checkpoint_response__unpack(NULL, r.len, r.body);
+    assert_non_null(p);
+    assert_int_equal(p->id, 5);
+    assert_string_equal(p->dir, want);
+    assert_true(p->dir[0] == '/');
+    emberps__checkpoint_response__free_unpacked(p, NULL);
+    ps_api_reply_free(&r);
+    rmdir(rel);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_methods_and_statuses), cmocka_unit_test(test_edge_requests),
         cmocka_unit_test(test_create_needs_name),    cmocka_unit_test(test_coordinator_kv),
         cmocka_unit_test(test_coordinator_leases),   cmocka_unit_test(test_restore),
+        cmocka_unit_test(test_checkpoint_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
