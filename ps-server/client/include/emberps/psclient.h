@@ -252,7 +252,8 @@ typedef struct psc_stream {
  *
  * Bounds query (since 1.4): q->cap 0 (keys, found, rows may be NULL; dim 0 accepts any) reads
  * no rows, never answers PC_ERANGE and starts no log: out->uid is the table's, out->head and
- * out->oldest its log's bounds (n 0, from = next = q->from), both 0 when it keeps no log. A
+ * out->oldest its log's bounds (n 0, from = next = q->from), both 0 when it keeps no log
+ * (PC_ESTATE still when q->uid names a table replaced since; uid 0 asks about any). A
  * trainer stamps what it publishes (a dense model) with the heads of every server as a sparse
  * watermark: a head H says the rows of that server include every change before H; a head 0
  * says there is no log, so any follower that starts later scans the table after now, and its
