@@ -10,14 +10,19 @@
  *    wait (--on-worker-loss=wait) wait; with shrink they go on alone after the rejoin timeout and
  *    take the worker back when it returns; a worker that never returns does not stop them;
  *  - a worker that hangs (SIGSTOP): its membership lease ends (psctl workers shows it gone), the
- *    survivor's collective times out and it goes on alone; resumed, the worker is taken back. */
+ *    survivor's collective times out and it goes on alone; resumed, the worker is taken back;
+ *  - coordinated checkpoints are model versions (card, model, each server's checkpoint
+ *    directory); dense models published for serving carry watermarks that reach the servers'
+ *    final heads. */
 #include "proc_util.h"
 #include "table_check.h"
 
 #include <math.h>
 #include <stdlib.h>
 
+#include "emberps/psclient.h"
 #include "pc_error.h"
+#include "pc_fs.h"
 #include "pc_log.h"
 #include "pw_coord_client.h"
 #include "pw_datagen.h"
@@ -38,26 +43,27 @@ typedef struct cluster {
     char grpc1arg[32]; /* "--grpc-port=N": server 1 keeps its gRPC port across restarts */
 } cluster_t;
 
+static const char *g_server_extra; /* one more flag for both servers (NULL: none) */
+
 /* Both servers have checkpoint directories of their own; server 1 also checkpoints every
  * second, so that it can be killed and started again (start_server1). restore: --restore-id. */
 static void start_server0(cluster_t *c, uint64_t restore) {
     char rs[48];
     snprintf(rs, sizeof rs, "--restore-id=%llu", (unsigned long long)restore);
-    const char *e0[] = {c->maparg, c->tables, "--coordinator", c->ckpt0, rs, NULL};
+    const char *e0[] = {c->maparg, c->tables, "--coordinator", c->ckpt0, rs, g_server_extra, NULL};
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
 }
 
 static void start_server1(cluster_t *c, uint64_t restore) {
     char rs[48];
     snprintf(rs, sizeof rs, "--restore-id=%llu", (unsigned long long)restore);
-    const char *e1[] = {c->maparg,
-                        c->tables,
-                        c->ckpt1,
-                        "--ckpt-interval-s=1",
-                        "--ckpt-keep=100",
-                        rs,
-                        c->grpc1arg[0] ? c->grpc1arg : NULL,
-                        NULL};
+    const char *e1[10] = {c->maparg,         c->tables, c->ckpt1, "--ckpt-interval-s=1",
+                          "--ckpt-keep=100", rs};
+    int n = 6;
+    if (c->grpc1arg[0])
+        e1[n++] = c->grpc1arg;
+    e1[n++] = g_server_extra; /* NULL: the end */
+    e1[n] = NULL;
     c->s1 = pu_spawn(c->p1, g_dir, e1, &c->grpc1);
 }
 
@@ -808,6 +814,25 @@ static void test_job_rollback(void **state) {
                   (unsigned long long)ck->servers[1], (unsigned long long)ck->positions[0],
                   (unsigned long long)ck->positions[1]);
     assert_true(ck->positions[0] == ck->step * RB && ck->positions[1] == ck->step * RB);
+    /* The step is a model version: its card, its dense model (loads into the model the card
+     * describes), and where each server's checkpoint is (the one the manifest names is there). */
+    char vpath[600], why[256];
+    pw_model_card_t card;
+    snprintf(vpath, sizeof vpath, "%s/step-%020llu/card", dir, (unsigned long long)ck->step);
+    assert_int_equal(pw_model_card_read(vpath, &card, why, sizeof why), 0);
+    assert_string_equal(card.table_name, "emb");
+    pw_model_t *vm;
+    assert_int_equal(pw_model_create(&card.model, pw_backend_cpu(), &vm), 0);
+    snprintf(vpath, sizeof vpath, "%s/step-%020llu/model", dir, (unsigned long long)ck->step);
+    assert_int_equal(pw_model_load(vm, vpath), 0);
+    pw_model_destroy(vm);
+    for (size_t i = 0; i < ck->nservers; i++) {
+        const char *sd = pw_jobckpt_server_dir(ck, i);
+        print_message("server %zu: checkpoint %llu in %s\n", i, (unsigned long long)ck->servers[i],
+                      sd);
+        snprintf(vpath, sizeof vpath, "%s/ckpt-%020llu", sd, (unsigned long long)ck->servers[i]);
+        assert_true(sd[0] == '/' && access(vpath, F_OK) == 0);
+    }
     start_server0(&c, ck->servers[0]);
     start_server1(&c, ck->servers[1]);
     ckjob_init(&k, &c, "jobckpt"); /* the servers' new gRPC ports */
@@ -843,6 +868,114 @@ static void test_job_rollback(void **state) {
     assert_int_equal(pw_jobckpt_read_latest(dir, ck, st, nfloats), PC_ECORRUPT);
     free(ck);
     free(st);
+    cluster_down(&c);
+}
+
+/* The table's delta-stream bounds on server i now (psc_deltas with cap 0). */
+static psc_stream_t stream_bounds(psc_t *ps, uint32_t i) {
+    psc_stream_req_t q = {.server = i, .table = "emb", .dim = 16};
+    psc_stream_t st;
+    char why[256];
+    const int rc = psc_deltas(ps, &q, &st, why, sizeof why);
+    if (rc)
+        fail_msg("bounds of server %u: %s: %s", i, pc_err_name(rc), why);
+    return st;
+}
+
+/* Dense models published for serving while 2 workers train in sync (--publish-dir, every 10
+ * steps): each version's card reads and its model loads; its watermark names the table and
+ * both servers in map order with the table's uid; heads never go back from one version to the
+ * next; and the last version (published at the end, after every push was acknowledged) holds
+ * exactly the servers' final heads. The servers keep change logs (started by a follower's first
+ * DELTAS before training), so the heads move. */
+static void test_publish_watermark(void **state) {
+    (void)state;
+    g_server_extra = "--delta-log-entries=1048576";
+    cluster_t c;
+    cluster_up(&c, TABLE);
+    g_server_extra = NULL;
+    psc_t *ps;
+    psc_opts_t po = {.servers = c.map, .timeout_ms = 10000};
+    assert_int_equal(psc_connect(&po, &ps), 0);
+    uint64_t keys[4];
+    uint8_t found[4];
+    float rows[4 * 16];
+    for (uint32_t i = 0; i < 2; i++) { /* a follower starts each server's log */
+        psc_stream_req_t q = {.server = i,
+                              .table = "emb",
+                              .dim = 16,
+                              .cap = 4,
+                              .keys = keys,
+                              .found = found,
+                              .rows = rows};
+        psc_stream_t st;
+        const int rc = psc_deltas(ps, &q, &st, NULL, 0);
+        assert_true(rc == 0 || rc == PC_ERANGE);
+    }
+    char srv[64], coord[64], pub[320], parts[640], test[320], batch[32], o0[300], o1[300];
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+    snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
+    snprintf(pub, sizeof pub, "--publish-dir=%s/pub", g_dir);
+    snprintf(parts, sizeof parts, "--train=%s,%s", g_p0, g_p1);
+    snprintf(test, sizeof test, "--test=%s", g_test);
+    snprintf(batch, sizeof batch, "--batch=%d", B);
+    snprintf(o0, sizeof o0, "%s/pub0.json", g_dir);
+    snprintf(o1, sizeof o1, "%s/pub1.json", g_dir);
+    const char *w0[] = {
+        srv,   coord, "--world=2",          "--rank=0",           parts,           test,
+        batch, pub,   "--publish-every=10", "--publish-keep=100", "--job=publish", NULL};
+    const char *w1[] = {
+        srv,   coord, "--world=2",          "--rank=1",           parts,           test,
+        batch, pub,   "--publish-every=10", "--publish-keep=100", "--job=publish", NULL};
+    pid_t r0 = worker(w0, o0), r1 = worker(w1, o1);
+    assert_int_equal(pu_reap(r0, 120), 0);
+    assert_int_equal(pu_reap(r1, 120), 0);
+    const uint64_t steps = (uint64_t)json_num(o0, "steps");
+    psc_stream_t end[2] = {stream_bounds(ps, 0), stream_bounds(ps, 1)};
+    print_message("%llu steps; servers' final heads %llu, %llu (uids %llu, %llu)\n",
+                  (unsigned long long)steps, (unsigned long long)end[0].head,
+                  (unsigned long long)end[1].head, (unsigned long long)end[0].uid,
+                  (unsigned long long)end[1].uid);
+    assert_true(end[0].head > 0 && end[1].head > 0);
+    uint64_t prev[2] = {0, 0}, nversions = 0, last = 0;
+    for (uint64_t s = 1; s <= steps; s++) {
+        char path[600], why[256], *text;
+        snprintf(path, sizeof path, "%s/pub/dense-%020llu/watermark", g_dir, (unsigned long long)s);
+        if (pc_fs_read_all(path, 1 << 16, &text, NULL))
+            continue;
+        assert_true(s % 10 == 0 || s == steps); /* on schedule, or the final one */
+        nversions++;
+        last = s;
+        unsigned long long idx[2], uid[2], head[2];
+        char table[64];
+        assert_int_equal(sscanf(text,
+                                "emberps-watermark 1\ntable %63s\nserver %llu %llu %llu\n"
+                                "server %llu %llu %llu\n",
+                                table, &idx[0], &uid[0], &head[0], &idx[1], &uid[1], &head[1]),
+                         7);
+        free(text);
+        assert_string_equal(table, "emb");
+        for (int i = 0; i < 2; i++) {
+            assert_true(idx[i] == (unsigned long long)i && uid[i] == end[i].uid);
+            assert_true(head[i] >= prev[i] && head[i] <= end[i].head);
+            prev[i] = head[i];
+        }
+        pw_model_card_t card;
+        snprintf(path, sizeof path, "%s/pub/dense-%020llu/card", g_dir, (unsigned long long)s);
+        assert_int_equal(pw_model_card_read(path, &card, why, sizeof why), 0);
+        assert_int_equal(card.model.max_batch, B);
+        pw_model_t *m;
+        assert_int_equal(pw_model_create(&card.model, pw_backend_cpu(), &m), 0);
+        snprintf(path, sizeof path, "%s/pub/dense-%020llu/model", g_dir, (unsigned long long)s);
+        assert_int_equal(pw_model_load(m, path), 0);
+        pw_model_destroy(m);
+    }
+    print_message("%llu versions, the last of step %llu: heads %llu, %llu\n",
+                  (unsigned long long)nversions, (unsigned long long)last,
+                  (unsigned long long)prev[0], (unsigned long long)prev[1]);
+    assert_true(last == steps && nversions == steps / 10 + (steps % 10 != 0));
+    assert_true(prev[0] == end[0].head && prev[1] == end[1].head);
+    psc_close(ps);
     cluster_down(&c);
 }
 
@@ -955,7 +1088,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_worker_restart),    cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),    cmocka_unit_test(test_job_rollback),
         cmocka_unit_test(test_consistency_modes), cmocka_unit_test(test_worker_hung),
-        cmocka_unit_test(test_server_rollback),
+        cmocka_unit_test(test_server_rollback),   cmocka_unit_test(test_publish_watermark),
     };
     if (argc > 3) /* a test name pattern (cmocka's * and ?), to run one scenario */
         cmocka_set_test_filter(argv[3]);
