@@ -20,7 +20,10 @@
 #include "pc_error.h"
 #include "pc_hash.h"
 #include "pc_log.h"
+#include "pc_time.h"
+#include "ps_ckpt.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,4 +414,157 @@ int sv_sparse_checksum(sv_sparse_t *s, const char *table, uint64_t *sum, uint64_
     *sum = x.sum;
     *rows = x.rows;
     return 0;
+}
+
+/* ==== checkpoints =========================================================================== */
+
+typedef struct copy_ctx {
+    ps_table_t *dst;
+    uint32_t dim;
+    uint64_t keys[256];
+    float *w; /* 256 x dim */
+    int rc;
+} copy_ctx_t;
+
+/* Load a scanned batch's weights into the staging table (fresh optimizer state). */
+static int copy_rows(void *ctx, const ps_row_view_t *rows, size_t n) {
+    copy_ctx_t *x = ctx;
+    for (size_t i = 0; i < n; i++) {
+        x->keys[i] = rows[i].key;
+        memcpy(x->w + i * x->dim, rows[i].weights, x->dim * sizeof(float));
+    }
+    x->rc = ps_table_load(x->dst, n, x->keys, x->w, NULL, NULL, NULL);
+    return x->rc;
+}
+
+/* Restore server i's checkpoint aside and copy each of the replica's tables into staged[t]
+ * (replica config); starts for them in st[t]. */
+static int load_one(sv_sparse_t *s, uint32_t i, const char *dir, uint64_t id, uint64_t *restored,
+                    char (*names)[PS_TABLE_NAME_MAX], size_t nt, ps_table_t **staged,
+                    sv_sparse_start_t *st, char *err, size_t errlen) {
+    ps_catalog_t *tmp = NULL;
+    ps_ckpt_t *ck = NULL;
+    ps_ckpt_table_info_t *info = NULL;
+    size_t ninfo = 0;
+    int rc = ps_catalog_create(&tmp);
+    const ps_ckpt_opts_t o = {.dir = dir, .keep = 1, .full_every = 1, .read_only = true};
+    if (!rc)
+        rc = ps_ckpt_create(tmp, &o, &ck);
+    if (!rc && (rc = ps_ckpt_restore(ck, id, restored))) {
+        if (id)
+            snprintf(err, errlen, "%s: checkpoint %" PRIu64 " of server %u does not restore: %s",
+                     dir, id, i, pc_strerror(rc));
+        else
+            snprintf(err, errlen, "%s: no checkpoint of server %u restores: %s", dir, i,
+                     pc_strerror(rc));
+    }
+    if (!rc && !(rc = ps_ckpt_tables(dir, *restored, NULL, 0, &ninfo))) {
+        info = calloc(ninfo ? ninfo : 1, sizeof *info);
+        rc = info ? ps_ckpt_tables(dir, *restored, info, ninfo, &ninfo) : PC_ENOMEM;
+        if (rc)
+            snprintf(err, errlen, "%s: checkpoint %" PRIu64 ": its tables: %s", dir, *restored,
+                     pc_strerror(rc));
+    }
+    for (size_t t = 0; !rc && t < nt; t++) {
+        ps_table_t *src;
+        if ((rc = ps_catalog_acquire(tmp, names[t], &src))) {
+            snprintf(err, errlen, "%s: checkpoint %" PRIu64 " has no table %s", dir, *restored,
+                     names[t]);
+            break;
+        }
+        ps_table_config_t cfg;
+        sv_sparse_table_config(s, names[t], &cfg);
+        copy_ctx_t x = {.dim = (uint32_t)cfg.dim};
+        if (ps_table_dim(src) != x.dim) {
+            rc = PC_EDIM;
+            snprintf(err, errlen,
+                     "%s: checkpoint %" PRIu64 ": table %s has dim %u, the servers' %u", dir,
+                     *restored, names[t], ps_table_dim(src), x.dim);
+        }
+        if (!rc && !(x.w = malloc(256 * (size_t)x.dim * sizeof *x.w)))
+            rc = PC_ENOMEM;
+        if (!rc && !(rc = ps_table_create(&cfg, &staged[t]))) {
+            x.dst = staged[t];
+            rc = ps_table_scan(src, PS_SCAN_ALL, copy_rows, &x);
+            if (rc)
+                snprintf(err, errlen, "%s: table %s: loading its rows: %s", dir, names[t],
+                         pc_strerror(rc));
+        }
+        free(x.w);
+        ps_catalog_release(tmp, src);
+        st[t] = (sv_sparse_start_t){.server = i, .uid = 0, .position = UINT64_MAX};
+        memcpy(st[t].table, names[t], PS_TABLE_NAME_MAX);
+        for (size_t k = 0; k < ninfo; k++) {
+            if (strcmp(info[k].name, names[t]) == 0) {
+                st[t].uid = info[k].uid;
+                st[t].position = info[k].log_position;
+            }
+        }
+    }
+    free(info);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(tmp);
+    return rc;
+}
+
+int sv_sparse_load_checkpoints(sv_sparse_t *s, const char *const *dirs, const uint64_t *ids,
+                               size_t n, uint64_t *restored, sv_sparse_start_t *starts, size_t cap,
+                               size_t *nstarts, char *err, size_t errlen) {
+    char msg[512] = "";
+    if (!s || !dirs || n != s->nsrv || (cap && !starts)) {
+        snprintf(msg, sizeof msg, "checkpoints: one directory per server (%zu) is needed",
+                 s ? s->nsrv : 0);
+        if (err && errlen)
+            snprintf(err, errlen, "%s", msg);
+        return PC_EINVAL;
+    }
+    const size_t nt = sv_sparse_tables(s, NULL, 0);
+    char(*names)[PS_TABLE_NAME_MAX] = calloc(nt ? nt : 1, sizeof *names);
+    ps_table_t **staged = calloc(n * (nt ? nt : 1), sizeof *staged);
+    sv_sparse_start_t *st = calloc(n * (nt ? nt : 1), sizeof *st);
+    int rc = names && staged && st ? 0 : PC_ENOMEM;
+    if (!rc)
+        sv_sparse_tables(s, names, nt);
+    const uint64_t t0 = pc_time_mono_ns();
+    for (size_t i = 0; !rc && i < n; i++) {
+        uint64_t got = 0;
+        if (!dirs[i] || !dirs[i][0]) {
+            rc = PC_EINVAL;
+            snprintf(msg, sizeof msg, "checkpoints: no directory for server %zu", i);
+            break;
+        }
+        rc = load_one(s, (uint32_t)i, dirs[i], ids ? ids[i] : 0, &got, names, nt, staged + i * nt,
+                      st + i * nt, msg, sizeof msg);
+        if (restored)
+            restored[i] = got;
+    }
+    uint64_t rows = 0;
+    for (size_t i = 0; i < n && staged; i++) {
+        for (size_t t = 0; t < nt; t++) {
+            ps_table_t *x = staged[i * nt + t];
+            if (rc) {
+                ps_table_destroy(x);
+                continue;
+            }
+            rows += ps_table_count(x);
+            const int src = sv_sparse_swap_in(s, (uint32_t)i, x); /* both exist: cannot fail */
+            if (src && !rc)
+                rc = src;
+        }
+    }
+    if (!rc) {
+        for (size_t k = 0; k < n * nt && k < cap; k++)
+            starts[k] = st[k];
+        if (nstarts)
+            *nstarts = n * nt;
+        PC_INFO("serve: loaded %" PRIu64 " rows of %zu tables from %zu servers' checkpoints "
+                "in %.3f s",
+                rows, nt, n, pc_time_sec_since(t0));
+    } else if (err && errlen) {
+        snprintf(err, errlen, "%s", msg[0] ? msg : pc_strerror(rc));
+    }
+    free(names);
+    free(staged);
+    free(st);
+    return rc;
 }

@@ -17,6 +17,7 @@
 
 #include "emberps/psclient.h"
 #include "pc_error.h"
+#include "ps_ckpt.h"
 #include "sv_follow.h"
 #include "sv_sparse.h"
 
@@ -33,17 +34,23 @@ typedef struct cluster {
     int port[2];
     pid_t pid[2];
     char dir[256], map[256], maparg[300], tables[300], logarg[64];
+    char ckdir[2][300], ckarg[2][320]; /* with checkpoints: each server's --ckpt-dir */
 } cluster_t;
 
 static void start_server(cluster_t *k, int i) {
-    const char *extra[] = {k->maparg, k->tables, k->logarg, NULL};
+    const char *extra[] = {k->maparg, k->tables, k->logarg, k->ckarg[i][0] ? k->ckarg[i] : NULL,
+                           NULL};
     k->pid[i] = pu_spawn(k->port[i], k->dir, extra, NULL);
 }
 
-static void cluster_up(cluster_t *k, int n, const char *tag, const char *log_entries) {
+static void cluster_up2(cluster_t *k, int n, const char *tag, const char *log_entries, bool ckpt) {
     memset(k, 0, sizeof *k);
     k->n = n;
     tc_tmpdir(k->dir, sizeof k->dir, tag);
+    for (int i = 0; ckpt && i < n; i++) {
+        snprintf(k->ckdir[i], sizeof k->ckdir[i], "%s/ck-%d", k->dir, i);
+        snprintf(k->ckarg[i], sizeof k->ckarg[i], "--ckpt-dir=%s", k->ckdir[i]);
+    }
     for (int i = 0; i < n; i++)
         k->port[i] = pu_free_port();
     if (n == 2)
@@ -58,6 +65,10 @@ static void cluster_up(cluster_t *k, int n, const char *tag, const char *log_ent
     snprintf(k->logarg, sizeof k->logarg, "--delta-log-entries=%s", log_entries);
     for (int i = 0; i < n; i++)
         start_server(k, i);
+}
+
+static void cluster_up(cluster_t *k, int n, const char *tag, const char *log_entries) {
+    cluster_up2(k, n, tag, log_entries, false);
 }
 
 static void cluster_down(cluster_t *k) {
@@ -481,6 +492,100 @@ static void test_server_restart(void **state) {
     cluster_down(&k);
 }
 
+/* Published checkpoints in dir. */
+static size_t count_ckpts(const char *dir) {
+    size_t n = 0;
+    if (ps_ckpt_list(dir, NULL, 0, &n))
+        return 0;
+    return n;
+}
+
+static void test_start_from_checkpoint(void **state) {
+    (void)state;
+    cluster_t k;
+    cluster_up2(&k, 2, "followckpt", "1Mi", true);
+    psc_t *c = connect_to(k.map);
+    /* a follower (here: one DELTAS each) started the logs before the checkpoint */
+    for (uint32_t i = 0; i < 2; i++) {
+        for (int t = 0; t < 2; t++) {
+            psc_stream_req_t q = {.server = i,
+                                  .table = t ? "cap" : "emb",
+                                  .dim = t ? 4 : 8,
+                                  .cap = SCAN_CAP,
+                                  .keys = g_buf.keys,
+                                  .found = g_buf.found,
+                                  .rows = g_buf.rows};
+            psc_stream_t out;
+            assert_int_equal(psc_deltas(c, &q, &out, NULL, 0), PC_ERANGE);
+        }
+    }
+    for (int r = 0; r < 10; r++) {
+        assert_int_equal(push_round(c, "emb", 8, 3000 + (uint64_t)r, 2000, 30000), 0);
+        assert_int_equal(push_round(c, "cap", 4, 4000 + (uint64_t)r, 100, 2000), 0);
+    }
+    for (int i = 0; i < 2; i++)
+        kill(k.pid[i], SIGUSR1); /* checkpoint now */
+    for (double t0 = pu_now(); pu_now() - t0 < 10; usleep(10000))
+        if (count_ckpts(k.ckdir[0]) && count_ckpts(k.ckdir[1]))
+            break;
+    assert_int_equal(count_ckpts(k.ckdir[0]), 1);
+    assert_int_equal(count_ckpts(k.ckdir[1]), 1);
+    for (int r = 0; r < 5; r++) /* changes after the cut: the stream brings them */
+        assert_int_equal(push_round(c, "emb", 8, 3100 + (uint64_t)r, 2000, 30000), 0);
+    sv_follow_t *f;
+    sv_sparse_t *s = replica(&k, &f);
+    sv_follow_destroy(f);
+    /* a load refused: one directory lacking, a directory without checkpoints */
+    char why[512];
+    const char *bad[2] = {k.ckdir[0], k.dir};
+    sv_sparse_start_t starts[4];
+    size_t ns = 0;
+    uint64_t restored[2];
+    assert_int_equal(
+        sv_sparse_load_checkpoints(s, bad, NULL, 1, NULL, starts, 4, &ns, why, sizeof why),
+        PC_EINVAL);
+    assert_int_equal(
+        sv_sparse_load_checkpoints(s, bad, NULL, 2, NULL, starts, 4, &ns, why, sizeof why),
+        PC_ENOTFOUND);
+    print_message("refused: %s\n", why);
+    assert_int_equal(sv_sparse_rows(s), 0); /* nothing replaced */
+    const char *dirs[2] = {k.ckdir[0], k.ckdir[1]};
+    const double t0 = pu_now();
+    int rc =
+        sv_sparse_load_checkpoints(s, dirs, NULL, 2, restored, starts, 4, &ns, why, sizeof why);
+    if (rc)
+        fail_msg("load: %s", why);
+    const uint64_t loaded = sv_sparse_rows(s);
+    print_message("loaded %llu rows from checkpoints %llu and %llu in %.1f ms\n",
+                  (unsigned long long)loaded, (unsigned long long)restored[0],
+                  (unsigned long long)restored[1], (pu_now() - t0) * 1e3);
+    assert_int_equal(ns, 4);
+    assert_true(loaded > 10000);
+    for (int i = 0; i < 4; i++)
+        assert_true(starts[i].uid && starts[i].position != UINT64_MAX);
+    sv_follow_opts_t o;
+    sv_follow_opts_defaults(&o);
+    assert_int_equal(sv_follow_create(s, &o, NULL, starts, ns, &f), 0);
+    assert_int_equal(sv_follow_start(f), 0);
+    wait_caught_up(f, c, 2, "emb", 8, 20);
+    wait_caught_up(f, c, 2, "cap", 4, 20);
+    assert_same_rows(s, c, 2, "emb", 8);
+    assert_same_rows(s, c, 2, "cap", 4);
+    sv_follow_source_t st[4];
+    assert_int_equal(sv_follow_status(f, st, 4), 4);
+    for (int i = 0; i < 4; i++) {
+        print_message("  %s %s: %llu rows applied by the stream, %llu rescans\n", st[i].addr,
+                      st[i].table, (unsigned long long)st[i].rows_applied,
+                      (unsigned long long)st[i].rescans);
+        assert_int_equal(st[i].rescans, 0);
+        assert_int_equal(st[i].state, SV_SOURCE_FOLLOWING);
+    }
+    sv_follow_destroy(f);
+    sv_sparse_destroy(s);
+    psc_close(c);
+    cluster_down(&k);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_follow PATH-TO-ps-server\n");
@@ -492,6 +597,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_follow_while_pushing),
         cmocka_unit_test(test_behind_ring),
         cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_start_from_checkpoint),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all();
