@@ -6,11 +6,14 @@
  *    of every row equals the same checksum over the servers' rows (a scan of every part of each
  *    server), and lookups of pushed and never-pushed keys equal the servers' Lookup (rows and
  *    found); a table with capacity_rows evicts on the servers and the evicted keys go away in
- *    the replica; the speed of catching up after a burst of pushes is printed;
+ *    the replica; the speed of catching up after a burst of pushes is printed; a new follower
+ *    of the same replica from the positions it holds applies deltas only;
  *  - a tiny ring (--delta-log-entries=64): the follower falls behind, rescans, converges;
  *  - kill -9 of a server: the replica keeps answering that server's keys from its last rows and
  *    reports it down; the server restarted on the same port holds a new (empty) table: the
- *    follower rescans it and converges again.
+ *    follower rescans it and converges again;
+ *  - a replica loaded from the servers' checkpoints (read-only) follows from the checkpointed
+ *    uids and log positions: the changes after the cut arrive by the stream, with no rescan.
  * argv[1] is the ps-server binary. Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
