@@ -5,8 +5,11 @@
 # (a planted model, so the best possible AUC is known), starts 2 servers (server 0 is also the
 # coordinator) and 2 workers on loopback, trains one epoch in sync mode with a live progress
 # line, prints the final AUC next to the oracle's, answers an online Lookup of a trained
-# embedding through psctl, and stops everything cleanly. Everything lands in run/quickstart/
-# (data, cluster logs and checkpoints, worker logs).
+# embedding through psctl, and stops everything cleanly. A ps-serve replica follows the servers
+# from the start (docs/serving.md): while training still runs it scores the test file's first
+# rows through Predict (the scores, the model version and the sparse watermark are printed).
+# Everything lands in run/quickstart/ (data, cluster logs and checkpoints, worker logs, the
+# published models and the replica's log).
 #
 #   deploy/quickstart.sh                       # 500k training rows
 #   QUICKSTART_ROWS=2000000 deploy/quickstart.sh
@@ -44,8 +47,10 @@ rm "$run/data/train.tsv"
 echo "== cluster: 2 servers (server 0 also the coordinator)"
 cluster() { deploy/local-cluster.sh "$@" --dir="$run/cluster" --base-port="$base"; }
 workers=()
+serve_pid=""
 cleanup() {
   for p in "${workers[@]}"; do kill "$p" 2>/dev/null || true; done
+  [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null
   cluster down >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -57,6 +62,18 @@ if [ ${#secure[@]} -gt 0 ]; then
   export PS_WORKER_TOKEN PSCTL_TOKEN
 fi
 
+echo "== serving: a ps-serve replica follows the servers (gRPC port $((base + 200)))"
+serve_tls=() # the replica speaks to the servers like the workers do, and serves plaintext gRPC
+if [ ${#tls[@]} -gt 0 ]; then
+  serve_tls=(--follow-tls-ca="$run/cluster/tls/ca.pem")
+  PS_SERVE_FOLLOW_TOKEN=$(cat "$run/cluster/token")
+  export PS_SERVE_FOLLOW_TOKEN
+fi
+$bin/ps-serve "${serve_tls[@]}" --follow="$(cat "$run/cluster/cluster.map")" \
+  --publish-dir="$run/publish" --grpc-port=$((base + 200)) --metrics-port=$((base + 2200)) \
+  >"$run/serve.log" 2>&1 &
+serve_pid=$!
+
 echo "== training: 2 workers, sync mode, DLRM (dim 16, 13-64-16, 128-64-1), batch 1024"
 common=("${tls[@]}" --servers="$(cat "$run/cluster/cluster.map")" --coordinator="$(cat "$run/cluster/coordinator")"
         --world=2 --train="$run/data/part-00,$run/data/part-01" --job=quickstart)
@@ -64,10 +81,23 @@ $bin/ps-worker "${common[@]}" --rank=1 --progress-every=0 --json \
   >"$run/workers/worker-1.json" 2>"$run/workers/worker-1.log" &
 workers+=($!)
 $bin/ps-worker "${common[@]}" --rank=0 --test="$run/data/test.tsv" --progress-every=50000 \
-  --save-dense="$run/workers/dense.model" --json \
-  >"$run/workers/worker-0.json" 2> >(tee "$run/workers/worker-0.log" >&2)
+  --save-dense="$run/workers/dense.model" --publish-dir="$run/publish" --publish-every=50 --json \
+  >"$run/workers/worker-0.json" 2> >(tee "$run/workers/worker-0.log" >&2) &
+workers+=($!)
+scored=0 # the replica scores the first test rows once a published model has reached it
+while [ $scored = 0 ] && kill -0 "${workers[1]}" 2>/dev/null; do
+  if $bin/psctl --server=127.0.0.1:$((base + 200)) serve predict "$run/data/test.tsv" 5 \
+    >"$run/predict.txt" 2>/dev/null; then
+    scored=1
+    echo "== online Predict while training runs: \$ psctl --server=127.0.0.1:$((base + 200)) serve predict $run/data/test.tsv 5"
+    cat "$run/predict.txt"
+  else
+    sleep 1
+  fi
+done
 wait "${workers[@]}"
 workers=()
+[ $scored = 1 ] || echo "(training ended before the replica had a model: see $run/serve.log)"
 
 python_free_json() { # the number after "key": in a one-line JSON file
   sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1"
@@ -86,7 +116,11 @@ read -r key _ _ _ owner < <($bin/psctl "${tls[@]}" --server=127.0.0.1:$((base + 
 echo "\$ psctl ${tls[*]} --server=127.0.0.1:$((base + 100 + owner)) lookup emb $key"
 $bin/psctl "${tls[@]}" --server=127.0.0.1:$((base + 100 + owner)) lookup emb "$key"
 
+echo "== the replica after training: \$ psctl --server=127.0.0.1:$((base + 200)) serve status"
+$bin/psctl --server=127.0.0.1:$((base + 200)) serve status || true
+
 echo "== stopping (servers checkpoint on the way out)"
 trap - EXIT
+kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null || true
 cluster down
 echo "done: data, logs and checkpoints are in $run/"

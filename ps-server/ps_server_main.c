@@ -215,34 +215,17 @@ static int load_settings(srv_cfg_t *c, int argc, char **argv) {
     return 0;
 }
 
-static bool is_loopback(const char *host) {
-    return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0;
-}
-
 static bool tls_on(const srv_cfg_t *c) {
     return c->tls_cert[0] && c->tls_key[0];
 }
 
-/* The security settings, checked in one place: TLS needs both a certificate and its key, client
- * authentication needs the CA, and a bind beyond loopback needs a token or TLS (or the explicit
- * --insecure-remote). Returns 0 or the exit status 2, having said why on stderr. */
+/* The security settings (ps_grpc_security_check: they cover the data plane too). Returns 0 or
+ * the exit status 2, having said why on stderr. */
 static int check_security(const srv_cfg_t *c) {
-    if (!c->tls_cert[0] != !c->tls_key[0]) {
-        fprintf(stderr, "ps-server: --tls-cert and --tls-key go together (got only --%s)\n",
-                c->tls_cert[0] ? "tls-cert" : "tls-key");
-        return 2;
-    }
-    if (c->tls_client_auth != 0 && (!tls_on(c) || !c->tls_ca[0])) {
-        fprintf(stderr,
-                "ps-server: --tls-client-auth=%s needs --tls-cert, --tls-key and --tls-ca\n",
-                k_tls_auth[c->tls_client_auth]);
-        return 2;
-    }
-    if (!is_loopback(c->host) && !c->token[0] && !tls_on(c) && !c->insecure_remote) {
-        fprintf(stderr,
-                "ps-server: refusing to listen on %s without a token or TLS (set --token, "
-                "--tls-cert and --tls-key, or --insecure-remote if the network is trusted)\n",
-                c->host);
+    char why[256];
+    if (ps_grpc_security_check(c->host, c->token, c->tls_cert, c->tls_key, c->tls_ca,
+                               c->tls_client_auth, c->insecure_remote, why, sizeof why)) {
+        fprintf(stderr, "ps-server: %s\n", why);
         return 2;
     }
     return 0;

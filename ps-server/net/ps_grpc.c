@@ -126,8 +126,8 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         return;
     ps_api_reply_t r;
     memset(&r, 0, sizeof r);
-    const int m = g->svc.method((const char *)GRPC_SLICE_START_PTR(d->method),
-                                GRPC_SLICE_LENGTH(d->method));
+    const int m =
+        g->svc.method((const char *)GRPC_SLICE_START_PTR(d->method), GRPC_SLICE_LENGTH(d->method));
     const bool health = path_is(d, HEALTH_CHECK), watch = path_is(d, HEALTH_WATCH);
     const char *need = m >= 0 && g->svc.is_admin(m) && g->admin[0] ? g->admin : g->token;
     grpc_slice s = grpc_empty_slice();
@@ -261,10 +261,34 @@ static int server_credentials(const ps_grpc_opts_t *o, grpc_server_credentials *
     return rc;
 }
 
+int ps_grpc_security_check(const char *host, const char *token, const char *tls_cert,
+                           const char *tls_key, const char *tls_ca, int client_auth,
+                           bool insecure_remote, char *why, size_t cap) {
+    static const char *const k_auth[] = {"none", "request", "require"};
+    const bool tls = tls_cert[0] && tls_key[0],
+               loopback = strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0;
+    if (!tls_cert[0] != !tls_key[0])
+        snprintf(why, cap, "--tls-cert and --tls-key go together (got only --%s)",
+                 tls_cert[0] ? "tls-cert" : "tls-key");
+    else if (client_auth < 0 || client_auth > 2)
+        snprintf(why, cap, "--tls-client-auth: none, request or require");
+    else if (client_auth != 0 && (!tls || !tls_ca[0]))
+        snprintf(why, cap, "--tls-client-auth=%s needs --tls-cert, --tls-key and --tls-ca",
+                 k_auth[client_auth]);
+    else if (!loopback && !token[0] && !tls && !insecure_remote)
+        snprintf(why, cap,
+                 "refusing to listen on %s without a token or TLS (set --token, --tls-cert and "
+                 "--tls-key, or --insecure-remote if the network is trusted)",
+                 host);
+    else
+        return 0;
+    return PC_EINVAL;
+}
+
 int ps_grpc_start(const ps_grpc_service_t *svc, const ps_grpc_opts_t *o, ps_grpc_t **out) {
     const bool tls = o && o->tls_cert && o->tls_cert[0];
-    if (!svc || !svc->method || !svc->is_admin || !svc->call || !o || !o->addr || !out || o->threads < 1 || o->threads > 64 ||
-        (o->token && strlen(o->token) >= 256) ||
+    if (!svc || !svc->method || !svc->is_admin || !svc->call || !o || !o->addr || !out ||
+        o->threads < 1 || o->threads > 64 || (o->token && strlen(o->token) >= 256) ||
         (o->admin_token && strlen(o->admin_token) >= 256) ||
         (tls && (!o->tls_key || !o->tls_key[0])) || (unsigned)o->tls_client_auth > 2 ||
         (o->tls_client_auth != PS_GRPC_AUTH_NONE && (!tls || !o->tls_ca || !o->tls_ca[0])))

@@ -8,8 +8,8 @@
  * gRPC C core, no generated stubs: `threads` handler threads, each with its own completion
  * queue, take one call at a time: receive the request message, check the token metadata
  * ("x-emberps-token"; the admin token for administrative methods when one is configured), run
- * the service's call, send initial metadata, the response and the status in one batch. A failed call's
- * status is its code's (pc_err_to_grpc) and its trailing metadata names the code
+ * the service's call, send initial metadata, the response and the status in one batch. A failed
+ * call's status is its code's (pc_err_to_grpc) and its trailing metadata names the code
  * ("emberps-error: PC_EWRONGSLOT", PC_GRPC_ERROR_KEY). Messages over max_message bytes are
  * refused by gRPC itself with RESOURCE_EXHAUSTED (no name: PC_ETOOBIG at the client).
  *
@@ -60,6 +60,14 @@ typedef struct ps_grpc_opts {
     ps_grpc_auth_t tls_client_auth; /* needs tls_ca unless NONE */
 } ps_grpc_opts_t;
 
+/* A daemon's security settings, checked in one place (ps-server, ps-serve): tls_cert and
+ * tls_key go together, client authentication (a PS_GRPC_AUTH_*) needs them and tls_ca, and a
+ * bind beyond loopback (host) needs a token or TLS unless insecure_remote. 0, or PC_EINVAL with
+ * one line for the user in why, naming the flags. */
+int ps_grpc_security_check(const char *host, const char *token, const char *tls_cert,
+                           const char *tls_key, const char *tls_ca, int client_auth,
+                           bool insecure_remote, char *why, size_t cap);
+
 /* What a daemon serves: its methods as a table of functions over its context. */
 typedef struct ps_grpc_service {
     const char *const *names; /* NULL-terminated service names health checks answer for */
@@ -74,9 +82,10 @@ typedef struct ps_grpc_service {
 } ps_grpc_service_t;
 
 /* Start serving (NOT_SERVING until ps_grpc_set_serving); svc is copied, what it points to must
- * stay valid until ps_grpc_stop; the option strings are read during the call. PC_EIO when the address cannot be
- * bound or the certificate and key are not a valid pair, PC_EINVAL for bad options, and
- * pc_fs_read_all's codes for a PEM file that cannot be read (each logged with the file). */
+ * stay valid until ps_grpc_stop; the option strings are read during the call. PC_EIO when the
+ * address cannot be bound or the certificate and key are not a valid pair, PC_EINVAL for bad
+ * options, and pc_fs_read_all's codes for a PEM file that cannot be read (each logged with the
+ * file). */
 int ps_grpc_start(const ps_grpc_service_t *svc, const ps_grpc_opts_t *o, ps_grpc_t **out);
 int ps_grpc_port(const ps_grpc_t *g);
 /* SERVING (true) or NOT_SERVING (false) to health checks; API calls are refused while false.

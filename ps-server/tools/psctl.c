@@ -5,7 +5,8 @@
  *
  * Commands: health, probe [SERVICE], map, tables, create SPEC, drop NAME, reset NAME, stats NAME,
  * lookup NAME KEY..., key, checkpoint, checkpoints, restore ID, workers JOB; plot LOG OUT (a
- * worker's metrics log drawn, psctl_plot.h; no server). Human-readable output by default, one JSON
+ * worker's metrics log drawn, psctl_plot.h; no server); serve ... (a ps-serve replica's
+ * commands, psctl_serve.h). Human-readable output by default, one JSON
  * object with --json. Exit status: 0 done; 1 the server refused (its status and message on stderr);
  * 2 bad usage; 3 the server could not be reached in time, or no TLS session could be set up with it
  * (PC_ETLS: its certificate did not verify, or it wanted a client certificate): either way no call
@@ -21,6 +22,7 @@
 #include "ps_api.h"
 #include "ps_coord_remote.h"
 #include "psctl_plot.h"
+#include "psctl_serve.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -37,6 +39,7 @@ typedef struct opts {
     char tls_ca[512], tls_cert[512], tls_key[512];
     bool json, csv_value;
     int64_t timeout_ms;
+    char model[128];
 } opts_t;
 
 #define T opts_t
@@ -53,6 +56,7 @@ static const pc_setting_t k_opts[] = {
     PC_SETTING_BOOL(T, json, "false", "print one JSON object"),
     PC_SETTING_BOOL(T, csv_value, "false", "key: the value is CSV text, not Criteo hex"),
     PC_SETTING_INT(T, timeout_ms, 1, 3600000, "10000", "deadline of the call"),
+    PC_SETTING_STRING(T, model, "", "serve predict: the model's name (\"\": the one served)"),
 };
 #undef T
 #define NOPTS (sizeof k_opts / sizeof k_opts[0])
@@ -83,7 +87,14 @@ static void usage(FILE *f) {
                "                         --coordinator (a server's gRPC address or an etcd URL;\n"
                "                         default --server)\n"
                "  plot LOG OUT.svg|png   draw a ps-worker --metrics-log: loss and test AUC over\n"
-               "                         the samples trained on (no server involved)\n\n"
+               "                         the samples trained on (no server involved)\n"
+               "  serve status           a ps-serve replica (--server=its gRPC address): model,\n"
+               "                         version, live or pinned, each source's lag\n"
+               "  serve versions         the versions it can load\n"
+               "  serve load STEP        pin version STEP (0: the newest)\n"
+               "  serve rollback [STEP]  pin STEP, or the version before the one served\n"
+               "  serve follow           back to live rows and published models\n"
+               "  serve predict FILE [N] score FILE's first N lines (default 8)\n\n"
                "options:\n");
     pc_settings_help(k_opts, NOPTS, f);
     fprintf(f,
@@ -633,6 +644,10 @@ int main(int argc, char **argv) {
         rc = probe(nargs ? args[0] : "");
     } else if (!strcmp(cmd, "workers") && nargs == 1) {
         rc = workers(args[0], &po);
+    } else if (!strcmp(cmd, "serve")) {
+        psctl_serve_opts_t so = {
+            .c = g_c, .json = g_o.json, .timeout_ms = (int)g_o.timeout_ms, .model = g_o.model};
+        rc = psctl_serve(&so, nargs, args);
     } else {
         fprintf(stderr, "psctl: unknown command or wrong arguments: %s\n", cmd);
         usage(stderr);

@@ -70,6 +70,9 @@ typedef struct pw_emb_ops {
      * servers (local). Thread-safe: may run beside the trainer's calls (a publisher's thread). */
     int (*watermark)(pw_emb_t *e, pw_emb_mark_t *out, size_t cap, size_t *n, char *why,
                      size_t whycap);
+    /* The servers' cluster map as text into buf (snprintf-like: returns the length needed).
+     * NULL: no servers (local). Thread-safe. */
+    size_t (*map_text)(pw_emb_t *e, char *buf, size_t cap);
     void (*close)(pw_emb_t *e);
 } pw_emb_ops_t;
 

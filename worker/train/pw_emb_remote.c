@@ -176,6 +176,10 @@ static int r_watermark(pw_emb_t *e, pw_emb_mark_t *out, size_t cap, size_t *n, c
     return rc;
 }
 
+static size_t r_map_text(pw_emb_t *e, char *buf, size_t cap) {
+    return psc_map_text(((remote_t *)e)->ps, buf, cap);
+}
+
 static void r_close(pw_emb_t *e) {
     psc_close(((remote_t *)e)->ps);
     pthread_mutex_destroy(&((remote_t *)e)->mu);
@@ -191,6 +195,7 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
                                       .rows = r_rows,
                                       .claim = r_claim,
                                       .watermark = r_watermark,
+                                      .map_text = r_map_text,
                                       .close = r_close};
 
 int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {

@@ -181,7 +181,8 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
     snprintf(path, sizeof path, "%s/card", sdir);
     if (!rc && card)
         rc = pw_model_card_write(path, card);
-    const size_t cap = 64 + 24 * (ck->nservers + ck->nranks) + 32 * ck->nservers + ck->dirs_used;
+    const size_t cap = 64 + 24 * (ck->nservers + ck->nranks) + 32 * ck->nservers + ck->dirs_used +
+                       strnlen(ck->map, sizeof ck->map);
     char *m = malloc(cap);
     if (!rc && !m)
         rc = PC_ENOMEM;
@@ -198,6 +199,8 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
             if (ck->dir_off[i])
                 len += (size_t)snprintf(m + len, cap - len, "server-dir %zu %s\n", i,
                                         pw_jobckpt_server_dir(ck, i));
+        if (ck->map[0] && !memchr(ck->map, '\n', strnlen(ck->map, sizeof ck->map)))
+            len += (size_t)snprintf(m + len, cap - len, "map %.*s\n", (int)sizeof ck->map, ck->map);
         snprintf(path, sizeof path, "%s/manifest", sdir);
         rc = pc_fs_write_atomic(path, m, len);
     }
@@ -280,8 +283,18 @@ int pw_jobckpt_read(const char *dir, uint64_t step, pw_jobckpt_t *ck, float *sta
         rc = fgets(line, (int)cap, f)
                  ? numbers(line, "positions", ck->positions, PW_JOBCKPT_MAX_RANKS, &ck->nranks)
                  : PC_ECORRUPT;
-    while (!rc && fgets(line, (int)cap, f)) /* the servers' directories (none before them) */
-        rc = server_dir_line(line, ck);
+    ck->map[0] = '\0';
+    while (!rc && fgets(line, (int)cap, f)) { /* the servers' directories, then the map */
+        const size_t ml = strcspn(line, "\n");
+        if (ck->map[0]) /* nothing after the map */
+            rc = PC_ECORRUPT;
+        else if (strncmp(line, "map ", 4) == 0)
+            rc = ml > 4 && ml - 4 < sizeof ck->map && line[ml] == '\n'
+                     ? (snprintf(ck->map, sizeof ck->map, "%.*s", (int)(ml - 4), line + 4), 0)
+                     : PC_ECORRUPT;
+        else
+            rc = server_dir_line(line, ck);
+    }
     fclose(f);
     free(line);
     snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/dense.state", dir, step);

@@ -32,7 +32,10 @@
  * (docs/checkpoints.md). pw_jobckpt_read reads any step's manifest, pw_jobckpt_read_latest the
  * latest's.
  *
- * DESIGN (memory): pw_jobckpt_t is a value of fixed size (about 300 KiB: callers allocate it on
+ * The manifest's last line "map TEXT" (when the trainer knows it) is the cluster map the servers
+ * were cut under: a replica that loads the version without asking the servers routes keys by it.
+ *
+ * DESIGN (memory): pw_jobckpt_t is a value of fixed size (about 370 KiB: callers allocate it on
  * the heap) with no pointers to free: the server directories are NUL-terminated strings in one
  * arena of PW_JOBCKPT_DIRS_BYTES inside it (dir_off[i]: where server i's starts, 0: none), so a
  * job of 1024 servers may give each a path of 256 bytes on average, and one server a path of up
@@ -57,6 +60,7 @@
 #define PW_JOBCKPT_MAX_RANKS   4096
 #define PW_JOBCKPT_DIRS_BYTES  (256 << 10) /* the server directories, all together */
 #define PW_JOBCKPT_DIR_MAX     4096        /* one server directory, its NUL included */
+#define PW_JOBCKPT_MAP_MAX     (64 << 10)  /* the cluster map's text, its NUL included */
 
 typedef struct pw_jobckpt {
     uint64_t step;
@@ -67,6 +71,9 @@ typedef struct pw_jobckpt {
     uint32_t dir_off[PW_JOBCKPT_MAX_SERVERS];
     size_t dirs_used; /* bytes of dirs taken (dirs[0] is a NUL: offset 0 means none) */
     char dirs[PW_JOBCKPT_DIRS_BYTES];
+    /* the cluster map the servers' checkpoints were cut under ("" none): a serving replica
+     * routes keys by it (pc_cluster.h text; the manifest's "map TEXT" line) */
+    char map[PW_JOBCKPT_MAP_MAX];
 } pw_jobckpt_t;
 
 /* Server i's checkpoint directory in ck ("" when it gave none); valid while ck is unchanged. */

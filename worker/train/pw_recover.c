@@ -328,6 +328,9 @@ int pw__job_checkpoint(trainer_t *t) {
     const psg_opts_t sec = grpc_sec(c);
     if (!ck_rc)
         ck_rc = pw_jobckpt_servers(c->server_grpc, &sec, c->timeout_ms, ck);
+    if (!ck_rc && t->emb->ops->map_text &&
+        t->emb->ops->map_text(t->emb, ck->map, sizeof ck->map) >= sizeof ck->map)
+        ck->map[0] = '\0'; /* too long to keep: a replica then asks the servers */
     if (!ck_rc) {
         dense_state(t, state, true);
         ck_rc = pw_jobckpt_write(c->ckpt_dir, ck, state, n, t->model, &t->card, 2);

@@ -1,0 +1,213 @@
+/* sv_model.c: see sv_model.h. A pool of evaluators (model instance + step) behind a mutex and a
+ * condition variable; loading builds every instance from the card, loads the weights into each
+ * and warms each with a synthetic batch before the model is returned.
+ *
+ * DESIGN: the step's dense optimizer is never used (serving never trains); it is configured with
+ * the defaults only because pw_step owns one. The synthetic batch has every field once with the
+ * key 0 (rows zero) and the dense inputs 0: its scores depend only on the weights, so a NaN
+ * there means the weights themselves are unusable.
+ */
+#include "sv_model.h"
+
+#include "pc_alloc.h"
+#include "pc_error.h"
+#include "pc_log.h"
+#include "pw_backend.h"
+#include "pw_dense_optim.h"
+#include "pw_step.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sv_eval {
+    pw_model_t *model;
+    pw_step_t *st;
+    sv_eval_t *next_free;
+};
+
+struct sv_model {
+    pw_model_card_t card;
+    pw_csv_spec_t csv;
+    uint64_t step;
+    int max_batch;
+    pw_backend_t *be;
+    int n;
+    sv_eval_t *ev;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    sv_eval_t *free_list;
+};
+
+/* Score one synthetic sample per evaluator: buffers touched, weights checked. */
+static int warm(sv_model_t *m, sv_eval_t *e, char *why, size_t cap) {
+    const pw_model_card_t *c = &m->card;
+    const int nf = c->model.nfields > 0 ? c->model.nfields : 1;
+    float dense[PW_DENSE_MAX] = {0}, label = 0, vals[PW_FIELDS_MAX], prob = 0;
+    uint64_t keys[PW_FIELDS_MAX] = {0};
+    uint16_t fields[PW_FIELDS_MAX];
+    for (int f = 0; f < nf; f++) {
+        fields[f] = (uint16_t)f;
+        vals[f] = 1;
+    }
+    size_t off[2] = {0, (size_t)nf};
+    pw_batch_t b = {.n = 1,
+                    .ndense = (size_t)c->ndense,
+                    .labels = &label,
+                    .dense = dense,
+                    .keys = keys,
+                    .fields = fields,
+                    .vals = vals,
+                    .key_off = off};
+    float *rows = sv_eval_rows(e, (size_t)nf);
+    if (!rows)
+        return PC_ENOMEM;
+    memset(rows, 0, (size_t)nf * (size_t)c->row_dim * sizeof *rows);
+    int rc = sv_eval_run(e, &b, &prob, why, cap);
+    if (!rc && !isfinite(prob)) {
+        snprintf(why, cap, "the model's weights give a non-finite score");
+        rc = PC_ECORRUPT;
+    }
+    return rc;
+}
+
+static int eval_init(sv_model_t *m, sv_eval_t *e, const char *file, char *why, size_t cap) {
+    pw_model_config_t mc = m->card.model;
+    mc.max_batch = m->max_batch;
+    int rc = pw_model_create(&mc, m->be, &e->model);
+    if (rc) {
+        snprintf(why, cap, "cannot create the %s model of the card: %s", mc.name, pc_strerror(rc));
+        return rc;
+    }
+    if ((rc = pw_model_load(e->model, file))) {
+        snprintf(why, cap, "%s: %s", file,
+                 rc == PC_EDIM ? "its layers do not match the card's model" : pc_strerror(rc));
+        return rc;
+    }
+    pw_opt_config_t oc;
+    pw_opt_config_defaults(&oc, PW_OPT_ADAM);
+    pw_step_config_t sc = {.be = m->be, .model = e->model, .ndense = m->card.ndense, .opt = &oc};
+    if ((rc = pw_step_create(&sc, &e->st))) {
+        snprintf(why, cap, "cannot create the model's step: %s", pc_strerror(rc));
+        return rc;
+    }
+    return warm(m, e, why, cap);
+}
+
+int sv_model_load(const sv_model_opts_t *o, sv_model_t **out, char *why, size_t cap) {
+    *out = NULL;
+    snprintf(why, cap, "%s", "");
+    if (!o || !o->dir || o->evaluators < 1 || o->evaluators > 256 || o->max_batch < 1)
+        return PC_EINVAL;
+    sv_model_t *m = pc_scalloc(PC_MEM_MODEL, 1, sizeof *m);
+    if (!m)
+        return PC_ENOMEM;
+    m->step = o->step;
+    m->max_batch = o->max_batch;
+    m->be = o->be ? o->be : pw_backend_cpu();
+    pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->cv, NULL);
+    char path[4096], err[256] = "";
+    snprintf(path, sizeof path, "%s/card", o->dir);
+    int rc = pw_model_card_read(path, &m->card, err, sizeof err);
+    if (!rc && m->card.format == PW_FMT_CSV &&
+        pw_csv_spec_parse(m->card.csv, &m->csv, err, sizeof err))
+        rc = PC_EPARSE;
+    if (rc)
+        snprintf(why, cap, "%s: %s", path, err[0] ? err : pc_strerror(rc));
+    snprintf(path, sizeof path, "%s/model", o->dir);
+    if (!rc && !(m->ev = pc_scalloc(PC_MEM_MODEL, (size_t)o->evaluators, sizeof *m->ev)))
+        rc = PC_ENOMEM;
+    /* m->n counts the instances begun, a failed one included (destroy frees its parts) */
+    for (int i = 0; !rc && i < o->evaluators; i++) {
+        m->n++;
+        rc = eval_init(m, &m->ev[i], path, why, cap);
+    }
+    if (rc) {
+        sv_model_destroy(m);
+        return rc;
+    }
+    for (int i = m->n - 1; i >= 0; i--) {
+        m->ev[i].next_free = m->free_list;
+        m->free_list = &m->ev[i];
+    }
+    *out = m;
+    return 0;
+}
+
+void sv_model_destroy(sv_model_t *m) {
+    if (!m)
+        return;
+    for (int i = 0; i < m->n; i++) {
+        pw_step_destroy(m->ev[i].st);
+        pw_model_destroy(m->ev[i].model);
+    }
+    pc_sfree(m->ev);
+    pthread_mutex_destroy(&m->mu);
+    pthread_cond_destroy(&m->cv);
+    pc_sfree(m);
+}
+
+const pw_model_card_t *sv_model_card(const sv_model_t *m) {
+    return &m->card;
+}
+
+const pw_csv_spec_t *sv_model_csv(const sv_model_t *m) {
+    return &m->csv;
+}
+
+uint64_t sv_model_step(const sv_model_t *m) {
+    return m->step;
+}
+
+bool sv_model_card_compatible(const pw_model_card_t *a, const pw_model_card_t *b, char *why,
+                              size_t cap) {
+    const pw_model_config_t *x = &a->model, *y = &b->model;
+    const char *d =
+        a->format != b->format                             ? "the stream format"
+        : strcmp(a->csv, b->csv) != 0                      ? "the CSV column spec"
+        : strcmp(x->name, y->name) != 0                    ? "the model"
+        : x->ndense != y->ndense || a->ndense != b->ndense ? "the dense width"
+        : x->nfields != y->nfields                         ? "the field count"
+        : x->dim != y->dim || a->row_dim != b->row_dim     ? "the embedding dim"
+        : x->mean != y->mean                               ? "the pooling"
+        : x->nbottom != y->nbottom || memcmp(x->bottom, y->bottom, sizeof x->bottom) != 0
+            ? "the bottom widths"
+        : x->ntop != y->ntop || memcmp(x->top, y->top, sizeof x->top) != 0 ? "the top widths"
+        : strcmp(a->table_name, b->table_name) != 0                        ? "the embedding table"
+                                                                           : NULL;
+    if (d)
+        snprintf(why, cap, "%s differs from the served model's", d);
+    return d == NULL;
+}
+
+sv_eval_t *sv_model_acquire(sv_model_t *m) {
+    pthread_mutex_lock(&m->mu);
+    while (!m->free_list)
+        pthread_cond_wait(&m->cv, &m->mu);
+    sv_eval_t *e = m->free_list;
+    m->free_list = e->next_free;
+    pthread_mutex_unlock(&m->mu);
+    return e;
+}
+
+void sv_model_release(sv_model_t *m, sv_eval_t *e) {
+    pthread_mutex_lock(&m->mu);
+    e->next_free = m->free_list;
+    m->free_list = e;
+    pthread_cond_signal(&m->cv);
+    pthread_mutex_unlock(&m->mu);
+}
+
+float *sv_eval_rows(sv_eval_t *e, size_t nk) {
+    return pw_step_eval_rows(e->st, nk);
+}
+
+int sv_eval_run(sv_eval_t *e, const pw_batch_t *b, float *probs, char *why, size_t cap) {
+    int rc = pw_step_eval(e->st, b, probs);
+    if (rc)
+        snprintf(why, cap, "the model could not score the batch: %s", pc_strerror(rc));
+    return rc;
+}

@@ -1,0 +1,600 @@
+/* sv_serve.c: see sv_serve.h. The served object and its reference count, the live state
+ * (sparse rows, follower, the newest dense model taken), versions loaded aside and swapped in.
+ *
+ * DESIGN
+ * - Two references are the replica's own: `cur` (what requests get) and `live` (the live state's
+ *   object, also while a version is pinned); they may be the same object. Every other reference
+ *   is a request's. A served object is destroyed by whoever drops its last reference, outside the
+ *   mutex; a pinned object owns its sparse state, a live one borrows the replica's.
+ * - swap_mu serializes the swaps (tick, pin, follow): loads run under it but never under `mu`,
+ *   which requests take only to copy a pointer and count.
+ * - The live watermark: a live object's positions are the follower's at the moment a request
+ *   reads them (before it reads rows), so a reply's positions are a lower bound of what its rows
+ *   reflect.
+ */
+#include "sv_serve.h"
+
+#include "pc_error.h"
+#include "pc_hist.h"
+#include "pc_log.h"
+#include "pc_metrics.h"
+#include "pc_time.h"
+#include "ps_ckpt.h"
+#include "sv_follow.h"
+#include "sv_sparse.h"
+#include "sv_version.h"
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sv_served {
+    int refs; /* under the replica's mu */
+    sv_model_t *model;
+    sv_sparse_t *sparse; /* owned when pinned */
+    bool pinned;
+    size_t npos;
+    uint64_t *pos; /* pinned: the version's positions per server */
+    sv_serve_t *owner;
+};
+
+struct sv_serve {
+    char name[128], follow[4096], publish_dir[SV_PATH_MAX], versions_dir[SV_PATH_MAX];
+    char token[256], tls_ca[SV_PATH_MAX], tls_cert[SV_PATH_MAX], tls_key[SV_PATH_MAX];
+    int evaluators, max_batch, timeout_ms;
+    pw_backend_t *be;
+    sv_follow_opts_t fo;
+
+    pthread_mutex_t mu; /* cur, live, the reference counts */
+    sv_served_t *cur, *live;
+
+    pthread_mutex_t swap_mu;  /* one swap at a time; what follows is under it */
+    sv_sparse_t *live_sparse; /* NULL: not following */
+    sv_follow_t *follower;
+    uint64_t live_seen; /* newest published step looked at (taken or refused) */
+
+    atomic_uint_least64_t predictions, swaps, refused;
+    pthread_mutex_t refusal_mu;
+    char last_refusal[256];
+};
+
+/* ---- served objects ----------------------------------------------------------------------------
+ */
+static void served_destroy(sv_served_t *x) {
+    if (!x)
+        return;
+    sv_model_destroy(x->model);
+    if (x->pinned)
+        sv_sparse_destroy(x->sparse);
+    free(x->pos);
+    free(x);
+}
+
+/* Drop one reference (under mu); returns the object when it was the last. */
+static sv_served_t *unref_locked(sv_served_t *x) {
+    return x && --x->refs == 0 ? x : NULL;
+}
+
+sv_served_t *sv_serve_acquire(sv_serve_t *s) {
+    pthread_mutex_lock(&s->mu);
+    sv_served_t *x = s->cur;
+    x->refs++;
+    pthread_mutex_unlock(&s->mu);
+    return x;
+}
+
+void sv_serve_release(sv_serve_t *s, sv_served_t *x) {
+    pthread_mutex_lock(&s->mu);
+    sv_served_t *dead = unref_locked(x);
+    pthread_mutex_unlock(&s->mu);
+    served_destroy(dead);
+}
+
+sv_model_t *sv_served_model(const sv_served_t *x) {
+    return x->model;
+}
+
+bool sv_served_pinned(const sv_served_t *x) {
+    return x->pinned;
+}
+
+int sv_served_lookup(sv_served_t *x, const char *table, const uint64_t *keys, size_t n, float *rows,
+                     size_t rows_len, uint8_t *found) {
+    return sv_sparse_lookup(x->sparse, table, keys, n, rows, rows_len, found);
+}
+
+uint32_t sv_served_dim(sv_served_t *x, const char *table) {
+    ps_table_config_t c;
+    return sv_sparse_table_config(x->sparse, table, &c) ? 0 : (uint32_t)c.dim;
+}
+
+size_t sv_served_positions(sv_served_t *x, uint64_t *pos, size_t cap) {
+    if (x->pinned) {
+        const size_t n = x->npos < cap ? x->npos : cap;
+        memcpy(pos, x->pos, n * sizeof *pos);
+        return n;
+    }
+    sv_serve_t *s = x->owner;
+    if (!x->model || !s->follower)
+        return 0;
+    uint64_t uids[SV_SERVE_SOURCES_MAX];
+    const int n = sv_follow_positions(s->follower, sv_model_card(x->model)->table_name, uids, pos,
+                                      cap < SV_SERVE_SOURCES_MAX ? cap : SV_SERVE_SOURCES_MAX);
+    return n > 0 ? (size_t)(n < (int)cap ? n : (int)cap) : 0;
+}
+
+const char *sv_serve_name(const sv_serve_t *s) {
+    return s->name;
+}
+
+void sv_serve_count(sv_serve_t *s, uint64_t samples) {
+    atomic_fetch_add_explicit(&s->predictions, samples, memory_order_relaxed);
+}
+
+/* Make x what requests get (and, when live, the live object); the replaced ones lose the
+ * replica's reference. x arrives with one reference per role it takes. */
+static void install(sv_serve_t *s, sv_served_t *cur, sv_served_t *live) {
+    sv_served_t *dead[2] = {NULL, NULL};
+    pthread_mutex_lock(&s->mu);
+    if (cur) {
+        dead[0] = unref_locked(s->cur);
+        s->cur = cur;
+    }
+    if (live) {
+        dead[1] = unref_locked(s->live);
+        s->live = live;
+    }
+    pthread_mutex_unlock(&s->mu);
+    served_destroy(dead[0]);
+    served_destroy(dead[1] == dead[0] ? NULL : dead[1]);
+    atomic_fetch_add(&s->swaps, 1);
+}
+
+static void refuse(sv_serve_t *s, const char *what, const char *why) {
+    atomic_fetch_add(&s->refused, 1);
+    pthread_mutex_lock(&s->refusal_mu);
+    snprintf(s->last_refusal, sizeof s->last_refusal, "%s: %s", what, why);
+    pthread_mutex_unlock(&s->refusal_mu);
+    PC_ERROR("serve: refused %s: %s (the current model keeps serving)", what, why);
+}
+
+/* The model of dir, checked against the rows it will read: its table in `sparse` with the
+ * card's row width, and (when `like` is given) the same shape as the model served now. */
+static int load_model(sv_serve_t *s, const char *dir, uint64_t step, sv_sparse_t *sparse,
+                      const sv_model_t *like, sv_model_t **out, char *why, size_t cap) {
+    sv_model_opts_t mo = {.dir = dir,
+                          .step = step,
+                          .evaluators = s->evaluators,
+                          .max_batch = s->max_batch,
+                          .be = s->be};
+    int rc = sv_model_load(&mo, out, why, cap);
+    if (rc)
+        return rc;
+    const pw_model_card_t *c = sv_model_card(*out);
+    ps_table_config_t tc;
+    if (sv_sparse_table_config(sparse, c->table_name, &tc)) {
+        snprintf(why, cap, "its table %s is not one the replica holds", c->table_name);
+        rc = PC_ENOTFOUND;
+    } else if (tc.dim != c->row_dim) {
+        snprintf(why, cap, "its table %s has rows of %d, the replica's of %lld", c->table_name,
+                 c->row_dim, (long long)tc.dim);
+        rc = PC_EDIM;
+    } else if (like && !sv_model_card_compatible(sv_model_card(like), c, why, cap)) {
+        rc = PC_EDIM;
+    }
+    if (rc) {
+        sv_model_destroy(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* ---- versions
+ * ------------------------------------------------------------------------------------ */
+/* The tables of a server checkpoint (its manifest's settings) added to sparse, empty. */
+static int add_checkpoint_tables(sv_sparse_t *sparse, const char *dir, uint64_t id, char *err,
+                                 size_t cap) {
+    enum { MAX_TABLES = 64 };
+    ps_ckpt_table_info_t *t = calloc(MAX_TABLES, sizeof *t);
+    size_t n = 0;
+    int rc = t ? ps_ckpt_tables(dir, id, t, MAX_TABLES, &n) : PC_ENOMEM;
+    if (rc)
+        snprintf(err, cap, "%s: checkpoint %" PRIu64 ": %s", dir, id, pc_strerror(rc));
+    for (size_t i = 0; !rc && i < n && i < MAX_TABLES; i++) {
+        ps_table_config_t c;
+        ps_table_config_defaults(&c);
+        if ((rc = ps_table_config_parse(&c, t[i].config, err, cap)) == 0)
+            rc = sv_sparse_add_table(sparse, &c, err, cap);
+    }
+    free(t);
+    return rc;
+}
+
+/* Version `step` (0: newest) loaded into a pinned object of its own. */
+static int load_version(sv_serve_t *s, uint64_t step, sv_served_t **out, sv_sparse_start_t **starts,
+                        size_t *nstarts, char *why, size_t cap) {
+    *out = NULL;
+    if (!s->versions_dir[0]) {
+        snprintf(why, cap, "no versions directory (--versions)");
+        return PC_ESTATE;
+    }
+    sv_version_t v;
+    int rc = sv_version_read(s->versions_dir, step, &v, why, cap);
+    if (rc)
+        return rc;
+    sv_served_t *x = calloc(1, sizeof *x);
+    if (!x || !(x->pos = calloc(v.nservers ? v.nservers : 1, sizeof *x->pos))) {
+        free(x);
+        sv_version_free(&v);
+        return PC_ENOMEM;
+    }
+    x->refs = 0;
+    x->pinned = true;
+    x->owner = s;
+    x->npos = v.nservers;
+    char err[256] = "";
+    const size_t stcap = v.nservers * 64 + 1;
+    sv_sparse_start_t *st = calloc(stcap, sizeof *st);
+    size_t nst = 0;
+    /* the cluster the version was cut from: its manifest's map, else the one followed */
+    char *live_map = NULL;
+    if (!v.map && s->live_sparse) {
+        const size_t len = sv_sparse_map_text(s->live_sparse, NULL, 0) + 1;
+        if ((live_map = malloc(len)))
+            sv_sparse_map_text(s->live_sparse, live_map, len);
+    }
+    const char *map = v.map ? v.map : live_map;
+    rc = st ? 0 : PC_ENOMEM;
+    if (!rc && !map) {
+        snprintf(err, sizeof err, "its manifest names no cluster map (follow the servers)");
+        rc = PC_ECORRUPT;
+    }
+    if (!rc)
+        rc = sv_sparse_create(map, &x->sparse, err, sizeof err);
+    free(live_map);
+    if (!rc && sv_sparse_servers(x->sparse) != v.nservers) {
+        snprintf(err, sizeof err, "%zu servers' checkpoints for a map of %zu servers", v.nservers,
+                 sv_sparse_servers(x->sparse));
+        rc = PC_ECORRUPT;
+    }
+    if (!rc)
+        rc = add_checkpoint_tables(x->sparse, v.ckpt_dirs[0], v.ckpt_ids[0], err, sizeof err);
+    if (!rc)
+        rc = sv_sparse_load_checkpoints(x->sparse, (const char *const *)v.ckpt_dirs, v.ckpt_ids,
+                                        v.nservers, NULL, st, stcap, &nst, err, sizeof err);
+    if (rc)
+        snprintf(why, cap, "version %" PRIu64 ": %s", v.step, err[0] ? err : pc_strerror(rc));
+    if (!rc)
+        rc = load_model(s, v.dir, v.step, x->sparse, NULL, &x->model, why, cap);
+    if (!rc && x->model)
+        for (size_t i = 0; i < nst; i++)
+            if (st[i].server < x->npos &&
+                strcmp(st[i].table, sv_model_card(x->model)->table_name) == 0)
+                x->pos[st[i].server] = st[i].position == UINT64_MAX ? 0 : st[i].position;
+    sv_version_free(&v);
+    if (rc) {
+        free(st);
+        served_destroy(x);
+        return rc;
+    }
+    if (starts) {
+        *starts = st;
+        *nstarts = nst;
+    } else {
+        free(st);
+    }
+    *out = x;
+    return 0;
+}
+
+int sv_serve_pin(sv_serve_t *s, uint64_t step, uint64_t *loaded, char *why, size_t cap) {
+    pthread_mutex_lock(&s->swap_mu);
+    sv_served_t *x = NULL;
+    int rc = load_version(s, step, &x, NULL, NULL, why, cap);
+    if (!rc) {
+        x->refs = 1;
+        *loaded = sv_model_step(x->model);
+        install(s, x, NULL);
+        PC_INFO("serve: version %" PRIu64 " pinned", *loaded);
+    } else if (rc != PC_ESTATE && rc != PC_ENOTFOUND) {
+        char what[64];
+        snprintf(what, sizeof what, "version %" PRIu64, step);
+        refuse(s, what, why);
+    }
+    pthread_mutex_unlock(&s->swap_mu);
+    return rc;
+}
+
+int sv_serve_follow(sv_serve_t *s, uint64_t *model_step, char *why, size_t cap) {
+    pthread_mutex_lock(&s->swap_mu);
+    int rc = 0;
+    if (!s->live) {
+        snprintf(why, cap, "this replica does not follow training servers (--follow)");
+        rc = PC_ESTATE;
+    } else {
+        pthread_mutex_lock(&s->mu);
+        s->live->refs++;
+        sv_served_t *x = s->live;
+        pthread_mutex_unlock(&s->mu);
+        *model_step = x->model ? sv_model_step(x->model) : 0;
+        install(s, x, NULL);
+        PC_INFO("serve: following again (dense model %" PRIu64 ")", *model_step);
+    }
+    pthread_mutex_unlock(&s->swap_mu);
+    return rc;
+}
+
+size_t sv_serve_versions(sv_serve_t *s, sv_version_info_t *out, size_t cap) {
+    uint64_t *steps = calloc(cap ? cap : 1, sizeof *steps),
+             *created = calloc(cap ? cap : 1, sizeof *created);
+    if (!steps || !created) {
+        free(steps);
+        free(created);
+        return 0;
+    }
+    const size_t n = sv_versions_list(s->versions_dir, steps, created, cap);
+    sv_served_t *x = sv_serve_acquire(s);
+    const uint64_t cur = x->pinned && x->model ? sv_model_step(x->model) : UINT64_MAX;
+    sv_serve_release(s, x);
+    for (size_t i = 0; i < n && i < cap; i++)
+        out[i] = (sv_version_info_t){
+            .step = steps[i], .created_unix_ns = created[i], .loaded = steps[i] == cur};
+    free(steps);
+    free(created);
+    return n;
+}
+
+/* ---- live
+ * ---------------------------------------------------------------------------------------- */
+void sv_serve_tick(sv_serve_t *s) {
+    if (!s->follower || !s->publish_dir[0])
+        return;
+    pthread_mutex_lock(&s->swap_mu);
+    char dir[SV_PATH_MAX + 64], why[256] = "", what[64];
+    uint64_t step;
+    sv_watermark_t w;
+    if (sv_published_newest(s->publish_dir, s->live_seen, dir, sizeof dir, &step) == 0) {
+        snprintf(what, sizeof what, "published model %" PRIu64, step);
+        int rc = sv_watermark_read(dir, &w, why, sizeof why);
+        if (rc) {
+            s->live_seen = step;
+            refuse(s, what, why);
+        } else {
+            const bool ready = sv_follow_caught_up(s->follower, w.table, w.uid, w.head, w.n);
+            sv_watermark_free(&w);
+            sv_model_t *m = NULL;
+            if (ready) { /* else: the rows are not that new yet, look again next tick */
+                s->live_seen = step;
+                rc = load_model(s, dir, step, s->live_sparse, s->live->model, &m, why, sizeof why);
+                if (rc) {
+                    refuse(s, what, why);
+                } else {
+                    sv_served_t *x = calloc(1, sizeof *x);
+                    if (!x) {
+                        sv_model_destroy(m);
+                        refuse(s, what, "out of memory");
+                    } else {
+                        x->model = m;
+                        x->sparse = s->live_sparse;
+                        x->owner = s;
+                        pthread_mutex_lock(&s->mu);
+                        const bool was_cur = s->cur == s->live;
+                        x->refs = was_cur ? 2 : 1;
+                        pthread_mutex_unlock(&s->mu);
+                        install(s, was_cur ? x : NULL, x);
+                        PC_DEBUG("serve: dense model %" PRIu64 " in", step);
+                    }
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->swap_mu);
+}
+
+/* The live state: the cluster's tables, rows from the newest version when there is one (then
+ * its model too), the follower started. */
+static int start_live(sv_serve_t *s) {
+    sv_follow_auth_t auth = {
+        .token = s->token, .tls_ca = s->tls_ca, .tls_cert = s->tls_cert, .tls_key = s->tls_key};
+    char *map = malloc(1 << 20), *tables = malloc(1 << 20), why[320] = "";
+    int rc = map && tables ? 0 : PC_ENOMEM;
+    if (!rc && (rc = sv_follow_discover(s->follow, &auth, s->timeout_ms, map, 1 << 20, tables,
+                                        1 << 20, why, sizeof why)))
+        PC_ERROR("serve: the training servers %s: %s", s->follow, why);
+    sv_served_t *from = NULL;
+    sv_sparse_start_t *starts = NULL;
+    size_t nstarts = 0;
+    /* the newest version that loads (a damaged one is skipped: refused, counted), else a scan */
+    uint64_t steps[4];
+    const size_t nv = rc ? 0 : sv_versions_list(s->versions_dir, NULL, NULL, 0);
+    uint64_t *all = nv ? calloc(nv, sizeof *all) : NULL;
+    const size_t have = all ? sv_versions_list(s->versions_dir, all, NULL, nv) : 0;
+    size_t ntry = 0;
+    for (size_t i = have < nv ? have : nv; i > 0 && ntry < 4; i--)
+        steps[ntry++] = all[i - 1];
+    free(all);
+    for (size_t i = 0; i < ntry && !from; i++) {
+        if (load_version(s, steps[i], &from, &starts, &nstarts, why, sizeof why) == 0) {
+            PC_INFO("serve: starting from version %" PRIu64 ", then the delta stream", steps[i]);
+        } else {
+            char what[64];
+            snprintf(what, sizeof what, "version %" PRIu64, steps[i]);
+            refuse(s, what, why);
+        }
+    }
+    if (!rc && !from)
+        PC_INFO("serve: no version to start from: the follower scans the servers");
+    sv_served_t *x = rc ? NULL : calloc(1, sizeof *x);
+    if (!rc && !x)
+        rc = PC_ENOMEM;
+    if (!rc && from) { /* its rows become the live rows: they continue in the stream */
+        s->live_sparse = from->sparse;
+        from->pinned = false;
+        from->sparse = NULL;
+        x->model = from->model;
+        from->model = NULL;
+        s->live_seen = sv_model_step(x->model);
+    } else if (!rc) {
+        if (!(rc = sv_sparse_create(map, &s->live_sparse, why, sizeof why)))
+            rc = sv_sparse_add_tables(s->live_sparse, tables, NULL, why, sizeof why);
+        if (rc)
+            PC_ERROR("serve: the replica of %s: %s", s->follow, why);
+    }
+    served_destroy(from);
+    if (!rc &&
+        (rc = sv_follow_create(s->live_sparse, &s->fo, &auth, starts, nstarts, &s->follower)) == 0)
+        rc = sv_follow_start(s->follower);
+    free(starts);
+    free(map);
+    free(tables);
+    if (rc) {
+        free(x);
+        return rc;
+    }
+    x->sparse = s->live_sparse;
+    x->owner = s;
+    x->refs = 2; /* cur and live */
+    s->cur = s->live = x;
+    return 0;
+}
+
+int sv_serve_create(const sv_serve_opts_t *o, sv_serve_t **out) {
+    *out = NULL;
+    if (!o || o->evaluators < 1 || o->max_batch < 1 ||
+        (!(o->follow && o->follow[0]) && !(o->versions_dir && o->versions_dir[0]))) {
+        PC_ERROR("serve: give the training servers to follow (--follow) or a versions "
+                 "directory (--versions)");
+        return PC_EINVAL;
+    }
+    sv_serve_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return PC_ENOMEM;
+#define COPY(f) snprintf(s->f, sizeof s->f, "%s", o->f ? o->f : "")
+    COPY(name);
+    COPY(follow);
+    COPY(publish_dir);
+    COPY(versions_dir);
+    COPY(token);
+    COPY(tls_ca);
+    COPY(tls_cert);
+    COPY(tls_key);
+#undef COPY
+    s->evaluators = o->evaluators;
+    s->max_batch = o->max_batch;
+    s->be = o->be;
+    if (o->fo)
+        s->fo = *o->fo;
+    else
+        sv_follow_opts_defaults(&s->fo);
+    s->timeout_ms = (int)s->fo.timeout_ms;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->swap_mu, NULL);
+    pthread_mutex_init(&s->refusal_mu, NULL);
+    int rc = 0;
+    if (s->follow[0])
+        rc = start_live(s);
+    if (!rc && (o->pin || !s->follow[0])) {
+        char why[256] = "";
+        sv_served_t *x = NULL;
+        if ((rc = load_version(s, o->pin, &x, NULL, NULL, why, sizeof why))) {
+            PC_ERROR("serve: version %" PRIu64 " of %s: %s", o->pin, s->versions_dir, why);
+        } else {
+            x->refs = 1;
+            if (s->cur)
+                install(s, x, NULL);
+            else
+                s->cur = x;
+        }
+    }
+    if (rc) {
+        sv_serve_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void sv_serve_destroy(sv_serve_t *s) {
+    if (!s)
+        return;
+    sv_follow_destroy(s->follower);
+    pthread_mutex_lock(&s->mu);
+    sv_served_t *a = unref_locked(s->cur), *b = unref_locked(s->live);
+    pthread_mutex_unlock(&s->mu);
+    served_destroy(a);
+    served_destroy(b == a ? NULL : b);
+    sv_sparse_destroy(s->live_sparse);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->swap_mu);
+    pthread_mutex_destroy(&s->refusal_mu);
+    free(s);
+}
+
+/* ---- status
+ * --------------------------------------------------------------------------------------- */
+void sv_serve_status(sv_serve_t *s, sv_serve_status_t *st, sv_source_status_t *src, size_t cap) {
+    memset(st, 0, sizeof *st);
+    sv_served_t *x = sv_serve_acquire(s);
+    st->has_model = x->model != NULL;
+    st->model_step = x->model ? sv_model_step(x->model) : 0;
+    st->pinned = x->pinned;
+    st->rows = sv_sparse_rows(x->sparse);
+    sv_serve_release(s, x);
+    st->predictions = atomic_load(&s->predictions);
+    st->swaps = atomic_load(&s->swaps);
+    st->refused = atomic_load(&s->refused);
+    pthread_mutex_lock(&s->refusal_mu);
+    snprintf(st->last_refusal, sizeof st->last_refusal, "%s", s->last_refusal);
+    pthread_mutex_unlock(&s->refusal_mu);
+    if (!s->follower || !cap)
+        return;
+    sv_follow_source_t *fs = calloc(cap, sizeof *fs);
+    if (!fs)
+        return;
+    const size_t n = sv_follow_status(s->follower, fs, cap);
+    st->nsources = n < cap ? n : cap;
+    for (size_t i = 0; i < st->nsources; i++) {
+        sv_source_status_t *d = &src[i];
+        memset(d, 0, sizeof *d);
+        snprintf(d->server, sizeof d->server, "%s/%s", fs[i].addr, fs[i].table);
+        snprintf(d->state, sizeof d->state, "%s", sv_source_state_name(fs[i].state));
+        d->uid = fs[i].uid;
+        d->position = fs[i].position;
+        d->head = fs[i].head;
+        d->lag_entries = fs[i].lag_entries;
+        d->lag_ms = (double)fs[i].lag_ms;
+        d->rows_applied = fs[i].rows_applied;
+        d->rescans = fs[i].rescans;
+        snprintf(d->error, sizeof d->error, "%s", fs[i].last_error);
+    }
+    free(fs);
+}
+
+size_t sv_serve_render_metrics(sv_serve_t *s, char *buf, size_t cap, size_t len) {
+    sv_serve_status_t st;
+    sv_source_status_t src[64];
+    sv_serve_status(s, &st, src, 64);
+    len = pc_prom_appendf(
+        buf, cap, len,
+        "# TYPE emberps_serve_model_step gauge\nemberps_serve_model_step %" PRIu64 "\n"
+        "# TYPE emberps_serve_pinned gauge\nemberps_serve_pinned %d\n"
+        "# TYPE emberps_serve_rows gauge\nemberps_serve_rows %" PRIu64 "\n"
+        "# TYPE emberps_serve_predictions_total counter\n"
+        "emberps_serve_predictions_total %" PRIu64 "\n"
+        "# TYPE emberps_serve_swaps_total counter\nemberps_serve_swaps_total %" PRIu64 "\n"
+        "# TYPE emberps_serve_refused_total counter\nemberps_serve_refused_total %" PRIu64 "\n"
+        "# TYPE emberps_serve_lag_entries gauge\n# TYPE emberps_serve_lag_seconds gauge\n"
+        "# TYPE emberps_serve_rescans_total counter\n",
+        st.model_step, st.pinned ? 1 : 0, st.rows, st.predictions, st.swaps, st.refused);
+    for (size_t i = 0; i < st.nsources; i++)
+        len = pc_prom_appendf(buf, cap, len,
+                              "emberps_serve_lag_entries{source=\"%s\"} %" PRIu64 "\n"
+                              "emberps_serve_lag_seconds{source=\"%s\"} %.3f\n"
+                              "emberps_serve_rescans_total{source=\"%s\"} %" PRIu64 "\n",
+                              src[i].server, src[i].lag_entries, src[i].server, src[i].lag_ms / 1e3,
+                              src[i].server, src[i].rescans);
+    return len;
+}
