@@ -13,7 +13,10 @@
 #   4. bad input: a malformed line (PC_EPARSE), a batch over max_batch (PC_ETOOBIG), an unknown
 #      model (PC_ENOTFOUND), Push to the replica (PC_EREADONLY); the daemon stays up;
 #   5. kill -9 of the replica, restart: it starts from the newest version's checkpoints, catches
-#      up through the stream and holds the servers' rows again.
+#      up through the stream and holds the servers' rows again;
+#   6. kill -9 of a training server: the replica keeps serving its last rows (Predict, Lookup)
+#      and shows the source down; the server restarted (restoring its checkpoint): the replica
+#      rescans it and holds its rows again.
 set -euo pipefail
 checkout=$1 bin=$2 check=$3
 dir=$(mktemp -d /tmp/ember-serve-XXXXXX)
@@ -179,4 +182,33 @@ grep -q "starting from version $newest," "$dir/serve.log" ||
   fail "the restarted replica did not start from version $newest (the damaged $bad_step skipped)"
 if echo "$st" | grep -q '"rescans":[1-9]'; then fail "the restarted replica rescanned: $st"; fi
 echo "$st" | grep -q '"refused_versions":1,' || fail "the damaged version was not refused at start"
+echo "== 6. kill -9 of training server 1, restart: the replica serves on, then resumes"
+read -r _ p1 g1 m1 pid1 < <(sed -n 2p "$dir/cluster/servers.txt")
+kill -9 "$pid1"
+ok=0
+for _ in $(seq 100); do
+  st=$(psctl --json serve status)
+  if echo "$st" | grep -q '"state":"down"'; then ok=1; break; fi
+  sleep 0.1
+done
+[ $ok = 1 ] || fail "the killed server's source is not down: $st"
+psctl serve predict "$dir/test.tsv" 4 >/dev/null || fail "Predict failed while a server is down"
+rm -f "$dir/cluster/port-1"
+nohup "$bin/ps-server" --port="$p1" --grpc-port="$g1" --metrics-port="$m1" \
+  --cluster-map-file="$dir/cluster/cluster.map" --server-index=1 --tables="name=emb,dim=16" \
+  --ckpt-dir="$dir/cluster/ckpt-1" --port-file="$dir/cluster/port-1" \
+  >>"$dir/cluster/logs/server-1.log" 2>&1 &
+sed -i "2s/ [0-9]*\$/ $!/" "$dir/cluster/servers.txt"
+ok=0
+for _ in $(seq 300); do
+  st=$(psctl --json serve status 2>/dev/null || true)
+  lagging=$(echo "$st" | grep -o '"lag_entries":[0-9]*' | grep -v ':0$' || true)
+  if [ -z "$lagging" ] && ! echo "$st" | grep -q '"state":"\(down\|scanning\|starting\)"'; then
+    ok=1
+    break
+  fi
+  sleep 0.1
+done
+[ $ok = 1 ] || fail "the replica did not resume the restarted server: $st"
+"$check" "$map" "127.0.0.1:$sport" emb || fail "rows differ after the server's restart"
 echo "ok"
