@@ -151,7 +151,7 @@ size_t sv_versions_list(const char *dir, uint64_t *steps, uint64_t *created_ns, 
         steps[i] = all[i];
         if (created_ns) {
             char p[SV_PATH_MAX + 64];
-            snprintf(p, sizeof p, "%s/step-%" PRIu64 "/manifest", dir, all[i]);
+            snprintf(p, sizeof p, "%s/step-%020" PRIu64 "/manifest", dir, all[i]);
             struct stat st;
             created_ns[i] = stat(p, &st) == 0 ? (uint64_t)st.st_mtim.tv_sec * 1000000000u +
                                                     (uint64_t)st.st_mtim.tv_nsec
