@@ -58,16 +58,6 @@ static void bbuf_free(bbuf_t *x) {
     free(x->b.key_off);
 }
 
-/* Room for n samples of ndense values. */
-static int bbuf_init(bbuf_t *x, size_t n, size_t ndense) {
-    memset(x, 0, sizeof *x);
-    x->b.ndense = ndense;
-    x->b.labels = calloc(n ? n : 1, sizeof(float));
-    x->b.dense = calloc(n * ndense + 1, sizeof(float));
-    x->b.key_off = calloc(n + 1, sizeof(size_t));
-    return x->b.labels && x->b.dense && x->b.key_off ? 0 : PC_ENOMEM;
-}
-
 /* Room for `more` features after the ones held. */
 static int bbuf_reserve(bbuf_t *x, size_t more) {
     const size_t nk = x->b.key_off[x->b.n], need = nk + more;
@@ -89,6 +79,17 @@ static int bbuf_reserve(bbuf_t *x, size_t more) {
         return PC_ENOMEM;
     x->kcap = cap;
     return 0;
+}
+
+/* Room for n samples of ndense values, and the feature arrays allocated (never NULL: the step
+ * stages them also when no sample has a feature). */
+static int bbuf_init(bbuf_t *x, size_t n, size_t ndense) {
+    memset(x, 0, sizeof *x);
+    x->b.ndense = ndense;
+    x->b.labels = calloc(n ? n : 1, sizeof(float));
+    x->b.dense = calloc(n * ndense + 1, sizeof(float));
+    x->b.key_off = calloc(n + 1, sizeof(size_t));
+    return x->b.labels && x->b.dense && x->b.key_off ? bbuf_reserve(x, 1) : PC_ENOMEM;
 }
 
 /* Append one sample: its dense values and features (vals NULL: 1 each). */
