@@ -101,8 +101,10 @@ static int bbuf_add(bbuf_t *x, const float *dense, const uint64_t *keys, const u
     const size_t s = x->b.n, at = x->b.key_off[s];
     if (x->b.ndense)
         memcpy(x->b.dense + s * x->b.ndense, dense, x->b.ndense * sizeof(float));
-    memcpy(x->b.keys + at, keys, nk * sizeof *keys);
-    memcpy(x->b.fields + at, fields, nk * sizeof *fields);
+    if (nk) { /* a sample without features may come with NULL arrays (protobuf-c) */
+        memcpy(x->b.keys + at, keys, nk * sizeof *keys);
+        memcpy(x->b.fields + at, fields, nk * sizeof *fields);
+    }
     for (size_t j = 0; j < nk; j++)
         x->b.vals[at + j] = vals ? vals[j] : 1.0f;
     x->b.key_off[s + 1] = at + nk;
