@@ -55,7 +55,11 @@ int pc_wire_hdr_decode(const uint8_t in[PC_WIRE_HDR], uint32_t max_body, pc_wire
     h->map_version = get64(in + 24);
     if (get32(in) != PC_WIRE_MAGIC || in[4] != PC_WIRE_VERSION)
         return PC_EPARSE;
-    if (h->op < PC_OP_HELLO || h->op > PC_OP_MAX_ || (h->flags & ~PC_WIRE_RESPONSE))
+    if (h->op < PC_OP_HELLO || h->op > PC_OP_MAX_)
+        return PC_EPARSE;
+    const uint16_t allowed =
+        (h->flags & PC_WIRE_RESPONSE) ? PC_WIRE_RESPONSE | PC_WIRE_DTYPE_MASK : 0;
+    if ((h->flags & ~allowed) || pc_wire_hdr_dtype(h) > PC_WIRE_DTYPE_MAX_)
         return PC_EPARSE;
     return h->body_len > max_body ? PC_ETOOBIG : 0;
 }
@@ -64,17 +68,33 @@ size_t pc_wire_batch_head_len(size_t name_len) {
     return PC_WIRE_PREFIX + ((name_len + 7) & ~(size_t)7);
 }
 
-uint64_t pc_wire_batch_body_len(pc_wire_op_t op, size_t name_len, uint32_t n, uint32_t dim) {
+const char *pc_wire_dtype_name(unsigned t) {
+    static const char *const names[] = {"f32", "bf16", "f16"};
+    return t <= PC_WIRE_DTYPE_MAX_ ? names[t] : "?";
+}
+
+uint64_t pc_wire_batch_body_len_typed(pc_wire_op_t op, size_t name_len, uint32_t n, uint32_t dim,
+                                      pc_wire_dtype_t t) {
     uint64_t len = pc_wire_batch_head_len(name_len) + (uint64_t)n * 8;
     if (op == PC_OP_PUSH)
-        len += (uint64_t)n * dim * 4;
+        len += (uint64_t)n * dim * pc_wire_dtype_size(t);
     return len;
 }
 
+uint64_t pc_wire_batch_body_len(pc_wire_op_t op, size_t name_len, uint32_t n, uint32_t dim) {
+    return pc_wire_batch_body_len_typed(op, name_len, n, dim, PC_WIRE_F32);
+}
+
 size_t pc_wire_batch_head_encode(const char *name, uint32_t n, uint32_t dim, uint8_t *out) {
+    return pc_wire_batch_head_encode_typed(name, n, dim, PC_WIRE_F32, out);
+}
+
+size_t pc_wire_batch_head_encode_typed(const char *name, uint32_t n, uint32_t dim,
+                                       pc_wire_dtype_t t, uint8_t *out) {
     const size_t nl = strlen(name), hl = pc_wire_batch_head_len(nl);
     memset(out, 0, hl);
     put16(out, (uint16_t)nl);
+    put16(out + 2, (uint16_t)t);
     put32(out + 4, n);
     put32(out + 8, dim);
     memcpy(out + PC_WIRE_PREFIX, name, nl);
@@ -87,15 +107,18 @@ int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
         return PC_EINVAL;
     if (len < PC_WIRE_PREFIX)
         return PC_EINVAL;
-    const uint32_t nl = get16(body), n = get32(body + 4), dim = get32(body + 8);
-    if (nl == 0 || nl > PC_WIRE_NAME_MAX || get16(body + 2) || get32(body + 12))
+    const uint32_t nl = get16(body), t = get16(body + 2), n = get32(body + 4),
+                   dim = get32(body + 8);
+    if (nl == 0 || nl > PC_WIRE_NAME_MAX || get32(body + 12))
         return PC_EINVAL;
+    if (t > PC_WIRE_DTYPE_MAX_)
+        return PC_EUNSUPPORTED;
     if (n > lim->max_keys)
         return PC_ETOOBIG;
     if (dim == 0 || dim > PC_WIRE_DIM_MAX)
         return PC_EDIM;
     const size_t hl = pc_wire_batch_head_len(nl);
-    if ((uint64_t)len != pc_wire_batch_body_len((pc_wire_op_t)op, nl, n, dim))
+    if ((uint64_t)len != pc_wire_batch_body_len_typed(op, nl, n, dim, (pc_wire_dtype_t)t))
         return PC_EINVAL;
     for (size_t i = nl; i < hl - PC_WIRE_PREFIX; i++) /* padding is zero */
         if (body[PC_WIRE_PREFIX + i])
@@ -106,19 +129,27 @@ int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
         return PC_EINVAL;
     out->n = n;
     out->dim = dim;
+    out->dtype = (pc_wire_dtype_t)t;
     out->keys = (const uint64_t *)(const void *)(body + hl);
-    out->vals = op == PC_OP_PUSH ? (const float *)(const void *)(body + hl + (size_t)n * 8) : NULL;
+    const void *vals = op == PC_OP_PUSH ? body + hl + (size_t)n * 8 : NULL;
+    out->vals = t == PC_WIRE_F32 ? vals : NULL;
+    out->vals16 = t == PC_WIRE_F32 ? NULL : vals;
     return 0;
 }
 
 /* ==== reply sizes ========================================================================== */
 
 uint64_t pc_wire_reply_len(pc_wire_op_t op, uint64_t n, uint32_t dim) {
+    return pc_wire_reply_len_typed(op, n, dim, PC_WIRE_F32);
+}
+
+uint64_t pc_wire_reply_len_typed(pc_wire_op_t op, uint64_t n, uint32_t dim, pc_wire_dtype_t t) {
+    const uint64_t es = pc_wire_dtype_size(t);
     switch (op) {
         case PC_OP_PULL:
-            return n * dim * 4;
+            return n * dim * es;
         case PC_OP_LOOKUP:
-            return n * dim * 4 + n;
+            return n * dim * es + n;
         case PC_OP_PUSH:
             return 3 * sizeof(uint64_t);
         default:
@@ -140,15 +171,22 @@ static void fmt_bytes(uint64_t v, char *out, size_t cap) {
 
 int pc_wire_reply_check(pc_wire_op_t op, uint64_t n, uint32_t dim, uint64_t max_reply, char *msg,
                         size_t cap) {
-    const uint64_t len = pc_wire_reply_len(op, n, dim);
+    return pc_wire_reply_check_typed(op, n, dim, PC_WIRE_F32, max_reply, msg, cap);
+}
+
+int pc_wire_reply_check_typed(pc_wire_op_t op, uint64_t n, uint32_t dim, pc_wire_dtype_t t,
+                              uint64_t max_reply, char *msg, size_t cap) {
+    const uint64_t len = pc_wire_reply_len_typed(op, n, dim, t);
     if (!max_reply || len <= max_reply)
         return 0;
     if (msg && cap) {
         char have[32], lim[32];
         fmt_bytes(len, have, sizeof have);
         fmt_bytes(max_reply, lim, sizeof lim);
-        snprintf(msg, cap, "%s of %llu rows x dim %u = %s over the reply limit of %s",
-                 op == PC_OP_LOOKUP ? "lookup" : "pull", (unsigned long long)n, dim, have, lim);
+        snprintf(msg, cap, "%s of %llu rows x dim %u%s%s = %s over the reply limit of %s",
+                 op == PC_OP_LOOKUP ? "lookup" : "pull", (unsigned long long)n, dim,
+                 t == PC_WIRE_F32 ? "" : " in ", t == PC_WIRE_F32 ? "" : pc_wire_dtype_name(t),
+                 have, lim);
     }
     return PC_ETOOBIG;
 }

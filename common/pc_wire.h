@@ -5,7 +5,7 @@
  *   0  u32 magic "EMBR"        16 i32 status (responses; 0 or a negative PC_E* code)
  *   4  u8  version (1)         20 u32 body_len
  *   5  u8  op                  24 u64 map version (request: the client's; response: server's)
- *   6  u16 flags (bit 0: response)
+ *   6  u16 flags (bit 0: response; bits 1-2: a reply's element type, pc_wire_dtype_t)
  *   8  u64 request id (a response echoes its request's)
  * Requests are answered in any order (match by id); many may be in flight per connection.
  *
@@ -20,6 +20,13 @@
  * a one-line message, except PC_EWRONGSLOT whose body is the server's current cluster map text.
  *
  * Every length is checked against limits before anything is allocated for it.
+ *
+ * Compressed rows (docs/wire.md "Compressed rows"): a batch names the element type of its rows
+ * and gradients in the prefix's u16 at offset 2 (0: f32, what a server of wire v1 requires
+ * there, so an old server refuses any other with PC_EINVAL and the connection lives); a reply of
+ * status 0 to such a batch carries the type in its header's flags (bits 1-2), which only a
+ * client that asked for it ever sees. PUSH gradients and PULL/LOOKUP rows then take 2 bytes an
+ * element; conversions are pc_half.h's.
  */
 #ifndef PC_WIRE_H
 #define PC_WIRE_H
@@ -53,6 +60,23 @@ typedef enum {
     PC_OP_MAX_ = 10
 } pc_wire_op_t;
 
+/* Element types of rows and gradients (PULL, PUSH, LOOKUP). */
+typedef enum {
+    PC_WIRE_F32 = 0,
+    PC_WIRE_BF16 = 1,
+    PC_WIRE_F16 = 2,
+    PC_WIRE_DTYPE_MAX_ = 2
+} pc_wire_dtype_t;
+#define PC_WIRE_DTYPE_SHIFT 1
+#define PC_WIRE_DTYPE_MASK  0x6u /* flags bits of a reply's element type */
+
+/* Bytes of an element: 4 (f32) or 2. */
+static inline size_t pc_wire_dtype_size(pc_wire_dtype_t t) {
+    return t == PC_WIRE_F32 ? 4 : 2;
+}
+/* "f32", "bf16", "f16" ("?" for another value). Static storage. */
+const char *pc_wire_dtype_name(unsigned t);
+
 typedef struct pc_wire_hdr {
     uint8_t op;
     uint16_t flags;
@@ -71,43 +95,60 @@ typedef struct pc_wire_limits {
 void pc_wire_hdr_encode(const pc_wire_hdr_t *h, uint8_t out[PC_WIRE_HDR]);
 
 /* Every field is filled in, then checked. PC_EPARSE: not a frame of this protocol (magic,
- * version, unknown op or flags): the stream cannot be trusted any more. PC_ETOOBIG: body_len
- * over max_body (the framing is intact: the body can be skipped). */
+ * version, unknown op or flags; the element type bits only in a response, with a known type):
+ * the stream cannot be trusted any more. PC_ETOOBIG: body_len over max_body (the framing is
+ * intact: the body can be skipped). */
 int pc_wire_hdr_decode(const uint8_t in[PC_WIRE_HDR], uint32_t max_body, pc_wire_hdr_t *h);
+
+/* The element type a reply's flags carry (PC_WIRE_F32 when none). */
+static inline pc_wire_dtype_t pc_wire_hdr_dtype(const pc_wire_hdr_t *h) {
+    return (pc_wire_dtype_t)((h->flags & PC_WIRE_DTYPE_MASK) >> PC_WIRE_DTYPE_SHIFT);
+}
 
 /* A batch body, decoded in place (pointers into the body). */
 typedef struct pc_wire_batch {
     char name[PC_WIRE_NAME_MAX + 1];
     uint32_t n, dim;
+    pc_wire_dtype_t dtype; /* of vals (PUSH) and of the reply's rows (PULL, LOOKUP) */
     const uint64_t *keys;
-    const float *vals; /* PUSH: n * dim gradients; NULL otherwise */
+    const float *vals;      /* PUSH in f32: n * dim gradients; NULL otherwise */
+    const uint16_t *vals16; /* PUSH in bf16 or f16: n * dim gradients; NULL otherwise */
 } pc_wire_batch_t;
 
 /* Bytes of the prefix and padded name of a batch body. */
 size_t pc_wire_batch_head_len(size_t name_len);
 
-/* Total body bytes of a batch request. */
+/* Total body bytes of a batch request (f32; _typed: gradients of element type t). */
 uint64_t pc_wire_batch_body_len(pc_wire_op_t op, size_t name_len, uint32_t n, uint32_t dim);
+uint64_t pc_wire_batch_body_len_typed(pc_wire_op_t op, size_t name_len, uint32_t n, uint32_t dim,
+                                      pc_wire_dtype_t t);
 
 /* Write the prefix and padded name (pc_wire_batch_head_len bytes) into out. The name must be
- * 1..PC_WIRE_NAME_MAX bytes. */
+ * 1..PC_WIRE_NAME_MAX bytes. _typed: rows and gradients of element type t. */
 size_t pc_wire_batch_head_encode(const char *name, uint32_t n, uint32_t dim, uint8_t *out);
+size_t pc_wire_batch_head_encode_typed(const char *name, uint32_t n, uint32_t dim,
+                                       pc_wire_dtype_t t, uint8_t *out);
 
 /* Decode a batch request body of `op` (8-aligned `body`): PC_EINVAL for a malformed body (the
- * frame boundaries are intact, so the connection can go on), PC_ETOOBIG for n over max_keys,
- * PC_EDIM for a dim outside 1..PC_WIRE_DIM_MAX. */
+ * frame boundaries are intact, so the connection can go on), PC_EUNSUPPORTED for an element type
+ * this codec does not know (over PC_WIRE_DTYPE_MAX_), PC_ETOOBIG for n over max_keys, PC_EDIM
+ * for a dim outside 1..PC_WIRE_DIM_MAX. */
 int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
                          const pc_wire_limits_t *lim, pc_wire_batch_t *out);
 
 /* Bytes of the reply body a PULL (n * dim f32) or LOOKUP (the same plus n found bytes) of n rows
  * of dim produces; 3 * 8 for PUSH, 0 for other ops. */
 uint64_t pc_wire_reply_len(pc_wire_op_t op, uint64_t n, uint32_t dim);
+/* The same with rows of element type t. */
+uint64_t pc_wire_reply_len_typed(pc_wire_op_t op, uint64_t n, uint32_t dim, pc_wire_dtype_t t);
 
 /* Whether the reply of `op` for n rows of dim fits max_reply (0: no limit): 0, or PC_ETOOBIG
  * with msg (cap bytes, may be NULL) naming the sizes, "lookup of 2097152 rows x dim 1024 = 8 GiB
  * over the reply limit of 64 MiB". Servers check it before any work or allocation. */
 int pc_wire_reply_check(pc_wire_op_t op, uint64_t n, uint32_t dim, uint64_t max_reply, char *msg,
                         size_t cap);
+int pc_wire_reply_check_typed(pc_wire_op_t op, uint64_t n, uint32_t dim, pc_wire_dtype_t t,
+                              uint64_t max_reply, char *msg, size_t cap);
 
 /* A claim (request body): a 16-byte prefix {u16 name_len, u16 mode, u32 job_len, u32 0, u32 0},
  * the table name padded with zeros to a multiple of 8, then the job name (job_len bytes, no

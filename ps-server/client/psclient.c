@@ -34,6 +34,12 @@
  * encrypted as they are sent (send_frame, pc_tls_seal), each frame's ciphertext one write. A failed
  * handshake marks the server dead with PC_ETLS (a verify failure does not heal by retrying), and
  * any failure before the HELLO answer settles psc_connect at once with the reason (connect_why).
+ * Compressed rows (psc_set_wire_type, docs/wire.md): a call takes the client's wire type when it
+ * starts. Its parts' gradients are converted from the caller's fp32 as the frame is built, and
+ * rows in bf16/f16 are read into the server's body buffer (never straight into the caller's
+ * array) and converted into the caller's positions by pc_half.h's fastest kernels. A reply must
+ * carry the type asked for; a server of wire v1 refuses a typed batch with PC_EINVAL ("malformed
+ * batch"), which the client reports as PC_EUNSUPPORTED naming the type.
  */
 #include "emberps/psclient.h"
 
@@ -41,6 +47,7 @@
 #include "pc_cluster.h"
 #include "pc_error.h"
 #include "pc_feature.h"
+#include "pc_half.h"
 #include "pc_log.h"
 #include "pc_time.h"
 #include "pc_tls.h"
@@ -67,6 +74,10 @@
 #define STR(x)         STR_(x)
 #define VERSION_STRING STR(PSC_VERSION_MAJOR) "." STR(PSC_VERSION_MINOR) "." STR(PSC_VERSION_PATCH)
 
+_Static_assert(PSC_WIRE_F32 == (int)PC_WIRE_F32 && PSC_WIRE_BF16 == (int)PC_WIRE_BF16 &&
+                   PSC_WIRE_F16 == (int)PC_WIRE_F16,
+               "psclient.h's wire types are pc_wire.h's");
+
 typedef struct call call_t;
 typedef struct server server_t;
 
@@ -85,6 +96,7 @@ typedef struct part {
 struct call {
     uint64_t id;
     uint8_t op;
+    uint8_t dtype; /* PULL, PUSH, LOOKUP: pc_wire_dtype_t of rows and gradients on the wire */
     char table[PC_WIRE_NAME_MAX + 1];
     const uint64_t *keys;
     size_t n;
@@ -158,6 +170,7 @@ struct psc {
     call_t *live, *submit_head, *submit_tail;
     atomic_bool stopping;  /* set under mu (ordering with submissions), read anywhere */
     atomic_int spinners;   /* callers yielding in psc_wait now: the I/O thread polls (io_main) */
+    atomic_int wire;       /* PSC_WIRE_*: the element type new calls use (psc_set_wire_type) */
     pc_cluster_map_t *map; /* I/O thread; map_text under mu for readers */
     char *map_text;
     server_t **srv; /* by map index */
@@ -557,6 +570,31 @@ static void reply_msg(server_t *s) {
         snprintf(s->msg, sizeof s->msg, "%s", pc_strerror(h->status));
 }
 
+/* Whether part p's positions in its call are consecutive (one block of the caller's rows). */
+static bool part_consecutive(const part_t *p) {
+    for (uint32_t i = 1; i < p->n; i++)
+        if (p->idx[i] != p->idx[0] + i)
+            return false;
+    return true;
+}
+
+/* The bf16/f16 rows of part p's reply (at body) into the caller's fp32 rows of call k. */
+static void rows_convert(const uint8_t *body, pc_wire_dtype_t dt, const part_t *p,
+                         const call_t *k) {
+    const pc_half_kernels_t *kern = pc_half_kernels(NULL);
+    void (*from)(const uint16_t *, float *, size_t) =
+        dt == PC_WIRE_BF16 ? kern->from_bf16 : kern->from_f16;
+    const uint16_t *h = (const uint16_t *)(const void *)body;
+    if (!p->n)
+        return;
+    if (part_consecutive(p)) {
+        from(h, k->rows + (size_t)p->idx[0] * k->dim, (size_t)p->n * k->dim);
+        return;
+    }
+    for (uint32_t i = 0; i < p->n; i++)
+        from(h + (size_t)i * k->dim, k->rows + (size_t)p->idx[i] * k->dim, k->dim);
+}
+
 static void handle_reply(server_t *s) {
     psc_t *c = s->c;
     const pc_wire_hdr_t *h = &s->h;
@@ -593,6 +631,15 @@ static void handle_reply(server_t *s) {
     bool transient = rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL;
     if (rc)
         reply_msg(s);
+    if (rc == PC_EINVAL && keyed(k) && k->dtype != PC_WIRE_F32) { /* a server of wire v1 */
+        char said[sizeof s->msg];
+        memcpy(said, s->msg, sizeof said);
+        rc = PC_EUNSUPPORTED;
+        snprintf(s->msg, sizeof s->msg,
+                 "%s: the server refused %s rows (an older server takes f32 only: use "
+                 "PSC_WIRE_F32); it said: %.300s",
+                 pc_strerror(rc), pc_wire_dtype_name(k->dtype), said);
+    }
     if (rc == PC_EWRONGSLOT)
         map_adopt_text(c, s->body, h->body_len);
     if (!keyed(k)) {
@@ -609,10 +656,16 @@ static void handle_reply(server_t *s) {
     }
     if (!rc && !k->finished) {
         const uint32_t dim = k->dim;
+        const pc_wire_dtype_t dt = (pc_wire_dtype_t)k->dtype;
+        const size_t es = pc_wire_dtype_size(dt), nb = (size_t)p->n * dim * es;
         const size_t want = k->op == PC_OP_PUSH     ? 3 * sizeof(uint64_t)
-                            : k->op == PC_OP_LOOKUP ? (size_t)p->n * dim * 4 + p->n
-                                                    : (size_t)p->n * dim * 4;
-        if (h->body_len != want) {
+                            : k->op == PC_OP_LOOKUP ? nb + p->n
+                                                    : nb;
+        if (pc_wire_hdr_dtype(h) != dt) {
+            rc = PC_EINVAL;
+            snprintf(s->msg, sizeof s->msg, "%s: a reply in %s to a request in %s", pc_strerror(rc),
+                     pc_wire_dtype_name(pc_wire_hdr_dtype(h)), pc_wire_dtype_name(dt));
+        } else if (h->body_len != want) {
             rc = PC_EINVAL;
             snprintf(s->msg, sizeof s->msg, "%s: a reply of %u bytes, %zu expected",
                      pc_strerror(rc), h->body_len, want);
@@ -622,6 +675,11 @@ static void handle_reply(server_t *s) {
             k->acc.applied += cnt[0];
             k->acc.skipped_nonfinite += cnt[1];
             k->acc.dropped_unadmitted += cnt[2];
+        } else if (dt != PC_WIRE_F32) {
+            rows_convert(s->body, dt, p, k);
+            if (k->op == PC_OP_LOOKUP && k->found)
+                for (uint32_t i = 0; i < p->n; i++)
+                    k->found[p->idx[i]] = s->body[nb + i];
         } else {
             const float *rows = (const float *)(const void *)s->body;
             if (s->cur != p || !s->direct) /* else read into place already (direct_start) */
@@ -629,7 +687,7 @@ static void handle_reply(server_t *s) {
                     memcpy(k->rows + (size_t)p->idx[i] * dim, rows + (size_t)i * dim, dim * 4);
             if (k->op == PC_OP_LOOKUP && k->found)
                 for (uint32_t i = 0; i < p->n; i++)
-                    k->found[p->idx[i]] = s->body[(size_t)p->n * dim * 4 + i];
+                    k->found[p->idx[i]] = s->body[nb + i];
         }
     }
     part_done(c, p, rc, transient);
@@ -667,12 +725,13 @@ static void direct_start(server_t *s) {
     if (!p || p->call->finished || p->call->op != h->op || !p->n)
         return;
     const call_t *k = p->call;
+    if (k->dtype != PC_WIRE_F32 || pc_wire_hdr_dtype(h) != PC_WIRE_F32) /* converted instead */
+        return;
     const size_t rows = (size_t)p->n * k->dim * 4;
     if (h->body_len != (k->op == PC_OP_LOOKUP ? rows + p->n : rows))
         return;
-    for (uint32_t i = 1; i < p->n; i++)
-        if (p->idx[i] != p->idx[0] + i)
-            return;
+    if (!part_consecutive(p))
+        return;
     s->cur = p;
     s->direct = (uint8_t *)(k->rows + (size_t)p->idx[0] * k->dim);
     s->direct_len = rows;
@@ -898,8 +957,10 @@ static int part_send(server_t *s, part_t *p) {
     const size_t nl = strlen(k->table);
     const uint64_t body = k->op == PC_OP_CLAIM ? pc_wire_claim_len(nl, strlen(k->job))
                           : k->stream          ? pc_wire_stream_len(nl)
-                          : keyed(k) ? pc_wire_batch_body_len((pc_wire_op_t)k->op, nl, p->n, k->dim)
-                                     : 0; /* PING, TABLES */
+                          : keyed(k)
+                              ? pc_wire_batch_body_len_typed((pc_wire_op_t)k->op, nl, p->n, k->dim,
+                                                             (pc_wire_dtype_t)k->dtype)
+                              : 0; /* PING, TABLES */
     wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR + body);
     if (!w)
         return PC_ENOMEM;
@@ -924,14 +985,24 @@ static int part_send(server_t *s, part_t *p) {
     }
     if (!keyed(k))
         return send_frame(s, w);
-    b += pc_wire_batch_head_encode(k->table, p->n, k->dim, b);
+    b += pc_wire_batch_head_encode_typed(k->table, p->n, k->dim, (pc_wire_dtype_t)k->dtype, b);
     uint64_t *keys = (uint64_t *)(void *)b;
     for (uint32_t i = 0; i < p->n; i++)
         keys[i] = k->keys[p->idx[i]];
-    if (k->op == PC_OP_PUSH) {
+    if (k->op == PC_OP_PUSH && k->dtype == PC_WIRE_F32) {
         float *g = (float *)(void *)(b + (size_t)p->n * 8);
         for (uint32_t i = 0; i < p->n; i++)
             memcpy(g + (size_t)i * k->dim, k->grads + (size_t)p->idx[i] * k->dim, k->dim * 4);
+    } else if (k->op == PC_OP_PUSH && p->n) { /* converted from the caller's fp32 */
+        const pc_half_kernels_t *kern = pc_half_kernels(NULL);
+        void (*to)(const float *, uint16_t *, size_t) =
+            k->dtype == PC_WIRE_BF16 ? kern->to_bf16 : kern->to_f16;
+        uint16_t *g = (uint16_t *)(void *)(b + (size_t)p->n * 8);
+        if (part_consecutive(p))
+            to(k->grads + (size_t)p->idx[0] * k->dim, g, (size_t)p->n * k->dim);
+        else
+            for (uint32_t i = 0; i < p->n; i++)
+                to(k->grads + (size_t)p->idx[i] * k->dim, g + (size_t)i * k->dim, k->dim);
     }
     p->sent = true;
     return send_frame(s, w);
@@ -1255,6 +1326,7 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
     k->keys = keys;
     k->n = n;
     k->dim = dim;
+    k->dtype = (uint8_t)atomic_load_explicit(&c->wire, memory_order_relaxed);
     k->rows = rows;
     k->grads = grads;
     k->found = found;
@@ -1653,6 +1725,17 @@ void psc_close(psc_t *c) {
     pthread_cond_destroy(&c->cv);
     pc_tls_ctx_destroy(c->tls);
     pc_sfree(c);
+}
+
+int psc_set_wire_type(psc_t *c, int type) {
+    if (!c || type < PSC_WIRE_F32 || type > PSC_WIRE_F16)
+        return PC_EINVAL;
+    atomic_store_explicit(&c->wire, type, memory_order_relaxed);
+    return 0;
+}
+
+int psc_wire_type(psc_t *c) {
+    return c ? atomic_load_explicit(&c->wire, memory_order_relaxed) : PC_EINVAL;
 }
 
 size_t psc_map_text(psc_t *c, char *buf, size_t cap) {

@@ -40,11 +40,17 @@
  * and takes them up when it continues (tls_pump). The first bytes of a connection must be a TLS
  * ClientHello: a plaintext EmberPS frame is answered with PC_ETLS in clear (the client learns
  * why), anything else is closed with a log line. All TLS state belongs to the loop's thread.
+ * Compressed rows (docs/wire.md): a batch in bf16 or f16 is converted at this boundary, the
+ * table and its optimizer staying fp32. A PULL or LOOKUP gathers its rows into the loop's
+ * conversion buffer (conv: loop thread only, kept between calls up to POOL_KEEP bytes, so it is
+ * not faulted in again) and converts them into the reply (pc_half.h's fastest kernels); a PUSH
+ * converts its gradients into that buffer and pushes from there. The reply's flags say the type.
  */
 #include "ps_dataplane.h"
 
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "pc_half.h"
 #include "pc_hash.h"
 #include "pc_hist.h"
 #include "pc_log.h"
@@ -112,6 +118,8 @@ struct loopctx {
     struct wreq *idle[POOL_SLOTS]; /* reply pool: idle allocations, oldest first */
     int nidle;
     size_t idle_bytes;
+    float *conv; /* fp32 rows or gradients of a bf16/f16 batch (see DESIGN), conv_cap bytes */
+    size_t conv_cap;
 };
 
 struct ps_dp {
@@ -327,14 +335,15 @@ static int tls_send(conn_t *c, wreq_t *w, size_t len) {
     return tls_write(c, w, w->data, n);
 }
 
-static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t status,
-                       size_t payload_len) {
+/* Send reply w to request req; flags beside PC_WIRE_RESPONSE: a batch's element type. */
+static void reply_send_flags(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t status,
+                             size_t payload_len, uint16_t flags) {
     ps_dp_t *dp = c->lc->dp;
     pthread_rwlock_rdlock(&dp->map_lock);
     uint64_t mv = pc_cmap_version(dp->map);
     pthread_rwlock_unlock(&dp->map_lock);
     pc_wire_hdr_t h = {.op = req->op,
-                       .flags = PC_WIRE_RESPONSE,
+                       .flags = PC_WIRE_RESPONSE | flags,
                        .id = req->id,
                        .status = status,
                        .body_len = (uint32_t)payload_len,
@@ -370,6 +379,11 @@ static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t s
         reply_free(c->lc, w);
         conn_close(c);
     }
+}
+
+static void reply_send(conn_t *c, wreq_t *w, const pc_wire_hdr_t *req, int32_t status,
+                       size_t payload_len) {
+    reply_send_flags(c, w, req, status, payload_len, 0);
 }
 
 /* Write the corked replies of c as one write (one writev for all of them while the socket takes
@@ -468,17 +482,47 @@ char *ps_dp_map_text(ps_dp_t *dp, uint64_t *version) {
     return t;
 }
 
+/* The loop's conversion buffer (see DESIGN) with room for `bytes`; NULL when out of memory. */
+static float *conv_buf(loopctx_t *lc, size_t bytes) {
+    if (lc->conv_cap < bytes) {
+        pc_free(PC_MEM_SCRATCH, lc->conv, lc->conv_cap);
+        lc->conv_cap = (bytes + 4095) & ~(size_t)4095;
+        if (!(lc->conv = pc_malloc(PC_MEM_SCRATCH, lc->conv_cap)))
+            lc->conv_cap = 0;
+    }
+    return lc->conv;
+}
+
+/* After a call: a conversion buffer over POOL_KEEP bytes is not kept. */
+static void conv_trim(loopctx_t *lc) {
+    if (lc->conv_cap > POOL_KEEP) {
+        pc_free(PC_MEM_SCRATCH, lc->conv, lc->conv_cap);
+        lc->conv = NULL;
+        lc->conv_cap = 0;
+    }
+}
+
 static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_dp_t *dp = c->lc->dp;
     pc_wire_batch_t b;
     int rc = pc_wire_batch_decode((pc_wire_op_t)h->op, body, h->body_len, &dp->o.lim, &b);
+    if (rc == PC_EUNSUPPORTED) {
+        char why[128];
+        uint16_t t;
+        memcpy(&t, body + 2, 2);
+        snprintf(why, sizeof why,
+                 "element type %u is not one this server takes (0 f32, 1 bf16, 2 f16)", t);
+        reply_error(c, h, rc, why);
+        return;
+    }
     if (rc) {
         reply_error(c, h, rc, "malformed batch");
         return;
     }
     char msg[160];
-    if ((rc = pc_wire_reply_check((pc_wire_op_t)h->op, b.n, b.dim, dp->o.lim.max_reply, msg,
-                                  sizeof msg))) { /* before any work or allocation */
+    if ((rc = pc_wire_reply_check_typed((pc_wire_op_t)h->op, b.n, b.dim, b.dtype,
+                                        dp->o.lim.max_reply, msg,
+                                        sizeof msg))) { /* before any work or allocation */
         reply_error(c, h, rc, msg);
         return;
     }
@@ -501,37 +545,49 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, PC_EDIM, msg);
         return;
     }
-    const size_t nf = (size_t)b.n * b.dim;
+    const size_t nf = (size_t)b.n * b.dim, es = pc_wire_dtype_size(b.dtype);
     size_t plen = h->op == PC_OP_PUSH     ? 3 * sizeof(uint64_t)
-                  : h->op == PC_OP_LOOKUP ? nf * sizeof(float) + b.n
-                                          : nf * sizeof(float);
+                  : h->op == PC_OP_LOOKUP ? nf * es + b.n
+                                          : nf * es;
     wreq_t *w = reply_alloc(c, plen);
-    if (!w) {
+    /* f32: rows straight into the reply, gradients used in place; else through conv */
+    float *conv = b.dtype == PC_WIRE_F32 ? NULL : conv_buf(c->lc, nf * sizeof(float));
+    if (!w || (b.dtype != PC_WIRE_F32 && nf && !conv)) {
+        if (w)
+            reply_free(c->lc, w);
         ps_catalog_release(dp->cat, t);
         reply_error(c, h, PC_ENOMEM, "reply");
         return;
     }
+    const pc_half_kernels_t *k = conv ? pc_half_kernels(NULL) : NULL;
+    float *rows = conv ? conv : (float *)(void *)w->payload;
     if (h->op == PC_OP_PULL) {
-        rc = ps_table_pull(t, b.keys, b.n, (float *)(void *)w->payload, nf);
+        rc = ps_table_pull(t, b.keys, b.n, rows, nf);
         atomic_fetch_add_explicit(&dp->pulled, b.n, memory_order_relaxed);
     } else if (h->op == PC_OP_LOOKUP) {
-        rc = ps_table_lookup(t, b.keys, b.n, (float *)(void *)w->payload, nf,
-                             w->payload + nf * sizeof(float));
+        rc = ps_table_lookup(t, b.keys, b.n, rows, nf, w->payload + nf * es);
         atomic_fetch_add_explicit(&dp->looked, b.n, memory_order_relaxed);
     } else {
+        if (conv) /* NaN and Inf arrive as such: the table skips and counts them */
+            (b.dtype == PC_WIRE_BF16 ? k->from_bf16 : k->from_f16)(b.vals16, conv, nf);
         ps_push_result_t r;
-        rc = ps_table_push(t, b.keys, b.n, b.vals, nf, &r);
+        rc = ps_table_push(t, b.keys, b.n, conv ? conv : b.vals, nf, &r);
         uint64_t cnt[3] = {r.applied, r.skipped_nonfinite, r.dropped_unadmitted};
         memcpy(w->payload, cnt, sizeof cnt);
         atomic_fetch_add_explicit(&dp->pushed, b.n, memory_order_relaxed);
     }
     ps_catalog_release(dp->cat, t);
+    if (!rc && conv && h->op != PC_OP_PUSH)
+        (b.dtype == PC_WIRE_BF16 ? k->to_bf16 : k->to_f16)(conv, (uint16_t *)(void *)w->payload,
+                                                           nf);
+    if (conv)
+        conv_trim(c->lc);
     if (rc) {
         reply_free(c->lc, w);
         reply_error(c, h, rc, b.name);
         return;
     }
-    reply_send(c, w, h, 0, plen);
+    reply_send_flags(c, w, h, 0, plen, (uint16_t)(b.dtype << PC_WIRE_DTYPE_SHIFT));
 }
 
 /* A job claims a table (ps_catalog_claim); the reply carries the table's settings. */
@@ -1232,6 +1288,9 @@ static void *loop_main(void *arg) {
     loopctx_t *lc = arg;
     uv_run(&lc->loop, UV_RUN_DEFAULT);
     pool_drain(lc);
+    pc_free(PC_MEM_SCRATCH, lc->conv, lc->conv_cap);
+    lc->conv = NULL;
+    lc->conv_cap = 0;
     return NULL;
 }
 

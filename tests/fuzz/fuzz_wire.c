@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pc_error.h"
+#include "pc_half.h"
 #include "pc_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -33,6 +34,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     volatile float fs = 0;
                     for (uint64_t i = 0; i < (uint64_t)b.n * b.dim; i++)
                         fs += b.vals[i];
+                }
+                if (b.vals16) { /* converted as a server does (pc_half.h) */
+                    const size_t nv = (size_t)b.n * b.dim;
+                    float *f = malloc(nv ? nv * sizeof *f : 1);
+                    const pc_half_kernels_t *k = pc_half_kernels(NULL);
+                    (b.dtype == PC_WIRE_BF16 ? k->from_bf16 : k->from_f16)(b.vals16, f, nv);
+                    free(f);
                 }
                 (void)sink;
             }

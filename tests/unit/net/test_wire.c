@@ -89,8 +89,13 @@ static void test_batch_roundtrip_and_errors(void **state) {
     body[0] = 65;
     assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EINVAL);
     memcpy(body, save, 16);
-    body[2] = 1;
+    body[2] = 1; /* a bf16 push: its gradients take half the bytes, so the length is wrong */
     assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EINVAL);
+    body[2] = 3; /* no such element type */
+    assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EUNSUPPORTED);
+    body[2] = 0;
+    body[3] = 1; /* 256 */
+    assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EUNSUPPORTED);
     memcpy(body, save, 16);
     body[13] = 1;
     assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EINVAL);
@@ -118,6 +123,87 @@ static void test_batch_roundtrip_and_errors(void **state) {
     memcpy(body + 4, &hn, 4);
     memcpy(body + 8, &hd, 4);
     assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &wide, &b), PC_EINVAL);
+}
+
+/* Compressed rows: a typed batch round-trips, its length follows the element type, a reply's
+ * flags carry the type (responses only), and a request may not carry type bits. */
+static void test_typed_batches(void **state) {
+    (void)state;
+    _Alignas(8) static uint8_t body[4096];
+    const uint32_t n = 3, dim = 5;
+    const uint64_t keys[3] = {7, 8, 9};
+    uint16_t g[15];
+    for (int i = 0; i < 15; i++)
+        g[i] = (uint16_t)(0x3c00 + i);
+    assert_string_equal(pc_wire_dtype_name(PC_WIRE_F32), "f32");
+    assert_string_equal(pc_wire_dtype_name(PC_WIRE_BF16), "bf16");
+    assert_string_equal(pc_wire_dtype_name(PC_WIRE_F16), "f16");
+    assert_string_equal(pc_wire_dtype_name(3), "?");
+    for (int t = PC_WIRE_BF16; t <= PC_WIRE_F16; t++) {
+        const pc_wire_dtype_t dt = (pc_wire_dtype_t)t;
+        size_t hl = pc_wire_batch_head_encode_typed("emb", n, dim, dt, body);
+        assert_int_equal(hl, 24);
+        assert_int_equal(body[2], t); /* the u16 at offset 2 */
+        assert_int_equal(body[3], 0);
+        memcpy(body + hl, keys, sizeof keys);
+        memcpy(body + hl + sizeof keys, g, sizeof g);
+        const uint32_t len = (uint32_t)pc_wire_batch_body_len_typed(PC_OP_PUSH, 3, n, dim, dt);
+        assert_int_equal(len, hl + sizeof keys + sizeof g);
+        assert_int_equal(len + sizeof g, pc_wire_batch_body_len(PC_OP_PUSH, 3, n, dim));
+        pc_wire_batch_t b;
+        assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), 0);
+        assert_int_equal(b.dtype, dt);
+        assert_null(b.vals);
+        assert_non_null(b.vals16);
+        assert_memory_equal(b.vals16, g, sizeof g);
+        assert_memory_equal(b.keys, keys, sizeof keys);
+        /* as f32 it would need twice the gradient bytes */
+        assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len + sizeof g, &LIM, &b),
+                         PC_EINVAL);
+        /* a typed pull: the same length as an f32 one */
+        const uint32_t plen = (uint32_t)pc_wire_batch_body_len_typed(PC_OP_PULL, 3, n, dim, dt);
+        assert_int_equal(plen, pc_wire_batch_body_len(PC_OP_PULL, 3, n, dim));
+        assert_int_equal(pc_wire_batch_decode(PC_OP_LOOKUP, body, plen, &LIM, &b), 0);
+        assert_int_equal(b.dtype, dt);
+        assert_null(b.vals16);
+        /* reply sizes: 2 bytes an element */
+        assert_int_equal(pc_wire_reply_len_typed(PC_OP_PULL, 10, 4, dt), 80);
+        assert_int_equal(pc_wire_reply_len_typed(PC_OP_LOOKUP, 10, 4, dt), 90);
+        assert_int_equal(pc_wire_reply_len_typed(PC_OP_PUSH, 10, 4, dt), 24);
+    }
+    char msg[160];
+    assert_int_equal(
+        pc_wire_reply_check_typed(PC_OP_PULL, 1000, 600, PC_WIRE_BF16, 1u << 20, msg, sizeof msg),
+        PC_ETOOBIG);
+    assert_string_equal(msg, "pull of 1000 rows x dim 600 in bf16 = 1.14 MiB over the reply "
+                             "limit of 1 MiB");
+    assert_int_equal(
+        pc_wire_reply_check_typed(PC_OP_PULL, 1000, 500, PC_WIRE_F16, 1u << 20, msg, sizeof msg),
+        0); /* 1,000,000 bytes: fits in f16, not in f32 */
+    assert_int_equal(pc_wire_reply_check(PC_OP_PULL, 1000, 500, 1u << 20, msg, sizeof msg),
+                     PC_ETOOBIG);
+    /* Header flags: a reply's element type; none in a request; type 3 is no type. */
+    uint8_t hb[PC_WIRE_HDR];
+    pc_wire_hdr_t h = {.op = PC_OP_PULL,
+                       .flags = PC_WIRE_RESPONSE | (PC_WIRE_F16 << PC_WIRE_DTYPE_SHIFT),
+                       .id = 5},
+                  g2;
+    pc_wire_hdr_encode(&h, hb);
+    assert_int_equal(pc_wire_hdr_decode(hb, 1u << 20, &g2), 0);
+    assert_int_equal(pc_wire_hdr_dtype(&g2), PC_WIRE_F16);
+    h.flags = PC_WIRE_RESPONSE;
+    pc_wire_hdr_encode(&h, hb);
+    assert_int_equal(pc_wire_hdr_decode(hb, 1u << 20, &g2), 0);
+    assert_int_equal(pc_wire_hdr_dtype(&g2), PC_WIRE_F32);
+    h.flags = PC_WIRE_RESPONSE | PC_WIRE_DTYPE_MASK;
+    pc_wire_hdr_encode(&h, hb);
+    assert_int_equal(pc_wire_hdr_decode(hb, 1u << 20, &g2), PC_EPARSE);
+    h.flags = PC_WIRE_BF16 << PC_WIRE_DTYPE_SHIFT; /* a request with type bits */
+    pc_wire_hdr_encode(&h, hb);
+    assert_int_equal(pc_wire_hdr_decode(hb, 1u << 20, &g2), PC_EPARSE);
+    h.flags = PC_WIRE_RESPONSE | 0x8;
+    pc_wire_hdr_encode(&h, hb);
+    assert_int_equal(pc_wire_hdr_decode(hb, 1u << 20, &g2), PC_EPARSE);
 }
 
 /* Reply sizes against the reply limit, and the message that names them. */
@@ -246,7 +332,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_roundtrip), cmocka_unit_test(test_batch_roundtrip_and_errors),
         cmocka_unit_test(test_reply_limit),      cmocka_unit_test(test_claim_codec),
-        cmocka_unit_test(test_stream_codec),
+        cmocka_unit_test(test_stream_codec),     cmocka_unit_test(test_typed_batches),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -39,9 +39,9 @@ extern "C" {
 
 /* The one declaration of the library's version (CMake reads it for the soname). Minor versions:
  * 1 psc_claim; 2 psc_wait_detail; 3 psc_connect2 (TLS); 4 psc_tables, psc_health, feature keys,
- * the delta stream (psc_deltas, psc_scan). */
+ * the delta stream (psc_deltas, psc_scan); 5 compressed rows on the wire (psc_set_wire_type). */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
-#define PSC_VERSION_MINOR 4
+#define PSC_VERSION_MINOR 5
 #define PSC_VERSION_PATCH 0
 #define PSC_VERSION_HEX   ((PSC_VERSION_MAJOR << 16) | (PSC_VERSION_MINOR << 8) | PSC_VERSION_PATCH)
 
@@ -166,6 +166,24 @@ typedef struct psc_claim {
  * disagree on the table's settings, or a cold table cannot be reset), PC_EINVAL, the transport's
  * errors. Claims are not retried. Thread-safe. */
 PSC_EXTERN int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_t *out);
+
+/* ---- compressed rows on the wire (since 1.5; docs/wire.md "Compressed rows") ----
+ * Pulls, lookups and pushes may travel as 16-bit floats: half the bytes of rows and gradients.
+ * The caller still gives and gets fp32: the client converts (rounding to nearest, ties to even;
+ * NaN and Inf kept; fp16 saturates to +-Inf beyond +-65504, and its smallest normal is 6.1e-5,
+ * below which precision falls off: bf16 keeps fp32's range with 8 bits of precision, fp16 has 11
+ * bits over a narrow range). The servers convert at their end, their tables and optimizers
+ * staying fp32. A pushed fp16 gradient over 65504 in magnitude arrives as Inf and is skipped
+ * (counted in skipped_nonfinite). Servers older than this (wire v1 only) refuse such calls with
+ * PC_EUNSUPPORTED (psc_wait_detail says so), never with wrong rows. */
+enum { PSC_WIRE_F32 = 0, PSC_WIRE_BF16 = 1, PSC_WIRE_F16 = 2 };
+
+/* The element type of the rows and gradients of every pull, push and lookup this client starts
+ * from now on (calls already started keep theirs); PSC_WIRE_F32 (the default) is the exact
+ * format. PC_EINVAL for another value. Thread-safe. (Since 1.5.) */
+PSC_EXTERN int psc_set_wire_type(psc_t *c, int type);
+/* The client's element type (PSC_WIRE_*). (Since 1.5.) */
+PSC_EXTERN int psc_wire_type(psc_t *c);
 
 /* Wait for call `id` (started without a callback) and return its result. */
 PSC_EXTERN int psc_wait(psc_t *c, uint64_t id);

@@ -1,0 +1,164 @@
+/* pc_half.c: see pc_half.h (the rules, and why two kernel tables). */
+#include "pc_half.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define PC_HAVE_F16C 1
+#endif
+
+static inline uint32_t f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static inline float u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ==== portable ============================================================================= */
+
+uint16_t pc_f32_to_bf16(float f) {
+    const uint32_t u = f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign and top payload, set the quiet bit */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); /* ties to even; may reach Inf */
+}
+
+float pc_bf16_to_f32(uint16_t h) {
+    return u2f((uint32_t)h << 16);
+}
+
+uint16_t pc_f32_to_f16(float f) {
+    const uint32_t u = f2u(f), a = u & 0x7fffffffu;
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (a > 0x7f800000u) /* NaN: quiet, the top 9 payload bits kept */
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) /* 65520 and up round past 65504 (a tie to the even 65536): Inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a >= 0x38800000u) /* a normal fp16: drop 13 bits, ties to even, carry into the exponent */
+        return (uint16_t)(sign | (((a + 0xfffu + ((a >> 13) & 1u)) >> 13) - (112u << 10)));
+    const uint32_t e = a >> 23; /* a subnormal fp16 (or 0): value / 2^-24, rounded */
+    if (e < 102)                /* below 2^-25: rounds to 0 */
+        return sign;
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..24 */
+    uint32_t q = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1u)))
+        q++; /* may become 0x400, the smallest normal: the same encoding */
+    return (uint16_t)(sign | q);
+}
+
+float pc_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0x1f) /* Inf, or NaN made quiet */
+        return u2f(sign | 0x7f800000u | (mant ? 0x400000u | (mant << 13) : 0));
+    if (exp == 0) /* 0 or subnormal: mant * 2^-24, exact in fp32 */
+        return u2f(sign | f2u((float)mant * 0x1p-24f));
+    return u2f(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+static void p_to_bf16(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = pc_f32_to_bf16(src[i]);
+}
+
+static void p_from_bf16(const uint16_t *src, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = pc_bf16_to_f32(src[i]);
+}
+
+static void p_to_f16(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = pc_f32_to_f16(src[i]);
+}
+
+static void p_from_f16(const uint16_t *src, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = pc_f16_to_f32(src[i]);
+}
+
+/* ==== F16C + AVX2 ========================================================================== */
+
+#ifdef PC_HAVE_F16C
+#define F16C_FN __attribute__((target("avx2,f16c")))
+
+static F16C_FN void v_to_bf16(const float *src, uint16_t *dst, size_t n) {
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
+                  one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff),
+                  quiet = _mm256_set1_epi32(0x40);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(src + i));
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        const __m256i hi = _mm256_srli_epi32(u, 16);
+        const __m256i r = _mm256_srli_epi32(
+            _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+        const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
+        /* 8 x u32 (each <= 0xffff) -> 8 x u16: pack per 128-bit lane, then put lanes in order */
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_castsi256_si128(p));
+    }
+    p_to_bf16(src + i, dst + i, n - i);
+}
+
+static F16C_FN void v_from_bf16(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+        const __m256i u = _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), u);
+    }
+    p_from_bf16(src + i, dst + i, n - i);
+}
+
+static F16C_FN void v_to_f16(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), h);
+    }
+    p_to_f16(src + i, dst + i, n - i);
+}
+
+static F16C_FN void v_from_f16(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(
+            dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
+    p_from_f16(src + i, dst + i, n - i);
+}
+#endif /* PC_HAVE_F16C */
+
+/* ==== kernel tables ======================================================================== */
+
+static const pc_half_kernels_t k_portable = {"portable", p_to_bf16, p_from_bf16, p_to_f16,
+                                             p_from_f16};
+#ifdef PC_HAVE_F16C
+static const pc_half_kernels_t k_f16c = {"f16c", v_to_bf16, v_from_bf16, v_to_f16, v_from_f16};
+#endif
+
+const pc_half_kernels_t *pc_half_kernels(const char *name) {
+#ifdef PC_HAVE_F16C
+    __builtin_cpu_init(); /* idempotent; needed when called from another constructor */
+    /* F16C from CPUID leaf 1 (ECX bit 29: clang's __builtin_cpu_supports has no "f16c"); AVX2
+     * through the builtin, which also checks that the OS saves the AVX state. */
+    unsigned a, b, c, d;
+    const bool f16c =
+        __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    if (!name)
+        return f16c ? &k_f16c : &k_portable;
+    if (!strcmp(name, "f16c"))
+        return f16c ? &k_f16c : NULL;
+#else
+    if (!name)
+        return &k_portable;
+#endif
+    return !strcmp(name, "portable") ? &k_portable : NULL;
+}
