@@ -28,7 +28,16 @@
  * the new process's start to its first completed step (its JSON: connecting, rejoining the group,
  * taking the dense state, reading from its position, one step); restart_wall_s: from the spawn
  * until the coordinator records its first new step (adds exec and the poll, 5 ms).
+ *
+ * Compressed rows (docs/wire.md): the same model trained against the server with rows and
+ * gradients on the wire in f32, bf16 and f16 (--wire-dtype; sync, so each run is deterministic and
+ * any difference is the rounding's), on ps-datagen data of the same size with a quarter as many
+ * test rows, two rounds in alternating order (f32 bf16 f16, f16 bf16 f32), a fresh table each run.
+ * auc_bf16_minus_f32 and auc_f16_minus_f32: the test AUC of each type minus f32's (means over the
+ * rounds; the goal is >= -0.001); sync_bf16_vs_f32 and sync_f16_vs_f32: mean samples/s against
+ * f32's.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +51,65 @@
 #include "pw_coord_client.h"
 #include "pw_datagen.h"
 #include "pw_train.h"
+
+/* The AUC and speed of training against the server in each wire type (see the file's comment). */
+typedef struct wire_auc {
+    double auc[3], sps[3]; /* by PSC_WIRE_*: mean test AUC, mean samples/s over the rounds */
+    double auc_spread;     /* the largest difference between two rounds of one type */
+} wire_auc_t;
+
+static int measure_wire_types(const pw_train_config_t *base, int port, const char *dir, uint64_t n,
+                              wire_auc_t *out) {
+    static const char *const names[3] = {"f32", "bf16", "f16"};
+    char tr[300], te[300];
+    snprintf(tr, sizeof tr, "%s/auc-train.tsv", dir);
+    snprintf(te, sizeof te, "%s/auc-test.tsv", dir);
+    pw_datagen_opts_t go;
+    pw_datagen_defaults(&go);
+    go.rows = (int64_t)n;
+    go.test_rows = (int64_t)(n / 4);
+    FILE *ft = fopen(tr, "w"), *fe = fopen(te, "w");
+    if (!ft || !fe || pw_datagen_run(&go, ft, fe, NULL))
+        abort();
+    fclose(ft);
+    fclose(fe);
+    pw_train_config_t c = *base;
+    snprintf(c.servers, sizeof c.servers, "127.0.0.1:%d", port);
+    snprintf(c.mode, sizeof c.mode, "sync");
+    const char *trp[] = {tr}, *tep[] = {te};
+    enum { ROUNDS = 2 };
+    double auc[3][ROUNDS], sps[3][ROUNDS];
+    int rc = 0;
+    for (int r = 0; r < ROUNDS && !rc; r++)
+        for (int i = 0; i < 3 && !rc; i++) {
+            const int t = r % 2 ? 2 - i : i; /* f32 bf16 f16, then f16 bf16 f32 */
+            c.wire_dtype = t;
+            /* a job of its own: --fresh resets a table another job trained (not its own) */
+            snprintf(c.job, sizeof c.job, "wire-%s-%d", names[t], r);
+            pw_train_result_t res;
+            if ((rc = pw_train_run(&c, PW_FMT_CRITEO, trp, 1, tep, 1, &res)))
+                break;
+            auc[t][r] = res.auc;
+            sps[t][r] = res.samples_per_s;
+            printf("  wire %-4s round %d: test AUC %.6f, %.0f samples/s\n", names[t], r, res.auc,
+                   res.samples_per_s);
+        }
+    unlink(tr);
+    unlink(te);
+    if (rc)
+        return -1;
+    out->auc_spread = 0;
+    for (int t = 0; t < 3; t++) {
+        out->auc[t] = out->sps[t] = 0;
+        for (int r = 0; r < ROUNDS; r++) {
+            out->auc[t] += auc[t][r] / ROUNDS;
+            out->sps[t] += sps[t][r] / ROUNDS;
+            const double d = fabs(auc[t][r] - auc[t][0]);
+            out->auc_spread = d > out->auc_spread ? d : out->auc_spread;
+        }
+    }
+    return 0;
+}
 
 /* ps-worker rank `rank` of the restart job, its JSON summary to out. */
 static int spawn_worker(const char *bin, int port, int grpc, const char *p0, const char *p1,
@@ -323,6 +391,8 @@ int bench_dist_main(int argc, char **argv) {
                                                                     : steps / 3;
     const int rrc =
         rc ? -1 : measure_restart(dir, port, grpc, tr, tr1, kill_at, &first_step, &wall);
+    wire_auc_t wa = {0};
+    const int wrc = rc || rrc ? -1 : measure_wire_types(&c, port, dir, n, &wa);
     bench_stop(ps);
     char path[320];
     const char *outs[] = {"w0.json", "w1.json", "w1b.json"};
@@ -334,9 +404,11 @@ int bench_dist_main(int argc, char **argv) {
     unlink(tr);
     unlink(pf);
     rmdir(dir);
-    if (rc || rrc) {
+    if (rc || rrc || wrc) {
         fprintf(stderr, "ps-bench dist: distributed training%s failed\n",
-                rc ? "" : " with a worker restart");
+                rc    ? ""
+                : rrc ? " with a worker restart"
+                      : " with compressed rows");
         return 1;
     }
     const double ratio = dist.samples_per_s / local.samples_per_s;
@@ -364,6 +436,12 @@ int bench_dist_main(int argc, char **argv) {
     }
     printf("%-40s %12.3f s  (wall, spawn to recorded step: %.3f s)\n",
            "worker restart to its first step", first_step, wall);
+    printf("%-40s %12.6f  (bf16 %.6f, f16 %.6f; rounds differ by up to %.1e)\n",
+           "test AUC by wire type, f32", wa.auc[0], wa.auc[1], wa.auc[2], wa.auc_spread);
+    printf("%-40s %+12.6f  (f16 - f32 %+.6f; goal >= -0.001)\n", "AUC bf16 - f32",
+           wa.auc[1] - wa.auc[0], wa.auc[2] - wa.auc[0]);
+    printf("%-40s %12.0f samples/s  (bf16 %.0f, f16 %.0f; bf16 / f32 %.2f)\n",
+           "sync by wire type, f32", wa.sps[0], wa.sps[1], wa.sps[2], wa.sps[1] / wa.sps[0]);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "dist");
     cJSON_AddNumberToObject(root, "rows", (double)n);
@@ -385,6 +463,14 @@ int bench_dist_main(int argc, char **argv) {
     }
     cJSON_AddNumberToObject(root, "restart_first_step_s", first_step);
     cJSON_AddNumberToObject(root, "restart_wall_s", wall);
+    cJSON_AddNumberToObject(root, "auc_f32", wa.auc[0]);
+    cJSON_AddNumberToObject(root, "auc_bf16", wa.auc[1]);
+    cJSON_AddNumberToObject(root, "auc_f16", wa.auc[2]);
+    cJSON_AddNumberToObject(root, "auc_bf16_minus_f32", wa.auc[1] - wa.auc[0]);
+    cJSON_AddNumberToObject(root, "auc_f16_minus_f32", wa.auc[2] - wa.auc[0]);
+    cJSON_AddNumberToObject(root, "auc_round_spread", wa.auc_spread);
+    cJSON_AddNumberToObject(root, "sync_bf16_vs_f32", wa.sps[1] / wa.sps[0]);
+    cJSON_AddNumberToObject(root, "sync_f16_vs_f32", wa.sps[2] / wa.sps[0]);
     bench_emit_json(&o, root);
     return 0;
 }

@@ -21,6 +21,10 @@
  *  - gRPC Pull over TLS against plain gRPC (dim 64, 8 in flight): a third ps-server whose gRPC
  *    port serves TLS (its own self-signed certificate), same settings and pinning as the first,
  *    three pairs of samples alternating (tls_grpc_pull_vs_plain: the median of their ratios).
+ *  - compressed rows (docs/wire.md): data plane pull and push with rows and gradients in bf16
+ *    against f32 (psc_set_wire_type), dim 64 and 16, 8 in flight, three pairs of samples
+ *    alternating (pull_bf16_vs_f32, push_bf16_vs_f32: dim 64, the median of the pairs' ratios;
+ *    the _16 keys the same at dim 16).
  * Samples of the data plane and of Redis alternate. Figures for issue notes and docs.
  */
 #include <arpa/inet.h>
@@ -128,6 +132,23 @@ static void fig_add(pairs_t *f, int i, double a, double base) {
     f->a[i] = a;
     f->base[i] = base;
     f->ratio[i] = a / base;
+}
+
+/* Rows/s of pulls (or pushes) with rows in bf16 (a) against f32 (base), 8 in flight: PAIRS pairs
+ * of samples, the order alternating within the pairs. */
+static void wire_pairs(ctx_t *x, const char *table, uint32_t dim, bool push, pairs_t *f) {
+    for (int r = 0; r < PAIRS; r++) {
+        double rate[2];
+        for (int j = 0; j < 2; j++) {
+            const int t = (r + j) % 2; /* 0: f32 first, 1: bf16 first */
+            if (psc_set_wire_type(x->ps, t ? PSC_WIRE_BF16 : PSC_WIRE_F32))
+                abort();
+            rate[t] = dp_rate(x, table, dim, W, push, 70 + (uint64_t)r);
+        }
+        fig_add(f, r, rate[1], rate[0]);
+    }
+    if (psc_set_wire_type(x->ps, PSC_WIRE_F32))
+        abort();
 }
 
 /* ==== loopback TCP stream ================================================================== */
@@ -716,6 +737,19 @@ int bench_rpc_main(int argc, char **argv) {
     printf("dim 64, %d in flight: pull %.0f MB/s, loopback TCP stream %.0f MB/s (pull / "
            "loopback %.2f)\n",
            W, lo_pull * 1e-6, lo_bytes * 1e-6, lo_ratio);
+    /* Compressed rows: bf16 against f32, pairs alternating, dims 64 and 16. */
+    pairs_t wpull[2], wpush[2]; /* [0] dim 64, [1] dim 16 */
+    for (int d = 0; d < 2; d++) {
+        const uint32_t dim = d ? 16 : 64;
+        const char *table = d ? "b16" : "b64";
+        wire_pairs(&x, table, dim, false, &wpull[d]);
+        wire_pairs(&x, table, dim, true, &wpush[d]);
+        printf("dim %2u, %d in flight, bf16 rows: pull %9.0f (f32 %9.0f, bf16 / f32 %.2f)  push "
+               "%9.0f (f32 %9.0f, %.2f) rows/s\n",
+               dim, W, bench_median3(wpull[d].a), bench_median3(wpull[d].base),
+               bench_median3(wpull[d].ratio), bench_median3(wpush[d].a),
+               bench_median3(wpush[d].base), bench_median3(wpush[d].ratio));
+    }
     double gpull[2], gpush[2];
     for (int f = 0; f < 2; f++) {
         gpull[f] = grpc_rate(&x, "b64", 64, false, f ? W : 1, 30);
@@ -783,6 +817,18 @@ int bench_rpc_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "tls_pull_vs_plain", tls_ratio);
     cJSON_AddNumberToObject(root, "tls_grpc_pull_rows_per_s", tls_gpull);
     cJSON_AddNumberToObject(root, "tls_grpc_pull_vs_plain", tls_gratio);
+    cJSON_AddNumberToObject(root, "pull_bf16_rows_per_s", bench_median3(wpull[0].a));
+    cJSON_AddNumberToObject(root, "pull_f32_rows_per_s", bench_median3(wpull[0].base));
+    cJSON_AddNumberToObject(root, "pull_bf16_vs_f32", bench_median3(wpull[0].ratio));
+    cJSON_AddNumberToObject(root, "push_bf16_rows_per_s", bench_median3(wpush[0].a));
+    cJSON_AddNumberToObject(root, "push_f32_rows_per_s", bench_median3(wpush[0].base));
+    cJSON_AddNumberToObject(root, "push_bf16_vs_f32", bench_median3(wpush[0].ratio));
+    cJSON_AddNumberToObject(root, "pull_bf16_rows_per_s_16", bench_median3(wpull[1].a));
+    cJSON_AddNumberToObject(root, "pull_f32_rows_per_s_16", bench_median3(wpull[1].base));
+    cJSON_AddNumberToObject(root, "pull_bf16_vs_f32_16", bench_median3(wpull[1].ratio));
+    cJSON_AddNumberToObject(root, "push_bf16_rows_per_s_16", bench_median3(wpush[1].a));
+    cJSON_AddNumberToObject(root, "push_f32_rows_per_s_16", bench_median3(wpush[1].base));
+    cJSON_AddNumberToObject(root, "push_bf16_vs_f32_16", bench_median3(wpush[1].ratio));
     cJSON *cases = cJSON_AddArrayToObject(root, "cases");
     for (int d = 0; d < 2; d++)
         for (int f = 0; f < 2; f++) {

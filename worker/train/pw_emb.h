@@ -94,6 +94,7 @@ typedef struct pw_emb_opts {
     /* TLS to the servers (psc_tls_opts_t): tls_ca set turns it on; tls_cert and tls_key give a
      * client certificate to servers that ask for one. Borrowed for pw_emb_remote_open. */
     const char *tls_ca, *tls_cert, *tls_key;
+    int wire_dtype; /* PSC_WIRE_*: rows and gradients on the wire (0: f32) */
     /* local */
     const char *table_spec; /* ps_table settings ("optimizer=adagrad,lr=0.05,..."), dim added */
     uint64_t seed;          /* the table's initial rows */

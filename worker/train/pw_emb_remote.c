@@ -212,12 +212,19 @@ int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
     psc_tls_opts_t tls = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key};
     char why[600];
     int rc = psc_connect2(&po, o->tls_ca && o->tls_ca[0] ? &tls : NULL, why, sizeof why, &r->ps);
+    if (!rc && (rc = psc_set_wire_type(r->ps, o->wire_dtype)) != 0) {
+        snprintf(why, sizeof why, "wire type %d: %s", o->wire_dtype, psc_strerror(rc));
+        psc_close(r->ps);
+    }
     if (rc) {
         PC_ERROR("train: cannot reach the servers (%s): %s", o->servers, why);
         pthread_mutex_destroy(&r->mu);
         pc_sfree(r);
         return rc;
     }
+    if (o->wire_dtype != PSC_WIRE_F32)
+        PC_INFO("train: rows and gradients travel as %s (--wire-dtype)",
+                o->wire_dtype == PSC_WIRE_BF16 ? "bf16" : "f16");
     *out = &r->base;
     return 0;
 }

@@ -41,6 +41,7 @@ static const char *const k_worker_loss[] = {"shrink", "wait", NULL};
 static const char *const k_resume[] = {"position", "checkpoint", NULL};
 static const char *const k_server_loss[] = {"continue", "rollback", NULL};
 static const char *const k_order[] = {"priority", "fifo", NULL};
+static const char *const k_wire_dtype[] = {"f32", "bf16", "f16", NULL}; /* PSC_WIRE_* */
 
 #define T pw_train_config_t
 static const pc_setting_t k_settings[] = {
@@ -51,6 +52,10 @@ static const pc_setting_t k_settings[] = {
                       "PEM CA bundle the servers' certificates chain to: connect with TLS"),
     PC_SETTING_STRING(T, tls_cert, "", "PEM client certificate (servers with tls_client_auth)"),
     PC_SETTING_STRING(T, tls_key, "", "PEM private key of tls_cert"),
+    PC_SETTING_ENUM(T, wire_dtype, k_wire_dtype, "f32",
+                    "rows and gradients between this worker and the servers: f32 (exact) | bf16 "
+                    "| f16 (half the bytes, rounded; the servers' tables stay f32: docs/wire.md "
+                    "Compressed rows)"),
     PC_SETTING_STRING(T, coordinator, "",
                       "the coordinator (world > 1): host:gRPC port of a ps-server --coordinator, "
                       "or etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcds:// for TLS)"),
@@ -269,6 +274,7 @@ static int trainer_init(trainer_t *t) {
                         .tls_ca = c->tls_ca,
                         .tls_cert = c->tls_cert,
                         .tls_key = c->tls_key,
+                        .wire_dtype = c->wire_dtype,
                         .table_spec = c->table,
                         .seed = (uint64_t)c->seed,
                         .zero_rows = ops->zero_rows};

@@ -156,6 +156,7 @@ typedef struct pw_train_config {
     char tls_ca[512];          /* PEM CA that the servers' certificates chain to: TLS on */
     char tls_cert[512];        /* PEM client certificate (servers that want one), "" none */
     char tls_key[512];         /* its private key */
+    int wire_dtype;            /* PSC_WIRE_*: rows and gradients on the wire (f32, bf16, f16) */
     char coordinator[256];     /* host:gRPC port of the coordinator (world > 1) */
     char job[64];              /* key prefix of this job at the coordinator */
     char host[64];             /* this worker's address as its peers reach it */
