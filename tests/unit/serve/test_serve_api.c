@@ -3,7 +3,8 @@
  *
  * What is checked: Predict from Criteo lines and from keyed samples scores what the model's own
  * evaluation (pw_step_eval, on a model loaded from the version's files, rows looked up in the
- * training servers' catalogs) scores, within 1e-6, and both forms agree exactly; every bad input
+ * training servers' catalogs) scores, and what DLRM's forward in double precision on the same
+ * weights and rows scores, within 1e-6, and both forms agree exactly; every bad input
  * answers its documented code and the replica answers the next request; LoadVersion of another
  * step, a missing one and a damaged one (refused, counted, the current version keeps serving);
  * Follow on a pinned-only replica; ListVersions and ServeStatus; and versions swapped while
@@ -34,7 +35,8 @@
 static sf_t g_f;
 static sv_serve_t *g_s;
 static sv_api_env_t g_env;
-static float g_ref[2][SF_NLINES]; /* the scores of the fixture's lines: versions V1, V2 */
+static float g_ref[2][SF_NLINES];   /* the scores of the fixture's lines: versions V1, V2 */
+static double g_refd[2][SF_NLINES]; /* the same in double precision */
 static int m_predict, m_status, m_versions, m_load, m_follow, m_lookup, m_health;
 
 static int method(const char *path) {
@@ -68,7 +70,7 @@ static void expect_fail(const sv_api_env_t *env, int m, const ProtobufCMessage *
     ps_api_reply_free(&r);
 }
 
-/* ---- the reference: the model's own evaluation ------------------------------------------------
+/* ---- the references: the model's own evaluation, and DLRM in double precision ------------------
  */
 /* Scores of lines[0..n) by version step's model files, rows from the training servers. */
 static void reference(uint64_t step, char (*lines)[512], size_t n, float *probs) {
@@ -129,6 +131,76 @@ static void reference(uint64_t step, char (*lines)[512], size_t n, float *probs)
     pw_model_destroy(m);
 }
 
+/* A layer in double: y = w x + b (w is out x in, row-major), relu when asked. */
+static void linear_d(const pw_linear_t *l, const double *x, double *y, bool relu) {
+    for (int o = 0; o < l->out; o++) {
+        double a = l->b[o];
+        for (int i = 0; i < l->in; i++)
+            a += (double)l->w[(size_t)o * l->in + i] * x[i];
+        y[o] = relu && a < 0 ? 0 : a;
+    }
+}
+
+/* The same scores as reference() by DLRM's definition in double precision, sample by sample:
+ * bottom MLP (ReLU throughout) on the dense values, rows summed per field (x their values),
+ * the pairwise dot products of [bottom, fields], the top MLP (ReLU but the last) on [bottom,
+ * dots], the sigmoid. */
+static void reference_double(uint64_t step, char (*lines)[512], size_t n, double *probs) {
+    char path[300], err[200];
+    snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/card", g_f.versions, step);
+    pw_model_card_t card;
+    assert_int_equal(pw_model_card_read(path, &card, err, sizeof err), 0);
+    const pw_model_config_t *c = &card.model;
+    assert_string_equal(c->name, "dlrm");
+    assert_false(c->mean);
+    pw_model_t *m;
+    assert_int_equal(pw_model_create(c, pw_backend_cpu(), &m), 0);
+    snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/model", g_f.versions, step);
+    assert_int_equal(pw_model_load(m, path), 0);
+    assert_int_equal(m->nparams, c->nbottom + c->ntop);
+    enum { W = 1024, F = PW_CRITEO_CAT + 1 };
+    const int d = c->dim;
+    assert_int_equal(d, SF_DIM);
+    assert_int_equal(c->nfields, PW_CRITEO_CAT);
+    pw_sample_t *s = malloc(sizeof *s);
+    assert_non_null(s);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(
+            pw_parse_line(PW_FMT_CRITEO, NULL, lines[i], strlen(lines[i]), s, err, sizeof err), 0);
+        double x[W], y[W], z[F * SF_DIM] = {0};
+        for (uint32_t j = 0; j < s->ndense; j++)
+            x[j] = s->dense[j];
+        for (int l = 0; l < c->nbottom; l++) {
+            assert_true(m->params[l].out <= W);
+            linear_d(&m->params[l], x, y, true);
+            memcpy(x, y, (size_t)m->params[l].out * sizeof(double));
+        }
+        memcpy(z, x, (size_t)d * sizeof(double)); /* z = [bottom, the fields' pooled rows] */
+        float row[SF_DIM];
+        for (uint32_t j = 0; j < s->nkeys; j++) {
+            sf_lookup(&g_f, &s->keys[j], 1, row, NULL);
+            for (int e = 0; e < d; e++)
+                z[(1 + s->field[j]) * d + e] += (double)s->val[j] * row[e];
+        }
+        int k = d; /* x = [bottom, dots] */
+        for (int a = 1; a < F; a++)
+            for (int b = 0; b < a; b++, k++) {
+                double dot = 0;
+                for (int e = 0; e < d; e++)
+                    dot += z[a * d + e] * z[b * d + e];
+                x[k] = dot;
+            }
+        assert_int_equal(k, m->params[c->nbottom].in);
+        for (int l = c->nbottom; l < m->nparams; l++) {
+            linear_d(&m->params[l], x, y, l + 1 < m->nparams);
+            memcpy(x, y, (size_t)m->params[l].out * sizeof(double));
+        }
+        probs[i] = 1.0 / (1.0 + exp(-x[0]));
+    }
+    free(s);
+    pw_model_destroy(m);
+}
+
 static int group_setup(void **state) {
     (void)state;
     pc_log_set_level(PC_LOG_ERROR);
@@ -137,6 +209,15 @@ static int group_setup(void **state) {
     sf_version(&g_f, V2, 8, 30); /* 30 more rows: the versions' row counts differ */
     reference(V1, g_f.lines, SF_NLINES, g_ref[0]);
     reference(V2, g_f.lines, SF_NLINES, g_ref[1]);
+    reference_double(V1, g_f.lines, SF_NLINES, g_refd[0]);
+    reference_double(V2, g_f.lines, SF_NLINES, g_refd[1]);
+    double worst = 0;
+    for (int v = 0; v < 2; v++)
+        for (size_t i = 0; i < SF_NLINES; i++) {
+            TU_ASSERT_CLOSE(g_ref[v][i], g_refd[v][i], 0, 1e-6, "version %d line %zu", v, i);
+            worst = fmax(worst, fabs(g_ref[v][i] - g_refd[v][i]));
+        }
+    print_message("the model's evaluation vs double precision: %.2g at most\n", worst);
     size_t differ = 0;
     for (size_t i = 0; i < SF_NLINES; i++)
         differ += g_ref[0][i] != g_ref[1][i];
@@ -260,8 +341,10 @@ static void test_predict(void **state) {
     assert_int_equal(a->model_version, V2);
     assert_true(a->pinned);
     assert_int_equal(a->n_sparse_positions, 2); /* one per training server */
-    for (size_t i = 0; i < SF_NLINES; i++)
+    for (size_t i = 0; i < SF_NLINES; i++) {
         TU_ASSERT_CLOSE(a->scores[i], g_ref[1][i], 0, 1e-6, "line %zu", i);
+        TU_ASSERT_CLOSE(a->scores[i], g_refd[1][i], 0, 1e-6, "line %zu (double)", i);
+    }
     samples_t x;
     samples_init(&x, 0, SF_NLINES);
     Emberps__PredictRequest qs = EMBERPS__PREDICT_REQUEST__INIT;
