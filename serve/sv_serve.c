@@ -301,7 +301,10 @@ int sv_serve_pin(sv_serve_t *s, uint64_t step, uint64_t *loaded, char *why, size
         PC_INFO("serve: version %" PRIu64 " pinned", *loaded);
     } else if (rc != PC_ESTATE && rc != PC_ENOTFOUND) {
         char what[64];
-        snprintf(what, sizeof what, "version %" PRIu64, step);
+        if (step)
+            snprintf(what, sizeof what, "version %" PRIu64, step);
+        else
+            snprintf(what, sizeof what, "the newest version");
         refuse(s, what, why);
     }
     pthread_mutex_unlock(&s->swap_mu);
