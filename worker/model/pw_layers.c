@@ -115,15 +115,22 @@ void pw_mlp_free(pw_mlp_t *m) {
     memset(m, 0, sizeof *m);
 }
 
+const float *pw_mlp_forward_borrowed(pw_mlp_t *m, int batch, const float *x) {
+    if (batch < 1 || batch > m->max_batch)
+        return NULL;
+    m->batch = batch;
+    m->in = x;
+    for (int i = 0; i < m->nl; i++)
+        linear_act(&m->l[i], batch, i ? m->act[i] : x, i + 1 < m->nl || m->relu_last,
+                   m->act[i + 1]);
+    return m->act[m->nl];
+}
+
 const float *pw_mlp_forward(pw_mlp_t *m, int batch, const float *x) {
     if (batch < 1 || batch > m->max_batch)
         return NULL;
-    pw_backend_t *be = m->be;
-    m->batch = batch;
-    be->copy(be, m->act[0], x, (size_t)batch * m->l[0].in * sizeof(float));
-    for (int i = 0; i < m->nl; i++)
-        linear_act(&m->l[i], batch, m->act[i], i + 1 < m->nl || m->relu_last, m->act[i + 1]);
-    return m->act[m->nl];
+    m->be->copy(m->be, m->act[0], x, (size_t)batch * m->l[0].in * sizeof(float));
+    return pw_mlp_forward_borrowed(m, batch, m->act[0]);
 }
 
 void pw_mlp_backward(pw_mlp_t *m, const float *dy, float *dx) {
@@ -135,7 +142,7 @@ void pw_mlp_backward(pw_mlp_t *m, const float *dy, float *dx) {
     else
         be->copy(be, g, dy, (size_t)batch * m->l[last].out * sizeof(float));
     for (int i = last; i >= 0; i--) {
-        pw_linear_backward(&m->l[i], batch, m->act[i], g, i ? gx : dx);
+        pw_linear_backward(&m->l[i], batch, i ? m->act[i] : m->in, g, i ? gx : dx);
         if (i == 0)
             break;
         be->relu_grad(be, (size_t)batch * m->l[i].in, m->act[i], gx, gx); /* the ReLU before i */

@@ -49,6 +49,7 @@ typedef struct pw_mlp {
     int nl, max_batch, batch;
     bool relu_last;
     float *act[PW_MLP_MAX + 1]; /* act[0]: input copy; act[i + 1]: output of layer i */
+    const float *in;            /* the last forward's input: act[0], or the caller's (borrowed) */
     float *ga, *gb;             /* gradient scratch, max_batch x widest */
 } pw_mlp_t;
 
@@ -61,6 +62,9 @@ void pw_mlp_free(pw_mlp_t *m);
 /* x: batch x in (copied) -> the output, batch x widths[n - 1], owned by the MLP and valid until
  * the next forward. NULL when batch is not in 1..max_batch. */
 const float *pw_mlp_forward(pw_mlp_t *m, int batch, const float *x);
+/* The same with x borrowed, not copied: the caller keeps it unchanged until pw_mlp_backward has
+ * returned (a model that owns its MLP's input saves a copy of it per step). */
+const float *pw_mlp_forward_borrowed(pw_mlp_t *m, int batch, const float *x);
 /* After forward: dy (batch x out) -> parameter gradients accumulated, dx (batch x in) written
  * unless NULL. */
 void pw_mlp_backward(pw_mlp_t *m, const float *dy, float *dx);
