@@ -5,7 +5,14 @@
  * 128-64-1 (input 16 + 351 interactions), batch 1024, OpenBLAS on one thread; the reader runs on
  * its own thread, as in ps-worker. Figures:
  *  - train_samples_per_s, and the dense part's GFLOP/s (3 x the forward GEMM/interaction FLOPs
- *    per sample) as a fraction of single-thread OpenBLAS sgemm (512^3) measured in the same run;
+ *    per sample) as a fraction of single-thread OpenBLAS sgemm (512^3) measured in the same run
+ *    (dense_vs_sgemm_peak: a figure of the whole training loop, table and all, on 2 cores);
+ *  - the same FLOPs over the dense step alone (dense_step_vs_sgemm_peak): the trainer's step
+ *    (pw_step.h: rows gathered, the model's forward and backward, BCE, row gradients summed, the
+ *    dense optimizer) on the run's model and batch, synthetic batches, no table, no reader, the
+ *    same one OpenBLAS thread, the median of 100 steps; and the ceiling of its shapes:
+ *    sgemm_step_shapes_gflops, OpenBLAS alone on the GEMMs one step makes (each layer's forward,
+ *    dW and dx, the interaction's 2 x batch small products), over the same 512^3 peak;
  *  - auc and logloss on the test rows next to the oracle's (oracle_auc);
  *  - parse_lines_per_s of Criteo lines (as `ps-bench data`);
  *  - the same data's AUC for LR, FM and DeepFM (auc_lr, auc_fm, auc_deepfm; not with --smoke);
@@ -29,12 +36,17 @@
 
 #include "bench_util.h"
 #include "pc_log.h"
+#include "pc_rand.h"
 #include "pc_settings.h"
 #include "pc_time.h"
 #include "ps_table.h"
 #include "pw_datagen.h"
+#include "pw_model.h"
 #include "pw_split.h"
+#include "pw_step.h"
 #include "pw_train.h"
+
+enum { FIELDS = 26, DENSE = 13 }; /* ps-datagen's Criteo rows */
 
 /* Single-thread sgemm GFLOP/s on square matrices of side m, for about `secs`. */
 static double sgemm_peak(int m, double secs) {
@@ -54,6 +66,164 @@ static double sgemm_peak(int m, double secs) {
     free(b);
     free(c);
     return 2.0 * m * m * (double)m * reps / s / 1e9;
+}
+
+/* "64,16" -> w[], their count (at most PW_MLP_MAX). */
+static int widths(const char *list, int *w) {
+    int n = 0;
+    for (const char *p = list; *p && n < PW_MLP_MAX; n++) {
+        char *end;
+        w[n] = (int)strtol(p, &end, 10);
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
+/* The run's DLRM (c's widths, dim and batch) as a model configuration. */
+static pw_model_config_t model_config(const pw_train_config_t *c) {
+    pw_model_config_t mc = {.name = "dlrm",
+                            .ndense = DENSE,
+                            .nfields = FIELDS,
+                            .dim = (int)c->dim,
+                            .max_batch = (int)c->batch,
+                            .seed = 1};
+    mc.nbottom = widths(c->bottom, mc.bottom);
+    mc.ntop = widths(c->top, mc.top);
+    return mc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Seconds per step of the trainer's dense step alone (see the file's comment): the median of
+ * `steps` after 3 warm-up steps. */
+static double dense_step_seconds(const pw_train_config_t *c, int steps) {
+    pw_backend_t *be = pw_backend_cpu();
+    const pw_model_config_t mc = model_config(c);
+    const int n = mc.max_batch, d = mc.dim;
+    const size_t nk = (size_t)n * FIELDS;
+    pw_model_t *m;
+    pw_step_t *st;
+    pw_opt_config_t oc;
+    pw_opt_config_defaults(&oc, (pw_opt_kind_t)c->dense_optimizer);
+    if (pw_model_create(&mc, be, &m))
+        abort();
+    pw_step_config_t sc = {.be = be, .model = m, .ndense = DENSE, .opt = &oc};
+    if (pw_step_create(&sc, &st))
+        abort();
+    pw_batch_t b = {.n = (size_t)n, .ndense = DENSE};
+    b.labels = calloc((size_t)n, sizeof *b.labels);
+    b.dense = calloc((size_t)n * DENSE, sizeof *b.dense);
+    b.keys = calloc(nk, sizeof *b.keys);
+    b.fields = calloc(nk, sizeof *b.fields);
+    b.vals = calloc(nk, sizeof *b.vals);
+    b.key_off = calloc((size_t)n + 1, sizeof *b.key_off);
+    uint32_t *inv = calloc(nk, sizeof *inv); /* every feature its own row */
+    float *urows = calloc(nk * d, sizeof *urows), *ugrads = calloc(nk * d, sizeof *ugrads);
+    double *t = calloc((size_t)steps, sizeof *t);
+    if (!b.labels || !b.dense || !b.keys || !b.fields || !b.vals || !b.key_off || !inv || !urows ||
+        !ugrads || !t)
+        abort();
+    uint64_t rng = 7;
+    for (int s = 0; s < n; s++) {
+        b.labels[s] = pc_rand_unit(&rng) < 0.25 ? 1.0f : 0.0f;
+        for (int j = 0; j < DENSE; j++)
+            b.dense[(size_t)s * DENSE + j] = (float)pc_rand_unit(&rng);
+        b.key_off[s + 1] = (size_t)(s + 1) * FIELDS;
+    }
+    for (size_t j = 0; j < nk; j++) {
+        b.fields[j] = (uint16_t)(j % FIELDS);
+        b.vals[j] = 1.0f;
+        inv[j] = (uint32_t)j;
+    }
+    for (size_t i = 0; i < nk * d; i++)
+        urows[i] = (float)((pc_rand_unit(&rng) - 0.5) * 0.1);
+    const pw_step_input_t in = {.b = &b, .inv = inv, .nu = nk, .urows = urows};
+    for (int i = -3; i < steps; i++) {
+        const uint64_t t0 = pc_time_mono_ns();
+        double loss;
+        if (pw_step_stage(st, 0, &in) || pw_step_compute(st, 0, 1.0f, ugrads) ||
+            pw_step_finish(st, true, &loss))
+            abort();
+        if (i >= 0)
+            t[i] = pc_time_sec_since(t0);
+    }
+    qsort(t, (size_t)steps, sizeof *t, cmp_double);
+    const double med = t[steps / 2];
+    pw_step_destroy(st);
+    pw_model_destroy(m);
+    free(b.labels);
+    free(b.dense);
+    free(b.keys);
+    free(b.fields);
+    free(b.vals);
+    free(b.key_off);
+    free(inv);
+    free(urows);
+    free(ugrads);
+    free(t);
+    return med;
+}
+
+/* OpenBLAS alone on the GEMMs of one step of the run's DLRM (one thread): GFLOP/s over the best
+ * of `reps` passes. Each layer's forward (x W^T), dW (dy^T x) and dx (dy W; not the first
+ * layer's), the interaction's Z Z^T and G Z per sample, with pw_layers' layouts. */
+static double step_shapes_gflops(const pw_train_config_t *c, int reps) {
+    const pw_model_config_t mc = model_config(c);
+    const int n = mc.max_batch, d = mc.dim, f = FIELDS + 1, np = f * (f - 1) / 2;
+    int in[2 * PW_MLP_MAX], out[2 * PW_MLP_MAX], nl = 0;
+    size_t big = (size_t)f * f; /* floats per sample of the largest operand */
+    for (int i = 0; i < mc.nbottom; i++, nl++) {
+        in[nl] = i ? mc.bottom[i - 1] : DENSE;
+        out[nl] = mc.bottom[i];
+    }
+    for (int i = 0; i < mc.ntop; i++, nl++) {
+        in[nl] = i ? mc.top[i - 1] : d + np;
+        out[nl] = mc.top[i];
+    }
+    for (int i = 0; i < nl; i++) { /* a layer's x, y or dy per sample */
+        big = (size_t)in[i] > big ? (size_t)in[i] : big;
+        big = (size_t)out[i] > big ? (size_t)out[i] : big;
+    }
+    size_t cap = (size_t)n * big;
+    for (int i = 0; i < nl; i++) /* or its weights */
+        cap = (size_t)in[i] * out[i] > cap ? (size_t)in[i] * out[i] : cap;
+    float *a = calloc(cap, sizeof *a), *b = calloc(cap, sizeof *b), *y = calloc(cap, sizeof *y);
+    if (!a || !b || !y)
+        abort();
+    for (size_t i = 0; i < cap; i++)
+        a[i] = b[i] = (float)(i % 7) * 0.1f;
+    const CBLAS_TRANSPOSE N = CblasNoTrans, T = CblasTrans;
+    double best = INFINITY, flops = 0;
+    for (int r = 0; r < reps; r++) {
+        flops = 0;
+        const uint64_t t0 = pc_time_mono_ns();
+        for (int i = 0; i < nl; i++) {
+            const int k = in[i], o = out[i];
+            cblas_sgemm(CblasRowMajor, N, T, n, o, k, 1, a, k, b, k, 0, y, o);
+            cblas_sgemm(CblasRowMajor, T, N, o, k, n, 1, a, o, b, k, 1, y, k);
+            flops += 4.0 * n * k * o;
+            if (i != 0) { /* the bottom's first layer has no dx */
+                cblas_sgemm(CblasRowMajor, N, N, n, k, o, 1, a, o, b, k, 0, y, k);
+                flops += 2.0 * n * k * o;
+            }
+        }
+        for (int s = 0; s < n; s++) {
+            const float *z = a + (size_t)s * f * d;
+            cblas_sgemm(CblasRowMajor, N, T, f, f, d, 1, z, d, z, d, 0, y + (size_t)s * f * f, f);
+            cblas_sgemm(CblasRowMajor, N, N, f, d, f, 1, b + (size_t)s * f * f, f, z, d, 0,
+                        y + (size_t)s * f * d, d);
+        }
+        flops += 2 * 2.0 * n * f * f * d;
+        const double sec = pc_time_sec_since(t0);
+        best = sec < best ? sec : best;
+    }
+    free(a);
+    free(b);
+    free(y);
+    return flops / best / 1e9;
 }
 
 /* AUC of `model` trained with c's other settings; NaN on failure. */
@@ -191,7 +361,13 @@ int bench_train_main(int argc, char **argv) {
     pc_log_set_level(PC_LOG_WARN);
     openblas_set_num_threads(1);
     const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 20000 : o.quick ? 300000 : 2000000;
+    pw_train_config_t c;
+    pw_train_config_defaults(&c); /* dim 16, 13-64-16, 128-64-1, batch 1024 */
+    c.local_store = pw_emb_local_open;
+    /* the peak, then what the dense step and its shapes do, back to back */
     const double peak = sgemm_peak(512, o.smoke ? 0.2 : 1.0);
+    const double step_s = dense_step_seconds(&c, o.smoke ? 10 : 100);
+    const double shapes = step_shapes_gflops(&c, o.smoke ? 3 : 20);
     char dir[256], tr[300], te[300];
     bench_tmpdir("train", dir, sizeof dir);
     snprintf(tr, sizeof tr, "%s/train.tsv", dir);
@@ -206,9 +382,6 @@ int bench_train_main(int argc, char **argv) {
         abort();
     fclose(ft);
     fclose(fe);
-    pw_train_config_t c;
-    pw_train_config_defaults(&c); /* dim 16, 13-64-16, 128-64-1, batch 1024 */
-    c.local_store = pw_emb_local_open;
     const char *trp[] = {tr}, *tep[] = {te};
     pw_train_result_t r;
     if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, tep, 1, &r))
@@ -223,6 +396,7 @@ int bench_train_main(int argc, char **argv) {
         in = w;
     }
     const double dense_gflops = r.samples_per_s * 3 * fwd / 1e9;
+    const double step_gflops = c.batch * 3 * fwd / step_s / 1e9;
     double other[3] = {NAN, NAN, NAN};
     const char *others[] = {"lr", "fm", "deepfm"};
     for (int i = 0; i < 3 && !o.smoke; i++)
@@ -238,6 +412,11 @@ int bench_train_main(int argc, char **argv) {
     printf("%-40s %12.0f samples/s\n", "local DLRM training", r.samples_per_s);
     printf("%-40s %12.2f GFLOP/s  (%.2f of sgemm 512^3, %.1f GFLOP/s, same run)\n", "dense part",
            dense_gflops, dense_gflops / peak, peak);
+    printf("%-40s %12.2f GFLOP/s  (%.2f of sgemm 512^3; %.2f ms per step of %d)\n",
+           "dense step alone (no table, no reader)", step_gflops, step_gflops / peak, step_s * 1e3,
+           (int)c.batch);
+    printf("%-40s %12.2f GFLOP/s  (%.2f of sgemm 512^3: the ceiling of these shapes)\n",
+           "sgemm on one step's GEMMs", shapes, shapes / peak);
     printf("%-40s %12.4f  (oracle %.4f), logloss %.4f (oracle %.4f)\n", "test AUC", r.auc,
            oracle.oracle_auc, r.logloss, oracle.oracle_logloss);
     printf("%-40s %12.0f lines/s  (%.2f of a raw line scan)\n", "Criteo parsing", parse, ratio);
@@ -259,6 +438,11 @@ int bench_train_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "dense_gflops", dense_gflops);
     cJSON_AddNumberToObject(root, "sgemm_gflops", peak);
     cJSON_AddNumberToObject(root, "dense_vs_sgemm_peak", dense_gflops / peak);
+    cJSON_AddNumberToObject(root, "dense_step_ms", step_s * 1e3);
+    cJSON_AddNumberToObject(root, "dense_step_gflops", step_gflops);
+    cJSON_AddNumberToObject(root, "dense_step_vs_sgemm_peak", step_gflops / peak);
+    cJSON_AddNumberToObject(root, "sgemm_step_shapes_gflops", shapes);
+    cJSON_AddNumberToObject(root, "sgemm_step_shapes_vs_peak", shapes / peak);
     cJSON_AddNumberToObject(root, "auc", r.auc);
     cJSON_AddNumberToObject(root, "logloss", r.logloss);
     cJSON_AddNumberToObject(root, "oracle_auc", oracle.oracle_auc);
