@@ -14,6 +14,7 @@ int bench_train_main(int argc, char **argv);
 int bench_dist_main(int argc, char **argv);
 int bench_gpu_main(int argc, char **argv);
 int bench_py_main(int argc, char **argv);
+int bench_serve_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -28,6 +29,7 @@ static const struct {
     {"dist", bench_dist_main, "training against a ps-server process vs the same model local"},
     {"gpu", bench_gpu_main, "the DLRM step on the GPU vs PyTorch, GEMM share of peak, overlap"},
     {"py", bench_py_main, "the Python package vs the C client, PyTorch DLRM steps and AUC"},
+    {"serve", bench_serve_main, "ps-serve: Predict latency and rate vs PyTorch, freshness, swaps"},
 };
 
 int main(int argc, char **argv) {

@@ -25,6 +25,7 @@
 #include "sv_follow.h"
 #include "sv_serve.h"
 
+#include <cblas.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -166,6 +167,11 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* Requests score on grpc_threads threads at once, each with its own evaluator, so OpenBLAS's
+     * thread pool only gets in the way: its pthreads build runs concurrent callers' GEMMs through
+     * one pool whose threads spin, and on a busy or pinned CPU a Predict waited seconds behind a
+     * version load (ps-bench serve). One thread per call. */
+    openblas_set_num_threads(1);
     pw_backend_t *be = NULL;
     if (pw_backend_open(c.device, &be, why, sizeof why)) {
         fprintf(stderr, "ps-serve: --device %s: %s\n", c.device, why);
