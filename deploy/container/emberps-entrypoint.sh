@@ -4,19 +4,25 @@
 #   server [FLAG...]    ps-server, index from the pod's ordinal hostname (ps-server-3 -> 3)
 #   worker [FLAG...]    ps-worker, rank from JOB_COMPLETION_INDEX (an Indexed Job), the servers'
 #                       data and gRPC addresses (--servers, --server-grpc) from the Services
+#   serve [FLAG...]     ps-serve, the online serving replica: follows every server of the
+#                       cluster map (--follow) with the Secret's token and TLS toward them,
+#                       serves gRPC with the same token and TLS (PS_SERVE_* settings: ConfigMap)
 #   health              exit 0 when this pod's ps-server answers psctl health (probes)
+#   health serve        exit 0 when this pod's ps-serve answers the grpc.health.v1 Check of
+#                       emberps.Serving (psctl probe; a replica with no model yet still answers)
 #   datagen DIR PARTS [FLAG...]  ps-datagen into DIR, training rows split into PARTS files
-#   psctl|ps-server|ps-worker|ps-datagen [ARG...]   that program as is
+#   psctl|ps-server|ps-worker|ps-serve|ps-datagen [ARG...]   that program as is
 #   anything else       run it (a shell for debugging)
 #
-# server and worker add the cluster flags derived from the environment; FLAGs given after them
-# win (ps-server and ps-worker take the last value of a flag). Environment:
+# server, worker and serve add the cluster flags derived from the environment; FLAGs given after
+# them win (the programs take the last value of a flag). Environment:
 #   EMBER_SERVERS         number of servers (the StatefulSet's replicas)           (required)
 #   EMBER_SERVER_NAME     the StatefulSet's name, also its pods' prefix            (ps-server)
 #   EMBER_SERVER_DOMAIN   DNS name of server i: EMBER_SERVER_NAME-i.EMBER_SERVER_DOMAIN
 #                         (default ${POD_NAMESPACE}.svc: the per-server Services of deploy/k8s,
 #                         whose ClusterIPs stay when a pod moves)
 #   EMBER_DATA_PORT, EMBER_GRPC_PORT, EMBER_METRICS_PORT                         (7400 7500 9400)
+#   EMBER_SERVE_GRPC_PORT, EMBER_SERVE_METRICS_PORT   ps-serve's ports              (7600 9600)
 #   EMBER_PORT_STRIDE     server i listens on PORT + i * STRIDE (0 in Kubernetes; the kind-free
 #                         test runs every server on 127.0.0.1 with 1)                      (0)
 #   EMBER_SECRET_DIR      files of the Secret: token, and TLS (tls.crt, tls.key, ca.crt) when
@@ -30,7 +36,8 @@
 # The cluster map names servers by IPv4 address (libpsclient connects to IPv4 host:port), so
 # the DNS names are resolved here, with getent, for a bounded time (a Service's name resolves
 # once it exists). ps-server's own PS_SERVER_* environment variables (the ConfigMap) carry its
-# other settings.
+# other settings, and ps-serve's PS_SERVE_* its (--host, the publish and versions directories are
+# the Deployment's).
 set -euo pipefail
 
 name=${EMBER_SERVER_NAME:-ps-server}
@@ -38,6 +45,8 @@ dport=${EMBER_DATA_PORT:-7400}
 gport=${EMBER_GRPC_PORT:-7500}
 mport=${EMBER_METRICS_PORT:-9400}
 stride=${EMBER_PORT_STRIDE:-0}
+sgport=${EMBER_SERVE_GRPC_PORT:-7600}
+smport=${EMBER_SERVE_METRICS_PORT:-9600}
 secret=${EMBER_SECRET_DIR:-/etc/emberps/secret}
 
 die() { echo "emberps-entrypoint: $*" >&2; exit 2; }
@@ -71,10 +80,13 @@ cluster_map() {
   echo "version=1;servers=$addrs;slots=$slots"
 }
 
-# The Secret's files. ps-server takes them by environment (PS_SERVER_*: the token stays off the
-# command line); ps-worker and psctl by flags. TLS is on when tls.crt, tls.key and ca.crt are
-# there (tls_client_auth: set PS_SERVER_TLS_CLIENT_AUTH in the ConfigMap).
-token="" client=() # flags of ps-worker and psctl
+# The Secret's files. ps-server and ps-serve take them by environment (PS_SERVER_*, PS_SERVE_*:
+# the token stays off the command line); ps-worker and psctl by flags, ps-serve's toward the
+# training servers too. TLS is on when tls.crt, tls.key and ca.crt are there (tls_client_auth: set
+# PS_SERVER_TLS_CLIENT_AUTH, PS_SERVE_TLS_CLIENT_AUTH in the ConfigMap). Without a token and
+# without TLS, a bind beyond loopback (PS_SERVER_HOST, PS_SERVE_HOST 0.0.0.0) is refused unless
+# PS_SERVER_INSECURE_REMOTE / PS_SERVE_INSECURE_REMOTE=true say so.
+token="" client=() tls=() follow=() # flags of ps-worker and psctl; psctl's TLS only; ps-serve's
 if [ -s "$secret/token" ]; then
   token=$(cat "$secret/token")
   export PS_SERVER_TOKEN=$token
@@ -83,7 +95,10 @@ fi
 if [ -s "$secret/tls.crt" ] && [ -s "$secret/tls.key" ] && [ -s "$secret/ca.crt" ]; then
   export PS_SERVER_TLS_CERT=$secret/tls.crt PS_SERVER_TLS_KEY=$secret/tls.key
   export PS_SERVER_TLS_CA=$secret/ca.crt
-  client+=(--tls-ca="$secret/ca.crt" --tls-cert="$secret/tls.crt" --tls-key="$secret/tls.key")
+  tls=(--tls-ca="$secret/ca.crt" --tls-cert="$secret/tls.crt" --tls-key="$secret/tls.key")
+  client+=("${tls[@]}")
+  follow=(--follow-tls-ca="$secret/ca.crt" --follow-tls-cert="$secret/tls.crt"
+          --follow-tls-key="$secret/tls.key")
 fi
 
 cmd=${1:-}
@@ -113,7 +128,21 @@ case "$cmd" in
     exec ps-worker --servers="$(cluster_map)" --rank="$rank" --server-grpc="$grpcs" \
       --coordinator="$coord" --host="${POD_IP:-127.0.0.1}" "${client[@]}" "$@"
     ;;
+  serve)
+    # The replica: every server of the map, by the same addresses the workers use. Its own gRPC
+    # port with the same token (also the admin token: LoadVersion, Follow) and TLS.
+    if [ -n "$token" ]; then export PS_SERVE_TOKEN=$token PS_SERVE_FOLLOW_TOKEN=$token; fi
+    if [ ${#tls[@]} -gt 0 ]; then
+      export PS_SERVE_TLS_CERT=$secret/tls.crt PS_SERVE_TLS_KEY=$secret/tls.key
+      export PS_SERVE_TLS_CA=$secret/ca.crt
+    fi
+    exec ps-serve --follow="$(cluster_map)" --grpc-port="$sgport" --metrics-port="$smport" \
+      "${follow[@]}" "$@"
+    ;;
   health)
+    if [ "${1:-}" = serve ]; then # this pod's ps-serve: grpc.health.v1, no token needed
+      exec psctl --server="127.0.0.1:$sgport" --timeout-ms=2000 "${tls[@]}" probe emberps.Serving >/dev/null
+    fi
     # This pod's server (the probe runs in its container): index from the hostname as above.
     idx=${HOSTNAME##*-}
     [[ $idx =~ ^[0-9]+$ ]] || idx=0
@@ -128,7 +157,7 @@ case "$cmd" in
     # Files are split among workers by rank (file i -> rank i % world): PARTS files, by lines.
     (cd "$dir" && split -n "l/$parts" -d -a 2 all.tsv part- && rm -f all.tsv)
     ;;
-  ps-server | ps-worker | psctl | ps-datagen) exec "$cmd" "$@" ;;
-  "") die "usage: emberps-entrypoint server|worker|health|datagen|psctl|ps-server|ps-worker|ps-datagen [ARG...]" ;;
+  ps-server | ps-worker | ps-serve | psctl | ps-datagen) exec "$cmd" "$@" ;;
+  "") die "usage: emberps-entrypoint server|worker|serve|health [serve]|datagen|psctl|ps-server|ps-worker|ps-serve|ps-datagen [ARG...]" ;;
   *) exec "$cmd" "$@" ;;
 esac

@@ -17,6 +17,12 @@
 # shared claim; worker 1 is killed with SIGKILL mid-run and started again with the same command
 # (a replacement pod of the same index); both must finish, the shared claim must hold a job
 # checkpoint naming both servers; the servers stop on SIGTERM with a checkpoint and exit 0.
+# A serving replica (a pod of the Deployment ps-serve, started with the servers as the Deployment
+# would be) follows both servers over TLS with the token, takes the models rank 0 publishes into
+# the shared claim, and scores the test file's first rows through psctl serve predict (what
+# `kubectl exec ... psctl serve predict` runs) once it serves the job's last published model; it
+# stops on SIGTERM with exit 0. Not run here: a real cluster (no kind, no registry, no image), so
+# neither the Service's load balancing nor the Deployment's rollout is exercised.
 # K8S_E2E_ETCD=1: the same with EMBER_COORDINATOR set to an etcd member started here (the
 # workers coordinate through etcd, server 0's Coordinator service keeps its state there).
 set -euo pipefail
@@ -27,7 +33,7 @@ if ! $py -c 'import yaml' 2>/dev/null; then
   echo "SKIP: /usr/bin/python3 has no yaml module (apt-get install python3-yaml: deploy/install-deps.sh)"
   exit 77
 fi
-for p in ps-server ps-worker psctl ps-datagen; do
+for p in ps-server ps-worker ps-serve psctl ps-datagen; do
   [ -x "$bin/$p" ] || { echo "FAIL: no $bin/$p"; exit 1; }
 done
 
@@ -85,7 +91,8 @@ export PATH="$tmp/shim:$bin:$PATH"
 base=$((20000 + ($$ % 800) * 20))
 sets=(--set EMBER_PORT_STRIDE=1 --set EMBER_DATA_PORT=$base --set EMBER_GRPC_PORT=$((base + 5))
       --set EMBER_METRICS_PORT=$((base + 10)) --set EMBER_DATAGEN_ROWS=300000
-      --set EMBER_DATAGEN_TEST_ROWS=5000 --set EMBER_JOBCKPT_EVERY=40)
+      --set EMBER_DATAGEN_TEST_ROWS=5000 --set EMBER_JOBCKPT_EVERY=40
+      --set EMBER_SERVE_GRPC_PORT=$((base + 15)) --set EMBER_SERVE_METRICS_PORT=$((base + 16)))
 if [ "${K8S_E2E_ETCD:-0}" = 1 ]; then
   bash "$src/tests/support/etcd_cluster.sh" start "$tmp/etcd" 1 || exit $?
   sets+=(--set "EMBER_COORDINATOR=etcd://$(cat "$tmp/etcd/endpoints")/k8s-e2e")
@@ -99,7 +106,10 @@ for i in 0 1; do
   gen Job ps-worker datagen $i >"$tmp/datagen-$i.sh"
   gen Job ps-worker ps-worker $i >"$tmp/worker-$i.sh"
 done
+gen Deployment ps-serve ps-serve 0 >"$tmp/serve-0.sh"
+gen Deployment ps-serve ps-serve 0 --probe readiness >"$tmp/serve-ready-0.sh"
 echo "server 1 runs: $(tail -n 1 "$tmp/server-1.sh" | grep -o 'emberps-entrypoint.sh.*')"
+echo "replica runs: $(tail -n 1 "$tmp/serve-0.sh" | grep -o 'emberps-entrypoint.sh.*')"
 echo "worker 1 runs: $(tail -n 1 "$tmp/worker-1.sh" | grep -o 'emberps-entrypoint.sh.*')"
 t0=$(date +%s)
 
@@ -119,6 +129,18 @@ for i in 0 1; do # the readiness probe, as the kubelet runs it: bounded
   [ $ok = 1 ] || fail "server $i not ready in 20 s"
 done
 echo "servers ready after $(($(date +%s) - t0)) s"
+
+# The Deployment's pod (one here: two would share 127.0.0.1's ports): follows both servers.
+bash "$tmp/serve-0.sh" >"$tmp/logs/serve-0.log" 2>&1 &
+pids+=($!) rpid=$!
+ok=0
+for ((t = 0; t < 100; t++)); do
+  if bash "$tmp/serve-ready-0.sh" 2>/dev/null; then ok=1; break; fi
+  kill -0 "$rpid" 2>/dev/null || fail "the replica exited before it was ready"
+  sleep 0.2
+done
+[ $ok = 1 ] || fail "the replica not ready in 20 s"
+echo "replica ready after $(($(date +%s) - t0)) s"
 
 # The Job's pods: the init container, then the worker.
 for i in 0 1; do
@@ -193,6 +215,38 @@ man=$jc/$(printf 'step-%020d' "$step")/manifest
 grep -Eq '^servers [0-9]+ [0-9]+$' "$man" ||
   fail "the job checkpoint of step $step does not name both servers' checkpoints"
 echo "coordinated checkpoint of step $step in the shared claim: $(tr '\n' ';' <"$man")"
+
+# Scoring through the replica, as `kubectl exec deploy/ps-serve -- psctl serve predict` would:
+# once it serves the last model rank 0 published into the shared claim.
+pub=$jc/publish
+last=$(find "$pub" -maxdepth 1 -name 'dense-*' -printf '%f\n' 2>/dev/null | sed 's/^dense-0*//' | sort -n | tail -n 1)
+[ -n "$last" ] || fail "rank 0 published no dense model into the shared claim ($pub)"
+sport=$((base + 15))
+rctl=(psctl --server="127.0.0.1:$sport" --token="$token" --tls-ca="$tmp/certs/ca.pem" --timeout-ms=5000)
+v=""
+for ((t = 0; t < 200; t++)); do
+  v=$("${rctl[@]}" --json serve status 2>/dev/null | $py -c 'import json, sys; print(json.load(sys.stdin)["model_version"])' || true)
+  [ "$v" = "$last" ] && break
+  kill -0 "$rpid" 2>/dev/null || fail "the replica exited"
+  sleep 0.1
+done
+[ "$v" = "$last" ] || fail "the replica serves model version '$v', not rank 0's last published $last, after 20 s"
+"${rctl[@]}" serve status >"$tmp/serve-status.txt" 2>&1 || fail "psctl serve status: $(cat "$tmp/serve-status.txt")"
+# the lines piped in, as deploy/k8s/README.md does it (the pod's root filesystem is read-only)
+head -n 8 "$tmp/pods/ps-worker-0/data/test.tsv" | "${rctl[@]}" serve predict /dev/stdin 8 >"$tmp/predict.txt" 2>&1 ||
+  fail "psctl serve predict: $(cat "$tmp/predict.txt")"
+n=$(awk '$1 ~ /^[0-9.e-]+$/ && $1 >= 0 && $1 <= 1 && NF == 1' "$tmp/predict.txt" | wc -l)
+[ "$n" -eq 8 ] || fail "psctl serve predict: $n probabilities, not 8: $(cat "$tmp/predict.txt")"
+grep -q "^model version $last " "$tmp/predict.txt" || fail "the scores are not of model version $last"
+[ "$(grep -c ': following' "$tmp/serve-status.txt")" -eq 2 ] ||
+  fail "the replica does not follow both servers: $(cat "$tmp/serve-status.txt")"
+echo "replica: $(head -n 1 "$tmp/serve-status.txt"); scores: $(head -n 8 "$tmp/predict.txt" | tr '\n' ' ')"
+grep -q "TLS" "$tmp/logs/serve-0.log" || fail "the replica does not say it serves TLS"
+kill -TERM "$rpid"
+rc=0
+wait "$rpid" || rc=$?
+[ $rc -eq 0 ] || fail "the replica exited $rc on SIGTERM"
+echo "replica scored 8 test rows with model version $last and stopped on SIGTERM"
 
 # The StatefulSet's pods stop: SIGTERM, a checkpoint, exit 0 (terminationGracePeriodSeconds).
 for i in 0 1; do kill -TERM "${spids[$i]}"; done

@@ -2,7 +2,10 @@
 """Helpers of the deploy/ tests (Debian's python3-yaml only).
 
   k8s_tool.py render DIR                 kustomize DIR (the subset deploy/k8s uses) to stdout
-  k8s_tool.py check RENDERED             the layout's cross-references (exit 1 with the reasons)
+  k8s_tool.py check RENDERED             the layout's cross-references (exit 1 with the reasons):
+                                         servers, Services, ports, world, claims, and the serving
+                                         replicas (Deployment and Service ps-serve, the claim the
+                                         workers publish to)
   k8s_tool.py pod RENDERED KIND NAME CONTAINER INDEX ROOT [--set K=V]... [--probe readiness]
                                          a bash script (stdout) that runs that container of pod
                                          INDEX as Kubernetes would, on this machine
@@ -142,9 +145,102 @@ def check(docs):
     wann = js["template"]["metadata"]["annotations"]
     if wann.get("prometheus.io/port") != flag(w["args"], "metrics-port"):
         bad.append("the workers' prometheus.io/port is not their --metrics-port")
-    for b in bad:
+    check_serve(docs, cm, sts, job, bad)
+    for b in dict.fromkeys(bad):
         print("check:", b)
     return 1 if bad else 0
+
+
+def selects(sel, labels):
+    return bool(sel) and all(labels.get(k) == v for k, v in sel.items())
+
+
+def on_claim(docs, podspec, c, path):
+    """(claim, path inside it, mounted read-only) of a path in container c; None: not on a claim."""
+    vols = {v["name"]: v for v in podspec.get("volumes", [])}
+    best = None
+    for m in c.get("volumeMounts", []):
+        mp = m["mountPath"].rstrip("/")
+        if path == mp or path.startswith(mp + "/"):
+            if best is None or len(mp) > len(best[0]):
+                best = (mp, m)
+    if best is None:
+        return None
+    pvc = vols.get(best[1]["name"], {}).get("persistentVolumeClaim")
+    if not pvc:
+        return None
+    return pvc["claimName"], path[len(best[0]):].strip("/"), best[1].get("readOnly", False)
+
+
+def check_serve(docs, cm, sts, job, bad):
+    """The serving replicas: Deployment ps-serve, its Service, ports, claim, probes."""
+    dep = find(docs, "Deployment", "ps-serve")
+    svc = find(docs, "Service", "ps-serve")
+    ps = dep["spec"]["template"]["spec"]
+    tl = dep["spec"]["template"]["metadata"].get("labels", {})
+    if not selects(dep["spec"]["selector"].get("matchLabels"), tl):
+        bad.append("Deployment ps-serve's selector does not match its pod template's labels")
+    if not selects(svc["spec"].get("selector"), tl):
+        bad.append("Service ps-serve does not select the ps-serve pods")
+    for other in (sts, job):  # and nothing else: no server or worker behind the serving port
+        if selects(svc["spec"].get("selector"), other["spec"]["template"]["metadata"].get("labels", {})):
+            bad.append(f"Service ps-serve also selects the {other['kind']}'s pods")
+    if dep["spec"].get("replicas", 1) < 2:
+        bad.append("Deployment ps-serve has fewer than 2 replicas")
+    cs = [c for c in ps["containers"] if c["name"] == "ps-serve"]
+    if not cs:
+        bad.append("Deployment ps-serve has no container ps-serve")
+        return
+    c = cs[0]
+    if c.get("args", [None])[0] != "serve":
+        bad.append("the ps-serve container does not run emberps-entrypoint serve")
+    sc = ps.get("securityContext", {})
+    if not sc.get("runAsNonRoot") or sc.get("seccompProfile", {}).get("type") != "RuntimeDefault":
+        bad.append("the ps-serve pods are not runAsNonRoot with seccomp RuntimeDefault")
+    if c.get("securityContext", {}).get("allowPrivilegeEscalation") is not False:
+        bad.append("the ps-serve container allows privilege escalation")
+    if not c.get("resources", {}).get("requests") or not c.get("resources", {}).get("limits"):
+        bad.append("the ps-serve container has no resource requests and limits")
+    for pr in ("readinessProbe", "livenessProbe"):
+        if c.get(pr, {}).get("exec", {}).get("command") != ["emberps-entrypoint", "health", "serve"]:
+            bad.append(f"the ps-serve {pr} is not emberps-entrypoint health serve")
+    cports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    sports = {p["name"]: p for p in svc["spec"]["ports"]}
+    for key, pn in (("EMBER_SERVE_GRPC_PORT", "grpc"), ("EMBER_SERVE_METRICS_PORT", "metrics")):
+        if key not in cm or cports.get(pn) != int(cm[key]):
+            bad.append(f"ps-serve containerPort {pn} is {cports.get(pn)}, {key}={cm.get(key)}")
+    g = sports.get("grpc")
+    if not g or g["port"] != int(cm.get("EMBER_SERVE_GRPC_PORT", 0)) or g.get("targetPort") not in ("grpc", cports.get("grpc")):
+        bad.append("Service ps-serve's grpc port is not the replicas' EMBER_SERVE_GRPC_PORT")
+    ann = dep["spec"]["template"]["metadata"].get("annotations", {})
+    if ann.get("prometheus.io/port") != cm.get("EMBER_SERVE_METRICS_PORT"):
+        bad.append("the replicas' prometheus.io/port is not EMBER_SERVE_METRICS_PORT")
+    if cm.get("PS_SERVE_HOST") not in ("0.0.0.0", "::"):
+        bad.append("PS_SERVE_HOST does not bind every address: the Service cannot reach the replicas")
+    # Every claim a pod mounts exists.
+    claims = {o["metadata"]["name"]: o for o in docs if o["kind"] == "PersistentVolumeClaim"}
+    for o in (dep, job):
+        for v in o["spec"]["template"]["spec"].get("volumes", []):
+            cn = v.get("persistentVolumeClaim", {}).get("claimName")
+            if cn and cn not in claims:
+                bad.append(f"{o['kind']} {o['metadata']['name']} mounts claim {cn}, which is not in the manifests")
+    # The published models and the versions: where the Job's rank 0 writes them, on a shared claim.
+    js = job["spec"]["template"]["spec"]
+    w = js["containers"][0]
+    for sflag, wflag in (("publish-dir", "publish-dir"), ("versions", "ckpt-dir")):
+        sv, wv = flag(c["args"], sflag), flag(w["args"], wflag)
+        if not sv:
+            bad.append(f"the ps-serve container gives no --{sflag}")
+            continue
+        sl, wl = on_claim(docs, ps, c, sv), wv and on_claim(docs, js, w, wv)
+        if not sl:
+            bad.append(f"ps-serve --{sflag}={sv} is not on a mounted claim")
+        elif not wl or sl[:2] != wl[:2]:
+            bad.append(f"ps-serve --{sflag}={sv} is not the workers' --{wflag}={wv} (claim and path)")
+        elif "ReadWriteMany" not in claims.get(sl[0], {}).get("spec", {}).get("accessModes", []):
+            bad.append(f"ps-serve --{sflag}: claim {sl[0]} is not ReadWriteMany")
+        elif not sl[2]:
+            bad.append(f"ps-serve mounts claim {sl[0]} writable (it only reads it)")
 
 
 def pod(docs, kind, name, cname, index, root, sets, probe):
