@@ -10,7 +10,7 @@
  *  - the same FLOPs over the dense step alone (dense_step_vs_sgemm_peak): the trainer's step
  *    (pw_step.h: rows gathered, the model's forward and backward, BCE, row gradients summed, the
  *    dense optimizer) on the run's model and batch, synthetic batches, no table, no reader, the
- *    same one OpenBLAS thread, the median of 100 steps; and the ceiling of its shapes:
+ *    same one OpenBLAS thread, the fastest of 100 steps; and the ceiling of its shapes:
  *    sgemm_step_shapes_gflops, OpenBLAS alone on the GEMMs one step makes (each layer's forward,
  *    dW and dx, the interaction's 2 x batch small products), over the same 512^3 peak;
  *  - auc and logloss on the test rows next to the oracle's (oracle_auc);
@@ -48,7 +48,9 @@
 
 enum { FIELDS = 26, DENSE = 13 }; /* ps-datagen's Criteo rows */
 
-/* Single-thread sgemm GFLOP/s on square matrices of side m, for about `secs`. */
+/* Single-thread sgemm GFLOP/s on square matrices of side m: the fastest of the products made in
+ * about `secs` (the best, as the dense step's figures: on a shared machine a mean over the
+ * whole time counts the neighbours' load). */
 static double sgemm_peak(int m, double secs) {
     float *a = malloc((size_t)m * m * sizeof *a), *b = malloc((size_t)m * m * sizeof *b),
           *c = calloc((size_t)m * m, sizeof *c);
@@ -56,16 +58,19 @@ static double sgemm_peak(int m, double secs) {
         a[i] = b[i] = (float)(i % 7) * 0.1f;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1, a, m, b, m, 0, c, m);
     int reps = 0;
+    double s = INFINITY;
     const uint64_t t0 = pc_time_mono_ns();
     while (pc_time_sec_since(t0) < secs || reps < 2) {
+        const uint64_t t1 = pc_time_mono_ns();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, 1, a, m, b, m, 0, c, m);
+        const double t = pc_time_sec_since(t1);
+        s = t < s ? t : s;
         reps++;
     }
-    const double s = pc_time_sec_since(t0);
     free(a);
     free(b);
     free(c);
-    return 2.0 * m * m * (double)m * reps / s / 1e9;
+    return 2.0 * m * m * (double)m / s / 1e9;
 }
 
 /* "64,16" -> w[], their count (at most PW_MLP_MAX). */
@@ -92,12 +97,7 @@ static pw_model_config_t model_config(const pw_train_config_t *c) {
     return mc;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Seconds per step of the trainer's dense step alone (see the file's comment): the median of
+/* Seconds per step of the trainer's dense step alone (see the file's comment): the fastest of
  * `steps` after 3 warm-up steps. */
 static double dense_step_seconds(const pw_train_config_t *c, int steps) {
     pw_backend_t *be = pw_backend_cpu();
@@ -122,9 +122,8 @@ static double dense_step_seconds(const pw_train_config_t *c, int steps) {
     b.key_off = calloc((size_t)n + 1, sizeof *b.key_off);
     uint32_t *inv = calloc(nk, sizeof *inv); /* every feature its own row */
     float *urows = calloc(nk * d, sizeof *urows), *ugrads = calloc(nk * d, sizeof *ugrads);
-    double *t = calloc((size_t)steps, sizeof *t);
     if (!b.labels || !b.dense || !b.keys || !b.fields || !b.vals || !b.key_off || !inv || !urows ||
-        !ugrads || !t)
+        !ugrads)
         abort();
     uint64_t rng = 7;
     for (int s = 0; s < n; s++) {
@@ -141,17 +140,16 @@ static double dense_step_seconds(const pw_train_config_t *c, int steps) {
     for (size_t i = 0; i < nk * d; i++)
         urows[i] = (float)((pc_rand_unit(&rng) - 0.5) * 0.1);
     const pw_step_input_t in = {.b = &b, .inv = inv, .nu = nk, .urows = urows};
+    double best = INFINITY;
     for (int i = -3; i < steps; i++) {
         const uint64_t t0 = pc_time_mono_ns();
         double loss;
         if (pw_step_stage(st, 0, &in) || pw_step_compute(st, 0, 1.0f, ugrads) ||
             pw_step_finish(st, true, &loss))
             abort();
-        if (i >= 0)
-            t[i] = pc_time_sec_since(t0);
+        const double sec = pc_time_sec_since(t0);
+        best = i >= 0 && sec < best ? sec : best;
     }
-    qsort(t, (size_t)steps, sizeof *t, cmp_double);
-    const double med = t[steps / 2];
     pw_step_destroy(st);
     pw_model_destroy(m);
     free(b.labels);
@@ -163,8 +161,7 @@ static double dense_step_seconds(const pw_train_config_t *c, int steps) {
     free(inv);
     free(urows);
     free(ugrads);
-    free(t);
-    return med;
+    return best;
 }
 
 /* OpenBLAS alone on the GEMMs of one step of the run's DLRM (one thread): GFLOP/s over the best
