@@ -209,6 +209,7 @@ int main(int argc, char **argv) {
                              .method = sv_api_method,
                              .is_admin = sv_api_is_admin,
                              .call = sv_api_call,
+                             .ready = sv_api_ready,
                              .ctx = &env};
     char addr[128];
     snprintf(addr, sizeof addr, "%s:%d", c.host, (int)c.grpc_port);

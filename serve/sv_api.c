@@ -432,6 +432,15 @@ static void do_follow(const sv_api_env_t *env, ps_api_reply_t *r) {
     }
 }
 
+bool sv_api_ready(void *ctx, const char *service) {
+    const sv_api_env_t *env = ctx;
+    if (strcmp(service, "emberps.Serving") != 0)
+        return true; /* "" (the process answers: liveness) and ParameterServer (Lookup) */
+    sv_serve_status_t st;
+    sv_serve_status(env->serve, &st, NULL, 0);
+    return st.has_model;
+}
+
 void sv_api_call(void *ctx, int m, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     const sv_api_env_t *env = ctx;
     memset(r, 0, sizeof *r);

@@ -37,6 +37,10 @@ typedef struct sv_api_env {
 /* The method index of a path (Serving's, or ParameterServer's), -1 when neither. */
 int sv_api_method(const char *path, size_t len);
 bool sv_api_is_admin(int method);
+/* ps_grpc_service_t.ready: "emberps.Serving" is ready once a dense model is served (Predict
+ * would answer PC_EUNAVAIL before: a readiness probe keeps traffic away until then); "" (the
+ * process answers: a liveness probe) and ParameterServer (Lookup) always. env: sv_api_env_t. */
+bool sv_api_ready(void *env, const char *service);
 /* ps_grpc_service_t.call: env is the sv_api_env_t. */
 void sv_api_call(void *env, int method, const uint8_t *req, size_t len, ps_api_reply_t *out);
 

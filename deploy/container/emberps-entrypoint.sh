@@ -8,8 +8,10 @@
 #                       cluster map (--follow) with the Secret's token and TLS toward them,
 #                       serves gRPC with the same token and TLS (PS_SERVE_* settings: ConfigMap)
 #   health              exit 0 when this pod's ps-server answers psctl health (probes)
-#   health serve        exit 0 when this pod's ps-serve answers the grpc.health.v1 Check of
-#                       emberps.Serving (psctl probe; a replica with no model yet still answers)
+#   health serve        exit 0 when this pod's ps-serve can score: the grpc.health.v1 Check of
+#                       emberps.Serving (psctl probe) is SERVING once a dense model is in
+#                       (readiness: no Predict traffic before)
+#   health serve-live   exit 0 when this pod's ps-serve answers the Check of "" (liveness)
 #   datagen DIR PARTS [FLAG...]  ps-datagen into DIR, training rows split into PARTS files
 #   psctl|ps-server|ps-worker|ps-serve|ps-datagen [ARG...]   that program as is
 #   anything else       run it (a shell for debugging)
@@ -140,8 +142,13 @@ case "$cmd" in
       "${follow[@]}" "$@"
     ;;
   health)
-    if [ "${1:-}" = serve ]; then # this pod's ps-serve: grpc.health.v1, no token needed
+    # this pod's ps-serve: grpc.health.v1, no token needed. serve: emberps.Serving, SERVING once
+    # a dense model is in (readiness); serve-live: service "", the process answers (liveness)
+    if [ "${1:-}" = serve ]; then
       exec psctl --server="127.0.0.1:$sgport" --timeout-ms=2000 "${tls[@]}" probe emberps.Serving >/dev/null
+    fi
+    if [ "${1:-}" = serve-live ]; then
+      exec psctl --server="127.0.0.1:$sgport" --timeout-ms=2000 "${tls[@]}" probe >/dev/null
     fi
     # This pod's server (the probe runs in its container): index from the hostname as above.
     idx=${HOSTNAME##*-}
@@ -158,6 +165,6 @@ case "$cmd" in
     (cd "$dir" && split -n "l/$parts" -d -a 2 all.tsv part- && rm -f all.tsv)
     ;;
   ps-server | ps-worker | ps-serve | psctl | ps-datagen) exec "$cmd" "$@" ;;
-  "") die "usage: emberps-entrypoint server|worker|serve|health [serve]|datagen|psctl|ps-server|ps-worker|ps-serve|ps-datagen [ARG...]" ;;
+  "") die "usage: emberps-entrypoint server|worker|serve|health [serve|serve-live]|datagen|psctl|ps-server|ps-worker|ps-serve|ps-datagen [ARG...]" ;;
   *) exec "$cmd" "$@" ;;
 esac

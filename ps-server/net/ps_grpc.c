@@ -92,9 +92,10 @@ static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_a
         ps_api_fail(r, PC_ENOTFOUND, "unknown service '%.200s'", svc);
     } else {
         Grpc__Health__V1__HealthCheckResponse a = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-        a.status = atomic_load(&g->serving)
-                       ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                       : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        const bool up =
+            atomic_load(&g->serving) && (!g->svc.ready || g->svc.ready(g->svc.ctx, svc));
+        a.status = up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                      : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
         r->len = grpc__health__v1__health_check_response__get_packed_size(&a);
         r->body = malloc(r->len + 1);
         if (r->body)

@@ -19,7 +19,8 @@
  * UNAVAILABLE, never a status from us). The token is checked on top of TLS, per call.
  *
  * DESIGN (health): grpc.health.v1.Health/Check answers without a token (probes cannot send
- * one; it tells nothing but the serving status) for service "" and the names the service lists
+ * one; it tells nothing but the serving status, and the service's `ready` hook's say) for
+ * service "" and the names the service lists
  * (ps-server: "emberps.ParameterServer" and, on a coordinator, "emberps.Coordinator"); other
  * names get NOT_FOUND. The status is NOT_SERVING
  * until the owner calls ps_grpc_set_serving(g, true) (tables restored, every listener up) and
@@ -78,6 +79,10 @@ typedef struct ps_grpc_service {
     /* Run one call: decode req, answer in out (ps_api_reply_t: a body or a failure). Called
      * from the handler threads at once; must be thread-safe. */
     void (*call)(void *ctx, int method, const uint8_t *req, size_t len, ps_api_reply_t *out);
+    /* Whether `service` (one of names, or "") can do its work now, beside the transport's own
+     * serving state: health checks answer NOT_SERVING while it says no (ps-serve: no model yet).
+     * NULL: always. Thread-safe. */
+    bool (*ready)(void *ctx, const char *service);
     void *ctx; /* borrowed until ps_grpc_stop */
 } ps_grpc_service_t;
 

@@ -108,6 +108,7 @@ for i in 0 1; do
 done
 gen Deployment ps-serve ps-serve 0 >"$tmp/serve-0.sh"
 gen Deployment ps-serve ps-serve 0 --probe readiness >"$tmp/serve-ready-0.sh"
+gen Deployment ps-serve ps-serve 0 --probe liveness >"$tmp/serve-live-0.sh"
 echo "server 1 runs: $(tail -n 1 "$tmp/server-1.sh" | grep -o 'emberps-entrypoint.sh.*')"
 echo "replica runs: $(tail -n 1 "$tmp/serve-0.sh" | grep -o 'emberps-entrypoint.sh.*')"
 echo "worker 1 runs: $(tail -n 1 "$tmp/worker-1.sh" | grep -o 'emberps-entrypoint.sh.*')"
@@ -135,12 +136,13 @@ bash "$tmp/serve-0.sh" >"$tmp/logs/serve-0.log" 2>&1 &
 pids+=($!) rpid=$!
 ok=0
 for ((t = 0; t < 100; t++)); do
-  if bash "$tmp/serve-ready-0.sh" 2>/dev/null; then ok=1; break; fi
-  kill -0 "$rpid" 2>/dev/null || fail "the replica exited before it was ready"
+  if bash "$tmp/serve-live-0.sh" 2>/dev/null; then ok=1; break; fi
+  kill -0 "$rpid" 2>/dev/null || fail "the replica exited before it was live"
   sleep 0.2
 done
-[ $ok = 1 ] || fail "the replica not ready in 20 s"
-echo "replica ready after $(($(date +%s) - t0)) s"
+[ $ok = 1 ] || fail "the replica not live in 20 s"
+bash "$tmp/serve-ready-0.sh" 2>/dev/null && fail "the replica is ready before any model was published"
+echo "replica live (not ready: no model yet) after $(($(date +%s) - t0)) s"
 
 # The Job's pods: the init container, then the worker.
 for i in 0 1; do
@@ -231,6 +233,7 @@ for ((t = 0; t < 200; t++)); do
   sleep 0.1
 done
 [ "$v" = "$last" ] || fail "the replica serves model version '$v', not rank 0's last published $last, after 20 s"
+bash "$tmp/serve-ready-0.sh" 2>/dev/null || fail "the replica serves a model but is not ready"
 "${rctl[@]}" serve status >"$tmp/serve-status.txt" 2>&1 || fail "psctl serve status: $(cat "$tmp/serve-status.txt")"
 # the lines piped in, as deploy/k8s/README.md does it (the pod's root filesystem is read-only)
 head -n 8 "$tmp/pods/ps-worker-0/data/test.tsv" | "${rctl[@]}" serve predict /dev/stdin 8 >"$tmp/predict.txt" 2>&1 ||

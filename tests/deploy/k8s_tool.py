@@ -201,9 +201,9 @@ def check_serve(docs, cm, sts, job, bad):
         bad.append("the ps-serve container allows privilege escalation")
     if not c.get("resources", {}).get("requests") or not c.get("resources", {}).get("limits"):
         bad.append("the ps-serve container has no resource requests and limits")
-    for pr in ("readinessProbe", "livenessProbe"):
-        if c.get(pr, {}).get("exec", {}).get("command") != ["emberps-entrypoint", "health", "serve"]:
-            bad.append(f"the ps-serve {pr} is not emberps-entrypoint health serve")
+    for pr, what in (("readinessProbe", "serve"), ("livenessProbe", "serve-live")):
+        if c.get(pr, {}).get("exec", {}).get("command") != ["emberps-entrypoint", "health", what]:
+            bad.append(f"the ps-serve {pr} is not emberps-entrypoint health {what}")
     cports = {p["name"]: p["containerPort"] for p in c["ports"]}
     sports = {p["name"]: p for p in svc["spec"]["ports"]}
     for key, pn in (("EMBER_SERVE_GRPC_PORT", "grpc"), ("EMBER_SERVE_METRICS_PORT", "metrics")):
