@@ -78,11 +78,28 @@ static void cpu_gemm(pw_backend_t *be, bool ta, bool tb, int m, int n, int k, fl
                 k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, n);
 }
 
+/* Floats of op(B) that cpu_gemm_batched transposes on the stack (see there). */
+enum { BT_MAX = 4096 };
+
+/* One OpenBLAS call per product. A transposed B small enough (the DLRM interaction's Z Z^T, 27
+ * x 27 x 16 per sample) is transposed into bt first: OpenBLAS's small-matrix path takes the
+ * untransposed product and not the other (1024 products here: 0.38 ms against 0.60, and
+ * the same results). */
 static void cpu_gemm_batched(pw_backend_t *be, bool ta, bool tb, int m, int n, int k, float alpha,
                              const float *a, size_t sa, const float *b, size_t sb, float beta,
                              float *c, size_t sc, int count) {
-    for (int i = 0; i < count; i++)
-        cpu_gemm(be, ta, tb, m, n, k, alpha, a + i * sa, b + i * sb, beta, c + i * sc);
+    float bt[BT_MAX];
+    for (int i = 0; i < count; i++) {
+        const float *bi = b + i * sb;
+        if (tb && (size_t)n * k <= BT_MAX) { /* B stored n x k -> bt k x n */
+            for (int j = 0; j < n; j++)
+                for (int p = 0; p < k; p++)
+                    bt[p * n + j] = bi[j * k + p];
+            cpu_gemm(be, ta, false, m, n, k, alpha, a + i * sa, bt, beta, c + i * sc);
+        } else {
+            cpu_gemm(be, ta, tb, m, n, k, alpha, a + i * sa, bi, beta, c + i * sc);
+        }
+    }
 }
 
 CPU_VEC static void cpu_bias_act(pw_backend_t *be, int rows, int cols, const float *bias, bool relu,
