@@ -5,8 +5,8 @@
  * DESIGN
  * - The loops of a training step (CPU_VEC) are compiled three times, for x86-64 (SSE2, what the
  *   portable build targets), x86-64-v3 (AVX2) and x86-64-v4 (AVX-512), and the loader picks the
- *   best the machine has (GCC target_clones, an ifunc). C11 mode keeps FP contraction off and no
- *   loop reassociates a sum, so every variant computes the same bits.
+ *   best the machine has (GCC target_clones, an ifunc; not in sanitizer builds). C11 mode keeps
+ *   FP contraction off and no loop reassociates a sum, so every variant computes the same bits.
  * - Loops never branch on data to skip a load (relu_grad): a branch the predictor cannot learn
  *   costs more than the load, and the branch-free form vectorizes. */
 #include "pw_backend.h"
@@ -18,7 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Not under the sanitizers: an ifunc resolver runs before their runtimes start (a TSan build
+ * crashed before main), and they test the code, not its speed. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define CPU_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define CPU_VEC
