@@ -4,8 +4,9 @@
  * DESIGN
  * - Two references are the replica's own: `cur` (what requests get) and `live` (the live state's
  *   object, also while a version is pinned); they may be the same object. Every other reference
- *   is a request's. A served object is destroyed by whoever drops its last reference, outside the
- *   mutex; a pinned object owns its sparse state, a live one borrows the replica's.
+ *   is a request's. Whoever drops an object's last reference puts it in the graveyard; the
+ *   owner's tick frees it on a nice-19 thread. A pinned object owns its sparse state, a live one
+ *   borrows the replica's.
  * - swap_mu serializes the swaps (tick, pin, follow): loads run under it but never under `mu`,
  *   which requests take only to copy a pointer and count.
  * - The live watermark: a live object's positions are the follower's at the moment a request
@@ -42,6 +43,7 @@ struct sv_served {
     size_t npos;
     uint64_t *pos; /* pinned: the version's positions per server */
     sv_serve_t *owner;
+    sv_served_t *next_dead; /* in the replica's graveyard */
 };
 
 struct sv_serve {
@@ -51,8 +53,9 @@ struct sv_serve {
     pw_backend_t *be;
     sv_follow_opts_t fo;
 
-    pthread_mutex_t mu; /* cur, live, the reference counts */
+    pthread_mutex_t mu; /* cur, live, the reference counts, the graveyard */
     sv_served_t *cur, *live;
+    sv_served_t *graveyard; /* objects no one holds, freed by the owner's tick */
 
     pthread_mutex_t swap_mu;  /* one swap at a time; what follows is under it */
     sv_sparse_t *live_sparse; /* NULL: not following */
@@ -81,6 +84,31 @@ static sv_served_t *unref_locked(sv_served_t *x) {
     return x && --x->refs == 0 ? x : NULL;
 }
 
+/* An object no one holds any more goes to the graveyard (under mu): freeing a pinned version's
+ * rows takes milliseconds, which must not land on the request that happened to hold it last, nor
+ * on the swap's admin call; the owner's tick frees the graveyard at low priority. */
+static void bury_locked(sv_serve_t *s, sv_served_t *x) {
+    if (x) {
+        x->next_dead = s->graveyard;
+        s->graveyard = x;
+    }
+}
+
+/* Free the graveyard (its objects are unreachable: no lock needed once taken). */
+static int reap(void *arg) {
+    sv_serve_t *s = arg;
+    pthread_mutex_lock(&s->mu);
+    sv_served_t *x = s->graveyard;
+    s->graveyard = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (x) {
+        sv_served_t *next = x->next_dead;
+        served_destroy(x);
+        x = next;
+    }
+    return 0;
+}
+
 sv_served_t *sv_serve_acquire(sv_serve_t *s) {
     pthread_mutex_lock(&s->mu);
     sv_served_t *x = s->cur;
@@ -91,9 +119,8 @@ sv_served_t *sv_serve_acquire(sv_serve_t *s) {
 
 void sv_serve_release(sv_serve_t *s, sv_served_t *x) {
     pthread_mutex_lock(&s->mu);
-    sv_served_t *dead = unref_locked(x);
+    bury_locked(s, unref_locked(x));
     pthread_mutex_unlock(&s->mu);
-    served_destroy(dead);
 }
 
 sv_model_t *sv_served_model(const sv_served_t *x) {
@@ -140,19 +167,16 @@ void sv_serve_count(sv_serve_t *s, uint64_t samples) {
 /* Make x what requests get (and, when live, the live object); the replaced ones lose the
  * replica's reference. x arrives with one reference per role it takes. */
 static void install(sv_serve_t *s, sv_served_t *cur, sv_served_t *live) {
-    sv_served_t *dead[2] = {NULL, NULL};
     pthread_mutex_lock(&s->mu);
     if (cur) {
-        dead[0] = unref_locked(s->cur);
+        bury_locked(s, unref_locked(s->cur));
         s->cur = cur;
     }
     if (live) {
-        dead[1] = unref_locked(s->live);
+        bury_locked(s, unref_locked(s->live));
         s->live = live;
     }
     pthread_mutex_unlock(&s->mu);
-    served_destroy(dead[0]);
-    served_destroy(dead[1] == dead[0] ? NULL : dead[1]);
     atomic_fetch_add(&s->swaps, 1);
 }
 
@@ -412,6 +436,11 @@ static int tick_load(void *arg) {
 }
 
 void sv_serve_tick(sv_serve_t *s) {
+    pthread_mutex_lock(&s->mu);
+    const bool dead = s->graveyard != NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (dead)
+        run_niced(reap, s);
     if (!s->follower || !s->publish_dir[0])
         return;
     pthread_mutex_lock(&s->swap_mu);
@@ -586,10 +615,10 @@ void sv_serve_destroy(sv_serve_t *s) {
         return;
     sv_follow_destroy(s->follower);
     pthread_mutex_lock(&s->mu);
-    sv_served_t *a = unref_locked(s->cur), *b = unref_locked(s->live);
+    bury_locked(s, unref_locked(s->cur));
+    bury_locked(s, unref_locked(s->live));
     pthread_mutex_unlock(&s->mu);
-    served_destroy(a);
-    served_destroy(b == a ? NULL : b);
+    reap(s);
     sv_sparse_destroy(s->live_sparse);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->swap_mu);

@@ -18,7 +18,8 @@
  *   a mutex held for two instructions) and releases it at the end; a swap builds and verifies the
  *   new object completely (files checked, rows loaded, every evaluator warmed) before it
  *   replaces the pointer, so requests never wait for a load and never see half of one; the old
- *   object is freed by the last request that held it.
+ *   object, once the last request that held it let go, goes to a graveyard that sv_serve_tick
+ *   frees at low priority (freeing a version's rows is no request's cost).
  * - Refusals. A version or published model that does not load (damaged files, a card of another
  *   shape: sv_model_card_compatible) is refused: counted, its reason kept for ServeStatus and
  *   logged, and the current one keeps serving.
@@ -68,8 +69,8 @@ typedef struct sv_serve_opts {
 int sv_serve_create(const sv_serve_opts_t *o, sv_serve_t **out);
 void sv_serve_destroy(sv_serve_t *s); /* no request may be in flight */
 
-/* Periodic work of the owner's loop (every 100 ms or so): take a newer published dense model
- * whose watermark the rows have reached. */
+/* Periodic work of the owner's loop (every 100 ms or so): free the objects no one holds any
+ * more (at nice 19), and take a newer published dense model whose watermark the rows reached. */
 void sv_serve_tick(sv_serve_t *s);
 
 /* ---- requests ---- */
