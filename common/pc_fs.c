@@ -70,6 +70,60 @@ void pc_fs_rm_tree(const char *path) {
     nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+size_t pc_fs_numbered(const char *dir, const char *prefix, uint64_t **out) {
+    *out = NULL;
+    DIR *d = dir && dir[0] ? opendir(dir) : NULL;
+    if (!d)
+        return 0;
+    const size_t pl = strlen(prefix);
+    uint64_t *v = NULL;
+    size_t n = 0, cap = 0;
+    bool ok = true;
+    for (struct dirent *e; ok && (e = readdir(d));) {
+        const char *p = e->d_name + pl;
+        if (strncmp(e->d_name, prefix, pl) != 0 || !*p || strspn(p, "0123456789") != strlen(p))
+            continue;
+        if (n == cap) {
+            uint64_t *nv = realloc(v, (cap = cap ? 2 * cap : 16) * sizeof *nv);
+            ok = nv != NULL;
+            if (!ok)
+                break;
+            v = nv;
+        }
+        v[n++] = strtoull(p, NULL, 10);
+    }
+    closedir(d);
+    if (!ok) {
+        free(v);
+        return 0;
+    }
+    if (n)
+        qsort(v, n, sizeof *v, cmp_u64);
+    *out = v;
+    return n;
+}
+
+void pc_fs_prune_numbered(const char *dir, const char *prefix, uint64_t latest, size_t keep) {
+    uint64_t *v;
+    const size_t n = pc_fs_numbered(dir, prefix, &v);
+    size_t newer = 0; /* kept so far, from the highest down */
+    for (size_t i = n; i > 0; i--) {
+        if (v[i - 1] <= latest && newer < keep) {
+            newer++;
+            continue;
+        }
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s%020llu", dir, prefix, (unsigned long long)v[i - 1]);
+        pc_fs_rm_tree(path);
+    }
+    free(v);
+}
+
 int pc_fs_mkdirs(const char *path) {
     char buf[PATH_MAX];
     size_t n = strlen(path);

@@ -16,6 +16,17 @@ int pc_fs_write_atomic(const char *path, const void *buf, size_t len);
 /* Remove a file or a directory tree; missing is fine. Does not follow symlinks. */
 void pc_fs_rm_tree(const char *path);
 
+/* The numbers N of dir's entries named exactly PREFIX<N> (decimal digits, any zero padding: a
+ * job's step-<S>/, published dense-<S>/), ascending, into *out (malloc'ed, the caller frees
+ * it; NULL when none); returns how many. 0 when dir cannot be read; on an allocation failure,
+ * 0 and nothing allocated. */
+size_t pc_fs_numbered(const char *dir, const char *prefix, uint64_t **out);
+
+/* Of dir's PREFIX<N> entries (numbered as above), keep the `keep` highest N up to `latest` and
+ * remove the others with pc_fs_rm_tree, those above latest too (abandoned by a rollback, or
+ * half-written by a crash). Entries are named with N in 20 digits, as their writers make them. */
+void pc_fs_prune_numbered(const char *dir, const char *prefix, uint64_t latest, size_t keep);
+
 /* Make every directory of `path` (mode 0755). 0, PC_ENOSPC or PC_EIO. */
 int pc_fs_mkdirs(const char *path);
 

@@ -7,25 +7,11 @@
 #include "pc_fs.h"
 #include "pw_jobckpt.h"
 
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-/* The number after `prefix` in a directory name made only of it, or false. */
-static bool name_step(const char *name, const char *prefix, uint64_t *step) {
-    const size_t pl = strlen(prefix);
-    if (strncmp(name, prefix, pl) != 0 || !name[pl])
-        return false;
-    char *end;
-    unsigned long long v = strtoull(name + pl, &end, 10);
-    if (*end || name[pl] < '0' || name[pl] > '9')
-        return false;
-    *step = v;
-    return true;
-}
 
 /* dir/sub/file exists as a regular file. */
 static bool has_file(const char *dir, const char *sub, const char *file) {
@@ -36,25 +22,20 @@ static bool has_file(const char *dir, const char *sub, const char *file) {
 }
 
 int sv_published_newest(const char *dir, uint64_t after, char *path, size_t cap, uint64_t *step) {
-    DIR *d = dir && dir[0] ? opendir(dir) : NULL;
-    if (!d)
-        return PC_ENOTFOUND;
-    uint64_t best = 0;
-    char bname[256] = "";
-    for (struct dirent *e; (e = readdir(d));) {
-        uint64_t s;
-        if (name_step(e->d_name, "dense-", &s) && s > after && s >= best &&
-            has_file(dir, e->d_name, "watermark")) {
-            best = s;
-            snprintf(bname, sizeof bname, "%s", e->d_name);
+    uint64_t *v;
+    const size_t n = pc_fs_numbered(dir, "dense-", &v);
+    int rc = PC_ENOTFOUND;
+    for (size_t i = n; i > 0 && v[i - 1] > after && rc; i--) {
+        char sub[40];
+        snprintf(sub, sizeof sub, "dense-%020" PRIu64, v[i - 1]);
+        if (has_file(dir, sub, "watermark")) { /* written last but for the rename */
+            snprintf(path, cap, "%s/%s", dir, sub);
+            *step = v[i - 1];
+            rc = 0;
         }
     }
-    closedir(d);
-    if (!bname[0])
-        return PC_ENOTFOUND;
-    snprintf(path, cap, "%s/%s", dir, bname);
-    *step = best;
-    return 0;
+    free(v);
+    return rc;
 }
 
 void sv_watermark_free(sv_watermark_t *w) {
@@ -119,44 +100,28 @@ int sv_watermark_read(const char *dir, sv_watermark_t *w, char *why, size_t cap)
 
 /* ---- versions ---------------------------------------------------------------------------------
  */
-static int cmp_u64(const void *a, const void *b) {
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 size_t sv_versions_list(const char *dir, uint64_t *steps, uint64_t *created_ns, size_t cap) {
-    DIR *d = dir && dir[0] ? opendir(dir) : NULL;
-    if (!d)
-        return 0;
-    size_t n = 0, have = 0;
-    uint64_t *all = NULL;
-    for (struct dirent *e; (e = readdir(d));) {
-        uint64_t s;
-        if (!name_step(e->d_name, "step-", &s) || !has_file(dir, e->d_name, "model") ||
-            !has_file(dir, e->d_name, "card") || !has_file(dir, e->d_name, "manifest"))
+    uint64_t *all;
+    const size_t na = pc_fs_numbered(dir, "step-", &all);
+    size_t n = 0;
+    for (size_t i = 0; i < na; i++) {
+        char sub[40];
+        snprintf(sub, sizeof sub, "step-%020" PRIu64, all[i]);
+        if (!has_file(dir, sub, "model") || !has_file(dir, sub, "card") ||
+            !has_file(dir, sub, "manifest"))
             continue;
-        if (n == have) {
-            have = have ? 2 * have : 64;
-            uint64_t *a = realloc(all, have * sizeof *a);
-            if (!a)
-                break;
-            all = a;
+        if (n < cap) {
+            steps[n] = all[i];
+            if (created_ns) {
+                char p[SV_PATH_MAX + 64];
+                snprintf(p, sizeof p, "%s/%s/manifest", dir, sub);
+                struct stat st;
+                created_ns[n] = stat(p, &st) == 0 ? (uint64_t)st.st_mtim.tv_sec * 1000000000u +
+                                                        (uint64_t)st.st_mtim.tv_nsec
+                                                  : 0;
+            }
         }
-        all[n++] = s;
-    }
-    closedir(d);
-    if (n)
-        qsort(all, n, sizeof *all, cmp_u64);
-    for (size_t i = 0; i < n && i < cap; i++) {
-        steps[i] = all[i];
-        if (created_ns) {
-            char p[SV_PATH_MAX + 64];
-            snprintf(p, sizeof p, "%s/step-%020" PRIu64 "/manifest", dir, all[i]);
-            struct stat st;
-            created_ns[i] = stat(p, &st) == 0 ? (uint64_t)st.st_mtim.tv_sec * 1000000000u +
-                                                    (uint64_t)st.st_mtim.tv_nsec
-                                              : 0;
-        }
+        n++;
     }
     free(all);
     return n;

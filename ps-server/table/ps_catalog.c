@@ -196,7 +196,9 @@ int ps_catalog_add(ps_catalog_t *c, const ps_table_config_t *cfg) {
     return ps_catalog_put(c, t);
 }
 
-int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
+/* Take t for c (put, replace): attached now unless the caller attached it, no longer pending.
+ * On failure t is destroyed. */
+static int adopt(ps_catalog_t *c, ps_table_t *t) {
     if (!c || !t) {
         ps_table_destroy(t);
         return PC_EINVAL;
@@ -207,10 +209,15 @@ int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
         if (!rc)
             unpend(c, t);
     }
-    if (rc) {
+    if (rc)
         destroy_table(c, t);
+    return rc;
+}
+
+int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
+    int rc = adopt(c, t);
+    if (rc)
         return rc;
-    }
     pthread_mutex_lock(&c->mu);
     if (find_live(c, ps_table_config(t)->name)) {
         rc = PC_EEXIST;
@@ -413,20 +420,9 @@ size_t ps_catalog_list(ps_catalog_t *c, char (*names)[PS_TABLE_NAME_MAX], size_t
 }
 
 int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t) {
-    if (!c || !t) {
-        ps_table_destroy(t);
-        return PC_EINVAL;
-    }
-    int rc = 0;
-    if (!unpend(c, t)) { /* not attached by the caller: attach now */
-        rc = ps_catalog_attach(c, t, false);
-        if (!rc)
-            unpend(c, t);
-    }
-    if (rc) {
-        destroy_table(c, t);
+    int rc = adopt(c, t);
+    if (rc)
         return rc;
-    }
     ps_table_t *dead = NULL;
     pthread_mutex_lock(&c->mu);
     entry_t *e = find_live(c, ps_table_config(t)->name);

@@ -130,41 +130,6 @@ int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int time
     return each_server(grpc, sec, timeout_ms, ck, NULL);
 }
 
-/* Keep the latest step directory and the keep - 1 before it; remove the others, also those
- * after the latest (abandoned by a rollback, or left half-written by a crash). */
-static void prune(const char *dir, uint64_t latest, int keep) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    uint64_t *steps = NULL;
-    size_t n = 0, cap = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        uint64_t s;
-        char tail;
-        if (sscanf(e->d_name, "step-%" SCNu64 "%c", &s, &tail) != 1)
-            continue;
-        if (n == cap) {
-            uint64_t *ns = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *ns);
-            if (!ns)
-                break;
-            steps = ns;
-        }
-        steps[n++] = s;
-    }
-    closedir(d);
-    for (size_t i = 0; i < n; i++) {
-        size_t newer = 0;
-        for (size_t j = 0; j < n; j++)
-            newer += steps[j] > steps[i] && steps[j] <= latest;
-        if (steps[i] > latest || newer >= (size_t)keep) {
-            char path[4096];
-            snprintf(path, sizeof path, "%s/step-%020" PRIu64, dir, steps[i]);
-            pc_fs_rm_tree(path);
-        }
-    }
-    free(steps);
-}
-
 int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,
                      const pw_model_t *model, const pw_model_card_t *card, int keep) {
     if (!dir || !dir[0] || !ck || keep < 1 || !model != !card)
@@ -212,7 +177,7 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
         rc = pc_fs_write_atomic(path, latest, (size_t)len);
     }
     if (!rc)
-        prune(dir, ck->step, keep);
+        pc_fs_prune_numbered(dir, "step-", ck->step, (size_t)keep); /* and later ones */
     return rc;
 }
 

@@ -64,42 +64,24 @@ static int version_name(const char *name, uint64_t *step) {
 }
 
 /* Keep the `keep` newest versions up to `latest`; remove the others, later ones too (see the
- * header). latest 0 with keep 0: remove only the *.tmp (at open). */
+ * header). tmp_only (at open): remove only the *.tmp a crash left. */
 static void prune(const char *dir, uint64_t latest, int keep, bool tmp_only) {
+    if (!tmp_only) {
+        pc_fs_prune_numbered(dir, "dense-", latest, (size_t)keep);
+        return;
+    }
     DIR *d = opendir(dir);
     if (!d)
         return;
-    uint64_t *steps = NULL;
-    size_t n = 0, cap = 0;
     char path[4200];
     for (struct dirent *e; (e = readdir(d));) {
         uint64_t s;
-        const int kind = version_name(e->d_name, &s);
-        if (kind == 2 && tmp_only) {
+        if (version_name(e->d_name, &s) == 2) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             pc_fs_rm_tree(path);
         }
-        if (kind != 1 || tmp_only)
-            continue;
-        if (n == cap) {
-            uint64_t *ns = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *ns);
-            if (!ns)
-                break;
-            steps = ns;
-        }
-        steps[n++] = s;
     }
     closedir(d);
-    for (size_t i = 0; i < n; i++) {
-        size_t newer = 0;
-        for (size_t j = 0; j < n; j++)
-            newer += steps[j] > steps[i] && steps[j] <= latest;
-        if (steps[i] > latest || newer >= (size_t)keep) {
-            snprintf(path, sizeof path, "%s/dense-%020" PRIu64, dir, steps[i]);
-            pc_fs_rm_tree(path);
-        }
-    }
-    free(steps);
 }
 
 /* The watermark text of the store's marks now into buf (cap bytes). */
