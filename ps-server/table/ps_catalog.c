@@ -295,6 +295,20 @@ const char *ps_claim_action_name(ps_claim_action_t a) {
 
 /* Replace `old` (acquired by the caller, who still releases it) by an empty table of the same
  * settings owned by `job`. */
+/* Room for one more entry (under c->mu), *e (an entry) kept pointing at the same entry. */
+static int room_for_one(ps_catalog_t *c, entry_t **e) {
+    if (c->n < c->cap)
+        return 0;
+    const size_t ncap = 2 * c->cap;
+    entry_t *ne = realloc(c->e, ncap * sizeof *ne);
+    if (!ne)
+        return PC_ENOMEM;
+    *e = ne + (*e - c->e);
+    c->e = ne;
+    c->cap = ncap;
+    return 0;
+}
+
 static int reset_table(ps_catalog_t *c, ps_table_t *old, const char *job, char *err,
                        size_t errlen) {
     const ps_table_config_t *cfg = ps_table_config(old);
@@ -322,17 +336,8 @@ static int reset_table(ps_catalog_t *c, ps_table_t *old, const char *job, char *
     for (size_t i = 0; i < c->n && !e; i++)
         if (c->e[i].t == old && !c->e[i].dropped)
             e = &c->e[i];
-    if (e && c->n == c->cap) {
-        size_t ncap = 2 * c->cap;
-        entry_t *ne = realloc(c->e, ncap * sizeof *ne);
-        if (!ne) {
-            rc = PC_ENOMEM;
-        } else {
-            e = ne + (e - c->e);
-            c->e = ne;
-            c->cap = ncap;
-        }
-    }
+    if (e)
+        rc = room_for_one(c, &e);
     if (!e && !rc)
         rc = PC_ENOTFOUND; /* dropped meanwhile */
     if (!rc) {
@@ -428,16 +433,8 @@ int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t) {
     entry_t *e = find_live(c, ps_table_config(t)->name);
     if (!e) {
         rc = PC_ENOTFOUND;
-    } else if (c->n == c->cap) {
-        size_t ncap = 2 * c->cap;
-        entry_t *ne = realloc(c->e, ncap * sizeof *ne);
-        if (!ne) {
-            rc = PC_ENOMEM;
-        } else {
-            e = ne + (e - c->e);
-            c->e = ne;
-            c->cap = ncap;
-        }
+    } else {
+        rc = room_for_one(c, &e);
     }
     if (!rc) {
         e->dropped = true;
