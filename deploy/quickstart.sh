@@ -81,7 +81,7 @@ $bin/ps-worker "${common[@]}" --rank=1 --progress-every=0 --json \
   >"$run/workers/worker-1.json" 2>"$run/workers/worker-1.log" &
 workers+=($!)
 $bin/ps-worker "${common[@]}" --rank=0 --test="$run/data/test.tsv" --progress-every=50000 \
-  --save-dense="$run/workers/dense.model" --publish-dir="$run/publish" --publish-every=50 --json \
+  --save-dense="$run/workers/dense.model" --publish-dir="$run/publish" --publish-every=20 --json \
   >"$run/workers/worker-0.json" 2> >(tee "$run/workers/worker-0.log" >&2) &
 workers+=($!)
 scored=0 # the replica scores the first test rows once a published model has reached it
@@ -97,7 +97,18 @@ while [ $scored = 0 ] && kill -0 "${workers[1]}" 2>/dev/null; do
 done
 wait "${workers[@]}"
 workers=()
-[ $scored = 1 ] || echo "(training ended before the replica had a model: see $run/serve.log)"
+for _ in $(seq 20); do # a short run may end before the first published model reached the replica
+  [ $scored = 1 ] && break
+  if $bin/psctl --server=127.0.0.1:$((base + 200)) serve predict "$run/data/test.tsv" 5 \
+    >"$run/predict.txt" 2>/dev/null; then
+    scored=1
+    echo "== online Predict after training: \$ psctl --server=127.0.0.1:$((base + 200)) serve predict $run/data/test.tsv 5"
+    cat "$run/predict.txt"
+  else
+    sleep 0.5
+  fi
+done
+[ $scored = 1 ] || echo "(the replica had no model: see $run/serve.log)"
 
 python_free_json() { # the number after "key": in a one-line JSON file
   sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" "$1"
