@@ -15,6 +15,7 @@ import cffi
 
 ABI_MAJOR = 1
 ABI_MINOR_MIN = 4  # psc_tables, psc_health, the feature keys
+ABI_MINOR_WIRE = 5  # psc_set_wire_type: compressed rows on the wire (Client(wire_dtype=...))
 
 CDEF = """
 unsigned int psc_version(void);
@@ -80,6 +81,8 @@ void psc_feature_keys(uint32_t field, const uint64_t *values, size_t n, uint64_t
 uint64_t psc_text_key(uint32_t field, const char *value, size_t len);
 uint64_t psc_missing_key(uint32_t field);
 size_t psc_map_text(psc_t *c, char *buf, size_t cap);
+int psc_set_wire_type(psc_t *c, int type);
+int psc_wire_type(psc_t *c);
 
 typedef struct psc_stats {
     uint64_t calls, retries, map_refreshes, reconnects, timeouts;

@@ -18,11 +18,12 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from ._lib import err_name, ffi, lib
+from ._lib import ABI_MINOR_WIRE, err_name, ffi, lib
 from .errors import CODES, EmberError, check
 
 WHY = 600  # bytes of a call's failure detail (psclient.h: PSC_WHY_MAX is below this)
 CLAIM_MODES = {"check": 0, "warm_start": 1, "fresh": 2, "inspect": 3}
+WIRE_TYPES = {"f32": 0, "bf16": 1, "f16": 2}  # psclient.h PSC_WIRE_*
 CLAIM_ACTIONS = ("new", "continued", "warm_started", "reset", "none")
 
 
@@ -73,13 +74,21 @@ class Client:
     token: the servers' token. tls_ca (with tls_cert, tls_key for client certificates,
     tls_server_name to check another name than each server's address): TLS on the data plane.
     timeout_ms bounds every call; retries and max_inflight are libpsclient's.
+    wire_dtype: "f32" (exact), "bf16" or "f16": rows and gradients travel compressed and are
+    converted at both ends (arrays in and out stay float32; docs/wire.md "Compressed rows");
+    servers older than libpsclient 1.5's refuse such calls with PC_EUNSUPPORTED.
     """
 
     def __init__(self, servers, token=None, timeout_ms=10000, max_inflight=8, retries=3,
                  connect_timeout_ms=5000, tls_ca=None, tls_cert=None, tls_key=None,
-                 tls_server_name=None):
+                 tls_server_name=None, wire_dtype="f32"):
         if not isinstance(servers, str) or not servers:
             raise ValueError("servers must be a cluster map text or 'host:port'")
+        if wire_dtype not in WIRE_TYPES:
+            raise ValueError("wire_dtype must be one of %s" % ", ".join(WIRE_TYPES))
+        if wire_dtype != "f32" and (lib.psc_version() >> 8) & 0xFF < ABI_MINOR_WIRE:
+            raise ValueError("wire_dtype=%s needs libpsclient 1.%d or later (loaded: %s)" % (
+                wire_dtype, ABI_MINOR_WIRE, ffi.string(lib.psc_version_string()).decode()))
         if (tls_cert or tls_key or tls_server_name) and not tls_ca:
             raise ValueError("tls_cert, tls_key and tls_server_name need tls_ca")
         keep = []
@@ -104,6 +113,9 @@ class Client:
         out = ffi.new("psc_t **")
         check(lib.psc_connect2(o, tls, why, WHY, out), ffi.string(why).decode(errors="replace"))
         self._c = out[0]
+        if wire_dtype != "f32":
+            lib.psc_set_wire_type(self._c, WIRE_TYPES[wire_dtype])
+        self.wire_dtype = wire_dtype
         self.timeout_ms = timeout_ms
         self._dims = {}
         self._mu = threading.Condition()

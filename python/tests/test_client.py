@@ -51,6 +51,34 @@ def test_same_as_c(servers, tmp_path):
     assert not np.array_equal(a, b)  # the push changed the rows
 
 
+def test_wire_dtype(servers):
+    """Compressed rows: bf16 and f16 pulls are the f32 rows rounded (within half an ulp: relative
+    for normal values, f16's subnormal step 2^-24 below 2^-14), lookups agree, a push in bf16
+    applies, and a bad name is refused before connecting."""
+    addr, _ = servers(TABLE)
+    keys = np.arange(1, 2001, dtype=np.uint64)
+    with emberps.Client(addr) as c32, emberps.Client(addr, wire_dtype="bf16") as cb, \
+            emberps.Client(addr, wire_dtype="f16") as ch:
+        assert (c32.wire_dtype, cb.wire_dtype, ch.wire_dtype) == ("f32", "bf16", "f16")
+        exact = c32.pull("emb", keys)
+        for cl, ulp, sub in ((cb, 2.0 ** -8, 0.0), (ch, 2.0 ** -11, 2.0 ** -25)):
+            got = cl.pull("emb", keys)
+            assert got.dtype == np.float32 and got.shape == exact.shape
+            assert not np.array_equal(got, exact)  # really rounded
+            assert np.all(np.abs(got - exact) <= np.abs(exact) * ulp + sub)
+            rows, found = cl.lookup("emb", keys)
+            assert np.array_equal(rows, got) and found.all()
+        g = np.full((len(keys), 8), 1.0 / 3.0, dtype=np.float32)
+        assert cb.push("emb", keys, g)["applied"] == len(keys)
+        after = c32.pull("emb", keys)
+        assert not np.array_equal(after, exact)
+    try:
+        emberps.Client(addr, wire_dtype="f8")
+        raise AssertionError("wire_dtype=f8 accepted")
+    except ValueError as e:
+        assert "f32, bf16, f16" in str(e)
+
+
 def test_async_and_threads(servers):
     addr, _ = servers(TABLE)
     with emberps.Client(addr) as c:
