@@ -14,6 +14,7 @@
  * Exit status: 0 after a clean stop, 1 when the replica cannot start, 2 on bad settings.
  */
 #include "pc_error.h"
+#include "pc_fs.h"
 #include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_metrics.h"
@@ -121,17 +122,6 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
     return sv_serve_render_metrics(d->serve, buf, cap, len);
 }
 
-static void write_port_file(const char *path, int grpc, int metrics) {
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (f) {
-        fprintf(f, "%d\n%d\n", grpc, metrics);
-        fclose(f);
-        rename(tmp, path);
-    }
-}
-
 int main(int argc, char **argv) {
     size_t nf, nset;
     const pc_setting_t *fs = sv_follow_settings(&nf);
@@ -229,9 +219,13 @@ int main(int argc, char **argv) {
         rc = 1;
     if (!rc) {
         ps_grpc_set_serving(d.grpc, true);
-        if (c.port_file[0])
-            write_port_file(c.port_file, ps_grpc_port(d.grpc),
-                            metrics ? pc_metrics_port(metrics) : 0);
+        if (c.port_file[0]) {
+            char ports[32];
+            const int len = snprintf(ports, sizeof ports, "%d\n%d\n", ps_grpc_port(d.grpc),
+                                     metrics ? pc_metrics_port(metrics) : 0);
+            if (pc_fs_write_atomic(c.port_file, ports, (size_t)len))
+                PC_WARN("cannot write the port file %s", c.port_file);
+        }
         PC_INFO("serving '%s' on %s (gRPC port %d)", c.name, c.host, ps_grpc_port(d.grpc));
         const struct timespec tick = {.tv_sec = c.tick_ms / 1000,
                                       .tv_nsec = (long)(c.tick_ms % 1000) * 1000000};

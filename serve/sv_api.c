@@ -6,7 +6,6 @@
 #include "pc_error.h"
 #include "pc_time.h"
 #include "pc_wire.h"
-#include "pw_model.h"
 #include "pw_parse.h"
 
 #include <math.h>
@@ -193,21 +192,6 @@ static int from_samples(const sv_api_env_t *env, const pw_model_card_t *c,
     return rc;
 }
 
-/* Fields beyond the model's (DLRM and DeepFM pool per field). */
-static int check_fields(const pw_model_card_t *c, const pw_batch_t *b, ps_api_reply_t *r) {
-    const pw_model_ops_t *ops;
-    if (pw_model_find(c->model.name, &ops) || !ops->needs_fields)
-        return 0;
-    for (size_t s = 0; s < b->n; s++)
-        for (size_t j = b->key_off[s]; j < b->key_off[s + 1]; j++)
-            if (b->fields[j] >= c->model.nfields) {
-                ps_api_fail(r, PC_EINVAL, "sample %zu: field %u, the model has %d fields", s,
-                            b->fields[j], c->model.nfields);
-                return PC_EINVAL;
-            }
-    return 0;
-}
-
 static void do_predict(const sv_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
     Emberps__PredictRequest *q = emberps__predict_request__unpack(NULL, len, req);
     if (!q) {
@@ -240,8 +224,9 @@ static void do_predict(const sv_api_env_t *env, const uint8_t *req, size_t len, 
             rc = from_lines(env, c, sv_model_csv(m), q->lines, n, &bb, r);
         else
             rc = from_samples(env, c, q->samples, n, &bb, r);
-        if (!rc)
-            rc = check_fields(c, &bb.b, r);
+        char bad[200];
+        if (!rc && (rc = sv_model_check(m, &bb.b, bad, sizeof bad)))
+            ps_api_fail(r, rc, "%s", bad);
         if (!rc && !(scores = malloc(n * sizeof *scores)))
             ps_api_fail(r, rc = PC_ENOMEM, "out of memory");
         size_t npos = 0;
@@ -319,11 +304,17 @@ static void do_lookup(const sv_api_env_t *env, const uint8_t *req, size_t len, p
     emberps__lookup_request__free_unpacked(q, NULL);
 }
 
+/* Whether a dense model is served (cheap: no status walk over the replica's tables). */
+static bool has_model(const sv_api_env_t *env) {
+    sv_served_t *x = sv_serve_acquire(env->serve);
+    const bool yes = sv_served_model(x) != NULL;
+    sv_serve_release(env->serve, x);
+    return yes;
+}
+
 static void do_health(const sv_api_env_t *env, ps_api_reply_t *r) {
-    sv_serve_status_t st;
-    sv_serve_status(env->serve, &st, NULL, 0);
     Emberps__HealthResponse a = EMBERPS__HEALTH_RESPONSE__INIT;
-    a.status = st.has_model ? "serving" : "no model yet";
+    a.status = has_model(env) ? "serving" : "no model yet";
     a.uptime_s = (pc_time_mono_ns() - env->start_ns) / 1000000000u;
     ps_api_reply_pack(r, &a.base);
 }
@@ -436,9 +427,7 @@ bool sv_api_ready(void *ctx, const char *service) {
     const sv_api_env_t *env = ctx;
     if (strcmp(service, "emberps.Serving") != 0)
         return true; /* "" (the process answers: liveness) and ParameterServer (Lookup) */
-    sv_serve_status_t st;
-    sv_serve_status(env->serve, &st, NULL, 0);
-    return st.has_model;
+    return has_model(env);
 }
 
 void sv_api_call(void *ctx, int m, const uint8_t *req, size_t len, ps_api_reply_t *r) {

@@ -335,8 +335,8 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
             x->pos = x->head = next; /* the next DELTAS says the head since */
             x->applied += rows;
             source_up(sf, x, SV_SOURCE_FOLLOWING);
+            x->need_scan = false; /* under mu: sv_follow_caught_up reads it */
             pthread_mutex_unlock(&f->mu);
-            x->need_scan = false;
             PC_INFO("serve: %s table %s: scanned %" PRIu64 " rows in %u parts (%.3f s), uid "
                     "%016" PRIx64 ", following from position %" PRIu64,
                     sf->addr, x->table, rows, parts, pc_time_sec_since(t0), uid, next);
@@ -380,8 +380,8 @@ static int step(srvf_t *sf, source_t *x, bool *more, char *why, size_t cap) {
     int rc = psc_deltas(sf->c, &q, &out, why, cap);
     if (rc == PC_ERANGE || rc == PC_ESTATE) {
         /* fell behind the ring (or the DELTAS just started the log), or a new table */
-        x->need_scan = true;
         pthread_mutex_lock(&f->mu);
+        x->need_scan = true;
         x->rescans++;
         x->last_rc = rc;
         snprintf(x->last_error, sizeof x->last_error, "%s", why);

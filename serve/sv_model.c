@@ -201,6 +201,10 @@ void sv_model_release(sv_model_t *m, sv_eval_t *e) {
     pthread_mutex_unlock(&m->mu);
 }
 
+int sv_model_check(const sv_model_t *m, const pw_batch_t *b, char *why, size_t cap) {
+    return pw_step_check_why(m->ev[0].st, b, why, cap); /* every instance is the same model */
+}
+
 float *sv_eval_rows(sv_eval_t *e, size_t nk) {
     return pw_step_eval_rows(e->st, nk);
 }

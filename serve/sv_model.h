@@ -64,8 +64,11 @@ void sv_model_release(sv_model_t *m, sv_eval_t *e);
 /* The row buffer of an evaluator for nk features (nk x row_dim floats), to fill with each
  * feature's row before sv_eval_run; NULL when out of memory. */
 float *sv_eval_rows(sv_eval_t *e, size_t nk);
-/* Check batch b against the model (dense width, fields; PC_EINVAL with why) and score it:
- * probs[0..b->n) the predicted probabilities. PC_EINVAL (b->n over max_batch), PC_EIO. */
+/* Batch b fits the model: its dense width and its fields (pw_step_check_why). PC_EINVAL with
+ * why. Thread-safe (reads only). */
+int sv_model_check(const sv_model_t *m, const pw_batch_t *b, char *why, size_t cap);
+/* Score batch b (checked): probs[0..b->n) the predicted probabilities. PC_EINVAL (b->n over
+ * max_batch), PC_EIO. */
 int sv_eval_run(sv_eval_t *e, const pw_batch_t *b, float *probs, char *why, size_t cap);
 
 #endif

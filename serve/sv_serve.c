@@ -268,8 +268,8 @@ static int add_checkpoint_tables(sv_sparse_t *sparse, const char *dir, uint64_t 
 }
 
 /* Version `step` (0: newest) loaded into a pinned object of its own. */
-static int load_version(sv_serve_t *s, uint64_t step, sv_served_t **out, sv_sparse_start_t **starts,
-                        size_t *nstarts, char *why, size_t cap) {
+static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map, sv_served_t **out,
+                        sv_sparse_start_t **starts, size_t *nstarts, char *why, size_t cap) {
     *out = NULL;
     if (!s->versions_dir[0]) {
         snprintf(why, cap, "no versions directory (--versions)");
@@ -293,14 +293,15 @@ static int load_version(sv_serve_t *s, uint64_t step, sv_served_t **out, sv_spar
     const size_t stcap = v.nservers * 64 + 1;
     sv_sparse_start_t *st = calloc(stcap, sizeof *st);
     size_t nst = 0;
-    /* the cluster the version was cut from: its manifest's map, else the one followed */
+    /* the cluster the version was cut from: its manifest's map, else the one followed (as
+     * discovered at start, or the live replica's) */
     char *live_map = NULL;
-    if (!v.map && s->live_sparse) {
+    if (!v.map && !followed_map && s->live_sparse) {
         const size_t len = sv_sparse_map_text(s->live_sparse, NULL, 0) + 1;
         if ((live_map = malloc(len)))
             sv_sparse_map_text(s->live_sparse, live_map, len);
     }
-    const char *map = v.map ? v.map : live_map;
+    const char *map = v.map ? v.map : followed_map ? followed_map : live_map;
     rc = st ? 0 : PC_ENOMEM;
     if (!rc && !map) {
         snprintf(err, sizeof err, "its manifest names no cluster map (follow the servers)");
@@ -354,7 +355,7 @@ typedef struct pin_load {
 
 static int pin_load(void *arg) {
     pin_load_t *a = arg;
-    return load_version(a->s, a->step, &a->x, NULL, NULL, a->why, a->cap);
+    return load_version(a->s, a->step, NULL, &a->x, NULL, NULL, a->why, a->cap);
 }
 
 int sv_serve_pin(sv_serve_t *s, uint64_t step, uint64_t *loaded, char *why, size_t cap) {
@@ -510,7 +511,7 @@ static int start_live(sv_serve_t *s) {
         steps[ntry++] = all[i - 1];
     free(all);
     for (size_t i = 0; i < ntry && !from; i++) {
-        if (load_version(s, steps[i], &from, &starts, &nstarts, why, sizeof why) == 0) {
+        if (load_version(s, steps[i], map, &from, &starts, &nstarts, why, sizeof why) == 0) {
             PC_INFO("serve: starting from version %" PRIu64 ", then the delta stream", steps[i]);
         } else {
             char what[64];
@@ -544,6 +545,8 @@ static int start_live(sv_serve_t *s) {
     free(map);
     free(tables);
     if (rc) {
+        if (x)
+            sv_model_destroy(x->model); /* the version's, handed over above */
         free(x);
         return rc;
     }
@@ -592,7 +595,7 @@ int sv_serve_create(const sv_serve_opts_t *o, sv_serve_t **out) {
     if (!rc && (o->pin || !s->follow[0])) {
         char why[256] = "";
         sv_served_t *x = NULL;
-        if ((rc = load_version(s, o->pin, &x, NULL, NULL, why, sizeof why))) {
+        if ((rc = load_version(s, o->pin, NULL, &x, NULL, NULL, why, sizeof why))) {
             PC_ERROR("serve: version %" PRIu64 " of %s: %s", o->pin, s->versions_dir, why);
         } else {
             x->refs = 1;

@@ -218,19 +218,29 @@ static int stage_batch(pw_step_t *st, int k, const pw_batch_t *b) {
     return s->labels && s->v.dense && s->v.key_off && s->v.fields && s->v.vals ? 0 : PC_ENOMEM;
 }
 
-int pw_step_check(const pw_step_t *st, const pw_batch_t *b) {
+int pw_step_check_why(const pw_step_t *st, const pw_batch_t *b, char *why, size_t cap) {
     if ((int)b->ndense != st->ndense) {
-        PC_ERROR("train: a sample with %zu dense values, the model has %d", b->ndense, st->ndense);
+        snprintf(why, cap, "a sample with %zu dense values, the model has %d", b->ndense,
+                 st->ndense);
         return PC_EINVAL;
     }
     const int nf = pw_model_fields(st->m);
-    for (size_t j = 0; nf && j < b->key_off[b->n]; j++)
-        if (b->fields[j] >= nf) {
-            PC_ERROR("train: a feature of field %u, the model has %d fields (--fields)",
-                     b->fields[j], nf);
-            return PC_EINVAL;
-        }
+    for (size_t s = 0; nf && s < b->n; s++)
+        for (size_t j = b->key_off[s]; j < b->key_off[s + 1]; j++)
+            if (b->fields[j] >= nf) {
+                snprintf(why, cap, "sample %zu: a feature of field %u, the model has %d fields", s,
+                         b->fields[j], nf);
+                return PC_EINVAL;
+            }
     return 0;
+}
+
+int pw_step_check(const pw_step_t *st, const pw_batch_t *b) {
+    char why[160];
+    const int rc = pw_step_check_why(st, b, why, sizeof why);
+    if (rc)
+        PC_ERROR("train: %s (--fields)", why);
+    return rc;
 }
 
 int pw_step_stage(pw_step_t *st, int k, const pw_step_input_t *in) {

@@ -75,6 +75,9 @@ void pw_step_destroy(pw_step_t *st); /* NULL: nothing */
 
 /* The batch fits the model: its dense width, its fields in range. PC_EINVAL (logged). */
 int pw_step_check(const pw_step_t *st, const pw_batch_t *b);
+/* The same check, saying why in one line instead of logging (a server refusing a request).
+ * Reads only: may run beside the step's use by another thread. */
+int pw_step_check_why(const pw_step_t *st, const pw_batch_t *b, char *why, size_t cap);
 
 /* Upload in's arrays into buffer set `set` (0 or 1), asynchronously. PC_ENOMEM. */
 int pw_step_stage(pw_step_t *st, int set, const pw_step_input_t *in);
