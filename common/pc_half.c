@@ -2,6 +2,7 @@
 #include "pc_half.h"
 
 #include <stdbool.h>
+#include <pthread.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -144,14 +145,25 @@ static const pc_half_kernels_t k_portable = {"portable", p_to_bf16, p_from_bf16,
 static const pc_half_kernels_t k_f16c = {"f16c", v_to_bf16, v_from_bf16, v_to_f16, v_from_f16};
 #endif
 
-const pc_half_kernels_t *pc_half_kernels(const char *name) {
 #ifdef PC_HAVE_F16C
+/* Whether the CPU has F16C and AVX2, asked once: CPUID traps to the hypervisor on a VM, and the
+ * kernels are picked on every batch of the data plane's hot path. */
+static bool g_f16c;
+static pthread_once_t g_f16c_once = PTHREAD_ONCE_INIT;
+
+static void f16c_probe(void) {
     __builtin_cpu_init(); /* idempotent; needed when called from another constructor */
     /* F16C from CPUID leaf 1 (ECX bit 29: clang's __builtin_cpu_supports has no "f16c"); AVX2
      * through the builtin, which also checks that the OS saves the AVX state. */
     unsigned a, b, c, d;
-    const bool f16c =
-        __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+    g_f16c = __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
+const pc_half_kernels_t *pc_half_kernels(const char *name) {
+#ifdef PC_HAVE_F16C
+    pthread_once(&g_f16c_once, f16c_probe);
+    const bool f16c = g_f16c;
     if (!name)
         return f16c ? &k_f16c : &k_portable;
     if (!strcmp(name, "f16c"))

@@ -231,7 +231,6 @@ static int check_security(const srv_cfg_t *c) {
     return 0;
 }
 
-/* Read the map text from the setting or the file. */
 /* The store of --coordinator's service: this process's memory, or an etcd cluster (etcds://: TLS
  * with this server's CA, certificate and key as the client's). Logged on failure. */
 static int open_coord_store(const srv_cfg_t *c, ps_coord_store_t *out) {
@@ -249,6 +248,7 @@ static int open_coord_store(const srv_cfg_t *c, ps_coord_store_t *out) {
     return rc;
 }
 
+/* Read the map text from the setting or the file. */
 static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
     char text[8192], err[256];
     if (c->cluster_map_file[0]) {

@@ -249,10 +249,8 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
     if (c->map && !c->placeholder)
         atomic_fetch_add(&c->refreshes, 1);
     c->placeholder = false;
-    c->sole = (long)pc_cmap_slot_owner(m, 0);
-    for (uint32_t slot = 1; slot < PC_NSLOTS && c->sole >= 0; slot++)
-        if (pc_cmap_slot_owner(m, slot) != (uint32_t)c->sole)
-            c->sole = -1;
+    const uint32_t owner0 = pc_cmap_slot_owner(m, 0);
+    c->sole = pc_cmap_server_slots(m, owner0) == PC_NSLOTS ? (long)owner0 : -1;
     pc_cmap_destroy(c->map);
     pc_sfree(c->srv);
     c->map = m;

@@ -773,9 +773,11 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         const uint64_t avail = q.from < head ? head - q.from : 0;
         if (max > avail)
             max = avail;
-        wreq_t *w = reply_alloc(c, pc_wire_stream_reply_len(max, dim));
+        /* a position the log no longer holds is refused before a reply is allocated for it */
+        const bool held = q.from >= oldest && q.from <= head;
+        wreq_t *w = held ? reply_alloc(c, pc_wire_stream_reply_len(max, dim)) : NULL;
         size_t n = 0;
-        rc = w ? 0 : PC_ENOMEM;
+        rc = !held ? PC_ERANGE : w ? 0 : PC_ENOMEM;
         uint64_t *keys = w ? (uint64_t *)(void *)(w->payload + PC_WIRE_STREAM_REPLY_PREFIX) : NULL;
         if (!rc)
             rc = ps_changelog_read(log, q.from, (size_t)max, keys, &n, &oldest, &head);
@@ -1329,9 +1331,7 @@ static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
         return PC_ENOMEM;
     }
     pc_cmap_format(m, text, len + 1);
-    bool all = true;
-    for (uint32_t slot = 0; slot < PC_NSLOTS && all; slot++)
-        all = pc_cmap_slot_owner(m, slot) == dp->o.self;
+    const bool all = pc_cmap_server_slots(m, dp->o.self) == PC_NSLOTS;
     pthread_rwlock_wrlock(&dp->map_lock);
     pc_cmap_destroy(dp->map);
     free(dp->map_text);

@@ -293,8 +293,6 @@ const char *ps_claim_action_name(ps_claim_action_t a) {
     return (unsigned)a < sizeof names / sizeof names[0] ? names[a] : "unknown";
 }
 
-/* Replace `old` (acquired by the caller, who still releases it) by an empty table of the same
- * settings owned by `job`. */
 /* Room for one more entry (under c->mu), *e (an entry) kept pointing at the same entry. */
 static int room_for_one(ps_catalog_t *c, entry_t **e) {
     if (c->n < c->cap)
@@ -309,6 +307,8 @@ static int room_for_one(ps_catalog_t *c, entry_t **e) {
     return 0;
 }
 
+/* Replace `old` (acquired by the caller, who still releases it) by an empty table of the same
+ * settings owned by `job`. */
 static int reset_table(ps_catalog_t *c, ps_table_t *old, const char *job, char *err,
                        size_t errlen) {
     const ps_table_config_t *cfg = ps_table_config(old);

@@ -2137,10 +2137,6 @@ void ps_table_destroy(ps_table_t *t) {
     pc_free(PC_MEM_OTHER, t, sizeof *t);
 }
 
-void ps_table_set_changelog(ps_table_t *t, ps_changelog_t *log) {
-    ps_changelog_destroy(atomic_exchange(&t->log, log));
-}
-
 ps_changelog_t *ps_table_changelog(const ps_table_t *t) {
     return atomic_load_explicit(&((ps_table_t *)t)->log, memory_order_acquire);
 }

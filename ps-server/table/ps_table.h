@@ -173,15 +173,13 @@ void ps_table_set_evict_fn(ps_table_t *t, ps_evict_fn fn, void *ctx);
 /* The delta stream's change log (ps_changelog.h). Pushes, loads, erasures and evictions append
  * their keys after the change, once a log is there. A table starts without one.
  *
- * ps_table_set_changelog installs `log` (owned by the table from here on; a previous one is
- * destroyed; NULL: none): call before the table is shared (tests, tools). ps_table_changelog is
- * the log (NULL: none yet), valid until the table is destroyed; thread-safe.
+ * ps_table_changelog is the log (NULL: none yet), valid until the table is destroyed;
+ * thread-safe.
  * ps_table_changelog_start gives the table's log, starting one of `capacity` entries when it has
  * none (once: concurrent callers all get the one installed; *started, may be NULL, is true for
  * the caller that installed it). A started log holds no change made before it: its base position
  * (the wall clock in nanoseconds) makes every earlier position, 0 included, older than its oldest.
  * Thread-safe. PC_EINVAL (capacity 0), PC_ENOMEM. */
-void ps_table_set_changelog(ps_table_t *t, ps_changelog_t *log);
 ps_changelog_t *ps_table_changelog(const ps_table_t *t);
 int ps_table_changelog_start(ps_table_t *t, size_t capacity, ps_changelog_t **out, bool *started);
 
