@@ -8,6 +8,7 @@
 #include "pw_publish.h"
 
 #include "pc_alloc.h"
+#include "pc_cluster.h"
 #include "pc_error.h"
 #include "pc_fs.h"
 #include "pc_log.h"
@@ -22,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MARKS_MAX 1024 /* servers of a map (PC_MAX_SERVERS) */
+#define MARKS_MAX PC_MAX_SERVERS /* servers of a map */
 
 typedef struct snap {
     uint8_t *img; /* the dense model file (NULL: none) */
@@ -54,29 +55,21 @@ struct pw_publish {
 
 /* ---- versions on disk ---- */
 
-/* "dense-<digits>" -> 1 and *step; "dense-<digits>.tmp" -> 2; anything else 0. */
-static int version_name(const char *name, uint64_t *step) {
-    char tail[8] = "";
-    if (strncmp(name, "dense-", 6) != 0 || name[6] < '0' || name[6] > '9')
-        return 0;
-    const int got = sscanf(name + 6, "%" SCNu64 "%7s", step, tail);
-    return got == 1 ? 1 : got == 2 && strcmp(tail, ".tmp") == 0 ? 2 : 0;
+/* A version a crash left half-written: "dense-<digits>.tmp". */
+static bool tmp_version(const char *name) {
+    const size_t n = strlen(name), digits = n > 10 ? strspn(name + 6, "0123456789") : 0;
+    return !strncmp(name, "dense-", 6) && digits && 6 + digits + 4 == n &&
+           !strcmp(name + 6 + digits, ".tmp");
 }
 
-/* Keep the `keep` newest versions up to `latest`; remove the others, later ones too (see the
- * header). tmp_only (at open): remove only the *.tmp a crash left. */
-static void prune(const char *dir, uint64_t latest, int keep, bool tmp_only) {
-    if (!tmp_only) {
-        pc_fs_prune_numbered(dir, "dense-", latest, (size_t)keep);
-        return;
-    }
+/* Remove the *.tmp a crash left (at open). */
+static void remove_tmp(const char *dir) {
     DIR *d = opendir(dir);
     if (!d)
         return;
     char path[4200];
     for (struct dirent *e; (e = readdir(d));) {
-        uint64_t s;
-        if (version_name(e->d_name, &s) == 2) {
+        if (tmp_version(e->d_name)) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
             pc_fs_rm_tree(path);
         }
@@ -146,7 +139,7 @@ static int version_write(pw_publish_t *p, const snap_t *s, char *why, size_t why
         pc_fs_rm_tree(tmp);
         return rc;
     }
-    prune(p->dir, s->step, p->keep, false);
+    pc_fs_prune_numbered(p->dir, "dense-", s->step, (size_t)p->keep); /* and later ones */
     return 0;
 }
 
@@ -209,7 +202,7 @@ int pw_publish_open(const pw_publish_opts_t *o, pw_publish_t **out) {
         pc_sfree(p);
         return rc;
     }
-    prune(p->dir, 0, 0, true);
+    remove_tmp(p->dir);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (pthread_create(&p->thread, NULL, thread_main, p)) {

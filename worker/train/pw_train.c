@@ -686,6 +686,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 break;
             }
         }
+        /* Here every round the gate waited for is applied: in sync mode all pushes of the steps
+         * the dense model has taken are acknowledged, so the watermark the publisher reads
+         * covers them (a lone worker counts its steps before its pushes return). */
+        publish_dense(&t, false);
         if ((rc = pw__slot_rows(&t, s)))
             break;
         if (pw__server_lost(&t)) {               /* the servers answer again: roll the job back */
@@ -715,7 +719,6 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         ema = isnan(ema) ? loss : 0.99 * ema + 0.01 * loss;
         res->samples += b->n;
         publish(&t, r, res->samples, loss, ema);
-        publish_dense(&t, false);
         if (c->progress_every && res->samples >= next_progress) {
             progress(c, r, res->samples, t0, ema, total_bytes);
             pw_telemetry_log_progress(t.tel);
