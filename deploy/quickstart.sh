@@ -95,7 +95,7 @@ while [ $scored = 0 ] && kill -0 "${workers[1]}" 2>/dev/null; do
     sleep 1
   fi
 done
-wait "${workers[@]}"
+for p in "${workers[@]}"; do wait "$p"; done # each worker's status (set -e stops on a failure)
 workers=()
 for _ in $(seq 20); do # a short run may end before the first published model reached the replica
   [ $scored = 1 ] && break
