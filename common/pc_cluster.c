@@ -1,8 +1,10 @@
 /* pc_cluster.c: the versioned slot -> server map (see pc_cluster.h).
  *
  * DESIGN: a map is a version, an array of server addresses and a dense owner array of PC_NSLOTS
- * uint16 entries (32 KiB), so a lookup is one load. Parsing validates everything (syntax, ranges,
- * overlaps, coverage) before a map exists.
+ * uint16 entries (32 KiB), so a lookup is one load; backups are PC_MAX_BACKUPS more such arrays
+ * (PC_NO_SERVER where a slot has fewer), filled from the front. Parsing validates everything
+ * (syntax, ranges, overlaps, coverage, backups distinct from the primary and each other) before a
+ * map exists.
  */
 #include "pc_cluster.h"
 #include "pc_error.h"
@@ -18,6 +20,7 @@ struct pc_cluster_map {
     size_t nservers;
     char (*addrs)[PC_ADDR_MAX];
     uint16_t owner[PC_NSLOTS];
+    uint16_t backup[PC_MAX_BACKUPS][PC_NSLOTS];
 };
 
 static void cm_err(char *err, size_t errlen, const char *fmt, ...)
@@ -44,6 +47,7 @@ static int cm_alloc(size_t n, pc_cluster_map_t **out) {
         return PC_ENOMEM;
     }
     m->nservers = n;
+    memset(m->backup, 0xff, sizeof m->backup);
     *out = m;
     return 0;
 }
@@ -96,6 +100,7 @@ int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out) {
     c->version = m->version;
     memcpy(c->addrs, m->addrs, m->nservers * sizeof *m->addrs);
     memcpy(c->owner, m->owner, sizeof m->owner);
+    memcpy(c->backup, m->backup, sizeof m->backup);
     *out = c;
     return 0;
 }
@@ -129,12 +134,16 @@ uint32_t pc_cmap_server_slots(const pc_cluster_map_t *m, uint32_t server) {
     return c;
 }
 
+static void drop_backup(pc_cluster_map_t *m, uint32_t s, uint32_t server);
+
 int pc_cmap_assign(pc_cluster_map_t *m, uint32_t lo, uint32_t hi, uint32_t server,
                    uint64_t new_version) {
     if (lo > hi || hi >= PC_NSLOTS || server >= m->nservers || new_version <= m->version)
         return PC_EINVAL;
-    for (uint32_t s = lo; s <= hi; s++)
+    for (uint32_t s = lo; s <= hi; s++) {
         m->owner[s] = (uint16_t)server;
+        drop_backup(m, s, server); /* a primary is no backup of its own slots */
+    }
     m->version = new_version;
     return 0;
 }
@@ -237,7 +246,34 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
             rc = PC_EPARSE;
             break;
         }
+        uint64_t bk[PC_MAX_BACKUPS];
+        uint32_t nb = 0;
+        while (*p == '/') {
+            p++;
+            if (nb == PC_MAX_BACKUPS || parse_u64(&p, n - 1, &bk[nb])) {
+                cm_err(err, errlen, "cluster map: more than %u backups, or a bad one, near '%.20s'",
+                       PC_MAX_BACKUPS, p);
+                said = 1;
+                rc = PC_EPARSE;
+                break;
+            }
+            for (uint32_t j = 0; j <= nb && !rc; j++)
+                if (bk[nb] == (j < nb ? bk[j] : srv)) {
+                    cm_err(
+                        err, errlen, "cluster map: server %llu is named twice for slots %llu-%llu",
+                        (unsigned long long)bk[nb], (unsigned long long)lo, (unsigned long long)hi);
+                    said = 1;
+                    rc = PC_EPARSE;
+                }
+            if (rc)
+                break;
+            nb++;
+        }
+        if (rc)
+            break;
         for (uint64_t s = lo; s <= hi; s++) {
+            for (uint32_t j = 0; j < nb; j++)
+                m->backup[j][s] = (uint16_t)bk[j];
             if (seen[s]) {
                 cm_err(err, errlen, "cluster map: slot %llu assigned twice", (unsigned long long)s);
                 said = 1;
@@ -272,6 +308,15 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
     return 0;
 }
 
+static bool same_roles(const pc_cluster_map_t *m, uint32_t a, uint32_t b) {
+    if (m->owner[a] != m->owner[b])
+        return false;
+    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
+        if (m->backup[j][a] != m->backup[j][b])
+            return false;
+    return true;
+}
+
 size_t pc_cmap_format(const pc_cluster_map_t *m, char *buf, size_t cap) {
     size_t len = 0;
 #define CM_PUT(...)                                                                              \
@@ -288,11 +333,115 @@ size_t pc_cmap_format(const pc_cluster_map_t *m, char *buf, size_t cap) {
     CM_PUT(";slots=");
     for (uint32_t s = 0; s < PC_NSLOTS;) {
         uint32_t e = s;
-        while (e + 1 < PC_NSLOTS && m->owner[e + 1] == m->owner[s])
+        while (e + 1 < PC_NSLOTS && same_roles(m, e + 1, s))
             e++;
         CM_PUT("%s%u-%u:%u", s ? "," : "", s, e, m->owner[s]);
+        for (uint32_t j = 0; j < PC_MAX_BACKUPS && m->backup[j][s] != PC_NO_SERVER; j++)
+            CM_PUT("/%u", m->backup[j][s]);
         s = e + 1;
     }
 #undef CM_PUT
     return len;
+}
+
+uint32_t pc_cmap_slot_backups(const pc_cluster_map_t *m, uint32_t slot,
+                              uint32_t out[PC_MAX_BACKUPS]) {
+    uint32_t n = 0;
+    slot &= PC_NSLOTS - 1;
+    while (n < PC_MAX_BACKUPS && m->backup[n][slot] != PC_NO_SERVER) {
+        out[n] = m->backup[n][slot];
+        n++;
+    }
+    return n;
+}
+
+bool pc_cmap_is_backup(const pc_cluster_map_t *m, uint32_t slot, uint32_t server) {
+    slot &= PC_NSLOTS - 1;
+    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
+        if (m->backup[j][slot] == server)
+            return true;
+    return false;
+}
+
+bool pc_cmap_replicated(const pc_cluster_map_t *m) {
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        if (m->backup[0][s] != PC_NO_SERVER)
+            return true;
+    return false;
+}
+
+int pc_cmap_set_replicas(pc_cluster_map_t *m, uint32_t r) {
+    if (r > PC_MAX_BACKUPS || (r && r >= m->nservers))
+        return PC_EINVAL;
+    memset(m->backup, 0xff, sizeof m->backup);
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        for (uint32_t j = 0; j < r; j++)
+            m->backup[j][s] = (uint16_t)((m->owner[s] + 1 + j) % m->nservers);
+    return 0;
+}
+
+/* Remove `server` from slot s's backups, closing the gap. */
+static void drop_backup(pc_cluster_map_t *m, uint32_t s, uint32_t server) {
+    uint32_t w = 0;
+    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
+        if (m->backup[j][s] != server)
+            m->backup[w++][s] = m->backup[j][s];
+    for (; w < PC_MAX_BACKUPS; w++)
+        m->backup[w][s] = PC_NO_SERVER;
+}
+
+int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
+                        uint32_t *promoted, uint32_t *orphaned) {
+    if (dead >= m->nservers || new_version <= m->version)
+        return PC_EINVAL;
+    uint32_t np = 0, no = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        if (m->owner[s] == dead) {
+            if (m->backup[0][s] == PC_NO_SERVER) {
+                no++;
+                continue;
+            }
+            m->owner[s] = m->backup[0][s];
+            drop_backup(m, s, m->owner[s]);
+            np++;
+        } else {
+            drop_backup(m, s, dead);
+        }
+    }
+    m->version = new_version;
+    if (promoted)
+        *promoted = np;
+    if (orphaned)
+        *orphaned = no;
+    return 0;
+}
+
+int pc_cmap_add_backup(pc_cluster_map_t *m, uint32_t server, uint32_t r, uint64_t new_version,
+                       uint32_t *added) {
+    if (server >= m->nservers || r > PC_MAX_BACKUPS || new_version <= m->version)
+        return PC_EINVAL;
+    uint32_t na = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        if (m->owner[s] == server || pc_cmap_is_backup(m, s, server))
+            continue;
+        uint32_t j = 0;
+        while (j < PC_MAX_BACKUPS && m->backup[j][s] != PC_NO_SERVER)
+            j++;
+        if (j < r) {
+            m->backup[j][s] = (uint16_t)server;
+            na++;
+        }
+    }
+    if (na)
+        m->version = new_version;
+    if (added)
+        *added = na;
+    return 0;
+}
+
+int pc_cmap_bump(pc_cluster_map_t *m, uint64_t new_version) {
+    if (new_version <= m->version)
+        return PC_EINVAL;
+    m->version = new_version;
+    return 0;
 }

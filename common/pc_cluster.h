@@ -10,12 +10,19 @@
  *   version=3;servers=127.0.0.1:7000,127.0.0.1:7001;slots=0-8191:0,8192-16383:1
  * Every slot must be assigned exactly once; server indexes refer to the servers list.
  *
+ * Replicas (docs/server.md "Replicas and failover"): a slot may also name up to PC_MAX_BACKUPS
+ * backups after its primary, in promotion order: `0-8191:0/1,8192-16383:1/0` (server 1 backs up
+ * server 0's slots and server 0 server 1's). Only the primary serves a slot; a backup holds a copy
+ * of its rows, kept by following the primary's delta stream. A backup differs from the primary
+ * and from the slot's other backups.
+ *
  * Thread rule: a map is immutable once built except through pc_cmap_assign (single owner);
  * readers share one map freely. Replace a map by building a new one (copy + assign).
  */
 #ifndef PC_CLUSTER_H
 #define PC_CLUSTER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +31,8 @@
 #define PC_NSLOTS      16384u
 #define PC_MAX_SERVERS 1024u
 #define PC_ADDR_MAX    128u
+#define PC_MAX_BACKUPS 2u
+#define PC_NO_SERVER   0xffffu /* no backup in that place */
 
 typedef struct pc_cluster_map pc_cluster_map_t;
 
@@ -67,5 +76,34 @@ uint32_t pc_cmap_server_slots(const pc_cluster_map_t *m, uint32_t server);
  * than the current one. */
 int pc_cmap_assign(pc_cluster_map_t *m, uint32_t lo, uint32_t hi, uint32_t server,
                    uint64_t new_version);
+
+/* The backups of a slot, in promotion order, into out[0..PC_MAX_BACKUPS); returns how many. */
+uint32_t pc_cmap_slot_backups(const pc_cluster_map_t *m, uint32_t slot,
+                              uint32_t out[PC_MAX_BACKUPS]);
+
+/* Whether `server` is a backup of `slot`. */
+bool pc_cmap_is_backup(const pc_cluster_map_t *m, uint32_t slot, uint32_t server);
+
+/* Whether any slot has a backup. */
+bool pc_cmap_replicated(const pc_cluster_map_t *m);
+
+/* Give every slot `r` (0..PC_MAX_BACKUPS, < the number of servers) backups: the servers after its
+ * primary in the servers list, round the ring (r = 0 removes them). The version is unchanged (a
+ * map being built). PC_EINVAL. */
+int pc_cmap_set_replicas(pc_cluster_map_t *m, uint32_t r);
+
+/* The map after server `dead` is lost: each slot it was primary of gets its first backup as
+ * primary (the slot is lost when it had none: *orphaned counts those), and `dead` leaves every
+ * backup list. Version new_version (> the current). *promoted: slots that changed primary. */
+int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
+                        uint32_t *promoted, uint32_t *orphaned);
+
+/* Add `server` as the last backup of each slot with fewer than `r` backups where it is neither
+ * primary nor backup yet; version new_version when anything changed (*added: slots). */
+int pc_cmap_add_backup(pc_cluster_map_t *m, uint32_t server, uint32_t r, uint64_t new_version,
+                       uint32_t *added);
+
+/* Set the version alone (> the current): a map confirmed again unchanged. */
+int pc_cmap_bump(pc_cluster_map_t *m, uint64_t new_version);
 
 #endif

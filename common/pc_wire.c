@@ -286,6 +286,7 @@ size_t pc_wire_stream_encode(const pc_wire_stream_t *q, uint8_t *out) {
         return 0;
     memset(out, 0, hl);
     put16(out, (uint16_t)nl);
+    put16(out + 2, (uint16_t)q->flags);
     put32(out + 4, q->max);
     put32(out + 8, q->part);
     put32(out + 12, q->parts);
@@ -299,8 +300,11 @@ int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *o
     if (len < PC_WIRE_PREFIX)
         return PC_EINVAL;
     const uint32_t nl = get16(body);
-    if (nl == 0 || nl > PC_WIRE_NAME_MAX || get16(body + 2))
+    const uint32_t flags = get16(body + 2);
+    if (nl == 0 || nl > PC_WIRE_NAME_MAX || (flags & ~(PC_STREAM_STATE | PC_STREAM_ACK)))
         return PC_EINVAL;
+    if ((flags & PC_STREAM_ACK) && get32(body + 12))
+        return PC_EINVAL; /* an acknowledging follower names itself in part; parts is 0 */
     const size_t hl = pc_wire_batch_head_len(nl);
     if ((uint64_t)len != (uint64_t)hl + 16)
         return PC_EINVAL;
@@ -309,6 +313,7 @@ int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *o
             return PC_EINVAL;
     if (get_text(body + PC_WIRE_PREFIX, nl, out->name))
         return PC_EINVAL;
+    out->flags = flags;
     out->max = get32(body + 4);
     out->part = get32(body + 8);
     out->parts = get32(body + 12);
@@ -349,7 +354,7 @@ int pc_wire_stream_reply_decode(const uint8_t *body, uint32_t len, pc_wire_strea
     out->oldest = get64(body + 32);
     out->n = get32(body + 40);
     out->dim = get32(body + 44);
-    if (out->dim > PC_WIRE_DIM_MAX || pc_wire_stream_reply_len(out->n, out->dim) != len)
+    if (out->dim > PC_WIRE_STREAM_STRIDE_MAX || pc_wire_stream_reply_len(out->n, out->dim) != len)
         return PC_EINVAL;
     return 0;
 }

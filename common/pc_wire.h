@@ -183,13 +183,19 @@ size_t pc_wire_claim_reply_encode(const pc_wire_claim_reply_t *r, uint8_t *out);
 int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_reply_t *out);
 
 /* The delta stream (docs/wire.md "The delta stream"). A request: a 16-byte prefix {u16 name_len,
- * u16 0, u32 max, u32 part, u32 parts}, the table name padded to a multiple of 8, then u64 from
- * and u64 uid. DELTAS reads up to `max` keys of the table's change log from position `from`;
+ * u16 flags, u32 max, u32 part, u32 parts}, the table name padded to a multiple of 8, then u64
+ * from and u64 uid. DELTAS reads up to `max` keys of the table's change log from position `from`;
  * SCAN sends every row whose key's slot hash falls in part `part` of `parts`. uid: the table
- * the subscriber follows (0: any; another one answers PC_ESTATE: the table was replaced). */
+ * the subscriber follows (0: any; another one answers PC_ESTATE: the table was replaced).
+ * flags (docs/server.md "Replicas and failover"): PC_STREAM_STATE, the rows carry their
+ * optimizer state (the reply's dim is then dim + state words); PC_STREAM_ACK (DELTAS only), the
+ * request comes from the backup whose server index is `part` (parts 0), which has applied every
+ * position before `from`. Other bits: PC_EINVAL. */
+#define PC_STREAM_STATE 1u
+#define PC_STREAM_ACK   2u
 typedef struct pc_wire_stream {
     char name[PC_WIRE_NAME_MAX + 1];
-    uint32_t max, part, parts;
+    uint32_t flags, max, part, parts;
     uint64_t from, uid;
 } pc_wire_stream_t;
 
@@ -210,13 +216,16 @@ typedef struct pc_wire_stream_reply {
 } pc_wire_stream_reply_t;
 
 #define PC_WIRE_STREAM_REPLY_PREFIX 48u
+/* The widest row a stream reply carries: a row with Adam's state (dim + 2 dim + 1 words). */
+#define PC_WIRE_STREAM_STRIDE_MAX (3u * PC_WIRE_DIM_MAX + 1u)
 /* Bytes of a reply of n rows of dim; the offsets of its arrays. */
 uint64_t pc_wire_stream_reply_len(uint64_t n, uint32_t dim);
 uint64_t pc_wire_stream_found_off(uint64_t n);
 uint64_t pc_wire_stream_rows_off(uint64_t n);
 /* Write the prefix (the arrays are the caller's to fill at their offsets). */
 void pc_wire_stream_reply_encode(const pc_wire_stream_reply_t *r, uint8_t *out);
-/* Read the prefix and check len against n and dim (and dim <= PC_WIRE_DIM_MAX): PC_EINVAL. */
+/* Read the prefix and check len against n and dim (and dim <= PC_WIRE_STREAM_STRIDE_MAX):
+ * PC_EINVAL. */
 int pc_wire_stream_reply_decode(const uint8_t *body, uint32_t len, pc_wire_stream_reply_t *out);
 
 #endif

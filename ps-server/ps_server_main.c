@@ -26,6 +26,8 @@
 #include "ps_api.h"
 #include "ps_coord.h"
 #include "ps_coord_etcd.h"
+#include "ps_coord_remote.h"
+#include "ps_repl.h"
 #include "ps_dataplane.h"
 #include "ps_grpc.h"
 #include "pc_metrics.h"
@@ -57,6 +59,8 @@ typedef struct srv_cfg {
     bool insecure_remote;
     bool coordinator;
     char coordinator_store[1024];
+    char cluster_coordinator[1024];
+    int64_t replicas, lease_ms, ack_timeout_ms;
     int64_t max_body_bytes, max_batch_keys, max_reply_bytes;
     int64_t delta_log_entries;
     int64_t reply_queue_bytes, reply_queue_total_bytes;
@@ -108,6 +112,18 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_STRING(T, coordinator_store, "memory",
                       "where --coordinator keeps its state: memory (this process), or "
                       "etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (etcds:// for TLS)"),
+    PC_SETTING_STRING(T, cluster_coordinator, "",
+                      "replicas and failover: the coordinator holding the cluster map and the "
+                      "servers' leases: etcd://HOST:PORT[,...], HOST:GRPC_PORT of a ps-server "
+                      "--coordinator, or self (this server's --coordinator); empty: a fixed map"),
+    PC_SETTING_INT(T, replicas, 0, 2, "1",
+                   "with cluster_coordinator: backups of every slot (the servers after its "
+                   "primary) in the first map published"),
+    PC_SETTING_INT(T, lease_ms, 200, 600000, "2000",
+                   "with cluster_coordinator: a server that has not renewed its lease for this "
+                   "long is replaced by its backups"),
+    PC_SETTING_INT(T, ack_timeout_ms, 1, 3600000, "10000",
+                   "a push waits at most this long for its backups (then PC_ETIMEDOUT)"),
     PC_SETTING_INT(T, max_body_bytes, 1024, 2147483647, "256Mi", "largest request body"),
     PC_SETTING_INT(T, max_batch_keys, 1, 16777216, "4Mi", "most keys in one request"),
     PC_SETTING_INT(T, max_reply_bytes, 1024, 2147483647, "64Mi",
@@ -148,7 +164,9 @@ typedef struct server {
     ps_dp_t *dp;
     ps_grpc_t *grpc;
     pc_metrics_t *metrics;
-    ps_coord_store_t coord; /* --coordinator: the in-process store */
+    ps_coord_store_t coord;  /* --coordinator: the in-process store */
+    ps_coord_store_t ccoord; /* --cluster-coordinator, when not this server's own */
+    ps_repl_t *repl;
     uint64_t start_ns;
     pthread_mutex_t ckpt_mu; /* checkpoints come from the timer, signals and gRPC */
     atomic_uint_least64_t ckpt_ok, ckpt_failed, ckpt_last_ns, ckpt_last_seconds_us;
@@ -248,6 +266,41 @@ static int open_coord_store(const srv_cfg_t *c, ps_coord_store_t *out) {
     return rc;
 }
 
+/* Replicas and failover (ps_repl.h) on --cluster-coordinator. Returns 0 or 1 (logged). */
+static int start_repl(server_t *s, const pc_cluster_map_t *map) {
+    const srv_cfg_t *c = &s->cfg;
+    const ps_coord_store_t *store = &s->coord;
+    if (!strcmp(c->cluster_coordinator, "self")) {
+        if (!s->coord.ctx) {
+            PC_ERROR("cluster_coordinator=self needs --coordinator");
+            return 1;
+        }
+    } else {
+        const psg_opts_t sec = {
+            .token = c->token, .tls_ca = c->tls_ca, .tls_cert = c->tls_cert, .tls_key = c->tls_key};
+        int rc = ps_coord_store_open(c->cluster_coordinator, &sec, 5000, &s->ccoord);
+        if (rc) {
+            PC_ERROR("cluster_coordinator %s: %s", c->cluster_coordinator, pc_strerror(rc));
+            return 1;
+        }
+        store = &s->ccoord;
+    }
+    ps_repl_opts_t ro = {.self = s->self,
+                         .replicas = (uint32_t)c->replicas,
+                         .lease_ms = (uint32_t)c->lease_ms,
+                         .token = c->token,
+                         .tls_ca = tls_on(c) ? c->tls_ca : NULL,
+                         .tls_cert = c->tls_cert,
+                         .tls_key = c->tls_key};
+    int rc = ps_repl_start(store, s->cat, s->dp, map, &ro, &s->repl);
+    if (rc)
+        PC_ERROR("replication: %s", pc_strerror(rc));
+    else
+        PC_INFO("replication: cluster map and leases in %s, %lld backups per slot, lease %lld ms",
+                c->cluster_coordinator, (long long)c->replicas, (long long)c->lease_ms);
+    return rc ? 1 : 0;
+}
+
 /* Read the map text from the setting or the file. */
 static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
     char text[8192], err[256];
@@ -298,6 +351,8 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
         buf, cap, 0, "# TYPE emberps_uptime_seconds gauge\nemberps_uptime_seconds %.3f\n",
         (double)(now - s->start_ns) * 1e-9);
     len = ps_dp_render_metrics(s->dp, buf, cap, len);
+    if (s->repl)
+        len = ps_repl_render_metrics(s->repl, buf, cap, len);
     if (s->grpc)
         len = ps_grpc_render_metrics(s->grpc, buf, cap, len);
     if (s->ck) {
@@ -481,7 +536,9 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     pc_metrics_stop(s->metrics);
     s->metrics = NULL;
     ps_grpc_set_serving(s->grpc, false); /* probes see NOT_SERVING, API calls are refused */
-    ps_dp_stop(s->dp);                   /* no more requests; those received are answered */
+    ps_repl_stop(s->repl);               /* its lease runs out: the backups take over */
+    s->repl = NULL;
+    ps_dp_stop(s->dp); /* no more requests; those received are answered */
     s->dp = NULL;
     if (s->cfg.ckpt_on_exit)
         checkpoint_now(s, "exit");
@@ -506,7 +563,7 @@ static void on_hup(uv_signal_t *h, int sig) {
     pc_cluster_map_t *m;
     if (!s->cfg.cluster_map_file[0] || read_map(&s->cfg, (int)s->cfg.port, &m))
         return;
-    int rc = ps_dp_set_map(s->dp, m);
+    int rc = s->repl ? ps_repl_publish(s->repl, m) : ps_dp_set_map(s->dp, m);
     PC_INFO("cluster map reloaded: version %llu (%s)", (unsigned long long)pc_cmap_version(m),
             rc ? pc_strerror(rc) : "ok");
     pc_cmap_destroy(m);
@@ -620,7 +677,8 @@ int main(int argc, char **argv) {
                                 (uint32_t)s.cfg.max_reply_bytes},
                         .self = (uint32_t)self,
                         .reply_queue = (uint64_t)s.cfg.reply_queue_bytes,
-                        .reply_queue_total = (uint64_t)s.cfg.reply_queue_total_bytes};
+                        .reply_queue_total = (uint64_t)s.cfg.reply_queue_total_bytes,
+                        .ack_timeout_ms = (uint64_t)s.cfg.ack_timeout_ms};
     if (!rc && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
         rc = 1;
     if (!rc && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {
@@ -630,10 +688,12 @@ int main(int argc, char **argv) {
         if (read_map(&s.cfg, (int)s.cfg.port, &map) == 0)
             ps_dp_set_map(s.dp, map);
     }
-    pc_cmap_destroy(map);
     s.self = (uint32_t)self;
     if (!rc && s.cfg.coordinator && open_coord_store(&s.cfg, &s.coord))
         rc = 1;
+    if (!rc && s.cfg.cluster_coordinator[0])
+        rc = start_repl(&s, map);
+    pc_cmap_destroy(map);
     ps_api_env_t env = {.cat = s.cat,
                         .max_keys = (uint32_t)s.cfg.max_batch_keys,
                         /* a gRPC reply is also one message: max_body_bytes bounds it too */
@@ -679,6 +739,7 @@ int main(int argc, char **argv) {
     if (rc) {
         pc_metrics_stop(s.metrics);
         ps_grpc_stop(s.grpc);
+        ps_repl_stop(s.repl);
         ps_dp_stop(s.dp);
         ps_ckpt_destroy(s.ck);
         ps_catalog_destroy(s.cat);
@@ -729,6 +790,8 @@ int main(int argc, char **argv) {
     ps_tier_close(s.tier);
     if (s.coord.ctx)
         s.coord.destroy(s.coord.ctx);
+    if (s.ccoord.ctx)
+        s.ccoord.destroy(s.ccoord.ctx);
     PC_INFO("stopped");
     return 0;
 }

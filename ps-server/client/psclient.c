@@ -42,6 +42,7 @@
  * batch"), which the client reports as PC_EUNSUPPORTED naming the type.
  */
 #include "emberps/psclient.h"
+#include "psclient_repl.h"
 
 #include "pc_alloc.h"
 #include "pc_cluster.h"
@@ -65,6 +66,7 @@
 
 #define MAX_REPLY     (1u << 31) /* bytes of one reply body the client accepts */
 #define BACKOFF_MS    10
+#define MAP_ASK_NS    50000000ull /* map_ask_others: at most every 50 ms */
 #define RECONNECT_MAX 8           /* connection attempts per server before its parts fail */
 #define WAIT_SPIN_NS  200000L     /* psc_wait yields this long before sleeping */
 #define BODY_KEEP     (16u << 20) /* a server's reply buffer is kept for the next reply up to this */
@@ -118,6 +120,7 @@ struct call {
     int timeout_ms;              /* 0: the client's */
     int target; /* DELTAS, SCAN: the one server asked (its map index); -1: by keys, or all */
     const psc_stream_req_t *stream; /* DELTAS, SCAN: the caller's request, and its result */
+    uint32_t stream_flags;          /* PC_STREAM_* (psclient_repl.h) */
     psc_stream_t *stream_out;
     psc_done_fn done;
     void *ctx;
@@ -172,6 +175,7 @@ struct psc {
     atomic_int spinners;   /* callers yielding in psc_wait now: the I/O thread polls (io_main) */
     atomic_int wire;       /* PSC_WIRE_*: the element type new calls use (psc_set_wire_type) */
     pc_cluster_map_t *map; /* I/O thread; map_text under mu for readers */
+    uint64_t map_asked_ns; /* when the other servers were last asked for their map */
     char *map_text;
     server_t **srv; /* by map index */
     size_t nsrv;
@@ -361,10 +365,14 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
     uv_timer_start(&k->backoff, on_backoff, (uint64_t)BACKOFF_MS << (k->attempts - 1), 0);
 }
 
+static void map_ask_others(psc_t *c, const server_t *lost);
+
 /* Fail every part of server s (connection lost or refused): s->msg becomes "<rc's message>:
  * <why>" (why NULL: s->msg says it already). */
 static void server_fail(server_t *s, int rc, const char *why) {
     psc_t *c = s->c;
+    if (rc != PC_EAUTH && rc != PC_ETLS)
+        map_ask_others(c, s);
     if (why && rc == PC_ETLS) /* why says "TLS: ..." already */
         snprintf(s->msg, sizeof s->msg, "%s", why);
     else if (why)
@@ -467,6 +475,29 @@ static int send_frame(server_t *s, wbuf_t *w) {
         w = e;
     }
     return write_buf(s, w);
+}
+
+/* A server was lost (NULL: a call timed out, on a server that may hang): ask every other connected
+ * server of the map for its map (MAP), at most every MAP_ASK_NS: with replicas (docs/server.md
+ * "Replicas and failover") the lost server's backup takes its slots under a newer map, which the
+ * retries then follow. */
+static void map_ask_others(psc_t *c, const server_t *lost) {
+    const uint64_t now = pc_time_mono_ns();
+    if (c->placeholder || now - c->map_asked_ns < MAP_ASK_NS)
+        return;
+    c->map_asked_ns = now;
+    for (size_t i = 0; i < c->nsrv; i++) {
+        server_t *o = c->srv[i];
+        if (!o || o == lost || o->state != 2)
+            continue;
+        wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR);
+        if (!w)
+            return;
+        pc_wire_hdr_t h = {.op = PC_OP_MAP, .map_version = pc_cmap_version(c->map)};
+        pc_wire_hdr_encode(&h, w->data);
+        w->len = PC_WIRE_HDR;
+        send_frame(o, w); /* a failure is that server's own loss */
+    }
 }
 
 /* Merge server s's claim reply (status 0, body in s->body) into k's result; a failure is
@@ -612,6 +643,11 @@ static void handle_reply(server_t *s) {
             s->hello_done = true;
             hello_settled(c, h->status, s->addr, s->msg);
         }
+        return;
+    }
+    if (h->op == PC_OP_MAP) { /* asked by map_ask_others */
+        if (!h->status)
+            map_adopt_text(c, s->body, h->body_len);
         return;
     }
     part_t **pp = &s->inflight, *p = NULL;
@@ -976,8 +1012,12 @@ static int part_send(server_t *s, part_t *p) {
         pc_wire_claim_encode(k->table, k->job, (uint32_t)k->mode, b);
     if (k->stream) {
         const psc_stream_req_t *q = k->stream;
-        pc_wire_stream_t sq = {
-            .max = q->cap, .part = q->part, .parts = q->parts, .from = q->from, .uid = q->uid};
+        pc_wire_stream_t sq = {.flags = k->stream_flags,
+                               .max = q->cap,
+                               .part = q->part,
+                               .parts = q->parts,
+                               .from = q->from,
+                               .uid = q->uid};
         snprintf(sq.name, sizeof sq.name, "%s", k->table);
         pc_wire_stream_encode(&sq, b);
     }
@@ -1152,6 +1192,7 @@ static void on_deadline(uv_timer_t *t) {
     psc_t *c = (psc_t *)t->loop->data;
     atomic_fetch_add(&c->timeouts, 1);
     call_finish(c, k, PC_ETIMEDOUT);
+    map_ask_others(c, NULL); /* a server that hangs may have been replaced */
 }
 
 static void on_backoff(uv_timer_t *t) {
@@ -1522,15 +1563,17 @@ int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, size_t cap) {
 }
 
 /* DELTAS or SCAN of request q at its server; the reason of a failure into why. */
-static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, psc_stream_t *out,
-                       char *why, size_t cap) {
+static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t flags,
+                       psc_stream_t *out, char *why, size_t cap) {
     if (why && cap)
         why[0] = '\0';
     const bool bounds = op == PC_OP_DELTAS && !q->cap; /* rows neither asked nor buffered */
+    const uint32_t dim_max = flags & PC_STREAM_STATE ? PC_WIRE_STREAM_STRIDE_MAX : PC_WIRE_DIM_MAX;
     if (!c || !q || !out || !q->table || !q->table[0] || strlen(q->table) > PC_WIRE_NAME_MAX ||
-        (!q->dim && !bounds) || q->dim > PC_WIRE_DIM_MAX ||
-        (!bounds && (!q->cap || !q->keys || !q->found || !q->rows)) || q->server > INT32_MAX ||
-        (op == PC_OP_SCAN && q->part >= q->parts))
+        (flags & ~(PC_STREAM_STATE | PC_STREAM_ACK)) ||
+        ((flags & PC_STREAM_ACK) && (op != PC_OP_DELTAS || q->parts)) || (!q->dim && !bounds) ||
+        q->dim > dim_max || (!bounds && (!q->cap || !q->keys || !q->found || !q->rows)) ||
+        q->server > INT32_MAX || (op == PC_OP_SCAN && q->part >= q->parts))
         return PC_EINVAL;
     memset(out, 0, sizeof *out);
     call_t *k = call_new(c, op, q->table);
@@ -1538,17 +1581,23 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, psc_stre
         return PC_ENOMEM;
     k->target = (int)q->server; /* a server the map does not have: PC_EINVAL (call_dispatch) */
     k->stream = q;
+    k->stream_flags = flags;
     k->stream_out = out;
     k->dim = q->dim;
     return call_run(c, k, why, cap);
 }
 
 int psc_deltas(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
-    return stream_call(c, PC_OP_DELTAS, q, out, why, cap);
+    return stream_call(c, PC_OP_DELTAS, q, 0, out, why, cap);
 }
 
 int psc_scan(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
-    return stream_call(c, PC_OP_SCAN, q, out, why, cap);
+    return stream_call(c, PC_OP_SCAN, q, 0, out, why, cap);
+}
+
+int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags, psc_stream_t *out,
+                char *why, size_t cap) {
+    return stream_call(c, scan ? PC_OP_SCAN : PC_OP_DELTAS, q, flags, out, why, cap);
 }
 
 uint64_t psc_feature_key(uint32_t field, uint64_t value) {

@@ -45,6 +45,21 @@
  * conversion buffer (conv: loop thread only, kept between calls up to POOL_KEEP bytes, so it is
  * not faulted in again) and converts them into the reply (pc_half.h's fastest kernels); a PUSH
  * converts its gradients into that buffer and pushes from there. The reply's flags say the type.
+ * Replication (docs/server.md "Replicas and failover"): a backup follows this server's tables
+ * through DELTAS with PC_STREAM_ACK, and its `from` says it has applied every change before it
+ * (acks: per table uid and backup). When the map names backups of this server's slots, a PUSH
+ * that succeeded is not answered at once: its reply waits on its loop's `parked` list with a
+ * target, the table's log head after the push less the table's replication_lag, until every
+ * backup's acknowledged position reaches it. An ACK that moves a position, and a new map (a
+ * backup dropped or added), send `wake` to every loop, which answers what is now held; a timer
+ * answers the rest PC_ETIMEDOUT after ack_timeout_ms (the push was applied here, not confirmed
+ * there); a closed connection drops its parked replies, a stopping loop answers them
+ * PC_EUNAVAIL. Waiting on the head rather than the push's own last position is safe (the head is
+ * at or past it). A stream reply of a server with backups carries only keys of slots it is
+ * primary of, so a backup's copy and a serving replica never take rows this server only holds
+ * as someone's backup. ps_dp_set_write_until refuses pushes from a deadline on (PC_EUNAVAIL:
+ * the client retries them elsewhere): the clock is read at each push, so a server that was
+ * stopped past its lease refuses the pushes it meets on waking before any other thread runs.
  */
 #include "ps_dataplane.h"
 
@@ -80,6 +95,7 @@
 #define CORK_BYTES (64u << 10)
 
 typedef struct loopctx loopctx_t;
+typedef struct parked parked_t;
 
 typedef struct conn {
     uv_tcp_t tcp;
@@ -120,7 +136,18 @@ struct loopctx {
     size_t idle_bytes;
     float *conv; /* fp32 rows or gradients of a bf16/f16 batch (see DESIGN), conv_cap bytes */
     size_t conv_cap;
+    parked_t *parked;      /* push replies waiting for the backups (see Replication) */
+    uv_timer_t park_timer; /* answers the parked ones past their deadline */
 };
+
+/* A backup's acknowledged position of a table's change log (PC_STREAM_ACK). */
+typedef struct ack {
+    uint64_t uid;
+    uint32_t server;
+    uint64_t pos;
+    char table[PC_WIRE_NAME_MAX + 1];
+} ack_t;
+#define ACKS_MAX 256
 
 struct ps_dp {
     ps_catalog_t *cat;
@@ -142,6 +169,17 @@ struct ps_dp {
     atomic_bool waiting; /* some connection waits for the unsent total to fall */
     pc_hist_t lat[4];    /* request latency (frame complete -> reply queued): pull, push, lookup,
                           * other */
+    /* Replication (see DESIGN): under map_lock, the servers that back up a slot this server is
+     * primary of; under ack_mu, each (table uid, backup)'s acknowledged change-log position. */
+    uint64_t backups[PC_MAX_SERVERS / 64];
+    bool has_backups;
+    pthread_mutex_t ack_mu;
+    ack_t acks[ACKS_MAX];
+    size_t nacks;
+    atomic_uint_least64_t write_until;   /* ps_dp_set_write_until: pushes refused from then */
+    atomic_uint_least64_t parked_now;    /* push replies waiting for backups, all loops */
+    atomic_uint_least64_t parked_total;  /* pushes that waited */
+    atomic_uint_least64_t park_timeouts; /* answered PC_ETIMEDOUT: no backup confirmed in time */
 };
 
 /* ==== replies ============================================================================== */
@@ -158,6 +196,17 @@ typedef struct wreq {
 } wreq_t;
 
 static void conn_close(conn_t *c);
+
+/* A push reply waiting for the backups (see Replication). */
+struct parked {
+    parked_t *next;
+    conn_t *c;
+    struct wreq *w;
+    pc_wire_hdr_t h; /* the request's header (h of the frame is not kept) */
+    size_t plen;
+    uint16_t flags;
+    uint64_t uid, target, deadline_ns;
+};
 static void cork_flush(conn_t *c);
 static void reply_free(loopctx_t *lc, struct wreq *w);
 static void conn_continue(conn_t *c);
@@ -502,6 +551,157 @@ static void conv_trim(loopctx_t *lc) {
     }
 }
 
+/* ==== replication (see DESIGN) ============================================================= */
+
+/* Under map_lock (read): whether this server is the primary of key's slot. */
+static bool primary_of(const ps_dp_t *dp, uint64_t key) {
+    return dp->owns_all || pc_cmap_key_owner(dp->map, key) == dp->o.self;
+}
+
+/* Whether every backup of this server holds table uid's changes before `target`. */
+static bool backups_hold(ps_dp_t *dp, uint64_t uid, uint64_t target) {
+    bool ok = true;
+    pthread_rwlock_rdlock(&dp->map_lock);
+    pthread_mutex_lock(&dp->ack_mu);
+    for (uint32_t b = 0; ok && b < PC_MAX_SERVERS; b++) {
+        if (!(dp->backups[b / 64] >> (b % 64) & 1))
+            continue;
+        bool held = false;
+        for (size_t i = 0; i < dp->nacks && !held; i++)
+            held = dp->acks[i].uid == uid && dp->acks[i].server == b && dp->acks[i].pos >= target;
+        ok = held;
+    }
+    pthread_mutex_unlock(&dp->ack_mu);
+    pthread_rwlock_unlock(&dp->map_lock);
+    return ok;
+}
+
+/* After a push to t: whether its answer waits for the backups, and for which position. */
+static bool push_target(ps_dp_t *dp, ps_table_t *t, uint64_t *uid, uint64_t *target) {
+    pthread_rwlock_rdlock(&dp->map_lock);
+    const bool replicated = dp->has_backups;
+    pthread_rwlock_unlock(&dp->map_lock);
+    if (!replicated)
+        return false;
+    uint64_t oldest = 0, head = 0; /* no log yet: no backup has read the table; its scan will */
+    ps_changelog_t *log = ps_table_changelog(t);
+    if (log)
+        ps_changelog_bounds(log, &oldest, &head);
+    const uint64_t lag = (uint64_t)ps_table_config(t)->replication_lag;
+    *uid = ps_table_uid(t);
+    *target = head > lag ? head - lag : 0;
+    return !backups_hold(dp, *uid, *target);
+}
+
+/* Keep push reply w until the backups hold uid up to target; false (w untouched) on ENOMEM. */
+static bool park_push(conn_t *c, wreq_t *w, const pc_wire_hdr_t *h, size_t plen, uint16_t flags,
+                      uint64_t uid, uint64_t target) {
+    ps_dp_t *dp = c->lc->dp;
+    parked_t *p = pc_calloc(PC_MEM_OTHER, 1, sizeof *p);
+    if (!p)
+        return false;
+    *p = (parked_t){.next = c->lc->parked,
+                    .c = c,
+                    .w = w,
+                    .h = *h,
+                    .plen = plen,
+                    .flags = flags,
+                    .uid = uid,
+                    .target = target,
+                    .deadline_ns = pc_time_mono_ns() + dp->o.ack_timeout_ms * 1000000ull};
+    c->lc->parked = p;
+    atomic_fetch_add_explicit(&dp->parked_now, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&dp->parked_total, 1, memory_order_relaxed);
+    return true;
+}
+
+/* Answer lc's parked replies: those held by the backups, those past their deadline
+ * (PC_ETIMEDOUT), every one with status `all` (nonzero: the loop stops), and drop those of
+ * connection `gone` (closed: nothing to answer). */
+static void park_release(loopctx_t *lc, int all, const conn_t *gone) {
+    ps_dp_t *dp = lc->dp;
+    const uint64_t now = pc_time_mono_ns();
+    for (parked_t **pp = &lc->parked, *p; (p = *pp);) {
+        int st = 0;
+        bool done = true;
+        if (p->c == gone || p->c->closing)
+            st = 1; /* dropped */
+        else if (all)
+            st = all;
+        else if (backups_hold(dp, p->uid, p->target))
+            st = 0;
+        else if (now >= p->deadline_ns)
+            st = PC_ETIMEDOUT;
+        else
+            done = false;
+        if (!done) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        atomic_fetch_sub_explicit(&dp->parked_now, 1, memory_order_relaxed);
+        if (st == 1) {
+            reply_free(lc, p->w);
+        } else if (st) {
+            char msg[160];
+            if (st == PC_ETIMEDOUT)
+                atomic_fetch_add_explicit(&dp->park_timeouts, 1, memory_order_relaxed);
+            snprintf(msg, sizeof msg,
+                     st == PC_ETIMEDOUT ? "applied here, but no backup confirmed it within %llu ms"
+                                        : "the server stopped before its backups confirmed the "
+                                          "push (%llu ms allowed)",
+                     (unsigned long long)dp->o.ack_timeout_ms);
+            reply_free(lc, p->w);
+            reply_error(p->c, &p->h, st, msg);
+        } else {
+            reply_send_flags(p->c, p->w, &p->h, 0, p->plen, p->flags);
+        }
+        pc_free(PC_MEM_OTHER, p, sizeof *p);
+    }
+}
+
+static void on_park_timer(uv_timer_t *tm) {
+    loopctx_t *lc = tm->data;
+    if (lc->parked)
+        park_release(lc, 0, NULL);
+}
+
+/* Every loop looks at its parked replies again. */
+static void wake_loops(ps_dp_t *dp) {
+    if (!atomic_load_explicit(&dp->parked_now, memory_order_relaxed))
+        return;
+    for (int i = 0; i < dp->nloops; i++)
+        uv_async_send(&dp->loops[i].wake);
+}
+
+/* A backup acknowledged table (uid)'s changes before pos. */
+static void note_ack(ps_dp_t *dp, const char *table, uint64_t uid, uint32_t server, uint64_t pos) {
+    pthread_mutex_lock(&dp->ack_mu);
+    size_t i = 0;
+    while (i < dp->nacks && !(dp->acks[i].uid == uid && dp->acks[i].server == server))
+        i++;
+    if (i == dp->nacks) {
+        if (i == ACKS_MAX) { /* full: the oldest table's entries go first (a replaced table) */
+            memmove(dp->acks, dp->acks + 1, (ACKS_MAX - 1) * sizeof *dp->acks);
+            i = ACKS_MAX - 1;
+        } else {
+            dp->nacks++;
+        }
+        dp->acks[i] = (ack_t){.uid = uid, .server = server};
+        snprintf(dp->acks[i].table, sizeof dp->acks[i].table, "%s", table);
+    }
+    const bool moved = pos > dp->acks[i].pos;
+    if (moved)
+        dp->acks[i].pos = pos;
+    pthread_mutex_unlock(&dp->ack_mu);
+    if (moved)
+        wake_loops(dp);
+}
+
+void ps_dp_set_write_until(ps_dp_t *dp, uint64_t until_ns) {
+    atomic_store_explicit(&dp->write_until, until_ns, memory_order_release);
+}
+
 static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_dp_t *dp = c->lc->dp;
     pc_wire_batch_t b;
@@ -528,6 +728,13 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     }
     if (!ps_dp_owns(dp, b.keys, b.n)) {
         reply_error(c, h, PC_EWRONGSLOT, NULL);
+        return;
+    }
+    if (h->op == PC_OP_PUSH &&
+        pc_time_mono_ns() >= atomic_load_explicit(&dp->write_until, memory_order_acquire)) {
+        reply_error(c, h, PC_EUNAVAIL,
+                    "this server's lease lapsed: it takes no pushes until it is confirmed as the "
+                    "primary again (or another server is)");
         return;
     }
     ps_table_t *t;
@@ -561,6 +768,8 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     }
     const pc_half_kernels_t *k = conv ? pc_half_kernels(NULL) : NULL;
     float *rows = conv ? conv : (float *)(void *)w->payload;
+    bool park = false;
+    uint64_t uid = 0, target = 0;
     if (h->op == PC_OP_PULL) {
         rc = ps_table_pull(t, b.keys, b.n, rows, nf);
         atomic_fetch_add_explicit(&dp->pulled, b.n, memory_order_relaxed);
@@ -575,6 +784,8 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         uint64_t cnt[3] = {r.applied, r.skipped_nonfinite, r.dropped_unadmitted};
         memcpy(w->payload, cnt, sizeof cnt);
         atomic_fetch_add_explicit(&dp->pushed, b.n, memory_order_relaxed);
+        if (!rc && push_target(dp, t, &uid, &target))
+            park = true;
     }
     ps_catalog_release(dp->cat, t);
     if (!rc && conv && h->op != PC_OP_PUSH)
@@ -587,7 +798,10 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, rc, b.name);
         return;
     }
-    reply_send_flags(c, w, h, 0, plen, (uint16_t)(b.dtype << PC_WIRE_DTYPE_SHIFT));
+    const uint16_t flags = (uint16_t)(b.dtype << PC_WIRE_DTYPE_SHIFT);
+    if (park && park_push(c, w, h, plen, flags, uid, target))
+        return; /* answered once the backups hold it (park_release) */
+    reply_send_flags(c, w, h, 0, plen, flags);
 }
 
 /* A job claims a table (ps_catalog_claim); the reply carries the table's settings. */
@@ -685,7 +899,8 @@ static ps_table_t *stream_table(conn_t *c, const pc_wire_hdr_t *h, const uint8_t
 }
 
 /* The rows of keys[0..n) into a stream reply w (prefix r, found and rows as the table holds
- * them now) and send it. */
+ * them now; with their optimizer state when r->dim is the table's dim + state words) and send
+ * it. */
 static void stream_send(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t, wreq_t *w,
                         pc_wire_stream_reply_t *r, const uint64_t *keys) {
     uint8_t *b = w->payload;
@@ -695,10 +910,11 @@ static void stream_send(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t, wreq_t
     uint8_t *found = b + pc_wire_stream_found_off(r->n);
     memset(found, 0, pc_wire_stream_rows_off(r->n) - pc_wire_stream_found_off(r->n));
     float *rows = (float *)(void *)(b + pc_wire_stream_rows_off(r->n));
-    int rc =
-        r->n ? ps_table_lookup(t, (const uint64_t *)(const void *)(b + PC_WIRE_STREAM_REPLY_PREFIX),
-                               r->n, rows, (size_t)r->n * r->dim, found)
-             : 0;
+    const uint64_t *k = (const uint64_t *)(const void *)(b + PC_WIRE_STREAM_REPLY_PREFIX);
+    const bool state = r->dim != ps_table_dim(t);
+    int rc = !r->n   ? 0
+             : state ? ps_table_read_state(t, k, r->n, rows, found)
+                     : ps_table_lookup(t, k, r->n, rows, (size_t)r->n * r->dim, found);
     for (uint32_t i = 0; !rc && i < r->n; i++)
         if (!found[i]) /* absent: its row is not sent (zeros), only the fact */
             memset(rows + (size_t)i * r->dim, 0, (size_t)r->dim * 4);
@@ -708,6 +924,26 @@ static void stream_send(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t, wreq_t
         return;
     }
     reply_send(c, w, h, 0, pc_wire_stream_reply_len(r->n, r->dim));
+}
+
+/* Keep the keys[0..n) of slots this server is primary of (all of them when the map names no
+ * backups: nothing else is held here); returns how many are left, in order. */
+static size_t keep_primary(ps_dp_t *dp, uint64_t *keys, size_t n) {
+    pthread_rwlock_rdlock(&dp->map_lock);
+    size_t m = n;
+    if (!dp->owns_all && pc_cmap_replicated(dp->map)) {
+        m = 0;
+        for (size_t i = 0; i < n; i++)
+            if (primary_of(dp, keys[i]))
+                keys[m++] = keys[i];
+    }
+    pthread_rwlock_unlock(&dp->map_lock);
+    return m;
+}
+
+/* Floats per row of a stream reply: the table's dim, and its state words when asked for. */
+static uint32_t stream_dim(const ps_table_t *t, const pc_wire_stream_t *q) {
+    return ps_table_dim(t) + (q->flags & PC_STREAM_STATE ? ps_table_state_len(t) : 0);
 }
 
 /* Rows a stream reply of dim may carry: the reply limit's, and at most `want` (0: no wish). */
@@ -724,13 +960,13 @@ static uint64_t stream_rows_max(const ps_dp_t *dp, uint32_t dim, uint64_t want) 
 /* A stream reply without rows: the table's uid and its log's bounds. */
 static void stream_send_bounds(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t,
                                const pc_wire_stream_t *q, uint64_t head, uint64_t oldest) {
-    wreq_t *w = reply_alloc(c, pc_wire_stream_reply_len(0, ps_table_dim(t)));
+    wreq_t *w = reply_alloc(c, pc_wire_stream_reply_len(0, stream_dim(t, q)));
     if (!w) {
         reply_error(c, h, PC_ENOMEM, "reply");
         return;
     }
-    pc_wire_stream_reply_t r = {ps_table_uid(t), q->from, q->from,        head,
-                                oldest,          0,       ps_table_dim(t)};
+    pc_wire_stream_reply_t r = {ps_table_uid(t), q->from, q->from,         head,
+                                oldest,          0,       stream_dim(t, q)};
     stream_send(c, h, t, w, &r,
                 (const uint64_t *)(void *)(w->payload + PC_WIRE_STREAM_REPLY_PREFIX));
 }
@@ -746,10 +982,12 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     if (!t)
         return;
     char msg[PC_WIRE_MSG_MAX];
-    const uint32_t dim = ps_table_dim(t);
+    const uint32_t dim = stream_dim(t, &q);
     uint64_t max = stream_rows_max(dp, dim, q.max), oldest = 0, head = 0;
     ps_changelog_t *log = NULL;
     bool started = false;
+    if (q.flags & PC_STREAM_ACK)
+        note_ack(dp, q.name, ps_table_uid(t), q.part, q.from);
     int rc = q.max ? ps_catalog_changelog_start(dp->cat, t, &log, &started) : 0;
     if (!q.max) {
         if ((log = ps_table_changelog(t)))
@@ -795,9 +1033,11 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
             if (w)
                 reply_free(c->lc, w);
         } else {
-            /* n <= max: the reply keeps its size; the arrays move to n's offsets */
-            pc_wire_stream_reply_t r = {ps_table_uid(t), q.from,      q.from + n, head,
-                                        oldest,          (uint32_t)n, dim};
+            /* n <= max: the reply keeps its size; the arrays move to n's offsets (the keys of
+             * slots this server only backs up stay out, and `next` passes them too) */
+            const size_t kept = keep_primary(dp, keys, n);
+            pc_wire_stream_reply_t r = {ps_table_uid(t), q.from,         q.from + n, head,
+                                        oldest,          (uint32_t)kept, dim};
             stream_send(c, h, t, w, &r, keys);
         }
     }
@@ -805,6 +1045,7 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
 }
 
 typedef struct scan_ctx {
+    ps_dp_t *dp;
     uint32_t part, parts, dim;
     uint64_t n, cap, limit; /* rows collected, allocated, allowed */
     uint64_t *keys;
@@ -815,6 +1056,8 @@ static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     scan_ctx_t *x = ctx;
     for (size_t i = 0; i < n; i++) {
         if (pc_hash_u64(rows[i].key, PC_HASH_SEED_SLOT) % x->parts != x->part)
+            continue;
+        if (x->dp && !primary_of(x->dp, rows[i].key)) /* held here as someone's backup */
             continue;
         if (x->n == x->limit) {
             x->rc = PC_ETOOBIG;
@@ -846,7 +1089,7 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     if (!t)
         return;
     char msg[PC_WIRE_MSG_MAX];
-    const uint32_t dim = ps_table_dim(t);
+    const uint32_t dim = stream_dim(t, &q);
     uint64_t oldest = 0, head = 0;
     scan_ctx_t x = {.part = q.part, /* at most the reply limit and the subscriber's buffers */
                     .parts = q.parts,
@@ -867,8 +1110,13 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
             x.rc = 0;
         else if (!x.rc)
             ps_changelog_bounds(log, &oldest, &head);
+        /* with backups in the map, only the slots this server is primary of (under the map's
+         * read lock for the scan: a map change waits for it) */
+        pthread_rwlock_rdlock(&dp->map_lock);
+        x.dp = !dp->owns_all && pc_cmap_replicated(dp->map) ? dp : NULL;
         if (!x.rc && ps_table_scan(t, PS_SCAN_ALL, scan_collect, &x) && !x.rc)
             x.rc = PC_EINTERNAL;
+        pthread_rwlock_unlock(&dp->map_lock);
         wreq_t *w = x.rc ? NULL : reply_alloc(c, pc_wire_stream_reply_len(x.n, dim));
         if (!x.rc && !w)
             x.rc = PC_ENOMEM;
@@ -954,6 +1202,8 @@ static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
 static void on_closed(uv_handle_t *hd) {
     conn_t *c = hd->data;
     loopctx_t *lc = c->lc;
+    if (lc->parked)
+        park_release(lc, 0, c); /* its parked replies have no one to go to */
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -1242,6 +1492,8 @@ static void conn_continue(conn_t *c) {
 
 static void on_wake(uv_async_t *a) {
     loopctx_t *lc = a->data;
+    if (lc->parked)
+        park_release(lc, 0, NULL);
     for (conn_t *c = lc->conns; c; c = c->next)
         conn_continue(c);
 }
@@ -1280,6 +1532,8 @@ static void on_stop(uv_async_t *a) {
     uv_close((uv_handle_t *)&lc->listener, NULL);
     uv_close((uv_handle_t *)&lc->stop, NULL);
     uv_close((uv_handle_t *)&lc->wake, NULL);
+    uv_close((uv_handle_t *)&lc->park_timer, NULL);
+    park_release(lc, PC_ETIMEDOUT, NULL); /* pushes applied here, not confirmed by a backup */
     /* Frames already read were executed in their read callback (except those a paused
      * connection holds back: they are dropped): flush replies and close. */
     for (conn_t *c = lc->conns; c; c = c->next)
@@ -1332,9 +1586,20 @@ static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
     }
     pc_cmap_format(m, text, len + 1);
     const bool all = pc_cmap_server_slots(m, dp->o.self) == PC_NSLOTS;
+    uint64_t bk[PC_MAX_SERVERS / 64] = {0};
+    bool has = false;
+    for (uint32_t slot = 0; slot < PC_NSLOTS; slot++) {
+        uint32_t b[PC_MAX_BACKUPS];
+        const uint32_t nb =
+            pc_cmap_slot_owner(m, slot) == dp->o.self ? pc_cmap_slot_backups(m, slot, b) : 0;
+        for (uint32_t j = 0; j < nb; j++, has = true)
+            bk[b[j] / 64] |= 1ull << (b[j] % 64);
+    }
     pthread_rwlock_wrlock(&dp->map_lock);
     pc_cmap_destroy(dp->map);
     free(dp->map_text);
+    memcpy(dp->backups, bk, sizeof bk);
+    dp->has_backups = has;
     dp->owns_all = all;
     dp->map = m;
     dp->map_text = text;
@@ -1344,7 +1609,10 @@ static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
 }
 
 int ps_dp_set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
-    return set_map(dp, map);
+    int rc = set_map(dp, map);
+    if (!rc)
+        wake_loops(dp); /* a backup dropped or added: parked replies may be answered */
+    return rc;
 }
 
 int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts_t *o,
@@ -1382,6 +1650,10 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
     if (!dp->o.reply_queue_total)
         dp->o.reply_queue_total = UINT64_MAX / 2;
     pthread_rwlock_init(&dp->map_lock, NULL);
+    pthread_mutex_init(&dp->ack_mu, NULL);
+    atomic_store(&dp->write_until, UINT64_MAX); /* no lease: pushes always taken */
+    if (!dp->o.ack_timeout_ms)
+        dp->o.ack_timeout_ms = 10000;
     int rc = set_map(dp, map);
     dp->loops = pc_calloc(PC_MEM_OTHER, (size_t)o->threads, sizeof *dp->loops);
     if (!rc && !dp->loops)
@@ -1402,6 +1674,9 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         lc->stop.data = lc;
         uv_async_init(&lc->loop, &lc->wake, on_wake);
         lc->wake.data = lc;
+        uv_timer_init(&lc->loop, &lc->park_timer);
+        lc->park_timer.data = lc;
+        uv_timer_start(&lc->park_timer, on_park_timer, 20, 20);
         if (uv_tcp_open(&lc->listener, fd) < 0 ||
             uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
             close(fd);
@@ -1446,6 +1721,39 @@ void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *s) {
     s->reply_queue_peak_bytes = atomic_load(&dp->unsent_peak);
     s->paused_connections = atomic_load(&dp->paused);
     s->reply_pool_bytes = atomic_load(&dp->pooled);
+    s->repl_waiting = atomic_load(&dp->parked_now);
+    s->repl_waited = atomic_load(&dp->parked_total);
+    s->repl_timeouts = atomic_load(&dp->park_timeouts);
+}
+
+size_t ps_dp_repl_lag(ps_dp_t *dp, ps_dp_lag_t *out, size_t cap) {
+    pthread_rwlock_rdlock(&dp->map_lock);
+    pthread_mutex_lock(&dp->ack_mu);
+    size_t n = 0;
+    for (size_t i = 0; i < dp->nacks; i++) {
+        const ack_t *a = &dp->acks[i];
+        if (a->server >= PC_MAX_SERVERS || !(dp->backups[a->server / 64] >> (a->server % 64) & 1))
+            continue; /* no backup of this server any more */
+        if (n < cap)
+            out[n] = (ps_dp_lag_t){.uid = a->uid, .server = a->server, .acked = a->pos};
+        if (n < cap)
+            snprintf(out[n].table, sizeof out[n].table, "%s", a->table);
+        n++;
+    }
+    pthread_mutex_unlock(&dp->ack_mu);
+    pthread_rwlock_unlock(&dp->map_lock);
+    for (size_t i = 0; i < n && i < cap; i++) { /* the heads, outside the locks */
+        ps_table_t *t;
+        out[i].head = out[i].acked;
+        if (ps_catalog_acquire(dp->cat, out[i].table, &t))
+            continue;
+        ps_changelog_t *log = ps_table_changelog(t);
+        uint64_t oldest;
+        if (log && ps_table_uid(t) == out[i].uid)
+            ps_changelog_bounds(log, &oldest, &out[i].head);
+        ps_catalog_release(dp->cat, t);
+    }
+    return n;
 }
 
 size_t ps_dp_render_metrics(ps_dp_t *dp, char *buf, size_t cap, size_t len) {
@@ -1481,6 +1789,22 @@ size_t ps_dp_render_metrics(ps_dp_t *dp, char *buf, size_t cap, size_t len) {
         (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out,
         (unsigned long long)s.reply_queue_bytes, (unsigned long long)s.reply_queue_peak_bytes,
         (unsigned long long)s.paused_connections, (unsigned long long)s.reply_pool_bytes);
+    len = pc_prom_appendf(buf, cap, len,
+                          "# TYPE emberps_replication_waiting_pushes gauge\n"
+                          "emberps_replication_waiting_pushes %llu\n"
+                          "# TYPE emberps_replication_waited_pushes_total counter\n"
+                          "emberps_replication_waited_pushes_total %llu\n"
+                          "# TYPE emberps_replication_unconfirmed_pushes_total counter\n"
+                          "emberps_replication_unconfirmed_pushes_total %llu\n"
+                          "# TYPE emberps_replication_lag_entries gauge\n",
+                          (unsigned long long)s.repl_waiting, (unsigned long long)s.repl_waited,
+                          (unsigned long long)s.repl_timeouts);
+    ps_dp_lag_t lag[16];
+    const size_t nl = ps_dp_repl_lag(dp, lag, 16);
+    for (size_t i = 0; i < nl && i < 16; i++)
+        len = pc_prom_appendf(
+            buf, cap, len, "emberps_replication_lag_entries{table=\"%s\",backup=\"%u\"} %llu\n",
+            lag[i].table, lag[i].server, (unsigned long long)(lag[i].head - lag[i].acked));
     static const char *const ops[4] = {"op=\"pull\"", "op=\"push\"", "op=\"lookup\"",
                                        "op=\"other\""};
     for (int i = 0; i < 4; i++)
@@ -1504,6 +1828,7 @@ void ps_dp_stop(ps_dp_t *dp) {
     pc_cmap_destroy(dp->map);
     free(dp->map_text);
     pthread_rwlock_destroy(&dp->map_lock);
+    pthread_mutex_destroy(&dp->ack_mu);
     pc_tls_ctx_destroy(dp->tls);
     pc_free(PC_MEM_OTHER, dp, sizeof *dp);
 }

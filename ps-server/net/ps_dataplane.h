@@ -47,6 +47,9 @@ typedef struct ps_dp_opts {
      * reading connections that have replies queued while the total is at reply_queue_total,
      * and all of them at 9/8 of it. 0: no cap. */
     uint64_t reply_queue, reply_queue_total;
+    /* Replication (docs/server.md "Replicas and failover"): a push waits at most this long for
+     * its backups (then PC_ETIMEDOUT: applied here, not confirmed there). 0: 10000. */
+    uint64_t ack_timeout_ms;
 } ps_dp_opts_t;
 
 /* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot
@@ -75,9 +78,29 @@ typedef struct ps_dp_stats {
     uint64_t reply_queue_peak_bytes; /* the most reply_queue_bytes has been since start */
     uint64_t paused_connections;     /* not read now because of reply_queue(_total) */
     uint64_t reply_pool_bytes;       /* idle reply allocations kept for reuse (all loops) */
+    uint64_t repl_waiting;           /* push replies waiting for the backups, now */
+    uint64_t repl_waited;            /* pushes that waited for them, since start */
+    uint64_t repl_timeouts;          /* answered PC_ETIMEDOUT: no backup confirmed in time */
 } ps_dp_stats_t;
 
 void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *out);
+
+/* Pushes (PC_OP_PUSH) are refused with PC_EUNAVAIL from CLOCK_MONOTONIC time until_ns on (the
+ * local end of this server's lease in the coordinator: it cannot prove it is still the primary
+ * after it). UINT64_MAX (the default): never. Any thread. */
+void ps_dp_set_write_until(ps_dp_t *dp, uint64_t until_ns);
+
+/* One backup's progress on one table: its acknowledged position and the table's head. */
+typedef struct ps_dp_lag {
+    char table[PS_TABLE_NAME_MAX + 1];
+    uint64_t uid;
+    uint32_t server; /* the backup's index in the map */
+    uint64_t acked, head;
+} ps_dp_lag_t;
+
+/* The backups' progress (backups of this server under the current map) into out[0..cap);
+ * returns how many there are. Any thread. */
+size_t ps_dp_repl_lag(ps_dp_t *dp, ps_dp_lag_t *out, size_t cap);
 
 /* Append the data plane's metrics in Prometheus text form (counters, connections, per-op
  * request latency histograms) to buf at len, up to cap; returns the length needed. */

@@ -259,6 +259,8 @@ static const pc_setting_t k_table_settings[] = {
     PC_SETTING_INT(T, ttl_ticks, 0, PS_AGE_MAX, "0", "expire rows idle N ticks (0: off)"),
     PC_SETTING_INT(T, capacity_rows, 0, 1e15, "0", "row budget, CLOCK eviction (0: off)"),
     PC_SETTING_BOOL(T, cold, "false", "spill rows beyond capacity_rows to the RocksDB tier"),
+    PC_SETTING_INT(T, replication_lag, 0, 1e15, "0",
+                   "with backups: change-log entries a backup may trail a push's answer (0: sync)"),
 };
 #undef T
 
@@ -1629,6 +1631,34 @@ static void erase_gate(ps_table_t *t, bool enter) {
         pthread_cond_broadcast(&t->cold_cv);
     }
     pthread_mutex_unlock(&t->cold_mu);
+}
+
+int ps_table_read_state(const ps_table_t *t, const uint64_t *keys, size_t n, float *rows,
+                        uint8_t *found) {
+    if (t->cfg.cold)
+        return PC_EUNSUPPORTED; /* rows in the cold tier are not read here */
+    plan_t p;
+    int rc = batch_begin(t, keys, n, NULL, NO_BUF, &p);
+    if (rc <= 0)
+        return rc;
+    const size_t stride = t->stride;
+    for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) { /* one shard group [q0, q1) at a time */
+        ps_shard_t *s = &t->shards[p.sq[q0]];
+        for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
+            ;
+        pthread_rwlock_rdlock(&s->lock);
+        for (uint32_t q = q0; q < q1; q++) {
+            const uint32_t k = p.order[q], r = find_row(s, keys[k], p.h[k]);
+            found[k] = r != NO_ROW;
+            if (r != NO_ROW)
+                memcpy(rows + k * stride, row_ptr(t, s, r), stride * sizeof(float));
+            else
+                memset(rows + k * stride, 0, stride * sizeof(float));
+        }
+        pthread_rwlock_unlock(&s->lock);
+    }
+    plan_free(&p);
+    return 0;
 }
 
 int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased) {

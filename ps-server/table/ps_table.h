@@ -103,6 +103,10 @@ typedef struct ps_table_config {
     int64_t ttl_ticks;
     int64_t capacity_rows;
     bool cold; /* rows beyond capacity_rows go to the cold tier (see "cold tier" below) */
+    /* On a server with backups (docs/server.md "Replicas and failover"): a push is answered once
+     * every backup has applied the table's change log up to this many entries before the push's
+     * end; 0 (sync): a push is answered only once the backups hold it. */
+    int64_t replication_lag;
 } ps_table_config_t;
 
 /* The settings table behind ps_table_config_t (for --help, dumps and specs). */
@@ -147,6 +151,13 @@ int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *gr
 /* `found` (may be NULL) receives n flags. */
 int ps_table_lookup(const ps_table_t *t, const uint64_t *keys, size_t n, float *rows,
                     size_t rows_len, uint8_t *found);
+
+/* Rows of keys[0..n) with their optimizer state, as a backup copies them (ps_table_load takes
+ * them back): n x (dim + state_len) floats into rows (weights, then state), found[i] 1 or 0
+ * (absent: zeros). Read-only, no admission, no insert. PC_EUNSUPPORTED for a cold table (its
+ * rows in the cold tier are not read), PC_EINVAL, PC_ENOMEM. */
+int ps_table_read_state(const ps_table_t *t, const uint64_t *keys, size_t n, float *rows,
+                        uint8_t *found);
 
 /* `erased` (may be NULL) receives how many keys were present. */
 int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased);

@@ -112,12 +112,92 @@ static void test_assign(void **state) {
     pc_cmap_destroy(m);
 }
 
+static void test_backups(void **state) {
+    (void)state;
+    const char *addrs[] = {"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"};
+    pc_cluster_map_t *m, *p;
+    uint32_t b[PC_MAX_BACKUPS];
+    assert_int_equal(pc_cmap_create_even(1, 3, addrs, &m), 0);
+    assert_false(pc_cmap_replicated(m));
+    assert_int_equal(pc_cmap_slot_backups(m, 0, b), 0);
+    assert_int_equal(pc_cmap_set_replicas(m, 3), PC_EINVAL); /* not fewer than the servers */
+    assert_int_equal(pc_cmap_set_replicas(m, 1), 0);
+    assert_true(pc_cmap_replicated(m));
+    for (uint32_t s = 0; s < PC_NSLOTS; s += 97) {
+        assert_int_equal(pc_cmap_slot_backups(m, s, b), 1);
+        assert_int_equal(b[0], (pc_cmap_slot_owner(m, s) + 1) % 3);
+        assert_true(pc_cmap_is_backup(m, s, b[0]));
+        assert_false(pc_cmap_is_backup(m, s, pc_cmap_slot_owner(m, s)));
+    }
+    /* Text round trip keeps the backups. */
+    char buf[512];
+    pc_cmap_format(m, buf, sizeof buf);
+    assert_non_null(strstr(buf, "0-5461:0/1"));
+    char err[160];
+    assert_int_equal(pc_cmap_parse(buf, &p, err, sizeof err), 0);
+    char buf2[512];
+    pc_cmap_format(p, buf2, sizeof buf2);
+    assert_string_equal(buf, buf2);
+    pc_cmap_destroy(p);
+    /* Two backups. */
+    assert_int_equal(pc_cmap_set_replicas(m, 2), 0);
+    assert_int_equal(pc_cmap_slot_backups(m, 0, b), 2);
+    assert_int_equal(b[0], 1);
+    assert_int_equal(b[1], 2);
+    /* Server 0 is lost: its slots go to server 1, whose own backups drop 0. */
+    uint32_t promoted, orphaned;
+    assert_int_equal(pc_cmap_fail_server(m, 0, 1, &promoted, &orphaned), PC_EINVAL); /* version */
+    assert_int_equal(pc_cmap_fail_server(m, 0, 2, &promoted, &orphaned), 0);
+    assert_int_equal(promoted, pc_cmap_server_slots(m, 1) - 5461);
+    assert_int_equal(orphaned, 0);
+    assert_int_equal(pc_cmap_version(m), 2);
+    assert_int_equal(pc_cmap_server_slots(m, 0), 0);
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        assert_false(pc_cmap_is_backup(m, s, 0));
+        assert_false(pc_cmap_is_backup(m, s, pc_cmap_slot_owner(m, s)));
+    }
+    assert_int_equal(pc_cmap_slot_backups(m, 0, b), 1);
+    assert_int_equal(b[0], 2);
+    /* Server 0 comes back as a backup where a slot has fewer than 2. */
+    uint32_t added;
+    assert_int_equal(pc_cmap_add_backup(m, 0, 2, 3, &added), 0);
+    assert_int_equal(added, PC_NSLOTS);
+    assert_int_equal(pc_cmap_version(m), 3);
+    assert_int_equal(pc_cmap_add_backup(m, 0, 2, 4, &added), 0);
+    assert_int_equal(added, 0);
+    assert_int_equal(pc_cmap_version(m), 3); /* nothing changed: same version */
+    /* A lost server with no backups orphans its slots. */
+    assert_int_equal(pc_cmap_set_replicas(m, 0), 0);
+    assert_int_equal(pc_cmap_fail_server(m, 2, 5, &promoted, &orphaned), 0);
+    assert_int_equal(promoted, 0);
+    assert_int_equal(orphaned, pc_cmap_server_slots(m, 2));
+    /* Assigning slots to their backup removes it from their backups. */
+    assert_int_equal(pc_cmap_set_replicas(m, 1), 0);
+    assert_int_equal(pc_cmap_assign(m, 0, 9, 2, 6), 0);
+    assert_false(pc_cmap_is_backup(m, 3, 2));
+    assert_int_equal(pc_cmap_bump(m, 6), PC_EINVAL);
+    assert_int_equal(pc_cmap_bump(m, 7), 0);
+    pc_cmap_destroy(m);
+    /* Bad backups are refused with a message. */
+    const char *bad[] = {
+        "version=1;servers=a:1,b:2;slots=0-16383:0/0",             /* backup = primary */
+        "version=1;servers=a:1,b:2,c:3;slots=0-16383:0/1/1",       /* twice */
+        "version=1;servers=a:1,b:2;slots=0-16383:0/2",             /* no such server */
+        "version=1;servers=a:1,b:2,c:3,d:4;slots=0-16383:0/1/2/3", /* too many */
+        "version=1;servers=a:1,b:2;slots=0-16383:0/",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err[0] = '\0';
+        assert_int_equal(pc_cmap_parse(bad[i], &p, err, sizeof err), PC_EPARSE);
+        assert_true(err[0] != '\0');
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_slot_function),
-        cmocka_unit_test(test_even_and_roundtrip),
-        cmocka_unit_test(test_parse_errors),
-        cmocka_unit_test(test_assign),
+        cmocka_unit_test(test_slot_function), cmocka_unit_test(test_even_and_roundtrip),
+        cmocka_unit_test(test_parse_errors),  cmocka_unit_test(test_assign),
+        cmocka_unit_test(test_backups),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

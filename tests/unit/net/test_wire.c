@@ -255,9 +255,19 @@ static void test_stream_codec(void **state) {
     b[16 + 5] = 1; /* a padding byte */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[16 + 5] = 0;
-    b[2] = 1; /* the reserved u16 */
+    b[2] = 4; /* a flag that does not exist */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    b[2] = PC_STREAM_ACK; /* an acknowledging follower with parts != 0 */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[2] = 0;
+    q.flags = PC_STREAM_STATE | PC_STREAM_ACK;
+    q.parts = 0;
+    assert_int_equal(pc_wire_stream_encode(&q, b), len);
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
+    assert_true(d.flags == (PC_STREAM_STATE | PC_STREAM_ACK) && d.part == 3 && d.parts == 0);
+    q.flags = 0;
+    q.parts = 8;
+    pc_wire_stream_encode(&q, b);
     b[0] = 0; /* no name */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     pc_wire_stream_t noname = {.name = ""};
@@ -274,7 +284,7 @@ static void test_stream_codec(void **state) {
                 e.n == 3 && e.dim == 2);
     assert_int_equal(pc_wire_stream_reply_decode(rb, 103, &e), PC_EINVAL);
     assert_int_equal(pc_wire_stream_reply_decode(rb, 40, &e), PC_EINVAL);
-    r.dim = PC_WIRE_DIM_MAX + 1;
+    r.dim = PC_WIRE_STREAM_STRIDE_MAX + 1;
     pc_wire_stream_reply_encode(&r, rb);
     assert_int_equal(pc_wire_stream_reply_decode(rb, 104, &e), PC_EINVAL);
 }

@@ -1,0 +1,23 @@
+/* psclient_repl.h: libpsclient's stream calls for a backup server (docs/server.md "Replicas and
+ * failover"). Not part of the public ABI: ps-server's replication links the static psclient and
+ * calls this; outside users have psc_deltas and psc_scan.
+ *
+ * Thread rule: as psc_deltas.
+ */
+#ifndef PSCLIENT_REPL_H
+#define PSCLIENT_REPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "emberps/psclient.h"
+#include "pc_wire.h"
+
+/* psc_scan (scan) or psc_deltas with stream flags (pc_wire.h PC_STREAM_*): PC_STREAM_STATE, rows
+ * with their optimizer state (q->dim is then the table's dim + state words, the buffers sized to
+ * it); PC_STREAM_ACK (DELTAS only, q->parts 0), the caller is the backup of server index
+ * q->part, acknowledging every position before q->from. Errors as psc_deltas. */
+int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags, psc_stream_t *out,
+                char *why, size_t cap);
+
+#endif
