@@ -678,7 +678,8 @@ int main(int argc, char **argv) {
                         .self = (uint32_t)self,
                         .reply_queue = (uint64_t)s.cfg.reply_queue_bytes,
                         .reply_queue_total = (uint64_t)s.cfg.reply_queue_total_bytes,
-                        .ack_timeout_ms = (uint64_t)s.cfg.ack_timeout_ms};
+                        .ack_timeout_ms = (uint64_t)s.cfg.ack_timeout_ms,
+                        .fenced = s.cfg.cluster_coordinator[0] != '\0'};
     if (!rc && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
         rc = 1;
     if (!rc && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {
@@ -746,6 +747,8 @@ int main(int argc, char **argv) {
         ps_tier_close(s.tier);
         if (s.coord.ctx)
             s.coord.destroy(s.coord.ctx);
+        if (s.ccoord.ctx)
+            s.ccoord.destroy(s.ccoord.ctx);
         return rc;
     }
     ps_grpc_set_serving(s.grpc, true); /* tables restored, every listener up (before the port

@@ -483,7 +483,7 @@ static int send_frame(server_t *s, wbuf_t *w) {
  * retries then follow. */
 static void map_ask_others(psc_t *c, const server_t *lost) {
     const uint64_t now = pc_time_mono_ns();
-    if (c->placeholder || now - c->map_asked_ns < MAP_ASK_NS)
+    if (c->placeholder || atomic_load(&c->stopping) || now - c->map_asked_ns < MAP_ASK_NS)
         return;
     c->map_asked_ns = now;
     for (size_t i = 0; i < c->nsrv; i++) {
@@ -496,7 +496,7 @@ static void map_ask_others(psc_t *c, const server_t *lost) {
         pc_wire_hdr_t h = {.op = PC_OP_MAP, .map_version = pc_cmap_version(c->map)};
         pc_wire_hdr_encode(&h, w->data);
         w->len = PC_WIRE_HDR;
-        send_frame(o, w); /* a failure is that server's own loss */
+        send_frame(o, w); /* not sent: no answer, and the next loss asks again */
     }
 }
 

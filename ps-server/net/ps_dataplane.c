@@ -52,14 +52,18 @@
  * target, the table's log head after the push less the table's replication_lag, until every
  * backup's acknowledged position reaches it. An ACK that moves a position, and a new map (a
  * backup dropped or added), send `wake` to every loop, which answers what is now held; a timer
- * answers the rest PC_ETIMEDOUT after ack_timeout_ms (the push was applied here, not confirmed
- * there); a closed connection drops its parked replies, a stopping loop answers them
- * PC_EUNAVAIL. Waiting on the head rather than the push's own last position is safe (the head is
- * at or past it). A stream reply of a server with backups carries only keys of slots it is
- * primary of, so a backup's copy and a serving replica never take rows this server only holds
- * as someone's backup. ps_dp_set_write_until refuses pushes from a deadline on (PC_EUNAVAIL:
- * the client retries them elsewhere): the clock is read at each push, so a server that was
- * stopped past its lease refuses the pushes it meets on waking before any other thread runs.
+ * (running only while something is parked) answers the rest PC_ETIMEDOUT after ack_timeout_ms
+ * (the push was applied here, not confirmed there), and so does a release that finds this
+ * server no longer the primary of the push's keys (kept with the reply): a demoted server's
+ * map has no backups to wait for, which must not read as "held". A closed or finishing
+ * connection drops its parked replies; a stopping loop answers them PC_ETIMEDOUT (never
+ * PC_EUNAVAIL: the client would send an applied push again). Waiting on the head rather than
+ * the push's own last position is safe (the head is at or past it). A stream reply of a server with
+ * backups carries only keys of slots it is primary of, so a backup's copy and a serving replica
+ * never take rows this server only holds as someone's backup. ps_dp_set_write_until refuses pushes
+ * from a deadline on (PC_EUNAVAIL: the client retries them elsewhere): the clock is read at each
+ * push, so a server that was stopped past its lease refuses the pushes it meets on waking before
+ * any other thread runs.
  */
 #include "ps_dataplane.h"
 
@@ -93,6 +97,8 @@
 /* Corked replies (see DESIGN): written together once there are CORK_MAX or CORK_BYTES of them. */
 #define CORK_MAX   64
 #define CORK_BYTES (64u << 10)
+/* Parked push replies (see Replication) are looked at for their deadline this often. */
+#define PARK_TICK_MS 20
 
 typedef struct loopctx loopctx_t;
 typedef struct parked parked_t;
@@ -172,7 +178,8 @@ struct ps_dp {
     /* Replication (see DESIGN): under map_lock, the servers that back up a slot this server is
      * primary of; under ack_mu, each (table uid, backup)'s acknowledged change-log position. */
     uint64_t backups[PC_MAX_SERVERS / 64];
-    bool has_backups;
+    atomic_bool has_backups; /* some slot of this server has a backup (read without the lock) */
+    bool replicated;         /* the map names backups: this server may hold others' rows */
     pthread_mutex_t ack_mu;
     ack_t acks[ACKS_MAX];
     size_t nacks;
@@ -206,6 +213,8 @@ struct parked {
     size_t plen;
     uint16_t flags;
     uint64_t uid, target, deadline_ns;
+    uint32_t n; /* the push's keys, kept: answered 0 only while this server owns them */
+    uint64_t keys[];
 };
 static void cork_flush(conn_t *c);
 static void reply_free(loopctx_t *lc, struct wreq *w);
@@ -511,13 +520,19 @@ static bool token_ok(const ps_dp_t *dp, const uint8_t *body, uint32_t len) {
     return diff == 0;
 }
 
+/* Under map_lock (read), or with a map of one's own: whether server self is the primary of
+ * key's slot. */
+static bool primary_of(const pc_cluster_map_t *m, uint32_t self, uint64_t key) {
+    return pc_cmap_key_owner(m, key) == self;
+}
+
 bool ps_dp_owns(ps_dp_t *dp, const uint64_t *keys, size_t n) {
     pthread_rwlock_rdlock(&dp->map_lock);
     bool ok = true;
     if (dp->owns_all)
         n = 0;
     for (size_t i = 0; i < n && ok; i++)
-        ok = pc_cmap_key_owner(dp->map, keys[i]) == dp->o.self;
+        ok = primary_of(dp->map, dp->o.self, keys[i]);
     pthread_rwlock_unlock(&dp->map_lock);
     return ok;
 }
@@ -553,17 +568,16 @@ static void conv_trim(loopctx_t *lc) {
 
 /* ==== replication (see DESIGN) ============================================================= */
 
-/* Under map_lock (read): whether this server is the primary of key's slot. */
-static bool primary_of(const ps_dp_t *dp, uint64_t key) {
-    return dp->owns_all || pc_cmap_key_owner(dp->map, key) == dp->o.self;
-}
-
 /* Whether every backup of this server holds table uid's changes before `target`. */
 static bool backups_hold(ps_dp_t *dp, uint64_t uid, uint64_t target) {
     bool ok = true;
     pthread_rwlock_rdlock(&dp->map_lock);
     pthread_mutex_lock(&dp->ack_mu);
     for (uint32_t b = 0; ok && b < PC_MAX_SERVERS; b++) {
+        if (!dp->backups[b / 64]) { /* a word of no backups: skip it whole */
+            b |= 63;
+            continue;
+        }
         if (!(dp->backups[b / 64] >> (b % 64) & 1))
             continue;
         bool held = false;
@@ -578,10 +592,8 @@ static bool backups_hold(ps_dp_t *dp, uint64_t uid, uint64_t target) {
 
 /* After a push to t: whether its answer waits for the backups, and for which position. */
 static bool push_target(ps_dp_t *dp, ps_table_t *t, uint64_t *uid, uint64_t *target) {
-    pthread_rwlock_rdlock(&dp->map_lock);
-    const bool replicated = dp->has_backups;
-    pthread_rwlock_unlock(&dp->map_lock);
-    if (!replicated)
+    if (!atomic_load_explicit(&dp->has_backups, memory_order_relaxed) ||
+        ps_table_config(t)->cold) /* cold tables are not replicated (no state reads) */
         return false;
     uint64_t oldest = 0, head = 0; /* no log yet: no backup has read the table; its scan will */
     ps_changelog_t *log = ps_table_changelog(t);
@@ -593,14 +605,17 @@ static bool push_target(ps_dp_t *dp, ps_table_t *t, uint64_t *uid, uint64_t *tar
     return !backups_hold(dp, *uid, *target);
 }
 
+static void on_park_timer(uv_timer_t *tm);
+
 /* Keep push reply w until the backups hold uid up to target; false (w untouched) on ENOMEM. */
 static bool park_push(conn_t *c, wreq_t *w, const pc_wire_hdr_t *h, size_t plen, uint16_t flags,
-                      uint64_t uid, uint64_t target) {
+                      uint64_t uid, uint64_t target, const uint64_t *keys, uint32_t n) {
     ps_dp_t *dp = c->lc->dp;
-    parked_t *p = pc_calloc(PC_MEM_OTHER, 1, sizeof *p);
+    parked_t *p = pc_malloc(PC_MEM_OTHER, sizeof *p + (size_t)n * 8);
     if (!p)
         return false;
     *p = (parked_t){.next = c->lc->parked,
+                    .n = n,
                     .c = c,
                     .w = w,
                     .h = *h,
@@ -609,25 +624,31 @@ static bool park_push(conn_t *c, wreq_t *w, const pc_wire_hdr_t *h, size_t plen,
                     .uid = uid,
                     .target = target,
                     .deadline_ns = pc_time_mono_ns() + dp->o.ack_timeout_ms * 1000000ull};
+    memcpy(p->keys, keys, (size_t)n * 8);
+    if (!c->lc->parked) /* the deadlines' timer runs while something is parked */
+        uv_timer_start(&c->lc->park_timer, on_park_timer, PARK_TICK_MS, PARK_TICK_MS);
     c->lc->parked = p;
     atomic_fetch_add_explicit(&dp->parked_now, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&dp->parked_total, 1, memory_order_relaxed);
     return true;
 }
 
-/* Answer lc's parked replies: those held by the backups, those past their deadline
- * (PC_ETIMEDOUT), every one with status `all` (nonzero: the loop stops), and drop those of
- * connection `gone` (closed: nothing to answer). */
-static void park_release(loopctx_t *lc, int all, const conn_t *gone) {
+/* Answer lc's parked replies: those held by the backups while this server is still the primary
+ * of their keys (0), those past their deadline or whose keys this server lost (PC_ETIMEDOUT:
+ * applied here, never confirmed), every one PC_ETIMEDOUT when `all` (the loop stops), and drop
+ * those of connection `gone` or of one closing (nothing to answer). */
+static void park_release(loopctx_t *lc, bool all, const conn_t *gone) {
     ps_dp_t *dp = lc->dp;
     const uint64_t now = pc_time_mono_ns();
     for (parked_t **pp = &lc->parked, *p; (p = *pp);) {
         int st = 0;
         bool done = true;
-        if (p->c == gone || p->c->closing)
+        if (p->c == gone || p->c->closing || p->c->finishing)
             st = 1; /* dropped */
         else if (all)
-            st = all;
+            st = PC_ETIMEDOUT;
+        else if (!ps_dp_owns(dp, p->keys, p->n)) /* demoted: the backups hold nothing for us */
+            st = PC_ETIMEDOUT;
         else if (backups_hold(dp, p->uid, p->target))
             st = 0;
         else if (now >= p->deadline_ns)
@@ -644,26 +665,25 @@ static void park_release(loopctx_t *lc, int all, const conn_t *gone) {
             reply_free(lc, p->w);
         } else if (st) {
             char msg[160];
-            if (st == PC_ETIMEDOUT)
-                atomic_fetch_add_explicit(&dp->park_timeouts, 1, memory_order_relaxed);
-            snprintf(msg, sizeof msg,
-                     st == PC_ETIMEDOUT ? "applied here, but no backup confirmed it within %llu ms"
-                                        : "the server stopped before its backups confirmed the "
-                                          "push (%llu ms allowed)",
+            atomic_fetch_add_explicit(&dp->park_timeouts, 1, memory_order_relaxed);
+            snprintf(msg, sizeof msg, "%s (%llu ms allowed)",
+                     all ? "applied here, but the server stopped before its backups confirmed it"
+                         : "applied here, but no backup confirmed it while this server was its "
+                           "primary",
                      (unsigned long long)dp->o.ack_timeout_ms);
             reply_free(lc, p->w);
             reply_error(p->c, &p->h, st, msg);
         } else {
             reply_send_flags(p->c, p->w, &p->h, 0, p->plen, p->flags);
         }
-        pc_free(PC_MEM_OTHER, p, sizeof *p);
+        pc_free(PC_MEM_OTHER, p, sizeof *p + (size_t)p->n * 8);
     }
+    if (!lc->parked && !lc->stopping)
+        uv_timer_stop(&lc->park_timer);
 }
 
 static void on_park_timer(uv_timer_t *tm) {
-    loopctx_t *lc = tm->data;
-    if (lc->parked)
-        park_release(lc, 0, NULL);
+    park_release(tm->data, false, NULL);
 }
 
 /* Every loop looks at its parked replies again. */
@@ -680,7 +700,8 @@ static void note_ack(ps_dp_t *dp, const char *table, uint64_t uid, uint32_t serv
     size_t i = 0;
     while (i < dp->nacks && !(dp->acks[i].uid == uid && dp->acks[i].server == server))
         i++;
-    if (i == dp->nacks) {
+    const bool fresh = i == dp->nacks; /* a first acknowledgement answers waits for position 0 */
+    if (fresh) {
         if (i == ACKS_MAX) { /* full: the oldest table's entries go first (a replaced table) */
             memmove(dp->acks, dp->acks + 1, (ACKS_MAX - 1) * sizeof *dp->acks);
             i = ACKS_MAX - 1;
@@ -690,7 +711,7 @@ static void note_ack(ps_dp_t *dp, const char *table, uint64_t uid, uint32_t serv
         dp->acks[i] = (ack_t){.uid = uid, .server = server};
         snprintf(dp->acks[i].table, sizeof dp->acks[i].table, "%s", table);
     }
-    const bool moved = pos > dp->acks[i].pos;
+    const bool moved = pos > dp->acks[i].pos || fresh;
     if (moved)
         dp->acks[i].pos = pos;
     pthread_mutex_unlock(&dp->ack_mu);
@@ -799,7 +820,7 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         return;
     }
     const uint16_t flags = (uint16_t)(b.dtype << PC_WIRE_DTYPE_SHIFT);
-    if (park && park_push(c, w, h, plen, flags, uid, target))
+    if (park && park_push(c, w, h, plen, flags, uid, target, b.keys, b.n))
         return; /* answered once the backups hold it (park_release) */
     reply_send_flags(c, w, h, 0, plen, flags);
 }
@@ -931,10 +952,10 @@ static void stream_send(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t, wreq_t
 static size_t keep_primary(ps_dp_t *dp, uint64_t *keys, size_t n) {
     pthread_rwlock_rdlock(&dp->map_lock);
     size_t m = n;
-    if (!dp->owns_all && pc_cmap_replicated(dp->map)) {
+    if (!dp->owns_all && dp->replicated) {
         m = 0;
         for (size_t i = 0; i < n; i++)
-            if (primary_of(dp, keys[i]))
+            if (primary_of(dp->map, dp->o.self, keys[i]))
                 keys[m++] = keys[i];
     }
     pthread_rwlock_unlock(&dp->map_lock);
@@ -1045,7 +1066,8 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
 }
 
 typedef struct scan_ctx {
-    ps_dp_t *dp;
+    const pc_cluster_map_t *only; /* keep the keys of slots server `self` is primary of there */
+    uint32_t self;
     uint32_t part, parts, dim;
     uint64_t n, cap, limit; /* rows collected, allocated, allowed */
     uint64_t *keys;
@@ -1057,7 +1079,7 @@ static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     for (size_t i = 0; i < n; i++) {
         if (pc_hash_u64(rows[i].key, PC_HASH_SEED_SLOT) % x->parts != x->part)
             continue;
-        if (x->dp && !primary_of(x->dp, rows[i].key)) /* held here as someone's backup */
+        if (x->only && !primary_of(x->only, x->self, rows[i].key)) /* someone's backup here */
             continue;
         if (x->n == x->limit) {
             x->rc = PC_ETOOBIG;
@@ -1110,13 +1132,18 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
             x.rc = 0;
         else if (!x.rc)
             ps_changelog_bounds(log, &oldest, &head);
-        /* with backups in the map, only the slots this server is primary of (under the map's
-         * read lock for the scan: a map change waits for it) */
+        /* with backups in the map, only the slots this server is primary of, by a copy of the
+         * map taken now (a map change does not wait for the scan) */
+        pc_cluster_map_t *only = NULL;
         pthread_rwlock_rdlock(&dp->map_lock);
-        x.dp = !dp->owns_all && pc_cmap_replicated(dp->map) ? dp : NULL;
+        if (!x.rc && !dp->owns_all && dp->replicated && pc_cmap_copy(dp->map, &only))
+            x.rc = PC_ENOMEM;
+        pthread_rwlock_unlock(&dp->map_lock);
+        x.only = only;
+        x.self = dp->o.self;
         if (!x.rc && ps_table_scan(t, PS_SCAN_ALL, scan_collect, &x) && !x.rc)
             x.rc = PC_EINTERNAL;
-        pthread_rwlock_unlock(&dp->map_lock);
+        pc_cmap_destroy(only);
         wreq_t *w = x.rc ? NULL : reply_alloc(c, pc_wire_stream_reply_len(x.n, dim));
         if (!x.rc && !w)
             x.rc = PC_ENOMEM;
@@ -1203,7 +1230,7 @@ static void on_closed(uv_handle_t *hd) {
     conn_t *c = hd->data;
     loopctx_t *lc = c->lc;
     if (lc->parked)
-        park_release(lc, 0, c); /* its parked replies have no one to go to */
+        park_release(lc, false, c); /* its parked replies have no one to go to */
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -1493,7 +1520,7 @@ static void conn_continue(conn_t *c) {
 static void on_wake(uv_async_t *a) {
     loopctx_t *lc = a->data;
     if (lc->parked)
-        park_release(lc, 0, NULL);
+        park_release(lc, false, NULL);
     for (conn_t *c = lc->conns; c; c = c->next)
         conn_continue(c);
 }
@@ -1532,8 +1559,8 @@ static void on_stop(uv_async_t *a) {
     uv_close((uv_handle_t *)&lc->listener, NULL);
     uv_close((uv_handle_t *)&lc->stop, NULL);
     uv_close((uv_handle_t *)&lc->wake, NULL);
+    park_release(lc, true, NULL); /* pushes applied here, not confirmed by a backup */
     uv_close((uv_handle_t *)&lc->park_timer, NULL);
-    park_release(lc, PC_ETIMEDOUT, NULL); /* pushes applied here, not confirmed by a backup */
     /* Frames already read were executed in their read callback (except those a paused
      * connection holds back: they are dropped): flush replies and close. */
     for (conn_t *c = lc->conns; c; c = c->next)
@@ -1599,7 +1626,8 @@ static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
     pc_cmap_destroy(dp->map);
     free(dp->map_text);
     memcpy(dp->backups, bk, sizeof bk);
-    dp->has_backups = has;
+    atomic_store(&dp->has_backups, has);
+    dp->replicated = pc_cmap_replicated(m);
     dp->owns_all = all;
     dp->map = m;
     dp->map_text = text;
@@ -1651,7 +1679,8 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         dp->o.reply_queue_total = UINT64_MAX / 2;
     pthread_rwlock_init(&dp->map_lock, NULL);
     pthread_mutex_init(&dp->ack_mu, NULL);
-    atomic_store(&dp->write_until, UINT64_MAX); /* no lease: pushes always taken */
+    /* no lease: pushes always taken; one to come (ps_repl.h): none until it is held */
+    atomic_store(&dp->write_until, o->fenced ? 0 : UINT64_MAX);
     if (!dp->o.ack_timeout_ms)
         dp->o.ack_timeout_ms = 10000;
     int rc = set_map(dp, map);
@@ -1674,9 +1703,8 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         lc->stop.data = lc;
         uv_async_init(&lc->loop, &lc->wake, on_wake);
         lc->wake.data = lc;
-        uv_timer_init(&lc->loop, &lc->park_timer);
+        uv_timer_init(&lc->loop, &lc->park_timer); /* started by park_push */
         lc->park_timer.data = lc;
-        uv_timer_start(&lc->park_timer, on_park_timer, 20, 20);
         if (uv_tcp_open(&lc->listener, fd) < 0 ||
             uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
             close(fd);
@@ -1687,6 +1715,7 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
             uv_close((uv_handle_t *)&lc->listener, NULL);
             uv_close((uv_handle_t *)&lc->stop, NULL);
             uv_close((uv_handle_t *)&lc->wake, NULL);
+            uv_close((uv_handle_t *)&lc->park_timer, NULL);
             uv_run(&lc->loop, UV_RUN_DEFAULT);
             uv_loop_close(&lc->loop);
             dp->nloops = i;

@@ -14,7 +14,8 @@
  * Unsent replies are bounded per connection and per server (reply_queue, reply_queue_total):
  * over them, connections are not read until their replies drain.
  *
- * Thread rule: start/stop/set_map from one owner thread; stats from any thread.
+ * Thread rule: start/stop from one owner thread; set_map, set_write_until, stats and repl_lag
+ * from any thread.
  */
 #ifndef PS_DATAPLANE_H
 #define PS_DATAPLANE_H
@@ -50,6 +51,9 @@ typedef struct ps_dp_opts {
     /* Replication (docs/server.md "Replicas and failover"): a push waits at most this long for
      * its backups (then PC_ETIMEDOUT: applied here, not confirmed there). 0: 10000. */
     uint64_t ack_timeout_ms;
+    /* Start refusing pushes (ps_dp_set_write_until 0): a server whose lease is still to be
+     * taken (ps_repl.h) must take none under the map it starts with. */
+    bool fenced;
 } ps_dp_opts_t;
 
 /* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot

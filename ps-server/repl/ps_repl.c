@@ -1,32 +1,44 @@
 /* ps_repl.c: replicas and failover (see ps_repl.h; docs/server.md "Replicas and failover").
  *
  * DESIGN
- * - Map versions are keys `cluster/map/<20-digit version>` (zero-padded, so the coordinator's
- *   sorted listing ends with the newest); a change is "read the newest, derive the next, write it
- *   if absent". Losing that race is normal: the loser reads again and acts on the winner's map.
- *   Old versions stay (a few per failure; listing takes the last of PS_COORD_LIST_MAX).
+ * - Map versions are keys `cluster/map/<20-digit version>`, and every change writes the version
+ *   after the newest one, set-if-absent: losing that race is normal, the loser reads the
+ *   winner's map and acts on it. So versions are consecutive from the first one published, and
+ *   the newest is found from any known version by asking for the next ones until one is absent
+ *   (one small read a tick, never a listing of every version). `cluster/map-newest` is a hint
+ *   (a version, written after each win, read first) so that a server starting with an old map
+ *   does not walk the whole history.
  * - A server is "lost" when its alive key is absent and either this server saw it alive before
- *   or lease_ms x 3 have passed since this server started (a peer still starting is not lost).
- * - Leases: the controller sends the renewal at t0 and, on success, lets the data plane take
- *   pushes until t0 + 3/4 lease_ms. A renewal that failed or came too late (the process was
- *   stopped) marks the lease lapsed; then writes stay refused until a map version written by
- *   this server (the newest, unchanged, with the next version number) is won while it is still
- *   a primary there. A backup that promotes itself writes that same next version, so of a
- *   stale primary coming back and its successor exactly one wins.
- * - The follower keeps one libpsclient connection per primary (to that server only), sources per
- *   (primary, table) with the uid and position applied. A source scans when it starts, when the
- *   primary answers PC_ERANGE (fell behind its ring) or PC_ESTATE (the table was replaced), and
- *   when the map gives this server new slots of that primary: it first erases its own rows of
- *   those slots (rows the primary erased or evicted meanwhile must not come back on promotion),
- *   then loads every part with optimizer state. Caught up, it asks again after 200 us doubling
- *   to 2 ms: a push waits for the backup's next DELTAS, so that wait is the sync cost.
+ *   or lease_ms x 3 have passed since this server started (a peer still starting is not lost),
+ *   or (primaries only) when the follower found that the primary's table was replaced while
+ *   this server's copy of it held rows: a primary restarted before its lease ran out, with empty
+ *   or checkpointed tables older than the copy. The copy wins: it is the one every acknowledged
+ *   push reached.
+ * - Leases: the renewal is sent at t0; on success the data plane takes pushes until
+ *   t0 + 3/4 lease_ms. The coordinator cannot expire the key before the previous renewal's
+ *   send + lease_ms, so only a renewal that failed or came back later than that marks the lease
+ *   lapsed; then pushes stay refused until this server wins a map version (the newest, unchanged,
+ *   as the next version) in which it is still a primary. A backup promoting itself writes that
+ *   same next version, so of a stale primary and its successor exactly one wins. At start the
+ *   lease counts as lapsed.
+ * - The follower keeps one libpsclient connection per primary (to that server only) and a
+ *   source per (primary, table) with the table's uid and the position applied. A source copies
+ *   the table when it starts, when the primary answers PC_ERANGE (fell behind its ring), when
+ *   the map gives this server more slots of that primary, and on PC_ESTATE (a replaced table)
+ *   when its copy is empty. A copy never goes backwards: it loads every part over what is there
+ *   and erases afterwards only the keys of those slots the primary did not send, so a copy
+ *   interrupted by the primary's death still holds everything it held before. Rows are applied
+ *   under the map's mutex and only while the map is the one the round started with: a reply
+ *   from a primary this server has just replaced is dropped. Caught up, the follower asks again
+ *   after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a primary
+ *   that does not answer is retried after 100 ms doubling to 2 s. Cold tables are not followed.
  */
 #include "ps_repl.h"
 
 #include "pc_alloc.h"
 #include "pc_error.h"
-#include "pc_log.h"
 #include "pc_hist.h"
+#include "pc_log.h"
 #include "pc_time.h"
 #include "ps_table.h"
 #include "psclient_repl.h"
@@ -40,25 +52,28 @@
 #include <time.h>
 
 #define MAP_PREFIX   "cluster/map/"
+#define MAP_HINT     "cluster/map-newest"
 #define ALIVE_PREFIX "cluster/alive/"
-#define MAP_TEXT_MAX (256u << 10)
-#define CALL_ROWS    16384u /* rows one DELTAS or scan part brings at most */
-#define SCAN_PARTS   16u    /* a scan's first split; doubled while a part is larger */
+#define CALL_ROWS    16384u      /* rows one DELTAS or scan part brings at most */
+#define CALL_BYTES   (32u << 20) /* and bytes of rows (a wide row with state: fewer rows) */
+#define SCAN_PARTS   16u         /* a copy's first split; doubled while a part is larger */
 #define MAX_TABLES   64u
+#define TABLES_NS    1000000000ull /* the catalog is listed again this often (new tables) */
 
 typedef struct source {
     char table[PS_TABLE_NAME_MAX];
     uint64_t uid, pos;
-    bool need_scan;
-    uint32_t parts; /* the split its last scan needed */
+    bool need_copy;
+    bool skip;      /* a cold table: not followed (said once) */
+    uint32_t parts; /* the split its last copy needed */
 } source_t;
 
 typedef struct primary {
     uint32_t server;
     psc_t *c;
+    uint64_t retry_ns, backoff_ms; /* down: when to connect again */
     source_t src[MAX_TABLES];
     size_t nsrc;
-    uint64_t map_version; /* the map its slots of this server were last computed under */
 } primary_t;
 
 struct ps_repl {
@@ -71,30 +86,31 @@ struct ps_repl {
     pthread_t ctl, fol;
     atomic_bool stop;
     uint64_t start_ns;
-    pthread_mutex_t mu; /* map */
-    pc_cluster_map_t *map;
-    pc_cluster_map_t *initial;
+    pthread_mutex_t mu;        /* map, pending; held by the follower while it applies rows */
+    pc_cluster_map_t *map;     /* adopted */
+    pc_cluster_map_t *pending; /* ps_repl_publish: written by the controller's next tick */
+    /* controller thread only (and start, before the threads) */
     bool lapsed;
-    bool *seen; /* per server index: its alive key was seen */
-    uint64_t lease_until;
+    uint64_t lease_until, last_sent;
+    bool *seen;           /* per server index: its alive key was seen */
+    atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
     atomic_uint_least64_t version, promotions, drops, rejoins, rows_copied, rows_streamed;
-    atomic_uint_least64_t lapses, scans;
-    primary_t *prim; /* follower thread only */
+    atomic_uint_least64_t lapses, copies;
+    /* follower thread only */
+    primary_t *prim;
     size_t nprim;
+    uint64_t tables_ns;
 };
-
-static void sleep_ms(uint64_t ms) {
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static void sleep_us(uint64_t us) {
     struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
     nanosleep(&ts, NULL);
 }
 
-/* A copy of the current map (NULL on ENOMEM). */
-static pc_cluster_map_t *map_get(ps_repl_t *r) {
+/* A copy of the current map, when its version is not `have` (NULL otherwise or on ENOMEM). */
+static pc_cluster_map_t *map_if_new(ps_repl_t *r, uint64_t have) {
+    if (atomic_load(&r->version) == have)
+        return NULL;
     pc_cluster_map_t *m = NULL;
     pthread_mutex_lock(&r->mu);
     if (r->map)
@@ -105,36 +121,76 @@ static pc_cluster_map_t *map_get(ps_repl_t *r) {
 
 /* ==== the map in the coordinator =========================================================== */
 
-/* The newest map version there (*out NULL: none). */
-static int newest_map(ps_repl_t *r, pc_cluster_map_t **out) {
-    *out = NULL;
-    pc_kv_entry_t *e = NULL;
-    size_t n = 0;
-    bool trunc = false;
-    int rc = r->store.list(r->store.ctx, MAP_PREFIX, PS_COORD_LIST_MAX, &e, &n, &trunc);
-    if (rc)
-        return rc;
-    if (n) {
-        char err[160];
-        char *text = malloc(e[n - 1].len + 1);
-        if (!text) {
-            rc = PC_ENOMEM;
-        } else {
-            memcpy(text, e[n - 1].value, e[n - 1].len);
-            text[e[n - 1].len] = '\0';
-            if ((rc = pc_cmap_parse(text, out, err, sizeof err)))
-                PC_ERROR("replication: the coordinator's map %s is bad: %s", e[n - 1].key, err);
-            free(text);
-        }
+static void map_key(uint64_t v, char *key, size_t cap) {
+    snprintf(key, cap, MAP_PREFIX "%020" PRIu64, v);
+}
+
+/* Map version v from the coordinator: 0, PC_ENOTFOUND, or the store's error. */
+static int get_map(ps_repl_t *r, uint64_t v, pc_cluster_map_t **out) {
+    char key[64], err[160];
+    map_key(v, key, sizeof key);
+    void *val = NULL;
+    size_t len = 0;
+    int rc = r->store.get(r->store.ctx, key, &val, &len);
+    char *text = rc ? NULL : malloc(len + 1);
+    if (!rc && !text)
+        rc = PC_ENOMEM;
+    if (!rc) {
+        memcpy(text, val, len);
+        text[len] = '\0';
+        if ((rc = pc_cmap_parse(text, out, err, sizeof err)))
+            PC_ERROR("replication: the coordinator's map %s is bad: %s", key, err);
     }
-    pc_kv_entries_free(e, n);
+    free(text);
+    free(val);
     return rc;
+}
+
+/* The newest map version there, from `from` (a version known to exist, or 0: the hint first,
+ * then `guess`, the configured map's version) on: *out NULL when the coordinator has none. */
+static int newest_map(ps_repl_t *r, uint64_t from, uint64_t guess, pc_cluster_map_t **out) {
+    *out = NULL;
+    if (!from) {
+        void *val = NULL;
+        size_t len = 0;
+        char text[32] = "";
+        int rc = r->store.get(r->store.ctx, MAP_HINT, &val, &len);
+        if (rc && rc != PC_ENOTFOUND)
+            return rc;
+        if (!rc)
+            memcpy(text, val, len < sizeof text - 1 ? len : sizeof text - 1);
+        free(val);
+        const uint64_t hint = strtoull(text, NULL, 10);
+        from = hint > guess ? hint : guess;
+        rc = get_map(r, from, out);
+        if (rc == PC_ENOTFOUND && from != guess) /* a hint ahead of its map: never written */
+            rc = get_map(r, from = guess, out);
+        if (rc == PC_ENOTFOUND)
+            return 0; /* none yet */
+        if (rc)
+            return rc;
+    }
+    for (;;) { /* the versions after it, each written once and never removed */
+        pc_cluster_map_t *next;
+        int rc = get_map(r, from + 1, &next);
+        if (rc == PC_ENOTFOUND)
+            break;
+        if (rc) {
+            pc_cmap_destroy(*out);
+            *out = NULL;
+            return rc;
+        }
+        pc_cmap_destroy(*out);
+        *out = next;
+        from++;
+    }
+    return 0;
 }
 
 /* Write m under its version if no one has: 0, PC_EEXIST (another won), or the store's error. */
 static int put_map(ps_repl_t *r, const pc_cluster_map_t *m) {
     char key[64];
-    snprintf(key, sizeof key, MAP_PREFIX "%020" PRIu64, pc_cmap_version(m));
+    map_key(pc_cmap_version(m), key, sizeof key);
     const size_t len = pc_cmap_format(m, NULL, 0);
     char *text = malloc(len + 1);
     if (!text)
@@ -142,6 +198,11 @@ static int put_map(ps_repl_t *r, const pc_cluster_map_t *m) {
     pc_cmap_format(m, text, len + 1);
     int rc = r->store.set(r->store.ctx, key, text, len, true, 0);
     free(text);
+    if (!rc) { /* the hint: best effort (readers walk forward from any version) */
+        char v[32];
+        const int n = snprintf(v, sizeof v, "%" PRIu64, pc_cmap_version(m));
+        r->store.set(r->store.ctx, MAP_HINT, v, (size_t)n, false, 0);
+    }
     return rc;
 }
 
@@ -172,8 +233,22 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
             pc_cmap_format(m, NULL, 0) >= sizeof text ? "..." : "");
 }
 
-/* Write `next` (derived from the newest map) and adopt it when won; PC_EEXIST when lost (the
- * newest map is adopted instead). */
+/* The current map's version (0: none yet). */
+static uint64_t current(ps_repl_t *r) {
+    return atomic_load(&r->version);
+}
+
+/* Read the newest map from the current one on and adopt it; 0 or the store's error. */
+static int refresh(ps_repl_t *r) {
+    pc_cluster_map_t *m;
+    int rc = newest_map(r, current(r), 0, &m);
+    if (!rc && m)
+        adopt(r, m);
+    return rc;
+}
+
+/* Write `next` (derived from the current map, with the next version) and adopt it when won;
+ * PC_EEXIST when another server wrote that version first (its map is adopted instead). */
 static int change_map(ps_repl_t *r, pc_cluster_map_t *next, const char *what) {
     int rc = put_map(r, next);
     if (rc == 0) {
@@ -182,20 +257,54 @@ static int change_map(ps_repl_t *r, pc_cluster_map_t *next, const char *what) {
         return 0;
     }
     pc_cmap_destroy(next);
-    pc_cluster_map_t *m;
-    if (newest_map(r, &m) == 0 && m)
-        adopt(r, m);
+    refresh(r);
     return rc;
+}
+
+/* A copy of the current map, to derive the next version from (NULL on ENOMEM). */
+static pc_cluster_map_t *map_copy(ps_repl_t *r) {
+    pc_cluster_map_t *m = NULL;
+    pthread_mutex_lock(&r->mu);
+    pc_cmap_copy(r->map, &m);
+    pthread_mutex_unlock(&r->mu);
+    return m;
 }
 
 int ps_repl_publish(ps_repl_t *r, const pc_cluster_map_t *m) {
     pc_cluster_map_t *c;
     int rc = pc_cmap_copy(m, &c);
-    return rc ? rc : change_map(r, c, "published by this server");
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&r->mu);
+    pc_cmap_destroy(r->pending);
+    r->pending = c;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* A map given by ps_repl_publish, as the next version. */
+static void publish_pending(ps_repl_t *r) {
+    pthread_mutex_lock(&r->mu);
+    pc_cluster_map_t *m = r->pending;
+    r->pending = NULL;
+    const uint64_t v = pc_cmap_version(r->map) + 1;
+    pthread_mutex_unlock(&r->mu);
+    if (!m)
+        return;
+    if (pc_cmap_find(m, r->self_addr) != (int)r->o.self || pc_cmap_bump(m, v)) {
+        PC_ERROR("replication: the new map does not have this server as server %u: not "
+                 "published",
+                 r->o.self);
+        pc_cmap_destroy(m);
+        return;
+    }
+    if (change_map(r, m, "a new map given to this server (SIGHUP)") == PC_EEXIST)
+        PC_WARN("replication: the new map lost its version to another change: give it again");
 }
 
 /* ==== the controller ======================================================================= */
 
+/* Whether server s's alive key is there (*known false: the coordinator did not answer). */
 static bool alive(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t s, bool *known) {
     char key[PC_ADDR_MAX + 32];
     snprintf(key, sizeof key, ALIVE_PREFIX "%s", pc_cmap_addr(m, s));
@@ -204,13 +313,15 @@ static bool alive(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t s, bool *kno
     int rc = r->store.get(r->store.ctx, key, &v, &len);
     free(v);
     *known = rc == 0 || rc == PC_ENOTFOUND;
-    if (rc == 0 && s < PC_MAX_SERVERS)
+    if (rc == 0)
         r->seen[s] = true;
     return rc == 0;
 }
 
 /* Whether server s is lost (see DESIGN); false when the coordinator did not answer. */
-static bool lost(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t s) {
+static bool lost(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t s, bool primary) {
+    if (primary && atomic_load(&r->suspect[s]))
+        return true;
     bool known;
     if (alive(r, m, s, &known) || !known)
         return false;
@@ -220,11 +331,14 @@ static bool lost(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t s) {
 static void renew(ps_repl_t *r) {
     char key[PC_ADDR_MAX + 32];
     snprintf(key, sizeof key, ALIVE_PREFIX "%s", r->self_addr);
-    const uint64_t t0 = pc_time_mono_ns(), until = t0 + r->o.lease_ms * 750000ull;
+    const uint64_t t0 = pc_time_mono_ns(), lease_ns = r->o.lease_ms * 1000000ull;
     const int rc = r->store.set(r->store.ctx, key, "1", 1, false, r->o.lease_ms);
-    const uint64_t now = pc_time_mono_ns();
-    if (rc || now >= r->lease_until) { /* failed, or renewed after the last one had run out */
-        if (!r->lapsed && r->lease_until) {
+    /* the coordinator may have expired the key from the last renewal's send + lease on */
+    const bool expired = !r->last_sent || pc_time_mono_ns() >= r->last_sent + lease_ns;
+    if (!rc)
+        r->last_sent = t0;
+    if (expired) {
+        if (!r->lapsed) {
             atomic_fetch_add(&r->lapses, 1);
             PC_WARN("replication: this server's lease lapsed (%s): no pushes until it is "
                     "confirmed in a new map version",
@@ -234,25 +348,28 @@ static void renew(ps_repl_t *r) {
         ps_dp_set_write_until(r->dp, 0);
     }
     if (!rc) {
-        r->lease_until = until;
+        r->lease_until = t0 + lease_ns / 4 * 3;
         if (!r->lapsed)
-            ps_dp_set_write_until(r->dp, until);
+            ps_dp_set_write_until(r->dp, r->lease_until);
     }
 }
 
 /* After a lapse: win the next map version unchanged while still a primary in it. */
 static void confirm(ps_repl_t *r) {
-    pc_cluster_map_t *m;
-    if (newest_map(r, &m) || !m)
+    if (pc_time_mono_ns() >= r->lease_until || refresh(r))
+        return; /* the lease is not held now, or no answer */
+    pc_cluster_map_t *m = map_copy(r);
+    if (!m || pc_cmap_bump(m, pc_cmap_version(m) + 1)) {
+        pc_cmap_destroy(m);
         return;
+    }
     if (!pc_cmap_server_slots(m, r->o.self)) { /* no primary of anything: nothing to fence */
-        adopt(r, m);
+        pc_cmap_destroy(m);
         r->lapsed = false;
         ps_dp_set_write_until(r->dp, r->lease_until);
         return;
     }
-    if (pc_cmap_bump(m, pc_cmap_version(m) + 1) == 0 &&
-        change_map(r, m, "this server confirmed as primary after its lease lapsed") == 0) {
+    if (change_map(r, m, "this server confirmed as primary (its lease was not held)") == 0) {
         r->lapsed = false;
         ps_dp_set_write_until(r->dp, r->lease_until);
     }
@@ -260,13 +377,13 @@ static void confirm(ps_repl_t *r) {
 
 /* One look at the other servers: promote over a lost primary, drop a lost backup, join again. */
 static void watch(ps_repl_t *r) {
-    pc_cluster_map_t *m = map_get(r);
+    pc_cluster_map_t *m = map_if_new(r, 0);
     if (!m)
         return;
     const uint32_t n = (uint32_t)pc_cmap_nservers(m), me = r->o.self;
-    bool *prim_of_me = calloc(n, 1), *bk_of_me = calloc(n, 1);
+    bool prim_of_me[PC_MAX_SERVERS] = {false}, bk_of_me[PC_MAX_SERVERS] = {false};
     bool role = false;
-    for (uint32_t s = 0; prim_of_me && bk_of_me && s < PC_NSLOTS; s++) {
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
         uint32_t b[PC_MAX_BACKUPS];
         const uint32_t owner = pc_cmap_slot_owner(m, s), nb = pc_cmap_slot_backups(m, s, b);
         if (owner == me) {
@@ -278,70 +395,60 @@ static void watch(ps_repl_t *r) {
             prim_of_me[owner] = true;
         }
     }
-    for (uint32_t s = 0; prim_of_me && bk_of_me && s < n; s++) {
-        if (s == me || !(prim_of_me[s] || bk_of_me[s]) || !lost(r, m, s))
+    for (uint32_t s = 0; s < n; s++) {
+        if (s == me || !(prim_of_me[s] || bk_of_me[s]) || !lost(r, m, s, prim_of_me[s]))
             continue;
-        pc_cluster_map_t *next;
-        if (newest_map(r, &next) || !next)
-            break;
-        if (pc_cmap_version(next) != pc_cmap_version(m)) { /* moved on: look again next tick */
-            adopt(r, next);
+        pc_cluster_map_t *next = map_copy(r);
+        uint32_t promoted = 0, orphaned = 0;
+        if (!next || pc_cmap_version(next) != pc_cmap_version(m) ||
+            pc_cmap_fail_server(next, s, pc_cmap_version(m) + 1, &promoted, &orphaned)) {
+            pc_cmap_destroy(next); /* the map moved meanwhile: look again next tick */
             break;
         }
-        uint32_t promoted = 0, orphaned = 0;
-        pc_cmap_fail_server(next, s, pc_cmap_version(m) + 1, &promoted, &orphaned);
         char what[256];
         snprintf(what, sizeof what,
-                 "%s lost its lease: %u slots to their backups, %u slots with none left, and it "
-                 "backs up nothing",
-                 pc_cmap_addr(m, s), promoted, orphaned);
+                 "%s %s: %u slots to their backups, %u slots with none left, and it backs up "
+                 "nothing",
+                 pc_cmap_addr(m, s),
+                 atomic_load(&r->suspect[s]) ? "came back without its rows" : "lost its lease",
+                 promoted, orphaned);
         if (change_map(r, next, what) == 0) {
-            if (prim_of_me[s])
-                atomic_fetch_add(&r->promotions, 1);
-            else
-                atomic_fetch_add(&r->drops, 1);
+            atomic_store(&r->suspect[s], false);
+            atomic_fetch_add(prim_of_me[s] ? &r->promotions : &r->drops, 1);
             if (orphaned)
                 PC_ERROR("replication: %u slots of %s had no backup: their rows are lost", orphaned,
                          pc_cmap_addr(m, s));
         }
         break; /* one change per tick: the map moved */
     }
-    if (!role && r->o.replicas && n > 1) { /* restarted after being replaced: back up again */
-        pc_cluster_map_t *next;
-        uint32_t added = 0;
-        if (newest_map(r, &next) == 0 && next) {
-            if (pc_cmap_version(next) == pc_cmap_version(m) &&
-                pc_cmap_add_backup(next, me, r->o.replicas, pc_cmap_version(m) + 1, &added) == 0 &&
-                added) {
-                char what[96];
-                snprintf(what, sizeof what, "this server joins again as a backup of %u slots",
-                         added);
-                if (change_map(r, next, what) == 0)
-                    atomic_fetch_add(&r->rejoins, 1);
-            } else {
-                adopt(r, next);
-            }
-        }
+    uint32_t added = 0;
+    pc_cluster_map_t *next = !role && r->o.replicas && n > 1 ? map_copy(r) : NULL;
+    if (next &&
+        pc_cmap_add_backup(next, me, r->o.replicas, pc_cmap_version(next) + 1, &added) == 0 &&
+        added) { /* restarted after being replaced: back up again */
+        char what[96];
+        snprintf(what, sizeof what, "this server joins again as a backup of %u slots", added);
+        if (change_map(r, next, what) == 0)
+            atomic_fetch_add(&r->rejoins, 1);
+    } else {
+        pc_cmap_destroy(next);
     }
-    free(prim_of_me);
-    free(bk_of_me);
     pc_cmap_destroy(m);
 }
 
 static void *ctl_main(void *arg) {
     ps_repl_t *r = arg;
-    const uint64_t tick = r->o.lease_ms / 4 < 50 ? 50 : r->o.lease_ms / 4;
+    const int tick = r->o.lease_ms / 4 < 50 ? 50 : (int)(r->o.lease_ms / 4);
     while (!atomic_load(&r->stop)) {
         renew(r);
-        pc_cluster_map_t *m;
-        if (newest_map(r, &m) == 0 && m)
-            adopt(r, m);
+        refresh(r);
+        publish_pending(r);
         if (r->lapsed)
             confirm(r);
         else
             watch(r);
-        for (uint64_t t = 0; t < tick && !atomic_load(&r->stop); t += 10)
-            sleep_ms(10);
+        for (int t = 0; t < tick && !atomic_load(&r->stop); t += 10)
+            pc_time_sleep_ms(10);
     }
     return NULL;
 }
@@ -353,23 +460,112 @@ static bool backs_up(const pc_cluster_map_t *m, uint32_t me, uint32_t p, uint32_
     return pc_cmap_slot_owner(m, slot) == p && pc_cmap_is_backup(m, slot, me);
 }
 
-typedef struct erase_ctx {
+/* The follower's buffers: rows of up to `stride` floats, and the split of a reply to load. */
+typedef struct bufs {
+    uint64_t *keys, *lk, *ek;
+    uint8_t *found;
+    float *rows, *w, *st;
+    uint32_t stride, cap; /* rows per call for this stride */
+} bufs_t;
+
+static int bufs_fit(bufs_t *b, uint32_t stride) {
+    if (!b->keys) {
+        b->keys = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS * 8);
+        b->lk = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS * 8);
+        b->ek = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS * 8);
+        b->found = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS);
+        if (!b->keys || !b->lk || !b->ek || !b->found)
+            return PC_ENOMEM;
+    }
+    if (stride > b->stride) {
+        const size_t old = b->rows ? (size_t)b->cap * b->stride * 4 : 0;
+        uint32_t cap = CALL_BYTES / (stride * 4);
+        cap = cap > CALL_ROWS ? CALL_ROWS : cap ? cap : 1;
+        const size_t bytes = (size_t)cap * stride * 4;
+        pc_free(PC_MEM_SCRATCH, b->rows, old);
+        pc_free(PC_MEM_SCRATCH, b->w, old);
+        pc_free(PC_MEM_SCRATCH, b->st, old);
+        b->rows = pc_malloc(PC_MEM_SCRATCH, bytes);
+        b->w = pc_malloc(PC_MEM_SCRATCH, bytes);
+        b->st = pc_malloc(PC_MEM_SCRATCH, bytes);
+        b->stride = b->rows && b->w && b->st ? stride : 0;
+        b->cap = b->stride ? cap : 0;
+        if (!b->stride)
+            return PC_ENOMEM;
+    }
+    return 0;
+}
+
+static void bufs_free(bufs_t *b) {
+    const size_t rb = (size_t)b->cap * b->stride * 4;
+    pc_free(PC_MEM_SCRATCH, b->keys, CALL_ROWS * 8);
+    pc_free(PC_MEM_SCRATCH, b->lk, CALL_ROWS * 8);
+    pc_free(PC_MEM_SCRATCH, b->ek, CALL_ROWS * 8);
+    pc_free(PC_MEM_SCRATCH, b->found, CALL_ROWS);
+    pc_free(PC_MEM_SCRATCH, b->rows, rb);
+    pc_free(PC_MEM_SCRATCH, b->w, rb);
+    pc_free(PC_MEM_SCRATCH, b->st, rb);
+}
+
+/* Load a stream reply's n rows (with state) into t: present ones loaded, absent ones erased,
+ * keys of slots this server does not back up of p skipped; only while the map is still m
+ * (PC_ESTATE otherwise: the reply is dropped). `seen` (may be NULL): note the keys a copy got. */
+typedef struct seen seen_t;
+static void seen_mark(seen_t *x, const uint64_t *keys, size_t n);
+
+static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t *t, bufs_t *b,
+                 size_t n, seen_t *seen) {
+    const uint32_t dim = ps_table_dim(t), sl = ps_table_state_len(t), stride = dim + sl;
+    size_t nl = 0, ne = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!backs_up(m, r->o.self, p, pc_key_slot(b->keys[i])))
+            continue;
+        if (!b->found[i]) {
+            b->ek[ne++] = b->keys[i];
+            continue;
+        }
+        memcpy(b->w + nl * dim, b->rows + i * stride, dim * 4);
+        memcpy(b->st + nl * sl, b->rows + i * stride + dim, sl * 4);
+        b->lk[nl++] = b->keys[i];
+    }
+    if (seen)
+        seen_mark(seen, b->lk, nl);
+    int rc = 0;
+    pthread_mutex_lock(&r->mu); /* no promotion while rows of the old primary go in */
+    if (current(r) != pc_cmap_version(m))
+        rc = PC_ESTATE;
+    if (!rc && nl)
+        rc = ps_table_load(t, nl, b->lk, b->w, sl ? b->st : NULL, NULL, NULL);
+    if (!rc && ne)
+        rc = ps_table_erase(t, b->ek, ne, NULL);
+    pthread_mutex_unlock(&r->mu);
+    if (!rc)
+        atomic_fetch_add(&r->rows_streamed, nl + ne);
+    return rc;
+}
+
+/* The keys this server held of the slots a copy brings, sorted, and which the copy sent. */
+struct seen {
     const pc_cluster_map_t *m;
     uint32_t me, p;
     uint64_t *keys;
+    uint8_t *got;
     size_t n, cap;
-} erase_ctx_t;
+    bool failed;
+};
 
-static int erase_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
-    erase_ctx_t *x = ctx;
+static int seen_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
+    seen_t *x = ctx;
     for (size_t i = 0; i < n; i++) {
         if (!backs_up(x->m, x->me, x->p, pc_key_slot(rows[i].key)))
             continue;
         if (x->n == x->cap) {
             const size_t cap = x->cap ? 2 * x->cap : 4096;
-            uint64_t *k = realloc(x->keys, cap * sizeof *k);
-            if (!k)
+            uint64_t *k = pc_srealloc(PC_MEM_SCRATCH, x->keys, cap * sizeof *k);
+            if (!k) {
+                x->failed = true;
                 return 1;
+            }
             x->keys = k;
             x->cap = cap;
         }
@@ -378,105 +574,90 @@ static int erase_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     return 0;
 }
 
-/* Load a stream reply's rows (with state) into t: present ones loaded, absent ones erased, keys
- * of slots this server does not back up of p skipped. */
-static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t *t,
-                 const psc_stream_req_t *q, size_t n) {
-    const uint32_t dim = ps_table_dim(t), sl = ps_table_state_len(t), stride = dim + sl;
-    size_t nl = 0, ne = 0;
-    uint64_t *lk = malloc(n * sizeof *lk + 1), *ek = malloc(n * sizeof *ek + 1);
-    float *w = malloc((size_t)n * dim * 4 + 4), *st = malloc((size_t)n * sl * 4 + 4);
-    int rc = lk && ek && w && st ? 0 : PC_ENOMEM;
-    for (size_t i = 0; !rc && i < n; i++) {
-        if (!backs_up(m, r->o.self, p, pc_key_slot(q->keys[i])))
-            continue;
-        if (!q->found[i]) {
-            ek[ne++] = q->keys[i];
-            continue;
-        }
-        memcpy(w + nl * dim, q->rows + i * stride, dim * 4);
-        memcpy(st + nl * sl, q->rows + i * stride + dim, sl * 4);
-        lk[nl++] = q->keys[i];
-    }
-    if (!rc && nl)
-        rc = ps_table_load(t, nl, lk, w, sl ? st : NULL, NULL, NULL);
-    if (!rc && ne)
-        rc = ps_table_erase(t, ek, ne, NULL);
-    atomic_fetch_add(&r->rows_streamed, nl + ne);
-    free(lk);
-    free(ek);
-    free(w);
-    free(st);
-    return rc;
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
 }
 
-/* Copy table src->table of primary p afresh: erase this server's rows of the slots it backs up
- * of p, then load every part of the primary's scan. */
-static int rescan(ps_repl_t *r, primary_t *pr, source_t *src, const pc_cluster_map_t *m,
-                  ps_table_t *t, psc_stream_req_t *q, char *why, size_t whycap) {
-    erase_ctx_t x = {.m = m, .me = r->o.self, .p = pr->server};
-    int rc = ps_table_scan(t, PS_SCAN_ALL, erase_collect, &x) ? PC_ENOMEM : 0;
-    if (!rc && x.n)
-        rc = ps_table_erase(t, x.keys, x.n, NULL);
-    free(x.keys);
-    uint64_t next = 0, uid = 0;
+static void seen_mark(seen_t *x, const uint64_t *keys, size_t n) {
+    for (size_t i = 0; x->got && i < n; i++) {
+        const uint64_t *at = bsearch(&keys[i], x->keys, x->n, sizeof *x->keys, cmp_u64);
+        if (at)
+            x->got[at - x->keys] = 1;
+    }
+}
+
+/* Copy table src of primary pr afresh (see DESIGN: load every part, then erase the keys of
+ * those slots the primary did not send). PC_ESTATE with *held > 0: the primary's table was
+ * replaced while this server's copy holds rows of it. */
+static int copy_table(ps_repl_t *r, primary_t *pr, source_t *src, const pc_cluster_map_t *m,
+                      ps_table_t *t, bufs_t *b, char *why, size_t whycap, size_t *held) {
+    const uint32_t stride = ps_table_dim(t) + ps_table_state_len(t);
+    seen_t x = {.m = m, .me = r->o.self, .p = pr->server};
+    int rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &x) || x.failed ? PC_ENOMEM : 0;
+    *held = x.n;
+    if (!rc && x.n) {
+        qsort(x.keys, x.n, sizeof *x.keys, cmp_u64);
+        if (!(x.got = pc_scalloc(PC_MEM_SCRATCH, x.n, 1)))
+            rc = PC_ENOMEM;
+    }
     if (src->parts < SCAN_PARTS)
         src->parts = SCAN_PARTS;
-    for (uint32_t part = 0; !rc && part < src->parts; part++) {
-        q->part = part;
-        q->parts = src->parts;
-        q->uid = 0;
+    uint64_t next = 0, uid = 0;
+    uint32_t part = 0;
+    while (!rc && part < src->parts) {
+        psc_stream_req_t q = {.server = pr->server,
+                              .table = src->table,
+                              .dim = stride,
+                              .part = part,
+                              .parts = src->parts,
+                              .cap = b->cap,
+                              .keys = b->keys,
+                              .found = b->found,
+                              .rows = b->rows};
         psc_stream_t out;
-        rc = psc__stream(pr->c, true, q, PC_STREAM_STATE, &out, why, whycap);
-        if (rc == PC_ETOOBIG && src->parts < 4096) { /* a part over the buffers: split finer */
+        rc = psc__stream(pr->c, true, &q, PC_STREAM_STATE, &out, why, whycap);
+        if (rc == PC_ETOOBIG && src->parts < 65536) { /* a part over the buffers: split finer */
             src->parts *= 2;
-            part = UINT32_MAX; /* the loop's ++ starts again at 0 */
+            part = 0; /* the parts loaded are loaded again: a load is idempotent */
             rc = 0;
             continue;
         }
         if (!rc && part && out.uid != uid)
-            rc = PC_ESTATE; /* replaced during the scan: again */
+            rc = PC_ESTATE; /* replaced during the copy: again */
+        if (!rc && src->uid && out.uid != src->uid && x.n)
+            rc = PC_ESTATE; /* replaced under a copy that holds rows: see DESIGN */
         if (!rc) {
-            rc = apply(r, m, pr->server, t, q, out.n);
+            rc = apply(r, m, pr->server, t, b, out.n, x.got ? &x : NULL);
             atomic_fetch_add(&r->rows_copied, out.n);
         }
-        if (!part) {
+        if (!rc && !part) {
             next = out.next;
             uid = out.uid;
         }
+        part++;
     }
+    size_t gone = 0;
+    for (size_t i = 0; !rc && i < x.n; i++)
+        if (!x.got[i])
+            x.keys[gone++] = x.keys[i]; /* the primary has it no more */
+    if (!rc && gone) {
+        pthread_mutex_lock(&r->mu);
+        rc = current(r) == pc_cmap_version(m) ? ps_table_erase(t, x.keys, gone, NULL) : PC_ESTATE;
+        pthread_mutex_unlock(&r->mu);
+    }
+    pc_sfree(x.keys);
+    pc_sfree(x.got);
     if (!rc) {
         src->uid = uid;
         src->pos = next;
-        src->need_scan = false;
-        atomic_fetch_add(&r->scans, 1);
-        PC_INFO("replication: copied table %s of %s (uid %016" PRIx64 "), following from %" PRIu64,
-                src->table, pc_cmap_addr(m, pr->server), uid, next);
+        src->need_copy = false;
+        atomic_fetch_add(&r->copies, 1);
+        PC_INFO("replication: copied table %s of %s (uid %016" PRIx64 ", %zu rows held before, "
+                "%zu gone), following from %" PRIu64,
+                src->table, pc_cmap_addr(m, pr->server), uid, *held, gone, next);
     }
     return rc;
-}
-
-/* The follower's buffers: CALL_ROWS keys, found flags and rows of up to `stride` floats. */
-typedef struct bufs {
-    uint64_t *keys;
-    uint8_t *found;
-    float *rows;
-    uint32_t stride;
-} bufs_t;
-
-static int bufs_fit(bufs_t *b, uint32_t stride) {
-    if (!b->keys && !(b->keys = malloc(CALL_ROWS * sizeof *b->keys)))
-        return PC_ENOMEM;
-    if (!b->found && !(b->found = malloc(CALL_ROWS)))
-        return PC_ENOMEM;
-    if (stride > b->stride) {
-        float *rows = realloc(b->rows, (size_t)CALL_ROWS * stride * sizeof *rows);
-        if (!rows)
-            return PC_ENOMEM;
-        b->rows = rows;
-        b->stride = stride;
-    }
-    return 0;
 }
 
 /* One round over primary pr's tables; returns rows applied, or a negative error. */
@@ -486,62 +667,101 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
     for (size_t i = 0; i < pr->nsrc && !atomic_load(&r->stop); i++) {
         source_t *src = &pr->src[i];
         ps_table_t *t;
-        if (ps_catalog_acquire(r->cat, src->table, &t))
+        if (src->skip || ps_catalog_acquire(r->cat, src->table, &t))
             continue;
+        if (ps_table_config(t)->cold) {
+            PC_WARN("replication: table %s is cold: it is not replicated", src->table);
+            src->skip = true;
+            ps_catalog_release(r->cat, t);
+            continue;
+        }
         const uint32_t stride = ps_table_dim(t) + ps_table_state_len(t);
         int rc = bufs_fit(b, stride);
-        psc_stream_req_t q = {.server = pr->server,
-                              .table = src->table,
-                              .dim = stride,
-                              .cap = CALL_ROWS,
-                              .keys = b->keys,
-                              .found = b->found,
-                              .rows = b->rows};
-        if (!rc && src->need_scan)
-            rc = rescan(r, pr, src, m, t, &q, why, sizeof why);
-        if (!rc) {
+        size_t held = 0;
+        if (!rc && src->need_copy)
+            rc = copy_table(r, pr, src, m, t, b, why, sizeof why, &held);
+        else if (!rc) {
+            psc_stream_req_t q = {.server = pr->server,
+                                  .table = src->table,
+                                  .dim = stride,
+                                  .uid = src->uid,
+                                  .from = src->pos,
+                                  .part = r->o.self,
+                                  .cap = b->cap,
+                                  .keys = b->keys,
+                                  .found = b->found,
+                                  .rows = b->rows};
             psc_stream_t out;
-            q.uid = src->uid;
-            q.from = src->pos;
-            q.part = r->o.self;
-            q.parts = 0;
             rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK, &out, why,
                              sizeof why);
-            if (!rc && (rc = apply(r, m, pr->server, t, &q, out.n)) == 0) {
+            if (rc == PC_ESTATE) /* the primary's table was replaced: is a copy held here? */
+                rc = copy_table(r, pr, src, m, t, b, why, sizeof why, &held);
+            else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n, NULL)) == 0) {
                 src->pos = out.next;
                 total += (long)out.n;
             }
         }
         ps_catalog_release(r->cat, t);
-        if (rc == PC_ERANGE || rc == PC_ESTATE) {
+        if (rc == PC_ESTATE && current(r) != pc_cmap_version(m)) {
+            return 0; /* the map moved: the round starts again under the new one */
+        } else if (rc == PC_ESTATE && held) {
+            PC_WARN("replication: table %s of %s was replaced while this server holds %zu rows "
+                    "of it: taking over its slots",
+                    src->table, pc_cmap_addr(m, pr->server), held);
+            atomic_store(&r->suspect[pr->server], true);
+            return PC_ESTATE;
+        } else if (rc == PC_ERANGE) {
             PC_INFO("replication: table %s of %s: %s: copying it again", src->table,
                     pc_cmap_addr(m, pr->server), why);
-            src->need_scan = true;
+            src->need_copy = true;
         } else if (rc) {
+            PC_WARN("replication: table %s of %s: %s", src->table, pc_cmap_addr(m, pr->server),
+                    why[0] ? why : pc_strerror(rc));
             return rc;
         }
     }
     return total;
 }
 
-/* Set up the primaries this server backs up under m (connections made on first use). */
-static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m) {
-    const uint32_t n = (uint32_t)pc_cmap_nservers(m);
-    bool *want = calloc(n, 1);
-    if (!want)
-        return;
-    for (uint32_t s = 0; s < PC_NSLOTS; s++)
-        if (pc_cmap_is_backup(m, s, r->o.self))
-            want[pc_cmap_slot_owner(m, s)] = true;
+/* The sources of primary p: its tables (those of this server's catalog), new ones to copy. */
+static void sources_sync(ps_repl_t *r, primary_t *p) {
+    char(*names)[PS_TABLE_NAME_MAX] = pc_scalloc(PC_MEM_SCRATCH, MAX_TABLES, PS_TABLE_NAME_MAX);
+    const size_t nt = names ? ps_catalog_list(r->cat, names, MAX_TABLES) : 0;
+    if (nt > MAX_TABLES)
+        PC_WARN("replication: %zu tables: only the first %u are replicated", nt, MAX_TABLES);
+    for (size_t k = 0; k < nt && k < MAX_TABLES; k++) {
+        size_t j = 0;
+        while (j < p->nsrc && strcmp(p->src[j].table, names[k]))
+            j++;
+        if (j < p->nsrc || p->nsrc == MAX_TABLES)
+            continue;
+        source_t *s = &p->src[p->nsrc++];
+        memset(s, 0, sizeof *s);
+        snprintf(s->table, sizeof s->table, "%s", names[k]);
+        s->need_copy = true;
+    }
+    pc_sfree(names);
+}
+
+/* Set up the primaries this server backs up under m, from `old` (the previous map, or NULL):
+ * a primary of which this server gained slots copies its tables again. */
+static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m, const pc_cluster_map_t *old) {
+    const uint32_t n = (uint32_t)pc_cmap_nservers(m), me = r->o.self;
+    bool want[PC_MAX_SERVERS] = {false}, gained[PC_MAX_SERVERS] = {false};
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        if (!pc_cmap_is_backup(m, s, me))
+            continue;
+        const uint32_t p = pc_cmap_slot_owner(m, s);
+        want[p] = true;
+        if (!old || !backs_up(old, me, p, s))
+            gained[p] = true;
+    }
     for (size_t i = 0; i < r->nprim;) { /* drop primaries no longer backed up */
         primary_t *p = &r->prim[i];
         if (p->server < n && want[p->server]) {
             want[p->server] = false;
-            if (p->map_version != pc_cmap_version(m)) { /* slots may have been added: copy */
-                for (size_t k = 0; k < p->nsrc; k++)
-                    p->src[k].need_scan = true;
-                p->map_version = pc_cmap_version(m);
-            }
+            for (size_t k = 0; gained[p->server] && k < p->nsrc; k++)
+                p->src[k].need_copy = true;
             i++;
             continue;
         }
@@ -549,28 +769,19 @@ static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m) {
         psc_close(p->c);
         r->prim[i] = r->prim[--r->nprim];
     }
-    char(*names)[PS_TABLE_NAME_MAX] = calloc(MAX_TABLES, PS_TABLE_NAME_MAX);
-    const size_t nt = names ? ps_catalog_list(r->cat, names, MAX_TABLES) : 0;
     for (uint32_t s = 0; s < n; s++) {
         if (!want[s])
             continue;
-        primary_t *np = realloc(r->prim, (r->nprim + 1) * sizeof *np);
+        primary_t *np = pc_srealloc(PC_MEM_OTHER, r->prim, (r->nprim + 1) * sizeof *np);
         if (!np)
             break;
         r->prim = np;
         primary_t *p = &r->prim[r->nprim++];
         memset(p, 0, sizeof *p);
         p->server = s;
-        p->map_version = pc_cmap_version(m);
-        for (size_t k = 0; k < nt && k < MAX_TABLES; k++) {
-            snprintf(p->src[k].table, sizeof p->src[k].table, "%s", names[k]);
-            p->src[k].need_scan = true;
-        }
-        p->nsrc = nt < MAX_TABLES ? nt : MAX_TABLES;
+        sources_sync(r, p);
         PC_INFO("replication: backing up %s (%zu tables)", pc_cmap_addr(m, s), p->nsrc);
     }
-    free(names);
-    free(want);
 }
 
 static int connect_primary(ps_repl_t *r, primary_t *p, const pc_cluster_map_t *m, char *why,
@@ -585,42 +796,54 @@ static int connect_primary(ps_repl_t *r, primary_t *p, const pc_cluster_map_t *m
     return psc_connect2(&po, r->ca[0] ? &tls : NULL, why, cap, &p->c);
 }
 
+/* Primary p did not answer: close, and connect again after a backoff. */
+static void primary_down(primary_t *p) {
+    psc_close(p->c);
+    p->c = NULL;
+    p->backoff_ms = p->backoff_ms ? (p->backoff_ms * 2 > 2000 ? 2000 : p->backoff_ms * 2) : 100;
+    p->retry_ns = pc_time_mono_ns() + p->backoff_ms * 1000000ull;
+}
+
 static void *fol_main(void *arg) {
     ps_repl_t *r = arg;
     bufs_t b = {0};
     uint64_t idle_us = 200;
-    uint64_t seen_version = 0;
+    pc_cluster_map_t *m = NULL;
     while (!atomic_load(&r->stop)) {
-        pc_cluster_map_t *m = map_get(r);
+        pc_cluster_map_t *nm = map_if_new(r, m ? pc_cmap_version(m) : 0);
+        if (nm) {
+            primaries_sync(r, nm, m);
+            pc_cmap_destroy(m);
+            m = nm;
+        }
         if (!m) {
-            sleep_ms(50);
+            pc_time_sleep_ms(50);
             continue;
         }
-        if (pc_cmap_version(m) != seen_version) {
-            primaries_sync(r, m);
-            seen_version = pc_cmap_version(m);
-        }
+        const uint64_t now = pc_time_mono_ns();
+        const bool relist = now - r->tables_ns > TABLES_NS;
+        if (relist)
+            r->tables_ns = now;
         long applied = 0;
         for (size_t i = 0; i < r->nprim && !atomic_load(&r->stop); i++) {
             primary_t *p = &r->prim[i];
             char why[320];
+            if (relist)
+                sources_sync(r, p);
+            if (atomic_load(&r->suspect[p->server]) || (!p->c && now < p->retry_ns))
+                continue; /* being replaced, or down: the controller acts on its lease */
             if (!p->c && connect_primary(r, p, m, why, sizeof why)) {
-                p->c = NULL;
-                continue; /* down: the controller replaces it once its lease is gone */
+                primary_down(p);
+                continue;
             }
-            long got = follow_round(r, p, m, &b);
-            if (got < 0) {
-                PC_WARN("replication: following %s: %s", pc_cmap_addr(m, p->server),
-                        pc_strerror((int)got));
-                psc_close(p->c);
-                p->c = NULL;
-                for (size_t k = 0; k < p->nsrc; k++)
-                    p->src[k].need_scan = true; /* its table may be new when it is back */
-            } else {
+            const long got = follow_round(r, p, m, &b);
+            if (got < 0 && got != PC_ESTATE)
+                primary_down(p); /* the position and the copy stay: resumed when it answers */
+            else if (got > 0)
                 applied += got;
-            }
+            if (got >= 0)
+                p->backoff_ms = 0;
         }
-        pc_cmap_destroy(m);
         if (applied) {
             idle_us = 200;
         } else {
@@ -630,23 +853,31 @@ static void *fol_main(void *arg) {
     }
     for (size_t i = 0; i < r->nprim; i++)
         psc_close(r->prim[i].c);
-    free(r->prim);
+    pc_sfree(r->prim);
     r->prim = NULL;
     r->nprim = 0;
-    free(b.keys);
-    free(b.found);
-    free(b.rows);
+    pc_cmap_destroy(m);
+    bufs_free(&b);
     return NULL;
 }
 
 /* ==== life ================================================================================= */
+
+static void repl_free(ps_repl_t *r) {
+    pc_cmap_destroy(r->map);
+    pc_cmap_destroy(r->pending);
+    pc_sfree(r->seen);
+    pc_sfree(r->suspect);
+    pthread_mutex_destroy(&r->mu);
+    pc_sfree(r);
+}
 
 int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
                   const pc_cluster_map_t *initial, const ps_repl_opts_t *o, ps_repl_t **out) {
     if (!store || !cat || !dp || !initial || !o || !out || o->replicas > PC_MAX_BACKUPS ||
         o->lease_ms < 200 || o->self >= pc_cmap_nservers(initial))
         return PC_EINVAL;
-    ps_repl_t *r = calloc(1, sizeof *r);
+    ps_repl_t *r = pc_scalloc(PC_MEM_OTHER, 1, sizeof *r);
     if (!r)
         return PC_ENOMEM;
     r->store = *store;
@@ -659,38 +890,37 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
     snprintf(r->key, sizeof r->key, "%s", o->tls_key ? o->tls_key : "");
     snprintf(r->self_addr, sizeof r->self_addr, "%s", pc_cmap_addr(initial, o->self));
     r->start_ns = pc_time_mono_ns();
-    r->seen = calloc(PC_MAX_SERVERS, 1);
+    r->seen = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->seen);
+    r->suspect = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->suspect);
     pthread_mutex_init(&r->mu, NULL);
-    int rc = r->seen ? pc_cmap_copy(initial, &r->initial) : PC_ENOMEM;
-    if (!rc && r->o.replicas && !pc_cmap_replicated(r->initial) &&
-        pc_cmap_nservers(r->initial) > r->o.replicas)
-        rc = pc_cmap_set_replicas(r->initial, r->o.replicas);
-    /* The first map: the coordinator's newest, or ours when it has none (written if absent). */
-    ps_dp_set_write_until(dp, 0); /* no pushes before the lease and the map */
-    pc_cluster_map_t *m = NULL;
-    for (int attempt = 0; !rc && !r->map && attempt < 20; attempt++) {
-        int lr = newest_map(r, &m);
-        if (!lr && !m) {
-            pc_cluster_map_t *c;
-            if ((lr = pc_cmap_copy(r->initial, &c)) == 0) {
-                lr = put_map(r, c);
-                pc_cmap_destroy(c);
-                if (lr == PC_EEXIST)
-                    lr = 0;
-                if (!lr)
-                    continue; /* read it back: whoever won */
-            }
-        }
+    r->lapsed = true; /* pushes once this server is confirmed (or is no primary) */
+    ps_dp_set_write_until(dp, 0);
+    /* The first map: the coordinator's newest, or the configured one (with `replicas` backups
+     * per slot) written if absent and read back, whoever won. */
+    pc_cluster_map_t *mine = NULL;
+    int rc = r->seen && r->suspect ? pc_cmap_copy(initial, &mine) : PC_ENOMEM;
+    if (!rc && o->replicas && !pc_cmap_replicated(mine)) {
+        if (pc_cmap_nservers(mine) > o->replicas)
+            rc = pc_cmap_set_replicas(mine, o->replicas);
+        else
+            PC_WARN("replication: %zu servers cannot give every slot %u backups: none",
+                    pc_cmap_nservers(mine), o->replicas);
+    }
+    for (int attempt = 0; !rc && !current(r) && attempt < 20; attempt++) {
+        pc_cluster_map_t *m;
+        int lr = newest_map(r, 0, pc_cmap_version(mine), &m);
+        if (!lr && !m && (lr = put_map(r, mine)) == PC_EEXIST)
+            lr = 0;
         if (!lr && m)
             adopt(r, m);
-        else
-            sleep_ms(r->o.lease_ms / 4);
+        else if (lr)
+            pc_time_sleep_ms((int)o->lease_ms / 4);
     }
-    if (!rc && !r->map) {
+    pc_cmap_destroy(mine);
+    if (!rc && !current(r)) {
         PC_ERROR("replication: the coordinator gave no cluster map");
         rc = PC_EUNAVAIL;
     }
-    r->lapsed = true; /* pushes once this server is confirmed (or is no primary) */
     if (!rc && pthread_create(&r->ctl, NULL, ctl_main, r)) {
         rc = PC_ESYS;
     } else if (!rc && pthread_create(&r->fol, NULL, fol_main, r)) {
@@ -699,11 +929,7 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
         rc = PC_ESYS;
     }
     if (rc) {
-        pc_cmap_destroy(r->map);
-        pc_cmap_destroy(r->initial);
-        free(r->seen);
-        pthread_mutex_destroy(&r->mu);
-        free(r);
+        repl_free(r);
         return rc;
     }
     *out = r;
@@ -716,11 +942,7 @@ void ps_repl_stop(ps_repl_t *r) {
     atomic_store(&r->stop, true);
     pthread_join(r->ctl, NULL);
     pthread_join(r->fol, NULL);
-    pc_cmap_destroy(r->map);
-    pc_cmap_destroy(r->initial);
-    free(r->seen);
-    pthread_mutex_destroy(&r->mu);
-    free(r);
+    repl_free(r);
 }
 
 size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
@@ -740,11 +962,10 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "emberps_replication_copies_total %llu\n"
         "# TYPE emberps_replication_rows_total counter\n"
         "emberps_replication_rows_total{how=\"copied\"} %llu\n"
-        "emberps_replication_rows_total{how=\"streamed\"} %llu\n",
-        (unsigned long long)atomic_load(&r->version),
-        (unsigned long long)atomic_load(&r->promotions), (unsigned long long)atomic_load(&r->drops),
-        (unsigned long long)atomic_load(&r->rejoins), (unsigned long long)atomic_load(&r->lapses),
-        (unsigned long long)atomic_load(&r->scans),
+        "emberps_replication_rows_total{how=\"applied\"} %llu\n",
+        (unsigned long long)current(r), (unsigned long long)atomic_load(&r->promotions),
+        (unsigned long long)atomic_load(&r->drops), (unsigned long long)atomic_load(&r->rejoins),
+        (unsigned long long)atomic_load(&r->lapses), (unsigned long long)atomic_load(&r->copies),
         (unsigned long long)atomic_load(&r->rows_copied),
         (unsigned long long)atomic_load(&r->rows_streamed));
 }

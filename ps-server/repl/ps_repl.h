@@ -1,25 +1,27 @@
 /* ps_repl.h: replicas and failover of a ps-server (docs/server.md "Replicas and failover").
  *
  * With a cluster coordinator (etcd, or a ps-server's Coordinator service), the cluster map lives
- * there as numbered versions, `cluster/map/<version>`, each written once with set-if-absent: the
- * first writer of a version wins, so every change of roles is decided by exactly one server and
- * fenced by the version it wrote. Every server keeps `cluster/alive/<addr>` under a lease.
+ * there as consecutive versions, `cluster/map/<version>`, each written once with set-if-absent
+ * as the one after the newest: the first writer of a version wins, so every change of roles is
+ * decided by exactly one server and fenced by the version it wrote. Every server keeps
+ * `cluster/alive/<addr>` under a lease.
  *
  * Each server runs two threads:
  * - The controller, every lease_ms / 4: renews its lease; adopts the newest map (ps_dp_set_map);
  *   publishes the configured map, with `replicas` backups per slot, when the coordinator has
  *   none; promotes itself (the map after pc_cmap_fail_server) when a primary it backs up lost
- *   its lease; drops a backup of its own slots that lost its lease (so pushes stop waiting for
+ *   its lease, or came back (restarted within its lease) with a table other than the one this
+ *   server's copy holds rows of; drops a backup of its own slots that lost its lease (so pushes stop waiting for
  *   it); and, restarted with no role left, joins again as a backup (pc_cmap_add_backup).
  * - The follower: for every primary it backs up, every table, it copies the rows of the slots it
- *   backs up with their optimizer state (SCAN, after erasing what it held of those slots), then
- *   follows the primary's change log with DELTAS that acknowledge what it has applied
+ *   backs up with their optimizer state (SCAN over what it holds, then erasing the keys the
+ *   primary did not send: a copy never goes backwards), then follows the primary's change log with DELTAS that acknowledge what it has applied
  *   (PC_STREAM_ACK): the primary answers a push once its backups hold it (ps_dataplane.h).
  *
  * Fencing: the data plane takes pushes only until the lease's local deadline (3/4 of lease_ms
- * after the renewal was sent: before the coordinator can expire it) and, once the lease lapsed,
- * not until this server wins a new map version in which it is still a primary: a server that was
- * stopped past its lease (and replaced) never writes under its old map.
+ * after the renewal was sent: before the coordinator can expire it) and, once the lease lapsed
+ * (and at start), not until this server wins a new map version in which it is still a primary:
+ * a server that was stopped past its lease (and replaced) never writes under its old map.
  *
  * Thread rule: start and stop from one owner thread; render_metrics from any thread.
  */
@@ -44,21 +46,23 @@ typedef struct ps_repl_opts {
     const char *token, *tls_ca, *tls_cert, *tls_key;
 } ps_repl_opts_t;
 
-/* Start both threads. store, cat and dp are borrowed and must outlive ps_repl_stop; initial is
- * the configured map (copied). The first map is adopted before this returns (bounded by a few
- * lease periods): PC_EUNAVAIL when the coordinator cannot be reached. */
+/* Start both threads. store, cat and dp are borrowed and must outlive ps_repl_stop; dp takes no
+ * pushes from now until the lease is held (start it with ps_dp_opts_t.fenced). initial is the
+ * configured map (copied). The first map is adopted before this returns (20 tries, each bounded
+ * by the store's timeout, lease_ms / 4 apart): PC_EUNAVAIL when the coordinator gave none. */
 int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
                   const pc_cluster_map_t *initial, const ps_repl_opts_t *o, ps_repl_t **out);
 
-/* Publish `m` as the next map version (SIGHUP with a new map file): PC_EEXIST when another
- * server wrote that version first. */
+/* Publish `m` (a new map file, SIGHUP) as the next map version: handed to the controller, which
+ * writes it at its next tick (logged; lost to a concurrent change, it is to be given again).
+ * Any thread; returns at once (PC_ENOMEM). */
 int ps_repl_publish(ps_repl_t *r, const pc_cluster_map_t *m);
 
 /* Stop the threads and free. NULL is a no-op. */
 void ps_repl_stop(ps_repl_t *r);
 
-/* Append Prometheus lines (map version, role, promotions, rows copied) at len; returns the
- * length needed. */
+/* Append Prometheus lines (map version, promotions, drops, rejoins, lapses, copies, rows) at
+ * len; returns the length needed. */
 size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len);
 
 #endif

@@ -19,6 +19,7 @@
  *  - SIGTERM: in-flight work answered, checkpoint written, exit 0.
  * argv[1] is the ps-server binary. Every wait is bounded. */
 #include "proc_util.h"
+#include "raw_frame.h"
 #include "table_check.h"
 
 #include "emberps/psclient.h"
@@ -515,30 +516,6 @@ static void test_kill_and_restart(void **state) {
 
 /* ---- raw frames ---- */
 
-static int raw_connect(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n) {
-    assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
-}
-
-static void send_frame(int fd, uint8_t op, uint64_t id, const void *body, uint32_t len) {
-    uint8_t h[PC_WIRE_HDR];
-    pc_wire_hdr_t hd = {.op = op, .id = id, .body_len = len};
-    pc_wire_hdr_encode(&hd, h);
-    send_all(fd, h, sizeof h);
-    if (len)
-        send_all(fd, body, len);
-}
-
 /* Receive one reply; its status (body discarded), or 1 when the connection closed. want_id
  * UINT64_MAX: any id. */
 static int recv_reply(int fd, uint64_t want_id) {
@@ -796,23 +773,6 @@ static long proc_kb(pid_t pid, const char *field) {
     if (f)
         fclose(f);
     return kb;
-}
-
-/* The value of metric `name` (a line "name value") at the metrics port; -1 when absent. */
-static double metric(int port, const char *name) {
-    static char out[1 << 16];
-    int fd = raw_connect(port);
-    const char *req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
-    send_all(fd, req, strlen(req));
-    size_t got = 0;
-    for (ssize_t r; got < sizeof out - 1 && (r = recv(fd, out + got, sizeof out - 1 - got, 0)) > 0;)
-        got += (size_t)r;
-    out[got] = '\0';
-    close(fd);
-    char want[128];
-    snprintf(want, sizeof want, "\n%s ", name);
-    const char *p = strstr(out, want);
-    return p ? atof(p + strlen(want)) : -1;
 }
 
 /* A reply over max_reply_bytes (64 MiB by default) is refused before it is built: a lookup of

@@ -14,6 +14,7 @@
  *    a typed call fails with PC_EUNSUPPORTED and a detail that says why; f32 calls work.
  * argv[1] is the ps-server binary. Every wait is bounded. */
 #include "proc_util.h"
+#include "raw_frame.h"
 #include "table_check.h"
 
 #include "emberps/psclient.h"
@@ -164,51 +165,6 @@ static void test_typed_matches_f32(void **state) {
 }
 
 /* ---- raw frames ---- */
-
-static int raw_connect(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-static void send_all(int fd, const void *p, size_t n) {
-    assert_int_equal(send(fd, p, n, MSG_NOSIGNAL), (ssize_t)n);
-}
-
-static void recv_all(int fd, void *p, size_t n) {
-    for (size_t got = 0; got < n;) {
-        ssize_t r = recv(fd, (uint8_t *)p + got, n - got, 0);
-        assert_true(r > 0);
-        got += (size_t)r;
-    }
-}
-
-static void send_frame(int fd, uint8_t op, uint64_t id, const void *body, uint32_t len) {
-    uint8_t h[PC_WIRE_HDR];
-    pc_wire_hdr_t hd = {.op = op, .id = id, .body_len = len};
-    pc_wire_hdr_encode(&hd, h);
-    send_all(fd, h, sizeof h);
-    if (len)
-        send_all(fd, body, len);
-}
-
-/* One reply: its header, the body into body (cap bytes; NUL-terminated when it is text). */
-static pc_wire_hdr_t recv_frame(int fd, uint64_t id, uint8_t *body, size_t cap) {
-    uint8_t h[PC_WIRE_HDR];
-    recv_all(fd, h, sizeof h);
-    pc_wire_hdr_t hd;
-    assert_int_equal(pc_wire_hdr_decode(h, 1u << 30, &hd), 0);
-    assert_int_equal(hd.id, id);
-    assert_true(hd.body_len < cap);
-    recv_all(fd, body, hd.body_len);
-    body[hd.body_len] = 0;
-    return hd;
-}
 
 /* A batch body: n keys (i * 7919), for a push n * dim elements of type t (value v). */
 static uint32_t raw_batch(uint8_t op, uint32_t n, uint32_t dim, pc_wire_dtype_t t, uint8_t *out) {

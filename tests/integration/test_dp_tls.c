@@ -21,6 +21,7 @@
  *  - ps-worker trains against a TLS + token server (--tls-ca, --token) and fails without them.
  * argv: ps-server, ps-worker, make-certs.sh. Every wait is bounded. */
 #include "proc_util.h"
+#include "raw_frame.h"
 #include "table_check.h"
 
 #include "emberps/psclient.h"
@@ -292,27 +293,6 @@ static void test_tls_client_auth_and_token(void **state) {
     assert_int_equal(psc_pull(c, "emb", k, 3, D, r), 0);
     psc_close(c);
     pu_stop(st);
-}
-
-/* The value of metric `name` (a line "name value") at the metrics port; -1 when absent. */
-static double metric(int port, const char *name) {
-    static char out[1 << 16];
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    const char *req = "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n";
-    assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
-    size_t got = 0;
-    for (ssize_t r; got < sizeof out - 1 && (r = recv(fd, out + got, sizeof out - 1 - got, 0)) > 0;)
-        got += (size_t)r;
-    out[got] = '\0';
-    close(fd);
-    char want[128];
-    snprintf(want, sizeof want, "\n%s ", name);
-    const char *p = strstr(out, want);
-    return p ? atof(p + strlen(want)) : -1;
 }
 
 /* A TLS connection over a blocking socket (pc_tls), handshake done; its session in *tls. */

@@ -11,6 +11,7 @@
  *    with a message naming the sizes, without the server building the reply.
  * argv[1] is ps-server, argv[2] psctl. Every wait is bounded. */
 #include "proc_util.h"
+#include "raw_frame.h"
 #include "table_check.h"
 
 #include <cjson/cJSON.h>
@@ -392,28 +393,6 @@ static void test_reply_limit(void **state) {
     psg_destroy(c);
     pu_stop(s);
     tc_rmdir(dir);
-}
-
-/* GET path from the metrics port: the HTTP status; the response into out. */
-static int http_get(int port, const char *path, char *out, size_t cap) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char req[256];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
-    assert_int_equal(send(fd, req, (size_t)n, 0), n);
-    size_t got = 0;
-    for (ssize_t r; got < cap - 1 && (r = recv(fd, out + got, cap - 1 - got, 0)) > 0;)
-        got += (size_t)r;
-    out[got] = '\0';
-    close(fd);
-    int code = 0;
-    sscanf(out, "HTTP/1.%*d %d", &code);
-    return code;
 }
 
 static void test_metrics(void **state) {
