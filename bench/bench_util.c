@@ -208,10 +208,14 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]) {
 
 int bench_ps_server(const bench_opts_t *o, const char *area, const char *dir, const char *tag,
                     const char *const *extra, int *dport, int *gport) {
+    return bench_ps_server_at(o, area, dir, tag, bench_free_port(), extra, dport, gport);
+}
+
+int bench_ps_server_at(const bench_opts_t *o, const char *area, const char *dir, const char *tag,
+                       int port, const char *const *extra, int *dport, int *gport) {
     char bin[600], pf[320], portarg[32], pfarg[340];
     bench_sibling("ps-server", bin, sizeof bin);
     snprintf(pf, sizeof pf, "%s/port-%s", dir, tag);
-    const int port = bench_free_port();
     snprintf(portarg, sizeof portarg, "--port=%d", port);
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
     char *argv[24] = {bin,

@@ -74,6 +74,9 @@ void bench_sibling(const char *name, char *buf, size_t cap);
  * saying on stderr why (AREA names the bench). */
 int bench_ps_server(const bench_opts_t *o, const char *area, const char *dir, const char *tag,
                     const char *const *extra, int *dport, int *gport);
+/* The same on data port `port` (chosen beforehand: a cluster map names it). */
+int bench_ps_server_at(const bench_opts_t *o, const char *area, const char *dir, const char *tag,
+                       int port, const char *const *extra, int *dport, int *gport);
 
 /* A new directory $TMPDIR/ps-bench-AREA-XXXXXX (TMPDIR default /tmp) into buf; aborts when it
  * cannot be made. */

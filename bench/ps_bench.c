@@ -15,6 +15,7 @@ int bench_dist_main(int argc, char **argv);
 int bench_gpu_main(int argc, char **argv);
 int bench_py_main(int argc, char **argv);
 int bench_serve_main(int argc, char **argv);
+int bench_ha_main(int argc, char **argv);
 
 static const struct {
     const char *name;
@@ -30,6 +31,7 @@ static const struct {
     {"gpu", bench_gpu_main, "the DLRM step on the GPU vs PyTorch, GEMM share of peak, overlap"},
     {"py", bench_py_main, "the Python package vs the C client, PyTorch DLRM steps and AUC"},
     {"serve", bench_serve_main, "ps-serve: Predict latency and rate vs PyTorch, freshness, swaps"},
+    {"ha", bench_ha_main, "failover of a primary (stall, lost pushes), replication's push cost"},
 };
 
 int main(int argc, char **argv) {

@@ -462,19 +462,18 @@ static bool backs_up(const pc_cluster_map_t *m, uint32_t me, uint32_t p, uint32_
 
 /* The follower's buffers: rows of up to `stride` floats, and the split of a reply to load. */
 typedef struct bufs {
-    uint64_t *keys, *lk, *ek;
+    uint64_t *keys, *ek;
     uint8_t *found;
-    float *rows, *w, *st;
+    float *rows;
     uint32_t stride, cap; /* rows per call for this stride */
 } bufs_t;
 
 static int bufs_fit(bufs_t *b, uint32_t stride) {
     if (!b->keys) {
         b->keys = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS * 8);
-        b->lk = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS * 8);
         b->ek = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS * 8);
         b->found = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS);
-        if (!b->keys || !b->lk || !b->ek || !b->found)
+        if (!b->keys || !b->ek || !b->found)
             return PC_ENOMEM;
     }
     if (stride > b->stride) {
@@ -483,12 +482,8 @@ static int bufs_fit(bufs_t *b, uint32_t stride) {
         cap = cap > CALL_ROWS ? CALL_ROWS : cap ? cap : 1;
         const size_t bytes = (size_t)cap * stride * 4;
         pc_free(PC_MEM_SCRATCH, b->rows, old);
-        pc_free(PC_MEM_SCRATCH, b->w, old);
-        pc_free(PC_MEM_SCRATCH, b->st, old);
         b->rows = pc_malloc(PC_MEM_SCRATCH, bytes);
-        b->w = pc_malloc(PC_MEM_SCRATCH, bytes);
-        b->st = pc_malloc(PC_MEM_SCRATCH, bytes);
-        b->stride = b->rows && b->w && b->st ? stride : 0;
+        b->stride = b->rows ? stride : 0;
         b->cap = b->stride ? cap : 0;
         if (!b->stride)
             return PC_ENOMEM;
@@ -499,12 +494,9 @@ static int bufs_fit(bufs_t *b, uint32_t stride) {
 static void bufs_free(bufs_t *b) {
     const size_t rb = (size_t)b->cap * b->stride * 4;
     pc_free(PC_MEM_SCRATCH, b->keys, CALL_ROWS * 8);
-    pc_free(PC_MEM_SCRATCH, b->lk, CALL_ROWS * 8);
     pc_free(PC_MEM_SCRATCH, b->ek, CALL_ROWS * 8);
     pc_free(PC_MEM_SCRATCH, b->found, CALL_ROWS);
     pc_free(PC_MEM_SCRATCH, b->rows, rb);
-    pc_free(PC_MEM_SCRATCH, b->w, rb);
-    pc_free(PC_MEM_SCRATCH, b->st, rb);
 }
 
 /* Load a stream reply's n rows (with state) into t: present ones loaded, absent ones erased,
@@ -515,8 +507,8 @@ static void seen_mark(seen_t *x, const uint64_t *keys, size_t n);
 
 static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t *t, bufs_t *b,
                  size_t n, seen_t *seen) {
-    const uint32_t dim = ps_table_dim(t), sl = ps_table_state_len(t), stride = dim + sl;
-    size_t nl = 0, ne = 0;
+    const size_t stride = (size_t)ps_table_dim(t) + ps_table_state_len(t);
+    size_t nl = 0, ne = 0; /* present rows compacted in place (rarely moved), absent keys aside */
     for (size_t i = 0; i < n; i++) {
         if (!backs_up(m, r->o.self, p, pc_key_slot(b->keys[i])))
             continue;
@@ -524,18 +516,20 @@ static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t
             b->ek[ne++] = b->keys[i];
             continue;
         }
-        memcpy(b->w + nl * dim, b->rows + i * stride, dim * 4);
-        memcpy(b->st + nl * sl, b->rows + i * stride + dim, sl * 4);
-        b->lk[nl++] = b->keys[i];
+        if (nl != i) {
+            b->keys[nl] = b->keys[i];
+            memmove(b->rows + nl * stride, b->rows + i * stride, stride * 4);
+        }
+        nl++;
     }
     if (seen)
-        seen_mark(seen, b->lk, nl);
+        seen_mark(seen, b->keys, nl);
     int rc = 0;
     pthread_mutex_lock(&r->mu); /* no promotion while rows of the old primary go in */
     if (current(r) != pc_cmap_version(m))
         rc = PC_ESTATE;
     if (!rc && nl)
-        rc = ps_table_load(t, nl, b->lk, b->w, sl ? b->st : NULL, NULL, NULL);
+        rc = ps_table_load_rows_unlogged(t, nl, b->keys, b->rows);
     if (!rc && ne)
         rc = ps_table_erase(t, b->ek, ne, NULL);
     pthread_mutex_unlock(&r->mu);

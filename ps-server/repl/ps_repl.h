@@ -11,12 +11,14 @@
  *   publishes the configured map, with `replicas` backups per slot, when the coordinator has
  *   none; promotes itself (the map after pc_cmap_fail_server) when a primary it backs up lost
  *   its lease, or came back (restarted within its lease) with a table other than the one this
- *   server's copy holds rows of; drops a backup of its own slots that lost its lease (so pushes stop waiting for
- *   it); and, restarted with no role left, joins again as a backup (pc_cmap_add_backup).
- * - The follower: for every primary it backs up, every table, it copies the rows of the slots it
- *   backs up with their optimizer state (SCAN over what it holds, then erasing the keys the
- *   primary did not send: a copy never goes backwards), then follows the primary's change log with DELTAS that acknowledge what it has applied
- *   (PC_STREAM_ACK): the primary answers a push once its backups hold it (ps_dataplane.h).
+ *   server's copy holds rows of; drops a backup of its own slots that lost its lease (so
+ *   pushes stop waiting for it); and, restarted with no role left, joins again as a backup
+ *   (pc_cmap_add_backup).
+ * - The follower: for every primary it backs up, every table, it copies the rows of the slots
+ *   it backs up with their optimizer state (SCAN over what it holds, then erasing the keys the
+ *   primary did not send: a copy never goes backwards), then follows the primary's change log
+ *   with DELTAS that acknowledge what it has applied (PC_STREAM_ACK): the primary answers a
+ *   push once its backups hold it (ps_dataplane.h).
  *
  * Fencing: the data plane takes pushes only until the lease's local deadline (3/4 of lease_ms
  * after the renewal was sent: before the coordinator can expire it) and, once the lease lapsed

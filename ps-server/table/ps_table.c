@@ -1728,8 +1728,11 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
     return rc;
 }
 
-int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
-                  const float *states, const uint16_t *ticks, const uint8_t *freqs) {
+/* ps_table_load's work: key k's weights at weights + k * wstride, its state at
+ * states + k * sstride (NULL: fresh); logged: the keys go to the change log. */
+static int load_rows(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
+                     size_t wstride, const float *states, size_t sstride, const uint16_t *ticks,
+                     const uint8_t *freqs, bool logged) {
     if (n && !weights)
         return PC_EINVAL;
     plan_t p;
@@ -1756,9 +1759,9 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
             }
             cow_save(t, s, r);
             float *row = row_ptr(t, s, r);
-            memcpy(row, weights + (size_t)k * dim, dim * sizeof(float));
+            memcpy(row, weights + (size_t)k * wstride, dim * sizeof(float));
             if (sl && states)
-                memcpy(row + dim, states + (size_t)k * sl, sl * sizeof(float));
+                memcpy(row + dim, states + (size_t)k * sstride, sl * sizeof(float));
             else if (sl)
                 ps__optim_init_state(&t->opt, row + dim);
             /* During a snapshot the row must read as changed after the cut. */
@@ -1770,9 +1773,20 @@ int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *we
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_rwlock_unlock(&t->cut);
-    log_append(t, keys, n);
+    if (logged)
+        log_append(t, keys, n);
     plan_free(&p);
     return rc;
+}
+
+int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
+                  const float *states, const uint16_t *ticks, const uint8_t *freqs) {
+    return load_rows(t, n, keys, weights, t->dim, states, t->state_len, ticks, freqs, true);
+}
+
+int ps_table_load_rows_unlogged(ps_table_t *t, size_t n, const uint64_t *keys, const float *rows) {
+    const size_t stride = (size_t)t->dim + t->state_len;
+    return load_rows(t, n, keys, rows, stride, rows + t->dim, stride, NULL, NULL, false);
 }
 
 /* ==== clock, expiry, scans ================================================================= */

@@ -217,6 +217,12 @@ int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx)
 int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
                   const float *states, const uint16_t *ticks, const uint8_t *freqs);
 
+/* Rows as ps_table_read_state gives them (n x (dim + state_len) floats, weights then state),
+ * loaded with ticks and freqs "now" and 1, without appending the keys to the change log: a
+ * backup's copy of another server's rows (ps_repl.h), which no follower of this server takes (a
+ * stream carries only the slots its server is primary of). */
+int ps_table_load_rows_unlogged(ps_table_t *t, size_t n, const uint64_t *keys, const float *rows);
+
 /* ---- consistent snapshots (checkpoints) ----------------------------------------------------
  * A snapshot captures the table at a cut placed between whole value-changing calls (push, erase,
  * load, clock advance): every row as it was at the cut, weights, optimizer state and metadata

@@ -1,0 +1,427 @@
+/* bench_ha.c: `ps-bench ha`: replicas and failover (docs/server.md "Replicas and failover").
+ *
+ * Two ps-server processes (one event loop each, pinned to the first CPU by bench_spawn), server 0
+ * also the coordinator holding the cluster map and the leases (in memory), every slot with one
+ * backup (--replicas=1, sync), leases of the product's default 2000 ms (--smoke: 600 ms). The
+ * client (this process, pinned to the second CPU) pushes from two threads, each its own half of
+ * an Adam table's keys (dim 16, batches of 256 consecutive keys), counting per key the pushes
+ * answered and those that failed.
+ * - Failover: after a warm-up, server 1 is killed with SIGKILL; pushes go on until 2 s after
+ *   they are answered again (at most 20 s). failover_stall_s: the longest gap between two
+ *   answered pushes from the kill on; the baseline beside it is the longest gap before the kill.
+ *   lost_acked_pushes: over every key, the pushes answered for it that are not in Adam's step
+ *   count t of its row on server 0 (primary of every slot by then, rows read with their
+ *   optimizer state over the delta stream); the goal is 0. Pushes that failed may or may not be
+ *   in t (applied and never confirmed), so t may exceed the answered count.
+ * - Replication cost: push rows/s (4 threads, batches of 1000 keys, dim 64, Adagrad, 100k keys;
+ *   --quick 50k, --smoke 5k) against the same two servers with backups (sync) and without
+ *   (no coordinator: a fixed map), alternating, fresh servers each, two pairs;
+ *   replication_push_cost = the R=1 / R=0 ratio of the pairs' means (goal >= 0.7).
+ * Not measured (null in the JSON, said on stdout): migrate_rows_per_s and migrate_train_dip (live
+ * slot migration is not built) and etcd_leader_kill_stall_s (servers on a 3-member etcd are not
+ * driven by this benchmark yet: tests/deploy covers the workers' etcd path).
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_util.h"
+#include "emberps/psclient.h"
+#include "pc_cluster.h"
+#include "pc_error.h"
+#include "pc_time.h"
+#include "psclient_repl.h"
+
+#define HA_DIM   16
+#define HA_BATCH 256
+#define NT       4 /* pushing threads of the replication cost */
+
+static double now_s(void) {
+    return (double)pc_time_mono_ns() * 1e-9;
+}
+
+typedef struct cluster {
+    int pid0, pid1, p0, p1, g0;
+} cluster_t;
+
+/* Two servers with `tables`; with a coordinator (server 0's, in memory) and backups when ha. */
+static int cluster_up(const bench_opts_t *o, const char *dir, const char *tables, bool ha,
+                      const char *lease, cluster_t *c) {
+    char map[256], maparg[300], coord[64];
+    const int q0 = bench_free_port(), q1 = bench_free_port();
+    snprintf(map, sizeof map,
+             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", q0, q1);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    const char *e0[] = {maparg, tables, ha ? "--coordinator" : NULL, "--cluster-coordinator=self",
+                        lease,  NULL}; /* without ha: the map and tables only */
+    c->pid0 = bench_ps_server_at(o, "ha", dir, "s0", q0, e0, &c->p0, &c->g0);
+    if (c->pid0 < 0)
+        return -1;
+    snprintf(coord, sizeof coord, "--cluster-coordinator=127.0.0.1:%d", c->g0);
+    const char *e1[] = {maparg, tables, ha ? coord : NULL, lease, NULL};
+    c->pid1 = bench_ps_server_at(o, "ha", dir, "s1", q1, e1, &c->p1, NULL);
+    if (c->pid1 < 0) {
+        bench_stop(c->pid0);
+        return -1;
+    }
+    return 0;
+}
+
+static void cluster_down(cluster_t *c) {
+    bench_stop(c->pid1);
+    bench_stop(c->pid0);
+}
+
+static psc_t *client_of(int port) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    psc_opts_t po = {.servers = addr, .timeout_ms = 3000, .retries = 5};
+    psc_t *c = NULL;
+    return psc_connect(&po, &c) ? NULL : c;
+}
+
+/* Wait (bounded) until server 0's map names backups and gives server 1 its half. */
+static bool wait_replicated(int port) {
+    for (double t0 = now_s(); now_s() - t0 < 20; usleep(50000)) {
+        psc_t *c = client_of(port);
+        char text[1024] = "";
+        if (c) {
+            psc_map_text(c, text, sizeof text);
+            psc_close(c);
+        }
+        pc_cluster_map_t *m;
+        if (pc_cmap_parse(text, &m, NULL, 0))
+            continue;
+        const bool ok = pc_cmap_replicated(m) && pc_cmap_server_slots(m, 1) == PC_NSLOTS / 2;
+        pc_cmap_destroy(m);
+        if (ok)
+            return true;
+    }
+    return false;
+}
+
+/* ==== failover ============================================================================= */
+
+typedef struct pusher {
+    psc_t *c;
+    const uint64_t *keys;
+    uint32_t n, *acked, *unsure;
+    _Atomic bool *stop;
+    _Atomic uint64_t *last_ok_ns, *kill_ns, *gap_before_ns, *gap_after_ns, *answered_after;
+} pusher_t;
+
+static void gap_note(pusher_t *p) {
+    const uint64_t now = pc_time_mono_ns(), prev = atomic_exchange(p->last_ok_ns, now);
+    const uint64_t kill = atomic_load(p->kill_ns);
+    _Atomic uint64_t *gap = kill && now > kill ? p->gap_after_ns : p->gap_before_ns;
+    const uint64_t g = now > prev ? now - prev : 0;
+    for (uint64_t cur = atomic_load(gap); g > cur && !atomic_compare_exchange_weak(gap, &cur, g);)
+        ;
+    if (kill && now > kill)
+        atomic_fetch_add(p->answered_after, 1);
+}
+
+static void *push_loop(void *arg) {
+    pusher_t *p = arg;
+    float g[HA_BATCH * HA_DIM];
+    for (int i = 0; i < HA_BATCH * HA_DIM; i++)
+        g[i] = 0.01f * (float)((i % 7) - 3);
+    for (uint32_t at = 0; !atomic_load(p->stop); at = (at + HA_BATCH) % (p->n - HA_BATCH)) {
+        const int rc = psc_push(p->c, "emb", p->keys + at, HA_BATCH, HA_DIM, g, NULL);
+        for (uint32_t i = 0; i < HA_BATCH; i++)
+            (rc ? p->unsure : p->acked)[at + i]++;
+        if (rc)
+            usleep(20000);
+        else
+            gap_note(p);
+    }
+    return NULL;
+}
+
+typedef struct key_at {
+    uint64_t key;
+    uint32_t i;
+} key_at_t;
+
+static int cmp_key(const void *a, const void *b) {
+    const uint64_t x = ((const key_at_t *)a)->key, y = ((const key_at_t *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* Adam's t of keys[0..n) on server 0 (its whole table, with state) into t (0: no row). */
+static int read_steps(psc_t *c, const uint64_t *keys, uint32_t n, uint32_t *t) {
+    const uint32_t stride = HA_DIM + 2 * HA_DIM + 1, cap = 65536;
+    uint64_t *k = malloc((size_t)cap * 8);
+    uint8_t *f = malloc(cap);
+    float *rows = malloc((size_t)cap * stride * 4);
+    key_at_t *idx = malloc((size_t)n * sizeof *idx);
+    int rc = k && f && rows && idx ? 0 : PC_ENOMEM;
+    for (uint32_t i = 0; !rc && i < n; i++)
+        idx[i] = (key_at_t){keys[i], i};
+    if (!rc)
+        qsort(idx, n, sizeof *idx, cmp_key);
+    memset(t, 0, (size_t)n * sizeof *t);
+    for (uint32_t part = 0; !rc && part < 16; part++) {
+        psc_stream_req_t q = {.server = 0,
+                              .table = "emb",
+                              .dim = stride,
+                              .part = part,
+                              .parts = 16,
+                              .cap = cap,
+                              .keys = k,
+                              .found = f,
+                              .rows = rows};
+        psc_stream_t out;
+        char why[256];
+        if ((rc = psc__stream(c, true, &q, PC_STREAM_STATE, &out, why, sizeof why))) {
+            fprintf(stderr, "ps-bench ha: reading the rows' state: %s\n", why);
+            break;
+        }
+        for (uint32_t i = 0; i < out.n; i++) {
+            const key_at_t want = {k[i], 0};
+            const key_at_t *at = bsearch(&want, idx, n, sizeof *idx, cmp_key);
+            if (at)
+                memcpy(&t[at->i], &rows[(size_t)i * stride + 3 * HA_DIM], 4);
+        }
+    }
+    free(k);
+    free(f);
+    free(rows);
+    free(idx);
+    return rc;
+}
+
+typedef struct failover {
+    double stall_s, gap_before_s;
+    long long lost, checked, failed_pushes, extra_in_t;
+} failover_t;
+
+static int run_failover(const bench_opts_t *o, const char *dir, const char *lease, uint32_t nkeys,
+                        failover_t *r) {
+    cluster_t cl;
+    if (cluster_up(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, lease, &cl))
+        return -1;
+    int rc = wait_replicated(cl.p0) ? 0 : -1;
+    if (rc)
+        fprintf(stderr, "ps-bench ha: the servers never published a replicated map\n");
+    uint64_t *keys = malloc((size_t)nkeys * 8);
+    uint32_t *acked = calloc(nkeys, 4), *unsure = calloc(nkeys, 4), *t = calloc(nkeys, 4);
+    for (uint32_t i = 0; i < nkeys; i++)
+        keys[i] = bench_key(i);
+    _Atomic bool stop = false;
+    _Atomic uint64_t last_ok = pc_time_mono_ns(), kill_ns = 0, gb = 0, ga = 0, after = 0;
+    psc_t *c = rc ? NULL : client_of(cl.p0);
+    pthread_t th[2];
+    pusher_t p[2];
+    for (int i = 0; c && i < 2; i++) {
+        p[i] = (pusher_t){c,
+                          keys + i * (nkeys / 2),
+                          nkeys / 2,
+                          acked + i * (nkeys / 2),
+                          unsure + i * (nkeys / 2),
+                          &stop,
+                          &last_ok,
+                          &kill_ns,
+                          &gb,
+                          &ga,
+                          &after};
+        pthread_create(&th[i], NULL, push_loop, &p[i]);
+    }
+    if (c) {
+        sleep(o->smoke ? 1 : 3); /* warm: both halves written and replicated */
+        kill(cl.pid1, SIGKILL);
+        waitpid(cl.pid1, NULL, 0);
+        atomic_store(&kill_ns, pc_time_mono_ns());
+        const double t_kill = now_s();
+        double back = 0;
+        while (now_s() - t_kill < 20 && (!back || now_s() - back < 2)) {
+            if (!back && atomic_load(&after) > 0)
+                back = now_s();
+            usleep(10000);
+        }
+        atomic_store(&stop, true);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        if (!back) {
+            fprintf(stderr, "ps-bench ha: no push was answered in 20 s after the kill\n");
+            rc = -1;
+        }
+    }
+    if (!rc && c && (rc = read_steps(c, keys, nkeys, t)) != 0)
+        rc = -1;
+    memset(r, 0, sizeof *r);
+    for (uint32_t i = 0; !rc && i < nkeys; i++) {
+        if (!acked[i] && !unsure[i])
+            continue;
+        r->checked++;
+        if (t[i] < acked[i])
+            r->lost += acked[i] - t[i];
+        else
+            r->extra_in_t += t[i] - acked[i];
+        r->failed_pushes += unsure[i];
+    }
+    r->failed_pushes /= HA_BATCH;
+    r->stall_s = (double)atomic_load(&ga) * 1e-9;
+    r->gap_before_s = (double)atomic_load(&gb) * 1e-9;
+    if (c)
+        psc_close(c);
+    bench_stop(cl.pid0);
+    free(keys);
+    free(acked);
+    free(unsure);
+    free(t);
+    return rc;
+}
+
+/* ==== replication cost ===================================================================== */
+
+typedef struct rate_ctx {
+    psc_t *c;
+    uint64_t first, n;
+    double secs;
+    uint64_t rows;
+    int rc;
+} rate_ctx_t;
+
+static void *rate_loop(void *arg) {
+    rate_ctx_t *x = arg;
+    enum { B = 1000, D = 64 };
+    float *g = malloc(sizeof(float) * B * D);
+    uint64_t *k = malloc(B * 8);
+    for (int i = 0; i < B * D; i++)
+        g[i] = 0.001f;
+    const double t0 = now_s();
+    for (uint64_t at = 0; now_s() - t0 < x->secs && !x->rc; at = (at + B) % (x->n - B)) {
+        for (int i = 0; i < B; i++)
+            k[i] = bench_key(x->first + at + (uint64_t)i);
+        x->rc = psc_push(x->c, "emb", k, B, D, g, NULL);
+        x->rows += B;
+    }
+    free(k);
+    free(g);
+    return NULL;
+}
+
+/* Push rows/s of 4 threads against two fresh servers, with backups (ha) or without. */
+static double push_rate(const bench_opts_t *o, const char *dir, bool ha, const char *lease,
+                        uint64_t nkeys, double secs) {
+    cluster_t cl;
+    if (cluster_up(o, dir, "--tables=name=emb,dim=64,optimizer=adagrad", ha, lease, &cl))
+        return -1;
+    if (ha && !wait_replicated(cl.p0)) {
+        cluster_down(&cl);
+        return -1;
+    }
+    psc_t *c = client_of(cl.p0);
+    double rate = -1;
+    if (c) {
+        rate_ctx_t x[NT];
+        pthread_t th[NT];
+        for (int i = 0; i < NT; i++) { /* a first pass creates the rows (and their copies) */
+            x[i] = (rate_ctx_t){c, (uint64_t)i * (nkeys / NT), nkeys / NT, secs / 4, 0, 0};
+            pthread_create(&th[i], NULL, rate_loop, &x[i]);
+        }
+        for (int i = 0; i < NT; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; i < NT; i++) {
+            x[i] = (rate_ctx_t){c, (uint64_t)i * (nkeys / NT), nkeys / NT, secs, 0, 0};
+            pthread_create(&th[i], NULL, rate_loop, &x[i]);
+        }
+        uint64_t rows = 0;
+        int rc = 0;
+        const double t0 = now_s();
+        for (int i = 0; i < NT; i++) {
+            pthread_join(th[i], NULL);
+            rows += x[i].rows;
+            rc = rc ? rc : x[i].rc;
+        }
+        rate = rc ? -1 : (double)rows / (now_s() - t0);
+        if (rc)
+            fprintf(stderr, "ps-bench ha: a push failed: %s\n", pc_strerror(rc));
+        psc_close(c);
+    }
+    cluster_down(&cl);
+    return rate;
+}
+
+int bench_ha_main(int argc, char **argv) {
+    bench_opts_t o;
+    bench_parse_opts(argc, argv, "ha", &o);
+    bench_pin(&o, 1);
+    char dir[256];
+    bench_tmpdir("ha", dir, sizeof dir);
+    const char *lease = o.smoke ? "--lease-ms=600" : "--lease-ms=2000";
+    const uint32_t fkeys = o.smoke ? 4096 : 32768;
+    const uint64_t rkeys = o.keys ? (uint64_t)o.keys : o.smoke ? 5000 : o.quick ? 50000 : 100000;
+    const double secs = o.seconds > 0 ? o.seconds : o.smoke ? 0.5 : o.quick ? 2 : 4;
+    printf("ps-bench ha: 2 servers on CPU 0 (one event loop each), this client on CPU 1, %s\n",
+           lease + 2);
+
+    failover_t f;
+    const int frc = run_failover(&o, dir, lease, fkeys, &f);
+    if (!frc) {
+        printf("failover (kill -9 of a primary, pushes from 2 threads):\n"
+               "  failover_stall_s     %.2f s longest gap between answered pushes "
+               "(before the kill: %.3f s)\n"
+               "  lost_acked_pushes    %lld over %lld keys (failed pushes %lld; steps beyond the "
+               "answered ones: %lld)\n",
+               f.stall_s, f.gap_before_s, f.lost, f.checked, f.failed_pushes, f.extra_in_t);
+    }
+
+    double r0[2] = {-1, -1}, r1[2] = {-1, -1};
+    for (int pair = 0; pair < 2; pair++) { /* alternating: R=0, R=1, R=1, R=0 */
+        if (pair == 0) {
+            r0[0] = push_rate(&o, dir, false, lease, rkeys, secs);
+            r1[0] = push_rate(&o, dir, true, lease, rkeys, secs);
+        } else {
+            r1[1] = push_rate(&o, dir, true, lease, rkeys, secs);
+            r0[1] = push_rate(&o, dir, false, lease, rkeys, secs);
+        }
+    }
+    const bool rok = r0[0] > 0 && r0[1] > 0 && r1[0] > 0 && r1[1] > 0;
+    const double m0 = (r0[0] + r0[1]) / 2, m1 = (r1[0] + r1[1]) / 2;
+    if (rok)
+        printf("replication cost (push, dim 64, batches of 1000, 4 threads, %llu keys):\n"
+               "  R=1 sync  %.2fM rows/s (%.2f, %.2f)\n"
+               "  R=0       %.2fM rows/s (%.2f, %.2f)   replication_push_cost %.2f\n",
+               (unsigned long long)rkeys, m1 / 1e6, r1[0] / 1e6, r1[1] / 1e6, m0 / 1e6, r0[0] / 1e6,
+               r0[1] / 1e6, m1 / m0);
+    printf("not measured: migrate_rows_per_s, migrate_train_dip (live slot migration is not "
+           "built); etcd_leader_kill_stall_s (servers on etcd are not driven here yet)\n");
+
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "area", "ha");
+    cJSON_AddNumberToObject(root, "lease_ms", o.smoke ? 600 : 2000);
+    if (!frc) {
+        cJSON_AddNumberToObject(root, "failover_stall_s", f.stall_s);
+        cJSON_AddNumberToObject(root, "gap_before_kill_s", f.gap_before_s);
+        cJSON_AddNumberToObject(root, "lost_acked_pushes", (double)f.lost);
+        cJSON_AddNumberToObject(root, "keys_checked", (double)f.checked);
+        cJSON_AddNumberToObject(root, "failed_pushes", (double)f.failed_pushes);
+    } else {
+        cJSON_AddNullToObject(root, "failover_stall_s");
+        cJSON_AddNullToObject(root, "lost_acked_pushes");
+    }
+    if (rok) {
+        cJSON_AddNumberToObject(root, "push_rows_per_s_r1", m1);
+        cJSON_AddNumberToObject(root, "push_rows_per_s_r0", m0);
+        cJSON_AddNumberToObject(root, "replication_push_cost", m1 / m0);
+    } else {
+        cJSON_AddNullToObject(root, "replication_push_cost");
+    }
+    cJSON_AddNullToObject(root, "migrate_rows_per_s");
+    cJSON_AddNullToObject(root, "migrate_train_dip");
+    cJSON_AddNullToObject(root, "etcd_leader_kill_stall_s");
+    bench_emit_json(&o, root);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {
+    }
+    return frc || !rok ? 1 : 0;
+}
