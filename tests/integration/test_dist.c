@@ -711,6 +711,60 @@ static void test_server_restart(void **state) {
     cluster_down(&c);
 }
 
+/* With replicas (docs/server.md "Replicas and failover"): server 0 holds the cluster map and the
+ * leases (600 ms), every slot has a backup; server 1, primary of half the slots, is killed with
+ * -9 mid-training and not started again. Its backup takes its slots, the workers' calls follow
+ * the new map, the job completes with no rollback and no lost worker, at the AUC of an
+ * uninterrupted run (within REPLICA_TOL: a push whose answer was lost with the server may be
+ * missing). */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define REPLICA_TOL 0.02
+#else
+#define REPLICA_TOL 0.002
+#endif
+static void test_primary_kill_with_replicas(void **state) {
+    (void)state;
+    const double auc0 = base_auc();
+    cluster_t c;
+    memset(&c, 0, sizeof c);
+    c.p0 = pu_free_port();
+    c.p1 = pu_free_port();
+    snprintf(c.map, sizeof c.map,
+             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", c.p0, c.p1);
+    snprintf(c.maparg, sizeof c.maparg, "--cluster-map=%s", c.map);
+    snprintf(c.tables, sizeof c.tables, "--tables=%s", RTABLE);
+    const char *e0[] = {c.maparg,         c.tables, "--coordinator", "--cluster-coordinator=self",
+                        "--lease-ms=600", NULL};
+    c.s0 = pu_spawn(c.p0, g_dir, e0, &c.grpc0);
+    char coordarg[64];
+    snprintf(coordarg, sizeof coordarg, "--cluster-coordinator=127.0.0.1:%d", c.grpc0);
+    const char *e1[] = {c.maparg, c.tables, coordarg, "--lease-ms=600", NULL};
+    c.s1 = pu_spawn(c.p1, g_dir, e1, &c.grpc1);
+    pw_coord_t *co = coord_of(&c);
+    rjob_t j = {.c = &c, .job = "replica", .policy = "wait", .rejoin_ms = 20000};
+    snprintf(j.out[0], sizeof j.out[0], "%s/rep0.json", g_dir);
+    snprintf(j.out[1], sizeof j.out[1], "%s/rep1.json", g_dir);
+    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    wait_progress(co, j.job);
+    assert_int_equal(kill(c.s1, SIGKILL), 0);
+    assert_int_equal(pu_reap(c.s1, 10), 128 + SIGKILL);
+    assert_int_equal(pu_reap(p0, 120), 0);
+    assert_int_equal(pu_reap(p1, 120), 0);
+    char v[64];
+    job_key(co, j.job, "g/1", v, sizeof v);
+    assert_string_equal(v, ""); /* no worker was lost */
+    const double auc = json_num(j.out[0], "auc");
+    print_message("primary killed, its backup took over: AUC %.5f (uninterrupted %.5f), pushes "
+                  "lost %.0f + %.0f, rollbacks %.0f\n",
+                  auc, auc0, json_num(j.out[0], "lost_pushes"), json_num(j.out[1], "lost_pushes"),
+                  json_num(j.out[0], "rollbacks"));
+    assert_true(json_num(j.out[0], "samples") == RROWS && json_num(j.out[1], "samples") == RROWS);
+    assert_true(json_num(j.out[0], "rollbacks") == 0 && json_num(j.out[1], "rollbacks") == 0);
+    assert_true(fabs(auc - auc0) <= REPLICA_TOL);
+    pw_coord_close(co);
+    pu_stop(c.s0);
+}
+
 /* The flags of a job with coordinated checkpoints into g_dir/<name> against cluster c. */
 typedef struct ckjob {
     char dir[300], ckd[320], grpc[96], latest[340];
@@ -1086,9 +1140,10 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_equivalence),  cmocka_unit_test(test_unequal_data_and_errors),
         cmocka_unit_test(test_worker_restart),    cmocka_unit_test(test_worker_lost),
-        cmocka_unit_test(test_server_restart),    cmocka_unit_test(test_job_rollback),
-        cmocka_unit_test(test_consistency_modes), cmocka_unit_test(test_worker_hung),
-        cmocka_unit_test(test_server_rollback),   cmocka_unit_test(test_publish_watermark),
+        cmocka_unit_test(test_server_restart),    cmocka_unit_test(test_primary_kill_with_replicas),
+        cmocka_unit_test(test_job_rollback),      cmocka_unit_test(test_consistency_modes),
+        cmocka_unit_test(test_worker_hung),       cmocka_unit_test(test_server_rollback),
+        cmocka_unit_test(test_publish_watermark),
     };
     if (argc > 3) /* a test name pattern (cmocka's * and ?), to run one scenario */
         cmocka_set_test_filter(argv[3]);
