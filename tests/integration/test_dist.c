@@ -35,6 +35,8 @@ static char g_psctl[600]; /* next to ps-server */
 static char g_dir[256];
 enum { B = 256, ROWS = 40 * 2 * B };
 #define TABLE "name=emb,dim=16,optimizer=sgd,lr=20,init=uniform,init_scale=0.05,seed=3"
+/* test_sync_equivalence's: a smaller step, which does not amplify rounding (see there) */
+#define SYNC_TABLE "name=emb,dim=16,optimizer=sgd,lr=5,init=uniform,init_scale=0.05,seed=3"
 
 typedef struct cluster {
     pid_t s0, s1;
@@ -200,10 +202,18 @@ static void load_dense(const char *path, pw_dlrm_t **m) {
     assert_int_equal(pw_dense_load(path, l, n), 0);
 }
 
+static int ssp_check(const char *log0, const char *log1, int S, int min_starts);
+
 static void test_sync_equivalence(void **state) {
     (void)state;
     char srv[64], coord[64], d1[300], d2[300], o1[300], o2a[300], o2b[300], a1[320], a2[320];
-    char batch1[32], batch2[32];
+    char batch1[32], batch2[32], log0[300], log1[300], slog0[320], slog1[320];
+    snprintf(log0, sizeof log0, "%s/sync0.steps", g_dir);
+    snprintf(log1, sizeof log1, "%s/sync1.steps", g_dir);
+    snprintf(slog0, sizeof slog0, "--step-log=%s", log0);
+    snprintf(slog1, sizeof slog1, "--step-log=%s", log1);
+    unlink(log0);
+    unlink(log1);
     snprintf(d1, sizeof d1, "%s/one.dense", g_dir);
     snprintf(d2, sizeof d2, "%s/two.dense", g_dir);
     snprintf(o1, sizeof o1, "%s/one.json", g_dir);
@@ -217,19 +227,21 @@ static void test_sync_equivalence(void **state) {
     snprintf(test, sizeof test, "--test=%s", g_test);
     /* One worker, batch 2B. */
     cluster_t c;
-    cluster_up(&c, TABLE);
+    cluster_up(&c, SYNC_TABLE);
     snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
     snprintf(a1, sizeof a1, "--save-dense=%s", d1);
     const char *w1[] = {srv, train_all, test, batch1, a1, NULL};
     assert_int_equal(pu_reap(worker(w1, o1), 120), 0);
     cluster_down(&c);
     /* Two workers, batch B each, on fresh servers. */
-    cluster_up(&c, TABLE);
+    cluster_up(&c, SYNC_TABLE);
     snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
     snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
     snprintf(a2, sizeof a2, "--save-dense=%s", d2);
-    const char *w20[] = {srv, coord, "--world=2", "--rank=0", train_parts, test, batch2, a2, NULL};
-    const char *w21[] = {srv, coord, "--world=2", "--rank=1", train_parts, test, batch2, NULL};
+    const char *w20[] = {srv,  coord,  "--world=2", "--rank=0", train_parts,
+                         test, batch2, a2,          slog0,      NULL};
+    const char *w21[] = {srv,  coord,  "--world=2", "--rank=1", train_parts,
+                         test, batch2, slog1,       NULL};
     pid_t r0 = worker(w20, o2a), r1 = worker(w21, o2b);
     assert_int_equal(pu_reap(r0, 120), 0);
     assert_int_equal(pu_reap(r1, 120), 0);
@@ -243,10 +255,21 @@ static void test_sync_equivalence(void **state) {
     assert_true(json_num(o1, "steps") == ROWS / (2 * B) &&
                 json_num(o2a, "steps") == ROWS / (2 * B));
     assert_true(json_num(o2b, "steps") == ROWS / (2 * B));
-    /* Not bitwise: a server applies the two workers' pushes of a key in arrival order (Adagrad
-     * is order-dependent), so runs differ; typically by 1e-6 in AUC, once by 1.5e-3 in about
-     * twenty runs. A broken sync step (a stale pull) costs about 1e-2 (async: test below). */
-    assert_true(fabs(auc1 - auc2) < 2e-3 && fabs(ll1 - ll2) < 2e-3);
+    /* What would explain a difference: a lost push or a rollback, or a step that began before
+     * the other worker's previous step ended (its pushes acknowledged). */
+    print_message("two workers: lost pushes %.0f + %.0f, rollbacks %.0f + %.0f\n",
+                  json_num(o2a, "lost_pushes"), json_num(o2b, "lost_pushes"),
+                  json_num(o2a, "rollbacks"), json_num(o2b, "rollbacks"));
+    assert_true(json_num(o2a, "lost_pushes") == 0 && json_num(o2b, "lost_pushes") == 0);
+    assert_true(json_num(o2a, "rollbacks") == 0 && json_num(o2b, "rollbacks") == 0);
+    assert_int_equal(ssp_check(log0, log1, 0, 2 * ROWS / (2 * B)), 0);
+    /* Not bitwise: a server applies the two workers' pushes of a key in arrival order, so the
+     * rows differ by rounding (1e-7). At lr=20 that was amplified in about one run in ten: a
+     * ReLU input within rounding of 0 takes the other side (the loss equal to 1e-7, that step's
+     * gradients not), and the jump grew to an AUC 3e-4 and dense weights 0.038 apart, always the
+     * same other result. At lr=5 (SYNC_TABLE) thirty runs stayed within 2e-6. A stale pull
+     * (the pull gate removed) costs 6e-3 to 5e-2 in AUC. */
+    assert_true(fabs(auc1 - auc2) < 1e-3 && fabs(ll1 - ll2) < 1e-3);
     pw_dlrm_t *m1, *m2;
     load_dense(d1, &m1);
     load_dense(d2, &m2);
@@ -257,7 +280,7 @@ static void test_sync_equivalence(void **state) {
         for (int j = 0; j < l1[i].in * l1[i].out; j++)
             worst = fmax(worst, fabs((double)l1[i].w[j] - l2[i].w[j]));
     print_message("largest dense weight difference %.3g\n", worst);
-    assert_true(worst < 2e-3);
+    assert_true(worst < 1e-3);
     pw_dlrm_destroy(m1);
     pw_dlrm_destroy(m2);
 }
@@ -1051,7 +1074,7 @@ static void read_step_log(const char *path, uint64_t *start, uint64_t *end, size
 /* The SSP bound from both workers' step logs: when a worker starts step r, every worker has
  * ended steps 0 .. r - S - 1 (so it is at most S steps ahead of the slowest). Returns the most
  * steps any worker was ahead of the slowest when it started a step. */
-static int ssp_check(const char *log0, const char *log1, int S) {
+static int ssp_check(const char *log0, const char *log1, int S, int min_starts) {
     enum { CAP = 4096 };
     static uint64_t st[2][CAP], en[2][CAP];
     read_step_log(log0, st[0], en[0], CAP);
@@ -1072,7 +1095,7 @@ static int ssp_check(const char *log0, const char *log1, int S) {
                     assert_true(en[b][r - S - 1] && en[b][r - S - 1] <= st[a][r]);
             }
         }
-    assert_true(starts > 100);
+    assert_true(starts >= min_starts);
     return most;
 }
 
@@ -1119,7 +1142,7 @@ static void test_consistency_modes(void **state) {
     assert_int_equal(pu_reap(p1, 120), 0);
     cluster_down(&c);
     const double auc_ssp = json_num(k.out[0], "auc");
-    const int most = ssp_check(log0, log1, S);
+    const int most = ssp_check(log0, log1, S, 100);
     const double ahead0 = json_num(k.out[0], "max_ahead"), ahead1 = json_num(k.out[1], "max_ahead");
     print_message("sync AUC %.5f, async %.5f, ssp:%d with a straggler %.5f; most steps ahead of "
                   "the slowest (logs) %d, reported by the workers %.0f, %.0f\n",
