@@ -445,3 +445,185 @@ int pc_cmap_bump(pc_cluster_map_t *m, uint64_t new_version) {
     m->version = new_version;
     return 0;
 }
+
+/* ---- live resharding ---- */
+
+int pc_cmap_add_server(pc_cluster_map_t *m, const char *addr, uint64_t new_version) {
+    if (!addr || !valid_addr(addr, strlen(addr)) || new_version <= m->version ||
+        m->nservers >= PC_MAX_SERVERS)
+        return PC_EINVAL;
+    if (pc_cmap_find(m, addr) >= 0)
+        return PC_EEXIST;
+    char(*a)[PC_ADDR_MAX] = realloc(m->addrs, (m->nservers + 1) * sizeof *m->addrs);
+    if (!a)
+        return PC_ENOMEM;
+    m->addrs = a;
+    snprintf(m->addrs[m->nservers++], PC_ADDR_MAX, "%s", addr);
+    m->version = new_version;
+    return 0;
+}
+
+bool pc_cmap_slot_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b, uint32_t slot) {
+    slot &= PC_NSLOTS - 1;
+    if (a->owner[slot] != b->owner[slot])
+        return false;
+    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
+        if (a->backup[j][slot] != b->backup[j][slot])
+            return false;
+    return true;
+}
+
+int pc_cmap_set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, uint32_t n) {
+    slot &= PC_NSLOTS - 1;
+    if (n > PC_MAX_BACKUPS)
+        return PC_EINVAL;
+    for (uint32_t j = 0; j < n; j++) {
+        if (b[j] >= m->nservers || b[j] == m->owner[slot])
+            return PC_EINVAL;
+        for (uint32_t i = 0; i < j; i++)
+            if (b[i] == b[j])
+                return PC_EINVAL;
+    }
+    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
+        m->backup[j][slot] = j < n ? (uint16_t)b[j] : PC_NO_SERVER;
+    return 0;
+}
+
+int pc_cmap_take_slot(pc_cluster_map_t *m, const pc_cluster_map_t *from, uint32_t slot) {
+    slot &= PC_NSLOTS - 1;
+    uint32_t b[PC_MAX_BACKUPS];
+    const uint32_t n = pc_cmap_slot_backups(from, slot, b);
+    if (from->owner[slot] >= m->nservers)
+        return PC_EINVAL;
+    const uint16_t owner = m->owner[slot];
+    m->owner[slot] = from->owner[slot];
+    int rc = pc_cmap_set_backups(m, slot, b, n);
+    if (rc)
+        m->owner[slot] = owner;
+    return rc;
+}
+
+bool pc_cmap_has_role(const pc_cluster_map_t *m, uint32_t server) {
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        if (m->owner[s] == server || pc_cmap_is_backup(m, s, server))
+            return true;
+    return false;
+}
+
+/* The most backups any slot has. */
+static uint32_t backups_per_slot(const pc_cluster_map_t *m) {
+    uint32_t r = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        while (r < PC_MAX_BACKUPS && m->backup[r][s] != PC_NO_SERVER)
+            r++;
+    return r;
+}
+
+int pc_cmap_plan_add(const pc_cluster_map_t *m, uint32_t server, pc_cluster_map_t **out) {
+    if (server >= m->nservers || pc_cmap_has_role(m, server))
+        return PC_EINVAL;
+    uint32_t *count = calloc(m->nservers, sizeof *count), k = 0;
+    if (!count)
+        return PC_ENOMEM;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        k += count[m->owner[s]]++ == 0;
+    pc_cluster_map_t *t;
+    int rc = pc_cmap_copy(m, &t);
+    const uint32_t r = backups_per_slot(m);
+    for (uint32_t p = 0; !rc && p < m->nservers; p++) {
+        uint32_t move = count[p] / (k + 1); /* its last slots */
+        for (uint32_t s = PC_NSLOTS; move && s-- > 0;) {
+            if (m->owner[s] != p)
+                continue;
+            uint32_t b[PC_MAX_BACKUPS], old[PC_MAX_BACKUPS], n = 0;
+            const uint32_t no = pc_cmap_slot_backups(m, s, old);
+            if (r)
+                b[n++] = p; /* the old primary holds the rows already */
+            for (uint32_t j = 0; j < no && n < r; j++)
+                if (old[j] != server)
+                    b[n++] = old[j];
+            t->owner[s] = (uint16_t)server;
+            rc = pc_cmap_set_backups(t, s, b, n);
+            move--;
+        }
+    }
+    free(count);
+    if (rc) {
+        pc_cmap_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int pc_cmap_plan_remove(const pc_cluster_map_t *m, uint32_t server, pc_cluster_map_t **out) {
+    if (server >= m->nservers)
+        return PC_EINVAL;
+    uint32_t *prim = calloc(m->nservers, sizeof *prim), *bk = calloc(m->nservers, sizeof *bk);
+    bool *active = calloc(m->nservers, sizeof *active);
+    pc_cluster_map_t *t = NULL;
+    int rc = !prim || !bk || !active ? PC_ENOMEM : pc_cmap_copy(m, &t);
+    uint32_t na = 0;
+    for (uint32_t s = 0; !rc && s < PC_NSLOTS; s++) {
+        prim[m->owner[s]]++;
+        for (uint32_t j = 0; j < PC_MAX_BACKUPS && m->backup[j][s] != PC_NO_SERVER; j++)
+            bk[m->backup[j][s]]++;
+    }
+    for (uint32_t i = 0; !rc && i < m->nservers; i++)
+        if (i != server && (prim[i] || bk[i]))
+            active[i] = true, na++;
+    if (!rc && !na && (prim[server] || bk[server]))
+        rc = PC_EINVAL; /* nowhere to go */
+    const uint32_t r = backups_per_slot(m) < na ? backups_per_slot(m) : na - (na > 0);
+    /* by runs of slots with the same roles, so the map stays a few ranges */
+    for (uint32_t s = 0, e; !rc && s < PC_NSLOTS; s = e + 1) {
+        for (e = s; e + 1 < PC_NSLOTS && same_roles(m, e + 1, s);)
+            e++;
+        const uint32_t len = e - s + 1;
+        uint32_t old[PC_MAX_BACKUPS], b[PC_MAX_BACKUPS], n = 0, owner = m->owner[s];
+        const uint32_t no = pc_cmap_slot_backups(m, s, old);
+        if (owner != server && !pc_cmap_is_backup(m, s, server))
+            continue;
+        if (owner == server) {
+            uint32_t best = PC_NO_SERVER;
+            for (uint32_t i = 0; i < m->nservers; i++)
+                if (active[i] && (best == PC_NO_SERVER || prim[i] < prim[best]))
+                    best = i;
+            owner = no ? old[0] : best;
+            prim[owner] += len;
+            prim[server] -= len;
+        }
+        for (uint32_t j = 0; j < no; j++)
+            if (old[j] != server && old[j] != owner)
+                b[n++] = old[j];
+            else if (old[j] == server)
+                bk[server] -= len;
+        while (n < r) { /* the least loaded server with a role that holds none of it */
+            uint32_t best = PC_NO_SERVER;
+            for (uint32_t i = 0; i < m->nservers; i++) {
+                bool taken = !active[i] || i == owner;
+                for (uint32_t j = 0; j < n; j++)
+                    taken = taken || b[j] == i;
+                if (!taken && (best == PC_NO_SERVER || bk[i] < bk[best]))
+                    best = i;
+            }
+            if (best == PC_NO_SERVER)
+                break;
+            b[n++] = best;
+            bk[best] += len;
+        }
+        for (uint32_t x = s; !rc && x <= e; x++) {
+            t->owner[x] = (uint16_t)owner;
+            rc = pc_cmap_set_backups(t, x, b, n);
+        }
+    }
+    free(prim);
+    free(bk);
+    free(active);
+    if (rc) {
+        pc_cmap_destroy(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}

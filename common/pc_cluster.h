@@ -106,4 +106,34 @@ int pc_cmap_add_backup(pc_cluster_map_t *m, uint32_t server, uint32_t r, uint64_
 /* Set the version alone (> the current): a map confirmed again unchanged. */
 int pc_cmap_bump(pc_cluster_map_t *m, uint64_t new_version);
 
+/* ---- live resharding (docs/server.md "Live resharding") ----
+ * A target map names the roles every slot should end with; the primaries move their slots there
+ * step by step (ps_repl.h). Server indexes never change: a server is appended, and one removed
+ * stays listed with no role. */
+
+/* Append server addr (no role yet) and set the version: PC_EEXIST when listed, PC_EINVAL. */
+int pc_cmap_add_server(pc_cluster_map_t *m, const char *addr, uint64_t new_version);
+
+/* Whether slot has the same primary and backups, in order, in a and b (servers by index). */
+bool pc_cmap_slot_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b, uint32_t slot);
+
+/* Give slot the primary and backups it has in `from` (version unchanged): PC_EINVAL when they
+ * are not servers of m. */
+int pc_cmap_take_slot(pc_cluster_map_t *m, const pc_cluster_map_t *from, uint32_t slot);
+
+/* Set slot's backups to b[0..n) (distinct, not its primary, servers of m; version unchanged). */
+int pc_cmap_set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, uint32_t n);
+
+/* Whether server has a role (primary or backup of some slot). */
+bool pc_cmap_has_role(const pc_cluster_map_t *m, uint32_t server);
+
+/* Target layouts, with the version of m. Add: `server` (listed, with no role) takes about 1 / (k +
+ * 1) of the slots of each of the k servers with slots (the last ones of each), keeping their old
+ * primary as first backup; backups per slot stay as many as m has (at most PC_MAX_BACKUPS).
+ * Remove: `server`'s slots go to their first backup (else to the server with the fewest slots),
+ * and every backup list it was on takes another server instead (the one with the fewest backups
+ * among those with a role); PC_EINVAL when it is the only server with a role. */
+int pc_cmap_plan_add(const pc_cluster_map_t *m, uint32_t server, pc_cluster_map_t **out);
+int pc_cmap_plan_remove(const pc_cluster_map_t *m, uint32_t server, pc_cluster_map_t **out);
+
 #endif

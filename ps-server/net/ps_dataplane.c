@@ -77,6 +77,7 @@
 #include "pc_tls.h"
 
 #include <arpa/inet.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -151,6 +152,7 @@ typedef struct ack {
     uint64_t uid;
     uint32_t server;
     uint64_t pos;
+    bool in_sync; /* acknowledged since it became a backup (its copy done) */
     char table[PC_WIRE_NAME_MAX + 1];
 } ack_t;
 #define ACKS_MAX 256
@@ -178,12 +180,14 @@ struct ps_dp {
     /* Replication (see DESIGN): under map_lock, the servers that back up a slot this server is
      * primary of; under ack_mu, each (table uid, backup)'s acknowledged change-log position. */
     uint64_t backups[PC_MAX_SERVERS / 64];
+    uint64_t joining[PC_MAX_SERVERS / 64]; /* backups added to a running primary (map_lock) */
     atomic_bool has_backups; /* some slot of this server has a backup (read without the lock) */
     bool replicated;         /* the map names backups: this server may hold others' rows */
     pthread_mutex_t ack_mu;
     ack_t acks[ACKS_MAX];
     size_t nacks;
-    atomic_uint_least64_t write_until;   /* ps_dp_set_write_until: pushes refused from then */
+    atomic_uint_least64_t write_until; /* ps_dp_set_write_until: pushes refused from then */
+    atomic_uint pushing; /* pushes past the write_until check and not yet in the change log */
     atomic_uint_least64_t parked_now;    /* push replies waiting for backups, all loops */
     atomic_uint_least64_t parked_total;  /* pushes that waited */
     atomic_uint_least64_t park_timeouts; /* answered PC_ETIMEDOUT: no backup confirmed in time */
@@ -568,7 +572,7 @@ static void conv_trim(loopctx_t *lc) {
 
 /* ==== replication (see DESIGN) ============================================================= */
 
-/* Whether every backup of this server holds table uid's changes before `target`. */
+/* Whether every in-sync backup of this server holds table uid's changes before `target`. */
 static bool backups_hold(ps_dp_t *dp, uint64_t uid, uint64_t target) {
     bool ok = true;
     pthread_rwlock_rdlock(&dp->map_lock);
@@ -580,10 +584,12 @@ static bool backups_hold(ps_dp_t *dp, uint64_t uid, uint64_t target) {
         }
         if (!(dp->backups[b / 64] >> (b % 64) & 1))
             continue;
-        bool held = false;
-        for (size_t i = 0; i < dp->nacks && !held; i++)
-            held = dp->acks[i].uid == uid && dp->acks[i].server == b && dp->acks[i].pos >= target;
-        ok = held;
+        /* one that has not acknowledged since it became a backup holds pushes back, unless it
+         * joined a running primary (still copying: see ps_dp_set_map_from) */
+        ok = dp->joining[b / 64] >> (b % 64) & 1;
+        for (size_t i = 0; i < dp->nacks; i++)
+            if (dp->acks[i].uid == uid && dp->acks[i].server == b && dp->acks[i].in_sync)
+                ok = dp->acks[i].pos >= target;
     }
     pthread_mutex_unlock(&dp->ack_mu);
     pthread_rwlock_unlock(&dp->map_lock);
@@ -633,9 +639,33 @@ static bool park_push(conn_t *c, wreq_t *w, const pc_wire_hdr_t *h, size_t plen,
     return true;
 }
 
+/* Whether the servers now primary of parked push p's keys (this server's backups before: a
+ * handover) acknowledged its position: the push is theirs then. */
+static bool new_owners_hold(ps_dp_t *dp, const parked_t *p) {
+    bool ok = true;
+    pthread_rwlock_rdlock(&dp->map_lock);
+    pthread_mutex_lock(&dp->ack_mu);
+    uint32_t last = PC_NO_SERVER; /* keys of one slot range share an owner: checked once */
+    for (uint32_t k = 0; ok && k < p->n; k++) {
+        const uint32_t o = pc_cmap_key_owner(dp->map, p->keys[k]);
+        if (o == dp->o.self || o == last)
+            continue;
+        bool held = false;
+        for (size_t i = 0; i < dp->nacks && !held; i++)
+            held = dp->acks[i].uid == p->uid && dp->acks[i].server == o &&
+                   dp->acks[i].pos >= p->target;
+        ok = held;
+        last = o;
+    }
+    pthread_mutex_unlock(&dp->ack_mu);
+    pthread_rwlock_unlock(&dp->map_lock);
+    return ok;
+}
+
 /* Answer lc's parked replies: those held by the backups while this server is still the primary
- * of their keys (0), those past their deadline or whose keys this server lost (PC_ETIMEDOUT:
- * applied here, never confirmed), every one PC_ETIMEDOUT when `all` (the loop stops), and drop
+ * of their keys (0), or whose keys went to a server that acknowledged them (0, a handover), those
+ * past their deadline or whose keys this server lost otherwise (PC_ETIMEDOUT: applied here, never
+ * confirmed), every one PC_ETIMEDOUT when `all` (the loop stops), and drop
  * those of connection `gone` or of one closing (nothing to answer). */
 static void park_release(loopctx_t *lc, bool all, const conn_t *gone) {
     ps_dp_t *dp = lc->dp;
@@ -647,8 +677,8 @@ static void park_release(loopctx_t *lc, bool all, const conn_t *gone) {
             st = 1; /* dropped */
         else if (all)
             st = PC_ETIMEDOUT;
-        else if (!ps_dp_owns(dp, p->keys, p->n)) /* demoted: the backups hold nothing for us */
-            st = PC_ETIMEDOUT;
+        else if (!ps_dp_owns(dp, p->keys, p->n)) /* handed over, or demoted */
+            st = new_owners_hold(dp, p) ? 0 : PC_ETIMEDOUT;
         else if (backups_hold(dp, p->uid, p->target))
             st = 0;
         else if (now >= p->deadline_ns)
@@ -694,8 +724,13 @@ static void wake_loops(ps_dp_t *dp) {
         uv_async_send(&dp->loops[i].wake);
 }
 
-/* A backup acknowledged table (uid)'s changes before pos. */
-static void note_ack(ps_dp_t *dp, const char *table, uint64_t uid, uint32_t server, uint64_t pos) {
+/* A backup acknowledged table t's changes before pos. */
+static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t server, uint64_t pos) {
+    const uint64_t uid = ps_table_uid(t);
+    uint64_t oldest = 0, head = 0;
+    ps_changelog_t *log = ps_table_changelog(t);
+    if (log) /* before the lock: a push appends under no lock of ours */
+        ps_changelog_bounds(log, &oldest, &head);
     pthread_mutex_lock(&dp->ack_mu);
     size_t i = 0;
     while (i < dp->nacks && !(dp->acks[i].uid == uid && dp->acks[i].server == server))
@@ -714,6 +749,12 @@ static void note_ack(ps_dp_t *dp, const char *table, uint64_t uid, uint32_t serv
     const bool moved = pos > dp->acks[i].pos || fresh;
     if (moved)
         dp->acks[i].pos = pos;
+    if (!dp->acks[i].in_sync) {
+        dp->acks[i].in_sync = true;
+        PC_INFO("replication: backup %u of table %s copied it: pushes wait for it from now on "
+                "(at %" PRIu64 ", head %" PRIu64 ")",
+                server, table, pos, head);
+    }
     pthread_mutex_unlock(&dp->ack_mu);
     if (moved)
         wake_loops(dp);
@@ -751,17 +792,24 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, PC_EWRONGSLOT, NULL);
         return;
     }
-    if (h->op == PC_OP_PUSH &&
-        pc_time_mono_ns() >= atomic_load_explicit(&dp->write_until, memory_order_acquire)) {
-        reply_error(c, h, PC_EUNAVAIL,
-                    "this server's lease lapsed: it takes no pushes until it is confirmed as the "
-                    "primary again (or another server is)");
-        return;
+    if (h->op == PC_OP_PUSH) { /* counted first: see ps_dp_pushes_idle */
+        atomic_fetch_add(&dp->pushing, 1);
+        if (pc_time_mono_ns() >= atomic_load(&dp->write_until)) {
+            atomic_fetch_sub(&dp->pushing, 1);
+            reply_error(c, h, PC_EUNAVAIL,
+                        "this server takes no pushes now: its lease lapsed (until it is confirmed "
+                        "as the primary again, or another server is), or its slots are being "
+                        "handed to another server");
+            return;
+        }
     }
+    const bool counted = h->op == PC_OP_PUSH;
     ps_table_t *t;
     if ((rc = ps_catalog_acquire(dp->cat, b.name, &t))) {
         char why[96];
         snprintf(why, sizeof why, "no table %s", b.name);
+        if (counted)
+            atomic_fetch_sub(&dp->pushing, 1);
         reply_error(c, h, rc, why);
         return;
     }
@@ -770,6 +818,8 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         snprintf(msg, sizeof msg, "table %s has dim %u, request %u", b.name, ps_table_dim(t),
                  b.dim);
         ps_catalog_release(dp->cat, t);
+        if (counted)
+            atomic_fetch_sub(&dp->pushing, 1);
         reply_error(c, h, PC_EDIM, msg);
         return;
     }
@@ -784,6 +834,8 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         if (w)
             reply_free(c->lc, w);
         ps_catalog_release(dp->cat, t);
+        if (counted)
+            atomic_fetch_sub(&dp->pushing, 1);
         reply_error(c, h, PC_ENOMEM, "reply");
         return;
     }
@@ -802,6 +854,7 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
             (b.dtype == PC_WIRE_BF16 ? k->from_bf16 : k->from_f16)(b.vals16, conv, nf);
         ps_push_result_t r;
         rc = ps_table_push(t, b.keys, b.n, conv ? conv : b.vals, nf, &r);
+        atomic_fetch_sub(&dp->pushing, 1); /* applied and in the change log */
         uint64_t cnt[3] = {r.applied, r.skipped_nonfinite, r.dropped_unadmitted};
         memcpy(w->payload, cnt, sizeof cnt);
         atomic_fetch_add_explicit(&dp->pushed, b.n, memory_order_relaxed);
@@ -1008,7 +1061,7 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_changelog_t *log = NULL;
     bool started = false;
     if (q.flags & PC_STREAM_ACK)
-        note_ack(dp, q.name, ps_table_uid(t), q.part, q.from);
+        note_ack(dp, t, q.name, q.part, q.from);
     int rc = q.max ? ps_catalog_changelog_start(dp->cat, t, &log, &started) : 0;
     if (!q.max) {
         if ((log = ps_table_changelog(t)))
@@ -1600,7 +1653,7 @@ static int listen_fd(const char *host, int port, int *bound) {
     return fd;
 }
 
-static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
+static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map, const pc_cluster_map_t *prev) {
     pc_cluster_map_t *m;
     int rc = pc_cmap_copy(map, &m);
     if (rc)
@@ -1613,8 +1666,15 @@ static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
     }
     pc_cmap_format(m, text, len + 1);
     const bool all = pc_cmap_server_slots(m, dp->o.self) == PC_NSLOTS;
-    uint64_t bk[PC_MAX_SERVERS / 64] = {0};
+    uint64_t bk[PC_MAX_SERVERS / 64] = {0}, old[PC_MAX_SERVERS / 64] = {0};
     bool has = false;
+    for (uint32_t slot = 0; prev && slot < PC_NSLOTS; slot++) { /* prev's backups of ours */
+        uint32_t b[PC_MAX_BACKUPS];
+        const uint32_t nb =
+            pc_cmap_slot_owner(prev, slot) == dp->o.self ? pc_cmap_slot_backups(prev, slot, b) : 0;
+        for (uint32_t j = 0; j < nb; j++)
+            old[b[j] / 64] |= 1ull << (b[j] % 64);
+    }
     for (uint32_t slot = 0; slot < PC_NSLOTS; slot++) {
         uint32_t b[PC_MAX_BACKUPS];
         const uint32_t nb =
@@ -1623,8 +1683,15 @@ static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
             bk[b[j] / 64] |= 1ull << (b[j] % 64);
     }
     pthread_rwlock_wrlock(&dp->map_lock);
+    pthread_mutex_lock(&dp->ack_mu);
+    for (size_t i = 0; i < dp->nacks; i++) /* a backup no more: in sync again only when caught up */
+        if (!(bk[dp->acks[i].server / 64] >> (dp->acks[i].server % 64) & 1))
+            dp->acks[i].in_sync = false;
+    pthread_mutex_unlock(&dp->ack_mu);
     pc_cmap_destroy(dp->map);
     free(dp->map_text);
+    for (size_t w = 0; w < PC_MAX_SERVERS / 64; w++) /* new since prev: joining */
+        dp->joining[w] = (dp->joining[w] | (prev ? bk[w] & ~old[w] : 0)) & bk[w];
     memcpy(dp->backups, bk, sizeof bk);
     atomic_store(&dp->has_backups, has);
     dp->replicated = pc_cmap_replicated(m);
@@ -1637,7 +1704,11 @@ static int set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
 }
 
 int ps_dp_set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
-    int rc = set_map(dp, map);
+    return ps_dp_set_map_from(dp, map, NULL);
+}
+
+int ps_dp_set_map_from(ps_dp_t *dp, const pc_cluster_map_t *map, const pc_cluster_map_t *prev) {
+    int rc = set_map(dp, map, prev);
     if (!rc)
         wake_loops(dp); /* a backup dropped or added: parked replies may be answered */
     return rc;
@@ -1683,7 +1754,7 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
     atomic_store(&dp->write_until, o->fenced ? 0 : UINT64_MAX);
     if (!dp->o.ack_timeout_ms)
         dp->o.ack_timeout_ms = 10000;
-    int rc = set_map(dp, map);
+    int rc = set_map(dp, map, NULL);
     dp->loops = pc_calloc(PC_MEM_OTHER, (size_t)o->threads, sizeof *dp->loops);
     if (!rc && !dp->loops)
         rc = PC_ENOMEM;
@@ -1753,6 +1824,42 @@ void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *s) {
     s->repl_waiting = atomic_load(&dp->parked_now);
     s->repl_waited = atomic_load(&dp->parked_total);
     s->repl_timeouts = atomic_load(&dp->park_timeouts);
+}
+
+bool ps_dp_pushes_idle(ps_dp_t *dp) {
+    return atomic_load(&dp->pushing) == 0;
+}
+
+bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack) {
+    char(*names)[PS_TABLE_NAME_MAX] = NULL;
+    size_t n = ps_catalog_list(dp->cat, NULL, 0);
+    if (n && !(names = calloc(n, sizeof *names)))
+        return false;
+    n = ps_catalog_list(dp->cat, names, n);
+    bool ok = true;
+    for (size_t k = 0; ok && k < n; k++) {
+        ps_table_t *t;
+        if (ps_catalog_acquire(dp->cat, names[k], &t))
+            continue; /* dropped meanwhile */
+        uint64_t oldest = 0, head = 0;
+        ps_changelog_t *log = ps_table_changelog(t);
+        if (log)
+            ps_changelog_bounds(log, &oldest, &head);
+        const uint64_t uid = ps_table_uid(t);
+        const bool cold = ps_table_config(t)->cold;
+        ps_catalog_release(dp->cat, t);
+        if (cold)
+            continue; /* not replicated */
+        bool held = false;
+        pthread_mutex_lock(&dp->ack_mu);
+        for (size_t i = 0; i < dp->nacks && !held; i++)
+            held = dp->acks[i].uid == uid && dp->acks[i].server == server && dp->acks[i].in_sync &&
+                   dp->acks[i].pos + slack >= head;
+        pthread_mutex_unlock(&dp->ack_mu);
+        ok = held && log;
+    }
+    free(names);
+    return ok;
 }
 
 size_t ps_dp_repl_lag(ps_dp_t *dp, ps_dp_lag_t *out, size_t cap) {

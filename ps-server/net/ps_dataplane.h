@@ -66,6 +66,12 @@ int ps_dp_port(const ps_dp_t *dp);
 /* Replace the cluster map (copied); requests check ownership against it from now on. */
 int ps_dp_set_map(ps_dp_t *dp, const pc_cluster_map_t *map);
 
+/* The same, after `prev` (the map this server followed before, NULL: none): a backup of this
+ * server's slots that prev did not name joins a running primary, and holds no push back until it
+ * has copied the tables and acknowledged (a backup named from the start holds every push back
+ * from the first). */
+int ps_dp_set_map_from(ps_dp_t *dp, const pc_cluster_map_t *map, const pc_cluster_map_t *prev);
+
 /* The current map as text (malloc'ed, caller frees) and its version; NULL on ENOMEM. */
 char *ps_dp_map_text(ps_dp_t *dp, uint64_t *version);
 
@@ -105,6 +111,16 @@ typedef struct ps_dp_lag {
 /* The backups' progress (backups of this server under the current map) into out[0..cap);
  * returns how many there are. Any thread. */
 size_t ps_dp_repl_lag(ps_dp_t *dp, ps_dp_lag_t *out, size_t cap);
+
+/* Whether backup `server` (a map index) follows every replicated table of this server (it has
+ * acknowledged since its copy) and is at most `slack` change-log entries behind each head now.
+ * Any thread. */
+bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack);
+
+/* Whether no push is between ps_dp_set_write_until's check and its change-log entry: after
+ * ps_dp_set_write_until(dp, 0), once this is true the change logs' heads hold every push this
+ * server will apply. Any thread. */
+bool ps_dp_pushes_idle(ps_dp_t *dp);
 
 /* Append the data plane's metrics in Prometheus text form (counters, connections, per-op
  * request latency histograms) to buf at len, up to cap; returns the length needed. */

@@ -40,19 +40,19 @@
 #include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_time.h"
+#include "ps_mapstore.h"
 #include "ps_table.h"
 #include "psclient_repl.h"
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define MAP_PREFIX   "cluster/map/"
-#define MAP_HINT     "cluster/map-newest"
 #define ALIVE_PREFIX "cluster/alive/"
 #define CALL_ROWS    16384u      /* rows one DELTAS or scan part brings at most */
 #define CALL_BYTES   (32u << 20) /* and bytes of rows (a wide row with state: fewer rows) */
@@ -95,7 +95,9 @@ struct ps_repl {
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
     atomic_uint_least64_t version, promotions, drops, rejoins, rows_copied, rows_streamed;
-    atomic_uint_least64_t lapses, copies;
+    atomic_uint_least64_t lapses, copies, handovers, released;
+    pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
+    uint64_t released_v;      /* controller: the map version whose role-less rows were erased */
     /* follower thread only */
     primary_t *prim;
     size_t nprim;
@@ -121,91 +123,6 @@ static pc_cluster_map_t *map_if_new(ps_repl_t *r, uint64_t have) {
 
 /* ==== the map in the coordinator =========================================================== */
 
-static void map_key(uint64_t v, char *key, size_t cap) {
-    snprintf(key, cap, MAP_PREFIX "%020" PRIu64, v);
-}
-
-/* Map version v from the coordinator: 0, PC_ENOTFOUND, or the store's error. */
-static int get_map(ps_repl_t *r, uint64_t v, pc_cluster_map_t **out) {
-    char key[64], err[160];
-    map_key(v, key, sizeof key);
-    void *val = NULL;
-    size_t len = 0;
-    int rc = r->store.get(r->store.ctx, key, &val, &len);
-    char *text = rc ? NULL : malloc(len + 1);
-    if (!rc && !text)
-        rc = PC_ENOMEM;
-    if (!rc) {
-        memcpy(text, val, len);
-        text[len] = '\0';
-        if ((rc = pc_cmap_parse(text, out, err, sizeof err)))
-            PC_ERROR("replication: the coordinator's map %s is bad: %s", key, err);
-    }
-    free(text);
-    free(val);
-    return rc;
-}
-
-/* The newest map version there, from `from` (a version known to exist, or 0: the hint first,
- * then `guess`, the configured map's version) on: *out NULL when the coordinator has none. */
-static int newest_map(ps_repl_t *r, uint64_t from, uint64_t guess, pc_cluster_map_t **out) {
-    *out = NULL;
-    if (!from) {
-        void *val = NULL;
-        size_t len = 0;
-        char text[32] = "";
-        int rc = r->store.get(r->store.ctx, MAP_HINT, &val, &len);
-        if (rc && rc != PC_ENOTFOUND)
-            return rc;
-        if (!rc)
-            memcpy(text, val, len < sizeof text - 1 ? len : sizeof text - 1);
-        free(val);
-        const uint64_t hint = strtoull(text, NULL, 10);
-        from = hint > guess ? hint : guess;
-        rc = get_map(r, from, out);
-        if (rc == PC_ENOTFOUND && from != guess) /* a hint ahead of its map: never written */
-            rc = get_map(r, from = guess, out);
-        if (rc == PC_ENOTFOUND)
-            return 0; /* none yet */
-        if (rc)
-            return rc;
-    }
-    for (;;) { /* the versions after it, each written once and never removed */
-        pc_cluster_map_t *next;
-        int rc = get_map(r, from + 1, &next);
-        if (rc == PC_ENOTFOUND)
-            break;
-        if (rc) {
-            pc_cmap_destroy(*out);
-            *out = NULL;
-            return rc;
-        }
-        pc_cmap_destroy(*out);
-        *out = next;
-        from++;
-    }
-    return 0;
-}
-
-/* Write m under its version if no one has: 0, PC_EEXIST (another won), or the store's error. */
-static int put_map(ps_repl_t *r, const pc_cluster_map_t *m) {
-    char key[64];
-    map_key(pc_cmap_version(m), key, sizeof key);
-    const size_t len = pc_cmap_format(m, NULL, 0);
-    char *text = malloc(len + 1);
-    if (!text)
-        return PC_ENOMEM;
-    pc_cmap_format(m, text, len + 1);
-    int rc = r->store.set(r->store.ctx, key, text, len, true, 0);
-    free(text);
-    if (!rc) { /* the hint: best effort (readers walk forward from any version) */
-        char v[32];
-        const int n = snprintf(v, sizeof v, "%" PRIu64, pc_cmap_version(m));
-        r->store.set(r->store.ctx, MAP_HINT, v, (size_t)n, false, 0);
-    }
-    return rc;
-}
-
 /* Adopt m (taken) as the current map when newer. */
 static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
     pthread_mutex_lock(&r->mu);
@@ -222,9 +139,9 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
         pc_cmap_destroy(m);
         return;
     }
+    ps_dp_set_map_from(r->dp, m, r->map); /* backups new since r->map join (not the first) */
     pc_cmap_destroy(r->map);
     r->map = m;
-    ps_dp_set_map(r->dp, m);
     atomic_store(&r->version, pc_cmap_version(m));
     pthread_mutex_unlock(&r->mu);
     char text[512];
@@ -241,7 +158,7 @@ static uint64_t current(ps_repl_t *r) {
 /* Read the newest map from the current one on and adopt it; 0 or the store's error. */
 static int refresh(ps_repl_t *r) {
     pc_cluster_map_t *m;
-    int rc = newest_map(r, current(r), 0, &m);
+    int rc = ps_mapstore_newest(&r->store, current(r), 0, &m);
     if (!rc && m)
         adopt(r, m);
     return rc;
@@ -250,7 +167,7 @@ static int refresh(ps_repl_t *r) {
 /* Write `next` (derived from the current map, with the next version) and adopt it when won;
  * PC_EEXIST when another server wrote that version first (its map is adopted instead). */
 static int change_map(ps_repl_t *r, pc_cluster_map_t *next, const char *what) {
-    int rc = put_map(r, next);
+    int rc = ps_mapstore_put(&r->store, next);
     if (rc == 0) {
         PC_INFO("replication: wrote map version %" PRIu64 " (%s)", pc_cmap_version(next), what);
         adopt(r, next);
@@ -421,8 +338,9 @@ static void watch(ps_repl_t *r) {
         }
         break; /* one change per tick: the map moved */
     }
-    uint32_t added = 0;
-    pc_cluster_map_t *next = !role && r->o.replicas && n > 1 ? map_copy(r) : NULL;
+    uint32_t added = 0; /* not when a resharding target leaves this server out */
+    const bool wanted = !r->target || pc_cmap_has_role(r->target, me);
+    pc_cluster_map_t *next = !role && wanted && r->o.replicas && n > 1 ? map_copy(r) : NULL;
     if (next &&
         pc_cmap_add_backup(next, me, r->o.replicas, pc_cmap_version(next) + 1, &added) == 0 &&
         added) { /* restarted after being replaced: back up again */
@@ -436,6 +354,183 @@ static void watch(ps_repl_t *r) {
     pc_cmap_destroy(m);
 }
 
+/* ==== live resharding ====================================================================== */
+
+#define HANDOVER_MS    1000  /* the longest pushes are held off for a handover (then retried) */
+#define HANDOVER_SLACK 65536 /* change-log entries a new primary may be behind when one starts */
+
+/* Read the target (psctl reshard) into r->target: kept when it fits map m (its servers are m's
+ * first ones, in place); the last one stays when the coordinator does not answer. */
+static void read_target(ps_repl_t *r, const pc_cluster_map_t *m) {
+    pc_cluster_map_t *t = NULL;
+    int rc = ps_mapstore_get_target(&r->store, &t);
+    if (rc && rc != PC_ENOTFOUND)
+        return;
+    bool fits = t && pc_cmap_nservers(t) <= pc_cmap_nservers(m);
+    for (size_t i = 0; fits && i < pc_cmap_nservers(t); i++)
+        fits = strcmp(pc_cmap_addr(t, i), pc_cmap_addr(m, i)) == 0;
+    if (t && !fits) {
+        PC_WARN("resharding: the target names servers the map has not (in those places): "
+                "ignored");
+        pc_cmap_destroy(t);
+        t = NULL;
+    }
+    pc_cmap_destroy(r->target);
+    r->target = t;
+}
+
+/* Step 1: every server the target names for a slot of this primary (as primary or backup)
+ * becomes a backup of it now, so that it copies the rows and follows. Returns whether a new map
+ * was tried. */
+static bool reshard_add_backups(ps_repl_t *r, const pc_cluster_map_t *m,
+                                const pc_cluster_map_t *t) {
+    const uint32_t me = r->o.self;
+    pc_cluster_map_t *next = map_copy(r);
+    uint32_t n = 0;
+    for (uint32_t s = 0; next && s < PC_NSLOTS; s++) {
+        if (pc_cmap_slot_owner(m, s) != me || pc_cmap_slot_same(m, t, s))
+            continue;
+        uint32_t want[PC_MAX_BACKUPS + 1], nw = 0, b[PC_MAX_BACKUPS];
+        uint32_t nb = pc_cmap_slot_backups(m, s, b);
+        if (pc_cmap_slot_owner(t, s) != me)
+            want[nw++] = pc_cmap_slot_owner(t, s);
+        nw += pc_cmap_slot_backups(t, s, want + nw);
+        bool changed = false;
+        for (uint32_t i = 0; i < nw; i++) {
+            bool have = want[i] == me;
+            for (uint32_t j = 0; j < nb; j++)
+                have = have || b[j] == want[i];
+            if (have)
+                continue;
+            if (nb == PC_MAX_BACKUPS) { /* full: a backup the target does not name goes */
+                uint32_t j = nb;
+                while (j-- > 0) {
+                    bool named = false;
+                    for (uint32_t k = 0; k < nw; k++)
+                        named = named || want[k] == b[j];
+                    if (!named)
+                        break;
+                }
+                if (j >= nb)
+                    continue;
+                memmove(b + j, b + j + 1, (nb - j - 1) * sizeof *b);
+                nb--;
+            }
+            b[nb++] = want[i];
+            changed = true;
+        }
+        if (changed && pc_cmap_set_backups(next, s, b, nb) == 0)
+            n++;
+    }
+    if (!n || pc_cmap_bump(next, pc_cmap_version(m) + 1)) {
+        pc_cmap_destroy(next);
+        return false;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "resharding: %u slots get the backups the target names", n);
+    change_map(r, next, what);
+    return true;
+}
+
+/* Whether backup `to` acknowledged every table up to the heads in snap[0..n) (its entries). */
+static bool caught_up(ps_repl_t *r, uint32_t to, const ps_dp_lag_t *snap, size_t n) {
+    ps_dp_lag_t now[64];
+    const size_t m = ps_dp_repl_lag(r->dp, now, 64);
+    for (size_t i = 0; i < n; i++) {
+        if (snap[i].server != to)
+            continue;
+        bool ok = false;
+        for (size_t j = 0; j < m && j < 64 && !ok; j++)
+            ok = now[j].uid == snap[i].uid && now[j].server == to && now[j].acked >= snap[i].head;
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* Step 2: hand this primary's slots to the target's primary `to` (a backup now) once it is close
+ * behind: pushes are held off (PC_EUNAVAIL: clients retry) and, once none is half-applied, the
+ * change logs' heads are every push this server took; when `to` acknowledged them, the map
+ * names it primary. A push this server answered is in its copy; one it refused goes there. */
+static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_cluster_map_t *t,
+                             uint32_t to) {
+    if (!ps_dp_backup_synced(r->dp, to, HANDOVER_SLACK))
+        return; /* still copying or catching up: next tick */
+    const uint64_t t0 = pc_time_mono_ns(), limit = t0 + HANDOVER_MS * 1000000ull;
+    ps_dp_set_write_until(r->dp, 0);
+    while (!ps_dp_pushes_idle(r->dp) && pc_time_mono_ns() < limit)
+        sched_yield();
+    ps_dp_lag_t snap[64];
+    const size_t n = ps_dp_pushes_idle(r->dp) ? ps_dp_repl_lag(r->dp, snap, 64) : 0;
+    bool synced = false;
+    while (n && n <= 64 && !(synced = caught_up(r, to, snap, n)) && !atomic_load(&r->stop) &&
+           pc_time_mono_ns() < limit)
+        pc_time_sleep_ms(1);
+    pc_cluster_map_t *next = synced ? map_copy(r) : NULL;
+    uint32_t moved = 0;
+    for (uint32_t s = 0; next && s < PC_NSLOTS; s++)
+        if (pc_cmap_slot_owner(m, s) == r->o.self && pc_cmap_slot_owner(t, s) == to &&
+            pc_cmap_take_slot(next, t, s) == 0)
+            moved++;
+    if (next && moved && pc_cmap_bump(next, pc_cmap_version(m) + 1) == 0) {
+        char what[PC_ADDR_MAX + 96];
+        snprintf(what, sizeof what, "resharding: %u slots handed to %s (pushes held %.1f ms)",
+                 moved, pc_cmap_addr(m, to), (pc_time_mono_ns() - t0) / 1e6);
+        if (change_map(r, next, what) == 0)
+            atomic_fetch_add(&r->handovers, 1);
+    } else {
+        pc_cmap_destroy(next);
+        if (!synced)
+            PC_WARN("resharding: %s did not catch up within %d ms: handover tried again",
+                    pc_cmap_addr(m, to), HANDOVER_MS);
+    }
+    if (!r->lapsed)
+        ps_dp_set_write_until(r->dp, r->lease_until);
+}
+
+/* One step towards the target for the slots this server is primary of: backups first, then
+ * handovers (one new primary a tick), then the backups of the slots it keeps as the target says.
+ * One map change a tick. */
+static void reshard(ps_repl_t *r) {
+    pc_cluster_map_t *m = map_copy(r);
+    if (m)
+        read_target(r, m);
+    const pc_cluster_map_t *t = r->target;
+    if (!m || !t || r->lapsed || reshard_add_backups(r, m, t)) {
+        pc_cmap_destroy(m);
+        return;
+    }
+    const uint32_t me = r->o.self;
+    uint32_t to = PC_NO_SERVER, keep = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        if (pc_cmap_slot_owner(m, s) != me || pc_cmap_slot_same(m, t, s))
+            continue;
+        if (pc_cmap_slot_owner(t, s) != me && to == PC_NO_SERVER)
+            to = pc_cmap_slot_owner(t, s);
+        keep += pc_cmap_slot_owner(t, s) == me;
+    }
+    if (to != PC_NO_SERVER) {
+        reshard_handover(r, m, t, to);
+    } else if (keep) {
+        pc_cluster_map_t *next = map_copy(r);
+        for (uint32_t s = 0; next && s < PC_NSLOTS; s++)
+            if (pc_cmap_slot_owner(m, s) == me && !pc_cmap_slot_same(m, t, s))
+                pc_cmap_take_slot(next, t, s);
+        if (next && pc_cmap_bump(next, pc_cmap_version(m) + 1) == 0) {
+            char what[96];
+            snprintf(what, sizeof what, "resharding: backups of %u slots as the target names",
+                     keep);
+            change_map(r, next, what);
+        } else {
+            pc_cmap_destroy(next);
+        }
+    }
+    pc_cmap_destroy(m);
+}
+
+/* Release (after the follower's key collection, which it shares). */
+static void release_rows(ps_repl_t *r);
+
 static void *ctl_main(void *arg) {
     ps_repl_t *r = arg;
     const int tick = r->o.lease_ms / 4 < 50 ? 50 : (int)(r->o.lease_ms / 4);
@@ -447,6 +542,8 @@ static void *ctl_main(void *arg) {
             confirm(r);
         else
             watch(r);
+        reshard(r);
+        release_rows(r);
         for (int t = 0; t < tick && !atomic_load(&r->stop); t += 10)
             pc_time_sleep_ms(10);
     }
@@ -538,7 +635,8 @@ static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t
     return rc;
 }
 
-/* The keys this server held of the slots a copy brings, sorted, and which the copy sent. */
+/* The keys this server held of the slots a copy brings, sorted, and which the copy sent; or, with
+ * p PC_NO_SERVER, the keys of slots it has no role in (release_rows). */
 struct seen {
     const pc_cluster_map_t *m;
     uint32_t me, p;
@@ -551,7 +649,10 @@ struct seen {
 static int seen_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     seen_t *x = ctx;
     for (size_t i = 0; i < n; i++) {
-        if (!backs_up(x->m, x->me, x->p, pc_key_slot(rows[i].key)))
+        const uint32_t slot = pc_key_slot(rows[i].key);
+        if (x->p == PC_NO_SERVER
+                ? pc_cmap_slot_owner(x->m, slot) == x->me || pc_cmap_is_backup(x->m, slot, x->me)
+                : !backs_up(x->m, x->me, x->p, slot))
             continue;
         if (x->n == x->cap) {
             const size_t cap = x->cap ? 2 * x->cap : 4096;
@@ -652,6 +753,50 @@ static int copy_table(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
                 src->table, pc_cmap_addr(m, pr->server), uid, *held, gone, next);
     }
     return rc;
+}
+
+/* Release: after a map change, erase the rows of slots this server has no role in any more
+ * (handed over, or a backup no longer), so that their memory goes back. */
+static void release_rows(ps_repl_t *r) {
+    pc_cluster_map_t *m = map_if_new(r, r->released_v);
+    if (!m)
+        return;
+    char(*names)[PS_TABLE_NAME_MAX] = NULL;
+    size_t nt = ps_catalog_list(r->cat, NULL, 0);
+    if (nt && !(names = calloc(nt, sizeof *names))) {
+        pc_cmap_destroy(m);
+        return;
+    }
+    nt = ps_catalog_list(r->cat, names, nt);
+    int rc = 0;
+    for (size_t k = 0; !rc && k < nt; k++) {
+        ps_table_t *t;
+        if (ps_catalog_acquire(r->cat, names[k], &t))
+            continue;
+        seen_t x = {.m = m, .me = r->o.self, .p = PC_NO_SERVER};
+        rc = ps_table_config(t)->cold                                      ? 0
+             : ps_table_scan(t, PS_SCAN_ALL, seen_collect, &x) || x.failed ? PC_ENOMEM
+                                                                           : 0;
+        if (!rc && x.n) {
+            size_t erased = 0;
+            pthread_mutex_lock(&r->mu); /* the follower loads under it: not past a new map */
+            rc = current(r) == pc_cmap_version(m) ? ps_table_erase(t, x.keys, x.n, &erased)
+                                                  : PC_ESTATE;
+            pthread_mutex_unlock(&r->mu);
+            if (!rc) {
+                atomic_fetch_add(&r->released, erased);
+                PC_INFO("resharding: %zu rows of table %s released (slots with no role here under "
+                        "map version %" PRIu64 ")",
+                        erased, names[k], pc_cmap_version(m));
+            }
+        }
+        pc_sfree(x.keys);
+        ps_catalog_release(r->cat, t);
+    }
+    if (!rc)
+        r->released_v = pc_cmap_version(m);
+    free(names);
+    pc_cmap_destroy(m);
 }
 
 /* One round over primary pr's tables; returns rows applied, or a negative error. */
@@ -860,6 +1005,7 @@ static void *fol_main(void *arg) {
 static void repl_free(ps_repl_t *r) {
     pc_cmap_destroy(r->map);
     pc_cmap_destroy(r->pending);
+    pc_cmap_destroy(r->target);
     pc_sfree(r->seen);
     pc_sfree(r->suspect);
     pthread_mutex_destroy(&r->mu);
@@ -902,8 +1048,8 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
     }
     for (int attempt = 0; !rc && !current(r) && attempt < 20; attempt++) {
         pc_cluster_map_t *m;
-        int lr = newest_map(r, 0, pc_cmap_version(mine), &m);
-        if (!lr && !m && (lr = put_map(r, mine)) == PC_EEXIST)
+        int lr = ps_mapstore_newest(&r->store, 0, pc_cmap_version(mine), &m);
+        if (!lr && !m && (lr = ps_mapstore_put(&r->store, mine)) == PC_EEXIST)
             lr = 0;
         if (!lr && m)
             adopt(r, m);
@@ -956,10 +1102,16 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "emberps_replication_copies_total %llu\n"
         "# TYPE emberps_replication_rows_total counter\n"
         "emberps_replication_rows_total{how=\"copied\"} %llu\n"
-        "emberps_replication_rows_total{how=\"applied\"} %llu\n",
+        "emberps_replication_rows_total{how=\"applied\"} %llu\n"
+        "# TYPE emberps_resharding_handovers_total counter\n"
+        "emberps_resharding_handovers_total %llu\n"
+        "# TYPE emberps_resharding_rows_released_total counter\n"
+        "emberps_resharding_rows_released_total %llu\n",
         (unsigned long long)current(r), (unsigned long long)atomic_load(&r->promotions),
         (unsigned long long)atomic_load(&r->drops), (unsigned long long)atomic_load(&r->rejoins),
         (unsigned long long)atomic_load(&r->lapses), (unsigned long long)atomic_load(&r->copies),
         (unsigned long long)atomic_load(&r->rows_copied),
-        (unsigned long long)atomic_load(&r->rows_streamed));
+        (unsigned long long)atomic_load(&r->rows_streamed),
+        (unsigned long long)atomic_load(&r->handovers),
+        (unsigned long long)atomic_load(&r->released));
 }

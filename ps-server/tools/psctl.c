@@ -4,10 +4,11 @@
  *         [--json] [--timeout-ms=N] COMMAND [ARGS]
  *
  * Commands: health, probe [SERVICE], map, tables, create SPEC, drop NAME, reset NAME, stats NAME,
- * lookup NAME KEY..., key, checkpoint, checkpoints, restore ID, workers JOB; plot LOG OUT (a
- * worker's metrics log drawn, psctl_plot.h; no server); serve ... (a ps-serve replica's
- * commands, psctl_serve.h). Human-readable output by default, one JSON
- * object with --json. Exit status: 0 done; 1 the server refused (its status and message on stderr);
+ * lookup NAME KEY..., key, checkpoint, checkpoints, restore ID, workers JOB, reshard ...
+ * (live resharding, psctl_reshard.h); plot LOG OUT (a worker's metrics log drawn,
+ * psctl_plot.h; no server); serve ... (a ps-serve replica's commands, psctl_serve.h).
+ * Human-readable output by default, one JSON object with --json. Exit status: 0 done; 1 the
+ * server refused (its status and message on stderr);
  * 2 bad usage; 3 the server could not be reached in time, or no TLS session could be set up with it
  * (PC_ETLS: its certificate did not verify, or it wanted a client certificate): either way no call
  * reached the API.
@@ -22,6 +23,7 @@
 #include "ps_api.h"
 #include "ps_coord_remote.h"
 #include "psctl_plot.h"
+#include "psctl_reshard.h"
 #include "psctl_serve.h"
 
 #include <cjson/cJSON.h>
@@ -86,6 +88,10 @@ static void usage(FILE *f) {
                "  workers JOB            the job's workers and their membership leases, from\n"
                "                         --coordinator (a server's gRPC address or an etcd URL;\n"
                "                         default --server)\n"
+               "  reshard add ADDR       live resharding (servers with --cluster-coordinator;\n"
+               "  reshard remove ADDR    --coordinator as for workers): give a new server a\n"
+               "  reshard status         share of the slots, or move every role of a server\n"
+               "  reshard wait [SECONDS] away; status and wait: slots still moving\n"
                "  plot LOG OUT.svg|png   draw a ps-worker --metrics-log: loss and test AUC over\n"
                "                         the samples trained on (no server involved)\n"
                "  serve status           a ps-serve replica (--server=its gRPC address): model,\n"
@@ -644,6 +650,12 @@ int main(int argc, char **argv) {
         rc = probe(nargs ? args[0] : "");
     } else if (!strcmp(cmd, "workers") && nargs == 1) {
         rc = workers(args[0], &po);
+    } else if (!strcmp(cmd, "reshard")) {
+        psctl_reshard_opts_t ro = {.coordinator = g_o.coordinator[0] ? g_o.coordinator : g_o.server,
+                                   .sec = &po,
+                                   .timeout_ms = (int)g_o.timeout_ms,
+                                   .json = g_o.json};
+        rc = psctl_reshard(&ro, nargs, args);
     } else if (!strcmp(cmd, "serve")) {
         psctl_serve_opts_t so = {
             .c = g_c, .json = g_o.json, .timeout_ms = (int)g_o.timeout_ms, .model = g_o.model};

@@ -12,6 +12,11 @@
  * - test_stale_primary_refuses_pushes: server 1 stopped (SIGSTOP) past its lease is replaced;
  *   a push written to its socket while it is stopped is refused when it wakes (SIGCONT), before
  *   it could learn the new map, and its pushed-rows counter does not move.
+ * - test_reshard_add_remove (docs/server.md "Live resharding"): one client pulls and pushes in
+ *   a fixed order while `psctl reshard add` brings in a third server (which takes a third of
+ *   the slots) and `psctl reshard remove` takes it out again; no call fails, and the rows every
+ *   pull saw and the whole table at the end (weights and Adam's state, bit for bit) equal those
+ *   of the same calls on a cluster that was never resharded.
  */
 #include "test_util.h"
 
@@ -28,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define DIM   8
@@ -99,17 +105,19 @@ static void wait_replicated(const cluster_t *cl) {
     fail_msg("the cluster map never named backups");
 }
 
-/* Adam's step count t of each key at server `server` (its whole table, with state). */
-static void read_steps(psc_t *c, uint32_t server, const uint64_t *keys, size_t n, uint32_t *t) {
-    const uint32_t stride = DIM + 2 * DIM + 1;
+#define STRIDE (DIM + 2 * DIM + 1) /* Adam's row: weights, m, v, t */
+
+/* Every row of server `server`'s table with its state, a batch at a time, to fn. */
+static void scan_state(psc_t *c, uint32_t server,
+                       void (*fn)(void *ctx, const uint64_t *keys, const float *rows, uint32_t n),
+                       void *ctx) {
     uint64_t *k = calloc(65536, 8);
     uint8_t *f = calloc(65536, 1);
-    float *rows = calloc((size_t)65536 * stride, 4);
-    memset(t, 0, n * sizeof *t);
+    float *rows = calloc((size_t)65536 * STRIDE, 4);
     for (uint32_t part = 0; part < 4; part++) {
         psc_stream_req_t q = {.server = server,
                               .table = "emb",
-                              .dim = stride,
+                              .dim = STRIDE,
                               .part = part,
                               .parts = 4,
                               .cap = 65536,
@@ -120,17 +128,35 @@ static void read_steps(psc_t *c, uint32_t server, const uint64_t *keys, size_t n
         char why[256];
         int rc = psc__stream(c, true, &q, PC_STREAM_STATE, &out, why, sizeof why);
         if (rc)
-            fail_msg("scan with state: %s: %s", pc_strerror(rc), why);
-        for (uint32_t i = 0; i < out.n; i++)
-            for (size_t j = 0; j < n; j++)
-                if (keys[j] == k[i]) {
-                    memcpy(&t[j], &rows[(size_t)i * stride + 3 * DIM], 4);
-                    break;
-                }
+            fail_msg("scan of server %u with state: %s: %s", server, pc_strerror(rc), why);
+        fn(ctx, k, rows, out.n);
     }
     free(k);
     free(f);
     free(rows);
+}
+
+typedef struct steps {
+    const uint64_t *keys;
+    size_t n;
+    uint32_t *t;
+} steps_t;
+
+static void steps_of(void *ctx, const uint64_t *keys, const float *rows, uint32_t n) {
+    steps_t *x = ctx;
+    for (uint32_t i = 0; i < n; i++)
+        for (size_t j = 0; j < x->n; j++)
+            if (x->keys[j] == keys[i]) {
+                memcpy(&x->t[j], &rows[(size_t)i * STRIDE + 3 * DIM], 4);
+                break;
+            }
+}
+
+/* Adam's step count t of each key at server `server` (its whole table, with state). */
+static void read_steps(psc_t *c, uint32_t server, const uint64_t *keys, size_t n, uint32_t *t) {
+    memset(t, 0, n * sizeof *t);
+    steps_t x = {.keys = keys, .n = n, .t = t};
+    scan_state(c, server, steps_of, &x);
 }
 
 static uint64_t g_keys[NKEYS];
@@ -298,12 +324,181 @@ static void test_stale_primary_refuses_pushes(void **state) {
     pu_stop(cl.s0);
 }
 
+/* ---- live resharding ---- */
+
+static char g_psctl[600];
+
+/* Run psctl with args (its stdout into out); its exit status. */
+static int psctl(const char *args, char *out, size_t cap) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s --timeout-ms=3000 %s", g_psctl, args);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    const int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Wait (bounded) until the map is the resharding target. */
+static void reshard_wait(const char *coord) {
+    char args[200], out[512];
+    snprintf(args, sizeof args, "--coordinator=%s --json reshard wait 30", coord);
+    const int st = psctl(args, out, sizeof out);
+    if (st)
+        fail_msg("psctl reshard wait: exit %d: %s", st, out);
+}
+
+/* FNV-1a over bytes, from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+typedef struct tsum {
+    uint64_t sum;
+    size_t n;
+} tsum_t;
+
+static void sum_rows(void *ctx, const uint64_t *keys, const float *rows, uint32_t n) {
+    tsum_t *x = ctx;
+    for (uint32_t i = 0; i < n; i++)
+        x->sum += fnv(fnv(0xcbf29ce484222325ull, &keys[i], 8), rows + (size_t)i * STRIDE,
+                      (size_t)STRIDE * 4);
+    x->n += n;
+}
+
+/* The table's rows with their state at servers 0 .. nservers - 1 (each key from its primary):
+ * a sum of per-row hashes (order-free) and the count. */
+static uint64_t table_sum(psc_t *c, uint32_t nservers, size_t *rows_out) {
+    tsum_t x = {0};
+    for (uint32_t s = 0; s < nservers; s++)
+        scan_state(c, s, sum_rows, &x);
+    *rows_out = x.n;
+    return x.sum;
+}
+
+/* table_sum over both servers, then the client closed and the cluster stopped. */
+static uint64_t table_sum_down(cluster_t *cl, psc_t *c, size_t *rows) {
+    const uint64_t sum = table_sum(c, 2, rows);
+    psc_close(c);
+    pu_stop(cl->s1);
+    pu_stop(cl->s0);
+    return sum;
+}
+
+/* Round k: a pull of BATCH keys (hashed into *pulled) and a push of fixed gradients. */
+static void reshard_round(psc_t *c, int k, uint64_t *pulled) {
+    static float rows[BATCH * DIM], grads[BATCH * DIM];
+    const int first = (k * 37) % (NKEYS - BATCH);
+    for (int i = 0; i < BATCH * DIM; i++)
+        grads[i] = 0.01f * (float)(((i + k) % 7) - 3);
+    int rc = psc_pull(c, "emb", g_keys + first, BATCH, DIM, rows);
+    if (rc)
+        fail_msg("round %d: pull: %s", k, pc_strerror(rc));
+    *pulled = fnv(*pulled, rows, sizeof rows);
+    if ((rc = psc_push(c, "emb", g_keys + first, BATCH, DIM, grads, NULL)))
+        fail_msg("round %d: push: %s", k, pc_strerror(rc));
+}
+
+static void test_reshard_add_remove(void **state) {
+    (void)state;
+    for (int i = 0; i < NKEYS; i++)
+        g_keys[i] = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    cluster_t cl;
+    cluster_up(&cl);
+    wait_replicated(&cl);
+    psc_t *c = connect_to(cl.p0);
+    char coord[64], args[300], out[4096];
+    snprintf(coord, sizeof coord, "127.0.0.1:%d", cl.grpc0);
+    uint64_t pulled = 0xcbf29ce484222325ull;
+    int k = 0;
+    for (; k < 100; k++)
+        reshard_round(c, k, &pulled);
+    /* add a third server: psctl lists it in a new map version and writes the target */
+    const int p2 = pu_free_port();
+    snprintf(args, sizeof args, "--coordinator=%s --json reshard add 127.0.0.1:%d", coord, p2);
+    assert_int_equal(psctl(args, out, sizeof out), 0);
+    char *mp = strstr(out, "\"map\":\"");
+    assert_non_null(mp);
+    mp += 7;
+    *strchr(mp, '"') = '\0';
+    char maparg[600];
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", mp);
+    const char *e2[] = {maparg, k_tables, cl.coordarg, LEASE, NULL};
+    const pid_t s2 = pu_spawn(p2, g_dir, e2, NULL);
+    const double t0 = pu_now();
+    /* rounds go on while the slots move (psctl reshard status polled between them) */
+    snprintf(args, sizeof args, "--coordinator=%s --json reshard status", coord);
+    while (!strstr(out, "\"done\":true") && pu_now() - t0 < 30) {
+        for (int j = 0; j < 20; j++, k++)
+            reshard_round(c, k, &pulled);
+        assert_int_equal(psctl(args, out, sizeof out), 0);
+    }
+    reshard_wait(coord);
+    uint32_t third = 0; /* once server 0 adopted the last map */
+    for (double t2 = pu_now(); pu_now() - t2 < 5 && (third <= PC_NSLOTS / 4); usleep(20000)) {
+        pc_cluster_map_t *m = map_of(cl.p0);
+        third = pc_cmap_server_slots(m, 2);
+        pc_cmap_destroy(m);
+    }
+    print_message("added: server 2 is primary of %u slots after %.1f s (%d rounds)\n", third,
+                  pu_now() - t0, k);
+    assert_true(third > PC_NSLOTS / 4 && third < PC_NSLOTS / 2);
+    for (int j = 0; j < 50; j++, k++) /* some with the third server primary */
+        reshard_round(c, k, &pulled);
+    /* and remove it again */
+    const double t1 = pu_now();
+    snprintf(args, sizeof args, "--coordinator=%s reshard remove 127.0.0.1:%d", coord, p2);
+    assert_int_equal(psctl(args, out, sizeof out), 0);
+    snprintf(args, sizeof args, "--coordinator=%s --json reshard status", coord);
+    out[0] = '\0';
+    while (!strstr(out, "\"done\":true") && pu_now() - t1 < 30) {
+        for (int j = 0; j < 20; j++, k++)
+            reshard_round(c, k, &pulled);
+        assert_int_equal(psctl(args, out, sizeof out), 0);
+    }
+    reshard_wait(coord);
+    bool gone = false;
+    for (double t2 = pu_now(); pu_now() - t2 < 5 && !gone; usleep(20000)) {
+        pc_cluster_map_t *m = map_of(cl.p0);
+        gone = !pc_cmap_has_role(m, 2) && pc_cmap_replicated(m);
+        pc_cmap_destroy(m);
+    }
+    assert_true(gone);
+    print_message("removed after %.1f s; %d rounds in all\n", pu_now() - t1, k);
+    pu_stop(s2);
+    for (int j = 0; j < 50; j++, k++)
+        reshard_round(c, k, &pulled);
+    size_t rows, rows0;
+    const uint64_t sum = table_sum_down(&cl, c, &rows);
+    /* the same calls on a cluster never resharded */
+    cluster_up(&cl);
+    wait_replicated(&cl);
+    c = connect_to(cl.p0);
+    uint64_t pulled0 = 0xcbf29ce484222325ull;
+    for (int j = 0; j < k; j++)
+        reshard_round(c, j, &pulled0);
+    const uint64_t sum0 = table_sum_down(&cl, c, &rows0);
+    print_message("rows %zu (never resharded: %zu), table hash %016llx (%016llx), pulls %016llx "
+                  "(%016llx)\n",
+                  rows, rows0, (unsigned long long)sum, (unsigned long long)sum0,
+                  (unsigned long long)pulled, (unsigned long long)pulled0);
+    assert_int_equal(rows, rows0);
+    assert_true(pulled == pulled0);
+    assert_true(sum == sum0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s PS_SERVER\n", argv[0]);
         return 2;
     }
     pu_bin = argv[1];
+    const char *slash = strrchr(pu_bin, '/');
+    snprintf(g_psctl, sizeof g_psctl, "%.*spsctl", slash ? (int)(slash - pu_bin + 1) : 0, pu_bin);
     snprintf(g_dir, sizeof g_dir, "/tmp/ember-replica-%d", (int)getpid());
     mkdir(g_dir, 0755);
     signal(SIGPIPE, SIG_IGN);
@@ -311,7 +506,10 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_failover_keeps_acked_pushes),
         cmocka_unit_test(test_quick_restart_keeps_acked_pushes),
         cmocka_unit_test(test_stale_primary_refuses_pushes),
+        cmocka_unit_test(test_reshard_add_remove),
     };
+    if (argc > 2) /* a test name pattern (cmocka's * and ?), to run one */
+        cmocka_set_test_filter(argv[2]);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all();
     char cmd[300];

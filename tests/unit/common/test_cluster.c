@@ -193,11 +193,85 @@ static void test_backups(void **state) {
     }
 }
 
+/* Every slot's primary and backups are valid and distinct; returns the primary slots of server. */
+static uint32_t check_roles(const pc_cluster_map_t *m, uint32_t server, uint32_t want_backups) {
+    uint32_t mine = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        uint32_t b[PC_MAX_BACKUPS];
+        const uint32_t n = pc_cmap_slot_backups(m, s, b), o = pc_cmap_slot_owner(m, s);
+        assert_true(o < pc_cmap_nservers(m));
+        assert_int_equal(n, want_backups);
+        for (uint32_t j = 0; j < n; j++) {
+            assert_true(b[j] != o && b[j] < pc_cmap_nservers(m));
+            for (uint32_t i = 0; i < j; i++)
+                assert_true(b[i] != b[j]);
+        }
+        mine += o == server;
+    }
+    return mine;
+}
+
+static void test_reshard_plans(void **state) {
+    (void)state;
+    pc_cluster_map_t *m, *t, *back;
+    char err[128], text[512];
+    assert_int_equal(pc_cmap_parse("version=4;servers=a:1,b:2;slots=0-8191:0/1,8192-16383:1/0", &m,
+                                   err, sizeof err),
+                     0);
+    assert_int_equal(pc_cmap_add_server(m, "a:1", 5), PC_EEXIST);
+    assert_int_equal(pc_cmap_add_server(m, "c:3", 4), PC_EINVAL); /* not a newer version */
+    assert_int_equal(pc_cmap_add_server(m, "c:3", 5), 0);
+    assert_int_equal(pc_cmap_nservers(m), 3);
+    assert_false(pc_cmap_has_role(m, 2));
+    assert_int_equal(pc_cmap_plan_add(m, 0, &t), PC_EINVAL); /* has a role already */
+    assert_int_equal(pc_cmap_plan_add(m, 2, &t), 0);
+    /* a third of each server's slots, its last ones, keeping the old primary as backup */
+    assert_int_equal(check_roles(t, 2, 1), 2 * (8192 / 3));
+    assert_int_equal(check_roles(t, 0, 1), 8192 - 8192 / 3);
+    assert_int_equal(pc_cmap_slot_owner(t, 8191), 2);
+    uint32_t b[PC_MAX_BACKUPS];
+    assert_int_equal(pc_cmap_slot_backups(t, 8191, b), 1);
+    assert_int_equal(b[0], 0);
+    assert_int_equal(pc_cmap_slot_owner(t, 0), 0);
+    assert_true(pc_cmap_slot_same(m, t, 0) && !pc_cmap_slot_same(m, t, 8191));
+    pc_cmap_format(t, text, sizeof text);
+    assert_true(strlen(text) < 200); /* a few ranges */
+    /* taking the target's roles slot by slot ends in the target */
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        assert_int_equal(pc_cmap_take_slot(m, t, s), 0);
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        assert_true(pc_cmap_slot_same(m, t, s));
+    /* removing it again: its slots to their first backup (the old primary) */
+    assert_int_equal(pc_cmap_plan_remove(m, 2, &back), 0);
+    assert_int_equal(check_roles(back, 2, 1), 0);
+    assert_false(pc_cmap_has_role(back, 2));
+    assert_int_equal(check_roles(back, 0, 1), 8192);
+    assert_int_equal(pc_cmap_slot_owner(back, 8191), 0);
+    assert_int_equal(pc_cmap_slot_backups(back, 8191, b), 1);
+    assert_int_equal(b[0], 1);
+    /* removing server 0 of the two left: no backups possible, server 1 takes everything */
+    pc_cluster_map_t *one;
+    assert_int_equal(pc_cmap_plan_remove(back, 0, &one), 0);
+    assert_int_equal(check_roles(one, 1, 0), PC_NSLOTS);
+    pc_cluster_map_t *none;
+    assert_int_equal(pc_cmap_plan_remove(one, 1, &none), PC_EINVAL); /* the last one */
+    /* bad backups refused, nothing changed */
+    const uint32_t self[] = {0}, twice[] = {1, 1}, far[] = {7};
+    assert_int_equal(pc_cmap_set_backups(m, 0, self, 1), PC_EINVAL);
+    assert_int_equal(pc_cmap_set_backups(m, 0, twice, 2), PC_EINVAL);
+    assert_int_equal(pc_cmap_set_backups(m, 0, far, 1), PC_EINVAL);
+    assert_true(pc_cmap_slot_same(m, t, 0));
+    pc_cmap_destroy(m);
+    pc_cmap_destroy(t);
+    pc_cmap_destroy(back);
+    pc_cmap_destroy(one);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slot_function), cmocka_unit_test(test_even_and_roundtrip),
         cmocka_unit_test(test_parse_errors),  cmocka_unit_test(test_assign),
-        cmocka_unit_test(test_backups),
+        cmocka_unit_test(test_backups),       cmocka_unit_test(test_reshard_plans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

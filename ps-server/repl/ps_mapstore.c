@@ -1,0 +1,113 @@
+/* ps_mapstore.c: see ps_mapstore.h. */
+#include "ps_mapstore.h"
+
+#include "pc_error.h"
+#include "pc_log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAP_PREFIX "cluster/map/"
+#define MAP_HINT   "cluster/map-newest"
+#define TARGET     "cluster/target"
+
+/* The map under key: 0, PC_ENOTFOUND, PC_EPARSE or the store's error. */
+static int get_text(const ps_coord_store_t *st, const char *key, pc_cluster_map_t **out) {
+    char err[160];
+    void *val = NULL;
+    size_t len = 0;
+    int rc = st->get(st->ctx, key, &val, &len);
+    char *text = rc ? NULL : malloc(len + 1);
+    if (!rc && !text)
+        rc = PC_ENOMEM;
+    if (!rc) {
+        memcpy(text, val, len);
+        text[len] = '\0';
+        if ((rc = pc_cmap_parse(text, out, err, sizeof err)))
+            PC_ERROR("cluster map: the coordinator's %s is bad: %s", key, err);
+    }
+    free(text);
+    free(val);
+    return rc;
+}
+
+/* Write m's text under key (if_absent: set-if-absent). */
+static int put_text(const ps_coord_store_t *st, const char *key, const pc_cluster_map_t *m,
+                    bool if_absent) {
+    const size_t len = pc_cmap_format(m, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!text)
+        return PC_ENOMEM;
+    pc_cmap_format(m, text, len + 1);
+    int rc = st->set(st->ctx, key, text, len, if_absent, 0);
+    free(text);
+    return rc;
+}
+
+int ps_mapstore_get(const ps_coord_store_t *st, uint64_t v, pc_cluster_map_t **out) {
+    char key[64];
+    snprintf(key, sizeof key, MAP_PREFIX "%020" PRIu64, v);
+    return get_text(st, key, out);
+}
+
+int ps_mapstore_newest(const ps_coord_store_t *st, uint64_t from, uint64_t guess,
+                       pc_cluster_map_t **out) {
+    *out = NULL;
+    if (!from) {
+        void *val = NULL;
+        size_t len = 0;
+        char text[32] = "";
+        int rc = st->get(st->ctx, MAP_HINT, &val, &len);
+        if (rc && rc != PC_ENOTFOUND)
+            return rc;
+        if (!rc)
+            memcpy(text, val, len < sizeof text - 1 ? len : sizeof text - 1);
+        free(val);
+        const uint64_t hint = strtoull(text, NULL, 10);
+        from = hint > guess ? hint : guess;
+        rc = ps_mapstore_get(st, from, out);
+        if (rc == PC_ENOTFOUND && from != guess) /* a hint ahead of its map: never written */
+            rc = ps_mapstore_get(st, from = guess, out);
+        if (rc == PC_ENOTFOUND)
+            return 0; /* none yet */
+        if (rc)
+            return rc;
+    }
+    for (;;) { /* the versions after it, each written once and never removed */
+        pc_cluster_map_t *next;
+        int rc = ps_mapstore_get(st, from + 1, &next);
+        if (rc == PC_ENOTFOUND)
+            break;
+        if (rc) {
+            pc_cmap_destroy(*out);
+            *out = NULL;
+            return rc;
+        }
+        pc_cmap_destroy(*out);
+        *out = next;
+        from++;
+    }
+    return 0;
+}
+
+int ps_mapstore_put(const ps_coord_store_t *st, const pc_cluster_map_t *m) {
+    char key[64];
+    snprintf(key, sizeof key, MAP_PREFIX "%020" PRIu64, pc_cmap_version(m));
+    int rc = put_text(st, key, m, true);
+    if (!rc) { /* the hint: best effort (readers walk forward from any version) */
+        char v[32];
+        const int n = snprintf(v, sizeof v, "%" PRIu64, pc_cmap_version(m));
+        st->set(st->ctx, MAP_HINT, v, (size_t)n, false, 0);
+    }
+    return rc;
+}
+
+int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out) {
+    return get_text(st, TARGET, out);
+}
+
+int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target) {
+    return put_text(st, TARGET, target, false);
+}

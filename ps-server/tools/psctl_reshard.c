@@ -1,0 +1,228 @@
+/* psctl_reshard.c: see psctl_reshard.h. */
+#include "psctl_reshard.h"
+
+#include "pc_cluster.h"
+#include "pc_error.h"
+#include "pc_time.h"
+#include "ps_coord_remote.h"
+#include "ps_mapstore.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The newest map (exit code on failure, said on stderr). */
+static int newest(const psctl_reshard_opts_t *o, ps_coord_store_t *st, pc_cluster_map_t **m) {
+    int rc = ps_mapstore_newest(st, 0, 0, m);
+    if (rc) {
+        fprintf(stderr, "psctl: coordinator %s: cluster map: %s\n", o->coordinator,
+                pc_strerror(rc));
+        return 3;
+    }
+    if (!*m) {
+        fprintf(stderr,
+                "psctl: coordinator %s has no cluster map (servers with --cluster-coordinator "
+                "publish it)\n",
+                o->coordinator);
+        return 1;
+    }
+    return 0;
+}
+
+/* Slots whose roles differ between the map and the target. */
+static uint32_t left(const pc_cluster_map_t *m, const pc_cluster_map_t *t) {
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        n += !pc_cmap_slot_same(m, t, s);
+    return n;
+}
+
+/* Print j (one line) and free it; NULL: nothing (human output was printed). */
+static void emit(cJSON *j) {
+    if (!j)
+        return;
+    char *s = cJSON_PrintUnformatted(j);
+    printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(j);
+}
+
+static void print_map(const char *what, const pc_cluster_map_t *m, cJSON *o) {
+    const size_t len = pc_cmap_format(m, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!text)
+        return;
+    pc_cmap_format(m, text, len + 1);
+    if (o)
+        cJSON_AddStringToObject(o, what, text);
+    else
+        printf("%s: %s\n", what, text);
+    free(text);
+}
+
+/* add: list the server (its own map version), then the target. */
+static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *addr) {
+    pc_cluster_map_t *m = NULL;
+    int rc = 0, idx = -1;
+    for (int tries = 0; tries < 10; tries++) {
+        pc_cmap_destroy(m);
+        m = NULL;
+        if ((rc = newest(o, st, &m)))
+            return rc;
+        if ((idx = pc_cmap_find(m, addr)) >= 0)
+            break;
+        pc_cluster_map_t *next;
+        if ((rc = pc_cmap_copy(m, &next)) ||
+            (rc = pc_cmap_add_server(next, addr, pc_cmap_version(m) + 1))) {
+            fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
+            pc_cmap_destroy(m);
+            return rc == PC_EINVAL ? 2 : 1;
+        }
+        rc = ps_mapstore_put(st, next);
+        pc_cmap_destroy(next);
+        if (rc && rc != PC_EEXIST) {
+            fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
+            pc_cmap_destroy(m);
+            return 3;
+        }
+    }
+    if (idx < 0) {
+        fprintf(stderr, "psctl: reshard add %s: the map kept changing\n", addr);
+        pc_cmap_destroy(m);
+        return 1;
+    }
+    pc_cluster_map_t *t = NULL;
+    rc = pc_cmap_plan_add(m, (uint32_t)idx, &t);
+    if (rc == PC_EINVAL)
+        fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
+    else if (!rc && (rc = ps_mapstore_put_target(st, t)))
+        fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
+    if (!rc) {
+        cJSON *j = o->json ? cJSON_CreateObject() : NULL;
+        const uint32_t slots = pc_cmap_server_slots(t, (uint32_t)idx);
+        if (j) {
+            cJSON_AddNumberToObject(j, "server", idx);
+            cJSON_AddNumberToObject(j, "slots", slots);
+            cJSON_AddNumberToObject(j, "map_version", (double)pc_cmap_version(m));
+        } else {
+            printf("%s is server %d; the target gives it %u slots. Start it with the map below "
+                   "and --cluster-coordinator; `psctl reshard wait` returns when the slots "
+                   "moved.\n",
+                   addr, idx, slots);
+        }
+        print_map("map", m, j);
+        print_map("target", t, j);
+        emit(j);
+    }
+    pc_cmap_destroy(m);
+    pc_cmap_destroy(t);
+    return rc ? (rc == PC_EINVAL ? 1 : 3) : 0;
+}
+
+/* remove: the target without the server's roles, from the target asked before if any. */
+static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *addr) {
+    pc_cluster_map_t *m = NULL, *base = NULL, *t = NULL;
+    int rc = newest(o, st, &m);
+    if (rc)
+        return rc;
+    const int idx = pc_cmap_find(m, addr);
+    if (idx < 0) {
+        fprintf(stderr, "psctl: reshard remove %s: not in the cluster map\n", addr);
+        pc_cmap_destroy(m);
+        return 1;
+    }
+    if (ps_mapstore_get_target(st, &base) || pc_cmap_nservers(base) != pc_cmap_nservers(m)) {
+        pc_cmap_destroy(base);
+        base = NULL;
+    }
+    rc = pc_cmap_plan_remove(base ? base : m, (uint32_t)idx, &t);
+    if (rc == PC_EINVAL)
+        fprintf(stderr, "psctl: reshard remove %s: it is the only server with slots\n", addr);
+    else if (!rc && (rc = ps_mapstore_put_target(st, t)))
+        fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
+    if (!rc) {
+        cJSON *j = o->json ? cJSON_CreateObject() : NULL;
+        if (j)
+            cJSON_AddNumberToObject(j, "server", idx);
+        else
+            printf("%s (server %d) will hold no slots; stop it once `psctl reshard wait` "
+                   "returns.\n",
+                   addr, idx);
+        print_map("target", t, j);
+        emit(j);
+    }
+    pc_cmap_destroy(m);
+    pc_cmap_destroy(base);
+    pc_cmap_destroy(t);
+    return rc ? (rc == PC_EINVAL ? 1 : 3) : 0;
+}
+
+/* status, and wait: *slots_left (0 with no target). */
+static int status(const psctl_reshard_opts_t *o, ps_coord_store_t *st, bool print,
+                  uint32_t *slots_left) {
+    pc_cluster_map_t *m = NULL, *t = NULL;
+    int rc = newest(o, st, &m);
+    if (rc)
+        return rc;
+    int trc = ps_mapstore_get_target(st, &t);
+    if (trc && trc != PC_ENOTFOUND) {
+        fprintf(stderr, "psctl: coordinator %s: target: %s\n", o->coordinator, pc_strerror(trc));
+        pc_cmap_destroy(m);
+        return 3;
+    }
+    const bool fits = t && pc_cmap_nservers(t) <= pc_cmap_nservers(m);
+    *slots_left = fits ? left(m, t) : 0;
+    if (print && o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "map_version", (double)pc_cmap_version(m));
+        cJSON_AddBoolToObject(j, "target", t != NULL);
+        cJSON_AddNumberToObject(j, "slots_left", *slots_left);
+        cJSON_AddBoolToObject(j, "done", *slots_left == 0);
+        emit(j);
+    } else if (print) {
+        printf("map version %llu; %s\n", (unsigned long long)pc_cmap_version(m),
+               !t            ? "no resharding asked"
+               : !fits       ? "the target names servers the map has not"
+               : *slots_left ? "slots still moving"
+                             : "the map is the target");
+        if (*slots_left)
+            printf("%u slots differ from the target\n", *slots_left);
+    }
+    pc_cmap_destroy(m);
+    pc_cmap_destroy(t);
+    return 0;
+}
+
+int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
+    const bool two = nargs == 2 && (!strcmp(args[0], "add") || !strcmp(args[0], "remove"));
+    const bool one = (nargs == 1 && !strcmp(args[0], "status")) ||
+                     ((nargs == 1 || nargs == 2) && !strcmp(args[0], "wait"));
+    if (!two && !one) {
+        fprintf(stderr, "psctl: reshard add ADDR | remove ADDR | status | wait [SECONDS]\n");
+        return 2;
+    }
+    ps_coord_store_t st;
+    int rc = ps_coord_store_open(o->coordinator, o->sec, o->timeout_ms, &st);
+    if (rc) {
+        fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
+        return 2;
+    }
+    uint32_t slots = 0;
+    if (!strcmp(args[0], "add")) {
+        rc = add(o, &st, args[1]);
+    } else if (!strcmp(args[0], "remove")) {
+        rc = remove_server(o, &st, args[1]);
+    } else if (!strcmp(args[0], "status")) {
+        rc = status(o, &st, true, &slots);
+    } else {
+        const double limit = nargs == 2 ? strtod(args[1], NULL) : 120;
+        const uint64_t t0 = pc_time_mono_ns();
+        while (!(rc = status(o, &st, false, &slots)) && slots && pc_time_sec_since(t0) < limit)
+            pc_time_sleep_ms(100);
+        if (!rc)
+            rc = status(o, &st, true, &slots) ? 3 : slots ? 1 : 0;
+    }
+    st.destroy(st.ctx);
+    return rc;
+}
