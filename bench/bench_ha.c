@@ -17,9 +17,15 @@
  *   --quick 50k, --smoke 5k) against the same two servers with backups (sync) and without
  *   (no coordinator: a fixed map), alternating, fresh servers each, two pairs;
  *   replication_push_cost = the R=1 / R=0 ratio of the pairs' means (goal >= 0.7).
- * Not measured (null in the JSON, said on stdout): migrate_rows_per_s and migrate_train_dip (live
- * slot migration is not built) and etcd_leader_kill_stall_s (servers on a 3-member etcd are not
- * driven by this benchmark yet: tests/deploy covers the workers' etcd path).
+ * - Live migration (docs/server.md "Live resharding"): the same two servers with backups and a
+ *   table of nkeys rows (the replication cost's), 4 threads pushing over all of them; after a
+ *   measured window, `psctl reshard add` lists a third server (started then, on CPU 0 too) which
+ *   takes a third of the slots: copied, caught up, handed over, released. migrate_rows_per_s:
+ *   the rows the third server holds as primary at the end over the seconds from psctl's call to
+ *   the map matching the target (`psctl reshard status`); migrate_train_dip: push rows/s during
+ *   the move over those of the window before it (goal >= 0.7).
+ * Not measured (null in the JSON, said on stdout): etcd_leader_kill_stall_s (servers on a
+ * 3-member etcd are not driven by this benchmark: tests/deploy covers the workers' etcd path).
  */
 #include <pthread.h>
 #include <signal.h>
@@ -350,6 +356,128 @@ static double push_rate(const bench_opts_t *o, const char *dir, bool ha, const c
     return rate;
 }
 
+/* ==== live migration ====================================================================== */
+
+typedef struct load {
+    psc_t *c;
+    uint64_t first, n;
+    _Atomic bool *stop;
+    _Atomic uint64_t *rows;
+    int rc;
+} load_t;
+
+static void *load_loop(void *arg) {
+    load_t *x = arg;
+    enum { B = 1000, D = 64 };
+    float *g = malloc(sizeof(float) * B * D);
+    uint64_t *k = malloc(B * 8);
+    for (int i = 0; i < B * D; i++)
+        g[i] = 0.001f;
+    for (uint64_t at = 0; !atomic_load(x->stop) && !x->rc; at = (at + B) % (x->n - B)) {
+        for (int i = 0; i < B; i++)
+            k[i] = bench_key(x->first + at + (uint64_t)i);
+        x->rc = psc_push(x->c, "emb", k, B, D, g, NULL);
+        atomic_fetch_add(x->rows, B);
+    }
+    free(k);
+    free(g);
+    return NULL;
+}
+
+/* psctl (next to ps-bench) with args; its stdout into out; its exit status. */
+static int run_psctl(const char *args, char *out, size_t cap) {
+    char bin[512], cmd[1600];
+    bench_sibling("psctl", bin, sizeof bin);
+    snprintf(cmd, sizeof cmd, "'%s' --timeout-ms=5000 %s", bin, args);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    const size_t n = fread(out, 1, cap - 1, f);
+    out[n] = '\0';
+    const int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+typedef struct migrate {
+    double rows_per_s, dip, secs, before, during;
+    uint64_t rows;
+} migrate_t;
+
+static int run_migrate(const bench_opts_t *o, const char *dir, const char *lease, uint64_t nkeys,
+                       double secs, migrate_t *r) {
+    cluster_t cl;
+    const char *tables = "--tables=name=emb,dim=64,optimizer=adagrad";
+    if (cluster_up(o, dir, tables, true, lease, &cl))
+        return -1;
+    int rc = wait_replicated(cl.p0) ? 0 : -1;
+    psc_t *c = rc ? NULL : client_of(cl.p0);
+    _Atomic bool stop = false;
+    _Atomic uint64_t rows = 0;
+    load_t x[NT];
+    pthread_t th[NT];
+    int started = 0, pid2 = -1, p2 = 0, g2 = 0;
+    for (; c && started < NT; started++) {
+        x[started] = (load_t){c, (uint64_t)started * (nkeys / NT), nkeys / NT, &stop, &rows, 0};
+        pthread_create(&th[started], NULL, load_loop, &x[started]);
+    }
+    char args[600], out[8192] = "", coord[64];
+    snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", cl.g0);
+    if (c) {
+        usleep((useconds_t)(secs * 5e5)); /* every row created, then the window before */
+        const uint64_t r0 = atomic_load(&rows);
+        const double t0 = now_s();
+        usleep((useconds_t)(secs * 1e6));
+        r->before = (double)(atomic_load(&rows) - r0) / (now_s() - t0);
+        const int q2 = bench_free_port();
+        snprintf(args, sizeof args, "%s --json reshard add 127.0.0.1:%d", coord, q2);
+        const uint64_t r1 = atomic_load(&rows);
+        const double t1 = now_s();
+        char *mp = run_psctl(args, out, sizeof out) == 0 ? strstr(out, "\"map\":\"") : NULL;
+        char maparg[1200], ccoord[64];
+        if (mp && strchr(mp + 7, '"')) {
+            *strchr(mp + 7, '"') = '\0';
+            snprintf(maparg, sizeof maparg, "--cluster-map=%s", mp + 7);
+            snprintf(ccoord, sizeof ccoord, "--cluster-coordinator=127.0.0.1:%d", cl.g0);
+            const char *e2[] = {maparg, tables, ccoord, lease, NULL};
+            pid2 = bench_ps_server_at(o, "ha", dir, "s2", q2, e2, &p2, &g2);
+        }
+        bool done = false;
+        snprintf(args, sizeof args, "%s --json reshard status", coord);
+        while (pid2 > 0 && !done && now_s() - t1 < 60) {
+            usleep(20000);
+            done = run_psctl(args, out, sizeof out) == 0 && strstr(out, "\"done\":true");
+        }
+        r->secs = now_s() - t1;
+        r->during = (double)(atomic_load(&rows) - r1) / r->secs;
+        rc = done ? 0 : -1;
+        if (!done)
+            fprintf(stderr, "ps-bench ha: the migration did not finish in 60 s: %s\n", out);
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < started; i++) {
+        pthread_join(th[i], NULL);
+        if (x[i].rc && !rc) {
+            fprintf(stderr, "ps-bench ha: a push failed during the migration: %s\n",
+                    pc_strerror(x[i].rc));
+            rc = -1;
+        }
+    }
+    if (!rc) { /* the rows the third server holds (all as primary: it backs up nothing) */
+        snprintf(args, sizeof args, "--server=127.0.0.1:%d --json stats emb", g2);
+        const char *at = run_psctl(args, out, sizeof out) == 0 ? strstr(out, "\"rows\":") : NULL;
+        r->rows = at ? strtoull(at + 7, NULL, 10) : 0;
+        rc = r->rows ? 0 : -1;
+    }
+    if (c)
+        psc_close(c);
+    if (pid2 > 0)
+        bench_stop(pid2);
+    cluster_down(&cl);
+    r->dip = r->before > 0 ? r->during / r->before : 0;
+    r->rows_per_s = r->secs > 0 ? (double)r->rows / r->secs : 0;
+    return rc;
+}
+
 int bench_ha_main(int argc, char **argv) {
     bench_opts_t o;
     bench_parse_opts(argc, argv, "ha", &o);
@@ -392,8 +520,16 @@ int bench_ha_main(int argc, char **argv) {
                "  R=0       %.2fM rows/s (%.2f, %.2f)   replication_push_cost %.2f\n",
                (unsigned long long)rkeys, m1 / 1e6, r1[0] / 1e6, r1[1] / 1e6, m0 / 1e6, r0[0] / 1e6,
                r0[1] / 1e6, m1 / m0);
-    printf("not measured: migrate_rows_per_s, migrate_train_dip (live slot migration is not "
-           "built); etcd_leader_kill_stall_s (servers on etcd are not driven here yet)\n");
+    migrate_t mg = {0};
+    const int mrc = run_migrate(&o, dir, lease, rkeys, secs, &mg);
+    if (!mrc)
+        printf("live migration (psctl reshard add of a third server under 4 pushing threads):\n"
+               "  migrate_rows_per_s   %.0f rows/s (%llu rows in %.2f s, to the map matching the "
+               "target)\n"
+               "  migrate_train_dip    %.2f (push rows/s during the move %.2fM, before %.2fM)\n",
+               mg.rows_per_s, (unsigned long long)mg.rows, mg.secs, mg.dip, mg.during / 1e6,
+               mg.before / 1e6);
+    printf("not measured: etcd_leader_kill_stall_s (servers on etcd are not driven here)\n");
 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "area", "ha");
@@ -415,13 +551,20 @@ int bench_ha_main(int argc, char **argv) {
     } else {
         cJSON_AddNullToObject(root, "replication_push_cost");
     }
-    cJSON_AddNullToObject(root, "migrate_rows_per_s");
-    cJSON_AddNullToObject(root, "migrate_train_dip");
+    if (!mrc) {
+        cJSON_AddNumberToObject(root, "migrate_rows_per_s", mg.rows_per_s);
+        cJSON_AddNumberToObject(root, "migrate_train_dip", mg.dip);
+        cJSON_AddNumberToObject(root, "migrate_rows", (double)mg.rows);
+        cJSON_AddNumberToObject(root, "migrate_s", mg.secs);
+    } else {
+        cJSON_AddNullToObject(root, "migrate_rows_per_s");
+        cJSON_AddNullToObject(root, "migrate_train_dip");
+    }
     cJSON_AddNullToObject(root, "etcd_leader_kill_stall_s");
     bench_emit_json(&o, root);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {
     }
-    return frc || !rok ? 1 : 0;
+    return frc || !rok || mrc ? 1 : 0;
 }

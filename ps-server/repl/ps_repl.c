@@ -98,6 +98,7 @@ struct ps_repl {
     atomic_uint_least64_t lapses, copies, handovers, released;
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
     uint64_t released_v;      /* controller: the map version whose role-less rows were erased */
+    atomic_uint_least64_t adopted_ns; /* when the current map was adopted */
     /* follower thread only */
     primary_t *prim;
     size_t nprim;
@@ -143,6 +144,7 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
     pc_cmap_destroy(r->map);
     r->map = m;
     atomic_store(&r->version, pc_cmap_version(m));
+    atomic_store(&r->adopted_ns, pc_time_mono_ns());
     pthread_mutex_unlock(&r->mu);
     char text[512];
     pc_cmap_format(m, text, sizeof text);
@@ -356,8 +358,10 @@ static void watch(ps_repl_t *r) {
 
 /* ==== live resharding ====================================================================== */
 
-#define HANDOVER_MS    1000  /* the longest pushes are held off for a handover (then retried) */
-#define HANDOVER_SLACK 65536 /* change-log entries a new primary may be behind when one starts */
+#define HANDOVER_MS     1000  /* the longest pushes are held off for a handover (then retried) */
+#define HANDOVER_SLACK  65536 /* change-log entries a new primary may be behind when one starts */
+#define RESHARD_TICK_MS 20    /* the controller's tick while the map differs from the target, */
+#define RESHARD_FAST_NS 2000000000ull /* and changed this recently (else stuck: normal ticks) */
 
 /* Read the target (psctl reshard) into r->target: kept when it fits map m (its servers are m's
  * first ones, in place); the last one stays when the coordinator does not answer. */
@@ -490,15 +494,19 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
 
 /* One step towards the target for the slots this server is primary of: backups first, then
  * handovers (one new primary a tick), then the backups of the slots it keeps as the target says.
- * One map change a tick. */
-static void reshard(ps_repl_t *r) {
+ * One map change a tick. Returns whether the map differs from the target (anywhere: the
+ * controller then ticks faster). */
+static bool reshard(ps_repl_t *r) {
     pc_cluster_map_t *m = map_copy(r);
     if (m)
         read_target(r, m);
     const pc_cluster_map_t *t = r->target;
-    if (!m || !t || r->lapsed || reshard_add_backups(r, m, t)) {
+    bool pending = false;
+    for (uint32_t s = 0; m && t && !pending && s < PC_NSLOTS; s++)
+        pending = !pc_cmap_slot_same(m, t, s);
+    if (!pending || r->lapsed || reshard_add_backups(r, m, t)) {
         pc_cmap_destroy(m);
-        return;
+        return pending;
     }
     const uint32_t me = r->o.self;
     uint32_t to = PC_NO_SERVER, keep = 0;
@@ -526,6 +534,7 @@ static void reshard(ps_repl_t *r) {
         }
     }
     pc_cmap_destroy(m);
+    return true;
 }
 
 /* Release (after the follower's key collection, which it shares). */
@@ -542,9 +551,11 @@ static void *ctl_main(void *arg) {
             confirm(r);
         else
             watch(r);
-        reshard(r);
+        /* steps follow each other closer while slots move (and the map still changes) */
+        const bool moving =
+            reshard(r) && pc_time_mono_ns() - atomic_load(&r->adopted_ns) < RESHARD_FAST_NS;
         release_rows(r);
-        for (int t = 0; t < tick && !atomic_load(&r->stop); t += 10)
+        for (int t = 0; t < (moving ? RESHARD_TICK_MS : tick) && !atomic_load(&r->stop); t += 10)
             pc_time_sleep_ms(10);
     }
     return NULL;
