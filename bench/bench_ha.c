@@ -24,8 +24,11 @@
  *   the rows the third server holds as primary at the end over the seconds from psctl's call to
  *   the map matching the target (`psctl reshard status`); migrate_train_dip: push rows/s during
  *   the move over those of the window before it (goal >= 0.7).
- * Not measured (null in the JSON, said on stdout): etcd_leader_kill_stall_s (servers on a
- * 3-member etcd are not driven by this benchmark: tests/deploy covers the workers' etcd path).
+ * - The etcd leader's death: the failover run again with the servers' map and leases in a
+ *   3-member etcd on loopback (tests/support/etcd_cluster.sh), whose leader is killed with -9
+ *   instead of a server. etcd_leader_kill_stall_s: the longest gap between answered pushes from
+ *   the kill on; acknowledged pushes lost are counted as above, over both servers' tables. Null
+ *   without etcd installed.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -56,20 +59,28 @@ typedef struct cluster {
     int pid0, pid1, p0, p1, g0;
 } cluster_t;
 
-/* Two servers with `tables`; with a coordinator (server 0's, in memory) and backups when ha. */
-static int cluster_up(const bench_opts_t *o, const char *dir, const char *tables, bool ha,
-                      const char *lease, cluster_t *c) {
-    char map[256], maparg[300], coord[64];
+/* Two servers with `tables`; with backups when ha, the map and leases in server 0's coordinator
+ * (in memory), or in etcd when etcd_url is not NULL (etcd://...). */
+static int cluster_up_on(const bench_opts_t *o, const char *dir, const char *tables, bool ha,
+                         const char *lease, const char *etcd_url, cluster_t *c) {
+    char map[256], maparg[300], coord[600];
     const int q0 = bench_free_port(), q1 = bench_free_port();
     snprintf(map, sizeof map,
              "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", q0, q1);
     snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
-    const char *e0[] = {maparg, tables, ha ? "--coordinator" : NULL, "--cluster-coordinator=self",
-                        lease,  NULL}; /* without ha: the map and tables only */
+    if (etcd_url)
+        snprintf(coord, sizeof coord, "--cluster-coordinator=%s", etcd_url);
+    const char *e0[] = {maparg,
+                        tables,
+                        ha ? "--coordinator" : NULL,
+                        etcd_url ? coord : "--cluster-coordinator=self",
+                        lease,
+                        NULL}; /* without ha: the map and tables only */
     c->pid0 = bench_ps_server_at(o, "ha", dir, "s0", q0, e0, &c->p0, &c->g0);
     if (c->pid0 < 0)
         return -1;
-    snprintf(coord, sizeof coord, "--cluster-coordinator=127.0.0.1:%d", c->g0);
+    if (!etcd_url)
+        snprintf(coord, sizeof coord, "--cluster-coordinator=127.0.0.1:%d", c->g0);
     const char *e1[] = {maparg, tables, ha ? coord : NULL, lease, NULL};
     c->pid1 = bench_ps_server_at(o, "ha", dir, "s1", q1, e1, &c->p1, NULL);
     if (c->pid1 < 0) {
@@ -77,6 +88,11 @@ static int cluster_up(const bench_opts_t *o, const char *dir, const char *tables
         return -1;
     }
     return 0;
+}
+
+static int cluster_up(const bench_opts_t *o, const char *dir, const char *tables, bool ha,
+                      const char *lease, cluster_t *c) {
+    return cluster_up_on(o, dir, tables, ha, lease, NULL, c);
 }
 
 static void cluster_down(cluster_t *c) {
@@ -160,8 +176,9 @@ static int cmp_key(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Adam's t of keys[0..n) on server 0 (its whole table, with state) into t (0: no row). */
-static int read_steps(psc_t *c, const uint64_t *keys, uint32_t n, uint32_t *t) {
+/* Adam's t of keys[0..n) on servers 0 .. nservers - 1 (their whole tables, with state, each key
+ * from its primary) into t (0: no row). */
+static int read_steps(psc_t *c, uint32_t nservers, const uint64_t *keys, uint32_t n, uint32_t *t) {
     const uint32_t stride = HA_DIM + 2 * HA_DIM + 1, cap = 65536;
     uint64_t *k = malloc((size_t)cap * 8);
     uint8_t *f = malloc(cap);
@@ -173,11 +190,11 @@ static int read_steps(psc_t *c, const uint64_t *keys, uint32_t n, uint32_t *t) {
     if (!rc)
         qsort(idx, n, sizeof *idx, cmp_key);
     memset(t, 0, (size_t)n * sizeof *t);
-    for (uint32_t part = 0; !rc && part < 16; part++) {
-        psc_stream_req_t q = {.server = 0,
+    for (uint32_t part = 0; !rc && part < 16 * nservers; part++) {
+        psc_stream_req_t q = {.server = part / 16,
                               .table = "emb",
                               .dim = stride,
-                              .part = part,
+                              .part = part % 16,
                               .parts = 16,
                               .cap = cap,
                               .keys = k,
@@ -208,10 +225,28 @@ typedef struct failover {
     long long lost, checked, failed_pushes, extra_in_t;
 } failover_t;
 
+/* What a failover run breaks: fn(ctx, cluster) (after the warm-up); `survivors` servers are left
+ * (their tables read back). */
+typedef struct fault {
+    void (*fn)(void *ctx, cluster_t *cl);
+    void *ctx;
+    uint32_t survivors;
+    const char *etcd_url; /* the servers' coordinator (NULL: server 0's) */
+    double watch_s;       /* pushes go on at least this long after it */
+} fault_t;
+
+static void kill_server1(void *ctx, cluster_t *cl) {
+    (void)ctx;
+    kill(cl->pid1, SIGKILL);
+    waitpid(cl->pid1, NULL, 0);
+    cl->pid1 = -1;
+}
+
 static int run_failover(const bench_opts_t *o, const char *dir, const char *lease, uint32_t nkeys,
-                        failover_t *r) {
+                        const fault_t *fault, failover_t *r) {
     cluster_t cl;
-    if (cluster_up(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, lease, &cl))
+    if (cluster_up_on(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, lease,
+                      fault->etcd_url, &cl))
         return -1;
     int rc = wait_replicated(cl.p0) ? 0 : -1;
     if (rc)
@@ -241,12 +276,12 @@ static int run_failover(const bench_opts_t *o, const char *dir, const char *leas
     }
     if (c) {
         sleep(o->smoke ? 1 : 3); /* warm: both halves written and replicated */
-        kill(cl.pid1, SIGKILL);
-        waitpid(cl.pid1, NULL, 0);
+        fault->fn(fault->ctx, &cl);
         atomic_store(&kill_ns, pc_time_mono_ns());
         const double t_kill = now_s();
         double back = 0;
-        while (now_s() - t_kill < 20 && (!back || now_s() - back < 2)) {
+        while (now_s() - t_kill < 20 &&
+               (!back || now_s() - back < 2 || now_s() - t_kill < fault->watch_s)) {
             if (!back && atomic_load(&after) > 0)
                 back = now_s();
             usleep(10000);
@@ -259,7 +294,7 @@ static int run_failover(const bench_opts_t *o, const char *dir, const char *leas
             rc = -1;
         }
     }
-    if (!rc && c && (rc = read_steps(c, keys, nkeys, t)) != 0)
+    if (!rc && c && (rc = read_steps(c, fault->survivors, keys, nkeys, t)) != 0)
         rc = -1;
     memset(r, 0, sizeof *r);
     for (uint32_t i = 0; !rc && i < nkeys; i++) {
@@ -277,6 +312,8 @@ static int run_failover(const bench_opts_t *o, const char *dir, const char *leas
     r->gap_before_s = (double)atomic_load(&gb) * 1e-9;
     if (c)
         psc_close(c);
+    if (cl.pid1 > 0)
+        bench_stop(cl.pid1);
     bench_stop(cl.pid0);
     free(keys);
     free(acked);
@@ -478,6 +515,68 @@ static int run_migrate(const bench_opts_t *o, const char *dir, const char *lease
     return rc;
 }
 
+/* ==== the etcd leader's death ============================================================== */
+
+/* tests/support/etcd_cluster.sh (the checkout's: EMBER_SOURCE_DIR) with args; its stdout into
+ * out (may be NULL); its exit status. */
+static int etcd_sh(const char *args, char *out, size_t cap) {
+    char cmd[1200], buf[512];
+    snprintf(cmd, sizeof cmd, "bash '%s/tests/support/etcd_cluster.sh' %s", EMBER_SOURCE_DIR, args);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    const size_t n = fread(out ? out : buf, 1, (out ? cap : sizeof buf) - 1, f);
+    (out ? out : buf)[n] = '\0';
+    const int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void kill_etcd_leader(void *ctx, cluster_t *cl) {
+    (void)cl;
+    const char *edir = ctx;
+    char args[600], out[64] = "";
+    snprintf(args, sizeof args, "leader '%s'", edir);
+    if (etcd_sh(args, out, sizeof out) == 0) {
+        snprintf(args, sizeof args, "kill '%s' %d", edir, atoi(out));
+        etcd_sh(args, NULL, 0);
+    } else {
+        fprintf(stderr, "ps-bench ha: no etcd leader to kill\n");
+    }
+}
+
+/* The failover run with the servers' map and leases in a 3-member etcd whose leader is killed
+ * (-9): 1 without etcd installed (said), -1 on a failure. */
+static int run_etcd_kill(const bench_opts_t *o, const char *dir, const char *lease, uint32_t nkeys,
+                         failover_t *r) {
+    if (system("command -v etcd >/dev/null 2>&1")) {
+        printf("etcd is not installed (deploy/install-deps.sh): etcd_leader_kill_stall_s not "
+               "measured\n");
+        return 1;
+    }
+    char edir[300], args[600], eps[512] = "", url[600], path[400];
+    snprintf(edir, sizeof edir, "%s/etcd", dir);
+    snprintf(args, sizeof args, "start '%s' 3", edir);
+    if (etcd_sh(args, NULL, 0)) {
+        fprintf(stderr, "ps-bench ha: etcd did not start\n");
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/endpoints", edir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(eps, sizeof eps, f))
+            eps[0] = '\0';
+        fclose(f);
+    }
+    eps[strcspn(eps, "\n")] = '\0';
+    snprintf(url, sizeof url, "etcd://%s/ps-bench-ha", eps);
+    /* a lease can lapse through the election: watched for three leases */
+    const fault_t fault = {kill_etcd_leader, edir, 2, url, o->smoke ? 2.0 : 6.0};
+    const int rc = eps[0] ? run_failover(o, dir, lease, nkeys, &fault, r) : -1;
+    snprintf(args, sizeof args, "stop '%s'", edir);
+    etcd_sh(args, NULL, 0);
+    return rc;
+}
+
 int bench_ha_main(int argc, char **argv) {
     bench_opts_t o;
     bench_parse_opts(argc, argv, "ha", &o);
@@ -491,8 +590,9 @@ int bench_ha_main(int argc, char **argv) {
     printf("ps-bench ha: 2 servers on CPU 0 (one event loop each), this client on CPU 1, %s\n",
            lease + 2);
 
-    failover_t f;
-    const int frc = run_failover(&o, dir, lease, fkeys, &f);
+    failover_t f, e;
+    const fault_t kill1 = {kill_server1, NULL, 1, NULL, 0};
+    const int frc = run_failover(&o, dir, lease, fkeys, &kill1, &f);
     if (!frc) {
         printf("failover (kill -9 of a primary, pushes from 2 threads):\n"
                "  failover_stall_s     %.2f s longest gap between answered pushes "
@@ -529,7 +629,13 @@ int bench_ha_main(int argc, char **argv) {
                "  migrate_train_dip    %.2f (push rows/s during the move %.2fM, before %.2fM)\n",
                mg.rows_per_s, (unsigned long long)mg.rows, mg.secs, mg.dip, mg.during / 1e6,
                mg.before / 1e6);
-    printf("not measured: etcd_leader_kill_stall_s (servers on etcd are not driven here)\n");
+    const int erc = run_etcd_kill(&o, dir, lease, fkeys, &e);
+    if (!erc)
+        printf("the etcd leader's death (servers' map and leases in 3 etcd members, kill -9 of "
+               "the leader):\n"
+               "  etcd_leader_kill_stall_s %.2f s longest gap between answered pushes (before: "
+               "%.3f s); acknowledged pushes lost %lld, failed %lld\n",
+               e.stall_s, e.gap_before_s, e.lost, e.failed_pushes);
 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "area", "ha");
@@ -560,11 +666,16 @@ int bench_ha_main(int argc, char **argv) {
         cJSON_AddNullToObject(root, "migrate_rows_per_s");
         cJSON_AddNullToObject(root, "migrate_train_dip");
     }
-    cJSON_AddNullToObject(root, "etcd_leader_kill_stall_s");
+    if (!erc) {
+        cJSON_AddNumberToObject(root, "etcd_leader_kill_stall_s", e.stall_s);
+        cJSON_AddNumberToObject(root, "etcd_lost_acked_pushes", (double)e.lost);
+    } else {
+        cJSON_AddNullToObject(root, "etcd_leader_kill_stall_s");
+    }
     bench_emit_json(&o, root);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {
     }
-    return frc || !rok || mrc ? 1 : 0;
+    return frc || !rok || mrc || erc < 0 ? 1 : 0;
 }

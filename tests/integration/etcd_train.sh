@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # etcd_train.sh SRC BIN: a 2-worker job coordinated through a 3-member etcd cluster, whose
 # leader is killed with SIGKILL mid-training. Real etcd members on loopback
-# (tests/support/etcd_cluster.sh), one ps-server whose Coordinator service keeps its state in
-# the same etcd (--coordinator-store), two ps-workers with --coordinator=etcd://<all members>.
+# (tests/support/etcd_cluster.sh); two ps-servers with replicas whose cluster map and leases live
+# in that etcd (--cluster-coordinator=etcd://..., docs/server.md "Replicas and failover"), the
+# first one's Coordinator service keeping its state there too (--coordinator-store); two
+# ps-workers with --coordinator=etcd://<all members>.
 #   - while training, `psctl workers JOB` lists both ranks, through the server (state in etcd)
 #     and with --coordinator=etcd://... (etcd directly);
 #   - the leader is killed after both workers made progress; both workers finish (exit 0), rank
 #     0 reports a test AUC, and the longest gap between rank 0's steps after the kill is printed
 #     (etcd's election and the coordinator store's retries: a pause, not an error);
-#   - no worker log says its group was lost or re-formed because of the kill.
+#   - no worker log says its group was lost or re-formed because of the kill, no worker lost a
+#     push or rolled back, and no server took another's slots (both kept their leases through
+#     etcd's election).
 # Exit 77 (skip) without etcd. Every wait is bounded.
 set -euo pipefail
 src=$1 bin=$2
@@ -39,15 +43,24 @@ echo "etcd members: $eps"
 
 "$bin/ps-datagen" --rows=240000 --test-rows=5000 --out="$tmp/train.tsv" --test-out="$tmp/test.tsv" 2>/dev/null
 split -n l/2 -d "$tmp/train.tsv" "$tmp/part-"
-dport=$(free_port) gport=$(free_port)
+dport=$(free_port) gport=$(free_port) dport1=$(free_port)
+map="version=1;servers=127.0.0.1:$dport,127.0.0.1:$dport1;slots=0-8191:0,8192-16383:1"
 "$bin/ps-server" --port="$dport" --grpc-port="$gport" --metrics-port=-1 --tables=name=emb,dim=8 \
-  --coordinator --coordinator-store="$url" --log-level=info >"$tmp/server.log" 2>&1 &
+  --coordinator --coordinator-store="$url" --cluster-map="$map" --cluster-coordinator="$url" \
+  --log-level=info >"$tmp/server.log" 2>&1 &
 pids+=($!)
-for ((t = 0; t < 100; t++)); do
-  "$bin/psctl" --server="127.0.0.1:$gport" --timeout-ms=1000 health >/dev/null 2>&1 && break
+"$bin/ps-server" --port="$dport1" --grpc-port=0 --metrics-port=-1 --tables=name=emb,dim=8 \
+  --cluster-map="$map" --cluster-coordinator="$url" --log-level=info >"$tmp/server1.log" 2>&1 &
+pids+=($!)
+replicated=0 # both servers up, the map in etcd naming backups
+for ((t = 0; t < 150; t++)); do
+  m=$("$bin/psctl" --server="127.0.0.1:$gport" --timeout-ms=1000 map 2>/dev/null || true)
+  if grep -q "0-8191:0/1" <<<"$m" && grep -q "8192-16383:1/0" <<<"$m"; then replicated=1; break; fi
   sleep 0.1
 done
+[ $replicated = 1 ] || fail "the servers did not publish a replicated map: $m"
 grep -q "state kept in etcd" "$tmp/server.log" || fail "the server does not keep its coordinator state in etcd"
+grep -q "cluster map and leases in etcd://" "$tmp/server1.log" || fail "server 1 does not keep the map in etcd"
 
 common=(--servers="127.0.0.1:$dport" --coordinator="$url" --world=2 --dim=8 --bottom=32,8
         --batch=256 --train="$tmp/part-00,$tmp/part-01" --job=etcdjob --lease-ms=3000
@@ -114,9 +127,14 @@ gaps = [b[0] - a[1] for a, b in zip(steps, steps[1:]) if b[0] >= killed]
 print(f"rank 0: {w0['samples']} samples, test AUC {w0.get('auc')}, {len(after)} steps after the "
       f"kill; longest gap between steps after it: {max(gaps, default=0) / 1e9:.2f} s")
 assert w0.get("auc") and w0["auc"] > 0.6, "rank 0's test AUC"
+assert w0["lost_pushes"] == 0 and w0["rollbacks"] == 0, "rank 0 lost pushes or rolled back"
 assert len(after) > 10, "the job went on after the kill"
 PY
 if grep -qiE "generation [1-9]|lost worker|group .*re-?form" "$tmp/w0.log" "$tmp/w1.log"; then
   fail "the etcd leader's death disturbed the worker group"
 fi
-echo "PASS: a 2-worker job went on through the etcd leader's death"
+if grep -qE "lost its lease|came back without its rows" "$tmp/server.log" "$tmp/server1.log"; then
+  fail "the etcd leader's death made a server take another's slots"
+fi
+grep -hE "lease lapsed|confirmed as primary" "$tmp/server.log" "$tmp/server1.log" | tail -n 4 || true
+echo "PASS: a 2-worker job on 2 replicated servers went on through the etcd leader's death"
