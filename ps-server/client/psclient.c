@@ -415,7 +415,10 @@ static void on_close_tcp(uv_handle_t *h) {
 static void server_drop(server_t *s, int rc, const char *why) {
     if (s->state == 0)
         return;
+    const bool was_up = s->state == 2 && !atomic_load(&s->c->stopping);
     server_fail(s, rc, why);
+    if (was_up) /* once per lost connection: its calls are retried (reconnecting) */
+        PC_WARN("psclient: %s: connection lost (%s); calls to it are retried", s->addr, s->msg);
     if (!s->hello_done) { /* lost before the HELLO answer: psc_connect ends with it, now */
         s->hello_done = true;
         hello_settled(s->c, rc, s->addr, s->msg);

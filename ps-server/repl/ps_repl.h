@@ -12,8 +12,12 @@
  *   none; promotes itself (the map after pc_cmap_fail_server) when a primary it backs up lost
  *   its lease, or came back (restarted within its lease) with a table other than the one this
  *   server's copy holds rows of; drops a backup of its own slots that lost its lease (so
- *   pushes stop waiting for it); and, restarted with no role left, joins again as a backup
- *   (pc_cmap_add_backup).
+ *   pushes stop waiting for it); restarted with no role left, joins again as a backup
+ *   (pc_cmap_add_backup) unless a resharding target leaves it out; moves the slots it is primary
+ *   of towards the resharding target (`psctl reshard`, ps_mapstore.h): the target's servers
+ *   become backups, then a handover (pushes held off until the new primary acknowledged every
+ *   change) names the new primary, then the backups are set as the target says; and erases the
+ *   rows of slots it has no role in after a map change.
  * - The follower: for every primary it backs up, every table, it copies the rows of the slots
  *   it backs up with their optimizer state (SCAN over what it holds, then erasing the keys the
  *   primary did not send: a copy never goes backwards), then follows the primary's change log

@@ -26,6 +26,7 @@
 #include "pc_wire.h"
 #include "proc_util.h"
 #include "psclient_repl.h"
+#include "cluster_check.h"
 #include "raw_frame.h"
 
 #include <signal.h>
@@ -107,43 +108,16 @@ static void wait_replicated(const cluster_t *cl) {
 
 #define STRIDE (DIM + 2 * DIM + 1) /* Adam's row: weights, m, v, t */
 
-/* Every row of server `server`'s table with its state, a batch at a time, to fn. */
-static void scan_state(psc_t *c, uint32_t server,
-                       void (*fn)(void *ctx, const uint64_t *keys, const float *rows, uint32_t n),
-                       void *ctx) {
-    uint64_t *k = calloc(65536, 8);
-    uint8_t *f = calloc(65536, 1);
-    float *rows = calloc((size_t)65536 * STRIDE, 4);
-    for (uint32_t part = 0; part < 4; part++) {
-        psc_stream_req_t q = {.server = server,
-                              .table = "emb",
-                              .dim = STRIDE,
-                              .part = part,
-                              .parts = 4,
-                              .cap = 65536,
-                              .keys = k,
-                              .found = f,
-                              .rows = rows};
-        psc_stream_t out;
-        char why[256];
-        int rc = psc__stream(c, true, &q, PC_STREAM_STATE, &out, why, sizeof why);
-        if (rc)
-            fail_msg("scan of server %u with state: %s: %s", server, pc_strerror(rc), why);
-        fn(ctx, k, rows, out.n);
-    }
-    free(k);
-    free(f);
-    free(rows);
-}
-
 typedef struct steps {
     const uint64_t *keys;
     size_t n;
     uint32_t *t;
 } steps_t;
 
-static void steps_of(void *ctx, const uint64_t *keys, const float *rows, uint32_t n) {
+static void steps_of(void *ctx, const uint64_t *keys, const float *rows, uint32_t n,
+                     uint32_t stride) {
     steps_t *x = ctx;
+    (void)stride;
     for (uint32_t i = 0; i < n; i++)
         for (size_t j = 0; j < x->n; j++)
             if (x->keys[j] == keys[i]) {
@@ -156,7 +130,7 @@ static void steps_of(void *ctx, const uint64_t *keys, const float *rows, uint32_
 static void read_steps(psc_t *c, uint32_t server, const uint64_t *keys, size_t n, uint32_t *t) {
     memset(t, 0, n * sizeof *t);
     steps_t x = {.keys = keys, .n = n, .t = t};
-    scan_state(c, server, steps_of, &x);
+    cc_scan_state(c, server, "emb", STRIDE, steps_of, &x);
 }
 
 static uint64_t g_keys[NKEYS];
@@ -328,61 +302,9 @@ static void test_stale_primary_refuses_pushes(void **state) {
 
 static char g_psctl[600];
 
-/* Run psctl with args (its stdout into out); its exit status. */
-static int psctl(const char *args, char *out, size_t cap) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s --timeout-ms=3000 %s", g_psctl, args);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = '\0';
-    const int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* Wait (bounded) until the map is the resharding target. */
-static void reshard_wait(const char *coord) {
-    char args[200], out[512];
-    snprintf(args, sizeof args, "--coordinator=%s --json reshard wait 30", coord);
-    const int st = psctl(args, out, sizeof out);
-    if (st)
-        fail_msg("psctl reshard wait: exit %d: %s", st, out);
-}
-
-/* FNV-1a over bytes, from h. */
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const uint8_t *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
-typedef struct tsum {
-    uint64_t sum;
-    size_t n;
-} tsum_t;
-
-static void sum_rows(void *ctx, const uint64_t *keys, const float *rows, uint32_t n) {
-    tsum_t *x = ctx;
-    for (uint32_t i = 0; i < n; i++)
-        x->sum += fnv(fnv(0xcbf29ce484222325ull, &keys[i], 8), rows + (size_t)i * STRIDE,
-                      (size_t)STRIDE * 4);
-    x->n += n;
-}
-
-/* The table's rows with their state at servers 0 .. nservers - 1 (each key from its primary):
- * a sum of per-row hashes (order-free) and the count. */
-static uint64_t table_sum(psc_t *c, uint32_t nservers, size_t *rows_out) {
-    tsum_t x = {0};
-    for (uint32_t s = 0; s < nservers; s++)
-        scan_state(c, s, sum_rows, &x);
-    *rows_out = x.n;
-    return x.sum;
-}
-
 /* table_sum over both servers, then the client closed and the cluster stopped. */
 static uint64_t table_sum_down(cluster_t *cl, psc_t *c, size_t *rows) {
-    const uint64_t sum = table_sum(c, 2, rows);
+    const uint64_t sum = cc_table_sum(c, 2, "emb", STRIDE, rows);
     psc_close(c);
     pu_stop(cl->s1);
     pu_stop(cl->s0);
@@ -398,9 +320,29 @@ static void reshard_round(psc_t *c, int k, uint64_t *pulled) {
     int rc = psc_pull(c, "emb", g_keys + first, BATCH, DIM, rows);
     if (rc)
         fail_msg("round %d: pull: %s", k, pc_strerror(rc));
-    *pulled = fnv(*pulled, rows, sizeof rows);
+    *pulled = cc_fnv(*pulled, rows, sizeof rows);
     if ((rc = psc_push(c, "emb", g_keys + first, BATCH, DIM, grads, NULL)))
         fail_msg("round %d: push: %s", k, pc_strerror(rc));
+}
+
+/* Rounds (20 between looks, from *k on) until the map is the resharding target (30 s at most),
+ * then until server 0 serves a map in which server 2 is primary of `want` slots or more (want
+ * 1), or has no role (want 0); that count. */
+static uint32_t rounds_until_moved(cluster_t *cl, psc_t *c, int *k, uint64_t *pulled, int want) {
+    for (double t0 = pu_now(); !cc_reshard_done(g_psctl, cl->grpc0) && pu_now() - t0 < 30;)
+        for (int j = 0; j < 20; j++, (*k)++)
+            reshard_round(c, *k, pulled);
+    assert_true(cc_reshard_done(g_psctl, cl->grpc0));
+    for (double t0 = pu_now(); pu_now() - t0 < 5; usleep(20000)) {
+        pc_cluster_map_t *m = map_of(cl->p0);
+        const uint32_t n = pc_cmap_server_slots(m, 2);
+        const bool role = pc_cmap_has_role(m, 2), repl = pc_cmap_replicated(m);
+        pc_cmap_destroy(m);
+        if (want ? n > 0 : !role && repl)
+            return n;
+    }
+    fail_msg("server 0 never served the target map");
+    return 0;
 }
 
 static void test_reshard_add_remove(void **state) {
@@ -411,39 +353,18 @@ static void test_reshard_add_remove(void **state) {
     cluster_up(&cl);
     wait_replicated(&cl);
     psc_t *c = connect_to(cl.p0);
-    char coord[64], args[300], out[4096];
-    snprintf(coord, sizeof coord, "127.0.0.1:%d", cl.grpc0);
-    uint64_t pulled = 0xcbf29ce484222325ull;
+    uint64_t pulled = CC_FNV_START;
     int k = 0;
     for (; k < 100; k++)
         reshard_round(c, k, &pulled);
     /* add a third server: psctl lists it in a new map version and writes the target */
     const int p2 = pu_free_port();
-    snprintf(args, sizeof args, "--coordinator=%s --json reshard add 127.0.0.1:%d", coord, p2);
-    assert_int_equal(psctl(args, out, sizeof out), 0);
-    char *mp = strstr(out, "\"map\":\"");
-    assert_non_null(mp);
-    mp += 7;
-    *strchr(mp, '"') = '\0';
-    char maparg[600];
-    snprintf(maparg, sizeof maparg, "--cluster-map=%s", mp);
+    char maparg[1024];
+    cc_reshard_add(g_psctl, cl.grpc0, p2, maparg, sizeof maparg);
     const char *e2[] = {maparg, k_tables, cl.coordarg, LEASE, NULL};
     const pid_t s2 = pu_spawn(p2, g_dir, e2, NULL);
     const double t0 = pu_now();
-    /* rounds go on while the slots move (psctl reshard status polled between them) */
-    snprintf(args, sizeof args, "--coordinator=%s --json reshard status", coord);
-    while (!strstr(out, "\"done\":true") && pu_now() - t0 < 30) {
-        for (int j = 0; j < 20; j++, k++)
-            reshard_round(c, k, &pulled);
-        assert_int_equal(psctl(args, out, sizeof out), 0);
-    }
-    reshard_wait(coord);
-    uint32_t third = 0; /* once server 0 adopted the last map */
-    for (double t2 = pu_now(); pu_now() - t2 < 5 && (third <= PC_NSLOTS / 4); usleep(20000)) {
-        pc_cluster_map_t *m = map_of(cl.p0);
-        third = pc_cmap_server_slots(m, 2);
-        pc_cmap_destroy(m);
-    }
+    const uint32_t third = rounds_until_moved(&cl, c, &k, &pulled, 1);
     print_message("added: server 2 is primary of %u slots after %.1f s (%d rounds)\n", third,
                   pu_now() - t0, k);
     assert_true(third > PC_NSLOTS / 4 && third < PC_NSLOTS / 2);
@@ -451,23 +372,8 @@ static void test_reshard_add_remove(void **state) {
         reshard_round(c, k, &pulled);
     /* and remove it again */
     const double t1 = pu_now();
-    snprintf(args, sizeof args, "--coordinator=%s reshard remove 127.0.0.1:%d", coord, p2);
-    assert_int_equal(psctl(args, out, sizeof out), 0);
-    snprintf(args, sizeof args, "--coordinator=%s --json reshard status", coord);
-    out[0] = '\0';
-    while (!strstr(out, "\"done\":true") && pu_now() - t1 < 30) {
-        for (int j = 0; j < 20; j++, k++)
-            reshard_round(c, k, &pulled);
-        assert_int_equal(psctl(args, out, sizeof out), 0);
-    }
-    reshard_wait(coord);
-    bool gone = false;
-    for (double t2 = pu_now(); pu_now() - t2 < 5 && !gone; usleep(20000)) {
-        pc_cluster_map_t *m = map_of(cl.p0);
-        gone = !pc_cmap_has_role(m, 2) && pc_cmap_replicated(m);
-        pc_cmap_destroy(m);
-    }
-    assert_true(gone);
+    cc_reshard_remove(g_psctl, cl.grpc0, p2);
+    rounds_until_moved(&cl, c, &k, &pulled, 0);
     print_message("removed after %.1f s; %d rounds in all\n", pu_now() - t1, k);
     pu_stop(s2);
     for (int j = 0; j < 50; j++, k++)
@@ -478,7 +384,7 @@ static void test_reshard_add_remove(void **state) {
     cluster_up(&cl);
     wait_replicated(&cl);
     c = connect_to(cl.p0);
-    uint64_t pulled0 = 0xcbf29ce484222325ull;
+    uint64_t pulled0 = CC_FNV_START;
     for (int j = 0; j < k; j++)
         reshard_round(c, j, &pulled0);
     const uint64_t sum0 = table_sum_down(&cl, c, &rows0);

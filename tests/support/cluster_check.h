@@ -1,0 +1,119 @@
+/* cluster_check.h: helpers for tests of a running cluster of ps-server processes: every row of a
+ * table with its optimizer state read back from the servers (over the delta stream's SCAN, each
+ * key from its primary), a table's order-free hash, and live resharding driven through psctl
+ * (docs/server.md "Live resharding"). */
+#ifndef CLUSTER_CHECK_H
+#define CLUSTER_CHECK_H
+
+#include "proc_util.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "emberps/psclient.h"
+#include "pc_error.h"
+#include "psclient_repl.h"
+
+typedef void (*cc_rows_fn)(void *ctx, const uint64_t *keys, const float *rows, uint32_t n,
+                           uint32_t stride);
+
+/* Every row of `table` at server `server` (a map index) with its state (stride floats a row),
+ * a batch at a time, to fn; fails the test on an error. */
+static inline void cc_scan_state(psc_t *c, uint32_t server, const char *table, uint32_t stride,
+                                 cc_rows_fn fn, void *ctx) {
+    enum { CAP = 65536, PARTS = 4 };
+    uint64_t *k = calloc(CAP, 8);
+    uint8_t *f = calloc(CAP, 1);
+    float *rows = calloc((size_t)CAP * stride, 4);
+    assert_true(k && f && rows);
+    for (uint32_t part = 0; part < PARTS; part++) {
+        psc_stream_req_t q = {.server = server,
+                              .table = table,
+                              .dim = stride,
+                              .part = part,
+                              .parts = PARTS,
+                              .cap = CAP,
+                              .keys = k,
+                              .found = f,
+                              .rows = rows};
+        psc_stream_t out;
+        char why[256];
+        int rc = psc__stream(c, true, &q, PC_STREAM_STATE, &out, why, sizeof why);
+        if (rc)
+            fail_msg("scan of server %u with state: %s: %s", server, pc_strerror(rc), why);
+        fn(ctx, k, rows, out.n, stride);
+    }
+    free(k);
+    free(f);
+    free(rows);
+}
+
+/* FNV-1a over n bytes, from h. */
+static inline uint64_t cc_fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#define CC_FNV_START 0xcbf29ce484222325ull
+
+typedef struct cc_sum {
+    uint64_t sum;
+    size_t n;
+} cc_sum_t;
+
+static inline void cc_sum_rows(void *ctx, const uint64_t *keys, const float *rows, uint32_t n,
+                               uint32_t stride) {
+    cc_sum_t *x = ctx;
+    for (uint32_t i = 0; i < n; i++)
+        x->sum += cc_fnv(cc_fnv(CC_FNV_START, &keys[i], 8), rows + (size_t)i * stride,
+                         (size_t)stride * 4);
+    x->n += n;
+}
+
+/* The rows of `table` with their state at servers 0 .. nservers - 1 (each key from its primary):
+ * a sum of per-row hashes (order-free, bit-exact) and the count. */
+static inline uint64_t cc_table_sum(psc_t *c, uint32_t nservers, const char *table, uint32_t stride,
+                                    size_t *rows) {
+    cc_sum_t x = {0, 0};
+    for (uint32_t s = 0; s < nservers; s++)
+        cc_scan_state(c, s, table, stride, cc_sum_rows, &x);
+    *rows = x.n;
+    return x.sum;
+}
+
+/* `psctl reshard add 127.0.0.1:port` through the coordinator at grpc_port: the map to start
+ * that server with, "--cluster-map=..." into maparg. */
+static inline void cc_reshard_add(const char *psctl, int grpc_port, int port, char *maparg,
+                                  size_t cap) {
+    char addr[64], out[4096];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const char *args[] = {"--json", "reshard", "add", addr, NULL};
+    assert_int_equal(pu_psctl(psctl, grpc_port, out, sizeof out, args), 0);
+    char *mp = strstr(out, "\"map\":\"");
+    assert_non_null(mp);
+    mp += 7;
+    char *end = strchr(mp, '"');
+    assert_non_null(end);
+    *end = '\0';
+    snprintf(maparg, cap, "--cluster-map=%s", mp);
+}
+
+static inline void cc_reshard_remove(const char *psctl, int grpc_port, int port) {
+    char addr[64], out[4096];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const char *args[] = {"reshard", "remove", addr, NULL};
+    assert_int_equal(pu_psctl(psctl, grpc_port, out, sizeof out, args), 0);
+}
+
+/* Whether the map in the coordinator is the resharding target (`psctl reshard status`). */
+static inline bool cc_reshard_done(const char *psctl, int grpc_port) {
+    char out[4096];
+    const char *args[] = {"--json", "reshard", "status", NULL};
+    assert_int_equal(pu_psctl(psctl, grpc_port, out, sizeof out, args), 0);
+    return strstr(out, "\"done\":true") != NULL;
+}
+
+#endif
