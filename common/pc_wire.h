@@ -190,9 +190,13 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
  * flags (docs/server.md "Replicas and failover"): PC_STREAM_STATE, the rows carry their
  * optimizer state (the reply's dim is then dim + state words); PC_STREAM_ACK (DELTAS only), the
  * request comes from the backup whose server index is `part` (parts 0), which has applied every
- * position before `from`. Other bits: PC_EINVAL. */
-#define PC_STREAM_STATE 1u
-#define PC_STREAM_ACK   2u
+ * position before `from`; PC_STREAM_SAME_MAP (SCAN only), the frame header's map_version is the
+ * map the requester copies under, and a server with another map answers PC_EWRONGSLOT with its
+ * own (a copy erases what the primary does not send: under another map that could be rows it still
+ * has). Other bits: PC_EINVAL. */
+#define PC_STREAM_STATE    1u
+#define PC_STREAM_ACK      2u
+#define PC_STREAM_SAME_MAP 4u
 typedef struct pc_wire_stream {
     char name[PC_WIRE_NAME_MAX + 1];
     uint32_t flags, max, part, parts;

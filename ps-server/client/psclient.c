@@ -121,6 +121,7 @@ struct call {
     int target; /* DELTAS, SCAN: the one server asked (its map index); -1: by keys, or all */
     const psc_stream_req_t *stream; /* DELTAS, SCAN: the caller's request, and its result */
     uint32_t stream_flags;          /* PC_STREAM_* (psclient_repl.h) */
+    uint64_t stream_map;            /* PC_STREAM_SAME_MAP: the header's map version */
     psc_stream_t *stream_out;
     psc_done_fn done;
     void *ctx;
@@ -1006,7 +1007,9 @@ static int part_send(server_t *s, part_t *p) {
     pc_wire_hdr_t h = {.op = k->op,
                        .id = p->fid,
                        .body_len = (uint32_t)body,
-                       .map_version = pc_cmap_version(s->c->map)};
+                       .map_version = k->stream_flags & PC_STREAM_SAME_MAP
+                                          ? k->stream_map
+                                          : pc_cmap_version(s->c->map)};
     pc_wire_hdr_encode(&h, w->data);
     uint8_t *b = w->data + PC_WIRE_HDR;
     p->sent = true;
@@ -1567,13 +1570,14 @@ int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, size_t cap) {
 
 /* DELTAS or SCAN of request q at its server; the reason of a failure into why. */
 static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t flags,
-                       psc_stream_t *out, char *why, size_t cap) {
+                       uint64_t map_version, psc_stream_t *out, char *why, size_t cap) {
     if (why && cap)
         why[0] = '\0';
     const bool bounds = op == PC_OP_DELTAS && !q->cap; /* rows neither asked nor buffered */
     const uint32_t dim_max = flags & PC_STREAM_STATE ? PC_WIRE_STREAM_STRIDE_MAX : PC_WIRE_DIM_MAX;
     if (!c || !q || !out || !q->table || !q->table[0] || strlen(q->table) > PC_WIRE_NAME_MAX ||
-        (flags & ~(PC_STREAM_STATE | PC_STREAM_ACK)) ||
+        (flags & ~(PC_STREAM_STATE | PC_STREAM_ACK | PC_STREAM_SAME_MAP)) ||
+        ((flags & PC_STREAM_SAME_MAP) && op != PC_OP_SCAN) ||
         ((flags & PC_STREAM_ACK) && (op != PC_OP_DELTAS || q->parts)) || (!q->dim && !bounds) ||
         q->dim > dim_max || (!bounds && (!q->cap || !q->keys || !q->found || !q->rows)) ||
         q->server > INT32_MAX || (op == PC_OP_SCAN && q->part >= q->parts))
@@ -1585,22 +1589,23 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t
     k->target = (int)q->server; /* a server the map does not have: PC_EINVAL (call_dispatch) */
     k->stream = q;
     k->stream_flags = flags;
+    k->stream_map = map_version;
     k->stream_out = out;
     k->dim = q->dim;
     return call_run(c, k, why, cap);
 }
 
 int psc_deltas(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
-    return stream_call(c, PC_OP_DELTAS, q, 0, out, why, cap);
+    return stream_call(c, PC_OP_DELTAS, q, 0, 0, out, why, cap);
 }
 
 int psc_scan(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
-    return stream_call(c, PC_OP_SCAN, q, 0, out, why, cap);
+    return stream_call(c, PC_OP_SCAN, q, 0, 0, out, why, cap);
 }
 
-int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags, psc_stream_t *out,
-                char *why, size_t cap) {
-    return stream_call(c, scan ? PC_OP_SCAN : PC_OP_DELTAS, q, flags, out, why, cap);
+int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags,
+                uint64_t map_version, psc_stream_t *out, char *why, size_t cap) {
+    return stream_call(c, scan ? PC_OP_SCAN : PC_OP_DELTAS, q, flags, map_version, out, why, cap);
 }
 
 uint64_t psc_feature_key(uint32_t field, uint64_t value) {

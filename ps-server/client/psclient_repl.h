@@ -16,8 +16,10 @@
 /* psc_scan (scan) or psc_deltas with stream flags (pc_wire.h PC_STREAM_*): PC_STREAM_STATE, rows
  * with their optimizer state (q->dim is then the table's dim + state words, the buffers sized to
  * it); PC_STREAM_ACK (DELTAS only, q->parts 0), the caller is the backup of server index
- * q->part, acknowledging every position before q->from. Errors as psc_deltas. */
-int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags, psc_stream_t *out,
-                char *why, size_t cap);
+ * q->part, acknowledging every position before q->from; PC_STREAM_SAME_MAP (scan only), the
+ * caller copies under map version map_version, and a server with another one answers
+ * PC_EWRONGSLOT (map_version is ignored without it). Errors as psc_deltas. */
+int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags,
+                uint64_t map_version, psc_stream_t *out, char *why, size_t cap);
 
 #endif

@@ -1189,6 +1189,8 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
          * map taken now (a map change does not wait for the scan) */
         pc_cluster_map_t *only = NULL;
         pthread_rwlock_rdlock(&dp->map_lock);
+        if (!x.rc && (q.flags & PC_STREAM_SAME_MAP) && pc_cmap_version(dp->map) != h->map_version)
+            x.rc = PC_EWRONGSLOT; /* a copy under another map: see pc_wire.h */
         if (!x.rc && !dp->owns_all && dp->replicated && pc_cmap_copy(dp->map, &only))
             x.rc = PC_ENOMEM;
         pthread_rwlock_unlock(&dp->map_lock);
@@ -1207,7 +1209,7 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
                      q.part, q.parts, q.name, (unsigned long long)x.limit);
             reply_error(c, h, x.rc, msg);
         } else if (x.rc) {
-            reply_error(c, h, x.rc, "scan");
+            reply_error(c, h, x.rc, x.rc == PC_EWRONGSLOT ? NULL : "scan");
         } else {
             pc_wire_stream_reply_t r = {ps_table_uid(t), 0, head, head, oldest, (uint32_t)x.n, dim};
             stream_send(c, h, t, w, &r, x.keys);

@@ -722,7 +722,8 @@ static int copy_table(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
                               .found = b->found,
                               .rows = b->rows};
         psc_stream_t out;
-        rc = psc__stream(pr->c, true, &q, PC_STREAM_STATE, &out, why, whycap);
+        rc = psc__stream(pr->c, true, &q, PC_STREAM_STATE | PC_STREAM_SAME_MAP, pc_cmap_version(m),
+                         &out, why, whycap);
         if (rc == PC_ETOOBIG && src->parts < 65536) { /* a part over the buffers: split finer */
             src->parts *= 2;
             part = 0; /* the parts loaded are loaded again: a load is idempotent */
@@ -842,7 +843,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                                   .found = b->found,
                                   .rows = b->rows};
             psc_stream_t out;
-            rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK, &out, why,
+            rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK, 0, &out, why,
                              sizeof why);
             if (rc == PC_ESTATE) /* the primary's table was replaced: is a copy held here? */
                 rc = copy_table(r, pr, src, m, t, b, why, sizeof why, &held);
@@ -852,8 +853,10 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             }
         }
         ps_catalog_release(r->cat, t);
-        if (rc == PC_ESTATE && current(r) != pc_cmap_version(m)) {
+        if ((rc == PC_ESTATE || rc == PC_EWRONGSLOT) && current(r) != pc_cmap_version(m)) {
             return 0; /* the map moved: the round starts again under the new one */
+        } else if (rc == PC_EWRONGSLOT) {
+            return 0; /* a copy while the primary has another map: again once it has ours */
         } else if (rc == PC_ESTATE && held) {
             PC_WARN("replication: table %s of %s was replaced while this server holds %zu rows "
                     "of it: taking over its slots",

@@ -15,6 +15,7 @@
  *    directory); dense models published for serving carry watermarks that reach the servers'
  *    final heads. */
 #include "proc_util.h"
+#include "cluster_check.h"
 #include "table_check.h"
 
 #include <math.h>
@@ -74,12 +75,7 @@ static void cluster_start(cluster_t *c, const char *table, bool fixed_grpc1) {
     c->grpc1arg[0] = '\0';
     if (fixed_grpc1)
         snprintf(c->grpc1arg, sizeof c->grpc1arg, "--grpc-port=%d", pu_free_port());
-    c->p0 = pu_free_port();
-    c->p1 = pu_free_port();
-    snprintf(c->map, sizeof c->map,
-             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", c->p0,
-             c->p1);
-    snprintf(c->maparg, sizeof c->maparg, "--cluster-map=%s", c->map);
+    cc_two_servers(&c->p0, &c->p1, c->map, sizeof c->map, c->maparg, sizeof c->maparg);
     snprintf(c->tables, sizeof c->tables, "--tables=%s", table);
     snprintf(c->ckpt0, sizeof c->ckpt0, "--ckpt-dir=%s/ckpt-%d", g_dir, c->p0);
     snprintf(c->ckpt1, sizeof c->ckpt1, "--ckpt-dir=%s/ckpt-%d", g_dir, c->p1);
@@ -745,24 +741,27 @@ static void test_server_restart(void **state) {
 #else
 #define REPLICA_TOL 0.002
 #endif
+/* Two servers with one backup per slot, server 0 also the coordinator holding the map and the
+ * leases (600 ms): docs/server.md "Replicas and failover". coordarg gets server 1's
+ * --cluster-coordinator (for a server started later). */
+static void replica_cluster_up(cluster_t *c, char *coordarg, size_t cap) {
+    memset(c, 0, sizeof *c);
+    cc_two_servers(&c->p0, &c->p1, c->map, sizeof c->map, c->maparg, sizeof c->maparg);
+    snprintf(c->tables, sizeof c->tables, "--tables=%s", RTABLE);
+    const char *e0[] = {c->maparg,        c->tables, "--coordinator", "--cluster-coordinator=self",
+                        "--lease-ms=600", NULL};
+    c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
+    snprintf(coordarg, cap, "--cluster-coordinator=127.0.0.1:%d", c->grpc0);
+    const char *e1[] = {c->maparg, c->tables, coordarg, "--lease-ms=600", NULL};
+    c->s1 = pu_spawn(c->p1, g_dir, e1, &c->grpc1);
+}
+
 static void test_primary_kill_with_replicas(void **state) {
     (void)state;
     const double auc0 = base_auc();
     cluster_t c;
-    memset(&c, 0, sizeof c);
-    c.p0 = pu_free_port();
-    c.p1 = pu_free_port();
-    snprintf(c.map, sizeof c.map,
-             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", c.p0, c.p1);
-    snprintf(c.maparg, sizeof c.maparg, "--cluster-map=%s", c.map);
-    snprintf(c.tables, sizeof c.tables, "--tables=%s", RTABLE);
-    const char *e0[] = {c.maparg,         c.tables, "--coordinator", "--cluster-coordinator=self",
-                        "--lease-ms=600", NULL};
-    c.s0 = pu_spawn(c.p0, g_dir, e0, &c.grpc0);
     char coordarg[64];
-    snprintf(coordarg, sizeof coordarg, "--cluster-coordinator=127.0.0.1:%d", c.grpc0);
-    const char *e1[] = {c.maparg, c.tables, coordarg, "--lease-ms=600", NULL};
-    c.s1 = pu_spawn(c.p1, g_dir, e1, &c.grpc1);
+    replica_cluster_up(&c, coordarg, sizeof coordarg);
     pw_coord_t *co = coord_of(&c);
     rjob_t j = {.c = &c, .job = "replica", .policy = "wait", .rejoin_ms = 20000};
     snprintf(j.out[0], sizeof j.out[0], "%s/rep0.json", g_dir);
@@ -786,6 +785,94 @@ static void test_primary_kill_with_replicas(void **state) {
     assert_true(fabs(auc - auc0) <= REPLICA_TOL);
     pw_coord_close(co);
     pu_stop(c.s0);
+}
+
+/* Steps rank 0 ended, from its --step-log. */
+static int steps_logged(const char *log) {
+    FILE *f = fopen(log, "r");
+    int n = 0, rank;
+    unsigned long long round, ns;
+    char what[8];
+    while (f && fscanf(f, "%d %llu %7s %llu", &rank, &round, what, &ns) == 4)
+        n += strcmp(what, "end") == 0;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* One worker (sync, alone: one fixed order of pulls and pushes) over the recovery data, three
+ * epochs, against two servers with replicas; with `reshard`, a third server is brought in after
+ * step 20 (psctl reshard add) and taken out again (remove) once the map is the target, both while
+ * the worker trains. Returns the hash of the whole table at the end (rows with Adagrad's state,
+ * each from its primary: tests/support/cluster_check.h), its rows into *rows and the worker's
+ * summary into out. */
+static uint64_t reshard_job(bool reshard, const char *out, size_t *rows) {
+    recovery_data();
+    cluster_t c;
+    char coordarg[64], srv[64], tr[640], test[320], b[32], sl[340], log[300], maparg[1024];
+    replica_cluster_up(&c, coordarg, sizeof coordarg);
+    snprintf(log, sizeof log, "%s/reshard%d.steps", g_dir, reshard);
+    unlink(log);
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+    snprintf(tr, sizeof tr, "--train=%s,%s", g_r0, g_r1);
+    snprintf(test, sizeof test, "--test=%s", g_rtest);
+    snprintf(b, sizeof b, "--batch=%d", RB);
+    snprintf(sl, sizeof sl, "--step-log=%s", log);
+    const char *args[] = {srv, tr, test, b, sl, "--epochs=3", "--dense-lr=0.001", NULL};
+    const pid_t w = worker(args, out);
+    if (reshard) {
+        for (double t0 = pu_now(); steps_logged(log) < 20 && pu_now() - t0 < 60;)
+            usleep(10000);
+        assert_true(steps_logged(log) >= 20);
+        const int p2 = pu_free_port();
+        cc_reshard_add(g_psctl, c.grpc0, p2, maparg, sizeof maparg);
+        const char *e2[] = {maparg, c.tables, coordarg, "--lease-ms=600", NULL};
+        const pid_t s2 = pu_spawn(p2, g_dir, e2, NULL);
+        for (double t0 = pu_now(); !cc_reshard_done(g_psctl, c.grpc0) && pu_now() - t0 < 30;)
+            usleep(20000);
+        const int at_add = steps_logged(log);
+        cc_reshard_remove(g_psctl, c.grpc0, p2);
+        for (double t0 = pu_now(); !cc_reshard_done(g_psctl, c.grpc0) && pu_now() - t0 < 30;)
+            usleep(20000);
+        const int at_remove = steps_logged(log);
+        assert_true(cc_reshard_done(g_psctl, c.grpc0));
+        print_message("a third server added (moved by step %d) and removed (by step %d) while "
+                      "the worker trained\n",
+                      at_add, at_remove);
+        assert_true(running(w)); /* both moves happened during training */
+        usleep(300000);          /* every server adopted the last map before s2 goes */
+        pu_stop(s2);
+    }
+    assert_int_equal(pu_reap(w, 180), 0);
+    psc_opts_t po = {.servers = srv + 10, .timeout_ms = 5000};
+    psc_t *pc;
+    assert_int_equal(psc_connect(&po, &pc), 0);
+    const uint64_t sum = cc_table_sum(pc, 2, "emb", 32, rows); /* dim 16 + Adagrad's 16 */
+    psc_close(pc);
+    pu_stop(c.s1);
+    pu_stop(c.s0);
+    return sum;
+}
+
+/* Live resharding under a training worker (docs/server.md "Live resharding"): a third server
+ * added and removed mid-training; no pull or push failed or was lost, and the whole table equals,
+ * bit for bit, the table of the same job on a cluster never resharded (and so does the AUC). */
+static void test_reshard_mid_training(void **state) {
+    (void)state;
+    char o1[300], o0[300];
+    snprintf(o1, sizeof o1, "%s/reshard1.json", g_dir);
+    snprintf(o0, sizeof o0, "%s/reshard0.json", g_dir);
+    size_t rows1, rows0;
+    const uint64_t h1 = reshard_job(true, o1, &rows1), h0 = reshard_job(false, o0, &rows0);
+    print_message("resharded: %zu rows, hash %016llx, AUC %.6f, lost pushes %.0f; never "
+                  "resharded: %zu rows, hash %016llx, AUC %.6f\n",
+                  rows1, (unsigned long long)h1, json_num(o1, "auc"), json_num(o1, "lost_pushes"),
+                  rows0, (unsigned long long)h0, json_num(o0, "auc"));
+    assert_true(json_num(o1, "lost_pushes") == 0 && json_num(o1, "rollbacks") == 0);
+    assert_true(json_num(o1, "samples") == json_num(o0, "samples"));
+    assert_int_equal(rows1, rows0);
+    assert_true(h1 == h0);
+    assert_true(json_num(o1, "auc") == json_num(o0, "auc"));
 }
 
 /* The flags of a job with coordinated checkpoints into g_dir/<name> against cluster c. */
@@ -1161,11 +1248,17 @@ int main(int argc, char **argv) {
     const char *slash = strrchr(pu_bin, '/');
     snprintf(g_psctl, sizeof g_psctl, "%.*spsctl", slash ? (int)(slash - pu_bin + 1) : 0, pu_bin);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sync_equivalence),  cmocka_unit_test(test_unequal_data_and_errors),
-        cmocka_unit_test(test_worker_restart),    cmocka_unit_test(test_worker_lost),
-        cmocka_unit_test(test_server_restart),    cmocka_unit_test(test_primary_kill_with_replicas),
-        cmocka_unit_test(test_job_rollback),      cmocka_unit_test(test_consistency_modes),
-        cmocka_unit_test(test_worker_hung),       cmocka_unit_test(test_server_rollback),
+        cmocka_unit_test(test_sync_equivalence),
+        cmocka_unit_test(test_unequal_data_and_errors),
+        cmocka_unit_test(test_worker_restart),
+        cmocka_unit_test(test_worker_lost),
+        cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_primary_kill_with_replicas),
+        cmocka_unit_test(test_reshard_mid_training),
+        cmocka_unit_test(test_job_rollback),
+        cmocka_unit_test(test_consistency_modes),
+        cmocka_unit_test(test_worker_hung),
+        cmocka_unit_test(test_server_rollback),
         cmocka_unit_test(test_publish_watermark),
     };
     if (argc > 3) /* a test name pattern (cmocka's * and ?), to run one scenario */

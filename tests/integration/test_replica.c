@@ -60,12 +60,7 @@ static void start1(cluster_t *c) {
 
 static void cluster_up(cluster_t *c) {
     memset(c, 0, sizeof *c);
-    c->p0 = pu_free_port();
-    c->p1 = pu_free_port();
-    snprintf(c->map, sizeof c->map,
-             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", c->p0,
-             c->p1);
-    snprintf(c->maparg, sizeof c->maparg, "--cluster-map=%s", c->map);
+    cc_two_servers(&c->p0, &c->p1, c->map, sizeof c->map, c->maparg, sizeof c->maparg);
     const char *e0[] = {c->maparg, k_tables, "--coordinator", "--cluster-coordinator=self",
                         LEASE,     NULL};
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);

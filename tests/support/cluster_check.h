@@ -15,6 +15,17 @@
 #include "pc_error.h"
 #include "psclient_repl.h"
 
+/* Two free data ports and the map that gives each server half of the slots (no backups: a
+ * server with --cluster-coordinator adds them), as text and as "--cluster-map=...". */
+static inline void cc_two_servers(int *p0, int *p1, char *map, size_t mcap, char *maparg,
+                                  size_t acap) {
+    *p0 = pu_free_port();
+    *p1 = pu_free_port();
+    snprintf(map, mcap, "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1",
+             *p0, *p1);
+    snprintf(maparg, acap, "--cluster-map=%s", map);
+}
+
 typedef void (*cc_rows_fn)(void *ctx, const uint64_t *keys, const float *rows, uint32_t n,
                            uint32_t stride);
 
@@ -39,7 +50,7 @@ static inline void cc_scan_state(psc_t *c, uint32_t server, const char *table, u
                               .rows = rows};
         psc_stream_t out;
         char why[256];
-        int rc = psc__stream(c, true, &q, PC_STREAM_STATE, &out, why, sizeof why);
+        int rc = psc__stream(c, true, &q, PC_STREAM_STATE, 0, &out, why, sizeof why);
         if (rc)
             fail_msg("scan of server %u with state: %s: %s", server, pc_strerror(rc), why);
         fn(ctx, k, rows, out.n, stride);

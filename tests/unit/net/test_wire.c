@@ -255,8 +255,11 @@ static void test_stream_codec(void **state) {
     b[16 + 5] = 1; /* a padding byte */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[16 + 5] = 0;
-    b[2] = 4; /* a flag that does not exist */
+    b[2] = 8; /* a flag that does not exist */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    b[2] = PC_STREAM_STATE | PC_STREAM_SAME_MAP; /* a copy under the header's map */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
+    assert_true(d.flags == (PC_STREAM_STATE | PC_STREAM_SAME_MAP));
     b[2] = PC_STREAM_ACK; /* an acknowledging follower with parts != 0 */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[2] = 0;
@@ -265,6 +268,8 @@ static void test_stream_codec(void **state) {
     assert_int_equal(pc_wire_stream_encode(&q, b), len);
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
     assert_true(d.flags == (PC_STREAM_STATE | PC_STREAM_ACK) && d.part == 3 && d.parts == 0);
+    b[2] = PC_STREAM_ACK | PC_STREAM_SAME_MAP; /* SAME_MAP is for copies (SCAN), not DELTAS */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     q.flags = 0;
     q.parts = 8;
     pc_wire_stream_encode(&q, b);
