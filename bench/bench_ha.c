@@ -100,12 +100,18 @@ static void cluster_down(cluster_t *c) {
     bench_stop(c->pid0);
 }
 
-static psc_t *client_of(int port) {
+/* A client of the server at port; retries: 5 (a push refused for 0.3 s fails), or 9 as the
+ * worker's (5.1 s: a handover holds pushes off up to 1 s) for the migration's load. */
+static psc_t *client_retrying(int port, int retries) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    psc_opts_t po = {.servers = addr, .timeout_ms = 3000, .retries = 5};
+    psc_opts_t po = {.servers = addr, .timeout_ms = 3000, .retries = retries};
     psc_t *c = NULL;
     return psc_connect(&po, &c) ? NULL : c;
+}
+
+static psc_t *client_of(int port) {
+    return client_retrying(port, 5);
 }
 
 /* Wait (bounded) until server 0's map names backups and gives server 1 its half. */
@@ -447,7 +453,7 @@ static int run_migrate(const bench_opts_t *o, const char *dir, const char *lease
     if (cluster_up(o, dir, tables, true, lease, &cl))
         return -1;
     int rc = wait_replicated(cl.p0) ? 0 : -1;
-    psc_t *c = rc ? NULL : client_of(cl.p0);
+    psc_t *c = rc ? NULL : client_retrying(cl.p0, 9);
     _Atomic bool stop = false;
     _Atomic uint64_t rows = 0;
     load_t x[NT];
