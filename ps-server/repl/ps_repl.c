@@ -360,7 +360,8 @@ static void watch(ps_repl_t *r) {
 
 #define HANDOVER_MS     1000  /* the longest pushes are held off for a handover (then retried) */
 #define HANDOVER_SLACK  65536 /* change-log entries a new primary may be behind when one starts */
-#define RESHARD_TICK_MS 20    /* the controller's tick while the map differs from the target, */
+#define LAG_MAX         (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs */
+#define RESHARD_TICK_MS 20 /* the controller's tick while the map differs from the target, */
 #define RESHARD_FAST_NS 2000000000ull /* and changed this recently (else stuck: normal ticks) */
 
 /* Read the target (psctl reshard) into r->target: kept when it fits map m (its servers are m's
@@ -438,13 +439,13 @@ static bool reshard_add_backups(ps_repl_t *r, const pc_cluster_map_t *m,
 
 /* Whether backup `to` acknowledged every table up to the heads in snap[0..n) (its entries). */
 static bool caught_up(ps_repl_t *r, uint32_t to, const ps_dp_lag_t *snap, size_t n) {
-    ps_dp_lag_t now[64];
-    const size_t m = ps_dp_repl_lag(r->dp, now, 64);
+    static _Thread_local ps_dp_lag_t now[LAG_MAX]; /* the controller's */
+    const size_t m = ps_dp_repl_lag(r->dp, now, LAG_MAX);
     for (size_t i = 0; i < n; i++) {
         if (snap[i].server != to)
             continue;
         bool ok = false;
-        for (size_t j = 0; j < m && j < 64 && !ok; j++)
+        for (size_t j = 0; j < m && j < LAG_MAX && !ok; j++)
             ok = now[j].uid == snap[i].uid && now[j].server == to && now[j].acked >= snap[i].head;
         if (!ok)
             return false;
@@ -464,10 +465,10 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
     ps_dp_set_write_until(r->dp, 0);
     while (!ps_dp_pushes_idle(r->dp) && pc_time_mono_ns() < limit)
         sched_yield();
-    ps_dp_lag_t snap[64];
-    const size_t n = ps_dp_pushes_idle(r->dp) ? ps_dp_repl_lag(r->dp, snap, 64) : 0;
+    static _Thread_local ps_dp_lag_t snap[LAG_MAX];
+    const size_t n = ps_dp_pushes_idle(r->dp) ? ps_dp_repl_lag(r->dp, snap, LAG_MAX) : 0;
     bool synced = false;
-    while (n && n <= 64 && !(synced = caught_up(r, to, snap, n)) && !atomic_load(&r->stop) &&
+    while (n && n <= LAG_MAX && !(synced = caught_up(r, to, snap, n)) && !atomic_load(&r->stop) &&
            pc_time_mono_ns() < limit)
         pc_time_sleep_ms(1);
     pc_cluster_map_t *next = synced ? map_copy(r) : NULL;
