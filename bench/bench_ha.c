@@ -17,13 +17,14 @@
  *   --quick 50k, --smoke 5k) against the same two servers with backups (sync) and without
  *   (no coordinator: a fixed map), alternating, fresh servers each, two pairs;
  *   replication_push_cost = the R=1 / R=0 ratio of the pairs' means (goal >= 0.7).
- * - Live migration (docs/server.md "Live resharding"): the same two servers with backups and a
- *   table of nkeys rows (the replication cost's), 4 threads pushing over all of them; after a
- *   measured window, `psctl reshard add` lists a third server (started then, on CPU 0 too) which
- *   takes a third of the slots: copied, caught up, handed over, released. migrate_rows_per_s:
- *   the rows the third server holds as primary at the end over the seconds from psctl's call to
- *   the map matching the target (`psctl reshard status`); migrate_train_dip: push rows/s during
- *   the move over those of the window before it (goal >= 0.7).
+ * - Live migration (docs/server.md "Live resharding"): the same two servers with backups (a dim-16
+ *   table), a ps-worker (unpinned, --step-log) training on ps-datagen data (200k rows; --smoke
+ *   20k; epochs until stopped); after 50 steps and a measured window, `psctl reshard add` lists a
+ *   third server (started then, on CPU 0 too) which takes a third of the slots: copied, caught
+ *   up, handed over, released. migrate_rows_per_s: the rows the third server holds as primary at
+ *   the end over the seconds from psctl's call to the map matching the target (`psctl reshard
+ *   status`); migrate_train_dip: the worker's samples/s (steps that ended) during the move over
+ *   the window before it (goal >= 0.7).
  * - The etcd leader's death: the failover run again with the servers' map and leases in a
  *   3-member etcd on loopback (tests/support/etcd_cluster.sh), whose leader is killed with -9
  *   instead of a server. etcd_leader_kill_stall_s: the longest gap between answered pushes from
@@ -46,6 +47,7 @@
 #include "pc_error.h"
 #include "pc_time.h"
 #include "psclient_repl.h"
+#include "pw_datagen.h"
 
 #define HA_DIM   16
 #define HA_BATCH 256
@@ -100,18 +102,12 @@ static void cluster_down(cluster_t *c) {
     bench_stop(c->pid0);
 }
 
-/* A client of the server at port; retries: 5 (a push refused for 0.3 s fails), or 9 as the
- * worker's (5.1 s: a handover holds pushes off up to 1 s) for the migration's load. */
-static psc_t *client_retrying(int port, int retries) {
+static psc_t *client_of(int port) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-    psc_opts_t po = {.servers = addr, .timeout_ms = 3000, .retries = retries};
+    psc_opts_t po = {.servers = addr, .timeout_ms = 3000, .retries = 5};
     psc_t *c = NULL;
     return psc_connect(&po, &c) ? NULL : c;
-}
-
-static psc_t *client_of(int port) {
-    return client_retrying(port, 5);
 }
 
 /* Wait (bounded) until server 0's map names backups and gives server 1 its half. */
@@ -401,30 +397,38 @@ static double push_rate(const bench_opts_t *o, const char *dir, bool ha, const c
 
 /* ==== live migration ====================================================================== */
 
-typedef struct load {
-    psc_t *c;
-    uint64_t first, n;
-    _Atomic bool *stop;
-    _Atomic uint64_t *rows;
-    int rc;
-} load_t;
-
-static void *load_loop(void *arg) {
-    load_t *x = arg;
-    enum { B = 1000, D = 64 };
-    float *g = malloc(sizeof(float) * B * D);
-    uint64_t *k = malloc(B * 8);
-    for (int i = 0; i < B * D; i++)
-        g[i] = 0.001f;
-    for (uint64_t at = 0; !atomic_load(x->stop) && !x->rc; at = (at + B) % (x->n - B)) {
-        for (int i = 0; i < B; i++)
-            k[i] = bench_key(x->first + at + (uint64_t)i);
-        x->rc = psc_push(x->c, "emb", k, B, D, g, NULL);
-        atomic_fetch_add(x->rows, B);
+/* The ends of the steps a --step-log holds (ns, CLOCK_MONOTONIC) into *ends (malloc'ed); their
+ * count. */
+static size_t step_ends(const char *log, uint64_t **ends) {
+    FILE *f = fopen(log, "r");
+    size_t n = 0, cap = 0;
+    *ends = NULL;
+    int rank;
+    unsigned long long round, ns;
+    char what[8];
+    while (f && fscanf(f, "%d %llu %7s %llu", &rank, &round, what, &ns) == 4) {
+        if (strcmp(what, "end"))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            uint64_t *e = realloc(*ends, cap * sizeof *e);
+            if (!e)
+                break;
+            *ends = e;
+        }
+        (*ends)[n++] = ns;
     }
-    free(k);
-    free(g);
-    return NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Steps that ended in [t0, t1) (ns) per second. */
+static double steps_per_s(const uint64_t *ends, size_t n, uint64_t t0, uint64_t t1) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        k += ends[i] >= t0 && ends[i] < t1;
+    return t1 > t0 ? (double)k / ((double)(t1 - t0) * 1e-9) : 0;
 }
 
 /* psctl (next to ps-bench) with args; its stdout into out; its exit status. */
@@ -446,35 +450,49 @@ typedef struct migrate {
     uint64_t rows;
 } migrate_t;
 
-static int run_migrate(const bench_opts_t *o, const char *dir, const char *lease, uint64_t nkeys,
+static int run_migrate(const bench_opts_t *o, const char *dir, const char *lease, uint64_t nrows,
                        double secs, migrate_t *r) {
+    enum { BATCH = 256 };
+    char tr[300], log[300], wbin[512], cmd[2048], args[600], out[8192] = "", coord[64];
+    snprintf(tr, sizeof tr, "%s/migrate.tsv", dir);
+    snprintf(log, sizeof log, "%s/migrate.steps", dir);
+    pw_datagen_opts_t go;
+    pw_datagen_defaults(&go);
+    go.rows = (int64_t)nrows;
+    go.test_rows = 0;
+    FILE *ft = fopen(tr, "w");
+    if (!ft || pw_datagen_run(&go, ft, NULL, NULL)) {
+        if (ft)
+            fclose(ft);
+        fprintf(stderr, "ps-bench ha: cannot write the training data\n");
+        return -1;
+    }
+    fclose(ft);
     cluster_t cl;
-    const char *tables = "--tables=name=emb,dim=64,optimizer=adagrad";
+    const char *tables = "--tables=name=emb,dim=16";
     if (cluster_up(o, dir, tables, true, lease, &cl))
         return -1;
-    int rc = wait_replicated(cl.p0) ? 0 : -1;
-    psc_t *c = rc ? NULL : client_retrying(cl.p0, 9);
-    _Atomic bool stop = false;
-    _Atomic uint64_t rows = 0;
-    load_t x[NT];
-    pthread_t th[NT];
-    int started = 0, pid2 = -1, p2 = 0, g2 = 0;
-    for (; c && started < NT; started++) {
-        x[started] = (load_t){c, (uint64_t)started * (nkeys / NT), nkeys / NT, &stop, &rows, 0};
-        pthread_create(&th[started], NULL, load_loop, &x[started]);
-    }
-    char args[600], out[8192] = "", coord[64];
+    int rc = wait_replicated(cl.p0) ? 0 : -1, pid2 = -1, p2 = 0, g2 = 0, w = -1;
+    bench_sibling("ps-worker", wbin, sizeof wbin);
+    snprintf(cmd, sizeof cmd,
+             "exec '%s' --servers=127.0.0.1:%d --train='%s' --epochs=1000 --batch=%d "
+             "--step-log='%s' --log-level=error --progress-every=0 > /dev/null",
+             wbin, cl.p0, tr, BATCH, log);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    const bench_opts_t unpinned = {.pin = false};
+    if (!rc)
+        w = bench_spawn(&unpinned, argv);
     snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", cl.g0);
-    if (c) {
-        usleep((useconds_t)(secs * 5e5)); /* every row created, then the window before */
-        const uint64_t r0 = atomic_load(&rows);
-        const double t0 = now_s();
-        usleep((useconds_t)(secs * 1e6));
-        r->before = (double)(atomic_load(&rows) - r0) / (now_s() - t0);
+    uint64_t t_add = 0, t_done = 0;
+    if (w > 0) {
+        uint64_t *e = NULL;
+        for (double t0 = now_s(); step_ends(log, &e) < 50 && now_s() - t0 < 60; free(e))
+            usleep(50000); /* warm: the rows created */
+        free(e);
+        usleep((useconds_t)(secs * 1e6)); /* the window before */
         const int q2 = bench_free_port();
         snprintf(args, sizeof args, "%s --json reshard add 127.0.0.1:%d", coord, q2);
-        const uint64_t r1 = atomic_load(&rows);
-        const double t1 = now_s();
+        t_add = pc_time_mono_ns();
         char *mp = run_psctl(args, out, sizeof out) == 0 ? strstr(out, "\"map\":\"") : NULL;
         char maparg[1200], ccoord[64];
         if (mp && strchr(mp + 7, '"')) {
@@ -486,33 +504,36 @@ static int run_migrate(const bench_opts_t *o, const char *dir, const char *lease
         }
         bool done = false;
         snprintf(args, sizeof args, "%s --json reshard status", coord);
-        while (pid2 > 0 && !done && now_s() - t1 < 60) {
+        while (pid2 > 0 && !done && now_s() - (double)t_add * 1e-9 < 60) {
             usleep(20000);
             done = run_psctl(args, out, sizeof out) == 0 && strstr(out, "\"done\":true");
         }
-        r->secs = now_s() - t1;
-        r->during = (double)(atomic_load(&rows) - r1) / r->secs;
+        t_done = pc_time_mono_ns();
         rc = done ? 0 : -1;
         if (!done)
             fprintf(stderr, "ps-bench ha: the migration did not finish in 60 s: %s\n", out);
-    }
-    atomic_store(&stop, true);
-    for (int i = 0; i < started; i++) {
-        pthread_join(th[i], NULL);
-        if (x[i].rc && !rc) {
-            fprintf(stderr, "ps-bench ha: a push failed during the migration: %s\n",
-                    pc_strerror(x[i].rc));
+        usleep(200000);
+        if (waitpid(w, NULL, WNOHANG) != 0) {
+            fprintf(stderr, "ps-bench ha: the worker stopped during the migration\n");
             rc = -1;
+            w = -1;
         }
     }
+    if (w > 0)
+        bench_stop(w);
+    uint64_t *ends = NULL;
+    const size_t ne = step_ends(log, &ends);
+    const uint64_t win = (uint64_t)(secs * 1e9);
+    r->before = steps_per_s(ends, ne, t_add - win, t_add) * BATCH;
+    r->during = steps_per_s(ends, ne, t_add, t_done) * BATCH;
+    r->secs = (double)(t_done - t_add) * 1e-9;
+    free(ends);
     if (!rc) { /* the rows the third server holds (all as primary: it backs up nothing) */
         snprintf(args, sizeof args, "--server=127.0.0.1:%d --json stats emb", g2);
         const char *at = run_psctl(args, out, sizeof out) == 0 ? strstr(out, "\"rows\":") : NULL;
         r->rows = at ? strtoull(at + 7, NULL, 10) : 0;
         rc = r->rows ? 0 : -1;
     }
-    if (c)
-        psc_close(c);
     if (pid2 > 0)
         bench_stop(pid2);
     cluster_down(&cl);
@@ -627,14 +648,16 @@ int bench_ha_main(int argc, char **argv) {
                (unsigned long long)rkeys, m1 / 1e6, r1[0] / 1e6, r1[1] / 1e6, m0 / 1e6, r0[0] / 1e6,
                r0[1] / 1e6, m1 / m0);
     migrate_t mg = {0};
-    const int mrc = run_migrate(&o, dir, lease, rkeys, secs, &mg);
+    const uint64_t mrows = o.smoke ? 20000 : o.quick ? 200000 : 500000;
+    const int mrc = run_migrate(&o, dir, lease, mrows, secs, &mg);
     if (!mrc)
-        printf("live migration (psctl reshard add of a third server under 4 pushing threads):\n"
+        printf("live migration (psctl reshard add of a third server while a ps-worker trains):\n"
                "  migrate_rows_per_s   %.0f rows/s (%llu rows in %.2f s, to the map matching the "
                "target)\n"
-               "  migrate_train_dip    %.2f (push rows/s during the move %.2fM, before %.2fM)\n",
-               mg.rows_per_s, (unsigned long long)mg.rows, mg.secs, mg.dip, mg.during / 1e6,
-               mg.before / 1e6);
+               "  migrate_train_dip    %.2f (the worker's samples/s during the move %.0f, in the "
+               "%.1f s before %.0f)\n",
+               mg.rows_per_s, (unsigned long long)mg.rows, mg.secs, mg.dip, mg.during, secs,
+               mg.before);
     const int erc = run_etcd_kill(&o, dir, lease, fkeys, &e);
     if (!erc)
         printf("the etcd leader's death (servers' map and leases in 3 etcd members, kill -9 of "
