@@ -392,6 +392,7 @@ static bool reshard_add_backups(ps_repl_t *r, const pc_cluster_map_t *m,
     const uint32_t me = r->o.self;
     pc_cluster_map_t *next = map_copy(r);
     uint32_t n = 0;
+    int8_t up[PC_MAX_SERVERS] = {0}; /* its lease seen now: 1, not: -1, not asked yet: 0 */
     for (uint32_t s = 0; next && s < PC_NSLOTS; s++) {
         if (pc_cmap_slot_owner(m, s) != me || pc_cmap_slot_same(m, t, s))
             continue;
@@ -405,7 +406,11 @@ static bool reshard_add_backups(ps_repl_t *r, const pc_cluster_map_t *m,
             bool have = want[i] == me;
             for (uint32_t j = 0; j < nb; j++)
                 have = have || b[j] == want[i];
-            if (have)
+            bool known;
+            if (!have && !up[want[i]]) /* a server not running (yet) is not added: it would be
+                                        * dropped for its lease and added again, every tick */
+                up[want[i]] = alive(r, m, want[i], &known) ? 1 : -1;
+            if (have || up[want[i]] < 0)
                 continue;
             if (nb == PC_MAX_BACKUPS) { /* full: a backup the target does not name goes */
                 uint32_t j = nb;

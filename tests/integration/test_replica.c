@@ -17,6 +17,8 @@
  *   the slots) and `psctl reshard remove` takes it out again; no call fails, and the rows every
  *   pull saw and the whole table at the end (weights and Adam's state, bit for bit) equal those
  *   of the same calls on a cluster that was never resharded.
+ * - test_reshard_absent_server: a target naming a server that never starts moves nothing and
+ *   writes no map version; removing that server again reaches the target.
  */
 #include "test_util.h"
 
@@ -392,6 +394,38 @@ static void test_reshard_add_remove(void **state) {
     assert_true(sum == sum0);
 }
 
+/* A resharding target naming a server that never starts: nothing moves and the map does not
+ * churn (the server is not added as a backup while its lease is absent); removing it again
+ * reaches the target at once. */
+static void test_reshard_absent_server(void **state) {
+    (void)state;
+    cluster_t cl;
+    cluster_up(&cl);
+    wait_replicated(&cl);
+    char maparg[1024];
+    const int p2 = pu_free_port();
+    cc_reshard_add(g_psctl, cl.grpc0, p2, maparg, sizeof maparg); /* and never started */
+    usleep(300000);
+    pc_cluster_map_t *m = map_of(cl.p0);
+    const uint64_t v0 = pc_cmap_version(m);
+    pc_cmap_destroy(m);
+    usleep(2000000); /* many controller ticks */
+    m = map_of(cl.p0);
+    const uint64_t v1 = pc_cmap_version(m);
+    assert_false(pc_cmap_has_role(m, 2));
+    pc_cmap_destroy(m);
+    print_message("map versions while the target waits for an absent server: %llu, then %llu\n",
+                  (unsigned long long)v0, (unsigned long long)v1);
+    assert_true(v1 == v0);
+    assert_false(cc_reshard_done(g_psctl, cl.grpc0));
+    cc_reshard_remove(g_psctl, cl.grpc0, p2);
+    for (double t0 = pu_now(); !cc_reshard_done(g_psctl, cl.grpc0) && pu_now() - t0 < 10;)
+        usleep(50000);
+    assert_true(cc_reshard_done(g_psctl, cl.grpc0));
+    pu_stop(cl.s1);
+    pu_stop(cl.s0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: %s PS_SERVER\n", argv[0]);
@@ -408,6 +442,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_quick_restart_keeps_acked_pushes),
         cmocka_unit_test(test_stale_primary_refuses_pushes),
         cmocka_unit_test(test_reshard_add_remove),
+        cmocka_unit_test(test_reshard_absent_server),
     };
     if (argc > 2) /* a test name pattern (cmocka's * and ?), to run one */
         cmocka_set_test_filter(argv[2]);
