@@ -308,13 +308,19 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
     return 0;
 }
 
-static bool same_roles(const pc_cluster_map_t *m, uint32_t a, uint32_t b) {
-    if (m->owner[a] != m->owner[b])
+/* Whether slot sa of a and slot sb of b have the same primary and backups, in order. */
+static bool roles_equal(const pc_cluster_map_t *a, uint32_t sa, const pc_cluster_map_t *b,
+                        uint32_t sb) {
+    if (a->owner[sa] != b->owner[sb])
         return false;
     for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
-        if (m->backup[j][a] != m->backup[j][b])
+        if (a->backup[j][sa] != b->backup[j][sb])
             return false;
     return true;
+}
+
+static bool same_roles(const pc_cluster_map_t *m, uint32_t a, uint32_t b) {
+    return roles_equal(m, a, m, b);
 }
 
 size_t pc_cmap_format(const pc_cluster_map_t *m, char *buf, size_t cap) {
@@ -465,12 +471,7 @@ int pc_cmap_add_server(pc_cluster_map_t *m, const char *addr, uint64_t new_versi
 
 bool pc_cmap_slot_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b, uint32_t slot) {
     slot &= PC_NSLOTS - 1;
-    if (a->owner[slot] != b->owner[slot])
-        return false;
-    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
-        if (a->backup[j][slot] != b->backup[j][slot])
-            return false;
-    return true;
+    return roles_equal(a, slot, b, slot);
 }
 
 int pc_cmap_set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, uint32_t n) {

@@ -25,10 +25,15 @@ static inline double pc_time_sec_since(uint64_t mono_start_ns) {
     return (double)(pc_time_mono_ns() - mono_start_ns) * 1e-9;
 }
 
+/* Sleep us microseconds (a signal may end it early). */
+static inline void pc_time_sleep_us(uint64_t us) {
+    const struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
+    nanosleep(&ts, NULL);
+}
+
 /* Sleep ms milliseconds (a signal may end it early). */
 static inline void pc_time_sleep_ms(int ms) {
-    const struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    pc_time_sleep_us((uint64_t)ms * 1000);
 }
 
 #endif

@@ -50,20 +50,24 @@
  * (acks: per table uid and backup). When the map names backups of this server's slots, a PUSH
  * that succeeded is not answered at once: its reply waits on its loop's `parked` list with a
  * target, the table's log head after the push less the table's replication_lag, until every
- * backup's acknowledged position reaches it. An ACK that moves a position, and a new map (a
- * backup dropped or added), send `wake` to every loop, which answers what is now held; a timer
- * (running only while something is parked) answers the rest PC_ETIMEDOUT after ack_timeout_ms
- * (the push was applied here, not confirmed there), and so does a release that finds this
- * server no longer the primary of the push's keys (kept with the reply): a demoted server's
- * map has no backups to wait for, which must not read as "held". A closed or finishing
- * connection drops its parked replies; a stopping loop answers them PC_ETIMEDOUT (never
- * PC_EUNAVAIL: the client would send an applied push again). Waiting on the head rather than
- * the push's own last position is safe (the head is at or past it). A stream reply of a server with
- * backups carries only keys of slots it is primary of, so a backup's copy and a serving replica
- * never take rows this server only holds as someone's backup. ps_dp_set_write_until refuses pushes
- * from a deadline on (PC_EUNAVAIL: the client retries them elsewhere): the clock is read at each
- * push, so a server that was stopped past its lease refuses the pushes it meets on waking before
- * any other thread runs.
+ * backup's acknowledged position reaches it. A backup counts once it has acknowledged since it
+ * became one (in_sync), or from the start when it was named by the first map this server
+ * followed; one that joined later (`joining`: a rejoin, a resharding) holds nothing back while it
+ * copies. An ACK that moves a position, and a new map (a backup dropped or added), send `wake` to
+ * every loop, which answers what is now held; a timer (running only while something is parked)
+ * answers the rest PC_ETIMEDOUT after ack_timeout_ms (the push was applied here, not confirmed
+ * there). A push whose keys this server no longer owns is answered 0 when their new primary (a
+ * backup before: a handover) acknowledged it, else PC_ETIMEDOUT: a demoted server's map has no
+ * backups to wait for, which must not read as "held". A closed or finishing connection drops its
+ * parked replies; a stopping loop answers them PC_ETIMEDOUT (never PC_EUNAVAIL: the client would
+ * send an applied push again). Waiting on the head rather than the push's own last position is
+ * safe (the head is at or past it). A stream reply of a server with backups carries only keys of
+ * slots it is primary of, so a backup's copy and a serving replica never take rows this server
+ * only holds as someone's backup; a copy under another map version (PC_STREAM_SAME_MAP) is
+ * refused. ps_dp_set_write_until refuses pushes from a deadline on (PC_EUNAVAIL: the client
+ * retries them elsewhere): the clock is read at each push, so a server that was stopped past its
+ * lease refuses the pushes it meets on waking before any other thread runs; `pushing` counts the
+ * pushes past that check and not yet in the change log (ps_dp_pushes_idle: a handover's cut).
  */
 #include "ps_dataplane.h"
 
@@ -1829,39 +1833,43 @@ void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *s) {
 }
 
 bool ps_dp_pushes_idle(ps_dp_t *dp) {
+    /* a store-load pair with the push side (count, then read write_until): the caller's
+     * ps_dp_set_write_until (a release store) must be visible before `pushing` is read */
+    atomic_thread_fence(memory_order_seq_cst);
     return atomic_load(&dp->pushing) == 0;
 }
 
-bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack) {
-    char(*names)[PS_TABLE_NAME_MAX] = NULL;
-    size_t n = ps_catalog_list(dp->cat, NULL, 0);
-    if (n && !(names = calloc(n, sizeof *names)))
-        return false;
-    n = ps_catalog_list(dp->cat, names, n);
-    bool ok = true;
-    for (size_t k = 0; ok && k < n; k++) {
-        ps_table_t *t;
-        if (ps_catalog_acquire(dp->cat, names[k], &t))
-            continue; /* dropped meanwhile */
-        uint64_t oldest = 0, head = 0;
-        ps_changelog_t *log = ps_table_changelog(t);
-        if (log)
-            ps_changelog_bounds(log, &oldest, &head);
-        const uint64_t uid = ps_table_uid(t);
-        const bool cold = ps_table_config(t)->cold;
-        ps_catalog_release(dp->cat, t);
-        if (cold)
-            continue; /* not replicated */
-        bool held = false;
-        pthread_mutex_lock(&dp->ack_mu);
-        for (size_t i = 0; i < dp->nacks && !held; i++)
-            held = dp->acks[i].uid == uid && dp->acks[i].server == server && dp->acks[i].in_sync &&
-                   dp->acks[i].pos + slack >= head;
-        pthread_mutex_unlock(&dp->ack_mu);
-        ok = held && log;
+typedef struct synced_ctx {
+    ps_dp_t *dp;
+    uint32_t server;
+    uint64_t slack;
+} synced_ctx_t;
+
+/* ps_catalog_each: 1 when backup x->server is not close behind table t (a cold one: 0, it is
+ * not replicated). */
+static int table_behind(void *ctx, ps_table_t *t) {
+    const synced_ctx_t *x = ctx;
+    if (ps_table_config(t)->cold)
+        return 0;
+    ps_changelog_t *log = ps_table_changelog(t);
+    if (!log)
+        return 1; /* nobody follows it yet */
+    uint64_t oldest, head;
+    ps_changelog_bounds(log, &oldest, &head);
+    const uint64_t uid = ps_table_uid(t);
+    bool held = false;
+    pthread_mutex_lock(&x->dp->ack_mu);
+    for (size_t i = 0; i < x->dp->nacks && !held; i++) {
+        const ack_t *a = &x->dp->acks[i];
+        held = a->uid == uid && a->server == x->server && a->in_sync && a->pos + x->slack >= head;
     }
-    free(names);
-    return ok;
+    pthread_mutex_unlock(&x->dp->ack_mu);
+    return !held;
+}
+
+bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack) {
+    synced_ctx_t x = {dp, server, slack};
+    return ps_catalog_each(dp->cat, table_behind, &x) == 0;
 }
 
 size_t ps_dp_repl_lag(ps_dp_t *dp, ps_dp_lag_t *out, size_t cap) {

@@ -59,6 +59,7 @@
 #define SCAN_PARTS   16u         /* a copy's first split; doubled while a part is larger */
 #define MAX_TABLES   64u
 #define TABLES_NS    1000000000ull /* the catalog is listed again this often (new tables) */
+#define LAG_MAX      (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs a handover sees */
 
 typedef struct source {
     char table[PS_TABLE_NAME_MAX];
@@ -97,18 +98,14 @@ struct ps_repl {
     atomic_uint_least64_t version, promotions, drops, rejoins, rows_copied, rows_streamed;
     atomic_uint_least64_t lapses, copies, handovers, released;
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
-    uint64_t released_v;      /* controller: the map version whose role-less rows were erased */
+    ps_dp_lag_t lag_cut[LAG_MAX], lag_now[LAG_MAX]; /* controller: a handover's heads, acks */
+    pc_cluster_map_t *released_map;   /* controller: the map the role-less rows were erased under */
     atomic_uint_least64_t adopted_ns; /* when the current map was adopted */
     /* follower thread only */
     primary_t *prim;
     size_t nprim;
     uint64_t tables_ns;
 };
-
-static void sleep_us(uint64_t us) {
-    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
-    nanosleep(&ts, NULL);
-}
 
 /* A copy of the current map, when its version is not `have` (NULL otherwise or on ENOMEM). */
 static pc_cluster_map_t *map_if_new(ps_repl_t *r, uint64_t have) {
@@ -360,8 +357,7 @@ static void watch(ps_repl_t *r) {
 
 #define HANDOVER_MS     1000  /* the longest pushes are held off for a handover (then retried) */
 #define HANDOVER_SLACK  65536 /* change-log entries a new primary may be behind when one starts */
-#define LAG_MAX         (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs */
-#define RESHARD_TICK_MS 20 /* the controller's tick while the map differs from the target, */
+#define RESHARD_TICK_MS 20    /* the controller's tick while the map differs from the target, */
 #define RESHARD_FAST_NS 2000000000ull /* and changed this recently (else stuck: normal ticks) */
 
 /* Read the target (psctl reshard) into r->target: kept when it fits map m (its servers are m's
@@ -444,7 +440,7 @@ static bool reshard_add_backups(ps_repl_t *r, const pc_cluster_map_t *m,
 
 /* Whether backup `to` acknowledged every table up to the heads in snap[0..n) (its entries). */
 static bool caught_up(ps_repl_t *r, uint32_t to, const ps_dp_lag_t *snap, size_t n) {
-    static _Thread_local ps_dp_lag_t now[LAG_MAX]; /* the controller's */
+    ps_dp_lag_t *now = r->lag_now;
     const size_t m = ps_dp_repl_lag(r->dp, now, LAG_MAX);
     for (size_t i = 0; i < n; i++) {
         if (snap[i].server != to)
@@ -470,7 +466,7 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
     ps_dp_set_write_until(r->dp, 0);
     while (!ps_dp_pushes_idle(r->dp) && pc_time_mono_ns() < limit)
         sched_yield();
-    static _Thread_local ps_dp_lag_t snap[LAG_MAX];
+    ps_dp_lag_t *snap = r->lag_cut;
     const size_t n = ps_dp_pushes_idle(r->dp) ? ps_dp_repl_lag(r->dp, snap, LAG_MAX) : 0;
     bool synced = false;
     while (n && n <= LAG_MAX && !(synced = caught_up(r, to, snap, n)) && !atomic_load(&r->stop) &&
@@ -773,48 +769,59 @@ static int copy_table(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     return rc;
 }
 
-/* Release: after a map change, erase the rows of slots this server has no role in any more
- * (handed over, or a backup no longer), so that their memory goes back. */
+/* Whether server me has a role in slot s under m (NULL: none). */
+static bool role_in(const pc_cluster_map_t *m, uint32_t me, uint32_t s) {
+    return m && (pc_cmap_slot_owner(m, s) == me || pc_cmap_is_backup(m, s, me));
+}
+
+typedef struct release_ctx {
+    ps_repl_t *r;
+    const pc_cluster_map_t *m;
+} release_ctx_t;
+
+/* ps_catalog_each: erase table t's rows of slots this server has no role in under x->m (only
+ * while that is still the map: PC_ESTATE otherwise). */
+static int release_table(void *ctx, ps_table_t *t) {
+    const release_ctx_t *x = ctx;
+    ps_repl_t *r = x->r;
+    if (ps_table_config(t)->cold)
+        return 0;
+    seen_t k = {.m = x->m, .me = r->o.self, .p = PC_NO_SERVER};
+    int rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &k) || k.failed ? PC_ENOMEM : 0;
+    size_t erased = 0;
+    if (!rc && k.n) {
+        pthread_mutex_lock(&r->mu); /* the follower loads under it: not past a new map */
+        rc = current(r) == pc_cmap_version(x->m) ? ps_table_erase(t, k.keys, k.n, &erased)
+                                                 : PC_ESTATE;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (!rc && erased) {
+        atomic_fetch_add(&r->released, erased);
+        PC_INFO("resharding: %zu rows of table %s released (slots with no role here under map "
+                "version %" PRIu64 ")",
+                erased, ps_table_config(t)->name, pc_cmap_version(x->m));
+    }
+    pc_sfree(k.keys);
+    return rc;
+}
+
+/* Release: after a map change that took slots from this server (handed over, or a backup no
+ * longer), erase their rows so that their memory goes back. Other changes (a lease confirmed, a
+ * backup added) cost no scan. */
 static void release_rows(ps_repl_t *r) {
-    pc_cluster_map_t *m = map_if_new(r, r->released_v);
+    pc_cluster_map_t *m = map_if_new(r, r->released_map ? pc_cmap_version(r->released_map) : 0);
     if (!m)
         return;
-    char(*names)[PS_TABLE_NAME_MAX] = NULL;
-    size_t nt = ps_catalog_list(r->cat, NULL, 0);
-    if (nt && !(names = calloc(nt, sizeof *names))) {
-        pc_cmap_destroy(m);
+    bool lost = false;
+    for (uint32_t s = 0; s < PC_NSLOTS && !lost; s++)
+        lost = role_in(r->released_map, r->o.self, s) && !role_in(m, r->o.self, s);
+    release_ctx_t x = {r, m};
+    if (lost && ps_catalog_each(r->cat, release_table, &x)) {
+        pc_cmap_destroy(m); /* again at the next tick, against the same map as before */
         return;
     }
-    nt = ps_catalog_list(r->cat, names, nt);
-    int rc = 0;
-    for (size_t k = 0; !rc && k < nt; k++) {
-        ps_table_t *t;
-        if (ps_catalog_acquire(r->cat, names[k], &t))
-            continue;
-        seen_t x = {.m = m, .me = r->o.self, .p = PC_NO_SERVER};
-        rc = ps_table_config(t)->cold                                      ? 0
-             : ps_table_scan(t, PS_SCAN_ALL, seen_collect, &x) || x.failed ? PC_ENOMEM
-                                                                           : 0;
-        if (!rc && x.n) {
-            size_t erased = 0;
-            pthread_mutex_lock(&r->mu); /* the follower loads under it: not past a new map */
-            rc = current(r) == pc_cmap_version(m) ? ps_table_erase(t, x.keys, x.n, &erased)
-                                                  : PC_ESTATE;
-            pthread_mutex_unlock(&r->mu);
-            if (!rc) {
-                atomic_fetch_add(&r->released, erased);
-                PC_INFO("resharding: %zu rows of table %s released (slots with no role here under "
-                        "map version %" PRIu64 ")",
-                        erased, names[k], pc_cmap_version(m));
-            }
-        }
-        pc_sfree(x.keys);
-        ps_catalog_release(r->cat, t);
-    }
-    if (!rc)
-        r->released_v = pc_cmap_version(m);
-    free(names);
-    pc_cmap_destroy(m);
+    pc_cmap_destroy(r->released_map);
+    r->released_map = m;
 }
 
 /* One round over primary pr's tables; returns rows applied, or a negative error. */
@@ -1006,7 +1013,7 @@ static void *fol_main(void *arg) {
         if (applied) {
             idle_us = 200;
         } else {
-            sleep_us(idle_us);
+            pc_time_sleep_us(idle_us);
             idle_us = idle_us * 2 > 2000 ? 2000 : idle_us * 2;
         }
     }
@@ -1026,6 +1033,7 @@ static void repl_free(ps_repl_t *r) {
     pc_cmap_destroy(r->map);
     pc_cmap_destroy(r->pending);
     pc_cmap_destroy(r->target);
+    pc_cmap_destroy(r->released_map);
     pc_sfree(r->seen);
     pc_sfree(r->suspect);
     pthread_mutex_destroy(&r->mu);

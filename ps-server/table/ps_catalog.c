@@ -424,6 +424,24 @@ size_t ps_catalog_list(ps_catalog_t *c, char (*names)[PS_TABLE_NAME_MAX], size_t
     return total;
 }
 
+int ps_catalog_each(ps_catalog_t *c, int (*fn)(void *ctx, ps_table_t *t), void *ctx) {
+    size_t n = ps_catalog_list(c, NULL, 0);
+    char(*names)[PS_TABLE_NAME_MAX] = n ? calloc(n, sizeof *names) : NULL;
+    if (n && !names)
+        return PC_ENOMEM;
+    const size_t got = ps_catalog_list(c, names, n); /* tables added meanwhile: not this pass */
+    int rc = 0;
+    for (size_t i = 0; !rc && i < got && i < n; i++) {
+        ps_table_t *t;
+        if (ps_catalog_acquire(c, names[i], &t))
+            continue; /* dropped meanwhile */
+        rc = fn(ctx, t);
+        ps_catalog_release(c, t);
+    }
+    free(names);
+    return rc;
+}
+
 int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t) {
     int rc = adopt(c, t);
     if (rc)

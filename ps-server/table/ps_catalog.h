@@ -122,4 +122,8 @@ const char *ps_claim_action_name(ps_claim_action_t a);
 /* Copy up to `cap` names (sorted) into names; returns how many tables there are. */
 size_t ps_catalog_list(ps_catalog_t *c, char (*names)[PS_TABLE_NAME_MAX], size_t cap);
 
+/* fn(ctx, t) for every table, in name order, each acquired for the call (one dropped meanwhile
+ * is skipped), until fn returns nonzero: that value; else 0 (PC_ENOMEM: no list). */
+int ps_catalog_each(ps_catalog_t *c, int (*fn)(void *ctx, ps_table_t *t), void *ctx);
+
 #endif

@@ -90,17 +90,28 @@ static pc_cluster_map_t *map_of(int port) {
     return m;
 }
 
-/* Wait (bounded) until server 0 serves a map naming backups with server 1 the primary of its
- * half: the servers published the replicated map and confirmed their leases. */
-static void wait_replicated(const cluster_t *cl) {
-    for (double t0 = pu_now(); pu_now() - t0 < 15; usleep(50000)) {
+/* Wait (at most secs) until the map server 0 serves passes ok(m, arg); whether it did. */
+static bool map_until(const cluster_t *cl, double secs, bool (*ok)(const pc_cluster_map_t *m, long),
+                      long arg) {
+    for (double t0 = pu_now(); pu_now() - t0 < secs; usleep(20000)) {
         pc_cluster_map_t *m = map_of(cl->p0);
-        const bool ok = pc_cmap_replicated(m) && pc_cmap_server_slots(m, 1) == PC_NSLOTS / 2;
+        const bool yes = ok(m, arg);
         pc_cmap_destroy(m);
-        if (ok)
-            return;
+        if (yes)
+            return true;
     }
-    fail_msg("the cluster map never named backups");
+    return false;
+}
+
+/* Backups named, server 1 the primary of its half: the replicated map published and confirmed. */
+static bool replicated(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    return pc_cmap_replicated(m) && pc_cmap_server_slots(m, 1) == PC_NSLOTS / 2;
+}
+
+static void wait_replicated(const cluster_t *cl) {
+    if (!map_until(cl, 15, replicated, 0))
+        fail_msg("the cluster map never named backups");
 }
 
 #define STRIDE (DIM + 2 * DIM + 1) /* Adam's row: weights, m, v, t */
@@ -199,6 +210,18 @@ static void restart_server1(cluster_t *cl) {
     start1(cl); /* well within its 600 ms lease: the map still names it primary */
 }
 
+/* Server 1 is the backup of server 0's first slot (it joined again). */
+static bool backed_up_by_1(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    uint32_t b[PC_MAX_BACKUPS];
+    return pc_cmap_slot_backups(m, 0, b) == 1 && b[0] == 1;
+}
+
+/* Server 0 is the primary of slot `slot`. */
+static bool slot_of_0(const pc_cluster_map_t *m, long slot) {
+    return pc_cmap_slot_owner(m, (uint32_t)slot) == 0;
+}
+
 static void test_failover_keeps_acked_pushes(void **state) {
     (void)state;
     cluster_t cl;
@@ -208,15 +231,8 @@ static void test_failover_keeps_acked_pushes(void **state) {
     push_through_fault(&cl, c, kill_server1);
     /* Server 1 comes back and joins as a backup again. */
     start1(&cl);
-    bool rejoined = false;
-    for (double t0 = pu_now(); !rejoined && pu_now() - t0 < 15; usleep(100000)) {
-        pc_cluster_map_t *m = map_of(cl.p0);
-        uint32_t b[PC_MAX_BACKUPS];
-        rejoined = pc_cmap_slot_backups(m, 0, b) == 1 && b[0] == 1;
-        pc_cmap_destroy(m);
-    }
-    assert_true(rejoined);
-    /* and pushes are answered with it as the backup (they wait for its copy) */
+    assert_true(map_until(&cl, 15, backed_up_by_1, 0));
+    /* and pushes are answered with it as the backup (copying, then acknowledging them) */
     float g[50 * DIM] = {0.1f};
     for (int i = 0; i < 20; i++)
         assert_int_equal(psc_push(c, "emb", g_keys + i * 50, 50, DIM, g, NULL), 0);
@@ -273,13 +289,7 @@ static void test_stale_primary_refuses_pushes(void **state) {
     assert_true(before >= 1);
     pu_stop_signal(cl.s1);
     /* server 0 takes over once server 1's lease (600 ms) is gone */
-    bool moved = false;
-    for (double t0 = pu_now(); !moved && pu_now() - t0 < 15; usleep(50000)) {
-        pc_cluster_map_t *m = map_of(cl.p0);
-        moved = pc_cmap_slot_owner(m, pc_key_slot(key)) == 0;
-        pc_cmap_destroy(m);
-    }
-    assert_true(moved);
+    assert_true(map_until(&cl, 15, slot_of_0, (long)pc_key_slot(key)));
     send_frame(fd, PC_OP_PUSH, 3, body, len); /* waits in its socket while it is stopped */
     kill(cl.s1, SIGCONT);
     const pc_wire_hdr_t h = recv_frame(fd, 3, reply, sizeof reply);
@@ -322,6 +332,16 @@ static void reshard_round(psc_t *c, int k, uint64_t *pulled) {
         fail_msg("round %d: push: %s", k, pc_strerror(rc));
 }
 
+static bool server2_primary(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    return pc_cmap_server_slots(m, 2) > 0;
+}
+
+static bool server2_gone(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    return !pc_cmap_has_role(m, 2) && pc_cmap_replicated(m);
+}
+
 /* Rounds (20 between looks, from *k on) until the map is the resharding target (30 s at most),
  * then until server 0 serves a map in which server 2 is primary of `want` slots or more (want
  * 1), or has no role (want 0); that count. */
@@ -330,16 +350,12 @@ static uint32_t rounds_until_moved(cluster_t *cl, psc_t *c, int *k, uint64_t *pu
         for (int j = 0; j < 20; j++, (*k)++)
             reshard_round(c, *k, pulled);
     assert_true(cc_reshard_done(g_psctl, cl->grpc0));
-    for (double t0 = pu_now(); pu_now() - t0 < 5; usleep(20000)) {
-        pc_cluster_map_t *m = map_of(cl->p0);
-        const uint32_t n = pc_cmap_server_slots(m, 2);
-        const bool role = pc_cmap_has_role(m, 2), repl = pc_cmap_replicated(m);
-        pc_cmap_destroy(m);
-        if (want ? n > 0 : !role && repl)
-            return n;
-    }
-    fail_msg("server 0 never served the target map");
-    return 0;
+    if (!map_until(cl, 5, want ? server2_primary : server2_gone, 0))
+        fail_msg("server 0 never served the target map");
+    pc_cluster_map_t *m = map_of(cl->p0);
+    const uint32_t n = pc_cmap_server_slots(m, 2);
+    pc_cmap_destroy(m);
+    return n;
 }
 
 static void test_reshard_add_remove(void **state) {
@@ -365,6 +381,13 @@ static void test_reshard_add_remove(void **state) {
     print_message("added: server 2 is primary of %u slots after %.1f s (%d rounds)\n", third,
                   pu_now() - t0, k);
     assert_true(third > PC_NSLOTS / 4 && third < PC_NSLOTS / 2);
+    /* server 1 backed up server 0's slots that moved, and is no backup of them now: released */
+    const char *released = "emberps_resharding_rows_released_total";
+    double rel = 0;
+    for (double t2 = pu_now(); pu_now() - t2 < 5 && (rel = metric(cl.metrics1, released)) <= 0;)
+        usleep(20000);
+    print_message("server 1 released %.0f rows\n", rel);
+    assert_true(rel > 0);
     for (int j = 0; j < 50; j++, k++) /* some with the third server primary */
         reshard_round(c, k, &pulled);
     /* and remove it again */
