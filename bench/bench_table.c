@@ -10,7 +10,13 @@
  * headline is dim 64, and each dim's own ratios are in pull_vs_ref_dimD / push_vs_ref_dimD and
  * by_dim (optim_kernels names the optimizer kernels the CPU got).
  * Memory overhead per row is reported twice: exact accounting (keys + metadata + index) and the
- * growth of the resident set while filling the table, minus the floats. */
+ * growth of the resident set while filling the table, minus the floats.
+ * Stored row types (docs/table.md): at the first size, an Adagrad table storing its weights in
+ * bf16 against one in f32, both filled and alive, pull and push samples interleaved (uniform
+ * keys, 1 thread): pull_stored_bf16_vs_f32, push_stored_bf16_vs_f32 (rows/s ratios, medians of
+ * 3) and the bytes per row of each (weights, state, keys, metadata and index, exact accounting:
+ * row_bytes_f32, row_bytes_stored_bf16, stored_bf16_memory_ratio); dim 64's at the top level,
+ * every dim's under by_dim. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,13 +182,14 @@ static void make_stream(stream_t *s, uint64_t nkeys, int dist, uint64_t seed, si
     }
 }
 
-static ps_table_t *make_filled(const char *optimizer, uint32_t dim, uint64_t nkeys,
-                               double *overhead, double *rss_overhead, double *huge_frac) {
+static ps_table_t *make_filled(const char *optimizer, const char *dtype, uint32_t dim,
+                               uint64_t nkeys, double *overhead, double *rss_overhead,
+                               double *huge_frac) {
     ps_table_config_t c;
     ps_table_config_defaults(&c);
-    char spec[160];
-    snprintf(spec, sizeof spec, "dim=%u,optimizer=%s,lr=0.01,init=uniform,shards=%u", dim,
-             optimizer, 16u);
+    char spec[200];
+    snprintf(spec, sizeof spec, "dim=%u,optimizer=%s,lr=0.01,init=uniform,shards=%u,row_dtype=%s",
+             dim, optimizer, 16u, dtype);
     if (ps_table_config_parse(&c, spec, NULL, 0))
         abort();
     ps_table_t *t;
@@ -198,6 +205,51 @@ static ps_table_t *make_filled(const char *optimizer, uint32_t dim, uint64_t nke
     *rss_overhead = ((double)(rss1 - rss0) - floats) / (double)st.rows;
     *huge_frac = rss1 > rss0 ? (double)(huge1 - huge0) / (double)(rss1 - rss0) : 0;
     return t;
+}
+
+/* Stored bf16 rows against f32 (see the file's comment), for one dim. */
+typedef struct stored {
+    double pull, push; /* bf16 / f32 rows/s */
+    double pull_f32, pull_bf16, push_f32, push_bf16;
+    double bytes_f32, bytes_bf16; /* per row, exact accounting */
+} stored_t;
+
+static double row_bytes(ps_table_t *t, double overhead) {
+    ps_table_stats_t st;
+    ps_table_stats(t, &st);
+    return (double)(st.bytes_weights + st.bytes_state) / (double)st.rows + overhead;
+}
+
+static void stored_bf16(const bench_opts_t *o, uint32_t dim, uint64_t n, stream_t *streams,
+                        const float *grads, float **outs, double secs, stored_t *out) {
+    double ovh[2], rss[2], huge[2], v[4][ROUNDS];
+    ps_table_t *tf = make_filled("adagrad", "f32", dim, n, &ovh[0], &rss[0], &huge[0]);
+    ps_table_t *tb = make_filled("adagrad", "bf16", dim, n, &ovh[1], &rss[1], &huge[1]);
+    for (int r = 0; r < ROUNDS; r++) {
+        v[0][r] = sample(o, OP_PULL, tf, NULL, dim, streams, 1, grads, NULL, outs, secs);
+        v[1][r] = sample(o, OP_PULL, tb, NULL, dim, streams, 1, grads, NULL, outs, secs);
+        v[2][r] = sample(o, OP_PUSH, tf, NULL, dim, streams, 1, grads, NULL, outs, secs);
+        v[3][r] = sample(o, OP_PUSH, tb, NULL, dim, streams, 1, grads, NULL, outs, secs);
+    }
+    double ratio[2][ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        ratio[0][r] = v[1][r] / v[0][r];
+        ratio[1][r] = v[3][r] / v[2][r];
+    }
+    *out = (stored_t){.pull = bench_median3(ratio[0]),
+                      .push = bench_median3(ratio[1]),
+                      .pull_f32 = bench_median3(v[0]),
+                      .pull_bf16 = bench_median3(v[1]),
+                      .push_f32 = bench_median3(v[2]),
+                      .push_bf16 = bench_median3(v[3]),
+                      .bytes_f32 = row_bytes(tf, ovh[0]),
+                      .bytes_bf16 = row_bytes(tb, ovh[1])};
+    printf("     stored bf16 (adagrad, uniform, 1 thread): pull %.0f rows/s (f32 %.0f, %.2fx), "
+           "push %.0f (f32 %.0f, %.2fx); %.1f B/row against %.1f (%.2f)\n",
+           out->pull_bf16, out->pull_f32, out->pull, out->push_bf16, out->push_f32, out->push,
+           out->bytes_bf16, out->bytes_f32, out->bytes_bf16 / out->bytes_f32);
+    ps_table_destroy(tb);
+    ps_table_destroy(tf);
 }
 
 int bench_table_main(int argc, char **argv) {
@@ -242,6 +294,7 @@ int bench_table_main(int argc, char **argv) {
            "push/r", "push/u");
     cJSON *main_case = NULL, *main_case2 = NULL;
     cJSON *dim_cases[2] = {NULL, NULL}; /* per dim: largest size, uniform, 1 thread */
+    stored_t stored[2] = {{0}};
     float *outs[MAX_THR];
     uint32_t maxdim = 0;
     for (int i = 0; i < ndims; i++)
@@ -279,7 +332,7 @@ int bench_table_main(int argc, char **argv) {
             for (size_t i = 0; i < (size_t)n * dim; i++)
                 ref[i] = (float)(i & 1023);
             double ovh, rss_ovh, huge_frac;
-            ps_table_t *t = make_filled("adagrad", dim, n, &ovh, &rss_ovh, &huge_frac);
+            ps_table_t *t = make_filled("adagrad", "f32", dim, n, &ovh, &rss_ovh, &huge_frac);
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {
                     for (int r = 0; r < ROUNDS; r++) {
@@ -326,7 +379,7 @@ int bench_table_main(int argc, char **argv) {
             pc_vm_free(PC_MEM_OTHER, upd, upd_bytes);
             /* 3. Adam table: push */
             double ovh_adam, rss_adam, huge_adam;
-            t = make_filled("adam", dim, n, &ovh_adam, &rss_adam, &huge_adam);
+            t = make_filled("adam", "f32", dim, n, &ovh_adam, &rss_adam, &huge_adam);
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {
                     for (int r = 0; r < ROUNDS; r++)
@@ -336,6 +389,8 @@ int bench_table_main(int argc, char **argv) {
                 }
             }
             ps_table_destroy(t);
+            if (si == 0)
+                stored_bf16(&o, dim, n, streams[0], grads, outs, secs, &stored[di]);
 
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {
@@ -428,6 +483,20 @@ int bench_table_main(int argc, char **argv) {
                 snprintf(name, sizeof name, "%s_dim%u", dim_keys[i], dims[di]);
                 cJSON_AddNumberToObject(root, name, v);
             }
+        }
+        const stored_t *sd = &stored[di];
+        const struct {
+            const char *key;
+            double v;
+        } sk[] = {{"pull_stored_bf16_vs_f32", sd->pull},
+                  {"push_stored_bf16_vs_f32", sd->push},
+                  {"row_bytes_f32", sd->bytes_f32},
+                  {"row_bytes_stored_bf16", sd->bytes_bf16},
+                  {"stored_bf16_memory_ratio", sd->bytes_bf16 / sd->bytes_f32}};
+        for (size_t i = 0; sd->bytes_f32 > 0 && i < sizeof sk / sizeof sk[0]; i++) {
+            cJSON_AddNumberToObject(e, sk[i].key, sk[i].v);
+            if (dims[di] == 64 || ndims == 1)
+                cJSON_AddNumberToObject(root, sk[i].key, sk[i].v);
         }
         snprintf(name, sizeof name, "%u", dims[di]);
         cJSON_AddItemToObject(by_dim, name, e);

@@ -14,6 +14,10 @@
  *    sgemm_step_shapes_gflops, OpenBLAS alone on the GEMMs one step makes (each layer's forward,
  *    dW and dx, the interaction's 2 x batch small products), over the same 512^3 peak;
  *  - auc and logloss on the test rows next to the oracle's (oracle_auc);
+ *  - the same run with the table storing its weights in bf16 and in f16 (row_dtype, docs/table.md
+ *    "Stored row types"; local training is deterministic, so the difference is the storage's):
+ *    auc_stored_bf16_minus_f32, auc_stored_f16_minus_f32 (goal >= -0.001) and
+ *    train_stored_bf16_vs_f32 (samples/s against the f32 run's);
  *  - parse_lines_per_s of Criteo lines (as `ps-bench data`);
  *  - the same data's AUC for LR, FM and DeepFM (auc_lr, auc_fm, auc_deepfm; not with --smoke);
  *  - MovieLens (when $EMBER_SHARED_DATA or ../shared/data has it): ratings >= 4 positive, the
@@ -393,6 +397,18 @@ int bench_train_main(int argc, char **argv) {
         in = w;
     }
     const double dense_gflops = r.samples_per_s * 3 * fwd / 1e9;
+    /* The table's weights stored in 16 bits: the same run otherwise. */
+    pw_train_result_t rs[2];
+    static const char *const stored_types[2] = {"bf16", "f16"};
+    for (int i = 0; i < 2; i++) {
+        pw_train_config_t cs = c;
+        const int w = snprintf(cs.table, sizeof cs.table, "%s%srow_dtype=%s", c.table,
+                               c.table[0] ? "," : "", stored_types[i]);
+        if (w < 0 || (size_t)w >= sizeof cs.table)
+            abort();
+        if (pw_train_run(&cs, PW_FMT_CRITEO, trp, 1, tep, 1, &rs[i]))
+            abort();
+    }
     const double step_gflops = c.batch * 3 * fwd / step_s / 1e9;
     double other[3] = {NAN, NAN, NAN};
     const char *others[] = {"lr", "fm", "deepfm"};
@@ -416,6 +432,9 @@ int bench_train_main(int argc, char **argv) {
            "sgemm on one step's GEMMs", shapes, shapes / peak);
     printf("%-40s %12.4f  (oracle %.4f), logloss %.4f (oracle %.4f)\n", "test AUC", r.auc,
            oracle.oracle_auc, r.logloss, oracle.oracle_logloss);
+    printf("%-40s %+12.6f  (f16 %+.6f; goal >= -0.001), %.0f samples/s (%.2f of f32's)\n",
+           "AUC, rows stored in bf16 - f32", rs[0].auc - r.auc, rs[1].auc - r.auc,
+           rs[0].samples_per_s, rs[0].samples_per_s / r.samples_per_s);
     printf("%-40s %12.0f lines/s  (%.2f of a raw line scan)\n", "Criteo parsing", parse, ratio);
     printf("%-40s LR %.4f, FM %.4f, DeepFM %.4f\n", "other models' test AUC", other[0], other[1],
            other[2]);
@@ -443,6 +462,11 @@ int bench_train_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "auc", r.auc);
     cJSON_AddNumberToObject(root, "logloss", r.logloss);
     cJSON_AddNumberToObject(root, "oracle_auc", oracle.oracle_auc);
+    cJSON_AddNumberToObject(root, "auc_stored_bf16", rs[0].auc);
+    cJSON_AddNumberToObject(root, "auc_stored_bf16_minus_f32", rs[0].auc - r.auc);
+    cJSON_AddNumberToObject(root, "auc_stored_f16_minus_f32", rs[1].auc - r.auc);
+    cJSON_AddNumberToObject(root, "train_stored_bf16_vs_f32",
+                            rs[0].samples_per_s / r.samples_per_s);
     cJSON_AddNumberToObject(root, "oracle_logloss", oracle.oracle_logloss);
     cJSON_AddNumberToObject(root, "parse_lines_per_s", parse);
     bench_emit_json(&o, root);

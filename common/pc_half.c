@@ -65,6 +65,71 @@ float pc_f16_to_f32(uint16_t h) {
     return u2f(sign | ((exp + 112u) << 23) | (mant << 13));
 }
 
+/* ---- stochastic rounding ---------------------------------------------------------------- *
+ * Element i of a call draws r = hash32(key + i * golden) (a 32-bit finalizer: counter-based, so
+ * the vector kernels compute the same bits lane by lane), and rounds away from zero when r lies
+ * below the cut-off bits' share of 2^32: rem / 2^cut, the distance to the lower neighbour in
+ * units of the gap (fp32 values are evenly spaced between two 16-bit neighbours). */
+
+static inline uint32_t sr_key(uint64_t seed) {
+    return (uint32_t)(seed ^ (seed >> 32));
+}
+
+static inline uint32_t sr_bits(uint32_t key, uint32_t i) {
+    uint32_t x = key + i * 0x9E3779B9u;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    return x ^ (x >> 16);
+}
+
+static inline uint16_t bf16_sr1(float f, uint32_t r) {
+    const uint32_t u = f2u(f);
+    if ((u & 0x7f800000u) == 0x7f800000u) /* Inf, NaN */
+        return pc_f32_to_bf16(f);
+    uint32_t h = (u >> 16) + (r < ((u & 0xffffu) << 16));
+    if ((h & 0x7f80u) == 0x7f80u)
+        h--; /* past the largest finite: stay finite */
+    return (uint16_t)h;
+}
+
+static inline uint16_t f16_sr1(float f, uint32_t r) {
+    const uint32_t u = f2u(f), a = u & 0x7fffffffu;
+    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (a >= 0x477ff000u) /* 65520 and up, Inf, NaN: as nearest rounding */
+        return pc_f32_to_f16(f);
+    if (a > 0x477fe000u) /* (65504, 65520): the largest finite */
+        return (uint16_t)(sign | 0x7bffu);
+    if (a >= 0x38800000u) /* normal: 13 bits cut; a carry may bump the exponent */
+        return (uint16_t)(sign | (((a >> 13) - (112u << 10)) + (r < ((a & 0x1fffu) << 19))));
+    const uint32_t e = a >> 23;
+    if (e < 94) /* below 2^-32 (0 included): 0; its chance of 2^-24 would be under 2^-8 */
+        return sign;
+    const uint32_t mant = (a & 0x7fffffu) | 0x800000u, shift = 126 - e; /* 14..32 */
+    const uint64_t rem = mant & ((UINT64_C(1) << shift) - 1);
+    return (uint16_t)(sign | ((uint32_t)((uint64_t)mant >> shift) +
+                              (r < (uint32_t)(rem << (32 - shift)))));
+}
+
+static void p_to_bf16_sr_from(const float *src, uint16_t *dst, size_t i, size_t n, uint32_t key) {
+    for (; i < n; i++)
+        dst[i] = bf16_sr1(src[i], sr_bits(key, (uint32_t)i));
+}
+
+static void p_to_f16_sr_from(const float *src, uint16_t *dst, size_t i, size_t n, uint32_t key) {
+    for (; i < n; i++)
+        dst[i] = f16_sr1(src[i], sr_bits(key, (uint32_t)i));
+}
+
+static void p_to_bf16_sr(const float *src, uint16_t *dst, size_t n, uint64_t seed) {
+    p_to_bf16_sr_from(src, dst, 0, n, sr_key(seed));
+}
+
+static void p_to_f16_sr(const float *src, uint16_t *dst, size_t n, uint64_t seed) {
+    p_to_f16_sr_from(src, dst, 0, n, sr_key(seed));
+}
+
 static void p_to_bf16(const float *src, uint16_t *dst, size_t n) {
     for (size_t i = 0; i < n; i++)
         dst[i] = pc_f32_to_bf16(src[i]);
@@ -135,14 +200,94 @@ static F16C_FN void v_from_f16(const uint16_t *src, float *dst, size_t n) {
             dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(src + i))));
     p_from_f16(src + i, dst + i, n - i);
 }
+/* The hash of sr_bits for lanes i..i+7. */
+static F16C_FN inline __m256i v_sr_bits(uint32_t key, size_t i) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)i), lane);
+    __m256i x = _mm256_add_epi32(_mm256_set1_epi32((int)key),
+                                 _mm256_mullo_epi32(idx, _mm256_set1_epi32((int)0x9E3779B9u)));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x846ca68bu));
+    return _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+}
+
+/* All ones in the lanes where a < b, unsigned. */
+static F16C_FN inline __m256i v_ltu(__m256i a, __m256i b) {
+    const __m256i flip = _mm256_set1_epi32((int)0x80000000u);
+    return _mm256_cmpgt_epi32(_mm256_xor_si256(b, flip), _mm256_xor_si256(a, flip));
+}
+
+/* 8 x u32 (each <= 0xffff) -> 8 x u16 at dst. */
+static F16C_FN inline void v_store16(uint16_t *dst, __m256i v) {
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    _mm_storeu_si128((__m128i *)(void *)dst, _mm256_castsi256_si128(p));
+}
+
+static F16C_FN void v_to_bf16_sr(const float *src, uint16_t *dst, size_t n, uint64_t seed) {
+    const uint32_t key = sr_key(seed);
+    const __m256i expm = _mm256_set1_epi32(0x7f800000), abs = _mm256_set1_epi32(0x7fffffff),
+                  lo16 = _mm256_set1_epi32(0xffff), e80 = _mm256_set1_epi32(0x7f80),
+                  quiet = _mm256_set1_epi32(0x40);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i r = v_sr_bits(key, i);
+        const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(src + i));
+        const __m256i hi = _mm256_srli_epi32(u, 16);
+        const __m256i up = v_ltu(r, _mm256_slli_epi32(_mm256_and_si256(u, lo16), 16));
+        __m256i h = _mm256_sub_epi32(hi, up); /* up is -1 where rounding up */
+        h = _mm256_add_epi32(h, _mm256_cmpeq_epi32(_mm256_and_si256(h, e80), e80));
+        const __m256i special = _mm256_cmpeq_epi32(_mm256_and_si256(u, expm), expm);
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), expm);
+        const __m256i hs = _mm256_or_si256(hi, _mm256_and_si256(nan, quiet));
+        v_store16(dst + i, _mm256_blendv_epi8(h, hs, special));
+    }
+    p_to_bf16_sr_from(src, dst, i, n, key);
+}
+
+static F16C_FN void v_to_f16_sr(const float *src, uint16_t *dst, size_t n, uint64_t seed) {
+    const uint32_t key = sr_key(seed);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), one = _mm256_set1_epi32(1),
+                  m13 = _mm256_set1_epi32(0x1fff), bias = _mm256_set1_epi32(112 << 10),
+                  m23 = _mm256_set1_epi32(0x7fffff), imp = _mm256_set1_epi32(0x800000),
+                  c126 = _mm256_set1_epi32(126), c32 = _mm256_set1_epi32(32),
+                  s8000 = _mm256_set1_epi32(0x8000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i r = v_sr_bits(key, i);
+        const __m256 f = _mm256_loadu_ps(src + i);
+        const __m256i u = _mm256_castps_si256(f), a = _mm256_and_si256(u, abs);
+        const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(u, 16), s8000);
+        /* normal */
+        const __m256i upn = v_ltu(r, _mm256_slli_epi32(_mm256_and_si256(a, m13), 19));
+        const __m256i qn = _mm256_sub_epi32(_mm256_sub_epi32(_mm256_srli_epi32(a, 13), bias), upn);
+        /* subnormal (and below: counts past 31 shift everything out, so those give 0) */
+        const __m256i shift = _mm256_sub_epi32(c126, _mm256_srli_epi32(a, 23));
+        const __m256i mant = _mm256_or_si256(_mm256_and_si256(a, m23), imp);
+        const __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, shift), one);
+        const __m256i thr =
+            _mm256_sllv_epi32(_mm256_and_si256(mant, mask), _mm256_sub_epi32(c32, shift));
+        const __m256i qs = _mm256_sub_epi32(_mm256_srlv_epi32(mant, shift), v_ltu(r, thr));
+        const __m256i normal = _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x387fffff));
+        __m256i q = _mm256_or_si256(sign, _mm256_blendv_epi8(qs, qn, normal));
+        q = _mm256_blendv_epi8(q, _mm256_or_si256(sign, _mm256_set1_epi32(0x7bff)),
+                               _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x477fe000)));
+        const __m256i near = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT));
+        q = _mm256_blendv_epi8(q, near, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x477fefff)));
+        v_store16(dst + i, q);
+    }
+    p_to_f16_sr_from(src, dst, i, n, key);
+}
 #endif /* PC_HAVE_F16C */
 
 /* ==== kernel tables ======================================================================== */
 
-static const pc_half_kernels_t k_portable = {"portable", p_to_bf16, p_from_bf16, p_to_f16,
-                                             p_from_f16};
+static const pc_half_kernels_t k_portable = {"portable", p_to_bf16,    p_from_bf16, p_to_f16,
+                                             p_from_f16, p_to_bf16_sr, p_to_f16_sr};
 #ifdef PC_HAVE_F16C
-static const pc_half_kernels_t k_f16c = {"f16c", v_to_bf16, v_from_bf16, v_to_f16, v_from_f16};
+static const pc_half_kernels_t k_f16c = {"f16c",     v_to_bf16,    v_from_bf16, v_to_f16,
+                                         v_from_f16, v_to_bf16_sr, v_to_f16_sr};
 #endif
 
 #ifdef PC_HAVE_F16C

@@ -38,6 +38,17 @@ typedef struct pc_half_kernels {
     void (*from_bf16)(const uint16_t *src, float *dst, size_t n);
     void (*to_f16)(const float *src, uint16_t *dst, size_t n);
     void (*from_f16)(const uint16_t *src, float *dst, size_t n);
+    /* Stochastic rounding, for weights stored in 16 bits (ps_table's row_dtype): x between its
+     * two neighbours lo < x < hi becomes hi with probability (x - lo) / (hi - lo) (to 2^-32), so
+     * a rounding is exact on average and small optimizer updates are not lost as they are to
+     * rounding to nearest. Element i's random bits are a hash of (seed, i): the same values and
+     * seed give the same result, in both kernel tables. A representable value stays as it is
+     * (-0 included); NaN and Inf convert as nearest rounding does. bf16: a finite value never
+     * becomes Inf (past the largest finite it stays there); f16: values that nearest rounding
+     * makes Inf (65520 and up in magnitude) are Inf, those between 65504 and 65520 are 65504, and
+     * those below 2^-32 are 0. */
+    void (*to_bf16_sr)(const float *src, uint16_t *dst, size_t n, uint64_t seed);
+    void (*to_f16_sr)(const float *src, uint16_t *dst, size_t n, uint64_t seed);
 } pc_half_kernels_t;
 
 /* The kernels called `name` ("portable", "f16c"), or NULL when there are none of that name or

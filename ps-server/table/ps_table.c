@@ -8,8 +8,10 @@
  * call order is kept within a shard), then takes each shard's lock once and processes its keys,
  * starting at a shard that varies between calls so concurrent callers rarely queue.
  *
- * Slab. Rows of a shard are dense: row r is stride = dim + state_len floats at rows + r * stride
- * (weights first), and km[r] is its packed 11-byte record {key, tick, freq}. Both arrays are
+ * Slab. Rows of a shard are dense: row r is row_bytes bytes at rows + r * row_bytes, its weights
+ * first (dim floats, or dim 16-bit values padded to 4 bytes with row_dtype bf16/f16), then its
+ * optimizer state (state_len floats, always f32), and km[r] is its packed 11-byte record
+ * {key, tick, freq}. Both arrays are
  * anonymous mappings grown with mremap (no copy) and only resident where touched; big row slabs
  * ask for transparent huge pages. Removing row r moves the last row into r (swap-with-last), so
  * the slab never has holes and scans are sequential.
@@ -35,6 +37,17 @@
  *
  * Row math (optimizers, the non-finite check) goes through the kernel table of ps_optim.h,
  * chosen at creation for the CPU (AVX2 + FMA or scalar).
+ *
+ * Stored row types (row_dtype). Everything outside the slab sees f32 rows of stride = dim +
+ * state_len floats: callers, snapshots' saved images, spills and the cold tier, scans. A 16-bit
+ * table converts at the slab's edge (row_weights_get / row_weights_set / row_export /
+ * row_import): reads are exact, writes of outside values (loads, inserts, initial rows) round to
+ * nearest, so a row that came from a 16-bit table goes back bit for bit. An optimizer step runs
+ * on an f32 copy of the weights (the state is updated in place) and rounds the result
+ * stochastically (pc_half.h), seeded by the key and the push's update version: small updates
+ * survive on average instead of rounding away, and a replay of the same pushes gives the same
+ * rows. Initial rows are the f32 initializer's rounded to nearest, wherever they are made
+ * (inserts, pulls of unadmitted keys, lookups of missing keys, ps_table_initial_row).
  *
  * Clock and ages. Rows store the low 16 bits of the shard clock at their last update. Each
  * shard advances its own copy of the clock under its lock; every 8192 ticks it clamps stored
@@ -70,6 +83,7 @@
 
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "pc_half.h"
 #include "pc_hash.h"
 #include "pc_log.h"
 #include "pc_time.h"
@@ -144,7 +158,7 @@ typedef struct ps_shard {
     uint32_t nbuckets;
     uint32_t rid_bits, rid_mask, tag_mask; /* tag_mask: bits of (h >> 32) used as tag */
     /* slab */
-    float *rows;
+    unsigned char *rows; /* row_bytes per row */
     ps_km_t *km;
     uint32_t count, cap;
     /* clock, eviction, admission */
@@ -178,7 +192,10 @@ typedef struct ps_shard {
 struct ps_table {
     ps_table_config_t cfg;
     ps_optim_t opt;
-    uint32_t dim, state_len, stride;
+    uint32_t dim, state_len, stride; /* stride: floats of a row outside the slab */
+    uint32_t wbytes, row_bytes;      /* a row in the slab: weights (padded to 4), then state */
+    int dtype;                       /* ps_row_dtype_t of the stored weights */
+    const pc_half_kernels_t *half;   /* conversions of 16-bit weights */
     uint32_t nshards;
     uint32_t shard_cap; /* rows per shard, 0 = unlimited */
     uint32_t admit;     /* admission threshold (0 = off) */
@@ -231,6 +248,7 @@ static const char *const k_init_names[] = {"zeros", "uniform", "normal", "trunc_
 static const char *const k_opt_names[] = {"sgd",  "adagrad", "rowwise_adagrad",
                                           "adam", "ftrl",    NULL};
 static const char *const k_missing_names[] = {"init", "zeros", NULL};
+static const char *const k_dtype_names[] = {"f32", "bf16", "f16", NULL};
 
 #define T ps_table_config_t
 static const pc_setting_t k_table_settings[] = {
@@ -242,6 +260,8 @@ static const pc_setting_t k_table_settings[] = {
     PC_SETTING_DOUBLE(T, init_scale, 0, 1e6, "0.01", "uniform bound a or normal stddev s"),
     PC_SETTING_ENUM(T, missing, k_missing_names, "init", "lookup of a missing key returns"),
     PC_SETTING_ENUM(T, optimizer, k_opt_names, "adagrad", "server-side optimizer"),
+    PC_SETTING_ENUM(T, row_dtype, k_dtype_names, "f32",
+                    "stored weights: f32, bf16 or f16 (optimizer state stays f32)"),
     PC_SETTING_DOUBLE(T, lr, 0, 1e6, "0.05", "learning rate (FTRL alpha)"),
     PC_SETTING_DOUBLE(T, beta1, 0, 0.999999, "0.9", "Adam beta1"),
     PC_SETTING_DOUBLE(T, beta2, 0, 0.99999999, "0.999", "Adam beta2"),
@@ -387,8 +407,59 @@ static inline uint64_t rng_next(ps_shard_t *s) {
     return x * UINT64_C(0x2545F4914F6CDD1D);
 }
 
-static inline float *row_ptr(const ps_table_t *t, const ps_shard_t *s, uint32_t r) {
-    return s->rows + (size_t)r * t->stride;
+static inline unsigned char *row_at(const ps_table_t *t, const ps_shard_t *s, uint32_t r) {
+    return s->rows + (size_t)r * t->row_bytes;
+}
+
+static inline float *row_state(const ps_table_t *t, unsigned char *row) {
+    return (float *)(void *)(row + t->wbytes);
+}
+
+/* A stored row's weights as f32 (dim floats into out): exact. */
+static inline void row_weights_get(const ps_table_t *t, const unsigned char *row, float *out) {
+    if (t->dtype == PS_ROW_F32)
+        memcpy(out, row, (size_t)t->dim * sizeof(float));
+    else if (t->dtype == PS_ROW_BF16)
+        t->half->from_bf16((const uint16_t *)(const void *)row, out, t->dim);
+    else
+        t->half->from_f16((const uint16_t *)(const void *)row, out, t->dim);
+}
+
+/* Store f32 weights into a row, rounded to nearest. */
+static inline void row_weights_set(const ps_table_t *t, unsigned char *row, const float *w) {
+    if (t->dtype == PS_ROW_F32)
+        memcpy(row, w, (size_t)t->dim * sizeof(float));
+    else if (t->dtype == PS_ROW_BF16)
+        t->half->to_bf16(w, (uint16_t *)(void *)row, t->dim);
+    else
+        t->half->to_f16(w, (uint16_t *)(void *)row, t->dim);
+}
+
+/* A row as outside the slab: stride floats, weights then state. */
+static inline void row_export(const ps_table_t *t, const unsigned char *row, float *out) {
+    row_weights_get(t, row, out);
+    memcpy(out + t->dim, row + t->wbytes, (size_t)t->state_len * sizeof(float));
+}
+
+static inline void row_import(const ps_table_t *t, unsigned char *row, const float *src) {
+    row_weights_set(t, row, src);
+    memcpy(row + t->wbytes, src + t->dim, (size_t)t->state_len * sizeof(float));
+}
+
+/* The initial row of key as the table stores it (f32 initializer, rounded in 16-bit tables). */
+static void initial_weights(const ps_table_t *t, uint64_t key, float *out) {
+    ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed, key,
+                 t->dim, out);
+    if (t->dtype != PS_ROW_F32) {
+        uint16_t h[PS_DIM_MAX];
+        if (t->dtype == PS_ROW_BF16) {
+            t->half->to_bf16(out, h, t->dim);
+            t->half->from_bf16(h, out, t->dim);
+        } else {
+            t->half->to_f16(out, h, t->dim);
+            t->half->from_f16(h, out, t->dim);
+        }
+    }
 }
 
 /* Morris-style increment with probability 1 / (1 + freq * FREQ_FACTOR). The coin is a hash of
@@ -402,7 +473,7 @@ static inline void freq_bump(ps_km_t *km, uint64_t salt) {
     km->freq = c;
 }
 
-/* Prefetch the cache lines of `floats` floats at p (at most 32 lines). The hint must be a
+/* Prefetch the cache lines of `bytes` bytes at p (at most 32 lines). The hint must be a
  * literal, hence the two loops.
  *
  * The prefetch helpers are always_inline on purpose: a function whose only effect is
@@ -410,11 +481,11 @@ static inline void freq_bump(ps_km_t *km, uint64_t salt) {
  * is not inlined early, and calls to a const void function are then deleted as dead code. That
  * happened to prefetch_row before (every row prefetch of the pipeline was silently dropped); the
  * table's tests cannot see it, ps-bench table can (push 0.12 -> 0.18 of the gather). */
-static inline __attribute__((always_inline)) void prefetch_floats(const float *p, uint32_t floats,
-                                                                  int write) {
+static inline __attribute__((always_inline)) void prefetch_bytes(const void *p, uint32_t bytes,
+                                                                 int write) {
     const uintptr_t a = (uintptr_t)p;
     const char *line = (const char *)(a & ~(uintptr_t)63);
-    uint32_t lines = (uint32_t)((a + (uintptr_t)floats * sizeof(float) - 1) / 64 - a / 64) + 1;
+    uint32_t lines = (uint32_t)((a + (uintptr_t)bytes - 1) / 64 - a / 64) + 1;
     if (lines > 32)
         lines = 32;
     if (write) {
@@ -426,14 +497,14 @@ static inline __attribute__((always_inline)) void prefetch_floats(const float *p
     }
 }
 
-/* Prefetch row r's record and the cache lines of its first `floats` floats. */
+/* Prefetch row r's record and the cache lines of its first `bytes` bytes. */
 static inline __attribute__((always_inline)) void
-prefetch_row(const ps_table_t *t, const ps_shard_t *s, uint32_t r, int write, uint32_t floats) {
+prefetch_row(const ps_table_t *t, const ps_shard_t *s, uint32_t r, int write, uint32_t bytes) {
     if (write)
         __builtin_prefetch(&s->km[r], 1, 3);
     else
         __builtin_prefetch(&s->km[r], 0, 3);
-    prefetch_floats(row_ptr(t, s, r), floats, write);
+    prefetch_bytes(row_at(t, s, r), bytes, write);
 }
 
 /* Bitmask of the slots of a bucket that carry `tag` (never 0, see slot_tag) in the bits `hi`:
@@ -641,14 +712,14 @@ static inline uint64_t max_rows(const ps_shard_t *s) {
 /* ==== slab ================================================================================= */
 
 static size_t rows_bytes(const ps_table_t *t, uint32_t cap) {
-    return (size_t)cap * t->stride * sizeof(float);
+    return (size_t)cap * t->row_bytes;
 }
 
 static int slab_resize(const ps_table_t *t, ps_shard_t *s, uint32_t cap) {
     if (cap < 16)
         cap = 16;
     size_t ob = rows_bytes(t, s->cap), nbytes = rows_bytes(t, cap);
-    float *rows =
+    unsigned char *rows =
         s->rows ? pc_vm_resize(PC_MEM_ROWS, s->rows, ob, nbytes) : pc_vm_alloc(PC_MEM_ROWS, nbytes);
     if (!rows)
         return PC_ENOMEM;
@@ -660,7 +731,7 @@ static int slab_resize(const ps_table_t *t, ps_shard_t *s, uint32_t cap) {
                         : pc_vm_alloc(PC_MEM_KEYS, kb);
     if (!km) {
         /* Keep the arrays consistent: shrink rows back when it was a growth. */
-        float *back = pc_vm_resize(PC_MEM_ROWS, s->rows, nbytes, ob);
+        unsigned char *back = pc_vm_resize(PC_MEM_ROWS, s->rows, nbytes, ob);
         if (back)
             s->rows = back;
         else
@@ -712,7 +783,7 @@ static void cow_save(ps_table_t *t, ps_shard_t *s, uint32_t r) {
     uint8_t *rec = s->cow + s->cow_n++ * t->cow_rec_bytes;
     ps_cow_hdr_t h = {s->km[r].key, s->km[r].tick, (uint8_t)(s->km[r].freq & FREQ_MASK)};
     memcpy(rec, &h, sizeof h);
-    memcpy(rec + sizeof h, row_ptr(t, s, r), (size_t)t->stride * sizeof(float));
+    row_export(t, row_at(t, s, r), (float *)(void *)(rec + sizeof h));
 }
 
 /* Log the removal of `key` (for incremental checkpoints' tombstones). */
@@ -747,7 +818,7 @@ static void row_remove(ps_table_t *t, ps_shard_t *s, uint32_t r) {
     if (r < s->scan_cursor && last >= s->scan_cursor)
         cow_save(t, s, last); /* an unwritten row moves into the written part: save it first */
     if (r != last) {
-        memcpy(row_ptr(t, s, r), row_ptr(t, s, last), (size_t)t->stride * sizeof(float));
+        memcpy(row_at(t, s, r), row_at(t, s, last), t->row_bytes);
         s->km[r] = s->km[last];
         uint64_t hl = key_hash(s->km[r].key);
         uint32_t *ls = slot_of_row(s, hl, last);
@@ -779,11 +850,19 @@ static void log_append(ps_table_t *t, const uint64_t *keys, size_t n) {
         ps_changelog_append(log, keys, n);
 }
 
-static void row_view(const ps_table_t *t, const ps_shard_t *s, uint32_t r, ps_row_view_t *v) {
-    const float *row = row_ptr(t, s, r);
+/* A view of row r. The weights are the slab's own in an f32 table, else converted into wbuf
+ * (dim floats, which must outlive the view's use). */
+static void row_view(const ps_table_t *t, const ps_shard_t *s, uint32_t r, ps_row_view_t *v,
+                     float *wbuf) {
+    unsigned char *row = row_at(t, s, r);
     v->key = s->km[r].key;
-    v->weights = row;
-    v->state = t->state_len ? row + t->dim : NULL;
+    if (t->dtype == PS_ROW_F32) {
+        v->weights = (const float *)(const void *)row;
+    } else {
+        row_weights_get(t, row, wbuf);
+        v->weights = wbuf;
+    }
+    v->state = t->state_len ? row_state(t, row) : NULL;
     v->tick = s->km[r].tick;
     v->freq = s->km[r].freq & FREQ_MASK;
 }
@@ -791,7 +870,8 @@ static void row_view(const ps_table_t *t, const ps_shard_t *s, uint32_t r, ps_ro
 static void evict_row(ps_table_t *t, ps_shard_t *s, uint32_t r, ps_evict_reason_t why) {
     if (t->evict_fn) {
         ps_row_view_t v;
-        row_view(t, s, r, &v);
+        float wbuf[PS_DIM_MAX];
+        row_view(t, s, r, &v, wbuf);
         t->evict_fn(t->evict_ctx, why, &v);
     }
     const uint64_t key = s->km[r].key; /* logged before the slot is reused; a reader looks the */
@@ -878,7 +958,7 @@ static int spill_append(ps_table_t *t, ps_shard_t *s, uint32_t r) {
     }
     s->spill_hdr[s->spill_n] = (ps_spill_hdr_t){s->km[r].key, clock_of_tick(s, s->km[r].tick),
                                                 (uint8_t)(s->km[r].freq & FREQ_MASK)};
-    memcpy(s->spill_rows + s->spill_n * t->stride, row_ptr(t, s, r), rb);
+    row_export(t, row_at(t, s, r), s->spill_rows + s->spill_n * t->stride);
     s->spill_n++;
     return 0;
 }
@@ -957,14 +1037,16 @@ static int row_insert_ex(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h,
     s->km[r].key = key;
     s->km[r].tick = tick;
     s->km[r].freq = freq;
-    float *row = row_ptr(t, s, r);
+    unsigned char *row = row_at(t, s, r);
     if (src) {
-        memcpy(row, src, (size_t)t->stride * sizeof(float));
+        row_import(t, row, src);
     } else {
+        float w[PS_DIM_MAX];
         ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed,
-                     key, t->dim, row);
+                     key, t->dim, w);
+        row_weights_set(t, row, w);
         if (t->state_len)
-            ps__optim_init_state(&t->opt, row + t->dim);
+            ps__optim_init_state(&t->opt, row_state(t, row));
     }
     if (index_place(s, h, r)) {
         /* The walk was undone: r is the only row without a slot; a rebuild places it. */
@@ -1203,8 +1285,7 @@ static int dedup_sum(const batch_t *b, uint32_t merged) {
 }
 
 static inline void fill_initial(const ps_table_t *t, uint64_t key, float *out) {
-    ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed, key,
-                 t->dim, out);
+    initial_weights(t, key, out);
 }
 
 /* The (summed) gradient of push position q (key index k). */
@@ -1213,12 +1294,29 @@ static inline const float *push_grad(const batch_t *b, uint32_t q, uint32_t k) {
     return d->acc[q] != UINT32_MAX ? d->sum + d->acc[q] : b->grads + (size_t)k * b->t->dim;
 }
 
+/* The optimizer step of a 16-bit row: on f32 weights, rounded back stochastically with random
+ * bits from the key and the update version (a replay rounds alike). */
+static __attribute__((noinline)) void step_half(const ps_table_t *t, unsigned char *row,
+                                                uint64_t key, uint64_t salt, const float *g) {
+    float w[PS_DIM_MAX];
+    row_weights_get(t, row, w);
+    ps__optim_step(&t->opt, w, row_state(t, row), g);
+    const uint64_t seed = pc_hash_u64(key, salt ^ PC_HASH_SEED_ROUND);
+    if (t->dtype == PS_ROW_BF16)
+        t->half->to_bf16_sr(w, (uint16_t *)(void *)row, t->dim, seed);
+    else
+        t->half->to_f16_sr(w, (uint16_t *)(void *)row, t->dim, seed);
+}
+
 /* One optimizer step on row r (write lock held). */
 static inline void push_apply(batch_t *b, ps_shard_t *s, uint32_t r, const float *g) {
     ps_table_t *t = b->t;
-    float *row = row_ptr(t, s, r);
+    unsigned char *row = row_at(t, s, r);
     cow_save(t, s, r);
-    ps__optim_step(&t->opt, row, row + t->dim, g);
+    if (t->dtype == PS_ROW_F32)
+        ps__optim_step(&t->opt, (float *)(void *)row, row_state(t, row), g);
+    else
+        step_half(t, row, s->km[r].key, b->salt, g);
     s->km[r].tick = (uint16_t)s->clock;
     freq_bump(&s->km[r], b->salt);
     s->pushed++;
@@ -1237,7 +1335,7 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
         if (b->found)
             b->found[k] = r != NO_ROW;
         if (r != NO_ROW)
-            memcpy(out, row_ptr(t, s, r), (size_t)dim * sizeof(float));
+            row_weights_get(t, row_at(t, s, r), out);
         else if (b->cold)
             b->defer[b->ndefer++] = q;
         else if (t->cfg.missing == PS_MISSING_ZEROS)
@@ -1249,7 +1347,7 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
     if (op == OP_PULL) { /* under the read lock: copy, or leave the key for pull_miss */
         uint32_t r = resolve(s, key, h, b->p->cand[k]);
         if (r != NO_ROW) {
-            memcpy(b->rows + (size_t)k * dim, row_ptr(t, s, r), (size_t)dim * sizeof(float));
+            row_weights_get(t, row_at(t, s, r), b->rows + (size_t)k * dim);
         } else {
             b->defer[b->ndefer++] = q;
             b->p->cand[k] = s->cold_seq;
@@ -1306,7 +1404,7 @@ static void pull_miss(batch_t *b, ps_shard_t *s, uint32_t k) {
             return;
         }
     }
-    memcpy(out, row_ptr(t, s, r), (size_t)t->dim * sizeof(float));
+    row_weights_get(t, row_at(t, s, r), out);
 }
 
 /* Pull and lookup share a shard (they change nothing in the main pass); push takes it alone. */
@@ -1331,7 +1429,7 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
     const uint32_t *order = b->p->order;
     uint32_t *cand = b->p->cand;
     const int write = op == OP_PUSH;
-    const uint32_t floats = write ? t->stride : t->dim;
+    const uint32_t bytes = write ? t->row_bytes : t->wbytes;
     const uint32_t n = b->n;
     const uint32_t *first = op == OP_PUSH ? b->d->first : NULL;
 #define LIVE(q) (op != OP_PUSH || first[q] == (q))
@@ -1356,9 +1454,9 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
                     /* The gradient is read in shard order, not sequentially: the hardware
                      * prefetchers do not see it coming (a stall even when it is in L2). */
                     if (op == OP_PUSH)
-                        prefetch_floats(push_grad(b, qb, j), t->dim, 0);
+                        prefetch_bytes(push_grad(b, qb, j), t->dim * (uint32_t)sizeof(float), 0);
                     if (c < s->count)
-                        prefetch_row(t, s, c, write, floats);
+                        prefetch_row(t, s, c, write, bytes);
                     else if (c == CAND_IN_B2)
                         __builtin_prefetch(bucket_at(s, bucket2(s, h[j])), 0, 3);
                 }
@@ -1370,7 +1468,7 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
                     const uint32_t c = probe_b2(s, h[j]);
                     cand[j] = c;
                     if (c < s->count)
-                        prefetch_row(t, s, c, write, floats);
+                        prefetch_row(t, s, c, write, bytes);
                 }
                 qb2++;
             }
@@ -1466,7 +1564,7 @@ static void cold_apply(batch_t *b, ps_shard_t *s, op_t op, uint32_t q, const flo
         }
     }
     if (op == OP_PULL)
-        memcpy(out, row_ptr(t, s, r), (size_t)dim * sizeof(float));
+        row_weights_get(t, row_at(t, s, r), out);
     else
         push_apply(b, s, r, push_grad(b, q, k));
 }
@@ -1651,7 +1749,7 @@ int ps_table_read_state(const ps_table_t *t, const uint64_t *keys, size_t n, flo
             const uint32_t k = p.order[q], r = find_row(s, keys[k], p.h[k]);
             found[k] = r != NO_ROW;
             if (r != NO_ROW)
-                memcpy(rows + k * stride, row_ptr(t, s, r), stride * sizeof(float));
+                row_export(t, row_at(t, s, r), rows + k * stride);
             else
                 memset(rows + k * stride, 0, stride * sizeof(float));
         }
@@ -1740,7 +1838,7 @@ static int load_rows(ps_table_t *t, size_t n, const uint64_t *keys, const float 
     if (rc <= 0)
         return rc;
     rc = 0;
-    const uint32_t dim = t->dim, sl = t->state_len;
+    const uint32_t sl = t->state_len;
     pthread_rwlock_rdlock(&t->cut);
     for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) { /* one shard group [q0, q1) */
         ps_shard_t *s = &t->shards[p.sq[q0]];
@@ -1758,12 +1856,12 @@ static int load_rows(ps_table_t *t, size_t n, const uint64_t *keys, const float 
                 }
             }
             cow_save(t, s, r);
-            float *row = row_ptr(t, s, r);
-            memcpy(row, weights + (size_t)k * wstride, dim * sizeof(float));
+            unsigned char *row = row_at(t, s, r);
+            row_weights_set(t, row, weights + (size_t)k * wstride);
             if (sl && states)
-                memcpy(row + dim, states + (size_t)k * sstride, sl * sizeof(float));
+                memcpy(row_state(t, row), states + (size_t)k * sstride, sl * sizeof(float));
             else if (sl)
-                ps__optim_init_state(&t->opt, row + dim);
+                ps__optim_init_state(&t->opt, row_state(t, row));
             /* During a snapshot the row must read as changed after the cut. */
             s->km[r].tick = ticks && !s->cow_active ? ticks[k] : (uint16_t)s->clock;
             s->km[r].freq = freqs ? (uint8_t)(freqs[k] < FREQ_MAX ? freqs[k] : FREQ_MAX) : 1;
@@ -1857,10 +1955,21 @@ uint32_t ps_table_clock(const ps_table_t *t) {
     return atomic_load(&((ps_table_t *)t)->clock);
 }
 
+/* Weights of up to 256 views of a 16-bit table (NULL for f32, whose views point into the
+ * slab); *bytes gets the size to free. */
+static float *view_weights(const ps_table_t *t, size_t *bytes) {
+    *bytes = t->dtype == PS_ROW_F32 ? 0 : (size_t)256 * t->dim * sizeof(float);
+    return *bytes ? pc_malloc(PC_MEM_SCRATCH, *bytes) : NULL;
+}
+
 int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx) {
     if (!t || !fn)
         return PC_EINVAL;
     ps_row_view_t views[256];
+    size_t wb_bytes;
+    float *wb = view_weights(t, &wb_bytes);
+    if (wb_bytes && !wb)
+        return PC_ENOMEM;
     for (uint32_t sh = 0; sh < t->nshards; sh++) {
         ps_shard_t *s = &t->shards[sh];
         pthread_rwlock_rdlock(&s->lock);
@@ -1875,8 +1984,8 @@ int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx)
         for (uint32_t r = 0; r < s->count && !rc && !none; r++) {
             if (!every && (uint16_t)((uint16_t)now - s->km[r].tick) > window)
                 continue;
-            row_view(t, s, r, &views[nv++]);
-            if (nv == 256) {
+            row_view(t, s, r, &views[nv], wb ? wb + nv * (size_t)t->dim : NULL);
+            if (++nv == 256) {
                 rc = fn(ctx, views, nv);
                 nv = 0;
             }
@@ -1884,9 +1993,12 @@ int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx)
         if (!rc && nv)
             rc = fn(ctx, views, nv);
         pthread_rwlock_unlock(&s->lock);
-        if (rc)
+        if (rc) {
+            pc_free(PC_MEM_SCRATCH, wb, wb_bytes);
             return rc;
+        }
     }
+    pc_free(PC_MEM_SCRATCH, wb, wb_bytes);
     return 0;
 }
 
@@ -1952,6 +2064,12 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
         pthread_rwlock_unlock(&t->cut); /* cold tables keep no removal log: full scans only */
         return PC_EINVAL;
     }
+    size_t wb_bytes;
+    float *wb = view_weights(t, &wb_bytes);
+    if (wb_bytes && !wb) {
+        pthread_rwlock_unlock(&t->cut);
+        return PC_ENOMEM; /* before the scan is marked done: the caller may try again */
+    }
     t->snap_scanned = 1; /* only this thread scans: the flag is ours under the protocol */
     t->snap_full = since == PS_SCAN_ALL;
     const uint32_t cut = t->snap_cut;
@@ -1980,8 +2098,8 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
                 const uint16_t tick = s->km[r].tick;
                 if (!row_precut(s, tick) || (!every && (uint16_t)((uint16_t)now - tick) > window))
                     continue;
-                row_view(t, s, r, &views[nv++]);
-                if (nv == 256) {
+                row_view(t, s, r, &views[nv], wb ? wb + nv * (size_t)t->dim : NULL);
+                if (++nv == 256) {
                     rc = rows_fn(ctx, views, nv);
                     nv = 0;
                 }
@@ -2029,6 +2147,7 @@ int ps_table_snapshot_scan(ps_table_t *t, uint64_t since, ps_scan_fn rows_fn, ps
         pthread_rwlock_unlock(&s->lock);
     }
     pthread_rwlock_unlock(&t->cut);
+    pc_free(PC_MEM_SCRATCH, wb, wb_bytes);
     return rc;
 }
 
@@ -2110,6 +2229,10 @@ int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out) {
     t->dim = (uint32_t)cfg->dim;
     t->state_len = ps__optim_state_len(t->opt.kind, t->dim);
     t->stride = t->dim + t->state_len;
+    t->dtype = cfg->row_dtype;
+    t->half = pc_half_kernels(NULL);
+    t->wbytes = t->dtype == PS_ROW_F32 ? t->dim * 4u : (t->dim * 2u + 3u) & ~3u;
+    t->row_bytes = t->wbytes + t->state_len * 4u;
     t->nshards = (uint32_t)cfg->shards;
     t->admit = (uint32_t)cfg->admit_threshold;
     if (cfg->capacity_rows) {
@@ -2249,8 +2372,7 @@ uint32_t ps_table_state_len(const ps_table_t *t) {
 }
 
 void ps_table_initial_row(const ps_table_t *t, uint64_t key, float *out) {
-    ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed, key,
-                 t->dim, out);
+    initial_weights(t, key, out);
 }
 
 uint64_t ps_table_count(const ps_table_t *t) {
@@ -2274,7 +2396,7 @@ int ps_table_stats(const ps_table_t *t, ps_table_stats_t *o) {
         o->rows += s->count;
         o->bytes_index += (uint64_t)s->nbuckets * BUCKET_SLOTS * sizeof(uint32_t);
         o->bytes_sketch += (uint64_t)SKETCH_DEPTH * s->sketch_width;
-        o->bytes_reserved += (uint64_t)(s->cap - s->count) * (t->stride * 4 + sizeof(ps_km_t));
+        o->bytes_reserved += (uint64_t)(s->cap - s->count) * (t->row_bytes + sizeof(ps_km_t));
         o->pushed += s->pushed;
         o->inserted += s->inserted;
         o->erased += s->erased;
@@ -2290,7 +2412,7 @@ int ps_table_stats(const ps_table_t *t, ps_table_stats_t *o) {
         o->cold_errors += s->cold_errors;
         pthread_rwlock_unlock(&s->lock);
     }
-    o->bytes_weights = o->rows * t->dim * sizeof(float);
+    o->bytes_weights = o->rows * t->wbytes;
     o->bytes_state = o->rows * t->state_len * sizeof(float);
     o->bytes_keys = o->rows * sizeof(uint64_t);
     o->bytes_meta = o->rows * (sizeof(ps_km_t) - sizeof(uint64_t));

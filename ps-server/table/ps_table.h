@@ -31,6 +31,11 @@
  *   ftrl              FTRL-Proximal (McMahan et al. 2013), lr = alpha        (2 * dim floats)
  * Adagrad accumulators start at adagrad_init. For adam the last state word holds t as uint32.
  *
+ * Stored row types (row_dtype): f32, or bf16 / f16 weights in half the bytes. The optimizer state
+ * stays f32 and callers see f32 rows in every call; a 16-bit table returns its stored values
+ * exactly, rounds values written into it (loads, initial rows) to nearest, and rounds each
+ * optimizer step's result stochastically (unbiased, reproducible: pc_half.h).
+ *
  * Metadata per row: a 16-bit "tick" (table clock value at the last push or insert) and a 7-bit
  * logarithmic frequency counter of pushes (0..127) (probabilistic increment, Morris-style; pulls
  * leave existing rows and their metadata untouched, so they never dirty a cache line). The table
@@ -81,6 +86,14 @@ typedef enum {
     PS_OPT_FTRL,
 } ps_optim_kind_t;
 
+/* How a table stores its weights (the optimizer state is f32 in every case). Callers always see
+ * f32: 16-bit rows are converted at the table's edge (docs/table.md "Stored row types"). */
+typedef enum {
+    PS_ROW_F32,
+    PS_ROW_BF16, /* 8 exponent bits, 7 fraction bits */
+    PS_ROW_F16,  /* IEEE binary16 */
+} ps_row_dtype_t;
+
 typedef enum {
     PS_MISSING_INIT,  /* lookup of a missing key returns its initial row */
     PS_MISSING_ZEROS, /* ... returns zeros */
@@ -97,6 +110,7 @@ typedef struct ps_table_config {
     double init_scale;
     int missing;   /* ps_missing_t */
     int optimizer; /* ps_optim_kind_t */
+    int row_dtype; /* ps_row_dtype_t */
     double lr, beta1, beta2, eps, adagrad_init, ftrl_beta, l1, l2;
     double weight_decay, clip_value, clip_norm;
     int64_t admit_threshold, admit_width, admit_decay_ticks;
@@ -334,7 +348,7 @@ void ps_table_cold_freeze(ps_table_t *t, bool frozen);
 typedef struct ps_table_stats {
     uint64_t rows;
     /* memory, exact bytes */
-    uint64_t bytes_weights;  /* rows * dim * 4 */
+    uint64_t bytes_weights;  /* rows * dim * 4 (2 for 16-bit rows, padded to 4 bytes a row) */
     uint64_t bytes_state;    /* rows * state_len * 4 */
     uint64_t bytes_keys;     /* rows * 8 */
     uint64_t bytes_meta;     /* rows * 3 (tick, freq) */

@@ -5,6 +5,7 @@
  * (when this CPU has them) bit for bit against the portable code, at every array length mod 8. */
 #include "test_util.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -55,6 +56,24 @@ static uint16_t ref_f16(float f) {
     return v;
 }
 
+/* The two neighbours of x in a 16-bit type (equal when x is representable), from the nearest
+ * rounding, which test_many_floats checks against the independent references above. */
+static void neighbours(bool f16, float x, uint16_t *lo, uint16_t *hi) {
+    const uint16_t n = f16 ? pc_f32_to_f16(x) : pc_f32_to_bf16(x);
+    const float d = f16 ? pc_f16_to_f32(n) : pc_bf16_to_f32(n);
+    *lo = *hi = n;
+    if (d == x)
+        return;
+    if (fabsf(d) < fabsf(x))
+        *hi = (uint16_t)(n + 1); /* sign-magnitude: +1 is one step away from zero */
+    else
+        *lo = (uint16_t)(n - 1);
+}
+
+static float dec16(bool f16, uint16_t h) {
+    return f16 ? pc_f16_to_f32(h) : pc_bf16_to_f32(h);
+}
+
 static void check_f32(const pc_half_kernels_t *k, const float *src, size_t n) {
     uint16_t *a = malloc(n * 2), *b = malloc(n * 2);
     assert_non_null(a);
@@ -76,8 +95,36 @@ static void check_f32(const pc_half_kernels_t *k, const float *src, size_t n) {
         }
         a[i] = hb;
     }
+    /* Stochastic rounding (portable): one of the two neighbours, bracketing x. */
+    const pc_half_kernels_t *p = pc_half_kernels("portable");
+    for (int f16 = 0; f16 < 2; f16++) {
+        (f16 ? p->to_f16_sr : p->to_bf16_sr)(src, b, n, n * 31 + (size_t)f16);
+        for (size_t i = 0; i < n; i++) {
+            if (isnan(src[i]))
+                continue;
+            uint16_t lo, hi;
+            neighbours(f16, src[i], &lo, &hi);
+            const bool sat = f16 && fabsf(src[i]) > 65504.f && fabsf(src[i]) < 65520.f;
+            if (b[i] != lo && b[i] != hi && !(sat && (b[i] & 0x7fff) == 0x7bff) &&
+                !(f16 && fabsf(src[i]) < 0x1p-32f && (b[i] & 0x7fff) == 0) &&
+                !(!f16 && isfinite(src[i]) && (b[i] & 0x7fff) == 0x7f7f))
+                fail_msg("%s sr of %a (0x%08x): 0x%04x, not 0x%04x or 0x%04x",
+                         f16 ? "fp16" : "bf16", (double)src[i], f2u(src[i]), b[i], lo, hi);
+        }
+    }
     if (k) { /* the vector kernels, bit for bit; every offset and length mod 8 */
         const size_t off = n % 7;
+        for (uint64_t seed = 1; seed < 8; seed++) { /* odd seeds bf16, even ones fp16 */
+            const bool f16 = !(seed & 1);
+            (f16 ? p->to_f16_sr : p->to_bf16_sr)(src + off, a + off, n - off, seed);
+            (f16 ? k->to_f16_sr : k->to_bf16_sr)(src + off, b + off, n - off, seed);
+            for (size_t i = off; i < n; i++)
+                if (a[i] != b[i])
+                    fail_msg("%s %s sr of 0x%08x: 0x%04x, portable 0x%04x", k->name,
+                             f16 ? "fp16" : "bf16", f2u(src[i]), b[i], a[i]);
+        }
+        for (size_t i = 0; i < n; i++)
+            a[i] = pc_f32_to_bf16(src[i]);
         k->to_bf16(src + off, b + off, n - off);
         for (size_t i = off; i < n; i++)
             if (a[i] != b[i])
@@ -206,8 +253,89 @@ static void test_many_floats(void **state) {
     free(src);
 }
 
+/* Stochastic rounding: every result is one of x's two neighbours, the mean over many seeds is x
+ * (unbiased within 6 standard errors), a seed repeats its result, representable values and the
+ * special ones come out as nearest rounding gives them, and the range edges stay finite. */
+static void stochastic(const pc_half_kernels_t *k) {
+    static const float xs[] = {0.3f,    -0.3f,   1.0f + 0x1p-9f, 1e-3f,  -7.77e-5f, 123.456f,
+                               3e-5f,   -4e-6f,  1e-7f,          6e-8f,  1e-20f,    3.0e38f,
+                               65000.f, -0.001f, 0.0123456f,     5e-38f, 2.5e-8f};
+    enum { N = 20000 };
+    uint16_t out[N];
+    for (int f16 = 0; f16 < 2; f16++) {
+        for (size_t j = 0; j < sizeof xs / sizeof xs[0]; j++) {
+            const float x = xs[j];
+            if (f16 && fabsf(x) > 65504.f)
+                continue;
+            uint16_t lo, hi;
+            neighbours(f16, x, &lo, &hi);
+            double sum = 0;
+            for (int i = 0; i < N; i++) {
+                (f16 ? k->to_f16_sr : k->to_bf16_sr)(&x, &out[i], 1, (uint64_t)i * 7919 + j);
+                if (out[i] != lo && out[i] != hi)
+                    fail_msg("%s sr(%a) = 0x%04x, not 0x%04x or 0x%04x", f16 ? "f16" : "bf16",
+                             (double)x, out[i], lo, hi);
+                sum += dec16(f16, out[i]);
+            }
+            const double gap = fabs((double)dec16(f16, hi) - (double)dec16(f16, lo));
+            const double mean = sum / N, tol = 6 * 0.5 * gap / sqrt((double)N) + 1e-300;
+            if (fabs(mean - (double)x) > tol)
+                fail_msg("%s sr(%a): mean %.9g, %.3g from x (tolerance %.3g)", f16 ? "f16" : "bf16",
+                         (double)x, mean, mean - (double)x, tol);
+        }
+        /* A whole array with one seed: elements draw different bits, a repeat is identical. */
+        float v[N];
+        uint16_t a[N], b[N];
+        for (int i = 0; i < N; i++)
+            v[i] = 0.3f;
+        (f16 ? k->to_f16_sr : k->to_bf16_sr)(v, a, N, 42);
+        (f16 ? k->to_f16_sr : k->to_bf16_sr)(v, b, N, 42);
+        assert_memory_equal(a, b, sizeof a);
+        uint16_t lo, hi;
+        neighbours(f16, 0.3f, &lo, &hi);
+        int ups = 0;
+        for (int i = 0; i < N; i++)
+            ups += a[i] == hi;
+        const double p = (0.3 - dec16(f16, lo)) / (dec16(f16, hi) - dec16(f16, lo));
+        assert_true(fabs(ups - p * N) < 6 * sqrt(p * (1 - p) * N));
+        /* Every 16-bit value is kept (NaN as nearest rounding makes it: quiet). */
+        for (uint32_t h = 0; h < 65536; h++) {
+            const float x = dec16(f16, (uint16_t)h);
+            uint16_t r;
+            (f16 ? k->to_f16_sr : k->to_bf16_sr)(&x, &r, 1, h);
+            const uint16_t want = f16 ? pc_f32_to_f16(x) : pc_f32_to_bf16(x);
+            if (r != want)
+                fail_msg("%s sr(0x%04x) = 0x%04x, want 0x%04x", f16 ? "f16" : "bf16", h, r, want);
+        }
+    }
+    /* Edges: bf16 stays finite at FLT_MAX; f16 saturates below 65520 and is Inf from it. */
+    const float big[] = {FLT_MAX, -FLT_MAX, 65510.f, 65519.f, 65520.f, -1e6f};
+    uint16_t r[6];
+    for (uint64_t seed = 0; seed < 64; seed++) {
+        k->to_bf16_sr(big, r, 2, seed);
+        assert_int_equal(r[0], 0x7f7f); /* FLT_MAX lies between 0x7f7f and Inf */
+        assert_int_equal(r[1], 0xff7f);
+        k->to_f16_sr(big + 2, r, 4, seed);
+        assert_int_equal(r[0], 0x7bff);
+        assert_int_equal(r[1], 0x7bff);
+        assert_int_equal(r[2], 0x7c00);
+        assert_int_equal(r[3], 0xfc00);
+    }
+}
+
+static void test_stochastic(void **state) {
+    (void)state;
+    stochastic(pc_half_kernels("portable"));
+    const pc_half_kernels_t *k = pc_half_kernels("f16c");
+    if (k)
+        stochastic(k);
+    else
+        print_message("no F16C/AVX2 here: the vector kernels are not tested\n");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stochastic),
         cmocka_unit_test(test_all_halves),
         cmocka_unit_test(test_many_floats),
     };

@@ -67,14 +67,18 @@ static uint64_t key_of(uint64_t i) {
     return i * 0x9E3779B97F4A7C15ULL + 12345;
 }
 
-static void test_working_set_10x(void **state) {
-    (void)state;
+/* dtype: the row_dtype of both tables (16-bit rows spill as f32 and come back exactly). */
+static void working_set_10x(const char *dtype) {
     fixture_t f;
     fx_open(&f);
     enum { POOL = 20000, CAP = 2000, B = 256, DIM = 16 };
-    ps_table_t *c = mk_cold(&f, "name=emb,dim=16,optimizer=adam,shards=8,capacity_rows=2000,"
-                                "cold=true");
-    ps_table_t *r = tc_create("name=emb,dim=16,optimizer=adam,shards=8");
+    char spec[200];
+    snprintf(spec, sizeof spec,
+             "name=emb,dim=16,optimizer=adam,shards=8,capacity_rows=2000,cold=true,row_dtype=%s",
+             dtype);
+    ps_table_t *c = mk_cold(&f, spec);
+    snprintf(spec, sizeof spec, "name=emb,dim=16,optimizer=adam,shards=8,row_dtype=%s", dtype);
+    ps_table_t *r = tc_create(spec);
     static uint64_t keys[B];
     static float x[B * DIM], y[B * DIM], g[B * DIM];
     static uint8_t fx[B], fy[B];
@@ -117,6 +121,16 @@ static void test_working_set_10x(void **state) {
     ps_table_destroy(r);
     drop_cold(&f, c);
     fx_close(&f);
+}
+
+static void test_working_set_10x(void **state) {
+    (void)state;
+    working_set_10x("f32");
+}
+
+static void test_working_set_10x_bf16(void **state) {
+    (void)state;
+    working_set_10x("bf16");
 }
 
 /* Two threads on disjoint keys sharing shards: spills of one race with misses of the other. */
@@ -556,11 +570,12 @@ static void test_roundtrip_every_optimizer(void **state) {
     tc_tmpdir(ckdir, sizeof ckdir, "tierrt");
     server_t sv;
     server_open(&sv, ckdir);
-    char spec[5][160];
+    char spec[5][200];
     for (int o = 0; o < 5; o++) {
         snprintf(spec[o], sizeof spec[o],
-                 "name=t%d,dim=8,optimizer=%s,shards=4,capacity_rows=300,cold=true,seed=%d", o,
-                 opts[o], o + 1);
+                 "name=t%d,dim=8,optimizer=%s,shards=4,capacity_rows=300,cold=true,seed=%d,"
+                 "row_dtype=%s",
+                 o, opts[o], o + 1, (const char *[]){"f32", "bf16", "f16"}[o % 3]);
         ps_table_config_t cfg;
         ps_table_config_defaults(&cfg);
         assert_int_equal(ps_table_config_parse(&cfg, spec[o], NULL, 0), 0);
@@ -594,6 +609,7 @@ static void test_roundtrip_every_optimizer(void **state) {
         snprintf(name, sizeof name, "t%d", o);
         ps_table_t *a = get_table(sv.cat, name), *b = get_table(rs.cat, name);
         assert_int_equal(ps_table_version(a), ps_table_version(b));
+        assert_int_equal(ps_table_config(b)->row_dtype, o % 3); /* the stored type comes back */
         assert_true(ps_table_count(b) <= 300);
         assert_same_everywhere(a, b, all, K);
     }
@@ -642,6 +658,7 @@ static void test_export_import_cold(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_working_set_10x),
+        cmocka_unit_test(test_working_set_10x_bf16),
         cmocka_unit_test(test_concurrent_spills),
         cmocka_unit_test(test_shared_keys_no_lost_update),
         cmocka_unit_test(test_ckpt_cold_under_pushes),
