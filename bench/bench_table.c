@@ -220,11 +220,12 @@ static double row_bytes(ps_table_t *t, double overhead) {
     return (double)(st.bytes_weights + st.bytes_state) / (double)st.rows + overhead;
 }
 
-static void stored_bf16(const bench_opts_t *o, uint32_t dim, uint64_t n, stream_t *streams,
-                        const float *grads, float **outs, double secs, stored_t *out) {
-    double ovh[2], rss[2], huge[2], v[4][ROUNDS];
-    ps_table_t *tf = make_filled("adagrad", "f32", dim, n, &ovh[0], &rss[0], &huge[0]);
-    ps_table_t *tb = make_filled("adagrad", "bf16", dim, n, &ovh[1], &rss[1], &huge[1]);
+/* tf: the f32 Adagrad table of phase 1 (filled, overhead ovh_f32 bytes a row). */
+static void stored_bf16(const bench_opts_t *o, ps_table_t *tf, double ovh_f32, uint32_t dim,
+                        uint64_t n, stream_t *streams, const float *grads, float **outs,
+                        double secs, stored_t *out) {
+    double ovh_bf16, rss, huge, v[4][ROUNDS];
+    ps_table_t *tb = make_filled("adagrad", "bf16", dim, n, &ovh_bf16, &rss, &huge);
     for (int r = 0; r < ROUNDS; r++) {
         v[0][r] = sample(o, OP_PULL, tf, NULL, dim, streams, 1, grads, NULL, outs, secs);
         v[1][r] = sample(o, OP_PULL, tb, NULL, dim, streams, 1, grads, NULL, outs, secs);
@@ -242,14 +243,13 @@ static void stored_bf16(const bench_opts_t *o, uint32_t dim, uint64_t n, stream_
                       .pull_bf16 = bench_median3(v[1]),
                       .push_f32 = bench_median3(v[2]),
                       .push_bf16 = bench_median3(v[3]),
-                      .bytes_f32 = row_bytes(tf, ovh[0]),
-                      .bytes_bf16 = row_bytes(tb, ovh[1])};
+                      .bytes_f32 = row_bytes(tf, ovh_f32),
+                      .bytes_bf16 = row_bytes(tb, ovh_bf16)};
     printf("     stored bf16 (adagrad, uniform, 1 thread): pull %.0f rows/s (f32 %.0f, %.2fx), "
            "push %.0f (f32 %.0f, %.2fx); %.1f B/row against %.1f (%.2f)\n",
            out->pull_bf16, out->pull_f32, out->pull, out->push_bf16, out->push_f32, out->push,
            out->bytes_bf16, out->bytes_f32, out->bytes_bf16 / out->bytes_f32);
     ps_table_destroy(tb);
-    ps_table_destroy(tf);
 }
 
 int bench_table_main(int argc, char **argv) {
@@ -351,8 +351,10 @@ int bench_table_main(int argc, char **argv) {
                     r_look[d][th - 1] = bench_median3(v[3]);
                 }
             }
-            ps_table_destroy(t);
             pc_vm_free(PC_MEM_OTHER, ref, ref_bytes);
+            if (si == 0) /* 1b. the same table against one storing bf16, interleaved */
+                stored_bf16(&o, t, ovh, dim, n, streams[0], grads, outs, secs, &stored[di]);
+            ps_table_destroy(t);
             /* 2. The same Adagrad update on flat [w | G] rows: the optimizer's own memory cost,
              * without hashing, index, keys or locks. */
             ps_table_config_t acfg;
@@ -389,8 +391,6 @@ int bench_table_main(int argc, char **argv) {
                 }
             }
             ps_table_destroy(t);
-            if (si == 0)
-                stored_bf16(&o, dim, n, streams[0], grads, outs, secs, &stored[di]);
 
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {

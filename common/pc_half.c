@@ -155,6 +155,12 @@ static void p_from_f16(const uint16_t *src, float *dst, size_t n) {
 #ifdef PC_HAVE_F16C
 #define F16C_FN __attribute__((target("avx2,f16c")))
 
+/* 8 x u32 (each <= 0xffff) -> 8 x u16 at dst: pack per 128-bit lane, then put lanes in order. */
+static F16C_FN inline void v_store16(uint16_t *dst, __m256i v) {
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
+    _mm_storeu_si128((__m128i *)(void *)dst, _mm256_castsi256_si128(p));
+}
+
 static F16C_FN void v_to_bf16(const float *src, uint16_t *dst, size_t n) {
     const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
                   one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff),
@@ -167,9 +173,7 @@ static F16C_FN void v_to_bf16(const float *src, uint16_t *dst, size_t n) {
         const __m256i r = _mm256_srli_epi32(
             _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
         const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(hi, quiet), nan);
-        /* 8 x u32 (each <= 0xffff) -> 8 x u16: pack per 128-bit lane, then put lanes in order */
-        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
-        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_castsi256_si128(p));
+        v_store16(dst + i, v);
     }
     p_to_bf16(src + i, dst + i, n - i);
 }
@@ -217,12 +221,6 @@ static F16C_FN inline __m256i v_sr_bits(uint32_t key, size_t i) {
 static F16C_FN inline __m256i v_ltu(__m256i a, __m256i b) {
     const __m256i flip = _mm256_set1_epi32((int)0x80000000u);
     return _mm256_cmpgt_epi32(_mm256_xor_si256(b, flip), _mm256_xor_si256(a, flip));
-}
-
-/* 8 x u32 (each <= 0xffff) -> 8 x u16 at dst. */
-static F16C_FN inline void v_store16(uint16_t *dst, __m256i v) {
-    const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08);
-    _mm_storeu_si128((__m128i *)(void *)dst, _mm256_castsi256_si128(p));
 }
 
 static F16C_FN void v_to_bf16_sr(const float *src, uint16_t *dst, size_t n, uint64_t seed) {

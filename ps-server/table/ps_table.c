@@ -446,19 +446,20 @@ static inline void row_import(const ps_table_t *t, unsigned char *row, const flo
     memcpy(row + t->wbytes, src + t->dim, (size_t)t->state_len * sizeof(float));
 }
 
-/* The initial row of key as the table stores it (f32 initializer, rounded in 16-bit tables). */
-static void initial_weights(const ps_table_t *t, uint64_t key, float *out) {
+/* The f32 initializer's row of key (dim floats), before any rounding to the stored type. */
+static inline void init_f32(const ps_table_t *t, uint64_t key, float *out) {
     ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed, key,
                  t->dim, out);
+}
+
+/* The initial row of key as the table stores it: init_f32's, rounded in a 16-bit table through
+ * a scratch row (the accessors' own conversion). */
+static void fill_initial(const ps_table_t *t, uint64_t key, float *out) {
+    init_f32(t, key, out);
     if (t->dtype != PS_ROW_F32) {
-        uint16_t h[PS_DIM_MAX];
-        if (t->dtype == PS_ROW_BF16) {
-            t->half->to_bf16(out, h, t->dim);
-            t->half->from_bf16(h, out, t->dim);
-        } else {
-            t->half->to_f16(out, h, t->dim);
-            t->half->from_f16(h, out, t->dim);
-        }
+        uint16_t scratch[PS_DIM_MAX]; /* a 16-bit row's weights */
+        row_weights_set(t, (unsigned char *)scratch, out);
+        row_weights_get(t, (const unsigned char *)scratch, out);
     }
 }
 
@@ -1042,9 +1043,8 @@ static int row_insert_ex(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h,
         row_import(t, row, src);
     } else {
         float w[PS_DIM_MAX];
-        ps__init_row((ps_init_kind_t)t->cfg.init, (float)t->cfg.init_scale, (uint64_t)t->cfg.seed,
-                     key, t->dim, w);
-        row_weights_set(t, row, w);
+        init_f32(t, key, w);
+        row_weights_set(t, row, w); /* rounded as fill_initial rounds */
         if (t->state_len)
             ps__optim_init_state(&t->opt, row_state(t, row));
     }
@@ -1282,10 +1282,6 @@ static int dedup_sum(const batch_t *b, uint32_t merged) {
             acc[e] += g[e];
     }
     return 0;
-}
-
-static inline void fill_initial(const ps_table_t *t, uint64_t key, float *out) {
-    initial_weights(t, key, out);
 }
 
 /* The (summed) gradient of push position q (key index k). */
@@ -2372,7 +2368,7 @@ uint32_t ps_table_state_len(const ps_table_t *t) {
 }
 
 void ps_table_initial_row(const ps_table_t *t, uint64_t key, float *out) {
-    initial_weights(t, key, out);
+    fill_initial(t, key, out);
 }
 
 uint64_t ps_table_count(const ps_table_t *t) {
