@@ -8,10 +8,21 @@
  * was replaced.
  *
  * DESIGN
- * - One thread per training server (srvf_t), each with its own libpsclient client connected to
+ * - One thread per training server that is primary of some slot in the replica's map (srvf_t;
+ *   the others hold nothing a lookup reads), each with its own libpsclient client connected to
  *   that server's address only (the client adopts the server's map on HELLO; the server's index
- *   in it must be the replica's index, or the map has changed under the replica). A client that
+ *   in it must be the replica's index: a server keeps its index in every map). A client that
  *   connected once reconnects by itself; one that never did is connected again on the next try.
+ * - The map (docs/serving.md "After a map change"). A follower follows one layout, the map it
+ *   was created with: a server's stream carries only the slots it is primary of, and rows that
+ *   reach a new primary (a promoted backup, a resharding's copy) are not in its stream. So the
+ *   follower notes every newer map the servers name (each client asks a server whose reply names
+ *   a newer version for it; the scans' PC_EWRONGSLOT carries it) and marks its layout stale from
+ *   the first one that gives a slot another primary or skips a version: the owner (sv_serve)
+ *   then builds a follower of the new map aside and swaps it in. A scan is a copy under the
+ *   replica's map version only (PC_STREAM_SAME_MAP): a server that has not adopted that map yet,
+ *   or has a newer one, answers PC_EWRONGSLOT and the source retries after its backoff, so no
+ *   scan takes a server's rows under another layout than the replica routes by.
  * - A source (source_t) per (server, table). Its working fields (uid, pos, need_scan, backoff,
  *   retry time) belong to its server's thread; what sv_follow_status and the watermark readers
  *   see is written by that thread under f->mu, the one lock, taken once per call to a server.
@@ -31,6 +42,7 @@
 
 #include "emberps/psclient.h"
 #include "pc_error.h"
+#include "psclient_repl.h"
 #include "pc_log.h"
 #include "pc_time.h"
 
@@ -98,9 +110,11 @@ typedef struct srvf {
     sv_follow_t *f;
     uint32_t idx;
     char addr[PC_ADDR_MAX];
+    bool active; /* primary of some slot in the replica's map: followed (a thread) */
     pthread_t th;
     bool running;
     psc_t *c;
+    uint64_t refreshes; /* the client's map refreshes when its map was last looked at */
     source_t *src;
     size_t nsrc;
     uint32_t cap, scan_cap; /* rows of the buffers; rows of a scan part */
@@ -111,12 +125,15 @@ typedef struct srvf {
 
 struct sv_follow {
     sv_sparse_t *s;
+    pc_cluster_map_t *map; /* the replica's (sv_sparse's) map: the layout followed */
     sv_follow_opts_t o;
     char token[256], ca[1024], cert[1024], key[1024], name[256];
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast by stop */
     bool stop, started;
     uint64_t start_ns;
+    pc_cluster_map_t *newest; /* under mu: the newest map a server named (map at first) */
+    bool stale;               /* under mu: newest needs another layout (sv_follow_stale) */
     srvf_t *srv;
     size_t nsrv;
 };
@@ -218,6 +235,55 @@ static int apply(srvf_t *sf, ps_table_t *t, uint32_t dim, uint32_t n) {
     return rc;
 }
 
+/* ==== the cluster map ======================================================================= */
+
+/* Whether every slot has the same primary (by address) in a and b. */
+static bool same_primaries(const pc_cluster_map_t *a, const pc_cluster_map_t *b) {
+    for (uint32_t slot = 0; slot < PC_NSLOTS; slot++)
+        if (strcmp(pc_cmap_addr(a, pc_cmap_slot_owner(a, slot)),
+                   pc_cmap_addr(b, pc_cmap_slot_owner(b, slot))) != 0)
+            return false;
+    return true;
+}
+
+/* Note map m (taken), which a server's client adopted. A newer one than any seen becomes
+ * `newest`; the layout is stale from the first one in which a slot has another primary than in
+ * the one seen before it, or whose version skips one (a slot may have moved and come back in
+ * the version not seen). */
+static void note_map(sv_follow_t *f, pc_cluster_map_t *m) {
+    pthread_mutex_lock(&f->mu);
+    const uint64_t v = pc_cmap_version(m), was = pc_cmap_version(f->newest);
+    if (v > was) {
+        const bool moved = v != was + 1 || !same_primaries(f->newest, m);
+        if (moved && !f->stale)
+            PC_INFO("serve: the training servers' map version %" PRIu64 " (the replica's: %" PRIu64
+                    ") %s: the replica needs a new layout",
+                    v, pc_cmap_version(f->map),
+                    v != was + 1 ? "skipped versions" : "gave slots another primary");
+        f->stale = f->stale || moved;
+        pc_cmap_destroy(f->newest);
+        f->newest = m;
+        m = NULL;
+    }
+    pthread_mutex_unlock(&f->mu);
+    pc_cmap_destroy(m);
+}
+
+/* Note sf's client's map when the client adopted another since the last look. */
+static void observe_map(srvf_t *sf) {
+    psc_stats_t st;
+    psc_stats(sf->c, &st);
+    if (st.map_refreshes == sf->refreshes)
+        return;
+    sf->refreshes = st.map_refreshes;
+    char *text = malloc(MAP_TEXT_MAX);
+    pc_cluster_map_t *m;
+    if (text && psc_map_text(sf->c, text, MAP_TEXT_MAX) < MAP_TEXT_MAX &&
+        pc_cmap_parse(text, &m, NULL, 0) == 0)
+        note_map(sf->f, m);
+    free(text);
+}
+
 /* ==== connecting ============================================================================ */
 
 static int connect_server(srvf_t *sf, char *why, size_t cap) {
@@ -248,21 +314,26 @@ static int connect_server(srvf_t *sf, char *why, size_t cap) {
     if (rc) {
         snprintf(why, cap, "%s: its cluster map: %s", sf->addr, err);
     } else {
-        const int at = pc_cmap_find(m, sf->addr);
+        const int at = pc_cmap_find(m, sf->addr); /* a server keeps its index in every map */
         if (at != (int)sf->idx) {
             rc = PC_ESTATE;
             snprintf(why, cap,
                      "%s: its cluster map (version %" PRIu64 ") has it as server %d, the "
-                     "replica's as server %u: the map changed; start the replica again",
+                     "replica's as server %u: another cluster",
                      sf->addr, pc_cmap_version(m), at, sf->idx);
+            pc_cmap_destroy(m);
+        } else {
+            note_map(f, m);
         }
-        pc_cmap_destroy(m);
     }
     if (rc) {
         psc_close(c);
         return rc;
     }
     sf->c = c;
+    psc_stats_t st;
+    psc_stats(c, &st);
+    sf->refreshes = st.map_refreshes;
     return 0;
 }
 
@@ -310,8 +381,17 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
                                   .keys = sf->keys,
                                   .found = sf->found,
                                   .rows = sf->rows};
-            psc_stream_t out;
-            rc = psc_scan(sf->c, &q, &out, why, cap);
+            psc_stream_t out; /* a copy under the replica's map only (see DESIGN) */
+            rc = psc__stream(sf->c, true, &q, PC_STREAM_SAME_MAP, pc_cmap_version(f->map), &out,
+                             why, cap);
+            if (rc == PC_EWRONGSLOT) {
+                observe_map(sf); /* the reply carried the server's map */
+                snprintf(why, cap,
+                         "%s: table %s: its cluster map is not the replica's (version %" PRIu64
+                         "): the scan waits for the servers to agree on it, or the replica "
+                         "for its next layout",
+                         sf->addr, x->table, pc_cmap_version(f->map));
+            }
             if (rc)
                 break;
             if (p == 0) {
@@ -449,6 +529,7 @@ static void *server_main(void *arg) {
             bool m = false;
             why[0] = '\0';
             const int rc = step(sf, x, &m, why, sizeof why);
+            observe_map(sf); /* a reply may have named a newer map: the client asked for it */
             if (rc == PC_ECANCELED && stopping(f))
                 break;
             if (rc && transport_error(rc)) {           /* the server, not the table: all wait */
@@ -519,7 +600,16 @@ int sv_follow_create(sv_sparse_t *s, const sv_follow_opts_t *o, const sv_follow_
     char(*names)[PS_TABLE_NAME_MAX] = calloc(ntab ? ntab : 1, sizeof *names);
     f->nsrv = sv_sparse_servers(s);
     f->srv = calloc(f->nsrv, sizeof *f->srv);
-    int rc = names && f->srv ? 0 : PC_ENOMEM;
+    const size_t mlen = sv_sparse_map_text(s, NULL, 0) + 1;
+    char *mtext = malloc(mlen);
+    int rc = names && f->srv && mtext ? 0 : PC_ENOMEM;
+    if (!rc) {
+        sv_sparse_map_text(s, mtext, mlen);
+        rc = pc_cmap_parse(mtext, &f->map, NULL, 0);
+        if (!rc)
+            rc = pc_cmap_copy(f->map, &f->newest);
+    }
+    free(mtext);
     const size_t nt = rc ? 0 : sv_sparse_tables(s, names, ntab);
     uint32_t maxdim = 1;
     ps_table_config_t cfg;
@@ -536,15 +626,18 @@ int sv_follow_create(sv_sparse_t *s, const sv_follow_opts_t *o, const sv_follow_
         sf->f = f;
         sf->idx = (uint32_t)i;
         copy_str(sf->addr, sizeof sf->addr, sv_sparse_server_addr(s, (uint32_t)i));
+        sf->active = pc_cmap_server_slots(f->map, (uint32_t)i) > 0;
         sf->cap = (uint32_t)f->o.batch_rows;
         sf->scan_cap = (uint32_t)scan_cap;
         sf->nsrc = nt;
         sf->src = calloc(nt ? nt : 1, sizeof *sf->src);
-        sf->keys = malloc(scan_cap * sizeof *sf->keys);
-        sf->erase = malloc(scan_cap * sizeof *sf->erase);
-        sf->found = malloc(scan_cap);
-        sf->rows = malloc(scan_cap * maxdim * sizeof *sf->rows);
-        if (!sf->src || !sf->keys || !sf->erase || !sf->found || !sf->rows) {
+        if (sf->active) { /* the buffers of a server followed */
+            sf->keys = malloc(scan_cap * sizeof *sf->keys);
+            sf->erase = malloc(scan_cap * sizeof *sf->erase);
+            sf->found = malloc(scan_cap);
+            sf->rows = malloc(scan_cap * maxdim * sizeof *sf->rows);
+        }
+        if (!sf->src || (sf->active && (!sf->keys || !sf->erase || !sf->found || !sf->rows))) {
             rc = PC_ENOMEM;
             break;
         }
@@ -582,6 +675,8 @@ int sv_follow_start(sv_follow_t *f) {
     f->stop = false;
     f->start_ns = pc_time_mono_ns();
     for (size_t i = 0; i < f->nsrv; i++) {
+        if (!f->srv[i].active)
+            continue;
         if (pthread_create(&f->srv[i].th, NULL, server_main, &f->srv[i])) {
             PC_ERROR("serve: cannot start the follower thread of %s", f->srv[i].addr);
             sv_follow_stop(f);
@@ -622,6 +717,8 @@ void sv_follow_destroy(sv_follow_t *f) {
         free(f->srv[i].rows);
     }
     free(f->srv);
+    pc_cmap_destroy(f->map);
+    pc_cmap_destroy(f->newest);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
     free(f);
@@ -635,7 +732,7 @@ size_t sv_follow_status(sv_follow_t *f, sv_follow_source_t *out, size_t cap) {
     pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < f->nsrv; i++) {
         const srvf_t *sf = &f->srv[i];
-        for (size_t t = 0; t < sf->nsrc; t++, k++) {
+        for (size_t t = 0; sf->active && t < sf->nsrc; t++, k++) {
             if (k >= cap)
                 continue;
             const source_t *x = &sf->src[t];
@@ -681,10 +778,11 @@ int sv_follow_positions(sv_follow_t *f, const char *table, uint64_t *uids, uint6
         return PC_ENOTFOUND;
     pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < f->nsrv && i < cap; i++) {
+        const bool on = f->srv[i].active;
         if (uids)
-            uids[i] = f->srv[i].src[t].uid;
+            uids[i] = on ? f->srv[i].src[t].uid : 0;
         if (positions)
-            positions[i] = f->srv[i].src[t].pos;
+            positions[i] = on ? f->srv[i].src[t].pos : 0;
     }
     pthread_mutex_unlock(&f->mu);
     return (int)f->nsrv;
@@ -695,14 +793,22 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
     if (!f || !table || (n && (!uids || !heads)))
         return false;
     const long t = source_index(f, table);
-    if (t < 0 || n > f->nsrv)
+    if (t < 0)
         return false;
     bool ok = true;
     pthread_mutex_lock(&f->mu);
     for (size_t i = 0; i < n && ok; i++) {
-        const source_t *x = &f->srv[i].src[t];
         if (!uids[i])
             continue;
+        if (i >= f->nsrv || !f->srv[i].active) {
+            /* a server the replica does not follow: primary of nothing in the newest map seen,
+             * which has the replica's primaries (not stale), so its rows are at their primaries
+             * (moved there, with every change acknowledged before, ahead of the replica's scan) */
+            ok = !f->stale && i < pc_cmap_nservers(f->newest) &&
+                 pc_cmap_server_slots(f->newest, (uint32_t)i) == 0;
+            continue;
+        }
+        const source_t *x = &f->srv[i].src[t];
         if (x->uid == uids[i] && !x->need_scan) {
             ok = x->pos >= heads[i];
             continue;
@@ -714,6 +820,34 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
     }
     pthread_mutex_unlock(&f->mu);
     return ok;
+}
+
+bool sv_follow_stale(sv_follow_t *f, char **map_text) {
+    if (map_text)
+        *map_text = NULL;
+    pthread_mutex_lock(&f->mu);
+    const bool stale = f->stale;
+    if (stale && map_text) {
+        const size_t len = pc_cmap_format(f->newest, NULL, 0) + 1;
+        if ((*map_text = malloc(len)))
+            pc_cmap_format(f->newest, *map_text, len);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return stale;
+}
+
+uint64_t sv_follow_map_version(const sv_follow_t *f) {
+    return pc_cmap_version(f->map);
+}
+
+bool sv_follow_ready(sv_follow_t *f) {
+    bool ready = true;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < f->nsrv && ready; i++)
+        for (size_t t = 0; f->srv[i].active && t < f->srv[i].nsrc && ready; t++)
+            ready = f->srv[i].src[t].uid && !f->srv[i].src[t].need_scan;
+    pthread_mutex_unlock(&f->mu);
+    return ready;
 }
 
 /* ==== discovery ============================================================================= */

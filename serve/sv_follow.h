@@ -126,8 +126,28 @@ int sv_follow_positions(sv_follow_t *f, const char *table, uint64_t *uids, uint6
  * followed again, so anything it holds now is newer). A uid the follower never followed is not
  * caught up (it has not reached that table yet; should a table be replaced twice within one of
  * its rescans, it never will, and the caller pairs with a newer state). uids[i] == 0: server i
- * is not asked about. */
+ * is not asked about. A server the follower does not follow (primary of nothing in its map, or
+ * beyond it) is caught up when the layout is not stale and the newest map noted lists it as
+ * primary of nothing: its slots' rows, every acknowledged change included, moved to their
+ * primaries before the scans that gave the replica those rows. */
 bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids,
                          const uint64_t *heads, size_t n);
+
+/* ---- map changes (docs/serving.md "After a map change") ----
+ * A follower follows the layout of the replica's map: only servers that are primary of some
+ * slot there, and its scans only while a server has that map. The servers' newer maps are noted
+ * as its clients learn them. */
+
+/* Whether the layout is stale: a map a server named gives some slot another primary than the
+ * replica's, or versions were skipped on the way to it. Then *map_text (may be NULL; malloc'ed,
+ * NULL when out of memory) gets the newest map noted, for a follower of the new layout. Such a
+ * follower, once sv_follow_ready, replaces this one; this one goes on following meanwhile (the
+ * rows of moved slots are not refreshed). Thread-safe. */
+bool sv_follow_stale(sv_follow_t *f, char **map_text);
+/* The version of the map followed. */
+uint64_t sv_follow_map_version(const sv_follow_t *f);
+/* Whether every source of every followed server has its rows (scanned, or started from a
+ * checkpoint's position). Thread-safe. */
+bool sv_follow_ready(sv_follow_t *f);
 
 #endif

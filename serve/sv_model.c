@@ -18,6 +18,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,7 @@ struct sv_model {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     sv_eval_t *free_list;
+    atomic_int refs; /* sv_model_ref / sv_model_destroy */
 };
 
 /* Score one synthetic sample per evaluator: buffers touched, weights checked. */
@@ -108,6 +110,7 @@ int sv_model_load(const sv_model_opts_t *o, sv_model_t **out, char *why, size_t 
     m->max_batch = o->max_batch;
     m->be = o->be ? o->be : pw_backend_cpu();
     pthread_mutex_init(&m->mu, NULL);
+    atomic_init(&m->refs, 1);
     pthread_cond_init(&m->cv, NULL);
     char path[4096], err[256] = "";
     snprintf(path, sizeof path, "%s/card", o->dir);
@@ -137,8 +140,14 @@ int sv_model_load(const sv_model_opts_t *o, sv_model_t **out, char *why, size_t 
     return 0;
 }
 
+sv_model_t *sv_model_ref(sv_model_t *m) {
+    if (m)
+        atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
 void sv_model_destroy(sv_model_t *m) {
-    if (!m)
+    if (!m || atomic_fetch_sub(&m->refs, 1) > 1)
         return;
     for (int i = 0; i < m->n; i++) {
         pw_step_destroy(m->ev[i].st);

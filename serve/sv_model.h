@@ -45,7 +45,10 @@ typedef struct sv_model_opts {
 /* Load and verify o->dir (see DESIGN). why gets one line on failure. PC_ENOTFOUND (no model or
  * card), PC_ECORRUPT, PC_EDIM, PC_EPARSE (the card), PC_EINVAL, PC_ENOMEM. */
 int sv_model_load(const sv_model_opts_t *o, sv_model_t **out, char *why, size_t cap);
-void sv_model_destroy(sv_model_t *m); /* NULL: nothing; no evaluator may be out */
+/* Another reference to m (a swap that keeps the model over new rows); returns m. */
+sv_model_t *sv_model_ref(sv_model_t *m);
+/* Drop a reference; the last frees the model. NULL: nothing; no evaluator may be out then. */
+void sv_model_destroy(sv_model_t *m);
 
 const pw_model_card_t *sv_model_card(const sv_model_t *m);
 /* The card's CSV column spec, parsed (meaningful for the CSV format only). */

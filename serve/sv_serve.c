@@ -1,5 +1,6 @@
 /* sv_serve.c: see sv_serve.h. The served object and its reference count, the live state
- * (sparse rows, follower, the newest dense model taken), versions loaded aside and swapped in.
+ * (sparse rows, follower, the newest dense model taken), versions loaded aside and swapped in,
+ * new layouts of the live rows after the training servers' map changed.
  *
  * DESIGN
  * - Two references are the replica's own: `cur` (what requests get) and `live` (the live state's
@@ -12,6 +13,14 @@
  * - The live watermark: a live object's positions are the follower's at the moment a request
  *   reads them (before it reads rows), so a reply's positions are a lower bound of what its rows
  *   reflect.
+ * - Live rows (live_rows_t: a replica in one layout and its follower) are counted: the
+ *   replica's current ones and every live object hold a reference. When the follower says its
+ *   layout is stale (sv_follow_stale: a failover or a resharding gave slots other primaries),
+ *   the tick builds rows of the newest map aside (`next`: an empty replica whose follower scans
+ *   every primary), starts over when that map is stale in turn, and once they hold every row
+ *   (sv_follow_ready) swaps in a live object of the same dense model over them. The old rows
+ *   keep following and serving until then, and are freed (their follower stopped) with the last
+ *   object that reads them. A published model waits for rows of the current layout.
  */
 #include "sv_serve.h"
 
@@ -35,10 +44,18 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* Live rows: a replica of the training servers in one layout and its follower (see DESIGN). */
+typedef struct live_rows {
+    sv_sparse_t *sparse;
+    sv_follow_t *follower;
+    atomic_int refs;
+} live_rows_t;
+
 struct sv_served {
-    int refs; /* under the replica's mu */
-    sv_model_t *model;
-    sv_sparse_t *sparse; /* owned when pinned */
+    int refs;            /* under the replica's mu */
+    sv_model_t *model;   /* a reference */
+    sv_sparse_t *sparse; /* owned when pinned; live: rows->sparse */
+    live_rows_t *rows;   /* live: a reference */
     bool pinned;
     size_t npos;
     uint64_t *pos; /* pinned: the version's positions per server */
@@ -57,15 +74,62 @@ struct sv_serve {
     sv_served_t *cur, *live;
     sv_served_t *graveyard; /* objects no one holds, freed by the owner's tick */
 
-    pthread_mutex_t swap_mu;  /* one swap at a time; what follows is under it */
-    sv_sparse_t *live_sparse; /* NULL: not following */
-    sv_follow_t *follower;
-    uint64_t live_seen; /* newest published step looked at (taken or refused) */
+    pthread_mutex_t swap_mu;    /* one swap at a time; what follows is under it */
+    live_rows_t *rows;          /* the live rows (a reference); NULL: not following */
+    live_rows_t *next;          /* rows of a new layout being built (a reference), NULL */
+    uint64_t live_seen;         /* newest published step looked at (taken or refused) */
+    uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
+    atomic_uint_least64_t relayouts, map_version;
 
     atomic_uint_least64_t predictions, swaps, refused;
     pthread_mutex_t refusal_mu;
     char last_refusal[256];
 };
+
+/* ---- live rows ----------------------------------------------------------------------------- */
+static live_rows_t *rows_ref(live_rows_t *r) {
+    if (r)
+        atomic_fetch_add(&r->refs, 1);
+    return r;
+}
+
+/* Drop a reference; the last stops the follower (bounded by its timeout_ms) and frees. */
+static void rows_unref(live_rows_t *r) {
+    if (!r || atomic_fetch_sub(&r->refs, 1) > 1)
+        return;
+    sv_follow_destroy(r->follower);
+    sv_sparse_destroy(r->sparse);
+    free(r);
+}
+
+static sv_follow_auth_t auth_of(const sv_serve_t *s) {
+    return (sv_follow_auth_t){
+        .token = s->token, .tls_ca = s->tls_ca, .tls_cert = s->tls_cert, .tls_key = s->tls_key};
+}
+
+/* Live rows over `sparse` (taken, also on failure), followed from starts[0..n) (none: scans),
+ * the follower started. */
+static int rows_start(sv_serve_t *s, sv_sparse_t *sparse, const sv_sparse_start_t *starts, size_t n,
+                      live_rows_t **out) {
+    live_rows_t *r = calloc(1, sizeof *r);
+    if (!r) {
+        sv_sparse_destroy(sparse);
+        return PC_ENOMEM;
+    }
+    r->sparse = sparse;
+    atomic_init(&r->refs, 1);
+    const sv_follow_auth_t auth = auth_of(s);
+    int rc = sv_follow_create(sparse, &s->fo, &auth, starts, n, &r->follower);
+    if (!rc)
+        rc = sv_follow_start(r->follower);
+    if (rc) {
+        rows_unref(r);
+        return rc;
+    }
+    atomic_store(&s->map_version, sv_follow_map_version(r->follower));
+    *out = r;
+    return 0;
+}
 
 /* ---- served objects ----------------------------------------------------------------------------
  */
@@ -75,6 +139,7 @@ static void served_destroy(sv_served_t *x) {
     sv_model_destroy(x->model);
     if (x->pinned)
         sv_sparse_destroy(x->sparse);
+    rows_unref(x->rows);
     free(x->pos);
     free(x);
 }
@@ -136,6 +201,10 @@ int sv_served_lookup(sv_served_t *x, const char *table, const uint64_t *keys, si
     return sv_sparse_lookup(x->sparse, table, keys, n, rows, rows_len, found);
 }
 
+sv_sparse_t *sv_served_sparse(sv_served_t *x) {
+    return x->sparse;
+}
+
 uint32_t sv_served_dim(sv_served_t *x, const char *table) {
     ps_table_config_t c;
     return sv_sparse_table_config(x->sparse, table, &c) ? 0 : (uint32_t)c.dim;
@@ -147,12 +216,11 @@ size_t sv_served_positions(sv_served_t *x, uint64_t *pos, size_t cap) {
         memcpy(pos, x->pos, n * sizeof *pos);
         return n;
     }
-    sv_serve_t *s = x->owner;
-    if (!x->model || !s->follower)
+    if (!x->model || !x->rows)
         return 0;
     uint64_t uids[SV_SERVE_SOURCES_MAX];
-    const int n = sv_follow_positions(s->follower, sv_model_card(x->model)->table_name, uids, pos,
-                                      cap < SV_SERVE_SOURCES_MAX ? cap : SV_SERVE_SOURCES_MAX);
+    const int n = sv_follow_positions(x->rows->follower, sv_model_card(x->model)->table_name, uids,
+                                      pos, cap < SV_SERVE_SOURCES_MAX ? cap : SV_SERVE_SOURCES_MAX);
     return n > 0 ? (size_t)(n < (int)cap ? n : (int)cap) : 0;
 }
 
@@ -296,10 +364,10 @@ static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map, 
     /* the cluster the version was cut from: its manifest's map, else the one followed (as
      * discovered at start, or the live replica's) */
     char *live_map = NULL;
-    if (!v.map && !followed_map && s->live_sparse) {
-        const size_t len = sv_sparse_map_text(s->live_sparse, NULL, 0) + 1;
+    if (!v.map && !followed_map && s->rows) {
+        const size_t len = sv_sparse_map_text(s->rows->sparse, NULL, 0) + 1;
         if ((live_map = malloc(len)))
-            sv_sparse_map_text(s->live_sparse, live_map, len);
+            sv_sparse_map_text(s->rows->sparse, live_map, len);
     }
     const char *map = v.map ? v.map : followed_map ? followed_map : live_map;
     rc = st ? 0 : PC_ENOMEM;
@@ -432,8 +500,92 @@ typedef struct tick_load {
 
 static int tick_load(void *arg) {
     tick_load_t *a = arg;
-    return load_model(a->s, a->dir, a->step, a->s->live_sparse, a->s->live->model, &a->m, a->why,
+    return load_model(a->s, a->dir, a->step, a->s->rows->sparse, a->s->live->model, &a->m, a->why,
                       a->cap);
+}
+
+/* Rows of map `map` aside in s->next: the tables of the current rows, empty, and a follower that
+ * scans them. */
+static int rows_relayout(sv_serve_t *s, const char *map, char *why, size_t cap) {
+    sv_sparse_t *sp;
+    int rc = sv_sparse_create(map, &sp, why, cap);
+    if (rc)
+        return rc;
+    const size_t nt = sv_sparse_tables(s->rows->sparse, NULL, 0);
+    char(*names)[PS_TABLE_NAME_MAX] = calloc(nt ? nt : 1, sizeof *names);
+    rc = names ? 0 : PC_ENOMEM;
+    const size_t got = rc ? 0 : sv_sparse_tables(s->rows->sparse, names, nt);
+    for (size_t i = 0; !rc && i < got && i < nt; i++) {
+        ps_table_config_t cfg;
+        if (!(rc = sv_sparse_table_config(s->rows->sparse, names[i], &cfg)))
+            rc = sv_sparse_add_table(sp, &cfg, why, cap);
+    }
+    free(names);
+    if (rc) {
+        sv_sparse_destroy(sp);
+        return rc;
+    }
+    if ((rc = rows_start(s, sp, NULL, 0, &s->next)))
+        snprintf(why, cap, "its follower: %s", pc_strerror(rc));
+    return rc;
+}
+
+/* The live object of the current dense model over s->next, which becomes the live rows. */
+static void swap_rows(sv_serve_t *s) {
+    sv_served_t *x = calloc(1, sizeof *x);
+    if (!x)
+        return; /* the next tick tries again */
+    live_rows_t *old = s->rows;
+    s->rows = s->next;
+    s->next = NULL;
+    x->model = sv_model_ref(s->live->model); /* s->live changes under swap_mu only: held */
+    x->rows = rows_ref(s->rows);
+    x->sparse = s->rows->sparse;
+    x->owner = s;
+    pthread_mutex_lock(&s->mu);
+    const bool was_cur = s->cur == s->live;
+    x->refs = was_cur ? 2 : 1;
+    pthread_mutex_unlock(&s->mu);
+    install(s, was_cur ? x : NULL, x);
+    rows_unref(old); /* the old live objects hold it until no request reads them */
+    atomic_fetch_add(&s->relayouts, 1);
+    atomic_store(&s->map_version, sv_follow_map_version(s->rows->follower));
+    PC_INFO("serve: the replica follows the layout of map version %" PRIu64 " (%" PRIu64 " rows)",
+            sv_follow_map_version(s->rows->follower), sv_sparse_rows(s->rows->sparse));
+}
+
+/* Follow the training servers' map (see DESIGN). Under swap_mu. */
+static void relayout(sv_serve_t *s) {
+    char *map = NULL, why[320] = "";
+    if (s->next && !sv_follow_stale(s->next->follower, &map)) {
+        if (sv_follow_ready(s->next->follower))
+            swap_rows(s);
+        return;
+    }
+    if (!s->next &&
+        (!sv_follow_stale(s->rows->follower, &map) || pc_time_mono_ns() < s->relayout_retry_ns)) {
+        free(map);
+        return;
+    }
+    if (!map)
+        return; /* out of memory: the next tick asks again */
+    if (s->next)
+        PC_INFO("serve: the map changed again while the replica's new layout was built: "
+                "starting over");
+    rows_unref(s->next); /* stops its follower: bounded by --timeout-ms */
+    s->next = NULL;
+    const int rc = rows_relayout(s, map, why, sizeof why);
+    if (rc) {
+        s->relayout_retry_ns = pc_time_mono_ns() + 1000000000ull;
+        PC_ERROR("serve: cannot build the replica of the servers' new map: %s: %s (the rows "
+                 "of moved slots are not refreshed; trying again in 1 s)",
+                 pc_strerror(rc), why);
+    } else {
+        PC_INFO("serve: building the replica's layout of map version %" PRIu64
+                " aside (scanning every primary); the current rows serve meanwhile",
+                sv_follow_map_version(s->next->follower));
+    }
+    free(map);
 }
 
 void sv_serve_tick(sv_serve_t *s) {
@@ -442,9 +594,14 @@ void sv_serve_tick(sv_serve_t *s) {
     pthread_mutex_unlock(&s->mu);
     if (dead)
         run_niced(reap, s);
-    if (!s->follower || !s->publish_dir[0])
+    if (!s->rows)
         return;
     pthread_mutex_lock(&s->swap_mu);
+    relayout(s);
+    if (!s->publish_dir[0]) {
+        pthread_mutex_unlock(&s->swap_mu);
+        return;
+    }
     char dir[SV_PATH_MAX + 64], why[256] = "", what[64];
     uint64_t step;
     sv_watermark_t w;
@@ -455,7 +612,7 @@ void sv_serve_tick(sv_serve_t *s) {
             s->live_seen = step;
             refuse(s, what, why);
         } else {
-            const bool ready = sv_follow_caught_up(s->follower, w.table, w.uid, w.head, w.n);
+            const bool ready = sv_follow_caught_up(s->rows->follower, w.table, w.uid, w.head, w.n);
             sv_watermark_free(&w);
             sv_model_t *m = NULL;
             if (ready) { /* else: the rows are not that new yet, look again next tick */
@@ -472,7 +629,8 @@ void sv_serve_tick(sv_serve_t *s) {
                         refuse(s, what, "out of memory");
                     } else {
                         x->model = m;
-                        x->sparse = s->live_sparse;
+                        x->rows = rows_ref(s->rows);
+                        x->sparse = s->rows->sparse;
                         x->owner = s;
                         pthread_mutex_lock(&s->mu);
                         const bool was_cur = s->cur == s->live;
@@ -491,8 +649,7 @@ void sv_serve_tick(sv_serve_t *s) {
 /* The live state: the cluster's tables, rows from the newest version when there is one (then
  * its model too), the follower started. */
 static int start_live(sv_serve_t *s) {
-    sv_follow_auth_t auth = {
-        .token = s->token, .tls_ca = s->tls_ca, .tls_cert = s->tls_cert, .tls_key = s->tls_key};
+    const sv_follow_auth_t auth = auth_of(s);
     char *map = malloc(1 << 20), *tables = malloc(1 << 20), why[320] = "";
     int rc = map && tables ? 0 : PC_ENOMEM;
     if (!rc && (rc = sv_follow_discover(s->follow, &auth, s->timeout_ms, map, 1 << 20, tables,
@@ -524,23 +681,25 @@ static int start_live(sv_serve_t *s) {
     sv_served_t *x = rc ? NULL : calloc(1, sizeof *x);
     if (!rc && !x)
         rc = PC_ENOMEM;
+    sv_sparse_t *sparse = NULL;
     if (!rc && from) { /* its rows become the live rows: they continue in the stream */
-        s->live_sparse = from->sparse;
+        sparse = from->sparse;
         from->pinned = false;
         from->sparse = NULL;
         x->model = from->model;
         from->model = NULL;
         s->live_seen = sv_model_step(x->model);
     } else if (!rc) {
-        if (!(rc = sv_sparse_create(map, &s->live_sparse, why, sizeof why)))
-            rc = sv_sparse_add_tables(s->live_sparse, tables, NULL, why, sizeof why);
-        if (rc)
+        if (!(rc = sv_sparse_create(map, &sparse, why, sizeof why)))
+            rc = sv_sparse_add_tables(sparse, tables, NULL, why, sizeof why);
+        if (rc) {
             PC_ERROR("serve: the replica of %s: %s", s->follow, why);
+            sv_sparse_destroy(sparse);
+        }
     }
     served_destroy(from);
-    if (!rc &&
-        (rc = sv_follow_create(s->live_sparse, &s->fo, &auth, starts, nstarts, &s->follower)) == 0)
-        rc = sv_follow_start(s->follower);
+    if (!rc)
+        rc = rows_start(s, sparse, starts, nstarts, &s->rows);
     free(starts);
     free(map);
     free(tables);
@@ -550,7 +709,8 @@ static int start_live(sv_serve_t *s) {
         free(x);
         return rc;
     }
-    x->sparse = s->live_sparse;
+    x->rows = rows_ref(s->rows);
+    x->sparse = s->rows->sparse;
     x->owner = s;
     x->refs = 2; /* cur and live */
     s->cur = s->live = x;
@@ -616,13 +776,13 @@ int sv_serve_create(const sv_serve_opts_t *o, sv_serve_t **out) {
 void sv_serve_destroy(sv_serve_t *s) {
     if (!s)
         return;
-    sv_follow_destroy(s->follower);
     pthread_mutex_lock(&s->mu);
     bury_locked(s, unref_locked(s->cur));
     bury_locked(s, unref_locked(s->live));
     pthread_mutex_unlock(&s->mu);
     reap(s);
-    sv_sparse_destroy(s->live_sparse);
+    rows_unref(s->next);
+    rows_unref(s->rows);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->swap_mu);
     pthread_mutex_destroy(&s->refusal_mu);
@@ -645,12 +805,18 @@ void sv_serve_status(sv_serve_t *s, sv_serve_status_t *st, sv_source_status_t *s
     pthread_mutex_lock(&s->refusal_mu);
     snprintf(st->last_refusal, sizeof st->last_refusal, "%s", s->last_refusal);
     pthread_mutex_unlock(&s->refusal_mu);
-    if (!s->follower || !cap)
+    st->map_version = atomic_load(&s->map_version);
+    st->relayouts = atomic_load(&s->relayouts);
+    pthread_mutex_lock(&s->mu); /* the live object's rows: s->rows may be swapped meanwhile */
+    live_rows_t *r = s->live ? rows_ref(s->live->rows) : NULL;
+    pthread_mutex_unlock(&s->mu);
+    sv_follow_source_t *fs = r && cap ? calloc(cap, sizeof *fs) : NULL;
+    if (!fs) {
+        rows_unref(r);
         return;
-    sv_follow_source_t *fs = calloc(cap, sizeof *fs);
-    if (!fs)
-        return;
-    const size_t n = sv_follow_status(s->follower, fs, cap);
+    }
+    const size_t n = sv_follow_status(r->follower, fs, cap);
+    rows_unref(r);
     st->nsources = n < cap ? n : cap;
     for (size_t i = 0; i < st->nsources; i++) {
         sv_source_status_t *d = &src[i];
@@ -682,9 +848,12 @@ size_t sv_serve_render_metrics(sv_serve_t *s, char *buf, size_t cap, size_t len)
         "emberps_serve_predictions_total %" PRIu64 "\n"
         "# TYPE emberps_serve_swaps_total counter\nemberps_serve_swaps_total %" PRIu64 "\n"
         "# TYPE emberps_serve_refused_total counter\nemberps_serve_refused_total %" PRIu64 "\n"
+        "# TYPE emberps_serve_map_version gauge\nemberps_serve_map_version %" PRIu64 "\n"
+        "# TYPE emberps_serve_relayouts_total counter\nemberps_serve_relayouts_total %" PRIu64 "\n"
         "# TYPE emberps_serve_lag_entries gauge\n# TYPE emberps_serve_lag_seconds gauge\n"
         "# TYPE emberps_serve_rescans_total counter\n",
-        st.model_step, st.pinned ? 1 : 0, st.rows, st.predictions, st.swaps, st.refused);
+        st.model_step, st.pinned ? 1 : 0, st.rows, st.predictions, st.swaps, st.refused,
+        st.map_version, st.relayouts);
     for (size_t i = 0; i < st.nsources; i++)
         len = pc_prom_appendf(buf, cap, len,
                               "emberps_serve_lag_entries{source=\"%s\"} %" PRIu64 "\n"

@@ -23,8 +23,11 @@
  * - Refusals. A version or published model that does not load (damaged files, a card of another
  *   shape: sv_model_card_compatible) is refused: counted, its reason kept for ServeStatus and
  *   logged, and the current one keeps serving.
- * - The live sparse state is owned by the replica for its lifetime; it keeps following while a
- *   version is pinned, so Follow swaps back at once, with no reload.
+ * - The live sparse state keeps following while a version is pinned, so Follow swaps back at
+ *   once, with no reload. When the training servers' map gives slots other primaries (a
+ *   failover, a resharding), the tick builds the live rows of the new layout aside (a scan of
+ *   every primary) and swaps them in under the same dense model, the old rows serving until
+ *   then (docs/serving.md "After a map change").
  *
  * Thread rule: every function is thread-safe except create/destroy (one owner); sv_serve_tick,
  * sv_serve_pin and sv_serve_follow serialize among themselves (one swap at a time).
@@ -70,7 +73,8 @@ int sv_serve_create(const sv_serve_opts_t *o, sv_serve_t **out);
 void sv_serve_destroy(sv_serve_t *s); /* no request may be in flight */
 
 /* Periodic work of the owner's loop (every 100 ms or so): free the objects no one holds any
- * more (at nice 19), and take a newer published dense model whose watermark the rows reached. */
+ * more (at nice 19), follow the servers' map (start, restart or swap in the live rows of a new
+ * layout), and take a newer published dense model whose watermark the rows reached. */
 void sv_serve_tick(sv_serve_t *s);
 
 /* ---- requests ---- */
@@ -85,6 +89,8 @@ bool sv_served_pinned(const sv_served_t *x);
  * (rows_len), PC_ENOMEM. */
 int sv_served_lookup(sv_served_t *x, const char *table, const uint64_t *keys, size_t n, float *rows,
                      size_t rows_len, uint8_t *found);
+/* Its sparse state (borrowed while x is held): checksums and counts (sv_sparse.h). */
+sv_sparse_t *sv_served_sparse(sv_served_t *x);
 /* The table's row width, 0 when the replica has no such table. */
 uint32_t sv_served_dim(sv_served_t *x, const char *table);
 /* The sparse watermark: per training server the delta-stream position the rows were read at
@@ -112,6 +118,8 @@ typedef struct sv_serve_status {
     uint64_t model_step;
     bool pinned, has_model;
     uint64_t rows, predictions, swaps, refused;
+    uint64_t map_version; /* of the layout the live rows follow (0: not following) */
+    uint64_t relayouts;   /* new layouts swapped in after the servers' map changed */
     char last_refusal[256];
     size_t nsources; /* live sources described in the caller's array (up to its cap) */
 } sv_serve_status_t;

@@ -14,6 +14,10 @@
  * the call's last part is back, the retry set is re-split under the current map after a backoff
  * (10 ms doubling), up to `retries` times. A push part whose connection broke after it was sent
  * is not retried (it may have been applied): the call fails with PC_EUNAVAIL.
+ * Maps: the client adopts a newer map from a HELLO, a wrong slot's reply, or a MAP answer; it
+ * asks for one (MAP) when a server is lost (its other servers) and when any reply's header names
+ * a map version newer than its own (that server), so a client whose calls never meet a wrong
+ * slot (a delta-stream follower) still learns of a failover or a resharding.
  * A call ends exactly once (result, error, deadline or close); parts still out after that
  * resolve without touching the caller's buffers, and the call is freed when none is left and
  * its result has been taken (callback run or psc_wait returned).
@@ -172,11 +176,12 @@ struct psc {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     call_t *live, *submit_head, *submit_tail;
-    atomic_bool stopping;  /* set under mu (ordering with submissions), read anywhere */
-    atomic_int spinners;   /* callers yielding in psc_wait now: the I/O thread polls (io_main) */
-    atomic_int wire;       /* PSC_WIRE_*: the element type new calls use (psc_set_wire_type) */
-    pc_cluster_map_t *map; /* I/O thread; map_text under mu for readers */
-    uint64_t map_asked_ns; /* when the other servers were last asked for their map */
+    atomic_bool stopping;    /* set under mu (ordering with submissions), read anywhere */
+    atomic_int spinners;     /* callers yielding in psc_wait now: the I/O thread polls (io_main) */
+    atomic_int wire;         /* PSC_WIRE_*: the element type new calls use (psc_set_wire_type) */
+    pc_cluster_map_t *map;   /* I/O thread; map_text under mu for readers */
+    uint64_t map_asked_ns;   /* when the other servers were last asked for their map */
+    uint64_t newer_asked_ns; /* when a server was last asked for a newer map it named */
     char *map_text;
     server_t **srv; /* by map index */
     size_t nsrv;
@@ -485,6 +490,19 @@ static int send_frame(server_t *s, wbuf_t *w) {
  * server of the map for its map (MAP), at most every MAP_ASK_NS: with replicas (docs/server.md
  * "Replicas and failover") the lost server's backup takes its slots under a newer map, which the
  * retries then follow. */
+/* Ask connected server o for its map (MAP): false when out of memory. Not sent: no answer, and
+ * the next look asks again. */
+static bool map_ask(psc_t *c, server_t *o) {
+    wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR);
+    if (!w)
+        return false;
+    pc_wire_hdr_t h = {.op = PC_OP_MAP, .map_version = pc_cmap_version(c->map)};
+    pc_wire_hdr_encode(&h, w->data);
+    w->len = PC_WIRE_HDR;
+    send_frame(o, w);
+    return true;
+}
+
 static void map_ask_others(psc_t *c, const server_t *lost) {
     const uint64_t now = pc_time_mono_ns();
     if (c->placeholder || atomic_load(&c->stopping) || now - c->map_asked_ns < MAP_ASK_NS)
@@ -492,16 +510,21 @@ static void map_ask_others(psc_t *c, const server_t *lost) {
     c->map_asked_ns = now;
     for (size_t i = 0; i < c->nsrv; i++) {
         server_t *o = c->srv[i];
-        if (!o || o == lost || o->state != 2)
-            continue;
-        wbuf_t *w = pc_smalloc(PC_MEM_CLIENT, sizeof *w + PC_WIRE_HDR);
-        if (!w)
+        if (o && o != lost && o->state == 2 && !map_ask(c, o))
             return;
-        pc_wire_hdr_t h = {.op = PC_OP_MAP, .map_version = pc_cmap_version(c->map)};
-        pc_wire_hdr_encode(&h, w->data);
-        w->len = PC_WIRE_HDR;
-        send_frame(o, w); /* not sent: no answer, and the next loss asks again */
     }
+}
+
+/* A reply of server s carried a map version newer than the client's: ask s for that map, at
+ * most every MAP_ASK_NS (a follower of the delta stream, whose calls never meet a wrong slot,
+ * learns of a failover or a resharding this way; a trainer before its next wrong slot). */
+static void map_ask_newer(psc_t *c, server_t *s, uint64_t version) {
+    const uint64_t now = pc_time_mono_ns();
+    if (c->placeholder || version <= pc_cmap_version(c->map) ||
+        now - c->newer_asked_ns < MAP_ASK_NS)
+        return;
+    c->newer_asked_ns = now;
+    map_ask(c, s);
 }
 
 /* Merge server s's claim reply (status 0, body in s->body) into k's result; a failure is
@@ -680,6 +703,8 @@ static void handle_reply(server_t *s) {
     }
     if (rc == PC_EWRONGSLOT)
         map_adopt_text(c, s->body, h->body_len);
+    else
+        map_ask_newer(c, s, h->map_version);
     if (!keyed(k)) {
         if (!k->finished && !rc)
             rc = k->op == PC_OP_CLAIM    ? claim_reply(s, k)

@@ -1,6 +1,7 @@
 /* psclient_repl.h: libpsclient's stream calls for a backup server (docs/server.md "Replicas and
- * failover"). Not part of the public ABI: ps-server's replication links the static psclient and
- * calls this; outside users have psc_deltas and psc_scan.
+ * failover") and a serving replica's scans (serve/sv_follow.c, under its map version). Not part
+ * of the public ABI: ps-server's replication and ps-serve link the static psclient and call
+ * this; outside users have psc_deltas and psc_scan.
  *
  * Thread rule: as psc_deltas.
  */

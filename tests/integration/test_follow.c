@@ -13,15 +13,25 @@
  *    reports it down; the server restarted on the same port holds a new (empty) table: the
  *    follower rescans it and converges again;
  *  - a replica loaded from the servers' checkpoints (read-only) follows from the checkpointed
- *    uids and log positions: the changes after the cut arrive by the stream, with no rescan.
- * argv[1] is the ps-server binary. Every wait is bounded. */
+ *    uids and log positions: the changes after the cut arrive by the stream, with no rescan;
+ *  - map changes (docs/serving.md "After a map change"), through a replica as ps-serve runs it
+ *    (sv_serve, ticked by a thread): two replicated servers (server 0 the coordinator) under
+ *    pushes, `psctl reshard add` of a third server, then kill -9 of server 1 (its backups
+ *    promoted); after each, once the pushes stop, the replica's rows equal the primaries' (the
+ *    checksum of every row, lookups of every key) and it follows the servers' map version, with
+ *    one new layout swapped in per change (without them, the moved slots' rows stay as they
+ *    were at the move and the checksums differ).
+ * argv[1] is the ps-server binary (psctl beside it). Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
+#include "cluster_check.h"
 
 #include "emberps/psclient.h"
+#include "pc_cluster.h"
 #include "pc_error.h"
 #include "ps_ckpt.h"
 #include "sv_follow.h"
+#include "sv_serve.h"
 #include "sv_sparse.h"
 
 #include <pthread.h>
@@ -139,12 +149,17 @@ static void server_state(psc_t *c, uint32_t srv, const char *table, uint32_t dim
     *head = out.next;
 }
 
-/* sv_sparse_checksum's figure over the servers' rows: every part of every server scanned. */
+/* sv_sparse_checksum's figure over the servers' rows: every part of every server scanned that
+ * is primary of some slot in c's map (a replicated server's scan carries its primary slots). */
 static void server_checksum(psc_t *c, int nsrv, const char *table, uint32_t dim, uint64_t *sum,
                             uint64_t *rows) {
     *sum = *rows = 0;
+    char text[4096];
+    pc_cluster_map_t *m;
+    psc_map_text(c, text, sizeof text);
+    assert_int_equal(pc_cmap_parse(text, &m, NULL, 0), 0);
     for (int srv = 0; srv < nsrv; srv++) {
-        for (uint32_t p = 0; p < 4; p++) {
+        for (uint32_t p = 0; p < 4 && pc_cmap_server_slots(m, (uint32_t)srv); p++) {
             psc_stream_req_t q = {.server = (uint32_t)srv,
                                   .table = table,
                                   .dim = dim,
@@ -167,6 +182,7 @@ static void server_checksum(psc_t *c, int nsrv, const char *table, uint32_t dim,
             }
         }
     }
+    pc_cmap_destroy(m);
 }
 
 /* Wait (bounded) until the follower is at least at the servers' present state of `table`;
@@ -253,17 +269,22 @@ static int push_round(psc_t *c, const char *table, uint32_t dim, uint64_t r, int
 
 typedef struct pusher {
     psc_t *c;
+    bool tolerant; /* failures are counted, not the end (a server is killed meanwhile) */
     atomic_bool stop;
-    uint64_t rounds, rows;
+    uint64_t rounds, rows, failed;
     int rc; /* the first failure (cmocka's asserts belong to the main thread) */
 } pusher_t;
 
 static void *push_main(void *arg) {
     pusher_t *p = arg;
     while (!atomic_load(&p->stop) && !p->rc) {
-        p->rc = push_round(p->c, "emb", 8, 1000 + p->rounds, 500, 20000);
-        if (!p->rc)
-            p->rc = push_round(p->c, "cap", 4, 5000 + p->rounds, 50, 2000);
+        int rc = push_round(p->c, "emb", 8, 1000 + p->rounds, 500, 20000);
+        if (!rc)
+            rc = push_round(p->c, "cap", 4, 5000 + p->rounds, 50, 2000);
+        if (rc && p->tolerant)
+            p->failed++;
+        else
+            p->rc = rc;
         p->rounds++;
         p->rows += 550;
         usleep(2000);
@@ -589,19 +610,195 @@ static void test_start_from_checkpoint(void **state) {
     cluster_down(&k);
 }
 
+/* ---- map changes ---- */
+
+static char g_psctl[600];
+
+typedef struct ticker {
+    sv_serve_t *sv;
+    atomic_bool stop;
+} ticker_t;
+
+static void *tick_main(void *arg) { /* ps-serve's main loop, faster */
+    ticker_t *t = arg;
+    while (!atomic_load(&t->stop)) {
+        sv_serve_tick(t->sv);
+        usleep(20000);
+    }
+    return NULL;
+}
+
+static psc_t *connect_port(int port) {
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    return connect_to(addr);
+}
+
+/* Wait (bounded) until the replica's rows of `table` equal the primaries' (checksums of every
+ * row) and every pool key looks up the same; the seconds it took. */
+static double wait_same_rows(sv_serve_t *sv, int port0, const char *table, uint32_t dim,
+                             uint64_t pool) {
+    const double t0 = pu_now();
+    uint64_t a = 0, ar = 0, b = 0, br = 0;
+    for (;;) {
+        psc_t *c = connect_port(port0); /* the servers' newest map */
+        server_checksum(c, 3, table, dim, &a, &ar);
+        sv_served_t *x = sv_serve_acquire(sv);
+        const int rc = sv_sparse_checksum(sv_served_sparse(x), table, &b, &br);
+        if (!rc && a == b && ar == br) {
+            static uint64_t keys[20000];
+            for (uint64_t i = 0; i < pool; i++)
+                keys[i] = pool_key(i);
+            const size_t present =
+                assert_same_lookups(sv_served_sparse(x), c, table, dim, keys, pool);
+            sv_serve_release(sv, x);
+            psc_close(c);
+            print_message("%s: the replica holds the primaries' %llu rows (%zu of %llu pool keys "
+                          "present) %.2f s after the pushes stopped\n",
+                          table, (unsigned long long)ar, present, (unsigned long long)pool,
+                          pu_now() - t0);
+            return pu_now() - t0;
+        }
+        sv_serve_release(sv, x);
+        psc_close(c);
+        if (pu_now() - t0 > 30)
+            fail_msg("%s: the replica's rows never equalled the primaries': %llu rows, checksum "
+                     "%016llx at the servers; %llu, %016llx in the replica",
+                     table, (unsigned long long)ar, (unsigned long long)a, (unsigned long long)br,
+                     (unsigned long long)b);
+        usleep(50000);
+    }
+}
+
+/* The replica follows a layout of the servers' map (the newest, or an older one with the same
+ * primaries: versions that changed backups only need none), `relayouts` new ones swapped in at
+ * least, every source following. */
+static void assert_layout(sv_serve_t *sv, int port0, uint64_t relayouts) {
+    pc_cluster_map_t *m = cc_map_of(port0);
+    sv_serve_status_t st;
+    sv_source_status_t src[16];
+    sv_serve_status(sv, &st, src, 16);
+    print_message("map version %llu at the servers, %llu in the replica; %llu new layouts; %zu "
+                  "sources\n",
+                  (unsigned long long)pc_cmap_version(m), (unsigned long long)st.map_version,
+                  (unsigned long long)st.relayouts, st.nsources);
+    assert_true(st.map_version > 1 && st.map_version <= pc_cmap_version(m));
+    assert_true(st.relayouts >= relayouts);
+    for (size_t i = 0; i < st.nsources; i++)
+        assert_string_equal(src[i].state, "following");
+    pc_cmap_destroy(m);
+}
+
+static bool server_has_slots(int port0, uint32_t server, bool want) {
+    pc_cluster_map_t *m = cc_map_of(port0);
+    const bool yes = pc_cmap_replicated(m) && (pc_cmap_server_slots(m, server) > 0) == want;
+    pc_cmap_destroy(m);
+    return yes;
+}
+
+static void test_follow_map_changes(void **state) {
+    (void)state;
+    char dir[256], map[256], maparg[300], tables[300], coordarg[64], maparg2[1024];
+    tc_tmpdir(dir, sizeof dir, "followmap");
+    int port[3], grpc0 = 0;
+    pid_t pid[3];
+    cc_two_servers(&port[0], &port[1], map, sizeof map, maparg, sizeof maparg);
+    snprintf(tables, sizeof tables, "--tables=%s;%s", k_emb, k_cap);
+    const char *e0[] = {maparg,           tables, "--coordinator", "--cluster-coordinator=self",
+                        "--lease-ms=600", NULL};
+    pid[0] = pu_spawn(port[0], dir, e0, &grpc0);
+    snprintf(coordarg, sizeof coordarg, "--cluster-coordinator=127.0.0.1:%d", grpc0);
+    const char *e1[] = {maparg, tables, coordarg, "--lease-ms=600", NULL};
+    pid[1] = pu_spawn(port[1], dir, e1, NULL);
+    for (double t0 = pu_now(); !server_has_slots(port[0], 1, true); usleep(20000))
+        if (pu_now() - t0 > 15)
+            fail_msg("the cluster map never named backups");
+    psc_t *c = connect_port(port[0]);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(push_round(c, "emb", 8, (uint64_t)r, 2000, 20000), 0);
+    sv_follow_opts_t fo;
+    sv_follow_opts_defaults(&fo);
+    fo.timeout_ms = 1000;
+    char follow[64];
+    snprintf(follow, sizeof follow, "127.0.0.1:%d", port[0]);
+    const sv_serve_opts_t so = {
+        .name = "m", .follow = follow, .evaluators = 1, .max_batch = 1, .fo = &fo};
+    sv_serve_t *sv;
+    assert_int_equal(sv_serve_create(&so, &sv), 0);
+    ticker_t tk = {.sv = sv};
+    pthread_t tth, pth;
+    assert_int_equal(pthread_create(&tth, NULL, tick_main, &tk), 0);
+    /* a third server added while pushes go on */
+    pusher_t p = {.c = c, .tolerant = true};
+    assert_int_equal(pthread_create(&pth, NULL, push_main, &p), 0);
+    usleep(300000);
+    port[2] = pu_free_port();
+    cc_reshard_add(g_psctl, grpc0, port[2], maparg2, sizeof maparg2);
+    const char *e2[] = {maparg2, tables, coordarg, "--lease-ms=600", NULL};
+    pid[2] = pu_spawn(port[2], dir, e2, NULL);
+    double t0 = pu_now();
+    while (!cc_reshard_done(g_psctl, grpc0) || !server_has_slots(port[0], 2, true)) {
+        if (pu_now() - t0 > 30)
+            fail_msg("the third server never took its slots");
+        usleep(50000);
+    }
+    print_message("server 2 took its slots after %.1f s\n", pu_now() - t0);
+    usleep(300000);
+    atomic_store(&p.stop, true);
+    pthread_join(pth, NULL);
+    assert_int_equal(p.rc, 0);
+    print_message("%llu push rounds, %llu failed\n", (unsigned long long)p.rounds,
+                  (unsigned long long)p.failed);
+    wait_same_rows(sv, port[0], "emb", 8, 20000);
+    wait_same_rows(sv, port[0], "cap", 4, 2000);
+    assert_layout(sv, port[0], 1);
+    /* server 1 killed while pushes go on: its slots' backups are promoted */
+    pusher_t p2 = {.c = c, .tolerant = true, .rounds = 100000};
+    assert_int_equal(pthread_create(&pth, NULL, push_main, &p2), 0);
+    usleep(200000);
+    kill(pid[1], SIGKILL);
+    assert_int_equal(pu_reap(pid[1], 10), 128 + SIGKILL);
+    t0 = pu_now();
+    while (!server_has_slots(port[0], 1, false)) {
+        if (pu_now() - t0 > 15)
+            fail_msg("server 1's slots were never promoted");
+        usleep(20000);
+    }
+    print_message("server 1's slots promoted %.1f s after its kill\n", pu_now() - t0);
+    usleep(300000);
+    atomic_store(&p2.stop, true);
+    pthread_join(pth, NULL);
+    assert_int_equal(p2.rc, 0);
+    print_message("%llu push rounds, %llu failed\n", (unsigned long long)(p2.rounds - 100000),
+                  (unsigned long long)p2.failed);
+    wait_same_rows(sv, port[0], "emb", 8, 20000);
+    wait_same_rows(sv, port[0], "cap", 4, 2000);
+    assert_layout(sv, port[0], 2);
+    atomic_store(&tk.stop, true);
+    pthread_join(tth, NULL);
+    sv_serve_destroy(sv);
+    psc_close(c);
+    pu_stop(pid[2]);
+    pu_stop(pid[0]);
+    tc_rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_follow PATH-TO-ps-server\n");
         return 2;
     }
     pu_bin = argv[1];
+    const char *slash = strrchr(pu_bin, '/');
+    snprintf(g_psctl, sizeof g_psctl, "%.*spsctl", slash ? (int)(slash - pu_bin + 1) : 0, pu_bin);
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_follow_while_pushing),
-        cmocka_unit_test(test_behind_ring),
-        cmocka_unit_test(test_server_restart),
-        cmocka_unit_test(test_start_from_checkpoint),
+        cmocka_unit_test(test_follow_while_pushing), cmocka_unit_test(test_behind_ring),
+        cmocka_unit_test(test_server_restart),       cmocka_unit_test(test_start_from_checkpoint),
+        cmocka_unit_test(test_follow_map_changes),
     };
+    if (argc > 2) /* a test name pattern (cmocka's * and ?), to run one */
+        cmocka_set_test_filter(argv[2]);
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all();
     return rc;

@@ -79,22 +79,11 @@ static psc_t *connect_to(int port) {
     return c;
 }
 
-/* The map a fresh client gets from the server at port (its HELLO). */
-static pc_cluster_map_t *map_of(int port) {
-    psc_t *c = connect_to(port);
-    char text[1024];
-    psc_map_text(c, text, sizeof text);
-    psc_close(c);
-    pc_cluster_map_t *m;
-    assert_int_equal(pc_cmap_parse(text, &m, NULL, 0), 0);
-    return m;
-}
-
 /* Wait (at most secs) until the map server 0 serves passes ok(m, arg); whether it did. */
 static bool map_until(const cluster_t *cl, double secs, bool (*ok)(const pc_cluster_map_t *m, long),
                       long arg) {
     for (double t0 = pu_now(); pu_now() - t0 < secs; usleep(20000)) {
-        pc_cluster_map_t *m = map_of(cl->p0);
+        pc_cluster_map_t *m = cc_map_of(cl->p0);
         const bool yes = ok(m, arg);
         pc_cmap_destroy(m);
         if (yes)
@@ -181,7 +170,7 @@ static void push_through_fault(cluster_t *cl, psc_t *c, void (*fault)(cluster_t 
     assert_true(ok_after >= 200); /* pushes are answered again after the fault */
     print_message("longest gap between answered pushes around the fault: %.2f s (%d failed)\n",
                   stall, failed);
-    pc_cluster_map_t *m = map_of(cl->p0);
+    pc_cluster_map_t *m = cc_map_of(cl->p0);
     assert_int_equal(pc_cmap_server_slots(m, 0), PC_NSLOTS); /* server 0 took every slot */
     pc_cmap_destroy(m);
     read_steps(c, 0, g_keys, NKEYS, steps);
@@ -352,7 +341,7 @@ static uint32_t rounds_until_moved(cluster_t *cl, psc_t *c, int *k, uint64_t *pu
     assert_true(cc_reshard_done(g_psctl, cl->grpc0));
     if (!map_until(cl, 5, want ? server2_primary : server2_gone, 0))
         fail_msg("server 0 never served the target map");
-    pc_cluster_map_t *m = map_of(cl->p0);
+    pc_cluster_map_t *m = cc_map_of(cl->p0);
     const uint32_t n = pc_cmap_server_slots(m, 2);
     pc_cmap_destroy(m);
     return n;
@@ -429,11 +418,11 @@ static void test_reshard_absent_server(void **state) {
     const int p2 = pu_free_port();
     cc_reshard_add(g_psctl, cl.grpc0, p2, maparg, sizeof maparg); /* and never started */
     usleep(300000);
-    pc_cluster_map_t *m = map_of(cl.p0);
+    pc_cluster_map_t *m = cc_map_of(cl.p0);
     const uint64_t v0 = pc_cmap_version(m);
     pc_cmap_destroy(m);
     usleep(2000000); /* many controller ticks */
-    m = map_of(cl.p0);
+    m = cc_map_of(cl.p0);
     const uint64_t v1 = pc_cmap_version(m);
     assert_false(pc_cmap_has_role(m, 2));
     pc_cmap_destroy(m);

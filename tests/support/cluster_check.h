@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "emberps/psclient.h"
+#include "pc_cluster.h"
 #include "pc_error.h"
 #include "psclient_repl.h"
 
@@ -24,6 +25,20 @@ static inline void cc_two_servers(int *p0, int *p1, char *map, size_t mcap, char
     snprintf(map, mcap, "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1",
              *p0, *p1);
     snprintf(maparg, acap, "--cluster-map=%s", map);
+}
+
+/* The cluster map the server at data port `port` serves now (a fresh client's, from its HELLO). */
+static inline pc_cluster_map_t *cc_map_of(int port) {
+    char addr[64], text[4096];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = addr, .timeout_ms = 3000, .retries = 5};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    psc_map_text(c, text, sizeof text);
+    psc_close(c);
+    pc_cluster_map_t *m;
+    assert_int_equal(pc_cmap_parse(text, &m, NULL, 0), 0);
+    return m;
 }
 
 typedef void (*cc_rows_fn)(void *ctx, const uint64_t *keys, const float *rows, uint32_t n,
