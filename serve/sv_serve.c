@@ -530,15 +530,16 @@ static int rows_relayout(sv_serve_t *s, const char *map, char *why, size_t cap) 
     return rc;
 }
 
-/* The live object of the current dense model over s->next, which becomes the live rows. */
-static void swap_rows(sv_serve_t *s) {
+/* A live object of model m (a reference, taken; dropped on failure) over the live rows becomes
+ * the live one, and what requests get when they got the live one (not while pinned). Under
+ * swap_mu. PC_ENOMEM. */
+static int install_live(sv_serve_t *s, sv_model_t *m) {
     sv_served_t *x = calloc(1, sizeof *x);
-    if (!x)
-        return; /* the next tick tries again */
-    live_rows_t *old = s->rows;
-    s->rows = s->next;
-    s->next = NULL;
-    x->model = sv_model_ref(s->live->model); /* s->live changes under swap_mu only: held */
+    if (!x) {
+        sv_model_destroy(m);
+        return PC_ENOMEM;
+    }
+    x->model = m;
     x->rows = rows_ref(s->rows);
     x->sparse = s->rows->sparse;
     x->owner = s;
@@ -547,6 +548,18 @@ static void swap_rows(sv_serve_t *s) {
     x->refs = was_cur ? 2 : 1;
     pthread_mutex_unlock(&s->mu);
     install(s, was_cur ? x : NULL, x);
+    return 0;
+}
+
+/* The live object of the current dense model over s->next, which becomes the live rows. */
+static void swap_rows(sv_serve_t *s) {
+    live_rows_t *old = s->rows;
+    s->rows = s->next;
+    if (install_live(s, sv_model_ref(s->live->model))) { /* s->live changes under swap_mu */
+        s->rows = old;
+        return; /* the next tick tries again */
+    }
+    s->next = NULL;
     rows_unref(old); /* the old live objects hold it until no request reads them */
     atomic_fetch_add(&s->relayouts, 1);
     atomic_store(&s->map_version, sv_follow_map_version(s->rows->follower));
@@ -622,23 +635,10 @@ void sv_serve_tick(sv_serve_t *s) {
                 m = a.m;
                 if (rc) {
                     refuse(s, what, why);
+                } else if (install_live(s, m)) {
+                    refuse(s, what, "out of memory");
                 } else {
-                    sv_served_t *x = calloc(1, sizeof *x);
-                    if (!x) {
-                        sv_model_destroy(m);
-                        refuse(s, what, "out of memory");
-                    } else {
-                        x->model = m;
-                        x->rows = rows_ref(s->rows);
-                        x->sparse = s->rows->sparse;
-                        x->owner = s;
-                        pthread_mutex_lock(&s->mu);
-                        const bool was_cur = s->cur == s->live;
-                        x->refs = was_cur ? 2 : 1;
-                        pthread_mutex_unlock(&s->mu);
-                        install(s, was_cur ? x : NULL, x);
-                        PC_DEBUG("serve: dense model %" PRIu64 " in", step);
-                    }
+                    PC_DEBUG("serve: dense model %" PRIu64 " in", step);
                 }
             }
         }

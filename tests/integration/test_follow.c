@@ -689,6 +689,20 @@ static void assert_layout(sv_serve_t *sv, int port0, uint64_t relayouts) {
     pc_cmap_destroy(m);
 }
 
+/* Pushes a little longer, then stopped (thread th); the replica's rows of both tables equal the
+ * primaries' and its layout is the servers' (relayouts new ones at least). */
+static void settle(sv_serve_t *sv, int port0, pusher_t *p, pthread_t th, uint64_t relayouts) {
+    usleep(300000);
+    atomic_store(&p->stop, true);
+    pthread_join(th, NULL);
+    assert_int_equal(p->rc, 0);
+    print_message("%llu push rounds, %llu failed\n", (unsigned long long)(p->rounds % 100000),
+                  (unsigned long long)p->failed);
+    wait_same_rows(sv, port0, "emb", 8, 20000);
+    wait_same_rows(sv, port0, "cap", 4, 2000);
+    assert_layout(sv, port0, relayouts);
+}
+
 static bool server_has_slots(int port0, uint32_t server, bool want) {
     pc_cluster_map_t *m = cc_map_of(port0);
     const bool yes = pc_cmap_replicated(m) && (pc_cmap_server_slots(m, server) > 0) == want;
@@ -743,15 +757,7 @@ static void test_follow_map_changes(void **state) {
         usleep(50000);
     }
     print_message("server 2 took its slots after %.1f s\n", pu_now() - t0);
-    usleep(300000);
-    atomic_store(&p.stop, true);
-    pthread_join(pth, NULL);
-    assert_int_equal(p.rc, 0);
-    print_message("%llu push rounds, %llu failed\n", (unsigned long long)p.rounds,
-                  (unsigned long long)p.failed);
-    wait_same_rows(sv, port[0], "emb", 8, 20000);
-    wait_same_rows(sv, port[0], "cap", 4, 2000);
-    assert_layout(sv, port[0], 1);
+    settle(sv, port[0], &p, pth, 1);
     /* server 1 killed while pushes go on: its slots' backups are promoted */
     pusher_t p2 = {.c = c, .tolerant = true, .rounds = 100000};
     assert_int_equal(pthread_create(&pth, NULL, push_main, &p2), 0);
@@ -765,15 +771,7 @@ static void test_follow_map_changes(void **state) {
         usleep(20000);
     }
     print_message("server 1's slots promoted %.1f s after its kill\n", pu_now() - t0);
-    usleep(300000);
-    atomic_store(&p2.stop, true);
-    pthread_join(pth, NULL);
-    assert_int_equal(p2.rc, 0);
-    print_message("%llu push rounds, %llu failed\n", (unsigned long long)(p2.rounds - 100000),
-                  (unsigned long long)p2.failed);
-    wait_same_rows(sv, port[0], "emb", 8, 20000);
-    wait_same_rows(sv, port[0], "cap", 4, 2000);
-    assert_layout(sv, port[0], 2);
+    settle(sv, port[0], &p2, pth, 2);
     atomic_store(&tk.stop, true);
     pthread_join(tth, NULL);
     sv_serve_destroy(sv);
