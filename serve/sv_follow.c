@@ -19,10 +19,12 @@
  *   follower notes every newer map the servers name (each client asks a server whose reply names
  *   a newer version for it; the scans' PC_EWRONGSLOT carries it) and marks its layout stale from
  *   the first one that gives a slot another primary or skips a version: the owner (sv_serve)
- *   then builds a follower of the new map aside and swaps it in. A scan is a copy under the
- *   replica's map version only (PC_STREAM_SAME_MAP): a server that has not adopted that map yet,
- *   or has a newer one, answers PC_EWRONGSLOT and the source retries after its backoff, so no
- *   scan takes a server's rows under another layout than the replica routes by.
+ *   then builds a follower of the new map aside and swaps it in. A scan is a copy under one map
+ *   version only (PC_STREAM_SAME_MAP): the newest noted while it has the layout's primaries,
+ *   else the layout's own. A server that has not adopted that map yet, or has a newer one,
+ *   answers PC_EWRONGSLOT (with its map, noted) and the source retries after its backoff, so no
+ *   scan takes a server's rows under another layout than the replica routes by, and a map that
+ *   changed backups only after the layout was made does not hold the scans back.
  * - A source (source_t) per (server, table). Its working fields (uid, pos, need_scan, backoff,
  *   retry time) belong to its server's thread; what sv_follow_status and the watermark readers
  *   see is written by that thread under f->mu, the one lock, taken once per call to a server.
@@ -356,6 +358,12 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
     }
     uint32_t parts = (uint32_t)((held + held / 2) / sf->scan_cap + 1);
     const uint64_t t0 = pc_time_mono_ns();
+    /* the map version to copy under: the newest noted while it has the layout's primaries (a
+     * change of backups only), else the layout's own (a server that moved on refuses: the rows
+     * held stay, stale, until the new layout replaces them, rather than rows of another one) */
+    pthread_mutex_lock(&f->mu);
+    const uint64_t mv = pc_cmap_version(f->stale ? f->map : f->newest);
+    pthread_mutex_unlock(&f->mu);
     for (int attempt = 0; attempt < 32; attempt++) {
         ps_table_t *st;
         int rc = sv_sparse_staging_create(f->s, x->table, &st);
@@ -382,15 +390,14 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
                                   .found = sf->found,
                                   .rows = sf->rows};
             psc_stream_t out; /* a copy under the replica's map only (see DESIGN) */
-            rc = psc__stream(sf->c, true, &q, PC_STREAM_SAME_MAP, pc_cmap_version(f->map), &out,
-                             why, cap);
+            rc = psc__stream(sf->c, true, &q, PC_STREAM_SAME_MAP, mv, &out, why, cap);
             if (rc == PC_EWRONGSLOT) {
                 observe_map(sf); /* the reply carried the server's map */
                 snprintf(why, cap,
-                         "%s: table %s: its cluster map is not the replica's (version %" PRIu64
-                         "): the scan waits for the servers to agree on it, or the replica "
-                         "for its next layout",
-                         sf->addr, x->table, pc_cmap_version(f->map));
+                         "%s: table %s: its cluster map is not version %" PRIu64
+                         " (the replica's layout): the scan waits for the servers to agree on "
+                         "it, or the replica for its next layout",
+                         sf->addr, x->table, mv);
             }
             if (rc)
                 break;
