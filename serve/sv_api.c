@@ -356,6 +356,8 @@ static void do_status(const sv_api_env_t *env, ps_api_reply_t *r) {
         a.swaps = st.swaps;
         a.refused_versions = st.refused;
         a.last_refusal = st.last_refusal;
+        a.map_version = st.map_version;
+        a.relayouts = st.relayouts;
         ps_api_reply_pack(r, &a.base);
     }
     free(src);

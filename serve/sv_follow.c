@@ -134,8 +134,10 @@ struct sv_follow {
     pthread_cond_t cv; /* CLOCK_MONOTONIC; broadcast by stop */
     bool stop, started;
     uint64_t start_ns;
-    pc_cluster_map_t *newest; /* under mu: the newest map a server named (map at first) */
-    bool stale;               /* under mu: newest needs another layout (sv_follow_stale) */
+    pc_cluster_map_t *newest;   /* under mu: the newest map a server named (map at first) */
+    bool stale;                 /* under mu: newest needs another layout (sv_follow_stale) */
+    bool skipped;               /* under mu: versions were skipped on the way to newest */
+    bool moved[PC_MAX_SERVERS]; /* under mu: primary of a slot that moved since map */
     srvf_t *srv;
     size_t nsrv;
 };
@@ -239,13 +241,19 @@ static int apply(srvf_t *sf, ps_table_t *t, uint32_t dim, uint32_t n) {
 
 /* ==== the cluster map ======================================================================= */
 
-/* Whether every slot has the same primary (by address) in a and b. */
-static bool same_primaries(const pc_cluster_map_t *a, const pc_cluster_map_t *b) {
-    for (uint32_t slot = 0; slot < PC_NSLOTS; slot++)
-        if (strcmp(pc_cmap_addr(a, pc_cmap_slot_owner(a, slot)),
-                   pc_cmap_addr(b, pc_cmap_slot_owner(b, slot))) != 0)
-            return false;
-    return true;
+/* Whether some slot has another primary (by address) in b than in a; both primaries of each
+ * such slot are marked in f->moved (server indexes are the same in every map). Caller holds
+ * f->mu. */
+static bool mark_moved(sv_follow_t *f, const pc_cluster_map_t *a, const pc_cluster_map_t *b) {
+    bool any = false;
+    for (uint32_t slot = 0; slot < PC_NSLOTS; slot++) {
+        const uint32_t x = pc_cmap_slot_owner(a, slot), y = pc_cmap_slot_owner(b, slot);
+        if (strcmp(pc_cmap_addr(a, x), pc_cmap_addr(b, y)) != 0) {
+            f->moved[x] = f->moved[y] = true;
+            any = true;
+        }
+    }
+    return any;
 }
 
 /* Note map m (taken), which a server's client adopted. A newer one than any seen becomes
@@ -256,7 +264,8 @@ static void note_map(sv_follow_t *f, pc_cluster_map_t *m) {
     pthread_mutex_lock(&f->mu);
     const uint64_t v = pc_cmap_version(m), was = pc_cmap_version(f->newest);
     if (v > was) {
-        const bool moved = v != was + 1 || !same_primaries(f->newest, m);
+        f->skipped = f->skipped || v != was + 1;
+        const bool moved = mark_moved(f, f->newest, m) || v != was + 1;
         if (moved && !f->stale)
             PC_INFO("serve: the training servers' map version %" PRIu64 " (the replica's: %" PRIu64
                     ") %s: the replica needs a new layout",
@@ -841,6 +850,27 @@ bool sv_follow_stale(sv_follow_t *f, char **map_text) {
     }
     pthread_mutex_unlock(&f->mu);
     return stale;
+}
+
+size_t sv_follow_unmoved(sv_follow_t *f, uint64_t version, sv_sparse_start_t *out, size_t cap) {
+    size_t k = 0;
+    pthread_mutex_lock(&f->mu);
+    const bool known = !f->skipped && pc_cmap_version(f->newest) == version;
+    for (size_t i = 0; known && i < f->nsrv; i++) {
+        const srvf_t *sf = &f->srv[i];
+        for (size_t t = 0; sf->active && !f->moved[i] && t < sf->nsrc; t++) {
+            const source_t *x = &sf->src[t];
+            if (!x->uid || x->need_scan)
+                continue; /* no rows of its own yet */
+            if (k < cap) {
+                out[k] = (sv_sparse_start_t){.server = sf->idx, .uid = x->uid, .position = x->pos};
+                copy_str(out[k].table, sizeof out[k].table, x->table);
+            }
+            k++;
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    return k;
 }
 
 uint64_t sv_follow_map_version(const sv_follow_t *f) {

@@ -144,6 +144,12 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
  * follower, once sv_follow_ready, replaces this one; this one goes on following meanwhile (the
  * rows of moved slots are not refreshed). Thread-safe. */
 bool sv_follow_stale(sv_follow_t *f, char **map_text);
+/* The sources whose rows a follower of map `version` can take over (copied, then followed from
+ * the same position: sv_follow_create's starts) instead of scanning: those of servers that were
+ * primary of the same slots in every map noted since this follower's (none when versions were
+ * skipped, or `version` is not the newest noted), with rows of their own (scanned or started).
+ * Up to cap into out; returns how many there are. Thread-safe. */
+size_t sv_follow_unmoved(sv_follow_t *f, uint64_t version, sv_sparse_start_t *out, size_t cap);
 /* The version of the map followed. */
 uint64_t sv_follow_map_version(const sv_follow_t *f);
 /* Whether every source of every followed server has its rows (scanned, or started from a

@@ -16,8 +16,10 @@
  * - Live rows (live_rows_t: a replica in one layout and its follower) are counted: the
  *   replica's current ones and every live object hold a reference. When the follower says its
  *   layout is stale (sv_follow_stale: a failover or a resharding gave slots other primaries),
- *   the tick builds rows of the newest map aside (`next`: an empty replica whose follower scans
- *   every primary), starts over when that map is stale in turn, and once they hold every row
+ *   the tick builds rows of the newest map aside (`next`: a replica with the rows of servers
+ *   whose slots did not move copied from the current one and followed from the same positions,
+ *   sv_follow_unmoved, and a follower that scans the other primaries), starts over when that
+ *   map is stale in turn, and once they hold every row
  *   (sv_follow_ready) swaps in a live object of the same dense model over them. The old rows
  *   keep following and serving until then, and are freed (their follower stopped) with the last
  *   object that reads them. A published model waits for rows of the current layout.
@@ -504,8 +506,37 @@ static int tick_load(void *arg) {
                       a->cap);
 }
 
-/* Rows of map `map` aside in s->next: the tables of the current rows, empty, and a follower that
- * scans them. */
+/* The rows of servers whose slots did not move, copied from the live rows into sp (a new
+ * layout): starts for them into *out (malloc'ed), their count into *n. */
+static void rows_take_unmoved(sv_serve_t *s, sv_sparse_t *sp, sv_sparse_start_t **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    sv_follow_t *f = s->rows->follower;
+    const uint64_t v = sv_sparse_map_version(sp);
+    const size_t want = sv_follow_unmoved(f, v, NULL, 0);
+    sv_sparse_start_t *st = want ? calloc(want, sizeof *st) : NULL;
+    if (!st)
+        return;
+    const size_t got = sv_follow_unmoved(f, v, st, want);
+    uint64_t rows = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < got && i < want; i++) {
+        uint64_t r = 0; /* a copy that fails is scanned instead */
+        if (sv_sparse_copy_server(sp, s->rows->sparse, st[i].server, st[i].table, &r) == 0) {
+            st[k++] = st[i];
+            rows += r;
+        }
+    }
+    if (k)
+        PC_INFO("serve: %zu (server, table) sources of the new layout keep their rows (%" PRIu64
+                " copied here) and position: their servers' slots did not move",
+                k, rows);
+    *out = st;
+    *n = k;
+}
+
+/* Rows of map `map` aside in s->next: the tables of the current rows, the rows of servers whose
+ * slots did not move copied, and a follower that scans the rest. */
 static int rows_relayout(sv_serve_t *s, const char *map, char *why, size_t cap) {
     sv_sparse_t *sp;
     int rc = sv_sparse_create(map, &sp, why, cap);
@@ -525,8 +556,12 @@ static int rows_relayout(sv_serve_t *s, const char *map, char *why, size_t cap) 
         sv_sparse_destroy(sp);
         return rc;
     }
-    if ((rc = rows_start(s, sp, NULL, 0, &s->next)))
+    sv_sparse_start_t *starts;
+    size_t nstarts;
+    rows_take_unmoved(s, sp, &starts, &nstarts);
+    if ((rc = rows_start(s, sp, starts, nstarts, &s->next)))
         snprintf(why, cap, "its follower: %s", pc_strerror(rc));
+    free(starts);
     return rc;
 }
 
@@ -595,7 +630,7 @@ static void relayout(sv_serve_t *s) {
                  pc_strerror(rc), why);
     } else {
         PC_INFO("serve: building the replica's layout of map version %" PRIu64
-                " aside (scanning every primary); the current rows serve meanwhile",
+                " aside; the current rows serve meanwhile",
                 sv_follow_map_version(s->next->follower));
     }
     free(map);

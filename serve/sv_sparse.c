@@ -219,6 +219,10 @@ size_t sv_sparse_map_text(const sv_sparse_t *s, char *buf, size_t cap) {
     return pc_cmap_format(s->map, buf, cap);
 }
 
+uint64_t sv_sparse_map_version(const sv_sparse_t *s) {
+    return pc_cmap_version(s->map);
+}
+
 const char *sv_sparse_server_addr(const sv_sparse_t *s, uint32_t server) {
     return s && server < s->nsrv ? pc_cmap_addr(s->map, server) : NULL;
 }
@@ -435,6 +439,33 @@ static int copy_rows(void *ctx, const ps_row_view_t *rows, size_t n) {
     }
     x->rc = ps_table_load(x->dst, n, x->keys, x->w, NULL, NULL, NULL);
     return x->rc;
+}
+
+int sv_sparse_copy_server(sv_sparse_t *dst, sv_sparse_t *src, uint32_t server, const char *table,
+                          uint64_t *rows) {
+    if (!dst || !src || !table || server >= dst->nsrv || server >= src->nsrv)
+        return PC_EINVAL;
+    ps_table_t *from, *to;
+    int rc = ps_catalog_acquire(src->cat[server], table, &from);
+    if (rc)
+        return rc;
+    if ((rc = ps_catalog_acquire(dst->cat[server], table, &to))) {
+        ps_catalog_release(src->cat[server], from);
+        return rc;
+    }
+    copy_ctx_t x = {.dst = to, .dim = ps_table_dim(to)};
+    if (ps_table_dim(from) != x.dim)
+        rc = PC_EDIM;
+    else if (!(x.w = malloc(256 * (size_t)x.dim * sizeof *x.w)))
+        rc = PC_ENOMEM;
+    else if ((rc = ps_table_scan(from, PS_SCAN_ALL, copy_rows, &x)) && x.rc)
+        rc = x.rc;
+    if (rows)
+        *rows = rc ? 0 : ps_table_count(to);
+    free(x.w);
+    ps_catalog_release(dst->cat[server], to);
+    ps_catalog_release(src->cat[server], from);
+    return rc;
 }
 
 /* Restore server i's checkpoint aside and copy each of the replica's tables into staged[t]

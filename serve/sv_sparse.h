@@ -55,9 +55,10 @@ int sv_sparse_add_table(sv_sparse_t *s, const ps_table_config_t *cfg, char *err,
 int sv_sparse_add_tables(sv_sparse_t *s, const char *settings, const char *names, char *err,
                          size_t errlen);
 
-/* The map's servers (catalogs), and its text form (snprintf-like). */
+/* The map's servers (catalogs), its text form (snprintf-like) and version. */
 size_t sv_sparse_servers(const sv_sparse_t *s);
 size_t sv_sparse_map_text(const sv_sparse_t *s, char *buf, size_t cap);
+uint64_t sv_sparse_map_version(const sv_sparse_t *s);
 /* Address of server i ("host:port"; valid until destroy), NULL when out of range. */
 const char *sv_sparse_server_addr(const sv_sparse_t *s, uint32_t server);
 /* Catalog of server i (borrowed, valid until destroy), NULL when out of range. */
@@ -93,6 +94,14 @@ int sv_sparse_staging_create(sv_sparse_t *s, const char *name, ps_table_t **out)
 /* Put `t` (taken, also on failure) in place of its name's table in server `server`'s catalog
  * in one step (ps_catalog_replace): lookups see the old rows or the new, never a mix. */
 int sv_sparse_swap_in(sv_sparse_t *s, uint32_t server, ps_table_t *t);
+
+/* Copy the rows (weights; fresh optimizer state) of `table` in src's catalog of server `server`
+ * into dst's (a new layout taking over the rows of a server whose slots did not move; dst not
+ * yet followed). Consistent with any position of src's follower from before the call on: rows
+ * only move forward while it runs. *rows (may be NULL): dst's rows then. PC_ENOTFOUND, PC_EDIM,
+ * PC_EINVAL, PC_ENOMEM. */
+int sv_sparse_copy_server(sv_sparse_t *dst, sv_sparse_t *src, uint32_t server, const char *table,
+                          uint64_t *rows);
 
 /* Where a table's rows of one server came from: the training table's uid and the position of
  * its change log they reflect (what sv_follow starts from). */

@@ -494,6 +494,41 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
         ps_dp_set_write_until(r->dp, r->lease_until);
 }
 
+/* Step 3: the slots this server keeps get the backups the target names, those whose lease is in
+ * the coordinator (a backup that died since the target was written would be added here, dropped
+ * by watch for its lease and added again, a map version every tick, for as long as the target
+ * names it). Nothing when the coordinator does not answer. */
+static void reshard_set_backups(ps_repl_t *r, const pc_cluster_map_t *m,
+                                const pc_cluster_map_t *t) {
+    const uint32_t me = r->o.self;
+    pc_cluster_map_t *next = map_copy(r);
+    int8_t up[PC_MAX_SERVERS] = {0}; /* as in reshard_add_backups */
+    uint32_t n = 0;
+    bool known = true;
+    for (uint32_t s = 0; next && known && s < PC_NSLOTS; s++) {
+        if (pc_cmap_slot_owner(m, s) != me || pc_cmap_slot_same(m, t, s))
+            continue;
+        uint32_t want[PC_MAX_BACKUPS], b[PC_MAX_BACKUPS], cur[PC_MAX_BACKUPS], nb = 0;
+        const uint32_t nw = pc_cmap_slot_backups(t, s, want), nc = pc_cmap_slot_backups(m, s, cur);
+        for (uint32_t i = 0; i < nw && known; i++) {
+            if (!up[want[i]])
+                up[want[i]] = alive(r, m, want[i], &known) ? 1 : -1;
+            if (up[want[i]] > 0)
+                b[nb++] = want[i];
+        }
+        if (known && (nb != nc || memcmp(b, cur, nb * sizeof *b) != 0) &&
+            pc_cmap_set_backups(next, s, b, nb) == 0)
+            n++;
+    }
+    if (!known || !n || pc_cmap_bump(next, pc_cmap_version(m) + 1)) {
+        pc_cmap_destroy(next);
+        return;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "resharding: backups of %u slots as the target names", n);
+    change_map(r, next, what);
+}
+
 /* One step towards the target for the slots this server is primary of: backups first, then
  * handovers (one new primary a tick), then the backups of the slots it keeps as the target says.
  * One map change a tick. Returns whether the map differs from the target (anywhere: the
@@ -522,18 +557,7 @@ static bool reshard(ps_repl_t *r) {
     if (to != PC_NO_SERVER) {
         reshard_handover(r, m, t, to);
     } else if (keep) {
-        pc_cluster_map_t *next = map_copy(r);
-        for (uint32_t s = 0; next && s < PC_NSLOTS; s++)
-            if (pc_cmap_slot_owner(m, s) == me && !pc_cmap_slot_same(m, t, s))
-                pc_cmap_take_slot(next, t, s);
-        if (next && pc_cmap_bump(next, pc_cmap_version(m) + 1) == 0) {
-            char what[96];
-            snprintf(what, sizeof what, "resharding: backups of %u slots as the target names",
-                     keep);
-            change_map(r, next, what);
-        } else {
-            pc_cmap_destroy(next);
-        }
+        reshard_set_backups(r, m, t);
     }
     pc_cmap_destroy(m);
     return true;

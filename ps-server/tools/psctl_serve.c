@@ -68,6 +68,8 @@ static int status(const psctl_serve_opts_t *o) {
         cJSON_AddNumberToObject(j, "swaps", (double)p->swaps);
         cJSON_AddNumberToObject(j, "refused_versions", (double)p->refused_versions);
         cJSON_AddStringToObject(j, "last_refusal", p->last_refusal);
+        cJSON_AddNumberToObject(j, "map_version", (double)p->map_version);
+        cJSON_AddNumberToObject(j, "relayouts", (double)p->relayouts);
         a = cJSON_AddArrayToObject(j, "sources");
         for (size_t i = 0; i < p->n_sources; i++) {
             const Emberps__ServeSource *s = p->sources[i];
@@ -89,6 +91,10 @@ static int status(const psctl_serve_opts_t *o) {
                " samples scored, %" PRIu64 " swaps, %" PRIu64 " refused%s%s\n",
                p->model, p->model_version, p->pinned ? "pinned" : "live", p->rows, p->predictions,
                p->swaps, p->refused_versions, p->last_refusal[0] ? ": " : "", p->last_refusal);
+        if (p->map_version)
+            printf("  following the layout of the servers' map version %" PRIu64 " (%" PRIu64
+                   " new layouts after map changes)\n",
+                   p->map_version, p->relayouts);
         for (size_t i = 0; i < p->n_sources; i++) {
             const Emberps__ServeSource *s = p->sources[i];
             printf("  %s: %s, position %" PRIu64 " of %" PRIu64 " (lag %" PRIu64

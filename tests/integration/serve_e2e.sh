@@ -96,6 +96,7 @@ for _ in $(seq 300); do
   sleep 0.1
 done
 [ $ok = 1 ] || fail "the replica did not catch up: $st"
+echo "$st" | grep -q '"map_version":[1-9]' || fail "the replica names no map version: $st"
 "$check" "$map" "127.0.0.1:$sport" emb || fail "the replica's rows differ from the servers'"
 psctl --json serve predict "$dir/test.tsv" 3000 >"$dir/scores.json" || fail "Predict failed"
 tr -d '[]' <"$dir/scores.json" | sed 's/.*"scores"://; s/,"model_version".*//' | tr ',' '\n' \

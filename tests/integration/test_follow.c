@@ -705,6 +705,18 @@ static void settle(sv_serve_t *sv, int port0, pusher_t *p, pthread_t th, uint64_
     wait_same_rows(sv, port0, "emb", 8, 20000);
     wait_same_rows(sv, port0, "cap", 4, 2000);
     assert_layout(sv, port0, relayouts);
+    /* and the map settles: no version a controller tick (a resharding target naming a server
+     * that died since made its backups flap: added, dropped for the lease, added again) */
+    pc_cluster_map_t *m = cc_map_of(port0);
+    const uint64_t v0 = pc_cmap_version(m);
+    pc_cmap_destroy(m);
+    usleep(1000000);
+    m = cc_map_of(port0);
+    const uint64_t v1 = pc_cmap_version(m);
+    pc_cmap_destroy(m);
+    print_message("map versions %llu, then %llu a second later\n", (unsigned long long)v0,
+                  (unsigned long long)v1);
+    assert_true(v1 - v0 <= 2);
 }
 
 static bool server_has_slots(int port0, uint32_t server, bool want) {

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -54,9 +55,15 @@ static inline pid_t pu_spawn(int port, const char *dir, const char *const *extra
     for (int i = 0; extra && extra[i] && a < 31; i++)
         argv[a++] = extra[i];
     argv[a] = NULL;
+    const pid_t parent = getpid();
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
+        /* dies with the test, however the test ends (a sanitizer's halt, a crash, a kill): no
+         * server outlives its test (the thread that spawns must live as long: the main one) */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
         execv(pu_bin, (char *const *)argv);
         _exit(127);
     }
