@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -535,6 +536,17 @@ static void rows_take_unmoved(sv_serve_t *s, sv_sparse_t *sp, sv_sparse_start_t 
     *n = k;
 }
 
+/* Whether published model dir failed (rc) for being pruned by the trainer (--publish-keep)
+ * since it was listed: then a newer one is there, for the next tick, and nothing was wrong
+ * with this one (not a refusal). */
+static bool pruned(const char *dir, int rc, const char *what) {
+    struct stat sb;
+    if (rc != PC_ENOTFOUND || stat(dir, &sb) == 0)
+        return false;
+    PC_DEBUG("serve: %s was pruned before it loaded", what);
+    return true;
+}
+
 /* Rows of map `map` aside in s->next: the tables of the current rows, the rows of servers whose
  * slots did not move copied, and a follower that scans the rest. */
 static int rows_relayout(sv_serve_t *s, const char *map, char *why, size_t cap) {
@@ -658,7 +670,8 @@ void sv_serve_tick(sv_serve_t *s) {
         int rc = sv_watermark_read(dir, &w, why, sizeof why);
         if (rc) {
             s->live_seen = step;
-            refuse(s, what, why);
+            if (!pruned(dir, rc, what))
+                refuse(s, what, why);
         } else {
             const bool ready = sv_follow_caught_up(s->rows->follower, w.table, w.uid, w.head, w.n);
             sv_watermark_free(&w);
@@ -669,7 +682,8 @@ void sv_serve_tick(sv_serve_t *s) {
                 rc = run_niced(tick_load, &a);
                 m = a.m;
                 if (rc) {
-                    refuse(s, what, why);
+                    if (!pruned(dir, rc, what))
+                        refuse(s, what, why);
                 } else if (install_live(s, m)) {
                     refuse(s, what, "out of memory");
                 } else {
