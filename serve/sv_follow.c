@@ -280,18 +280,21 @@ static void note_map(sv_follow_t *f, pc_cluster_map_t *m) {
     pc_cmap_destroy(m);
 }
 
-/* Note sf's client's map when the client adopted another since the last look. */
+/* Note sf's client's map when the client adopted another since the last look. The count is
+ * read before the text (libpsclient counts a map after its text is in place), so the text is
+ * at least the map counted; a look that fails is made again. */
 static void observe_map(srvf_t *sf) {
     psc_stats_t st;
     psc_stats(sf->c, &st);
     if (st.map_refreshes == sf->refreshes)
         return;
-    sf->refreshes = st.map_refreshes;
     char *text = malloc(MAP_TEXT_MAX);
     pc_cluster_map_t *m;
     if (text && psc_map_text(sf->c, text, MAP_TEXT_MAX) < MAP_TEXT_MAX &&
-        pc_cmap_parse(text, &m, NULL, 0) == 0)
+        pc_cmap_parse(text, &m, NULL, 0) == 0) {
         note_map(sf->f, m);
+        sf->refreshes = st.map_refreshes;
+    }
     free(text);
 }
 
@@ -312,6 +315,8 @@ static int connect_server(srvf_t *sf, char *why, size_t cap) {
     int rc = psc_connect2(&po, f->ca[0] ? &tls : NULL, why, cap, &c);
     if (rc)
         return rc;
+    psc_stats_t st; /* the count before the text: see observe_map */
+    psc_stats(c, &st);
     char *text = malloc(MAP_TEXT_MAX);
     if (!text) {
         psc_close(c);
@@ -342,8 +347,6 @@ static int connect_server(srvf_t *sf, char *why, size_t cap) {
         return rc;
     }
     sf->c = c;
-    psc_stats_t st;
-    psc_stats(c, &st);
     sf->refreshes = st.map_refreshes;
     return 0;
 }

@@ -129,7 +129,6 @@ static int rows_start(sv_serve_t *s, sv_sparse_t *sparse, const sv_sparse_start_
         rows_unref(r);
         return rc;
     }
-    atomic_store(&s->map_version, sv_follow_map_version(r->follower));
     *out = r;
     return 0;
 }
@@ -747,8 +746,8 @@ static int start_live(sv_serve_t *s) {
         }
     }
     served_destroy(from);
-    if (!rc)
-        rc = rows_start(s, sparse, starts, nstarts, &s->rows);
+    if (!rc && !(rc = rows_start(s, sparse, starts, nstarts, &s->rows)))
+        atomic_store(&s->map_version, sv_follow_map_version(s->rows->follower));
     free(starts);
     free(map);
     free(tables);
@@ -856,16 +855,17 @@ void sv_serve_status(sv_serve_t *s, sv_serve_status_t *st, sv_source_status_t *s
     pthread_mutex_unlock(&s->refusal_mu);
     st->map_version = atomic_load(&s->map_version);
     st->relayouts = atomic_load(&s->relayouts);
-    pthread_mutex_lock(&s->mu); /* the live object's rows: s->rows may be swapped meanwhile */
-    live_rows_t *r = s->live ? rows_ref(s->live->rows) : NULL;
+    pthread_mutex_lock(&s->mu); /* the live object (s->rows may be swapped meanwhile): held, */
+    sv_served_t *lv = s->live;  /* its last release goes to the graveyard, as a request's */
+    if (lv)
+        lv->refs++;
     pthread_mutex_unlock(&s->mu);
-    sv_follow_source_t *fs = r && cap ? calloc(cap, sizeof *fs) : NULL;
-    if (!fs) {
-        rows_unref(r);
+    sv_follow_source_t *fs = lv && lv->rows && cap ? calloc(cap, sizeof *fs) : NULL;
+    const size_t n = fs ? sv_follow_status(lv->rows->follower, fs, cap) : 0;
+    if (lv)
+        sv_serve_release(s, lv);
+    if (!fs)
         return;
-    }
-    const size_t n = sv_follow_status(r->follower, fs, cap);
-    rows_unref(r);
     st->nsources = n < cap ? n : cap;
     for (size_t i = 0; i < st->nsources; i++) {
         sv_source_status_t *d = &src[i];

@@ -256,8 +256,7 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
         if (srv[i])
             srv[i]->in_map = true;
     }
-    if (c->map && !c->placeholder)
-        atomic_fetch_add(&c->refreshes, 1);
+    const bool refresh = c->map && !c->placeholder;
     c->placeholder = false;
     const uint32_t owner0 = pc_cmap_slot_owner(m, 0);
     c->sole = pc_cmap_server_slots(m, owner0) == PC_NSLOTS ? (long)owner0 : -1;
@@ -270,6 +269,8 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
     pc_sfree(c->map_text);
     c->map_text = text;
     pthread_mutex_unlock(&c->mu);
+    if (refresh) /* after the text: who sees the count sees this map (psc_map_text) */
+        atomic_fetch_add(&c->refreshes, 1);
 }
 
 static void map_adopt_text(psc_t *c, const uint8_t *text, size_t len) {
