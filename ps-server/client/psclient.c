@@ -68,9 +68,12 @@
 #include <string.h>
 #include <uv.h>
 
-#define MAX_REPLY     (1u << 31) /* bytes of one reply body the client accepts */
-#define BACKOFF_MS    10
-#define MAP_ASK_NS    50000000ull /* map_ask_others: at most every 50 ms */
+#define MAX_REPLY  (1u << 31) /* bytes of one reply body the client accepts */
+#define BACKOFF_MS 10
+#define MAP_ASK_NS 50000000ull /* map_ask_others: at most every 50 ms */
+#define MAP_NEWER_NS                                                                           \
+    10000000ull                   /* map_ask_newer: at most every 10 ms (a resharding writes a \
+                                   * version a controller tick, 20 ms: a follower sees each) */
 #define RECONNECT_MAX 8           /* connection attempts per server before its parts fail */
 #define WAIT_SPIN_NS  200000L     /* psc_wait yields this long before sleeping */
 #define BODY_KEEP     (16u << 20) /* a server's reply buffer is kept for the next reply up to this */
@@ -517,12 +520,12 @@ static void map_ask_others(psc_t *c, const server_t *lost) {
 }
 
 /* A reply of server s carried a map version newer than the client's: ask s for that map, at
- * most every MAP_ASK_NS (a follower of the delta stream, whose calls never meet a wrong slot,
+ * most every MAP_NEWER_NS (a follower of the delta stream, whose calls never meet a wrong slot,
  * learns of a failover or a resharding this way; a trainer before its next wrong slot). */
 static void map_ask_newer(psc_t *c, server_t *s, uint64_t version) {
     const uint64_t now = pc_time_mono_ns();
     if (c->placeholder || version <= pc_cmap_version(c->map) ||
-        now - c->newer_asked_ns < MAP_ASK_NS)
+        now - c->newer_asked_ns < MAP_NEWER_NS)
         return;
     c->newer_asked_ns = now;
     map_ask(c, s);
