@@ -983,8 +983,8 @@ static void stream_send(conn_t *c, const pc_wire_hdr_t *h, ps_table_t *t, wreq_t
                         pc_wire_stream_reply_t *r, const uint64_t *keys) {
     uint8_t *b = w->payload;
     pc_wire_stream_reply_encode(r, b);
-    if (keys != (const uint64_t *)(const void *)(b + PC_WIRE_STREAM_REPLY_PREFIX))
-        memcpy(b + PC_WIRE_STREAM_REPLY_PREFIX, keys, (size_t)r->n * 8);
+    if (r->n && keys != (const uint64_t *)(const void *)(b + PC_WIRE_STREAM_REPLY_PREFIX))
+        memcpy(b + PC_WIRE_STREAM_REPLY_PREFIX, keys, (size_t)r->n * 8); /* (keys NULL: n 0) */
     uint8_t *found = b + pc_wire_stream_found_off(r->n);
     memset(found, 0, pc_wire_stream_rows_off(r->n) - pc_wire_stream_found_off(r->n));
     float *rows = (float *)(void *)(b + pc_wire_stream_rows_off(r->n));
