@@ -506,17 +506,24 @@ static int tick_load(void *arg) {
                       a->cap);
 }
 
-/* The rows of servers whose slots did not move, copied from the live rows into sp (a new
- * layout): starts for them into *out (malloc'ed), their count into *n. */
-static void rows_take_unmoved(sv_serve_t *s, sv_sparse_t *sp, sv_sparse_start_t **out, size_t *n) {
-    *out = NULL;
-    *n = 0;
+typedef struct unmoved {
+    sv_serve_t *s;
+    sv_sparse_t *sp;
+    sv_sparse_start_t *starts;
+    size_t n;
+} unmoved_t;
+
+/* rows_take_unmoved's work, at nice 19 (run_niced: the copy is no request's cost). */
+static int take_unmoved(void *arg) {
+    unmoved_t *a = arg;
+    sv_serve_t *s = a->s;
+    sv_sparse_t *sp = a->sp;
     sv_follow_t *f = s->rows->follower;
     const uint64_t v = sv_sparse_map_version(sp);
     const size_t want = sv_follow_unmoved(f, v, NULL, 0);
     sv_sparse_start_t *st = want ? calloc(want, sizeof *st) : NULL;
     if (!st)
-        return;
+        return 0;
     const size_t got = sv_follow_unmoved(f, v, st, want);
     uint64_t rows = 0;
     size_t k = 0;
@@ -531,8 +538,18 @@ static void rows_take_unmoved(sv_serve_t *s, sv_sparse_t *sp, sv_sparse_start_t 
         PC_INFO("serve: %zu (server, table) sources of the new layout keep their rows (%" PRIu64
                 " copied here) and position: their servers' slots did not move",
                 k, rows);
-    *out = st;
-    *n = k;
+    a->starts = st;
+    a->n = k;
+    return 0;
+}
+
+/* The rows of servers whose slots did not move, copied from the live rows into sp (a new
+ * layout): starts for them into *out (malloc'ed), their count into *n. */
+static void rows_take_unmoved(sv_serve_t *s, sv_sparse_t *sp, sv_sparse_start_t **out, size_t *n) {
+    unmoved_t a = {.s = s, .sp = sp};
+    run_niced(take_unmoved, &a);
+    *out = a.starts;
+    *n = a.n;
 }
 
 /* Whether published model dir failed (rc) for being pruned by the trainer (--publish-keep)
