@@ -75,6 +75,9 @@ static const pc_setting_t k_settings[] = {
                    "one call to a training server (bounds how long a stop waits)"),
     PC_SETTING_INT(T, backoff_max_ms, 10, 600000, "1000",
                    "a training server that is down is retried after 10 ms doubling to this"),
+    PC_SETTING_INT(T, tables_poll_ms, 0, 3600000, "5000",
+                   "the training servers are asked this often for tables created since (a new "
+                   "one is then followed; 0: never)"),
 };
 #undef T
 
@@ -841,18 +844,31 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
     return ok;
 }
 
+/* The newest map's text (malloc'ed, NULL on ENOMEM). Caller holds f->mu. */
+static char *newest_text(const sv_follow_t *f) {
+    const size_t len = pc_cmap_format(f->newest, NULL, 0) + 1;
+    char *t = malloc(len);
+    if (t)
+        pc_cmap_format(f->newest, t, len);
+    return t;
+}
+
 bool sv_follow_stale(sv_follow_t *f, char **map_text) {
     if (map_text)
         *map_text = NULL;
     pthread_mutex_lock(&f->mu);
     const bool stale = f->stale;
-    if (stale && map_text) {
-        const size_t len = pc_cmap_format(f->newest, NULL, 0) + 1;
-        if ((*map_text = malloc(len)))
-            pc_cmap_format(f->newest, *map_text, len);
-    }
+    if (stale && map_text)
+        *map_text = newest_text(f);
     pthread_mutex_unlock(&f->mu);
     return stale;
+}
+
+char *sv_follow_newest_map(sv_follow_t *f) {
+    pthread_mutex_lock(&f->mu);
+    char *t = newest_text(f);
+    pthread_mutex_unlock(&f->mu);
+    return t;
 }
 
 size_t sv_follow_unmoved(sv_follow_t *f, uint64_t version, sv_sparse_start_t *out, size_t cap) {

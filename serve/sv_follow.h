@@ -45,6 +45,7 @@ typedef struct sv_follow_opts {
     int64_t scan_bytes;     /* a scan part's reply is sized to about this (default 16Mi) */
     int64_t timeout_ms;     /* one call to a server (default 5000); bounds sv_follow_stop */
     int64_t backoff_max_ms; /* a server down is retried after 10 ms doubling to this (1000) */
+    int64_t tables_poll_ms; /* the owner (sv_serve) asks for new tables this often (5000; 0 no) */
 } sv_follow_opts_t;
 
 /* The settings table behind sv_follow_opts_t (names follow_poll_ms ... are the daemon's). */
@@ -150,6 +151,8 @@ bool sv_follow_stale(sv_follow_t *f, char **map_text);
  * skipped, or `version` is not the newest noted), with rows of their own (scanned or started).
  * Up to cap into out; returns how many there are. Thread-safe. */
 size_t sv_follow_unmoved(sv_follow_t *f, uint64_t version, sv_sparse_start_t *out, size_t cap);
+/* The newest map noted, as text (malloc'ed; NULL when out of memory). Thread-safe. */
+char *sv_follow_newest_map(sv_follow_t *f);
 /* The version of the map followed. */
 uint64_t sv_follow_map_version(const sv_follow_t *f);
 /* Whether every source of every followed server has its rows (scanned, or started from a

@@ -82,6 +82,7 @@ struct sv_serve {
     live_rows_t *next;          /* rows of a new layout being built (a reference), NULL */
     uint64_t live_seen;         /* newest published step looked at (taken or refused) */
     uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
+    uint64_t tables_next_ns;    /* poll_tables asks the servers again then */
     atomic_uint_least64_t relayouts, map_version;
 
     atomic_uint_least64_t predictions, swaps, refused;
@@ -563,13 +564,16 @@ static bool pruned(const char *dir, int rc, const char *what) {
     return true;
 }
 
-/* Rows of map `map` aside in s->next: the tables of the current rows, the rows of servers whose
- * slots did not move copied, and a follower that scans the rest. */
-static int rows_relayout(sv_serve_t *s, const char *map, char *why, size_t cap) {
+/* Rows of map `map` aside in s->next: the tables of the current rows and more[0..nmore), the
+ * rows of servers whose slots did not move copied, and a follower that scans the rest. */
+static int rows_relayout(sv_serve_t *s, const char *map, const ps_table_config_t *more,
+                         size_t nmore, char *why, size_t cap) {
     sv_sparse_t *sp;
     int rc = sv_sparse_create(map, &sp, why, cap);
     if (rc)
         return rc;
+    for (size_t i = 0; !rc && i < nmore; i++)
+        rc = sv_sparse_add_table(sp, &more[i], why, cap);
     const size_t nt = sv_sparse_tables(s->rows->sparse, NULL, 0);
     char(*names)[PS_TABLE_NAME_MAX] = calloc(nt ? nt : 1, sizeof *names);
     rc = names ? 0 : PC_ENOMEM;
@@ -650,7 +654,7 @@ static void relayout(sv_serve_t *s) {
                 "starting over");
     rows_unref(s->next); /* stops its follower: bounded by --timeout-ms */
     s->next = NULL;
-    const int rc = rows_relayout(s, map, why, sizeof why);
+    const int rc = rows_relayout(s, map, NULL, 0, why, sizeof why);
     if (rc) {
         s->relayout_retry_ns = pc_time_mono_ns() + 1000000000ull;
         PC_ERROR("serve: cannot build the replica of the servers' new map: %s: %s (the rows "
@@ -664,6 +668,63 @@ static void relayout(sv_serve_t *s) {
     free(map);
 }
 
+#define NEW_TABLES_MAX 64
+
+/* The tables of a settings text (psc_tables' form, a line each) that the live rows lack, cold
+ * ones left out (a replica cannot hold them): up to cap into out; returns how many. */
+static size_t new_tables(sv_serve_t *s, const char *tables, ps_table_config_t *out, size_t cap) {
+    size_t n = 0;
+    char line[4096];
+    for (const char *p = tables; *p && n < cap;) {
+        const char *e = strchr(p, '\n');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        const bool fits = len && len < sizeof line;
+        if (fits) {
+            memcpy(line, p, len);
+            line[len] = '\0';
+        }
+        p += len + (e ? 1 : 0);
+        ps_table_config_t cfg, have;
+        if (fits && ps_catalog_spec_parse(line, &cfg, NULL, 0) == 0 && !cfg.cold &&
+            sv_sparse_table_config(s->rows->sparse, cfg.name, &have) == PC_ENOTFOUND)
+            out[n++] = cfg;
+    }
+    return n;
+}
+
+/* Every tables_poll_ms, ask the servers for their tables; new ones (created since the replica
+ * started) get a new layout of the same map with them: the rows held are copied over and
+ * followed on (sv_follow_unmoved), the new tables scanned. Under swap_mu, not while a layout
+ * is being built. A server that does not answer, or servers that do not hold the same tables
+ * yet (a table being created one server after another), are asked again at the next poll. */
+static void poll_tables(sv_serve_t *s) {
+    const uint64_t now = pc_time_mono_ns();
+    if (s->next || s->fo.tables_poll_ms <= 0 || now < s->tables_next_ns)
+        return;
+    s->tables_next_ns = now + (uint64_t)s->fo.tables_poll_ms * 1000000u;
+    const sv_follow_auth_t auth = auth_of(s);
+    char *servers = sv_follow_newest_map(s->rows->follower), *map = malloc(1 << 20),
+         *tables = malloc(1 << 20), why[320] = "";
+    ps_table_config_t *more = calloc(NEW_TABLES_MAX, sizeof *more);
+    int rc = servers && map && tables && more ? 0 : PC_ENOMEM;
+    if (!rc && (rc = sv_follow_discover(servers, &auth, s->timeout_ms < 1000 ? s->timeout_ms : 1000,
+                                        map, 1 << 20, tables, 1 << 20, why, sizeof why)))
+        PC_DEBUG("serve: asking the servers for their tables: %s (%s)", pc_err_name(rc), why);
+    const size_t n = rc ? 0 : new_tables(s, tables, more, NEW_TABLES_MAX);
+    if (n && (rc = rows_relayout(s, servers, more, n, why, sizeof why)))
+        PC_ERROR("serve: the training servers have %zu new tables (%s...): cannot follow them: "
+                 "%s (%s)",
+                 n, more[0].name, pc_strerror(rc), why);
+    else if (n)
+        PC_INFO("serve: the training servers have %zu new tables (%s...): building the "
+                "replica's layout with them aside",
+                n, more[0].name);
+    free(servers);
+    free(map);
+    free(tables);
+    free(more);
+}
+
 void sv_serve_tick(sv_serve_t *s) {
     pthread_mutex_lock(&s->mu);
     const bool dead = s->graveyard != NULL;
@@ -674,6 +735,7 @@ void sv_serve_tick(sv_serve_t *s) {
         return;
     pthread_mutex_lock(&s->swap_mu);
     relayout(s);
+    poll_tables(s);
     if (!s->publish_dir[0]) {
         pthread_mutex_unlock(&s->swap_mu);
         return;

@@ -74,7 +74,8 @@ void sv_serve_destroy(sv_serve_t *s); /* no request may be in flight */
 
 /* Periodic work of the owner's loop (every 100 ms or so): free the objects no one holds any
  * more (at nice 19), follow the servers' map (start, restart or swap in the live rows of a new
- * layout), and take a newer published dense model whose watermark the rows reached. */
+ * layout), ask for tables created since (sv_follow_opts_t.tables_poll_ms: a new layout with
+ * them), and take a newer published dense model whose watermark the rows reached. */
 void sv_serve_tick(sv_serve_t *s);
 
 /* ---- requests ---- */

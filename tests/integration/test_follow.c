@@ -20,7 +20,9 @@
  *    promoted); after each, once the pushes stop, the replica's rows equal the primaries' (the
  *    checksum of every row, lookups of every key) and it follows the servers' map version, with
  *    one new layout swapped in per change (without them, the moved slots' rows stay as they
- *    were at the move and the checksums differ).
+ *    were at the move and the checksums differ);
+ *  - a table created on the servers (psctl create) after the replica started: followed within
+ *    tables_poll_ms, its rows equal the servers', the rows held before kept.
  * argv[1] is the ps-server binary (psctl beside it). Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
@@ -44,7 +46,7 @@ static const char *k_cap = "name=cap,dim=4,optimizer=sgd,capacity_rows=300,shard
 
 typedef struct cluster {
     int n;
-    int port[2];
+    int port[2], grpc[2];
     pid_t pid[2];
     char dir[256], map[256], maparg[300], tables[300], logarg[64];
     char ckdir[2][300], ckarg[2][320]; /* with checkpoints: each server's --ckpt-dir */
@@ -53,7 +55,7 @@ typedef struct cluster {
 static void start_server(cluster_t *k, int i) {
     const char *extra[] = {k->maparg, k->tables, k->logarg, k->ckarg[i][0] ? k->ckarg[i] : NULL,
                            NULL};
-    k->pid[i] = pu_spawn(k->port[i], k->dir, extra, NULL);
+    k->pid[i] = pu_spawn(k->port[i], k->dir, extra, &k->grpc[i]);
 }
 
 static void cluster_up2(cluster_t *k, int n, const char *tag, const char *log_entries, bool ckpt) {
@@ -636,13 +638,13 @@ static psc_t *connect_port(int port) {
 
 /* Wait (bounded) until the replica's rows of `table` equal the primaries' (checksums of every
  * row) and every pool key looks up the same; the seconds it took. */
-static double wait_same_rows(sv_serve_t *sv, int port0, const char *table, uint32_t dim,
+static double wait_same_rows(sv_serve_t *sv, int port0, int nsrv, const char *table, uint32_t dim,
                              uint64_t pool) {
     const double t0 = pu_now();
     uint64_t a = 0, ar = 0, b = 0, br = 0;
     for (;;) {
         psc_t *c = connect_port(port0); /* the servers' newest map */
-        server_checksum(c, 3, table, dim, &a, &ar);
+        server_checksum(c, nsrv, table, dim, &a, &ar);
         sv_served_t *x = sv_serve_acquire(sv);
         const int rc = sv_sparse_checksum(sv_served_sparse(x), table, &b, &br);
         if (!rc && a == b && ar == br) {
@@ -707,8 +709,8 @@ static void settle(sv_serve_t *sv, int port0, pusher_t *p, pthread_t th, uint64_
     print_message("%llu push rounds, %llu failed\n", (unsigned long long)(p->rounds % 100000),
                   (unsigned long long)p->failed);
     assert_true(p->failed < p->rounds % 100000);
-    wait_same_rows(sv, port0, "emb", 8, 20000);
-    wait_same_rows(sv, port0, "cap", 4, 2000);
+    wait_same_rows(sv, port0, 3, "emb", 8, 20000);
+    wait_same_rows(sv, port0, 3, "cap", 4, 2000);
     assert_layout(sv, port0, relayouts, more);
     /* and the map settles: no version a controller tick (a resharding target naming a server
      * that died since made its backups flap: added, dropped for the lease, added again) */
@@ -807,6 +809,52 @@ static void test_follow_map_changes(void **state) {
     tc_rmdir(dir);
 }
 
+/* A table created on the servers after the replica started is followed (tables_poll_ms): its
+ * rows reach the replica, equal to the servers', and the rows it held go on. */
+static void test_follow_new_table(void **state) {
+    (void)state;
+    cluster_t k;
+    cluster_up(&k, 2, "follownew", "1Mi");
+    psc_t *c = connect_to(k.map);
+    assert_int_equal(push_round(c, "emb", 8, 1, 2000, 20000), 0);
+    sv_follow_opts_t fo;
+    sv_follow_opts_defaults(&fo);
+    fo.timeout_ms = 1000;
+    fo.tables_poll_ms = 100;
+    const sv_serve_opts_t so = {
+        .name = "m", .follow = k.map, .evaluators = 1, .max_batch = 1, .fo = &fo};
+    sv_serve_t *sv;
+    assert_int_equal(sv_serve_create(&so, &sv), 0);
+    ticker_t tk = {.sv = sv};
+    pthread_t tth;
+    assert_int_equal(pthread_create(&tth, NULL, tick_main, &tk), 0);
+    wait_same_rows(sv, k.port[0], 2, "emb", 8, 20000);
+    for (int i = 0; i < 2; i++) { /* psctl create on each server */
+        char out[512];
+        const char *args[] = {"create", "name=late,dim=4,optimizer=sgd,missing=zeros", NULL};
+        assert_int_equal(pu_psctl(g_psctl, k.grpc[i], out, sizeof out, args), 0);
+    }
+    for (int r = 0; r < 5; r++) {
+        assert_int_equal(push_round(c, "late", 4, 10 + (uint64_t)r, 1000, 5000), 0);
+        assert_int_equal(push_round(c, "emb", 8, 20 + (uint64_t)r, 1000, 20000), 0);
+    }
+    wait_same_rows(sv, k.port[0], 2, "late", 4, 5000);
+    wait_same_rows(sv, k.port[0], 2, "emb", 8, 20000);
+    sv_serve_status_t st;
+    sv_source_status_t src[8];
+    sv_serve_status(sv, &st, src, 8);
+    print_message("%llu new layouts; %zu sources\n", (unsigned long long)st.relayouts, st.nsources);
+    assert_true(st.relayouts >= 1);
+    assert_int_equal(st.nsources, 6); /* emb, cap and late on each server */
+    for (size_t i = 0; i < st.nsources; i++)
+        assert_string_equal(src[i].state, "following");
+    atomic_store(&tk.stop, true);
+    pthread_join(tth, NULL);
+    sv_serve_destroy(sv);
+    psc_close(c);
+    cluster_down(&k);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_follow PATH-TO-ps-server\n");
@@ -819,7 +867,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_follow_while_pushing), cmocka_unit_test(test_behind_ring),
         cmocka_unit_test(test_server_restart),       cmocka_unit_test(test_start_from_checkpoint),
-        cmocka_unit_test(test_follow_map_changes),
+        cmocka_unit_test(test_follow_map_changes),   cmocka_unit_test(test_follow_new_table),
     };
     if (argc > 2) /* a test name pattern (cmocka's * and ?), to run one */
         cmocka_set_test_filter(argv[2]);
