@@ -564,10 +564,28 @@ static bool pruned(const char *dir, int rc, const char *what) {
     return true;
 }
 
-/* Rows of map `map` aside in s->next: the tables of the current rows and more[0..nmore), the
- * rows of servers whose slots did not move copied, and a follower that scans the rest. */
+static int is_named(void *ctx, const ps_table_config_t *cfg) {
+    return strcmp(cfg->name, ctx) == 0; /* 1: found, stop */
+}
+
+/* Whether `tables` (psc_tables' text, a spec a line) has a table named `name`. */
+static bool lists(const char *tables, const char *name) {
+    return sv_sparse_specs_each(tables, is_named, (void *)name, NULL, 0) == 1;
+}
+
+/* Whether the replica's table `name` is gone from the servers' `tables` (dropped there) and
+ * may go from the replica: not the table the live dense model reads (that one keeps serving
+ * its last rows). Under swap_mu. */
+static bool gone(sv_serve_t *s, const char *tables, const char *name) {
+    const sv_model_t *m = s->live ? s->live->model : NULL;
+    return !lists(tables, name) && !(m && strcmp(sv_model_card(m)->table_name, name) == 0);
+}
+
+/* Rows of map `map` aside in s->next: the tables of the current rows (less those gone from
+ * `listed`, the servers' tables, when given) and more[0..nmore), the rows of servers whose
+ * slots did not move copied, and a follower that scans the rest. */
 static int rows_relayout(sv_serve_t *s, const char *map, const ps_table_config_t *more,
-                         size_t nmore, char *why, size_t cap) {
+                         size_t nmore, const char *listed, char *why, size_t cap) {
     sv_sparse_t *sp;
     int rc = sv_sparse_create(map, &sp, why, cap);
     if (rc)
@@ -575,11 +593,14 @@ static int rows_relayout(sv_serve_t *s, const char *map, const ps_table_config_t
     for (size_t i = 0; !rc && i < nmore; i++)
         rc = sv_sparse_add_table(sp, &more[i], why, cap);
     const size_t nt = sv_sparse_tables(s->rows->sparse, NULL, 0);
-    char(*names)[PS_TABLE_NAME_MAX] = calloc(nt ? nt : 1, sizeof *names);
-    rc = names ? 0 : PC_ENOMEM;
+    char(*names)[PS_TABLE_NAME_MAX] = rc ? NULL : calloc(nt ? nt : 1, sizeof *names);
+    if (!rc && !names)
+        rc = PC_ENOMEM;
     const size_t got = rc ? 0 : sv_sparse_tables(s->rows->sparse, names, nt);
     for (size_t i = 0; !rc && i < got && i < nt; i++) {
         ps_table_config_t cfg;
+        if (listed && gone(s, listed, names[i]))
+            continue;
         if (!(rc = sv_sparse_table_config(s->rows->sparse, names[i], &cfg)))
             rc = sv_sparse_add_table(sp, &cfg, why, cap);
     }
@@ -654,7 +675,7 @@ static void relayout(sv_serve_t *s) {
                 "starting over");
     rows_unref(s->next); /* stops its follower: bounded by --timeout-ms */
     s->next = NULL;
-    const int rc = rows_relayout(s, map, NULL, 0, why, sizeof why);
+    const int rc = rows_relayout(s, map, NULL, 0, NULL, why, sizeof why);
     if (rc) {
         s->relayout_retry_ns = pc_time_mono_ns() + 1000000000ull;
         PC_ERROR("serve: cannot build the replica of the servers' new map: %s: %s (the rows "
@@ -670,26 +691,27 @@ static void relayout(sv_serve_t *s) {
 
 #define NEW_TABLES_MAX 64
 
+typedef struct new_ctx {
+    sv_sparse_t *have;
+    ps_table_config_t *out;
+    size_t n, cap;
+} new_ctx_t;
+
+static int note_new(void *ctx, const ps_table_config_t *cfg) {
+    new_ctx_t *a = ctx;
+    ps_table_config_t c;
+    if (!cfg->cold && a->n < a->cap &&
+        sv_sparse_table_config(a->have, cfg->name, &c) == PC_ENOTFOUND)
+        a->out[a->n++] = *cfg;
+    return 0;
+}
+
 /* The tables of a settings text (psc_tables' form, a line each) that the live rows lack, cold
  * ones left out (a replica cannot hold them): up to cap into out; returns how many. */
 static size_t new_tables(sv_serve_t *s, const char *tables, ps_table_config_t *out, size_t cap) {
-    size_t n = 0;
-    char line[4096];
-    for (const char *p = tables; *p && n < cap;) {
-        const char *e = strchr(p, '\n');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
-        const bool fits = len && len < sizeof line;
-        if (fits) {
-            memcpy(line, p, len);
-            line[len] = '\0';
-        }
-        p += len + (e ? 1 : 0);
-        ps_table_config_t cfg, have;
-        if (fits && ps_catalog_spec_parse(line, &cfg, NULL, 0) == 0 && !cfg.cold &&
-            sv_sparse_table_config(s->rows->sparse, cfg.name, &have) == PC_ENOTFOUND)
-            out[n++] = cfg;
-    }
-    return n;
+    new_ctx_t a = {.have = s->rows->sparse, .out = out, .cap = cap};
+    sv_sparse_specs_each(tables, note_new, &a, NULL, 0);
+    return a.n;
 }
 
 /* Every tables_poll_ms, ask the servers for their tables; new ones (created since the replica
@@ -711,14 +733,19 @@ static void poll_tables(sv_serve_t *s) {
                                         map, 1 << 20, tables, 1 << 20, why, sizeof why)))
         PC_DEBUG("serve: asking the servers for their tables: %s (%s)", pc_err_name(rc), why);
     const size_t n = rc ? 0 : new_tables(s, tables, more, NEW_TABLES_MAX);
-    if (n && (rc = rows_relayout(s, servers, more, n, why, sizeof why)))
-        PC_ERROR("serve: the training servers have %zu new tables (%s...): cannot follow them: "
-                 "%s (%s)",
-                 n, more[0].name, pc_strerror(rc), why);
-    else if (n)
-        PC_INFO("serve: the training servers have %zu new tables (%s...): building the "
-                "replica's layout with them aside",
-                n, more[0].name);
+    size_t ngone = 0; /* tables dropped on the servers */
+    char names[NEW_TABLES_MAX][PS_TABLE_NAME_MAX];
+    const size_t nt = rc ? 0 : sv_sparse_tables(s->rows->sparse, names, NEW_TABLES_MAX);
+    for (size_t i = 0; i < nt && i < NEW_TABLES_MAX; i++)
+        ngone += gone(s, tables, names[i]);
+    if ((n || ngone) && (rc = rows_relayout(s, servers, more, n, tables, why, sizeof why)))
+        PC_ERROR("serve: the training servers have %zu new tables and dropped %zu: cannot "
+                 "follow that: %s (%s)",
+                 n, ngone, pc_strerror(rc), why);
+    else if (n || ngone)
+        PC_INFO("serve: the training servers have %zu new tables%s%s and dropped %zu: "
+                "building the replica's layout of their tables aside",
+                n, n ? ": " : "", n ? more[0].name : "", ngone);
     free(servers);
     free(map);
     free(tables);

@@ -171,15 +171,10 @@ static bool named(const char *names, const char *name) {
     return false;
 }
 
-int sv_sparse_add_tables(sv_sparse_t *s, const char *settings, const char *names, char *err,
-                         size_t errlen) {
-    if (!s || !settings)
-        return PC_EINVAL;
-    size_t found = 0, wanted = 0;
-    for (const char *p = names && names[0] ? names : NULL; p; p = strchr(p, ','), p = p ? p + 1 : p)
-        wanted++;
+int sv_sparse_specs_each(const char *settings, int (*fn)(void *ctx, const ps_table_config_t *cfg),
+                         void *ctx, char *err, size_t errlen) {
     char line[4096];
-    for (const char *p = settings; *p;) {
+    for (const char *p = settings; p && *p;) {
         const char *e = strchr(p, '\n');
         const size_t n = e ? (size_t)(e - p) : strlen(p);
         if (n >= sizeof line) {
@@ -194,14 +189,42 @@ int sv_sparse_add_tables(sv_sparse_t *s, const char *settings, const char *names
             continue;
         ps_table_config_t cfg;
         int rc = ps_catalog_spec_parse(line, &cfg, err, errlen);
+        if (!rc)
+            rc = fn(ctx, &cfg);
         if (rc)
             return rc;
-        if (!named(names, cfg.name))
-            continue;
-        found++;
-        if ((rc = sv_sparse_add_table(s, &cfg, err, errlen)))
-            return rc;
     }
+    return 0;
+}
+
+typedef struct add_ctx {
+    sv_sparse_t *s;
+    const char *names;
+    size_t found;
+    char *err;
+    size_t errlen;
+} add_ctx_t;
+
+static int add_named(void *ctx, const ps_table_config_t *cfg) {
+    add_ctx_t *a = ctx;
+    if (!named(a->names, cfg->name))
+        return 0;
+    a->found++;
+    return sv_sparse_add_table(a->s, cfg, a->err, a->errlen);
+}
+
+int sv_sparse_add_tables(sv_sparse_t *s, const char *settings, const char *names, char *err,
+                         size_t errlen) {
+    if (!s || !settings)
+        return PC_EINVAL;
+    size_t wanted = 0;
+    for (const char *p = names && names[0] ? names : NULL; p; p = strchr(p, ','), p = p ? p + 1 : p)
+        wanted++;
+    add_ctx_t a = {.s = s, .names = names, .err = err, .errlen = errlen};
+    int rc = sv_sparse_specs_each(settings, add_named, &a, err, errlen);
+    if (rc)
+        return rc;
+    const size_t found = a.found;
     if (wanted && found < wanted) {
         if (err && errlen)
             snprintf(err, errlen, "tables '%s': %zu of %zu are on the training servers", names,

@@ -48,6 +48,12 @@ int sv_sparse_replica_config(const ps_table_config_t *in, ps_table_config_t *out
  * (cold), PC_EINVAL, PC_ENOMEM; err gets one line. On failure no catalog holds it. */
 int sv_sparse_add_table(sv_sparse_t *s, const ps_table_config_t *cfg, char *err, size_t errlen);
 
+/* Call fn(ctx, cfg) for each table of a settings text as psc_tables gives it (one
+ * "name=...,dim=..." line per table), in order; stops at fn's first non-zero return and returns
+ * it. PC_EINVAL (a line over 4 KiB), ps_catalog_spec_parse's errors; err gets one line. */
+int sv_sparse_specs_each(const char *settings, int (*fn)(void *ctx, const ps_table_config_t *cfg),
+                         void *ctx, char *err, size_t errlen);
+
 /* Add tables from a settings text as psc_tables gives it (one "name=...,dim=..." line per
  * table): those named in `names` (comma-separated, e.g. "emb,ads"), or every table when `names`
  * is NULL or "". PC_ENOTFOUND when a named table is not in the text; the errors of

@@ -22,7 +22,8 @@
  *    one new layout swapped in per change (without them, the moved slots' rows stay as they
  *    were at the move and the checksums differ);
  *  - a table created on the servers (psctl create) after the replica started: followed within
- *    tables_poll_ms, its rows equal the servers', the rows held before kept.
+ *    tables_poll_ms, its rows equal the servers', the rows held before kept; dropped again
+ *    (psctl drop), it goes from the replica.
  * argv[1] is the ps-server binary (psctl beside it). Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
@@ -848,6 +849,23 @@ static void test_follow_new_table(void **state) {
     assert_int_equal(st.nsources, 6); /* emb, cap and late on each server */
     for (size_t i = 0; i < st.nsources; i++)
         assert_string_equal(src[i].state, "following");
+    for (int i = 0; i < 2; i++) { /* and dropped again */
+        char out[512];
+        const char *args[] = {"drop", "late", NULL};
+        assert_int_equal(pu_psctl(g_psctl, k.grpc[i], out, sizeof out, args), 0);
+    }
+    const double t0 = pu_now();
+    for (bool there = true; there; usleep(20000)) {
+        sv_served_t *x = sv_serve_acquire(sv);
+        there = sv_served_dim(x, "late") != 0;
+        sv_serve_release(sv, x);
+        if (there && pu_now() - t0 > 20)
+            fail_msg("the dropped table stayed in the replica");
+    }
+    sv_serve_status(sv, &st, src, 8);
+    print_message("dropped: gone after %.2f s; %zu sources\n", pu_now() - t0, st.nsources);
+    assert_int_equal(st.nsources, 4);
+    wait_same_rows(sv, k.port[0], 2, "emb", 8, 20000);
     atomic_store(&tk.stop, true);
     pthread_join(tth, NULL);
     sv_serve_destroy(sv);
