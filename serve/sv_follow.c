@@ -130,7 +130,7 @@ typedef struct srvf {
 
 struct sv_follow {
     sv_sparse_t *s;
-    pc_cluster_map_t *map; /* the replica's (sv_sparse's) map: the layout followed */
+    const pc_cluster_map_t *map; /* the replica's map (borrowed): the layout followed */
     sv_follow_opts_t o;
     char token[256], ca[1024], cert[1024], key[1024], name[256];
     pthread_mutex_t mu;
@@ -138,7 +138,6 @@ struct sv_follow {
     bool stop, started;
     uint64_t start_ns;
     pc_cluster_map_t *newest;   /* under mu: the newest map a server named (map at first) */
-    bool stale;                 /* under mu: newest needs another layout (sv_follow_stale) */
     bool skipped;               /* under mu: versions were skipped on the way to newest */
     bool moved[PC_MAX_SERVERS]; /* under mu: primary of a slot that moved since map */
     srvf_t *srv;
@@ -259,6 +258,15 @@ static bool mark_moved(sv_follow_t *f, const pc_cluster_map_t *a, const pc_clust
     return any;
 }
 
+/* Whether newest needs another layout (sv_follow_stale): versions skipped, or a slot moved.
+ * Caller holds f->mu. */
+static bool stale_locked(const sv_follow_t *f) {
+    bool any = f->skipped;
+    for (size_t i = 0; !any && i < pc_cmap_nservers(f->newest); i++)
+        any = f->moved[i];
+    return any;
+}
+
 /* Note map m (taken), which a server's client adopted. A newer one than any seen becomes
  * `newest`; the layout is stale from the first one in which a slot has another primary than in
  * the one seen before it, or whose version skips one (a slot may have moved and come back in
@@ -267,14 +275,14 @@ static void note_map(sv_follow_t *f, pc_cluster_map_t *m) {
     pthread_mutex_lock(&f->mu);
     const uint64_t v = pc_cmap_version(m), was = pc_cmap_version(f->newest);
     if (v > was) {
+        const bool stale = stale_locked(f);
         f->skipped = f->skipped || v != was + 1;
         const bool moved = mark_moved(f, f->newest, m) || v != was + 1;
-        if (moved && !f->stale)
+        if (moved && !stale)
             PC_INFO("serve: the training servers' map version %" PRIu64 " (the replica's: %" PRIu64
                     ") %s: the replica needs a new layout",
                     v, pc_cmap_version(f->map),
                     v != was + 1 ? "skipped versions" : "gave slots another primary");
-        f->stale = f->stale || moved;
         pc_cmap_destroy(f->newest);
         f->newest = m;
         m = NULL;
@@ -377,7 +385,7 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
      * change of backups only), else the layout's own (a server that moved on refuses: the rows
      * held stay, stale, until the new layout replaces them, rather than rows of another one) */
     pthread_mutex_lock(&f->mu);
-    const uint64_t mv = pc_cmap_version(f->stale ? f->map : f->newest);
+    const uint64_t mv = pc_cmap_version(stale_locked(f) ? f->map : f->newest);
     pthread_mutex_unlock(&f->mu);
     for (int attempt = 0; attempt < 32; attempt++) {
         ps_table_t *st;
@@ -622,16 +630,8 @@ int sv_follow_create(sv_sparse_t *s, const sv_follow_opts_t *o, const sv_follow_
     char(*names)[PS_TABLE_NAME_MAX] = calloc(ntab ? ntab : 1, sizeof *names);
     f->nsrv = sv_sparse_servers(s);
     f->srv = calloc(f->nsrv, sizeof *f->srv);
-    const size_t mlen = sv_sparse_map_text(s, NULL, 0) + 1;
-    char *mtext = malloc(mlen);
-    int rc = names && f->srv && mtext ? 0 : PC_ENOMEM;
-    if (!rc) {
-        sv_sparse_map_text(s, mtext, mlen);
-        rc = pc_cmap_parse(mtext, &f->map, NULL, 0);
-        if (!rc)
-            rc = pc_cmap_copy(f->map, &f->newest);
-    }
-    free(mtext);
+    f->map = sv_sparse_map(s);
+    int rc = names && f->srv ? pc_cmap_copy(f->map, &f->newest) : PC_ENOMEM;
     const size_t nt = rc ? 0 : sv_sparse_tables(s, names, ntab);
     uint32_t maxdim = 1;
     ps_table_config_t cfg;
@@ -739,7 +739,6 @@ void sv_follow_destroy(sv_follow_t *f) {
         free(f->srv[i].rows);
     }
     free(f->srv);
-    pc_cmap_destroy(f->map);
     pc_cmap_destroy(f->newest);
     pthread_mutex_destroy(&f->mu);
     pthread_cond_destroy(&f->cv);
@@ -826,7 +825,7 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
             /* a server the replica does not follow: primary of nothing in the newest map seen,
              * which has the replica's primaries (not stale), so its rows are at their primaries
              * (moved there, with every change acknowledged before, ahead of the replica's scan) */
-            ok = !f->stale && i < pc_cmap_nservers(f->newest) &&
+            ok = !stale_locked(f) && i < pc_cmap_nservers(f->newest) &&
                  pc_cmap_server_slots(f->newest, (uint32_t)i) == 0;
             continue;
         }
@@ -857,7 +856,7 @@ bool sv_follow_stale(sv_follow_t *f, char **map_text) {
     if (map_text)
         *map_text = NULL;
     pthread_mutex_lock(&f->mu);
-    const bool stale = f->stale;
+    const bool stale = stale_locked(f);
     if (stale && map_text)
         *map_text = newest_text(f);
     pthread_mutex_unlock(&f->mu);

@@ -77,12 +77,14 @@ struct sv_serve {
     sv_served_t *cur, *live;
     sv_served_t *graveyard; /* objects no one holds, freed by the owner's tick */
 
-    pthread_mutex_t swap_mu;    /* one swap at a time; what follows is under it */
-    live_rows_t *rows;          /* the live rows (a reference); NULL: not following */
-    live_rows_t *next;          /* rows of a new layout being built (a reference), NULL */
+    pthread_mutex_t swap_mu; /* one swap at a time; what follows is under it */
+    live_rows_t *rows;       /* the live rows (a reference); NULL: not following */
+    live_rows_t *next;       /* rows of a new layout being built (a reference), NULL */
+    /* (rows, next, tables_next_ns: written by the tick only, under swap_mu; the tick reads them
+     * without it) */
     uint64_t live_seen;         /* newest published step looked at (taken or refused) */
     uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
-    uint64_t tables_next_ns;    /* poll_tables asks the servers again then */
+    uint64_t tables_next_ns;    /* fetch_tables asks the servers again then */
     atomic_uint_least64_t relayouts, map_version;
 
     atomic_uint_least64_t predictions, swaps, refused;
@@ -520,7 +522,7 @@ static int take_unmoved(void *arg) {
     sv_serve_t *s = a->s;
     sv_sparse_t *sp = a->sp;
     sv_follow_t *f = s->rows->follower;
-    const uint64_t v = sv_sparse_map_version(sp);
+    const uint64_t v = pc_cmap_version(sv_sparse_map(sp));
     const size_t want = sv_follow_unmoved(f, v, NULL, 0);
     sv_sparse_start_t *st = want ? calloc(want, sizeof *st) : NULL;
     if (!st)
@@ -714,24 +716,43 @@ static size_t new_tables(sv_serve_t *s, const char *tables, ps_table_config_t *o
     return a.n;
 }
 
-/* Every tables_poll_ms, ask the servers for their tables; new ones (created since the replica
- * started) get a new layout of the same map with them: the rows held are copied over and
- * followed on (sv_follow_unmoved), the new tables scanned. Under swap_mu, not while a layout
- * is being built. A server that does not answer, or servers that do not hold the same tables
- * yet (a table being created one server after another), are asked again at the next poll. */
-static void poll_tables(sv_serve_t *s) {
+/* Every tables_poll_ms, ask the servers for their tables (the tick, before it takes swap_mu:
+ * the network is no admin call's wait): their text (malloc'ed), and the map asked under into
+ * *servers; NULL when it is not time, a layout is being built, or the servers did not answer
+ * or do not hold the same tables yet (a table created one server after another): asked again
+ * at the next poll. */
+static char *fetch_tables(sv_serve_t *s, char **servers) {
+    *servers = NULL;
     const uint64_t now = pc_time_mono_ns();
     if (s->next || s->fo.tables_poll_ms <= 0 || now < s->tables_next_ns)
-        return;
+        return NULL;
     s->tables_next_ns = now + (uint64_t)s->fo.tables_poll_ms * 1000000u;
     const sv_follow_auth_t auth = auth_of(s);
-    char *servers = sv_follow_newest_map(s->rows->follower), *map = malloc(1 << 20),
-         *tables = malloc(1 << 20), why[320] = "";
-    ps_table_config_t *more = calloc(NEW_TABLES_MAX, sizeof *more);
-    int rc = servers && map && tables && more ? 0 : PC_ENOMEM;
-    if (!rc && (rc = sv_follow_discover(servers, &auth, s->timeout_ms < 1000 ? s->timeout_ms : 1000,
-                                        map, 1 << 20, tables, 1 << 20, why, sizeof why)))
+    char *map = malloc(1 << 20), *tables = malloc(1 << 20), why[320] = "";
+    *servers = sv_follow_newest_map(s->rows->follower);
+    int rc = *servers && map && tables ? 0 : PC_ENOMEM;
+    if (!rc &&
+        (rc = sv_follow_discover(*servers, &auth, s->timeout_ms < 1000 ? s->timeout_ms : 1000, map,
+                                 1 << 20, tables, 1 << 20, why, sizeof why)))
         PC_DEBUG("serve: asking the servers for their tables: %s (%s)", pc_err_name(rc), why);
+    free(map);
+    if (rc) {
+        free(tables);
+        return NULL;
+    }
+    return tables;
+}
+
+/* The servers' tables (fetch_tables) against the live rows': new ones (created since the
+ * replica started) and dropped ones get a new layout of the same map (`servers`) with the
+ * servers' tables: the rows held are copied over and followed on (sv_follow_unmoved), new
+ * tables scanned. Under swap_mu, not while a layout is being built. */
+static void apply_tables(sv_serve_t *s, const char *servers, const char *tables) {
+    if (s->next)
+        return;
+    char why[320] = "";
+    ps_table_config_t *more = calloc(NEW_TABLES_MAX, sizeof *more);
+    int rc = more ? 0 : PC_ENOMEM;
     const size_t n = rc ? 0 : new_tables(s, tables, more, NEW_TABLES_MAX);
     size_t ngone = 0; /* tables dropped on the servers */
     char names[NEW_TABLES_MAX][PS_TABLE_NAME_MAX];
@@ -746,9 +767,6 @@ static void poll_tables(sv_serve_t *s) {
         PC_INFO("serve: the training servers have %zu new tables%s%s and dropped %zu: "
                 "building the replica's layout of their tables aside",
                 n, n ? ": " : "", n ? more[0].name : "", ngone);
-    free(servers);
-    free(map);
-    free(tables);
     free(more);
 }
 
@@ -760,9 +778,13 @@ void sv_serve_tick(sv_serve_t *s) {
         run_niced(reap, s);
     if (!s->rows)
         return;
+    char *servers, *tables = fetch_tables(s, &servers);
     pthread_mutex_lock(&s->swap_mu);
     relayout(s);
-    poll_tables(s);
+    if (tables)
+        apply_tables(s, servers, tables);
+    free(servers);
+    free(tables);
     if (!s->publish_dir[0]) {
         pthread_mutex_unlock(&s->swap_mu);
         return;

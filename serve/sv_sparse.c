@@ -242,8 +242,8 @@ size_t sv_sparse_map_text(const sv_sparse_t *s, char *buf, size_t cap) {
     return pc_cmap_format(s->map, buf, cap);
 }
 
-uint64_t sv_sparse_map_version(const sv_sparse_t *s) {
-    return pc_cmap_version(s->map);
+const pc_cluster_map_t *sv_sparse_map(const sv_sparse_t *s) {
+    return s->map;
 }
 
 const char *sv_sparse_server_addr(const sv_sparse_t *s, uint32_t server) {

@@ -61,10 +61,11 @@ int sv_sparse_specs_each(const char *settings, int (*fn)(void *ctx, const ps_tab
 int sv_sparse_add_tables(sv_sparse_t *s, const char *settings, const char *names, char *err,
                          size_t errlen);
 
-/* The map's servers (catalogs), its text form (snprintf-like) and version. */
+/* The map's servers (catalogs), its text form (snprintf-like), and the map itself (borrowed,
+ * immutable, valid until destroy). */
 size_t sv_sparse_servers(const sv_sparse_t *s);
 size_t sv_sparse_map_text(const sv_sparse_t *s, char *buf, size_t cap);
-uint64_t sv_sparse_map_version(const sv_sparse_t *s);
+const pc_cluster_map_t *sv_sparse_map(const sv_sparse_t *s);
 /* Address of server i ("host:port"; valid until destroy), NULL when out of range. */
 const char *sv_sparse_server_addr(const sv_sparse_t *s, uint32_t server);
 /* Catalog of server i (borrowed, valid until destroy), NULL when out of range. */

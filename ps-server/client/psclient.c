@@ -71,9 +71,9 @@
 #define MAX_REPLY  (1u << 31) /* bytes of one reply body the client accepts */
 #define BACKOFF_MS 10
 #define MAP_ASK_NS 50000000ull /* map_ask_others: at most every 50 ms */
-#define MAP_NEWER_NS                                                                           \
-    10000000ull                   /* map_ask_newer: at most every 10 ms (a resharding writes a \
-                                   * version a controller tick, 20 ms: a follower sees each) */
+/* map_ask_newer: at most every 10 ms (a resharding writes a version a controller tick, 20 ms:
+ * a follower sees each) */
+#define MAP_NEWER_NS  10000000ull
 #define RECONNECT_MAX 8           /* connection attempts per server before its parts fail */
 #define WAIT_SPIN_NS  200000L     /* psc_wait yields this long before sleeping */
 #define BODY_KEEP     (16u << 20) /* a server's reply buffer is kept for the next reply up to this */

@@ -234,6 +234,20 @@ static bool alive(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t s, bool *kno
     return rc == 0;
 }
 
+/* Whether server s's lease is in the coordinator, asked once per look: up[s] keeps the answer
+ * (1 yes, -1 no, 0 not asked yet). A server not running (yet) is never made a backup: it would
+ * be dropped for its lease and added again, a map version every tick. *known (may be NULL) is
+ * cleared when the coordinator did not answer (then it counts as not up). */
+static bool lease_up(ps_repl_t *r, const pc_cluster_map_t *m, int8_t *up, uint32_t s, bool *known) {
+    if (!up[s]) {
+        bool k;
+        up[s] = alive(r, m, s, &k) ? 1 : -1;
+        if (known && !k)
+            *known = false;
+    }
+    return up[s] > 0;
+}
+
 /* Whether server s is lost (see DESIGN); false when the coordinator did not answer. */
 static bool lost(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t s, bool primary) {
     if (primary && atomic_load(&r->suspect[s]))
@@ -388,7 +402,7 @@ static bool reshard_add_backups(ps_repl_t *r, const pc_cluster_map_t *m,
     const uint32_t me = r->o.self;
     pc_cluster_map_t *next = map_copy(r);
     uint32_t n = 0;
-    int8_t up[PC_MAX_SERVERS] = {0}; /* its lease seen now: 1, not: -1, not asked yet: 0 */
+    int8_t up[PC_MAX_SERVERS] = {0}; /* lease_up's answers */
     for (uint32_t s = 0; next && s < PC_NSLOTS; s++) {
         if (pc_cmap_slot_owner(m, s) != me || pc_cmap_slot_same(m, t, s))
             continue;
@@ -402,11 +416,7 @@ static bool reshard_add_backups(ps_repl_t *r, const pc_cluster_map_t *m,
             bool have = want[i] == me;
             for (uint32_t j = 0; j < nb; j++)
                 have = have || b[j] == want[i];
-            bool known;
-            if (!have && !up[want[i]]) /* a server not running (yet) is not added: it would be
-                                        * dropped for its lease and added again, every tick */
-                up[want[i]] = alive(r, m, want[i], &known) ? 1 : -1;
-            if (have || up[want[i]] < 0)
+            if (have || !lease_up(r, m, up, want[i], NULL))
                 continue;
             if (nb == PC_MAX_BACKUPS) { /* full: a backup the target does not name goes */
                 uint32_t j = nb;
@@ -494,15 +504,14 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
         ps_dp_set_write_until(r->dp, r->lease_until);
 }
 
-/* Step 3: the slots this server keeps get the backups the target names, those whose lease is in
- * the coordinator (a backup that died since the target was written would be added here, dropped
- * by watch for its lease and added again, a map version every tick, for as long as the target
- * names it). Nothing when the coordinator does not answer. */
+/* Step 3: the slots this server keeps get the backups the target names whose lease is in the
+ * coordinator (lease_up: one that died since the target was written stays out). Nothing when the
+ * coordinator does not answer. */
 static void reshard_set_backups(ps_repl_t *r, const pc_cluster_map_t *m,
                                 const pc_cluster_map_t *t) {
     const uint32_t me = r->o.self;
     pc_cluster_map_t *next = map_copy(r);
-    int8_t up[PC_MAX_SERVERS] = {0}; /* as in reshard_add_backups */
+    int8_t up[PC_MAX_SERVERS] = {0}; /* lease_up's answers */
     uint32_t n = 0;
     bool known = true;
     for (uint32_t s = 0; next && known && s < PC_NSLOTS; s++) {
@@ -510,12 +519,9 @@ static void reshard_set_backups(ps_repl_t *r, const pc_cluster_map_t *m,
             continue;
         uint32_t want[PC_MAX_BACKUPS], b[PC_MAX_BACKUPS], cur[PC_MAX_BACKUPS], nb = 0;
         const uint32_t nw = pc_cmap_slot_backups(t, s, want), nc = pc_cmap_slot_backups(m, s, cur);
-        for (uint32_t i = 0; i < nw && known; i++) {
-            if (!up[want[i]])
-                up[want[i]] = alive(r, m, want[i], &known) ? 1 : -1;
-            if (up[want[i]] > 0)
+        for (uint32_t i = 0; i < nw && known; i++)
+            if (lease_up(r, m, up, want[i], &known))
                 b[nb++] = want[i];
-        }
         if (known && (nb != nc || memcmp(b, cur, nb * sizeof *b) != 0) &&
             pc_cmap_set_backups(next, s, b, nb) == 0)
             n++;
