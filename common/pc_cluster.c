@@ -21,6 +21,7 @@ struct pc_cluster_map {
     char (*addrs)[PC_ADDR_MAX];
     uint16_t owner[PC_NSLOTS];
     uint16_t backup[PC_MAX_BACKUPS][PC_NSLOTS];
+    uint8_t syncing[PC_MAX_BACKUPS][PC_NSLOTS]; /* 1: that backup is catching up (`~`) */
 };
 
 static void cm_err(char *err, size_t errlen, const char *fmt, ...)
@@ -101,6 +102,7 @@ int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out) {
     memcpy(c->addrs, m->addrs, m->nservers * sizeof *m->addrs);
     memcpy(c->owner, m->owner, sizeof m->owner);
     memcpy(c->backup, m->backup, sizeof m->backup);
+    memcpy(c->syncing, m->syncing, sizeof m->syncing);
     *out = c;
     return 0;
 }
@@ -247,6 +249,7 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
             break;
         }
         uint64_t bk[PC_MAX_BACKUPS];
+        uint8_t mark[PC_MAX_BACKUPS];
         uint32_t nb = 0;
         while (*p == '/') {
             p++;
@@ -267,13 +270,16 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
                 }
             if (rc)
                 break;
-            nb++;
+            mark[nb] = *p == '~';
+            p += mark[nb++];
         }
         if (rc)
             break;
         for (uint64_t s = lo; s <= hi; s++) {
-            for (uint32_t j = 0; j < nb; j++)
+            for (uint32_t j = 0; j < nb; j++) {
                 m->backup[j][s] = (uint16_t)bk[j];
+                m->syncing[j][s] = mark[j];
+            }
             if (seen[s]) {
                 cm_err(err, errlen, "cluster map: slot %llu assigned twice", (unsigned long long)s);
                 said = 1;
@@ -319,7 +325,11 @@ static bool roles_equal(const pc_cluster_map_t *a, uint32_t sa, const pc_cluster
     return true;
 }
 
+/* Whether slots a and b of m have the same roles and marks (one range in the text form). */
 static bool same_roles(const pc_cluster_map_t *m, uint32_t a, uint32_t b) {
+    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
+        if (m->syncing[j][a] != m->syncing[j][b])
+            return false;
     return roles_equal(m, a, m, b);
 }
 
@@ -343,7 +353,7 @@ size_t pc_cmap_format(const pc_cluster_map_t *m, char *buf, size_t cap) {
             e++;
         CM_PUT("%s%u-%u:%u", s ? "," : "", s, e, m->owner[s]);
         for (uint32_t j = 0; j < PC_MAX_BACKUPS && m->backup[j][s] != PC_NO_SERVER; j++)
-            CM_PUT("/%u", m->backup[j][s]);
+            CM_PUT("/%u%s", m->backup[j][s], m->syncing[j][s] ? "~" : "");
         s = e + 1;
     }
 #undef CM_PUT
@@ -380,45 +390,81 @@ int pc_cmap_set_replicas(pc_cluster_map_t *m, uint32_t r) {
     if (r > PC_MAX_BACKUPS || (r && r >= m->nservers))
         return PC_EINVAL;
     memset(m->backup, 0xff, sizeof m->backup);
+    memset(m->syncing, 0, sizeof m->syncing); /* a map being built: every server starts alike */
     for (uint32_t s = 0; s < PC_NSLOTS; s++)
         for (uint32_t j = 0; j < r; j++)
             m->backup[j][s] = (uint16_t)((m->owner[s] + 1 + j) % m->nservers);
     return 0;
 }
 
-/* Remove `server` from slot s's backups, closing the gap. */
+/* Remove `server` from slot s's backups, closing the gap (marks move with their backups). */
 static void drop_backup(pc_cluster_map_t *m, uint32_t s, uint32_t server) {
     uint32_t w = 0;
     for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
-        if (m->backup[j][s] != server)
+        if (m->backup[j][s] != server) {
+            m->syncing[w][s] = m->syncing[j][s];
             m->backup[w++][s] = m->backup[j][s];
-    for (; w < PC_MAX_BACKUPS; w++)
+        }
+    for (; w < PC_MAX_BACKUPS; w++) {
         m->backup[w][s] = PC_NO_SERVER;
+        m->syncing[w][s] = 0;
+    }
+}
+
+/* Where server is in slot s's backups, or PC_MAX_BACKUPS. */
+static uint32_t backup_at(const pc_cluster_map_t *m, uint32_t s, uint32_t server) {
+    uint32_t j = 0;
+    while (j < PC_MAX_BACKUPS && m->backup[j][s] != server)
+        j++;
+    return j;
+}
+
+bool pc_cmap_backup_syncing(const pc_cluster_map_t *m, uint32_t slot, uint32_t server) {
+    slot &= PC_NSLOTS - 1;
+    const uint32_t j = backup_at(m, slot, server);
+    return j < PC_MAX_BACKUPS && m->syncing[j][slot];
+}
+
+uint32_t pc_cmap_set_synced(pc_cluster_map_t *m, uint32_t primary, uint32_t server) {
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        const uint32_t j = m->owner[s] == primary ? backup_at(m, s, server) : PC_MAX_BACKUPS;
+        if (j < PC_MAX_BACKUPS && m->syncing[j][s]) {
+            m->syncing[j][s] = 0;
+            n++;
+        }
+    }
+    return n;
 }
 
 int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
-                        uint32_t *promoted, uint32_t *orphaned) {
+                        pc_cmap_failover_t *out) {
     if (dead >= m->nservers || new_version <= m->version)
         return PC_EINVAL;
-    uint32_t np = 0, no = 0;
+    pc_cmap_failover_t f = {0, 0, 0};
     for (uint32_t s = 0; s < PC_NSLOTS; s++) {
-        if (m->owner[s] == dead) {
-            if (m->backup[0][s] == PC_NO_SERVER) {
-                no++;
-                continue;
-            }
-            m->owner[s] = m->backup[0][s];
-            drop_backup(m, s, m->owner[s]);
-            np++;
-        } else {
+        if (m->owner[s] != dead) {
             drop_backup(m, s, dead);
+            continue;
         }
+        if (m->backup[0][s] == PC_NO_SERVER) {
+            f.orphaned++;
+            continue;
+        }
+        uint32_t j = 0; /* the first in sync, else the first */
+        while (j < PC_MAX_BACKUPS && m->backup[j][s] != PC_NO_SERVER && m->syncing[j][s])
+            j++;
+        if (j == PC_MAX_BACKUPS || m->backup[j][s] == PC_NO_SERVER) {
+            j = 0;
+            f.unclean++;
+        }
+        m->owner[s] = m->backup[j][s];
+        drop_backup(m, s, m->owner[s]);
+        f.promoted++;
     }
     m->version = new_version;
-    if (promoted)
-        *promoted = np;
-    if (orphaned)
-        *orphaned = no;
+    if (out)
+        *out = f;
     return 0;
 }
 
@@ -435,6 +481,7 @@ int pc_cmap_add_backup(pc_cluster_map_t *m, uint32_t server, uint32_t r, uint64_
             j++;
         if (j < r) {
             m->backup[j][s] = (uint16_t)server;
+            m->syncing[j][s] = 1; /* it copies the primary's rows first */
             na++;
         }
     }
@@ -474,8 +521,10 @@ bool pc_cmap_slot_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b, uin
     return roles_equal(a, slot, b, slot);
 }
 
-int pc_cmap_set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, uint32_t n) {
-    slot &= PC_NSLOTS - 1;
+/* pc_cmap_set_backups, where `had` (the slot's primary before, or PC_NO_SERVER) holds every row
+ * of the slot: it is in sync as a backup. */
+static int set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, uint32_t n,
+                       uint32_t had) {
     if (n > PC_MAX_BACKUPS)
         return PC_EINVAL;
     for (uint32_t j = 0; j < n; j++) {
@@ -485,9 +534,20 @@ int pc_cmap_set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, u
             if (b[i] == b[j])
                 return PC_EINVAL;
     }
-    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)
+    uint8_t mark[PC_MAX_BACKUPS] = {0};
+    for (uint32_t j = 0; j < n; j++) {
+        const uint32_t at = backup_at(m, slot, b[j]);
+        mark[j] = at < PC_MAX_BACKUPS ? m->syncing[at][slot] : b[j] != had;
+    }
+    for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++) {
         m->backup[j][slot] = j < n ? (uint16_t)b[j] : PC_NO_SERVER;
+        m->syncing[j][slot] = mark[j];
+    }
     return 0;
+}
+
+int pc_cmap_set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, uint32_t n) {
+    return set_backups(m, slot & (PC_NSLOTS - 1), b, n, PC_NO_SERVER);
 }
 
 int pc_cmap_take_slot(pc_cluster_map_t *m, const pc_cluster_map_t *from, uint32_t slot) {
@@ -498,7 +558,7 @@ int pc_cmap_take_slot(pc_cluster_map_t *m, const pc_cluster_map_t *from, uint32_
         return PC_EINVAL;
     const uint16_t owner = m->owner[slot];
     m->owner[slot] = from->owner[slot];
-    int rc = pc_cmap_set_backups(m, slot, b, n);
+    int rc = set_backups(m, slot, b, n, owner);
     if (rc)
         m->owner[slot] = owner;
     return rc;

@@ -16,6 +16,12 @@
  * of its rows, kept by following the primary's delta stream. A backup differs from the primary
  * and from the slot's other backups.
  *
+ * In sync (docs/server.md "Which backup is promoted"): a backup added to a running primary (a
+ * server rejoining, a resharding step) is marked `~` until it has copied the primary's tables and
+ * caught up with its stream: `0-8191:0/1~`. The backup clears its own mark in a new version once
+ * it holds every row the primary acknowledged. Promotion prefers an unmarked backup; marks are no
+ * part of a slot's roles (pc_cmap_slot_same).
+ *
  * Thread rule: a map is immutable once built except through pc_cmap_assign (single owner);
  * readers share one map freely. Replace a map by building a new one (copy + assign).
  */
@@ -92,14 +98,29 @@ bool pc_cmap_replicated(const pc_cluster_map_t *m);
  * map being built). PC_EINVAL. */
 int pc_cmap_set_replicas(pc_cluster_map_t *m, uint32_t r);
 
-/* The map after server `dead` is lost: each slot it was primary of gets its first backup as
- * primary (the slot is lost when it had none: *orphaned counts those), and `dead` leaves every
- * backup list. Version new_version (> the current). *promoted: slots that changed primary. */
-int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
-                        uint32_t *promoted, uint32_t *orphaned);
+/* Whether `server` is a backup of `slot` still marked as catching up (`~`). */
+bool pc_cmap_backup_syncing(const pc_cluster_map_t *m, uint32_t slot, uint32_t server);
 
-/* Add `server` as the last backup of each slot with fewer than `r` backups where it is neither
- * primary nor backup yet; version new_version when anything changed (*added: slots). */
+/* Clear the mark of backup `server` on every slot `primary` owns (version unchanged); returns
+ * how many slots had it. */
+uint32_t pc_cmap_set_synced(pc_cluster_map_t *m, uint32_t primary, uint32_t server);
+
+/* What pc_cmap_fail_server did, in slots. */
+typedef struct pc_cmap_failover {
+    uint32_t promoted; /* changed primary */
+    uint32_t unclean;  /* ... of those, to a backup still catching up: rows may be missing */
+    uint32_t orphaned; /* had no backup: their rows are lost */
+} pc_cmap_failover_t;
+
+/* The map after server `dead` is lost: each slot it was primary of gets as primary its first
+ * backup in sync, else its first backup (unclean), and `dead` leaves every backup list. Version
+ * new_version (> the current). */
+int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
+                        pc_cmap_failover_t *out);
+
+/* Add `server`, marked catching up, as the last backup of each slot with fewer than `r` backups
+ * where it is neither primary nor backup yet; version new_version when anything changed
+ * (*added: slots). */
 int pc_cmap_add_backup(pc_cluster_map_t *m, uint32_t server, uint32_t r, uint64_t new_version,
                        uint32_t *added);
 
@@ -118,10 +139,12 @@ int pc_cmap_add_server(pc_cluster_map_t *m, const char *addr, uint64_t new_versi
 bool pc_cmap_slot_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b, uint32_t slot);
 
 /* Give slot the primary and backups it has in `from` (version unchanged): PC_EINVAL when they
- * are not servers of m. */
+ * are not servers of m. Marks as pc_cmap_set_backups, except that the slot's old primary, now a
+ * backup, is in sync. */
 int pc_cmap_take_slot(pc_cluster_map_t *m, const pc_cluster_map_t *from, uint32_t slot);
 
-/* Set slot's backups to b[0..n) (distinct, not its primary, servers of m; version unchanged). */
+/* Set slot's backups to b[0..n) (distinct, not its primary, servers of m; version unchanged).
+ * One that was a backup keeps its mark; one new to the slot is marked catching up. */
 int pc_cmap_set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, uint32_t n);
 
 /* Whether server has a role (primary or backup of some slot). */

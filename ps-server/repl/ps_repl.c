@@ -32,6 +32,14 @@
  *   from a primary this server has just replaced is dropped. Caught up, the follower asks again
  *   after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a primary
  *   that does not answer is retried after 100 ms doubling to 2 s. Cold tables are not followed.
+ * - In sync: a backup added to a running primary is marked catching up in the map (`~`,
+ *   pc_cluster.h). Its follower knows when it holds every acknowledged push of a primary: each
+ *   table copied and, after the copy, a DELTAS reply that was not full (it reached the head as
+ *   the primary answered; the first DELTAS after a copy makes the primary's pushes wait for this
+ *   backup, so a push acknowledged earlier is before that head). The follower then notes the
+ *   map version it did so under (caught_ver) and the controller clears its own mark on that
+ *   primary's slots in the next version, if that is still the map. A failover promotes a backup
+ *   in sync first; one catching up only when no other is left (counted: unclean_promotions).
  */
 #include "ps_repl.h"
 
@@ -65,6 +73,7 @@ typedef struct source {
     char table[PS_TABLE_NAME_MAX];
     uint64_t uid, pos;
     bool need_copy;
+    bool caught;    /* a DELTAS reply after the last copy was not full */
     bool skip;      /* a cold table: not followed (said once) */
     uint32_t parts; /* the split its last copy needed */
 } source_t;
@@ -96,7 +105,9 @@ struct ps_repl {
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
     atomic_uint_least64_t version, promotions, drops, rejoins, rows_copied, rows_streamed;
-    atomic_uint_least64_t lapses, copies, handovers, released;
+    atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced;
+    atomic_uint_least64_t *caught_ver; /* per primary index: the map version the follower held
+                                        * all its rows under (0: not caught up) */
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
     ps_dp_lag_t lag_cut[LAG_MAX], lag_now[LAG_MAX]; /* controller: a handover's heads, acks */
     pc_cluster_map_t *released_map;   /* controller: the map the role-less rows were erased under */
@@ -329,25 +340,31 @@ static void watch(ps_repl_t *r) {
         if (s == me || !(prim_of_me[s] || bk_of_me[s]) || !lost(r, m, s, prim_of_me[s]))
             continue;
         pc_cluster_map_t *next = map_copy(r);
-        uint32_t promoted = 0, orphaned = 0;
+        pc_cmap_failover_t f;
         if (!next || pc_cmap_version(next) != pc_cmap_version(m) ||
-            pc_cmap_fail_server(next, s, pc_cmap_version(m) + 1, &promoted, &orphaned)) {
+            pc_cmap_fail_server(next, s, pc_cmap_version(m) + 1, &f)) {
             pc_cmap_destroy(next); /* the map moved meanwhile: look again next tick */
             break;
         }
         char what[256];
         snprintf(what, sizeof what,
-                 "%s %s: %u slots to their backups, %u slots with none left, and it backs up "
-                 "nothing",
+                 "%s %s: %u slots to their backups (%u still catching up), %u slots with none "
+                 "left, and it backs up nothing",
                  pc_cmap_addr(m, s),
                  atomic_load(&r->suspect[s]) ? "came back without its rows" : "lost its lease",
-                 promoted, orphaned);
+                 f.promoted, f.unclean, f.orphaned);
         if (change_map(r, next, what) == 0) {
             atomic_store(&r->suspect[s], false);
             atomic_fetch_add(prim_of_me[s] ? &r->promotions : &r->drops, 1);
-            if (orphaned)
-                PC_ERROR("replication: %u slots of %s had no backup: their rows are lost", orphaned,
-                         pc_cmap_addr(m, s));
+            atomic_fetch_add(&r->unclean, f.unclean);
+            if (f.unclean)
+                PC_ERROR("replication: %u slots of %s went to a backup that had not caught up "
+                         "(no backup in sync was left): rows it had not copied are back at their "
+                         "initial values",
+                         f.unclean, pc_cmap_addr(m, s));
+            if (f.orphaned)
+                PC_ERROR("replication: %u slots of %s had no backup: their rows are lost",
+                         f.orphaned, pc_cmap_addr(m, s));
         }
         break; /* one change per tick: the map moved */
     }
@@ -363,6 +380,32 @@ static void watch(ps_repl_t *r) {
             atomic_fetch_add(&r->rejoins, 1);
     } else {
         pc_cmap_destroy(next);
+    }
+    pc_cmap_destroy(m);
+}
+
+/* A backup caught up with a primary (the follower's caught_ver is the current map): clear this
+ * server's marks on that primary's slots in the next version. One change a tick. */
+static void note_synced(ps_repl_t *r) {
+    pc_cluster_map_t *m = map_if_new(r, 0);
+    const uint32_t me = r->o.self, n = m ? (uint32_t)pc_cmap_nservers(m) : 0;
+    bool marked[PC_MAX_SERVERS] = {false};
+    for (uint32_t s = 0; s < PC_NSLOTS && m; s++)
+        if (pc_cmap_backup_syncing(m, s, me))
+            marked[pc_cmap_slot_owner(m, s)] = true;
+    for (uint32_t p = 0; p < n; p++) {
+        if (!marked[p] || atomic_load(&r->caught_ver[p]) != pc_cmap_version(m))
+            continue;
+        uint32_t cleared = pc_cmap_set_synced(m, p, me);
+        char what[PC_ADDR_MAX + 96];
+        snprintf(what, sizeof what, "this server caught up with %s: in sync for %u slots",
+                 pc_cmap_addr(m, p), cleared);
+        if (pc_cmap_bump(m, pc_cmap_version(m) + 1) == 0) {
+            if (change_map(r, m, what) == 0)
+                atomic_fetch_add(&r->synced, 1);
+            m = NULL; /* change_map took it */
+        }
+        break;
     }
     pc_cmap_destroy(m);
 }
@@ -579,10 +622,12 @@ static void *ctl_main(void *arg) {
         renew(r);
         refresh(r);
         publish_pending(r);
-        if (r->lapsed)
+        if (r->lapsed) {
             confirm(r);
-        else
+        } else {
             watch(r);
+            note_synced(r);
+        }
         /* steps follow each other closer while slots move (and the map still changes) */
         const bool moving =
             reshard(r) && pc_time_mono_ns() - atomic_load(&r->adopted_ns) < RESHARD_FAST_NS;
@@ -791,6 +836,7 @@ static int copy_table(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         src->uid = uid;
         src->pos = next;
         src->need_copy = false;
+        src->caught = false; /* until a DELTAS reply reaches the head */
         atomic_fetch_add(&r->copies, 1);
         PC_INFO("replication: copied table %s of %s (uid %016" PRIx64 ", %zu rows held before, "
                 "%zu gone), following from %" PRIu64,
@@ -892,6 +938,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                 rc = copy_table(r, pr, src, m, t, b, why, sizeof why, &held);
             else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n, NULL)) == 0) {
                 src->pos = out.next;
+                src->caught = src->caught || out.next >= out.head;
                 total += (long)out.n;
             }
         }
@@ -916,6 +963,10 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             return rc;
         }
     }
+    bool caught = !atomic_load(&r->stop);
+    for (size_t i = 0; i < pr->nsrc && caught; i++)
+        caught = pr->src[i].skip || (!pr->src[i].need_copy && pr->src[i].caught);
+    atomic_store(&r->caught_ver[pr->server], caught ? pc_cmap_version(m) : 0);
     return total;
 }
 
@@ -1066,6 +1117,7 @@ static void repl_free(ps_repl_t *r) {
     pc_cmap_destroy(r->released_map);
     pc_sfree(r->seen);
     pc_sfree(r->suspect);
+    pc_sfree(r->caught_ver);
     pthread_mutex_destroy(&r->mu);
     pc_sfree(r);
 }
@@ -1090,13 +1142,14 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
     r->start_ns = pc_time_mono_ns();
     r->seen = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->seen);
     r->suspect = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->suspect);
+    r->caught_ver = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->caught_ver);
     pthread_mutex_init(&r->mu, NULL);
     r->lapsed = true; /* pushes once this server is confirmed (or is no primary) */
     ps_dp_set_write_until(dp, 0);
     /* The first map: the coordinator's newest, or the configured one (with `replicas` backups
      * per slot) written if absent and read back, whoever won. */
     pc_cluster_map_t *mine = NULL;
-    int rc = r->seen && r->suspect ? pc_cmap_copy(initial, &mine) : PC_ENOMEM;
+    int rc = r->seen && r->suspect && r->caught_ver ? pc_cmap_copy(initial, &mine) : PC_ENOMEM;
     if (!rc && o->replicas && !pc_cmap_replicated(mine)) {
         if (pc_cmap_nservers(mine) > o->replicas)
             rc = pc_cmap_set_replicas(mine, o->replicas);
@@ -1150,6 +1203,10 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "emberps_replication_map_version %llu\n"
         "# TYPE emberps_replication_promotions_total counter\n"
         "emberps_replication_promotions_total %llu\n"
+        "# TYPE emberps_replication_unclean_promoted_slots_total counter\n"
+        "emberps_replication_unclean_promoted_slots_total %llu\n"
+        "# TYPE emberps_replication_caught_up_total counter\n"
+        "emberps_replication_caught_up_total %llu\n"
         "# TYPE emberps_replication_backups_dropped_total counter\n"
         "emberps_replication_backups_dropped_total %llu\n"
         "# TYPE emberps_replication_rejoins_total counter\n"
@@ -1166,6 +1223,7 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "# TYPE emberps_resharding_rows_released_total counter\n"
         "emberps_resharding_rows_released_total %llu\n",
         (unsigned long long)current(r), (unsigned long long)atomic_load(&r->promotions),
+        (unsigned long long)atomic_load(&r->unclean), (unsigned long long)atomic_load(&r->synced),
         (unsigned long long)atomic_load(&r->drops), (unsigned long long)atomic_load(&r->rejoins),
         (unsigned long long)atomic_load(&r->lapses), (unsigned long long)atomic_load(&r->copies),
         (unsigned long long)atomic_load(&r->rows_copied),

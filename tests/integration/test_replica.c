@@ -5,7 +5,9 @@
  *   (server 0) takes its slots, the client follows the new map, and every acknowledged push is
  *   in the optimizer's state: Adam's per-row step count t (read back with the rows' state over
  *   the delta stream) is at least the pushes acknowledged for the key and at most those plus the
- *   ones whose answer was lost. Server 1 restarted joins again as a backup.
+ *   ones whose answer was lost. Server 1 restarted joins again as a backup, marked catching up
+ *   in the map, and clears the mark itself once it copied and caught up (docs/server.md "Which
+ *   backup is promoted").
  * - test_quick_restart_keeps_acked_pushes: server 1 killed and started again at once, before
  *   its lease ran out, comes back with an empty table while the map still names it primary;
  *   its backup, whose copy holds the rows, takes its slots, and the same count holds.
@@ -206,6 +208,15 @@ static bool backed_up_by_1(const pc_cluster_map_t *m, long arg) {
     return pc_cmap_slot_backups(m, 0, b) == 1 && b[0] == 1;
 }
 
+/* Server 1 backs up every slot of server 0 in sync (its mark cleared). */
+static bool in_sync_1(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        if (!pc_cmap_is_backup(m, s, 1) || pc_cmap_backup_syncing(m, s, 1))
+            return false;
+    return true;
+}
+
 /* Server 0 is the primary of slot `slot`. */
 static bool slot_of_0(const pc_cluster_map_t *m, long slot) {
     return pc_cmap_slot_owner(m, (uint32_t)slot) == 0;
@@ -225,6 +236,7 @@ static void test_failover_keeps_acked_pushes(void **state) {
     float g[50 * DIM] = {0.1f};
     for (int i = 0; i < 20; i++)
         assert_int_equal(psc_push(c, "emb", g_keys + i * 50, 50, DIM, g, NULL), 0);
+    assert_true(map_until(&cl, 15, in_sync_1, 0));
     psc_close(c);
     pu_stop(cl.s1);
     pu_stop(cl.s0);

@@ -145,11 +145,12 @@ static void test_backups(void **state) {
     assert_int_equal(b[0], 1);
     assert_int_equal(b[1], 2);
     /* Server 0 is lost: its slots go to server 1, whose own backups drop 0. */
-    uint32_t promoted, orphaned;
-    assert_int_equal(pc_cmap_fail_server(m, 0, 1, &promoted, &orphaned), PC_EINVAL); /* version */
-    assert_int_equal(pc_cmap_fail_server(m, 0, 2, &promoted, &orphaned), 0);
-    assert_int_equal(promoted, pc_cmap_server_slots(m, 1) - 5461);
-    assert_int_equal(orphaned, 0);
+    pc_cmap_failover_t f;
+    assert_int_equal(pc_cmap_fail_server(m, 0, 1, &f), PC_EINVAL); /* version */
+    assert_int_equal(pc_cmap_fail_server(m, 0, 2, &f), 0);
+    assert_int_equal(f.promoted, pc_cmap_server_slots(m, 1) - 5461);
+    assert_int_equal(f.orphaned, 0);
+    assert_int_equal(f.unclean, 0);
     assert_int_equal(pc_cmap_version(m), 2);
     assert_int_equal(pc_cmap_server_slots(m, 0), 0);
     for (uint32_t s = 0; s < PC_NSLOTS; s++) {
@@ -166,11 +167,49 @@ static void test_backups(void **state) {
     assert_int_equal(pc_cmap_add_backup(m, 0, 2, 4, &added), 0);
     assert_int_equal(added, 0);
     assert_int_equal(pc_cmap_version(m), 3); /* nothing changed: same version */
+    /* ... marked as catching up, in the text too, which keeps the mark */
+    assert_true(pc_cmap_backup_syncing(m, 0, 0));
+    assert_false(pc_cmap_backup_syncing(m, 0, 2));
+    assert_false(pc_cmap_backup_syncing(m, 0, 1)); /* the primary: no backup */
+    pc_cmap_format(m, buf, sizeof buf);
+    assert_non_null(strstr(buf, "0-10922:1/2/0~,10923-16383:2/1/0~"));
+    assert_int_equal(pc_cmap_parse(buf, &p, err, sizeof err), 0);
+    assert_true(pc_cmap_backup_syncing(p, 100, 0));
+    assert_false(pc_cmap_backup_syncing(p, 100, 2));
+    pc_cmap_format(p, buf2, sizeof buf2);
+    assert_string_equal(buf, buf2);
+    /* the mark is no role: the same slot with and without it has the same roles */
+    pc_cluster_map_t *q;
+    assert_int_equal(pc_cmap_copy(p, &q), 0);
+    assert_int_equal(pc_cmap_set_synced(q, 1, 0), 10923);
+    assert_int_equal(pc_cmap_set_synced(q, 1, 0), 0);
+    assert_false(pc_cmap_backup_syncing(q, 100, 0));
+    assert_true(pc_cmap_slot_same(p, q, 100));
+    /* server 1 lost: the backup in sync (2) is promoted, not the first one (0, catching up) */
+    assert_int_equal(pc_cmap_fail_server(p, 1, 4, &f), 0);
+    assert_int_equal(f.promoted, 10923);
+    assert_int_equal(f.unclean, 0);
+    assert_int_equal(pc_cmap_slot_owner(p, 7), 2);
+    assert_int_equal(pc_cmap_slot_backups(p, 7, b), 1);
+    assert_int_equal(b[0], 0);
+    assert_true(pc_cmap_backup_syncing(p, 7, 0)); /* the mark moved with its backup */
+    /* and then server 2: only a backup catching up is left, promoted as unclean */
+    assert_int_equal(pc_cmap_fail_server(p, 2, 5, &f), 0);
+    assert_int_equal(f.promoted, PC_NSLOTS);
+    assert_int_equal(f.unclean, PC_NSLOTS);
+    assert_int_equal(pc_cmap_slot_owner(p, 7), 0);
+    assert_false(pc_cmap_backup_syncing(p, 7, 0));
+    pc_cmap_destroy(p);
+    pc_cmap_destroy(q);
+    const char *marks_bad[] = {"version=1;servers=a:1,b:2;slots=0-16383:0~",
+                               "version=1;servers=a:1,b:2;slots=0-16383:0/1~~"};
+    for (size_t i = 0; i < sizeof marks_bad / sizeof *marks_bad; i++)
+        assert_int_equal(pc_cmap_parse(marks_bad[i], &p, err, sizeof err), PC_EPARSE);
     /* A lost server with no backups orphans its slots. */
     assert_int_equal(pc_cmap_set_replicas(m, 0), 0);
-    assert_int_equal(pc_cmap_fail_server(m, 2, 5, &promoted, &orphaned), 0);
-    assert_int_equal(promoted, 0);
-    assert_int_equal(orphaned, pc_cmap_server_slots(m, 2));
+    assert_int_equal(pc_cmap_fail_server(m, 2, 5, &f), 0);
+    assert_int_equal(f.promoted, 0);
+    assert_int_equal(f.orphaned, pc_cmap_server_slots(m, 2));
     /* Assigning slots to their backup removes it from their backups. */
     assert_int_equal(pc_cmap_set_replicas(m, 1), 0);
     assert_int_equal(pc_cmap_assign(m, 0, 9, 2, 6), 0);
@@ -236,11 +275,18 @@ static void test_reshard_plans(void **state) {
     assert_true(pc_cmap_slot_same(m, t, 0) && !pc_cmap_slot_same(m, t, 8191));
     pc_cmap_format(t, text, sizeof text);
     assert_true(strlen(text) < 200); /* a few ranges */
-    /* taking the target's roles slot by slot ends in the target */
+    /* a new backup (step 1) is marked; one kept keeps its mark */
+    const uint32_t b12[] = {1, 2};
+    assert_int_equal(pc_cmap_set_backups(m, 8191, b12, 2), 0);
+    assert_false(pc_cmap_backup_syncing(m, 8191, 1));
+    assert_true(pc_cmap_backup_syncing(m, 8191, 2));
+    /* taking the target's roles slot by slot ends in the target; the old primary becomes a
+     * backup in sync */
     for (uint32_t s = 0; s < PC_NSLOTS; s++)
         assert_int_equal(pc_cmap_take_slot(m, t, s), 0);
     for (uint32_t s = 0; s < PC_NSLOTS; s++)
         assert_true(pc_cmap_slot_same(m, t, s));
+    assert_false(pc_cmap_backup_syncing(m, 8191, 0));
     /* removing it again: its slots to their first backup (the old primary) */
     assert_int_equal(pc_cmap_plan_remove(m, 2, &back), 0);
     assert_int_equal(check_roles(back, 2, 1), 0);
