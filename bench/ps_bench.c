@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pw_backend.h"
+
 int bench_table_main(int argc, char **argv);
 int bench_store_main(int argc, char **argv);
 int bench_rpc_main(int argc, char **argv);
@@ -35,6 +37,7 @@ static const struct {
 };
 
 int main(int argc, char **argv) {
+    pw_blas_select(argv); /* first: it may execute this program again */
     if (argc >= 2) {
         for (size_t i = 0; i < sizeof k_areas / sizeof k_areas[0]; i++)
             if (strcmp(argv[1], k_areas[i].name) == 0)

@@ -123,6 +123,7 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
 }
 
 int main(int argc, char **argv) {
+    pw_blas_select(argv); /* first: it may execute this program again */
     size_t nf, nset;
     const pc_setting_t *fs = sv_follow_settings(&nf);
     pc_setting_t *set = pc_settings_join(fs, nf, offsetof(cfg_t, fo), k_own, NOWN, &nset);

@@ -20,6 +20,7 @@
 #define CUDA_MODULE "libember_cuda.so"
 
 int pw__backend_checked_open(pw_backend_t **out);
+const char *pw__blas_fell(void);
 
 /* dlopen the CUDA module; NULL with the loader's reasons in why. */
 static void *load_module(char *why, size_t why_len) {
@@ -79,6 +80,14 @@ static int open_cuda(int dev, pw_backend_t **out, char *why, size_t why_len) {
     return 0;
 }
 
+/* The CPU backend's line for pw_backend_open: why it was chosen, and OpenBLAS's kernels. */
+static void cpu_why(char *why, size_t why_len, const char *how) {
+    const char *fell = pw__blas_fell();
+    snprintf(why, why_len, "%s (%s; OpenBLAS %s kernels%s%s%s)", pw_backend_cpu()->name, how,
+             pw_blas_core(), fell[0] ? ", chosen over the " : "", fell,
+             fell[0] ? " it fell back to on this CPU" : "");
+}
+
 int pw_backend_open(const char *device, pw_backend_t **out, char *why, size_t why_len) {
     char scratch[8];
     if (!why || !why_len) {
@@ -89,7 +98,7 @@ int pw_backend_open(const char *device, pw_backend_t **out, char *why, size_t wh
     *out = NULL;
     if (!device || strcmp(device, "cpu") == 0) {
         *out = pw_backend_cpu();
-        snprintf(why, why_len, "%s (--device cpu)", (*out)->name);
+        cpu_why(why, why_len, "--device cpu");
         return 0;
     }
     if (strcmp(device, "cpu:checked") == 0) {
@@ -124,7 +133,9 @@ int pw_backend_open(const char *device, pw_backend_t **out, char *why, size_t wh
             return 0;
         }
         *out = pw_backend_cpu();
-        snprintf(why, why_len, "%s (--device auto: no GPU backend: %s)", (*out)->name, reason);
+        char how[560];
+        snprintf(how, sizeof how, "--device auto: no GPU backend: %s", reason);
+        cpu_why(why, why_len, how);
         return 0;
     }
     snprintf(why, why_len, "unknown device \"%s\" (auto, cpu, cuda, cuda:N)", device);

@@ -168,6 +168,16 @@ struct pw_backend {
 /* The CPU backend (OpenBLAS sgemm, loops elsewhere): a static table, thread-safe (stateless). */
 pw_backend_t *pw_backend_cpu(void);
 
+/* Call first in main(), before any thread or file: when OpenBLAS fell back to its pre-AVX2
+ * kernels on a CPU it does not know (a newer model) whose features run newer ones, execute this
+ * program again (same pid, argv) with OPENBLAS_CORETYPE naming them; nothing when the variable
+ * is set (the user's choice; the second pass logs what was done). Returns when nothing is to be
+ * done or the execution failed (logged). */
+void pw_blas_select(char **argv);
+
+/* The OpenBLAS kernels in use, e.g. "SkylakeX" (openblas_get_corename). */
+const char *pw_blas_core(void);
+
 /* A backend for `device`:
  *   "cpu"          the CPU backend;
  *   "cpu:checked"  the CPU backend with device memory unreadable outside backend calls (slow;

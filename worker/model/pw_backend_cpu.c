@@ -8,15 +8,26 @@
  *   best the machine has (GCC target_clones, an ifunc; not in sanitizer builds). C11 mode keeps
  *   FP contraction off and no loop reassociates a sum, so every variant computes the same bits.
  * - Loops never branch on data to skip a load (relu_grad): a branch the predictor cannot learn
- *   costs more than the load, and the branch-free form vectorizes. */
+ *   costs more than the load, and the branch-free form vectorizes.
+ * - OpenBLAS's kernels (pw_blas_select): a DYNAMIC_ARCH OpenBLAS (Debian's) picks them by the
+ *   CPU's model number when it is loaded, before main. A CPU newer than the library gets its
+ *   oldest x86-64 kernels: Debian 12's 0.3.21 on an Emerald Rapids (family 6, model 207) runs
+ *   Prescott's SSE3 sgemm at 30 GFLOP/s where its SkylakeX kernels reach 145 on the same core.
+ *   The library reads OPENBLAS_CORETYPE only as it loads, so a program that finds such a
+ *   fallback sets the variable to the newest kernels the CPU's feature flags allow and executes
+ *   itself again (same pid and arguments), once: the variable, set, stops a second pass. */
 #include "pw_backend.h"
 
 #include "pc_alloc.h"
 
+#include "pc_log.h"
+
 #include <cblas.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Not under the sanitizers: an ifunc resolver runs before their runtimes start (a TSan build
  * crashed before main), and they test the code, not its speed. */
@@ -26,6 +37,64 @@
 #else
 #define CPU_VEC
 #endif
+
+/* ---- OpenBLAS's kernels (see DESIGN) ---- */
+
+#define BLAS_ENV      "OPENBLAS_CORETYPE"
+#define BLAS_FELL_ENV "EMBER_OPENBLAS_FALLBACK" /* what OpenBLAS chose before the re-execution */
+
+/* The OpenBLAS kernels this CPU's features run best (NULL: none better than SSE3's). */
+static const char *blas_best(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+#endif
+    return NULL;
+}
+
+/* Whether OpenBLAS's choice is one of its pre-AVX2 x86-64 kernel sets (where an unknown CPU
+ * lands). */
+static bool blas_fell_back(const char *core) {
+    static const char *const old[] = {"Prescott", "Core2", "Penryn",      "Dunnington",
+                                      "Nehalem",  "Atom",  "Sandybridge", "Unknown"};
+    for (size_t i = 0; core && i < sizeof old / sizeof old[0]; i++)
+        if (strcmp(core, old[i]) == 0)
+            return true;
+    return false;
+}
+
+static char g_fell[32]; /* the second pass: what OpenBLAS had chosen ("" otherwise) */
+
+const char *pw_blas_core(void) {
+    return openblas_get_corename();
+}
+
+const char *pw__blas_fell(void) {
+    return g_fell;
+}
+
+void pw_blas_select(char **argv) {
+    const char *set = getenv(BLAS_ENV), *fell = getenv(BLAS_FELL_ENV);
+    if (set && fell) {
+        snprintf(g_fell, sizeof g_fell, "%s", fell);
+        unsetenv(BLAS_FELL_ENV); /* not passed on to child processes */
+    }
+    const char *core = openblas_get_corename(), *best = blas_best();
+    if (set || !argv || !argv[0] || !best || !blas_fell_back(core))
+        return;
+    if (setenv(BLAS_ENV, best, 1) || setenv(BLAS_FELL_ENV, core, 1))
+        return;
+    execv("/proc/self/exe", argv);
+    PC_WARN("OpenBLAS chose %s kernels for this CPU, and running again with %s=%s failed: dense "
+            "math runs several times slower than it could",
+            core, BLAS_ENV, best);
+    unsetenv(BLAS_ENV);
+    unsetenv(BLAS_FELL_ENV);
+}
 
 /* ---- memory ---- */
 

@@ -17,6 +17,7 @@
 #include "pc_log.h"
 #include "pc_settings.h"
 #include "pw_train.h"
+#include "pw_backend.h"
 
 #include <cjson/cJSON.h>
 #include <signal.h>
@@ -85,6 +86,7 @@ static void files_json(cJSON *j, const char *key, const pw_train_file_t *f, size
 }
 
 int main(int argc, char **argv) {
+    pw_blas_select(argv); /* first: it may execute this program again */
     size_t ntrain_set, nset;
     const pc_setting_t *ts = pw_train_settings(&ntrain_set);
     pc_setting_t *set = pc_settings_join(ts, ntrain_set, offsetof(cfg_t, t), k_own, NOWN, &nset);
