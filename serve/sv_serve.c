@@ -566,21 +566,39 @@ static bool pruned(const char *dir, int rc, const char *what) {
     return true;
 }
 
+typedef struct named {
+    const char *name;
+    int64_t dim;
+} named_t;
+
 static int is_named(void *ctx, const ps_table_config_t *cfg) {
-    return strcmp(cfg->name, ctx) == 0; /* 1: found, stop */
+    named_t *x = ctx;
+    if (strcmp(cfg->name, x->name))
+        return 0;
+    x->dim = cfg->dim;
+    return 1; /* found, stop */
 }
 
-/* Whether `tables` (psc_tables' text, a spec a line) has a table named `name`. */
-static bool lists(const char *tables, const char *name) {
-    return sv_sparse_specs_each(tables, is_named, (void *)name, NULL, 0) == 1;
+/* Whether `tables` (psc_tables' text, a spec a line) has a table named `name` of `dim`. */
+static bool lists(const char *tables, const char *name, int64_t dim) {
+    named_t x = {name, 0};
+    return sv_sparse_specs_each(tables, is_named, &x, NULL, 0) == 1 && x.dim == dim;
 }
 
-/* Whether the replica's table `name` is gone from the servers' `tables` (dropped there) and
- * may go from the replica: not the table the live dense model reads (that one keeps serving
+/* Whether `name` is the table the live dense model reads (kept while the model is: it serves
  * its last rows). Under swap_mu. */
-static bool gone(sv_serve_t *s, const char *tables, const char *name) {
+static bool models_table(sv_serve_t *s, const char *name) {
     const sv_model_t *m = s->live ? s->live->model : NULL;
-    return !lists(tables, name) && !(m && strcmp(sv_model_card(m)->table_name, name) == 0);
+    return m && strcmp(sv_model_card(m)->table_name, name) == 0;
+}
+
+/* Whether the replica's table `name` is gone from the servers' `tables` (dropped there, or
+ * created again with another dim) and may go from the replica (not the model's). Under
+ * swap_mu. */
+static bool gone(sv_serve_t *s, const char *tables, const char *name) {
+    ps_table_config_t have;
+    return sv_sparse_table_config(s->rows->sparse, name, &have) == 0 &&
+           !lists(tables, name, have.dim) && !models_table(s, name);
 }
 
 /* Rows of map `map` aside in s->next: the tables of the current rows (less those gone from
@@ -694,7 +712,7 @@ static void relayout(sv_serve_t *s) {
 #define NEW_TABLES_MAX 64
 
 typedef struct new_ctx {
-    sv_sparse_t *have;
+    sv_serve_t *s;
     ps_table_config_t *out;
     size_t n, cap;
 } new_ctx_t;
@@ -702,16 +720,18 @@ typedef struct new_ctx {
 static int note_new(void *ctx, const ps_table_config_t *cfg) {
     new_ctx_t *a = ctx;
     ps_table_config_t c;
-    if (!cfg->cold && a->n < a->cap &&
-        sv_sparse_table_config(a->have, cfg->name, &c) == PC_ENOTFOUND)
+    const int rc = sv_sparse_table_config(a->s->rows->sparse, cfg->name, &c);
+    const bool other_dim = rc == 0 && c.dim != cfg->dim && !models_table(a->s, cfg->name);
+    if (!cfg->cold && a->n < a->cap && (rc == PC_ENOTFOUND || other_dim))
         a->out[a->n++] = *cfg;
     return 0;
 }
 
-/* The tables of a settings text (psc_tables' form, a line each) that the live rows lack, cold
- * ones left out (a replica cannot hold them): up to cap into out; returns how many. */
+/* The tables of a settings text (psc_tables' form, a line each) that the live rows lack, or
+ * hold with another dim (created again; not the model's table), cold ones left out (a replica
+ * cannot hold them): up to cap into out; returns how many. */
 static size_t new_tables(sv_serve_t *s, const char *tables, ps_table_config_t *out, size_t cap) {
-    new_ctx_t a = {.have = s->rows->sparse, .out = out, .cap = cap};
+    new_ctx_t a = {.s = s, .out = out, .cap = cap};
     sv_sparse_specs_each(tables, note_new, &a, NULL, 0);
     return a.n;
 }

@@ -22,8 +22,9 @@
  *    one new layout swapped in per change (without them, the moved slots' rows stay as they
  *    were at the move and the checksums differ);
  *  - a table created on the servers (psctl create) after the replica started: followed within
- *    tables_poll_ms, its rows equal the servers', the rows held before kept; dropped again
- *    (psctl drop), it goes from the replica.
+ *    tables_poll_ms, its rows equal the servers', the rows held before kept; dropped and
+ *    created at once with another dim, the replica follows the new one (it kept the old dim
+ *    before); dropped again (psctl drop), it goes from the replica.
  * argv[1] is the ps-server binary (psctl beside it). Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
@@ -849,6 +850,25 @@ static void test_follow_new_table(void **state) {
     assert_int_equal(st.nsources, 6); /* emb, cap and late on each server */
     for (size_t i = 0; i < st.nsources; i++)
         assert_string_equal(src[i].state, "following");
+    for (int i = 0; i < 2; i++) { /* created again at once, with another dim */
+        char out[512];
+        const char *drop[] = {"drop", "late", NULL};
+        const char *args[] = {"create", "name=late,dim=6,optimizer=sgd,missing=zeros", NULL};
+        assert_int_equal(pu_psctl(g_psctl, k.grpc[i], out, sizeof out, drop), 0);
+        assert_int_equal(pu_psctl(g_psctl, k.grpc[i], out, sizeof out, args), 0);
+    }
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(push_round(c, "late", 6, 30 + (uint64_t)r, 1000, 5000), 0);
+    double t1 = pu_now();
+    for (bool old = true; old; usleep(20000)) {
+        sv_served_t *x = sv_serve_acquire(sv);
+        old = sv_served_dim(x, "late") != 6;
+        sv_serve_release(sv, x);
+        if (old && pu_now() - t1 > 20)
+            fail_msg("the table created again with dim 6 kept its old dim in the replica");
+    }
+    wait_same_rows(sv, k.port[0], 2, "late", 6, 5000);
+    print_message("created again with another dim: followed after %.2f s\n", pu_now() - t1);
     for (int i = 0; i < 2; i++) { /* and dropped again */
         char out[512];
         const char *args[] = {"drop", "late", NULL};
