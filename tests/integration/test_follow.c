@@ -813,6 +813,18 @@ static void test_follow_map_changes(void **state) {
 
 /* A table created on the servers after the replica started is followed (tables_poll_ms): its
  * rows reach the replica, equal to the servers', and the rows it held go on. */
+/* Wait (20 s at most) until the replica serves table `name` with `dim` (0: not at all). */
+static void wait_served_dim(sv_serve_t *sv, const char *name, uint32_t dim, const char *what) {
+    const double t0 = pu_now();
+    for (bool wrong = true; wrong; usleep(20000)) {
+        sv_served_t *x = sv_serve_acquire(sv);
+        wrong = sv_served_dim(x, name) != dim;
+        sv_serve_release(sv, x);
+        if (wrong && pu_now() - t0 > 20)
+            fail_msg("%s", what);
+    }
+}
+
 static void test_follow_new_table(void **state) {
     (void)state;
     cluster_t k;
@@ -859,14 +871,8 @@ static void test_follow_new_table(void **state) {
     }
     for (int r = 0; r < 3; r++)
         assert_int_equal(push_round(c, "late", 6, 30 + (uint64_t)r, 1000, 5000), 0);
-    double t1 = pu_now();
-    for (bool old = true; old; usleep(20000)) {
-        sv_served_t *x = sv_serve_acquire(sv);
-        old = sv_served_dim(x, "late") != 6;
-        sv_serve_release(sv, x);
-        if (old && pu_now() - t1 > 20)
-            fail_msg("the table created again with dim 6 kept its old dim in the replica");
-    }
+    const double t1 = pu_now();
+    wait_served_dim(sv, "late", 6, "the table created again with dim 6 kept its old dim");
     wait_same_rows(sv, k.port[0], 2, "late", 6, 5000);
     print_message("created again with another dim: followed after %.2f s\n", pu_now() - t1);
     for (int i = 0; i < 2; i++) { /* and dropped again */
@@ -875,13 +881,7 @@ static void test_follow_new_table(void **state) {
         assert_int_equal(pu_psctl(g_psctl, k.grpc[i], out, sizeof out, args), 0);
     }
     const double t0 = pu_now();
-    for (bool there = true; there; usleep(20000)) {
-        sv_served_t *x = sv_serve_acquire(sv);
-        there = sv_served_dim(x, "late") != 0;
-        sv_serve_release(sv, x);
-        if (there && pu_now() - t0 > 20)
-            fail_msg("the dropped table stayed in the replica");
-    }
+    wait_served_dim(sv, "late", 0, "the dropped table stayed in the replica");
     sv_serve_status(sv, &st, src, 8);
     print_message("dropped: gone after %.2f s; %zu sources\n", pu_now() - t0, st.nsources);
     assert_int_equal(st.nsources, 4);
