@@ -1,10 +1,13 @@
 /* Writes the seed corpus of fuzz_store into argv[1]: a valid table export (target 0 and 1)
- * and a valid manifest (target 2), each prefixed with its target byte. */
+ * and a valid manifest (target 2), each prefixed with its target byte; and fuzz_wire's into
+ * argv[2]: MAP frames carrying cluster maps (whole, and the slots part alone) with backups and
+ * in-sync marks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "pc_wire.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
 
@@ -23,9 +26,33 @@ static int prefix_copy(const char *src, const char *dst, unsigned char target) {
     return 0;
 }
 
+/* A MAP frame whose body is text, into dir/name. */
+static int map_frame(const char *dir, const char *name, const char *text) {
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    pc_wire_hdr_t h = {.op = PC_OP_MAP, .body_len = (uint32_t)strlen(text)};
+    uint8_t hdr[PC_WIRE_HDR];
+    pc_wire_hdr_encode(&h, hdr);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return 1;
+    fwrite(hdr, 1, sizeof hdr, f);
+    fwrite(text, 1, h.body_len, f);
+    return fclose(f) != 0;
+}
+
+static int wire_seeds(const char *dir) {
+    mkdir(dir, 0755);
+    return map_frame(dir, "seed-map",
+                     "version=7;servers=a:1,b:2,c:3;slots=0-8191:0/1~/2,8192-16383:2/0") ||
+           map_frame(dir, "seed-slots", "0-99:0/1,100-16000:1/2~,16001-16383:2/0~/1~");
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2)
+    if (argc != 2 && argc != 3)
         return 2;
+    if (argc == 3 && wire_seeds(argv[2]))
+        return 1;
     mkdir(argv[1], 0755);
     ps_catalog_t *cat;
     if (ps_catalog_create(&cat))

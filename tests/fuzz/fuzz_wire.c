@@ -1,15 +1,47 @@
 /* libFuzzer target: the data plane's frame decoders on arbitrary byte streams. The input is cut
  * into frames the way a server reads a connection (header, then body_len bytes); every batch
  * body is decoded with small limits and the decoded arrays are read in full, so ASan catches
- * any pointer outside the body; CLAIM bodies are decoded as requests and as replies. Never crashes,
- * never reads outside the input. */
+ * any pointer outside the body; CLAIM bodies are decoded as requests and as replies; a MAP body
+ * (a server's cluster map, also what a wrong slot's reply carries) is parsed as it comes and
+ * after a fixed "version=...;servers=...;slots=" head (so that the slot ranges, backups and
+ * their in-sync marks are reached), and a map that parses must print, parse again and print the
+ * same text, with valid roles. Never crashes, never reads outside the input. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "pc_cluster.h"
 #include "pc_error.h"
 #include "pc_half.h"
 #include "pc_wire.h"
+
+/* Parse text as a cluster map; one that parses round-trips through its text with valid roles. */
+static void map_check(const char *text) {
+    pc_cluster_map_t *m, *again;
+    char err[160];
+    if (pc_cmap_parse(text, &m, err, sizeof err))
+        return;
+    const size_t len = pc_cmap_format(m, NULL, 0);
+    char *a = malloc(len + 1), *b = malloc(len + 1);
+    pc_cmap_format(m, a, len + 1);
+    if (pc_cmap_parse(a, &again, err, sizeof err) || pc_cmap_format(again, b, len + 1) != len ||
+        strcmp(a, b) != 0)
+        abort();
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        uint32_t bk[PC_MAX_BACKUPS];
+        const uint32_t o = pc_cmap_slot_owner(m, s), nb = pc_cmap_slot_backups(m, s, bk);
+        if (o >= pc_cmap_nservers(m) || pc_cmap_backup_syncing(m, s, o))
+            abort();
+        for (uint32_t j = 0; j < nb; j++)
+            if (bk[j] == o || bk[j] >= pc_cmap_nservers(m) ||
+                pc_cmap_backup_syncing(m, s, bk[j]) != pc_cmap_backup_syncing(again, s, bk[j]))
+                abort();
+    }
+    pc_cmap_destroy(again);
+    pc_cmap_destroy(m);
+    free(a);
+    free(b);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const pc_wire_limits_t lim = {1u << 16, 4096, 1u << 20};
@@ -57,6 +89,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 (strlen(r.previous) > PC_WIRE_JOB_MAX || strlen(r.config) > PC_WIRE_CFG_MAX))
                 abort();
             free(body);
+        } else if (!rc && h.op == PC_OP_MAP) {
+            static const char head[] = "version=3;servers=a:1,b:2,c:3;slots=";
+            char *text = malloc(sizeof head + h.body_len);
+            memcpy(text, data + off, h.body_len);
+            text[h.body_len] = '\0';
+            map_check(text);
+            memcpy(text, head, sizeof head - 1);
+            memcpy(text + sizeof head - 1, data + off, h.body_len);
+            text[sizeof head - 1 + h.body_len] = '\0';
+            map_check(text);
+            free(text);
         } else if (!rc && (h.op == PC_OP_DELTAS || h.op == PC_OP_SCAN)) { /* request, reply */
             uint8_t *body = malloc(h.body_len ? h.body_len : 1);
             memcpy(body, data + off, h.body_len);
