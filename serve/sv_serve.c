@@ -1027,7 +1027,7 @@ void sv_serve_status(sv_serve_t *s, sv_serve_status_t *st, sv_source_status_t *s
         d->lag_ms = (double)fs[i].lag_ms;
         d->rows_applied = fs[i].rows_applied;
         d->rescans = fs[i].rescans;
-        snprintf(d->error, sizeof d->error, "%s", fs[i].last_error);
+        snprintf(d->error, sizeof d->error, "%.*s", (int)sizeof d->error - 1, fs[i].last_error);
     }
     free(fs);
 }

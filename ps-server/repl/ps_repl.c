@@ -29,8 +29,9 @@
  *   and erases afterwards only the keys of those slots the primary did not send, so a copy
  *   interrupted by the primary's death still holds everything it held before. Rows are applied
  *   under the map's mutex and only while the map is the one the round started with: a reply
- *   from a primary this server has just replaced is dropped. Caught up, the follower asks again
- *   after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a primary
+ *   from a primary this server has just replaced is dropped (a version that changes no role, a
+ *   lease confirmed or marks cleared, does not stop a round: `roles`). Caught up, the follower asks
+ * again after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a primary
  *   that does not answer is retried after 100 ms doubling to 2 s. Cold tables are not followed.
  * - In sync: a backup added to a running primary is marked catching up in the map (`~`,
  *   pc_cluster.h). Its follower knows when it holds every acknowledged push of a primary: each
@@ -105,6 +106,8 @@ struct ps_repl {
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
     atomic_uint_least64_t version, promotions, drops, rejoins, rows_copied, rows_streamed;
+    atomic_uint_least64_t roles; /* the first version with the current map's roles (a version
+                                  * that only confirms a lease or clears marks keeps it) */
     atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced;
     atomic_uint_least64_t *caught_ver; /* per primary index: the map version the follower held
                                         * all its rows under (0: not caught up) */
@@ -149,6 +152,11 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
         return;
     }
     ps_dp_set_map_from(r->dp, m, r->map); /* backups new since r->map join (not the first) */
+    bool same = r->map && pc_cmap_nservers(m) == pc_cmap_nservers(r->map);
+    for (uint32_t s = 0; same && s < PC_NSLOTS; s++)
+        same = pc_cmap_slot_same(m, r->map, s);
+    if (!same)
+        atomic_store(&r->roles, pc_cmap_version(m));
     pc_cmap_destroy(r->map);
     r->map = m;
     atomic_store(&r->version, pc_cmap_version(m));
@@ -163,6 +171,11 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
 /* The current map's version (0: none yet). */
 static uint64_t current(ps_repl_t *r) {
     return atomic_load(&r->version);
+}
+
+/* Whether the current map has the roles of map m (an adopted one): no role changed since m. */
+static bool same_roles_as(ps_repl_t *r, const pc_cluster_map_t *m) {
+    return atomic_load(&r->roles) <= pc_cmap_version(m);
 }
 
 /* Read the newest map from the current one on and adopt it; 0 or the store's error. */
@@ -507,12 +520,18 @@ static bool caught_up(ps_repl_t *r, uint32_t to, const ps_dp_lag_t *snap, size_t
     return true;
 }
 
-/* Step 2: hand this primary's slots to the target's primary `to` (a backup now) once it is close
- * behind: pushes are held off (PC_EUNAVAIL: clients retry) and, once none is half-applied, the
- * change logs' heads are every push this server took; when `to` acknowledged them, the map
- * names it primary. A push this server answered is in its copy; one it refused goes there. */
+/* Step 2: hand this primary's slots to the target's primary `to` (a backup now) once it is in
+ * sync in the map (its own mark cleared: the map's one writer of that change goes first, so a
+ * handover never loses its version to it after holding pushes) and close behind: pushes are held
+ * off (PC_EUNAVAIL: clients retry) and, once none is half-applied, the change logs' heads are every
+ * push this server took; when `to` acknowledged them, the map names it primary. A push this server
+ * answered is in its copy; one it refused goes there. */
 static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_cluster_map_t *t,
                              uint32_t to) {
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) /* it cleared its own mark first (note_synced) */
+        if (pc_cmap_slot_owner(m, s) == r->o.self && pc_cmap_slot_owner(t, s) == to &&
+            pc_cmap_backup_syncing(m, s, to))
+            return;
     if (!ps_dp_backup_synced(r->dp, to, HANDOVER_SLACK))
         return; /* still copying or catching up: next tick */
     const uint64_t t0 = pc_time_mono_ns(), limit = t0 + HANDOVER_MS * 1000000ull;
@@ -711,7 +730,7 @@ static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t
         seen_mark(seen, b->keys, nl);
     int rc = 0;
     pthread_mutex_lock(&r->mu); /* no promotion while rows of the old primary go in */
-    if (current(r) != pc_cmap_version(m))
+    if (!same_roles_as(r, m))
         rc = PC_ESTATE;
     if (!rc && nl)
         rc = ps_table_load_rows_unlogged(t, nl, b->keys, b->rows);
@@ -827,7 +846,7 @@ static int copy_table(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
             x.keys[gone++] = x.keys[i]; /* the primary has it no more */
     if (!rc && gone) {
         pthread_mutex_lock(&r->mu);
-        rc = current(r) == pc_cmap_version(m) ? ps_table_erase(t, x.keys, gone, NULL) : PC_ESTATE;
+        rc = same_roles_as(r, m) ? ps_table_erase(t, x.keys, gone, NULL) : PC_ESTATE;
         pthread_mutex_unlock(&r->mu);
     }
     pc_sfree(x.keys);
@@ -943,8 +962,8 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             }
         }
         ps_catalog_release(r->cat, t);
-        if ((rc == PC_ESTATE || rc == PC_EWRONGSLOT) && current(r) != pc_cmap_version(m)) {
-            return 0; /* the map moved: the round starts again under the new one */
+        if ((rc == PC_ESTATE || rc == PC_EWRONGSLOT) && !same_roles_as(r, m)) {
+            return 0; /* the roles moved: the round starts again under the new map */
         } else if (rc == PC_EWRONGSLOT) {
             return 0; /* a copy while the primary has another map: again once it has ours */
         } else if (rc == PC_ESTATE && held) {
