@@ -109,7 +109,7 @@ int sv_serve_follow(sv_serve_t *s, uint64_t *model_step, char *why, size_t cap);
 
 typedef struct sv_source_status {
     char server[PC_ADDR_MAX + PS_TABLE_NAME_MAX + 2]; /* "host:port/table" */
-    char state[16]; /* "following", "scanning", "down" */
+    char state[16];                                   /* "following", "scanning", "down" */
     uint64_t uid, position, head, lag_entries, rows_applied, rescans;
     double lag_ms;
     char error[256];
