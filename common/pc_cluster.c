@@ -546,6 +546,13 @@ static int set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, ui
     return 0;
 }
 
+bool pc_cmap_roles_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b) {
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        if (!roles_equal(a, s, b, s))
+            return false;
+    return true;
+}
+
 int pc_cmap_set_backups(pc_cluster_map_t *m, uint32_t slot, const uint32_t *b, uint32_t n) {
     return set_backups(m, slot & (PC_NSLOTS - 1), b, n, PC_NO_SERVER);
 }

@@ -138,6 +138,10 @@ int pc_cmap_add_server(pc_cluster_map_t *m, const char *addr, uint64_t new_versi
 /* Whether slot has the same primary and backups, in order, in a and b (servers by index). */
 bool pc_cmap_slot_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b, uint32_t slot);
 
+/* Whether every slot has the same roles in a and b (pc_cmap_slot_same; marks, versions and
+ * servers listed without a role aside). */
+bool pc_cmap_roles_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b);
+
 /* Give slot the primary and backups it has in `from` (version unchanged): PC_EINVAL when they
  * are not servers of m. Marks as pc_cmap_set_backups, except that the slot's old primary, now a
  * backup, is in sync. */

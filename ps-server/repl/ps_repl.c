@@ -30,9 +30,10 @@
  *   interrupted by the primary's death still holds everything it held before. Rows are applied
  *   under the map's mutex and only while the map is the one the round started with: a reply
  *   from a primary this server has just replaced is dropped (a version that changes no role, a
- *   lease confirmed or marks cleared, does not stop a round: `roles`). Caught up, the follower asks
- * again after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a primary
- *   that does not answer is retried after 100 ms doubling to 2 s. Cold tables are not followed.
+ *   lease confirmed or marks cleared, does not stop a round: `roles`). Caught up, the follower
+ *   asks again after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a
+ *   primary that does not answer is retried after 100 ms doubling to 2 s. Cold tables are not
+ * followed.
  * - In sync: a backup added to a running primary is marked catching up in the map (`~`,
  *   pc_cluster.h). Its follower knows when it holds every acknowledged push of a primary: each
  *   table copied and, after the copy, a DELTAS reply that was not full (it reached the head as
@@ -40,7 +41,8 @@
  *   backup, so a push acknowledged earlier is before that head). The follower then notes the
  *   map version it did so under (caught_ver) and the controller clears its own mark on that
  *   primary's slots in the next version, if that is still the map. A failover promotes a backup
- *   in sync first; one catching up only when no other is left (counted: unclean_promotions).
+ *   in sync first; one catching up only when no other is left (counted:
+ * emberps_replication_unclean_promoted_slots_total).
  */
 #include "ps_repl.h"
 
@@ -74,7 +76,7 @@ typedef struct source {
     char table[PS_TABLE_NAME_MAX];
     uint64_t uid, pos;
     bool need_copy;
-    bool caught;    /* a DELTAS reply after the last copy was not full */
+    bool caught;    /* a DELTAS reply since the last copy reached the primary's head */
     bool skip;      /* a cold table: not followed (said once) */
     uint32_t parts; /* the split its last copy needed */
 } source_t;
@@ -152,10 +154,7 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
         return;
     }
     ps_dp_set_map_from(r->dp, m, r->map); /* backups new since r->map join (not the first) */
-    bool same = r->map && pc_cmap_nservers(m) == pc_cmap_nservers(r->map);
-    for (uint32_t s = 0; same && s < PC_NSLOTS; s++)
-        same = pc_cmap_slot_same(m, r->map, s);
-    if (!same)
+    if (!r->map || !pc_cmap_roles_same(m, r->map))
         atomic_store(&r->roles, pc_cmap_version(m));
     pc_cmap_destroy(r->map);
     r->map = m;
@@ -400,7 +399,10 @@ static void watch(ps_repl_t *r) {
 /* A backup caught up with a primary (the follower's caught_ver is the current map): clear this
  * server's marks on that primary's slots in the next version. One change a tick. */
 static void note_synced(ps_repl_t *r) {
-    pc_cluster_map_t *m = map_if_new(r, 0);
+    bool any = false; /* a primary caught up with under the current map: else no map copy */
+    for (uint32_t p = 0; p < PC_MAX_SERVERS && !any; p++)
+        any = atomic_load(&r->caught_ver[p]) == current(r);
+    pc_cluster_map_t *m = any ? map_if_new(r, 0) : NULL;
     const uint32_t me = r->o.self, n = m ? (uint32_t)pc_cmap_nservers(m) : 0;
     bool marked[PC_MAX_SERVERS] = {false};
     for (uint32_t s = 0; s < PC_NSLOTS && m; s++)
@@ -606,9 +608,7 @@ static bool reshard(ps_repl_t *r) {
     if (m)
         read_target(r, m);
     const pc_cluster_map_t *t = r->target;
-    bool pending = false;
-    for (uint32_t s = 0; m && t && !pending && s < PC_NSLOTS; s++)
-        pending = !pc_cmap_slot_same(m, t, s);
+    const bool pending = m && t && !pc_cmap_roles_same(m, t);
     if (!pending || r->lapsed || reshard_add_backups(r, m, t)) {
         pc_cmap_destroy(m);
         return pending;

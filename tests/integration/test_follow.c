@@ -811,8 +811,6 @@ static void test_follow_map_changes(void **state) {
     tc_rmdir(dir);
 }
 
-/* A table created on the servers after the replica started is followed (tables_poll_ms): its
- * rows reach the replica, equal to the servers', and the rows it held go on. */
 /* Wait (20 s at most) until the replica serves table `name` with `dim` (0: not at all). */
 static void wait_served_dim(sv_serve_t *sv, const char *name, uint32_t dim, const char *what) {
     const double t0 = pu_now();
@@ -825,6 +823,8 @@ static void wait_served_dim(sv_serve_t *sv, const char *name, uint32_t dim, cons
     }
 }
 
+/* A table created on the servers after the replica started is followed (tables_poll_ms): its
+ * rows reach the replica, equal to the servers', and the rows it held go on. */
 static void test_follow_new_table(void **state) {
     (void)state;
     cluster_t k;

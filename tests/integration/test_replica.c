@@ -237,6 +237,8 @@ static void test_failover_keeps_acked_pushes(void **state) {
     for (int i = 0; i < 20; i++)
         assert_int_equal(psc_push(c, "emb", g_keys + i * 50, 50, DIM, g, NULL), 0);
     assert_true(map_until(&cl, 15, in_sync_1, 0));
+    /* it was marked on rejoining, and cleared the mark itself (not a map that never had one) */
+    assert_true(metric(cl.metrics1, "emberps_replication_caught_up_total") >= 1);
     psc_close(c);
     pu_stop(cl.s1);
     pu_stop(cl.s0);

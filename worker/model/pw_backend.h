@@ -171,8 +171,8 @@ pw_backend_t *pw_backend_cpu(void);
 /* Call first in main(), before any thread or file: when OpenBLAS fell back to its pre-AVX2
  * kernels on a CPU it does not know (a newer model) whose features run newer ones, execute this
  * program again (same pid, argv) with OPENBLAS_CORETYPE naming them; nothing when the variable
- * is set (the user's choice; the second pass logs what was done). Returns when nothing is to be
- * done or the execution failed (logged). */
+ * is set (the user's choice; after the second pass, pw_backend_open's line names the fallback it
+ * replaced). Returns when nothing is to be done or the execution failed (logged). */
 void pw_blas_select(char **argv);
 
 /* The OpenBLAS kernels in use, e.g. "SkylakeX" (openblas_get_corename). */

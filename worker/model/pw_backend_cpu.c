@@ -19,7 +19,6 @@
 #include "pw_backend.h"
 
 #include "pc_alloc.h"
-
 #include "pc_log.h"
 
 #include <cblas.h>

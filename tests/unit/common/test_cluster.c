@@ -185,8 +185,10 @@ static void test_backups(void **state) {
     assert_int_equal(pc_cmap_set_synced(q, 1, 0), 0);
     assert_false(pc_cmap_backup_syncing(q, 100, 0));
     assert_true(pc_cmap_slot_same(p, q, 100));
+    assert_true(pc_cmap_roles_same(p, q));
     /* server 1 lost: the backup in sync (2) is promoted, not the first one (0, catching up) */
     assert_int_equal(pc_cmap_fail_server(p, 1, 4, &f), 0);
+    assert_false(pc_cmap_roles_same(p, q));
     assert_int_equal(f.promoted, 10923);
     assert_int_equal(f.unclean, 0);
     assert_int_equal(pc_cmap_slot_owner(p, 7), 2);
