@@ -12,7 +12,9 @@
  *    pull_vs_loopback, the data plane's pull bytes/s (dim 64, 8 in flight) over the stream's,
  *    three pairs of samples alternating, the median of the pairs' ratios;
  *  - latency of 26-key lookups at a fixed rate against Redis MGET of the same 26 keys, and the
- *    loopback round trip (PING) of both.
+ *    loopback round trip (PING) of both, back to back and (the data plane's) at the same rate;
+ *    the lookups and the round trip again against a second ps-server that busy-polls
+ *    (--poll-us, same settings and pinning): lookup_poll_p99_vs_rtt_p50.
  *  - pull and push over the gRPC API (dim 64, unary calls, 1 and 8 in flight: 8 threads) and
  *    gRPC Lookup latency at the same fixed rate.
  *  - data plane pull over TLS against plain TCP (dim 64, 8 in flight): a second ps-server with a
@@ -608,10 +610,12 @@ static lat_t grpc_lookup_latency(ctx_t *x, double rate, uint64_t seed) {
     return r;
 }
 
-/* Round trips of an empty request: data plane PING over a raw socket, Redis PING. */
-static lat_t rtt(ctx_t *x, bool redis) {
+/* Round trips of an empty request: data plane PING over a raw socket, Redis PING; back to back
+ * (rate 0) or at `rate` per second. */
+static lat_t rtt(ctx_t *x, bool redis, double rate) {
     enum { N = 2000 };
     static double lat[N];
+    double next = now_s();
     int fd = -1;
     if (!redis) {
         fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -624,6 +628,9 @@ static lat_t rtt(ctx_t *x, bool redis) {
         setsockopt(fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
     }
     for (int i = 0; i < N; i++) {
+        if (rate > 0)
+            for (next += 1.0 / rate; now_s() < next;)
+                ;
         const double a = now_s();
         if (redis) {
             redisReply *r = redisCommand(x->rd, "PING");
@@ -646,6 +653,50 @@ static lat_t rtt(ctx_t *x, bool redis) {
     if (fd >= 0)
         close(fd);
     return percentiles(lat, N);
+}
+
+/* Lookup latency and the PING round trip against a second ps-server whose event loop busy-polls
+ * (--poll-us=POLL_US, docs/wire.md "Latency: busy polling"), same settings and pinning as the
+ * first; its rows filled first. lk: 26-key lookups at `rate`; rt: back-to-back PINGs. -1 when it
+ * cannot start. */
+#define POLL_US "1000"
+static int poll_latency(ctx_t *x, const bench_opts_t *o, const char *dir, double rate, lat_t *lk,
+                        lat_t *rt) {
+    const char *extra[] = {"--grpc-port=-1", "--poll-us=" POLL_US,
+                           "--tables=name=b64,dim=64,optimizer=adagrad", NULL};
+    int port;
+    const pid_t pid = bench_ps_server(o, "rpc", dir, "poll", extra, &port, NULL);
+    if (pid < 0)
+        return -1;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    psc_opts_t co = {.servers = addr, .timeout_ms = 60000};
+    psc_t *plain_ps = x->ps, *poll_ps = NULL;
+    const int plain_port = x->ps_port;
+    if (psc_connect(&co, &poll_ps)) {
+        fprintf(stderr, "ps-bench rpc: cannot connect to the polling ps-server\n");
+        bench_stop(pid);
+        return -1;
+    }
+    static uint64_t keys[B];
+    float *rows = malloc((size_t)B * 64 * sizeof(float));
+    for (uint64_t k = 0; rows && k < x->nkeys; k += B) {
+        const size_t n = x->nkeys - k < B ? (size_t)(x->nkeys - k) : B;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = bench_key(k + i);
+        if (psc_pull(poll_ps, "b64", keys, n, 64, rows))
+            abort();
+    }
+    free(rows);
+    x->ps = poll_ps;
+    x->ps_port = port;
+    *lk = lookup_latency(x, false, 64, rate, 5);
+    *rt = rtt(x, false, 0);
+    x->ps = plain_ps;
+    x->ps_port = plain_port;
+    psc_close(poll_ps);
+    bench_stop(pid);
+    return 0;
 }
 
 /* ==== main ================================================================================= */
@@ -778,14 +829,25 @@ int bench_rpc_main(int argc, char **argv) {
            W, tls_gpull, tls_gplain, tls_gratio);
     const double rate = o.smoke ? 500 : 2000;
     lat_t lk = lookup_latency(&x, false, 64, rate, 5), rl = lookup_latency(&x, true, 64, rate, 5);
-    lat_t prtt = rtt(&x, false), rrtt = rtt(&x, true);
+    lat_t prtt = rtt(&x, false, 0), rrtt = rtt(&x, true, 0), paced = rtt(&x, false, rate);
     lat_t glk = grpc_lookup_latency(&x, rate, 5);
+    lat_t plk, prt;
+    if (poll_latency(&x, &o, dir, rate, &plk, &prt)) {
+        bench_stop(ps);
+        bench_stop(rd);
+        return 1;
+    }
     printf("lookup of %d keys (dim 64) at %.0f/s: p50 %.0f us, p99 %.0f us; redis MGET: p50 %.0f "
            "us, p99 %.0f us\n",
            LK, rate, lk.p50, lk.p99, rl.p50, rl.p99);
     printf("loopback round trip (PING): data plane p50 %.0f us p99 %.0f us; redis p50 %.0f us "
            "p99 %.0f us\n",
            prtt.p50, prtt.p99, rrtt.p50, rrtt.p99);
+    printf("data plane PING at %.0f/s: p50 %.0f us, p99 %.0f us (an idle server core wakes)\n",
+           rate, paced.p50, paced.p99);
+    printf("server busy-polling (--poll-us=" POLL_US "): lookup at %.0f/s p50 %.0f us, p99 %.0f "
+           "us; PING p50 %.0f us (lookup p99 / PING p50 %.2f)\n",
+           rate, plk.p50, plk.p99, prt.p50, plk.p99 / prt.p50);
     printf("gRPC Lookup of %d keys at %.0f/s: p50 %.0f us, p99 %.0f us\n", LK, rate, glk.p50,
            glk.p99);
 
@@ -807,6 +869,12 @@ int bench_rpc_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "rtt_p50_us", prtt.p50);
     cJSON_AddNumberToObject(root, "rtt_p99_us", prtt.p99);
     cJSON_AddNumberToObject(root, "lookup_p99_vs_rtt_p50", lk.p99 / prtt.p50);
+    cJSON_AddNumberToObject(root, "rtt_paced_p50_us", paced.p50);
+    cJSON_AddNumberToObject(root, "rtt_paced_p99_us", paced.p99);
+    cJSON_AddNumberToObject(root, "lookup_poll_p50_us", plk.p50);
+    cJSON_AddNumberToObject(root, "lookup_poll_p99_us", plk.p99);
+    cJSON_AddNumberToObject(root, "rtt_poll_p50_us", prt.p50);
+    cJSON_AddNumberToObject(root, "lookup_poll_p99_vs_rtt_p50", plk.p99 / prt.p50);
     cJSON_AddNumberToObject(root, "grpc_pull_rows_per_s", gpull[1]);
     cJSON_AddNumberToObject(root, "grpc_push_rows_per_s", gpush[1]);
     cJSON_AddNumberToObject(root, "grpc_pull_rows_per_s_1", gpull[0]);
@@ -841,12 +909,12 @@ int bench_rpc_main(int argc, char **argv) {
             cJSON_AddNumberToObject(c, "redis_hmget_rows_per_s", hmget[d][f]);
             cJSON_AddItemToArray(cases, c);
         }
-    bench_emit_json(&o, root);
     psc_close(x.ps);
     psg_destroy(x.grpc);
     redisFree(x.rd);
     bench_stop(ps);
-    bench_stop(rd);
+    bench_stop(rd); /* before the JSON: redis says goodbye on the same stdout */
+    bench_emit_json(&o, root);
     rmdir(dir);
     return 0;
 }

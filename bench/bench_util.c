@@ -158,6 +158,7 @@ void bench_emit_json(const bench_opts_t *o, cJSON *root) {
     if (o->json) {
         char *s = cJSON_PrintUnformatted(root);
         printf("%s\n", s);
+        fflush(stdout); /* whole, before children sharing stdout print again */
         cJSON_free(s);
     }
     cJSON_Delete(root);

@@ -46,6 +46,7 @@ typedef struct srv_cfg {
     char host[64];
     int64_t port;
     int64_t io_threads;
+    int64_t poll_us;
     int64_t grpc_port;
     int64_t grpc_threads;
     int64_t metrics_port, metrics_max_connections;
@@ -86,6 +87,9 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_STRING(T, host, "127.0.0.1", "address to bind"),
     PC_SETTING_INT(T, port, 0, 65535, "7400", "data plane port (0: any free port)"),
     PC_SETTING_INT(T, io_threads, 1, 64, "2", "data plane event loops"),
+    PC_SETTING_INT(T, poll_us, 0, 1000000, "0",
+                   "data plane busy polling: a loop polls this long after input before it sleeps "
+                   "(low latency for a core's time)"),
     PC_SETTING_INT(T, grpc_port, -1, 65535, "7500", "gRPC API port (0: any free, -1: off)"),
     PC_SETTING_INT(T, grpc_threads, 1, 64, "2", "gRPC handler threads"),
     PC_SETTING_INT(T, metrics_port, -1, 65535, "9400",
@@ -679,7 +683,8 @@ int main(int argc, char **argv) {
                         .reply_queue = (uint64_t)s.cfg.reply_queue_bytes,
                         .reply_queue_total = (uint64_t)s.cfg.reply_queue_total_bytes,
                         .ack_timeout_ms = (uint64_t)s.cfg.ack_timeout_ms,
-                        .fenced = s.cfg.cluster_coordinator[0] != '\0'};
+                        .fenced = s.cfg.cluster_coordinator[0] != '\0',
+                        .poll_us = (uint32_t)s.cfg.poll_us};
     if (!rc && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
         rc = 1;
     if (!rc && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {

@@ -30,6 +30,10 @@
  * total, from the `wake` async that any loop sends when the total falls below the cap. The
  * check comes before the frame, so a connection holds at most reply_queue plus one reply, and
  * the server at most 9/8 reply_queue_total plus one reply per event loop.
+ * Busy polling (poll_us, docs/wire.md "Latency: busy polling"): a loop that read input within
+ * the last poll_us runs libuv with UV_RUN_NOWAIT (epoll without a timeout), sched_yield between
+ * runs so that a thread sharing the core is not starved; after poll_us without input it sleeps
+ * in epoll again (UV_RUN_ONCE). `reads` counts the read callbacks that brought bytes.
  * TLS (pc_tls.h, when the server has a certificate): the socket's bytes are read straight into
  * the connection's TLS session (made at accept); the plaintext it
  * gives is read into exactly the places a plain connection reads into (conn_buf: the staging
@@ -84,6 +88,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -142,6 +147,7 @@ struct loopctx {
     int fd;
     conn_t *conns;
     bool stopping;
+    uint64_t reads;                /* read callbacks with bytes (busy polling: input seen) */
     struct wreq *idle[POOL_SLOTS]; /* reply pool: idle allocations, oldest first */
     int nidle;
     size_t idle_bytes;
@@ -1538,6 +1544,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         conn_close(c);
         return;
     }
+    c->lc->reads += nread > 0;
     bool ok;
     if (!c->tls)
         ok = conn_input(c, (size_t)nread);
@@ -1628,7 +1635,25 @@ static void on_stop(uv_async_t *a) {
 
 static void *loop_main(void *arg) {
     loopctx_t *lc = arg;
-    uv_run(&lc->loop, UV_RUN_DEFAULT);
+    const uint64_t poll_ns = (uint64_t)lc->dp->o.poll_us * 1000u;
+    if (!poll_ns) {
+        uv_run(&lc->loop, UV_RUN_DEFAULT);
+    } else {
+        /* Busy polling: after input, epoll with no timeout until poll_ns pass without any,
+         * yielding between polls to any thread waiting for this CPU. */
+        uint64_t seen = lc->reads, last = 0;
+        for (int alive = 1; alive;) {
+            const uint64_t now = pc_time_mono_ns();
+            const bool poll = now - last < poll_ns;
+            if (poll)
+                sched_yield();
+            alive = uv_run(&lc->loop, poll ? UV_RUN_NOWAIT : UV_RUN_ONCE);
+            if (lc->reads != seen) {
+                seen = lc->reads;
+                last = pc_time_mono_ns();
+            }
+        }
+    }
     pool_drain(lc);
     pc_free(PC_MEM_SCRATCH, lc->conv, lc->conv_cap);
     lc->conv = NULL;

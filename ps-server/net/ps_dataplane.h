@@ -54,6 +54,10 @@ typedef struct ps_dp_opts {
     /* Start refusing pushes (ps_dp_set_write_until 0): a server whose lease is still to be
      * taken (ps_repl.h) must take none under the map it starts with. */
     bool fenced;
+    /* Busy polling (docs/wire.md "Latency: busy polling"): an event loop that handled input polls
+     * its sockets without sleeping for this long after it, so a request arriving within that time
+     * is read with no wake-up of a sleeping thread or of an idle CPU. 0: sleep in epoll at once. */
+    uint32_t poll_us;
 } ps_dp_opts_t;
 
 /* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot

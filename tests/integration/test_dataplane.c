@@ -109,16 +109,34 @@ static void test_two_servers_match_local(void **state) {
     tc_rmdir(dir);
 }
 
+/* CPU seconds (user + system) the process has used so far, from /proc/PID/stat. */
+static double cpu_seconds(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* fields after the command name: state is field 3 */
+    assert_non_null(p);
+    unsigned long long ut = 0, st = 0;
+    assert_int_equal(
+        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st), 2);
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 /* One server: the rows of a pull or lookup are read straight into the caller's array (psclient
  * direct_start), the found bytes of a lookup after them; the results match a local table's, for
  * keys present and absent, with 8 calls in flight into buffers side by side, and an error reply
- * (wrong dim) leaves the caller's rows untouched. */
-static void test_one_server_direct(void **state) {
-    (void)state;
-    char dir[256], tables[200], one[64];
+ * (wrong dim) leaves the caller's rows untouched. With poll_us, the server's
+ * event loops busy-poll after input (--poll-us): the same results, and an idle server sleeps. */
+static void one_server_direct(int poll_us) {
+    char dir[256], tables[200], one[64], poll[64];
     tc_tmpdir(dir, sizeof dir, "dpdir");
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
-    const char *extra[] = {tables, NULL};
+    snprintf(poll, sizeof poll, "--poll-us=%d", poll_us);
+    const char *extra[] = {tables, poll, NULL};
     const int port = pu_free_port();
     pid_t s = pu_spawn(port, dir, extra, NULL);
     snprintf(one, sizeof one, "127.0.0.1:%d", port);
@@ -151,10 +169,28 @@ static void test_one_server_direct(void **state) {
     assert_int_equal(psc_pull(c, "emb", keys, N, 4, x[0]), PC_EDIM);
     for (size_t i = 0; i < 2 * N * D; i++)
         assert_true(x[0][i] == 42.0f);
+    /* Idle for 20 poll windows (at least 400 ms): a loop that went on polling would use about
+     * all of that time; one that sleeps uses next to none. */
+    const double idle = 20e-6 * poll_us > 0.4 ? 20e-6 * poll_us : 0.4;
+    const double c0 = cpu_seconds(s);
+    usleep((useconds_t)(idle * 1e6));
+    const double used = cpu_seconds(s) - c0;
+    if (used > 0.5 * idle)
+        fail_msg("an idle server (--poll-us=%d) used %.3f s of CPU in %.3f s", poll_us, used, idle);
     psc_close(c);
     ps_table_destroy(ref);
     pu_stop(s);
     tc_rmdir(dir);
+}
+
+static void test_one_server_direct(void **state) {
+    (void)state;
+    one_server_direct(0);
+}
+
+static void test_one_server_direct_polling(void **state) {
+    (void)state;
+    one_server_direct(20000);
 }
 
 /* What a done callback learnt through psc_wait_detail from inside it. */
@@ -952,6 +988,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_servers_match_local),
         cmocka_unit_test(test_one_server_direct),
+        cmocka_unit_test(test_one_server_direct_polling),
         cmocka_unit_test(test_error_detail),
         cmocka_unit_test(test_claim),
         cmocka_unit_test(test_tables_health),
