@@ -9,6 +9,10 @@
  * optimizer. pull_vs_ref and push_vs_ref are the ratios for the same keys and threads; the
  * headline is dim 64, and each dim's own ratios are in pull_vs_ref_dimD / push_vs_ref_dimD and
  * by_dim (optim_kernels names the optimizer kernels the CPU got).
+ * Replication's row copies (uniform keys, 1 thread, interleaved with the above): read_state
+ * (whole rows with optimizer state out, as a primary answers DELTAS and SCAN) and load (whole
+ * rows in, as a backup or a restore writes them), in rows/s and against the gather of the same
+ * keys' weights: read_state_vs_ref, load_vs_ref (they move twice its bytes with Adagrad).
  * Memory overhead per row is reported twice: exact accounting (keys + metadata + index) and the
  * growth of the resident set while filling the table, minus the floats.
  * Stored row types (docs/table.md): at the first size, an Adagrad table storing its weights in
@@ -32,7 +36,7 @@
 #define STREAM_LEN (2u * 1000 * 1000) /* keys per thread stream */
 #define MAX_THR    2
 
-typedef enum { OP_PULL, OP_PUSH, OP_LOOKUP, OP_REF, OP_REF_ADAGRAD } op_t;
+typedef enum { OP_PULL, OP_PUSH, OP_LOOKUP, OP_REF, OP_REF_ADAGRAD, OP_READ_STATE, OP_LOAD } op_t;
 static const char *const k_dist_names[] = {"uniform", "zipf"};
 
 typedef struct stream {
@@ -67,6 +71,7 @@ static void *job_run(void *arg) {
     const size_t dim = j->dim;
     size_t pos = 0;
     uint64_t rows = 0, t0 = pc_time_mono_ns();
+    uint8_t found[BATCH];
     do {
         for (int b = 0; b < 4; b++) {
             const uint64_t *k = j->st->keys + pos;
@@ -81,6 +86,12 @@ static void *job_run(void *arg) {
                     break;
                 case OP_LOOKUP:
                     rc = ps_table_lookup(j->t, k, BATCH, j->out, BATCH * dim, NULL);
+                    break;
+                case OP_READ_STATE: /* whole rows out, as a delta stream's primary sends them */
+                    rc = ps_table_read_state(j->t, k, BATCH, j->out, found);
+                    break;
+                case OP_LOAD: /* whole rows in (from grads: stride floats each), as a backup */
+                    rc = ps_table_load_rows_unlogged(j->t, BATCH, k, j->grads);
                     break;
                 case OP_REF:
                     for (size_t i = 0; i < BATCH; i++) {
@@ -307,8 +318,11 @@ int bench_table_main(int argc, char **argv) {
     uint64_t grng = 3;
     for (size_t i = 0; i < (size_t)BATCH * maxdim; i++)
         grads[i] = (float)((double)(bench_rand(&grng) >> 11) * 0x1p-53 - 0.5) * 0.01f;
-    for (int i = 0; i < MAX_THR; i++)
-        outs[i] = malloc((size_t)BATCH * maxdim * sizeof(float));
+    for (int i = 0; i < MAX_THR; i++) /* whole Adagrad rows for read_state */
+        outs[i] = malloc((size_t)BATCH * maxdim * 2 * sizeof(float));
+    float *srows = malloc((size_t)BATCH * maxdim * 2 * sizeof *srows); /* rows a load writes */
+    for (size_t i = 0; i < (size_t)BATCH * maxdim * 2; i++)
+        srows[i] = 0.01f;
 
     for (int si = 0; si < nsizes; si++) {
         const uint64_t n = sizes[si];
@@ -319,8 +333,8 @@ int bench_table_main(int argc, char **argv) {
         for (int di = 0; di < ndims; di++) {
             const uint32_t dim = dims[di];
             double r_ref[2][MAX_THR], r_upd[2][MAX_THR], r_pull[2][MAX_THR], r_push[2][MAX_THR],
-                r_adam[2][MAX_THR], r_look[2][MAX_THR];
-            double v[4][ROUNDS];
+                r_adam[2][MAX_THR], r_look[2][MAX_THR], r_read = 0, r_load = 0;
+            double v[6][ROUNDS];
             /* 1. Adagrad table and the flat reference array side by side; their samples are
              * interleaved (ref, pull, push, lookup; three rounds; medians) so that a change in
              * the machine's state hits both sides of every ratio alike. */
@@ -344,6 +358,16 @@ int bench_table_main(int argc, char **argv) {
                                          outs, secs);
                         v[3][r] = sample(&o, OP_LOOKUP, t, NULL, dim, streams[d], th, grads, NULL,
                                          outs, secs);
+                        if (d == 0 && th == 1) { /* replication's row copies: uniform, 1 thread */
+                            v[4][r] = sample(&o, OP_READ_STATE, t, NULL, dim, streams[d], th, grads,
+                                             NULL, outs, secs);
+                            v[5][r] = sample(&o, OP_LOAD, t, NULL, dim, streams[d], th, srows, NULL,
+                                             outs, secs);
+                        }
+                    }
+                    if (d == 0 && th == 1) {
+                        r_read = bench_median3(v[4]);
+                        r_load = bench_median3(v[5]);
                     }
                     r_ref[d][th - 1] = bench_median3(v[0]);
                     r_pull[d][th - 1] = bench_median3(v[1]);
@@ -420,6 +444,16 @@ int bench_table_main(int argc, char **argv) {
                     cJSON_AddNumberToObject(c, "rss_overhead_bytes_per_row", rss_ovh);
                     cJSON_AddNumberToObject(c, "adam_overhead_bytes_per_row", ovh_adam);
                     cJSON_AddNumberToObject(c, "huge_page_fraction", huge_frac);
+                    if (d == 0 && th == 1) {
+                        printf("%4u %9llu %7s %3d read_state %.0f rows/s (%.2f of ref_gather), "
+                               "load %.0f rows/s (%.2f)\n",
+                               dim, (unsigned long long)n, k_dist_names[d], th, r_read,
+                               r_read / r_ref[d][x], r_load, r_load / r_ref[d][x]);
+                        cJSON_AddNumberToObject(c, "read_state_rows_per_s", r_read);
+                        cJSON_AddNumberToObject(c, "load_rows_per_s", r_load);
+                        cJSON_AddNumberToObject(c, "read_state_vs_ref", r_read / r_ref[d][x]);
+                        cJSON_AddNumberToObject(c, "load_vs_ref", r_load / r_ref[d][x]);
+                    }
                     cJSON_AddItemToArray(cases, c);
                     /* headline: dim 64 (else the last dim), largest size, uniform, 1 thread */
                     if (d == 0 && si == nsizes - 1 && th == 1)
@@ -451,6 +485,8 @@ int bench_table_main(int argc, char **argv) {
                           "ref_gather_rows_per_s",
                           "pull_vs_ref",
                           "push_vs_ref",
+                          "read_state_vs_ref",
+                          "load_vs_ref",
                           "overhead_bytes_per_row",
                           "rss_overhead_bytes_per_row",
                           "keys"};
@@ -519,5 +555,6 @@ int bench_table_main(int argc, char **argv) {
     for (int i = 0; i < MAX_THR; i++)
         free(outs[i]);
     free(grads);
+    free(srows);
     return 0;
 }

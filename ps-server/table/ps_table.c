@@ -29,11 +29,13 @@
  *
  * Batches are software-pipelined within a shard group (see batch_run): bucket prefetch, tag match
  * and row prefetch (with the caller's gradient row for push), second-bucket match, then key
- * verification and the operation, PIPE_D keys apart. The lock of a shard is taken once per group,
- * never per key. Verification always re-checks the candidate against the slab, so rows that moved
- * in between (eviction during the same call) are found again by a full probe. The prefetch
- * helpers must stay always_inline: GCC deletes calls to a non-inlined function that only
- * prefetches (it deems it const), which left the pipeline without row prefetches for a while.
+ * verification and the operation, PIPE_D keys apart. Every batch operation goes through it
+ * (pull, lookup, push, and the whole-row read_state and load of replication and restores). The lock
+ * of a shard is taken once per group, never per key. Verification always re-checks the candidate
+ * against the slab, so rows that moved in between (eviction during the same call) are found again
+ * by a full probe. The prefetch helpers must stay always_inline: GCC deletes calls to a non-inlined
+ * function that only prefetches (it deems it const), which left the pipeline without row prefetches
+ * for a while.
  *
  * Row math (optimizers, the non-finite check) goes through the kernel table of ps_optim.h,
  * chosen at creation for the CPU (AVX2 + FMA or scalar).
@@ -1192,7 +1194,18 @@ static int batch_begin(const ps_table_t *t, const uint64_t *keys, size_t n, cons
 
 /* ==== batch pipeline ======================================================================= */
 
-typedef enum { OP_PULL, OP_LOOKUP, OP_PUSH } op_t;
+/* Pull and lookup read weights; push steps the optimizer; read copies whole rows (weights and
+ * state: read_state); load writes them (load_rows). */
+typedef enum { OP_PULL, OP_LOOKUP, OP_PUSH, OP_READ, OP_LOAD } op_t;
+
+/* What load_rows writes: key k's weights at weights + k * wstride, its state at
+ * states + k * sstride (NULL: fresh), its tick and frequency (NULL: now, 1). */
+typedef struct load_src {
+    const float *weights, *states;
+    size_t wstride, sstride;
+    const uint16_t *ticks;
+    const uint8_t *freqs;
+} load_src_t;
 
 /* Duplicate merging for push, over the whole batch in visiting order: first[q] = the earliest
  * position holding the same key as position q; acc[q] = offset of that key's summed gradient in
@@ -1211,8 +1224,9 @@ typedef struct batch {
     const uint64_t *keys;
     plan_t *p;
     uint32_t n;
-    float *rows;           /* pull, lookup: n * dim out */
-    uint8_t *found;        /* lookup, may be NULL */
+    float *rows;           /* pull, lookup: n * dim out; read: n * stride */
+    uint8_t *found;        /* lookup (may be NULL), read */
+    const load_src_t *ld;  /* load */
     const float *grads;    /* push: n * dim in */
     dedup_t *d;            /* push */
     ps_push_result_t *res; /* push */
@@ -1319,12 +1333,51 @@ static inline void push_apply(batch_t *b, ps_shard_t *s, uint32_t r, const float
     b->res->applied++;
 }
 
+/* Load key index k's row (r: its row, or NO_ROW to insert it; write lock held). A failed insert
+ * is the batch's error; the other keys still load. */
+static void load_row(batch_t *b, ps_shard_t *s, uint32_t k, uint32_t r) {
+    ps_table_t *t = b->t;
+    const load_src_t *ld = b->ld;
+    if (r == NO_ROW) {
+        int rc = row_insert(t, s, b->keys[k], b->p->h[k], &r);
+        if (rc) {
+            b->rc = b->rc ? b->rc : rc;
+            return;
+        }
+    }
+    cow_save(t, s, r);
+    unsigned char *row = row_at(t, s, r);
+    const uint32_t sl = t->state_len;
+    row_weights_set(t, row, ld->weights + (size_t)k * ld->wstride);
+    if (sl && ld->states)
+        memcpy(row_state(t, row), ld->states + (size_t)k * ld->sstride, sl * sizeof(float));
+    else if (sl)
+        ps__optim_init_state(&t->opt, row_state(t, row));
+    /* During a snapshot the row must read as changed after the cut. */
+    s->km[r].tick = ld->ticks && !s->cow_active ? ld->ticks[k] : (uint16_t)s->clock;
+    s->km[r].freq = ld->freqs ? (uint8_t)(ld->freqs[k] < FREQ_MAX ? ld->freqs[k] : FREQ_MAX) : 1;
+}
+
 /* Stage C: the operation itself for visiting position q (key index k), shard s locked. */
 static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_t *s, uint32_t q,
                                                            uint32_t k, op_t op) {
     ps_table_t *t = b->t;
     const uint64_t key = b->keys[k], h = b->p->h[k];
     const uint32_t dim = t->dim;
+    if (op == OP_READ) {
+        const uint32_t r = resolve(s, key, h, b->p->cand[k]);
+        float *out = b->rows + (size_t)k * t->stride;
+        b->found[k] = r != NO_ROW;
+        if (r != NO_ROW)
+            row_export(t, row_at(t, s, r), out);
+        else
+            memset(out, 0, t->stride * sizeof(float));
+        return;
+    }
+    if (op == OP_LOAD) {
+        load_row(b, s, k, resolve(s, key, h, b->p->cand[k]));
+        return;
+    }
     if (op == OP_LOOKUP) {
         float *out = b->rows + (size_t)k * dim;
         uint32_t r = resolve(s, key, h, b->p->cand[k]);
@@ -1403,9 +1456,10 @@ static void pull_miss(batch_t *b, ps_shard_t *s, uint32_t k) {
     row_weights_get(t, row_at(t, s, r), out);
 }
 
-/* Pull and lookup share a shard (they change nothing in the main pass); push takes it alone. */
+/* Pull, lookup and read share a shard (they change nothing in the main pass); push and load
+ * take it alone. */
 static inline void shard_lock(ps_shard_t *s, op_t op) {
-    if (op == OP_PUSH)
+    if (op == OP_PUSH || op == OP_LOAD)
         pthread_rwlock_wrlock(&s->lock);
     else
         pthread_rwlock_rdlock(&s->lock);
@@ -1424,8 +1478,8 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
     const uint64_t *h = b->p->h;
     const uint32_t *order = b->p->order;
     uint32_t *cand = b->p->cand;
-    const int write = op == OP_PUSH;
-    const uint32_t bytes = write ? t->row_bytes : t->wbytes;
+    const int write = op == OP_PUSH || op == OP_LOAD;
+    const uint32_t bytes = write || op == OP_READ ? t->row_bytes : t->wbytes;
     const uint32_t n = b->n;
     const uint32_t *first = op == OP_PUSH ? b->d->first : NULL;
 #define LIVE(q) (op != OP_PUSH || first[q] == (q))
@@ -1479,6 +1533,10 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
             pthread_rwlock_wrlock(&s->lock);
             for (uint32_t i = d0; i < b->ndefer; i++)
                 pull_miss(b, s, order[b->defer[i]]);
+        }
+        if (op == OP_LOAD) { /* rows an insert evicted go to the cold store before others look */
+            const int frc = cold_flush(t, s);
+            b->rc = b->rc ? b->rc : frc;
         }
         pthread_rwlock_unlock(&s->lock);
     }
@@ -1732,27 +1790,17 @@ int ps_table_read_state(const ps_table_t *t, const uint64_t *keys, size_t n, flo
     if (t->cfg.cold)
         return PC_EUNSUPPORTED; /* rows in the cold tier are not read here */
     plan_t p;
-    int rc = batch_begin(t, keys, n, NULL, NO_BUF, &p);
+    ps_table_t *tw = (ps_table_t *)(uintptr_t)t; /* OP_READ changes nothing but the locks */
+    int rc = batch_begin(tw, keys, n, NULL, NO_BUF, &p);
     if (rc <= 0)
         return rc;
-    const size_t stride = t->stride;
-    for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) { /* one shard group [q0, q1) at a time */
-        ps_shard_t *s = &t->shards[p.sq[q0]];
-        for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
-            ;
-        pthread_rwlock_rdlock(&s->lock);
-        for (uint32_t q = q0; q < q1; q++) {
-            const uint32_t k = p.order[q], r = find_row(s, keys[k], p.h[k]);
-            found[k] = r != NO_ROW;
-            if (r != NO_ROW)
-                row_export(t, row_at(t, s, r), rows + k * stride);
-            else
-                memset(rows + k * stride, 0, stride * sizeof(float));
-        }
-        pthread_rwlock_unlock(&s->lock);
-    }
+    batch_t b;
+    batch_init(&b, tw, keys, &p, n);
+    b.rows = rows;
+    b.found = found;
+    batch_run(&b, OP_READ);
     plan_free(&p);
-    return 0;
+    return b.rc;
 }
 
 int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased) {
@@ -1822,65 +1870,39 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
     return rc;
 }
 
-/* ps_table_load's work: key k's weights at weights + k * wstride, its state at
- * states + k * sstride (NULL: fresh); logged: the keys go to the change log. */
-static int load_rows(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
-                     size_t wstride, const float *states, size_t sstride, const uint16_t *ticks,
-                     const uint8_t *freqs, bool logged) {
-    if (n && !weights)
+/* ps_table_load's work (src: what to write, load_src_t); logged: the keys go to the change
+ * log. */
+static int load_rows(ps_table_t *t, size_t n, const uint64_t *keys, const load_src_t *src,
+                     bool logged) {
+    if (n && !src->weights)
         return PC_EINVAL;
     plan_t p;
     int rc = batch_begin(t, keys, n, NULL, NO_BUF, &p);
     if (rc <= 0)
         return rc;
-    rc = 0;
-    const uint32_t sl = t->state_len;
+    batch_t b;
+    batch_init(&b, t, keys, &p, n);
+    b.cold = false; /* a loaded row replaces what the cold store holds: nothing to fetch */
+    b.ld = src;
     pthread_rwlock_rdlock(&t->cut);
-    for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) { /* one shard group [q0, q1) */
-        ps_shard_t *s = &t->shards[p.sq[q0]];
-        for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
-            ;
-        pthread_rwlock_wrlock(&s->lock);
-        for (uint32_t q = q0; q < q1; q++) {
-            uint32_t k = p.order[q];
-            uint32_t r = find_row(s, keys[k], p.h[k]);
-            if (r == NO_ROW) {
-                int irc = row_insert(t, s, keys[k], p.h[k], &r);
-                if (irc) { /* keep loading the other keys; report the first error */
-                    rc = rc ? rc : irc;
-                    continue;
-                }
-            }
-            cow_save(t, s, r);
-            unsigned char *row = row_at(t, s, r);
-            row_weights_set(t, row, weights + (size_t)k * wstride);
-            if (sl && states)
-                memcpy(row_state(t, row), states + (size_t)k * sstride, sl * sizeof(float));
-            else if (sl)
-                ps__optim_init_state(&t->opt, row_state(t, row));
-            /* During a snapshot the row must read as changed after the cut. */
-            s->km[r].tick = ticks && !s->cow_active ? ticks[k] : (uint16_t)s->clock;
-            s->km[r].freq = freqs ? (uint8_t)(freqs[k] < FREQ_MAX ? freqs[k] : FREQ_MAX) : 1;
-        }
-        int frc = cold_flush(t, s);
-        rc = rc ? rc : frc;
-        pthread_rwlock_unlock(&s->lock);
-    }
+    batch_run(&b, OP_LOAD);
     pthread_rwlock_unlock(&t->cut);
     if (logged)
         log_append(t, keys, n);
     plan_free(&p);
-    return rc;
+    return b.rc;
 }
 
 int ps_table_load(ps_table_t *t, size_t n, const uint64_t *keys, const float *weights,
                   const float *states, const uint16_t *ticks, const uint8_t *freqs) {
-    return load_rows(t, n, keys, weights, t->dim, states, t->state_len, ticks, freqs, true);
+    const load_src_t src = {weights, states, t->dim, t->state_len, ticks, freqs};
+    return load_rows(t, n, keys, &src, true);
 }
 
 int ps_table_load_rows_unlogged(ps_table_t *t, size_t n, const uint64_t *keys, const float *rows) {
     const size_t stride = (size_t)t->dim + t->state_len;
-    return load_rows(t, n, keys, rows, stride, rows + t->dim, stride, NULL, NULL, false);
+    const load_src_t src = {rows, rows + t->dim, stride, stride, NULL, NULL};
+    return load_rows(t, n, keys, &src, false);
 }
 
 /* ==== clock, expiry, scans ================================================================= */

@@ -223,6 +223,70 @@ static void test_scan_and_load(void **state) {
     ps_table_destroy(t);
 }
 
+/* Whole-row loads and reads in large batches (the pipelined path): a load that grows the index
+ * several times within one batch, with duplicate keys (the later row wins) and keys already
+ * present (overwritten), reads back exactly; absent keys read as not found and zeros; a load
+ * without states gives fresh optimizer state (as a new row has). */
+static void test_load_read_state_batches(void **state) {
+    (void)state;
+    enum { N = 20000, D = 4, S = 2 * D }; /* Adagrad: stride = dim + dim */
+    ps_table_t *t = make("dim=4,optimizer=adagrad,lr=0.1,shards=2");
+    assert_int_equal(ps_table_state_len(t), D);
+    static uint64_t keys[N + 64], absent[64];
+    static float rows[(N + 64) * S], back[(N + 64) * S], ref[N * S];
+    static uint8_t found[N + 64];
+    for (int i = 0; i < N; i++) {
+        keys[i] = (uint64_t)i * 0x9E3779B97F4A7C15ull + 1;
+        for (int e = 0; e < S; e++)
+            rows[(size_t)i * S + e] = (float)i + (float)e / 8;
+    }
+    for (int i = 0; i < 64; i++) { /* duplicates of the first keys, with other rows */
+        keys[N + i] = keys[i];
+        for (int e = 0; e < S; e++)
+            rows[(size_t)(N + i) * S + e] = -(float)i - 1 - (float)e / 8;
+    }
+    /* a few keys present before the load: overwritten */
+    float g[16 * D];
+    for (int i = 0; i < 16 * D; i++)
+        g[i] = 1;
+    assert_int_equal(ps_table_push(t, keys + 100, 16, g, 16 * D, NULL), 0);
+    assert_int_equal(ps_table_load_rows_unlogged(t, N + 64, keys, rows), 0);
+    assert_int_equal(ps_table_count(t), N);
+    memcpy(ref, rows, sizeof ref);
+    memcpy(ref, rows + (size_t)N * S, 64 * S * sizeof(float)); /* the later duplicates won */
+    memset(back, 0x7f, sizeof back);
+    assert_int_equal(ps_table_read_state(t, keys, N, back, found), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(found[i], 1);
+    assert_memory_equal(back, ref, sizeof ref);
+    for (int i = 0; i < 64; i++)
+        absent[i] = (uint64_t)i * 31 + 0xABCD000000000000ull;
+    memset(back, 0x7f, sizeof back);
+    assert_int_equal(ps_table_read_state(t, absent, 64, back, found), 0);
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(found[i], 0);
+    for (int i = 0; i < 64 * S; i++)
+        assert_true(back[i] == 0.0f);
+    /* weights only: state as a new row's */
+    ps_table_t *u = make("dim=4,optimizer=adagrad,lr=0.1,shards=2");
+    static float w[N * D];
+    for (int i = 0; i < N * D; i++)
+        w[i] = (float)i;
+    assert_int_equal(ps_table_load(u, N, keys, w, NULL, NULL, NULL), 0);
+    uint64_t fresh = 0xFEEDull;
+    float fr[S];
+    uint8_t ff;
+    assert_int_equal(ps_table_pull(u, &fresh, 1, fr, D), 0); /* inserts a new row */
+    assert_int_equal(ps_table_read_state(u, &fresh, 1, fr, &ff), 0);
+    assert_int_equal(ps_table_read_state(u, keys, N, back, found), 0);
+    for (int i = 0; i < N; i++) {
+        assert_memory_equal(back + (size_t)i * S, w + (size_t)i * D, D * sizeof(float));
+        assert_memory_equal(back + (size_t)i * S + D, fr + D, D * sizeof(float));
+    }
+    ps_table_destroy(u);
+    ps_table_destroy(t);
+}
+
 static void test_admission(void **state) {
     (void)state;
     ps_table_t *t = make("dim=2,optimizer=sgd,lr=1,admit_threshold=3,init=uniform,init_scale=1");
@@ -578,15 +642,11 @@ static void test_bad_input(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pull_push_lookup),
-        cmocka_unit_test(test_growth_and_erase),
-        cmocka_unit_test(test_scan_and_load),
-        cmocka_unit_test(test_admission),
-        cmocka_unit_test(test_ttl),
-        cmocka_unit_test(test_clock_wrap),
-        cmocka_unit_test(test_capacity),
-        cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_snapshot_with_evictions),
+        cmocka_unit_test(test_pull_push_lookup),    cmocka_unit_test(test_growth_and_erase),
+        cmocka_unit_test(test_scan_and_load),       cmocka_unit_test(test_load_read_state_batches),
+        cmocka_unit_test(test_admission),           cmocka_unit_test(test_ttl),
+        cmocka_unit_test(test_clock_wrap),          cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_bad_input),           cmocka_unit_test(test_snapshot_with_evictions),
         cmocka_unit_test(test_snapshot_chunk_gaps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
