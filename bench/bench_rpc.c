@@ -228,6 +228,20 @@ static int make_cert(const char *dir, const char *name, char *cert, char *key, s
     return 0;
 }
 
+/* Every key of the run pulled once from a second server's b64 table (c), creating its rows. */
+static void fill_b64(const ctx_t *x, psc_t *c) {
+    static uint64_t keys[B];
+    float *rows = malloc((size_t)B * 64 * sizeof(float));
+    for (uint64_t k = 0; rows && k < x->nkeys; k += B) {
+        const size_t n = x->nkeys - k < B ? (size_t)(x->nkeys - k) : B;
+        for (size_t i = 0; i < n; i++)
+            keys[i] = bench_key(k + i);
+        if (psc_pull(c, "b64", keys, n, 64, rows))
+            abort();
+    }
+    free(rows);
+}
+
 /* Pull rows/s at dim 64, 8 in flight, over TLS (a second server, pinned as the first)
  * and over the plain connection x->ps, alternating; *plain and *ratio get the medians of the
  * plain samples and of the pairs' ratios. Returns the TLS figure, or -1 when the TLS server
@@ -256,17 +270,7 @@ static double tls_pull_rate(ctx_t *x, const bench_opts_t *o, const char *dir, do
         bench_stop(pid);
         return -1;
     }
-    /* every key once on the new server first: the plain one holds its rows already */
-    static uint64_t keys[B];
-    float *rows = malloc((size_t)B * 64 * sizeof(float));
-    for (uint64_t k = 0; rows && k < x->nkeys; k += B) {
-        const size_t n = x->nkeys - k < B ? (size_t)(x->nkeys - k) : B;
-        for (size_t i = 0; i < n; i++)
-            keys[i] = bench_key(k + i);
-        if (psc_pull(tls_ps, "b64", keys, n, 64, rows))
-            abort();
-    }
-    free(rows);
+    fill_b64(x, tls_ps); /* the plain server holds its rows already */
     pairs_t f;
     for (int r = 0; r < PAIRS; r++) {
         x->ps = plain_ps;
@@ -678,16 +682,7 @@ static int poll_latency(ctx_t *x, const bench_opts_t *o, const char *dir, double
         bench_stop(pid);
         return -1;
     }
-    static uint64_t keys[B];
-    float *rows = malloc((size_t)B * 64 * sizeof(float));
-    for (uint64_t k = 0; rows && k < x->nkeys; k += B) {
-        const size_t n = x->nkeys - k < B ? (size_t)(x->nkeys - k) : B;
-        for (size_t i = 0; i < n; i++)
-            keys[i] = bench_key(k + i);
-        if (psc_pull(poll_ps, "b64", keys, n, 64, rows))
-            abort();
-    }
-    free(rows);
+    fill_b64(x, poll_ps);
     x->ps = poll_ps;
     x->ps_port = port;
     *lk = lookup_latency(x, false, 64, rate, 5);
