@@ -12,7 +12,9 @@
  * Replication's row copies (uniform keys, 1 thread, interleaved with the above): read_state
  * (whole rows with optimizer state out, as a primary answers DELTAS and SCAN) and load (whole
  * rows in, as a backup or a restore writes them), in rows/s and against the gather of the same
- * keys' weights: read_state_vs_ref, load_vs_ref (they move twice its bytes with Adagrad).
+ * keys' weights: read_state_vs_ref, load_vs_ref (they move twice its bytes with Adagrad). The
+ * load writes 0.01 into every row and state it touches, so the samples after it run on those
+ * values (finite and normal: the same work per row).
  * Memory overhead per row is reported twice: exact accounting (keys + metadata + index) and the
  * growth of the resident set while filling the table, minus the floats.
  * Stored row types (docs/table.md): at the first size, an Adagrad table storing its weights in
