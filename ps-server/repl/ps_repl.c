@@ -32,8 +32,8 @@
  *   from a primary this server has just replaced is dropped (a version that changes no role, a
  *   lease confirmed or marks cleared, does not stop a round: `roles`). Caught up, the follower
  *   asks again after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a
- *   primary that does not answer is retried after 100 ms doubling to 2 s. Cold tables are not
- * followed.
+ *   primary that does not answer is retried after 100 ms doubling to 2 s. Cold tables are
+ *   not followed.
  * - In sync: a backup added to a running primary is marked catching up in the map (`~`,
  *   pc_cluster.h). Its follower knows when it holds every acknowledged push of a primary: each
  *   table copied and, after the copy, a DELTAS reply that was not full (it reached the head as
@@ -41,8 +41,8 @@
  *   backup, so a push acknowledged earlier is before that head). The follower then notes the
  *   map version it did so under (caught_ver) and the controller clears its own mark on that
  *   primary's slots in the next version, if that is still the map. A failover promotes a backup
- *   in sync first; one catching up only when no other is left (counted:
- * emberps_replication_unclean_promoted_slots_total).
+ *   in sync first; one catching up only when no other is left (counted in
+ *   emberps_replication_unclean_promoted_slots_total).
  */
 #include "ps_repl.h"
 
