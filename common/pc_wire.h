@@ -193,10 +193,14 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
  * position before `from`; PC_STREAM_SAME_MAP (SCAN only), the frame header's map_version is the
  * map the requester copies under, and a server with another map answers PC_EWRONGSLOT with its
  * own (a copy erases what the primary does not send: under another map that could be rows it still
- * has). Other bits: PC_EINVAL. */
+ * has); PC_STREAM_BACKUP (SCAN with PC_STREAM_SAME_MAP only), the requester is the server whose
+ * index is `from`, and only rows of slots it backs up of this server under that map are sent (a
+ * backup's copy; a server the map does not have: PC_EINVAL). Other bits: PC_EINVAL. */
 #define PC_STREAM_STATE    1u
 #define PC_STREAM_ACK      2u
 #define PC_STREAM_SAME_MAP 4u
+#define PC_STREAM_BACKUP   8u
+#define PC_STREAM_FLAGS    (PC_STREAM_STATE | PC_STREAM_ACK | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP)
 typedef struct pc_wire_stream {
     char name[PC_WIRE_NAME_MAX + 1];
     uint32_t flags, max, part, parts;

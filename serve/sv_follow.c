@@ -379,7 +379,9 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
         held = ps_table_count(live);
         ps_catalog_release(cat, live);
     }
-    uint32_t parts = (uint32_t)((held + held / 2) / sf->scan_cap + 1);
+    uint32_t parts = 1; /* a power of two: each part walks only its share of the table */
+    while (parts < PARTS_MAX && (uint64_t)parts * sf->scan_cap < held + held / 2)
+        parts *= 2;
     const uint64_t t0 = pc_time_mono_ns();
     /* the map version to copy under: the newest noted while it has the layout's primaries (a
      * change of backups only), else the layout's own (a server that moved on refuses: the rows

@@ -1605,8 +1605,8 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t
     const bool bounds = op == PC_OP_DELTAS && !q->cap; /* rows neither asked nor buffered */
     const uint32_t dim_max = flags & PC_STREAM_STATE ? PC_WIRE_STREAM_STRIDE_MAX : PC_WIRE_DIM_MAX;
     if (!c || !q || !out || !q->table || !q->table[0] || strlen(q->table) > PC_WIRE_NAME_MAX ||
-        (flags & ~(PC_STREAM_STATE | PC_STREAM_ACK | PC_STREAM_SAME_MAP)) ||
-        ((flags & PC_STREAM_SAME_MAP) && op != PC_OP_SCAN) ||
+        (flags & ~PC_STREAM_FLAGS) || ((flags & PC_STREAM_SAME_MAP) && op != PC_OP_SCAN) ||
+        ((flags & PC_STREAM_BACKUP) && !(flags & PC_STREAM_SAME_MAP)) ||
         ((flags & PC_STREAM_ACK) && (op != PC_OP_DELTAS || q->parts)) || (!q->dim && !bounds) ||
         q->dim > dim_max || (!bounds && (!q->cap || !q->keys || !q->found || !q->rows)) ||
         q->server > INT32_MAX || (op == PC_OP_SCAN && q->part >= q->parts))

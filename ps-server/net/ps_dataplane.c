@@ -1129,20 +1129,31 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
 }
 
 typedef struct scan_ctx {
-    const pc_cluster_map_t *only; /* keep the keys of slots server `self` is primary of there */
-    uint32_t self;
-    uint32_t part, parts, dim;
-    uint64_t n, cap, limit; /* rows collected, allocated, allowed */
+    uint64_t want[PC_NSLOTS / 64]; /* the slots whose rows are sent (bits) */
+    uint64_t n, cap, limit;        /* rows collected, allocated, allowed */
     uint64_t *keys;
     int rc;
 } scan_ctx_t;
 
+/* x->want from map m (NULL: every slot): the slots this server is primary of (all when it owns
+ * every slot or the map names no backups), and of them only those that server `backup` backs up
+ * (PC_NO_SERVER: no such condition). */
+static void scan_want(scan_ctx_t *x, const ps_dp_t *dp, const pc_cluster_map_t *m,
+                      uint32_t backup) {
+    const bool all = !m || ((dp->owns_all || !dp->replicated) && backup == PC_NO_SERVER);
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        const bool w = all || (pc_cmap_slot_owner(m, s) == dp->o.self &&
+                               (backup == PC_NO_SERVER || pc_cmap_is_backup(m, s, backup)));
+        if (w)
+            x->want[s / 64] |= 1ull << (s % 64);
+    }
+}
+
 static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     scan_ctx_t *x = ctx;
     for (size_t i = 0; i < n; i++) {
-        if (pc_hash_u64(rows[i].key, PC_HASH_SEED_SLOT) % x->parts != x->part)
-            continue;
-        if (x->only && !primary_of(x->only, x->self, rows[i].key)) /* someone's backup here */
+        const uint32_t slot = pc_key_slot(rows[i].key);
+        if (!(x->want[slot / 64] >> (slot % 64) & 1))
             continue;
         if (x->n == x->limit) {
             x->rc = PC_ETOOBIG;
@@ -1163,7 +1174,9 @@ static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     return 0;
 }
 
-/* SCAN: every row in part q.part of q.parts (by the keys' slot hash), with the change log's head
+/* SCAN: every row in part q.part of q.parts (ps_table_scan_part: with parts a power of two, a
+ * part's walk is about 1/parts of the table, so a copy in many parts does not walk the whole
+ * table per part, blocking this loop each time), with the change log's head
  * taken before the scan: DELTAS from there bring every change made since. A table without a log
  * gets one first (when the server starts logs): the head is taken after it is installed, so
  * every change the scan may miss is in the log after it. */
@@ -1176,10 +1189,8 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     char msg[PC_WIRE_MSG_MAX];
     const uint32_t dim = stream_dim(t, &q);
     uint64_t oldest = 0, head = 0;
-    scan_ctx_t x = {.part = q.part, /* at most the reply limit and the subscriber's buffers */
-                    .parts = q.parts,
-                    .dim = dim,
-                    .limit = stream_rows_max(dp, dim, q.max)};
+    /* at most the reply limit and the subscriber's buffers */
+    scan_ctx_t x = {.limit = stream_rows_max(dp, dim, q.max)};
     if (!q.parts || q.part >= q.parts) {
         reply_error(c, h, PC_EINVAL, "a scan needs part < parts");
     } else if (ps_table_config(t)->cold) {
@@ -1195,20 +1206,21 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
             x.rc = 0;
         else if (!x.rc)
             ps_changelog_bounds(log, &oldest, &head);
-        /* with backups in the map, only the slots this server is primary of, by a copy of the
-         * map taken now (a map change does not wait for the scan) */
-        pc_cluster_map_t *only = NULL;
+        /* the slots sent, from the map as it is now (a map change does not wait for the scan):
+         * with backups in the map only those this server is primary of, and for a backup's copy
+         * only those it backs up */
+        const uint32_t backup = q.flags & PC_STREAM_BACKUP ? (uint32_t)q.from : PC_NO_SERVER;
         pthread_rwlock_rdlock(&dp->map_lock);
         if (!x.rc && (q.flags & PC_STREAM_SAME_MAP) && pc_cmap_version(dp->map) != h->map_version)
             x.rc = PC_EWRONGSLOT; /* a copy under another map: see pc_wire.h */
-        if (!x.rc && !dp->owns_all && dp->replicated && pc_cmap_copy(dp->map, &only))
-            x.rc = PC_ENOMEM;
+        if (!x.rc && (q.flags & PC_STREAM_BACKUP) &&
+            (!dp->map || q.from >= pc_cmap_nservers(dp->map)))
+            x.rc = PC_EINVAL;
+        if (!x.rc)
+            scan_want(&x, dp, dp->map, backup);
         pthread_rwlock_unlock(&dp->map_lock);
-        x.only = only;
-        x.self = dp->o.self;
-        if (!x.rc && ps_table_scan(t, PS_SCAN_ALL, scan_collect, &x) && !x.rc)
+        if (!x.rc && ps_table_scan_part(t, PS_SCAN_ALL, q.part, q.parts, scan_collect, &x) && !x.rc)
             x.rc = PC_EINTERNAL;
-        pc_cmap_destroy(only);
         wreq_t *w = x.rc ? NULL : reply_alloc(c, pc_wire_stream_reply_len(x.n, dim));
         if (!x.rc && !w)
             x.rc = PC_ENOMEM;
@@ -1217,6 +1229,12 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
                      "part %u of %u of table %s holds over %llu rows, more than a reply may "
                      "carry: scan it in more parts",
                      q.part, q.parts, q.name, (unsigned long long)x.limit);
+            reply_error(c, h, x.rc, msg);
+        } else if (x.rc == PC_EINVAL) {
+            snprintf(msg, sizeof msg,
+                     "a backup's scan names server %llu, which map version %llu "
+                     "does not have",
+                     (unsigned long long)q.from, (unsigned long long)h->map_version);
             reply_error(c, h, x.rc, msg);
         } else if (x.rc) {
             reply_error(c, h, x.rc, x.rc == PC_EWRONGSLOT ? NULL : "scan");

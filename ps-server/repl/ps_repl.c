@@ -27,7 +27,10 @@
  *   the map gives this server more slots of that primary, and on PC_ESTATE (a replaced table)
  *   when its copy is empty. A copy never goes backwards: it loads every part over what is there
  *   and erases afterwards only the keys of those slots the primary did not send, so a copy
- *   interrupted by the primary's death still holds everything it held before. Rows are applied
+ *   interrupted by the primary's death still holds everything it held before. A copy asks only
+ *   for the slots this server backs up (PC_STREAM_BACKUP) and takes one part a round (copy_t),
+ *   so that the other primaries' DELTAS, whose acknowledgements their sync pushes wait for, go
+ *   on between its parts; a copy begun under another map version starts over. Rows are applied
  *   under the map's mutex and only while the map is the one the round started with: a reply
  *   from a primary this server has just replaced is dropped (a version that changes no role, a
  *   lease confirmed or marks cleared, does not stop a round: `roles`). Caught up, the follower
@@ -72,6 +75,26 @@
 #define TABLES_NS    1000000000ull /* the catalog is listed again this often (new tables) */
 #define LAG_MAX      (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs a handover sees */
 
+/* The keys this server held of the slots a copy brings, sorted, and which the copy sent; or, with
+ * p PC_NO_SERVER, the keys of slots it has no role in (release_rows). */
+typedef struct seen {
+    const pc_cluster_map_t *m;
+    uint32_t me, p;
+    uint64_t *keys;
+    uint8_t *got;
+    size_t n, cap;
+    bool failed;
+} seen_t;
+
+/* A copy under way (see DESIGN: one part a round): the parts loaded so far under map version
+ * `ver`, the table's uid and log head from its first part. */
+typedef struct copy {
+    bool on;
+    uint32_t part;
+    uint64_t ver, uid, next;
+    seen_t x;
+} copy_t;
+
 typedef struct source {
     char table[PS_TABLE_NAME_MAX];
     uint64_t uid, pos;
@@ -79,6 +102,7 @@ typedef struct source {
     bool caught;    /* a DELTAS reply since the last copy reached the primary's head */
     bool skip;      /* a cold table: not followed (said once) */
     uint32_t parts; /* the split its last copy needed */
+    copy_t cp;
 } source_t;
 
 typedef struct primary {
@@ -706,7 +730,6 @@ static void bufs_free(bufs_t *b) {
 /* Load a stream reply's n rows (with state) into t: present ones loaded, absent ones erased,
  * keys of slots this server does not back up of p skipped; only while the map is still m
  * (PC_ESTATE otherwise: the reply is dropped). `seen` (may be NULL): note the keys a copy got. */
-typedef struct seen seen_t;
 static void seen_mark(seen_t *x, const uint64_t *keys, size_t n);
 
 static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t *t, bufs_t *b,
@@ -741,17 +764,6 @@ static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t
         atomic_fetch_add(&r->rows_streamed, nl + ne);
     return rc;
 }
-
-/* The keys this server held of the slots a copy brings, sorted, and which the copy sent; or, with
- * p PC_NO_SERVER, the keys of slots it has no role in (release_rows). */
-struct seen {
-    const pc_cluster_map_t *m;
-    uint32_t me, p;
-    uint64_t *keys;
-    uint8_t *got;
-    size_t n, cap;
-    bool failed;
-};
 
 static int seen_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     seen_t *x = ctx;
@@ -789,79 +801,92 @@ static void seen_mark(seen_t *x, const uint64_t *keys, size_t n) {
     }
 }
 
-/* Copy table src of primary pr afresh (see DESIGN: load every part, then erase the keys of
- * those slots the primary did not send). PC_ESTATE with *held > 0: the primary's table was
- * replaced while this server's copy holds rows of it. */
-static int copy_table(ps_repl_t *r, primary_t *pr, source_t *src, const pc_cluster_map_t *m,
+static void copy_end(source_t *src) {
+    pc_sfree(src->cp.x.keys);
+    pc_sfree(src->cp.x.got);
+    memset(&src->cp, 0, sizeof src->cp);
+}
+
+/* The next part of a copy of table src of primary pr (see DESIGN: load every part, then erase
+ * the keys of those slots the primary did not send), starting one when none is under way under
+ * m: rows loaded, or an error (the copy then starts over). PC_ESTATE with *held > 0: the
+ * primary's table was replaced while this server's copy holds rows of it. */
+static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_cluster_map_t *m,
                       ps_table_t *t, bufs_t *b, char *why, size_t whycap, size_t *held) {
     const uint32_t stride = ps_table_dim(t) + ps_table_state_len(t);
-    seen_t x = {.m = m, .me = r->o.self, .p = pr->server};
-    int rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &x) || x.failed ? PC_ENOMEM : 0;
-    *held = x.n;
-    if (!rc && x.n) {
-        qsort(x.keys, x.n, sizeof *x.keys, cmp_u64);
-        if (!(x.got = pc_scalloc(PC_MEM_SCRATCH, x.n, 1)))
-            rc = PC_ENOMEM;
+    copy_t *cp = &src->cp;
+    int rc = 0;
+    if (cp->on && cp->ver != pc_cmap_version(m))
+        copy_end(src); /* begun under another map: the primary refuses its parts now */
+    if (!cp->on) {
+        cp->on = true;
+        cp->ver = pc_cmap_version(m);
+        cp->x = (seen_t){.m = m, .me = r->o.self, .p = pr->server};
+        rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &cp->x) || cp->x.failed ? PC_ENOMEM : 0;
+        if (!rc && cp->x.n) {
+            qsort(cp->x.keys, cp->x.n, sizeof *cp->x.keys, cmp_u64);
+            if (!(cp->x.got = pc_scalloc(PC_MEM_SCRATCH, cp->x.n, 1)))
+                rc = PC_ENOMEM;
+        }
+        if (src->parts < SCAN_PARTS)
+            src->parts = SCAN_PARTS;
     }
-    if (src->parts < SCAN_PARTS)
-        src->parts = SCAN_PARTS;
-    uint64_t next = 0, uid = 0;
-    uint32_t part = 0;
-    while (!rc && part < src->parts) {
-        psc_stream_req_t q = {.server = pr->server,
-                              .table = src->table,
-                              .dim = stride,
-                              .part = part,
-                              .parts = src->parts,
-                              .cap = b->cap,
-                              .keys = b->keys,
-                              .found = b->found,
-                              .rows = b->rows};
-        psc_stream_t out;
-        rc = psc__stream(pr->c, true, &q, PC_STREAM_STATE | PC_STREAM_SAME_MAP, pc_cmap_version(m),
-                         &out, why, whycap);
-        if (rc == PC_ETOOBIG && src->parts < 65536) { /* a part over the buffers: split finer */
-            src->parts *= 2;
-            part = 0; /* the parts loaded are loaded again: a load is idempotent */
-            rc = 0;
-            continue;
-        }
-        if (!rc && part && out.uid != uid)
-            rc = PC_ESTATE; /* replaced during the copy: again */
-        if (!rc && src->uid && out.uid != src->uid && x.n)
-            rc = PC_ESTATE; /* replaced under a copy that holds rows: see DESIGN */
-        if (!rc) {
-            rc = apply(r, m, pr->server, t, b, out.n, x.got ? &x : NULL);
-            atomic_fetch_add(&r->rows_copied, out.n);
-        }
-        if (!rc && !part) {
-            next = out.next;
-            uid = out.uid;
-        }
-        part++;
+    seen_t *x = &cp->x;
+    *held = x->n;
+    psc_stream_req_t q = {.server = pr->server,
+                          .table = src->table,
+                          .dim = stride,
+                          .part = cp->part,
+                          .parts = src->parts,
+                          .from = r->o.self, /* PC_STREAM_BACKUP: only the slots it backs up */
+                          .cap = b->cap,
+                          .keys = b->keys,
+                          .found = b->found,
+                          .rows = b->rows};
+    psc_stream_t out = {0};
+    if (!rc)
+        rc = psc__stream(pr->c, true, &q, PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP,
+                         pc_cmap_version(m), &out, why, whycap);
+    if (rc == PC_ETOOBIG && src->parts < 65536) { /* a part over the buffers: split finer */
+        src->parts *= 2;
+        cp->part = 0; /* the parts loaded are loaded again: a load is idempotent */
+        return 0;
     }
+    if (!rc && cp->part && out.uid != cp->uid)
+        rc = PC_ESTATE; /* replaced during the copy: again */
+    if (!rc && src->uid && out.uid != src->uid && x->n)
+        rc = PC_ESTATE; /* replaced under a copy that holds rows: see DESIGN */
+    if (!rc) {
+        rc = apply(r, m, pr->server, t, b, out.n, x->got ? x : NULL);
+        atomic_fetch_add(&r->rows_copied, out.n);
+    }
+    if (!rc && !cp->part) {
+        cp->next = out.next;
+        cp->uid = out.uid;
+    }
+    if (!rc && ++cp->part < src->parts)
+        return (long)out.n;
     size_t gone = 0;
-    for (size_t i = 0; !rc && i < x.n; i++)
-        if (!x.got[i])
-            x.keys[gone++] = x.keys[i]; /* the primary has it no more */
+    for (size_t i = 0; !rc && i < x->n; i++)
+        if (!x->got[i])
+            x->keys[gone++] = x->keys[i]; /* the primary has it no more */
     if (!rc && gone) {
         pthread_mutex_lock(&r->mu);
-        rc = same_roles_as(r, m) ? ps_table_erase(t, x.keys, gone, NULL) : PC_ESTATE;
+        rc = same_roles_as(r, m) ? ps_table_erase(t, x->keys, gone, NULL) : PC_ESTATE;
         pthread_mutex_unlock(&r->mu);
     }
-    pc_sfree(x.keys);
-    pc_sfree(x.got);
     if (!rc) {
-        src->uid = uid;
-        src->pos = next;
+        src->uid = cp->uid;
+        src->pos = cp->next;
         src->need_copy = false;
         src->caught = false; /* until a DELTAS reply reaches the head */
         atomic_fetch_add(&r->copies, 1);
         PC_INFO("replication: copied table %s of %s (uid %016" PRIx64 ", %zu rows held before, "
                 "%zu gone), following from %" PRIu64,
-                src->table, pc_cmap_addr(m, pr->server), uid, *held, gone, next);
+                src->table, pc_cmap_addr(m, pr->server), cp->uid, *held, gone, cp->next);
     }
-    return rc;
+    copy_end(src);
+    return rc ? rc : (long)out.n;
 }
 
 /* Whether server me has a role in slot s under m (NULL: none). */
@@ -937,9 +962,12 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         const uint32_t stride = ps_table_dim(t) + ps_table_state_len(t);
         int rc = bufs_fit(b, stride);
         size_t held = 0;
-        if (!rc && src->need_copy)
-            rc = copy_table(r, pr, src, m, t, b, why, sizeof why, &held);
-        else if (!rc) {
+        long got = 0;
+        if (!rc && src->need_copy) {
+            got = copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
+            rc = got < 0 ? (int)got : 0;
+            total += got > 0 ? got : 0;
+        } else if (!rc) {
             psc_stream_req_t q = {.server = pr->server,
                                   .table = src->table,
                                   .dim = stride,
@@ -953,9 +981,12 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             psc_stream_t out;
             rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK, 0, &out, why,
                              sizeof why);
-            if (rc == PC_ESTATE) /* the primary's table was replaced: is a copy held here? */
-                rc = copy_table(r, pr, src, m, t, b, why, sizeof why, &held);
-            else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n, NULL)) == 0) {
+            if (rc == PC_ESTATE) { /* the primary's table was replaced: is a copy held here? */
+                src->need_copy = true;
+                got = copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
+                rc = got < 0 ? (int)got : 0;
+                total += got > 0 ? got : 0;
+            } else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n, NULL)) == 0) {
                 src->pos = out.next;
                 src->caught = src->caught || out.next >= out.head;
                 total += (long)out.n;
@@ -1032,6 +1063,8 @@ static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m, const pc_clu
             continue;
         }
         PC_INFO("replication: no longer a backup of %s", pc_cmap_addr(m, p->server));
+        for (size_t k = 0; k < p->nsrc; k++)
+            copy_end(&p->src[k]);
         psc_close(p->c);
         r->prim[i] = r->prim[--r->nprim];
     }
@@ -1117,8 +1150,11 @@ static void *fol_main(void *arg) {
             idle_us = idle_us * 2 > 2000 ? 2000 : idle_us * 2;
         }
     }
-    for (size_t i = 0; i < r->nprim; i++)
+    for (size_t i = 0; i < r->nprim; i++) {
+        for (size_t k = 0; k < r->prim[i].nsrc; k++)
+            copy_end(&r->prim[i].src[k]);
         psc_close(r->prim[i].c);
+    }
     pc_sfree(r->prim);
     r->prim = NULL;
     r->nprim = 0;

@@ -1980,15 +1980,31 @@ static float *view_weights(const ps_table_t *t, size_t *bytes) {
     return *bytes ? pc_malloc(PC_MEM_SCRATCH, *bytes) : NULL;
 }
 
+uint32_t ps_table_key_part(uint64_t key, uint32_t parts) {
+    const uint64_t h = key_hash(key);
+    return parts ? (uint32_t)(((h >> 52) | (h << 12)) % parts) : 0; /* the shard bits lowest */
+}
+
 int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx) {
-    if (!t || !fn)
+    return ps_table_scan_part(t, since, 0, 1, fn, ctx);
+}
+
+int ps_table_scan_part(const ps_table_t *t, uint64_t since, uint32_t part, uint32_t parts,
+                       ps_scan_fn fn, void *ctx) {
+    if (!t || !fn || part >= parts)
         return PC_EINVAL;
+    /* With power-of-two parts a key's part has its shard's bits lowest (ps_table_key_part): the
+     * part's rows lie in the shards congruent to it modulo min(parts, shards), whole when parts
+     * <= shards. Other counts visit every shard and test each row. */
+    const bool pow2 = !(parts & (parts - 1));
+    const uint32_t m = pow2 ? (parts < t->nshards ? parts : t->nshards) : 1;
+    const bool test = !pow2 || parts > t->nshards;
     ps_row_view_t views[256];
     size_t wb_bytes;
     float *wb = view_weights(t, &wb_bytes);
     if (wb_bytes && !wb)
         return PC_ENOMEM;
-    for (uint32_t sh = 0; sh < t->nshards; sh++) {
+    for (uint32_t sh = part % m; sh < t->nshards; sh += m) {
         ps_shard_t *s = &t->shards[sh];
         pthread_rwlock_rdlock(&s->lock);
         /* Rows pushed at clock >= since have age <= now - since; ages saturate at
@@ -2001,6 +2017,8 @@ int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx)
         int rc = 0;
         for (uint32_t r = 0; r < s->count && !rc && !none; r++) {
             if (!every && (uint16_t)((uint16_t)now - s->km[r].tick) > window)
+                continue;
+            if (test && ps_table_key_part(s->km[r].key, parts) != part)
                 continue;
             row_view(t, s, r, &views[nv], wb ? wb + nv * (size_t)t->dim : NULL);
             if (++nv == 256) {

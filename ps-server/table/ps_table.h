@@ -225,6 +225,15 @@ typedef int (*ps_scan_fn)(void *ctx, const ps_row_view_t *rows, size_t n);
 #define PS_SCAN_ALL UINT64_MAX
 int ps_table_scan(const ps_table_t *t, uint64_t since, ps_scan_fn fn, void *ctx);
 
+/* ps_table_scan of the rows whose key is in part `part` of `parts` (ps_table_key_part), the
+ * parts of a table's rows split for replies of bounded size. With a power of two parts each
+ * part costs about 1/parts of a whole scan (the parts follow the lock shards); other counts cost
+ * a whole scan each. PC_EINVAL: part >= parts. */
+int ps_table_scan_part(const ps_table_t *t, uint64_t since, uint32_t part, uint32_t parts,
+                       ps_scan_fn fn, void *ctx);
+/* The part of `parts` key belongs to (any table: it depends on the key alone). */
+uint32_t ps_table_key_part(uint64_t key, uint32_t parts);
+
 /* Insert or overwrite rows verbatim (restore, import): weights n * dim; states n * state_len or
  * NULL for fresh optimizer state; ticks/freqs or NULL for "now"/1. Bypasses admission; capacity
  * eviction still applies. */

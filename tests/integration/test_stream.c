@@ -13,13 +13,18 @@
  *  - a table reset by a fresh claim (a new uid) answers PC_ESTATE to the old uid;
  *  - two servers, each followed by its map index; a server index the map lacks, an unknown
  *    table, a wrong dim, a part out of range, a part larger than the buffers, a server without a
- *    change log: clean errors.
+ *    change log: clean errors;
+ *  - a backup's copy (PC_STREAM_BACKUP) of a primary whose slots two servers back up, in 4
+ *    parts: each gets exactly the keys of the slots it backs up, a server backing up none gets
+ *    nothing, a server the map lacks and a copy without its map version are refused.
  * argv[1] is the ps-server binary. Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
 
 #include "emberps/psclient.h"
+#include "pc_cluster.h"
 #include "pc_error.h"
+#include "psclient_repl.h"
 
 enum { CAP = 4096 };
 
@@ -360,6 +365,104 @@ static void test_two_servers_and_no_log(void **state) {
     tc_rmdir(dir);
 }
 
+/* Keys of server 0's slots, by the backup of their slot in the map below (1: slots 0-4095, 2:
+ * 4096-8191), that a backup's scan in 4 parts brings to server `backup` (-1: none of them). */
+static void backup_scan(psc_t *c, uint64_t mv, uint32_t backup, uint64_t *got, uint64_t *stray) {
+    static uint64_t keys[CAP];
+    static uint8_t found[CAP];
+    static float rows[CAP * 16];
+    *got = *stray = 0;
+    for (uint32_t p = 0; p < 4; p++) {
+        psc_stream_req_t q = {.server = 0,
+                              .table = "emb",
+                              .dim = 16, /* Adagrad: the weights and their accumulators */
+                              .part = p,
+                              .parts = 4,
+                              .from = backup,
+                              .cap = CAP,
+                              .keys = keys,
+                              .found = found,
+                              .rows = rows};
+        psc_stream_t out;
+        char why[600];
+        const int rc =
+            psc__stream(c, true, &q, PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP, mv,
+                        &out, why, sizeof why);
+        if (rc)
+            fail_msg("backup %u's scan, part %u: %s: %s", backup, p, pc_err_name(rc), why);
+        for (uint32_t i = 0; i < out.n; i++) {
+            const uint32_t slot = pc_key_slot(keys[i]);
+            const uint32_t b = slot < 4096 ? 1 : slot < 8192 ? 2 : 9;
+            *got += b == backup;
+            *stray += b != backup || !found[i];
+        }
+    }
+}
+
+static void test_backup_scan(void **state) {
+    (void)state;
+    char dir[256], map[400], maparg[450], t[100];
+    tc_tmpdir(dir, sizeof dir, "stream3");
+    int port[3];
+    for (int i = 0; i < 3; i++)
+        port[i] = pu_free_port();
+    snprintf(map, sizeof map,
+             "version=3;servers=127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d;"
+             "slots=0-4095:0/1,4096-8191:0/2,8192-16383:1",
+             port[0], port[1], port[2]);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    snprintf(t, sizeof t, "--tables=name=emb,dim=8,optimizer=adagrad");
+    const char *e[] = {maparg, t, NULL};
+    pid_t s[3];
+    for (int i = 0; i < 3; i++)
+        s[i] = pu_spawn(port[i], dir, e, NULL);
+    psc_t *c = connect_to(map);
+    enum { N = 3000 };
+    static uint64_t keys[N];
+    static float rows[N * 8];
+    uint64_t want[3] = {0};
+    for (int i = 0; i < N; i++) {
+        keys[i] = (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ULL;
+        const uint32_t slot = pc_key_slot(keys[i]);
+        want[slot < 4096 ? 1 : slot < 8192 ? 2 : 0]++;
+    }
+    /* pulls insert the rows (no push: server 0's would wait for backups that follow nothing) */
+    assert_int_equal(psc_pull(c, "emb", keys, N, 8, rows), 0);
+    uint64_t got, stray;
+    for (uint32_t b = 1; b <= 2; b++) {
+        backup_scan(c, 3, b, &got, &stray);
+        print_message("backup %u: %llu keys (of %llu), %llu others\n", b, (unsigned long long)got,
+                      (unsigned long long)want[b], (unsigned long long)stray);
+        assert_true(got == want[b] && want[b] > 600 && stray == 0);
+    }
+    backup_scan(c, 3, 0, &got, &stray); /* server 0 backs up nothing of its own */
+    assert_true(got == 0 && stray == 0);
+    psc_stream_req_t q = {.server = 0,
+                          .table = "emb",
+                          .dim = 16,
+                          .part = 0,
+                          .parts = 1,
+                          .from = 3,
+                          .cap = CAP,
+                          .keys = keys,
+                          .found = (uint8_t[CAP]){0},
+                          .rows = rows};
+    psc_stream_t out;
+    char why[600];
+    const uint32_t fl = PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP;
+    assert_int_equal(psc__stream(c, true, &q, fl, 3, &out, why, sizeof why), PC_EINVAL);
+    assert_has(why, "does not have");
+    q.from = 1;
+    assert_int_equal(psc__stream(c, true, &q, fl, 2, &out, why, sizeof why), PC_EWRONGSLOT);
+    assert_int_equal(
+        psc__stream(c, true, &q, PC_STREAM_STATE | PC_STREAM_BACKUP, 3, &out, why, sizeof why),
+        PC_EINVAL); /* refused by the client: a backup's copy names its map */
+    psc_close(c);
+    for (int i = 0; i < 3; i++)
+        pu_stop(s[i]);
+    tc_rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_stream PATH-TO-ps-server\n");
@@ -371,6 +474,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_follow),
         cmocka_unit_test(test_behind_log),
         cmocka_unit_test(test_two_servers_and_no_log),
+        cmocka_unit_test(test_backup_scan),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all();

@@ -255,8 +255,14 @@ static void test_stream_codec(void **state) {
     b[16 + 5] = 1; /* a padding byte */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[16 + 5] = 0;
-    b[2] = 8; /* a flag that does not exist */
+    b[2] = 16; /* a flag that does not exist */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    b[2] = PC_STREAM_BACKUP; /* a backup's copy without the map it copies under */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    b[2] = PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP; /* `from` names the backup */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
+    assert_true(d.flags == (PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP) &&
+                d.from == 1234567);
     b[2] = PC_STREAM_STATE | PC_STREAM_SAME_MAP; /* a copy under the header's map */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
     assert_true(d.flags == (PC_STREAM_STATE | PC_STREAM_SAME_MAP));

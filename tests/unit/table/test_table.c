@@ -131,6 +131,7 @@ static void test_growth_and_erase(void **state) {
 typedef struct scan_ctx {
     uint64_t n, keysum, weightsum_bits;
     uint32_t dim;
+    uint32_t part, parts, wrong_part; /* parts > 0: count keys of another part */
 } scan_ctx_t;
 
 static int count_scan(void *v, const ps_row_view_t *rows, size_t n) {
@@ -138,6 +139,7 @@ static int count_scan(void *v, const ps_row_view_t *rows, size_t n) {
     for (size_t i = 0; i < n; i++) {
         c->n++;
         c->keysum += rows[i].key;
+        c->wrong_part += c->parts && ps_table_key_part(rows[i].key, c->parts) != c->part;
     }
     return 0;
 }
@@ -175,7 +177,7 @@ static int dump_fn(void *v, const ps_row_view_t *r, size_t n) {
 
 static void test_scan_and_load(void **state) {
     (void)state;
-    ps_table_t *t = make("dim=5,optimizer=adam,lr=0.1");
+    ps_table_t *t = make("dim=5,optimizer=adam,lr=0.1,shards=8");
     enum { N = DUMP_N };
     uint64_t keys[N], sum = 0;
     static float rows[N * 5], g[N * 5];
@@ -201,6 +203,32 @@ static void test_scan_and_load(void **state) {
     assert_int_equal(c.n, 0);
     assert_int_equal(ps_table_scan(t, PS_SCAN_ALL, stop_scan, NULL), 42);
     assert_int_equal(ps_table_advance_clock(t, 19), PC_EINVAL); /* clocks never go back */
+
+    /* Parts (ps_table_scan_part): fewer, as many and more parts than the table's 8 shards, and
+     * counts that are not powers of two: every row in exactly one part, the one
+     * ps_table_key_part names; a part with `since` is that part of the dirty rows. */
+    const uint32_t nparts[] = {1, 2, 8, 32, 3, 12};
+    for (size_t k = 0; k < sizeof nparts / sizeof *nparts; k++) {
+        const uint32_t parts = nparts[k];
+        uint64_t total = 0, ksum = 0, dirty = 0;
+        for (uint32_t p = 0; p < parts; p++) {
+            memset(&c, 0, sizeof c);
+            c.part = p;
+            c.parts = parts;
+            assert_int_equal(ps_table_scan_part(t, PS_SCAN_ALL, p, parts, count_scan, &c), 0);
+            assert_int_equal(c.wrong_part, 0);
+            total += c.n;
+            ksum += c.keysum;
+            memset(&c, 0, sizeof c);
+            assert_int_equal(ps_table_scan_part(t, 15, p, parts, count_scan, &c), 0);
+            dirty += c.n;
+        }
+        assert_int_equal(total, N);
+        assert_int_equal(ksum, sum);
+        assert_int_equal(dirty, N / 2);
+    }
+    assert_int_equal(ps_table_scan_part(t, PS_SCAN_ALL, 4, 4, count_scan, &c), PC_EINVAL);
+    assert_int_equal(ps_table_scan_part(t, PS_SCAN_ALL, 0, 0, count_scan, &c), PC_EINVAL);
 
     /* Copy every row (weights + state + meta) into a fresh table through scan + load. */
     static dump_t d;
