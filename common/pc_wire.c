@@ -303,7 +303,8 @@ int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *o
     const uint32_t flags = get16(body + 2);
     if (nl == 0 || nl > PC_WIRE_NAME_MAX || (flags & ~PC_STREAM_FLAGS) ||
         ((flags & PC_STREAM_ACK) && (flags & PC_STREAM_SAME_MAP)) ||
-        ((flags & PC_STREAM_BACKUP) && !(flags & PC_STREAM_SAME_MAP)))
+        ((flags & PC_STREAM_BACKUP) && !(flags & PC_STREAM_SAME_MAP)) ||
+        ((flags & PC_STREAM_CAUGHT) && !(flags & PC_STREAM_ACK)))
         return PC_EINVAL;
     if ((flags & PC_STREAM_ACK) && get32(body + 12))
         return PC_EINVAL; /* an acknowledging follower names itself in part; parts is 0 */

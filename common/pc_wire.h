@@ -195,12 +195,17 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
  * own (a copy erases what the primary does not send: under another map that could be rows it still
  * has); PC_STREAM_BACKUP (SCAN with PC_STREAM_SAME_MAP only), the requester is the server whose
  * index is `from`, and only rows of slots it backs up of this server under that map are sent (a
- * backup's copy; a server the map does not have: PC_EINVAL). Other bits: PC_EINVAL. */
+ * backup's copy; a server the map does not have: PC_EINVAL); PC_STREAM_CAUGHT (DELTAS with
+ * PC_STREAM_ACK only), the backup's previous reply of this table reached the log's head: from
+ * this acknowledgement on the primary's pushes wait for it (before, a backup that is copying or
+ * catching up holds none back). Other bits: PC_EINVAL. */
 #define PC_STREAM_STATE    1u
 #define PC_STREAM_ACK      2u
 #define PC_STREAM_SAME_MAP 4u
 #define PC_STREAM_BACKUP   8u
-#define PC_STREAM_FLAGS    (PC_STREAM_STATE | PC_STREAM_ACK | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP)
+#define PC_STREAM_CAUGHT   16u
+#define PC_STREAM_FLAGS \
+    (PC_STREAM_STATE | PC_STREAM_ACK | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP | PC_STREAM_CAUGHT)
 typedef struct pc_wire_stream {
     char name[PC_WIRE_NAME_MAX + 1];
     uint32_t flags, max, part, parts;

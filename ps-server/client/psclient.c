@@ -12,23 +12,23 @@
  * max_inflight parts at once; the rest wait in its queue. Parts that fail transiently (server
  * unreachable, PC_EUNAVAIL, PC_EWRONGSLOT) collect their positions in the call's retry set; when
  * the call's last part is back, the retry set is re-split under the current map after a backoff
- * (10 ms doubling), up to `retries` times. A push part whose connection broke after it was sent
- * is not retried (it may have been applied): the call fails with PC_EUNAVAIL.
- * Maps: the client adopts a newer map from a HELLO, a wrong slot's reply, or a MAP answer; it
- * asks for one (MAP) when a server is lost (its other servers) and when any reply's header names
- * a map version newer than its own (that server), so a client whose calls never meet a wrong
- * slot (a delta-stream follower) still learns of a failover or a resharding.
- * A call ends exactly once (result, error, deadline or close); parts still out after that
- * resolve without touching the caller's buffers, and the call is freed when none is left and
- * its result has been taken (callback run or psc_wait returned).
- * Replies: a reply is read into its server's body buffer (kept between replies), except the rows
- * of a PULL or LOOKUP part whose positions in the call are consecutive (any call to one server):
- * those are read straight into the caller's array (direct_start), with no copy; plain_buf checks
- * before every read that the call has not ended (it may, by deadline, between two reads of one
- * body) and sends the rest into the body buffer if it has.
- * The same object file goes into libpsclient.a (the project's programs) and libpsclient.so (for
- * outside users and bindings): compiled with hidden visibility, it exports what psclient.h marks
- * PSC_EXTERN; the shared library's version script (psclient.map) hides ember_common's pc_*.
+ * (10 ms doubling), up to `retries` times; at once, and not counted, when the client's map is
+ * newer than the one the parts went out under (the keys have new owners). A push part whose
+ * connection broke after it was sent is not retried (it may have been applied): the call fails with
+ * PC_EUNAVAIL. Maps: the client adopts a newer map from a HELLO, a wrong slot's reply, or a MAP
+ * answer; it asks for one (MAP) when a server is lost (its other servers) and when any reply's
+ * header names a map version newer than its own (that server), so a client whose calls never meet a
+ * wrong slot (a delta-stream follower) still learns of a failover or a resharding. A call ends
+ * exactly once (result, error, deadline or close); parts still out after that resolve without
+ * touching the caller's buffers, and the call is freed when none is left and its result has been
+ * taken (callback run or psc_wait returned). Replies: a reply is read into its server's body buffer
+ * (kept between replies), except the rows of a PULL or LOOKUP part whose positions in the call are
+ * consecutive (any call to one server): those are read straight into the caller's array
+ * (direct_start), with no copy; plain_buf checks before every read that the call has not ended (it
+ * may, by deadline, between two reads of one body) and sends the rest into the body buffer if it
+ * has. The same object file goes into libpsclient.a (the project's programs) and libpsclient.so
+ * (for outside users and bindings): compiled with hidden visibility, it exports what psclient.h
+ * marks PSC_EXTERN; the shared library's version script (psclient.map) hides ember_common's pc_*.
  * TLS (psc_connect2, pc_tls.h): the context is made by psc_connect2 on the caller's thread
  * before the I/O thread starts, and freed by psc_close after it ended; every session lives on the
  * I/O thread only. A TLS connection reads the socket straight into its session (pc_tls_inbuf),
@@ -133,7 +133,8 @@ struct call {
     psc_done_fn done;
     void *ctx;
     int rc, attempts;
-    bool why_final; /* why explains rc (else: the latest transient failure, or nothing) */
+    uint64_t map_sent; /* the map version its parts were last split under */
+    bool why_final;    /* why explains rc (else: the latest transient failure, or nothing) */
     char why[PSC_WHY_MAX];
     uint32_t parts_left;
     uint32_t *retry; /* positions to send again */
@@ -370,9 +371,15 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
         call_finish(c, k, k->rc);
         return;
     }
-    k->attempts++;
+    /* positions refused under an older map than the client has now (a PC_EWRONGSLOT reply
+     * brought it: a handover, a promotion) go to their new owners at once, without counting as
+     * an attempt (map versions only grow); other failures back off */
+    const bool newer = c->map && pc_cmap_version(c->map) > k->map_sent;
+    if (!newer)
+        k->attempts++;
     atomic_fetch_add(&c->retries, 1);
-    uv_timer_start(&k->backoff, on_backoff, (uint64_t)BACKOFF_MS << (k->attempts - 1), 0);
+    uv_timer_start(&k->backoff, on_backoff, newer ? 0 : (uint64_t)BACKOFF_MS << (k->attempts - 1),
+                   0);
 }
 
 static void map_ask_others(psc_t *c, const server_t *lost);
@@ -1244,6 +1251,7 @@ static void on_backoff(uv_timer_t *t) {
 /* Split positions idx[0..n) of call k by server under the current map and queue the parts. */
 static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
     const size_t ns = c->nsrv;
+    k->map_sent = c->map ? pc_cmap_version(c->map) : 0;
     uint32_t *count = pc_scalloc(PC_MEM_CLIENT, ns + 1, sizeof *count);
     uint32_t *owner = pc_smalloc(PC_MEM_CLIENT, (n + 1) * sizeof *owner);
     part_t **parts = pc_scalloc(PC_MEM_CLIENT, ns + 1, sizeof *parts);
@@ -1607,6 +1615,7 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t
     if (!c || !q || !out || !q->table || !q->table[0] || strlen(q->table) > PC_WIRE_NAME_MAX ||
         (flags & ~PC_STREAM_FLAGS) || ((flags & PC_STREAM_SAME_MAP) && op != PC_OP_SCAN) ||
         ((flags & PC_STREAM_BACKUP) && !(flags & PC_STREAM_SAME_MAP)) ||
+        ((flags & PC_STREAM_CAUGHT) && !(flags & PC_STREAM_ACK)) ||
         ((flags & PC_STREAM_ACK) && (op != PC_OP_DELTAS || q->parts)) || (!q->dim && !bounds) ||
         q->dim > dim_max || (!bounds && (!q->cap || !q->keys || !q->found || !q->rows)) ||
         q->server > INT32_MAX || (op == PC_OP_SCAN && q->part >= q->parts))

@@ -21,7 +21,9 @@
  * caller copies under map version map_version, and a server with another one answers
  * PC_EWRONGSLOT (map_version is ignored without it); PC_STREAM_BACKUP (with PC_STREAM_SAME_MAP),
  * the caller is the server of index q->from and takes only the rows of slots it backs up of
- * q->server under that map. Errors as psc_deltas. */
+ * q->server under that map; PC_STREAM_CAUGHT (with PC_STREAM_ACK), the caller's previous reply
+ * of this table reached the head: the primary's pushes wait for it from now on. Errors as
+ * psc_deltas. */
 int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags,
                 uint64_t map_version, psc_stream_t *out, char *why, size_t cap);
 

@@ -54,24 +54,25 @@
  * (acks: per table uid and backup). When the map names backups of this server's slots, a PUSH
  * that succeeded is not answered at once: its reply waits on its loop's `parked` list with a
  * target, the table's log head after the push less the table's replication_lag, until every
- * backup's acknowledged position reaches it. A backup counts once it has acknowledged since it
- * became one (in_sync), or from the start when it was named by the first map this server
- * followed; one that joined later (`joining`: a rejoin, a resharding) holds nothing back while it
- * copies. An ACK that moves a position, and a new map (a backup dropped or added), send `wake` to
- * every loop, which answers what is now held; a timer (running only while something is parked)
- * answers the rest PC_ETIMEDOUT after ack_timeout_ms (the push was applied here, not confirmed
- * there). A push whose keys this server no longer owns is answered 0 when their new primary (a
- * backup before: a handover) acknowledged it, else PC_ETIMEDOUT: a demoted server's map has no
- * backups to wait for, which must not read as "held". A closed or finishing connection drops its
- * parked replies; a stopping loop answers them PC_ETIMEDOUT (never PC_EUNAVAIL: the client would
- * send an applied push again). Waiting on the head rather than the push's own last position is
- * safe (the head is at or past it). A stream reply of a server with backups carries only keys of
- * slots it is primary of, so a backup's copy and a serving replica never take rows this server
- * only holds as someone's backup; a copy under another map version (PC_STREAM_SAME_MAP) is
- * refused. ps_dp_set_write_until refuses pushes from a deadline on (PC_EUNAVAIL: the client
- * retries them elsewhere): the clock is read at each push, so a server that was stopped past its
- * lease refuses the pushes it meets on waking before any other thread runs; `pushing` counts the
- * pushes past that check and not yet in the change log (ps_dp_pushes_idle: a handover's cut).
+ * backup's acknowledged position reaches it. A backup counts once it has acknowledged, caught up
+ * (PC_STREAM_CAUGHT: its copy done and a reply that reached the log's head), since it became one
+ * (in_sync); one named by the first map this server followed holds pushes back from the start,
+ * one that joined later (`joining`: a rejoin, a resharding) holds nothing back until then. An ACK
+ * that moves a position, and a new map (a backup dropped or added), send `wake` to every loop,
+ * which answers what is now held; a timer (running only while something is parked) answers the rest
+ * PC_ETIMEDOUT after ack_timeout_ms (the push was applied here, not confirmed there). A push whose
+ * keys this server no longer owns is answered 0 when their new primary (a backup before: a
+ * handover) acknowledged it, else PC_ETIMEDOUT: a demoted server's map has no backups to wait for,
+ * which must not read as "held". A closed or finishing connection drops its parked replies; a
+ * stopping loop answers them PC_ETIMEDOUT (never PC_EUNAVAIL: the client would send an applied push
+ * again). Waiting on the head rather than the push's own last position is safe (the head is at or
+ * past it). A stream reply of a server with backups carries only keys of slots it is primary of, so
+ * a backup's copy and a serving replica never take rows this server only holds as someone's backup;
+ * a copy under another map version (PC_STREAM_SAME_MAP) is refused. ps_dp_set_write_until refuses
+ * pushes from a deadline on (PC_EUNAVAIL: the client retries them elsewhere): the clock is read at
+ * each push, so a server that was stopped past its lease refuses the pushes it meets on waking
+ * before any other thread runs; `pushing` counts the pushes past that check and not yet in the
+ * change log (ps_dp_pushes_idle: a handover's cut).
  */
 #include "ps_dataplane.h"
 
@@ -162,7 +163,7 @@ typedef struct ack {
     uint64_t uid;
     uint32_t server;
     uint64_t pos;
-    bool in_sync; /* acknowledged since it became a backup (its copy done) */
+    bool in_sync; /* acknowledged, caught up, since it became a backup (its copy done) */
     char table[PC_WIRE_NAME_MAX + 1];
 } ack_t;
 #define ACKS_MAX 256
@@ -192,7 +193,8 @@ struct ps_dp {
     uint64_t backups[PC_MAX_SERVERS / 64];
     uint64_t joining[PC_MAX_SERVERS / 64]; /* backups added to a running primary (map_lock) */
     atomic_bool has_backups; /* some slot of this server has a backup (read without the lock) */
-    bool replicated;         /* the map names backups: this server may hold others' rows */
+    atomic_uint_least64_t newer_map; /* ps_dp_newer_map */
+    bool replicated;                 /* the map names backups: this server may hold others' rows */
     pthread_mutex_t ack_mu;
     ack_t acks[ACKS_MAX];
     size_t nacks;
@@ -540,6 +542,20 @@ static bool primary_of(const pc_cluster_map_t *m, uint32_t self, uint64_t key) {
     return pc_cmap_key_owner(m, key) == self;
 }
 
+/* A request for keys this server does not own came under map version v: note it when newer. */
+static void note_newer_map(ps_dp_t *dp, uint64_t v) {
+    pthread_rwlock_rdlock(&dp->map_lock);
+    const uint64_t mine = pc_cmap_version(dp->map);
+    pthread_rwlock_unlock(&dp->map_lock);
+    uint64_t seen = atomic_load(&dp->newer_map);
+    while (v > mine && v > seen && !atomic_compare_exchange_weak(&dp->newer_map, &seen, v))
+        ;
+}
+
+uint64_t ps_dp_newer_map(ps_dp_t *dp) {
+    return atomic_load(&dp->newer_map);
+}
+
 bool ps_dp_owns(ps_dp_t *dp, const uint64_t *keys, size_t n) {
     pthread_rwlock_rdlock(&dp->map_lock);
     bool ok = true;
@@ -734,8 +750,10 @@ static void wake_loops(ps_dp_t *dp) {
         uv_async_send(&dp->loops[i].wake);
 }
 
-/* A backup acknowledged table t's changes before pos. */
-static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t server, uint64_t pos) {
+/* A backup acknowledged table t's changes before pos; `caught`: it had reached the log's head
+ * (PC_STREAM_CAUGHT), so pushes wait for it from now on (in_sync). */
+static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t server, uint64_t pos,
+                     bool caught) {
     const uint64_t uid = ps_table_uid(t);
     uint64_t oldest = 0, head = 0;
     ps_changelog_t *log = ps_table_changelog(t);
@@ -759,10 +777,10 @@ static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t ser
     const bool moved = pos > dp->acks[i].pos || fresh;
     if (moved)
         dp->acks[i].pos = pos;
-    if (!dp->acks[i].in_sync) {
+    if (!dp->acks[i].in_sync && caught) {
         dp->acks[i].in_sync = true;
-        PC_INFO("replication: backup %u of table %s copied it: pushes wait for it from now on "
-                "(at %" PRIu64 ", head %" PRIu64 ")",
+        PC_INFO("replication: backup %u of table %s caught up with it: pushes wait for it from "
+                "now on (at %" PRIu64 ", head %" PRIu64 ")",
                 server, table, pos, head);
     }
     pthread_mutex_unlock(&dp->ack_mu);
@@ -799,6 +817,7 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         return;
     }
     if (!ps_dp_owns(dp, b.keys, b.n)) {
+        note_newer_map(dp, h->map_version);
         reply_error(c, h, PC_EWRONGSLOT, NULL);
         return;
     }
@@ -1071,7 +1090,7 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_changelog_t *log = NULL;
     bool started = false;
     if (q.flags & PC_STREAM_ACK)
-        note_ack(dp, t, q.name, q.part, q.from);
+        note_ack(dp, t, q.name, q.part, q.from, q.flags & PC_STREAM_CAUGHT);
     int rc = q.max ? ps_catalog_changelog_start(dp->cat, t, &log, &started) : 0;
     if (!q.max) {
         if ((log = ps_table_changelog(t)))

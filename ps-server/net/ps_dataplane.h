@@ -121,6 +121,11 @@ size_t ps_dp_repl_lag(ps_dp_t *dp, ps_dp_lag_t *out, size_t cap);
  * Any thread. */
 bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack);
 
+/* The newest map version a request refused for its keys (PC_EWRONGSLOT) was sent under, when
+ * newer than this server's map (a client that learnt a handover or a promotion first); 0 before
+ * any. Replication asks the coordinator for the map at once. Any thread. */
+uint64_t ps_dp_newer_map(ps_dp_t *dp);
+
 /* Whether no push is between ps_dp_set_write_until's check and its change-log entry: after
  * ps_dp_set_write_until(dp, 0), once this is true the change logs' heads hold every push this
  * server will apply. Any thread. */

@@ -30,7 +30,13 @@
  *   interrupted by the primary's death still holds everything it held before. A copy asks only
  *   for the slots this server backs up (PC_STREAM_BACKUP) and takes one part a round (copy_t),
  *   so that the other primaries' DELTAS, whose acknowledgements their sync pushes wait for, go
- *   on between its parts; a copy begun under another map version starts over. Rows are applied
+ *   on between its parts. Each part is asked under the follower's current map version (the
+ *   primary refuses another one); a copy goes on across versions that leave this server the
+ *   same slots of that primary, and starts over when they change. A copy for slots gained while
+ *   following the log (`following`) does not stop the DELTAS of that table: its pushes go on
+ *   being acknowledged (a handover to this server, which holds that primary's pushes until it
+ *   acknowledges, does not wait on the copy), the keys they bring count as sent (not erased at
+ *   the copy's end), and the position afterwards is the further of the two. Rows are applied
  *   under the map's mutex and only while the map is the one the round started with: a reply
  *   from a primary this server has just replaced is dropped (a version that changes no role, a
  *   lease confirmed or marks cleared, does not stop a round: `roles`). Caught up, the follower
@@ -39,12 +45,14 @@
  *   not followed.
  * - In sync: a backup added to a running primary is marked catching up in the map (`~`,
  *   pc_cluster.h). Its follower knows when it holds every acknowledged push of a primary: each
- *   table copied and, after the copy, a DELTAS reply that was not full (it reached the head as
- *   the primary answered; the first DELTAS after a copy makes the primary's pushes wait for this
- *   backup, so a push acknowledged earlier is before that head). The follower then notes the
- *   map version it did so under (caught_ver) and the controller clears its own mark on that
- *   primary's slots in the next version, if that is still the map. A failover promotes a backup
- *   in sync first; one catching up only when no other is left (counted in
+ *   table copied, then a DELTAS reply that reached the head (`reached`), and then the reply to a
+ *   DELTAS that said so (PC_STREAM_CAUGHT) reaching the head too (`caught`): that request made
+ *   the primary's pushes wait for this backup, so a push acknowledged earlier is before the
+ *   head of its reply. Pushes do not wait for a backup still working through the changes made
+ *   during its copy (a copy under training would stall every push until then). The follower
+ *   then notes the map version it did so under (caught_ver) and the controller clears its own
+ *   mark on that primary's slots in the next version, if that is still the map. A failover
+ *   promotes a backup in sync first; one catching up only when no other is left (counted in
  *   emberps_replication_unclean_promoted_slots_total).
  */
 #include "ps_repl.h"
@@ -71,6 +79,9 @@
 #define CALL_ROWS    16384u      /* rows one DELTAS or scan part brings at most */
 #define CALL_BYTES   (32u << 20) /* and bytes of rows (a wide row with state: fewer rows) */
 #define SCAN_PARTS   16u         /* a copy's first split; doubled while a part is larger */
+/* keys a release erases under the map's mutex at a time: the follower's loads (acknowledgements
+ * that sync pushes wait for) go on between them */
+#define RELEASE_KEYS 4096u
 #define MAX_TABLES   64u
 #define TABLES_NS    1000000000ull /* the catalog is listed again this often (new tables) */
 #define LAG_MAX      (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs a handover sees */
@@ -86,12 +97,14 @@ typedef struct seen {
     bool failed;
 } seen_t;
 
-/* A copy under way (see DESIGN: one part a round): the parts loaded so far under map version
- * `ver`, the table's uid and log head from its first part. */
+/* A copy under way (see DESIGN: one part a round): the parts loaded so far of the slots
+ * `slots` (bits: those this server backs up of the primary), the table's uid and log head from
+ * its first part. */
 typedef struct copy {
     bool on;
     uint32_t part;
-    uint64_t ver, uid, next;
+    uint64_t uid, next;
+    uint64_t *slots;
     seen_t x;
 } copy_t;
 
@@ -99,7 +112,10 @@ typedef struct source {
     char table[PS_TABLE_NAME_MAX];
     uint64_t uid, pos;
     bool need_copy;
-    bool caught;    /* a DELTAS reply since the last copy reached the primary's head */
+    bool following; /* pos is this server's place in the primary's log (a copy done since the
+                     * table's uid or the ring's end last changed) */
+    bool reached;   /* a DELTAS reply since the last copy reached the primary's head */
+    bool caught;    /* and since then one to a request saying so (PC_STREAM_CAUGHT) */
     bool skip;      /* a cold table: not followed (said once) */
     uint32_t parts; /* the split its last copy needed */
     copy_t cp;
@@ -128,6 +144,7 @@ struct ps_repl {
     pc_cluster_map_t *pending; /* ps_repl_publish: written by the controller's next tick */
     /* controller thread only (and start, before the threads) */
     bool lapsed;
+    uint64_t hinted; /* the last ps_dp_newer_map acted on */
     uint64_t lease_until, last_sent;
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
@@ -675,8 +692,15 @@ static void *ctl_main(void *arg) {
         const bool moving =
             reshard(r) && pc_time_mono_ns() - atomic_load(&r->adopted_ns) < RESHARD_FAST_NS;
         release_rows(r);
-        for (int t = 0; t < (moving ? RESHARD_TICK_MS : tick) && !atomic_load(&r->stop); t += 10)
-            pc_time_sleep_ms(10);
+        /* a client refused under a newer map than ours (ps_dp_newer_map): read it now, once */
+        for (int t = 0; t < (moving ? RESHARD_TICK_MS : tick) && !atomic_load(&r->stop); t += 5) {
+            const uint64_t hint = ps_dp_newer_map(r->dp);
+            if (hint > current(r) && hint != r->hinted) {
+                r->hinted = hint;
+                break;
+            }
+            pc_time_sleep_ms(5);
+        }
     }
     return NULL;
 }
@@ -804,25 +828,41 @@ static void seen_mark(seen_t *x, const uint64_t *keys, size_t n) {
 static void copy_end(source_t *src) {
     pc_sfree(src->cp.x.keys);
     pc_sfree(src->cp.x.got);
+    pc_sfree(src->cp.slots);
     memset(&src->cp, 0, sizeof src->cp);
 }
 
+/* The slots this server backs up of primary p under m, as bits into out[PC_NSLOTS / 64]. */
+static void backed_up_slots(const pc_cluster_map_t *m, uint32_t me, uint32_t p, uint64_t *out) {
+    memset(out, 0, PC_NSLOTS / 8);
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        if (backs_up(m, me, p, s))
+            out[s / 64] |= 1ull << (s % 64);
+}
+
 /* The next part of a copy of table src of primary pr (see DESIGN: load every part, then erase
- * the keys of those slots the primary did not send), starting one when none is under way under
- * m: rows loaded, or an error (the copy then starts over). PC_ESTATE with *held > 0: the
- * primary's table was replaced while this server's copy holds rows of it. */
+ * the keys of those slots the primary did not send), starting one when none is under way for
+ * the slots this server backs up of it under m: rows loaded, or an error (the copy then starts
+ * over, except after PC_EWRONGSLOT). PC_ESTATE with *held > 0: the primary's table was replaced
+ * while this server's copy holds rows of it. */
 static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_cluster_map_t *m,
                       ps_table_t *t, bufs_t *b, char *why, size_t whycap, size_t *held) {
     const uint32_t stride = ps_table_dim(t) + ps_table_state_len(t);
     copy_t *cp = &src->cp;
+    uint64_t slots[PC_NSLOTS / 64];
+    backed_up_slots(m, r->o.self, pr->server, slots);
+    if (cp->on && memcmp(cp->slots, slots, sizeof slots))
+        copy_end(src); /* the parts loaded were another set of slots: start over */
     int rc = 0;
-    if (cp->on && cp->ver != pc_cmap_version(m))
-        copy_end(src); /* begun under another map: the primary refuses its parts now */
     if (!cp->on) {
         cp->on = true;
-        cp->ver = pc_cmap_version(m);
         cp->x = (seen_t){.m = m, .me = r->o.self, .p = pr->server};
         rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &cp->x) || cp->x.failed ? PC_ENOMEM : 0;
+        cp->x.m = NULL; /* the follower's map of now: not kept */
+        if (!rc && !(cp->slots = pc_smalloc(PC_MEM_SCRATCH, sizeof slots)))
+            rc = PC_ENOMEM;
+        if (!rc)
+            memcpy(cp->slots, slots, sizeof slots);
         if (!rc && cp->x.n) {
             qsort(cp->x.keys, cp->x.n, sizeof *cp->x.keys, cmp_u64);
             if (!(cp->x.got = pc_scalloc(PC_MEM_SCRATCH, cp->x.n, 1)))
@@ -852,6 +892,8 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         cp->part = 0; /* the parts loaded are loaded again: a load is idempotent */
         return 0;
     }
+    if (rc == PC_EWRONGSLOT)
+        return rc; /* the primary has another map version: this part again once it has ours */
     if (!rc && cp->part && out.uid != cp->uid)
         rc = PC_ESTATE; /* replaced during the copy: again */
     if (!rc && src->uid && out.uid != src->uid && x->n)
@@ -877,9 +919,10 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     }
     if (!rc) {
         src->uid = cp->uid;
-        src->pos = cp->next;
+        src->pos = src->following && src->pos > cp->next ? src->pos : cp->next;
+        src->following = true;
         src->need_copy = false;
-        src->caught = false; /* until a DELTAS reply reaches the head */
+        src->reached = src->caught = false; /* until DELTAS replies reach the head */
         atomic_fetch_add(&r->copies, 1);
         PC_INFO("replication: copied table %s of %s (uid %016" PRIx64 ", %zu rows held before, "
                 "%zu gone), following from %" PRIu64,
@@ -909,18 +952,20 @@ static int release_table(void *ctx, ps_table_t *t) {
     seen_t k = {.m = x->m, .me = r->o.self, .p = PC_NO_SERVER};
     int rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &k) || k.failed ? PC_ENOMEM : 0;
     size_t erased = 0;
-    if (!rc && k.n) {
+    for (size_t i = 0; !rc && i < k.n; i += RELEASE_KEYS) {
+        const size_t n = k.n - i < RELEASE_KEYS ? k.n - i : RELEASE_KEYS;
+        size_t e = 0;
         pthread_mutex_lock(&r->mu); /* the follower loads under it: not past a new map */
-        rc = current(r) == pc_cmap_version(x->m) ? ps_table_erase(t, k.keys, k.n, &erased)
-                                                 : PC_ESTATE;
+        rc = current(r) == pc_cmap_version(x->m) ? ps_table_erase(t, k.keys + i, n, &e) : PC_ESTATE;
         pthread_mutex_unlock(&r->mu);
+        erased += e;
     }
-    if (!rc && erased) {
-        atomic_fetch_add(&r->released, erased);
+    atomic_fetch_add(&r->released, erased); /* those erased before a new map stopped it too */
+    if (erased)
         PC_INFO("resharding: %zu rows of table %s released (slots with no role here under map "
-                "version %" PRIu64 ")",
-                erased, ps_table_config(t)->name, pc_cmap_version(x->m));
-    }
+                "version %" PRIu64 ")%s",
+                erased, ps_table_config(t)->name, pc_cmap_version(x->m),
+                rc ? ", stopped by a new map" : "");
     pc_sfree(k.keys);
     return rc;
 }
@@ -963,11 +1008,15 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         int rc = bufs_fit(b, stride);
         size_t held = 0;
         long got = 0;
+        int crc = 0; /* the copy's */
         if (!rc && src->need_copy) {
             got = copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
-            rc = got < 0 ? (int)got : 0;
+            crc = got < 0 ? (int)got : 0;
             total += got > 0 ? got : 0;
-        } else if (!rc) {
+        }
+        /* the change log while following it, a copy of gained slots under way or not (see
+         * DESIGN) */
+        if (!rc && (!crc || crc == PC_EWRONGSLOT) && src->following) {
             psc_stream_req_t q = {.server = pr->server,
                                   .table = src->table,
                                   .dim = stride,
@@ -979,20 +1028,26 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                                   .found = b->found,
                                   .rows = b->rows};
             psc_stream_t out;
-            rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK, 0, &out, why,
+            const uint32_t said = src->reached ? PC_STREAM_CAUGHT : 0;
+            rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK | said, 0, &out, why,
                              sizeof why);
             if (rc == PC_ESTATE) { /* the primary's table was replaced: is a copy held here? */
                 src->need_copy = true;
-                got = copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
+                src->following = false;
+                got = src->cp.on ? 0 : copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
                 rc = got < 0 ? (int)got : 0;
                 total += got > 0 ? got : 0;
-            } else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n, NULL)) == 0) {
+            } else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n,
+                                          src->cp.x.got ? &src->cp.x : NULL)) == 0) {
                 src->pos = out.next;
-                src->caught = src->caught || out.next >= out.head;
+                src->caught = src->caught || (said && out.next >= out.head);
+                src->reached = src->reached || out.next >= out.head;
                 total += (long)out.n;
             }
         }
         ps_catalog_release(r->cat, t);
+        if (!rc)
+            rc = crc;
         if ((rc == PC_ESTATE || rc == PC_EWRONGSLOT) && !same_roles_as(r, m)) {
             return 0; /* the roles moved: the round starts again under the new map */
         } else if (rc == PC_EWRONGSLOT) {
@@ -1007,6 +1062,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             PC_INFO("replication: table %s of %s: %s: copying it again", src->table,
                     pc_cmap_addr(m, pr->server), why);
             src->need_copy = true;
+            src->following = false;
         } else if (rc) {
             PC_WARN("replication: table %s of %s: %s", src->table, pc_cmap_addr(m, pr->server),
                     why[0] ? why : pc_strerror(rc));

@@ -219,7 +219,7 @@ int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
         const double limit = nargs == 2 ? strtod(args[1], NULL) : 120;
         const uint64_t t0 = pc_time_mono_ns();
         while (!(rc = status(o, &st, false, &slots)) && slots && pc_time_sec_since(t0) < limit)
-            pc_time_sleep_ms(100);
+            pc_time_sleep_ms(20);
         if (!rc)
             rc = status(o, &st, true, &slots) ? 3 : slots ? 1 : 0;
     }

@@ -255,7 +255,7 @@ static void test_stream_codec(void **state) {
     b[16 + 5] = 1; /* a padding byte */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[16 + 5] = 0;
-    b[2] = 16; /* a flag that does not exist */
+    b[2] = 32; /* a flag that does not exist */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[2] = PC_STREAM_BACKUP; /* a backup's copy without the map it copies under */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
@@ -275,6 +275,11 @@ static void test_stream_codec(void **state) {
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
     assert_true(d.flags == (PC_STREAM_STATE | PC_STREAM_ACK) && d.part == 3 && d.parts == 0);
     b[2] = PC_STREAM_ACK | PC_STREAM_SAME_MAP; /* SAME_MAP is for copies (SCAN), not DELTAS */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    b[2] = PC_STREAM_ACK | PC_STREAM_CAUGHT; /* a backup caught up says so with its ACK */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
+    assert_true(d.flags == (PC_STREAM_ACK | PC_STREAM_CAUGHT));
+    b[2] = PC_STREAM_CAUGHT; /* and only with it */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     q.flags = 0;
     q.parts = 8;
