@@ -196,9 +196,11 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
  * has); PC_STREAM_BACKUP (SCAN with PC_STREAM_SAME_MAP only), the requester is the server whose
  * index is `from`, and only rows of slots it backs up of this server under that map are sent (a
  * backup's copy; a server the map does not have: PC_EINVAL); PC_STREAM_CAUGHT (DELTAS with
- * PC_STREAM_ACK only), the backup's previous reply of this table reached the log's head: from
- * this acknowledgement on the primary's pushes wait for it (before, a backup that is copying or
- * catching up holds none back). Other bits: PC_EINVAL. */
+ * PC_STREAM_ACK only), the backup's previous reply of this table reached the log's head and no
+ * copy of it is under way: from this acknowledgement on the primary's pushes wait for it
+ * (before, a backup that joined a running primary holds none back; one the primary's first map
+ * named holds every push back until then). Other bits: PC_EINVAL. Every server of a cluster runs
+ * the same release: an older one refuses these flags (PC_EINVAL). */
 #define PC_STREAM_STATE    1u
 #define PC_STREAM_ACK      2u
 #define PC_STREAM_SAME_MAP 4u

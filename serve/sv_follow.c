@@ -3,9 +3,9 @@
  * Costs to the training server: a caught-up follower sends one DELTAS per table every poll_ms
  * (2 ms by default: about 500 small requests a second, each answered from the change log's
  * bounds without touching the table), and one per batch_rows keys changed while behind; a scan
- * part is one pass over the table on a server loop, so scans use few, large parts (replies of
- * about scan_bytes) and happen only when the follower starts, fell behind the ring, or the table
- * was replaced.
+ * in a power of two of parts (replies of about scan_bytes) costs the server's loop one pass over
+ * the table in all (each part walks its own lock shards), and happens only when the follower
+ * starts, fell behind the ring, or the table was replaced.
  *
  * DESIGN
  * - One thread per training server that is primary of some slot in the replica's map (srvf_t;

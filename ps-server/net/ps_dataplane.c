@@ -1238,6 +1238,8 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         if (!x.rc)
             scan_want(&x, dp, dp->map, backup);
         pthread_rwlock_unlock(&dp->map_lock);
+        if (x.rc == PC_EWRONGSLOT)
+            note_newer_map(dp, h->map_version);
         if (!x.rc && ps_table_scan_part(t, PS_SCAN_ALL, q.part, q.parts, scan_collect, &x) && !x.rc)
             x.rc = PC_EINTERNAL;
         wreq_t *w = x.rc ? NULL : reply_alloc(c, pc_wire_stream_reply_len(x.n, dim));

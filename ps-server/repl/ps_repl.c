@@ -98,12 +98,12 @@ typedef struct seen {
 } seen_t;
 
 /* A copy under way (see DESIGN: one part a round): the parts loaded so far of the slots
- * `slots` (bits: those this server backs up of the primary), the table's uid and log head from
- * its first part. */
+ * `slots` (bits: those this server backs up of the primary), the table's uid from its first
+ * part. */
 typedef struct copy {
     bool on;
     uint32_t part;
-    uint64_t uid, next;
+    uint64_t uid;
     uint64_t *slots;
     seen_t x;
 } copy_t;
@@ -156,7 +156,9 @@ struct ps_repl {
                                         * all its rows under (0: not caught up) */
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
     ps_dp_lag_t lag_cut[LAG_MAX], lag_now[LAG_MAX]; /* controller: a handover's heads, acks */
-    pc_cluster_map_t *released_map;   /* controller: the map the role-less rows were erased under */
+    pc_cluster_map_t *released_map; /* controller: the map the role-less rows were erased under */
+    uint64_t gone[PC_NSLOTS / 64];  /* slots a release erased since the follower looked (mu) */
+    bool gone_any;
     atomic_uint_least64_t adopted_ns; /* when the current map was adopted */
     /* follower thread only */
     primary_t *prim;
@@ -773,8 +775,6 @@ static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t
         }
         nl++;
     }
-    if (seen)
-        seen_mark(seen, b->keys, nl);
     int rc = 0;
     pthread_mutex_lock(&r->mu); /* no promotion while rows of the old primary go in */
     if (!same_roles_as(r, m))
@@ -784,6 +784,8 @@ static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t
     if (!rc && ne)
         rc = ps_table_erase(t, b->ek, ne, NULL);
     pthread_mutex_unlock(&r->mu);
+    if (!rc && seen)
+        seen_mark(seen, b->keys, nl);
     if (!rc)
         atomic_fetch_add(&r->rows_streamed, nl + ne);
     return rc;
@@ -892,19 +894,30 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         cp->part = 0; /* the parts loaded are loaded again: a load is idempotent */
         return 0;
     }
-    if (rc == PC_EWRONGSLOT)
-        return rc; /* the primary has another map version: this part again once it has ours */
+    if (rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT)
+        return rc; /* another map version there, or no answer: this part again later */
     if (!rc && cp->part && out.uid != cp->uid)
         rc = PC_ESTATE; /* replaced during the copy: again */
-    if (!rc && src->uid && out.uid != src->uid && x->n)
+    if (!rc && !cp->part && src->uid && out.uid != src->uid && x->n)
         rc = PC_ESTATE; /* replaced under a copy that holds rows: see DESIGN */
+    if (!rc && !cp->part) {
+        /* the first part (again, after a finer split): what earlier parts or DELTAS brought is
+         * marked no more, and the log is followed from this part's head on (kept when already
+         * followed there: it is at or before it) */
+        if (x->got)
+            memset(x->got, 0, x->n);
+        cp->uid = out.uid;
+        if (!src->following || src->uid != out.uid) {
+            src->uid = out.uid;
+            src->pos = out.next;
+            src->following = true;
+        }
+    }
     if (!rc) {
         rc = apply(r, m, pr->server, t, b, out.n, x->got ? x : NULL);
         atomic_fetch_add(&r->rows_copied, out.n);
-    }
-    if (!rc && !cp->part) {
-        cp->next = out.next;
-        cp->uid = out.uid;
+        if (rc == PC_ESTATE)
+            return rc; /* the roles moved: the next round sees whether the slots did */
     }
     if (!rc && ++cp->part < src->parts)
         return (long)out.n;
@@ -918,15 +931,12 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         pthread_mutex_unlock(&r->mu);
     }
     if (!rc) {
-        src->uid = cp->uid;
-        src->pos = src->following && src->pos > cp->next ? src->pos : cp->next;
-        src->following = true;
         src->need_copy = false;
         src->reached = src->caught = false; /* until DELTAS replies reach the head */
         atomic_fetch_add(&r->copies, 1);
         PC_INFO("replication: copied table %s of %s (uid %016" PRIx64 ", %zu rows held before, "
-                "%zu gone), following from %" PRIu64,
-                src->table, pc_cmap_addr(m, pr->server), cp->uid, *held, gone, cp->next);
+                "%zu gone), following at %" PRIu64,
+                src->table, pc_cmap_addr(m, pr->server), cp->uid, *held, gone, src->pos);
     }
     copy_end(src);
     return rc ? rc : (long)out.n;
@@ -981,12 +991,48 @@ static void release_rows(ps_repl_t *r) {
     for (uint32_t s = 0; s < PC_NSLOTS && !lost; s++)
         lost = role_in(r->released_map, r->o.self, s) && !role_in(m, r->o.self, s);
     release_ctx_t x = {r, m};
-    if (lost && ps_catalog_each(r->cat, release_table, &x)) {
+    const int rc = lost ? ps_catalog_each(r->cat, release_table, &x) : 0;
+    if (lost) { /* (rows may be gone even when it stopped part way) */
+        pthread_mutex_lock(&r->mu);
+        for (uint32_t s = 0; s < PC_NSLOTS; s++)
+            if (!role_in(m, r->o.self, s))
+                r->gone[s / 64] |= 1ull << (s % 64);
+        r->gone_any = true;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (rc) {
         pc_cmap_destroy(m); /* again at the next tick, against the same map as before */
         return;
     }
     pc_cmap_destroy(r->released_map);
     r->released_map = m;
+}
+
+/* Slots whose rows a release erased (r->gone) that this server backs up under m, which the
+ * follower may have kept following across the versions in between (it only sees the newest):
+ * their primaries' tables are copied again. */
+static void regain_released(ps_repl_t *r, const pc_cluster_map_t *m) {
+    uint64_t gone[PC_NSLOTS / 64];
+    pthread_mutex_lock(&r->mu);
+    const bool any = r->gone_any;
+    if (!any) {
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    memcpy(gone, r->gone, sizeof gone);
+    memset(r->gone, 0, sizeof r->gone);
+    r->gone_any = false;
+    pthread_mutex_unlock(&r->mu);
+    for (size_t i = 0; i < r->nprim; i++) {
+        primary_t *p = &r->prim[i];
+        bool hit = false;
+        for (uint32_t s = 0; s < PC_NSLOTS && !hit; s++)
+            hit = (gone[s / 64] >> (s % 64) & 1) && backs_up(m, r->o.self, p->server, s);
+        for (size_t k = 0; hit && k < p->nsrc; k++) {
+            copy_end(&p->src[k]);
+            p->src[k].need_copy = true;
+        }
+    }
 }
 
 /* One round over primary pr's tables; returns rows applied, or a negative error. */
@@ -996,11 +1042,14 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
     for (size_t i = 0; i < pr->nsrc && !atomic_load(&r->stop); i++) {
         source_t *src = &pr->src[i];
         ps_table_t *t;
-        if (src->skip || ps_catalog_acquire(r->cat, src->table, &t))
+        if (src->skip || ps_catalog_acquire(r->cat, src->table, &t)) {
+            copy_end(src); /* (a table dropped here: its copy's memory goes back) */
             continue;
+        }
         if (ps_table_config(t)->cold) {
             PC_WARN("replication: table %s is cold: it is not replicated", src->table);
             src->skip = true;
+            copy_end(src);
             ps_catalog_release(r->cat, t);
             continue;
         }
@@ -1028,7 +1077,8 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                                   .found = b->found,
                                   .rows = b->rows};
             psc_stream_t out;
-            const uint32_t said = src->reached ? PC_STREAM_CAUGHT : 0;
+            /* caught up says so only with no copy under way (then pushes wait for this backup) */
+            const uint32_t said = src->reached && !src->need_copy ? PC_STREAM_CAUGHT : 0;
             rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK | said, 0, &out, why,
                              sizeof why);
             if (rc == PC_ESTATE) { /* the primary's table was replaced: is a copy held here? */
@@ -1041,7 +1091,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                                           src->cp.x.got ? &src->cp.x : NULL)) == 0) {
                 src->pos = out.next;
                 src->caught = src->caught || (said && out.next >= out.head);
-                src->reached = src->reached || out.next >= out.head;
+                src->reached = src->reached || (!src->need_copy && out.next >= out.head);
                 total += (long)out.n;
             }
         }
@@ -1051,7 +1101,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         if ((rc == PC_ESTATE || rc == PC_EWRONGSLOT) && !same_roles_as(r, m)) {
             return 0; /* the roles moved: the round starts again under the new map */
         } else if (rc == PC_EWRONGSLOT) {
-            return 0; /* a copy while the primary has another map: again once it has ours */
+            continue; /* a copy's part while the primary has another map: again once it has ours */
         } else if (rc == PC_ESTATE && held) {
             PC_WARN("replication: table %s of %s was replaced while this server holds %zu rows "
                     "of it: taking over its slots",
@@ -1063,6 +1113,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                     pc_cmap_addr(m, pr->server), why);
             src->need_copy = true;
             src->following = false;
+            copy_end(src); /* one under way starts over: its first part gives the position */
         } else if (rc) {
             PC_WARN("replication: table %s of %s: %s", src->table, pc_cmap_addr(m, pr->server),
                     why[0] ? why : pc_strerror(rc));
@@ -1171,6 +1222,8 @@ static void *fol_main(void *arg) {
             pc_cmap_destroy(m);
             m = nm;
         }
+        if (m)
+            regain_released(r, m);
         if (!m) {
             pc_time_sleep_ms(50);
             continue;
