@@ -43,6 +43,15 @@
  *   asks again after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a
  *   primary that does not answer is retried after 100 ms doubling to 2 s. Cold tables are
  *   not followed.
+ * - Hand-back without a copy: a server handing slots to a new primary becomes its backup of them
+ *   and holds exactly the rows the new primary holds (it acknowledged this server's log through
+ *   the cut, and this server takes no push of them after it). Before holding pushes the
+ *   handover notes each table's place in the new primary's change log (a bounds query: uid and
+ *   head; a backup starts its own tables' logs when it first copies, so one exists): the new
+ *   primary changes those slots only after it adopts the handover's version, so every change is
+ *   after that place. When the follower then finds it gained exactly those slots of that
+ *   primary, it follows the log from there instead of copying the table (handback_use); a place
+ *   the log no longer holds (PC_ERANGE) or another uid (PC_ESTATE) falls back to a copy.
  * - In sync: a backup added to a running primary is marked catching up in the map (`~`,
  *   pc_cluster.h). Its follower knows when it holds every acknowledged push of a primary: each
  *   table copied, then a DELTAS reply that reached the head (`reached`), and then the reply to a
@@ -159,6 +168,15 @@ struct ps_repl {
     pc_cluster_map_t *released_map; /* controller: the map the role-less rows were erased under */
     uint64_t gone[PC_NSLOTS / 64];  /* slots a release erased since the follower looked (mu) */
     bool gone_any;
+    /* a handover's places in the new primary's logs (see DESIGN; mu): valid from map version
+     * hb_ver (0: none), for the slots hb_slots handed to server hb_to */
+    struct handback {
+        char table[PS_TABLE_NAME_MAX];
+        uint64_t uid, pos;
+    } hb[MAX_TABLES];
+    size_t nhb;
+    uint32_t hb_to;
+    uint64_t hb_ver, hb_slots[PC_NSLOTS / 64];
     atomic_uint_least64_t adopted_ns; /* when the current map was adopted */
     /* follower thread only */
     primary_t *prim;
@@ -565,6 +583,38 @@ static bool caught_up(ps_repl_t *r, uint32_t to, const ps_dp_lag_t *snap, size_t
     return true;
 }
 
+static int connect_server(ps_repl_t *r, const char *addr, char *why, size_t cap, psc_t **out);
+
+/* Before handing slots to `to`: each table's place in to's change log (a bounds query: its
+ * uid and head), kept as r->hb until the handover's map version is written (see DESIGN). A
+ * table whose log `to` has not started gets none (its new backup copies it). */
+static void handback_note(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t to) {
+    char(*names)[PS_TABLE_NAME_MAX] = pc_scalloc(PC_MEM_SCRATCH, MAX_TABLES, PS_TABLE_NAME_MAX);
+    const size_t nt = names ? ps_catalog_list(r->cat, names, MAX_TABLES) : 0;
+    char why[320];
+    psc_t *c = NULL;
+    size_t k = 0;
+    if (nt && !connect_server(r, pc_cmap_addr(m, to), why, sizeof why, &c)) {
+        for (size_t i = 0; i < nt && i < MAX_TABLES; i++) {
+            psc_stream_req_t q = {.server = to, .table = names[i]};
+            psc_stream_t out;
+            if (psc_deltas(c, &q, &out, why, sizeof why) || !out.head)
+                continue;
+            snprintf(r->hb[k].table, sizeof r->hb[k].table, "%s", names[i]);
+            r->hb[k].uid = out.uid;
+            r->hb[k++].pos = out.head;
+        }
+        psc_close(c);
+    }
+    pc_sfree(names);
+    pthread_mutex_lock(&r->mu);
+    r->nhb = k;
+    r->hb_to = to;
+    r->hb_ver = 0; /* valid once the handover's version is written */
+    memset(r->hb_slots, 0, sizeof r->hb_slots);
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* Step 2: hand this primary's slots to the target's primary `to` (a backup now) once it is in
  * sync in the map (its own mark cleared: the map's one writer of that change goes first, so a
  * handover never loses its version to it after holding pushes) and close behind: pushes are held
@@ -578,7 +628,8 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
             pc_cmap_backup_syncing(m, s, to))
             return;
     if (!ps_dp_backup_synced(r->dp, to, HANDOVER_SLACK))
-        return; /* still copying or catching up: next tick */
+        return;              /* still copying or catching up: next tick */
+    handback_note(r, m, to); /* before its first push as their primary, whenever that comes */
     const uint64_t t0 = pc_time_mono_ns(), limit = t0 + HANDOVER_MS * 1000000ull;
     ps_dp_set_write_until(r->dp, 0);
     while (!ps_dp_pushes_idle(r->dp) && pc_time_mono_ns() < limit)
@@ -599,8 +650,18 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
         char what[PC_ADDR_MAX + 96];
         snprintf(what, sizeof what, "resharding: %u slots handed to %s (pushes held %.1f ms)",
                  moved, pc_cmap_addr(m, to), (pc_time_mono_ns() - t0) / 1e6);
-        if (change_map(r, next, what) == 0)
+        uint64_t handed[PC_NSLOTS / 64] = {0};
+        for (uint32_t s = 0; s < PC_NSLOTS; s++)
+            if (pc_cmap_slot_owner(m, s) == r->o.self && pc_cmap_slot_owner(next, s) == to)
+                handed[s / 64] |= 1ull << (s % 64);
+        const uint64_t ver = pc_cmap_version(next);
+        if (change_map(r, next, what) == 0) {
             atomic_fetch_add(&r->handovers, 1);
+            pthread_mutex_lock(&r->mu);
+            memcpy(r->hb_slots, handed, sizeof handed);
+            r->hb_ver = ver;
+            pthread_mutex_unlock(&r->mu);
+        }
     } else {
         pc_cmap_destroy(next);
         if (!synced)
@@ -857,6 +918,10 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         copy_end(src); /* the parts loaded were another set of slots: start over */
     int rc = 0;
     if (!cp->on) {
+        /* this table's own log, so that a server handing these slots to this one can follow it
+         * from before its first push as their primary (see DESIGN); none when logs are off */
+        ps_changelog_t *own;
+        ps_catalog_changelog_start(r->cat, t, &own, NULL);
         cp->on = true;
         cp->x = (seen_t){.m = m, .me = r->o.self, .p = pr->server};
         rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &cp->x) || cp->x.failed ? PC_ENOMEM : 0;
@@ -1031,6 +1096,7 @@ static void regain_released(ps_repl_t *r, const pc_cluster_map_t *m) {
         for (size_t k = 0; hit && k < p->nsrc; k++) {
             copy_end(&p->src[k]);
             p->src[k].need_copy = true;
+            p->src[k].following = false; /* (and no hand-back place may stand in for it) */
         }
     }
 }
@@ -1147,6 +1213,45 @@ static void sources_sync(ps_repl_t *r, primary_t *p) {
     pc_sfree(names);
 }
 
+/* After primaries_sync: when the slots this server gained of a primary are only those it handed
+ * to it (r->hb, see DESIGN), its tables follow that primary's log from the places noted before
+ * the handover instead of being copied: these rows are here already. The first map from the
+ * handover's version on uses the places or drops them. */
+static void handback_use(ps_repl_t *r, const pc_cluster_map_t *m, const pc_cluster_map_t *old) {
+    pthread_mutex_lock(&r->mu);
+    const uint32_t to = r->hb_to, me = r->o.self;
+    bool ok = r->hb_ver && r->hb_ver <= pc_cmap_version(m) && to < pc_cmap_nservers(m), any = false;
+    for (uint32_t s = 0; ok && s < PC_NSLOTS; s++) {
+        const bool gained = backs_up(m, me, to, s) && !(old && backs_up(old, me, to, s));
+        ok = !gained || (r->hb_slots[s / 64] >> (s % 64) & 1);
+        any = any || gained;
+    }
+    primary_t *p = NULL;
+    for (size_t i = 0; ok && any && i < r->nprim; i++)
+        p = r->prim[i].server == to ? &r->prim[i] : p;
+    for (size_t k = 0; p && k < p->nsrc; k++) {
+        source_t *src = &p->src[k];
+        size_t h = 0;
+        while (h < r->nhb && strcmp(r->hb[h].table, src->table))
+            h++;
+        const bool fresh = !src->following && !src->uid && !src->cp.on;
+        if (h == r->nhb || (!fresh && !(src->following && src->uid == r->hb[h].uid)))
+            continue; /* no place noted, or a place in another table: copied */
+        copy_end(src);
+        src->pos = fresh || src->pos > r->hb[h].pos ? r->hb[h].pos : src->pos;
+        src->uid = r->hb[h].uid;
+        src->following = true;
+        src->need_copy = false;
+        src->reached = src->caught = false;
+        PC_INFO("replication: table %s of %s: following its log from where it stood before this "
+                "server handed it the slots (no copy)",
+                src->table, pc_cmap_addr(m, to));
+    }
+    if (r->hb_ver && r->hb_ver <= pc_cmap_version(m))
+        r->hb_ver = 0; /* the first map from the handover's on decides: used or not, once */
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* Set up the primaries this server backs up under m, from `old` (the previous map, or NULL):
  * a primary of which this server gained slots copies its tables again. */
 static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m, const pc_cluster_map_t *old) {
@@ -1188,18 +1293,18 @@ static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m, const pc_clu
         sources_sync(r, p);
         PC_INFO("replication: backing up %s (%zu tables)", pc_cmap_addr(m, s), p->nsrc);
     }
+    handback_use(r, m, old);
 }
 
-static int connect_primary(ps_repl_t *r, primary_t *p, const pc_cluster_map_t *m, char *why,
-                           size_t cap) {
-    psc_opts_t po = {.servers = pc_cmap_addr(m, p->server),
+static int connect_server(ps_repl_t *r, const char *addr, char *why, size_t cap, psc_t **out) {
+    psc_opts_t po = {.servers = addr,
                      .token = r->token[0] ? r->token : NULL,
                      .timeout_ms = 5000,
                      .retries = -1,
                      .connect_timeout_ms = 2000};
     psc_tls_opts_t tls = {
         .ca = r->ca, .cert = r->cert[0] ? r->cert : NULL, .key = r->key[0] ? r->key : NULL};
-    return psc_connect2(&po, r->ca[0] ? &tls : NULL, why, cap, &p->c);
+    return psc_connect2(&po, r->ca[0] ? &tls : NULL, why, cap, out);
 }
 
 /* Primary p did not answer: close, and connect again after a backoff. */
@@ -1240,7 +1345,7 @@ static void *fol_main(void *arg) {
                 sources_sync(r, p);
             if (atomic_load(&r->suspect[p->server]) || (!p->c && now < p->retry_ns))
                 continue; /* being replaced, or down: the controller acts on its lease */
-            if (!p->c && connect_primary(r, p, m, why, sizeof why)) {
+            if (!p->c && connect_server(r, pc_cmap_addr(m, p->server), why, sizeof why, &p->c)) {
                 primary_down(p);
                 continue;
             }
