@@ -48,10 +48,14 @@
  *   the cut, and this server takes no push of them after it). Before holding pushes the
  *   handover notes each table's place in the new primary's change log (a bounds query: uid and
  *   head; a backup starts its own tables' logs when it first copies, so one exists): the new
- *   primary changes those slots only after it adopts the handover's version, so every change is
- *   after that place. When the follower then finds it gained exactly those slots of that
- *   primary, it follows the log from there instead of copying the table (handback_use); a place
- *   the log no longer holds (PC_ERANGE) or another uid (PC_ESTATE) falls back to a copy.
+ *   primary takes pushes and pulls of those slots only after it adopts the handover's version,
+ *   and its loads of this server's stream are unlogged and end there, so every change to them
+ *   is after that place. Tables that evict (TTL, capacity: the new primary may drop rows of
+ *   them on its own before that) get no place. When the follower then finds it gained only
+ *   those slots of that primary, and no copy was owed from before (`gain_only`), it follows
+ *   the log from there instead of copying the table (handback_use). A place the log no longer
+ *   holds (PC_ERANGE) falls back to a copy; another uid (PC_ESTATE: the new primary restarted
+ *   with another table) is a replaced table with rows held here: this server takes over.
  * - In sync: a backup added to a running primary is marked catching up in the map (`~`,
  *   pc_cluster.h). Its follower knows when it holds every acknowledged push of a primary: each
  *   table copied, then a DELTAS reply that reached the head (`reached`), and then the reply to a
@@ -91,6 +95,7 @@
 /* keys a release erases under the map's mutex at a time: the follower's loads (acknowledgements
  * that sync pushes wait for) go on between them */
 #define RELEASE_KEYS 4096u
+#define HANDBACK_NS  500000000ull /* a handover's bounds queries stop after this (see DESIGN) */
 #define MAX_TABLES   64u
 #define TABLES_NS    1000000000ull /* the catalog is listed again this often (new tables) */
 #define LAG_MAX      (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs a handover sees */
@@ -123,6 +128,7 @@ typedef struct source {
     bool need_copy;
     bool following; /* pos is this server's place in the primary's log (a copy done since the
                      * table's uid or the ring's end last changed) */
+    bool gain_only; /* primaries_sync: its copy is owed only for the slots gained just now */
     bool reached;   /* a DELTAS reply since the last copy reached the primary's head */
     bool caught;    /* and since then one to a request saying so (PC_STREAM_CAUGHT) */
     bool skip;      /* a cold table: not followed (said once) */
@@ -586,33 +592,45 @@ static bool caught_up(ps_repl_t *r, uint32_t to, const ps_dp_lag_t *snap, size_t
 static int connect_server(ps_repl_t *r, const char *addr, char *why, size_t cap, psc_t **out);
 
 /* Before handing slots to `to`: each table's place in to's change log (a bounds query: its
- * uid and head), kept as r->hb until the handover's map version is written (see DESIGN). A
- * table whose log `to` has not started gets none (its new backup copies it). */
+ * uid and head), kept as r->hb for the handover's map version (see DESIGN). A table whose log
+ * `to` has not started, one that evicts (TTL or capacity: `to` may drop rows of those slots
+ * before it takes them, unseen here), and any left when HANDBACK_MS have passed get none: their
+ * new backup copies them. */
 static void handback_note(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t to) {
     char(*names)[PS_TABLE_NAME_MAX] = pc_scalloc(PC_MEM_SCRATCH, MAX_TABLES, PS_TABLE_NAME_MAX);
-    const size_t nt = names ? ps_catalog_list(r->cat, names, MAX_TABLES) : 0;
+    struct handback *hb = pc_scalloc(PC_MEM_SCRATCH, MAX_TABLES, sizeof *hb);
+    const size_t nt = names && hb ? ps_catalog_list(r->cat, names, MAX_TABLES) : 0;
+    const uint64_t t0 = pc_time_mono_ns();
     char why[320];
     psc_t *c = NULL;
     size_t k = 0;
     if (nt && !connect_server(r, pc_cmap_addr(m, to), why, sizeof why, &c)) {
-        for (size_t i = 0; i < nt && i < MAX_TABLES; i++) {
+        for (size_t i = 0; i < nt && i < MAX_TABLES && pc_time_mono_ns() - t0 < HANDBACK_NS; i++) {
+            ps_table_t *t;
+            if (ps_catalog_acquire(r->cat, names[i], &t))
+                continue;
+            const ps_table_config_t *cfg = ps_table_config(t);
+            const bool evicts = cfg->cold || cfg->ttl_ticks || cfg->capacity_rows;
+            ps_catalog_release(r->cat, t);
             psc_stream_req_t q = {.server = to, .table = names[i]};
             psc_stream_t out;
-            if (psc_deltas(c, &q, &out, why, sizeof why) || !out.head)
+            if (evicts || psc_deltas(c, &q, &out, why, sizeof why) || !out.head)
                 continue;
-            snprintf(r->hb[k].table, sizeof r->hb[k].table, "%s", names[i]);
-            r->hb[k].uid = out.uid;
-            r->hb[k++].pos = out.head;
+            snprintf(hb[k].table, sizeof hb[k].table, "%s", names[i]);
+            hb[k].uid = out.uid;
+            hb[k++].pos = out.head;
         }
         psc_close(c);
     }
-    pc_sfree(names);
     pthread_mutex_lock(&r->mu);
+    if (k)
+        memcpy(r->hb, hb, k * sizeof *hb);
     r->nhb = k;
     r->hb_to = to;
-    r->hb_ver = 0; /* valid once the handover's version is written */
-    memset(r->hb_slots, 0, sizeof r->hb_slots);
+    r->hb_ver = 0; /* set for the handover's version just before it is written */
     pthread_mutex_unlock(&r->mu);
+    pc_sfree(names);
+    pc_sfree(hb);
 }
 
 /* Step 2: hand this primary's slots to the target's primary `to` (a backup now) once it is in
@@ -650,16 +668,19 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
         char what[PC_ADDR_MAX + 96];
         snprintf(what, sizeof what, "resharding: %u slots handed to %s (pushes held %.1f ms)",
                  moved, pc_cmap_addr(m, to), (pc_time_mono_ns() - t0) / 1e6);
-        uint64_t handed[PC_NSLOTS / 64] = {0};
+        /* the places are valid for this version, published before the follower can adopt it */
+        pthread_mutex_lock(&r->mu);
+        memset(r->hb_slots, 0, sizeof r->hb_slots);
         for (uint32_t s = 0; s < PC_NSLOTS; s++)
             if (pc_cmap_slot_owner(m, s) == r->o.self && pc_cmap_slot_owner(next, s) == to)
-                handed[s / 64] |= 1ull << (s % 64);
-        const uint64_t ver = pc_cmap_version(next);
+                r->hb_slots[s / 64] |= 1ull << (s % 64);
+        r->hb_ver = pc_cmap_version(next);
+        pthread_mutex_unlock(&r->mu);
         if (change_map(r, next, what) == 0) {
             atomic_fetch_add(&r->handovers, 1);
+        } else { /* another server wrote that version: nothing was handed over */
             pthread_mutex_lock(&r->mu);
-            memcpy(r->hb_slots, handed, sizeof handed);
-            r->hb_ver = ver;
+            r->hb_ver = 0;
             pthread_mutex_unlock(&r->mu);
         }
     } else {
@@ -1235,8 +1256,9 @@ static void handback_use(ps_repl_t *r, const pc_cluster_map_t *m, const pc_clust
         while (h < r->nhb && strcmp(r->hb[h].table, src->table))
             h++;
         const bool fresh = !src->following && !src->uid && !src->cp.on;
-        if (h == r->nhb || (!fresh && !(src->following && src->uid == r->hb[h].uid)))
-            continue; /* no place noted, or a place in another table: copied */
+        if (h == r->nhb || !src->gain_only ||
+            (!fresh && !(src->following && src->uid == r->hb[h].uid)))
+            continue; /* no place noted, a copy owed from before, another table: copied */
         copy_end(src);
         src->pos = fresh || src->pos > r->hb[h].pos ? r->hb[h].pos : src->pos;
         src->uid = r->hb[h].uid;
@@ -1269,8 +1291,11 @@ static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m, const pc_clu
         primary_t *p = &r->prim[i];
         if (p->server < n && want[p->server]) {
             want[p->server] = false;
-            for (size_t k = 0; gained[p->server] && k < p->nsrc; k++)
-                p->src[k].need_copy = true;
+            for (size_t k = 0; k < p->nsrc; k++) {
+                source_t *src = &p->src[k];
+                src->gain_only = gained[p->server] && !src->need_copy && !src->cp.on;
+                src->need_copy = src->need_copy || gained[p->server];
+            }
             i++;
             continue;
         }
@@ -1291,6 +1316,8 @@ static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m, const pc_clu
         memset(p, 0, sizeof *p);
         p->server = s;
         sources_sync(r, p);
+        for (size_t k = 0; k < p->nsrc; k++)
+            p->src[k].gain_only = true; /* its copies are owed for this gain alone */
         PC_INFO("replication: backing up %s (%zu tables)", pc_cmap_addr(m, s), p->nsrc);
     }
     handback_use(r, m, old);
