@@ -474,22 +474,31 @@ static bool running(pid_t pid) {
     return waitpid(pid, NULL, WNOHANG) == 0;
 }
 
-/* The test AUC of an uninterrupted run of the recovery data (run once, on fresh servers). */
+/* The test AUC of an uninterrupted run of the recovery data: the mean of two runs on fresh
+ * servers (once). Two workers in sync still apply a step's pushes to a row in the order they
+ * arrive, so runs differ: 0.7739-0.7748 here, and one run 0.7722 in a loaded CI run, which
+ * alone put a replica test past its 0.002. */
 static double base_auc(void) {
     if (!isnan(g_base_auc))
         return g_base_auc;
     recovery_data();
-    cluster_t c;
-    cluster_up(&c, RTABLE);
-    rjob_t base = {.c = &c, .job = "base", .policy = "wait", .rejoin_ms = 500};
-    snprintf(base.out[0], sizeof base.out[0], "%s/base0.json", g_dir);
-    snprintf(base.out[1], sizeof base.out[1], "%s/base1.json", g_dir);
-    pid_t p0 = rworker(&base, 0, base.out[0]), p1 = rworker(&base, 1, base.out[1]);
-    assert_int_equal(pu_reap(p0, 120), 0);
-    assert_int_equal(pu_reap(p1, 120), 0);
-    cluster_down(&c);
-    g_base_auc = json_num(base.out[0], "auc");
-    assert_true(g_base_auc > AUC_MIN);
+    double sum = 0;
+    for (int r = 0; r < 2; r++) {
+        cluster_t c;
+        cluster_up(&c, RTABLE);
+        rjob_t base = {.c = &c, .job = r ? "base2" : "base", .policy = "wait", .rejoin_ms = 500};
+        snprintf(base.out[0], sizeof base.out[0], "%s/base%d-0.json", g_dir, r);
+        snprintf(base.out[1], sizeof base.out[1], "%s/base%d-1.json", g_dir, r);
+        pid_t p0 = rworker(&base, 0, base.out[0]), p1 = rworker(&base, 1, base.out[1]);
+        assert_int_equal(pu_reap(p0, 120), 0);
+        assert_int_equal(pu_reap(p1, 120), 0);
+        cluster_down(&c);
+        const double auc = json_num(base.out[0], "auc");
+        print_message("uninterrupted run %d: AUC %.5f\n", r, auc);
+        assert_true(auc > AUC_MIN);
+        sum += auc;
+    }
+    g_base_auc = sum / 2;
     return g_base_auc;
 }
 
