@@ -371,6 +371,14 @@ uint32_t pc_cmap_slot_backups(const pc_cluster_map_t *m, uint32_t slot,
     return n;
 }
 
+void pc_cmap_backed_up(const pc_cluster_map_t *m, uint32_t primary, uint32_t backup,
+                       uint64_t *bits) {
+    memset(bits, 0, PC_NSLOTS / 8);
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        if (m->owner[s] == primary && (backup == PC_NO_SERVER || pc_cmap_is_backup(m, s, backup)))
+            pc_slots_add(bits, s);
+}
+
 bool pc_cmap_is_backup(const pc_cluster_map_t *m, uint32_t slot, uint32_t server) {
     slot &= PC_NSLOTS - 1;
     for (uint32_t j = 0; j < PC_MAX_BACKUPS; j++)

@@ -93,6 +93,18 @@ bool pc_cmap_is_backup(const pc_cluster_map_t *m, uint32_t slot, uint32_t server
 /* Whether any slot has a backup. */
 bool pc_cmap_replicated(const pc_cluster_map_t *m);
 
+/* Sets of slots as bits: PC_NSLOTS / 64 words. */
+static inline void pc_slots_add(uint64_t *bits, uint32_t slot) {
+    bits[slot / 64] |= 1ull << (slot % 64);
+}
+static inline bool pc_slots_has(const uint64_t *bits, uint32_t slot) {
+    return bits[slot / 64] >> (slot % 64) & 1;
+}
+/* The slots `primary` owns under m that `backup` backs up (PC_NO_SERVER: all it owns), into
+ * bits[PC_NSLOTS / 64] (cleared first). */
+void pc_cmap_backed_up(const pc_cluster_map_t *m, uint32_t primary, uint32_t backup,
+                       uint64_t *bits);
+
 /* Give every slot `r` (0..PC_MAX_BACKUPS, < the number of servers) backups: the servers after its
  * primary in the servers list, round the ring (r = 0 removes them). The version is unchanged (a
  * map being built). PC_EINVAL. */

@@ -1159,20 +1159,17 @@ typedef struct scan_ctx {
  * (PC_NO_SERVER: no such condition). */
 static void scan_want(scan_ctx_t *x, const ps_dp_t *dp, const pc_cluster_map_t *m,
                       uint32_t backup) {
-    const bool all = !m || ((dp->owns_all || !dp->replicated) && backup == PC_NO_SERVER);
-    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
-        const bool w = all || (pc_cmap_slot_owner(m, s) == dp->o.self &&
-                               (backup == PC_NO_SERVER || pc_cmap_is_backup(m, s, backup)));
-        if (w)
-            x->want[s / 64] |= 1ull << (s % 64);
-    }
+    if (!m || ((dp->owns_all || !dp->replicated) && backup == PC_NO_SERVER))
+        memset(x->want, 0xff, sizeof x->want);
+    else
+        pc_cmap_backed_up(m, dp->o.self, backup, x->want);
 }
 
 static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     scan_ctx_t *x = ctx;
     for (size_t i = 0; i < n; i++) {
         const uint32_t slot = pc_key_slot(rows[i].key);
-        if (!(x->want[slot / 64] >> (slot % 64) & 1))
+        if (!pc_slots_has(x->want, slot))
             continue;
         if (x->n == x->limit) {
             x->rc = PC_ETOOBIG;

@@ -673,7 +673,7 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
         memset(r->hb_slots, 0, sizeof r->hb_slots);
         for (uint32_t s = 0; s < PC_NSLOTS; s++)
             if (pc_cmap_slot_owner(m, s) == r->o.self && pc_cmap_slot_owner(next, s) == to)
-                r->hb_slots[s / 64] |= 1ull << (s % 64);
+                pc_slots_add(r->hb_slots, s);
         r->hb_ver = pc_cmap_version(next);
         pthread_mutex_unlock(&r->mu);
         if (change_map(r, next, what) == 0) {
@@ -916,14 +916,6 @@ static void copy_end(source_t *src) {
     memset(&src->cp, 0, sizeof src->cp);
 }
 
-/* The slots this server backs up of primary p under m, as bits into out[PC_NSLOTS / 64]. */
-static void backed_up_slots(const pc_cluster_map_t *m, uint32_t me, uint32_t p, uint64_t *out) {
-    memset(out, 0, PC_NSLOTS / 8);
-    for (uint32_t s = 0; s < PC_NSLOTS; s++)
-        if (backs_up(m, me, p, s))
-            out[s / 64] |= 1ull << (s % 64);
-}
-
 /* The next part of a copy of table src of primary pr (see DESIGN: load every part, then erase
  * the keys of those slots the primary did not send), starting one when none is under way for
  * the slots this server backs up of it under m: rows loaded, or an error (the copy then starts
@@ -934,7 +926,7 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     const uint32_t stride = ps_table_dim(t) + ps_table_state_len(t);
     copy_t *cp = &src->cp;
     uint64_t slots[PC_NSLOTS / 64];
-    backed_up_slots(m, r->o.self, pr->server, slots);
+    pc_cmap_backed_up(m, pr->server, r->o.self, slots);
     if (cp->on && memcmp(cp->slots, slots, sizeof slots))
         copy_end(src); /* the parts loaded were another set of slots: start over */
     int rc = 0;
@@ -1082,7 +1074,7 @@ static void release_rows(ps_repl_t *r) {
         pthread_mutex_lock(&r->mu);
         for (uint32_t s = 0; s < PC_NSLOTS; s++)
             if (!role_in(m, r->o.self, s))
-                r->gone[s / 64] |= 1ull << (s % 64);
+                pc_slots_add(r->gone, s);
         r->gone_any = true;
         pthread_mutex_unlock(&r->mu);
     }
@@ -1113,7 +1105,7 @@ static void regain_released(ps_repl_t *r, const pc_cluster_map_t *m) {
         primary_t *p = &r->prim[i];
         bool hit = false;
         for (uint32_t s = 0; s < PC_NSLOTS && !hit; s++)
-            hit = (gone[s / 64] >> (s % 64) & 1) && backs_up(m, r->o.self, p->server, s);
+            hit = pc_slots_has(gone, s) && backs_up(m, r->o.self, p->server, s);
         for (size_t k = 0; hit && k < p->nsrc; k++) {
             copy_end(&p->src[k]);
             p->src[k].need_copy = true;
@@ -1244,7 +1236,7 @@ static void handback_use(ps_repl_t *r, const pc_cluster_map_t *m, const pc_clust
     bool ok = r->hb_ver && r->hb_ver <= pc_cmap_version(m) && to < pc_cmap_nservers(m), any = false;
     for (uint32_t s = 0; ok && s < PC_NSLOTS; s++) {
         const bool gained = backs_up(m, me, to, s) && !(old && backs_up(old, me, to, s));
-        ok = !gained || (r->hb_slots[s / 64] >> (s % 64) & 1);
+        ok = !gained || pc_slots_has(r->hb_slots, s);
         any = any || gained;
     }
     primary_t *p = NULL;
