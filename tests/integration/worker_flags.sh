@@ -3,6 +3,7 @@
 #   --format=parquet       exit 2: "--format: 'parquet' is not one of criteo, libsvm, libffm, csv"
 #   no --train             exit 2, naming --train
 #   deepfm on libffm       exit 2, naming --fields (the format does not give the field count)
+#   --push-order=rank      exit 2 outside sync, naming the mode it needs
 #   --help                 flags as the docs write them (--ckpt-dir), both spellings accepted
 set -eu
 bin=$1
@@ -24,6 +25,8 @@ expect 2 "--format: 'parquet' is not one of criteo, libsvm, libffm, csv" \
   --local --device=cpu --format=parquet --train="$dir/t.ffm"
 expect 2 "--train: give the training data" --local --device=cpu
 expect 2 "needs --fields" --local --device=cpu --format=libffm --model=deepfm --train="$dir/t.ffm"
+expect 2 "--push-order=rank needs --mode=sync" --local --device=cpu --format=libffm \
+  --mode=async --push-order=rank --train="$dir/t.ffm"
 "$bin/ps-worker" --help >"$dir/help.txt"
 grep -q -- "--ckpt-dir=<str>" "$dir/help.txt" || { echo "FAIL: --help does not show --ckpt-dir"; exit 1; }
 grep -q -- "'-' or '_'" "$dir/help.txt" || { echo "FAIL: --help does not say both forms work"; exit 1; }

@@ -9,6 +9,13 @@
  *   thread: stale 0, and every job runs in the caller at submit.
  * - Gates: the pull of step t waits for round t - stale - 1 (its marker: every worker's pushes of
  *   that step applied, in sync); the marker of a round waits for its slot's pushes (not async).
+ * - Push order rank (sync): turn k of a round is an allreduce of one float that rank k enters
+ *   once its pushes were answered and every other rank at once; rank k + 1's pushes wait for
+ *   turn k. A row then sees the workers' gradients of a step in rank order, so a job's model
+ *   depends on its data only (Adagrad and Adam are not linear in the order of updates). Every
+ *   rank enters every turn, whatever its pushes did: a failed push never stalls the others. A
+ *   worker submits its own turn after its pushes (pw_sched_wait does not wait for a job not
+ *   submitted yet) and the lower ranks' turns before them (they gate the pushes).
  * - Failures: a pull or lookup that finds a server down is tried again every 200 ms for up to
  *   server_retry_ms; a push cut short by a server failure is not sent again (lost_pushes); a
  *   failed collective marks the group broken (coll_broken), the rest of the ordered lane fails at
@@ -157,6 +164,15 @@ void pw__log_step(trainer_t *t, uint64_t round, const char *what) {
                 pc_time_mono_ns());
 }
 
+static int run_turn(pw_job_t *j) {
+    round_t *r = j->ctx;
+    trainer_t *t = r->t;
+    if (j - r->turns == r->me) /* this worker's turn: its pushes answered first */
+        for (size_t i = 0; r->slot && i < r->slot->npush; i++)
+            (void)pw_sched_wait(t->sched, &r->slot->push[i].job); /* the marker reports */
+    return coll_sum(t, r->flat + t->nflat, 1);
+}
+
 static int run_mark(pw_job_t *j) {
     round_t *r = j->ctx;
     trainer_t *t = r->t;
@@ -216,11 +232,16 @@ int pw__pipeline_init(trainer_t *t) {
         r->t = t;
         if (!t->grp)
             continue;
-        r->flat = pw__dflat(t) ? t->be->alloc(t->be, t->nflat * sizeof(float))
-                               : pc_scalloc(PC_MEM_BATCH, t->nflat, sizeof(float));
+        const size_t nf = t->nflat + 1; /* the turns' float */
+        r->flat = pw__dflat(t) ? t->be->alloc(t->be, nf * sizeof(float))
+                               : pc_scalloc(PC_MEM_BATCH, nf, sizeof(float));
         r->chunks = pc_scalloc(PC_MEM_BATCH, (size_t)t->nplan, sizeof *r->chunks);
-        if (!r->flat || !r->chunks)
+        const size_t nt = c->world > 1 ? (size_t)c->world - 1 : 1;
+        r->turns = pc_scalloc(PC_MEM_BATCH, nt, sizeof *r->turns);
+        if (!r->flat || !r->chunks || !r->turns)
             return PC_ENOMEM;
+        if (pw__dflat(t)) /* the turns sum it: defined values */
+            t->be->zero(t->be, r->flat, nf * sizeof(float));
     }
     if (c->step_log[0] && !(t->step_log = fopen(c->step_log, "a"))) {
         PC_ERROR("train: cannot open the step log %s", c->step_log);
@@ -255,6 +276,7 @@ void pw__pipeline_free(trainer_t *t) {
         else
             pc_sfree(t->rounds[i].flat);
         pc_sfree(t->rounds[i].chunks);
+        pc_sfree(t->rounds[i].turns);
     }
     pc_sfree(t->rounds);
     pc_sfree(t->plan);
@@ -389,6 +411,21 @@ static void slot_push(trainer_t *t, slot_t *s, pw_job_t *gate) {
 
 /* ---- rounds ---- */
 
+/* Turns [from, to) of round r (push order rank), into the ordered lane. */
+static void turns_submit(trainer_t *t, round_t *r, int from, int to) {
+    for (int k = from; k < to; k++) {
+        pw_job_t *j = &r->turns[k];
+        pw_sched_reset(j);
+        j->cls = PW_JOB_MARK;
+        j->ordered = true;
+        j->prio = PRIO_DENSE + t->model->nparams;
+        j->bytes = sizeof(float);
+        j->run = run_turn;
+        j->ctx = r;
+        pw_sched_submit(t->sched, j);
+    }
+}
+
 /* Copies between the rounds' flat buffers and the layers: device to device (dflat), else
  * download (pack) / upload. */
 typedef void (*move_fn)(pw_backend_t *, void *, const void *, size_t);
@@ -459,9 +496,20 @@ int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     }
     /* Sync: a step's pushes wait for the round's first allreduce, which every worker enters only
      * after its step computed: no push of step t reaches a server before every worker's pull of
-     * step t was answered (else a slower worker would read rows already moved by step t). */
+     * step t was answered (else a slower worker would read rows already moved by step t). With
+     * push order rank, rank k's pushes wait for turn k - 1 (which comes after that allreduce). */
+    pw_job_t *gate = t->grp && t->staleness == 0 && t->nplan ? &r->chunks[0].job : NULL;
+    r->nturns = 0;
+    if (gate && t->c->push_order == PW_PUSH_RANK) {
+        r->me = pw_group_rank(t->grp);
+        r->nturns = pw_group_size(t->grp) - 1;
+        turns_submit(t, r, 0, r->me); /* the lower ranks' turns: this worker's pushes wait */
+        if (r->me > 0)
+            gate = &r->turns[r->me - 1];
+    }
     if (s)
-        slot_push(t, s, t->grp && t->staleness == 0 && t->nplan ? &r->chunks[0].job : NULL);
+        slot_push(t, s, gate);
+    turns_submit(t, r, r->me, r->nturns); /* its own waits for the pushes: submitted after them */
     pw_sched_reset(&r->mark);
     r->mark.cls = PW_JOB_MARK;
     r->mark.ordered = true;
@@ -518,6 +566,10 @@ int pw__apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *stop)
         for (int i = 0; t->grp && i < t->nplan; i++) {
             const int crc = pw_sched_wait(t->sched, &r->chunks[i].job);
             rc = rc ? rc : crc;
+        }
+        for (int k = 0; k < r->nturns; k++) {
+            const int trc = pw_sched_wait(t->sched, &r->turns[k]);
+            rc = rc ? rc : trc;
         }
         if (rc)
             return rc;

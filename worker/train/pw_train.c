@@ -41,6 +41,7 @@ static const char *const k_worker_loss[] = {"shrink", "wait", NULL};
 static const char *const k_resume[] = {"position", "checkpoint", NULL};
 static const char *const k_server_loss[] = {"continue", "rollback", NULL};
 static const char *const k_order[] = {"priority", "fifo", NULL};
+static const char *const k_push_order[] = {"arrival", "rank", NULL};    /* pw_push_order_t */
 static const char *const k_wire_dtype[] = {"f32", "bf16", "f16", NULL}; /* PSC_WIRE_* */
 
 #define T pw_train_config_t
@@ -93,6 +94,10 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_ENUM(T, order, k_order, "priority",
                     "what is sent first: priority (pulls, then dense layers the next forward "
                     "needs first, then pushes) | fifo (submission order)"),
+    PC_SETTING_ENUM(T, push_order, k_push_order, "arrival",
+                    "sync: the servers get a step's pushes as they arrive, or rank by rank (each "
+                    "worker pushes once the lower ranks' pushes were acknowledged: the same run "
+                    "gives the same model; one more collective per worker and step)"),
     PC_SETTING_INT(T, credit_kib, 16, 1 << 22, "4096", "KiB in flight at most"),
     PC_SETTING_INT(T, chunk_kib, 4, 1 << 20, "256",
                    "pushes and dense allreduce go in chunks of this many KiB"),
@@ -255,6 +260,10 @@ static int trainer_init(trainer_t *t) {
     char err[256];
     if (pw_train_mode_parse(c->mode, &t->staleness)) {
         PC_ERROR("train: --mode=%s: sync, async or ssp:S (S from 1 to 1000)", c->mode);
+        return PC_EINVAL;
+    }
+    if (c->push_order == PW_PUSH_RANK && t->staleness != 0) {
+        PC_ERROR("train: --push-order=rank needs --mode=sync (steps of other modes overlap)");
         return PC_EINVAL;
     }
     if (t->fmt == PW_FMT_CSV && pw_csv_spec_parse(c->csv, &t->csv, err, sizeof err)) {

@@ -111,6 +111,7 @@ typedef enum { PW_RESUME_POSITION, PW_RESUME_CHECKPOINT } pw_resume_t;
 typedef enum { PW_WORKER_LOSS_SHRINK, PW_WORKER_LOSS_WAIT } pw_worker_loss_t;
 typedef enum { PW_SERVER_LOSS_CONTINUE, PW_SERVER_LOSS_ROLLBACK } pw_server_loss_t;
 typedef enum { PW_ORDER_PRIORITY, PW_ORDER_FIFO } pw_order_t;
+typedef enum { PW_PUSH_ARRIVAL, PW_PUSH_RANK } pw_push_order_t;
 
 typedef struct pw_train_config {
     /* the model */
@@ -179,6 +180,8 @@ typedef struct pw_train_config {
     int64_t credit_kib;        /* KiB in flight at most (pw_sched.h) */
     int64_t chunk_kib;         /* pushes and dense allreduce go in chunks of at most this */
     int order;                 /* pw_order_t: by priority, or submission order (the baseline) */
+    int push_order;            /* pw_push_order_t: sync: a step's pushes as they come, or one
+                                * worker after another in rank order (reproducible) */
     /* not settings: the caller's */
     pw_backend_t *backend;      /* borrowed: the dense math's device (NULL: the CPU) */
     pw_emb_open_fn local_store; /* without servers: opens the in-process embedding store
