@@ -184,8 +184,14 @@ static void test_interaction(void **state) {
     same("interaction forward", xout, out, (size_t)n * ldo, RTOL);
     pw_interact_backward(g_x, n, f, d, xz, xg + 3, ldo, xfull, xdz);
     pw_interact_backward(g_cpu, n, f, d, z, g + 3, ldo, full, dz);
-    same("interaction backward (tril_unpack)", xfull, full, (size_t)n * f * f, 0);
     same("interaction backward", xdz, dz, (size_t)n * f * d, RTOL);
+    /* the triangle ops of the batched-GEMM path (the GPU's; the CPU has a fused kernel) */
+    g_x->tril_unpack(g_x, n, f, xg + 3, ldo, xfull);
+    g_cpu->tril_unpack(g_cpu, n, f, g + 3, ldo, full);
+    same("tril_unpack", xfull, full, (size_t)n * f * f, 0);
+    g_x->tril_pack(g_x, n, f, xfull, xout + 16, ldo);
+    g_cpu->tril_pack(g_cpu, n, f, full, out + 16, ldo);
+    same("tril_pack", xout, out, (size_t)n * ldo, 0);
     float *p[] = {xz, xg, xout, xfull, xdz};
     for (size_t i = 0; i < 5; i++)
         g_x->free(g_x, p[i]);

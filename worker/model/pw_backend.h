@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PW_BACKEND_ABI     2    /* bumped on any change to the table below */
+#define PW_BACKEND_ABI     3    /* bumped on any change to the table below */
 #define PW_POOL_FIELDS_MAX 1024 /* fields a pooled sample may have (nf) */
 #define PW_FM_K_MAX        1024 /* factors an FM row may have (k) */
 
@@ -123,6 +123,13 @@ struct pw_backend {
     /* The reverse for gradients: full (f x f per sample) = g + g^T where g holds grad's values in
      * the strict lower triangle (grad row s at grad + s * ldg), zeros elsewhere. */
     void (*tril_unpack)(pw_backend_t *be, int n, int f, const float *grad, int ldg, float *full);
+    /* The same without the f x f matrices, or NULL (then pw_layers.c runs gemm_batched with the
+     * two above: the GPU's strided-batched GEMM is its fast path). interact: z (f x d per
+     * sample, at z + s * f * d) -> out row s gets <z_i, z_j> for i > j in tril_pack's order.
+     * interact_grad: dz (f x d per sample, written) = (G + G^T) z, G as in tril_unpack. */
+    void (*interact)(pw_backend_t *be, int n, int f, int d, const float *z, float *out, int ldo);
+    void (*interact_grad)(pw_backend_t *be, int n, int f, int d, const float *z, const float *grad,
+                          int ldg, float *dz);
 
     /* ---- embeddings ---- */
     /* dst row j (d floats) = src row idx[j], for j < n. */

@@ -161,6 +161,11 @@ CK(tril_pack, (pw_backend_t * be, int n, int f, const float *full, float *out, i
    (be, n, f, full, out, ldo), full, out)
 CK(tril_unpack, (pw_backend_t * be, int n, int f, const float *grad, int ldg, float *full),
    (be, n, f, grad, ldg, full), grad, full)
+CK(interact, (pw_backend_t * be, int n, int f, int d, const float *z, float *out, int ldo),
+   (be, n, f, d, z, out, ldo), z, out)
+CK(interact_grad,
+   (pw_backend_t * be, int n, int f, int d, const float *z, const float *grad, int ldg, float *dz),
+   (be, n, f, d, z, grad, ldg, dz), z, grad, dz)
 CK(gather_rows,
    (pw_backend_t * be, size_t n, const uint32_t *idx, const float *src, int d, float *dst),
    (be, n, idx, src, d, dst), idx, src, dst)
@@ -227,6 +232,8 @@ int pw__backend_checked_open(pw_backend_t **out) {
         .fill = ck_fill,
         .tril_pack = ck_tril_pack,
         .tril_unpack = ck_tril_unpack,
+        .interact = ck_interact,
+        .interact_grad = ck_interact_grad,
         .gather_rows = ck_gather_rows,
         .scatter_add_rows = ck_scatter_add_rows,
         .pool = ck_pool,

@@ -259,6 +259,101 @@ static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, i
     }
 }
 
+/* The fused interaction: no f x f matrices. Dot products are summed in blocks of IB lanes held in
+ * a GCC vector (one AVX-512 register, two AVX2, four SSE: the compiler does not vectorize the
+ * plain loop of 16, it unrolls it into scalars). The forward transposes a sample's z (zt: d x fp,
+ * f padded with zeros to whole blocks), and row i's products with rows j < i are the first i
+ * lanes of its blocks, copied into its packed row. The gradient writes dz_i = sum over j != i of
+ * g_(max(i,j), min(i,j)) z_j, d in blocks. Each sum runs over e (forward) or j (gradient) in
+ * order, a multiply then an add (C11 contracts nothing), so every CPU_VEC variant gives the same
+ * bits. */
+enum { IB = 16, ZT_MAX = 8192 }; /* lanes of a block; floats of zt on the stack */
+typedef float vblock_t __attribute__((vector_size(IB * sizeof(float))));
+
+/* acc += a * the block at p (unaligned; a macro: a function returning a vector changes the ABI
+ * between the variants) */
+#define VBLOCK_MAC(acc, a, p)        \
+    do {                             \
+        vblock_t v_;                 \
+        memcpy(&v_, (p), sizeof v_); \
+        (acc) += (a)*v_;             \
+    } while (0)
+
+CPU_VEC static void cpu_interact(pw_backend_t *be, int n, int f, int d, const float *restrict z,
+                                 float *restrict out, int ldo) {
+    (void)be;
+    const int fp = (f + IB - 1) / IB * IB, np = f * (f - 1) / 2;
+    _Alignas(64) float zt[ZT_MAX];
+    const bool tr = (size_t)fp * d <= ZT_MAX;
+    if (tr)
+        memset(zt, 0, (size_t)fp * d * sizeof(float)); /* the padding stays zero */
+    for (int s = 0; s < n; s++) {
+        const float *restrict zs = z + (size_t)s * f * d;
+        float *restrict o = out + (size_t)s * ldo;
+        if (!tr) { /* the same sums, pair by pair */
+            for (int i = 1; i < f; i++)
+                for (int j = 0; j < i; j++) {
+                    const float *zi = zs + (size_t)i * d, *zj = zs + (size_t)j * d;
+                    float acc = zi[0] * zj[0];
+                    for (int e = 1; e < d; e++)
+                        acc += zi[e] * zj[e];
+                    o[i * (i - 1) / 2 + j] = acc;
+                }
+            continue;
+        }
+        for (int j = 0; j < f; j++)
+            for (int e = 0; e < d; e++)
+                zt[e * fp + j] = zs[j * d + e];
+        for (int i = 1; i < f; i++) {
+            const float *restrict zi = zs + (size_t)i * d;
+            for (int jb = 0; jb < i; jb += IB) {
+                vblock_t acc;
+                memcpy(&acc, zt + jb, sizeof acc);
+                acc *= zi[0];
+                for (int e = 1; e < d; e++)
+                    VBLOCK_MAC(acc, zi[e], zt + e * fp + jb);
+                /* the lanes past row i land in rows after it, written later; the last rows
+                 * store exactly what is theirs (past np: the caller's columns) */
+                const int at = i * (i - 1) / 2 + jb;
+                if (at + IB <= np && i + 1 < f)
+                    memcpy(o + at, &acc, sizeof acc);
+                else
+                    memcpy(o + at, &acc, (size_t)(i - jb < IB ? i - jb : IB) * sizeof(float));
+            }
+        }
+    }
+}
+
+CPU_VEC static void cpu_interact_grad(pw_backend_t *be, int n, int f, int d,
+                                      const float *restrict z, const float *restrict grad, int ldg,
+                                      float *restrict dz) {
+    (void)be;
+    for (int s = 0; s < n; s++) {
+        const float *restrict zs = z + (size_t)s * f * d;
+        const float *restrict g = grad + (size_t)s * ldg;
+        for (int i = 0; i < f; i++) {
+            float *restrict dzi = dz + ((size_t)s * f + i) * d;
+            int eb = 0;
+            for (; eb + IB <= d; eb += IB) {
+                vblock_t acc = {0};
+                for (int j = 0; j < i; j++)
+                    VBLOCK_MAC(acc, g[i * (i - 1) / 2 + j], zs + (size_t)j * d + eb);
+                for (int j = i + 1; j < f; j++)
+                    VBLOCK_MAC(acc, g[j * (j - 1) / 2 + i], zs + (size_t)j * d + eb);
+                memcpy(dzi + eb, &acc, sizeof acc);
+            }
+            for (int e = eb; e < d; e++) { /* the tail of d, lane by lane in the same order */
+                float acc = 0;
+                for (int j = 0; j < i; j++)
+                    acc += g[i * (i - 1) / 2 + j] * zs[(size_t)j * d + e];
+                for (int j = i + 1; j < f; j++)
+                    acc += g[j * (j - 1) / 2 + i] * zs[(size_t)j * d + e];
+                dzi[e] = acc;
+            }
+        }
+    }
+}
+
 /* ---- embeddings ---- */
 
 static void cpu_gather_rows(pw_backend_t *be, size_t n, const uint32_t *idx, const float *src,
@@ -448,6 +543,8 @@ static pw_backend_t k_cpu = {
     .fill = cpu_fill,
     .tril_pack = cpu_tril_pack,
     .tril_unpack = cpu_tril_unpack,
+    .interact = cpu_interact,
+    .interact_grad = cpu_interact_grad,
     .gather_rows = cpu_gather_rows,
     .scatter_add_rows = cpu_scatter_add_rows,
     .pool = cpu_pool,

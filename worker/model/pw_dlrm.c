@@ -26,7 +26,7 @@ struct pw_dlrm {
     pw_mlp_t bottom, top;
     float *z, *dz; /* z: [bottom output, embeddings] per sample (+ dim floats: see
                     * dlrm_model_forward), and its gradient */
-    float *full;   /* interaction scratch: f x f per sample */
+    float *full;   /* interaction scratch: f x f per sample (NULL: the backend's fused one) */
     float *top_in; /* [bottom output, interactions] per sample: the top MLP's input */
     float *dtop;   /* its gradient */
     float *dbot;   /* the bottom output's gradient */
@@ -53,11 +53,12 @@ int pw_dlrm_create(const pw_dlrm_config_t *c, pw_backend_t *be, pw_dlrm_t **out)
     const size_t b = (size_t)c->max_batch, fl = sizeof(float);
     m->z = be->alloc(be, (b * f + 1) * (size_t)c->dim * fl);
     m->dz = be->alloc(be, b * (size_t)f * c->dim * fl);
-    m->full = be->alloc(be, b * (size_t)f * f * fl);
+    const bool fused = be->interact && be->interact_grad; /* no f x f scratch */
+    m->full = fused ? NULL : be->alloc(be, b * (size_t)f * f * fl);
     m->top_in = be->alloc(be, b * (size_t)(c->dim + m->np) * fl);
     m->dtop = be->alloc(be, b * (size_t)(c->dim + m->np) * fl);
     m->dbot = be->alloc(be, b * (size_t)c->dim * fl);
-    if (!rc && (!m->z || !m->dz || !m->full || !m->top_in || !m->dtop || !m->dbot))
+    if (!rc && (!m->z || !m->dz || (!fused && !m->full) || !m->top_in || !m->dtop || !m->dbot))
         rc = PC_ENOMEM;
     if (rc) {
         pw_dlrm_destroy(m);
@@ -76,7 +77,8 @@ void pw_dlrm_destroy(pw_dlrm_t *m) {
         pw_mlp_free(&m->top);
     m->be->free(m->be, m->z);
     m->be->free(m->be, m->dz);
-    m->be->free(m->be, m->full);
+    if (m->full)
+        m->be->free(m->be, m->full);
     m->be->free(m->be, m->top_in);
     m->be->free(m->be, m->dtop);
     m->be->free(m->be, m->dbot);

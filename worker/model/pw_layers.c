@@ -154,6 +154,10 @@ void pw_mlp_backward(pw_mlp_t *m, const float *dy, float *dx) {
 
 void pw_interact_forward(pw_backend_t *be, int n, int f, int d, const float *z, float *full,
                          float *out, int ldo) {
+    if (be->interact) {
+        be->interact(be, n, f, d, z, out, ldo);
+        return;
+    }
     const size_t sz = (size_t)f * d, sf = (size_t)f * f;
     be->gemm_batched(be, false, true, f, f, d, 1.0f, z, sz, z, sz, 0.0f, full, sf, n);
     be->tril_pack(be, n, f, full, out, ldo);
@@ -162,6 +166,10 @@ void pw_interact_forward(pw_backend_t *be, int n, int f, int d, const float *z, 
 void pw_interact_backward(pw_backend_t *be, int n, int f, int d, const float *z, const float *dout,
                           int ldd, float *full, float *dz) {
     /* d<z_i, z_j>/dz_i = z_j: dz_s = (G + G^T) z_s with G the gradients below the diagonal */
+    if (be->interact_grad) {
+        be->interact_grad(be, n, f, d, z, dout, ldd, dz);
+        return;
+    }
     const size_t sz = (size_t)f * d, sf = (size_t)f * f;
     be->tril_unpack(be, n, f, dout, ldd, full);
     be->gemm_batched(be, false, false, f, d, f, 1.0f, full, sf, z, sz, 0.0f, dz, sz, n);

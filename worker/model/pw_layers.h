@@ -69,10 +69,11 @@ const float *pw_mlp_forward_borrowed(pw_mlp_t *m, int batch, const float *x);
  * unless NULL. */
 void pw_mlp_backward(pw_mlp_t *m, const float *dy, float *dx);
 
-/* DLRM's pairwise dot-product interaction, as the GPU likes it: per sample one GEMM Z Z^T
+/* DLRM's pairwise dot-product interaction: the backend's fused kernel when it has one (the CPU:
+ * the packed triangle straight from z), else as the GPU likes it: per sample one GEMM Z Z^T
  * (strided-batched) and the strict lower triangle of the result. z: n x f x d (f vectors of dim d
  * per sample) -> out row s (at out + s * ldo): <z_i, z_j> for i > j, row-major (1,0), (2,0),
- * (2,1), ...; full: scratch of n x f x f floats. */
+ * (2,1), ...; full: scratch of n x f x f floats (unused, may be NULL, with the fused kernel). */
 void pw_interact_forward(pw_backend_t *be, int n, int f, int d, const float *z, float *full,
                          float *out, int ldo);
 /* dout row s at dout + s * ldd (f(f-1)/2 values) -> dz: n x f x d (written); full as above. */

@@ -1,7 +1,8 @@
 /* Layers against double precision: the backend's GEMM (all transpose cases) and each layer's
  * forward match a double reference; every gradient (weights, biases, inputs) of a
- * Linear-ReLU-Linear-BCE network (pw_mlp) and of the dot interaction (batched GEMM and the
- * triangle) matches central finite differences of the double reference; pooling is exact and its
+ * Linear-ReLU-Linear-BCE network (pw_mlp) and of the dot interaction (the CPU's fused kernel,
+ * and the batched GEMM and triangle the GPU runs) matches central finite differences of the
+ * double reference; pooling is exact and its
  * gradient is its adjoint. BCE is finite and exact at extreme logits. */
 #include "test_util.h"
 
@@ -179,55 +180,99 @@ static void test_pool(void **state) {
     }
 }
 
+/* The interaction on backend b (nb samples, f vectors of dim d, output rows with a stride)
+ * against double precision: each dot product, and dz against (G + G^T) z; with fd, dz also
+ * against central differences of L = sum_k g_k out_k. */
+static void check_interaction(pw_backend_t *b, int nb, int f, int d, bool fd, uint64_t seed) {
+    const int np = f * (f - 1) / 2, ldo = np + 2; /* as inside the DLRM's top input */
+    const size_t nz = (size_t)nb * f * d, no = (size_t)nb * ldo;
+    float *z = malloc(nz * sizeof *z), *out = malloc(no * sizeof *out), *g = malloc(no * sizeof *g),
+          *dz = malloc(nz * sizeof *dz), *full = malloc((size_t)nb * f * f * sizeof *full);
+    double *zd = malloc(nz * sizeof *zd);
+    assert_non_null(z && out && g && dz && full && zd);
+    uint64_t rng = seed;
+    fill(z, nz, &rng, 1);
+    fill(g, no, &rng, 1);
+    for (size_t i = 0; i < no; i++)
+        out[i] = 7.0f; /* the columns past np stay untouched */
+    pw_interact_forward(b, nb, f, d, z, full, out, ldo);
+    pw_interact_backward(b, nb, f, d, z, g, ldo, full, dz);
+    for (size_t i = 0; i < nz; i++)
+        zd[i] = z[i];
+    for (int s = 0; s < nb; s++) {
+        assert_true(out[s * ldo + np] == 7.0f && out[s * ldo + np + 1] == 7.0f);
+        for (int i = 1, k = 0; i < f; i++)
+            for (int j = 0; j < i; j++, k++) {
+                double dot = 0, mag = 0;
+                for (int e = 0; e < d; e++) {
+                    const double t =
+                        zd[((size_t)s * f + i) * d + e] * zd[((size_t)s * f + j) * d + e];
+                    dot += t;
+                    mag += fabs(t);
+                }
+                /* a float sum of d rounded products is within (d + 1) u sum |t| (u = 2^-24) */
+                TU_ASSERT_CLOSE(out[s * ldo + k], dot, 0, (d + 1) * 0x1p-24 * mag + 1e-12,
+                                "dot (%d,%d,%d)", s, i, j);
+            }
+        for (int i = 0; i < f; i++) /* dz_i = sum over j != i of g_(max,min) z_j */
+            for (int e = 0; e < d; e++) {
+                double r = 0, mag = 0;
+                for (int j = 0; j < f; j++) {
+                    if (j == i)
+                        continue;
+                    const int hi = i > j ? i : j, lo = i > j ? j : i;
+                    const double t =
+                        g[s * ldo + hi * (hi - 1) / 2 + lo] * zd[((size_t)s * f + j) * d + e];
+                    r += t;
+                    mag += fabs(t);
+                }
+                TU_ASSERT_CLOSE(dz[((size_t)s * f + i) * d + e], r, 0, f * 0x1p-24 * mag + 1e-12,
+                                "dz (%d,%d,%d)", s, i, e);
+            }
+    }
+    for (size_t p = 0; fd && p < nz; p++) { /* L is quadratic in each z: differences are exact */
+        double lv[2];
+        for (int side = 0; side < 2; side++) {
+            const double save = zd[p];
+            zd[p] = save + (side ? -1e-3 : 1e-3);
+            double l = 0;
+            for (int s = 0; s < nb; s++)
+                for (int i = 1, k = 0; i < f; i++)
+                    for (int j = 0; j < i; j++, k++) {
+                        double dot = 0;
+                        for (int e = 0; e < d; e++)
+                            dot +=
+                                zd[((size_t)s * f + i) * d + e] * zd[((size_t)s * f + j) * d + e];
+                        l += g[s * ldo + k] * dot;
+                    }
+            lv[side] = l;
+            zd[p] = save;
+        }
+        GRAD_OK(dz[p], (lv[0] - lv[1]) / 2e-3, "dz", p);
+    }
+    free(z);
+    free(out);
+    free(g);
+    free(dz);
+    free(full);
+    free(zd);
+}
+
+/* The CPU's fused kernel (no f x f matrices) and the batched-GEMM path the GPU takes, at small
+ * odd shapes, DLRM's 27 x 16 and a z too large for the fused kernel's transposed copy. */
 static void test_dot_interaction(void **state) {
     (void)state;
-    enum { NB = 3, F = 4, D = 3, NP = F * (F - 1) / 2 };
-    uint64_t rng = 3;
-    enum { LDO = NP + 2 }; /* rows of the output with a stride, as inside the DLRM's top input */
-    float z[NB * F * D], out[NB * LDO], g[NB * LDO], dz[NB * F * D], full[NB * F * F];
-    fill(z, NB * F * D, &rng, 1);
-    fill(g, NB * LDO, &rng, 1);
-    for (int i = 0; i < NB * LDO; i++)
-        out[i] = 7.0f; /* the columns past NP stay untouched */
-    pw_interact_forward(be, NB, F, D, z, full, out, LDO);
-    pw_interact_backward(be, NB, F, D, z, g, LDO, full, dz);
-    for (int b = 0; b < NB; b++)
-        assert_true(out[b * LDO + NP] == 7.0f && out[b * LDO + NP + 1] == 7.0f);
-    /* reference: L = sum_k g_k * out_k, in double */
-    double zd[NB * F * D];
-    for (int i = 0; i < NB * F * D; i++)
-        zd[i] = z[i];
-#define LOSS(res)                                                               \
-    do {                                                                        \
-        res = 0;                                                                \
-        for (int b = 0; b < NB; b++)                                            \
-            for (int i = 1, k = 0; i < F; i++)                                  \
-                for (int j = 0; j < i; j++, k++) {                              \
-                    double s = 0;                                               \
-                    for (int e = 0; e < D; e++)                                 \
-                        s += zd[(b * F + i) * D + e] * zd[(b * F + j) * D + e]; \
-                    res += g[b * LDO + k] * s;                                  \
-                }                                                               \
-    } while (0)
-    for (int b = 0; b < NB; b++)
-        for (int i = 1, k = 0; i < F; i++)
-            for (int j = 0; j < i; j++, k++) {
-                double s = 0;
-                for (int e = 0; e < D; e++)
-                    s += (double)z[(b * F + i) * D + e] * z[(b * F + j) * D + e];
-                TU_ASSERT_CLOSE(out[b * LDO + k], s, 1e-5, 1e-6, "dot (%d,%d,%d)", b, i, j);
-            }
-    for (int p = 0; p < NB * F * D; p++) {
-        const double save = zd[p], eps = 1e-6;
-        double up, down;
-        zd[p] = save + eps;
-        LOSS(up);
-        zd[p] = save - eps;
-        LOSS(down);
-        zd[p] = save;
-        GRAD_OK(dz[p], (up - down) / (2 * eps), "dz", p);
+    assert_non_null(be->interact);
+    pw_backend_t gemm = *be; /* the CPU backend is stateless: a copy without the fused ops */
+    gemm.interact = NULL;
+    gemm.interact_grad = NULL;
+    pw_backend_t *const paths[] = {be, &gemm};
+    for (int p = 0; p < 2; p++) {
+        check_interaction(paths[p], 3, 4, 3, true, 3);
+        check_interaction(paths[p], 2, 27, 16, true, 4);
+        check_interaction(paths[p], 5, 9, 5, true, 5);
+        check_interaction(paths[p], 2, 70, 130, false, 6); /* 9100 floats per sample */
     }
-#undef LOSS
 }
 
 static void test_bce_extremes(void **state) {
