@@ -17,7 +17,8 @@
  *  - the recovery jobs push rank by rank (--push-order=rank), so a job's model depends on its
  *    data only: two uninterrupted runs give the same AUC to the last bit, and so do a job rolled
  *    back to a coordinated checkpoint (whole job, or a server killed) and a primary killed with
- *    replicas when no push was cut short. */
+ *    replicas when no push was cut short; a third server added and removed while two workers
+ *    train leaves the whole table, bit for bit, as a cluster never resharded. */
 #include "proc_util.h"
 #include "cluster_check.h"
 #include "table_check.h"
@@ -817,39 +818,37 @@ static void test_primary_kill_with_replicas(void **state) {
     pu_stop(c.s0);
 }
 
-/* Steps rank 0 ended, from its --step-log. */
+/* Steps rank 0 ended, from a --step-log (other ranks may write to it too). */
 static int steps_logged(const char *log) {
     FILE *f = fopen(log, "r");
     int n = 0, rank;
     unsigned long long round, ns;
     char what[8];
     while (f && fscanf(f, "%d %llu %7s %llu", &rank, &round, what, &ns) == 4)
-        n += strcmp(what, "end") == 0;
+        n += rank == 0 && strcmp(what, "end") == 0;
     if (f)
         fclose(f);
     return n;
 }
 
-/* One worker (sync, alone: one fixed order of pulls and pushes) over the recovery data, three
- * epochs, against two servers with replicas; with `reshard`, a third server is brought in after
- * step 20 (psctl reshard add) and taken out again (remove) once the map is the target, both while
- * the worker trains. Returns the hash of the whole table at the end (rows with Adagrad's state,
- * each from its primary: tests/support/cluster_check.h), its rows into *rows and the worker's
- * summary into out. */
-static uint64_t reshard_job(bool reshard, const char *out, size_t *rows) {
+/* Two workers in sync, pushing in rank order (so the job's model depends on its data only),
+ * over the recovery data, three epochs, against two servers with replicas; with `reshard`, a
+ * third server is brought in after rank 0's step 20 (psctl reshard add) and taken out again
+ * (remove) once the map is the target, both while the workers train. Returns the hash of the
+ * whole table at the end (rows with Adagrad's state, each from its primary:
+ * tests/support/cluster_check.h), its rows into *rows; the workers' summaries go to j->out. */
+static uint64_t reshard_job(bool reshard, rjob_t *j, size_t *rows) {
     recovery_data();
     cluster_t c;
-    char coordarg[64], srv[64], tr[640], test[320], b[32], sl[340], log[300], maparg[1024];
+    char coordarg[64], sl[340], log[300], maparg[1024];
     replica_cluster_up(&c, coordarg, sizeof coordarg);
     snprintf(log, sizeof log, "%s/reshard%d.steps", g_dir, reshard);
     unlink(log);
-    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
-    snprintf(tr, sizeof tr, "--train=%s,%s", g_r0, g_r1);
-    snprintf(test, sizeof test, "--test=%s", g_rtest);
-    snprintf(b, sizeof b, "--batch=%d", RB);
-    snprintf(sl, sizeof sl, "--step-log=%s", log);
-    const char *args[] = {srv, tr, test, b, sl, "--epochs=3", "--dense-lr=0.001", NULL};
-    const pid_t w = worker(args, out);
+    snprintf(sl, sizeof sl, "--step-log=%s", log); /* both ranks append, a line per step */
+    j->c = &c;
+    j->extra[0] = "--epochs=3";
+    j->extra[1] = sl;
+    const pid_t w0 = rworker(j, 0, j->out[0]), w1 = rworker(j, 1, j->out[1]);
     if (reshard) {
         for (double t0 = pu_now(); steps_logged(log) < 20 && pu_now() - t0 < 60;)
             usleep(10000);
@@ -867,14 +866,17 @@ static uint64_t reshard_job(bool reshard, const char *out, size_t *rows) {
         const int at_remove = steps_logged(log);
         assert_true(cc_reshard_done(g_psctl, c.grpc0));
         print_message("a third server added (moved by step %d) and removed (by step %d) while "
-                      "the worker trained\n",
+                      "the workers trained\n",
                       at_add, at_remove);
-        assert_true(running(w)); /* both moves happened during training */
-        usleep(300000);          /* every server adopted the last map before s2 goes */
+        assert_true(running(w0) && running(w1)); /* both moves happened during training */
+        usleep(300000); /* every server adopted the last map before s2 goes */
         pu_stop(s2);
     }
-    assert_int_equal(pu_reap(w, 180), 0);
-    psc_opts_t po = {.servers = srv + 10, .timeout_ms = 5000};
+    assert_int_equal(pu_reap(w0, 180), 0);
+    assert_int_equal(pu_reap(w1, 180), 0);
+    char srv[64];
+    snprintf(srv, sizeof srv, "127.0.0.1:%d", c.p0);
+    psc_opts_t po = {.servers = srv, .timeout_ms = 5000};
     psc_t *pc;
     assert_int_equal(psc_connect(&po, &pc), 0);
     const uint64_t sum = cc_table_sum(pc, 2, "emb", 32, rows); /* dim 16 + Adagrad's 16 */
@@ -884,22 +886,29 @@ static uint64_t reshard_job(bool reshard, const char *out, size_t *rows) {
     return sum;
 }
 
-/* Live resharding under a training worker (docs/server.md "Live resharding"): a third server
+/* Live resharding under training workers (docs/server.md "Live resharding"): a third server
  * added and removed mid-training; no pull or push failed or was lost, and the whole table equals,
  * bit for bit, the table of the same job on a cluster never resharded (and so does the AUC). */
 static void test_reshard_mid_training(void **state) {
     (void)state;
-    char o1[300], o0[300];
-    snprintf(o1, sizeof o1, "%s/reshard1.json", g_dir);
-    snprintf(o0, sizeof o0, "%s/reshard0.json", g_dir);
+    rjob_t j1 = {.job = "reshard1", .policy = "wait", .rejoin_ms = 20000},
+           j0 = {.job = "reshard0", .policy = "wait", .rejoin_ms = 20000};
+    for (int r = 0; r < 2; r++) {
+        snprintf(j1.out[r], sizeof j1.out[r], "%s/reshard1-%d.json", g_dir, r);
+        snprintf(j0.out[r], sizeof j0.out[r], "%s/reshard0-%d.json", g_dir, r);
+    }
     size_t rows1, rows0;
-    const uint64_t h1 = reshard_job(true, o1, &rows1), h0 = reshard_job(false, o0, &rows0);
-    print_message("resharded: %zu rows, hash %016llx, AUC %.6f, lost pushes %.0f; never "
-                  "resharded: %zu rows, hash %016llx, AUC %.6f\n",
-                  rows1, (unsigned long long)h1, json_num(o1, "auc"), json_num(o1, "lost_pushes"),
-                  rows0, (unsigned long long)h0, json_num(o0, "auc"));
-    assert_true(json_num(o1, "lost_pushes") == 0 && json_num(o1, "rollbacks") == 0);
+    const uint64_t h1 = reshard_job(true, &j1, &rows1), h0 = reshard_job(false, &j0, &rows0);
+    const char *o1 = j1.out[0], *o0 = j0.out[0];
+    const double lost = json_num(o1, "lost_pushes") + json_num(j1.out[1], "lost_pushes");
+    print_message("resharded: %zu rows, hash %016llx, AUC %.8f, lost pushes %.0f; never "
+                  "resharded: %zu rows, hash %016llx, AUC %.8f\n",
+                  rows1, (unsigned long long)h1, json_num(o1, "auc"), lost, rows0,
+                  (unsigned long long)h0, json_num(o0, "auc"));
+    assert_true(lost == 0 && json_num(o1, "rollbacks") == 0 &&
+                json_num(j1.out[1], "rollbacks") == 0);
     assert_true(json_num(o1, "samples") == json_num(o0, "samples"));
+    assert_true(json_num(j1.out[1], "samples") == json_num(j0.out[1], "samples"));
     assert_int_equal(rows1, rows0);
     assert_true(h1 == h0);
     assert_true(json_num(o1, "auc") == json_num(o0, "auc"));
