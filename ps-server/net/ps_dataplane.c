@@ -86,6 +86,7 @@
 #include "pc_tls.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -1697,7 +1698,12 @@ static void *loop_main(void *arg) {
     return NULL;
 }
 
-/* A listening socket on host:port with SO_REUSEPORT. */
+/* The listening socket on host:port, which every event loop watches (a duplicate descriptor
+ * each: a connection wakes the loops, the first to accept takes it). SO_REUSEADDR (a restarted
+ * server binds at once, whatever its old connections' TIME_WAIT), not SO_REUSEPORT: with it, a
+ * second server of the same user could bind the same port and silently take part of the
+ * connections (seen when two tests' servers drew the same free port); a port in use is an
+ * error. */
 static int listen_fd(const char *host, int port, int *bound) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, host, &a.sin_addr) != 1) {
@@ -1706,8 +1712,7 @@ static int listen_fd(const char *host, int port, int *bound) {
     }
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     int one = 1;
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) ||
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
         bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 1024)) {
         PC_ERROR("data plane: cannot listen on %s:%d: %m", host, port);
         if (fd >= 0)
@@ -1825,13 +1830,14 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
     dp->loops = pc_calloc(PC_MEM_OTHER, (size_t)o->threads, sizeof *dp->loops);
     if (!rc && !dp->loops)
         rc = PC_ENOMEM;
-    int port = o->port;
+    int port = o->port, fd0 = -1;
     for (int i = 0; !rc && i < o->threads; i++) {
         loopctx_t *lc = &dp->loops[i];
         lc->dp = dp;
-        int fd = listen_fd(o->host, port, &port); /* loop 0 picks the port, the rest share it */
+        /* loop 0 binds, the rest watch the same socket */
+        int fd = i == 0 ? (fd0 = listen_fd(o->host, port, &port)) : fcntl(fd0, F_DUPFD_CLOEXEC, 0);
         if (fd < 0) {
-            rc = fd;
+            rc = i == 0 ? fd : PC_ESYS;
             break;
         }
         uv_loop_init(&lc->loop);

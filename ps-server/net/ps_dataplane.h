@@ -1,7 +1,8 @@
 /* ps_dataplane.h: the server side of the binary data plane (pc_wire.h, docs/wire.md).
  *
- * `threads` libuv event loops, each on its own thread with its own listening socket on the same
- * port (SO_REUSEPORT: the kernel spreads connections). A connection's frames are executed on its
+ * `threads` libuv event loops, each on its own thread, watching one listening socket (the first
+ * loop to accept a connection takes it; no SO_REUSEPORT, so a port another server holds is an
+ * error at start, not a port shared with it). A connection's frames are executed on its
  * loop as they complete (table calls are thread-safe and short) and answered with one
  * scatter/gather write per response. Requests for keys of slots this server does not own are
  * refused with PC_EWRONGSLOT and the current map; with a token configured, a connection must

@@ -313,15 +313,17 @@ int ps_grpc_start(const ps_grpc_service_t *svc, const ps_grpc_opts_t *o, ps_grpc
     pthread_rwlockattr_destroy(&ra);
     snprintf(g->token, sizeof g->token, "%s", o->token ? o->token : "");
     snprintf(g->admin, sizeof g->admin, "%s", o->admin_token ? o->admin_token : "");
-    grpc_arg args[2] = {
+    grpc_arg args[3] = {
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
          .value.integer = (int)o->max_message},
         {.type = GRPC_ARG_INTEGER,
          .key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
          .value.integer = (int)o->max_message},
+        /* gRPC sets SO_REUSEPORT on Linux by default: a second server could share the port */
+        {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_ALLOW_REUSEPORT, .value.integer = 0},
     };
-    grpc_channel_args ca = {2, args};
+    grpc_channel_args ca = {3, args};
     g->server = grpc_server_create(&ca, NULL);
     for (int i = 0; i < o->threads; i++) {
         w[i].g = g;

@@ -6,7 +6,8 @@
  *  - a stopped server: calls end at their deadline, late replies are discarded safely;
  *  - bad input on raw connections: not-a-frame, oversized body (skipped, connection lives),
  *    malformed batch, unknown table, wrong dim, too many keys, NaN gradients;
- *  - token authentication; refusal to bind a non-loopback address without a token;
+ *  - token authentication; refusal to bind a non-loopback address without a token; a second
+ *    server on a port the first holds (data plane or gRPC) exits with an error;
  *  - a PULL or LOOKUP whose reply would exceed max_reply_bytes: PC_ETOOBIG with a message that
  *    names the sizes, at once, without the server's memory growing by the reply (raw frames and
  *    libpsclient);
@@ -728,6 +729,46 @@ static void test_token(void **state) {
     tc_rmdir(dir);
 }
 
+/* A ps-server started on the data-plane or gRPC port of a running one exits with an error; the
+ * first one keeps every connection (before, SO_REUSEPORT let the second bind the port and take
+ * part of them: two tests' servers that drew the same free port answered each other's
+ * clients). */
+static void test_port_in_use(void **state) {
+    (void)state;
+    char dir[256], tables[200], one[64], port_arg[32], grpc_arg[32];
+    tc_tmpdir(dir, sizeof dir, "dpport");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, NULL};
+    const int port = pu_free_port();
+    int grpc = 0;
+    const pid_t s = pu_spawn(port, dir, extra, &grpc);
+    const int ports[2][2] = {{port, pu_free_port()}, {pu_free_port(), grpc}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(port_arg, sizeof port_arg, "--port=%d", ports[k][0]);
+        snprintf(grpc_arg, sizeof grpc_arg, "--grpc-port=%d", ports[k][1]);
+        const pid_t p = fork();
+        if (p == 0) {
+            execl(pu_bin, pu_bin, port_arg, grpc_arg, "--metrics-port=-1", tables,
+                  "--log-level=error", (char *)NULL);
+            _exit(127);
+        }
+        const int st = pu_reap(p, 10);
+        print_message("a second server on the %s port %d: exit status %d\n",
+                      k ? "gRPC" : "data-plane", k ? grpc : port, st);
+        assert_true(st > 0 && st < 127); /* exited by itself with an error */
+    }
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    for (int i = 0; i < 20; i++) { /* new connections all reach the first server */
+        psc_t *c = connect_to(one, NULL);
+        uint64_t k = 42;
+        float row[D];
+        assert_int_equal(psc_pull(c, "emb", &k, 1, D, row), 0);
+        psc_close(c);
+    }
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 /* Out of memory at every allocation of the client (libpsclient counts its memory under the
  * client tag, so pc_mem_fail_after reaches it; the server is another process): connect, pull and
  * lookup with the i-th allocation failing, i = 0, 1, ... until a round reaches no failure. Every
@@ -997,6 +1038,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_token),
+        cmocka_unit_test(test_port_in_use),
         cmocka_unit_test(test_client_oom),
         cmocka_unit_test(test_reply_limit),
         cmocka_unit_test(test_unsent_bounded),
