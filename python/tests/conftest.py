@@ -53,8 +53,21 @@ class Server:
         raise RuntimeError("ps-server did not come up")
 
     def signal(self, sig):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
+        """Send sig; SIGSTOP returns once the kernel reports the process stopped (kill()
+        returns before: on a loaded machine the server answered a call made just after)."""
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(sig)
+        if sig != signal.SIGSTOP:
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with open("/proc/%d/stat" % self.proc.pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]  # after the command name
+            if state in ("T", "t"):
+                return
+            time.sleep(0.001)
+        raise RuntimeError("ps-server %d did not stop" % self.proc.pid)
 
     def stop(self):
         self.signal(signal.SIGCONT)
