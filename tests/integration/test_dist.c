@@ -15,7 +15,8 @@
  *    directory); dense models published for serving carry watermarks that reach the servers'
  *    final heads;
  *  - the recovery jobs push rank by rank (--push-order=rank), so a job's model depends on its
- *    data only: two uninterrupted runs give the same AUC to the last bit, and so do a job rolled
+ *    data only: two uninterrupted runs give the same AUC to the last bit (2 workers, and 3 of
+ *    which two read the same share, so they push the same keys every step), and so do a job rolled
  *    back to a coordinated checkpoint (whole job, or a server killed) and a primary killed with
  *    replicas when no push was cut short; a third server added and removed while two workers
  *    train leaves the whole table, bit for bit, as a cluster never resharded. */
@@ -514,6 +515,53 @@ static double base_auc(void) {
     assert_true(auc[0] == auc[1]); /* push order rank: reproducible */
     g_base_auc = auc[0];
     return g_base_auc;
+}
+
+/* --push-order=rank with three workers (turns 0 and 1 each step): two runs on fresh servers give
+ * the same AUC to the last bit. Ranks 0 and 2 read the same share, so every step both push the
+ * same keys: the order between them decides each of those rows. */
+static void test_push_order_three_workers(void **state) {
+    (void)state;
+    recovery_data();
+    char srv[64], coord[64], tr[960], test[320], jb[80], rk[32], b[32], out[3][300];
+    double auc[2];
+    snprintf(tr, sizeof tr, "--train=%s,%s,%s", g_r0, g_r1, g_r0); /* file i -> rank i % 3 */
+    snprintf(test, sizeof test, "--test=%s", g_rtest);
+    snprintf(b, sizeof b, "--batch=%d", RB);
+    for (int r = 0; r < 2; r++) {
+        cluster_t c;
+        cluster_up(&c, RTABLE);
+        snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+        snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
+        snprintf(jb, sizeof jb, "--job=three%d", r);
+        pid_t p[3];
+        for (int k = 0; k < 3; k++) {
+            snprintf(rk, sizeof rk, "--rank=%d", k);
+            snprintf(out[k], sizeof out[k], "%s/three%d-%d.json", g_dir, r, k);
+            const char *args[] = {srv,
+                                  coord,
+                                  "--world=3",
+                                  tr,
+                                  test,
+                                  jb,
+                                  rk,
+                                  b,
+                                  "--dense-lr=0.001",
+                                  "--push-order=rank",
+                                  NULL};
+            p[k] = worker(args, out[k]); /* argv copied at fork: rk may change */
+        }
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(pu_reap(p[k], 120), 0);
+        cluster_down(&c);
+        auc[r] = json_num(out[0], "auc");
+        print_message("three workers, push order rank, run %d: AUC %.8f, %.0f steps\n", r, auc[r],
+                      json_num(out[0], "steps"));
+        assert_true(auc[r] > AUC_MIN);
+        for (int k = 0; k < 3; k++)
+            assert_true(json_num(out[k], "lost_pushes") == 0);
+    }
+    assert_true(auc[0] == auc[1]);
 }
 
 static void test_worker_restart(void **state) {
@@ -1292,6 +1340,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_unequal_data_and_errors),
+        cmocka_unit_test(test_push_order_three_workers),
         cmocka_unit_test(test_worker_restart),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),
