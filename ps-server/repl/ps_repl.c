@@ -594,7 +594,7 @@ static int connect_server(ps_repl_t *r, const char *addr, char *why, size_t cap,
 /* Before handing slots to `to`: each table's place in to's change log (a bounds query: its
  * uid and head), kept as r->hb for the handover's map version (see DESIGN). A table whose log
  * `to` has not started, one that evicts (TTL or capacity: `to` may drop rows of those slots
- * before it takes them, unseen here), and any left when HANDBACK_MS have passed get none: their
+ * before it takes them, unseen here), and any left when HANDBACK_NS have passed get none: their
  * new backup copies them. */
 static void handback_note(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t to) {
     char(*names)[PS_TABLE_NAME_MAX] = pc_scalloc(PC_MEM_SCRATCH, MAX_TABLES, PS_TABLE_NAME_MAX);

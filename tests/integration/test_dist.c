@@ -399,17 +399,22 @@ typedef struct rjob {
     cluster_t *c;
     const char *job, *policy;
     int rejoin_ms;
-    char out[2][300];
+    int world; /* 0: 2 (a third rank reads rank 0's share again) */
+    char out[3][300];
     const char *extra[5]; /* more flags, NULL-terminated */
     const char *err;      /* rank 0's stderr goes here (NULL: the test's) */
     const char *err1;     /* rank 1's (NULL: the test's) */
 } rjob_t;
 
 static pid_t rworker(rjob_t *j, int rank, const char *out) {
-    char srv[64], coord[64], tr[640], test[320], jb[80], rk[32], pol[64], rj[64], b[32];
+    char srv[64], coord[64], tr[960], test[320], jb[80], rk[32], pol[64], rj[64], b[32], w[32];
+    const int world = j->world ? j->world : 2;
     snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", j->c->p0);
     snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", j->c->grpc0);
-    snprintf(tr, sizeof tr, "--train=%s,%s", g_r0, g_r1);
+    snprintf(w, sizeof w, "--world=%d", world);
+    const int tl = snprintf(tr, sizeof tr, "--train=%s,%s", g_r0, g_r1);
+    if (world == 3) /* file i goes to rank i % world */
+        snprintf(tr + tl, sizeof tr - (size_t)tl, ",%s", g_r0);
     snprintf(test, sizeof test, "--test=%s", g_rtest);
     snprintf(jb, sizeof jb, "--job=%s", j->job);
     snprintf(rk, sizeof rk, "--rank=%d", rank);
@@ -419,8 +424,7 @@ static pid_t rworker(rjob_t *j, int rank, const char *out) {
     /* the dense lr these tolerances were measured at: at 0.003 (the default since issue 21) sync
      * gains 0.014 AUC here and async loses 0.003 (0.788 / 0.763 against 0.774 / 0.766: dense
      * rounds applied late weigh more at a larger step), past ASYNC_TOL */
-    const char *args[18] = {srv, coord, "--world=2",       tr, test, jb, rk, pol,
-                            rj,  b,     "--dense-lr=0.001"};
+    const char *args[18] = {srv, coord, w, tr, test, jb, rk, pol, rj, b, "--dense-lr=0.001"};
     int n = 11;
     bool sync = true;
     for (int i = 0; i < 5 && j->extra[i]; i++) {
@@ -525,43 +529,29 @@ static double base_auc(void) {
 static void test_push_order_three_workers(void **state) {
     (void)state;
     recovery_data();
-    char srv[64], coord[64], tr[960], test[320], jb[80], rk[32], b[32], out[3][300];
     double auc[2];
-    snprintf(tr, sizeof tr, "--train=%s,%s,%s", g_r0, g_r1, g_r0); /* file i -> rank i % 3 */
-    snprintf(test, sizeof test, "--test=%s", g_rtest);
-    snprintf(b, sizeof b, "--batch=%d", RB);
     for (int r = 0; r < 2; r++) {
         cluster_t c;
         cluster_up(&c, RTABLE);
-        snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
-        snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
-        snprintf(jb, sizeof jb, "--job=three%d", r);
+        rjob_t j = {.c = &c,
+                    .job = r ? "three1" : "three0",
+                    .policy = "wait",
+                    .rejoin_ms = 500,
+                    .world = 3};
         pid_t p[3];
         for (int k = 0; k < 3; k++) {
-            snprintf(rk, sizeof rk, "--rank=%d", k);
-            snprintf(out[k], sizeof out[k], "%s/three%d-%d.json", g_dir, r, k);
-            const char *args[] = {srv,
-                                  coord,
-                                  "--world=3",
-                                  tr,
-                                  test,
-                                  jb,
-                                  rk,
-                                  b,
-                                  "--dense-lr=0.001",
-                                  "--push-order=rank",
-                                  NULL};
-            p[k] = worker(args, out[k]); /* argv copied at fork: rk may change */
+            snprintf(j.out[k], sizeof j.out[k], "%s/three%d-%d.json", g_dir, r, k);
+            p[k] = rworker(&j, k, j.out[k]);
         }
         for (int k = 0; k < 3; k++)
             assert_int_equal(pu_reap(p[k], 120), 0);
         cluster_down(&c);
-        auc[r] = json_num(out[0], "auc");
+        auc[r] = json_num(j.out[0], "auc");
         print_message("three workers, push order rank, run %d: AUC %.8f, %.0f steps\n", r, auc[r],
-                      json_num(out[0], "steps"));
+                      json_num(j.out[0], "steps"));
         assert_true(auc[r] > AUC_MIN);
         for (int k = 0; k < 3; k++)
-            assert_true(json_num(out[k], "lost_pushes") == 0);
+            assert_true(json_num(j.out[k], "lost_pushes") == 0);
     }
     assert_true(auc[0] == auc[1]);
 }

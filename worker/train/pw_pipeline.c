@@ -164,23 +164,28 @@ void pw__log_step(trainer_t *t, uint64_t round, const char *what) {
                 pc_time_mono_ns());
 }
 
+/* Wait until round r's pushes (its slot's; none in async) are answered: the first error. */
+static int round_pushes_wait(trainer_t *t, round_t *r) {
+    int rc = 0;
+    for (size_t i = 0; r->slot && i < r->slot->npush; i++) {
+        const int prc = pw_sched_wait(t->sched, &r->slot->push[i].job);
+        rc = rc ? rc : prc;
+    }
+    return rc;
+}
+
 static int run_turn(pw_job_t *j) {
     round_t *r = j->ctx;
     trainer_t *t = r->t;
-    if (j - r->turns == r->me) /* this worker's turn: its pushes answered first */
-        for (size_t i = 0; r->slot && i < r->slot->npush; i++)
-            (void)pw_sched_wait(t->sched, &r->slot->push[i].job); /* the marker reports */
+    if (j - r->turns == r->me)         /* this worker's turn: its pushes answered first */
+        (void)round_pushes_wait(t, r); /* the marker reports their errors */
     return coll_sum(t, r->flat + t->nflat, 1);
 }
 
 static int run_mark(pw_job_t *j) {
     round_t *r = j->ctx;
     trainer_t *t = r->t;
-    int rc = 0;
-    for (size_t i = 0; r->slot && i < r->slot->npush; i++) {
-        int prc = pw_sched_wait(t->sched, &r->slot->push[i].job);
-        rc = rc ? rc : prc;
-    }
+    int rc = round_pushes_wait(t, r);
     pw__log_step(t, r->id, "end");
     if (!rc && t->grp)
         rc = coll_sum(t, r->flat + t->nflat - 1, 1);
@@ -236,9 +241,10 @@ int pw__pipeline_init(trainer_t *t) {
         r->flat = pw__dflat(t) ? t->be->alloc(t->be, nf * sizeof(float))
                                : pc_scalloc(PC_MEM_BATCH, nf, sizeof(float));
         r->chunks = pc_scalloc(PC_MEM_BATCH, (size_t)t->nplan, sizeof *r->chunks);
-        const size_t nt = c->world > 1 ? (size_t)c->world - 1 : 1;
-        r->turns = pc_scalloc(PC_MEM_BATCH, nt, sizeof *r->turns);
-        if (!r->flat || !r->chunks || !r->turns)
+        if (c->push_order == PW_PUSH_RANK && c->world > 1 &&
+            !(r->turns = pc_scalloc(PC_MEM_BATCH, (size_t)c->world - 1, sizeof *r->turns)))
+            return PC_ENOMEM;
+        if (!r->flat || !r->chunks)
             return PC_ENOMEM;
         if (pw__dflat(t)) /* the turns sum it: defined values */
             t->be->zero(t->be, r->flat, nf * sizeof(float));
@@ -499,7 +505,7 @@ int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
      * step t was answered (else a slower worker would read rows already moved by step t). With
      * push order rank, rank k's pushes wait for turn k - 1 (which comes after that allreduce). */
     pw_job_t *gate = t->grp && t->staleness == 0 && t->nplan ? &r->chunks[0].job : NULL;
-    r->nturns = 0;
+    r->nturns = r->me = 0;
     if (gate && t->c->push_order == PW_PUSH_RANK) {
         r->me = pw_group_rank(t->grp);
         r->nturns = pw_group_size(t->grp) - 1;

@@ -16,8 +16,9 @@
  * - The round ring: round r carries step r's dense gradients through the group (allreduce chunks
  *   in the order the next forward needs them) and a marker that waits for step r's pushes
  *   (sync, ssp) and sums the has-batch flags. With push_order rank, turns between them: turn k
- *   ends once rank k's pushes were acknowledged, and rank k + 1's pushes wait for it. Rounds are
- * applied in order (apply_rounds); the staleness gate: step t's pull waits for round t - stale - 1.
+ *   ends once rank k's pushes were acknowledged, and rank k + 1's pushes wait for it. Rounds
+ *   are applied in order (apply_rounds); the staleness gate: step t's pull waits for round
+ *   t - stale - 1.
  * - The step (pw_step.h) owns the device buffers: slot s is staged into set (s->round & 1), so
  *   the next slot uploads while this one computes.
  * - Threads: everything here is the training thread's, except what the scheduler's threads touch
@@ -80,7 +81,8 @@ typedef struct round {
     slot_t *slot; /* whose pushes the marker waits for (NULL: none) */
     float *flat;  /* nflat floats, and one for the turns (push_order rank) */
     struct dchunk *chunks;
-    pw_job_t *turns; /* push_order rank: turn k waits for rank k's pushes (world - 1 of them) */
+    pw_job_t *turns; /* push_order rank: turn k waits for rank k's pushes (world - 1 of them;
+                      * NULL with arrival order) */
     int nturns, me;  /* turns submitted; this worker's rank in them */
     pw_job_t mark;
 } round_t;
