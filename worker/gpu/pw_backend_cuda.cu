@@ -62,6 +62,7 @@ struct cuda_be {
     double *loss; /* bce: per-sample losses */
     size_t nloss;
     char name[160];
+    char uuid[48]; /* "GPU-" and the device's UUID, as nvidia-smi prints it */
     void (*log)(const char *msg); /* the worker's error log */
 };
 
@@ -643,6 +644,11 @@ pw_cuda_backend_open(int device, void (*log)(const char *msg), pw_backend_t **ou
     b->log = log;
     snprintf(b->name, sizeof b->name, "cuda:%d %.100s (sm_%d%d)", device, prop.name, prop.major,
              prop.minor);
+    const unsigned char *u = reinterpret_cast<const unsigned char *>(prop.uuid.bytes);
+    snprintf(b->uuid, sizeof b->uuid,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1],
+             u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
     if ((e = cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&b->copy, cudaStreamNonBlocking)) != cudaSuccess ||
         (e = cudaEventCreateWithFlags(&b->ev, cudaEventDisableTiming)) != cudaSuccess) {
@@ -664,6 +670,7 @@ pw_cuda_backend_open(int device, void (*log)(const char *msg), pw_backend_t **ou
     b->t.name = b->name;
     b->t.host_memory = false;
     b->t.dcoll = &pw_cuda::nccl_ops;
+    b->t.device_id = b->uuid;
     b->t.alloc = g_alloc;
     b->t.free = g_free;
     b->t.upload = g_upload;

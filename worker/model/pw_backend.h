@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PW_BACKEND_ABI     3    /* bumped on any change to the table below */
+#define PW_BACKEND_ABI     4    /* bumped on any change to the table below */
 #define PW_POOL_FIELDS_MAX 1024 /* fields a pooled sample may have (nf) */
 #define PW_FM_K_MAX        1024 /* factors an FM row may have (k) */
 
@@ -70,6 +70,9 @@ struct pw_backend {
     const char *name;            /* e.g. "cpu-openblas", "cuda:0 NVIDIA H100 80GB HBM3" */
     bool host_memory;            /* device memory is host memory (CPU backends) */
     const pw_dcoll_ops_t *dcoll; /* collectives over device memory, or NULL (use pw_coll) */
+    /* With dcoll: the physical device's identity, the same in every process that uses it (the
+     * GPU's UUID, "GPU-..."): NCCL cannot put two members of a group on one device. */
+    const char *device_id;
 
     /* ---- memory ---- */
     /* bytes of device memory, zeroed, or NULL (no memory, or bytes == 0). */

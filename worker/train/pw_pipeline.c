@@ -37,8 +37,9 @@
 
 enum { PRIO_PULL = 0, PRIO_DENSE = 1, PRIO_PUSH = 1 << 20 };
 
-bool pw__dflat(const trainer_t *t) {
-    return t->grp && t->be->dcoll;
+/* The round's sum: where its collectives add (see round_t). */
+static float *round_sum(round_t *r) {
+    return r->dev ? r->dflat : r->hflat;
 }
 
 static bool transient(int rc) {
@@ -141,13 +142,14 @@ static int run_push(pw_job_t *j) {
                               p);
 }
 
-/* A collective of the ordered lane; after one failed, the group is broken: the rest fail at
- * once (until the group is re-formed). */
+/* A collective of the ordered lane, on the devices or the host as the generation decided (the
+ * rounds of a generation are dropped with it: buf is where t->dcoll sums); after one failed, the
+ * group is broken: the rest fail at once (until the group is re-formed). */
 static int coll_sum(trainer_t *t, float *buf, size_t n) {
     if (atomic_load(&t->coll_broken))
         return PC_ECANCELED;
-    int rc = pw__dflat(t) ? t->be->dcoll->allreduce_sum(t->dcoll, buf, n)
-                          : pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
+    int rc = t->dcoll ? t->be->dcoll->allreduce_sum(t->dcoll, buf, n)
+                      : pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
     if (rc)
         atomic_store(&t->coll_broken, true);
     return rc;
@@ -155,7 +157,7 @@ static int coll_sum(trainer_t *t, float *buf, size_t n) {
 
 static int run_dense(pw_job_t *j) {
     dchunk_t *c = (dchunk_t *)j;
-    return coll_sum(c->r->t, c->r->flat + c->off, c->n);
+    return coll_sum(c->r->t, round_sum(c->r) + c->off, c->n);
 }
 
 void pw__log_step(trainer_t *t, uint64_t round, const char *what) {
@@ -179,7 +181,7 @@ static int run_turn(pw_job_t *j) {
     trainer_t *t = r->t;
     if (j - r->turns == r->me)         /* this worker's turn: its pushes answered first */
         (void)round_pushes_wait(t, r); /* the marker reports their errors */
-    return coll_sum(t, r->flat + t->nflat, 1);
+    return coll_sum(t, round_sum(r) + t->nflat, 1);
 }
 
 static int run_mark(pw_job_t *j) {
@@ -188,7 +190,7 @@ static int run_mark(pw_job_t *j) {
     int rc = round_pushes_wait(t, r);
     pw__log_step(t, r->id, "end");
     if (!rc && t->grp)
-        rc = coll_sum(t, r->flat + t->nflat - 1, 1);
+        rc = coll_sum(t, round_sum(r) + t->nflat - 1, 1);
     return rc;
 }
 
@@ -238,16 +240,15 @@ int pw__pipeline_init(trainer_t *t) {
         if (!t->grp)
             continue;
         const size_t nf = t->nflat + 1; /* the turns' float */
-        r->flat = pw__dflat(t) ? t->be->alloc(t->be, nf * sizeof(float))
-                               : pc_scalloc(PC_MEM_BATCH, nf, sizeof(float));
+        r->hflat = pc_scalloc(PC_MEM_BATCH, nf, sizeof(float));
+        if (t->be->dcoll && (r->dflat = t->be->alloc(t->be, nf * sizeof(float))))
+            t->be->zero(t->be, r->dflat, nf * sizeof(float)); /* the turns sum it: defined */
         r->chunks = pc_scalloc(PC_MEM_BATCH, (size_t)t->nplan, sizeof *r->chunks);
         if (c->push_order == PW_PUSH_RANK && c->world > 1 &&
             !(r->turns = pc_scalloc(PC_MEM_BATCH, (size_t)c->world - 1, sizeof *r->turns)))
             return PC_ENOMEM;
-        if (!r->flat || !r->chunks)
+        if (!r->hflat || (t->be->dcoll && !r->dflat) || !r->chunks)
             return PC_ENOMEM;
-        if (pw__dflat(t)) /* the turns sum it: defined values */
-            t->be->zero(t->be, r->flat, nf * sizeof(float));
     }
     if (c->step_log[0] && !(t->step_log = fopen(c->step_log, "a"))) {
         PC_ERROR("train: cannot open the step log %s", c->step_log);
@@ -277,10 +278,8 @@ void pw__pipeline_free(trainer_t *t) {
         slot_free(be, &t->slots[i]);
     pc_sfree(t->slots);
     for (int i = 0; t->rounds && i < t->nrounds; i++) {
-        if (pw__dflat(t))
-            be->free(be, t->rounds[i].flat);
-        else
-            pc_sfree(t->rounds[i].flat);
+        be->free(be, t->rounds[i].dflat);
+        pc_sfree(t->rounds[i].hflat);
         pc_sfree(t->rounds[i].chunks);
         pc_sfree(t->rounds[i].turns);
     }
@@ -432,7 +431,7 @@ static void turns_submit(trainer_t *t, round_t *r, int from, int to) {
     }
 }
 
-/* Copies between the rounds' flat buffers and the layers: device to device (dflat), else
+/* Copies between a round's sum and the layers: device to device (it sums on the devices), else
  * download (pack) / upload. */
 typedef void (*move_fn)(pw_backend_t *, void *, const void *, size_t);
 
@@ -465,26 +464,27 @@ int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     r->slot = t->staleness == PW_ASYNC ? NULL : s;
     if (t->grp) {
         pw_backend_t *be = t->be;
-        const bool dev = pw__dflat(t);
+        const bool dev = r->dev = t->dcoll != NULL;
+        float *const flat = round_sum(r);
         const move_fn out = dev ? be->copy : be->download;
         size_t k = 0;
         for (int i = 0; i < t->model->nparams && had_batch; i++) {
             const pw_linear_t *l = &t->model->params[i];
             const size_t nw = (size_t)l->in * l->out;
-            out(be, r->flat + k, l->dw, nw * sizeof(float));
-            out(be, r->flat + k + nw, l->db, (size_t)l->out * sizeof(float));
+            out(be, flat + k, l->dw, nw * sizeof(float));
+            out(be, flat + k + nw, l->db, (size_t)l->out * sizeof(float));
             k += nw + (size_t)l->out;
         }
         const float flag = had_batch ? 1.0f : 0.0f;
         if (dev) { /* the collective reads the buffer from another thread: complete it */
             if (!had_batch)
-                be->zero(be, r->flat, (t->nflat - 1) * sizeof(float));
-            be->fill(be, 1, flag, r->flat + t->nflat - 1);
+                be->zero(be, flat, (t->nflat - 1) * sizeof(float));
+            be->fill(be, 1, flag, flat + t->nflat - 1);
             be->sync(be);
         } else {
             if (!had_batch)
-                memset(r->flat, 0, (t->nflat - 1) * sizeof(float));
-            r->flat[t->nflat - 1] = flag;
+                memset(flat, 0, (t->nflat - 1) * sizeof(float));
+            flat[t->nflat - 1] = flag;
         }
         for (int i = 0; i < t->nplan; i++) {
             dchunk_t *c = &r->chunks[i];
@@ -536,28 +536,29 @@ void pw__apply_dense(trainer_t *t) {
  * worker had a batch. */
 static void round_apply(trainer_t *t, round_t *r, bool *stop) {
     pw_backend_t *be = t->be;
-    const bool dev = pw__dflat(t);
+    const bool dev = r->dev;
+    float *const flat = round_sum(r);
     const move_fn in = dev ? be->copy : be->upload;
     float active = 0;
     if (dev)
-        be->download(be, &active, r->flat + t->nflat - 1, sizeof active);
+        be->download(be, &active, flat + t->nflat - 1, sizeof active);
     else
-        active = r->flat[t->nflat - 1];
+        active = flat[t->nflat - 1];
     if (active <= 0) {
         *stop = true;
         return;
     }
     if (dev) /* the mean over the active workers */
-        be->scale(be, t->nflat - 1, 1.0f / active, r->flat);
+        be->scale(be, t->nflat - 1, 1.0f / active, flat);
     else
         for (size_t j = 0; j + 1 < t->nflat; j++)
-            r->flat[j] /= active;
+            flat[j] /= active;
     size_t k = 0;
     for (int i = 0; i < t->model->nparams; i++) {
         pw_linear_t *l = &t->model->params[i];
         const size_t nw = (size_t)l->in * l->out;
-        in(be, l->dw, r->flat + k, nw * sizeof(float));
-        in(be, l->db, r->flat + k + nw, (size_t)l->out * sizeof(float));
+        in(be, l->dw, flat + k, nw * sizeof(float));
+        in(be, l->db, flat + k + nw, (size_t)l->out * sizeof(float));
         k += nw + (size_t)l->out;
     }
     pw__apply_dense(t);

@@ -5,11 +5,12 @@
  * - Dense state: the model's parameters, the step's optimizer state and the step count, packed
  *   as floats (dense_state) for the allreduce that hands it to a (re)formed group and for the
  *   checkpoint files. Counts travel as two floats each, exact below 2^48.
- * - Agreement (agree), after every formation of the group: the device allreduce (NCCL) formed
- *   for the generation, one dense state (the member with the most steps gives it, sync_state),
- *   then a job rollback when any member asks for one (rollback_agree). A member failing during
- *   the agreement makes the group form again (regroup); errors no re-formation cures (fatal) end
- *   the job.
+ * - Agreement (agree), after every formation of the group: where the generation sums its dense
+ *   gradients (dcoll_decide: NCCL when every member can and no two share a GPU, else Gloo on the
+ *   host; all members decide alike from one allreduce), one dense state (the member with the most
+ * steps gives it, sync_state), then a job rollback when any member asks for one (rollback_agree). A
+ * member failing during the agreement makes the group form again (regroup); errors no re-formation
+ * cures (fatal) end the job.
  * - Positions: after every applied step a worker records its reader position at the coordinator
  *   (save_position); a restarted worker reads on from there, a checkpoint records every rank's.
  * - Rollback (rollback_on_server_loss): a reconnect of the store means a server may have
@@ -19,11 +20,13 @@
  */
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "pc_hash.h"
 #include "pc_log.h"
 #include "pc_time.h"
 #include "pw_jobckpt.h"
 #include "pw_train_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -253,20 +256,67 @@ static int rollback_agree(trainer_t *t) {
     return rc;
 }
 
-/* The group's dense allreduce on the device (NCCL), formed anew for every generation under its
- * own rendezvous prefix at the coordinator (the unique id rank 0 hands out). */
+/* Where the group sums its dense gradients in this generation: on the devices (NCCL) when every
+ * member's backend can and no two members use one device (NCCL refuses to form then: "Duplicate
+ * GPU detected"), else on the host through Gloo. Every member writes, at its rank's place of a
+ * zeroed vector, whether it can and the hash of its device's identity in three 21-bit parts
+ * (exact in a float); one allreduce hands every member the same vector, so all decide alike.
+ * *on_device, and why when not. */
+static int dcoll_decide(trainer_t *t, bool *on_device, char *why, size_t cap) {
+    enum { PER = 4 }; /* can, three parts of the hash */
+    const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
+    float *v = pc_scalloc(PC_MEM_MODEL, (size_t)n * PER, sizeof *v);
+    if (!v)
+        return PC_ENOMEM;
+    const pw_backend_t *be = t->be;
+    if (be->dcoll && be->device_id) {
+        const uint64_t h = pc_hash64(be->device_id, strlen(be->device_id), PC_HASH_SEED_DEVICE);
+        for (int k = 0; k < 3; k++)
+            v[me * PER + 1 + k] = (float)((h >> (21 * k)) & 0x1fffff);
+        v[me * PER] = 1;
+    }
+    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), v, (size_t)n * PER);
+    *on_device = !rc;
+    for (int a = 0; !rc && a < n && *on_device; a++) {
+        if (v[a * PER] != 1) {
+            snprintf(why, cap, "rank %d has no device collectives (%s)", a,
+                     a == me ? be->name : "another backend");
+            *on_device = false;
+        }
+        for (int b = a + 1; b < n && *on_device; b++)
+            if (!memcmp(&v[a * PER], &v[b * PER], PER * sizeof *v)) {
+                snprintf(why, cap, "ranks %d and %d use one device%s%s", a, b,
+                         a == me || b == me ? ": " : "", a == me || b == me ? be->device_id : "");
+                *on_device = false;
+            }
+    }
+    pc_sfree(v);
+    return rc;
+}
+
+/* The generation's dense allreduce (dcoll_decide): NCCL formed anew for every generation under
+ * its own rendezvous prefix at the coordinator (the unique id rank 0 hands out), or none (Gloo,
+ * said once per job on a backend that has device collectives). */
 static int dcoll_form(trainer_t *t) {
-    if (!pw__dflat(t))
-        return 0;
     pw_backend_t *be = t->be;
     if (t->dcoll)
         be->dcoll->destroy(t->dcoll);
     t->dcoll = NULL;
+    bool on_device = false;
+    char why[256] = "";
+    int rc = dcoll_decide(t, &on_device, why, sizeof why);
+    if (rc || !on_device) {
+        if (!rc && be->dcoll && !t->dcoll_said) {
+            PC_WARN("train: the dense allreduce goes through the host (Gloo), not NCCL: %s", why);
+            t->dcoll_said = true;
+        }
+        return rc;
+    }
     char prefix[320];
     pw_kv_t kv;
     pw_group_rendezvous(t->grp, "dcoll", &kv, prefix, sizeof prefix);
-    int rc = be->dcoll->create(be, &kv, prefix, pw_group_rank(t->grp), pw_group_size(t->grp),
-                               t->c->timeout_ms, &t->dcoll);
+    rc = be->dcoll->create(be, &kv, prefix, pw_group_rank(t->grp), pw_group_size(t->grp),
+                           t->c->timeout_ms, &t->dcoll);
     if (rc)
         PC_WARN("train: the device allreduce of generation %llu did not form: %s",
                 (unsigned long long)pw_group_gen(t->grp), pc_strerror(rc));

@@ -71,15 +71,18 @@ typedef struct pchunk { /* a push of keys [off, off + n) of a slot */
     bool sent; /* its call started (else its gate failed and it never ran) */
 } pchunk_t;
 
-/* A step's round (see DESIGN). flat: the group's dense gradients and the has-batch flag (its last
- * float), device memory when the backend has device collectives (dflat). */
+/* A step's round (see DESIGN). Its sum: the group's dense gradients and the has-batch flag (the
+ * last float), and one float for the turns (push_order rank); in device memory (dflat) when the
+ * generation sums on the devices (t->dcoll), else in host memory (hflat). */
 typedef struct round {
     struct trainer *t;
     uint64_t id;
     uint64_t pos; /* the reader position after its batch */
     bool has_pos; /* it had a batch */
     slot_t *slot; /* whose pushes the marker waits for (NULL: none) */
-    float *flat;  /* nflat floats, and one for the turns (push_order rank) */
+    float *dflat; /* nflat + 1 floats of device memory (the backend has dcoll), or NULL */
+    float *hflat; /* nflat + 1 floats of host memory */
+    bool dev;     /* it sums dflat on the devices (its generation formed t->dcoll), else hflat */
     struct dchunk *chunks;
     pw_job_t *turns; /* push_order rank: turn k waits for rank k's pushes (world - 1 of them;
                       * NULL with arrival order) */
@@ -87,7 +90,7 @@ typedef struct round {
     pw_job_t mark;
 } round_t;
 
-typedef struct dchunk { /* an allreduce of flat[off, off + n) */
+typedef struct dchunk { /* an allreduce of the round's sum [off, off + n) */
     pw_job_t job;
     round_t *r;
     size_t off, n;
@@ -104,7 +107,8 @@ typedef struct trainer {
     pw_step_t *st;
     pw_emb_t *emb;       /* the embedding store */
     pw_group_t *grp;     /* world > 1: the workers' group (membership, collectives) */
-    pw_dcoll_t *dcoll;   /* the group's dense allreduce on the device (NCCL), or NULL (Gloo) */
+    pw_dcoll_t *dcoll;   /* this generation's dense allreduce on the devices (NCCL), or NULL:
+                          * Gloo on the host (pw__dcoll_decide) */
     pw_sched_t *sched;   /* every call to the store and the group (NULL: a synchronous store) */
     pw_telemetry_t *tel; /* /metrics and the metrics log: published after every step */
     pw_publish_t *pub;   /* publish_dir: the dense publisher (NULL: not opened yet) */
@@ -136,6 +140,7 @@ typedef struct trainer {
     uint64_t pos_retry_ns;    /* after a failed save, the next try waits until then */
     uint64_t seen_reconnects; /* the store's reconnects when last looked at (rollback) */
     bool want_rollback;       /* this worker saw a server connection lost */
+    bool dcoll_said;          /* the job was told its dense allreduce goes through the host */
     bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
     uint64_t reposition_at, rollbacks;
 } trainer_t;
@@ -143,8 +148,6 @@ typedef struct trainer {
 /* ---- pw_pipeline.c ---- */
 int pw__pipeline_init(trainer_t *t);
 void pw__pipeline_free(trainer_t *t);
-/* The rounds' dense buffers are device memory (device collectives), else host memory. */
-bool pw__dflat(const trainer_t *t);
 /* A read (pull, lookup: first tried at t0) ended with rc: true when it is to be tried again
  * after a pause (a server down, within server_retry_ms). Logs the wait (naming the server) and
  * giving up; while waiting, the group's heartbeats carry it (pw_group_note). */
