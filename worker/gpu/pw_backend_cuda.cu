@@ -62,7 +62,7 @@ struct cuda_be {
     double *loss; /* bce: per-sample losses */
     size_t nloss;
     char name[160];
-    char uuid[48]; /* "GPU-" and the device's UUID, as nvidia-smi prints it */
+    char uuid[48];                /* "GPU-" and the device's UUID, as nvidia-smi prints it */
     void (*log)(const char *msg); /* the worker's error log */
 };
 
