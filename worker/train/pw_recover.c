@@ -256,40 +256,43 @@ static int rollback_agree(trainer_t *t) {
     return rc;
 }
 
-/* Where the group sums its dense gradients in this generation: on the devices (NCCL) when every
- * member's backend can and no two members use one device (NCCL refuses to form then: "Duplicate
- * GPU detected"), else on the host through Gloo. Every member writes, at its rank's place of a
- * zeroed vector, whether it can and the hash of its device's identity in three 21-bit parts
- * (exact in a float); one allreduce hands every member the same vector, so all decide alike.
- * *on_device, and why when not. */
-static int dcoll_decide(trainer_t *t, bool *on_device, char *why, size_t cap) {
-    enum { PER = 4 }; /* can, three parts of the hash */
-    const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
-    float *v = pc_scalloc(PC_MEM_MODEL, (size_t)n * PER, sizeof *v);
-    if (!v)
-        return PC_ENOMEM;
-    const pw_backend_t *be = t->be;
-    if (be->dcoll && be->device_id) {
-        const uint64_t h = pc_hash64(be->device_id, strlen(be->device_id), PC_HASH_SEED_DEVICE);
-        for (int k = 0; k < 3; k++)
-            v[me * PER + 1 + k] = (float)((h >> (21 * k)) & 0x1fffff);
-        v[me * PER] = 1;
-    }
-    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), v, (size_t)n * PER);
-    *on_device = !rc;
-    for (int a = 0; !rc && a < n && *on_device; a++) {
-        if (v[a * PER] != 1) {
-            snprintf(why, cap, "rank %d has no device collectives (%s)", a,
-                     a == me ? be->name : "another backend");
-            *on_device = false;
+void pw__dcoll_entry(const pw_backend_t *be, float out[PW_DCOLL_ENTRY]) {
+    memset(out, 0, PW_DCOLL_ENTRY * sizeof *out);
+    if (!be->dcoll || !be->device_id)
+        return;
+    const uint64_t h = pc_hash64(be->device_id, strlen(be->device_id), PC_HASH_SEED_DEVICE);
+    out[0] = 1;
+    for (int k = 0; k < 3; k++)
+        out[1 + k] = (float)((h >> (21 * k)) & 0x1fffff);
+}
+
+bool pw__dcoll_choose(const float *v, int n, char *why, size_t cap) {
+    for (int a = 0; a < n; a++) {
+        const float *ea = v + (size_t)a * PW_DCOLL_ENTRY;
+        if (ea[0] != 1) {
+            snprintf(why, cap, "rank %d has no device collectives", a);
+            return false;
         }
-        for (int b = a + 1; b < n && *on_device; b++)
-            if (!memcmp(&v[a * PER], &v[b * PER], PER * sizeof *v)) {
-                snprintf(why, cap, "ranks %d and %d use one device%s%s", a, b,
-                         a == me || b == me ? ": " : "", a == me || b == me ? be->device_id : "");
-                *on_device = false;
+        for (int b = a + 1; b < n; b++)
+            if (!memcmp(ea, v + (size_t)b * PW_DCOLL_ENTRY, PW_DCOLL_ENTRY * sizeof *v)) {
+                snprintf(why, cap, "ranks %d and %d use one GPU", a, b);
+                return false;
             }
     }
+    return true;
+}
+
+/* Where the group sums its dense gradients in this generation (pw__dcoll_choose): every member
+ * writes its entry (pw__dcoll_entry) at its rank's place of a zeroed vector, and one allreduce
+ * hands every member the same vector, so all decide alike. */
+static int dcoll_decide(trainer_t *t, bool *on_device, char *why, size_t cap) {
+    const int n = pw_group_size(t->grp);
+    float *v = pc_scalloc(PC_MEM_MODEL, (size_t)n * PW_DCOLL_ENTRY, sizeof *v);
+    if (!v)
+        return PC_ENOMEM;
+    pw__dcoll_entry(t->be, v + (size_t)pw_group_rank(t->grp) * PW_DCOLL_ENTRY);
+    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), v, (size_t)n * PW_DCOLL_ENTRY);
+    *on_device = !rc && pw__dcoll_choose(v, n, why, cap);
     pc_sfree(v);
     return rc;
 }
@@ -307,7 +310,9 @@ static int dcoll_form(trainer_t *t) {
     int rc = dcoll_decide(t, &on_device, why, sizeof why);
     if (rc || !on_device) {
         if (!rc && be->dcoll && !t->dcoll_said) {
-            PC_WARN("train: the dense allreduce goes through the host (Gloo), not NCCL: %s", why);
+            PC_WARN("train: the dense allreduce goes through the host (Gloo), not NCCL: %s "
+                    "(rank %d is on %s)",
+                    why, pw_group_rank(t->grp), be->device_id ? be->device_id : be->name);
             t->dcoll_said = true;
         }
         return rc;

@@ -145,6 +145,15 @@ typedef struct trainer {
     uint64_t reposition_at, rollbacks;
 } trainer_t;
 
+/* ---- pw_recover.c: where a generation sums its dense gradients ---- */
+enum { PW_DCOLL_ENTRY = 4 }; /* floats per member */
+/* A member's entry: 1 when its backend has device collectives, then its device identity's hash
+ * in three 21-bit parts (exact in a float); all zero without. */
+void pw__dcoll_entry(const pw_backend_t *be, float out[PW_DCOLL_ENTRY]);
+/* From the n members' entries (v: n x PW_DCOLL_ENTRY): whether every member has device
+ * collectives and no two share a device (NCCL needs one device per member); else why not. */
+bool pw__dcoll_choose(const float *v, int n, char *why, size_t cap);
+
 /* ---- pw_pipeline.c ---- */
 int pw__pipeline_init(trainer_t *t);
 void pw__pipeline_free(trainer_t *t);

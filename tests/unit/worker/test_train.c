@@ -18,6 +18,7 @@
 #include "ps_ckpt.h"
 #include "pw_split.h"
 #include "pw_train.h"
+#include "pw_train_int.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,36 @@ static void test_device_memory_rule(void **state) {
 /* --device: cpu and auto always give a backend (auto says why it is not the GPU when it is not);
  * unknown names and bad GPU indexes are refused; cuda:N on a machine without that GPU fails
  * with the reason, never crashes. */
+/* Where a group sums its dense gradients (pw__dcoll_entry / pw__dcoll_choose, decided alike
+ * by every member from the summed entries): on the devices only when every member can and no two
+ * members share one (NCCL refuses: "Duplicate GPU detected"). */
+static void test_dcoll_choice(void **state) {
+    (void)state;
+    static const pw_dcoll_ops_t ops = {0};
+    pw_backend_t gpu_a = {.dcoll = &ops, .device_id = "GPU-2f591e30-818a-0906-9d03-1dd356a6d178"};
+    pw_backend_t gpu_b = {.dcoll = &ops, .device_id = "GPU-2f591e30-818a-0906-9d03-1dd356a6d179"};
+    const pw_backend_t *const cases[][3] = {{&gpu_a, &gpu_b, NULL},
+                                            {&gpu_a, &gpu_a, NULL},
+                                            {&gpu_a, pw_backend_cpu(), NULL},
+                                            {&gpu_a, &gpu_b, &gpu_a},
+                                            {pw_backend_cpu(), pw_backend_cpu(), NULL}};
+    const char *const want[] = {"", "ranks 0 and 1 use one GPU", "rank 1 has no device collectives",
+                                "ranks 0 and 2 use one GPU", "rank 0 has no device collectives"};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float v[3 * PW_DCOLL_ENTRY];
+        int n = 0;
+        for (; n < 3 && cases[c][n]; n++) {
+            pw__dcoll_entry(cases[c][n], v + n * PW_DCOLL_ENTRY);
+            for (int k = 1; k < PW_DCOLL_ENTRY; k++) /* exact in a float, and summed exactly */
+                assert_true(v[n * PW_DCOLL_ENTRY + k] >= 0 && v[n * PW_DCOLL_ENTRY + k] < 0x200000);
+        }
+        char why[128] = "";
+        const bool dev = pw__dcoll_choose(v, n, why, sizeof why);
+        assert_int_equal(dev, !want[c][0]);
+        assert_string_equal(why, want[c]);
+    }
+}
+
 static void test_device_choice(void **state) {
     (void)state;
     char why[768];
@@ -462,11 +493,12 @@ static void test_movielens(void **state) {
 int main(int argc, char **argv) {
     g_data = argc > 1 ? argv[1] : NULL;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_models_learn),  cmocka_unit_test(test_reproducible),
-        cmocka_unit_test(test_periodic_eval), cmocka_unit_test(test_pooled_fields),
-        cmocka_unit_test(test_movielens),     cmocka_unit_test(test_save_load),
-        cmocka_unit_test(test_errors),        cmocka_unit_test(test_device_memory_rule),
-        cmocka_unit_test(test_device_choice), cmocka_unit_test(test_unreadable_data),
+        cmocka_unit_test(test_models_learn),    cmocka_unit_test(test_reproducible),
+        cmocka_unit_test(test_periodic_eval),   cmocka_unit_test(test_pooled_fields),
+        cmocka_unit_test(test_movielens),       cmocka_unit_test(test_save_load),
+        cmocka_unit_test(test_errors),          cmocka_unit_test(test_device_memory_rule),
+        cmocka_unit_test(test_device_choice),   cmocka_unit_test(test_dcoll_choice),
+        cmocka_unit_test(test_unreadable_data),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
