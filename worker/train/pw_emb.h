@@ -52,6 +52,11 @@ typedef struct pw_emb_ops {
     void (*error)(pw_emb_t *e, char *buf, size_t cap);
     /* Connections lost and made again so far (a server may have restarted); 0 for local. */
     uint64_t (*reconnects)(pw_emb_t *e);
+    /* A round trip to every server on this store's connections, waiting at most timeout_ms:
+     * 0 when every one answered, else PC_EUNAVAIL with the first that did not into why. A
+     * connection to a server that restarted since it was made fails here, so reconnects counts
+     * it afterwards. NULL: no servers (local). */
+    int (*ping)(pw_emb_t *e, int timeout_ms, char *why, size_t cap);
     /* Rows held (local), 0 when unknown. */
     uint64_t (*rows)(pw_emb_t *e);
     /* Write the table with its optimizer state to a row file (ps_ckpt.h's export), or NULL:

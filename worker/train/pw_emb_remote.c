@@ -100,6 +100,29 @@ static uint64_t r_reconnects(pw_emb_t *e) {
     return st.reconnects;
 }
 
+static int r_ping(pw_emb_t *e, int timeout_ms, char *why, size_t cap) {
+    remote_t *r = (remote_t *)e;
+    why[0] = '\0';
+    size_t n = 64; /* servers; asked again with room for all when the map has more */
+    psc_server_health_t *h = NULL;
+    int rc;
+    do {
+        pc_sfree(h);
+        if (!(h = pc_scalloc(PC_MEM_OTHER, n, sizeof *h)))
+            return PC_ENOMEM;
+        rc = psc_health(r->ps, timeout_ms, h, n);
+    } while (rc > 0 && (size_t)rc > n && (n = (size_t)rc));
+    for (int i = 0; i < rc; i++)
+        if (h[i].rc) {
+            snprintf(why, cap, "%s: %s", h[i].addr,
+                     h[i].message[0] ? h[i].message : pc_strerror(h[i].rc));
+            rc = PC_EUNAVAIL;
+            break;
+        }
+    pc_sfree(h);
+    return rc < 0 ? rc : 0;
+}
+
 static uint64_t r_rows(pw_emb_t *e) {
     (void)e;
     return 0;
@@ -192,6 +215,7 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
                                       .lookup = r_lookup,
                                       .error = r_error,
                                       .reconnects = r_reconnects,
+                                      .ping = r_ping,
                                       .rows = r_rows,
                                       .claim = r_claim,
                                       .watermark = r_watermark,

@@ -354,15 +354,48 @@ int pw__regroup_initial(trainer_t *t) {
     return rc && !fatal(rc) ? regroup(t) : rc;
 }
 
+/* With rollback_on_server_loss, after the servers' checkpoint calls: whether a server may have
+ * restarted before its call was answered (then its checkpoint holds its own older rows, not the
+ * cut's). A round trip to every server on this worker's connections, made before the cut or
+ * since the last look, fails on one to a server that restarted, or finds a reconnect; either
+ * asks for a rollback (pw__server_lost). */
+static bool server_restarted(trainer_t *t) {
+    const pw_emb_ops_t *ops = t->emb->ops;
+    if (t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || !ops->ping)
+        return false;
+    char why[256];
+    const int rc = ops->ping(t->emb, (int)t->c->timeout_ms, why, sizeof why);
+    if (!rc && ops->reconnects(t->emb) == t->seen_reconnects)
+        return false;
+    PC_WARN("train: the checkpoint after step %llu is not published: a server connection was lost "
+            "while it was taken%s%s",
+            (unsigned long long)t->step, rc ? ": " : "", why);
+    t->want_rollback = true;
+    return true;
+}
+
 /* A coordinated checkpoint after step t->step (pw_jobckpt.h). The members first agree that
- * every one recorded its position (else no checkpoint: one would hold a stale position); they
+ * every one recorded its position (else no checkpoint: one would hold a stale position) and,
+ * with rollback_on_server_loss, that none lost a server connection since the last look (else no
+ * checkpoint, and the job rolls back at the step's pw__server_lost); they
  * then wait for rank 0 with a timeout long enough for every server's checkpoint call. Collective
  * errors are returned (the caller regroups); a failed checkpoint is only logged. */
 int pw__job_checkpoint(trainer_t *t) {
     const pw_train_config_t *c = t->c;
     const int wait_ms = servers_wait_ms(c);
-    float saved = t->pos_saved ? 1.0f : 0.0f;
-    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), &saved, 1);
+    /* [0]: members whose position is recorded; [1]: members that lost a server connection
+     * since the last look (pw__server_lost): that server may have restarted from an older
+     * checkpoint of its own and already taken this cut's last pushes on top of it, so a cut now
+     * would record its older rows as the job's; no checkpoint then: the job rolls back. */
+    float v[2] = {t->pos_saved ? 1.0f : 0.0f, pw__server_lost(t) ? 1.0f : 0.0f};
+    int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), v, 2);
+    if (!rc && v[1] > 0) {
+        PC_WARN("train: no coordinated checkpoint after step %llu: a server connection was lost "
+                "since the last one",
+                (unsigned long long)t->step);
+        return 0;
+    }
+    const float saved = v[0];
     if (rc || pw_group_rank(t->grp) != 0)
         return rc ? rc : pw_coll_barrier(pw_group_coll(t->grp), wait_ms);
     const uint64_t t0 = pc_time_mono_ns();
@@ -383,17 +416,18 @@ int pw__job_checkpoint(trainer_t *t) {
     const psg_opts_t sec = grpc_sec(c);
     if (!ck_rc)
         ck_rc = pw_jobckpt_servers(c->server_grpc, &sec, c->timeout_ms, ck);
+    const bool restarted = !ck_rc && server_restarted(t); /* not published: a rollback */
     if (!ck_rc && t->emb->ops->map_text &&
         t->emb->ops->map_text(t->emb, ck->map, sizeof ck->map) >= sizeof ck->map)
         ck->map[0] = '\0'; /* too long to keep: a replica then asks the servers */
-    if (!ck_rc) {
+    if (!ck_rc && !restarted) {
         dense_state(t, state, true);
         ck_rc = pw_jobckpt_write(c->ckpt_dir, ck, state, n, t->model, &t->card, 2);
     }
     if (ck_rc)
         PC_ERROR("train: the checkpoint after step %llu failed: %s (training goes on)",
                  (unsigned long long)t->step, pc_strerror(ck_rc));
-    else
+    else if (!restarted) /* else server_restarted said why */
         PC_INFO("train: checkpoint after step %llu in %s (%zu servers) in %.2f s",
                 (unsigned long long)t->step, c->ckpt_dir, ck->nservers, pc_time_sec_since(t0));
     pc_sfree(ck);
