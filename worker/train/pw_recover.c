@@ -6,11 +6,14 @@
  *   as floats (dense_state) for the allreduce that hands it to a (re)formed group and for the
  *   checkpoint files. Counts travel as two floats each, exact below 2^48.
  * - Agreement (agree), after every formation of the group: where the generation sums its dense
- *   gradients (dcoll_decide: NCCL when every member can and no two share a GPU, else Gloo on the
- *   host; all members decide alike from one allreduce), one dense state (the member with the most
- * steps gives it, sync_state), then a job rollback when any member asks for one (rollback_agree). A
- * member failing during the agreement makes the group form again (regroup); errors no re-formation
- * cures (fatal) end the job.
+ *   gradients (dcoll_decide: NCCL when every member can and no two share a GPU, else Gloo on
+ *   the host; all members decide alike from one allreduce), one dense state (the member with
+ *   the most steps gives it, sync_state), then a job rollback when any member asks for one
+ *   (rollback_agree). A member failing during the agreement makes the group form again
+ *   (regroup); errors no re-formation cures (fatal) end the job.
+ * - Coordinated checkpoints (pw__job_checkpoint) never record a restarted server's older rows:
+ *   none is taken after a lost server connection, none published when a server restarted while
+ *   it was taken (server_restarted); the job rolls back instead.
  * - Positions: after every applied step a worker records its reader position at the coordinator
  *   (save_position); a restarted worker reads on from there, a checkpoint records every rank's.
  * - Rollback (rollback_on_server_loss): a reconnect of the store means a server may have
