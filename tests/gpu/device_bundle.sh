@@ -21,6 +21,8 @@ cp -P "$build"/lib/libember_cuda.so "$build"/lib/libpsclient.so* "$stage/b/lib/"
     awk '/=>/ {print $3}' | sort -u |
     grep -v -E '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+)\.so|/cuda|libcudart|libcublas|libnccl' |
     while read -r lib; do cp -L "$lib" "$stage/b/lib/"; done
+# ps-bench runs bench/dlrm_torch.py from the source tree it was built in: say which
+sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt" > "$stage/b/source_dir"
 mkdir -p .gpu
 tar -C "$stage" -cJf .gpu/bundle.tar.xz b
 echo "$(du -h .gpu/bundle.tar.xz | cut -f1) .gpu/bundle.tar.xz: $(ls "$stage/b/lib" | wc -l) libraries"

@@ -65,8 +65,7 @@ export LD_LIBRARY_PATH=$libs
 export PATH=/usr/local/cuda/bin:$PATH
 # ps-bench runs the PyTorch reference with the python3 it was configured with (/usr/bin/python3)
 # from the source tree it was built in: make both resolve here.
-src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' build/CMakeCache.txt 2>/dev/null)
-src=${src:-/work/main}
+src=$(cat "$e/b/source_dir")
 if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
 if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
     py=$(command -v python3)
