@@ -17,6 +17,7 @@
 
 struct pc_cluster_map {
     uint64_t version;
+    uint64_t unclean; /* slots promoted so far to a backup still catching up (pc_cluster.h) */
     size_t nservers;
     char (*addrs)[PC_ADDR_MAX];
     uint16_t owner[PC_NSLOTS];
@@ -99,6 +100,7 @@ int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out) {
     if (rc)
         return rc;
     c->version = m->version;
+    c->unclean = m->unclean;
     memcpy(c->addrs, m->addrs, m->nservers * sizeof *m->addrs);
     memcpy(c->owner, m->owner, sizeof m->owner);
     memcpy(c->backup, m->backup, sizeof m->backup);
@@ -109,6 +111,9 @@ int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out) {
 
 uint64_t pc_cmap_version(const pc_cluster_map_t *m) {
     return m->version;
+}
+uint64_t pc_cmap_unclean(const pc_cluster_map_t *m) {
+    return m->unclean;
 }
 size_t pc_cmap_nservers(const pc_cluster_map_t *m) {
     return m->nservers;
@@ -173,7 +178,7 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
         cm_err(err, errlen, "no cluster map text");
         return PC_EINVAL;
     }
-    /* Exactly "version=V;servers=A,B,...;slots=RANGES", in this order. */
+    /* Exactly "version=V;[unclean=N;]servers=A,B,...;slots=RANGES", in this order. */
     const char *vs = text, *ss = strstr(text, ";servers="), *ls = strstr(text, ";slots=");
     if (strncmp(text, "version=", 8) != 0 || !ss || !ls || ls < ss) {
         cm_err(err, errlen, "cluster map: expected version=V;servers=...;slots=...");
@@ -182,9 +187,17 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
     ss += 1;
     ls += 1;
     const char *p = vs + 8;
-    uint64_t version;
-    if (parse_u64(&p, UINT64_MAX, &version) || version == 0 || *p != ';' || p + 1 != ss) {
+    uint64_t version, unclean = 0;
+    if (parse_u64(&p, UINT64_MAX, &version) || version == 0 || *p != ';') {
         cm_err(err, errlen, "cluster map: bad version");
+        return PC_EPARSE;
+    }
+    if (p + 1 != ss &&
+        (strncmp(p + 1, "unclean=", 8) != 0 || (p += 9, parse_u64(&p, UINT64_MAX, &unclean)) ||
+         *p != ';' || p + 1 != ss)) {
+        cm_err(err, errlen,
+               "cluster map: bad field after the version (only unclean=N may come "
+               "before servers=)");
         return PC_EPARSE;
     }
     /* Count servers. */
@@ -202,6 +215,7 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
     if (rc)
         return rc;
     m->version = version;
+    m->unclean = unclean;
     for (size_t i = 0; i < n; i++) {
         const char *e = memchr(p, ',', (size_t)(send - p));
         if (!e)
@@ -343,7 +357,10 @@ size_t pc_cmap_format(const pc_cluster_map_t *m, char *buf, size_t cap) {
     } while (0)
     if (cap)
         buf[0] = '\0';
-    CM_PUT("version=%llu;servers=", (unsigned long long)m->version);
+    CM_PUT("version=%llu;", (unsigned long long)m->version);
+    if (m->unclean) /* absent while 0: the text of a map that never lost rows is unchanged */
+        CM_PUT("unclean=%llu;", (unsigned long long)m->unclean);
+    CM_PUT("servers=");
     for (size_t i = 0; i < m->nservers; i++)
         CM_PUT("%s%s", i ? "," : "", m->addrs[i]);
     CM_PUT(";slots=");
@@ -471,6 +488,7 @@ int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version
         f.promoted++;
     }
     m->version = new_version;
+    m->unclean += f.unclean;
     if (out)
         *out = f;
     return 0;

@@ -22,6 +22,11 @@
  * it holds every row the primary acknowledged. Promotion prefers an unmarked backup; marks are no
  * part of a slot's roles (pc_cmap_slot_same).
  *
+ * Losses: a slot promoted to a backup still catching up (no backup in sync was left) may have
+ * lost rows; the map counts such slots, over its whole history, in an `unclean=N` field after the
+ * version (absent while 0): `version=9;unclean=8192;servers=...`. Versions carry the count on,
+ * so a client that sees it grow knows rows went back (docs/server.md "Which backup is promoted").
+ *
  * Thread rule: a map is immutable once built except through pc_cmap_assign (single owner);
  * readers share one map freely. Replace a map by building a new one (copy + assign).
  */
@@ -62,6 +67,8 @@ int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out);
 void pc_cmap_destroy(pc_cluster_map_t *m);
 
 uint64_t pc_cmap_version(const pc_cluster_map_t *m);
+/* Slots promoted to a backup that had not caught up, over the map's history (see Losses). */
+uint64_t pc_cmap_unclean(const pc_cluster_map_t *m);
 size_t pc_cmap_nservers(const pc_cluster_map_t *m);
 /* Address of server i; valid as long as the map. NULL when i is out of range. */
 const char *pc_cmap_addr(const pc_cluster_map_t *m, size_t i);
@@ -125,8 +132,8 @@ typedef struct pc_cmap_failover {
 } pc_cmap_failover_t;
 
 /* The map after server `dead` is lost: each slot it was primary of gets as primary its first
- * backup in sync, else its first backup (unclean), and `dead` leaves every backup list. Version
- * new_version (> the current). */
+ * backup in sync, else its first backup (unclean: added to the map's count), and `dead` leaves
+ * every backup list. Version new_version (> the current). */
 int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
                         pc_cmap_failover_t *out);
 

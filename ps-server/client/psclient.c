@@ -193,6 +193,7 @@ struct psc {
     server_t *all; /* every server object, also those left by a map change */
     atomic_uint_least64_t next_id, next_fid;
     atomic_uint_least64_t calls, retries, refreshes, reconnects, timeouts;
+    atomic_uint_least64_t unclean; /* the current map's pc_cmap_unclean (psc_map_unclean_slots) */
     int hello_pending;
     int connect_rc;
     char connect_why[PSC_WHY_MAX]; /* why connect_rc, "<addr>: <message>" (under mu) */
@@ -273,6 +274,7 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
     pc_sfree(c->map_text);
     c->map_text = text;
     pthread_mutex_unlock(&c->mu);
+    atomic_store(&c->unclean, pc_cmap_unclean(m));
     if (refresh) /* after the text: who sees the count sees this map (psc_map_text) */
         atomic_fetch_add(&c->refreshes, 1);
 }
@@ -383,6 +385,7 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
 }
 
 static void map_ask_others(psc_t *c, const server_t *lost);
+static void server_connect(server_t *s);
 
 /* Fail every part of server s (connection lost or refused): s->msg becomes "<rc's message>:
  * <why>" (why NULL: s->msg says it already). */
@@ -497,10 +500,12 @@ static int send_frame(server_t *s, wbuf_t *w) {
     return write_buf(s, w);
 }
 
-/* A server was lost (NULL: a call timed out, on a server that may hang): ask every other connected
- * server of the map for its map (MAP), at most every MAP_ASK_NS: with replicas (docs/server.md
- * "Replicas and failover") the lost server's backup takes its slots under a newer map, which the
- * retries then follow. */
+/* A server was lost (NULL: a call timed out, on a server that may hang): ask every other server
+ * of the map for its map, at most every MAP_ASK_NS: with replicas (docs/server.md "Replicas and
+ * failover") the lost server's backup takes its slots under a newer map, which the retries then
+ * follow. A connected one is asked (MAP); one not connected is connected to, and its HELLO
+ * answers with its map: the backup that takes over may be a server no call went to (one with
+ * no slots, rejoining), and the lost server the only connection. */
 /* Ask connected server o for its map (MAP): false when out of memory. Not sent: no answer, and
  * the next look asks again. */
 static bool map_ask(psc_t *c, server_t *o) {
@@ -521,8 +526,12 @@ static void map_ask_others(psc_t *c, const server_t *lost) {
     c->map_asked_ns = now;
     for (size_t i = 0; i < c->nsrv; i++) {
         server_t *o = c->srv[i];
-        if (o && o != lost && o->state == 2 && !map_ask(c, o))
+        if (!o || o == lost || o->dead)
+            continue;
+        if (o->state == 2 && !map_ask(c, o))
             return;
+        if (o->state == 0)
+            server_connect(o);
     }
 }
 
@@ -1838,6 +1847,10 @@ size_t psc_map_text(psc_t *c, char *buf, size_t cap) {
         snprintf(buf, cap, "%s", c->map_text ? c->map_text : "");
     pthread_mutex_unlock(&c->mu);
     return len;
+}
+
+uint64_t psc_map_unclean_slots(psc_t *c) {
+    return atomic_load(&c->unclean);
 }
 
 void psc_stats(psc_t *c, psc_stats_t *s) {

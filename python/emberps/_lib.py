@@ -16,6 +16,7 @@ import cffi
 ABI_MAJOR = 1
 ABI_MINOR_MIN = 4  # psc_tables, psc_health, the feature keys
 ABI_MINOR_WIRE = 5  # psc_set_wire_type: compressed rows on the wire (Client(wire_dtype=...))
+ABI_MINOR_UNCLEAN = 6  # psc_map_unclean_slots (Client.stats()'s unclean_slots)
 
 CDEF = """
 unsigned int psc_version(void);
@@ -81,6 +82,7 @@ void psc_feature_keys(uint32_t field, const uint64_t *values, size_t n, uint64_t
 uint64_t psc_text_key(uint32_t field, const char *value, size_t len);
 uint64_t psc_missing_key(uint32_t field);
 size_t psc_map_text(psc_t *c, char *buf, size_t cap);
+uint64_t psc_map_unclean_slots(psc_t *c);
 int psc_set_wire_type(psc_t *c, int type);
 int psc_wire_type(psc_t *c);
 

@@ -18,7 +18,7 @@ from concurrent.futures import Future
 
 import numpy as np
 
-from ._lib import ABI_MINOR_WIRE, err_name, ffi, lib
+from ._lib import ABI_MINOR_UNCLEAN, ABI_MINOR_WIRE, err_name, ffi, lib
 from .errors import CODES, EmberError, check
 
 WHY = 600  # bytes of a call's failure detail (psclient.h: PSC_WHY_MAX is below this)
@@ -389,12 +389,19 @@ class Client:
         return ffi.string(buf).decode()
 
     def stats(self):
-        """The client's counters: calls, retries, map_refreshes, reconnects, timeouts."""
+        """The client's counters: calls, retries, map_refreshes, reconnects, timeouts, and
+        unclean_slots: slots the servers promoted to a backup that had not caught up, over their
+        map's history (rows of them may have gone back; None with a libpsclient before 1.6)."""
         s = ffi.new("psc_stats_t *")
+        unclean = None
         self._enter()
         try:
             lib.psc_stats(self._c, s)
+            if (lib.psc_version() >> 8) & 0xFF >= ABI_MINOR_UNCLEAN:
+                unclean = lib.psc_map_unclean_slots(self._c)
         finally:
             self._leave()
-        return {k: getattr(s, k) for k in ("calls", "retries", "map_refreshes", "reconnects",
-                                           "timeouts")}
+        out = {k: getattr(s, k) for k in ("calls", "retries", "map_refreshes", "reconnects",
+                                          "timeouts")}
+        out["unclean_slots"] = unclean
+        return out

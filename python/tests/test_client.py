@@ -139,3 +139,4 @@ def test_cluster_calls(servers):
         assert h[0]["ok"] and not h[1]["ok"] and h[1]["error"] == "PC_ETIMEDOUT"
         group[1].signal(18)
         assert c.stats()["calls"] > 0
+        assert c.stats()["unclean_slots"] == 0  # no promotion lost rows (map without unclean=)

@@ -411,7 +411,7 @@ typedef struct rjob {
     int rejoin_ms;
     int world; /* 0: 2 (a third rank reads rank 0's share again) */
     char out[3][300];
-    const char *extra[5]; /* more flags, NULL-terminated */
+    const char *extra[7]; /* more flags, NULL-terminated */
     const char *err;      /* rank 0's stderr goes here (NULL: the test's) */
     const char *err1;     /* rank 1's (NULL: the test's) */
 } rjob_t;
@@ -434,10 +434,10 @@ static pid_t rworker(rjob_t *j, int rank, const char *out) {
     /* the dense lr these tolerances were measured at: at 0.003 (the default since issue 21) sync
      * gains 0.014 AUC here and async loses 0.003 (0.788 / 0.763 against 0.774 / 0.766: dense
      * rounds applied late weigh more at a larger step), past ASYNC_TOL */
-    const char *args[18] = {srv, coord, w, tr, test, jb, rk, pol, rj, b, "--dense-lr=0.001"};
+    const char *args[20] = {srv, coord, w, tr, test, jb, rk, pol, rj, b, "--dense-lr=0.001"};
     int n = 11;
     bool sync = true;
-    for (int i = 0; i < 5 && j->extra[i]; i++) {
+    for (int i = 0; i < 7 && j->extra[i]; i++) {
         args[n++] = j->extra[i];
         sync = sync && strncmp(j->extra[i], "--mode=", 7) != 0;
     }
@@ -866,6 +866,118 @@ static void test_primary_kill_with_replicas(void **state) {
         assert_true(fabs(auc - auc0) <= REPLICA_TOL);
     pw_coord_close(co);
     pu_stop(c.s0);
+}
+
+/* Two failures in a row under two training workers (docs/server.md "Which backup is
+ * promoted"): the map and the leases in a third ps-server (a coordinator outside the cluster,
+ * which is also the workers'), so either data server can fail. Server 1 is killed (server 0
+ * takes its slots, cleanly), server 0 stopped (SIGSTOP) and server 1 started again: it joins as
+ * a backup still catching up, cannot copy from the stopped server 0, and is promoted once
+ * server 0's lease ran out; server 0 is then killed. Every worker is told: with `continue` both
+ * finish, their JSON counting the 16384 slots (`unclean_slots`) and their logs saying what was
+ * lost; with `rollback` (coordinated checkpoints on) both stop with an error that says to
+ * restart from the checkpoint, and the clean failover before asked for no rollback (the
+ * servers have replicas: a lost connection loses nothing there). */
+static void unclean_job(bool rollback) {
+    recovery_data();
+    const int pc = pu_free_port();
+    char cmaparg[128], tables[300], coordarg[64], map[256], maparg[300], err0[300], err1[300];
+    char ckd[320], grpcs[64], log[16384], log1[16384];
+    snprintf(cmaparg, sizeof cmaparg,
+             "--cluster-map=version=1;servers=127.0.0.1:%d;slots=0-16383:0", pc);
+    const char *ec[] = {cmaparg, "--coordinator", NULL};
+    cluster_t w; /* what rworker and coord_of read: data server 0, the coordinator's gRPC */
+    memset(&w, 0, sizeof w);
+    const pid_t sc = pu_spawn(pc, g_dir, ec, &w.grpc0);
+    int p0, p1, g0 = 0, g1 = 0;
+    cc_two_servers(&p0, &p1, map, sizeof map, maparg, sizeof maparg);
+    w.p0 = p0;
+    snprintf(tables, sizeof tables, "--tables=%s", RTABLE);
+    snprintf(coordarg, sizeof coordarg, "--cluster-coordinator=127.0.0.1:%d", w.grpc0);
+    const char *es[] = {maparg, tables, coordarg, "--lease-ms=600", NULL};
+    pid_t s0 = pu_spawn(p0, g_dir, es, &g0), s1 = pu_spawn(p1, g_dir, es, &g1);
+    bool replicated = false;
+    for (double t0 = pu_now(); !replicated && pu_now() - t0 < 15; usleep(20000)) {
+        pc_cluster_map_t *m = cc_map_of(p0);
+        replicated = pc_cmap_replicated(m) && pc_cmap_server_slots(m, 1) == PC_NSLOTS / 2;
+        pc_cmap_destroy(m);
+    }
+    assert_true(replicated);
+    snprintf(err0, sizeof err0, "%s/unclean%d-0.err", g_dir, rollback);
+    snprintf(err1, sizeof err1, "%s/unclean%d-1.err", g_dir, rollback);
+    snprintf(ckd, sizeof ckd, "--ckpt-dir=%s/unclean-ckpt%d", g_dir, rollback);
+    snprintf(grpcs, sizeof grpcs, "--server-grpc=127.0.0.1:%d,127.0.0.1:%d", g0, g1);
+    rjob_t j = {.c = &w,
+                .job = rollback ? "unclean-rb" : "unclean",
+                .policy = "shrink",
+                .rejoin_ms = 3000,
+                .extra = {"--log-level=warn", "--epochs=4"},
+                .err = err0,
+                .err1 = err1};
+    if (rollback) {
+        j.extra[2] = ckd;
+        j.extra[3] = grpcs;
+        j.extra[4] = "--ckpt-every=10";
+        j.extra[5] = "--on-server-loss=rollback";
+    }
+    snprintf(j.out[0], sizeof j.out[0], "%s/unclean%d-0.json", g_dir, rollback);
+    snprintf(j.out[1], sizeof j.out[1], "%s/unclean%d-1.json", g_dir, rollback);
+    pw_coord_t *co = coord_of(&w);
+    pid_t w0 = rworker(&j, 0, j.out[0]), w1 = rworker(&j, 1, j.out[1]);
+    wait_progress(co, j.job);
+    kill(s1, SIGKILL);
+    pu_reap(s1, 5);
+    bool all0 = false;
+    for (double t0 = pu_now(); !all0 && pu_now() - t0 < 15; usleep(20000)) {
+        pc_cluster_map_t *m = cc_map_of(p0);
+        all0 = pc_cmap_server_slots(m, 0) == PC_NSLOTS && pc_cmap_unclean(m) == 0;
+        pc_cmap_destroy(m);
+    }
+    assert_true(all0);
+    assert_true(running(w0) && running(w1)); /* the faults happen while they train */
+    assert_int_equal(kill(s0, SIGSTOP), 0);
+    s1 = pu_spawn(p1, g_dir, es, &g1);
+    bool unclean = false;
+    for (double t0 = pu_now(); !unclean && pu_now() - t0 < 20; usleep(50000)) {
+        pc_cluster_map_t *m = cc_map_of(p1);
+        unclean = pc_cmap_server_slots(m, 1) == PC_NSLOTS && pc_cmap_unclean(m) == PC_NSLOTS;
+        pc_cmap_destroy(m);
+    }
+    assert_true(unclean);
+    kill(s0, SIGKILL);
+    pu_reap(s0, 5);
+    const int rc0 = pu_reap(w0, 120), rc1 = pu_reap(w1, 120);
+    json_text(err0, log, sizeof log);
+    json_text(err1, log1, sizeof log1);
+    const char *said = "promoted 16384 slots to a backup that had not caught up";
+    if (!strstr(log, said) || !strstr(log1, said) || rc0 != (rollback ? 1 : 0) ||
+        rc1 != (rollback ? 1 : 0)) {
+        print_message("rank 0 said:\n");
+        print_file(err0);
+        print_message("rank 1 said:\n");
+        print_file(err1);
+        fail_msg("workers exited %d and %d", rc0, rc1);
+    }
+    if (rollback) {
+        assert_non_null(strstr(log, "the job stops (--on-server-loss=rollback)"));
+        assert_null(strstr(log, "rolling the job back")); /* the clean failover: no rollback */
+        assert_null(strstr(log1, "rolling the job back"));
+    } else {
+        assert_true(json_num(j.out[0], "unclean_slots") == PC_NSLOTS &&
+                    json_num(j.out[1], "unclean_slots") == PC_NSLOTS);
+        assert_true(json_num(j.out[0], "samples") == 4 * RROWS);
+    }
+    print_message("%s: both workers told of the unclean promotion (exit %d, %d)\n",
+                  rollback ? "rollback" : "continue", rc0, rc1);
+    pw_coord_close(co);
+    pu_stop(s1);
+    pu_stop(sc);
+}
+
+static void test_unclean_promotion_told(void **state) {
+    (void)state;
+    unclean_job(true);
+    unclean_job(false);
 }
 
 /* Steps rank 0 ended, from a --step-log (other ranks may write to it too). */
@@ -1402,6 +1514,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_primary_kill_with_replicas),
+        cmocka_unit_test(test_unclean_promotion_told),
         cmocka_unit_test(test_reshard_mid_training),
         cmocka_unit_test(test_job_rollback),
         cmocka_unit_test(test_consistency_modes),

@@ -14,6 +14,8 @@
  * - test_stale_primary_refuses_pushes: server 1 stopped (SIGSTOP) past its lease is replaced;
  *   a push written to its socket while it is stopped is refused when it wakes (SIGCONT), before
  *   it could learn the new map, and its pushed-rows counter does not move.
+ * - test_unclean_promotion: two failures in a row leave only a backup still catching up; it is
+ *   promoted, and the map's count of such slots reaches the client with the lost rows.
  * - test_reshard_add_remove (docs/server.md "Live resharding"): one client pulls and pushes in
  *   a fixed order while `psctl reshard add` brings in a third server (which takes a third of
  *   the slots) and `psctl reshard remove` takes it out again; no call fails, and the rows every
@@ -256,6 +258,81 @@ static void test_quick_restart_keeps_acked_pushes(void **state) {
     pu_stop(cl.s0);
 }
 
+/* Server 0 is the primary of every slot; with `arg` 1, server 1 is instead, the map counting
+ * them unclean (server 1 was promoted while catching up). */
+static bool all_of(const pc_cluster_map_t *m, long arg) {
+    return pc_cmap_server_slots(m, (uint32_t)arg) == PC_NSLOTS &&
+           pc_cmap_unclean(m) == (arg ? PC_NSLOTS : 0);
+}
+
+/* Two failures in a row (docs/server.md "Which backup is promoted"), with the map and the leases
+ * in a third ps-server, a coordinator outside this cluster, so that either data server can fail:
+ * server 1 is killed (server 0 takes its slots), server 0 is stopped (SIGSTOP) and server 1
+ * started again. Server 1 joins as a backup catching up and cannot copy a row from the stopped
+ * server 0; once server 0's lease ran out it is promoted anyway: an unclean promotion. The map
+ * counts it (unclean=16384 in its text, carried by later versions), a client that follows the
+ * map reports it (psc_map_unclean_slots), and the pushed rows are back at their initial
+ * values, as the count warns. */
+static void test_unclean_promotion(void **state) {
+    (void)state;
+    cluster_t cl;
+    memset(&cl, 0, sizeof cl);
+    char cmaparg[128];
+    const int pc = pu_free_port();
+    snprintf(cmaparg, sizeof cmaparg,
+             "--cluster-map=version=1;servers=127.0.0.1:%d;slots=0-16383:0", pc);
+    const char *ec[] = {cmaparg, "--coordinator", NULL};
+    int gc = 0;
+    const pid_t sc = pu_spawn(pc, g_dir, ec, &gc);
+    cc_two_servers(&cl.p0, &cl.p1, cl.map, sizeof cl.map, cl.maparg, sizeof cl.maparg);
+    snprintf(cl.coordarg, sizeof cl.coordarg, "--cluster-coordinator=127.0.0.1:%d", gc);
+    const char *e0[] = {cl.maparg, k_tables, cl.coordarg, LEASE, NULL};
+    cl.s0 = pu_spawn(cl.p0, g_dir, e0, &cl.grpc0);
+    start1(&cl);
+    wait_replicated(&cl);
+    psc_t *c = connect_to(cl.p0);
+    enum { N = 400 };
+    uint64_t keys[N];
+    static float init[N * DIM], pushed[N * DIM], after[N * DIM], g[N * DIM];
+    for (int i = 0; i < N; i++)
+        keys[i] = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+    for (int i = 0; i < N * DIM; i++)
+        g[i] = 0.5f;
+    assert_int_equal(psc_pull(c, "emb", keys, N, DIM, init), 0); /* initial rows */
+    for (int r = 0; r < 5; r++)
+        assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
+    assert_int_equal(psc_pull(c, "emb", keys, N, DIM, pushed), 0);
+    assert_true(memcmp(init, pushed, sizeof init) != 0);
+    assert_int_equal(psc_map_unclean_slots(c), 0);
+    kill_server1(&cl);
+    assert_true(map_until(&cl, 15, all_of, 0)); /* a clean promotion: the count stays 0 */
+    assert_int_equal(kill(cl.s0, SIGSTOP), 0);
+    start1(&cl);
+    const double t0 = pu_now();
+    bool promoted = false;
+    while (!promoted && pu_now() - t0 < 20) { /* server 1's map: the coordinator's newest */
+        usleep(50000);
+        pc_cluster_map_t *m = cc_map_of(cl.p1);
+        promoted = all_of(m, 1);
+        pc_cmap_destroy(m);
+    }
+    assert_true(promoted);
+    print_message("server 1 promoted while catching up %.2f s after it started again\n",
+                  pu_now() - t0);
+    kill(cl.s0, SIGKILL);
+    pu_reap(cl.s0, 5);
+    /* the client follows the new map (server 0 is gone) and reports the count */
+    assert_int_equal(psc_pull(c, "emb", keys, N, DIM, after), 0);
+    assert_int_equal(psc_map_unclean_slots(c), PC_NSLOTS);
+    char text[4096];
+    psc_map_text(c, text, sizeof text);
+    assert_non_null(strstr(text, ";unclean=16384;"));
+    assert_memory_equal(after, init, sizeof init); /* the pushes are gone, as the count says */
+    psc_close(c);
+    pu_stop(cl.s1);
+    pu_stop(sc);
+}
+
 /* A PUSH frame of one key of `dim` gradients 0.5 for table emb into out; its length. */
 static uint32_t push_body(uint64_t key, uint8_t *out) {
     const size_t hl = pc_wire_batch_head_encode_typed("emb", 1, DIM, PC_WIRE_F32, out);
@@ -474,6 +551,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_failover_keeps_acked_pushes),
         cmocka_unit_test(test_quick_restart_keeps_acked_pushes),
         cmocka_unit_test(test_stale_primary_refuses_pushes),
+        cmocka_unit_test(test_unclean_promotion),
         cmocka_unit_test(test_reshard_add_remove),
         cmocka_unit_test(test_reshard_absent_server),
     };

@@ -145,6 +145,7 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "first_step_s", r.first_step_s);
         cJSON_AddNumberToObject(j, "lost_pushes", (double)r.lost_pushes);
         cJSON_AddNumberToObject(j, "rollbacks", (double)r.rollbacks);
+        cJSON_AddNumberToObject(j, "unclean_slots", (double)r.unclean_slots);
         cJSON_AddNumberToObject(j, "max_ahead", (double)r.max_ahead);
         cJSON_AddNumberToObject(j, "pull_wait_s", r.pull_wait_s);
         cJSON_AddNumberToObject(j, "pulled_bytes", (double)r.pulled_bytes);

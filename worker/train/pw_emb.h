@@ -78,6 +78,10 @@ typedef struct pw_emb_ops {
     /* The servers' cluster map as text into buf (snprintf-like: returns the length needed).
      * NULL: no servers (local). Thread-safe. */
     size_t (*map_text)(pw_emb_t *e, char *buf, size_t cap);
+    /* Slots the servers promoted to a backup that had not caught up, over their map's history
+     * (psclient.h psc_map_unclean_slots): when it grows, rows may have gone back. NULL: no
+     * servers (local). Thread-safe. */
+    uint64_t (*unclean_slots)(pw_emb_t *e);
     void (*close)(pw_emb_t *e);
 } pw_emb_ops_t;
 

@@ -100,6 +100,10 @@ static uint64_t r_reconnects(pw_emb_t *e) {
     return st.reconnects;
 }
 
+static uint64_t r_unclean_slots(pw_emb_t *e) {
+    return psc_map_unclean_slots(((remote_t *)e)->ps);
+}
+
 static int r_ping(pw_emb_t *e, int timeout_ms, char *why, size_t cap) {
     remote_t *r = (remote_t *)e;
     why[0] = '\0';
@@ -220,6 +224,7 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
                                       .claim = r_claim,
                                       .watermark = r_watermark,
                                       .map_text = r_map_text,
+                                      .unclean_slots = r_unclean_slots,
                                       .close = r_close};
 
 int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {

@@ -18,10 +18,17 @@
  *   (save_position); a restarted worker reads on from there, a checkpoint records every rank's.
  * - Rollback (rollback_on_server_loss): a reconnect of the store means a server may have
  *   restarted from its own last checkpoint; the worker proposes a new generation, and in it the
- *   group restores the servers and itself to the latest coordinated checkpoint.
+ *   group restores the servers and itself to the latest coordinated checkpoint. Not with
+ *   replicas (the servers' map named backups when the job started): a lost server's slots go to
+ *   a backup with every acknowledged push, and a restarted server joins again as a backup, so
+ *   a reconnect loses nothing. What can lose rows there is a promotion of a backup that had not
+ *   caught up, which the map counts (pw__rows_went_back): said and counted; with rollback the
+ *   job stops, since the checkpoint's rows of a server that is gone cannot be restored while
+ *   the job runs.
  * - Threads: the training thread's; the ordered lane is stopped before a re-formation.
  */
 #include "pc_alloc.h"
+#include "pc_cluster.h"
 #include "pc_error.h"
 #include "pc_hash.h"
 #include "pc_log.h"
@@ -364,7 +371,7 @@ int pw__regroup_initial(trainer_t *t) {
  * asks for a rollback (pw__server_lost). */
 static bool server_restarted(trainer_t *t) {
     const pw_emb_ops_t *ops = t->emb->ops;
-    if (t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || !ops->ping)
+    if (t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || !ops->ping || t->replicated)
         return false;
     char why[256];
     const int rc = ops->ping(t->emb, (int)t->c->timeout_ms, why, sizeof why);
@@ -470,11 +477,54 @@ void pw__save_position(trainer_t *t, bool force) {
     t->pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
 }
 
+/* Whether the servers' map names backups (their text through the store; false when it has
+ * none or cannot be read). */
+static bool map_replicated(trainer_t *t) {
+    if (!t->emb->ops->map_text)
+        return false;
+    const size_t len = t->emb->ops->map_text(t->emb, NULL, 0);
+    char *text = pc_smalloc(PC_MEM_SCRATCH, len + 1);
+    pc_cluster_map_t *m = NULL;
+    char err[128];
+    if (text)
+        t->emb->ops->map_text(t->emb, text, len + 1);
+    const bool r = text && pc_cmap_parse(text, &m, err, sizeof err) == 0 && pc_cmap_replicated(m);
+    pc_cmap_destroy(m);
+    pc_sfree(text);
+    return r;
+}
+
+void pw__losses_start(trainer_t *t) {
+    t->seen_reconnects = t->emb->ops->reconnects(t->emb);
+    t->seen_unclean = t->emb->ops->unclean_slots ? t->emb->ops->unclean_slots(t->emb) : 0;
+    t->replicated = map_replicated(t);
+}
+
+int pw__rows_went_back(trainer_t *t) {
+    const uint64_t n = t->emb->ops->unclean_slots ? t->emb->ops->unclean_slots(t->emb) : 0;
+    if (n <= t->seen_unclean + t->unclean_slots)
+        return 0;
+    const uint64_t more = n - t->seen_unclean - t->unclean_slots;
+    t->unclean_slots += more;
+    const bool stop = t->c->on_server_loss == PW_SERVER_LOSS_ROLLBACK;
+    PC_ERROR("train: the servers promoted %llu slots to a backup that had not caught up (no "
+             "backup in sync was left): rows of them may be older than the pushes acknowledged, "
+             "some back at their initial values; %s",
+             (unsigned long long)more,
+             stop ? "the job stops (--on-server-loss=rollback): a lost server's part of the "
+                    "checkpoint cannot be restored while the job runs; restart the job from the "
+                    "latest coordinated checkpoint (servers --restore-id, workers "
+                    "--resume=checkpoint)"
+                  : "training goes on (--on-server-loss=continue)");
+    return stop ? PC_EIO : 0;
+}
+
 /* With rollback_on_server_loss: whether this worker wants a job rollback: a connection to a
  * server was lost since the last look (the client reconnected: the server may have restarted
- * from an older checkpoint of its own), or an earlier want is still pending. */
+ * from an older checkpoint of its own; not with replicas, see DESIGN), or an earlier want is
+ * still pending. */
 bool pw__server_lost(trainer_t *t) {
-    if (!t->grp || t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK)
+    if (!t->grp || t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || t->replicated)
         return false;
     if (t->want_rollback)
         return true;

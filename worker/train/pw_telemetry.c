@@ -124,6 +124,10 @@ static size_t render(void *ctx, char *buf, size_t cap) {
                  "connections to servers made again after a loss", (double)s->reconnects);
     len = metric(buf, cap, len, "emberps_worker_lost_pushes_total", "counter",
                  "pushes a server failure cut short", (double)s->lost_pushes);
+    len = metric(buf, cap, len, "emberps_worker_unclean_slots_total", "counter",
+                 "slots the servers promoted to a backup that had not caught up (rows may have "
+                 "gone back)",
+                 (double)s->unclean_slots);
     return len;
 }
 

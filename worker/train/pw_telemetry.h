@@ -46,7 +46,8 @@ typedef struct pw_telemetry_step {
     uint64_t generation;    /* the membership generation (0 without a group) */
     int group_size;         /* workers in it (1 without a group) */
     uint64_t rollbacks, reconnects, lost_pushes;
-    uint64_t queued[4];                    /* scheduler jobs queued by class (pw_job_class_t) */
+    uint64_t unclean_slots; /* promoted to a backup not caught up since the start (pw_train.h) */
+    uint64_t queued[4];     /* scheduler jobs queued by class (pw_job_class_t) */
     uint64_t inflight_bytes, credit_bytes; /* scheduler credits held; the limit */
     uint64_t pulled_bytes, pushed_bytes;
 } pw_telemetry_step_t;

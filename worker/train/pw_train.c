@@ -524,6 +524,7 @@ static void publish(trainer_t *t, pw_reader_t *r, uint64_t samples, double loss,
                              .rollbacks = t->rollbacks,
                              .reconnects = t->emb->ops->reconnects(t->emb),
                              .lost_pushes = atomic_load(&t->lost_pushes),
+                             .unclean_slots = t->unclean_slots,
                              .inflight_bytes = ss.inflight_bytes,
                              .credit_bytes = ss.credit_bytes,
                              .pulled_bytes = ss.bytes[PW_JOB_PULL],
@@ -610,8 +611,9 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         return rc;
     }
     t.done_pos = skip;
-    /* reconnects from here on are losses (connecting to late servers is not) */
-    t.seen_reconnects = t.emb->ops->reconnects(t.emb);
+    /* reconnects and unclean promotions from here on are losses (connecting to late servers is
+     * not) */
+    pw__losses_start(&t);
     const uint64_t total_bytes = stream_bytes(train, ntrain, (int)c->epochs);
     double ema = NAN;
     uint64_t next_progress = (uint64_t)c->progress_every, next_eval = (uint64_t)c->eval_every,
@@ -699,7 +701,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
          * the dense model has taken are acknowledged, so the watermark the publisher reads
          * covers them (a lone worker counts its steps before its pushes return). */
         publish_dense(&t, false);
-        if ((rc = pw__slot_rows(&t, s)))
+        if ((rc = pw__slot_rows(&t, s)) || (rc = pw__rows_went_back(&t)))
             break;
         if (pw__server_lost(&t)) {               /* the servers answer again: roll the job back */
             if ((rc = pw_group_reform(t.grp))) { /* the coordinator: tried again next step */
@@ -764,6 +766,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->steps = t.step;
     res->lost_pushes = atomic_load(&t.lost_pushes);
     res->rollbacks = t.rollbacks;
+    res->unclean_slots = t.unclean_slots;
     res->seconds = pc_time_sec_since(t0);
     res->samples_per_s = res->seconds > 0 ? (double)res->samples / res->seconds : 0;
     res->train_loss = ema;

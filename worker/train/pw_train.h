@@ -218,13 +218,14 @@ typedef struct pw_train_result {
     double auc, logloss; /* on the test stream at the end (NaN when none) */
     int evals;           /* evaluations run (periodic and final) */
     uint64_t test_samples;
-    uint64_t table_rows;  /* local training only */
-    uint64_t steps;       /* optimizer steps taken (distributed: the group's count) */
-    double first_step_s;  /* from the start to this worker's first completed step */
-    uint64_t lost_pushes; /* pushes a server failure cut short (not sent again) */
-    uint64_t rollbacks;   /* job rollbacks taken part in (rollback_on_server_loss) */
-    uint64_t max_ahead;   /* most steps this worker ran ahead of the slowest (<= staleness) */
-    double pull_wait_s;   /* time the training thread waited for pulled rows */
+    uint64_t table_rows;    /* local training only */
+    uint64_t steps;         /* optimizer steps taken (distributed: the group's count) */
+    double first_step_s;    /* from the start to this worker's first completed step */
+    uint64_t lost_pushes;   /* pushes a server failure cut short (not sent again) */
+    uint64_t rollbacks;     /* job rollbacks taken part in (rollback_on_server_loss) */
+    uint64_t unclean_slots; /* slots the servers promoted to a backup not caught up meanwhile */
+    uint64_t max_ahead;     /* most steps this worker ran ahead of the slowest (<= staleness) */
+    double pull_wait_s;     /* time the training thread waited for pulled rows */
     uint64_t pulled_bytes, pushed_bytes, dense_bytes;
     /* per file (the first PW_TRAIN_FILES_MAX): this rank's training files, over every epoch
      * (from the resume position on), and the test files of the last evaluation */

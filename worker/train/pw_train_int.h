@@ -139,6 +139,9 @@ typedef struct trainer {
     bool pos_saved;           /* this worker's last position reached the coordinator */
     uint64_t pos_retry_ns;    /* after a failed save, the next try waits until then */
     uint64_t seen_reconnects; /* the store's reconnects when last looked at (rollback) */
+    uint64_t seen_unclean;    /* the store's unclean_slots at the start (pw__rows_went_back) */
+    uint64_t unclean_slots;   /* ... and its growth since */
+    bool replicated;          /* the servers' map named backups at the start (pw_recover.c) */
     bool want_rollback;       /* this worker saw a server connection lost */
     bool dcoll_said;          /* the job was told its dense allreduce goes through the host */
     bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
@@ -191,5 +194,11 @@ int pw__job_checkpoint(trainer_t *t);
 int pw__resume_checkpoint(trainer_t *t, uint64_t *skip);
 void pw__save_position(trainer_t *t, bool force);
 bool pw__server_lost(trainer_t *t);
+/* After the store connected and the group formed: the reconnects and unclean slots so far are
+ * no losses; whether the servers run with replicas. */
+void pw__losses_start(trainer_t *t);
+/* Whether the servers' unclean promotions grew since the last look: logged and counted
+ * (t->unclean_slots); PC_EIO with rollback_on_server_loss (the job stops), else 0. */
+int pw__rows_went_back(trainer_t *t);
 
 #endif

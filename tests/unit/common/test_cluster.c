@@ -201,8 +201,35 @@ static void test_backups(void **state) {
     assert_int_equal(f.unclean, PC_NSLOTS);
     assert_int_equal(pc_cmap_slot_owner(p, 7), 0);
     assert_false(pc_cmap_backup_syncing(p, 7, 0));
+    /* the map counts them, in its text after the version, and later versions carry the count */
+    assert_int_equal(pc_cmap_unclean(p), PC_NSLOTS);
+    assert_int_equal(pc_cmap_unclean(q), 0);
+    pc_cmap_format(q, buf, sizeof buf);
+    assert_null(strstr(buf, "unclean")); /* absent while 0 */
+    assert_int_equal(pc_cmap_bump(p, 6), 0);
+    pc_cmap_format(p, buf, sizeof buf);
+    assert_true(strncmp(buf, "version=6;unclean=16384;servers=", 32) == 0);
+    pc_cmap_destroy(q);
+    assert_int_equal(pc_cmap_parse(buf, &q, err, sizeof err), 0);
+    assert_int_equal(pc_cmap_unclean(q), PC_NSLOTS);
+    pc_cmap_format(q, buf2, sizeof buf2);
+    assert_string_equal(buf, buf2);
+    pc_cmap_destroy(q);
+    assert_int_equal(pc_cmap_copy(p, &q), 0);
+    assert_int_equal(pc_cmap_unclean(q), PC_NSLOTS);
     pc_cmap_destroy(p);
     pc_cmap_destroy(q);
+    const char *unclean_bad[] = {
+        "version=1;unclean=;servers=a:1;slots=0-16383:0",
+        "version=1;unclean=x;servers=a:1;slots=0-16383:0",
+        "version=1;unclean=1,servers=a:1;slots=0-16383:0",
+        "version=1;lost=1;servers=a:1;slots=0-16383:0",
+        "version=1;unclean=99999999999999999999;servers=a:1;slots=0-16383:0",
+        "version=1;unclean=1;unclean=2;servers=a:1;slots=0-16383:0"};
+    for (size_t i = 0; i < sizeof unclean_bad / sizeof *unclean_bad; i++) {
+        assert_int_equal(pc_cmap_parse(unclean_bad[i], &p, err, sizeof err), PC_EPARSE);
+        assert_non_null(strstr(err, "cluster map"));
+    }
     const char *marks_bad[] = {"version=1;servers=a:1,b:2;slots=0-16383:0~",
                                "version=1;servers=a:1,b:2;slots=0-16383:0/1~~"};
     for (size_t i = 0; i < sizeof marks_bad / sizeof *marks_bad; i++)

@@ -41,7 +41,7 @@ extern "C" {
  * 1 psc_claim; 2 psc_wait_detail; 3 psc_connect2 (TLS); 4 psc_tables, psc_health, feature keys,
  * the delta stream (psc_deltas, psc_scan); 5 compressed rows on the wire (psc_set_wire_type). */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
-#define PSC_VERSION_MINOR 5
+#define PSC_VERSION_MINOR 6
 #define PSC_VERSION_PATCH 0
 #define PSC_VERSION_HEX   ((PSC_VERSION_MAJOR << 16) | (PSC_VERSION_MINOR << 8) | PSC_VERSION_PATCH)
 
@@ -298,6 +298,11 @@ PSC_EXTERN uint64_t psc_missing_key(uint32_t field);
 
 /* The cluster map the client uses now, as text (snprintf-like return). */
 PSC_EXTERN size_t psc_map_text(psc_t *c, char *buf, size_t cap);
+/* Since 1.6: slots of the cluster the servers promoted to a backup that had not caught up, over
+ * the history of the map the client uses now (its `unclean=N`; docs/server.md "Which backup is
+ * promoted"). It only grows: when it does, rows of those slots may have gone back to older
+ * values (or their initial ones), and acknowledged pushes to them may be gone. Thread-safe. */
+PSC_EXTERN uint64_t psc_map_unclean_slots(psc_t *c);
 
 typedef struct psc_stats {
     uint64_t calls, retries, map_refreshes, reconnects, timeouts;
