@@ -503,9 +503,10 @@ static int send_frame(server_t *s, wbuf_t *w) {
 /* A server was lost (NULL: a call timed out, on a server that may hang): ask every other server
  * of the map for its map, at most every MAP_ASK_NS: with replicas (docs/server.md "Replicas and
  * failover") the lost server's backup takes its slots under a newer map, which the retries then
- * follow. A connected one is asked (MAP); one not connected is connected to, and its HELLO
- * answers with its map: the backup that takes over may be a server no call went to (one with
- * no slots, rejoining), and the lost server the only connection. */
+ * follow. The connected ones are asked (MAP). When there are none (the lost server was the
+ * client's only connection, and the backup that takes over a server no call went to: one with
+ * no slots, rejoining), the others are connected to, and each HELLO answers with that server's
+ * map; connections stay few otherwise (a follower's client talks to one server). */
 /* Ask connected server o for its map (MAP): false when out of memory. Not sent: no answer, and
  * the next look asks again. */
 static bool map_ask(psc_t *c, server_t *o) {
@@ -524,13 +525,18 @@ static void map_ask_others(psc_t *c, const server_t *lost) {
     if (c->placeholder || atomic_load(&c->stopping) || now - c->map_asked_ns < MAP_ASK_NS)
         return;
     c->map_asked_ns = now;
+    size_t asked = 0;
     for (size_t i = 0; i < c->nsrv; i++) {
         server_t *o = c->srv[i];
-        if (!o || o == lost || o->dead)
-            continue;
-        if (o->state == 2 && !map_ask(c, o))
-            return;
-        if (o->state == 0)
+        if (o && o != lost && o->state == 2) {
+            if (!map_ask(c, o))
+                return;
+            asked++;
+        }
+    }
+    for (size_t i = 0; i < c->nsrv && !asked; i++) { /* the lost one was the only connection */
+        server_t *o = c->srv[i];
+        if (o && o != lost && !o->dead && o->state == 0)
             server_connect(o);
     }
 }

@@ -306,6 +306,11 @@ static void test_unclean_promotion(void **state) {
     assert_int_equal(psc_map_unclean_slots(c), 0);
     kill_server1(&cl);
     assert_true(map_until(&cl, 15, all_of, 0)); /* a clean promotion: the count stays 0 */
+    /* the client follows it, and every pushed row is there; server 0 is now its only
+     * connection, so it must find server 1 again below by itself */
+    assert_int_equal(psc_pull(c, "emb", keys, N, DIM, after), 0);
+    assert_memory_equal(after, pushed, sizeof pushed);
+    assert_int_equal(psc_map_unclean_slots(c), 0);
     assert_int_equal(kill(cl.s0, SIGSTOP), 0);
     start1(&cl);
     const double t0 = pu_now();
