@@ -115,6 +115,10 @@ uint64_t pc_cmap_version(const pc_cluster_map_t *m) {
 uint64_t pc_cmap_unclean(const pc_cluster_map_t *m) {
     return m->unclean;
 }
+void pc_cmap_unclean_at_least(pc_cluster_map_t *m, uint64_t n) {
+    if (m->unclean < n)
+        m->unclean = n;
+}
 size_t pc_cmap_nservers(const pc_cluster_map_t *m) {
     return m->nservers;
 }
@@ -488,7 +492,7 @@ int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version
         f.promoted++;
     }
     m->version = new_version;
-    m->unclean += f.unclean;
+    m->unclean = m->unclean > UINT64_MAX - f.unclean ? UINT64_MAX : m->unclean + f.unclean;
     if (out)
         *out = f;
     return 0;

@@ -67,8 +67,12 @@ int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out);
 void pc_cmap_destroy(pc_cluster_map_t *m);
 
 uint64_t pc_cmap_version(const pc_cluster_map_t *m);
-/* Slots promoted to a backup that had not caught up, over the map's history (see Losses). */
+/* Slots promoted to a backup that had not caught up, over the map's history (see Losses;
+ * saturates at UINT64_MAX). */
 uint64_t pc_cmap_unclean(const pc_cluster_map_t *m);
+/* Raise that count to at least n: a map given anew (a file reloaded) goes on from the count of
+ * the history it joins, so the count never goes back. */
+void pc_cmap_unclean_at_least(pc_cluster_map_t *m, uint64_t n);
 size_t pc_cmap_nservers(const pc_cluster_map_t *m);
 /* Address of server i; valid as long as the map. NULL when i is out of range. */
 const char *pc_cmap_addr(const pc_cluster_map_t *m, size_t i);

@@ -16,7 +16,8 @@
  * newer than the one the parts went out under (the keys have new owners). A push part whose
  * connection broke after it was sent is not retried (it may have been applied): the call fails with
  * PC_EUNAVAIL. Maps: the client adopts a newer map from a HELLO, a wrong slot's reply, or a MAP
- * answer; it asks for one (MAP) when a server is lost (its other servers) and when any reply's
+ * answer; it asks for one (MAP) when a server is lost (its other servers: map_ask_others, which
+ * connects to them when none is connected) and when any reply's
  * header names a map version newer than its own (that server), so a client whose calls never meet a
  * wrong slot (a delta-stream follower) still learns of a failover or a resharding. A call ends
  * exactly once (result, error, deadline or close); parts still out after that resolve without
@@ -71,6 +72,8 @@
 #define MAX_REPLY  (1u << 31) /* bytes of one reply body the client accepts */
 #define BACKOFF_MS 10
 #define MAP_ASK_NS 50000000ull /* map_ask_others: at most every 50 ms */
+/* ... and its connections to the map's other servers at most every second (see there) */
+#define MAP_CONNECT_NS 1000000000ull
 /* map_ask_newer: at most every 10 ms (a resharding writes a version a controller tick, 20 ms:
  * a follower sees each) */
 #define MAP_NEWER_NS  10000000ull
@@ -185,6 +188,7 @@ struct psc {
     atomic_int wire;         /* PSC_WIRE_*: the element type new calls use (psc_set_wire_type) */
     pc_cluster_map_t *map;   /* I/O thread; map_text under mu for readers */
     uint64_t map_asked_ns;   /* when the other servers were last asked for their map */
+    uint64_t map_connect_ns; /* when map_ask_others last connected to them */
     uint64_t newer_asked_ns; /* when a server was last asked for a newer map it named */
     char *map_text;
     server_t **srv; /* by map index */
@@ -504,9 +508,11 @@ static int send_frame(server_t *s, wbuf_t *w) {
  * of the map for its map, at most every MAP_ASK_NS: with replicas (docs/server.md "Replicas and
  * failover") the lost server's backup takes its slots under a newer map, which the retries then
  * follow. The connected ones are asked (MAP). When there are none (the lost server was the
- * client's only connection, and the backup that takes over a server no call went to: one with
- * no slots, rejoining), the others are connected to, and each HELLO answers with that server's
- * map; connections stay few otherwise (a follower's client talks to one server). */
+ * client's only connection, or, after a timeout, the one connection may be the server that
+ * hangs) while calls wait, the others are connected to, at most every MAP_CONNECT_NS, and each
+ * HELLO answers with that server's map: the backup that takes over may be a server no call
+ * went to (one with no slots, rejoining). Connections stay few otherwise (a follower's client
+ * talks to one server). */
 /* Ask connected server o for its map (MAP): false when out of memory. Not sent: no answer, and
  * the next look asks again. */
 static bool map_ask(psc_t *c, server_t *o) {
@@ -534,7 +540,15 @@ static void map_ask_others(psc_t *c, const server_t *lost) {
             asked++;
         }
     }
-    for (size_t i = 0; i < c->nsrv && !asked; i++) { /* the lost one was the only connection */
+    /* none left to ask (after a timeout, lost NULL: the one asked may be the server that
+     * hangs); only for parts waiting on the lost server or a call that timed out (a failed
+     * connect with nothing queued lands here too: no endless chain of them), and at most every
+     * MAP_CONNECT_NS */
+    const bool waiting = !lost || lost->inflight || lost->qhead;
+    if (asked > (lost ? 0u : 1u) || !waiting || now - c->map_connect_ns < MAP_CONNECT_NS)
+        return;
+    c->map_connect_ns = now;
+    for (size_t i = 0; i < c->nsrv; i++) {
         server_t *o = c->srv[i];
         if (o && o != lost && !o->dead && o->state == 0)
             server_connect(o);

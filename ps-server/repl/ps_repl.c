@@ -294,6 +294,8 @@ static void publish_pending(ps_repl_t *r) {
     pc_cluster_map_t *m = r->pending;
     r->pending = NULL;
     const uint64_t v = pc_cmap_version(r->map) + 1;
+    if (m) /* the count of unclean promotions goes on (pc_cluster.h "Losses") */
+        pc_cmap_unclean_at_least(m, pc_cmap_unclean(r->map));
     pthread_mutex_unlock(&r->mu);
     if (!m)
         return;

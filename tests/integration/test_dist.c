@@ -882,7 +882,8 @@ static void unclean_job(bool rollback) {
     recovery_data();
     const int pc = pu_free_port();
     char cmaparg[128], tables[300], coordarg[64], map[256], maparg[300], err0[300], err1[300];
-    char ckd[320], grpcs[64], log[16384], log1[16384];
+    char ckd[320], grpcs[64];
+    static char log[1 << 18], log1[1 << 18]; /* the workers' whole stderr at warn level */
     snprintf(cmaparg, sizeof cmaparg,
              "--cluster-map=version=1;servers=127.0.0.1:%d;slots=0-16383:0", pc);
     const char *ec[] = {cmaparg, "--coordinator", NULL};

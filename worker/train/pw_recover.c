@@ -364,6 +364,39 @@ int pw__regroup_initial(trainer_t *t) {
     return rc && !fatal(rc) ? regroup(t) : rc;
 }
 
+/* Whether the servers' map names backups (their text through the store; false when it has
+ * none or cannot be read). */
+static bool map_replicated(trainer_t *t) {
+    if (!t->emb->ops->map_text)
+        return false;
+    const size_t len = t->emb->ops->map_text(t->emb, NULL, 0);
+    char *text = pc_smalloc(PC_MEM_SCRATCH, len + 1);
+    pc_cluster_map_t *m = NULL;
+    char err[128];
+    if (text)
+        t->emb->ops->map_text(t->emb, text, len + 1);
+    const bool r = text && pc_cmap_parse(text, &m, err, sizeof err) == 0 && pc_cmap_replicated(m);
+    pc_cmap_destroy(m);
+    pc_sfree(text);
+    return r;
+}
+
+/* The servers' count of unclean promotions, as the store's map has it (0: local). */
+static uint64_t unclean_now(trainer_t *t) {
+    return t->emb->ops->unclean_slots ? t->emb->ops->unclean_slots(t->emb) : 0;
+}
+
+void pw__losses_start(trainer_t *t) {
+    t->seen_reconnects = t->emb->ops->reconnects(t->emb);
+    t->seen_unclean = unclean_now(t);
+    t->replicated = map_replicated(t);
+}
+
+/* Whether the count grew since the last look (not taken: pw__rows_went_back says it). */
+static bool unclean_grew(trainer_t *t) {
+    return unclean_now(t) > t->seen_unclean;
+}
+
 /* With rollback_on_server_loss, after the servers' checkpoint calls: whether a server may have
  * restarted before its call was answered (then its checkpoint holds its own older rows, not the
  * cut's). A round trip to every server on this worker's connections, made before the cut or
@@ -385,9 +418,11 @@ static bool server_restarted(trainer_t *t) {
 }
 
 /* A coordinated checkpoint after step t->step (pw_jobckpt.h). The members first agree that
- * every one recorded its position (else no checkpoint: one would hold a stale position) and,
- * with rollback_on_server_loss, that none lost a server connection since the last look (else no
- * checkpoint, and the job rolls back at the step's pw__server_lost); they
+ * every one recorded its position (else no checkpoint: one would hold a stale position), that
+ * none saw the servers' count of unclean promotions grow (rows went back: no checkpoint of
+ * them; pw__rows_went_back says so next) and, with rollback_on_server_loss and no replicas,
+ * that none lost a server connection since the last look (else no checkpoint, and the job rolls
+ * back at the step's pw__server_lost); they
  * then wait for rank 0 with a timeout long enough for every server's checkpoint call. Collective
  * errors are returned (the caller regroups); a failed checkpoint is only logged. */
 int pw__job_checkpoint(trainer_t *t) {
@@ -397,11 +432,11 @@ int pw__job_checkpoint(trainer_t *t) {
      * since the last look (pw__server_lost): that server may have restarted from an older
      * checkpoint of its own and already taken this cut's last pushes on top of it, so a cut now
      * would record its older rows as the job's; no checkpoint then: the job rolls back. */
-    float v[2] = {t->pos_saved ? 1.0f : 0.0f, pw__server_lost(t) ? 1.0f : 0.0f};
+    float v[2] = {t->pos_saved ? 1.0f : 0.0f, pw__server_lost(t) || unclean_grew(t) ? 1.0f : 0.0f};
     int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), v, 2);
     if (!rc && v[1] > 0) {
-        PC_WARN("train: no coordinated checkpoint after step %llu: a server connection was lost "
-                "since the last one",
+        PC_WARN("train: no coordinated checkpoint after step %llu: a server connection was lost, "
+                "or rows went back (an unclean promotion), since the last one",
                 (unsigned long long)t->step);
         return 0;
     }
@@ -477,35 +512,15 @@ void pw__save_position(trainer_t *t, bool force) {
     t->pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
 }
 
-/* Whether the servers' map names backups (their text through the store; false when it has
- * none or cannot be read). */
-static bool map_replicated(trainer_t *t) {
-    if (!t->emb->ops->map_text)
-        return false;
-    const size_t len = t->emb->ops->map_text(t->emb, NULL, 0);
-    char *text = pc_smalloc(PC_MEM_SCRATCH, len + 1);
-    pc_cluster_map_t *m = NULL;
-    char err[128];
-    if (text)
-        t->emb->ops->map_text(t->emb, text, len + 1);
-    const bool r = text && pc_cmap_parse(text, &m, err, sizeof err) == 0 && pc_cmap_replicated(m);
-    pc_cmap_destroy(m);
-    pc_sfree(text);
-    return r;
-}
-
-void pw__losses_start(trainer_t *t) {
-    t->seen_reconnects = t->emb->ops->reconnects(t->emb);
-    t->seen_unclean = t->emb->ops->unclean_slots ? t->emb->ops->unclean_slots(t->emb) : 0;
-    t->replicated = map_replicated(t);
-}
-
 int pw__rows_went_back(trainer_t *t) {
-    const uint64_t n = t->emb->ops->unclean_slots ? t->emb->ops->unclean_slots(t->emb) : 0;
-    if (n <= t->seen_unclean + t->unclean_slots)
+    const uint64_t n = unclean_now(t);
+    /* a smaller count is a map history started anew (servers restarted on an empty
+     * coordinator): growth is counted from it */
+    const uint64_t more = n > t->seen_unclean ? n - t->seen_unclean : 0;
+    t->seen_unclean = n;
+    if (!more)
         return 0;
-    const uint64_t more = n - t->seen_unclean - t->unclean_slots;
-    t->unclean_slots += more;
+    t->unclean_slots = more > UINT64_MAX - t->unclean_slots ? UINT64_MAX : t->unclean_slots + more;
     const bool stop = t->c->on_server_loss == PW_SERVER_LOSS_ROLLBACK;
     PC_ERROR("train: the servers promoted %llu slots to a backup that had not caught up (no "
              "backup in sync was left): rows of them may be older than the pushes acknowledged, "
@@ -532,6 +547,10 @@ bool pw__server_lost(trainer_t *t) {
     if (reconnects == t->seen_reconnects)
         return false;
     t->seen_reconnects = reconnects;
+    /* the map at the start may have been the configured one, older than the servers' (which
+     * add backups): look again before rolling back */
+    if ((t->replicated = map_replicated(t)))
+        return false;
     t->want_rollback = true;
     PC_WARN("train: a server connection was lost: rolling the job back to its latest coordinated "
             "checkpoint");

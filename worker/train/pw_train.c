@@ -748,6 +748,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     pw_sched_drain(t.sched);
     if (!rc)
         pw__save_position(&t, true);
+    if (!rc) /* a promotion during the last steps: said and counted too */
+        rc = pw__rows_went_back(&t);
     pw_sched_stats_t st;
     pw_sched_stats(t.sched, &st);
     res->pulled_bytes = st.bytes[PW_JOB_PULL];

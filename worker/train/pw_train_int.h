@@ -139,8 +139,8 @@ typedef struct trainer {
     bool pos_saved;           /* this worker's last position reached the coordinator */
     uint64_t pos_retry_ns;    /* after a failed save, the next try waits until then */
     uint64_t seen_reconnects; /* the store's reconnects when last looked at (rollback) */
-    uint64_t seen_unclean;    /* the store's unclean_slots at the start (pw__rows_went_back) */
-    uint64_t unclean_slots;   /* ... and its growth since */
+    uint64_t seen_unclean;    /* the store's unclean_slots at the last look (pw__rows_went_back) */
+    uint64_t unclean_slots;   /* its growth since the start */
     bool replicated;          /* the servers' map named backups at the start (pw_recover.c) */
     bool want_rollback;       /* this worker saw a server connection lost */
     bool dcoll_said;          /* the job was told its dense allreduce goes through the host */

@@ -217,8 +217,28 @@ static void test_backups(void **state) {
     pc_cmap_destroy(q);
     assert_int_equal(pc_cmap_copy(p, &q), 0);
     assert_int_equal(pc_cmap_unclean(q), PC_NSLOTS);
+    pc_cmap_unclean_at_least(q, 5); /* a map given anew goes on from the history's count */
+    assert_int_equal(pc_cmap_unclean(q), PC_NSLOTS);
+    pc_cmap_unclean_at_least(q, PC_NSLOTS + 1);
+    assert_int_equal(pc_cmap_unclean(q), PC_NSLOTS + 1);
     pc_cmap_destroy(p);
     pc_cmap_destroy(q);
+    /* unclean=0 is read (and not written back); the count saturates at UINT64_MAX */
+    assert_int_equal(pc_cmap_parse("version=3;unclean=0;servers=a:1,b:2;slots=0-16383:0/1~", &p,
+                                   err, sizeof err),
+                     0);
+    assert_int_equal(pc_cmap_unclean(p), 0);
+    pc_cmap_format(p, buf, sizeof buf);
+    assert_string_equal(buf, "version=3;servers=a:1,b:2;slots=0-16383:0/1~");
+    pc_cmap_destroy(p);
+    assert_int_equal(pc_cmap_parse("version=3;unclean=18446744073709551615;servers=a:1,b:2;"
+                                   "slots=0-16383:0/1~",
+                                   &p, err, sizeof err),
+                     0);
+    assert_int_equal(pc_cmap_fail_server(p, 0, 4, &f), 0);
+    assert_int_equal(f.unclean, PC_NSLOTS);
+    assert_true(pc_cmap_unclean(p) == UINT64_MAX);
+    pc_cmap_destroy(p);
     const char *unclean_bad[] = {
         "version=1;unclean=;servers=a:1;slots=0-16383:0",
         "version=1;unclean=x;servers=a:1;slots=0-16383:0",

@@ -39,7 +39,9 @@ extern "C" {
 
 /* The one declaration of the library's version (CMake reads it for the soname). Minor versions:
  * 1 psc_claim; 2 psc_wait_detail; 3 psc_connect2 (TLS); 4 psc_tables, psc_health, feature keys,
- * the delta stream (psc_deltas, psc_scan); 5 compressed rows on the wire (psc_set_wire_type). */
+ * the delta stream (psc_deltas, psc_scan); 5 compressed rows on the wire (psc_set_wire_type);
+ * 6 psc_map_unclean_slots, and the map text's unclean=N (a client before 1.6 cannot parse a map
+ * that carries it: it keeps its map; docs/wire.md). */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
 #define PSC_VERSION_MINOR 6
 #define PSC_VERSION_PATCH 0
