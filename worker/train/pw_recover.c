@@ -18,13 +18,15 @@
  *   (save_position); a restarted worker reads on from there, a checkpoint records every rank's.
  * - Rollback (rollback_on_server_loss): a reconnect of the store means a server may have
  *   restarted from its own last checkpoint; the worker proposes a new generation, and in it the
- *   group restores the servers and itself to the latest coordinated checkpoint. Not with
- *   replicas (the servers' map named backups when the job started): a lost server's slots go to
- *   a backup with every acknowledged push, and a restarted server joins again as a backup, so
- *   a reconnect loses nothing. What can lose rows there is a promotion of a backup that had not
- *   caught up, which the map counts (pw__rows_went_back): said and counted; with rollback the
- *   job stops, since the checkpoint's rows of a server that is gone cannot be restored while
- *   the job runs.
+ *   group restores the servers and itself to the latest coordinated checkpoint. Not when every
+ *   slot of the servers' map had a backup at the look before the loss (look_map, once a step
+ *   under rollback): a lost server's slots go to a backup with every acknowledged push, and a
+ *   restarted server joins again as a backup, so a reconnect loses nothing. What can lose rows
+ *   there is a promotion of a backup that had not caught up, which the map counts
+ *   (pw__rows_went_back): said and counted; with rollback the job stops, since the checkpoint's
+ *   rows of a server that is gone cannot be restored while the job runs. A slot with no backup
+ *   left (a failover's, until a server joins again) makes a reconnect a rollback again: its
+ *   primary may have restarted from its own checkpoint.
  * - Threads: the training thread's; the ordered lane is stopped before a re-formation.
  */
 #include "pc_alloc.h"
@@ -364,21 +366,25 @@ int pw__regroup_initial(trainer_t *t) {
     return rc && !fatal(rc) ? regroup(t) : rc;
 }
 
-/* Whether the servers' map names backups (their text through the store; false when it has
- * none or cannot be read). */
-static bool map_replicated(trainer_t *t) {
+/* Look at the servers' map (their text through the store; parsed only when it changed):
+ * t->backed_up, whether every slot has a backup (false when the text cannot be read). */
+static void look_map(trainer_t *t) {
     if (!t->emb->ops->map_text)
-        return false;
+        return;
     const size_t len = t->emb->ops->map_text(t->emb, NULL, 0);
     char *text = pc_smalloc(PC_MEM_SCRATCH, len + 1);
-    pc_cluster_map_t *m = NULL;
-    char err[128];
-    if (text)
-        t->emb->ops->map_text(t->emb, text, len + 1);
-    const bool r = text && pc_cmap_parse(text, &m, err, sizeof err) == 0 && pc_cmap_replicated(m);
-    pc_cmap_destroy(m);
+    if (!text)
+        return; /* as it was: looked at again next time */
+    t->emb->ops->map_text(t->emb, text, len + 1);
+    const uint64_t h = pc_hash64(text, strlen(text), PC_HASH_SEED_MAP);
+    if (h != t->map_hash) {
+        pc_cluster_map_t *m = NULL;
+        char err[128];
+        t->backed_up = pc_cmap_parse(text, &m, err, sizeof err) == 0 && pc_cmap_backed_up_all(m);
+        t->map_hash = h;
+        pc_cmap_destroy(m);
+    }
     pc_sfree(text);
-    return r;
 }
 
 /* The servers' count of unclean promotions, as the store's map has it (0: local). */
@@ -389,7 +395,7 @@ static uint64_t unclean_now(trainer_t *t) {
 void pw__losses_start(trainer_t *t) {
     t->seen_reconnects = t->emb->ops->reconnects(t->emb);
     t->seen_unclean = unclean_now(t);
-    t->replicated = map_replicated(t);
+    look_map(t);
 }
 
 /* Whether the count grew since the last look (not taken: pw__rows_went_back says it). */
@@ -404,7 +410,7 @@ static bool unclean_grew(trainer_t *t) {
  * asks for a rollback (pw__server_lost). */
 static bool server_restarted(trainer_t *t) {
     const pw_emb_ops_t *ops = t->emb->ops;
-    if (t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || !ops->ping || t->replicated)
+    if (t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || !ops->ping || t->backed_up)
         return false;
     char why[256];
     const int rc = ops->ping(t->emb, (int)t->c->timeout_ms, why, sizeof why);
@@ -536,21 +542,24 @@ int pw__rows_went_back(trainer_t *t) {
 
 /* With rollback_on_server_loss: whether this worker wants a job rollback: a connection to a
  * server was lost since the last look (the client reconnected: the server may have restarted
- * from an older checkpoint of its own; not with replicas, see DESIGN), or an earlier want is
- * still pending. */
+ * from an older checkpoint of its own), unless every slot had a backup at that look (see
+ * DESIGN), or an earlier want is still pending. */
 bool pw__server_lost(trainer_t *t) {
-    if (!t->grp || t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || t->replicated)
+    if (!t->grp || t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK)
         return false;
     if (t->want_rollback)
         return true;
+    const bool backed_up = t->backed_up; /* as the map was before this loss */
+    look_map(t);
     const uint64_t reconnects = t->emb->ops->reconnects(t->emb);
     if (reconnects == t->seen_reconnects)
         return false;
     t->seen_reconnects = reconnects;
-    /* the map at the start may have been the configured one, older than the servers' (which
-     * add backups): look again before rolling back */
-    if ((t->replicated = map_replicated(t)))
+    if (backed_up) {
+        PC_INFO("train: a server connection was lost; every slot had a backup: no rollback (a "
+                "failover keeps every acknowledged push, or counts the slots it cannot)");
         return false;
+    }
     t->want_rollback = true;
     PC_WARN("train: a server connection was lost: rolling the job back to its latest coordinated "
             "checkpoint");
