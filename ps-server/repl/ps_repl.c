@@ -164,8 +164,9 @@ struct ps_repl {
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
     atomic_uint_least64_t version, promotions, drops, rejoins, rows_copied, rows_streamed;
-    atomic_uint_least64_t roles; /* the first version with the current map's roles (a version
-                                  * that only confirms a lease or clears marks keeps it) */
+    atomic_uint_least64_t map_unclean; /* the current map's count (pc_cmap_unclean) */
+    atomic_uint_least64_t roles;       /* the first version with the current map's roles (a version
+                                        * that only confirms a lease or clears marks keeps it) */
     atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced;
     atomic_uint_least64_t *caught_ver; /* per primary index: the map version the follower held
                                         * all its rows under (0: not caught up) */
@@ -226,6 +227,7 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
     pc_cmap_destroy(r->map);
     r->map = m;
     atomic_store(&r->version, pc_cmap_version(m));
+    atomic_store(&r->map_unclean, pc_cmap_unclean(m));
     atomic_store(&r->adopted_ns, pc_time_mono_ns());
     pthread_mutex_unlock(&r->mu);
     char text[512];
@@ -1491,6 +1493,8 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         buf, cap, len,
         "# TYPE emberps_replication_map_version gauge\n"
         "emberps_replication_map_version %llu\n"
+        "# TYPE emberps_replication_map_unclean_slots gauge\n"
+        "emberps_replication_map_unclean_slots %llu\n"
         "# TYPE emberps_replication_promotions_total counter\n"
         "emberps_replication_promotions_total %llu\n"
         "# TYPE emberps_replication_unclean_promoted_slots_total counter\n"
@@ -1512,7 +1516,8 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "emberps_resharding_handovers_total %llu\n"
         "# TYPE emberps_resharding_rows_released_total counter\n"
         "emberps_resharding_rows_released_total %llu\n",
-        (unsigned long long)current(r), (unsigned long long)atomic_load(&r->promotions),
+        (unsigned long long)current(r), (unsigned long long)atomic_load(&r->map_unclean),
+        (unsigned long long)atomic_load(&r->promotions),
         (unsigned long long)atomic_load(&r->unclean), (unsigned long long)atomic_load(&r->synced),
         (unsigned long long)atomic_load(&r->drops), (unsigned long long)atomic_load(&r->rejoins),
         (unsigned long long)atomic_load(&r->lapses), (unsigned long long)atomic_load(&r->copies),

@@ -332,6 +332,7 @@ static void test_unclean_promotion(void **state) {
     char text[4096];
     psc_map_text(c, text, sizeof text);
     assert_non_null(strstr(text, ";unclean=16384;"));
+    assert_true(metric(cl.metrics1, "emberps_replication_map_unclean_slots") == PC_NSLOTS);
     assert_memory_equal(after, init, sizeof init); /* the pushes are gone, as the count says */
     psc_close(c);
     pu_stop(cl.s1);
