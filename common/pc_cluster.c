@@ -408,13 +408,6 @@ bool pc_cmap_is_backup(const pc_cluster_map_t *m, uint32_t slot, uint32_t server
     return false;
 }
 
-bool pc_cmap_backed_up_all(const pc_cluster_map_t *m) {
-    for (uint32_t s = 0; s < PC_NSLOTS; s++)
-        if (m->backup[0][s] == PC_NO_SERVER)
-            return false;
-    return true;
-}
-
 bool pc_cmap_replicated(const pc_cluster_map_t *m) {
     for (uint32_t s = 0; s < PC_NSLOTS; s++)
         if (m->backup[0][s] != PC_NO_SERVER)

@@ -103,8 +103,6 @@ bool pc_cmap_is_backup(const pc_cluster_map_t *m, uint32_t slot, uint32_t server
 
 /* Whether any slot has a backup. */
 bool pc_cmap_replicated(const pc_cluster_map_t *m);
-/* Whether every slot has one (in sync or catching up). */
-bool pc_cmap_backed_up_all(const pc_cluster_map_t *m);
 
 /* Sets of slots as bits: PC_NSLOTS / 64 words. */
 static inline void pc_slots_add(uint64_t *bits, uint32_t slot) {

@@ -18,15 +18,17 @@
  *   (save_position); a restarted worker reads on from there, a checkpoint records every rank's.
  * - Rollback (rollback_on_server_loss): a reconnect of the store means a server may have
  *   restarted from its own last checkpoint; the worker proposes a new generation, and in it the
- *   group restores the servers and itself to the latest coordinated checkpoint. Not when every
- *   slot of the servers' map had a backup at the look before the loss (look_map, once a step
- *   under rollback): a lost server's slots go to a backup with every acknowledged push, and a
- *   restarted server joins again as a backup, so a reconnect loses nothing. What can lose rows
- *   there is a promotion of a backup that had not caught up, which the map counts
- *   (pw__rows_went_back): said and counted; with rollback the job stops, since the checkpoint's
- *   rows of a server that is gone cannot be restored while the job runs. A slot with no backup
- *   left (a failover's, until a server joins again) makes a reconnect a rollback again: its
- *   primary may have restarted from its own checkpoint.
+ *   group restores the servers and itself to the latest coordinated checkpoint. Only while the
+ *   servers' map, at the look before the loss (look_map, once a step under rollback), names no
+ *   backup and gives every server it lists a role. With backups a lost server's slots go to a
+ *   backup with every acknowledged push and a restarted server joins again as a backup, so a
+ *   reconnect loses nothing; what can lose rows there is a promotion of a backup that had not
+ *   caught up, which the map counts (pw__rows_went_back): said and counted, and with rollback
+ *   the job stops, since the checkpoint's rows of a server that is gone cannot be restored
+ *   while the job runs. A server listed with no role (a failover's) could not be restored:
+ *   a rollback would only end the job. (Not caught: a server that restarts while it is the
+ *   only holder of its slots in a cluster with replicas; the reconnect counter does not say
+ *   which server, nor whether it restarted or the network blinked.)
  * - Threads: the training thread's; the ordered lane is stopped before a re-formation.
  */
 #include "pc_alloc.h"
@@ -366,24 +368,42 @@ int pw__regroup_initial(trainer_t *t) {
     return rc && !fatal(rc) ? regroup(t) : rc;
 }
 
-/* Look at the servers' map (their text through the store; parsed only when it changed):
- * t->backed_up, whether every slot has a backup (false when the text cannot be read). */
+/* Whether every server map m lists has a role (a job rollback restores each one). */
+static bool all_have_roles(const pc_cluster_map_t *m) {
+    for (size_t i = 0; i < pc_cmap_nservers(m); i++)
+        if (!pc_cmap_has_role(m, (uint32_t)i))
+            return false;
+    return true;
+}
+
+/* Look at the servers' map (their text through the store, parsed only when it changed):
+ * t->loss_rolls_back, whether a lost connection calls for a job rollback (see DESIGN): the map
+ * names no backup and every server it lists has a role. Unchanged when the text cannot be
+ * read (looked at again next time). */
 static void look_map(trainer_t *t) {
     if (!t->emb->ops->map_text)
         return;
-    const size_t len = t->emb->ops->map_text(t->emb, NULL, 0);
-    char *text = pc_smalloc(PC_MEM_SCRATCH, len + 1);
-    if (!text)
-        return; /* as it was: looked at again next time */
-    t->emb->ops->map_text(t->emb, text, len + 1);
-    const uint64_t h = pc_hash64(text, strlen(text), PC_HASH_SEED_MAP);
-    if (h != t->map_hash) {
-        pc_cluster_map_t *m = NULL;
-        char err[128];
-        t->backed_up = pc_cmap_parse(text, &m, err, sizeof err) == 0 && pc_cmap_backed_up_all(m);
-        t->map_hash = h;
-        pc_cmap_destroy(m);
+    size_t len = t->emb->ops->map_text(t->emb, NULL, 0);
+    char *text = NULL;
+    for (int tries = 0; tries < 4; tries++) { /* the map may grow between the two reads */
+        text = pc_smalloc(PC_MEM_SCRATCH, len + 1);
+        const size_t need = text ? t->emb->ops->map_text(t->emb, text, len + 1) : 0;
+        if (!text || need <= len)
+            break;
+        pc_sfree(text);
+        text = NULL;
+        len = need;
     }
+    if (!text)
+        return;
+    const uint64_t h = pc_hash64(text, strlen(text), PC_HASH_SEED_MAP);
+    pc_cluster_map_t *m = NULL;
+    char err[128];
+    if (h != t->map_hash && pc_cmap_parse(text, &m, err, sizeof err) == 0) {
+        t->loss_rolls_back = !pc_cmap_replicated(m) && all_have_roles(m);
+        t->map_hash = h;
+    }
+    pc_cmap_destroy(m);
     pc_sfree(text);
 }
 
@@ -410,7 +430,7 @@ static bool unclean_grew(trainer_t *t) {
  * asks for a rollback (pw__server_lost). */
 static bool server_restarted(trainer_t *t) {
     const pw_emb_ops_t *ops = t->emb->ops;
-    if (t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || !ops->ping || t->backed_up)
+    if (t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK || !ops->ping || !t->loss_rolls_back)
         return false;
     char why[256];
     const int rc = ops->ping(t->emb, (int)t->c->timeout_ms, why, sizeof why);
@@ -542,21 +562,21 @@ int pw__rows_went_back(trainer_t *t) {
 
 /* With rollback_on_server_loss: whether this worker wants a job rollback: a connection to a
  * server was lost since the last look (the client reconnected: the server may have restarted
- * from an older checkpoint of its own), unless every slot had a backup at that look (see
- * DESIGN), or an earlier want is still pending. */
+ * from an older checkpoint of its own) and the map at the look before it called for a rollback
+ * (look_map, DESIGN), or an earlier want is still pending. */
 bool pw__server_lost(trainer_t *t) {
     if (!t->grp || t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK)
         return false;
     if (t->want_rollback)
         return true;
-    const bool backed_up = t->backed_up; /* as the map was before this loss */
+    const bool rolls_back = t->loss_rolls_back; /* as the map was before this loss */
     look_map(t);
     const uint64_t reconnects = t->emb->ops->reconnects(t->emb);
     if (reconnects == t->seen_reconnects)
         return false;
     t->seen_reconnects = reconnects;
-    if (backed_up) {
-        PC_INFO("train: a server connection was lost; every slot had a backup: no rollback (a "
+    if (!rolls_back) {
+        PC_INFO("train: a server connection was lost; the servers have replicas: no rollback (a "
                 "failover keeps every acknowledged push, or counts the slots it cannot)");
         return false;
     }
