@@ -23,7 +23,6 @@
 #define PC_HASH_SEED_DEDUP   UINT64_C(0x64656475705f6b79) /* key -> a batch's unique-key map */
 #define PC_HASH_SEED_ROUND   UINT64_C(0x726f756e645f7372) /* (key, update) -> rounding bits */
 #define PC_HASH_SEED_DEVICE  UINT64_C(0x6465766963655f69) /* a GPU's identity (the trainer) */
-#define PC_HASH_SEED_MAP     UINT64_C(0x636d61705f746578) /* a cluster map's text (the trainer) */
 
 /* Hash of an arbitrary byte string. `data` is borrowed for the call. */
 static inline uint64_t pc_hash64(const void *data, size_t len, uint64_t seed) {

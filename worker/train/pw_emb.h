@@ -78,6 +78,9 @@ typedef struct pw_emb_ops {
     /* The servers' cluster map as text into buf (snprintf-like: returns the length needed).
      * NULL: no servers (local). Thread-safe. */
     size_t (*map_text)(pw_emb_t *e, char *buf, size_t cap);
+    /* Maps adopted since the first (psc_stats' map_refreshes): map_text read after it is at
+     * least that new. Set when map_text is. Thread-safe. */
+    uint64_t (*map_refreshes)(pw_emb_t *e);
     /* Slots the servers promoted to a backup that had not caught up, over their map's history
      * (psclient.h psc_map_unclean_slots): when it grows, rows may have gone back. NULL: no
      * servers (local). Thread-safe. */

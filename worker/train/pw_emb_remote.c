@@ -100,6 +100,12 @@ static uint64_t r_reconnects(pw_emb_t *e) {
     return st.reconnects;
 }
 
+static uint64_t r_map_refreshes(pw_emb_t *e) {
+    psc_stats_t st;
+    psc_stats(((remote_t *)e)->ps, &st);
+    return st.map_refreshes;
+}
+
 static uint64_t r_unclean_slots(pw_emb_t *e) {
     return psc_map_unclean_slots(((remote_t *)e)->ps);
 }
@@ -224,6 +230,7 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
                                       .claim = r_claim,
                                       .watermark = r_watermark,
                                       .map_text = r_map_text,
+                                      .map_refreshes = r_map_refreshes,
                                       .unclean_slots = r_unclean_slots,
                                       .close = r_close};
 

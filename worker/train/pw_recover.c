@@ -376,32 +376,26 @@ static bool all_have_roles(const pc_cluster_map_t *m) {
     return true;
 }
 
-/* Look at the servers' map (their text through the store, parsed only when it changed):
- * t->loss_rolls_back, whether a lost connection calls for a job rollback (see DESIGN): the map
- * names no backup and every server it lists has a role. Unchanged when the text cannot be
- * read (looked at again next time). */
-static void look_map(trainer_t *t) {
-    if (!t->emb->ops->map_text)
+/* Look at the servers' map when the store adopted another one since the last look (force:
+ * now), parsing its text: t->loss_rolls_back, whether a lost connection calls for a job rollback
+ * (see DESIGN): the map names no backup and every server it lists has a role. A text that
+ * cannot be read whole (memory, or it grew between the two reads) is looked at again next time.
+ * Once a step under rollback: one counter read unless the map changed. */
+static void look_map(trainer_t *t, bool force) {
+    const pw_emb_ops_t *ops = t->emb->ops;
+    if (!ops->map_text)
         return;
-    size_t len = t->emb->ops->map_text(t->emb, NULL, 0);
-    char *text = NULL;
-    for (int tries = 0; tries < 4; tries++) { /* the map may grow between the two reads */
-        text = pc_smalloc(PC_MEM_SCRATCH, len + 1);
-        const size_t need = text ? t->emb->ops->map_text(t->emb, text, len + 1) : 0;
-        if (!text || need <= len)
-            break;
-        pc_sfree(text);
-        text = NULL;
-        len = need;
-    }
-    if (!text)
+    const uint64_t seen = ops->map_refreshes(t->emb); /* read first: the text is as new */
+    if (!force && seen == t->seen_refreshes)
         return;
-    const uint64_t h = pc_hash64(text, strlen(text), PC_HASH_SEED_MAP);
+    const size_t len = ops->map_text(t->emb, NULL, 0);
+    char *text = pc_smalloc(PC_MEM_SCRATCH, len + 1);
     pc_cluster_map_t *m = NULL;
     char err[128];
-    if (h != t->map_hash && pc_cmap_parse(text, &m, err, sizeof err) == 0) {
+    if (text && ops->map_text(t->emb, text, len + 1) <= len &&
+        pc_cmap_parse(text, &m, err, sizeof err) == 0) {
         t->loss_rolls_back = !pc_cmap_replicated(m) && all_have_roles(m);
-        t->map_hash = h;
+        t->seen_refreshes = seen;
     }
     pc_cmap_destroy(m);
     pc_sfree(text);
@@ -415,7 +409,7 @@ static uint64_t unclean_now(trainer_t *t) {
 void pw__losses_start(trainer_t *t) {
     t->seen_reconnects = t->emb->ops->reconnects(t->emb);
     t->seen_unclean = unclean_now(t);
-    look_map(t);
+    look_map(t, true);
 }
 
 /* Whether the count grew since the last look (not taken: pw__rows_went_back says it). */
@@ -570,7 +564,7 @@ bool pw__server_lost(trainer_t *t) {
     if (t->want_rollback)
         return true;
     const bool rolls_back = t->loss_rolls_back; /* as the map was before this loss */
-    look_map(t);
+    look_map(t, false);
     const uint64_t reconnects = t->emb->ops->reconnects(t->emb);
     if (reconnects == t->seen_reconnects)
         return false;

@@ -142,7 +142,7 @@ typedef struct trainer {
     uint64_t seen_unclean;    /* the store's unclean_slots at the last look (pw__rows_went_back) */
     uint64_t unclean_slots;   /* its growth since the start */
     bool loss_rolls_back;     /* a lost connection calls for a job rollback (look_map) */
-    uint64_t map_hash;        /* of the map text look_map last parsed */
+    uint64_t seen_refreshes;  /* the store's map_refreshes when look_map last parsed */
     bool want_rollback;       /* this worker saw a server connection lost */
     bool dcoll_said;          /* the job was told its dense allreduce goes through the host */
     bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
