@@ -2,7 +2,10 @@
  * backward, a whole training step of DLRM and of DeepFM (logits, loss, every parameter gradient,
  * every row gradient) and a short training run of each model (AUC within 0.002).
  *
- *   test_backend_equiv DEVICE   (cuda, cuda:N, cpu:checked)
+ *   test_backend_equiv DEVICE [--short]   (DEVICE: cuda, cuda:N, cpu:checked)
+ *
+ * --short trains on a fifth of the rows (as cpu:checked always does): for compute-sanitizer's
+ * racecheck, which runs the kernels a hundred times slower and would not reach the end.
  *
  * Arrays are compared by their normwise relative error, max |x - ref| / max |ref|, under 1e-4 in
  * fp32. Without the device (no GPU, no CUDA module) the program prints why and exits 77, which
@@ -30,6 +33,7 @@
 static pw_backend_t *g_x;   /* the backend under test */
 static pw_backend_t *g_cpu; /* the reference */
 static const char *g_device;
+static bool g_short; /* --short: fewer training rows */
 
 /* ---- moving data ---- */
 
@@ -514,9 +518,9 @@ static void test_training_runs(void **state) {
     snprintf(te, sizeof te, "%s/test.tsv", dir);
     pw_datagen_opts_t o;
     pw_datagen_defaults(&o);
-    const bool checked = strcmp(g_device, "cpu:checked") == 0; /* slow: fewer rows */
-    o.rows = checked ? 20000 : 100000;
-    o.test_rows = checked ? 5000 : 20000;
+    const bool few = g_short || strcmp(g_device, "cpu:checked") == 0; /* slow: fewer rows */
+    o.rows = few ? 20000 : 100000;
+    o.test_rows = few ? 5000 : 20000;
     o.vocab_max = 2000;
     pw_datagen_result_t oracle;
     FILE *a = fopen(tr, "w"), *b = fopen(te, "w");
@@ -548,6 +552,11 @@ static void test_training_runs(void **state) {
 int main(int argc, char **argv) {
     pc_log_set_level(PC_LOG_ERROR);
     g_device = argc > 1 ? argv[1] : "cuda";
+    g_short = argc > 2 && strcmp(argv[2], "--short") == 0;
+    if (argc > 3 || (argc > 2 && !g_short)) {
+        fprintf(stderr, "usage: test_backend_equiv [DEVICE [--short]]\n");
+        return 2;
+    }
     char why[768];
     int rc = pw_backend_open(g_device, &g_x, why, sizeof why);
     if (rc == PC_EUNAVAIL) {
