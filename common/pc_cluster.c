@@ -119,6 +119,10 @@ void pc_cmap_unclean_at_least(pc_cluster_map_t *m, uint64_t n) {
     if (m->unclean < n)
         m->unclean = n;
 }
+
+void pc_cmap_unclean_add(pc_cluster_map_t *m, uint64_t n) {
+    m->unclean = m->unclean > UINT64_MAX - n ? UINT64_MAX : m->unclean + n;
+}
 size_t pc_cmap_nservers(const pc_cluster_map_t *m) {
     return m->nservers;
 }
@@ -492,7 +496,7 @@ int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version
         f.promoted++;
     }
     m->version = new_version;
-    m->unclean = m->unclean > UINT64_MAX - f.unclean ? UINT64_MAX : m->unclean + f.unclean;
+    pc_cmap_unclean_add(m, f.unclean);
     if (out)
         *out = f;
     return 0;

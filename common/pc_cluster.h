@@ -23,9 +23,10 @@
  * part of a slot's roles (pc_cmap_slot_same).
  *
  * Losses: a slot promoted to a backup still catching up (no backup in sync was left) may have
- * lost rows; the map counts such slots, over its whole history, in an `unclean=N` field after the
- * version (absent while 0): `version=9;unclean=8192;servers=...`. Versions carry the count on,
- * so a client that sees it grow knows rows went back (docs/server.md "Which backup is promoted").
+ * lost rows, and so has a slot whose only holder restarted from an older state (ps_repl.h); the
+ * map counts such slots, over its whole history, in an `unclean=N` field after the version
+ * (absent while 0): `version=9;unclean=8192;servers=...`. Versions carry the count on, so a
+ * client that sees it grow knows rows went back (docs/server.md "Which backup is promoted").
  *
  * Thread rule: a map is immutable once built except through pc_cmap_assign (single owner);
  * readers share one map freely. Replace a map by building a new one (copy + assign).
@@ -73,6 +74,8 @@ uint64_t pc_cmap_unclean(const pc_cluster_map_t *m);
 /* Raise that count to at least n: a map given anew (a file reloaded) goes on from the count of
  * the history it joins, so the count never goes back. */
 void pc_cmap_unclean_at_least(pc_cluster_map_t *m, uint64_t n);
+/* Add n slots to that count (saturating). */
+void pc_cmap_unclean_add(pc_cluster_map_t *m, uint64_t n);
 size_t pc_cmap_nservers(const pc_cluster_map_t *m);
 /* Address of server i; valid as long as the map. NULL when i is out of range. */
 const char *pc_cmap_addr(const pc_cluster_map_t *m, size_t i);

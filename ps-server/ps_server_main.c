@@ -171,6 +171,9 @@ typedef struct server {
     ps_coord_store_t coord;  /* --coordinator: the in-process store */
     ps_coord_store_t ccoord; /* --cluster-coordinator, when not this server's own */
     ps_repl_t *repl;
+    const ps_coord_store_t *repl_store; /* where the cluster map and the run record live */
+    char repl_addr[PC_ADDR_MAX];        /* this server's address in the map */
+    uint64_t restored;                  /* the checkpoint restored at start (0: none) */
     uint64_t start_ns;
     pthread_mutex_t ckpt_mu; /* checkpoints come from the timer, signals and gRPC */
     atomic_uint_least64_t ckpt_ok, ckpt_failed, ckpt_last_ns, ckpt_last_seconds_us;
@@ -292,11 +295,15 @@ static int start_repl(server_t *s, const pc_cluster_map_t *map) {
     ps_repl_opts_t ro = {.self = s->self,
                          .replicas = (uint32_t)c->replicas,
                          .lease_ms = (uint32_t)c->lease_ms,
+                         .restored = s->restored,
+                         .restore_chosen = c->restore_id != 0,
                          .token = c->token,
                          .tls_ca = tls_on(c) ? c->tls_ca : NULL,
                          .tls_cert = c->tls_cert,
                          .tls_key = c->tls_key};
     int rc = ps_repl_start(store, s->cat, s->dp, map, &ro, &s->repl);
+    s->repl_store = store;
+    snprintf(s->repl_addr, sizeof s->repl_addr, "%s", pc_cmap_addr(map, s->self));
     if (rc)
         PC_ERROR("replication: %s", pc_strerror(rc));
     else
@@ -463,9 +470,10 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
     return len;
 }
 
-static void checkpoint_now(server_t *s, const char *why) {
+/* The checkpoint's id, 0 when none was written. */
+static uint64_t checkpoint_now(server_t *s, const char *why) {
     if (!s->ck)
-        return;
+        return 0;
     ps_ckpt_result_t r;
     int rc = checkpoint_locked(s, &r);
     if (rc)
@@ -473,6 +481,7 @@ static void checkpoint_now(server_t *s, const char *why) {
     else
         PC_INFO("checkpoint %llu (%s): %llu rows, %.1f MB in %.2f s", (unsigned long long)r.id, why,
                 (unsigned long long)r.rows, (double)r.bytes / 1e6, r.seconds);
+    return rc ? 0 : r.id;
 }
 
 /* ---- hooks of the gRPC API ---- */
@@ -544,8 +553,9 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     s->repl = NULL;
     ps_dp_stop(s->dp); /* no more requests; those received are answered */
     s->dp = NULL;
-    if (s->cfg.ckpt_on_exit)
-        checkpoint_now(s, "exit");
+    const uint64_t last = s->cfg.ckpt_on_exit ? checkpoint_now(s, "exit") : 0;
+    if (s->repl_store) /* the next start knows whether it has the rows this run ended with */
+        ps_repl_stopped(s->repl_store, s->repl_addr, last);
     ps_grpc_stop(s->grpc); /* calls in flight are cancelled */
     s->grpc = NULL;
     uv_close((uv_handle_t *)&s->sig_term, NULL);
@@ -659,6 +669,7 @@ int main(int argc, char **argv) {
             rc = 1;
         } else {
             int r = ps_ckpt_restore(s.ck, (uint64_t)s.cfg.restore_id, &id);
+            s.restored = r == 0 ? id : 0;
             if (r == 0)
                 PC_INFO("restored checkpoint %llu", (unsigned long long)id);
             else if (r != PC_ENOTFOUND || s.cfg.restore_id) {

@@ -12,6 +12,9 @@
 #define MAP_PREFIX "cluster/map/"
 #define MAP_HINT   "cluster/map-newest"
 #define TARGET     "cluster/target"
+#define RUN_PREFIX "cluster/run/"
+#define RUNNING    "running"
+#define STOPPED    "stopped"
 
 /* The map under key: 0, PC_ENOTFOUND, PC_EPARSE or the store's error. */
 static int get_text(const ps_coord_store_t *st, const char *key, pc_cluster_map_t **out) {
@@ -110,4 +113,37 @@ int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out) {
 
 int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target) {
     return put_text(st, TARGET, target, false);
+}
+
+int ps_mapstore_run_begin(const ps_coord_store_t *st, const char *addr, uint64_t restored,
+                          bool *went_back, char *last, size_t cap) {
+    char key[PC_ADDR_MAX + 32], text[64] = "none", clean[64];
+    snprintf(key, sizeof key, RUN_PREFIX "%s", addr);
+    void *val = NULL;
+    size_t len = 0;
+    *went_back = false;
+    int rc = st->get(st->ctx, key, &val, &len);
+    if (rc && rc != PC_ENOTFOUND)
+        return rc;
+    if (!rc) {
+        memcpy(text, val, len < sizeof text - 1 ? len : sizeof text - 1);
+        text[len < sizeof text - 1 ? len : sizeof text - 1] = '\0';
+        free(val);
+        snprintf(clean, sizeof clean, STOPPED " checkpoint=%" PRIu64, restored);
+        *went_back = !restored || strcmp(text, clean) != 0;
+    }
+    snprintf(last, cap, "%s", text);
+    if ((rc = st->set(st->ctx, key, RUNNING, strlen(RUNNING), false, 0)))
+        *went_back = false;
+    return rc;
+}
+
+int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, uint64_t ckpt) {
+    char key[PC_ADDR_MAX + 32], text[64];
+    snprintf(key, sizeof key, RUN_PREFIX "%s", addr);
+    if (ckpt)
+        snprintf(text, sizeof text, STOPPED " checkpoint=%" PRIu64, ckpt);
+    else
+        snprintf(text, sizeof text, STOPPED);
+    return st->set(st->ctx, key, text, strlen(text), false, 0);
 }

@@ -8,6 +8,10 @@
  * - `cluster/map-newest`: a hint (the version last written), read first by a reader with no map.
  * - `cluster/target`: the layout an operator asked for (psctl reshard); the primaries move their
  *   slots there (ps_repl.h). Its version is not used.
+ * - `cluster/run/<addr>`: how a server's last run ended, written by that server: `running` from
+ *   its start, `stopped checkpoint=<id>` once it stopped cleanly after writing checkpoint <id>
+ *   (no push taken after it), `stopped` when it wrote none. A server starting again learns from
+ *   it whether the rows it starts with are those its last run ended with.
  * ps-server's replication (ps_repl.c) and psctl use these, through any ps_coord_store_t.
  *
  * Thread rule: none of its own (the store's).
@@ -15,6 +19,7 @@
 #ifndef PS_MAPSTORE_H
 #define PS_MAPSTORE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "pc_cluster.h"
@@ -37,5 +42,16 @@ int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out);
 
 /* Replace the resharding target. */
 int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target);
+
+/* A server at `addr` starts from checkpoint `restored` (0: none): *went_back is set when a run of
+ * it is on record that did not stop cleanly after writing that checkpoint (a crash, a kill, a
+ * stop without a checkpoint, another checkpoint restored), its record before (`none` when there
+ * was none) goes to last; then the record reads `running`. 0 or the store's error (*went_back
+ * false, nothing written). */
+int ps_mapstore_run_begin(const ps_coord_store_t *st, const char *addr, uint64_t restored,
+                          bool *went_back, char *last, size_t cap);
+
+/* The server at `addr` stopped cleanly after writing checkpoint `ckpt` (0: it wrote none). */
+int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, uint64_t ckpt);
 
 #endif

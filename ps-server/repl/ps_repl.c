@@ -159,6 +159,7 @@ struct ps_repl {
     pc_cluster_map_t *pending; /* ps_repl_publish: written by the controller's next tick */
     /* controller thread only (and start, before the threads) */
     bool lapsed;
+    bool went_back;  /* restarted with older rows (see ps_repl.h): count at the first confirm */
     uint64_t hinted; /* the last ps_dp_newer_map acted on */
     uint64_t lease_until, last_sent;
     bool *seen;           /* per server index: its alive key was seen */
@@ -168,8 +169,9 @@ struct ps_repl {
     atomic_uint_least64_t roles;       /* the first version with the current map's roles (a version
                                         * that only confirms a lease or clears marks keeps it) */
     atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced;
-    atomic_uint_least64_t *caught_ver; /* per primary index: the map version the follower held
-                                        * all its rows under (0: not caught up) */
+    atomic_uint_least64_t restart_unclean; /* slots this server came back to as only holder */
+    atomic_uint_least64_t *caught_ver;     /* per primary index: the map version the follower held
+                                            * all its rows under (0: not caught up) */
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
     ps_dp_lag_t lag_cut[LAG_MAX], lag_now[LAG_MAX]; /* controller: a handover's heads, acks */
     pc_cluster_map_t *released_map; /* controller: the map the role-less rows were erased under */
@@ -378,7 +380,27 @@ static void renew(ps_repl_t *r) {
     }
 }
 
-/* After a lapse: win the next map version unchanged while still a primary in it. */
+/* Slots of map m this server is primary of that no live backup in sync holds; *known false
+ * when the coordinator did not answer. */
+static uint32_t held_alone(ps_repl_t *r, const pc_cluster_map_t *m, bool *known) {
+    int8_t up[PC_MAX_SERVERS] = {0};
+    uint32_t n = 0;
+    *known = true;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++) {
+        uint32_t b[PC_MAX_BACKUPS];
+        if (pc_cmap_slot_owner(m, s) != r->o.self)
+            continue;
+        const uint32_t nb = pc_cmap_slot_backups(m, s, b);
+        bool held = false;
+        for (uint32_t j = 0; j < nb && !held; j++)
+            held = !pc_cmap_backup_syncing(m, s, b[j]) && lease_up(r, m, up, b[j], known);
+        n += !held;
+    }
+    return n;
+}
+
+/* After a lapse: win the next map version unchanged while still a primary in it. Restarted with
+ * older rows (went_back), the slots it holds alone go into that version's unclean count. */
 static void confirm(ps_repl_t *r) {
     if (pc_time_mono_ns() >= r->lease_until || refresh(r))
         return; /* the lease is not held now, or no answer */
@@ -390,12 +412,29 @@ static void confirm(ps_repl_t *r) {
     if (!pc_cmap_server_slots(m, r->o.self)) { /* no primary of anything: nothing to fence */
         pc_cmap_destroy(m);
         r->lapsed = false;
+        r->went_back = false;
         ps_dp_set_write_until(r->dp, r->lease_until);
         return;
     }
+    bool known = true;
+    const uint32_t alone = r->went_back ? held_alone(r, m, &known) : 0;
+    if (!known) {
+        pc_cmap_destroy(m);
+        return;
+    }
+    pc_cmap_unclean_add(m, alone);
     if (change_map(r, m, "this server confirmed as primary (its lease was not held)") == 0) {
         r->lapsed = false;
         ps_dp_set_write_until(r->dp, r->lease_until);
+        if (alone) {
+            atomic_fetch_add(&r->restart_unclean, alone);
+            PC_ERROR("replication: this server restarted with older rows than its last run "
+                     "ended with (checkpoint %llu) and is the only holder of %u slots: pushes "
+                     "acknowledged after that checkpoint are lost; the map counts the slots as "
+                     "unclean",
+                     (unsigned long long)r->o.restored, alone);
+        }
+        r->went_back = false;
     }
 }
 
@@ -1402,6 +1441,29 @@ static void *fol_main(void *arg) {
 
 /* ==== life ================================================================================= */
 
+/* This server's run record (ps_mapstore.h): whether it starts with older rows than its last run
+ * ended with, which counts only where backups were to hold them. */
+static void run_begin(ps_repl_t *r) {
+    bool went_back = false;
+    char last[64];
+    int rc = ps_mapstore_run_begin(&r->store, r->self_addr, r->o.restored, &went_back, last,
+                                   sizeof last);
+    if (rc) {
+        PC_WARN("replication: cannot read this server's run record in the coordinator (%s): a "
+                "restart with older rows goes uncounted",
+                pc_strerror(rc));
+        return;
+    }
+    if (went_back && r->o.restore_chosen)
+        PC_INFO("replication: starting from checkpoint %llu as asked (last run: %s)",
+                (unsigned long long)r->o.restored, last);
+    r->went_back = went_back && r->o.replicas && !r->o.restore_chosen;
+    if (r->went_back)
+        PC_WARN("replication: this server's last run did not end at the rows it starts with "
+                "(checkpoint %llu; last run: %s): slots it alone holds will count as unclean",
+                (unsigned long long)r->o.restored, last);
+}
+
 static void repl_free(ps_repl_t *r) {
     pc_cmap_destroy(r->map);
     pc_cmap_destroy(r->pending);
@@ -1464,6 +1526,8 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
         PC_ERROR("replication: the coordinator gave no cluster map");
         rc = PC_EUNAVAIL;
     }
+    if (!rc)
+        run_begin(r);
     if (!rc && pthread_create(&r->ctl, NULL, ctl_main, r)) {
         rc = PC_ESYS;
     } else if (!rc && pthread_create(&r->fol, NULL, fol_main, r)) {
@@ -1488,6 +1552,14 @@ void ps_repl_stop(ps_repl_t *r) {
     repl_free(r);
 }
 
+void ps_repl_stopped(const ps_coord_store_t *store, const char *addr, uint64_t ckpt) {
+    int rc = ps_mapstore_run_end(store, addr, ckpt);
+    if (rc)
+        PC_WARN("replication: cannot record this server's clean stop in the coordinator (%s): "
+                "its next start counts the slots it holds alone as unclean",
+                pc_strerror(rc));
+}
+
 size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
     return pc_prom_appendf(
         buf, cap, len,
@@ -1499,6 +1571,8 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "emberps_replication_promotions_total %llu\n"
         "# TYPE emberps_replication_unclean_promoted_slots_total counter\n"
         "emberps_replication_unclean_promoted_slots_total %llu\n"
+        "# TYPE emberps_replication_restart_unclean_slots_total counter\n"
+        "emberps_replication_restart_unclean_slots_total %llu\n"
         "# TYPE emberps_replication_caught_up_total counter\n"
         "emberps_replication_caught_up_total %llu\n"
         "# TYPE emberps_replication_backups_dropped_total counter\n"
@@ -1518,9 +1592,11 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "emberps_resharding_rows_released_total %llu\n",
         (unsigned long long)current(r), (unsigned long long)atomic_load(&r->map_unclean),
         (unsigned long long)atomic_load(&r->promotions),
-        (unsigned long long)atomic_load(&r->unclean), (unsigned long long)atomic_load(&r->synced),
-        (unsigned long long)atomic_load(&r->drops), (unsigned long long)atomic_load(&r->rejoins),
-        (unsigned long long)atomic_load(&r->lapses), (unsigned long long)atomic_load(&r->copies),
+        (unsigned long long)atomic_load(&r->unclean),
+        (unsigned long long)atomic_load(&r->restart_unclean),
+        (unsigned long long)atomic_load(&r->synced), (unsigned long long)atomic_load(&r->drops),
+        (unsigned long long)atomic_load(&r->rejoins), (unsigned long long)atomic_load(&r->lapses),
+        (unsigned long long)atomic_load(&r->copies),
         (unsigned long long)atomic_load(&r->rows_copied),
         (unsigned long long)atomic_load(&r->rows_streamed),
         (unsigned long long)atomic_load(&r->handovers),

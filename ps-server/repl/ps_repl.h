@@ -24,6 +24,14 @@
  *   with DELTAS that acknowledge what it has applied (PC_STREAM_ACK): the primary answers a
  *   push once its backups hold it (ps_dataplane.h).
  *
+ * A server that restarted with rows older than those its last run ended with (its run record in
+ * the coordinator, ps_mapstore.h: it did not stop cleanly after writing the checkpoint it
+ * restored) and is confirmed as the primary of slots that no live backup in sync holds (their
+ * only holder: every backup was lost before) adds those slots to the map's unclean count in
+ * the version that confirms it (with replicas configured, unless an operator chose the
+ * checkpoint): its clients learn that rows went back, as after an unclean promotion. A clean
+ * stop records the checkpoint it wrote last (ps_repl_stopped).
+ *
  * Fencing: the data plane takes pushes only until the lease's local deadline (3/4 of lease_ms
  * after the renewal was sent: before the coordinator can expire it) and, once the lease lapsed
  * (and at start), not until this server wins a new map version in which it is still a primary:
@@ -34,6 +42,7 @@
 #ifndef PS_REPL_H
 #define PS_REPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,9 +54,11 @@
 typedef struct ps_repl ps_repl_t;
 
 typedef struct ps_repl_opts {
-    uint32_t self;     /* this server's index in the map */
-    uint32_t replicas; /* backups per slot in a map this server publishes first (0..2) */
-    uint32_t lease_ms; /* liveness lease in the coordinator (>= 200) */
+    uint32_t self;       /* this server's index in the map */
+    uint32_t replicas;   /* backups per slot in a map this server publishes first (0..2) */
+    uint32_t lease_ms;   /* liveness lease in the coordinator (>= 200) */
+    uint64_t restored;   /* the checkpoint this server started from (0: none) */
+    bool restore_chosen; /* an operator named it (--restore-id): going back was asked for */
     /* The other servers' data plane, as ps-worker reaches it (all may be NULL; copied). */
     const char *token, *tls_ca, *tls_cert, *tls_key;
 } ps_repl_opts_t;
@@ -66,6 +77,10 @@ int ps_repl_publish(ps_repl_t *r, const pc_cluster_map_t *m);
 
 /* Stop the threads and free. NULL is a no-op. */
 void ps_repl_stop(ps_repl_t *r);
+
+/* After ps_repl_stop, once the server takes no more pushes: record in the coordinator that the
+ * server at addr stopped cleanly after writing checkpoint `ckpt` (0: none). Logged on failure. */
+void ps_repl_stopped(const ps_coord_store_t *store, const char *addr, uint64_t ckpt);
 
 /* Append Prometheus lines (map version, promotions, drops, rejoins, lapses, copies, rows) at
  * len; returns the length needed. */

@@ -16,6 +16,11 @@
  *   it could learn the new map, and its pushed-rows counter does not move.
  * - test_unclean_promotion: two failures in a row leave only a backup still catching up; it is
  *   promoted, and the map's count of such slots reaches the client with the lost rows.
+ * - test_sole_holder_restart: server 0, the only holder of every slot once server 1 died,
+ *   stops cleanly and starts again from its exit checkpoint: nothing went back and the map
+ *   counts nothing; then it is killed with -9 and starts again from that same checkpoint: the
+ *   pushes since are lost, and the map counts every slot unclean (its run record said the last
+ *   run did not end at that checkpoint).
  * - test_reshard_add_remove (docs/server.md "Live resharding"): one client pulls and pushes in
  *   a fixed order while `psctl reshard add` brings in a third server (which takes a third of
  *   the slots) and `psctl reshard remove` takes it out again; no call fails, and the rows every
@@ -53,7 +58,7 @@ static char g_dir[256];
 typedef struct cluster {
     int p0, p1, grpc0, metrics1;
     pid_t s0, s1;
-    char map[256], maparg[300], coordarg[64];
+    char map[256], maparg[300], coordarg[64], extra0[320];
 } cluster_t;
 
 static const char *k_tables = "--tables=name=emb,dim=8,optimizer=adam,lr=0.01";
@@ -72,6 +77,13 @@ static void cluster_up(cluster_t *c) {
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
     snprintf(c->coordarg, sizeof c->coordarg, "--cluster-coordinator=127.0.0.1:%d", c->grpc0);
     start1(c);
+}
+
+/* Server 0 with the cluster's flags (and extra0), started again with the same ones. */
+static void start0(cluster_t *c) {
+    const char *e0[] = {c->maparg, k_tables, c->coordarg, LEASE, c->extra0[0] ? c->extra0 : NULL,
+                        NULL};
+    c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
 }
 
 static psc_t *connect_to(int port) {
@@ -105,6 +117,27 @@ static bool replicated(const pc_cluster_map_t *m, long arg) {
 static void wait_replicated(const cluster_t *cl) {
     if (!map_until(cl, 15, replicated, 0))
         fail_msg("the cluster map never named backups");
+}
+
+/* The two servers with the map and the leases in a third ps-server, a coordinator outside this
+ * cluster, so that either can fail (server 0 gets extra0 too: NULL for none). Returns that
+ * coordinator's pid; the map is replicated when this returns. */
+static pid_t cluster_up_apart(cluster_t *cl, const char *extra0) {
+    memset(cl, 0, sizeof *cl);
+    char cmaparg[128];
+    const int pc = pu_free_port();
+    snprintf(cmaparg, sizeof cmaparg,
+             "--cluster-map=version=1;servers=127.0.0.1:%d;slots=0-16383:0", pc);
+    const char *ec[] = {cmaparg, "--coordinator", NULL};
+    int gc = 0;
+    const pid_t sc = pu_spawn(pc, g_dir, ec, &gc);
+    cc_two_servers(&cl->p0, &cl->p1, cl->map, sizeof cl->map, cl->maparg, sizeof cl->maparg);
+    snprintf(cl->coordarg, sizeof cl->coordarg, "--cluster-coordinator=127.0.0.1:%d", gc);
+    snprintf(cl->extra0, sizeof cl->extra0, "%s", extra0 ? extra0 : "");
+    start0(cl);
+    start1(cl);
+    wait_replicated(cl);
+    return sc;
 }
 
 #define STRIDE (DIM + 2 * DIM + 1) /* Adam's row: weights, m, v, t */
@@ -258,6 +291,14 @@ static void test_quick_restart_keeps_acked_pushes(void **state) {
     pu_stop(cl.s0);
 }
 
+/* n keys spread by the multiplier, and a gradient gv for every weight of them. */
+static void keys_and_grads(uint64_t *keys, float *g, size_t n, uint64_t mul, float gv) {
+    for (size_t i = 0; i < n; i++)
+        keys[i] = mul * (uint64_t)(i + 1);
+    for (size_t i = 0; i < n * DIM; i++)
+        g[i] = gv;
+}
+
 /* Server 0 is the primary of every slot; with `arg` 1, server 1 is instead, the map counting
  * them unclean (server 1 was promoted while catching up). */
 static bool all_of(const pc_cluster_map_t *m, long arg) {
@@ -276,28 +317,12 @@ static bool all_of(const pc_cluster_map_t *m, long arg) {
 static void test_unclean_promotion(void **state) {
     (void)state;
     cluster_t cl;
-    memset(&cl, 0, sizeof cl);
-    char cmaparg[128];
-    const int pc = pu_free_port();
-    snprintf(cmaparg, sizeof cmaparg,
-             "--cluster-map=version=1;servers=127.0.0.1:%d;slots=0-16383:0", pc);
-    const char *ec[] = {cmaparg, "--coordinator", NULL};
-    int gc = 0;
-    const pid_t sc = pu_spawn(pc, g_dir, ec, &gc);
-    cc_two_servers(&cl.p0, &cl.p1, cl.map, sizeof cl.map, cl.maparg, sizeof cl.maparg);
-    snprintf(cl.coordarg, sizeof cl.coordarg, "--cluster-coordinator=127.0.0.1:%d", gc);
-    const char *e0[] = {cl.maparg, k_tables, cl.coordarg, LEASE, NULL};
-    cl.s0 = pu_spawn(cl.p0, g_dir, e0, &cl.grpc0);
-    start1(&cl);
-    wait_replicated(&cl);
+    const pid_t sc = cluster_up_apart(&cl, NULL);
     psc_t *c = connect_to(cl.p0);
     enum { N = 400 };
     uint64_t keys[N];
     static float init[N * DIM], pushed[N * DIM], after[N * DIM], g[N * DIM];
-    for (int i = 0; i < N; i++)
-        keys[i] = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
-    for (int i = 0; i < N * DIM; i++)
-        g[i] = 0.5f;
+    keys_and_grads(keys, g, N, 0x9E3779B97F4A7C15ull, 0.5f);
     assert_int_equal(psc_pull(c, "emb", keys, N, DIM, init), 0); /* initial rows */
     for (int r = 0; r < 5; r++)
         assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
@@ -336,6 +361,77 @@ static void test_unclean_promotion(void **state) {
     assert_memory_equal(after, init, sizeof init); /* the pushes are gone, as the count says */
     psc_close(c);
     pu_stop(cl.s1);
+    pu_stop(sc);
+}
+
+/* The map server 0 serves is newer than version `arg` and counts no unclean slot (arg >= 0:
+ * a clean restart confirmed), or (arg < 0) counts every slot. */
+static bool confirmed_after(const pc_cluster_map_t *m, long arg) {
+    if (arg < 0)
+        return pc_cmap_unclean(m) == PC_NSLOTS;
+    return pc_cmap_version(m) > (uint64_t)arg && pc_cmap_unclean(m) == 0;
+}
+
+static uint64_t version_of(int port) {
+    pc_cluster_map_t *m = cc_map_of(port);
+    const uint64_t v = pc_cmap_version(m);
+    pc_cmap_destroy(m);
+    return v;
+}
+
+static void test_sole_holder_restart(void **state) {
+    (void)state;
+    cluster_t cl;
+    char ckarg[300];
+    snprintf(ckarg, sizeof ckarg, "--ckpt-dir=%s/sole-ck0", g_dir);
+    const pid_t sc = cluster_up_apart(&cl, ckarg);
+    psc_t *c = connect_to(cl.p0);
+    enum { N = 400 };
+    uint64_t keys[N];
+    static float pushed[N * DIM], later[N * DIM], after[N * DIM], g[N * DIM];
+    keys_and_grads(keys, g, N, 0xC2B2AE3D27D4EB4Full, 0.25f);
+    for (int r = 0; r < 5; r++)
+        assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
+    assert_int_equal(psc_pull(c, "emb", keys, N, DIM, pushed), 0);
+    kill_server1(&cl);
+    assert_true(map_until(&cl, 15, all_of, 0)); /* server 0 holds every slot, alone */
+    /* a clean stop and start: the exit checkpoint holds every acknowledged push */
+    uint64_t v = version_of(cl.p0);
+    pu_stop(cl.s0);
+    start0(&cl);
+    assert_true(map_until(&cl, 15, confirmed_after, (long)v));
+    assert_int_equal(psc_pull(c, "emb", keys, N, DIM, after), 0);
+    assert_memory_equal(after, pushed, sizeof pushed);
+    assert_int_equal(psc_map_unclean_slots(c), 0);
+    /* more pushes, then a crash: they are lost, and the map says so */
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
+    assert_int_equal(psc_pull(c, "emb", keys, N, DIM, later), 0);
+    assert_true(memcmp(later, pushed, sizeof pushed) != 0);
+    kill(cl.s0, SIGKILL);
+    pu_reap(cl.s0, 5);
+    start0(&cl);
+    const int metrics0 = pu_last_metrics_port;
+    assert_true(map_until(&cl, 15, confirmed_after, -1));
+    assert_int_equal(psc_pull(c, "emb", keys, N, DIM, after), 0);
+    assert_memory_equal(after, pushed, sizeof pushed); /* back at the exit checkpoint */
+    assert_int_equal(psc_map_unclean_slots(c), PC_NSLOTS);
+    assert_true(metric(metrics0, "emberps_replication_restart_unclean_slots_total") == PC_NSLOTS);
+    /* a clean stop again: the count stays where it is */
+    v = version_of(cl.p0);
+    pu_stop(cl.s0);
+    start0(&cl);
+    pc_cluster_map_t *m = NULL;
+    for (double t0 = pu_now(); pu_now() - t0 < 15 && (!m || pc_cmap_version(m) <= v);
+         usleep(20000)) {
+        pc_cmap_destroy(m);
+        m = cc_map_of(cl.p0);
+    }
+    assert_true(pc_cmap_version(m) > v);
+    assert_int_equal(pc_cmap_unclean(m), PC_NSLOTS);
+    pc_cmap_destroy(m);
+    psc_close(c);
+    pu_stop(cl.s0);
     pu_stop(sc);
 }
 
@@ -558,6 +654,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_quick_restart_keeps_acked_pushes),
         cmocka_unit_test(test_stale_primary_refuses_pushes),
         cmocka_unit_test(test_unclean_promotion),
+        cmocka_unit_test(test_sole_holder_restart),
         cmocka_unit_test(test_reshard_add_remove),
         cmocka_unit_test(test_reshard_absent_server),
     };

@@ -1,0 +1,80 @@
+/* The coordinator's map store (ps_mapstore.h) on the in-process store: map versions written once
+ * and found from any known one, and a server's run record, which tells a restarted server
+ * whether it starts with the rows its last run ended with. */
+#include "test_util.h"
+
+#include <string.h>
+
+#include "pc_error.h"
+#include "ps_mapstore.h"
+
+static void test_versions(void **state) {
+    (void)state;
+    ps_coord_store_t st;
+    assert_int_equal(ps_coord_store_memory(&st), 0);
+    pc_cluster_map_t *m, *got;
+    assert_int_equal(ps_mapstore_newest(&st, 0, 1, &got), 0);
+    assert_null(got); /* none yet */
+    const char *addrs[] = {"127.0.0.1:7000", "127.0.0.1:7001"};
+    assert_int_equal(pc_cmap_create_even(1, 2, addrs, &m), 0);
+    assert_int_equal(ps_mapstore_put(&st, m), 0);
+    assert_int_equal(ps_mapstore_put(&st, m), PC_EEXIST); /* a version is written once */
+    for (uint64_t v = 2; v <= 4; v++) {
+        assert_int_equal(pc_cmap_bump(m, v), 0);
+        pc_cmap_unclean_add(m, 10);
+        assert_int_equal(ps_mapstore_put(&st, m), 0);
+    }
+    assert_int_equal(ps_mapstore_newest(&st, 2, 2, &got), 0); /* from a known version */
+    assert_int_equal(pc_cmap_version(got), 4);
+    assert_int_equal(pc_cmap_unclean(got), 30);
+    pc_cmap_destroy(got);
+    assert_int_equal(ps_mapstore_newest(&st, 0, 1, &got), 0); /* through the hint */
+    assert_int_equal(pc_cmap_version(got), 4);
+    pc_cmap_destroy(got);
+    assert_int_equal(ps_mapstore_get(&st, 5, &got), PC_ENOTFOUND);
+    pc_cmap_unclean_add(m, UINT64_MAX); /* the count saturates */
+    assert_true(pc_cmap_unclean(m) == UINT64_MAX);
+    pc_cmap_destroy(m);
+    st.destroy(st.ctx);
+}
+
+/* Start a run from checkpoint `restored`: whether it went back, and the record before. */
+static bool begin(ps_coord_store_t *st, const char *addr, uint64_t restored, char *last) {
+    bool back = true;
+    assert_int_equal(ps_mapstore_run_begin(st, addr, restored, &back, last, 64), 0);
+    return back;
+}
+
+static void test_run_record(void **state) {
+    (void)state;
+    ps_coord_store_t st;
+    assert_int_equal(ps_coord_store_memory(&st), 0);
+    const char *a = "127.0.0.1:7000", *b = "127.0.0.1:7001";
+    char last[64];
+    assert_false(begin(&st, a, 0, last)); /* a first start: nothing to go back from */
+    assert_string_equal(last, "none");
+    assert_true(begin(&st, a, 0, last)); /* the run before never stopped: a crash */
+    assert_string_equal(last, "running");
+    assert_false(begin(&st, b, 3, last)); /* records are per server */
+    assert_int_equal(ps_mapstore_run_end(&st, a, 7), 0);
+    assert_false(begin(&st, a, 7, last)); /* stopped after checkpoint 7, started from it */
+    assert_string_equal(last, "stopped checkpoint=7");
+    assert_int_equal(ps_mapstore_run_end(&st, a, 7), 0);
+    assert_true(begin(&st, a, 6, last)); /* an older checkpoint */
+    assert_int_equal(ps_mapstore_run_end(&st, a, 7), 0);
+    assert_true(begin(&st, a, 0, last)); /* the checkpoints lost (another disk) */
+    assert_int_equal(ps_mapstore_run_end(&st, a, 0), 0);
+    assert_true(begin(&st, a, 0, last)); /* stopped without a checkpoint: rows were in memory */
+    assert_string_equal(last, "stopped");
+    assert_int_equal(ps_mapstore_run_end(&st, a, 70), 0);
+    assert_true(begin(&st, a, 7, last)); /* 70 is not 7 */
+    st.destroy(st.ctx);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_versions),
+        cmocka_unit_test(test_run_record),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
