@@ -17,7 +17,7 @@
 
 struct pc_cluster_map {
     uint64_t version;
-    uint64_t unclean; /* slots promoted so far to a backup still catching up (pc_cluster.h) */
+    uint64_t unclean; /* slots whose rows went back so far (pc_cluster.h "Losses") */
     size_t nservers;
     char (*addrs)[PC_ADDR_MAX];
     uint16_t owner[PC_NSLOTS];
@@ -417,6 +417,15 @@ bool pc_cmap_replicated(const pc_cluster_map_t *m) {
         if (m->backup[0][s] != PC_NO_SERVER)
             return true;
     return false;
+}
+
+bool pc_cmap_unreplicated(const pc_cluster_map_t *m) {
+    if (pc_cmap_replicated(m))
+        return false;
+    for (size_t i = 0; i < m->nservers; i++)
+        if (!pc_cmap_has_role(m, (uint32_t)i))
+            return false;
+    return true;
 }
 
 int pc_cmap_set_replicas(pc_cluster_map_t *m, uint32_t r) {

@@ -106,6 +106,10 @@ bool pc_cmap_is_backup(const pc_cluster_map_t *m, uint32_t slot, uint32_t server
 
 /* Whether any slot has a backup. */
 bool pc_cmap_replicated(const pc_cluster_map_t *m);
+/* A job without replicas: no slot has a backup and every server listed has a role. A server
+ * lost there means a job rollback (docs/training.md); anywhere else its slots go to a backup,
+ * and rows that go back are counted in the map (Losses). */
+bool pc_cmap_unreplicated(const pc_cluster_map_t *m);
 
 /* Sets of slots as bits: PC_NSLOTS / 64 words. */
 static inline void pc_slots_add(uint64_t *bits, uint32_t slot) {

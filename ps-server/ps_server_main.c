@@ -171,9 +171,7 @@ typedef struct server {
     ps_coord_store_t coord;  /* --coordinator: the in-process store */
     ps_coord_store_t ccoord; /* --cluster-coordinator, when not this server's own */
     ps_repl_t *repl;
-    const ps_coord_store_t *repl_store; /* where the cluster map and the run record live */
-    char repl_addr[PC_ADDR_MAX];        /* this server's address in the map */
-    uint64_t restored;                  /* the checkpoint restored at start (0: none) */
+    uint64_t restored; /* the checkpoint restored at start (0: none) */
     uint64_t start_ns;
     pthread_mutex_t ckpt_mu; /* checkpoints come from the timer, signals and gRPC */
     atomic_uint_least64_t ckpt_ok, ckpt_failed, ckpt_last_ns, ckpt_last_seconds_us;
@@ -302,8 +300,6 @@ static int start_repl(server_t *s, const pc_cluster_map_t *map) {
                          .tls_cert = c->tls_cert,
                          .tls_key = c->tls_key};
     int rc = ps_repl_start(store, s->cat, s->dp, map, &ro, &s->repl);
-    s->repl_store = store;
-    snprintf(s->repl_addr, sizeof s->repl_addr, "%s", pc_cmap_addr(map, s->self));
     if (rc)
         PC_ERROR("replication: %s", pc_strerror(rc));
     else
@@ -549,14 +545,14 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     pc_metrics_stop(s->metrics);
     s->metrics = NULL;
     ps_grpc_set_serving(s->grpc, false); /* probes see NOT_SERVING, API calls are refused */
-    ps_repl_stop(s->repl);               /* its lease runs out: the backups take over */
+    ps_repl_end_t end;
+    ps_repl_stop(s->repl, &end); /* its lease runs out: the backups take over */
     s->repl = NULL;
     ps_dp_stop(s->dp); /* no more requests; those received are answered */
     s->dp = NULL;
     const uint64_t last = s->cfg.ckpt_on_exit ? checkpoint_now(s, "exit") : 0;
-    if (s->repl_store) /* the next start knows whether it has the rows this run ended with */
-        ps_repl_stopped(s->repl_store, s->repl_addr, last);
-    ps_grpc_stop(s->grpc); /* calls in flight are cancelled */
+    ps_repl_record_end(&end, true, last); /* the next start knows what rows this run ended with */
+    ps_grpc_stop(s->grpc);                /* calls in flight are cancelled */
     s->grpc = NULL;
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
@@ -756,8 +752,10 @@ int main(int argc, char **argv) {
     if (rc) {
         pc_metrics_stop(s.metrics);
         ps_grpc_stop(s.grpc);
-        ps_repl_stop(s.repl);
+        ps_repl_end_t end;
+        ps_repl_stop(s.repl, &end);
         ps_dp_stop(s.dp);
+        ps_repl_record_end(&end, false, 0);
         ps_ckpt_destroy(s.ck);
         ps_catalog_destroy(s.cat);
         ps_tier_close(s.tier);

@@ -115,8 +115,15 @@ int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *t
     return put_text(st, TARGET, target, false);
 }
 
-int ps_mapstore_run_begin(const ps_coord_store_t *st, const char *addr, uint64_t restored,
-                          bool *went_back, char *last, size_t cap) {
+/* Write text as the run record of addr. */
+static int run_put(const ps_coord_store_t *st, const char *addr, const char *text) {
+    char key[PC_ADDR_MAX + 32];
+    snprintf(key, sizeof key, RUN_PREFIX "%s", addr);
+    return st->set(st->ctx, key, text, strlen(text), false, 0);
+}
+
+int ps_mapstore_run_read(const ps_coord_store_t *st, const char *addr, uint64_t restored,
+                         bool *went_back, char *last, size_t cap) {
     char key[PC_ADDR_MAX + 32], text[64] = "none", clean[64];
     snprintf(key, sizeof key, RUN_PREFIX "%s", addr);
     void *val = NULL;
@@ -126,24 +133,30 @@ int ps_mapstore_run_begin(const ps_coord_store_t *st, const char *addr, uint64_t
     if (rc && rc != PC_ENOTFOUND)
         return rc;
     if (!rc) {
-        memcpy(text, val, len < sizeof text - 1 ? len : sizeof text - 1);
-        text[len < sizeof text - 1 ? len : sizeof text - 1] = '\0';
+        const size_t n = len < sizeof text - 1 ? len : sizeof text - 1;
+        memcpy(text, val, n);
+        text[n] = '\0';
         free(val);
         snprintf(clean, sizeof clean, STOPPED " checkpoint=%" PRIu64, restored);
-        *went_back = !restored || strcmp(text, clean) != 0;
+        *went_back = strcmp(text, clean) != 0;
     }
     snprintf(last, cap, "%s", text);
-    if ((rc = st->set(st->ctx, key, RUNNING, strlen(RUNNING), false, 0)))
-        *went_back = false;
-    return rc;
+    return 0;
 }
 
-int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, uint64_t ckpt) {
-    char key[PC_ADDR_MAX + 32], text[64];
-    snprintf(key, sizeof key, RUN_PREFIX "%s", addr);
-    if (ckpt)
+int ps_mapstore_run_start(const ps_coord_store_t *st, const char *addr) {
+    return run_put(st, addr, RUNNING);
+}
+
+int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, bool at_ckpt, uint64_t ckpt) {
+    char text[64];
+    if (at_ckpt)
         snprintf(text, sizeof text, STOPPED " checkpoint=%" PRIu64, ckpt);
     else
         snprintf(text, sizeof text, STOPPED);
-    return st->set(st->ctx, key, text, strlen(text), false, 0);
+    return run_put(st, addr, text);
+}
+
+int ps_mapstore_run_restore(const ps_coord_store_t *st, const char *addr, const char *last) {
+    return run_put(st, addr, last);
 }

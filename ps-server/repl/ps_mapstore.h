@@ -9,9 +9,11 @@
  * - `cluster/target`: the layout an operator asked for (psctl reshard); the primaries move their
  *   slots there (ps_repl.h). Its version is not used.
  * - `cluster/run/<addr>`: how a server's last run ended, written by that server: `running` from
- *   its start, `stopped checkpoint=<id>` once it stopped cleanly after writing checkpoint <id>
- *   (no push taken after it), `stopped` when it wrote none. A server starting again learns from
- *   it whether the rows it starts with are those its last run ended with.
+ *   its start, `stopped checkpoint=<id>` once it stopped with exactly the rows of checkpoint
+ *   <id> (written last, no push taken after it; 0: empty tables, a first start that failed),
+ *   `stopped` when its rows were in no checkpoint. A server starting again learns from it
+ *   whether the rows it starts with are those its last run ended with. Records are never
+ *   removed: a new cluster on the same coordinator and addresses inherits them.
  * ps-server's replication (ps_repl.c) and psctl use these, through any ps_coord_store_t.
  *
  * Thread rule: none of its own (the store's).
@@ -43,15 +45,21 @@ int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out);
 /* Replace the resharding target. */
 int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target);
 
-/* A server at `addr` starts from checkpoint `restored` (0: none): *went_back is set when a run of
- * it is on record that did not stop cleanly after writing that checkpoint (a crash, a kill, a
- * stop without a checkpoint, another checkpoint restored), its record before (`none` when there
- * was none) goes to last; then the record reads `running`. 0 or the store's error (*went_back
- * false, nothing written). */
-int ps_mapstore_run_begin(const ps_coord_store_t *st, const char *addr, uint64_t restored,
-                          bool *went_back, char *last, size_t cap);
+/* A server at `addr` starts from checkpoint `restored` (0: empty tables): *went_back is set when
+ * a run of it is on record that did not stop with exactly those rows (a crash, a kill, a stop
+ * without a checkpoint, another checkpoint restored); the record (`none` when there is none)
+ * goes to last. 0 or the store's error. Then ps_mapstore_run_start. */
+int ps_mapstore_run_read(const ps_coord_store_t *st, const char *addr, uint64_t restored,
+                         bool *went_back, char *last, size_t cap);
 
-/* The server at `addr` stopped cleanly after writing checkpoint `ckpt` (0: it wrote none). */
-int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, uint64_t ckpt);
+/* The record of the server at `addr` reads `running`. */
+int ps_mapstore_run_start(const ps_coord_store_t *st, const char *addr);
+
+/* The server at `addr` stopped with the rows of checkpoint `ckpt` (at_ckpt), or with rows in no
+ * checkpoint. */
+int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, bool at_ckpt, uint64_t ckpt);
+
+/* Put back a record ps_mapstore_run_read found (`last`): a start that failed took no push. */
+int ps_mapstore_run_restore(const ps_coord_store_t *st, const char *addr, const char *last);
 
 #endif

@@ -159,8 +159,16 @@ struct ps_repl {
     pc_cluster_map_t *pending; /* ps_repl_publish: written by the controller's next tick */
     /* controller thread only (and start, before the threads) */
     bool lapsed;
-    bool went_back;  /* restarted with older rows (see ps_repl.h): count at the first confirm */
-    uint64_t hinted; /* the last ps_dp_newer_map acted on */
+    /* the run record (ps_repl.h "A restarted only holder"; controller, and start) */
+    bool record_read;   /* the last run's record is read (prev, went_back) */
+    bool recorded;      /* this run's `running` is written: until then no confirm */
+    bool record_warned; /* reading or writing it failed, and the log said so */
+    bool went_back;     /* started with older rows: its slots held alone still to count */
+    bool alone_known;   /* alone[] is set (from the map at start, else at the first confirm) */
+    char prev[64];      /* the record found at start */
+    uint64_t alone[PC_NSLOTS / 64];    /* slots held alone then */
+    uint64_t tried_ver, tried_unclean; /* the last confirm that counted them: its version, count */
+    uint64_t hinted;                   /* the last ps_dp_newer_map acted on */
     uint64_t lease_until, last_sent;
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
@@ -380,12 +388,12 @@ static void renew(ps_repl_t *r) {
     }
 }
 
-/* Slots of map m this server is primary of that no live backup in sync holds; *known false
- * when the coordinator did not answer. */
-static uint32_t held_alone(ps_repl_t *r, const pc_cluster_map_t *m, bool *known) {
+/* alone[]: the slots of map m this server is primary of that no live backup in sync holds;
+ * false when the coordinator did not answer. */
+static bool find_alone(ps_repl_t *r, const pc_cluster_map_t *m) {
     int8_t up[PC_MAX_SERVERS] = {0};
-    uint32_t n = 0;
-    *known = true;
+    bool known = true;
+    memset(r->alone, 0, sizeof r->alone);
     for (uint32_t s = 0; s < PC_NSLOTS; s++) {
         uint32_t b[PC_MAX_BACKUPS];
         if (pc_cmap_slot_owner(m, s) != r->o.self)
@@ -393,17 +401,41 @@ static uint32_t held_alone(ps_repl_t *r, const pc_cluster_map_t *m, bool *known)
         const uint32_t nb = pc_cmap_slot_backups(m, s, b);
         bool held = false;
         for (uint32_t j = 0; j < nb && !held; j++)
-            held = !pc_cmap_backup_syncing(m, s, b[j]) && lease_up(r, m, up, b[j], known);
-        n += !held;
+            held = !pc_cmap_backup_syncing(m, s, b[j]) && lease_up(r, m, up, b[j], &known);
+        if (!held)
+            r->alone[s / 64] |= 1ull << (s % 64);
     }
+    return known;
+}
+
+/* How many slots of map m the version confirming this server should count as gone back (see
+ * ps_repl.h): those it held alone after its start and is still primary of, unless m is a job
+ * without replicas (workers roll back there) or an earlier confirm's count is in m already (a
+ * write that landed though the coordinator's answer was lost). *known false: ask again. */
+static uint32_t to_count(ps_repl_t *r, const pc_cluster_map_t *m, bool *known) {
+    *known = true;
+    if (!r->went_back || pc_cmap_unreplicated(m) ||
+        (r->tried_ver && pc_cmap_version(m) >= r->tried_ver &&
+         pc_cmap_unclean(m) >= r->tried_unclean)) {
+        r->went_back = false;
+        return 0;
+    }
+    if (!r->alone_known && !(r->alone_known = find_alone(r, m))) {
+        *known = false;
+        return 0;
+    }
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        n += (r->alone[s / 64] >> (s % 64) & 1) && pc_cmap_slot_owner(m, s) == r->o.self;
     return n;
 }
 
 /* After a lapse: win the next map version unchanged while still a primary in it. Restarted with
- * older rows (went_back), the slots it holds alone go into that version's unclean count. */
+ * older rows (went_back), the slots it holds alone go into that version's unclean count. Not
+ * before this run's record is written: a crash must be seen by the next start. */
 static void confirm(ps_repl_t *r) {
-    if (pc_time_mono_ns() >= r->lease_until || refresh(r))
-        return; /* the lease is not held now, or no answer */
+    if (!r->recorded || pc_time_mono_ns() >= r->lease_until || refresh(r))
+        return; /* no record yet, the lease is not held now, or no answer */
     pc_cluster_map_t *m = map_copy(r);
     if (!m || pc_cmap_bump(m, pc_cmap_version(m) + 1)) {
         pc_cmap_destroy(m);
@@ -416,23 +448,27 @@ static void confirm(ps_repl_t *r) {
         ps_dp_set_write_until(r->dp, r->lease_until);
         return;
     }
-    bool known = true;
-    const uint32_t alone = r->went_back ? held_alone(r, m, &known) : 0;
+    bool known;
+    const uint32_t alone = to_count(r, m, &known);
     if (!known) {
         pc_cmap_destroy(m);
         return;
     }
     pc_cmap_unclean_add(m, alone);
+    if (alone) {
+        r->tried_ver = pc_cmap_version(m);
+        r->tried_unclean = pc_cmap_unclean(m);
+    }
     if (change_map(r, m, "this server confirmed as primary (its lease was not held)") == 0) {
         r->lapsed = false;
         ps_dp_set_write_until(r->dp, r->lease_until);
         if (alone) {
             atomic_fetch_add(&r->restart_unclean, alone);
             PC_ERROR("replication: this server restarted with older rows than its last run "
-                     "ended with (checkpoint %llu) and is the only holder of %u slots: pushes "
-                     "acknowledged after that checkpoint are lost; the map counts the slots as "
-                     "unclean",
-                     (unsigned long long)r->o.restored, alone);
+                     "ended with (it started from checkpoint %llu; its last run's record: %s) "
+                     "and is the only holder of %u slots: pushes acknowledged after that "
+                     "checkpoint are lost; the map counts the slots as unclean",
+                     (unsigned long long)r->o.restored, r->prev, alone);
         }
         r->went_back = false;
     }
@@ -801,6 +837,8 @@ static bool reshard(ps_repl_t *r) {
 
 /* Release (after the follower's key collection, which it shares). */
 static void release_rows(ps_repl_t *r);
+/* The run record (with the life of the replication, below). */
+static void run_begin(ps_repl_t *r);
 
 static void *ctl_main(void *arg) {
     ps_repl_t *r = arg;
@@ -808,6 +846,8 @@ static void *ctl_main(void *arg) {
     while (!atomic_load(&r->stop)) {
         renew(r);
         refresh(r);
+        if (!r->recorded)
+            run_begin(r);
         publish_pending(r);
         if (r->lapsed) {
             confirm(r);
@@ -1442,26 +1482,40 @@ static void *fol_main(void *arg) {
 /* ==== life ================================================================================= */
 
 /* This server's run record (ps_mapstore.h): whether it starts with older rows than its last run
- * ended with, which counts only where backups were to hold them. */
+ * ended with, then `running` from now on. Tried at start and then every tick until the
+ * coordinator answers (no confirm, so no push, before); the record is read once (a retried
+ * write must not read its own `running`). */
 static void run_begin(ps_repl_t *r) {
     bool went_back = false;
-    char last[64];
-    int rc = ps_mapstore_run_begin(&r->store, r->self_addr, r->o.restored, &went_back, last,
-                                   sizeof last);
-    if (rc) {
-        PC_WARN("replication: cannot read this server's run record in the coordinator (%s): a "
-                "restart with older rows goes uncounted",
-                pc_strerror(rc));
-        return;
+    int rc = 0;
+    if (!r->record_read && !(rc = ps_mapstore_run_read(&r->store, r->self_addr, r->o.restored,
+                                                       &went_back, r->prev, sizeof r->prev))) {
+        r->record_read = true;
+        if (went_back && r->o.restore_chosen && !strcmp(r->prev, "running"))
+            PC_WARN("replication: --restore-id=%llu after a run that did not stop cleanly: "
+                    "counted as a job restarted from a coordinated checkpoint (no slot counted "
+                    "unclean); a supervisor that restarts this server should not pass "
+                    "--restore-id",
+                    (unsigned long long)r->o.restored);
+        r->went_back = went_back && !r->o.restore_chosen;
+        if (r->went_back) { /* the slots held alone now: a backup may copy the older rows later */
+            pc_cluster_map_t *m = map_copy(r);
+            r->alone_known = m && find_alone(r, m);
+            pc_cmap_destroy(m);
+            PC_WARN("replication: this server's last run did not end at the rows it starts with "
+                    "(it starts from checkpoint %llu, 0: empty tables; last run: %s): the slots "
+                    "it alone holds count as unclean",
+                    (unsigned long long)r->o.restored, r->prev);
+        }
     }
-    if (went_back && r->o.restore_chosen)
-        PC_INFO("replication: starting from checkpoint %llu as asked (last run: %s)",
-                (unsigned long long)r->o.restored, last);
-    r->went_back = went_back && r->o.replicas && !r->o.restore_chosen;
-    if (r->went_back)
-        PC_WARN("replication: this server's last run did not end at the rows it starts with "
-                "(checkpoint %llu; last run: %s): slots it alone holds will count as unclean",
-                (unsigned long long)r->o.restored, last);
+    if (!rc && !(rc = ps_mapstore_run_start(&r->store, r->self_addr)))
+        r->recorded = true;
+    if (rc && !r->record_warned) {
+        PC_WARN("replication: cannot read or write this server's run record in the coordinator "
+                "(%s): it takes no push until it can",
+                pc_strerror(rc));
+        r->record_warned = true;
+    }
 }
 
 static void repl_free(ps_repl_t *r) {
@@ -1543,20 +1597,43 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
     return 0;
 }
 
-void ps_repl_stop(ps_repl_t *r) {
+void ps_repl_stop(ps_repl_t *r, ps_repl_end_t *end) {
+    if (end)
+        memset(end, 0, sizeof *end);
     if (!r)
         return;
     atomic_store(&r->stop, true);
     pthread_join(r->ctl, NULL);
     pthread_join(r->fol, NULL);
+    if (end && r->recorded) {
+        end->store = r->store;
+        end->recorded = true;
+        end->pending = r->went_back;
+        end->restored = r->o.restored;
+        snprintf(end->addr, sizeof end->addr, "%s", r->self_addr);
+        snprintf(end->prev, sizeof end->prev, "%s", r->prev);
+    }
     repl_free(r);
 }
 
-void ps_repl_stopped(const ps_coord_store_t *store, const char *addr, uint64_t ckpt) {
-    int rc = ps_mapstore_run_end(store, addr, ckpt);
+void ps_repl_record_end(const ps_repl_end_t *end, bool served, uint64_t ckpt) {
+    if (!end->recorded)
+        return;
+    if (end->pending) { /* the record stays `running`: the next start counts them */
+        PC_WARN("replication: this server stops before the map counted the slots it held alone "
+                "with older rows: its next start counts them");
+        return;
+    }
+    int rc;
+    if (served) /* its rows: the checkpoint written last, if any */
+        rc = ps_mapstore_run_end(&end->store, end->addr, ckpt != 0, ckpt);
+    else if (strcmp(end->prev, "none")) /* a start that failed: the record as it was */
+        rc = ps_mapstore_run_restore(&end->store, end->addr, end->prev);
+    else /* the first run, failed at its start: its rows are still those it started with */
+        rc = ps_mapstore_run_end(&end->store, end->addr, true, end->restored);
     if (rc)
-        PC_WARN("replication: cannot record this server's clean stop in the coordinator (%s): "
-                "its next start counts the slots it holds alone as unclean",
+        PC_WARN("replication: cannot record this server's stop in the coordinator (%s): its "
+                "next start counts the slots it holds alone as unclean",
                 pc_strerror(rc));
 }
 

@@ -24,13 +24,15 @@
  *   with DELTAS that acknowledge what it has applied (PC_STREAM_ACK): the primary answers a
  *   push once its backups hold it (ps_dataplane.h).
  *
- * A server that restarted with rows older than those its last run ended with (its run record in
- * the coordinator, ps_mapstore.h: it did not stop cleanly after writing the checkpoint it
- * restored) and is confirmed as the primary of slots that no live backup in sync holds (their
- * only holder: every backup was lost before) adds those slots to the map's unclean count in
- * the version that confirms it (with replicas configured, unless an operator chose the
- * checkpoint): its clients learn that rows went back, as after an unclean promotion. A clean
- * stop records the checkpoint it wrote last (ps_repl_stopped).
+ * A restarted only holder: a server that starts with rows older than those its last run ended
+ * with (its run record in the coordinator, ps_mapstore.h: it did not stop with exactly the
+ * checkpoint it restored) and is confirmed as the primary of slots that no live backup in sync
+ * held after its start (every backup was lost before) adds those slots to the map's unclean
+ * count in the version that confirms it, so its clients learn that rows went back, as after an
+ * unclean promotion. Not in a map without replicas (pc_cmap_unreplicated: workers roll the job
+ * back there), nor from a checkpoint an operator named (--restore-id). It takes no push before
+ * its record reads `running`; a clean stop records the checkpoint it wrote last
+ * (ps_repl_record_end), and a count not yet written leaves `running` for the next start.
  *
  * Fencing: the data plane takes pushes only until the lease's local deadline (3/4 of lease_ms
  * after the renewal was sent: before the coordinator can expire it) and, once the lease lapsed
@@ -75,12 +77,23 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
  * Any thread; returns at once (PC_ENOMEM). */
 int ps_repl_publish(ps_repl_t *r, const pc_cluster_map_t *m);
 
-/* Stop the threads and free. NULL is a no-op. */
-void ps_repl_stop(ps_repl_t *r);
+/* What the run record needs after the threads stopped (ps_repl_stop fills it). */
+typedef struct ps_repl_end {
+    ps_coord_store_t store; /* borrowed: the one given to ps_repl_start */
+    bool recorded;          /* this run wrote `running` */
+    bool pending;           /* rows went back and the map does not count them yet */
+    uint64_t restored;
+    char addr[PC_ADDR_MAX], prev[64]; /* this server; the record found at start */
+} ps_repl_end_t;
 
-/* After ps_repl_stop, once the server takes no more pushes: record in the coordinator that the
- * server at addr stopped cleanly after writing checkpoint `ckpt` (0: none). Logged on failure. */
-void ps_repl_stopped(const ps_coord_store_t *store, const char *addr, uint64_t ckpt);
+/* Stop the threads and free; end (may be NULL) gets what ps_repl_record_end needs. NULL r: no-op
+ * (end zeroed). */
+void ps_repl_stop(ps_repl_t *r, ps_repl_end_t *end);
+
+/* Once the server takes no more pushes: record how its run ended. served: it ran, and ckpt is the
+ * checkpoint written after its last push (0: none, its rows are lost); not served: its start
+ * failed (the record goes back to what it was). A count still pending leaves `running`. */
+void ps_repl_record_end(const ps_repl_end_t *end, bool served, uint64_t ckpt);
 
 /* Append Prometheus lines (map version, promotions, drops, rejoins, lapses, copies, rows) at
  * len; returns the length needed. */

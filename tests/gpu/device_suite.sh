@@ -85,7 +85,7 @@ envcheck() {
     return 0
 }
 worker() {
-    local d=/tmp/ember-gpu-worker b=$e/b/bin port=$((20000 + RANDOM % 20000)) dev
+    local d=/tmp/ember-gpu-worker b=$e/b/bin port=$((20000 + RANDOM % 10000)) dev
     rm -rf "$d" && mkdir -p "$d"
     "$b/ps-datagen" --rows=${ROWS:-200000} --test-rows=$(( ${ROWS:-200000} / 8 )) --vocab-max=200000 --out="$d/train.tsv" \
         --test-out="$d/test.tsv" --oracle-out="$d/oracle.json" 2>/dev/null
@@ -111,7 +111,7 @@ worker() {
 # Two workers of one sync job: on the one GPU (NCCL cannot form on one device: the dense
 # gradients go through the host, Gloo), on the CPU, and one on each; the AUCs should agree.
 nccl() {
-    local d=/tmp/ember-gpu-worker b=$e/b/bin port=$((20000 + RANDOM % 20000)) r pids
+    local d=/tmp/ember-gpu-worker b=$e/b/bin port=$((20000 + RANDOM % 10000)) r pids
     "$b/ps-server" --port=$port --grpc-port=$((port + 1)) --coordinator --tables="name=emb,dim=16" \
         2>"$d/nserver.txt" &
     local spid=$!

@@ -35,7 +35,7 @@ in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 free_base() {
   local p
   for _ in $(seq 50); do
-    p=$((20000 + RANDOM % 20000))
+    p=$((20000 + RANDOM % 10000)) # below the ephemeral ports (32768 on): no client takes them
     in_use $p || in_use $((p + 100)) || in_use $((p + 2000)) || { echo $p; return; }
   done
   fail "no free ports"

@@ -37,7 +37,7 @@ fail() {
 }
 in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 for _ in $(seq 50); do
-  base=$((20000 + RANDOM % 20000))
+  base=$((20000 + RANDOM % 10000)) # below the ephemeral ports (32768 on): no client takes them
   in_use $base || in_use $((base + 1)) || in_use $((base + 100)) || in_use $((base + 101)) ||
     in_use $((base + 2000)) || in_use $((base + 2001)) || break
 done

@@ -963,7 +963,7 @@ static void unclean_job(bool rollback) {
     json_text(err1, log1, sizeof log1);
     /* continue: both say it and train on; rollback: both say it and stop (no job rollback: the
      * map lists server 1 with no role since the failover, a rollback could not restore it) */
-    const char *said = "promoted 16384 slots to a backup that had not caught up";
+    const char *said = "the servers count 16384 more slots whose rows went back";
     const char *then = rollback ? "the job stops (--on-server-loss=rollback)"
                                 : "training goes on (--on-server-loss=continue)";
     if (!strstr(log, said) || !strstr(log1, said) || !strstr(log, then) || !strstr(log1, then) ||

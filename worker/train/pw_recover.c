@@ -26,9 +26,8 @@
  *   caught up, which the map counts (pw__rows_went_back): said and counted, and with rollback
  *   the job stops, since the checkpoint's rows of a server that is gone cannot be restored
  *   while the job runs. A server listed with no role (a failover's) could not be restored:
- *   a rollback would only end the job. (Not caught: a server that restarts while it is the
- *   only holder of its slots in a cluster with replicas; the reconnect counter does not say
- *   which server, nor whether it restarted or the network blinked.)
+ *   a rollback would only end the job. A server that restarts while it is the only holder of
+ *   its slots in such a cluster counts them in the map too (its run record, ps_repl.h).
  * - Threads: the training thread's; the ordered lane is stopped before a re-formation.
  */
 #include "pc_alloc.h"
@@ -368,14 +367,6 @@ int pw__regroup_initial(trainer_t *t) {
     return rc && !fatal(rc) ? regroup(t) : rc;
 }
 
-/* Whether every server map m lists has a role (a job rollback restores each one). */
-static bool all_have_roles(const pc_cluster_map_t *m) {
-    for (size_t i = 0; i < pc_cmap_nservers(m); i++)
-        if (!pc_cmap_has_role(m, (uint32_t)i))
-            return false;
-    return true;
-}
-
 /* Look at the servers' map when the store adopted another one since the last look (force:
  * now), parsing its text: t->loss_rolls_back, whether a lost connection calls for a job rollback
  * (see DESIGN): the map names no backup and every server it lists has a role. A text that
@@ -394,7 +385,7 @@ static void look_map(trainer_t *t, bool force) {
     char err[128];
     if (text && ops->map_text(t->emb, text, len + 1) <= len &&
         pc_cmap_parse(text, &m, err, sizeof err) == 0) {
-        t->loss_rolls_back = !pc_cmap_replicated(m) && all_have_roles(m);
+        t->loss_rolls_back = pc_cmap_unreplicated(m); /* a rollback restores each one */
         t->seen_refreshes = seen;
     }
     pc_cmap_destroy(m);
@@ -542,9 +533,10 @@ int pw__rows_went_back(trainer_t *t) {
         return 0;
     t->unclean_slots = more > UINT64_MAX - t->unclean_slots ? UINT64_MAX : t->unclean_slots + more;
     const bool stop = t->c->on_server_loss == PW_SERVER_LOSS_ROLLBACK;
-    PC_ERROR("train: the servers promoted %llu slots to a backup that had not caught up (no "
-             "backup in sync was left): rows of them may be older than the pushes acknowledged, "
-             "some back at their initial values; %s",
+    PC_ERROR("train: the servers count %llu more slots whose rows went back (promoted to a "
+             "backup that had not caught up, or held alone by a server that restarted from its "
+             "checkpoint): rows of them may be older than the pushes acknowledged, some back at "
+             "their initial values; %s",
              (unsigned long long)more,
              stop ? "the job stops (--on-server-loss=rollback): a lost server's part of the "
                     "checkpoint cannot be restored while the job runs; restart the job from the "

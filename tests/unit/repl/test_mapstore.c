@@ -41,7 +41,8 @@ static void test_versions(void **state) {
 /* Start a run from checkpoint `restored`: whether it went back, and the record before. */
 static bool begin(ps_coord_store_t *st, const char *addr, uint64_t restored, char *last) {
     bool back = true;
-    assert_int_equal(ps_mapstore_run_begin(st, addr, restored, &back, last, 64), 0);
+    assert_int_equal(ps_mapstore_run_read(st, addr, restored, &back, last, 64), 0);
+    assert_int_equal(ps_mapstore_run_start(st, addr), 0);
     return back;
 }
 
@@ -56,18 +57,23 @@ static void test_run_record(void **state) {
     assert_true(begin(&st, a, 0, last)); /* the run before never stopped: a crash */
     assert_string_equal(last, "running");
     assert_false(begin(&st, b, 3, last)); /* records are per server */
-    assert_int_equal(ps_mapstore_run_end(&st, a, 7), 0);
-    assert_false(begin(&st, a, 7, last)); /* stopped after checkpoint 7, started from it */
+    assert_int_equal(ps_mapstore_run_end(&st, a, true, 7), 0);
+    assert_false(begin(&st, a, 7, last)); /* stopped with checkpoint 7's rows, started from it */
     assert_string_equal(last, "stopped checkpoint=7");
-    assert_int_equal(ps_mapstore_run_end(&st, a, 7), 0);
+    assert_int_equal(ps_mapstore_run_end(&st, a, true, 7), 0);
     assert_true(begin(&st, a, 6, last)); /* an older checkpoint */
-    assert_int_equal(ps_mapstore_run_end(&st, a, 7), 0);
+    assert_int_equal(ps_mapstore_run_end(&st, a, true, 7), 0);
     assert_true(begin(&st, a, 0, last)); /* the checkpoints lost (another disk) */
-    assert_int_equal(ps_mapstore_run_end(&st, a, 0), 0);
-    assert_true(begin(&st, a, 0, last)); /* stopped without a checkpoint: rows were in memory */
+    assert_int_equal(ps_mapstore_run_end(&st, a, false, 0), 0);
+    assert_true(begin(&st, a, 0, last)); /* stopped with rows in no checkpoint */
     assert_string_equal(last, "stopped");
-    assert_int_equal(ps_mapstore_run_end(&st, a, 70), 0);
+    assert_int_equal(ps_mapstore_run_end(&st, a, true, 70), 0);
     assert_true(begin(&st, a, 7, last)); /* 70 is not 7 */
+    /* a start that failed puts back what it found: a crash before it is still seen */
+    assert_int_equal(ps_mapstore_run_restore(&st, a, "running"), 0);
+    assert_true(begin(&st, a, 7, last));
+    assert_int_equal(ps_mapstore_run_end(&st, a, true, 0), 0); /* empty tables, never served */
+    assert_false(begin(&st, a, 0, last));
     st.destroy(st.ctx);
 }
 
