@@ -166,9 +166,12 @@ struct ps_repl {
     bool went_back;     /* started with older rows: its slots held alone still to count */
     bool alone_known;   /* alone[] is set (from the map at start, else at the first confirm) */
     char prev[64];      /* the record found at start */
-    uint64_t alone[PC_NSLOTS / 64];    /* slots held alone then */
-    uint64_t tried_ver, tried_unclean; /* the last confirm that counted them: its version, count */
-    uint64_t hinted;                   /* the last ps_dp_newer_map acted on */
+    uint64_t alone[PC_NSLOTS / 64]; /* slots held alone then */
+    bool took_pushes; /* the data plane took pushes (its lease confirmed) in this run */
+    uint64_t tried_ver,
+        tried_unclean;    /* a count written unanswered: its version, the map's count */
+    uint32_t tried_alone; /* and the slots it added */
+    uint64_t hinted;      /* the last ps_dp_newer_map acted on */
     uint64_t lease_until, last_sent;
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
@@ -408,15 +411,37 @@ static bool find_alone(ps_repl_t *r, const pc_cluster_map_t *m) {
     return known;
 }
 
+/* The map counts the slots this server came back to as their only holder with older rows. */
+static void counted(ps_repl_t *r, uint32_t alone) {
+    r->went_back = false;
+    atomic_fetch_add(&r->restart_unclean, alone);
+    PC_ERROR("replication: this server restarted with older rows than its last run ended with "
+             "(it started from checkpoint %llu; its last run's record: %s) and is the only "
+             "holder of %u slots: pushes acknowledged after that checkpoint are lost; the map "
+             "counts the slots as unclean",
+             (unsigned long long)r->o.restored, r->prev, alone);
+}
+
 /* How many slots of map m the version confirming this server should count as gone back (see
  * ps_repl.h): those it held alone after its start and is still primary of, unless m is a job
- * without replicas (workers roll back there) or an earlier confirm's count is in m already (a
- * write that landed though the coordinator's answer was lost). *known false: ask again. */
+ * without replicas (workers roll back there) or an earlier count's write, unanswered, landed
+ * after all (its version holds exactly that count). *known false: ask again. */
 static uint32_t to_count(ps_repl_t *r, const pc_cluster_map_t *m, bool *known) {
     *known = true;
-    if (!r->went_back || pc_cmap_unreplicated(m) ||
-        (r->tried_ver && pc_cmap_version(m) >= r->tried_ver &&
-         pc_cmap_unclean(m) >= r->tried_unclean)) {
+    if (r->went_back && r->tried_ver) {
+        pc_cluster_map_t *t = NULL;
+        const int rc = ps_mapstore_get(&r->store, r->tried_ver, &t);
+        const bool landed = !rc && pc_cmap_unclean(t) == r->tried_unclean;
+        pc_cmap_destroy(t);
+        if (rc && rc != PC_ENOTFOUND) {
+            *known = false;
+            return 0;
+        }
+        r->tried_ver = 0;
+        if (landed)
+            counted(r, r->tried_alone);
+    }
+    if (!r->went_back || pc_cmap_unreplicated(m)) {
         r->went_back = false;
         return 0;
     }
@@ -445,6 +470,7 @@ static void confirm(ps_repl_t *r) {
         pc_cmap_destroy(m);
         r->lapsed = false;
         r->went_back = false;
+        r->took_pushes = true; /* from a promotion on */
         ps_dp_set_write_until(r->dp, r->lease_until);
         return;
     }
@@ -455,22 +481,19 @@ static void confirm(ps_repl_t *r) {
         return;
     }
     pc_cmap_unclean_add(m, alone);
-    if (alone) {
-        r->tried_ver = pc_cmap_version(m);
-        r->tried_unclean = pc_cmap_unclean(m);
-    }
-    if (change_map(r, m, "this server confirmed as primary (its lease was not held)") == 0) {
+    const uint64_t ver = pc_cmap_version(m), unclean = pc_cmap_unclean(m);
+    const int rc = change_map(r, m, "this server confirmed as primary (its lease was not held)");
+    if (rc == 0) {
         r->lapsed = false;
+        r->took_pushes = true;
         ps_dp_set_write_until(r->dp, r->lease_until);
-        if (alone) {
-            atomic_fetch_add(&r->restart_unclean, alone);
-            PC_ERROR("replication: this server restarted with older rows than its last run "
-                     "ended with (it started from checkpoint %llu; its last run's record: %s) "
-                     "and is the only holder of %u slots: pushes acknowledged after that "
-                     "checkpoint are lost; the map counts the slots as unclean",
-                     (unsigned long long)r->o.restored, r->prev, alone);
-        }
+        if (alone)
+            counted(r, alone);
         r->went_back = false;
+    } else if (alone && rc != PC_EEXIST) { /* no answer: the write may have landed */
+        r->tried_ver = ver;
+        r->tried_unclean = unclean;
+        r->tried_alone = alone;
     }
 }
 
@@ -1530,6 +1553,22 @@ static void repl_free(ps_repl_t *r) {
     pc_sfree(r);
 }
 
+/* What ps_repl_record_end needs of r (its threads stopped). */
+static void fill_end(const ps_repl_t *r, ps_repl_end_t *end) {
+    memset(end, 0, sizeof *end);
+    if (!r->recorded)
+        return;
+    end->store = r->store;
+    end->recorded = true;
+    end->pending = r->went_back;
+    ps_dp_stats_t st;
+    ps_dp_stats(r->dp, &st); /* confirmed, and a push came: rows in no record */
+    end->took_pushes = r->took_pushes && st.rows_pushed > 0;
+    end->restored = r->o.restored;
+    snprintf(end->addr, sizeof end->addr, "%s", r->self_addr);
+    snprintf(end->prev, sizeof end->prev, "%s", r->prev);
+}
+
 int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
                   const pc_cluster_map_t *initial, const ps_repl_opts_t *o, ps_repl_t **out) {
     if (!store || !cat || !dp || !initial || !o || !out || o->replicas > PC_MAX_BACKUPS ||
@@ -1590,6 +1629,9 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
         rc = PC_ESYS;
     }
     if (rc) {
+        ps_repl_end_t end; /* the record as it was */
+        fill_end(r, &end);
+        ps_repl_record_end(&end, false, 0);
         repl_free(r);
         return rc;
     }
@@ -1605,14 +1647,8 @@ void ps_repl_stop(ps_repl_t *r, ps_repl_end_t *end) {
     atomic_store(&r->stop, true);
     pthread_join(r->ctl, NULL);
     pthread_join(r->fol, NULL);
-    if (end && r->recorded) {
-        end->store = r->store;
-        end->recorded = true;
-        end->pending = r->went_back;
-        end->restored = r->o.restored;
-        snprintf(end->addr, sizeof end->addr, "%s", r->self_addr);
-        snprintf(end->prev, sizeof end->prev, "%s", r->prev);
-    }
+    if (end)
+        fill_end(r, end);
     repl_free(r);
 }
 
@@ -1627,6 +1663,8 @@ void ps_repl_record_end(const ps_repl_end_t *end, bool served, uint64_t ckpt) {
     int rc;
     if (served) /* its rows: the checkpoint written last, if any */
         rc = ps_mapstore_run_end(&end->store, end->addr, ckpt != 0, ckpt);
+    else if (end->took_pushes) /* a start that failed late: pushes in no checkpoint */
+        rc = ps_mapstore_run_end(&end->store, end->addr, false, 0);
     else if (strcmp(end->prev, "none")) /* a start that failed: the record as it was */
         rc = ps_mapstore_run_restore(&end->store, end->addr, end->prev);
     else /* the first run, failed at its start: its rows are still those it started with */

@@ -82,6 +82,7 @@ typedef struct ps_repl_end {
     ps_coord_store_t store; /* borrowed: the one given to ps_repl_start */
     bool recorded;          /* this run wrote `running` */
     bool pending;           /* rows went back and the map does not count them yet */
+    bool took_pushes;       /* its lease was confirmed and the data plane took pushes */
     uint64_t restored;
     char addr[PC_ADDR_MAX], prev[64]; /* this server; the record found at start */
 } ps_repl_end_t;
@@ -92,7 +93,8 @@ void ps_repl_stop(ps_repl_t *r, ps_repl_end_t *end);
 
 /* Once the server takes no more pushes: record how its run ended. served: it ran, and ckpt is the
  * checkpoint written after its last push (0: none, its rows are lost); not served: its start
- * failed (the record goes back to what it was). A count still pending leaves `running`. */
+ * failed (the record goes back to what it was, unless its lease was confirmed already: then
+ * `stopped`). A count still pending leaves `running`. */
 void ps_repl_record_end(const ps_repl_end_t *end, bool served, uint64_t ckpt);
 
 /* Append Prometheus lines (map version, promotions, drops, rejoins, lapses, copies, rows) at

@@ -13,9 +13,11 @@
 #              against a ps-server (sync), and the test AUC of each (they should agree to ~1e-3)
 #   memcheck   compute-sanitizer --tool memcheck on test_backend_equiv cuda
 # With --more (a second call, once those passed): the full ps-bench gpu (batch 32768 too),
-# compute-sanitizer's initcheck, racecheck and synccheck on test_backend_equiv, and a two-worker
+# compute-sanitizer's initcheck, racecheck and synccheck on test_backend_equiv, a two-worker
 # sync job on the one GPU (dense allreduce through NCCL) against a ps-server that is also the
-# coordinator.
+# coordinator, and `modes`: one GPU worker against a ps-server in sync, ssp:2 and async mode,
+# batch 4096 and 16384 (where a step's time goes: samples/s beside the time spent waiting for
+# pulls).
 # --only=NAME,NAME runs just those steps (env always runs).
 # Usage: tests/gpu/device_suite.sh [--full-bench] [--skip-memcheck] [--more] [--only=NAMES]
 set -u
@@ -134,8 +136,33 @@ nccl() {
     done
     kill $spid; wait $spid
 }
+# One GPU worker against one ps-server in each consistency mode: how far the sync chain (pull,
+# compute, push, acknowledgement, next pull) holds the GPU back.
+modes() {
+    local d=/tmp/ember-gpu-worker b=$e/b/bin port=$((20000 + RANDOM % 10000)) m batch
+    if [ ! -s "$d/train.tsv" ]; then
+        mkdir -p "$d"
+        "$b/ps-datagen" --rows=200000 --test-rows=25000 --vocab-max=200000 --out="$d/train.tsv" \
+            --test-out="$d/test.tsv" 2>/dev/null
+    fi
+    "$b/ps-server" --port=$port --grpc-port=$((port + 1)) --tables="name=emb,dim=16" \
+        2>"$d/mserver.txt" &
+    local spid=$!
+    sleep 2
+    for batch in 4096 16384; do
+        for m in sync ssp:2 async; do
+            "$b/ps-worker" --servers=127.0.0.1:$port --device=cuda --fresh --mode=$m \
+                --train="$d/train.tsv" --batch=$batch --json --progress-every=0 \
+                2>"$d/merr.txt" | tail -n 1 | /usr/bin/python3 -c 'import json,sys
+d=json.load(sys.stdin)
+print("batch %s mode %-6s %9.0f samples/s, pull wait %.3f of %.3f s" % (sys.argv[1], sys.argv[2],
+      d["samples_per_s"], d["pull_wait_s"], d["seconds"]))' $batch $m
+        done
+    done
+    kill $spid; wait $spid
+}
 export e libs
-export -f envcheck worker nccl
+export -f envcheck worker nccl modes
 step env 60 bash -c envcheck
 step equiv 120 "$e/b/tests/test_backend_equiv" cuda
 [ $more = 1 ] || step bench 200 "$e/b/bin/ps-bench" gpu $quick --json
@@ -152,6 +179,7 @@ if [ $more = 1 ] || [ -n "$only" ]; then
     # racecheck runs the kernels ~100x slower: the training runs on a fifth of the rows
     step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 3 \
         "$e/b/tests/test_backend_equiv" cuda --short
+    step modes 120 bash -c modes
     step benchfull 300 "$e/b/bin/ps-bench" gpu --json
 fi
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
