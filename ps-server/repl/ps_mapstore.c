@@ -160,3 +160,12 @@ int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, bool at_ck
 int ps_mapstore_run_restore(const ps_coord_store_t *st, const char *addr, const char *last) {
     return run_put(st, addr, last);
 }
+
+int ps_mapstore_runs(const ps_coord_store_t *st, pc_kv_entry_t **out, size_t *n) {
+    bool truncated;
+    int rc = st->list(st->ctx, RUN_PREFIX, PS_COORD_LIST_MAX, out, n, &truncated);
+    for (size_t i = 0; !rc && i < *n; i++) /* the address: the key after the prefix */
+        memmove((*out)[i].key, (*out)[i].key + strlen(RUN_PREFIX),
+                strlen((*out)[i].key) - strlen(RUN_PREFIX) + 1);
+    return rc;
+}

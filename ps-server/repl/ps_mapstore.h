@@ -62,4 +62,8 @@ int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, bool at_ck
 /* Put back a record ps_mapstore_run_read found (`last`): a start that failed took no push. */
 int ps_mapstore_run_restore(const ps_coord_store_t *st, const char *addr, const char *last);
 
+/* Every server's run record: (*out)[i].key its address, .value its record (pc_kv_entries_free).
+ * 0 or the store's error. */
+int ps_mapstore_runs(const ps_coord_store_t *st, pc_kv_entry_t **out, size_t *n);
+
 #endif

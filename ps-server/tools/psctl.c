@@ -22,6 +22,7 @@
 #include "pc_feature.h"
 #include "ps_api.h"
 #include "ps_coord_remote.h"
+#include "ps_mapstore.h"
 #include "psctl_plot.h"
 #include "psctl_reshard.h"
 #include "psctl_serve.h"
@@ -88,6 +89,9 @@ static void usage(FILE *f) {
                "  workers JOB            the job's workers and their membership leases, from\n"
                "                         --coordinator (a server's gRPC address or an etcd URL;\n"
                "                         default --server)\n"
+               "  runs                   servers with --cluster-coordinator (from --coordinator):\n"
+               "                         the map's version and unclean count, and how each\n"
+               "                         server's last run ended (running: it runs, or crashed)\n"
                "  reshard add ADDR       live resharding (servers with --cluster-coordinator;\n"
                "  reshard remove ADDR    --coordinator as for workers): give a new server a\n"
                "  reshard status         share of the slots, or move every role of a server\n"
@@ -334,6 +338,51 @@ static int workers(const char *job, const psg_opts_t *sec) {
     else
         cJSON_Delete(o);
     pc_kv_entries_free(e, n);
+    return 0;
+}
+
+/* `runs`: the newest map's version and unclean count, and each server's run record
+ * (ps_mapstore.h), from the coordinator: --coordinator, else --server. */
+static int runs(const psg_opts_t *sec) {
+    const char *where = g_o.coordinator[0] ? g_o.coordinator : g_o.server;
+    ps_coord_store_t st;
+    int rc = ps_coord_store_open(where, sec, (int)g_o.timeout_ms, &st);
+    if (rc) {
+        fprintf(stderr, "psctl: coordinator %s: %s\n", where, pc_strerror(rc));
+        return 2;
+    }
+    pc_cluster_map_t *m = NULL;
+    pc_kv_entry_t *e = NULL;
+    size_t n = 0;
+    if ((rc = ps_mapstore_newest(&st, 0, 1, &m)) || (rc = ps_mapstore_runs(&st, &e, &n)))
+        fprintf(stderr, "psctl: coordinator %s: %s\n", where, pc_strerror(rc));
+    st.destroy(st.ctx);
+    if (rc) {
+        pc_cmap_destroy(m);
+        return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT ? 3 : 1;
+    }
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "runs");
+    num(o, "map_version", m ? pc_cmap_version(m) : 0);
+    num(o, "unclean", m ? pc_cmap_unclean(m) : 0);
+    if (!g_o.json)
+        printf("map version %llu, unclean slots %llu\n%-24s %s\n",
+               (unsigned long long)(m ? pc_cmap_version(m) : 0),
+               (unsigned long long)(m ? pc_cmap_unclean(m) : 0), "server", "last run");
+    for (size_t i = 0; i < n; i++) {
+        const char *rec = e[i].value ? (const char *)e[i].value : "";
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddStringToObject(r, "server", e[i].key);
+        cJSON_AddStringToObject(r, "record", rec);
+        cJSON_AddItemToArray(a, r);
+        if (!g_o.json)
+            printf("%-24s %s\n", e[i].key, rec);
+    }
+    if (g_o.json)
+        emit(o);
+    else
+        cJSON_Delete(o);
+    pc_kv_entries_free(e, n);
+    pc_cmap_destroy(m);
     return 0;
 }
 
@@ -650,6 +699,8 @@ int main(int argc, char **argv) {
         rc = probe(nargs ? args[0] : "");
     } else if (!strcmp(cmd, "workers") && nargs == 1) {
         rc = workers(args[0], &po);
+    } else if (!strcmp(cmd, "runs") && nargs == 0) {
+        rc = runs(&po);
     } else if (!strcmp(cmd, "reshard")) {
         psctl_reshard_opts_t ro = {.coordinator = g_o.coordinator[0] ? g_o.coordinator : g_o.server,
                                    .sec = &po,

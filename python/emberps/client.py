@@ -390,8 +390,9 @@ class Client:
 
     def stats(self):
         """The client's counters: calls, retries, map_refreshes, reconnects, timeouts, and
-        unclean_slots: slots the servers promoted to a backup that had not caught up, over their
-        map's history (rows of them may have gone back; None with a libpsclient before 1.6)."""
+        unclean_slots: slots whose rows may have gone back (promoted to a backup that had not
+        caught up, or held alone by a server that restarted from its checkpoint), over the map's
+        history (None with a libpsclient before 1.6)."""
         s = ffi.new("psc_stats_t *")
         unclean = None
         self._enter()

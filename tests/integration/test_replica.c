@@ -58,6 +58,7 @@
 #define LEASE "--lease-ms=600"
 
 static char g_dir[256];
+static char g_psctl[600]; /* the psctl binary, next to ps-server */
 
 typedef struct cluster {
     int p0, p1, grpc0, metrics1;
@@ -421,6 +422,14 @@ static void test_sole_holder_restart(void **state) {
     assert_memory_equal(after, pushed, sizeof pushed); /* back at the exit checkpoint */
     assert_int_equal(psc_map_unclean_slots(c), PC_NSLOTS);
     assert_true(metric(metrics0, "emberps_replication_restart_unclean_slots_total") == PC_NSLOTS);
+    /* psctl runs: the count, and both servers' last runs (server 1 was killed: running) */
+    char out[4096], want[128];
+    const char *args[] = {"--json", "runs", NULL};
+    assert_int_equal(pu_psctl(g_psctl, atoi(strrchr(cl.coordarg, ':') + 1), out, sizeof out, args),
+                     0);
+    assert_non_null(strstr(out, "\"unclean\":16384"));
+    snprintf(want, sizeof want, "\"server\":\"127.0.0.1:%d\",\"record\":\"running\"", cl.p1);
+    assert_non_null(strstr(out, want));
     /* a clean stop again, then a start that fails late (its metrics port taken, after the
      * replication started): the record goes back to the clean stop, and the start after counts
      * nothing more */
@@ -508,8 +517,6 @@ static void test_stale_primary_refuses_pushes(void **state) {
 }
 
 /* ---- live resharding ---- */
-
-static char g_psctl[600];
 
 /* table_sum over both servers, then the client closed and the cluster stopped. */
 static uint64_t table_sum_down(cluster_t *cl, psc_t *c, size_t *rows) {

@@ -74,6 +74,15 @@ static void test_run_record(void **state) {
     assert_true(begin(&st, a, 7, last));
     assert_int_equal(ps_mapstore_run_end(&st, a, true, 0), 0); /* empty tables, never served */
     assert_false(begin(&st, a, 0, last));
+    pc_kv_entry_t *e;
+    size_t n;
+    assert_int_equal(ps_mapstore_runs(&st, &e, &n), 0); /* psctl runs: by address */
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        assert_true(!strcmp(e[i].key, a) || !strcmp(e[i].key, b));
+        assert_string_equal((const char *)e[i].value, "running");
+    }
+    pc_kv_entries_free(e, n);
     st.destroy(st.ctx);
 }
 
