@@ -273,14 +273,21 @@ static int kv_value(ps_coord_store_t *st, const char *where, const char *key, ch
 /* `workers JOB`: the key layout of worker/comm/pw_group.h ("<job>/runs", "<job>/run/<k>/cur",
  * ".../g/<G>" and ".../live/<rank>" holding each worker's heartbeat, a JSON object), read from
  * the coordinator: --coordinator (a ps-server's gRPC address or an etcd URL), else --server. */
+/* The coordinator's store: --coordinator, else --server (*where). psctl's exit status. */
+static int open_coordinator(const psg_opts_t *sec, ps_coord_store_t *st, const char **where) {
+    *where = g_o.coordinator[0] ? g_o.coordinator : g_o.server;
+    int rc = ps_coord_store_open(*where, sec, (int)g_o.timeout_ms, st);
+    if (rc)
+        fprintf(stderr, "psctl: coordinator %s: %s\n", *where, pc_strerror(rc));
+    return rc ? 2 : 0;
+}
+
 static int workers(const char *job, const psg_opts_t *sec) {
-    const char *where = g_o.coordinator[0] ? g_o.coordinator : g_o.server;
+    const char *where;
     ps_coord_store_t st;
-    int rc = ps_coord_store_open(where, sec, (int)g_o.timeout_ms, &st);
-    if (rc) {
-        fprintf(stderr, "psctl: coordinator %s: %s\n", where, pc_strerror(rc));
-        return 2;
-    }
+    int rc = open_coordinator(sec, &st, &where);
+    if (rc)
+        return rc;
     char key[400], runs[32], cur[32], members[4096 * 5 + 1] = ""; /* pw_group's MAX_MEMBERS */
     snprintf(key, sizeof key, "%s/runs", job);
     rc = kv_value(&st, where, key, runs, sizeof runs);
@@ -344,13 +351,11 @@ static int workers(const char *job, const psg_opts_t *sec) {
 /* `runs`: the newest map's version and unclean count, and each server's run record
  * (ps_mapstore.h), from the coordinator: --coordinator, else --server. */
 static int runs(const psg_opts_t *sec) {
-    const char *where = g_o.coordinator[0] ? g_o.coordinator : g_o.server;
+    const char *where;
     ps_coord_store_t st;
-    int rc = ps_coord_store_open(where, sec, (int)g_o.timeout_ms, &st);
-    if (rc) {
-        fprintf(stderr, "psctl: coordinator %s: %s\n", where, pc_strerror(rc));
-        return 2;
-    }
+    int rc = open_coordinator(sec, &st, &where);
+    if (rc)
+        return rc;
     pc_cluster_map_t *m = NULL;
     pc_kv_entry_t *e = NULL;
     size_t n = 0;

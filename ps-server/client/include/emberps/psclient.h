@@ -302,8 +302,9 @@ PSC_EXTERN uint64_t psc_missing_key(uint32_t field);
 PSC_EXTERN size_t psc_map_text(psc_t *c, char *buf, size_t cap);
 /* Since 1.6: slots of the cluster whose rows went back (promoted to a backup that had not caught
  * up, or held alone by a server that restarted from its checkpoint), over the history of the map
- * the client uses now (its `unclean=N`; docs/server.md "Which backup is promoted"). It only grows: when it does, rows of those slots may have gone back to older
- * values (or their initial ones), and acknowledged pushes to them may be gone. Thread-safe. */
+ * the client uses now (its `unclean=N`; docs/server.md "Which backup is promoted"). It only grows:
+ * when it does, rows of those slots may have gone back to older values (or their initial ones), and
+ * acknowledged pushes to them may be gone. Thread-safe. */
 PSC_EXTERN uint64_t psc_map_unclean_slots(psc_t *c);
 
 typedef struct psc_stats {
