@@ -83,8 +83,12 @@ static void cluster_start(cluster_t *c, const char *table, bool fixed_grpc1) {
         snprintf(c->grpc1arg, sizeof c->grpc1arg, "--grpc-port=%d", pu_free_port());
     cc_two_servers(&c->p0, &c->p1, c->map, sizeof c->map, c->maparg, sizeof c->maparg);
     snprintf(c->tables, sizeof c->tables, "--tables=%s", table);
-    snprintf(c->ckpt0, sizeof c->ckpt0, "--ckpt-dir=%s/ckpt-%d", g_dir, c->p0);
-    snprintf(c->ckpt1, sizeof c->ckpt1, "--ckpt-dir=%s/ckpt-%d", g_dir, c->p1);
+    /* directories of this cluster only: a port a later test is given again must not bring back
+     * an earlier cluster's exit checkpoint (its table, claimed by that test's job) */
+    static int clusters;
+    clusters++;
+    snprintf(c->ckpt0, sizeof c->ckpt0, "--ckpt-dir=%s/ckpt-c%d-0", g_dir, clusters);
+    snprintf(c->ckpt1, sizeof c->ckpt1, "--ckpt-dir=%s/ckpt-c%d-1", g_dir, clusters);
     start_server0(c, 0);
     start_server1(c, 0);
 }
