@@ -115,17 +115,27 @@ int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *t
     return put_text(st, TARGET, target, false);
 }
 
+/* The run record's key of addr. */
+static void run_key(char *key, size_t cap, const char *addr) {
+    snprintf(key, cap, RUN_PREFIX "%s", addr);
+}
+
+/* The record of a stop with exactly checkpoint id's rows. */
+static void stopped_at(char *text, size_t cap, uint64_t id) {
+    snprintf(text, cap, STOPPED " checkpoint=%" PRIu64, id);
+}
+
 /* Write text as the run record of addr. */
 static int run_put(const ps_coord_store_t *st, const char *addr, const char *text) {
     char key[PC_ADDR_MAX + 32];
-    snprintf(key, sizeof key, RUN_PREFIX "%s", addr);
+    run_key(key, sizeof key, addr);
     return st->set(st->ctx, key, text, strlen(text), false, 0);
 }
 
 int ps_mapstore_run_read(const ps_coord_store_t *st, const char *addr, uint64_t restored,
                          bool *went_back, char *last, size_t cap) {
     char key[PC_ADDR_MAX + 32], text[64] = "none", clean[64];
-    snprintf(key, sizeof key, RUN_PREFIX "%s", addr);
+    run_key(key, sizeof key, addr);
     void *val = NULL;
     size_t len = 0;
     *went_back = false;
@@ -137,7 +147,7 @@ int ps_mapstore_run_read(const ps_coord_store_t *st, const char *addr, uint64_t 
         memcpy(text, val, n);
         text[n] = '\0';
         free(val);
-        snprintf(clean, sizeof clean, STOPPED " checkpoint=%" PRIu64, restored);
+        stopped_at(clean, sizeof clean, restored);
         *went_back = strcmp(text, clean) != 0;
     }
     snprintf(last, cap, "%s", text);
@@ -151,7 +161,7 @@ int ps_mapstore_run_start(const ps_coord_store_t *st, const char *addr) {
 int ps_mapstore_run_end(const ps_coord_store_t *st, const char *addr, bool at_ckpt, uint64_t ckpt) {
     char text[64];
     if (at_ckpt)
-        snprintf(text, sizeof text, STOPPED " checkpoint=%" PRIu64, ckpt);
+        stopped_at(text, sizeof text, ckpt);
     else
         snprintf(text, sizeof text, STOPPED);
     return run_put(st, addr, text);

@@ -167,7 +167,6 @@ struct ps_repl {
     bool alone_known;   /* alone[] is set (from the map at start, else at the first confirm) */
     char prev[64];      /* the record found at start */
     uint64_t alone[PC_NSLOTS / 64]; /* slots held alone then */
-    bool took_pushes; /* the data plane took pushes (its lease confirmed) in this run */
     uint64_t tried_ver,
         tried_unclean;    /* a count written unanswered: its version, the map's count */
     uint32_t tried_alone; /* and the slots it added */
@@ -470,7 +469,6 @@ static void confirm(ps_repl_t *r) {
         pc_cmap_destroy(m);
         r->lapsed = false;
         r->went_back = false;
-        r->took_pushes = true; /* from a promotion on */
         ps_dp_set_write_until(r->dp, r->lease_until);
         return;
     }
@@ -485,7 +483,6 @@ static void confirm(ps_repl_t *r) {
     const int rc = change_map(r, m, "this server confirmed as primary (its lease was not held)");
     if (rc == 0) {
         r->lapsed = false;
-        r->took_pushes = true;
         ps_dp_set_write_until(r->dp, r->lease_until);
         if (alone)
             counted(r, alone);
@@ -1561,9 +1558,9 @@ static void fill_end(const ps_repl_t *r, ps_repl_end_t *end) {
     end->store = r->store;
     end->recorded = true;
     end->pending = r->went_back;
-    ps_dp_stats_t st;
-    ps_dp_stats(r->dp, &st); /* confirmed, and a push came: rows in no record */
-    end->took_pushes = r->took_pushes && st.rows_pushed > 0;
+    ps_dp_stats_t st; /* fenced until a lease was confirmed: a push means it was */
+    ps_dp_stats(r->dp, &st);
+    end->took_pushes = st.rows_pushed > 0;
     end->restored = r->o.restored;
     snprintf(end->addr, sizeof end->addr, "%s", r->self_addr);
     snprintf(end->prev, sizeof end->prev, "%s", r->prev);

@@ -81,9 +81,9 @@ typedef struct pw_emb_ops {
     /* Maps adopted since the first (psc_stats' map_refreshes): map_text read after it is at
      * least that new. Set when map_text is. Thread-safe. */
     uint64_t (*map_refreshes)(pw_emb_t *e);
-    /* Slots the servers promoted to a backup that had not caught up, over their map's history
-     * (psclient.h psc_map_unclean_slots): when it grows, rows may have gone back. NULL: no
-     * servers (local). Thread-safe. */
+    /* Slots whose rows went back (promoted to a backup that had not caught up, or held alone by
+     * a server that restarted from its checkpoint), over the servers' map's history (psclient.h
+     * psc_map_unclean_slots). NULL: no servers (local). Thread-safe. */
     uint64_t (*unclean_slots)(pw_emb_t *e);
     void (*close)(pw_emb_t *e);
 } pw_emb_ops_t;

@@ -392,7 +392,7 @@ static void look_map(trainer_t *t, bool force) {
     pc_sfree(text);
 }
 
-/* The servers' count of unclean promotions, as the store's map has it (0: local). */
+/* The servers' count of slots whose rows went back, as the store's map has it (0: local). */
 static uint64_t unclean_now(trainer_t *t) {
     return t->emb->ops->unclean_slots ? t->emb->ops->unclean_slots(t->emb) : 0;
 }
