@@ -5,9 +5,11 @@
  *    no parser can beat;
  *  - pw_parse_line on every line (one thread): parse_lines_per_s and its ratio to the baseline;
  *  - the reader (its own thread, batches of 1024 through the queue) over the same data written
- *    to a file: lines/s as a trainer would see them;
+ *    to a file: lines/s as a trainer would see them, parsing on the reader thread and on 1, 2
+ *    and 4 parse threads (up to the CPUs there are; unpinned, whatever --pin says);
  *  - ps-datagen's generator: rows/s.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +82,44 @@ char *bench_gen_lines(uint64_t n, size_t *len_out, double *rows_per_s) {
     return data;
 }
 
+/* The reader over the n lines of path, batches of 1024, with `threads` parse threads: lines/s as
+ * a trainer taking the batches sees them (best of 2). */
+static double reader_lines_per_s(const char *path, uint64_t n, int threads) {
+    double best = 0;
+    for (int k = 0; k < 2; k++) {
+        const char *paths[] = {path};
+        pw_reader_opts_t ro = {.format = PW_FMT_CRITEO,
+                               .paths = paths,
+                               .npaths = 1,
+                               .world = 1,
+                               .batch = 1024,
+                               .queue = 4,
+                               .epochs = 1,
+                               .max_error_rate = 0,
+                               .parse_threads = threads};
+        pw_reader_t *rd;
+        const uint64_t t0 = pc_time_mono_ns();
+        if (pw_reader_open(&ro, &rd))
+            abort();
+        uint64_t got = 0;
+        for (const pw_batch_t *b; (b = pw_reader_next(rd));)
+            got += b->n;
+        const double rate = (double)got / pc_time_sec_since(t0);
+        if (pw_reader_error(rd) || got != n)
+            abort();
+        pw_reader_close(rd);
+        best = rate > best ? rate : best;
+    }
+    return best;
+}
+
 int bench_data_main(int argc, char **argv) {
     bench_opts_t o;
     bench_parse_opts(argc, argv, "data", &o);
     const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 20000 : o.quick ? 300000 : 1000000;
+    cpu_set_t all_cpus;
+    if (sched_getaffinity(0, sizeof all_cpus, &all_cpus))
+        abort();
     bench_pin(&o, 0);
     size_t len;
     double gen_rate;
@@ -99,26 +135,16 @@ int bench_data_main(int argc, char **argv) {
     if (fd < 0 || write(fd, data, len) != (ssize_t)len)
         abort();
     close(fd);
-    const char *paths[] = {path};
-    pw_reader_opts_t ro = {.format = PW_FMT_CRITEO,
-                           .paths = paths,
-                           .npaths = 1,
-                           .world = 1,
-                           .batch = 1024,
-                           .queue = 4,
-                           .epochs = 1,
-                           .max_error_rate = 0};
-    pw_reader_t *rd;
-    const uint64_t t0 = pc_time_mono_ns();
-    if (pw_reader_open(&ro, &rd))
+    /* The reader's threads need the cores: unpinned from here on. */
+    if (sched_setaffinity(0, sizeof all_cpus, &all_cpus))
         abort();
-    uint64_t got = 0;
-    for (const pw_batch_t *b; (b = pw_reader_next(rd));)
-        got += b->n;
-    const double reader_rate = (double)got / pc_time_sec_since(t0);
-    if (pw_reader_error(rd) || got != n)
-        abort();
-    pw_reader_close(rd);
+    const double reader_rate = reader_lines_per_s(path, n, 0);
+    const int cpus = CPU_COUNT(&all_cpus);
+    const int par_threads = cpus > 4 ? 4 : cpus;
+    double par_rate[3] = {0}; /* 1, 2, 4 parse threads (up to par_threads) */
+    for (int k = 0, t = 1; t <= par_threads; k++, t *= 2)
+        par_rate[k] = reader_lines_per_s(path, n, t);
+    const double best = par_rate[par_threads >= 4 ? 2 : par_threads >= 2 ? 1 : 0];
     unlink(path);
     free(data);
 
@@ -128,6 +154,11 @@ int bench_data_main(int argc, char **argv) {
     printf("%-40s %12.0f lines/s  (%.2f of the baseline, median of 3)\n",
            "pw_parse_line (Criteo, 1 thread)", parse_rate, ratio);
     printf("%-40s %12.0f lines/s\n", "reader (file -> thread -> batches)", reader_rate);
+    for (int k = 0, t = 1; t <= par_threads; k++, t *= 2) {
+        char what[64];
+        snprintf(what, sizeof what, "reader, %d parse thread%s", t, t > 1 ? "s" : "");
+        printf("%-40s %12.0f lines/s  (%.2fx)\n", what, par_rate[k], par_rate[k] / reader_rate);
+    }
     printf("%-40s %12.0f rows/s\n", "ps-datagen generator", gen_rate);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "bench", "data");
@@ -136,6 +167,9 @@ int bench_data_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "scan_lines_per_s", base_rate);
     cJSON_AddNumberToObject(root, "parse_vs_scan", ratio);
     cJSON_AddNumberToObject(root, "reader_lines_per_s", reader_rate);
+    cJSON_AddNumberToObject(root, "reader_parse_threads", par_threads);
+    cJSON_AddNumberToObject(root, "reader_parallel_lines_per_s", best);
+    cJSON_AddNumberToObject(root, "reader_parallel_vs_serial", best / reader_rate);
     cJSON_AddNumberToObject(root, "datagen_rows_per_s", gen_rate);
     bench_emit_json(&o, root);
     return 0;

@@ -137,7 +137,8 @@ nccl() {
     kill $spid; wait $spid
 }
 # One GPU worker against one ps-server in each consistency mode: how far the sync chain (pull,
-# compute, push, acknowledgement, next pull) holds the GPU back.
+# compute, push, acknowledgement, next pull) holds the GPU back; each parsing on the reader thread
+# and on the default parse threads, then the reader alone (ps-bench data).
 modes() {
     local d=/tmp/ember-gpu-worker b=$e/b/bin port=$((20000 + RANDOM % 10000)) m batch
     if [ ! -s "$d/train.tsv" ]; then
@@ -149,16 +150,22 @@ modes() {
         2>"$d/mserver.txt" &
     local spid=$!
     sleep 2
-    for batch in 4096 16384; do
-        for m in sync ssp:2 async; do
-            "$b/ps-worker" --servers=127.0.0.1:$port --device=cuda --fresh --mode=$m \
-                --train="$d/train.tsv" --batch=$batch --json --progress-every=0 \
-                2>"$d/merr.txt" | tail -n 1 | /usr/bin/python3 -c 'import json,sys
+    local pt
+    for pt in 0 -1; do # parsing on the reader thread; on the default parse threads
+        for batch in 4096 16384; do
+            for m in sync ssp:2 async; do
+                "$b/ps-worker" --servers=127.0.0.1:$port --device=cuda --fresh --mode=$m \
+                    --train="$d/train.tsv" --batch=$batch --parse-threads=$pt --json \
+                    --progress-every=0 2>"$d/merr.txt" | tail -n 1 | /usr/bin/python3 -c '
+import json,sys
 d=json.load(sys.stdin)
-print("batch %s mode %-6s %9.0f samples/s, pull wait %.3f of %.3f s" % (sys.argv[1], sys.argv[2],
-      d["samples_per_s"], d["pull_wait_s"], d["seconds"]))' $batch $m
+print("parse threads %s batch %s mode %-6s %9.0f samples/s, pull wait %.3f of %.3f s" % (
+      sys.argv[1], sys.argv[2], sys.argv[3], d["samples_per_s"], d["pull_wait_s"], d["seconds"]))
+' $pt $batch $m
+            done
         done
     done
+    "$b/ps-bench" data --quick | tail -n 5
     kill $spid; wait $spid
 }
 export e libs
@@ -179,7 +186,7 @@ if [ $more = 1 ] || [ -n "$only" ]; then
     # racecheck runs the kernels ~100x slower: the training runs on a fifth of the rows
     step racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 3 \
         "$e/b/tests/test_backend_equiv" cuda --short
-    step modes 120 bash -c modes
+    step modes 240 bash -c modes
     step benchfull 300 "$e/b/bin/ps-bench" gpu --json
 fi
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"

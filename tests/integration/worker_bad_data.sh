@@ -9,6 +9,7 @@
 #   - a good training file with an all-bad test file: the test file named;
 #   - a small file over --max-error-rate (20 of 200 lines bad): refused at 0.01 (the default),
 #     trained at --max-error-rate=0.2 with the per-file counts in the text and JSON summaries;
+#   - the same two on two parse threads: the same refusal, counts and test AUC;
 #   - --max-error-rate=1 on an all-bad file: still no usable samples.
 set -eu
 bin=$1
@@ -87,6 +88,20 @@ if [ "$rc" -ne 0 ] ||
     fails=$((fails + 1))
 else
     echo "ok: --max-error-rate=0.2 trains; JSON: $(grep -o '"train_files".*' "$dir/allowed.out")"
+fi
+# On two parse threads: the same refusal, and the same counts, loss and test AUC.
+run rate_pt --parse-threads=2 --train="$dir/some.tsv"
+expect_fail rate_pt "$dir/some.tsv" "20 of 200 lines malformed, over max_error_rate 0.01 \(first: line 3: "
+run allowed_pt --parse-threads=2 --max-error-rate=0.2 --train="$dir/some.tsv" --test="$dir/good.tsv" --json
+auc() { grep -o -E '"(train_loss|auc|logloss)":[^,]*' "$1" | tr '\n' ' '; }
+if [ "$rc" -ne 0 ] || [ -z "$(auc "$dir/allowed.out")" ] ||
+    [ "$(auc "$dir/allowed_pt.out")" != "$(auc "$dir/allowed.out")" ] ||
+    ! grep -q "\"train_files\":\[{\"path\":\"$dir/some.tsv\",\"lines\":200,\"samples\":180,\"malformed\":20}\]" "$dir/allowed_pt.out"; then
+    echo "FAIL: --parse-threads=2: exit $rc, $(auc "$dir/allowed_pt.out") (want $(auc "$dir/allowed.out")), or other counts:"
+    cat "$dir/allowed_pt.out" "$dir/allowed_pt.err"
+    fails=$((fails + 1))
+else
+    echo "ok: --parse-threads=2 trains the same: $(auc "$dir/allowed_pt.out")"
 fi
 run allowed_text --max_error_rate=0.2 --train="$dir/some.tsv"
 if [ "$rc" -ne 0 ] ||

@@ -6,7 +6,9 @@
  * source is a gzFile; stdin is wrapped with gzdopen. Counts: one set per source (atomics the
  * reader thread adds to and any thread reads; the first bad line's reason written once under
  * mu) and the stream's totals; the reason the stream stopped (`why`) is written by the reader
- * thread before it finishes, under mu.
+ * thread before it finishes, under mu. A line's bookkeeping is two halves in stream order,
+ * line_admit before parsing and line_commit after, so parsing can move to other threads between
+ * them (the parse pool below) without changing what the reader gives.
  */
 #include "pw_reader.h"
 
@@ -17,6 +19,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -29,6 +32,7 @@
 #define LINE_MAX_BYTES (1u << 20)
 #define LOG_BAD_MAX    20
 #define MIN_LINES_RATE 1000
+#define PARSE_ERR_MAX  160 /* a parse error's reason */
 
 /* What one source gave (pw_reader_source_t without the copy's plainness). */
 typedef struct src_count {
@@ -77,24 +81,47 @@ static int batch_alloc(pw_batch_t *b, size_t batch, size_t key_cap) {
     return b->labels && b->dense && b->key_off && b->keys && b->fields && b->vals ? 0 : PC_ENOMEM;
 }
 
+/* A sample as a batch takes it: a pw_sample_t parsed on the reader thread, or one packed in a
+ * parsed chunk. */
+typedef struct sample_ref {
+    float label;
+    uint32_t ndense, nkeys;
+    const float *dense;
+    const uint64_t *keys;
+    const uint16_t *field;
+    const float *val;
+} sample_ref_t;
+
+static sample_ref_t ref_of(const pw_sample_t *s) {
+    return (sample_ref_t){s->label, s->ndense, s->nkeys, s->dense, s->keys, s->field, s->val};
+}
+
+/* Grow three parallel key arrays to hold `need` keys (*cap becomes at least that). */
+static int keys_reserve(uint64_t **keys, uint16_t **fields, float **vals, size_t *cap,
+                        size_t need) {
+    if (need <= *cap)
+        return 0;
+    size_t nc = 2 * *cap > need ? 2 * *cap : need;
+    uint64_t *k = pc_srealloc(PC_MEM_BATCH, *keys, nc * sizeof *k);
+    if (k)
+        *keys = k;
+    uint16_t *f = pc_srealloc(PC_MEM_BATCH, *fields, nc * sizeof *f);
+    if (f)
+        *fields = f;
+    float *v = pc_srealloc(PC_MEM_BATCH, *vals, nc * sizeof *v);
+    if (v)
+        *vals = v;
+    if (!k || !f || !v)
+        return PC_ENOMEM;
+    *cap = nc;
+    return 0;
+}
+
 /* Append sample s to batch b (whose key arrays hold *cap keys). */
-static int batch_add(pw_batch_t *b, size_t *cap, const pw_sample_t *s) {
+static int batch_add(pw_batch_t *b, size_t *cap, const sample_ref_t *s) {
     const size_t base = b->key_off[b->n];
-    if (base + s->nkeys > *cap) {
-        size_t nc = 2 * *cap + s->nkeys;
-        uint64_t *k = pc_srealloc(PC_MEM_BATCH, b->keys, nc * sizeof *k);
-        if (k)
-            b->keys = k;
-        uint16_t *f = pc_srealloc(PC_MEM_BATCH, b->fields, nc * sizeof *f);
-        if (f)
-            b->fields = f;
-        float *v = pc_srealloc(PC_MEM_BATCH, b->vals, nc * sizeof *v);
-        if (v)
-            b->vals = v;
-        if (!k || !f || !v)
-            return PC_ENOMEM;
-        *cap = nc;
-    }
+    if (keys_reserve(&b->keys, &b->fields, &b->vals, cap, base + s->nkeys))
+        return PC_ENOMEM;
     b->labels[b->n] = s->label;
     if (b->n == 0)
         b->ndense = s->ndense;
@@ -190,35 +217,55 @@ static int check_rate(pw_reader_t *r, size_t i, bool at_end) {
     return PC_EPARSE;
 }
 
-/* One line of a source (`len` bytes, its newline included when it had one; `too_long` when the
- * line was cut at LINE_MAX_BYTES). Counted, parsed and batched; bad lines logged and counted;
- * blank lines skipped (they count only toward positions). 0, 1 when the reader is to stop, or a
- * fatal error. */
-static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char *line, size_t len,
-                     bool too_long, uint64_t *bad_here) {
+/* What the reader does with a line before it is parsed (line_admit). */
+enum { LINE_KEEP, LINE_STOP, LINE_DROP };
+/* What a kept line is: its kind decides whether it is parsed (line_commit). */
+enum { LINE_TEXT, LINE_BLANK, LINE_LONG };
+
+static int line_kind(const char *line, size_t len, bool too_long) {
+    if (too_long)
+        return LINE_LONG;
+    return len == 0 || (len == 1 && line[0] == '\n') ||
+                   (len == 2 && line[0] == '\r' && line[1] == '\n')
+               ? LINE_BLANK
+               : LINE_TEXT;
+}
+
+/* The first half of a line's bookkeeping, in stream order before it is parsed: its bytes are
+ * counted; a CSV header and lines skipped for a resume are dropped (not counted: resume offsets
+ * skip them anyway); every 4096 lines the reader looks whether it is told to stop. */
+static int line_admit(cursor_t *c, uint64_t lineno, size_t len) {
     pw_reader_t *r = c->r;
-    src_count_t *sc = &r->src[c->src];
     atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
     if (lineno == 1 && r->o.format == PW_FMT_CSV && r->csv.header)
-        return 0; /* not a sample, and not counted: resume offsets skip it anyway */
+        return LINE_DROP;
     if (c->skip) {
         c->skip--;
-        return 0;
+        return LINE_DROP;
     }
     if ((lineno & 4095) == 0 && stopping(r))
-        return 1;
+        return LINE_STOP;
+    return LINE_KEEP;
+}
+
+/* The second half, in stream order once the line is parsed (prc and err: pw_parse_line's answer
+ * for a LINE_TEXT line; s: its sample when prc is 0): the line counts toward the batch's
+ * positions; blank lines end there; the rest are counted, bad lines logged and counted, samples
+ * batched. 0, 1 when the reader is to stop, or a fatal error. */
+static int line_commit(cursor_t *c, const char *where, uint64_t lineno, int kind, int prc,
+                       const char *err, const sample_ref_t *s, uint64_t *bad_here) {
+    pw_reader_t *r = c->r;
+    src_count_t *sc = &r->src[c->src];
     c->b->lines++;
-    if (!too_long && (len == 0 || (len == 1 && line[0] == '\n') ||
-                      (len == 2 && line[0] == '\r' && line[1] == '\n')))
-        return 0; /* blank */
+    if (kind == LINE_BLANK)
+        return 0;
     atomic_fetch_add_explicit(&r->lines, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sc->lines, 1, memory_order_relaxed);
-    char err[160];
-    int prc = too_long ? PC_ETOOBIG
-                       : pw_parse_line(r->o.format, &r->csv, line, len, &c->s, err, sizeof err);
+    if (kind == LINE_LONG) {
+        prc = PC_ETOOBIG;
+        err = "line longer than 1 MiB";
+    }
     if (prc) {
-        if (too_long)
-            snprintf(err, sizeof err, "line longer than 1 MiB");
         atomic_fetch_add(&r->bad, 1);
         if (atomic_fetch_add(&sc->bad, 1) == 0) {
             pthread_mutex_lock(&r->mu);
@@ -235,7 +282,7 @@ static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char
             PC_WARN("%s:%llu: %s", where, (unsigned long long)lineno, err);
         return check_rate(r, c->src, false);
     }
-    int rc = batch_add(c->b, &r->caps[c->b - r->slots], &c->s);
+    int rc = batch_add(c->b, &r->caps[c->b - r->slots], s);
     if (rc)
         return rc;
     atomic_fetch_add_explicit(&r->samples, 1, memory_order_relaxed);
@@ -248,8 +295,277 @@ static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char
     return 0;
 }
 
-/* One file source (or stdin): read, parse, batch. 0, or a fatal error. */
-static int read_source(cursor_t *c, const char *path, char *line) {
+/* One line of a source (`len` bytes, its newline included when it had one; `too_long` when the
+ * line was cut at LINE_MAX_BYTES), parsed here on the reader thread: admitted, parsed and
+ * committed at once. 0, 1 when the reader is to stop, or a fatal error. */
+static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char *line, size_t len,
+                     bool too_long, uint64_t *bad_here) {
+    const int a = line_admit(c, lineno, len);
+    if (a != LINE_KEEP)
+        return a == LINE_STOP;
+    const int kind = line_kind(line, len, too_long);
+    char err[PARSE_ERR_MAX] = "";
+    const int prc = kind == LINE_TEXT ? pw_parse_line(c->r->o.format, &c->r->csv, line, len, &c->s,
+                                                      err, sizeof err)
+                                      : 0;
+    const sample_ref_t s = ref_of(&c->s);
+    return line_commit(c, where, lineno, kind, prc, err, &s, bad_here);
+}
+
+/* ==== parse threads (file sources) ========================================================= */
+
+/* With parse_threads > 0 the reader thread reads a file's lines into chunks of up to
+ * CHUNK_LINES lines (admitting each as take_line does), hands each chunk to the parse threads
+ * and commits the parsed chunks in stream order, line by line, through line_commit: counts,
+ * positions, logs, the error-rate rule and the batches are those of parsing on the reader thread.
+ * The ring holds 2 chunks per parse thread and 2 more, so the reader fills one while the threads
+ * parse and the oldest waits to be committed. */
+#define CHUNK_LINES 256
+#define CHUNK_TEXT  (128u << 10) /* bytes of text after which a chunk is handed over */
+
+typedef struct chunk_line {
+    uint64_t lineno;
+    size_t off, len; /* its text in the chunk (LINE_TEXT) */
+    int kind, prc;
+    size_t key0; /* its keys in the chunk's key arrays (parsed, prc 0) */
+    uint32_t nkeys;
+} chunk_line_t;
+
+typedef struct chunk {
+    size_t n; /* lines */
+    chunk_line_t line[CHUNK_LINES];
+    char *text;
+    size_t text_len, text_cap;
+    /* filled by a parse thread */
+    int rc;      /* PC_ENOMEM when its key arrays could not grow: nothing of it is committed */
+    bool parsed; /* under the pool's mu */
+    float label[CHUNK_LINES];
+    uint32_t ndense[CHUNK_LINES];
+    float dense[CHUNK_LINES][PW_DENSE_MAX];
+    uint64_t *keys;
+    uint16_t *fields;
+    float *vals;
+    size_t key_cap;
+    char err[CHUNK_LINES][PARSE_ERR_MAX];
+} chunk_t;
+
+typedef struct parse_pool {
+    pw_reader_t *r;
+    pthread_t *th;
+    int nth;
+    pw_sample_t *scratch; /* one per thread */
+    chunk_t *ring;
+    size_t nring;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    uint64_t submitted, taken, committed; /* chunk sequence numbers; ring slot = seq % nring */
+    bool quit;
+} parse_pool_t;
+
+static void parse_chunk(const pw_reader_t *r, chunk_t *k, pw_sample_t *s) {
+    size_t nkeys = 0;
+    k->rc = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        chunk_line_t *l = &k->line[i];
+        l->key0 = nkeys;
+        l->nkeys = 0;
+        if (l->kind != LINE_TEXT)
+            continue;
+        l->prc = pw_parse_line(r->o.format, &r->csv, k->text + l->off, l->len, s, k->err[i],
+                               PARSE_ERR_MAX);
+        if (l->prc)
+            continue;
+        if (keys_reserve(&k->keys, &k->fields, &k->vals, &k->key_cap, nkeys + s->nkeys)) {
+            k->rc = PC_ENOMEM;
+            return;
+        }
+        k->label[i] = s->label;
+        k->ndense[i] = s->ndense;
+        memcpy(k->dense[i], s->dense, s->ndense * sizeof(float));
+        memcpy(k->keys + nkeys, s->keys, s->nkeys * sizeof(uint64_t));
+        memcpy(k->fields + nkeys, s->field, s->nkeys * sizeof(uint16_t));
+        memcpy(k->vals + nkeys, s->val, s->nkeys * sizeof(float));
+        l->nkeys = s->nkeys;
+        nkeys += s->nkeys;
+    }
+}
+
+typedef struct parse_arg {
+    parse_pool_t *p;
+    int i;
+} parse_arg_t;
+
+static void *parse_main(void *arg) {
+    parse_pool_t *p = ((parse_arg_t *)arg)->p;
+    pw_sample_t *s = &p->scratch[((parse_arg_t *)arg)->i];
+    pc_sfree(arg);
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->taken == p->submitted)
+            pthread_cond_wait(&p->work, &p->mu);
+        if (p->taken == p->submitted) /* quit, and nothing left */
+            break;
+        chunk_t *k = &p->ring[p->taken++ % p->nring];
+        pthread_mutex_unlock(&p->mu);
+        parse_chunk(p->r, k, s);
+        pthread_mutex_lock(&p->mu);
+        k->parsed = true;
+        pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void pool_free(parse_pool_t *p) {
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->nth; i++)
+        pthread_join(p->th[i], NULL);
+    for (size_t i = 0; p->ring && i < p->nring; i++) {
+        pc_sfree(p->ring[i].text);
+        pc_sfree(p->ring[i].keys);
+        pc_sfree(p->ring[i].fields);
+        pc_sfree(p->ring[i].vals);
+    }
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    pc_sfree(p->ring);
+    pc_sfree(p->scratch);
+    pc_sfree(p->th);
+    pc_sfree(p);
+}
+
+/* n parse threads for reader r; NULL when out of memory or threads (the caller stops). */
+static parse_pool_t *pool_new(pw_reader_t *r, int n) {
+    parse_pool_t *p = pc_scalloc(PC_MEM_BATCH, 1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->r = r;
+    p->nring = 2 * (size_t)n + 2;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->ring = pc_scalloc(PC_MEM_BATCH, p->nring, sizeof *p->ring);
+    p->scratch = pc_scalloc(PC_MEM_BATCH, (size_t)n, sizeof *p->scratch);
+    p->th = pc_scalloc(PC_MEM_BATCH, (size_t)n, sizeof *p->th);
+    bool ok = p->ring && p->scratch && p->th;
+    for (int i = 0; ok && i < n; i++) {
+        parse_arg_t *a = pc_smalloc(PC_MEM_BATCH, sizeof *a);
+        ok = a != NULL;
+        if (ok) {
+            *a = (parse_arg_t){p, i};
+            ok = pthread_create(&p->th[i], NULL, parse_main, a) == 0;
+            if (!ok)
+                pc_sfree(a);
+        }
+        p->nth += ok;
+    }
+    if (!ok) {
+        pool_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Commit the oldest handed-over chunk, waiting until it is parsed (or, with `discard`, only wait
+ * and drop it). 0, 1 to stop, or a fatal error. */
+static int commit_chunk(cursor_t *c, parse_pool_t *p, const char *where, uint64_t *bad_here,
+                        bool discard) {
+    chunk_t *k = &p->ring[p->committed % p->nring];
+    pthread_mutex_lock(&p->mu);
+    while (!k->parsed)
+        pthread_cond_wait(&p->done, &p->mu);
+    k->parsed = false; /* the slot is the reader's again: no thread takes it before a submit */
+    pthread_mutex_unlock(&p->mu);
+    int rc = discard ? 0 : k->rc;
+    for (size_t i = 0; !rc && !discard && i < k->n; i++) {
+        const chunk_line_t *l = &k->line[i];
+        const sample_ref_t s = {k->label[i],      k->ndense[i],      l->nkeys,
+                                k->dense[i],      k->keys + l->key0, k->fields + l->key0,
+                                k->vals + l->key0};
+        rc = line_commit(c, where, l->lineno, l->kind, l->prc, k->err[i], &s, bad_here);
+    }
+    k->n = 0;
+    k->text_len = 0;
+    p->committed++;
+    return rc;
+}
+
+/* Hand the chunk being filled to the parse threads (when it has lines), then commit the parsed
+ * chunks at the ring's head, waiting for the oldest while the ring is full. */
+static int submit_chunk(cursor_t *c, parse_pool_t *p, const char *where, uint64_t *bad_here) {
+    if (p->ring[p->submitted % p->nring].n) {
+        pthread_mutex_lock(&p->mu);
+        p->submitted++;
+        pthread_cond_signal(&p->work);
+        pthread_mutex_unlock(&p->mu);
+    }
+    int rc = 0;
+    while (!rc && p->committed < p->submitted) {
+        if (p->submitted - p->committed < p->nring) { /* room: commit only what is ready */
+            pthread_mutex_lock(&p->mu);
+            const bool ready = p->ring[p->committed % p->nring].parsed;
+            pthread_mutex_unlock(&p->mu);
+            if (!ready)
+                break;
+        }
+        rc = commit_chunk(c, p, where, bad_here, false);
+    }
+    return rc;
+}
+
+/* One line read from a file, for the parse threads: admitted now, committed once parsed. */
+static int feed_line(cursor_t *c, parse_pool_t *p, const char *where, uint64_t lineno,
+                     const char *line, size_t len, bool too_long, uint64_t *bad_here) {
+    const int a = line_admit(c, lineno, len);
+    if (a != LINE_KEEP)
+        return a == LINE_STOP;
+    chunk_t *k = &p->ring[p->submitted % p->nring];
+    chunk_line_t *l = &k->line[k->n];
+    *l = (chunk_line_t){.lineno = lineno, .kind = line_kind(line, len, too_long)};
+    if (l->kind == LINE_TEXT) {
+        if (k->text_len + len > k->text_cap) {
+            const size_t cap = k->text_len + len > CHUNK_TEXT ? k->text_len + len : CHUNK_TEXT;
+            char *t = pc_srealloc(PC_MEM_BATCH, k->text, cap);
+            if (!t)
+                return PC_ENOMEM;
+            k->text = t;
+            k->text_cap = cap;
+        }
+        memcpy(k->text + k->text_len, line, len);
+        l->off = k->text_len;
+        l->len = len;
+        k->text_len += len;
+    }
+    k->n++;
+    return k->n == CHUNK_LINES || k->text_len >= CHUNK_TEXT ? submit_chunk(c, p, where, bad_here)
+                                                            : 0;
+}
+
+/* The end of a file (or of reading it, rc != 0): hand over what is left and commit everything;
+ * after an error or a stop, wait for the threads and drop what they parsed. */
+static int drain_chunks(cursor_t *c, parse_pool_t *p, const char *where, uint64_t *bad_here,
+                        int rc) {
+    if (!rc)
+        rc = submit_chunk(c, p, where, bad_here);
+    while (p->committed < p->submitted) {
+        int crc = commit_chunk(c, p, where, bad_here, rc != 0);
+        if (!rc)
+            rc = crc;
+    }
+    p->ring[p->submitted % p->nring].n = 0; /* a partial chunk not handed over */
+    p->ring[p->submitted % p->nring].text_len = 0;
+    return rc;
+}
+
+/* One file source (or stdin): read, parse (here, or on the parse threads of p), batch. 0, or a
+ * fatal error. */
+static int read_source(cursor_t *c, parse_pool_t *p, const char *path, char *line) {
     const int fd = strcmp(path, "-") == 0 ? dup(0) : -1;
     gzFile gz = fd >= 0 ? gzdopen(fd, "rb") : strcmp(path, "-") ? gzopen(path, "rb") : NULL;
     if (!gz && fd >= 0)
@@ -270,8 +586,11 @@ static int read_source(cursor_t *c, const char *path, char *line) {
             while (gzgets(gz, tail, sizeof tail) && tail[strlen(tail) - 1] != '\n')
                 ;
         }
-        rc = take_line(c, path, lineno, line, len, too_long, &bad_here);
+        rc = p ? feed_line(c, p, path, lineno, line, len, too_long, &bad_here)
+               : take_line(c, path, lineno, line, len, too_long, &bad_here);
     }
+    if (p)
+        rc = drain_chunks(c, p, path, &bad_here, rc);
     if (rc == 1)
         rc = 0;
     int gerr;
@@ -502,8 +821,16 @@ static void *reader_main(void *arg) {
     }
     c->r = r;
     c->skip = r->o.skip_lines;
-    c->b = slot_acquire(r);
     int rc = 0;
+    parse_pool_t *pool = NULL;
+    bool files = false;
+    for (size_t i = 0; i < r->o.npaths; i++)
+        files |= i % r->o.world == r->o.rank && !is_tcp(r->paths[i]);
+    if (files && r->o.parse_threads > 0 && !(pool = pool_new(r, r->o.parse_threads))) {
+        set_why(r, "cannot start %d parse threads", r->o.parse_threads);
+        rc = PC_ENOMEM;
+    }
+    c->b = rc ? NULL : slot_acquire(r);
     bool stdin_read = false;
     for (int e = 0; e < r->o.epochs && !rc && c->b; e++) {
         atomic_store(&r->epoch, (uint64_t)e + 1);
@@ -518,9 +845,11 @@ static void *reader_main(void *arg) {
                 stdin_read |= strcmp(r->paths[i], "-") == 0;
             }
             c->src = i;
-            rc = is_tcp(r->paths[i]) ? read_tcp(c, r->paths[i]) : read_source(c, r->paths[i], line);
+            rc = is_tcp(r->paths[i]) ? read_tcp(c, r->paths[i])
+                                     : read_source(c, pool, r->paths[i], line);
         }
     }
+    pool_free(pool);
     if (c->b && c->b->n) /* the last, partial batch */
         slot_publish(r);
     if (r->tcp_port == 0) /* never reached: wake pw_reader_tcp_port waiters */
@@ -551,7 +880,8 @@ static void reader_free(pw_reader_t *r) {
 int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
     if (!o || !out || !o->npaths || !o->paths || o->world < 1 || o->rank >= o->world ||
         o->batch < 1 || o->queue < 1 || o->epochs < 1 || o->max_error_rate < 0 ||
-        o->max_error_rate > 1)
+        o->max_error_rate > 1 || o->parse_threads < -1 ||
+        o->parse_threads > PW_READER_PARSE_THREADS_MAX)
         return PC_EINVAL;
     pw_reader_t *r = pc_scalloc(PC_MEM_BATCH, 1, sizeof *r);
     if (!r)
@@ -565,6 +895,11 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
         r->csv = *o->csv;
     }
     r->o.csv = &r->csv;
+    if (o->parse_threads < 0) {
+        cpu_set_t set;
+        const int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        r->o.parse_threads = cpus / 4 < 4 ? cpus / 4 : 4;
+    }
     r->tcp_port = -1; /* until a TCP source is found below */
     for (size_t i = 0; i < o->npaths; i++)
         if (i % o->world == o->rank && is_tcp(o->paths[i]))

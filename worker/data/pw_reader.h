@@ -20,6 +20,11 @@
  * that many lines of this rank's stream first (good or bad alike), so a restarted worker
  * continues exactly after what pw_reader_consumed() reported when its checkpoint was taken.
  *
+ * Parse threads: with parse_threads > 0, file sources (and stdin) are parsed on that many threads
+ * beside the reader thread, in chunks of lines, and committed in stream order: batches, counts,
+ * positions, logs and the error-rate rule are exactly those of parsing on the reader thread.
+ * TCP sources are always parsed on the reader thread (their producers set the pace).
+ *
  * Thread rule: pw_reader_next / consumed / error_text / close from one consumer thread; stats
  * and source stats from any.
  */
@@ -55,7 +60,11 @@ typedef struct pw_reader_opts {
     double max_error_rate; /* 0..1 */
     uint64_t skip_lines;
     uint32_t tcp_end_idle_ms; /* TCP source: end after all producers left for this long */
+    int parse_threads;        /* 0: the reader thread parses; 1..PW_READER_PARSE_THREADS_MAX; -1: a
+                               * quarter of the CPUs this process may run on, at most 4 */
 } pw_reader_opts_t;
+
+#define PW_READER_PARSE_THREADS_MAX 64
 
 typedef struct pw_reader pw_reader_t;
 

@@ -135,6 +135,9 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_DOUBLE(T, max_error_rate, 0, 1, "0.01",
                       "the fraction of a file's lines that may be malformed (checked at its end, "
                       "and once it has 1000 lines)"),
+    PC_SETTING_INT(T, parse_threads, -1, PW_READER_PARSE_THREADS_MAX, "-1",
+                   "threads parsing the data files beside the reader thread (0: the reader "
+                   "thread parses; -1: a quarter of the CPUs this worker may use, at most 4)"),
     PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the model's initial values"),
     PC_SETTING_INT(T, progress_every, 0, 1e15, "100000", "samples between progress lines"),
     PC_SETTING_INT(T, eval_every, 0, 1e15, "0", "samples between evaluations (0: at the end)"),
@@ -333,7 +336,8 @@ static int open_reader(const trainer_t *t, const char *const *paths, size_t n, i
                           .epochs = epochs,
                           .max_error_rate = c->max_error_rate,
                           .skip_lines = skip,
-                          .tcp_end_idle_ms = 1000};
+                          .tcp_end_idle_ms = 1000,
+                          .parse_threads = (int)c->parse_threads};
     return pw_reader_open(&o, r);
 }
 

@@ -135,6 +135,7 @@ typedef struct pw_train_config {
     int64_t epochs;        /* passes over the training data */
     int64_t max_samples;   /* 0: no limit */
     double max_error_rate; /* malformed lines a file may have, a fraction (pw_reader.h's rule) */
+    int64_t parse_threads; /* threads parsing files beside the reader (pw_reader.h; -1: auto) */
     /* reporting and results */
     int64_t progress_every; /* samples between progress lines on stderr, 0: none */
     int64_t eval_every;     /* samples between evaluations of the test stream, 0: at the end */

@@ -7,7 +7,8 @@
  * every slot of the queue on its own (libsvm, 40-119 features a sample, batch 4). Counts per
  * source (lines read, samples, malformed, the first malformed line; blank lines skipped), and
  * the error-rate rule on small files (at a file's end), each stop said in one line naming the
- * file. */
+ * file. Every test runs twice, parsing on the reader thread and on 3 parse threads, and parse
+ * threads (1, 2, 5) give exactly the batches, counts and stops of the reader thread. */
 #include "table_check.h"
 
 #include <arpa/inet.h>
@@ -73,6 +74,9 @@ static int drain(pw_reader_t *r, seen_t *s, size_t max_batches) {
     return pw_reader_error(r);
 }
 
+/* Parse threads of every reader opts() sets up: main runs the tests with 0 and with 3. */
+static int g_parse_threads;
+
 static pw_reader_opts_t opts(const char *const *paths, size_t n) {
     return (pw_reader_opts_t){.format = PW_FMT_CRITEO,
                               .paths = paths,
@@ -81,7 +85,8 @@ static pw_reader_opts_t opts(const char *const *paths, size_t n) {
                               .batch = 256,
                               .queue = 2,
                               .epochs = 1,
-                              .max_error_rate = 0.05};
+                              .max_error_rate = 0.05,
+                              .parse_threads = g_parse_threads};
 }
 
 static void test_plain_gzip_epochs(void **state) {
@@ -497,6 +502,166 @@ static void test_csv_header(void **state) {
     assert_int_equal(pw_reader_open(&o, &r), PC_EINVAL);
 }
 
+/* ---- parse threads ---- */
+
+static uint64_t mix(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/* Everything a reader gave: each batch's fingerprint (every array it holds), the totals and
+ * per-source counts, the position, and how it ended. */
+typedef struct trace {
+    uint64_t batch_hash[4096];
+    size_t nbatches;
+    uint64_t consumed;
+    pw_reader_stats_t st;
+    pw_reader_source_t src[3];
+    int err;
+    char why[PW_READER_WHY_MAX];
+} trace_t;
+
+static void trace_reader(pw_reader_opts_t o, int threads, trace_t *t) {
+    memset(t, 0, sizeof *t);
+    o.parse_threads = threads;
+    pw_reader_t *r;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    for (const pw_batch_t *b; (b = pw_reader_next(r));) {
+        assert_true(t->nbatches < 4096);
+        uint64_t h = mix(UINT64_C(0xcbf29ce484222325), &b->n, sizeof b->n);
+        h = mix(h, &b->lines, sizeof b->lines);
+        h = mix(h, &b->ndense, sizeof b->ndense);
+        h = mix(h, b->labels, b->n * sizeof *b->labels);
+        h = mix(h, b->dense, b->n * b->ndense * sizeof *b->dense);
+        h = mix(h, b->key_off, (b->n + 1) * sizeof *b->key_off);
+        const size_t nk = b->key_off[b->n];
+        h = mix(h, b->keys, nk * sizeof *b->keys);
+        h = mix(h, b->fields, nk * sizeof *b->fields);
+        h = mix(h, b->vals, nk * sizeof *b->vals);
+        t->batch_hash[t->nbatches++] = h;
+    }
+    t->err = pw_reader_error(r);
+    snprintf(t->why, sizeof t->why, "%s", pw_reader_error_text(r));
+    t->consumed = pw_reader_consumed(r);
+    pw_reader_stats(r, &t->st);
+    for (size_t i = 0; i < o.npaths && i < 3; i++)
+        if (pw_reader_source_stats(r, i, &t->src[i]) == 0)
+            t->src[i].path = NULL; /* the reader's copy: gone at close */
+    pw_reader_close(r);
+}
+
+static void assert_same_trace(const trace_t *a, const trace_t *b) {
+    assert_int_equal(a->err, b->err);
+    assert_string_equal(a->why, b->why);
+    if (a->err) /* how many batches were handed out before the stop depends on timing */
+        return;
+    assert_int_equal(a->nbatches, b->nbatches);
+    for (size_t i = 0; i < a->nbatches; i++)
+        assert_true(a->batch_hash[i] == b->batch_hash[i]);
+    assert_int_equal(a->consumed, b->consumed);
+    assert_true(a->st.lines == b->st.lines && a->st.samples == b->st.samples &&
+                a->st.bad == b->st.bad && a->st.bytes == b->st.bytes);
+    for (int i = 0; i < 3; i++) {
+        assert_true(a->src[i].lines == b->src[i].lines && a->src[i].samples == b->src[i].samples &&
+                    a->src[i].bad == b->src[i].bad);
+        assert_int_equal(a->src[i].first_bad_line, b->src[i].first_bad_line);
+        assert_string_equal(a->src[i].first_bad, b->src[i].first_bad);
+    }
+}
+
+/* Parsing on 1, 2 or 5 threads gives exactly what parsing on the reader thread gives: every
+ * batch's arrays, positions, totals, per-file counts and first bad lines, over plain and gzip
+ * files with bad, blank, CRLF and over-long lines, two epochs, odd batch sizes, a resume
+ * offset, a split by rank, wide libsvm samples, and the same stop (code and text) for a file
+ * over the error rate. */
+static void test_parse_threads_same(void **state) {
+    (void)state;
+    char a[300], b[300], c[300], w[300], over[300];
+    snprintf(a, sizeof a, "%s/pt_a.tsv", g_dir);
+    snprintf(b, sizeof b, "%s/pt_b.tsv.gz", g_dir);
+    snprintf(c, sizeof c, "%s/pt_c.tsv", g_dir);
+    snprintf(w, sizeof w, "%s/pt_w.svm", g_dir);
+    snprintf(over, sizeof over, "%s/pt_over.tsv", g_dir);
+    write_data(a, 3000, 51, 97, false);
+    write_data(b, 2000, 52, 0, true);
+    write_data(c, 1500, 53, 0, false);
+    write_data(over, 3000, 54, 9, false); /* 11% bad: stops once it has 1000 lines */
+    FILE *f = fopen(a, "a");
+    assert_non_null(f);
+    fputs("\n\r\n", f);
+    for (int i = 0; i < (3 << 20) / 8; i++) /* a 3 MiB line */
+        fputs("1\t2\t3\t4", f);
+    fputs("\n\n", f);
+    fclose(f);
+    size_t len;
+    char *text = read_all(c, &len); /* c again, every line ending in CRLF */
+    f = fopen(c, "w");
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '\n')
+            fputc('\r', f);
+        fputc(text[i], f);
+    }
+    fclose(f);
+    free(text);
+    f = fopen(w, "w");
+    for (int i = 0; i < 700; i++) {
+        fprintf(f, "%d", i % 2);
+        for (int j = 0; j < 1 + (i * 37) % 300; j++)
+            fprintf(f, " %d:%d", i * 1000 + j, j % 7 + 1);
+        fputc('\n', f);
+    }
+    fclose(f);
+    static trace_t base, got; /* large: not on the stack */
+    const char *paths[] = {a, b, c};
+    struct {
+        const char *const *paths;
+        size_t n;
+        pw_format_t fmt;
+        size_t batch;
+        int epochs;
+        uint64_t skip;
+        uint32_t world, rank;
+    } runs[] = {
+        {paths, 3, PW_FMT_CRITEO, 37, 2, 0, 1, 0},
+        {paths, 3, PW_FMT_CRITEO, 256, 1, 4321, 1, 0},
+        {paths, 3, PW_FMT_CRITEO, 1000, 1, 0, 2, 1},
+        {(const char *[]){w}, 1, PW_FMT_LIBSVM, 5, 2, 3, 1, 0},
+        {(const char *[]){c, over}, 2, PW_FMT_CRITEO, 64, 1, 0, 1, 0},
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; k++) {
+        pw_reader_opts_t o = opts(runs[k].paths, runs[k].n);
+        o.format = runs[k].fmt;
+        o.batch = runs[k].batch;
+        o.queue = 3;
+        o.epochs = runs[k].epochs;
+        o.skip_lines = runs[k].skip;
+        o.world = runs[k].world;
+        o.rank = runs[k].rank;
+        trace_reader(o, 0, &base);
+        assert_int_equal(base.err, k == 4 ? PC_EPARSE : 0);
+        if (k == 0) /* the 3 MiB line: one bad line, counted */
+            assert_true(base.st.bad >= 1 && strstr(base.src[0].first_bad, "line ") != NULL);
+        for (int threads = 1; threads <= 5; threads += threads == 2 ? 3 : 1) {
+            trace_reader(o, threads, &got);
+            assert_same_trace(&base, &got);
+        }
+    }
+    pw_reader_opts_t o = opts(paths, 1);
+    pw_reader_t *r;
+    o.parse_threads = PW_READER_PARSE_THREADS_MAX + 1;
+    assert_int_equal(pw_reader_open(&o, &r), PC_EINVAL);
+    o.parse_threads = -2;
+    assert_int_equal(pw_reader_open(&o, &r), PC_EINVAL);
+    o.parse_threads = -1; /* a quarter of the CPUs: whatever it is, the same samples */
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    seen_t s;
+    assert_int_equal(drain(r, &s, SIZE_MAX), 0);
+    pw_reader_close(r);
+    assert_int_equal(s.lines, 3000 + 4); /* two blank lines, the long one, one more blank */
+}
+
 int main(void) {
     pc_log_set_level(PC_LOG_ERROR);
     const struct CMUnitTest tests[] = {
@@ -504,7 +669,11 @@ int main(void) {
         cmocka_unit_test(test_bad_lines_and_errors), cmocka_unit_test(test_resume_and_early_close),
         cmocka_unit_test(test_source_counts),        cmocka_unit_test(test_small_file_rate),
         cmocka_unit_test(test_tcp_source),           cmocka_unit_test(test_csv_header),
-        cmocka_unit_test(test_wide_samples),
+        cmocka_unit_test(test_wide_samples),         cmocka_unit_test(test_parse_threads_same),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    /* Once parsing on the reader thread, once on 3 parse threads (TCP sources: always the
+     * reader thread's). */
+    int failed = cmocka_run_group_tests_name("reader thread parses", tests, setup, teardown);
+    g_parse_threads = 3;
+    return failed + cmocka_run_group_tests_name("3 parse threads", tests, setup, teardown);
 }
