@@ -15,6 +15,7 @@
 #include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_log.h"
+#include "pw_unique.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -49,7 +50,9 @@ struct pw_reader {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* one condition: batches and space both signal it */
     pw_batch_t *slots;
-    size_t *caps; /* keys each slot's key arrays hold (they grow one by one) */
+    size_t *caps;     /* keys each slot's key arrays hold (they grow one by one) */
+    size_t *ucaps;    /* keys each slot's ukeys and inv hold (opts.dedup) */
+    pw_unique_t uniq; /* opts.dedup: the reader thread's */
     size_t nslots, head, count;
     bool holding, done, stop;
     int err;
@@ -68,6 +71,8 @@ static void batch_free(pw_batch_t *b) {
     pc_sfree(b->fields);
     pc_sfree(b->vals);
     pc_sfree(b->key_off);
+    pc_sfree(b->ukeys);
+    pc_sfree(b->inv);
 }
 
 static int batch_alloc(pw_batch_t *b, size_t batch, size_t key_cap) {
@@ -151,11 +156,32 @@ static pw_batch_t *slot_acquire(pw_reader_t *r) {
     return b;
 }
 
-static void slot_publish(pw_reader_t *r) {
+/* Hand batch b (the slot the reader thread fills) to the consumer, with its unique keys when
+ * asked (opts.dedup). 0, or PC_ENOMEM with nothing handed over. */
+static int slot_publish(pw_reader_t *r, pw_batch_t *b) {
+    if (r->o.dedup) {
+        const size_t i = (size_t)(b - r->slots), nk = b->key_off[b->n];
+        if (!b->ukeys || nk > r->ucaps[i]) {
+            const size_t cap = nk > r->caps[i] ? nk : r->caps[i] ? r->caps[i] : 1;
+            uint64_t *u = pc_srealloc(PC_MEM_BATCH, b->ukeys, cap * sizeof *u);
+            if (u)
+                b->ukeys = u;
+            uint32_t *v = pc_srealloc(PC_MEM_BATCH, b->inv, cap * sizeof *v);
+            if (v)
+                b->inv = v;
+            if (!u || !v)
+                return PC_ENOMEM;
+            r->ucaps[i] = cap;
+        }
+        const int rc = pw_unique(&r->uniq, b->keys, nk, b->ukeys, b->inv, &b->nu);
+        if (rc)
+            return rc;
+    }
     pthread_mutex_lock(&r->mu);
     r->count++;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    return 0;
 }
 
 static void finish(pw_reader_t *r, int err) {
@@ -288,7 +314,8 @@ static int line_commit(cursor_t *c, const char *where, uint64_t lineno, int kind
     atomic_fetch_add_explicit(&r->samples, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sc->samples, 1, memory_order_relaxed);
     if (c->b->n == r->o.batch) {
-        slot_publish(r);
+        if ((rc = slot_publish(r, c->b)))
+            return rc;
         if (!(c->b = slot_acquire(r)))
             return 1;
     }
@@ -850,8 +877,10 @@ static void *reader_main(void *arg) {
         }
     }
     pool_free(pool);
-    if (c->b && c->b->n) /* the last, partial batch */
-        slot_publish(r);
+    if (c->b && c->b->n) { /* the last, partial batch */
+        const int prc = slot_publish(r, c->b);
+        rc = rc ? rc : prc;
+    }
     if (r->tcp_port == 0) /* never reached: wake pw_reader_tcp_port waiters */
         set_port(r, -1);
     pc_sfree(line);
@@ -870,6 +899,8 @@ static void reader_free(pw_reader_t *r) {
         pc_sfree(r->paths[i]);
     pc_sfree(r->slots);
     pc_sfree(r->caps);
+    pc_sfree(r->ucaps);
+    pw_unique_free(&r->uniq);
     pc_sfree(r->paths);
     pc_sfree(r->src);
     pthread_mutex_destroy(&r->mu);
@@ -907,9 +938,10 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
     r->nslots = o->queue + 1;
     r->slots = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->slots);
     r->caps = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->caps);
+    r->ucaps = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->ucaps);
     r->paths = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->paths);
     r->src = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->src);
-    int rc = r->slots && r->caps && r->paths && r->src ? 0 : PC_ENOMEM;
+    int rc = r->slots && r->caps && r->ucaps && r->paths && r->src ? 0 : PC_ENOMEM;
     for (size_t i = 0; !rc && i < o->npaths; i++) {
         const size_t len = strlen(o->paths[i]) + 1;
         if ((r->paths[i] = pc_smalloc(PC_MEM_BATCH, len)))

@@ -31,13 +31,16 @@
 #ifndef PW_READER_H
 #define PW_READER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "pw_parse.h"
 
 /* A batch of samples. Sample i: labels[i], dense[i * ndense ...], and its features
- * keys/fields/vals[key_off[i] .. key_off[i + 1]). */
+ * keys/fields/vals[key_off[i] .. key_off[i + 1]). With opts.dedup, also its unique keys as
+ * pw_unique gives them: ukeys[0..nu) in first-seen order, feature j's key is ukeys[inv[j]]
+ * (NULL and 0 without). */
 typedef struct pw_batch {
     size_t n, ndense;
     float *labels, *dense;
@@ -46,6 +49,9 @@ typedef struct pw_batch {
     float *vals;
     size_t *key_off;
     uint64_t lines; /* lines of the stream this batch covers (samples and bad lines) */
+    uint64_t *ukeys;
+    uint32_t *inv;
+    size_t nu;
 } pw_batch_t;
 
 typedef struct pw_reader_opts {
@@ -62,6 +68,8 @@ typedef struct pw_reader_opts {
     uint32_t tcp_end_idle_ms; /* TCP source: end after all producers left for this long */
     int parse_threads;        /* 0: the reader thread parses; 1..PW_READER_PARSE_THREADS_MAX; -1: a
                                * quarter of the CPUs this process may run on, at most 4 */
+    bool dedup; /* each batch comes with its unique keys (ukeys, inv, nu), found on the reader
+                 * thread as it hands the batch over */
 } pw_reader_opts_t;
 
 #define PW_READER_PARSE_THREADS_MAX 64

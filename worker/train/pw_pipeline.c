@@ -29,6 +29,7 @@
 #include "pc_time.h"
 #include "pw_train_int.h"
 
+#include <assert.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -314,6 +315,7 @@ static int grow(pw_backend_t *be, size_t *cap, size_t need, int n, void **const 
 
 int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     const size_t n = b->n, nk = b->key_off[n], nd = b->ndense;
+    assert(b->ukeys); /* the training stream's reader dedups (open_reader) */
     void **const per_sample[] = {(void **)&s->b.labels, (void **)&s->b.key_off};
     const size_t ps_size[] = {sizeof(float), sizeof(size_t)};
     void **const per_key[] = {(void **)&s->b.keys, (void **)&s->b.fields, (void **)&s->b.vals,
@@ -339,8 +341,9 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     memcpy(s->b.keys, b->keys, nk * sizeof(uint64_t));
     memcpy(s->b.fields, b->fields, nk * sizeof(uint16_t));
     memcpy(s->b.vals, b->vals, nk * sizeof(float));
-    if ((rc = pw_unique(&t->uniq, s->b.keys, nk, s->ukeys, s->inv, &s->nu)))
-        return rc;
+    memcpy(s->ukeys, b->ukeys, b->nu * sizeof(uint64_t)); /* the reader found them (dedup) */
+    memcpy(s->inv, b->inv, nk * sizeof(uint32_t));
+    s->nu = b->nu;
     void **const rows[] = {(void **)&s->urows, (void **)&s->ugrads};
     const size_t r_size[] = {sizeof(float), sizeof(float)};
     return grow(be, &s->ucap, s->nu * (size_t)t->emb->dim + 1, 2, rows, r_size);

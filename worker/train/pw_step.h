@@ -36,19 +36,7 @@
 #include "pw_dense_optim.h"
 #include "pw_model.h"
 #include "pw_reader.h"
-
-/* Unique keys of a batch in first-seen order, with each feature's index among them. The table
- * of the dedup is kept between calls (grows to the largest batch). */
-typedef struct pw_unique {
-    uint32_t *tab; /* open addressing: index + 1 into ukeys, 0 empty */
-    size_t cap;
-} pw_unique_t;
-
-/* keys[0..nk) -> ukeys[0..*nu) and inv[j] = the index of keys[j] in ukeys (ukeys and inv hold
- * nk). PC_ENOMEM. */
-int pw_unique(pw_unique_t *u, const uint64_t *keys, size_t nk, uint64_t *ukeys, uint32_t *inv,
-              size_t *nu);
-void pw_unique_free(pw_unique_t *u);
+#include "pw_unique.h"
 
 typedef struct pw_step pw_step_t;
 

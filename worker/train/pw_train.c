@@ -312,7 +312,6 @@ static int trainer_init(trainer_t *t) {
 static void trainer_free(trainer_t *t) {
     pw_publish_close(t->pub); /* writes what is pending; its thread uses the store */
     pw__pipeline_free(t);     /* first of the rest: its jobs use the store and the group */
-    pw_unique_free(&t->uniq);
     if (t->dcoll)
         t->be->dcoll->destroy(t->dcoll);
     pw_step_destroy(t->st);
@@ -323,21 +322,22 @@ static void trainer_free(trainer_t *t) {
 }
 
 static int open_reader(const trainer_t *t, const char *const *paths, size_t n, int epochs,
-                       bool split, uint64_t skip, pw_reader_t **r) {
+                       bool training, uint64_t skip, pw_reader_t **r) {
     const pw_train_config_t *c = t->c;
     pw_reader_opts_t o = {.format = t->fmt,
                           .csv = &t->csv,
                           .paths = paths,
                           .npaths = n,
-                          .rank = split ? (uint32_t)c->rank : 0,
-                          .world = split ? (uint32_t)c->world : 1,
+                          .rank = training ? (uint32_t)c->rank : 0,
+                          .world = training ? (uint32_t)c->world : 1,
                           .batch = (size_t)c->batch,
                           .queue = 4,
                           .epochs = epochs,
                           .max_error_rate = c->max_error_rate,
                           .skip_lines = skip,
                           .tcp_end_idle_ms = 1000,
-                          .parse_threads = (int)c->parse_threads};
+                          .parse_threads = (int)c->parse_threads,
+                          .dedup = training};
     return pw_reader_open(&o, r);
 }
 

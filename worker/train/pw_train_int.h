@@ -113,7 +113,6 @@ typedef struct trainer {
     pw_telemetry_t *tel; /* /metrics and the metrics log: published after every step */
     pw_publish_t *pub;   /* publish_dir: the dense publisher (NULL: not opened yet) */
     bool pub_off;        /* it could not be opened: publishing stays off */
-    pw_unique_t uniq;
     /* the pipeline (pw_pipeline.c) */
     size_t nflat; /* dense gradients and the has-batch flag */
     int stale;    /* rounds a step may run ahead of the group (sync 0) */
@@ -170,6 +169,7 @@ bool pw__server_retry(trainer_t *t, int rc, uint64_t t0);
 const char *pw__store_why(trainer_t *t, int rc, char *buf, size_t cap);
 /* Evaluation's read-only lookup, waiting for servers that are down like a pull. */
 int pw__lookup(trainer_t *t, const uint64_t *keys, size_t n, float *rows);
+/* Copy batch b (from a reader with dedup: its unique keys come with it) into slot s. */
 int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b);
 void pw__slot_pull(trainer_t *t, slot_t *s);
 int pw__slot_rows(trainer_t *t, slot_t *s);

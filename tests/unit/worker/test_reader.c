@@ -523,6 +523,31 @@ typedef struct trace {
     char why[PW_READER_WHY_MAX];
 } trace_t;
 
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A deduplicating reader's unique keys: distinct, in first-seen order, and feature j's key is
+ * ukeys[inv[j]]. */
+static void check_unique(const pw_batch_t *b) {
+    const size_t nk = b->key_off[b->n];
+    assert_true(b->nu <= nk && (nk == 0 || b->nu > 0));
+    uint32_t next = 0; /* the first-seen order: a new index is the next one */
+    for (size_t j = 0; j < nk; j++) {
+        assert_true(b->inv[j] < b->nu && b->ukeys[b->inv[j]] == b->keys[j]);
+        assert_true(b->inv[j] <= next);
+        next += b->inv[j] == next;
+    }
+    assert_int_equal(next, b->nu); /* every unique key used */
+    uint64_t *sorted = malloc((b->nu + 1) * sizeof *sorted);
+    memcpy(sorted, b->ukeys, b->nu * sizeof *sorted);
+    qsort(sorted, b->nu, sizeof *sorted, cmp_u64);
+    for (size_t i = 1; i < b->nu; i++)
+        assert_true(sorted[i - 1] != sorted[i]); /* no key twice */
+    free(sorted);
+}
+
 static void trace_reader(pw_reader_opts_t o, int threads, trace_t *t) {
     memset(t, 0, sizeof *t);
     o.parse_threads = threads;
@@ -540,6 +565,14 @@ static void trace_reader(pw_reader_opts_t o, int threads, trace_t *t) {
         h = mix(h, b->keys, nk * sizeof *b->keys);
         h = mix(h, b->fields, nk * sizeof *b->fields);
         h = mix(h, b->vals, nk * sizeof *b->vals);
+        if (o.dedup) {
+            check_unique(b);
+            h = mix(h, &b->nu, sizeof b->nu);
+            h = mix(h, b->ukeys, b->nu * sizeof *b->ukeys);
+            h = mix(h, b->inv, nk * sizeof *b->inv);
+        } else {
+            assert_true(b->ukeys == NULL && b->nu == 0);
+        }
         t->batch_hash[t->nbatches++] = h;
     }
     t->err = pw_reader_error(r);
@@ -575,7 +608,7 @@ static void assert_same_trace(const trace_t *a, const trace_t *b) {
  * batch's arrays, positions, totals, per-file counts and first bad lines, over plain and gzip
  * files with bad, blank, CRLF and over-long lines, two epochs, odd batch sizes, a resume
  * offset, a split by rank, wide libsvm samples, and the same stop (code and text) for a file
- * over the error rate. */
+ * over the error rate; with dedup, the same unique keys, each batch's checked. */
 static void test_parse_threads_same(void **state) {
     (void)state;
     char a[300], b[300], c[300], w[300], over[300];
@@ -639,6 +672,7 @@ static void test_parse_threads_same(void **state) {
         o.skip_lines = runs[k].skip;
         o.world = runs[k].world;
         o.rank = runs[k].rank;
+        o.dedup = k % 2 == 0;
         trace_reader(o, 0, &base);
         assert_int_equal(base.err, k == 4 ? PC_EPARSE : 0);
         if (k == 0) /* the 3 MiB line: one bad line, counted */
