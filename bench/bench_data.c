@@ -144,7 +144,8 @@ int bench_data_main(int argc, char **argv) {
     double par_rate[3] = {0}; /* 1, 2, 4 parse threads (up to par_threads) */
     for (int k = 0, t = 1; t <= par_threads; k++, t *= 2)
         par_rate[k] = reader_lines_per_s(path, n, t);
-    const double best = par_rate[par_threads >= 4 ? 2 : par_threads >= 2 ? 1 : 0];
+    const int best_k = par_threads >= 4 ? 2 : par_threads >= 2 ? 1 : 0; /* the most threads run */
+    const double best = par_rate[best_k];
     unlink(path);
     free(data);
 
@@ -167,7 +168,7 @@ int bench_data_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "scan_lines_per_s", base_rate);
     cJSON_AddNumberToObject(root, "parse_vs_scan", ratio);
     cJSON_AddNumberToObject(root, "reader_lines_per_s", reader_rate);
-    cJSON_AddNumberToObject(root, "reader_parse_threads", par_threads);
+    cJSON_AddNumberToObject(root, "reader_parse_threads", 1 << best_k);
     cJSON_AddNumberToObject(root, "reader_parallel_lines_per_s", best);
     cJSON_AddNumberToObject(root, "reader_parallel_vs_serial", best / reader_rate);
     cJSON_AddNumberToObject(root, "datagen_rows_per_s", gen_rate);

@@ -79,7 +79,7 @@ expect_fail badtest "$dir/bad.tsv" "no usable samples: 812 lines read, 812 malfo
 awk 'NR % 10 == 3 { print "garbage"; next } { print }' "$dir/good.tsv" >"$dir/some.tsv"
 run rate --train="$dir/some.tsv"
 expect_fail rate "$dir/some.tsv" "20 of 200 lines malformed, over max_error_rate 0.01 \(first: line 3: "
-run allowed --max-error-rate=0.2 --train="$dir/some.tsv" --test="$dir/good.tsv" --json
+run allowed --parse-threads=0 --max-error-rate=0.2 --train="$dir/some.tsv" --test="$dir/good.tsv" --json
 if [ "$rc" -ne 0 ] ||
     ! grep -q "\"train_files\":\[{\"path\":\"$dir/some.tsv\",\"lines\":200,\"samples\":180,\"malformed\":20}\]" "$dir/allowed.out" ||
     ! grep -q "\"test_files\":\[{\"path\":\"$dir/good.tsv\",\"lines\":200,\"samples\":200,\"malformed\":0}\]" "$dir/allowed.out"; then

@@ -257,16 +257,16 @@ static int line_kind(const char *line, size_t len, bool too_long) {
                : LINE_TEXT;
 }
 
-/* The first half of a line's bookkeeping, in stream order before it is parsed: its bytes are
- * counted; a CSV header and lines skipped for a resume are dropped (not counted: resume offsets
- * skip them anyway); every 4096 lines the reader looks whether it is told to stop. */
+/* The first half of a line's bookkeeping, in stream order before it is parsed: a CSV header and
+ * lines skipped for a resume are dropped (their bytes counted, the lines not: resume offsets skip
+ * them anyway); every 4096 lines the reader looks whether it is told to stop. */
 static int line_admit(cursor_t *c, uint64_t lineno, size_t len) {
     pw_reader_t *r = c->r;
-    atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
-    if (lineno == 1 && r->o.format == PW_FMT_CSV && r->csv.header)
-        return LINE_DROP;
-    if (c->skip) {
-        c->skip--;
+    const bool header = lineno == 1 && r->o.format == PW_FMT_CSV && r->csv.header;
+    if (header || c->skip) {
+        if (!header)
+            c->skip--;
+        atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
         return LINE_DROP;
     }
     if ((lineno & 4095) == 0 && stopping(r))
@@ -274,14 +274,16 @@ static int line_admit(cursor_t *c, uint64_t lineno, size_t len) {
     return LINE_KEEP;
 }
 
-/* The second half, in stream order once the line is parsed (prc and err: pw_parse_line's answer
- * for a LINE_TEXT line; s: its sample when prc is 0): the line counts toward the batch's
- * positions; blank lines end there; the rest are counted, bad lines logged and counted, samples
- * batched. 0, 1 when the reader is to stop, or a fatal error. */
-static int line_commit(cursor_t *c, const char *where, uint64_t lineno, int kind, int prc,
-                       const char *err, const sample_ref_t *s, uint64_t *bad_here) {
+/* The second half, in stream order once the line (`len` bytes) is parsed (prc and err:
+ * pw_parse_line's answer for a LINE_TEXT line; s: its sample when prc is 0): its bytes are
+ * counted and it counts toward the batch's positions; blank lines end there; the rest are
+ * counted, bad lines logged and counted, samples batched. 0, 1 when the reader is to stop, or a
+ * fatal error. */
+static int line_commit(cursor_t *c, const char *where, uint64_t lineno, size_t len, int kind,
+                       int prc, const char *err, const sample_ref_t *s, uint64_t *bad_here) {
     pw_reader_t *r = c->r;
     src_count_t *sc = &r->src[c->src];
+    atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
     c->b->lines++;
     if (kind == LINE_BLANK)
         return 0;
@@ -314,8 +316,10 @@ static int line_commit(cursor_t *c, const char *where, uint64_t lineno, int kind
     atomic_fetch_add_explicit(&r->samples, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&sc->samples, 1, memory_order_relaxed);
     if (c->b->n == r->o.batch) {
-        if ((rc = slot_publish(r, c->b)))
+        if ((rc = slot_publish(r, c->b))) {
+            c->b = NULL; /* not handed over, and never to be */
             return rc;
+        }
         if (!(c->b = slot_acquire(r)))
             return 1;
     }
@@ -336,7 +340,7 @@ static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char
                                                       err, sizeof err)
                                       : 0;
     const sample_ref_t s = ref_of(&c->s);
-    return line_commit(c, where, lineno, kind, prc, err, &s, bad_here);
+    return line_commit(c, where, lineno, len, kind, prc, err, &s, bad_here);
 }
 
 /* ==== parse threads (file sources) ========================================================= */
@@ -352,7 +356,8 @@ static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char
 
 typedef struct chunk_line {
     uint64_t lineno;
-    size_t off, len; /* its text in the chunk (LINE_TEXT) */
+    size_t len; /* its bytes as read */
+    size_t off; /* its text in the chunk (LINE_TEXT) */
     int kind, prc;
     size_t key0; /* its keys in the chunk's key arrays (parsed, prc 0) */
     uint32_t nkeys;
@@ -515,7 +520,7 @@ static int commit_chunk(cursor_t *c, parse_pool_t *p, const char *where, uint64_
         const sample_ref_t s = {k->label[i],      k->ndense[i],      l->nkeys,
                                 k->dense[i],      k->keys + l->key0, k->fields + l->key0,
                                 k->vals + l->key0};
-        rc = line_commit(c, where, l->lineno, l->kind, l->prc, k->err[i], &s, bad_here);
+        rc = line_commit(c, where, l->lineno, l->len, l->kind, l->prc, k->err[i], &s, bad_here);
     }
     k->n = 0;
     k->text_len = 0;
@@ -554,7 +559,7 @@ static int feed_line(cursor_t *c, parse_pool_t *p, const char *where, uint64_t l
         return a == LINE_STOP;
     chunk_t *k = &p->ring[p->submitted % p->nring];
     chunk_line_t *l = &k->line[k->n];
-    *l = (chunk_line_t){.lineno = lineno, .kind = line_kind(line, len, too_long)};
+    *l = (chunk_line_t){.lineno = lineno, .len = len, .kind = line_kind(line, len, too_long)};
     if (l->kind == LINE_TEXT) {
         if (k->text_len + len > k->text_cap) {
             const size_t cap = k->text_len + len > CHUNK_TEXT ? k->text_len + len : CHUNK_TEXT;
@@ -566,7 +571,6 @@ static int feed_line(cursor_t *c, parse_pool_t *p, const char *where, uint64_t l
         }
         memcpy(k->text + k->text_len, line, len);
         l->off = k->text_len;
-        l->len = len;
         k->text_len += len;
     }
     k->n++;
@@ -852,7 +856,7 @@ static void *reader_main(void *arg) {
     parse_pool_t *pool = NULL;
     bool files = false;
     for (size_t i = 0; i < r->o.npaths; i++)
-        files |= i % r->o.world == r->o.rank && !is_tcp(r->paths[i]);
+        files |= i % r->o.world == r->o.rank && !is_tcp(r->paths[i]) && strcmp(r->paths[i], "-");
     if (files && r->o.parse_threads > 0 && !(pool = pool_new(r, r->o.parse_threads))) {
         set_why(r, "cannot start %d parse threads", r->o.parse_threads);
         rc = PC_ENOMEM;
@@ -873,14 +877,14 @@ static void *reader_main(void *arg) {
             }
             c->src = i;
             rc = is_tcp(r->paths[i]) ? read_tcp(c, r->paths[i])
-                                     : read_source(c, pool, r->paths[i], line);
+                 : strcmp(r->paths[i], "-") == 0 /* a producer sets the pace: no chunks */
+                     ? read_source(c, NULL, r->paths[i], line)
+                     : read_source(c, pool, r->paths[i], line);
         }
     }
     pool_free(pool);
-    if (c->b && c->b->n) { /* the last, partial batch */
-        const int prc = slot_publish(r, c->b);
-        rc = rc ? rc : prc;
-    }
+    if (!rc && c->b && c->b->n) /* the last, partial batch (none after an error) */
+        rc = slot_publish(r, c->b);
     if (r->tcp_port == 0) /* never reached: wake pw_reader_tcp_port waiters */
         set_port(r, -1);
     pc_sfree(line);

@@ -20,10 +20,11 @@
  * that many lines of this rank's stream first (good or bad alike), so a restarted worker
  * continues exactly after what pw_reader_consumed() reported when its checkpoint was taken.
  *
- * Parse threads: with parse_threads > 0, file sources (and stdin) are parsed on that many threads
- * beside the reader thread, in chunks of lines, and committed in stream order: batches, counts,
- * positions, logs and the error-rate rule are exactly those of parsing on the reader thread.
- * TCP sources are always parsed on the reader thread (their producers set the pace).
+ * Parse threads: with parse_threads > 0, files are parsed on that many threads beside the
+ * reader thread, in chunks of lines, and committed in stream order: batches, counts, positions,
+ * bytes, logs and the error-rate rule are exactly those of parsing on the reader thread. Stdin
+ * and TCP sources are always parsed on the reader thread: their producers set the pace, and a
+ * batch goes out as soon as its last line came (a chunk would wait for 256 lines).
  *
  * Thread rule: pw_reader_next / consumed / error_text / close from one consumer thread; stats
  * and source stats from any.
