@@ -30,8 +30,8 @@ PKGS=(
   libopenblas-dev libgloo-dev libmicrohttpd-dev zlib1g-dev libcjson-dev libssl-dev
   # training-curve plots (psctl plot): PLplot's C library and its cairo drivers (svg, pngcairo)
   libplplot-dev plplot-driver-cairo
-  # tests and benchmark baselines
-  libcmocka-dev libhiredis-dev redis-server openssl libxml2-dev
+  # tests and benchmark baselines (gdb: a test whose server does not stop prints its threads)
+  libcmocka-dev libhiredis-dev redis-server openssl libxml2-dev gdb
   # the coordinator on etcd (tests start their own members on loopback)
   etcd-server etcd-client
   # deploy/ tests: the venv of PyPI tools, YAML, systemd-analyze verify

@@ -539,21 +539,42 @@ static void on_clock_timer(uv_timer_t *t) {
     }
 }
 
+/* Seconds since *t, which moves to now: one step of a stop. */
+static double step_s(uint64_t *t) {
+    const uint64_t now = pc_time_mono_ns();
+    const double d = (double)(now - *t) * 1e-9;
+    *t = now;
+    return d;
+}
+
 static void on_stop_signal(uv_signal_t *h, int sig) {
     server_t *s = h->data;
     PC_INFO("signal %d: stopping", sig);
+    const uint64_t t0 = pc_time_mono_ns();
+    uint64_t t = t0;
+    double took[6]; /* what each step took: a slow stop says where it waited */
     pc_metrics_stop(s->metrics);
     s->metrics = NULL;
     ps_grpc_set_serving(s->grpc, false); /* probes see NOT_SERVING, API calls are refused */
+    took[0] = step_s(&t);
     ps_repl_end_t end;
     ps_repl_stop(s->repl, &end); /* its lease runs out: the backups take over */
     s->repl = NULL;
+    took[1] = step_s(&t);
     ps_dp_stop(s->dp); /* no more requests; those received are answered */
     s->dp = NULL;
+    took[2] = step_s(&t);
     const uint64_t last = s->cfg.ckpt_on_exit ? checkpoint_now(s, "exit") : 0;
+    took[3] = step_s(&t);
     ps_repl_record_end(&end, true, last); /* the next start knows what rows this run ended with */
-    ps_grpc_stop(s->grpc);                /* calls in flight are cancelled */
+    took[4] = step_s(&t);
+    ps_grpc_stop(s->grpc); /* calls in flight are cancelled */
     s->grpc = NULL;
+    took[5] = step_s(&t);
+    if (pc_time_sec_since(t0) > 2)
+        PC_WARN("stopping took %.1f s: metrics and serving %.2f, replication %.2f, data plane "
+                "%.2f, exit checkpoint %.2f, run record %.2f, gRPC %.2f",
+                pc_time_sec_since(t0), took[0], took[1], took[2], took[3], took[4], took[5]);
     uv_close((uv_handle_t *)&s->sig_term, NULL);
     uv_close((uv_handle_t *)&s->sig_int, NULL);
     uv_close((uv_handle_t *)&s->sig_usr1, NULL);

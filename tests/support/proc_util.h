@@ -10,6 +10,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -97,6 +98,17 @@ static inline int pu_reap(pid_t pid, double seconds) {
     for (double t0 = pu_now(); pu_now() - t0 < seconds; usleep(10000))
         if (waitpid(pid, &st, WNOHANG) == pid)
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    /* It did not end: say where its threads wait (gdb when installed, else the kernel's view). */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "echo 'process %d did not exit in %.0f s; its threads:' >&2; "
+             "if command -v gdb >/dev/null; then timeout 60 gdb -p %d -batch "
+             "-ex 'thread apply all bt' 2>&1 | grep -E '^(Thread|#)' | head -300 >&2; "
+             "else for t in /proc/%d/task/*; do echo \"$(cat $t/comm) $(cat $t/wchan)\" >&2; "
+             "done; fi",
+             (int)pid, seconds, (int)pid, (int)pid);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(could not list its threads)\n");
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
     return -1;
