@@ -8,7 +8,9 @@
  * mu) and the stream's totals; the reason the stream stopped (`why`) is written by the reader
  * thread before it finishes, under mu. A line's bookkeeping is two halves in stream order,
  * line_admit before parsing and line_commit after, so parsing can move to other threads between
- * them (the parse pool below) without changing what the reader gives.
+ * them (the parse pool below) without changing what the reader gives. A full batch's dedup
+ * (opts.dedup) is a job for the pool too: the batch is handed over unready, and the consumer
+ * waits for `ready` (pool threads take dedup jobs before chunks, oldest first).
  */
 #include "pw_reader.h"
 
@@ -50,9 +52,11 @@ struct pw_reader {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* one condition: batches and space both signal it */
     pw_batch_t *slots;
-    size_t *caps;     /* keys each slot's key arrays hold (they grow one by one) */
-    size_t *ucaps;    /* keys each slot's ukeys and inv hold (opts.dedup) */
-    pw_unique_t uniq; /* opts.dedup: the reader thread's */
+    size_t *caps;            /* keys each slot's key arrays hold (they grow one by one) */
+    size_t *ucaps;           /* keys each slot's ukeys and inv hold (opts.dedup) */
+    pw_unique_t uniq;        /* opts.dedup without parse threads: the reader thread's */
+    bool *ready;             /* per slot, under mu: handed over and its dedup done */
+    struct parse_pool *pool; /* the reader thread's parse threads, which also dedup (or NULL) */
     size_t nslots, head, count;
     bool holding, done, stop;
     int err;
@@ -156,11 +160,16 @@ static pw_batch_t *slot_acquire(pw_reader_t *r) {
     return b;
 }
 
+static void pool_dedup(struct parse_pool *p, pw_batch_t *b);
+
 /* Hand batch b (the slot the reader thread fills) to the consumer, with its unique keys when
- * asked (opts.dedup). 0, or PC_ENOMEM with nothing handed over. */
+ * asked (opts.dedup): found here, or by a parse thread while the consumer waits for the batch to
+ * be ready. 0, or PC_ENOMEM with nothing handed over. */
 static int slot_publish(pw_reader_t *r, pw_batch_t *b) {
+    const size_t i = (size_t)(b - r->slots);
+    const bool later = r->o.dedup && r->pool;
     if (r->o.dedup) {
-        const size_t i = (size_t)(b - r->slots), nk = b->key_off[b->n];
+        const size_t nk = b->key_off[b->n];
         if (!b->ukeys || nk > r->ucaps[i]) {
             const size_t cap = nk > r->caps[i] ? nk : r->caps[i] ? r->caps[i] : 1;
             uint64_t *u = pc_srealloc(PC_MEM_BATCH, b->ukeys, cap * sizeof *u);
@@ -173,14 +182,17 @@ static int slot_publish(pw_reader_t *r, pw_batch_t *b) {
                 return PC_ENOMEM;
             r->ucaps[i] = cap;
         }
-        const int rc = pw_unique(&r->uniq, b->keys, nk, b->ukeys, b->inv, &b->nu);
+        const int rc = later ? 0 : pw_unique(&r->uniq, b->keys, nk, b->ukeys, b->inv, &b->nu);
         if (rc)
             return rc;
     }
     pthread_mutex_lock(&r->mu);
+    r->ready[i] = !later;
     r->count++;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    if (later)
+        pool_dedup(r->pool, b);
     return 0;
 }
 
@@ -391,8 +403,31 @@ typedef struct parse_pool {
     pthread_mutex_t mu;
     pthread_cond_t work, done;
     uint64_t submitted, taken, committed; /* chunk sequence numbers; ring slot = seq % nring */
+    pw_batch_t **dq; /* batches handed over whose dedup is to do, oldest first (taken first) */
+    size_t dq_head, dq_n;
     bool quit;
 } parse_pool_t;
+
+/* A parse thread finds batch b's unique keys, then b is ready for the consumer. Out of memory
+ * stops the stream with PC_ENOMEM. */
+static void dedup_batch(pw_reader_t *r, pw_unique_t *u, pw_batch_t *b) {
+    const int rc = pw_unique(u, b->keys, b->key_off[b->n], b->ukeys, b->inv, &b->nu);
+    pthread_mutex_lock(&r->mu);
+    if (rc && !r->err) {
+        r->err = rc;
+        r->stop = true;
+    }
+    r->ready[b - r->slots] = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void pool_dedup(parse_pool_t *p, pw_batch_t *b) {
+    pthread_mutex_lock(&p->mu);
+    p->dq[(p->dq_head + p->dq_n++) % p->r->nslots] = b;
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+}
 
 static void parse_chunk(const pw_reader_t *r, chunk_t *k, pw_sample_t *s) {
     size_t nkeys = 0;
@@ -431,10 +466,20 @@ static void *parse_main(void *arg) {
     parse_pool_t *p = ((parse_arg_t *)arg)->p;
     pw_sample_t *s = &p->scratch[((parse_arg_t *)arg)->i];
     pc_sfree(arg);
+    pw_unique_t uniq = {0};
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && p->taken == p->submitted)
+        while (!p->quit && p->taken == p->submitted && !p->dq_n)
             pthread_cond_wait(&p->work, &p->mu);
+        if (p->dq_n) { /* first: the consumer may be waiting for it */
+            pw_batch_t *b = p->dq[p->dq_head];
+            p->dq_head = (p->dq_head + 1) % p->r->nslots;
+            p->dq_n--;
+            pthread_mutex_unlock(&p->mu);
+            dedup_batch(p->r, &uniq, b);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
         if (p->taken == p->submitted) /* quit, and nothing left */
             break;
         chunk_t *k = &p->ring[p->taken++ % p->nring];
@@ -445,6 +490,7 @@ static void *parse_main(void *arg) {
         pthread_cond_broadcast(&p->done);
     }
     pthread_mutex_unlock(&p->mu);
+    pw_unique_free(&uniq);
     return NULL;
 }
 
@@ -467,6 +513,7 @@ static void pool_free(parse_pool_t *p) {
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
     pc_sfree(p->ring);
+    pc_sfree(p->dq);
     pc_sfree(p->scratch);
     pc_sfree(p->th);
     pc_sfree(p);
@@ -485,7 +532,8 @@ static parse_pool_t *pool_new(pw_reader_t *r, int n) {
     p->ring = pc_scalloc(PC_MEM_BATCH, p->nring, sizeof *p->ring);
     p->scratch = pc_scalloc(PC_MEM_BATCH, (size_t)n, sizeof *p->scratch);
     p->th = pc_scalloc(PC_MEM_BATCH, (size_t)n, sizeof *p->th);
-    bool ok = p->ring && p->scratch && p->th;
+    p->dq = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *p->dq);
+    bool ok = p->ring && p->scratch && p->th && p->dq;
     for (int i = 0; ok && i < n; i++) {
         parse_arg_t *a = pc_smalloc(PC_MEM_BATCH, sizeof *a);
         ok = a != NULL;
@@ -857,10 +905,12 @@ static void *reader_main(void *arg) {
     bool files = false;
     for (size_t i = 0; i < r->o.npaths; i++)
         files |= i % r->o.world == r->o.rank && !is_tcp(r->paths[i]) && strcmp(r->paths[i], "-");
-    if (files && r->o.parse_threads > 0 && !(pool = pool_new(r, r->o.parse_threads))) {
+    if ((files || r->o.dedup) && r->o.parse_threads > 0 &&
+        !(pool = pool_new(r, r->o.parse_threads))) {
         set_why(r, "cannot start %d parse threads", r->o.parse_threads);
         rc = PC_ENOMEM;
     }
+    r->pool = pool;
     c->b = rc ? NULL : slot_acquire(r);
     bool stdin_read = false;
     for (int e = 0; e < r->o.epochs && !rc && c->b; e++) {
@@ -882,9 +932,10 @@ static void *reader_main(void *arg) {
                      : read_source(c, pool, r->paths[i], line);
         }
     }
-    pool_free(pool);
     if (!rc && c->b && c->b->n) /* the last, partial batch (none after an error) */
         rc = slot_publish(r, c->b);
+    pool_free(pool); /* after every batch's dedup */
+    r->pool = NULL;
     if (r->tcp_port == 0) /* never reached: wake pw_reader_tcp_port waiters */
         set_port(r, -1);
     pc_sfree(line);
@@ -904,6 +955,7 @@ static void reader_free(pw_reader_t *r) {
     pc_sfree(r->slots);
     pc_sfree(r->caps);
     pc_sfree(r->ucaps);
+    pc_sfree(r->ready);
     pw_unique_free(&r->uniq);
     pc_sfree(r->paths);
     pc_sfree(r->src);
@@ -943,9 +995,10 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
     r->slots = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->slots);
     r->caps = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->caps);
     r->ucaps = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->ucaps);
+    r->ready = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->ready);
     r->paths = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->paths);
     r->src = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->src);
-    int rc = r->slots && r->caps && r->ucaps && r->paths && r->src ? 0 : PC_ENOMEM;
+    int rc = r->slots && r->caps && r->ucaps && r->ready && r->paths && r->src ? 0 : PC_ENOMEM;
     for (size_t i = 0; !rc && i < o->npaths; i++) {
         const size_t len = strlen(o->paths[i]) + 1;
         if ((r->paths[i] = pc_smalloc(PC_MEM_BATCH, len)))
@@ -978,10 +1031,10 @@ const pw_batch_t *pw_reader_next(pw_reader_t *r) {
         r->holding = false;
         pthread_cond_broadcast(&r->cv);
     }
-    while (r->count == 0 && !r->done)
+    while ((r->count == 0 || !r->ready[r->head]) && !r->done && !r->err)
         pthread_cond_wait(&r->cv, &r->mu);
     const pw_batch_t *b = NULL;
-    if (r->count && !r->err) {
+    if (r->count && r->ready[r->head] && !r->err) {
         b = &r->slots[r->head];
         r->holding = true;
         r->consumed += b->lines;

@@ -59,12 +59,39 @@ typedef struct seen {
     uint64_t key_hash;
 } seen_t;
 
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A deduplicating reader's unique keys: distinct, in first-seen order, and feature j's key is
+ * ukeys[inv[j]]. */
+static void check_unique(const pw_batch_t *b) {
+    const size_t nk = b->key_off[b->n];
+    assert_true(b->nu <= nk && (nk == 0 || b->nu > 0));
+    uint32_t next = 0; /* the first-seen order: a new index is the next one */
+    for (size_t j = 0; j < nk; j++) {
+        assert_true(b->inv[j] < b->nu && b->ukeys[b->inv[j]] == b->keys[j]);
+        assert_true(b->inv[j] <= next);
+        next += b->inv[j] == next;
+    }
+    assert_int_equal(next, b->nu); /* every unique key used */
+    uint64_t *sorted = malloc((b->nu + 1) * sizeof *sorted);
+    memcpy(sorted, b->ukeys, b->nu * sizeof *sorted);
+    qsort(sorted, b->nu, sizeof *sorted, cmp_u64);
+    for (size_t i = 1; i < b->nu; i++)
+        assert_true(sorted[i - 1] != sorted[i]); /* no key twice */
+    free(sorted);
+}
+
 static int drain(pw_reader_t *r, seen_t *s, size_t max_batches) {
     memset(s, 0, sizeof *s);
     const pw_batch_t *b;
     for (size_t k = 0; k < max_batches && (b = pw_reader_next(r)); k++) {
         s->samples += b->n;
         s->lines += b->lines;
+        if (b->ukeys)
+            check_unique(b);
         for (size_t i = 0; i < b->n; i++) {
             s->label_sum += b->labels[i];
             for (size_t j = b->key_off[i]; j < b->key_off[i + 1]; j++)
@@ -74,7 +101,8 @@ static int drain(pw_reader_t *r, seen_t *s, size_t max_batches) {
     return pw_reader_error(r);
 }
 
-/* Parse threads of every reader opts() sets up: main runs the tests with 0 and with 3. */
+/* Parse threads of every reader opts() sets up: main runs the tests with 0 and with 3 (which
+ * also dedup each batch). */
 static int g_parse_threads;
 
 static pw_reader_opts_t opts(const char *const *paths, size_t n) {
@@ -86,7 +114,8 @@ static pw_reader_opts_t opts(const char *const *paths, size_t n) {
                               .queue = 2,
                               .epochs = 1,
                               .max_error_rate = 0.05,
-                              .parse_threads = g_parse_threads};
+                              .parse_threads = g_parse_threads,
+                              .dedup = g_parse_threads > 0};
 }
 
 static void test_plain_gzip_epochs(void **state) {
@@ -522,31 +551,6 @@ typedef struct trace {
     int err;
     char why[PW_READER_WHY_MAX];
 } trace_t;
-
-static int cmp_u64(const void *a, const void *b) {
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* A deduplicating reader's unique keys: distinct, in first-seen order, and feature j's key is
- * ukeys[inv[j]]. */
-static void check_unique(const pw_batch_t *b) {
-    const size_t nk = b->key_off[b->n];
-    assert_true(b->nu <= nk && (nk == 0 || b->nu > 0));
-    uint32_t next = 0; /* the first-seen order: a new index is the next one */
-    for (size_t j = 0; j < nk; j++) {
-        assert_true(b->inv[j] < b->nu && b->ukeys[b->inv[j]] == b->keys[j]);
-        assert_true(b->inv[j] <= next);
-        next += b->inv[j] == next;
-    }
-    assert_int_equal(next, b->nu); /* every unique key used */
-    uint64_t *sorted = malloc((b->nu + 1) * sizeof *sorted);
-    memcpy(sorted, b->ukeys, b->nu * sizeof *sorted);
-    qsort(sorted, b->nu, sizeof *sorted, cmp_u64);
-    for (size_t i = 1; i < b->nu; i++)
-        assert_true(sorted[i - 1] != sorted[i]); /* no key twice */
-    free(sorted);
-}
 
 static void trace_reader(pw_reader_opts_t o, int threads, trace_t *t) {
     memset(t, 0, sizeof *t);
