@@ -416,6 +416,8 @@ static void dedup_batch(pw_reader_t *r, pw_unique_t *u, pw_batch_t *b) {
     if (rc && !r->err) {
         r->err = rc;
         r->stop = true;
+        if (!r->why[0]) /* before any reason the cut-short source would give */
+            snprintf(r->why, sizeof r->why, "out of memory finding a batch's unique keys");
     }
     r->ready[b - r->slots] = true;
     pthread_cond_broadcast(&r->cv);
@@ -913,9 +915,9 @@ static void *reader_main(void *arg) {
     r->pool = pool;
     c->b = rc ? NULL : slot_acquire(r);
     bool stdin_read = false;
-    for (int e = 0; e < r->o.epochs && !rc && c->b; e++) {
+    for (int e = 0; e < r->o.epochs && !rc && c->b && !stopping(r); e++) {
         atomic_store(&r->epoch, (uint64_t)e + 1);
-        for (size_t i = 0; i < r->o.npaths && !rc && c->b; i++) {
+        for (size_t i = 0; i < r->o.npaths && !rc && c->b && !stopping(r); i++) {
             if (i % r->o.world != r->o.rank)
                 continue;
             if (strcmp(r->paths[i], "-") == 0 || is_tcp(r->paths[i])) { /* streams: once */
@@ -932,7 +934,7 @@ static void *reader_main(void *arg) {
                      : read_source(c, pool, r->paths[i], line);
         }
     }
-    if (!rc && c->b && c->b->n) /* the last, partial batch (none after an error) */
+    if (!rc && c->b && c->b->n && !stopping(r)) /* the last, partial batch */
         rc = slot_publish(r, c->b);
     pool_free(pool); /* after every batch's dedup */
     r->pool = NULL;

@@ -24,7 +24,8 @@
  * reader thread, in chunks of lines, and committed in stream order: batches, counts, positions,
  * bytes, logs and the error-rate rule are exactly those of parsing on the reader thread. Stdin
  * and TCP sources are always parsed on the reader thread: their producers set the pace, and a
- * batch goes out as soon as its last line came (a chunk would wait for 256 lines).
+ * batch goes out as soon as its last line came (a chunk would wait for 256 lines). The threads
+ * also find each batch's unique keys (dedup), whatever the sources.
  *
  * Thread rule: pw_reader_next / consumed / error_text / close from one consumer thread; stats
  * and source stats from any.
@@ -70,7 +71,7 @@ typedef struct pw_reader_opts {
     int parse_threads;        /* 0: the reader thread parses; 1..PW_READER_PARSE_THREADS_MAX; -1: a
                                * quarter of the CPUs this process may run on, at most 4 */
     bool dedup; /* each batch comes with its unique keys (ukeys, inv, nu), found by a parse
-                 * thread (the reader thread without them) once the batch is full */
+                 * thread (the reader thread without them) once the batch is complete */
 } pw_reader_opts_t;
 
 #define PW_READER_PARSE_THREADS_MAX 64
