@@ -2,6 +2,7 @@
 by each test (every wait bounded). Binaries come from $EMBERPS_BIN_DIR (ctest passes the
 build's), else ../../build/bin; the library from $EMBERPS_LIBPSCLIENT or the build tree."""
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -18,9 +19,18 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (32768-60999 here): a port bind(0) handed
+    out and took back can go to another socket (a server's --grpc-port=0, a client's connection)
+    before the server given it binds it."""
+    for _ in range(1000):
+        port = random.randrange(20000, 30000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-29999")
 
 
 class Server:

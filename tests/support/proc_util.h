@@ -22,20 +22,38 @@ static const char *pu_bin; /* the ps-server binary (argv[1] of the test) */
 static pid_t pu_pids[32];
 static int pu_npids;
 
-static inline int pu_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
+static inline uint64_t pu_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static inline double pu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return (double)pu_now_ns() * 1e-9;
+}
+
+static inline int pu_free_port(void) {
+    /* Below the kernel's ephemeral range (32768-60999 here): a port the kernel handed out for
+     * bind(0) and took back can be handed to another socket (a server's --grpc-port=0, a
+     * client's connection) before the server given it binds it. Random per process, checked by
+     * a bind. */
+    static unsigned seed;
+    if (!seed)
+        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)pu_now_ns();
+    for (int tries = 0; tries < 1000; tries++) {
+        seed = seed * 1103515245u + 12345u;
+        const int port = 20000 + (int)((seed >> 8) % 10000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        const int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    fail_msg("no free port in 20000-29999");
+    return -1;
 }
 
 static int pu_last_metrics_port; /* of the last server pu_spawn started */
