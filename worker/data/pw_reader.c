@@ -8,7 +8,7 @@
  * mu) and the stream's totals; the reason the stream stopped (`why`) is written by the reader
  * thread before it finishes, under mu. A line's bookkeeping is two halves in stream order,
  * line_admit before parsing and line_commit after, so parsing can move to other threads between
- * them (the parse pool below) without changing what the reader gives. A full batch's dedup
+ * them (the parse pool below) without changing what the reader gives. A batch's dedup
  * (opts.dedup) is a job for the pool too: the batch is handed over unready, and the consumer
  * waits for `ready` (pool threads take dedup jobs before chunks, oldest first).
  */
@@ -52,8 +52,7 @@ struct pw_reader {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* one condition: batches and space both signal it */
     pw_batch_t *slots;
-    size_t *caps;            /* keys each slot's key arrays hold (they grow one by one) */
-    size_t *ucaps;           /* keys each slot's ukeys and inv hold (opts.dedup) */
+    size_t *caps;            /* keys each slot's key (and dedup) arrays hold; they grow */
     pw_unique_t uniq;        /* opts.dedup without parse threads: the reader thread's */
     bool *ready;             /* per slot, under mu: handed over and its dedup done */
     struct parse_pool *pool; /* the reader thread's parse threads, which also dedup (or NULL) */
@@ -79,7 +78,9 @@ static void batch_free(pw_batch_t *b) {
     pc_sfree(b->inv);
 }
 
-static int batch_alloc(pw_batch_t *b, size_t batch, size_t key_cap) {
+/* A batch of up to `batch` samples whose key arrays hold key_cap keys; with `dedup` its ukeys and
+ * inv too (they grow with the key arrays: batch_reserve). */
+static int batch_alloc(pw_batch_t *b, size_t batch, size_t key_cap, bool dedup) {
     memset(b, 0, sizeof *b);
     b->labels = pc_smalloc(PC_MEM_BATCH, batch * sizeof *b->labels);
     b->dense = pc_smalloc(PC_MEM_BATCH, batch * PW_DENSE_MAX * sizeof *b->dense);
@@ -87,11 +88,18 @@ static int batch_alloc(pw_batch_t *b, size_t batch, size_t key_cap) {
     b->keys = pc_smalloc(PC_MEM_BATCH, key_cap * sizeof *b->keys);
     b->fields = pc_smalloc(PC_MEM_BATCH, key_cap * sizeof *b->fields);
     b->vals = pc_smalloc(PC_MEM_BATCH, key_cap * sizeof *b->vals);
-    return b->labels && b->dense && b->key_off && b->keys && b->fields && b->vals ? 0 : PC_ENOMEM;
+    if (dedup) {
+        b->ukeys = pc_smalloc(PC_MEM_BATCH, key_cap * sizeof *b->ukeys);
+        b->inv = pc_smalloc(PC_MEM_BATCH, key_cap * sizeof *b->inv);
+    }
+    return b->labels && b->dense && b->key_off && b->keys && b->fields && b->vals &&
+                   (!dedup || (b->ukeys && b->inv))
+               ? 0
+               : PC_ENOMEM;
 }
 
-/* A sample as a batch takes it: a pw_sample_t parsed on the reader thread, or one packed in a
- * parsed chunk. */
+/* A sample as a batch takes it: a pw_sample_t parsed on the reader thread, or one in the batch a
+ * parse thread filled from a chunk. */
 typedef struct sample_ref {
     float label;
     uint32_t ndense, nkeys;
@@ -105,22 +113,40 @@ static sample_ref_t ref_of(const pw_sample_t *s) {
     return (sample_ref_t){s->label, s->ndense, s->nkeys, s->dense, s->keys, s->field, s->val};
 }
 
-/* Grow three parallel key arrays to hold `need` keys (*cap becomes at least that). */
-static int keys_reserve(uint64_t **keys, uint16_t **fields, float **vals, size_t *cap,
-                        size_t need) {
+/* The sample batch b holds at j. */
+static sample_ref_t ref_at(const pw_batch_t *b, size_t j) {
+    const size_t k0 = b->key_off[j];
+    return (sample_ref_t){b->labels[j],
+                          b->ndense,
+                          (uint32_t)(b->key_off[j + 1] - k0),
+                          b->dense + j * b->ndense,
+                          b->keys + k0,
+                          b->fields + k0,
+                          b->vals + k0};
+}
+
+/* *a, resized to n elements of `size` bytes; false (and *a as it was) when out of memory. */
+static bool resize(void *a, size_t n, size_t size) {
+    void *q = pc_srealloc(PC_MEM_BATCH, *(void **)a, n * size);
+    if (q)
+        *(void **)a = q;
+    return q != NULL;
+}
+
+/* Grow b's key arrays (and its dedup arrays when it has them) to hold `need` keys (*cap, what
+ * they hold, becomes at least that). */
+static int batch_reserve(pw_batch_t *b, size_t *cap, size_t need) {
     if (need <= *cap)
         return 0;
-    size_t nc = 2 * *cap > need ? 2 * *cap : need;
-    uint64_t *k = pc_srealloc(PC_MEM_BATCH, *keys, nc * sizeof *k);
-    if (k)
-        *keys = k;
-    uint16_t *f = pc_srealloc(PC_MEM_BATCH, *fields, nc * sizeof *f);
-    if (f)
-        *fields = f;
-    float *v = pc_srealloc(PC_MEM_BATCH, *vals, nc * sizeof *v);
-    if (v)
-        *vals = v;
-    if (!k || !f || !v)
+    const size_t nc = 2 * *cap > need ? 2 * *cap : need;
+    bool ok = resize(&b->keys, nc, sizeof *b->keys);
+    ok &= resize(&b->fields, nc, sizeof *b->fields);
+    ok &= resize(&b->vals, nc, sizeof *b->vals);
+    if (b->ukeys) {
+        ok &= resize(&b->ukeys, nc, sizeof *b->ukeys);
+        ok &= resize(&b->inv, nc, sizeof *b->inv);
+    }
+    if (!ok)
         return PC_ENOMEM;
     *cap = nc;
     return 0;
@@ -129,7 +155,7 @@ static int keys_reserve(uint64_t **keys, uint16_t **fields, float **vals, size_t
 /* Append sample s to batch b (whose key arrays hold *cap keys). */
 static int batch_add(pw_batch_t *b, size_t *cap, const sample_ref_t *s) {
     const size_t base = b->key_off[b->n];
-    if (keys_reserve(&b->keys, &b->fields, &b->vals, cap, base + s->nkeys))
+    if (batch_reserve(b, cap, base + s->nkeys))
         return PC_ENOMEM;
     b->labels[b->n] = s->label;
     if (b->n == 0)
@@ -168,21 +194,8 @@ static void pool_dedup(struct parse_pool *p, pw_batch_t *b);
 static int slot_publish(pw_reader_t *r, pw_batch_t *b) {
     const size_t i = (size_t)(b - r->slots);
     const bool later = r->o.dedup && r->pool;
-    if (r->o.dedup) {
-        const size_t nk = b->key_off[b->n];
-        if (!b->ukeys || nk > r->ucaps[i]) {
-            const size_t cap = nk > r->caps[i] ? nk : r->caps[i] ? r->caps[i] : 1;
-            uint64_t *u = pc_srealloc(PC_MEM_BATCH, b->ukeys, cap * sizeof *u);
-            if (u)
-                b->ukeys = u;
-            uint32_t *v = pc_srealloc(PC_MEM_BATCH, b->inv, cap * sizeof *v);
-            if (v)
-                b->inv = v;
-            if (!u || !v)
-                return PC_ENOMEM;
-            r->ucaps[i] = cap;
-        }
-        const int rc = later ? 0 : pw_unique(&r->uniq, b->keys, nk, b->ukeys, b->inv, &b->nu);
+    if (r->o.dedup && !later) {
+        const int rc = pw_unique(&r->uniq, b->keys, b->key_off[b->n], b->ukeys, b->inv, &b->nu);
         if (rc)
             return rc;
     }
@@ -371,8 +384,7 @@ typedef struct chunk_line {
     size_t len; /* its bytes as read */
     size_t off; /* its text in the chunk (LINE_TEXT) */
     int kind, prc;
-    size_t key0; /* its keys in the chunk's key arrays (parsed, prc 0) */
-    uint32_t nkeys;
+    uint32_t sample; /* its sample in the chunk's `out` (parsed, prc 0) */
 } chunk_line_t;
 
 typedef struct chunk {
@@ -381,23 +393,23 @@ typedef struct chunk {
     char *text;
     size_t text_len, text_cap;
     /* filled by a parse thread */
-    int rc;      /* PC_ENOMEM when its key arrays could not grow: nothing of it is committed */
-    bool parsed; /* under the pool's mu */
-    float label[CHUNK_LINES];
-    uint32_t ndense[CHUNK_LINES];
-    float dense[CHUNK_LINES][PW_DENSE_MAX];
-    uint64_t *keys;
-    uint16_t *fields;
-    float *vals;
-    size_t key_cap;
+    int rc;         /* PC_ENOMEM when its key arrays could not grow: nothing of it is committed */
+    bool parsed;    /* under the pool's mu */
+    pw_batch_t out; /* the samples of its good lines, in order (allocated with the pool) */
+    size_t out_cap; /* keys out's arrays hold */
     char err[CHUNK_LINES][PARSE_ERR_MAX];
 } chunk_t;
 
+typedef struct parse_thread {
+    struct parse_pool *p;
+    pthread_t th;
+    pw_sample_t s; /* its scratch sample */
+} parse_thread_t;
+
 typedef struct parse_pool {
     pw_reader_t *r;
-    pthread_t *th;
-    int nth;
-    pw_sample_t *scratch; /* one per thread */
+    parse_thread_t *th;
+    int nth; /* started */
     chunk_t *ring;
     size_t nring;
     pthread_mutex_t mu;
@@ -432,42 +444,26 @@ static void pool_dedup(parse_pool_t *p, pw_batch_t *b) {
 }
 
 static void parse_chunk(const pw_reader_t *r, chunk_t *k, pw_sample_t *s) {
-    size_t nkeys = 0;
     k->rc = 0;
-    for (size_t i = 0; i < k->n; i++) {
+    k->out.n = 0;
+    k->out.key_off[0] = 0;
+    for (size_t i = 0; i < k->n && !k->rc; i++) {
         chunk_line_t *l = &k->line[i];
-        l->key0 = nkeys;
-        l->nkeys = 0;
         if (l->kind != LINE_TEXT)
             continue;
         l->prc = pw_parse_line(r->o.format, &r->csv, k->text + l->off, l->len, s, k->err[i],
                                PARSE_ERR_MAX);
         if (l->prc)
             continue;
-        if (keys_reserve(&k->keys, &k->fields, &k->vals, &k->key_cap, nkeys + s->nkeys)) {
-            k->rc = PC_ENOMEM;
-            return;
-        }
-        k->label[i] = s->label;
-        k->ndense[i] = s->ndense;
-        memcpy(k->dense[i], s->dense, s->ndense * sizeof(float));
-        memcpy(k->keys + nkeys, s->keys, s->nkeys * sizeof(uint64_t));
-        memcpy(k->fields + nkeys, s->field, s->nkeys * sizeof(uint16_t));
-        memcpy(k->vals + nkeys, s->val, s->nkeys * sizeof(float));
-        l->nkeys = s->nkeys;
-        nkeys += s->nkeys;
+        l->sample = (uint32_t)k->out.n;
+        const sample_ref_t ref = ref_of(s);
+        k->rc = batch_add(&k->out, &k->out_cap, &ref);
     }
 }
 
-typedef struct parse_arg {
-    parse_pool_t *p;
-    int i;
-} parse_arg_t;
-
 static void *parse_main(void *arg) {
-    parse_pool_t *p = ((parse_arg_t *)arg)->p;
-    pw_sample_t *s = &p->scratch[((parse_arg_t *)arg)->i];
-    pc_sfree(arg);
+    parse_thread_t *t = arg;
+    parse_pool_t *p = t->p;
     pw_unique_t uniq = {0};
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -486,7 +482,7 @@ static void *parse_main(void *arg) {
             break;
         chunk_t *k = &p->ring[p->taken++ % p->nring];
         pthread_mutex_unlock(&p->mu);
-        parse_chunk(p->r, k, s);
+        parse_chunk(p->r, k, &t->s);
         pthread_mutex_lock(&p->mu);
         k->parsed = true;
         pthread_cond_broadcast(&p->done);
@@ -504,19 +500,16 @@ static void pool_free(parse_pool_t *p) {
     pthread_cond_broadcast(&p->work);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nth; i++)
-        pthread_join(p->th[i], NULL);
+        pthread_join(p->th[i].th, NULL);
     for (size_t i = 0; p->ring && i < p->nring; i++) {
         pc_sfree(p->ring[i].text);
-        pc_sfree(p->ring[i].keys);
-        pc_sfree(p->ring[i].fields);
-        pc_sfree(p->ring[i].vals);
+        batch_free(&p->ring[i].out);
     }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
     pc_sfree(p->ring);
     pc_sfree(p->dq);
-    pc_sfree(p->scratch);
     pc_sfree(p->th);
     pc_sfree(p);
 }
@@ -532,19 +525,16 @@ static parse_pool_t *pool_new(pw_reader_t *r, int n) {
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->done, NULL);
     p->ring = pc_scalloc(PC_MEM_BATCH, p->nring, sizeof *p->ring);
-    p->scratch = pc_scalloc(PC_MEM_BATCH, (size_t)n, sizeof *p->scratch);
     p->th = pc_scalloc(PC_MEM_BATCH, (size_t)n, sizeof *p->th);
     p->dq = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *p->dq);
-    bool ok = p->ring && p->scratch && p->th && p->dq;
+    bool ok = p->ring && p->th && p->dq;
+    for (size_t i = 0; ok && i < p->nring; i++) {
+        p->ring[i].out_cap = CHUNK_LINES * 32;
+        ok = batch_alloc(&p->ring[i].out, CHUNK_LINES, p->ring[i].out_cap, false) == 0;
+    }
     for (int i = 0; ok && i < n; i++) {
-        parse_arg_t *a = pc_smalloc(PC_MEM_BATCH, sizeof *a);
-        ok = a != NULL;
-        if (ok) {
-            *a = (parse_arg_t){p, i};
-            ok = pthread_create(&p->th[i], NULL, parse_main, a) == 0;
-            if (!ok)
-                pc_sfree(a);
-        }
+        p->th[i].p = p;
+        ok = pthread_create(&p->th[i].th, NULL, parse_main, &p->th[i]) == 0;
         p->nth += ok;
     }
     if (!ok) {
@@ -567,9 +557,8 @@ static int commit_chunk(cursor_t *c, parse_pool_t *p, const char *where, uint64_
     int rc = discard ? 0 : k->rc;
     for (size_t i = 0; !rc && !discard && i < k->n; i++) {
         const chunk_line_t *l = &k->line[i];
-        const sample_ref_t s = {k->label[i],      k->ndense[i],      l->nkeys,
-                                k->dense[i],      k->keys + l->key0, k->fields + l->key0,
-                                k->vals + l->key0};
+        const bool sample = l->kind == LINE_TEXT && !l->prc;
+        const sample_ref_t s = sample ? ref_at(&k->out, l->sample) : (sample_ref_t){0};
         rc = line_commit(c, where, l->lineno, l->len, l->kind, l->prc, k->err[i], &s, bad_here);
     }
     k->n = 0;
@@ -903,16 +892,14 @@ static void *reader_main(void *arg) {
     c->r = r;
     c->skip = r->o.skip_lines;
     int rc = 0;
-    parse_pool_t *pool = NULL;
     bool files = false;
     for (size_t i = 0; i < r->o.npaths; i++)
         files |= i % r->o.world == r->o.rank && !is_tcp(r->paths[i]) && strcmp(r->paths[i], "-");
     if ((files || r->o.dedup) && r->o.parse_threads > 0 &&
-        !(pool = pool_new(r, r->o.parse_threads))) {
+        !(r->pool = pool_new(r, r->o.parse_threads))) {
         set_why(r, "cannot start %d parse threads", r->o.parse_threads);
         rc = PC_ENOMEM;
     }
-    r->pool = pool;
     c->b = rc ? NULL : slot_acquire(r);
     bool stdin_read = false;
     for (int e = 0; e < r->o.epochs && !rc && c->b && !stopping(r); e++) {
@@ -928,15 +915,15 @@ static void *reader_main(void *arg) {
                 stdin_read |= strcmp(r->paths[i], "-") == 0;
             }
             c->src = i;
+            /* stdin is parsed here: a producer sets its pace (no waiting for a chunk) */
+            parse_pool_t *p = strcmp(r->paths[i], "-") ? r->pool : NULL;
             rc = is_tcp(r->paths[i]) ? read_tcp(c, r->paths[i])
-                 : strcmp(r->paths[i], "-") == 0 /* a producer sets the pace: no chunks */
-                     ? read_source(c, NULL, r->paths[i], line)
-                     : read_source(c, pool, r->paths[i], line);
+                                     : read_source(c, p, r->paths[i], line);
         }
     }
     if (!rc && c->b && c->b->n && !stopping(r)) /* the last, partial batch */
         rc = slot_publish(r, c->b);
-    pool_free(pool); /* after every batch's dedup */
+    pool_free(r->pool); /* after every batch's dedup */
     r->pool = NULL;
     if (r->tcp_port == 0) /* never reached: wake pw_reader_tcp_port waiters */
         set_port(r, -1);
@@ -956,7 +943,6 @@ static void reader_free(pw_reader_t *r) {
         pc_sfree(r->paths[i]);
     pc_sfree(r->slots);
     pc_sfree(r->caps);
-    pc_sfree(r->ucaps);
     pc_sfree(r->ready);
     pw_unique_free(&r->uniq);
     pc_sfree(r->paths);
@@ -996,11 +982,10 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
     r->nslots = o->queue + 1;
     r->slots = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->slots);
     r->caps = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->caps);
-    r->ucaps = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->ucaps);
     r->ready = pc_scalloc(PC_MEM_BATCH, r->nslots, sizeof *r->ready);
     r->paths = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->paths);
     r->src = pc_scalloc(PC_MEM_BATCH, o->npaths, sizeof *r->src);
-    int rc = r->slots && r->caps && r->ucaps && r->ready && r->paths && r->src ? 0 : PC_ENOMEM;
+    int rc = r->slots && r->caps && r->ready && r->paths && r->src ? 0 : PC_ENOMEM;
     for (size_t i = 0; !rc && i < o->npaths; i++) {
         const size_t len = strlen(o->paths[i]) + 1;
         if ((r->paths[i] = pc_smalloc(PC_MEM_BATCH, len)))
@@ -1010,7 +995,7 @@ int pw_reader_open(const pw_reader_opts_t *o, pw_reader_t **out) {
     }
     for (size_t i = 0; !rc && i < r->nslots; i++) {
         r->caps[i] = o->batch * 32;
-        rc = batch_alloc(&r->slots[i], o->batch, r->caps[i]);
+        rc = batch_alloc(&r->slots[i], o->batch, r->caps[i], o->dedup);
     }
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
