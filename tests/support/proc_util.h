@@ -39,10 +39,9 @@ static inline int pu_free_port(void) {
      * a bind. */
     static unsigned seed;
     if (!seed)
-        seed = (unsigned)getpid() * 2654435761u ^ (unsigned)pu_now_ns();
+        seed = (unsigned)getpid() ^ (unsigned)pu_now_ns();
     for (int tries = 0; tries < 1000; tries++) {
-        seed = seed * 1103515245u + 12345u;
-        const int port = 20000 + (int)((seed >> 8) % 10000);
+        const int port = 20000 + rand_r(&seed) % 10000;
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in a = {.sin_family = AF_INET,
                                 .sin_port = htons((uint16_t)port),
