@@ -204,7 +204,7 @@ static int read_steps(psc_t *c, uint32_t nservers, const uint64_t *keys, uint32_
                               .rows = rows};
         psc_stream_t out;
         char why[256];
-        if ((rc = psc__stream(c, true, &q, PC_STREAM_STATE, 0, &out, why, sizeof why))) {
+        if ((rc = psc__stream(c, true, &q, PC_STREAM_STATE, 0, 0, &out, why, sizeof why))) {
             fprintf(stderr, "ps-bench ha: reading the rows' state: %s\n", why);
             break;
         }

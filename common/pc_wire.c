@@ -276,8 +276,8 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
 
 /* ---- the delta stream ---- */
 
-size_t pc_wire_stream_len(size_t name_len) {
-    return pc_wire_batch_head_len(name_len) + 16;
+size_t pc_wire_stream_len(size_t name_len, uint32_t flags) {
+    return pc_wire_batch_head_len(name_len) + (flags & PC_STREAM_COLD ? 24 : 16);
 }
 
 size_t pc_wire_stream_encode(const pc_wire_stream_t *q, uint8_t *out) {
@@ -293,7 +293,10 @@ size_t pc_wire_stream_encode(const pc_wire_stream_t *q, uint8_t *out) {
     memcpy(out + PC_WIRE_PREFIX, q->name, nl);
     put64(out + hl, q->from);
     put64(out + hl + 8, q->uid);
-    return hl + 16;
+    if (!(q->flags & PC_STREAM_COLD))
+        return hl + 16;
+    put64(out + hl + 16, q->start);
+    return hl + 24;
 }
 
 int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *out) {
@@ -304,12 +307,13 @@ int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *o
     if (nl == 0 || nl > PC_WIRE_NAME_MAX || (flags & ~PC_STREAM_FLAGS) ||
         ((flags & PC_STREAM_ACK) && (flags & PC_STREAM_SAME_MAP)) ||
         ((flags & PC_STREAM_BACKUP) && !(flags & PC_STREAM_SAME_MAP)) ||
-        ((flags & PC_STREAM_CAUGHT) && !(flags & PC_STREAM_ACK)))
+        ((flags & PC_STREAM_CAUGHT) && !(flags & PC_STREAM_ACK)) ||
+        ((flags & PC_STREAM_COLD) && (flags & PC_STREAM_ACK)))
         return PC_EINVAL;
     if ((flags & PC_STREAM_ACK) && get32(body + 12))
         return PC_EINVAL; /* an acknowledging follower names itself in part; parts is 0 */
     const size_t hl = pc_wire_batch_head_len(nl);
-    if ((uint64_t)len != (uint64_t)hl + 16)
+    if ((uint64_t)len != (uint64_t)pc_wire_stream_len(nl, flags))
         return PC_EINVAL;
     for (size_t i = PC_WIRE_PREFIX + nl; i < hl; i++)
         if (body[i])
@@ -322,6 +326,9 @@ int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *o
     out->parts = get32(body + 12);
     out->from = get64(body + hl);
     out->uid = get64(body + hl + 8);
+    out->start = flags & PC_STREAM_COLD ? get64(body + hl + 16) : 0;
+    if ((flags & PC_STREAM_COLD) && out->part < out->parts && out->start)
+        return PC_EINVAL; /* a part of the RAM rows starts nowhere */
     return 0;
 }
 

@@ -184,40 +184,50 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
 
 /* The delta stream (docs/wire.md "The delta stream"). A request: a 16-byte prefix {u16 name_len,
  * u16 flags, u32 max, u32 part, u32 parts}, the table name padded to a multiple of 8, then u64
- * from and u64 uid. DELTAS reads up to `max` keys of the table's change log from position `from`;
- * SCAN sends every row whose key's slot hash falls in part `part` of `parts`. uid: the table
- * the subscriber follows (0: any; another one answers PC_ESTATE: the table was replaced).
- * flags (docs/server.md "Replicas and failover"): PC_STREAM_STATE, the rows carry their
- * optimizer state (the reply's dim is then dim + state words); PC_STREAM_ACK (DELTAS only), the
- * request comes from the backup whose server index is `part` (parts 0), which has applied every
- * position before `from`; PC_STREAM_SAME_MAP (SCAN only), the frame header's map_version is the
- * map the requester copies under, and a server with another map answers PC_EWRONGSLOT with its
- * own (a copy erases what the primary does not send: under another map that could be rows it still
- * has); PC_STREAM_BACKUP (SCAN with PC_STREAM_SAME_MAP only), the requester is the server whose
- * index is `from`, and only rows of slots it backs up of this server under that map are sent (a
- * backup's copy; a server the map does not have: PC_EINVAL); PC_STREAM_CAUGHT (DELTAS with
- * PC_STREAM_ACK only), the backup's previous reply of this table reached the log's head and no
- * copy of it is under way: from this acknowledgement on the primary's pushes wait for it
- * (before, a backup that joined a running primary holds none back; one the primary's first map
- * named holds every push back until then). Other bits: PC_EINVAL. Every server of a cluster runs
- * the same release: an older one refuses these flags (PC_EINVAL). */
+ * from and u64 uid (and u64 start with PC_STREAM_COLD). DELTAS reads up to `max` keys of the
+ * table's change log from position `from`; SCAN sends every row whose key's slot hash falls in part
+ * `part` of `parts`. uid: the table the subscriber follows (0: any; another one answers PC_ESTATE:
+ * the table was replaced). flags (docs/server.md "Replicas and failover"): PC_STREAM_STATE, the
+ * rows carry their optimizer state (the reply's dim is then dim + state words); PC_STREAM_ACK
+ * (DELTAS only), the request comes from the backup whose server index is `part` (parts 0), which
+ * has applied every position before `from`; PC_STREAM_SAME_MAP (SCAN only), the frame header's
+ * map_version is the map the requester copies under, and a server with another map answers
+ * PC_EWRONGSLOT with its own (a copy erases what the primary does not send: under another map that
+ * could be rows it still has); PC_STREAM_BACKUP (SCAN with PC_STREAM_SAME_MAP only), the requester
+ * is the server whose index is `from`, and only rows of slots it backs up of this server under that
+ * map are sent (a backup's copy; a server the map does not have: PC_EINVAL); PC_STREAM_CAUGHT
+ * (DELTAS with PC_STREAM_ACK only), the backup's previous reply of this table reached the log's
+ * head and no copy of it is under way: from this acknowledgement on the primary's pushes wait for
+ * it (before, a backup that joined a running primary holds none back; one the primary's first map
+ * named holds every push back until then); PC_STREAM_COLD (SCAN only), the requester walks a
+ * cold table's cold store too, so the table is scanned in two passes: `parts` parts of the rows
+ * in RAM (part < parts, start 0), then pages of the cold store's keys (part == parts) from key
+ * `start` (0 first) up to `max` rows, whose reply's `from` is the next page's start (0: the walk
+ * is done); the rows are read as they are now, from RAM or the cold store, and the changes made
+ * meanwhile come through DELTAS from the first part's `next`, as for any scan. A page of a table
+ * that is not cold is empty and done; a scan of a cold table without this flag is
+ * PC_EUNSUPPORTED. Other bits: PC_EINVAL. Every server of a cluster runs the same release: an
+ * older one refuses these flags (PC_EINVAL). */
 #define PC_STREAM_STATE    1u
 #define PC_STREAM_ACK      2u
 #define PC_STREAM_SAME_MAP 4u
 #define PC_STREAM_BACKUP   8u
 #define PC_STREAM_CAUGHT   16u
-#define PC_STREAM_FLAGS \
-    (PC_STREAM_STATE | PC_STREAM_ACK | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP | PC_STREAM_CAUGHT)
+#define PC_STREAM_COLD     32u
+#define PC_STREAM_FLAGS                                                                           \
+    (PC_STREAM_STATE | PC_STREAM_ACK | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP | PC_STREAM_CAUGHT | \
+     PC_STREAM_COLD)
 typedef struct pc_wire_stream {
     char name[PC_WIRE_NAME_MAX + 1];
     uint32_t flags, max, part, parts;
     uint64_t from, uid;
+    uint64_t start; /* PC_STREAM_COLD only */
 } pc_wire_stream_t;
 
-size_t pc_wire_stream_len(size_t name_len);
+size_t pc_wire_stream_len(size_t name_len, uint32_t flags);
 /* Encode into out (pc_wire_stream_len bytes); 0 for a name of 0 or over PC_WIRE_NAME_MAX bytes. */
 size_t pc_wire_stream_encode(const pc_wire_stream_t *q, uint8_t *out);
-/* PC_EINVAL for a malformed body. */
+/* PC_EINVAL for a malformed body (PC_STREAM_COLD with ACK, or with start on a part of RAM rows). */
 int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *out);
 
 /* A stream reply (status 0): a 48-byte prefix {u64 uid, u64 from, u64 next, u64 head, u64 oldest,

@@ -415,7 +415,7 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
                                   .found = sf->found,
                                   .rows = sf->rows};
             psc_stream_t out; /* a copy under the replica's map only (see DESIGN) */
-            rc = psc__stream(sf->c, true, &q, PC_STREAM_SAME_MAP, mv, &out, why, cap);
+            rc = psc__stream(sf->c, true, &q, PC_STREAM_SAME_MAP, mv, 0, &out, why, cap);
             if (rc == PC_EWRONGSLOT) {
                 observe_map(sf); /* the reply carried the server's map */
                 snprintf(why, cap,

@@ -132,6 +132,7 @@ struct call {
     const psc_stream_req_t *stream; /* DELTAS, SCAN: the caller's request, and its result */
     uint32_t stream_flags;          /* PC_STREAM_* (psclient_repl.h) */
     uint64_t stream_map;            /* PC_STREAM_SAME_MAP: the header's map version */
+    uint64_t stream_start;          /* PC_STREAM_COLD: the page's first key */
     psc_stream_t *stream_out;
     psc_done_fn done;
     void *ctx;
@@ -1059,7 +1060,7 @@ static int part_send(server_t *s, part_t *p) {
     call_t *k = p->call;
     const size_t nl = strlen(k->table);
     const uint64_t body = k->op == PC_OP_CLAIM ? pc_wire_claim_len(nl, strlen(k->job))
-                          : k->stream          ? pc_wire_stream_len(nl)
+                          : k->stream          ? pc_wire_stream_len(nl, k->stream_flags)
                           : keyed(k)
                               ? pc_wire_batch_body_len_typed((pc_wire_op_t)k->op, nl, p->n, k->dim,
                                                              (pc_wire_dtype_t)k->dtype)
@@ -1088,7 +1089,8 @@ static int part_send(server_t *s, part_t *p) {
                                .part = q->part,
                                .parts = q->parts,
                                .from = q->from,
-                               .uid = q->uid};
+                               .uid = q->uid,
+                               .start = k->stream_start};
         snprintf(sq.name, sizeof sq.name, "%s", k->table);
         pc_wire_stream_encode(&sq, b);
     }
@@ -1636,7 +1638,8 @@ int psc_health(psc_t *c, int timeout_ms, psc_server_health_t *out, size_t cap) {
 
 /* DELTAS or SCAN of request q at its server; the reason of a failure into why. */
 static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t flags,
-                       uint64_t map_version, psc_stream_t *out, char *why, size_t cap) {
+                       uint64_t map_version, uint64_t start, psc_stream_t *out, char *why,
+                       size_t cap) {
     if (why && cap)
         why[0] = '\0';
     const bool bounds = op == PC_OP_DELTAS && !q->cap; /* rows neither asked nor buffered */
@@ -1647,7 +1650,9 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t
         ((flags & PC_STREAM_CAUGHT) && !(flags & PC_STREAM_ACK)) ||
         ((flags & PC_STREAM_ACK) && (op != PC_OP_DELTAS || q->parts)) || (!q->dim && !bounds) ||
         q->dim > dim_max || (!bounds && (!q->cap || !q->keys || !q->found || !q->rows)) ||
-        q->server > INT32_MAX || (op == PC_OP_SCAN && q->part >= q->parts))
+        q->server > INT32_MAX || ((flags & PC_STREAM_COLD) && op != PC_OP_SCAN) ||
+        (op == PC_OP_SCAN && q->part >= q->parts + !!(flags & PC_STREAM_COLD)) ||
+        (start && q->part < q->parts))
         return PC_EINVAL;
     memset(out, 0, sizeof *out);
     call_t *k = call_new(c, op, q->table);
@@ -1657,22 +1662,24 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t
     k->stream = q;
     k->stream_flags = flags;
     k->stream_map = map_version;
+    k->stream_start = start;
     k->stream_out = out;
     k->dim = q->dim;
     return call_run(c, k, why, cap);
 }
 
 int psc_deltas(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
-    return stream_call(c, PC_OP_DELTAS, q, 0, 0, out, why, cap);
+    return stream_call(c, PC_OP_DELTAS, q, 0, 0, 0, out, why, cap);
 }
 
 int psc_scan(psc_t *c, const psc_stream_req_t *q, psc_stream_t *out, char *why, size_t cap) {
-    return stream_call(c, PC_OP_SCAN, q, 0, 0, out, why, cap);
+    return stream_call(c, PC_OP_SCAN, q, 0, 0, 0, out, why, cap);
 }
 
 int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags,
-                uint64_t map_version, psc_stream_t *out, char *why, size_t cap) {
-    return stream_call(c, scan ? PC_OP_SCAN : PC_OP_DELTAS, q, flags, map_version, out, why, cap);
+                uint64_t map_version, uint64_t start, psc_stream_t *out, char *why, size_t cap) {
+    return stream_call(c, scan ? PC_OP_SCAN : PC_OP_DELTAS, q, flags, map_version, start, out, why,
+                       cap);
 }
 
 uint64_t psc_feature_key(uint32_t field, uint64_t value) {

@@ -22,9 +22,11 @@
  * PC_EWRONGSLOT (map_version is ignored without it); PC_STREAM_BACKUP (with PC_STREAM_SAME_MAP),
  * the caller is the server of index q->from and takes only the rows of slots it backs up of
  * q->server under that map; PC_STREAM_CAUGHT (with PC_STREAM_ACK), the caller's previous reply
- * of this table reached the head: the primary's pushes wait for it from now on. Errors as
- * psc_deltas. */
+ * of this table reached the head: the primary's pushes wait for it from now on; PC_STREAM_COLD
+ * (scan only), the caller walks a cold table's cold store too: q->part < q->parts is a part of
+ * the rows in RAM (start 0), q->part == q->parts a page of the cold store's keys from `start`,
+ * out->from then the next page's start (0: done). Errors as psc_deltas. */
 int psc__stream(psc_t *c, bool scan, const psc_stream_req_t *q, uint32_t flags,
-                uint64_t map_version, psc_stream_t *out, char *why, size_t cap);
+                uint64_t map_version, uint64_t start, psc_stream_t *out, char *why, size_t cap);
 
 #endif

@@ -111,6 +111,10 @@
 #define CORK_BYTES (64u << 10)
 /* Parked push replies (see Replication) are looked at for their deadline this often. */
 #define PARK_TICK_MS 20
+/* A cold page (SCAN with PC_STREAM_COLD) reads the cold store's keys COLD_PAGE_BATCH at a time
+ * and visits at most COLD_PAGE_VISIT of them: the loop waits for the walk (a few ms). */
+#define COLD_PAGE_BATCH 1024u
+#define COLD_PAGE_VISIT 65536u
 
 typedef struct loopctx loopctx_t;
 typedef struct parked parked_t;
@@ -625,8 +629,7 @@ static bool backups_hold(ps_dp_t *dp, uint64_t uid, uint64_t target) {
 
 /* After a push to t: whether its answer waits for the backups, and for which position. */
 static bool push_target(ps_dp_t *dp, ps_table_t *t, uint64_t *uid, uint64_t *target) {
-    if (!atomic_load_explicit(&dp->has_backups, memory_order_relaxed) ||
-        ps_table_config(t)->cold) /* cold tables are not replicated (no state reads) */
+    if (!atomic_load_explicit(&dp->has_backups, memory_order_relaxed))
         return false;
     uint64_t oldest = 0, head = 0; /* no log yet: no backup has read the table; its scan will */
     ps_changelog_t *log = ps_table_changelog(t);
@@ -988,6 +991,8 @@ static ps_table_t *stream_table(conn_t *c, const pc_wire_hdr_t *h, const uint8_t
     ps_table_t *t = NULL;
     if (pc_wire_stream_decode(body, h->body_len, q)) {
         reply_error(c, h, PC_EINVAL, "malformed stream request");
+    } else if (h->op != PC_OP_SCAN && (q->flags & PC_STREAM_COLD)) {
+        reply_error(c, h, PC_EINVAL, "a cold store is walked by scans");
     } else if (ps_catalog_acquire(c->lc->dp->cat, q->name, &t)) {
         snprintf(msg, sizeof msg, "no table %s", q->name);
         reply_error(c, h, PC_ENOTFOUND, msg);
@@ -1166,29 +1171,61 @@ static void scan_want(scan_ctx_t *x, const ps_dp_t *dp, const pc_cluster_map_t *
         pc_cmap_backed_up(m, dp->o.self, backup, x->want);
 }
 
+/* Append key to x->keys (below x->limit); false with x->rc PC_ENOMEM. */
+static bool scan_add(scan_ctx_t *x, uint64_t key) {
+    if (x->n == x->cap) {
+        const uint64_t ncap = x->cap ? 2 * x->cap : 4096;
+        uint64_t *k = pc_srealloc(PC_MEM_SCRATCH, x->keys, ncap * sizeof *k);
+        if (!k) {
+            x->rc = PC_ENOMEM;
+            return false;
+        }
+        x->keys = k;
+        x->cap = ncap;
+    }
+    x->keys[x->n++] = key;
+    return true;
+}
+
 static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     scan_ctx_t *x = ctx;
     for (size_t i = 0; i < n; i++) {
-        const uint32_t slot = pc_key_slot(rows[i].key);
-        if (!pc_slots_has(x->want, slot))
+        if (!pc_slots_has(x->want, pc_key_slot(rows[i].key)))
             continue;
         if (x->n == x->limit) {
             x->rc = PC_ETOOBIG;
             return 1;
         }
-        if (x->n == x->cap) {
-            const uint64_t ncap = x->cap ? 2 * x->cap : 4096;
-            uint64_t *k = pc_srealloc(PC_MEM_SCRATCH, x->keys, ncap * sizeof *k);
-            if (!k) {
-                x->rc = PC_ENOMEM;
-                return 1;
-            }
-            x->keys = k;
-            x->cap = ncap;
-        }
-        x->keys[x->n++] = rows[i].key;
+        if (!scan_add(x, rows[i].key))
+            return 1;
     }
     return 0;
+}
+
+/* A page of a cold table's walk (PC_STREAM_COLD, part == parts): the wanted keys its cold store
+ * holds from *start on, until x->limit of them or COLD_PAGE_VISIT keys visited (this loop waits
+ * meanwhile); *start becomes the next page's start, 0 when the store has no more keys. */
+static void scan_cold_page(scan_ctx_t *x, const ps_table_t *t, uint64_t *start) {
+    uint64_t buf[COLD_PAGE_BATCH];
+    uint64_t visited = 0;
+    while (!x->rc && visited < COLD_PAGE_VISIT) {
+        const uint64_t at = *start;
+        size_t n = 0;
+        x->rc = ps_table_cold_keys(t, start, buf, COLD_PAGE_BATCH, &n);
+        for (size_t i = 0; !x->rc && i < n; i++) {
+            if (!pc_slots_has(x->want, pc_key_slot(buf[i])))
+                continue;
+            if (x->n == x->limit) { /* the next page starts here */
+                *start = buf[i];
+                return;
+            }
+            if (!scan_add(x, buf[i]))
+                return;
+        }
+        visited += n;
+        if (!*start || (at && *start <= at))
+            return; /* the end (a start that did not move would be a broken store: stop) */
+    }
 }
 
 /* SCAN: every row in part q.part of q.parts (ps_table_scan_part: with parts a power of two, a
@@ -1208,12 +1245,14 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     uint64_t oldest = 0, head = 0;
     /* at most the reply limit and the subscriber's buffers */
     scan_ctx_t x = {.limit = stream_rows_max(dp, dim, q.max)};
-    if (!q.parts || q.part >= q.parts) {
-        reply_error(c, h, PC_EINVAL, "a scan needs part < parts");
-    } else if (ps_table_config(t)->cold) {
+    const bool page = (q.flags & PC_STREAM_COLD) && q.part == q.parts; /* of the cold store */
+    uint64_t start = q.start;
+    if (!q.parts || (q.part >= q.parts && !page)) {
+        reply_error(c, h, PC_EINVAL, "a scan needs part < parts (or part == parts: a cold page)");
+    } else if (ps_table_config(t)->cold && !(q.flags & PC_STREAM_COLD)) {
         snprintf(msg, sizeof msg,
-                 "table %s spills to the cold tier: it cannot be scanned over "
-                 "the data plane",
+                 "table %s spills to the cold tier: only a backup's copy, which walks the cold "
+                 "store too, scans it",
                  q.name);
         reply_error(c, h, PC_EUNSUPPORTED, msg);
     } else {
@@ -1238,7 +1277,10 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         pthread_rwlock_unlock(&dp->map_lock);
         if (x.rc == PC_EWRONGSLOT)
             note_newer_map(dp, h->map_version);
-        if (!x.rc && ps_table_scan_part(t, PS_SCAN_ALL, q.part, q.parts, scan_collect, &x) && !x.rc)
+        if (!x.rc && page)
+            scan_cold_page(&x, t, &start);
+        else if (!x.rc && ps_table_scan_part(t, PS_SCAN_ALL, q.part, q.parts, scan_collect, &x) &&
+                 !x.rc)
             x.rc = PC_EINTERNAL;
         wreq_t *w = x.rc ? NULL : reply_alloc(c, pc_wire_stream_reply_len(x.n, dim));
         if (!x.rc && !w)
@@ -1258,7 +1300,9 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         } else if (x.rc) {
             reply_error(c, h, x.rc, x.rc == PC_EWRONGSLOT ? NULL : "scan");
         } else {
-            pc_wire_stream_reply_t r = {ps_table_uid(t), 0, head, head, oldest, (uint32_t)x.n, dim};
+            /* (a cold page's `from`: the next page's start) */
+            pc_wire_stream_reply_t r = {ps_table_uid(t), page ? start : 0, head, head,
+                                        oldest,          (uint32_t)x.n,    dim};
             stream_send(c, h, t, w, &r, x.keys);
         }
     }
@@ -1912,12 +1956,9 @@ typedef struct synced_ctx {
     uint64_t slack;
 } synced_ctx_t;
 
-/* ps_catalog_each: 1 when backup x->server is not close behind table t (a cold one: 0, it is
- * not replicated). */
+/* ps_catalog_each: 1 when backup x->server is not close behind table t. */
 static int table_behind(void *ctx, ps_table_t *t) {
     const synced_ctx_t *x = ctx;
-    if (ps_table_config(t)->cold)
-        return 0;
     ps_changelog_t *log = ps_table_changelog(t);
     if (!log)
         return 1; /* nobody follows it yet */

@@ -41,8 +41,10 @@
  *   from a primary this server has just replaced is dropped (a version that changes no role, a
  *   lease confirmed or marks cleared, does not stop a round: `roles`). Caught up, the follower
  *   asks again after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a
- *   primary that does not answer is retried after 100 ms doubling to 2 s. Cold tables are
- *   not followed.
+ *   primary that does not answer is retried after 100 ms doubling to 2 s. A cold table's
+ *   copy walks the primary's cold store after its parts of RAM rows (PC_STREAM_COLD: pages in
+ *   key order), and this server's own keys of it include its cold store's (seen_own), for the
+ *   erasures at the copy's end and for releases.
  * - Hand-back without a copy: a server handing slots to a new primary becomes its backup of them
  *   and holds exactly the rows the new primary holds (it acknowledged this server's log through
  *   the cut, and this server takes no push of them after it). Before holding pushes the
@@ -116,7 +118,8 @@ typedef struct seen {
  * part. */
 typedef struct copy {
     bool on;
-    uint32_t part;
+    uint32_t part;  /* == the source's parts: walking the cold store, from `start` */
+    uint64_t start; /* (the next cold page's first key) */
     uint64_t uid;
     uint64_t *slots;
     seen_t x;
@@ -131,7 +134,6 @@ typedef struct source {
     bool gain_only; /* primaries_sync: its copy is owed only for the slots gained just now */
     bool reached;   /* a DELTAS reply since the last copy reached the primary's head */
     bool caught;    /* and since then one to a request saying so (PC_STREAM_CAUGHT) */
-    bool skip;      /* a cold table: not followed (said once) */
     uint32_t parts; /* the split its last copy needed */
     copy_t cp;
 } source_t;
@@ -976,32 +978,64 @@ static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t
     return rc;
 }
 
-static int seen_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
-    seen_t *x = ctx;
-    for (size_t i = 0; i < n; i++) {
-        const uint32_t slot = pc_key_slot(rows[i].key);
-        if (x->p == PC_NO_SERVER
-                ? pc_cmap_slot_owner(x->m, slot) == x->me || pc_cmap_is_backup(x->m, slot, x->me)
-                : !backs_up(x->m, x->me, x->p, slot))
-            continue;
-        if (x->n == x->cap) {
-            const size_t cap = x->cap ? 2 * x->cap : 4096;
-            uint64_t *k = pc_srealloc(PC_MEM_SCRATCH, x->keys, cap * sizeof *k);
-            if (!k) {
-                x->failed = true;
-                return 1;
-            }
-            x->keys = k;
-            x->cap = cap;
+/* Note key in x when its slot is one x collects; false when out of memory (x->failed). */
+static bool seen_add(seen_t *x, uint64_t key) {
+    const uint32_t slot = pc_key_slot(key);
+    if (x->p == PC_NO_SERVER
+            ? pc_cmap_slot_owner(x->m, slot) == x->me || pc_cmap_is_backup(x->m, slot, x->me)
+            : !backs_up(x->m, x->me, x->p, slot))
+        return true;
+    if (x->n == x->cap) {
+        const size_t cap = x->cap ? 2 * x->cap : 4096;
+        uint64_t *k = pc_srealloc(PC_MEM_SCRATCH, x->keys, cap * sizeof *k);
+        if (!k) {
+            x->failed = true;
+            return false;
         }
-        x->keys[x->n++] = rows[i].key;
+        x->keys = k;
+        x->cap = cap;
     }
+    x->keys[x->n++] = key;
+    return true;
+}
+
+static int seen_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!seen_add(ctx, rows[i].key))
+            return 1;
     return 0;
 }
 
 static int cmp_u64(const void *a, const void *b) {
     const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* The keys of t this server holds in the slots x collects, sorted, each once: the rows in RAM
+ * and, for a cold table, the keys of its cold store (a promoted row is in both). */
+static int seen_own(seen_t *x, const ps_table_t *t) {
+    if (ps_table_scan(t, PS_SCAN_ALL, seen_collect, x) || x->failed)
+        return PC_ENOMEM;
+    if (ps_table_config(t)->cold) {
+        uint64_t buf[1024], start = 0;
+        do {
+            size_t n = 0;
+            const int rc = ps_table_cold_keys(t, &start, buf, 1024, &n);
+            if (rc)
+                return rc;
+            for (size_t i = 0; i < n; i++)
+                if (!seen_add(x, buf[i]))
+                    return PC_ENOMEM;
+        } while (start);
+    }
+    if (x->n)
+        qsort(x->keys, x->n, sizeof *x->keys, cmp_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < x->n; i++)
+        if (!u || x->keys[u - 1] != x->keys[i])
+            x->keys[u++] = x->keys[i];
+    x->n = u;
+    return 0;
 }
 
 static void seen_mark(seen_t *x, const uint64_t *keys, size_t n) {
@@ -1040,17 +1074,14 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         ps_catalog_changelog_start(r->cat, t, &own, NULL);
         cp->on = true;
         cp->x = (seen_t){.m = m, .me = r->o.self, .p = pr->server};
-        rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &cp->x) || cp->x.failed ? PC_ENOMEM : 0;
+        rc = seen_own(&cp->x, t);
         cp->x.m = NULL; /* the follower's map of now: not kept */
         if (!rc && !(cp->slots = pc_smalloc(PC_MEM_SCRATCH, sizeof slots)))
             rc = PC_ENOMEM;
         if (!rc)
             memcpy(cp->slots, slots, sizeof slots);
-        if (!rc && cp->x.n) {
-            qsort(cp->x.keys, cp->x.n, sizeof *cp->x.keys, cmp_u64);
-            if (!(cp->x.got = pc_scalloc(PC_MEM_SCRATCH, cp->x.n, 1)))
-                rc = PC_ENOMEM;
-        }
+        if (!rc && cp->x.n && !(cp->x.got = pc_scalloc(PC_MEM_SCRATCH, cp->x.n, 1)))
+            rc = PC_ENOMEM;
         if (src->parts < SCAN_PARTS)
             src->parts = SCAN_PARTS;
     }
@@ -1066,10 +1097,14 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
                           .keys = b->keys,
                           .found = b->found,
                           .rows = b->rows};
+    /* a cold table: its parts of RAM rows, then pages of the primary's cold store */
+    const bool walk = ps_table_config(t)->cold;
     psc_stream_t out = {0};
     if (!rc)
-        rc = psc__stream(pr->c, true, &q, PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP,
-                         pc_cmap_version(m), &out, why, whycap);
+        rc = psc__stream(
+            pr->c, true, &q,
+            PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP | (walk ? PC_STREAM_COLD : 0),
+            pc_cmap_version(m), cp->part < src->parts ? 0 : cp->start, &out, why, whycap);
     if (rc == PC_ETOOBIG && src->parts < 65536) { /* a part over the buffers: split finer */
         src->parts *= 2;
         cp->part = 0; /* the parts loaded are loaded again: a load is idempotent */
@@ -1100,8 +1135,12 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         if (rc == PC_ESTATE)
             return rc; /* the roles moved: the next round sees whether the slots did */
     }
-    if (!rc && ++cp->part < src->parts)
+    if (!rc && cp->part < src->parts && (++cp->part < src->parts || walk))
+        return (long)out.n; /* the next part, or the cold store's first page */
+    if (!rc && cp->part == src->parts && out.from) {
+        cp->start = out.from; /* a cold page, and more to walk */
         return (long)out.n;
+    }
     size_t gone = 0;
     for (size_t i = 0; !rc && i < x->n; i++)
         if (!x->got[i])
@@ -1138,10 +1177,8 @@ typedef struct release_ctx {
 static int release_table(void *ctx, ps_table_t *t) {
     const release_ctx_t *x = ctx;
     ps_repl_t *r = x->r;
-    if (ps_table_config(t)->cold)
-        return 0;
     seen_t k = {.m = x->m, .me = r->o.self, .p = PC_NO_SERVER};
-    int rc = ps_table_scan(t, PS_SCAN_ALL, seen_collect, &k) || k.failed ? PC_ENOMEM : 0;
+    int rc = seen_own(&k, t);
     size_t erased = 0;
     for (size_t i = 0; !rc && i < k.n; i += RELEASE_KEYS) {
         const size_t n = k.n - i < RELEASE_KEYS ? k.n - i : RELEASE_KEYS;
@@ -1224,15 +1261,8 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
     for (size_t i = 0; i < pr->nsrc && !atomic_load(&r->stop); i++) {
         source_t *src = &pr->src[i];
         ps_table_t *t;
-        if (src->skip || ps_catalog_acquire(r->cat, src->table, &t)) {
+        if (ps_catalog_acquire(r->cat, src->table, &t)) {
             copy_end(src); /* (a table dropped here: its copy's memory goes back) */
-            continue;
-        }
-        if (ps_table_config(t)->cold) {
-            PC_WARN("replication: table %s is cold: it is not replicated", src->table);
-            src->skip = true;
-            copy_end(src);
-            ps_catalog_release(r->cat, t);
             continue;
         }
         const uint32_t stride = ps_table_dim(t) + ps_table_state_len(t);
@@ -1261,8 +1291,8 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             psc_stream_t out;
             /* caught up says so only with no copy under way (then pushes wait for this backup) */
             const uint32_t said = src->reached && !src->need_copy ? PC_STREAM_CAUGHT : 0;
-            rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK | said, 0, &out, why,
-                             sizeof why);
+            rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK | said, 0, 0, &out,
+                             why, sizeof why);
             if (rc == PC_ESTATE) { /* the primary's table was replaced: is a copy held here? */
                 src->need_copy = true;
                 src->following = false;
@@ -1304,7 +1334,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
     }
     bool caught = !atomic_load(&r->stop);
     for (size_t i = 0; i < pr->nsrc && caught; i++)
-        caught = pr->src[i].skip || (!pr->src[i].need_copy && pr->src[i].caught);
+        caught = !pr->src[i].need_copy && pr->src[i].caught;
     atomic_store(&r->caught_ver[pr->server], caught ? pc_cmap_version(m) : 0);
     return total;
 }

@@ -250,7 +250,44 @@ static bool hook_writable(void *ctx) {
     return free_refresh(((tier_cf_t *)ctx)->tier, false);
 }
 
-static const ps_cold_ops_t k_ops = {hook_get, hook_put, hook_del, hook_writable};
+/* A page of keys from *start on: one iterator per page (its own implicit snapshot), which
+ * does not fill the block cache (a copy's walk would push the working set out). */
+static int hook_keys(void *ctx, uint64_t *start, uint64_t *keys, size_t max, size_t *n) {
+    tier_cf_t *x = ctx;
+    ps_tier_t *tier = x->tier;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    if (!ro)
+        return PC_ENOMEM;
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(tier->db, ro, x->h);
+    char k0[8];
+    key_encode(*start, k0);
+    size_t got = 0;
+    uint64_t next = 0; /* 0: the walk reached the end */
+    for (rocksdb_iter_seek(it, k0, 8); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl;
+        const char *k = rocksdb_iter_key(it, &kl);
+        if (kl != 8)
+            continue; /* not a row's key (none is written) */
+        const uint64_t key = key_decode(k);
+        if (got == max) {
+            next = key;
+            break;
+        }
+        keys[got++] = key;
+    }
+    char *err = NULL;
+    rocksdb_iter_get_error(it, &err);
+    rocksdb_iter_destroy(it);
+    rocksdb_readoptions_destroy(ro);
+    if (err)
+        return db_error(tier, "key walk", err);
+    *n = got;
+    *start = next;
+    return 0;
+}
+
+static const ps_cold_ops_t k_ops = {hook_get, hook_put, hook_del, hook_writable, hook_keys};
 
 /* ==== database ============================================================================= */
 

@@ -1368,10 +1368,13 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
         const uint32_t r = resolve(s, key, h, b->p->cand[k]);
         float *out = b->rows + (size_t)k * t->stride;
         b->found[k] = r != NO_ROW;
-        if (r != NO_ROW)
+        if (r != NO_ROW) {
             row_export(t, row_at(t, s, r), out);
-        else
+        } else {
             memset(out, 0, t->stride * sizeof(float));
+            if (b->cold) /* read from the cold store after this pass */
+                b->defer[b->ndefer++] = q;
+        }
         return;
     }
     if (op == OP_LOAD) {
@@ -1561,10 +1564,10 @@ static void batch_init(batch_t *b, ps_table_t *t, const uint64_t *keys, plan_t *
 
 /* The cold rows of deferred entries [i0, i1) could not be read: zeros out, error noted. */
 static void cold_fail(batch_t *b, op_t op, uint32_t i0, uint32_t i1, int rc) {
-    const uint32_t dim = b->t->dim;
+    const uint32_t w = op == OP_READ ? b->t->stride : b->t->dim; /* floats a row has here */
     for (uint32_t i = i0; i < i1 && op != OP_PUSH; i++) {
         const uint32_t k = key_at(b, b->defer[i]);
-        memset(b->rows + (size_t)k * dim, 0, (size_t)dim * sizeof(float));
+        memset(b->rows + (size_t)k * w, 0, (size_t)w * sizeof(float));
         if (b->found)
             b->found[k] = 0;
     }
@@ -1644,10 +1647,13 @@ static void cold_deferred(batch_t *b, op_t op) {
     if (rc) {
         atomic_fetch_add_explicit(&t->cold_get_errors, 1, memory_order_relaxed);
         cold_fail(b, op, 0, n, rc);
-    } else if (op == OP_LOOKUP) { /* read-only: no promotion, no lock needed */
+    } else if (op == OP_LOOKUP || op == OP_READ) { /* read-only: no promotion, no lock */
+        /* A row promoted and changed since the miss reads as its older cold copy: read_state's
+         * callers (the delta stream) meet its key again in the change log. */
+        const uint32_t w = op == OP_READ ? stride : dim;
         for (uint32_t i = 0; i < n; i++) {
             const uint32_t k = key_at(b, b->defer[i]);
-            float *out = b->rows + (size_t)k * dim;
+            float *out = b->rows + (size_t)k * w;
             const uint32_t now = atomic_load_explicit(&t->clock, memory_order_relaxed);
             const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
             const int hit = cm[i].found && !(ttl && cm[i].clock <= now && now - cm[i].clock >= ttl);
@@ -1655,7 +1661,9 @@ static void cold_deferred(batch_t *b, op_t op) {
                 b->found[k] = (uint8_t)hit;
             if (hit) {
                 atomic_fetch_add_explicit(&t->cold_hits, 1, memory_order_relaxed);
-                memcpy(out, cr + (size_t)i * stride, (size_t)dim * sizeof(float));
+                memcpy(out, cr + (size_t)i * stride, (size_t)w * sizeof(float));
+            } else if (op == OP_READ) { /* absent: zeros already (stage_op) */
+                continue;
             } else if (t->cfg.missing == PS_MISSING_ZEROS) {
                 memset(out, 0, (size_t)dim * sizeof(float));
             } else {
@@ -1787,8 +1795,6 @@ static void erase_gate(ps_table_t *t, bool enter) {
 
 int ps_table_read_state(const ps_table_t *t, const uint64_t *keys, size_t n, float *rows,
                         uint8_t *found) {
-    if (t->cfg.cold)
-        return PC_EUNSUPPORTED; /* rows in the cold tier are not read here */
     plan_t p;
     ps_table_t *tw = (ps_table_t *)(uintptr_t)t; /* OP_READ changes nothing but the locks */
     int rc = batch_begin(tw, keys, n, NULL, NO_BUF, &p);
@@ -1799,6 +1805,8 @@ int ps_table_read_state(const ps_table_t *t, const uint64_t *keys, size_t n, flo
     b.rows = rows;
     b.found = found;
     batch_run(&b, OP_READ);
+    if (b.cold)
+        cold_deferred(&b, OP_READ);
     plan_free(&p);
     return b.rc;
 }
@@ -2377,6 +2385,16 @@ void ps_table_set_cold(ps_table_t *t, const ps_cold_ops_t *ops, void *ctx) {
     t->cold = *ops;
     t->cold_ctx = ctx;
     t->has_cold = t->cfg.cold;
+}
+
+int ps_table_cold_keys(const ps_table_t *t, uint64_t *start, uint64_t *keys, size_t max,
+                       size_t *n) {
+    *n = 0;
+    if (!t->cfg.cold || !t->has_cold) {
+        *start = 0;
+        return 0;
+    }
+    return max ? t->cold.keys(t->cold_ctx, start, keys, max, n) : PC_EINVAL;
 }
 
 void ps_table_cold_freeze(ps_table_t *t, bool frozen) {

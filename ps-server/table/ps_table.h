@@ -168,8 +168,11 @@ int ps_table_lookup(const ps_table_t *t, const uint64_t *keys, size_t n, float *
 
 /* Rows of keys[0..n) with their optimizer state, as a backup copies them (ps_table_load takes
  * them back): n x (dim + state_len) floats into rows (weights, then state), found[i] 1 or 0
- * (absent: zeros). Read-only, no admission, no insert. PC_EUNSUPPORTED for a cold table (its
- * rows in the cold tier are not read), PC_EINVAL, PC_ENOMEM. */
+ * (absent: zeros). Read-only, no admission, no insert. A cold table's keys missing from RAM are
+ * read from the cold store without promoting them (as lookup reads them: idle past ttl_ticks is
+ * absent); such a row changed in RAM after the miss reads as its older cold copy, and the
+ * change log then holds its key after the change. PC_EINVAL, PC_ENOMEM, the cold store's
+ * errors (their rows zeros, found 0). */
 int ps_table_read_state(const ps_table_t *t, const uint64_t *keys, size_t n, float *rows,
                         uint8_t *found);
 
@@ -344,11 +347,23 @@ typedef struct ps_cold_ops {
     int (*del)(void *ctx, const uint64_t *keys, size_t n);
     /* Whether writes are allowed now (free-space watermark). Cheap; called under shard locks. */
     bool (*writable)(void *ctx);
+    /* Up to max keys the store holds at or after *start, in key order, into keys (*n of them);
+     * *start becomes the key to go on from, 0 when no key is left (the page reached the end, or
+     * UINT64_MAX). Any thread, no lock held. 0, PC_EIO, PC_ENOMEM. */
+    int (*keys)(void *ctx, uint64_t *start, uint64_t *keys, size_t max, size_t *n);
 } ps_cold_ops_t;
 
 /* Install the cold store (ops copied, ctx borrowed); only for tables with config `cold`, before
  * the table is shared. A cold table without a store refuses to evict changed rows (PC_ENOSPC). */
 void ps_table_set_cold(ps_table_t *t, const ps_cold_ops_t *ops, void *ctx);
+
+/* A page of the keys a cold table's cold store holds (its `keys` hook: at or after *start, up to
+ * max (> 0, else PC_EINVAL), *start then the next page's first key, 0 at the end). Pages walk
+ * the store in key order without a snapshot: a key written after the walk passed its place is
+ * not seen, so a caller that needs every row (a backup's copy) takes the changes made meanwhile
+ * from the change log. A key may also be in RAM (a promoted row). Any other table: no keys,
+ * *start 0. */
+int ps_table_cold_keys(const ps_table_t *t, uint64_t *start, uint64_t *keys, size_t max, size_t *n);
 
 /* Suspend (true) or resume (false) writes to the cold store. Returns once no spill or erase is
  * writing to it any more. Freezes do not nest. */

@@ -29,6 +29,10 @@
  *   of the same calls on a cluster that was never resharded.
  * - test_reshard_absent_server: a target naming a server that never starts moves nothing and
  *   writes no map version; removing that server again reaches the target.
+ * - test_cold_failover, test_cold_reshard_add_remove: a cold table (200 rows in RAM, most rows
+ *   in each server's RocksDB tier) through a primary's kill -9 (every acknowledged push kept), a
+ *   rejoined backup's copy (the primary's rows bit for bit, served after the primary's kill -9
+ *   too) and a live resharding (the table sums of a cluster never resharded).
  */
 #include "test_util.h"
 
@@ -67,9 +71,15 @@ typedef struct cluster {
 } cluster_t;
 
 static const char *k_tables = "--tables=name=emb,dim=8,optimizer=adam,lr=0.01";
+/* The cold tests' table: 200 rows in RAM, the rest (most of NKEYS) in each server's tier. */
+static const char *k_cold_tables =
+    "--tables=name=emb,dim=8,optimizer=adam,lr=0.01,capacity_rows=200,cold=true";
+static const char *g_tables; /* the servers' tables: k_tables or k_cold_tables */
+static char g_tier[3][400];  /* with k_cold_tables, --tier-dir= of servers 0, 1, 2 ("": none) */
 
 static void start1(cluster_t *c) {
-    const char *e1[] = {c->maparg, k_tables, c->coordarg, LEASE, NULL};
+    const char *e1[] = {c->maparg, g_tables, c->coordarg, LEASE, g_tier[1][0] ? g_tier[1] : NULL,
+                        NULL};
     c->s1 = pu_spawn(c->p1, g_dir, e1, NULL);
     c->metrics1 = pu_last_metrics_port;
 }
@@ -77,8 +87,13 @@ static void start1(cluster_t *c) {
 static void cluster_up(cluster_t *c) {
     memset(c, 0, sizeof *c);
     cc_two_servers(&c->p0, &c->p1, c->map, sizeof c->map, c->maparg, sizeof c->maparg);
-    const char *e0[] = {c->maparg, k_tables, "--coordinator", "--cluster-coordinator=self",
-                        LEASE,     NULL};
+    const char *e0[] = {c->maparg,
+                        g_tables,
+                        "--coordinator",
+                        "--cluster-coordinator=self",
+                        LEASE,
+                        g_tier[0][0] ? g_tier[0] : NULL,
+                        NULL};
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
     snprintf(c->coordarg, sizeof c->coordarg, "--cluster-coordinator=127.0.0.1:%d", c->grpc0);
     start1(c);
@@ -86,8 +101,12 @@ static void cluster_up(cluster_t *c) {
 
 /* Server 0 with the cluster's flags (and extra0), started again with the same ones. */
 static void start0(cluster_t *c) {
-    const char *e0[] = {c->maparg, k_tables, c->coordarg, LEASE, c->extra0[0] ? c->extra0 : NULL,
-                        NULL};
+    const char *e0[7] = {c->maparg, g_tables, c->coordarg, LEASE};
+    int n = 4;
+    if (c->extra0[0])
+        e0[n++] = c->extra0;
+    if (g_tier[0][0])
+        e0[n++] = g_tier[0];
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
 }
 
@@ -445,7 +464,7 @@ static void test_sole_holder_restart(void **state) {
     snprintf(cmd, sizeof cmd,
              "timeout 30 '%s' --port=%d --grpc-port=0 --metrics-port=%d --log-level=error "
              "'%s' '%s' '%s' '%s' '%s' >/dev/null 2>&1",
-             pu_bin, cl.p0, ntohs(a.sin_port), cl.maparg, k_tables, cl.coordarg, LEASE, cl.extra0);
+             pu_bin, cl.p0, ntohs(a.sin_port), cl.maparg, g_tables, cl.coordarg, LEASE, cl.extra0);
     const int st = system(cmd);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 1); /* it failed, and by itself */
     close(busy);
@@ -516,6 +535,76 @@ static void test_stale_primary_refuses_pushes(void **state) {
     pu_stop(cl.s0);
 }
 
+/* ---- cold tables ---- */
+
+/* Use the cold tables (true: every server with a tier of its own, server 2 with dir tier2) or
+ * the RAM-only ones. */
+static void use_cold(bool cold) {
+    g_tables = cold ? k_cold_tables : k_tables;
+    for (int i = 0; i < 3; i++)
+        if (cold)
+            snprintf(g_tier[i], sizeof g_tier[i], "--tier-dir=%s/tier%d", g_dir, i);
+        else
+            g_tier[i][0] = '\0';
+}
+
+static bool all_of_1(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    return m && pc_cmap_server_slots(m, 1) == PC_NSLOTS && pc_cmap_unclean(m) == 0;
+}
+
+/* A cold table (200 rows in RAM, about 1800 of each server's in its RocksDB tier) is replicated
+ * as a RAM-only one: pushes go on through server 1's kill -9 with every acknowledged push in
+ * server 0's rows (the backup's copy of them came through the delta stream, whose rows the
+ * primary reads from its cold store once spilled). Server 1 started again joins as a backup and
+ * copies server 0's whole table, its parts of RAM rows and then pages of its cold store; in sync,
+ * it holds exactly server 0's rows (weights and Adam's state, bit for bit, and as many rows), and
+ * server 0 killed with -9, server 1 is promoted cleanly and serves them. */
+static void test_cold_failover(void **state) {
+    (void)state;
+    use_cold(true);
+    cluster_t cl;
+    const pid_t sc = cluster_up_apart(&cl, NULL);
+    psc_t *c = connect_to(cl.p0);
+    push_through_fault(&cl, c, kill_server1);
+    start1(&cl); /* (its tier starts empty: working storage) */
+    const int metrics1 = cl.metrics1;
+    assert_true(map_until(&cl, 15, backed_up_by_1, 0));
+    float g[50 * DIM] = {0.1f};
+    for (int i = 0; i < 20; i++) /* answered while server 1 copies */
+        assert_int_equal(psc_push(c, "emb", g_keys + i * 50, 50, DIM, g, NULL), 0);
+    assert_true(map_until(&cl, 20, in_sync_1, 0));
+    cc_sum_t before = {0, 0};
+    cc_scan_state(c, 0, "emb", STRIDE, cc_sum_rows, &before);
+    assert_true(before.n >= NKEYS * 9 / 10);
+    psc_close(c);
+    /* server 1 spilled most of what it copied */
+    const double spilled = metric(metrics1, "emberps_table_spilled_total{table=\"emb\"}");
+    print_message("server 0: %zu rows; server 1 spilled %.0f while copying and following\n",
+                  before.n, spilled);
+    assert_true(spilled > NKEYS / 2);
+    kill(cl.s0, SIGKILL);
+    pu_reap(cl.s0, 5);
+    bool took = false;
+    for (double t0 = pu_now(); !took && pu_now() - t0 < 15; usleep(50000)) {
+        pc_cluster_map_t *m = cc_map_of(cl.p1);
+        took = all_of_1(m, 0);
+        pc_cmap_destroy(m);
+    }
+    assert_true(took);
+    c = connect_to(cl.p1);
+    cc_sum_t after = {0, 0};
+    cc_scan_state(c, 1, "emb", STRIDE, cc_sum_rows, &after);
+    print_message("server 1 after the failover: %zu rows\n", after.n);
+    assert_int_equal(after.n, before.n);
+    assert_true(after.sum == before.sum);
+    psc_close(c);
+    pu_stop(cl.s1);
+    kill(sc, SIGKILL);
+    pu_reap(sc, 5);
+    use_cold(false);
+}
+
 /* ---- live resharding ---- */
 
 /* table_sum over both servers, then the client closed and the cluster stopped. */
@@ -567,8 +656,8 @@ static uint32_t rounds_until_moved(cluster_t *cl, psc_t *c, int *k, uint64_t *pu
     return n;
 }
 
-static void test_reshard_add_remove(void **state) {
-    (void)state;
+static void reshard_add_remove(bool cold) {
+    use_cold(cold);
     for (int i = 0; i < NKEYS; i++)
         g_keys[i] = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
     cluster_t cl;
@@ -585,7 +674,8 @@ static void test_reshard_add_remove(void **state) {
     const int p2 = pu_free_port();
     char maparg[1024];
     cc_reshard_add(g_psctl, cl.grpc0, p2, maparg, sizeof maparg);
-    const char *e2[] = {maparg, k_tables, cl.coordarg, LEASE, NULL};
+    const char *e2[] = {maparg, g_tables, cl.coordarg, LEASE, g_tier[2][0] ? g_tier[2] : NULL,
+                        NULL};
     const pid_t s2 = pu_spawn(p2, g_dir, e2, NULL);
     const double t0 = pu_now();
     const uint32_t third = rounds_until_moved(&cl, c, &k, &pulled, 1);
@@ -600,10 +690,12 @@ static void test_reshard_add_remove(void **state) {
     print_message("server 1 released %.0f rows\n", rel);
     assert_true(rel > 0);
     /* server 1 backs up the slots it handed over, following the new primary's log from where
-     * it stood before the handover: no copy (the table sums below check the rows) */
+     * it stood before the handover: no copy (the table sums below check the rows); a cold
+     * table (which spills on its own) is copied, walking server 2's cold store */
     print_message("server 1's copies: %.0f before the move, %.0f after\n", copies1,
                   metric(cl.metrics1, copies));
-    assert_true(copies1 >= 1 && metric(cl.metrics1, copies) == copies1);
+    assert_true(copies1 >= 1 && (cold ? metric(cl.metrics1, copies) > copies1
+                                      : metric(cl.metrics1, copies) == copies1));
     for (int j = 0; j < 50; j++, k++) /* some with the third server primary */
         reshard_round(c, k, &pulled);
     /* and remove it again */
@@ -631,6 +723,19 @@ static void test_reshard_add_remove(void **state) {
     assert_int_equal(rows, rows0);
     assert_true(pulled == pulled0);
     assert_true(sum == sum0);
+    use_cold(false);
+}
+
+static void test_reshard_add_remove(void **state) {
+    (void)state;
+    reshard_add_remove(false);
+}
+
+/* The same with the cold tables (most rows in each server's tier): releases erase cold rows
+ * too, and copies walk the cold stores. */
+static void test_cold_reshard_add_remove(void **state) {
+    (void)state;
+    reshard_add_remove(true);
 }
 
 /* A resharding target naming a server that never starts: nothing moves and the map does not
@@ -676,6 +781,7 @@ int main(int argc, char **argv) {
     snprintf(g_dir, sizeof g_dir, "/tmp/ember-replica-%d", (int)getpid());
     mkdir(g_dir, 0755);
     signal(SIGPIPE, SIG_IGN);
+    g_tables = k_tables;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_failover_keeps_acked_pushes),
         cmocka_unit_test(test_quick_restart_keeps_acked_pushes),
@@ -684,6 +790,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sole_holder_restart),
         cmocka_unit_test(test_reshard_add_remove),
         cmocka_unit_test(test_reshard_absent_server),
+        cmocka_unit_test(test_cold_failover),
+        cmocka_unit_test(test_cold_reshard_add_remove),
     };
     if (argc > 2) /* a test name pattern (cmocka's * and ?), to run one */
         cmocka_set_test_filter(argv[2]);

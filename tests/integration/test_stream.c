@@ -386,7 +386,7 @@ static void backup_scan(psc_t *c, uint64_t mv, uint32_t backup, uint64_t *got, u
         psc_stream_t out;
         char why[600];
         const int rc =
-            psc__stream(c, true, &q, PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP, mv,
+            psc__stream(c, true, &q, PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP, mv, 0,
                         &out, why, sizeof why);
         if (rc)
             fail_msg("backup %u's scan, part %u: %s: %s", backup, p, pc_err_name(rc), why);
@@ -450,12 +450,12 @@ static void test_backup_scan(void **state) {
     psc_stream_t out;
     char why[600];
     const uint32_t fl = PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP;
-    assert_int_equal(psc__stream(c, true, &q, fl, 3, &out, why, sizeof why), PC_EINVAL);
+    assert_int_equal(psc__stream(c, true, &q, fl, 3, 0, &out, why, sizeof why), PC_EINVAL);
     assert_has(why, "does not have");
     q.from = 1;
-    assert_int_equal(psc__stream(c, true, &q, fl, 2, &out, why, sizeof why), PC_EWRONGSLOT);
+    assert_int_equal(psc__stream(c, true, &q, fl, 2, 0, &out, why, sizeof why), PC_EWRONGSLOT);
     assert_int_equal(
-        psc__stream(c, true, &q, PC_STREAM_STATE | PC_STREAM_BACKUP, 3, &out, why, sizeof why),
+        psc__stream(c, true, &q, PC_STREAM_STATE | PC_STREAM_BACKUP, 3, 0, &out, why, sizeof why),
         PC_EINVAL); /* refused by the client: a backup's copy names its map */
     psc_close(c);
     for (int i = 0; i < 3; i++)

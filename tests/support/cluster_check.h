@@ -44,16 +44,23 @@ static inline pc_cluster_map_t *cc_map_of(int port) {
 typedef void (*cc_rows_fn)(void *ctx, const uint64_t *keys, const float *rows, uint32_t n,
                            uint32_t stride);
 
+static inline int cc_cmp_key(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* Every row of `table` at server `server` (a map index) with its state (stride floats a row),
- * a batch at a time, to fn; fails the test on an error. */
+ * a batch at a time, to fn; fails the test on an error. A cold table's cold store is walked too
+ * (PC_STREAM_COLD), each key given once (a promoted row is in RAM and in the cold store). */
 static inline void cc_scan_state(psc_t *c, uint32_t server, const char *table, uint32_t stride,
                                  cc_rows_fn fn, void *ctx) {
     enum { CAP = 65536, PARTS = 4 };
-    uint64_t *k = calloc(CAP, 8);
+    uint64_t *k = calloc(CAP, 8), *seen = NULL, start = 0;
+    size_t nseen = 0;
     uint8_t *f = calloc(CAP, 1);
     float *rows = calloc((size_t)CAP * stride, 4);
     assert_true(k && f && rows);
-    for (uint32_t part = 0; part < PARTS; part++) {
+    for (uint32_t part = 0; part <= PARTS; part++) {
         psc_stream_req_t q = {.server = server,
                               .table = table,
                               .dim = stride,
@@ -65,11 +72,32 @@ static inline void cc_scan_state(psc_t *c, uint32_t server, const char *table, u
                               .rows = rows};
         psc_stream_t out;
         char why[256];
-        int rc = psc__stream(c, true, &q, PC_STREAM_STATE, 0, &out, why, sizeof why);
+        int rc = psc__stream(c, true, &q, PC_STREAM_STATE | PC_STREAM_COLD, 0, start, &out, why,
+                             sizeof why);
         if (rc)
             fail_msg("scan of server %u with state: %s: %s", server, pc_strerror(rc), why);
-        fn(ctx, k, rows, out.n, stride);
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < out.n; i++) {
+            if (part == PARTS && bsearch(&k[i], seen, nseen, 8, cc_cmp_key))
+                continue; /* (given from RAM) */
+            if (n != i) {
+                k[n] = k[i];
+                memmove(rows + (size_t)n * stride, rows + (size_t)i * stride, (size_t)stride * 4);
+            }
+            n++;
+        }
+        if (part < PARTS) { /* the RAM rows' keys, for the walk */
+            assert_non_null(seen = realloc(seen, (nseen + n + 1) * 8));
+            memcpy(seen + nseen, k, (size_t)n * 8);
+            nseen += n;
+            if (part == PARTS - 1)
+                qsort(seen, nseen, 8, cc_cmp_key);
+        }
+        fn(ctx, k, rows, n, stride);
+        if (part == PARTS && (start = out.from))
+            part--; /* the next page of the walk */
     }
+    free(seen);
     free(k);
     free(f);
     free(rows);

@@ -245,7 +245,7 @@ static void test_stream_codec(void **state) {
                      d;
     uint8_t b[200];
     const size_t len = pc_wire_stream_encode(&q, b);
-    assert_int_equal(len, pc_wire_stream_len(3));
+    assert_int_equal(len, pc_wire_stream_len(3, 0));
     assert_int_equal(len, 16 + 8 + 16);
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
     assert_string_equal(d.name, "emb");
@@ -255,7 +255,7 @@ static void test_stream_codec(void **state) {
     b[16 + 5] = 1; /* a padding byte */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[16 + 5] = 0;
-    b[2] = 32; /* a flag that does not exist */
+    b[2] = 64; /* a flag that does not exist */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[2] = PC_STREAM_BACKUP; /* a backup's copy without the map it copies under */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
@@ -281,10 +281,33 @@ static void test_stream_codec(void **state) {
     assert_true(d.flags == (PC_STREAM_ACK | PC_STREAM_CAUGHT));
     b[2] = PC_STREAM_CAUGHT; /* and only with it */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    /* A cold table's walk: 8 bytes more, the page's start key (0 on a part of the RAM rows). */
+    q.flags = PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP | PC_STREAM_COLD;
+    q.part = q.parts = 8;
+    q.start = 0xFEDCBA9876543210ULL;
+    const size_t clen = pc_wire_stream_encode(&q, b);
+    assert_int_equal(clen, len + 8);
+    assert_int_equal(clen, pc_wire_stream_len(3, PC_STREAM_COLD));
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)clen, &d), 0);
+    assert_true(d.flags == q.flags && d.part == 8 && d.parts == 8 && d.start == q.start);
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL); /* no start */
+    b[8] = 2; /* part 2 of 8: RAM rows, which start nowhere */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)clen, &d), PC_EINVAL);
+    q.part = 2;
+    q.start = 0;
+    pc_wire_stream_encode(&q, b);
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)clen, &d), 0);
+    assert_true(d.part == 2 && d.start == 0);
+    b[2] = PC_STREAM_COLD | PC_STREAM_ACK; /* a walk is a scan, not an acknowledging DELTAS */
+    b[12] = b[13] = b[14] = b[15] = 0;
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)clen, &d), PC_EINVAL);
     q.flags = 0;
+    q.part = 3;
     q.parts = 8;
     pc_wire_stream_encode(&q, b);
-    b[0] = 0; /* no name */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
+    assert_true(d.start == 0); /* (without the flag, the field is not read) */
+    b[0] = 0;                  /* no name */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     pc_wire_stream_t noname = {.name = ""};
     assert_int_equal(pc_wire_stream_encode(&noname, b), 0);

@@ -301,6 +301,107 @@ static void test_erase_lookup_ttl(void **state) {
     fx_close(&f);
 }
 
+/* read_state of a cold table reads the rows it spilled (weights and optimizer state, as a
+ * RAM-only table fed the same pushes holds them) without promoting them; erased and expired rows
+ * read as absent. ps_table_cold_keys pages through the cold store in key order: with the RAM rows
+ * every key is seen, none twice within the walk. */
+static int collect_keys(void *ctx, const ps_row_view_t *rows, size_t n) {
+    uint64_t **at = ctx;
+    for (size_t i = 0; i < n; i++)
+        *(*at)++ = rows[i].key;
+    return 0;
+}
+
+static int cmp_key(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void test_read_state_and_keys(void **state) {
+    (void)state;
+    fixture_t f;
+    fx_open(&f);
+    enum { N = 3000, D = 8, S = 2 * D + 1 }; /* adam: 2 dim + 1 state words */
+    ps_table_t *c = mk_cold(&f, "name=r,dim=8,optimizer=adam,shards=4,capacity_rows=200,"
+                                "cold=true,ttl_ticks=50");
+    ps_table_t *r = tc_create("name=r,dim=8,optimizer=adam,shards=4");
+    static uint64_t keys[N], walked[2 * N];
+    static float g[N * D], x[N * (D + S)], y[N * (D + S)];
+    static uint8_t fx[N], fy[N];
+    uint64_t rng = 9;
+    for (int i = 0; i < N; i++)
+        keys[i] = key_of((uint64_t)i);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N * D; i++)
+            g[i] = tu_gauss(&rng) * 0.1f;
+        assert_int_equal(ps_table_push(c, keys, N, g, N * D, NULL), 0);
+        assert_int_equal(ps_table_push(r, keys, N, g, N * D, NULL), 0);
+    }
+    assert_int_equal(ps_table_state_len(c), S);
+    const uint64_t in_ram = ps_table_count(c);
+    assert_true(in_ram <= 200 + 4 * 2);
+    assert_int_equal(ps_table_read_state(c, keys, N, x, fx), 0);
+    assert_int_equal(ps_table_read_state(r, keys, N, y, fy), 0);
+    assert_memory_equal(fx, fy, N);
+    assert_memory_equal(x, y, sizeof x);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fx[i], 1);
+    assert_int_equal(ps_table_count(c), in_ram); /* nothing promoted */
+    /* The walk: cold keys in order, in pages of 37; with the RAM keys, every key. */
+    uint64_t *at = walked, start = 0;
+    int pages = 0;
+    do {
+        size_t n = 0;
+        assert_int_equal(ps_table_cold_keys(c, &start, at, 37, &n), 0);
+        assert_true(n <= 37);
+        for (size_t i = 1; i < n; i++)
+            assert_true(at[i - 1] < at[i]);
+        assert_true(!start || (n == 37 && start > at[n - 1]));
+        at += n;
+        pages++;
+    } while (start && pages < 1000);
+    const size_t ncold = (size_t)(at - walked);
+    assert_true(ncold >= N - in_ram && pages > 10);
+    assert_int_equal(ps_table_scan(c, PS_SCAN_ALL, collect_keys, &at), 0);
+    const size_t nall = (size_t)(at - walked);
+    qsort(walked, nall, sizeof *walked, cmp_key);
+    size_t nu = 0;
+    for (size_t i = 0; i < nall; i++)
+        if (!nu || walked[nu - 1] != walked[i])
+            walked[nu++] = walked[i];
+    assert_int_equal(nu, N);
+    qsort(keys, N, sizeof *keys, cmp_key);
+    assert_memory_equal(walked, keys, N * sizeof *keys);
+    /* A table that is not cold has no cold keys; max 0 is refused. */
+    size_t n = 1;
+    start = 5;
+    assert_int_equal(ps_table_cold_keys(r, &start, walked, 10, &n), 0);
+    assert_true(n == 0 && start == 0);
+    assert_int_equal(ps_table_cold_keys(c, &start, walked, 0, &n), PC_EINVAL);
+    /* Erased rows (RAM or cold) read as absent, and leave the walk. */
+    assert_int_equal(ps_table_erase(c, keys, N / 2, NULL), 0);
+    assert_int_equal(ps_table_read_state(c, keys, N, x, fx), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fx[i], i >= N / 2);
+    start = 0;
+    size_t left = 0;
+    do {
+        assert_int_equal(ps_table_cold_keys(c, &start, walked, 4096, &n), 0);
+        for (size_t i = 0; i < n; i++)
+            assert_null(bsearch(&walked[i], keys, N / 2, sizeof *keys, cmp_key));
+        left += n;
+    } while (start);
+    assert_true(left > 0 && left <= N / 2);
+    /* TTL: idle rows read as absent from the cold store too. */
+    assert_int_equal(ps_table_advance_clock(c, 60), 0);
+    assert_int_equal(ps_table_read_state(c, keys, N, x, fx), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(fx[i], 0);
+    ps_table_destroy(r);
+    drop_cold(&f, c);
+    fx_close(&f);
+}
+
 typedef struct eraser {
     ps_table_t *t;
     uint64_t key;
@@ -665,6 +766,7 @@ int main(void) {
         cmocka_unit_test(test_export_import_cold),
         cmocka_unit_test(test_roundtrip_every_optimizer),
         cmocka_unit_test(test_erase_lookup_ttl),
+        cmocka_unit_test(test_read_state_and_keys),
         cmocka_unit_test(test_freeze),
         cmocka_unit_test(test_corrupt_record),
         cmocka_unit_test(test_unattached_refuses),
