@@ -1651,8 +1651,8 @@ static int stream_call(psc_t *c, uint8_t op, const psc_stream_req_t *q, uint32_t
         ((flags & PC_STREAM_ACK) && (op != PC_OP_DELTAS || q->parts)) || (!q->dim && !bounds) ||
         q->dim > dim_max || (!bounds && (!q->cap || !q->keys || !q->found || !q->rows)) ||
         q->server > INT32_MAX || ((flags & PC_STREAM_COLD) && op != PC_OP_SCAN) ||
-        (op == PC_OP_SCAN && q->part >= q->parts + !!(flags & PC_STREAM_COLD)) ||
-        (start && q->part < q->parts))
+        (op == PC_OP_SCAN && (!q->parts || q->part >= q->parts + !!(flags & PC_STREAM_COLD))) ||
+        (start && (!(flags & PC_STREAM_COLD) || q->part < q->parts)))
         return PC_EINVAL;
     memset(out, 0, sizeof *out);
     call_t *k = call_new(c, op, q->table);

@@ -43,8 +43,9 @@
  *   asks again after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a
  *   primary that does not answer is retried after 100 ms doubling to 2 s. A cold table's
  *   copy walks the primary's cold store after its parts of RAM rows (PC_STREAM_COLD: pages in
- *   key order), and this server's own keys of it include its cold store's (seen_own), for the
- *   erasures at the copy's end and for releases.
+ *   key order), and this server's own keys of it include its cold store's (seen_cold: noted
+ *   OWN_ROUND_KEYS a round before the first part, for the erasures at the copy's end; a
+ *   release walks REL_TICK_KEYS of them a controller tick, taking up where it stood).
  * - Hand-back without a copy: a server handing slots to a new primary becomes its backup of them
  *   and holds exactly the rows the new primary holds (it acknowledged this server's log through
  *   the cut, and this server takes no push of them after it). Before holding pushes the
@@ -97,10 +98,14 @@
 /* keys a release erases under the map's mutex at a time: the follower's loads (acknowledgements
  * that sync pushes wait for) go on between them */
 #define RELEASE_KEYS 4096u
-#define HANDBACK_NS  500000000ull /* a handover's bounds queries stop after this (see DESIGN) */
-#define MAX_TABLES   64u
-#define TABLES_NS    1000000000ull /* the catalog is listed again this often (new tables) */
-#define LAG_MAX      (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs a handover sees */
+/* a copy of a cold table notes this many keys of this server's own cold store a round at most,
+ * and a release walks this many of a cold table's a tick (the controller renews the lease) */
+#define OWN_ROUND_KEYS 65536u
+#define REL_TICK_KEYS  65536u
+#define HANDBACK_NS    500000000ull /* a handover's bounds queries stop after this (see DESIGN) */
+#define MAX_TABLES     64u
+#define TABLES_NS      1000000000ull /* the catalog is listed again this often (new tables) */
+#define LAG_MAX        (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs a handover sees */
 
 /* The keys this server held of the slots a copy brings, sorted, and which the copy sent; or, with
  * p PC_NO_SERVER, the keys of slots it has no role in (release_rows). */
@@ -118,7 +123,9 @@ typedef struct seen {
  * part. */
 typedef struct copy {
     bool on;
-    uint32_t part;  /* == the source's parts: walking the cold store, from `start` */
+    bool owning; /* still noting this server's own cold keys, from own_start on */
+    uint64_t own_start;
+    uint32_t part;  /* == the source's parts: walking the primary's cold store, from `start` */
     uint64_t start; /* (the next cold page's first key) */
     uint64_t uid;
     uint64_t *slots;
@@ -187,7 +194,17 @@ struct ps_repl {
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
     ps_dp_lag_t lag_cut[LAG_MAX], lag_now[LAG_MAX]; /* controller: a handover's heads, acks */
     pc_cluster_map_t *released_map; /* controller: the map the role-less rows were erased under */
-    uint64_t gone[PC_NSLOTS / 64];  /* slots a release erased since the follower looked (mu) */
+    /* controller: the release under way, under map version rel_ver: the tables it released
+     * (done) and, for a cold table, where its walk of the cold store stands (REL_TICK_KEYS a
+     * tick) */
+    struct rel_walk {
+        char table[PS_TABLE_NAME_MAX];
+        uint64_t start;
+        bool done;
+    } rel[MAX_TABLES];
+    size_t nrel;
+    uint64_t rel_ver;
+    uint64_t gone[PC_NSLOTS / 64]; /* slots a release erased since the follower looked (mu) */
     bool gone_any;
     /* a handover's places in the new primary's logs (see DESIGN; mu): valid from map version
      * hb_ver (0: none), for the slots hb_slots handed to server hb_to */
@@ -971,8 +988,10 @@ static int apply(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t p, ps_table_t
     if (!rc && ne)
         rc = ps_table_erase(t, b->ek, ne, NULL);
     pthread_mutex_unlock(&r->mu);
-    if (!rc && seen)
+    if (!rc && seen) { /* (erased as absent: the primary sent them too) */
         seen_mark(seen, b->keys, nl);
+        seen_mark(seen, b->ek, ne);
+    }
     if (!rc)
         atomic_fetch_add(&r->rows_streamed, nl + ne);
     return rc;
@@ -1011,23 +1030,33 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The keys of t this server holds in the slots x collects, sorted, each once: the rows in RAM
- * and, for a cold table, the keys of its cold store (a promoted row is in both). */
-static int seen_own(seen_t *x, const ps_table_t *t) {
-    if (ps_table_scan(t, PS_SCAN_ALL, seen_collect, x) || x->failed)
-        return PC_ENOMEM;
-    if (ps_table_config(t)->cold) {
-        uint64_t buf[1024], start = 0;
-        do {
-            size_t n = 0;
-            const int rc = ps_table_cold_keys(t, &start, buf, 1024, &n);
-            if (rc)
-                return rc;
-            for (size_t i = 0; i < n; i++)
-                if (!seen_add(x, buf[i]))
-                    return PC_ENOMEM;
-        } while (start);
+/* The keys of t's rows in RAM, in the slots x collects. */
+static int seen_ram(seen_t *x, const ps_table_t *t) {
+    return ps_table_scan(t, PS_SCAN_ALL, seen_collect, x) || x->failed ? PC_ENOMEM : 0;
+}
+
+/* The keys t's cold store holds from *start on, in the slots x collects, until `max` keys were
+ * visited (whole pages); *start then where to go on, 0 at the end (and for a table that is not
+ * cold). A promoted row is in RAM and in the cold store: seen_sort drops the repeat. */
+static int seen_cold(seen_t *x, const ps_table_t *t, uint64_t *start, uint64_t max) {
+    uint64_t buf[1024];
+    for (uint64_t visited = 0; visited < max;) {
+        size_t n = 0;
+        const int rc = ps_table_cold_keys(t, start, buf, 1024, &n);
+        if (rc)
+            return rc;
+        for (size_t i = 0; i < n; i++)
+            if (!seen_add(x, buf[i]))
+                return PC_ENOMEM;
+        visited += n;
+        if (!*start)
+            break;
     }
+    return 0;
+}
+
+/* Sort x's keys, each once. */
+static void seen_sort(seen_t *x) {
     if (x->n)
         qsort(x->keys, x->n, sizeof *x->keys, cmp_u64);
     size_t u = 0;
@@ -1035,11 +1064,10 @@ static int seen_own(seen_t *x, const ps_table_t *t) {
         if (!u || x->keys[u - 1] != x->keys[i])
             x->keys[u++] = x->keys[i];
     x->n = u;
-    return 0;
 }
 
 static void seen_mark(seen_t *x, const uint64_t *keys, size_t n) {
-    for (size_t i = 0; x->got && i < n; i++) {
+    for (size_t i = 0; x->got && x->n && i < n; i++) {
         const uint64_t *at = bsearch(&keys[i], x->keys, x->n, sizeof *x->keys, cmp_u64);
         if (at)
             x->got[at - x->keys] = 1;
@@ -1073,19 +1101,33 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         ps_changelog_t *own;
         ps_catalog_changelog_start(r->cat, t, &own, NULL);
         cp->on = true;
+        cp->owning = ps_table_config(t)->cold;
         cp->x = (seen_t){.m = m, .me = r->o.self, .p = pr->server};
-        rc = seen_own(&cp->x, t);
+        rc = seen_ram(&cp->x, t);
         cp->x.m = NULL; /* the follower's map of now: not kept */
         if (!rc && !(cp->slots = pc_smalloc(PC_MEM_SCRATCH, sizeof slots)))
             rc = PC_ENOMEM;
         if (!rc)
             memcpy(cp->slots, slots, sizeof slots);
-        if (!rc && cp->x.n && !(cp->x.got = pc_scalloc(PC_MEM_SCRATCH, cp->x.n, 1)))
-            rc = PC_ENOMEM;
         if (src->parts < SCAN_PARTS)
             src->parts = SCAN_PARTS;
     }
     seen_t *x = &cp->x;
+    if (!rc && cp->owning) {
+        /* a cold table: this server's own cold keys of those slots, OWN_ROUND_KEYS a round (the
+         * other primaries' DELTAS, which their sync pushes wait for, go on in between) */
+        x->m = m;
+        rc = seen_cold(x, t, &cp->own_start, OWN_ROUND_KEYS);
+        x->m = NULL;
+        if (!rc && cp->own_start)
+            return 1; /* (progress: no idle wait before the next round) */
+        cp->owning = false;
+    }
+    if (!rc && !x->got && !cp->part) { /* the keys held, complete: sorted once, none seen yet */
+        seen_sort(x);
+        if (!(x->got = pc_scalloc(PC_MEM_SCRATCH, x->n ? x->n : 1, 1)))
+            rc = PC_ENOMEM;
+    }
     *held = x->n;
     psc_stream_req_t q = {.server = pr->server,
                           .table = src->table,
@@ -1108,6 +1150,7 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     if (rc == PC_ETOOBIG && src->parts < 65536) { /* a part over the buffers: split finer */
         src->parts *= 2;
         cp->part = 0; /* the parts loaded are loaded again: a load is idempotent */
+        cp->start = 0;
         return 0;
     }
     if (rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT)
@@ -1120,8 +1163,7 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         /* the first part (again, after a finer split): what earlier parts or DELTAS brought is
          * marked no more, and the log is followed from this part's head on (kept when already
          * followed there: it is at or before it) */
-        if (x->got)
-            memset(x->got, 0, x->n);
+        memset(x->got, 0, x->n);
         cp->uid = out.uid;
         if (!src->following || src->uid != out.uid) {
             src->uid = out.uid;
@@ -1130,7 +1172,7 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         }
     }
     if (!rc) {
-        rc = apply(r, m, pr->server, t, b, out.n, x->got ? x : NULL);
+        rc = apply(r, m, pr->server, t, b, out.n, x);
         atomic_fetch_add(&r->rows_copied, out.n);
         if (rc == PC_ESTATE)
             return rc; /* the roles moved: the next round sees whether the slots did */
@@ -1144,10 +1186,11 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     size_t gone = 0;
     for (size_t i = 0; !rc && i < x->n; i++)
         if (!x->got[i])
-            x->keys[gone++] = x->keys[i]; /* the primary has it no more */
-    if (!rc && gone) {
+            x->keys[gone++] = x->keys[i];                    /* the primary has it no more */
+    for (size_t i = 0; !rc && i < gone; i += RELEASE_KEYS) { /* loads go on in between */
+        const size_t n = gone - i < RELEASE_KEYS ? gone - i : RELEASE_KEYS;
         pthread_mutex_lock(&r->mu);
-        rc = same_roles_as(r, m) ? ps_table_erase(t, x->keys, gone, NULL) : PC_ESTATE;
+        rc = same_roles_as(r, m) ? ps_table_erase(t, x->keys + i, n, NULL) : PC_ESTATE;
         pthread_mutex_unlock(&r->mu);
     }
     if (!rc) {
@@ -1172,13 +1215,41 @@ typedef struct release_ctx {
     const pc_cluster_map_t *m;
 } release_ctx_t;
 
+/* Table `name` in the release under way under m (a new release when its map is another). NULL
+ * when MAX_TABLES are noted (the table is then released whole at each call). */
+static struct rel_walk *rel_walk_of(ps_repl_t *r, const pc_cluster_map_t *m, const char *name) {
+    if (r->rel_ver != pc_cmap_version(m)) {
+        r->nrel = 0;
+        r->rel_ver = pc_cmap_version(m);
+    }
+    for (size_t i = 0; i < r->nrel; i++)
+        if (!strcmp(r->rel[i].table, name))
+            return &r->rel[i];
+    if (r->nrel == MAX_TABLES)
+        return NULL;
+    struct rel_walk *c = &r->rel[r->nrel++];
+    *c = (struct rel_walk){.start = 0, .done = false};
+    snprintf(c->table, sizeof c->table, "%s", name);
+    return c;
+}
+
 /* ps_catalog_each: erase table t's rows of slots this server has no role in under x->m (only
- * while that is still the map: PC_ESTATE otherwise). */
+ * while that is still the map: PC_ESTATE otherwise). A cold table's cold store is walked
+ * REL_TICK_KEYS keys a call: PC_EAGAIN until its walk reached the end. */
 static int release_table(void *ctx, ps_table_t *t) {
     const release_ctx_t *x = ctx;
     ps_repl_t *r = x->r;
+    struct rel_walk *c = rel_walk_of(r, x->m, ps_table_config(t)->name);
+    if (c && c->done)
+        return 0; /* (released earlier in this release) */
     seen_t k = {.m = x->m, .me = r->o.self, .p = PC_NO_SERVER};
-    int rc = seen_own(&k, t);
+    int rc = seen_ram(&k, t);
+    uint64_t whole = 0;
+    if (!rc && ps_table_config(t)->cold)
+        rc = seen_cold(&k, t, c ? &c->start : &whole, c ? REL_TICK_KEYS : UINT64_MAX);
+    if (!rc && c)
+        c->done = !c->start;
+    seen_sort(&k);
     size_t erased = 0;
     for (size_t i = 0; !rc && i < k.n; i += RELEASE_KEYS) {
         const size_t n = k.n - i < RELEASE_KEYS ? k.n - i : RELEASE_KEYS;
@@ -1195,7 +1266,7 @@ static int release_table(void *ctx, ps_table_t *t) {
                 erased, ps_table_config(t)->name, pc_cmap_version(x->m),
                 rc ? ", stopped by a new map" : "");
     pc_sfree(k.keys);
-    return rc;
+    return !rc && c && !c->done ? PC_EAGAIN : rc;
 }
 
 /* Release: after a map change that took slots from this server (handed over, or a backup no

@@ -2394,7 +2394,9 @@ int ps_table_cold_keys(const ps_table_t *t, uint64_t *start, uint64_t *keys, siz
         *start = 0;
         return 0;
     }
-    return max ? t->cold.keys(t->cold_ctx, start, keys, max, n) : PC_EINVAL;
+    if (!max)
+        return PC_EINVAL;
+    return t->cold.keys ? t->cold.keys(t->cold_ctx, start, keys, max, n) : PC_EUNSUPPORTED;
 }
 
 void ps_table_cold_freeze(ps_table_t *t, bool frozen) {

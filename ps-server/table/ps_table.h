@@ -362,7 +362,7 @@ void ps_table_set_cold(ps_table_t *t, const ps_cold_ops_t *ops, void *ctx);
  * the store in key order without a snapshot: a key written after the walk passed its place is
  * not seen, so a caller that needs every row (a backup's copy) takes the changes made meanwhile
  * from the change log. A key may also be in RAM (a promoted row). Any other table: no keys,
- * *start 0. */
+ * *start 0. PC_EUNSUPPORTED: a store without the hook. */
 int ps_table_cold_keys(const ps_table_t *t, uint64_t *start, uint64_t *keys, size_t max, size_t *n);
 
 /* Suspend (true) or resume (false) writes to the cold store. Returns once no spill or erase is

@@ -54,7 +54,7 @@ static inline int cc_cmp_key(const void *a, const void *b) {
  * (PC_STREAM_COLD), each key given once (a promoted row is in RAM and in the cold store). */
 static inline void cc_scan_state(psc_t *c, uint32_t server, const char *table, uint32_t stride,
                                  cc_rows_fn fn, void *ctx) {
-    enum { CAP = 65536, PARTS = 4 };
+    enum { CAP = 65536, PARTS = 4, PAGE = 100 }; /* (small pages: a walk of many) */
     uint64_t *k = calloc(CAP, 8), *seen = NULL, start = 0;
     size_t nseen = 0;
     uint8_t *f = calloc(CAP, 1);
@@ -66,7 +66,7 @@ static inline void cc_scan_state(psc_t *c, uint32_t server, const char *table, u
                               .dim = stride,
                               .part = part,
                               .parts = PARTS,
-                              .cap = CAP,
+                              .cap = part < PARTS ? CAP : PAGE,
                               .keys = k,
                               .found = f,
                               .rows = rows};
