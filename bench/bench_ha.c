@@ -25,6 +25,12 @@
  *   the end over the seconds from psctl's call to the map matching the target (one `psctl
  *   reshard wait`, which polls the coordinator every 20 ms); migrate_train_dip: the worker's
  * samples/s (steps that ended) during the move over the window before it (goal >= 0.7).
+ * - A rejoining backup's copy: rows pushed (dim 16, Adagrad), server 1 killed with -9 and server
+ *   0 primary of every slot, server 1 started again: rejoin_copy_rows_per_s, the rows over the
+ *   seconds from its start until the map has it in sync (lease 600 ms: the mark is cleared at a
+ *   controller tick, 150 ms), for a RAM-only table and (cold_rejoin_copy_rows_per_s) a cold one
+ *   with a tenth of the rows in RAM, whose copy walks server 0's RocksDB store; cold_copy_vs_ram
+ *   their ratio.
  * - The etcd leader's death: the failover run again with the servers' map and leases in a
  *   3-member etcd on loopback (tests/support/etcd_cluster.sh), whose leader is killed with -9
  *   instead of a server. etcd_leader_kill_stall_s: the longest gap between answered pushes from
@@ -59,33 +65,58 @@ static double now_s(void) {
 
 typedef struct cluster {
     int pid0, pid1, p0, p1, g0;
+    /* server 1's flags, for a restart (start1) */
+    char maparg[300], coord[600], tables[200], lease[40], tier1[320];
 } cluster_t;
 
-/* Two servers with `tables`; with backups when ha, the map and leases in server 0's coordinator
- * (in memory), or in etcd when etcd_url is not NULL (etcd://...). */
+/* Server 1 (again) on port p1 with the cluster's flags. */
+static int start1(const bench_opts_t *o, const char *dir, bool ha, cluster_t *c) {
+    const char *e1[6] = {c->maparg, c->tables};
+    int n = 2;
+    if (c->tier1[0])
+        e1[n++] = c->tier1;
+    if (ha) {
+        e1[n++] = c->coord;
+        e1[n++] = c->lease;
+    }
+    c->pid1 = bench_ps_server_at(o, "ha", dir, "s1", c->p1, (const char *const *)e1, &c->p1, NULL);
+    return c->pid1 < 0 ? -1 : 0;
+}
+
+/* Two servers with `tables` (with `cold`, each with a cold tier of its own under dir); with
+ * backups when ha, the map and leases in server 0's coordinator (in memory), or in etcd when
+ * etcd_url is not NULL (etcd://...). */
 static int cluster_up_on(const bench_opts_t *o, const char *dir, const char *tables, bool ha,
-                         const char *lease, const char *etcd_url, cluster_t *c) {
-    char map[256], maparg[300], coord[600];
-    const int q0 = bench_free_port(), q1 = bench_free_port();
+                         bool cold, const char *lease, const char *etcd_url, cluster_t *c) {
+    char map[256], tier0[320];
+    memset(c, 0, sizeof *c);
+    const int q0 = bench_free_port();
+    c->p1 = bench_free_port();
     snprintf(map, sizeof map,
-             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", q0, q1);
-    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", q0, c->p1);
+    snprintf(c->maparg, sizeof c->maparg, "--cluster-map=%s", map);
+    snprintf(c->tables, sizeof c->tables, "%s", tables);
+    snprintf(c->lease, sizeof c->lease, "%s", lease);
+    snprintf(tier0, sizeof tier0, "--tier-dir=%s/tier0", dir);
+    if (cold)
+        snprintf(c->tier1, sizeof c->tier1, "--tier-dir=%s/tier1", dir);
     if (etcd_url)
-        snprintf(coord, sizeof coord, "--cluster-coordinator=%s", etcd_url);
-    const char *e0[] = {maparg,
-                        tables,
-                        ha ? "--coordinator" : NULL,
-                        etcd_url ? coord : "--cluster-coordinator=self",
-                        lease,
-                        NULL}; /* without ha: the map and tables only */
+        snprintf(c->coord, sizeof c->coord, "--cluster-coordinator=%s", etcd_url);
+    const char *e0[7] = {c->maparg, tables};
+    int n = 2;
+    if (cold)
+        e0[n++] = tier0;
+    if (ha) { /* without: the map and tables only */
+        e0[n++] = "--coordinator";
+        e0[n++] = etcd_url ? c->coord : "--cluster-coordinator=self";
+        e0[n++] = lease;
+    }
     c->pid0 = bench_ps_server_at(o, "ha", dir, "s0", q0, e0, &c->p0, &c->g0);
     if (c->pid0 < 0)
         return -1;
     if (!etcd_url)
-        snprintf(coord, sizeof coord, "--cluster-coordinator=127.0.0.1:%d", c->g0);
-    const char *e1[] = {maparg, tables, ha ? coord : NULL, lease, NULL};
-    c->pid1 = bench_ps_server_at(o, "ha", dir, "s1", q1, e1, &c->p1, NULL);
-    if (c->pid1 < 0) {
+        snprintf(c->coord, sizeof c->coord, "--cluster-coordinator=127.0.0.1:%d", c->g0);
+    if (start1(o, dir, ha, c)) {
         bench_stop(c->pid0);
         return -1;
     }
@@ -94,7 +125,7 @@ static int cluster_up_on(const bench_opts_t *o, const char *dir, const char *tab
 
 static int cluster_up(const bench_opts_t *o, const char *dir, const char *tables, bool ha,
                       const char *lease, cluster_t *c) {
-    return cluster_up_on(o, dir, tables, ha, lease, NULL, c);
+    return cluster_up_on(o, dir, tables, ha, false, lease, NULL, c);
 }
 
 static void cluster_down(cluster_t *c) {
@@ -247,8 +278,8 @@ static void kill_server1(void *ctx, cluster_t *cl) {
 static int run_failover(const bench_opts_t *o, const char *dir, const char *lease, uint32_t nkeys,
                         const fault_t *fault, failover_t *r) {
     cluster_t cl;
-    if (cluster_up_on(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, lease,
-                      fault->etcd_url, &cl))
+    if (cluster_up_on(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, false,
+                      lease, fault->etcd_url, &cl))
         return -1;
     int rc = wait_replicated(cl.p0) ? 0 : -1;
     if (rc)
@@ -541,6 +572,84 @@ static int run_migrate(const bench_opts_t *o, const char *dir, const char *lease
     return rc;
 }
 
+/* ==== a backup's copy when it rejoins ====================================================== */
+
+/* The map server `port` serves (NULL when it cannot be read). */
+static pc_cluster_map_t *map_of(int port) {
+    psc_t *c = client_of(port);
+    char text[1024] = "";
+    if (c) {
+        psc_map_text(c, text, sizeof text);
+        psc_close(c);
+    }
+    pc_cluster_map_t *m = NULL;
+    return pc_cmap_parse(text, &m, NULL, 0) ? NULL : m;
+}
+
+/* Server 0 is the primary of every slot (want 0), or server 1 backs up every slot in sync (want
+ * 1: it copied and caught up, and cleared its mark). */
+static bool map_is(int port, int want) {
+    pc_cluster_map_t *m = map_of(port);
+    bool ok = m != NULL;
+    for (uint32_t s = 0; ok && s < PC_NSLOTS; s++)
+        ok = want ? pc_cmap_is_backup(m, s, 1) && !pc_cmap_backup_syncing(m, s, 1)
+                  : pc_cmap_slot_owner(m, s) == 0;
+    pc_cmap_destroy(m);
+    return ok;
+}
+
+/* Rows per second of a rejoining backup's copy: nkeys rows pushed (dim 16, Adagrad; with cold,
+ * a RAM budget of a tenth of them on each server, the rest in its tier), server 1 killed with -9
+ * and server 0 primary of every slot, then server 1 started again (its tier starts empty): the
+ * rows over the seconds from its start until the map has it in sync (copied, caught up, its
+ * mark cleared: a controller tick, lease / 4). */
+static double rejoin_rate(const bench_opts_t *o, const char *dir, bool cold, uint64_t nkeys) {
+    enum { B = 1000, D = 16 };
+    char tables[200];
+    snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,optimizer=adagrad%s", D,
+             cold ? ",cold=true" : "");
+    if (cold)
+        snprintf(tables + strlen(tables), sizeof tables - strlen(tables), ",capacity_rows=%llu",
+                 (unsigned long long)(nkeys / 10));
+    cluster_t cl;
+    if (cluster_up_on(o, dir, tables, true, cold, "--lease-ms=600", NULL, &cl))
+        return -1;
+    double rate = -1;
+    psc_t *c = wait_replicated(cl.p0) ? client_of(cl.p0) : NULL;
+    static uint64_t keys[B];
+    static float g[B * D];
+    for (int i = 0; i < B * D; i++)
+        g[i] = 0.01f * (float)((i % 7) - 3);
+    int rc = c ? 0 : -1;
+    for (uint64_t at = 0; !rc && at < nkeys; at += B) {
+        for (int i = 0; i < B; i++)
+            keys[i] = bench_key(at + (uint64_t)i);
+        rc = psc_push(c, "emb", keys, B, D, g, NULL);
+    }
+    if (c)
+        psc_close(c);
+    if (!rc) {
+        kill(cl.pid1, SIGKILL);
+        waitpid(cl.pid1, NULL, 0);
+        cl.pid1 = -1;
+        for (double t0 = now_s(); !map_is(cl.p0, 0) && now_s() - t0 < 20;)
+            usleep(20000);
+        const double t0 = now_s();
+        rc = map_is(cl.p0, 0) ? start1(o, dir, true, &cl) : -1;
+        while (!rc && !map_is(cl.p0, 1) && now_s() - t0 < 120)
+            usleep(20000);
+        if (!rc && map_is(cl.p0, 1))
+            rate = (double)nkeys / (now_s() - t0);
+    }
+    if (rate < 0)
+        fprintf(stderr, "ps-bench ha: the %s table's rejoin copy did not finish\n",
+                cold ? "cold" : "RAM");
+    if (cl.pid1 > 0)
+        bench_stop(cl.pid1);
+    bench_stop(cl.pid0);
+    return rate;
+}
+
 /* ==== the etcd leader's death ============================================================== */
 
 /* tests/support/etcd_cluster.sh (the checkout's: EMBER_SOURCE_DIR) with args; its stdout into
@@ -664,6 +773,15 @@ int bench_ha_main(int argc, char **argv) {
                "  etcd_leader_kill_stall_s %.2f s longest gap between answered pushes (before: "
                "%.3f s); acknowledged pushes lost %lld, failed %lld\n",
                e.stall_s, e.gap_before_s, e.lost, e.failed_pushes);
+    const uint64_t ckeys = o.smoke ? 20000 : o.quick ? 200000 : 500000;
+    const double cram = rejoin_rate(&o, dir, false, ckeys), ccold = rejoin_rate(&o, dir, true, ckeys);
+    const bool cok = cram > 0 && ccold > 0;
+    if (cok)
+        printf("a rejoining backup's copy (%llu rows, dim 16, Adagrad; the cold table keeps a "
+               "tenth in RAM):\n"
+               "  rejoin_copy_rows_per_s      %.0f rows/s (a RAM-only table)\n"
+               "  cold_rejoin_copy_rows_per_s %.0f rows/s   cold_copy_vs_ram %.2f\n",
+               (unsigned long long)ckeys, cram, ccold, ccold / cram);
 
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "area", "ha");
@@ -700,10 +818,17 @@ int bench_ha_main(int argc, char **argv) {
     } else {
         cJSON_AddNullToObject(root, "etcd_leader_kill_stall_s");
     }
+    if (cok) {
+        cJSON_AddNumberToObject(root, "rejoin_copy_rows_per_s", cram);
+        cJSON_AddNumberToObject(root, "cold_rejoin_copy_rows_per_s", ccold);
+        cJSON_AddNumberToObject(root, "cold_copy_vs_ram", ccold / cram);
+    } else {
+        cJSON_AddNullToObject(root, "cold_copy_vs_ram");
+    }
     bench_emit_json(&o, root);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) {
     }
-    return frc || !rok || mrc || erc < 0 ? 1 : 0;
+    return frc || !rok || mrc || erc < 0 || !cok ? 1 : 0;
 }
