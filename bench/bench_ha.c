@@ -278,8 +278,8 @@ static void kill_server1(void *ctx, cluster_t *cl) {
 static int run_failover(const bench_opts_t *o, const char *dir, const char *lease, uint32_t nkeys,
                         const fault_t *fault, failover_t *r) {
     cluster_t cl;
-    if (cluster_up_on(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, false,
-                      lease, fault->etcd_url, &cl))
+    if (cluster_up_on(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, false, lease,
+                      fault->etcd_url, &cl))
         return -1;
     int rc = wait_replicated(cl.p0) ? 0 : -1;
     if (rc)
@@ -774,7 +774,8 @@ int bench_ha_main(int argc, char **argv) {
                "%.3f s); acknowledged pushes lost %lld, failed %lld\n",
                e.stall_s, e.gap_before_s, e.lost, e.failed_pushes);
     const uint64_t ckeys = o.smoke ? 20000 : o.quick ? 200000 : 500000;
-    const double cram = rejoin_rate(&o, dir, false, ckeys), ccold = rejoin_rate(&o, dir, true, ckeys);
+    const double cram = rejoin_rate(&o, dir, false, ckeys),
+                 ccold = rejoin_rate(&o, dir, true, ckeys);
     const bool cok = cram > 0 && ccold > 0;
     if (cok)
         printf("a rejoining backup's copy (%llu rows, dim 16, Adagrad; the cold table keeps a "

@@ -111,10 +111,12 @@
 #define CORK_BYTES (64u << 10)
 /* Parked push replies (see Replication) are looked at for their deadline this often. */
 #define PARK_TICK_MS 20
-/* A cold page (SCAN with PC_STREAM_COLD) reads the cold store's keys COLD_PAGE_BATCH at a time
- * and visits at most COLD_PAGE_VISIT of them: the loop waits for the walk (a few ms). */
+/* A cold page (SCAN with PC_STREAM_COLD) reads the cold store's keys COLD_PAGE_BATCH at a time,
+ * visits at most COLD_PAGE_VISIT of them and sends at most COLD_PAGE_ROWS rows, read from RocksDB:
+ * the loop waits for the walk and the reads (a few ms to tens of ms). */
 #define COLD_PAGE_BATCH 1024u
 #define COLD_PAGE_VISIT 65536u
+#define COLD_PAGE_ROWS  4096u
 
 typedef struct loopctx loopctx_t;
 typedef struct parked parked_t;
@@ -1277,10 +1279,12 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         pthread_rwlock_unlock(&dp->map_lock);
         if (x.rc == PC_EWRONGSLOT)
             note_newer_map(dp, h->map_version);
-        if (!x.rc && page)
+        if (!x.rc && page) {
+            if (x.limit > COLD_PAGE_ROWS)
+                x.limit = COLD_PAGE_ROWS;
             scan_cold_page(&x, t, &start);
-        else if (!x.rc && ps_table_scan_part(t, PS_SCAN_ALL, q.part, q.parts, scan_collect, &x) &&
-                 !x.rc)
+        } else if (!x.rc && ps_table_scan_part(t, PS_SCAN_ALL, q.part, q.parts, scan_collect, &x) &&
+                   !x.rc)
             x.rc = PC_EINTERNAL;
         wreq_t *w = x.rc ? NULL : reply_alloc(c, pc_wire_stream_reply_len(x.n, dim));
         if (!x.rc && !w)
