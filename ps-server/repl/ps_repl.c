@@ -711,9 +711,10 @@ static int connect_server(ps_repl_t *r, const char *addr, char *why, size_t cap,
 
 /* Before handing slots to `to`: each table's place in to's change log (a bounds query: its
  * uid and head), kept as r->hb for the handover's map version (see DESIGN). A table whose log
- * `to` has not started, one that evicts (TTL or capacity: `to` may drop rows of those slots
- * before it takes them, unseen here), and any left when HANDBACK_NS have passed get none: their
- * new backup copies them. */
+ * `to` has not started, one that evicts (TTL, or a capacity without a cold tier: `to` may drop
+ * rows of those slots before it takes them, unseen here; a cold table's capacity spills, which
+ * keeps the rows), and any left when HANDBACK_NS have passed get none: their new backup copies
+ * them. */
 static void handback_note(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t to) {
     char(*names)[PS_TABLE_NAME_MAX] = pc_scalloc(PC_MEM_SCRATCH, MAX_TABLES, PS_TABLE_NAME_MAX);
     struct handback *hb = pc_scalloc(PC_MEM_SCRATCH, MAX_TABLES, sizeof *hb);
@@ -728,7 +729,7 @@ static void handback_note(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t to) 
             if (ps_catalog_acquire(r->cat, names[i], &t))
                 continue;
             const ps_table_config_t *cfg = ps_table_config(t);
-            const bool evicts = cfg->cold || cfg->ttl_ticks || cfg->capacity_rows;
+            const bool evicts = cfg->ttl_ticks || (cfg->capacity_rows && !cfg->cold);
             ps_catalog_release(r->cat, t);
             psc_stream_req_t q = {.server = to, .table = names[i]};
             psc_stream_t out;
