@@ -16,7 +16,9 @@
  * - Replication cost: push rows/s (4 threads, batches of 1000 keys, dim 64, Adagrad, 100k keys;
  *   --quick 50k, --smoke 5k) against the same two servers with backups (sync) and without
  *   (no coordinator: a fixed map), alternating, fresh servers each, two pairs;
- *   replication_push_cost = the R=1 / R=0 ratio of the pairs' means (goal >= 0.7).
+ *   replication_push_cost = the R=1 / R=0 ratio of the pairs' means (goal >= 0.7);
+ *   replication_push_cost_split the same with server 1 on the second CPU (beside the client)
+ *   instead of beside server 0, R=0 and R=1 alike: what sharing one CPU costs the ratio.
  * - Live migration (docs/server.md "Live resharding"): the same two servers with backups (a dim-16
  *   table), a ps-worker (unpinned, --step-log) training on ps-datagen data (200k rows; --smoke
  *   20k; epochs until stopped); after 50 steps and a measured window, `psctl reshard add` lists a
@@ -67,6 +69,7 @@ typedef struct cluster {
     int pid0, pid1, p0, p1, g0;
     /* server 1's flags, for a restart (start1) */
     char maparg[300], coord[600], tables[200], lease[40], tier1[320];
+    bool split; /* server 1 on the second CPU (the client's), not on the first with server 0 */
 } cluster_t;
 
 /* Server 1 (again) on port p1 with the cluster's flags. */
@@ -79,7 +82,11 @@ static int start1(const bench_opts_t *o, const char *dir, bool ha, cluster_t *c)
         e1[n++] = c->coord;
         e1[n++] = c->lease;
     }
-    c->pid1 = bench_ps_server_at(o, "ha", dir, "s1", c->p1, (const char *const *)e1, &c->p1, NULL);
+    bench_opts_t o1 = *o; /* bench_spawn pins to the first CPU of o's list */
+    if (c->split && o->ncpu > 1)
+        o1.cpu[0] = o->cpu[1];
+    c->pid1 =
+        bench_ps_server_at(&o1, "ha", dir, "s1", c->p1, (const char *const *)e1, &c->p1, NULL);
     return c->pid1 < 0 ? -1 : 0;
 }
 
@@ -87,9 +94,11 @@ static int start1(const bench_opts_t *o, const char *dir, bool ha, cluster_t *c)
  * backups when ha, the map and leases in server 0's coordinator (in memory), or in etcd when
  * etcd_url is not NULL (etcd://...). */
 static int cluster_up_on(const bench_opts_t *o, const char *dir, const char *tables, bool ha,
-                         bool cold, const char *lease, const char *etcd_url, cluster_t *c) {
+                         bool cold, bool split, const char *lease, const char *etcd_url,
+                         cluster_t *c) {
     char map[256], tier0[320];
     memset(c, 0, sizeof *c);
+    c->split = split;
     const int q0 = bench_free_port();
     c->p1 = bench_free_port();
     snprintf(map, sizeof map,
@@ -125,7 +134,7 @@ static int cluster_up_on(const bench_opts_t *o, const char *dir, const char *tab
 
 static int cluster_up(const bench_opts_t *o, const char *dir, const char *tables, bool ha,
                       const char *lease, cluster_t *c) {
-    return cluster_up_on(o, dir, tables, ha, false, lease, NULL, c);
+    return cluster_up_on(o, dir, tables, ha, false, false, lease, NULL, c);
 }
 
 static void cluster_down(cluster_t *c) {
@@ -278,8 +287,8 @@ static void kill_server1(void *ctx, cluster_t *cl) {
 static int run_failover(const bench_opts_t *o, const char *dir, const char *lease, uint32_t nkeys,
                         const fault_t *fault, failover_t *r) {
     cluster_t cl;
-    if (cluster_up_on(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, false, lease,
-                      fault->etcd_url, &cl))
+    if (cluster_up_on(o, dir, "--tables=name=emb,dim=16,optimizer=adam,lr=0.01", true, false, false,
+                      lease, fault->etcd_url, &cl))
         return -1;
     int rc = wait_replicated(cl.p0) ? 0 : -1;
     if (rc)
@@ -385,10 +394,11 @@ static void *rate_loop(void *arg) {
 }
 
 /* Push rows/s of 4 threads against two fresh servers, with backups (ha) or without. */
-static double push_rate(const bench_opts_t *o, const char *dir, bool ha, const char *lease,
-                        uint64_t nkeys, double secs) {
+static double push_rate(const bench_opts_t *o, const char *dir, bool ha, bool split,
+                        const char *lease, uint64_t nkeys, double secs) {
     cluster_t cl;
-    if (cluster_up(o, dir, "--tables=name=emb,dim=64,optimizer=adagrad", ha, lease, &cl))
+    if (cluster_up_on(o, dir, "--tables=name=emb,dim=64,optimizer=adagrad", ha, false, split, lease,
+                      NULL, &cl))
         return -1;
     if (ha && !wait_replicated(cl.p0)) {
         cluster_down(&cl);
@@ -612,7 +622,7 @@ static double rejoin_rate(const bench_opts_t *o, const char *dir, bool cold, uin
         snprintf(tables + strlen(tables), sizeof tables - strlen(tables), ",capacity_rows=%llu",
                  (unsigned long long)(nkeys / 10));
     cluster_t cl;
-    if (cluster_up_on(o, dir, tables, true, cold, "--lease-ms=600", NULL, &cl))
+    if (cluster_up_on(o, dir, tables, true, cold, false, "--lease-ms=600", NULL, &cl))
         return -1;
     double rate = -1;
     psc_t *c = wait_replicated(cl.p0) ? client_of(cl.p0) : NULL;
@@ -737,24 +747,32 @@ int bench_ha_main(int argc, char **argv) {
                f.stall_s, f.gap_before_s, f.lost, f.checked, f.failed_pushes, f.extra_in_t);
     }
 
-    double r0[2] = {-1, -1}, r1[2] = {-1, -1};
-    for (int pair = 0; pair < 2; pair++) { /* alternating: R=0, R=1, R=1, R=0 */
-        if (pair == 0) {
-            r0[0] = push_rate(&o, dir, false, lease, rkeys, secs);
-            r1[0] = push_rate(&o, dir, true, lease, rkeys, secs);
-        } else {
-            r1[1] = push_rate(&o, dir, true, lease, rkeys, secs);
-            r0[1] = push_rate(&o, dir, false, lease, rkeys, secs);
+    /* [split]: 0 both servers on CPU 0, 1 server 1 on CPU 1 with the client */
+    double r0[2][2] = {{-1, -1}, {-1, -1}}, r1[2][2] = {{-1, -1}, {-1, -1}};
+    for (int sp = 0; sp < 2; sp++)
+        for (int pair = 0; pair < 2; pair++) { /* alternating: R=0, R=1, R=1, R=0 */
+            if (pair == 0) {
+                r0[sp][0] = push_rate(&o, dir, false, sp, lease, rkeys, secs);
+                r1[sp][0] = push_rate(&o, dir, true, sp, lease, rkeys, secs);
+            } else {
+                r1[sp][1] = push_rate(&o, dir, true, sp, lease, rkeys, secs);
+                r0[sp][1] = push_rate(&o, dir, false, sp, lease, rkeys, secs);
+            }
         }
-    }
-    const bool rok = r0[0] > 0 && r0[1] > 0 && r1[0] > 0 && r1[1] > 0;
-    const double m0 = (r0[0] + r0[1]) / 2, m1 = (r1[0] + r1[1]) / 2;
+    const bool rok = r0[0][0] > 0 && r0[0][1] > 0 && r1[0][0] > 0 && r1[0][1] > 0;
+    const bool sok = r0[1][0] > 0 && r0[1][1] > 0 && r1[1][0] > 0 && r1[1][1] > 0;
+    const double m0 = (r0[0][0] + r0[0][1]) / 2, m1 = (r1[0][0] + r1[0][1]) / 2;
+    const double s0 = (r0[1][0] + r0[1][1]) / 2, s1 = (r1[1][0] + r1[1][1]) / 2;
     if (rok)
         printf("replication cost (push, dim 64, batches of 1000, 4 threads, %llu keys):\n"
                "  R=1 sync  %.2fM rows/s (%.2f, %.2f)\n"
                "  R=0       %.2fM rows/s (%.2f, %.2f)   replication_push_cost %.2f\n",
-               (unsigned long long)rkeys, m1 / 1e6, r1[0] / 1e6, r1[1] / 1e6, m0 / 1e6, r0[0] / 1e6,
-               r0[1] / 1e6, m1 / m0);
+               (unsigned long long)rkeys, m1 / 1e6, r1[0][0] / 1e6, r1[0][1] / 1e6, m0 / 1e6,
+               r0[0][0] / 1e6, r0[0][1] / 1e6, m1 / m0);
+    if (sok)
+        printf("  the same with server 1 on CPU 1 (beside the client), not beside server 0:\n"
+               "  R=1 sync  %.2fM rows/s, R=0 %.2fM   replication_push_cost_split %.2f\n",
+               s1 / 1e6, s0 / 1e6, s1 / s0);
     migrate_t mg = {0};
     const uint64_t mrows = o.smoke ? 20000 : o.quick ? 200000 : 500000;
     const int mrc = run_migrate(&o, dir, lease, mrows, secs, &mg);
@@ -803,6 +821,13 @@ int bench_ha_main(int argc, char **argv) {
         cJSON_AddNumberToObject(root, "replication_push_cost", m1 / m0);
     } else {
         cJSON_AddNullToObject(root, "replication_push_cost");
+    }
+    if (sok) {
+        cJSON_AddNumberToObject(root, "push_rows_per_s_r1_split", s1);
+        cJSON_AddNumberToObject(root, "push_rows_per_s_r0_split", s0);
+        cJSON_AddNumberToObject(root, "replication_push_cost_split", s1 / s0);
+    } else {
+        cJSON_AddNullToObject(root, "replication_push_cost_split");
     }
     if (!mrc) {
         cJSON_AddNumberToObject(root, "migrate_rows_per_s", mg.rows_per_s);
