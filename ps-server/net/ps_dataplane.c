@@ -111,10 +111,9 @@
 #define CORK_BYTES (64u << 10)
 /* Parked push replies (see Replication) are looked at for their deadline this often. */
 #define PARK_TICK_MS 20
-/* A cold page (SCAN with PC_STREAM_COLD) reads the cold store's keys COLD_PAGE_BATCH at a time,
- * visits at most COLD_PAGE_VISIT of them and sends at most COLD_PAGE_ROWS rows, read from RocksDB:
- * the loop waits for the walk and the reads (a few ms to tens of ms). */
-#define COLD_PAGE_BATCH 1024u
+/* A cold page (SCAN with PC_STREAM_COLD) visits at most COLD_PAGE_VISIT of the cold store's keys
+ * and sends at most COLD_PAGE_ROWS rows, read from RocksDB: the loop waits for the walk and the
+ * reads (a few ms to tens of ms). */
 #define COLD_PAGE_VISIT 65536u
 #define COLD_PAGE_ROWS  4096u
 
@@ -1204,30 +1203,13 @@ static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
     return 0;
 }
 
-/* A page of a cold table's walk (PC_STREAM_COLD, part == parts): the wanted keys its cold store
- * holds from *start on, until x->limit of them or COLD_PAGE_VISIT keys visited (this loop waits
- * meanwhile); *start becomes the next page's start, 0 when the store has no more keys. */
-static void scan_cold_page(scan_ctx_t *x, const ps_table_t *t, uint64_t *start) {
-    uint64_t buf[COLD_PAGE_BATCH];
-    uint64_t visited = 0;
-    while (!x->rc && visited < COLD_PAGE_VISIT) {
-        const uint64_t at = *start;
-        size_t n = 0;
-        x->rc = ps_table_cold_keys(t, start, buf, COLD_PAGE_BATCH, &n);
-        for (size_t i = 0; !x->rc && i < n; i++) {
-            if (!pc_slots_has(x->want, pc_key_slot(buf[i])))
-                continue;
-            if (x->n == x->limit) { /* the next page starts here */
-                *start = buf[i];
-                return;
-            }
-            if (!scan_add(x, buf[i]))
-                return;
-        }
-        visited += n;
-        if (!*start || (at && *start <= at))
-            return; /* the end (a start that did not move would be a broken store: stop) */
-    }
+/* ps_table_cold_walk of a cold page (PC_STREAM_COLD, part == parts): the wanted keys, until
+ * x->limit of them (the walk stops before the next one: the next page starts there). */
+static int cold_page_key(void *ctx, uint64_t key) {
+    scan_ctx_t *x = ctx;
+    if (!pc_slots_has(x->want, pc_key_slot(key)))
+        return 0;
+    return x->n == x->limit || !scan_add(x, key) ? 1 : 0;
 }
 
 /* SCAN: every row in part q.part of q.parts (ps_table_scan_part: with parts a power of two, a
@@ -1282,7 +1264,9 @@ static void do_scan(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         if (!x.rc && page) {
             if (x.limit > COLD_PAGE_ROWS)
                 x.limit = COLD_PAGE_ROWS;
-            scan_cold_page(&x, t, &start);
+            const int wrc = ps_table_cold_walk(t, &start, COLD_PAGE_VISIT, cold_page_key, &x);
+            if (wrc < 0 && !x.rc)
+                x.rc = wrc; /* (1: the page is full, start is the next one's) */
         } else if (!x.rc && ps_table_scan_part(t, PS_SCAN_ALL, q.part, q.parts, scan_collect, &x) &&
                    !x.rc)
             x.rc = PC_EINTERNAL;

@@ -1036,24 +1036,15 @@ static int seen_ram(seen_t *x, const ps_table_t *t) {
     return ps_table_scan(t, PS_SCAN_ALL, seen_collect, x) || x->failed ? PC_ENOMEM : 0;
 }
 
-/* The keys t's cold store holds from *start on, in the slots x collects, until `max` keys were
- * visited (whole pages); *start then where to go on, 0 at the end (and for a table that is not
- * cold). A promoted row is in RAM and in the cold store: seen_sort drops the repeat. */
+/* ps_table_cold_walk into x (the keys of t's cold store from *start on, in the slots x collects,
+ * `max` visited at most; *start then where to go on, 0 at the end). A promoted row is in RAM and
+ * in the cold store: seen_sort drops the repeat. */
+static int seen_cold_key(void *ctx, uint64_t key) {
+    return seen_add(ctx, key) ? 0 : PC_ENOMEM;
+}
+
 static int seen_cold(seen_t *x, const ps_table_t *t, uint64_t *start, uint64_t max) {
-    uint64_t buf[1024];
-    for (uint64_t visited = 0; visited < max;) {
-        size_t n = 0;
-        const int rc = ps_table_cold_keys(t, start, buf, 1024, &n);
-        if (rc)
-            return rc;
-        for (size_t i = 0; i < n; i++)
-            if (!seen_add(x, buf[i]))
-                return PC_ENOMEM;
-        visited += n;
-        if (!*start)
-            break;
-    }
-    return 0;
+    return ps_table_cold_walk(t, start, max, seen_cold_key, x);
 }
 
 /* Sort x's keys, each once. */
@@ -1244,7 +1235,8 @@ static int release_table(void *ctx, ps_table_t *t) {
     if (c && c->done)
         return 0; /* (released earlier in this release) */
     seen_t k = {.m = x->m, .me = r->o.self, .p = PC_NO_SERVER};
-    int rc = seen_ram(&k, t);
+    /* the rows in RAM once, at the walk's first call (no row of those slots comes in after) */
+    int rc = !c || !c->start ? seen_ram(&k, t) : 0;
     uint64_t whole = 0;
     if (!rc && ps_table_config(t)->cold)
         rc = seen_cold(&k, t, c ? &c->start : &whole, c ? REL_TICK_KEYS : UINT64_MAX);

@@ -120,7 +120,8 @@
 #define FREQ_MASK          0x7fu /* km.freq: the counter in the low 7 bits ... */
 #define ROW_CLEAN          0x80u /* ... and "equal to its cold copy (or initial)" in the top bit */
 #define FREQ_MAX           127u
-#define SPILL_BATCH        256u /* rows per cold put */
+#define SPILL_BATCH        256u  /* rows per cold put */
+#define COLD_WALK_BATCH    1024u /* keys per call of the cold store's `keys` (ps_table_cold_walk) */
 #define SKETCH_DEPTH       4
 #define HUGE_MIN_BYTES     (4u << 20) /* slab arrays this large ask for huge pages */
 #define HUGE_MIN_INDEX     (2u << 20) /* so do indexes this large */
@@ -2387,16 +2388,38 @@ void ps_table_set_cold(ps_table_t *t, const ps_cold_ops_t *ops, void *ctx) {
     t->has_cold = t->cfg.cold;
 }
 
-int ps_table_cold_keys(const ps_table_t *t, uint64_t *start, uint64_t *keys, size_t max,
-                       size_t *n) {
-    *n = 0;
+int ps_table_cold_walk(const ps_table_t *t, uint64_t *start, uint64_t max, ps_cold_key_fn fn,
+                       void *ctx) {
     if (!t->cfg.cold || !t->has_cold) {
         *start = 0;
         return 0;
     }
     if (!max)
         return PC_EINVAL;
-    return t->cold.keys ? t->cold.keys(t->cold_ctx, start, keys, max, n) : PC_EUNSUPPORTED;
+    if (!t->cold.keys)
+        return PC_EUNSUPPORTED;
+    uint64_t buf[COLD_WALK_BATCH];
+    uint64_t visited = 0;
+    for (bool first = true; visited < max && (first || *start); first = false) {
+        const uint64_t at = *start;
+        const size_t want =
+            max - visited < COLD_WALK_BATCH ? (size_t)(max - visited) : COLD_WALK_BATCH;
+        size_t n = 0;
+        int rc = t->cold.keys(t->cold_ctx, start, buf, want, &n);
+        if (!rc && *start && (!n || *start <= buf[n - 1]))
+            rc = PC_EIO; /* a store whose walk does not move on */
+        if (rc) {
+            *start = at;
+            return rc;
+        }
+        for (size_t i = 0; i < n; i++)
+            if ((rc = fn(ctx, buf[i]))) {
+                *start = buf[i];
+                return rc;
+            }
+        visited += n;
+    }
+    return 0;
 }
 
 void ps_table_cold_freeze(ps_table_t *t, bool frozen) {

@@ -357,13 +357,17 @@ typedef struct ps_cold_ops {
  * the table is shared. A cold table without a store refuses to evict changed rows (PC_ENOSPC). */
 void ps_table_set_cold(ps_table_t *t, const ps_cold_ops_t *ops, void *ctx);
 
-/* A page of the keys a cold table's cold store holds (its `keys` hook: at or after *start, up to
- * max (> 0, else PC_EINVAL), *start then the next page's first key, 0 at the end). Pages walk
- * the store in key order without a snapshot: a key written after the walk passed its place is
- * not seen, so a caller that needs every row (a backup's copy) takes the changes made meanwhile
- * from the change log. A key may also be in RAM (a promoted row). Any other table: no keys,
- * *start 0. PC_EUNSUPPORTED: a store without the hook. */
-int ps_table_cold_keys(const ps_table_t *t, uint64_t *start, uint64_t *keys, size_t max, size_t *n);
+/* Walk the keys a cold table's cold store holds from *start on, in key order, at most max (> 0,
+ * else PC_EINVAL) of them: fn(ctx, key) for each, a nonzero return stopping the walk before that
+ * key (*start is then that key) and returned. *start ends as the key to go on from, 0 when no key
+ * is left. Not a snapshot (the store is read in batches): a key written after the walk passed its
+ * place is not seen, so a caller that needs every row (a backup's copy) takes the changes made
+ * meanwhile from the change log. A key may also be in RAM (a promoted row). Any other table: no
+ * keys, *start 0. The store's errors (PC_EIO, PC_ENOMEM; *start unmoved), PC_EUNSUPPORTED (a
+ * store without the `keys` hook). No lock is held while fn runs. */
+typedef int (*ps_cold_key_fn)(void *ctx, uint64_t key);
+int ps_table_cold_walk(const ps_table_t *t, uint64_t *start, uint64_t max, ps_cold_key_fn fn,
+                       void *ctx);
 
 /* Suspend (true) or resume (false) writes to the cold store. Returns once no spill or erase is
  * writing to it any more. Freezes do not nest. */

@@ -303,8 +303,9 @@ static void test_erase_lookup_ttl(void **state) {
 
 /* read_state of a cold table reads the rows it spilled (weights and optimizer state, as a
  * RAM-only table fed the same pushes holds them) without promoting them; erased and expired rows
- * read as absent. ps_table_cold_keys pages through the cold store in key order: with the RAM rows
- * every key is seen, none twice within the walk. */
+ * read as absent. ps_table_cold_walk visits the cold store in key order, in steps that take up
+ * where the last stopped (a callback's stop included): with the RAM rows every key is seen, none
+ * twice within the walk. */
 static int collect_keys(void *ctx, const ps_row_view_t *rows, size_t n) {
     uint64_t **at = ctx;
     for (size_t i = 0; i < n; i++)
@@ -315,6 +316,21 @@ static int collect_keys(void *ctx, const ps_row_view_t *rows, size_t n) {
 static int cmp_key(const void *a, const void *b) {
     const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* ps_table_cold_walk's callback: keys appended at `at`, stopping before the one after `stop`
+ * keys (0: never). */
+typedef struct walk_ctx {
+    uint64_t *at;
+    size_t n, stop;
+} walk_ctx_t;
+
+static int walk_key(void *ctx, uint64_t key) {
+    walk_ctx_t *w = ctx;
+    if (w->stop && w->n == w->stop)
+        return 7;
+    w->at[w->n++] = key;
+    return 0;
 }
 
 static void test_read_state_and_keys(void **state) {
@@ -347,21 +363,32 @@ static void test_read_state_and_keys(void **state) {
     for (int i = 0; i < N; i++)
         assert_int_equal(fx[i], 1);
     assert_int_equal(ps_table_count(c), in_ram); /* nothing promoted */
-    /* The walk: cold keys in order, in pages of 37; with the RAM keys, every key. */
-    uint64_t *at = walked, start = 0;
-    int pages = 0;
+    /* The walk: cold keys in order, in steps of 37 keys; with the RAM keys, every key. */
+    walk_ctx_t w = {.at = walked};
+    uint64_t start = 0;
+    int steps = 0;
     do {
-        size_t n = 0;
-        assert_int_equal(ps_table_cold_keys(c, &start, at, 37, &n), 0);
-        assert_true(n <= 37);
-        for (size_t i = 1; i < n; i++)
-            assert_true(at[i - 1] < at[i]);
-        assert_true(!start || (n == 37 && start > at[n - 1]));
-        at += n;
-        pages++;
-    } while (start && pages < 1000);
-    const size_t ncold = (size_t)(at - walked);
-    assert_true(ncold >= N - in_ram && pages > 10);
+        const size_t before = w.n;
+        assert_int_equal(ps_table_cold_walk(c, &start, 37, walk_key, &w), 0);
+        assert_true(w.n - before <= 37 && (!start || w.n - before == 37));
+        assert_true(!start || start > walked[w.n - 1]);
+        steps++;
+    } while (start && steps < 1000);
+    const size_t ncold = w.n;
+    for (size_t i = 1; i < ncold; i++)
+        assert_true(walked[i - 1] < walked[i]);
+    assert_true(ncold >= N - in_ram && steps > 10);
+    /* A callback's stop: the walk ends before that key, and the next one starts at it. */
+    static uint64_t part[2 * N];
+    walk_ctx_t p = {.at = part, .stop = 10};
+    start = 0;
+    assert_int_equal(ps_table_cold_walk(c, &start, UINT64_MAX, walk_key, &p), 7);
+    assert_true(p.n == 10 && start == walked[10]);
+    p.stop = 0;
+    assert_int_equal(ps_table_cold_walk(c, &start, UINT64_MAX, walk_key, &p), 0);
+    assert_true(start == 0 && p.n == ncold);
+    assert_memory_equal(part, walked, ncold * sizeof *walked);
+    uint64_t *at = walked + ncold;
     assert_int_equal(ps_table_scan(c, PS_SCAN_ALL, collect_keys, &at), 0);
     const size_t nall = (size_t)(at - walked);
     qsort(walked, nall, sizeof *walked, cmp_key);
@@ -373,25 +400,22 @@ static void test_read_state_and_keys(void **state) {
     qsort(keys, N, sizeof *keys, cmp_key);
     assert_memory_equal(walked, keys, N * sizeof *keys);
     /* A table that is not cold has no cold keys; max 0 is refused. */
-    size_t n = 1;
+    w = (walk_ctx_t){.at = walked};
     start = 5;
-    assert_int_equal(ps_table_cold_keys(r, &start, walked, 10, &n), 0);
-    assert_true(n == 0 && start == 0);
-    assert_int_equal(ps_table_cold_keys(c, &start, walked, 0, &n), PC_EINVAL);
+    assert_int_equal(ps_table_cold_walk(r, &start, 10, walk_key, &w), 0);
+    assert_true(w.n == 0 && start == 0);
+    assert_int_equal(ps_table_cold_walk(c, &start, 0, walk_key, &w), PC_EINVAL);
     /* Erased rows (RAM or cold) read as absent, and leave the walk. */
     assert_int_equal(ps_table_erase(c, keys, N / 2, NULL), 0);
     assert_int_equal(ps_table_read_state(c, keys, N, x, fx), 0);
     for (int i = 0; i < N; i++)
         assert_int_equal(fx[i], i >= N / 2);
+    w = (walk_ctx_t){.at = walked};
     start = 0;
-    size_t left = 0;
-    do {
-        assert_int_equal(ps_table_cold_keys(c, &start, walked, 4096, &n), 0);
-        for (size_t i = 0; i < n; i++)
-            assert_null(bsearch(&walked[i], keys, N / 2, sizeof *keys, cmp_key));
-        left += n;
-    } while (start);
-    assert_true(left > 0 && left <= N / 2);
+    assert_int_equal(ps_table_cold_walk(c, &start, UINT64_MAX, walk_key, &w), 0);
+    for (size_t i = 0; i < w.n; i++)
+        assert_null(bsearch(&walked[i], keys, N / 2, sizeof *keys, cmp_key));
+    assert_true(start == 0 && w.n > 0 && w.n <= N / 2);
     /* TTL: idle rows read as absent from the cold store too. */
     assert_int_equal(ps_table_advance_clock(c, 60), 0);
     assert_int_equal(ps_table_read_state(c, keys, N, x, fx), 0);
