@@ -199,7 +199,8 @@ struct ps_repl {
      * tick) */
     struct rel_walk {
         char table[PS_TABLE_NAME_MAX];
-        uint64_t start;
+        uint64_t start; /* the cold store's next key to walk (0: from the first) */
+        bool ram_done;  /* its RAM rows erased */
         bool done;
     } rel[MAX_TABLES];
     size_t nrel;
@@ -1220,14 +1221,16 @@ static struct rel_walk *rel_walk_of(ps_repl_t *r, const pc_cluster_map_t *m, con
     if (r->nrel == MAX_TABLES)
         return NULL;
     struct rel_walk *c = &r->rel[r->nrel++];
-    *c = (struct rel_walk){.start = 0, .done = false};
+    *c = (struct rel_walk){.start = 0, .ram_done = false, .done = false};
     snprintf(c->table, sizeof c->table, "%s", name);
     return c;
 }
 
 /* ps_catalog_each: erase table t's rows of slots this server has no role in under x->m (only
  * while that is still the map: PC_ESTATE otherwise). A cold table's cold store is walked
- * REL_TICK_KEYS keys a call: PC_EAGAIN until its walk reached the end. */
+ * REL_TICK_KEYS keys a call: PC_EAGAIN until its walk reached the end. The walk moves on only
+ * past keys erased: a call that fails (a new map, an erasure refused) leaves it where it stood,
+ * and the next call visits those keys again. */
 static int release_table(void *ctx, ps_table_t *t) {
     const release_ctx_t *x = ctx;
     ps_repl_t *r = x->r;
@@ -1235,13 +1238,11 @@ static int release_table(void *ctx, ps_table_t *t) {
     if (c && c->done)
         return 0; /* (released earlier in this release) */
     seen_t k = {.m = x->m, .me = r->o.self, .p = PC_NO_SERVER};
-    /* the rows in RAM once, at the walk's first call (no row of those slots comes in after) */
-    int rc = !c || !c->start ? seen_ram(&k, t) : 0;
-    uint64_t whole = 0;
+    /* the rows in RAM until erased once (no row of those slots comes in after) */
+    int rc = !c || !c->ram_done ? seen_ram(&k, t) : 0;
+    uint64_t next = c ? c->start : 0;
     if (!rc && ps_table_config(t)->cold)
-        rc = seen_cold(&k, t, c ? &c->start : &whole, c ? REL_TICK_KEYS : UINT64_MAX);
-    if (!rc && c)
-        c->done = !c->start;
+        rc = seen_cold(&k, t, &next, c ? REL_TICK_KEYS : UINT64_MAX);
     seen_sort(&k);
     size_t erased = 0;
     for (size_t i = 0; !rc && i < k.n; i += RELEASE_KEYS) {
@@ -1252,12 +1253,20 @@ static int release_table(void *ctx, ps_table_t *t) {
         pthread_mutex_unlock(&r->mu);
         erased += e;
     }
+    if (!rc && c) { /* (the name stays) */
+        c->start = next;
+        c->ram_done = true;
+        c->done = !next;
+    }
     atomic_fetch_add(&r->released, erased); /* those erased before a new map stopped it too */
     if (erased)
         PC_INFO("resharding: %zu rows of table %s released (slots with no role here under map "
-                "version %" PRIu64 ")%s",
+                "version %" PRIu64 ")%s%s",
                 erased, ps_table_config(t)->name, pc_cmap_version(x->m),
-                rc ? ", stopped by a new map" : "");
+                rc == PC_ESTATE ? ", stopped by a new map"
+                : rc            ? ", stopped (again at the next tick): "
+                                : "",
+                rc && rc != PC_ESTATE ? pc_strerror(rc) : "");
     pc_sfree(k.keys);
     return !rc && c && !c->done ? PC_EAGAIN : rc;
 }
@@ -1363,6 +1372,12 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                 got = src->cp.on ? 0 : copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
                 rc = got < 0 ? (int)got : 0;
                 total += got > 0 ? got : 0;
+                if (!rc && src->cp.owning && src->cp.x.n) {
+                    /* a cold table's copy still noting this server's own keys, some found: held
+                     * (part 0's uid check would come only after the whole walk) */
+                    held = src->cp.x.n;
+                    rc = PC_ESTATE;
+                }
             } else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n,
                                           src->cp.x.got ? &src->cp.x : NULL)) == 0) {
                 src->pos = out.next;

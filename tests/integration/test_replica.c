@@ -623,18 +623,42 @@ static uint64_t table_sum_down(cluster_t *cl, psc_t *c, size_t *rows) {
     return sum;
 }
 
+/* The rows each round pulled, per run (0 resharded, 1 never): a mismatch names the first. */
+#define LOG_ROUNDS 4096
+static float g_pulls[2][LOG_ROUNDS][BATCH * DIM];
+static int g_run;
+
 /* Round k: a pull of BATCH keys (hashed into *pulled) and a push of fixed gradients. */
 static void reshard_round(psc_t *c, int k, uint64_t *pulled) {
-    static float rows[BATCH * DIM], grads[BATCH * DIM];
+    static float buf[BATCH * DIM], grads[BATCH * DIM];
+    float *rows = k < LOG_ROUNDS ? g_pulls[g_run][k] : buf;
     const int first = (k * 37) % (NKEYS - BATCH);
     for (int i = 0; i < BATCH * DIM; i++)
         grads[i] = 0.01f * (float)(((i + k) % 7) - 3);
     int rc = psc_pull(c, "emb", g_keys + first, BATCH, DIM, rows);
     if (rc)
         fail_msg("round %d: pull: %s", k, pc_strerror(rc));
-    *pulled = cc_fnv(*pulled, rows, sizeof rows);
+    *pulled = cc_fnv(*pulled, rows, sizeof buf);
     if ((rc = psc_push(c, "emb", g_keys + first, BATCH, DIM, grads, NULL)))
         fail_msg("round %d: push: %s", k, pc_strerror(rc));
+}
+
+/* The first round whose pull differs between the runs, its first key and both rows, and where
+ * it stands among the phases (marks: the rounds at which the add started, the map reached the
+ * target, the remove started, the map reached it again). */
+static void first_pull_diff(int rounds, const int marks[4]) {
+    for (int k = 0; k < rounds && k < LOG_ROUNDS; k++)
+        for (int i = 0; i < BATCH; i++) {
+            const float *a = g_pulls[0][k] + i * DIM, *b = g_pulls[1][k] + i * DIM;
+            if (!memcmp(a, b, DIM * sizeof *a))
+                continue;
+            const uint64_t key = g_keys[(k * 37) % (NKEYS - BATCH) + i];
+            print_message("first differing pull: round %d (add %d..%d, remove %d..%d), key "
+                          "%016llx (slot %u): %g %g %g .. against %g %g %g ..\n",
+                          k, marks[0], marks[1], marks[2], marks[3], (unsigned long long)key,
+                          pc_key_slot(key), a[0], a[1], a[2], b[0], b[1], b[2]);
+            return;
+        }
 }
 
 static bool server2_primary(const pc_cluster_map_t *m, long arg) {
@@ -672,7 +696,8 @@ static void reshard_add_remove(bool cold) {
     wait_replicated(&cl);
     psc_t *c = connect_to(cl.p0);
     uint64_t pulled = CC_FNV_START;
-    int k = 0;
+    int k = 0, marks[4];
+    g_run = 0;
     for (; k < 100; k++)
         reshard_round(c, k, &pulled);
     const char *copies = "emberps_replication_copies_total";
@@ -686,7 +711,9 @@ static void reshard_add_remove(bool cold) {
     cold_args(e2, &n2, 2);
     const pid_t s2 = pu_spawn(p2, g_dir, e2, NULL);
     const double t0 = pu_now();
+    marks[0] = k;
     const uint32_t third = rounds_until_moved(&cl, c, &k, &pulled, 1);
+    marks[1] = k;
     print_message("added: server 2 is primary of %u slots after %.1f s (%d rounds)\n", third,
                   pu_now() - t0, k);
     assert_true(third > PC_NSLOTS / 4 && third < PC_NSLOTS / 2);
@@ -708,7 +735,9 @@ static void reshard_add_remove(bool cold) {
     /* and remove it again */
     const double t1 = pu_now();
     cc_reshard_remove(g_psctl, cl.grpc0, p2);
+    marks[2] = k;
     rounds_until_moved(&cl, c, &k, &pulled, 0);
+    marks[3] = k;
     print_message("removed after %.1f s; %d rounds in all\n", pu_now() - t1, k);
     pu_stop(s2);
     for (int j = 0; j < 50; j++, k++)
@@ -720,6 +749,7 @@ static void reshard_add_remove(bool cold) {
     wait_replicated(&cl);
     c = connect_to(cl.p0);
     uint64_t pulled0 = CC_FNV_START;
+    g_run = 1;
     for (int j = 0; j < k; j++)
         reshard_round(c, j, &pulled0);
     const uint64_t sum0 = table_sum_down(&cl, c, &rows0);
@@ -728,6 +758,8 @@ static void reshard_add_remove(bool cold) {
                   rows, rows0, (unsigned long long)sum, (unsigned long long)sum0,
                   (unsigned long long)pulled, (unsigned long long)pulled0);
     assert_int_equal(rows, rows0);
+    if (pulled != pulled0)
+        first_pull_diff(k, marks);
     assert_true(pulled == pulled0);
     assert_true(sum == sum0);
     use_cold(false);
