@@ -45,7 +45,8 @@
  *   copy walks the primary's cold store after its parts of RAM rows (PC_STREAM_COLD: pages in
  *   key order), and this server's own keys of it include its cold store's (seen_cold: noted
  *   OWN_ROUND_KEYS a round before the first part, for the erasures at the copy's end; a
- *   release walks REL_TICK_KEYS of them a controller tick, taking up where it stood).
+ *   release walks REL_TICK_KEYS of them a controller tick, and erases for an eighth of a lease
+ *   at most, taking up where it stood: only past keys erased).
  * - Hand-back without a copy: a server handing slots to a new primary becomes its backup of them
  *   and holds exactly the rows the new primary holds (it acknowledged this server's log through
  *   the cut, and this server takes no push of them after it). Before holding pushes the
@@ -1244,8 +1245,11 @@ static int release_table(void *ctx, ps_table_t *t) {
     if (!rc && ps_table_config(t)->cold)
         rc = seen_cold(&k, t, &next, c ? REL_TICK_KEYS : UINT64_MAX);
     seen_sort(&k);
-    size_t erased = 0;
-    for (size_t i = 0; !rc && i < k.n; i += RELEASE_KEYS) {
+    size_t erased = 0, i = 0;
+    /* erasures of cold rows read and delete them in RocksDB: past an eighth of a lease, the
+     * rest waits for the next tick (this thread renews the lease) */
+    const uint64_t t0 = pc_time_mono_ns(), budget = (uint64_t)r->o.lease_ms * 1000000 / 8;
+    for (; !rc && i < k.n && !(c && i && pc_time_mono_ns() - t0 > budget); i += RELEASE_KEYS) {
         const size_t n = k.n - i < RELEASE_KEYS ? k.n - i : RELEASE_KEYS;
         size_t e = 0;
         pthread_mutex_lock(&r->mu); /* the follower loads under it: not past a new map */
@@ -1253,7 +1257,12 @@ static int release_table(void *ctx, ps_table_t *t) {
         pthread_mutex_unlock(&r->mu);
         erased += e;
     }
-    if (!rc && c) { /* (the name stays) */
+    if (!rc && c && i < k.n) {
+        /* out of time: the walk goes on from the first key not erased (not 0: i > 0), or from
+         * where it stopped when that is before (the key may be a RAM row's); RAM rows again */
+        const uint64_t at = k.keys[i];
+        c->start = !ps_table_config(t)->cold ? 0 : next && next < at ? next : at;
+    } else if (!rc && c) { /* (the name stays) */
         c->start = next;
         c->ram_done = true;
         c->done = !next;
