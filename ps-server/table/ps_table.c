@@ -1847,7 +1847,17 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
         for (q1 = q0 + 1; q1 < n && p.sq[q1] == p.sq[q0]; q1++)
             ;
         pthread_rwlock_wrlock(&s->lock);
-        for (uint32_t q = q0; q < q1; q++) {
+        /* the cold copies first: when the store refuses (a full disk), the group's rows stay in
+         * RAM too, so no older cold copy shows through where a RAM row was removed */
+        int drc = 0;
+        if (cold) {
+            s->cold_seq++;
+            if ((drc = t->cold.del(t->cold_ctx, ck + q0, q1 - q0))) {
+                s->cold_errors++;
+                rc = rc ? rc : drc;
+            }
+        }
+        for (uint32_t q = q0; !drc && q < q1; q++) {
             uint32_t k = p.order[q];
             uint32_t r = find_row(s, keys[k], p.h[k]);
             if (r != NO_ROW) {
@@ -1855,14 +1865,6 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
                 count++;
             } else if (cm && cm[q].found) {
                 count++;
-            }
-        }
-        if (cold) {
-            s->cold_seq++;
-            int drc = t->cold.del(t->cold_ctx, ck + q0, q1 - q0);
-            if (drc) {
-                s->cold_errors++;
-                rc = rc ? rc : drc;
             }
         }
         shard_maybe_shrink(t, s);

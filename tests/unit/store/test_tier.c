@@ -251,6 +251,114 @@ static void test_shared_keys_no_lost_update(void **state) {
     fx_close(&f);
 }
 
+/* A cold store in memory whose deletions can be refused, as RocksDB's are on a full disk. */
+enum { FAKE_KEYS = 256, FAKE_STRIDE = 4 };
+typedef struct fake_cold {
+    uint64_t keys[FAKE_KEYS];
+    float rows[FAKE_KEYS][FAKE_STRIDE];
+    ps_cold_meta_t meta[FAKE_KEYS];
+    size_t n;
+    uint32_t stride; /* the table's: dim + state_len floats a row (at most FAKE_STRIDE) */
+    bool refuse_del;
+} fake_cold_t;
+
+static long fake_find(const fake_cold_t *f, uint64_t key) {
+    for (size_t i = 0; i < f->n; i++)
+        if (f->keys[i] == key)
+            return (long)i;
+    return -1;
+}
+
+static int fake_get(void *ctx, const uint64_t *keys, size_t n, float *rows, ps_cold_meta_t *meta) {
+    const fake_cold_t *f = ctx;
+    for (size_t i = 0; i < n; i++) {
+        const long at = fake_find(f, keys[i]);
+        meta[i] = at < 0 ? (ps_cold_meta_t){0} : f->meta[at];
+        if (at >= 0)
+            memcpy(rows + i * f->stride, f->rows[at], f->stride * sizeof(float));
+    }
+    return 0;
+}
+
+static int fake_put(void *ctx, const ps_cold_row_t *rows, size_t n) {
+    fake_cold_t *f = ctx;
+    for (size_t i = 0; i < n; i++) {
+        long at = fake_find(f, rows[i].key);
+        if (at < 0 && f->n == FAKE_KEYS)
+            return PC_ENOSPC;
+        if (at < 0)
+            f->keys[at = (long)f->n++] = rows[i].key;
+        memcpy(f->rows[at], rows[i].row, f->stride * sizeof(float));
+        f->meta[at] = (ps_cold_meta_t){.clock = rows[i].clock, .freq = rows[i].freq, .found = 1};
+    }
+    return 0;
+}
+
+static int fake_del(void *ctx, const uint64_t *keys, size_t n) {
+    fake_cold_t *f = ctx;
+    if (f->refuse_del)
+        return PC_ENOSPC;
+    for (size_t i = 0; i < n; i++) {
+        const long at = fake_find(f, keys[i]);
+        if (at >= 0) { /* the last one into its place */
+            f->n--;
+            f->keys[at] = f->keys[f->n];
+            memcpy(f->rows[at], f->rows[f->n], sizeof f->rows[at]);
+            f->meta[at] = f->meta[f->n];
+        }
+    }
+    return 0;
+}
+
+static bool fake_writable(void *ctx) {
+    (void)ctx;
+    return true;
+}
+
+/* An erasure the cold store refuses is not done, in RAM either: a row changed in RAM since its
+ * cold copy was written stays what it is (removing it from RAM alone would let the older cold
+ * copy show through), and the erasure goes through once the store takes it. */
+static void test_erase_refused(void **state) {
+    (void)state;
+    enum { N = 40, D = 2 }; /* sgd: no state */
+    static fake_cold_t f;
+    memset(&f, 0, sizeof f);
+    f.stride = D;
+    const ps_cold_ops_t ops = {fake_get, fake_put, fake_del, fake_writable, NULL};
+    ps_table_t *c = tc_create("name=r,dim=2,optimizer=sgd,lr=1,shards=1,capacity_rows=8,cold=true");
+    assert_int_equal(ps_table_dim(c) + ps_table_state_len(c), f.stride);
+    ps_table_set_cold(c, &ops, &f);
+    uint64_t keys[N];
+    float g[N * D], x[N * D], y[N * D];
+    uint8_t found[N];
+    for (int i = 0; i < N; i++)
+        keys[i] = key_of((uint64_t)i);
+    for (int i = 0; i < N * D; i++)
+        g[i] = 1.0f;
+    assert_int_equal(ps_table_push(c, keys, N, g, N * D, NULL), 0); /* most spill */
+    assert_true(f.n >= N - 8);
+    /* the first 4 keys: promoted and pushed again, newer in RAM than their cold copies */
+    assert_int_equal(ps_table_push(c, keys, 4, g, 4 * D, NULL), 0);
+    assert_int_equal(ps_table_lookup(c, keys, N, x, N * D, found), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(found[i], 1);
+    f.refuse_del = true;
+    size_t erased = 99;
+    assert_int_equal(ps_table_erase(c, keys, 4, &erased), PC_ENOSPC);
+    assert_int_equal(erased, 0);
+    assert_int_equal(ps_table_lookup(c, keys, N, y, N * D, found), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(found[i], 1);
+    assert_memory_equal(x, y, sizeof x); /* the newest rows, not the cold copies */
+    f.refuse_del = false;
+    assert_int_equal(ps_table_erase(c, keys, 4, &erased), 0);
+    assert_int_equal(erased, 4);
+    assert_int_equal(ps_table_lookup(c, keys, N, y, N * D, found), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(found[i], i >= 4);
+    ps_table_destroy(c);
+}
+
 static void test_erase_lookup_ttl(void **state) {
     (void)state;
     fixture_t f;
@@ -790,6 +898,7 @@ int main(void) {
         cmocka_unit_test(test_export_import_cold),
         cmocka_unit_test(test_roundtrip_every_optimizer),
         cmocka_unit_test(test_erase_lookup_ttl),
+        cmocka_unit_test(test_erase_refused),
         cmocka_unit_test(test_read_state_and_keys),
         cmocka_unit_test(test_freeze),
         cmocka_unit_test(test_corrupt_record),
