@@ -122,6 +122,19 @@ void *pc_srealloc(pc_mem_tag_t tag, void *p, size_t size) {
     return h + 1;
 }
 
+bool pc_sappend_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x) {
+    if (*n == *cap) {
+        const size_t ncap = *cap ? 2 * *cap : 4096;
+        uint64_t *nv = pc_srealloc(PC_MEM_SCRATCH, *v, ncap * sizeof *nv);
+        if (!nv)
+            return false;
+        *v = nv;
+        *cap = ncap;
+    }
+    (*v)[(*n)++] = x;
+    return true;
+}
+
 void pc_sfree(void *p) {
     if (!p)
         return;

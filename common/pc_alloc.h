@@ -23,6 +23,7 @@
 #ifndef PC_ALLOC_H
 #define PC_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,6 +58,9 @@ void *pc_smalloc(pc_mem_tag_t tag, size_t size);
 void *pc_scalloc(pc_mem_tag_t tag, size_t count, size_t size);
 void *pc_srealloc(pc_mem_tag_t tag, void *p, size_t size);
 void pc_sfree(void *p);
+/* Append x to the self-sized array *v of *n values (room for *cap; doubled from 4096 when full,
+ * under PC_MEM_SCRATCH). false when out of memory (*v, *n and *cap unchanged). */
+bool pc_sappend_u64(uint64_t **v, size_t *n, size_t *cap, uint64_t x);
 
 /* Zero-filled, page-aligned mapping of `size` bytes (size > 0). */
 void *pc_vm_alloc(pc_mem_tag_t tag, size_t size);

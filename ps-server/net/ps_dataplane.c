@@ -1156,7 +1156,7 @@ static void do_deltas(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
 
 typedef struct scan_ctx {
     uint64_t want[PC_NSLOTS / 64]; /* the slots whose rows are sent (bits) */
-    uint64_t n, cap, limit;        /* rows collected, allocated, allowed */
+    size_t n, cap, limit;          /* rows collected, allocated, allowed */
     uint64_t *keys;
     int rc;
 } scan_ctx_t;
@@ -1174,18 +1174,10 @@ static void scan_want(scan_ctx_t *x, const ps_dp_t *dp, const pc_cluster_map_t *
 
 /* Append key to x->keys (below x->limit); false with x->rc PC_ENOMEM. */
 static bool scan_add(scan_ctx_t *x, uint64_t key) {
-    if (x->n == x->cap) {
-        const uint64_t ncap = x->cap ? 2 * x->cap : 4096;
-        uint64_t *k = pc_srealloc(PC_MEM_SCRATCH, x->keys, ncap * sizeof *k);
-        if (!k) {
-            x->rc = PC_ENOMEM;
-            return false;
-        }
-        x->keys = k;
-        x->cap = ncap;
-    }
-    x->keys[x->n++] = key;
-    return true;
+    if (pc_sappend_u64(&x->keys, &x->n, &x->cap, key))
+        return true;
+    x->rc = PC_ENOMEM;
+    return false;
 }
 
 static int scan_collect(void *ctx, const ps_row_view_t *rows, size_t n) {

@@ -1007,18 +1007,8 @@ static bool seen_add(seen_t *x, uint64_t key) {
             ? pc_cmap_slot_owner(x->m, slot) == x->me || pc_cmap_is_backup(x->m, slot, x->me)
             : !backs_up(x->m, x->me, x->p, slot))
         return true;
-    if (x->n == x->cap) {
-        const size_t cap = x->cap ? 2 * x->cap : 4096;
-        uint64_t *k = pc_srealloc(PC_MEM_SCRATCH, x->keys, cap * sizeof *k);
-        if (!k) {
-            x->failed = true;
-            return false;
-        }
-        x->keys = k;
-        x->cap = cap;
-    }
-    x->keys[x->n++] = key;
-    return true;
+    x->failed = x->failed || !pc_sappend_u64(&x->keys, &x->n, &x->cap, key);
+    return !x->failed;
 }
 
 static int seen_collect(void *ctx, const ps_row_view_t *rows, size_t n) {
@@ -1222,7 +1212,7 @@ static struct rel_walk *rel_walk_of(ps_repl_t *r, const pc_cluster_map_t *m, con
     if (r->nrel == MAX_TABLES)
         return NULL;
     struct rel_walk *c = &r->rel[r->nrel++];
-    *c = (struct rel_walk){.start = 0, .ram_done = false, .done = false};
+    *c = (struct rel_walk){0};
     snprintf(c->table, sizeof c->table, "%s", name);
     return c;
 }
@@ -1272,10 +1262,10 @@ static int release_table(void *ctx, ps_table_t *t) {
         PC_INFO("resharding: %zu rows of table %s released (slots with no role here under map "
                 "version %" PRIu64 ")%s%s",
                 erased, ps_table_config(t)->name, pc_cmap_version(x->m),
-                rc == PC_ESTATE ? ", stopped by a new map"
-                : rc            ? ", stopped (again at the next tick): "
-                                : "",
-                rc && rc != PC_ESTATE ? pc_strerror(rc) : "");
+                rc ? ", stopped, again at the next tick: " : "",
+                rc == PC_ESTATE ? "a new map"
+                : rc            ? pc_strerror(rc)
+                                : "");
     pc_sfree(k.keys);
     return !rc && c && !c->done ? PC_EAGAIN : rc;
 }

@@ -64,6 +64,7 @@ struct ps_tier {
     rocksdb_cache_t *cache;
     rocksdb_block_based_table_options_t *bbo;
     rocksdb_readoptions_t *ro;
+    rocksdb_readoptions_t *ro_walk; /* key walks: they do not fill the block cache */
     rocksdb_writeoptions_t *wo;
     rocksdb_column_family_handle_t *def; /* "default" (unused, but opened) */
     cfent_t *cfs;
@@ -255,11 +256,7 @@ static bool hook_writable(void *ctx) {
 static int hook_keys(void *ctx, uint64_t *start, uint64_t *keys, size_t max, size_t *n) {
     tier_cf_t *x = ctx;
     ps_tier_t *tier = x->tier;
-    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
-    if (!ro)
-        return PC_ENOMEM;
-    rocksdb_readoptions_set_fill_cache(ro, 0);
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(tier->db, ro, x->h);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(tier->db, tier->ro_walk, x->h);
     char k0[8];
     key_encode(*start, k0);
     size_t got = 0;
@@ -279,7 +276,6 @@ static int hook_keys(void *ctx, uint64_t *start, uint64_t *keys, size_t max, siz
     char *err = NULL;
     rocksdb_iter_get_error(it, &err);
     rocksdb_iter_destroy(it);
-    rocksdb_readoptions_destroy(ro);
     if (err)
         return db_error(tier, "key walk", err);
     *n = got;
@@ -397,6 +393,8 @@ int ps_tier_open(const ps_tier_opts_t *o, ps_tier_t **out) {
     rocksdb_options_set_paranoid_checks(tier->opts, 1);
     rocksdb_options_set_info_log_level(tier->opts, 2 /* WARN */);
     tier->ro = rocksdb_readoptions_create();
+    tier->ro_walk = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(tier->ro_walk, 0);
     tier->wo = rocksdb_writeoptions_create();
     rocksdb_writeoptions_disable_WAL(tier->wo, 1);
     atomic_store(&tier->writable, true);
@@ -423,6 +421,7 @@ void ps_tier_close(ps_tier_t *tier) {
                      tier->cfs[i].name);
     db_close(tier);
     rocksdb_readoptions_destroy(tier->ro);
+    rocksdb_readoptions_destroy(tier->ro_walk);
     rocksdb_writeoptions_destroy(tier->wo);
     rocksdb_options_destroy(tier->opts);
     rocksdb_block_based_options_destroy(tier->bbo);

@@ -150,8 +150,35 @@ static void test_alloc(void **state) {
     assert_string_equal(pc_mem_tag_name(PC_MEM_ROWS), "rows");
 }
 
+/* pc_sappend_u64: grows past its first 4096, keeps every value in order, and a refused growth
+ * leaves the array as it was. */
+static void test_sappend(void **state) {
+    (void)state;
+    uint64_t *v = NULL;
+    size_t n = 0, cap = 0;
+    for (uint64_t i = 0; i < 10000; i++)
+        assert_true(pc_sappend_u64(&v, &n, &cap, i * 7));
+    assert_int_equal(n, 10000);
+    assert_true(cap >= n);
+    for (size_t i = 0; i < n; i++)
+        assert_true(v[i] == i * 7);
+    while (n < cap)
+        assert_true(pc_sappend_u64(&v, &n, &cap, 1));
+    const size_t full = cap;
+    pc_mem_fail_after(0); /* the next allocation fails */
+    assert_false(pc_sappend_u64(&v, &n, &cap, 99));
+    pc_mem_fail_after(-1);
+    assert_int_equal(n, full);
+    assert_int_equal(cap, full);
+    assert_true(v[9999] == 9999 * 7);
+    assert_true(pc_sappend_u64(&v, &n, &cap, 99));
+    assert_true(v[full] == 99);
+    pc_sfree(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_log), cmocka_unit_test(test_log_limit),
-                                       cmocka_unit_test(test_alloc)};
+                                       cmocka_unit_test(test_alloc),
+                                       cmocka_unit_test(test_sappend)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
