@@ -10,10 +10,15 @@
  *   does not walk the whole history.
  * - A server is "lost" when its alive key is absent and either this server saw it alive before
  *   or lease_ms x 3 have passed since this server started (a peer still starting is not lost),
- *   or (primaries only) when the follower found that the primary's table was replaced while
- *   this server's copy of it held rows: a primary restarted before its lease ran out, with empty
- *   or checkpointed tables older than the copy. The copy wins: it is the one every acknowledged
- *   push reached.
+ *   or (primaries only) when the follower found that the primary's table was replaced by
+ *   another run of the primary while this server's copy of it held rows: a primary restarted
+ *   before its lease ran out, with empty or checkpointed tables older than the copy. The copy
+ *   wins: it is the one every acknowledged push reached. A table's uid names the run that made
+ *   it (ps_table_uid_same_run): one replaced while the primary ran (a reset, as a job's fresh
+ *   claim makes on every server, a live restore, a drop and create) is the operator's or the
+ *   job's will, and the backup copies it like any new table, erasing what the primary no longer
+ *   holds. When this server's own table is replaced (the same causes here), the rows it backs
+ *   up are copied again into the new one (`local_uid`).
  * - Leases: the renewal is sent at t0; on success the data plane takes pushes until
  *   t0 + 3/4 lease_ms. The coordinator cannot expire the key before the previous renewal's
  *   send + lease_ms, so only a renewal that failed or came back later than that marks the lease
@@ -137,12 +142,13 @@ typedef struct source {
     char table[PS_TABLE_NAME_MAX];
     uint64_t uid, pos;
     bool need_copy;
-    bool following; /* pos is this server's place in the primary's log (a copy done since the
-                     * table's uid or the ring's end last changed) */
-    bool gain_only; /* primaries_sync: its copy is owed only for the slots gained just now */
-    bool reached;   /* a DELTAS reply since the last copy reached the primary's head */
-    bool caught;    /* and since then one to a request saying so (PC_STREAM_CAUGHT) */
-    uint32_t parts; /* the split its last copy needed */
+    bool following;     /* pos is this server's place in the primary's log (a copy done since the
+                         * table's uid or the ring's end last changed) */
+    bool gain_only;     /* primaries_sync: its copy is owed only for the slots gained just now */
+    bool reached;       /* a DELTAS reply since the last copy reached the primary's head */
+    bool caught;        /* and since then one to a request saying so (PC_STREAM_CAUGHT) */
+    uint32_t parts;     /* the split its last copy needed */
+    uint64_t local_uid; /* this server's table its last copy went into (0: none yet) */
     copy_t cp;
 } source_t;
 
@@ -1084,6 +1090,7 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
          * from before its first push as their primary (see DESIGN); none when logs are off */
         ps_changelog_t *own;
         ps_catalog_changelog_start(r->cat, t, &own, NULL);
+        src->local_uid = ps_table_uid(t);
         cp->on = true;
         cp->owning = ps_table_config(t)->cold;
         cp->x = (seen_t){.m = m, .me = r->o.self, .p = pr->server};
@@ -1141,8 +1148,9 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         return rc; /* another map version there, or no answer: this part again later */
     if (!rc && cp->part && out.uid != cp->uid)
         rc = PC_ESTATE; /* replaced during the copy: again */
-    if (!rc && !cp->part && src->uid && out.uid != src->uid && x->n)
-        rc = PC_ESTATE; /* replaced under a copy that holds rows: see DESIGN */
+    if (!rc && !cp->part && src->uid && out.uid != src->uid && x->n &&
+        !ps_table_uid_same_run(src->uid, out.uid))
+        rc = PC_ESTATE; /* replaced by another run under a copy that holds rows: see DESIGN */
     if (!rc && !cp->part) {
         /* the first part (again, after a finer split): what earlier parts or DELTAS brought is
          * marked no more, and the log is followed from this part's head on (kept when already
@@ -1326,6 +1334,15 @@ static void regain_released(ps_repl_t *r, const pc_cluster_map_t *m) {
     }
 }
 
+/* Whether primary pr's table `name`, followed under uid `was`, is now one another run of it made
+ * (a bounds query; false when it does not answer: the copy's first part asks again). */
+static bool replaced_by_restart(primary_t *pr, const char *name, uint64_t was) {
+    psc_stream_req_t q = {.server = pr->server, .table = name};
+    psc_stream_t out;
+    return was && !psc_deltas(pr->c, &q, &out, NULL, 0) && out.uid && out.uid != was &&
+           !ps_table_uid_same_run(was, out.uid);
+}
+
 /* One round over primary pr's tables; returns rows applied, or a negative error. */
 static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m, bufs_t *b) {
     long total = 0;
@@ -1336,6 +1353,13 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         if (ps_catalog_acquire(r->cat, src->table, &t)) {
             copy_end(src); /* (a table dropped here: its copy's memory goes back) */
             continue;
+        }
+        if (src->local_uid && src->local_uid != ps_table_uid(t)) {
+            PC_INFO("replication: table %s was replaced here: copying %s's rows of it again",
+                    src->table, pc_cmap_addr(m, pr->server));
+            copy_end(src); /* (one under way went into the old table) */
+            src->local_uid = 0;
+            src->need_copy = true;
         }
         const uint32_t stride = ps_table_dim(t) + ps_table_state_len(t);
         int rc = bufs_fit(b, stride);
@@ -1371,7 +1395,8 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                 got = src->cp.on ? 0 : copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
                 rc = got < 0 ? (int)got : 0;
                 total += got > 0 ? got : 0;
-                if (!rc && src->cp.owning && src->cp.x.n) {
+                if (!rc && src->cp.owning && src->cp.x.n &&
+                    replaced_by_restart(pr, src->table, src->uid)) {
                     /* a cold table's copy still noting this server's own keys, some found: held
                      * (part 0's uid check would come only after the whole walk) */
                     held = src->cp.x.n;

@@ -98,6 +98,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ==== constants ============================================================================ */
 
@@ -126,6 +127,31 @@
 #define HUGE_MIN_BYTES     (4u << 20) /* slab arrays this large ask for huge pages */
 #define HUGE_MIN_INDEX     (2u << 20) /* so do indexes this large */
 #define NO_ROW             UINT32_MAX
+
+/* ==== table ids ============================================================================ */
+
+/* A table's uid: this process's run (32 random bits drawn at its first table, never 0) over a
+ * count of the tables it made. Two uids of one name from the same run mean the table was
+ * replaced while its server ran (a reset, a restore, a drop and create); from two runs, that
+ * the server started again. */
+static _Atomic uint32_t g_run_id;
+static _Atomic uint32_t g_tables_made;
+
+static uint64_t new_uid(void) {
+    uint32_t run = atomic_load(&g_run_id);
+    if (!run) {
+        uint64_t h = pc_hash_u64(pc_time_wall_ns() ^ pc_time_mono_ns(), (uint64_t)getpid());
+        uint32_t want = (uint32_t)(h ^ (h >> 32));
+        want = want ? want : 1;
+        if (atomic_compare_exchange_strong(&g_run_id, &run, want))
+            run = want; /* (else another thread's draw is in run) */
+    }
+    return (uint64_t)run << 32 | (atomic_fetch_add(&g_tables_made, 1) + 1u);
+}
+
+bool ps_table_uid_same_run(uint64_t a, uint64_t b) {
+    return a && b && a >> 32 == b >> 32;
+}
 
 /* ==== types ================================================================================ */
 
@@ -2299,7 +2325,7 @@ int ps_table_create(const ps_table_config_t *cfg, ps_table_t **out) {
     pthread_mutex_init(&t->cold_mu, NULL);
     pthread_mutex_init(&t->owner_mu, NULL);
     pthread_cond_init(&t->cold_cv, NULL);
-    t->uid = pc_hash_u64(pc_time_wall_ns() ^ (uint64_t)(uintptr_t)t, (uint64_t)cfg->seed);
+    t->uid = new_uid();
     pthread_rwlockattr_t attr;
     pthread_rwlockattr_init(&attr);
     pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);

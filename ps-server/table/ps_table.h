@@ -290,8 +290,12 @@ bool ps_table_needs_full(const ps_table_t *t);
 /* Start logging removals (a restored table continuing an incremental chain). */
 void ps_table_track_removals(ps_table_t *t);
 
-/* A random id fixed at creation: tells two tables of the same name apart. */
+/* An id fixed at creation (never 0): tells two tables of the same name apart. */
 uint64_t ps_table_uid(const ps_table_t *t);
+/* Whether tables of uids a and b were made by the same run of a process: one of a name replaced
+ * by another while its server ran (reset, restore, drop and create), not a server started
+ * again. */
+bool ps_table_uid_same_run(uint64_t a, uint64_t b);
 
 /* Push calls applied so far (restore sets it to the checkpoint's). */
 uint64_t ps_table_version(const ps_table_t *t);

@@ -65,7 +65,7 @@ static char g_dir[256];
 static char g_psctl[600]; /* the psctl binary, next to ps-server */
 
 typedef struct cluster {
-    int p0, p1, grpc0, metrics1;
+    int p0, p1, grpc0, metrics0, metrics1;
     pid_t s0, s1;
     char map[256], maparg[300], coordarg[64], extra0[320];
 } cluster_t;
@@ -103,6 +103,7 @@ static void cluster_up(cluster_t *c) {
     int n = 5;
     cold_args(e0, &n, 0);
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
+    c->metrics0 = pu_last_metrics_port;
     snprintf(c->coordarg, sizeof c->coordarg, "--cluster-coordinator=127.0.0.1:%d", c->grpc0);
     start1(c);
 }
@@ -612,6 +613,67 @@ static void test_cold_failover(void **state) {
     use_cold(false);
 }
 
+/* ---- tables replaced while their servers run ---- */
+
+/* Rows of emb at the servers (each counts its own slots and those it backs up) are n0 and n1
+ * within 10 s. */
+static bool rows_become(const cluster_t *cl, double n0, double n1) {
+    const char *rows = "emberps_table_rows{table=\"emb\"}";
+    for (double t0 = pu_now(); pu_now() - t0 < 10; usleep(20000))
+        if (metric(cl->metrics0, rows) == n0 && metric(cl->metrics1, rows) == n1)
+            return true;
+    print_message("rows: server 0 %.0f (want %.0f), server 1 %.0f (want %.0f)\n",
+                  metric(cl->metrics0, rows), n0, metric(cl->metrics1, rows), n1);
+    return false;
+}
+
+static bool halves_as_before(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    return pc_cmap_server_slots(m, 0) == PC_NSLOTS / 2 &&
+           pc_cmap_server_slots(m, 1) == PC_NSLOTS / 2;
+}
+
+/* A table replaced while its servers run is no restart: a reset on server 0 alone (psctl reset)
+ * moves no slot (its backup took its slots over before: the reset table, another uid, looked
+ * like a primary restarted with older rows), server 1 erases its copy of server 0's rows and
+ * server 0 copies server 1's rows again into its new table; a fresh claim on every server (a
+ * new job's start) empties both; pushes after it are replicated again. */
+static void test_reset_is_no_failover(void **state) {
+    (void)state;
+    use_cold(false);
+    cluster_t cl;
+    cluster_up(&cl);
+    wait_replicated(&cl);
+    enum { N = 512 };
+    static uint64_t keys[N];
+    static float g[N * DIM];
+    keys_and_grads(keys, g, N, 0x9E3779B97F4A7C15ull, 0.01f);
+    double of1 = 0; /* keys in server 1's slots */
+    for (int i = 0; i < N; i++)
+        of1 += pc_key_slot(keys[i]) >= PC_NSLOTS / 2;
+    psc_t *c = connect_to(cl.p0);
+    assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
+    assert_true(rows_become(&cl, N, N));
+    char out[1024];
+    const char *reset[] = {"reset", "emb", NULL};
+    assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, reset), 0);
+    assert_true(rows_become(&cl, of1, of1));
+    pc_cluster_map_t *m = cc_map_of(cl.p1);
+    assert_true(halves_as_before(m, 0));
+    pc_cmap_destroy(m);
+    psc_claim_t cr;
+    assert_int_equal(psc_claim(c, "emb", "", PSC_CLAIM_FRESH, &cr), 0);
+    assert_true(rows_become(&cl, 0, 0));
+    assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
+    assert_true(rows_become(&cl, N, N));
+    m = cc_map_of(cl.p1);
+    assert_true(halves_as_before(m, 0) && pc_cmap_replicated(m));
+    pc_cmap_destroy(m);
+    psc_close(c);
+    pu_stop(cl.s1);
+    pu_stop(cl.s0);
+}
+
 /* ---- live resharding ---- */
 
 /* table_sum over both servers, then the client closed and the cluster stopped. */
@@ -827,6 +889,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stale_primary_refuses_pushes),
         cmocka_unit_test(test_unclean_promotion),
         cmocka_unit_test(test_sole_holder_restart),
+        cmocka_unit_test(test_reset_is_no_failover),
         cmocka_unit_test(test_reshard_add_remove),
         cmocka_unit_test(test_reshard_absent_server),
         cmocka_unit_test(test_cold_failover),
