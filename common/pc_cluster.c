@@ -467,12 +467,12 @@ bool pc_cmap_backup_syncing(const pc_cluster_map_t *m, uint32_t slot, uint32_t s
     return j < PC_MAX_BACKUPS && m->syncing[j][slot];
 }
 
-uint32_t pc_cmap_set_synced(pc_cluster_map_t *m, uint32_t primary, uint32_t server) {
+uint32_t pc_cmap_set_syncing(pc_cluster_map_t *m, uint32_t primary, uint32_t server, bool syncing) {
     uint32_t n = 0;
     for (uint32_t s = 0; s < PC_NSLOTS; s++) {
         const uint32_t j = m->owner[s] == primary ? backup_at(m, s, server) : PC_MAX_BACKUPS;
-        if (j < PC_MAX_BACKUPS && m->syncing[j][s]) {
-            m->syncing[j][s] = 0;
+        if (j < PC_MAX_BACKUPS && (bool)m->syncing[j][s] != syncing) {
+            m->syncing[j][s] = syncing;
             n++;
         }
     }

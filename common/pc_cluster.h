@@ -131,9 +131,9 @@ int pc_cmap_set_replicas(pc_cluster_map_t *m, uint32_t r);
 /* Whether `server` is a backup of `slot` still marked as catching up (`~`). */
 bool pc_cmap_backup_syncing(const pc_cluster_map_t *m, uint32_t slot, uint32_t server);
 
-/* Clear the mark of backup `server` on every slot `primary` owns (version unchanged); returns
- * how many slots had it. */
-uint32_t pc_cmap_set_synced(pc_cluster_map_t *m, uint32_t primary, uint32_t server);
+/* Set (`syncing`) or clear the mark of backup `server` on every slot `primary` owns (version
+ * unchanged); returns how many slots changed. */
+uint32_t pc_cmap_set_syncing(pc_cluster_map_t *m, uint32_t primary, uint32_t server, bool syncing);
 
 /* What pc_cmap_fail_server did, in slots. */
 typedef struct pc_cmap_failover {

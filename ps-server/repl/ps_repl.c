@@ -76,6 +76,15 @@
  *   mark on that primary's slots in the next version, if that is still the map. A failover
  *   promotes a backup in sync first; one catching up only when no other is left (counted in
  *   emberps_replication_unclean_promoted_slots_total).
+ * - Falling behind again: a backup in sync that must copy a primary's table again (its own table
+ *   replaced, the primary's replaced within its run, rows erased by a release, the log overrun)
+ *   may lack pushes that primary acknowledged. The follower notes it (behind, fell_behind) and
+ *   the controller marks this server catching up on that primary's slots in the next version
+ *   (note_behind; cleared again as above), unless the follower caught up first. A follower
+ *   waiting on a primary that does not answer cannot see its own table replaced: when this
+ *   server writes the failover of a primary, it marks itself first also when a table here came
+ *   or went since the follower last caught up with that primary (caught_gen against
+ *   ps_catalog_changes), so the promotion counts as unclean rather than silently clean.
  */
 #include "ps_repl.h"
 
@@ -190,14 +199,19 @@ struct ps_repl {
     uint64_t lease_until, last_sent;
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
+    atomic_bool *behind;  /* per primary index: the follower copies a table of it again (see
+                           * DESIGN "In sync"): the controller marks this server catching up */
     atomic_uint_least64_t version, promotions, drops, rejoins, rows_copied, rows_streamed;
     atomic_uint_least64_t map_unclean; /* the current map's count (pc_cmap_unclean) */
     atomic_uint_least64_t roles;       /* the first version with the current map's roles (a version
                                         * that only confirms a lease or clears marks keeps it) */
-    atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced;
+    atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced, fell_behind;
     atomic_uint_least64_t restart_unclean; /* slots this server came back to as only holder */
     atomic_uint_least64_t *caught_ver;     /* per primary index: the map version the follower held
                                             * all its rows under (0: not caught up) */
+    atomic_uint_least64_t *caught_gen;     /* and ps_catalog_changes before that round (0: never
+                                            * caught up): a table replaced here since, unseen by
+                                            * a follower stuck on a silent primary, shows */
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
     ps_dp_lag_t lag_cut[LAG_MAX], lag_now[LAG_MAX]; /* controller: a handover's heads, acks */
     pc_cluster_map_t *released_map; /* controller: the map the role-less rows were erased under */
@@ -521,6 +535,15 @@ static void confirm(ps_repl_t *r) {
     }
 }
 
+/* Whether this server may lack pushes primary p acknowledged although the map may still have it
+ * in sync: its follower copies a table of p again (behind), or a table here was replaced (or
+ * made) since the follower last caught up with p, which a follower waiting on p's answer has not
+ * seen yet (ps_catalog_changes). */
+static bool behind_now(ps_repl_t *r, uint32_t p) {
+    const uint64_t gen = atomic_load(&r->caught_gen[p]);
+    return atomic_load(&r->behind[p]) || (gen && gen != ps_catalog_changes(r->cat));
+}
+
 /* One look at the other servers: promote over a lost primary, drop a lost backup, join again. */
 static void watch(ps_repl_t *r) {
     pc_cluster_map_t *m = map_if_new(r, 0);
@@ -546,6 +569,8 @@ static void watch(ps_repl_t *r) {
             continue;
         pc_cluster_map_t *next = map_copy(r);
         pc_cmap_failover_t f;
+        if (next && prim_of_me[s] && behind_now(r, s)) /* perhaps not marked yet: note_behind */
+            pc_cmap_set_syncing(next, s, me, true);
         if (!next || pc_cmap_version(next) != pc_cmap_version(m) ||
             pc_cmap_fail_server(next, s, pc_cmap_version(m) + 1, &f)) {
             pc_cmap_destroy(next); /* the map moved meanwhile: look again next tick */
@@ -589,6 +614,42 @@ static void watch(ps_repl_t *r) {
     pc_cmap_destroy(m);
 }
 
+/* The follower copies a table of primary p again (behind[p]): this server's rows of p's slots may
+ * lack pushes p acknowledged, so mark it catching up on them in the next version (a failover
+ * before it caught up again counts them unclean, or takes a backup in sync). Not when the map
+ * already marks them all, nor when the follower caught up again under the current map. One
+ * change a tick. */
+static void note_behind(ps_repl_t *r) {
+    bool any = false;
+    for (uint32_t p = 0; p < PC_MAX_SERVERS && !any; p++)
+        any = atomic_load(&r->behind[p]);
+    pc_cluster_map_t *m = any ? map_copy(r) : NULL;
+    const uint32_t me = r->o.self, n = m ? (uint32_t)pc_cmap_nservers(m) : 0;
+    for (uint32_t p = 0; p < n; p++) {
+        if (!atomic_load(&r->behind[p]))
+            continue;
+        const uint32_t marked = atomic_load(&r->caught_ver[p]) == pc_cmap_version(m)
+                                    ? 0
+                                    : pc_cmap_set_syncing(m, p, me, true);
+        if (!marked) {
+            atomic_store(&r->behind[p], false);
+            continue;
+        }
+        char what[PC_ADDR_MAX + 96];
+        snprintf(what, sizeof what, "this server copies %s's rows again: catching up on %u slots",
+                 pc_cmap_addr(m, p), marked);
+        if (pc_cmap_bump(m, pc_cmap_version(m) + 1) == 0) {
+            if (change_map(r, m, what) == 0) {
+                atomic_store(&r->behind[p], false);
+                atomic_fetch_add(&r->fell_behind, 1);
+            }
+            m = NULL; /* change_map took it */
+        }
+        break;
+    }
+    pc_cmap_destroy(m);
+}
+
 /* A backup caught up with a primary (the follower's caught_ver is the current map): clear this
  * server's marks on that primary's slots in the next version. One change a tick. */
 static void note_synced(ps_repl_t *r) {
@@ -604,7 +665,7 @@ static void note_synced(ps_repl_t *r) {
     for (uint32_t p = 0; p < n; p++) {
         if (!marked[p] || atomic_load(&r->caught_ver[p]) != pc_cmap_version(m))
             continue;
-        uint32_t cleared = pc_cmap_set_synced(m, p, me);
+        uint32_t cleared = pc_cmap_set_syncing(m, p, me, false);
         char what[PC_ADDR_MAX + 96];
         snprintf(what, sizeof what, "this server caught up with %s: in sync for %u slots",
                  pc_cmap_addr(m, p), cleared);
@@ -901,6 +962,7 @@ static void *ctl_main(void *arg) {
             confirm(r);
         } else {
             watch(r);
+            note_behind(r);
             note_synced(r);
         }
         /* steps follow each other closer while slots move (and the map still changes) */
@@ -1306,6 +1368,18 @@ static void release_rows(ps_repl_t *r) {
     r->released_map = m;
 }
 
+/* A source of `primary` is copied again: one that followed the primary's log (`was_following`)
+ * held its rows up to there, and now may lack pushes the primary acknowledged (this server's
+ * table replaced, the primary's replaced within its run, rows erased by a release, the log
+ * overrun). It stops counting as caught up, and the controller marks it catching up in the map
+ * (note_behind). A first copy, or one started again, was not in sync before either. */
+static void fell_behind(ps_repl_t *r, uint32_t primary, bool was_following) {
+    if (!was_following)
+        return;
+    atomic_store(&r->caught_ver[primary], 0);
+    atomic_store(&r->behind[primary], true);
+}
+
 /* Slots whose rows a release erased (r->gone) that this server backs up under m, which the
  * follower may have kept following across the versions in between (it only sees the newest):
  * their primaries' tables are copied again. */
@@ -1327,6 +1401,7 @@ static void regain_released(ps_repl_t *r, const pc_cluster_map_t *m) {
         for (uint32_t s = 0; s < PC_NSLOTS && !hit; s++)
             hit = pc_slots_has(gone, s) && backs_up(m, r->o.self, p->server, s);
         for (size_t k = 0; hit && k < p->nsrc; k++) {
+            fell_behind(r, p->server, p->src[k].following || p->src[k].caught);
             copy_end(&p->src[k]);
             p->src[k].need_copy = true;
             p->src[k].following = false; /* (and no hand-back place may stand in for it) */
@@ -1345,6 +1420,7 @@ static bool replaced_by_restart(primary_t *pr, const char *name, uint64_t was) {
 
 /* One round over primary pr's tables; returns rows applied, or a negative error. */
 static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m, bufs_t *b) {
+    const uint64_t gen = ps_catalog_changes(r->cat); /* before any local_uid is looked at */
     long total = 0;
     char why[320];
     for (size_t i = 0; i < pr->nsrc && !atomic_load(&r->stop); i++) {
@@ -1357,6 +1433,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         if (src->local_uid && src->local_uid != ps_table_uid(t)) {
             PC_INFO("replication: table %s was replaced here: copying %s's rows of it again",
                     src->table, pc_cmap_addr(m, pr->server));
+            fell_behind(r, pr->server, src->following || src->caught);
             copy_end(src); /* (one under way went into the old table) */
             src->local_uid = 0;
             src->need_copy = true;
@@ -1390,6 +1467,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK | said, 0, 0, &out,
                              why, sizeof why);
             if (rc == PC_ESTATE) { /* the primary's table was replaced: is a copy held here? */
+                const bool was_following = src->following;
                 src->need_copy = true;
                 src->following = false;
                 got = src->cp.on ? 0 : copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
@@ -1402,6 +1480,8 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                     held = src->cp.x.n;
                     rc = PC_ESTATE;
                 }
+                if (rc != PC_ESTATE || !held) /* (a takeover's copy holds every push) */
+                    fell_behind(r, pr->server, was_following);
             } else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n,
                                           src->cp.x.got ? &src->cp.x : NULL)) == 0) {
                 src->pos = out.next;
@@ -1426,6 +1506,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         } else if (rc == PC_ERANGE) {
             PC_INFO("replication: table %s of %s: %s: copying it again", src->table,
                     pc_cmap_addr(m, pr->server), why);
+            fell_behind(r, pr->server, src->following || src->caught);
             src->need_copy = true;
             src->following = false;
             copy_end(src); /* one under way starts over: its first part gives the position */
@@ -1438,6 +1519,8 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
     bool caught = !atomic_load(&r->stop);
     for (size_t i = 0; i < pr->nsrc && caught; i++)
         caught = !pr->src[i].need_copy && pr->src[i].caught;
+    if (caught)
+        atomic_store(&r->caught_gen[pr->server], gen);
     atomic_store(&r->caught_ver[pr->server], caught ? pc_cmap_version(m) : 0);
     return total;
 }
@@ -1678,7 +1761,9 @@ static void repl_free(ps_repl_t *r) {
     pc_cmap_destroy(r->released_map);
     pc_sfree(r->seen);
     pc_sfree(r->suspect);
+    pc_sfree(r->behind);
     pc_sfree(r->caught_ver);
+    pc_sfree(r->caught_gen);
     pthread_mutex_destroy(&r->mu);
     pc_sfree(r);
 }
@@ -1719,14 +1804,18 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
     r->start_ns = pc_time_mono_ns();
     r->seen = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->seen);
     r->suspect = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->suspect);
+    r->behind = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->behind);
     r->caught_ver = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->caught_ver);
+    r->caught_gen = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->caught_gen);
     pthread_mutex_init(&r->mu, NULL);
     r->lapsed = true; /* pushes once this server is confirmed (or is no primary) */
     ps_dp_set_write_until(dp, 0);
     /* The first map: the coordinator's newest, or the configured one (with `replicas` backups
      * per slot) written if absent and read back, whoever won. */
     pc_cluster_map_t *mine = NULL;
-    int rc = r->seen && r->suspect && r->caught_ver ? pc_cmap_copy(initial, &mine) : PC_ENOMEM;
+    int rc = r->seen && r->suspect && r->behind && r->caught_ver && r->caught_gen
+                 ? pc_cmap_copy(initial, &mine)
+                 : PC_ENOMEM;
     if (!rc && o->replicas && !pc_cmap_replicated(mine)) {
         if (pc_cmap_nservers(mine) > o->replicas)
             rc = pc_cmap_set_replicas(mine, o->replicas);
@@ -1820,6 +1909,8 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "emberps_replication_restart_unclean_slots_total %llu\n"
         "# TYPE emberps_replication_caught_up_total counter\n"
         "emberps_replication_caught_up_total %llu\n"
+        "# TYPE emberps_replication_fell_behind_total counter\n"
+        "emberps_replication_fell_behind_total %llu\n"
         "# TYPE emberps_replication_backups_dropped_total counter\n"
         "emberps_replication_backups_dropped_total %llu\n"
         "# TYPE emberps_replication_rejoins_total counter\n"
@@ -1839,9 +1930,10 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         (unsigned long long)atomic_load(&r->promotions),
         (unsigned long long)atomic_load(&r->unclean),
         (unsigned long long)atomic_load(&r->restart_unclean),
-        (unsigned long long)atomic_load(&r->synced), (unsigned long long)atomic_load(&r->drops),
-        (unsigned long long)atomic_load(&r->rejoins), (unsigned long long)atomic_load(&r->lapses),
-        (unsigned long long)atomic_load(&r->copies),
+        (unsigned long long)atomic_load(&r->synced),
+        (unsigned long long)atomic_load(&r->fell_behind),
+        (unsigned long long)atomic_load(&r->drops), (unsigned long long)atomic_load(&r->rejoins),
+        (unsigned long long)atomic_load(&r->lapses), (unsigned long long)atomic_load(&r->copies),
         (unsigned long long)atomic_load(&r->rows_copied),
         (unsigned long long)atomic_load(&r->rows_streamed),
         (unsigned long long)atomic_load(&r->handovers),

@@ -15,6 +15,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ struct ps_catalog {
     ps_catalog_hooks_t hooks;
     bool has_hooks;
     size_t log_entries; /* capacity of a change log a follower starts (0: none is started) */
+    atomic_uint_least64_t changes; /* ps_catalog_changes */
     /* tables attached but not put yet (restore, import): put does not attach them again */
     ps_table_t **pending;
     size_t npending, pending_cap;
@@ -231,12 +233,18 @@ int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
             c->cap = ncap;
         }
     }
-    if (!rc)
+    if (!rc) {
         c->e[c->n++] = (entry_t){t, 0, false};
+        atomic_fetch_add(&c->changes, 1);
+    }
     pthread_mutex_unlock(&c->mu);
     if (rc)
         destroy_table(c, t);
     return rc;
+}
+
+uint64_t ps_catalog_changes(ps_catalog_t *c) {
+    return atomic_load(&c->changes);
 }
 
 int ps_catalog_acquire(ps_catalog_t *c, const char *name, ps_table_t **out) {
@@ -278,6 +286,7 @@ int ps_catalog_drop(ps_catalog_t *c, const char *name) {
     if (e) {
         rc = 0;
         e->dropped = true;
+        atomic_fetch_add(&c->changes, 1);
         if (e->refs == 0)
             dead = take_entry(c, (size_t)(e - c->e));
     }
@@ -343,6 +352,7 @@ static int reset_table(ps_catalog_t *c, ps_table_t *old, const char *job, char *
     if (!rc) {
         e->dropped = true; /* the caller's reference keeps it until released */
         c->e[c->n++] = (entry_t){t, 0, false};
+        atomic_fetch_add(&c->changes, 1);
     }
     pthread_mutex_unlock(&c->mu);
     if (rc) {
@@ -458,6 +468,7 @@ int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t) {
         e->dropped = true;
         const size_t old = (size_t)(e - c->e);
         c->e[c->n++] = (entry_t){t, 0, false};
+        atomic_fetch_add(&c->changes, 1);
         if (c->e[old].refs == 0)
             dead = take_entry(c, old);
     }

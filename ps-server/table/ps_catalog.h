@@ -119,6 +119,10 @@ int ps_catalog_claim(ps_catalog_t *c, const char *name, const char *job, ps_clai
 /* The name of a claim action ("new", "continued", "warm_started", "reset", "none"). */
 const char *ps_claim_action_name(ps_claim_action_t a);
 
+/* How many times a table came or went (put, reset, replace, drop) since the catalog was made: a
+ * replica's follower compares it to know that no table it copied into was replaced since. */
+uint64_t ps_catalog_changes(ps_catalog_t *c);
+
 /* Copy up to `cap` names (sorted) into names; returns how many tables there are. */
 size_t ps_catalog_list(ps_catalog_t *c, char (*names)[PS_TABLE_NAME_MAX], size_t cap);
 

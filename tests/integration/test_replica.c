@@ -116,6 +116,7 @@ static void start0(cluster_t *c) {
         e0[n++] = c->extra0;
     cold_args(e0, &n, 0);
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
+    c->metrics0 = pu_last_metrics_port;
 }
 
 static psc_t *connect_to(int port) {
@@ -633,6 +634,15 @@ static bool halves_as_before(const pc_cluster_map_t *m, long arg) {
            pc_cmap_server_slots(m, 1) == PC_NSLOTS / 2;
 }
 
+/* No backup is marked catching up. */
+static bool all_in_sync(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    for (uint32_t s = 0; s < PC_NSLOTS; s++)
+        if (pc_cmap_backup_syncing(m, s, 0) || pc_cmap_backup_syncing(m, s, 1))
+            return false;
+    return true;
+}
+
 /* A table replaced while its servers run is no restart: a reset on server 0 alone (psctl reset)
  * moves no slot (its backup took its slots over before: the reset table, another uid, looked
  * like a primary restarted with older rows), server 1 erases its copy of server 0's rows and
@@ -661,6 +671,7 @@ static void test_reset_is_no_failover(void **state) {
     pc_cluster_map_t *m = cc_map_of(cl.p1);
     assert_true(halves_as_before(m, 0));
     pc_cmap_destroy(m);
+    assert_true(map_until(&cl, 10, all_in_sync, 0)); /* a mark server 0 may have set is cleared */
     psc_claim_t cr;
     assert_int_equal(psc_claim(c, "emb", "", PSC_CLAIM_FRESH, &cr), 0);
     assert_true(rows_become(&cl, 0, 0));
@@ -672,6 +683,46 @@ static void test_reset_is_no_failover(void **state) {
     psc_close(c);
     pu_stop(cl.s1);
     pu_stop(cl.s0);
+}
+
+/* A backup whose own table was replaced holds none of its primary's rows until it copied them
+ * again: server 1 stopped (SIGSTOP, so no copy can come), then psctl reset on server 0, its
+ * backup; once server 1's lease ran out, server 0's promotion over it is counted unclean (its
+ * rows are back at their initial values), where the map still had server 0 in sync: a clean
+ * promotion before, the pushes silently gone. */
+static bool half_unclean_of_0(const pc_cluster_map_t *m, long arg) {
+    (void)arg;
+    return pc_cmap_server_slots(m, 0) == PC_NSLOTS && pc_cmap_unclean(m) > 0;
+}
+
+static void test_backup_reset_then_failover(void **state) {
+    (void)state;
+    use_cold(false);
+    cluster_t cl;
+    const pid_t sc = cluster_up_apart(&cl, NULL);
+    psc_t *c = connect_to(cl.p0);
+    enum { N = 400 };
+    uint64_t keys[N];
+    static float g[N * DIM];
+    keys_and_grads(keys, g, N, 0x2545F4914F6CDD1Dull, 0.25f);
+    assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
+    assert_true(rows_become(&cl, N, N));
+    assert_true(map_until(&cl, 10, all_in_sync, 0));
+    assert_int_equal(kill(cl.s1, SIGSTOP), 0);
+    char out[1024];
+    const char *reset[] = {"reset", "emb", NULL};
+    assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, reset), 0);
+    assert_true(map_until(&cl, 15, half_unclean_of_0, 0));
+    pc_cluster_map_t *m = cc_map_of(cl.p0);
+    assert_int_equal(pc_cmap_unclean(m), PC_NSLOTS / 2); /* server 1's half */
+    pc_cmap_destroy(m);
+    assert_true(metric(cl.metrics0, "emberps_replication_unclean_promoted_slots_total") ==
+                PC_NSLOTS / 2);
+    kill(cl.s1, SIGKILL);
+    pu_reap(cl.s1, 5);
+    psc_close(c);
+    pu_stop(cl.s0);
+    pu_stop(sc);
 }
 
 /* ---- live resharding ---- */
@@ -890,6 +941,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_unclean_promotion),
         cmocka_unit_test(test_sole_holder_restart),
         cmocka_unit_test(test_reset_is_no_failover),
+        cmocka_unit_test(test_backup_reset_then_failover),
         cmocka_unit_test(test_reshard_add_remove),
         cmocka_unit_test(test_reshard_absent_server),
         cmocka_unit_test(test_cold_failover),

@@ -181,11 +181,22 @@ static void test_backups(void **state) {
     /* the mark is no role: the same slot with and without it has the same roles */
     pc_cluster_map_t *q;
     assert_int_equal(pc_cmap_copy(p, &q), 0);
-    assert_int_equal(pc_cmap_set_synced(q, 1, 0), 10923);
-    assert_int_equal(pc_cmap_set_synced(q, 1, 0), 0);
+    assert_int_equal(pc_cmap_set_syncing(q, 1, 0, false), 10923);
+    assert_int_equal(pc_cmap_set_syncing(q, 1, 0, false), 0);
     assert_false(pc_cmap_backup_syncing(q, 100, 0));
     assert_true(pc_cmap_slot_same(p, q, 100));
     assert_true(pc_cmap_roles_same(p, q));
+    /* marked again (a backup copying a primary's table again), then cleared: server 2 (backup of
+     * server 1's slots too) keeps its marks, server 0 is no backup of its own slots */
+    assert_int_equal(pc_cmap_set_syncing(q, 1, 0, true), 10923);
+    assert_int_equal(pc_cmap_set_syncing(q, 1, 0, true), 0);
+    assert_int_equal(pc_cmap_set_syncing(q, 0, 0, true), 0);
+    assert_true(pc_cmap_backup_syncing(q, 100, 0));
+    assert_false(pc_cmap_backup_syncing(q, 100, 2));
+    assert_true(pc_cmap_roles_same(p, q));
+    pc_cmap_format(q, buf2, sizeof buf2);
+    assert_string_equal(buf, buf2);
+    assert_int_equal(pc_cmap_set_syncing(q, 1, 0, false), 10923);
     /* server 1 lost: the backup in sync (2) is promoted, not the first one (0, catching up) */
     assert_int_equal(pc_cmap_fail_server(p, 1, 4, &f), 0);
     assert_false(pc_cmap_roles_same(p, q));

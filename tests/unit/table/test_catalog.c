@@ -25,6 +25,7 @@ static void test_catalog(void **state) {
     assert_int_equal(ps_catalog_add(cat, &c), 0);
     c.dim = 0;
     assert_int_equal(ps_catalog_add(cat, &c), PC_EINVAL);
+    assert_int_equal(ps_catalog_changes(cat), 2); /* tables put; a refused one is no change */
 
     char names[4][PS_TABLE_NAME_MAX];
     assert_int_equal(ps_catalog_list(cat, names, 4), 2);
@@ -38,6 +39,7 @@ static void test_catalog(void **state) {
     uint64_t k = 1;
     float row[8];
     assert_int_equal(ps_catalog_drop(cat, "users"), 0);
+    assert_int_equal(ps_catalog_changes(cat), 3);
     assert_int_equal(ps_catalog_acquire(cat, "users", &t) == PC_ENOTFOUND, 1);
     /* still usable by its holder after the drop */
     assert_int_equal(ps_table_pull(t, &k, 1, row, 8), 0);
@@ -135,8 +137,10 @@ static void test_claims(void **state) {
     /* job c with fresh: an empty table with the same settings, owned by c */
     ps_table_t *t;
     assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0); /* a call still holding the old */
+    const uint64_t changes = ps_catalog_changes(cat);
     assert_int_equal(claim(cat, "c", PS_CLAIM_FRESH, &r), 0);
     assert_int_equal(r.action, PS_CLAIMED_RESET);
+    assert_int_equal(ps_catalog_changes(cat), changes + 1); /* a replaced table: a change */
     assert_string_equal(r.previous, "b");
     assert_int_equal(ps_table_count(t), 1); /* the holder's table is intact until released */
     ps_catalog_release(cat, t);
