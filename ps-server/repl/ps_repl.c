@@ -158,6 +158,9 @@ typedef struct source {
     bool caught;        /* and since then one to a request saying so (PC_STREAM_CAUGHT) */
     uint32_t parts;     /* the split its last copy needed */
     uint64_t local_uid; /* this server's table its last copy went into (0: none yet) */
+    bool resync;        /* the primary's table was replaced while this one followed it: its copy's
+                         * first part tells a replacement in the same run (fell_behind) from a
+                         * takeover (another run's table: this copy holds every push) */
     copy_t cp;
 } source_t;
 
@@ -206,12 +209,13 @@ struct ps_repl {
     atomic_uint_least64_t roles;       /* the first version with the current map's roles (a version
                                         * that only confirms a lease or clears marks keeps it) */
     atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced, fell_behind;
-    atomic_uint_least64_t restart_unclean; /* slots this server came back to as only holder */
-    atomic_uint_least64_t *caught_ver;     /* per primary index: the map version the follower held
-                                            * all its rows under (0: not caught up) */
-    atomic_uint_least64_t *caught_gen;     /* and ps_catalog_changes before that round (0: never
-                                            * caught up): a table replaced here since, unseen by
-                                            * a follower stuck on a silent primary, shows */
+    atomic_uint_least64_t behind_primaries; /* count_behind: the primaries behind_now at a tick */
+    atomic_uint_least64_t restart_unclean;  /* slots this server came back to as only holder */
+    atomic_uint_least64_t *caught_ver;      /* per primary index: the map version the follower held
+                                             * all its rows under (0: not caught up) */
+    atomic_uint_least64_t *caught_gen;      /* and ps_catalog_changes before that round (0: never
+                                             * caught up): a table replaced here since, unseen by
+                                             * a follower stuck on a silent primary, shows */
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
     ps_dp_lag_t lag_cut[LAG_MAX], lag_now[LAG_MAX]; /* controller: a handover's heads, acks */
     pc_cluster_map_t *released_map; /* controller: the map the role-less rows were erased under */
@@ -536,12 +540,15 @@ static void confirm(ps_repl_t *r) {
 }
 
 /* Whether this server may lack pushes primary p acknowledged although the map may still have it
- * in sync: its follower copies a table of p again (behind), or a table here was replaced (or
- * made) since the follower last caught up with p, which a follower waiting on p's answer has not
- * seen yet (ps_catalog_changes). */
+ * in sync: its follower never caught up with p in this run (a backup restarted within its lease,
+ * still named in sync), a table here was replaced (or made) since it last did, which a follower
+ * waiting on p's answer has not seen yet (ps_catalog_changes), or it copies a table of p again
+ * (behind) and has not caught up since. */
 static bool behind_now(ps_repl_t *r, uint32_t p) {
     const uint64_t gen = atomic_load(&r->caught_gen[p]);
-    return atomic_load(&r->behind[p]) || (gen && gen != ps_catalog_changes(r->cat));
+    if (!gen || gen != ps_catalog_changes(r->cat))
+        return true; /* (0: never caught up with p in this run) */
+    return atomic_load(&r->behind[p]) && atomic_load(&r->caught_ver[p]) != current(r);
 }
 
 /* One look at the other servers: promote over a lost primary, drop a lost backup, join again. */
@@ -626,28 +633,45 @@ static void note_behind(ps_repl_t *r) {
     pc_cluster_map_t *m = any ? map_copy(r) : NULL;
     const uint32_t me = r->o.self, n = m ? (uint32_t)pc_cmap_nservers(m) : 0;
     for (uint32_t p = 0; p < n; p++) {
-        if (!atomic_load(&r->behind[p]))
+        /* taken first: a fall after this look sets it again (fell_behind zeroes caught_ver
+         * before it sets behind, so the look below cannot see an older catch-up as this one) */
+        if (!atomic_exchange(&r->behind[p], false))
             continue;
         const uint32_t marked = atomic_load(&r->caught_ver[p]) == pc_cmap_version(m)
                                     ? 0
                                     : pc_cmap_set_syncing(m, p, me, true);
-        if (!marked) {
-            atomic_store(&r->behind[p], false);
+        if (!marked)
             continue;
-        }
         char what[PC_ADDR_MAX + 96];
         snprintf(what, sizeof what, "this server copies %s's rows again: catching up on %u slots",
                  pc_cmap_addr(m, p), marked);
-        if (pc_cmap_bump(m, pc_cmap_version(m) + 1) == 0) {
-            if (change_map(r, m, what) == 0) {
-                atomic_store(&r->behind[p], false);
-                atomic_fetch_add(&r->fell_behind, 1);
-            }
+        int rc = pc_cmap_bump(m, pc_cmap_version(m) + 1);
+        if (!rc) {
+            rc = change_map(r, m, what);
             m = NULL; /* change_map took it */
         }
+        if (!rc)
+            atomic_fetch_add(&r->fell_behind, 1);
+        else
+            atomic_store(&r->behind[p], true); /* not written: again next tick */
         break;
     }
     pc_cmap_destroy(m);
+}
+
+/* How many primaries this server backs up under the current map it is behind (behind_now), for
+ * emberps_replication_behind_primaries: what a failover written now would count unclean. */
+static void count_behind(ps_repl_t *r) {
+    pc_cluster_map_t *m = map_copy(r);
+    bool backs[PC_MAX_SERVERS] = {false};
+    for (uint32_t s = 0; m && s < PC_NSLOTS; s++)
+        if (pc_cmap_is_backup(m, s, r->o.self))
+            backs[pc_cmap_slot_owner(m, s)] = true;
+    uint64_t n = 0;
+    for (uint32_t p = 0; m && p < pc_cmap_nservers(m); p++)
+        n += backs[p] && behind_now(r, p);
+    pc_cmap_destroy(m);
+    atomic_store(&r->behind_primaries, n);
 }
 
 /* A backup caught up with a primary (the follower's caught_ver is the current map): clear this
@@ -964,6 +988,7 @@ static void *ctl_main(void *arg) {
             watch(r);
             note_behind(r);
             note_synced(r);
+            count_behind(r);
         }
         /* steps follow each other closer while slots move (and the map still changes) */
         const bool moving =
@@ -1126,6 +1151,18 @@ static void seen_mark(seen_t *x, const uint64_t *keys, size_t n) {
     }
 }
 
+/* A source of `primary` is copied again: one that followed the primary's log (`was_following`)
+ * held its rows up to there, and now may lack pushes the primary acknowledged (this server's
+ * table replaced, the primary's replaced within its run, rows erased by a release, the log
+ * overrun). It stops counting as caught up, and the controller marks it catching up in the map
+ * (note_behind). A first copy, or one started again, was not in sync before either. */
+static void fell_behind(ps_repl_t *r, uint32_t primary, bool was_following) {
+    if (!was_following)
+        return;
+    atomic_store(&r->caught_ver[primary], 0);
+    atomic_store(&r->behind[primary], true);
+}
+
 static void copy_end(source_t *src) {
     pc_sfree(src->cp.x.keys);
     pc_sfree(src->cp.x.got);
@@ -1211,9 +1248,13 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     if (!rc && cp->part && out.uid != cp->uid)
         rc = PC_ESTATE; /* replaced during the copy: again */
     if (!rc && !cp->part && src->uid && out.uid != src->uid && x->n &&
-        !ps_table_uid_same_run(src->uid, out.uid))
+        !ps_table_uid_same_run(src->uid, out.uid)) {
         rc = PC_ESTATE; /* replaced by another run under a copy that holds rows: see DESIGN */
+        src->resync = false;
+    }
     if (!rc && !cp->part) {
+        fell_behind(r, pr->server, src->resync);
+        src->resync = false;
         /* the first part (again, after a finer split): what earlier parts or DELTAS brought is
          * marked no more, and the log is followed from this part's head on (kept when already
          * followed there: it is at or before it) */
@@ -1368,18 +1409,6 @@ static void release_rows(ps_repl_t *r) {
     r->released_map = m;
 }
 
-/* A source of `primary` is copied again: one that followed the primary's log (`was_following`)
- * held its rows up to there, and now may lack pushes the primary acknowledged (this server's
- * table replaced, the primary's replaced within its run, rows erased by a release, the log
- * overrun). It stops counting as caught up, and the controller marks it catching up in the map
- * (note_behind). A first copy, or one started again, was not in sync before either. */
-static void fell_behind(ps_repl_t *r, uint32_t primary, bool was_following) {
-    if (!was_following)
-        return;
-    atomic_store(&r->caught_ver[primary], 0);
-    atomic_store(&r->behind[primary], true);
-}
-
 /* Slots whose rows a release erased (r->gone) that this server backs up under m, which the
  * follower may have kept following across the versions in between (it only sees the newest):
  * their primaries' tables are copied again. */
@@ -1401,7 +1430,6 @@ static void regain_released(ps_repl_t *r, const pc_cluster_map_t *m) {
         for (uint32_t s = 0; s < PC_NSLOTS && !hit; s++)
             hit = pc_slots_has(gone, s) && backs_up(m, r->o.self, p->server, s);
         for (size_t k = 0; hit && k < p->nsrc; k++) {
-            fell_behind(r, p->server, p->src[k].following || p->src[k].caught);
             copy_end(&p->src[k]);
             p->src[k].need_copy = true;
             p->src[k].following = false; /* (and no hand-back place may stand in for it) */
@@ -1467,7 +1495,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             rc = psc__stream(pr->c, false, &q, PC_STREAM_STATE | PC_STREAM_ACK | said, 0, 0, &out,
                              why, sizeof why);
             if (rc == PC_ESTATE) { /* the primary's table was replaced: is a copy held here? */
-                const bool was_following = src->following;
+                src->resync = src->resync || src->following;
                 src->need_copy = true;
                 src->following = false;
                 got = src->cp.on ? 0 : copy_step(r, pr, src, m, t, b, why, sizeof why, &held);
@@ -1479,9 +1507,8 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
                      * (part 0's uid check would come only after the whole walk) */
                     held = src->cp.x.n;
                     rc = PC_ESTATE;
+                    src->resync = false;
                 }
-                if (rc != PC_ESTATE || !held) /* (a takeover's copy holds every push) */
-                    fell_behind(r, pr->server, was_following);
             } else if (!rc && (rc = apply(r, m, pr->server, t, b, out.n,
                                           src->cp.x.got ? &src->cp.x : NULL)) == 0) {
                 src->pos = out.next;
@@ -1531,6 +1558,19 @@ static void sources_sync(ps_repl_t *r, primary_t *p) {
     const size_t nt = names ? ps_catalog_list(r->cat, names, MAX_TABLES) : 0;
     if (nt > MAX_TABLES)
         PC_WARN("replication: %zu tables: only the first %u are replicated", nt, MAX_TABLES);
+    /* a table dropped here goes (its source's copy would never end: no catch-up, and a mark this
+     * server set would stay); made again, it is a new source */
+    for (size_t j = 0; names && nt <= MAX_TABLES && j < p->nsrc;) {
+        size_t k = 0;
+        while (k < nt && strcmp(p->src[j].table, names[k]))
+            k++;
+        if (k < nt) {
+            j++;
+            continue;
+        }
+        copy_end(&p->src[j]);
+        p->src[j] = p->src[--p->nsrc];
+    }
     for (size_t k = 0; k < nt && k < MAX_TABLES; k++) {
         size_t j = 0;
         while (j < p->nsrc && strcmp(p->src[j].table, names[k]))
@@ -1911,6 +1951,8 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         "emberps_replication_caught_up_total %llu\n"
         "# TYPE emberps_replication_fell_behind_total counter\n"
         "emberps_replication_fell_behind_total %llu\n"
+        "# TYPE emberps_replication_behind_primaries gauge\n"
+        "emberps_replication_behind_primaries %llu\n"
         "# TYPE emberps_replication_backups_dropped_total counter\n"
         "emberps_replication_backups_dropped_total %llu\n"
         "# TYPE emberps_replication_rejoins_total counter\n"
@@ -1932,6 +1974,7 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         (unsigned long long)atomic_load(&r->restart_unclean),
         (unsigned long long)atomic_load(&r->synced),
         (unsigned long long)atomic_load(&r->fell_behind),
+        (unsigned long long)atomic_load(&r->behind_primaries),
         (unsigned long long)atomic_load(&r->drops), (unsigned long long)atomic_load(&r->rejoins),
         (unsigned long long)atomic_load(&r->lapses), (unsigned long long)atomic_load(&r->copies),
         (unsigned long long)atomic_load(&r->rows_copied),

@@ -242,6 +242,7 @@ static void push_through_fault(cluster_t *cl, psc_t *c, void (*fault)(cluster_t 
                   stall, failed);
     pc_cluster_map_t *m = cc_map_of(cl->p0);
     assert_int_equal(pc_cmap_server_slots(m, 0), PC_NSLOTS); /* server 0 took every slot */
+    assert_int_equal(pc_cmap_unclean(m), 0);                 /* from a backup in sync */
     pc_cmap_destroy(m);
     read_steps(c, 0, g_keys, NKEYS, steps);
     int checked = 0, of_server1 = 0;
@@ -685,6 +686,164 @@ static void test_reset_is_no_failover(void **state) {
     pu_stop(cl.s0);
 }
 
+/* Whether every key of keys[0..n) in server `half`'s slots (0: the lower half, 1: the upper) has
+ * the same row in x and y. */
+static bool half_equal(const uint64_t *keys, int n, int half, const float *x, const float *y) {
+    for (int i = 0; i < n; i++)
+        if ((pc_key_slot(keys[i]) >= PC_NSLOTS / 2) == half &&
+            memcmp(x + (size_t)i * DIM, y + (size_t)i * DIM, DIM * sizeof *x))
+            return false;
+    return true;
+}
+
+/* Wait (at most 10 s) until the metric `name` of the server at metrics port `port` passes `was`. */
+static bool metric_above(int port, const char *name, double was) {
+    for (double t0 = pu_now(); pu_now() - t0 < 10; usleep(20000))
+        if (metric(port, name) > was)
+            return true;
+    return false;
+}
+
+/* The keys of the tests below and their rows: a (checkpointed), b (pushed last), now (pulled). */
+enum { RN = 512 };
+static uint64_t g_rkeys[RN];
+static float g_ra[RN * DIM], g_rb[RN * DIM], g_rnow[RN * DIM];
+
+/* Whether both servers are caught up with every primary they back up (as a failover written then
+ * would count it) within 10 s. */
+static bool both_caught_up(const cluster_t *cl) {
+    const char *behind = "emberps_replication_behind_primaries";
+    for (double t0 = pu_now(); pu_now() - t0 < 10; usleep(20000))
+        if (metric(cl->metrics0, behind) == 0 && metric(cl->metrics1, behind) == 0)
+            return true;
+    return false;
+}
+
+/* The other ways a table is replaced while its server runs are no restart either. A live restore
+ * of server 0 (psctl restore of a checkpoint it took in this run) moves no slot and its restored
+ * rows are what its half answers (a takeover would answer the newer rows server 1 holds); both
+ * servers copy the other's table again. */
+static void test_live_restore_is_no_failover(void **state) {
+    (void)state;
+    use_cold(false);
+    cluster_t cl;
+    char ckarg[300];
+    snprintf(ckarg, sizeof ckarg, "--ckpt-dir=%s/restore-ck0", g_dir);
+    const pid_t sc = cluster_up_apart(&cl, ckarg);
+    psc_t *c = connect_to(cl.p0);
+    static float g[RN * DIM];
+    keys_and_grads(g_rkeys, g, RN, 0xD6E8FEB86659FD93ull, 0.05f);
+    assert_int_equal(psc_push(c, "emb", g_rkeys, RN, DIM, g, NULL), 0);
+    assert_int_equal(psc_pull(c, "emb", g_rkeys, RN, DIM, g_ra), 0);
+    char out[1024];
+    const char *ck[] = {"checkpoint", NULL};
+    assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, ck), 0);
+    char id[32];
+    assert_int_equal(sscanf(out, "checkpoint %31[0-9]", id), 1);
+    assert_int_equal(psc_push(c, "emb", g_rkeys, RN, DIM, g, NULL), 0);
+    assert_int_equal(psc_pull(c, "emb", g_rkeys, RN, DIM, g_rb), 0);
+    assert_false(half_equal(g_rkeys, RN, 0, g_ra, g_rb));
+    const char *copies = "emberps_replication_copies_total";
+    assert_true(metric_above(cl.metrics0, copies, 0) && metric_above(cl.metrics1, copies, 0));
+    const double c0 = metric(cl.metrics0, copies), c1 = metric(cl.metrics1, copies);
+    const char *restore[] = {"restore", id, NULL};
+    assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, restore), 0);
+    assert_true(metric_above(cl.metrics1, copies, c1)); /* server 0's restored table */
+    assert_true(metric_above(cl.metrics0, copies, c0)); /* server 1's rows into it */
+    assert_true(both_caught_up(&cl));
+    assert_true(map_until(&cl, 10, all_in_sync, 0));
+    pc_cluster_map_t *m = cc_map_of(cl.p1);
+    assert_true(halves_as_before(m, 0));
+    pc_cmap_destroy(m);
+    assert_int_equal(psc_pull(c, "emb", g_rkeys, RN, DIM, g_rnow), 0);
+    assert_true(half_equal(g_rkeys, RN, 0, g_rnow, g_ra)); /* server 0's half: restored */
+    assert_true(half_equal(g_rkeys, RN, 1, g_rnow, g_rb));
+    psc_close(c);
+    pu_stop(cl.s1);
+    pu_stop(cl.s0);
+    pu_stop(sc);
+}
+
+/* A drop and create on server 0 moves no slot: server 0 copies server 1's rows again into its
+ * new table, and server 1 erases its copy of server 0's rows, those of a cold table in its
+ * RocksDB tier too (512 rows, 200 in RAM). RAM-only: server 1 killed, server 0 is promoted clean
+ * and answers server 1's half with server 1's rows. Cold: server 0 killed, server 1 is promoted
+ * clean and holds exactly its own half's rows (those it backed up are erased, the cold ones
+ * with them). */
+static void recreate_is_no_failover(bool cold) {
+    use_cold(cold);
+    cluster_t cl;
+    const pid_t sc = cluster_up_apart(&cl, NULL);
+    psc_t *c = connect_to(cl.p0);
+    static float g[RN * DIM];
+    keys_and_grads(g_rkeys, g, RN, 0x94D049BB133111EBull, 0.05f);
+    size_t of1 = 0;
+    for (int i = 0; i < RN; i++)
+        of1 += pc_key_slot(g_rkeys[i]) >= PC_NSLOTS / 2;
+    assert_int_equal(psc_push(c, "emb", g_rkeys, RN, DIM, g, NULL), 0); /* sync: both hold it */
+    assert_int_equal(psc_pull(c, "emb", g_rkeys, RN, DIM, g_rb), 0);
+    const char *copies = "emberps_replication_copies_total"; /* the first copies ended: */
+    assert_true(metric_above(cl.metrics0, copies, 0) && metric_above(cl.metrics1, copies, 0));
+    const double c0 = metric(cl.metrics0, copies), c1 = metric(cl.metrics1, copies);
+    char out[1024];
+    const char *drop[] = {"drop", "emb", NULL};
+    const char *create[] = {"create", g_tables + strlen("--tables="), NULL};
+    assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, drop), 0);
+    int rc = 1; /* (a dropped cold table held by a call in flight keeps its tier a moment) */
+    for (double t0 = pu_now(); rc && pu_now() - t0 < 5; usleep(rc ? 20000 : 0))
+        rc = pu_psctl(g_psctl, cl.grpc0, out, sizeof out, create);
+    if (rc)
+        fail_msg("psctl create: %s", out);
+    assert_true(metric_above(cl.metrics1, copies, c1)); /* server 0's new table */
+    assert_true(metric_above(cl.metrics0, copies, c0)); /* server 1's rows into it */
+    assert_true(both_caught_up(&cl));                   /* (a failover before counts unclean) */
+    assert_true(map_until(&cl, 10, all_in_sync, 0));
+    pc_cluster_map_t *m = cc_map_of(cl.p1);
+    assert_true(halves_as_before(m, 0));
+    pc_cmap_destroy(m);
+    if (!cold) {
+        kill_server1(&cl);
+        assert_true(map_until(&cl, 15, all_of, 0)); /* clean */
+        assert_int_equal(psc_pull(c, "emb", g_rkeys, RN, DIM, g_rnow), 0);
+        assert_true(half_equal(g_rkeys, RN, 1, g_rnow, g_rb));
+        psc_close(c);
+        pu_stop(cl.s0);
+    } else {
+        psc_close(c);
+        kill(cl.s0, SIGKILL);
+        pu_reap(cl.s0, 5);
+        bool took = false;
+        for (double t0 = pu_now(); !took && pu_now() - t0 < 15; usleep(50000)) {
+            m = cc_map_of(cl.p1);
+            took = all_of_1(m, 0);
+            pc_cmap_destroy(m);
+        }
+        assert_true(took);
+        c = connect_to(cl.p1);
+        cc_sum_t after = {0, 0};
+        cc_scan_state(c, 1, "emb", STRIDE, cc_sum_rows, &after);
+        print_message("server 1 after the failover: %zu rows, %zu of its own half pushed\n",
+                      after.n, of1);
+        assert_int_equal(after.n, of1);
+        assert_int_equal(psc_pull(c, "emb", g_rkeys, RN, DIM, g_rnow), 0);
+        assert_true(half_equal(g_rkeys, RN, 1, g_rnow, g_rb));
+        psc_close(c);
+        pu_stop(cl.s1);
+    }
+    pu_stop(sc);
+    use_cold(false);
+}
+
+static void test_recreate_is_no_failover(void **state) {
+    (void)state;
+    recreate_is_no_failover(false);
+}
+
+static void test_cold_recreate_is_no_failover(void **state) {
+    (void)state;
+    recreate_is_no_failover(true);
+}
+
 /* A backup whose own table was replaced holds none of its primary's rows until it copied them
  * again: server 1 stopped (SIGSTOP, so no copy can come), then psctl reset on server 0, its
  * backup; once server 1's lease ran out, server 0's promotion over it is counted unclean (its
@@ -942,6 +1101,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sole_holder_restart),
         cmocka_unit_test(test_reset_is_no_failover),
         cmocka_unit_test(test_backup_reset_then_failover),
+        cmocka_unit_test(test_live_restore_is_no_failover),
+        cmocka_unit_test(test_recreate_is_no_failover),
+        cmocka_unit_test(test_cold_recreate_is_no_failover),
         cmocka_unit_test(test_reshard_add_remove),
         cmocka_unit_test(test_reshard_absent_server),
         cmocka_unit_test(test_cold_failover),
