@@ -617,16 +617,20 @@ static void test_cold_failover(void **state) {
 
 /* ---- tables replaced while their servers run ---- */
 
+/* Metric `name` of server 0 is v0 and server 1's is v1 within 10 s. */
+static bool metrics_become(const cluster_t *cl, const char *name, double v0, double v1) {
+    for (double t0 = pu_now(); pu_now() - t0 < 10; usleep(20000))
+        if (metric(cl->metrics0, name) == v0 && metric(cl->metrics1, name) == v1)
+            return true;
+    print_message("%s: server 0 %.0f (want %.0f), server 1 %.0f (want %.0f)\n", name,
+                  metric(cl->metrics0, name), v0, metric(cl->metrics1, name), v1);
+    return false;
+}
+
 /* Rows of emb at the servers (each counts its own slots and those it backs up) are n0 and n1
  * within 10 s. */
 static bool rows_become(const cluster_t *cl, double n0, double n1) {
-    const char *rows = "emberps_table_rows{table=\"emb\"}";
-    for (double t0 = pu_now(); pu_now() - t0 < 10; usleep(20000))
-        if (metric(cl->metrics0, rows) == n0 && metric(cl->metrics1, rows) == n1)
-            return true;
-    print_message("rows: server 0 %.0f (want %.0f), server 1 %.0f (want %.0f)\n",
-                  metric(cl->metrics0, rows), n0, metric(cl->metrics1, rows), n1);
-    return false;
+    return metrics_become(cl, "emberps_table_rows{table=\"emb\"}", n0, n1);
 }
 
 static bool halves_as_before(const pc_cluster_map_t *m, long arg) {
@@ -712,11 +716,7 @@ static float g_ra[RN * DIM], g_rb[RN * DIM], g_rnow[RN * DIM];
 /* Whether both servers are caught up with every primary they back up (as a failover written then
  * would count it) within 10 s. */
 static bool both_caught_up(const cluster_t *cl) {
-    const char *behind = "emberps_replication_behind_primaries";
-    for (double t0 = pu_now(); pu_now() - t0 < 10; usleep(20000))
-        if (metric(cl->metrics0, behind) == 0 && metric(cl->metrics1, behind) == 0)
-            return true;
-    return false;
+    return metrics_become(cl, "emberps_replication_behind_primaries", 0, 0);
 }
 
 /* The other ways a table is replaced while its server runs are no restart either. A live restore
