@@ -46,7 +46,9 @@
  *   from a primary this server has just replaced is dropped (a version that changes no role, a
  *   lease confirmed or marks cleared, does not stop a round: `roles`). Caught up, the follower
  *   asks again after 200 us doubling to 2 ms (a sync push waits for the backup's next DELTAS); a
- *   primary that does not answer is retried after 100 ms doubling to 2 s. A cold table's
+ *   primary that does not answer is retried after 100 ms doubling to 2 s; a table it answers it
+ *   has not (made here first, or dropped there) is skipped while its others go on, and holds
+ *   no acknowledged push to wait for (absent_there). A cold table's
  *   copy walks the primary's cold store after its parts of RAM rows (PC_STREAM_COLD: pages in
  *   key order), and this server's own keys of it include its cold store's (seen_cold: noted
  *   OWN_ROUND_KEYS a round before the first part, for the erasures at the copy's end; a
@@ -158,6 +160,8 @@ typedef struct source {
     bool caught;        /* and since then one to a request saying so (PC_STREAM_CAUGHT) */
     uint32_t parts;     /* the split its last copy needed */
     uint64_t local_uid; /* this server's table its last copy went into (0: none yet) */
+    bool absent_there;  /* the primary answered it has no such table (made here first, or dropped
+                         * there): skipped, and no acknowledged push of it can be missing here */
     bool resync;        /* the primary's table was replaced while this one followed it: its copy's
                          * first part tells a replacement in the same run (fell_behind) from a
                          * takeover (another run's table: this copy holds every push) */
@@ -1520,10 +1524,18 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         ps_catalog_release(r->cat, t);
         if (!rc)
             rc = crc;
+        if (!rc)
+            src->absent_there = false;
         if ((rc == PC_ESTATE || rc == PC_EWRONGSLOT) && !same_roles_as(r, m)) {
             return 0; /* the roles moved: the round starts again under the new map */
         } else if (rc == PC_EWRONGSLOT) {
             continue; /* a copy's part while the primary has another map: again once it has ours */
+        } else if (rc == PC_ENOTFOUND) { /* its other tables go on (a sync push waits on them) */
+            if (!src->absent_there)
+                PC_INFO("replication: %s has no table %s: followed once it has",
+                        pc_cmap_addr(m, pr->server), src->table);
+            src->absent_there = true;
+            continue;
         } else if (rc == PC_ESTATE && held) {
             PC_WARN("replication: table %s of %s was replaced while this server holds %zu rows "
                     "of it: taking over its slots",
@@ -1545,7 +1557,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
     }
     bool caught = !atomic_load(&r->stop);
     for (size_t i = 0; i < pr->nsrc && caught; i++)
-        caught = !pr->src[i].need_copy && pr->src[i].caught;
+        caught = pr->src[i].absent_there || (!pr->src[i].need_copy && pr->src[i].caught);
     if (caught)
         atomic_store(&r->caught_gen[pr->server], gen);
     atomic_store(&r->caught_ver[pr->server], caught ? pc_cmap_version(m) : 0);

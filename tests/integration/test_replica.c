@@ -65,7 +65,7 @@ static char g_dir[256];
 static char g_psctl[600]; /* the psctl binary, next to ps-server */
 
 typedef struct cluster {
-    int p0, p1, grpc0, metrics0, metrics1;
+    int p0, p1, grpc0, grpc1, metrics0, metrics1;
     pid_t s0, s1;
     char map[256], maparg[300], coordarg[64], extra0[320];
 } cluster_t;
@@ -92,7 +92,7 @@ static void start1(cluster_t *c) {
     const char *e1[8] = {c->maparg, g_tables, c->coordarg, LEASE};
     int n = 4;
     cold_args(e1, &n, 1);
-    c->s1 = pu_spawn(c->p1, g_dir, e1, NULL);
+    c->s1 = pu_spawn(c->p1, g_dir, e1, &c->grpc1);
     c->metrics1 = pu_last_metrics_port;
 }
 
@@ -844,6 +844,44 @@ static void test_cold_recreate_is_no_failover(void **state) {
     recreate_is_no_failover(true);
 }
 
+/* A table made on a backup before its primary has it (psctl create server by server) stops
+ * nothing: server 0 has a table `aux` (followed first: its name sorts before emb) that server 1
+ * lacks, and pushes to emb's rows on server 1, which wait for server 0, are answered (before:
+ * the follower took the refusal for server 1 being down and followed none of its tables, and
+ * they timed out); both servers count themselves caught up. Then server 1 makes it too, and
+ * rows pushed to it are on both servers. */
+static void test_table_on_backup_first(void **state) {
+    (void)state;
+    use_cold(false);
+    cluster_t cl;
+    cluster_up(&cl);
+    wait_replicated(&cl);
+    char out[1024];
+    const char *create[] = {"create", "name=aux,dim=4", NULL};
+    assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, create), 0);
+    usleep(1200000); /* server 0's follower lists its tables every second: aux is a source now */
+    enum { N = 256 };
+    static uint64_t keys[N];
+    static float g[N * DIM];
+    keys_and_grads(keys, g, N, 0xBF58476D1CE4E5B9ull, 0.1f);
+    psc_t *c = connect_to(cl.p0);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
+    assert_true(rows_become(&cl, N, N));
+    assert_true(both_caught_up(&cl));
+    /* server 1 makes it too: followed from then on, both hold every row pushed to it */
+    assert_int_equal(pu_psctl(g_psctl, cl.grpc1, out, sizeof out, create), 0);
+    static float ga[N * 4];
+    for (int i = 0; i < N * 4; i++)
+        ga[i] = 0.1f;
+    assert_int_equal(psc_push(c, "aux", keys, N, 4, ga, NULL), 0);
+    assert_true(metrics_become(&cl, "emberps_table_rows{table=\"aux\"}", N, N));
+    assert_true(both_caught_up(&cl));
+    psc_close(c);
+    pu_stop(cl.s1);
+    pu_stop(cl.s0);
+}
+
 /* A backup whose own table was replaced holds none of its primary's rows until it copied them
  * again: server 1 stopped (SIGSTOP, so no copy can come), then psctl reset on server 0, its
  * backup; once server 1's lease ran out, server 0's promotion over it is counted unclean (its
@@ -1101,6 +1139,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sole_holder_restart),
         cmocka_unit_test(test_reset_is_no_failover),
         cmocka_unit_test(test_backup_reset_then_failover),
+        cmocka_unit_test(test_table_on_backup_first),
         cmocka_unit_test(test_live_restore_is_no_failover),
         cmocka_unit_test(test_recreate_is_no_failover),
         cmocka_unit_test(test_cold_recreate_is_no_failover),
