@@ -13,7 +13,8 @@
  *    not JSON is exit 1.
  * 4. deploy/grafana/emberps.json parses, has a Prometheus datasource variable, and every metric
  *    an expression or variable query names is in a ps-server's /metrics (tables, checkpoints,
- *    the cold tier and gRPC on) or in the worker's of test 1: the dashboard cannot drift.
+ *    the cold tier, gRPC and the replication's controller on) or in the worker's of test 1: the
+ *    dashboard cannot drift.
  *
  * Every wait is bounded; children are killed on the way out.
  */
@@ -500,13 +501,15 @@ static void test_grafana(void **state) {
     assert_non_null(g_worker_scrape); /* from test 1 */
     char srv[256], tables[] = "--tables=name=emb,dim=8;name=cold,dim=8,cold=true,capacity_rows=100",
                    port[] = "--port=0", grpc[] = "--grpc-port=0", mport[] = "--metrics-port=0",
-                   lvl[] = "--log-level=info", ckpt[300], tier[300], dir[256];
+                   lvl[] = "--log-level=info", ckpt[300], tier[300], dir[256],
+                   coord[] = "--coordinator", self[] = "--cluster-coordinator=self";
     snprintf(srv, sizeof srv, "%s/ps-server", g_bin);
     path(dir, sizeof dir, "srv-ckpt");
     snprintf(ckpt, sizeof ckpt, "--ckpt-dir=%s", dir);
     path(dir, sizeof dir, "srv-tier");
     snprintf(tier, sizeof tier, "--tier-dir=%s", dir);
-    char *argv[] = {srv, port, grpc, mport, tables, ckpt, tier, lvl, NULL};
+    /* its own coordinator: the replication's controller runs, and its metrics are there */
+    char *argv[] = {srv, port, grpc, mport, tables, ckpt, tier, lvl, coord, self, NULL};
     const pid_t pid = spawn(argv, -1, "server.out", "server.err");
     char *server = NULL;
     const int p = metrics_port("server.err");
