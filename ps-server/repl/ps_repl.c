@@ -654,9 +654,7 @@ static void note_behind(ps_repl_t *r) {
             rc = change_map(r, m, what);
             m = NULL; /* change_map took it */
         }
-        if (!rc)
-            atomic_fetch_add(&r->fell_behind, 1);
-        else
+        if (rc)
             atomic_store(&r->behind[p], true); /* not written: again next tick */
         break;
     }
@@ -1165,6 +1163,7 @@ static void fell_behind(ps_repl_t *r, uint32_t primary, bool was_following) {
         return;
     atomic_store(&r->caught_ver[primary], 0);
     atomic_store(&r->behind[primary], true);
+    atomic_fetch_add(&r->fell_behind, 1);
 }
 
 static void copy_end(source_t *src) {
