@@ -60,6 +60,7 @@
 #define NKEYS 2000
 #define BATCH 200
 #define LEASE "--lease-ms=600"
+static const char *g_lease = LEASE; /* servers 0 and 1's (a test may take a longer one) */
 
 static char g_dir[256];
 static char g_psctl[600]; /* the psctl binary, next to ps-server */
@@ -89,7 +90,7 @@ static void cold_args(const char **argv, int *n, int i) {
 }
 
 static void start1(cluster_t *c) {
-    const char *e1[8] = {c->maparg, g_tables, c->coordarg, LEASE};
+    const char *e1[8] = {c->maparg, g_tables, c->coordarg, g_lease};
     int n = 4;
     cold_args(e1, &n, 1);
     c->s1 = pu_spawn(c->p1, g_dir, e1, &c->grpc1);
@@ -99,7 +100,8 @@ static void start1(cluster_t *c) {
 static void cluster_up(cluster_t *c) {
     memset(c, 0, sizeof *c);
     cc_two_servers(&c->p0, &c->p1, c->map, sizeof c->map, c->maparg, sizeof c->maparg);
-    const char *e0[8] = {c->maparg, g_tables, "--coordinator", "--cluster-coordinator=self", LEASE};
+    const char *e0[8] = {c->maparg, g_tables, "--coordinator", "--cluster-coordinator=self",
+                         g_lease};
     int n = 5;
     cold_args(e0, &n, 0);
     c->s0 = pu_spawn(c->p0, g_dir, e0, &c->grpc0);
@@ -110,7 +112,7 @@ static void cluster_up(cluster_t *c) {
 
 /* Server 0 with the cluster's flags (and extra0), started again with the same ones. */
 static void start0(cluster_t *c) {
-    const char *e0[8] = {c->maparg, g_tables, c->coordarg, LEASE};
+    const char *e0[8] = {c->maparg, g_tables, c->coordarg, g_lease};
     int n = 4;
     if (c->extra0[0])
         e0[n++] = c->extra0;
@@ -898,6 +900,7 @@ static bool half_unclean_of_0(const pc_cluster_map_t *m, long arg) {
 static void test_backup_reset_then_failover(void **state) {
     (void)state;
     use_cold(false);
+    g_lease = "--lease-ms=3000"; /* time to see server 0 count itself behind before the failover */
     cluster_t cl;
     const pid_t sc = cluster_up_apart(&cl, NULL);
     psc_t *c = connect_to(cl.p0);
@@ -908,21 +911,30 @@ static void test_backup_reset_then_failover(void **state) {
     assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0);
     assert_true(rows_become(&cl, N, N));
     assert_true(map_until(&cl, 10, all_in_sync, 0));
+    assert_true(both_caught_up(&cl));
     assert_int_equal(kill(cl.s1, SIGSTOP), 0);
     char out[1024];
     const char *reset[] = {"reset", "emb", NULL};
     assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, reset), 0);
+    /* its follower cannot reach server 1, but its table was replaced since it last caught up */
+    const char *behind = "emberps_replication_behind_primaries";
+    double b = 0;
+    for (double t0 = pu_now(); (b = metric(cl.metrics0, behind)) != 1 && pu_now() - t0 < 2;)
+        usleep(20000);
+    assert_true(b == 1);
     assert_true(map_until(&cl, 15, half_unclean_of_0, 0));
     pc_cluster_map_t *m = cc_map_of(cl.p0);
     assert_int_equal(pc_cmap_unclean(m), PC_NSLOTS / 2); /* server 1's half */
     pc_cmap_destroy(m);
     assert_true(metric(cl.metrics0, "emberps_replication_unclean_promoted_slots_total") ==
                 PC_NSLOTS / 2);
+    assert_true(metric(cl.metrics0, behind) == 0); /* it backs up no one now */
     kill(cl.s1, SIGKILL);
     pu_reap(cl.s1, 5);
     psc_close(c);
     pu_stop(cl.s0);
     pu_stop(sc);
+    g_lease = LEASE;
 }
 
 /* ---- live resharding ---- */
