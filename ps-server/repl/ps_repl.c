@@ -213,7 +213,7 @@ struct ps_repl {
     atomic_uint_least64_t roles;       /* the first version with the current map's roles (a version
                                         * that only confirms a lease or clears marks keeps it) */
     atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced, fell_behind;
-    atomic_uint_least64_t behind_primaries; /* count_behind: the primaries behind_now at a tick */
+    atomic_uint_least64_t behind_primaries; /* watch: the primaries behind_now at its last look */
     atomic_uint_least64_t restart_unclean;  /* slots this server came back to as only holder */
     atomic_uint_least64_t *caught_ver;      /* per primary index: the map version the follower held
                                              * all its rows under (0: not caught up) */
@@ -555,7 +555,10 @@ static bool behind_now(ps_repl_t *r, uint32_t p) {
     return atomic_load(&r->behind[p]) && atomic_load(&r->caught_ver[p]) != current(r);
 }
 
-/* One look at the other servers: promote over a lost primary, drop a lost backup, join again. */
+/* One look at the other servers: promote over a lost primary, drop a lost backup, join again;
+ * and how many primaries this server backs up it is behind (behind_now), for
+ * emberps_replication_behind_primaries: what a failover written then would count unclean (one
+ * it wrote itself no longer counts). */
 static void watch(ps_repl_t *r) {
     pc_cluster_map_t *m = map_if_new(r, 0);
     if (!m)
@@ -575,6 +578,7 @@ static void watch(ps_repl_t *r) {
             prim_of_me[owner] = true;
         }
     }
+    uint32_t failed = PC_NO_SERVER; /* the server whose failover this look wrote */
     for (uint32_t s = 0; s < n; s++) {
         if (s == me || !(prim_of_me[s] || bk_of_me[s]) || !lost(r, m, s, prim_of_me[s]))
             continue;
@@ -595,6 +599,7 @@ static void watch(ps_repl_t *r) {
                  atomic_load(&r->suspect[s]) ? "came back without its rows" : "lost its lease",
                  f.promoted, f.unclean, f.orphaned);
         if (change_map(r, next, what) == 0) {
+            failed = s;
             atomic_store(&r->suspect[s], false);
             atomic_fetch_add(prim_of_me[s] ? &r->promotions : &r->drops, 1);
             atomic_fetch_add(&r->unclean, f.unclean);
@@ -609,6 +614,10 @@ static void watch(ps_repl_t *r) {
         }
         break; /* one change per tick: the map moved */
     }
+    uint64_t behind = 0;
+    for (uint32_t p = 0; p < n; p++)
+        behind += prim_of_me[p] && p != failed && behind_now(r, p);
+    atomic_store(&r->behind_primaries, behind);
     uint32_t added = 0; /* not when a resharding target leaves this server out */
     const bool wanted = !r->target || pc_cmap_has_role(r->target, me);
     pc_cluster_map_t *next = !role && wanted && r->o.replicas && n > 1 ? map_copy(r) : NULL;
@@ -659,21 +668,6 @@ static void note_behind(ps_repl_t *r) {
         break;
     }
     pc_cmap_destroy(m);
-}
-
-/* How many primaries this server backs up under the current map it is behind (behind_now), for
- * emberps_replication_behind_primaries: what a failover written now would count unclean. */
-static void count_behind(ps_repl_t *r) {
-    pc_cluster_map_t *m = map_copy(r);
-    bool backs[PC_MAX_SERVERS] = {false};
-    for (uint32_t s = 0; m && s < PC_NSLOTS; s++)
-        if (pc_cmap_is_backup(m, s, r->o.self))
-            backs[pc_cmap_slot_owner(m, s)] = true;
-    uint64_t n = 0;
-    for (uint32_t p = 0; m && p < pc_cmap_nservers(m); p++)
-        n += backs[p] && behind_now(r, p);
-    pc_cmap_destroy(m);
-    atomic_store(&r->behind_primaries, n);
 }
 
 /* A backup caught up with a primary (the follower's caught_ver is the current map): clear this
@@ -990,7 +984,6 @@ static void *ctl_main(void *arg) {
             watch(r);
             note_behind(r);
             note_synced(r);
-            count_behind(r);
         }
         /* steps follow each other closer while slots move (and the map still changes) */
         const bool moving =
@@ -1464,7 +1457,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         if (src->local_uid && src->local_uid != ps_table_uid(t)) {
             PC_INFO("replication: table %s was replaced here: copying %s's rows of it again",
                     src->table, pc_cmap_addr(m, pr->server));
-            fell_behind(r, pr->server, src->following || src->caught);
+            fell_behind(r, pr->server, src->following);
             copy_end(src); /* (one under way went into the old table) */
             src->local_uid = 0;
             src->need_copy = true;
@@ -1544,7 +1537,7 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
         } else if (rc == PC_ERANGE) {
             PC_INFO("replication: table %s of %s: %s: copying it again", src->table,
                     pc_cmap_addr(m, pr->server), why);
-            fell_behind(r, pr->server, src->following || src->caught);
+            fell_behind(r, pr->server, src->following);
             src->need_copy = true;
             src->following = false;
             copy_end(src); /* one under way starts over: its first part gives the position */

@@ -713,6 +713,14 @@ static bool metric_above(int port, const char *name, double was) {
     return false;
 }
 
+/* Wait (at most 2 s) until that metric is `want`; whether it was. */
+static bool metric_becomes(int port, const char *name, double want) {
+    for (double t0 = pu_now(); pu_now() - t0 < 2; usleep(20000))
+        if (metric(port, name) == want)
+            return true;
+    return false;
+}
+
 /* The keys of the tests below and their rows: a (checkpointed), b (pushed last), now (pulled). */
 enum { RN = 512 };
 static uint64_t g_rkeys[RN];
@@ -918,17 +926,14 @@ static void test_backup_reset_then_failover(void **state) {
     assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, reset), 0);
     /* its follower cannot reach server 1, but its table was replaced since it last caught up */
     const char *behind = "emberps_replication_behind_primaries";
-    double b = 0;
-    for (double t0 = pu_now(); (b = metric(cl.metrics0, behind)) != 1 && pu_now() - t0 < 2;)
-        usleep(20000);
-    assert_true(b == 1);
+    assert_true(metric_becomes(cl.metrics0, behind, 1));
     assert_true(map_until(&cl, 15, half_unclean_of_0, 0));
     pc_cluster_map_t *m = cc_map_of(cl.p0);
     assert_int_equal(pc_cmap_unclean(m), PC_NSLOTS / 2); /* server 1's half */
     pc_cmap_destroy(m);
     assert_true(metric(cl.metrics0, "emberps_replication_unclean_promoted_slots_total") ==
                 PC_NSLOTS / 2);
-    assert_true(metric(cl.metrics0, behind) == 0); /* it backs up no one now */
+    assert_true(metric_becomes(cl.metrics0, behind, 0)); /* it backs up no one now */
     kill(cl.s1, SIGKILL);
     pu_reap(cl.s1, 5);
     psc_close(c);
