@@ -16,7 +16,10 @@
  * load writes 0.01 into every row and state it touches, so the samples after it run on those
  * values (finite and normal: the same work per row).
  * Memory overhead per row is reported twice: exact accounting (keys + metadata + index) and the
- * growth of the resident set while filling the table, minus the floats.
+ * growth of the resident set while filling the table, minus the floats. The fill itself (pulls
+ * of 65,536 new keys at a time into the empty table: index placement and growth, slab growth,
+ * initial rows, first-touch page faults) is insert_rows_per_s, and insert_vs_ref against the
+ * uniform 1-thread gather: the rate at which a stream of new ids can enter.
  * Stored row types (docs/table.md): at the first size, an Adagrad table storing its weights in
  * bf16 against one in f32, both filled and alive, pull and push samples interleaved (uniform
  * keys, 1 thread): pull_stored_bf16_vs_f32, push_stored_bf16_vs_f32 (rows/s ratios, medians of
@@ -197,7 +200,7 @@ static void make_stream(stream_t *s, uint64_t nkeys, int dist, uint64_t seed, si
 
 static ps_table_t *make_filled(const char *optimizer, const char *dtype, uint32_t dim,
                                uint64_t nkeys, double *overhead, double *rss_overhead,
-                               double *huge_frac) {
+                               double *huge_frac, double *insert_rate) {
     ps_table_config_t c;
     ps_table_config_defaults(&c);
     char spec[200];
@@ -209,7 +212,9 @@ static ps_table_t *make_filled(const char *optimizer, const char *dtype, uint32_
     if (ps_table_create(&c, &t))
         abort();
     uint64_t rss0 = bench_rss_bytes(), huge0 = bench_anon_huge_bytes();
+    const uint64_t t0 = pc_time_mono_ns();
     bench_fill(t, nkeys);
+    *insert_rate = (double)nkeys / pc_time_sec_since(t0);
     uint64_t rss1 = bench_rss_bytes(), huge1 = bench_anon_huge_bytes();
     ps_table_stats_t st;
     ps_table_stats(t, &st);
@@ -238,7 +243,8 @@ static void stored_bf16(const bench_opts_t *o, ps_table_t *tf, double ovh_f32, u
                         uint64_t n, stream_t *streams, const float *grads, float **outs,
                         double secs, stored_t *out) {
     double ovh_bf16, rss, huge, v[4][ROUNDS];
-    ps_table_t *tb = make_filled("adagrad", "bf16", dim, n, &ovh_bf16, &rss, &huge);
+    double ins;
+    ps_table_t *tb = make_filled("adagrad", "bf16", dim, n, &ovh_bf16, &rss, &huge, &ins);
     for (int r = 0; r < ROUNDS; r++) {
         v[0][r] = sample(o, OP_PULL, tf, NULL, dim, streams, 1, grads, NULL, outs, secs);
         v[1][r] = sample(o, OP_PULL, tb, NULL, dim, streams, 1, grads, NULL, outs, secs);
@@ -347,8 +353,9 @@ int bench_table_main(int argc, char **argv) {
             pc_vm_advise_huge(ref, ref_bytes, 0);
             for (size_t i = 0; i < (size_t)n * dim; i++)
                 ref[i] = (float)(i & 1023);
-            double ovh, rss_ovh, huge_frac;
-            ps_table_t *t = make_filled("adagrad", "f32", dim, n, &ovh, &rss_ovh, &huge_frac);
+            double ovh, rss_ovh, huge_frac, r_insert;
+            ps_table_t *t =
+                make_filled("adagrad", "f32", dim, n, &ovh, &rss_ovh, &huge_frac, &r_insert);
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {
                     for (int r = 0; r < ROUNDS; r++) {
@@ -406,8 +413,8 @@ int bench_table_main(int argc, char **argv) {
             }
             pc_vm_free(PC_MEM_OTHER, upd, upd_bytes);
             /* 3. Adam table: push */
-            double ovh_adam, rss_adam, huge_adam;
-            t = make_filled("adam", "f32", dim, n, &ovh_adam, &rss_adam, &huge_adam);
+            double ovh_adam, rss_adam, huge_adam, insert_adam;
+            t = make_filled("adam", "f32", dim, n, &ovh_adam, &rss_adam, &huge_adam, &insert_adam);
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {
                     for (int r = 0; r < ROUNDS; r++)
@@ -455,6 +462,11 @@ int bench_table_main(int argc, char **argv) {
                         cJSON_AddNumberToObject(c, "load_rows_per_s", r_load);
                         cJSON_AddNumberToObject(c, "read_state_vs_ref", r_read / r_ref[d][x]);
                         cJSON_AddNumberToObject(c, "load_vs_ref", r_load / r_ref[d][x]);
+                        printf("%4u %9llu %7s %3d insert %.0f rows/s (%.3f of ref_gather)\n", dim,
+                               (unsigned long long)n, k_dist_names[d], th, r_insert,
+                               r_insert / r_ref[d][x]);
+                        cJSON_AddNumberToObject(c, "insert_rows_per_s", r_insert);
+                        cJSON_AddNumberToObject(c, "insert_vs_ref", r_insert / r_ref[d][x]);
                     }
                     cJSON_AddItemToArray(cases, c);
                     /* headline: dim 64 (else the last dim), largest size, uniform, 1 thread */
@@ -489,6 +501,8 @@ int bench_table_main(int argc, char **argv) {
                           "push_vs_ref",
                           "read_state_vs_ref",
                           "load_vs_ref",
+                          "insert_rows_per_s",
+                          "insert_vs_ref",
                           "overhead_bytes_per_row",
                           "rss_overhead_bytes_per_row",
                           "keys"};
@@ -507,8 +521,9 @@ int bench_table_main(int argc, char **argv) {
     /* The same ratios for every dim measured, e.g. pull_vs_ref_dim16 (1 thread, uniform keys,
      * largest size), and grouped under by_dim. */
     cJSON *by_dim = cJSON_CreateObject();
-    const char *dim_keys[] = {"pull_vs_ref", "push_vs_ref", "pull_rows_per_s",
-                              "push_adagrad_rows_per_s", "ref_gather_rows_per_s"};
+    const char *dim_keys[] = {"pull_vs_ref",       "push_vs_ref",
+                              "pull_rows_per_s",   "push_adagrad_rows_per_s",
+                              "insert_rows_per_s", "ref_gather_rows_per_s"};
     for (int di = 0; di < ndims; di++) {
         if (!dim_cases[di])
             continue;

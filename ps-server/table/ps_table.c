@@ -21,21 +21,23 @@
  * (tag << rid_bits) | (row + 1), 0 = empty, where tag is a few bits of h (never 0, so a free
  * slot never matches) so that most non-matching slots are rejected without touching the row's key.
  * rid_bits = bit length of the slot count, so tags shrink as a shard grows (20 bits when small, at
- * least 4). Insertion takes a free slot of b1 or b2, else moves residents to their other bucket
- * (random walk, bounded); when that fails or the load passes 97% the index is rebuilt 1.2x larger
+ * least 4). Insertion takes a free slot of b1 or b2, else moves one resident of a full bucket to
+ * its other bucket (index_move_one), else walks (random, bounded); when that fails or the load
+ * passes 97% the index is rebuilt 1.2x larger
  * from the slab (the index is derived state). Bucket counts need not be powers of two, so the load
  * settles between 81% and 97%: the index costs 4.1-4.9 bytes per row, keys and metadata 11, in
  * all 15.1-15.9 bytes beyond the floats.
  *
  * Batches are software-pipelined within a shard group (see batch_run): bucket prefetch, tag match
- * and row prefetch (with the caller's gradient row for push), second-bucket match, then key
- * verification and the operation, PIPE_D keys apart. Every batch operation goes through it
- * (pull, lookup, push, and the whole-row read_state and load of replication and restores). The lock
- * of a shard is taken once per group, never per key. Verification always re-checks the candidate
- * against the slab, so rows that moved in between (eviction during the same call) are found again
- * by a full probe. The prefetch helpers must stay always_inline: GCC deletes calls to a non-inlined
- * function that only prefetches (it deems it const), which left the pipeline without row prefetches
- * for a while.
+ * and row prefetch (with the caller's gradient row for push), second-bucket match (every key that
+ * did not match in b1), then key verification and the operation, PIPE_D keys apart. Every batch
+ * operation goes through it (pull, lookup, push, and the whole-row read_state and load of
+ * replication and restores). The lock of a shard is taken once per group, never per key.
+ * Verification always re-checks the candidate against the slab, so rows that moved in between
+ * (eviction during the same call) are found again by a full probe; under a read lock nothing
+ * moves, so a key that matched in neither bucket is absent without one. The prefetch helpers must
+ * stay always_inline: GCC deletes calls to a non-inlined function that only prefetches (it deems it
+ * const), which left the pipeline without row prefetches for a while.
  *
  * Row math (optimizers, the non-finite check) goes through the kernel table of ps_optim.h,
  * chosen at creation for the CPU (AVX2 + FMA or scalar).
@@ -112,6 +114,7 @@
 #define MAX_RID_BITS       28u /* rows per shard < 2^28, tags >= 4 bits */
 #define MAX_TAG_BITS       20u /* tags come from h bits 32..51, shards from the top 12 */
 #define MAX_KICKS          256
+#define REBUILD_D          8  /* rows between a rebuild's bucket prefetch and placement */
 #define PIPE_D             8  /* keys between pipeline stages (4..24 within 10%, see table.md) */
 #define CLOCK_PROBES       64 /* rows a CLOCK eviction visits at most */
 #define AGING_PERIOD       8192u
@@ -579,17 +582,18 @@ static inline const uint32_t *bucket_at(const ps_shard_t *s, uint32_t b) {
     return s->slots + (size_t)b * BUCKET_SLOTS;
 }
 
-/* Candidate hints of pipeline stage B (real rows are < 2^28). */
-#define CAND_ABSENT UINT32_MAX       /* not in b1, and b1 has room: most likely absent */
-#define CAND_IN_B2  (UINT32_MAX - 1) /* not in b1, b1 full: look in b2 */
+/* Candidate hints of the pipeline's stages B and B2 (real rows are < 2^28). */
+#define CAND_ABSENT UINT32_MAX       /* no tag match in b1 or b2: the key has no row */
+#define CAND_IN_B2  (UINT32_MAX - 1) /* no tag match in b1: look in b2 */
 
-/* Stage B: first tag match in b1, without touching keys. */
+/* Stage B: first tag match in b1, without touching keys. A key without a match goes on to b2
+ * even when b1 has room (a key lands in b2 only when b1 is full, but removals free b1's slots
+ * later): stage B2 then settles its absence with a prefetched line instead of stage C's full
+ * probe missing on b2. */
 static inline uint32_t probe_b1(const ps_shard_t *s, uint64_t h) {
     const uint32_t *sl = bucket_at(s, bucket1(s, h));
     const uint32_t m = bucket_match(sl, ~s->rid_mask, slot_tag(s, h));
-    if (m)
-        return (sl[__builtin_ctz(m)] & s->rid_mask) - 1;
-    return bucket_has_room(sl) ? CAND_ABSENT : CAND_IN_B2; /* only a full b1 sends keys to b2 */
+    return m ? (sl[__builtin_ctz(m)] & s->rid_mask) - 1 : CAND_IN_B2;
 }
 
 /* Stage B2: first tag match in b2. */
@@ -616,10 +620,15 @@ static uint32_t find_row(const ps_shard_t *s, uint64_t key, uint64_t h) {
     return NO_ROW;
 }
 
-/* Pipeline stage C: confirm the stage-B candidate or probe again. */
-static inline uint32_t resolve(const ps_shard_t *s, uint64_t key, uint64_t h, uint32_t cand) {
+/* Pipeline stage C: confirm the candidate or probe again. `settled`: the index has not changed
+ * since the candidate was taken (a read lock's pass), so CAND_ABSENT is final; under the write
+ * lock an earlier key of the pass may have inserted or moved rows. */
+static inline uint32_t resolve(const ps_shard_t *s, uint64_t key, uint64_t h, uint32_t cand,
+                               bool settled) {
     if (cand < s->count && s->km[cand].key == key)
         return cand;
+    if (settled && cand == CAND_ABSENT)
+        return NO_ROW;
     return find_row(s, key, h);
 }
 
@@ -647,13 +656,39 @@ static inline int bucket_put(uint32_t *sl, uint32_t v) {
     return 0;
 }
 
-/* Place row r (hash h) into the index. PC_EFULL when the random walk gives up; the walk is then
- * undone, so the index is exactly as before (without r) and the caller may rebuild. */
+/* Put slot value v into full bucket b by moving one of its residents to that resident's other
+ * bucket, where it has room. The 16 residents' keys, then their other buckets, are fetched
+ * together: two rounds of parallel misses instead of a random walk's chain of dependent ones
+ * (a walk averaged 2.5 moves, two misses each). 1 when placed; else nothing changed. */
+static int index_move_one(ps_shard_t *s, uint32_t b, uint32_t v) {
+    uint32_t *sl = s->slots + (size_t)b * BUCKET_SLOTS;
+    uint32_t alt[BUCKET_SLOTS];
+    for (int j = 0; j < BUCKET_SLOTS; j++)
+        __builtin_prefetch(&s->km[(sl[j] & s->rid_mask) - 1], 0, 3);
+    for (int j = 0; j < BUCKET_SLOTS; j++) {
+        const uint64_t vh = key_hash(s->km[(sl[j] & s->rid_mask) - 1].key);
+        const uint32_t vb1 = bucket1(s, vh);
+        alt[j] = vb1 == b ? bucket2(s, vh) : vb1;
+        __builtin_prefetch(bucket_at(s, alt[j]), 0, 3);
+    }
+    for (int j = 0; j < BUCKET_SLOTS; j++) {
+        if (alt[j] != b && bucket_put(s->slots + (size_t)alt[j] * BUCKET_SLOTS, sl[j])) {
+            sl[j] = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Place row r (hash h) into the index: a free slot of b1 or b2, else one resident moved aside
+ * (index_move_one), else a random walk. PC_EFULL when the walk gives up; the walk is then undone,
+ * so the index is exactly as before (without r) and the caller may rebuild. */
 static int index_place(ps_shard_t *s, uint64_t h, uint32_t r) {
     uint32_t v = slot_tag(s, h) | (r + 1);
     uint32_t b1 = bucket1(s, h), b2 = bucket2(s, h);
     if (bucket_put(s->slots + (size_t)b1 * BUCKET_SLOTS, v) ||
-        bucket_put(s->slots + (size_t)b2 * BUCKET_SLOTS, v))
+        bucket_put(s->slots + (size_t)b2 * BUCKET_SLOTS, v) || index_move_one(s, b1, v) ||
+        (b2 != b1 && index_move_one(s, b2, v)))
         return 0;
     uint32_t *path[MAX_KICKS];
     uint32_t b = (rng_next(s) & 1) ? b1 : b2;
@@ -709,13 +744,18 @@ static int index_rebuild(ps_shard_t *s, uint32_t nb) {
         s->rid_mask = (uint32_t)((1u << bits) - 1);
         uint32_t tag_bits = 32 - bits < MAX_TAG_BITS ? 32 - bits : MAX_TAG_BITS;
         s->tag_mask = (uint32_t)((1u << tag_bits) - 1);
+        /* Rows in slab order: key records stream in, buckets are prefetched REBUILD_D rows
+         * ahead of their placement (hashes kept in a ring). */
         int ok = 1;
-        for (uint32_t r = 0; r < s->count; r++) {
+        uint64_t ring[REBUILD_D];
+        for (uint32_t r = 0; r < s->count + REBUILD_D && ok; r++) {
             if (r + 16 < s->count)
                 __builtin_prefetch(&s->km[r + 16], 0, 0);
-            if (index_place(s, key_hash(s->km[r].key), r)) {
+            if (r >= REBUILD_D && index_place(s, ring[r % REBUILD_D], r - REBUILD_D))
                 ok = 0;
-                break;
+            if (r < s->count) {
+                ring[r % REBUILD_D] = key_hash(s->km[r].key);
+                __builtin_prefetch(bucket_at(s, bucket1(s, ring[r % REBUILD_D])), 1, 3);
             }
         }
         if (ok) {
@@ -1392,7 +1432,7 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
     const uint64_t key = b->keys[k], h = b->p->h[k];
     const uint32_t dim = t->dim;
     if (op == OP_READ) {
-        const uint32_t r = resolve(s, key, h, b->p->cand[k]);
+        const uint32_t r = resolve(s, key, h, b->p->cand[k], true);
         float *out = b->rows + (size_t)k * t->stride;
         b->found[k] = r != NO_ROW;
         if (r != NO_ROW) {
@@ -1405,12 +1445,12 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
         return;
     }
     if (op == OP_LOAD) {
-        load_row(b, s, k, resolve(s, key, h, b->p->cand[k]));
+        load_row(b, s, k, resolve(s, key, h, b->p->cand[k], false));
         return;
     }
     if (op == OP_LOOKUP) {
         float *out = b->rows + (size_t)k * dim;
-        uint32_t r = resolve(s, key, h, b->p->cand[k]);
+        uint32_t r = resolve(s, key, h, b->p->cand[k], true);
         if (b->found)
             b->found[k] = r != NO_ROW;
         if (r != NO_ROW)
@@ -1424,7 +1464,7 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
         return;
     }
     if (op == OP_PULL) { /* under the read lock: copy, or leave the key for pull_miss */
-        uint32_t r = resolve(s, key, h, b->p->cand[k]);
+        uint32_t r = resolve(s, key, h, b->p->cand[k], true);
         if (r != NO_ROW) {
             row_weights_get(t, row_at(t, s, r), b->rows + (size_t)k * dim);
         } else {
@@ -1439,7 +1479,7 @@ static inline __attribute__((always_inline)) void stage_op(batch_t *b, ps_shard_
         b->res->skipped_nonfinite++;
         return;
     }
-    uint32_t r = resolve(s, key, h, b->p->cand[k]);
+    uint32_t r = resolve(s, key, h, b->p->cand[k], false);
     if (r == NO_ROW && b->cold) { /* fetched from the cold store after this pass */
         b->defer[b->ndefer++] = q;
         b->p->cand[k] = s->cold_seq;
