@@ -1,5 +1,6 @@
-/* Table behaviour: pull/push/lookup/erase semantics, growth through many index rebuilds, scans,
- * load, admission, TTL, capacity eviction, bad input and memory accounting. */
+/* Table behaviour: pull/push/lookup/erase semantics, keys alike in one half, growth through many
+ * index rebuilds, scans, load, admission, TTL, capacity eviction, bad input and memory
+ * accounting. */
 #include "test_util.h"
 
 #include <string.h>
@@ -125,6 +126,86 @@ static void test_growth_and_erase(void **state) {
     free(keys);
     free(g);
     free(rows);
+    ps_table_destroy(t);
+}
+
+/* Keys that share one 32-bit half with others (a probe must compare all 64 bits), key 0 and its
+ * neighbours, through inserts, erasures and lookups of present and erased keys. */
+static void test_key_patterns(void **state) {
+    (void)state;
+    ps_table_t *t = make("dim=1,optimizer=sgd,lr=1,init=zeros,shards=1");
+    enum { N = 8000 };
+    uint64_t *keys = malloc(N * sizeof *keys);
+    float *g = malloc(N * sizeof *g), *rows = malloc(N * sizeof *rows);
+    uint8_t *found = malloc(N);
+    for (int i = 0; i < N; i++) {
+        const uint64_t x = (uint64_t)(i / 4);
+        switch (i % 4) {
+            case 0:
+                keys[i] = x;
+                break; /* high half 0 */
+            case 1:
+                keys[i] = (x + 1) << 32;
+                break; /* low half 0 */
+            case 2:
+                keys[i] = UINT64_C(0xffffffff00000000) | x;
+                break; /* high half ~0 */
+            default:
+                keys[i] = ((x + 1) << 32) | (x + 1);
+                break; /* both halves x+1 */
+        }
+        g[i] = -(float)(i + 1);
+    }
+    assert_int_equal(ps_table_push(t, keys, N, g, N, NULL), 0);
+    assert_int_equal(ps_table_count(t), N);
+    assert_int_equal(ps_table_lookup(t, keys, N, rows, N, found), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(found[i], 1);
+        assert_true(rows[i] == (float)(i + 1));
+    }
+    /* Erase every third key (key 0 among them): empty entries appear between live ones. */
+    uint64_t *gone = malloc(N * sizeof *gone);
+    size_t ng = 0, erased;
+    for (int i = 0; i < N; i += 3)
+        gone[ng++] = keys[i];
+    assert_int_equal(ps_table_erase(t, gone, ng, &erased), 0);
+    assert_int_equal(erased, ng);
+    assert_int_equal(ps_table_lookup(t, keys, N, rows, N, found), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(found[i], i % 3 != 0);
+        assert_true(i % 3 == 0 ? rows[i] == 0.0f : rows[i] == (float)(i + 1));
+    }
+    /* Pulls insert the erased keys again, pushes then reach exactly them. */
+    assert_int_equal(ps_table_pull(t, gone, ng, rows, ng), 0);
+    for (size_t i = 0; i < ng; i++)
+        assert_true(rows[i] == 0.0f);
+    assert_int_equal(ps_table_count(t), N);
+    assert_int_equal(ps_table_lookup(t, keys, N, rows, N, found), 0);
+    for (int i = 0; i < N; i++)
+        assert_true(found[i] && rows[i] == (i % 3 == 0 ? 0.0f : (float)(i + 1)));
+    free(gone);
+    free(found);
+    free(keys);
+    free(g);
+    free(rows);
+    ps_table_destroy(t);
+    /* Key 0 inserted after others into a table too small to shrink, the others erased: emptied
+     * slots now sit before key 0's own in its bucket. */
+    t = make("dim=1,optimizer=sgd,lr=1,init=zeros,shards=1");
+    uint64_t k[15];
+    float gk[15], r0 = 0;
+    uint8_t f0 = 0;
+    for (int i = 0; i < 15; i++)
+        k[i] = (uint64_t)i + 1, gk[i] = 1.0f;
+    assert_int_equal(ps_table_push(t, k, 14, gk, 14, NULL), 0);
+    uint64_t zero = 0;
+    float gz = -5.0f;
+    assert_int_equal(ps_table_push(t, &zero, 1, &gz, 1, NULL), 0);
+    assert_int_equal(ps_table_erase(t, k, 14, &erased), 0);
+    assert_int_equal(erased, 14);
+    assert_int_equal(ps_table_lookup(t, &zero, 1, &r0, 1, &f0), 0);
+    assert_int_equal(f0, 1);
+    assert_true(r0 == 5.0f);
     ps_table_destroy(t);
 }
 
@@ -670,11 +751,17 @@ static void test_bad_input(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_pull_push_lookup),    cmocka_unit_test(test_growth_and_erase),
-        cmocka_unit_test(test_scan_and_load),       cmocka_unit_test(test_load_read_state_batches),
-        cmocka_unit_test(test_admission),           cmocka_unit_test(test_ttl),
-        cmocka_unit_test(test_clock_wrap),          cmocka_unit_test(test_capacity),
-        cmocka_unit_test(test_bad_input),           cmocka_unit_test(test_snapshot_with_evictions),
+        cmocka_unit_test(test_pull_push_lookup),
+        cmocka_unit_test(test_growth_and_erase),
+        cmocka_unit_test(test_key_patterns),
+        cmocka_unit_test(test_scan_and_load),
+        cmocka_unit_test(test_load_read_state_batches),
+        cmocka_unit_test(test_admission),
+        cmocka_unit_test(test_ttl),
+        cmocka_unit_test(test_clock_wrap),
+        cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_snapshot_with_evictions),
         cmocka_unit_test(test_snapshot_chunk_gaps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
