@@ -560,24 +560,6 @@ static inline uint32_t bucket_match(const uint32_t *sl, uint32_t hi, uint32_t ta
 #endif
 }
 
-/* True when the bucket has a free slot. */
-static inline int bucket_has_room(const uint32_t *sl) {
-#ifdef __SSE2__
-    const __m128i zero = _mm_setzero_si128();
-    const __m128i *v = (const __m128i *)sl;
-    const __m128i z = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi32(_mm_load_si128(v), zero),
-                                                _mm_cmpeq_epi32(_mm_load_si128(v + 1), zero)),
-                                   _mm_or_si128(_mm_cmpeq_epi32(_mm_load_si128(v + 2), zero),
-                                                _mm_cmpeq_epi32(_mm_load_si128(v + 3), zero)));
-    return _mm_movemask_epi8(z) != 0;
-#else
-    for (int j = 0; j < BUCKET_SLOTS; j++)
-        if (!sl[j])
-            return 1;
-    return 0;
-#endif
-}
-
 static inline const uint32_t *bucket_at(const ps_shard_t *s, uint32_t b) {
     return s->slots + (size_t)b * BUCKET_SLOTS;
 }
