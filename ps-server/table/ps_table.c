@@ -569,9 +569,9 @@ static inline const uint32_t *bucket_at(const ps_shard_t *s, uint32_t b) {
 #define CAND_IN_B2  (UINT32_MAX - 1) /* no tag match in b1: look in b2 */
 
 /* Stage B: first tag match in b1, without touching keys. A key without a match goes on to b2
- * even when b1 has room (a key lands in b2 only when b1 is full, but removals free b1's slots
- * later): stage B2 then settles its absence with a prefetched line instead of stage C's full
- * probe missing on b2. */
+ * even when b1 has room (a key may sit in b2 while its b1 has room: removals free slots, and
+ * moves and walks place residents in their other bucket): stage B2 then settles its absence with
+ * a prefetched line instead of stage C's full probe missing on b2. */
 static inline uint32_t probe_b1(const ps_shard_t *s, uint64_t h) {
     const uint32_t *sl = bucket_at(s, bucket1(s, h));
     const uint32_t m = bucket_match(sl, ~s->rid_mask, slot_tag(s, h));
@@ -1520,7 +1520,7 @@ static inline void shard_lock(ps_shard_t *s, op_t op) {
 /* Run the batch one shard group at a time, each under its shard's lock, through a four-stage
  * software pipeline:
  *   A  (position qa):  prefetch bucket b1
- *   B  (D behind A):   match tags in b1 -> prefetch the candidate's row, or b2 if b1 is full
+ *   B  (D behind A):   match tags in b1 -> prefetch the candidate's row, or b2 if none matched
  *   B2 (D behind B):   match tags in b2 where needed -> prefetch the row
  *   C  (D behind B2):  verify the key against the slab and do the operation
  * (A pipeline flowing across groups, locking ahead, measured slower here.) Push skips positions
