@@ -198,6 +198,9 @@ static void make_stream(stream_t *s, uint64_t nkeys, int dist, uint64_t seed, si
     }
 }
 
+/* A table (16 shards) filled with nkeys keys (bench_fill): its exact overhead and resident
+ * growth beyond the floats per row, the huge-page share of that growth, and (insert_rate, may be
+ * NULL) the fill's rows/s. */
 static ps_table_t *make_filled(const char *optimizer, const char *dtype, uint32_t dim,
                                uint64_t nkeys, double *overhead, double *rss_overhead,
                                double *huge_frac, double *insert_rate) {
@@ -214,7 +217,8 @@ static ps_table_t *make_filled(const char *optimizer, const char *dtype, uint32_
     uint64_t rss0 = bench_rss_bytes(), huge0 = bench_anon_huge_bytes();
     const uint64_t t0 = pc_time_mono_ns();
     bench_fill(t, nkeys);
-    *insert_rate = (double)nkeys / pc_time_sec_since(t0);
+    if (insert_rate)
+        *insert_rate = (double)nkeys / pc_time_sec_since(t0);
     uint64_t rss1 = bench_rss_bytes(), huge1 = bench_anon_huge_bytes();
     ps_table_stats_t st;
     ps_table_stats(t, &st);
@@ -243,8 +247,7 @@ static void stored_bf16(const bench_opts_t *o, ps_table_t *tf, double ovh_f32, u
                         uint64_t n, stream_t *streams, const float *grads, float **outs,
                         double secs, stored_t *out) {
     double ovh_bf16, rss, huge, v[4][ROUNDS];
-    double ins;
-    ps_table_t *tb = make_filled("adagrad", "bf16", dim, n, &ovh_bf16, &rss, &huge, &ins);
+    ps_table_t *tb = make_filled("adagrad", "bf16", dim, n, &ovh_bf16, &rss, &huge, NULL);
     for (int r = 0; r < ROUNDS; r++) {
         v[0][r] = sample(o, OP_PULL, tf, NULL, dim, streams, 1, grads, NULL, outs, secs);
         v[1][r] = sample(o, OP_PULL, tb, NULL, dim, streams, 1, grads, NULL, outs, secs);
@@ -413,8 +416,8 @@ int bench_table_main(int argc, char **argv) {
             }
             pc_vm_free(PC_MEM_OTHER, upd, upd_bytes);
             /* 3. Adam table: push */
-            double ovh_adam, rss_adam, huge_adam, insert_adam;
-            t = make_filled("adam", "f32", dim, n, &ovh_adam, &rss_adam, &huge_adam, &insert_adam);
+            double ovh_adam, rss_adam, huge_adam;
+            t = make_filled("adam", "f32", dim, n, &ovh_adam, &rss_adam, &huge_adam, NULL);
             for (int d = 0; d < 2; d++) {
                 for (int th = 1; th <= MAX_THR; th++) {
                     for (int r = 0; r < ROUNDS; r++)

@@ -130,17 +130,24 @@ static psc_t *connect_to(int port) {
     return c;
 }
 
-/* Wait (at most secs) until the map server 0 serves passes ok(m, arg); whether it did. */
-static bool map_until(const cluster_t *cl, double secs, bool (*ok)(const pc_cluster_map_t *m, long),
-                      long arg) {
+typedef bool (*map_ok_fn)(const pc_cluster_map_t *m, long arg);
+
+/* Wait (at most secs) until the map the server on data-plane `port` serves passes ok(m, arg);
+ * whether it did. */
+static bool map_until_at(int port, double secs, map_ok_fn ok, long arg) {
     for (double t0 = pu_now(); pu_now() - t0 < secs; usleep(20000)) {
-        pc_cluster_map_t *m = cc_map_of(cl->p0);
+        pc_cluster_map_t *m = cc_map_of(port);
         const bool yes = ok(m, arg);
         pc_cmap_destroy(m);
         if (yes)
             return true;
     }
     return false;
+}
+
+/* The same for server 0's map. */
+static bool map_until(const cluster_t *cl, double secs, map_ok_fn ok, long arg) {
+    return map_until_at(cl->p0, secs, ok, arg);
 }
 
 /* Backups named, server 1 the primary of its half: the replicated map published and confirmed. */
@@ -597,13 +604,7 @@ static void test_cold_failover(void **state) {
     assert_true(spilled > NKEYS / 2);
     kill(cl.s0, SIGKILL);
     pu_reap(cl.s0, 5);
-    bool took = false;
-    for (double t0 = pu_now(); !took && pu_now() - t0 < 15; usleep(50000)) {
-        pc_cluster_map_t *m = cc_map_of(cl.p1);
-        took = all_of_1(m, 0);
-        pc_cmap_destroy(m);
-    }
-    assert_true(took);
+    assert_true(map_until_at(cl.p1, 15, all_of_1, 0));
     c = connect_to(cl.p1);
     cc_sum_t after = {0, 0};
     cc_scan_state(c, 1, "emb", STRIDE, cc_sum_rows, &after);
@@ -825,13 +826,7 @@ static void recreate_is_no_failover(bool cold) {
         psc_close(c);
         kill(cl.s0, SIGKILL);
         pu_reap(cl.s0, 5);
-        bool took = false;
-        for (double t0 = pu_now(); !took && pu_now() - t0 < 15; usleep(50000)) {
-            m = cc_map_of(cl.p1);
-            took = all_of_1(m, 0);
-            pc_cmap_destroy(m);
-        }
-        assert_true(took);
+        assert_true(map_until_at(cl.p1, 15, all_of_1, 0));
         c = connect_to(cl.p1);
         cc_sum_t after = {0, 0};
         cc_scan_state(c, 1, "emb", STRIDE, cc_sum_rows, &after);
@@ -939,7 +934,13 @@ static void test_backup_reset_then_failover(void **state) {
     psc_close(c);
     pu_stop(cl.s0);
     pu_stop(sc);
+}
+
+/* Teardown of a test that took a longer lease: the next ones get the usual one, pass or fail. */
+static int usual_lease(void **state) {
+    (void)state;
     g_lease = LEASE;
+    return 0;
 }
 
 /* ---- live resharding ---- */
@@ -1158,7 +1159,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_unclean_promotion),
         cmocka_unit_test(test_sole_holder_restart),
         cmocka_unit_test(test_reset_is_no_failover),
-        cmocka_unit_test(test_backup_reset_then_failover),
+        cmocka_unit_test_teardown(test_backup_reset_then_failover, usual_lease),
         cmocka_unit_test(test_table_on_backup_first),
         cmocka_unit_test(test_live_restore_is_no_failover),
         cmocka_unit_test(test_recreate_is_no_failover),
