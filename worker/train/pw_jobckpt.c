@@ -6,6 +6,7 @@
 #include "pc_error.h"
 #include "pc_fs.h"
 #include "pc_log.h"
+#include "pc_time.h"
 #include "pw_model_io.h"
 
 #include <dirent.h>
@@ -15,10 +16,10 @@
 #include <string.h>
 
 /* One unary call to the server at addr: the unpacked response (free with
- * protobuf_c_message_free_unpacked) or an error, logged. */
+ * protobuf_c_message_free_unpacked) or an error, logged (but PC_EUNAVAIL when `quiet`). */
 static int call_server(const char *addr, const psg_opts_t *sec, const char *method,
                        const ProtobufCMessage *q, const ProtobufCMessageDescriptor *rd,
-                       int timeout_ms, ProtobufCMessage **out) {
+                       int timeout_ms, bool quiet, ProtobufCMessage **out) {
     psg_opts_t o = {0};
     if (sec)
         o = *sec;
@@ -40,16 +41,39 @@ static int call_server(const char *addr, const psg_opts_t *sec, const char *meth
     *out = rc ? NULL : protobuf_c_message_unpack(rd, NULL, rlen, resp);
     free(resp);
     if (!*out) {
-        PC_ERROR("job checkpoint: server %s, %s: status %d %s", addr, method, st, msg);
+        if (!quiet || rc != PC_EUNAVAIL)
+            PC_ERROR("job checkpoint: server %s, %s: status %d %s", addr, method, st, msg);
         return rc ? rc : PC_ECORRUPT;
     }
     return 0;
 }
 
-/* Server i of the comma-separated list: a restore of restore->servers[i] (restore not NULL), or
- * a checkpoint, its id into taken->servers[i]. The list is checked before any call: a restore
- * with another number of servers than the checkpoint has restores none. */
-static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms,
+/* Restore checkpoint `id` on the server at addr. One that cannot be reached (restarting after the
+ * failure that called for the rollback) is asked again every 200 ms for up to wait_ms. */
+static int restore_one(const char *addr, const psg_opts_t *sec, int timeout_ms, int wait_ms,
+                       uint64_t id, ProtobufCMessage **out) {
+    Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
+    q.id = id;
+    const uint64_t t0 = pc_time_mono_ns();
+    for (bool said = false;; said = true) {
+        const bool last = pc_time_sec_since(t0) * 1000 >= wait_ms;
+        int rc = call_server(addr, sec, "/emberps.ParameterServer/Restore", &q.base,
+                             &emberps__restore_response__descriptor, timeout_ms, !last, out);
+        if (rc != PC_EUNAVAIL || last)
+            return rc;
+        if (!said)
+            PC_WARN("job checkpoint: server %s cannot be reached; waiting up to %d ms for it to "
+                    "restore checkpoint %llu",
+                    addr, wait_ms, (unsigned long long)id);
+        pc_time_sleep_ms(200);
+    }
+}
+
+/* Server i of the comma-separated list: a restore of restore->servers[i] (restore not NULL,
+ * waiting up to wait_ms for a server that cannot be reached), or a checkpoint, its id into
+ * taken->servers[i]. The list is checked before any call: a restore with another number of
+ * servers than the checkpoint has restores none. */
+static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms, int wait_ms,
                        const pw_jobckpt_t *restore, pw_jobckpt_t *taken) {
     size_t naddr = grpc && *grpc ? 1 : 0;
     for (const char *p = grpc; p && *p; p++)
@@ -66,14 +90,11 @@ static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms,
     for (char *a = strtok_r(list, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save), i++) {
         ProtobufCMessage *p;
         if (restore) {
-            Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
-            q.id = restore->servers[i];
-            rc = call_server(a, sec, "/emberps.ParameterServer/Restore", &q.base,
-                             &emberps__restore_response__descriptor, timeout_ms, &p);
+            rc = restore_one(a, sec, timeout_ms, wait_ms, restore->servers[i], &p);
         } else {
             Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
             rc = call_server(a, sec, "/emberps.ParameterServer/Checkpoint", &q.base,
-                             &emberps__checkpoint_response__descriptor, timeout_ms, &p);
+                             &emberps__checkpoint_response__descriptor, timeout_ms, false, &p);
             if (!rc) {
                 const Emberps__CheckpointResponse *r = (const Emberps__CheckpointResponse *)p;
                 taken->servers[i] = r->id;
@@ -122,12 +143,12 @@ int pw_jobckpt_server_dir_set(pw_jobckpt_t *ck, size_t i, const char *path) {
 /* ---- servers ---- */
 
 int pw_jobckpt_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, pw_jobckpt_t *ck) {
-    return each_server(grpc, sec, timeout_ms, NULL, ck);
+    return each_server(grpc, sec, timeout_ms, 0, NULL, ck);
 }
 
-int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms,
+int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, int wait_ms,
                                const pw_jobckpt_t *ck) {
-    return each_server(grpc, sec, timeout_ms, ck, NULL);
+    return each_server(grpc, sec, timeout_ms, wait_ms, ck, NULL);
 }
 
 int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,

@@ -91,10 +91,12 @@ int pw_jobckpt_server_dir_set(pw_jobckpt_t *ck, size_t i, const char *path);
 int pw_jobckpt_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, pw_jobckpt_t *ck);
 
 /* Have every server of `grpc` (as above) go back to its checkpoint of ck (gRPC Restore of
- * ck->servers[i], each call bounded by timeout_ms): a job rollback while the servers run.
- * PC_EINVAL (nothing restored) when the list and the checkpoint's servers differ in number; an
- * error after the first call may leave some servers restored and others not. */
-int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms,
+ * ck->servers[i], each call bounded by timeout_ms): a job rollback while the servers run. A
+ * server that cannot be reached (PC_EUNAVAIL: still restarting) is asked again every 200 ms
+ * for up to wait_ms. PC_EINVAL (nothing restored) when the list and the checkpoint's servers
+ * differ in number; an error after the first call may leave some servers restored and others
+ * not. */
+int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, int wait_ms,
                                const pw_jobckpt_t *ck);
 
 /* Write DIR/step-<ck->step>/ and LATEST; keep `keep` (>= 1) step directories (see above).

@@ -240,14 +240,16 @@ static int rollback_agree(trainer_t *t) {
         if (pw_group_rank(t->grp) == 0) {
             const uint64_t t0 = pc_time_mono_ns();
             const psg_opts_t sec = grpc_sec(t->c);
-            ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, &sec, restore_ms, ck);
+            ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, &sec, restore_ms,
+                                               (int)t->c->server_retry_ms, ck);
             if (!ck_rc)
                 PC_WARN("train: job rollback: %zu servers restored the checkpoint after step %llu "
                         "in %.2f s",
                         ck->nservers, (unsigned long long)ck->step, pc_time_sec_since(t0));
         }
         failed = ck_rc ? 1.0f : 0.0f;
-        if (!(rc = pw_coll_barrier(coll, 4 * servers_wait_ms(t->c))))
+        /* rank 0 restores, waiting for servers that restart (server_retry_ms) */
+        if (!(rc = pw_coll_barrier(coll, 4 * servers_wait_ms(t->c) + (int)t->c->server_retry_ms)))
             rc = pw_coll_allreduce_sum(coll, &failed, 1);
         if (!rc && failed > 0.0f) {
             PC_ERROR("train: the job rollback failed part-way (a server did not restore): the "
