@@ -7,6 +7,10 @@
  *  - train_samples_per_s, and the dense part's GFLOP/s (3 x the forward GEMM/interaction FLOPs
  *    per sample) as a fraction of single-thread OpenBLAS sgemm (512^3) measured in the same run
  *    (dense_vs_sgemm_peak: a figure of the whole training loop, table and all, on 2 cores);
+ *  - the same run with the serial pipeline (pull_ahead 0: each step's pull after the pushes of
+ *    the step before, all on one thread of table work): train_serial_samples_per_s,
+ *    train_vs_serial, early_rows_share (the rows pulled while the step before computed) and
+ *    auc_serial_minus_split (0: the split reads every row as the serial order does);
  *  - the same FLOPs over the dense step alone (dense_step_vs_sgemm_peak): the trainer's step
  *    (pw_step.h: rows gathered, the model's forward and backward, BCE, row gradients summed, the
  *    dense optimizer) on the run's model and batch, synthetic batches, no table, no reader, the
@@ -397,6 +401,13 @@ int bench_train_main(int argc, char **argv) {
         in = w;
     }
     const double dense_gflops = r.samples_per_s * 3 * fwd / 1e9;
+    /* The serial pipeline (no batch read ahead, no split pull): the same model, one thread of
+     * table work after each step. */
+    pw_train_config_t c0 = c;
+    c0.pull_ahead = 0;
+    pw_train_result_t r0;
+    if (pw_train_run(&c0, PW_FMT_CRITEO, trp, 1, tep, 1, &r0))
+        abort();
     /* The table's weights stored in 16 bits: the same run otherwise. */
     pw_train_result_t rs[2];
     static const char *const stored_types[2] = {"bf16", "f16"};
@@ -422,7 +433,10 @@ int bench_train_main(int argc, char **argv) {
     printf("ps-bench train: DLRM (26 fields, dim 16, 13-64-16, 128-64-1), batch 1024, %llu "
            "training rows, OpenBLAS 1 thread + the reader thread\n",
            (unsigned long long)r.samples);
-    printf("%-40s %12.0f samples/s\n", "local DLRM training", r.samples_per_s);
+    printf("%-40s %12.0f samples/s  (%.2f of the serial pipeline's %.0f; %.0f%% of the rows "
+           "pulled while the step before computed)\n",
+           "local DLRM training", r.samples_per_s, r.samples_per_s / r0.samples_per_s,
+           r0.samples_per_s, 100.0 * (double)r.early_rows / (double)r.pulled_rows);
     printf("%-40s %12.2f GFLOP/s  (%.2f of sgemm 512^3, %.1f GFLOP/s, same run)\n", "dense part",
            dense_gflops, dense_gflops / peak, peak);
     printf("%-40s %12.2f GFLOP/s  (%.2f of sgemm 512^3; %.2f ms per step of %d)\n",
@@ -451,6 +465,10 @@ int bench_train_main(int argc, char **argv) {
     cJSON_AddStringToObject(root, "bench", "train");
     cJSON_AddNumberToObject(root, "train_rows", (double)r.samples);
     cJSON_AddNumberToObject(root, "train_samples_per_s", r.samples_per_s);
+    cJSON_AddNumberToObject(root, "train_serial_samples_per_s", r0.samples_per_s);
+    cJSON_AddNumberToObject(root, "train_vs_serial", r.samples_per_s / r0.samples_per_s);
+    cJSON_AddNumberToObject(root, "early_rows_share", (double)r.early_rows / (double)r.pulled_rows);
+    cJSON_AddNumberToObject(root, "auc_serial_minus_split", r0.auc - r.auc);
     cJSON_AddNumberToObject(root, "dense_gflops", dense_gflops);
     cJSON_AddNumberToObject(root, "sgemm_gflops", peak);
     cJSON_AddNumberToObject(root, "dense_vs_sgemm_peak", dense_gflops / peak);

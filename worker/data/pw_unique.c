@@ -7,24 +7,40 @@
 
 #include <string.h>
 
-int pw_unique(pw_unique_t *u, const uint64_t *keys, size_t nk, uint64_t *ukeys, uint32_t *inv,
-              size_t *nu) {
+/* A cleared table of at least 2 * n entries. */
+static int table_for(pw_unique_t *u, size_t n) {
     size_t hc = 16;
-    while (hc < 2 * nk)
+    while (hc < 2 * n)
         hc <<= 1;
     if (hc > u->cap) {
         pc_sfree(u->tab);
+        u->mask = 0;
         if (!(u->tab = pc_smalloc(PC_MEM_MODEL, hc * sizeof *u->tab)))
             return u->cap = 0, PC_ENOMEM;
         u->cap = hc;
     }
     memset(u->tab, 0, hc * sizeof *u->tab);
+    u->mask = hc - 1;
+    return 0;
+}
+
+/* The entry of key: its own, or the empty one where it would go. */
+static size_t probe(const pw_unique_t *u, const uint64_t *ukeys, uint64_t key) {
+    size_t h = pc_hash_u64(key, PC_HASH_SEED_DEDUP) & u->mask;
+    while (u->tab[h] && ukeys[u->tab[h] - 1] != key)
+        h = (h + 1) & u->mask;
+    return h;
+}
+
+int pw_unique(pw_unique_t *u, const uint64_t *keys, size_t nk, uint64_t *ukeys, uint32_t *inv,
+              size_t *nu) {
+    int rc = table_for(u, nk);
+    if (rc)
+        return rc;
     size_t n = 0;
     for (size_t j = 0; j < nk; j++) {
         const uint64_t key = keys[j];
-        size_t h = pc_hash_u64(key, PC_HASH_SEED_DEDUP) & (hc - 1);
-        while (u->tab[h] && ukeys[u->tab[h] - 1] != key)
-            h = (h + 1) & (hc - 1);
+        const size_t h = probe(u, ukeys, key);
         if (!u->tab[h]) {
             ukeys[n] = key;
             u->tab[h] = (uint32_t)++n;
@@ -35,8 +51,29 @@ int pw_unique(pw_unique_t *u, const uint64_t *keys, size_t nk, uint64_t *ukeys, 
     return 0;
 }
 
+int pw_unique_index(pw_unique_t *u, const uint64_t *ukeys, size_t n) {
+    int rc = table_for(u, n);
+    for (size_t i = 0; !rc && i < n; i++) {
+        const size_t h = probe(u, ukeys, ukeys[i]);
+        if (u->tab[h])
+            rc = PC_EINVAL;
+        else
+            u->tab[h] = (uint32_t)(i + 1);
+    }
+    if (rc)
+        u->mask = 0; /* nothing indexed: every key absent */
+    return rc;
+}
+
+size_t pw_unique_find(const pw_unique_t *u, const uint64_t *ukeys, uint64_t key) {
+    if (!u->mask)
+        return SIZE_MAX;
+    const size_t h = probe(u, ukeys, key);
+    return u->tab[h] ? u->tab[h] - 1 : SIZE_MAX;
+}
+
 void pw_unique_free(pw_unique_t *u) {
     pc_sfree(u->tab);
     u->tab = NULL;
-    u->cap = 0;
+    u->cap = u->mask = 0;
 }

@@ -148,6 +148,8 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "unclean_slots", (double)r.unclean_slots);
         cJSON_AddNumberToObject(j, "max_ahead", (double)r.max_ahead);
         cJSON_AddNumberToObject(j, "pull_wait_s", r.pull_wait_s);
+        cJSON_AddNumberToObject(j, "early_rows", (double)r.early_rows);
+        cJSON_AddNumberToObject(j, "pulled_rows", (double)r.pulled_rows);
         cJSON_AddNumberToObject(j, "pulled_bytes", (double)r.pulled_bytes);
         cJSON_AddNumberToObject(j, "pushed_bytes", (double)r.pushed_bytes);
         cJSON_AddNumberToObject(j, "dense_bytes", (double)r.dense_bytes);

@@ -5,10 +5,18 @@
  * DESIGN (the rings: pw_train_int.h)
  * - Sizes: stale = the rounds a step may run ahead (sync 0, ssp S, async the window), ahead =
  *   batches pulled ahead (at most stale). A slot is refilled only once its round is done:
- *   stale + ahead + 2 slots never wait for that. A synchronous store (local) has no scheduler
- *   thread: stale 0, and every job runs in the caller at submit.
+ *   stale + ahead + 2 slots never wait for that. A synchronous store (local: its calls run on the
+ *   scheduler's dispatch thread, beside the trainer's compute) keeps stale 0.
  * - Gates: the pull of step t waits for round t - stale - 1 (its marker: every worker's pushes of
  *   that step applied, in sync); the marker of a round waits for its slot's pushes (not async).
+ * - A lone worker in sync (`split`: no group, pull_ahead >= 1) reads one batch ahead and splits
+ *   each batch's unique keys against the batch before (pw_unique sets, one per slot): step t + 1's
+ *   keys that step t does not have (first in its ukeys) are pulled after round t - 1's marker,
+ *   while step t computes; the rest (pull2) once step t's first push, of exactly those keys
+ *   (pkeys[0, push_first), gathered with their gradients), was applied. Step t's other pushes
+ *   then run while step t + 1 computes, and step t + 2's first pull waits for all of them (round
+ *   t's marker). Every row is read after every push before it and before every push after it,
+ *   as in the serial order: the model is the same to the last bit (test_train).
  * - Push order rank (sync): turn k of a round is an allreduce of one float that rank k enters
  *   once its pushes were answered and every other rank at once; rank k + 1's pushes wait for
  *   turn k. A row then sees the workers' gradients of a step in rank order, so a job's model
@@ -113,7 +121,8 @@ static void job_done(void *ctx, int rc) {
 static int run_pull(pw_job_t *j) {
     slot_t *s = j->ctx;
     pw_emb_t *e = s->t->emb;
-    return e->ops->pull_async(e, s->ukeys, s->nu, s->urows, job_done, j);
+    const size_t off = j == &s->pull ? 0 : s->npull, n = j == &s->pull ? s->npull : s->nu - off;
+    return e->ops->pull_async(e, s->ukeys + off, n, s->urows + off * (size_t)e->dim, job_done, j);
 }
 
 /* A push that a server failure cut short is not sent again: the servers that answered applied
@@ -138,9 +147,7 @@ static int run_push(pw_job_t *j) {
     pchunk_t *p = (pchunk_t *)j;
     pw_emb_t *e = p->s->t->emb;
     p->sent = true;
-    const size_t d = (size_t)e->dim;
-    return e->ops->push_async(e, p->s->ukeys + p->off, p->n, p->s->ugrads + p->off * d, push_done,
-                              p);
+    return e->ops->push_async(e, p->keys, p->n, p->grads, push_done, p);
 }
 
 /* A collective of the ordered lane, on the devices or the host as the generation decided (the
@@ -203,12 +210,16 @@ int pw__pipeline_init(trainer_t *t) {
     const int nlayers = t->model->nparams;
     t->stale = t->staleness == PW_ASYNC ? (int)c->async_window : t->staleness;
     if (t->emb->ops->synchronous)
-        t->stale = 0; /* one thread: nothing runs ahead */
+        t->stale = 0; /* one store thread: the local model is the serial one */
     t->ahead = c->pull_ahead < t->stale ? (int)c->pull_ahead : t->stale;
     if (t->ahead < 0)
         t->ahead = 0;
-    t->nslots = t->stale + t->ahead + 2;
-    t->nrounds = t->stale + 2;
+    t->split = !t->grp && t->stale == 0 && c->pull_ahead >= 1;
+    if (t->split)
+        t->ahead = 1;
+    /* split: round t - 1 may be unapplied while step t + 1 is read (one slot and round more) */
+    t->nslots = t->stale + t->ahead + 2 + t->split;
+    t->nrounds = t->stale + 2 + t->split;
     t->slots = pc_scalloc(PC_MEM_BATCH, (size_t)t->nslots, sizeof *t->slots);
     t->rounds = pc_scalloc(PC_MEM_BATCH, (size_t)t->nrounds, sizeof *t->rounds);
     const size_t cf = ((size_t)c->chunk_kib << 10) / sizeof(float);
@@ -257,8 +268,6 @@ int pw__pipeline_init(trainer_t *t) {
     }
     if (t->step_log)
         setvbuf(t->step_log, NULL, _IOLBF, 0);
-    if (t->emb->ops->synchronous)
-        return 0;
     pw_sched_opts_t so = {.credit_bytes = (size_t)c->credit_kib << 10,
                           .fifo = c->order == PW_ORDER_FIFO};
     return pw_sched_create(&so, &t->sched);
@@ -266,9 +275,11 @@ int pw__pipeline_init(trainer_t *t) {
 
 static void slot_free(pw_backend_t *be, slot_t *s) {
     void *const host[] = {s->b.labels,  s->b.dense, s->b.keys, s->b.fields, s->b.vals,
-                          s->b.key_off, s->ukeys,   s->inv,    s->urows,    s->ugrads};
+                          s->b.key_off, s->ukeys,   s->inv,    s->perm,     s->pkeys,
+                          s->in_next,   s->urows,   s->ugrads, s->pgrads};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         be->host_free(be, host[i]);
+    pw_unique_free(&s->set);
     pc_sfree(s->push);
 }
 
@@ -319,9 +330,11 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     void **const per_sample[] = {(void **)&s->b.labels, (void **)&s->b.key_off};
     const size_t ps_size[] = {sizeof(float), sizeof(size_t)};
     void **const per_key[] = {(void **)&s->b.keys, (void **)&s->b.fields, (void **)&s->b.vals,
-                              (void **)&s->inv, (void **)&s->ukeys};
-    const size_t pk_size[] = {sizeof(uint64_t), sizeof(uint16_t), sizeof(float), sizeof(uint32_t),
-                              sizeof(uint64_t)};
+                              (void **)&s->inv,    (void **)&s->ukeys,    (void **)&s->perm,
+                              (void **)&s->pkeys,  (void **)&s->in_next};
+    const size_t pk_size[] = {sizeof(uint64_t), sizeof(uint16_t), sizeof(float),
+                              sizeof(uint32_t), sizeof(uint64_t), sizeof(uint32_t),
+                              sizeof(uint64_t), sizeof(uint8_t)};
     void **const dense[] = {(void **)&s->b.dense};
     const size_t d_size[] = {sizeof(float)};
     pw_backend_t *be = t->be; /* the slot's arrays are what the device copies from */
@@ -329,7 +342,7 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     if (!rc)
         rc = grow(be, &s->dcap, n * nd + 1, 1, dense, d_size);
     if (!rc)
-        rc = grow(be, &s->kcap, nk + 1, 5, per_key, pk_size);
+        rc = grow(be, &s->kcap, nk + 1, 8, per_key, pk_size);
     if (rc)
         return rc;
     s->b.n = n;
@@ -344,34 +357,112 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     memcpy(s->ukeys, b->ukeys, b->nu * sizeof(uint64_t)); /* the reader found them (dedup) */
     memcpy(s->inv, b->inv, nk * sizeof(uint32_t));
     s->nu = b->nu;
-    void **const rows[] = {(void **)&s->urows, (void **)&s->ugrads};
-    const size_t r_size[] = {sizeof(float), sizeof(float)};
-    return grow(be, &s->ucap, s->nu * (size_t)t->emb->dim + 1, 2, rows, r_size);
+    memset(s->in_next, 0, s->nu);
+    s->indexed = s->pull2_due = false;
+    s->push_first = 0;
+    void **const rows[] = {(void **)&s->urows, (void **)&s->ugrads, (void **)&s->pgrads};
+    const size_t r_size[] = {sizeof(float), sizeof(float), sizeof(float)};
+    return grow(be, &s->ucap, s->nu * (size_t)t->emb->dim + 1, 3, rows, r_size);
 }
 
 static round_t *round_of(trainer_t *t, uint64_t id) {
     return &t->rounds[id % (uint64_t)t->nrounds];
 }
 
+/* Submit slot s's pull job j (s->pull or s->pull2: run_pull reads which keys) of n keys, to
+ * start once `after` is done (NULL: at once). */
+static void pull_submit(trainer_t *t, slot_t *s, pw_job_t *j, size_t n, pw_job_t *after) {
+    pw_sched_reset(j);
+    j->cls = PW_JOB_PULL;
+    j->prio = PRIO_PULL;
+    j->bytes = n * (sizeof(uint64_t) + (size_t)t->emb->dim * sizeof(float));
+    t->pulled_rows += n;
+    j->run = run_pull;
+    j->ctx = s;
+    j->after = after;
+    pw_sched_submit(t->sched, j);
+}
+
+/* The marker of round `round - back` while it is to be waited for (submitted, not applied), else
+ * NULL. */
+static pw_job_t *mark_gate(trainer_t *t, uint64_t round, uint64_t back) {
+    if (round < back || round - back < t->applied)
+        return NULL;
+    return &round_of(t, round - back)->mark;
+}
+
+static slot_t *slot_step(trainer_t *t, const slot_t *s, int by) {
+    return &t->slots[((s - t->slots) + by + t->nslots) % t->nslots];
+}
+
+/* Split: reorder s's unique keys, those p (the slot of the step before, not computed yet) does not
+ * have first (inv follows), and mark in p those s has. Returns how many p does not have. */
+static size_t split_keys(slot_t *s, slot_t *p) {
+    size_t nfresh = 0;
+    for (size_t i = 0; i < s->nu; i++) {
+        const size_t j = pw_unique_find(&p->set, p->ukeys, s->ukeys[i]);
+        s->perm[i] = j == SIZE_MAX ? 0 : 1;
+        nfresh += j == SIZE_MAX;
+        if (j != SIZE_MAX)
+            p->in_next[j] = 1;
+    }
+    size_t fi = 0, si = nfresh;
+    for (size_t i = 0; i < s->nu; i++) {
+        const size_t to = s->perm[i] ? si++ : fi++;
+        s->pkeys[to] = s->ukeys[i];
+        s->perm[i] = (uint32_t)to;
+    }
+    uint64_t *const k = s->ukeys; /* the reordered keys become ukeys; the old array scratch */
+    s->ukeys = s->pkeys;
+    s->pkeys = k;
+    const size_t nk = s->b.key_off[s->b.n];
+    for (size_t j = 0; j < nk; j++)
+        s->inv[j] = s->perm[s->inv[j]];
+    return nfresh;
+}
+
 void pw__slot_pull(trainer_t *t, slot_t *s) {
     s->staged = false;
-    pw_sched_reset(&s->pull);
-    s->pull.cls = PW_JOB_PULL;
-    s->pull.prio = PRIO_PULL;
-    s->pull.bytes = s->nu * (sizeof(uint64_t) + (size_t)t->emb->dim * sizeof(float));
-    s->pull.run = run_pull;
-    s->pull.ctx = s;
-    const uint64_t gate = s->round - (uint64_t)t->stale - 1;
-    if (s->round >= (uint64_t)t->stale + 1 && gate >= t->applied)
-        s->pull.after = &round_of(t, gate)->mark;
-    pw_sched_submit(t->sched, &s->pull);
+    pw_sched_reset(&s->pull2);
+    if (!t->split) {
+        pull_submit(t, s, &s->pull, s->npull = s->nu,
+                    mark_gate(t, s->round, (uint64_t)t->stale + 1));
+        return;
+    }
+    slot_t *p = slot_step(t, s, -1);
+    /* the step before is to compute still: its pushes can be split for this batch */
+    const bool before_due = s->round >= 1 && p->round + 1 == s->round && p->round >= t->next_round;
+    const size_t nfresh = before_due && p->indexed ? split_keys(s, p) : 0;
+    s->indexed = pw_unique_index(&s->set, s->ukeys, s->nu) == 0; /* else: no split after it */
+    if (!before_due) { /* the step before was submitted (or there is none): one pull after it */
+        pull_submit(t, s, &s->pull, s->npull = s->nu, mark_gate(t, s->round, 1));
+        return;
+    }
+    s->npull = nfresh;
+    t->early_rows += nfresh;
+    if (nfresh)
+        pull_submit(t, s, &s->pull, nfresh, mark_gate(t, s->round, 2));
+    else
+        pw_sched_reset(&s->pull);
+    s->pull2_due = nfresh < s->nu; /* submitted with the round before (pw__round_submit) */
+}
+
+static int slot_pull_wait(trainer_t *t, slot_t *s) {
+    const int rc = pw_sched_wait(t->sched, &s->pull), rc2 = pw_sched_wait(t->sched, &s->pull2);
+    return rc ? rc : rc2;
 }
 
 int pw__slot_rows(trainer_t *t, slot_t *s) {
     const uint64_t t0 = pc_time_mono_ns();
+    if (s->pull2_due) { /* the round before came without this slot's keys: after all of it */
+        s->pull2_due = false;
+        pull_submit(t, s, &s->pull2, s->nu - s->npull, mark_gate(t, s->round, 1));
+    }
     int rc;
-    while (pw__server_retry(t, rc = pw_sched_wait(t->sched, &s->pull), t0))
-        pw__slot_pull(t, s); /* its gate is done: waited for before */
+    while (pw__server_retry(t, rc = slot_pull_wait(t, s), t0)) {
+        pw_sched_reset(&s->pull2); /* all keys again: their gates are done (waited for) */
+        pull_submit(t, s, &s->pull, s->npull = s->nu, NULL);
+    }
     t->pull_wait_s += pc_time_sec_since(t0);
     pw_telemetry_pull_wait(t->tel, pc_time_mono_ns() - t0);
     char why[1024];
@@ -381,6 +472,11 @@ int pw__slot_rows(trainer_t *t, slot_t *s) {
     return rc;
 }
 
+bool pw__slot_pulled(trainer_t *t, slot_t *s) {
+    return !s->pull2_due && pw_sched_done(t->sched, &s->pull) &&
+           pw_sched_done(t->sched, &s->pull2) && slot_pull_wait(t, s) == 0;
+}
+
 int pw__slot_stage(trainer_t *t, slot_t *s) {
     pw_step_input_t in = {.b = &s->b, .inv = s->inv, .nu = s->nu, .urows = s->urows};
     int rc = pw_step_stage(t->st, (int)(s->round & 1), &in);
@@ -388,20 +484,41 @@ int pw__slot_stage(trainer_t *t, slot_t *s) {
     return rc;
 }
 
-/* Push chunks of slot s: their count, *per keys each, *row bytes a key. */
+/* Split: gather slot s's keys and gradients for its pushes, those in the next batch first
+ * (pkeys, pgrads; push_first of them). */
+static void slot_gather(trainer_t *t, slot_t *s) {
+    const size_t d = (size_t)t->emb->dim;
+    size_t first = 0;
+    for (size_t i = 0; i < s->nu; i++)
+        first += s->in_next[i];
+    size_t a = 0, b = first;
+    for (size_t i = 0; i < s->nu; i++) {
+        const size_t to = s->in_next[i] ? a++ : b++;
+        s->pkeys[to] = s->ukeys[i];
+        memcpy(s->pgrads + to * d, s->ugrads + i * d, d * sizeof(float));
+    }
+    s->push_first = first;
+}
+
+/* Push chunks of slot s: their count, *per keys each, *row bytes a key (split: the keys in the
+ * next batch are one push, the first). */
 static size_t push_chunks(const trainer_t *t, const slot_t *s, size_t *per, size_t *row) {
     *row = sizeof(uint64_t) + (size_t)t->emb->dim * sizeof(float);
     const size_t chunk = (size_t)t->c->chunk_kib << 10;
     *per = chunk / *row ? chunk / *row : 1;
-    return s->nu ? (s->nu + *per - 1) / *per : 0;
+    const size_t rest = s->nu - s->push_first;
+    return (s->push_first ? 1 : 0) + (rest + *per - 1) / *per;
 }
 
 /* Push the slot's summed gradients in chunks (bulk: after everything else), each started only
  * once `gate` is done (NULL: at once). s->push holds them (grown by round_submit). */
 static void slot_push(trainer_t *t, slot_t *s, pw_job_t *gate) {
     size_t per, row;
-    const size_t n = push_chunks(t, s, &per, &row);
+    const size_t n = push_chunks(t, s, &per, &row), d = (size_t)t->emb->dim;
+    const uint64_t *keys = t->split ? s->pkeys : s->ukeys;
+    const float *grads = t->split ? s->pgrads : s->ugrads;
     s->npush = n;
+    size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         pchunk_t *p = &s->push[i]; /* grown by realloc: every field of the job set here */
         p->job =
@@ -410,8 +527,10 @@ static void slot_push(trainer_t *t, slot_t *s, pw_job_t *gate) {
         p->job.after = gate;
         p->s = s;
         p->sent = false;
-        p->off = i * per;
-        p->n = s->nu - p->off < per ? s->nu - p->off : per;
+        p->n = i == 0 && s->push_first ? s->push_first : s->nu - off < per ? s->nu - off : per;
+        p->keys = keys + off;
+        p->grads = grads + off * d;
+        off += p->n;
         p->job.bytes = p->n * row;
         pw_sched_submit(t->sched, &p->job);
     }
@@ -453,6 +572,8 @@ int pw__slot_settle(trainer_t *t, slot_t *s) {
 
 int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     if (s) { /* the push chunks' memory first: nothing is submitted on a failure */
+        if (t->split)
+            slot_gather(t, s);
         size_t per, row, n = push_chunks(t, s, &per, &row);
         void **const push[] = {(void **)&s->push};
         const size_t p_size[] = {sizeof *s->push};
@@ -527,6 +648,12 @@ int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     r->mark.run = run_mark;
     r->mark.ctx = r;
     pw_sched_submit(t->sched, &r->mark);
+    slot_t *nx = s && t->split ? slot_step(t, s, 1) : NULL;
+    if (nx && nx->pull2_due && nx->round == s->round + 1) { /* its keys this step pushes */
+        nx->pull2_due = false;
+        pull_submit(t, nx, &nx->pull2, nx->nu - nx->npull,
+                    s->push_first ? &s->push[0].job : &r->mark);
+    }
     return 0;
 }
 

@@ -88,7 +88,9 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_STRING(T, mode, "sync",
                       "sync | async | ssp:S (no worker more than S steps ahead of the slowest)"),
     PC_SETTING_INT(T, pull_ahead, 0, 64, "2",
-                   "batches whose rows are pulled ahead (async, ssp: at most S)"),
+                   "batches whose rows are pulled ahead (async, ssp: at most S; a lone "
+                   "worker in sync: 0 off, else one batch's rows the step before does not "
+                   "push, while it computes)"),
     PC_SETTING_INT(T, async_window, 1, 1000, "2",
                    "async: dense rounds in flight at most (their gradients apply that late)"),
     PC_SETTING_ENUM(T, order, k_order, "priority",
@@ -570,8 +572,7 @@ static int step_run(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
     int rc = pw_step_compute(t->st, (int)(s->round & 1), scale, s->ugrads);
     if (rc)
         return rc;
-    if (next && !next->staged && pw_sched_done(t->sched, &next->pull) &&
-        pw_sched_wait(t->sched, &next->pull) == 0 && (rc = pw__slot_stage(t, next)))
+    if (next && !next->staged && pw__slot_pulled(t, next) && (rc = pw__slot_stage(t, next)))
         return rc;
     rc = pw_step_finish(t->st, !t->grp, loss);
     if (!t->grp)
@@ -683,9 +684,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             continue;
         }
         /* The staleness gate: round next_round - stale - 1 done (its pull waited for it too);
-         * a failed round means a peer died: re-form the group. */
+         * a failed round means a peer died: re-form the group. A lone worker's split pulls wait
+         * for what their rows need (pw_pipeline.c): the round before may still push. */
         const uint64_t cur = t.next_round;
-        if ((rc = pw__apply_rounds(&t, (int64_t)cur - t.stale - 1, false, &stop))) {
+        if ((rc = pw__apply_rounds(&t, (int64_t)cur - t.stale - 1 - t.split, false, &stop))) {
             if (t.grp && !(rc = pw__pipeline_regroup(&t)))
                 continue;
             break;
@@ -717,8 +719,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 continue;
             }
         }
-        if (cur - t.applied > t.max_ahead)
-            t.max_ahead = cur - t.applied;
+        if (cur - t.applied - t.split > t.max_ahead && cur - t.applied >= (uint64_t)t.split)
+            t.max_ahead = cur - t.applied - t.split; /* split: its rows are not stale */
         pw__log_step(&t, cur, "start");
         const pw_batch_t *b = &s->b;
         slot_t *next = t.filled > 1 ? &t.slots[(t.head + 1) % t.nslots] : NULL;
@@ -741,6 +743,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
         if (c->eval_every && ntest && (t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0) &&
             res->samples >= next_eval) {
+            if (!t.grp) /* a lone worker's model: every push of its steps applied */
+                pw_sched_drain(t.sched);
             if ((rc = evaluate(&t, test, ntest, false, res)))
                 break;
             fprintf(stderr, "eval: after %llu samples: AUC %.4f, logloss %.4f (%llu samples)\n",
@@ -760,6 +764,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->pushed_bytes = st.bytes[PW_JOB_PUSH];
     res->dense_bytes = st.bytes[PW_JOB_DENSE];
     res->max_ahead = t.max_ahead;
+    res->early_rows = t.early_rows;
+    res->pulled_rows = t.pulled_rows;
     res->pull_wait_s = t.pull_wait_s;
     count_files(r, train, ntrain, res->train_files, &res->ntrain_files);
     uint64_t read = 0; /* samples of this run's readers (one before each rollback) */

@@ -227,6 +227,9 @@ typedef struct pw_train_result {
     uint64_t unclean_slots; /* slots the servers promoted to a backup not caught up meanwhile */
     uint64_t max_ahead;     /* most steps this worker ran ahead of the slowest (<= staleness) */
     double pull_wait_s;     /* time the training thread waited for pulled rows */
+    uint64_t early_rows;    /* rows pulled while the step before computed (a lone worker in
+                             * sync: those it did not push) */
+    uint64_t pulled_rows;   /* rows pulled, in all */
     uint64_t pulled_bytes, pushed_bytes, dense_bytes;
     /* per file (the first PW_TRAIN_FILES_MAX): this rank's training files, over every epoch
      * (from the resume position on), and the test files of the last evaluation */

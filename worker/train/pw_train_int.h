@@ -39,6 +39,7 @@
 #include "pw_step.h"
 #include "pw_telemetry.h"
 #include "pw_train.h"
+#include "pw_unique.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -58,16 +59,31 @@ typedef struct slot {
     uint32_t *inv;
     size_t nu, ucap; /* ucap: urows, ugrads (the backend's host memory: pinned on a GPU) */
     float *urows, *ugrads;
-    pw_job_t pull;
-    bool staged; /* its inputs are on the backend (the step's set round & 1) */
+    pw_job_t pull;  /* keys [0, npull) */
+    pw_job_t pull2; /* split: keys [npull, nu), those the step before pushes (after its first
+                     * push: submitted with that round) */
+    size_t npull;
+    bool pull2_due; /* split: pull2 is to be submitted (with the round before) */
+    bool staged;    /* its inputs are on the backend (the step's set round & 1) */
+    /* split (t->split, see pw_pipeline.c): the slot's keys as a set (once `indexed`), and which
+     * of them the next slot's batch has (in_next: set when that slot splits its keys) */
+    pw_unique_t set;
+    bool indexed;
+    uint8_t *in_next;
+    uint32_t *perm;    /* split: scratch (the keys' new places) */
+    uint64_t *pkeys;   /* split: the pushed keys, those in the next batch first; scratch before */
+    float *pgrads;     /* split: their gradients */
+    size_t push_first; /* split: pkeys[0, push_first) are in the next batch (one push first) */
     struct pchunk *push;
     size_t npush, pcap;
 } slot_t;
 
-typedef struct pchunk { /* a push of keys [off, off + n) of a slot */
+typedef struct pchunk { /* a push of n keys of a slot, from keys and grads */
     pw_job_t job;
     slot_t *s;
-    size_t off, n;
+    const uint64_t *keys;
+    const float *grads;
+    size_t n;
     bool sent; /* its call started (else its gate failed and it never ran) */
 } pchunk_t;
 
@@ -109,13 +125,14 @@ typedef struct trainer {
     pw_group_t *grp;     /* world > 1: the workers' group (membership, collectives) */
     pw_dcoll_t *dcoll;   /* this generation's dense allreduce on the devices (NCCL), or NULL:
                           * Gloo on the host (pw__dcoll_decide) */
-    pw_sched_t *sched;   /* every call to the store and the group (NULL: a synchronous store) */
+    pw_sched_t *sched;   /* every call to the store and the group */
     pw_telemetry_t *tel; /* /metrics and the metrics log: published after every step */
     pw_publish_t *pub;   /* publish_dir: the dense publisher (NULL: not opened yet) */
     bool pub_off;        /* it could not be opened: publishing stays off */
     /* the pipeline (pw_pipeline.c) */
     size_t nflat; /* dense gradients and the has-batch flag */
     int stale;    /* rounds a step may run ahead of the group (sync 0) */
+    bool split;   /* a lone worker in sync: the next batch's keys pulled in two parts */
     int ahead;    /* batches pulled ahead of the one computing */
     slot_t *slots;
     int nslots, head, filled;
@@ -129,6 +146,7 @@ typedef struct trainer {
     bool waiting_servers;    /* warned that the servers are unavailable (until they answer) */
     FILE *step_log;
     uint64_t max_ahead;
+    uint64_t early_rows, pulled_rows; /* pw_train_result_t's */
     double pull_wait_s;
     /* recovery (pw_recover.c) */
     uint64_t step;            /* dense optimizer steps taken (distributed: the group's count) */
@@ -173,6 +191,8 @@ int pw__lookup(trainer_t *t, const uint64_t *keys, size_t n, float *rows);
 int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b);
 void pw__slot_pull(trainer_t *t, slot_t *s);
 int pw__slot_rows(trainer_t *t, slot_t *s);
+/* Whether slot s's rows are all there (pulled, no failure): it may be staged. */
+bool pw__slot_pulled(trainer_t *t, slot_t *s);
 int pw__slot_stage(trainer_t *t, slot_t *s);
 /* Wait for the slot's pushes before it is refilled: pushes whose gate failed (a dropped round)
  * count as lost; a push that ran and failed is returned. */

@@ -335,7 +335,8 @@ static void test_unreadable_data(void **state) {
                 r.test_files[0].bad == 0 && r.test_samples == 30000);
 }
 
-/* Reproducible: the same settings and seed give bit-identical results; another seed does not. */
+/* Reproducible: the same settings and seed give bit-identical results, and so does the serial
+ * pipeline (no pulls ahead); another seed does not. */
 static void test_reproducible(void **state) {
     (void)state;
     pw_train_config_t c;
@@ -348,6 +349,15 @@ static void test_reproducible(void **state) {
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &a), 0);
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &b), 0);
     assert_true(a.auc == b.auc && a.logloss == b.logloss && a.train_loss == b.train_loss);
+    /* The split pulls of a lone worker (pw_pipeline.c) read every row as the serial order does:
+     * with pull_ahead 0 (no split, no read-ahead) the same bits. */
+    assert_true(a.early_rows > 0 && a.early_rows < a.pulled_rows);
+    pw_train_config_t c0 = c;
+    c0.pull_ahead = 0;
+    pw_train_result_t s;
+    assert_int_equal(pw_train_run(&c0, PW_FMT_CRITEO, tr, 1, te, 1, &s), 0);
+    assert_true(s.early_rows == 0 && s.pulled_rows == a.pulled_rows);
+    assert_true(s.auc == a.auc && s.logloss == a.logloss && s.train_loss == a.train_loss);
     c.seed = 2;
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &d), 0);
     assert_true(d.logloss != a.logloss);
