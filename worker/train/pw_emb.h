@@ -9,8 +9,9 @@
  * - Asynchronous by contract: pull_async / push_async return 0 once the call is started and
  *   report its end through the callback (from any thread: libpsclient's I/O thread for remote);
  *   or return an error and start nothing. A store whose calls end before they return
- *   (`synchronous`: the local one) runs its callbacks in the caller's thread, and the trainer
- *   then needs no scheduler thread and no pipelining.
+ *   (`synchronous`: the local one) runs its callbacks in the caller's thread; the trainer calls
+ *   it from its scheduler's dispatch thread (beside the compute) and never runs ahead of it
+ *   (sync only).
  * - Rows are dim floats each, in the caller's key order. Pulls of missing keys give their initial
  *   rows (and insert them); lookups never insert. A push applies the summed gradient of each key
  *   with the store's optimizer. Errors: PC_EUNAVAIL / PC_ETIMEDOUT (a server down: the caller
@@ -20,7 +21,8 @@
  *   table records which job's rows it holds, and one job does not silently train another's
  *   (docs/training.md, "Table lifecycle").
  *
- * Thread rule: calls from one thread at a time (the trainer's); callbacks from any thread.
+ * Thread rule: pulls and pushes from one thread at a time (the scheduler's dispatch thread),
+ * lookups and the rest from the trainer's; callbacks from any thread.
  */
 #ifndef PW_EMB_H
 #define PW_EMB_H
