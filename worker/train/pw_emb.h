@@ -40,6 +40,9 @@ typedef struct pw_emb_mark {
     uint64_t uid, head;
 } pw_emb_mark_t;
 
+/* The table settings (ps_table's names) under which calls on disjoint keys commute. */
+#define PW_EMB_ORDER_FREE "admit_threshold=0,ttl_ticks=0,capacity_rows=0,cold=false"
+
 typedef struct pw_emb_ops {
     const char *name; /* "remote", "local" */
     bool synchronous; /* calls end (callback run) before they return */
@@ -59,6 +62,11 @@ typedef struct pw_emb_ops {
      * connection to a server that restarted since it was made fails here, so reconnects counts
      * it afterwards. NULL: no servers (local). */
     int (*ping)(pw_emb_t *e, int timeout_ms, char *why, size_t cap);
+    /* Whether pulls and pushes of disjoint keys give the same rows in either order: the table
+     * has no admission sketch, row budget, cold tier or expiry (PW_EMB_ORDER_FREE; remote: as
+     * its claim found the servers' table). A lone worker then pulls ahead of its pushes
+     * (pw_pipeline.c). NULL: not known, no. */
+    bool (*order_free)(pw_emb_t *e);
     /* Rows held (local), 0 when unknown. */
     uint64_t (*rows)(pw_emb_t *e);
     /* Write the table with its optimizer state to a row file (ps_ckpt.h's export), or NULL:

@@ -8,6 +8,7 @@
 #include "pc_error.h"
 #include "pc_log.h"
 #include "ps_ckpt.h"
+#include "pc_settings.h"
 #include "ps_table.h"
 
 #include <stdio.h>
@@ -16,6 +17,7 @@
 typedef struct local {
     pw_emb_t base;
     ps_table_t *t;
+    bool order_free; /* its config has PW_EMB_ORDER_FREE's settings */
 } local_t;
 
 static int l_pull_async(pw_emb_t *e, const uint64_t *keys, size_t n, float *rows,
@@ -40,6 +42,10 @@ static uint64_t l_reconnects(pw_emb_t *e) {
     return 0;
 }
 
+static bool l_order_free(pw_emb_t *e) {
+    return ((local_t *)e)->order_free;
+}
+
 static uint64_t l_rows(pw_emb_t *e) {
     return ps_table_count(((local_t *)e)->t);
 }
@@ -59,6 +65,7 @@ static const pw_emb_ops_t k_local = {.name = "local",
                                      .push_async = l_push_async,
                                      .lookup = l_lookup,
                                      .reconnects = l_reconnects,
+                                     .order_free = l_order_free,
                                      .rows = l_rows,
                                      .export_rows = l_export,
                                      .close = l_close};
@@ -81,6 +88,9 @@ int pw_emb_local_open(const pw_emb_opts_t *o, pw_emb_t **out) {
     if (!l)
         return PC_ENOMEM;
     l->base = (pw_emb_t){.ops = &k_local, .dim = o->dim};
+    char cfg[2048];
+    ps_table_config_format(&tc, cfg, sizeof cfg);
+    l->order_free = pc_settings_list_diff(PW_EMB_ORDER_FREE, cfg, NULL, 0) == 0;
     int rc = ps_table_create(&tc, &l->t);
     if (rc) {
         pc_sfree(l);

@@ -20,6 +20,7 @@ typedef struct remote {
     psc_t *ps;
     char table[64];
     bool zero_rows;     /* the model starts its rows at zero (LR) */
+    bool order_free;    /* the claim found the servers' table with PW_EMB_ORDER_FREE's settings */
     pthread_mutex_t mu; /* why */
     char why[1024];     /* the latest failure's detail (psc_wait_detail) */
 } remote_t;
@@ -143,6 +144,10 @@ _Static_assert((int)PW_CLAIM_CHECK == (int)PSC_CLAIM_CHECK &&
                    (int)PW_CLAIM_FRESH == (int)PSC_CLAIM_FRESH,
                "pw_claim_mode_t is libpsclient's");
 
+static bool r_order_free(pw_emb_t *e) {
+    return ((remote_t *)e)->order_free;
+}
+
 static int r_claim(pw_emb_t *e, const char *job, int mode, const char *expect, char *msg,
                    size_t cap) {
     remote_t *r = (remote_t *)e;
@@ -163,6 +168,8 @@ static int r_claim(pw_emb_t *e, const char *job, int mode, const char *expect, c
         rc = PC_EINVAL;
         snprintf(msg, cap, "table %s on the servers does not match --table: %s", r->table, diff);
     }
+    if (!rc)
+        r->order_free = pc_settings_list_diff(PW_EMB_ORDER_FREE, cl->config, NULL, 0) == 0;
     if (!rc && r->zero_rows && pc_settings_list_diff("init=zeros", cl->config, NULL, 0))
         PC_WARN("train: table %s on the servers starts rows at random (no init=zeros); this model "
                 "starts them at zero with --local: create the table with init=zeros to match",
@@ -228,6 +235,7 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
                                       .ping = r_ping,
                                       .rows = r_rows,
                                       .claim = r_claim,
+                                      .order_free = r_order_free,
                                       .watermark = r_watermark,
                                       .map_text = r_map_text,
                                       .map_refreshes = r_map_refreshes,

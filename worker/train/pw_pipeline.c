@@ -9,14 +9,17 @@
  *   scheduler's dispatch thread, beside the trainer's compute) keeps stale 0.
  * - Gates: the pull of step t waits for round t - stale - 1 (its marker: every worker's pushes of
  *   that step applied, in sync); the marker of a round waits for its slot's pushes (not async).
- * - A lone worker in sync (`split`: no group, pull_ahead >= 1) reads one batch ahead and splits
+ * - A lone worker in sync (`split`: no group, pull_ahead >= 1, a store whose calls on disjoint
+ *   keys commute: pw_emb.h order_free) reads one batch ahead and splits
  *   each batch's unique keys against the batch before (pw_unique sets, one per slot): step t + 1's
  *   keys that step t does not have (first in its ukeys) are pulled after round t - 1's marker,
  *   while step t computes; the rest (pull2) once step t's first push, of exactly those keys
  *   (pkeys[0, push_first), gathered with their gradients), was applied. Step t's other pushes
  *   then run while step t + 1 computes, and step t + 2's first pull waits for all of them (round
  *   t's marker). Every row is read after every push before it and before every push after it,
- *   as in the serial order: the model is the same to the last bit (test_train).
+ *   as in the serial order: the model is the same to the last bit (test_train). Rows stored in
+ *   16 bits round with seeds that follow the push calls, which the split cuts otherwise: the
+ *   same model up to those roundings, and reproducible (pushes run in submission order).
  * - Push order rank (sync): turn k of a round is an allreduce of one float that rank k enters
  *   once its pushes were answered and every other rank at once; rank k + 1's pushes wait for
  *   turn k. A row then sees the workers' gradients of a step in rank order, so a job's model
@@ -208,13 +211,14 @@ int pw__pipeline_init(trainer_t *t) {
     const pw_train_config_t *c = t->c;
     const pw_linear_t *layers = t->model->params;
     const int nlayers = t->model->nparams;
-    t->stale = t->staleness == PW_ASYNC ? (int)c->async_window : t->staleness;
     if (t->emb->ops->synchronous)
-        t->stale = 0; /* one store thread: the local model is the serial one */
+        t->staleness = 0; /* one store thread: the local model is sync's, whatever the mode */
+    t->stale = t->staleness == PW_ASYNC ? (int)c->async_window : t->staleness;
     t->ahead = c->pull_ahead < t->stale ? (int)c->pull_ahead : t->stale;
     if (t->ahead < 0)
         t->ahead = 0;
-    t->split = !t->grp && t->stale == 0 && c->pull_ahead >= 1;
+    t->split = !t->grp && t->stale == 0 && c->pull_ahead >= 1 && t->emb->ops->order_free &&
+               t->emb->ops->order_free(t->emb);
     if (t->split)
         t->ahead = 1;
     /* split: round t - 1 may be unapplied while step t + 1 is read (one slot and round more) */
@@ -342,7 +346,7 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     if (!rc)
         rc = grow(be, &s->dcap, n * nd + 1, 1, dense, d_size);
     if (!rc)
-        rc = grow(be, &s->kcap, nk + 1, 8, per_key, pk_size);
+        rc = grow(be, &s->kcap, nk + 1, t->split ? 8 : 5, per_key, pk_size); /* split: 3 more */
     if (rc)
         return rc;
     s->b.n = n;
@@ -357,12 +361,13 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     memcpy(s->ukeys, b->ukeys, b->nu * sizeof(uint64_t)); /* the reader found them (dedup) */
     memcpy(s->inv, b->inv, nk * sizeof(uint32_t));
     s->nu = b->nu;
-    memset(s->in_next, 0, s->nu);
+    if (t->split)
+        memset(s->in_next, 0, s->nu);
     s->indexed = s->pull2_due = false;
     s->push_first = 0;
     void **const rows[] = {(void **)&s->urows, (void **)&s->ugrads, (void **)&s->pgrads};
     const size_t r_size[] = {sizeof(float), sizeof(float), sizeof(float)};
-    return grow(be, &s->ucap, s->nu * (size_t)t->emb->dim + 1, 3, rows, r_size);
+    return grow(be, &s->ucap, s->nu * (size_t)t->emb->dim + 1, t->split ? 3 : 2, rows, r_size);
 }
 
 static round_t *round_of(trainer_t *t, uint64_t id) {

@@ -41,10 +41,12 @@
  * linear in the gradient, 2 workers with batch b train the same model as 1 worker with batch 2b
  * over the interleaved data, to float rounding), ssp:S lets a worker run at most S steps ahead of
  * the slowest and pulls `pull_ahead` (<= S) batches ahead, async does not wait for pushes and
- * applies dense rounds up to `async_window` steps late. A lone worker in sync (`--local`, or one
- * worker on servers) with pull_ahead >= 1 reads one batch ahead and pulls the rows its step
- * before does not push while that step computes, the rest after that step's first push: the
- * serial model to the last bit (pw_pipeline.c). A worker whose data ran out joins rounds
+ * applies dense rounds up to `async_window` steps late. A worker without a group in sync
+ * (`--local`, whose mode is always sync, or one worker on servers without a coordinator) with
+ * pull_ahead >= 1, on a table with no admission, row budget, cold tier or expiry, reads one
+ * batch ahead and pulls the rows its step before does not push while that step computes, the
+ * rest after that step's first push: the serial model to the last bit for f32 rows
+ * (pw_pipeline.c). A worker whose data ran out joins rounds
  * with no gradient until a round in which no worker had a batch. The group's rank 0 evaluates the
  * test stream at the end (lookups: the servers' rows are not changed), writes its predictions
  * when asked (`predictions`: the probability of every test sample, one per line, in the test

@@ -335,8 +335,9 @@ static void test_unreadable_data(void **state) {
                 r.test_files[0].bad == 0 && r.test_samples == 30000);
 }
 
-/* Reproducible: the same settings and seed give bit-identical results, and so does the serial
- * pipeline (no pulls ahead); another seed does not. */
+/* Reproducible: the same settings and seed give bit-identical results, and so do the serial
+ * pipeline (no pulls ahead) and --mode async (--local is always sync); another seed does not. A
+ * table with admission keeps the serial pipeline. */
 static void test_reproducible(void **state) {
     (void)state;
     pw_train_config_t c;
@@ -358,6 +359,15 @@ static void test_reproducible(void **state) {
     assert_int_equal(pw_train_run(&c0, PW_FMT_CRITEO, tr, 1, te, 1, &s), 0);
     assert_true(s.early_rows == 0 && s.pulled_rows == a.pulled_rows);
     assert_true(s.auc == a.auc && s.logloss == a.logloss && s.train_loss == a.train_loss);
+    /* --local trains in sync whatever the mode: async gives the same bits */
+    pw_train_config_t ca = c;
+    snprintf(ca.mode, sizeof ca.mode, "async");
+    assert_int_equal(pw_train_run(&ca, PW_FMT_CRITEO, tr, 1, te, 1, &s), 0);
+    assert_true(s.auc == a.auc && s.logloss == a.logloss && s.train_loss == a.train_loss);
+    /* admission counts sightings across keys: no split there (the serial pipeline) */
+    snprintf(ca.table, sizeof ca.table, "admit_threshold=2");
+    assert_int_equal(pw_train_run(&ca, PW_FMT_CRITEO, tr, 1, te, 1, &s), 0);
+    assert_true(s.early_rows == 0 && s.pulled_rows > 0);
     c.seed = 2;
     assert_int_equal(pw_train_run(&c, PW_FMT_CRITEO, tr, 1, te, 1, &d), 0);
     assert_true(d.logloss != a.logloss);
