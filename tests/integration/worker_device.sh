@@ -25,9 +25,9 @@ if grep -q -w avx2 /proc/cpuinfo && grep -q -w fma /proc/cpuinfo &&
     echo "FAIL: OpenBLAS runs pre-AVX2 kernels on a CPU with AVX2"; exit 1
   fi
   OPENBLAS_CORETYPE=Prescott "$bin/ps-worker" --local --device=cpu --train="$dir/train.tsv" \
-      --batch=256 >/dev/null 2>"$dir/err.txt" || { cat "$dir/err.txt"; echo "FAIL: Prescott run"; exit 1; }
-  grep -q "(--device cpu; OpenBLAS Prescott kernels)" "$dir/err.txt" ||
-      { cat "$dir/err.txt"; echo "FAIL: the user's OPENBLAS_CORETYPE was not kept"; exit 1; }
+      --batch=256 --blas-threads=3 >/dev/null 2>"$dir/err.txt" || { cat "$dir/err.txt"; echo "FAIL: Prescott run"; exit 1; }
+  grep -q "(--device cpu; OpenBLAS Prescott kernels, 3 threads)" "$dir/err.txt" ||
+      { cat "$dir/err.txt"; echo "FAIL: the user's OPENBLAS_CORETYPE or --blas-threads was not kept"; exit 1; }
 fi
 rc=0
 "$bin/ps-worker" --local --device=cuda:1023 --train="$dir/train.tsv" 2>"$dir/err.txt" >/dev/null || rc=$?

@@ -83,9 +83,10 @@ static int open_cuda(int dev, pw_backend_t **out, char *why, size_t why_len) {
 /* The CPU backend's line for pw_backend_open: why it was chosen, and OpenBLAS's kernels. */
 static void cpu_why(char *why, size_t why_len, const char *how) {
     const char *fell = pw__blas_fell();
-    snprintf(why, why_len, "%s (%s; OpenBLAS %s kernels%s%s%s)", pw_backend_cpu()->name, how,
-             pw_blas_core(), fell[0] ? ", chosen over the " : "", fell,
-             fell[0] ? " it fell back to on this CPU" : "");
+    const int threads = pw_blas_threads(-1);
+    snprintf(why, why_len, "%s (%s; OpenBLAS %s kernels%s%s%s, %d thread%s)",
+             pw_backend_cpu()->name, how, pw_blas_core(), fell[0] ? ", chosen over the " : "", fell,
+             fell[0] ? " it fell back to on this CPU" : "", threads, threads == 1 ? "" : "s");
 }
 
 int pw_backend_open(const char *device, pw_backend_t **out, char *why, size_t why_len) {

@@ -188,6 +188,12 @@ void pw_blas_select(char **argv);
 /* The OpenBLAS kernels in use, e.g. "SkylakeX" (openblas_get_corename). */
 const char *pw_blas_core(void);
 
+/* OpenBLAS threads for the CPU backend's GEMMs: n >= 1, or 0 for the online CPUs less one (the
+ * reader and the store's calls run on threads of their own beside the step), at least 1.
+ * Nothing when OPENBLAS_NUM_THREADS or OMP_NUM_THREADS is set (the user's choice), or n < 0.
+ * Returns the threads OpenBLAS uses. */
+int pw_blas_threads(int n);
+
 /* A backend for `device`:
  *   "cpu"          the CPU backend;
  *   "cpu:checked"  the CPU backend with device memory unreadable outside backend calls (slow;

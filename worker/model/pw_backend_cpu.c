@@ -72,6 +72,14 @@ const char *pw_blas_core(void) {
     return openblas_get_corename();
 }
 
+int pw_blas_threads(int n) {
+    if (n >= 0 && !getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        openblas_set_num_threads(n > 0 ? n : cpus > 2 ? (int)cpus - 1 : 1);
+    }
+    return openblas_get_num_threads();
+}
+
 const char *pw__blas_fell(void) {
     return g_fell;
 }

@@ -29,6 +29,7 @@
 typedef struct cfg {
     pw_train_config_t t;
     bool local, json;
+    int64_t blas_threads;
     char train[4096], test[4096], device[32];
     int format; /* pw_format_t */
     int log_level;
@@ -47,6 +48,9 @@ static const pc_setting_t k_own[] = {
     PC_SETTING_STRING(T, device, "auto",
                       "where the dense math runs: auto (a GPU when the CUDA module loads and "
                       "finds one, else the CPU) | cpu | cuda | cuda:N | cpu:checked (tests)"),
+    PC_SETTING_INT(T, blas_threads, 0, 1024, "0",
+                   "OpenBLAS threads for the CPU's dense math (0: the CPUs less one, which the "
+                   "reader and the table's calls use; OPENBLAS_NUM_THREADS wins)"),
     PC_SETTING_BOOL(T, json, "false", "print the summary as one JSON object"),
     PC_SETTING_ENUM(T, log_level, k_levels, "warn", "log level"),
 };
@@ -117,6 +121,7 @@ int main(int argc, char **argv) {
     }
     if (c.local)
         tc->local_store = pw_emb_local_open;
+    pw_blas_threads((int)c.blas_threads);
     char why[768];
     int rc = pw_backend_open(c.device, &tc->backend, why, sizeof why);
     if (rc) {

@@ -13,6 +13,7 @@
 
 #include "pc_error.h"
 #include "pc_log.h"
+#include "pw_backend.h"
 #include "pw_datagen.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
@@ -30,6 +31,7 @@ static pw_datagen_result_t g_oracle;
 static int setup(void **state) {
     (void)state;
     pc_log_set_level(PC_LOG_ERROR);
+    pw_blas_threads(0); /* as ps-worker: a CPU left for the reader and the table's thread */
     tc_tmpdir(g_dir, sizeof g_dir, "train");
     snprintf(g_train, sizeof g_train, "%s/train.tsv", g_dir);
     snprintf(g_test, sizeof g_test, "%s/test.tsv", g_dir);
