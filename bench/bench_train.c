@@ -408,6 +408,7 @@ int bench_train_main(int argc, char **argv) {
     pw_train_result_t r0;
     if (pw_train_run(&c0, PW_FMT_CRITEO, trp, 1, tep, 1, &r0))
         abort();
+    const double early = (double)r.early_rows / (double)r.pulled_rows;
     /* The table's weights stored in 16 bits: the same run otherwise. */
     pw_train_result_t rs[2];
     static const char *const stored_types[2] = {"bf16", "f16"};
@@ -436,7 +437,7 @@ int bench_train_main(int argc, char **argv) {
     printf("%-40s %12.0f samples/s  (%.2f of the serial pipeline's %.0f; %.0f%% of the rows "
            "pulled while the step before computed)\n",
            "local DLRM training", r.samples_per_s, r.samples_per_s / r0.samples_per_s,
-           r0.samples_per_s, 100.0 * (double)r.early_rows / (double)r.pulled_rows);
+           r0.samples_per_s, 100.0 * early);
     printf("%-40s %12.2f GFLOP/s  (%.2f of sgemm 512^3, %.1f GFLOP/s, same run)\n", "dense part",
            dense_gflops, dense_gflops / peak, peak);
     printf("%-40s %12.2f GFLOP/s  (%.2f of sgemm 512^3; %.2f ms per step of %d)\n",
@@ -467,7 +468,7 @@ int bench_train_main(int argc, char **argv) {
     cJSON_AddNumberToObject(root, "train_samples_per_s", r.samples_per_s);
     cJSON_AddNumberToObject(root, "train_serial_samples_per_s", r0.samples_per_s);
     cJSON_AddNumberToObject(root, "train_vs_serial", r.samples_per_s / r0.samples_per_s);
-    cJSON_AddNumberToObject(root, "early_rows_share", (double)r.early_rows / (double)r.pulled_rows);
+    cJSON_AddNumberToObject(root, "early_rows_share", early);
     cJSON_AddNumberToObject(root, "auc_serial_minus_split", r0.auc - r.auc);
     cJSON_AddNumberToObject(root, "dense_gflops", dense_gflops);
     cJSON_AddNumberToObject(root, "sgemm_gflops", peak);

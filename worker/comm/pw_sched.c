@@ -229,15 +229,6 @@ void pw_sched_submit(pw_sched_t *s, pw_job_t *j) {
     j->sched = s;
     j->next = NULL;
     j->rc = 0;
-    if (!s) { /* inline: the dependency is done (one thread) */
-        j->state = J_RUNNING;
-        int rc = dep_rc(j) ? dep_rc(j) : j->run(j);
-        if (j->state != J_DONE || rc) { /* ordered jobs and failed starts end here */
-            j->state = J_DONE;
-            j->rc = rc;
-        }
-        return;
-    }
     pthread_mutex_lock(&s->mu);
     j->state = J_QUEUED;
     s->st.queued[j->cls]++;
@@ -260,19 +251,12 @@ void pw_sched_submit(pw_sched_t *s, pw_job_t *j) {
 
 void pw_sched_complete(pw_job_t *j, int rc) {
     pw_sched_t *s = j->sched;
-    if (!s) {
-        j->state = J_DONE;
-        j->rc = rc;
-        return;
-    }
     pthread_mutex_lock(&s->mu);
     finish_locked(s, j, rc);
     pthread_mutex_unlock(&s->mu);
 }
 
 int pw_sched_wait(pw_sched_t *s, pw_job_t *j) {
-    if (!s)
-        return j->state == J_DONE ? j->rc : 0;
     pthread_mutex_lock(&s->mu);
     while (j->state != J_DONE && j->state != J_IDLE)
         pthread_cond_wait(&s->cv, &s->mu);
@@ -282,8 +266,6 @@ int pw_sched_wait(pw_sched_t *s, pw_job_t *j) {
 }
 
 bool pw_sched_done(const pw_sched_t *s, const pw_job_t *j) {
-    if (!s)
-        return j->state == J_DONE || j->state == J_IDLE;
     pthread_mutex_lock((pthread_mutex_t *)&s->mu);
     const bool d = j->state == J_DONE || j->state == J_IDLE;
     pthread_mutex_unlock((pthread_mutex_t *)&s->mu);
@@ -297,8 +279,6 @@ void pw_sched_reset(pw_job_t *j) {
 }
 
 void pw_sched_abort_ordered(pw_sched_t *s, int rc) {
-    if (!s)
-        return;
     pthread_mutex_lock(&s->mu);
     fail_queued_locked(s, false, rc);
     pthread_cond_broadcast(&s->cv); /* dependants fail at the next pick */
@@ -307,18 +287,12 @@ void pw_sched_abort_ordered(pw_sched_t *s, int rc) {
 }
 
 void pw_sched_drain(pw_sched_t *s) {
-    if (!s)
-        return;
     pthread_mutex_lock(&s->mu);
     drain_locked(s);
     pthread_mutex_unlock(&s->mu);
 }
 
 void pw_sched_stats(pw_sched_t *s, pw_sched_stats_t *out) {
-    if (!s) {
-        *out = (pw_sched_stats_t){0};
-        return;
-    }
     pthread_mutex_lock(&s->mu);
     *out = s->st;
     out->inflight_bytes = s->inflight;

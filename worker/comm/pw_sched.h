@@ -15,9 +15,9 @@
  * job does not fit, nothing else starts: bulk work never holds credits an urgent job is waiting
  * for longer than it takes to finish what is already in flight.
  *
- * A job whose `after` failed fails with the same code without running. A scheduler created with
- * NULL (pw_sched_submit(NULL, j)) runs jobs at once in the caller: local training uses the same
- * code without threads.
+ * A job whose `after` failed fails with the same code without running. A store whose calls end
+ * before they return (local training's table) runs them on the dispatch thread, one at a time,
+ * beside the caller's compute.
  *
  * Thread rules: submit, wait, cancel and drain from the owner thread; pw_sched_complete from any
  * thread (libpsclient's I/O thread). A job's memory (and the buffers its run function uses) stays
@@ -69,7 +69,7 @@ int pw_sched_create(const pw_sched_opts_t *o, pw_sched_t **out);
 /* Waits for running jobs, fails queued ones with PC_ECANCELED, stops the threads. NULL: no-op. */
 void pw_sched_destroy(pw_sched_t *s);
 
-/* Queue j (its caller fields set). With s NULL, run it now in this thread. */
+/* Queue j (its caller fields set). */
 void pw_sched_submit(pw_sched_t *s, pw_job_t *j);
 /* A server-lane job's asynchronous call ended. */
 void pw_sched_complete(pw_job_t *j, int rc);

@@ -459,10 +459,7 @@ static int slot_pull_wait(trainer_t *t, slot_t *s) {
 
 int pw__slot_rows(trainer_t *t, slot_t *s) {
     const uint64_t t0 = pc_time_mono_ns();
-    if (s->pull2_due) { /* the round before came without this slot's keys: after all of it */
-        s->pull2_due = false;
-        pull_submit(t, s, &s->pull2, s->nu - s->npull, mark_gate(t, s->round, 1));
-    }
+    assert(!s->pull2_due); /* submitted with the round before, which every lone step submits */
     int rc;
     while (pw__server_retry(t, rc = slot_pull_wait(t, s), t0)) {
         pw_sched_reset(&s->pull2); /* all keys again: their gates are done (waited for) */

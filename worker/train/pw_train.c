@@ -719,8 +719,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 continue;
             }
         }
-        if (cur - t.applied - t.split > t.max_ahead && cur - t.applied >= (uint64_t)t.split)
-            t.max_ahead = cur - t.applied - t.split; /* split: its rows are not stale */
+        const uint64_t unapplied = cur - t.applied; /* split: one more, its rows not stale */
+        const uint64_t ahead = unapplied > (uint64_t)t.split ? unapplied - (uint64_t)t.split : 0;
+        if (ahead > t.max_ahead)
+            t.max_ahead = ahead;
         pw__log_step(&t, cur, "start");
         const pw_batch_t *b = &s->b;
         slot_t *next = t.filled > 1 ? &t.slots[(t.head + 1) % t.nslots] : NULL;

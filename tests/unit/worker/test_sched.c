@@ -6,7 +6,7 @@
  *  - the ordered lane runs one job at a time in submission order, beside server-lane jobs;
  *  - `after`: a dependant starts only when its dependency is done, and fails with it;
  *  - abort_ordered fails the queued ordered jobs and their dependants, drains the rest;
- *  - a NULL scheduler runs jobs inline.
+ *  - a call that ends inside its run (the local store's) completes on the dispatch thread.
  * Server-lane jobs here complete from the test thread (as libpsclient's I/O thread would). */
 #include "test_util.h"
 
@@ -258,6 +258,9 @@ static void test_ordered_and_after(void **state) {
     pw_sched_destroy(s);
 }
 
+/* A server-lane call that ends before it returns (the local store's): the job completes from
+ * its own run, on the dispatch thread; a dependant of a failed one fails without starting; a
+ * job never submitted counts as done. */
 static int run_inline(pw_job_t *j) {
     record((tjob_t *)j);
     pw_sched_complete(j, ((tjob_t *)j)->rc);
@@ -267,22 +270,25 @@ static int run_inline(pw_job_t *j) {
 static void test_inline(void **state) {
     (void)state;
     reset_rec();
+    pw_sched_t *s;
+    assert_int_equal(pw_sched_create(NULL, &s), 0);
     tjob_t a, b;
     init(&a, 1, PW_JOB_PULL, 0, 10, false);
     init(&b, 2, PW_JOB_PUSH, 0, 10, false);
     a.job.run = b.job.run = run_inline;
     a.rc = PC_EIO;
     b.job.after = &a.job;
-    pw_sched_submit(NULL, &a.job);
-    assert_int_equal(started_count(), 1); /* ran in this thread, at once */
-    assert_true(pw_sched_done(NULL, &a.job));
-    assert_int_equal(pw_sched_wait(NULL, &a.job), PC_EIO);
-    pw_sched_submit(NULL, &b.job);
-    assert_int_equal(pw_sched_wait(NULL, &b.job), PC_EIO); /* its dependency failed */
+    pw_sched_submit(s, &a.job);
+    assert_int_equal(pw_sched_wait(s, &a.job), PC_EIO);
+    assert_true(pw_sched_done(s, &a.job));
+    assert_int_equal(started_count(), 1);
+    pw_sched_submit(s, &b.job);
+    assert_int_equal(pw_sched_wait(s, &b.job), PC_EIO); /* its dependency failed */
     assert_int_equal(started_count(), 1);
     tjob_t never;
     init(&never, 3, PW_JOB_PULL, 0, 10, false);
-    assert_int_equal(pw_sched_wait(NULL, &never.job), 0); /* never submitted */
+    assert_int_equal(pw_sched_wait(s, &never.job), 0); /* never submitted */
+    pw_sched_destroy(s);
 }
 
 int main(void) {
