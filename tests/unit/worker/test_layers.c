@@ -259,7 +259,8 @@ static void check_interaction(pw_backend_t *b, int nb, int f, int d, bool fd, ui
 }
 
 /* The CPU's fused kernel (no f x f matrices) and the batched-GEMM path the GPU takes, at small
- * odd shapes, DLRM's 27 x 16 and a z too large for the fused kernel's transposed copy. */
+ * odd shapes, DLRM's 27 x 16, z too large for the fused kernel's transposed copy, row groups
+ * that cross blocks, a d with a tail and more fields than its row results hold. */
 static void test_dot_interaction(void **state) {
     (void)state;
     assert_non_null(be->interact);
@@ -272,6 +273,9 @@ static void test_dot_interaction(void **state) {
         check_interaction(paths[p], 2, 27, 16, true, 4);
         check_interaction(paths[p], 5, 9, 5, true, 5);
         check_interaction(paths[p], 2, 70, 130, false, 6); /* 9100 floats per sample */
+        check_interaction(paths[p], 3, 40, 32, false, 7);  /* 3 blocks of rows, 2 of d */
+        check_interaction(paths[p], 2, 21, 17, false, 8);  /* a tail of d */
+        check_interaction(paths[p], 2, 150, 4, false, 9);  /* more fields than row results */
     }
 }
 
