@@ -7,7 +7,7 @@
  * largest batch) and cleared per batch. The order of ukeys is a function of the keys alone, so
  * every caller (reader or trainer) gives the same rows in the same order.
  *
- * The same table answers membership afterwards (pw_unique_find): the trainer keeps one per
+ * The same table answers membership afterwards (pw_unique_find_many): the trainer keeps one per
  * slot, over the slot's unique keys (pw_unique_index), to split the next batch's keys into
  * those the last step pushes and those it does not (docs/training.md "A lone worker's pulls").
  *
@@ -29,11 +29,14 @@ typedef struct pw_unique {
  * nk). PC_ENOMEM. */
 int pw_unique(pw_unique_t *u, const uint64_t *keys, size_t nk, uint64_t *ukeys, uint32_t *inv,
               size_t *nu);
-/* Index the distinct keys ukeys[0..n) (kept, not copied: pw_unique_find reads them). PC_ENOMEM;
- * PC_EINVAL when two are equal. */
+/* Index the distinct keys ukeys[0..n) (kept, not copied: pw_unique_find_many reads them).
+ * PC_ENOMEM; PC_EINVAL when two are equal. */
 int pw_unique_index(pw_unique_t *u, const uint64_t *ukeys, size_t n);
-/* key's index in the ukeys of the last pw_unique or pw_unique_index call, or SIZE_MAX. */
-size_t pw_unique_find(const pw_unique_t *u, const uint64_t *ukeys, uint64_t key);
+#define PW_UNIQUE_NONE UINT32_MAX
+/* idx[i] = the index of keys[i] in the ukeys of the last pw_unique or pw_unique_index call, or
+ * PW_UNIQUE_NONE, for i < n (a batch: the lookups' misses overlap). */
+void pw_unique_find_many(const pw_unique_t *u, const uint64_t *ukeys, const uint64_t *keys,
+                         size_t n, uint32_t *idx);
 void pw_unique_free(pw_unique_t *u);
 
 #endif

@@ -404,11 +404,12 @@ static slot_t *slot_step(trainer_t *t, const slot_t *s, int by) {
  * have first (inv follows), and mark in p those s has. Returns how many p does not have. */
 static size_t split_keys(slot_t *s, slot_t *p) {
     size_t nfresh = 0;
+    pw_unique_find_many(&p->set, p->ukeys, s->ukeys, s->nu, s->perm);
     for (size_t i = 0; i < s->nu; i++) {
-        const size_t j = pw_unique_find(&p->set, p->ukeys, s->ukeys[i]);
-        s->perm[i] = j == SIZE_MAX ? 0 : 1;
-        nfresh += j == SIZE_MAX;
-        if (j != SIZE_MAX)
+        const uint32_t j = s->perm[i];
+        s->perm[i] = j == PW_UNIQUE_NONE ? 0 : 1;
+        nfresh += j == PW_UNIQUE_NONE;
+        if (j != PW_UNIQUE_NONE)
             p->in_next[j] = 1;
     }
     size_t fi = 0, si = nfresh;

@@ -69,6 +69,41 @@ static void test_unique(void **state) {
     assert_true(t.ukeys[0] == t.keys[0] && t.inv[0] == 0);
 }
 
+/* pw_unique_index and pw_unique_find_many against a linear search: sets and query batches of
+ * sizes around the batch's lookahead, half the queries present, in a set dense enough to chain
+ * (keys that collide); an empty set; equal keys refused (and then nothing found). */
+static void test_unique_find(void **state) {
+    (void)state;
+    enum { MAXN = 300 };
+    uint64_t set[MAXN], q[2 * MAXN];
+    uint32_t idx[2 * MAXN];
+    pw_unique_t u = {0};
+    uint64_t rng = 7;
+    const size_t sizes[] = {0, 1, 7, 8, 9, 16, 17, 33, 300};
+    for (size_t a = 0; a < sizeof sizes / sizeof sizes[0]; a++)
+        for (size_t b = 0; b < sizeof sizes / sizeof sizes[0]; b++) {
+            const size_t n = sizes[a], nq = sizes[b];
+            for (size_t i = 0; i < n; i++)
+                set[i] = 1000 * (a + 1) + 3 * i; /* distinct */
+            assert_int_equal(pw_unique_index(&u, set, n), 0);
+            for (size_t i = 0; i < nq; i++)
+                q[i] = n && tu_rand(&rng) % 2 ? set[tu_rand(&rng) % n] : 1000 * (a + 1) + 3 * i + 1;
+            pw_unique_find_many(&u, set, q, nq, idx);
+            for (size_t i = 0; i < nq; i++) {
+                uint32_t want = PW_UNIQUE_NONE;
+                for (size_t j = 0; j < n; j++)
+                    if (set[j] == q[i])
+                        want = (uint32_t)j;
+                assert_int_equal(idx[i], want);
+            }
+        }
+    set[0] = set[1] = 5;
+    assert_int_equal(pw_unique_index(&u, set, 2), PC_EINVAL);
+    pw_unique_find_many(&u, set, set, 2, idx);
+    assert_true(idx[0] == PW_UNIQUE_NONE && idx[1] == PW_UNIQUE_NONE);
+    pw_unique_free(&u);
+}
+
 static pw_model_t *model_make(pw_backend_t *be, const char *name, int ndense) {
     pw_model_config_t mc = {.ndense = ndense,
                             .nfields = FEAT,
@@ -251,9 +286,8 @@ static void test_check(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unique),
-        cmocka_unit_test(test_fm_reference),
-        cmocka_unit_test(test_dlrm_gradients),
+        cmocka_unit_test(test_unique),       cmocka_unit_test(test_unique_find),
+        cmocka_unit_test(test_fm_reference), cmocka_unit_test(test_dlrm_gradients),
         cmocka_unit_test(test_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
