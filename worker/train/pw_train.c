@@ -566,18 +566,21 @@ static void publish_dense(trainer_t *t, bool force) {
 
 /* A training step on slot s (staged): the step computes, the next slot is staged meanwhile when
  * its rows are there, then the gradients (scaled by 1 / workers) come back to s->ugrads; without
- * a group the dense optimizer steps while they move. */
+ * a group the dense optimizer steps while they move. The step's round (its pushes) is submitted
+ * once s->ugrads holds them: on host memory before the dense optimizer steps (a lone worker's
+ * next step waits for its first push), else after the copy back. */
 static int step_run(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
     const float scale = t->grp ? 1.0f / (float)pw_group_size(t->grp) : 1.0f;
+    const bool early = t->be->host_memory;
     int rc = pw_step_compute(t->st, (int)(s->round & 1), scale, s->ugrads);
-    if (rc)
+    if (rc || (early && (rc = pw__round_submit(t, s, true))))
         return rc;
     if (next && !next->staged && pw__slot_pulled(t, next) && (rc = pw__slot_stage(t, next)))
         return rc;
     rc = pw_step_finish(t->st, !t->grp, loss);
     if (!t->grp)
         t->step++;
-    return rc;
+    return rc || early ? rc : pw__round_submit(t, s, true);
 }
 
 int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const *train,
@@ -727,8 +730,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         const pw_batch_t *b = &s->b;
         slot_t *next = t.filled > 1 ? &t.slots[(t.head + 1) % t.nslots] : NULL;
         double loss;
-        if ((!s->staged && (rc = pw__slot_stage(&t, s))) || (rc = step_run(&t, s, next, &loss)) ||
-            (rc = pw__round_submit(&t, s, true)))
+        if ((!s->staged && (rc = pw__slot_stage(&t, s))) || (rc = step_run(&t, s, next, &loss)))
             break;
         t.head = (t.head + 1) % t.nslots;
         t.filled--;
