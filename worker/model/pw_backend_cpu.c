@@ -278,13 +278,21 @@ static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, i
  * (forward) or j (gradient) in order, a multiply then an add (C11 contracts nothing), so every
  * CPU_VEC variant gives the same bits, and the same as one row at a time. */
 enum {
-    IB = 16,                   /* lanes of a block */
-    RB = 4,                    /* output rows a block's sums run for at once (2, 6, 8: slower) */
-    ZT_MAX = 8192,             /* floats of zt on the stack */
-    FP_MAX = ZT_MAX / IB / RB, /* padded fields the forward's row results hold (f > 128: pairs) */
+    IB = 16,       /* lanes of a block */
+    RB = 4,        /* output rows a block's sums run for at once (2, 6, 8: slower) */
+    ZT_MAX = 8192, /* floats of zt on the stack */
+    FP_MAX = 1024, /* padded fields the forward's row results hold (more: pairs) */
 };
 typedef float vblock_t __attribute__((vector_size(IB * sizeof(float))));
+/* The interleaving of two blocks' low and high halves (clang spells GCC's shuffle otherwise). */
+#define LO_LANES 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
+#define HI_LANES 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+#if defined(__clang__)
+#define VSHUFFLE(a, b, lanes) __builtin_shufflevector(a, b, lanes)
+#else
 typedef int vlane_t __attribute__((vector_size(IB * sizeof(int))));
+#define VSHUFFLE(a, b, lanes) __builtin_shuffle(a, b, (vlane_t){lanes})
+#endif
 
 /* zt (d x fp) = the transpose of zs (f x d), rows f..fp of zs read as zeros. 16 x 16 blocks in
  * four rounds that interleave rows p and p + 8 (each round rotates the 8 bits of (row, column)
@@ -292,8 +300,6 @@ typedef int vlane_t __attribute__((vector_size(IB * sizeof(int))));
  * caller's CPU_VEC variant compiles it. */
 static inline __attribute__((always_inline)) void transpose(const float *restrict zs, int f, int d,
                                                             float *restrict zt, int fp) {
-    const vlane_t lo = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
-    const vlane_t hi = {8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     int eb = 0;
     for (; eb + IB <= d; eb += IB)
         for (int jb = 0; jb < fp; jb += IB) {
@@ -306,8 +312,8 @@ static inline __attribute__((always_inline)) void transpose(const float *restric
             }
             for (int round = 0; round < 4; round++) {
                 for (int p = 0; p < IB / 2; p++) {
-                    t[2 * p] = __builtin_shuffle(r[p], r[p + IB / 2], lo);
-                    t[2 * p + 1] = __builtin_shuffle(r[p], r[p + IB / 2], hi);
+                    t[2 * p] = VSHUFFLE(r[p], r[p + IB / 2], LO_LANES);
+                    t[2 * p + 1] = VSHUFFLE(r[p], r[p + IB / 2], HI_LANES);
                 }
                 memcpy(r, t, sizeof r);
             }
