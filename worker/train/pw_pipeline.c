@@ -278,9 +278,9 @@ int pw__pipeline_init(trainer_t *t) {
 }
 
 static void slot_free(pw_backend_t *be, slot_t *s) {
-    void *const host[] = {s->b.labels,  s->b.dense, s->b.keys, s->b.fields, s->b.vals,
-                          s->b.key_off, s->ukeys,   s->inv,    s->perm,     s->pkeys,
-                          s->in_next,   s->urows,   s->ugrads, s->pgrads};
+    void *const host[] = {s->b.labels, s->b.dense, s->b.fields, s->b.vals, s->b.key_off,
+                          s->ukeys,    s->inv,     s->perm,     s->pkeys,  s->in_next,
+                          s->urows,    s->ugrads,  s->pgrads};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         be->host_free(be, host[i]);
     pw_unique_free(&s->set);
@@ -333,12 +333,13 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     assert(b->ukeys); /* the training stream's reader dedups (open_reader) */
     void **const per_sample[] = {(void **)&s->b.labels, (void **)&s->b.key_off};
     const size_t ps_size[] = {sizeof(float), sizeof(size_t)};
-    void **const per_key[] = {(void **)&s->b.keys, (void **)&s->b.fields, (void **)&s->b.vals,
-                              (void **)&s->inv,    (void **)&s->ukeys,    (void **)&s->perm,
-                              (void **)&s->pkeys,  (void **)&s->in_next};
-    const size_t pk_size[] = {sizeof(uint64_t), sizeof(uint16_t), sizeof(float),
-                              sizeof(uint32_t), sizeof(uint64_t), sizeof(uint32_t),
-                              sizeof(uint64_t), sizeof(uint8_t)};
+    /* not the features' keys: the step reads their unique keys' rows through inv */
+    void **const per_key[] = {(void **)&s->b.fields, (void **)&s->b.vals, (void **)&s->inv,
+                              (void **)&s->ukeys,    (void **)&s->perm,   (void **)&s->pkeys,
+                              (void **)&s->in_next};
+    const size_t pk_size[] = {sizeof(uint16_t), sizeof(float),    sizeof(uint32_t),
+                              sizeof(uint64_t), sizeof(uint32_t), sizeof(uint64_t),
+                              sizeof(uint8_t)};
     void **const dense[] = {(void **)&s->b.dense};
     const size_t d_size[] = {sizeof(float)};
     pw_backend_t *be = t->be; /* the slot's arrays are what the device copies from */
@@ -346,7 +347,7 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     if (!rc)
         rc = grow(be, &s->dcap, n * nd + 1, 1, dense, d_size);
     if (!rc)
-        rc = grow(be, &s->kcap, nk + 1, t->split ? 8 : 5, per_key, pk_size); /* split: 3 more */
+        rc = grow(be, &s->kcap, nk + 1, t->split ? 7 : 4, per_key, pk_size); /* split: 3 more */
     if (rc)
         return rc;
     s->b.n = n;
@@ -355,7 +356,6 @@ int pw__slot_fill(trainer_t *t, slot_t *s, const pw_batch_t *b) {
     memcpy(s->b.labels, b->labels, n * sizeof(float));
     memcpy(s->b.dense, b->dense, n * nd * sizeof(float));
     memcpy(s->b.key_off, b->key_off, (n + 1) * sizeof(size_t));
-    memcpy(s->b.keys, b->keys, nk * sizeof(uint64_t));
     memcpy(s->b.fields, b->fields, nk * sizeof(uint16_t));
     memcpy(s->b.vals, b->vals, nk * sizeof(float));
     memcpy(s->ukeys, b->ukeys, b->nu * sizeof(uint64_t)); /* the reader found them (dedup) */

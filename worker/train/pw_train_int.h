@@ -53,8 +53,8 @@ typedef struct slot {
     struct trainer *t;
     uint64_t round; /* the step it is computed as */
     uint64_t pos;   /* the reader's position after this batch */
-    pw_batch_t b;
-    size_t ncap, dcap, kcap; /* labels and key_off; dense; keys, fields, vals, inv, ukeys */
+    pw_batch_t b;   /* the batch without its features' keys (keys NULL: the step reads ukeys) */
+    size_t ncap, dcap, kcap; /* labels and key_off; dense; fields, vals, inv, ukeys */
     uint64_t *ukeys;
     uint32_t *inv;
     size_t nu, ucap; /* ucap: urows, ugrads (the backend's host memory: pinned on a GPU) */
