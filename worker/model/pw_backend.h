@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PW_BACKEND_ABI     4    /* bumped on any change to the table below */
+#define PW_BACKEND_ABI     5    /* bumped on any change to the table below */
 #define PW_POOL_FIELDS_MAX 1024 /* fields a pooled sample may have (nf) */
 #define PW_FM_K_MAX        1024 /* factors an FM row may have (k) */
 
@@ -153,6 +153,16 @@ struct pw_backend {
     void (*pool_grad)(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
                       const float *val, int nf, int d, const float *dout, int ld, bool mean,
                       float *drows);
+    /* Optional (NULL: gather_rows, pool, pool_grad into zeroed rows, scatter_add_rows): the two
+     * above with feature j's row at urows + inv[j] * d, no row per feature. pool_unique writes
+     * out as pool does; pool_grad_unique adds alpha * (its pool_grad's value) to row inv[j] of
+     * ugrads, feature by feature in order: the same sums, to the bit, as the four calls. */
+    void (*pool_unique)(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
+                        const float *val, int nf, int d, const float *urows, const uint32_t *inv,
+                        bool mean, float *out);
+    void (*pool_grad_unique)(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
+                             const float *val, int nf, int d, const float *dout, bool mean,
+                             const uint32_t *inv, float alpha, float *ugrads);
     /* Factorization machine (Rendle 2010). Feature j of sample s (j in [off[s], off[s + 1])) has
      * value x_j = val[j] and row rows + j * (k + 1) = [w, v_1 .. v_k] (k <= PW_FM_K_MAX; k = 0 is
      * logistic regression). logits[s] += sum_j w_j x_j + 1/2 sum_e ((sum_j v_je x_j)^2 -

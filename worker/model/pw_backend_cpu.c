@@ -468,10 +468,11 @@ static void field_scale(const size_t *off, const uint16_t *field, int s, int nf,
         scale[f] = mean && scale[f] > 0 ? 1.0f / scale[f] : 1.0f;
 }
 
-CPU_VEC static void cpu_pool(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
-                             const float *val, int nf, int d, const float *rows, int ld, bool mean,
-                             float *out) {
-    (void)be;
+/* Pooling's loop, feature j's row at rows + j * ld, or with inv at rows + inv[j] * d
+ * (pool_unique). always_inline: each CPU_VEC caller compiles its own, the branch folded. */
+static inline __attribute__((always_inline)) void
+pool_loop(int n, const size_t *off, const uint16_t *field, const float *val, int nf, int d,
+          const float *rows, int ld, const uint32_t *inv, bool mean, float *out) {
     float scale[PW_POOL_FIELDS_MAX];
     for (int s = 0; s < n; s++) {
         float *o = out + (size_t)s * nf * d;
@@ -480,7 +481,7 @@ CPU_VEC static void cpu_pool(pw_backend_t *be, int n, const size_t *off, const u
         field_scale(off, field, s, nf, mean, scale);
         for (size_t j = off[s]; j < off[s + 1]; j++) {
             const float w = val[j] * scale[field[j]];
-            const float *r = rows + j * (size_t)ld;
+            const float *r = inv ? rows + (size_t)inv[j] * d : rows + j * (size_t)ld;
             float *of = o + (size_t)field[j] * d;
             for (int e = 0; e < d; e++)
                 of[e] += w * r[e];
@@ -488,21 +489,59 @@ CPU_VEC static void cpu_pool(pw_backend_t *be, int n, const size_t *off, const u
     }
 }
 
-CPU_VEC static void cpu_pool_grad(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
-                                  const float *val, int nf, int d, const float *dout, int ld,
-                                  bool mean, float *drows) {
-    (void)be;
+/* Its gradient's loop: w * g added to feature j's own row (dst + j * ld), or with inv alpha
+ * times it to row inv[j] of dst (pool_grad_unique: what pool_grad into zeroed rows and then
+ * scatter_add_rows add, in the same order). */
+static inline __attribute__((always_inline)) void
+pool_grad_loop(int n, const size_t *off, const uint16_t *field, const float *val, int nf, int d,
+               const float *dout, bool mean, float *dst, int ld, const uint32_t *inv, float alpha) {
     float scale[PW_POOL_FIELDS_MAX];
     for (int s = 0; s < n; s++) {
         field_scale(off, field, s, nf, mean, scale);
         for (size_t j = off[s]; j < off[s + 1]; j++) {
             const float w = val[j] * scale[field[j]];
             const float *g = dout + ((size_t)s * nf + field[j]) * d;
-            float *r = drows + j * (size_t)ld;
-            for (int e = 0; e < d; e++)
-                r[e] += w * g[e];
+            if (inv) {
+                float *o = dst + (size_t)inv[j] * d;
+                for (int e = 0; e < d; e++)
+                    o[e] += alpha * (w * g[e]);
+            } else {
+                float *r = dst + j * (size_t)ld;
+                for (int e = 0; e < d; e++)
+                    r[e] += w * g[e];
+            }
         }
     }
+}
+
+CPU_VEC static void cpu_pool(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
+                             const float *val, int nf, int d, const float *rows, int ld, bool mean,
+                             float *out) {
+    (void)be;
+    pool_loop(n, off, field, val, nf, d, rows, ld, NULL, mean, out);
+}
+
+CPU_VEC static void cpu_pool_grad(pw_backend_t *be, int n, const size_t *off, const uint16_t *field,
+                                  const float *val, int nf, int d, const float *dout, int ld,
+                                  bool mean, float *drows) {
+    (void)be;
+    pool_grad_loop(n, off, field, val, nf, d, dout, mean, drows, ld, NULL, 1.0f);
+}
+
+CPU_VEC static void cpu_pool_unique(pw_backend_t *be, int n, const size_t *off,
+                                    const uint16_t *field, const float *val, int nf, int d,
+                                    const float *urows, const uint32_t *inv, bool mean,
+                                    float *out) {
+    (void)be;
+    pool_loop(n, off, field, val, nf, d, urows, d, inv, mean, out);
+}
+
+CPU_VEC static void cpu_pool_grad_unique(pw_backend_t *be, int n, const size_t *off,
+                                         const uint16_t *field, const float *val, int nf, int d,
+                                         const float *dout, bool mean, const uint32_t *inv,
+                                         float alpha, float *ugrads) {
+    (void)be;
+    pool_grad_loop(n, off, field, val, nf, d, dout, mean, ugrads, d, inv, alpha);
 }
 
 /* sum[e] = sum_j v_je x_j over the features [a, b). */
@@ -632,6 +671,8 @@ static pw_backend_t k_cpu = {
     .scatter_add_rows = cpu_scatter_add_rows,
     .pool = cpu_pool,
     .pool_grad = cpu_pool_grad,
+    .pool_unique = cpu_pool_unique,
+    .pool_grad_unique = cpu_pool_grad_unique,
     .fm = cpu_fm,
     .fm_grad = cpu_fm_grad,
     .bce = cpu_bce,

@@ -201,8 +201,12 @@ static int dlrm_model_forward(pw_model_t *base, const pw_view_t *v, float *logit
                  c->mean, m->d->dz);
         return pw_dlrm_forward(m->d, v->n, v->dense, m->d->dz, logits);
     }
-    be->pool(be, v->n, v->key_off, v->fields, v->vals, c->nfields + 1, c->dim, v->rows, c->dim,
-             c->mean, m->d->z + c->dim);
+    if (v->rows)
+        be->pool(be, v->n, v->key_off, v->fields, v->vals, c->nfields + 1, c->dim, v->rows, c->dim,
+                 c->mean, m->d->z + c->dim);
+    else /* through inv (dlrm_reads_unique) */
+        be->pool_unique(be, v->n, v->key_off, v->fields, v->vals, c->nfields + 1, c->dim, v->urows,
+                        v->inv, c->mean, m->d->z + c->dim);
     dlrm_forward_z(m->d, v->n, v->dense, logits);
     return 0;
 }
@@ -226,10 +230,29 @@ static int dlrm_model_backward(pw_model_t *base, const float *dlogits, float *dr
     return 0;
 }
 
+/* Pooling in place, on a backend that pools through inv: the rows per feature are never made. */
+static bool dlrm_reads_unique(const pw_model_t *base) {
+    return dlrm_pools_in_place(&base->c) && base->be->pool_unique && base->be->pool_grad_unique;
+}
+
+static int dlrm_model_backward_unique(pw_model_t *base, const float *dlogits, float alpha,
+                                      float *ugrads) {
+    dlrm_model_t *m = (dlrm_model_t *)base;
+    const pw_model_config_t *c = &base->c;
+    const pw_view_t *v = &m->v;
+    pw_backend_t *be = base->be;
+    dlrm_backward_z(m->d, dlogits);
+    be->pool_grad_unique(be, v->n, v->key_off, v->fields, v->vals, c->nfields + 1, c->dim,
+                         m->d->dz + c->dim, c->mean, v->inv, alpha, ugrads);
+    return 0;
+}
+
 const pw_model_ops_t pw_model_dlrm = {.name = "dlrm",
                                       .needs_fields = true,
                                       .row_dim = dlrm_row_dim,
                                       .create = dlrm_model_create,
                                       .forward = dlrm_model_forward,
                                       .backward = dlrm_model_backward,
+                                      .reads_unique = dlrm_reads_unique,
+                                      .backward_unique = dlrm_model_backward_unique,
                                       .destroy = dlrm_model_destroy};

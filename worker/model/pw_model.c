@@ -62,6 +62,16 @@ int pw_model_backward(pw_model_t *m, const float *dlogits, float *drows) {
     return m->ops->backward(m, dlogits, drows);
 }
 
+bool pw_model_reads_unique(const pw_model_t *m) {
+    return m->ops->reads_unique && m->ops->reads_unique(m);
+}
+
+int pw_model_backward_unique(pw_model_t *m, const float *dlogits, float alpha, float *ugrads) {
+    for (int i = 0; i < m->nparams; i++)
+        pw_linear_zero_grad(&m->params[i]);
+    return m->ops->backward_unique(m, dlogits, alpha, ugrads);
+}
+
 int pw_model_save(const pw_model_t *m, const char *path) {
     return pw_dense_save(path, m->params, m->nparams);
 }

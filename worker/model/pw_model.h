@@ -55,7 +55,9 @@ typedef struct pw_view {
     const size_t *key_off;  /* n + 1: sample s has features key_off[s] .. key_off[s + 1] - 1 */
     const uint16_t *fields; /* nk */
     const float *vals;      /* nk: each feature's value (1 for one-hot) */
-    const float *rows;      /* nk x row_dim: each feature's embedding row */
+    const float *rows;      /* nk x row_dim: each feature's embedding row; NULL: through inv */
+    const float *urows;     /* with rows NULL (pw_model_reads_unique): the unique rows, and */
+    const uint32_t *inv;    /* nk: feature j's row is urows + inv[j] * row_dim */
 } pw_view_t;
 
 typedef struct pw_model pw_model_t;
@@ -73,6 +75,13 @@ typedef struct pw_model_ops {
     /* After forward: dlogits (n) -> parameter gradients (added to zeroed ones) and drows (nk x
      * row_dim, written). */
     int (*backward)(pw_model_t *m, const float *dlogits, float *drows);
+    /* Optional (NULL: no): whether this model on its backend reads a view's rows through inv
+     * (rows NULL) and backward_unique may follow its forward. */
+    bool (*reads_unique)(const pw_model_t *m);
+    /* After a forward through inv: parameter gradients as backward, and alpha times each
+     * feature's row gradient added to row inv[j] of ugrads (what backward, then the backend's
+     * scatter_add_rows, would add, to the bit). */
+    int (*backward_unique)(pw_model_t *m, const float *dlogits, float alpha, float *ugrads);
     void (*destroy)(pw_model_t *m);
 } pw_model_ops_t;
 
@@ -101,6 +110,9 @@ int pw_model_fields(const pw_model_t *m);
 int pw_model_forward(pw_model_t *m, const pw_view_t *v, float *logits);
 /* Zeroes the parameter gradients, then the model's backward. */
 int pw_model_backward(pw_model_t *m, const float *dlogits, float *drows);
+/* Whether m takes views through inv (pw_model_ops_t.reads_unique), and the backward then. */
+bool pw_model_reads_unique(const pw_model_t *m);
+int pw_model_backward_unique(pw_model_t *m, const float *dlogits, float alpha, float *ugrads);
 
 /* The dense model file (pw_model_io.h) of the parameters. PC_EIO, PC_ECORRUPT, PC_EDIM. */
 int pw_model_save(const pw_model_t *m, const char *path);

@@ -239,15 +239,27 @@ int pw_step_compute(pw_step_t *st, int k, float scale, float *ugrads) {
     int rc = reserve_rows(st, s->v.nk);
     if (rc || !dug)
         return rc ? rc : PC_ENOMEM;
-    be->gather_rows(be, s->v.nk, s->inv, s->urows, (int)d, st->rows);
-    s->v.rows = st->rows;
+    /* A model that reads rows through inv skips the rows per feature both ways (same sums) */
+    const bool uq = pw_model_reads_unique(st->m);
+    s->v.rows = NULL;
+    s->v.urows = s->urows;
+    s->v.inv = s->inv;
+    if (!uq) {
+        be->gather_rows(be, s->v.nk, s->inv, s->urows, (int)d, st->rows);
+        s->v.rows = st->rows;
+    }
     if ((rc = pw_model_forward(st->m, &s->v, st->logits)))
         return rc;
     be->bce(be, s->v.n, st->logits, s->labels, st->probs, st->dlogits, st->dloss);
-    if ((rc = pw_model_backward(st->m, st->dlogits, st->grads)))
-        return rc;
     be->zero(be, dug, ub);
-    be->scatter_add_rows(be, s->v.nk, s->inv, st->grads, (int)d, scale, dug);
+    if (uq) {
+        if ((rc = pw_model_backward_unique(st->m, st->dlogits, scale, dug)))
+            return rc;
+    } else {
+        if ((rc = pw_model_backward(st->m, st->dlogits, st->grads)))
+            return rc;
+        be->scatter_add_rows(be, s->v.nk, s->inv, st->grads, (int)d, scale, dug);
+    }
     st->ugrads_host = ugrads;
     st->ugrads_dev = dug;
     st->ugrads_bytes = ub;

@@ -259,6 +259,50 @@ static void test_dlrm_gradients(void **state) {
     pw_backend_close(be);
 }
 
+/* DLRM on the CPU pools through inv (pool_unique, pool_grad_unique: no rows per feature): its
+ * loss and unique row gradients are those of the rows-per-feature path (the same backend without
+ * those two ops) to the bit, for two steps (the second after a dense step). */
+static void test_dlrm_unique_rows(void **state) {
+    (void)state;
+    pw_backend_t *be;
+    char why[256];
+    assert_int_equal(pw_backend_open("cpu", &be, why, sizeof why), 0);
+    pw_backend_t per_feature = *be; /* the CPU backend is stateless: a copy without the ops */
+    per_feature.pool_unique = NULL;
+    per_feature.pool_grad_unique = NULL;
+    pw_backend_t *const bes[2] = {be, &per_feature};
+    batch_t t;
+    batch_make(&t, 9, ND);
+    uint64_t rng = 5;
+    float urows[NK * 3], ugrads[2][2][NK * 3];
+    double loss[2][2];
+    for (size_t i = 0; i < NK * 3; i++)
+        urows[i] = tu_gauss(&rng) * 0.5f;
+    for (int p = 0; p < 2; p++) {
+        pw_model_t *m = model_make(bes[p], "dlrm", ND);
+        assert_true(pw_model_reads_unique(m) == (p == 0));
+        pw_opt_config_t oc;
+        pw_opt_config_defaults(&oc, PW_OPT_ADAM);
+        pw_step_config_t sc = {.be = bes[p], .model = m, .ndense = ND, .opt = &oc};
+        pw_step_t *st;
+        assert_int_equal(pw_step_create(&sc, &st), 0);
+        pw_step_input_t in = {.b = &t.b, .inv = t.inv, .nu = t.nu, .urows = urows};
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(pw_step_stage(st, k, &in), 0);
+            assert_int_equal(pw_step_compute(st, k, 0.5f, ugrads[p][k]), 0);
+            assert_int_equal(pw_step_finish(st, true, &loss[p][k]), 0);
+        }
+        pw_step_destroy(st);
+        pw_model_destroy(m);
+    }
+    for (int k = 0; k < 2; k++) {
+        assert_memory_equal(&loss[0][k], &loss[1][k], sizeof loss[0][k]);
+        assert_memory_equal(ugrads[0][k], ugrads[1][k], t.nu * 3 * sizeof(float));
+    }
+    assert_true(memcmp(ugrads[0][0], ugrads[0][1], t.nu * 3 * sizeof(float)) != 0);
+    pw_backend_close(be);
+}
+
 /* Batches that do not fit the model are refused before any memory is touched. */
 static void test_check(void **state) {
     (void)state;
@@ -286,9 +330,9 @@ static void test_check(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unique),       cmocka_unit_test(test_unique_find),
-        cmocka_unit_test(test_fm_reference), cmocka_unit_test(test_dlrm_gradients),
-        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_unique),           cmocka_unit_test(test_unique_find),
+        cmocka_unit_test(test_fm_reference),     cmocka_unit_test(test_dlrm_gradients),
+        cmocka_unit_test(test_dlrm_unique_rows), cmocka_unit_test(test_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
