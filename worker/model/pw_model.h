@@ -110,7 +110,8 @@ int pw_model_fields(const pw_model_t *m);
 int pw_model_forward(pw_model_t *m, const pw_view_t *v, float *logits);
 /* Zeroes the parameter gradients, then the model's backward. */
 int pw_model_backward(pw_model_t *m, const float *dlogits, float *drows);
-/* Whether m takes views through inv (pw_model_ops_t.reads_unique), and the backward then. */
+/* Whether m takes views through inv (pw_model_ops_t.reads_unique), and the backward after such a
+ * forward (only for a model that does). */
 bool pw_model_reads_unique(const pw_model_t *m);
 int pw_model_backward_unique(pw_model_t *m, const float *dlogits, float alpha, float *ugrads);
 

@@ -6,7 +6,8 @@
  *   evaluation's; the unique rows' gradient buffer is one (its download is waited for in
  *   pw_step_finish, before the next step writes it).
  * - The rows per feature (rows) and their gradients (grads) are one pair shared by every set:
- *   only one step computes at a time.
+ *   only one step computes at a time. A model that reads rows through inv (DLRM on the CPU) uses
+ *   neither in training; evaluation still looks its rows up into `rows`.
  */
 #include "pw_step.h"
 
@@ -30,7 +31,7 @@ enum { NSETS = 3, EVAL_SET = 2 };
 
 /* What a set holds once staged (device pointers; host ones with host memory). */
 typedef struct staged {
-    pw_view_t v; /* rows: set at compute */
+    pw_view_t v; /* rows (or urows and inv): set at compute */
     const float *labels;
     const uint32_t *inv;
     const float *urows;

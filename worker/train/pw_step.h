@@ -70,10 +70,11 @@ int pw_step_check_why(const pw_step_t *st, const pw_batch_t *b, char *why, size_
 /* Upload in's arrays into buffer set `set` (0 or 1), asynchronously. PC_ENOMEM. */
 int pw_step_stage(pw_step_t *st, int set, const pw_step_input_t *in);
 
-/* Queue the step on set `set` (staged): rows gathered per feature, forward, BCE loss, backward
- * (the model's parameter gradients), and the unique rows' gradients summed and scaled by
- * `scale`, to come back into ugrads (host, nu x row_dim) at pw_step_finish. PC_ENOMEM, PC_EINVAL
- * (a batch over the model's max_batch). */
+/* Queue the step on set `set` (staged): rows gathered per feature (unless the model reads them
+ * through inv: pw_model_reads_unique), forward, BCE loss, backward (the model's parameter
+ * gradients), and the unique rows' gradients summed and scaled by `scale`, to come back into
+ * ugrads (host, nu x row_dim) at pw_step_finish. PC_ENOMEM, PC_EINVAL (a batch over the model's
+ * max_batch). */
 int pw_step_compute(pw_step_t *st, int set, float scale, float *ugrads);
 
 /* Finish the computed step: gradients and loss to the host, the dense optimizer stepped on the
