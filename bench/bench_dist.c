@@ -342,11 +342,8 @@ int bench_dist_main(int argc, char **argv) {
     const char *trp[] = {tr};
     /* The server: CPU 0 (bench_spawn pins to the first CPU), the same table as local runs. */
     bench_sibling("ps-server", bin, sizeof bin);
-    const int port = bench_free_port();
-    const int grpc = bench_free_port();
+    int port = 0, grpc = 0, ps = -1;
     char portarg[32], grpcarg[32], pfarg[320], tables[700];
-    snprintf(portarg, sizeof portarg, "--port=%d", port);
-    snprintf(grpcarg, sizeof grpcarg, "--grpc-port=%d", grpc);
     snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
     snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", (int)c.dim,
              (unsigned long long)c.seed, c.table);
@@ -360,12 +357,22 @@ int bench_dist_main(int argc, char **argv) {
                      "--log-level=warn",
                      tables,
                      NULL};
-    const int ps = bench_spawn(&o, sargv);
-    if (!bench_wait_file(pf, 10)) {
-        fprintf(stderr, "ps-bench dist: %s did not start\n", bin);
-        bench_stop(ps);
-        return 1;
+    /* A port free when picked may be taken before the server binds it (another process's
+     * outgoing connection): new ports, up to three times. */
+    for (int attempt = 0; attempt < 3 && ps < 0; attempt++) {
+        port = bench_free_port();
+        grpc = bench_free_port();
+        snprintf(portarg, sizeof portarg, "--port=%d", port);
+        snprintf(grpcarg, sizeof grpcarg, "--grpc-port=%d", grpc);
+        ps = bench_spawn(&o, sargv);
+        if (!bench_wait_file(pf, 10)) {
+            fprintf(stderr, "ps-bench dist: %s did not start (ports %d, %d)\n", bin, port, grpc);
+            bench_stop(ps);
+            ps = -1;
+        }
     }
+    if (ps < 0)
+        return 1;
     bench_pin(&o, 1); /* this thread; the reader and client threads inherit it */
     pw_train_result_t local, sync, dist;
     if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, NULL, 0, &local))

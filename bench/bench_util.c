@@ -209,7 +209,11 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]) {
 
 int bench_ps_server(const bench_opts_t *o, const char *area, const char *dir, const char *tag,
                     const char *const *extra, int *dport, int *gport) {
-    return bench_ps_server_at(o, area, dir, tag, bench_free_port(), extra, dport, gport);
+    /* a port free when picked may be taken before the server binds it: another, up to 3 times */
+    int pid = -1;
+    for (int attempt = 0; attempt < 3 && pid < 0; attempt++)
+        pid = bench_ps_server_at(o, area, dir, tag, bench_free_port(), extra, dport, gport);
+    return pid;
 }
 
 int bench_ps_server_at(const bench_opts_t *o, const char *area, const char *dir, const char *tag,

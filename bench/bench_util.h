@@ -71,7 +71,8 @@ void bench_sibling(const char *name, char *buf, size_t cap);
  * `extra` (NULL-terminated: tables, TLS files, ...; a later flag wins, so extra may override
  * those), its port file at DIR/port-TAG (removed once read); waits (10 s) until it serves. Returns
  * its pid with its data-plane port in *dport and gRPC port in *gport (may be NULL), or -1 after
- * saying on stderr why (AREA names the bench). */
+ * saying on stderr why (AREA names the bench). A port taken between the pick and the bind: a new
+ * one, three tries in all. */
 int bench_ps_server(const bench_opts_t *o, const char *area, const char *dir, const char *tag,
                     const char *const *extra, int *dport, int *gport);
 /* The same on data port `port` (chosen beforehand: a cluster map names it). */
