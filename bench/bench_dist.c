@@ -318,11 +318,10 @@ int bench_dist_main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     pc_log_set_level(PC_LOG_WARN);
     const uint64_t n = o.keys > 0 ? (uint64_t)o.keys : o.smoke ? 10000 : o.quick ? 100000 : 300000;
-    char dir[256], tr[300], tr1[300], pf[300], bin[600];
+    char dir[256], tr[300], tr1[300];
     bench_tmpdir("dist", dir, sizeof dir);
     snprintf(tr, sizeof tr, "%s/train-0.tsv", dir);
     snprintf(tr1, sizeof tr1, "%s/train-1.tsv", dir);
-    snprintf(pf, sizeof pf, "%s/port", dir);
     pw_datagen_opts_t go;
     pw_datagen_defaults(&go);
     go.rows = n;
@@ -341,36 +340,12 @@ int bench_dist_main(int argc, char **argv) {
     c.fresh = true; /* every run against the server starts from new rows */
     const char *trp[] = {tr};
     /* The server: CPU 0 (bench_spawn pins to the first CPU), the same table as local runs. */
-    bench_sibling("ps-server", bin, sizeof bin);
-    int port = 0, grpc = 0, ps = -1;
-    char portarg[32], grpcarg[32], pfarg[320], tables[700];
-    snprintf(pfarg, sizeof pfarg, "--port-file=%s", pf);
+    char tables[700];
     snprintf(tables, sizeof tables, "--tables=name=emb,dim=%d,seed=%llu,%s", (int)c.dim,
              (unsigned long long)c.seed, c.table);
-    char *sargv[] = {bin,
-                     portarg,
-                     pfarg,
-                     "--io-threads=1",
-                     grpcarg,
-                     "--coordinator",
-                     "--metrics-port=-1",
-                     "--log-level=warn",
-                     tables,
-                     NULL};
-    /* A port free when picked may be taken before the server binds it (another process's
-     * outgoing connection): new ports, up to three times. */
-    for (int attempt = 0; attempt < 3 && ps < 0; attempt++) {
-        port = bench_free_port();
-        grpc = bench_free_port();
-        snprintf(portarg, sizeof portarg, "--port=%d", port);
-        snprintf(grpcarg, sizeof grpcarg, "--grpc-port=%d", grpc);
-        ps = bench_spawn(&o, sargv);
-        if (!bench_wait_file(pf, 10)) {
-            fprintf(stderr, "ps-bench dist: %s did not start (ports %d, %d)\n", bin, port, grpc);
-            bench_stop(ps);
-            ps = -1;
-        }
-    }
+    const char *extra[] = {"--coordinator", tables, NULL};
+    int port = 0, grpc = 0;
+    const int ps = bench_ps_server(&o, "dist", dir, "server", extra, &port, &grpc);
     if (ps < 0)
         return 1;
     bench_pin(&o, 1); /* this thread; the reader and client threads inherit it */
@@ -409,7 +384,6 @@ int bench_dist_main(int argc, char **argv) {
     }
     unlink(tr1);
     unlink(tr);
-    unlink(pf);
     rmdir(dir);
     if (rc || rrc || wrc) {
         fprintf(stderr, "ps-bench dist: distributed training%s failed\n",

@@ -56,9 +56,13 @@ int pw_model_forward(pw_model_t *m, const pw_view_t *v, float *logits) {
     return m->ops->forward(m, v, logits);
 }
 
-int pw_model_backward(pw_model_t *m, const float *dlogits, float *drows) {
+static void zero_grads(pw_model_t *m) {
     for (int i = 0; i < m->nparams; i++)
         pw_linear_zero_grad(&m->params[i]);
+}
+
+int pw_model_backward(pw_model_t *m, const float *dlogits, float *drows) {
+    zero_grads(m);
     return m->ops->backward(m, dlogits, drows);
 }
 
@@ -67,8 +71,7 @@ bool pw_model_reads_unique(const pw_model_t *m) {
 }
 
 int pw_model_backward_unique(pw_model_t *m, const float *dlogits, float alpha, float *ugrads) {
-    for (int i = 0; i < m->nparams; i++)
-        pw_linear_zero_grad(&m->params[i]);
+    zero_grads(m);
     return m->ops->backward_unique(m, dlogits, alpha, ugrads);
 }
 

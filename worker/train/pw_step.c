@@ -31,10 +31,8 @@ enum { NSETS = 3, EVAL_SET = 2 };
 
 /* What a set holds once staged (device pointers; host ones with host memory). */
 typedef struct staged {
-    pw_view_t v; /* rows (or urows and inv): set at compute */
+    pw_view_t v; /* urows and inv: set at staging; rows: at compute (NULL: through inv) */
     const float *labels;
-    const uint32_t *inv;
-    const float *urows;
     size_t nu;
 } staged_t;
 
@@ -214,10 +212,10 @@ int pw_step_stage(pw_step_t *st, int k, const pw_step_input_t *in) {
         return rc;
     staged_t *s = &st->set[k];
     s->nu = in->nu;
-    s->inv = stage(st->be, &st->dev[k][DB_INV], in->inv, nk * sizeof(uint32_t));
-    s->urows =
+    s->v.inv = stage(st->be, &st->dev[k][DB_INV], in->inv, nk * sizeof(uint32_t));
+    s->v.urows =
         stage(st->be, &st->dev[k][DB_UROWS], in->urows, in->nu * (size_t)st->d * sizeof(float));
-    return s->inv && s->urows ? 0 : PC_ENOMEM;
+    return s->v.inv && s->v.urows ? 0 : PC_ENOMEM;
 }
 
 /* ---- the step ---- */
@@ -243,10 +241,8 @@ int pw_step_compute(pw_step_t *st, int k, float scale, float *ugrads) {
     /* A model that reads rows through inv skips the rows per feature both ways (same sums) */
     const bool uq = pw_model_reads_unique(st->m);
     s->v.rows = NULL;
-    s->v.urows = s->urows;
-    s->v.inv = s->inv;
     if (!uq) {
-        be->gather_rows(be, s->v.nk, s->inv, s->urows, (int)d, st->rows);
+        be->gather_rows(be, s->v.nk, s->v.inv, s->v.urows, (int)d, st->rows);
         s->v.rows = st->rows;
     }
     if ((rc = pw_model_forward(st->m, &s->v, st->logits)))
@@ -259,7 +255,7 @@ int pw_step_compute(pw_step_t *st, int k, float scale, float *ugrads) {
     } else {
         if ((rc = pw_model_backward(st->m, st->dlogits, st->grads)))
             return rc;
-        be->scatter_add_rows(be, s->v.nk, s->inv, st->grads, (int)d, scale, dug);
+        be->scatter_add_rows(be, s->v.nk, s->v.inv, st->grads, (int)d, scale, dug);
     }
     st->ugrads_host = ugrads;
     st->ugrads_dev = dug;
