@@ -262,6 +262,15 @@ void pc_vm_advise_huge(void *p, size_t size, size_t used) {
 #endif
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+void pc_vm_populate(void *p, size_t size) {
+    if (p && size)
+        (void)madvise(p, size, MADV_POPULATE_WRITE);
+}
+
 uint64_t pc_mem_used(pc_mem_tag_t tag) {
     if ((unsigned)tag >= PC_MEM_NTAGS)
         return 0;

@@ -71,6 +71,11 @@ void pc_vm_free(pc_mem_tag_t tag, void *p, size_t size);
 /* Ask for transparent huge pages on [p, p + size) and collapse the already touched prefix
  * [p, p + used) into huge pages now; advisory, errors ignored. */
 void pc_vm_advise_huge(void *p, size_t size, size_t used);
+/* Fault [p, p + size) in, writable, now, for a region about to be written all over (a rebuilt
+ * index). Touched lazily, a page read before its first write maps the shared zero page, and the
+ * write then replaces it and flushes the TLB of every CPU the process runs on; one call spares
+ * both. Huge pages where advised. Advisory, errors ignored (before Linux 5.14: lazy faults). */
+void pc_vm_populate(void *p, size_t size);
 
 /* Fault injection for tests (SQLite style): after `n` more successful allocations through this
  * module, every allocation fails until pc_mem_fail_after(-1). Process-wide; tests only. */

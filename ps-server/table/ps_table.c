@@ -721,6 +721,7 @@ static int index_rebuild(ps_shard_t *s, uint32_t nb) {
         }
         if (nslots * sizeof(uint32_t) >= HUGE_MIN_INDEX)
             pc_vm_advise_huge(slots, nslots * sizeof(uint32_t), 0);
+        pc_vm_populate(slots, nslots * sizeof(uint32_t)); /* placement reads buckets first */
         s->slots = slots;
         s->nbuckets = nb;
         s->rid_bits = bits;
