@@ -266,9 +266,12 @@ void pc_vm_advise_huge(void *p, size_t size, size_t used) {
 #define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
+/* Touched lazily, a page read before its first write maps the shared zero page; the write then
+ * replaces it and flushes the TLB of every CPU the process runs on (an IPI to each). One call
+ * spares both. */
 void pc_vm_populate(void *p, size_t size) {
     if (p && size)
-        (void)madvise(p, size, MADV_POPULATE_WRITE);
+        madvise(p, size, MADV_POPULATE_WRITE);
 }
 
 uint64_t pc_mem_used(pc_mem_tag_t tag) {

@@ -12,7 +12,8 @@
  *  - pc_vm_alloc/pc_vm_resize/pc_vm_free: page-aligned anonymous mappings for big arrays (row
  *    slabs, indexes). Resizing uses mremap, so growing a multi-GB array copies nothing; pages are
  *    only resident once touched. Mappings of 2 MiB and more stay 2 MiB-aligned across resizes so
- *    transparent huge pages survive growth; pc_vm_advise_huge() asks for them.
+ *    transparent huge pages survive growth; pc_vm_advise_huge() asks for them, pc_vm_populate()
+ *    faults a region in at once.
  *
  * DESIGN: counters are process-wide relaxed atomics (the one other process-wide state in common/
  * besides the logger): memory use is a property of the process, and metrics read it from any
@@ -71,10 +72,9 @@ void pc_vm_free(pc_mem_tag_t tag, void *p, size_t size);
 /* Ask for transparent huge pages on [p, p + size) and collapse the already touched prefix
  * [p, p + used) into huge pages now; advisory, errors ignored. */
 void pc_vm_advise_huge(void *p, size_t size, size_t used);
-/* Fault [p, p + size) in, writable, now, for a region about to be written all over (a rebuilt
- * index). Touched lazily, a page read before its first write maps the shared zero page, and the
- * write then replaces it and flushes the TLB of every CPU the process runs on; one call spares
- * both. Huge pages where advised. Advisory, errors ignored (before Linux 5.14: lazy faults). */
+/* Fault [p, p + size) of a pc_vm_* mapping in now, writable (huge pages where advised), for a
+ * region about to be written all over; advisory, errors ignored (before Linux 5.14: faults stay
+ * lazy). */
 void pc_vm_populate(void *p, size_t size);
 
 /* Fault injection for tests (SQLite style): after `n` more successful allocations through this

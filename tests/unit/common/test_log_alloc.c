@@ -103,6 +103,19 @@ static void test_alloc(void **state) {
     pc_vm_advise_huge(v, 64 << 20, 64 << 20);
     pc_vm_free(PC_MEM_INDEX, v, 64 << 20);
     assert_int_equal(pc_mem_used(PC_MEM_INDEX), vb);
+    /* Populated: still zeros, writable, counted once; NULL and 0 bytes are no-ops. */
+    char *z = pc_vm_alloc(PC_MEM_INDEX, (3 << 20) + 100);
+    assert_non_null(z);
+    pc_vm_populate(z, (3 << 20) + 100);
+    pc_vm_populate(NULL, 1 << 20);
+    pc_vm_populate(z, 0);
+    assert_int_equal(z[0], 0);
+    assert_int_equal(z[(3 << 20) + 99], 0);
+    z[0] = z[(3 << 20) + 99] = 9;
+    assert_int_equal(z[0] + z[(3 << 20) + 99], 18);
+    assert_int_equal(pc_mem_used(PC_MEM_INDEX) - vb, (3 << 20) + 100);
+    pc_vm_free(PC_MEM_INDEX, z, (3 << 20) + 100);
+    assert_int_equal(pc_mem_used(PC_MEM_INDEX), vb);
     assert_null(pc_calloc(PC_MEM_OTHER, SIZE_MAX / 2, 4)); /* overflow refused */
     assert_null(pc_vm_alloc(PC_MEM_OTHER, SIZE_MAX - 100));
 

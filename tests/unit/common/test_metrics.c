@@ -133,7 +133,7 @@ static void test_descriptors_above_fd_setsize(void **state) {
     assert_non_null(strstr(out, "emberps_test 42\n"));
     /* The daemon closes its side of that scrape on its own thread, maybe only now (a loaded
      * machine): counting from before that close would count one descriptor too few below. */
-    for (int ms = 0; count_fds() > fds_idle && ms < 10000; ms += 10)
+    for (int ms = 0; count_fds() > fds_idle && ms < 5000; ms += 10)
         usleep(10000);
 
     /* LIMIT + EXTRA idle connections: the daemon takes LIMIT of them (a descriptor each) and
@@ -144,10 +144,11 @@ static void test_descriptors_above_fd_setsize(void **state) {
         idle[i] = tcp_connect(port);
         assert_true(idle[i] >= FLOOR);
     }
-    /* ours (LIMIT + EXTRA) and the daemon's: wait (at most 10 s) until it took LIMIT, which a
-     * loaded machine can delay past any fixed pause, then give it time to take more than LIMIT */
+    /* ours (LIMIT + EXTRA) and the daemon's: wait (at most 5 s, half its idle timeout) until it
+     * took LIMIT, which a loaded machine can delay past any fixed pause, then give it time to take
+     * more than LIMIT */
     int added = count_fds() - fds0;
-    for (int ms = 0; added < 2 * LIMIT + EXTRA && ms < 10000; ms += 10) {
+    for (int ms = 0; added < 2 * LIMIT + EXTRA && ms < 5000; ms += 10) {
         usleep(10000);
         added = count_fds() - fds0;
     }
