@@ -489,9 +489,9 @@ pool_loop(int n, const size_t *off, const uint16_t *field, const float *val, int
     }
 }
 
-/* Its gradient's loop: w * g added to feature j's own row (dst + j * ld), or with inv alpha
- * times it to row inv[j] of dst (pool_grad_unique: what pool_grad into zeroed rows and then
- * scatter_add_rows add, in the same order). */
+/* Its gradient's loop: alpha * (w * g) added to feature j's own row (dst + j * ld), or with inv
+ * to row inv[j] of dst (pool_grad_unique: what pool_grad into zeroed rows and then
+ * scatter_add_rows add, in the same order). pool_grad's alpha 1 changes no bit (x * 1 is x). */
 static inline __attribute__((always_inline)) void
 pool_grad_loop(int n, const size_t *off, const uint16_t *field, const float *val, int nf, int d,
                const float *dout, bool mean, float *dst, int ld, const uint32_t *inv, float alpha) {
@@ -501,15 +501,9 @@ pool_grad_loop(int n, const size_t *off, const uint16_t *field, const float *val
         for (size_t j = off[s]; j < off[s + 1]; j++) {
             const float w = val[j] * scale[field[j]];
             const float *g = dout + ((size_t)s * nf + field[j]) * d;
-            if (inv) {
-                float *o = dst + (size_t)inv[j] * d;
-                for (int e = 0; e < d; e++)
-                    o[e] += alpha * (w * g[e]);
-            } else {
-                float *r = dst + j * (size_t)ld;
-                for (int e = 0; e < d; e++)
-                    r[e] += w * g[e];
-            }
+            float *o = inv ? dst + (size_t)inv[j] * d : dst + j * (size_t)ld;
+            for (int e = 0; e < d; e++)
+                o[e] += alpha * (w * g[e]);
         }
     }
 }

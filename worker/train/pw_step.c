@@ -235,11 +235,12 @@ int pw_step_compute(pw_step_t *st, int k, float scale, float *ugrads) {
     const size_t d = (size_t)st->d, ub = s->nu * d * sizeof(float);
     /* one device buffer: this step's download of it is done (finish) before the next step */
     float *dug = be->host_memory ? ugrads : dbuf_reserve(be, &st->dugrads, ub);
-    int rc = reserve_rows(st, s->v.nk);
+    /* A model that reads rows through inv skips the rows per feature both ways (same sums), and
+     * their buffers: evaluation reserves its own (pw_step_eval_rows) */
+    const bool uq = pw_model_reads_unique(st->m);
+    int rc = uq ? 0 : reserve_rows(st, s->v.nk);
     if (rc || !dug)
         return rc ? rc : PC_ENOMEM;
-    /* A model that reads rows through inv skips the rows per feature both ways (same sums) */
-    const bool uq = pw_model_reads_unique(st->m);
     s->v.rows = NULL;
     if (!uq) {
         be->gather_rows(be, s->v.nk, s->v.inv, s->v.urows, (int)d, st->rows);
