@@ -647,14 +647,23 @@ static int read_source(cursor_t *c, parse_pool_t *p, const char *path, char *lin
     gzbuffer(gz, 256 << 10);
     uint64_t lineno = 0, bad_here = 0;
     int rc = 0;
+    /* A line's length is what gzgets read (the stream position moved by), not strlen: a NUL
+     * byte inside a line must reach the parser, which refuses the line */
+    z_off_t at = gztell(gz);
     while (!rc && gzgets(gz, line, LINE_MAX_BYTES)) {
-        size_t len = strlen(line);
+        const z_off_t now = gztell(gz);
+        const size_t len = (size_t)(now - at);
+        at = now;
         lineno++;
-        bool too_long = len == LINE_MAX_BYTES - 1 && line[len - 1] != '\n';
+        const bool too_long = len == LINE_MAX_BYTES - 1 && line[len - 1] != '\n';
         if (too_long) { /* drop the rest of the line */
             char tail[4096];
-            while (gzgets(gz, tail, sizeof tail) && tail[strlen(tail) - 1] != '\n')
-                ;
+            for (z_off_t t = gztell(gz); gzgets(gz, tail, sizeof tail); t = gztell(gz)) {
+                const size_t n = (size_t)(gztell(gz) - t);
+                if (n && tail[n - 1] == '\n')
+                    break;
+            }
+            at = gztell(gz);
         }
         rc = p ? feed_line(c, p, path, lineno, line, len, too_long, &bad_here)
                : take_line(c, path, lineno, line, len, too_long, &bad_here);
@@ -730,6 +739,22 @@ static void conn_line(tcp_conn_t *k, const char *line, size_t len, bool too_long
         tcp_halt(t, rc);
 }
 
+/* The start of a line whose producer's connection failed before its newline: what is missing is
+ * unknown (a key cut short still parses), so the line counts as malformed, never as a sample. */
+static void conn_cut(tcp_conn_t *k, size_t len) {
+    tcp_src_t *t = k->src;
+    if (t->rc)
+        return;
+    int rc = line_admit(t->c, ++k->lineno, len);
+    if (rc == LINE_KEEP)
+        rc = line_commit(t->c, k->where, k->lineno, len, LINE_TEXT, PC_EIO,
+                         "the connection failed in this line", NULL, &k->bad);
+    else
+        rc = rc == LINE_STOP;
+    if (rc)
+        tcp_halt(t, rc);
+}
+
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     tcp_conn_t *k = (tcp_conn_t *)h;
@@ -763,8 +788,10 @@ static void conn_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     }
     if (n == 0)
         return;
-    if (k->len && !k->dropping) /* a last line without a newline */
+    if (k->len && !k->dropping && n == UV_EOF) /* a last line without a newline */
         conn_line(k, k->buf, k->len, false);
+    else if (k->len && !k->dropping)
+        conn_cut(k, k->len);
     k->len = 0;
     if (n != UV_EOF)
         PC_WARN("%s: %s", k->where, uv_strerror((int)n));

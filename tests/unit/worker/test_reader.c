@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "pc_error.h"
@@ -409,6 +410,7 @@ typedef struct producer {
     int port;
     const char *data;
     size_t len, chunk; /* send in pieces of `chunk` bytes (varying a little) */
+    bool reset;        /* end with a reset (RST), not a close (FIN) */
 } producer_t;
 
 static void *produce(void *arg) {
@@ -423,6 +425,11 @@ static void *produce(void *arg) {
         ssize_t w = send(fd, p->data + off, n, MSG_NOSIGNAL);
         assert_true(w > 0);
         off += (size_t)w;
+    }
+    if (p->reset) { /* the data is on its way first: a reset discards what is not sent */
+        usleep(100 * 1000);
+        const struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
     }
     close(fd);
     return NULL;
@@ -497,6 +504,86 @@ static void test_tcp_source(void **state) {
     assert_null(pw_reader_next(r));
     assert_int_equal(pw_reader_error(r), PC_EINVAL);
     pw_reader_close(r);
+    free(data);
+}
+
+/* A producer whose connection fails (a reset) in the middle of a line: the lines before it are
+ * samples, the cut line is counted malformed even though what arrived of it parses (its last
+ * key cut short), never a sample. */
+static void test_tcp_cut_line(void **state) {
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/cut.tsv", g_dir);
+    write_data(path, 51, 5, 0, false);
+    size_t len;
+    char *data = read_all(path, &len);
+    len -= 4; /* line 51 without its newline and the last 3 characters of its last key */
+    const char *tcp[] = {"tcp://127.0.0.1:0"};
+    pw_reader_opts_t o = opts(tcp, 1);
+    o.tcp_end_idle_ms = 200;
+    pw_reader_t *r;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    producer_t pa = {
+        .port = pw_reader_tcp_port(r), .data = data, .len = len, .chunk = 4096, .reset = true};
+    pthread_t th;
+    pthread_create(&th, NULL, produce, &pa);
+    seen_t net;
+    assert_int_equal(drain(r, &net, SIZE_MAX), 0);
+    pthread_join(th, NULL);
+    pw_reader_stats_t st;
+    pw_reader_stats(r, &st);
+    pw_reader_close(r);
+    assert_int_equal(net.samples, 50);
+    assert_int_equal(st.bad, 1);
+    free(data);
+}
+
+/* NUL bytes are data, whatever a C string says: a line with one inside is refused (it is not
+ * cut at the NUL and taken), a line of NULs is malformed (not blank), and an over-long line
+ * with a NUL past its first MiB is one malformed line that takes nothing of the next; plain and
+ * gzip files alike. */
+static void test_nul_bytes(void **state) {
+    (void)state;
+    char good[300], path[300];
+    snprintf(good, sizeof good, "%s/nul_good.tsv", g_dir);
+    write_data(good, 100, 6, 0, false);
+    size_t len;
+    char *data = read_all(good, &len);
+    const char *second = strchr(data, '\n') + 1, *third = strchr(second, '\n') + 1;
+    const size_t n1 = (size_t)(second - data), n2 = (size_t)(third - second);
+    const size_t nlong = (1u << 20) + 100;
+    char *longl = malloc(nlong + 2), *cut = malloc(n2);
+    memset(longl, 'a', nlong);
+    memcpy(longl + nlong, "\0\n", 2);
+    memcpy(cut, second, n2);
+    cut[n2 / 2] = '\0'; /* line 2 again, a NUL in its middle */
+    for (int gz = 0; gz < 2; gz++) {
+        snprintf(path, sizeof path, "%s/nul.tsv%s", g_dir, gz ? ".gz" : "");
+        gzFile g = gzopen(path, gz ? "wb" : "wbT"); /* T: written as is */
+        assert_non_null(g);
+        const struct {
+            const char *p;
+            size_t n;
+        } parts[] = {
+            {data, n1}, {cut, n2}, {"\0\0\0\n", 4}, {longl, nlong + 2}, {second, len - n1}};
+        for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+            assert_int_equal(gzwrite(g, parts[i].p, (unsigned)parts[i].n), (int)parts[i].n);
+        gzclose(g);
+        const char *p1[] = {path};
+        pw_reader_opts_t o = opts(p1, 1);
+        pw_reader_t *r;
+        seen_t s;
+        assert_int_equal(pw_reader_open(&o, &r), 0);
+        assert_int_equal(drain(r, &s, SIZE_MAX), 0);
+        pw_reader_stats_t st;
+        pw_reader_stats(r, &st);
+        pw_reader_close(r);
+        assert_int_equal(s.samples, 100);
+        assert_int_equal(st.bad, 3);
+        assert_int_equal(s.lines, 103);
+    }
+    free(longl);
+    free(cut);
     free(data);
 }
 
@@ -714,6 +801,7 @@ int main(void) {
         cmocka_unit_test(test_source_counts),        cmocka_unit_test(test_small_file_rate),
         cmocka_unit_test(test_tcp_source),           cmocka_unit_test(test_csv_header),
         cmocka_unit_test(test_wide_samples),         cmocka_unit_test(test_parse_threads_same),
+        cmocka_unit_test(test_tcp_cut_line),         cmocka_unit_test(test_nul_bytes),
     };
     /* Once parsing on the reader thread, once on 3 parse threads (TCP sources: always the
      * reader thread's). */
