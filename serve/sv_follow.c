@@ -718,7 +718,7 @@ void sv_follow_stop(sv_follow_t *f) {
     f->stop = true;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
-    for (size_t i = 0; i < f->nsrv; i++) {
+    for (size_t i = 0; f->srv && i < f->nsrv; i++) { /* srv NULL: its allocation failed */
         if (f->srv[i].running) {
             pthread_join(f->srv[i].th, NULL);
             f->srv[i].running = false;

@@ -324,16 +324,22 @@ static int run_niced(int (*fn)(void *), void *arg) {
 /* The tables of a server checkpoint (its manifest's settings) added to sparse, empty. */
 static int add_checkpoint_tables(sv_sparse_t *sparse, const char *dir, uint64_t id, char *err,
                                  size_t cap) {
-    enum { MAX_TABLES = 64 };
-    ps_ckpt_table_info_t *t = calloc(MAX_TABLES, sizeof *t);
-    size_t n = 0;
-    int rc = t ? ps_ckpt_tables(dir, id, t, MAX_TABLES, &n) : PC_ENOMEM;
+    ps_ckpt_table_info_t *t = NULL;
+    size_t n = 0, got = 0;
+    int rc = ps_ckpt_tables(dir, id, NULL, 0, &n); /* how many, then all of them */
+    if (!rc && n)
+        rc = (t = calloc(n, sizeof *t)) ? ps_ckpt_tables(dir, id, t, n, &got) : PC_ENOMEM;
     if (rc)
         snprintf(err, cap, "%s: checkpoint %" PRIu64 ": %s", dir, id, pc_strerror(rc));
-    for (size_t i = 0; !rc && i < n && i < MAX_TABLES; i++) {
+    for (size_t i = 0; !rc && i < n && i < got; i++) {
         ps_table_config_t c;
         ps_table_config_defaults(&c);
-        if ((rc = ps_table_config_parse(&c, t[i].config, err, cap)) == 0)
+        if ((rc = ps_table_config_parse(&c, t[i].config, err, cap)) != 0)
+            break;
+        if (c.cold) /* as for the live tables (sv_sparse_add_tables) */
+            PC_WARN("serve: table %s of checkpoint %" PRIu64 " is cold: not replicated", c.name,
+                    id);
+        else
             rc = sv_sparse_add_table(sparse, &c, err, cap);
     }
     free(t);

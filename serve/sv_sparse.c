@@ -209,6 +209,12 @@ static int add_named(void *ctx, const ps_table_config_t *cfg) {
     add_ctx_t *a = ctx;
     if (!named(a->names, cfg->name))
         return 0;
+    if (cfg->cold && !(a->names && a->names[0])) { /* every table: one cold table stops none */
+        PC_WARN("serve: table %s is cold (cold=true): not replicated, its lookups answer "
+                "not found",
+                cfg->name);
+        return 0;
+    }
     a->found++;
     return sv_sparse_add_table(a->s, cfg, a->err, a->errlen);
 }

@@ -56,7 +56,8 @@ int sv_sparse_specs_each(const char *settings, int (*fn)(void *ctx, const ps_tab
 
 /* Add tables from a settings text as psc_tables gives it (one "name=...,dim=..." line per
  * table): those named in `names` (comma-separated, e.g. "emb,ads"), or every table when `names`
- * is NULL or "". PC_ENOTFOUND when a named table is not in the text; the errors of
+ * is NULL or "" but the cold ones (a replica cannot hold them: skipped with a warning; named,
+ * one is an error). PC_ENOTFOUND when a named table is not in the text; the errors of
  * sv_sparse_add_table (the tables added before the failure stay). */
 int sv_sparse_add_tables(sv_sparse_t *s, const char *settings, const char *names, char *err,
                          size_t errlen);

@@ -1,7 +1,8 @@
 /* sv_sparse (serve/sv_sparse.h) in process: tables from a settings text (replica form: no
- * eviction, TTL or admission; cold refused), keys routed by slot to their server's catalog,
- * lookups that answer like the training server's (rows and found; initial rows or zeros for a
- * missing key), a staging table swapped in whole, the order-independent checksum. */
+ * eviction, TTL or admission; a cold table refused by name, left out of every table), keys routed
+ * by slot to their server's catalog, lookups that answer like the training server's (rows and
+ * found; initial rows or zeros for a missing key), a staging table swapped in whole, the
+ * order-independent checksum. */
 #include "table_check.h"
 
 #include "pc_error.h"
@@ -42,6 +43,12 @@ static void test_tables(void **state) {
     assert_int_equal(sv_sparse_tables(s, names, 4), 2);
     assert_string_equal(names[0], "a");
     assert_string_equal(names[1], "b");
+    sv_sparse_t *every; /* every table: the cold one is left out, the others come */
+    assert_int_equal(sv_sparse_create(k_map, &every, err, sizeof err), 0);
+    assert_int_equal(sv_sparse_add_tables(every, text, NULL, err, sizeof err), 0);
+    assert_int_equal(sv_sparse_tables(every, names, 4), 2);
+    assert_int_equal(sv_sparse_table_config(every, "c", &cfg), PC_ENOTFOUND);
+    sv_sparse_destroy(every);
     for (uint32_t i = 0; i < 3; i++) { /* every server's catalog holds both */
         ps_table_t *t;
         assert_int_equal(ps_catalog_acquire(sv_sparse_catalog(s, i), "b", &t), 0);
