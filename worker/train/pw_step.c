@@ -5,9 +5,9 @@
  *   while batches grow. Sets 0 and 1 are the training steps' (by the caller's parity), set 2
  *   evaluation's; the unique rows' gradient buffer is one (its download is waited for in
  *   pw_step_finish, before the next step writes it).
- * - The rows per feature (rows) and their gradients (grads) are one pair shared by every set:
- *   only one step computes at a time. A model that reads rows through inv (DLRM on the CPU) uses
- *   neither in training; evaluation still looks its rows up into `rows`.
+ * - The rows per feature (rows) and their gradients (grads) are shared by every set: only one
+ *   step computes at a time. A model that reads rows through inv (DLRM on the CPU) uses neither
+ *   in training; evaluation looks its rows up into `rows` and never holds `grads`.
  */
 #include "pw_step.h"
 
@@ -45,7 +45,7 @@ struct pw_step {
     int nopt;
     dbuf_t dev[NSETS][DB_N], dugrads;
     staged_t set[NSETS];
-    size_t cap;          /* features the row buffers hold */
+    size_t cap, gcap;    /* features rows (and hrows) hold, and grads (training only) */
     float *rows, *grads; /* device: a row and its gradient per feature */
     float *hrows;        /* host (pinned): evaluation's looked-up rows (device backends) */
     float *dense1;       /* max_batch ones: the dense input of streams without dense values */
@@ -121,22 +121,27 @@ void pw_step_destroy(pw_step_t *st) {
 
 /* ---- buffers and staging ---- */
 
-/* Row buffers for nk features (their contents are not kept). */
-static int reserve_rows(pw_step_t *st, size_t nk) {
-    if (nk <= st->cap)
-        return 0;
+/* Row buffers for nk features (their contents are not kept), and with `grads` their gradients:
+ * evaluation (serving's Predict included) needs no gradients, so it does not hold them. */
+static int reserve_rows(pw_step_t *st, size_t nk, bool grads) {
     pw_backend_t *be = st->be;
     const size_t cap = nk + nk / 2, bytes = cap * (size_t)st->d * sizeof(float);
-    be->free(be, st->rows);
-    be->free(be, st->grads);
-    be->host_free(be, st->hrows);
-    st->rows = be->alloc(be, bytes);
-    st->grads = be->alloc(be, bytes);
-    /* evaluation looks rows up on the host: into the rows themselves with host memory */
-    st->hrows = be->host_memory ? NULL : be->host_alloc(be, bytes);
-    if (!st->rows || !st->grads || (!be->host_memory && !st->hrows))
-        return st->cap = 0, PC_ENOMEM;
-    st->cap = cap;
+    if (nk > st->cap) {
+        be->free(be, st->rows);
+        be->host_free(be, st->hrows);
+        st->rows = be->alloc(be, bytes);
+        /* evaluation looks rows up on the host: into the rows themselves with host memory */
+        st->hrows = be->host_memory ? NULL : be->host_alloc(be, bytes);
+        if (!st->rows || (!be->host_memory && !st->hrows))
+            return st->cap = 0, PC_ENOMEM;
+        st->cap = cap;
+    }
+    if (grads && nk > st->gcap) {
+        be->free(be, st->grads);
+        if (!(st->grads = be->alloc(be, bytes)))
+            return st->gcap = 0, PC_ENOMEM;
+        st->gcap = cap;
+    }
     return 0;
 }
 
@@ -238,7 +243,7 @@ int pw_step_compute(pw_step_t *st, int k, float scale, float *ugrads) {
     /* A model that reads rows through inv skips the rows per feature both ways (same sums), and
      * their buffers: evaluation reserves its own (pw_step_eval_rows) */
     const bool uq = pw_model_reads_unique(st->m);
-    int rc = uq ? 0 : reserve_rows(st, s->v.nk);
+    int rc = uq ? 0 : reserve_rows(st, s->v.nk, true);
     if (rc || !dug)
         return rc ? rc : PC_ENOMEM;
     s->v.rows = NULL;
@@ -292,7 +297,7 @@ pw_opt_t *pw_step_opts(pw_step_t *st, int *n) {
 /* ---- evaluation ---- */
 
 float *pw_step_eval_rows(pw_step_t *st, size_t nk) {
-    if (reserve_rows(st, nk))
+    if (reserve_rows(st, nk, false))
         return NULL;
     return st->be->host_memory ? st->rows : st->hrows;
 }
