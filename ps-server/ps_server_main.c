@@ -689,7 +689,13 @@ int main(int argc, char **argv) {
             s.restored = r == 0 ? id : 0;
             if (r == 0)
                 PC_INFO("restored checkpoint %llu", (unsigned long long)id);
-            else if (r != PC_ENOTFOUND || s.cfg.restore_id) {
+            else if (r == PC_ECORRUPT && !s.cfg.restore_id) {
+                PC_ERROR("restore from %s failed: no checkpoint there verifies (the warnings "
+                         "above say why); the server does not start empty over them: restore "
+                         "the files, or move the directory aside to start anew",
+                         s.cfg.ckpt_dir);
+                rc = 1;
+            } else if (r != PC_ENOTFOUND || s.cfg.restore_id) {
                 PC_ERROR("restore from %s failed: %s", s.cfg.ckpt_dir, pc_strerror(r));
                 rc = 1;
             }

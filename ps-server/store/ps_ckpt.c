@@ -1020,6 +1020,7 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
     if (rc)
         return rc;
     n = n < 4096 ? n : 4096;
+    int last = PC_ENOTFOUND; /* a directory of damaged checkpoints is not an empty one */
     for (size_t i = n; i-- > 0;) {
         rc = restore_one(c, ids[i]);
         if (!rc) {
@@ -1032,8 +1033,9 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
             return rc; /* out of memory, I/O error: not a reason to go back in time */
         PC_WARN("checkpoint %" PRIu64 " does not restore (%s), trying an older one", ids[i],
                 pc_strerror(rc));
+        last = rc == PC_ECORRUPT ? rc : last;
     }
-    return PC_ENOTFOUND;
+    return last;
 }
 
 int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n) {

@@ -70,7 +70,9 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res);
 /* Restore checkpoint `id` (0: the newest one that verifies, falling back to older ones) into
  * the catalog, replacing tables of the same names. All files are verified (checksums, sizes)
  * before any table is replaced. *restored (may be NULL) gets the id. PC_ENOTFOUND when there is
- * nothing to restore, PC_ECORRUPT when `id` does not verify. */
+ * nothing to restore, PC_ECORRUPT when `id` does not verify, or (id 0) when published
+ * checkpoints exist and none verifies: a caller must not take that for an empty directory and
+ * start empty tables, whose checkpoints would then retire the damaged ones. */
 int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored);
 
 typedef struct ps_ckpt_entry {
