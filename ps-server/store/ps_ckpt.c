@@ -759,8 +759,10 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         const char *name = ps_table_config(t)->name;
         /* Cold tables are written in full: their cold part is a whole copy anyway. */
         const tstate_t *prev = m.incremental && !cs.cold[i] ? find_state(c, name) : NULL;
-        uint64_t since =
-            prev && prev->uid == ps_table_uid(t) ? (uint64_t)prev->cut + 1 : PS_SCAN_ALL;
+        /* A table that lost a removal's tombstone (no memory to log it) is written whole */
+        uint64_t since = prev && prev->uid == ps_table_uid(t) && !ps_table_needs_full(t)
+                             ? (uint64_t)prev->cut + 1
+                             : PS_SCAN_ALL;
         char path[PBUF + PS_TABLE_NAME_MAX + 8];
         snprintf(path, sizeof path, "%s/t-%s.rows", tmp, name);
         mtable_t *e = &m.tables[m.ntables];

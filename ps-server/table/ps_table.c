@@ -2256,8 +2256,8 @@ void ps_table_snapshot_end(ps_table_t *t, bool committed) {
         ps_shard_t *s = &t->shards[sh];
         pthread_rwlock_wrlock(&s->lock);
         cow_free(t, s);
-        if (committed && t->snap_active && t->snap_full)
-            s->removed_lost = 0;           /* a full snapshot needs no tombstones */
+        if (committed && t->snap_active && t->snap_full && s->lost_clock <= t->snap_cut)
+            s->removed_lost = 0; /* a full snapshot needs no tombstones (of removals it saw) */
         if (committed && t->snap_active) { /* tombstones up to the cut are now on disk */
             size_t keep = 0;
             for (size_t i = 0; i < s->removed_n; i++)
@@ -2272,6 +2272,17 @@ void ps_table_snapshot_end(ps_table_t *t, bool committed) {
     pthread_rwlock_unlock(&t->cut);
     if (was_active)
         atomic_store(&t->snap_busy, 0);
+}
+
+bool ps_table_needs_full(const ps_table_t *t) {
+    bool lost = false;
+    for (uint32_t sh = 0; sh < t->nshards && !lost; sh++) {
+        ps_shard_t *s = &t->shards[sh];
+        pthread_rwlock_rdlock(&s->lock);
+        lost = s->removed_lost;
+        pthread_rwlock_unlock(&s->lock);
+    }
+    return lost;
 }
 
 void ps_table_track_removals(ps_table_t *t) {
