@@ -1456,6 +1456,12 @@ static bool drain_stage_(conn_t *c) {
             reply_error(c, &h, rc, "not an EmberPS frame");
             return false;
         }
+        /* Before a peer has said the token, no body beyond a HELLO's is held for it */
+        if (dp->token_len && !c->authed && (h.op != PC_OP_HELLO || h.body_len > sizeof dp->token)) {
+            reply_error(c, &h, PC_EAUTH,
+                        h.op == PC_OP_HELLO ? "bad token" : "say HELLO with the token first");
+            return false;
+        }
         const size_t total = PC_WIRE_HDR + (size_t)h.body_len;
         if (c->stage_len - off < total) {
             if (total > STAGE_BYTES) { /* read the rest of the body straight into its buffer */

@@ -718,6 +718,18 @@ static void test_token(void **state) {
     char b;
     assert_true(recv(fd, &b, 1, 0) <= 0);
     close(fd);
+    /* Nor is a body held before the token: the header of a 16 MiB PULL (under the body limit)
+     * or HELLO is refused at once, not after its body (which never comes). */
+    for (uint8_t op = 0; op < 2; op++) {
+        fd = raw_connect(port);
+        uint8_t h[PC_WIRE_HDR];
+        pc_wire_hdr_t hd = {.op = op ? PC_OP_HELLO : PC_OP_PULL, .id = 10, .body_len = 16u << 20};
+        pc_wire_hdr_encode(&hd, h);
+        send_all(fd, h, sizeof h);
+        assert_int_equal(recv_reply(fd, 10), PC_EAUTH);
+        assert_true(recv(fd, &b, 1, 0) <= 0);
+        close(fd);
+    }
     pu_stop(s);
     /* A non-loopback address without a token is refused at start (exit status 2). */
     pid_t p = fork();
