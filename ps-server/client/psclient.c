@@ -1433,6 +1433,11 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
         return PC_EINVAL;
     if ((op == PC_OP_PUSH && n && !grads) || (op != PC_OP_PUSH && n && !rows))
         return PC_EINVAL;
+    /* A frame's body length is 32 bits: a request that may not fit is refused here (servers
+     * take at most --max-body-bytes, 256 MiB by default, anyway) */
+    if (pc_wire_batch_body_len_typed((pc_wire_op_t)op, strlen(table), (uint32_t)n, dim,
+                                     PC_WIRE_F32) > UINT32_MAX)
+        return PC_ETOOBIG;
     call_t *k = call_new(c, op, table);
     if (!k)
         return PC_ENOMEM;

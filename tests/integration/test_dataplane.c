@@ -684,6 +684,10 @@ static void test_bad_input(void **state) {
     assert_int_equal(r.applied, 0);
     assert_int_equal(psc_pull(c, "emb", k, 4, D, after), 0);
     assert_memory_equal(before, after, sizeof before);
+    /* A push whose body would pass 4 GiB (1Mi keys at dim 1024): refused before anything is
+     * sent or read (its length was cut to 32 bits: the server parsed gradients as frames) */
+    assert_int_equal(psc_push(c, "emb", k, 1u << 20, 1024, g, &r), PC_ETOOBIG);
+    assert_int_equal(psc_pull(c, "emb", k, 4, D, after), 0); /* the connection is fine */
     psc_close(c);
     pu_stop(s);
     tc_rmdir(dir);

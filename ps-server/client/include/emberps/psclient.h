@@ -113,7 +113,10 @@ typedef struct psc_push_result {
     uint64_t applied, skipped_nonfinite, dropped_unadmitted;
 } psc_push_result_t;
 
-/* ---- blocking calls ---- */
+/* ---- blocking calls ----
+ * PC_ETOOBIG (nothing sent) for a call whose request would exceed a frame's 4 GiB body (keys
+ * and, for a push, f32 gradients); servers take at most --max-body-bytes (256 MiB by default)
+ * a server. */
 PSC_EXTERN int psc_pull(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
                         float *rows);
 PSC_EXTERN int psc_push(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
