@@ -981,8 +981,7 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
     }
     if (!rc) {
         for (size_t i = 0; i < m.ntables; i++) {
-            ps_catalog_drop(c->cat, m.tables[i].name);
-            int prc = ps_catalog_put(c->cat, tabs[i]);
+            int prc = ps_catalog_set(c->cat, tabs[i]); /* never a moment without the table */
             tabs[i] = NULL;
             if (prc && !rc) {
                 PC_ERROR("restore %" PRIu64 ": table %s could not be installed (%s); the "

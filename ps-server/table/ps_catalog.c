@@ -216,31 +216,49 @@ static int adopt(ps_catalog_t *c, ps_table_t *t) {
     return rc;
 }
 
-int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
+/* t under its name: in place of the live table of that name (may_replace: in one step, an
+ * acquire sees the old table or t, never none; the old one is destroyed once its last holder
+ * releases it) or as a new one (may_add). Takes ownership of t (destroyed on failure).
+ * PC_EEXIST, PC_ENOTFOUND (the case not allowed), PC_ENOMEM. */
+static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_add) {
     int rc = adopt(c, t);
     if (rc)
         return rc;
+    ps_table_t *dead = NULL;
     pthread_mutex_lock(&c->mu);
-    if (find_live(c, ps_table_config(t)->name)) {
-        rc = PC_EEXIST;
+    const entry_t *e = find_live(c, ps_table_config(t)->name);
+    const size_t old = e ? (size_t)(e - c->e) : 0;
+    if (e ? !may_replace : !may_add) {
+        rc = e ? PC_EEXIST : PC_ENOTFOUND;
     } else if (c->n == c->cap) {
-        size_t ncap = c->cap ? 2 * c->cap : 8;
-        entry_t *e = realloc(c->e, ncap * sizeof *e);
-        if (!e)
+        const size_t ncap = c->cap ? 2 * c->cap : 8;
+        entry_t *ne = realloc(c->e, ncap * sizeof *ne);
+        if (!ne) {
             rc = PC_ENOMEM;
-        else {
-            c->e = e;
+        } else {
+            c->e = ne;
             c->cap = ncap;
         }
     }
     if (!rc) {
+        if (e)
+            c->e[old].dropped = true;
         c->e[c->n++] = (entry_t){t, 0, false};
         atomic_fetch_add(&c->changes, 1);
+        if (e && c->e[old].refs == 0)
+            dead = take_entry(c, old);
     }
     pthread_mutex_unlock(&c->mu);
-    if (rc)
-        destroy_table(c, t);
+    destroy_table(c, rc ? t : dead);
     return rc;
+}
+
+int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
+    return install(c, t, false, true);
+}
+
+int ps_catalog_set(ps_catalog_t *c, ps_table_t *t) {
+    return install(c, t, true, true);
 }
 
 uint64_t ps_catalog_changes(ps_catalog_t *c) {
@@ -453,26 +471,5 @@ int ps_catalog_each(ps_catalog_t *c, int (*fn)(void *ctx, ps_table_t *t), void *
 }
 
 int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t) {
-    int rc = adopt(c, t);
-    if (rc)
-        return rc;
-    ps_table_t *dead = NULL;
-    pthread_mutex_lock(&c->mu);
-    entry_t *e = find_live(c, ps_table_config(t)->name);
-    if (!e) {
-        rc = PC_ENOTFOUND;
-    } else {
-        rc = room_for_one(c, &e);
-    }
-    if (!rc) {
-        e->dropped = true;
-        const size_t old = (size_t)(e - c->e);
-        c->e[c->n++] = (entry_t){t, 0, false};
-        atomic_fetch_add(&c->changes, 1);
-        if (c->e[old].refs == 0)
-            dead = take_entry(c, old);
-    }
-    pthread_mutex_unlock(&c->mu);
-    destroy_table(c, rc ? t : dead);
-    return rc;
+    return install(c, t, true, false);
 }

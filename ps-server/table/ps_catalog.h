@@ -77,6 +77,10 @@ void ps_catalog_discard(ps_catalog_t *c, ps_table_t *t);
  * PC_ENOTFOUND when no table has t's name (t is not added then), PC_ENOMEM. */
 int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t);
 
+/* ps_catalog_replace when a table has t's name, else ps_catalog_put (a restore installing its
+ * tables: a failure leaves the old table in place). PC_ENOMEM. */
+int ps_catalog_set(ps_catalog_t *c, ps_table_t *t);
+
 /* Remove `name`; the table is destroyed once no one holds it. PC_ENOTFOUND. */
 int ps_catalog_drop(ps_catalog_t *c, const char *name);
 

@@ -57,6 +57,39 @@ static void test_catalog(void **state) {
     ps_catalog_destroy(cat);
 }
 
+/* Installing a table made aside (a restore, a replica's swap): put refuses a taken name,
+ * replace a free one, set takes both; a holder of the old table keeps it usable, and the name
+ * is never without a table (acquire sees the old or the new one). */
+static void test_install(void **state) {
+    (void)state;
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_config_t c;
+    ps_table_t *t, *held, *now;
+    cfg_named(&c, "name=emb,dim=8");
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    assert_int_equal(ps_catalog_replace(cat, t), PC_ENOTFOUND); /* t destroyed */
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    assert_int_equal(ps_catalog_set(cat, t), 0); /* new */
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &held), 0);
+    assert_ptr_equal(held, t);
+    cfg_named(&c, "name=emb,dim=4");
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    assert_int_equal(ps_catalog_put(cat, t), PC_EEXIST); /* t destroyed */
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    assert_int_equal(ps_catalog_set(cat, t), 0); /* in place of the held one */
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &now), 0);
+    assert_true(now == t && ps_table_dim(now) == 4 && ps_table_dim(held) == 8);
+    uint64_t k = 1;
+    float row[8];
+    assert_int_equal(ps_table_pull(held, &k, 1, row, 8), 0);
+    ps_catalog_release(cat, held); /* destroys the old table */
+    ps_catalog_release(cat, now);
+    char names[2][PS_TABLE_NAME_MAX];
+    assert_int_equal(ps_catalog_list(cat, names, 2), 1);
+    ps_catalog_destroy(cat);
+}
+
 /* A spec a server takes from a user must name its table (no silent "default"); errors quote the
  * spec; the bare engine's parse keeps its default name for in-process tables. */
 static void test_spec_needs_name(void **state) {
@@ -211,7 +244,8 @@ static void test_claims_race(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_catalog), cmocka_unit_test(test_spec_needs_name),
-        cmocka_unit_test(test_claims), cmocka_unit_test(test_claims_race)};
+        cmocka_unit_test(test_catalog), cmocka_unit_test(test_install),
+        cmocka_unit_test(test_spec_needs_name), cmocka_unit_test(test_claims),
+        cmocka_unit_test(test_claims_race)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
