@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,7 +455,16 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
     if (!cat || !o || !o->dir || !out || o->keep < 1 || o->full_every < 1 ||
         o->full_every > MAX_CHAIN || strlen(o->dir) >= sizeof((ps_ckpt_t *)0)->dir)
         return PC_EINVAL;
-    if (!o->read_only && mkdir(o->dir, 0755) != 0 && errno != EEXIST) {
+    if (!o->read_only && mkdir(o->dir, 0755) == 0) { /* new: its entry made durable too */
+        char parent[sizeof((ps_ckpt_t *)0)->dir];
+        snprintf(parent, sizeof parent, "%s", o->dir);
+        const char *up = dirname(parent); /* POSIX: "a/b/" -> "a", "b" -> ".", "/b" -> "/" */
+        if (pc_fs_fsync_path(up)) {
+            PC_ERROR("checkpoint dir %s: cannot make its creation durable (fsync of %s)", o->dir,
+                     up);
+            return PC_EIO;
+        }
+    } else if (!o->read_only && errno != EEXIST) {
         PC_ERROR("checkpoint dir %s: %s", o->dir, strerror(errno));
         return PC_EIO;
     }
