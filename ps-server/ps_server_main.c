@@ -48,7 +48,7 @@ typedef struct srv_cfg {
     int64_t io_threads;
     int64_t poll_us;
     int64_t grpc_port;
-    int64_t grpc_threads;
+    int64_t grpc_threads, grpc_call_wait_ms;
     int64_t metrics_port, metrics_max_connections;
     char admin_token[256];
     char cluster_map[4096];
@@ -92,6 +92,9 @@ static const pc_setting_t k_settings[] = {
                    "(low latency for a core's time)"),
     PC_SETTING_INT(T, grpc_port, -1, 65535, "7500", "gRPC API port (0: any free, -1: off)"),
     PC_SETTING_INT(T, grpc_threads, 1, 64, "2", "gRPC handler threads"),
+    PC_SETTING_INT(T, grpc_call_wait_ms, 100, 3600000, "30000",
+                   "a gRPC call's request must arrive, and its reply leave, within this; a "
+                   "stalled client's call is cancelled and its handler thread freed"),
     PC_SETTING_INT(T, metrics_port, -1, 65535, "9400",
                    "Prometheus /metrics port (0: any, -1: off)"),
     PC_SETTING_INT(T, metrics_max_connections, 1, 10000, "64",
@@ -754,6 +757,7 @@ int main(int argc, char **argv) {
         snprintf(addr, sizeof addr, "%s:%d", s.cfg.host, (int)s.cfg.grpc_port);
         ps_grpc_opts_t go = {.addr = addr,
                              .threads = (int)s.cfg.grpc_threads,
+                             .call_wait_ms = (uint32_t)s.cfg.grpc_call_wait_ms,
                              .token = s.cfg.token,
                              .admin_token = s.cfg.admin_token,
                              .max_message = (uint32_t)s.cfg.max_body_bytes,

@@ -38,7 +38,7 @@ typedef struct cfg {
     sv_follow_opts_t fo; /* follow_* (sv_follow_settings) */
     char name[128];
     char host[64];
-    int64_t grpc_port, grpc_threads, metrics_port, evaluators;
+    int64_t grpc_port, grpc_threads, grpc_call_wait_ms, metrics_port, evaluators;
     int64_t max_batch, max_keys, max_reply_bytes, max_message_bytes, tick_ms;
     char token[256], admin_token[256];
     char tls_cert[512], tls_key[512], tls_ca[512];
@@ -62,6 +62,9 @@ static const pc_setting_t k_own[] = {
     PC_SETTING_STRING(T, host, "127.0.0.1", "address to bind"),
     PC_SETTING_INT(T, grpc_port, 0, 65535, "7600", "gRPC port (0: any free port)"),
     PC_SETTING_INT(T, grpc_threads, 1, 64, "4", "gRPC handler threads"),
+    PC_SETTING_INT(T, grpc_call_wait_ms, 100, 3600000, "30000",
+                   "a gRPC call's request must arrive, and its reply leave, within this; a "
+                   "stalled client's call is cancelled and its handler thread freed"),
     PC_SETTING_INT(T, metrics_port, -1, 65535, "9600",
                    "Prometheus /metrics port (0: any, -1: off)"),
     PC_SETTING_INT(T, evaluators, 0, 256, "0",
@@ -206,6 +209,7 @@ int main(int argc, char **argv) {
     snprintf(addr, sizeof addr, "%s:%d", c.host, (int)c.grpc_port);
     ps_grpc_opts_t go = {.addr = addr,
                          .threads = (int)c.grpc_threads,
+                         .call_wait_ms = (uint32_t)c.grpc_call_wait_ms,
                          .token = c.token,
                          .admin_token = c.admin_token,
                          .max_message = (uint32_t)c.max_message_bytes,

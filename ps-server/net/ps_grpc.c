@@ -26,6 +26,8 @@
 #define HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define HEALTH_WATCH "/grpc.health.v1.Health/Watch"
 #define PEM_MAX      (1u << 20)
+#define HEALTH_MAX   1024  /* bytes of a HealthCheckRequest: a service name */
+#define CALL_WAIT_MS 30000 /* call_wait_ms's default */
 
 typedef struct worker {
     struct ps_grpc *g;
@@ -48,6 +50,8 @@ struct ps_grpc {
      * through env (the owner then stops what env points to: the data plane, the catalog). */
     pthread_rwlock_t gate;
     atomic_uint_least64_t calls, errors;
+    atomic_uint_least64_t stalled; /* calls cancelled after call_wait_ms */
+    uint32_t call_wait_ms;
     pc_hist_t lat; /* request received -> reply sent */
 };
 
@@ -78,6 +82,11 @@ static bool path_is(const grpc_call_details *d, const char *want) {
 
 /* grpc.health.v1.Health/Check: the serving status of service "" or one this server has. */
 static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+    if (len > HEALTH_MAX) { /* no token here: nothing large is unpacked (unknown fields cost
+                               ~40x their bytes in protobuf-c) */
+        ps_api_fail(r, PC_ETOOBIG, "HealthCheckRequest over %d bytes", HEALTH_MAX);
+        return;
+    }
     Grpc__Health__V1__HealthCheckRequest *q =
         grpc__health__v1__health_check_request__unpack(NULL, len, req);
     if (!q) {
@@ -106,12 +115,22 @@ static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_a
     grpc__health__v1__health_check_request__free_unpacked(q, NULL);
 }
 
-/* Run one batch and wait for it on the worker's queue. */
+/* Run one batch and wait for it on the worker's queue, at most call_wait_ms: a client that
+ * sends nothing (or too slowly), or never takes its reply, has its call cancelled instead of
+ * holding this thread (the threads are few, and the first step reads before any token). */
 static bool run_batch(worker_t *w, grpc_call *call, const grpc_op *ops, size_t n, void *tag) {
     grpc_call_error e = grpc_call_start_batch(call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK)
         return false;
-    grpc_event ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    const gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                                            gpr_time_from_millis(w->g->call_wait_ms, GPR_TIMESPAN));
+    grpc_event ev = grpc_completion_queue_next(w->cq, until, NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+        atomic_fetch_add_explicit(&w->g->stalled, 1, memory_order_relaxed);
+        grpc_call_cancel(call, NULL); /* the batch then completes, failed */
+        ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        return false;
+    }
     return ev.type == GRPC_OP_COMPLETE && ev.tag == tag && ev.success;
 }
 
@@ -306,6 +325,7 @@ int ps_grpc_start(const ps_grpc_service_t *svc, const ps_grpc_opts_t *o, ps_grpc
     }
     g->svc = *svc;
     g->w = w;
+    g->call_wait_ms = o->call_wait_ms ? o->call_wait_ms : CALL_WAIT_MS;
     pthread_rwlockattr_t ra;
     pthread_rwlockattr_init(&ra);
     pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
@@ -379,8 +399,10 @@ size_t ps_grpc_render_metrics(ps_grpc_t *g, char *buf, size_t cap, size_t len) {
         buf, cap, len,
         "# TYPE emberps_grpc_calls_total counter\nemberps_grpc_calls_total %llu\n"
         "# TYPE emberps_grpc_errors_total counter\nemberps_grpc_errors_total %llu\n"
+        "# TYPE emberps_grpc_stalled_total counter\nemberps_grpc_stalled_total %llu\n"
         "# TYPE emberps_grpc_call_seconds histogram\n",
-        (unsigned long long)atomic_load(&g->calls), (unsigned long long)atomic_load(&g->errors));
+        (unsigned long long)atomic_load(&g->calls), (unsigned long long)atomic_load(&g->errors),
+        (unsigned long long)atomic_load(&g->stalled));
     return pc_hist_render(&g->lat, "emberps_grpc_call_seconds", "", buf, cap, len);
 }
 

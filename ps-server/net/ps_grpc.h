@@ -55,6 +55,8 @@ typedef struct ps_grpc_opts {
     const char *token;       /* NULL/"": none */
     const char *admin_token; /* NULL/"": administrative calls need `token` like the rest */
     uint32_t max_message;    /* bytes, both directions */
+    uint32_t call_wait_ms;   /* a call's request must arrive, and its reply leave, within this
+                                (0: 30000): a stalled client's call is cancelled */
     const char *tls_cert;    /* PEM file of the certificate chain; with tls_key: TLS only */
     const char *tls_key;     /* PEM file of its private key */
     const char *tls_ca;      /* PEM file of the CA client certificates chain to (NULL/"": none) */

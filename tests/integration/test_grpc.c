@@ -16,6 +16,9 @@
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
 #include <sys/stat.h>
 
 #include "emberps.pb-c.h"
@@ -489,6 +492,60 @@ static void test_psctl(void **state) {
     tc_rmdir(dir);
 }
 
+/* A client that opens a call and sends nothing more (no message, no end of stream) holds a
+ * handler thread only for --grpc-call-wait-ms: with one thread, a health check made after it is
+ * answered once the stalled call is cancelled (it waited forever before: nothing else was
+ * answered until that client went away). A HealthCheckRequest over 1 KiB is refused unread (no
+ * token is asked for it, and protobuf-c takes ~40x the bytes of unknown fields). */
+static void test_stalled_call(void **state) {
+    (void)state;
+    char dir[256], addr[64];
+    tc_tmpdir(dir, sizeof dir, "grpc5");
+    char threads[] = "--grpc-threads=1", wait[] = "--grpc-call-wait-ms=500";
+    const char *extra[] = {threads, wait, NULL};
+    int gp = 0;
+    pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    grpc_init();
+    grpc_channel_credentials *cr = grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create(addr, cr, NULL);
+    grpc_channel_credentials_release(cr);
+    grpc_completion_queue *cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_slice method = grpc_slice_from_static_string("/emberps.ParameterServer/Pull");
+    grpc_call *stalled = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method,
+                                                  NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    assert_int_equal(grpc_call_start_batch(stalled, &op, 1, (void *)1, NULL), GRPC_CALL_OK);
+    grpc_event ev = grpc_completion_queue_next(
+        cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_seconds(5, GPR_TIMESPAN)),
+        NULL);
+    assert_true(ev.type == GRPC_OP_COMPLETE && ev.success);
+    usleep(100 * 1000); /* the server's one thread takes it */
+    psg_t *c = client(gp, NULL);
+    const double t0 = pu_now();
+    assert_int_equal(call_raw(c, "/grpc.health.v1.Health/Check", "", 0), PS_ST_OK);
+    print_message("health answered after %.2f s beside a stalled call\n", pu_now() - t0);
+    static char big[4096];
+    memset(big, 0, sizeof big);
+    big[0] = 0x10; /* unknown varint fields: 0x10 0x00, ... */
+    for (size_t i = 0; i + 1 < sizeof big; i += 2)
+        big[i] = 0x10;
+    assert_int_equal(call_raw_pc(c, "/grpc.health.v1.Health/Check", big, sizeof big), PC_ETOOBIG);
+    psg_destroy(c);
+    grpc_call_unref(stalled);
+    grpc_channel_destroy(ch);
+    grpc_completion_queue_shutdown(cq);
+    while (grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(cq);
+    grpc_shutdown();
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: test_grpc PATH-TO-ps-server PATH-TO-psctl\n");
@@ -501,6 +558,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_rows_match_local), cmocka_unit_test(test_admin_and_tokens),
         cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_psctl),
         cmocka_unit_test(test_metrics),          cmocka_unit_test(test_reply_limit),
+        cmocka_unit_test(test_stalled_call),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all();
