@@ -46,13 +46,20 @@ def as_keys(keys):
     return np.array(keys, dtype=np.uint64)
 
 
+_TEXT_SETTINGS = ("name", "init", "missing", "optimizer", "row_dtype")  # ps_table.c's text settings
+
+
 def _parse_settings(line):
-    """"name=emb,dim=16,lr=0.05,cold=false" -> a dict with numbers and booleans converted."""
+    """"name=emb,dim=16,lr=0.05,cold=false" -> a dict with numbers and booleans converted
+    (the text settings stay text: a table may be named "2024" or "nan")."""
     out = {}
     for item in line.split(","):
         if "=" not in item:
             continue
         k, v = item.split("=", 1)
+        if k in _TEXT_SETTINGS:
+            out[k] = v
+            continue
         if v in ("true", "false"):
             out[k] = v == "true"
             continue
@@ -382,8 +389,12 @@ class Client:
         self._enter()
         try:
             n = lib.psc_map_text(self._c, ffi.NULL, 0)
-            buf = ffi.new("char[]", n + 1)
-            lib.psc_map_text(self._c, buf, n + 1)
+            while True:  # the map may grow (a refresh on another thread) between the calls
+                buf = ffi.new("char[]", n + 1)
+                got = lib.psc_map_text(self._c, buf, n + 1)
+                if got <= n:
+                    break
+                n = got
         finally:
             self._leave()
         return ffi.string(buf).decode()

@@ -140,3 +140,15 @@ def test_cluster_calls(servers):
         group[1].signal(18)
         assert c.stats()["calls"] > 0
         assert c.stats()["unclean_slots"] == 0  # no promotion lost rows (map without unclean=)
+
+
+def test_names_that_look_like_numbers(servers):
+    """A table named "2024" or "nan" is a name (text), not a number: tables() keeps it text, and
+    dim() finds the tables (it raised on the .encode() of a number for every table)."""
+    _, group = servers("name=2024,dim=4,optimizer=sgd;name=nan,dim=2,optimizer=sgd")
+    with emberps.Client(group[0].addr) as c:
+        names = sorted(t["name"] for t in c.tables())
+        assert names == ["2024", "nan"]
+        assert c.dim("2024") == 4 and c.dim("nan") == 2
+        rows = c.pull("2024", np.arange(1, 4, dtype=np.uint64))
+        assert rows.shape == (3, 4)
