@@ -177,6 +177,7 @@ class Client:
     def _start(self, op, table, keys, dim, rows, grads, found, res):
         """Start one call; returns its id. Arrays must stay alive until it completed."""
         self._enter()
+        cid = None
         try:
             cid = ffi.new("uint64_t *")
             tb = table.encode()
@@ -197,9 +198,18 @@ class Client:
                                           ffi.NULL, ffi.NULL, cid)
             check(rc)
             return cid[0]
-        except BaseException:
-            self._leave()
+        except BaseException:  # started (ids are >= 1): waited for, or C writes freed memory
+            self._abandon(cid[0] if cid is not None else 0)
             raise
+
+    def _abandon(self, cid):
+        """A call that raised on its way to being waited for (KeyboardInterrupt, no thread):
+        wait for it first when it started, then leave."""
+        try:
+            if cid:
+                self._wait(cid)
+        finally:
+            self._leave()
 
     def _finish(self, cid, result):
         try:
@@ -210,14 +220,19 @@ class Client:
         return result()
 
     def _submit(self, cid, result, keep):
-        fut = Future()
-        fut.set_running_or_notify_cancel()
-        with self._mu:
-            if self._waiter is None:
-                self._waiter = threading.Thread(target=self._wait_loop, name="emberps-waiter",
-                                                daemon=True)
-                self._waiter.start()
-        self._pending.put((cid, fut, result, keep))
+        try:
+            fut = Future()
+            fut.set_running_or_notify_cancel()
+            with self._mu:
+                if self._waiter is None:
+                    waiter = threading.Thread(target=self._wait_loop, name="emberps-waiter",
+                                              daemon=True)
+                    waiter.start()
+                    self._waiter = waiter
+            self._pending.put((cid, fut, result, keep))
+        except BaseException:  # not handed to the waiter: wait here (keep is alive till then)
+            self._abandon(cid)
+            raise
         return fut
 
     def _wait_loop(self):
@@ -264,7 +279,6 @@ class Client:
             rows = self._rows_out(n, dim, out)
             if op == "lookup":
                 found = np.zeros(n, dtype=np.uint8)
-        cid = self._start(op, table, keys, dim, rows, grads, found, res)
         if op == "push":
             def result():
                 return {"applied": res.applied, "skipped_nonfinite": res.skipped_nonfinite,
@@ -275,6 +289,7 @@ class Client:
         else:
             def result():
                 return rows, found.view(np.bool_)
+        cid = self._start(op, table, keys, dim, rows, grads, found, res)
         return cid, result, (keys, rows, grads, found, res)
 
     def pull(self, table, keys, dim=None, out=None):

@@ -32,6 +32,30 @@ def test_server_killed(servers):
     c.close()
 
 
+def test_no_waiter_thread(servers, monkeypatch):
+    """An async call whose waiter thread cannot start: the error reaches the caller after the
+    call was waited for (its arrays were freed under the C client before), and the client is
+    still usable and closes (it hung in close() before: the call was never counted done)."""
+    import threading
+
+    addr, _ = servers(TABLE)
+    c = emberps.Client(addr)
+    keys = np.arange(1, 9, dtype=np.uint64)
+
+    def no_thread(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", no_thread)
+    with pytest.raises(RuntimeError):
+        c.pull_async("emb", keys)
+    monkeypatch.undo()
+    assert c.pull("emb", keys).shape == (8, 8)
+    closer = threading.Thread(target=c.close)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+
+
 def test_bad_calls(servers):
     addr, _ = servers(TABLE)
     c = emberps.Client(addr)
