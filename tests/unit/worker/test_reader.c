@@ -119,6 +119,15 @@ static pw_reader_opts_t opts(const char *const *paths, size_t n) {
                               .dedup = g_parse_threads > 0};
 }
 
+/* A reader with o read to its end without error, then closed: the samples seen and its totals. */
+static void read_through(const pw_reader_opts_t *o, seen_t *s, pw_reader_stats_t *st) {
+    pw_reader_t *r;
+    assert_int_equal(pw_reader_open(o, &r), 0);
+    assert_int_equal(drain(r, s, SIZE_MAX), 0);
+    pw_reader_stats(r, st);
+    pw_reader_close(r);
+}
+
 static void test_plain_gzip_epochs(void **state) {
     (void)state;
     char plain[300], gz[300];
@@ -187,11 +196,8 @@ static void test_bad_lines_and_errors(void **state) {
     pw_reader_t *r;
     seen_t s;
     pw_reader_opts_t o = opts(p1, 1);
-    assert_int_equal(pw_reader_open(&o, &r), 0);
-    assert_int_equal(drain(r, &s, SIZE_MAX), 0);
     pw_reader_stats_t st;
-    pw_reader_stats(r, &st);
-    pw_reader_close(r);
+    read_through(&o, &s, &st);
     assert_int_equal(st.bad, 40);
     assert_int_equal(s.samples, 3960);
     assert_int_equal(s.lines, 4000); /* bad lines count toward the offsets */
@@ -570,14 +576,10 @@ static void test_nul_bytes(void **state) {
             assert_int_equal(gzwrite(g, parts[i].p, (unsigned)parts[i].n), (int)parts[i].n);
         gzclose(g);
         const char *p1[] = {path};
-        pw_reader_opts_t o = opts(p1, 1);
-        pw_reader_t *r;
+        const pw_reader_opts_t o = opts(p1, 1);
         seen_t s;
-        assert_int_equal(pw_reader_open(&o, &r), 0);
-        assert_int_equal(drain(r, &s, SIZE_MAX), 0);
         pw_reader_stats_t st;
-        pw_reader_stats(r, &st);
-        pw_reader_close(r);
+        read_through(&o, &s, &st);
         assert_int_equal(s.samples, 100);
         assert_int_equal(st.bad, 3);
         assert_int_equal(s.lines, 103);
@@ -606,15 +608,12 @@ static void test_csv_header(void **state) {
     pw_reader_opts_t o = opts(p, 2);
     o.format = PW_FMT_CSV;
     o.csv = &sp;
-    pw_reader_t *r;
     seen_t s;
-    assert_int_equal(pw_reader_open(&o, &r), 0);
-    assert_int_equal(drain(r, &s, SIZE_MAX), 0);
     pw_reader_stats_t st;
-    pw_reader_stats(r, &st);
-    pw_reader_close(r);
+    read_through(&o, &s, &st);
     assert_true(s.samples == 3 && s.lines == 3 && s.label_sum == 2 && st.bad == 0);
     o.csv = NULL; /* CSV needs its spec */
+    pw_reader_t *r;
     assert_int_equal(pw_reader_open(&o, &r), PC_EINVAL);
 }
 
