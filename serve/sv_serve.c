@@ -331,16 +331,11 @@ static int add_checkpoint_tables(sv_sparse_t *sparse, const char *dir, uint64_t 
         rc = (t = calloc(n, sizeof *t)) ? ps_ckpt_tables(dir, id, t, n, &got) : PC_ENOMEM;
     if (rc)
         snprintf(err, cap, "%s: checkpoint %" PRIu64 ": %s", dir, id, pc_strerror(rc));
-    for (size_t i = 0; !rc && i < n && i < got; i++) {
+    for (size_t i = 0; !rc && i < got; i++) {
         ps_table_config_t c;
         ps_table_config_defaults(&c);
-        if ((rc = ps_table_config_parse(&c, t[i].config, err, cap)) != 0)
-            break;
-        if (c.cold) /* as for the live tables (sv_sparse_add_tables) */
-            PC_WARN("serve: table %s of checkpoint %" PRIu64 " is cold: not replicated", c.name,
-                    id);
-        else
-            rc = sv_sparse_add_table(sparse, &c, err, cap);
+        if ((rc = ps_table_config_parse(&c, t[i].config, err, cap)) == 0)
+            rc = sv_sparse_add_unless_cold(sparse, &c, err, cap);
     }
     free(t);
     return rc;

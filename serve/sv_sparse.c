@@ -205,18 +205,24 @@ typedef struct add_ctx {
     size_t errlen;
 } add_ctx_t;
 
+int sv_sparse_add_unless_cold(sv_sparse_t *s, const ps_table_config_t *cfg, char *err,
+                              size_t errlen) {
+    if (cfg && cfg->cold) { /* one cold table among the servers' stops no replica */
+        PC_WARN("serve: table %s is cold (cold=true): not replicated, its lookups answer not "
+                "found",
+                cfg->name);
+        return 0;
+    }
+    return sv_sparse_add_table(s, cfg, err, errlen);
+}
+
 static int add_named(void *ctx, const ps_table_config_t *cfg) {
     add_ctx_t *a = ctx;
     if (!named(a->names, cfg->name))
         return 0;
-    if (cfg->cold && !(a->names && a->names[0])) { /* every table: one cold table stops none */
-        PC_WARN("serve: table %s is cold (cold=true): not replicated, its lookups answer "
-                "not found",
-                cfg->name);
-        return 0;
-    }
     a->found++;
-    return sv_sparse_add_table(a->s, cfg, a->err, a->errlen);
+    return a->names && a->names[0] ? sv_sparse_add_table(a->s, cfg, a->err, a->errlen)
+                                   : sv_sparse_add_unless_cold(a->s, cfg, a->err, a->errlen);
 }
 
 int sv_sparse_add_tables(sv_sparse_t *s, const char *settings, const char *names, char *err,

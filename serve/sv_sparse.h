@@ -47,6 +47,10 @@ int sv_sparse_replica_config(const ps_table_config_t *in, ps_table_config_t *out
 /* Add table cfg (its replica form) to every server's catalog, empty. PC_EEXIST, PC_EUNSUPPORTED
  * (cold), PC_EINVAL, PC_ENOMEM; err gets one line. On failure no catalog holds it. */
 int sv_sparse_add_table(sv_sparse_t *s, const ps_table_config_t *cfg, char *err, size_t errlen);
+/* The same, but a cold table (which a replica cannot hold) is skipped with a warning: 0. For
+ * "every table" of the servers or of a checkpoint. */
+int sv_sparse_add_unless_cold(sv_sparse_t *s, const ps_table_config_t *cfg, char *err,
+                              size_t errlen);
 
 /* Call fn(ctx, cfg) for each table of a settings text as psc_tables gives it (one
  * "name=...,dim=..." line per table), in order; stops at fn's first non-zero return and returns

@@ -127,8 +127,8 @@ static bool run_batch(worker_t *w, grpc_call *call, const grpc_op *ops, size_t n
     grpc_event ev = grpc_completion_queue_next(w->cq, until, NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
         atomic_fetch_add_explicit(&w->g->stalled, 1, memory_order_relaxed);
-        grpc_call_cancel(call, NULL); /* the batch then completes, failed */
-        ev = grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        grpc_call_cancel(call, NULL); /* the batch then completes, failed: taken off the queue */
+        (void)grpc_completion_queue_next(w->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         return false;
     }
     return ev.type == GRPC_OP_COMPLETE && ev.tag == tag && ev.success;

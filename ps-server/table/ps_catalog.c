@@ -216,6 +216,22 @@ static int adopt(ps_catalog_t *c, ps_table_t *t) {
     return rc;
 }
 
+/* Room for one more entry (under c->mu); *e (an entry, or NULL) kept pointing at the same
+ * entry. */
+static int room_for_one(ps_catalog_t *c, entry_t **e) {
+    if (c->n < c->cap)
+        return 0;
+    const size_t ncap = c->cap ? 2 * c->cap : 8;
+    entry_t *ne = realloc(c->e, ncap * sizeof *ne);
+    if (!ne)
+        return PC_ENOMEM;
+    if (*e)
+        *e = ne + (*e - c->e);
+    c->e = ne;
+    c->cap = ncap;
+    return 0;
+}
+
 /* t under its name: in place of the live table of that name (may_replace: in one step, an
  * acquire sees the old table or t, never none; the old one is destroyed once its last holder
  * releases it) or as a new one (may_add). Takes ownership of t (destroyed on failure).
@@ -226,27 +242,18 @@ static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_ad
         return rc;
     ps_table_t *dead = NULL;
     pthread_mutex_lock(&c->mu);
-    const entry_t *e = find_live(c, ps_table_config(t)->name);
-    const size_t old = e ? (size_t)(e - c->e) : 0;
-    if (e ? !may_replace : !may_add) {
+    entry_t *e = find_live(c, ps_table_config(t)->name);
+    if (e ? !may_replace : !may_add)
         rc = e ? PC_EEXIST : PC_ENOTFOUND;
-    } else if (c->n == c->cap) {
-        const size_t ncap = c->cap ? 2 * c->cap : 8;
-        entry_t *ne = realloc(c->e, ncap * sizeof *ne);
-        if (!ne) {
-            rc = PC_ENOMEM;
-        } else {
-            c->e = ne;
-            c->cap = ncap;
-        }
-    }
+    else
+        rc = room_for_one(c, &e);
     if (!rc) {
         if (e)
-            c->e[old].dropped = true;
+            e->dropped = true;
         c->e[c->n++] = (entry_t){t, 0, false};
         atomic_fetch_add(&c->changes, 1);
-        if (e && c->e[old].refs == 0)
-            dead = take_entry(c, old);
+        if (e && e->refs == 0)
+            dead = take_entry(c, (size_t)(e - c->e));
     }
     pthread_mutex_unlock(&c->mu);
     destroy_table(c, rc ? t : dead);
@@ -318,20 +325,6 @@ int ps_catalog_drop(ps_catalog_t *c, const char *name) {
 const char *ps_claim_action_name(ps_claim_action_t a) {
     static const char *const names[] = {"new", "continued", "warm_started", "reset", "none"};
     return (unsigned)a < sizeof names / sizeof names[0] ? names[a] : "unknown";
-}
-
-/* Room for one more entry (under c->mu), *e (an entry) kept pointing at the same entry. */
-static int room_for_one(ps_catalog_t *c, entry_t **e) {
-    if (c->n < c->cap)
-        return 0;
-    const size_t ncap = 2 * c->cap;
-    entry_t *ne = realloc(c->e, ncap * sizeof *ne);
-    if (!ne)
-        return PC_ENOMEM;
-    *e = ne + (*e - c->e);
-    c->e = ne;
-    c->cap = ncap;
-    return 0;
 }
 
 /* Replace `old` (acquired by the caller, who still releases it) by an empty table of the same

@@ -658,12 +658,13 @@ static int read_source(cursor_t *c, parse_pool_t *p, const char *path, char *lin
         const bool too_long = len == LINE_MAX_BYTES - 1 && line[len - 1] != '\n';
         if (too_long) { /* drop the rest of the line */
             char tail[4096];
-            for (z_off_t t = gztell(gz); gzgets(gz, tail, sizeof tail); t = gztell(gz)) {
-                const size_t n = (size_t)(gztell(gz) - t);
-                if (n && tail[n - 1] == '\n')
+            while (gzgets(gz, tail, sizeof tail)) {
+                const z_off_t end = gztell(gz);
+                const bool newline = tail[end - at - 1] == '\n'; /* gzgets read >= 1 byte */
+                at = end;
+                if (newline)
                     break;
             }
-            at = gztell(gz);
         }
         rc = p ? feed_line(c, p, path, lineno, line, len, too_long, &bad_here)
                : take_line(c, path, lineno, line, len, too_long, &bad_here);
