@@ -28,6 +28,6 @@ void *pc_kv_dup(const void *p, size_t n) {
 
 int pc_kv_entry_fill(pc_kv_entry_t *d, const void *key, size_t klen, const void *value,
                      size_t vlen) {
-    *d = (pc_kv_entry_t){pc_kv_dup(key, klen), pc_kv_dup(value, vlen), vlen, 0};
+    *d = (pc_kv_entry_t){.key = pc_kv_dup(key, klen), .value = pc_kv_dup(value, vlen), .len = vlen};
     return d->key && d->value ? 0 : PC_ENOMEM;
 }

@@ -14,6 +14,10 @@ typedef struct pc_kv_entry {
     void *value;            /* malloc'ed */
     size_t len;             /* of value */
     uint32_t lease_left_ms; /* 0: no lease (the key stays) */
+    /* Changes with every set of the key, even to the same value (etcd's mod_revision; the
+     * memory store's count of sets): a heartbeat shows as a new revision, which a lease's time
+     * left (whole seconds on etcd) cannot show. 0: unknown. */
+    uint64_t revision;
 } pc_kv_entry_t;
 
 /* Free n entries (their keys and values) and the array; entries may be partly filled (NULL
@@ -25,8 +29,8 @@ void pc_kv_entries_free(pc_kv_entry_t *e, size_t n);
  * out with it. */
 void *pc_kv_dup(const void *p, size_t n);
 
-/* d = copies of key[0..klen) and value[0..vlen) (pc_kv_dup), lease_left_ms 0. 0, or PC_ENOMEM
- * with d's fields NULL or owned (pc_kv_entries_free frees them). */
+/* d = copies of key[0..klen) and value[0..vlen) (pc_kv_dup), lease_left_ms and revision 0. 0, or
+ * PC_ENOMEM with d's fields NULL or owned (pc_kv_entries_free frees them). */
 int pc_kv_entry_fill(pc_kv_entry_t *d, const void *key, size_t klen, const void *value,
                      size_t vlen);
 

@@ -19,12 +19,14 @@ typedef struct entry {
     void *value;
     size_t len;
     uint64_t expires_ns; /* CLOCK_MONOTONIC; 0: never */
+    uint64_t revision;   /* mem_t.sets when it was last set */
 } entry_t;
 
 typedef struct mem {
     pthread_mutex_t mu;
     entry_t *b[NBUCKETS];
     size_t n, bytes;
+    uint64_t sets; /* every set so far: the entries' revisions */
 } mem_t;
 
 static entry_t **slot(mem_t *m, const char *key) {
@@ -107,6 +109,7 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
         (*e)->value = copy;
         (*e)->len = len;
         (*e)->expires_ns = expires;
+        (*e)->revision = ++m->sets;
     } else {
         entry_t *ne = malloc(sizeof *ne);
         char *k = strdup(key);
@@ -115,7 +118,7 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
             free(k);
             rc = PC_ENOMEM;
         } else {
-            *ne = (entry_t){NULL, k, copy, len, expires};
+            *ne = (entry_t){NULL, k, copy, len, expires, ++m->sets};
             *e = ne;
             m->n++;
             m->bytes += kl + len;
@@ -172,6 +175,7 @@ static int mem_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **o
         const entry_t *e = hits[k];
         rc = pc_kv_entry_fill(&v[k], e->key, strlen(e->key), e->value, e->len);
         bytes += e->len;
+        v[k].revision = e->revision;
         if (e->expires_ns) {
             const uint64_t left = (e->expires_ns - now + 999999u) / 1000000u;
             v[k].lease_left_ms = left > UINT32_MAX ? UINT32_MAX : (uint32_t)left;

@@ -25,7 +25,8 @@
  *   for a set-if-absent that lost is revoked.
  * - list: a range over [PREFIX + prefix, its successor) sorted by key, limit max; values over
  *   PS_COORD_LIST_BYTES in all, or etcd's "more", mark it truncated; the lease left of a leased
- *   key comes from LeaseTimeToLive (one call per lease met).
+ *   key comes from LeaseTimeToLive (one call per lease met), in whole seconds; a key's revision
+ *   is its mod_revision (every put changes it, so a heartbeat shows at once).
  */
 #include "ps_coord_etcd.h"
 
@@ -420,6 +421,7 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
         if ((rc = pc_kv_entry_fill(d, kl ? kv->key.data + e->plen : NULL, kl, kv->value.data,
                                    kv->value.len)))
             break;
+        d->revision = kv->mod_revision > 0 ? (uint64_t)kv->mod_revision : 0;
         if (kv->lease) {
             if (kv->lease != last_lease) {
                 last_lease = kv->lease;

@@ -88,6 +88,7 @@ static int r_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
         if ((rc = pc_kv_entry_fill(d, e->key, strlen(e->key), e->value.data, e->value.len)))
             break;
         d->lease_left_ms = e->lease_left_ms;
+        d->revision = e->revision;
     }
     *truncated = r->truncated;
     emberps__kv_list_response__free_unpacked(r, NULL);

@@ -502,6 +502,7 @@ static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, 
             ents[i].value.data = v[i].value;
             ents[i].value.len = v[i].len;
             ents[i].lease_left_ms = v[i].lease_left_ms;
+            ents[i].revision = v[i].revision;
             ptrs[i] = &ents[i];
         }
         Emberps__KvListResponse resp = EMBERPS__KV_LIST_RESPONSE__INIT;

@@ -362,15 +362,16 @@ static int alive_of(pw_group_t *g, int64_t gen) {
 
 /* Take this rank's membership lease before the heartbeats start: PC_EEXIST (logged) when a live
  * worker holds it (two workers given one --rank). A lease left by a dead holder is taken over:
- * one that said it exited, one whose process on this machine is gone, or one not renewed within
- * a heartbeat period (about lease_ms / 4: what a holder elsewhere costs a restarted worker). */
+ * one that said it exited, one whose process on this machine is gone, or one not set again
+ * within a heartbeat period (about lease_ms / 4: what a holder elsewhere costs a restarted
+ * worker). A heartbeat shows as a new revision of the key: the lease's time left cannot tell,
+ * as etcd gives it in whole seconds. */
 static int claim_rank(pw_group_t *g) {
     char key[256], v[640], prefix[256];
     key_of(g, key, sizeof key, "live/%d", g->o.rank);
     key_of(g, prefix, sizeof prefix, "live/");
     const size_t n = hb_value(g, "joining", -1, 0, "", v, sizeof v);
-    long first_left = 0;
-    uint64_t first_ns = 0; /* when the watch for a renewal began */
+    uint64_t first_rev = 0, first_ns = 0; /* the key's revision when the watch began, and when */
     const uint64_t watch_ns = ((uint64_t)g->o.lease_ms / 4 + 300) * 1000000u;
     for (;;) {
         int rc = pw_coord_set_lease_if_absent(g->coord, key, v, n, (uint32_t)g->o.lease_ms);
@@ -382,10 +383,10 @@ static int claim_rank(pw_group_t *g) {
             return rc;
         const pc_kv_entry_t *lease = lease_in(e, ne, strlen(prefix), g->o.rank);
         holder_t h = {0};
-        long left = -1;
+        uint64_t rev = 0;
         if (lease) {
             holder_of(g, lease, &h);
-            left = (long)lease->lease_left_ms;
+            rev = lease->revision;
         }
         pc_kv_entries_free(e, ne);
         if (!lease)
@@ -398,9 +399,9 @@ static int claim_rank(pw_group_t *g) {
             bool renewed = false;
             if (!first_ns) {
                 first_ns = now;
-                first_left = left;
+                first_rev = rev;
             } else {
-                renewed = left > first_left - (long)((now - first_ns) / 1000000u) + 100;
+                renewed = rev != first_rev;
             }
             if (!renewed) {
                 if (now - first_ns > watch_ns)
