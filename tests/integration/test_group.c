@@ -5,7 +5,9 @@
  *  - a rank held by a worker on another machine whose heartbeats stopped is taken over after
  *    about a heartbeat period, well before its lease ends (a worker restarted elsewhere);
  *  - a rank whose holder elsewhere keeps setting it, the same value each time, is refused with
- *    PC_EEXIST (two workers given one rank).
+ *    PC_EEXIST (two workers given one rank);
+ *  - a ps-server coordinator (no store) killed and restarted empty, twice: the job's workers
+ *    write their generation back and recovery works as before it (test_coordinator_restart).
  * On etcd a lease's time left comes in whole seconds: a claim that judged renewals by it took a
  * dead holder for a live one. Every wait is bounded. */
 #include "proc_util.h"
@@ -145,6 +147,126 @@ static void test_claims_memory(void **state) {
     pu_stop(pid);
 }
 
+typedef struct joiner {
+    const char *coord;
+    int rank, rc;
+    pw_group_t *g;
+    atomic_bool done;
+} joiner_t;
+
+static void *join_main(void *arg) {
+    joiner_t *j = arg;
+    const pw_group_opts_t o = {.coordinator = j->coord,
+                               .job = "restart",
+                               .host = "127.0.0.1",
+                               .rank = j->rank,
+                               .world = 2,
+                               .timeout_ms = 5000,
+                               .rejoin_timeout_ms = 1500,
+                               .lease_ms = 1000,
+                               .shrink = true};
+    j->rc = pw_group_join(&o, &j->g);
+    atomic_store(&j->done, true);
+    return NULL;
+}
+
+typedef struct recoverer {
+    pw_group_t *g;
+    int rc;
+    atomic_bool done;
+} recoverer_t;
+
+static void *recover_main(void *arg) {
+    recoverer_t *r = arg;
+    r->rc = pw_group_recover(r->g);
+    atomic_store(&r->done, true);
+    return NULL;
+}
+
+/* ps-server --coordinator on gRPC port gp (a free data port each time). */
+static pid_t coordinator_on(int gp) {
+    char grpc[32];
+    snprintf(grpc, sizeof grpc, "--grpc-port=%d", gp);
+    const char *extra[] = {"--coordinator", grpc, NULL};
+    int got = 0;
+    const pid_t pid = pu_spawn(pu_free_port(), g_dir, extra, &got);
+    assert_int_equal(got, gp);
+    return pid;
+}
+
+static void restart(pid_t *pid, int gp) {
+    kill(*pid, SIGKILL);
+    assert_true(pu_reap(*pid, 10) >= 0);
+    *pid = coordinator_on(gp);
+}
+
+/* Rank 0 trains on while rank 1 restarts, until rank 1 is in rank 0's generation again (rank 0
+ * polls pw_group_stale and recovers, as the trainer does). */
+static void rejoin(const char *coord, pw_group_t *g0, joiner_t *j1) {
+    *j1 = (joiner_t){.coord = coord, .rank = 1};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, join_main, j1), 0);
+    for (double t0 = pu_now(); !atomic_load(&j1->done) && pu_now() - t0 < 30; usleep(50000))
+        if (pw_group_stale(g0))
+            assert_int_equal(pw_group_recover(g0), 0);
+    assert_true(atomic_load(&j1->done));
+    pthread_join(th, NULL);
+    assert_int_equal(j1->rc, 0);
+    assert_int_equal(pw_group_size(j1->g), 2);
+    assert_int_equal(pw_group_gen(g0), pw_group_gen(j1->g));
+    assert_int_equal(pw_group_size(g0), 2);
+}
+
+/* A coordinator without a store restarts and forgets the job: its workers write their
+ * generation back, a survivor's recovery leaves a lost worker out (it looped forever before), a
+ * restarted worker joins the survivor, and one restarted right after the coordinator waits for
+ * the survivor to write the run back instead of starting the job over alone. */
+static void test_coordinator_restart(void **state) {
+    (void)state;
+    const int gp = pu_free_port();
+    pid_t pid = coordinator_on(gp);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    joiner_t j[2] = {{.coord = addr, .rank = 0}, {.coord = addr, .rank = 1}};
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(pthread_create(&th[r], NULL, join_main, &j[r]), 0);
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        assert_int_equal(j[r].rc, 0);
+    }
+    pw_group_t *g0 = j[0].g;
+    const uint64_t gen0 = pw_group_gen(g0);
+
+    /* the coordinator restarts empty; rank 1 dies; rank 0's recovery goes on without it */
+    restart(&pid, gp);
+    pw_group_close(j[1].g);
+    recoverer_t rec = {.g = g0};
+    pthread_t rt;
+    assert_int_equal(pthread_create(&rt, NULL, recover_main, &rec), 0);
+    for (double t0 = pu_now(); !atomic_load(&rec.done) && pu_now() - t0 < 20;)
+        usleep(50000);
+    assert_true(atomic_load(&rec.done)); /* else it spins in settle (the thread is left) */
+    pthread_join(rt, NULL);
+    assert_int_equal(rec.rc, 0);
+    assert_int_equal(pw_group_size(g0), 1);
+    assert_true(pw_group_gen(g0) > gen0);
+
+    /* rank 1 restarts and is taken in */
+    joiner_t j1;
+    rejoin(addr, g0, &j1);
+
+    /* the coordinator restarts again, rank 1 dies and is restarted right away: it finds rank 0's
+     * heartbeat of a running generation, waits for rank 0 to write it back, and joins it */
+    restart(&pid, gp);
+    pw_group_close(j1.g);
+    usleep(600000); /* rank 0's heartbeat (every 250 ms) is in the new coordinator */
+    rejoin(addr, g0, &j1);
+    pw_group_close(j1.g);
+    pw_group_close(g0);
+    pu_stop(pid);
+}
+
 static int etcd(const char *verb, const char *arg) {
     char cmd[800];
     snprintf(cmd, sizeof cmd, "bash %s %s %s/etcd %s", g_etcd_script, verb, g_dir, arg);
@@ -181,6 +303,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_claims_memory),
         cmocka_unit_test(test_claims_etcd),
+        cmocka_unit_test(test_coordinator_restart),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     etcd("stop", ""); /* also after a failed assertion */

@@ -26,7 +26,9 @@ struct pw_group {
     uint64_t run;
     pw_coord_t *coord, *hb_coord; /* hb_coord: the heartbeats' (calls bounded by lease / 4) */
     pw_coll_t *coll;
-    int64_t gen; /* -1: none yet */
+    int64_t gen;    /* -1: none yet */
+    int64_t formed; /* the newest generation this worker formed (-1: none); its members: */
+    int formed_members[MAX_MEMBERS];
     int grank, gsize;
     uint64_t last_poll_ns;
     int members[MAX_MEMBERS]; /* scratch */
@@ -179,6 +181,8 @@ static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms)
         return rc;
     g->grank = me;
     g->gsize = n;
+    g->formed = gen;
+    memmove(g->formed_members, m, (size_t)n * sizeof *m); /* m may be g->members */
     if (me == 0) {
         key_of(g, key, sizeof key, "g/%" PRId64 "/formed", gen);
         if ((rc = set_str(g, key, "1")))
@@ -431,6 +435,50 @@ static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
     return false;
 }
 
+/* The coordinator forgot this worker's generation (its newest is older: a coordinator without a
+ * store restarted, the job's keys gone). Written back from what this worker knows: the last
+ * generation it formed (its member list, "formed", "cur") and the job's run count, each only
+ * where absent, so the first survivor to get there wins and the others agree; this worker is in
+ * that generation again, and the usual recovery (a lost worker waited for, then left out)
+ * follows. 0 or the coordinator's error. */
+static int restore(pw_group_t *g, int64_t last) {
+    PC_WARN("group: rank %d: the coordinator has lost generation %" PRId64 " of job %s (its newest "
+            "is %" PRId64 "; a coordinator without --coordinator-store restarted?): writing back "
+            "generation %" PRId64,
+            g->o.rank, g->gen, g->job, last, g->formed);
+    memcpy(g->members, g->formed_members, (size_t)g->gsize * sizeof *g->members);
+    char key[256], v[24];
+    int rc = propose(g, g->formed, g->members, g->gsize);
+    if (!rc) {
+        key_of(g, key, sizeof key, "g/%" PRId64 "/formed", g->formed);
+        rc = set_str(g, key, "1");
+    }
+    if (!rc) {
+        snprintf(key, sizeof key, "%s/runs", g->job);
+        snprintf(v, sizeof v, "%" PRIu64, g->run);
+        rc = pw_coord_set_if_absent(g->coord, key, v, strlen(v));
+        rc = rc == PC_EEXIST ? 0 : rc;
+    }
+    if (!rc)
+        g->gen = g->formed;
+    return rc;
+}
+
+/* Whether another worker's heartbeat says it trains in a generation of this run (so the run is
+ * under way, not new, though the coordinator lists no generation: it lost them). */
+static bool run_under_way(pw_group_t *g) {
+    char prefix[256];
+    key_of(g, prefix, sizeof prefix, "live/");
+    pc_kv_entry_t *e = NULL;
+    size_t ne = 0;
+    bool yes = false;
+    if (pw_coord_list(g->coord, prefix, 0, &e, &ne) == 0)
+        for (size_t k = 0; k < ne && !yes; k++)
+            yes = hb_num(e[k].value, "rank") != g->o.rank && hb_num(e[k].value, "gen") >= 0;
+    pc_kv_entries_free(e, ne);
+    return yes;
+}
+
 /* Settle into a generation (see pw_group.h). first: joining at start. */
 static int settle(pw_group_t *g, bool first) {
     const int rejoin = g->o.rejoin_timeout_ms;
@@ -448,6 +496,16 @@ static int settle(pw_group_t *g, bool first) {
             continue;
         }
         trouble = 0;
+        if (last < g->gen && g->formed >= 0) { /* the coordinator lost the job's state */
+            if ((rc = restore(g, last)) && coord_gave_up(g, &trouble, rc))
+                return rc;
+            continue;
+        }
+        if (last < 0 && first && pc_time_mono_ns() < deadline && run_under_way(g)) {
+            /* its workers write the run back within about a second (pw_group_stale) */
+            pc_time_sleep_ms(100);
+            continue;
+        }
         if (last < 0) { /* a new run: generation 0 is everybody */
             for (int i = 0; i < g->o.world; i++)
                 g->members[i] = i;
@@ -529,6 +587,7 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     g->o.job = g->job;
     g->o.host = g->host;
     g->gen = -1;
+    g->formed = -1;
     g->hb_state = "joining";
     g->hb_gen = -1;
     if (gethostname(g->node, sizeof g->node - 1) != 0 || strpbrk(g->node, "\"\\"))
@@ -652,7 +711,11 @@ bool pw_group_stale(pw_group_t *g) {
         return false;
     g->last_poll_ns = now;
     int64_t last;
-    return newest(g, &last) == 0 && last > g->gen;
+    if (newest(g, &last) != 0)
+        return false;
+    if (last < g->gen && g->formed == g->gen) /* the coordinator lost the job's state */
+        restore(g, last);
+    return last > g->gen;
 }
 
 int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines) {
