@@ -1121,7 +1121,8 @@ static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, ui
 
 /* Write the shard's queued spills (write lock held) in batches. Readers that missed a key
  * without the lock see cold_seq move and fetch again. If a write fails, the rows not written
- * go back into RAM (over budget, still changed) and the error is returned: nothing is lost. */
+ * go back into RAM (over budget, still changed; of a key queued twice, its newer copy) and the
+ * error is returned: nothing is lost. */
 static int cold_flush(ps_table_t *t, ps_shard_t *s) {
     if (!s->spill_n)
         return 0;
@@ -1143,7 +1144,7 @@ static int cold_flush(ps_table_t *t, ps_shard_t *s) {
     if (rc) {
         s->cold_errors++;
         size_t lost = 0;
-        for (size_t i = i0; i < s->spill_n; i++) {
+        for (size_t i = s->spill_n; i-- > i0;) { /* newest first: a key queued twice */
             const ps_spill_hdr_t *h = &s->spill_hdr[i];
             uint64_t hh = key_hash(h->key);
             uint32_t r;
@@ -1660,7 +1661,15 @@ static void cold_apply(batch_t *b, ps_shard_t *s, op_t op, uint32_t q, const flo
          * A row taken back from the queue is not (its write may still fail). */
         const uint16_t tick = hit ? tick_of_clock(s, m->clock) : (uint16_t)s->clock;
         const uint8_t freq = (uint8_t)((hit ? m->freq & FREQ_MASK : 1) | (sp >= 0 ? 0 : ROW_CLEAN));
-        int rc = row_insert_ex(t, s, key, h, hit ? src : NULL, tick, freq, 1, &r);
+        /* A queued row is copied out first: the insert's own eviction may grow (move) the
+         * queue. */
+        const size_t rb = (size_t)t->stride * sizeof(float);
+        float *copy = hit && sp >= 0 ? pc_malloc(PC_MEM_SCRATCH, rb) : NULL;
+        if (copy)
+            src = memcpy(copy, src, rb);
+        int rc = hit && sp >= 0 && !copy
+                     ? PC_ENOMEM
+                     : row_insert_ex(t, s, key, h, hit ? src : NULL, tick, freq, 1, &r);
         if (rc) {
             if (!b->rc)
                 b->rc = rc;
@@ -1668,8 +1677,10 @@ static void cold_apply(batch_t *b, ps_shard_t *s, op_t op, uint32_t q, const flo
                 memcpy(out, src, (size_t)dim * sizeof(float));
             else if (out)
                 fill_initial(t, key, out);
-            return;
         }
+        pc_free(PC_MEM_SCRATCH, copy, rb);
+        if (rc)
+            return;
     }
     if (op == OP_PULL)
         row_weights_get(t, row_at(t, s, r), out);
@@ -1882,10 +1893,15 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
         rc = PC_ENOMEM;
     for (uint32_t q = 0; ck && q < n; q++)
         ck[q] = keys[p.order[q]];
-    if (ck)
-        rc = t->cold.get(t->cold_ctx, ck, n, (float *)(cm + n), cm);
+    int grc = ck ? t->cold.get(t->cold_ctx, ck, n, (float *)(cm + n), cm) : 0;
+    if (grc) { /* a damaged record, say: deleting it is what is asked; the count misses it */
+        atomic_fetch_add_explicit(&t->cold_get_errors, 1, memory_order_relaxed);
+        PC_WARN("table %s: erase: the cold store could not say which of %zu keys it holds (%s): "
+                "erased all the same, counted from RAM only",
+                t->cfg.name, n, pc_strerror(grc));
+        cm = NULL;
+    }
     if (rc) {
-        pc_free(PC_MEM_SCRATCH, ck, cbytes);
         plan_free(&p);
         return rc;
     }

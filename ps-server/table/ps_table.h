@@ -176,9 +176,10 @@ int ps_table_lookup(const ps_table_t *t, const uint64_t *keys, size_t n, float *
 int ps_table_read_state(const ps_table_t *t, const uint64_t *keys, size_t n, float *rows,
                         uint8_t *found);
 
-/* `erased` (may be NULL) receives how many keys were present. A cold table whose store refuses a
- * deletion (PC_ENOSPC below the free-space mark, PC_EIO) keeps those keys' rows, in RAM and in
- * the store, and returns that code: an erasure is whole per key or not done. */
+/* `erased` (may be NULL) receives how many keys were present (of a cold table whose store cannot
+ * read them, a damaged record say, those in RAM: the erasure goes on). A cold table whose store
+ * refuses a deletion (PC_ENOSPC below the free-space mark, PC_EIO) keeps those keys' rows, in
+ * RAM and in the store, and returns that code: an erasure is whole per key or not done. */
 int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased);
 
 /* One row as seen by scans and the eviction callback. Pointers are valid only during the
