@@ -1,6 +1,7 @@
 /* pc_wire.c: see pc_wire.h and docs/wire.md. */
 #include "pc_wire.h"
 
+#include "pc_cluster.h"
 #include "pc_error.h"
 
 #include <stdio.h>
@@ -310,7 +311,7 @@ int pc_wire_stream_decode(const uint8_t *body, uint32_t len, pc_wire_stream_t *o
         ((flags & PC_STREAM_CAUGHT) && !(flags & PC_STREAM_ACK)) ||
         ((flags & PC_STREAM_COLD) && (flags & PC_STREAM_ACK)))
         return PC_EINVAL;
-    if ((flags & PC_STREAM_ACK) && get32(body + 12))
+    if ((flags & PC_STREAM_ACK) && (get32(body + 12) || get32(body + 8) >= PC_MAX_SERVERS))
         return PC_EINVAL; /* an acknowledging follower names itself in part; parts is 0 */
     const size_t hl = pc_wire_batch_head_len(nl);
     if ((uint64_t)len != (uint64_t)pc_wire_stream_len(nl, flags))

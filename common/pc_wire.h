@@ -189,25 +189,25 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
  * `part` of `parts`. uid: the table the subscriber follows (0: any; another one answers PC_ESTATE:
  * the table was replaced). flags (docs/server.md "Replicas and failover"): PC_STREAM_STATE, the
  * rows carry their optimizer state (the reply's dim is then dim + state words); PC_STREAM_ACK
- * (DELTAS only), the request comes from the backup whose server index is `part` (parts 0), which
- * has applied every position before `from`; PC_STREAM_SAME_MAP (SCAN only), the frame header's
- * map_version is the map the requester copies under, and a server with another map answers
- * PC_EWRONGSLOT with its own (a copy erases what the primary does not send: under another map that
- * could be rows it still has); PC_STREAM_BACKUP (SCAN with PC_STREAM_SAME_MAP only), the requester
- * is the server whose index is `from`, and only rows of slots it backs up of this server under that
- * map are sent (a backup's copy; a server the map does not have: PC_EINVAL); PC_STREAM_CAUGHT
- * (DELTAS with PC_STREAM_ACK only), the backup's previous reply of this table reached the log's
- * head and no copy of it is under way: from this acknowledgement on the primary's pushes wait for
- * it (before, a backup that joined a running primary holds none back; one the primary's first map
- * named holds every push back until then); PC_STREAM_COLD (SCAN only), the requester walks a
- * cold table's cold store too, so the table is scanned in two passes: `parts` parts of the rows
- * in RAM (part < parts, start 0), then pages of the cold store's keys (part == parts) from key
- * `start` (0 first) up to `max` rows, whose reply's `from` is the next page's start (0: the walk
- * is done); the rows are read as they are now, from RAM or the cold store, and the changes made
- * meanwhile come through DELTAS from the first part's `next`, as for any scan. A page of a table
- * that is not cold is empty and done; a scan of a cold table without this flag is
- * PC_EUNSUPPORTED. Other bits: PC_EINVAL. Every server of a cluster runs the same release: an
- * older one refuses these flags (PC_EINVAL). */
+ * (DELTAS only), the request comes from the backup whose server index is `part` (below
+ * PC_MAX_SERVERS; parts 0), which has applied every position before `from`; PC_STREAM_SAME_MAP
+ * (SCAN only), the frame header's map_version is the map the requester copies under, and a server
+ * with another map answers PC_EWRONGSLOT with its own (a copy erases what the primary does not
+ * send: under another map that could be rows it still has); PC_STREAM_BACKUP (SCAN with
+ * PC_STREAM_SAME_MAP only), the requester is the server whose index is `from`, and only rows of
+ * slots it backs up of this server under that map are sent (a backup's copy; a server the map does
+ * not have: PC_EINVAL); PC_STREAM_CAUGHT (DELTAS with PC_STREAM_ACK only), the backup's previous
+ * reply of this table reached the log's head and no copy of it is under way: from this
+ * acknowledgement on the primary's pushes wait for it (before, a backup that joined a running
+ * primary holds none back; one the primary's first map named holds every push back until then);
+ * PC_STREAM_COLD (SCAN only), the requester walks a cold table's cold store too, so the table is
+ * scanned in two passes: `parts` parts of the rows in RAM (part < parts, start 0), then pages of
+ * the cold store's keys (part == parts) from key `start` (0 first) up to `max` rows, whose reply's
+ * `from` is the next page's start (0: the walk is done); the rows are read as they are now, from
+ * RAM or the cold store, and the changes made meanwhile come through DELTAS from the first part's
+ * `next`, as for any scan. A page of a table that is not cold is empty and done; a scan of a cold
+ * table without this flag is PC_EUNSUPPORTED. Other bits: PC_EINVAL. Every server of a cluster runs
+ * the same release: an older one refuses these flags (PC_EINVAL). */
 #define PC_STREAM_STATE    1u
 #define PC_STREAM_ACK      2u
 #define PC_STREAM_SAME_MAP 4u

@@ -765,6 +765,8 @@ static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t ser
     ps_changelog_t *log = ps_table_changelog(t);
     if (log) /* before the lock: a push appends under no lock of ours */
         ps_changelog_bounds(log, &oldest, &head);
+    if (log && pos > head)
+        pos = head; /* no backup can have applied what the log has not had yet */
     pthread_mutex_lock(&dp->ack_mu);
     size_t i = 0;
     while (i < dp->nacks && !(dp->acks[i].uid == uid && dp->acks[i].server == server))

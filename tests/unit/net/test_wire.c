@@ -274,6 +274,10 @@ static void test_stream_codec(void **state) {
     assert_int_equal(pc_wire_stream_encode(&q, b), len);
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
     assert_true(d.flags == (PC_STREAM_STATE | PC_STREAM_ACK) && d.part == 3 && d.parts == 0);
+    b[8] = b[9] = b[10] = b[11] = 0xff; /* a server index no cluster has */
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
+    b[8] = 3, b[9] = b[10] = b[11] = 0;
+    assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), 0);
     b[2] = PC_STREAM_ACK | PC_STREAM_SAME_MAP; /* SAME_MAP is for copies (SCAN), not DELTAS */
     assert_int_equal(pc_wire_stream_decode(b, (uint32_t)len, &d), PC_EINVAL);
     b[2] = PC_STREAM_ACK | PC_STREAM_CAUGHT; /* a backup caught up says so with its ACK */
