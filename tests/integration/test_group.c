@@ -7,7 +7,8 @@
  *  - a rank whose holder elsewhere keeps setting it, the same value each time, is refused with
  *    PC_EEXIST (two workers given one rank);
  *  - a ps-server coordinator (no store) killed and restarted empty, twice: the job's workers
- *    write their generation back and recovery works as before it (test_coordinator_restart).
+ *    write their generation back and recovery works as before it (test_coordinator_restart);
+ *  - every worker in recovery though none died: the next generation forms at once.
  * On etcd a lease's time left comes in whole seconds: a claim that judged renewals by it took a
  * dead holder for a live one. Every wait is bounded. */
 #include "proc_util.h"
@@ -148,8 +149,9 @@ static void test_claims_memory(void **state) {
 }
 
 typedef struct joiner {
-    const char *coord;
-    int rank, rc;
+    const char *coord, *job;
+    int rank, rc, rejoin_ms;
+    bool wait; /* --on-worker-loss=wait: no shrink */
     pw_group_t *g;
     atomic_bool done;
 } joiner_t;
@@ -157,14 +159,14 @@ typedef struct joiner {
 static void *join_main(void *arg) {
     joiner_t *j = arg;
     const pw_group_opts_t o = {.coordinator = j->coord,
-                               .job = "restart",
+                               .job = j->job ? j->job : "restart",
                                .host = "127.0.0.1",
                                .rank = j->rank,
                                .world = 2,
                                .timeout_ms = 5000,
-                               .rejoin_timeout_ms = 1500,
+                               .rejoin_timeout_ms = j->rejoin_ms ? j->rejoin_ms : 1500,
                                .lease_ms = 1000,
-                               .shrink = true};
+                               .shrink = !j->wait};
     j->rc = pw_group_join(&o, &j->g);
     atomic_store(&j->done, true);
     return NULL;
@@ -267,6 +269,47 @@ static void test_coordinator_restart(void **state) {
     pu_stop(pid);
 }
 
+/* Every worker recovers though none died (a collective timed out while one waited out a server
+ * restart, say), with no shrinking and a long rejoin timeout: they form the next generation,
+ * all of them, at once (they waited for a lost worker that did not exist, for ever). */
+static void test_all_recovering(void **state) {
+    (void)state;
+    const char *extra[] = {"--coordinator", NULL};
+    int gp = 0;
+    const pid_t pid = pu_spawn(pu_free_port(), g_dir, extra, &gp);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    joiner_t j[2];
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        j[r] =
+            (joiner_t){.coord = addr, .job = "allrec", .rank = r, .wait = true, .rejoin_ms = 60000};
+        assert_int_equal(pthread_create(&th[r], NULL, join_main, &j[r]), 0);
+    }
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        assert_int_equal(j[r].rc, 0);
+    }
+    const uint64_t gen0 = pw_group_gen(j[0].g);
+    recoverer_t rec[2] = {{.g = j[0].g}, {.g = j[1].g}};
+    const double t0 = pu_now();
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(pthread_create(&th[r], NULL, recover_main, &rec[r]), 0);
+    while ((!atomic_load(&rec[0].done) || !atomic_load(&rec[1].done)) && pu_now() - t0 < 20)
+        usleep(50000);
+    print_message("every worker recovering: a new generation after %.2f s\n", pu_now() - t0);
+    assert_true(atomic_load(&rec[0].done) && atomic_load(&rec[1].done)); /* else: a hang */
+    for (int r = 0; r < 2; r++) {
+        pthread_join(th[r], NULL);
+        assert_int_equal(rec[r].rc, 0);
+        assert_int_equal(pw_group_size(j[r].g), 2);
+        assert_int_equal(pw_group_gen(j[r].g), gen0 + 1);
+    }
+    for (int r = 0; r < 2; r++)
+        pw_group_close(j[r].g);
+    pu_stop(pid);
+}
+
 static int etcd(const char *verb, const char *arg) {
     char cmd[800];
     snprintf(cmd, sizeof cmd, "bash %s %s %s/etcd %s", g_etcd_script, verb, g_dir, arg);
@@ -304,6 +347,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_claims_memory),
         cmocka_unit_test(test_claims_etcd),
         cmocka_unit_test(test_coordinator_restart),
+        cmocka_unit_test(test_all_recovering),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     etcd("stop", ""); /* also after a failed assertion */

@@ -311,13 +311,14 @@ static void holder_of(const pw_group_t *g, const pc_kv_entry_t *e, holder_t *h) 
 }
 
 /* The workers of generation `gen` that registered as alive there and hold a live lease (into
- * g->members); for the others, what is known is logged: the lease expired, the process is gone,
- * the heartbeats stopped, or it is alive and busy elsewhere (with what it reports, e.g. a
- * server it waits for). */
-static int alive_of(pw_group_t *g, int64_t gen) {
+ * g->members; *total gets the generation's size); unless quiet, for the others, what is known
+ * is logged: the lease expired, the process is gone, the heartbeats stopped, or it is alive and
+ * busy elsewhere (with what it reports, e.g. a server it waits for). */
+static int alive_of(pw_group_t *g, int64_t gen, bool quiet, int *total) {
     int n = members_of(g, gen), k = 0;
     if (n < 0)
         return n;
+    *total = n;
     char prefix[256];
     key_of(g, prefix, sizeof prefix, "live/");
     pc_kv_entry_t *e = NULL;
@@ -340,6 +341,8 @@ static int alive_of(pw_group_t *g, int64_t gen) {
             g->members[k++] = r;
             continue;
         }
+        if (quiet)
+            continue;
         holder_t h = {0};
         if (lease)
             holder_of(g, lease, &h);
@@ -485,6 +488,7 @@ static int settle(pw_group_t *g, bool first) {
     uint64_t deadline = pc_time_mono_ns() + (uint64_t)rejoin * 1000000ull, trouble = 0;
     uint64_t set_trouble = 0; /* since when registering fails (reads may work meanwhile) */
     bool registered = false;
+    unsigned polls = 0;
     for (;;) {
         int64_t last;
         int rc = newest(g, &last), n = 0;
@@ -553,6 +557,18 @@ static int settle(pw_group_t *g, bool first) {
             registered = true;
         }
         if (pc_time_mono_ns() < deadline) {
+            /* Every member in recovery (a collective failed, nobody died: one waited out a
+             * server restart longer than the collective timeout, say): the next generation at
+             * once, without waiting for anyone. Asked every half second. */
+            int total = 0;
+            if (++polls % 10 == 0 && (n = alive_of(g, g->gen, true, &total)) == total) {
+                PC_WARN("group: every worker of generation %" PRId64 " is in recovery: forming "
+                        "the next one",
+                        g->gen);
+                if ((rc = propose(g, g->gen + 1, g->members, n)))
+                    return rc;
+                continue;
+            }
             pc_time_sleep_ms(50);
             continue;
         }
@@ -562,7 +578,8 @@ static int settle(pw_group_t *g, bool first) {
                     g->gen);
             continue;
         }
-        if ((n = alive_of(g, g->gen)) < 0) { /* tried again after another timeout */
+        int total = 0;
+        if ((n = alive_of(g, g->gen, false, &total)) < 0) { /* tried again after another timeout */
             PC_WARN("group: cannot tell which workers are alive: %s", pc_strerror(n));
             continue;
         }

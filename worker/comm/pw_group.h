@@ -11,8 +11,9 @@
  *   - a newer generation that lists this worker and has not formed yet: join it;
  *   - one that does not list it, or formed already: propose the next one with this worker added;
  *   - none: register as alive in the current generation and wait for rejoin_timeout_ms for a
- *     replacement to propose; then, with `shrink`, propose the next generation made of the
- *     workers that registered as alive (the job goes on without the lost ones; a lost worker that
+ *     replacement to propose (once every member registered, nobody was lost: the next
+ *     generation, of them all, at once); then, with `shrink`, propose the next generation made of
+ * the workers that registered as alive (the job goes on without the lost ones; a lost worker that
  *     comes back later is added again), else keep waiting (a warning every rejoin_timeout_ms).
  * A worker started into a running job (its rank's generation formed already: it was restarted)
  * proposes the next generation with itself added, so the survivors re-form with it.
