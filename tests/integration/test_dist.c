@@ -622,6 +622,62 @@ static void test_worker_restart(void **state) {
     cluster_down(&c);
 }
 
+/* The dense_digest of a worker's --json output (its final dense state's XXH3). */
+static void digest_of(const char *path, char out[17]) {
+    char json[8192];
+    json_text(path, json, sizeof json);
+    const char *p = strstr(json, "\"dense_digest\":\"");
+    assert_non_null(p);
+    snprintf(out, 17, "%s", p + strlen("\"dense_digest\":\""));
+}
+
+/* Every worker of the job killed and started again (they continue the run, each from its
+ * recorded position, with no trained dense model among them), then rank 1 alone killed and
+ * started again: both end with one model (the same dense_digest). The restarted rank 1 once
+ * kept its initial model: after the whole job's restart no member counted as having one, so
+ * nobody sent it, and the two trained on with different weights. */
+static void test_all_restarted(void **state) {
+    (void)state;
+    recovery_data();
+    cluster_t c;
+    cluster_up(&c, RTABLE);
+    pw_coord_t *co = coord_of(&c);
+    rjob_t j = {.c = &c, .job = "allrs", .policy = "wait", .rejoin_ms = 500};
+    char a0[300], a1[300], b1[300];
+    snprintf(a0, sizeof a0, "%s/ar0.json", g_dir);
+    snprintf(a1, sizeof a1, "%s/ar1.json", g_dir);
+    snprintf(b1, sizeof b1, "%s/ar1b.json", g_dir);
+    pid_t p0 = rworker(&j, 0, a0), p1 = rworker(&j, 1, a1);
+    wait_step(co, j.job, 10);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(kill(k ? p1 : p0, SIGKILL), 0);
+        assert_int_equal(pu_reap(k ? p1 : p0, 10), 128 + SIGKILL);
+    }
+    char v[64];
+    unsigned long long step = 0, lines;
+    job_key(co, j.job, "off/1", v, sizeof v);
+    assert_int_equal(sscanf(v, "%llu %llu", &step, &lines), 2);
+    p0 = rworker(&j, 0, a0);
+    p1 = rworker(&j, 1, a1);
+    wait_step(co, j.job, step + 10);
+    assert_int_equal(kill(p1, SIGKILL), 0);
+    assert_int_equal(pu_reap(p1, 10), 128 + SIGKILL);
+    p1 = rworker(&j, 1, b1);
+    assert_int_equal(pu_reap(p0, 120), 0);
+    assert_int_equal(pu_reap(p1, 120), 0);
+    char d0[17], d1[17];
+    digest_of(a0, d0);
+    digest_of(b1, d1);
+    const double auc = json_num(a0, "auc");
+    print_message("after the whole job's restart and rank 1's: AUC %.8f; dense models %s (rank "
+                  "0), %s (rank 1)\n",
+                  auc, d0, d1);
+    assert_true(auc > AUC_MIN);
+    assert_string_equal(d0, d1); /* one model */
+    pw_coord_close(co);
+    cluster_down(&c);
+}
+
 static void test_worker_lost(void **state) {
     (void)state;
     recovery_data();
@@ -1556,6 +1612,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_unequal_data_and_errors),
         cmocka_unit_test(test_push_order_three_workers),
         cmocka_unit_test(test_worker_restart),
+        cmocka_unit_test(test_all_restarted),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_primary_kill_with_replicas),

@@ -158,6 +158,9 @@ int main(int argc, char **argv) {
         cJSON_AddNumberToObject(j, "pulled_bytes", (double)r.pulled_bytes);
         cJSON_AddNumberToObject(j, "pushed_bytes", (double)r.pushed_bytes);
         cJSON_AddNumberToObject(j, "dense_bytes", (double)r.dense_bytes);
+        char digest[20];
+        snprintf(digest, sizeof digest, "%016llx", (unsigned long long)r.dense_digest);
+        cJSON_AddStringToObject(j, "dense_digest", digest);
         cJSON_AddNumberToObject(j, "seconds", r.seconds);
         cJSON_AddNumberToObject(j, "samples_per_s", r.samples_per_s);
         cJSON_AddNumberToObject(j, "train_loss", r.train_loss);

@@ -125,8 +125,9 @@ static size_t dense_state(trainer_t *t, float *buf, bool pack) {
 /* After the group (re)formed: every member takes the dense state of the member with the most
  * steps among those that have trained state (ties: the lowest group rank), by an allreduce in
  * which the others contribute zeros. Members that restarted have none; when no member has any
- * (the whole job restarted), each keeps its initial model. Members whose dense state differs in
- * size (another model) get PC_EDIM. */
+ * (the whole job restarted), every member takes member 0's (its initial model): from then on
+ * they all have one, so a worker restarted later takes the trained model, not its own initial
+ * one. Members whose dense state differs in size (another model) get PC_EDIM. */
 static int sync_state(trainer_t *t) {
     const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
     pw_coll_t *coll = pw_group_coll(t->grp);
@@ -151,8 +152,10 @@ static int sync_state(trainer_t *t) {
         }
     }
     pc_sfree(info);
-    if (rc || src < 0)
+    if (rc)
         return rc;
+    if (src < 0)
+        src = 0;
     float *buf = pc_scalloc(PC_MEM_MODEL, len, sizeof *buf);
     if (!buf)
         return PC_ENOMEM;
@@ -167,6 +170,17 @@ static int sync_state(trainer_t *t) {
                 (unsigned long long)pw_group_gen(t->grp), n, (unsigned long long)t->step, src);
     }
     return rc;
+}
+
+uint64_t pw__dense_digest(trainer_t *t) {
+    const size_t n = dense_state(t, NULL, false);
+    float *buf = pc_smalloc(PC_MEM_MODEL, n * sizeof *buf);
+    if (!buf)
+        return 0;
+    dense_state(t, buf, true);
+    const uint64_t h = pc_hash64(buf, n * sizeof *buf, 0);
+    pc_sfree(buf);
+    return h ? h : 1;
 }
 
 /* Errors of the agreement that re-forming the group cannot cure. */

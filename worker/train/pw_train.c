@@ -786,8 +786,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->seconds = pc_time_sec_since(t0);
     res->samples_per_s = res->seconds > 0 ? (double)res->samples / res->seconds : 0;
     res->train_loss = ema;
-    if (!rc)
+    if (!rc) {
         res->table_rows = t.emb->ops->rows(t.emb);
+        res->dense_digest = pw__dense_digest(&t);
+    }
     /* distributed: the group's rank 0 saves, evaluates and ends the run at the coordinator */
     const bool lead = t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0;
     if (!rc && lead && t.grp && (rc = pw_group_finish(t.grp)))

@@ -236,6 +236,9 @@ typedef struct pw_train_result {
                              * sync: those it did not push) */
     uint64_t pulled_rows;   /* rows pulled, in all */
     uint64_t pulled_bytes, pushed_bytes, dense_bytes;
+    /* XXH3 of this rank's final dense state (weights, optimizer state, step count): the ranks
+     * of a synchronous job end with the same one (0: not computed) */
+    uint64_t dense_digest;
     /* per file (the first PW_TRAIN_FILES_MAX): this rank's training files, over every epoch
      * (from the resume position on), and the test files of the last evaluation */
     pw_train_file_t train_files[PW_TRAIN_FILES_MAX], test_files[PW_TRAIN_FILES_MAX];

@@ -213,6 +213,8 @@ int pw__regroup_initial(trainer_t *t);
 int pw__pipeline_regroup(trainer_t *t);
 int pw__job_checkpoint(trainer_t *t);
 int pw__resume_checkpoint(trainer_t *t, uint64_t *skip);
+/* XXH3 of the dense state as a group's members exchange it; 0 when out of memory. */
+uint64_t pw__dense_digest(trainer_t *t);
 void pw__save_position(trainer_t *t, bool force);
 bool pw__server_lost(trainer_t *t);
 /* After the store connected and the group formed: the reconnects and unclean slots so far are
