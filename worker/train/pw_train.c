@@ -696,9 +696,13 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             break;
         }
         if (t.grp && c->ckpt_every && cur % (uint64_t)c->ckpt_every == 0 && cur != last_ckpt) {
-            /* a consistent cut: every round before cur applied, every push acknowledged */
+            /* a consistent cut: every round before cur applied, every push acknowledged (async
+             * rounds do not wait for their pushes: the slots' are waited for here) */
             last_ckpt = cur;
-            if (!(rc = pw__apply_rounds(&t, 0, true, &stop)))
+            rc = pw__apply_rounds(&t, 0, true, &stop);
+            for (int i = 0; !rc && i < t.nslots; i++)
+                rc = pw__slot_settle(&t, &t.slots[i]);
+            if (!rc)
                 pw__save_position(&t, true);
             if (rc || (rc = pw__job_checkpoint(&t))) {
                 if (!(rc = pw__pipeline_regroup(&t)))
