@@ -10,7 +10,9 @@
 #   - a small file over --max-error-rate (20 of 200 lines bad): refused at 0.01 (the default),
 #     trained at --max-error-rate=0.2 with the per-file counts in the text and JSON summaries;
 #   - the same two on two parse threads: the same refusal, counts and test AUC;
-#   - --max-error-rate=1 on an all-bad file: still no usable samples.
+#   - --max-error-rate=1 on an all-bad file: still no usable samples;
+#   - good data and a dense learning rate the model diverges at: exit 1 at the first step whose
+#     loss is not finite, no model saved.
 set -eu
 bin=$1
 dir=$(mktemp -d /tmp/ember-baddata-XXXXXX)
@@ -116,6 +118,20 @@ fi
 # Every line may be malformed, but no sample at all is still an error.
 run rate1 --max-error-rate=1 --train="$dir/bad.tsv"
 expect_fail rate1 "$dir/bad.tsv" "no usable samples: 812 lines read, 812 malformed"
+
+# Good data, a learning rate the dense model diverges at (SGD at 100): the job stops at the first
+# step whose loss is not finite (it trained on with NaN weights and wrote them out before).
+"$bin/ps-datagen" --rows=3000 --test-rows=10 --out="$dir/gen.tsv" --test-out="$dir/gen_test.tsv" 2>/dev/null
+run diverged --model=dlrm --train="$dir/gen.tsv" --dense-optimizer=sgd --dense-lr=100 \
+    --save-dense="$dir/diverged.dense"
+if [ "$rc" -ne 1 ] || ! grep -q "the loss is not finite at step .*: the dense model diverged" "$dir/diverged.err" ||
+    [ -e "$dir/diverged.dense" ]; then
+    echo "FAIL: a diverging model: exit $rc (want 1), or no 'diverged' line, or a model saved:"
+    cat "$dir/diverged.err"
+    fails=$((fails + 1))
+else
+    echo "ok: a diverging model stops the job: $(grep -o 'the loss is not finite at step [0-9]*' "$dir/diverged.err")"
+fi
 
 [ "$fails" -eq 0 ] || { echo "FAIL: $fails cases"; exit 1; }
 echo "ok"

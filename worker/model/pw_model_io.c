@@ -5,6 +5,7 @@
 #include "pc_fs.h"
 #include "pc_hash.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +48,17 @@ static int image_verify(const uint8_t *img, size_t want, size_t got) {
     return h == pc_hash64(img, want - 8, 0) ? 0 : PC_ECORRUPT;
 }
 
+/* Whether the n floats at p (any alignment) are all finite. */
+static bool all_finite(const uint8_t *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, p + i * sizeof v, sizeof v);
+        if (!isfinite(v))
+            return false;
+    }
+    return true;
+}
+
 static size_t dense_size(const pw_linear_t *l, int n) {
     size_t s = 8 + 8 + (size_t)n * 8 + 8;
     for (int i = 0; i < n; i++)
@@ -73,6 +85,11 @@ int pw_dense_image(const pw_linear_t *l, int n, uint8_t **out, size_t *out_size)
         l[i].be->download(l[i].be, p, l[i].w, nw);
         l[i].be->download(l[i].be, p + nw, l[i].b, (size_t)l[i].out * sizeof(float));
         p += nw + (size_t)l[i].out * sizeof(float);
+    }
+    const size_t head = 16 + (size_t)n * 8;
+    if (!all_finite(img + head, (size - head - 8) / sizeof(float))) {
+        free(img);
+        return PC_ERANGE; /* a diverged model is not written anywhere */
     }
     const uint64_t h = pc_hash64(img, size - 8, 0);
     memcpy(img + size - 8, &h, 8);
@@ -115,6 +132,8 @@ int pw_dense_load(const char *path, pw_linear_t *l, int n) {
     if (!rc)
         rc = image_verify(img, want, got);
     size_t off = 16 + (size_t)n * 8;
+    if (!rc && !all_finite(img + off, (want - off - 8) / sizeof(float)))
+        rc = PC_ERANGE;
     for (int i = 0; !rc && i < n; i++) {
         const size_t nw = (size_t)l[i].in * l[i].out * sizeof(float);
         l[i].be->upload(l[i].be, l[i].w, img + off, nw);

@@ -5,7 +5,8 @@
  * u32 in, u32 out; then per layer in*out weights and out biases as f32; then the XXH3-64 of
  * everything before it. Written to PATH.tmp, fsynced and renamed, so a crash leaves the old file
  * or the new one. Loading checks the magic, format, shapes against the model (PC_EDIM when they
- * differ), the exact size and the checksum (PC_ECORRUPT) before touching any weight.
+ * differ), the exact size and the checksum (PC_ECORRUPT) before touching any weight. A model
+ * with a NaN or infinite weight (a diverged one) is neither written nor loaded: PC_ERANGE.
  */
 #ifndef PW_MODEL_IO_H
 #define PW_MODEL_IO_H
@@ -15,7 +16,7 @@
 int pw_dense_save(const char *path, const pw_linear_t *layers, int n);
 /* The file pw_dense_save writes, in memory: *img (malloc'ed, the caller frees it) of *size
  * bytes, checksum included (a snapshot of the weights to write later, from another thread).
- * PC_ENOMEM. */
+ * PC_ENOMEM, PC_ERANGE (not finite). */
 int pw_dense_image(const pw_linear_t *layers, int n, uint8_t **img, size_t *size);
 int pw_dense_load(const char *path, pw_linear_t *layers, int n);
 

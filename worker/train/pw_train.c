@@ -736,6 +736,13 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         double loss;
         if ((!s->staged && (rc = pw__slot_stage(&t, s))) || (rc = step_run(&t, s, next, &loss)))
             break;
+        if (!isfinite(loss)) { /* the loss is finite for any finite logit: the model diverged */
+            PC_ERROR("train: the loss is not finite at step %llu: the dense model diverged (lower "
+                     "--dense-lr or --lr); what was checkpointed or published before is finite",
+                     (unsigned long long)t.step);
+            rc = PC_ERANGE;
+            break;
+        }
         t.head = (t.head + 1) % t.nslots;
         t.filled--;
         if (isnan(res->first_step_s))

@@ -1,8 +1,12 @@
 /* Dense model files: a round trip is bit-exact; a wrong shape is PC_EDIM; a flipped byte, a
- * truncated file or a foreign file is PC_ECORRUPT and leaves the model untouched. */
+ * truncated file or a foreign file is PC_ECORRUPT and leaves the model untouched; a model with a
+ * NaN or infinite weight is neither written nor loaded (PC_ERANGE). */
 #include "table_check.h"
 
+#include <math.h>
+
 #include "pc_error.h"
+#include "pc_hash.h"
 #include "pw_model_io.h"
 
 static void test_roundtrip_and_damage(void **state) {
@@ -52,7 +56,52 @@ static void test_roundtrip_and_damage(void **state) {
     tc_rmdir(dir);
 }
 
+static void test_not_finite(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    tc_tmpdir(dir, sizeof dir, "dense");
+    snprintf(path, sizeof path, "%s/model.dense", dir);
+    pw_linear_t a, b;
+    assert_int_equal(pw_linear_init(&a, pw_backend_cpu(), 3, 2, 1), 0);
+    assert_int_equal(pw_linear_init(&b, pw_backend_cpu(), 3, 2, 2), 0);
+    assert_int_equal(pw_dense_save(path, &a, 1), 0);
+    const float good = a.w[4];
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        a.w[4] = bad[k];
+        uint8_t *img;
+        size_t size;
+        assert_int_equal(pw_dense_image(&a, 1, &img, &size), PC_ERANGE);
+        assert_int_equal(pw_dense_save(path, &a, 1), PC_ERANGE);
+        assert_int_equal(pw_dense_load(path, &b, 1), 0); /* the file written before stays */
+        assert_true(b.w[4] == good);
+    }
+    a.b[1] = NAN;
+    a.w[4] = good;
+    assert_int_equal(pw_dense_save(path, &a, 1), PC_ERANGE); /* biases too */
+    /* a file with a NaN weight and a right checksum (written by something else): refused */
+    a.b[1] = 0.5f;
+    uint8_t *img;
+    size_t size;
+    assert_int_equal(pw_dense_image(&a, 1, &img, &size), 0);
+    const float nan = NAN;
+    memcpy(img + 16 + 8 + 2 * sizeof(float), &nan, sizeof nan);
+    const uint64_t h = pc_hash64(img, size - 8, 0);
+    memcpy(img + size - 8, &h, 8);
+    FILE *f = fopen(path, "wb");
+    assert_int_equal(fwrite(img, 1, size, f), size);
+    fclose(f);
+    free(img);
+    b.w[0] = 7.0f;
+    assert_int_equal(pw_dense_load(path, &b, 1), PC_ERANGE);
+    assert_true(b.w[0] == 7.0f); /* untouched */
+    pw_linear_free(&a);
+    pw_linear_free(&b);
+    tc_rmdir(dir);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_roundtrip_and_damage)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_roundtrip_and_damage),
+                                       cmocka_unit_test(test_not_finite)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
