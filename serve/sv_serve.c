@@ -813,6 +813,16 @@ void sv_serve_tick(sv_serve_t *s) {
     char dir[SV_PATH_MAX + 64], why[256] = "", what[64];
     uint64_t step;
     sv_watermark_t w;
+    if (s->live_seen && sv_published_newest(s->publish_dir, 0, dir, sizeof dir, &step) == 0 &&
+        step && step < s->live_seen) {
+        /* the versions after `step` are gone: the trainer rolled back and published its model
+         * again (the abandoned one's rows are gone from the servers) */
+        PC_WARN("serve: the newest published model is now step %" PRIu64
+                ", older than step %" PRIu64
+                " (the trainer rolled back): it is served once the rows are as its watermark says",
+                step, s->live_seen);
+        s->live_seen = step - 1;
+    }
     if (sv_published_newest(s->publish_dir, s->live_seen, dir, sizeof dir, &step) == 0) {
         snprintf(what, sizeof what, "published model %" PRIu64, step);
         int rc = sv_watermark_read(dir, &w, why, sizeof why);

@@ -9,7 +9,8 @@
 #      ps-worker's final evaluation (--predictions) within 1e-6;
 #   3. versions under a steady Predict load: load an older one (pinned, its step in the reply),
 #      rollback, a damaged version refused while the current one keeps serving, follow again:
-#      no request of the load failed;
+#      no request of the load failed; the newest published model removed (a trainer's rollback
+#      prunes the versions after the one it goes back to): the replica serves the one before;
 #   4. bad input: a malformed line (PC_EPARSE), a batch over max_batch (PC_ETOOBIG), an unknown
 #      model (PC_ENOTFOUND), Push to the replica (PC_EREADONLY); the daemon stays up;
 #   5. kill -9 of the replica, restart: it starts from the newest version's checkpoints, catches
@@ -145,6 +146,22 @@ read -r nreq nbad <"$dir/load.txt"
 echo "steady load during the swaps: $nreq requests, $nbad failed"
 [ "$nbad" = 0 ] || { cat "$dir/load.err"; fail "requests failed during version swaps"; }
 [ "$nreq" -gt 0 ] || fail "no request ran during the swaps"
+
+echo "== 3b. the trainer rolled back: its newest published model is older than the one served"
+prev=$(ls "$dir/publish" | sed -n 's/^dense-0*\([0-9][0-9]*\)$/\1/p' | sort -n | tail -n 2 | head -n 1)
+[ "$prev" != "$final" ] || fail "one published model only"
+mv "$dir/publish/dense-$(printf '%020d' "$final")" "$dir/dense-final"
+model_becomes() { # model_becomes STEP: the live model is STEP within 10 s
+  for _ in $(seq 100); do
+    [ "$(psctl --json serve status | json_num model_version)" = "$1" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+model_becomes "$prev" || fail "the replica kept model $final after the trainer went back to $prev"
+mv "$dir/dense-final" "$dir/publish/dense-$(printf '%020d' "$final")"
+model_becomes "$final" || fail "the replica did not take model $final again"
+echo "rolled back to published model $prev and forward to $final"
 
 echo "== 4. bad input"
 expect_err() { # expect_err CODE ARGS...: psctl ARGS fails naming CODE
