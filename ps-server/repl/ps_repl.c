@@ -578,6 +578,12 @@ static void watch(ps_repl_t *r) {
             prim_of_me[owner] = true;
         }
     }
+    /* A suspicion holds only while this server backs the suspect up: another server's failover
+     * of it, or any other change of roles, ends it (else, once this server backed it up again,
+     * its follower would skip it for good and the next look fail over a healthy primary). */
+    for (uint32_t s = 0; s < PC_MAX_SERVERS; s++)
+        if (!prim_of_me[s] && atomic_load_explicit(&r->suspect[s], memory_order_relaxed))
+            atomic_store(&r->suspect[s], false);
     uint32_t failed = PC_NO_SERVER; /* the server whose failover this look wrote */
     for (uint32_t s = 0; s < n; s++) {
         if (s == me || !(prim_of_me[s] || bk_of_me[s]) || !lost(r, m, s, prim_of_me[s]))
@@ -1241,8 +1247,14 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     }
     if (rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT)
         return rc; /* another map version there, or no answer: this part again later */
-    if (!rc && cp->part && out.uid != cp->uid)
-        rc = PC_ESTATE; /* replaced during the copy: again */
+    if (!rc && cp->part && out.uid != cp->uid) {
+        if (ps_table_uid_same_run(cp->uid, out.uid)) { /* reset while the primary ran (DESIGN) */
+            cp->part = 0; /* the copy starts over: its first part marks nothing as got */
+            cp->start = 0;
+            return 0;
+        }
+        rc = PC_ESTATE; /* replaced by another run during the copy: see DESIGN */
+    }
     if (!rc && !cp->part && src->uid && out.uid != src->uid && x->n &&
         !ps_table_uid_same_run(src->uid, out.uid)) {
         rc = PC_ESTATE; /* replaced by another run under a copy that holds rows: see DESIGN */
