@@ -5,7 +5,8 @@
  *  - a rank held by a worker on another machine whose heartbeats stopped is taken over after
  *    about a heartbeat period, well before its lease ends (a worker restarted elsewhere);
  *  - a rank whose holder elsewhere keeps setting it, the same value each time, is refused with
- *    PC_EEXIST (two workers given one rank);
+ *    PC_EEXIST (two workers given one rank); of two claimants of a dead holder's rank, one takes
+ *    it over and the other is refused;
  *  - a ps-server coordinator (no store) killed and restarted empty, twice: the job's workers
  *    write their generation back and recovery works as before it (test_coordinator_restart);
  *  - every worker in recovery though none died: the next generation forms at once.
@@ -75,6 +76,18 @@ static int join(const char *coord, const char *job, pw_group_t **g) {
     return pw_group_join(&o, g);
 }
 
+typedef struct claimant {
+    const char *coord;
+    pw_group_t *g;
+    int rc;
+} claimant_t;
+
+static void *claim_main(void *arg) {
+    claimant_t *c = arg;
+    c->rc = join(c->coord, "race", &c->g);
+    return NULL;
+}
+
 static void claims(const char *coord) {
     pw_coord_t *co;
     assert_int_equal(pw_coord_open(coord, NULL, 5000, &co), 0);
@@ -113,6 +126,23 @@ static void claims(const char *coord) {
     }
     assert_true(ours);
     pw_group_close(g);
+
+    /* two claimants of that rank once its holder elsewhere stopped: one takes it over, the
+     * other is refused (both took it over before) */
+    assert_int_equal(pw_coord_set_lease(co, "race/run/0/live/0", HOLDER, strlen(HOLDER), LEASE_MS),
+                     0);
+    claimant_t cl[2] = {{.coord = coord}, {.coord = coord}};
+    pthread_t ct[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&ct[i], NULL, claim_main, &cl[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(ct[i], NULL);
+    print_message("two claimants of a dead holder's rank: %s, %s\n", pc_err_name(cl[0].rc),
+                  pc_err_name(cl[1].rc));
+    assert_true((cl[0].rc == 0 && cl[1].rc == PC_EEXIST) ||
+                (cl[1].rc == 0 && cl[0].rc == PC_EEXIST));
+    pw_group_close(cl[0].g);
+    pw_group_close(cl[1].g);
 
     /* a holder elsewhere that keeps setting its key: refused, and it keeps the rank */
     holder_t h = {.co = co};

@@ -24,7 +24,7 @@ struct pw_group {
     pw_group_opts_t o;
     char job[64], host[64], ns[192];
     uint64_t run;
-    pw_coord_t *coord, *hb_coord; /* hb_coord: the heartbeats' (calls bounded by lease / 4) */
+    pw_coord_t *coord, *hb_coord; /* hb_coord: heartbeats, polls (calls bounded by lease / 4) */
     pw_coll_t *coll;
     int64_t gen;    /* -1: none yet */
     int64_t formed; /* the newest generation this worker formed (-1: none); its members: */
@@ -53,10 +53,10 @@ static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, 
 }
 
 /* A value as a NUL-terminated string. PC_ENOTFOUND, PC_ETOOBIG (longer than cap - 1). */
-static int get_str(pw_group_t *g, const char *key, char *buf, size_t cap) {
+static int get_str(pw_coord_t *co, const char *key, char *buf, size_t cap) {
     void *v;
     size_t n;
-    int rc = pw_coord_get(g->coord, key, &v, &n);
+    int rc = pw_coord_get(co, key, &v, &n);
     if (rc)
         return rc;
     if (n >= cap) {
@@ -69,9 +69,9 @@ static int get_str(pw_group_t *g, const char *key, char *buf, size_t cap) {
     return 0;
 }
 
-static int get_u64(pw_group_t *g, const char *key, uint64_t *out) {
+static int get_u64(pw_coord_t *co, const char *key, uint64_t *out) {
     char buf[32];
-    int rc = get_str(g, key, buf, sizeof buf);
+    int rc = get_str(co, key, buf, sizeof buf);
     if (rc)
         return rc;
     char *end;
@@ -110,26 +110,27 @@ static int members_of(pw_group_t *g, int64_t gen) {
     if (!text)
         return PC_ENOMEM;
     key_of(g, key, sizeof key, "g/%" PRId64, gen);
-    int rc = get_str(g, key, text, MAX_MEMBERS * 5 + 1);
+    int rc = get_str(g->coord, key, text, MAX_MEMBERS * 5 + 1);
     if (!rc)
         rc = parse_members(text, g->members);
     free(text);
     return rc;
 }
 
-/* The newest generation (-1: none): the hint "cur", then forward while the next one exists. */
-static int newest(pw_group_t *g, int64_t *out) {
+/* The newest generation (-1: none): the hint "cur", then forward while the next one exists;
+ * asked through co (g->coord, or the training thread's quick polls: g->hb_coord). */
+static int newest(pw_group_t *g, pw_coord_t *co, int64_t *out) {
     char key[256];
     uint64_t cur;
     key_of(g, key, sizeof key, "cur");
-    int rc = get_u64(g, key, &cur);
+    int rc = get_u64(co, key, &cur);
     int64_t gen = rc == PC_ENOTFOUND ? -1 : (int64_t)cur;
     if (rc && rc != PC_ENOTFOUND)
         return rc;
     for (;;) {
         char v[8];
         key_of(g, key, sizeof key, "g/%" PRId64, gen + 1);
-        rc = get_str(g, key, v, sizeof v);
+        rc = get_str(co, key, v, sizeof v);
         if (rc == PC_ENOTFOUND)
             break;
         if (rc && rc != PC_ETOOBIG) /* a long member list is still there */
@@ -167,6 +168,20 @@ static int propose(pw_group_t *g, int64_t gen, int *m, int n) {
     return rc ? rc : set_str(g, key, cur);
 }
 
+/* A failed coordinator call: true (logged) once failures have lasted rejoin_timeout_ms since
+ * *since (set at the first one; the caller zeroes it after a success), else a 100 ms pause
+ * before the caller tries again. */
+static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
+    if (!*since)
+        *since = pc_time_mono_ns();
+    if (pc_time_sec_since(*since) * 1000 > g->o.rejoin_timeout_ms) {
+        PC_ERROR("group: the coordinator %s: %s", g->o.coordinator, pc_strerror(rc));
+        return true;
+    }
+    pc_time_sleep_ms(100);
+    return false;
+}
+
 /* Form generation `gen` of members m[0..n) (this worker among them). */
 static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms) {
     char prefix[256], key[256];
@@ -183,10 +198,12 @@ static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms)
     g->gsize = n;
     g->formed = gen;
     memmove(g->formed_members, m, (size_t)n * sizeof *m); /* m may be g->members */
-    if (me == 0) {
+    if (me == 0) { /* the group works: the mark is tried until the coordinator gives up */
         key_of(g, key, sizeof key, "g/%" PRId64 "/formed", gen);
-        if ((rc = set_str(g, key, "1")))
-            return rc;
+        uint64_t since = 0;
+        while ((rc = set_str(g, key, "1")))
+            if (coord_gave_up(g, &since, rc))
+                return rc;
     }
     PC_INFO("group: generation %" PRId64 " formed: %d worker(s), this one is %d", gen, n, me);
     return 0;
@@ -195,7 +212,7 @@ static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms)
 static bool formed(pw_group_t *g, int64_t gen) {
     char key[256], v[4];
     key_of(g, key, sizeof key, "g/%" PRId64 "/formed", gen);
-    return get_str(g, key, v, sizeof v) == 0;
+    return get_str(g->coord, key, v, sizeof v) == 0;
 }
 
 /* Publish this worker's state (and current generation) to its heartbeats, at once. */
@@ -332,7 +349,7 @@ static int alive_of(pw_group_t *g, int64_t gen, bool quiet, int *total) {
         const pc_kv_entry_t *lease = lease_in(e, ne, pl, r);
         char key[256], v[4];
         key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", gen, r);
-        const int got = get_str(g, key, v, sizeof v);
+        const int got = get_str(g->coord, key, v, sizeof v);
         if (got && got != PC_ENOTFOUND) {
             rc = got;
             continue;
@@ -373,6 +390,15 @@ static int alive_of(pw_group_t *g, int64_t gen, bool quiet, int *total) {
  * within a heartbeat period (about lease_ms / 4: what a holder elsewhere costs a restarted
  * worker). A heartbeat shows as a new revision of the key: the lease's time left cannot tell,
  * as etcd gives it in whole seconds. */
+/* Mark a dead holder's rank as taken over by this claimant (value v, n bytes): 0 for the first of
+ * racing claimants (two workers given one rank that both found its holder dead), PC_EEXIST for
+ * the others (and while an earlier takeover's mark lasts: a lease). */
+static int take_over(pw_group_t *g, const char *v, size_t n) {
+    char key[256];
+    key_of(g, key, sizeof key, "takeover/%d", g->o.rank);
+    return pw_coord_set_lease_if_absent(g->coord, key, v, n, (uint32_t)g->o.lease_ms);
+}
+
 static int claim_rank(pw_group_t *g) {
     char key[256], v[640], prefix[256];
     key_of(g, key, sizeof key, "live/%d", g->o.rank);
@@ -398,10 +424,9 @@ static int claim_rank(pw_group_t *g) {
         pc_kv_entries_free(e, ne);
         if (!lease)
             continue; /* it expired meanwhile: claim again */
-        if (strcmp(h.state, "exited") == 0 || h.gone)
-            return 0; /* a dead holder's: the heartbeats take it over */
+        bool dead = strcmp(h.state, "exited") == 0 || h.gone;
         const bool live_here = h.here && h.pid > 0 && !h.gone;
-        if (!live_here) { /* elsewhere: renewed within a heartbeat period means alive */
+        if (!dead && !live_here) { /* elsewhere: renewed within a heartbeat period means alive */
             const uint64_t now = pc_time_mono_ns();
             bool renewed = false;
             if (!first_ns) {
@@ -410,32 +435,24 @@ static int claim_rank(pw_group_t *g) {
             } else {
                 renewed = rev != first_rev;
             }
-            if (!renewed) {
-                if (now - first_ns > watch_ns)
-                    return 0; /* not renewed: its holder is gone */
+            if (!renewed && now - first_ns <= watch_ns) {
                 pc_time_sleep_ms(50);
                 continue;
             }
+            dead = !renewed; /* not renewed within the watch: its holder is gone */
+        }
+        if (dead) { /* the heartbeats take it over, if this claimant is the first to mark it */
+            if ((rc = take_over(g, v, n)) != PC_EEXIST)
+                return rc;
+            first_ns = 0; /* another one did: whether its heartbeats come, watched again */
+            pc_time_sleep_ms(50);
+            continue;
         }
         PC_ERROR("group: rank %d is already held by a live worker of job %s (pid %ld on %s, "
                  "state %s): give every worker its own --rank",
                  g->o.rank, g->job, h.pid, h.host, h.state[0] ? h.state : "?");
         return PC_EEXIST;
     }
-}
-
-/* A failed coordinator call: true (logged) once failures have lasted rejoin_timeout_ms since
- * *since (set at the first one; the caller zeroes it after a success), else a 100 ms pause
- * before the caller tries again. */
-static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
-    if (!*since)
-        *since = pc_time_mono_ns();
-    if (pc_time_sec_since(*since) * 1000 > g->o.rejoin_timeout_ms) {
-        PC_ERROR("group: the coordinator %s: %s", g->o.coordinator, pc_strerror(rc));
-        return true;
-    }
-    pc_time_sleep_ms(100);
-    return false;
 }
 
 /* The coordinator forgot this worker's generation (its newest is older: a coordinator without a
@@ -486,12 +503,12 @@ static bool run_under_way(pw_group_t *g) {
 static int settle(pw_group_t *g, bool first) {
     const int rejoin = g->o.rejoin_timeout_ms;
     uint64_t deadline = pc_time_mono_ns() + (uint64_t)rejoin * 1000000ull, trouble = 0;
-    uint64_t set_trouble = 0; /* since when registering fails (reads may work meanwhile) */
+    uint64_t set_trouble = 0; /* since when writes fail (reads may work meanwhile) */
     bool registered = false;
     unsigned polls = 0;
     for (;;) {
         int64_t last;
-        int rc = newest(g, &last), n = 0;
+        int rc = newest(g, g->coord, &last), n = 0;
         if (!rc && last >= 0 && (n = members_of(g, last)) < 0)
             rc = n;
         if (rc) { /* the coordinator: retried up to rejoin_timeout_ms */
@@ -501,7 +518,7 @@ static int settle(pw_group_t *g, bool first) {
         }
         trouble = 0;
         if (last < g->gen && g->formed >= 0) { /* the coordinator lost the job's state */
-            if ((rc = restore(g, last)) && coord_gave_up(g, &trouble, rc))
+            if ((rc = restore(g, last)) && coord_gave_up(g, &set_trouble, rc))
                 return rc;
             continue;
         }
@@ -513,7 +530,7 @@ static int settle(pw_group_t *g, bool first) {
         if (last < 0) { /* a new run: generation 0 is everybody */
             for (int i = 0; i < g->o.world; i++)
                 g->members[i] = i;
-            if ((rc = propose(g, 0, g->members, g->o.world)))
+            if ((rc = propose(g, 0, g->members, g->o.world)) && coord_gave_up(g, &set_trouble, rc))
                 return rc;
             continue;
         }
@@ -541,7 +558,7 @@ static int settle(pw_group_t *g, bool first) {
             }
             if (!member) /* formed without this worker, or it lost the race: add it */
                 g->members[n++] = g->o.rank;
-            if ((rc = propose(g, last + 1, g->members, n)))
+            if ((rc = propose(g, last + 1, g->members, n)) && coord_gave_up(g, &set_trouble, rc))
                 return rc;
             continue;
         }
@@ -565,7 +582,8 @@ static int settle(pw_group_t *g, bool first) {
                 PC_WARN("group: every worker of generation %" PRId64 " is in recovery: forming "
                         "the next one",
                         g->gen);
-                if ((rc = propose(g, g->gen + 1, g->members, n)))
+                if ((rc = propose(g, g->gen + 1, g->members, n)) &&
+                    coord_gave_up(g, &set_trouble, rc))
                     return rc;
                 continue;
             }
@@ -584,7 +602,7 @@ static int settle(pw_group_t *g, bool first) {
             continue;
         }
         PC_WARN("group: a worker did not come back within %d ms: going on with %d", rejoin, n);
-        if ((rc = propose(g, g->gen + 1, g->members, n)))
+        if ((rc = propose(g, g->gen + 1, g->members, n)) && coord_gave_up(g, &set_trouble, rc))
             return rc;
     }
 }
@@ -620,7 +638,7 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
         snprintf(g->ns, sizeof g->ns, "%s", g->job);
         char key[96];
         snprintf(key, sizeof key, "%s/runs", g->job);
-        rc = get_u64(g, key, &g->run);
+        rc = get_u64(g->coord, key, &g->run);
         if (rc == PC_ENOTFOUND)
             rc = 0, g->run = 0;
         snprintf(g->ns, sizeof g->ns, "%s/run/%" PRIu64, g->job, g->run);
@@ -727,8 +745,8 @@ bool pw_group_stale(pw_group_t *g) {
     if (now - g->last_poll_ns < POLL_NS)
         return false;
     g->last_poll_ns = now;
-    int64_t last;
-    if (newest(g, &last) != 0)
+    int64_t last; /* a quick poll (bounded by a quarter lease): the training thread waits for it */
+    if (newest(g, g->hb_coord, &last) != 0)
         return false;
     if (last < g->gen && g->formed == g->gen) /* the coordinator lost the job's state */
         restore(g, last);
@@ -739,13 +757,13 @@ int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines) {
     char key[256], v[48];
     key_of(g, key, sizeof key, "off/%d", g->o.rank);
     snprintf(v, sizeof v, "%" PRIu64 " %" PRIu64, step, lines);
-    return set_str(g, key, v);
+    return pw_coord_set(g->hb_coord, key, v, strlen(v)); /* bounded as the heartbeats */
 }
 
 int pw_group_offset_load(pw_group_t *g, int rank, uint64_t *step, uint64_t *lines) {
     char key[256], v[48];
     key_of(g, key, sizeof key, "off/%d", rank);
-    int rc = get_str(g, key, v, sizeof v);
+    int rc = get_str(g->coord, key, v, sizeof v);
     if (rc)
         return rc;
     return sscanf(v, "%" SCNu64 " %" SCNu64, step, lines) == 2 ? 0 : PC_ECORRUPT;

@@ -34,7 +34,8 @@
  * Keys (all under "<job>/run/<k>", k = the job's finished runs, "<job>/runs"): "g/<G>" member
  * list, "g/<G>/formed", "g/<G>/alive/<rank>", "g/<G>/rdv/..." (the group's rendezvous), "cur"
  * (a hint of the newest G), "off/<rank>" (this rank's reader position after its last step),
- * "live/<rank>" (the membership lease).
+ * "live/<rank>" (the membership lease), "takeover/<rank>" (a lease: the claimant that takes a
+ * dead holder's rank over, so that of two workers given one rank one is refused).
  * A finished run (pw_group_finish) bumps "runs", so the next run of the same job name starts
  * fresh.
  *
@@ -92,7 +93,9 @@ int pw_group_recover(pw_group_t *g);
  * proposal already there wins. */
 int pw_group_reform(pw_group_t *g);
 
-/* Whether a newer generation was proposed (asks the coordinator at most once a second). */
+/* Whether a newer generation was proposed (asks the coordinator at most once a second, each ask
+ * bounded by a quarter lease like the heartbeats: an unreachable coordinator costs the training
+ * thread that, not --timeout-ms; a failed ask says no). */
 bool pw_group_stale(pw_group_t *g);
 
 /* What this worker is stuck on, for its heartbeats ("server 127.0.0.1:7401 unreachable since
@@ -103,8 +106,8 @@ void pw_group_note(pw_group_t *g, const char *note);
 void pw_group_progress(pw_group_t *g, uint64_t step);
 
 /* This rank's reader position after its last completed step, so that a restarted worker
- * continues from there; load reads data rank `rank`'s: PC_ENOTFOUND when none was saved in
- * this run. */
+ * continues from there (save: bounded by a quarter lease, as pw_group_stale); load reads data
+ * rank `rank`'s: PC_ENOTFOUND when none was saved in this run. */
 int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines);
 int pw_group_offset_load(pw_group_t *g, int rank, uint64_t *step, uint64_t *lines);
 
