@@ -4,6 +4,7 @@
 #   no --train             exit 2, naming --train
 #   deepfm on libffm       exit 2, naming --fields (the format does not give the field count)
 #   --push-order=rank      exit 2 outside sync, naming the mode it needs
+#   --server-grpc=a,,b     exit 2, naming the empty entry
 #   --help                 flags as the docs write them (--ckpt-dir), both spellings accepted
 set -eu
 bin=$1
@@ -27,6 +28,8 @@ expect 2 "--train: give the training data" --local --device=cpu
 expect 2 "needs --fields" --local --device=cpu --format=libffm --model=deepfm --train="$dir/t.ffm"
 expect 2 "--push-order=rank needs --mode=sync" --local --device=cpu --format=libffm \
   --mode=async --push-order=rank --train="$dir/t.ffm"
+expect 2 "--server-grpc=127.0.0.1:1,,127.0.0.1:2 has an empty entry" --local --device=cpu \
+  --format=libffm --train="$dir/t.ffm" --server-grpc=127.0.0.1:1,,127.0.0.1:2
 "$bin/ps-worker" --help >"$dir/help.txt"
 grep -q -- "--ckpt-dir=<str>" "$dir/help.txt" || { echo "FAIL: --help does not show --ckpt-dir"; exit 1; }
 grep -q -- "'-' or '_'" "$dir/help.txt" || { echo "FAIL: --help does not say both forms work"; exit 1; }

@@ -71,14 +71,16 @@ static int restore_one(const char *addr, const psg_opts_t *sec, int timeout_ms, 
 
 /* Server i of the comma-separated list: a restore of restore->servers[i] (restore not NULL,
  * waiting up to wait_ms for a server that cannot be reached), or a checkpoint, its id into
- * taken->servers[i]. The list is checked before any call: a restore with another number of
- * servers than the checkpoint has restores none. */
+ * taken->servers[i]. The list is checked before any call: an empty entry ("a,,b", "a,"), or a
+ * restore with another number of servers than the checkpoint has, calls none (PC_EINVAL). */
 static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms, int wait_ms,
                        const pw_jobckpt_t *restore, pw_jobckpt_t *taken) {
     size_t naddr = grpc && *grpc ? 1 : 0;
     for (const char *p = grpc; p && *p; p++)
         naddr += *p == ',';
-    if (naddr == 0 || (restore && naddr != restore->nservers))
+    const size_t len = grpc ? strlen(grpc) : 0;
+    if (naddr == 0 || grpc[0] == ',' || grpc[len - 1] == ',' || strstr(grpc, ",,") ||
+        (restore && naddr != restore->nservers))
         return PC_EINVAL;
     if (naddr > PW_JOBCKPT_MAX_SERVERS)
         return PC_ETOOBIG;
@@ -168,7 +170,7 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
     if (!rc && card)
         rc = pw_model_card_write(path, card);
     const size_t cap = 64 + 24 * (ck->nservers + ck->nranks) + 32 * ck->nservers + ck->dirs_used +
-                       strnlen(ck->map, sizeof ck->map);
+                       strnlen(ck->map, sizeof ck->map) + sizeof ck->run;
     char *m = malloc(cap);
     if (!rc && !m)
         rc = PC_ENOMEM;
@@ -185,6 +187,9 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
             if (ck->dir_off[i])
                 len += (size_t)snprintf(m + len, cap - len, "server-dir %zu %s\n", i,
                                         pw_jobckpt_server_dir(ck, i));
+        const size_t rl = strnlen(ck->run, sizeof ck->run);
+        if (rl && rl < sizeof ck->run && !memchr(ck->run, '\n', rl))
+            len += (size_t)snprintf(m + len, cap - len, "run %s\n", ck->run);
         if (ck->map[0] && !memchr(ck->map, '\n', strnlen(ck->map, sizeof ck->map)))
             len += (size_t)snprintf(m + len, cap - len, "map %.*s\n", (int)sizeof ck->map, ck->map);
         snprintf(path, sizeof path, "%s/manifest", sdir);
@@ -269,11 +274,15 @@ int pw_jobckpt_read(const char *dir, uint64_t step, pw_jobckpt_t *ck, float *sta
         rc = fgets(line, (int)cap, f)
                  ? numbers(line, "positions", ck->positions, PW_JOBCKPT_MAX_RANKS, &ck->nranks)
                  : PC_ECORRUPT;
-    ck->map[0] = '\0';
-    while (!rc && fgets(line, (int)cap, f)) { /* the servers' directories, then the map */
+    ck->map[0] = ck->run[0] = '\0';
+    while (!rc && fgets(line, (int)cap, f)) { /* the servers' directories, the run, the map */
         const size_t ml = strcspn(line, "\n");
         if (ck->map[0]) /* nothing after the map */
             rc = PC_ECORRUPT;
+        else if (strncmp(line, "run ", 4) == 0)
+            rc = !ck->run[0] && ml > 4 && ml - 4 < sizeof ck->run && line[ml] == '\n'
+                     ? (snprintf(ck->run, sizeof ck->run, "%.*s", (int)(ml - 4), line + 4), 0)
+                     : PC_ECORRUPT;
         else if (strncmp(line, "map ", 4) == 0)
             rc = ml > 4 && ml - 4 < sizeof ck->map && line[ml] == '\n'
                      ? (snprintf(ck->map, sizeof ck->map, "%.*s", (int)(ml - 4), line + 4), 0)

@@ -14,7 +14,9 @@
  *                each data rank's share read through step S), then one "server-dir I PATH" per
  *                server that said where its checkpoints are (PATH: the rest of the line, the
  *                server's checkpoint directory, ckpt-<20-digit id>/ under it; none from servers
- *                that do not say, and none in manifests written before them: both still read);
+ *                that do not say, and none in manifests written before them: both still read),
+ *                and "run NAME" when the job's run is known (pw_group_run_name: a rollback
+ *                goes only to a checkpoint of its own run, or the one it resumed from);
  * then DIR/LATEST ("S\n"); every file is written atomically (pc_fs_write_atomic), the manifest
  * after the others of its directory and LATEST last, so a crash leaves the previous checkpoint
  * the latest. Of the step directories, the latest and the `keep` - 1 before it stay (later ones,
@@ -61,6 +63,7 @@
 #define PW_JOBCKPT_DIRS_BYTES  (256 << 10) /* the server directories, all together */
 #define PW_JOBCKPT_DIR_MAX     4096        /* one server directory, its NUL included */
 #define PW_JOBCKPT_MAP_MAX     (64 << 10)  /* the cluster map's text, its NUL included */
+#define PW_JOBCKPT_RUN_MAX     256         /* the run's name, its NUL included */
 
 typedef struct pw_jobckpt {
     uint64_t step;
@@ -74,6 +77,9 @@ typedef struct pw_jobckpt {
     /* the cluster map the servers' checkpoints were cut under ("" none): a serving replica
      * routes keys by it (pc_cluster.h text; the manifest's "map TEXT" line) */
     char map[PW_JOBCKPT_MAP_MAX];
+    /* the job's run that wrote it ("<job>/run/<k>"; "" unknown: a lone worker, or a manifest
+     * written before runs were recorded) */
+    char run[PW_JOBCKPT_RUN_MAX];
 } pw_jobckpt_t;
 
 /* Server i's checkpoint directory in ck ("" when it gave none); valid while ck is unchanged. */

@@ -39,6 +39,7 @@
 #include "pw_jobckpt.h"
 #include "pw_train_int.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,16 +190,32 @@ static bool fatal(int rc) {
 }
 
 /* How long members wait for rank 0 calling every server (checkpoint, restore). */
+/* A wait in milliseconds as the collectives take it: at most INT_MAX (an hour's timeout times
+ * a thousand servers is more). */
+static int wait_ms_of(int64_t ms) {
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
 static int servers_wait_ms(const pw_train_config_t *c) {
-    int nservers = 1;
+    int64_t nservers = 1;
     for (const char *p = c->server_grpc; *p; p++)
         nservers += *p == ',';
-    return (int)c->timeout_ms * (nservers + 1);
+    return wait_ms_of(c->timeout_ms * (nservers + 1));
+}
+
+/* Whether ck is a checkpoint a rollback of this run may go to: one this run wrote, or the one it
+ * resumed from (not another run's, left in the same directory: its rows and positions are not
+ * this run's). */
+static bool of_this_run(const trainer_t *t, const pw_jobckpt_t *ck) {
+    if (t->resumed && ck->step == t->resumed_step && strcmp(ck->run, t->resumed_run) == 0)
+        return true;
+    return ck->run[0] && t->grp && strcmp(ck->run, pw_group_run_name(t->grp)) == 0;
 }
 
 /* The latest coordinated checkpoint of ckpt_dir: its manifest and dense state (*ck and *state
- * malloc'ed, NULL on errors), checked against this job's world. Errors are logged. */
-static int latest_checkpoint(trainer_t *t, pw_jobckpt_t **ck, float **state) {
+ * malloc'ed, NULL on errors), checked against this job's world, and with this_run against
+ * this run (of_this_run: else PC_ESTATE). Errors are logged. */
+static int latest_checkpoint(trainer_t *t, bool this_run, pw_jobckpt_t **ck, float **state) {
     const size_t n = dense_state(t, NULL, false);
     *ck = pc_scalloc(PC_MEM_MODEL, 1, sizeof **ck);
     *state = pc_smalloc(PC_MEM_MODEL, n * sizeof **state);
@@ -207,6 +224,14 @@ static int latest_checkpoint(trainer_t *t, pw_jobckpt_t **ck, float **state) {
         PC_ERROR("train: the checkpoint is of %zu workers, this job has %d", (*ck)->nranks,
                  (int)t->c->world);
         rc = PC_EINVAL;
+    }
+    if (!rc && this_run && !of_this_run(t, *ck)) {
+        PC_ERROR("train: the latest checkpoint in %s (step %llu) is of %s%s, not of this run "
+                 "(%s) nor the one it resumed from",
+                 t->c->ckpt_dir, (unsigned long long)(*ck)->step,
+                 (*ck)->run[0] ? "run " : "a run that did not record its name", (*ck)->run,
+                 t->grp ? pw_group_run_name(t->grp) : "");
+        rc = PC_ESTATE;
     }
     if (rc) {
         PC_ERROR("train: cannot read the checkpoint in %s: %s", t->c->ckpt_dir, pc_strerror(rc));
@@ -243,13 +268,13 @@ static int rollback_agree(trainer_t *t) {
         return rc;
     pw_jobckpt_t *ck = NULL;
     float *state = NULL;
-    float failed = latest_checkpoint(t, &ck, &state) ? 1.0f : 0.0f;
+    float failed = latest_checkpoint(t, true, &ck, &state) ? 1.0f : 0.0f;
     rc = pw_coll_allreduce_sum(coll, &failed, 1);
     if (!rc && failed > 0.0f)
         PC_ERROR("train: a worker cannot read the latest coordinated checkpoint: no rollback, "
                  "training goes on from here");
     if (!rc && failed == 0.0f) {
-        const int restore_ms = 4 * (int)t->c->timeout_ms; /* restores of large tables take long */
+        const int restore_ms = wait_ms_of(4 * (int64_t)t->c->timeout_ms); /* large tables: long */
         int ck_rc = 0;
         if (pw_group_rank(t->grp) == 0) {
             const uint64_t t0 = pc_time_mono_ns();
@@ -263,7 +288,8 @@ static int rollback_agree(trainer_t *t) {
         }
         failed = ck_rc ? 1.0f : 0.0f;
         /* rank 0 restores, waiting for servers that restart (server_retry_ms) */
-        if (!(rc = pw_coll_barrier(coll, 4 * servers_wait_ms(t->c) + (int)t->c->server_retry_ms)))
+        if (!(rc = pw_coll_barrier(
+                  coll, wait_ms_of(4 * (int64_t)servers_wait_ms(t->c) + t->c->server_retry_ms))))
             rc = pw_coll_allreduce_sum(coll, &failed, 1);
         if (!rc && failed > 0.0f) {
             PC_ERROR("train: the job rollback failed part-way (a server did not restore): the "
@@ -478,6 +504,7 @@ int pw__job_checkpoint(trainer_t *t) {
     if (!ck_rc) {
         ck->step = t->step;
         ck->nranks = (size_t)c->world;
+        snprintf(ck->run, sizeof ck->run, "%s", pw_group_run_name(t->grp));
         for (int r = 0; r < c->world && !ck_rc; r++) { /* lost ranks: their last position */
             uint64_t step;
             ck_rc = pw_group_offset_load(t->grp, r, &step, &ck->positions[r]);
@@ -512,9 +539,13 @@ int pw__job_checkpoint(trainer_t *t) {
 int pw__resume_checkpoint(trainer_t *t, uint64_t *skip) {
     pw_jobckpt_t *ck;
     float *state;
-    int rc = latest_checkpoint(t, &ck, &state);
-    if (!rc)
+    int rc = latest_checkpoint(t, false, &ck, &state);
+    if (!rc) {
         take_checkpoint(t, ck, state, skip);
+        t->resumed = true;
+        t->resumed_step = ck->step;
+        snprintf(t->resumed_run, sizeof t->resumed_run, "%s", ck->run);
+    }
     pc_sfree(ck);
     pc_sfree(state);
     return rc;

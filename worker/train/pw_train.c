@@ -196,6 +196,14 @@ static int check_config(const pw_train_config_t *c) {
                  "directory and (to write them) the servers' gRPC addresses");
         return PC_EINVAL;
     }
+    const size_t gl = strlen(c->server_grpc);
+    if (gl && (c->server_grpc[0] == ',' || c->server_grpc[gl - 1] == ',' ||
+               strstr(c->server_grpc, ",,"))) {
+        PC_ERROR("train: --server-grpc=%s has an empty entry: give each server's gRPC address, "
+                 "in --servers' order",
+                 c->server_grpc);
+        return PC_EINVAL;
+    }
     if (c->on_server_loss == PW_SERVER_LOSS_ROLLBACK && !c->ckpt_every) {
         PC_ERROR("train: rolling back on a server loss needs coordinated checkpoints "
                  "(--ckpt-every, --ckpt-dir, --server-grpc)");

@@ -31,6 +31,7 @@
 #include "pw_coll.h"
 #include "pw_emb.h"
 #include "pw_group.h"
+#include "pw_jobckpt.h"
 #include "pw_model.h"
 #include "pw_model_card.h"
 #include "pw_publish.h"
@@ -164,6 +165,9 @@ typedef struct trainer {
     bool dcoll_said;          /* the job was told its dense allreduce goes through the host */
     bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
     uint64_t reposition_at, rollbacks;
+    bool resumed;          /* started from a coordinated checkpoint (--resume=checkpoint) */
+    uint64_t resumed_step; /* its step, and its run ("" unknown) */
+    char resumed_run[PW_JOBCKPT_RUN_MAX];
 } trainer_t;
 
 /* ---- pw_recover.c: where a generation sums its dense gradients ---- */

@@ -9,7 +9,9 @@
  *    PC_ECORRUPT; a step that is not there is PC_ENOTFOUND (read) or PC_ECORRUPT (LATEST names
  *    it);
  *  - the directories' arena: paths up to PW_JOBCKPT_DIR_MAX - 1, newlines refused, PC_ETOOBIG
- *    when full; retention keeps `keep` step directories. */
+ *    when full; retention keeps `keep` step directories;
+ *  - server lists with an empty entry, or another count than a restore's checkpoint: no call;
+ *  - the run that wrote a checkpoint ("run NAME") reads back; once, before the map. */
 #include "test_util.h"
 
 #include "pc_error.h"
@@ -72,6 +74,7 @@ static void test_version_roundtrip(void **state) {
     m->params[0].w[3] = 0.625f; /* not an initial value */
     const float st[5] = {1, 2, 3, 4, 5};
     pw_jobckpt_t *ck = sample_ck(40, true), *r = calloc(1, sizeof *r);
+    snprintf(ck->run, sizeof ck->run, "job-a/run/3");
     assert_int_equal(pw_jobckpt_write(g_dir, ck, st, 5, m, &card, 2), 0);
 
     float got[5] = {0};
@@ -82,6 +85,7 @@ static void test_version_roundtrip(void **state) {
     assert_string_equal(pw_jobckpt_server_dir(r, 0), "");
     assert_string_equal(pw_jobckpt_server_dir(r, 1), "/var/lib/emberps/ckpt 1");
     assert_string_equal(pw_jobckpt_server_dir(r, 2), "/srv/ckpt/two");
+    assert_string_equal(r->run, "job-a/run/3");
     memset(r, 0x7f, sizeof *r); /* pw_jobckpt_read sets every field it reads */
     assert_int_equal(pw_jobckpt_read(g_dir, 40, r, NULL, 0), 0);
     assert_string_equal(pw_jobckpt_server_dir(r, 0), "");
@@ -119,6 +123,7 @@ static void test_version_roundtrip(void **state) {
     assert_int_equal(pw_jobckpt_read_latest(g_dir, r, NULL, 0), 0);
     assert_true(r->step == 80);
     assert_string_equal(pw_jobckpt_server_dir(r, 1), "");
+    assert_string_equal(r->run, ""); /* none given: no run line */
     free(ck);
     ck = sample_ck(120, true);
     assert_int_equal(pw_jobckpt_write(g_dir, ck, st, 5, m, &card, 2), 0);
@@ -161,6 +166,11 @@ static void test_manifests(void **state) {
     assert_int_equal(read_manifest("server-dir x /a\n"), PC_ECORRUPT);
     assert_int_equal(read_manifest("server-dir 0 /a"), PC_ECORRUPT); /* cut short */
     assert_int_equal(read_manifest("colour blue\n"), PC_ECORRUPT);
+    assert_int_equal(read_manifest("server-dir 0 /a\nrun j/run/0\nmap version=1\n"), 0);
+    assert_int_equal(read_manifest("run j/run/0\nrun j/run/1\n"), PC_ECORRUPT); /* twice */
+    assert_int_equal(read_manifest("run \n"), PC_ECORRUPT);                     /* no name */
+    assert_int_equal(read_manifest("map version=1\nrun j/run/0\n"),
+                     PC_ECORRUPT); /* after the map */
     /* LATEST names a step that is not there */
     char path[400];
     snprintf(path, sizeof path, "%s/LATEST", g_dir);
@@ -196,9 +206,27 @@ static void test_dir_arena(void **state) {
     free(ck);
 }
 
+/* Server lists with an empty entry are refused before any call (a restore once gave each server
+ * the next one's id after a skipped entry): nothing listens on these ports, so a call would
+ * answer PC_EUNAVAIL. */
+static void test_server_lists(void **state) {
+    (void)state;
+    pw_jobckpt_t *ck = calloc(1, sizeof *ck);
+    const char *bad[] = {"127.0.0.1:1,,127.0.0.1:2", "127.0.0.1:1,", ",127.0.0.1:1", ","};
+    ck->nservers = 3;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(pw_jobckpt_servers(bad[i], NULL, 200, ck), PC_EINVAL);
+        assert_int_equal(pw_jobckpt_restore_servers(bad[i], NULL, 200, 0, ck), PC_EINVAL);
+    }
+    assert_int_equal(pw_jobckpt_restore_servers("127.0.0.1:1,127.0.0.1:2", NULL, 200, 0, ck),
+                     PC_EINVAL); /* 2 servers, a checkpoint of 3 */
+    assert_int_equal(pw_jobckpt_servers("", NULL, 200, ck), PC_EINVAL);
+    free(ck);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_version_roundtrip),
-                                       cmocka_unit_test(test_manifests),
-                                       cmocka_unit_test(test_dir_arena)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version_roundtrip), cmocka_unit_test(test_manifests),
+        cmocka_unit_test(test_dir_arena), cmocka_unit_test(test_server_lists)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }
