@@ -130,17 +130,29 @@ int pc_fs_mkdirs(const char *path) {
     if (n == 0 || n >= sizeof buf)
         return PC_EINVAL;
     memcpy(buf, path, n + 1);
+    size_t parent = 0; /* where the component being made starts after its parent's '/' */
     for (size_t i = 1; i <= n; i++) {
         if (buf[i] != '/' && buf[i] != '\0')
             continue;
         char c = buf[i];
         buf[i] = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+        if (mkdir(buf, 0755) == 0) { /* made: its entry in the parent is made durable too */
+            char up[PATH_MAX];
+            if (parent)
+                snprintf(up, sizeof up, "%.*s", (int)parent, buf);
+            else
+                snprintf(up, sizeof up, "%s", buf[0] == '/' ? "/" : ".");
+            if (pc_fs_fsync_path(up)) {
+                PC_ERROR("mkdir %s: cannot fsync %s", buf, up);
+                return PC_EIO;
+            }
+        } else if (errno != EEXIST) {
             int e = errno;
             PC_ERROR("mkdir %s: %s", buf, strerror(e));
             return errno_rc(e);
         }
         buf[i] = c;
+        parent = i;
     }
     return 0;
 }

@@ -27,7 +27,8 @@ size_t pc_fs_numbered(const char *dir, const char *prefix, uint64_t **out);
  * half-written by a crash). Entries are named with N in 20 digits, as their writers make them. */
 void pc_fs_prune_numbered(const char *dir, const char *prefix, uint64_t latest, size_t keep);
 
-/* Make every directory of `path` (mode 0755). 0, PC_ENOSPC or PC_EIO. */
+/* Make every directory of `path` (mode 0755), each one made fsynced into its parent (a power
+ * loss keeps it). 0, PC_ENOSPC or PC_EIO. */
 int pc_fs_mkdirs(const char *path);
 
 /* Copy the regular files of directory `src` into `dst` (existing, flat: subdirectories are an

@@ -26,26 +26,22 @@ static int image_write(const char *path, uint8_t *img, size_t size) {
     return rc;
 }
 
-/* Read path expecting `want` bytes: *img (free it) with *got bytes read (up to want + 1).
- * PC_ENOTFOUND, PC_ENOMEM, PC_ECORRUPT (shorter than a header, or another magic). */
-static int image_read(const char *path, const char *magic, size_t want, uint8_t **img,
-                      size_t *got) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return PC_ENOTFOUND;
-    *img = malloc(want + 1);
-    *got = *img ? fread(*img, 1, want + 1, f) : 0;
-    fclose(f);
-    return !*img ? PC_ENOMEM : *got < 16 || memcmp(*img, magic, 8) ? PC_ECORRUPT : 0;
-}
-
-/* The image is exactly want bytes and its hash matches. */
-static int image_verify(const uint8_t *img, size_t want, size_t got) {
-    uint64_t h;
-    if (got != want)
-        return PC_ECORRUPT;
-    memcpy(&h, img + want - 8, 8);
-    return h == pc_hash64(img, want - 8, 0) ? 0 : PC_ECORRUPT;
+/* Read path whole (at most IMAGE_MAX bytes) and check it is sealed: *img (free it) of *got
+ * bytes, with `magic` first and the XXH3 of the rest last, before anything inside is believed
+ * (a damaged header is damage, not another model). PC_ENOTFOUND, PC_ENOMEM, PC_EIO,
+ * PC_ECORRUPT. */
+#define IMAGE_MAX (4ull << 30)
+static int image_read(const char *path, const char *magic, uint8_t **img, size_t *got) {
+    char *text = NULL;
+    int rc = pc_fs_read_all(path, IMAGE_MAX, &text, got);
+    *img = (uint8_t *)text;
+    if (rc)
+        return rc == PC_ETOOBIG ? PC_ECORRUPT : rc; /* no file of ours is that big */
+    uint64_t h = 0;
+    if (*got >= 24)
+        memcpy(&h, *img + *got - 8, 8);
+    return *got < 24 || memcmp(*img, magic, 8) || h != pc_hash64(*img, *got - 8, 0) ? PC_ECORRUPT
+                                                                                    : 0;
 }
 
 /* Whether the n floats at p (any alignment) are all finite. */
@@ -113,7 +109,7 @@ int pw_dense_load(const char *path, pw_linear_t *l, int n) {
     const size_t want = dense_size(l, n);
     uint8_t *img = NULL;
     size_t got = 0;
-    int rc = image_read(path, DENSE_MAGIC, want, &img, &got);
+    int rc = image_read(path, DENSE_MAGIC, &img, &got);
     uint32_t hdr[2] = {0, 0};
     if (!rc) {
         memcpy(hdr, img + 8, 8);
@@ -129,8 +125,8 @@ int pw_dense_load(const char *path, pw_linear_t *l, int n) {
         if (shape[0] != (uint32_t)l[i].in || shape[1] != (uint32_t)l[i].out)
             rc = PC_EDIM;
     }
-    if (!rc)
-        rc = image_verify(img, want, got);
+    if (!rc && got != want)
+        rc = PC_ECORRUPT; /* sealed, of the right shapes, and yet another size */
     size_t off = 16 + (size_t)n * 8;
     if (!rc && !all_finite(img + off, (want - off - 8) / sizeof(float)))
         rc = PC_ERANGE;
@@ -160,11 +156,11 @@ int pw_state_load(const char *path, float *v, size_t n) {
     const size_t want = 16 + n * sizeof(float) + 8;
     uint8_t *img = NULL;
     size_t got = 0;
-    int rc = image_read(path, STATE_MAGIC, want, &img, &got);
+    int rc = image_read(path, STATE_MAGIC, &img, &got);
     uint64_t count = 0;
     if (!rc) {
         memcpy(&count, img + 8, 8);
-        rc = count != n ? PC_EDIM : image_verify(img, want, got);
+        rc = count != n ? PC_EDIM : got != want ? PC_ECORRUPT : 0;
     }
     if (!rc)
         memcpy(v, img + 16, n * sizeof(float));

@@ -4,8 +4,9 @@
  * Layout, little-endian: magic "EMBRDNS1" (8 bytes), u32 format (1), u32 layer count, per layer
  * u32 in, u32 out; then per layer in*out weights and out biases as f32; then the XXH3-64 of
  * everything before it. Written to PATH.tmp, fsynced and renamed, so a crash leaves the old file
- * or the new one. Loading checks the magic, format, shapes against the model (PC_EDIM when they
- * differ), the exact size and the checksum (PC_ECORRUPT) before touching any weight. A model
+ * or the new one. Loading checks the magic and the checksum (PC_ECORRUPT) first, then the
+ * format, the shapes against the model (PC_EDIM when they differ) and the exact size, before
+ * touching any weight. A model
  * with a NaN or infinite weight (a diverged one) is neither written nor loaded: PC_ERANGE.
  */
 #ifndef PW_MODEL_IO_H

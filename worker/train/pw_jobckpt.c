@@ -10,6 +10,7 @@
 #include "pw_model_io.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -207,7 +208,7 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
     return rc;
 }
 
-/* Parse "word N N N ..." into out (at most cap numbers). */
+/* Parse "word N N N ..." (decimal digits only) into out (at most cap numbers). */
 static int numbers(const char *line, const char *word, uint64_t *out, size_t cap, size_t *n) {
     const size_t wl = strlen(word);
     if (strncmp(line, word, wl) != 0)
@@ -216,8 +217,9 @@ static int numbers(const char *line, const char *word, uint64_t *out, size_t cap
     *n = 0;
     while (*p == ' ') {
         char *end;
+        errno = 0;
         const uint64_t v = strtoull(p + 1, &end, 10);
-        if (end == p + 1 || *n == cap)
+        if (p[1] < '0' || p[1] > '9' || errno || *n == cap) /* "-1", "+1", " 1", overflow */
             return PC_ECORRUPT;
         out[(*n)++] = v;
         p = end;
@@ -270,6 +272,9 @@ int pw_jobckpt_read(const char *dir, uint64_t step, pw_jobckpt_t *ck, float *sta
         rc = fgets(line, (int)cap, f)
                  ? numbers(line, "servers", ck->servers, PW_JOBCKPT_MAX_SERVERS, &ck->nservers)
                  : PC_ECORRUPT;
+    for (size_t i = 0; !rc && i < ck->nservers; i++)
+        if (!ck->servers[i]) /* a server's Restore of id 0 takes its newest: not this cut */
+            rc = PC_ECORRUPT;
     if (!rc)
         rc = fgets(line, (int)cap, f)
                  ? numbers(line, "positions", ck->positions, PW_JOBCKPT_MAX_RANKS, &ck->nranks)

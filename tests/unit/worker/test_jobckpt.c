@@ -154,6 +154,20 @@ static int read_manifest(const char *tail) {
     return rc;
 }
 
+/* The manifest of step 7 with `lines` after its step line: read's code. */
+static int read_numbers(const char *lines) {
+    char sdir[400], path[450], text[1024];
+    snprintf(sdir, sizeof sdir, "%s/step-%020d", g_dir, 7);
+    assert_int_equal(pc_fs_mkdirs(sdir), 0);
+    snprintf(path, sizeof path, "%s/manifest", sdir);
+    snprintf(text, sizeof text, "emberps-job-checkpoint 1\nstep 7\n%s", lines);
+    write_text(path, text);
+    pw_jobckpt_t *r = calloc(1, sizeof *r);
+    const int rc = pw_jobckpt_read(g_dir, 7, r, NULL, 0);
+    free(r);
+    return rc;
+}
+
 static void test_manifests(void **state) {
     (void)state;
     /* as written before server directories */
@@ -166,6 +180,12 @@ static void test_manifests(void **state) {
     assert_int_equal(read_manifest("server-dir x /a\n"), PC_ECORRUPT);
     assert_int_equal(read_manifest("server-dir 0 /a"), PC_ECORRUPT); /* cut short */
     assert_int_equal(read_manifest("colour blue\n"), PC_ECORRUPT);
+    assert_int_equal(read_numbers("servers 11 0\npositions 5 6 7\n"), PC_ECORRUPT); /* id 0 */
+    assert_int_equal(read_numbers("servers 11 -1\npositions 5 6 7\n"), PC_ECORRUPT);
+    assert_int_equal(read_numbers("servers 11 12\npositions 5 +6 7\n"), PC_ECORRUPT);
+    assert_int_equal(read_numbers("servers 11 12\npositions 5 99999999999999999999 7\n"),
+                     PC_ECORRUPT);
+    assert_int_equal(read_numbers("servers 11 12\npositions 5 6 7\n"), 0);
     assert_int_equal(read_manifest("server-dir 0 /a\nrun j/run/0\nmap version=1\n"), 0);
     assert_int_equal(read_manifest("run j/run/0\nrun j/run/1\n"), PC_ECORRUPT); /* twice */
     assert_int_equal(read_manifest("run \n"), PC_ECORRUPT);                     /* no name */

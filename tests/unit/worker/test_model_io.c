@@ -28,6 +28,13 @@ static void test_roundtrip_and_damage(void **state) {
         assert_memory_equal(a[i].b, b[i].b, (size_t)a[i].out * sizeof(float));
     }
     assert_int_equal(pw_dense_load(path, c, 1), PC_EDIM);
+    /* a damaged header (a shape) is damage, not another model: the checksum is checked first */
+    FILE *hf = fopen(path, "r+b");
+    fseek(hf, 16, SEEK_SET);
+    fputc(9, hf); /* layer 0's `in`: 5 -> 9 */
+    fclose(hf);
+    assert_int_equal(pw_dense_load(path, b, 2), PC_ECORRUPT);
+    assert_int_equal(pw_dense_save(path, a, 2), 0);
     /* damage: flip a weight byte; the model must stay as it was */
     FILE *f = fopen(path, "r+b");
     fseek(f, 40, SEEK_SET);
@@ -53,6 +60,28 @@ static void test_roundtrip_and_damage(void **state) {
         pw_linear_free(&b[i]);
     }
     pw_linear_free(&c[0]);
+    tc_rmdir(dir);
+}
+
+/* The state file: a round trip; another count is PC_EDIM, a damaged count PC_ECORRUPT. */
+static void test_state_file(void **state) {
+    (void)state;
+    char dir[256], path[300];
+    tc_tmpdir(dir, sizeof dir, "state");
+    snprintf(path, sizeof path, "%s/dense.state", dir);
+    const float v[5] = {1, 2, 3, 4, 5};
+    float got[5] = {0}, more[6];
+    assert_int_equal(pw_state_save(path, v, 5), 0);
+    assert_int_equal(pw_state_load(path, got, 5), 0);
+    assert_memory_equal(got, v, sizeof v);
+    assert_int_equal(pw_state_load(path, more, 6), PC_EDIM);
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 8, SEEK_SET);
+    fputc(6, f); /* the count: 5 -> 6 */
+    fclose(f);
+    assert_int_equal(pw_state_load(path, more, 6), PC_ECORRUPT);
+    assert_int_equal(pw_state_load(path, got, 5), PC_ECORRUPT);
+    assert_int_equal(pw_state_load("/nonexistent/x", got, 5), PC_ENOTFOUND);
     tc_rmdir(dir);
 }
 
@@ -102,6 +131,7 @@ static void test_not_finite(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_roundtrip_and_damage),
+                                       cmocka_unit_test(test_state_file),
                                        cmocka_unit_test(test_not_finite)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
