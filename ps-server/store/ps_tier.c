@@ -111,9 +111,12 @@ static int rec_decode(const char *v, size_t len, uint32_t stride, float *row, ps
     return 0;
 }
 
-/* RocksDB error string -> error code (and log it). */
+/* RocksDB error string -> error code (and log it): a full disk, damaged files (RocksDB's
+ * "Corruption: ..." status: a checksum, a MANIFEST that does not parse), else an I/O error. */
 static int db_error(ps_tier_t *tier, const char *what, char *err) {
-    int rc = strstr(err, "No space") || strstr(err, "space left") ? PC_ENOSPC : PC_EIO;
+    int rc = strstr(err, "No space") || strstr(err, "space left") ? PC_ENOSPC
+             : strstr(err, "Corruption")                          ? PC_ECORRUPT
+                                                                  : PC_EIO;
     PC_ERROR("tier %s: %s: %s", tier->dir, what, err);
     rocksdb_free(err);
     atomic_fetch_add(&tier->errors, 1);
@@ -133,10 +136,15 @@ static bool free_refresh(ps_tier_t *tier, bool force) {
         const uint64_t w = atomic_load_explicit(&tier->written_since, memory_order_relaxed);
         return (fb < w ? 0 : fb - w) >= tier->min_free;
     }
-    const uint64_t fb = pc_fs_free_bytes(tier->dir);
+    uint64_t fb = pc_fs_free_bytes(tier->dir);
     atomic_store(&tier->written_since, 0);
+    const bool unknown = fb == UINT64_MAX; /* statvfs failed: a full disk cannot be ruled out */
+    if (unknown)
+        fb = 0;
     const bool ok = fb >= tier->min_free;
-    if (!ok && atomic_load(&tier->writable))
+    if (!ok && atomic_load(&tier->writable) && unknown)
+        PC_WARN("tier %s: its free space cannot be read: cold writes refused", tier->dir);
+    else if (!ok && atomic_load(&tier->writable))
         PC_WARN("tier %s: %llu bytes free, below the %llu byte watermark: cold writes refused",
                 tier->dir, (unsigned long long)fb, (unsigned long long)tier->min_free);
     atomic_store(&tier->free_bytes, fb);
@@ -587,11 +595,14 @@ static int replace_locked(ps_tier_t *tier, const char *src) {
     int rc = pc_fs_mkdirs(tier->dir);
     if (!rc)
         rc = pc_fs_clone_dir(src, tier->dir, ".sst");
+    int orc = rc;
+    if (!rc && (orc = db_open(tier))) /* a copy that does not open: its files are damaged */
+        rc = orc;
     if (rc) { /* leave an empty, working database rather than none */
         pc_fs_rm_tree(tier->dir);
         pc_fs_mkdirs(tier->dir);
+        orc = db_open(tier);
     }
-    int orc = db_open(tier);
     return rc ? rc : orc;
 }
 

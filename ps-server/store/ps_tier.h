@@ -64,7 +64,9 @@ bool ps_tier_writable(ps_tier_t *tier);
 int ps_tier_checkpoint(ps_tier_t *tier, const char *dir);
 
 /* Replace the live database by a copy of checkpoint directory `src` (SST files hard-linked,
- * falling back to copies across file systems). No table may be attached (PC_EINVAL). */
+ * falling back to copies across file systems). No table may be attached (PC_EINVAL). A copy
+ * that fails, or does not open (damaged files: PC_ECORRUPT, a checkpoint to go back from),
+ * leaves an empty, working database. */
 int ps_tier_replace(ps_tier_t *tier, const char *src);
 
 /* A consistent read-only view of one table's cold rows (a RocksDB snapshot). */

@@ -706,6 +706,49 @@ static void test_corrupt_record(void **state) {
     fx_close(&f);
 }
 
+/* A checkpoint's cold copy whose MANIFEST is damaged (its size right: the checkpoint's own
+ * check passes) is PC_ECORRUPT (a restore then goes back to an older checkpoint; it was PC_EIO,
+ * which ends the server), and the tier is left empty and working. */
+static void test_damaged_copy(void **state) {
+    (void)state;
+    fixture_t f;
+    fx_open(&f);
+    char src[300], cmd[700];
+    snprintf(src, sizeof src, "%s-src", f.dir);
+    {
+        rocksdb_options_t *o = rocksdb_options_create();
+        rocksdb_options_set_create_if_missing(o, 1);
+        char *err = NULL;
+        rocksdb_t *db = rocksdb_open(o, src, &err);
+        assert_null(err);
+        rocksdb_close(db);
+        rocksdb_options_destroy(o);
+    }
+    snprintf(cmd, sizeof cmd,
+             "for m in %s/MANIFEST-*; do s=$(stat -c %%s $m); head -c $s /dev/urandom > $m; done",
+             src);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ps_tier_replace(f.tier, src), PC_ECORRUPT);
+    ps_table_t *t = mk_cold(&f, "name=d,dim=4,optimizer=sgd,lr=1,shards=1,capacity_rows=2,"
+                                "cold=true");
+    uint64_t keys[8];
+    float g[32], x[32];
+    for (int i = 0; i < 8; i++)
+        keys[i] = key_of((uint64_t)i);
+    for (int i = 0; i < 32; i++)
+        g[i] = 1.0f;
+    assert_int_equal(ps_table_push(t, keys, 8, g, 32, NULL), 0); /* most spill to the tier */
+    assert_int_equal(ps_table_pull(t, keys, 8, x, 32), 0);
+    for (int i = 0; i < 8; i++) {
+        float init[4];
+        ps_table_initial_row(t, keys[i], init);
+        assert_true(x[4 * i] == init[0] - 1.0f);
+    }
+    drop_cold(&f, t);
+    tc_rmdir(src);
+    fx_close(&f);
+}
+
 /* A cold table without a store refuses to evict changed rows instead of losing them. */
 static void test_unattached_refuses(void **state) {
     (void)state;
@@ -987,6 +1030,7 @@ int main(void) {
         cmocka_unit_test(test_read_state_and_keys),
         cmocka_unit_test(test_freeze),
         cmocka_unit_test(test_corrupt_record),
+        cmocka_unit_test(test_damaged_copy),
         cmocka_unit_test(test_unattached_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
