@@ -678,6 +678,39 @@ static void test_all_restarted(void **state) {
     cluster_down(&c);
 }
 
+/* Rank 1 killed and started again with another dense model (--top): it ends with an error
+ * naming the size, and rank 0 goes on without it (shrink) to the end; the mismatch once ended
+ * every member. */
+static void test_misconfigured_rejoin(void **state) {
+    (void)state;
+    recovery_data();
+    cluster_t c;
+    cluster_up(&c, RTABLE);
+    pw_coord_t *co = coord_of(&c);
+    rjob_t j = {.c = &c, .job = "misconf", .policy = "shrink", .rejoin_ms = 1000};
+    char out1b[300], err1b[300], log[8192];
+    snprintf(j.out[0], sizeof j.out[0], "%s/mc0.json", g_dir);
+    snprintf(j.out[1], sizeof j.out[1], "%s/mc1.json", g_dir);
+    snprintf(out1b, sizeof out1b, "%s/mc1b.json", g_dir);
+    snprintf(err1b, sizeof err1b, "%s/mc1b.err", g_dir);
+    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    wait_progress(co, j.job);
+    assert_int_equal(kill(p1, SIGKILL), 0);
+    assert_int_equal(pu_reap(p1, 10), 128 + SIGKILL);
+    j.extra[0] = "--top=32,1";
+    j.err1 = err1b;
+    p1 = rworker(&j, 1, out1b);
+    assert_int_not_equal(pu_reap(p1, 60), 0);
+    json_text(err1b, log, sizeof log);
+    assert_non_null(strstr(log, "a dense model of another size"));
+    assert_int_equal(pu_reap(p0, 120), 0);
+    print_message("the misconfigured rank 1 ended; rank 0 finished alone: %.0f samples\n",
+                  json_num(j.out[0], "samples"));
+    assert_true(json_num(j.out[0], "samples") == RROWS);
+    pw_coord_close(co);
+    cluster_down(&c);
+}
+
 static void test_worker_lost(void **state) {
     (void)state;
     recovery_data();
@@ -1613,6 +1646,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_push_order_three_workers),
         cmocka_unit_test(test_worker_restart),
         cmocka_unit_test(test_all_restarted),
+        cmocka_unit_test(test_misconfigured_rejoin),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_primary_kill_with_replicas),

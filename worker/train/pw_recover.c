@@ -128,7 +128,9 @@ static size_t dense_state(trainer_t *t, float *buf, bool pack) {
  * which the others contribute zeros. Members that restarted have none; when no member has any
  * (the whole job restarted), every member takes member 0's (its initial model): from then on
  * they all have one, so a worker restarted later takes the trained model, not its own initial
- * one. Members whose dense state differs in size (another model) get PC_EDIM. */
+ * one. The dense state's size most members have is the job's (ties: the trained member's); a member
+ * of another size (started with other model settings) gets PC_EDIM and ends, and the others get
+ * PC_EAGAIN: they re-form without it (it once ended every member). */
 static int sync_state(trainer_t *t) {
     const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
     pw_coll_t *coll = pw_group_coll(t->grp);
@@ -140,14 +142,24 @@ static int sync_state(trainer_t *t) {
     u64_put(info + 4 * me, t->has_state ? t->step + 1 : 0);
     u64_put(info + 4 * me + 2, len);
     int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * 4);
+    uint64_t job_len = len, job_steps = 0; /* the size most members have (ties: most steps) */
+    for (int i = 0, most = 0; !rc && i < n; i++) {
+        const uint64_t li = u64_get(info + 4 * i + 2), si = u64_get(info + 4 * i);
+        int same = 0;
+        for (int j = 0; j < n; j++)
+            same += u64_get(info + 4 * j + 2) == li;
+        if (same > most || (same == most && si > job_steps))
+            most = same, job_len = li, job_steps = si;
+    }
     int src = -1;
     uint64_t best = 0;
     for (int i = 0; !rc && i < n; i++) {
-        if (u64_get(info + 4 * i + 2) != len) {
-            PC_ERROR("train: group member %d has a dense model of another size: not the same "
-                     "model settings",
-                     i);
-            rc = PC_EDIM;
+        if (u64_get(info + 4 * i + 2) != job_len) {
+            PC_ERROR("train: group member %d has a dense model of another size (%llu floats, "
+                     "the job's %llu): not the same model settings%s",
+                     i, (unsigned long long)u64_get(info + 4 * i + 2), (unsigned long long)job_len,
+                     i == me ? ": this worker ends" : ": the others go on without it");
+            rc = len == job_len ? PC_EAGAIN : PC_EDIM;
         } else if (u64_get(info + 4 * i) > best) {
             best = u64_get(info + 4 * i), src = i;
         }
@@ -189,13 +201,13 @@ static bool fatal(int rc) {
     return rc == PC_ENOMEM || rc == PC_EDIM || rc == PC_EINVAL || rc == PC_EIO;
 }
 
-/* How long members wait for rank 0 calling every server (checkpoint, restore). */
 /* A wait in milliseconds as the collectives take it: at most INT_MAX (an hour's timeout times
  * a thousand servers is more). */
 static int wait_ms_of(int64_t ms) {
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+/* How long members wait for rank 0 calling every server (checkpoint, restore). */
 static int servers_wait_ms(const pw_train_config_t *c) {
     int64_t nservers = 1;
     for (const char *p = c->server_grpc; *p; p++)
