@@ -25,8 +25,10 @@
  *   for a set-if-absent that lost is revoked.
  * - list: a range over [PREFIX + prefix, its successor) sorted by key, limit max; values over
  *   PS_COORD_LIST_BYTES in all, or etcd's "more", mark it truncated; the lease left of a leased
- *   key comes from LeaseTimeToLive (one call per lease met), in whole seconds; a key's revision
- *   is its mod_revision (every put changes it, so a heartbeat shows at once).
+ *   key comes from LeaseTimeToLive (one call per lease met, all within the list's one
+ *   deadline: past it, or when a call fails, the time left reads as 1 ms, "leased, unknown"),
+ *   in whole seconds; a key's revision is its mod_revision (every put changes it, so a heartbeat
+ *   shows at once).
  */
 #include "ps_coord_etcd.h"
 
@@ -86,10 +88,12 @@ bool ps_coord_is_etcd(const char *url) {
 
 /* Call `method` with message q and unpack the answer as `desc` into *out. PC_EUNAVAIL and an
  * attempt's deadline (ATTEMPT_MS: a member cut off from the leader holds requests for seconds)
- * are retried with backoff until timeout_ms passed; *retried (may be NULL) tells whether an
+ * are retried with backoff until timeout_ms passed (or until end_ns, CLOCK_MONOTONIC, when not 0:
+ * an operation of several calls shares one deadline); *retried (may be NULL) tells whether an
  * earlier attempt may have been applied (its answer was lost). */
 static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
-                  const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out, bool *retried) {
+                  const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out, bool *retried,
+                  uint64_t end_ns) {
     if (retried)
         *retried = false;
     const size_t n = protobuf_c_message_get_packed_size(q);
@@ -97,11 +101,12 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
     if (!req)
         return PC_ENOMEM;
     protobuf_c_message_pack(q, req);
-    const uint64_t t0 = pc_time_mono_ns();
+    if (!end_ns)
+        end_ns = pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u;
     int rc, backoff = BACKOFF_MS;
-    char msg[256];
+    char msg[256] = "";
     for (;;) {
-        const int64_t left = e->timeout_ms - (int64_t)((pc_time_mono_ns() - t0) / 1000000);
+        const int64_t left = ((int64_t)end_ns - (int64_t)pc_time_mono_ns()) / 1000000;
         if (left <= 0) {
             rc = PC_ETIMEDOUT;
             break;
@@ -121,7 +126,7 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
             break;
         if (retried)
             *retried = true;
-        const int64_t after = e->timeout_ms - (int64_t)((pc_time_mono_ns() - t0) / 1000000);
+        const int64_t after = ((int64_t)end_ns - (int64_t)pc_time_mono_ns()) / 1000000;
         if (after <= backoff) {
             rc = PC_EUNAVAIL;
             break;
@@ -137,7 +142,7 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
 }
 
 #define CALL(e, method, q, T, lower, out) \
-    call_r(e, method, &(q).base, &lower##__descriptor, (ProtobufCMessage **)(out), NULL)
+    call_r(e, method, &(q).base, &lower##__descriptor, (ProtobufCMessage **)(out), NULL, 0)
 
 /* ---- leases ------------------------------------------------------------------------------ */
 
@@ -312,7 +317,7 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
         Emberps__Etcd__TxnResponse *r = NULL;
         bool retried = false;
         rc = call_r(e, "/etcdserverpb.KV/Txn", &q.base, &emberps__etcd__txn_response__descriptor,
-                    (ProtobufCMessage **)&r, &retried);
+                    (ProtobufCMessage **)&r, &retried, 0);
         if (!rc) {
             rc = r->succeeded ? 0 : PC_EEXIST;
             emberps__etcd__txn_response__free_unpacked(r, NULL);
@@ -357,13 +362,15 @@ static int e_get(void *ctx, const char *key, void **value, size_t *len) {
     return rc;
 }
 
-/* Milliseconds left of lease id (0 when it is gone or cannot be asked). */
-static uint32_t lease_left_ms(etcd_t *e, int64_t id) {
+/* Milliseconds left of lease id (0 when it is gone or cannot be asked by end_ns). */
+static uint32_t lease_left_ms(etcd_t *e, int64_t id, uint64_t end_ns) {
     Emberps__Etcd__LeaseTimeToLiveRequest q = EMBERPS__ETCD__LEASE_TIME_TO_LIVE_REQUEST__INIT;
     q.id = id;
     Emberps__Etcd__LeaseTimeToLiveResponse *r = NULL;
-    if (CALL(e, "/etcdserverpb.Lease/LeaseTimeToLive", q, Emberps__Etcd__LeaseTimeToLiveResponse,
-             emberps__etcd__lease_time_to_live_response, &r))
+    if (pc_time_mono_ns() >= end_ns ||
+        call_r(e, "/etcdserverpb.Lease/LeaseTimeToLive", &q.base,
+               &emberps__etcd__lease_time_to_live_response__descriptor, (ProtobufCMessage **)&r,
+               NULL, end_ns))
         return 0;
     const int64_t ttl = r->ttl;
     emberps__etcd__lease_time_to_live_response__free_unpacked(r, NULL);
@@ -373,6 +380,7 @@ static uint32_t lease_left_ms(etcd_t *e, int64_t id) {
 static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out, size_t *n,
                   bool *truncated) {
     etcd_t *e = ctx;
+    const uint64_t end_ns = pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u; /* all of it */
     *out = NULL;
     *n = 0;
     *truncated = false;
@@ -398,8 +406,9 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
     q.sort_order = EMBERPS__ETCD__RANGE_REQUEST__SORT_ORDER__ASCEND;
     q.sort_target = EMBERPS__ETCD__RANGE_REQUEST__SORT_TARGET__KEY;
     Emberps__Etcd__RangeResponse *r = NULL;
-    int rc = max ? CALL(e, "/etcdserverpb.KV/Range", q, Emberps__Etcd__RangeResponse,
-                        emberps__etcd__range_response, &r)
+    int rc = max ? call_r(e, "/etcdserverpb.KV/Range", &q.base,
+                          &emberps__etcd__range_response__descriptor, (ProtobufCMessage **)&r, NULL,
+                          end_ns)
                  : 0;
     if (rc || !max)
         return rc;
@@ -425,7 +434,7 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
         if (kv->lease) {
             if (kv->lease != last_lease) {
                 last_lease = kv->lease;
-                last_left = lease_left_ms(e, kv->lease);
+                last_left = lease_left_ms(e, kv->lease, end_ns);
             }
             d->lease_left_ms = last_left ? last_left : 1; /* leased: never reads as "none" */
         }
