@@ -24,26 +24,27 @@
  * checks may_run(): its own unsent bytes under reply_queue and the server's under
  * reply_queue_total (or, over that, nothing of its own queued, while the server is under
  * 9/8 of reply_queue_total: a client that reads is served one request at a time while others
- * do not read). Otherwise it pauses: reading stops and the frames already read stay in the
- * staging buffer (or the complete large body stays in `body`). It resumes from its write
- * callback once its queue is at most half of reply_queue, and, when it waits for the server's
- * total, from the `wake` async that any loop sends when the total falls below the cap. The
- * check comes before the frame, so a connection holds at most reply_queue plus one reply, and
- * the server at most 9/8 reply_queue_total plus one reply per event loop.
- * Busy polling (poll_us, docs/wire.md "Latency: busy polling"): a loop that read input within
- * the last poll_us runs libuv with UV_RUN_NOWAIT (epoll without a timeout), sched_yield between
- * runs so that a thread sharing the core is not starved; after poll_us without input it sleeps
- * in epoll again (UV_RUN_ONCE). `reads` counts the read callbacks that brought bytes.
- * TLS (pc_tls.h, when the server has a certificate): the socket's bytes are read straight into
- * the connection's TLS session (made at accept); the plaintext it
- * gives is read into exactly the places a plain connection reads into (conn_buf: the staging
- * buffer, a large body, the discard area) and handled by the same code (conn_input). A reply is
- * encrypted as soon as it is built (pc_tls_seal, record by record into one buffer), and the
- * ciphertext is one write whose allocation counts as unsent exactly as a plain reply does; the
- * plaintext is freed at once. A paused connection leaves its undecrypted records in the session,
- * and takes them up when it continues (tls_pump). The first bytes of a connection must be a TLS
- * ClientHello: a plaintext EmberPS frame is answered with PC_ETLS in clear (the client learns
- * why), anything else is closed with a log line. All TLS state belongs to the loop's thread.
+ * do not read). Push replies parked for the backups (Replication) count against their
+ * connection's reply_queue with all they hold, but not against the server's total: the backups'
+ * acknowledgements that release them must go on being read. Otherwise it pauses: reading stops and
+ * the frames already read stay in the staging buffer (or the complete large body stays in `body`).
+ * It resumes from its write callback once its queue is at most half of reply_queue, and, when it
+ * waits for the server's total, from the `wake` async that any loop sends when the total falls
+ * below the cap. The check comes before the frame, so a connection holds at most reply_queue plus
+ * one reply, and the server at most 9/8 reply_queue_total plus one reply per event loop. Busy
+ * polling (poll_us, docs/wire.md "Latency: busy polling"): a loop that read input within the last
+ * poll_us runs libuv with UV_RUN_NOWAIT (epoll without a timeout), sched_yield between runs so that
+ * a thread sharing the core is not starved; after poll_us without input it sleeps in epoll again
+ * (UV_RUN_ONCE). `reads` counts the read callbacks that brought bytes. TLS (pc_tls.h, when the
+ * server has a certificate): the socket's bytes are read straight into the connection's TLS session
+ * (made at accept); the plaintext it gives is read into exactly the places a plain connection reads
+ * into (conn_buf: the staging buffer, a large body, the discard area) and handled by the same code
+ * (conn_input). A reply is encrypted as soon as it is built (pc_tls_seal, record by record into one
+ * buffer), and the ciphertext is one write whose allocation counts as unsent exactly as a plain
+ * reply does; the plaintext is freed at once. A paused connection leaves its undecrypted records in
+ * the session, and takes them up when it continues (tls_pump). The first bytes of a connection must
+ * be a TLS ClientHello: a plaintext EmberPS frame is answered with PC_ETLS in clear (the client
+ * learns why), anything else is closed with a log line. All TLS state belongs to the loop's thread.
  * Compressed rows (docs/wire.md): a batch in bf16 or f16 is converted at this boundary, the
  * table and its optimizer staying fp32. A PULL or LOOKUP gathers its rows into the loop's
  * conversion buffer (conv: loop thread only, kept between calls up to POOL_KEEP bytes, so it is
@@ -135,6 +136,7 @@ typedef struct conn {
     size_t body_have;
     uint64_t skip;    /* bytes of an oversized body still to discard */
     uint64_t unsent;  /* bytes of replies written but not yet completed */
+    uint64_t parked;  /* bytes its push replies parked for the backups hold (park_push) */
     bool paused;      /* held back by may_run(): not reading, frames wait in stage/body */
     bool body_ready;  /* paused with the large body complete, not yet executed */
     pc_tls_t *tls;    /* TLS servers: the session (NULL once a plaintext client is refused) */
@@ -267,7 +269,8 @@ static void unsent_sub(conn_t *c, size_t bytes) {
 static bool may_run(conn_t *c) {
     ps_dp_t *dp = c->lc->dp;
     const uint64_t own = c->paused ? dp->o.reply_queue / 2 : dp->o.reply_queue;
-    if (c->unsent && c->unsent >= own)
+    const uint64_t mine = c->unsent + c->parked;
+    if (mine && mine >= own)
         return false;
     const uint64_t cap = dp->o.reply_queue_total, total = atomic_load(&dp->unsent);
     if (total < cap || (c->unsent == 0 && total < cap + cap / 8))
@@ -645,6 +648,11 @@ static bool push_target(ps_dp_t *dp, ps_table_t *t, uint64_t *uid, uint64_t *tar
 
 static void on_park_timer(uv_timer_t *tm);
 
+/* What parked reply p holds: itself, its keys, the reply. */
+static size_t parked_bytes(const parked_t *p) {
+    return sizeof *p + (size_t)p->n * 8 + p->w->bytes;
+}
+
 /* Keep push reply w until the backups hold uid up to target; false (w untouched) on ENOMEM. */
 static bool park_push(conn_t *c, wreq_t *w, const pc_wire_hdr_t *h, size_t plen, uint16_t flags,
                       uint64_t uid, uint64_t target, const uint64_t *keys, uint32_t n) {
@@ -666,6 +674,7 @@ static bool park_push(conn_t *c, wreq_t *w, const pc_wire_hdr_t *h, size_t plen,
     if (!c->lc->parked) /* the deadlines' timer runs while something is parked */
         uv_timer_start(&c->lc->park_timer, on_park_timer, PARK_TICK_MS, PARK_TICK_MS);
     c->lc->parked = p;
+    c->parked += parked_bytes(p);
     atomic_fetch_add_explicit(&dp->parked_now, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&dp->parked_total, 1, memory_order_relaxed);
     return true;
@@ -722,6 +731,7 @@ static void park_release(loopctx_t *lc, bool all, const conn_t *gone) {
             continue;
         }
         *pp = p->next;
+        p->c->parked -= parked_bytes(p);
         atomic_fetch_sub_explicit(&dp->parked_now, 1, memory_order_relaxed);
         if (st == 1) {
             reply_free(lc, p->w);

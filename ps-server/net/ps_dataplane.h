@@ -45,7 +45,8 @@ typedef struct ps_dp_opts {
     pc_wire_limits_t lim; /* body, batch and reply limits */
     uint32_t self;        /* this server's index in the cluster map */
     /* Unsent reply bytes: a connection stops being read (and executing the frames it has read)
-     * while it has reply_queue bytes unsent, until half of that is left; the server stops
+     * while it has reply_queue bytes unsent (push replies waiting for the backups counted with
+     * all they hold), until half of that is left; the server stops
      * reading connections that have replies queued while the total is at reply_queue_total,
      * and all of them at 9/8 of it. 0: no cap. */
     uint64_t reply_queue, reply_queue_total;

@@ -936,6 +936,81 @@ static void test_backup_reset_then_failover(void **state) {
     pu_stop(sc);
 }
 
+/* A client that pipelines pushes while server 0's backup is stopped (SIGSTOP: it keeps its lease,
+ * a long one here, and acknowledges nothing): their replies wait for the backup, and what they
+ * hold counts against the connection's reply queue (64 KiB), so server 0 stops reading that
+ * connection after a few of them; before, it applied and parked every push the client sent.
+ * Once the backup goes on, every parked push is confirmed and answered. */
+static void test_parked_replies_bounded(void **state) {
+    (void)state;
+    g_lease = "--lease-ms=30000";
+    cluster_t cl;
+    const pid_t sc = cluster_up_apart(&cl, "--reply-queue-bytes=64Ki");
+    assert_true(map_until(&cl, 10, all_in_sync, 0));
+    enum { N = 2048, COUNT = 40 };
+    static uint64_t keys[N];
+    static float g[N * DIM];
+    uint64_t k = 1;
+    for (int i = 0; i < N; k++) /* server 0's slots */
+        if (pc_key_slot(k * 0x9E3779B97F4A7C15ull) < PC_NSLOTS / 2)
+            keys[i++] = k * 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < N * DIM; i++)
+        g[i] = 0.01f;
+    psc_t *c = connect_to(cl.p0);
+    assert_int_equal(psc_push(c, "emb", keys, N, DIM, g, NULL), 0); /* the backup confirms it */
+    psc_close(c);
+    assert_int_equal(kill(cl.s1, SIGSTOP), 0);
+    static uint8_t body[1 << 20];
+    const uint32_t len = (uint32_t)pc_wire_batch_body_len(PC_OP_PUSH, 3, N, DIM);
+    assert_true(len <= sizeof body);
+    size_t off = pc_wire_batch_head_encode("emb", N, DIM, body);
+    memcpy(body + off, keys, sizeof keys);
+    memcpy(body + off + sizeof keys, g, sizeof g);
+    const int fd = raw_connect(cl.p0);
+    struct timeval tv = {0, 200000}; /* blocking sends: the server stops reading at its cap */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int sent = 0;
+    for (; sent < COUNT; sent++) {
+        uint8_t h[PC_WIRE_HDR];
+        pc_wire_hdr_t hd = {.op = PC_OP_PUSH, .id = 1 + (uint64_t)sent, .body_len = len};
+        pc_wire_hdr_encode(&hd, h);
+        if (send(fd, h, sizeof h, MSG_NOSIGNAL) != (ssize_t)sizeof h ||
+            send(fd, body, len, MSG_NOSIGNAL) != (ssize_t)len)
+            break;
+    }
+    double waiting = 0, paused = 0;
+    for (double t0 = pu_now(); pu_now() - t0 < 3; usleep(50000)) {
+        const double w = metric(cl.metrics0, "emberps_replication_waiting_pushes");
+        waiting = w > waiting ? w : waiting;
+        paused = metric(cl.metrics0, "emberps_dataplane_paused_connections");
+    }
+    print_message("%d pushes of %d keys sent to a server whose backup is stopped: at most %.0f "
+                  "waited for it, %.0f connection paused\n",
+                  sent, N, waiting, paused);
+    assert_true(waiting >= 1 && waiting <= 6); /* 64 KiB: 3 of 16 KiB and more, and one over */
+    assert_true(paused >= 1);
+    assert_int_equal(kill(cl.s1, SIGCONT), 0);
+    struct timeval rt = {20, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+    bool answered[COUNT] = {false};
+    for (int i = 0; i < sent; i++) { /* every push answered 0, once (released in any order) */
+        uint8_t h[PC_WIRE_HDR], reply[256];
+        recv_all(fd, h, sizeof h);
+        pc_wire_hdr_t hd;
+        assert_int_equal(pc_wire_hdr_decode(h, 1u << 30, &hd), 0);
+        assert_true(hd.body_len <= sizeof reply && hd.id >= 1 && hd.id <= (uint64_t)sent);
+        recv_all(fd, reply, hd.body_len);
+        assert_int_equal(hd.status, 0);
+        assert_false(answered[hd.id - 1]);
+        answered[hd.id - 1] = true;
+    }
+    close(fd);
+    assert_true(metric(cl.metrics0, "emberps_replication_waiting_pushes") == 0);
+    pu_stop(cl.s1);
+    pu_stop(cl.s0);
+    pu_stop(sc);
+}
+
 /* Teardown of a test that took a longer lease: the next ones get the usual one, pass or fail. */
 static int usual_lease(void **state) {
     (void)state;
@@ -1160,6 +1235,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_sole_holder_restart),
         cmocka_unit_test(test_reset_is_no_failover),
         cmocka_unit_test_teardown(test_backup_reset_then_failover, usual_lease),
+        cmocka_unit_test_teardown(test_parked_replies_bounded, usual_lease),
         cmocka_unit_test(test_table_on_backup_first),
         cmocka_unit_test(test_live_restore_is_no_failover),
         cmocka_unit_test(test_recreate_is_no_failover),
