@@ -193,7 +193,8 @@ static int from_samples(const sv_api_env_t *env, const pw_model_card_t *c,
 }
 
 static void do_predict(const sv_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__PredictRequest *q = emberps__predict_request__unpack(NULL, len, req);
+    Emberps__PredictRequest *q =
+        emberps__predict_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed PredictRequest");
         return;
@@ -265,7 +266,8 @@ static void do_predict(const sv_api_env_t *env, const uint8_t *req, size_t len, 
 
 /* ---- the replica's rows ---------------------------------------------------------------------- */
 static void do_lookup(const sv_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__LookupRequest *q = emberps__lookup_request__unpack(NULL, len, req);
+    Emberps__LookupRequest *q =
+        emberps__lookup_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed LookupRequest");
         return;
@@ -393,7 +395,8 @@ static void do_versions(const sv_api_env_t *env, ps_api_reply_t *r) {
 }
 
 static void do_load(const sv_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__LoadVersionRequest *q = emberps__load_version_request__unpack(NULL, len, req);
+    Emberps__LoadVersionRequest *q =
+        emberps__load_version_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed LoadVersionRequest");
         return;

@@ -52,6 +52,28 @@ static void fail_pc(ps_api_reply_t *r, int e, const char *what) {
     ps_api_fail(r, e, "%s: %s", what ? what : "", pc_strerror(e));
 }
 
+static void *budget_alloc(void *data, size_t size) {
+    ps_api_budget_t *b = data;
+    const size_t cost = size + 16; /* malloc's own header */
+    if (cost > b->left)
+        return NULL;
+    b->left -= cost;
+    return malloc(size);
+}
+
+static void budget_free(void *data, void *p) {
+    (void)data; /* not given back: an unpack frees only when it fails */
+    free(p);
+}
+
+ProtobufCAllocator *ps_api_budget(ps_api_budget_t *b, size_t len) {
+    b->a = (ProtobufCAllocator){budget_alloc, budget_free, b};
+    b->left = (len > SIZE_MAX / PS_API_DECODE_FACTOR - (1u << 20) ? SIZE_MAX
+                                                                  : PS_API_DECODE_FACTOR * len) +
+              (1u << 20);
+    return &b->a;
+}
+
 void ps_api_reply_pack(ps_api_reply_t *r, const ProtobufCMessage *m) {
     size_t len = protobuf_c_message_get_packed_size(m);
     r->body = malloc(len ? len : 1);
@@ -104,13 +126,15 @@ static void do_rows(const ps_api_env_t *env, int m, const uint8_t *req, size_t l
     Emberps__LookupRequest *lq = NULL;
     Emberps__PullRequest *pq = NULL;
     if (m == PS_API_LOOKUP) {
-        if (!(lq = emberps__lookup_request__unpack(NULL, len, req))) {
+        if (!(lq = emberps__lookup_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len,
+                                                   req))) {
             ps_api_fail(r, PC_EPARSE, "malformed LookupRequest");
             return;
         }
         name = lq->table, n = lq->n_keys, keys = lq->keys;
     } else {
-        if (!(pq = emberps__pull_request__unpack(NULL, len, req))) {
+        if (!(pq = emberps__pull_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len,
+                                                 req))) {
             ps_api_fail(r, PC_EPARSE, "malformed PullRequest");
             return;
         }
@@ -156,7 +180,8 @@ static void do_rows(const ps_api_env_t *env, int m, const uint8_t *req, size_t l
 }
 
 static void do_push(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__PushRequest *q = emberps__push_request__unpack(NULL, len, req);
+    Emberps__PushRequest *q =
+        emberps__push_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed PushRequest");
         return;
@@ -194,7 +219,8 @@ static void do_push(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_
 }
 
 static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__CreateTableRequest *q = emberps__create_table_request__unpack(NULL, len, req);
+    Emberps__CreateTableRequest *q =
+        emberps__create_table_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed CreateTableRequest");
         return;
@@ -217,7 +243,8 @@ static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, p
 }
 
 static void do_drop(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__DropTableRequest *q = emberps__drop_table_request__unpack(NULL, len, req);
+    Emberps__DropTableRequest *q =
+        emberps__drop_table_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed DropTableRequest");
         return;
@@ -233,7 +260,8 @@ static void do_drop(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_
 }
 
 static void do_reset(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__ResetTableRequest *q = emberps__reset_table_request__unpack(NULL, len, req);
+    Emberps__ResetTableRequest *q =
+        emberps__reset_table_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed ResetTableRequest");
         return;
@@ -275,7 +303,8 @@ static void do_list(const ps_api_env_t *env, ps_api_reply_t *r) {
 }
 
 static void do_stats(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__TableStatsRequest *q = emberps__table_stats_request__unpack(NULL, len, req);
+    Emberps__TableStatsRequest *q =
+        emberps__table_stats_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed TableStatsRequest");
         return;
@@ -334,7 +363,8 @@ static void do_checkpoint(const ps_api_env_t *env, ps_api_reply_t *r) {
 }
 
 static void do_restore(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
-    Emberps__RestoreRequest *q = emberps__restore_request__unpack(NULL, len, req);
+    Emberps__RestoreRequest *q =
+        emberps__restore_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed RestoreRequest");
         return;
@@ -433,7 +463,8 @@ static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         ps_api_fail(r, PC_ESTATE, "not the coordinator");
         return;
     }
-    Emberps__KvSetRequest *q = emberps__kv_set_request__unpack(NULL, len, req);
+    Emberps__KvSetRequest *q =
+        emberps__kv_set_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed KvSetRequest");
         return;
@@ -454,7 +485,8 @@ static void do_kv_get(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         ps_api_fail(r, PC_ESTATE, "not the coordinator");
         return;
     }
-    Emberps__KvGetRequest *q = emberps__kv_get_request__unpack(NULL, len, req);
+    Emberps__KvGetRequest *q =
+        emberps__kv_get_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed KvGetRequest");
         return;
@@ -479,7 +511,8 @@ static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, 
         ps_api_fail(r, PC_ESTATE, "not the coordinator");
         return;
     }
-    Emberps__KvListRequest *q = emberps__kv_list_request__unpack(NULL, len, req);
+    Emberps__KvListRequest *q =
+        emberps__kv_list_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed KvListRequest");
         return;

@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <protobuf-c/protobuf-c.h>
+
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
 
@@ -108,6 +110,19 @@ void ps_api_call(const ps_api_env_t *env, int method, const uint8_t *req, size_t
 struct ProtobufCMessage;
 void ps_api_reply_pack(ps_api_reply_t *r, const struct ProtobufCMessage *m);
 void ps_api_reply_free(ps_api_reply_t *r);
+
+/* Decoding a request of len bytes under a memory budget: protobuf-c allocates for every
+ * repeated element and unknown field, an empty string or message costing tens of bytes for its
+ * two encoded ones, so a request of the largest message size could take gigabytes. The
+ * allocator gives up past PS_API_DECODE_FACTOR x len + 1 MiB (the unpack then fails: a
+ * malformed request); what it gives is plain malloc, freed by free_unpacked(m, NULL). b lives
+ * as long as the unpack call. */
+#define PS_API_DECODE_FACTOR 4
+typedef struct ps_api_budget {
+    ProtobufCAllocator a;
+    size_t left;
+} ps_api_budget_t;
+ProtobufCAllocator *ps_api_budget(ps_api_budget_t *b, size_t len);
 
 /* Make r a failure: code err (negative), its gRPC status, and a message (printf format, cut to
  * fit). The transport uses it for the failures it finds itself (token, unknown path). */

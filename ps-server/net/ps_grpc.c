@@ -87,8 +87,8 @@ static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_a
         ps_api_fail(r, PC_ETOOBIG, "HealthCheckRequest over %d bytes", HEALTH_MAX);
         return;
     }
-    Grpc__Health__V1__HealthCheckRequest *q =
-        grpc__health__v1__health_check_request__unpack(NULL, len, req);
+    Grpc__Health__V1__HealthCheckRequest *q = grpc__health__v1__health_check_request__unpack(
+        ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed HealthCheckRequest");
         return;

@@ -76,6 +76,32 @@ static void test_edge_requests(void **state) {
     ps_catalog_destroy(c);
 }
 
+/* A request whose decoding would take far more memory than its bytes (half a million unknown
+ * varint fields of 2 bytes each: protobuf-c keeps each as a record and a copy, tens of bytes) is
+ * refused as malformed; it used to be decoded whole (25 MB for a 1 MB request, gigabytes at the
+ * largest message size). The same fields a few at a time decode. */
+static void test_decode_budget(void **state) {
+    (void)state;
+    ps_catalog_t *c = cat();
+    ps_api_env_t env = {.cat = c, .max_keys = 10};
+    enum { FIELDS = 500000 };
+    uint8_t *req = malloc(5 + 2 * FIELDS);
+    memcpy(req, (const uint8_t[]){0x0a, 0x03, 'e', 'm', 'b'}, 5);
+    for (size_t i = 0; i < FIELDS; i++) { /* field 15, varint 0 */
+        req[5 + 2 * i] = 0x78;
+        req[6 + 2 * i] = 0x00;
+    }
+    ps_api_reply_t r;
+    ps_api_call(&env, PS_API_PULL, req, 5 + 2 * FIELDS, &r);
+    assert_int_equal(r.err, PC_EPARSE);
+    ps_api_reply_free(&r);
+    ps_api_call(&env, PS_API_PULL, req, 5 + 2 * 1000, &r);
+    assert_int_equal(r.status, PS_ST_OK);
+    ps_api_reply_free(&r);
+    free(req);
+    ps_catalog_destroy(c);
+}
+
 /* CreateTable: a spec without name= is refused with a message that says so (no table "default"). */
 static void test_create_needs_name(void **state) {
     (void)state;
@@ -403,9 +429,13 @@ static void test_checkpoint_dir(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_methods_and_statuses), cmocka_unit_test(test_edge_requests),
-        cmocka_unit_test(test_create_needs_name),    cmocka_unit_test(test_coordinator_kv),
-        cmocka_unit_test(test_coordinator_leases),   cmocka_unit_test(test_restore),
+        cmocka_unit_test(test_methods_and_statuses),
+        cmocka_unit_test(test_edge_requests),
+        cmocka_unit_test(test_decode_budget),
+        cmocka_unit_test(test_create_needs_name),
+        cmocka_unit_test(test_coordinator_kv),
+        cmocka_unit_test(test_coordinator_leases),
+        cmocka_unit_test(test_restore),
         cmocka_unit_test(test_checkpoint_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
