@@ -101,14 +101,11 @@ int ps_catalog_attach(ps_catalog_t *c, ps_table_t *t, bool keep) {
             c->pending_cap = ncap;
         }
     }
-    pthread_mutex_unlock(&c->mu);
-    if (!rc)
-        rc = c->hooks.attach(c->hooks.ctx, t, keep);
-    if (!rc) {
-        pthread_mutex_lock(&c->mu);
+    if (!rc) /* its place is taken now: attaches that run meanwhile see the array fuller */
         c->pending[c->npending++] = t;
-        pthread_mutex_unlock(&c->mu);
-    }
+    pthread_mutex_unlock(&c->mu);
+    if (!rc && (rc = c->hooks.attach(c->hooks.ctx, t, keep)))
+        unpend(c, t);
     return rc;
 }
 

@@ -3,7 +3,9 @@
 #include "test_util.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pc_error.h"
 #include "ps_catalog.h"
@@ -242,10 +244,68 @@ static void test_claims_race(void **state) {
     }
 }
 
+/* Attach hooks that take a while (a tier making a column family): attaches racing from several
+ * threads each keep a place of the pending list (two that both saw one free place once wrote
+ * past its end: ASan's heap-buffer-overflow), and a hook that fails leaves no place taken. */
+static int slow_attach(void *ctx, ps_table_t *t, bool keep) {
+    (void)ctx, (void)keep;
+    usleep(20000);
+    return strcmp(ps_table_config(t)->name, "refused") == 0 ? PC_EIO : 0;
+}
+
+static void quiet_detach(void *ctx, ps_table_t *t) {
+    (void)ctx, (void)t;
+}
+
+typedef struct attacher {
+    ps_catalog_t *cat;
+    ps_table_t *t;
+    int rc;
+} attacher_t;
+
+static void *attach_main(void *arg) {
+    attacher_t *a = arg;
+    a->rc = ps_catalog_attach(a->cat, a->t, false);
+    return NULL;
+}
+
+static void test_attach_race(void **state) {
+    (void)state;
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    const ps_catalog_hooks_t h = {slow_attach, quiet_detach, NULL};
+    ps_catalog_set_hooks(cat, &h);
+    enum { N = 7 + 6 }; /* 7 attached one by one, then 6 at once: past the first 8 places */
+    attacher_t a[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        ps_table_config_t c;
+        char spec[64];
+        snprintf(spec, sizeof spec, "name=t%d,dim=4", i);
+        cfg_named(&c, i == N - 1 ? "name=refused,dim=4" : spec);
+        assert_int_equal(ps_table_create(&c, &a[i].t), 0);
+        a[i].cat = cat;
+    }
+    for (int i = 0; i < 7; i++) {
+        attach_main(&a[i]);
+        assert_int_equal(a[i].rc, 0);
+    }
+    for (int i = 7; i < N; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, attach_main, &a[i]), 0);
+    for (int i = 7; i < N; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(a[i].rc, i == N - 1 ? PC_EIO : 0);
+    for (int i = 0; i < N - 1; i++) /* every attached one is taken in */
+        assert_int_equal(ps_catalog_put(cat, a[i].t), 0);
+    ps_table_destroy(a[N - 1].t);
+    ps_catalog_destroy(cat);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_catalog), cmocka_unit_test(test_install),
+        cmocka_unit_test(test_catalog),         cmocka_unit_test(test_install),
         cmocka_unit_test(test_spec_needs_name), cmocka_unit_test(test_claims),
-        cmocka_unit_test(test_claims_race)};
+        cmocka_unit_test(test_claims_race),     cmocka_unit_test(test_attach_race)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
