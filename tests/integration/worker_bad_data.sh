@@ -12,7 +12,8 @@
 #   - the same two on two parse threads: the same refusal, counts and test AUC;
 #   - --max-error-rate=1 on an all-bad file: still no usable samples;
 #   - good data and a dense learning rate the model diverges at: exit 1 at the first step whose
-#     loss is not finite, no model saved.
+#     loss is not finite, no model saved;
+#   - good data with pushes larger than the credits: it trains (it hung).
 set -eu
 bin=$1
 dir=$(mktemp -d /tmp/ember-baddata-XXXXXX)
@@ -131,6 +132,17 @@ if [ "$rc" -ne 1 ] || ! grep -q "the loss is not finite at step .*: the dense mo
     fails=$((fails + 1))
 else
     echo "ok: a diverging model stops the job: $(grep -o 'the loss is not finite at step [0-9]*' "$dir/diverged.err")"
+fi
+
+# Pushes larger than the credits (--credit-kib=64, 4096-sample batches): the step's mark, which
+# waits for its pushes, once held credits they needed, and the first step hung for ever.
+run credit --model=dlrm --batch=4096 --train="$dir/gen.tsv" --credit-kib=64
+if [ "$rc" -ne 0 ]; then
+    echo "FAIL: pushes over --credit-kib=64: exit $rc (124: hung)"
+    cat "$dir/credit.err"
+    fails=$((fails + 1))
+else
+    echo "ok: pushes over --credit-kib=64 train"
 fi
 
 [ "$fails" -eq 0 ] || { echo "FAIL: $fails cases"; exit 1; }

@@ -549,7 +549,7 @@ static void turns_submit(trainer_t *t, round_t *r, int from, int to) {
         j->cls = PW_JOB_MARK;
         j->ordered = true;
         j->prio = PRIO_DENSE + t->model->nparams;
-        j->bytes = sizeof(float);
+        j->bytes = 0; /* holds no credits: it waits for pushes that need them (see the mark) */
         j->run = run_turn;
         j->ctx = r;
         pw_sched_submit(t->sched, j);
@@ -647,7 +647,9 @@ int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     r->mark.cls = PW_JOB_MARK;
     r->mark.ordered = true;
     r->mark.prio = PRIO_DENSE + t->model->nparams;
-    r->mark.bytes = sizeof(float);
+    /* No credits held: the mark waits for the round's pushes, queued behind it in priority; a
+     * push larger than the credits left would wait for the mark's, for ever. */
+    r->mark.bytes = 0;
     r->mark.run = run_mark;
     r->mark.ctx = r;
     pw_sched_submit(t->sched, &r->mark);
