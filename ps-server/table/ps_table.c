@@ -400,6 +400,20 @@ int ps_table_config_check(const ps_table_config_t *cfg, char *err, size_t errlen
                  (long long)cfg->shards);
         return PC_EINVAL;
     }
+    /* Settings under which the optimizer divides 0 by 0 (a gradient element that stayed 0, a
+     * first step): the NaN would be stored, served and checkpointed. */
+    const char *why = NULL;
+    if (cfg->optimizer == PS_OPT_ADAM && !(cfg->eps > 0))
+        why = "adam needs eps > 0";
+    else if ((cfg->optimizer == PS_OPT_ADAGRAD || cfg->optimizer == PS_OPT_ROWWISE_ADAGRAD) &&
+             !(cfg->eps > 0) && !(cfg->adagrad_init > 0))
+        why = "adagrad needs eps > 0 or adagrad_init > 0";
+    else if (cfg->optimizer == PS_OPT_FTRL && !(cfg->lr > 0))
+        why = "ftrl needs lr (its alpha) > 0";
+    if (why) {
+        snprintf(err ? err : buf, err ? errlen : sizeof buf, "%s", why);
+        return PC_EINVAL;
+    }
     return 0;
 }
 

@@ -688,9 +688,12 @@ static void test_bad_input(void **state) {
     ps_table_config_t c;
     ps_table_config_defaults(&c);
     char err[200];
-    const char *bad[] = {"dim=0",           "dim=1025", "shards=3",  "optimizer=lamb",
-                         "lr=-1",           "name=a b", "name=",     "admit_threshold=256",
-                         "ttl_ticks=20000", "beta1=1",  "unknown=1", "dim=abc"};
+    const char *bad[] = {"dim=0", "dim=1025", "shards=3", "optimizer=lamb", "lr=-1", "name=a b",
+                         "name=", "admit_threshold=256", "ttl_ticks=20000", "beta1=1", "unknown=1",
+                         "dim=abc",
+                         /* settings under which the optimizer divides 0 by 0 */
+                         "optimizer=adam,eps=0", "optimizer=adagrad,eps=0,adagrad_init=0",
+                         "optimizer=rowwise_adagrad,eps=0,adagrad_init=0", "optimizer=ftrl,lr=0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ps_table_config_t x = c;
         err[0] = 0;
