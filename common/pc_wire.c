@@ -62,6 +62,8 @@ int pc_wire_hdr_decode(const uint8_t in[PC_WIRE_HDR], uint32_t max_body, pc_wire
         (h->flags & PC_WIRE_RESPONSE) ? PC_WIRE_RESPONSE | PC_WIRE_DTYPE_MASK : 0;
     if ((h->flags & ~allowed) || pc_wire_hdr_dtype(h) > PC_WIRE_DTYPE_MAX_)
         return PC_EPARSE;
+    if (h->status > 0 || (h->status && !(h->flags & PC_WIRE_RESPONSE)))
+        return PC_EPARSE; /* statuses are 0 or negative codes, and only replies carry one */
     return h->body_len > max_body ? PC_ETOOBIG : 0;
 }
 
@@ -266,6 +268,8 @@ int pc_wire_claim_reply_decode(const uint8_t *body, uint32_t len, pc_wire_claim_
         (uint64_t)len != (uint64_t)CLAIM_REPLY_PREFIX + pl + cl)
         return PC_EINVAL;
     out->action = get32(body);
+    if (out->action >= PC_WIRE_CLAIM_ACTIONS)
+        return PC_EINVAL;
     out->dim = get32(body + 4);
     out->rows = get64(body + 8);
     out->version = get64(body + 16);

@@ -95,7 +95,8 @@ typedef struct pc_wire_limits {
 void pc_wire_hdr_encode(const pc_wire_hdr_t *h, uint8_t out[PC_WIRE_HDR]);
 
 /* Every field is filled in, then checked. PC_EPARSE: not a frame of this protocol (magic,
- * version, unknown op or flags; the element type bits only in a response, with a known type):
+ * version, unknown op or flags; the element type bits only in a response, with a known type; a
+ * status only in a response, and then 0 or negative):
  * the stream cannot be trusted any more. PC_ETOOBIG: body_len over max_body (the framing is
  * intact: the body can be skipped). */
 int pc_wire_hdr_decode(const uint8_t in[PC_WIRE_HDR], uint32_t max_body, pc_wire_hdr_t *h);
@@ -161,8 +162,9 @@ typedef struct pc_wire_claim {
 
 /* A claim reply (status 0): a 32-byte prefix {u32 action, u32 dim, u64 rows, u64 version,
  * u16 previous_len, u16 config_len, u32 0}, the previous owner (previous_len bytes), then the
- * table's settings text (config_len bytes). action is ps_claim_action_t; rows and version are
- * the table's before the claim. */
+ * table's settings text (config_len bytes). action is ps_claim_action_t (below
+ * PC_WIRE_CLAIM_ACTIONS); rows and version are the table's before the claim. */
+#define PC_WIRE_CLAIM_ACTIONS 5
 typedef struct pc_wire_claim_reply {
     uint32_t action, dim;
     uint64_t rows, version;

@@ -155,7 +155,7 @@ struct server {
     char addr[PC_ADDR_MAX];
     uv_tcp_t tcp;
     uv_connect_t creq;
-    int state; /* 0 closed, 1 connecting, 2 connected */
+    int state; /* 0 closed, 1 connecting, 2 connected, 3 closing (server_drop) */
     bool in_map, dead, hello_done, was_connected;
     int dead_rc;   /* why dead: PC_EAUTH (HELLO refused) or PC_ETLS (handshake); s->msg says more */
     pc_tls_t *tls; /* TLS: this connection's session (I/O thread) */
@@ -438,7 +438,7 @@ static void on_close_tcp(uv_handle_t *h) {
 }
 
 static void server_drop(server_t *s, int rc, const char *why) {
-    if (s->state == 0)
+    if (s->state == 0 || s->state == 3)
         return;
     const bool was_up = s->state == 2 && !atomic_load(&s->c->stopping);
     server_fail(s, rc, why);
@@ -448,6 +448,7 @@ static void server_drop(server_t *s, int rc, const char *why) {
         s->hello_done = true;
         hello_settled(s->c, rc, s->addr, s->msg);
     }
+    s->state = 3; /* nothing is sent on it now; on_close_tcp reconnects for what is queued */
     if (!uv_is_closing((uv_handle_t *)&s->tcp))
         uv_close((uv_handle_t *)&s->tcp, on_close_tcp);
 }
@@ -588,8 +589,7 @@ static int claim_reply(server_t *s, call_t *k) {
     } else {
         /* the strongest action any server took: reset > warm-started > new > continued */
         static const int rank[] = {1, 0, 2, 3, -1};
-        if (!k->claimed ||
-            (r->action < 5 && out->action < 5 && rank[r->action] > rank[out->action]))
+        if (!k->claimed || rank[r->action] > rank[out->action]) /* both below 5 (decoded) */
             out->action = (int)r->action;
         if (!out->previous[0])
             snprintf(out->previous, sizeof out->previous, "%s", r->previous);
@@ -1078,7 +1078,6 @@ static int part_send(server_t *s, part_t *p) {
                                           : pc_cmap_version(s->c->map)};
     pc_wire_hdr_encode(&h, w->data);
     uint8_t *b = w->data + PC_WIRE_HDR;
-    p->sent = true;
     p->t_sent = pc_time_mono_ns();
     if (k->op == PC_OP_CLAIM)
         pc_wire_claim_encode(k->table, k->job, (uint32_t)k->mode, b);
@@ -1094,8 +1093,11 @@ static int part_send(server_t *s, part_t *p) {
         snprintf(sq.name, sizeof sq.name, "%s", k->table);
         pc_wire_stream_encode(&sq, b);
     }
-    if (!keyed(k))
-        return send_frame(s, w);
+    if (!keyed(k)) {
+        const int rc = send_frame(s, w);
+        p->sent = rc == 0;
+        return rc;
+    }
     b += pc_wire_batch_head_encode_typed(k->table, p->n, k->dim, (pc_wire_dtype_t)k->dtype, b);
     uint64_t *keys = (uint64_t *)(void *)b;
     for (uint32_t i = 0; i < p->n; i++)
@@ -1115,8 +1117,9 @@ static int part_send(server_t *s, part_t *p) {
             for (uint32_t i = 0; i < p->n; i++)
                 to(k->grads + (size_t)p->idx[i] * k->dim, g + (size_t)i * k->dim, k->dim);
     }
-    p->sent = true;
-    return send_frame(s, w);
+    const int rc = send_frame(s, w); /* a push not handed to the socket is no push sent */
+    p->sent = rc == 0;
+    return rc;
 }
 
 /* Send queued parts while the server has room; connect when needed. */

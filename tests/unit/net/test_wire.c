@@ -47,6 +47,19 @@ static void test_header_roundtrip(void **state) {
     memcpy(x, b, sizeof x);
     x[7] = 0x80;
     assert_int_equal(pc_wire_hdr_decode(x, 1u << 20, &g), PC_EPARSE);
+    /* Statuses: a positive one (a pull's rc that says nothing was written, rows untouched), or
+     * one on a request. */
+    pc_wire_hdr_t y = h;
+    y.status = 5;
+    pc_wire_hdr_encode(&y, x);
+    assert_int_equal(pc_wire_hdr_decode(x, 1u << 20, &g), PC_EPARSE);
+    y.status = PC_EINVAL;
+    y.flags = 0;
+    pc_wire_hdr_encode(&y, x);
+    assert_int_equal(pc_wire_hdr_decode(x, 1u << 20, &g), PC_EPARSE);
+    y.status = 0;
+    pc_wire_hdr_encode(&y, x);
+    assert_int_equal(pc_wire_hdr_decode(x, 1u << 20, &g), 0);
 }
 
 static void test_batch_roundtrip_and_errors(void **state) {
@@ -379,6 +392,10 @@ static void test_claim_codec(void **state) {
     assert_int_equal(pc_wire_claim_reply_decode(b, (uint32_t)rl - 1, &back), PC_EINVAL);
     assert_int_equal(pc_wire_claim_reply_decode(b, 31, &back), PC_EINVAL);
     b[30] = 1; /* reserved */
+    assert_int_equal(pc_wire_claim_reply_decode(b, (uint32_t)rl, &back), PC_EINVAL);
+    b[30] = 0;
+    r.action = PC_WIRE_CLAIM_ACTIONS; /* no such action: psclient indexed a table with it */
+    pc_wire_claim_reply_encode(&r, b);
     assert_int_equal(pc_wire_claim_reply_decode(b, (uint32_t)rl, &back), PC_EINVAL);
 }
 
