@@ -195,13 +195,51 @@ static int run_turn(pw_job_t *j) {
     return coll_sum(t, round_sum(r) + t->nflat, 1);
 }
 
+/* What a member whose pushes failed adds to the mark's flag (the sum of the members with a
+ * batch, at most 4096): every member learns it from the sum, exact in a float up to 4096
+ * failures. */
+#define PUSH_FAILED 4096.0f
+
+/* The round's flag (the last float of its sum), read or written from the scheduler's thread. */
+static float flag_get(trainer_t *t, round_t *r) {
+    float v, *flag = round_sum(r) + t->nflat - 1;
+    if (r->dev)
+        t->be->download(t->be, &v, flag, sizeof v);
+    else
+        v = *flag;
+    return v;
+}
+
+static void flag_set(trainer_t *t, round_t *r, float v) {
+    float *flag = round_sum(r) + t->nflat - 1;
+    if (r->dev) {
+        t->be->upload(t->be, flag, &v, sizeof v);
+        t->be->sync(t->be);
+    } else {
+        *flag = v;
+    }
+}
+
+/* The round's end: its pushes answered, then (a group) the sum of the flag, which every member
+ * enters, so that one whose pushes failed does not leave the others waiting in it (they would
+ * time out, or meet the next round's collective): the sum tells every member, and each ends the
+ * round with an error (the caller regroups, or a lone worker stops). */
 static int run_mark(pw_job_t *j) {
     round_t *r = j->ctx;
     trainer_t *t = r->t;
-    int rc = round_pushes_wait(t, r);
+    const int prc = round_pushes_wait(t, r);
     pw__log_step(t, r->id, "end");
-    if (!rc && t->grp)
-        rc = coll_sum(t, round_sum(r) + t->nflat - 1, 1);
+    if (!t->grp)
+        return prc;
+    if (prc)
+        flag_set(t, r, flag_get(t, r) + PUSH_FAILED);
+    int rc = coll_sum(t, round_sum(r) + t->nflat - 1, 1);
+    if (!rc && flag_get(t, r) >= PUSH_FAILED) {
+        rc = prc ? prc : PC_EIO;
+        if (!prc)
+            PC_WARN("train: round %llu: another worker's pushes failed: the round is not applied",
+                    (unsigned long long)r->id);
+    }
     return rc;
 }
 

@@ -634,7 +634,8 @@ bool pw__server_lost(trainer_t *t) {
 /* A collective failed (a peer died) or a newer generation was proposed: stop the ordered lane
  * (its collectives cannot complete; pulls gated on its rounds fail with it), let the server
  * calls finish, re-form the group and agree on the dense state (regroup). The rounds in flight
- * are dropped: their pushes were sent (applied once), their dense gradients are lost, their
+ * are dropped: their pushes that were sent are applied once, those gated on the ordered lane
+ * never go (counted as lost when their slot is settled), their dense gradients are lost, their
  * batches count as read. The batches read but not computed are renumbered from the agreed step
  * and pulled again (after a job rollback: dropped, the reader starts again from the
  * checkpoint's position). */

@@ -777,6 +777,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
     }
     pw_sched_drain(t.sched);
+    for (int i = 0; i < t.nslots; i++) { /* pushes a late regroup dropped: counted as lost */
+        const int src = pw__slot_settle(&t, &t.slots[i]);
+        rc = rc ? rc : t.staleness == PW_ASYNC ? src : 0; /* async: not reported by a mark */
+    }
     if (!rc)
         pw__save_position(&t, true);
     if (!rc) /* a promotion during the last steps: said and counted too */
