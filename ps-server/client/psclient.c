@@ -69,9 +69,10 @@
 #include <string.h>
 #include <uv.h>
 
-#define MAX_REPLY  (1u << 31) /* bytes of one reply body the client accepts */
-#define BACKOFF_MS 10
-#define MAP_ASK_NS 50000000ull /* map_ask_others: at most every 50 ms */
+#define MAX_REPLY         (1u << 31) /* bytes of one reply body the client accepts */
+#define BACKOFF_MS        10
+#define BACKOFF_DOUBLINGS 7           /* the backoff grows to 1.28 s at most */
+#define MAP_ASK_NS        50000000ull /* map_ask_others: at most every 50 ms */
 /* ... and its connections to the map's other servers at most every second (see there) */
 #define MAP_CONNECT_NS 1000000000ull
 /* map_ask_newer: at most every 10 ms (a resharding writes a version a controller tick, 20 ms:
@@ -346,7 +347,9 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
         rc = 0;
     }
     if (!k->finished && rc) {
-        if (transient && k->attempts < c->o.retries && keyed(k)) {
+        /* a wrong slot is retried whatever the attempts (the server's newer map is on its way;
+         * the deadline bounds it); other transient failures `retries` times */
+        if (transient && keyed(k) && (rc == PC_EWRONGSLOT || k->attempts < c->o.retries)) {
             call_note(k, p->srv, false);
             if (k->nretry + p->n > k->retry_cap) {
                 size_t cap = (k->retry_cap ? 2 * k->retry_cap : 64) + p->n;
@@ -385,8 +388,8 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
     if (!newer)
         k->attempts++;
     atomic_fetch_add(&c->retries, 1);
-    uv_timer_start(&k->backoff, on_backoff, newer ? 0 : (uint64_t)BACKOFF_MS << (k->attempts - 1),
-                   0);
+    const int doublings = k->attempts - 1 < BACKOFF_DOUBLINGS ? k->attempts - 1 : BACKOFF_DOUBLINGS;
+    uv_timer_start(&k->backoff, on_backoff, newer ? 0 : (uint64_t)BACKOFF_MS << doublings, 0);
 }
 
 static void map_ask_others(psc_t *c, const server_t *lost);
@@ -1268,6 +1271,26 @@ static void on_deadline(uv_timer_t *t) {
     psc_t *c = (psc_t *)t->loop->data;
     atomic_fetch_add(&c->timeouts, 1);
     call_finish(c, k, PC_ETIMEDOUT);
+    /* Its parts still queued go now (the pump drops them only when it takes them, which a
+     * server that hangs with its requests in flight never lets it do: every call to it would
+     * stay queued for as long as it hangs). */
+    for (server_t *s = c->all; s; s = s->next_all) {
+        part_t *prev = NULL;
+        for (part_t *p = s->qhead, *nx; p; p = nx) {
+            nx = p->next;
+            if (p->call != k) {
+                prev = p;
+                continue;
+            }
+            if (prev)
+                prev->next = nx;
+            else
+                s->qhead = nx;
+            if (s->qtail == p)
+                s->qtail = prev;
+            part_done(c, p, 0, false);
+        }
+    }
     map_ask_others(c, NULL); /* a server that hangs may have been replaced */
 }
 

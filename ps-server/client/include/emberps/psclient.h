@@ -5,7 +5,8 @@
  * server, the rest queued), and reassembles rows in the caller's key order. Every call has a
  * deadline. Transient failures (a server unreachable or restarting, a stale cluster map) are
  * retried with exponential backoff up to `retries` times; on PC_EWRONGSLOT the client adopts the
- * server's newer map, reconnects as needed and resends the affected keys only.
+ * server's newer map, reconnects as needed and resends the affected keys only (not counted
+ * against `retries`: only the deadline ends it).
  *
  * Errors are negative ints from EmberPS's one error table (stable values): PC_ETIMEDOUT,
  * PC_EUNAVAIL, PC_EAUTH, PC_ETLS (TLS handshake), PC_ENOTFOUND (no such table), PC_EDIM,
