@@ -187,6 +187,7 @@ struct psc {
     call_t *live, *submit_head, *submit_tail;
     atomic_bool stopping;    /* set under mu (ordering with submissions), read anywhere */
     atomic_int spinners;     /* callers yielding in psc_wait now: the I/O thread polls (io_main) */
+    int waiters;             /* callers inside psc_wait (mu): psc_close frees after they left */
     atomic_int wire;         /* PSC_WIRE_*: the element type new calls use (psc_set_wire_type) */
     pc_cluster_map_t *map;   /* I/O thread; map_text under mu for readers */
     uint64_t map_asked_ns;   /* when the other servers were last asked for their map */
@@ -1542,6 +1543,7 @@ int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap) {
         pthread_mutex_unlock(&c->mu);
         return PC_EINVAL;
     }
+    c->waiters++;
     pthread_mutex_unlock(&c->mu);
     /* k stays allocated until consumed. Short calls finish within tens of microseconds:
      * yielding for a while lets the I/O thread run (also on the same core) and spares the
@@ -1564,6 +1566,8 @@ int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap) {
     int rc = k->rc;
     call_why(k, buf, cap);
     k->consumed = true; /* freed by the I/O thread's next sweep (its next wake-up) */
+    if (--c->waiters == 0)
+        pthread_cond_broadcast(&c->cv); /* a psc_close waiting for them */
     pthread_mutex_unlock(&c->mu);
     return rc;
 }
@@ -1857,6 +1861,11 @@ int psc_connect2(const psc_opts_t *o, const psc_tls_opts_t *tls, char *why, size
 void psc_close(psc_t *c) {
     if (!c)
         return;
+    if (pthread_equal(pthread_self(), c->thread)) { /* it would wait for itself */
+        PC_ERROR("psclient: psc_close from a done callback (the client's own thread): not "
+                 "closed; close it from another thread");
+        return;
+    }
     pthread_mutex_lock(&c->mu);
     bool was = c->stopping;
     c->stopping = true;
@@ -1864,6 +1873,10 @@ void psc_close(psc_t *c) {
     if (!was)
         uv_async_send(&c->wake);
     pthread_join(c->thread, NULL);
+    pthread_mutex_lock(&c->mu); /* threads in psc_wait: their calls ended (canceled); they leave */
+    while (c->waiters)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
     uv_run(&c->loop, UV_RUN_DEFAULT); /* close callbacks still pending */
     for (call_t *k = c->live, *nx; k; k = nx) {
         nx = k->next_live;

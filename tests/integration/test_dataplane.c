@@ -31,6 +31,7 @@
 
 #include <sys/mman.h>
 
+#include <pthread.h>
 #include <stdatomic.h>
 
 static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
@@ -457,6 +458,62 @@ static void test_wrong_slot_redirect(void **state) {
 
 /* Deadlines: a stopped server makes calls end with PC_ETIMEDOUT on time; its late replies
  * (after SIGCONT) are discarded without touching the caller's buffers; then calls work again. */
+typedef struct waiter {
+    psc_t *c;
+    uint64_t id;
+    int rc;
+} waiter_t;
+
+static void *wait_main(void *arg) {
+    waiter_t *w = arg;
+    w->rc = psc_wait(w->c, w->id);
+    return NULL;
+}
+
+/* psc_close while another thread waits in psc_wait for a call that cannot end (its server is
+ * stopped): the waiter gets PC_ECANCELED, and the client is freed only after it left (it was
+ * freed under it: ASan's heap-use-after-free). Closing from a done callback is refused. */
+static int g_cb_closed = 1;
+static void close_in_callback(void *ctx, uint64_t id, int rc) {
+    (void)id, (void)rc;
+    psc_close(ctx); /* refused (logged): it would wait for its own thread */
+    g_cb_closed = 0;
+}
+
+static void test_close_with_waiter(void **state) {
+    (void)state;
+    char dir[256], tables[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dpcw");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, NULL};
+    const int port = pu_free_port();
+    const pid_t s = pu_spawn(port, dir, extra, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = one, .timeout_ms = 30000, .retries = 1};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    uint64_t keys[4] = {1, 2, 3, 4};
+    float rows[4 * D];
+    uint64_t cb_id;
+    assert_int_equal(psc_pull_async(c, "emb", keys, 4, D, rows, close_in_callback, c, &cb_id), 0);
+    for (double t0 = pu_now(); g_cb_closed && pu_now() - t0 < 10;)
+        usleep(10000);
+    assert_int_equal(g_cb_closed, 0);
+    assert_int_equal(psc_pull(c, "emb", keys, 4, D, rows), 0); /* still open */
+    pu_stop_signal(s);
+    waiter_t w = {.c = c};
+    assert_int_equal(psc_pull_async(c, "emb", keys, 4, D, rows, NULL, NULL, &w.id), 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0);
+    usleep(200000); /* in psc_wait by now */
+    psc_close(c);
+    pthread_join(th, NULL);
+    assert_int_equal(w.rc, PC_ECANCELED);
+    kill(s, SIGCONT);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 static void test_deadline(void **state) {
     (void)state;
     char dir[256], tables[200], one[64];
@@ -1052,6 +1109,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_wrong_slot_redirect),
         cmocka_unit_test(test_kill_and_restart),
         cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_close_with_waiter),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_token),
         cmocka_unit_test(test_port_in_use),

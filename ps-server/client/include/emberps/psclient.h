@@ -107,7 +107,9 @@ typedef struct psc_tls_opts {
  * (Since 1.3.) */
 PSC_EXTERN int psc_connect2(const psc_opts_t *o, const psc_tls_opts_t *tls, char *why, size_t cap,
                             psc_t **out);
-/* Fail calls still running with PC_ECANCELED, close connections, free. NULL is a no-op. */
+/* Fail calls still running with PC_ECANCELED (threads waiting in psc_wait get it, and are
+ * waited for), close connections, free. NULL is a no-op. Not from a done callback (the
+ * client's own thread: refused, logged). */
 PSC_EXTERN void psc_close(psc_t *c);
 
 typedef struct psc_push_result {
