@@ -158,8 +158,13 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
                      const pw_model_t *model, const pw_model_card_t *card, int keep) {
     if (!dir || !dir[0] || !ck || keep < 1 || !model != !card)
         return PC_EINVAL;
-    char sdir[4096], path[4200];
-    snprintf(sdir, sizeof sdir, "%s/step-%020" PRIu64, dir, ck->step);
+    /* The step's directory is made whole aside (step-S.tmp) and renamed into place: a step
+     * written again (a rollback reached S again) never shows a mix of two writes to serving,
+     * which takes the highest step with a manifest, model and card. */
+    char fin[4096], sdir[4100], path[4200];
+    snprintf(fin, sizeof fin, "%s/step-%020" PRIu64, dir, ck->step);
+    snprintf(sdir, sizeof sdir, "%s.tmp", fin);
+    pc_fs_rm_tree(sdir); /* a crash's leftover */
     int rc = pc_fs_mkdirs(sdir);
     snprintf(path, sizeof path, "%s/dense.state", sdir);
     if (!rc)
@@ -197,6 +202,12 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
         rc = pc_fs_write_atomic(path, m, len);
     }
     free(m);
+    if (!rc) {
+        pc_fs_rm_tree(fin); /* the same step written before */
+        rc = rename(sdir, fin) ? (errno == ENOSPC ? PC_ENOSPC : PC_EIO) : pc_fs_fsync_path(dir);
+    }
+    if (rc)
+        pc_fs_rm_tree(sdir);
     if (!rc) {
         char latest[32];
         const int len = snprintf(latest, sizeof latest, "%" PRIu64 "\n", ck->step);

@@ -17,11 +17,11 @@
  *                that do not say, and none in manifests written before them: both still read),
  *                and "run NAME" when the job's run is known (pw_group_run_name: a rollback
  *                goes only to a checkpoint of its own run, or the one it resumed from);
- * then DIR/LATEST ("S\n"); every file is written atomically (pc_fs_write_atomic), the manifest
- * after the others of its directory and LATEST last, so a crash leaves the previous checkpoint
- * the latest. Of the step directories, the latest and the `keep` - 1 before it stay (later ones,
- * abandoned by a rollback or half-written, go). DIR must be reachable by every worker (one
- * machine, or a shared file system) for a rollback.
+ * then DIR/LATEST ("S\n"); the step's directory is written whole as step-<S>.tmp/ and renamed
+ * into place (a step written again replaces the old one at once), LATEST last, so a crash
+ * leaves the previous checkpoint the latest. Of the step directories, the latest and the `keep` - 1
+ * before it stay (later ones, abandoned by a rollback or half-written, go). DIR must be reachable
+ * by every worker (one machine, or a shared file system) for a rollback.
  *
  * Rolling a job back to it: start server i with --restore-id=IDi, every worker with
  * --resume=checkpoint; or, while the job runs (--on-server-loss=rollback), restore the running

@@ -11,7 +11,8 @@
  *  - the directories' arena: paths up to PW_JOBCKPT_DIR_MAX - 1, newlines refused, PC_ETOOBIG
  *    when full; retention keeps `keep` step directories;
  *  - server lists with an empty entry, or another count than a restore's checkpoint: no call;
- *  - the run that wrote a checkpoint ("run NAME") reads back; once, before the map. */
+ *  - the run that wrote a checkpoint ("run NAME") reads back; once, before the map;
+ *  - a step written again is the new write whole (written aside, renamed into place). */
 #include "test_util.h"
 
 #include "pc_error.h"
@@ -130,6 +131,18 @@ static void test_version_roundtrip(void **state) {
     assert_int_equal(pw_jobckpt_read(g_dir, 40, r, NULL, 0), PC_ENOTFOUND); /* pruned */
     assert_int_equal(pw_jobckpt_read(g_dir, 80, r, NULL, 0), 0);
     assert_int_equal(pw_jobckpt_read(g_dir, 120, r, NULL, 0), 0);
+    /* step 120 written again (a rollback reached it again), without a model: the step is the
+     * new write whole, not the new manifest beside the old model (a model version serving would
+     * have paired them); a crash's leftover step-S.tmp goes */
+    snprintf(path, sizeof path, "%s/step-%020d.tmp", g_dir, 120);
+    assert_int_equal(pc_fs_mkdirs(path), 0);
+    ck->servers[0] = 9999;
+    assert_int_equal(pw_jobckpt_write(g_dir, ck, st, 5, NULL, NULL, 2), 0);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof path, "%s/step-%020d/model", g_dir, 120);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(pw_jobckpt_read(g_dir, 120, r, NULL, 0), 0);
+    assert_true(r->servers[0] == 9999);
     pw_model_destroy(m);
     pw_model_destroy(m2);
     free(ck);
