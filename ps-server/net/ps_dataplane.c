@@ -1950,6 +1950,8 @@ typedef struct synced_ctx {
     ps_dp_t *dp;
     uint32_t server;
     uint64_t slack;
+    char *behind; /* the first table behind (may be NULL) */
+    size_t cap;
 } synced_ctx_t;
 
 /* ps_catalog_each: 1 when backup x->server is not close behind table t. */
@@ -1968,11 +1970,15 @@ static int table_behind(void *ctx, ps_table_t *t) {
         held = a->uid == uid && a->server == x->server && a->in_sync && a->pos + x->slack >= head;
     }
     pthread_mutex_unlock(&x->dp->ack_mu);
+    if (!held && x->behind)
+        snprintf(x->behind, x->cap, "%s", ps_table_config(t)->name);
     return !held;
 }
 
-bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack) {
-    synced_ctx_t x = {dp, server, slack};
+bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack, char *behind, size_t cap) {
+    if (behind && cap)
+        behind[0] = '\0';
+    synced_ctx_t x = {dp, server, slack, behind, cap};
     return ps_catalog_each(dp->cat, table_behind, &x) == 0;
 }
 

@@ -119,9 +119,9 @@ typedef struct ps_dp_lag {
 size_t ps_dp_repl_lag(ps_dp_t *dp, ps_dp_lag_t *out, size_t cap);
 
 /* Whether backup `server` (a map index) follows every replicated table of this server (it has
- * acknowledged since its copy) and is at most `slack` change-log entries behind each head now.
- * Any thread. */
-bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack);
+ * acknowledged since its copy) and is at most `slack` change-log entries behind each head now;
+ * when not, behind (cap bytes, may be NULL) gets the first table it is behind on. Any thread. */
+bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack, char *behind, size_t cap);
 
 /* The newest map version a request refused for its keys (PC_EWRONGSLOT) was sent under, when
  * newer than this server's map (a client that learnt a handover or a promotion first); 0 before

@@ -221,6 +221,8 @@ struct ps_repl {
                                              * caught up): a table replaced here since, unseen by
                                              * a follower stuck on a silent primary, shows */
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
+    uint64_t handover_wait_ns, handover_said_ns; /* controller: since when a handover waits */
+    uint32_t handover_to;
     ps_dp_lag_t lag_cut[LAG_MAX], lag_now[LAG_MAX]; /* controller: a handover's heads, acks */
     pc_cluster_map_t *released_map; /* controller: the map the role-less rows were erased under */
     /* controller: the release under way, under map version rel_ver: the tables it released
@@ -709,7 +711,8 @@ static void note_synced(ps_repl_t *r) {
 
 #define HANDOVER_MS     1000  /* the longest pushes are held off for a handover (then retried) */
 #define HANDOVER_SLACK  65536 /* change-log entries a new primary may be behind when one starts */
-#define RESHARD_TICK_MS 20    /* the controller's tick while the map differs from the target, */
+#define HANDOVER_SAY_NS 30000000000ull /* a handover waiting this long says why (then as often) */
+#define RESHARD_TICK_MS 20 /* the controller's tick while the map differs from the target, */
 #define RESHARD_FAST_NS 2000000000ull /* and changed this recently (else stuck: normal ticks) */
 
 /* Read the target (psctl reshard) into r->target: kept when it fits map m (its servers are m's
@@ -859,8 +862,23 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
         if (pc_cmap_slot_owner(m, s) == r->o.self && pc_cmap_slot_owner(t, s) == to &&
             pc_cmap_backup_syncing(m, s, to))
             return;
-    if (!ps_dp_backup_synced(r->dp, to, HANDOVER_SLACK))
-        return;              /* still copying or catching up: next tick */
+    char behind[PS_TABLE_NAME_MAX];
+    if (!ps_dp_backup_synced(r->dp, to, HANDOVER_SLACK, behind, sizeof behind)) {
+        /* still copying or catching up: next tick; said when it lasts (a table the new server
+         * does not have, which it cannot follow, holds the move for good) */
+        const uint64_t now = pc_time_mono_ns();
+        if (!r->handover_wait_ns || r->handover_to != to)
+            r->handover_wait_ns = now, r->handover_said_ns = 0, r->handover_to = to;
+        if (now - r->handover_wait_ns > HANDOVER_SAY_NS &&
+            now - r->handover_said_ns > HANDOVER_SAY_NS) {
+            r->handover_said_ns = now;
+            PC_WARN("reshard: handing slots to %s has waited %.0f s for it to follow table %s "
+                    "(does that server have the table?)",
+                    pc_cmap_addr(m, to), (double)(now - r->handover_wait_ns) * 1e-9, behind);
+        }
+        return;
+    }
+    r->handover_wait_ns = 0;
     handback_note(r, m, to); /* before its first push as their primary, whenever that comes */
     const uint64_t t0 = pc_time_mono_ns(), limit = t0 + HANDOVER_MS * 1000000ull;
     ps_dp_set_write_until(r->dp, 0);
