@@ -805,7 +805,16 @@ static bool caught_up(ps_repl_t *r, uint32_t to, const ps_dp_lag_t *snap, size_t
     return true;
 }
 
-static int connect_server(ps_repl_t *r, const char *addr, char *why, size_t cap, psc_t **out);
+static int connect_server(ps_repl_t *r, const char *addr, int limit_ms, char *why, size_t cap,
+                          psc_t **out);
+
+/* What a wait of the controller may take in a handover, in ns: at most `ms`, and at most a
+ * quarter of the lease (renewed between ticks: the bounds queries, their connect included, and
+ * the wait for the acknowledgements stay under three quarters of it; they took up to 8.5 s). */
+static uint64_t handover_wait_ns(const ps_repl_t *r, uint64_t ms) {
+    const uint64_t quarter = (uint64_t)r->o.lease_ms / 4;
+    return (ms < quarter ? ms : quarter) * 1000000ull;
+}
 
 /* Before handing slots to `to`: each table's place in to's change log (a bounds query: its
  * uid and head), kept as r->hb for the handover's map version (see DESIGN). A table whose log
@@ -821,8 +830,10 @@ static void handback_note(ps_repl_t *r, const pc_cluster_map_t *m, uint32_t to) 
     char why[320];
     psc_t *c = NULL;
     size_t k = 0;
-    if (nt && !connect_server(r, pc_cmap_addr(m, to), why, sizeof why, &c)) {
-        for (size_t i = 0; i < nt && i < MAX_TABLES && pc_time_mono_ns() - t0 < HANDBACK_NS; i++) {
+    const uint64_t budget = handover_wait_ns(r, HANDBACK_NS / 1000000u);
+    if (nt &&
+        !connect_server(r, pc_cmap_addr(m, to), (int)(budget / 1000000u), why, sizeof why, &c)) {
+        for (size_t i = 0; i < nt && i < MAX_TABLES && pc_time_mono_ns() - t0 < budget; i++) {
             ps_table_t *t;
             if (ps_catalog_acquire(r->cat, names[i], &t))
                 continue;
@@ -880,7 +891,7 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
     }
     r->handover_wait_ns = 0;
     handback_note(r, m, to); /* before its first push as their primary, whenever that comes */
-    const uint64_t t0 = pc_time_mono_ns(), limit = t0 + HANDOVER_MS * 1000000ull;
+    const uint64_t t0 = pc_time_mono_ns(), limit = t0 + handover_wait_ns(r, HANDOVER_MS);
     ps_dp_set_write_until(r->dp, 0);
     while (!ps_dp_pushes_idle(r->dp) && pc_time_mono_ns() < limit)
         sched_yield();
@@ -1708,12 +1719,14 @@ static void primaries_sync(ps_repl_t *r, const pc_cluster_map_t *m, const pc_clu
     handback_use(r, m, old);
 }
 
-static int connect_server(ps_repl_t *r, const char *addr, char *why, size_t cap, psc_t **out) {
+/* A client of one server; its calls and connect bounded by limit_ms (0: 5 s and 2 s). */
+static int connect_server(ps_repl_t *r, const char *addr, int limit_ms, char *why, size_t cap,
+                          psc_t **out) {
     psc_opts_t po = {.servers = addr,
                      .token = r->token[0] ? r->token : NULL,
-                     .timeout_ms = 5000,
+                     .timeout_ms = limit_ms ? limit_ms : 5000,
                      .retries = -1,
-                     .connect_timeout_ms = 2000};
+                     .connect_timeout_ms = limit_ms ? limit_ms : 2000};
     psc_tls_opts_t tls = {
         .ca = r->ca, .cert = r->cert[0] ? r->cert : NULL, .key = r->key[0] ? r->key : NULL};
     return psc_connect2(&po, r->ca[0] ? &tls : NULL, why, cap, out);
@@ -1757,7 +1770,7 @@ static void *fol_main(void *arg) {
                 sources_sync(r, p);
             if (atomic_load(&r->suspect[p->server]) || (!p->c && now < p->retry_ns))
                 continue; /* being replaced, or down: the controller acts on its lease */
-            if (!p->c && connect_server(r, pc_cmap_addr(m, p->server), why, sizeof why, &p->c)) {
+            if (!p->c && connect_server(r, pc_cmap_addr(m, p->server), 0, why, sizeof why, &p->c)) {
                 primary_down(p);
                 continue;
             }
