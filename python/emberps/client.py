@@ -14,6 +14,7 @@ already started have completed (each is bounded by timeout_ms).
 """
 import queue
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -22,6 +23,7 @@ from ._lib import ABI_MINOR_UNCLEAN, ABI_MINOR_WIRE, err_name, ffi, lib
 from .errors import CODES, EmberError, check
 
 WHY = 600  # bytes of a call's failure detail (psclient.h: PSC_WHY_MAX is below this)
+WAITER_IDLE_S = 1.0  # the async calls' waiter thread leaves after this long with none
 CLAIM_MODES = {"check": 0, "warm_start": 1, "fresh": 2, "inspect": 3}
 WIRE_TYPES = {"f32": 0, "bf16": 1, "f16": 2}  # psclient.h PSC_WIRE_*
 CLAIM_ACTIONS = ("new", "continued", "warm_started", "reset", "none")
@@ -130,19 +132,28 @@ class Client:
         self._closed = False
         self._pending = queue.Queue()
         self._waiter = None
+        self._close_after = False  # close() ran in a done callback: the waiter disconnects
 
     # ---- lifetime --------------------------------------------------------------------------
     def close(self):
-        """Wait for calls already started, then disconnect. Idempotent."""
+        """Wait for calls already started, then disconnect. Idempotent. From a future's done
+        callback (the waiter thread) it returns at once: the waiter finishes the calls started,
+        then disconnects (waiting there would wait for itself)."""
         with self._mu:
             if self._closed:
                 return
             self._closed = True
+            if self._waiter is not None and threading.current_thread() is self._waiter:
+                self._close_after = True
+                self._pending.put(None)
+                return
             while self._busy:
                 self._mu.wait()
-        if self._waiter:
-            self._pending.put(None)
-            self._waiter.join()
+            waiter = self._waiter
+            if waiter:
+                self._pending.put(None)
+        if waiter:
+            waiter.join()
         lib.psc_close(self._c)
         self._c = ffi.NULL
 
@@ -223,22 +234,42 @@ class Client:
         try:
             fut = Future()
             fut.set_running_or_notify_cancel()
-            with self._mu:
+            with self._mu:  # the waiter leaves when idle (under _mu): queued while it runs
                 if self._waiter is None:
                     waiter = threading.Thread(target=self._wait_loop, name="emberps-waiter",
                                               daemon=True)
                     waiter.start()
                     self._waiter = waiter
-            self._pending.put((cid, fut, result, keep))
+                self._pending.put((cid, fut, result, keep))
         except BaseException:  # not handed to the waiter: wait here (keep is alive till then)
             self._abandon(cid)
             raise
         return fut
 
     def _wait_loop(self):
+        """Waits for the async calls in order. It leaves after a second with none (so that a
+        client nobody closed can be collected: the running thread holds it), and at close; after
+        a close() from a done callback, once the calls started are done, it disconnects."""
         while True:
-            item = self._pending.get()
+            try:
+                item = self._pending.get(timeout=WAITER_IDLE_S)
+            except queue.Empty:
+                with self._mu:
+                    if self._pending.empty():
+                        self._waiter = None
+                        return
+                continue
             if item is None:
+                if not self._close_after:
+                    return
+                with self._mu:
+                    busy = self._busy
+                if busy:  # a call started before the close, not queued yet
+                    time.sleep(0.001)
+                    self._pending.put(None)
+                    continue
+                lib.psc_close(self._c)
+                self._c = ffi.NULL
                 return
             cid, fut, result, _keep = item
             try:

@@ -1,6 +1,7 @@
 """Failures become EmberError (with the code's name and the server's detail) or TypeError /
 ValueError for bad arguments; nothing crashes and the client stays usable."""
 import os
+import time
 
 import numpy as np
 import pytest
@@ -54,6 +55,53 @@ def test_no_waiter_thread(servers, monkeypatch):
     closer.start()
     closer.join(timeout=10)
     assert not closer.is_alive()
+
+
+def test_close_in_done_callback(servers):
+    """close() from a future's done callback (the waiter thread) returns at once; the waiter
+    finishes the calls started, then disconnects (it waited for itself before)."""
+    import threading
+
+    addr, _ = servers(TABLE)
+    c = emberps.Client(addr)
+    keys = np.arange(1, 9, dtype=np.uint64)
+    closed = threading.Event()
+
+    def close_it(fut):
+        c.close()
+        closed.set()
+
+    fut = c.pull_async("emb", keys)
+    fut.add_done_callback(close_it)
+    assert fut.result(timeout=10).shape == (8, 8)
+    assert closed.wait(timeout=10)
+    for _ in range(1000):  # the waiter disconnects
+        if c._c == emberps._lib.ffi.NULL:
+            break
+        time.sleep(0.01)
+    assert c._c == emberps._lib.ffi.NULL
+    with pytest.raises(emberps.EmberError) as e:
+        c.pull("emb", keys)
+    assert e.value.name == "PC_ECLOSED"
+
+
+def test_dropped_client_is_collected(servers):
+    """A client nobody closed, after async calls: collected (and disconnected by __del__) once
+    its waiter thread left; the running waiter held it for good before."""
+    import gc
+    import weakref
+
+    addr, _ = servers(TABLE)
+    c = emberps.Client(addr)
+    c.pull_async("emb", np.arange(1, 9, dtype=np.uint64)).result(timeout=10)
+    ref = weakref.ref(c)
+    del c
+    for _ in range(50):
+        gc.collect()
+        if ref() is None:
+            break
+        time.sleep(0.1)
+    assert ref() is None
 
 
 def test_bad_calls(servers):
