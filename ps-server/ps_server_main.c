@@ -38,6 +38,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <uv.h>
 
@@ -236,6 +237,11 @@ static int load_settings(srv_cfg_t *c, int argc, char **argv) {
     argi = 1;
     if (pc_settings_parse_args(k_settings, NSET, c, argc, argv, &argi, err, sizeof err)) {
         fprintf(stderr, "ps-server: %s\n", err);
+        return 2;
+    }
+    if (c->restore_id && !c->ckpt_dir[0]) { /* it would start empty, believing it restored */
+        fprintf(stderr, "ps-server: --restore-id needs --ckpt-dir (where checkpoint %lld is)\n",
+                (long long)c->restore_id);
         return 2;
     }
     return 0;
@@ -568,6 +574,8 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     s->dp = NULL;
     took[2] = step_s(&t);
     const uint64_t last = s->cfg.ckpt_on_exit ? checkpoint_now(s, "exit") : 0;
+    if (s->cfg.ckpt_on_exit && s->ck && !last)
+        s->rc = 1; /* the pushes since the last checkpoint are gone: exit 1 says so */
     took[3] = step_s(&t);
     ps_repl_record_end(&end, true, last); /* the next start knows what rows this run ended with */
     took[4] = step_s(&t);
@@ -706,6 +714,19 @@ int main(int argc, char **argv) {
     }
     if (!rc)
         rc = create_tables(&s);
+    /* The signals are caught before pushes are taken: one arriving while the rest starts waits
+     * for the loop, which then stops the server as usual (exit checkpoint included); the
+     * default action killed it with acknowledged pushes unsaved. */
+    s.loop = uv_default_loop();
+    uv_signal_init(s.loop, &s.sig_term);
+    uv_signal_init(s.loop, &s.sig_int);
+    uv_signal_init(s.loop, &s.sig_usr1);
+    uv_signal_init(s.loop, &s.sig_hup);
+    s.sig_term.data = s.sig_int.data = s.sig_usr1.data = s.sig_hup.data = &s;
+    uv_signal_start(&s.sig_term, on_stop_signal, SIGTERM);
+    uv_signal_start(&s.sig_int, on_stop_signal, SIGINT);
+    uv_signal_start(&s.sig_usr1, on_usr1, SIGUSR1);
+    uv_signal_start(&s.sig_hup, on_hup, SIGHUP);
     ps_dp_opts_t dpo = {.host = s.cfg.host,
                         .port = (int)s.cfg.port,
                         .threads = (int)s.cfg.io_threads,
@@ -802,26 +823,20 @@ int main(int argc, char **argv) {
         char tmp[600];
         snprintf(tmp, sizeof tmp, "%s.tmp", s.cfg.port_file);
         FILE *f = fopen(tmp, "w");
-        if (f) { /* data plane, gRPC and metrics ports, one per line (0 when off) */
-            fprintf(f, "%d\n%d\n%d\n", ps_dp_port(s.dp), s.grpc ? ps_grpc_port(s.grpc) : 0,
-                    s.metrics ? pc_metrics_port(s.metrics) : 0);
-            fclose(f);
-            rename(tmp, s.cfg.port_file);
+        bool ok = f != NULL; /* data plane, gRPC and metrics ports, one per line (0 when off) */
+        if (f) {
+            ok = fprintf(f, "%d\n%d\n%d\n", ps_dp_port(s.dp), s.grpc ? ps_grpc_port(s.grpc) : 0,
+                         s.metrics ? pc_metrics_port(s.metrics) : 0) > 0;
+            ok = fclose(f) == 0 && ok;
         }
+        if (!ok || rename(tmp, s.cfg.port_file) != 0) /* whoever waits for it would time out */
+            PC_ERROR("port file %s: %s (the server serves; scripts waiting for the file will not "
+                     "see it)",
+                     s.cfg.port_file, strerror(errno));
     }
     PC_INFO("serving on %s:%d (data plane), gRPC %d", s.cfg.host, ps_dp_port(s.dp),
             s.grpc ? ps_grpc_port(s.grpc) : -1);
 
-    s.loop = uv_default_loop();
-    uv_signal_init(s.loop, &s.sig_term);
-    uv_signal_init(s.loop, &s.sig_int);
-    uv_signal_init(s.loop, &s.sig_usr1);
-    uv_signal_init(s.loop, &s.sig_hup);
-    s.sig_term.data = s.sig_int.data = s.sig_usr1.data = s.sig_hup.data = &s;
-    uv_signal_start(&s.sig_term, on_stop_signal, SIGTERM);
-    uv_signal_start(&s.sig_int, on_stop_signal, SIGINT);
-    uv_signal_start(&s.sig_usr1, on_usr1, SIGUSR1);
-    uv_signal_start(&s.sig_hup, on_hup, SIGHUP);
     uv_timer_init(s.loop, &s.ckpt_timer);
     uv_timer_init(s.loop, &s.clock_timer);
     s.ckpt_timer.data = s.clock_timer.data = &s;
@@ -841,5 +856,5 @@ int main(int argc, char **argv) {
     if (s.ccoord.ctx)
         s.ccoord.destroy(s.ccoord.ctx);
     PC_INFO("stopped");
-    return 0;
+    return s.rc;
 }
