@@ -196,7 +196,8 @@ int pc_cmap_parse(const char *text, pc_cluster_map_t **out, char *err, size_t er
     ls += 1;
     const char *p = vs + 8;
     uint64_t version, unclean = 0;
-    if (parse_u64(&p, UINT64_MAX, &version) || version == 0 || *p != ';') {
+    /* below 2^63: every change writes version + 1, which must not wrap */
+    if (parse_u64(&p, (uint64_t)INT64_MAX, &version) || version == 0 || *p != ';') {
         cm_err(err, errlen, "cluster map: bad version");
         return PC_EPARSE;
     }
@@ -638,7 +639,7 @@ int pc_cmap_plan_add(const pc_cluster_map_t *m, uint32_t server, pc_cluster_map_
         return PC_ENOMEM;
     for (uint32_t s = 0; s < PC_NSLOTS; s++)
         k += count[m->owner[s]]++ == 0;
-    pc_cluster_map_t *t;
+    pc_cluster_map_t *t = NULL;
     int rc = pc_cmap_copy(m, &t);
     const uint32_t r = backups_per_slot(m);
     for (uint32_t p = 0; !rc && p < m->nservers; p++) {

@@ -301,7 +301,7 @@ int pc_settings_parse_args(const pc_setting_t *tab, size_t n, void *obj, int arg
         const char *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
         const pc_setting_t *s = find(tab, n, name, len);
-        if (!s && !eq && strncmp(name, "no-", 3) == 0) {
+        if (!s && !eq && (strncmp(name, "no-", 3) == 0 || strncmp(name, "no_", 3) == 0)) {
             const pc_setting_t *b = find(tab, n, name + 3, len - 3);
             if (b && b->type == PC_SET_BOOL) {
                 *(bool *)((char *)obj + b->offset) = false;
@@ -547,18 +547,26 @@ static bool names_equal(const item_t *a, const item_t *b) {
     return same;
 }
 
-/* Numbers compare as numbers (0.05 = 5e-2), anything else as text. */
+/* Values compare as the parsers read them: integers exactly, with their suffixes (4Mi =
+ * 4194304); other numbers as numbers (0.05 = 5e-2); booleans in any spelling (yes = true = 1);
+ * anything else as text, case aside (a choice is read in any case). */
 static bool values_equal(const item_t *a, const item_t *b) {
     char x[128], y[128];
     if (a->vl >= sizeof x || b->vl >= sizeof y)
         return a->vl == b->vl && memcmp(a->value, b->value, a->vl) == 0;
     memcpy(x, a->value, a->vl), x[a->vl] = '\0';
     memcpy(y, b->value, b->vl), y[b->vl] = '\0';
+    int64_t ix, iy;
+    if (!parse_int(x, &ix) && !parse_int(y, &iy))
+        return ix == iy;
     char *ex, *ey;
     double dx = strtod(x, &ex), dy = strtod(y, &ey);
     if (a->vl && b->vl && !*ex && !*ey)
         return dx == dy || fabs(dx - dy) <= 1e-9 * fmax(fabs(dx), fabs(dy));
-    return strcmp(x, y) == 0;
+    bool bx, by;
+    if (!parse_bool(x, &bx) && !parse_bool(y, &by))
+        return bx == by;
+    return strcasecmp(x, y) == 0;
 }
 
 int pc_settings_list_diff(const char *want, const char *have, char *diff, size_t cap) {

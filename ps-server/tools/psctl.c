@@ -13,6 +13,7 @@
  * (PC_ETLS: its certificate did not verify, or it wanted a client certificate): either way no call
  * reached the API.
  */
+#include "psctl_exit.h"
 #include "emberps.pb-c.h"
 #include "emberps/psgrpc.h"
 #include "health.pb-c.h"
@@ -133,9 +134,11 @@ static uint8_t *call_quiet(int m, const ProtobufCMessage *req, size_t *len, int 
     int rc = psg_request(g_c, ps_api_path((ps_api_method_t)m), rb, rl, (int)g_o.timeout_ms, &resp,
                          len, &st, msg, sizeof msg);
     free(rb);
+    if (rc == 0 && !resp && (resp = malloc(1))) /* an empty reply is an empty message */
+        *len = 0;
     if (rc == 0 || (quiet && rc == quiet))
         return rc ? NULL : resp;
-    *exit_code = rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ETLS ? 3 : 1;
+    *exit_code = psctl_exit_of(rc);
     if (g_o.json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "status", st);
@@ -153,6 +156,16 @@ static uint8_t *call_quiet(int m, const ProtobufCMessage *req, size_t *len, int 
 
 static uint8_t *call(int m, const ProtobufCMessage *req, size_t *len, int *exit_code) {
     return call_quiet(m, req, len, exit_code, 0);
+}
+
+/* A reply that did not unpack (or, lookup, whose rows do not fit): said once at the end, exit
+ * 1; it was taken for success with nothing printed. */
+static bool g_malformed;
+
+static void *unpacked(void *p) {
+    if (!p)
+        g_malformed = true;
+    return p;
 }
 
 static void emit(cJSON *o) {
@@ -192,7 +205,7 @@ static int feature_key(const char *field_s, const char *value) {
     Emberps__GetClusterMapRequest q = EMBERPS__GET_CLUSTER_MAP_REQUEST__INIT;
     Emberps__GetClusterMapResponse *p;
     uint8_t *r = call(PS_API_GET_CLUSTER_MAP, &q.base, &len, &rc);
-    if (r && (p = emberps__get_cluster_map_response__unpack(NULL, len, r))) {
+    if (r && (p = unpacked(emberps__get_cluster_map_response__unpack(NULL, len, r)))) {
         pc_cluster_map_t *m;
         if (pc_cmap_parse(p->map, &m, NULL, 0) == 0) {
             owner = (int)pc_cmap_key_owner(m, key);
@@ -234,7 +247,7 @@ static int probe(const char *service) {
     if (!p) {
         fprintf(stderr, "psctl: grpc.health.v1.Health/Check: status %d (%s): %s\n", st,
                 pc_err_name(rc ? rc : PC_EPARSE), rc ? msg : "malformed response");
-        return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ETLS ? 3 : 1;
+        return psctl_exit_of(rc);
     }
     const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(
         &grpc__health__v1__health_check_response__serving_status__descriptor, (int)p->status);
@@ -263,7 +276,7 @@ static int kv_value(ps_coord_store_t *st, const char *where, const char *key, ch
         return 0;
     if (rc) {
         fprintf(stderr, "psctl: coordinator %s: %s: %s\n", where, key, pc_strerror(rc));
-        return 1;
+        return psctl_exit_of(rc);
     }
     snprintf(out, cap, "%.*s", (int)len, (const char *)v);
     free(v);
@@ -305,7 +318,7 @@ static int workers(const char *job, const psg_opts_t *sec) {
     bool truncated;
     if (!rc && (rc = st.list(st.ctx, key, PS_COORD_LIST_MAX, &e, &n, &truncated))) {
         fprintf(stderr, "psctl: coordinator %s: %s: %s\n", where, key, pc_strerror(rc));
-        rc = 1;
+        rc = psctl_exit_of(rc);
     }
     st.destroy(st.ctx);
     if (rc)
@@ -364,7 +377,7 @@ static int runs(const psg_opts_t *sec) {
     st.destroy(st.ctx);
     if (rc) {
         pc_cmap_destroy(m);
-        return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT ? 3 : 1;
+        return psctl_exit_of(rc);
     }
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "runs");
     num(o, "map_version", m ? pc_cmap_version(m) : 0);
@@ -441,7 +454,7 @@ int main(int argc, char **argv) {
         Emberps__HealthRequest q = EMBERPS__HEALTH_REQUEST__INIT;
         Emberps__HealthResponse *p;
         if ((r = call(PS_API_HEALTH, &q.base, &len, &rc)) &&
-            (p = emberps__health_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__health_response__unpack(NULL, len, r)))) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "status", p->status);
@@ -459,7 +472,7 @@ int main(int argc, char **argv) {
         Emberps__GetClusterMapRequest q = EMBERPS__GET_CLUSTER_MAP_REQUEST__INIT;
         Emberps__GetClusterMapResponse *p;
         if ((r = call(PS_API_GET_CLUSTER_MAP, &q.base, &len, &rc)) &&
-            (p = emberps__get_cluster_map_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__get_cluster_map_response__unpack(NULL, len, r)))) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "map", p->map);
@@ -475,7 +488,7 @@ int main(int argc, char **argv) {
         Emberps__ListTablesRequest q = EMBERPS__LIST_TABLES_REQUEST__INIT;
         Emberps__ListTablesResponse *p;
         if ((r = call(PS_API_LIST_TABLES, &q.base, &len, &rc)) &&
-            (p = emberps__list_tables_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__list_tables_response__unpack(NULL, len, r)))) {
             cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tables");
             for (size_t i = 0; i < p->n_tables; i++) {
                 if (g_o.json)
@@ -494,7 +507,7 @@ int main(int argc, char **argv) {
         q.spec = args[0];
         Emberps__CreateTableResponse *p;
         if ((r = call(PS_API_CREATE_TABLE, &q.base, &len, &rc)) &&
-            (p = emberps__create_table_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__create_table_response__unpack(NULL, len, r)))) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "config", p->config);
@@ -521,7 +534,7 @@ int main(int argc, char **argv) {
         q.table = args[0];
         Emberps__ResetTableResponse *p;
         if ((r = call(PS_API_RESET_TABLE, &q.base, &len, &rc)) &&
-            (p = emberps__reset_table_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__reset_table_response__unpack(NULL, len, r)))) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "reset", args[0]);
@@ -539,7 +552,7 @@ int main(int argc, char **argv) {
         q.table = args[0];
         Emberps__TableStatsResponse *p;
         if ((r = call(PS_API_TABLE_STATS, &q.base, &len, &rc)) &&
-            (p = emberps__table_stats_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__table_stats_response__unpack(NULL, len, r)))) {
             const struct {
                 const char *k;
                 uint64_t v;
@@ -593,12 +606,14 @@ int main(int argc, char **argv) {
         }
         Emberps__LookupResponse *p;
         if ((r = call(PS_API_LOOKUP, &q.base, &len, &rc)) &&
-            (p = emberps__lookup_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__lookup_response__unpack(NULL, len, r)))) {
             const float *rows = NULL;
             float *copy = malloc(p->rows.len + 1);
             if (copy && p->rows.len == q.n_keys * p->dim * sizeof(float)) {
                 memcpy(copy, p->rows.data, p->rows.len);
                 rows = copy;
+            } else if (copy) {
+                g_malformed = true;
             }
             cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "rows");
             for (size_t i = 0; rows && i < q.n_keys; i++) {
@@ -630,7 +645,7 @@ int main(int argc, char **argv) {
         Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
         Emberps__CheckpointResponse *p;
         if ((r = call(PS_API_CHECKPOINT, &q.base, &len, &rc)) &&
-            (p = emberps__checkpoint_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__checkpoint_response__unpack(NULL, len, r)))) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
                 num(o, "id", p->id);
@@ -650,7 +665,7 @@ int main(int argc, char **argv) {
         Emberps__ListCheckpointsRequest q = EMBERPS__LIST_CHECKPOINTS_REQUEST__INIT;
         Emberps__ListCheckpointsResponse *p;
         if ((r = call(PS_API_LIST_CHECKPOINTS, &q.base, &len, &rc)) &&
-            (p = emberps__list_checkpoints_response__unpack(NULL, len, r))) {
+            (p = unpacked(emberps__list_checkpoints_response__unpack(NULL, len, r)))) {
             cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "checkpoints");
             for (size_t i = 0; i < p->n_checkpoints; i++) {
                 const Emberps__CheckpointInfo *c = p->checkpoints[i];
@@ -686,7 +701,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "psctl: restore: not a checkpoint id: %s\n", args[0]);
             rc = 2;
         } else if ((r = call(PS_API_RESTORE, &q.base, &len, &rc)) &&
-                   (p = emberps__restore_response__unpack(NULL, len, r))) {
+                   (p = unpacked(emberps__restore_response__unpack(NULL, len, r)))) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
                 num(o, "restored", p->id);
@@ -723,5 +738,9 @@ int main(int argc, char **argv) {
     }
     free(r);
     psg_destroy(g_c);
+    if (g_malformed && !rc) {
+        fprintf(stderr, "psctl: %s: malformed response\n", cmd);
+        rc = 1;
+    }
     return rc;
 }

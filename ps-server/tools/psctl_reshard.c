@@ -1,5 +1,6 @@
 /* psctl_reshard.c: see psctl_reshard.h. */
 #include "psctl_reshard.h"
+#include "psctl_exit.h"
 
 #include "pc_cluster.h"
 #include "pc_error.h"
@@ -18,7 +19,7 @@ static int newest(const psctl_reshard_opts_t *o, ps_coord_store_t *st, pc_cluste
     if (rc) {
         fprintf(stderr, "psctl: coordinator %s: cluster map: %s\n", o->coordinator,
                 pc_strerror(rc));
-        return 3;
+        return psctl_exit_of(rc);
     }
     if (!*m) {
         fprintf(stderr,
@@ -84,7 +85,7 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
         if (rc && rc != PC_EEXIST) {
             fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
             pc_cmap_destroy(m);
-            return 3;
+            return psctl_exit_of(rc);
         }
     }
     if (idx < 0) {
@@ -117,7 +118,7 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
     }
     pc_cmap_destroy(m);
     pc_cmap_destroy(t);
-    return rc ? (rc == PC_EINVAL ? 1 : 3) : 0;
+    return rc ? (rc == PC_EINVAL ? 1 : psctl_exit_of(rc)) : 0;
 }
 
 /* remove: the target without the server's roles, from the target asked before if any. */
@@ -155,7 +156,7 @@ static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, co
     pc_cmap_destroy(m);
     pc_cmap_destroy(base);
     pc_cmap_destroy(t);
-    return rc ? (rc == PC_EINVAL ? 1 : 3) : 0;
+    return rc ? (rc == PC_EINVAL ? 1 : psctl_exit_of(rc)) : 0;
 }
 
 /* status, and wait: *slots_left (0 with no target). */
@@ -169,7 +170,7 @@ static int status(const psctl_reshard_opts_t *o, ps_coord_store_t *st, bool prin
     if (trc && trc != PC_ENOTFOUND) {
         fprintf(stderr, "psctl: coordinator %s: target: %s\n", o->coordinator, pc_strerror(trc));
         pc_cmap_destroy(m);
-        return 3;
+        return psctl_exit_of(trc);
     }
     const bool fits = t && pc_cmap_nservers(t) <= pc_cmap_nservers(m);
     *slots_left = fits ? left(m, t) : 0;
@@ -198,7 +199,9 @@ int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
     const bool two = nargs == 2 && (!strcmp(args[0], "add") || !strcmp(args[0], "remove"));
     const bool one = (nargs == 1 && !strcmp(args[0], "status")) ||
                      ((nargs == 1 || nargs == 2) && !strcmp(args[0], "wait"));
-    if (!two && !one) {
+    char *end = NULL;
+    const double limit = nargs == 2 && !two ? strtod(args[1], &end) : 120;
+    if ((!two && !one) || (end && (end == args[1] || *end || !(limit >= 0)))) {
         fprintf(stderr, "psctl: reshard add ADDR | remove ADDR | status | wait [SECONDS]\n");
         return 2;
     }
@@ -216,7 +219,6 @@ int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
     } else if (!strcmp(args[0], "status")) {
         rc = status(o, &st, true, &slots);
     } else {
-        const double limit = nargs == 2 ? strtod(args[1], NULL) : 120;
         const uint64_t t0 = pc_time_mono_ns();
         while (!(rc = status(o, &st, false, &slots)) && slots && pc_time_sec_since(t0) < limit)
             pc_time_sleep_ms(20);

@@ -1,6 +1,7 @@
 /* psctl_serve.c: see psctl_serve.h. One function per subcommand: build the request, call,
  * print. */
 #include "psctl_serve.h"
+#include "psctl_exit.h"
 
 #include "emberps.pb-c.h"
 #include "pc_error.h"
@@ -30,7 +31,7 @@ static void *call(const psctl_serve_opts_t *o, const char *method, const Protobu
     }
     free(rb);
     if (e) {
-        *rc = e == PC_EUNAVAIL || e == PC_ETIMEDOUT || e == PC_ETLS ? 3 : 1;
+        *rc = psctl_exit_of(e);
         fprintf(stderr, "psctl: %s: status %d (%s): %s\n", path, st, pc_err_name(e),
                 rb ? msg : "out of memory");
         return NULL;

@@ -62,13 +62,14 @@ static void test_parse_errors(void **state) {
     char err[128];
     const char *bad[] = {
         "",
-        "version=1;servers=a:1;slots=0-16382:0",     /* slot 16383 missing */
-        "version=1;servers=a:1;slots=0-16383:0,5:0", /* slot 5 twice */
-        "version=1;servers=a:1;slots=0-16383:1",     /* no server 1 */
-        "version=0;servers=a:1;slots=0-16383:0",     /* version 0 */
-        "version=1;servers=a:1,;slots=0-16383:0",    /* empty address */
-        "version=1;servers=a:1;slots=0-16384:0",     /* slot out of range */
-        "version=1;servers=a:1;slots=9-3:0",         /* reversed range */
+        "version=1;servers=a:1;slots=0-16382:0",                   /* slot 16383 missing */
+        "version=1;servers=a:1;slots=0-16383:0,5:0",               /* slot 5 twice */
+        "version=1;servers=a:1;slots=0-16383:1",                   /* no server 1 */
+        "version=0;servers=a:1;slots=0-16383:0",                   /* version 0 */
+        "version=9223372036854775808;servers=a:1;slots=0-16383:0", /* no next version after */
+        "version=1;servers=a:1,;slots=0-16383:0",                  /* empty address */
+        "version=1;servers=a:1;slots=0-16384:0",                   /* slot out of range */
+        "version=1;servers=a:1;slots=9-3:0",                       /* reversed range */
         "version=x;servers=a:1;slots=0-16383:0",
         "version=1;servers=a:1;slots=0-16383:0junk",
         "version=1;servers=a:1slots=0-16383:0",                  /* missing separator */

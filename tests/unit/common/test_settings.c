@@ -91,6 +91,11 @@ static void test_args(void **state) {
     assert_true(c.rate == 0.75);
     assert_false(c.verbose);
     assert_int_equal(c.mode, 0);
+    char *argv_u[] = {"prog", "--verbose", "--no_verbose"}; /* '_' as '-', also after no */
+    argi = 1;
+    assert_int_equal(pc_settings_parse_args(tab, N, &c, 3, argv_u, &argi, err, sizeof err), 0);
+    assert_int_equal(argi, 3);
+    assert_false(c.verbose);
     char *argv2[] = {"prog", "--count"};
     argi = 1;
     assert_int_equal(pc_settings_parse_args(tab, N, &c, 2, argv2, &argi, err, sizeof err),
@@ -266,7 +271,14 @@ static void test_list_diff(void **state) {
     assert_int_equal(pc_settings_list_diff("shards=4", have, d, sizeof d), 1);
     assert_string_equal(d, "shards=4 (have: absent)");
     assert_int_equal(pc_settings_list_diff("lr=0.0500001", have, NULL, 0), 1); /* close: differs */
-    assert_int_equal(pc_settings_list_diff("name=emb2", have, d, 8), 1);       /* truncated */
+    /* as the parsers read them: suffixes, boolean spellings, choices in any case; integers
+     * exactly (a relative tolerance once took 1000000001 for 1000000000) */
+    const char *more = "admit_width=4194304,seed=1000000000,cold=false,optimizer=sgd";
+    assert_int_equal(
+        pc_settings_list_diff("admit_width=4Mi,cold=no,optimizer=SGD", more, d, sizeof d), 0);
+    assert_int_equal(pc_settings_list_diff("seed=1000000001", more, d, sizeof d), 1);
+    assert_int_equal(pc_settings_list_diff("cold=on", more, d, sizeof d), 1);
+    assert_int_equal(pc_settings_list_diff("name=emb2", have, d, 8), 1); /* truncated */
     assert_int_equal(strlen(d), 7);
 }
 
