@@ -131,11 +131,8 @@ static void test_groups_in_process(void **state) {
 
 static void test_groups_through_coordinator(void **state) {
     (void)state;
-    const char *extra[] = {"--coordinator", NULL};
-    int gp = 0;
-    pid_t pid = pu_spawn(pu_free_port(), g_dir, extra, &gp);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    pid_t pid = pu_coordinator(g_dir, 0, addr, sizeof addr);
     pw_coord_t *co;
     assert_int_equal(pw_coord_open(addr, NULL, 5000, &co), 0);
     void *v;
@@ -154,6 +151,7 @@ static void test_groups_through_coordinator(void **state) {
     pw_coord_close(co);
     pu_stop(pid);
     /* A server that is not the coordinator refuses. */
+    int gp = 0;
     pid = pu_spawn(pu_free_port(), g_dir, NULL, &gp);
     snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
     assert_int_equal(pw_coord_open(addr, NULL, 5000, &co), 0);

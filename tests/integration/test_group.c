@@ -169,11 +169,8 @@ static void claims(const char *coord) {
 
 static void test_claims_memory(void **state) {
     (void)state;
-    const char *extra[] = {"--coordinator", NULL};
-    int gp = 0;
-    pid_t pid = pu_spawn(pu_free_port(), g_dir, extra, &gp);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    const pid_t pid = pu_coordinator(g_dir, 0, addr, sizeof addr);
     claims(addr);
     pu_stop(pid);
 }
@@ -215,21 +212,11 @@ static void *recover_main(void *arg) {
     return NULL;
 }
 
-/* ps-server --coordinator on gRPC port gp (a free data port each time). */
-static pid_t coordinator_on(int gp) {
-    char grpc[32];
-    snprintf(grpc, sizeof grpc, "--grpc-port=%d", gp);
-    const char *extra[] = {"--coordinator", grpc, NULL};
-    int got = 0;
-    const pid_t pid = pu_spawn(pu_free_port(), g_dir, extra, &got);
-    assert_int_equal(got, gp);
-    return pid;
-}
-
 static void restart(pid_t *pid, int gp) {
     kill(*pid, SIGKILL);
     assert_true(pu_reap(*pid, 10) >= 0);
-    *pid = coordinator_on(gp);
+    char addr[64];
+    *pid = pu_coordinator(g_dir, gp, addr, sizeof addr);
 }
 
 /* Rank 0 trains on while rank 1 restarts, until rank 1 is in rank 0's generation again (rank 0
@@ -256,9 +243,8 @@ static void rejoin(const char *coord, pw_group_t *g0, joiner_t *j1) {
 static void test_coordinator_restart(void **state) {
     (void)state;
     const int gp = pu_free_port();
-    pid_t pid = coordinator_on(gp);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    pid_t pid = pu_coordinator(g_dir, gp, addr, sizeof addr);
     joiner_t j[2] = {{.coord = addr, .rank = 0}, {.coord = addr, .rank = 1}};
     pthread_t th[2];
     for (int r = 0; r < 2; r++)
@@ -304,11 +290,8 @@ static void test_coordinator_restart(void **state) {
  * all of them, at once (they waited for a lost worker that did not exist, for ever). */
 static void test_all_recovering(void **state) {
     (void)state;
-    const char *extra[] = {"--coordinator", NULL};
-    int gp = 0;
-    const pid_t pid = pu_spawn(pu_free_port(), g_dir, extra, &gp);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", gp);
+    const pid_t pid = pu_coordinator(g_dir, 0, addr, sizeof addr);
     joiner_t j[2];
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {

@@ -150,6 +150,19 @@ static inline void pu_stop_signal(pid_t pid) {
     fail_msg("process %d did not stop", (int)pid);
 }
 
+/* ps-server --coordinator (the coordinator's service, in memory) on gRPC port grpc_port (0: a
+ * free one); its "127.0.0.1:PORT" into addr. Its pid. */
+static inline pid_t pu_coordinator(const char *dir, int grpc_port, char *addr, size_t cap) {
+    char grpc[32];
+    snprintf(grpc, sizeof grpc, "--grpc-port=%d", grpc_port);
+    const char *extra[] = {"--coordinator", grpc_port ? grpc : NULL, NULL};
+    int gp = 0;
+    const pid_t pid = pu_spawn(pu_free_port(), dir, extra, &gp);
+    assert_true(!grpc_port || gp == grpc_port);
+    snprintf(addr, cap, "127.0.0.1:%d", gp);
+    return pid;
+}
+
 /* SIGTERM and expect a clean exit (0) within 10 s. */
 static inline void pu_stop(pid_t pid) {
     kill(pid, SIGTERM);
