@@ -258,14 +258,16 @@ static int set_span(const pc_setting_t *tab, size_t n, void *obj, const char *b,
         set_err(err, errlen, "unknown setting '%.*s'", (int)(ne - nb), nb);
         return PC_ENOTFOUND;
     }
-    char buf[1024];
-    if ((size_t)(ve - vb) >= sizeof buf) {
-        set_err(err, errlen, "%s: value too long", s->name);
-        return PC_EINVAL;
+    char *buf = malloc((size_t)(ve - vb) + 1); /* as long as the setting takes (a map: 4 KiB) */
+    if (!buf) {
+        set_err(err, errlen, "%s: out of memory", s->name);
+        return PC_ENOMEM;
     }
     memcpy(buf, vb, (size_t)(ve - vb));
     buf[ve - vb] = '\0';
-    return set_value(s, obj, buf, false, err, errlen);
+    const int rc = set_value(s, obj, buf, false, err, errlen);
+    free(buf);
+    return rc;
 }
 
 int pc_settings_parse_list(const pc_setting_t *tab, size_t n, void *obj, const char *list,
@@ -331,6 +333,8 @@ int pc_settings_parse_args(const pc_setting_t *tab, size_t n, void *obj, int arg
     return 0;
 }
 
+#define LINE_MAX_BYTES (64u << 10)
+
 int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const char *path, char *err,
                           size_t errlen) {
     FILE *f = fopen(path, "r");
@@ -338,13 +342,13 @@ int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const ch
         set_err(err, errlen, "%s: %s", path, strerror(errno));
         return PC_EIO;
     }
-    char line[1200];
+    char *line = NULL; /* a line as long as its value (a map: 4 KiB), up to LINE_MAX_BYTES */
+    size_t lcap = 0;
     int lineno = 0, rc = 0;
-    while (fgets(line, sizeof line, f)) {
+    for (ssize_t got; (got = getline(&line, &lcap, f)) >= 0;) {
         lineno++;
-        size_t len = strlen(line);
-        if (len == sizeof line - 1 && line[len - 1] != '\n') {
-            set_err(err, errlen, "%s:%d: line too long", path, lineno);
+        if ((size_t)got > LINE_MAX_BYTES || strlen(line) != (size_t)got) {
+            set_err(err, errlen, "%s:%d: line too long, or a NUL byte in it", path, lineno);
             rc = PC_EINVAL;
             break;
         }
@@ -366,6 +370,7 @@ int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const ch
         set_err(err, errlen, "%s: read error", path);
         rc = PC_EIO;
     }
+    free(line);
     fclose(f);
     return rc;
 }
@@ -451,10 +456,14 @@ void pc_settings_help_list(const pc_setting_t *tab, size_t n, FILE *out) {
 }
 
 void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *out) {
-    for (size_t i = 0; i < n; i++) {
-        char buf[1100];
-        pc_settings_format(&tab[i], obj, buf, sizeof buf);
+    for (size_t i = 0; i < n; i++) { /* a string whole, however long (a cluster map) */
+        const size_t cap = tab[i].type == PC_SET_STRING ? tab[i].size + 1 : 128;
+        char *buf = malloc(cap);
+        if (!buf)
+            return;
+        pc_settings_format(&tab[i], obj, buf, cap);
         fprintf(out, "%s = %s\n", tab[i].name, buf);
+        free(buf);
     }
 }
 

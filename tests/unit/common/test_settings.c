@@ -106,6 +106,33 @@ static void test_args(void **state) {
                      PC_EINVAL);
 }
 
+/* A long string setting (a cluster map of many servers) round-trips through dump and a file:
+ * the dump cut it at 1099 bytes, and a file refused values of 1024 bytes and more. */
+typedef struct big {
+    char map[4096];
+} big_t;
+static const pc_setting_t big_tab[] = {PC_SETTING_STRING(big_t, map, "", "a long value")};
+
+static void test_long_string_dump(void **state) {
+    (void)state;
+    big_t b, r;
+    memset(&b, 0, sizeof b);
+    memset(&r, 0, sizeof r);
+    pc_settings_defaults(big_tab, 1, &b);
+    memset(b.map, 'm', 3000);
+    b.map[3000] = '\0';
+    char path[] = "/tmp/ember_settings_big_XXXXXX", err[200];
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    pc_settings_dump(big_tab, 1, &b, f);
+    fclose(f);
+    pc_settings_defaults(big_tab, 1, &r);
+    assert_int_equal(pc_settings_load_file(big_tab, 1, &r, path, err, sizeof err), 0);
+    assert_memory_equal(&b, &r, sizeof b);
+    unlink(path);
+}
+
 static void test_file_env_dump(void **state) {
     (void)state;
     cfg_t c, d;
@@ -285,6 +312,7 @@ static void test_list_diff(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_defaults_and_list),
+        cmocka_unit_test(test_long_string_dump),
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_args),
         cmocka_unit_test(test_file_env_dump),
