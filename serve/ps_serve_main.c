@@ -125,6 +125,12 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
     return sv_serve_render_metrics(d->serve, buf, cap, len);
 }
 
+static volatile sig_atomic_t g_stop; /* the stop signal's number, once one came */
+
+static void on_stop(int sig) {
+    g_stop = sig;
+}
+
 int main(int argc, char **argv) {
     pw_blas_select(argv); /* first: it may execute this program again */
     size_t nf, nset;
@@ -153,12 +159,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     pc_log_init(NULL, (pc_log_level_t)c.log_level, "ps-serve");
-    /* Signals go to the main thread only: block them before any thread starts. */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    /* SIGTERM and SIGINT set a flag the main loop reads, whichever thread they reach: threads
+     * started before main (OpenBLAS's pool, made when the library loads) do not have them
+     * blocked, and one of those took them with their default action (killed, no drain). */
+    struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     /* Requests score on grpc_threads threads at once, each with its own evaluator, so OpenBLAS's
@@ -234,14 +241,13 @@ int main(int argc, char **argv) {
         PC_INFO("serving '%s' on %s (gRPC port %d)", c.name, c.host, ps_grpc_port(d.grpc));
         const struct timespec tick = {.tv_sec = c.tick_ms / 1000,
                                       .tv_nsec = (long)(c.tick_ms % 1000) * 1000000};
-        for (;;) {
-            int sig = sigtimedwait(&sigs, NULL, &tick);
-            if (sig == SIGTERM || sig == SIGINT) {
-                PC_INFO("signal %d: stopping", sig);
+        while (!g_stop) {
+            nanosleep(&tick, NULL); /* a signal to this thread ends it early */
+            if (g_stop)
                 break;
-            }
             sv_serve_tick(d.serve);
         }
+        PC_INFO("signal %d: stopping", (int)g_stop);
     }
     pc_metrics_stop(metrics);
     ps_grpc_set_serving(d.grpc, false); /* the calls in flight end first */
