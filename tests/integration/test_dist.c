@@ -1289,6 +1289,10 @@ static void server_rollback_run(void (*fault)(cluster_t *, pw_coord_t *, const c
     assert_true(json_num(j.out[0], "rollbacks") >= 1 && json_num(j.out[1], "rollbacks") >= 1);
     assert_true(json_num(j.out[0], "steps") == RROWS / RB);
     assert_true(json_num(j.out[1], "steps") == RROWS / RB);
+    /* samples are what the model holds: each share once (the steps rolled back not counted) */
+    print_message("samples %.0f, %.0f\n", json_num(j.out[0], "samples"),
+                  json_num(j.out[1], "samples"));
+    assert_true(json_num(j.out[0], "samples") == RROWS && json_num(j.out[1], "samples") == RROWS);
     /* The checkpoint holds every bit the job's model depends on, so the run ends with the model
      * of one never interrupted (workers push rank by rank). Once in CI (2026-11-27) it did not
      * (0.77181 against 0.77398) before the trainer refused cuts taken after a server's restart

@@ -309,8 +309,10 @@ static int rollback_agree(trainer_t *t) {
                      "checkpoint (servers --restore-id, workers --resume=checkpoint)");
             rc = PC_EIO;
         } else if (!rc) {
+            const uint64_t was = t->step;
             take_checkpoint(t, ck, state, &t->reposition_at);
             t->reposition = true;
+            t->rolled_back_steps = was > t->step ? was - t->step : 0;
             t->rollbacks++;
         }
     }
@@ -641,11 +643,13 @@ bool pw__server_lost(trainer_t *t) {
  * checkpoint's position). */
 int pw__pipeline_regroup(trainer_t *t) {
     pw_sched_abort_ordered(t->sched, PC_ECANCELED);
+    t->dropped_batches = 0;
     for (uint64_t id = t->applied; id < t->next_round; id++) { /* the rounds not applied */
         const round_t *r = &t->rounds[id % (uint64_t)t->nrounds];
         if (r->has_pos) {
             t->done_pos = r->pos;
             t->pos_dirty = true;
+            t->dropped_batches++;
         }
     }
     atomic_store(&t->coll_broken, false);

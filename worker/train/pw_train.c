@@ -645,6 +645,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             if ((rc = open_reader(&t, train, ntrain, (int)c->epochs, true, t.reposition_at, &r)))
                 break;
             t.reposition = false;
+            /* the steps thrown away are not counted: samples (and --max-samples) are what the
+             * model holds */
+            const uint64_t gone = (t.rolled_back_steps + t.dropped_batches) * (uint64_t)c->batch;
+            res->samples = res->samples > gone ? res->samples - gone : 0;
             more = true;
             t.done_pos = t.reposition_at;
             t.pos_dirty = true;

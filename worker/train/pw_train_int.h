@@ -165,8 +165,10 @@ typedef struct trainer {
     bool dcoll_said;          /* the job was told its dense allreduce goes through the host */
     bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
     uint64_t reposition_at, rollbacks;
-    bool resumed;          /* started from a coordinated checkpoint (--resume=checkpoint) */
-    uint64_t resumed_step; /* its step, and its run ("" unknown) */
+    uint64_t rolled_back_steps; /* the last rollback's: their samples are not in the model, */
+    uint64_t dropped_batches;   /* nor those of the rounds its regroup dropped */
+    bool resumed;               /* started from a coordinated checkpoint (--resume=checkpoint) */
+    uint64_t resumed_step;      /* its step, and its run ("" unknown) */
     char resumed_run[PW_JOBCKPT_RUN_MAX];
 } trainer_t;
 
