@@ -83,6 +83,8 @@ struct sv_serve {
     /* (rows, next, tables_next_ns: written by the tick only, under swap_mu; the tick reads them
      * without it) */
     uint64_t live_seen;         /* newest published step looked at (taken or refused) */
+    uint64_t pub_taken;         /* the published step served (0: none; a version's is not) */
+    int back_ticks;             /* ticks in a row that found every published step older */
     uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
     uint64_t tables_next_ns;    /* fetch_tables asks the servers again then */
     atomic_uint_least64_t relayouts, map_version;
@@ -813,15 +815,23 @@ void sv_serve_tick(sv_serve_t *s) {
     char dir[SV_PATH_MAX + 64], why[256] = "", what[64];
     uint64_t step;
     sv_watermark_t w;
-    if (s->live_seen && sv_published_newest(s->publish_dir, 0, dir, sizeof dir, &step) == 0 &&
-        step && step < s->live_seen) {
-        /* the versions after `step` are gone: the trainer rolled back and published its model
-         * again (the abandoned one's rows are gone from the servers) */
-        PC_WARN("serve: the newest published model is now step %" PRIu64
-                ", older than step %" PRIu64
-                " (the trainer rolled back): it is served once the rows are as its watermark says",
-                step, s->live_seen);
-        s->live_seen = step - 1;
+    /* The published model served is gone and every one left is older, two ticks in a row (a
+     * republish of one step replaces its directory: a moment without it): the trainer rolled
+     * back, published its model again and pruned the abandoned ones, whose rows are gone from
+     * the servers. A version served (not published) is no reason. */
+    if (s->pub_taken && sv_published_newest(s->publish_dir, 0, dir, sizeof dir, &step) == 0 &&
+        step && step < s->pub_taken) {
+        if (++s->back_ticks >= 2) {
+            PC_WARN("serve: the newest published model is now step %" PRIu64
+                    ", older than step %" PRIu64 " served (the trainer rolled back): it is served "
+                    "once the rows are as its watermark says",
+                    step, s->pub_taken);
+            s->live_seen = step - 1;
+            s->pub_taken = 0;
+            s->back_ticks = 0;
+        }
+    } else {
+        s->back_ticks = 0;
     }
     if (sv_published_newest(s->publish_dir, s->live_seen, dir, sizeof dir, &step) == 0) {
         snprintf(what, sizeof what, "published model %" PRIu64, step);
@@ -845,6 +855,7 @@ void sv_serve_tick(sv_serve_t *s) {
                 } else if (install_live(s, m)) {
                     refuse(s, what, "out of memory");
                 } else {
+                    s->pub_taken = step;
                     PC_DEBUG("serve: dense model %" PRIu64 " in", step);
                 }
             }
