@@ -79,8 +79,10 @@ case "$bin" in /*) ;; *) bin=$PWD/$bin ;; esac
 up() {
   [ -x "$bin/ps-server" ] ||
     { echo "local-cluster.sh: no $bin/ps-server (build first, or give --bin-dir=DIR)" >&2; exit 1; }
-  if [ -f "$dir/servers.txt" ] && status >/dev/null 2>&1; then
-    echo "local-cluster.sh: a cluster is already up in $dir (down first)" >&2; exit 1
+  if [ -f "$dir/servers.txt" ]; then # any server of it still running: stopped first
+    local alive=0
+    while read -r i dp gp mp pid; do ours "$pid" && alive=1; done <"$dir/servers.txt"
+    [ $alive = 0 ] || { echo "local-cluster.sh: servers of a cluster in $dir still run (down first)" >&2; exit 1; }
   fi
   mkdir -p "$dir/logs"
   local tls=() token=""
@@ -88,7 +90,9 @@ up() {
   if [ "$secure" = 1 ]; then
     local certs=$here/make-certs.sh
     [ -x "$certs" ] || certs=$here/emberps-make-certs # an installed script
-    [ -s "$dir/tls/server.pem" ] || EMBER_CERT_DAYS=30 "$certs" "$dir/tls" ||
+    # made again when missing or expiring within a day (the servers would start, no client connect)
+    { [ -s "$dir/tls/server.pem" ] && openssl x509 -checkend 86400 -noout -in "$dir/tls/server.pem" >/dev/null 2>&1; } ||
+      EMBER_CERT_DAYS=30 "$certs" "$dir/tls" ||
       { echo "local-cluster.sh: cannot make TLS certificates (openssl)" >&2; exit 1; }
     [ -s "$dir/token" ] || (umask 077 && openssl rand -hex 16 >"$dir/token")
     token=$(cat "$dir/token")
@@ -125,14 +129,20 @@ up() {
       --port-file="$dir/port-$i" "${extra[@]}" >"$dir/logs/server-$i.log" 2>&1 &
     echo "$i $((base + i)) $((base + 100 + i)) $((base + 2000 + i)) $!" >>"$dir/servers.txt"
   done
-  for ((i = 0; i < n; i++)); do # bounded wait for every server to serve
-    for ((t = 0; t < 200; t++)); do [ -s "$dir/port-$i" ] && break; sleep 0.05; done
+  # every server serves once its checkpoint is restored (a large one takes minutes): waited for
+  # while it runs, at most START_WAIT_S (1800) seconds
+  while read -r i dp gp mp pid; do
+    for ((t = 0; t < ${START_WAIT_S:-1800} * 20; t++)); do
+      [ -s "$dir/port-$i" ] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.05
+    done
     if [ ! -s "$dir/port-$i" ]; then
       echo "local-cluster.sh: server $i did not start; its log:" >&2
       tail -n 20 "$dir/logs/server-$i.log" >&2
       down; exit 1
     fi
-  done
+  done <"$dir/servers.txt"
   echo "127.0.0.1:$((base + 100))" >"$dir/coordinator"
   echo "$grpc" >"$dir/grpc"
   echo "cluster up: $n servers, map $dir/cluster.map, coordinator $(cat "$dir/coordinator")," \
@@ -164,12 +174,21 @@ status() {
   return $bad
 }
 
+# Whether pid is one of our ps-servers still (after a reboot or a crash the number may be
+# another process's, which down must not signal).
+ours() {
+  [ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$(readlink -f "$bin/ps-server")" ]
+}
+
 down() {
   [ -f "$dir/servers.txt" ] || return 0
-  while read -r i dp gp mp pid; do kill -TERM "$pid" 2>/dev/null || true; done <"$dir/servers.txt"
+  while read -r i dp gp mp pid; do ours "$pid" && kill -TERM "$pid" 2>/dev/null || true; done <"$dir/servers.txt"
+  # a server writes its exit checkpoint before it exits: waited for up to STOP_WAIT_S (300, as
+  # the systemd units and Kubernetes allow), then killed, which loses what it had not written
+  local wait=${STOP_WAIT_S:-300}
   while read -r i dp gp mp pid; do
-    for ((t = 0; t < 300; t++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-    kill -0 "$pid" 2>/dev/null && { echo "server $i did not stop in 15 s: killing" >&2; kill -9 "$pid"; }
+    for ((t = 0; t < wait * 20; t++)); do ours "$pid" || break; sleep 0.05; done
+    ours "$pid" && { echo "server $i did not stop in $wait s: killing it (its exit checkpoint is lost)" >&2; kill -9 "$pid"; }
   done <"$dir/servers.txt"
   rm -f "$dir/servers.txt"
   echo "cluster down ($dir)"

@@ -36,6 +36,8 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j2 >"${TMPDIR:-/tmp}/emberps-build.log" 2>&1 ||
   { tail -n 30 "${TMPDIR:-/tmp}/emberps-build.log"; exit 1; }
 
+# a cluster an earlier run left up (killed with it) goes first: its files are removed next
+deploy/local-cluster.sh down --dir="$run/cluster" >/dev/null 2>&1 || true
 rm -rf "$run"
 mkdir -p "$run/data" "$run/workers"
 echo "== data: $rows training rows, $((rows / 10)) test rows (ps-datagen)"
@@ -50,7 +52,7 @@ workers=()
 serve_pid=""
 cleanup() {
   for p in "${workers[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null
+  [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null || true # (set -e stops a trap early)
   cluster down >/dev/null 2>&1 || true
 }
 trap cleanup EXIT

@@ -73,7 +73,10 @@ cycle() {
   fi
   pid=$(awk '{print $5}' "$d/servers.txt")
   lc down
-  kill -0 "$pid" 2>/dev/null && fail "server $pid still running after down"
+  # stopped: gone, or exited and not reaped yet by whoever adopted it (a zombie)
+  if kill -0 "$pid" 2>/dev/null && [ "$(ps -o stat= -p "$pid" | cut -c1)" != Z ]; then
+    fail "server $pid still running after down"
+  fi
   out=$(lc status) && fail "status after down succeeded: $out"
   echo "$out" | grep -q "no cluster in $d" || fail "status after down: $out"
   [ -d "$d/ckpt-0" ] || fail "no checkpoint directory in $d"
