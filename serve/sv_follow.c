@@ -504,6 +504,14 @@ static int step(srvf_t *sf, source_t *x, bool *more, char *why, size_t cap) {
     }
     if (rc)
         return rc;
+    if ((x->uid && out.uid != x->uid) || out.next < x->pos || out.next > out.head) { /* not ours */
+        snprintf(why, cap,
+                 "table %s: a malformed DELTAS reply (uid %llu, next %llu, head %llu, "
+                 "from %llu)",
+                 x->table, (unsigned long long)out.uid, (unsigned long long)out.next,
+                 (unsigned long long)out.head, (unsigned long long)x->pos);
+        return PC_EPARSE;
+    }
     ps_catalog_t *cat = sv_sparse_catalog(f->s, sf->idx);
     ps_table_t *t;
     rc = ps_catalog_acquire(cat, x->table, &t);
@@ -818,8 +826,8 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
     const long t = source_index(f, table);
     if (t < 0)
         return false;
-    bool ok = true;
     pthread_mutex_lock(&f->mu);
+    bool ok = !stale_locked(f); /* moved slots' rows are frozen until the new layout is in */
     for (size_t i = 0; i < n && ok; i++) {
         if (!uids[i])
             continue;
@@ -827,7 +835,7 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
             /* a server the replica does not follow: primary of nothing in the newest map seen,
              * which has the replica's primaries (not stale), so its rows are at their primaries
              * (moved there, with every change acknowledged before, ahead of the replica's scan) */
-            ok = !stale_locked(f) && i < pc_cmap_nservers(f->newest) &&
+            ok = i < pc_cmap_nservers(f->newest) &&
                  pc_cmap_server_slots(f->newest, (uint32_t)i) == 0;
             continue;
         }

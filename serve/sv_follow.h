@@ -130,7 +130,9 @@ int sv_follow_positions(sv_follow_t *f, const char *table, uint64_t *uids, uint6
  * is not asked about. A server the follower does not follow (primary of nothing in its map, or
  * beyond it) is caught up when the layout is not stale and the newest map noted lists it as
  * primary of nothing: its slots' rows, every acknowledged change included, moved to their
- * primaries before the scans that gave the replica those rows. */
+ * primaries before the scans that gave the replica those rows. While the layout is stale (a slot
+ * moved), nothing is caught up: the moved slots' rows stay as they were until the new layout is
+ * swapped in. */
 bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids,
                          const uint64_t *heads, size_t n);
 
