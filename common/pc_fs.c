@@ -70,6 +70,13 @@ void pc_fs_rm_tree(const char *path) {
     nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir) {
+    pc_fs_rm_tree(fin); /* rename cannot replace a directory with entries */
+    if (rename(tmp, fin))
+        return errno == ENOSPC ? PC_ENOSPC : PC_EIO;
+    return pc_fs_fsync_path(dir);
+}
+
 static int cmp_u64(const void *a, const void *b) {
     const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;

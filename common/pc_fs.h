@@ -16,6 +16,11 @@ int pc_fs_write_atomic(const char *path, const void *buf, size_t len);
 /* Remove a file or a directory tree; missing is fine. Does not follow symlinks. */
 void pc_fs_rm_tree(const char *path);
 
+/* Put directory `tmp` (written whole) in place as `fin`, replacing one there, and fsync their
+ * parent `dir`: readers see the old directory, then none for a moment, then the new one, never a
+ * mix. 0, PC_ENOSPC or PC_EIO. */
+int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir);
+
 /* The numbers N of dir's entries named exactly PREFIX<N> (decimal digits, any zero padding: a
  * job's step-<S>/, published dense-<S>/), ascending, into *out (malloc'ed, the caller frees
  * it; NULL when none); returns how many. 0 when dir cannot be read; on an allocation failure,

@@ -818,9 +818,10 @@ void sv_serve_tick(sv_serve_t *s) {
     /* The published model served is gone and every one left is older, two ticks in a row (a
      * republish of one step replaces its directory: a moment without it): the trainer rolled
      * back, published its model again and pruned the abandoned ones, whose rows are gone from
-     * the servers. A version served (not published) is no reason. */
-    if (s->pub_taken && sv_published_newest(s->publish_dir, 0, dir, sizeof dir, &step) == 0 &&
-        step && step < s->pub_taken) {
+     * the servers. A version served (not published) is no reason. One look at the directory
+     * serves both this and the newer model below. */
+    const bool any = sv_published_newest(s->publish_dir, 0, dir, sizeof dir, &step) == 0;
+    if (any && s->pub_taken && step && step < s->pub_taken) {
         if (++s->back_ticks >= 2) {
             PC_WARN("serve: the newest published model is now step %" PRIu64
                     ", older than step %" PRIu64 " served (the trainer rolled back): it is served "
@@ -833,7 +834,7 @@ void sv_serve_tick(sv_serve_t *s) {
     } else {
         s->back_ticks = 0;
     }
-    if (sv_published_newest(s->publish_dir, s->live_seen, dir, sizeof dir, &step) == 0) {
+    if (any && step > s->live_seen) {
         snprintf(what, sizeof what, "published model %" PRIu64, step);
         int rc = sv_watermark_read(dir, &w, why, sizeof why);
         if (rc) {

@@ -711,9 +711,6 @@ int main(int argc, char **argv) {
                 printf("restored checkpoint %" PRIu64 " in %.2f s\n", p->id, p->seconds);
             }
             emberps__restore_response__free_unpacked(p, NULL);
-        } else if (r) {
-            fprintf(stderr, "psctl: malformed Restore response\n");
-            rc = 1;
         }
     } else if (!strcmp(cmd, "probe") && nargs <= 1) {
         rc = probe(nargs ? args[0] : "");

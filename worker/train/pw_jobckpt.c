@@ -70,6 +70,11 @@ static int restore_one(const char *addr, const psg_opts_t *sec, int timeout_ms, 
     }
 }
 
+bool pw_jobckpt_list_ok(const char *grpc) {
+    const size_t len = grpc ? strlen(grpc) : 0;
+    return !len || (grpc[0] != ',' && grpc[len - 1] != ',' && !strstr(grpc, ",,"));
+}
+
 /* Server i of the comma-separated list: a restore of restore->servers[i] (restore not NULL,
  * waiting up to wait_ms for a server that cannot be reached), or a checkpoint, its id into
  * taken->servers[i]. The list is checked before any call: an empty entry ("a,,b", "a,"), or a
@@ -79,9 +84,7 @@ static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms, 
     size_t naddr = grpc && *grpc ? 1 : 0;
     for (const char *p = grpc; p && *p; p++)
         naddr += *p == ',';
-    const size_t len = grpc ? strlen(grpc) : 0;
-    if (naddr == 0 || grpc[0] == ',' || grpc[len - 1] == ',' || strstr(grpc, ",,") ||
-        (restore && naddr != restore->nservers))
+    if (naddr == 0 || !pw_jobckpt_list_ok(grpc) || (restore && naddr != restore->nservers))
         return PC_EINVAL;
     if (naddr > PW_JOBCKPT_MAX_SERVERS)
         return PC_ETOOBIG;
@@ -202,10 +205,8 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
         rc = pc_fs_write_atomic(path, m, len);
     }
     free(m);
-    if (!rc) {
-        pc_fs_rm_tree(fin); /* the same step written before */
-        rc = rename(sdir, fin) ? (errno == ENOSPC ? PC_ENOSPC : PC_EIO) : pc_fs_fsync_path(dir);
-    }
+    if (!rc)
+        rc = pc_fs_replace_dir(sdir, fin, dir); /* the same step written before: replaced */
     if (rc)
         pc_fs_rm_tree(sdir);
     if (!rc) {

@@ -51,6 +51,7 @@
 #ifndef PW_JOBCKPT_H
 #define PW_JOBCKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -89,6 +90,9 @@ const char *pw_jobckpt_server_dir(const pw_jobckpt_t *ck, size_t i);
  * PW_JOBCKPT_DIR_MAX; "" clears it). PC_EINVAL, PC_ETOOBIG (the arena is full: a directory set
  * again takes new room). Every field of a zeroed pw_jobckpt_t is an empty checkpoint. */
 int pw_jobckpt_server_dir_set(pw_jobckpt_t *ck, size_t i, const char *path);
+
+/* Whether a comma-separated server list has no empty entry ("a,,b", "a,", ",a"); "" is fine. */
+bool pw_jobckpt_list_ok(const char *grpc);
 
 /* Ask every server of `grpc` (comma-separated host:gRPC port, cluster-map order) to write a
  * checkpoint now; their ids go to ck->servers, the directories they give to ck's server dirs. sec

@@ -611,6 +611,15 @@ int pw__slot_settle(trainer_t *t, slot_t *s) {
     return rc;
 }
 
+int pw__slots_settle(trainer_t *t) {
+    int rc = 0;
+    for (int i = 0; i < t->nslots; i++) {
+        const int src = pw__slot_settle(t, &t->slots[i]);
+        rc = rc ? rc : src;
+    }
+    return rc;
+}
+
 int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     if (s) { /* the push chunks' memory first: nothing is submitted on a failure */
         if (t->split)

@@ -16,7 +16,6 @@
 #include "pw_model_io.h"
 
 #include <dirent.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -130,8 +129,7 @@ static int version_write(pw_publish_t *p, const snap_t *s, char *why, size_t why
     }
     if (!rc) {
         what = "the rename";
-        pc_fs_rm_tree(fin); /* the same step published again (a rollback) */
-        rc = rename(tmp, fin) ? (errno == ENOSPC ? PC_ENOSPC : PC_EIO) : pc_fs_fsync_path(p->dir);
+        rc = pc_fs_replace_dir(tmp, fin, p->dir); /* the same step again: a rollback */
     }
     if (rc) {
         if (!why[0])

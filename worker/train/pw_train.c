@@ -196,9 +196,7 @@ static int check_config(const pw_train_config_t *c) {
                  "directory and (to write them) the servers' gRPC addresses");
         return PC_EINVAL;
     }
-    const size_t gl = strlen(c->server_grpc);
-    if (gl && (c->server_grpc[0] == ',' || c->server_grpc[gl - 1] == ',' ||
-               strstr(c->server_grpc, ",,"))) {
+    if (!pw_jobckpt_list_ok(c->server_grpc)) {
         PC_ERROR("train: --server-grpc=%s has an empty entry: give each server's gRPC address, "
                  "in --servers' order",
                  c->server_grpc);
@@ -711,9 +709,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             /* a consistent cut: every round before cur applied, every push acknowledged (async
              * rounds do not wait for their pushes: the slots' are waited for here) */
             last_ckpt = cur;
-            rc = pw__apply_rounds(&t, 0, true, &stop);
-            for (int i = 0; !rc && i < t.nslots; i++)
-                rc = pw__slot_settle(&t, &t.slots[i]);
+            if (!(rc = pw__apply_rounds(&t, 0, true, &stop)))
+                rc = pw__slots_settle(&t);
             if (!rc)
                 pw__save_position(&t, true);
             if (rc || (rc = pw__job_checkpoint(&t))) {
@@ -781,10 +778,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
     }
     pw_sched_drain(t.sched);
-    for (int i = 0; i < t.nslots; i++) { /* pushes a late regroup dropped: counted as lost */
-        const int src = pw__slot_settle(&t, &t.slots[i]);
-        rc = rc ? rc : t.staleness == PW_ASYNC ? src : 0; /* async: not reported by a mark */
-    }
+    const int src = pw__slots_settle(&t); /* pushes a late regroup dropped: counted as lost */
+    rc = rc ? rc : t.staleness == PW_ASYNC ? src : 0; /* async: not reported by a mark */
     if (!rc)
         pw__save_position(&t, true);
     if (!rc) /* a promotion during the last steps: said and counted too */

@@ -203,6 +203,8 @@ int pw__slot_stage(trainer_t *t, slot_t *s);
 /* Wait for the slot's pushes before it is refilled: pushes whose gate failed (a dropped round)
  * count as lost; a push that ran and failed is returned. */
 int pw__slot_settle(trainer_t *t, slot_t *s);
+/* pw__slot_settle of every slot: the first error. */
+int pw__slots_settle(trainer_t *t);
 /* Submit round next_round: the dense gradients now in the layers (group), whether this worker
  * had a batch, slot s's pushes (NULL: none) and the marker that waits for them (sync, ssp).
  * PC_ENOMEM (nothing submitted). */
