@@ -429,6 +429,13 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
             if (p == 0) {
                 uid = out.uid;
                 next = out.next; /* the head before any part: DELTAS from here cover the rest */
+            } else if (out.uid != uid) { /* asked with part 0's uid: another is not ours */
+                snprintf(why, cap,
+                         "table %s: a malformed scan reply (part %u of uid %016" PRIx64
+                         ", part 0's %016" PRIx64 ")",
+                         x->table, p, out.uid, uid);
+                rc = PC_EPARSE;
+                break;
             }
             rc = apply(sf, st, x->dim, out.n);
             rows += out.n;

@@ -460,6 +460,8 @@ int sv_sparse_checksum(sv_sparse_t *s, const char *table, uint64_t *sum, uint64_
 typedef struct copy_ctx {
     ps_table_t *dst;
     uint32_t dim;
+    const pc_cluster_map_t *map; /* non-NULL: only the rows of slots `server` is primary of */
+    uint32_t server;
     uint64_t keys[256];
     float *w; /* 256 x dim */
     int rc;
@@ -468,11 +470,15 @@ typedef struct copy_ctx {
 /* Load a scanned batch's weights into the staging table (fresh optimizer state). */
 static int copy_rows(void *ctx, const ps_row_view_t *rows, size_t n) {
     copy_ctx_t *x = ctx;
+    size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        x->keys[i] = rows[i].key;
-        memcpy(x->w + i * x->dim, rows[i].weights, x->dim * sizeof(float));
+        if (x->map && pc_cmap_key_owner(x->map, rows[i].key) != x->server)
+            continue;
+        x->keys[m] = rows[i].key;
+        memcpy(x->w + m * x->dim, rows[i].weights, x->dim * sizeof(float));
+        m++;
     }
-    x->rc = ps_table_load(x->dst, n, x->keys, x->w, NULL, NULL, NULL);
+    x->rc = m ? ps_table_load(x->dst, m, x->keys, x->w, NULL, NULL, NULL) : 0;
     return x->rc;
 }
 
@@ -540,7 +546,9 @@ static int load_one(sv_sparse_t *s, uint32_t i, const char *dir, uint64_t id, ui
         }
         ps_table_config_t cfg;
         sv_sparse_table_config(s, names[t], &cfg);
-        copy_ctx_t x = {.dim = (uint32_t)cfg.dim};
+        /* a replicated server's checkpoint also holds its backup slots' rows: its stream
+         * never carries their changes or erasures, and lookups route them elsewhere */
+        copy_ctx_t x = {.dim = (uint32_t)cfg.dim, .map = s->map, .server = i};
         if (ps_table_dim(src) != x.dim) {
             rc = PC_EDIM;
             snprintf(err, errlen,

@@ -128,7 +128,9 @@ typedef struct sv_sparse_start {
  * (n must be sv_sparse_servers), checkpoint ids[i] (0: the newest that verifies) of directory
  * dirs[i] (a ps-server --ckpt-dir, opened read-only: nothing there is created, removed or
  * written) is restored aside, and every table the replica holds is replaced by the rows of the
- * checkpoint's table of that name (weights; the replica keeps no optimizer state). Nothing is
+ * checkpoint's table of that name (weights; the replica keeps no optimizer state) whose slots
+ * server i is primary of in the replica's map (a replicated server's backup rows are left out:
+ * its stream does not carry them). Nothing is
  * replaced unless every server's checkpoint restored and holds every table with the same dim;
  * then each (server, table) is swapped in whole. starts (cap entries, may be NULL with cap 0)
  * gets per (server, table) the checkpointed table's uid and change-log position (UINT64_MAX

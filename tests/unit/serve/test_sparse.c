@@ -2,10 +2,12 @@
  * eviction, TTL or admission; a cold table refused by name, left out of every table), keys routed
  * by slot to their server's catalog, lookups that answer like the training server's (rows and
  * found; initial rows or zeros for a missing key), a staging table swapped in whole, the
- * order-independent checksum. */
+ * order-independent checksum; rows loaded from the servers' checkpoints land only in the catalog
+ * of their slot's primary (a replicated server's checkpoint holds its backup rows too). */
 #include "table_check.h"
 
 #include "pc_error.h"
+#include "ps_ckpt.h"
 #include "sv_sparse.h"
 
 static const char *k_map = "version=3;servers=10.0.0.1:1,10.0.0.2:2,10.0.0.3:3;"
@@ -138,10 +140,66 @@ static void test_lookup_routes(void **state) {
     sv_sparse_destroy(s);
 }
 
+/* Every server's checkpoint holds every key (replicated servers hold their backup slots' rows
+ * beside their own): the replica keeps each row once, in its primary's catalog, so the rows
+ * held and the checksum are the cluster's, not three times them. */
+static void test_checkpoint_primary_rows(void **state) {
+    (void)state;
+    char dir[256];
+    tc_tmpdir(dir, sizeof dir, "sparseckpt");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_config_t cfg;
+    assert_int_equal(ps_catalog_spec_parse("name=a,dim=4", &cfg, NULL, 0), 0);
+    assert_int_equal(ps_catalog_add(cat, &cfg), 0);
+    enum { N = 2000 };
+    static uint64_t keys[N];
+    static float w[N * 4];
+    uint64_t rng = 11, want_sum = 0;
+    for (size_t i = 0; i < N; i++) {
+        keys[i] = tu_rand(&rng);
+        for (int e = 0; e < 4; e++)
+            w[i * 4 + e] = tu_gauss(&rng);
+        want_sum += sv_sparse_row_hash(keys[i], &w[i * 4], 4);
+    }
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, "a", &t), 0);
+    assert_int_equal(ps_table_load(t, N, keys, w, NULL, NULL, NULL), 0);
+    ps_catalog_release(cat, t);
+    const ps_ckpt_opts_t o = {.dir = dir, .keep = 1, .full_every = 1};
+    ps_ckpt_t *ck;
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    ps_ckpt_result_t res;
+    assert_int_equal(ps_ckpt_write(ck, &res), 0);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    sv_sparse_t *s;
+    assert_int_equal(sv_sparse_create(k_map, &s, NULL, 0), 0);
+    assert_int_equal(sv_sparse_add_tables(s, "name=a,dim=4\n", NULL, NULL, 0), 0);
+    const char *dirs[3] = {dir, dir, dir};
+    char err[512];
+    int rc = sv_sparse_load_checkpoints(s, dirs, NULL, 3, NULL, NULL, 0, NULL, err, sizeof err);
+    if (rc)
+        fail_msg("load: %s", err);
+    uint64_t sum, rows;
+    assert_int_equal(sv_sparse_checksum(s, "a", &sum, &rows), 0);
+    assert_int_equal(sv_sparse_rows(s), N);
+    assert_int_equal(rows, N);
+    assert_true(sum == want_sum);
+    static float got[N * 4];
+    static uint8_t found[N];
+    assert_int_equal(sv_sparse_lookup(s, "a", keys, N, got, N * 4, found), 0);
+    for (size_t i = 0; i < N; i++)
+        assert_true(found[i] && memcmp(&got[i * 4], &w[i * 4], 16) == 0);
+    sv_sparse_destroy(s);
+    tc_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tables),
         cmocka_unit_test(test_lookup_routes),
+        cmocka_unit_test(test_checkpoint_primary_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
