@@ -912,14 +912,44 @@ uint64_t sv_follow_map_version(const sv_follow_t *f) {
     return pc_cmap_version(f->map);
 }
 
+typedef enum { TABLE_PENDING, TABLE_HELD, TABLE_GONE } table_state_t;
+
+/* Table t of every followed server: gone everywhere (the last call of each source answered
+ * PC_ENOTFOUND: no server has it), else its rows held everywhere (scanned, or started from a
+ * position), or neither yet. Caller holds f->mu. */
+static table_state_t table_state_locked(const sv_follow_t *f, size_t t) {
+    bool held = true, gone = true;
+    for (size_t i = 0; i < f->nsrv; i++) {
+        if (!f->srv[i].active)
+            continue;
+        const source_t *x = &f->srv[i].src[t];
+        held = held && x->uid && !x->need_scan;
+        gone = gone && x->state == SV_SOURCE_DOWN && x->last_rc == PC_ENOTFOUND;
+    }
+    return gone ? TABLE_GONE : held ? TABLE_HELD : TABLE_PENDING;
+}
+
 bool sv_follow_ready(sv_follow_t *f) {
     bool ready = true;
     pthread_mutex_lock(&f->mu);
-    for (size_t i = 0; i < f->nsrv && ready; i++)
-        for (size_t t = 0; f->srv[i].active && t < f->srv[i].nsrc && ready; t++)
-            ready = f->srv[i].src[t].uid && !f->srv[i].src[t].need_scan;
+    for (size_t t = 0; f->nsrv && t < f->srv[0].nsrc && ready; t++)
+        ready = table_state_locked(f, t) != TABLE_PENDING;
     pthread_mutex_unlock(&f->mu);
     return ready;
+}
+
+size_t sv_follow_gone(sv_follow_t *f, char (*names)[PS_TABLE_NAME_MAX], size_t cap) {
+    size_t k = 0;
+    pthread_mutex_lock(&f->mu);
+    for (size_t t = 0; f->nsrv && t < f->srv[0].nsrc; t++) {
+        if (table_state_locked(f, t) != TABLE_GONE)
+            continue;
+        if (k < cap)
+            copy_str(names[k], PS_TABLE_NAME_MAX, f->srv[0].src[t].table);
+        k++;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return k;
 }
 
 /* ==== discovery ============================================================================= */

@@ -20,7 +20,8 @@
  *   whose slots did not move copied from the current one and followed from the same positions,
  *   sv_follow_unmoved, and a follower that scans the other primaries), starts over when that
  *   map is stale in turn, and once they hold every row
- *   (sv_follow_ready) swaps in a live object of the same dense model over them. The old rows
+ *   (sv_follow_ready; a table no server has any more gets the current rows of it, carry_gone)
+ *   swaps in a live object of the same dense model over them. The old rows
  *   keep following and serving until then, and are freed (their follower stopped) with the last
  *   object that reads them. A published model waits for rows of the current layout.
  */
@@ -678,12 +679,67 @@ static void swap_rows(sv_serve_t *s) {
             sv_follow_map_version(s->rows->follower), sv_sparse_rows(s->rows->sparse));
 }
 
+typedef struct carry {
+    sv_serve_t *s;
+    size_t n;
+    char (*names)[PS_TABLE_NAME_MAX];
+} carry_t;
+
+/* carry_gone's copy, at nice 19 (run_niced). */
+static int carry_tables(void *arg) {
+    carry_t *a = arg;
+    for (size_t i = 0; i < a->n; i++) {
+        uint64_t rows = 0;
+        const int rc =
+            sv_sparse_carry_table(a->s->next->sparse, a->s->rows->sparse, a->names[i], &rows);
+        if (rc) {
+            PC_ERROR("serve: table %s: carrying its last rows into the new layout: %s", a->names[i],
+                     pc_strerror(rc));
+            return rc;
+        }
+        PC_INFO("serve: table %s is on no training server of the new layout: its last %" PRIu64
+                " rows are carried into it",
+                a->names[i], rows);
+    }
+    return 0;
+}
+
+/* The tables of the new layout (s->next, ready) that no training server has any more (dropped:
+ * the model's table keeps serving its last rows) get the current rows of them, routed by the new
+ * map: their sources cannot scan them. 0; PC_EAGAIN when one came back meanwhile (its scan and
+ * the carry may have mixed); another failure (the next tick tries again). Under swap_mu. */
+static int carry_gone(sv_serve_t *s) {
+    const size_t n = sv_follow_gone(s->next->follower, NULL, 0);
+    if (!n)
+        return 0;
+    carry_t a = {.s = s, .names = calloc(n, PS_TABLE_NAME_MAX)};
+    if (!a.names)
+        return PC_ENOMEM;
+    a.n = sv_follow_gone(s->next->follower, a.names, n);
+    int rc = a.n <= n ? run_niced(carry_tables, &a) : PC_EAGAIN;
+    /* a table created again meanwhile would be scanned into the rows just replaced: start over */
+    if (!rc &&
+        (sv_follow_gone(s->next->follower, NULL, 0) != a.n || !sv_follow_ready(s->next->follower)))
+        rc = PC_EAGAIN;
+    free(a.names);
+    return rc;
+}
+
 /* Follow the training servers' map (see DESIGN). Under swap_mu. */
 static void relayout(sv_serve_t *s) {
     char *map = NULL, why[320] = "";
     if (s->next && !sv_follow_stale(s->next->follower, &map)) {
-        if (sv_follow_ready(s->next->follower))
+        if (!sv_follow_ready(s->next->follower))
+            return;
+        const int rc = carry_gone(s);
+        if (rc == PC_EAGAIN) { /* its rows may be mixed: the next tick builds it anew */
+            PC_INFO("serve: a table of the new layout came back while its last rows were "
+                    "carried: building the layout again");
+            rows_unref(s->next);
+            s->next = NULL;
+        } else if (rc == 0) {
             swap_rows(s);
+        }
         return;
     }
     if (!s->next &&

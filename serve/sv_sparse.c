@@ -509,6 +509,48 @@ int sv_sparse_copy_server(sv_sparse_t *dst, sv_sparse_t *src, uint32_t server, c
     return rc;
 }
 
+int sv_sparse_carry_table(sv_sparse_t *dst, sv_sparse_t *src, const char *table, uint64_t *rows) {
+    if (!dst || !src || !table)
+        return PC_EINVAL;
+    const uint32_t dim = table_dim(dst, table);
+    if (!dim || !table_dim(src, table))
+        return PC_ENOTFOUND;
+    if (table_dim(src, table) != dim)
+        return PC_EDIM;
+    ps_table_t **st = calloc(dst->nsrv, sizeof *st);
+    copy_ctx_t x = {.dim = dim, .map = dst->map};
+    int rc = st && (x.w = malloc(256 * (size_t)dim * sizeof *x.w)) ? 0 : PC_ENOMEM;
+    uint64_t n = 0;
+    /* each destination server's rows: a scan of every source catalog keeping that server's
+     * slots (servers x servers scans of a server's share each: a rare event's cost) */
+    for (uint32_t d = 0; !rc && d < dst->nsrv; d++) {
+        if ((rc = sv_sparse_staging_create(dst, table, &st[d])))
+            break;
+        x.dst = st[d];
+        x.server = d;
+        for (size_t i = 0; !rc && i < src->nsrv; i++) {
+            ps_table_t *from;
+            if ((rc = ps_catalog_acquire(src->cat[i], table, &from)))
+                break;
+            if ((rc = ps_table_scan(from, PS_SCAN_ALL, copy_rows, &x)) && x.rc)
+                rc = x.rc;
+            ps_catalog_release(src->cat[i], from);
+        }
+        n += rc ? 0 : ps_table_count(st[d]);
+    }
+    for (uint32_t d = 0; st && d < dst->nsrv; d++) {
+        if (rc)
+            ps_table_destroy(st[d]);
+        else
+            rc = sv_sparse_swap_in(dst, d, st[d]); /* both exist: cannot fail */
+    }
+    if (rows)
+        *rows = rc ? 0 : n;
+    free(x.w);
+    free(st);
+    return rc;
+}
+
 /* Restore server i's checkpoint aside and copy each of the replica's tables into staged[t]
  * (replica config); starts for them in st[t]. */
 static int load_one(sv_sparse_t *s, uint32_t i, const char *dir, uint64_t id, uint64_t *restored,

@@ -115,6 +115,12 @@ int sv_sparse_swap_in(sv_sparse_t *s, uint32_t server, ps_table_t *t);
 int sv_sparse_copy_server(sv_sparse_t *dst, sv_sparse_t *src, uint32_t server, const char *table,
                           uint64_t *rows);
 
+/* Copy every row (weights) of `table` in src, whichever server's catalog holds it, into dst's
+ * catalog of its slot's primary in dst's map, replacing dst's rows of the table (a server's at a
+ * time, each in one step): a table no training server has any more keeps its last rows in a new
+ * layout. *rows (may be NULL): the rows copied. PC_ENOTFOUND, PC_EDIM, PC_EINVAL, PC_ENOMEM. */
+int sv_sparse_carry_table(sv_sparse_t *dst, sv_sparse_t *src, const char *table, uint64_t *rows);
+
 /* Where a table's rows of one server came from: the training table's uid and the position of
  * its change log they reflect (what sv_follow starts from). */
 typedef struct sv_sparse_start {

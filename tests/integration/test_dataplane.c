@@ -401,16 +401,6 @@ static void test_tables_health(void **state) {
     tc_rmdir(dir);
 }
 
-static void write_file(const char *path, const char *text) {
-    char tmp[400];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
-    assert_int_equal(rename(tmp, path), 0);
-}
-
 static void test_wrong_slot_redirect(void **state) {
     (void)state;
     char dir[256], mf[300], mfarg[320], tables[200], map[256];
@@ -419,7 +409,7 @@ static void test_wrong_slot_redirect(void **state) {
     snprintf(mf, sizeof mf, "%s/map", dir);
     snprintf(map, sizeof map, "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-16383:0", p0,
              p1);
-    write_file(mf, map);
+    tc_write_file(mf, map);
     snprintf(mfarg, sizeof mfarg, "--cluster-map-file=%s", mf);
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     char idx0[] = "--server-index=0", idx1[] = "--server-index=1";
@@ -434,7 +424,7 @@ static void test_wrong_slot_redirect(void **state) {
     assert_int_equal(psc_pull(c, "emb", keys, N, D, x), 0);
     /* Move half the slots to server 1 (the servers learn it on SIGHUP, the client does not). */
     two_way_map(map, sizeof map, p0, p1, 2);
-    write_file(mf, map);
+    tc_write_file(mf, map);
     kill(s1, SIGHUP);
     kill(s0, SIGHUP);
     usleep(200000);

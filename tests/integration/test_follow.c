@@ -24,7 +24,9 @@
  *  - a table created on the servers (psctl create) after the replica started: followed within
  *    tables_poll_ms, its rows equal the servers', the rows held before kept; dropped and
  *    created at once with another dim, the replica follows the new one (it kept the old dim
- *    before); dropped again (psctl drop), it goes from the replica.
+ *    before); dropped again (psctl drop), it goes from the replica;
+ *  - a map change (SIGHUP) while a table the replica keeps is dropped on the servers: the new
+ *    layout carries that table's last rows and swaps in.
  * argv[1] is the ps-server binary (psctl beside it). Every wait is bounded. */
 #include "proc_util.h"
 #include "table_check.h"
@@ -893,6 +895,108 @@ static void test_follow_new_table(void **state) {
     cluster_down(&k);
 }
 
+/* A map change while a table the replica holds is gone from the servers (dropped; as the dense
+ * model's table is kept to serve its last rows; tables_poll_ms 0 here keeps any): the new
+ * layout carries that table's last rows, routed by the new map, instead of waiting for scans no
+ * server can answer, and the moved slots of the other table follow the servers again. Without
+ * the carry the new layout never swaps in and the moved slots' rows stay as at the move. */
+static void test_follow_relayout_dropped_table(void **state) {
+    (void)state;
+    char dir[256], mf[300], mfarg[320], tables[300], map[256], idx[2][32];
+    tc_tmpdir(dir, sizeof dir, "followdrop");
+    int port[2] = {pu_free_port(), pu_free_port()}, grpc[2];
+    pid_t pid[2];
+    snprintf(mf, sizeof mf, "%s/map", dir);
+    snprintf(map, sizeof map,
+             "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-8191:0,8192-16383:1", port[0],
+             port[1]);
+    tc_write_file(mf, map);
+    snprintf(mfarg, sizeof mfarg, "--cluster-map-file=%s", mf);
+    snprintf(tables, sizeof tables, "--tables=%s;%s", k_emb, k_cap);
+    for (int i = 0; i < 2; i++) {
+        snprintf(idx[i], sizeof idx[i], "--server-index=%d", i);
+        const char *e[] = {mfarg, tables, idx[i], NULL};
+        pid[i] = pu_spawn(port[i], dir, e, &grpc[i]);
+    }
+    psc_t *c = connect_to(map);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(push_round(c, "emb", 8, 40 + (uint64_t)r, 2000, 20000), 0);
+        assert_int_equal(push_round(c, "cap", 4, 50 + (uint64_t)r, 100, 2000), 0);
+    }
+    sv_follow_opts_t fo;
+    sv_follow_opts_defaults(&fo);
+    fo.timeout_ms = 1000;
+    fo.backoff_max_ms = 100;
+    fo.tables_poll_ms = 0;
+    const sv_serve_opts_t so = {
+        .name = "m", .follow = map, .evaluators = 1, .max_batch = 1, .fo = &fo};
+    sv_serve_t *sv;
+    assert_int_equal(sv_serve_create(&so, &sv), 0);
+    ticker_t tk = {.sv = sv};
+    pthread_t tth;
+    assert_int_equal(pthread_create(&tth, NULL, tick_main, &tk), 0);
+    wait_same_rows(sv, port[0], 2, "emb", 8, 20000);
+    wait_same_rows(sv, port[0], 2, "cap", 4, 2000);
+    uint64_t sum0, rows0, sum1, rows1;
+    sv_served_t *x = sv_serve_acquire(sv);
+    assert_int_equal(sv_sparse_checksum(sv_served_sparse(x), "cap", &sum0, &rows0), 0);
+    sv_serve_release(sv, x);
+    for (int i = 0; i < 2; i++) {
+        char out[512];
+        const char *args[] = {"drop", "cap", NULL};
+        assert_int_equal(pu_psctl(g_psctl, grpc[i], out, sizeof out, args), 0);
+    }
+    /* server 1 takes slots 4096-8191 (SIGHUP rereads the map file) */
+    snprintf(map, sizeof map,
+             "version=2;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-4095:0,4096-16383:1", port[0],
+             port[1]);
+    tc_write_file(mf, map);
+    kill(pid[1], SIGHUP);
+    kill(pid[0], SIGHUP);
+    for (double t0 = pu_now();; usleep(20000)) {
+        pc_cluster_map_t *m0 = cc_map_of(port[0]), *m1 = cc_map_of(port[1]);
+        const bool both = pc_cmap_version(m0) == 2 && pc_cmap_version(m1) == 2;
+        pc_cmap_destroy(m0);
+        pc_cmap_destroy(m1);
+        if (both)
+            break;
+        if (pu_now() - t0 > 10)
+            fail_msg("the servers never read the new map");
+    }
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(push_round(c, "emb", 8, 60 + (uint64_t)r, 2000, 20000), 0);
+    /* (server 0 keeps, and scans, its rows of the slots it gave away: a static map moves no
+     * rows. So the checksums agree before the new layout too; its lookups do not) */
+    sv_serve_status_t st;
+    sv_source_status_t src[8];
+    for (double t0 = pu_now();; usleep(20000)) {
+        sv_serve_status(sv, &st, src, 8);
+        if (st.relayouts)
+            break;
+        if (pu_now() - t0 > 20)
+            fail_msg("the new layout never swapped in (map version %llu)",
+                     (unsigned long long)st.map_version);
+    }
+    wait_same_rows(sv, port[0], 2, "emb", 8, 20000);
+    sv_serve_status(sv, &st, src, 8);
+    print_message("map version %llu in the replica, %llu new layouts\n",
+                  (unsigned long long)st.map_version, (unsigned long long)st.relayouts);
+    assert_int_equal(st.map_version, 2);
+    assert_int_equal(st.relayouts, 1);
+    x = sv_serve_acquire(sv); /* the dropped table's last rows, all of them, in the new layout */
+    assert_int_equal(sv_sparse_checksum(sv_served_sparse(x), "cap", &sum1, &rows1), 0);
+    sv_serve_release(sv, x);
+    assert_int_equal(rows1, rows0);
+    assert_true(sum1 == sum0);
+    atomic_store(&tk.stop, true);
+    pthread_join(tth, NULL);
+    sv_serve_destroy(sv);
+    psc_close(c);
+    pu_stop(pid[0]);
+    pu_stop(pid[1]);
+    tc_rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_follow PATH-TO-ps-server\n");
@@ -903,9 +1007,13 @@ int main(int argc, char **argv) {
     snprintf(g_psctl, sizeof g_psctl, "%.*spsctl", slash ? (int)(slash - pu_bin + 1) : 0, pu_bin);
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_follow_while_pushing), cmocka_unit_test(test_behind_ring),
-        cmocka_unit_test(test_server_restart),       cmocka_unit_test(test_start_from_checkpoint),
-        cmocka_unit_test(test_follow_map_changes),   cmocka_unit_test(test_follow_new_table),
+        cmocka_unit_test(test_follow_while_pushing),
+        cmocka_unit_test(test_behind_ring),
+        cmocka_unit_test(test_server_restart),
+        cmocka_unit_test(test_start_from_checkpoint),
+        cmocka_unit_test(test_follow_map_changes),
+        cmocka_unit_test(test_follow_new_table),
+        cmocka_unit_test(test_follow_relayout_dropped_table),
     };
     if (argc > 2) /* a test name pattern (cmocka's * and ?), to run one */
         cmocka_set_test_filter(argv[2]);

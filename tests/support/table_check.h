@@ -146,4 +146,15 @@ static inline void tc_rmdir(const char *path) {
     nftw(path, tc_rm, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Replace file `path` with `text` in one step (written aside, renamed over it). */
+static inline void tc_write_file(const char *path, const char *text) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(rename(tmp, path), 0);
+}
+
 #endif
