@@ -244,6 +244,18 @@ int pw_publish_step(pw_publish_t *p, const pw_model_t *m, uint64_t step, bool fo
     return 0;
 }
 
+void pw_publish_abandon(pw_publish_t *p, uint64_t step) {
+    pthread_mutex_lock(&p->mu);
+    if (p->pending.img && p->pending.step > step) {
+        free(p->pending.img);
+        p->pending = (snap_t){0};
+    }
+    while (p->busy) /* (the thread takes nothing new while mu is held) */
+        pthread_cond_wait(&p->cv, &p->mu);
+    pc_fs_prune_numbered(p->dir, "dense-", step, (size_t)p->keep);
+    pthread_mutex_unlock(&p->mu);
+}
+
 void pw_publish_flush(pw_publish_t *p) {
     pthread_mutex_lock(&p->mu);
     while (p->pending.img || p->busy)

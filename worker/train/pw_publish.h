@@ -32,7 +32,9 @@
  *   only work on the training thread is the copy of the weights.
  * - Retention: after each publish the `keep` newest versions up to S stay; versions after S (a
  *   job rolled back, or restarted from an older step) and older ones go, so the newest directory
- *   is always this run's; a step below the last offered (a rollback) is published at once. A
+ *   is always this run's; a step below the last offered (a rollback) is published at once; a
+ *   job rollback removes the versions after its step before the servers restore
+ *   (pw_publish_abandon). A
  *   replica that loads a version should open its files promptly (keep >= 2 gives it a publish
  *   interval); leftovers of a crash (*.tmp) go at open. A step published again (after a
  *   rollback) replaces the old directory (removed, then renamed).
@@ -80,6 +82,13 @@ int pw_publish_open(const pw_publish_opts_t *o, pw_publish_t **out);
  * or `force`) and step was not offered already, snapshot m's weights for the thread. 0, or
  * PC_ENOMEM (this one is not published; logged). */
 int pw_publish_step(pw_publish_t *p, const pw_model_t *m, uint64_t step, bool force);
+
+/* Before a job rollback to step `step` (the servers are about to restore a checkpoint of it):
+ * the versions after it go now, a snapshot of a later step not yet written is dropped and one
+ * being written waits for the write, then goes too. A replica then never pairs an abandoned
+ * model with the restored rows (their tables' new uids would pass for newer ones). The
+ * rollback's own step is published at the next pw_publish_step as usual. */
+void pw_publish_abandon(pw_publish_t *p, uint64_t step);
 
 /* Wait until the thread wrote everything offered (tests, the end of a run). */
 void pw_publish_flush(pw_publish_t *p);

@@ -266,8 +266,9 @@ static void take_checkpoint(trainer_t *t, const pw_jobckpt_t *ck, const float *s
 
 /* In a group just formed: when any member saw a server connection lost (want_rollback), the
  * job rolls back to the latest coordinated checkpoint. Every member reads it first (when one
- * cannot, nothing changes: logged, training goes on); then the group's rank 0 has every server
- * restore its part (gRPC Restore) while the others wait, the members agree that every restore
+ * cannot, nothing changes: logged, training goes on); then the group's rank 0 removes the dense
+ * models published after it (pw_publish_abandon) and has every server restore its part (gRPC
+ * Restore) while the others wait, the members agree that every restore
  * worked, and each takes the checkpoint's dense state and position (t->reposition: the loop
  * reads from there again). A restore that failed part-way leaves the servers at different
  * points: PC_EIO, fatal (the job must be restarted from the checkpoint). Otherwise only
@@ -291,6 +292,9 @@ static int rollback_agree(trainer_t *t) {
         if (pw_group_rank(t->grp) == 0) {
             const uint64_t t0 = pc_time_mono_ns();
             const psg_opts_t sec = grpc_sec(t->c);
+            pw_publish_t *pub = pw__publisher(t); /* abandoned models go before their rows do */
+            if (pub)
+                pw_publish_abandon(pub, ck->step);
             ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, &sec, restore_ms,
                                                (int)t->c->server_retry_ms, ck);
             if (!ck_rc)

@@ -546,14 +546,10 @@ static void publish(trainer_t *t, pw_reader_t *r, uint64_t samples, double loss,
     pw_telemetry_publish(t->tel, &s);
 }
 
-/* After a step (or with `force`, at the end): the dense publisher's turn (pw_publish.h), on the
- * group's rank 0 only. It is opened by the first worker that publishes (a rank 0 chosen later,
- * after a shrink, opens its own then; opening clears a crash's leftovers, which must not happen
- * under a publishing rank 0's feet); a failure to open is logged once and publishing stays off. */
-static void publish_dense(trainer_t *t, bool force) {
+pw_publish_t *pw__publisher(trainer_t *t) {
     const pw_train_config_t *c = t->c;
     if (!c->publish_dir[0] || t->pub_off || !(t->grp ? pw_group_rank(t->grp) == 0 : c->rank == 0))
-        return;
+        return NULL;
     pw_publish_opts_t po = {.dir = c->publish_dir,
                             .every = c->publish_every,
                             .every_s = c->publish_every_s,
@@ -565,9 +561,16 @@ static void publish_dense(trainer_t *t, bool force) {
         PC_ERROR("train: cannot publish the dense model to %s: %s (training goes on)",
                  c->publish_dir, pc_strerror(rc));
         t->pub_off = true;
-        return;
+        return NULL;
     }
-    (void)pw_publish_step(t->pub, t->model, t->step, force); /* failures logged */
+    return t->pub;
+}
+
+/* After a step (or with `force`, at the end): the dense publisher's turn (pw_publish.h). */
+static void publish_dense(trainer_t *t, bool force) {
+    pw_publish_t *p = pw__publisher(t);
+    if (p)
+        (void)pw_publish_step(p, t->model, t->step, force); /* failures logged */
 }
 
 /* A training step on slot s (staged): the step computes, the next slot is staged meanwhile when

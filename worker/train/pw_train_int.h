@@ -213,6 +213,14 @@ int pw__apply_rounds(trainer_t *t, int64_t wait_upto, bool wait_all, bool *stop)
 void pw__apply_dense(trainer_t *t);
 void pw__log_step(trainer_t *t, uint64_t round, const char *what);
 
+/* ---- pw_train.c ---- */
+/* The dense publisher (pw_publish.h), on the group's rank 0 only (NULL elsewhere, without
+ * --publish-dir, or when it cannot open). It is opened by the first worker that publishes (a
+ * rank 0 chosen later, after a shrink, opens its own then; opening clears a crash's leftovers,
+ * which must not happen under a publishing rank 0's feet); a failure to open is logged once and
+ * publishing stays off. */
+pw_publish_t *pw__publisher(trainer_t *t);
+
 /* ---- pw_recover.c ---- */
 /* Distributed: connect to the group (world > 1). */
 int pw__group_join(trainer_t *t);

@@ -4,6 +4,7 @@
  *    card describes: the snapshot of that step, not a later one), card and watermark (the magic,
  *    the table, a line per server in order); no *.tmp left; the `keep` newest stay;
  *  - a step below the last (a rollback) is published at once and the versions after it go;
+ *    a job rollback's pw_publish_abandon removes them before that, a later snapshot with them;
  *  - force publishes an off-schedule step once; a store without the op writes no server lines;
  *  - a failing watermark: counted, logged, no directory; the next one works;
  *  - by seconds alone (every 0, every_s): due after the interval;
@@ -149,6 +150,17 @@ static void test_versions(void **state) {
     pw_publish_flush(p);
     assert_true(exists("dense-00000000000000000012"));
     assert_false(exists("dense-00000000000000000008"));
+
+    /* a job rollback to step 9 (before the servers restore): 12 goes at once, 7 stays; the
+     * rollback's step is then published at once */
+    assert_int_equal(pw_publish_step(p, m, 13, true), 0);
+    pw_publish_abandon(p, 9); /* 13 pending or being written: dropped, or removed once written */
+    assert_false(exists("dense-00000000000000000012") || exists("dense-00000000000000000013"));
+    assert_true(exists("dense-00000000000000000007"));
+    assert_int_equal(pw_publish_step(p, m, 9, false), 0);
+    pw_publish_flush(p);
+    assert_true(exists("dense-00000000000000000009"));
+    assert_false(exists("dense-00000000000000000013"));
 
     /* a failing watermark: counted, nothing left behind; the next one works */
     f.fail = 1;
