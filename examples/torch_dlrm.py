@@ -74,6 +74,7 @@ def train(a, rank=0, world=1):
                 emb.prefetch(k[nxt:nxt + a.batch].reshape(-1))
             opt.step()
             steps += 1
+    emb.flush()  # the last backward's push (its error raised here)
     seconds = time.monotonic() - t0
     result = {"steps": steps, "samples_per_s": steps * a.batch / seconds if seconds else 0}
     if world > 1:
@@ -112,7 +113,8 @@ def _spawned(rank, a, world, port, q):
 def run_worker(a):
     """ps-worker on the same data and settings, on a fresh table; its test AUC."""
     cmd = [a.worker, "--servers=" + a.servers, "--train=" + a.train, "--test=" + a.test,
-           "--table-name=" + a.table, "--dim=%d" % a.dim, "--batch=%d" % a.batch,
+           "--table-name=" + a.table, "--dim=%d" % a.dim, "--bottom=64,%d" % a.dim,
+           "--batch=%d" % a.batch,
            "--epochs=%d" % a.epochs, "--dense-lr=%g" % a.dense_lr, "--seed=%d" % a.seed,
            "--job=" + a.job + "-ps-worker", "--fresh", "--progress-every=0", "--json"]
     if a.max_rows:

@@ -3,8 +3,8 @@
 The model, its initialization and the features are the C worker's (docs/training.md), so a
 PyTorch job and ps-worker train the same thing: 13 dense features log1p(max(x, 0)), one key per
 categorical field (emberps.feature_key of the 8-hex-digit value; an empty value: missing_key),
-bottom MLP 13-64-16 (ReLU after every layer), DLRM's dot interaction of the 27 vectors (the
-strict lower triangle), top MLP (16 + 351)-128-64-1, Glorot-uniform weights and zero biases,
+bottom MLP 13-64-dim (ReLU after every layer), DLRM's dot interaction of the 27 vectors (the
+strict lower triangle), top MLP (dim + 351)-128-64-1, Glorot-uniform weights and zero biases,
 mean BCE on logits. Used by examples/torch_dlrm.py and `python3 -m emberps.bench`.
 Imported on use (needs PyTorch).
 """
@@ -40,7 +40,7 @@ def read_criteo(path, rank=0, world=1, max_rows=0):
     for j in range(FIELDS):
         vals = np.array([int(v, 16) if v else 0 for v in cats[j]], dtype=np.uint64)
         keys[:, j] = _keys.feature_key(j, vals)
-        empty = np.array([not v for v in cats[j]])
+        empty = np.array([not v for v in cats[j]], dtype=bool)
         keys[empty, j] = _keys.missing_key(j)
     return (np.array(labels, dtype=np.float32), d.astype(np.float32),
             keys.view(np.int64))
@@ -59,10 +59,15 @@ def mlp(widths, relu_last):
 
 
 class DLRM(nn.Module):
-    """The dense part: bottom MLP, DLRM's dot interaction of the 27 vectors, top MLP."""
+    """The dense part: bottom MLP, DLRM's dot interaction of the 27 vectors, top MLP. The bottom
+    MLP ends at the embedding dim (default 13-64-dim, ps-worker's --bottom=64,DIM)."""
 
-    def __init__(self, dim, bottom=(64, 16), top=(128, 64, 1)):
+    def __init__(self, dim, bottom=None, top=(128, 64, 1)):
         super().__init__()
+        bottom = (64, dim) if bottom is None else tuple(bottom)
+        if not bottom or bottom[-1] != dim:
+            raise ValueError("the bottom MLP %s must end at the embedding dim %d"
+                             % (bottom, dim))
         self.bottom = mlp([DENSE, *bottom], True)
         f = FIELDS + 1
         self.top = mlp([dim + f * (f - 1) // 2, *top], False)

@@ -61,8 +61,12 @@ class EmbeddingBag(nn.Module):
     mode: "sum" or "mean", as torch.nn.EmbeddingBag. Input as torch.nn.EmbeddingBag: a 2-D
     int64 tensor (B, L) is B bags of L keys; a 1-D tensor needs offsets (B,) where each bag
     starts. per_sample_weights (mode "sum") weight each key. In training mode with gradients
-    enabled, backward pushes the unique rows' gradients (`last_push` keeps the servers'
-    counters); in eval mode or under torch.no_grad() nothing is pushed.
+    enabled, forward pulls the rows (a missing key gets its initial row) and backward pushes
+    the unique rows' gradients (`last_push` keeps the servers' counters); in eval mode or under
+    torch.no_grad() forward looks them up (nothing inserted; a missing key answers the table's
+    missing-row policy, as ps-worker's evaluation) and nothing is pushed. The rows are fetched
+    and pooled on the CPU; the result is on the input's device. Call flush() before evaluating
+    or exiting: the last backward's push is otherwise still on its way.
     """
 
     def __init__(self, client, table, dim, mode="sum"):
@@ -94,19 +98,29 @@ class EmbeddingBag(nn.Module):
             self._last_push = fut.result()
 
     def prefetch(self, keys):
-        """Start pulling the rows of a coming batch's keys (any int64 tensor); its forward then
-        uses them instead of pulling. Rows reflect every push started before this call."""
+        """Start fetching the rows of a coming batch's keys (any int64 tensor); its forward then
+        uses them instead of fetching. Rows reflect every push started before this call. In
+        training mode a pull (missing rows created), in eval mode a lookup (nothing inserted),
+        as forward fetches them."""
         ukeys = np.unique(keys_numpy(keys))
-        self._ahead.append((ukeys, self.client.pull_async(self.table, ukeys, self.dim)))
+        train = self.training
+        fut = (self.client.pull_async(self.table, ukeys, self.dim) if train else
+               self.client.lookup_async(self.table, ukeys, self.dim))
+        self._ahead.append((ukeys, train, fut))
         while len(self._ahead) > 8:  # a prefetch never used is dropped (after it completed)
-            self._ahead.pop(0)[1].result()
+            self._ahead.pop(0)[2].result()
 
-    def _rows(self, ukeys):
-        for i, (k, fut) in enumerate(self._ahead):
-            if k.shape == ukeys.shape and np.array_equal(k, ukeys):
+    def _rows(self, ukeys, train):
+        """The rows of ukeys: pulled when training (a missing key gets its initial row, and
+        counts toward admission), else looked up (read-only: the test set inserts nothing and
+        a missing key answers the table's missing-row policy, as ps-worker evaluates)."""
+        for i, (k, kind, fut) in enumerate(self._ahead):
+            if kind == train and k.shape == ukeys.shape and np.array_equal(k, ukeys):
                 del self._ahead[i]
-                return fut.result()
-        return self.client.pull(self.table, ukeys, self.dim)
+                return fut.result() if train else fut.result()[0]
+        if train:
+            return self.client.pull(self.table, ukeys, self.dim)
+        return self.client.lookup(self.table, ukeys, self.dim)[0]
 
     def _push(self, ukeys, grad):
         self.flush()
@@ -127,9 +141,15 @@ class EmbeddingBag(nn.Module):
         self.flush()
         flat = keys_numpy(input)
         ukeys, inverse = np.unique(flat, return_inverse=True)
-        rows = torch.from_numpy(self._rows(ukeys))
-        if self.training and torch.is_grad_enabled():
+        train = self.training and torch.is_grad_enabled()
+        rows = torch.from_numpy(self._rows(ukeys, train))
+        if train:
             rows = _PushRows.apply(rows.requires_grad_(True), self, ukeys)
         idx = torch.from_numpy(inverse.astype(np.int64)).reshape(input.shape)
-        return F.embedding_bag(idx, rows, None if offsets is None else offsets.to(torch.int64),
-                               mode=self.mode, per_sample_weights=per_sample_weights)
+        # the rows live on the CPU: so do the bags; the result goes where the input was
+        out = F.embedding_bag(idx, rows,
+                              None if offsets is None else offsets.to("cpu", torch.int64),
+                              mode=self.mode,
+                              per_sample_weights=None if per_sample_weights is None else
+                              per_sample_weights.to("cpu"))
+        return out.to(input.device)

@@ -1,6 +1,7 @@
 """emberps.torch.EmbeddingBag: forward and backward equal torch.nn.EmbeddingBag over the same rows
 (1e-6), the pushed gradients change the rows exactly as the table's optimizer formula says
-(double-precision reference), prefetch, eval mode, and the package without torch."""
+(double-precision reference), prefetch, eval mode (lookups: nothing inserted), DLRM's dims, and
+the package without torch."""
 import os
 import subprocess
 import sys
@@ -109,6 +110,41 @@ def test_prefetch_and_eval(servers):
             emb(keys.to(torch.int32))
         with pytest.raises(ValueError):
             emb(keys.reshape(-1))  # 1-D without offsets
+
+
+def test_eval_inserts_nothing(servers):
+    """Eval mode and no_grad look rows up (as ps-worker evaluates): keys never trained add no
+    rows and answer the table's missing-row policy (zeros here); prefetch in eval mode too."""
+    addr, _ = servers("name=emb,dim=4,optimizer=sgd,lr=1,missing=zeros")
+    with emberps.Client(addr) as c:
+        emb = EmbeddingBag(c, "emb", 4)
+        trained = torch.tensor([[1, 2]], dtype=torch.int64)
+        (emb(trained).sum()).backward()
+        emb.flush()
+        rows = c.tables()[0]["rows"]
+        assert rows == 2
+        unseen = torch.tensor([[101, 102], [2, 103]], dtype=torch.int64)
+        emb.eval()
+        out = emb(unseen)
+        assert torch.all(out[0] == 0)  # two missing keys: zeros
+        assert torch.allclose(out[1], torch.from_numpy(c.pull("emb", [2])[0]))
+        emb.prefetch(unseen)
+        assert torch.equal(emb(unseen), out)
+        emb.train()
+        with torch.no_grad():
+            assert torch.equal(emb(unseen), out)
+        assert c.tables()[0]["rows"] == rows  # nothing inserted
+
+
+def test_dlrm_dims():
+    """emberps.dlrm.DLRM at another embedding dim: the bottom MLP ends there (ps-worker's
+    --bottom=64,DIM); a bottom MLP that does not is refused."""
+    from emberps.dlrm import DLRM, DENSE, FIELDS
+    m = DLRM(32)
+    out = m(torch.zeros(3, DENSE), torch.zeros(3, FIELDS, 32))
+    assert out.shape == (3,)
+    with pytest.raises(ValueError):
+        DLRM(16, bottom=(64, 8))
 
 
 def test_without_torch():
