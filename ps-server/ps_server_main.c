@@ -500,6 +500,12 @@ static bool api_owns(void *ctx, const uint64_t *keys, size_t n) {
     return ps_dp_owns(s->dp, keys, n);
 }
 
+static int api_push(void *ctx, ps_table_t *t, const uint64_t *keys, size_t n, const float *grads,
+                    size_t nf, ps_push_result_t *res, char *why, size_t cap) {
+    server_t *s = ctx;
+    return ps_dp_push(s->dp, t, keys, n, grads, nf, res, why, cap);
+}
+
 static char *api_map(void *ctx, uint64_t *version) {
     server_t *s = ctx;
     return ps_dp_map_text(s->dp, version);
@@ -769,6 +775,7 @@ int main(int argc, char **argv) {
                         .start_ns = pc_time_mono_ns(),
                         .ctx = &s,
                         .owns = api_owns,
+                        .push = api_push,
                         .map_text = api_map,
                         .checkpoint = s.ck ? api_checkpoint : NULL,
                         .restore = s.ck ? api_restore : NULL,

@@ -196,14 +196,19 @@ static void do_push(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_
             /* bytes arrive unaligned inside the message copy: align for the table */
             float *g = malloc(q->grads.len + 1);
             ps_push_result_t res = {0, 0, 0};
+            char why[240] = "";
             int rc = g ? 0 : PC_ENOMEM;
             if (g) {
                 if (q->grads.len) /* data is NULL for an empty field */
                     memcpy(g, q->grads.data, q->grads.len);
-                rc = ps_table_push(t, q->keys, q->n_keys, g, nf, &res);
+                rc = env->push
+                         ? env->push(env->ctx, t, q->keys, q->n_keys, g, nf, &res, why, sizeof why)
+                         : ps_table_push(t, q->keys, q->n_keys, g, nf, &res);
             }
             free(g);
-            if (rc) {
+            if (rc && why[0]) {
+                ps_api_fail(r, rc, "%s: %s", q->table, why);
+            } else if (rc) {
                 fail_pc(r, rc, q->table);
             } else {
                 Emberps__PushResponse resp = EMBERPS__PUSH_RESPONSE__INIT;

@@ -73,6 +73,11 @@ typedef struct ps_api_env {
     void *ctx;
     /* Every key in a slot this server owns (NULL: owns all). */
     bool (*owns)(void *ctx, const uint64_t *keys, size_t n);
+    /* Apply a Push's gradients to t (ps_table_push's contract; why gets one line on failure);
+     * NULL: ps_table_push itself. ps-server's goes through the data plane's fence
+     * (ps_dp_push). */
+    int (*push)(void *ctx, ps_table_t *t, const uint64_t *keys, size_t n, const float *grads,
+                size_t nf, ps_push_result_t *res, char *why, size_t cap);
     /* The cluster map text (malloc'ed) and version (NULL: GetClusterMap is UNAVAILABLE). */
     char *(*map_text)(void *ctx, uint64_t *version);
     /* Write a checkpoint now (NULL: Checkpoint is PC_ESTATE, FAILED_PRECONDITION). */

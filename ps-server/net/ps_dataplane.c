@@ -633,6 +633,42 @@ static bool backups_hold(ps_dp_t *dp, uint64_t uid, uint64_t target) {
 }
 
 /* After a push to t: whether its answer waits for the backups, and for which position. */
+static const char k_push_fenced[] =
+    "this server takes no pushes now: its lease lapsed (until it is confirmed as the primary "
+    "again, or another server is), or its slots are being handed to another server";
+
+/* A push begins: counted first (see ps_dp_pushes_idle), then the lease looked at; false (not
+ * counted) while pushes are refused. Any thread; each true is ended by pushing's decrement once
+ * the push is in the change log. */
+static bool push_enter(ps_dp_t *dp) {
+    atomic_fetch_add(&dp->pushing, 1);
+    if (pc_time_mono_ns() < atomic_load(&dp->write_until))
+        return true;
+    atomic_fetch_sub(&dp->pushing, 1);
+    return false;
+}
+
+int ps_dp_push(ps_dp_t *dp, ps_table_t *t, const uint64_t *keys, size_t n, const float *grads,
+               size_t nf, ps_push_result_t *res, char *why, size_t cap) {
+    if (atomic_load(&dp->has_backups)) {
+        snprintf(why, cap,
+                 "this server's slots have backups: a push is answered once they hold it, "
+                 "which only the data plane does (libpsclient's psc_push)");
+        return PC_EUNSUPPORTED;
+    }
+    if (!push_enter(dp)) {
+        snprintf(why, cap, "%s", k_push_fenced);
+        return PC_EUNAVAIL;
+    }
+    const int rc = ps_table_push(t, keys, n, grads, nf, res);
+    atomic_fetch_sub(&dp->pushing, 1); /* applied and in the change log */
+    if (!rc)
+        atomic_fetch_add_explicit(&dp->pushed, n, memory_order_relaxed);
+    else
+        snprintf(why, cap, "%s", pc_strerror(rc));
+    return rc;
+}
+
 static bool push_target(ps_dp_t *dp, ps_table_t *t, uint64_t *uid, uint64_t *target) {
     if (!atomic_load_explicit(&dp->has_backups, memory_order_relaxed))
         return false;
@@ -839,16 +875,9 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, PC_EWRONGSLOT, NULL);
         return;
     }
-    if (h->op == PC_OP_PUSH) { /* counted first: see ps_dp_pushes_idle */
-        atomic_fetch_add(&dp->pushing, 1);
-        if (pc_time_mono_ns() >= atomic_load(&dp->write_until)) {
-            atomic_fetch_sub(&dp->pushing, 1);
-            reply_error(c, h, PC_EUNAVAIL,
-                        "this server takes no pushes now: its lease lapsed (until it is confirmed "
-                        "as the primary again, or another server is), or its slots are being "
-                        "handed to another server");
-            return;
-        }
+    if (h->op == PC_OP_PUSH && !push_enter(dp)) {
+        reply_error(c, h, PC_EUNAVAIL, k_push_fenced);
+        return;
     }
     const bool counted = h->op == PC_OP_PUSH;
     ps_table_t *t;

@@ -37,6 +37,9 @@
 #include "test_util.h"
 
 #include "emberps/psclient.h"
+#include "emberps/psgrpc.h"
+#include "emberps.pb-c.h"
+#include "ps_api.h"
 #include "pc_cluster.h"
 #include "pc_error.h"
 #include "pc_wire.h"
@@ -536,6 +539,28 @@ static void test_stale_primary_refuses_pushes(void **state) {
     const char *pushed = "emberps_dataplane_rows_total{op=\"push\"}";
     const double before = metric(cl.metrics1, pushed);
     assert_true(before >= 1);
+    /* a gRPC Push to the same primary is refused: only the data plane answers a push once its
+     * backups hold it (and fences it by the lease); applied before, answered at once */
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", cl.grpc1);
+    psg_t *g;
+    assert_int_equal(psg_create(&(psg_opts_t){.addr = addr}, &g), 0);
+    float grads[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    Emberps__PushRequest sq = EMBERPS__PUSH_REQUEST__INIT;
+    sq.table = "emb";
+    sq.keys = &key;
+    sq.n_keys = 1;
+    sq.grads = (ProtobufCBinaryData){sizeof grads, (uint8_t *)grads};
+    uint8_t req[128], *resp = NULL;
+    size_t rlen = protobuf_c_message_pack(&sq.base, req);
+    char why[256] = "";
+    const int grc = psg_request(g, ps_api_path(PS_API_PUSH), req, rlen, 5000, &resp, &rlen, NULL,
+                                why, sizeof why);
+    print_message("gRPC Push to a replicated primary: %s: %s\n", pc_err_name(grc), why);
+    assert_int_equal(grc, PC_EUNSUPPORTED);
+    free(resp);
+    psg_destroy(g);
+    assert_true(metric(cl.metrics1, pushed) == before);
     pu_stop_signal(cl.s1);
     /* server 0 takes over once server 1's lease (600 ms) is gone */
     assert_true(map_until(&cl, 15, slot_of_0, (long)pc_key_slot(key)));
