@@ -67,7 +67,7 @@ static bool token_ok(const grpc_metadata_array *md, const char *want) {
         const uint8_t *p = GRPC_SLICE_START_PTR(v);
         unsigned diff = vl != wl;
         for (size_t j = 0; j < wl; j++)
-            diff |= (unsigned)(want[j] ^ (j < vl ? p[j] : 0));
+            diff |= (unsigned)((uint8_t)want[j] ^ (j < vl ? p[j] : 0));
         return diff == 0;
     }
     return false;
@@ -137,19 +137,30 @@ static bool run_batch(worker_t *w, grpc_call *call, const grpc_op *ops, size_t n
 static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
                    const grpc_metadata_array *md) {
     struct ps_grpc *g = w->g;
-    grpc_byte_buffer *in = NULL;
-    grpc_op op[4];
-    memset(op, 0, sizeof op);
-    op[0].op = GRPC_OP_RECV_MESSAGE;
-    op[0].data.recv_message.recv_message = &in;
-    if (!run_batch(w, call, op, 1, (void *)1))
-        return;
     ps_api_reply_t r;
     memset(&r, 0, sizeof r);
     const int m =
         g->svc.method((const char *)GRPC_SLICE_START_PTR(d->method), GRPC_SLICE_LENGTH(d->method));
     const bool health = path_is(d, HEALTH_CHECK), watch = path_is(d, HEALTH_WATCH);
     const char *need = m >= 0 && g->svc.is_admin(m) && g->admin[0] ? g->admin : g->token;
+    /* refusals by the method and the metadata come before the message is read: a peer without
+     * the token has no request body copied (health: no token, probes send none; ps_grpc.h) */
+    if (watch)
+        ps_api_fail(&r, PC_EUNSUPPORTED, "Watch is not served: poll Check");
+    else if (!health && need[0] && !token_ok(md, need))
+        ps_api_fail(&r, PC_EAUTH, "missing or wrong %s", TOKEN_KEY);
+    else if (!health && m < 0)
+        ps_api_fail(&r, PC_EUNSUPPORTED, "no such method");
+    grpc_byte_buffer *in = NULL;
+    grpc_op op[4];
+    memset(op, 0, sizeof op);
+    op[0].op = GRPC_OP_RECV_MESSAGE;
+    op[0].data.recv_message.recv_message = &in;
+    if (!r.err && !run_batch(w, call, op, 1, (void *)1)) {
+        if (in) /* a message that completed as the wait gave up */
+            grpc_byte_buffer_destroy(in);
+        return;
+    }
     grpc_slice s = grpc_empty_slice();
     if (in) {
         grpc_byte_buffer_reader rd;
@@ -158,14 +169,10 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
             grpc_byte_buffer_reader_destroy(&rd);
         }
     }
-    if (health) { /* no token: probes send none (ps_grpc.h) */
+    if (r.err) {
+        /* refused above */
+    } else if (health) {
         health_check(g, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
-    } else if (watch) {
-        ps_api_fail(&r, PC_EUNSUPPORTED, "Watch is not served: poll Check");
-    } else if (need[0] && !token_ok(md, need)) {
-        ps_api_fail(&r, PC_EAUTH, "missing or wrong %s", TOKEN_KEY);
-    } else if (m < 0) {
-        ps_api_fail(&r, PC_EUNSUPPORTED, "no such method");
     } else {
         pthread_rwlock_rdlock(&g->gate);
         if (!atomic_load(&g->serving))
