@@ -767,9 +767,8 @@ int main(int argc, char **argv) {
     ps_api_env_t env = {.cat = s.cat,
                         .max_keys = (uint32_t)s.cfg.max_batch_keys,
                         /* a gRPC reply is also one message: max_body_bytes bounds it too */
-                        .max_reply = (uint64_t)(s.cfg.max_reply_bytes < s.cfg.max_body_bytes
-                                                    ? s.cfg.max_reply_bytes
-                                                    : s.cfg.max_body_bytes),
+                        .max_reply = ps_api_max_reply((uint64_t)s.cfg.max_reply_bytes,
+                                                      (uint64_t)s.cfg.max_body_bytes),
                         .ckpt_dir = s.cfg.ckpt_dir[0] ? s.cfg.ckpt_dir : NULL,
                         .shard = (uint32_t)self,
                         .start_ns = pc_time_mono_ns(),

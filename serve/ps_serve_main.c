@@ -198,13 +198,12 @@ int main(int argc, char **argv) {
         pw_backend_close(be);
         return 1;
     }
-    sv_api_env_t env = {.serve = d.serve,
-                        .max_batch = (uint32_t)c.max_batch,
-                        .max_keys = (uint32_t)c.max_keys,
-                        .max_reply = (uint64_t)(c.max_reply_bytes < c.max_message_bytes
-                                                    ? c.max_reply_bytes
-                                                    : c.max_message_bytes),
-                        .start_ns = d.start_ns};
+    sv_api_env_t env = {
+        .serve = d.serve,
+        .max_batch = (uint32_t)c.max_batch,
+        .max_keys = (uint32_t)c.max_keys,
+        .max_reply = ps_api_max_reply((uint64_t)c.max_reply_bytes, (uint64_t)c.max_message_bytes),
+        .start_ns = d.start_ns};
     static const char *const k_names[] = {"emberps.Serving", "emberps.ParameterServer", NULL};
     ps_grpc_service_t svc = {.names = k_names,
                              .method = sv_api_method,

@@ -612,6 +612,12 @@ void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
     }
 }
 
+uint64_t ps_api_max_reply(uint64_t reply_limit, uint64_t max_message) {
+    const uint64_t fields = 64; /* dim, and the tags and lengths of rows and found */
+    const uint64_t in_message = max_message > fields ? max_message - fields : 0;
+    return reply_limit < in_message ? reply_limit : in_message;
+}
+
 void ps_api_reply_free(ps_api_reply_t *r) {
     free(r->body);
     r->body = NULL;

@@ -110,6 +110,10 @@ typedef struct ps_api_reply {
 
 void ps_api_call(const ps_api_env_t *env, int method, const uint8_t *req, size_t len,
                  ps_api_reply_t *out);
+/* The rows (+ found) a Lookup/Pull reply may carry (env's max_reply): the reply limit, and
+ * within one gRPC message of max_message bytes with room for the reply's own fields (their tags
+ * and lengths), so that a reply that passes the check is never refused by gRPC's send limit. */
+uint64_t ps_api_max_reply(uint64_t reply_limit, uint64_t max_message);
 /* Make r a success carrying the packed response message m (any protobuf-c message), or
  * PC_ENOMEM. For other services' handlers (serve/sv_api.c). */
 struct ProtobufCMessage;

@@ -398,6 +398,43 @@ static void test_reply_limit(void **state) {
     tc_rmdir(dir);
 }
 
+/* A Lookup whose rows and found bytes come within a few bytes of the message limit (1 MiB here,
+ * the reply limit above it) is refused by the handler with the sizes named, not sent and refused
+ * by gRPC's send limit with none (its own fields made it a few bytes larger). */
+static void test_reply_at_message_limit(void **state) {
+    (void)state;
+    char dir[256], tables[] = "--tables=name=emb,dim=8", body[] = "--max-body-bytes=1048576",
+                   reply[] = "--max-reply-bytes=4Mi", msg[256] = "";
+    tc_tmpdir(dir, sizeof dir, "grpc8");
+    const char *extra[] = {tables, body, reply, NULL};
+    int gp = 0;
+    pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
+    psg_t *c = client(gp, NULL);
+    enum { N = 1048576 / 33 }; /* 33 bytes a key: 1048575 bytes of rows and found */
+    uint64_t *keys = malloc(N * sizeof *keys);
+    for (uint64_t i = 0; i < N; i++)
+        keys[i] = i + 1;
+    Emberps__LookupRequest lq = EMBERPS__LOOKUP_REQUEST__INIT;
+    lq.table = "emb";
+    lq.n_keys = N;
+    lq.keys = keys;
+    size_t rl = protobuf_c_message_get_packed_size(&lq.base), len = 0;
+    uint8_t *rb = malloc(rl), *resp = NULL;
+    protobuf_c_message_pack(&lq.base, rb);
+    const int rc = psg_request(c, ps_api_path(PS_API_LOOKUP), rb, rl, 20000, &resp, &len, NULL, msg,
+                               sizeof msg);
+    print_message("a Lookup of %d keys of dim 8 under a 1 MiB message limit: %s: %s\n", N,
+                  pc_err_name(rc), msg);
+    assert_int_equal(rc, PC_ETOOBIG);
+    assert_non_null(strstr(msg, "over the reply limit"));
+    free(resp);
+    free(rb);
+    free(keys);
+    psg_destroy(c);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 /* A caller without the token is refused by its metadata, before its message is read: three
  * 48 MiB Pushes cost the server no copy of them (the handler read the whole message, then
  * copied it, and only then looked at the token). */
@@ -596,10 +633,15 @@ int main(int argc, char **argv) {
     g_psctl = argv[2];
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rows_match_local), cmocka_unit_test(test_admin_and_tokens),
-        cmocka_unit_test(test_bad_input),        cmocka_unit_test(test_psctl),
-        cmocka_unit_test(test_metrics),          cmocka_unit_test(test_reply_limit),
-        cmocka_unit_test(test_stalled_call),     cmocka_unit_test(test_token_before_body),
+        cmocka_unit_test(test_rows_match_local),
+        cmocka_unit_test(test_admin_and_tokens),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_psctl),
+        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_reply_limit),
+        cmocka_unit_test(test_stalled_call),
+        cmocka_unit_test(test_token_before_body),
+        cmocka_unit_test(test_reply_at_message_limit),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all();
