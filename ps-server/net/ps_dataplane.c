@@ -113,6 +113,9 @@
 #define CORK_BYTES (64u << 10)
 /* Parked push replies (see Replication) are looked at for their deadline this often. */
 #define PARK_TICK_MS 20
+/* A stop gives connections this long to take their replies, then closes them (a peer that does
+ * not read would hold the loop, and the server's exit checkpoint, forever). */
+#define STOP_FLUSH_MS 5000
 /* A cold page (SCAN with PC_STREAM_COLD) visits at most COLD_PAGE_VISIT of the cold store's keys
  * and sends at most COLD_PAGE_ROWS rows, read from RocksDB: the loop waits for the walk and the
  * reads (a few ms to tens of ms). */
@@ -165,6 +168,9 @@ struct loopctx {
     size_t conv_cap;
     parked_t *parked;      /* push replies waiting for the backups (see Replication) */
     uv_timer_t park_timer; /* answers the parked ones past their deadline */
+    uv_timer_t stop_timer; /* a stop closes the connections that did not take their replies */
+    uv_tcp_t spare;        /* a connection accepted without memory for it, to close it */
+    bool spare_busy;       /* spare is accepted (closing) */
 };
 
 /* A backup's acknowledged position of a table's change log (PC_STREAM_ACK). */
@@ -813,13 +819,28 @@ static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t ser
         ps_changelog_bounds(log, &oldest, &head);
     if (log && pos > head)
         pos = head; /* no backup can have applied what the log has not had yet */
+    pthread_rwlock_rdlock(&dp->map_lock);
+    const bool backup = server < PC_MAX_SERVERS && dp->backups[server / 64] >> (server % 64) & 1;
     pthread_mutex_lock(&dp->ack_mu);
-    size_t i = 0;
-    while (i < dp->nacks && !(dp->acks[i].uid == uid && dp->acks[i].server == server))
-        i++;
+    if (!backup) { /* not a backup of this server's slots (yet, or any more): nothing to note */
+        pthread_mutex_unlock(&dp->ack_mu);
+        pthread_rwlock_unlock(&dp->map_lock);
+        return;
+    }
+    size_t i = 0, same = SIZE_MAX, other = SIZE_MAX;
+    for (; i < dp->nacks && !(dp->acks[i].uid == uid && dp->acks[i].server == server); i++) {
+        const ack_t *a = &dp->acks[i];
+        if (a->server == server && strcmp(a->table, table) == 0)
+            same = i; /* this table before it was replaced: its entry is taken over */
+        else if (other == SIZE_MAX && (a->server >= PC_MAX_SERVERS ||
+                                       !(dp->backups[a->server / 64] >> (a->server % 64) & 1)))
+            other = i; /* a server that is no backup now */
+    }
     const bool fresh = i == dp->nacks; /* a first acknowledgement answers waits for position 0 */
     if (fresh) {
-        if (i == ACKS_MAX) { /* full: the oldest table's entries go first (a replaced table) */
+        if (same != SIZE_MAX || other != SIZE_MAX) {
+            i = same != SIZE_MAX ? same : other;
+        } else if (i == ACKS_MAX) { /* full of live backups' tables: the oldest goes */
             memmove(dp->acks, dp->acks + 1, (ACKS_MAX - 1) * sizeof *dp->acks);
             i = ACKS_MAX - 1;
         } else {
@@ -838,6 +859,7 @@ static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t ser
                 server, table, pos, head);
     }
     pthread_mutex_unlock(&dp->ack_mu);
+    pthread_rwlock_unlock(&dp->map_lock);
     if (moved)
         wake_loops(dp);
 }
@@ -951,6 +973,13 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     const uint16_t flags = (uint16_t)(b.dtype << PC_WIRE_DTYPE_SHIFT);
     if (park && park_push(c, w, h, plen, flags, uid, target, b.keys, b.n))
         return; /* answered once the backups hold it (park_release) */
+    if (park) { /* not confirmed, and nothing to wait with: never answered as if it were */
+        atomic_fetch_add_explicit(&dp->park_timeouts, 1, memory_order_relaxed);
+        reply_free(c->lc, w);
+        reply_error(c, h, PC_ETIMEDOUT,
+                    "applied here, but out of memory to wait for its backups' confirmation");
+        return;
+    }
     reply_send_flags(c, w, h, 0, plen, flags);
 }
 
@@ -963,7 +992,7 @@ static void do_claim(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         return;
     }
     ps_claim_result_t res;
-    char err[PC_WIRE_MSG_MAX];
+    char err[PC_WIRE_MSG_MAX] = "";
     int rc =
         ps_catalog_claim(dp->cat, q.name, q.job, (ps_claim_mode_t)q.mode, &res, err, sizeof err);
     pc_wire_claim_reply_t r = {
@@ -973,6 +1002,8 @@ static void do_claim(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         r.dim = ps_table_dim(t);
         ps_table_config_format(ps_table_config(t), r.config, sizeof r.config);
         ps_catalog_release(dp->cat, t);
+    } else if (rc == PC_ENOTFOUND && !err[0]) { /* dropped since its claim */
+        snprintf(err, sizeof err, "no table %s", q.name);
     }
     if (rc) {
         reply_error(c, h, rc, err);
@@ -1391,6 +1422,11 @@ static bool do_frame_(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
 
 /* ==== connections ========================================================================== */
 
+static void stop_timer_close(loopctx_t *lc) {
+    if (!uv_is_closing((uv_handle_t *)&lc->stop_timer))
+        uv_close((uv_handle_t *)&lc->stop_timer, NULL);
+}
+
 static void on_closed(uv_handle_t *hd) {
     conn_t *c = hd->data;
     loopctx_t *lc = c->lc;
@@ -1409,6 +1445,8 @@ static void on_closed(uv_handle_t *hd) {
         atomic_fetch_sub_explicit(&lc->dp->paused, 1, memory_order_relaxed);
     pc_free(PC_MEM_OTHER, c, sizeof *c);
     atomic_fetch_sub_explicit(&lc->dp->conns, 1, memory_order_relaxed);
+    if (lc->stopping && !lc->conns) /* the last one out: the stop's deadline is not needed */
+        stop_timer_close(lc);
 }
 
 static void conn_close(conn_t *c) {
@@ -1471,13 +1509,23 @@ static bool drain_stage_(conn_t *c) {
     ps_dp_t *dp = c->lc->dp;
     size_t off = 0;
     bool ok = true;
-    while (ok && c->stage_len - off >= PC_WIRE_HDR) {
+    /* (a connection closed by a failed reply runs no more frames: their pushes would be
+     * applied and never answered) */
+    while (ok && !c->closing && c->stage_len - off >= PC_WIRE_HDR) {
         if (!may_run(c)) { /* too many reply bytes unsent: keep the rest for later */
             conn_pause(c);
             break;
         }
         pc_wire_hdr_t h;
         int rc = pc_wire_hdr_decode(c->stage + off, dp->o.lim.max_body, &h);
+        /* Before a peer has said the token, no body beyond a HELLO's is held for it, nor one
+         * over the limit skipped for it */
+        if ((rc == 0 || rc == PC_ETOOBIG) && dp->token_len && !c->authed &&
+            (h.op != PC_OP_HELLO || h.body_len > sizeof dp->token)) {
+            reply_error(c, &h, PC_EAUTH,
+                        h.op == PC_OP_HELLO ? "bad token" : "say HELLO with the token first");
+            return false;
+        }
         if (rc == PC_ETOOBIG) { /* framing intact: answer, discard the body, go on */
             reply_error(c, &h, rc, "body over the limit");
             const size_t here = c->stage_len - off - PC_WIRE_HDR;
@@ -1493,12 +1541,6 @@ static bool drain_stage_(conn_t *c) {
             h.flags = 0;
             h.op = h.op >= PC_OP_HELLO && h.op <= PC_OP_MAX_ ? h.op : PC_OP_PING;
             reply_error(c, &h, rc, "not an EmberPS frame");
-            return false;
-        }
-        /* Before a peer has said the token, no body beyond a HELLO's is held for it */
-        if (dp->token_len && !c->authed && (h.op != PC_OP_HELLO || h.body_len > sizeof dp->token)) {
-            reply_error(c, &h, PC_EAUTH,
-                        h.op == PC_OP_HELLO ? "bad token" : "say HELLO with the token first");
             return false;
         }
         const size_t total = PC_WIRE_HDR + (size_t)h.body_len;
@@ -1545,7 +1587,7 @@ static bool drain_stage(conn_t *c) {
 
 /* Execute the frame whose large body is complete in c->body, then free the body. */
 static bool run_body(conn_t *c) {
-    bool ok = do_frame(c, &c->hdr, c->body);
+    bool ok = c->closing || do_frame(c, &c->hdr, c->body);
     pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
     c->body = NULL;
     return ok;
@@ -1697,13 +1739,38 @@ static void on_wake(uv_async_t *a) {
         conn_continue(c);
 }
 
+static void spare_reject(loopctx_t *lc);
+
+static void on_spare_closed(uv_handle_t *hd) {
+    loopctx_t *lc = hd->data;
+    lc->spare_busy = false;
+    if (!lc->stopping)
+        spare_reject(lc); /* one that came meanwhile waits, unaccepted: libuv stops listening */
+}
+
+/* No memory for a connection: accept it into the loop's spare handle and close it. A connection
+ * left unaccepted would make libuv stop watching this loop's listener for good. */
+static void spare_reject(loopctx_t *lc) {
+    if (lc->spare_busy)
+        return; /* on_spare_closed takes the next */
+    uv_tcp_init(&lc->loop, &lc->spare);
+    lc->spare.data = lc;
+    const bool got = uv_accept((uv_stream_t *)&lc->listener, (uv_stream_t *)&lc->spare) == 0;
+    lc->spare_busy = got;
+    uv_close((uv_handle_t *)&lc->spare, got ? on_spare_closed : NULL);
+    if (got)
+        PC_WARN("data plane: out of memory for a new connection: closed");
+}
+
 static void on_connection(uv_stream_t *server, int status) {
     loopctx_t *lc = server->data;
     if (status < 0 || lc->stopping)
         return;
     conn_t *c = pc_calloc(PC_MEM_OTHER, 1, sizeof *c);
-    if (!c)
+    if (!c) {
+        spare_reject(lc);
         return;
+    }
     c->lc = lc;
     c->stage = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
     if (lc->dp->tls && pc_tls_new(lc->dp->tls, NULL, &c->tls))
@@ -1715,7 +1782,8 @@ static void on_connection(uv_stream_t *server, int status) {
         lc->conns->prev = c;
     lc->conns = c;
     atomic_fetch_add_explicit(&lc->dp->conns, 1, memory_order_relaxed);
-    if (!c->stage || (lc->dp->tls && !c->tls) || uv_accept(server, (uv_stream_t *)&c->tcp) < 0) {
+    /* accepted first, also when it is closed at once (see spare_reject) */
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) < 0 || !c->stage || (lc->dp->tls && !c->tls)) {
         conn_close(c);
         return;
     }
@@ -1724,6 +1792,22 @@ static void on_connection(uv_stream_t *server, int status) {
 }
 
 /* ==== loops ================================================================================ */
+
+/* STOP_FLUSH_MS after a stop: a peer that does not read (stopped, stuck, partitioned) would hold
+ * its connection's shutdown, the loop and the server's exit checkpoint forever. */
+static void on_stop_timer(uv_timer_t *tm) {
+    loopctx_t *lc = tm->data;
+    size_t n = 0;
+    for (conn_t *c = lc->conns; c; c = c->next) {
+        n += !c->closing;
+        conn_close(c);
+    }
+    if (n)
+        PC_WARN("data plane: %zu connections did not take their replies within %d ms of the "
+                "stop: closed",
+                n, STOP_FLUSH_MS);
+    stop_timer_close(lc);
+}
 
 static void on_stop(uv_async_t *a) {
     loopctx_t *lc = a->data;
@@ -1734,9 +1818,13 @@ static void on_stop(uv_async_t *a) {
     park_release(lc, true, NULL); /* pushes applied here, not confirmed by a backup */
     uv_close((uv_handle_t *)&lc->park_timer, NULL);
     /* Frames already read were executed in their read callback (except those a paused
-     * connection holds back: they are dropped): flush replies and close. */
+     * connection holds back: they are dropped): flush replies and close, within a bound. */
     for (conn_t *c = lc->conns; c; c = c->next)
         conn_finish(c);
+    if (lc->conns)
+        uv_timer_start(&lc->stop_timer, on_stop_timer, STOP_FLUSH_MS, 0);
+    else
+        stop_timer_close(lc);
 }
 
 static void *loop_main(void *arg) {
@@ -1918,6 +2006,8 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         lc->wake.data = lc;
         uv_timer_init(&lc->loop, &lc->park_timer); /* started by park_push */
         lc->park_timer.data = lc;
+        uv_timer_init(&lc->loop, &lc->stop_timer); /* started by on_stop */
+        lc->stop_timer.data = lc;
         if (uv_tcp_open(&lc->listener, fd) < 0 ||
             uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
             close(fd);
@@ -1929,6 +2019,7 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
             uv_close((uv_handle_t *)&lc->stop, NULL);
             uv_close((uv_handle_t *)&lc->wake, NULL);
             uv_close((uv_handle_t *)&lc->park_timer, NULL);
+            uv_close((uv_handle_t *)&lc->stop_timer, NULL);
             uv_run(&lc->loop, UV_RUN_DEFAULT);
             uv_loop_close(&lc->loop);
             dp->nloops = i;

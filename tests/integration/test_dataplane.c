@@ -770,11 +770,15 @@ static void test_token(void **state) {
     assert_true(recv(fd, &b, 1, 0) <= 0);
     close(fd);
     /* Nor is a body held before the token: the header of a 16 MiB PULL (under the body limit)
-     * or HELLO is refused at once, not after its body (which never comes). */
-    for (uint8_t op = 0; op < 2; op++) {
+     * or HELLO is refused at once, not after its body (which never comes); nor skipped: one
+     * over the limit (4 GiB) too, rather than answered PC_ETOOBIG with the connection kept
+     * to send more. */
+    for (uint8_t op = 0; op < 3; op++) {
         fd = raw_connect(port);
         uint8_t h[PC_WIRE_HDR];
-        pc_wire_hdr_t hd = {.op = op ? PC_OP_HELLO : PC_OP_PULL, .id = 10, .body_len = 16u << 20};
+        pc_wire_hdr_t hd = {.op = op == 1 ? PC_OP_HELLO : PC_OP_PULL,
+                            .id = 10,
+                            .body_len = op == 2 ? UINT32_MAX : 16u << 20};
         pc_wire_hdr_encode(&hd, h);
         send_all(fd, h, sizeof h);
         assert_int_equal(recv_reply(fd, 10), PC_EAUTH);
@@ -1082,6 +1086,33 @@ static void test_unsent_bounded(void **state) {
     tc_rmdir(dir);
 }
 
+/* A client that never reads its replies does not hold a stopping server: SIGTERM ends it (exit
+ * 0, after its exit steps) once the stop's flush deadline (5 s) closed that connection. Before,
+ * the connection's shutdown waited for the peer to read, the loop with it, forever. */
+static void test_stop_with_nonreader(void **state) {
+    (void)state;
+    char dir[256], tables[200];
+    tc_tmpdir(dir, sizeof dir, "dpstop");
+    snprintf(tables, sizeof tables, "--tables=name=wide,dim=256,shards=4");
+    const char *extra[] = {tables, NULL};
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    const int mp = pu_last_metrics_port;
+    const int fd = flood(port, 40, 1024, 256, 0);
+    double queued = 0;
+    for (double t0 = pu_now(); pu_now() - t0 < 5 && queued < (8 << 20); usleep(20000))
+        queued = metric(mp, "emberps_dataplane_reply_queue_bytes");
+    assert_true(queued >= 8 << 20); /* replies wait for it */
+    const double t0 = pu_now();
+    kill(s, SIGTERM);
+    const int st = pu_reap(s, 20);
+    print_message("stopped in %.1f s with a non-reader's replies unsent: exit %d\n", pu_now() - t0,
+                  st);
+    assert_int_equal(st, 0);
+    close(fd);
+    tc_rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane PATH-TO-ps-server\n");
@@ -1106,6 +1137,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_client_oom),
         cmocka_unit_test(test_reply_limit),
         cmocka_unit_test(test_unsent_bounded),
+        cmocka_unit_test(test_stop_with_nonreader),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all(); /* servers a failed test left running */
