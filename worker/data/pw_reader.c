@@ -42,6 +42,7 @@ typedef struct src_count {
     atomic_uint_least64_t lines, samples, bad;
     uint64_t first_bad_line; /* under mu */
     char first_bad[PW_READER_REASON_MAX];
+    bool resumed; /* lines of it were skipped for a resume (the reader thread's) */
 } src_count_t;
 
 struct pw_reader {
@@ -61,7 +62,8 @@ struct pw_reader {
     int err;
     char why[PW_READER_WHY_MAX]; /* one line: why the stream stopped ("" none) */
     uint64_t consumed;
-    int tcp_port; /* bound port of the TCP source: 0 not yet, < 0 none or failed */
+    uint64_t tail_lines; /* lines after the last batch (bad or blank), counted at the end */
+    int tcp_port;        /* bound port of the TCP source: 0 not yet, < 0 none or failed */
     atomic_uint_least64_t lines, samples, bad, bytes;
     atomic_uint_least64_t epoch; /* the pass being read, from 1 */
     src_count_t *src;            /* per path */
@@ -242,17 +244,21 @@ typedef struct cursor {
     pw_reader_t *r;
     pw_batch_t *b;
     uint64_t skip;
-    size_t src; /* the source being read (index into paths) */
+    size_t src;  /* the source being read (index into paths) */
+    bool stream; /* it is stdin or a TCP source: no lines of it are skipped for a resume */
     pw_sample_t s;
 } cursor_t;
 
 /* The error-rate rule (pw_reader.h): source i is over max_error_rate, judged at its end
- * (`at_end`, any size) or once it has MIN_LINES_RATE lines. PC_EPARSE with the reason set. */
+ * (`at_end`, any size) or once it has MIN_LINES_RATE lines. PC_EPARSE with the reason set. A
+ * source a resume entered part-way is judged by its rest only when that has MIN_LINES_RATE
+ * lines: a few lines after the skip are no sample of the whole. */
 static int check_rate(pw_reader_t *r, size_t i, bool at_end) {
     src_count_t *sc = &r->src[i];
     const uint64_t lines = atomic_load(&sc->lines), bad = atomic_load(&sc->bad),
                    samples = atomic_load(&sc->samples);
-    if ((!at_end && lines < MIN_LINES_RATE) || (double)bad <= r->o.max_error_rate * (double)lines)
+    if (((!at_end || sc->resumed) && lines < MIN_LINES_RATE) ||
+        (double)bad <= r->o.max_error_rate * (double)lines)
         return 0;
     char first[PW_READER_REASON_MAX];
     pthread_mutex_lock(&r->mu);
@@ -282,20 +288,23 @@ static int line_kind(const char *line, size_t len, bool too_long) {
                : LINE_TEXT;
 }
 
-/* The first half of a line's bookkeeping, in stream order before it is parsed: a CSV header and
- * lines skipped for a resume are dropped (their bytes counted, the lines not: resume offsets skip
- * them anyway); every 4096 lines the reader looks whether it is told to stop. */
+/* The first half of a line's bookkeeping, in stream order before it is parsed: every 4096 lines
+ * the reader looks whether it is told to stop (skipped ones too); a CSV header and lines of files
+ * skipped for a resume are dropped (their bytes counted, the lines not: resume offsets skip them
+ * anyway; a stream's producer sends from where it knows, so none of its lines are skipped). */
 static int line_admit(cursor_t *c, uint64_t lineno, size_t len) {
     pw_reader_t *r = c->r;
+    if ((lineno & 4095) == 0 && stopping(r))
+        return LINE_STOP;
     const bool header = lineno == 1 && r->o.format == PW_FMT_CSV && r->csv.header;
-    if (header || c->skip) {
-        if (!header)
+    if (header || (c->skip && !c->stream)) {
+        if (!header) {
             c->skip--;
+            r->src[c->src].resumed = true;
+        }
         atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
         return LINE_DROP;
     }
-    if ((lineno & 4095) == 0 && stopping(r))
-        return LINE_STOP;
     return LINE_KEEP;
 }
 
@@ -943,6 +952,11 @@ static void *reader_main(void *arg) {
                 stdin_read |= strcmp(r->paths[i], "-") == 0;
             }
             c->src = i;
+            c->stream = strcmp(r->paths[i], "-") == 0 || is_tcp(r->paths[i]);
+            if (c->stream && c->skip)
+                PC_INFO("reader: %s: a stream has no resume offsets: its lines are not skipped "
+                        "(%llu lines still to skip go to the files after it)",
+                        r->paths[i], (unsigned long long)c->skip);
             /* stdin is parsed here: a producer sets its pace (no waiting for a chunk) */
             parse_pool_t *p = strcmp(r->paths[i], "-") ? r->pool : NULL;
             rc = is_tcp(r->paths[i]) ? read_tcp(c, r->paths[i])
@@ -951,6 +965,12 @@ static void *reader_main(void *arg) {
     }
     if (!rc && c->b && c->b->n && !stopping(r)) /* the last, partial batch */
         rc = slot_publish(r, c->b);
+    else if (!rc && c->b && !c->b->n && c->b->lines && !stopping(r)) {
+        /* lines after the last batch (bad or blank): consumed at the end */
+        pthread_mutex_lock(&r->mu);
+        r->tail_lines = c->b->lines;
+        pthread_mutex_unlock(&r->mu);
+    }
     pool_free(r->pool); /* after every batch's dedup */
     r->pool = NULL;
     if (r->tcp_port == 0) /* never reached: wake pw_reader_tcp_port waiters */
@@ -1053,6 +1073,9 @@ const pw_batch_t *pw_reader_next(pw_reader_t *r) {
         b = &r->slots[r->head];
         r->holding = true;
         r->consumed += b->lines;
+    } else if (!r->err && r->done) { /* the end: the lines no batch carried are consumed too */
+        r->consumed += r->tail_lines;
+        r->tail_lines = 0;
     }
     pthread_mutex_unlock(&r->mu);
     return b;

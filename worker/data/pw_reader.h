@@ -17,8 +17,10 @@
  * naming it (pw_reader_error_text; "no usable samples" when none of its lines parsed). The
  * counts are per source (pw_reader_source_stats) and in total (pw_reader_stats); a source's
  * counts cover every epoch, from skip_lines on. Resume: skip_lines drops
- * that many lines of this rank's stream first (good or bad alike), so a restarted worker
- * continues exactly after what pw_reader_consumed() reported when its checkpoint was taken.
+ * that many lines of this rank's files first (good or bad alike; a stream's lines are never
+ * skipped: its producer sends from where it knows), so a restarted worker continues exactly
+ * after what pw_reader_consumed() reported when its checkpoint was taken. A file entered
+ * part-way is judged at its end only by a rest of at least 1000 lines.
  *
  * Parse threads: with parse_threads > 0, files are parsed on that many threads beside the
  * reader thread, in chunks of lines, and committed in stream order: batches, counts, positions,

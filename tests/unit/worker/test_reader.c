@@ -7,8 +7,10 @@
  * every slot of the queue on its own (libsvm, 40-119 features a sample, batch 4). Counts per
  * source (lines read, samples, malformed, the first malformed line; blank lines skipped), and
  * the error-rate rule on small files (at a file's end), each stop said in one line naming the
- * file. Every test runs twice, parsing on the reader thread and on 3 parse threads, and parse
- * threads (1, 2, 5) give exactly the batches, counts and stops of the reader thread. */
+ * file; a resume skips no stream's lines, judges a file entered near its end by a large enough
+ * rest only, and counts lines after the last batch as consumed. Every test runs twice, parsing on
+ * the reader thread and on 3 parse threads, and parse threads (1, 2, 5) give exactly the batches,
+ * counts and stops of the reader thread. */
 #include "table_check.h"
 
 #include <arpa/inet.h>
@@ -240,6 +242,41 @@ static void test_resume_and_early_close(void **state) {
     assert_int_equal(head.samples + tail.samples, all.samples);
     assert_int_equal(head.lines + tail.lines, all.lines);
     assert_true(fabs(head.label_sum + tail.label_sum - all.label_sum) < 1e-6);
+}
+
+/* A resume that enters a file near its end judges the file's rest by the error-rate rule only
+ * when that rest is large enough (one bad line in the 50 lines after the skip is not 2% of the
+ * file); lines after the last full batch (bad ones here) are consumed at the end, so a worker
+ * resumed from there reads nothing again. */
+static void test_resume_tail(void **state) {
+    (void)state;
+    char a[300];
+    snprintf(a, sizeof a, "%s/tail.tsv", g_dir);
+    write_data(a, 3000, 23, 0, false);
+    FILE *f = fopen(a, "a"); /* one bad line near the end, 3 more after the last full batch */
+    fputs("bad line in the last 50\n", f);
+    fclose(f);
+    const char *paths[] = {a};
+    pw_reader_opts_t o = opts(paths, 1);
+    o.max_error_rate = 0.01;
+    o.batch = 3001; /* one batch of every line but the bad one */
+    seen_t all;
+    pw_reader_stats_t st;
+    read_through(&o, &all, &st);
+    assert_int_equal(all.samples, 3000);
+    pw_reader_t *r;
+    o.batch = 100; /* 30 full batches, then the bad line alone */
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    assert_int_equal(drain(r, &all, SIZE_MAX), 0);
+    assert_int_equal(pw_reader_consumed(r), 3001); /* 3000 before: the bad line read again */
+    pw_reader_close(r);
+    o.skip_lines = 2951; /* 49 good lines and the bad one left */
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    seen_t tail;
+    assert_int_equal(drain(r, &tail, SIZE_MAX), 0); /* PC_EPARSE before: 1 of 50 > 1% */
+    assert_int_equal(tail.samples, 49);
+    assert_int_equal(pw_reader_consumed(r), 3001);
+    pw_reader_close(r);
 }
 
 static void test_wide_samples(void **state) {
@@ -499,6 +536,16 @@ static void test_tcp_source(void **state) {
     pw_reader_close(r);
     assert_int_equal(net.samples, file.samples);
     assert_true(net.label_sum == file.label_sum);
+    /* A resumed reader skips no lines of a stream: its producer sends from where it knows. */
+    o.skip_lines = 1000;
+    assert_int_equal(pw_reader_open(&o, &r), 0);
+    pa.port = pw_reader_tcp_port(r);
+    pthread_create(&th[0], NULL, produce, &pa);
+    assert_int_equal(drain(r, &net, SIZE_MAX), 0);
+    pthread_join(th[0], NULL);
+    pw_reader_close(r);
+    assert_int_equal(net.samples, file.samples);
+    o.skip_lines = 0;
     /* Closing while nobody connected returns promptly; a bad address is PC_EINVAL. */
     assert_int_equal(pw_reader_open(&o, &r), 0);
     assert_true(pw_reader_tcp_port(r) > 0);
@@ -795,12 +842,19 @@ static void test_parse_threads_same(void **state) {
 int main(void) {
     pc_log_set_level(PC_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plain_gzip_epochs),    cmocka_unit_test(test_rank_split),
-        cmocka_unit_test(test_bad_lines_and_errors), cmocka_unit_test(test_resume_and_early_close),
-        cmocka_unit_test(test_source_counts),        cmocka_unit_test(test_small_file_rate),
-        cmocka_unit_test(test_tcp_source),           cmocka_unit_test(test_csv_header),
-        cmocka_unit_test(test_wide_samples),         cmocka_unit_test(test_parse_threads_same),
-        cmocka_unit_test(test_tcp_cut_line),         cmocka_unit_test(test_nul_bytes),
+        cmocka_unit_test(test_plain_gzip_epochs),
+        cmocka_unit_test(test_rank_split),
+        cmocka_unit_test(test_bad_lines_and_errors),
+        cmocka_unit_test(test_resume_and_early_close),
+        cmocka_unit_test(test_resume_tail),
+        cmocka_unit_test(test_source_counts),
+        cmocka_unit_test(test_small_file_rate),
+        cmocka_unit_test(test_tcp_source),
+        cmocka_unit_test(test_csv_header),
+        cmocka_unit_test(test_wide_samples),
+        cmocka_unit_test(test_parse_threads_same),
+        cmocka_unit_test(test_tcp_cut_line),
+        cmocka_unit_test(test_nul_bytes),
     };
     /* Once parsing on the reader thread, once on 3 parse threads (TCP sources: always the
      * reader thread's). */
