@@ -2,14 +2,16 @@
  *
  * DESIGN: a ring of queue + 1 preallocated batches; the consumer holds at most one (the batch it
  * was last given, released at its next call), the reader thread fills the others. zlib's gzFile
- * reads plain and gzip files alike (gzopen is transparent to uncompressed input), so every
- * source is a gzFile; stdin is wrapped with gzdopen. Counts: one set per source (atomics the
- * reader thread adds to and any thread reads; the first bad line's reason written once under
- * mu) and the stream's totals; the reason the stream stopped (`why`) is written by the reader
- * thread before it finishes, under mu. A line's bookkeeping is two halves in stream order,
- * line_admit before parsing and line_commit after, so parsing can move to other threads between
- * them (the parse pool below) without changing what the reader gives. A batch's dedup
- * (opts.dedup) is a job for the pool too: the batch is handed over unready, and the consumer
+ * reads plain and gzip files alike (gzopen is transparent to uncompressed input), so every file
+ * is a gzFile (a regular file on stdin too, through gzdopen). Streams are read as their bytes
+ * come, through one line assembler (lines_in_t): TCP producers on a libuv loop, stdin by poll
+ * and read (zlib's gzFile would wait for 256 KiB), gzip on stdin inflated as it arrives. Counts:
+ * one set per source (atomics the reader thread adds to and any thread reads; the first bad line's
+ * reason written once under mu) and the stream's totals; the reason the stream stopped (`why`) is
+ * written by the reader thread before it finishes, under mu. A line's bookkeeping is two halves in
+ * stream order, line_admit before parsing and line_commit after, so parsing can move to other
+ * threads between them (the parse pool below) without changing what the reader gives. A batch's
+ * dedup (opts.dedup) is a job for the pool too: the batch is handed over unready, and the consumer
  * waits for `ready` (pool threads take dedup jobs before chunks, oldest first).
  */
 #include "pw_reader.h"
@@ -27,7 +29,9 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 #include <zlib.h>
@@ -694,6 +698,193 @@ static int read_source(cursor_t *c, parse_pool_t *p, const char *path, char *lin
     return rc ? rc : check_rate(c->r, c->src, true);
 }
 
+/* ==== lines from a byte stream (TCP producers, stdin) ====================================== */
+
+/* Bytes arrive in pieces of any size into buf (LINE_MAX_BYTES); lines are cut at '\n'. A line
+ * over LINE_MAX_BYTES is handed over once, cut (too_long), and the rest of it up to its newline
+ * dropped. */
+typedef struct lines_in {
+    char *buf;
+    size_t len;
+    bool dropping; /* inside a line over LINE_MAX_BYTES */
+} lines_in_t;
+
+/* A line for the source: 0 to go on, else what stops it (1: the reader stops; an error). */
+typedef int (*line_fn)(void *ctx, const char *line, size_t len, bool too_long);
+
+/* Where the next bytes go, and how many fit. */
+static char *lines_room(lines_in_t *l, size_t *cap) {
+    *cap = LINE_MAX_BYTES - l->len;
+    return l->buf + l->len;
+}
+
+/* n bytes arrived at lines_room: every complete line to fn, until it returns non-zero (returned).
+ */
+static int lines_feed(lines_in_t *l, size_t n, line_fn fn, void *ctx) {
+    int rc = 0;
+    size_t start = 0, end = l->len + n;
+    for (size_t i = l->len; i < end && !rc; i++) {
+        if (l->buf[i] != '\n')
+            continue;
+        if (l->dropping)
+            l->dropping = false;
+        else
+            rc = fn(ctx, l->buf + start, i + 1 - start, false);
+        start = i + 1;
+    }
+    memmove(l->buf, l->buf + start, end - start);
+    l->len = end - start;
+    if (!rc && l->len == LINE_MAX_BYTES) { /* a line over the limit: counted once, then dropped */
+        if (!l->dropping)
+            rc = fn(ctx, l->buf, l->len, true);
+        l->dropping = true;
+        l->len = 0;
+    }
+    return rc;
+}
+
+/* The stream ended: the bytes of a last line without a newline (0 when there are none, or they
+ * are the rest of a line over the limit), taken out. */
+static size_t lines_rest(lines_in_t *l) {
+    const size_t n = l->dropping ? 0 : l->len;
+    l->len = 0;
+    return n;
+}
+
+/* ==== stdin ================================================================================= */
+
+/* stdin that is not a regular file (a pipe, a terminal, a socket) is read as it comes: poll and
+ * read, not zlib's buffered reads, which wait until 256 KiB arrived. So a batch goes out as soon
+ * as its last line came, and a close is noticed within STDIN_POLL_MS, whatever the producer
+ * does. Gzip data (its magic first) is inflated as it arrives, member after member. A regular
+ * file on stdin (`< FILE`) is read like a named file. */
+#define STDIN_POLL_MS 20
+#define STDIN_READ    (64u << 10)
+
+typedef struct stdin_src {
+    cursor_t *c;
+    lines_in_t in;
+    uint64_t lineno, bad;
+    z_stream z;
+    bool gz, zinit, member_end;
+} stdin_src_t;
+
+static int stdin_line(void *ctx, const char *line, size_t len, bool too_long) {
+    stdin_src_t *s = ctx;
+    return take_line(s->c, "-", ++s->lineno, line, len, too_long, &s->bad);
+}
+
+/* n bytes of plain text, through the line assembler. */
+static int stdin_text(stdin_src_t *s, const unsigned char *p, size_t n) {
+    int rc = 0;
+    while (n && !rc) {
+        size_t cap;
+        char *room = lines_room(&s->in, &cap);
+        const size_t k = n < cap ? n : cap;
+        memcpy(room, p, k);
+        rc = lines_feed(&s->in, k, stdin_line, s);
+        p += k;
+        n -= k;
+    }
+    return rc;
+}
+
+/* n bytes of gzip data, inflated into the line assembler. */
+static int stdin_inflate(stdin_src_t *s, const unsigned char *p, size_t n) {
+    s->z.next_in = (unsigned char *)p;
+    s->z.avail_in = (unsigned)n;
+    int rc = 0;
+    while (!rc && s->z.avail_in) {
+        if (s->member_end) { /* another member follows */
+            inflateReset(&s->z);
+            s->member_end = false;
+        }
+        size_t cap;
+        char *room = lines_room(&s->in, &cap);
+        s->z.next_out = (unsigned char *)room;
+        s->z.avail_out = (unsigned)cap;
+        const int zr = inflate(&s->z, Z_NO_FLUSH);
+        if (zr != Z_OK && zr != Z_STREAM_END && zr != Z_BUF_ERROR) {
+            set_why(s->c->r, "-: gzip data: %s", s->z.msg ? s->z.msg : zError(zr));
+            return PC_EIO;
+        }
+        s->member_end = zr == Z_STREAM_END;
+        rc = lines_feed(&s->in, cap - s->z.avail_out, stdin_line, s);
+    }
+    return rc;
+}
+
+static int read_stdin(cursor_t *c, char *line) {
+    pw_reader_t *r = c->r;
+    struct stat sb;
+    if (fstat(0, &sb) == 0 && S_ISREG(sb.st_mode))
+        return read_source(c, NULL, "-", line);
+    stdin_src_t *s = pc_scalloc(PC_MEM_BATCH, 1, sizeof *s);
+    unsigned char *raw = pc_smalloc(PC_MEM_BATCH, STDIN_READ);
+    int rc = s && raw ? 0 : PC_ENOMEM;
+    if (s) {
+        s->c = c;
+        s->in.buf = line;
+    }
+    size_t got = 0; /* bytes read so far (the magic needs two) */
+    unsigned char head[2];
+    while (!rc) {
+        struct pollfd pfd = {.fd = 0, .events = POLLIN};
+        const int pr = poll(&pfd, 1, STDIN_POLL_MS);
+        if (stopping(r)) {
+            rc = 1;
+            break;
+        }
+        if (pr == 0 || (pr < 0 && errno == EINTR))
+            continue;
+        const ssize_t n = pr < 0 ? -1 : read(0, raw, STDIN_READ);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n < 0) {
+            set_why(r, "-: cannot read: %s", strerror(errno));
+            rc = PC_EIO;
+            break;
+        }
+        const unsigned char *p = raw;
+        size_t k = (size_t)n;
+        if (got < 2) { /* the first two bytes decide: gzip's magic, or text */
+            while (k && got < 2) {
+                head[got++] = *p++;
+                k--;
+            }
+            if (got < 2 && n > 0)
+                continue;
+            s->gz = got == 2 && head[0] == 0x1f && head[1] == 0x8b;
+            if (s->gz && inflateInit2(&s->z, 16 + MAX_WBITS) != Z_OK) {
+                rc = PC_ENOMEM;
+                break;
+            }
+            s->zinit = s->gz;
+            rc = s->gz ? stdin_inflate(s, head, got) : stdin_text(s, head, got);
+        }
+        if (!rc && k)
+            rc = s->gz ? stdin_inflate(s, p, k) : stdin_text(s, p, k);
+        if (n == 0)
+            break; /* the end */
+    }
+    if (!rc && s->gz && !s->member_end) {
+        set_why(r, "-: gzip data cut short (no end of its last member)");
+        rc = PC_EIO;
+    }
+    const size_t rest = !rc && s ? lines_rest(&s->in) : 0;
+    if (rest) /* a last line without a newline */
+        rc = stdin_line(s, s->in.buf, rest, false);
+    if (rc == 1)
+        rc = 0;
+    if (s && s->bad > LOG_BAD_MAX)
+        PC_WARN("-: %llu malformed lines in all", (unsigned long long)s->bad);
+    if (s && s->zinit)
+        inflateEnd(&s->z);
+    pc_sfree(raw);
+    pc_sfree(s);
+    return rc ? rc : check_rate(r, c->src, true);
+}
+
 /* ==== TCP source ========================================================================== */
 
 /* "tcp://HOST:PORT" listens on HOST:PORT (IPv4) for producers; each connection is a stream of
@@ -705,7 +896,8 @@ typedef struct tcp_src {
     uv_tcp_t listener;
     uv_timer_t timer;
     cursor_t *c;
-    int rc; /* 0, 1 (stop), or an error */
+    int rc;     /* 0, 1 (stop), or an error */
+    bool ended; /* tcp_halt: nothing more is taken (a producer that came at the end sent none) */
     int open;
     bool any;
     uint64_t idle_since_ms;
@@ -715,9 +907,7 @@ typedef struct tcp_src {
 typedef struct tcp_conn {
     uv_tcp_t h;
     tcp_src_t *src;
-    char *buf;
-    size_t len;
-    bool dropping; /* inside a line over LINE_MAX_BYTES */
+    lines_in_t in;
     uint64_t lineno, bad;
     char where[48];
 } tcp_conn_t;
@@ -729,6 +919,7 @@ static bool is_tcp(const char *path) {
 static void tcp_halt(tcp_src_t *t, int rc) {
     if (!t->rc)
         t->rc = rc;
+    t->ended = true; /* (the loop's pass goes on: its reads are ignored) */
     uv_stop(&t->loop);
 }
 
@@ -736,17 +927,19 @@ static void conn_closed(uv_handle_t *h) {
     tcp_conn_t *k = (tcp_conn_t *)h;
     if (k->bad > LOG_BAD_MAX)
         PC_WARN("%s: %llu malformed lines in all", k->where, (unsigned long long)k->bad);
-    pc_sfree(k->buf);
+    pc_sfree(k->in.buf);
     pc_sfree(k);
 }
 
-static void conn_line(tcp_conn_t *k, const char *line, size_t len, bool too_long) {
+static int conn_line(void *ctx, const char *line, size_t len, bool too_long) {
+    tcp_conn_t *k = ctx;
     tcp_src_t *t = k->src;
     if (t->rc)
-        return;
+        return t->rc;
     int rc = take_line(t->c, k->where, ++k->lineno, line, len, too_long, &k->bad);
     if (rc)
         tcp_halt(t, rc);
+    return rc;
 }
 
 /* The start of a line whose producer's connection failed before its newline: what is missing is
@@ -768,7 +961,9 @@ static void conn_cut(tcp_conn_t *k, size_t len) {
 static void conn_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     tcp_conn_t *k = (tcp_conn_t *)h;
-    *buf = uv_buf_init(k->buf + k->len, (unsigned)(LINE_MAX_BYTES - k->len));
+    size_t cap;
+    char *room = lines_room(&k->in, &cap);
+    *buf = uv_buf_init(room, (unsigned)cap);
 }
 
 static void conn_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
@@ -776,33 +971,17 @@ static void conn_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
     tcp_conn_t *k = (tcp_conn_t *)st;
     tcp_src_t *t = k->src;
     if (n > 0) {
-        size_t start = 0, end = k->len + (size_t)n;
-        for (size_t i = k->len; i < end && !t->rc; i++) {
-            if (k->buf[i] != '\n')
-                continue;
-            if (k->dropping)
-                k->dropping = false;
-            else
-                conn_line(k, k->buf + start, i + 1 - start, false);
-            start = i + 1;
-        }
-        memmove(k->buf, k->buf + start, end - start);
-        k->len = end - start;
-        if (k->len == LINE_MAX_BYTES) { /* a line over the limit: counted once, then dropped */
-            if (!k->dropping)
-                conn_line(k, k->buf, k->len, true);
-            k->dropping = true;
-            k->len = 0;
-        }
+        if (!t->ended)
+            lines_feed(&k->in, (size_t)n, conn_line, k);
         return;
     }
     if (n == 0)
         return;
-    if (k->len && !k->dropping && n == UV_EOF) /* a last line without a newline */
-        conn_line(k, k->buf, k->len, false);
-    else if (k->len && !k->dropping)
-        conn_cut(k, k->len);
-    k->len = 0;
+    const size_t rest = t->ended ? 0 : lines_rest(&k->in);
+    if (rest && n == UV_EOF) /* a last line without a newline */
+        conn_line(k, k->in.buf, rest, false);
+    else if (rest)
+        conn_cut(k, rest);
     if (n != UV_EOF)
         PC_WARN("%s: %s", k->where, uv_strerror((int)n));
     uv_close((uv_handle_t *)st, conn_closed);
@@ -812,10 +991,10 @@ static void conn_read(uv_stream_t *st, ssize_t n, const uv_buf_t *buf) {
 
 static void on_producer(uv_stream_t *srv, int status) {
     tcp_src_t *t = srv->data;
-    if (status < 0)
+    if (status < 0 || t->ended) /* (one that came at the end: closed with the loop, unread) */
         return;
     tcp_conn_t *k = pc_scalloc(PC_MEM_BATCH, 1, sizeof *k);
-    if (!k || !(k->buf = pc_smalloc(PC_MEM_BATCH, LINE_MAX_BYTES))) {
+    if (!k || !(k->in.buf = pc_smalloc(PC_MEM_BATCH, LINE_MAX_BYTES))) {
         pc_sfree(k);
         tcp_halt(t, PC_ENOMEM);
         return;
@@ -957,10 +1136,10 @@ static void *reader_main(void *arg) {
                 PC_INFO("reader: %s: a stream has no resume offsets: its lines are not skipped "
                         "(%llu lines still to skip go to the files after it)",
                         r->paths[i], (unsigned long long)c->skip);
-            /* stdin is parsed here: a producer sets its pace (no waiting for a chunk) */
-            parse_pool_t *p = strcmp(r->paths[i], "-") ? r->pool : NULL;
-            rc = is_tcp(r->paths[i]) ? read_tcp(c, r->paths[i])
-                                     : read_source(c, p, r->paths[i], line);
+            /* streams are parsed here: a producer sets its pace (no waiting for a chunk) */
+            rc = is_tcp(r->paths[i])             ? read_tcp(c, r->paths[i])
+                 : strcmp(r->paths[i], "-") == 0 ? read_stdin(c, line)
+                                                 : read_source(c, r->pool, r->paths[i], line);
         }
     }
     if (!rc && c->b && c->b->n && !stopping(r)) /* the last, partial batch */

@@ -16,6 +16,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -637,6 +639,110 @@ static void test_nul_bytes(void **state) {
 }
 
 /* CSV: the header of each file is skipped and not counted. */
+/* ---- stdin ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct piper {
+    int fd;           /* the pipe's write end */
+    const char *data; /* first part: `first` bytes, then a pause until `go` (or 10 s) */
+    size_t first, len;
+    atomic_bool go;
+} piper_t;
+
+static void *pipe_main(void *arg) {
+    piper_t *p = arg;
+    for (size_t off = 0; off < p->len;) {
+        if (off == p->first)
+            for (double t0 = now_s(); !atomic_load(&p->go) && now_s() - t0 < 10;)
+                usleep(1000);
+        const size_t end = off < p->first ? p->first : p->len;
+        const ssize_t w = write(p->fd, p->data + off, end - off);
+        if (w <= 0)
+            break; /* the reader went */
+        off += (size_t)w;
+    }
+    close(p->fd);
+    return NULL;
+}
+
+/* A reader of stdin as a pipe (the test's fd 0 for the time): `data` sent, `first` bytes of it
+ * then a pause. */
+static pw_reader_t *open_stdin(pw_reader_opts_t *o, piper_t *p, pthread_t *th, int *saved) {
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    *saved = dup(0);
+    assert_int_equal(dup2(fds[0], 0), 0);
+    close(fds[0]);
+    p->fd = fds[1];
+    pthread_create(th, NULL, pipe_main, p);
+    pw_reader_t *r;
+    assert_int_equal(pw_reader_open(o, &r), 0);
+    return r;
+}
+
+static void close_stdin(piper_t *p, pthread_t th, int saved) {
+    dup2(saved, 0); /* the pipe's read end goes: a writer still writing gets EPIPE */
+    close(saved);
+    atomic_store(&p->go, true);
+    pthread_join(th, NULL);
+}
+
+/* stdin read as a pipe: a batch goes out as soon as its lines came while the producer pauses
+ * (zlib's buffered reads waited for 256 KiB or the end); a close while it pauses returns at
+ * once; gzip data through the pipe gives the file's samples. */
+static void test_stdin_pipe(void **state) {
+    (void)state;
+    char path[300], gzpath[300];
+    snprintf(path, sizeof path, "%s/stdin.tsv", g_dir);
+    snprintf(gzpath, sizeof gzpath, "%s/stdin.tsv.gz", g_dir);
+    write_data(path, 1000, 31, 0, false);
+    write_data(gzpath, 1000, 31, 0, true);
+    const char *p1[] = {path}, *dash[] = {"-"};
+    pw_reader_opts_t o = opts(p1, 1);
+    seen_t file, piped;
+    pw_reader_stats_t st;
+    read_through(&o, &file, &st);
+    size_t len, gzlen;
+    char *data = read_all(path, &len), *gz = read_all(gzpath, &gzlen);
+    const char *cut = data; /* 300 lines, then the pause */
+    for (int i = 0; i < 300; i++)
+        cut = strchr(cut, '\n') + 1;
+    o = opts(dash, 1);
+    piper_t pp = {.data = data, .first = (size_t)(cut - data), .len = len};
+    pthread_t th;
+    int saved;
+    const double t_open = now_s();
+    pw_reader_t *r = open_stdin(&o, &pp, &th, &saved);
+    const pw_batch_t *b = pw_reader_next(r); /* while the producer pauses (10 s) */
+    const double t_batch = now_s() - t_open;
+    print_message("the first batch %.3f s after the open\n", t_batch);
+    assert_non_null(b);
+    assert_true(t_batch < 5); /* 10 s before: at the producer's next bytes */
+    assert_int_equal(b->n, 256);
+    const double t0 = now_s();
+    pw_reader_close(r); /* the producer still pauses: no more bytes, no end */
+    print_message("a batch while the producer paused; closed in %.3f s\n", now_s() - t0);
+    assert_true(now_s() - t0 < 2);
+    close_stdin(&pp, th, saved);
+    /* the whole file, then gzip through the pipe: the file's samples */
+    for (int z = 0; z < 2; z++) {
+        piper_t all = {.data = z ? gz : data, .len = z ? gzlen : len, .go = true};
+        r = open_stdin(&o, &all, &th, &saved);
+        assert_int_equal(drain(r, &piped, SIZE_MAX), 0);
+        pw_reader_close(r);
+        close_stdin(&all, th, saved);
+        assert_int_equal(piped.samples, file.samples);
+        assert_true(piped.key_hash == file.key_hash);
+    }
+    free(data);
+    free(gz);
+}
+
 static void test_csv_header(void **state) {
     (void)state;
     char a[300], b[300];
@@ -840,21 +946,16 @@ static void test_parse_threads_same(void **state) {
 }
 
 int main(void) {
+    signal(SIGPIPE, SIG_IGN); /* test_stdin_pipe's writer outlives the pipe's read end */
     pc_log_set_level(PC_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plain_gzip_epochs),
-        cmocka_unit_test(test_rank_split),
-        cmocka_unit_test(test_bad_lines_and_errors),
-        cmocka_unit_test(test_resume_and_early_close),
-        cmocka_unit_test(test_resume_tail),
-        cmocka_unit_test(test_source_counts),
-        cmocka_unit_test(test_small_file_rate),
-        cmocka_unit_test(test_tcp_source),
-        cmocka_unit_test(test_csv_header),
-        cmocka_unit_test(test_wide_samples),
-        cmocka_unit_test(test_parse_threads_same),
-        cmocka_unit_test(test_tcp_cut_line),
-        cmocka_unit_test(test_nul_bytes),
+        cmocka_unit_test(test_plain_gzip_epochs),    cmocka_unit_test(test_rank_split),
+        cmocka_unit_test(test_bad_lines_and_errors), cmocka_unit_test(test_resume_and_early_close),
+        cmocka_unit_test(test_resume_tail),          cmocka_unit_test(test_source_counts),
+        cmocka_unit_test(test_small_file_rate),      cmocka_unit_test(test_tcp_source),
+        cmocka_unit_test(test_csv_header),           cmocka_unit_test(test_stdin_pipe),
+        cmocka_unit_test(test_wide_samples),         cmocka_unit_test(test_parse_threads_same),
+        cmocka_unit_test(test_tcp_cut_line),         cmocka_unit_test(test_nul_bytes),
     };
     /* Once parsing on the reader thread, once on 3 parse threads (TCP sources: always the
      * reader thread's). */
