@@ -147,7 +147,7 @@ class Client:
                 self._close_after = True
                 self._pending.put(None)
                 return
-            while self._busy:
+            while self._busy > 0:
                 self._mu.wait()
             waiter = self._waiter
             if waiter:
@@ -185,10 +185,13 @@ class Client:
         rc = lib.psc_wait_detail(self._c, cid, why, WHY)
         return rc, ffi.string(why).decode(errors="replace")
 
-    def _start(self, op, table, keys, dim, rows, grads, found, res):
-        """Start one call; returns its id. Arrays must stay alive until it completed."""
+    def _start(self, op, table, keys, dim, rows, grads, found, res, sync=False):
+        """Start one call; returns its id. Arrays must stay alive until it completed. With
+        sync, wait for it here too and return (rc, why): the wait is in the same try as the
+        start, so an exception between them (KeyboardInterrupt) cannot leave a started call
+        unwaited (the C side writing into freed arrays)."""
         self._enter()
-        cid = None
+        cid = done = None
         try:
             cid = ffi.new("uint64_t *")
             tb = table.encode()
@@ -208,10 +211,19 @@ class Client:
                                                           require_writable=True),
                                           ffi.NULL, ffi.NULL, cid)
             check(rc)
-            return cid[0]
+            if not sync:
+                return cid[0]
+            done = self._wait(cid[0])
         except BaseException:  # started (ids are >= 1): waited for, or C writes freed memory
-            self._abandon(cid[0] if cid is not None else 0)
+            if not sync:
+                self._abandon(cid[0] if cid is not None else 0)  # waits, leaves
+            elif done is None and cid is not None and cid[0]:
+                self._wait(cid[0])  # (a finished id's second wait answers at once)
             raise
+        finally:
+            if sync:  # once, whatever happened
+                self._leave()
+        return done
 
     def _abandon(self, cid):
         """A call that raised on its way to being waited for (KeyboardInterrupt, no thread):
@@ -286,7 +298,10 @@ class Client:
                              % (n, dim))
         return out
 
-    def _prep(self, op, table, keys, dim, out=None, grads=None):
+    def _prep(self, op, table, keys, dim, out=None, grads=None, sync=False):
+        """Check and convert a call's arguments and start it: with sync, wait for it and return
+        its result; else (id, result function, the arrays to keep alive until it is waited
+        for)."""
         if not isinstance(table, str) or not table:
             raise ValueError("table must be a non-empty str")
         keys = as_keys(keys)
@@ -320,26 +335,27 @@ class Client:
         else:
             def result():
                 return rows, found.view(np.bool_)
+        if sync:
+            rc, why = self._start(op, table, keys, dim, rows, grads, found, res, sync=True)
+            check(rc, why)
+            return result()
         cid = self._start(op, table, keys, dim, rows, grads, found, res)
         return cid, result, (keys, rows, grads, found, res)
 
     def pull(self, table, keys, dim=None, out=None):
         """Rows of `keys` (created with the table's initializer when missing): a (n, dim) float32
         array (`out` when given). dim defaults to the table's."""
-        cid, result, _keep = self._prep("pull", table, keys, dim, out)
-        return self._finish(cid, result)
+        return self._prep("pull", table, keys, dim, out, sync=True)
 
     def push(self, table, keys, grads, dim=None):
         """Apply gradients (n, dim) with the table's server-side optimizer (duplicate keys are
         summed). Returns {"applied", "skipped_nonfinite", "dropped_unadmitted"}."""
-        cid, result, _keep = self._prep("push", table, keys, dim, grads=grads)
-        return self._finish(cid, result)
+        return self._prep("push", table, keys, dim, grads=grads, sync=True)
 
     def lookup(self, table, keys, dim=None, out=None):
         """Read-only rows: (rows, found) where found[i] is False for a key the table lacks (its
         row is zeros or the table's missing-row policy)."""
-        cid, result, _keep = self._prep("lookup", table, keys, dim, out)
-        return self._finish(cid, result)
+        return self._prep("lookup", table, keys, dim, out, sync=True)
 
     def pull_async(self, table, keys, dim=None, out=None):
         """pull, returning a concurrent.futures.Future of the rows."""
