@@ -674,6 +674,8 @@ static int read_source(cursor_t *c, parse_pool_t *p, const char *path, char *lin
             while (gzgets(gz, tail, sizeof tail)) {
                 const z_off_t end = gztell(gz);
                 const bool newline = tail[end - at - 1] == '\n'; /* gzgets read >= 1 byte */
+                atomic_fetch_add_explicit(&c->r->bytes, (uint64_t)(end - at), /* skipped too */
+                                          memory_order_relaxed);
                 at = end;
                 if (newline)
                     break;
@@ -706,7 +708,8 @@ static int read_source(cursor_t *c, parse_pool_t *p, const char *path, char *lin
 typedef struct lines_in {
     char *buf;
     size_t len;
-    bool dropping; /* inside a line over LINE_MAX_BYTES */
+    bool dropping;    /* inside a line over LINE_MAX_BYTES */
+    uint64_t dropped; /* bytes of such lines' rests, dropped (the source counts them) */
 } lines_in_t;
 
 /* A line for the source: 0 to go on, else what stops it (1: the reader stops; an error). */
@@ -726,10 +729,12 @@ static int lines_feed(lines_in_t *l, size_t n, line_fn fn, void *ctx) {
     for (size_t i = l->len; i < end && !rc; i++) {
         if (l->buf[i] != '\n')
             continue;
-        if (l->dropping)
+        if (l->dropping) {
             l->dropping = false;
-        else
+            l->dropped += i + 1 - start;
+        } else {
             rc = fn(ctx, l->buf + start, i + 1 - start, false);
+        }
         start = i + 1;
     }
     memmove(l->buf, l->buf + start, end - start);
@@ -737,6 +742,8 @@ static int lines_feed(lines_in_t *l, size_t n, line_fn fn, void *ctx) {
     if (!rc && l->len == LINE_MAX_BYTES) { /* a line over the limit: counted once, then dropped */
         if (!l->dropping)
             rc = fn(ctx, l->buf, l->len, true);
+        else
+            l->dropped += l->len;
         l->dropping = true;
         l->len = 0;
     }
@@ -747,6 +754,7 @@ static int lines_feed(lines_in_t *l, size_t n, line_fn fn, void *ctx) {
  * are the rest of a line over the limit), taken out. */
 static size_t lines_rest(lines_in_t *l) {
     const size_t n = l->dropping ? 0 : l->len;
+    l->dropped += l->dropping ? l->len : 0;
     l->len = 0;
     return n;
 }
@@ -876,6 +884,8 @@ static int read_stdin(cursor_t *c, char *line) {
         rc = stdin_line(s, s->in.buf, rest, false);
     if (rc == 1)
         rc = 0;
+    if (s)
+        atomic_fetch_add_explicit(&r->bytes, s->in.dropped, memory_order_relaxed);
     if (s && s->bad > LOG_BAD_MAX)
         PC_WARN("-: %llu malformed lines in all", (unsigned long long)s->bad);
     if (s && s->zinit)
@@ -925,6 +935,7 @@ static void tcp_halt(tcp_src_t *t, int rc) {
 
 static void conn_closed(uv_handle_t *h) {
     tcp_conn_t *k = (tcp_conn_t *)h;
+    atomic_fetch_add_explicit(&k->src->c->r->bytes, k->in.dropped, memory_order_relaxed);
     if (k->bad > LOG_BAD_MAX)
         PC_WARN("%s: %llu malformed lines in all", k->where, (unsigned long long)k->bad);
     pc_sfree(k->in.buf);

@@ -743,6 +743,58 @@ static void test_stdin_pipe(void **state) {
     free(gz);
 }
 
+/* A line over 1 MiB is one malformed line, the lines around it samples, and every byte of the
+ * file is counted (the dropped rest of the long line too), from a file and from stdin. */
+static void test_long_line(void **state) {
+    (void)state;
+    char path[300];
+    snprintf(path, sizeof path, "%s/long.tsv", g_dir);
+    write_data(path, 20, 41, 0, false);
+    size_t len;
+    char *data = read_all(path, &len);
+    const char *mid = data;
+    for (int i = 0; i < 10; i++)
+        mid = strchr(mid, '\n') + 1;
+    const size_t longlen = (3u << 20) / 2;
+    FILE *f = fopen(path, "w");
+    fwrite(data, 1, (size_t)(mid - data), f);
+    for (size_t i = 0; i + 1 < longlen; i++)
+        fputc('x', f);
+    fputc('\n', f);
+    fwrite(mid, 1, len - (size_t)(mid - data), f);
+    fclose(f);
+    free(data);
+    data = read_all(path, &len);
+    const char *p1[] = {path}, *dash[] = {"-"};
+    pw_reader_opts_t o = opts(p1, 1);
+    o.max_error_rate = 0.1;
+    seen_t seen;
+    pw_reader_stats_t st;
+    for (int src = 0; src < 2; src++) {
+        if (src == 0) {
+            read_through(&o, &seen, &st);
+        } else {
+            o = opts(dash, 1);
+            o.max_error_rate = 0.1;
+            piper_t all = {.data = data, .len = len, .go = true};
+            pthread_t th;
+            int saved;
+            pw_reader_t *r = open_stdin(&o, &all, &th, &saved);
+            assert_int_equal(drain(r, &seen, SIZE_MAX), 0);
+            pw_reader_stats(r, &st);
+            pw_reader_close(r);
+            close_stdin(&all, th, saved);
+        }
+        print_message("%s: %llu samples, %llu bad, %llu of %zu bytes\n", src ? "stdin" : "file",
+                      (unsigned long long)seen.samples, (unsigned long long)st.bad,
+                      (unsigned long long)st.bytes, len);
+        assert_int_equal(seen.samples, 20);
+        assert_int_equal(st.bad, 1);
+        assert_int_equal(st.bytes, len);
+    }
+    free(data);
+}
+
 static void test_csv_header(void **state) {
     (void)state;
     char a[300], b[300];
@@ -949,13 +1001,21 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN); /* test_stdin_pipe's writer outlives the pipe's read end */
     pc_log_set_level(PC_LOG_ERROR);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plain_gzip_epochs),    cmocka_unit_test(test_rank_split),
-        cmocka_unit_test(test_bad_lines_and_errors), cmocka_unit_test(test_resume_and_early_close),
-        cmocka_unit_test(test_resume_tail),          cmocka_unit_test(test_source_counts),
-        cmocka_unit_test(test_small_file_rate),      cmocka_unit_test(test_tcp_source),
-        cmocka_unit_test(test_csv_header),           cmocka_unit_test(test_stdin_pipe),
-        cmocka_unit_test(test_wide_samples),         cmocka_unit_test(test_parse_threads_same),
-        cmocka_unit_test(test_tcp_cut_line),         cmocka_unit_test(test_nul_bytes),
+        cmocka_unit_test(test_plain_gzip_epochs),
+        cmocka_unit_test(test_rank_split),
+        cmocka_unit_test(test_bad_lines_and_errors),
+        cmocka_unit_test(test_resume_and_early_close),
+        cmocka_unit_test(test_resume_tail),
+        cmocka_unit_test(test_source_counts),
+        cmocka_unit_test(test_small_file_rate),
+        cmocka_unit_test(test_tcp_source),
+        cmocka_unit_test(test_csv_header),
+        cmocka_unit_test(test_stdin_pipe),
+        cmocka_unit_test(test_long_line),
+        cmocka_unit_test(test_wide_samples),
+        cmocka_unit_test(test_parse_threads_same),
+        cmocka_unit_test(test_tcp_cut_line),
+        cmocka_unit_test(test_nul_bytes),
     };
     /* Once parsing on the reader thread, once on 3 parse threads (TCP sources: always the
      * reader thread's). */
