@@ -91,6 +91,13 @@ int pw_split_by_column(const char *in, char sep, bool header, int col, double te
             continue;
         }
         const char *c = buf + p, *end = buf + e;
+        size_t blank = 0;
+        while (c + blank < end && isspace((unsigned char)c[blank]))
+            blank++;
+        if (c + blank == end) { /* a blank line (a trailing one, CRLF's too): no row */
+            p = e;
+            continue;
+        }
         for (int k = 0; k < col && c; k++) {
             c = memchr(c, sep, (size_t)(end - c));
             c = c ? c + 1 : NULL;
@@ -99,7 +106,10 @@ int pw_split_by_column(const char *in, char sep, bool header, int col, double te
         /* strtod skips leading blanks, newlines included: an empty last column must not read
          * the next line's number */
         const double key = c && c < end && !isspace((unsigned char)*c) ? strtod(c, &stop) : NAN;
-        if (!c || !stop || stop == c || stop > end || !isfinite(key)) {
+        const bool whole =
+            stop && stop <= end &&
+            (stop == end || *stop == sep || *stop == '\r' || *stop == '\n'); /* not "123abc" */
+        if (!c || !stop || stop == c || !whole || !isfinite(key)) {
             PC_ERROR("split: %s:%zu: column %d is not a number", in, lineno, col + 1);
             rc = PC_EPARSE;
             break;

@@ -468,6 +468,16 @@ static void test_movielens(void **state) {
     fprintf(f, "u,m,r,t\n1,2,4.0,\n100,3,4.0,7\n");
     fclose(f);
     assert_int_equal(pw_split_by_column(bad, ',', true, 3, 0.2, tr, te, NULL, NULL), PC_EPARSE);
+    f = fopen(bad, "w"); /* a number with more after it in its column */
+    fprintf(f, "u,m,r,t\n1,2,4.0,100\n1,3,4.0,123abc\n");
+    fclose(f);
+    assert_int_equal(pw_split_by_column(bad, ',', true, 3, 0.2, tr, te, NULL, NULL), PC_EPARSE);
+    f = fopen(bad, "w"); /* blank lines (CRLF ones too) are no rows, not errors */
+    fprintf(f, "u,m,r,t\n1,2,4.0,100\r\n\r\n1,3,4.0,50\n\n2,3,1.0,70\n1,4,4.0,90\n1,5,4.0,80\n\n");
+    fclose(f);
+    uint64_t n1, n2;
+    assert_int_equal(pw_split_by_column(bad, ',', true, 3, 0.2, tr, te, &n1, &n2), 0);
+    assert_true(n1 == 4 && n2 == 1);
     assert_int_equal(pw_split_by_column("/nonexistent.csv", ',', true, 3, 0.2, tr, te, NULL, NULL),
                      PC_EIO);
     assert_int_equal(pw_split_by_column(bad, ',', true, 3, 1.5, tr, te, NULL, NULL), PC_EINVAL);
