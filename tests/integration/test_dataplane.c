@@ -463,11 +463,11 @@ static void *wait_main(void *arg) {
 /* psc_close while another thread waits in psc_wait for a call that cannot end (its server is
  * stopped): the waiter gets PC_ECANCELED, and the client is freed only after it left (it was
  * freed under it: ASan's heap-use-after-free). Closing from a done callback is refused. */
-static int g_cb_closed = 1;
+static atomic_int g_cb_closed = 1; /* written by the client's I/O thread */
 static void close_in_callback(void *ctx, uint64_t id, int rc) {
     (void)id, (void)rc;
     psc_close(ctx); /* refused (logged): it would wait for its own thread */
-    g_cb_closed = 0;
+    atomic_store(&g_cb_closed, 0);
 }
 
 static void test_close_with_waiter(void **state) {
@@ -486,9 +486,9 @@ static void test_close_with_waiter(void **state) {
     float rows[4 * D];
     uint64_t cb_id;
     assert_int_equal(psc_pull_async(c, "emb", keys, 4, D, rows, close_in_callback, c, &cb_id), 0);
-    for (double t0 = pu_now(); g_cb_closed && pu_now() - t0 < 10;)
+    for (double t0 = pu_now(); atomic_load(&g_cb_closed) && pu_now() - t0 < 10;)
         usleep(10000);
-    assert_int_equal(g_cb_closed, 0);
+    assert_int_equal(atomic_load(&g_cb_closed), 0);
     assert_int_equal(psc_pull(c, "emb", keys, 4, D, rows), 0); /* still open */
     pu_stop_signal(s);
     waiter_t w = {.c = c};
