@@ -26,6 +26,7 @@
 struct sv_eval {
     pw_model_t *model;
     pw_step_t *st;
+    const struct sv_model *owner;
     sv_eval_t *next_free;
 };
 
@@ -35,6 +36,7 @@ struct sv_model {
     uint64_t step;
     int max_batch;
     pw_backend_t *be;
+    pthread_mutex_t *device_mu; /* see sv_model_opts_t */
     int n;
     sv_eval_t *ev;
     pthread_mutex_t mu;
@@ -43,7 +45,30 @@ struct sv_model {
     atomic_int refs; /* sv_model_ref / sv_model_destroy */
 };
 
-/* Score one synthetic sample per evaluator: buffers touched, weights checked. */
+/* The device's turn (sv_model_opts_t.device_mu): taken and bound to this thread. */
+static void device_enter(const sv_model_t *m) {
+    if (!m->device_mu)
+        return;
+    pthread_mutex_lock(m->device_mu);
+    if (m->be->bind)
+        m->be->bind(m->be);
+}
+
+static void device_leave(const sv_model_t *m) {
+    if (m->device_mu)
+        pthread_mutex_unlock(m->device_mu);
+}
+
+/* sv_eval_run's work (the device's turn taken). */
+static int eval_run(sv_eval_t *e, const pw_batch_t *b, float *probs, char *why, size_t cap) {
+    int rc = pw_step_eval(e->st, b, probs);
+    if (rc)
+        snprintf(why, cap, "the model could not score the batch: %s", pc_strerror(rc));
+    return rc;
+}
+
+/* Score one synthetic sample per evaluator: buffers touched, weights checked. (Under the
+ * device's turn, as the load.) */
 static int warm(sv_model_t *m, sv_eval_t *e, char *why, size_t cap) {
     const pw_model_card_t *c = &m->card;
     const int nf = c->model.nfields > 0 ? c->model.nfields : 1;
@@ -63,11 +88,11 @@ static int warm(sv_model_t *m, sv_eval_t *e, char *why, size_t cap) {
                     .fields = fields,
                     .vals = vals,
                     .key_off = off};
-    float *rows = sv_eval_rows(e, (size_t)nf);
+    float *rows = pw_step_eval_rows(e->st, (size_t)nf);
     if (!rows)
         return PC_ENOMEM;
     memset(rows, 0, (size_t)nf * (size_t)c->row_dim * sizeof *rows);
-    int rc = sv_eval_run(e, &b, &prob, why, cap);
+    int rc = eval_run(e, &b, &prob, why, cap);
     if (!rc && !isfinite(prob)) {
         snprintf(why, cap, "the model's weights give a non-finite score");
         rc = PC_ECORRUPT;
@@ -76,6 +101,7 @@ static int warm(sv_model_t *m, sv_eval_t *e, char *why, size_t cap) {
 }
 
 static int eval_init(sv_model_t *m, sv_eval_t *e, const char *file, char *why, size_t cap) {
+    e->owner = m;
     pw_model_config_t mc = m->card.model;
     mc.max_batch = m->max_batch;
     int rc = pw_model_create(&mc, m->be, &e->model);
@@ -109,6 +135,7 @@ int sv_model_load(const sv_model_opts_t *o, sv_model_t **out, char *why, size_t 
     m->step = o->step;
     m->max_batch = o->max_batch;
     m->be = o->be ? o->be : pw_backend_cpu();
+    m->device_mu = m->be->host_memory ? NULL : o->device_mu;
     pthread_mutex_init(&m->mu, NULL);
     atomic_init(&m->refs, 1);
     pthread_cond_init(&m->cv, NULL);
@@ -124,10 +151,12 @@ int sv_model_load(const sv_model_opts_t *o, sv_model_t **out, char *why, size_t 
     if (!rc && !(m->ev = pc_scalloc(PC_MEM_MODEL, (size_t)o->evaluators, sizeof *m->ev)))
         rc = PC_ENOMEM;
     /* m->n counts the instances begun, a failed one included (destroy frees its parts) */
+    device_enter(m);
     for (int i = 0; !rc && i < o->evaluators; i++) {
         m->n++;
         rc = eval_init(m, &m->ev[i], path, why, cap);
     }
+    device_leave(m);
     if (rc) {
         sv_model_destroy(m);
         return rc;
@@ -149,10 +178,12 @@ sv_model_t *sv_model_ref(sv_model_t *m) {
 void sv_model_destroy(sv_model_t *m) {
     if (!m || atomic_fetch_sub(&m->refs, 1) > 1)
         return;
+    device_enter(m);
     for (int i = 0; i < m->n; i++) {
         pw_step_destroy(m->ev[i].st);
         pw_model_destroy(m->ev[i].model);
     }
+    device_leave(m);
     pc_sfree(m->ev);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);
@@ -215,12 +246,15 @@ int sv_model_check(const sv_model_t *m, const pw_batch_t *b, char *why, size_t c
 }
 
 float *sv_eval_rows(sv_eval_t *e, size_t nk) {
-    return pw_step_eval_rows(e->st, nk);
+    device_enter(e->owner);
+    float *rows = pw_step_eval_rows(e->st, nk);
+    device_leave(e->owner);
+    return rows;
 }
 
 int sv_eval_run(sv_eval_t *e, const pw_batch_t *b, float *probs, char *why, size_t cap) {
-    int rc = pw_step_eval(e->st, b, probs);
-    if (rc)
-        snprintf(why, cap, "the model could not score the batch: %s", pc_strerror(rc));
+    device_enter(e->owner);
+    int rc = eval_run(e, b, probs, why, cap);
+    device_leave(e->owner);
     return rc;
 }

@@ -25,6 +25,7 @@
 #ifndef SV_MODEL_H
 #define SV_MODEL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,10 @@ typedef struct sv_model_opts {
     int evaluators;   /* instances, >= 1 (one per request thread) */
     int max_batch;    /* samples per forward, at most */
     pw_backend_t *be; /* borrowed: the device (NULL: the CPU) */
+    /* borrowed, with a device that is not host memory: every use of `be` by any model sharing
+     * it (loads, scores, frees) is under this lock and binds the backend to the calling thread
+     * first (a GPU backend is used by one thread at a time); NULL: none (the CPU) */
+    pthread_mutex_t *device_mu;
 } sv_model_opts_t;
 
 /* Load and verify o->dir (see DESIGN). why gets one line on failure. PC_ENOTFOUND (no model or

@@ -72,6 +72,7 @@ struct sv_serve {
     char token[256], tls_ca[SV_PATH_MAX], tls_cert[SV_PATH_MAX], tls_key[SV_PATH_MAX];
     int evaluators, max_batch, timeout_ms;
     pw_backend_t *be;
+    pthread_mutex_t device_mu; /* every model's use of a device backend (sv_model_opts_t) */
     sv_follow_opts_t fo;
 
     pthread_mutex_t mu; /* cur, live, the reference counts, the graveyard */
@@ -272,7 +273,8 @@ static int load_model(sv_serve_t *s, const char *dir, uint64_t step, sv_sparse_t
                           .step = step,
                           .evaluators = s->evaluators,
                           .max_batch = s->max_batch,
-                          .be = s->be};
+                          .be = s->be,
+                          .device_mu = &s->device_mu};
     int rc = sv_model_load(&mo, out, why, cap);
     if (rc)
         return rc;
@@ -1024,6 +1026,7 @@ int sv_serve_create(const sv_serve_opts_t *o, sv_serve_t **out) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->swap_mu, NULL);
     pthread_mutex_init(&s->refusal_mu, NULL);
+    pthread_mutex_init(&s->device_mu, NULL);
     int rc = 0;
     if (s->follow[0])
         rc = start_live(s);
@@ -1061,6 +1064,7 @@ void sv_serve_destroy(sv_serve_t *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->swap_mu);
     pthread_mutex_destroy(&s->refusal_mu);
+    pthread_mutex_destroy(&s->device_mu);
     free(s);
 }
 

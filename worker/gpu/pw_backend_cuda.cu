@@ -27,8 +27,8 @@
  *   does after a Gloo failure. Allreduces run on the communicator's own stream; the trainer
  *   completes the buffer (sync) before it hands it over.
  *
- * Thread rule: one thread at a time, the thread that opened it (cudaSetDevice is per thread);
- * a communicator sets its device on the thread that calls it.
+ * Thread rule: one thread at a time, the thread that opened it or one that called bind since
+ * (cudaSetDevice is per thread); a communicator sets its device on the thread that calls it.
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -364,6 +364,11 @@ void g_copy_wait(pw_backend_t *be) {
     CU(b, cudaStreamSynchronize(b->copy));
 }
 
+void g_bind(pw_backend_t *be) {
+    cuda_be *b = of(be);
+    CU(b, cudaSetDevice(b->dev));
+}
+
 void g_sync(pw_backend_t *be) {
     cuda_be *b = of(be);
     CU(b, cudaStreamSynchronize(b->stream));
@@ -685,6 +690,7 @@ pw_cuda_backend_open(int device, void (*log)(const char *msg), pw_backend_t **ou
     b->t.host_free = g_host_free;
     b->t.error = g_error;
     b->t.close = g_close;
+    b->t.bind = g_bind;
     b->t.gemm = g_gemm;
     b->t.gemm_batched = g_gemm_batched;
     b->t.bias_act = g_bias_act;

@@ -26,7 +26,8 @@
  * - Matrices are row-major and dense unless a leading dimension (ld, in floats) is given.
  * - ABI: a table loaded from a module (pw_backend_open) must carry PW_BACKEND_ABI.
  *
- * Thread rule: a backend instance is used by one thread at a time (the trainer's thread).
+ * Thread rule: a backend instance is used by one thread at a time (the trainer's thread), and by
+ * another thread only after that thread called `bind` (when the backend has it).
  */
 #ifndef PW_BACKEND_H
 #define PW_BACKEND_H
@@ -35,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PW_BACKEND_ABI     5    /* bumped on any change to the table below */
+#define PW_BACKEND_ABI     6    /* bumped on any change to the table below */
 #define PW_POOL_FIELDS_MAX 1024 /* fields a pooled sample may have (nf) */
 #define PW_FM_K_MAX        1024 /* factors an FM row may have (k) */
 
@@ -94,6 +95,11 @@ struct pw_backend {
     int (*error)(pw_backend_t *be, char *msg, size_t len);
     /* Release the backend (the CPU backend's table is static: nothing). */
     void (*close)(pw_backend_t *be);
+    /* Make the calling thread the one that uses the backend from now on (a GPU: its device
+     * current on this thread); NULL: any thread may (the CPU backends). A caller that hands
+     * the backend from thread to thread (ps-serve's request threads, one at a time under a
+     * lock) calls it first on each. */
+    void (*bind)(pw_backend_t *be);
 
     /* ---- dense math ---- */
     /* C (m x n) = alpha * op(A) * op(B) + beta * C, op(A) m x k, op(B) k x n; A is stored
