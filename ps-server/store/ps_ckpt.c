@@ -153,8 +153,15 @@ static int scan_dir(const char *dir, uint64_t *ids, size_t cap, size_t *n, uint6
             PC_INFO("removing unpublished checkpoint %s", p);
             pc_fs_rm_tree(p);
         } else if (kind == 1) {
-            if (cnt < cap)
+            if (cnt < cap) {
                 ids[cnt] = id;
+            } else if (cap) { /* full: the cap newest are kept (readdir's order is none) */
+                size_t lo = 0;
+                for (size_t i = 1; i < cap; i++)
+                    lo = ids[i] < ids[lo] ? i : lo;
+                if (id > ids[lo])
+                    ids[lo] = id;
+            }
             cnt++;
         }
     }
@@ -1031,7 +1038,6 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
     if (rc)
         return rc;
     n = n < 4096 ? n : 4096;
-    int last = PC_ENOTFOUND; /* a directory of damaged checkpoints is not an empty one */
     for (size_t i = n; i-- > 0;) {
         rc = restore_one(c, ids[i]);
         if (!rc) {
@@ -1044,9 +1050,10 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
             return rc; /* out of memory, I/O error: not a reason to go back in time */
         PC_WARN("checkpoint %" PRIu64 " does not restore (%s), trying an older one", ids[i],
                 pc_strerror(rc));
-        last = rc == PC_ECORRUPT ? rc : last;
     }
-    return last;
+    /* A directory of damaged checkpoints is not an empty one, whatever was wrong with them (a
+     * file missing answers PC_ENOTFOUND): the caller must not start empty tables over them. */
+    return n ? PC_ECORRUPT : PC_ENOTFOUND;
 }
 
 int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n) {

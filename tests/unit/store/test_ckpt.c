@@ -354,6 +354,15 @@ static void test_retention_and_damage(void **state) {
     fputs("{\"format\": 1, \"id\": ", f);
     fclose(f);
     assert_int_equal(ps_ckpt_restore(ck4, 7, NULL), PC_ECORRUPT);
+    /* Files missing instead (a row file of 7, the manifest of 4 in 6's chain): still damaged
+     * checkpoints, not none (PC_ENOTFOUND before: a server started empty over them) */
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000007/t-k.rows", dir);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000007/MANIFEST.json", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000004/MANIFEST.json", dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(ps_ckpt_restore(ck4, 0, NULL), PC_ECORRUPT);
     ps_ckpt_destroy(ck4);
     ps_catalog_destroy(c4);
     ps_ckpt_destroy(ck3);
