@@ -857,9 +857,12 @@ static int restore_check(rctx_t *x) {
     if (x->checked)
         return 0;
     const ps_rowfile_meta_t *m = x->meta;
+    /* (the config too: the table is rebuilt from the manifest's, which no checksum covers, and
+     * the file's header is checksummed: a manifest whose settings changed is refused) */
     if (m->dim != ps_table_dim(x->t) || m->state_len != ps_table_state_len(x->t) ||
         m->cut_clock != x->want->cut || m->version != x->want->version ||
-        ((m->flags & PS_ROWFILE_INCREMENTAL) != 0) == x->want->full) {
+        ((m->flags & PS_ROWFILE_INCREMENTAL) != 0) == x->want->full ||
+        strncmp(m->config, x->want->config, sizeof m->config) != 0) {
         PC_ERROR("checkpoint table %s: row file does not match its manifest", x->want->name);
         return PC_ECORRUPT;
     }

@@ -12,6 +12,7 @@
 
 #include "pc_alloc.h"
 #include "pc_error.h"
+#include "pc_fs.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
 
@@ -281,6 +282,43 @@ static void flip_byte(const char *path, off_t off) {
     b ^= 0x40;
     assert_int_equal(pwrite(fd, &b, 1, off), 1);
     close(fd);
+}
+
+/* A manifest whose table settings changed (a digit of lr flipped: still JSON, still a spec) is
+ * refused: the table would come back with other settings, silently (the manifest has no
+ * checksum; the row file's header, which has, carries the settings too). */
+static void test_manifest_settings(void **state) {
+    (void)state;
+    char dir[256], path[512];
+    tc_tmpdir(dir, sizeof dir, "mcfg");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    tc_round(add_table(cat, "name=k,dim=4,optimizer=sgd,lr=0.25"), 1);
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 2, .full_every = 1};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    assert_int_equal(ps_ckpt_write(ck, NULL), 0);
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000001/MANIFEST.json", dir);
+    char *text;
+    size_t len;
+    assert_int_equal(pc_fs_read_all(path, 1 << 20, &text, &len), 0);
+    char *lr = strstr(text, "lr=0.25");
+    assert_non_null(lr);
+    lr[5] = '3'; /* lr=0.35 */
+    FILE *f = fopen(path, "w");
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    fclose(f);
+    free(text);
+    ps_catalog_t *c2;
+    ps_ckpt_t *ck2;
+    assert_int_equal(ps_catalog_create(&c2), 0);
+    assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+    assert_int_equal(ps_ckpt_restore(ck2, 1, NULL), PC_ECORRUPT);
+    ps_ckpt_destroy(ck2);
+    ps_catalog_destroy(c2);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
 }
 
 static void test_retention_and_damage(void **state) {
@@ -680,6 +718,7 @@ int main(void) {
         cmocka_unit_test(test_incremental_chain),
         cmocka_unit_test(test_consistent_under_pushes),
         cmocka_unit_test(test_retention_and_damage),
+        cmocka_unit_test(test_manifest_settings),
         cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_regressions),
         cmocka_unit_test(test_stream_positions),
