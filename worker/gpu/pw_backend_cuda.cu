@@ -108,7 +108,7 @@ unsigned blocks(size_t n) {
 __global__ void k_bias_act(size_t n, int cols, const float *bias, bool relu, float *y) {
     GRID_LOOP(i, n) {
         const float v = y[i] + bias[i % cols];
-        y[i] = relu && !(v > 0) ? 0.0f : v; /* as the CPU: NaN and -0 become 0 */
+        y[i] = relu && !(v > 0) && v == v ? 0.0f : v; /* as the CPU: -0 becomes 0, NaN stays */
     }
 }
 

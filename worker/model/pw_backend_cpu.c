@@ -188,9 +188,9 @@ CPU_VEC static void cpu_bias_act(pw_backend_t *be, int rows, int cols, const flo
         float *yr = y + (size_t)r * cols;
         for (int c = 0; c < cols; c++)
             yr[c] += bias[c];
-        if (relu)
+        if (relu) /* NaN stays NaN: a diverged layer reaches the loss's check, not 0 */
             for (int c = 0; c < cols; c++)
-                yr[c] = yr[c] > 0 ? yr[c] : 0.0f;
+                yr[c] = yr[c] > 0 || yr[c] != yr[c] ? yr[c] : 0.0f;
     }
 }
 

@@ -3,7 +3,7 @@
  * Linear-ReLU-Linear-BCE network (pw_mlp) and of the dot interaction (the CPU's fused kernel,
  * and the batched GEMM and triangle the GPU runs) matches central finite differences of the
  * double reference; pooling is exact and its
- * gradient is its adjoint. BCE is finite and exact at extreme logits. */
+ * gradient is its adjoint. BCE is finite and exact at extreme logits. A ReLU keeps NaN. */
 #include "test_util.h"
 
 #include <math.h>
@@ -295,12 +295,24 @@ static void test_bce_extremes(void **state) {
     TU_ASSERT_CLOSE(d[3], -0.5 / 4, 1e-7, 1e-9, "gradient at 0");
 }
 
+/* A NaN reaching a ReLU stays NaN (so a diverged hidden layer reaches the loss, whose check
+ * stops the run; a ReLU that made it 0 hid it while the backward's 0 x NaN poisoned the
+ * weights); -0 and negatives become 0. */
+static void test_relu_nan(void **state) {
+    (void)state;
+    const float bias[4] = {0, 0, 0, 0};
+    float y[4] = {NAN, -1.0f, -0.0f, 2.0f};
+    be->bias_act(be, 1, 4, bias, true, y);
+    assert_true(isnan(y[0]));
+    assert_true(y[1] == 0.0f && !signbit(y[2]) && y[3] == 2.0f);
+}
+
 int main(void) {
     be = pw_backend_cpu();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm),         cmocka_unit_test(test_mlp_gradients),
         cmocka_unit_test(test_pool),         cmocka_unit_test(test_dot_interaction),
-        cmocka_unit_test(test_bce_extremes),
+        cmocka_unit_test(test_bce_extremes), cmocka_unit_test(test_relu_nan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
