@@ -2,8 +2,8 @@
  * condition variable; loading builds every instance from the card, loads the weights into each
  * and warms each with a synthetic batch before the model is returned.
  *
- * DESIGN: the step's dense optimizer is never used (serving never trains); it is configured with
- * the defaults only because pw_step owns one. The synthetic batch has every field once with the
+ * DESIGN: the step's dense optimizer is never used (serving never trains); it is SGD, which keeps
+ * no state, only because pw_step owns one. The synthetic batch has every field once with the
  * key 0 (rows zero) and the dense inputs 0: its scores depend only on the weights, so a NaN
  * there means the weights themselves are unusable.
  */
@@ -114,8 +114,8 @@ static int eval_init(sv_model_t *m, sv_eval_t *e, const char *file, char *why, s
                  rc == PC_EDIM ? "its layers do not match the card's model" : pc_strerror(rc));
         return rc;
     }
-    pw_opt_config_t oc;
-    pw_opt_config_defaults(&oc, PW_OPT_ADAM);
+    pw_opt_config_t oc; /* never steps: SGD, which keeps no state (Adam's is 2x the weights) */
+    pw_opt_config_defaults(&oc, PW_OPT_SGD);
     pw_step_config_t sc = {.be = m->be, .model = e->model, .ndense = m->card.ndense, .opt = &oc};
     if ((rc = pw_step_create(&sc, &e->st))) {
         snprintf(why, cap, "cannot create the model's step: %s", pc_strerror(rc));

@@ -895,24 +895,47 @@ void sv_serve_tick(sv_serve_t *s) {
     if (any && step > s->live_seen) {
         snprintf(what, sizeof what, "published model %" PRIu64, step);
         int rc = sv_watermark_read(dir, &w, why, sizeof why);
+        if (!rc && w.n == 0) { /* caught_up would hold at once: nothing to pair it with */
+            snprintf(why, sizeof why,
+                     "its watermark names no training server (a model trained without servers, "
+                     "--local): its rows are not the servers'");
+            sv_watermark_free(&w);
+            rc = PC_EINVAL;
+        }
         if (rc) {
             s->live_seen = step;
             if (!pruned(dir, rc, what))
                 refuse(s, what, why);
         } else {
             const bool ready = sv_follow_caught_up(s->rows->follower, w.table, w.uid, w.head, w.n);
+            char wtable[sizeof w.table];
+            memcpy(wtable, w.table, sizeof wtable);
             sv_watermark_free(&w);
             sv_model_t *m = NULL;
             if (ready) { /* else: the rows are not that new yet, look again next tick */
-                s->live_seen = step;
                 tick_load_t a = {.s = s, .dir = dir, .step = step, .why = why, .cap = sizeof why};
                 rc = run_niced(tick_load, &a);
                 m = a.m;
+                if (!rc && strcmp(sv_model_card(m)->table_name, wtable) != 0) {
+                    snprintf(why, sizeof why,
+                             "its watermark is of table %.64s, its card's table is %.64s", wtable,
+                             sv_model_card(m)->table_name);
+                    sv_model_destroy(m);
+                    rc = PC_ECORRUPT;
+                }
+                /* out of memory is tried again next tick; a failure of the model's own is a
+                 * refusal, and the step is passed */
+                const bool again = rc == PC_ENOMEM;
+                if (!again)
+                    s->live_seen = step;
                 if (rc) {
-                    if (!pruned(dir, rc, what))
+                    if (again)
+                        PC_WARN("serve: %s: %s (tried again)", what, why);
+                    else if (!pruned(dir, rc, what))
                         refuse(s, what, why);
                 } else if (install_live(s, m)) {
-                    refuse(s, what, "out of memory");
+                    s->live_seen = step - 1; /* (out of memory: again next tick) */
+                    PC_WARN("serve: %s: out of memory swapping it in (tried again)", what);
                 } else {
                     s->pub_taken = step;
                     PC_DEBUG("serve: dense model %" PRIu64 " in", step);

@@ -8,7 +8,8 @@
 #      replica equals the servers' (serve_check), and Predict's scores of the whole test file equal
 #      ps-worker's final evaluation (--predictions) within 1e-6;
 #   3. versions under a steady Predict load: load an older one (pinned, its step in the reply),
-#      rollback, a damaged version refused while the current one keeps serving, follow again:
+#      rollback, a damaged version refused while the current one keeps serving, follow again;
+#      a published model whose watermark names no server is refused:
 #      no request of the load failed; the newest published model removed (a trainer's rollback
 #      prunes the versions after the one it goes back to): the replica serves the one before;
 #   4. bad input: a malformed line (PC_EPARSE), a batch over max_batch (PC_ETOOBIG), an unknown
@@ -162,6 +163,27 @@ model_becomes "$prev" || fail "the replica kept model $final after the trainer w
 mv "$dir/dense-final" "$dir/publish/dense-$(printf '%020d' "$final")"
 model_becomes "$final" || fail "the replica did not take model $final again"
 echo "rolled back to published model $prev and forward to $final"
+
+echo "== 3c. a published model whose watermark names no server is refused; the served one stays"
+refused_becomes() { # refused_becomes N: refused_versions is N within 10 s
+  for _ in $(seq 100); do
+    [ "$(psctl --json serve status | json_num refused_versions)" = "$1" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+src="$dir/publish/dense-$(printf '%020d' "$final")"
+ref0=$(psctl --json serve status | json_num refused_versions)
+bad=$((final + 1000))
+rm -rf "$dir/badpub" && cp -r "$src" "$dir/badpub"
+# a model trained without servers (--local): nothing of the servers' to pair it with
+grep -v '^server ' "$src/watermark" >"$dir/badpub/watermark"
+mv "$dir/badpub" "$dir/publish/dense-$(printf '%020d' "$bad")"
+refused_becomes $((ref0 + 1)) || fail "a published model whose watermark names no server was served"
+[ "$(psctl --json serve status | json_num model_version)" = "$final" ] ||
+  fail "the replica left model $final for one whose watermark names no server"
+psctl --json serve status | grep -o '"last_refusal":"[^"]*"'
+rm -rf "$dir/publish/dense-$(printf '%020d' "$bad")"
 
 echo "== 4. bad input"
 expect_err() { # expect_err CODE ARGS...: psctl ARGS fails naming CODE
