@@ -77,14 +77,19 @@ void ps__optim_init_state(const ps_optim_t *o, float *s) {
 
 /* ---- scalar kernels ------------------------------------------------------------------- */
 
+/* The exponent bits of 2^63: an element at or above it in magnitude (Inf and NaN too: all ones)
+ * is refused, since its square (Adagrad's, Adam's, FTRL's accumulators) overflows to Inf, which
+ * would freeze the row (g / Inf) or make it NaN (Inf - Inf) for good. */
+#define GRAD_EXP_MAX 0x5f000000u
+
 static bool scalar_grad_finite(const float *g, uint32_t dim) {
-    /* An element is Inf or NaN exactly when its exponent bits are all ones. OR-ing integer
-     * flags is associative, so this vectorizes (a float sum would be a serial chain). */
+    /* OR-ing integer flags is associative, so this vectorizes (a float sum would be a serial
+     * chain). */
     uint32_t bad = 0;
     for (uint32_t i = 0; i < dim; i++) {
         uint32_t bits;
         memcpy(&bits, &g[i], sizeof bits);
-        bad |= (bits & 0x7f800000u) == 0x7f800000u;
+        bad |= (bits & 0x7f800000u) >= GRAD_EXP_MAX;
     }
     return bad == 0;
 }
@@ -124,7 +129,7 @@ step_adam(const ps_optim_t *o, float *restrict w, float *restrict s, const float
     float *restrict m = s, *restrict v = s + d;
     uint32_t t;
     memcpy(&t, &s[2 * d], sizeof t);
-    t++;
+    t += t != UINT32_MAX; /* saturates: wrapped to 0, the bias corrections would divide by 0 */
     memcpy(&s[2 * d], &t, sizeof t);
     const float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
     /* Bias corrections in double: beta^t underflows gracefully and stays accurate for large t. */
@@ -237,12 +242,13 @@ AVX2_INLINE void st(float *p, __m256 v, __m256i m, int full) {
     } while (0)
 
 static AVX2_FN bool avx2_grad_finite(const float *g, uint32_t dim) {
-    const __m256i exp = _mm256_set1_epi32(0x7f800000);
+    /* the masked exponent is below 2^31: a signed compare is the unsigned one */
+    const __m256i exp = _mm256_set1_epi32(0x7f800000), lim = _mm256_set1_epi32(GRAD_EXP_MAX - 1);
     __m256i bad = _mm256_setzero_si256();
 #define BODY(i, m, full)                                                               \
     do {                                                                               \
         const __m256i v = _mm256_castps_si256(ld(g + (i), m, full));                   \
-        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(v, exp), exp)); \
+        bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_and_si256(v, exp), lim)); \
     } while (0)
     AVX2_ROW(dim, BODY); /* masked lanes load 0.0f: finite */
 #undef BODY
@@ -358,7 +364,7 @@ static AVX2_FN void avx2_step(const ps_optim_t *o, float *w, float *s, const flo
             float *mv = s, *vv = s + d;
             uint32_t t;
             memcpy(&t, &s[2 * d], sizeof t);
-            t++;
+            t += t != UINT32_MAX; /* saturates, as step_adam's */
             memcpy(&s[2 * d], &t, sizeof t);
             const float b1 = o->beta1, b2 = o->beta2;
             const __m256 vb1 = _mm256_set1_ps(b1), vb2 = _mm256_set1_ps(b2);

@@ -401,15 +401,21 @@ int ps_table_config_check(const ps_table_config_t *cfg, char *err, size_t errlen
         return PC_EINVAL;
     }
     /* Settings under which the optimizer divides 0 by 0 (a gradient element that stayed 0, a
-     * first step): the NaN would be stored, served and checkpointed. */
+     * first step) or by 0 at all: the NaN or Inf would be stored, served and checkpointed. They
+     * are judged as the hot path holds them, in float (1e-50 is 0 there, 0.99999999 is 1). */
     const char *why = NULL;
-    if (cfg->optimizer == PS_OPT_ADAM && !(cfg->eps > 0))
-        why = "adam needs eps > 0";
+    if (cfg->optimizer == PS_OPT_ADAM && !((float)cfg->eps > 0))
+        why = "adam needs eps > 0 (in float: at least 1.4e-45)";
+    else if (cfg->optimizer == PS_OPT_ADAM && !((float)cfg->beta2 < 1.0f))
+        why = "adam needs beta2 < 1 in float (at most 0.99999994): 1 - beta2 would be 0";
     else if ((cfg->optimizer == PS_OPT_ADAGRAD || cfg->optimizer == PS_OPT_ROWWISE_ADAGRAD) &&
-             !(cfg->eps > 0) && !(cfg->adagrad_init > 0))
-        why = "adagrad needs eps > 0 or adagrad_init > 0";
-    else if (cfg->optimizer == PS_OPT_FTRL && !(cfg->lr > 0))
+             !((float)cfg->eps > 0) && !((float)cfg->adagrad_init > 0))
+        why = "adagrad needs eps > 0 or adagrad_init > 0 (in float: at least 1.4e-45)";
+    else if (cfg->optimizer == PS_OPT_FTRL && !((float)cfg->lr > 0))
         why = "ftrl needs lr (its alpha) > 0";
+    else if (cfg->optimizer == PS_OPT_FTRL && !((float)cfg->ftrl_beta > 0) && !((float)cfg->l2 > 0))
+        why = "ftrl needs ftrl_beta > 0 or l2 > 0 (a first gradient too small to square would "
+              "divide by 0)";
     if (why) {
         snprintf(err ? err : buf, err ? errlen : sizeof buf, "%s", why);
         return PC_EINVAL;

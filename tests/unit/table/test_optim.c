@@ -427,13 +427,14 @@ static void test_kernels_nonfinite(void **st) {
     (void)st;
     const ps_optim_kernels_t *ks[2];
     const int nk = kernel_sets(ks);
-    const float bad[3] = {NAN, INFINITY, -INFINITY};
+    /* NaN, Inf, and magnitudes from 2^63 on (their squares overflow the accumulators) */
+    const float bad[5] = {NAN, INFINITY, -INFINITY, 0x1p63f, -3.0e38f};
     for (int k = 0; k < nk; k++) {
         for (size_t di = 0; di < sizeof k_dims / sizeof k_dims[0]; di++) {
             const uint32_t d = k_dims[di];
             float g[DMAX + GUARD];
             for (uint32_t e = 0; e < d; e++)
-                g[e] = (e % 4 == 0)   ? 3.0e38f
+                g[e] = (e % 4 == 0)   ? -0x1.fffffep62f /* the largest accepted */
                        : (e % 4 == 1) ? 1e-45f
                        : (e % 4 == 2) ? -0.0f
                                       : -1.5f;
@@ -441,7 +442,7 @@ static void test_kernels_nonfinite(void **st) {
                 g[e] = NAN; /* past the row: must not be looked at */
             assert_true(ks[k]->grad_finite(g, d));
             for (uint32_t p = 0; p < d; p++) {
-                for (int b = 0; b < 3; b++) {
+                for (int b = 0; b < 5; b++) {
                     const float keep = g[p];
                     g[p] = bad[b];
                     if (ks[k]->grad_finite(g, d))
@@ -483,8 +484,42 @@ static void test_push_nonfinite_wide(void **st) {
     ps_table_destroy(t);
 }
 
+/* Settings the hot path would hold as a division by 0, judged in float: refused (0.99999999
+ * passed as a double and was 1.0f: every Adam row NaN at its first push; 1e-50 was 0). Adam's
+ * step count saturates instead of wrapping to 0. */
+static void test_float_settings(void **st) {
+    (void)st;
+    static const char *const refused[] = {"dim=4,optimizer=adam,beta2=0.99999999",
+                                          "dim=4,optimizer=adam,eps=1e-50",
+                                          "dim=4,optimizer=adagrad,eps=1e-50,adagrad_init=0",
+                                          "dim=4,optimizer=ftrl,ftrl_beta=0,l2=0"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ps_table_config_t c;
+        ps_table_config_defaults(&c);
+        char err[256] = "";
+        if (ps_table_config_parse(&c, refused[i], err, sizeof err) == 0)
+            fail_msg("%s was taken", refused[i]);
+        print_message("%s: %s\n", refused[i], err);
+    }
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    assert_int_equal(ps_table_config_parse(&c, "dim=4,optimizer=adam,beta2=0.9999999", NULL, 0), 0);
+    ps_optim_t o;
+    ps__optim_from_config(&c, &o);
+    float w[4] = {1, 1, 1, 1}, s[9] = {0}, g[4] = {0.5f, -0.5f, 0.25f, 0};
+    const uint32_t last = UINT32_MAX;
+    memcpy(&s[8], &last, sizeof last);
+    ps__optim_step(&o, w, s, g);
+    uint32_t t;
+    memcpy(&t, &s[8], sizeof t);
+    assert_true(t == UINT32_MAX);
+    for (int e = 0; e < 4; e++)
+        assert_true(isfinite(w[e]));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_float_settings),
         cmocka_unit_test(test_sgd),
         cmocka_unit_test(test_adagrad),
         cmocka_unit_test(test_rowwise_adagrad),
