@@ -359,6 +359,33 @@ static int checkpoint_locked(server_t *s, ps_ckpt_result_t *r) {
     return rc;
 }
 
+/* One table's name and stats, for /metrics. */
+typedef struct table_stat {
+    char name[PS_TABLE_NAME_MAX];
+    ps_table_stats_t st;
+} table_stat_t;
+
+typedef struct table_stats {
+    table_stat_t *v;
+    size_t n, cap;
+} table_stats_t;
+
+static int collect_stats(void *ctx, ps_table_t *t) {
+    table_stats_t *x = ctx;
+    if (x->n == x->cap) {
+        const size_t ncap = x->cap ? 2 * x->cap : 16;
+        table_stat_t *v = realloc(x->v, ncap * sizeof *v);
+        if (!v)
+            return PC_ENOMEM; /* the tables so far are shown */
+        x->v = v;
+        x->cap = ncap;
+    }
+    snprintf(x->v[x->n].name, sizeof x->v[x->n].name, "%s", ps_table_config(t)->name);
+    ps_table_stats(t, &x->v[x->n].st);
+    x->n++;
+    return 0;
+}
+
 /* ---- metrics ---- */
 static size_t render_metrics(void *ctx, char *buf, size_t cap) {
     server_t *s = ctx;
@@ -401,8 +428,9 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
                               (unsigned long long)t.rows_estimate, (unsigned long long)t.sst_bytes,
                               (unsigned long long)t.writes_refused);
     }
-    char names[256][PS_TABLE_NAME_MAX];
-    size_t n = ps_catalog_list(s->cat, names, 256);
+    table_stats_t ts = {0}; /* every table (ps_catalog_each: no cap on their number) */
+    (void)ps_catalog_each(s->cat, collect_stats, &ts);
+    const size_t n = ts.n;
     static const char *const kinds[] = {"gauge", "counter"};
     static const struct {
         const char *name;
@@ -419,23 +447,11 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
              {"emberps_table_spilled_total", 1},
              {"emberps_table_cold_reads_total", 1}};
     /* Each table's stats once (they read-lock every shard), then printed metric by metric. */
-    ps_table_stats_t *stats = calloc(n ? n : 1, sizeof *stats);
-    bool *have = calloc(n ? n : 1, sizeof *have);
-    for (size_t i = 0; stats && have && i < n; i++) {
-        ps_table_t *t;
-        if (ps_catalog_acquire(s->cat, names[i], &t))
-            continue;
-        ps_table_stats(t, &stats[i]);
-        ps_catalog_release(s->cat, t);
-        have[i] = true;
-    }
-    for (size_t k = 0; stats && have && k < sizeof m / sizeof m[0]; k++) {
+    for (size_t k = 0; k < sizeof m / sizeof m[0]; k++) {
         len = pc_prom_appendf(buf, cap, len, "# TYPE %s %s\n", m[k].name, kinds[m[k].kind]);
         for (size_t i = 0; i < n; i++) {
-            if (!have[i])
-                continue;
-            const ps_table_stats_t st = stats[i];
-            const char *nm = names[i];
+            const ps_table_stats_t st = ts.v[i].st;
+            const char *nm = ts.v[i].name;
             switch (k) {
                 case 0:
                     len = pc_prom_appendf(buf, cap, len, "%s{table=\"%s\"} %llu\n", m[k].name, nm,
@@ -470,8 +486,7 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
             }
         }
     }
-    free(stats);
-    free(have);
+    free(ts.v);
     return len;
 }
 
@@ -537,21 +552,16 @@ static void on_ckpt_timer(uv_timer_t *t) {
     checkpoint_now(t->data, "periodic");
 }
 
-static int advance_one(ps_table_t *t) {
-    return ps_table_advance_clock(t, ps_table_clock(t) + 1);
+static int advance_one(void *ctx, ps_table_t *t) {
+    (void)ctx;
+    (void)ps_table_advance_clock(t, ps_table_clock(t) + 1);
+    return 0;
 }
 
+/* Every table's clock one tick on (ps_catalog_each: the 257th table's too). */
 static void on_clock_timer(uv_timer_t *t) {
     server_t *s = t->data;
-    char names[256][PS_TABLE_NAME_MAX];
-    size_t n = ps_catalog_list(s->cat, names, 256);
-    for (size_t i = 0; i < n && i < 256; i++) {
-        ps_table_t *tab;
-        if (ps_catalog_acquire(s->cat, names[i], &tab) == 0) {
-            advance_one(tab);
-            ps_catalog_release(s->cat, tab);
-        }
-    }
+    (void)ps_catalog_each(s->cat, advance_one, NULL);
 }
 
 /* Seconds since *t, which moves to now: one step of a stop. */

@@ -991,7 +991,7 @@ static void do_claim(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, PC_EINVAL, "malformed claim");
         return;
     }
-    ps_claim_result_t res;
+    ps_claim_result_t res = {0};
     char err[PC_WIRE_MSG_MAX] = "";
     int rc =
         ps_catalog_claim(dp->cat, q.name, q.job, (ps_claim_mode_t)q.mode, &res, err, sizeof err);
