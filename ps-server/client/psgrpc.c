@@ -54,9 +54,18 @@ static int tls_credentials(const psg_opts_t *o, grpc_channel_credentials **out) 
     return rc;
 }
 
+/* A token gRPC can send as a metadata value: printable ASCII (a token file's CRLF, or UTF-8,
+ * would fail every call with an empty message). */
+static bool token_sendable(const char *t) {
+    for (; t && *t; t++)
+        if ((unsigned char)*t < 0x20 || (unsigned char)*t > 0x7e)
+            return false;
+    return true;
+}
+
 int psg_create(const psg_opts_t *o, psg_t **out) {
     if (!o || !o->addr || !out || (o->token && strlen(o->token) >= 256) ||
-        set(o->tls_cert) != set(o->tls_key))
+        !token_sendable(o->token) || set(o->tls_cert) != set(o->tls_key))
         return PC_EINVAL;
     psg_t *c = calloc(1, sizeof *c);
     if (!c)
@@ -124,14 +133,14 @@ static int code_of(grpc_status_code status, const grpc_metadata_array *trail) {
  * certificate verifies but names another host. */
 static int tls_failure(const psg_t *c, grpc_slice details, const char *err, char *msg,
                        size_t msgcap) {
-    char words[1024];
+    char words[1024], scratch[1024];
     snprintf(words, sizeof words, "%.*s\n%s", (int)GRPC_SLICE_LENGTH(details),
              (const char *)GRPC_SLICE_START_PTR(details), err ? err : "");
     const bool connecting = strstr(words, "failed to connect") != NULL;
     const bool closed = connecting && strstr(words, "Socket closed") != NULL;
     const char *ssl = strstr(words, "Ssl handshake failed");
-    if (!msg || !msgcap)
-        msg = words, msgcap = sizeof words; /* the code is still decided */
+    if (!msg || !msgcap) /* the code is still decided (the text goes aside, not over words) */
+        msg = scratch, msgcap = sizeof scratch, scratch[0] = '\0';
     if (!c->tls) {
         if (closed && strlen(msg) + 80 < msgcap)
             strcat(msg, " (a TLS-only server closes plaintext connections: give its CA, tls_ca)");

@@ -14,6 +14,8 @@
  * reached the API.
  */
 #include "psctl_exit.h"
+
+#include <ctype.h>
 #include "emberps.pb-c.h"
 #include "emberps/psgrpc.h"
 #include "health.pb-c.h"
@@ -175,21 +177,17 @@ static void emit(cJSON *o) {
     cJSON_Delete(o);
 }
 
-static void num(cJSON *o, const char *k, uint64_t v) {
-    cJSON_AddNumberToObject(o, k, (double)v);
-}
-
 /* psctl key: the key, its slot, and (from the server's map) the index of its owner. */
 static int feature_key(const char *field_s, const char *value) {
-    char *end;
-    errno = 0;
-    const unsigned long field = strtoul(field_s, &end, 10);
-    unsigned long hex = 0;
+    uint64_t field = 0, hex = 0;
     const size_t vl = strlen(value);
-    bool ok = !errno && !*end && field < PC_FEATURE_FIELDS_MAX;
+    bool ok = psctl_number(field_s, &field) && field < PC_FEATURE_FIELDS_MAX;
+    /* a Criteo value as the worker reads it: 1-8 hex digits, nothing else (no sign, no 0x) */
+    for (size_t i = 0; ok && !g_o.csv_value && i < vl; i++)
+        ok = isxdigit((unsigned char)value[i]);
     if (ok && !g_o.csv_value) {
-        hex = strtoul(value, &end, 16);
-        ok = vl >= 1 && vl <= 8 && !*end;
+        hex = strtoull(value, NULL, 16);
+        ok = vl >= 1 && vl <= 8;
     }
     if (!ok) {
         fprintf(stderr,
@@ -198,13 +196,18 @@ static int feature_key(const char *field_s, const char *value) {
                 PC_FEATURE_FIELDS_MAX - 1);
         return 2;
     }
-    const uint64_t key = g_o.csv_value ? pc_text_key((uint32_t)field, value, vl)
-                                       : pc_feature_key((uint32_t)field, hex);
+    const uint64_t key = !g_o.csv_value ? pc_feature_key((uint32_t)field, hex)
+                         : vl           ? pc_text_key((uint32_t)field, value, vl)
+                                        : pc_missing_key((uint32_t)field); /* as the worker */
     int rc = 0, owner = -1;
     size_t len;
     Emberps__GetClusterMapRequest q = EMBERPS__GET_CLUSTER_MAP_REQUEST__INIT;
     Emberps__GetClusterMapResponse *p;
+    /* (its failure is said on stderr only: the one JSON object printed is the key's) */
+    const bool json = g_o.json;
+    g_o.json = false;
     uint8_t *r = call(PS_API_GET_CLUSTER_MAP, &q.base, &len, &rc);
+    g_o.json = json;
     if (r && (p = unpacked(emberps__get_cluster_map_response__unpack(NULL, len, r)))) {
         pc_cluster_map_t *m;
         if (pc_cmap_parse(p->map, &m, NULL, 0) == 0) {
@@ -219,7 +222,7 @@ static int feature_key(const char *field_s, const char *value) {
         char ks[24];
         snprintf(ks, sizeof ks, "%" PRIu64, key);
         cJSON_AddStringToObject(o, "key", ks);
-        num(o, "slot", pc_key_slot(key));
+        psctl_json_u64(o, "slot", pc_key_slot(key));
         cJSON_AddNumberToObject(o, "owner", owner);
         emit(o);
     } else {
@@ -325,9 +328,9 @@ static int workers(const char *job, const psg_opts_t *sec) {
         return rc;
     cJSON *o = cJSON_CreateObject(), *a = NULL;
     cJSON_AddStringToObject(o, "job", job);
-    num(o, "run", run);
+    psctl_json_u64(o, "run", run);
     if (cur[0])
-        num(o, "generation", strtoull(cur, NULL, 10));
+        psctl_json_u64(o, "generation", strtoull(cur, NULL, 10));
     cJSON_AddStringToObject(o, "members", members);
     a = cJSON_AddArrayToObject(o, "workers");
     if (!g_o.json)
@@ -340,7 +343,7 @@ static int workers(const char *job, const psg_opts_t *sec) {
             cJSON_Delete(w);
             continue; /* not a heartbeat of this layout */
         }
-        num(w, "lease_left_ms", e[i].lease_left_ms);
+        psctl_json_u64(w, "lease_left_ms", e[i].lease_left_ms);
         if (!g_o.json) {
             const cJSON *st = cJSON_GetObjectItem(w, "state"), *h = cJSON_GetObjectItem(w, "host");
             printf("%-5.0f %-11s %5.0f %10.0f %7.1f s  %s (%.0f)\n",
@@ -380,8 +383,8 @@ static int runs(const psg_opts_t *sec) {
         return psctl_exit_of(rc);
     }
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "runs");
-    num(o, "map_version", m ? pc_cmap_version(m) : 0);
-    num(o, "unclean", m ? pc_cmap_unclean(m) : 0);
+    psctl_json_u64(o, "map_version", m ? pc_cmap_version(m) : 0);
+    psctl_json_u64(o, "unclean", m ? pc_cmap_unclean(m) : 0);
     if (!g_o.json)
         printf("map version %llu, unclean slots %llu\n%-24s %s\n",
                (unsigned long long)(m ? pc_cmap_version(m) : 0),
@@ -442,7 +445,8 @@ int main(int argc, char **argv) {
     if (crc) {
         fprintf(stderr,
                 "psctl: cannot create a client for %s: %s (--tls-ca %s, --tls-cert %s, "
-                "--tls-key %s; certificate and key go together)\n",
+                "--tls-key %s; certificate and key go together; a token is at most 255 "
+                "printable ASCII characters)\n",
                 g_o.server, pc_strerror(crc), g_o.tls_ca[0] ? g_o.tls_ca : "-",
                 g_o.tls_cert[0] ? g_o.tls_cert : "-", g_o.tls_key[0] ? g_o.tls_key : "-");
         return 2;
@@ -458,9 +462,9 @@ int main(int argc, char **argv) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "status", p->status);
-                num(o, "shard", p->shard);
-                num(o, "uptime_s", p->uptime_s);
-                num(o, "tables", p->tables);
+                psctl_json_u64(o, "shard", p->shard);
+                psctl_json_u64(o, "uptime_s", p->uptime_s);
+                psctl_json_u64(o, "tables", p->tables);
                 emit(o);
             } else {
                 printf("status: %s\nshard: %u\nuptime: %" PRIu64 " s\ntables: %" PRIu64 "\n",
@@ -476,8 +480,8 @@ int main(int argc, char **argv) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "map", p->map);
-                num(o, "version", p->version);
-                num(o, "self", p->self);
+                psctl_json_u64(o, "version", p->version);
+                psctl_json_u64(o, "self", p->self);
                 emit(o);
             } else {
                 printf("%s\n(this server: index %u)\n", p->map, p->self);
@@ -539,7 +543,7 @@ int main(int argc, char **argv) {
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddStringToObject(o, "reset", args[0]);
                 cJSON_AddStringToObject(o, "previous_owner", p->previous_owner);
-                cJSON_AddNumberToObject(o, "rows", (double)p->rows);
+                psctl_json_u64(o, "rows", p->rows);
                 emit(o);
             } else {
                 printf("reset %s (%" PRIu64 " rows, owner '%s')\n", args[0], p->rows,
@@ -575,7 +579,7 @@ int main(int argc, char **argv) {
             if (!g_o.json)
                 printf("config: %s\nowner: %s\n", p->config, p->owner[0] ? p->owner : "(none)");
             for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-                num(o, f[i].k, f[i].v);
+                psctl_json_u64(o, f[i].k, f[i].v);
                 if (!g_o.json)
                     printf("%s: %" PRIu64 "\n", f[i].k, f[i].v);
             }
@@ -593,10 +597,7 @@ int main(int argc, char **argv) {
         q.n_keys = (size_t)nargs - 1;
         q.keys = calloc(q.n_keys, sizeof *q.keys);
         for (size_t i = 0; i < q.n_keys; i++) {
-            char *end;
-            errno = 0;
-            q.keys[i] = strtoull(args[1 + i], &end, 10);
-            if (errno || *end || args[1 + i][0] == '-') {
+            if (!psctl_number(args[1 + i], &q.keys[i])) {
                 fprintf(stderr, "psctl: '%s' is not a key (unsigned 64-bit decimal)\n",
                         args[1 + i]);
                 free(q.keys);
@@ -648,10 +649,10 @@ int main(int argc, char **argv) {
             (p = unpacked(emberps__checkpoint_response__unpack(NULL, len, r)))) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
-                num(o, "id", p->id);
+                psctl_json_u64(o, "id", p->id);
                 cJSON_AddBoolToObject(o, "incremental", p->incremental);
-                num(o, "rows", p->rows);
-                num(o, "bytes", p->bytes);
+                psctl_json_u64(o, "rows", p->rows);
+                psctl_json_u64(o, "bytes", p->bytes);
                 cJSON_AddNumberToObject(o, "seconds", p->seconds);
                 emit(o);
             } else {
@@ -671,12 +672,12 @@ int main(int argc, char **argv) {
                 const Emberps__CheckpointInfo *c = p->checkpoints[i];
                 if (g_o.json) {
                     cJSON *e = cJSON_CreateObject();
-                    num(e, "id", c->id);
-                    num(e, "parent", c->parent);
+                    psctl_json_u64(e, "id", c->id);
+                    psctl_json_u64(e, "parent", c->parent);
                     cJSON_AddBoolToObject(e, "incremental", c->incremental);
-                    num(e, "rows", c->rows);
-                    num(e, "bytes", c->bytes);
-                    num(e, "created_unix_ns", c->created_unix_ns);
+                    psctl_json_u64(e, "rows", c->rows);
+                    psctl_json_u64(e, "bytes", c->bytes);
+                    psctl_json_u64(e, "created_unix_ns", c->created_unix_ns);
                     cJSON_AddItemToArray(a, e);
                 } else {
                     printf("%" PRIu64 "  %-11s parent %" PRIu64 "  %" PRIu64 " rows  %" PRIu64
@@ -693,18 +694,15 @@ int main(int argc, char **argv) {
         }
     } else if (!strcmp(cmd, "restore") && nargs == 1) {
         Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
-        char *end;
-        errno = 0;
-        q.id = strtoull(args[0], &end, 10);
         Emberps__RestoreResponse *p = NULL;
-        if (*end || end == args[0] || args[0][0] == '-' || errno) {
+        if (!psctl_number(args[0], &q.id)) {
             fprintf(stderr, "psctl: restore: not a checkpoint id: %s\n", args[0]);
             rc = 2;
         } else if ((r = call(PS_API_RESTORE, &q.base, &len, &rc)) &&
                    (p = unpacked(emberps__restore_response__unpack(NULL, len, r)))) {
             if (g_o.json) {
                 cJSON *o = cJSON_CreateObject();
-                num(o, "restored", p->id);
+                psctl_json_u64(o, "restored", p->id);
                 cJSON_AddNumberToObject(o, "seconds", p->seconds);
                 emit(o);
             } else {

@@ -105,7 +105,7 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
         if (j) {
             cJSON_AddNumberToObject(j, "server", idx);
             cJSON_AddNumberToObject(j, "slots", slots);
-            cJSON_AddNumberToObject(j, "map_version", (double)pc_cmap_version(m));
+            psctl_json_u64(j, "map_version", pc_cmap_version(m));
         } else {
             printf("%s is server %d; the target gives it %u slots. Start it with the map below "
                    "and --cluster-coordinator; `psctl reshard wait` returns when the slots "
@@ -173,10 +173,10 @@ static int status(const psctl_reshard_opts_t *o, ps_coord_store_t *st, bool prin
         return psctl_exit_of(trc);
     }
     const bool fits = t && pc_cmap_nservers(t) <= pc_cmap_nservers(m);
-    *slots_left = fits ? left(m, t) : 0;
+    *slots_left = fits ? left(m, t) : t ? PC_NSLOTS : 0; /* a target not comparable: not done */
     if (print && o->json) {
         cJSON *j = cJSON_CreateObject();
-        cJSON_AddNumberToObject(j, "map_version", (double)pc_cmap_version(m));
+        psctl_json_u64(j, "map_version", pc_cmap_version(m));
         cJSON_AddBoolToObject(j, "target", t != NULL);
         cJSON_AddNumberToObject(j, "slots_left", *slots_left);
         cJSON_AddBoolToObject(j, "done", *slots_left == 0);
@@ -222,8 +222,9 @@ int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
         const uint64_t t0 = pc_time_mono_ns();
         while (!(rc = status(o, &st, false, &slots)) && slots && pc_time_sec_since(t0) < limit)
             pc_time_sleep_ms(20);
+        int src;
         if (!rc)
-            rc = status(o, &st, true, &slots) ? 3 : slots ? 1 : 0;
+            rc = (src = status(o, &st, true, &slots)) ? src : slots ? 1 : 0;
     }
     st.destroy(st.ctx);
     return rc;

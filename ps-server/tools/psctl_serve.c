@@ -62,27 +62,27 @@ static int status(const psctl_serve_opts_t *o) {
     if (o->json) {
         cJSON *j = cJSON_CreateObject(), *a;
         cJSON_AddStringToObject(j, "model", p->model);
-        cJSON_AddNumberToObject(j, "model_version", (double)p->model_version);
+        psctl_json_u64(j, "model_version", p->model_version);
         cJSON_AddBoolToObject(j, "pinned", p->pinned);
-        cJSON_AddNumberToObject(j, "rows", (double)p->rows);
-        cJSON_AddNumberToObject(j, "predictions", (double)p->predictions);
-        cJSON_AddNumberToObject(j, "swaps", (double)p->swaps);
-        cJSON_AddNumberToObject(j, "refused_versions", (double)p->refused_versions);
+        psctl_json_u64(j, "rows", p->rows);
+        psctl_json_u64(j, "predictions", p->predictions);
+        psctl_json_u64(j, "swaps", p->swaps);
+        psctl_json_u64(j, "refused_versions", p->refused_versions);
         cJSON_AddStringToObject(j, "last_refusal", p->last_refusal);
-        cJSON_AddNumberToObject(j, "map_version", (double)p->map_version);
-        cJSON_AddNumberToObject(j, "relayouts", (double)p->relayouts);
+        psctl_json_u64(j, "map_version", p->map_version);
+        psctl_json_u64(j, "relayouts", p->relayouts);
         a = cJSON_AddArrayToObject(j, "sources");
         for (size_t i = 0; i < p->n_sources; i++) {
             const Emberps__ServeSource *s = p->sources[i];
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "server", s->server);
             cJSON_AddStringToObject(e, "state", s->state);
-            cJSON_AddNumberToObject(e, "position", (double)s->position);
-            cJSON_AddNumberToObject(e, "head", (double)s->head);
-            cJSON_AddNumberToObject(e, "lag_entries", (double)s->lag_entries);
+            psctl_json_u64(e, "position", s->position);
+            psctl_json_u64(e, "head", s->head);
+            psctl_json_u64(e, "lag_entries", s->lag_entries);
             cJSON_AddNumberToObject(e, "lag_ms", s->lag_ms);
-            cJSON_AddNumberToObject(e, "rows_applied", (double)s->rows_applied);
-            cJSON_AddNumberToObject(e, "rescans", (double)s->rescans);
+            psctl_json_u64(e, "rows_applied", s->rows_applied);
+            psctl_json_u64(e, "rescans", s->rescans);
             cJSON_AddStringToObject(e, "error", s->error);
             cJSON_AddItemToArray(a, e);
         }
@@ -124,9 +124,9 @@ static int versions(const psctl_serve_opts_t *o) {
         const Emberps__ServeVersion *v = p->versions[i];
         if (o->json) {
             cJSON *e = cJSON_CreateObject();
-            cJSON_AddNumberToObject(e, "step", (double)v->step);
+            psctl_json_u64(e, "step", v->step);
             cJSON_AddBoolToObject(e, "loaded", v->loaded);
-            cJSON_AddNumberToObject(e, "created_unix_ns", (double)v->created_unix_ns);
+            psctl_json_u64(e, "created_unix_ns", v->created_unix_ns);
             cJSON_AddItemToArray(a, e);
         } else {
             printf("%" PRIu64 "%s\n", v->step, v->loaded ? "  (pinned now)" : "");
@@ -150,7 +150,7 @@ static int load(const psctl_serve_opts_t *o, uint64_t step) {
         return rc;
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
-        cJSON_AddNumberToObject(j, "step", (double)p->step);
+        psctl_json_u64(j, "step", p->step);
         cJSON_AddNumberToObject(j, "seconds", p->seconds);
         emit(j);
     } else {
@@ -190,7 +190,7 @@ static int follow(const psctl_serve_opts_t *o) {
         return rc;
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
-        cJSON_AddNumberToObject(j, "model_version", (double)p->model_version);
+        psctl_json_u64(j, "model_version", p->model_version);
         emit(j);
     } else {
         printf("following (model version %" PRIu64 ")\n", p->model_version);
@@ -233,7 +233,7 @@ static int predict(const psctl_serve_opts_t *o, const char *path, size_t n) {
         cJSON *j = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(j, "scores"), *w;
         for (size_t i = 0; i < p->n_scores; i++)
             cJSON_AddItemToArray(a, cJSON_CreateNumber(p->scores[i]));
-        cJSON_AddNumberToObject(j, "model_version", (double)p->model_version);
+        psctl_json_u64(j, "model_version", p->model_version);
         cJSON_AddBoolToObject(j, "pinned", p->pinned);
         w = cJSON_AddArrayToObject(j, "sparse_positions");
         for (size_t i = 0; i < p->n_sparse_positions; i++)
@@ -258,14 +258,6 @@ static int predict(const psctl_serve_opts_t *o, const char *path, size_t n) {
     return rc;
 }
 
-/* A step or count argument: a decimal number, or false. */
-static bool number(const char *s, uint64_t *v) {
-    char *end;
-    errno = 0;
-    *v = strtoull(s, &end, 10);
-    return s[0] >= '0' && s[0] <= '9' && !*end && !errno;
-}
-
 int psctl_serve(const psctl_serve_opts_t *o, int nargs, char **args) {
     const char *sub = nargs ? args[0] : "";
     uint64_t v = 0;
@@ -273,15 +265,15 @@ int psctl_serve(const psctl_serve_opts_t *o, int nargs, char **args) {
         return status(o);
     if (!strcmp(sub, "versions") && nargs == 1)
         return versions(o);
-    if (!strcmp(sub, "load") && nargs == 2 && number(args[1], &v))
+    if (!strcmp(sub, "load") && nargs == 2 && psctl_number(args[1], &v))
         return load(o, v);
     if (!strcmp(sub, "rollback") && nargs == 1)
         return rollback(o);
-    if (!strcmp(sub, "rollback") && nargs == 2 && number(args[1], &v))
+    if (!strcmp(sub, "rollback") && nargs == 2 && psctl_number(args[1], &v))
         return load(o, v);
     if (!strcmp(sub, "follow") && nargs == 1)
         return follow(o);
-    if (!strcmp(sub, "predict") && (nargs == 2 || (nargs == 3 && number(args[2], &v) && v)))
+    if (!strcmp(sub, "predict") && (nargs == 2 || (nargs == 3 && psctl_number(args[2], &v) && v)))
         return predict(o, args[1], nargs == 3 ? (size_t)v : 8);
     fprintf(stderr, "psctl: serve: status | versions | load STEP | rollback [STEP] | follow | "
                     "predict FILE [N]\n");

@@ -596,6 +596,22 @@ static void test_psctl(void **state) {
     assert_non_null(strstr(out, want));
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "3", "xyz", NULL}), 2);
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "9999", "1", NULL}), 2);
+    /* numbers the worker would not read as such are refused, not read by strtoul's rules (a
+     * sign, a 0x, a space; an empty field) */
+    static const char *const bad_values[] = {"-1", "0x1f", "+ff", " ff", NULL};
+    for (int i = 0; bad_values[i]; i++)
+        assert_int_equal(
+            psctl(gp, out, sizeof out, (const char *[]){"key", "3", bad_values[i], NULL}), 2);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"key", "", "1", NULL}), 2);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"lookup", "emb", " -1", NULL}), 2);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"lookup", "emb", "", NULL}), 2);
+    assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"restore", " -1", NULL}), 2);
+    /* an empty CSV value is the field's missing key, as the worker reads it */
+    assert_int_equal(
+        psctl(gp, out, sizeof out, (const char *[]){"--csv-value", "--json", "key", "1", "", NULL}),
+        0);
+    snprintf(want, sizeof want, "\"key\":\"%llu\"", (unsigned long long)pc_missing_key(1));
+    assert_non_null(strstr(out, want));
     pu_stop(s);
     tc_rmdir(dir);
 }

@@ -42,7 +42,8 @@ typedef struct psg_opts {
 } psg_opts_t;
 
 /* A client of the server o->addr. Strings are copied or read during the call (borrowed). No
- * network I/O happens yet. Returns 0, PC_EINVAL (no addr, a token over 255 bytes, tls_cert
+ * network I/O happens yet. Returns 0, PC_EINVAL (no addr, a token over 255 bytes or with a byte
+ * outside printable ASCII (a CR from a token file), tls_cert
  * without tls_key or the other way round), PC_ENOMEM, or pc_fs_read_all's code for a PEM file
  * that cannot be read (PC_ENOTFOUND: no such file). */
 int psg_create(const psg_opts_t *o, psg_t **out);
