@@ -4,7 +4,9 @@
  * name space and the counts; table operations run outside it. A dropped entry stays in the array
  * (invisible to lookups) until its last reference goes. Claims hold `claim_mu` from reading the
  * owner to writing it (or swapping in the reset table), so two workers of one job racing with
- * --fresh reset the table once: the second finds its own job as the owner. A reset swaps the new
+ * --fresh reset the table once: the second finds its own job as the owner; drops and installs
+ * (create, replace, a live restore) take it too, so a claim's owner lands on the table it read,
+ * never on one dropped or replaced meanwhile (order: claim_mu, then mu). A reset swaps the new
  * table into the old one's entry under `mu` in one step: a caller sees the old or the new table,
  * never no table.
  */
@@ -238,6 +240,7 @@ static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_ad
     if (rc)
         return rc;
     ps_table_t *dead = NULL;
+    pthread_mutex_lock(&c->claim_mu); /* a claim's owner goes on the table it read */
     pthread_mutex_lock(&c->mu);
     entry_t *e = find_live(c, ps_table_config(t)->name);
     if (e ? !may_replace : !may_add)
@@ -253,6 +256,7 @@ static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_ad
             dead = take_entry(c, (size_t)(e - c->e));
     }
     pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->claim_mu);
     destroy_table(c, rc ? t : dead);
     return rc;
 }
@@ -303,6 +307,7 @@ int ps_catalog_drop(ps_catalog_t *c, const char *name) {
         return PC_EINVAL;
     ps_table_t *dead = NULL;
     int rc = PC_ENOTFOUND;
+    pthread_mutex_lock(&c->claim_mu); /* as install's */
     pthread_mutex_lock(&c->mu);
     entry_t *e = find_live(c, name);
     if (e) {
@@ -313,6 +318,7 @@ int ps_catalog_drop(ps_catalog_t *c, const char *name) {
             dead = take_entry(c, (size_t)(e - c->e));
     }
     pthread_mutex_unlock(&c->mu);
+    pthread_mutex_unlock(&c->claim_mu);
     destroy_table(c, dead);
     return rc;
 }
