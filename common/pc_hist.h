@@ -22,9 +22,8 @@ typedef struct pc_hist {
 } pc_hist_t;
 
 static inline void pc_hist_add(pc_hist_t *h, uint64_t ns) {
-    const uint64_t us = ns / 1000;
-    size_t i = 0;
-    while (i < PC_HIST_N - 1 && us > pc_hist_bounds_us[i])
+    size_t i = 0; /* (in ns: 10.5 us is over the 10 us bound, whatever truncation would say) */
+    while (i < PC_HIST_N - 1 && ns > (uint64_t)pc_hist_bounds_us[i] * 1000u)
         i++;
     atomic_fetch_add_explicit(&h->bucket[i], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&h->sum_ns, ns, memory_order_relaxed);

@@ -56,18 +56,19 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     } else if (strcmp(url, "/metrics") != 0) {
         code = MHD_HTTP_NOT_FOUND;
     } else {
-        size_t cap = 64 << 10;
+        size_t cap = 64 << 10, have = 0; /* have: body's size (cap: the next one asked) */
         for (int tries = 0; tries < 4; tries++) {
             char *b = realloc(body, cap);
             if (!b)
                 break;
             body = b;
-            len = m->fn(m->ctx, body, cap);
-            if (len < cap)
+            have = cap;
+            len = m->fn(m->ctx, body, have);
+            if (len < have)
                 break;
             cap = len + 4096;
         }
-        if (!body || len >= cap) {
+        if (!body || len >= have) {
             code = MHD_HTTP_INTERNAL_SERVER_ERROR;
             len = 0;
         }

@@ -15,6 +15,9 @@ static int cmp_score(const void *a, const void *b) {
 }
 
 double pw_auc(const float *scores, const float *labels, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (isnan(scores[i])) /* no order holds them (qsort's comparator must be one) */
+            return NAN;
     sl_t *v = malloc((n ? n : 1) * sizeof *v);
     if (!v)
         return NAN;

@@ -40,6 +40,9 @@ struct pw_telemetry {
     uint64_t t0;                  /* start (monotonic) */
     uint64_t win_ns;              /* the rate window's start (monotonic) */
     uint64_t win_samples;         /* samples at its start */
+    uint64_t seen;                /* the step's samples count last published */
+    uint64_t trained;             /* under mu: samples trained on, never down (a rollback's
+                                   * are not taken back: they were trained) */
     pc_metrics_t *http;           /* NULL: no endpoint */
     FILE *log;                    /* NULL: no log */
     uint64_t row_ns, row_samples; /* the previous row's time (monotonic) and samples */
@@ -62,6 +65,7 @@ static size_t render(void *ctx, char *buf, size_t cap) {
     pw_telemetry_t *tm = ctx;
     pthread_mutex_lock(&tm->mu);
     const snap_t n = tm->cur;
+    const uint64_t trained = tm->trained;
     pthread_mutex_unlock(&tm->mu);
     const pw_telemetry_step_t *s = &n.s;
     size_t len = 0;
@@ -79,7 +83,8 @@ static size_t render(void *ctx, char *buf, size_t cap) {
     len = metric(buf, cap, len, "emberps_worker_epoch", "gauge",
                  "the pass over the training data being read, from 1", (double)s->epoch);
     len = metric(buf, cap, len, "emberps_worker_samples_total", "counter",
-                 "samples trained on by this worker", (double)s->samples);
+                 "samples trained on by this worker (a job rollback takes none back)",
+                 (double)trained);
     len = metric(buf, cap, len, "emberps_worker_samples_per_second", "gauge",
                  "training speed over the last second or more", n.samples_per_s);
     len = metric(buf, cap, len, "emberps_worker_loss", "gauge", "the latest batch's loss", s->loss);
@@ -228,7 +233,14 @@ int pw_telemetry_port(const pw_telemetry_t *tm) {
 void pw_telemetry_publish(pw_telemetry_t *tm, const pw_telemetry_step_t *s) {
     const uint64_t now = pc_time_mono_ns();
     double rate = NAN;
-    if (now - tm->win_ns >= 1000000000ull) { /* a new window */
+    const bool back = s->samples < tm->seen; /* a job rollback: what the model holds went back */
+    const uint64_t more = back ? 0 : s->samples - tm->seen;
+    tm->seen = s->samples;
+    if (back) { /* the windows start again there (a difference would wrap around) */
+        tm->win_ns = now;
+        tm->win_samples = s->samples;
+        tm->row_samples = s->samples < tm->row_samples ? s->samples : tm->row_samples;
+    } else if (now - tm->win_ns >= 1000000000ull) { /* a new window */
         rate = (double)(s->samples - tm->win_samples) / ((double)(now - tm->win_ns) * 1e-9);
         tm->win_ns = now;
         tm->win_samples = s->samples;
@@ -237,6 +249,7 @@ void pw_telemetry_publish(pw_telemetry_t *tm, const pw_telemetry_step_t *s) {
     }
     pthread_mutex_lock(&tm->mu);
     tm->cur.s = *s;
+    tm->trained += more;
     if (!isnan(rate))
         tm->cur.samples_per_s = rate;
     pthread_mutex_unlock(&tm->mu);

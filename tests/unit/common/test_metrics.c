@@ -4,9 +4,12 @@
  *  - it holds at most max_connections: idle connections beyond that wait in the listen backlog
  *    without a descriptor in the process, and once the idle ones go, scrapes are answered again;
  *  - libmicrohttpd's own messages about malformed requests reach pc_log's sink as formatted
- *    lines (time, level, identity), rate-limited to PC_METRICS_LOG_LINES per window.
+ *    lines (time, level, identity), rate-limited to PC_METRICS_LOG_LINES per window;
+ *  - a latency histogram files a sample under the first bound not below it, in nanoseconds.
  * Every wait is bounded. */
 #include "test_util.h"
+
+#include "pc_hist.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -229,10 +232,26 @@ static void test_library_log_limited(void **state) {
     free(text);
 }
 
+/* A latency lands in the first bucket whose bound is not below it, compared in nanoseconds:
+ * 10.999 us is over le="1e-05" (it was counted there, the microseconds truncated). */
+static void test_hist_bounds(void **state) {
+    (void)state;
+    pc_hist_t h;
+    memset(&h, 0, sizeof h);
+    pc_hist_add(&h, 10000); /* 10 us: le 10 us */
+    pc_hist_add(&h, 10999); /* over it: le 25 us */
+    pc_hist_add(&h, 25001); /* le 50 us */
+    assert_int_equal(atomic_load(&h.bucket[0]), 1);
+    assert_int_equal(atomic_load(&h.bucket[1]), 1);
+    assert_int_equal(atomic_load(&h.bucket[2]), 1);
+    assert_int_equal(atomic_load(&h.count), 3);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_descriptors_above_fd_setsize, close_dummies),
         cmocka_unit_test(test_library_log_limited),
+        cmocka_unit_test(test_hist_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

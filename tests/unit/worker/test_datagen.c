@@ -43,7 +43,9 @@ static void test_auc_logloss(void **state) {
     const float flat[4] = {0.5f, 0.5f, 0.5f, 0.5f};
     assert_true(pw_auc(flat, lab, 4) == 0.5);
     const float ones[4] = {1, 1, 1, 1};
-    assert_true(isnan(pw_auc(perfect, ones, 4))); /* no negatives */
+    assert_true(isnan(pw_auc(perfect, ones, 4)));      /* no negatives */
+    const float with_nan[4] = {0.1f, NAN, 0.8f, 0.9f}; /* a diverged model's score: NaN, at once */
+    assert_true(isnan(pw_auc(with_nan, lab, 4)));      /* (it never returned: the tie loop stood) */
     assert_true(fabs(pw_logloss(flat, lab, 4) - log(2.0)) < 1e-7);
     const float extreme[2] = {0.0f, 1.0f}, wrong[2] = {1, 0};
     assert_true(isfinite(pw_logloss(extreme, wrong, 2))); /* clamped */
