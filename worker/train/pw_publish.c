@@ -213,17 +213,22 @@ int pw_publish_open(const pw_publish_opts_t *o, pw_publish_t **out) {
     return 0;
 }
 
-int pw_publish_step(pw_publish_t *p, const pw_model_t *m, uint64_t step, bool force) {
+bool pw_publish_due(const pw_publish_t *p, uint64_t step, bool force) {
     if (p->offered && step == p->last_step) /* offered already */
-        return 0;
+        return false;
     const uint64_t now = pc_time_mono_ns();
     /* a step below the last offered: the job rolled back; publish at once (the versions after
      * it are abandoned and go), the schedule starts again there */
     const bool back = p->offered && step < p->last_step;
     const bool by_steps = p->every && step >= p->last_step + (uint64_t)p->every;
     const bool by_time = p->every_s > 0 && (double)(now - p->last_ns) * 1e-9 >= p->every_s;
-    if (!force && !back && !by_steps && !by_time)
+    return force || back || by_steps || by_time;
+}
+
+int pw_publish_step(pw_publish_t *p, const pw_model_t *m, uint64_t step, bool force) {
+    if (!pw_publish_due(p, step, force))
         return 0;
+    const uint64_t now = pc_time_mono_ns();
     snap_t s = {.step = step};
     int rc = pw_dense_image(m->params, m->nparams, &s.img, &s.size);
     if (rc) {

@@ -83,6 +83,10 @@ int pw_publish_open(const pw_publish_opts_t *o, pw_publish_t **out);
  * PC_ENOMEM (this one is not published; logged). */
 int pw_publish_step(pw_publish_t *p, const pw_model_t *m, uint64_t step, bool force);
 
+/* Whether pw_publish_step(p, m, step, force) would take a snapshot now (a caller that must
+ * make the step's pushes acknowledged first asks). */
+bool pw_publish_due(const pw_publish_t *p, uint64_t step, bool force);
+
 /* Before a job rollback to step `step` (the servers are about to restore a checkpoint of it):
  * the versions after it go now, a snapshot of a later step not yet written is dropped and one
  * being written waits for the write, then goes too. A replica then never pairs an abandoned

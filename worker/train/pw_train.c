@@ -566,11 +566,19 @@ pw_publish_t *pw__publisher(trainer_t *t) {
     return t->pub;
 }
 
-/* After a step (or with `force`, at the end): the dense publisher's turn (pw_publish.h). */
+/* After a step (or with `force`, at the end): the dense publisher's turn (pw_publish.h). A lone
+ * worker counts a step before its pushes are answered (its pipeline runs ahead: a split pull,
+ * ssp): before a version of step S is taken, its rounds before S are applied (their pushes
+ * answered), so that the watermark the publisher reads covers them, as a group's does. */
 static void publish_dense(trainer_t *t, bool force) {
     pw_publish_t *p = pw__publisher(t);
-    if (p)
-        (void)pw_publish_step(p, t->model, t->step, force); /* failures logged */
+    if (!p || !pw_publish_due(p, t->step, force))
+        return;
+    bool stop = false;
+    if (!t->grp && t->staleness != PW_ASYNC && t->step &&
+        pw__apply_rounds(t, (int64_t)t->step - 1, false, &stop))
+        return; /* (the loop meets the failure at its next gate) */
+    (void)pw_publish_step(p, t->model, t->step, force); /* failures logged */
 }
 
 /* A training step on slot s (staged): the step computes, the next slot is staged meanwhile when
