@@ -252,11 +252,12 @@ int pw_emb_remote_open(const pw_emb_opts_t *o, pw_emb_t **out) {
     snprintf(r->table, sizeof r->table, "%s", o->table);
     r->zero_rows = o->zero_rows;
     pthread_mutex_init(&r->mu, NULL);
-    /* 9 retries, 10 ms doubling: 5.1 s of refusals (pushes refused are not applied, so a retry
-     * is safe), past a slot handover (at most 1 s, docs/server.md "Live resharding"), a lease
-     * lapsed through the coordinator's election, and a failover (the lease, 2 s, and a tick) */
+    /* 10 retries, 10 ms doubling to 1.28 s (libpsclient's cap): 10 + 20 + ... + 1280 + 2 x 1280
+     * = 5.1 s of refusals (pushes refused are not applied, so a retry is safe), past a slot
+     * handover (at most 1 s, docs/server.md "Live resharding"), a lease lapsed through the
+     * coordinator's election, and a failover (the lease, 2 s, and a tick) */
     psc_opts_t po = {
-        .servers = o->servers, .token = o->token, .timeout_ms = o->timeout_ms, .retries = 9};
+        .servers = o->servers, .token = o->token, .timeout_ms = o->timeout_ms, .retries = 10};
     psc_tls_opts_t tls = {.ca = o->tls_ca, .cert = o->tls_cert, .key = o->tls_key};
     char why[600];
     int rc = psc_connect2(&po, o->tls_ca && o->tls_ca[0] ? &tls : NULL, why, sizeof why, &r->ps);
