@@ -5,6 +5,7 @@
 #   deepfm on libffm       exit 2, naming --fields (the format does not give the field count)
 #   --push-order=rank      exit 2 outside sync, naming the mode it needs
 #   --server-grpc=a,,b     exit 2, naming the empty entry
+#   --local --table=dim=8  exit 1 at the start, naming the model's width
 #   --help                 flags as the docs write them (--ckpt-dir), both spellings accepted
 set -eu
 bin=$1
@@ -30,6 +31,9 @@ expect 2 "--push-order=rank needs --mode=sync" --local --device=cpu --format=lib
   --mode=async --push-order=rank --train="$dir/t.ffm"
 expect 2 "--server-grpc=127.0.0.1:1,,127.0.0.1:2 has an empty entry" --local --device=cpu \
   --format=libffm --train="$dir/t.ffm" --server-grpc=127.0.0.1:1,,127.0.0.1:2
+# (exit 1: a failed start; the setting named, not a first pull's "wrong dimension" alone)
+expect 1 "dim=8, but the model's rows are 16 wide" --local --device=cpu --format=libffm \
+  --train="$dir/t.ffm" --table=dim=8
 "$bin/ps-worker" --help >"$dir/help.txt"
 grep -q -- "--ckpt-dir=<str>" "$dir/help.txt" || { echo "FAIL: --help does not show --ckpt-dir"; exit 1; }
 grep -q -- "'-' or '_'" "$dir/help.txt" || { echo "FAIL: --help does not say both forms work"; exit 1; }

@@ -82,6 +82,12 @@ int pw_emb_local_open(const pw_emb_opts_t *o, pw_emb_t **out) {
         PC_ERROR("train: table settings: %s", err);
         return PC_EINVAL;
     }
+    if (tc.dim != o->dim) { /* a later key wins: --table=dim=N would have overridden the model's */
+        PC_ERROR("train: table settings: dim=%d, but the model's rows are %d wide (--dim, or the "
+                 "model's row width): leave dim out of --table",
+                 (int)tc.dim, o->dim);
+        return PC_EDIM;
+    }
     if (o->zero_rows)
         tc.init = PS_INIT_ZEROS;
     local_t *l = pc_scalloc(PC_MEM_OTHER, 1, sizeof *l);
