@@ -9,9 +9,10 @@
  * psctl_plot.h; no server); serve ... (a ps-serve replica's commands, psctl_serve.h).
  * Human-readable output by default, one JSON object with --json. Exit status: 0 done; 1 the
  * server refused (its status and message on stderr);
- * 2 bad usage; 3 the server could not be reached in time, or no TLS session could be set up with it
+ * 2 bad usage; 3 the server could not be reached, or no TLS session could be set up with it
  * (PC_ETLS: its certificate did not verify, or it wanted a client certificate): either way no call
- * reached the API.
+ * reached the API; 4 no answer before --timeout-ms: the call may have run (a checkpoint, a
+ * create), look before retrying.
  */
 #include "psctl_exit.h"
 
@@ -228,7 +229,7 @@ static int feature_key(const char *field_s, const char *value) {
     } else {
         printf("%" PRIu64 " slot %u owner %d\n", key, pc_key_slot(key), owner);
     }
-    return rc == 3 ? 0 : rc; /* unreachable: the key is still right, its owner unknown (-1) */
+    return rc == 3 || rc == 4 ? 0 : rc; /* no answer: the key is still right, its owner -1 */
 }
 
 /* psctl probe: the standard health check of `service`; 0 when SERVING, else the exit code. */

@@ -1,7 +1,8 @@
 /* psctl_exit.h: what every psctl command shares: the exit status of a failed call (docs/server.md
- * "psctl"): 3 when the call did not reach the server's API (unreachable, no answer in time,
- * TLS), 1 when the server answered with a refusal (a wrong token, a bad request, ...); the
- * reading of a number argument; and 64-bit counts in --json output, exact. */
+ * "psctl"): 3 when the call did not reach the server's API (unreachable, TLS), 4 when no answer
+ * came before the deadline (the call may have run: a checkpoint, a create; look before retrying),
+ * 1 when the server answered with a refusal (a wrong token, a bad request, ...); the reading of a
+ * number argument; and 64-bit counts in --json output, exact. */
 #ifndef PSCTL_EXIT_H
 #define PSCTL_EXIT_H
 
@@ -16,7 +17,7 @@
 #include <stdlib.h>
 
 static inline int psctl_exit_of(int rc) {
-    return rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ETLS ? 3 : 1;
+    return rc == PC_ETIMEDOUT ? 4 : rc == PC_EUNAVAIL || rc == PC_ETLS ? 3 : 1;
 }
 
 /* A decimal number argument (a key, an id, a step): digits only, no sign, no space, no junk,

@@ -570,6 +570,12 @@ static void test_psctl(void **state) {
                      1); /* no checkpoint directory: refused */
     assert_int_equal(psctl(gp, out, sizeof out, (const char *[]){"lookup", "emb", "x", NULL}), 2);
     assert_int_equal(psctl(1, out, sizeof out, (const char *[]){"health", NULL}), 3);
+    /* no answer before the deadline (a stopped server): 4, the call may have run; not 3, which
+     * says it did not (a script retrying a checkpoint or a create on 3 did it twice) */
+    pu_stop_signal(s);
+    assert_int_equal(
+        psctl(gp, out, sizeof out, (const char *[]){"--timeout-ms=300", "tables", NULL}), 4);
+    kill(s, SIGCONT);
     assert_int_equal(
         psctl(gp, out, sizeof out, (const char *[]){"--json", "lookup", "emb", "7", "8", NULL}), 0);
     cJSON *j = cJSON_Parse(out);
