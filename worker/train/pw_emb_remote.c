@@ -192,11 +192,20 @@ static int r_watermark(pw_emb_t *e, pw_emb_mark_t *out, size_t cap, size_t *n, c
     if (why && whycap)
         why[0] = '\0';
     *n = 0;
-    const size_t len = psc_map_text(r->ps, NULL, 0);
-    char *text = pc_smalloc(PC_MEM_OTHER, len + 1);
-    if (!text)
-        return PC_ENOMEM;
-    psc_map_text(r->ps, text, len + 1);
+    char *text = NULL;
+    for (size_t len = psc_map_text(r->ps, NULL, 0), tries = 0;; tries++) {
+        pc_sfree(text);
+        if (!(text = pc_smalloc(PC_MEM_OTHER, len + 1)))
+            return PC_ENOMEM;
+        const size_t need = psc_map_text(r->ps, text, len + 1);
+        if (need <= len)
+            break;
+        if (tries == 3) { /* a map growing under every look: the next watermark reads it */
+            pc_sfree(text);
+            return PC_EAGAIN;
+        }
+        len = need; /* a longer map came between the two looks: its text was cut */
+    }
     pc_cluster_map_t *map = NULL;
     int rc = pc_cmap_parse(text, &map, why, whycap);
     pc_sfree(text);
