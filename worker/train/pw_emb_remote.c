@@ -175,7 +175,8 @@ static int r_claim(pw_emb_t *e, const char *job, int mode, const char *expect, c
                 "starts them at zero with --local: create the table with init=zeros to match",
                 r->table);
     if (!rc && (rc = psc_claim(r->ps, r->table, job, mode, cl))) {
-        snprintf(msg, cap, "table %s: %s", r->table, cl->message);
+        snprintf(msg, cap, "table %s: %s", r->table,
+                 cl->message[0] ? cl->message : psc_strerror(rc)); /* (refused before sending) */
     } else if (!rc) {
         static const char *const did[] = {"claimed", "continued", "warm-started", "reset", ""};
         PC_INFO("train: table %s %s for job %s (%" PRIu64 " rows%s%s): %s", r->table,

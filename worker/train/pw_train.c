@@ -21,6 +21,7 @@
 #include "pc_log.h"
 #include "pc_settings.h"
 #include "pc_time.h"
+#include "pc_wire.h"
 #include "pw_metrics.h"
 #include "pw_train_int.h"
 
@@ -235,10 +236,14 @@ static int claim_table(trainer_t *t) {
     char job[160], host[64] = "", msg[1024];
     if (t->grp) {
         snprintf(job, sizeof job, "%s", pw_group_run_name(t->grp));
-    } else {
+    } else { /* (the host cut to fit a claim's job name, PC_WIRE_JOB_MAX: the pid and time make
+              * it unique) */
         gethostname(host, sizeof host - 1);
-        snprintf(job, sizeof job, "%s@%s:%d:%lld", c->job, host, (int)getpid(),
-                 (long long)time(NULL));
+        char tail[48];
+        const int nt =
+            snprintf(tail, sizeof tail, ":%d:%lld", (int)getpid(), (long long)time(NULL));
+        const int room = PC_WIRE_JOB_MAX - (int)strlen(c->job) - 1 - nt;
+        snprintf(job, sizeof job, "%s@%.*s%s", c->job, room > 0 ? room : 0, host, tail);
     }
     const int mode = c->fresh        ? PW_CLAIM_FRESH
                      : c->warm_start ? PW_CLAIM_WARM_START
