@@ -694,6 +694,11 @@ static int carry_tables(void *arg) {
         uint64_t rows = 0;
         const int rc =
             sv_sparse_carry_table(a->s->next->sparse, a->s->rows->sparse, a->names[i], &rows);
+        if (rc == PC_ENOTFOUND || rc == PC_EDIM) { /* new to the new layout: no rows to carry */
+            PC_INFO("serve: table %s is on no training server and has no rows here to carry",
+                    a->names[i]);
+            continue;
+        }
         if (rc) {
             PC_ERROR("serve: table %s: carrying its last rows into the new layout: %s", a->names[i],
                      pc_strerror(rc));

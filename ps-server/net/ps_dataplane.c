@@ -170,7 +170,8 @@ struct loopctx {
     uv_timer_t park_timer; /* answers the parked ones past their deadline */
     uv_timer_t stop_timer; /* a stop closes the connections that did not take their replies */
     uv_tcp_t spare;        /* a connection accepted without memory for it, to close it */
-    bool spare_busy;       /* spare is accepted (closing) */
+    bool spare_busy;       /* spare is in use (closing) until on_spare_closed */
+    bool spare_pending;    /* a connection came while it was: taken by on_spare_closed */
 };
 
 /* A backup's acknowledged position of a table's change log (PC_STREAM_ACK). */
@@ -1743,23 +1744,26 @@ static void spare_reject(loopctx_t *lc);
 
 static void on_spare_closed(uv_handle_t *hd) {
     loopctx_t *lc = hd->data;
-    lc->spare_busy = false;
-    if (!lc->stopping)
-        spare_reject(lc); /* one that came meanwhile waits, unaccepted: libuv stops listening */
+    lc->spare_busy = false; /* (the handle is off libuv's queues only now) */
+    if (lc->spare_pending && !lc->stopping) {
+        lc->spare_pending = false;
+        spare_reject(lc); /* the one that came meanwhile waits, unaccepted (the listener too) */
+    }
 }
 
 /* No memory for a connection: accept it into the loop's spare handle and close it. A connection
  * left unaccepted would make libuv stop watching this loop's listener for good. */
 static void spare_reject(loopctx_t *lc) {
-    if (lc->spare_busy)
-        return; /* on_spare_closed takes the next */
+    if (lc->spare_busy) {
+        lc->spare_pending = true; /* on_spare_closed takes it */
+        return;
+    }
     uv_tcp_init(&lc->loop, &lc->spare);
     lc->spare.data = lc;
-    const bool got = uv_accept((uv_stream_t *)&lc->listener, (uv_stream_t *)&lc->spare) == 0;
-    lc->spare_busy = got;
-    uv_close((uv_handle_t *)&lc->spare, got ? on_spare_closed : NULL);
-    if (got)
+    lc->spare_busy = true;
+    if (uv_accept((uv_stream_t *)&lc->listener, (uv_stream_t *)&lc->spare) == 0)
         PC_WARN("data plane: out of memory for a new connection: closed");
+    uv_close((uv_handle_t *)&lc->spare, on_spare_closed);
 }
 
 static void on_connection(uv_stream_t *server, int status) {

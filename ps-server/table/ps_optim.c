@@ -77,10 +77,11 @@ void ps__optim_init_state(const ps_optim_t *o, float *s) {
 
 /* ---- scalar kernels ------------------------------------------------------------------- */
 
-/* The exponent bits of 2^63: an element at or above it in magnitude (Inf and NaN too: all ones)
- * is refused, since its square (Adagrad's, Adam's, FTRL's accumulators) overflows to Inf, which
- * would freeze the row (g / Inf) or make it NaN (Inf - Inf) for good. */
-#define GRAD_EXP_MAX 0x5f000000u
+/* The exponent bits of 2^56: an element at or above it in magnitude (Inf and NaN too: all ones)
+ * is refused, since its square summed over a row (row-wise Adagrad: up to PS_DIM_MAX of them) or
+ * into an accumulator would overflow to Inf, which would freeze the row (g / Inf) or make it NaN
+ * (Inf - Inf) for good: 1024 x (2^56)^2 = 2^122, below FLT_MAX. */
+#define GRAD_EXP_MAX 0x5b800000u
 
 static bool scalar_grad_finite(const float *g, uint32_t dim) {
     /* OR-ing integer flags is associative, so this vectorizes (a float sum would be a serial

@@ -73,7 +73,8 @@ static void usage(FILE *f) {
                "commands:\n"
                "  health                 server status\n"
                "  probe [SERVICE]        grpc.health.v1 Check (no token needed): exit 0 when\n"
-               "                         SERVING, 1 when not (SERVICE: \"\" or\n"
+               "                         SERVING, 1 when not, 3 or 4 without an answer\n"
+               "                         (SERVICE: \"\" or\n"
                "                         emberps.ParameterServer)\n"
                "  map                    the cluster map\n"
                "  tables                 list tables\n"
@@ -117,7 +118,8 @@ static void usage(FILE *f) {
             "Each option also comes from the environment as PSCTL_NAME (PSCTL_TOKEN keeps the\n"
             "token out of the process list); a flag overrides it.\n"
             "exit status: 0 done, 1 refused by the server, 2 usage, 3 unreachable or TLS\n"
-            "handshake failed\n");
+            "handshake failed (no call ran), 4 no answer within --timeout-ms (the call may\n"
+            "have run: look before retrying)\n");
 }
 
 static opts_t g_o;

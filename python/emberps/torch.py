@@ -100,10 +100,10 @@ class EmbeddingBag(nn.Module):
     def prefetch(self, keys):
         """Start fetching the rows of a coming batch's keys (any int64 tensor); its forward then
         uses them instead of fetching. Rows reflect every push started before this call. In
-        training mode a pull (missing rows created), in eval mode a lookup (nothing inserted),
-        as forward fetches them."""
+        training mode with gradients a pull (missing rows created), else a lookup (nothing
+        inserted), as forward fetches them."""
         ukeys = np.unique(keys_numpy(keys))
-        train = self.training
+        train = self.training and torch.is_grad_enabled()  # as forward decides
         fut = (self.client.pull_async(self.table, ukeys, self.dim) if train else
                self.client.lookup_async(self.table, ukeys, self.dim))
         self._ahead.append((ukeys, train, fut))

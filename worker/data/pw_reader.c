@@ -775,6 +775,7 @@ typedef struct stdin_src {
     uint64_t lineno, bad;
     z_stream z;
     bool gz, zinit, member_end;
+    bool trailing; /* bytes after the last member that are no member: ignored, as gzread does */
 } stdin_src_t;
 
 static int stdin_line(void *ctx, const char *line, size_t len, bool too_long) {
@@ -802,8 +803,12 @@ static int stdin_inflate(stdin_src_t *s, const unsigned char *p, size_t n) {
     s->z.next_in = (unsigned char *)p;
     s->z.avail_in = (unsigned)n;
     int rc = 0;
-    while (!rc && s->z.avail_in) {
-        if (s->member_end) { /* another member follows */
+    while (!rc && s->z.avail_in && !s->trailing) {
+        if (s->member_end) { /* another member follows, if the magic says so */
+            if (s->z.next_in[0] != 0x1f) {
+                s->trailing = true;
+                break;
+            }
             inflateReset(&s->z);
             s->member_end = false;
         }
@@ -1142,7 +1147,10 @@ static void *reader_main(void *arg) {
                 stdin_read |= strcmp(r->paths[i], "-") == 0;
             }
             c->src = i;
-            c->stream = strcmp(r->paths[i], "-") == 0 || is_tcp(r->paths[i]);
+            r->src[i].resumed = false; /* (set again when lines of it are skipped) */
+            struct stat sb;            /* a regular file on stdin is a file: it resumes */
+            c->stream = is_tcp(r->paths[i]) || (strcmp(r->paths[i], "-") == 0 &&
+                                                !(fstat(0, &sb) == 0 && S_ISREG(sb.st_mode)));
             if (c->stream && c->skip)
                 PC_INFO("reader: %s: a stream has no resume offsets: its lines are not skipped "
                         "(%llu lines still to skip go to the files after it)",
