@@ -899,6 +899,10 @@ void sv_serve_tick(sv_serve_t *s) {
     }
     if (any && step > s->live_seen) {
         snprintf(what, sizeof what, "published model %" PRIu64, step);
+        /* its directory as it is now: the trainer replaces a step's directory whole when it
+         * publishes the step again (a rollback), so a load that saw two of them is not kept */
+        struct stat d0;
+        const bool have0 = stat(dir, &d0) == 0;
         int rc = sv_watermark_read(dir, &w, why, sizeof why);
         if (!rc && w.n == 0) { /* caught_up would hold at once: nothing to pair it with */
             snprintf(why, sizeof why,
@@ -928,9 +932,22 @@ void sv_serve_tick(sv_serve_t *s) {
                     sv_model_destroy(m);
                     rc = PC_ECORRUPT;
                 }
-                /* out of memory is tried again next tick; a failure of the model's own is a
-                 * refusal, and the step is passed */
-                const bool again = rc == PC_ENOMEM;
+                struct stat d1; /* replaced meanwhile: the files read may be of two writes */
+                const bool replaced =
+                    have0 && stat(dir, &d1) == 0 &&
+                    (d1.st_ino != d0.st_ino || d1.st_ctim.tv_sec != d0.st_ctim.tv_sec ||
+                     d1.st_ctim.tv_nsec != d0.st_ctim.tv_nsec);
+                if (replaced && !rc) {
+                    sv_model_destroy(m);
+                    m = NULL;
+                }
+                /* out of memory, or a directory replaced during the load, is tried again next
+                 * tick; a failure of the model's own is a refusal, and the step is passed */
+                if (replaced) {
+                    rc = PC_EAGAIN;
+                    snprintf(why, sizeof why, "its directory was replaced while it loaded");
+                }
+                const bool again = rc == PC_ENOMEM || rc == PC_EAGAIN;
                 if (!again)
                     s->live_seen = step;
                 if (rc) {
