@@ -15,6 +15,7 @@
 #include "pc_error.h"
 #include "pc_log.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -267,6 +268,10 @@ int pw_step_compute(pw_step_t *st, int k, float scale, float *ugrads) {
     st->ugrads_dev = dug;
     st->ugrads_bytes = ub;
     return 0;
+}
+
+bool pw_step_loss_finite(const pw_step_t *st) {
+    return !st->be->host_memory || isfinite(*st->dloss);
 }
 
 int pw_step_finish(pw_step_t *st, bool apply_dense, double *loss) {

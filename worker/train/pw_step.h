@@ -77,6 +77,11 @@ int pw_step_stage(pw_step_t *st, int set, const pw_step_input_t *in);
  * max_batch). */
 int pw_step_compute(pw_step_t *st, int set, float scale, float *ugrads);
 
+/* After pw_step_compute on a host-memory backend: whether the step's loss is finite (a diverged
+ * model's NaN or Inf, known before its gradients go anywhere). Other backends: true (known at
+ * pw_step_finish). */
+bool pw_step_loss_finite(const pw_step_t *st);
+
 /* Finish the computed step: gradients and loss to the host, the dense optimizer stepped on the
  * model's gradients first when apply_dense (while they move), then wait. *loss: the batch's
  * mean loss. PC_EIO when the device failed. */

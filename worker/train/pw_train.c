@@ -595,6 +595,10 @@ static int step_run(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
     const float scale = t->grp ? 1.0f / (float)pw_group_size(t->grp) : 1.0f;
     const bool early = t->be->host_memory;
     int rc = pw_step_compute(t->st, (int)(s->round & 1), scale, s->ugrads);
+    if (!rc && early && !pw_step_loss_finite(t->st)) { /* diverged: its gradients go nowhere */
+        *loss = NAN;                                   /* (the caller stops the run) */
+        return 0;
+    }
     if (rc || (early && (rc = pw__round_submit(t, s, true))))
         return rc;
     if (next && !next->staged && pw__slot_pulled(t, next) && (rc = pw__slot_stage(t, next)))
