@@ -827,10 +827,15 @@ static int stdin_inflate(stdin_src_t *s, const unsigned char *p, size_t n) {
     return rc;
 }
 
+/* stdin is a regular file (`< FILE`): read and resumed like a named file. */
+static bool stdin_is_file(void) {
+    struct stat sb;
+    return fstat(0, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 static int read_stdin(cursor_t *c, char *line) {
     pw_reader_t *r = c->r;
-    struct stat sb;
-    if (fstat(0, &sb) == 0 && S_ISREG(sb.st_mode))
+    if (stdin_is_file())
         return read_source(c, NULL, "-", line);
     stdin_src_t *s = pc_scalloc(PC_MEM_BATCH, 1, sizeof *s);
     unsigned char *raw = pc_smalloc(PC_MEM_BATCH, STDIN_READ);
@@ -1148,9 +1153,7 @@ static void *reader_main(void *arg) {
             }
             c->src = i;
             r->src[i].resumed = false; /* (set again when lines of it are skipped) */
-            struct stat sb;            /* a regular file on stdin is a file: it resumes */
-            c->stream = is_tcp(r->paths[i]) || (strcmp(r->paths[i], "-") == 0 &&
-                                                !(fstat(0, &sb) == 0 && S_ISREG(sb.st_mode)));
+            c->stream = is_tcp(r->paths[i]) || (strcmp(r->paths[i], "-") == 0 && !stdin_is_file());
             if (c->stream && c->skip)
                 PC_INFO("reader: %s: a stream has no resume offsets: its lines are not skipped "
                         "(%llu lines still to skip go to the files after it)",
