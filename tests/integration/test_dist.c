@@ -363,6 +363,90 @@ static void test_unequal_data_and_errors(void **state) {
     assert_int_equal(pu_reap(worker(un, out0), 60), 1);
 }
 
+/* Pushes refused for good (not a server restart): rank 0's push bodies (256-row batches, a
+ * 256 KiB chunk) are over the servers' --max-body-bytes, rank 1's (12-row batches) and every
+ * pull are not. The round's mark tells both, and both stop (rank 1 went on alone after rank 0
+ * left, and ended "successfully", before). Then the settings that shape the group's collectives:
+ * a worker with another --chunk-kib is refused at the group's formation, naming the flag (Gloo
+ * aborted both processes on the collectives' size mismatch before). */
+static void test_push_refused(void **state) {
+    (void)state;
+    cluster_t c;
+    g_server_extra = "--max-body-bytes=32768";
+    cluster_up(&c, TABLE);
+    g_server_extra = NULL;
+    char srv[64], coord[64], tr[640], out[2][300], err[2][300], log[8192];
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+    snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
+    snprintf(tr, sizeof tr, "--train=%s,%s", g_p0, g_p1);
+    for (int k = 0; k < 2; k++) {
+        snprintf(out[k], sizeof out[k], "%s/pr%d.json", g_dir, k);
+        snprintf(err[k], sizeof err[k], "%s/pr%d.err", g_dir, k);
+    }
+    const char *w0[] = {srv,
+                        coord,
+                        "--world=2",
+                        "--rank=0",
+                        "--job=refused",
+                        tr,
+                        "--batch=256",
+                        "--rejoin-timeout-ms=1000",
+                        NULL};
+    const char *w1[] = {srv,
+                        coord,
+                        "--world=2",
+                        "--rank=1",
+                        "--job=refused",
+                        tr,
+                        "--batch=12",
+                        "--rejoin-timeout-ms=1000",
+                        NULL};
+    pid_t r0 = worker_to(w0, out[0], err[0]), r1 = worker_to(w1, out[1], err[1]);
+    const int rc0 = pu_reap(r0, 60), rc1 = pu_reap(r1, 60);
+    json_text(err[0], log, sizeof log);
+    print_message("rank 0 exited %d: %s", rc0, log);
+    assert_int_equal(rc0, 1);
+    assert_non_null(strstr(log, "body over the limit"));
+    json_text(err[1], log, sizeof log);
+    print_message("rank 1 exited %d: %s", rc1, log);
+    assert_int_equal(rc1, 1);
+    assert_non_null(strstr(log, "another worker's pushes failed"));
+    /* other settings: rank 1 with 16 KiB chunks ends (bad settings), rank 0 goes on alone (the
+     * rows the first job pushed are taken over) */
+    const char *m0[] = {srv,
+                        coord,
+                        "--world=2",
+                        "--rank=0",
+                        "--job=plan",
+                        tr,
+                        "--batch=12",
+                        "--warm-start",
+                        "--rejoin-timeout-ms=1000",
+                        "--max-samples=240",
+                        NULL};
+    const char *m1[] = {srv,
+                        coord,
+                        "--world=2",
+                        "--rank=1",
+                        "--job=plan",
+                        tr,
+                        "--batch=12",
+                        "--warm-start",
+                        "--rejoin-timeout-ms=1000",
+                        "--chunk-kib=16",
+                        NULL};
+    r0 = worker_to(m0, out[0], err[0]);
+    r1 = worker_to(m1, out[1], err[1]);
+    const int rc_plan = pu_reap(r1, 60);
+    json_text(err[1], log, sizeof log);
+    print_message("rank 1 with --chunk-kib=16 exited %d: %s", rc_plan, log);
+    assert_int_equal(rc_plan, 2);
+    assert_non_null(strstr(log, "group member 1 has --chunk-kib=16, the job 256"));
+    assert_int_equal(pu_reap(r0, 60), 0);
+    assert_true(json_num(out[0], "samples") == 240);
+    cluster_down(&c);
+}
+
 /* ---- worker failures ---- */
 
 /* Batch, rows per worker. Sanitizer builds train 5x slower: less data there, and the quality
@@ -1647,6 +1731,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_unequal_data_and_errors),
+        cmocka_unit_test(test_push_refused),
         cmocka_unit_test(test_push_order_three_workers),
         cmocka_unit_test(test_worker_restart),
         cmocka_unit_test(test_all_restarted),

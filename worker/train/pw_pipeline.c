@@ -223,7 +223,10 @@ static void flag_set(trainer_t *t, round_t *r, float v) {
 /* The round's end: its pushes answered, then (a group) the sum of the flag, which every member
  * enters, so that one whose pushes failed does not leave the others waiting in it (they would
  * time out, or meet the next round's collective): the sum tells every member, and each ends the
- * round with an error (the caller regroups, or a lone worker stops). */
+ * round with an error and stops (push_refused: no regroup). Such a failure is not a server
+ * restart (push_done counts those and goes on): a refusal (a body over the server's
+ * --max-body-bytes, a dropped table, a server out of memory) that a new group would meet again
+ * every round, each time with a round's rows half updated. */
 static int run_mark(pw_job_t *j) {
     round_t *r = j->ctx;
     trainer_t *t = r->t;
@@ -237,8 +240,11 @@ static int run_mark(pw_job_t *j) {
     if (!rc && flag_get(t, r) >= PUSH_FAILED) {
         rc = prc ? prc : PC_EIO;
         if (!prc)
-            PC_WARN("train: round %llu: another worker's pushes failed: the round is not applied",
-                    (unsigned long long)r->id);
+            PC_ERROR("train: round %llu: another worker's pushes failed, not for a server "
+                     "restart (its log says why): the job stops",
+                     (unsigned long long)r->id);
+        int none = 0; /* the round's error, not a regroup's that may follow */
+        atomic_compare_exchange_strong(&t->push_refused, &none, rc);
     }
     return rc;
 }

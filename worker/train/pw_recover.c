@@ -123,45 +123,106 @@ static size_t dense_state(trainer_t *t, float *buf, bool pack) {
     return k + 2;
 }
 
+/* The settings every member of a group must share, beside the model's size: they shape the
+ * collectives of a round (the dense chunks, the push turns), the rounds a step may run ahead
+ * and the checkpoints' barriers. A member with another value would enter another collective than
+ * its peers (Gloo aborts the process on a size mismatch) or a barrier they never reach. */
+enum { PLAN_N = 4 };
+static const char *const k_plan_flag[PLAN_N] = {"--chunk-kib", "--mode", "--push-order",
+                                                "--ckpt-every"};
+
+#define PLAN_MAX   ((1ULL << 48) - 1) /* two floats' exact range (ckpt_every beyond: never) */
+#define PLAN_ASYNC PLAN_MAX
+
+static void plan_of(const trainer_t *t, uint64_t v[PLAN_N]) {
+    const pw_train_config_t *c = t->c;
+    v[0] = (uint64_t)c->chunk_kib;
+    v[1] = t->staleness == PW_ASYNC ? PLAN_ASYNC : (uint64_t)t->staleness;
+    v[2] = (uint64_t)c->push_order;
+    v[3] = (uint64_t)c->ckpt_every < PLAN_MAX ? (uint64_t)c->ckpt_every : PLAN_MAX;
+}
+
+/* Plan value v of setting k as its flag writes it (buf: 32 bytes). */
+static const char *plan_text(int k, uint64_t v, char *buf) {
+    if (k == 1 && v == PLAN_ASYNC)
+        return "async";
+    if (k == 1)
+        snprintf(buf, 32, v ? "ssp:%llu" : "sync", (unsigned long long)v);
+    else if (k == 2)
+        snprintf(buf, 32, "%s", v == PW_PUSH_RANK ? "rank" : "arrival");
+    else
+        snprintf(buf, 32, "%llu", (unsigned long long)v);
+    return buf;
+}
+
+/* Member i's entry of the agreement: steps + 1 (0: no trained state), the dense state's size,
+ * the plan (PLAN_N values): two floats each. */
+enum { INFO_W = 2 * (2 + PLAN_N) };
+
+/* Whether members i and j could train together (size and plan). */
+static bool same_shape(const float *info, int i, int j) {
+    for (int k = 1; k < INFO_W / 2; k++)
+        if (u64_get(info + INFO_W * i + 2 * k) != u64_get(info + INFO_W * j + 2 * k))
+            return false;
+    return true;
+}
+
 /* After the group (re)formed: every member takes the dense state of the member with the most
  * steps among those that have trained state (ties: the lowest group rank), by an allreduce in
  * which the others contribute zeros. Members that restarted have none; when no member has any
  * (the whole job restarted), every member takes member 0's (its initial model): from then on
  * they all have one, so a worker restarted later takes the trained model, not its own initial
- * one. The dense state's size most members have is the job's (ties: the trained member's); a member
- * of another size (started with other model settings) gets PC_EDIM and ends, and the others get
- * PC_EAGAIN: they re-form without it (it once ended every member). */
+ * one. The dense state's size and the plan (plan_of) most members have are the job's (ties: the
+ * trained member's); a member with another size (other model settings) or plan gets PC_EDIM or
+ * PC_EINVAL and ends, and the others get PC_EAGAIN: they re-form without it (it once ended
+ * every member). */
 static int sync_state(trainer_t *t) {
     const int n = pw_group_size(t->grp), me = pw_group_rank(t->grp);
     pw_coll_t *coll = pw_group_coll(t->grp);
     const size_t len = dense_state(t, NULL, false);
-    float *info = pc_scalloc(PC_MEM_MODEL, (size_t)n * 4,
-                             sizeof *info); /* per member: steps + 1, state size */
+    float *info = pc_scalloc(PC_MEM_MODEL, (size_t)n * INFO_W, sizeof *info);
     if (!info)
         return PC_ENOMEM;
-    u64_put(info + 4 * me, t->has_state ? t->step + 1 : 0);
-    u64_put(info + 4 * me + 2, len);
-    int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * 4);
-    uint64_t job_len = len, job_steps = 0; /* the size most members have (ties: most steps) */
+    uint64_t plan[PLAN_N];
+    plan_of(t, plan);
+    u64_put(info + INFO_W * me, t->has_state ? t->step + 1 : 0);
+    u64_put(info + INFO_W * me + 2, len);
+    for (int k = 0; k < PLAN_N; k++)
+        u64_put(info + INFO_W * me + 4 + 2 * k, plan[k]);
+    int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * INFO_W);
+    int job = me; /* a member of the job's shape (most members; ties: most steps) */
     for (int i = 0, most = 0; !rc && i < n; i++) {
-        const uint64_t li = u64_get(info + 4 * i + 2), si = u64_get(info + 4 * i);
+        const uint64_t si = u64_get(info + INFO_W * i);
         int same = 0;
         for (int j = 0; j < n; j++)
-            same += u64_get(info + 4 * j + 2) == li;
-        if (same > most || (same == most && si > job_steps))
-            most = same, job_len = li, job_steps = si;
+            same += same_shape(info, i, j);
+        if (same > most || (same == most && si > u64_get(info + INFO_W * job)))
+            most = same, job = i;
     }
+    const uint64_t job_len = u64_get(info + INFO_W * job + 2);
     int src = -1;
     uint64_t best = 0;
     for (int i = 0; !rc && i < n; i++) {
-        if (u64_get(info + 4 * i + 2) != job_len) {
+        const char *tail = i == me ? ": this worker ends" : ": the others go on without it";
+        const uint64_t li = u64_get(info + INFO_W * i + 2);
+        if (li != job_len) {
             PC_ERROR("train: group member %d has a dense model of another size (%llu floats, "
                      "the job's %llu): not the same model settings%s",
-                     i, (unsigned long long)u64_get(info + 4 * i + 2), (unsigned long long)job_len,
-                     i == me ? ": this worker ends" : ": the others go on without it");
-            rc = len == job_len ? PC_EAGAIN : PC_EDIM;
-        } else if (u64_get(info + 4 * i) > best) {
-            best = u64_get(info + 4 * i), src = i;
+                     i, (unsigned long long)li, (unsigned long long)job_len, tail);
+            rc = same_shape(info, me, job) ? PC_EAGAIN : PC_EDIM;
+        } else if (!same_shape(info, i, job)) {
+            int k = 0;
+            while (k + 1 < PLAN_N && u64_get(info + INFO_W * i + 4 + 2 * k) ==
+                                         u64_get(info + INFO_W * job + 4 + 2 * k))
+                k++;
+            char its[32], job_v[32];
+            PC_ERROR("train: group member %d has %s=%s, the job %s: every worker of a job needs "
+                     "the same%s",
+                     i, k_plan_flag[k], plan_text(k, u64_get(info + INFO_W * i + 4 + 2 * k), its),
+                     plan_text(k, u64_get(info + INFO_W * job + 4 + 2 * k), job_v), tail);
+            rc = same_shape(info, me, job) ? PC_EAGAIN : PC_EINVAL;
+        } else if (u64_get(info + INFO_W * i) > best) {
+            best = u64_get(info + INFO_W * i), src = i;
         }
     }
     pc_sfree(info);
@@ -644,8 +705,12 @@ bool pw__server_lost(trainer_t *t) {
  * never go (counted as lost when their slot is settled), their dense gradients are lost, their
  * batches count as read. The batches read but not computed are renumbered from the agreed step
  * and pulled again (after a job rollback: dropped, the reader starts again from the
- * checkpoint's position). */
+ * checkpoint's position). After a round's pushes failed for good (push_refused) the job stops
+ * instead: that code is returned. */
 int pw__pipeline_regroup(trainer_t *t) {
+    const int refused = atomic_load(&t->push_refused);
+    if (refused) /* every member learnt it from the round's mark: each stops (run_mark) */
+        return refused;
     pw_sched_abort_ordered(t->sched, PC_ECANCELED);
     t->dropped_batches = 0;
     for (uint64_t id = t->applied; id < t->next_round; id++) { /* the rounds not applied */

@@ -143,6 +143,8 @@ typedef struct trainer {
     int nplan;
     uint64_t next_round, applied; /* rounds submitted, rounds applied */
     atomic_ullong lost_pushes;
+    atomic_int push_refused; /* a round's pushes refused by a server (not a transient failure):
+                              * the code (this worker's, PC_EIO for another's); the job stops */
     atomic_bool coll_broken; /* an ordered-lane collective failed (until the group re-forms) */
     bool waiting_servers;    /* warned that the servers are unavailable (until they answer) */
     FILE *step_log;
