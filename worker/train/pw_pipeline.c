@@ -153,14 +153,14 @@ static int run_push(pw_job_t *j) {
     return e->ops->push_async(e, p->keys, p->n, p->grads, push_done, p);
 }
 
-/* A collective of the ordered lane, on the devices or the host as the generation decided (the
- * rounds of a generation are dropped with it: buf is where t->dcoll sums); after one failed, the
- * group is broken: the rest fail at once (until the group is re-formed). */
-static int coll_sum(trainer_t *t, float *buf, size_t n) {
+/* A collective of the ordered lane, on the devices (dev: buf is device memory, the round's
+ * generation formed t->dcoll; the rounds of a generation are dropped with it) or the host; after
+ * one failed, the group is broken: the rest fail at once (until the group is re-formed). */
+static int coll_sum(trainer_t *t, float *buf, size_t n, bool dev) {
     if (atomic_load(&t->coll_broken))
         return PC_ECANCELED;
-    int rc = t->dcoll ? t->be->dcoll->allreduce_sum(t->dcoll, buf, n)
-                      : pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
+    int rc = dev ? t->be->dcoll->allreduce_sum(t->dcoll, buf, n)
+                 : pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
     if (rc)
         atomic_store(&t->coll_broken, true);
     return rc;
@@ -168,7 +168,7 @@ static int coll_sum(trainer_t *t, float *buf, size_t n) {
 
 static int run_dense(pw_job_t *j) {
     dchunk_t *c = (dchunk_t *)j;
-    return coll_sum(c->r->t, round_sum(c->r) + c->off, c->n);
+    return coll_sum(c->r->t, round_sum(c->r) + c->off, c->n, c->r->dev);
 }
 
 void pw__log_step(trainer_t *t, uint64_t round, const char *what) {
@@ -192,33 +192,13 @@ static int run_turn(pw_job_t *j) {
     trainer_t *t = r->t;
     if (j - r->turns == r->me)         /* this worker's turn: its pushes answered first */
         (void)round_pushes_wait(t, r); /* the marker reports their errors */
-    return coll_sum(t, round_sum(r) + t->nflat, 1);
+    return coll_sum(t, round_sum(r) + t->nflat, 1, r->dev);
 }
 
 /* What a member whose pushes failed adds to the mark's flag (the sum of the members with a
  * batch, at most 4096): every member learns it from the sum, exact in a float up to 4096
  * failures. */
 #define PUSH_FAILED 4096.0f
-
-/* The round's flag (the last float of its sum), read or written from the scheduler's thread. */
-static float flag_get(trainer_t *t, round_t *r) {
-    float v, *flag = round_sum(r) + t->nflat - 1;
-    if (r->dev)
-        t->be->download(t->be, &v, flag, sizeof v);
-    else
-        v = *flag;
-    return v;
-}
-
-static void flag_set(trainer_t *t, round_t *r, float v) {
-    float *flag = round_sum(r) + t->nflat - 1;
-    if (r->dev) {
-        t->be->upload(t->be, flag, &v, sizeof v);
-        t->be->sync(t->be);
-    } else {
-        *flag = v;
-    }
-}
 
 /* The round's end: its pushes answered, then (a group) the sum of the flag, which every member
  * enters, so that one whose pushes failed does not leave the others waiting in it (they would
@@ -235,9 +215,9 @@ static int run_mark(pw_job_t *j) {
     if (!t->grp)
         return prc;
     if (prc)
-        flag_set(t, r, flag_get(t, r) + PUSH_FAILED);
-    int rc = coll_sum(t, round_sum(r) + t->nflat - 1, 1);
-    if (!rc && flag_get(t, r) >= PUSH_FAILED) {
+        r->flag += PUSH_FAILED;
+    int rc = coll_sum(t, &r->flag, 1, false);
+    if (!rc && r->flag >= PUSH_FAILED) {
         rc = prc ? prc : PC_EIO;
         if (!prc)
             PC_ERROR("train: round %llu: another worker's pushes failed, not for a server "
@@ -277,7 +257,6 @@ int pw__pipeline_init(trainer_t *t) {
         nplan += (n + cf - 1) / cf;
         t->nflat += n;
     }
-    t->nflat++; /* the has-batch flag */
     t->plan = pc_scalloc(PC_MEM_BATCH, nplan ? nplan : 1, sizeof *t->plan);
     if (!t->slots || !t->rounds || !t->plan)
         return PC_ENOMEM;
@@ -655,16 +634,13 @@ int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
             out(be, flat + k + nw, l->db, (size_t)l->out * sizeof(float));
             k += nw + (size_t)l->out;
         }
-        const float flag = had_batch ? 1.0f : 0.0f;
+        r->flag = had_batch ? 1.0f : 0.0f;
         if (dev) { /* the collective reads the buffer from another thread: complete it */
             if (!had_batch)
-                be->zero(be, flat, (t->nflat - 1) * sizeof(float));
-            be->fill(be, 1, flag, flat + t->nflat - 1);
+                be->zero(be, flat, t->nflat * sizeof(float));
             be->sync(be);
-        } else {
-            if (!had_batch)
-                memset(flat, 0, (t->nflat - 1) * sizeof(float));
-            flat[t->nflat - 1] = flag;
+        } else if (!had_batch) {
+            memset(flat, 0, t->nflat * sizeof(float));
         }
         for (int i = 0; i < t->nplan; i++) {
             dchunk_t *c = &r->chunks[i];
@@ -727,19 +703,15 @@ static void round_apply(trainer_t *t, round_t *r, bool *stop) {
     const bool dev = r->dev;
     float *const flat = round_sum(r);
     const move_fn in = dev ? be->copy : be->upload;
-    float active = 0;
-    if (dev)
-        be->download(be, &active, flat + t->nflat - 1, sizeof active);
-    else
-        active = flat[t->nflat - 1];
+    const float active = r->flag; /* the members with a batch (the mark's sum) */
     if (active <= 0) {
         *stop = true;
         return;
     }
     if (dev) /* the mean over the active workers */
-        be->scale(be, t->nflat - 1, 1.0f / active, flat);
+        be->scale(be, t->nflat, 1.0f / active, flat);
     else
-        for (size_t j = 0; j + 1 < t->nflat; j++)
+        for (size_t j = 0; j < t->nflat; j++)
             flat[j] /= active;
     size_t k = 0;
     for (int i = 0; i < t->model->nparams; i++) {

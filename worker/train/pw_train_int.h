@@ -88,9 +88,11 @@ typedef struct pchunk { /* a push of n keys of a slot, from keys and grads */
     bool sent; /* its call started (else its gate failed and it never ran) */
 } pchunk_t;
 
-/* A step's round (see DESIGN). Its sum: the group's dense gradients and the has-batch flag (the
- * last float), and one float for the turns (push_order rank); in device memory (dflat) when the
- * generation sums on the devices (t->dcoll), else in host memory (hflat). */
+/* A step's round (see DESIGN). Its sum: the group's dense gradients, and one float for the turns
+ * (push_order rank); in device memory (dflat) when the generation sums on the devices
+ * (t->dcoll), else in host memory (hflat). Its mark's flag is a host float whatever the
+ * generation (the mark reads and writes it on the scheduler's thread, which must not use the
+ * backend), summed on the host. */
 typedef struct round {
     struct trainer *t;
     uint64_t id;
@@ -100,6 +102,8 @@ typedef struct round {
     float *dflat; /* nflat + 1 floats of device memory (the backend has dcoll), or NULL */
     float *hflat; /* nflat + 1 floats of host memory */
     bool dev;     /* it sums dflat on the devices (its generation formed t->dcoll), else hflat */
+    float flag;   /* 1 when this worker had a batch, + PUSH_FAILED when its pushes failed; the
+                   * mark makes it the group's sum: the members with a batch (run_mark) */
     struct dchunk *chunks;
     pw_job_t *turns; /* push_order rank: turn k waits for rank k's pushes (world - 1 of them;
                       * NULL with arrival order) */
@@ -131,7 +135,7 @@ typedef struct trainer {
     pw_publish_t *pub;   /* publish_dir: the dense publisher (NULL: not opened yet) */
     bool pub_off;        /* it could not be opened: publishing stays off */
     /* the pipeline (pw_pipeline.c) */
-    size_t nflat; /* dense gradients and the has-batch flag */
+    size_t nflat; /* dense gradients */
     int stale;    /* rounds a step may run ahead of the group (sync 0) */
     bool split;   /* a lone worker in sync: the next batch's keys pulled in two parts */
     int ahead;    /* batches pulled ahead of the one computing */
