@@ -590,7 +590,8 @@ static void publish_dense(trainer_t *t, bool force) {
  * its rows are there, then the gradients (scaled by 1 / workers) come back to s->ugrads; without
  * a group the dense optimizer steps while they move. The step's round (its pushes) is submitted
  * once s->ugrads holds them: on host memory before the dense optimizer steps (a lone worker's
- * next step waits for its first push), else after the copy back. */
+ * next step waits for its first push), else after the copy back. A step whose loss is not finite
+ * (known after compute on host memory, after the copy back on a device) submits nothing. */
 static int step_run(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
     const float scale = t->grp ? 1.0f / (float)pw_group_size(t->grp) : 1.0f;
     const bool early = t->be->host_memory;
@@ -604,9 +605,11 @@ static int step_run(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
     if (next && !next->staged && pw__slot_pulled(t, next) && (rc = pw__slot_stage(t, next)))
         return rc;
     rc = pw_step_finish(t->st, !t->grp, loss);
-    if (!t->grp)
+    if (!rc && !t->grp && isfinite(*loss))
         t->step++;
-    return rc || early ? rc : pw__round_submit(t, s, true);
+    if (rc || early || !isfinite(*loss)) /* a device backend's loss comes back here: diverged, */
+        return rc;                       /* its gradients go nowhere (the caller stops the run) */
+    return pw__round_submit(t, s, true);
 }
 
 int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const *train,

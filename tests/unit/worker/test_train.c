@@ -6,7 +6,7 @@
  * (data: one line naming the file and why; per-file counts of lines, samples, malformed lines).
  * Every model trains on "cpu:checked" (device memory unreadable to host code) to the same bits as
  * on the CPU: the trainer keeps the GPU's memory rule; --device choices fail or fall back
- * clearly. */
+ * clearly. A diverged step's gradients are never pushed, on either kind of backend. */
 #include "table_check.h"
 
 #include <math.h>
@@ -21,6 +21,7 @@
 #include "pw_train.h"
 #include "pw_train_int.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +133,66 @@ static void test_device_memory_rule(void **state) {
 /* --device: cpu and auto always give a backend (auto says why it is not the GPU when it is not);
  * unknown names and bad GPU indexes are refused; cuda:N on a machine without that GPU fails
  * with the reason, never crashes. */
+/* The local store, with every push's gradients looked at: how many pushes carried a value that
+ * is not finite (what a diverged step computes). The store's calls run on the scheduler's
+ * dispatch thread. */
+static pw_emb_ops_t g_seen_ops;
+static const pw_emb_ops_t *g_local_ops;
+static atomic_int g_bad_pushes;
+
+static int seen_push(pw_emb_t *e, const uint64_t *keys, size_t n, const float *grads,
+                     pw_emb_done_fn done, void *ctx) {
+    for (size_t i = 0; i < n * (size_t)e->dim; i++)
+        if (!isfinite(grads[i])) {
+            atomic_fetch_add(&g_bad_pushes, 1);
+            break;
+        }
+    return g_local_ops->push_async(e, keys, n, grads, done, ctx);
+}
+
+static int seen_open(const pw_emb_opts_t *o, pw_emb_t **out) {
+    int rc = pw_emb_local_open(o, out);
+    if (!rc) {
+        g_local_ops = (*out)->ops;
+        g_seen_ops = *g_local_ops;
+        g_seen_ops.push_async = seen_push;
+        (*out)->ops = &g_seen_ops;
+    }
+    return rc;
+}
+
+/* A dense model that diverges (SGD at a learning rate of 100): the run stops at the first step
+ * whose loss is not finite, and that step's row gradients stay home, on a host-memory backend
+ * (the loss is looked at before the round is submitted) and on a device backend (cpu:checked:
+ * the loss comes back with the step's finish, before the round is submitted). */
+static void test_diverged_step_pushes_nothing(void **state) {
+    (void)state;
+    char why[512];
+    for (int k = 0; k < 2; k++) {
+        pw_backend_t *checked = NULL;
+        if (k)
+            assert_int_equal(pw_backend_open("cpu:checked", &checked, why, sizeof why), 0);
+        pw_train_config_t c;
+        pw_train_config_defaults(&c);
+        c.local_store = seen_open;
+        c.batch = 256;
+        c.max_samples = 20000;
+        c.dense_optimizer = PW_OPT_SGD;
+        c.dense_lr = 100;
+        c.backend = checked;
+        const char *tr[] = {g_train};
+        pw_train_result_t r;
+        atomic_store(&g_bad_pushes, 0);
+        const int rc = pw_train_run(&c, PW_FMT_CRITEO, tr, 1, NULL, 0, &r);
+        print_message("%s: rc %d after %llu steps; pushes with non-finite gradients: %d\n",
+                      k ? "cpu:checked" : "cpu", rc, (unsigned long long)r.steps,
+                      atomic_load(&g_bad_pushes));
+        pw_backend_close(checked);
+        assert_int_equal(rc, PC_ERANGE);
+        assert_int_equal(atomic_load(&g_bad_pushes), 0);
+    }
+}
+
 /* Where a group sums its dense gradients (pw__dcoll_entry / pw__dcoll_choose, decided alike
  * by every member from the summed entries): on the devices only when every member can and no two
  * members share one (NCCL refuses: "Duplicate GPU detected"). */
@@ -530,7 +591,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_movielens),       cmocka_unit_test(test_save_load),
         cmocka_unit_test(test_errors),          cmocka_unit_test(test_device_memory_rule),
         cmocka_unit_test(test_device_choice),   cmocka_unit_test(test_dcoll_choice),
-        cmocka_unit_test(test_unreadable_data),
+        cmocka_unit_test(test_unreadable_data), cmocka_unit_test(test_diverged_step_pushes_nothing),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
