@@ -6,6 +6,7 @@
 #include "table_check.h"
 
 #include <fcntl.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
@@ -13,6 +14,7 @@
 #include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_fs.h"
+#include "pc_hash.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
 
@@ -284,9 +286,88 @@ static void flip_byte(const char *path, off_t off) {
     close(fd);
 }
 
-/* A manifest whose table settings changed (a digit of lr flipped: still JSON, still a spec) is
- * refused: the table would come back with other settings, silently (the manifest has no
- * checksum; the row file's header, which has, carries the settings too). */
+/* Checkpoint id's manifest under dir. */
+static void manifest_path(const char *dir, int id, char *path, size_t cap) {
+    snprintf(path, cap, "%s/ckpt-%020d/MANIFEST.json", dir, id);
+}
+
+/* A manifest's text without its seal line (the writer's last line, "xxh3 " and 16 hex digits):
+ * malloc'ed, NUL-terminated, *len its length. */
+static char *manifest_text(const char *path, size_t *len) {
+    char *text;
+    assert_int_equal(pc_fs_read_all(path, 1 << 20, &text, len), 0);
+    assert_true(*len > 22 && strncmp(text + *len - 22, "xxh3 ", 5) == 0);
+    *len -= 22;
+    text[*len] = '\0';
+    return text;
+}
+
+/* Write text as the manifest at path, sealed as the writer seals (or not: an older manifest). */
+static void manifest_put(const char *path, const char *text, size_t len, bool seal) {
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    if (seal)
+        fprintf(f, "xxh3 %016" PRIx64 "\n", pc_hash64(text, len, 0));
+    fclose(f);
+}
+
+/* A manifest is sealed (an XXH3 of its text on its last line): a flipped byte is refused
+ * whatever it changed. Here the parent of an incremental checkpoint: 2's parent 1 read as 0
+ * (none) would restore 2's increment alone, without the rows only 1 holds. A seal line taken
+ * away (the format asks for one) is refused too. */
+static void test_manifest_seal(void **state) {
+    (void)state;
+    char dir[256], path[512];
+    tc_tmpdir(dir, sizeof dir, "mseal");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_t *t = add_table(cat, "name=k,dim=4,optimizer=sgd");
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 5, .full_every = 4};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    for (int k = 1; k <= 2; k++) {
+        tc_round(t, k);
+        assert_int_equal(ps_ckpt_write(ck, NULL), 0);
+    }
+    manifest_path(dir, 2, path, sizeof path);
+    size_t len;
+    char *text = manifest_text(path, &len), *seal = NULL;
+    size_t all;
+    assert_int_equal(pc_fs_read_all(path, 1 << 20, &seal, &all), 0);
+    char *parent = strstr(text, "\"parent\":\t\"1\"");
+    assert_non_null(parent);
+    parent[11] = '0';
+    FILE *f = fopen(path, "w"); /* the flipped text under its old seal */
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fwrite(seal + len, 1, all - len, f), all - len);
+    fclose(f);
+    ps_ckpt_table_info_t ti[2];
+    size_t n;
+    assert_int_equal(ps_ckpt_tables(dir, 2, ti, 2, &n), PC_ECORRUPT);
+    ps_catalog_t *c2;
+    ps_ckpt_t *ck2;
+    assert_int_equal(ps_catalog_create(&c2), 0);
+    assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+    assert_int_equal(ps_ckpt_restore(ck2, 2, NULL), PC_ECORRUPT);
+    parent[11] = '1'; /* the right text, its seal line gone */
+    manifest_put(path, text, len, false);
+    assert_int_equal(ps_ckpt_restore(ck2, 2, NULL), PC_ECORRUPT);
+    manifest_put(path, text, len, true); /* sealed again: restorable */
+    assert_int_equal(ps_ckpt_restore(ck2, 2, NULL), 0);
+    tc_assert_equal(get(c2, "k"), t);
+    free(text);
+    free(seal);
+    ps_ckpt_destroy(ck2);
+    ps_catalog_destroy(c2);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
+}
+
+/* A manifest whose table settings changed (a digit of lr flipped: still JSON, still a spec), and
+ * sealed again, is refused: the table would come back with other settings, silently (the row
+ * file's header, which is checksummed too, carries the settings). */
 static void test_manifest_settings(void **state) {
     (void)state;
     char dir[256], path[512];
@@ -298,16 +379,13 @@ static void test_manifest_settings(void **state) {
     ps_ckpt_opts_t o = {.dir = dir, .keep = 2, .full_every = 1};
     assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
     assert_int_equal(ps_ckpt_write(ck, NULL), 0);
-    snprintf(path, sizeof path, "%s/ckpt-00000000000000000001/MANIFEST.json", dir);
-    char *text;
+    manifest_path(dir, 1, path, sizeof path);
     size_t len;
-    assert_int_equal(pc_fs_read_all(path, 1 << 20, &text, &len), 0);
+    char *text = manifest_text(path, &len);
     char *lr = strstr(text, "lr=0.25");
     assert_non_null(lr);
     lr[5] = '3'; /* lr=0.35 */
-    FILE *f = fopen(path, "w");
-    assert_int_equal(fwrite(text, 1, len, f), len);
-    fclose(f);
+    manifest_put(path, text, len, true);
     free(text);
     ps_catalog_t *c2;
     ps_ckpt_t *ck2;
@@ -492,17 +570,14 @@ static void test_regressions(void **state) {
     ps_ckpt_opts_t o = {.dir = cdir, .keep = 5, .full_every = 2};
     assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
     assert_int_equal(ps_ckpt_write(ck, NULL), 0);
-    snprintf(path, sizeof path, "%s/ckpt-00000000000000000001/MANIFEST.json", cdir);
-    FILE *f = fopen(path, "r+");
-    char text[8192];
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    text[len] = '\0';
+    manifest_path(cdir, 1, path, sizeof path);
+    size_t len;
+    char *text = manifest_text(path, &len);
     char *dim = strstr(text, "dim=1,");
     assert_non_null(dim);
     dim[4] = '2';
-    rewind(f);
-    fwrite(text, 1, len, f);
-    fclose(f);
+    manifest_put(path, text, len, true); /* sealed again: the row file's header refuses it */
+    free(text);
     ps_catalog_t *c3;
     ps_ckpt_t *ck3;
     assert_int_equal(ps_catalog_create(&c3), 0);
@@ -633,21 +708,20 @@ static void test_stream_positions(void **state) {
     ps_ckpt_destroy(ro);
     assert_int_equal(ps_ckpt_tables(absent, 0, ti, 4, &n), PC_ENOTFOUND);
     assert_int_equal(ps_ckpt_tables(dir, 7, ti, 4, &n), PC_ENOTFOUND);
-    /* an older manifest, without uid and log_position: read as 0 and UINT64_MAX, restorable */
-    snprintf(path, sizeof path, "%s/ckpt-00000000000000000001/MANIFEST.json", dir);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    static char text[1 << 16], out[1 << 16];
-    size_t len = fread(text, 1, sizeof text - 1, f), w = 0;
-    fclose(f);
-    text[len] = '\0';
+    /* an older manifest (format 1: no seal, no uid, no log_position): read as 0 and
+     * UINT64_MAX, restorable */
+    manifest_path(dir, 1, path, sizeof path);
+    size_t len, w = 0;
+    char *text = manifest_text(path, &len);
+    static char out[1 << 16];
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
         if (!strstr(line, "\"uid\"") && !strstr(line, "\"log_position\""))
             w += (size_t)snprintf(out + w, sizeof out - w, "%s\n", line);
-    f = fopen(path, "w");
-    assert_non_null(f);
-    assert_int_equal(fwrite(out, 1, w, f), w);
-    fclose(f);
+    free(text);
+    char *fmt = strstr(out, "\"format\":\t2");
+    assert_non_null(fmt);
+    fmt[10] = '1';
+    manifest_put(path, out, w, false);
     assert_int_equal(ps_ckpt_tables(dir, 1, ti, 4, &n), 0);
     assert_true(n == 2 && ti[0].uid == 0 && ti[0].log_position == UINT64_MAX);
     assert_true(ti[1].uid == 0 && ti[1].log_position == UINT64_MAX);
@@ -719,6 +793,7 @@ int main(void) {
         cmocka_unit_test(test_consistent_under_pushes),
         cmocka_unit_test(test_retention_and_damage),
         cmocka_unit_test(test_manifest_settings),
+        cmocka_unit_test(test_manifest_seal),
         cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_regressions),
         cmocka_unit_test(test_stream_positions),
