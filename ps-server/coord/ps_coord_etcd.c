@@ -5,16 +5,19 @@
  *   EmberPS already uses), messages from proto/etcd.proto through protobuf-c. Not etcd's JSON
  *   gateway: that would take an HTTP client and base64 on every key and value for nothing.
  * - Security: "etcds://" speaks TLS with the caller's CA (and client certificate, for etcd's
- *   --client-cert-auth), checking the first host's name; "etcd://" is plaintext. EmberPS's own
- *   token is never sent to etcd.
- * - Members: one channel whose target lists every endpoint ("ipv4:a:p,b:q", gRPC's pick_first):
- *   any member answers (followers forward writes to the leader) and when the connected one dies
- *   the channel moves on to another. A call failing with PC_EUNAVAIL (member gone, election in
- *   progress, "no leader") or not answered within 2 s (a member cut off from the leader holds
- *   requests for its own 5 s and more) is retried with backoff (25 ms doubling to 400 ms) until
- *   the operation's deadline. Puts are idempotent; a set-if-absent whose transaction says
- *   "exists" after a retried attempt checks whether the value there is its own (the earlier
- *   attempt was applied, its answer lost) and then succeeds.
+ *   --client-cert-auth), checking each member's certificate for the host name the URL gives it;
+ *   "etcd://" is plaintext. EmberPS's own token is never sent to etcd.
+ * - Members: a channel per member, one of them current: any member answers (followers forward
+ *   writes to the leader). A call failing with PC_EUNAVAIL (member gone, election in progress,
+ *   "no leader") or not answered within 2 s (a member cut off from the leader, or stopped, holds
+ *   requests while its connection stays open: one channel over every member, gRPC's
+ *   pick_first, stayed with it) is retried with backoff (25 ms doubling to 400 ms) on the next
+ *   member, until the operation's deadline (one for all the calls of an operation). etcd's
+ *   "too many requests" is retried the same way; its "database space exceeded" (the quota:
+ *   compact etcd, --auto-compaction-retention) is PC_ENOSPC. Puts are idempotent; a
+ *   set-if-absent whose transaction says "exists" after a retried attempt checks whether the
+ *   value there is its own (the earlier attempt was applied, its answer lost) and then
+ *   succeeds.
  * - Leases: the store remembers the etcd lease it gave each key. Setting a key again with a
  *   lease first keeps that lease alive (LeaseKeepAlive: etcd's bidirectional stream, used for
  *   one request and its answer) and then puts the value under it; a lease etcd no longer knows
@@ -39,6 +42,7 @@
 
 #include <netdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +57,7 @@
 #define BACKOFF_MS     25
 #define BACKOFF_MAX_MS 400
 #define ATTEMPT_MS     2000 /* one attempt's deadline: a member waiting for a leader is left */
+#define MEMBERS_MAX    16
 
 typedef struct lease {
     struct lease *next;
@@ -62,7 +67,9 @@ typedef struct lease {
 } lease_t;
 
 typedef struct etcd {
-    psg_t *g;
+    psg_t *g[MEMBERS_MAX]; /* a channel per member */
+    int ng;
+    atomic_int cur; /* the member calls go to (the next one after a failed attempt) */
     char url[TARGET_MAX];
     char prefix[PREFIX_MAX];
     size_t plen;
@@ -86,11 +93,27 @@ bool ps_coord_is_etcd(const char *url) {
 
 /* ---- calls ------------------------------------------------------------------------------- */
 
+/* The deadline of an operation started now (CLOCK_MONOTONIC ns): timeout_ms for all its calls. */
+static uint64_t op_end(const etcd_t *e) {
+    return pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u;
+}
+
+/* An attempt's failure as the operation sees it: etcd's RESOURCE_EXHAUSTED (PC_ETOOBIG, bare)
+ * is its quota when the message says so (PC_ENOSPC) and its request limiter otherwise (tried
+ * again, as PC_EUNAVAIL), unless the message is gRPC's own size limit. */
+static int attempt_rc(int rc, const char *msg) {
+    if (rc != PC_ETOOBIG)
+        return rc;
+    if (strstr(msg, "database space exceeded"))
+        return PC_ENOSPC;
+    return strstr(msg, "too many requests") ? PC_EUNAVAIL : rc;
+}
+
 /* Call `method` with message q and unpack the answer as `desc` into *out. PC_EUNAVAIL and an
  * attempt's deadline (ATTEMPT_MS: a member cut off from the leader holds requests for seconds)
- * are retried with backoff until timeout_ms passed (or until end_ns, CLOCK_MONOTONIC, when not 0:
- * an operation of several calls shares one deadline); *retried (may be NULL) tells whether an
- * earlier attempt may have been applied (its answer was lost). */
+ * are retried with backoff on the next member until end_ns (CLOCK_MONOTONIC: op_end; the calls of
+ * an operation share it); *retried (may be NULL) tells whether an earlier attempt may have been
+ * applied (its answer was lost). */
 static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
                   const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out, bool *retried,
                   uint64_t end_ns) {
@@ -101,8 +124,6 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
     if (!req)
         return PC_ENOMEM;
     protobuf_c_message_pack(q, req);
-    if (!end_ns)
-        end_ns = pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u;
     int rc, backoff = BACKOFF_MS;
     char msg[256] = "";
     for (;;) {
@@ -114,7 +135,8 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
         uint8_t *resp = NULL;
         size_t rlen = 0;
         const int attempt = left < ATTEMPT_MS ? (int)left : ATTEMPT_MS;
-        rc = psg_request(e->g, method, req, n, attempt, &resp, &rlen, NULL, msg, sizeof msg);
+        int m = atomic_load(&e->cur);
+        rc = psg_request(e->g[m], method, req, n, attempt, &resp, &rlen, NULL, msg, sizeof msg);
         if (!rc) {
             *out = protobuf_c_message_unpack(desc, NULL, rlen, resp);
             free(resp);
@@ -122,10 +144,12 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
             break;
         }
         free(resp);
-        if (rc != PC_EUNAVAIL && rc != PC_ETIMEDOUT)
+        if ((rc = attempt_rc(rc, msg)) != PC_EUNAVAIL && rc != PC_ETIMEDOUT)
             break;
         if (retried)
             *retried = true;
+        /* the next member (unless another thread's failed attempt moved on already) */
+        atomic_compare_exchange_strong(&e->cur, &m, (m + 1) % e->ng);
         const int64_t after = ((int64_t)end_ns - (int64_t)pc_time_mono_ns()) / 1000000;
         if (after <= backoff) {
             rc = PC_EUNAVAIL;
@@ -141,8 +165,8 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
     return rc;
 }
 
-#define CALL(e, method, q, T, lower, out) \
-    call_r(e, method, &(q).base, &lower##__descriptor, (ProtobufCMessage **)(out), NULL, 0)
+#define CALL(e, method, q, T, lower, out, end_ns) \
+    call_r(e, method, &(q).base, &lower##__descriptor, (ProtobufCMessage **)(out), NULL, end_ns)
 
 /* ---- leases ------------------------------------------------------------------------------ */
 
@@ -156,12 +180,12 @@ static lease_t **lease_slot(etcd_t *e, const char *key) {
     return pp;
 }
 
-static int grant(etcd_t *e, int64_t ttl, int64_t *id) {
+static int grant(etcd_t *e, int64_t ttl, int64_t *id, uint64_t end_ns) {
     Emberps__Etcd__LeaseGrantRequest q = EMBERPS__ETCD__LEASE_GRANT_REQUEST__INIT;
     q.ttl = ttl;
     Emberps__Etcd__LeaseGrantResponse *r = NULL;
     int rc = CALL(e, "/etcdserverpb.Lease/LeaseGrant", q, Emberps__Etcd__LeaseGrantResponse,
-                  emberps__etcd__lease_grant_response, &r);
+                  emberps__etcd__lease_grant_response, &r, end_ns);
     if (!rc) {
         if (r->error && r->error[0]) {
             PC_WARN("coord: etcd refused a lease of %lld s: %s", (long long)ttl, r->error);
@@ -175,12 +199,12 @@ static int grant(etcd_t *e, int64_t ttl, int64_t *id) {
 }
 
 /* Keep lease id alive: 0 (alive), PC_ENOTFOUND (expired), or the call's error. */
-static int keepalive(etcd_t *e, int64_t id) {
+static int keepalive(etcd_t *e, int64_t id, uint64_t end_ns) {
     Emberps__Etcd__LeaseKeepAliveRequest q = EMBERPS__ETCD__LEASE_KEEP_ALIVE_REQUEST__INIT;
     q.id = id;
     Emberps__Etcd__LeaseKeepAliveResponse *r = NULL;
     int rc = CALL(e, "/etcdserverpb.Lease/LeaseKeepAlive", q, Emberps__Etcd__LeaseKeepAliveResponse,
-                  emberps__etcd__lease_keep_alive_response, &r);
+                  emberps__etcd__lease_keep_alive_response, &r, end_ns);
     if (!rc) {
         rc = r->ttl > 0 ? 0 : PC_ENOTFOUND;
         emberps__etcd__lease_keep_alive_response__free_unpacked(r, NULL);
@@ -188,24 +212,26 @@ static int keepalive(etcd_t *e, int64_t id) {
     return rc;
 }
 
-static void revoke(etcd_t *e, int64_t id) {
+/* Revoke lease id within the operation's deadline (past it: the lease ends by its TTL). */
+static void revoke(etcd_t *e, int64_t id, uint64_t end_ns) {
     Emberps__Etcd__LeaseRevokeRequest q = EMBERPS__ETCD__LEASE_REVOKE_REQUEST__INIT;
     q.id = id;
     Emberps__Etcd__LeaseRevokeResponse *r = NULL;
     if (!CALL(e, "/etcdserverpb.Lease/LeaseRevoke", q, Emberps__Etcd__LeaseRevokeResponse,
-              emberps__etcd__lease_revoke_response, &r))
+              emberps__etcd__lease_revoke_response, &r, end_ns))
         emberps__etcd__lease_revoke_response__free_unpacked(r, NULL);
 }
 
 /* The live lease for key with ttl seconds: the one it had (kept alive) or a new grant (*fresh). */
-static int lease_for(etcd_t *e, const char *key, int64_t ttl, int64_t *id, bool *fresh) {
+static int lease_for(etcd_t *e, const char *key, int64_t ttl, int64_t *id, bool *fresh,
+                     uint64_t end_ns) {
     pthread_mutex_lock(&e->mu);
     lease_t *l = *lease_slot(e, key);
     int64_t have = l && l->ttl == ttl ? l->id : 0;
     pthread_mutex_unlock(&e->mu);
     *fresh = false;
     if (have) {
-        int rc = keepalive(e, have);
+        int rc = keepalive(e, have, end_ns);
         if (!rc) {
             *id = have;
             return 0;
@@ -213,7 +239,7 @@ static int lease_for(etcd_t *e, const char *key, int64_t ttl, int64_t *id, bool 
         if (rc != PC_ENOTFOUND)
             return rc;
     }
-    int rc = grant(e, ttl, id);
+    int rc = grant(e, ttl, id, end_ns);
     *fresh = !rc;
     return rc;
 }
@@ -256,12 +282,12 @@ static size_t full_key(const etcd_t *e, const char *key, char *buf) {
 
 /* Whether full key fk holds exactly (value, lease): the put of an earlier attempt. */
 static bool is_ours(etcd_t *e, const char *fk, size_t fl, const void *value, size_t len,
-                    int64_t lease) {
+                    int64_t lease, uint64_t end_ns) {
     Emberps__Etcd__RangeRequest q = EMBERPS__ETCD__RANGE_REQUEST__INIT;
     q.key = (ProtobufCBinaryData){fl, (uint8_t *)(uintptr_t)fk};
     Emberps__Etcd__RangeResponse *r = NULL;
     if (CALL(e, "/etcdserverpb.KV/Range", q, Emberps__Etcd__RangeResponse,
-             emberps__etcd__range_response, &r))
+             emberps__etcd__range_response, &r, end_ns))
         return false;
     const bool ours = r->n_kvs == 1 && r->kvs[0]->value.len == len && r->kvs[0]->lease == lease &&
                       (!len || !memcmp(r->kvs[0]->value.data, value, len));
@@ -279,12 +305,13 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
         return PC_ETOOBIG;
     char fk[PREFIX_MAX + PS_COORD_KEY_MAX + 1];
     const size_t fl = full_key(e, key, fk);
+    const uint64_t end_ns = op_end(e); /* the lease's calls, the put, the check, the revoke */
     int64_t lid = 0, ttl = 0;
     bool fresh = false;
     int rc = 0;
     if (lease_ms) {
         ttl = ((int64_t)lease_ms + 999) / 1000;
-        if ((rc = lease_for(e, key, ttl, &lid, &fresh)))
+        if ((rc = lease_for(e, key, ttl, &lid, &fresh, end_ns)))
             return rc;
     }
     Emberps__Etcd__PutRequest put = EMBERPS__ETCD__PUT_REQUEST__INIT;
@@ -294,7 +321,7 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
     if (!if_absent) {
         Emberps__Etcd__PutResponse *r = NULL;
         rc = CALL(e, "/etcdserverpb.KV/Put", put, Emberps__Etcd__PutResponse,
-                  emberps__etcd__put_response, &r);
+                  emberps__etcd__put_response, &r, end_ns);
         if (!rc)
             emberps__etcd__put_response__free_unpacked(r, NULL);
     } else {
@@ -317,16 +344,16 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
         Emberps__Etcd__TxnResponse *r = NULL;
         bool retried = false;
         rc = call_r(e, "/etcdserverpb.KV/Txn", &q.base, &emberps__etcd__txn_response__descriptor,
-                    (ProtobufCMessage **)&r, &retried, 0);
+                    (ProtobufCMessage **)&r, &retried, end_ns);
         if (!rc) {
             rc = r->succeeded ? 0 : PC_EEXIST;
             emberps__etcd__txn_response__free_unpacked(r, NULL);
         }
-        if (rc == PC_EEXIST && retried && is_ours(e, fk, fl, value, len, lid))
+        if (rc == PC_EEXIST && retried && is_ours(e, fk, fl, value, len, lid, end_ns))
             rc = 0; /* an attempt whose answer was lost had put it */
     }
     if (lease_ms && rc && fresh) {
-        revoke(e, lid); /* nothing was put under it */
+        revoke(e, lid, end_ns); /* nothing was put under it */
         return rc;
     }
     if (!rc)
@@ -346,7 +373,7 @@ static int e_get(void *ctx, const char *key, void **value, size_t *len) {
     q.key = (ProtobufCBinaryData){fl, (uint8_t *)fk};
     Emberps__Etcd__RangeResponse *r = NULL;
     int rc = CALL(e, "/etcdserverpb.KV/Range", q, Emberps__Etcd__RangeResponse,
-                  emberps__etcd__range_response, &r);
+                  emberps__etcd__range_response, &r, op_end(e));
     if (rc)
         return rc;
     if (!r->n_kvs) {
@@ -374,13 +401,13 @@ static uint32_t lease_left_ms(etcd_t *e, int64_t id, uint64_t end_ns) {
         return 0;
     const int64_t ttl = r->ttl;
     emberps__etcd__lease_time_to_live_response__free_unpacked(r, NULL);
-    return ttl > 0 ? (uint32_t)(ttl * 1000) : 0;
+    return ttl <= 0 ? 0 : ttl < UINT32_MAX / 1000 ? (uint32_t)(ttl * 1000) : UINT32_MAX;
 }
 
 static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out, size_t *n,
                   bool *truncated) {
     etcd_t *e = ctx;
-    const uint64_t end_ns = pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u; /* all of it */
+    const uint64_t end_ns = op_end(e); /* all of it */
     *out = NULL;
     *n = 0;
     *truncated = false;
@@ -461,14 +488,21 @@ static void e_destroy(void *ctx) {
             free(l->key);
             free(l);
         }
-    psg_destroy(e->g);
+    for (int i = 0; i < e->ng; i++)
+        psg_destroy(e->g[i]);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
 
-/* "etcd://h:p,h:p/prefix" -> target "ipv4:a:p,b:p", the first host, the prefix. */
-static int parse_url(const char *url, char *target, size_t tcap, char *host0, size_t hcap,
-                     char *prefix, size_t pcap) {
+/* A member of the URL: its gRPC target ("ipv4:a.b.c.d:p") and the host name the URL gives it
+ * (its certificate's name under TLS). */
+typedef struct member {
+    char target[64];
+    char host[256];
+} member_t;
+
+/* "etcd://h:p,h:p/prefix" -> its members (at most MEMBERS_MAX; *n of them) and the prefix. */
+static int parse_url(const char *url, member_t *mem, int *n, char *prefix, size_t pcap) {
     if (!ps_coord_is_etcd(url))
         return PC_EINVAL;
     const char *p = url + scheme_len(url);
@@ -477,45 +511,43 @@ static int parse_url(const char *url, char *target, size_t tcap, char *host0, si
     if (!elen || elen >= TARGET_MAX)
         return PC_EINVAL;
     if (slash && slash[1]) {
-        const size_t n = strlen(slash);
-        if (n + 2 > pcap)
+        const size_t len = strlen(slash);
+        if (len + 2 > pcap)
             return PC_EINVAL;
-        memcpy(prefix, slash, n + 1);
-        if (prefix[n - 1] != '/')
-            memcpy(prefix + n, "/", 2);
+        memcpy(prefix, slash, len + 1);
+        if (prefix[len - 1] != '/')
+            memcpy(prefix + len, "/", 2);
     } else {
         snprintf(prefix, pcap, "%s", DEFAULT_PREFIX);
     }
-    size_t tl = (size_t)snprintf(target, tcap, "ipv4:");
-    host0[0] = '\0';
+    *n = 0;
     for (const char *s = p; s < p + elen;) {
         const char *comma = memchr(s, ',', (size_t)(p + elen - s));
         const char *end = comma ? comma : p + elen;
-        char ep[256];
+        member_t *m = &mem[*n];
         const size_t len = (size_t)(end - s);
-        if (!len || len >= sizeof ep)
+        if (!len || len >= sizeof m->host || *n == MEMBERS_MAX)
             return PC_EINVAL;
-        memcpy(ep, s, len);
-        ep[len] = '\0';
-        char *colon = strrchr(ep, ':');
-        if (!colon || !colon[1] || colon == ep)
+        memcpy(m->host, s, len);
+        m->host[len] = '\0';
+        char *colon = strrchr(m->host, ':');
+        if (!colon || !colon[1] || colon == m->host)
             return PC_EINVAL;
         *colon = '\0';
         const char *port = colon + 1;
-        if (!host0[0])
-            snprintf(host0, hcap, "%s", ep);
         struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-        if (getaddrinfo(ep, port, &hints, &ai) || !ai) {
-            PC_ERROR("coord: etcd endpoint %s:%s does not resolve to an IPv4 address", ep, port);
+        if (getaddrinfo(m->host, port, &hints, &ai) || !ai) {
+            PC_ERROR("coord: etcd endpoint %s:%s does not resolve to an IPv4 address", m->host,
+                     port);
             return PC_EINVAL;
         }
         char ip[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr, ip, sizeof ip);
         freeaddrinfo(ai);
-        const int w = snprintf(target + tl, tcap - tl, "%s%s:%s", tl > 5 ? "," : "", ip, port);
-        if (w < 0 || (size_t)w >= tcap - tl)
+        const int w = snprintf(m->target, sizeof m->target, "ipv4:%s:%s", ip, port);
+        if (w < 0 || (size_t)w >= sizeof m->target)
             return PC_EINVAL;
-        tl += (size_t)w;
+        (*n)++;
         s = comma ? comma + 1 : end;
     }
     return 0;
@@ -526,30 +558,38 @@ int ps_coord_store_etcd(const char *url, const psg_opts_t *sec, int timeout_ms,
     if (!url || !out || timeout_ms < 1)
         return PC_EINVAL;
     etcd_t *e = calloc(1, sizeof *e);
-    if (!e)
-        return PC_ENOMEM;
-    char target[TARGET_MAX], host0[256];
-    int rc =
-        parse_url(url, target, sizeof target, host0, sizeof host0, e->prefix, sizeof e->prefix);
-    if (rc) {
-        PC_ERROR("coord: '%s' is not etcd://HOST:PORT[,HOST:PORT...][/PREFIX]", url);
+    member_t *mem = calloc(MEMBERS_MAX, sizeof *mem);
+    if (!e || !mem) {
         free(e);
-        return rc;
+        free(mem);
+        return PC_ENOMEM;
     }
+    int n = 0, rc = parse_url(url, mem, &n, e->prefix, sizeof e->prefix);
+    if (rc)
+        PC_ERROR("coord: '%s' is not etcd://HOST:PORT[,HOST:PORT...][/PREFIX] (at most %d "
+                 "members)",
+                 url, MEMBERS_MAX);
     snprintf(e->url, sizeof e->url, "%s", url);
     e->plen = strlen(e->prefix);
     e->timeout_ms = timeout_ms;
-    psg_opts_t o = {.addr = target, .max_message = 8u << 20};
-    if (scheme_len(url) == strlen(PS_COORD_ETCDS_SCHEME)) { /* etcds://: TLS */
-        o.tls = 1;
-        o.tls_target = host0;
-        if (sec) {
-            o.tls_ca = sec->tls_ca;
-            o.tls_cert = sec->tls_cert;
-            o.tls_key = sec->tls_key;
+    for (int i = 0; !rc && i < n; i++) {
+        psg_opts_t o = {.addr = mem[i].target, .max_message = 8u << 20};
+        if (scheme_len(url) == strlen(PS_COORD_ETCDS_SCHEME)) { /* etcds://: TLS */
+            o.tls = 1;
+            o.tls_target = mem[i].host;
+            if (sec) {
+                o.tls_ca = sec->tls_ca;
+                o.tls_cert = sec->tls_cert;
+                o.tls_key = sec->tls_key;
+            }
         }
+        if (!(rc = psg_create(&o, &e->g[i])))
+            e->ng++;
     }
-    if ((rc = psg_create(&o, &e->g))) {
+    free(mem);
+    if (rc) {
+        for (int i = 0; i < e->ng; i++)
+            psg_destroy(e->g[i]);
         free(e);
         return rc;
     }

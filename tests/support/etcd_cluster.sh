@@ -7,10 +7,11 @@
 #                                  member's pid, DIR/client-<i> its endpoint
 #   etcd_cluster.sh leader DIR     the index of the member that is the leader now
 #   etcd_cluster.sh kill DIR I     kill -9 member I
+#   etcd_cluster.sh stop1 DIR I    stop member I (SIGSTOP: its connections stay open)
 #   etcd_cluster.sh stop DIR       kill every member (and remove their data)
 # Exit 77 (ctest's skip) from start when etcd is not installed. Every wait is bounded.
 set -euo pipefail
-cmd=${1:?usage: etcd_cluster.sh start|leader|kill|stop DIR [ARG]} dir=${2:?DIR}
+cmd=${1:?usage: etcd_cluster.sh start|leader|kill|stop1|stop DIR [ARG]} dir=${2:?DIR}
 export ETCDCTL_API=3
 
 free_port() {
@@ -83,6 +84,10 @@ case "$cmd" in
   kill)
     i=${3:?member index}
     kill -9 "$(cat "$dir/pid-$i")" 2>/dev/null || true
+    ;;
+  stop1)
+    i=${3:?member index}
+    kill -STOP "$(cat "$dir/pid-$i")"
     ;;
   stop)
     for f in "$dir"/pid-*; do
