@@ -726,6 +726,9 @@ int pw__pipeline_regroup(trainer_t *t) {
     if (rc)
         return rc;
     t->next_round = t->applied = t->step;
+    /* A member that met the new generation before a checkpoint due at this step and one that
+     * tried it first (its collective failed as the other left) would disagree on taking it */
+    t->last_ckpt = t->step;
     if (t->reposition) /* rolled back: the batches read ahead are read again later */
         t->filled = 0;
     for (int i = 0; i < t->filled; i++) {

@@ -653,8 +653,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     pw__losses_start(&t);
     const uint64_t total_bytes = stream_bytes(train, ntrain, (int)c->epochs);
     double ema = NAN;
-    uint64_t next_progress = (uint64_t)c->progress_every, next_eval = (uint64_t)c->eval_every,
-             last_ckpt = t.step;
+    uint64_t next_progress = (uint64_t)c->progress_every, next_eval = (uint64_t)c->eval_every;
+    t.last_ckpt = t.step;
     bool more = true, stop = false;
     res->first_step_s = NAN;
     t.next_round = t.applied = t.step;
@@ -673,7 +673,6 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             more = true;
             t.done_pos = t.reposition_at;
             t.pos_dirty = true;
-            last_ckpt = t.step; /* the checkpoint it rolled back to */
         }
         /* Read and pull ahead: slots for steps next_round .. next_round + ahead. A slot is
          * refilled once its pushes are done (sync, ssp: the ring is long enough that they are:
@@ -728,10 +727,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 continue;
             break;
         }
-        if (t.grp && c->ckpt_every && cur % (uint64_t)c->ckpt_every == 0 && cur != last_ckpt) {
+        if (t.grp && c->ckpt_every && cur % (uint64_t)c->ckpt_every == 0 && cur != t.last_ckpt) {
             /* a consistent cut: every round before cur applied, every push acknowledged (async
              * rounds do not wait for their pushes: the slots' are waited for here) */
-            last_ckpt = cur;
+            t.last_ckpt = cur;
             if (!(rc = pw__apply_rounds(&t, 0, true, &stop)))
                 rc = pw__slots_settle(&t);
             if (!rc)

@@ -173,6 +173,9 @@ typedef struct trainer {
     uint64_t reposition_at, rollbacks;
     uint64_t rolled_back_steps; /* the last rollback's: their samples are not in the model, */
     uint64_t dropped_batches;   /* nor those of the rounds its regroup dropped */
+    uint64_t last_ckpt;         /* the step of the last coordinated checkpoint tried (or the step a
+                                 * group agreed on, pw__pipeline_regroup: every member skips a
+                                 * checkpoint due there, so that all enter the same collectives) */
     bool resumed;               /* started from a coordinated checkpoint (--resume=checkpoint) */
     uint64_t resumed_step;      /* its step, and its run ("" unknown) */
     char resumed_run[PW_JOBCKPT_RUN_MAX];
