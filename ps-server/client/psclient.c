@@ -137,7 +137,9 @@ struct call {
     psc_stream_t *stream_out;
     psc_done_fn done;
     void *ctx;
-    int rc, attempts;
+    int rc, attempts;  /* attempts: rounds with a transient failure other than a wrong slot */
+    int slot_rounds;   /* rounds refused for wrong slots only, under no newer map (backoff) */
+    bool other_failed; /* this round: a part failed transiently, not for a wrong slot */
     uint64_t map_sent; /* the map version its parts were last split under */
     bool why_final;    /* why explains rc (else: the latest transient failure, or nothing) */
     char why[PSC_WHY_MAX];
@@ -158,7 +160,8 @@ struct server {
     uv_connect_t creq;
     int state; /* 0 closed, 1 connecting, 2 connected, 3 closing (server_drop) */
     bool in_map, dead, hello_done, was_connected;
-    int dead_rc;   /* why dead: PC_EAUTH (HELLO refused) or PC_ETLS (handshake); s->msg says more */
+    int dead_rc;   /* why dead: PC_EAUTH or PC_EINVAL (HELLO refused), PC_ETLS (handshake),
+                    * PC_EINVAL (not an IPv4 address); s->msg says more */
     pc_tls_t *tls; /* TLS: this connection's session (I/O thread) */
     int failures;
     uint64_t down_ns; /* since when connecting fails (0: it did not, or it answered since) */
@@ -352,6 +355,7 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
          * the deadline bounds it); other transient failures `retries` times */
         if (transient && keyed(k) && (rc == PC_EWRONGSLOT || k->attempts < c->o.retries)) {
             call_note(k, p->srv, false);
+            k->other_failed |= rc != PC_EWRONGSLOT;
             if (k->nretry + p->n > k->retry_cap) {
                 size_t cap = (k->retry_cap ? 2 * k->retry_cap : 64) + p->n;
                 uint32_t *r = pc_srealloc(PC_MEM_CLIENT, k->retry, cap * sizeof *r);
@@ -384,12 +388,17 @@ static void part_done(psc_t *c, part_t *p, int rc, bool transient) {
     }
     /* positions refused under an older map than the client has now (a PC_EWRONGSLOT reply
      * brought it: a handover, a promotion) go to their new owners at once, without counting as
-     * an attempt (map versions only grow); other failures back off */
+     * an attempt (map versions only grow); other failures back off, and count as an attempt
+     * unless every one was a wrong slot (a server that has not adopted the newer map yet) */
     const bool newer = c->map && pc_cmap_version(c->map) > k->map_sent;
-    if (!newer)
+    if (!newer && k->other_failed)
         k->attempts++;
+    else if (!newer)
+        k->slot_rounds++;
+    k->other_failed = false;
     atomic_fetch_add(&c->retries, 1);
-    const int doublings = k->attempts - 1 < BACKOFF_DOUBLINGS ? k->attempts - 1 : BACKOFF_DOUBLINGS;
+    const int waited = k->attempts + k->slot_rounds; /* >= 1 when it backs off */
+    const int doublings = waited - 1 < BACKOFF_DOUBLINGS ? waited - 1 : BACKOFF_DOUBLINGS;
     uv_timer_start(&k->backoff, on_backoff, newer ? 0 : (uint64_t)BACKOFF_MS << doublings, 0);
 }
 
@@ -412,9 +421,9 @@ static void server_fail(server_t *s, int rc, const char *why) {
     for (int l = 0; l < 2; l++) {
         for (part_t *p = lists[l], *nx; p; p = nx) {
             nx = p->next;
-            /* A sent push may have been applied: never resend it. */
-            bool transient =
-                rc != PC_EAUTH && rc != PC_ETLS && !(p->sent && p->call->op == PC_OP_PUSH);
+            /* A sent push may have been applied: never resend it. Nor anything to a dead server */
+            bool transient = rc != PC_EAUTH && rc != PC_ETLS && !s->dead &&
+                             !(p->sent && p->call->op == PC_OP_PUSH);
             part_done(c, p, rc, transient);
         }
     }
@@ -704,7 +713,9 @@ static void handle_reply(server_t *s) {
             reply_msg(s);
             if (s->hello_done) /* while connecting, psc_connect logs it */
                 PC_ERROR("psclient: %s refused the connection: %s", s->addr, s->msg);
-            s->dead = true;
+            /* a refused token (or protocol) is for good; a server short of memory is not */
+            s->dead = h->status == PC_EAUTH || h->status == PC_EINVAL;
+            s->dead_rc = h->status;
             server_fail(s, h->status, NULL);
         } else {
             map_adopt_text(c, s->body, h->body_len);
@@ -1041,6 +1052,7 @@ static void server_connect(server_t *s) {
     struct sockaddr_in sa;
     if (!colon || uv_ip4_addr((*colon = '\0', host), atoi(colon + 1), &sa) != 0) {
         s->dead = true;
+        s->dead_rc = PC_EINVAL;
         if (!s->hello_done) { /* psc_connect fails at once, not at its deadline */
             s->hello_done = true;
             hello_settled(c, PC_EINVAL, s->addr, "invalid argument: not an IPv4 host:port");
@@ -1130,10 +1142,7 @@ static int part_send(server_t *s, part_t *p) {
 static void server_pump(server_t *s) {
     psc_t *c = s->c;
     if (s->dead) {
-        if (s->dead_rc == PC_ETLS) /* s->msg says why */
-            server_fail(s, PC_ETLS, NULL);
-        else
-            server_fail(s, PC_EAUTH, "the server refused this client at HELLO");
+        server_fail(s, s->dead_rc, NULL); /* s->msg says why */
         return;
     }
     if (s->state == 0 && (s->qhead || s->inflight)) {
@@ -1460,10 +1469,10 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
         return PC_EINVAL;
     if ((op == PC_OP_PUSH && n && !grads) || (op != PC_OP_PUSH && n && !rows))
         return PC_EINVAL;
-    /* A frame's body length is 32 bits: a request that may not fit is refused here (servers
-     * take at most --max-body-bytes, 256 MiB by default, anyway) */
+    /* A frame's length (header and body) is 32 bits where it is written: a request that may not
+     * fit is refused here (servers take at most --max-body-bytes, 256 MiB by default, anyway) */
     if (pc_wire_batch_body_len_typed((pc_wire_op_t)op, strlen(table), (uint32_t)n, dim,
-                                     PC_WIRE_F32) > UINT32_MAX)
+                                     PC_WIRE_F32) > UINT32_MAX - PC_WIRE_HDR)
         return PC_ETOOBIG;
     call_t *k = call_new(c, op, table);
     if (!k)
@@ -1541,6 +1550,12 @@ int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap) {
     }
     if (!k || k->done || k->consumed) {
         pthread_mutex_unlock(&c->mu);
+        return PC_EINVAL;
+    }
+    if (pthread_equal(pthread_self(), c->thread)) { /* a done callback: it would wait for ever */
+        pthread_mutex_unlock(&c->mu);
+        PC_ERROR("psclient: a blocking call from a done callback (the client's own thread): "
+                 "refused; start it with a callback, or from another thread");
         return PC_EINVAL;
     }
     c->waiters++;

@@ -210,6 +210,18 @@ static void on_detail(void *ctx, uint64_t id, int rc) {
     atomic_store(&d->done, 1);
 }
 
+/* A done callback that makes a blocking call (a pull of one key): refused at once (it waited
+ * for ever on the I/O thread, which runs its own deadline). */
+static void on_nested(void *ctx, uint64_t id, int rc) {
+    (void)id;
+    (void)rc;
+    detail_cb_t *d = ctx;
+    uint64_t key = 1;
+    float row[D];
+    d->rc = psc_pull(d->c, "emb", &key, 1, D, row);
+    atomic_store(&d->done, 1);
+}
+
 static void assert_has(const char *text, const char *part) {
     if (!strstr(text, part))
         fail_msg("\"%s\" does not contain \"%s\"", text, part);
@@ -270,6 +282,12 @@ static void test_error_detail(void **state) {
     assert_int_equal(psc_pull_async(c, "emb", keys, N, 4, rows, NULL, NULL, &id), 0);
     assert_int_equal(psc_wait_detail(c, id, why, 8), PC_EDIM);
     assert_int_equal(strlen(why), 7);
+    detail_cb_t nd = {.c = c};
+    assert_int_equal(psc_pull_async(c, "emb", keys, N, D, rows, on_nested, &nd, &id), 0);
+    for (double t0 = pu_now(); !atomic_load(&nd.done) && pu_now() - t0 < 10;)
+        usleep(1000);
+    assert_true(atomic_load(&nd.done));
+    assert_int_equal(nd.rc, PC_EINVAL);
     /* a server down for good: its address and why, once the retries are spent */
     kill(s1, SIGKILL);
     pu_reap(s1, 5);
@@ -279,6 +297,41 @@ static void test_error_detail(void **state) {
     assert_true(strncmp(why, a1, strlen(a1)) == 0);
     assert_has(why, "connection refused");
     assert_has(why, "attempts");
+    psc_close(c);
+    pu_stop(s0);
+    tc_rmdir(dir);
+}
+
+/* A map that names a server by a host name (libpsclient connects to IPv4 addresses): calls to
+ * its slots fail with PC_EINVAL and say why, every time (they said "the server refused this
+ * client at HELLO", PC_EAUTH, once the first call's retries were spent). */
+static void test_map_host_name(void **state) {
+    (void)state;
+    char dir[256], maparg[300], tables[200], one[64], why[1024];
+    tc_tmpdir(dir, sizeof dir, "dphost");
+    int p0 = pu_free_port(), p1 = pu_free_port();
+    snprintf(maparg, sizeof maparg,
+             "--cluster-map=version=1;servers=127.0.0.1:%d,localhost:%d;slots=0-8191:0,8192-"
+             "16383:1",
+             p0, p1);
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {maparg, tables, NULL};
+    pid_t s0 = pu_spawn(p0, dir, extra, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", p0);
+    psc_opts_t o = {.servers = one, .timeout_ms = 5000, .retries = 2};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    enum { N = 200 };
+    uint64_t keys[N], id;
+    static float rows[N * D];
+    for (int i = 0; i < N; i++)
+        keys[i] = (uint64_t)i * 0x9E3779B97F4A7C15ULL; /* both servers' slots */
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(psc_pull_async(c, "emb", keys, N, D, rows, NULL, NULL, &id), 0);
+        assert_int_equal(psc_wait_detail(c, id, why, sizeof why), PC_EINVAL);
+        print_message("a server named by host name: %s\n", why);
+        assert_has(why, "not an IPv4 host:port");
+    }
     psc_close(c);
     pu_stop(s0);
     tc_rmdir(dir);
@@ -1125,6 +1178,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_one_server_direct),
         cmocka_unit_test(test_one_server_direct_polling),
         cmocka_unit_test(test_error_detail),
+        cmocka_unit_test(test_map_host_name),
         cmocka_unit_test(test_claim),
         cmocka_unit_test(test_tables_health),
         cmocka_unit_test(test_wrong_slot_redirect),
