@@ -6,7 +6,11 @@
  * cold hooks receive. Reads use the pinned batched MultiGet (values are decoded straight out of
  * the block cache's pinned blocks); writes are write batches without the WAL (the live database
  * is not durable state, checkpoints are). The free-space watermark is a cached statvfs reading,
- * refreshed at most every 20 ms, so spills under shard locks cost an atomic load.
+ * refreshed at most every 20 ms, so spills under shard locks cost an atomic load. A write that
+ * fails (RocksDB in its read-only error state after a failed flush, an I/O error) makes the tier
+ * refuse writes, as below the watermark, for WRITE_BACKOFF_NS, then one is tried again: each
+ * insert into a full shard would otherwise queue rows that the failed write puts back, growing
+ * RAM past its budget without end.
  */
 #include "ps_tier.h"
 
@@ -28,15 +32,16 @@
 #error "the record format stores little-endian floats as they are in memory"
 #endif
 
-#define REC_FORMAT    1
-#define REC_HDR       8u
-#define CF_PREFIX     "t."
-#define FREE_CHECK_NS 20000000ull /* watermark reading refreshed at most this often */
-#define DEF_CACHE     (256ull << 20)
-#define DEF_WBUF      (64ull << 20)
-#define DEF_MIN_FREE  (1ull << 30)
-#define VIEW_BATCH    256u
-#define CF_NAME_MAX   (PS_TABLE_NAME_MAX + sizeof CF_PREFIX)
+#define REC_FORMAT       1
+#define REC_HDR          8u
+#define CF_PREFIX        "t."
+#define FREE_CHECK_NS    20000000ull   /* watermark reading refreshed at most this often */
+#define WRITE_BACKOFF_NS 1000000000ull /* writes refused this long after one failed */
+#define DEF_CACHE        (256ull << 20)
+#define DEF_WBUF         (64ull << 20)
+#define DEF_MIN_FREE     (1ull << 30)
+#define VIEW_BATCH       256u
+#define CF_NAME_MAX      (PS_TABLE_NAME_MAX + sizeof CF_PREFIX)
 
 typedef struct tier_cf tier_cf_t;
 
@@ -72,6 +77,7 @@ struct ps_tier {
     _Atomic uint64_t free_bytes, free_checked_ns;
     _Atomic uint64_t written_since; /* bytes written since the last reading */
     atomic_bool writable;
+    _Atomic uint64_t failed_until_ns; /* a write failed: none is tried before then */
     atomic_uint_least64_t refused, rows_read, rows_written, rows_deleted, errors;
 };
 
@@ -130,6 +136,8 @@ static int db_error(ps_tier_t *tier, const char *what, char *err) {
  * which the watermark's margin must cover). */
 static bool free_refresh(ps_tier_t *tier, bool force) {
     const uint64_t now = pc_time_mono_ns();
+    if (now < atomic_load_explicit(&tier->failed_until_ns, memory_order_relaxed))
+        return false; /* a write failed a moment ago */
     if (!force &&
         now - atomic_load_explicit(&tier->free_checked_ns, memory_order_relaxed) < FREE_CHECK_NS) {
         const uint64_t fb = atomic_load_explicit(&tier->free_bytes, memory_order_relaxed);
@@ -210,7 +218,13 @@ static int write_batch(ps_tier_t *tier, rocksdb_writebatch_t *wb, const char *wh
     (void)rocksdb_writebatch_data(wb, &bytes);
     atomic_fetch_add_explicit(&tier->written_since, bytes, memory_order_relaxed);
     rocksdb_write(tier->db, tier->wo, wb, &err);
-    return err ? db_error(tier, what, err) : 0;
+    if (!err)
+        return 0;
+    const int rc = db_error(tier, what, err); /* (logged) */
+    PC_WARN("tier %s: cold writes refused for %llu ms after a failed write, then tried again",
+            tier->dir, WRITE_BACKOFF_NS / 1000000);
+    atomic_store(&tier->failed_until_ns, pc_time_mono_ns() + WRITE_BACKOFF_NS);
+    return rc;
 }
 
 static int hook_put(void *ctx, const ps_cold_row_t *rows, size_t n) {
@@ -489,6 +503,8 @@ static int attach_locked(ps_tier_t *tier, ps_table_t *t, bool fresh) {
     const ps_table_config_t *cfg = ps_table_config(t);
     if (!cfg->cold)
         return PC_EINVAL;
+    if (!tier->db) /* a failed replace (replace_locked) */
+        return PC_EIO;
     if (cf_of_table(tier, t))
         return 0;
     char name[CF_NAME_MAX];
@@ -562,6 +578,10 @@ int ps_tier_checkpoint(ps_tier_t *tier, const char *dir) {
     }
     char *err = NULL;
     pthread_mutex_lock(&tier->mu); /* no replace meanwhile */
+    if (!tier->db) {               /* a failed replace (replace_locked) */
+        pthread_mutex_unlock(&tier->mu);
+        return PC_EIO;
+    }
     rocksdb_checkpoint_t *cp = rocksdb_checkpoint_object_create(tier->db, &err);
     if (!err) {
         rocksdb_checkpoint_create(cp, dir, 0 /* always flush memtables: no WAL */, &err);
@@ -595,15 +615,19 @@ static int replace_locked(ps_tier_t *tier, const char *src) {
     int rc = pc_fs_mkdirs(tier->dir);
     if (!rc)
         rc = pc_fs_clone_dir(src, tier->dir, ".sst");
-    int orc = rc;
-    if (!rc && (orc = db_open(tier))) /* a copy that does not open: its files are damaged */
-        rc = orc;
-    if (rc) { /* leave an empty, working database rather than none */
+    if (!rc)
+        rc = db_open(tier); /* a copy that does not open: its files are damaged */
+    if (rc) {               /* leave an empty, working database rather than none */
         pc_fs_rm_tree(tier->dir);
         pc_fs_mkdirs(tier->dir);
-        orc = db_open(tier);
+        const int orc = db_open(tier);
+        if (orc) { /* none: attach and checkpoint refuse until a replace opens */
+            PC_ERROR("tier %s: no database open (an empty one failed too): %s", tier->dir,
+                     pc_strerror(orc));
+            return PC_EIO; /* not the copy's damage, which a restore would answer with an older */
+        }
     }
-    return rc ? rc : orc;
+    return rc;
 }
 
 /* ==== views ================================================================================ */

@@ -15,7 +15,9 @@
  * Disk full: Debian's RocksDB aborts the process on ENOSPC, so the tier refuses writes while the
  * file system holding `dir` has less than min_free_bytes available (checked at most every 20 ms):
  * spills of changed rows fail with PC_ENOSPC (the table keeps them in RAM and refuses new rows),
- * tier checkpoints fail with PC_ENOSPC, reads go on.
+ * tier checkpoints fail with PC_ENOSPC, reads go on. After a write that fails for another reason
+ * (an I/O error; RocksDB's read-only state after a failed flush) writes are refused the same way
+ * for a second, then tried again.
  *
  * Thread rule: thread-safe, except that ps_tier_close needs every table detached, and a table
  * must not be in use while it is attached or detached.
@@ -55,7 +57,8 @@ bool ps_tier_attached(const ps_tier_t *tier, const ps_table_t *t);
  * restored) and detach them, dropping their cold rows, when they are destroyed. */
 void ps_tier_bind_catalog(ps_tier_t *tier, ps_catalog_t *cat);
 
-/* Whether the watermark allows writes now (refreshes the free-space reading when stale). */
+/* Whether the watermark allows writes now (refreshes the free-space reading when stale), and
+ * no write failed in the last second. */
 bool ps_tier_writable(ps_tier_t *tier);
 
 /* RocksDB checkpoint of the whole tier into `dir` (must not exist): memtables are flushed, SST
