@@ -41,6 +41,7 @@ struct pw_publish {
     uint64_t last_step; /* the last step offered */
     uint64_t last_ns;   /* when */
     bool offered;
+    bool due; /* abandoned to a step (pw_publish_abandon): the next step goes at once */
     /* shared, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -222,7 +223,7 @@ bool pw_publish_due(const pw_publish_t *p, uint64_t step, bool force) {
     const bool back = p->offered && step < p->last_step;
     const bool by_steps = p->every && step >= p->last_step + (uint64_t)p->every;
     const bool by_time = p->every_s > 0 && (double)(now - p->last_ns) * 1e-9 >= p->every_s;
-    return force || back || by_steps || by_time;
+    return force || back || p->due || by_steps || by_time;
 }
 
 int pw_publish_step(pw_publish_t *p, const pw_model_t *m, uint64_t step, bool force) {
@@ -236,6 +237,7 @@ int pw_publish_step(pw_publish_t *p, const pw_model_t *m, uint64_t step, bool fo
         return rc;
     }
     p->offered = true;
+    p->due = false;
     p->last_step = step;
     p->last_ns = now;
     pthread_mutex_lock(&p->mu);
@@ -259,6 +261,7 @@ void pw_publish_abandon(pw_publish_t *p, uint64_t step) {
         pthread_cond_wait(&p->cv, &p->mu);
     pc_fs_prune_numbered(p->dir, "dense-", step, (size_t)p->keep);
     pthread_mutex_unlock(&p->mu);
+    p->due = true;
 }
 
 void pw_publish_flush(pw_publish_t *p) {

@@ -87,11 +87,12 @@ int pw_publish_step(pw_publish_t *p, const pw_model_t *m, uint64_t step, bool fo
  * make the step's pushes acknowledged first asks). */
 bool pw_publish_due(const pw_publish_t *p, uint64_t step, bool force);
 
-/* Before a job rollback to step `step` (the servers are about to restore a checkpoint of it):
- * the versions after it go now, a snapshot of a later step not yet written is dropped and one
- * being written waits for the write, then goes too. A replica then never pairs an abandoned
- * model with the restored rows (their tables' new uids would pass for newer ones). The
- * rollback's own step is published at the next pw_publish_step as usual. */
+/* Before a job rollback to step `step` (the servers are about to restore a checkpoint of it),
+ * and when a job resumes from one (--resume=checkpoint: the servers restored it): the versions
+ * after it go now, a snapshot of a later step not yet written is dropped and one being written
+ * waits for the write, then goes too. A replica then never pairs an abandoned model with the
+ * restored rows (their tables' new uids would pass for newer ones). The next pw_publish_step
+ * publishes at once (the rollback's own step). */
 void pw_publish_abandon(pw_publish_t *p, uint64_t step);
 
 /* Wait until the thread wrote everything offered (tests, the end of a run). */

@@ -620,6 +620,9 @@ int pw__resume_checkpoint(trainer_t *t, uint64_t *skip) {
     float *state;
     int rc = latest_checkpoint(t, false, &ck, &state);
     if (!rc) {
+        pw_publish_t *pub = pw__publisher(t); /* the servers restored it: later models go */
+        if (pub)
+            pw_publish_abandon(pub, ck->step);
         take_checkpoint(t, ck, state, skip);
         t->resumed = true;
         t->resumed_step = ck->step;

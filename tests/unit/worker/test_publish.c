@@ -4,7 +4,8 @@
  *    card describes: the snapshot of that step, not a later one), card and watermark (the magic,
  *    the table, a line per server in order); no *.tmp left; the `keep` newest stay;
  *  - a step below the last (a rollback) is published at once and the versions after it go;
- *    a job rollback's pw_publish_abandon removes them before that, a later snapshot with them;
+ *    a job rollback's pw_publish_abandon removes them before that, a later snapshot with them
+ *    (and a resumed job's first step is then published at once);
  *  - force publishes an off-schedule step once; a store without the op writes no server lines;
  *  - a failing watermark: counted, logged, no directory; the next one works;
  *  - by seconds alone (every 0, every_s): due after the interval;
@@ -203,6 +204,23 @@ static void test_versions(void **state) {
     o.keep = 1;
     o.dir = "";
     assert_int_equal(pw_publish_open(&o, &p), PC_EINVAL);
+
+    /* a job resumed from a checkpoint of step 25 (--resume=checkpoint: the servers restored
+     * it): a new publisher over the directory drops 31 (an earlier run's, after the checkpoint)
+     * and publishes the resumed run's first step at once (its first was 100 steps away) */
+    o = (pw_publish_opts_t){.dir = g_dir, .every = 100, .keep = 5, .card = &card, .emb = &f.base};
+    f.fail = 0;
+    assert_int_equal(pw_publish_open(&o, &p), 0);
+    assert_true(exists("dense-00000000000000000031"));
+    pw_publish_abandon(p, 25);
+    assert_false(exists("dense-00000000000000000031"));
+    assert_true(exists("dense-00000000000000000022"));
+    assert_int_equal(pw_publish_step(p, m, 26, false), 0);
+    pw_publish_flush(p);
+    assert_true(exists("dense-00000000000000000026"));
+    assert_int_equal(pw_publish_step(p, m, 27, false), 0); /* the schedule: 126 next */
+    pw_publish_close(p);
+    assert_false(exists("dense-00000000000000000027"));
     pw_model_destroy(m);
     pw_model_destroy(m2);
 }
