@@ -2,12 +2,15 @@
 #include "pc_fs.h"
 
 #include "pc_error.h"
+#include "pc_hash.h"
 #include "pc_log.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -25,7 +28,7 @@ int pc_fs_fsync_path(const char *path) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return PC_EIO;
-    int rc = fsync(fd) == 0 ? 0 : PC_EIO;
+    int rc = fsync(fd) == 0 ? 0 : errno_rc(errno); /* (a delayed write back can be ENOSPC) */
     close(fd);
     return rc;
 }
@@ -35,16 +38,15 @@ int pc_fs_write_atomic(const char *path, const void *buf, size_t len) {
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
         return PC_EINVAL;
     FILE *f = fopen(tmp, "wb");
-    errno = 0;
-    int rc = !f || fwrite(buf, 1, len, f) != len || fflush(f) ? PC_EIO : 0;
-    if (f && fclose(f))
-        rc = PC_EIO;
-    if (rc && errno == ENOSPC)
-        rc = PC_ENOSPC;
+    int rc = f ? 0 : errno_rc(errno); /* (no inode left is ENOSPC too) */
+    if (!rc && (fwrite(buf, 1, len, f) != len || fflush(f)))
+        rc = errno_rc(errno);
+    if (f && fclose(f) && !rc)
+        rc = errno_rc(errno);
     if (!rc)
         rc = pc_fs_fsync_path(tmp);
     if (!rc && rename(tmp, path) != 0)
-        rc = PC_EIO;
+        rc = errno_rc(errno);
     if (rc) {
         remove(tmp);
         return rc;
@@ -73,7 +75,7 @@ void pc_fs_rm_tree(const char *path) {
 int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir) {
     pc_fs_rm_tree(fin); /* rename cannot replace a directory with entries */
     if (rename(tmp, fin))
-        return errno == ENOSPC ? PC_ENOSPC : PC_EIO;
+        return errno_rc(errno);
     return pc_fs_fsync_path(dir);
 }
 
@@ -129,6 +131,44 @@ void pc_fs_prune_numbered(const char *dir, const char *prefix, uint64_t latest, 
         pc_fs_rm_tree(path);
     }
     free(v);
+}
+
+void pc_fs_remove_tmp_numbered(const char *dir, const char *prefix) {
+    DIR *d = dir && dir[0] ? opendir(dir) : NULL;
+    if (!d)
+        return;
+    const size_t pl = strlen(prefix);
+    char path[PATH_MAX];
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *p = e->d_name + pl;
+        const size_t digits = strncmp(e->d_name, prefix, pl) ? 0 : strspn(p, "0123456789");
+        if (digits && strcmp(p + digits, ".tmp") == 0 &&
+            (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path)
+            pc_fs_rm_tree(path);
+    }
+    closedir(d);
+}
+
+size_t pc_fs_seal(char *text, size_t len, size_t cap) {
+    assert(cap >= len + PC_FS_SEAL_LEN + 1);
+    snprintf(text + len, cap - len, "xxh3 %016" PRIx64 "\n", pc_hash64(text, len, 0));
+    return len + PC_FS_SEAL_LEN;
+}
+
+int pc_fs_seal_check(const char *text, size_t *len, bool *sealed) {
+    *sealed = false;
+    if (*len < PC_FS_SEAL_LEN)
+        return 0;
+    const char *line = text + *len - PC_FS_SEAL_LEN;
+    if (memcmp(line, "xxh3 ", 5) != 0 || text[*len - 1] != '\n')
+        return 0;
+    char want[24];
+    snprintf(want, sizeof want, "%016" PRIx64, pc_hash64(text, (size_t)(line - text), 0));
+    if (memcmp(line + 5, want, 16) != 0)
+        return PC_ECORRUPT;
+    *len = (size_t)(line - text);
+    *sealed = true;
+    return 0;
 }
 
 int pc_fs_mkdirs(const char *path) {

@@ -1,7 +1,9 @@
-/* pc_fs.h: file-system helpers shared by the stores (checkpoints, the RocksDB tier). */
+/* pc_fs.h: file-system helpers shared by the stores (checkpoints, the RocksDB tier) and the
+ * worker's files (job checkpoints, published models). */
 #ifndef PC_FS_H
 #define PC_FS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +33,20 @@ size_t pc_fs_numbered(const char *dir, const char *prefix, uint64_t **out);
  * remove the others with pc_fs_rm_tree, those above latest too (abandoned by a rollback, or
  * half-written by a crash). Entries are named with N in 20 digits, as their writers make them. */
 void pc_fs_prune_numbered(const char *dir, const char *prefix, uint64_t latest, size_t keep);
+
+/* Remove dir's PREFIX<N>.tmp entries (N decimal digits): what a crash left half-written. */
+void pc_fs_remove_tmp_numbered(const char *dir, const char *prefix);
+
+/* Sealed text files (manifests): the text is followed by a last line "xxh3 " and the 16 hex
+ * digits of the XXH3-64 of every byte before that line, then "\n" (PC_FS_SEAL_LEN bytes).
+ * pc_fs_seal writes that line at text + len (cap: at least len + PC_FS_SEAL_LEN + 1; it is
+ * terminated) and returns the sealed length. pc_fs_seal_check: when text[0, *len) ends with a
+ * seal line, 0 and *sealed when it matches (*len then ends before it), PC_ECORRUPT when not;
+ * without one (an older file, or a damaged seal line: a format that asks for a seal refuses
+ * it then), 0 and !*sealed. */
+#define PC_FS_SEAL_LEN (5 + 16 + 1)
+size_t pc_fs_seal(char *text, size_t len, size_t cap);
+int pc_fs_seal_check(const char *text, size_t *len, bool *sealed);
 
 /* Make every directory of `path` (mode 0755), each one made fsynced into its parent (a power
  * loss keeps it). 0, PC_ENOSPC or PC_EIO. */

@@ -31,7 +31,6 @@
 #include "pc_alloc.h"
 #include "pc_error.h"
 #include "pc_fs.h"
-#include "pc_hash.h"
 #include "pc_log.h"
 #include "pc_time.h"
 
@@ -48,18 +47,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MANIFEST        "MANIFEST.json"
-#define COLD_DIR        "cold" /* the tier's RocksDB checkpoint inside a checkpoint */
-#define MAX_COLD_FILES  65536
-#define MANIFEST_FORMAT 2 /* 2: sealed (MANIFEST_SEAL); 1 (older, unsealed) still read */
-/* A sealed manifest ends with this line: "xxh3 " and 16 hex digits of the XXH3-64 of every byte
- * before it, then "\n": a flipped byte (a parent id, a size, a checksum of a row file) is
- * refused, not followed. */
-#define MANIFEST_SEAL     "xxh3 "
-#define MANIFEST_SEAL_LEN (sizeof MANIFEST_SEAL - 1 + 16 + 1)
-#define MAX_TABLES        1024
-#define MAX_CHAIN         256 /* full_every is at most this: chains restore in bounded steps */
-#define PBUF              (2 * PATH_MAX) /* derived paths: the directory is < PATH_MAX / 2 */
+#define MANIFEST       "MANIFEST.json"
+#define COLD_DIR       "cold" /* the tier's RocksDB checkpoint inside a checkpoint */
+#define MAX_COLD_FILES 65536
+/* 2: sealed (pc_fs_seal: a flipped byte, a parent id, a size, a row file's checksum, is refused,
+ * not followed); 1 (older, unsealed) still read */
+#define MANIFEST_FORMAT 2
+#define MAX_TABLES      1024
+#define MAX_CHAIN       256 /* full_every is at most this: chains restore in bounded steps */
+#define PBUF            (2 * PATH_MAX) /* derived paths: the directory is < PATH_MAX / 2 */
 /* Every allocation through pc_alloc (counted, and failure injection reaches it in tests). */
 #define CK_ALLOC(bytes)   pc_calloc(PC_MEM_SCRATCH, 1, (bytes))
 #define CK_FREE(p, bytes) pc_free(PC_MEM_SCRATCH, (p), (bytes))
@@ -283,25 +279,6 @@ static int cold_verify(const char *dir, const manifest_t *m) {
     return 0;
 }
 
-/* The seal of manifest text[0, *len): with a seal line at its end, 0 when it matches (*len then
- * ends before it, *sealed set) and PC_ECORRUPT when not; without one (an older manifest, or a
- * damaged seal: the format then asks for one), 0. */
-static int manifest_seal_check(const char *text, size_t *len, bool *sealed) {
-    *sealed = false;
-    if (*len < MANIFEST_SEAL_LEN)
-        return 0;
-    const char *line = text + *len - MANIFEST_SEAL_LEN;
-    if (memcmp(line, MANIFEST_SEAL, sizeof MANIFEST_SEAL - 1) != 0 || text[*len - 1] != '\n')
-        return 0;
-    char want[24];
-    snprintf(want, sizeof want, "%016" PRIx64, pc_hash64(text, (size_t)(line - text), 0));
-    if (memcmp(line + sizeof MANIFEST_SEAL - 1, want, 16) != 0)
-        return PC_ECORRUPT;
-    *len = (size_t)(line - text);
-    *sealed = true;
-    return 0;
-}
-
 static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
     char path[PBUF];
     ckpt_path(c, id, false, path, sizeof path);
@@ -334,7 +311,7 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
         return rc;
     }
     bool sealed = false;
-    const int seal = manifest_seal_check(text, &len, &sealed);
+    const int seal = pc_fs_seal_check(text, &len, &sealed);
     cJSON *root = len && !seal ? cJSON_ParseWithLength(text, len) : NULL;
     CK_FREE(text, text_bytes);
     rc = root ? 0 : PC_ECORRUPT;
@@ -464,14 +441,13 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
     }
     char *json = tabs && cJSON_GetArraySize(tabs) == (int)m->ntables ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
-    /* the text, a newline, then the seal of both (MANIFEST_SEAL) */
-    const size_t jlen = json ? strlen(json) + 1 : 0, tlen = jlen + MANIFEST_SEAL_LEN;
+    /* the text, a newline, then the seal of both */
+    const size_t jlen = json ? strlen(json) + 1 : 0, tlen = jlen + PC_FS_SEAL_LEN;
     char *text = json ? CK_ALLOC(tlen + 1) : NULL;
     if (text) {
         memcpy(text, json, jlen - 1);
         text[jlen - 1] = '\n';
-        snprintf(text + jlen, MANIFEST_SEAL_LEN + 1, MANIFEST_SEAL "%016" PRIx64 "\n",
-                 pc_hash64(text, jlen, 0));
+        pc_fs_seal(text, jlen, tlen + 1);
     }
     cJSON_free(json);
     if (!text)

@@ -26,14 +26,16 @@ static int image_write(const char *path, uint8_t *img, size_t size) {
     return rc;
 }
 
-/* Read path whole (at most IMAGE_MAX bytes) and check it is sealed: *img (free it) of *got
+/* Read path whole (at most IMAGE_MAX bytes, or `want`, the size the caller expects, when more:
+ * a large dense state saves and loads alike) and check it is sealed: *img (free it) of *got
  * bytes, with `magic` first and the XXH3 of the rest last, before anything inside is believed
  * (a damaged header is damage, not another model). PC_ENOTFOUND, PC_ENOMEM, PC_EIO,
  * PC_ECORRUPT. */
 #define IMAGE_MAX (4ull << 30)
-static int image_read(const char *path, const char *magic, uint8_t **img, size_t *got) {
+static int image_read(const char *path, const char *magic, size_t want, uint8_t **img,
+                      size_t *got) {
     char *text = NULL;
-    int rc = pc_fs_read_all(path, IMAGE_MAX, &text, got);
+    int rc = pc_fs_read_all(path, want > IMAGE_MAX ? want : IMAGE_MAX, &text, got);
     *img = (uint8_t *)text;
     if (rc)
         return rc == PC_ETOOBIG ? PC_ECORRUPT : rc; /* no file of ours is that big */
@@ -109,7 +111,7 @@ int pw_dense_load(const char *path, pw_linear_t *l, int n) {
     const size_t want = dense_size(l, n);
     uint8_t *img = NULL;
     size_t got = 0;
-    int rc = image_read(path, DENSE_MAGIC, &img, &got);
+    int rc = image_read(path, DENSE_MAGIC, want, &img, &got);
     uint32_t hdr[2] = {0, 0};
     if (!rc) {
         memcpy(hdr, img + 8, 8);
@@ -156,7 +158,7 @@ int pw_state_load(const char *path, float *v, size_t n) {
     const size_t want = 16 + n * sizeof(float) + 8;
     uint8_t *img = NULL;
     size_t got = 0;
-    int rc = image_read(path, STATE_MAGIC, &img, &got);
+    int rc = image_read(path, STATE_MAGIC, want, &img, &got);
     uint64_t count = 0;
     if (!rc) {
         memcpy(&count, img + 8, 8);

@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A manifest's largest size: its numbers, every server's directory and the map */
+#define MANIFEST_MAX (1u << 20)
+
 /* One unary call to the server at addr: the unpacked response (free with
  * protobuf_c_message_free_unpacked) or an error, logged (but PC_EUNAVAIL when `quiet`). */
 static int call_server(const char *addr, const psg_opts_t *sec, const char *method,
@@ -167,7 +170,7 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
     char fin[4096], sdir[4100], path[4200];
     snprintf(fin, sizeof fin, "%s/step-%020" PRIu64, dir, ck->step);
     snprintf(sdir, sizeof sdir, "%s.tmp", fin);
-    pc_fs_rm_tree(sdir); /* a crash's leftover */
+    pc_fs_remove_tmp_numbered(dir, "step-"); /* a crash's leftovers, of any step */
     int rc = pc_fs_mkdirs(sdir);
     snprintf(path, sizeof path, "%s/dense.state", sdir);
     if (!rc)
@@ -179,12 +182,12 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
     if (!rc && card)
         rc = pw_model_card_write(path, card);
     const size_t cap = 64 + 24 * (ck->nservers + ck->nranks) + 32 * ck->nservers + ck->dirs_used +
-                       strnlen(ck->map, sizeof ck->map) + sizeof ck->run;
+                       strnlen(ck->map, sizeof ck->map) + sizeof ck->run + PC_FS_SEAL_LEN;
     char *m = malloc(cap);
     if (!rc && !m)
         rc = PC_ENOMEM;
     if (!rc) {
-        size_t len = (size_t)snprintf(m, cap, "emberps-job-checkpoint 1\nstep %" PRIu64 "\nservers",
+        size_t len = (size_t)snprintf(m, cap, "emberps-job-checkpoint 2\nstep %" PRIu64 "\nservers",
                                       ck->step);
         for (size_t i = 0; i < ck->nservers; i++)
             len += (size_t)snprintf(m + len, cap - len, " %" PRIu64, ck->servers[i]);
@@ -201,6 +204,7 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
             len += (size_t)snprintf(m + len, cap - len, "run %s\n", ck->run);
         if (ck->map[0] && !memchr(ck->map, '\n', strnlen(ck->map, sizeof ck->map)))
             len += (size_t)snprintf(m + len, cap - len, "map %.*s\n", (int)sizeof ck->map, ck->map);
+        len = pc_fs_seal(m, len, cap); /* a flipped digit of a server's id is refused */
         snprintf(path, sizeof path, "%s/manifest", sdir);
         rc = pc_fs_write_atomic(path, m, len);
     }
@@ -263,17 +267,27 @@ int pw_jobckpt_read(const char *dir, uint64_t step, pw_jobckpt_t *ck, float *sta
         return PC_EINVAL;
     char path[4200];
     snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/manifest", dir, step);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return PC_ENOTFOUND;
+    char *text = NULL;
+    size_t tlen = 0;
+    bool sealed = false;
+    int rc = pc_fs_read_all(path, MANIFEST_MAX, &text, &tlen);
+    if (rc)
+        return rc == PC_ETOOBIG ? PC_ECORRUPT : rc;
+    FILE *f = pc_fs_seal_check(text, &tlen, &sealed) ? NULL : fmemopen(text, tlen, "r");
+    if (!f) {
+        free(text);
+        return PC_ECORRUPT; /* (an empty manifest, or a seal that does not match) */
+    }
     memset(ck->dir_off, 0, sizeof ck->dir_off);
     ck->dirs_used = 0;
     const size_t cap = 64 + 24 * (PW_JOBCKPT_MAX_SERVERS + PW_JOBCKPT_MAX_RANKS);
     char *line = malloc(cap);
-    int rc = line ? 0 : PC_ENOMEM;
+    rc = line ? 0 : PC_ENOMEM;
     size_t k;
-    if (!rc)
-        rc = fgets(line, (int)cap, f) && strcmp(line, "emberps-job-checkpoint 1\n") == 0
+    if (!rc) /* version 2 is sealed; version 1 (older) is read without one */
+        rc = fgets(line, (int)cap, f) &&
+                     ((sealed && strcmp(line, "emberps-job-checkpoint 2\n") == 0) ||
+                      strcmp(line, "emberps-job-checkpoint 1\n") == 0)
                  ? 0
                  : PC_ECORRUPT;
     if (!rc)
@@ -308,6 +322,7 @@ int pw_jobckpt_read(const char *dir, uint64_t step, pw_jobckpt_t *ck, float *sta
             rc = server_dir_line(line, ck);
     }
     fclose(f);
+    free(text);
     free(line);
     snprintf(path, sizeof path, "%s/step-%020" PRIu64 "/dense.state", dir, step);
     if (!rc && state && (rc = pw_state_load(path, state, n)) == PC_ENOTFOUND)
@@ -320,7 +335,7 @@ int pw_jobckpt_read_latest(const char *dir, pw_jobckpt_t *ck, float *state, size
     snprintf(path, sizeof path, "%s/LATEST", dir);
     FILE *f = fopen(path, "r");
     if (!f)
-        return PC_ENOTFOUND;
+        return errno == ENOENT ? PC_ENOTFOUND : PC_EIO;
     uint64_t step;
     const int ok = fscanf(f, "%" SCNu64, &step) == 1;
     fclose(f);

@@ -15,7 +15,6 @@
 #include "pc_time.h"
 #include "pw_model_io.h"
 
-#include <dirent.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -54,28 +53,6 @@ struct pw_publish {
 };
 
 /* ---- versions on disk ---- */
-
-/* A version a crash left half-written: "dense-<digits>.tmp". */
-static bool tmp_version(const char *name) {
-    const size_t n = strlen(name), digits = n > 10 ? strspn(name + 6, "0123456789") : 0;
-    return !strncmp(name, "dense-", 6) && digits && 6 + digits + 4 == n &&
-           !strcmp(name + 6 + digits, ".tmp");
-}
-
-/* Remove the *.tmp a crash left (at open). */
-static void remove_tmp(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    char path[4200];
-    for (struct dirent *e; (e = readdir(d));) {
-        if (tmp_version(e->d_name)) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            pc_fs_rm_tree(path);
-        }
-    }
-    closedir(d);
-}
 
 /* The watermark text of the store's marks now into buf (cap bytes). */
 static int watermark_text(pw_publish_t *p, char *buf, size_t cap, size_t *len, char *why,
@@ -201,7 +178,7 @@ int pw_publish_open(const pw_publish_opts_t *o, pw_publish_t **out) {
         pc_sfree(p);
         return rc;
     }
-    remove_tmp(p->dir);
+    pc_fs_remove_tmp_numbered(p->dir, "dense-"); /* a crash's leftovers */
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (pthread_create(&p->thread, NULL, thread_main, p)) {

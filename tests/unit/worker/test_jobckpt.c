@@ -12,7 +12,10 @@
  *    when full; retention keeps `keep` step directories;
  *  - server lists with an empty entry, or another count than a restore's checkpoint: no call;
  *  - the run that wrote a checkpoint ("run NAME") reads back; once, before the map;
- *  - a step written again is the new write whole (written aside, renamed into place). */
+ *  - a step written again is the new write whole (written aside, renamed into place); a crash's
+ *    leftover of any step goes;
+ *  - manifests are sealed (version 2): one unsealed or with a digit flipped is PC_ECORRUPT;
+ *    version 1 (older, unsealed) reads. */
 #include "test_util.h"
 
 #include "pc_error.h"
@@ -133,12 +136,16 @@ static void test_version_roundtrip(void **state) {
     assert_int_equal(pw_jobckpt_read(g_dir, 120, r, NULL, 0), 0);
     /* step 120 written again (a rollback reached it again), without a model: the step is the
      * new write whole, not the new manifest beside the old model (a model version serving would
-     * have paired them); a crash's leftover step-S.tmp goes */
+     * have paired them); a crash's leftovers go, this step's and another's (step-S.tmp) */
+    char other[400];
     snprintf(path, sizeof path, "%s/step-%020d.tmp", g_dir, 120);
+    snprintf(other, sizeof other, "%s/step-%020d.tmp", g_dir, 100);
     assert_int_equal(pc_fs_mkdirs(path), 0);
+    assert_int_equal(pc_fs_mkdirs(other), 0);
     ck->servers[0] = 9999;
     assert_int_equal(pw_jobckpt_write(g_dir, ck, st, 5, NULL, NULL, 2), 0);
     assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(access(other, F_OK), -1);
     snprintf(path, sizeof path, "%s/step-%020d/model", g_dir, 120);
     assert_int_equal(access(path, F_OK), -1);
     assert_int_equal(pw_jobckpt_read(g_dir, 120, r, NULL, 0), 0);
@@ -204,11 +211,27 @@ static void test_manifests(void **state) {
     assert_int_equal(read_manifest("run \n"), PC_ECORRUPT);                     /* no name */
     assert_int_equal(read_manifest("map version=1\nrun j/run/0\n"),
                      PC_ECORRUPT); /* after the map */
+    /* version 2 is sealed (pc_fs_seal): without its seal, or with a digit flipped under it,
+     * refused; sealed, read */
+    char sdir[400], mpath[450], text[1024];
+    snprintf(sdir, sizeof sdir, "%s/step-%020d", g_dir, 7);
+    snprintf(mpath, sizeof mpath, "%s/manifest", sdir);
+    size_t len = (size_t)snprintf(text, sizeof text,
+                                  "emberps-job-checkpoint 2\nstep 7\nservers 11 12\npositions 5\n");
+    write_text(mpath, text);
+    pw_jobckpt_t *r = calloc(1, sizeof *r);
+    assert_int_equal(pw_jobckpt_read(g_dir, 7, r, NULL, 0), PC_ECORRUPT);
+    len = pc_fs_seal(text, len, sizeof text);
+    write_text(mpath, text);
+    assert_int_equal(pw_jobckpt_read(g_dir, 7, r, NULL, 0), 0);
+    assert_true(r->nservers == 2 && r->servers[1] == 12);
+    strstr(text, "12")[1] = '3'; /* server 1's checkpoint 13: another cut */
+    write_text(mpath, text);
+    assert_int_equal(pw_jobckpt_read(g_dir, 7, r, NULL, 0), PC_ECORRUPT);
     /* LATEST names a step that is not there */
     char path[400];
     snprintf(path, sizeof path, "%s/LATEST", g_dir);
     write_text(path, "999\n");
-    pw_jobckpt_t *r = calloc(1, sizeof *r);
     assert_int_equal(pw_jobckpt_read_latest(g_dir, r, NULL, 0), PC_ECORRUPT);
     assert_int_equal(pw_jobckpt_read_latest("/nonexistent", r, NULL, 0), PC_ENOTFOUND);
     free(r);
