@@ -17,6 +17,7 @@
  */
 #include "pc_cluster.h"
 #include "pc_error.h"
+#include "pc_fs.h"
 #include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_settings.h"
@@ -244,6 +245,15 @@ static int load_settings(srv_cfg_t *c, int argc, char **argv) {
                 (long long)c->restore_id);
         return 2;
     }
+    if (c->ckpt_interval_s > 0 && !c->ckpt_dir[0]) { /* it would never checkpoint, silently */
+        fprintf(stderr, "ps-server: --ckpt-interval-s needs --ckpt-dir (where to write)\n");
+        return 2;
+    }
+    if (!c->port && c->server_index < 0 && (c->cluster_map[0] || c->cluster_map_file[0])) {
+        fprintf(stderr, "ps-server: --port=0 (any free port) with a cluster map: the map cannot "
+                        "name this server; give its port or --server-index\n");
+        return 2;
+    }
     return 0;
 }
 
@@ -317,26 +327,31 @@ static int start_repl(server_t *s, const pc_cluster_map_t *map) {
     return rc ? 1 : 0;
 }
 
-/* Read the map text from the setting or the file. */
+/* Read the map text from the setting or the file (whole: a map of 1024 servers is long). */
 static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
-    char text[8192], err[256];
+    char *text = NULL, err[256];
+    int rc = 0;
     if (c->cluster_map_file[0]) {
-        FILE *f = fopen(c->cluster_map_file, "r");
-        size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
-        if (f)
-            fclose(f);
-        if (!f || n == 0) {
-            PC_ERROR("cluster_map_file %s: unreadable or empty", c->cluster_map_file);
+        size_t n = 0;
+        rc = pc_fs_read_all(c->cluster_map_file, 1u << 20, &text, &n);
+        if (rc || n == 0) {
+            PC_ERROR("cluster_map_file %s: %s", c->cluster_map_file,
+                     rc ? pc_strerror(rc) : "empty");
+            free(text);
             return PC_EIO;
         }
-        text[n] = '\0';
         text[strcspn(text, "\r\n")] = '\0';
-    } else if (c->cluster_map[0]) {
-        snprintf(text, sizeof text, "%s", c->cluster_map);
     } else {
-        snprintf(text, sizeof text, "version=1;servers=%s:%d;slots=0-16383:0", c->host, port);
+        const size_t cap = sizeof c->cluster_map + PC_ADDR_MAX + 64;
+        if (!(text = malloc(cap)))
+            return PC_ENOMEM;
+        if (c->cluster_map[0])
+            snprintf(text, cap, "%s", c->cluster_map);
+        else
+            snprintf(text, cap, "version=1;servers=%s:%d;slots=0-16383:0", c->host, port);
     }
-    int rc = pc_cmap_parse(text, out, err, sizeof err);
+    rc = pc_cmap_parse(text, out, err, sizeof err);
+    free(text);
     if (rc)
         PC_ERROR("cluster map: %s", err);
     return rc;
@@ -615,12 +630,41 @@ static void on_usr1(uv_signal_t *h, int sig) {
     checkpoint_now(h->data, "SIGUSR1");
 }
 
+/* A map file reloaded without replication is this server's map at once: it must be newer than
+ * the one it follows (clients adopt only newer ones: with an older or equal version they would
+ * keep sending moved slots here, refused until their deadlines) and still name this server at
+ * its index. (With replication the controller numbers it.) */
+static bool map_follows(server_t *s, const pc_cluster_map_t *m) {
+    uint64_t now = 0;
+    free(ps_dp_map_text(s->dp, &now));
+    char addr[PC_ADDR_MAX];
+    snprintf(addr, sizeof addr, "%s:%d", s->cfg.host, ps_dp_port(s->dp));
+    if (pc_cmap_version(m) <= now) {
+        PC_ERROR("cluster map file %s: version %llu is not newer than the map followed (%llu): "
+                 "not taken (raise version=)",
+                 s->cfg.cluster_map_file, (unsigned long long)pc_cmap_version(m),
+                 (unsigned long long)now);
+        return false;
+    }
+    if (s->cfg.server_index < 0 && pc_cmap_find(m, addr) != (int)s->self) {
+        PC_ERROR("cluster map file %s: server %u is not %s there: not taken (servers keep their "
+                 "places in the list)",
+                 s->cfg.cluster_map_file, s->self, addr);
+        return false;
+    }
+    return true;
+}
+
 static void on_hup(uv_signal_t *h, int sig) {
     (void)sig;
     server_t *s = h->data;
     pc_cluster_map_t *m;
     if (!s->cfg.cluster_map_file[0] || read_map(&s->cfg, (int)s->cfg.port, &m))
         return;
+    if (!s->repl && !map_follows(s, m)) {
+        pc_cmap_destroy(m);
+        return;
+    }
     int rc = s->repl ? ps_repl_publish(s->repl, m) : ps_dp_set_map(s->dp, m);
     PC_INFO("cluster map reloaded: version %llu (%s)", (unsigned long long)pc_cmap_version(m),
             rc ? pc_strerror(rc) : "ok");
@@ -655,6 +699,10 @@ static int create_tables(server_t *s) {
 
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
+    /* a reload or a checkpoint asked for while a restore runs (minutes) is not a kill: the
+     * default action of both; their handlers are installed once the tables are there */
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
     server_t s = {0};
     s.start_ns = pc_time_mono_ns();
     pthread_mutex_init(&s.ckpt_mu, NULL);
@@ -725,6 +773,8 @@ int main(int argc, char **argv) {
             } else if (r != PC_ENOTFOUND || s.cfg.restore_id) {
                 PC_ERROR("restore from %s failed: %s", s.cfg.ckpt_dir, pc_strerror(r));
                 rc = 1;
+            } else {
+                PC_WARN("no checkpoint in %s: the tables start empty", s.cfg.ckpt_dir);
             }
         }
     }

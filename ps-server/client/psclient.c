@@ -453,8 +453,11 @@ static void on_close_tcp(uv_handle_t *h) {
 static void server_drop(server_t *s, int rc, const char *why) {
     if (s->state == 0 || s->state == 3)
         return;
-    const bool was_up = s->state == 2 && !atomic_load(&s->c->stopping);
-    server_fail(s, rc, why);
+    const bool was_up = s->state == 2 && !atomic_load(&s->c->stopping) && !s->dead;
+    if (s->dead && rc != s->dead_rc) /* the close that follows a refusal: the refusal stays */
+        server_fail(s, s->dead_rc, NULL);
+    else
+        server_fail(s, rc, why);
     if (was_up) /* once per lost connection: its calls are retried (reconnecting) */
         PC_WARN("psclient: %s: connection lost (%s); calls to it are retried", s->addr, s->msg);
     if (!s->hello_done) { /* lost before the HELLO answer: psc_connect ends with it, now */
@@ -1552,10 +1555,10 @@ int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap) {
         pthread_mutex_unlock(&c->mu);
         return PC_EINVAL;
     }
-    if (pthread_equal(pthread_self(), c->thread)) { /* a done callback: it would wait for ever */
+    if (!k->finished && pthread_equal(pthread_self(), c->thread)) { /* it would never end */
         pthread_mutex_unlock(&c->mu);
-        PC_ERROR("psclient: a blocking call from a done callback (the client's own thread): "
-                 "refused; start it with a callback, or from another thread");
+        PC_ERROR("psclient: a wait for a running call from a done callback (the client's own "
+                 "thread): refused; the call's result stays to be taken from another thread");
         return PC_EINVAL;
     }
     c->waiters++;
@@ -1603,29 +1606,49 @@ int psc_lookup_async(psc_t *c, const char *table, const uint64_t *keys, size_t n
     return start_call(c, PC_OP_LOOKUP, table, keys, n, dim, rows, NULL, found, NULL, done, ctx, id);
 }
 
+/* Whether a blocking call may start here: not on the I/O thread (a done callback), where its
+ * wait would never end (the thread runs the call's deadline too). Refused before anything is
+ * sent: a push not applied, no rows written later. */
+static bool may_block(const psc_t *c) {
+    if (!c || !pthread_equal(pthread_self(), c->thread))
+        return true;
+    PC_ERROR("psclient: a blocking call from a done callback (the client's own thread): refused, "
+             "nothing sent; start it with a callback, or from another thread");
+    return false;
+}
+
 int psc_pull(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
              float *rows) {
     uint64_t id;
-    int rc = psc_pull_async(c, table, keys, n, dim, rows, NULL, NULL, &id);
+    int rc =
+        may_block(c) ? psc_pull_async(c, table, keys, n, dim, rows, NULL, NULL, &id) : PC_EINVAL;
     return rc ? rc : psc_wait(c, id);
 }
 
 int psc_push(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
              const float *grads, psc_push_result_t *res) {
     uint64_t id;
-    int rc = psc_push_async(c, table, keys, n, dim, grads, res, NULL, NULL, &id);
+    int rc = may_block(c) ? psc_push_async(c, table, keys, n, dim, grads, res, NULL, NULL, &id)
+                          : PC_EINVAL;
     return rc ? rc : psc_wait(c, id);
 }
 
 int psc_lookup(psc_t *c, const char *table, const uint64_t *keys, size_t n, uint32_t dim,
                float *rows, uint8_t *found) {
     uint64_t id;
-    int rc = psc_lookup_async(c, table, keys, n, dim, rows, found, NULL, NULL, &id);
+    int rc = may_block(c) ? psc_lookup_async(c, table, keys, n, dim, rows, found, NULL, NULL, &id)
+                          : PC_EINVAL;
     return rc ? rc : psc_wait(c, id);
 }
 
 /* Submit call k (no callback) and wait for its result, the detail into why (may be NULL). */
 static int call_run(psc_t *c, call_t *k, char *why, size_t cap) {
+    if (!may_block(c)) {
+        pc_sfree(k); /* (not submitted) */
+        if (why && cap)
+            snprintf(why, cap, "a blocking call from a done callback");
+        return PC_EINVAL;
+    }
     const uint64_t id = k->id;
     int rc = call_submit(c, k);
     if (why && cap && rc)

@@ -98,6 +98,14 @@ static uint64_t op_end(const etcd_t *e) {
     return pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u;
 }
 
+/* The deadline of an operation's last call, which settles what the others did (the check of a
+ * retried set-if-absent, the revoke of its lease): one attempt at least, past end_ns if need be
+ * (a retry that met the deadline would else leave a key under an unknown lease). */
+static uint64_t tail_end(uint64_t end_ns) {
+    const uint64_t one = pc_time_mono_ns() + (uint64_t)ATTEMPT_MS * 1000000u;
+    return one > end_ns ? one : end_ns;
+}
+
 /* An attempt's failure as the operation sees it: etcd's RESOURCE_EXHAUSTED (PC_ETOOBIG, bare)
  * is its quota when the message says so (PC_ENOSPC) and its request limiter otherwise (tried
  * again, as PC_EUNAVAIL), unless the message is gRPC's own size limit. */
@@ -349,11 +357,11 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
             rc = r->succeeded ? 0 : PC_EEXIST;
             emberps__etcd__txn_response__free_unpacked(r, NULL);
         }
-        if (rc == PC_EEXIST && retried && is_ours(e, fk, fl, value, len, lid, end_ns))
+        if (rc == PC_EEXIST && retried && is_ours(e, fk, fl, value, len, lid, tail_end(end_ns)))
             rc = 0; /* an attempt whose answer was lost had put it */
     }
     if (lease_ms && rc && fresh) {
-        revoke(e, lid, end_ns); /* nothing was put under it */
+        revoke(e, lid, tail_end(end_ns)); /* nothing was put under it */
         return rc;
     }
     if (!rc)

@@ -487,6 +487,11 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
     } else if (!o->read_only && errno != EEXIST) {
         PC_ERROR("checkpoint dir %s: %s", o->dir, strerror(errno));
         return PC_EIO;
+    } else if (!o->read_only && access(o->dir, W_OK | X_OK) != 0) {
+        /* (mkdir says EEXIST before EROFS or EACCES: a read-only mount is found here, at
+         * start, not by every checkpoint failing and the exit losing every push) */
+        PC_ERROR("checkpoint dir %s: not writable: %s", o->dir, strerror(errno));
+        return PC_EIO;
     }
     ps_ckpt_t *c = CK_ALLOC(sizeof *c);
     if (!c)

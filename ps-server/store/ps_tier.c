@@ -8,7 +8,7 @@
  * is not durable state, checkpoints are). The free-space watermark is a cached statvfs reading,
  * refreshed at most every 20 ms, so spills under shard locks cost an atomic load. A write that
  * fails (RocksDB in its read-only error state after a failed flush, an I/O error) makes the tier
- * refuse writes, as below the watermark, for WRITE_BACKOFF_NS, then one is tried again: each
+ * refuse spills and erases (PC_EIO) for WRITE_BACKOFF_NS, then one is tried again: each
  * insert into a full shard would otherwise queue rows that the failed write puts back, growing
  * RAM past its budget without end.
  */
@@ -136,8 +136,6 @@ static int db_error(ps_tier_t *tier, const char *what, char *err) {
  * which the watermark's margin must cover). */
 static bool free_refresh(ps_tier_t *tier, bool force) {
     const uint64_t now = pc_time_mono_ns();
-    if (now < atomic_load_explicit(&tier->failed_until_ns, memory_order_relaxed))
-        return false; /* a write failed a moment ago */
     if (!force &&
         now - atomic_load_explicit(&tier->free_checked_ns, memory_order_relaxed) < FREE_CHECK_NS) {
         const uint64_t fb = atomic_load_explicit(&tier->free_bytes, memory_order_relaxed);
@@ -207,11 +205,21 @@ static int hook_get(void *ctx, const uint64_t *keys, size_t n, float *rows, ps_c
     return rc;
 }
 
-/* Apply a write batch unless the watermark forbids it. */
+/* Whether a write failed a moment ago (writes wait WRITE_BACKOFF_NS after one). */
+static bool write_failed_lately(ps_tier_t *tier) {
+    return pc_time_mono_ns() < atomic_load_explicit(&tier->failed_until_ns, memory_order_relaxed);
+}
+
+/* Apply a write batch unless the watermark forbids it (PC_ENOSPC) or a write failed a moment ago
+ * (PC_EIO). */
 static int write_batch(ps_tier_t *tier, rocksdb_writebatch_t *wb, const char *what) {
     if (!free_refresh(tier, false)) {
         atomic_fetch_add(&tier->refused, 1);
         return PC_ENOSPC;
+    }
+    if (write_failed_lately(tier)) {
+        atomic_fetch_add(&tier->refused, 1);
+        return PC_EIO;
     }
     char *err = NULL;
     size_t bytes = 0;
@@ -270,7 +278,8 @@ static int hook_del(void *ctx, const uint64_t *keys, size_t n) {
 }
 
 static bool hook_writable(void *ctx) {
-    return free_refresh(((tier_cf_t *)ctx)->tier, false);
+    ps_tier_t *tier = ((tier_cf_t *)ctx)->tier;
+    return free_refresh(tier, false) && !write_failed_lately(tier);
 }
 
 /* A page of keys from *start on: one iterator per page (its own implicit snapshot), which

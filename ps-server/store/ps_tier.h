@@ -16,8 +16,8 @@
  * file system holding `dir` has less than min_free_bytes available (checked at most every 20 ms):
  * spills of changed rows fail with PC_ENOSPC (the table keeps them in RAM and refuses new rows),
  * tier checkpoints fail with PC_ENOSPC, reads go on. After a write that fails for another reason
- * (an I/O error; RocksDB's read-only state after a failed flush) writes are refused the same way
- * for a second, then tried again.
+ * (an I/O error; RocksDB's read-only state after a failed flush) spills and erases are refused
+ * (PC_EIO) for a second, then tried again.
  *
  * Thread rule: thread-safe, except that ps_tier_close needs every table detached, and a table
  * must not be in use while it is attached or detached.
@@ -57,8 +57,7 @@ bool ps_tier_attached(const ps_tier_t *tier, const ps_table_t *t);
  * restored) and detach them, dropping their cold rows, when they are destroyed. */
 void ps_tier_bind_catalog(ps_tier_t *tier, ps_catalog_t *cat);
 
-/* Whether the watermark allows writes now (refreshes the free-space reading when stale), and
- * no write failed in the last second. */
+/* Whether the watermark allows writes now (refreshes the free-space reading when stale). */
 bool ps_tier_writable(ps_tier_t *tier);
 
 /* RocksDB checkpoint of the whole tier into `dir` (must not exist): memtables are flushed, SST
@@ -87,7 +86,8 @@ typedef struct ps_tier_stats {
     uint64_t sst_bytes;      /* live SST files */
     uint64_t free_bytes;     /* available on the file system (last reading) */
     uint64_t min_free_bytes; /* the watermark */
-    uint64_t writes_refused; /* puts, deletes and checkpoints refused by the watermark */
+    uint64_t writes_refused; /* puts, deletes and checkpoints refused by the watermark, and
+                              * puts and deletes in the second after a failed write */
     uint64_t rows_read, rows_written, rows_deleted;
     uint64_t errors; /* RocksDB calls that failed */
     bool writable;

@@ -2,8 +2,9 @@
  * exports) and checkpoint manifests. Input byte 0 picks the target, the rest is the file.
  *   0: ps_rowfile_read on the bytes, every callback touching all it is given
  *   1: ps_table_import of the bytes into a fresh catalog
- *   2: the bytes as MANIFEST.json of checkpoint 1 (with a valid row file beside it from the
- *      seed), then ps_ckpt_list and ps_ckpt_restore
+ *   2: the bytes as MANIFEST.json of checkpoint 1, sealed (pc_fs_seal) unless the last byte is
+ *      odd (with a valid row file beside it from the seed), then ps_ckpt_list and
+ *      ps_ckpt_restore
  * Whatever the input: no crash, no leak, no out-of-bounds access (ASan), an error code or a
  * consistent table. Build and short run: tests/CMakeLists.txt (label fuzz); longer run:
  *   build/tests/fuzz_store -max_total_time=600 build/tests/fuzz-corpus
@@ -17,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "pc_fs.h"
 #include "pc_log.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
@@ -123,7 +125,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     snprintf(path, sizeof path, "%s/ckpt-00000000000000000001/MANIFEST.json", ck);
     char rows[512];
     snprintf(rows, sizeof rows, "%s/ckpt-00000000000000000001/t-seed.rows", ck);
-    if (write_file(path, data, size) == 0 && link(g_rows, rows) == 0) {
+    /* sealed as the writer seals (else nearly every mutation stops at the seal, before the
+     * JSON is read), unless the input ends in an odd byte: as it is (the seal's own check) */
+    const bool as_is = size && (data[size - 1] & 1);
+    uint8_t *text = malloc(size + PC_FS_SEAL_LEN + 1);
+    if (!text)
+        abort();
+    memcpy(text, data, size);
+    const size_t len = as_is ? size : pc_fs_seal((char *)text, size, size + PC_FS_SEAL_LEN + 1);
+    const int wrc = write_file(path, text, len);
+    free(text);
+    if (wrc == 0 && link(g_rows, rows) == 0) {
         ps_ckpt_entry_t e[4];
         size_t n;
         ps_ckpt_list(ck, e, 4, &n);

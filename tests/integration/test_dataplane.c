@@ -210,15 +210,17 @@ static void on_detail(void *ctx, uint64_t id, int rc) {
     atomic_store(&d->done, 1);
 }
 
-/* A done callback that makes a blocking call (a pull of one key): refused at once (it waited
- * for ever on the I/O thread, which runs its own deadline). */
+/* A done callback that makes a blocking call (a push of one new key, NESTED_KEY): refused at
+ * once and nothing sent (it waited for ever on the I/O thread, which runs its own deadline; then
+ * it was refused after the push had gone out). */
+#define NESTED_KEY 0x5EED5EED5EEDull
 static void on_nested(void *ctx, uint64_t id, int rc) {
     (void)id;
     (void)rc;
     detail_cb_t *d = ctx;
-    uint64_t key = 1;
-    float row[D];
-    d->rc = psc_pull(d->c, "emb", &key, 1, D, row);
+    const uint64_t key = NESTED_KEY;
+    const float g[D] = {1, 1, 1, 1, 1, 1, 1, 1};
+    d->rc = psc_push(d->c, "emb", &key, 1, D, g, NULL);
     atomic_store(&d->done, 1);
 }
 
@@ -288,6 +290,11 @@ static void test_error_detail(void **state) {
         usleep(1000);
     assert_true(atomic_load(&nd.done));
     assert_int_equal(nd.rc, PC_EINVAL);
+    const uint64_t nested = NESTED_KEY;
+    uint8_t found = 1;
+    usleep(100000); /* (a push sent anyway would be applied by now) */
+    assert_int_equal(psc_lookup(c, "emb", &nested, 1, D, rows, &found), 0);
+    assert_int_equal(found, 0); /* the refused push did not go */
     /* a server down for good: its address and why, once the retries are spent */
     kill(s1, SIGKILL);
     pu_reap(s1, 5);

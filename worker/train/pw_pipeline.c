@@ -142,6 +142,8 @@ static void push_done(void *ctx, int rc) {
     } else if (rc) {
         PC_ERROR("train: rank %d: a push failed: %s", (int)t->c->rank,
                  pw__store_why(t, rc, why, sizeof why));
+        int none = 0; /* the job stops (run_mark tells the others), whatever the round does */
+        atomic_compare_exchange_strong(&t->push_refused, &none, rc);
     }
     pw_sched_complete(&p->job, rc);
 }
@@ -223,7 +225,7 @@ static int run_mark(pw_job_t *j) {
             PC_ERROR("train: round %llu: another worker's pushes failed, not for a server "
                      "restart (its log says why): the job stops",
                      (unsigned long long)r->id);
-        int none = 0; /* the round's error, not a regroup's that may follow */
+        int none = 0; /* (this worker's own failure was recorded by push_done) */
         atomic_compare_exchange_strong(&t->push_refused, &none, rc);
     }
     return rc;

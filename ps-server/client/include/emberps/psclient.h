@@ -208,8 +208,9 @@ PSC_EXTERN int psc_wait(psc_t *c, uint64_t id);
  * result the same way; psc_wait must not be called for it too), or from inside the done
  * callback of call `id` itself (on the I/O thread), where it returns at once. PC_EINVAL for an
  * unknown id, a result already taken, a call with a callback asked from anywhere else, or a
- * wait for another call from a done callback (it would never end: the blocking calls say the
- * same, logged). (Since 1.2.) */
+ * wait from a done callback for another call still running (it would never end; logged). The
+ * blocking calls (psc_pull, psc_claim, ...) from a done callback are refused the same way before
+ * they send anything. (Since 1.2.) */
 PSC_EXTERN int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap);
 
 /* ---- the cluster (since 1.4) ---- */
