@@ -9,7 +9,8 @@
  *    it over and the other is refused;
  *  - a ps-server coordinator (no store) killed and restarted empty, twice: the job's workers
  *    write their generation back and recovery works as before it (test_coordinator_restart);
- *  - every worker in recovery though none died: the next generation forms at once.
+ *  - every worker in recovery though none died: the next generation forms at once;
+ *  - a job whose generation 0 never formed, started again: it forms under a fresh prefix.
  * On etcd a lease's time left comes in whole seconds: a claim that judged renewals by it took a
  * dead holder for a live one. Every wait is bounded. */
 #include "proc_util.h"
@@ -177,8 +178,8 @@ static void test_claims_memory(void **state) {
 
 typedef struct joiner {
     const char *coord, *job;
-    int rank, rc, rejoin_ms;
-    bool wait; /* --on-worker-loss=wait: no shrink */
+    int rank, rc, rejoin_ms, timeout_ms; /* 0: 1500, 5000 */
+    bool wait;                           /* --on-worker-loss=wait: no shrink */
     pw_group_t *g;
     atomic_bool done;
 } joiner_t;
@@ -190,7 +191,7 @@ static void *join_main(void *arg) {
                                .host = "127.0.0.1",
                                .rank = j->rank,
                                .world = 2,
-                               .timeout_ms = 5000,
+                               .timeout_ms = j->timeout_ms ? j->timeout_ms : 5000,
                                .rejoin_timeout_ms = j->rejoin_ms ? j->rejoin_ms : 1500,
                                .lease_ms = 1000,
                                .shrink = !j->wait};
@@ -323,6 +324,46 @@ static void test_all_recovering(void **state) {
     pu_stop(pid);
 }
 
+/* A job whose generation 0 never formed (rank 0 came alone and gave up), started again: the
+ * ranks form a generation under a fresh prefix. Rank 0's rendezvous key of generation 0 names
+ * its first process, which is gone: rank 1 (started first) read it, the formation failed, and
+ * the job could not start under its name. Rank 1 learns it only when its connection to that
+ * process times out (the collective timeout), so the rejoin timeout, during which rank 0 waits
+ * for it in the next generation, is longer here, as by default (60 s against 30 s). */
+static void test_unformed_restart(void **state) {
+    (void)state;
+    char addr[64];
+    const pid_t pid = pu_coordinator(g_dir, 0, addr, sizeof addr);
+    joiner_t lone = {.coord = addr, .job = "unformed", .rank = 0, .timeout_ms = 1500};
+    join_main(&lone);
+    assert_int_not_equal(lone.rc, 0); /* rank 1 never came */
+    joiner_t j[2];
+    pthread_t th[2];
+    for (int r = 1; r >= 0; r--) { /* rank 1 first: it meets the old key before rank 0 is back */
+        j[r] = (joiner_t){
+            .coord = addr, .job = "unformed", .rank = r, .timeout_ms = 1500, .rejoin_ms = 6000};
+        assert_int_equal(pthread_create(&th[r], NULL, join_main, &j[r]), 0);
+        usleep(300000);
+    }
+    for (int r = 0; r < 2; r++)
+        pthread_join(th[r], NULL);
+    print_message("started again: rank 0 %s, rank 1 %s\n", pc_err_name(j[0].rc),
+                  pc_err_name(j[1].rc));
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(j[r].rc, 0);
+        print_message("rank %d: generation %llu of %d\n", r,
+                      (unsigned long long)pw_group_gen(j[r].g), pw_group_size(j[r].g));
+    }
+    for (int r = 0; r < 2; r++) {
+        assert_int_equal(pw_group_size(j[r].g), 2);
+        assert_true(pw_group_gen(j[r].g) > 0);
+    }
+    assert_int_equal(pw_group_gen(j[0].g), pw_group_gen(j[1].g));
+    for (int r = 0; r < 2; r++)
+        pw_group_close(j[r].g);
+    pu_stop(pid);
+}
+
 static int etcd(const char *verb, const char *arg) {
     char cmd[800];
     snprintf(cmd, sizeof cmd, "bash %s %s %s/etcd %s", g_etcd_script, verb, g_dir, arg);
@@ -357,10 +398,9 @@ int main(int argc, char **argv) {
     snprintf(g_dir, sizeof g_dir, "/tmp/ember-group-XXXXXX");
     assert_non_null(mkdtemp(g_dir));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_claims_memory),
-        cmocka_unit_test(test_claims_etcd),
-        cmocka_unit_test(test_coordinator_restart),
-        cmocka_unit_test(test_all_recovering),
+        cmocka_unit_test(test_claims_memory),       cmocka_unit_test(test_claims_etcd),
+        cmocka_unit_test(test_coordinator_restart), cmocka_unit_test(test_all_recovering),
+        cmocka_unit_test(test_unformed_restart),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     etcd("stop", ""); /* also after a failed assertion */

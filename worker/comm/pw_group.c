@@ -182,15 +182,28 @@ static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
     return false;
 }
 
-/* Form generation `gen` of members m[0..n) (this worker among them). */
+/* Form generation `gen` of members m[0..n) (this worker among them). PC_ESTATE when this rank
+ * tried to form it before (an earlier process of the rank: its rendezvous keys there name a
+ * process that is gone; the caller proposes the next generation instead). */
 static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms) {
     char prefix[256], key[256];
     pw_coll_destroy(g->coll);
     g->coll = NULL;
+    key_of(g, key, sizeof key, "g/%" PRId64 "/try/%d", gen, g->o.rank);
+    int rc = pw_coord_set_if_absent(g->coord, key, "1", 1);
+    if (rc == PC_EEXIST) {
+        PC_WARN("group: generation %" PRId64 " was tried by an earlier process of rank %d: "
+                "proposing the next one",
+                gen, g->o.rank);
+        g->gen = gen;
+        return PC_ESTATE;
+    }
+    if (rc)
+        return rc;
     key_of(g, prefix, sizeof prefix, "g/%" PRId64 "/rdv", gen);
     pw_kv_t kv = pw_coord_kv(g->coord);
     const int me = index_of(m, n, g->o.rank);
-    int rc = pw_coll_create(&kv, prefix, me, n, g->host, timeout_ms, &g->coll);
+    rc = pw_coll_create(&kv, prefix, me, n, g->host, timeout_ms, &g->coll);
     g->gen = gen; /* tried: a failed formation is not tried again */
     if (rc)
         return rc;
@@ -547,6 +560,15 @@ static int settle(pw_group_t *g, bool first) {
                 if ((rc = form(g, last, g->members, n, t)) == 0) {
                     hb_set(g, "training");
                     return 0;
+                }
+                /* Its prefix spent (this rank tried it before), or the job's first formation
+                 * failed otherwise than by the timeout (a peer's key there named a process
+                 * that is gone: an earlier attempt's): the same members, afresh */
+                if (rc == PC_ESTATE || (first && last == 0 && rc != PC_ETIMEDOUT)) {
+                    if ((rc = propose(g, last + 1, g->members, n)) &&
+                        coord_gave_up(g, &set_trouble, rc))
+                        return rc;
+                    continue;
                 }
                 if (first && last == 0) /* the job never started: a worker never came */
                     return rc;
