@@ -184,21 +184,24 @@ static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
 
 /* Form generation `gen` of members m[0..n) (this worker among them). PC_ESTATE when this rank
  * tried to form it before (an earlier process of the rank: its rendezvous keys there name a
- * process that is gone; the caller proposes the next generation instead). */
+ * process that is gone; the caller proposes the next generation instead). The rank's key
+ * tried/<rank> holds the newest generation it tried (one key a rank: generations are many). */
 static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms) {
-    char prefix[256], key[256];
+    char prefix[256], key[256], v[24];
     pw_coll_destroy(g->coll);
     g->coll = NULL;
-    key_of(g, key, sizeof key, "g/%" PRId64 "/try/%d", gen, g->o.rank);
-    int rc = pw_coord_set_if_absent(g->coord, key, "1", 1);
-    if (rc == PC_EEXIST) {
+    key_of(g, key, sizeof key, "tried/%d", g->o.rank);
+    uint64_t tried = 0;
+    int rc = get_u64(g->coord, key, &tried);
+    if (rc == 0 && tried >= (uint64_t)gen + 1) { /* (stored + 1: 0 is none) */
         PC_WARN("group: generation %" PRId64 " was tried by an earlier process of rank %d: "
                 "proposing the next one",
                 gen, g->o.rank);
         g->gen = gen;
         return PC_ESTATE;
     }
-    if (rc)
+    snprintf(v, sizeof v, "%" PRIu64, (uint64_t)gen + 1);
+    if ((rc && rc != PC_ENOTFOUND) || (rc = set_str(g, key, v)))
         return rc;
     key_of(g, prefix, sizeof prefix, "g/%" PRId64 "/rdv", gen);
     pw_kv_t kv = pw_coord_kv(g->coord);

@@ -3,10 +3,10 @@
  * Workers of a job form numbered generations. Generation G is decided once, by the first writer
  * of its member list (KvSet if_absent: racing proposals cannot disagree), and its collective
  * group rendezvouses under its own key prefix, so a group is never formed twice under one
- * prefix: a rank marks each generation it tries (g/<G>/try/<rank>), and one that finds its mark
- * there (an earlier process of the rank tried it: its rendezvous keys name a process that is
- * gone) proposes the next generation instead, as does a member whose job's first formation failed
- * otherwise than by the timeout (it met such a key). A member's rank in the group is its
+ * prefix: a rank records the newest generation it tries (tried/<rank>), and one that finds a
+ * generation tried (an earlier process of the rank tried it: its rendezvous keys name a process
+ * that is gone) proposes the next generation instead, as does a member whose job's first formation
+ * failed otherwise than by the timeout (it met such a key). A member's rank in the group is its
  * position in the member list; its data rank (which files it reads) stays the rank it was started
  * with.
  *
