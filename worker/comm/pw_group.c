@@ -182,6 +182,12 @@ static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
     return false;
 }
 
+/* Whether a call that failed with rc is to be made again: the coordinator unreachable for now
+ * (PC_EUNAVAIL, PC_ETIMEDOUT: restarting, an election), for up to rejoin_timeout_ms. */
+static bool coord_retry(pw_group_t *g, uint64_t *since, int rc) {
+    return (rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT) && !coord_gave_up(g, since, rc);
+}
+
 /* Form generation `gen` of members m[0..n) (this worker among them). PC_ESTATE when this rank
  * tried to form it before (an earlier process of the rank: its rendezvous keys there name a
  * process that is gone; the caller proposes the next generation instead). The rank's key
@@ -566,8 +572,12 @@ static int settle(pw_group_t *g, bool first) {
                 }
                 /* Its prefix spent (this rank tried it before), or the job's first formation
                  * failed otherwise than by the timeout (a peer's key there named a process
-                 * that is gone: an earlier attempt's): the same members, afresh */
-                if (rc == PC_ESTATE || (first && last == 0 && rc != PC_ETIMEDOUT)) {
+                 * that is gone: an earlier attempt's), or timed out while a member proposed a
+                 * newer one: the same members, afresh */
+                int64_t now = -1; /* a timeout while another member went on to a newer one */
+                if (rc == PC_ESTATE ||
+                    (first && last == 0 &&
+                     (rc != PC_ETIMEDOUT || (newest(g, g->coord, &now) == 0 && now > 0)))) {
                     if ((rc = propose(g, last + 1, g->members, n)) &&
                         coord_gave_up(g, &set_trouble, rc))
                         return rc;
@@ -663,13 +673,19 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
         snprintf(g->ns, sizeof g->ns, "%s", g->job);
         char key[96];
         snprintf(key, sizeof key, "%s/runs", g->job);
-        rc = get_u64(g->coord, key, &g->run);
+        uint64_t since = 0;
+        do
+            rc = get_u64(g->coord, key, &g->run);
+        while (coord_retry(g, &since, rc));
         if (rc == PC_ENOTFOUND)
             rc = 0, g->run = 0;
         snprintf(g->ns, sizeof g->ns, "%s/run/%" PRIu64, g->job, g->run);
     }
+    uint64_t since = 0; /* a worker started while the coordinator restarts waits for it */
     if (!rc)
-        rc = claim_rank(g);
+        do
+            rc = claim_rank(g);
+        while (coord_retry(g, &since, rc));
     if (!rc) /* a heartbeat stuck longer than a quarter lease is dropped, the next one sent */
         rc = pw_coord_open(o->coordinator, o->sec, o->lease_ms / 4, &g->hb_coord);
     if (!rc) {
