@@ -245,10 +245,6 @@ static int load_settings(srv_cfg_t *c, int argc, char **argv) {
                 (long long)c->restore_id);
         return 2;
     }
-    if (c->ckpt_interval_s > 0 && !c->ckpt_dir[0]) { /* it would never checkpoint, silently */
-        fprintf(stderr, "ps-server: --ckpt-interval-s needs --ckpt-dir (where to write)\n");
-        return 2;
-    }
     if (!c->port && c->server_index < 0 && (c->cluster_map[0] || c->cluster_map_file[0])) {
         fprintf(stderr, "ps-server: --port=0 (any free port) with a cluster map: the map cannot "
                         "name this server; give its port or --server-index\n");
@@ -646,7 +642,8 @@ static bool map_follows(server_t *s, const pc_cluster_map_t *m) {
                  (unsigned long long)now);
         return false;
     }
-    if (s->cfg.server_index < 0 && pc_cmap_find(m, addr) != (int)s->self) {
+    if (s->self >= pc_cmap_nservers(m) ||
+        (s->cfg.server_index < 0 && pc_cmap_find(m, addr) != (int)s->self)) {
         PC_ERROR("cluster map file %s: server %u is not %s there: not taken (servers keep their "
                  "places in the list)",
                  s->cfg.cluster_map_file, s->self, addr);
@@ -777,6 +774,9 @@ int main(int argc, char **argv) {
                 PC_WARN("no checkpoint in %s: the tables start empty", s.cfg.ckpt_dir);
             }
         }
+    } else if (!rc && s.cfg.ckpt_interval_s > 0) { /* (it checkpointed nothing, silently) */
+        PC_WARN("--ckpt-interval-s=%lld without --ckpt-dir: no checkpoints are written",
+                (long long)s.cfg.ckpt_interval_s);
     }
     if (!rc)
         rc = create_tables(&s);

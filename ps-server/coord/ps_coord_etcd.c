@@ -100,9 +100,11 @@ static uint64_t op_end(const etcd_t *e) {
 
 /* The deadline of an operation's last call, which settles what the others did (the check of a
  * retried set-if-absent, the revoke of its lease): one attempt at least, past end_ns if need be
- * (a retry that met the deadline would else leave a key under an unknown lease). */
-static uint64_t tail_end(uint64_t end_ns) {
-    const uint64_t one = pc_time_mono_ns() + (uint64_t)ATTEMPT_MS * 1000000u;
+ * (a retry that met the deadline would else leave a key under an unknown lease), of at most the
+ * store's timeout (a heartbeat's store has a quarter lease). */
+static uint64_t tail_end(const etcd_t *e, uint64_t end_ns) {
+    const int ms = e->timeout_ms < ATTEMPT_MS ? e->timeout_ms : ATTEMPT_MS;
+    const uint64_t one = pc_time_mono_ns() + (uint64_t)ms * 1000000u;
     return one > end_ns ? one : end_ns;
 }
 
@@ -357,11 +359,11 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
             rc = r->succeeded ? 0 : PC_EEXIST;
             emberps__etcd__txn_response__free_unpacked(r, NULL);
         }
-        if (rc == PC_EEXIST && retried && is_ours(e, fk, fl, value, len, lid, tail_end(end_ns)))
+        if (rc == PC_EEXIST && retried && is_ours(e, fk, fl, value, len, lid, tail_end(e, end_ns)))
             rc = 0; /* an attempt whose answer was lost had put it */
     }
     if (lease_ms && rc && fresh) {
-        revoke(e, lid, tail_end(end_ns)); /* nothing was put under it */
+        revoke(e, lid, tail_end(e, end_ns)); /* nothing was put under it */
         return rc;
     }
     if (!rc)

@@ -159,8 +159,13 @@ static bool free_refresh(ps_tier_t *tier, bool force) {
     return ok;
 }
 
+/* Whether a write failed a moment ago (writes wait WRITE_BACKOFF_NS after one). */
+static bool write_failed_lately(ps_tier_t *tier) {
+    return pc_time_mono_ns() < atomic_load_explicit(&tier->failed_until_ns, memory_order_relaxed);
+}
+
 bool ps_tier_writable(ps_tier_t *tier) {
-    return free_refresh(tier, false);
+    return free_refresh(tier, false) && !write_failed_lately(tier);
 }
 
 /* ==== table hooks ========================================================================== */
@@ -203,11 +208,6 @@ static int hook_get(void *ctx, const uint64_t *keys, size_t n, float *rows, ps_c
     atomic_fetch_add_explicit(&tier->rows_read, n, memory_order_relaxed);
     pc_free(PC_MEM_SCRATCH, kb, bytes);
     return rc;
-}
-
-/* Whether a write failed a moment ago (writes wait WRITE_BACKOFF_NS after one). */
-static bool write_failed_lately(ps_tier_t *tier) {
-    return pc_time_mono_ns() < atomic_load_explicit(&tier->failed_until_ns, memory_order_relaxed);
 }
 
 /* Apply a write batch unless the watermark forbids it (PC_ENOSPC) or a write failed a moment ago
@@ -734,7 +734,7 @@ int ps_tier_stats(ps_tier_t *tier, ps_tier_stats_t *o) {
         o->rows_estimate += prop_u64(tier, tier->cfs[i].h, "rocksdb.estimate-num-keys");
     }
     pthread_mutex_unlock(&tier->mu);
-    o->writable = free_refresh(tier, false);
+    o->writable = free_refresh(tier, false) && !write_failed_lately(tier);
     o->free_bytes = atomic_load(&tier->free_bytes);
     o->min_free_bytes = tier->min_free;
     o->writes_refused = atomic_load(&tier->refused);

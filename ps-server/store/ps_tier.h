@@ -16,8 +16,9 @@
  * file system holding `dir` has less than min_free_bytes available (checked at most every 20 ms):
  * spills of changed rows fail with PC_ENOSPC (the table keeps them in RAM and refuses new rows),
  * tier checkpoints fail with PC_ENOSPC, reads go on. After a write that fails for another reason
- * (an I/O error; RocksDB's read-only state after a failed flush) spills and erases are refused
- * (PC_EIO) for a second, then tried again.
+ * (an I/O error; RocksDB's read-only state after a failed flush) writes are refused for a second,
+ * then tried again: erases and spills asked then fail with PC_EIO, and a full shard refuses new
+ * rows (PC_ENOSPC) as at the watermark.
  *
  * Thread rule: thread-safe, except that ps_tier_close needs every table detached, and a table
  * must not be in use while it is attached or detached.
@@ -57,7 +58,8 @@ bool ps_tier_attached(const ps_tier_t *tier, const ps_table_t *t);
  * restored) and detach them, dropping their cold rows, when they are destroyed. */
 void ps_tier_bind_catalog(ps_tier_t *tier, ps_catalog_t *cat);
 
-/* Whether the watermark allows writes now (refreshes the free-space reading when stale). */
+/* Whether writes are allowed now: the watermark (the free-space reading refreshed when stale),
+ * and no write failed in the last second. */
 bool ps_tier_writable(ps_tier_t *tier);
 
 /* RocksDB checkpoint of the whole tier into `dir` (must not exist): memtables are flushed, SST

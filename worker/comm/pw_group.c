@@ -183,9 +183,15 @@ static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
 }
 
 /* Whether a call that failed with rc is to be made again: the coordinator unreachable for now
- * (PC_EUNAVAIL, PC_ETIMEDOUT: restarting, an election), for up to rejoin_timeout_ms. */
-static bool coord_retry(pw_group_t *g, uint64_t *since, int rc) {
-    return (rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT) && !coord_gave_up(g, since, rc);
+ * (PC_EUNAVAIL; PC_ETIMEDOUT too when `timeouts`: a read, or a write whose double is harmless),
+ * restarting or electing, for up to rejoin_timeout_ms; the first retry is said. */
+static bool coord_retry(pw_group_t *g, uint64_t *since, int rc, bool timeouts) {
+    if (rc != PC_EUNAVAIL && !(timeouts && rc == PC_ETIMEDOUT))
+        return false;
+    if (!*since)
+        PC_WARN("group: the coordinator %s: %s: trying again for up to %d ms", g->o.coordinator,
+                pc_strerror(rc), g->o.rejoin_timeout_ms);
+    return !coord_gave_up(g, since, rc);
 }
 
 /* Form generation `gen` of members m[0..n) (this worker among them). PC_ESTATE when this rank
@@ -220,15 +226,27 @@ static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms)
     g->gsize = n;
     g->formed = gen;
     memmove(g->formed_members, m, (size_t)n * sizeof *m); /* m may be g->members */
-    if (me == 0) { /* the group works: the mark is tried until the coordinator gives up */
-        key_of(g, key, sizeof key, "g/%" PRId64 "/formed", gen);
+    if (me == 0) { /* the group works: the marks are tried until the coordinator gives up */
         uint64_t since = 0;
+        key_of(g, key, sizeof key, "g/%" PRId64 "/formed", gen);
+        while ((rc = set_str(g, key, "1")))
+            if (coord_gave_up(g, &since, rc))
+                return rc;
+        key_of(g, key, sizeof key, "started");
         while ((rc = set_str(g, key, "1")))
             if (coord_gave_up(g, &since, rc))
                 return rc;
     }
     PC_INFO("group: generation %" PRId64 " formed: %d worker(s), this one is %d", gen, n, me);
     return 0;
+}
+
+/* Whether some generation of this run ever formed (else the job has not started: its members
+ * keep the first formation's rules, pw_group.h). A read that fails counts as started. */
+static bool job_started(pw_group_t *g) {
+    char key[256], v[4];
+    key_of(g, key, sizeof key, "started");
+    return get_str(g->coord, key, v, sizeof v) != PC_ENOTFOUND;
 }
 
 static bool formed(pw_group_t *g, int64_t gen) {
@@ -496,6 +514,10 @@ static int restore(pw_group_t *g, int64_t last) {
         rc = set_str(g, key, "1");
     }
     if (!rc) {
+        key_of(g, key, sizeof key, "started");
+        rc = set_str(g, key, "1");
+    }
+    if (!rc) {
         snprintf(key, sizeof key, "%s/runs", g->job);
         snprintf(v, sizeof v, "%" PRIu64, g->run);
         rc = pw_coord_set_if_absent(g->coord, key, v, strlen(v));
@@ -564,26 +586,27 @@ static int settle(pw_group_t *g, bool first) {
                  * do: the formation waits for them up to the collective timeout (or the
                  * rejoin timeout when longer: they may be waiting out a server restart). The
                  * job's first formation: the collective timeout (a worker never came). */
+                const bool fresh = first && !job_started(g); /* the job never formed */
                 const int t =
-                    (first && last == 0) || g->o.timeout_ms > rejoin ? g->o.timeout_ms : rejoin;
+                    (fresh && last == 0) || g->o.timeout_ms > rejoin ? g->o.timeout_ms : rejoin;
                 if ((rc = form(g, last, g->members, n, t)) == 0) {
                     hb_set(g, "training");
                     return 0;
                 }
-                /* Its prefix spent (this rank tried it before), or the job's first formation
-                 * failed otherwise than by the timeout (a peer's key there named a process
-                 * that is gone: an earlier attempt's), or timed out while a member proposed a
-                 * newer one: the same members, afresh */
-                int64_t now = -1; /* a timeout while another member went on to a newer one */
+                /* Its prefix spent (this rank tried it before), or a formation of a job that
+                 * never started failed otherwise than by the timeout (a peer's key there named
+                 * a process that is gone: an earlier attempt's), or timed out while a member
+                 * proposed a newer one: the same members, afresh */
+                int64_t now = -1;
                 if (rc == PC_ESTATE ||
-                    (first && last == 0 &&
-                     (rc != PC_ETIMEDOUT || (newest(g, g->coord, &now) == 0 && now > 0)))) {
+                    (fresh &&
+                     (rc != PC_ETIMEDOUT || (newest(g, g->coord, &now) == 0 && now > last)))) {
                     if ((rc = propose(g, last + 1, g->members, n)) &&
                         coord_gave_up(g, &set_trouble, rc))
                         return rc;
                     continue;
                 }
-                if (first && last == 0) /* the job never started: a worker never came */
+                if (fresh) /* the job never started: a worker never came (no shrinking) */
                     return rc;
                 PC_WARN("group: generation %" PRId64 " did not form (%s); trying again", last,
                         pc_strerror(rc));
@@ -676,16 +699,18 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
         uint64_t since = 0;
         do
             rc = get_u64(g->coord, key, &g->run);
-        while (coord_retry(g, &since, rc));
+        while (coord_retry(g, &since, rc, true));
         if (rc == PC_ENOTFOUND)
             rc = 0, g->run = 0;
         snprintf(g->ns, sizeof g->ns, "%s/run/%" PRIu64, g->job, g->run);
     }
-    uint64_t since = 0; /* a worker started while the coordinator restarts waits for it */
+    /* a worker started while the coordinator restarts waits for it (not after a timeout: a
+     * claim applied but unanswered would find this worker's own lease and refuse it) */
+    uint64_t since = 0;
     if (!rc)
         do
             rc = claim_rank(g);
-        while (coord_retry(g, &since, rc));
+        while (coord_retry(g, &since, rc, false));
     if (!rc) /* a heartbeat stuck longer than a quarter lease is dropped, the next one sent */
         rc = pw_coord_open(o->coordinator, o->sec, o->lease_ms / 4, &g->hb_coord);
     if (!rc) {
