@@ -27,11 +27,14 @@
  *    against f32 (psc_set_wire_type), dim 64 and 16, 8 in flight, three pairs of samples
  *    alternating (pull_bf16_vs_f32, push_bf16_vs_f32: dim 64, the median of the pairs' ratios;
  *    the _16 keys the same at dim 16).
- * Samples of the data plane and of Redis alternate. Figures for issue notes and docs.
+ * Samples of the data plane and of Redis alternate. Calls at a fixed rate are timed from when
+ * each was due, not when it went out (a stall counts for every call it delays: no coordinated
+ * omission; since 2026-11-30); percentiles are nearest-rank. Figures for issue notes and docs.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <hiredis/hiredis.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
@@ -39,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -172,6 +176,7 @@ static double loopback_rate(ctx_t *x, size_t chunk) {
     }
     const pid_t pid = fork();
     if (pid == 0) { /* the sender, on the servers' CPU; it ends when the reader closes */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         bench_pin(x->o, 0);
         const int fd = accept(l, NULL, NULL);
         char *buf = calloc(1, chunk);
@@ -553,12 +558,16 @@ typedef struct lat {
     double p50, p99;
 } lat_t;
 
+/* The nearest-rank percentiles: the sample at rank ceil(p * n) (1-based). */
 static lat_t percentiles(double *v, size_t n) {
     qsort(v, n, sizeof *v, cmp_d);
-    return (lat_t){v[n / 2] * 1e6, v[(size_t)((double)n * 0.99)] * 1e6};
+    const size_t r50 = (n + 1) / 2, r99 = (size_t)ceil(0.99 * (double)n);
+    return (lat_t){v[r50 ? r50 - 1 : 0] * 1e6, v[r99 ? r99 - 1 : 0] * 1e6};
 }
 
-/* 26-key lookups (or MGETs) at `rate` per second for x->secs: per-call latency percentiles. */
+/* 26-key lookups (or MGETs) at `rate` per second for x->secs: per-call latency percentiles,
+ * each call timed from when it was due (a stall's queueing counts for the calls it delays; from
+ * the actual send it did not: coordinated omission). */
 static lat_t lookup_latency(ctx_t *x, bool redis, uint32_t dim, double rate, uint64_t seed) {
     const size_t max = (size_t)(rate * x->secs) + 1;
     double *lat = malloc(max * sizeof *lat);
@@ -569,7 +578,6 @@ static lat_t lookup_latency(ctx_t *x, bool redis, uint32_t dim, double rate, uin
     for (double next = t0; n < max && next - t0 < x->secs; next += 1.0 / rate) {
         while (now_s() < next)
             ;
-        const double a = now_s();
         if (redis) {
             redis_take(x, redis_batch(x, false, dim, &rng, LK), dim);
         } else {
@@ -578,14 +586,15 @@ static lat_t lookup_latency(ctx_t *x, bool redis, uint32_t dim, double rate, uin
             if (psc_lookup(x->ps, "b64", keys, LK, dim, rows, NULL))
                 abort();
         }
-        lat[n++] = now_s() - a;
+        lat[n++] = now_s() - next;
     }
     lat_t r = percentiles(lat, n);
     free(lat);
     return r;
 }
 
-/* 26-key Lookups over gRPC at `rate` per second: latency percentiles. */
+/* 26-key Lookups over gRPC at `rate` per second: latency percentiles (from each call's due
+ * time, as lookup_latency). */
 static lat_t grpc_lookup_latency(ctx_t *x, double rate, uint64_t seed) {
     const size_t max = (size_t)(rate * x->secs) + 1;
     double *lat = malloc(max * sizeof *lat);
@@ -595,7 +604,6 @@ static lat_t grpc_lookup_latency(ctx_t *x, double rate, uint64_t seed) {
     for (double next = t0; n < max && next - t0 < x->secs; next += 1.0 / rate) {
         while (now_s() < next)
             ;
-        const double a = now_s();
         for (int i = 0; i < LK; i++)
             keys[i] = bench_key(bench_rand(&rng) % x->nkeys);
         Emberps__LookupRequest q = EMBERPS__LOOKUP_REQUEST__INIT;
@@ -607,7 +615,7 @@ static lat_t grpc_lookup_latency(ctx_t *x, double rate, uint64_t seed) {
         if (psg_call(x->grpc, ps_api_path(PS_API_LOOKUP), req, len, 10000, &resp, &rl, NULL, 0))
             abort();
         free(resp);
-        lat[n++] = now_s() - a;
+        lat[n++] = now_s() - next;
     }
     lat_t r = percentiles(lat, n);
     free(lat);
@@ -615,7 +623,7 @@ static lat_t grpc_lookup_latency(ctx_t *x, double rate, uint64_t seed) {
 }
 
 /* Round trips of an empty request: data plane PING over a raw socket, Redis PING; back to back
- * (rate 0) or at `rate` per second. */
+ * (rate 0) or at `rate` per second (timed from each one's due time, as lookup_latency). */
 static lat_t rtt(ctx_t *x, bool redis, double rate) {
     enum { N = 2000 };
     static double lat[N];
@@ -652,7 +660,7 @@ static lat_t rtt(ctx_t *x, bool redis, double rate) {
                 got += (size_t)r;
             }
         }
-        lat[i] = now_s() - a;
+        lat[i] = now_s() - (rate > 0 ? next : a);
     }
     if (fd >= 0)
         close(fd);
@@ -719,9 +727,9 @@ int bench_rpc_main(int argc, char **argv) {
                      "no",           "--loglevel", "warning",      NULL};
     pid_t rd = bench_spawn(&o, rargv);
     for (int i = 0; i < 500 && !x.rd; i++) {
-        redisContext *r = redisConnect("127.0.0.1", x.rd_port);
-        if (r && !r->err)
-            x.rd = r;
+        redisContext *r = redisConnectWithTimeout("127.0.0.1", x.rd_port, (struct timeval){1, 0});
+        if (r && !r->err && redisSetTimeout(r, (struct timeval){60, 0}) == REDIS_OK)
+            x.rd = r; /* (a stalled redis-server fails the bench instead of hanging it) */
         else {
             redisFree(r);
             usleep(10000);

@@ -335,8 +335,9 @@ static void torch_reference(const pw_train_config_t *c, double auc, const char *
                      k_torch_flags[i].name, k_torch_flags[i].flag);
         }
         snprintf(out_path, sizeof out_path, "%s/torch.out", dir);
-        int st = 0;
-        waitpid(bench_python(args, out_path, true), &st, 0);
+        int st = 0; /* (a PyTorch run that hangs is stopped: its figures are then missing) */
+        if (bench_wait_exit(bench_python(args, out_path, true), 3600, &st))
+            fprintf(stderr, "ps-bench train: %s ran for an hour: stopped\n", script);
         for (int i = nfixed; i < na; i++)
             free(args[i]);
         char last[400];
@@ -391,10 +392,18 @@ int bench_train_main(int argc, char **argv) {
     pw_train_result_t r;
     if (pw_train_run(&c, PW_FMT_CRITEO, trp, 1, tep, 1, &r))
         abort();
-    /* Dense FLOPs per sample: forward GEMMs and dot products, backward twice that. */
-    const int f = 27, np = f * (f - 1) / 2, d = (int)c.dim;
-    double fwd = 2.0 * (13 * 64 + 64 * 16) + 2.0 * np * d;
-    int in = d + np;
+    /* Dense FLOPs per sample: forward GEMMs and dot products, backward twice that (Criteo: 13
+     * dense features into the bottom MLP, 26 fields; the model's widths) */
+    double fwd = 0;
+    int in = 13;
+    for (char *p = c.bottom, *end; *p; p = *end ? end + 1 : end) { /* "64,16" */
+        const int w = (int)strtol(p, &end, 10);
+        fwd += 2.0 * in * w;
+        in = w;
+    }
+    const int f = 26 + 1, np = f * (f - 1) / 2, d = (int)c.dim;
+    fwd += 2.0 * np * d;
+    in = d + np;
     for (char *p = c.top, *end; *p; p = *end ? end + 1 : end) { /* "128,64,1" */
         const int w = (int)strtol(p, &end, 10);
         fwd += 2.0 * in * w;

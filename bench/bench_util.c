@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -198,6 +199,7 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]) {
     if (pid < 0)
         abort();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench that aborts leaves no server behind */
         cpu_set_t one; /* CPU 0 of bench_pin even when the caller is pinned elsewhere */
         if (o->pin && pin_set(o, 0, &one))
             sched_setaffinity(0, sizeof one, &one);
@@ -265,6 +267,15 @@ void bench_stop(int pid) {
     waitpid(pid, NULL, 0);
 }
 
+int bench_wait_exit(int pid, double seconds, int *status) {
+    for (uint64_t t0 = pc_time_mono_ns(); pc_time_sec_since(t0) < seconds; usleep(20000))
+        if (waitpid(pid, status, WNOHANG) == pid)
+            return 0;
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return -1;
+}
+
 bool bench_wait_file(const char *path, double seconds) {
     for (uint64_t t0 = pc_time_mono_ns(); pc_time_sec_since(t0) < seconds; usleep(10000))
         if (access(path, F_OK) == 0)
@@ -294,6 +305,7 @@ int bench_python(char *const args[], const char *out_path, bool merge_stderr) {
     if (pid < 0)
         abort();
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (!freopen(out_path, "w", stdout) || (merge_stderr && dup2(1, 2) < 0))
             _exit(127);
         setenv("PYTHONPATH", pypath, 1);

@@ -59,11 +59,14 @@ double bench_run_threads(int threads, void *(*fn)(void *), void **ctx);
 
 /* Processes next to the benchmark (ps-server, redis-server): a free loopback port; fork + exec
  * argv with the child pinned to the first CPU available (when pinning; that is CPU 0
- * of bench_pin, whichever CPU the caller is pinned to); SIGTERM and reap (SIGKILL
- * after 5 s); wait (bounded) for a file to appear. The path of a binary next to ps-bench. */
+ * of bench_pin, whichever CPU the caller is pinned to; it dies with ps-bench); SIGTERM and reap
+ * (SIGKILL after 5 s); wait for a child to exit for at most `seconds` (then SIGKILL: -1), its
+ * status into *status; wait (bounded) for a file to appear. The path of a binary next to
+ * ps-bench. */
 int bench_free_port(void);
 int bench_spawn(const bench_opts_t *o, char *const argv[]);
 void bench_stop(int pid);
+int bench_wait_exit(int pid, double seconds, int *status);
 bool bench_wait_file(const char *path, double seconds);
 void bench_sibling(const char *name, char *buf, size_t cap);
 /* The ps-server next to ps-bench on a free data port, started by bench_spawn (pinned to the

@@ -38,7 +38,9 @@ PKGS=(
   python3-venv python3-yaml systemd
   # the Python package (python/, under /usr/bin/python3) and its tests; PyTorch for
   # emberps.torch, examples/torch_dlrm.py and the PyTorch baselines of ps-bench
-  python3-numpy python3-cffi python3-setuptools python3-pytest python3-torch
+  # (python3-wheel: pip builds the package's wheel in the tests' venv; bookworm's setuptools
+  # needs it for bdist_wheel, and nothing above brings it)
+  python3-numpy python3-cffi python3-setuptools python3-wheel python3-pytest python3-torch
 )
 
 missing=()
@@ -55,6 +57,17 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 echo "install-deps: installing ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# (env: sudo drops an exported DEBIAN_FRONTEND; the lock timeout waits for a fresh VM's
+# unattended-upgrades instead of failing at once)
+apt=($SUDO env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600)
+"${apt[@]}" update -qq
+"${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The servers whose packages were installed here are tools of the tests (they start their own
+# on free loopback ports): their system daemons, started and enabled by the packages, go off.
+for svc in etcd redis-server; do
+  pkg=$([ "$svc" = etcd ] && echo etcd-server || echo "$svc")
+  if [[ " ${missing[*]} " == *" $pkg "* ]] && command -v systemctl >/dev/null &&
+    [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  fi
+done

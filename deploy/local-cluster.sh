@@ -81,7 +81,7 @@ up() {
     { echo "local-cluster.sh: no $bin/ps-server (build first, or give --bin-dir=DIR)" >&2; exit 1; }
   if [ -f "$dir/servers.txt" ]; then # any server of it still running: stopped first
     local alive=0
-    while read -r i dp gp mp pid; do ours "$pid" && alive=1; done <"$dir/servers.txt"
+    while read -r i dp gp mp pid; do ours "$pid" "$i" && alive=1; done <"$dir/servers.txt"
     [ $alive = 0 ] || { echo "local-cluster.sh: servers of a cluster in $dir still run (down first)" >&2; exit 1; }
   fi
   mkdir -p "$dir/logs"
@@ -174,21 +174,22 @@ status() {
   return $bad
 }
 
-# Whether pid is one of our ps-servers still (after a reboot or a crash the number may be
-# another process's, which down must not signal).
+# Whether pid is still server $2 of this cluster (after a reboot or a crash the number may be
+# another process's, which down must not signal): its command line names this directory's port
+# file. (Not its binary: down may be given another --bin-dir, and a rebuild replaces the file.)
 ours() {
-  [ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$(readlink -f "$bin/ps-server")" ]
+  tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | grep -qxF -- "--port-file=$dir/port-$2"
 }
 
 down() {
   [ -f "$dir/servers.txt" ] || return 0
-  while read -r i dp gp mp pid; do ours "$pid" && kill -TERM "$pid" 2>/dev/null || true; done <"$dir/servers.txt"
+  while read -r i dp gp mp pid; do ours "$pid" "$i" && kill -TERM "$pid" 2>/dev/null || true; done <"$dir/servers.txt"
   # a server writes its exit checkpoint before it exits: waited for up to STOP_WAIT_S (300, as
   # the systemd units and Kubernetes allow), then killed, which loses what it had not written
   local wait=${STOP_WAIT_S:-300}
   while read -r i dp gp mp pid; do
-    for ((t = 0; t < wait * 20; t++)); do ours "$pid" || break; sleep 0.05; done
-    ours "$pid" && { echo "server $i did not stop in $wait s: killing it (its exit checkpoint is lost)" >&2; kill -9 "$pid"; }
+    for ((t = 0; t < wait * 20; t++)); do ours "$pid" "$i" || break; sleep 0.05; done
+    ours "$pid" "$i" && { echo "server $i did not stop in $wait s: killing it (its exit checkpoint is lost)" >&2; kill -9 "$pid"; }
   done <"$dir/servers.txt"
   rm -f "$dir/servers.txt"
   echo "cluster down ($dir)"

@@ -33,8 +33,7 @@ echo "== dependencies"
 deploy/install-deps.sh
 echo "== build (build/, Release)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j2 >"${TMPDIR:-/tmp}/emberps-build.log" 2>&1 ||
-  { tail -n 30 "${TMPDIR:-/tmp}/emberps-build.log"; exit 1; }
+cmake --build build -j2 >build/build.log 2>&1 || { tail -n 30 build/build.log; exit 1; }
 
 # a cluster an earlier run left up (killed with it) goes first: its files are removed next
 deploy/local-cluster.sh down --dir="$run/cluster" >/dev/null 2>&1 || true
@@ -42,7 +41,8 @@ rm -rf "$run"
 mkdir -p "$run/data" "$run/workers"
 echo "== data: $rows training rows, $((rows / 10)) test rows (ps-datagen)"
 $bin/ps-datagen --rows="$rows" --test-rows=$((rows / 10)) --out="$run/data/train.tsv" \
-  --test-out="$run/data/test.tsv" --oracle-out="$run/data/oracle.json" 2>/dev/null
+  --test-out="$run/data/test.tsv" --oracle-out="$run/data/oracle.json" 2>"$run/data/datagen.log" ||
+  { tail -n 5 "$run/data/datagen.log"; exit 1; }
 split -n l/2 -d "$run/data/train.tsv" "$run/data/part-" # one file per worker (rank i: part-0i)
 rm "$run/data/train.tsv"
 
