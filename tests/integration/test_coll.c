@@ -147,7 +147,7 @@ static void test_groups_through_coordinator(void **state) {
     assert_int_equal(pw_coord_get(co, "once", &v, &n), 0);
     assert_true(n == 1 && memcmp(v, "a", 1) == 0);
     free(v);
-    run_group(pw_coord_kv(co), "job/gen/0", 2, 100000);
+    run_group(pw_coord_kv(co, 0), "job/gen/0", 2, 100000);
     pw_coord_close(co);
     pu_stop(pid);
     /* A server that is not the coordinator refuses. */

@@ -10,7 +10,8 @@
  *  - a ps-server coordinator (no store) killed and restarted empty, twice: the job's workers
  *    write their generation back and recovery works as before it (test_coordinator_restart);
  *  - every worker in recovery though none died: the next generation forms at once;
- *  - a job whose generation 0 never formed, started again: it forms under a fresh prefix.
+ *  - a job whose generation 0 never formed, started again: it forms under a fresh prefix; the
+ *    rendezvous keys carry a lease.
  * On etcd a lease's time left comes in whole seconds: a claim that judged renewals by it took a
  * dead holder for a live one. Every wait is bounded. */
 #include "proc_util.h"
@@ -360,6 +361,21 @@ static void test_unformed_restart(void **state) {
         assert_true(pw_group_gen(j[r].g) > 0);
     }
     assert_int_equal(pw_group_gen(j[0].g), pw_group_gen(j[1].g));
+    /* the generation's rendezvous keys expire (only a formation reads them): a long job's
+     * generations do not fill the coordinator */
+    pw_coord_t *co;
+    assert_int_equal(pw_coord_open(addr, NULL, 5000, &co), 0);
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "unformed/run/0/g/%llu/rdv/",
+             (unsigned long long)pw_group_gen(j[0].g));
+    pc_kv_entry_t *e;
+    size_t ne;
+    assert_int_equal(pw_coord_list(co, prefix, 0, &e, &ne), 0);
+    assert_true(ne > 0);
+    for (size_t k = 0; k < ne; k++) /* 2 x the rejoin timeout (20 s) + 60 s */
+        assert_true(e[k].lease_left_ms > 0 && e[k].lease_left_ms <= 100000);
+    pc_kv_entries_free(e, ne);
+    pw_coord_close(co);
     for (int r = 0; r < 2; r++)
         pw_group_close(j[r].g);
     pu_stop(pid);

@@ -13,6 +13,7 @@
 
 struct pw_coord {
     ps_coord_store_t st;
+    uint32_t kv_lease_ms; /* the lease of keys set through pw_coord_kv (0: none) */
 };
 
 int pw_coord_open(const char *addr, const psg_opts_t *sec, int timeout_ms, pw_coord_t **out) {
@@ -66,13 +67,15 @@ int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pc_kv_entry
 }
 
 static int kv_set(void *ctx, const char *key, const void *value, size_t len) {
-    return pw_coord_set(ctx, key, value, len);
+    pw_coord_t *c = ctx;
+    return pw_coord_set_lease(c, key, value, len, c->kv_lease_ms);
 }
 
 static int kv_get(void *ctx, const char *key, void **value, size_t *len) {
     return pw_coord_get(ctx, key, value, len);
 }
 
-pw_kv_t pw_coord_kv(pw_coord_t *c) {
+pw_kv_t pw_coord_kv(pw_coord_t *c, uint32_t lease_ms) {
+    c->kv_lease_ms = lease_ms;
     return (pw_kv_t){c, kv_set, kv_get};
 }

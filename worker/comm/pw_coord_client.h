@@ -45,7 +45,8 @@ int pw_coord_set_lease_if_absent(pw_coord_t *c, const char *key, const void *val
 int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pc_kv_entry_t **out,
                   size_t *n);
 
-/* The store as pw_coll.h wants it. */
-pw_kv_t pw_coord_kv(pw_coord_t *c);
+/* The store as pw_coll.h wants it; keys set through it expire lease_ms after they were set (0:
+ * never; the lease of the coordinator's last pw_coord_kv call). */
+pw_kv_t pw_coord_kv(pw_coord_t *c, uint32_t lease_ms);
 
 #endif

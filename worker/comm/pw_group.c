@@ -182,6 +182,17 @@ static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
     return false;
 }
 
+/* The lease of a generation's rendezvous keys: twice the longest wait of a formation (the
+ * collective or the rejoin timeout), and a minute. Only a formation reads them: after it they go,
+ * so a long job's generations do not fill the coordinator (65,536 keys at most) and a later
+ * process rarely meets an address of one that is gone. */
+static uint32_t rdv_lease_ms(const pw_group_t *g) {
+    const int64_t w =
+        g->o.timeout_ms > g->o.rejoin_timeout_ms ? g->o.timeout_ms : g->o.rejoin_timeout_ms;
+    const int64_t ms = 2 * w + 60000;
+    return ms < (int64_t)UINT32_MAX ? (uint32_t)ms : UINT32_MAX;
+}
+
 /* Whether a call that failed with rc is to be made again: the coordinator unreachable for now
  * (PC_EUNAVAIL; PC_ETIMEDOUT too when `timeouts`: a read, or a write whose double is harmless),
  * restarting or electing, for up to rejoin_timeout_ms; the first retry is said. */
@@ -216,7 +227,7 @@ static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms)
     if ((rc && rc != PC_ENOTFOUND) || (rc = set_str(g, key, v)))
         return rc;
     key_of(g, prefix, sizeof prefix, "g/%" PRId64 "/rdv", gen);
-    pw_kv_t kv = pw_coord_kv(g->coord);
+    pw_kv_t kv = pw_coord_kv(g->coord, rdv_lease_ms(g));
     const int me = index_of(m, n, g->o.rank);
     rc = pw_coll_create(&kv, prefix, me, n, g->host, timeout_ms, &g->coll);
     g->gen = gen; /* tried: a failed formation is not tried again */
@@ -755,7 +766,7 @@ pw_coll_t *pw_group_coll(pw_group_t *g) {
 }
 
 void pw_group_rendezvous(pw_group_t *g, const char *name, pw_kv_t *kv, char *prefix, size_t cap) {
-    *kv = pw_coord_kv(g->coord);
+    *kv = pw_coord_kv(g->coord, rdv_lease_ms(g));
     key_of(g, prefix, cap, "g/%" PRId64 "/%s", g->gen, name);
 }
 
