@@ -411,6 +411,37 @@ static void test_push_refused(void **state) {
     print_message("rank 1 exited %d: %s", rc1, log);
     assert_int_equal(rc1, 1);
     assert_non_null(strstr(log, "another worker's pushes failed"));
+    /* the same in async mode, where a round waits for no push: a later round's end tells */
+    const char *a0[] = {srv,
+                        coord,
+                        "--world=2",
+                        "--rank=0",
+                        "--job=refused-async",
+                        tr,
+                        "--batch=256",
+                        "--mode=async",
+                        "--rejoin-timeout-ms=1000",
+                        "--warm-start",
+                        NULL};
+    const char *a1[] = {srv,
+                        coord,
+                        "--world=2",
+                        "--rank=1",
+                        "--job=refused-async",
+                        tr,
+                        "--batch=12",
+                        "--mode=async",
+                        "--rejoin-timeout-ms=1000",
+                        "--warm-start",
+                        NULL};
+    r0 = worker_to(a0, out[0], err[0]);
+    r1 = worker_to(a1, out[1], err[1]);
+    const int ra0 = pu_reap(r0, 60), ra1 = pu_reap(r1, 60);
+    json_text(err[1], log, sizeof log);
+    print_message("async: rank 0 exited %d, rank 1 %d: %s", ra0, ra1, log);
+    assert_int_equal(ra0, 1);
+    assert_int_equal(ra1, 1);
+    assert_non_null(strstr(log, "another worker's pushes failed"));
     /* other settings: rank 1 with 16 KiB chunks ends (bad settings), rank 0 goes on alone (the
      * rows the first job pushed are taken over) */
     const char *m0[] = {srv,

@@ -216,12 +216,14 @@ static int run_mark(pw_job_t *j) {
     pw__log_step(t, r->id, "end");
     if (!t->grp)
         return prc;
-    if (prc)
+    /* (async: the round waits for no push; one of an earlier round that failed is told here) */
+    const int own = prc ? prc : atomic_load(&t->push_refused);
+    if (own)
         r->flag += PUSH_FAILED;
     int rc = coll_sum(t, &r->flag, 1, false);
     if (!rc && r->flag >= PUSH_FAILED) {
-        rc = prc ? prc : PC_EIO;
-        if (!prc)
+        rc = own ? own : PC_EIO;
+        if (!own)
             PC_ERROR("train: round %llu: another worker's pushes failed, not for a server "
                      "restart (its log says why): the job stops",
                      (unsigned long long)r->id);

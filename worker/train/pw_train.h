@@ -76,8 +76,7 @@
  * tried again every 200 ms for up to server_retry_ms (a restarted server restores its last
  * checkpoint); a push that fails so is not sent again (the servers that answered applied their
  * part; a restarted server lost it anyway): counted in lost_pushes, training goes on. A push
- * that fails otherwise (refused by a server) stops the job on every worker (in async mode, the
- * worker that pushed). With
+ * that fails otherwise (refused by a server) stops the job on every worker. With
  * on_server_loss=rollback, once the servers answer again the worker that saw a connection to a
  * server lost proposes a new generation; in it every member learns of the loss (an allreduce),
  * the group's rank 0 has every server restore its checkpoint of the latest coordinated one
