@@ -872,7 +872,12 @@ int main(int argc, char **argv) {
         ps_grpc_stop(s.grpc);
         ps_repl_end_t end;
         ps_repl_stop(s.repl, &end);
+        ps_dp_stats_t ds = {0}; /* the data plane serves from its start: pushes it took before */
+        if (s.dp)               /* a later step failed are written, as at a stop */
+            ps_dp_stats(s.dp, &ds);
         ps_dp_stop(s.dp);
+        if (ds.rows_pushed && s.cfg.ckpt_on_exit)
+            (void)checkpoint_now(&s, "a failed start, after pushes");
         ps_repl_record_end(&end, false, 0);
         ps_ckpt_destroy(s.ck);
         ps_catalog_destroy(s.cat);
