@@ -54,13 +54,29 @@ static int cm_alloc(size_t n, pc_cluster_map_t **out) {
     return 0;
 }
 
+/* "host:port": printable, none of ",;=", and a port up to 65535 in decimal without a leading
+ * zero (so that one server is not listed twice under two spellings: ":07000" and ":7000";
+ * ":99999" was taken, and wrapped, by the clients' conversion); port 0 stands for one not
+ * chosen yet (a lone server's map before it binds). */
 static int valid_addr(const char *a, size_t len) {
     if (len == 0 || len >= PC_ADDR_MAX)
         return 0;
     for (size_t i = 0; i < len; i++)
         if (!isgraph((unsigned char)a[i]) || a[i] == ',' || a[i] == ';' || a[i] == '=')
             return 0;
-    return 1;
+    size_t colon = len;
+    while (colon > 0 && a[colon - 1] != ':')
+        colon--;
+    const size_t digits = len - colon;
+    if (colon < 2 || digits == 0 || digits > 5 || (a[colon] == '0' && digits > 1))
+        return 0;
+    unsigned port = 0;
+    for (size_t i = colon; i < len; i++) {
+        if (!isdigit((unsigned char)a[i]))
+            return 0;
+        port = port * 10 + (unsigned)(a[i] - '0');
+    }
+    return port <= 65535;
 }
 
 int pc_cmap_create_even(uint64_t version, size_t n, const char *const *addrs,

@@ -77,8 +77,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
         code == MHD_HTTP_OK
             ? MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE)
             : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (code != MHD_HTTP_OK)
-        free(body);
+    if (code != MHD_HTTP_OK || !r)
+        free(body); /* (MHD owns it only once the response was made) */
     if (!r)
         return MHD_NO;
     if (code == MHD_HTTP_OK)

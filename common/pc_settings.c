@@ -352,9 +352,13 @@ int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const ch
             rc = PC_EINVAL;
             break;
         }
-        char *hash = strchr(line, '#');
-        if (hash)
-            *hash = '\0';
+        /* a comment: '#' at the line's start or after a blank (a value may hold one: a token,
+         * a path) */
+        for (char *hash = line; (hash = strchr(hash, '#')); hash++)
+            if (hash == line || hash[-1] == ' ' || hash[-1] == '\t') {
+                *hash = '\0';
+                break;
+            }
         const char *e = line + strlen(line);
         const char *b = trim(line, &e);
         if (b == e)

@@ -7,14 +7,16 @@
  *   defaults       pc_settings_defaults
  *   flags          pc_settings_parse_args   --name=value, --name value, --flag, --no-flag
  *   "a=1,b=2"      pc_settings_parse_list   (table specs, psctl arguments)
- *   config file    pc_settings_load_file    "name = value" lines, '#' comments
+ *   config file    pc_settings_load_file    "name = value" lines, comments from a '#' at a
+ *                                           line's start or after a blank
  *   environment    pc_settings_load_env     PREFIX_NAME=value
  *   --help         pc_settings_help (flags: --ckpt-dir), pc_settings_help_list (lists)
  *   effective      pc_settings_dump         (same syntax as the config file: round-trips)
  *
  * Value syntax: bool true/false/1/0/yes/no/on/off; int in decimal with optional decimal (k, M, G)
  * or binary (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer
- * size - 1 (in files and spec lists a string cannot hold '#' or ',').
+ * size - 1 (in spec lists a string cannot hold ','; in files it cannot hold " #", a blank and
+ * '#', nor begin with '#').
  * Every value is checked against the bounds before it is stored; on error nothing is stored and
  * `err` (may be NULL) receives one line naming the setting (as the flag, "--ckpt-dir", when it
  * came from one), the value and the rule (an enum's lists the choices).

@@ -196,6 +196,8 @@ int pc_tls_ctx_create(const pc_tls_opts_t *o, pc_tls_ctx_t **out, char *err, siz
         snprintf(err, cap, "%s (%s)", why, file);
         rc = PC_ETLS;
     }
+    if (!rc) /* (TLS 1.2: a peer's renegotiation is refused on both sides) */
+        SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION);
     if (!rc && o->server) {
         /* the server's order decides: AES-128-GCM even for a client that lists AES-256 first */
         SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);

@@ -216,10 +216,12 @@ static int load_settings(srv_cfg_t *c, int argc, char **argv) {
             exit(0);
         }
     }
-    /* The config file first (a --config flag names it), then environment, then flags. */
+    /* The config file first (a --config flag or PS_SERVER_CONFIG names it), then environment,
+     * then flags. */
     srv_cfg_t pre = *c;
     int argi = 1;
-    if (pc_settings_parse_args(k_settings, NSET, &pre, argc, argv, &argi, err, sizeof err)) {
+    if (pc_settings_load_env(k_settings, NSET, &pre, "PS_SERVER_", err, sizeof err) ||
+        pc_settings_parse_args(k_settings, NSET, &pre, argc, argv, &argi, err, sizeof err)) {
         fprintf(stderr, "ps-server: %s\n", err);
         return 2;
     }

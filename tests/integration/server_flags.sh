@@ -3,6 +3,7 @@
 #   --restore-id without --ckpt-dir   exit 2, naming --ckpt-dir (it started with empty tables,
 #                                     believing it restored)
 #   --no_<flag>                       as --no-<flag> ('-' and '_' are one)
+#   PS_SERVER_CONFIG                  the config file it names is read (it was ignored)
 #   a failed exit checkpoint          SIGTERM exits 1 (it exited 0: the pushes since the last
 #                                     checkpoint were gone without a sign)
 #   psctl reshard wait abc            exit 2 (it waited 0 seconds)
@@ -24,6 +25,12 @@ timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --restore-i
 cat "$dir/err"
 [ "$rc" = 2 ] && grep -q -- "--restore-id needs --ckpt-dir" "$dir/err" ||
   fail "--restore-id without --ckpt-dir: exit $rc"
+
+# a config file named by the environment is read (PS_SERVER_CONFIG was ignored)
+echo "grpc_threads = 3" >"$dir/server.conf"
+PS_SERVER_CONFIG="$dir/server.conf" "$bin/ps-server" --print-config >"$dir/cfg" 2>&1 ||
+  { cat "$dir/cfg"; fail "PS_SERVER_CONFIG: ps-server failed"; }
+grep -q "grpc_threads *= *3" "$dir/cfg" || { cat "$dir/cfg"; fail "PS_SERVER_CONFIG not read"; }
 
 rc=0
 "$bin/ps-server" --no_ckpt_on_exit --print-config >"$dir/cfg" 2>&1 || rc=$?

@@ -72,12 +72,16 @@ static void test_parse_errors(void **state) {
         "version=1;servers=a:1;slots=9-3:0",                       /* reversed range */
         "version=x;servers=a:1;slots=0-16383:0",
         "version=1;servers=a:1;slots=0-16383:0junk",
-        "version=1;servers=a:1slots=0-16383:0",                  /* missing separator */
-        "version=1;servers=a:1,a:1;slots=0-8191:0,8192-16383:1", /* duplicate server */
-        "version=1;servers=a:1;slots=0-16383:0,",                /* trailing comma */
-        "servers=a:1;version=1;slots=0-16383:0",                 /* fields out of order */
-        "version=1;servers=a=1;slots=0-16383:0",                 /* '=' in an address */
-        "version=1;servers=a:1;slots=0-16383:0;extra=1",         /* unknown field */
+        "version=1;servers=a:1slots=0-16383:0",                   /* missing separator */
+        "version=1;servers=a:1,a:1;slots=0-8191:0,8192-16383:1",  /* duplicate server */
+        "version=1;servers=a:1;slots=0-16383:0,",                 /* trailing comma */
+        "servers=a:1;version=1;slots=0-16383:0",                  /* fields out of order */
+        "version=1;servers=a=1;slots=0-16383:0",                  /* '=' in an address */
+        "version=1;servers=a:1,a:01;slots=0-8191:0,8192-16383:1", /* one server, two spellings */
+        "version=1;servers=a:99999;slots=0-16383:0",              /* port out of range */
+        "version=1;servers=a:x;slots=0-16383:0",                  /* port not a number */
+        "version=1;servers=a;slots=0-16383:0",                    /* no port */
+        "version=1;servers=a:1;slots=0-16383:0;extra=1",          /* unknown field */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
