@@ -658,13 +658,21 @@ static void on_hup(uv_signal_t *h, int sig) {
     (void)sig;
     server_t *s = h->data;
     pc_cluster_map_t *m;
-    if (!s->cfg.cluster_map_file[0] || read_map(&s->cfg, (int)s->cfg.port, &m))
+    if (!s->cfg.cluster_map_file[0])
         return;
-    if (!s->repl && !map_follows(s, m)) {
+    if (s->repl) { /* a file's map would change roles without a handover's cut: pushes lost */
+        PC_ERROR("cluster map file %s: not reloaded: with --cluster-coordinator the map is the "
+                 "servers' (failovers, resharding); move slots with psctl reshard",
+                 s->cfg.cluster_map_file);
+        return;
+    }
+    if (read_map(&s->cfg, (int)s->cfg.port, &m))
+        return;
+    if (!map_follows(s, m)) {
         pc_cmap_destroy(m);
         return;
     }
-    int rc = s->repl ? ps_repl_publish(s->repl, m) : ps_dp_set_map(s->dp, m);
+    int rc = ps_dp_set_map(s->dp, m);
     PC_INFO("cluster map reloaded: version %llu (%s)", (unsigned long long)pc_cmap_version(m),
             rc ? pc_strerror(rc) : "ok");
     pc_cmap_destroy(m);

@@ -186,9 +186,8 @@ struct ps_repl {
     pthread_t ctl, fol;
     atomic_bool stop;
     uint64_t start_ns;
-    pthread_mutex_t mu;        /* map, pending; held by the follower while it applies rows */
-    pc_cluster_map_t *map;     /* adopted */
-    pc_cluster_map_t *pending; /* ps_repl_publish: written by the controller's next tick */
+    pthread_mutex_t mu;    /* map; held by the follower while it applies rows */
+    pc_cluster_map_t *map; /* adopted */
     /* controller thread only (and start, before the threads) */
     bool lapsed;
     /* the run record (ps_repl.h "A restarted only holder"; controller, and start) */
@@ -339,40 +338,6 @@ static pc_cluster_map_t *map_copy(ps_repl_t *r) {
     pc_cmap_copy(r->map, &m);
     pthread_mutex_unlock(&r->mu);
     return m;
-}
-
-int ps_repl_publish(ps_repl_t *r, const pc_cluster_map_t *m) {
-    pc_cluster_map_t *c;
-    int rc = pc_cmap_copy(m, &c);
-    if (rc)
-        return rc;
-    pthread_mutex_lock(&r->mu);
-    pc_cmap_destroy(r->pending);
-    r->pending = c;
-    pthread_mutex_unlock(&r->mu);
-    return 0;
-}
-
-/* A map given by ps_repl_publish, as the next version. */
-static void publish_pending(ps_repl_t *r) {
-    pthread_mutex_lock(&r->mu);
-    pc_cluster_map_t *m = r->pending;
-    r->pending = NULL;
-    const uint64_t v = pc_cmap_version(r->map) + 1;
-    if (m) /* the count of unclean promotions goes on (pc_cluster.h "Losses") */
-        pc_cmap_unclean_at_least(m, pc_cmap_unclean(r->map));
-    pthread_mutex_unlock(&r->mu);
-    if (!m)
-        return;
-    if (pc_cmap_find(m, r->self_addr) != (int)r->o.self || pc_cmap_bump(m, v)) {
-        PC_ERROR("replication: the new map does not have this server as server %u: not "
-                 "published",
-                 r->o.self);
-        pc_cmap_destroy(m);
-        return;
-    }
-    if (change_map(r, m, "a new map given to this server (SIGHUP)") == PC_EEXIST)
-        PC_WARN("replication: the new map lost its version to another change: give it again");
 }
 
 /* ==== the controller ======================================================================= */
@@ -1012,7 +977,6 @@ static void *ctl_main(void *arg) {
         refresh(r);
         if (!r->recorded)
             run_begin(r);
-        publish_pending(r);
         if (r->lapsed) {
             confirm(r);
         } else {
@@ -1843,7 +1807,6 @@ static void run_begin(ps_repl_t *r) {
 
 static void repl_free(ps_repl_t *r) {
     pc_cmap_destroy(r->map);
-    pc_cmap_destroy(r->pending);
     pc_cmap_destroy(r->target);
     pc_cmap_destroy(r->released_map);
     pc_sfree(r->seen);

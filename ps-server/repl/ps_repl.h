@@ -72,11 +72,6 @@ typedef struct ps_repl_opts {
 int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
                   const pc_cluster_map_t *initial, const ps_repl_opts_t *o, ps_repl_t **out);
 
-/* Publish `m` (a new map file, SIGHUP) as the next map version: handed to the controller, which
- * writes it at its next tick (logged; lost to a concurrent change, it is to be given again).
- * Any thread; returns at once (PC_ENOMEM). */
-int ps_repl_publish(ps_repl_t *r, const pc_cluster_map_t *m);
-
 /* What the run record needs after the threads stopped (ps_repl_stop fills it). */
 typedef struct ps_repl_end {
     ps_coord_store_t store; /* borrowed: the one given to ps_repl_start */
