@@ -224,6 +224,21 @@ static void on_nested(void *ctx, uint64_t id, int rc) {
     atomic_store(&d->done, 1);
 }
 
+/* A client of the server at data port `port` (its address into one) that gives up after two
+ * retries, and keys spread over both servers' slots: the failure-detail tests'. */
+static psc_t *detail_client(int port, char *one, size_t cap) {
+    snprintf(one, cap, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = one, .timeout_ms = 5000, .retries = 2};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    return c;
+}
+
+static void spread_keys(uint64_t *keys, int n) {
+    for (int i = 0; i < n; i++)
+        keys[i] = (uint64_t)i * 0x9E3779B97F4A7C15ULL;
+}
+
 static void assert_has(const char *text, const char *part) {
     if (!strstr(text, part))
         fail_msg("\"%s\" does not contain \"%s\"", text, part);
@@ -242,17 +257,13 @@ static void test_error_detail(void **state) {
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     const char *extra[] = {maparg, tables, NULL};
     pid_t s0 = pu_spawn(p0, dir, extra, NULL), s1 = pu_spawn(p1, dir, extra, NULL);
-    snprintf(one, sizeof one, "127.0.0.1:%d", p0);
     snprintf(a0, sizeof a0, "127.0.0.1:%d", p0);
     snprintf(a1, sizeof a1, "127.0.0.1:%d", p1);
-    psc_opts_t o = {.servers = one, .timeout_ms = 5000, .retries = 2};
-    psc_t *c;
-    assert_int_equal(psc_connect(&o, &c), 0);
+    psc_t *c = detail_client(p0, one, sizeof one);
     enum { N = 200 };
     uint64_t keys[N], id;
     static float rows[N * D];
-    for (int i = 0; i < N; i++)
-        keys[i] = (uint64_t)i * 0x9E3779B97F4A7C15ULL; /* both servers' slots */
+    spread_keys(keys, N);
     /* a success: no detail */
     assert_int_equal(psc_pull_async(c, "emb", keys, N, D, rows, NULL, NULL, &id), 0);
     strcpy(why, "x");
@@ -324,15 +335,11 @@ static void test_map_host_name(void **state) {
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     const char *extra[] = {maparg, tables, NULL};
     pid_t s0 = pu_spawn(p0, dir, extra, NULL);
-    snprintf(one, sizeof one, "127.0.0.1:%d", p0);
-    psc_opts_t o = {.servers = one, .timeout_ms = 5000, .retries = 2};
-    psc_t *c;
-    assert_int_equal(psc_connect(&o, &c), 0);
+    psc_t *c = detail_client(p0, one, sizeof one);
     enum { N = 200 };
     uint64_t keys[N], id;
     static float rows[N * D];
-    for (int i = 0; i < N; i++)
-        keys[i] = (uint64_t)i * 0x9E3779B97F4A7C15ULL; /* both servers' slots */
+    spread_keys(keys, N);
     for (int k = 0; k < 2; k++) {
         assert_int_equal(psc_pull_async(c, "emb", keys, N, D, rows, NULL, NULL, &id), 0);
         assert_int_equal(psc_wait_detail(c, id, why, sizeof why), PC_EINVAL);
