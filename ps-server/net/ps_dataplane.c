@@ -667,6 +667,11 @@ int ps_dp_push(ps_dp_t *dp, ps_table_t *t, const uint64_t *keys, size_t n, const
         snprintf(why, cap, "%s", k_push_fenced);
         return PC_EUNAVAIL;
     }
+    if (!ps_dp_owns(dp, keys, n)) { /* checked once counted (see do_batch): a handover waits */
+        atomic_fetch_sub(&dp->pushing, 1);
+        snprintf(why, cap, "a key's slot is not this server's (the map changed)");
+        return PC_EWRONGSLOT;
+    }
     const int rc = ps_table_push(t, keys, n, grads, nf, res);
     atomic_fetch_sub(&dp->pushing, 1); /* applied and in the change log */
     if (!rc)
@@ -893,16 +898,21 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, rc, msg);
         return;
     }
+    /* A push is counted first, then its slots checked: a handover fences and waits for the
+     * counted pushes before the map changes, so a push checked under the old map is one it
+     * waits for (checked before being counted, one could be applied after the handover) */
+    const bool counted = h->op == PC_OP_PUSH;
+    if (counted && !push_enter(dp)) {
+        reply_error(c, h, PC_EUNAVAIL, k_push_fenced);
+        return;
+    }
     if (!ps_dp_owns(dp, b.keys, b.n)) {
+        if (counted)
+            atomic_fetch_sub(&dp->pushing, 1);
         note_newer_map(dp, h->map_version);
         reply_error(c, h, PC_EWRONGSLOT, NULL);
         return;
     }
-    if (h->op == PC_OP_PUSH && !push_enter(dp)) {
-        reply_error(c, h, PC_EUNAVAIL, k_push_fenced);
-        return;
-    }
-    const bool counted = h->op == PC_OP_PUSH;
     ps_table_t *t;
     if ((rc = ps_catalog_acquire(dp->cat, b.name, &t))) {
         char why[96];

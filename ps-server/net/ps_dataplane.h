@@ -129,10 +129,10 @@ bool ps_dp_backup_synced(ps_dp_t *dp, uint32_t server, uint64_t slack, char *beh
 uint64_t ps_dp_newer_map(ps_dp_t *dp);
 
 /* A push from outside the data plane (the gRPC API) into t: under the data plane's fence
- * (PC_EUNAVAIL while the lease lapsed or a handover runs; counted for ps_dp_pushes_idle), and
- * refused (PC_EUNSUPPORTED) while this server's slots have backups: only the data plane answers a
- * push once they hold it. Else ps_table_push's result. why gets one line on failure. Any
- * thread. */
+ * (PC_EUNAVAIL while the lease lapsed or a handover runs; counted for ps_dp_pushes_idle, then
+ * its keys' slots checked: PC_EWRONGSLOT), and refused (PC_EUNSUPPORTED) while this server's
+ * slots have backups: only the data plane answers a push once they hold it. Else
+ * ps_table_push's result. why gets one line on failure. Any thread. */
 int ps_dp_push(ps_dp_t *dp, ps_table_t *t, const uint64_t *keys, size_t n, const float *grads,
                size_t nf, ps_push_result_t *res, char *why, size_t cap);
 
