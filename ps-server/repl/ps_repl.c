@@ -165,6 +165,7 @@ typedef struct source {
     bool resync;        /* the primary's table was replaced while this one followed it: its copy's
                          * first part tells a replacement in the same run (fell_behind) from a
                          * takeover (another run's table: this copy holds every push) */
+    int failing;        /* this table's own error in the last round (said once while it lasts) */
     copy_t cp;
 } source_t;
 
@@ -1546,11 +1547,21 @@ static long follow_round(ps_repl_t *r, primary_t *pr, const pc_cluster_map_t *m,
             src->need_copy = true;
             src->following = false;
             copy_end(src); /* one under way starts over: its first part gives the position */
-        } else if (rc) {
+        } else if (rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ECLOSED || rc == PC_ETLS ||
+                   rc == PC_EAUTH) { /* the primary: down, or refusing us */
             PC_WARN("replication: table %s of %s: %s", src->table, pc_cmap_addr(m, pr->server),
                     why[0] ? why : pc_strerror(rc));
             return rc;
+        } else if (rc) { /* this table's own (a damaged record, another dim, memory): the others
+                          * go on; it stays uncaught, so this server's mark stays */
+            if (rc != src->failing)
+                PC_WARN("replication: table %s of %s: %s (its other tables go on)", src->table,
+                        pc_cmap_addr(m, pr->server), why[0] ? why : pc_strerror(rc));
+            src->failing = rc;
+            src->caught = false;
+            continue;
         }
+        src->failing = 0;
     }
     bool caught = !atomic_load(&r->stop);
     for (size_t i = 0; i < pr->nsrc && caught; i++)
