@@ -466,7 +466,10 @@ void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *
         if (!buf)
             return;
         pc_settings_format(&tab[i], obj, buf, cap);
-        fprintf(out, "%s = %s\n", tab[i].name, buf);
+        if (tab[i].secret && buf[0]) /* (printed configurations end up in logs) */
+            fprintf(out, "# %s = (set, not shown)\n", tab[i].name);
+        else
+            fprintf(out, "%s = %s\n", tab[i].name, buf);
         free(buf);
     }
 }

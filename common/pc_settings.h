@@ -11,7 +11,8 @@
  *                                           line's start or after a blank
  *   environment    pc_settings_load_env     PREFIX_NAME=value
  *   --help         pc_settings_help (flags: --ckpt-dir), pc_settings_help_list (lists)
- *   effective      pc_settings_dump         (same syntax as the config file: round-trips)
+ *   effective      pc_settings_dump         (same syntax as the config file: round-trips,
+ *                                           except secrets: "name = (set)" or empty)
  *
  * Value syntax: bool true/false/1/0/yes/no/on/off; int in decimal with optional decimal (k, M, G)
  * or binary (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer
@@ -49,18 +50,39 @@ typedef struct pc_setting {
     const char *def;            /* default, in value syntax */
     const char *const *choices; /* ENUM: NULL-terminated names, stored as their index */
     const char *help;           /* one line */
+    bool secret;                /* STRING: a token; pc_settings_dump does not print its value */
 } pc_setting_t;
 
-#define PC_SETTING_BOOL(T, field, def, help) \
-    { #field, PC_SET_BOOL, offsetof(T, field), sizeof(((T *)0)->field), 0, 1, def, NULL, help }
-#define PC_SETTING_INT(T, field, lo, hi, def, help) \
-    { #field, PC_SET_INT, offsetof(T, field), sizeof(((T *)0)->field), lo, hi, def, NULL, help }
-#define PC_SETTING_DOUBLE(T, field, lo, hi, def, help) \
-    { #field, PC_SET_DOUBLE, offsetof(T, field), sizeof(((T *)0)->field), lo, hi, def, NULL, help }
-#define PC_SETTING_ENUM(T, field, choices, def, help) \
-    { #field, PC_SET_ENUM, offsetof(T, field), sizeof(((T *)0)->field), 0, 0, def, choices, help }
-#define PC_SETTING_STRING(T, field, def, help) \
-    { #field, PC_SET_STRING, offsetof(T, field), sizeof(((T *)0)->field), 0, 0, def, NULL, help }
+#define PC_SETTING_BOOL(T, field, def, help)                                                     \
+    {                                                                                            \
+#field, PC_SET_BOOL, offsetof(T, field), sizeof(((T *)0)->field), 0, 1, def, NULL, help, \
+            false                                                                                \
+    }
+#define PC_SETTING_INT(T, field, lo, hi, def, help)                                               \
+    {                                                                                             \
+#field, PC_SET_INT, offsetof(T, field), sizeof(((T *)0)->field), lo, hi, def, NULL, help, \
+            false                                                                                 \
+    }
+#define PC_SETTING_DOUBLE(T, field, lo, hi, def, help)                                         \
+    {                                                                                          \
+#field, PC_SET_DOUBLE, offsetof(T, field), sizeof(((T *)0)->field), lo, hi, def, NULL, \
+            help, false                                                                        \
+    }
+#define PC_SETTING_ENUM(T, field, choices, def, help)                                         \
+    {                                                                                         \
+#field, PC_SET_ENUM, offsetof(T, field), sizeof(((T *)0)->field), 0, 0, def, choices, \
+            help, false                                                                       \
+    }
+#define PC_SETTING_STRING(T, field, def, help)                                                     \
+    {                                                                                              \
+#field, PC_SET_STRING, offsetof(T, field), sizeof(((T *)0)->field), 0, 0, def, NULL, help, \
+            false                                                                                  \
+    }
+#define PC_SETTING_SECRET(T, field, help)                                                         \
+    {                                                                                             \
+#field, PC_SET_STRING, offsetof(T, field), sizeof(((T *)0)->field), 0, 0, "", NULL, help, \
+            true                                                                                  \
+    }
 
 /* Store every default. Returns 0, or PC_EINVAL if a default violates its own rule (a bug). */
 int pc_settings_defaults(const pc_setting_t *tab, size_t n, void *obj);

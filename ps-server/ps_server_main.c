@@ -101,11 +101,11 @@ static const pc_setting_t k_settings[] = {
                    "Prometheus /metrics port (0: any, -1: off)"),
     PC_SETTING_INT(T, metrics_max_connections, 1, 10000, "64",
                    "most HTTP connections /metrics holds at once (more wait)"),
-    PC_SETTING_STRING(T, admin_token, "", "token for CreateTable/DropTable/Checkpoint (gRPC)"),
+    PC_SETTING_SECRET(T, admin_token, "token for CreateTable/DropTable/Checkpoint (gRPC)"),
     PC_SETTING_STRING(T, cluster_map, "", "cluster map text (empty: this server owns every slot)"),
     PC_SETTING_STRING(T, cluster_map_file, "", "file holding the cluster map (reread on SIGHUP)"),
     PC_SETTING_INT(T, server_index, -1, 1023, "-1", "index in the map (-1: find host:port)"),
-    PC_SETTING_STRING(T, token, "", "shared token every connection must present"),
+    PC_SETTING_SECRET(T, token, "shared token every connection must present"),
     PC_SETTING_STRING(
         T, tls_cert, "",
         "PEM certificate chain: with tls_key, gRPC and the data plane serve TLS only"),

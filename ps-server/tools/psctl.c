@@ -55,7 +55,7 @@ static const pc_setting_t k_opts[] = {
     PC_SETTING_STRING(T, coordinator, "",
                       "workers: the coordinator, a ps-server's gRPC address or "
                       "etcd://HOST:PORT[,...][/PREFIX] (\"\": --server)"),
-    PC_SETTING_STRING(T, token, "", "token (x-emberps-token), or the admin token"),
+    PC_SETTING_SECRET(T, token, "token (x-emberps-token), or the admin token"),
     PC_SETTING_BOOL(T, tls, "false", "speak TLS, verifying the server with the system's roots"),
     PC_SETTING_STRING(T, tls_ca, "", "PEM CA the server's certificate chains to (TLS on)"),
     PC_SETTING_STRING(T, tls_cert, "", "PEM client certificate (servers with tls_client_auth)"),

@@ -4,6 +4,7 @@
 #                                     believing it restored)
 #   --no_<flag>                       as --no-<flag> ('-' and '_' are one)
 #   PS_SERVER_CONFIG                  the config file it names is read (it was ignored)
+#   --print-config                    tokens not shown (it printed them)
 #   a failed exit checkpoint          SIGTERM exits 1 (it exited 0: the pushes since the last
 #                                     checkpoint were gone without a sign)
 #   psctl reshard wait abc            exit 2 (it waited 0 seconds)
@@ -31,6 +32,10 @@ echo "grpc_threads = 3" >"$dir/server.conf"
 PS_SERVER_CONFIG="$dir/server.conf" "$bin/ps-server" --print-config >"$dir/cfg" 2>&1 ||
   { cat "$dir/cfg"; fail "PS_SERVER_CONFIG: ps-server failed"; }
 grep -q "grpc_threads *= *3" "$dir/cfg" || { cat "$dir/cfg"; fail "PS_SERVER_CONFIG not read"; }
+# --print-config does not print tokens (its output goes to logs)
+"$bin/ps-server" --token=s3cret-value --print-config >"$dir/cfg" 2>&1
+! grep -q "s3cret-value" "$dir/cfg" || { cat "$dir/cfg"; fail "--print-config printed the token"; }
+grep -q "^# token = (set, not shown)" "$dir/cfg" || { cat "$dir/cfg"; fail "--print-config: no token line"; }
 
 rc=0
 "$bin/ps-server" --no_ckpt_on_exit --print-config >"$dir/cfg" 2>&1 || rc=$?

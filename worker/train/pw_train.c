@@ -49,7 +49,7 @@ static const char *const k_wire_dtype[] = {"f32", "bf16", "f16", NULL}; /* PSC_W
 static const pc_setting_t k_settings[] = {
     PC_SETTING_STRING(T, servers, "", "the servers: a cluster map, or host:port of any server"),
     PC_SETTING_STRING(T, table_name, "emb", "the servers' embedding table"),
-    PC_SETTING_STRING(T, token, "", "the servers' token (ps-server --token)"),
+    PC_SETTING_SECRET(T, token, "the servers' token (ps-server --token)"),
     PC_SETTING_STRING(T, tls_ca, "",
                       "PEM CA bundle the servers' certificates chain to: connect with TLS"),
     PC_SETTING_STRING(T, tls_cert, "", "PEM client certificate (servers with tls_client_auth)"),

@@ -191,8 +191,8 @@ typedef struct small {
 
 static void test_bad_declaration(void **state) {
     (void)state;
-    const pc_setting_t bad[] = {
-        {"n", PC_SET_INT, offsetof(small_t, n), sizeof(int), 0, 10, "1", NULL, "an int field"}};
+    const pc_setting_t bad[] = {{"n", PC_SET_INT, offsetof(small_t, n), sizeof(int), 0, 10, "1",
+                                 NULL, "an int field", false}};
     small_t x;
     assert_int_equal(pc_settings_defaults(bad, 1, &x), PC_EINVAL);
 }
