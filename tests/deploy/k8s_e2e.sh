@@ -88,7 +88,9 @@ EOF
 chmod +x "$tmp/shim/getent"
 export PATH="$tmp/shim:$bin:$PATH"
 
-base=$((20000 + ($$ % 800) * 20))
+# (below 32768, where Linux's ephemeral ports start: above it any test's outgoing connection
+# could hold one of these, as it once held the replica's metrics port)
+base=$((20000 + ($$ % 600) * 20))
 sets=(--set EMBER_PORT_STRIDE=1 --set EMBER_DATA_PORT=$base --set EMBER_GRPC_PORT=$((base + 5))
       --set EMBER_METRICS_PORT=$((base + 10)) --set EMBER_DATAGEN_ROWS=300000
       --set EMBER_DATAGEN_TEST_ROWS=5000 --set EMBER_JOBCKPT_EVERY=40
