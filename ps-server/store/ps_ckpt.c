@@ -398,7 +398,8 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
     return rc;
 }
 
-/* Write MANIFEST.json into `tmpdir`: temporary name, fsync, rename, fsync the directory. */
+/* Write MANIFEST.json into `tmpdir`, sealed, atomically (pc_fs_write_atomic: a temporary
+ * name, fsync, rename, fsync of the directory). */
 static int manifest_write(const char *tmpdir, const manifest_t *m) {
     cJSON *root = cJSON_CreateObject(), *tabs = cJSON_AddArrayToObject(root, "tables");
     cJSON_AddNumberToObject(root, "format", MANIFEST_FORMAT);
@@ -452,20 +453,10 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
     cJSON_free(json);
     if (!text)
         return PC_ENOMEM; /* an item could not be built: publish nothing */
-    char tmp[PBUF + 32], final[PBUF + 32];
-    snprintf(tmp, sizeof tmp, "%s/%s.tmp", tmpdir, MANIFEST);
+    char final[PBUF + 32];
     snprintf(final, sizeof final, "%s/%s", tmpdir, MANIFEST);
-    int rc = 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 || write(fd, text, tlen) != (ssize_t)tlen || fsync(fd) != 0)
-        rc = errno == ENOSPC ? PC_ENOSPC : PC_EIO;
-    if (fd >= 0)
-        close(fd);
+    const int rc = pc_fs_write_atomic(final, text, tlen);
     CK_FREE(text, tlen + 1);
-    if (!rc && rename(tmp, final) != 0)
-        rc = PC_EIO;
-    if (!rc)
-        rc = pc_fs_fsync_path(tmpdir);
     return rc;
 }
 

@@ -278,8 +278,7 @@ static int hook_del(void *ctx, const uint64_t *keys, size_t n) {
 }
 
 static bool hook_writable(void *ctx) {
-    ps_tier_t *tier = ((tier_cf_t *)ctx)->tier;
-    return free_refresh(tier, false) && !write_failed_lately(tier);
+    return ps_tier_writable(((tier_cf_t *)ctx)->tier);
 }
 
 /* A page of keys from *start on: one iterator per page (its own implicit snapshot), which
@@ -734,7 +733,7 @@ int ps_tier_stats(ps_tier_t *tier, ps_tier_stats_t *o) {
         o->rows_estimate += prop_u64(tier, tier->cfs[i].h, "rocksdb.estimate-num-keys");
     }
     pthread_mutex_unlock(&tier->mu);
-    o->writable = free_refresh(tier, false) && !write_failed_lately(tier);
+    o->writable = ps_tier_writable(tier);
     o->free_bytes = atomic_load(&tier->free_bytes);
     o->min_free_bytes = tier->min_free;
     o->writes_refused = atomic_load(&tier->refused);

@@ -239,14 +239,13 @@ static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms)
     memmove(g->formed_members, m, (size_t)n * sizeof *m); /* m may be g->members */
     if (me == 0) { /* the group works: the marks are tried until the coordinator gives up */
         uint64_t since = 0;
-        key_of(g, key, sizeof key, "g/%" PRId64 "/formed", gen);
-        while ((rc = set_str(g, key, "1")))
-            if (coord_gave_up(g, &since, rc))
-                return rc;
-        key_of(g, key, sizeof key, "started");
-        while ((rc = set_str(g, key, "1")))
-            if (coord_gave_up(g, &since, rc))
-                return rc;
+        const char *const marks[] = {"g/%" PRId64 "/formed", "started"};
+        for (int i = 0; i < 2; i++) {
+            key_of(g, key, sizeof key, marks[i], gen);
+            while ((rc = set_str(g, key, "1")))
+                if (coord_gave_up(g, &since, rc))
+                    return rc;
+        }
     }
     PC_INFO("group: generation %" PRId64 " formed: %d worker(s), this one is %d", gen, n, me);
     return 0;
