@@ -855,11 +855,8 @@ static versus_t against_torch(bench_t *b, psg_t **c, int rounds, double secs) {
     close(to_py[1]);
     close(from_py[0]);
     int st = 0;
-    for (const double t0 = now_s(); now_s() - t0 < 60; usleep(20000))
-        if (waitpid(py, &st, WNOHANG) == py)
-            break;
+    (void)bench_wait_exit(py, 60, &st); /* (killed past a minute) */
     forget(b, py);
-    bench_stop(py);       /* a no-op when it ended */
     while (nq < rounds) { /* no torch: the Predict rounds alone */
         const double t0 = now_s(), d0 = cpu_seconds(b->serve_pid), c0 = cpu_seconds(getpid());
         qps[nq++] = closed_loop(b, c, secs, &v.failed);

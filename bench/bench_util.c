@@ -254,26 +254,20 @@ int bench_ps_server_at(const bench_opts_t *o, const char *area, const char *dir,
     return pid;
 }
 
-void bench_stop(int pid) {
-    if (pid <= 0)
-        return;
-    kill(pid, SIGTERM);
-    for (int i = 0; i < 500; i++) {
-        if (waitpid(pid, NULL, WNOHANG) == pid)
-            return;
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-}
-
 int bench_wait_exit(int pid, double seconds, int *status) {
-    for (uint64_t t0 = pc_time_mono_ns(); pc_time_sec_since(t0) < seconds; usleep(20000))
+    for (uint64_t t0 = pc_time_mono_ns(); pc_time_sec_since(t0) < seconds; usleep(10000))
         if (waitpid(pid, status, WNOHANG) == pid)
             return 0;
     kill(pid, SIGKILL);
     waitpid(pid, status, 0);
     return -1;
+}
+
+void bench_stop(int pid) {
+    if (pid <= 0)
+        return;
+    kill(pid, SIGTERM);
+    (void)bench_wait_exit(pid, 5, NULL);
 }
 
 bool bench_wait_file(const char *path, double seconds) {

@@ -200,7 +200,7 @@ int pc_tls_ctx_create(const pc_tls_opts_t *o, pc_tls_ctx_t **out, char *err, siz
         SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION);
     if (!rc && o->server) {
         /* the server's order decides: AES-128-GCM even for a client that lists AES-256 first */
-        SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_CIPHER_SERVER_PREFERENCE);
+        SSL_CTX_set_options(t->ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
         SSL_CTX_set_num_tickets(t->ctx, 0); /* no resumption: connections are long-lived */
         int mode = SSL_VERIFY_NONE;
         if (o->client_auth != PC_TLS_AUTH_NONE) {

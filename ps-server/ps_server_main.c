@@ -325,9 +325,19 @@ static int start_repl(server_t *s, const pc_cluster_map_t *map) {
     return rc ? 1 : 0;
 }
 
+/* This server's index in map m: --server-index, else where m lists host:port (port 0: the first,
+ * a lone server's map before it binds); -1 when m does not list it. `addr` gets host:port. */
+static int self_index(const srv_cfg_t *c, int port, const pc_cluster_map_t *m,
+                      char addr[PC_ADDR_MAX]) {
+    snprintf(addr, PC_ADDR_MAX, "%s:%d", c->host, port);
+    if (c->server_index >= 0)
+        return (int)c->server_index;
+    return port ? pc_cmap_find(m, addr) : 0;
+}
+
 /* Read the map text from the setting or the file (whole: a map of 1024 servers is long). */
 static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
-    char *text = NULL, err[256];
+    char *text = NULL, lone[PC_ADDR_MAX + 64], err[256];
     int rc = 0;
     if (c->cluster_map_file[0]) {
         size_t n = 0;
@@ -339,16 +349,13 @@ static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
             return PC_EIO;
         }
         text[strcspn(text, "\r\n")] = '\0';
-    } else {
-        const size_t cap = sizeof c->cluster_map + PC_ADDR_MAX + 64;
-        if (!(text = malloc(cap)))
-            return PC_ENOMEM;
-        if (c->cluster_map[0])
-            snprintf(text, cap, "%s", c->cluster_map);
-        else
-            snprintf(text, cap, "version=1;servers=%s:%d;slots=0-16383:0", c->host, port);
+    } else if (!c->cluster_map[0]) { /* a lone server's */
+        snprintf(lone, sizeof lone, "version=1;servers=%s:%d;slots=0-16383:0", c->host, port);
     }
-    rc = pc_cmap_parse(text, out, err, sizeof err);
+    rc = pc_cmap_parse(text                ? text
+                       : c->cluster_map[0] ? c->cluster_map
+                                           : lone,
+                       out, err, sizeof err);
     free(text);
     if (rc)
         PC_ERROR("cluster map: %s", err);
@@ -636,7 +643,7 @@ static bool map_follows(server_t *s, const pc_cluster_map_t *m) {
     uint64_t now = 0;
     free(ps_dp_map_text(s->dp, &now));
     char addr[PC_ADDR_MAX];
-    snprintf(addr, sizeof addr, "%s:%d", s->cfg.host, ps_dp_port(s->dp));
+    const int self = self_index(&s->cfg, ps_dp_port(s->dp), m, addr);
     if (pc_cmap_version(m) <= now) {
         PC_ERROR("cluster map file %s: version %llu is not newer than the map followed (%llu): "
                  "not taken (raise version=)",
@@ -644,8 +651,7 @@ static bool map_follows(server_t *s, const pc_cluster_map_t *m) {
                  (unsigned long long)now);
         return false;
     }
-    if (s->self >= pc_cmap_nservers(m) ||
-        (s->cfg.server_index < 0 && pc_cmap_find(m, addr) != (int)s->self)) {
+    if (s->self >= pc_cmap_nservers(m) || self != (int)s->self) {
         PC_ERROR("cluster map file %s: server %u is not %s there: not taken (servers keep their "
                  "places in the list)",
                  s->cfg.cluster_map_file, s->self, addr);
@@ -726,15 +732,11 @@ int main(int argc, char **argv) {
     /* The map (and our index) first: logs carry the shard id. */
     if ((rc = read_map(&s.cfg, (int)s.cfg.port, &map)))
         return 2;
-    int self = (int)s.cfg.server_index;
+    char addr[PC_ADDR_MAX];
+    const int self = self_index(&s.cfg, (int)s.cfg.port, map, addr);
     if (self < 0) {
-        char addr[PC_ADDR_MAX];
-        snprintf(addr, sizeof addr, "%s:%d", s.cfg.host, (int)s.cfg.port);
-        self = s.cfg.port ? pc_cmap_find(map, addr) : 0;
-        if (self < 0) {
-            fprintf(stderr, "ps-server: %s is not in the cluster map (set --server-index)\n", addr);
-            return 2;
-        }
+        fprintf(stderr, "ps-server: %s is not in the cluster map (set --server-index)\n", addr);
+        return 2;
     }
     if ((size_t)self >= pc_cmap_nservers(map)) {
         fprintf(stderr, "ps-server: server_index %d: the map has %zu servers\n", self,

@@ -235,12 +235,13 @@ static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms)
         return rc;
     g->grank = me;
     g->gsize = n;
+    const bool first_formed = g->formed < 0; /* (the run's `started` mark: once a process) */
     g->formed = gen;
     memmove(g->formed_members, m, (size_t)n * sizeof *m); /* m may be g->members */
     if (me == 0) { /* the group works: the marks are tried until the coordinator gives up */
         uint64_t since = 0;
         const char *const marks[] = {"g/%" PRId64 "/formed", "started"};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < (first_formed ? 2 : 1); i++) {
             key_of(g, key, sizeof key, marks[i], gen);
             while ((rc = set_str(g, key, "1")))
                 if (coord_gave_up(g, &since, rc))
