@@ -1,6 +1,7 @@
 /* sv_model.c: see sv_model.h. A pool of evaluators (model instance + step) behind a mutex and a
- * condition variable; loading builds every instance from the card, loads the weights into each
- * and warms each with a synthetic batch before the model is returned.
+ * condition variable; loading builds every instance from the card, reads the weights file once
+ * (its checksum checked once) into each and warms each with a synthetic batch before the model is
+ * returned.
  *
  * DESIGN: the step's dense optimizer is never used (serving never trains); it is SGD, which keeps
  * no state, only because pw_step owns one. The synthetic batch has every field once with the
@@ -14,6 +15,7 @@
 #include "pc_log.h"
 #include "pw_backend.h"
 #include "pw_dense_optim.h"
+#include "pw_model_io.h"
 #include "pw_step.h"
 
 #include <math.h>
@@ -100,7 +102,7 @@ static int warm(sv_model_t *m, sv_eval_t *e, char *why, size_t cap) {
     return rc;
 }
 
-static int eval_init(sv_model_t *m, sv_eval_t *e, const char *file, char *why, size_t cap) {
+static int eval_init(sv_model_t *m, sv_eval_t *e, char *why, size_t cap) {
     e->owner = m;
     pw_model_config_t mc = m->card.model;
     mc.max_batch = m->max_batch;
@@ -109,19 +111,22 @@ static int eval_init(sv_model_t *m, sv_eval_t *e, const char *file, char *why, s
         snprintf(why, cap, "cannot create the %s model of the card: %s", mc.name, pc_strerror(rc));
         return rc;
     }
-    if ((rc = pw_model_load(e->model, file))) {
-        snprintf(why, cap, "%s: %s", file,
-                 rc == PC_EDIM ? "its layers do not match the card's model" : pc_strerror(rc));
-        return rc;
-    }
     pw_opt_config_t oc; /* never steps: SGD, which keeps no state (Adam's is 2x the weights) */
     pw_opt_config_defaults(&oc, PW_OPT_SGD);
     pw_step_config_t sc = {.be = m->be, .model = e->model, .ndense = m->card.ndense, .opt = &oc};
-    if ((rc = pw_step_create(&sc, &e->st))) {
+    if ((rc = pw_step_create(&sc, &e->st)))
         snprintf(why, cap, "cannot create the model's step: %s", pc_strerror(rc));
-        return rc;
-    }
-    return warm(m, e, why, cap);
+    return rc;
+}
+
+/* The weights image checked and loaded into instance e, which is warmed. */
+static int eval_load(sv_model_t *m, sv_eval_t *e, const char *file, const uint8_t *img, size_t size,
+                     char *why, size_t cap) {
+    int rc = pw_dense_load_image(img, size, e->model->params, e->model->nparams);
+    if (rc)
+        snprintf(why, cap, "%s: %s", file,
+                 rc == PC_EDIM ? "its layers do not match the card's model" : pc_strerror(rc));
+    return rc ? rc : warm(m, e, why, cap);
 }
 
 int sv_model_load(const sv_model_opts_t *o, sv_model_t **out, char *why, size_t cap) {
@@ -150,13 +155,26 @@ int sv_model_load(const sv_model_opts_t *o, sv_model_t **out, char *why, size_t 
     snprintf(path, sizeof path, "%s/model", o->dir);
     if (!rc && !(m->ev = pc_scalloc(PC_MEM_MODEL, (size_t)o->evaluators, sizeof *m->ev)))
         rc = PC_ENOMEM;
-    /* m->n counts the instances begun, a failed one included (destroy frees its parts) */
-    device_enter(m);
+    /* m->n counts the instances begun, a failed one included (destroy frees its parts). The
+     * device's turn is taken per instance, and the file is read outside it: a load never holds
+     * requests back for longer than one instance's work. */
     for (int i = 0; !rc && i < o->evaluators; i++) {
         m->n++;
-        rc = eval_init(m, &m->ev[i], path, why, cap);
+        device_enter(m);
+        rc = eval_init(m, &m->ev[i], why, cap);
+        device_leave(m);
     }
-    device_leave(m);
+    uint8_t *img = NULL;
+    size_t size = 0;
+    if (!rc &&
+        (rc = pw_dense_read(path, m->ev[0].model->params, m->ev[0].model->nparams, &img, &size)))
+        snprintf(why, cap, "%s: %s", path, pc_strerror(rc));
+    for (int i = 0; !rc && i < m->n; i++) {
+        device_enter(m);
+        rc = eval_load(m, &m->ev[i], path, img, size, why, cap);
+        device_leave(m);
+    }
+    free(img);
     if (rc) {
         sv_model_destroy(m);
         return rc;
@@ -178,12 +196,12 @@ sv_model_t *sv_model_ref(sv_model_t *m) {
 void sv_model_destroy(sv_model_t *m) {
     if (!m || atomic_fetch_sub(&m->refs, 1) > 1)
         return;
-    device_enter(m);
     for (int i = 0; i < m->n; i++) {
+        device_enter(m);
         pw_step_destroy(m->ev[i].st);
         pw_model_destroy(m->ev[i].model);
+        device_leave(m);
     }
-    device_leave(m);
     pc_sfree(m->ev);
     pthread_mutex_destroy(&m->mu);
     pthread_cond_destroy(&m->cv);

@@ -42,8 +42,9 @@ typedef struct sv_model_opts {
     int max_batch;    /* samples per forward, at most */
     pw_backend_t *be; /* borrowed: the device (NULL: the CPU) */
     /* borrowed, with a device that is not host memory: every use of `be` by any model sharing
-     * it (loads, scores, frees) is under this lock and binds the backend to the calling thread
-     * first (a GPU backend is used by one thread at a time); NULL: none (the CPU) */
+     * it (loads and frees, an instance at a time, and scores) is under this lock and binds the
+     * backend to the calling thread first (a GPU backend is used by one thread at a time); NULL:
+     * none (the CPU) */
     pthread_mutex_t *device_mu;
 } sv_model_opts_t;
 

@@ -107,16 +107,15 @@ int pw_dense_save(const char *path, const pw_linear_t *l, int n) {
     return rc;
 }
 
-int pw_dense_load(const char *path, pw_linear_t *l, int n) {
+int pw_dense_read(const char *path, const pw_linear_t *l, int n, uint8_t **img, size_t *size) {
+    return image_read(path, DENSE_MAGIC, dense_size(l, n), img, size);
+}
+
+int pw_dense_load_image(const uint8_t *img, size_t got, pw_linear_t *l, int n) {
     const size_t want = dense_size(l, n);
-    uint8_t *img = NULL;
-    size_t got = 0;
-    int rc = image_read(path, DENSE_MAGIC, want, &img, &got);
     uint32_t hdr[2] = {0, 0};
-    if (!rc) {
-        memcpy(hdr, img + 8, 8);
-        rc = hdr[0] != FORMAT ? PC_ECORRUPT : hdr[1] != (uint32_t)n ? PC_EDIM : 0;
-    }
+    memcpy(hdr, img + 8, 8);
+    int rc = hdr[0] != FORMAT ? PC_ECORRUPT : hdr[1] != (uint32_t)n ? PC_EDIM : 0;
     for (int i = 0; !rc && i < n; i++) {
         uint32_t shape[2];
         if (got < 16 + (size_t)(i + 1) * 8) {
@@ -138,6 +137,15 @@ int pw_dense_load(const char *path, pw_linear_t *l, int n) {
         l[i].be->upload(l[i].be, l[i].b, img + off + nw, (size_t)l[i].out * sizeof(float));
         off += nw + (size_t)l[i].out * sizeof(float);
     }
+    return rc;
+}
+
+int pw_dense_load(const char *path, pw_linear_t *l, int n) {
+    uint8_t *img = NULL;
+    size_t got = 0;
+    int rc = pw_dense_read(path, l, n, &img, &got);
+    if (!rc)
+        rc = pw_dense_load_image(img, got, l, n);
     free(img);
     return rc;
 }

@@ -20,6 +20,13 @@ int pw_dense_save(const char *path, const pw_linear_t *layers, int n);
  * PC_ENOMEM, PC_ERANGE (not finite). */
 int pw_dense_image(const pw_linear_t *layers, int n, uint8_t **img, size_t *size);
 int pw_dense_load(const char *path, pw_linear_t *layers, int n);
+/* pw_dense_load in two steps, for a file loaded into several models of one shape: the file read
+ * whole (as large as layers' model at most, or 4 GiB) and its seal checked (*img, malloc'ed, of
+ * *size bytes: PC_ENOTFOUND, PC_EIO, PC_ECORRUPT), then an image checked against layers and
+ * uploaded into them (PC_ECORRUPT, PC_EDIM, PC_ERANGE; no weight written unless every check
+ * passed). */
+int pw_dense_read(const char *path, const pw_linear_t *layers, int n, uint8_t **img, size_t *size);
+int pw_dense_load_image(const uint8_t *img, size_t size, pw_linear_t *layers, int n);
 
 /* The state file: magic "EMBRSTA1", u64 count, the floats, XXH3-64 of all before it; written
  * like the model file. Loading n floats: PC_EDIM when the file holds another count,
