@@ -369,8 +369,7 @@ static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map, 
     x->owner = s;
     x->npos = v.nservers;
     char err[256] = "";
-    const size_t stcap = v.nservers * 64 + 1;
-    sv_sparse_start_t *st = calloc(stcap, sizeof *st);
+    sv_sparse_start_t *st = NULL;
     size_t nst = 0;
     /* the cluster the version was cut from: its manifest's map, else the one followed (as
      * discovered at start, or the live replica's) */
@@ -381,8 +380,8 @@ static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map, 
             sv_sparse_map_text(s->rows->sparse, live_map, len);
     }
     const char *map = v.map ? v.map : followed_map ? followed_map : live_map;
-    rc = st ? 0 : PC_ENOMEM;
-    if (!rc && !map) {
+    rc = 0;
+    if (!map) {
         snprintf(err, sizeof err, "its manifest names no cluster map (follow the servers)");
         rc = PC_ECORRUPT;
     }
@@ -398,7 +397,7 @@ static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map, 
         rc = add_checkpoint_tables(x->sparse, v.ckpt_dirs[0], v.ckpt_ids[0], err, sizeof err);
     if (!rc)
         rc = sv_sparse_load_checkpoints(x->sparse, (const char *const *)v.ckpt_dirs, v.ckpt_ids,
-                                        v.nservers, NULL, st, stcap, &nst, err, sizeof err);
+                                        v.nservers, NULL, &st, &nst, err, sizeof err);
     if (rc)
         snprintf(why, cap, "version %" PRIu64 ": %s", v.step, err[0] ? err : pc_strerror(rc));
     if (!rc)

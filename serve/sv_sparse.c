@@ -624,10 +624,10 @@ static int load_one(sv_sparse_t *s, uint32_t i, const char *dir, uint64_t id, ui
 }
 
 int sv_sparse_load_checkpoints(sv_sparse_t *s, const char *const *dirs, const uint64_t *ids,
-                               size_t n, uint64_t *restored, sv_sparse_start_t *starts, size_t cap,
+                               size_t n, uint64_t *restored, sv_sparse_start_t **starts,
                                size_t *nstarts, char *err, size_t errlen) {
     char msg[512] = "";
-    if (!s || !dirs || n != s->nsrv || (cap && !starts)) {
+    if (!s || !dirs || n != s->nsrv || (starts && !nstarts)) {
         snprintf(msg, sizeof msg, "checkpoints: one directory per server (%zu) is needed",
                  s ? s->nsrv : 0);
         if (err && errlen)
@@ -669,10 +669,11 @@ int sv_sparse_load_checkpoints(sv_sparse_t *s, const char *const *dirs, const ui
         }
     }
     if (!rc) {
-        for (size_t k = 0; k < n * nt && k < cap; k++)
-            starts[k] = st[k];
-        if (nstarts)
+        if (starts) {
+            *starts = st;
             *nstarts = n * nt;
+            st = NULL;
+        }
         PC_INFO("serve: loaded %" PRIu64 " rows of %zu tables from %zu servers' checkpoints "
                 "in %.3f s",
                 rows, nt, n, pc_time_sec_since(t0));

@@ -138,15 +138,15 @@ typedef struct sv_sparse_start {
  * server i is primary of in the replica's map (a replicated server's backup rows are left out:
  * its stream does not carry them). Nothing is
  * replaced unless every server's checkpoint restored and holds every table with the same dim;
- * then each (server, table) is swapped in whole. starts (cap entries, may be NULL with cap 0)
- * gets per (server, table) the checkpointed table's uid and change-log position (UINT64_MAX
- * when it kept no log): what sv_follow_create takes to continue from the checkpoint instead of
- * a scan; *nstarts (may be NULL) how many there are (servers x tables); restored (may be NULL,
- * n entries) the ids restored. Blocking (reads every row file); not while a follower runs.
- * Errors: PC_EINVAL, PC_ENOTFOUND (no checkpoint, or a table missing from one), PC_EDIM,
- * PC_ECORRUPT, PC_EIO, PC_ENOMEM; err gets one line naming the directory. */
+ * then each (server, table) is swapped in whole. *starts (starts may be NULL: not wanted) gets
+ * an array (the caller frees it) of per (server, table) the checkpointed table's uid and
+ * change-log position (UINT64_MAX when it kept no log): what sv_follow_create takes to continue
+ * from the checkpoint instead of a scan; *nstarts how many there are (servers x tables);
+ * restored (may be NULL, n entries) the ids restored. Blocking (reads every row file); not while a
+ * follower runs. Errors: PC_EINVAL, PC_ENOTFOUND (no checkpoint, or a table missing from one),
+ * PC_EDIM, PC_ECORRUPT, PC_EIO, PC_ENOMEM; err gets one line naming the directory. */
 int sv_sparse_load_checkpoints(sv_sparse_t *s, const char *const *dirs, const uint64_t *ids,
-                               size_t n, uint64_t *restored, sv_sparse_start_t *starts, size_t cap,
+                               size_t n, uint64_t *restored, sv_sparse_start_t **starts,
                                size_t *nstarts, char *err, size_t errlen);
 
 #endif

@@ -568,21 +568,20 @@ static void test_start_from_checkpoint(void **state) {
     /* a load refused: one directory lacking, a directory without checkpoints */
     char why[512];
     const char *bad[2] = {k.ckdir[0], k.dir};
-    sv_sparse_start_t starts[4];
+    sv_sparse_start_t *starts = NULL;
     size_t ns = 0;
     uint64_t restored[2];
     assert_int_equal(
-        sv_sparse_load_checkpoints(s, bad, NULL, 1, NULL, starts, 4, &ns, why, sizeof why),
+        sv_sparse_load_checkpoints(s, bad, NULL, 1, NULL, &starts, &ns, why, sizeof why),
         PC_EINVAL);
     assert_int_equal(
-        sv_sparse_load_checkpoints(s, bad, NULL, 2, NULL, starts, 4, &ns, why, sizeof why),
+        sv_sparse_load_checkpoints(s, bad, NULL, 2, NULL, &starts, &ns, why, sizeof why),
         PC_ENOTFOUND);
     print_message("refused: %s\n", why);
     assert_int_equal(sv_sparse_rows(s), 0); /* nothing replaced */
     const char *dirs[2] = {k.ckdir[0], k.ckdir[1]};
     const double t0 = pu_now();
-    int rc =
-        sv_sparse_load_checkpoints(s, dirs, NULL, 2, restored, starts, 4, &ns, why, sizeof why);
+    int rc = sv_sparse_load_checkpoints(s, dirs, NULL, 2, restored, &starts, &ns, why, sizeof why);
     if (rc)
         fail_msg("load: %s", why);
     const uint64_t loaded = sv_sparse_rows(s);
@@ -596,6 +595,7 @@ static void test_start_from_checkpoint(void **state) {
     sv_follow_opts_t o;
     sv_follow_opts_defaults(&o);
     assert_int_equal(sv_follow_create(s, &o, NULL, starts, ns, &f), 0);
+    free(starts);
     assert_int_equal(sv_follow_start(f), 0);
     wait_caught_up(f, c, 2, "emb", 8, 20);
     wait_caught_up(f, c, 2, "cap", 4, 20);

@@ -178,7 +178,7 @@ static void test_checkpoint_primary_rows(void **state) {
     assert_int_equal(sv_sparse_add_tables(s, "name=a,dim=4\n", NULL, NULL, 0), 0);
     const char *dirs[3] = {dir, dir, dir};
     char err[512];
-    int rc = sv_sparse_load_checkpoints(s, dirs, NULL, 3, NULL, NULL, 0, NULL, err, sizeof err);
+    int rc = sv_sparse_load_checkpoints(s, dirs, NULL, 3, NULL, NULL, NULL, err, sizeof err);
     if (rc)
         fail_msg("load: %s", err);
     uint64_t sum, rows;
@@ -195,11 +195,60 @@ static void test_checkpoint_primary_rows(void **state) {
     tc_rmdir(dir);
 }
 
+/* A version of more tables than an early guess of 64 per server: every (server, table) gets its
+ * start, each once (a fixed-size array once dropped some and read past its end). */
+static void test_checkpoint_many_tables(void **state) {
+    (void)state;
+    enum { NT = 70 };
+    char dir[256], spec[NT * 32] = "", one[32];
+    tc_tmpdir(dir, sizeof dir, "sparsemany");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    for (int i = 0; i < NT; i++) {
+        snprintf(one, sizeof one, "name=t%d,dim=4", i);
+        ps_table_config_t cfg;
+        assert_int_equal(ps_catalog_spec_parse(one, &cfg, NULL, 0), 0);
+        assert_int_equal(ps_catalog_add(cat, &cfg), 0);
+        strcat(spec, one);
+        strcat(spec, "\n");
+    }
+    const ps_ckpt_opts_t o = {.dir = dir, .keep = 1, .full_every = 1};
+    ps_ckpt_t *ck;
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    ps_ckpt_result_t res;
+    assert_int_equal(ps_ckpt_write(ck, &res), 0);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    sv_sparse_t *s;
+    assert_int_equal(sv_sparse_create(k_map, &s, NULL, 0), 0);
+    assert_int_equal(sv_sparse_add_tables(s, spec, NULL, NULL, 0), 0);
+    const char *dirs[3] = {dir, dir, dir};
+    char err[512];
+    sv_sparse_start_t *st = NULL;
+    size_t nst = 0;
+    int rc = sv_sparse_load_checkpoints(s, dirs, NULL, 3, NULL, &st, &nst, err, sizeof err);
+    if (rc)
+        fail_msg("load: %s", err);
+    assert_int_equal(nst, 3 * NT);
+    static uint8_t seen[3][NT];
+    for (size_t k = 0; k < nst; k++) {
+        int t = -1;
+        assert_true(st[k].server < 3);
+        assert_int_equal(sscanf(st[k].table, "t%d", &t), 1);
+        assert_true(t >= 0 && t < NT);
+        assert_int_equal(seen[st[k].server][t]++, 0);
+    }
+    free(st);
+    sv_sparse_destroy(s);
+    tc_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tables),
         cmocka_unit_test(test_lookup_routes),
         cmocka_unit_test(test_checkpoint_primary_rows),
+        cmocka_unit_test(test_checkpoint_many_tables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
