@@ -347,8 +347,9 @@ static int add_checkpoint_tables(sv_sparse_t *sparse, const char *dir, uint64_t 
 }
 
 /* Version `step` (0: newest) loaded into a pinned object of its own. */
-static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map, sv_served_t **out,
-                        sv_sparse_start_t **starts, size_t *nstarts, char *why, size_t cap) {
+static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map,
+                        const sv_model_t *like, sv_served_t **out, sv_sparse_start_t **starts,
+                        size_t *nstarts, char *why, size_t cap) {
     *out = NULL;
     if (!s->versions_dir[0]) {
         snprintf(why, cap, "no versions directory (--versions)");
@@ -401,7 +402,7 @@ static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map, 
     if (rc)
         snprintf(why, cap, "version %" PRIu64 ": %s", v.step, err[0] ? err : pc_strerror(rc));
     if (!rc)
-        rc = load_model(s, v.dir, v.step, x->sparse, NULL, &x->model, why, cap);
+        rc = load_model(s, v.dir, v.step, x->sparse, like, &x->model, why, cap);
     if (!rc && x->model)
         for (size_t i = 0; i < nst; i++)
             if (st[i].server < x->npos &&
@@ -433,7 +434,10 @@ typedef struct pin_load {
 
 static int pin_load(void *arg) {
     pin_load_t *a = arg;
-    return load_version(a->s, a->step, NULL, &a->x, NULL, NULL, a->why, a->cap);
+    /* the model served now (stable: swaps are under swap_mu, which the caller holds): a version
+     * of another shape would break its clients' requests */
+    const sv_model_t *like = a->s->cur ? a->s->cur->model : NULL;
+    return load_version(a->s, a->step, NULL, like, &a->x, NULL, NULL, a->why, a->cap);
 }
 
 int sv_serve_pin(sv_serve_t *s, uint64_t step, uint64_t *loaded, char *why, size_t cap) {
@@ -914,6 +918,11 @@ void sv_serve_tick(sv_serve_t *s) {
             s->live_seen = step;
             if (!pruned(dir, rc, what))
                 refuse(s, what, why);
+        } else if (sv_sparse_table_config(s->rows->sparse, w.table, &(ps_table_config_t){0})) {
+            snprintf(why, sizeof why, "its table %.64s is not one the replica holds", w.table);
+            sv_watermark_free(&w);
+            s->live_seen = step;
+            refuse(s, what, why);
         } else {
             const bool ready = sv_follow_caught_up(s->rows->follower, w.table, w.uid, w.head, w.n);
             char wtable[sizeof w.table];
@@ -989,7 +998,7 @@ static int start_live(sv_serve_t *s) {
         steps[ntry++] = all[i - 1];
     free(all);
     for (size_t i = 0; i < ntry && !from; i++) {
-        if (load_version(s, steps[i], map, &from, &starts, &nstarts, why, sizeof why) == 0) {
+        if (load_version(s, steps[i], map, NULL, &from, &starts, &nstarts, why, sizeof why) == 0) {
             PC_INFO("serve: starting from version %" PRIu64 ", then the delta stream", steps[i]);
         } else {
             char what[64];
@@ -1077,7 +1086,7 @@ int sv_serve_create(const sv_serve_opts_t *o, sv_serve_t **out) {
     if (!rc && (o->pin || !s->follow[0])) {
         char why[256] = "";
         sv_served_t *x = NULL;
-        if ((rc = load_version(s, o->pin, NULL, &x, NULL, NULL, why, sizeof why))) {
+        if ((rc = load_version(s, o->pin, NULL, NULL, &x, NULL, NULL, why, sizeof why))) {
             PC_ERROR("serve: version %" PRIu64 " of %s: %s", o->pin, s->versions_dir, why);
         } else {
             x->refs = 1;

@@ -164,7 +164,7 @@ mv "$dir/dense-final" "$dir/publish/dense-$(printf '%020d' "$final")"
 model_becomes "$final" || fail "the replica did not take model $final again"
 echo "rolled back to published model $prev and forward to $final"
 
-echo "== 3c. a published model whose watermark names no server is refused; the served one stays"
+echo "== 3c. a published model whose watermark names no server, or a table not held, is refused"
 refused_becomes() { # refused_becomes N: refused_versions is N within 10 s
   for _ in $(seq 100); do
     [ "$(psctl --json serve status | json_num refused_versions)" = "$1" ] && return 0
@@ -183,6 +183,17 @@ refused_becomes $((ref0 + 1)) || fail "a published model whose watermark names n
 [ "$(psctl --json serve status | json_num model_version)" = "$final" ] ||
   fail "the replica left model $final for one whose watermark names no server"
 psctl --json serve status | grep -o '"last_refusal":"[^"]*"'
+rm -rf "$dir/publish/dense-$(printf '%020d' "$bad")"
+# a watermark of a table the replica does not hold: refused, not waited for (a newer step: a
+# step refused once is not looked at again)
+bad=$((bad + 1))
+ref0=$(psctl --json serve status | json_num refused_versions)
+rm -rf "$dir/badpub" && cp -r "$src" "$dir/badpub"
+sed 's/^table .*/table other/' "$src/watermark" >"$dir/badpub/watermark"
+mv "$dir/badpub" "$dir/publish/dense-$(printf '%020d' "$bad")"
+refused_becomes $((ref0 + 1)) || fail "a published model of a table the replica lacks was not refused"
+psctl --json serve status | grep -q '"last_refusal":"[^"]*not one the replica holds' ||
+  fail "the refusal does not name the table: $(psctl --json serve status)"
 rm -rf "$dir/publish/dense-$(printf '%020d' "$bad")"
 
 echo "== 4. bad input"

@@ -28,9 +28,10 @@
 #include "serve_fixture.h"
 #include "sv_api.h"
 
-#define V1   100
-#define V2   200
-#define VBAD 300
+#define V1     100
+#define V2     200
+#define VBAD   300
+#define VSHAPE 250
 
 static sf_t g_f;
 static sv_serve_t *g_s;
@@ -728,6 +729,16 @@ static void test_versions(void **state) {
     assert_true(st->pinned);
     emberps__serve_status_response__free_unpacked(st, NULL);
     load_ok(V2);
+    still_serving(V2);
+    /* a version of another shape (wider top layers): refused, its clients' requests would not
+     * fit; the served model stays */
+    assert_true(g_f.card.model.ntop >= 1);
+    g_f.card.model.top[0] += 8;
+    sf_version(&g_f, VSHAPE, 10, 0);
+    g_f.card.model.top[0] -= 8;
+    assert_int_equal(load(VSHAPE, &r), PC_EDIM);
+    assert_non_null(strstr(r.msg, "top widths"));
+    ps_api_reply_free(&r);
     still_serving(V2);
 }
 
