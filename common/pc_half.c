@@ -97,9 +97,9 @@ static inline uint16_t bf16_sr1(float f, uint32_t r) {
 static inline uint16_t f16_sr1(float f, uint32_t r) {
     const uint32_t u = f2u(f), a = u & 0x7fffffffu;
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    if (a >= 0x477ff000u) /* 65520 and up, Inf, NaN: as nearest rounding */
+    if (a >= 0x7f800000u) /* Inf, NaN: as nearest rounding */
         return pc_f32_to_f16(f);
-    if (a > 0x477fe000u) /* (65504, 65520): the largest finite */
+    if (a > 0x477fe000u) /* past 65504: the largest finite (a weight never becomes Inf) */
         return (uint16_t)(sign | 0x7bffu);
     if (a >= 0x38800000u) /* normal: 13 bits cut; a carry may bump the exponent */
         return (uint16_t)(sign | (((a >> 13) - (112u << 10)) + (r < ((a & 0x1fffu) << 19))));
@@ -272,7 +272,7 @@ static F16C_FN void v_to_f16_sr(const float *src, uint16_t *dst, size_t n, uint6
         q = _mm256_blendv_epi8(q, _mm256_or_si256(sign, _mm256_set1_epi32(0x7bff)),
                                _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x477fe000)));
         const __m256i near = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(f, _MM_FROUND_TO_NEAREST_INT));
-        q = _mm256_blendv_epi8(q, near, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x477fefff)));
+        q = _mm256_blendv_epi8(q, near, _mm256_cmpgt_epi32(a, _mm256_set1_epi32(0x7f7fffff)));
         v_store16(dst + i, q);
     }
     p_to_f16_sr_from(src, dst, i, n, key);

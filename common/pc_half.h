@@ -43,10 +43,9 @@ typedef struct pc_half_kernels {
      * a rounding is exact on average and small optimizer updates are not lost as they are to
      * rounding to nearest. Element i's random bits are a hash of (seed, i): the same values and
      * seed give the same result, in both kernel tables. A representable value stays as it is
-     * (-0 included); NaN and Inf convert as nearest rounding does. bf16: a finite value never
-     * becomes Inf (past the largest finite it stays there); f16: values that nearest rounding
-     * makes Inf (65520 and up in magnitude) are Inf, those between 65504 and 65520 are 65504, and
-     * those below 2^-32 are 0. */
+     * (-0 included); NaN and Inf convert as nearest rounding does. A finite value never becomes
+     * Inf (a weight a large step pushed past the range stays at the largest finite, 65504 for
+     * f16, instead of poisoning its row for good); f16 values below 2^-32 are 0. */
     void (*to_bf16_sr)(const float *src, uint16_t *dst, size_t n, uint64_t seed);
     void (*to_f16_sr)(const float *src, uint16_t *dst, size_t n, uint64_t seed);
 } pc_half_kernels_t;

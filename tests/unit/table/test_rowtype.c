@@ -255,6 +255,30 @@ static void test_unbiased(void **state) {
     }
 }
 
+/* A finite step past f16's range (a large, finite gradient) leaves the weight at the largest
+ * finite value, not Inf: an Inf weight would stay Inf under every later step and be served. */
+static void test_f16_stays_finite(void **state) {
+    (void)state;
+    enum { D = 16 };
+    ps_table_t *h = mk("dim=16,optimizer=sgd,lr=0.05,init=zeros,row_dtype=f16");
+    const uint64_t keys[2] = {1, 2};
+    float g[2 * D], w[2 * D];
+    for (int i = 0; i < 2 * D; i++)
+        g[i] = i < D ? -2e6f : 3e7f; /* steps of +1e5 and -1.5e6 */
+    for (int s = 0; s < 3; s++)
+        assert_int_equal(ps_table_push(h, keys, 2, g, 2 * D, NULL), 0);
+    assert_int_equal(ps_table_pull(h, keys, 2, w, 2 * D), 0);
+    for (int i = 0; i < 2 * D; i++)
+        assert_true(w[i] == (i < D ? 65504.f : -65504.f));
+    for (int i = 0; i < 2 * D; i++)
+        g[i] = i < D ? 1000.f : -1000.f; /* and it moves back (steps of 50: over a gap, 32) */
+    assert_int_equal(ps_table_push(h, keys, 2, g, 2 * D, NULL), 0);
+    assert_int_equal(ps_table_pull(h, keys, 2, w, 2 * D), 0);
+    for (int i = 0; i < 2 * D; i++)
+        assert_true(isfinite(w[i]) && fabsf(w[i]) < 65504.f);
+    ps_table_destroy(h);
+}
+
 typedef struct snap_ctx {
     int dim, n;
     uint64_t keys[64];
@@ -317,7 +341,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_config),   cmocka_unit_test(test_rows),
         cmocka_unit_test(test_one_step), cmocka_unit_test(test_unbiased),
-        cmocka_unit_test(test_snapshot),
+        cmocka_unit_test(test_snapshot), cmocka_unit_test(test_f16_stays_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
