@@ -353,6 +353,53 @@ static void test_unequal_data_and_errors(void **state) {
     assert_true(running(first));
     assert_int_equal(pu_reap(first, 30), 1);
     pw_coord_close(co);
+    /* rank 1's share turns out bad (1 line in 10 malformed: over --max-error-rate at its
+     * 1000th line): rank 1 stops at once, naming its file, while rank 0 trains on (it waited in
+     * empty rounds until rank 0 ran out of data too, its share's rest never trained) */
+    char bad[300], bad_tr[640], bad_err[300];
+    snprintf(bad, sizeof bad, "%s/bad1.tsv", g_dir);
+    snprintf(bad_err, sizeof bad_err, "%s/bad1.err", g_dir);
+    FILE *in = fopen(g_p1, "r"), *o = fopen(bad, "w");
+    assert_true(in && o);
+    char line[4096];
+    for (int i = 0; fgets(line, sizeof line, in); i++)
+        fputs(i % 10 == 5 ? "not a sample\n" : line, o);
+    fclose(in);
+    assert_int_equal(fclose(o), 0);
+    snprintf(bad_tr, sizeof bad_tr, "--train=%s,%s", g_all, bad);
+    const char *b0[] = {srv,
+                        coord,
+                        "--world=2",
+                        "--rank=0",
+                        "--job=badshare",
+                        bad_tr,
+                        "--epochs=8",
+                        "--rejoin-timeout-ms=1000",
+                        "--warm-start",
+                        NULL};
+    const char *b1[] = {srv,
+                        coord,
+                        "--world=2",
+                        "--rank=1",
+                        "--job=badshare",
+                        bad_tr,
+                        "--epochs=8",
+                        "--rejoin-timeout-ms=1000",
+                        "--warm-start",
+                        NULL};
+    pid_t k0 = worker(b0, out0), k1 = worker_to(b1, out1, bad_err);
+    const int rk1 = pu_reap(k1, 60);
+    const bool rank0_on = running(k0);
+    json_text(bad_err, log, sizeof log);
+    print_message("rank 1 exited %d (rank 0 %s):\n", rk1, rank0_on ? "training" : "done");
+    print_file(bad_err);
+    assert_int_equal(rk1, 1);
+    assert_non_null(strstr(log, "bad1.tsv"));
+    assert_non_null(strstr(log, "max_error_rate"));
+    assert_true(rank0_on);
+    const int rk0 = pu_reap(k0, 120);
+    print_message("rank 0 exited %d (went on alone)\n", rk0);
+    assert_int_equal(rk0, 0);
     /* a table of another dim: the model wants 17-float rows for FM with dim 16 */
     const char *fm[] = {srv, "--model=fm", tr, NULL};
     assert_int_equal(pu_reap(worker(fm, out0), 30), 1);

@@ -1291,7 +1291,7 @@ int pw_reader_error(pw_reader_t *r) {
 
 const char *pw_reader_error_text(pw_reader_t *r) {
     pthread_mutex_lock(&r->mu);
-    const char *w = r->done && r->err ? r->why : "";
+    const char *w = r->err ? r->why : ""; /* set with err, or before it (never after) */
     pthread_mutex_unlock(&r->mu);
     return w;
 }

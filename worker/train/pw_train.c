@@ -688,6 +688,12 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                     : pw_reader_next(r);
             if (!b) {
                 more = false;
+                /* a stream that stopped on an error (too many malformed lines, a file cut
+                 * short) stops the run now: in a group, waiting in empty rounds for the others
+                 * to run out would leave the rest of this share untrained */
+                const int rerr = pw_reader_error(r);
+                if (rerr)
+                    rc = stream_end(&t, r, ntrain, rerr, false, res->error, sizeof res->error);
                 break;
             }
             if ((rc = pw_step_check(t.st, b)) || (rc = pw__slot_fill(&t, s, b)))
