@@ -73,8 +73,34 @@ void pc_fs_rm_tree(const char *path) {
 }
 
 int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir) {
-    pc_fs_rm_tree(fin); /* rename cannot replace a directory with entries */
-    if (rename(tmp, fin))
+    /* rename cannot replace a directory with entries: the two are exchanged in one step, and the
+     * old one, now at tmp, is removed once the exchange is durable (a crash before leaves it at
+     * tmp, where the writer's leftovers are removed) */
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, fin, RENAME_EXCHANGE) == 0) {
+        const int rc = pc_fs_fsync_path(dir);
+        if (!rc)
+            pc_fs_rm_tree(tmp);
+        return rc;
+    }
+    if (errno != ENOENT && errno != EINVAL && errno != ENOSYS)
+        return errno_rc(errno);
+    if (errno != ENOENT) { /* a filesystem without exchange: the old one moved aside first */
+        char aside[PATH_MAX];
+        if ((size_t)snprintf(aside, sizeof aside, "%s.old", tmp) >= sizeof aside)
+            return PC_EIO;
+        pc_fs_rm_tree(aside);
+        if (rename(fin, aside) && errno != ENOENT)
+            return errno_rc(errno);
+        if (rename(tmp, fin)) {
+            const int e = errno;
+            (void)rename(aside, fin); /* the old one back */
+            return errno_rc(e);
+        }
+        const int rc = pc_fs_fsync_path(dir);
+        pc_fs_rm_tree(aside);
+        return rc;
+    }
+    if (rename(tmp, fin)) /* none there */
         return errno_rc(errno);
     return pc_fs_fsync_path(dir);
 }
@@ -126,10 +152,15 @@ void pc_fs_prune_numbered(const char *dir, const char *prefix, uint64_t latest, 
             newer++;
             continue;
         }
-        char path[PATH_MAX];
+        /* renamed first: a crash while removing leaves no numbered entry with part of its
+         * files, but a leftover that pc_fs_remove_tmp_numbered takes */
+        char path[PATH_MAX], gone[PATH_MAX + 8];
         snprintf(path, sizeof path, "%s/%s%020llu", dir, prefix, (unsigned long long)v[i - 1]);
-        pc_fs_rm_tree(path);
+        snprintf(gone, sizeof gone, "%s.tmp", path);
+        pc_fs_rm_tree(gone);
+        pc_fs_rm_tree(rename(path, gone) ? path : gone);
     }
+    (void)pc_fs_fsync_path(dir);
     free(v);
 }
 

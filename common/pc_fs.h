@@ -19,8 +19,9 @@ int pc_fs_write_atomic(const char *path, const void *buf, size_t len);
 void pc_fs_rm_tree(const char *path);
 
 /* Put directory `tmp` (written whole) in place as `fin`, replacing one there, and fsync their
- * parent `dir`: readers see the old directory, then none for a moment, then the new one, never a
- * mix. 0, PC_ENOSPC or PC_EIO. */
+ * parent `dir`: readers see the old directory, then the new one (exchanged in one rename, where
+ * the filesystem can: else none for a moment), never a mix, and a crash leaves one of the two
+ * whole at fin. The old one is removed (a crash may leave it at tmp). 0, PC_ENOSPC or PC_EIO. */
 int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir);
 
 /* The numbers N of dir's entries named exactly PREFIX<N> (decimal digits, any zero padding: a
@@ -30,8 +31,9 @@ int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir);
 size_t pc_fs_numbered(const char *dir, const char *prefix, uint64_t **out);
 
 /* Of dir's PREFIX<N> entries (numbered as above), keep the `keep` highest N up to `latest` and
- * remove the others with pc_fs_rm_tree, those above latest too (abandoned by a rollback, or
- * half-written by a crash). Entries are named with N in 20 digits, as their writers make them. */
+ * remove the others, those above latest too (abandoned by a rollback, or half-written by a
+ * crash): each renamed to PREFIX<N>.tmp first (pc_fs_remove_tmp_numbered's), then removed. Entries
+ * are named with N in 20 digits, as their writers make them. */
 void pc_fs_prune_numbered(const char *dir, const char *prefix, uint64_t latest, size_t keep);
 
 /* Remove dir's PREFIX<N>.tmp entries (N decimal digits): what a crash left half-written. */
