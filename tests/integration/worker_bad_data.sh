@@ -5,6 +5,7 @@
 #     malformed (first: line 1: ...)";
 #   - an empty file: "no usable samples: 0 lines read";
 #   - a libffm file read as libsvm: every line malformed, with a hint about --format;
+#   - a libffm line with a field past the model's --fields: counted malformed, the rest trained;
 #   - a CSV spec with too few columns: "expected 2 columns, got 4";
 #   - a good training file with an all-bad test file: the test file named;
 #   - a small file over --max-error-rate (20 of 200 lines bad): refused at 0.01 (the default),
@@ -67,6 +68,21 @@ printf '1 0:3:1 1:7:1\n0 0:4:1 1:9:0.5\n1 0:3:1 1:8:1\n' >"$dir/a.ffm"
 run ffm --format=libsvm --train="$dir/a.ffm"
 expect_fail ffm "$dir/a.ffm" \
     "no usable samples: 3 lines read, 3 malformed \(first: line 1: feature 1: expected idx:val, got '0:3:1'\).*--format"
+
+# A libffm line with a field past the model's count (--fields=2, field 5): one malformed line,
+# counted and skipped, the file trained (the step refused the whole batch and the run stopped).
+awk 'BEGIN { for (i = 1; i <= 200; i++)
+  if (i == 50) print "1 0:3:1 5:7:1"; else print (i % 2) " 0:" (i % 13) ":1 1:" (i % 7) ":1" }' \
+    >"$dir/f.ffm"
+run ffm_field --model=deepfm --fields=2 --format=libffm --train="$dir/f.ffm"
+if [ "$rc" -ne 0 ] || ! grep -q "^train $dir/f.ffm: 200 lines read, 199 samples, 1 malformed$" "$dir/ffm_field.out" ||
+    ! grep -q "f.ffm:50: feature 2: field 5, the model has 2 fields" "$dir/ffm_field.err"; then
+    echo "FAIL: a libffm field past --fields: exit $rc (want 0), or not counted as one malformed line:"
+    cat "$dir/ffm_field.out" "$dir/ffm_field.err"
+    fails=$((fails + 1))
+else
+    echo "ok: a libffm field past --fields is one malformed line"
+fi
 
 # A CSV spec with too few columns (the file has 4).
 printf '1,31,2.5,1260759144\n1,1029,4.0,1260759179\n2,10,5.0,1260759185\n' >"$dir/r.csv"

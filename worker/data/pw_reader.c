@@ -312,6 +312,20 @@ static int line_admit(cursor_t *c, uint64_t lineno, size_t len) {
     return LINE_KEEP;
 }
 
+/* pw_parse_line, and a sample with a field at or above o.fields (the model's) is malformed too:
+ * a line the format takes that the model cannot (a libffm field past the model's count). */
+static int parse_line(const pw_reader_t *r, const char *line, size_t len, pw_sample_t *s, char *err,
+                      size_t el) {
+    int rc = pw_parse_line(r->o.format, &r->csv, line, len, s, err, el);
+    for (uint32_t j = 0; !rc && r->o.fields && j < s->nkeys; j++)
+        if (s->field[j] >= r->o.fields) {
+            snprintf(err, el, "feature %u: field %u, the model has %u fields", j + 1,
+                     (unsigned)s->field[j], r->o.fields);
+            rc = PC_EPARSE;
+        }
+    return rc;
+}
+
 /* The second half, in stream order once the line (`len` bytes) is parsed (prc and err:
  * pw_parse_line's answer for a LINE_TEXT line; s: its sample when prc is 0): its bytes are
  * counted and it counts toward the batch's positions; blank lines end there; the rest are
@@ -374,9 +388,7 @@ static int take_line(cursor_t *c, const char *where, uint64_t lineno, const char
         return a == LINE_STOP;
     const int kind = line_kind(line, len, too_long);
     char err[PARSE_ERR_MAX] = "";
-    const int prc = kind == LINE_TEXT ? pw_parse_line(c->r->o.format, &c->r->csv, line, len, &c->s,
-                                                      err, sizeof err)
-                                      : 0;
+    const int prc = kind == LINE_TEXT ? parse_line(c->r, line, len, &c->s, err, sizeof err) : 0;
     const sample_ref_t s = ref_of(&c->s);
     return line_commit(c, where, lineno, len, kind, prc, err, &s, bad_here);
 }
@@ -464,8 +476,7 @@ static void parse_chunk(const pw_reader_t *r, chunk_t *k, pw_sample_t *s) {
         chunk_line_t *l = &k->line[i];
         if (l->kind != LINE_TEXT)
             continue;
-        l->prc = pw_parse_line(r->o.format, &r->csv, k->text + l->off, l->len, s, k->err[i],
-                               PARSE_ERR_MAX);
+        l->prc = parse_line(r, k->text + l->off, l->len, s, k->err[i], PARSE_ERR_MAX);
         if (l->prc)
             continue;
         l->sample = (uint32_t)k->out.n;

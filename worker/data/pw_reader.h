@@ -72,8 +72,10 @@ typedef struct pw_reader_opts {
     uint32_t tcp_end_idle_ms; /* TCP source: end after all producers left for this long */
     int parse_threads;        /* 0: the reader thread parses; 1..PW_READER_PARSE_THREADS_MAX; -1: a
                                * quarter of the CPUs this process may run on, at most 4 */
-    bool dedup; /* each batch comes with its unique keys (ukeys, inv, nu), found by a parse
-                 * thread (the reader thread without them) once the batch is complete */
+    bool dedup;      /* each batch comes with its unique keys (ukeys, inv, nu), found by a parse
+                      * thread (the reader thread without them) once the batch is complete */
+    uint32_t fields; /* the model's field count: a line with a field at or above it is malformed
+                      * (counted like any other); 0: any field the format takes */
 } pw_reader_opts_t;
 
 #define PW_READER_PARSE_THREADS_MAX 64

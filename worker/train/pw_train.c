@@ -350,7 +350,8 @@ static int open_reader(const trainer_t *t, const char *const *paths, size_t n, i
                           .skip_lines = skip,
                           .tcp_end_idle_ms = 1000,
                           .parse_threads = (int)c->parse_threads,
-                          .dedup = training};
+                          .dedup = training,
+                          .fields = t->model ? (uint32_t)pw_model_fields(t->model) : 0};
     return pw_reader_open(&o, r);
 }
 
