@@ -678,8 +678,14 @@ static int read_source(cursor_t *c, parse_pool_t *p, const char *path, char *lin
         const z_off_t now = gztell(gz);
         const size_t len = (size_t)(now - at);
         at = now;
-        lineno++;
         const bool too_long = len == LINE_MAX_BYTES - 1 && line[len - 1] != '\n';
+        if (!too_long && len && line[len - 1] != '\n') { /* the last line, or a cut one */
+            int gerr;
+            (void)gzerror(gz, &gerr);
+            if (gerr != Z_OK && gerr != Z_STREAM_END)
+                break; /* damaged data ended it: not parsed (the error below says why) */
+        }
+        lineno++;
         if (too_long) { /* drop the rest of the line */
             char tail[4096];
             while (gzgets(gz, tail, sizeof tail)) {

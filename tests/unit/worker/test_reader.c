@@ -1031,6 +1031,58 @@ static void test_parse_threads_same(void **state) {
     assert_int_equal(s.lines, 3000 + 5); /* 2 blank lines, the long one, 1 blank, 600 KiB */
 }
 
+/* A gzip file cut short: the reader stops with PC_EIO naming the file, and the piece of a line
+ * that decompressed before the cut is neither a sample nor a malformed line (it was parsed: a
+ * line cut inside its last key parsed as a sample with another key). Several cut points, at
+ * least one of them inside a line. */
+static void test_gzip_cut_line(void **state) {
+    (void)state;
+    char gz[300], cut[310];
+    snprintf(gz, sizeof gz, "%s/cut.tsv.gz", g_dir);
+    snprintf(cut, sizeof cut, "%s/cut-short.tsv.gz", g_dir);
+    write_data(gz, 400, 5, 0, true);
+    FILE *f = fopen(gz, "rb");
+    assert_non_null(f);
+    static char bytes[1 << 20];
+    const size_t size = fread(bytes, 1, sizeof bytes, f);
+    fclose(f);
+    assert_true(size > 4000 && size < sizeof bytes);
+    int inside = 0;
+    for (size_t at = size / 3; at < size - 16; at += size / 7) {
+        f = fopen(cut, "wb");
+        assert_int_equal(fwrite(bytes, 1, at, f), at);
+        fclose(f);
+        /* what zlib gives of it: whole lines, and maybe a piece of one */
+        gzFile g = gzopen(cut, "rb");
+        static char text[1 << 21];
+        size_t got = 0;
+        int n;
+        while ((n = gzread(g, text + got, (unsigned)(sizeof text - got))) > 0)
+            got += (size_t)n;
+        gzclose(g);
+        uint64_t whole = 0;
+        for (size_t i = 0; i < got; i++)
+            whole += text[i] == '\n';
+        inside += got && text[got - 1] != '\n';
+        const char *p[] = {cut};
+        pw_reader_opts_t o = opts(p, 1);
+        o.max_error_rate = 1;
+        pw_reader_t *r;
+        seen_t sn;
+        assert_int_equal(pw_reader_open(&o, &r), 0);
+        assert_int_equal(drain(r, &sn, SIZE_MAX), PC_EIO);
+        assert_non_null(strstr(pw_reader_error_text(r), "cut-short.tsv.gz"));
+        pw_reader_stats_t st;
+        pw_reader_stats(r, &st);
+        pw_reader_close(r);
+        if (st.samples + st.bad != whole)
+            fail_msg("cut at %zu: %llu samples and %llu malformed lines, %llu whole lines", at,
+                     (unsigned long long)st.samples, (unsigned long long)st.bad,
+                     (unsigned long long)whole);
+    }
+    assert_true(inside > 0);
+}
+
 int main(void) {
     signal(SIGPIPE, SIG_IGN); /* test_stdin_pipe's writer outlives the pipe's read end */
     pc_log_set_level(PC_LOG_ERROR);
@@ -1050,6 +1102,7 @@ int main(void) {
         cmocka_unit_test(test_parse_threads_same),
         cmocka_unit_test(test_tcp_cut_line),
         cmocka_unit_test(test_nul_bytes),
+        cmocka_unit_test(test_gzip_cut_line),
     };
     /* Once parsing on the reader thread, once on 3 parse threads (TCP sources: always the
      * reader thread's). */
