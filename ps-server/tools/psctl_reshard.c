@@ -15,7 +15,7 @@
 
 /* The newest map (exit code on failure, said on stderr). */
 static int newest(const psctl_reshard_opts_t *o, ps_coord_store_t *st, pc_cluster_map_t **m) {
-    int rc = ps_mapstore_newest(st, 0, 0, m);
+    int rc = ps_mapstore_newest(st, 0, 1, m); /* the hint, else from the first version */
     if (rc) {
         fprintf(stderr, "psctl: coordinator %s: cluster map: %s\n", o->coordinator,
                 pc_strerror(rc));
@@ -27,6 +27,45 @@ static int newest(const psctl_reshard_opts_t *o, ps_coord_store_t *st, pc_cluste
                 "publish it)\n",
                 o->coordinator);
         return 1;
+    }
+    return 0;
+}
+
+/* Whether target t applies to map m as the servers take it (ps_repl's read_target): it names no
+ * server the map has not, each in its place. */
+static bool target_fits(const pc_cluster_map_t *m, const pc_cluster_map_t *t) {
+    bool fits = pc_cmap_nservers(t) <= pc_cmap_nservers(m);
+    for (size_t i = 0; fits && i < pc_cmap_nservers(t); i++)
+        fits = strcmp(pc_cmap_addr(t, i), pc_cmap_addr(m, i)) == 0;
+    return fits;
+}
+
+/* The resharding asked before that the map has not reached (*pending, NULL when none), listing
+ * the map's servers: a new plan builds on it, so that it goes on rather than being cancelled.
+ * Exit code when the target cannot be read (a pending one taken for none would be cancelled). */
+static int pending_target(const psctl_reshard_opts_t *o, ps_coord_store_t *st,
+                          const pc_cluster_map_t *m, pc_cluster_map_t **pending) {
+    *pending = NULL;
+    int rc = ps_mapstore_get_target(st, pending);
+    if (rc == PC_ENOTFOUND)
+        return 0;
+    if (rc) {
+        fprintf(stderr, "psctl: coordinator %s: target: %s\n", o->coordinator, pc_strerror(rc));
+        return psctl_exit_of(rc);
+    }
+    if (!target_fits(m, *pending) || pc_cmap_roles_same(m, *pending)) {
+        pc_cmap_destroy(*pending); /* one the servers ignore, or done */
+        *pending = NULL;
+    }
+    /* the servers the map lists after it, appended (without a role), each in its place */
+    for (size_t i = *pending ? pc_cmap_nservers(*pending) : 0;
+         !rc && *pending && i < pc_cmap_nservers(m); i++)
+        rc = pc_cmap_add_server(*pending, pc_cmap_addr(m, i), pc_cmap_version(*pending) + 1);
+    if (rc) {
+        fprintf(stderr, "psctl: target: %s\n", pc_strerror(rc));
+        pc_cmap_destroy(*pending);
+        *pending = NULL;
+        return psctl_exit_of(rc);
     }
     return 0;
 }
@@ -73,10 +112,11 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             return rc;
         if ((idx = pc_cmap_find(m, addr)) >= 0)
             break;
-        pc_cluster_map_t *next;
+        pc_cluster_map_t *next = NULL;
         if ((rc = pc_cmap_copy(m, &next)) ||
             (rc = pc_cmap_add_server(next, addr, pc_cmap_version(m) + 1))) {
             fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
+            pc_cmap_destroy(next);
             pc_cmap_destroy(m);
             return rc == PC_EINVAL ? 2 : 1;
         }
@@ -93,12 +133,25 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
         pc_cmap_destroy(m);
         return 1;
     }
-    pc_cluster_map_t *t = NULL;
-    rc = pc_cmap_plan_add(m, (uint32_t)idx, &t);
-    if (rc == PC_EINVAL)
-        fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
-    else if (!rc && (rc = ps_mapstore_put_target(st, t)))
-        fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
+    /* from the resharding asked before, when there is one */
+    pc_cluster_map_t *t = NULL, *base = NULL;
+    if ((rc = pending_target(o, st, m, &base))) {
+        pc_cmap_destroy(m);
+        return rc;
+    }
+    if (base && pc_cmap_has_role(base, (uint32_t)idx)) {
+        t = base; /* asked already (this command run again): said again */
+        base = NULL;
+    } else {
+        rc = pc_cmap_plan_add(base ? base : m, (uint32_t)idx, &t);
+        if (rc == PC_EINVAL)
+            fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
+        else if (rc)
+            fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
+        else if ((rc = ps_mapstore_put_target(st, t)))
+            fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
+    }
+    pc_cmap_destroy(base);
     if (!rc) {
         cJSON *j = o->json ? cJSON_CreateObject() : NULL;
         const uint32_t slots = pc_cmap_server_slots(t, (uint32_t)idx);
@@ -133,9 +186,9 @@ static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, co
         pc_cmap_destroy(m);
         return 1;
     }
-    if (ps_mapstore_get_target(st, &base) || pc_cmap_nservers(base) != pc_cmap_nservers(m)) {
-        pc_cmap_destroy(base);
-        base = NULL;
+    if ((rc = pending_target(o, st, m, &base))) {
+        pc_cmap_destroy(m);
+        return rc;
     }
     rc = pc_cmap_plan_remove(base ? base : m, (uint32_t)idx, &t);
     if (rc == PC_EINVAL)
@@ -172,7 +225,7 @@ static int status(const psctl_reshard_opts_t *o, ps_coord_store_t *st, bool prin
         pc_cmap_destroy(m);
         return psctl_exit_of(trc);
     }
-    const bool fits = t && pc_cmap_nservers(t) <= pc_cmap_nservers(m);
+    const bool fits = t && target_fits(m, t);
     *slots_left = fits ? left(m, t) : t ? PC_NSLOTS : 0; /* a target not comparable: not done */
     if (print && o->json) {
         cJSON *j = cJSON_CreateObject();
@@ -201,7 +254,7 @@ int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
                      ((nargs == 1 || nargs == 2) && !strcmp(args[0], "wait"));
     char *end = NULL;
     const double limit = nargs == 2 && !two ? strtod(args[1], &end) : 120;
-    if ((!two && !one) || (end && (end == args[1] || *end || !(limit >= 0)))) {
+    if ((!two && !one) || (end && (end == args[1] || *end || !(limit >= 0 && limit <= 1e7)))) {
         fprintf(stderr, "psctl: reshard add ADDR | remove ADDR | status | wait [SECONDS]\n");
         return 2;
     }
@@ -219,8 +272,10 @@ int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
     } else if (!strcmp(args[0], "status")) {
         rc = status(o, &st, true, &slots);
     } else {
+        /* a coordinator that does not answer for a moment (3, 4) is asked again until then */
         const uint64_t t0 = pc_time_mono_ns();
-        while (!(rc = status(o, &st, false, &slots)) && slots && pc_time_sec_since(t0) < limit)
+        while (((rc = status(o, &st, false, &slots)) == 3 || rc == 4 || (!rc && slots)) &&
+               pc_time_sec_since(t0) < limit)
             pc_time_sleep_ms(20);
         int src;
         if (!rc)

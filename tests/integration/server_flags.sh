@@ -8,6 +8,7 @@
 #   a failed exit checkpoint          SIGTERM exits 1 (it exited 0: the pushes since the last
 #                                     checkpoint were gone without a sign)
 #   psctl reshard wait abc            exit 2 (it waited 0 seconds)
+#   psctl reshard wait inf            exit 2 (it waited for ever)
 #   --port=0 with a map and no --server-index: exit 2 (it took server 0's slots)
 #   --ckpt-interval-s without --ckpt-dir: said (it never checkpointed, silently)
 #   a map file of 700 servers (9 KB)  read whole (it was cut at 8 KB: a parse error, or a wrong
@@ -59,6 +60,9 @@ grep -q "checkpoint (exit) failed" "$dir/server.log" || fail "no line about the 
 rc=0
 "$bin/psctl" --coordinator=127.0.0.1:1 reshard wait abc 2>"$dir/err" || rc=$?
 [ "$rc" = 2 ] || { cat "$dir/err"; fail "reshard wait abc: exit $rc, want 2"; }
+rc=0 # a wait without end
+timeout 10 "$bin/psctl" --coordinator=127.0.0.1:1 reshard wait inf 2>"$dir/err" || rc=$?
+[ "$rc" = 2 ] || { cat "$dir/err"; fail "reshard wait inf: exit $rc, want 2"; }
 
 rc=0
 timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 \

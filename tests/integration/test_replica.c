@@ -28,7 +28,8 @@
  *   pull saw and the whole table at the end (weights and Adam's state, bit for bit) equal those
  *   of the same calls on a cluster that was never resharded.
  * - test_reshard_absent_server: a target naming a server that never starts moves nothing and
- *   writes no map version; removing that server again reaches the target.
+ *   writes no map version; the same add run again says the target again; a second server added
+ *   meanwhile keeps the first one's share in the target; removing both reaches the target.
  * - test_cold_failover, test_cold_reshard_add_remove: a cold table (200 rows in RAM, most rows
  *   in each server's RocksDB tier) through a primary's kill -9 (every acknowledged push kept), a
  *   rejoined backup's copy (the primary's rows bit for bit, served after the primary's kill -9
@@ -1211,6 +1212,27 @@ static void test_cold_reshard_add_remove(void **state) {
 /* A resharding target naming a server that never starts: nothing moves and the map does not
  * churn (the server is not added as a backup while its lease is absent); removing it again
  * reaches the target at once. */
+/* `psctl --json reshard add` of 127.0.0.1:port: the target it printed (exit 0). */
+static pc_cluster_map_t *reshard_add_target(int grpc_port, int port) {
+    char addr[64], out[8192];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    const char *args[] = {"--json", "reshard", "add", addr, NULL};
+    const int rc = pu_psctl(g_psctl, grpc_port, out, sizeof out, args);
+    if (rc)
+        fail_msg("psctl reshard add %s: exit %d: %s", addr, rc, out);
+    char *tp = strstr(out, "\"target\":\"");
+    assert_non_null(tp);
+    tp += 10;
+    char *end = strchr(tp, '"');
+    assert_non_null(end);
+    *end = '\0';
+    pc_cluster_map_t *t = NULL;
+    char err[200];
+    if (pc_cmap_parse(tp, &t, err, sizeof err))
+        fail_msg("target %s: %s", tp, err);
+    return t;
+}
+
 static void test_reshard_absent_server(void **state) {
     (void)state;
     cluster_t cl;
@@ -1232,6 +1254,18 @@ static void test_reshard_absent_server(void **state) {
                   (unsigned long long)v0, (unsigned long long)v1);
     assert_true(v1 == v0);
     assert_false(cc_reshard_done(g_psctl, cl.grpc0));
+    /* the same add again (psctl killed, run again): the target said again, exit 0 */
+    pc_cluster_map_t *t = reshard_add_target(cl.grpc0, p2);
+    assert_true(pc_cmap_has_role(t, 2));
+    pc_cmap_destroy(t);
+    /* another server added while that one is pending: the target gives both their share (it
+     * was planned from the map, and the pending add was cancelled) */
+    const int p3 = pu_free_port();
+    t = reshard_add_target(cl.grpc0, p3);
+    const bool both = pc_cmap_has_role(t, 2) && pc_cmap_has_role(t, 3);
+    pc_cmap_destroy(t);
+    assert_true(both);
+    cc_reshard_remove(g_psctl, cl.grpc0, p3);
     cc_reshard_remove(g_psctl, cl.grpc0, p2);
     for (double t0 = pu_now(); !cc_reshard_done(g_psctl, cl.grpc0) && pu_now() - t0 < 10;)
         usleep(50000);
