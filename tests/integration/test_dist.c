@@ -311,15 +311,26 @@ static void test_unequal_data_and_errors(void **state) {
     snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
     snprintf(out0, sizeof out0, "%s/u0.json", g_dir);
     snprintf(out1, sizeof out1, "%s/u1.json", g_dir);
-    /* Rank 0 gets all.tsv (2x the rows), rank 1 p1.tsv (files split by rank). */
+    /* Rank 0 gets all.tsv (2x the rows), rank 1 p1.tsv (files split by rank). Coordinated
+     * checkpoints every 15 steps: rank 1's data ends after 20, so at step 30 it takes the
+     * checkpoint from its empty rounds (it went on to the round's allreduce while rank 0 waited
+     * at the checkpoint's barrier, and the group broke at every checkpoint after). */
+    char ckd[300], grpcs[96], ckman[400];
     snprintf(tr, sizeof tr, "--train=%s,%s", g_all, g_p1);
-    const char *w0[] = {srv, coord, "--world=2", "--rank=0", tr, "--batch=512", NULL};
-    const char *w1[] = {srv, coord, "--world=2", "--rank=1", tr, "--batch=512", NULL};
+    snprintf(ckd, sizeof ckd, "--ckpt-dir=%s/unequal-ckpt", g_dir);
+    snprintf(grpcs, sizeof grpcs, "--server-grpc=127.0.0.1:%d,127.0.0.1:%d", c.grpc0, c.grpc1);
+    const char *w0[] = {srv,           coord, "--world=2",       "--rank=0", tr,
+                        "--batch=512", ckd,   "--ckpt-every=15", grpcs,      NULL};
+    const char *w1[] = {srv,           coord, "--world=2",       "--rank=1", tr,
+                        "--batch=512", ckd,   "--ckpt-every=15", grpcs,      NULL};
     pid_t r0 = worker(w0, out0), r1 = worker(w1, out1);
     assert_int_equal(pu_reap(r0, 120), 0);
     assert_int_equal(pu_reap(r1, 120), 0);
     assert_true(json_num(out0, "samples") == ROWS && json_num(out1, "samples") == ROWS / 2);
     assert_true(json_num(out0, "steps") == json_num(out1, "steps"));
+    assert_true(json_num(out0, "rollbacks") == 0 && json_num(out0, "lost_pushes") == 0);
+    snprintf(ckman, sizeof ckman, "%s/unequal-ckpt/step-%020d/manifest", g_dir, 30);
+    assert_int_equal(access(ckman, F_OK), 0);
     /* world 2 without a coordinator: bad settings */
     const char *nc[] = {srv, "--world=2", tr, NULL};
     assert_int_equal(pu_reap(worker(nc, out0), 30), 2);

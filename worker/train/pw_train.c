@@ -334,6 +334,28 @@ static void trainer_free(trainer_t *t) {
     pw_telemetry_close(t->tel); /* last: the loop published into it until here */
 }
 
+/* The coordinated checkpoint of round `cur`, when it is one: a consistent cut, every round
+ * before cur applied and every push acknowledged (async rounds do not wait for their pushes:
+ * the slots' are waited for here). Every member takes it at that round, one whose data ran out
+ * too (its empty rounds stand in the same collectives: a member that went on to the round's
+ * allreduce instead would meet the others' checkpoint barrier). 0 with *again false: go on;
+ * *again: the group re-formed, start the step over; else a fatal error. */
+static int ckpt_round(trainer_t *t, uint64_t cur, bool *stop, bool *again) {
+    const pw_train_config_t *c = t->c;
+    *again = false;
+    if (!t->grp || !c->ckpt_every || cur % (uint64_t)c->ckpt_every || cur == t->last_ckpt)
+        return 0;
+    t->last_ckpt = cur;
+    int rc = pw__apply_rounds(t, 0, true, stop);
+    if (!rc)
+        rc = pw__slots_settle(t);
+    if (!rc)
+        pw__save_position(t, true);
+    if (rc || (rc = pw__job_checkpoint(t)))
+        *again = !(rc = pw__pipeline_regroup(t));
+    return rc;
+}
+
 static int open_reader(const trainer_t *t, const char *const *paths, size_t n, int epochs,
                        bool training, uint64_t skip, pw_reader_t **r) {
     const pw_train_config_t *c = t->c;
@@ -656,7 +678,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     double ema = NAN;
     uint64_t next_progress = (uint64_t)c->progress_every, next_eval = (uint64_t)c->eval_every;
     t.last_ckpt = t.step;
-    bool more = true, stop = false;
+    bool more = true, stop = false, again = false;
     res->first_step_s = NAN;
     t.next_round = t.applied = t.step;
     while (!rc && !stop) {
@@ -719,6 +741,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                     stop = true;
                 continue;
             }
+            if ((rc = ckpt_round(&t, t.next_round, &stop, &again)))
+                break;
+            if (again)
+                continue;
             pw__log_step(&t, t.next_round, "start");
             (void)pw__round_submit(&t, NULL, false); /* no slot: nothing to allocate */
             if ((rc = pw__apply_rounds(&t, 0, true, &stop)) && t.grp)
@@ -734,20 +760,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 continue;
             break;
         }
-        if (t.grp && c->ckpt_every && cur % (uint64_t)c->ckpt_every == 0 && cur != t.last_ckpt) {
-            /* a consistent cut: every round before cur applied, every push acknowledged (async
-             * rounds do not wait for their pushes: the slots' are waited for here) */
-            t.last_ckpt = cur;
-            if (!(rc = pw__apply_rounds(&t, 0, true, &stop)))
-                rc = pw__slots_settle(&t);
-            if (!rc)
-                pw__save_position(&t, true);
-            if (rc || (rc = pw__job_checkpoint(&t))) {
-                if (!(rc = pw__pipeline_regroup(&t)))
-                    continue;
-                break;
-            }
-        }
+        if ((rc = ckpt_round(&t, cur, &stop, &again)))
+            break;
+        if (again)
+            continue;
         /* Here every round the gate waited for is applied: in sync mode all pushes of the steps
          * the dense model has taken are acknowledged, so the watermark the publisher reads
          * covers them (a lone worker counts its steps before its pushes return). */
