@@ -838,7 +838,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     res->early_rows = t.early_rows;
     res->pulled_rows = t.pulled_rows;
     res->pull_wait_s = t.pull_wait_s;
-    count_files(r, train, ntrain, res->train_files, &res->ntrain_files);
+    if (r) /* (none when a rollback's reopen failed) */
+        count_files(r, train, ntrain, res->train_files, &res->ntrain_files);
     uint64_t read = 0; /* samples of this run's readers (one before each rollback) */
     for (size_t i = 0; i < res->ntrain_files; i++)
         read += res->train_files[i].samples;
