@@ -804,12 +804,18 @@ static int slab_resize(const ps_table_t *t, ps_shard_t *s, uint32_t cap) {
     ps_km_t *km = s->km ? pc_vm_resize(PC_MEM_KEYS, s->km, (size_t)s->cap * sizeof(ps_km_t), kb)
                         : pc_vm_alloc(PC_MEM_KEYS, kb);
     if (!km) {
-        /* Keep the arrays consistent: shrink rows back when it was a growth. */
-        unsigned char *back = pc_vm_resize(PC_MEM_ROWS, s->rows, nbytes, ob);
-        if (back)
+        /* Keep the arrays consistent: shrink rows back when it was a growth, free them when
+         * they were new (a mapping of 0 bytes cannot be resized: the shard would refuse every
+         * insert for good, and leak). */
+        unsigned char *back = ob ? pc_vm_resize(PC_MEM_ROWS, s->rows, nbytes, ob) : NULL;
+        if (!ob) {
+            pc_vm_free(PC_MEM_ROWS, s->rows, nbytes);
+            s->rows = NULL;
+        } else if (back) {
             s->rows = back;
-        else
+        } else {
             s->cap = cap < s->cap ? cap : s->cap; /* rows array is larger: still valid */
+        }
         return PC_ENOMEM;
     }
     if (kb >= HUGE_MIN_BYTES)

@@ -235,8 +235,38 @@ static void test_checkpoint_allocation_failures(void **state) {
     tc_rmdir(dir);
 }
 
+/* A shard's first insert with the i-th allocation failing (its row slab taken, its key records
+ * not, among others): the insert fails, and once memory is back the shard takes it, and the
+ * table's memory is all given back when it is destroyed (a failed first slab was left mapped
+ * with a size of 0: every later insert into the shard failed, and it leaked). */
+static void test_first_insert_failures(void **state) {
+    (void)state;
+    const uint64_t rows0 = pc_mem_used(PC_MEM_ROWS), keys0 = pc_mem_used(PC_MEM_KEYS);
+    float g[DIM] = {0.5f, 0.5f, 0.5f, 0.5f}, row[DIM];
+    for (long i = 0; i < 16; i++) {
+        ps_table_config_t c;
+        ps_table_config_defaults(&c);
+        assert_int_equal(ps_table_config_parse(&c, "dim=4,optimizer=adagrad,shards=1", NULL, 0), 0);
+        ps_table_t *t;
+        assert_int_equal(ps_table_create(&c, &t), 0);
+        const uint64_t key = 42;
+        pc_mem_fail_after(i);
+        const int rc = ps_table_push(t, &key, 1, g, DIM, NULL);
+        pc_mem_fail_after(-1);
+        assert_true(ok_or_oom(rc));
+        if (rc)
+            assert_int_equal(ps_table_push(t, &key, 1, g, DIM, NULL), 0);
+        assert_int_equal(ps_table_count(t), 1);
+        assert_int_equal(ps_table_pull(t, &key, 1, row, DIM), 0);
+        ps_table_destroy(t);
+        assert_int_equal(pc_mem_used(PC_MEM_ROWS), rows0);
+        assert_int_equal(pc_mem_used(PC_MEM_KEYS), keys0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_allocation_failure),
-                                       cmocka_unit_test(test_checkpoint_allocation_failures)};
+                                       cmocka_unit_test(test_checkpoint_allocation_failures),
+                                       cmocka_unit_test(test_first_insert_failures)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
