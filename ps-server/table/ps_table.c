@@ -413,9 +413,10 @@ int ps_table_config_check(const ps_table_config_t *cfg, char *err, size_t errlen
         why = "adagrad needs eps > 0 or adagrad_init > 0 (in float: at least 1.4e-45)";
     else if (cfg->optimizer == PS_OPT_FTRL && !((float)cfg->lr > 0))
         why = "ftrl needs lr (its alpha) > 0";
-    else if (cfg->optimizer == PS_OPT_FTRL && !((float)cfg->ftrl_beta > 0) && !((float)cfg->l2 > 0))
-        why = "ftrl needs ftrl_beta > 0 or l2 > 0 (a first gradient too small to square would "
-              "divide by 0)";
+    else if (cfg->optimizer == PS_OPT_FTRL &&
+             !((float)cfg->ftrl_beta / (float)cfg->lr + (float)cfg->l2 > 0))
+        why = "ftrl needs ftrl_beta / lr + l2 > 0 in float (a first gradient too small to square "
+              "would divide by 0)";
     if (why) {
         snprintf(err ? err : buf, err ? errlen : sizeof buf, "%s", why);
         return PC_EINVAL;
@@ -1286,8 +1287,9 @@ typedef struct load_src {
 } load_src_t;
 
 /* Duplicate merging for push, over the whole batch in visiting order: first[q] = the earliest
- * position holding the same key as position q; acc[q] = offset of that key's summed gradient in
- * sum, or UINT32_MAX when the key occurs once. Equal keys share a shard, so merging never crosses
+ * position holding the same key as position q; acc[q] = index of that key's summed gradient in
+ * sum (in rows of dim floats: the offset in floats may pass 32 bits), or UINT32_MAX when the key
+ * occurs once. Equal keys share a shard, so merging never crosses
  * a lock. */
 typedef struct dedup {
     uint32_t *first, *acc, *table;
@@ -1364,11 +1366,11 @@ static int dedup_sum(const batch_t *b, uint32_t merged) {
         if (q0 == q)
             continue;
         if (d->acc[q0] == UINT32_MAX) {
-            d->acc[q0] = nsum++ * dim;
-            memcpy(d->sum + d->acc[q0], b->grads + (size_t)key_at(b, q0) * dim,
+            d->acc[q0] = nsum++;
+            memcpy(d->sum + (size_t)d->acc[q0] * dim, b->grads + (size_t)key_at(b, q0) * dim,
                    dim * sizeof(float));
         }
-        float *acc = d->sum + d->acc[q0];
+        float *acc = d->sum + (size_t)d->acc[q0] * dim;
         const float *g = b->grads + (size_t)key_at(b, q) * dim;
         for (uint32_t e = 0; e < dim; e++)
             acc[e] += g[e];
@@ -1379,7 +1381,8 @@ static int dedup_sum(const batch_t *b, uint32_t merged) {
 /* The (summed) gradient of push position q (key index k). */
 static inline const float *push_grad(const batch_t *b, uint32_t q, uint32_t k) {
     const dedup_t *d = b->d;
-    return d->acc[q] != UINT32_MAX ? d->sum + d->acc[q] : b->grads + (size_t)k * b->t->dim;
+    return d->acc[q] != UINT32_MAX ? d->sum + (size_t)d->acc[q] * b->t->dim
+                                   : b->grads + (size_t)k * b->t->dim;
 }
 
 /* The optimizer step of a 16-bit row: on f32 weights, rounded back stochastically with random

@@ -489,10 +489,10 @@ static void test_push_nonfinite_wide(void **st) {
  * step count saturates instead of wrapping to 0. */
 static void test_float_settings(void **st) {
     (void)st;
-    static const char *const refused[] = {"dim=4,optimizer=adam,beta2=0.99999999",
-                                          "dim=4,optimizer=adam,eps=1e-50",
-                                          "dim=4,optimizer=adagrad,eps=1e-50,adagrad_init=0",
-                                          "dim=4,optimizer=ftrl,ftrl_beta=0,l2=0"};
+    static const char *const refused[] = {
+        "dim=4,optimizer=adam,beta2=0.99999999", "dim=4,optimizer=adam,eps=1e-50",
+        "dim=4,optimizer=adagrad,eps=1e-50,adagrad_init=0", "dim=4,optimizer=ftrl,ftrl_beta=0,l2=0",
+        "dim=4,optimizer=ftrl,ftrl_beta=1e-40,lr=1e6,l2=0"};
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         ps_table_config_t c;
         ps_table_config_defaults(&c);
