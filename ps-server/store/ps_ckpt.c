@@ -1045,23 +1045,35 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
         return rc;
     }
     uint64_t ids[4096];
-    size_t n;
-    int rc = scan_dir(c->dir, ids, 4096, &n, NULL, false);
-    if (rc)
-        return rc;
-    n = n < 4096 ? n : 4096;
-    for (size_t i = n; i-- > 0;) {
-        rc = restore_one(c, ids[i]);
-        if (!rc) {
-            PC_INFO("restored checkpoint %" PRIu64, ids[i]);
-            if (restored)
-                *restored = ids[i];
-            return 0;
+    size_t n = 0;
+    int rc = 0;
+    /* A checkpoint that is gone while it is read (the writer's retention removed it: a serving
+     * replica reads a training server's directory) is no damage: the directory is read again,
+     * a few times at most, for the newer ones the writer published meanwhile. */
+    for (int scans = 0, again = 1; again && scans < 8; scans++) {
+        again = 0;
+        if ((rc = scan_dir(c->dir, ids, 4096, &n, NULL, false)))
+            return rc;
+        n = n < 4096 ? n : 4096;
+        for (size_t i = n; i-- > 0;) {
+            rc = restore_one(c, ids[i]);
+            if (!rc) {
+                PC_INFO("restored checkpoint %" PRIu64, ids[i]);
+                if (restored)
+                    *restored = ids[i];
+                return 0;
+            }
+            if (rc != PC_ECORRUPT && rc != PC_ENOTFOUND)
+                return rc; /* out of memory, I/O error: not a reason to go back in time */
+            char p[PBUF];
+            ckpt_path(c, ids[i], false, p, sizeof p);
+            if (rc == PC_ENOTFOUND && access(p, F_OK) != 0 && c->read_only) {
+                again = 1; /* removed meanwhile: the writer went on */
+                break;
+            }
+            PC_WARN("checkpoint %" PRIu64 " does not restore (%s), trying an older one", ids[i],
+                    pc_strerror(rc));
         }
-        if (rc != PC_ECORRUPT && rc != PC_ENOTFOUND)
-            return rc; /* out of memory, I/O error: not a reason to go back in time */
-        PC_WARN("checkpoint %" PRIu64 " does not restore (%s), trying an older one", ids[i],
-                pc_strerror(rc));
     }
     /* A directory of damaged checkpoints is not an empty one, whatever was wrong with them (a
      * file missing answers PC_ENOTFOUND): the caller must not start empty tables over them. */
