@@ -861,7 +861,8 @@ typedef struct rctx {
 } rctx_t;
 
 /* Before the first row or tombstone of a file is applied: the file must be what its manifest
- * entry and the table say (sizes, cut, version), or nothing is loaded from it. */
+ * entry and the table say (counts, size, checksum, cut, version), or nothing is loaded from it:
+ * another self-consistent row file put in its place is refused. */
 static int restore_check(rctx_t *x) {
     if (x->checked)
         return 0;
@@ -871,7 +872,8 @@ static int restore_check(rctx_t *x) {
     if (m->dim != ps_table_dim(x->t) || m->state_len != ps_table_state_len(x->t) ||
         m->cut_clock != x->want->cut || m->version != x->want->version ||
         ((m->flags & PS_ROWFILE_INCREMENTAL) != 0) == x->want->full ||
-        strncmp(m->config, x->want->config, sizeof m->config) != 0) {
+        strncmp(m->config, x->want->config, sizeof m->config) != 0 || m->rows != x->want->rows ||
+        m->tombs != x->want->tombs || m->bytes != x->want->bytes || m->checksum != x->want->xxh3) {
         PC_ERROR("checkpoint table %s: row file does not match its manifest", x->want->name);
         return PC_ECORRUPT;
     }

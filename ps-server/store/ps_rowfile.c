@@ -303,6 +303,10 @@ int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_
     if ((rc = get(&r, m.config, clen, 1)))
         goto out;
     m.config[clen] = '\0';
+    m.rows = counts[0];
+    m.tombs = counts[1];
+    m.checksum = want_hash;
+    m.bytes = (uint64_t)st.st_size;
     if (meta)
         *meta = m;
     /* Tombstones first (small; read again below for the checksum). */

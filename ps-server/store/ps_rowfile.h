@@ -37,6 +37,9 @@ typedef struct ps_rowfile_meta {
     uint32_t flags;
     uint64_t version;
     char config[2048]; /* table settings as a spec list */
+    /* read only (ps_rowfile_read fills them before any callback; create ignores them): the
+     * footer's counts and checksum, and the file's size */
+    uint64_t rows, tombs, checksum, bytes;
 } ps_rowfile_meta_t;
 
 /* Create `path` (truncated) and write the header. */

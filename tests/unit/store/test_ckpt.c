@@ -785,6 +785,49 @@ static void test_lost_removal(void **state) {
     ps_catalog_destroy(cat);
 }
 
+/* A row file replaced by another one that is whole in itself, of the same table settings, cut
+ * and version (another server's checkpoint of the same step): refused on restore, as the
+ * manifest names each file's counts, size and checksum (only the file's own footer was read). */
+static void test_row_file_swapped(void **state) {
+    (void)state;
+    char dir[2][256], from[600], to[600];
+    ps_table_t *t[2];
+    ps_catalog_t *cat[2];
+    for (int i = 0; i < 2; i++) {
+        tc_tmpdir(dir[i], sizeof dir[i], i ? "swapb" : "swapa");
+        assert_int_equal(ps_catalog_create(&cat[i]), 0);
+        t[i] = add_table(cat[i], "name=k,dim=4,optimizer=sgd");
+        tc_round(t[i], i + 1); /* one push each, of other keys */
+        ps_ckpt_t *ck;
+        ps_ckpt_opts_t o = {.dir = dir[i], .keep = 5, .full_every = 4};
+        assert_int_equal(ps_ckpt_create(cat[i], &o, &ck), 0);
+        assert_int_equal(ps_ckpt_write(ck, NULL), 0);
+        ps_ckpt_destroy(ck);
+    }
+    snprintf(from, sizeof from, "%s/ckpt-%020d/t-k.rows", dir[0], 1);
+    snprintf(to, sizeof to, "%s/ckpt-%020d/t-k.rows", dir[1], 1);
+    char *bytes = NULL;
+    size_t len = 0;
+    assert_int_equal(pc_fs_read_all(from, 1 << 26, &bytes, &len), 0);
+    FILE *f = fopen(to, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(bytes, 1, len, f), len);
+    fclose(f);
+    free(bytes);
+    ps_catalog_t *c2;
+    ps_ckpt_t *ck2;
+    ps_ckpt_opts_t o = {.dir = dir[1], .keep = 5, .full_every = 4};
+    assert_int_equal(ps_catalog_create(&c2), 0);
+    assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+    assert_int_equal(ps_ckpt_restore(ck2, 1, NULL), PC_ECORRUPT);
+    ps_ckpt_destroy(ck2);
+    ps_catalog_destroy(c2);
+    for (int i = 0; i < 2; i++) {
+        ps_catalog_destroy(cat[i]);
+        tc_rmdir(dir[i]);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lost_removal),
@@ -794,6 +837,7 @@ int main(void) {
         cmocka_unit_test(test_retention_and_damage),
         cmocka_unit_test(test_manifest_settings),
         cmocka_unit_test(test_manifest_seal),
+        cmocka_unit_test(test_row_file_swapped),
         cmocka_unit_test(test_export_import),
         cmocka_unit_test(test_regressions),
         cmocka_unit_test(test_stream_positions),
