@@ -22,7 +22,7 @@ import numpy as np
 from ._lib import ABI_MINOR_UNCLEAN, ABI_MINOR_WIRE, err_name, ffi, lib
 from .errors import CODES, EmberError, check
 
-WHY = 600  # bytes of a call's failure detail (psclient.h: PSC_WHY_MAX is below this)
+WHY = 1024  # bytes of a call's failure detail (psclient.c's PSC_WHY_MAX, 736, is below this)
 WAITER_IDLE_S = 1.0  # the async calls' waiter thread leaves after this long with none
 CLAIM_MODES = {"check": 0, "warm_start": 1, "fresh": 2, "inspect": 3}
 WIRE_TYPES = {"f32": 0, "bf16": 1, "f16": 2}  # psclient.h PSC_WIRE_*

@@ -17,6 +17,11 @@ class EmberError(Exception):
         self.detail = detail or strerror(code)
         super().__init__("%s: %s" % (self.name, self.detail))
 
+    def __reduce__(self):
+        # pickled (multiprocessing, DataLoader workers) and copied from its code and detail:
+        # args holds the message only, which is not a code
+        return (EmberError, (self.code, self.detail))
+
 
 def _codes():
     out = {}

@@ -132,7 +132,9 @@ class EmbeddingBag(nn.Module):
             if offsets is not None:
                 raise ValueError("offsets must be None with 2-D input")
             if not input.shape[1]:
-                return torch.zeros((input.shape[0], self.dim))
+                self.flush()  # (the last push's error, as any forward raises it)
+                return torch.zeros((input.shape[0], self.dim), dtype=torch.float32,
+                                   device=input.device)
         elif input.dim() == 1:
             if offsets is None:
                 raise ValueError("1-D input needs offsets")

@@ -19,6 +19,17 @@ def test_server_down_at_connect():
     assert "127.0.0.1" in e.value.detail
 
 
+def test_error_pickles():
+    """An EmberError crosses processes (multiprocessing, DataLoader workers) whole."""
+    import copy
+    import pickle
+    e = emberps.EmberError(emberps.errors.PC_EDIM, "server 1: 8 floats a row, not 4")
+    for back in (pickle.loads(pickle.dumps(e)), copy.copy(e)):
+        assert isinstance(back, emberps.EmberError)
+        assert (back.code, back.name, back.detail) == (e.code, "PC_EDIM", e.detail)
+        assert str(back) == str(e)
+
+
 def test_server_killed(servers):
     addr, group = servers(TABLE)
     c = emberps.Client(addr, timeout_ms=1500, retries=1)
