@@ -91,7 +91,8 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
 int pc_metrics_start(const char *host, int port, unsigned max_connections, pc_metrics_fn fn,
                      void *ctx, pc_metrics_t **out) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    if (!fn || !out || max_connections < 1 || inet_pton(AF_INET, host, &a.sin_addr) != 1)
+    if (!fn || !out || max_connections < 1 || port < 0 || port > 65535 ||
+        inet_pton(AF_INET, host, &a.sin_addr) != 1)
         return PC_EINVAL;
     /* Never select(): it cannot watch descriptors >= FD_SETSIZE. */
     unsigned flags = MHD_USE_ERROR_LOG;

@@ -354,11 +354,19 @@ int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const ch
         }
         /* a comment: '#' at the line's start or after a blank (a value may hold one: a token,
          * a path) */
+        char *cut = NULL;
         for (char *hash = line; (hash = strchr(hash, '#')); hash++)
             if (hash == line || hash[-1] == ' ' || hash[-1] == '\t') {
-                *hash = '\0';
+                *(cut = hash) = '\0';
                 break;
             }
+        const char *eq = cut ? strchr(line, '=') : NULL, *ee = cut;
+        if (eq && trim(eq + 1, &ee) == ee) { /* "token = #s3cret": not an empty value, silently */
+            set_err(err, errlen, "%s:%d: a value cannot begin with '#' (a comment there)", path,
+                    lineno);
+            rc = PC_EINVAL;
+            break;
+        }
         const char *e = line + strlen(line);
         const char *b = trim(line, &e);
         if (b == e)

@@ -356,6 +356,8 @@ int pc_tls_seal(pc_tls_t *t, const void *buf, size_t len, void *out, size_t cap,
     if (in >= o && in < o + cap && /* in place: the plaintext at the end, room in front */
         (in + len != o + cap || cap - len < t->out_len + pc_tls_sealed_max(len) - len))
         return PC_EINVAL;
+    if (in < o && in + len > o) /* the plaintext runs into out: written over before it is read */
+        return PC_EINVAL;
     if (t->out_len > cap)
         return PC_ETOOBIG;
     size_t have = pc_tls_take(t, out, cap); /* what was pending first, in order */

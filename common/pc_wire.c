@@ -371,5 +371,11 @@ int pc_wire_stream_reply_decode(const uint8_t *body, uint32_t len, pc_wire_strea
     out->dim = get32(body + 44);
     if (out->dim > PC_WIRE_STREAM_STRIDE_MAX || pc_wire_stream_reply_len(out->n, out->dim) != len)
         return PC_EINVAL;
+    /* each key's found byte 0 or 1, the padding after them 0 (as the requests' checks) */
+    const uint8_t *found = body + pc_wire_stream_found_off(out->n);
+    const uint64_t flen = pc_wire_stream_rows_off(out->n) - pc_wire_stream_found_off(out->n);
+    for (uint64_t i = 0; i < flen; i++)
+        if (found[i] > (i < out->n ? 1 : 0))
+            return PC_EINVAL;
     return 0;
 }

@@ -1019,6 +1019,11 @@ static int start_live(sv_serve_t *s) {
         x->model = from->model;
         from->model = NULL;
         s->live_seen = sv_model_step(x->model);
+        /* a version whose step was published too is that published model served: the trainer
+         * rolling back past it (its directory pruned, every one left older) is seen as after
+         * any published model taken */
+        if (s->publish_dir[0] && sv_published_has(s->publish_dir, s->live_seen))
+            s->pub_taken = s->live_seen;
     } else if (!rc) {
         if (!(rc = sv_sparse_create(map, &sparse, why, sizeof why)))
             rc = sv_sparse_add_tables(sparse, tables, NULL, why, sizeof why);

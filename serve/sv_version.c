@@ -38,6 +38,12 @@ int sv_published_newest(const char *dir, uint64_t after, char *path, size_t cap,
     return rc;
 }
 
+bool sv_published_has(const char *dir, uint64_t step) {
+    char sub[40];
+    snprintf(sub, sizeof sub, "dense-%020" PRIu64, step);
+    return has_file(dir, sub, "watermark");
+}
+
 void sv_watermark_free(sv_watermark_t *w) {
     free(w->uid);
     free(w->head);

@@ -17,6 +17,7 @@
 #ifndef SV_VERSION_H
 #define SV_VERSION_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,8 @@ typedef struct sv_watermark {
 /* The newest published model of dir with a step above `after`: its directory into path (cap
  * bytes) and its step. PC_ENOTFOUND when there is none newer. */
 int sv_published_newest(const char *dir, uint64_t after, char *path, size_t cap, uint64_t *step);
+/* Whether dir holds published model `step` (whole: its watermark is there). */
+bool sv_published_has(const char *dir, uint64_t step);
 /* Read dir/watermark. PC_ENOTFOUND, PC_EPARSE (why gets the line). */
 int sv_watermark_read(const char *dir, sv_watermark_t *w, char *why, size_t cap);
 void sv_watermark_free(sv_watermark_t *w);

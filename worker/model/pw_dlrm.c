@@ -34,9 +34,9 @@ struct pw_dlrm {
 };
 
 int pw_dlrm_create(const pw_dlrm_config_t *c, pw_backend_t *be, pw_dlrm_t **out) {
-    if (c->ndense < 1 || c->nfields < 1 || c->dim < 1 || c->nbottom < 1 ||
-        c->nbottom > PW_MLP_MAX || c->ntop < 1 || c->ntop > PW_MLP_MAX || c->max_batch < 1 ||
-        c->bottom[c->nbottom - 1] != c->dim || c->top[c->ntop - 1] != 1)
+    if (c->ndense < 1 || c->nfields < 1 || c->nfields > PW_POOL_FIELDS_MAX || c->dim < 1 ||
+        c->nbottom < 1 || c->nbottom > PW_MLP_MAX || c->ntop < 1 || c->ntop > PW_MLP_MAX ||
+        c->max_batch < 1 || c->bottom[c->nbottom - 1] != c->dim || c->top[c->ntop - 1] != 1)
         return PC_EINVAL;
     pw_dlrm_t *m = pc_scalloc(PC_MEM_MODEL, 1, sizeof *m);
     if (!m)

@@ -149,6 +149,12 @@ static void test_file_env_dump(void **state) {
     assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), 0);
     assert_int_equal(c.count, 42);
     assert_string_equal(c.name, "a#b"); /* a '#' inside a value is the value's (a token's) */
+    f = fopen(path, "w"); /* a value beginning with '#': refused, not taken as empty */
+    fprintf(f, "name = #s3cret\n");
+    fclose(f);
+    assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), PC_EINVAL);
+    assert_non_null(strstr(err, ":1: a value cannot begin with '#'"));
+    assert_string_equal(c.name, "a#b");
 
     setenv("TST_RATE", "0.125", 1);
     assert_int_equal(pc_settings_load_env(tab, N, &c, "TST_", err, sizeof err), 0);

@@ -341,6 +341,14 @@ static void test_stream_codec(void **state) {
                 e.n == 3 && e.dim == 2);
     assert_int_equal(pc_wire_stream_reply_decode(rb, 103, &e), PC_EINVAL);
     assert_int_equal(pc_wire_stream_reply_decode(rb, 40, &e), PC_EINVAL);
+    rb[72] = 1; /* found bytes 0 or 1, padding 0 */
+    assert_int_equal(pc_wire_stream_reply_decode(rb, 104, &e), 0);
+    rb[73] = 2;
+    assert_int_equal(pc_wire_stream_reply_decode(rb, 104, &e), PC_EINVAL);
+    rb[73] = 0;
+    rb[76] = 1;
+    assert_int_equal(pc_wire_stream_reply_decode(rb, 104, &e), PC_EINVAL);
+    rb[76] = 0;
     r.dim = PC_WIRE_STREAM_STRIDE_MAX + 1;
     pc_wire_stream_reply_encode(&r, rb);
     assert_int_equal(pc_wire_stream_reply_decode(rb, 104, &e), PC_EINVAL);
