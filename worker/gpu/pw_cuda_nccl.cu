@@ -171,11 +171,12 @@ int nccl_create(pw_backend_t *be, const struct pw_kv *kv, const char *prefix, in
     c->dev = b.dev;
     c->timeout_ms = timeout_ms;
     c->log = b.log;
-    cudaSetDevice(c->dev);
-    cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    cudaError_t e = cudaSetDevice(c->dev);
+    if (e == cudaSuccess)
+        e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         (void)cudaGetLastError(); /* not the backend's sticky error */
-        report(b.log, "nccl: cudaStreamCreate: %s", cudaGetErrorString(e));
+        report(b.log, "nccl: device %d: its stream: %s", c->dev, cudaGetErrorString(e));
         free(c);
         return PC_EIO;
     }
@@ -204,7 +205,14 @@ int nccl_allreduce_sum(pw_dcoll_t *dc, float *buf, size_t n) {
         return PC_ECANCELED; /* aborted before: the group re-forms */
     if (!n)
         return 0;
-    cudaSetDevice(c->dev);
+    const cudaError_t e = cudaSetDevice(c->dev);
+    if (e != cudaSuccess) { /* the device lost: said as itself, not as NCCL's later error */
+        (void)cudaGetLastError();
+        report(c->log, "nccl: cudaSetDevice(%d): %s", c->dev, cudaGetErrorString(e));
+        ncclCommAbort(c->comm);
+        c->comm = nullptr;
+        return PC_EIO;
+    }
     ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, c->comm, c->stream);
     if (r != ncclSuccess && r != ncclInProgress) {
         report(c->log, "nccl: ncclAllReduce: %s", ncclGetErrorString(r));

@@ -198,9 +198,9 @@ static int run_turn(pw_job_t *j) {
 }
 
 /* What a member whose pushes failed adds to the mark's flag (the sum of the members with a
- * batch, at most 4096): every member learns it from the sum, exact in a float up to 4096
- * failures. */
-#define PUSH_FAILED 4096.0f
+ * batch, at most 4096, the largest --world: strictly below it): every member learns it from the
+ * sum, at least this with any failure (however rounded). */
+#define PUSH_FAILED 8192.0f
 
 /* The round's end: its pushes answered, then (a group) the sum of the flag, which every member
  * enters, so that one whose pushes failed does not leave the others waiting in it (they would
