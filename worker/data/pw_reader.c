@@ -347,7 +347,8 @@ static int line_commit(cursor_t *c, const char *where, uint64_t lineno, size_t l
     }
     if (prc) {
         atomic_fetch_add(&r->bad, 1);
-        if (atomic_fetch_add(&sc->bad, 1) == 0) {
+        const uint64_t before = atomic_fetch_add(&sc->bad, 1); /* the source's, every epoch */
+        if (before == 0) {
             pthread_mutex_lock(&r->mu);
             sc->first_bad_line = lineno;
             if (strcmp(where, r->paths[c->src])) /* a TCP producer: say which */
@@ -358,7 +359,8 @@ static int line_commit(cursor_t *c, const char *where, uint64_t lineno, size_t l
                          (unsigned long long)lineno, err);
             pthread_mutex_unlock(&r->mu);
         }
-        if (++*bad_here <= LOG_BAD_MAX)
+        ++*bad_here;
+        if (before < LOG_BAD_MAX) /* per source, not per pass over it */
             PC_WARN("%s:%llu: %s", where, (unsigned long long)lineno, err);
         return check_rate(r, c->src, false);
     }

@@ -825,6 +825,11 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     pw_sched_drain(t.sched);
     const int src = pw__slots_settle(&t); /* pushes a late regroup dropped: counted as lost */
     rc = rc ? rc : t.staleness == PW_ASYNC ? src : 0; /* async: not reported by a mark */
+    if (!rc && r && !t.filled && pw_reader_consumed(r) > t.done_pos) {
+        t.done_pos = pw_reader_consumed(r); /* every batch trained: the lines after the last one
+                                             * (blank, malformed) are read too, not again */
+        t.pos_dirty = true;
+    }
     if (!rc)
         pw__save_position(&t, true);
     if (!rc) /* a promotion during the last steps: said and counted too */
