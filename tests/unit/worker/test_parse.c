@@ -223,6 +223,12 @@ static void test_csv_lines(void **state) {
                         "expected 4 columns, got 7");
     assert_string_equal(why(PW_FMT_CSV, &ml, "1,31,2.5,1,\"open"),
                         "expected 4 columns, got over 4");
+    /* a quoted value's line break, seen line by line: both halves refused */
+    assert_string_equal(why(PW_FMT_CSV, &ml, "x,\"a"), "column 2: a broken quote (unterminated, "
+                                                       "or inside an unquoted value)");
+    assert_string_equal(why(PW_FMT_CSV, &ml, "b\",2,4.5,1"), "column 1: a broken quote "
+                                                             "(unterminated, or inside an unquoted "
+                                                             "value)");
     assert_int_equal(csv(&ml, "1,31,2.5"), PC_EPARSE);
     assert_int_equal(csv(&ml, "1,31,2.5,1,9"), PC_EPARSE);
     assert_int_equal(csv(&ml, ""), PC_EPARSE);
