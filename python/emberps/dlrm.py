@@ -8,6 +8,8 @@ strict lower triangle), top MLP (dim + 351)-128-64-1, Glorot-uniform weights and
 mean BCE on logits. Used by examples/torch_dlrm.py and `python3 -m emberps.bench`.
 Imported on use (needs PyTorch).
 """
+import re
+
 import numpy as np
 import torch
 from torch import nn
@@ -15,6 +17,10 @@ from torch import nn
 from . import keys as _keys
 
 DENSE, FIELDS = 13, 26
+
+
+_INT = re.compile(r"-?[0-9]{1,18}")
+_HEX = re.compile(r"[0-9a-fA-F]{1,8}")
 
 
 def read_criteo(path, rank=0, world=1, max_rows=0):
@@ -30,6 +36,13 @@ def read_criteo(path, rank=0, world=1, max_rows=0):
             cols = line.rstrip("\r\n").split("\t")
             if len(cols) != 1 + DENSE + FIELDS:
                 raise ValueError("%s:%d: %d columns, Criteo has 40" % (path, i + 1, len(cols)))
+            # what ps-worker's parser takes (pw_parse.c), nothing more: a label 0 or 1, integer
+            # counts, 1-8 hex digits a categorical; else the line's keys would differ
+            bad = [] if cols[0] in ("0", "1") else [cols[0]]
+            bad += [c for c in cols[1:1 + DENSE] if c and not _INT.fullmatch(c)]
+            bad += [c for c in cols[1 + DENSE:] if c and not _HEX.fullmatch(c)]
+            if bad:
+                raise ValueError("%s:%d: not a Criteo line (%r)" % (path, i + 1, bad[0]))
             labels.append(float(cols[0]))
             dense.append([float(x) if x else 0.0 for x in cols[1:1 + DENSE]])
             for j in range(FIELDS):

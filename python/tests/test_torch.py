@@ -160,3 +160,19 @@ def test_without_torch():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert "emberps.torch needs PyTorch" in out.stdout and "python3-torch" in out.stdout
+
+
+def test_read_criteo_as_the_worker(tmp_path):
+    """read_criteo takes the lines ps-worker takes, and refuses the ones it refuses (a label other
+    than 0/1, a count that is not an integer, a categorical that is not 1-8 hex digits)."""
+    from emberps.dlrm import read_criteo
+    good = "\t".join(["1"] + ["3"] * 12 + [""] + ["68fd1e64"] * 25 + [""])
+    p = tmp_path / "ok.tsv"
+    p.write_text(good + "\n")
+    labels, dense, keys = read_criteo(str(p))
+    assert labels.tolist() == [1.0] and dense.shape == (1, 13) and keys.shape == (1, 26)
+    for bad in (good.replace("1", "2", 1), good.replace("\t3\t", "\t1.5\t", 1),
+                good.replace("68fd1e64", "0x1a", 1), good.replace("68fd1e64", "168fd1e64", 1)):
+        p.write_text(bad + "\n")
+        with pytest.raises(ValueError, match="ok.tsv:1: not a Criteo line"):
+            read_criteo(str(p))
