@@ -33,7 +33,8 @@ echo "== dependencies"
 deploy/install-deps.sh
 echo "== build (build/, Release)"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build -j2 >build/build.log 2>&1 || { tail -n 30 build/build.log; exit 1; }
+cmake --build build -j2 --target programs >build/build.log 2>&1 ||
+  { tail -n 30 build/build.log; exit 1; } # (the tests: README's second command builds them)
 
 # a cluster an earlier run left up (killed with it) goes first: its files are removed next
 deploy/local-cluster.sh down --dir="$run/cluster" >/dev/null 2>&1 || true
