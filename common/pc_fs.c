@@ -173,9 +173,20 @@ void pc_fs_remove_tmp_numbered(const char *dir, const char *prefix) {
     for (struct dirent *e; (e = readdir(d));) {
         const char *p = e->d_name + pl;
         const size_t digits = strncmp(e->d_name, prefix, pl) ? 0 : strspn(p, "0123456789");
-        if (digits && strcmp(p + digits, ".tmp") == 0 &&
-            (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path)
-            pc_fs_rm_tree(path);
+        const bool tmp = digits && strcmp(p + digits, ".tmp") == 0,
+                   old = digits && strcmp(p + digits, ".tmp.old") == 0;
+        if ((!tmp && !old) ||
+            (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path)
+            continue;
+        if (old) { /* pc_fs_replace_dir's old copy, moved aside: back when it had no successor */
+            char fin[PATH_MAX];
+            snprintf(fin, sizeof fin, "%.*s", (int)(strlen(path) - strlen(".tmp.old")), path);
+            if (access(fin, F_OK) != 0 && rename(path, fin) == 0) {
+                (void)pc_fs_fsync_path(dir);
+                continue;
+            }
+        }
+        pc_fs_rm_tree(path);
     }
     closedir(d);
 }

@@ -21,7 +21,10 @@ void pc_fs_rm_tree(const char *path);
 /* Put directory `tmp` (written whole) in place as `fin`, replacing one there, and fsync their
  * parent `dir`: readers see the old directory, then the new one (exchanged in one rename, where
  * the filesystem can: else none for a moment), never a mix, and a crash leaves one of the two
- * whole at fin. The old one is removed (a crash may leave it at tmp). 0, PC_ENOSPC or PC_EIO. */
+ * whole at fin once pc_fs_remove_tmp_numbered ran (the old one moved aside to tmp.old goes
+ * back when fin is missing). The old one is removed (a crash may leave it at tmp or tmp.old).
+ * 0, PC_ENOSPC or PC_EIO (an error after the swap: fin may already be the new one, not yet
+ * durable). */
 int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir);
 
 /* The numbers N of dir's entries named exactly PREFIX<N> (decimal digits, any zero padding: a
@@ -36,7 +39,9 @@ size_t pc_fs_numbered(const char *dir, const char *prefix, uint64_t **out);
  * are named with N in 20 digits, as their writers make them. */
 void pc_fs_prune_numbered(const char *dir, const char *prefix, uint64_t latest, size_t keep);
 
-/* Remove dir's PREFIX<N>.tmp entries (N decimal digits): what a crash left half-written. */
+/* Remove dir's PREFIX<N>.tmp entries (N decimal digits): what a crash left half-written; and
+ * PREFIX<N>.tmp.old ones (pc_fs_replace_dir's old copy moved aside), except one without a
+ * PREFIX<N>, which is put back there (a crash between the fallback's two renames). */
 void pc_fs_remove_tmp_numbered(const char *dir, const char *prefix);
 
 /* Sealed text files (manifests): the text is followed by a last line "xxh3 " and the 16 hex

@@ -26,8 +26,11 @@
 #define HEALTH_CHECK "/grpc.health.v1.Health/Check"
 #define HEALTH_WATCH "/grpc.health.v1.Health/Watch"
 #define PEM_MAX      (1u << 20)
-#define HEALTH_MAX   1024  /* bytes of a HealthCheckRequest: a service name */
-#define CALL_WAIT_MS 30000 /* call_wait_ms's default */
+#define HEALTH_MAX   1024 /* bytes of a HealthCheckRequest: a service name */
+/* ms a Health call's request may take to arrive: no token guards it, so a peer that opens Check
+ * calls and sends no body holds a thread (there are few) this long, not call_wait_ms */
+#define HEALTH_WAIT_MS 1000
+#define CALL_WAIT_MS   30000 /* call_wait_ms's default */
 
 typedef struct worker {
     struct ps_grpc *g;
@@ -115,15 +118,16 @@ static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_a
     grpc__health__v1__health_check_request__free_unpacked(q, NULL);
 }
 
-/* Run one batch and wait for it on the worker's queue, at most call_wait_ms: a client that
- * sends nothing (or too slowly), or never takes its reply, has its call cancelled instead of
- * holding this thread (the threads are few, and the first step reads before any token). */
-static bool run_batch(worker_t *w, grpc_call *call, const grpc_op *ops, size_t n, void *tag) {
+/* Run one batch and wait for it on the worker's queue, at most wait_ms: a client that sends
+ * nothing (or too slowly), or never takes its reply, has its call cancelled instead of holding
+ * this thread (the threads are few). */
+static bool run_batch(worker_t *w, grpc_call *call, const grpc_op *ops, size_t n, void *tag,
+                      int wait_ms) {
     grpc_call_error e = grpc_call_start_batch(call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK)
         return false;
-    const gpr_timespec until = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                            gpr_time_from_millis(w->g->call_wait_ms, GPR_TIMESPAN));
+    const gpr_timespec until =
+        gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(wait_ms, GPR_TIMESPAN));
     grpc_event ev = grpc_completion_queue_next(w->cq, until, NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
         atomic_fetch_add_explicit(&w->g->stalled, 1, memory_order_relaxed);
@@ -156,7 +160,9 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     memset(op, 0, sizeof op);
     op[0].op = GRPC_OP_RECV_MESSAGE;
     op[0].data.recv_message.recv_message = &in;
-    if (!r.err && !run_batch(w, call, op, 1, (void *)1)) {
+    const int wait_ms =
+        health && g->call_wait_ms > HEALTH_WAIT_MS ? HEALTH_WAIT_MS : g->call_wait_ms;
+    if (!r.err && !run_batch(w, call, op, 1, (void *)1, wait_ms)) {
         if (in) /* a message that completed as the wait gave up */
             grpc_byte_buffer_destroy(in);
         return;
@@ -212,7 +218,7 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     op[n++].data.send_status_from_server.status_details = &details;
     op[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op[n++].data.recv_close_on_server.cancelled = &cancelled;
-    run_batch(w, call, op, n, (void *)2);
+    run_batch(w, call, op, n, (void *)2, g->call_wait_ms);
     grpc_slice_unref(details);
     if (out)
         grpc_byte_buffer_destroy(out);
