@@ -112,7 +112,8 @@ up() {
   if [ -n "$rollback" ]; then # the servers' checkpoint ids in the latest job checkpoint
     local step
     step=$(cat "$rollback/LATEST" 2>/dev/null) || { echo "local-cluster.sh: no $rollback/LATEST" >&2; exit 1; }
-    read -r -a ids < <(sed -n 's/^servers //p' "$rollback/step-$(printf %020d "$step")/manifest")
+    read -r -a ids < <(sed -n 's/^servers //p' "$rollback/step-$(printf %020d "$step")/manifest") ||
+      true # (none read: said below)
     [ ${#ids[@]} -eq "$n" ] || { echo "local-cluster.sh: $rollback lists ${#ids[@]} servers, not $n" >&2; exit 1; }
     echo "rolling back to the job checkpoint after step $step (server checkpoints ${ids[*]})"
   fi

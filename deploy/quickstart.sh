@@ -98,7 +98,9 @@ while [ $scored = 0 ] && kill -0 "${workers[1]}" 2>/dev/null; do
     sleep 1
   fi
 done
-for p in "${workers[@]}"; do wait "$p"; done # each worker's status (set -e stops on a failure)
+for p in "${workers[@]}"; do # each worker's status: a failure says which, from its log
+  wait "$p" || { tail -n 20 "$run"/workers/worker-*.log; echo "quickstart: a worker failed" >&2; exit 1; }
+done
 workers=()
 for _ in $(seq 20); do # a short run may end before the first published model reached the replica
   [ $scored = 1 ] && break
@@ -124,8 +126,8 @@ ologloss=$(python_free_json "$run/data/oracle.json" oracle_logloss)
 printf '== result: test AUC %.4f (oracle %.4f), logloss %.4f (oracle %.4f); %.0f samples/s per worker\n' \
   "$auc" "$oauc" "$logloss" "$ologloss" "$sps"
 
-echo "== online lookup: the embedding of field 0's value in the first test row"
-value=$(head -n 1 "$run/data/test.tsv" | cut -f 15)
+echo "== online lookup: the embedding of field 0's value in the first test row that has one"
+value=$(awk -F'\t' '$15 != "" { print $15; exit }' "$run/data/test.tsv")
 read -r key _ _ _ owner < <($bin/psctl "${tls[@]}" --server=127.0.0.1:$((base + 100)) key 0 "$value")
 echo "\$ psctl ${tls[*]} --server=127.0.0.1:$((base + 100 + owner)) lookup emb $key"
 $bin/psctl "${tls[@]}" --server=127.0.0.1:$((base + 100 + owner)) lookup emb "$key"
