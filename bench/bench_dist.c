@@ -171,9 +171,9 @@ static int measure_restart(const char *dir, int port, int grpc, const char *p0, 
             *wall = pc_time_sec_since(t1);
         usleep(5000);
     }
-    int st0 = -1, st1 = -1;
-    waitpid(w0, &st0, 0);
-    waitpid(w1, &st1, 0);
+    int st0 = -1, st1 = -1; /* bounded: a rank 1 that never rejoins leaves rank 0 waiting */
+    bench_wait_exit(w0, 300, &st0);
+    bench_wait_exit(w1, 60, &st1);
     pw_coord_close(co);
     FILE *f = fopen(out1b, "r");
     char buf[4096] = "";

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_util.h"
 #include "pc_error.h"
@@ -214,28 +215,32 @@ static double gemm_peak(pw_backend_t *be, int m) {
     return gf;
 }
 
-/* PyTorch's samples/s for the configuration, from bench/dlrm_torch.py (NAN: unavailable). */
+/* PyTorch's samples/s for the configuration, from bench/dlrm_torch.py (NAN: unavailable): a
+ * child of its own (bench_python: it dies with ps-bench), stopped after 10 minutes (a CUDA
+ * initialisation that hangs does not hang the bench). */
 static double torch_rate(int batch, int dim, const char *device, char *why, size_t wl) {
-    char cmd[1024], line[2048];
+    char script[600], sb[16], sd[16], dir[256], out_path[300];
     /* the same device in PyTorch's names: cuda, cuda:N; every CPU backend is "cpu" */
     const char *tdev = strncmp(device, "cpu", 3) == 0 ? "cpu" : device;
-    snprintf(cmd, sizeof cmd,
-             BENCH_PYTHON " %s/bench/dlrm_torch.py --batch %d --dim %d --device %s --json 2>&1",
-             EMBER_SOURCE_DIR, batch, dim, tdev);
-    FILE *p = popen(cmd, "r");
-    double rate = NAN;
-    snprintf(why, wl, "no output");
-    while (p && fgets(line, sizeof line, p)) {
-        cJSON *j = line[0] == '{' ? cJSON_Parse(line) : NULL;
-        const cJSON *v = j ? cJSON_GetObjectItem(j, "samples_per_s") : NULL;
-        if (cJSON_IsNumber(v))
-            rate = v->valuedouble;
-        else if (!j)
-            snprintf(why, wl, "%.*s", (int)strcspn(line, "\n"), line);
-        cJSON_Delete(j);
-    }
-    if (p)
-        pclose(p);
+    snprintf(script, sizeof script, "%s/bench/dlrm_torch.py", EMBER_SOURCE_DIR);
+    snprintf(sb, sizeof sb, "%d", batch);
+    snprintf(sd, sizeof sd, "%d", dim);
+    char *args[] = {BENCH_PYTHON, script,     "--batch",    sb,       "--dim",
+                    sd,           "--device", (char *)tdev, "--json", NULL};
+    bench_tmpdir("gpu", dir, sizeof dir);
+    snprintf(out_path, sizeof out_path, "%s/torch.out", dir);
+    int st = 0;
+    if (bench_wait_exit(bench_python(args, out_path, true), 600, &st))
+        fprintf(stderr, "ps-bench gpu: %s ran for 10 minutes: stopped\n", script);
+    char last[400] = "";
+    cJSON *r = bench_python_result(out_path, last, sizeof last);
+    unlink(out_path);
+    rmdir(dir);
+    const cJSON *v = r ? cJSON_GetObjectItem(r, "samples_per_s") : NULL;
+    const double rate = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!cJSON_IsNumber(v))
+        snprintf(why, wl, "%s", last[0] ? last + strspn(last, " ") : "no output");
+    cJSON_Delete(r);
     return rate;
 }
 

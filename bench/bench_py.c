@@ -49,11 +49,6 @@ static double c_round(psc_t *c, const uint64_t *batches, float *rows, double sec
     return (double)n * BATCH / el;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Run the Python side with the sync pipes; its output into out_path. Returns its pid. */
 static pid_t spawn_python(const bench_opts_t *o, const char *servers, int rfd, int wfd,
                           const char *out_path) {
@@ -150,8 +145,7 @@ int bench_py_main(int argc, char **argv) {
         printf("  %s\n", why);
     }
     if (nr) {
-        qsort(rates, (size_t)nr, sizeof rates[0], cmp_double);
-        const double cr = rates[nr / 2];
+        const double cr = bench_quantile(rates, (size_t)nr, 0.5);
         cJSON_AddNumberToObject(root, "c_pull_rows_per_s", cr);
         const cJSON *pr = cJSON_GetObjectItem(root, "py_pull_rows_per_s");
         if (cJSON_IsNumber(pr)) {

@@ -549,20 +549,14 @@ static double redis_rate(ctx_t *x, bool hash, uint32_t dim, int inflight, uint64
 
 /* ==== latency ============================================================================== */
 
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct lat {
     double p50, p99;
 } lat_t;
 
-/* The nearest-rank percentiles: the sample at rank ceil(p * n) (1-based). */
+/* The nearest-rank percentiles (bench_quantile), in us. */
 static lat_t percentiles(double *v, size_t n) {
-    qsort(v, n, sizeof *v, cmp_d);
-    const size_t r50 = (n + 1) / 2, r99 = (size_t)ceil(0.99 * (double)n);
-    return (lat_t){v[r50 ? r50 - 1 : 0] * 1e6, v[r99 ? r99 - 1 : 0] * 1e6};
+    const double p50 = bench_quantile(v, n, 0.5);
+    return (lat_t){p50 * 1e6, bench_quantile(v, n, 0.99) * 1e6};
 }
 
 /* 26-key lookups (or MGETs) at `rate` per second for x->secs: per-call latency percentiles,

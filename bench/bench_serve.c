@@ -103,20 +103,6 @@ static void sleep_until(double t) {
         ;
 }
 
-static int cmp_d(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The q-quantile of v[0..n) (sorted here); 0 when n is 0. */
-static double quantile(double *v, size_t n, double q) {
-    if (!n)
-        return 0;
-    qsort(v, n, sizeof *v, cmp_d);
-    size_t i = (size_t)(q * (double)n);
-    return v[i < n ? i : n - 1];
-}
-
 /* ==== processes ============================================================================ */
 
 /* Start argv[0] (a path) with stdout and stderr appended to log, on every CPU this process may
@@ -635,8 +621,8 @@ static lat_t open_loop(const bench_t *b, psg_t **c, bool health_only, double rat
             r.first_err = j[i].first_err;
         free(j[i].lat);
     }
-    r.p50_us = quantile(all, r.n, 0.50) * 1e6;
-    r.p99_us = quantile(all, r.n, 0.99) * 1e6;
+    r.p50_us = bench_quantile(all, r.n, 0.50) * 1e6;
+    r.p99_us = bench_quantile(all, r.n, 0.99) * 1e6;
     r.max_us = r.n ? all[r.n - 1] * 1e6 : 0;
     free(all);
     return r;
@@ -866,7 +852,7 @@ static versus_t against_torch(bench_t *b, psg_t **c, int rounds, double secs) {
     }
     v.daemon_cpu = busy > 0 ? dcpu / busy : 0;
     v.client_cpu = busy > 0 ? ccpu / busy : 0;
-    v.qps = quantile(qps, (size_t)nq, 0.5);
+    v.qps = bench_quantile(qps, (size_t)nq, 0.5);
     char last[256];
     cJSON *r = bench_python_result(out, last, sizeof last);
     const cJSON *tq = r ? cJSON_GetObjectItem(r, "torch_predict_qps") : NULL;
@@ -1017,9 +1003,9 @@ out:
         f.err = pu.err;
     f.push_rate = pu.secs > 0 ? (double)pu.rows / pu.secs : 0;
     f.probes = n;
-    f.push_p50_ms = quantile(ack, (size_t)n, 0.5) * 1e3;
-    f.p50_ms = quantile(lat, (size_t)n, 0.5) * 1e3;
-    f.p99_ms = quantile(lat, (size_t)n, 0.99) * 1e3;
+    f.push_p50_ms = bench_quantile(ack, (size_t)n, 0.5) * 1e3;
+    f.p50_ms = bench_quantile(lat, (size_t)n, 0.5) * 1e3;
+    f.p99_ms = bench_quantile(lat, (size_t)n, 0.99) * 1e3;
     f.max_ms = n ? lat[n - 1] * 1e3 : 0;
     free(lat);
     free(ack);
@@ -1229,7 +1215,7 @@ int bench_serve_main(int argc, char **argv) {
             abort();
         const lat_t during = open_loop(&b, oc, false, RATE, b.secs);
         pthread_join(th, NULL);
-        const double load_p50 = quantile(sw->load_s, (size_t)sw->nload, 0.5);
+        const double load_p50 = bench_quantile(sw->load_s, (size_t)sw->nload, 0.5);
         printf("4. version swaps (LoadVersion %llu, LoadVersion %llu, Follow, back to back): %d "
                "swaps (%d failed%s%s), each %.1f ms (p50); Predict at %.0f/s during them: p99 "
                "%.0f us, %llu of %llu failed (goal 0)\n"

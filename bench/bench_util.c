@@ -111,6 +111,19 @@ uint64_t bench_rand(uint64_t *s) {
     return pc_rand(s);
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_quantile(double *v, size_t n, double q) {
+    if (!n)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_double);
+    const double r = ceil(q * (double)n);
+    return v[r < 1 ? 0 : r > (double)n ? n - 1 : (size_t)r - 1];
+}
+
 double bench_median3(const double *v) {
     double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
     return v[2] < lo ? lo : (v[2] > hi ? hi : v[2]);
@@ -201,8 +214,15 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]) {
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL); /* a bench that aborts leaves no server behind */
         cpu_set_t one; /* CPU 0 of bench_pin even when the caller is pinned elsewhere */
-        if (o->pin && pin_set(o, 0, &one))
+        if (o->pin && pin_set(o, 0, &one)) {
             sched_setaffinity(0, sizeof one, &one);
+        } else if (!o->pin) { /* unpinned: every CPU, not the one the caller pinned itself to */
+            cpu_set_t all;
+            CPU_ZERO(&all);
+            for (int c = 0; c < CPU_SETSIZE; c++)
+                CPU_SET(c, &all);
+            sched_setaffinity(0, sizeof all, &all); /* (the kernel keeps the allowed ones) */
+        }
         execvp(argv[0], argv);
         _exit(127);
     }

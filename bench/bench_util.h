@@ -49,6 +49,9 @@ double bench_parse_rate(const char *data, size_t len, uint64_t n, double *scan, 
 
 /* Median of three samples. */
 double bench_median3(const double *v);
+/* The q-quantile of v[0..n) (sorted here), nearest rank: the sample at rank ceil(q * n),
+ * 1-based; 0 when n is 0. */
+double bench_quantile(double *v, size_t n, double q);
 
 /* Insert keys bench_key(0 .. n-1) into t by pulls of 64Ki keys (aborts on error). */
 struct ps_table;
