@@ -89,6 +89,8 @@ struct sv_serve {
     int back_ticks;             /* ticks in a row that found every published step older */
     uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
     uint64_t tables_next_ns;    /* fetch_tables asks the servers again then */
+    uint64_t absent_step;       /* a published step whose table the replica lacks, and since */
+    uint64_t absent_since_ns;   /* when (refused once the servers' tables were asked since) */
     atomic_uint_least64_t relayouts, map_version;
 
     atomic_uint_least64_t predictions, swaps, refused;
@@ -919,10 +921,24 @@ void sv_serve_tick(sv_serve_t *s) {
             if (!pruned(dir, rc, what))
                 refuse(s, what, why);
         } else if (sv_sparse_table_config(s->rows->sparse, w.table, &(ps_table_config_t){0})) {
-            snprintf(why, sizeof why, "its table %.64s is not one the replica holds", w.table);
+            /* a table the replica does not hold: maybe one made since its last look at the
+             * servers' tables (the next look and a new layout bring it: waited for), else
+             * refused once a look since found it neither there nor coming */
+            const uint64_t now = pc_time_mono_ns(),
+                           poll_ns = (uint64_t)s->fo.tables_poll_ms * 1000000u;
+            if (s->absent_step != step) {
+                s->absent_step = step;
+                s->absent_since_ns = now;
+            }
+            const bool looked =
+                s->fo.tables_poll_ms <= 0 ||
+                (s->tables_next_ns >= poll_ns && s->tables_next_ns - poll_ns > s->absent_since_ns);
+            if (looked && !s->next) {
+                snprintf(why, sizeof why, "its table %.64s is not one the replica holds", w.table);
+                s->live_seen = step;
+                refuse(s, what, why);
+            }
             sv_watermark_free(&w);
-            s->live_seen = step;
-            refuse(s, what, why);
         } else {
             const bool ready = sv_follow_caught_up(s->rows->follower, w.table, w.uid, w.head, w.n);
             char wtable[sizeof w.table];

@@ -53,7 +53,7 @@ map=$(cat "$dir/cluster/cluster.map")
 start_serve() { # the replica, live, with versions; waits for its port file
   rm -f "$dir/serve.port"
   "$bin/ps-serve" --follow="$map" --publish-dir="$dir/publish" --versions="$dir/jobckpt" \
-    --grpc-port=0 --metrics-port=-1 --max-batch=4096 --port-file="$dir/serve.port" \
+    --grpc-port=0 --metrics-port=-1 --max-batch=4096 --port-file="$dir/serve.port" --tables-poll-ms=1000 \
     --log-level=info >>"$dir/serve.log" 2>&1 &
   serve_pid=$!
   for _ in $(seq 300); do [ -s "$dir/serve.port" ] && break; sleep 0.1; done
