@@ -16,8 +16,9 @@
  *
  * Value syntax: bool true/false/1/0/yes/no/on/off; int in decimal with optional decimal (k, M, G)
  * or binary (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer
- * size - 1 (in spec lists a string cannot hold ','; in files it cannot hold " #", a blank and
- * '#', nor begin with '#': refused, not read as an empty value).
+ * size - 1 (in spec lists a string cannot hold ','; in files a '#' at a line's start or after a
+ * blank starts a comment, so a value cannot hold " #", and "name = #..." is refused rather than
+ * read as an empty value).
  * Every value is checked against the bounds before it is stored; on error nothing is stored and
  * `err` (may be NULL) receives one line naming the setting (as the flag, "--ckpt-dir", when it
  * came from one), the value and the rule (an enum's lists the choices).

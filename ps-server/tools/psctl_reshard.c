@@ -13,12 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* `reshard wait` asks again while the coordinator does not answer (g_retrying: such failures
+ * are not said, and g_transient tells them from the others: a wrong CA is not asked again). */
+static bool g_retrying, g_transient;
+
 /* The newest map (exit code on failure, said on stderr). */
 static int newest(const psctl_reshard_opts_t *o, ps_coord_store_t *st, pc_cluster_map_t **m) {
     int rc = ps_mapstore_newest(st, 0, 1, m); /* the hint, else from the first version */
     if (rc) {
-        fprintf(stderr, "psctl: coordinator %s: cluster map: %s\n", o->coordinator,
-                pc_strerror(rc));
+        g_transient = rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT;
+        if (!g_retrying || !g_transient)
+            fprintf(stderr, "psctl: coordinator %s: cluster map: %s\n", o->coordinator,
+                    pc_strerror(rc));
         return psctl_exit_of(rc);
     }
     if (!*m) {
@@ -139,8 +145,9 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
         pc_cmap_destroy(m);
         return rc;
     }
-    if (base && pc_cmap_has_role(base, (uint32_t)idx)) {
-        t = base; /* asked already (this command run again): said again */
+    if (base &&
+        pc_cmap_server_slots(base, (uint32_t)idx) > pc_cmap_server_slots(m, (uint32_t)idx)) {
+        t = base; /* asked already (this command run again, the move begun): said again */
         base = NULL;
     } else {
         rc = pc_cmap_plan_add(base ? base : m, (uint32_t)idx, &t);
@@ -221,7 +228,10 @@ static int status(const psctl_reshard_opts_t *o, ps_coord_store_t *st, bool prin
         return rc;
     int trc = ps_mapstore_get_target(st, &t);
     if (trc && trc != PC_ENOTFOUND) {
-        fprintf(stderr, "psctl: coordinator %s: target: %s\n", o->coordinator, pc_strerror(trc));
+        g_transient = trc == PC_EUNAVAIL || trc == PC_ETIMEDOUT;
+        if (!g_retrying || !g_transient)
+            fprintf(stderr, "psctl: coordinator %s: target: %s\n", o->coordinator,
+                    pc_strerror(trc));
         pc_cmap_destroy(m);
         return psctl_exit_of(trc);
     }
@@ -272,13 +282,17 @@ int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
     } else if (!strcmp(args[0], "status")) {
         rc = status(o, &st, true, &slots);
     } else {
-        /* a coordinator that does not answer for a moment (3, 4) is asked again until then */
+        /* a coordinator that does not answer for a moment is asked again until then */
         const uint64_t t0 = pc_time_mono_ns();
-        while (((rc = status(o, &st, false, &slots)) == 3 || rc == 4 || (!rc && slots)) &&
-               pc_time_sec_since(t0) < limit)
-            pc_time_sleep_ms(20);
+        g_retrying = true;
+        while (((rc = status(o, &st, false, &slots)) && g_transient) || (!rc && slots)) {
+            if (pc_time_sec_since(t0) >= limit)
+                break;
+            pc_time_sleep_ms(rc ? 200 : 20);
+        }
+        g_retrying = false;
         int src;
-        if (!rc)
+        if (!rc || g_transient) /* (the last answer said now, whatever it is) */
             rc = (src = status(o, &st, true, &slots)) ? src : slots ? 1 : 0;
     }
     st.destroy(st.ctx);

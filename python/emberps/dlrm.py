@@ -19,7 +19,7 @@ from . import keys as _keys
 DENSE, FIELDS = 13, 26
 
 
-_INT = re.compile(r"-?[0-9]{1,18}")
+_INT = re.compile(r"[+-]?[0-9]{1,18}")  # pw_parse.c's scan_int: a sign, at most 18 digits
 _HEX = re.compile(r"[0-9a-fA-F]{1,8}")
 
 
@@ -38,7 +38,7 @@ def read_criteo(path, rank=0, world=1, max_rows=0):
                 raise ValueError("%s:%d: %d columns, Criteo has 40" % (path, i + 1, len(cols)))
             # what ps-worker's parser takes (pw_parse.c), nothing more: a label 0 or 1, integer
             # counts, 1-8 hex digits a categorical; else the line's keys would differ
-            bad = [] if cols[0] in ("0", "1") else [cols[0]]
+            bad = [] if _INT.fullmatch(cols[0]) and int(cols[0]) in (0, 1) else [cols[0]]
             bad += [c for c in cols[1:1 + DENSE] if c and not _INT.fullmatch(c)]
             bad += [c for c in cols[1 + DENSE:] if c and not _HEX.fullmatch(c)]
             if bad:
