@@ -477,13 +477,7 @@ static int run_psctl(const char *args, char *out, size_t cap) {
     char bin[512], cmd[1600];
     bench_sibling("psctl", bin, sizeof bin);
     snprintf(cmd, sizeof cmd, "'%s' --timeout-ms=5000 %s", bin, args);
-    FILE *f = popen(cmd, "r");
-    if (!f)
-        return -1;
-    const size_t n = fread(out, 1, cap - 1, f);
-    out[n] = '\0';
-    const int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return bench_run_output(cmd, out, cap);
 }
 
 typedef struct migrate {
@@ -665,15 +659,9 @@ static double rejoin_rate(const bench_opts_t *o, const char *dir, bool cold, uin
 /* tests/support/etcd_cluster.sh (the checkout's: EMBER_SOURCE_DIR) with args; its stdout into
  * out (may be NULL); its exit status. */
 static int etcd_sh(const char *args, char *out, size_t cap) {
-    char cmd[1200], buf[512];
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "bash '%s/tests/support/etcd_cluster.sh' %s", EMBER_SOURCE_DIR, args);
-    FILE *f = popen(cmd, "r");
-    if (!f)
-        return -1;
-    const size_t n = fread(out ? out : buf, 1, (out ? cap : sizeof buf) - 1, f);
-    (out ? out : buf)[n] = '\0';
-    const int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return bench_run_output(cmd, out, cap);
 }
 
 static void kill_etcd_leader(void *ctx, cluster_t *cl) {

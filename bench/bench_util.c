@@ -207,6 +207,13 @@ int bench_free_port(void) {
     return ntohs(a.sin_port);
 }
 
+/* Every CPU into *all (the kernel keeps the ones this process may use). */
+static void all_cpus(cpu_set_t *all) {
+    CPU_ZERO(all);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        CPU_SET(c, all);
+}
+
 int bench_spawn(const bench_opts_t *o, char *const argv[]) {
     pid_t pid = fork();
     if (pid < 0)
@@ -218,15 +225,32 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]) {
             sched_setaffinity(0, sizeof one, &one);
         } else if (!o->pin) { /* unpinned: every CPU, not the one the caller pinned itself to */
             cpu_set_t all;
-            CPU_ZERO(&all);
-            for (int c = 0; c < CPU_SETSIZE; c++)
-                CPU_SET(c, &all);
-            sched_setaffinity(0, sizeof all, &all); /* (the kernel keeps the allowed ones) */
+            all_cpus(&all);
+            sched_setaffinity(0, sizeof all, &all);
         }
         execvp(argv[0], argv);
         _exit(127);
     }
     return pid;
+}
+
+int bench_run_output(const char *cmd, char *out, size_t cap) {
+    cpu_set_t mine, all; /* popen's child inherits this thread's set: widened around it */
+    const bool had = sched_getaffinity(0, sizeof mine, &mine) == 0;
+    all_cpus(&all);
+    sched_setaffinity(0, sizeof all, &all);
+    FILE *f = popen(cmd, "r");
+    if (had)
+        sched_setaffinity(0, sizeof mine, &mine);
+    if (!f)
+        return -1;
+    char buf[512];
+    const size_t n = fread(out ? out : buf, 1, (out ? cap : sizeof buf) - 1, f);
+    (out ? out : buf)[n] = '\0';
+    while (fread(buf, 1, sizeof buf, f) > 0) {
+    }
+    const int st = pclose(f);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 int bench_ps_server(const bench_opts_t *o, const char *area, const char *dir, const char *tag,

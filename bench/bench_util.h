@@ -68,6 +68,10 @@ double bench_run_threads(int threads, void *(*fn)(void *), void **ctx);
  * ps-bench. */
 int bench_free_port(void);
 int bench_spawn(const bench_opts_t *o, char *const argv[]);
+/* Run shell command cmd on every CPU (not the one the caller pinned itself to), its stdout into
+ * out (cap bytes, NUL-terminated; may be NULL: read and dropped); its exit status, -1 when it
+ * could not run or was killed. */
+int bench_run_output(const char *cmd, char *out, size_t cap);
 void bench_stop(int pid);
 int bench_wait_exit(int pid, double seconds, int *status);
 bool bench_wait_file(const char *path, double seconds);

@@ -97,7 +97,8 @@ int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir) {
             return errno_rc(e);
         }
         const int rc = pc_fs_fsync_path(dir);
-        pc_fs_rm_tree(aside);
+        if (!rc) /* (else a crash may still find the new one not durable: the old one kept) */
+            pc_fs_rm_tree(aside);
         return rc;
     }
     if (rename(tmp, fin)) /* none there */

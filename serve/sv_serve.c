@@ -89,8 +89,9 @@ struct sv_serve {
     int back_ticks;             /* ticks in a row that found every published step older */
     uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
     uint64_t tables_next_ns;    /* fetch_tables asks the servers again then */
+    uint64_t tables_seen_ns;    /* the servers' tables last answered with no new layout coming */
     uint64_t absent_step;       /* a published step whose table the replica lacks, and since */
-    uint64_t absent_since_ns;   /* when (refused once the servers' tables were asked since) */
+    uint64_t absent_since_ns;   /* when (refused once the servers' tables answered since) */
     atomic_uint_least64_t relayouts, map_version;
 
     atomic_uint_least64_t predictions, swaps, refused;
@@ -872,8 +873,11 @@ void sv_serve_tick(sv_serve_t *s) {
     char *servers, *tables = fetch_tables(s, &servers);
     pthread_mutex_lock(&s->swap_mu);
     relayout(s);
-    if (tables)
+    if (tables) {
         apply_tables(s, servers, tables);
+        if (!s->next) /* the servers' tables answered, and no new layout is coming */
+            s->tables_seen_ns = pc_time_mono_ns();
+    }
     free(servers);
     free(tables);
     if (!s->publish_dir[0]) {
@@ -923,17 +927,12 @@ void sv_serve_tick(sv_serve_t *s) {
         } else if (sv_sparse_table_config(s->rows->sparse, w.table, &(ps_table_config_t){0})) {
             /* a table the replica does not hold: maybe one made since its last look at the
              * servers' tables (the next look and a new layout bring it: waited for), else
-             * refused once a look since found it neither there nor coming */
-            const uint64_t now = pc_time_mono_ns(),
-                           poll_ns = (uint64_t)s->fo.tables_poll_ms * 1000000u;
+             * refused once the servers' tables answered since with no new layout coming */
             if (s->absent_step != step) {
                 s->absent_step = step;
-                s->absent_since_ns = now;
+                s->absent_since_ns = pc_time_mono_ns();
             }
-            const bool looked =
-                s->fo.tables_poll_ms <= 0 ||
-                (s->tables_next_ns >= poll_ns && s->tables_next_ns - poll_ns > s->absent_since_ns);
-            if (looked && !s->next) {
+            if (s->fo.tables_poll_ms <= 0 || s->tables_seen_ns > s->absent_since_ns) {
                 snprintf(why, sizeof why, "its table %.64s is not one the replica holds", w.table);
                 s->live_seen = step;
                 refuse(s, what, why);

@@ -19,6 +19,7 @@ static bool g_retrying, g_transient;
 
 /* The newest map (exit code on failure, said on stderr). */
 static int newest(const psctl_reshard_opts_t *o, ps_coord_store_t *st, pc_cluster_map_t **m) {
+    g_transient = false;
     int rc = ps_mapstore_newest(st, 0, 1, m); /* the hint, else from the first version */
     if (rc) {
         g_transient = rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT;
@@ -107,6 +108,39 @@ static void print_map(const char *what, const pc_cluster_map_t *m, cJSON *o) {
     free(text);
 }
 
+/* The addresses the pending target adds, one a line: a `reshard add` run again finds its own
+ * there (the slot counts cannot tell it from a server that held slots before). */
+#define ADDED_KEY "cluster/target-added"
+
+/* Whether addr is a line of the list [p, p + len). */
+static bool listed(const void *p, size_t len, const char *addr) {
+    const size_t al = strlen(addr);
+    for (const char *l = p, *e = l ? l + len : NULL; l && l < e;) {
+        const char *nl = memchr(l, '\n', (size_t)(e - l));
+        const size_t ll = (size_t)((nl ? nl : e) - l);
+        if (ll == al && memcmp(l, addr, al) == 0)
+            return true;
+        l = nl ? nl + 1 : e;
+    }
+    return false;
+}
+
+/* Add addr to the list of the pending target's adds (prev: the list, NULL when the target it
+ * builds on adds none: a new list). */
+static int note_added(ps_coord_store_t *st, const void *prev, size_t plen, const char *addr) {
+    const size_t al = strlen(addr);
+    char *v = malloc(plen + al + 1);
+    if (!v)
+        return PC_ENOMEM;
+    if (plen)
+        memcpy(v, prev, plen);
+    memcpy(v + plen, addr, al);
+    v[plen + al] = '\n';
+    const int rc = st->set(st->ctx, ADDED_KEY, v, plen + al + 1, false, 0);
+    free(v);
+    return rc;
+}
+
 /* add: list the server (its own map version), then the target. */
 static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *addr) {
     pc_cluster_map_t *m = NULL;
@@ -145,8 +179,15 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
         pc_cmap_destroy(m);
         return rc;
     }
-    if (base &&
-        pc_cmap_server_slots(base, (uint32_t)idx) > pc_cmap_server_slots(m, (uint32_t)idx)) {
+    /* the servers the pending target adds (ADDED_KEY: its adds, one address a line) */
+    void *added = NULL;
+    size_t alen = 0;
+    if (!base || st->get(st->ctx, ADDED_KEY, &added, &alen)) {
+        free(added);
+        added = NULL;
+        alen = 0;
+    }
+    if (base && listed(added, alen, addr) && pc_cmap_has_role(base, (uint32_t)idx)) {
         t = base; /* asked already (this command run again, the move begun): said again */
         base = NULL;
     } else {
@@ -155,9 +196,10 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
         else if (rc)
             fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
-        else if ((rc = ps_mapstore_put_target(st, t)))
+        else if ((rc = note_added(st, added, alen, addr)) || (rc = ps_mapstore_put_target(st, t)))
             fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
     }
+    free(added);
     pc_cmap_destroy(base);
     if (!rc) {
         cJSON *j = o->json ? cJSON_CreateObject() : NULL;

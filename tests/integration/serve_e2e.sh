@@ -184,7 +184,8 @@ refused_becomes $((ref0 + 1)) || fail "a published model whose watermark names n
   fail "the replica left model $final for one whose watermark names no server"
 psctl --json serve status | grep -o '"last_refusal":"[^"]*"'
 rm -rf "$dir/publish/dense-$(printf '%020d' "$bad")"
-# a watermark of a table the replica does not hold: refused, not waited for (a newer step: a
+# a watermark of a table the replica does not hold: refused once the servers' tables answered
+# without it (one --tables-poll-ms look), not waited for for ever (a newer step: a
 # step refused once is not looked at again)
 bad=$((bad + 1))
 ref0=$(psctl --json serve status | json_num refused_versions)

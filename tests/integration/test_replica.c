@@ -1265,6 +1265,12 @@ static void test_reshard_absent_server(void **state) {
     const bool both = pc_cmap_has_role(t, 2) && pc_cmap_has_role(t, 3);
     pc_cmap_destroy(t);
     assert_true(both);
+    { /* a server that holds slots already is not added again (exit 1), pending target or not */
+        char addr[64], out[8192];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", cl.p1);
+        const char *args[] = {"reshard", "add", addr, NULL};
+        assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, args), 1);
+    }
     cc_reshard_remove(g_psctl, cl.grpc0, p3);
     cc_reshard_remove(g_psctl, cl.grpc0, p2);
     for (double t0 = pu_now(); !cc_reshard_done(g_psctl, cl.grpc0) && pu_now() - t0 < 10;)

@@ -316,8 +316,8 @@ int pw_csv_spec_parse(const char *text, pw_csv_spec_t *out, char *err, size_t er
 
 /* The CSV cell at *p in [*p, e): its value [*vb, *ve) (quotes removed; doubled quotes kept as
  * they are, which is fine for hashing). *p moves past the separator; *more tells whether a
- * separator followed (another cell comes). False on a broken quote, or a quote in an unquoted
- * cell. A quoted value cannot hold a line break (lines are read one by one). */
+ * separator followed (another cell comes). False on a broken quote, or (comma-separated) a quote
+ * in an unquoted cell. A quoted value cannot hold a line break (lines are read one by one). */
 static bool csv_cell(const char **p, const char *e, char sep, const char **vb, const char **ve,
                      bool *more) {
     const char *q = *p;
@@ -345,9 +345,10 @@ static bool csv_cell(const char **p, const char *e, char sep, const char **vb, c
     const char *c = memchr(q, sep, (size_t)(e - q));
     *vb = q;
     *ve = c ? c : e;
-    if (memchr(q, '"', (size_t)(*ve - q)))
-        return false; /* a quote inside an unquoted cell (RFC 4180: none; it is where a quoted
-                       * value's line break, which a line reader cannot see, leaves a cell) */
+    if (sep == ',' && memchr(q, '"', (size_t)(*ve - q)))
+        return false; /* a quote inside an unquoted cell of comma-separated values (RFC 4180:
+                       * none; it is where a quoted value's line break, which a line reader
+                       * cannot see, leaves a cell); other separators' data may hold 12" */
     *more = c != NULL;
     *p = c ? c + 1 : e;
     return true;

@@ -229,6 +229,9 @@ static void test_csv_lines(void **state) {
     assert_string_equal(why(PW_FMT_CSV, &ml, "b\",2,4.5,1"), "column 1: a broken quote "
                                                              "(unterminated, or inside an unquoted "
                                                              "value)");
+    pw_csv_spec_t tsv; /* another separator's data may hold a quote: 12" */
+    assert_int_equal(pw_csv_spec_parse("sep=tab,columns=cat:label", &tsv, NULL, 0), 0);
+    assert_int_equal(csv(&tsv, "12\" pizza\t1"), 0);
     assert_int_equal(csv(&ml, "1,31,2.5"), PC_EPARSE);
     assert_int_equal(csv(&ml, "1,31,2.5,1,9"), PC_EPARSE);
     assert_int_equal(csv(&ml, ""), PC_EPARSE);
