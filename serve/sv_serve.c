@@ -839,9 +839,11 @@ static char *fetch_tables(sv_serve_t *s, char **servers) {
  * replica started) and dropped ones get a new layout of the same map (`servers`) with the
  * servers' tables: the rows held are copied over and followed on (sv_follow_unmoved), new
  * tables scanned. Under swap_mu, not while a layout is being built. */
-static void apply_tables(sv_serve_t *s, const char *servers, const char *tables) {
+/* Returns whether the replica's tables are the servers' (nothing new or gone, or a new layout
+ * was started: its swap brings them), false when it could not follow them (said). */
+static bool apply_tables(sv_serve_t *s, const char *servers, const char *tables) {
     if (s->next)
-        return;
+        return true;
     char why[320] = "";
     ps_table_config_t *more = calloc(NEW_TABLES_MAX, sizeof *more);
     int rc = more ? 0 : PC_ENOMEM;
@@ -860,6 +862,7 @@ static void apply_tables(sv_serve_t *s, const char *servers, const char *tables)
                 "building the replica's layout of their tables aside",
                 n, n ? ": " : "", n ? more[0].name : "", ngone);
     free(more);
+    return rc == 0;
 }
 
 void sv_serve_tick(sv_serve_t *s) {
@@ -873,11 +876,9 @@ void sv_serve_tick(sv_serve_t *s) {
     char *servers, *tables = fetch_tables(s, &servers);
     pthread_mutex_lock(&s->swap_mu);
     relayout(s);
-    if (tables) {
-        apply_tables(s, servers, tables);
-        if (!s->next) /* the servers' tables answered, and no new layout is coming */
-            s->tables_seen_ns = pc_time_mono_ns();
-    }
+    /* the servers' tables answered, the replica holds them, and no new layout is coming */
+    if (tables && apply_tables(s, servers, tables) && !s->next)
+        s->tables_seen_ns = pc_time_mono_ns();
     free(servers);
     free(tables);
     if (!s->publish_dir[0]) {
@@ -900,6 +901,7 @@ void sv_serve_tick(sv_serve_t *s) {
                     "once the rows are as its watermark says",
                     step, s->pub_taken);
             s->live_seen = step - 1;
+            s->absent_step = 0;
             s->pub_taken = 0;
             s->back_ticks = 0;
         }
@@ -935,6 +937,7 @@ void sv_serve_tick(sv_serve_t *s) {
             if (s->fo.tables_poll_ms <= 0 || s->tables_seen_ns > s->absent_since_ns) {
                 snprintf(why, sizeof why, "its table %.64s is not one the replica holds", w.table);
                 s->live_seen = step;
+                s->absent_step = 0; /* (a step looked at again after a rollback: a new wait) */
                 refuse(s, what, why);
             }
             sv_watermark_free(&w);

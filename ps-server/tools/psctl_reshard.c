@@ -4,11 +4,13 @@
 
 #include "pc_cluster.h"
 #include "pc_error.h"
+#include "pc_hash.h"
 #include "pc_time.h"
 #include "ps_coord_remote.h"
 #include "ps_mapstore.h"
 
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,18 @@ static int newest(const psctl_reshard_opts_t *o, ps_coord_store_t *st, pc_cluste
     return 0;
 }
 
+/* The XXH3 of a map's text: which target a list of adds (ADDED_KEY) belongs to. */
+static uint64_t map_hash(const pc_cluster_map_t *m) {
+    const size_t len = pc_cmap_format(m, NULL, 0);
+    char *text = malloc(len + 1);
+    if (!text)
+        return 0;
+    pc_cmap_format(m, text, len + 1);
+    const uint64_t h = pc_hash64(text, len, 0);
+    free(text);
+    return h;
+}
+
 /* Whether target t applies to map m as the servers take it (ps_repl's read_target): it names no
  * server the map has not, each in its place. */
 static bool target_fits(const pc_cluster_map_t *m, const pc_cluster_map_t *t) {
@@ -51,7 +65,7 @@ static bool target_fits(const pc_cluster_map_t *m, const pc_cluster_map_t *t) {
  * the map's servers: a new plan builds on it, so that it goes on rather than being cancelled.
  * Exit code when the target cannot be read (a pending one taken for none would be cancelled). */
 static int pending_target(const psctl_reshard_opts_t *o, ps_coord_store_t *st,
-                          const pc_cluster_map_t *m, pc_cluster_map_t **pending) {
+                          const pc_cluster_map_t *m, pc_cluster_map_t **pending, uint64_t *hash) {
     *pending = NULL;
     int rc = ps_mapstore_get_target(st, pending);
     if (rc == PC_ENOTFOUND)
@@ -60,6 +74,8 @@ static int pending_target(const psctl_reshard_opts_t *o, ps_coord_store_t *st,
         fprintf(stderr, "psctl: coordinator %s: target: %s\n", o->coordinator, pc_strerror(rc));
         return psctl_exit_of(rc);
     }
+    if (hash)
+        *hash = map_hash(*pending); /* as stored (ADDED_KEY names it) */
     if (!target_fits(m, *pending) || pc_cmap_roles_same(m, *pending)) {
         pc_cmap_destroy(*pending); /* one the servers ignore, or done */
         *pending = NULL;
@@ -108,9 +124,11 @@ static void print_map(const char *what, const pc_cluster_map_t *m, cJSON *o) {
     free(text);
 }
 
-/* The addresses the pending target adds, one a line: a `reshard add` run again finds its own
- * there (the slot counts cannot tell it from a server that held slots before). */
+/* The addresses the target adds, one a line after the target's map_hash (16 hex digits): a
+ * `reshard add` run again finds its own there (the slot counts cannot tell it from a server that
+ * held slots before); a list of another target (a remove wrote one since) is none. */
 #define ADDED_KEY "cluster/target-added"
+#define HASH_LINE 17
 
 /* Whether addr is a line of the list [p, p + len). */
 static bool listed(const void *p, size_t len, const char *addr) {
@@ -125,18 +143,42 @@ static bool listed(const void *p, size_t len, const char *addr) {
     return false;
 }
 
-/* Add addr to the list of the pending target's adds (prev: the list, NULL when the target it
- * builds on adds none: a new list). */
-static int note_added(ps_coord_store_t *st, const void *prev, size_t plen, const char *addr) {
+/* The adds of the target of map_hash `hash` (*adds into the stored value, *n bytes; none when
+ * the store holds another target's). Exit code when the store cannot be read. */
+static int adds_of(const psctl_reshard_opts_t *o, ps_coord_store_t *st, uint64_t hash, void **value,
+                   const char **adds, size_t *n) {
+    size_t len = 0;
+    *value = NULL;
+    *adds = NULL;
+    *n = 0;
+    const int rc = st->get(st->ctx, ADDED_KEY, value, &len);
+    if (rc && rc != PC_ENOTFOUND) {
+        fprintf(stderr, "psctl: coordinator %s: %s: %s\n", o->coordinator, ADDED_KEY,
+                pc_strerror(rc));
+        return psctl_exit_of(rc);
+    }
+    char want[HASH_LINE + 1];
+    snprintf(want, sizeof want, "%016" PRIx64 "\n", hash);
+    if (!rc && len >= HASH_LINE && memcmp(*value, want, HASH_LINE) == 0) {
+        *adds = (const char *)*value + HASH_LINE;
+        *n = len - HASH_LINE;
+    }
+    return 0;
+}
+
+/* Write the adds of target t: those of the target it builds on (adds, n bytes) and addr. */
+static int note_added(ps_coord_store_t *st, const pc_cluster_map_t *t, const char *adds, size_t n,
+                      const char *addr) {
     const size_t al = strlen(addr);
-    char *v = malloc(plen + al + 1);
+    char *v = malloc(HASH_LINE + n + al + 2);
     if (!v)
         return PC_ENOMEM;
-    if (plen)
-        memcpy(v, prev, plen);
-    memcpy(v + plen, addr, al);
-    v[plen + al] = '\n';
-    const int rc = st->set(st->ctx, ADDED_KEY, v, plen + al + 1, false, 0);
+    snprintf(v, HASH_LINE + 1, "%016" PRIx64 "\n", map_hash(t));
+    if (n)
+        memcpy(v + HASH_LINE, adds, n);
+    memcpy(v + HASH_LINE + n, addr, al);
+    v[HASH_LINE + n + al] = '\n';
+    const int rc = st->set(st->ctx, ADDED_KEY, v, HASH_LINE + n + al + 1, false, 0);
     free(v);
     return rc;
 }
@@ -175,19 +217,21 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
     }
     /* from the resharding asked before, when there is one */
     pc_cluster_map_t *t = NULL, *base = NULL;
-    if ((rc = pending_target(o, st, m, &base))) {
+    uint64_t bh = 0;
+    if ((rc = pending_target(o, st, m, &base, &bh))) {
         pc_cmap_destroy(m);
         return rc;
     }
-    /* the servers the pending target adds (ADDED_KEY: its adds, one address a line) */
+    /* the servers the pending target adds */
     void *added = NULL;
+    const char *adds = NULL;
     size_t alen = 0;
-    if (!base || st->get(st->ctx, ADDED_KEY, &added, &alen)) {
-        free(added);
-        added = NULL;
-        alen = 0;
+    if (base && (rc = adds_of(o, st, bh, &added, &adds, &alen))) {
+        pc_cmap_destroy(base);
+        pc_cmap_destroy(m);
+        return rc;
     }
-    if (base && listed(added, alen, addr) && pc_cmap_has_role(base, (uint32_t)idx)) {
+    if (base && listed(adds, alen, addr) && pc_cmap_has_role(base, (uint32_t)idx)) {
         t = base; /* asked already (this command run again, the move begun): said again */
         base = NULL;
     } else {
@@ -196,7 +240,7 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
         else if (rc)
             fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
-        else if ((rc = note_added(st, added, alen, addr)) || (rc = ps_mapstore_put_target(st, t)))
+        else if ((rc = note_added(st, t, adds, alen, addr)) || (rc = ps_mapstore_put_target(st, t)))
             fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
     }
     free(added);
@@ -235,7 +279,7 @@ static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, co
         pc_cmap_destroy(m);
         return 1;
     }
-    if ((rc = pending_target(o, st, m, &base))) {
+    if ((rc = pending_target(o, st, m, &base, NULL))) {
         pc_cmap_destroy(m);
         return rc;
     }
