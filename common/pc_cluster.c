@@ -110,6 +110,11 @@ void pc_cmap_destroy(pc_cluster_map_t *m) {
     free(m);
 }
 
+/* A map's next version: after its own, and within what the parser reads back (INT64_MAX). */
+static bool version_next_ok(const pc_cluster_map_t *m, uint64_t new_version) {
+    return new_version > m->version && new_version <= (uint64_t)INT64_MAX;
+}
+
 int pc_cmap_copy(const pc_cluster_map_t *m, pc_cluster_map_t **out) {
     pc_cluster_map_t *c;
     int rc = cm_alloc(m->nservers, &c);
@@ -169,7 +174,7 @@ static void drop_backup(pc_cluster_map_t *m, uint32_t s, uint32_t server);
 
 int pc_cmap_assign(pc_cluster_map_t *m, uint32_t lo, uint32_t hi, uint32_t server,
                    uint64_t new_version) {
-    if (lo > hi || hi >= PC_NSLOTS || server >= m->nservers || new_version <= m->version)
+    if (lo > hi || hi >= PC_NSLOTS || server >= m->nservers || !version_next_ok(m, new_version))
         return PC_EINVAL;
     for (uint32_t s = lo; s <= hi; s++) {
         m->owner[s] = (uint16_t)server;
@@ -498,7 +503,7 @@ uint32_t pc_cmap_set_syncing(pc_cluster_map_t *m, uint32_t primary, uint32_t ser
 
 int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
                         pc_cmap_failover_t *out) {
-    if (dead >= m->nservers || new_version <= m->version)
+    if (dead >= m->nservers || !version_next_ok(m, new_version))
         return PC_EINVAL;
     pc_cmap_failover_t f = {0, 0, 0};
     for (uint32_t s = 0; s < PC_NSLOTS; s++) {
@@ -530,7 +535,7 @@ int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version
 
 int pc_cmap_add_backup(pc_cluster_map_t *m, uint32_t server, uint32_t r, uint64_t new_version,
                        uint32_t *added) {
-    if (server >= m->nservers || r > PC_MAX_BACKUPS || new_version <= m->version)
+    if (server >= m->nservers || r > PC_MAX_BACKUPS || !version_next_ok(m, new_version))
         return PC_EINVAL;
     uint32_t na = 0;
     for (uint32_t s = 0; s < PC_NSLOTS; s++) {
@@ -553,7 +558,7 @@ int pc_cmap_add_backup(pc_cluster_map_t *m, uint32_t server, uint32_t r, uint64_
 }
 
 int pc_cmap_bump(pc_cluster_map_t *m, uint64_t new_version) {
-    if (new_version <= m->version)
+    if (!version_next_ok(m, new_version))
         return PC_EINVAL;
     m->version = new_version;
     return 0;
@@ -562,7 +567,7 @@ int pc_cmap_bump(pc_cluster_map_t *m, uint64_t new_version) {
 /* ---- live resharding ---- */
 
 int pc_cmap_add_server(pc_cluster_map_t *m, const char *addr, uint64_t new_version) {
-    if (!addr || !valid_addr(addr, strlen(addr)) || new_version <= m->version ||
+    if (!addr || !valid_addr(addr, strlen(addr)) || !version_next_ok(m, new_version) ||
         m->nservers >= PC_MAX_SERVERS)
         return PC_EINVAL;
     if (pc_cmap_find(m, addr) >= 0)

@@ -92,6 +92,13 @@ static void test_parse_errors(void **state) {
         assert_true(strlen(err) > 0);
     }
     assert_int_equal(pc_cmap_parse(NULL, &m, err, sizeof err), PC_EINVAL);
+    /* the last version the parser reads has no next one: a change is refused, not written as
+     * a version no server could read back */
+    assert_int_equal(pc_cmap_parse("version=9223372036854775807;servers=a:1;slots=0-16383:0", &m,
+                                   err, sizeof err),
+                     0);
+    assert_int_equal(pc_cmap_add_server(m, "b:2", pc_cmap_version(m) + 1), PC_EINVAL);
+    pc_cmap_destroy(m);
 }
 
 static void test_assign(void **state) {
