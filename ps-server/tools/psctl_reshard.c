@@ -40,14 +40,19 @@ static int newest(const psctl_reshard_opts_t *o, ps_coord_store_t *st, pc_cluste
     return 0;
 }
 
-/* The XXH3 of a map's text: which target a list of adds (ADDED_KEY) belongs to. */
-static uint64_t map_hash(const pc_cluster_map_t *m) {
+/* A map's text (malloc'ed; NULL when out of memory). */
+static char *map_text(const pc_cluster_map_t *m) {
     const size_t len = pc_cmap_format(m, NULL, 0);
     char *text = malloc(len + 1);
-    if (!text)
-        return 0;
-    pc_cmap_format(m, text, len + 1);
-    const uint64_t h = pc_hash64(text, len, 0);
+    if (text)
+        pc_cmap_format(m, text, len + 1);
+    return text;
+}
+
+/* The XXH3 of a map's text: which target a list of adds (ADDED_KEY) belongs to. */
+static uint64_t map_hash(const pc_cluster_map_t *m) {
+    char *text = map_text(m);
+    const uint64_t h = text ? pc_hash64(text, strlen(text), 0) : 0;
     free(text);
     return h;
 }
@@ -112,11 +117,9 @@ static void emit(cJSON *j) {
 }
 
 static void print_map(const char *what, const pc_cluster_map_t *m, cJSON *o) {
-    const size_t len = pc_cmap_format(m, NULL, 0);
-    char *text = malloc(len + 1);
+    char *text = map_text(m);
     if (!text)
         return;
-    pc_cmap_format(m, text, len + 1);
     if (o)
         cJSON_AddStringToObject(o, what, text);
     else

@@ -140,6 +140,29 @@ static void test_lookup_routes(void **state) {
     sv_sparse_destroy(s);
 }
 
+/* Checkpoint every table of cat into dir (then cat is destroyed) and load that checkpoint, as
+ * each of the map's 3 servers', into a replica holding `tables`: the replica (and, when asked,
+ * the change-log starts). */
+static sv_sparse_t *checkpoint_and_load(ps_catalog_t *cat, const char *dir, const char *tables,
+                                        sv_sparse_start_t **starts, size_t *nstarts) {
+    const ps_ckpt_opts_t o = {.dir = dir, .keep = 1, .full_every = 1};
+    ps_ckpt_t *ck;
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    ps_ckpt_result_t res;
+    assert_int_equal(ps_ckpt_write(ck, &res), 0);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    sv_sparse_t *s;
+    assert_int_equal(sv_sparse_create(k_map, &s, NULL, 0), 0);
+    assert_int_equal(sv_sparse_add_tables(s, tables, NULL, NULL, 0), 0);
+    const char *dirs[3] = {dir, dir, dir};
+    char err[512];
+    int rc = sv_sparse_load_checkpoints(s, dirs, NULL, 3, NULL, starts, nstarts, err, sizeof err);
+    if (rc)
+        fail_msg("load: %s", err);
+    return s;
+}
+
 /* Every server's checkpoint holds every key (replicated servers hold their backup slots' rows
  * beside their own): the replica keeps each row once, in its primary's catalog, so the rows
  * held and the checksum are the cluster's, not three times them. */
@@ -166,21 +189,7 @@ static void test_checkpoint_primary_rows(void **state) {
     assert_int_equal(ps_catalog_acquire(cat, "a", &t), 0);
     assert_int_equal(ps_table_load(t, N, keys, w, NULL, NULL, NULL), 0);
     ps_catalog_release(cat, t);
-    const ps_ckpt_opts_t o = {.dir = dir, .keep = 1, .full_every = 1};
-    ps_ckpt_t *ck;
-    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
-    ps_ckpt_result_t res;
-    assert_int_equal(ps_ckpt_write(ck, &res), 0);
-    ps_ckpt_destroy(ck);
-    ps_catalog_destroy(cat);
-    sv_sparse_t *s;
-    assert_int_equal(sv_sparse_create(k_map, &s, NULL, 0), 0);
-    assert_int_equal(sv_sparse_add_tables(s, "name=a,dim=4\n", NULL, NULL, 0), 0);
-    const char *dirs[3] = {dir, dir, dir};
-    char err[512];
-    int rc = sv_sparse_load_checkpoints(s, dirs, NULL, 3, NULL, NULL, NULL, err, sizeof err);
-    if (rc)
-        fail_msg("load: %s", err);
+    sv_sparse_t *s = checkpoint_and_load(cat, dir, "name=a,dim=4\n", NULL, NULL);
     uint64_t sum, rows;
     assert_int_equal(sv_sparse_checksum(s, "a", &sum, &rows), 0);
     assert_int_equal(sv_sparse_rows(s), N);
@@ -212,23 +221,9 @@ static void test_checkpoint_many_tables(void **state) {
         strcat(spec, one);
         strcat(spec, "\n");
     }
-    const ps_ckpt_opts_t o = {.dir = dir, .keep = 1, .full_every = 1};
-    ps_ckpt_t *ck;
-    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
-    ps_ckpt_result_t res;
-    assert_int_equal(ps_ckpt_write(ck, &res), 0);
-    ps_ckpt_destroy(ck);
-    ps_catalog_destroy(cat);
-    sv_sparse_t *s;
-    assert_int_equal(sv_sparse_create(k_map, &s, NULL, 0), 0);
-    assert_int_equal(sv_sparse_add_tables(s, spec, NULL, NULL, 0), 0);
-    const char *dirs[3] = {dir, dir, dir};
-    char err[512];
     sv_sparse_start_t *st = NULL;
     size_t nst = 0;
-    int rc = sv_sparse_load_checkpoints(s, dirs, NULL, 3, NULL, &st, &nst, err, sizeof err);
-    if (rc)
-        fail_msg("load: %s", err);
+    sv_sparse_t *s = checkpoint_and_load(cat, dir, spec, &st, &nst);
     assert_int_equal(nst, 3 * NT);
     static uint8_t seen[3][NT];
     for (size_t k = 0; k < nst; k++) {
