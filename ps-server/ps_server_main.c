@@ -188,6 +188,36 @@ typedef struct server {
 
 /* ==== settings ============================================================================= */
 
+/* The table specs of --tables, each parsed; with s, the tables not restored already are created
+ * (without: a check, before anything is opened). Returns 0, or the exit status (logged). */
+static int table_specs(const srv_cfg_t *cfg, server_t *s) {
+    char specs[sizeof cfg->tables];
+    snprintf(specs, sizeof specs, "%s", cfg->tables);
+    char *save = NULL;
+    for (char *spec = strtok_r(specs, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
+        ps_table_config_t c;
+        char err[512];
+        if (ps_catalog_spec_parse(spec, &c, err, sizeof err)) {
+            PC_ERROR("--tables: %s", err);
+            return 2;
+        }
+        if (!s)
+            continue;
+        ps_table_t *t;
+        if (ps_catalog_acquire(s->cat, c.name, &t) == 0) { /* restored already */
+            ps_catalog_release(s->cat, t);
+            continue;
+        }
+        int rc = ps_catalog_add(s->cat, &c);
+        if (rc) {
+            PC_ERROR("table %s: %s", c.name, pc_strerror(rc));
+            return 1;
+        }
+        PC_INFO("created table %s (dim %lld)", c.name, (long long)c.dim);
+    }
+    return 0;
+}
+
 static int load_settings(srv_cfg_t *c, int argc, char **argv) {
     char err[512];
     if (pc_settings_defaults(k_settings, NSET, c))
@@ -252,7 +282,22 @@ static int load_settings(srv_cfg_t *c, int argc, char **argv) {
                         "name this server; give its port or --server-index\n");
         return 2;
     }
-    return 0;
+    /* Settings wrong in themselves are refused here, before the tier and the checkpoint
+     * directory are opened and a restore runs (minutes): found after it, the server had also
+     * replaced its tier's files and served for a while. */
+    if (c->coordinator && strcmp(c->coordinator_store, "memory") &&
+        !ps_coord_is_etcd(c->coordinator_store)) {
+        fprintf(stderr,
+                "ps-server: coordinator_store: '%s' is neither memory nor "
+                "etcd://HOST:PORT[,...][/PREFIX]\n",
+                c->coordinator_store);
+        return 2;
+    }
+    if (!strcmp(c->cluster_coordinator, "self") && !c->coordinator) {
+        fprintf(stderr, "ps-server: cluster_coordinator=self needs --coordinator\n");
+        return 2;
+    }
+    return table_specs(c, NULL);
 }
 
 static bool tls_on(const srv_cfg_t *c) {
@@ -274,13 +319,8 @@ static int check_security(const srv_cfg_t *c) {
 /* The store of --coordinator's service: this process's memory, or an etcd cluster (etcds://: TLS
  * with this server's CA, certificate and key as the client's). Logged on failure. */
 static int open_coord_store(const srv_cfg_t *c, ps_coord_store_t *out) {
-    if (!strcmp(c->coordinator_store, "memory"))
+    if (!strcmp(c->coordinator_store, "memory")) /* else etcd (load_settings checked) */
         return ps_coord_store_memory(out);
-    if (!ps_coord_is_etcd(c->coordinator_store)) {
-        PC_ERROR("coordinator_store: '%s' is neither memory nor etcd://HOST:PORT[,...][/PREFIX]",
-                 c->coordinator_store);
-        return PC_EINVAL;
-    }
     const psg_opts_t sec = {.tls_ca = c->tls_ca, .tls_cert = c->tls_cert, .tls_key = c->tls_key};
     int rc = ps_coord_store_etcd(c->coordinator_store, &sec, 10000, out);
     if (!rc)
@@ -292,12 +332,7 @@ static int open_coord_store(const srv_cfg_t *c, ps_coord_store_t *out) {
 static int start_repl(server_t *s, const pc_cluster_map_t *map) {
     const srv_cfg_t *c = &s->cfg;
     const ps_coord_store_t *store = &s->coord;
-    if (!strcmp(c->cluster_coordinator, "self")) {
-        if (!s->coord.ctx) {
-            PC_ERROR("cluster_coordinator=self needs --coordinator");
-            return 1;
-        }
-    } else {
+    if (strcmp(c->cluster_coordinator, "self")) { /* self: --coordinator's (load_settings) */
         const psg_opts_t sec = {
             .token = c->token, .tls_ca = c->tls_ca, .tls_cert = c->tls_cert, .tls_key = c->tls_key};
         int rc = ps_coord_store_open(c->cluster_coordinator, &sec, 5000, &s->ccoord);
@@ -684,32 +719,6 @@ static void on_hup(uv_signal_t *h, int sig) {
     pc_cmap_destroy(m);
 }
 
-static int create_tables(server_t *s) {
-    char specs[sizeof s->cfg.tables];
-    snprintf(specs, sizeof specs, "%s", s->cfg.tables);
-    char *save = NULL;
-    for (char *spec = strtok_r(specs, ";", &save); spec; spec = strtok_r(NULL, ";", &save)) {
-        ps_table_config_t c;
-        char err[512];
-        if (ps_catalog_spec_parse(spec, &c, err, sizeof err)) {
-            PC_ERROR("--tables: %s", err);
-            return 2;
-        }
-        ps_table_t *t;
-        if (ps_catalog_acquire(s->cat, c.name, &t) == 0) { /* restored already */
-            ps_catalog_release(s->cat, t);
-            continue;
-        }
-        int rc = ps_catalog_add(s->cat, &c);
-        if (rc) {
-            PC_ERROR("table %s: %s", c.name, pc_strerror(rc));
-            return 1;
-        }
-        PC_INFO("created table %s (dim %lld)", c.name, (long long)c.dim);
-    }
-    return 0;
-}
-
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     /* a reload or a checkpoint asked for while a restore runs (minutes) is not a kill: the
@@ -791,7 +800,7 @@ int main(int argc, char **argv) {
                 (long long)s.cfg.ckpt_interval_s);
     }
     if (!rc)
-        rc = create_tables(&s);
+        rc = table_specs(&s.cfg, &s);
     /* The signals are caught before pushes are taken: one arriving while the rest starts waits
      * for the loop, which then stops the server as usual (exit checkpoint included); the
      * default action killed it with acknowledged pushes unsaved. */

@@ -14,6 +14,9 @@
 #   a map file of 700 servers (9 KB)  read whole (it was cut at 8 KB: a parse error, or a wrong
 #                                     owner)
 #   SIGHUP with a map file of the same version: not taken, said why; a newer one: taken
+#   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
+#                                     exit 2 before any restore (found after it: minutes of
+#                                     restore, the tier's files replaced, exit 1)
 # Every wait is bounded.
 set -eu
 bin=$1
@@ -69,6 +72,31 @@ timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 \
   --cluster-map="version=1;servers=127.0.0.1:7400;slots=0-16383:0" 2>"$dir/err" || rc=$?
 [ "$rc" = 2 ] && grep -q -- "--port=0 (any free port) with a cluster map" "$dir/err" ||
   { cat "$dir/err"; fail "--port=0 with a map: exit $rc"; }
+
+# Settings wrong in themselves are refused before the checkpoint is restored.
+"$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --tables=name=emb,dim=4 \
+  --ckpt-dir="$dir/ck2" --port-file="$dir/ports3" 2>"$dir/server3.log" &
+pid=$!
+for _ in $(seq 100); do [ -s "$dir/ports3" ] && break; sleep 0.1; done
+[ -s "$dir/ports3" ] || { cat "$dir/server3.log"; fail "ps-server did not start"; }
+kill -TERM "$pid"
+wait "$pid" || { tail -n 5 "$dir/server3.log"; fail "the checkpointing server did not stop cleanly"; }
+pid=""
+rc=0
+timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --ckpt-dir="$dir/ck2" \
+  --tables="name=emb,dim=abc" 2>"$dir/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "dim: 'abc' is not an integer" "$dir/err" &&
+  ! grep -q "restored checkpoint" "$dir/err" || { cat "$dir/err"; fail "a bad table spec: exit $rc"; }
+rc=0
+timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --ckpt-dir="$dir/ck2" \
+  --coordinator --coordinator-store=bogus 2>"$dir/err" || rc=$?
+[ "$rc" = 2 ] && ! grep -q "restored checkpoint" "$dir/err" ||
+  { cat "$dir/err"; fail "coordinator_store=bogus: exit $rc"; }
+rc=0
+timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --ckpt-dir="$dir/ck2" \
+  --cluster-coordinator=self 2>"$dir/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "cluster_coordinator=self needs --coordinator" "$dir/err" ||
+  { cat "$dir/err"; fail "cluster_coordinator=self without --coordinator: exit $rc"; }
 
 # A map file of 700 servers (this one owns every slot), then reloads by SIGHUP; the interval
 # without a directory is said.
