@@ -9,6 +9,8 @@
  *    0.005 AUC of an uninterrupted run, its data read once from where it was; survivors that
  *    wait (--on-worker-loss=wait) wait; with shrink they go on alone after the rejoin timeout and
  *    take the worker back when it returns; a worker that never returns does not stop them;
+ *  - mid-run evaluations in a group (--eval-every) longer than the collectives' timeout: every
+ *    member waits for rank 0's at the same round, no re-formation, the model unchanged;
  *  - a worker that hangs (SIGSTOP): its membership lease ends (psctl workers shows it gone), the
  *    survivor's collective times out and it goes on alone; resumed, the worker is taken back;
  *  - coordinated checkpoints are model versions (card, model, each server's checkpoint
@@ -24,9 +26,14 @@
 #include "cluster_check.h"
 #include "table_check.h"
 
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include "emberps/psclient.h"
 #include "pc_error.h"
@@ -847,6 +854,93 @@ static void test_all_restarted(void **state) {
                   auc, d0, d1);
     assert_true(auc > AUC_MIN);
     assert_string_equal(d0, d1); /* one model */
+    pw_coord_close(co);
+    cluster_down(&c);
+}
+
+/* A test stream that takes its time: each time a reader opens the FIFO, the feeder waits
+ * delay_ms, then writes the file src and closes (an evaluation of at least delay_ms). */
+typedef struct feeder {
+    const char *fifo, *src;
+    int delay_ms;
+    atomic_bool stop;
+    int served;
+} feeder_t;
+
+static void *feed(void *arg) {
+    feeder_t *f = arg;
+    const double t0 = pu_now();
+    while (!atomic_load(&f->stop) && pu_now() - t0 < 300) {
+        const int fd = open(f->fifo, O_WRONLY | O_NONBLOCK); /* ENXIO: no reader yet */
+        if (fd < 0) {
+            usleep(20000);
+            continue;
+        }
+        usleep((useconds_t)f->delay_ms * 1000);
+        (void)fcntl(fd, F_SETFL, 0);
+        FILE *in = fopen(f->src, "rb");
+        char buf[1 << 16];
+        size_t n;
+        while (in && (n = fread(buf, 1, sizeof buf, in)) > 0 && write(fd, buf, n) == (ssize_t)n)
+            ;
+        if (in)
+            fclose(in);
+        close(fd);
+        f->served++;
+        usleep(1500 * 1000); /* the reader sees the end before a next open could be taken */
+    }
+    return NULL;
+}
+
+/* Mid-run evaluations (--eval-every) that last longer than the collectives' timeout
+ * (--timeout-ms): the members wait for rank 0's at the same round, so the group does not
+ * re-form (rank 1 once waited inside the next allreduce, which timed out: a new generation,
+ * rounds thrown away) and the model is the uninterrupted run's to the last bit. */
+static void test_eval_longer_than_timeout(void **state) {
+    (void)state;
+    const double auc0 = base_auc();
+    cluster_t c;
+    cluster_up(&c, RTABLE);
+    pw_coord_t *co = coord_of(&c);
+    char fifo[300], test[340], every[64], err0[300], log[16384], v[64];
+    snprintf(fifo, sizeof fifo, "%s/slowtest.fifo", g_dir);
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    snprintf(test, sizeof test, "--test=%s", fifo);
+    snprintf(every, sizeof every, "--eval-every=%d", RROWS / 5 * 2); /* 2 mid-run */
+    snprintf(err0, sizeof err0, "%s/slow0.err", g_dir);
+    signal(SIGPIPE, SIG_IGN); /* a reader gone mid-file: the feeder's write fails instead */
+    feeder_t f = {.fifo = fifo, .src = g_rtest, .delay_ms = 4000};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, feed, &f), 0);
+    rjob_t j = {.c = &c,
+                .job = "slowev",
+                .policy = "wait",
+                .rejoin_ms = 500,
+                .extra = {test, every, "--timeout-ms=2500"},
+                .err = err0};
+    snprintf(j.out[0], sizeof j.out[0], "%s/slow0.json", g_dir);
+    snprintf(j.out[1], sizeof j.out[1], "%s/slow1.json", g_dir);
+    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    const int rc0 = pu_reap(p0, 180), rc1 = pu_reap(p1, 180);
+    atomic_store(&f.stop, true);
+    pthread_join(th, NULL);
+    json_text(err0, log, sizeof log);
+    int evals = 0;
+    for (const char *e = log; (e = strstr(e, "eval: after")); e++)
+        evals++;
+    job_key(co, j.job, "g/1", v, sizeof v);
+    const double auc = json_num(j.out[0], "auc");
+    print_message("evaluations of >= %d ms with a %d ms timeout: %d mid-run, %d served; AUC "
+                  "%.8f (uninterrupted %.8f); generation 1: %s\n",
+                  f.delay_ms, 2500, evals, f.served, auc, auc0, v[0] ? v : "none");
+    assert_int_equal(rc0, 0);
+    assert_int_equal(rc1, 0);
+    assert_int_equal(evals, 2);
+    assert_string_equal(v, ""); /* the group never re-formed */
+    for (int k = 0; k < 2; k++)
+        assert_true(json_num(j.out[k], "lost_pushes") == 0);
+    assert_true(auc == auc0);
+    unlink(fifo);
     pw_coord_close(co);
     cluster_down(&c);
 }
@@ -1825,6 +1919,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_worker_restart),
         cmocka_unit_test(test_all_restarted),
         cmocka_unit_test(test_misconfigured_rejoin),
+        cmocka_unit_test(test_eval_longer_than_timeout),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_primary_kill_with_replicas),

@@ -127,9 +127,9 @@ static size_t dense_state(trainer_t *t, float *buf, bool pack) {
  * collectives of a round (the dense chunks, the push turns), the rounds a step may run ahead
  * and the checkpoints' barriers. A member with another value would enter another collective than
  * its peers (Gloo aborts the process on a size mismatch) or a barrier they never reach. */
-enum { PLAN_N = 4 };
+enum { PLAN_N = 5 };
 static const char *const k_plan_flag[PLAN_N] = {"--chunk-kib", "--mode", "--push-order",
-                                                "--ckpt-every"};
+                                                "--ckpt-every", "--eval-every"};
 
 #define PLAN_MAX   ((1ULL << 48) - 1) /* two floats' exact range (ckpt_every beyond: never) */
 #define PLAN_ASYNC PLAN_MAX
@@ -140,6 +140,12 @@ static void plan_of(const trainer_t *t, uint64_t v[PLAN_N]) {
     v[1] = t->staleness == PW_ASYNC ? PLAN_ASYNC : (uint64_t)t->staleness;
     v[2] = (uint64_t)c->push_order;
     v[3] = (uint64_t)c->ckpt_every < PLAN_MAX ? (uint64_t)c->ckpt_every : PLAN_MAX;
+    v[4] = pw__eval_rounds(t) < PLAN_MAX ? pw__eval_rounds(t) : PLAN_MAX;
+}
+
+uint64_t pw__eval_rounds(const trainer_t *t) {
+    const uint64_t every = (uint64_t)t->c->eval_every, batch = (uint64_t)t->c->batch;
+    return every ? (every + batch - 1) / batch : 0;
 }
 
 /* Plan value v of setting k as its flag writes it (buf: 32 bytes). */
@@ -148,6 +154,8 @@ static const char *plan_text(int k, uint64_t v, char *buf) {
         return "async";
     if (k == 1)
         snprintf(buf, 32, v ? "ssp:%llu" : "sync", (unsigned long long)v);
+    else if (k == 4) /* in rounds: the same samples over another batch are another plan */
+        snprintf(buf, 32, "%llu rounds", (unsigned long long)v);
     else if (k == 2)
         snprintf(buf, 32, "%s", v == PW_PUSH_RANK ? "rank" : "arrival");
     else
@@ -731,7 +739,7 @@ int pw__pipeline_regroup(trainer_t *t) {
     t->next_round = t->applied = t->step;
     /* A member that met the new generation before a checkpoint due at this step and one that
      * tried it first (its collective failed as the other left) would disagree on taking it */
-    t->last_ckpt = t->step;
+    t->last_ckpt = t->last_eval = t->step;
     if (t->reposition) /* rolled back: the batches read ahead are read again later */
         t->filled = 0;
     for (int i = 0; i < t->filled; i++) {

@@ -144,6 +144,8 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, seed, 0, 9.2e18, "1", "seed of the model's initial values"),
     PC_SETTING_INT(T, progress_every, 0, 1e15, "100000", "samples between progress lines"),
     PC_SETTING_INT(T, eval_every, 0, 1e15, "0", "samples between evaluations (0: at the end)"),
+    PC_SETTING_INT(T, eval_timeout_ms, 100, 8.64e7, "3600000",
+                   "in a group, how long the members wait for rank 0's evaluation (--eval-every)"),
     PC_SETTING_STRING(T, load_dense, "", "start from this dense model file"),
     PC_SETTING_STRING(T, save_dense, "", "save the dense model here after training"),
     PC_SETTING_STRING(T, publish_dir, "",
@@ -515,6 +517,38 @@ static int evaluate(trainer_t *t, const char *const *test, size_t ntest, bool fi
     return rc;
 }
 
+/* A mid-run evaluation (--eval-every) and its line on stderr. */
+static int evaluate_mid(trainer_t *t, const char *const *test, size_t ntest,
+                        pw_train_result_t *res) {
+    const int rc = evaluate(t, test, ntest, false, res);
+    if (!rc)
+        fprintf(stderr, "eval: after %llu samples: AUC %.4f, logloss %.4f (%llu samples)\n",
+                (unsigned long long)res->samples, res->auc, res->logloss,
+                (unsigned long long)res->test_samples);
+    return rc;
+}
+
+/* The mid-run evaluation of round `cur` in a group, when it is one (every pw__eval_rounds
+ * rounds, a setting the members share): every member stops there, every round before cur
+ * applied, the group's rank 0 evaluates and the others wait at a barrier (eval_timeout_ms).
+ * Evaluated while the others went on, they waited inside the next round's allreduce, which
+ * timed out on a long evaluation and re-formed the group, throwing rounds away. A member out of
+ * data stops too (its empty rounds). Returns as ckpt_round does. */
+static int eval_round(trainer_t *t, uint64_t cur, const char *const *test, size_t ntest,
+                      pw_train_result_t *res, bool *stop, bool *again) {
+    const uint64_t every = pw__eval_rounds(t);
+    *again = false;
+    if (!t->grp || !every || cur % every || cur == t->last_eval)
+        return 0;
+    t->last_eval = cur;
+    int rc = pw__apply_rounds(t, 0, true, stop);
+    if (!rc && ntest && pw_group_rank(t->grp) == 0 && (rc = evaluate_mid(t, test, ntest, res)))
+        return rc; /* the others' barrier fails: they re-form without this member */
+    if (rc || (rc = pw_coll_barrier(pw_group_coll(t->grp), (int)t->c->eval_timeout_ms)))
+        *again = !(rc = pw__pipeline_regroup(t));
+    return rc;
+}
+
 /* Bytes the training stream will read (all epochs), or 0 when unknown (stdin, TCP, gzip). */
 static uint64_t stream_bytes(const char *const *paths, size_t n, int epochs) {
     uint64_t total = 0;
@@ -677,7 +711,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     const uint64_t total_bytes = stream_bytes(train, ntrain, (int)c->epochs);
     double ema = NAN;
     uint64_t next_progress = (uint64_t)c->progress_every, next_eval = (uint64_t)c->eval_every;
-    t.last_ckpt = t.step;
+    t.last_ckpt = t.last_eval = t.step;
     bool more = true, stop = false, again = false;
     res->first_step_s = NAN;
     t.next_round = t.applied = t.step;
@@ -741,7 +775,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                     stop = true;
                 continue;
             }
-            if ((rc = ckpt_round(&t, t.next_round, &stop, &again)))
+            if ((rc = ckpt_round(&t, t.next_round, &stop, &again)) ||
+                (!again && (rc = eval_round(&t, t.next_round, test, ntest, res, &stop, &again))))
                 break;
             if (again)
                 continue;
@@ -760,7 +795,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 continue;
             break;
         }
-        if ((rc = ckpt_round(&t, cur, &stop, &again)))
+        if ((rc = ckpt_round(&t, cur, &stop, &again)) ||
+            (!again && (rc = eval_round(&t, cur, test, ntest, res, &stop, &again))))
             break;
         if (again)
             continue;
@@ -810,15 +846,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             pw_telemetry_log_progress(t.tel);
             next_progress += (uint64_t)c->progress_every;
         }
-        if (c->eval_every && ntest && (t.grp ? pw_group_rank(t.grp) == 0 : c->rank == 0) &&
-            res->samples >= next_eval) {
-            if (!t.grp) /* a lone worker's model: every push of its steps applied */
-                pw_sched_drain(t.sched);
-            if ((rc = evaluate(&t, test, ntest, false, res)))
+        if (c->eval_every && ntest && !t.grp && c->rank == 0 && res->samples >= next_eval) {
+            pw_sched_drain(t.sched); /* a lone worker's model: every push of its steps applied */
+            if ((rc = evaluate_mid(&t, test, ntest, res)))
                 break;
-            fprintf(stderr, "eval: after %llu samples: AUC %.4f, logloss %.4f (%llu samples)\n",
-                    (unsigned long long)res->samples, res->auc, res->logloss,
-                    (unsigned long long)res->test_samples);
             next_eval += (uint64_t)c->eval_every;
         }
     }

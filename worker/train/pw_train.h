@@ -90,8 +90,9 @@
  *
  * Progress lines (stderr, every progress_every samples): samples, samples/s, loss, and the ETA
  * when the size is known (a sample budget, or uncompressed files). With eval_every, the test
- * stream is evaluated every that many samples too (AUC and logloss on stderr). The same figures
- * and the pipeline's (pull waits, scheduler queues and credits, generation, rollbacks,
+ * stream is evaluated every that many samples too (AUC and logloss on stderr; in a group, at a
+ * round every member stops at, the others waiting for rank 0's up to eval_timeout_ms). The same
+ * figures and the pipeline's (pull waits, scheduler queues and credits, generation, rollbacks,
  * reconnects) are published after every step (pw_telemetry.h): on Prometheus /metrics at
  * metrics_host:metrics_port while the run lasts, and as JSON lines in metrics_log (a row per
  * progress line and per evaluation; `psctl plot` draws them).
@@ -143,15 +144,16 @@ typedef struct pw_train_config {
     double max_error_rate; /* malformed lines a file may have, a fraction (pw_reader.h's rule) */
     int64_t parse_threads; /* threads parsing files beside the reader (pw_reader.h; -1: auto) */
     /* reporting and results */
-    int64_t progress_every; /* samples between progress lines on stderr, 0: none */
-    int64_t eval_every;     /* samples between evaluations of the test stream, 0: at the end */
-    char save_dense[512];   /* save the dense model here after training, "" none */
-    char predictions[512];  /* the final evaluation's predicted probabilities, one per line
-                             * in test-stream order ("%.9g"; the evaluating rank), "" none */
-    char publish_dir[512];  /* publish the dense model for serving here (pw_publish.h), "" off */
-    int64_t publish_every;  /* steps between published versions (0: by seconds only) */
-    double publish_every_s; /* seconds between them (0: by steps only; whichever first) */
-    int64_t publish_keep;   /* versions kept */
+    int64_t progress_every;  /* samples between progress lines on stderr, 0: none */
+    int64_t eval_every;      /* samples between evaluations of the test stream, 0: at the end */
+    int64_t eval_timeout_ms; /* a group's members wait this long for rank 0's evaluation */
+    char save_dense[512];    /* save the dense model here after training, "" none */
+    char predictions[512];   /* the final evaluation's predicted probabilities, one per line
+                              * in test-stream order ("%.9g"; the evaluating rank), "" none */
+    char publish_dir[512];   /* publish the dense model for serving here (pw_publish.h), "" off */
+    int64_t publish_every;   /* steps between published versions (0: by seconds only) */
+    double publish_every_s;  /* seconds between them (0: by steps only; whichever first) */
+    int64_t publish_keep;    /* versions kept */
     char export_embeddings[512]; /* export the local table (with optimizer state), "" none */
     char step_log[512];          /* append every step's start and end times here ("" none) */
     int64_t metrics_port;        /* Prometheus /metrics (pw_telemetry.h): -1 off, 0 any port */
