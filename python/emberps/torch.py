@@ -77,7 +77,8 @@ class EmbeddingBag(nn.Module):
             raise ValueError("table %s has dim %d on the servers, not %d"
                              % (table, client.dim(table), dim))
         self.client, self.table, self.dim, self.mode = client, table, dim, mode
-        self._ahead = []  # (unique keys, future of their rows), oldest first
+        self._ahead = []  # (unique keys, train, future of rows, pushes before it), oldest first
+        self._pushes = 0  # pushes started: a prefetch from before the last one is stale
         self._pushing = None  # the future of the last push, until its result is taken
         self._last_push = None
 
@@ -99,22 +100,27 @@ class EmbeddingBag(nn.Module):
 
     def prefetch(self, keys):
         """Start fetching the rows of a coming batch's keys (any int64 tensor); its forward then
-        uses them instead of fetching. Rows reflect every push started before this call. In
-        training mode with gradients a pull (missing rows created), else a lookup (nothing
-        inserted), as forward fetches them."""
+        uses them instead of fetching. Rows reflect every push started before this call; a
+        backward after it (a push the rows may miss) makes it stale: forward then fetches again
+        (a stale pull counted its keys' sightings for admission too). In training mode with
+        gradients a pull (missing rows created), else a lookup (nothing inserted), as forward
+        fetches them."""
         ukeys = np.unique(keys_numpy(keys))
         train = self.training and torch.is_grad_enabled()  # as forward decides
         fut = (self.client.pull_async(self.table, ukeys, self.dim) if train else
                self.client.lookup_async(self.table, ukeys, self.dim))
-        self._ahead.append((ukeys, train, fut))
-        while len(self._ahead) > 8:  # a prefetch never used is dropped (after it completed)
-            self._ahead.pop(0)[2].result()
+        self._ahead.append((ukeys, train, fut, self._pushes))
+        while len(self._ahead) > 8:  # a prefetch never used is dropped (after it completed;
+            self._ahead.pop(0)[2].exception()  # its error is not this call's)
 
     def _rows(self, ukeys, train):
         """The rows of ukeys: pulled when training (a missing key gets its initial row, and
         counts toward admission), else looked up (read-only: the test set inserts nothing and
         a missing key answers the table's missing-row policy, as ps-worker evaluates)."""
-        for i, (k, kind, fut) in enumerate(self._ahead):
+        for _, _, fut, _ in [a for a in self._ahead if a[3] != self._pushes]:
+            fut.exception()  # stale (a push started after it): waited for, not used
+        self._ahead = [a for a in self._ahead if a[3] == self._pushes]
+        for i, (k, kind, fut, _) in enumerate(self._ahead):
             if kind == train and k.shape == ukeys.shape and np.array_equal(k, ukeys):
                 del self._ahead[i]
                 return fut.result() if train else fut.result()[0]
@@ -126,6 +132,7 @@ class EmbeddingBag(nn.Module):
         self.flush()
         g = grad.detach().to(torch.float32).contiguous().numpy()
         self._pushing = self.client.push_async(self.table, ukeys, g, self.dim)
+        self._pushes += 1
 
     def forward(self, input, offsets=None, per_sample_weights=None):
         if input.dim() == 2:

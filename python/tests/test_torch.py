@@ -112,6 +112,25 @@ def test_prefetch_and_eval(servers):
             emb(keys.reshape(-1))  # 1-D without offsets
 
 
+def test_prefetch_before_a_push_is_not_used(servers):
+    """A prefetch issued before a backward (its push) would give forward rows from before that
+    push: forward fetches them again; a prefetch issued after the backward is used."""
+    addr, _ = servers("name=emb,dim=4,optimizer=sgd,lr=1")
+    with emberps.Client(addr) as c:
+        emb = EmbeddingBag(c, "emb", 4)
+        a, b = torch.tensor([[1, 2]]), torch.tensor([[1]])
+        emb(b)  # key 1 exists
+        emb.prefetch(b)
+        emb(a).sum().backward()  # key 1's row -= 1
+        got = emb(b)
+        emb.flush()
+        assert torch.allclose(got, torch.from_numpy(c.pull("emb", [1])), atol=0, rtol=0)
+        emb.prefetch(b)  # after the push: used
+        calls = c.stats()["calls"]
+        emb(b)
+        assert c.stats()["calls"] == calls
+
+
 def test_eval_inserts_nothing(servers):
     """Eval mode and no_grad look rows up (as ps-worker evaluates): keys never trained add no
     rows and answer the table's missing-row policy (zeros here); prefetch in eval mode too."""
