@@ -12,7 +12,7 @@ call does); the arrays of a pending call are held by its future until it complet
 Thread rule: a Client may be used by several threads at once; close() waits until calls
 already started have completed (each is bounded by timeout_ms).
 """
-import queue
+import collections
 import threading
 import time
 from concurrent.futures import Future
@@ -130,7 +130,7 @@ class Client:
         self._mu = threading.Condition()
         self._busy = 0
         self._closed = False
-        self._pending = queue.Queue()
+        self._pending = collections.deque()  # under _mu: [id, future, result, keep, taken]
         self._waiter = None
         self._close_after = False  # close() ran in a done callback: the waiter disconnects
 
@@ -140,22 +140,24 @@ class Client:
         callback (the waiter thread) it returns at once: the waiter finishes the calls started,
         then disconnects (waiting there would wait for itself)."""
         with self._mu:
-            if self._closed:
+            if self._c == ffi.NULL or self._close_after:
                 return
             self._closed = True
             if self._waiter is not None and threading.current_thread() is self._waiter:
                 self._close_after = True
-                self._pending.put(None)
+                self._post(None)
                 return
-            while self._busy > 0:
+            while self._busy > 0:  # (interrupted: a later close() waits again)
                 self._mu.wait()
             waiter = self._waiter
             if waiter:
-                self._pending.put(None)
+                self._post(None)
         if waiter:
             waiter.join()
-        lib.psc_close(self._c)
-        self._c = ffi.NULL
+        with self._mu:  # once, whichever close() gets here first
+            c, self._c = self._c, ffi.NULL
+        if c != ffi.NULL:
+            lib.psc_close(c)
 
     def __enter__(self):
         return self
@@ -185,13 +187,15 @@ class Client:
         rc = lib.psc_wait_detail(self._c, cid, why, WHY)
         return rc, ffi.string(why).decode(errors="replace")
 
-    def _start(self, op, table, keys, dim, rows, grads, found, res, sync=False):
-        """Start one call; returns its id. Arrays must stay alive until it completed. With
-        sync, wait for it here too and return (rc, why): the wait is in the same try as the
-        start, so an exception between them (KeyboardInterrupt) cannot leave a started call
-        unwaited (the C side writing into freed arrays)."""
+    def _start(self, op, table, keys, dim, rows, grads, found, res, sync=False, result=None,
+               keep=None):
+        """Start one call. With sync, wait for it here too and return (rc, why); else hand it to
+        the waiter thread and return its Future (`keep`: the arrays, alive until it completed).
+        The wait, or the hand-over, is in the same try as the start, so an exception between
+        them (KeyboardInterrupt) cannot leave a started call unwaited (the C side writing into
+        freed arrays) or counted busy for ever (close() waiting for it)."""
         self._enter()
-        cid = done = None
+        cid = done = item = None
         try:
             cid = ffi.new("uint64_t *")
             tb = table.encode()
@@ -212,18 +216,43 @@ class Client:
                                           ffi.NULL, ffi.NULL, cid)
             check(rc)
             if not sync:
-                return cid[0]
+                fut = Future()
+                fut.set_running_or_notify_cancel()
+                item = [cid[0], fut, result, keep, False]
+                with self._mu:  # the waiter leaves when idle (under _mu): queued while it runs
+                    if self._waiter is None:
+                        waiter = threading.Thread(target=self._wait_loop, name="emberps-waiter",
+                                                  daemon=True)
+                        waiter.start()
+                        self._waiter = waiter
+                    self._post(item)
+                return fut
             done = self._wait(cid[0])
         except BaseException:  # started (ids are >= 1): waited for, or C writes freed memory
-            if not sync:
+            if not sync and self._unqueue(item):
                 self._abandon(cid[0] if cid is not None else 0)  # waits, leaves
-            elif done is None and cid is not None and cid[0]:
+            elif sync and done is None and cid is not None and cid[0]:
                 self._wait(cid[0])  # (a finished id's second wait answers at once)
             raise
         finally:
             if sync:  # once, whatever happened
                 self._leave()
         return done
+
+    def _post(self, item):
+        """Queue an item for the waiter (_mu held)."""
+        self._pending.append(item)
+        self._mu.notify_all()
+
+    def _unqueue(self, item):
+        """Whether a call whose hand-over raised is still the caller's (then taken back from the
+        queue): False once the waiter took it (it waits for it and leaves)."""
+        with self._mu:
+            for i, queued in enumerate(self._pending):
+                if queued is item:
+                    del self._pending[i]
+                    return True
+            return item is None or not item[4]
 
     def _abandon(self, cid):
         """A call that raised on its way to being waited for (KeyboardInterrupt, no thread):
@@ -242,35 +271,22 @@ class Client:
         check(rc, why)
         return result()
 
-    def _submit(self, cid, result, keep):
-        try:
-            fut = Future()
-            fut.set_running_or_notify_cancel()
-            with self._mu:  # the waiter leaves when idle (under _mu): queued while it runs
-                if self._waiter is None:
-                    waiter = threading.Thread(target=self._wait_loop, name="emberps-waiter",
-                                              daemon=True)
-                    waiter.start()
-                    self._waiter = waiter
-                self._pending.put((cid, fut, result, keep))
-        except BaseException:  # not handed to the waiter: wait here (keep is alive till then)
-            self._abandon(cid)
-            raise
-        return fut
-
     def _wait_loop(self):
         """Waits for the async calls in order. It leaves after a second with none (so that a
         client nobody closed can be collected: the running thread holds it), and at close; after
         a close() from a done callback, once the calls started are done, it disconnects."""
         while True:
-            try:
-                item = self._pending.get(timeout=WAITER_IDLE_S)
-            except queue.Empty:
-                with self._mu:
-                    if self._pending.empty():
+            with self._mu:
+                idle_end = time.monotonic() + WAITER_IDLE_S
+                while not self._pending:
+                    left = idle_end - time.monotonic()
+                    if left <= 0:
                         self._waiter = None
                         return
-                continue
+                    self._mu.wait(left)
+                item = self._pending.popleft()
+                if item is not None:
+                    item[4] = True  # taken: this thread waits for it
             if item is None:
                 if not self._close_after:
                     return
@@ -278,12 +294,14 @@ class Client:
                     busy = self._busy
                 if busy:  # a call started before the close, not queued yet
                     time.sleep(0.001)
-                    self._pending.put(None)
+                    with self._mu:
+                        self._post(None)
                     continue
-                lib.psc_close(self._c)
-                self._c = ffi.NULL
+                with self._mu:
+                    c, self._c = self._c, ffi.NULL
+                lib.psc_close(c)
                 return
-            cid, fut, result, _keep = item
+            cid, fut, result, _keep, _ = item
             try:
                 fut.set_result(self._finish(cid, result))
             except BaseException as e:  # delivered to the future's owner
@@ -300,8 +318,7 @@ class Client:
 
     def _prep(self, op, table, keys, dim, out=None, grads=None, sync=False):
         """Check and convert a call's arguments and start it: with sync, wait for it and return
-        its result; else (id, result function, the arrays to keep alive until it is waited
-        for)."""
+        its result; else the Future of its result."""
         if not isinstance(table, str) or not table:
             raise ValueError("table must be a non-empty str")
         keys = as_keys(keys)
@@ -339,8 +356,8 @@ class Client:
             rc, why = self._start(op, table, keys, dim, rows, grads, found, res, sync=True)
             check(rc, why)
             return result()
-        cid = self._start(op, table, keys, dim, rows, grads, found, res)
-        return cid, result, (keys, rows, grads, found, res)
+        return self._start(op, table, keys, dim, rows, grads, found, res, result=result,
+                           keep=(keys, rows, grads, found, res))
 
     def pull(self, table, keys, dim=None, out=None):
         """Rows of `keys` (created with the table's initializer when missing): a (n, dim) float32
@@ -359,15 +376,15 @@ class Client:
 
     def pull_async(self, table, keys, dim=None, out=None):
         """pull, returning a concurrent.futures.Future of the rows."""
-        return self._submit(*self._prep("pull", table, keys, dim, out))
+        return self._prep("pull", table, keys, dim, out)
 
     def push_async(self, table, keys, grads, dim=None):
         """push, returning a Future of its counters."""
-        return self._submit(*self._prep("push", table, keys, dim, grads=grads))
+        return self._prep("push", table, keys, dim, grads=grads)
 
     def lookup_async(self, table, keys, dim=None, out=None):
         """lookup, returning a Future of (rows, found)."""
-        return self._submit(*self._prep("lookup", table, keys, dim, out))
+        return self._prep("lookup", table, keys, dim, out)
 
     # ---- the cluster -----------------------------------------------------------------------
     def claim(self, table, job, mode="check"):

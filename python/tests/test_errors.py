@@ -68,6 +68,67 @@ def test_no_waiter_thread(servers, monkeypatch):
     assert not closer.is_alive()
 
 
+def test_interrupt_while_handing_over(servers, monkeypatch):
+    """A KeyboardInterrupt as an async call is handed to the waiter thread (queued, or not yet):
+    the call is waited for once and counted done once (a second count let close() disconnect
+    under another call; none left close() waiting for ever)."""
+    import threading
+
+    addr, _ = servers(TABLE)
+    c = emberps.Client(addr)
+    keys = np.arange(1, 9, dtype=np.uint64)
+    post = emberps.Client._post
+
+    def queued_then_interrupted(self, item):
+        post(self, item)
+        if item is not None:
+            raise KeyboardInterrupt
+
+    def interrupted_before(self, item):
+        if item is not None:
+            raise KeyboardInterrupt
+        post(self, item)
+
+    for patch in (queued_then_interrupted, interrupted_before):
+        monkeypatch.setattr(emberps.Client, "_post", patch)
+        for _ in range(20):
+            with pytest.raises(KeyboardInterrupt):
+                c.pull_async("emb", keys)
+        monkeypatch.undo()
+        deadline = time.monotonic() + 10
+        while c._busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert c._busy == 0
+    assert c.pull_async("emb", keys).result(timeout=10).shape == (8, 8)
+    closer = threading.Thread(target=c.close)
+    closer.start()
+    closer.join(timeout=10)
+    assert not closer.is_alive()
+
+
+def test_close_again_after_interrupt(servers, monkeypatch):
+    """A close() interrupted (here as it tells the waiter thread to end) is done by the next
+    close(): it disconnected never again before (the client and its thread leaked)."""
+    addr, _ = servers(TABLE)
+    c = emberps.Client(addr)
+    c.pull_async("emb", np.arange(1, 9, dtype=np.uint64)).result(timeout=10)  # a waiter runs
+    post = emberps.Client._post
+
+    def interrupted(self, item):
+        if item is None:
+            raise KeyboardInterrupt
+        post(self, item)
+
+    monkeypatch.setattr(emberps.Client, "_post", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        c.close()
+    monkeypatch.undo()
+    with pytest.raises(emberps.EmberError):
+        c.pull("emb", [1])  # closed to new calls already
+    c.close()
+    assert c._c == emberps.client.ffi.NULL
+
+
 def test_close_in_done_callback(servers):
     """close() from a future's done callback (the waiter thread) returns at once; the waiter
     finishes the calls started, then disconnects (it waited for itself before)."""
