@@ -561,6 +561,7 @@ static int cmp_u64(const void *a, const void *b) {
 /* Cold rows of an export: those not written from RAM (RAM holds the newer copy). */
 typedef struct cold_wctx {
     wctx_t *x;
+    const ps_table_t *t;
     uint32_t cut, dim;
     bool with_state;
 } cold_wctx_t;
@@ -570,7 +571,11 @@ static int on_cold_rows(void *ctx, const ps_cold_row_t *rows, size_t n) {
     ps_row_view_t v[256];
     size_t nv = 0;
     for (size_t i = 0; i < n; i++) {
-        if (bsearch(&rows[i].key, c->x->ram_keys, c->x->nram, sizeof(uint64_t), cmp_u64))
+        /* RAM's rows, and expired ones: the cut's clock advance (cut + 1) dropped those from
+         * RAM, and lookups read them as absent (an export wrote them; its import brought the
+         * stale weights back) */
+        if (bsearch(&rows[i].key, c->x->ram_keys, c->x->nram, sizeof(uint64_t), cmp_u64) ||
+            ps_table_expired(c->t, rows[i].clock, c->cut + 1))
             continue;
         /* Ticks are clock values mod 2^16, ages saturating at PS_AGE_MAX (as in RAM). */
         uint32_t age = rows[i].clock <= c->cut ? c->cut - rows[i].clock : 0;
@@ -604,7 +609,7 @@ static int write_snapshot(ps_table_t *t, const ps_snapshot_info_t *info, ps_tier
         rc = ps_table_snapshot_scan(t, since, on_rows, since == PS_SCAN_ALL ? NULL : on_tombs, &x);
     if (!rc && cold) {
         qsort(x.ram_keys, x.nram, sizeof *x.ram_keys, cmp_u64);
-        cold_wctx_t cx = {&x, info->cut_clock, ps_table_dim(t), with_state};
+        cold_wctx_t cx = {&x, t, info->cut_clock, ps_table_dim(t), with_state};
         rc = ps_tier_view_scan(cold, on_cold_rows, &cx);
     }
     if (!rc)

@@ -92,6 +92,7 @@
 #include "pc_log.h"
 #include "pc_time.h"
 
+#include <assert.h>
 #include <pthread.h>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -1004,10 +1005,14 @@ static inline uint16_t tick_of_clock(const ps_shard_t *s, uint32_t clock) {
     return (uint16_t)(s->clock - (age < PS_AGE_MAX ? age : PS_AGE_MAX));
 }
 
+bool ps_table_expired(const ps_table_t *t, uint32_t last, uint32_t now) {
+    const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
+    return ttl && last <= now && now - last >= ttl;
+}
+
 /* A cold row last changed at `clock` has expired (TTL). */
 static inline int cold_expired(const ps_table_t *t, const ps_shard_t *s, uint32_t clock) {
-    const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
-    return ttl && clock <= s->clock && s->clock - clock >= ttl;
+    return ps_table_expired(t, clock, s->clock);
 }
 
 static void spill_free(ps_table_t *t, ps_shard_t *s) {
@@ -1349,6 +1354,22 @@ static uint32_t dedup_find(const batch_t *b) {
         }
     }
     return merged;
+}
+
+/* Scratch of dedup_find for n keys into *d (sum empty). Returns the allocation (free with
+ * pc_free of *bytes) or NULL. */
+static void *dedup_alloc(dedup_t *d, size_t n, size_t *bytes) {
+    uint32_t tcap = 16;
+    while (tcap < 2 * n)
+        tcap <<= 1;
+    *bytes = (2 * n + tcap) * sizeof(uint32_t);
+    void *mem = pc_malloc(PC_MEM_SCRATCH, *bytes);
+    *d = (dedup_t){.first = mem, .sum = NULL, .sum_bytes = 0};
+    if (mem) {
+        d->acc = d->first + n;
+        d->table = d->acc + n;
+    }
+    return mem;
 }
 
 /* Sum the gradients of duplicate keys (in call order) into d->sum. */
@@ -1834,18 +1855,13 @@ int ps_table_push(ps_table_t *t, const uint64_t *keys, size_t n, const float *gr
     int rc = batch_begin(t, keys, n, grads, grads_len, &p);
     if (rc <= 0)
         return rc;
-    uint32_t tcap = 16;
-    while (tcap < 2 * n)
-        tcap <<= 1;
-    size_t dbytes = (2 * n + tcap) * sizeof(uint32_t);
-    void *dmem = pc_malloc(PC_MEM_SCRATCH, dbytes);
+    dedup_t d;
+    size_t dbytes;
+    void *dmem = dedup_alloc(&d, n, &dbytes);
     if (!dmem) {
         plan_free(&p);
         return PC_ENOMEM;
     }
-    dedup_t d = {.first = dmem, .sum = NULL, .sum_bytes = 0};
-    d.acc = d.first + n;
-    d.table = d.acc + n;
     batch_t b;
     batch_init(&b, t, keys, &p, n);
     b.grads = grads;
@@ -1911,29 +1927,32 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
         return rc;
     rc = 0;
     size_t count = 0;
-    /* Cold tables: ask the store which keys it holds (for the count), then delete them there
-     * under each shard's lock, moving cold_seq so that concurrent misses fetch again. */
+    /* A key is counted once, at its first position (dedup_find), and a cold copy only when the
+     * store holds it unexpired: which keys it holds is asked under each shard's write lock, just
+     * before they are deleted there (with cold_seq moved, so that concurrent misses fetch again),
+     * so two erasers of one key do not both count it. */
     const bool cold = t->cfg.cold && t->has_cold;
     const size_t cbytes =
         cold ? n * (sizeof(uint64_t) + sizeof(ps_cold_meta_t) + (size_t)t->stride * 4) : 0;
     uint64_t *ck = cold ? pc_malloc(PC_MEM_SCRATCH, cbytes) : NULL;
     ps_cold_meta_t *cm = ck ? (ps_cold_meta_t *)(ck + n) : NULL;
-    if (cold && !ck)
-        rc = PC_ENOMEM;
+    float *crows = cm ? (float *)(void *)(cm + n) : NULL;
+    dedup_t d;
+    size_t dbytes;
+    void *dmem = dedup_alloc(&d, n, &dbytes);
+    batch_t b;
+    batch_init(&b, t, keys, &p, n);
+    b.d = &d;
+    if ((cold && !ck) || !dmem) {
+        pc_free(PC_MEM_SCRATCH, ck, cbytes);
+        pc_free(PC_MEM_SCRATCH, dmem, dbytes);
+        plan_free(&p);
+        return PC_ENOMEM;
+    }
+    (void)dedup_find(&b);
     for (uint32_t q = 0; ck && q < n; q++)
         ck[q] = keys[p.order[q]];
-    int grc = ck ? t->cold.get(t->cold_ctx, ck, n, (float *)(cm + n), cm) : 0;
-    if (grc) { /* a damaged record, say: deleting it is what is asked; the count misses it */
-        atomic_fetch_add_explicit(&t->cold_get_errors, 1, memory_order_relaxed);
-        PC_WARN("table %s: erase: the cold store could not say which of %zu keys it holds (%s): "
-                "erased all the same, counted from RAM only",
-                t->cfg.name, n, pc_strerror(grc));
-        cm = NULL;
-    }
-    if (rc) {
-        plan_free(&p);
-        return rc;
-    }
+    bool get_said = false;
     if (cold)
         erase_gate(t, true);
     pthread_rwlock_rdlock(&t->cut);
@@ -1945,7 +1964,19 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
         /* the cold copies first: when the store refuses (a full disk), the group's rows stay in
          * RAM too, so no older cold copy shows through where a RAM row was removed */
         int drc = 0;
+        bool known = false; /* which of the group's keys the cold store holds */
         if (cold) {
+            const int grc =
+                t->cold.get(t->cold_ctx, ck + q0, q1 - q0, crows + (size_t)q0 * t->stride, cm + q0);
+            if (grc) { /* a damaged record, say: deleting it is what is asked */
+                atomic_fetch_add_explicit(&t->cold_get_errors, 1, memory_order_relaxed);
+                if (!get_said)
+                    PC_WARN("table %s: erase: the cold store could not say which keys it holds "
+                            "(%s): erased all the same, counted from RAM only",
+                            t->cfg.name, pc_strerror(grc));
+                get_said = true;
+            }
+            known = !grc;
             s->cold_seq++;
             if ((drc = t->cold.del(t->cold_ctx, ck + q0, q1 - q0))) {
                 s->cold_errors++;
@@ -1953,12 +1984,14 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
             }
         }
         for (uint32_t q = q0; !drc && q < q1; q++) {
+            if (d.first[q] != q) /* a repeated key: its first position counted it */
+                continue;
             uint32_t k = p.order[q];
             uint32_t r = find_row(s, keys[k], p.h[k]);
             if (r != NO_ROW) {
                 row_remove(t, s, r);
                 count++;
-            } else if (cm && cm[q].found) {
+            } else if (known && cm[q].found && !cold_expired(t, s, cm[q].clock)) {
                 count++;
             }
         }
@@ -1970,6 +2003,7 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
     if (cold)
         erase_gate(t, false);
     pc_free(PC_MEM_SCRATCH, ck, cbytes);
+    pc_free(PC_MEM_SCRATCH, dmem, dbytes);
     plan_free(&p);
     if (erased)
         *erased = count;
@@ -2532,11 +2566,16 @@ int ps_table_cold_walk(const ps_table_t *t, uint64_t *start, uint64_t max, ps_co
 
 void ps_table_cold_freeze(ps_table_t *t, bool frozen) {
     pthread_mutex_lock(&t->cold_mu);
-    atomic_store(&t->cold_frozen, frozen);
+    /* A count: a checkpoint and an export freeze independently, and the first to thaw must not
+     * let writes through under the other's copy (an export refused for the checkpoint's
+     * snapshot thawed the checkpoint's freeze) */
+    const int now = atomic_load(&t->cold_frozen) + (frozen ? 1 : -1);
+    assert(now >= 0); /* a thaw without its freeze */
+    atomic_store(&t->cold_frozen, now);
     if (frozen) {
         while (t->erasers) /* erasers in flight finish; new ones wait for the thaw */
             pthread_cond_wait(&t->cold_cv, &t->cold_mu);
-    } else {
+    } else if (now == 0) {
         pthread_cond_broadcast(&t->cold_cv);
     }
     pthread_mutex_unlock(&t->cold_mu);

@@ -219,6 +219,8 @@ int ps_table_changelog_start(ps_table_t *t, size_t capacity, ps_changelog_t **ou
  * admit_decay_ticks, and renormalizes stored ticks so ages stay exact up to PS_AGE_MAX. */
 int ps_table_advance_clock(ps_table_t *t, uint32_t now);
 uint32_t ps_table_clock(const ps_table_t *t);
+/* Whether a row last changed at table clock `last` has expired (ttl_ticks) at clock `now`. */
+bool ps_table_expired(const ps_table_t *t, uint32_t last, uint32_t now);
 
 /* Scan callback: `n` views (n <= 256) from one shard, under its read lock. Return 0 to go on,
  * anything else to stop the scan with that value. */
@@ -377,7 +379,8 @@ int ps_table_cold_walk(const ps_table_t *t, uint64_t *start, uint64_t max, ps_co
                        void *ctx);
 
 /* Suspend (true) or resume (false) writes to the cold store. Returns once no spill or erase is
- * writing to it any more. Freezes do not nest. */
+ * writing to it any more. Freezes nest: writes resume at the thaw of the last freeze (each
+ * freeze is thawed once). */
 void ps_table_cold_freeze(ps_table_t *t, bool frozen);
 
 typedef struct ps_table_stats {
