@@ -113,10 +113,12 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, bool flag,
     char *field = (char *)obj + s->offset;
     char nbuf[96];
     const char *name = shown(s, flag, nbuf, sizeof nbuf);
-    while (isspace((unsigned char)*v))
-        v++;
-    char trimmed[128]; /* numbers, booleans and choices: trailing blanks do not count */
+    char trimmed[128]; /* numbers, booleans and choices: blanks around do not count; a string
+                        * from a flag or the environment is taken as written (a file's line is
+                        * trimmed before: set_span) */
     if (s->type != PC_SET_STRING) {
+        while (isspace((unsigned char)*v))
+            v++;
         size_t len = strlen(v);
         while (len && isspace((unsigned char)v[len - 1]))
             len--;
@@ -335,6 +337,21 @@ int pc_settings_parse_args(const pc_setting_t *tab, size_t n, void *obj, int arg
 
 #define LINE_MAX_BYTES (64u << 10)
 
+/* The next line of f into buf (cap bytes; its newline dropped): its length, -1 at the end, -2 for
+ * a line longer than cap - 1 bytes or holding a NUL byte, read no further (getline read a whole
+ * line of any length into memory before it could be refused). */
+static long read_line(FILE *f, char *buf, size_t cap) {
+    size_t len = 0;
+    int ch;
+    while ((ch = getc(f)) != EOF && ch != '\n') {
+        if (ch == '\0' || len + 1 >= cap)
+            return -2;
+        buf[len++] = (char)ch;
+    }
+    buf[len] = '\0';
+    return ch == EOF && len == 0 ? -1 : (long)len;
+}
+
 int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const char *path, char *err,
                           size_t errlen) {
     FILE *f = fopen(path, "r");
@@ -342,12 +359,13 @@ int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const ch
         set_err(err, errlen, "%s: %s", path, strerror(errno));
         return PC_EIO;
     }
-    char *line = NULL; /* a line as long as its value (a map: 4 KiB), up to LINE_MAX_BYTES */
-    size_t lcap = 0;
-    int lineno = 0, rc = 0;
-    for (ssize_t got; (got = getline(&line, &lcap, f)) >= 0;) {
+    char *line = malloc(LINE_MAX_BYTES + 1); /* a value (a map: 4 KiB) up to LINE_MAX_BYTES */
+    int lineno = 0, rc = line ? 0 : PC_ENOMEM;
+    if (!line)
+        set_err(err, errlen, "%s: out of memory", path);
+    for (long got; !rc && (got = read_line(f, line, LINE_MAX_BYTES + 1)) != -1;) {
         lineno++;
-        if ((size_t)got > LINE_MAX_BYTES || strlen(line) != (size_t)got) {
+        if (got == -2) {
             set_err(err, errlen, "%s:%d: line too long, or a NUL byte in it", path, lineno);
             rc = PC_EINVAL;
             break;

@@ -190,6 +190,76 @@ static void test_file_env_dump(void **state) {
     free(buf);
 }
 
+/* The process's peak resident set in KiB (VmHWM), -1 when unknown. */
+static long peak_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kib;
+}
+
+/* A config file whose line never ends (here 256 MiB of NUL bytes, a sparse file; a 100 KiB line
+ * of letters too) is refused at its first 64 KiB: it was read whole into memory first. */
+static void test_file_huge_line(void **state) {
+    (void)state;
+    cfg_t c;
+    char err[300], path[] = "/tmp/ember_settings_huge_XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 256 << 20), 0);
+    close(fd);
+    FILE *reset = fopen("/proc/self/clear_refs", "w"); /* "5": the peak starts again from now */
+    const bool measured = reset && fputs("5", reset) >= 0 && fclose(reset) == 0;
+    if (reset && !measured)
+        print_message("clear_refs not writable: the peak is not measured\n");
+    const long before = peak_kib();
+    pc_settings_defaults(tab, N, &c);
+    assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), PC_EINVAL);
+    assert_non_null(strstr(err, ":1: line too long"));
+    const long grew = peak_kib() - before;
+    print_message("peak grew %ld KiB reading a 256 MiB line\n", grew);
+    if (measured && before > 0)
+        assert_true(grew < 16 << 10);
+    FILE *f = fopen(path, "w");
+    fputs("count = 3\nname = ", f);
+    for (int i = 0; i < 100 << 10; i++)
+        fputc('a', f);
+    fputs("\n", f);
+    fclose(f);
+    assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), PC_EINVAL);
+    assert_non_null(strstr(err, ":2: line too long"));
+    assert_int_equal(c.count, 3);
+    f = fopen(path, "w"); /* the last line without its newline is a line */
+    fputs("count = 4\ncount = 5", f);
+    fclose(f);
+    assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), 0);
+    assert_int_equal(c.count, 5);
+    unlink(path);
+}
+
+/* A string from a flag or the environment is taken as written, blanks at both ends kept (the
+ * leading ones were dropped, the trailing ones kept); a number's blanks do not count. */
+static void test_string_blanks(void **state) {
+    (void)state;
+    cfg_t c;
+    char err[200];
+    pc_settings_defaults(tab, N, &c);
+    char *argv[] = {"prog", "--name= x ", "--count= 8 "};
+    int argi = 1;
+    assert_int_equal(pc_settings_parse_args(tab, N, &c, 3, argv, &argi, err, sizeof err), 0);
+    assert_string_equal(c.name, " x ");
+    assert_int_equal(c.count, 8);
+    setenv("TST_NAME", "  y", 1);
+    assert_int_equal(pc_settings_load_env(tab, N, &c, "TST_", err, sizeof err), 0);
+    unsetenv("TST_NAME");
+    assert_string_equal(c.name, "  y");
+}
+
 /* A declaration whose field has the wrong size is refused (it would overwrite memory). */
 typedef struct small {
     int n; /* INT settings store int64_t */
@@ -322,6 +392,8 @@ int main(void) {
         cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_args),
         cmocka_unit_test(test_file_env_dump),
+        cmocka_unit_test(test_file_huge_line),
+        cmocka_unit_test(test_string_blanks),
         cmocka_unit_test(test_bad_declaration),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_names_and_choices),
