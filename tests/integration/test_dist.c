@@ -892,6 +892,10 @@ static void *feed(void *arg) {
     return NULL;
 }
 
+#define EV_TIMEOUT_MS 5000 /* the collectives' timeout in test_eval_longer_than_timeout */
+#define STR_(x)       #x
+#define STR(x)        STR_(x)
+
 /* Mid-run evaluations (--eval-every) that last longer than the collectives' timeout
  * (--timeout-ms): the members wait for rank 0's at the same round, so the group does not
  * re-form (rank 1 once waited inside the next allreduce, which timed out: a new generation,
@@ -909,18 +913,22 @@ static void test_eval_longer_than_timeout(void **state) {
     snprintf(every, sizeof every, "--eval-every=%d", RROWS / 5 * 2); /* 2 mid-run */
     snprintf(err0, sizeof err0, "%s/slow0.err", g_dir);
     signal(SIGPIPE, SIG_IGN); /* a reader gone mid-file: the feeder's write fails instead */
-    feeder_t f = {.fifo = fifo, .src = g_rtest, .delay_ms = 4000};
+    feeder_t f = {.fifo = fifo, .src = g_rtest, .delay_ms = EV_TIMEOUT_MS + 2000};
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, feed, &f), 0);
+    /* as a job is started: only rank 0, the evaluator, is given the evaluation's settings */
     rjob_t j = {.c = &c,
                 .job = "slowev",
                 .policy = "wait",
                 .rejoin_ms = 500,
-                .extra = {test, every, "--timeout-ms=2500"},
+                .extra = {test, every, "--timeout-ms=" STR(EV_TIMEOUT_MS)},
                 .err = err0};
     snprintf(j.out[0], sizeof j.out[0], "%s/slow0.json", g_dir);
     snprintf(j.out[1], sizeof j.out[1], "%s/slow1.json", g_dir);
-    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    pid_t p0 = rworker(&j, 0, j.out[0]);
+    j.extra[0] = "--timeout-ms=" STR(EV_TIMEOUT_MS);
+    j.extra[1] = NULL;
+    pid_t p1 = rworker(&j, 1, j.out[1]);
     const int rc0 = pu_reap(p0, 180), rc1 = pu_reap(p1, 180);
     atomic_store(&f.stop, true);
     pthread_join(th, NULL);
@@ -932,7 +940,7 @@ static void test_eval_longer_than_timeout(void **state) {
     const double auc = json_num(j.out[0], "auc");
     print_message("evaluations of >= %d ms with a %d ms timeout: %d mid-run, %d served; AUC "
                   "%.8f (uninterrupted %.8f); generation 1: %s\n",
-                  f.delay_ms, 2500, evals, f.served, auc, auc0, v[0] ? v : "none");
+                  f.delay_ms, EV_TIMEOUT_MS, evals, f.served, auc, auc0, v[0] ? v : "none");
     assert_int_equal(rc0, 0);
     assert_int_equal(rc1, 0);
     assert_int_equal(evals, 2);

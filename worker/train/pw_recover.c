@@ -127,9 +127,9 @@ static size_t dense_state(trainer_t *t, float *buf, bool pack) {
  * collectives of a round (the dense chunks, the push turns), the rounds a step may run ahead
  * and the checkpoints' barriers. A member with another value would enter another collective than
  * its peers (Gloo aborts the process on a size mismatch) or a barrier they never reach. */
-enum { PLAN_N = 5 };
+enum { PLAN_N = 4 };
 static const char *const k_plan_flag[PLAN_N] = {"--chunk-kib", "--mode", "--push-order",
-                                                "--ckpt-every", "--eval-every"};
+                                                "--ckpt-every"};
 
 #define PLAN_MAX   ((1ULL << 48) - 1) /* two floats' exact range (ckpt_every beyond: never) */
 #define PLAN_ASYNC PLAN_MAX
@@ -140,12 +140,14 @@ static void plan_of(const trainer_t *t, uint64_t v[PLAN_N]) {
     v[1] = t->staleness == PW_ASYNC ? PLAN_ASYNC : (uint64_t)t->staleness;
     v[2] = (uint64_t)c->push_order;
     v[3] = (uint64_t)c->ckpt_every < PLAN_MAX ? (uint64_t)c->ckpt_every : PLAN_MAX;
-    v[4] = pw__eval_rounds(t) < PLAN_MAX ? pw__eval_rounds(t) : PLAN_MAX;
 }
 
-uint64_t pw__eval_rounds(const trainer_t *t) {
+/* Rounds between this member's mid-run evaluations, as it would run them: --eval-every samples
+ * in batches, rounded up; 0 without a test stream (pw_train's `evaluates`). */
+static uint64_t eval_rounds_of(const trainer_t *t) {
     const uint64_t every = (uint64_t)t->c->eval_every, batch = (uint64_t)t->c->batch;
-    return every ? (every + batch - 1) / batch : 0;
+    const uint64_t rounds = every && t->evaluates ? (every + batch - 1) / batch : 0;
+    return rounds < PLAN_MAX ? rounds : PLAN_MAX;
 }
 
 /* Plan value v of setting k as its flag writes it (buf: 32 bytes). */
@@ -154,8 +156,6 @@ static const char *plan_text(int k, uint64_t v, char *buf) {
         return "async";
     if (k == 1)
         snprintf(buf, 32, v ? "ssp:%llu" : "sync", (unsigned long long)v);
-    else if (k == 4) /* in rounds: the same samples over another batch are another plan */
-        snprintf(buf, 32, "%llu rounds", (unsigned long long)v);
     else if (k == 2)
         snprintf(buf, 32, "%s", v == PW_PUSH_RANK ? "rank" : "arrival");
     else
@@ -164,12 +164,13 @@ static const char *plan_text(int k, uint64_t v, char *buf) {
 }
 
 /* Member i's entry of the agreement: steps + 1 (0: no trained state), the dense state's size,
- * the plan (PLAN_N values): two floats each. */
-enum { INFO_W = 2 * (2 + PLAN_N) };
+ * the plan (PLAN_N values), its evaluation rounds (eval_rounds_of: group rank 0's are the
+ * group's): two floats each. */
+enum { INFO_EVAL = 2 * (2 + PLAN_N), INFO_W = INFO_EVAL + 2 };
 
 /* Whether members i and j could train together (size and plan). */
 static bool same_shape(const float *info, int i, int j) {
-    for (int k = 1; k < INFO_W / 2; k++)
+    for (int k = 1; k < INFO_EVAL / 2; k++)
         if (u64_get(info + INFO_W * i + 2 * k) != u64_get(info + INFO_W * j + 2 * k))
             return false;
     return true;
@@ -197,7 +198,11 @@ static int sync_state(trainer_t *t) {
     u64_put(info + INFO_W * me + 2, len);
     for (int k = 0; k < PLAN_N; k++)
         u64_put(info + INFO_W * me + 4 + 2 * k, plan[k]);
+    u64_put(info + INFO_W * me + INFO_EVAL, eval_rounds_of(t));
     int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * INFO_W);
+    /* Rank 0 evaluates: every member stops at its evaluation rounds (only rank 0 is usually
+     * given --test and --eval-every; a member's own value is not used) */
+    t->eval_rounds = rc ? 0 : u64_get(info + INFO_EVAL);
     int job = me; /* a member of the job's shape (most members; ties: most steps) */
     for (int i = 0, most = 0; !rc && i < n; i++) {
         const uint64_t si = u64_get(info + INFO_W * i);

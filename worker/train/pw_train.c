@@ -528,23 +528,26 @@ static int evaluate_mid(trainer_t *t, const char *const *test, size_t ntest,
     return rc;
 }
 
-/* The mid-run evaluation of round `cur` in a group, when it is one (every pw__eval_rounds
- * rounds, a setting the members share): every member stops there, every round before cur
- * applied, the group's rank 0 evaluates and the others wait at a barrier (eval_timeout_ms).
- * Evaluated while the others went on, they waited inside the next round's allreduce, which
- * timed out on a long evaluation and re-formed the group, throwing rounds away. A member out of
- * data stops too (its empty rounds). Returns as ckpt_round does. */
+/* The mid-run evaluation of round `cur` in a group, when it is one (every t->eval_rounds
+ * rounds: the group's rank 0's --eval-every, taken by every member when the group formed): every
+ * member stops there, every round before cur applied, rank 0 evaluates and the others wait for
+ * it at a barrier (eval_timeout_ms; rank 0, arriving last, waits timeout_ms for a member that
+ * hung). Evaluated while the others went on, they waited inside the next round's allreduce,
+ * which timed out on a long evaluation and re-formed the group, throwing rounds away. A member
+ * out of data stops too (its empty rounds). Returns as ckpt_round does. */
 static int eval_round(trainer_t *t, uint64_t cur, const char *const *test, size_t ntest,
                       pw_train_result_t *res, bool *stop, bool *again) {
-    const uint64_t every = pw__eval_rounds(t);
+    const uint64_t every = t->eval_rounds;
     *again = false;
     if (!t->grp || !every || cur % every || cur == t->last_eval)
         return 0;
     t->last_eval = cur;
+    const bool evaluator = pw_group_rank(t->grp) == 0;
     int rc = pw__apply_rounds(t, 0, true, stop);
-    if (!rc && ntest && pw_group_rank(t->grp) == 0 && (rc = evaluate_mid(t, test, ntest, res)))
+    if (!rc && evaluator && ntest && (rc = evaluate_mid(t, test, ntest, res)))
         return rc; /* the others' barrier fails: they re-form without this member */
-    if (rc || (rc = pw_coll_barrier(pw_group_coll(t->grp), (int)t->c->eval_timeout_ms)))
+    const int64_t wait_ms = evaluator ? t->c->timeout_ms : t->c->eval_timeout_ms;
+    if (rc || (rc = pw_coll_barrier(pw_group_coll(t->grp), (int)wait_ms)))
         *again = !(rc = pw__pipeline_regroup(t));
     return rc;
 }
@@ -680,7 +683,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         return PC_EINVAL;
     }
     const uint64_t t0 = pc_time_mono_ns();
-    trainer_t t = {.c = c, .fmt = fmt, .has_state = true, .pos_saved = true};
+    trainer_t t = {.c = c, .fmt = fmt, .has_state = true, .pos_saved = true, .evaluates = ntest};
     int rc = trainer_init(&t);
     uint64_t skip = 0, saved_step = 0;
     if (!rc && t.grp && c->resume == PW_RESUME_CHECKPOINT) { /* the job rolled back */

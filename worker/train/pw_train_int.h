@@ -178,6 +178,9 @@ typedef struct trainer {
                                  * checkpoint due there, so that all enter the same collectives) */
     uint64_t last_eval;         /* the round of the last mid-run evaluation in a group (or the
                                  * step a group agreed on, as last_ckpt) */
+    bool evaluates;             /* this worker has a test stream */
+    uint64_t eval_rounds;       /* a group's rounds between mid-run evaluations: its rank 0's
+                                 * (sync_state), 0: none */
     bool resumed;               /* started from a coordinated checkpoint (--resume=checkpoint) */
     uint64_t resumed_step;      /* its step, and its run ("" unknown) */
     char resumed_run[PW_JOBCKPT_RUN_MAX];
@@ -239,9 +242,6 @@ int pw__regroup_initial(trainer_t *t);
 /* A collective failed or a newer generation was proposed: re-form, agree, pull again. */
 int pw__pipeline_regroup(trainer_t *t);
 int pw__job_checkpoint(trainer_t *t);
-/* Rounds between a group's mid-run evaluations: --eval-every samples in batches, rounded up (0:
- * none). */
-uint64_t pw__eval_rounds(const trainer_t *t);
 int pw__resume_checkpoint(trainer_t *t, uint64_t *skip);
 /* XXH3 of the dense state as a group's members exchange it; 0 when out of memory. */
 uint64_t pw__dense_digest(trainer_t *t);
