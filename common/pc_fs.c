@@ -33,6 +33,18 @@ int pc_fs_fsync_path(const char *path) {
     return rc;
 }
 
+/* The directory holding path ("." for a bare name, "/" for one at the root) into dir. */
+static void parent_of(const char *path, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, cap, ".");
+}
+
 int pc_fs_write_atomic(const char *path, const void *buf, size_t len) {
     char tmp[PATH_MAX], dir[PATH_MAX];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
@@ -51,14 +63,7 @@ int pc_fs_write_atomic(const char *path, const void *buf, size_t len) {
         remove(tmp);
         return rc;
     }
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        slash[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, sizeof dir, ".");
+    parent_of(path, dir, sizeof dir);
     return pc_fs_fsync_path(dir);
 }
 
@@ -66,6 +71,19 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     (void)sb;
     (void)ftw;
     return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+int pc_fs_restore_replaced(const char *fin) {
+    char old[PATH_MAX], dir[PATH_MAX];
+    if ((size_t)snprintf(old, sizeof old, "%s.tmp.old", fin) >= sizeof old)
+        return PC_EINVAL;
+    if (access(fin, F_OK) == 0 || access(old, F_OK) != 0)
+        return 0;
+    if (rename(old, fin) != 0) /* another reader may have put it back first */
+        return access(fin, F_OK) == 0 ? 0 : errno_rc(errno);
+    parent_of(fin, dir, sizeof dir);
+    (void)pc_fs_fsync_path(dir);
+    return 1;
 }
 
 void pc_fs_rm_tree(const char *path) {
@@ -179,13 +197,12 @@ void pc_fs_remove_tmp_numbered(const char *dir, const char *prefix) {
         if ((!tmp && !old) ||
             (size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path)
             continue;
-        if (old) { /* pc_fs_replace_dir's old copy, moved aside: back when it had no successor */
+        if (old) { /* pc_fs_replace_dir's old copy, moved aside: back when it had no successor
+                    * (kept when it could not go back) */
             char fin[PATH_MAX];
             snprintf(fin, sizeof fin, "%.*s", (int)(strlen(path) - strlen(".tmp.old")), path);
-            if (access(fin, F_OK) != 0 && rename(path, fin) == 0) {
-                (void)pc_fs_fsync_path(dir);
+            if (pc_fs_restore_replaced(fin) != 0)
                 continue;
-            }
         }
         pc_fs_rm_tree(path);
     }

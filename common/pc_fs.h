@@ -21,11 +21,17 @@ void pc_fs_rm_tree(const char *path);
 /* Put directory `tmp` (written whole) in place as `fin`, replacing one there, and fsync their
  * parent `dir`: readers see the old directory, then the new one (exchanged in one rename, where
  * the filesystem can: else none for a moment), never a mix, and a crash leaves one of the two
- * whole at fin once pc_fs_remove_tmp_numbered ran (the old one moved aside to tmp.old goes
- * back when fin is missing). The old one is removed (a crash may leave it at tmp or tmp.old).
- * 0, PC_ENOSPC or PC_EIO (an error after the swap: fin may already be the new one, not yet
- * durable). */
+ * whole at fin once pc_fs_remove_tmp_numbered or pc_fs_restore_replaced ran (the old one moved
+ * aside to tmp.old goes back when fin is missing). The old one is removed (a crash may leave it at
+ * tmp or tmp.old). 0, PC_ENOSPC or PC_EIO (an error after the swap: fin may already be the new one,
+ * not yet durable). */
 int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir);
+
+/* A reader's repair before it looks at fin, a directory pc_fs_replace_dir replaces: when fin is
+ * missing and fin.tmp.old is there (a crash between the fallback's two renames), it goes back
+ * to fin (renames only: safe beside other readers; leftovers stay for the writer's
+ * pc_fs_remove_tmp_numbered). 1 when put back, 0 when there was nothing to do, else an error. */
+int pc_fs_restore_replaced(const char *fin);
 
 /* The numbers N of dir's entries named exactly PREFIX<N> (decimal digits, any zero padding: a
  * job's step-<S>/, published dense-<S>/), ascending, into *out (malloc'ed, the caller frees

@@ -129,10 +129,36 @@ static void test_prune_renames(void **state) {
     pc_fs_rm_tree(dir);
 }
 
+/* A reader's repair: fin missing, its old copy aside (put back; the writer's tmp left alone);
+ * again (nothing to do); fin there with a copy aside (both left). */
+static void test_restore_replaced(void **state) {
+    (void)state;
+    char dir[64], fin[128], old[140], tmp[140], p[200];
+    snprintf(dir, sizeof dir, "/tmp/ember-fs-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    snprintf(fin, sizeof fin, "%s/step-%020d", dir, 7);
+    snprintf(old, sizeof old, "%s.tmp.old", fin);
+    snprintf(tmp, sizeof tmp, "%s.tmp", fin);
+    fill(old, 'a');
+    fill(tmp, 'b');
+    assert_int_equal(pc_fs_restore_replaced(fin), 1);
+    snprintf(p, sizeof p, "%s/a-00", fin);
+    assert_int_equal(access(p, F_OK), 0);
+    assert_int_equal(access(old, F_OK), -1);
+    assert_int_equal(access(tmp, F_OK), 0);
+    assert_int_equal(pc_fs_restore_replaced(fin), 0);
+    fill(old, 'c');
+    assert_int_equal(pc_fs_restore_replaced(fin), 0);
+    assert_int_equal(access(p, F_OK), 0);
+    assert_int_equal(access(old, F_OK), 0);
+    pc_fs_rm_tree(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replace_never_mixed),
         cmocka_unit_test(test_prune_renames),
+        cmocka_unit_test(test_restore_replaced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
