@@ -186,6 +186,20 @@ typedef struct server {
     int rc;
 } server_t;
 
+/* SIGTERM or SIGINT before the loop runs: its number. The start gives up at its next step (a
+ * retry loop waiting for an unreachable coordinator included) and exits as a stop does; the
+ * loop's handlers take over before it runs. */
+static volatile sig_atomic_t g_stop;
+
+static void on_early_stop(int sig) {
+    g_stop = sig;
+}
+
+/* The start goes on: no step failed and no stop was asked. */
+static bool going_on(int rc) {
+    return !rc && !g_stop;
+}
+
 /* ==== settings ============================================================================= */
 
 /* The table specs of --tables, each parsed; with s, the tables not restored already are created
@@ -350,9 +364,12 @@ static int start_repl(server_t *s, const pc_cluster_map_t *map) {
                          .token = c->token,
                          .tls_ca = tls_on(c) ? c->tls_ca : NULL,
                          .tls_cert = c->tls_cert,
-                         .tls_key = c->tls_key};
+                         .tls_key = c->tls_key,
+                         .stop = &g_stop};
     int rc = ps_repl_start(store, s->cat, s->dp, map, &ro, &s->repl);
-    if (rc)
+    if (rc == PC_ECANCELED)
+        PC_INFO("replication: start given up: a stop was asked");
+    else if (rc)
         PC_ERROR("replication: %s", pc_strerror(rc));
     else
         PC_INFO("replication: cluster map and leases in %s, %lld backups per slot, lease %lld ms",
@@ -636,6 +653,8 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     pc_metrics_stop(s->metrics);
     s->metrics = NULL;
     ps_grpc_set_serving(s->grpc, false); /* probes see NOT_SERVING, API calls are refused */
+    if (s->cfg.port_file[0]) /* its ports stop serving: a script waiting for it must not read it */
+        (void)remove(s->cfg.port_file);
     took[0] = step_s(&t);
     ps_repl_end_t end;
     ps_repl_stop(s->repl, &end); /* its lease runs out: the backups take over */
@@ -801,17 +820,21 @@ int main(int argc, char **argv) {
     }
     if (!rc)
         rc = table_specs(&s.cfg, &s);
-    /* The signals are caught before pushes are taken: one arriving while the rest starts waits
-     * for the loop, which then stops the server as usual (exit checkpoint included); the
-     * default action killed it with acknowledged pushes unsaved. */
+    /* The stop signals are caught before pushes are taken: one arriving while the rest starts
+     * ends the start at its next step, as a stop (exit checkpoint included when pushes were
+     * taken); the default action killed it with acknowledged pushes unsaved, and one held for
+     * the loop waited out a start retrying an unreachable coordinator (up to 20 quarter leases),
+     * then was dropped with the failed start's exit 1. */
+    struct sigaction stop_sa = {.sa_handler = on_early_stop, .sa_flags = SA_RESTART};
+    sigemptyset(&stop_sa.sa_mask);
+    sigaction(SIGTERM, &stop_sa, NULL);
+    sigaction(SIGINT, &stop_sa, NULL);
     s.loop = uv_default_loop();
     uv_signal_init(s.loop, &s.sig_term);
     uv_signal_init(s.loop, &s.sig_int);
     uv_signal_init(s.loop, &s.sig_usr1);
     uv_signal_init(s.loop, &s.sig_hup);
     s.sig_term.data = s.sig_int.data = s.sig_usr1.data = s.sig_hup.data = &s;
-    uv_signal_start(&s.sig_term, on_stop_signal, SIGTERM);
-    uv_signal_start(&s.sig_int, on_stop_signal, SIGINT);
     uv_signal_start(&s.sig_usr1, on_usr1, SIGUSR1);
     uv_signal_start(&s.sig_hup, on_hup, SIGHUP);
     ps_dp_opts_t dpo = {.host = s.cfg.host,
@@ -830,9 +853,9 @@ int main(int argc, char **argv) {
                         .ack_timeout_ms = (uint64_t)s.cfg.ack_timeout_ms,
                         .fenced = s.cfg.cluster_coordinator[0] != '\0',
                         .poll_us = (uint32_t)s.cfg.poll_us};
-    if (!rc && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
+    if (going_on(rc) && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
         rc = 1;
-    if (!rc && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {
+    if (going_on(rc) && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {
         /* A lone server on a free port: its map names the port it got. */
         s.cfg.port = ps_dp_port(s.dp);
         pc_cmap_destroy(map);
@@ -840,9 +863,9 @@ int main(int argc, char **argv) {
             ps_dp_set_map(s.dp, map);
     }
     s.self = (uint32_t)self;
-    if (!rc && s.cfg.coordinator && open_coord_store(&s.cfg, &s.coord))
+    if (going_on(rc) && s.cfg.coordinator && open_coord_store(&s.cfg, &s.coord))
         rc = 1;
-    if (!rc && s.cfg.cluster_coordinator[0])
+    if (going_on(rc) && s.cfg.cluster_coordinator[0])
         rc = start_repl(&s, map);
     pc_cmap_destroy(map);
     ps_api_env_t env = {.cat = s.cat,
@@ -860,7 +883,7 @@ int main(int argc, char **argv) {
                         .checkpoint = s.ck ? api_checkpoint : NULL,
                         .restore = s.ck ? api_restore : NULL,
                         .coord = s.coord.ctx ? &s.coord : NULL};
-    if (!rc && s.cfg.grpc_port >= 0) {
+    if (going_on(rc) && s.cfg.grpc_port >= 0) {
         char addr[128];
         snprintf(addr, sizeof addr, "%s:%d", s.cfg.host, (int)s.cfg.grpc_port);
         ps_grpc_opts_t go = {.addr = addr,
@@ -884,11 +907,11 @@ int main(int argc, char **argv) {
         if (ps_grpc_start(&svc, &go, &s.grpc))
             rc = 1;
     }
-    if (!rc && s.cfg.metrics_port >= 0 &&
+    if (going_on(rc) && s.cfg.metrics_port >= 0 &&
         pc_metrics_start(s.cfg.host, (int)s.cfg.metrics_port,
                          (unsigned)s.cfg.metrics_max_connections, render_metrics, &s, &s.metrics))
         rc = 1;
-    if (rc) {
+    if (rc || g_stop) {
         pc_metrics_stop(s.metrics);
         ps_grpc_stop(s.grpc);
         ps_repl_end_t end;
@@ -897,8 +920,11 @@ int main(int argc, char **argv) {
         if (s.dp)               /* a later step failed are written, as at a stop */
             ps_dp_stats(s.dp, &ds);
         ps_dp_stop(s.dp);
-        if (ds.rows_pushed && s.cfg.ckpt_on_exit)
-            (void)checkpoint_now(&s, "a failed start, after pushes");
+        const uint64_t last = ds.rows_pushed && s.cfg.ckpt_on_exit
+                                  ? checkpoint_now(&s, g_stop ? "exit"
+                                                              : "a failed start, "
+                                                                "after pushes")
+                                  : 0;
         ps_repl_record_end(&end, false, 0);
         ps_ckpt_destroy(s.ck);
         ps_catalog_destroy(s.cat);
@@ -907,6 +933,10 @@ int main(int argc, char **argv) {
             s.coord.destroy(s.coord.ctx);
         if (s.ccoord.ctx)
             s.ccoord.destroy(s.ccoord.ctx);
+        if (g_stop) { /* exits as a stop does: 1 when taken pushes could not be saved */
+            PC_INFO("signal %d during the start: stopped", (int)g_stop);
+            return ds.rows_pushed && s.cfg.ckpt_on_exit && s.ck && !last ? 1 : 0;
+        }
         return rc;
     }
     ps_grpc_set_serving(s.grpc, true); /* tables restored, every listener up (before the port
@@ -938,6 +968,12 @@ int main(int argc, char **argv) {
     if (s.cfg.clock_tick_s > 0)
         uv_timer_start(&s.clock_timer, on_clock_timer, (uint64_t)s.cfg.clock_tick_s * 1000,
                        (uint64_t)s.cfg.clock_tick_s * 1000);
+    /* the loop's handlers from now on; a stop that came since the check above is re-raised
+     * into them (the usual stop, in the loop) */
+    uv_signal_start(&s.sig_term, on_stop_signal, SIGTERM);
+    uv_signal_start(&s.sig_int, on_stop_signal, SIGINT);
+    if (g_stop)
+        raise(g_stop);
     uv_run(s.loop, UV_RUN_DEFAULT);
     uv_loop_close(s.loop);
     ps_ckpt_destroy(s.ck);

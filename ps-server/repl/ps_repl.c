@@ -1845,6 +1845,11 @@ static void fill_end(const ps_repl_t *r, ps_repl_end_t *end) {
     snprintf(end->prev, sizeof end->prev, "%s", r->prev);
 }
 
+/* A stop was asked while the server starts (ps_repl_opts_t.stop). */
+static bool stop_asked(const ps_repl_opts_t *o) {
+    return o->stop && *o->stop;
+}
+
 int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
                   const pc_cluster_map_t *initial, const ps_repl_opts_t *o, ps_repl_t **out) {
     if (!store || !cat || !dp || !initial || !o || !out || o->replicas > PC_MAX_BACKUPS ||
@@ -1884,18 +1889,28 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
             PC_WARN("replication: %zu servers cannot give every slot %u backups: none",
                     pc_cmap_nservers(mine), o->replicas);
     }
-    for (int attempt = 0; !rc && !current(r) && attempt < 20; attempt++) {
+    for (int attempt = 0; !rc && !current(r) && attempt < 20 && !stop_asked(o); attempt++) {
         pc_cluster_map_t *m;
         int lr = ps_mapstore_newest(&r->store, 0, pc_cmap_version(mine), &m);
         if (!lr && !m && (lr = ps_mapstore_put(&r->store, mine)) == PC_EEXIST)
             lr = 0;
-        if (!lr && m)
+        if (!lr && m) {
             adopt(r, m);
-        else if (lr)
-            pc_time_sleep_ms((int)o->lease_ms / 4);
+        } else if (lr) {
+            if (!attempt)
+                PC_WARN("replication: no cluster map from the coordinator (%s): 19 more tries, "
+                        "%u ms apart",
+                        pc_strerror(lr), o->lease_ms / 4);
+            /* in steps: a stop asked meanwhile does not wait out a quarter lease (minutes) */
+            for (uint32_t slept = 0; attempt < 19 && slept < o->lease_ms / 4 && !stop_asked(o);
+                 slept += 50)
+                pc_time_sleep_ms(50);
+        }
     }
     pc_cmap_destroy(mine);
-    if (!rc && !current(r)) {
+    if (!rc && stop_asked(o) && !current(r)) {
+        rc = PC_ECANCELED; /* before run_begin: no run record written */
+    } else if (!rc && !current(r)) {
         PC_ERROR("replication: the coordinator gave no cluster map");
         rc = PC_EUNAVAIL;
     }

@@ -14,6 +14,9 @@
 #   a map file of 700 servers (9 KB)  read whole (it was cut at 8 KB: a parse error, or a wrong
 #                                     owner)
 #   SIGHUP with a map file of the same version: not taken, said why; a newer one: taken
+#   SIGTERM while the start waits for an unreachable --cluster-coordinator: exit 0 at once (it
+#                                     was held for 20 quarter leases, then exit 1); the port file
+#                                     is removed at a stop (it outlived the server)
 #   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
 #                                     exit 2 before any restore (found after it: minutes of
 #                                     restore, the tier's files replaced, exit 1)
@@ -82,6 +85,7 @@ for _ in $(seq 100); do [ -s "$dir/ports3" ] && break; sleep 0.1; done
 kill -TERM "$pid"
 wait "$pid" || { tail -n 5 "$dir/server3.log"; fail "the checkpointing server did not stop cleanly"; }
 pid=""
+[ ! -e "$dir/ports3" ] || fail "the port file outlived the stop"
 rc=0
 timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --ckpt-dir="$dir/ck2" \
   --tables="name=emb,dim=abc" 2>"$dir/err" || rc=$?
@@ -123,4 +127,21 @@ grep -q "cluster map reloaded: version 2 (ok)" "$dir/server2.log" ||
 kill -TERM "$pid"
 wait "$pid" || { tail -n 5 "$dir/server2.log"; fail "the 9 KB map server did not stop cleanly"; }
 pid=""
+# SIGTERM while the start retries an unreachable --cluster-coordinator (a quarter lease is 150 s)
+"$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --cluster-coordinator=127.0.0.1:1 \
+  --lease-ms=600000 2>"$dir/server4.log" &
+pid=$!
+for _ in $(seq 100); do grep -q "no cluster map from the coordinator\|cannot give every slot" "$dir/server4.log" && break; sleep 0.1; done
+sleep 0.5
+kill -TERM "$pid"
+for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$pid" 2>/dev/null; then
+  tail -n 5 "$dir/server4.log"; fail "SIGTERM during a start on an unreachable coordinator: running 15 s later"
+fi
+rc=0
+wait "$pid" || rc=$?
+pid=""
+[ "$rc" = 0 ] || { tail -n 5 "$dir/server4.log"; fail "SIGTERM during the start: exit $rc, want 0"; }
+grep -q "signal 15 during the start: stopped" "$dir/server4.log" ||
+  { cat "$dir/server4.log"; fail "no line about the stop during the start"; }
 echo "ok"
