@@ -1092,19 +1092,30 @@ static int cold_make_room(ps_table_t *t, ps_shard_t *s) {
  * evicts (cold tables: spills). */
 static int row_insert_ex(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, const float *src,
                          uint16_t tick, uint8_t freq, int room, uint32_t *out) {
-    /* Fallible steps first, sized for one more row, so that a failure evicts nothing. */
-    if (s->count == s->cap) {
+    /* Fallible steps first, so that a failure evicts nothing. A new row (room) also reserves
+     * slab and index room for every spill queued: when the cold write fails, cold_flush puts
+     * them back (room 0), which then allocates nothing (it could fail for memory and lose
+     * them). Evictions never raise count + spill_n, so the reserve holds until the flush. */
+    const uint64_t need = (uint64_t)s->count + 1 + (room ? s->spill_n : 0);
+    if (need > s->cap) {
         uint64_t cap = (uint64_t)s->cap + s->cap / 2 + 16;
+        cap = cap < need ? need : cap;
         if (cap > (1u << MAX_RID_BITS))
             cap = 1u << MAX_RID_BITS;
-        if (cap <= s->count)
+        if (cap < need)
             return PC_EFULL;
         int rc = slab_resize(t, s, (uint32_t)cap);
         if (rc)
             return rc;
     }
-    if ((uint64_t)s->count + 1 > max_rows(s)) {
-        int rc = index_rebuild(s, s->nbuckets * GROW_NUM / GROW_DEN + 1);
+    if (need > max_rows(s)) {
+        const uint64_t per = (uint64_t)BUCKET_SLOTS * MAX_LOAD_PCT; /* rows x 100 a bucket */
+        uint64_t nb = (uint64_t)s->nbuckets * GROW_NUM / GROW_DEN + 1;
+        const uint64_t nb_need = (need * 100 + per - 1) / per;
+        nb = nb < nb_need ? nb_need : nb;
+        if (nb > UINT32_MAX / BUCKET_SLOTS)
+            return PC_EFULL;
+        int rc = index_rebuild(s, (uint32_t)nb);
         if (rc)
             return rc;
     }
@@ -1153,8 +1164,9 @@ static int row_insert(ps_table_t *t, ps_shard_t *s, uint64_t key, uint64_t h, ui
 
 /* Write the shard's queued spills (write lock held) in batches. Readers that missed a key
  * without the lock see cold_seq move and fetch again. If a write fails, the rows not written
- * go back into RAM (over budget, still changed; of a key queued twice, its newer copy) and the
- * error is returned: nothing is lost. */
+ * go back into RAM (over budget, still changed; of a key queued twice, its newer copy), into
+ * the room their inserts reserved (row_insert_ex), and the error is returned: nothing is lost
+ * (unless a row's index placement fails and the rebuild it then needs finds no memory). */
 static int cold_flush(ps_table_t *t, ps_shard_t *s) {
     if (!s->spill_n)
         return 0;

@@ -8,6 +8,7 @@
 #include <rocksdb/c.h>
 #include <stdatomic.h>
 
+#include "pc_alloc.h"
 #include "pc_error.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
@@ -261,6 +262,7 @@ typedef struct fake_cold {
     size_t n;
     uint32_t stride; /* the table's: dim + state_len floats a row (at most FAKE_STRIDE) */
     bool refuse_del, refuse_put;
+    bool oom_on_refuse;   /* a refused put also makes every allocation fail from then on */
     void (*hook)(void *); /* run once by the next get, before it reads (another caller's turn) */
     void *hook_arg;
 } fake_cold_t;
@@ -289,6 +291,10 @@ static int fake_get(void *ctx, const uint64_t *keys, size_t n, float *rows, ps_c
 
 static int fake_put(void *ctx, const ps_cold_row_t *rows, size_t n) {
     fake_cold_t *f = ctx;
+    if (f->refuse_put && f->oom_on_refuse) {
+        f->oom_on_refuse = false;
+        pc_mem_fail_after(0);
+    }
     if (f->refuse_put)
         return PC_ENOSPC;
     for (size_t i = 0; i < n; i++) {
@@ -435,6 +441,42 @@ static void test_requeued_rows(void **state) {
 static void test_requeued_rows_refused(void **state) {
     (void)state;
     requeued_rows(true);
+}
+
+/* A cold write refused when memory has run out too: the victims go back into RAM into room
+ * their inserts reserved, none lost (the put-back grew the slab, which failed: trained rows
+ * gone, in neither RAM nor the store). */
+static void test_requeued_rows_oom(void **state) {
+    (void)state;
+    enum { N = 100, D = 2 };
+    static fake_cold_t f;
+    memset(&f, 0, sizeof f);
+    f.stride = D; /* sgd */
+    const ps_cold_ops_t ops = {fake_get, fake_put, fake_del, fake_writable, NULL};
+    ps_table_t *c = tc_create("name=o,dim=2,optimizer=sgd,lr=1,shards=1,capacity_rows=32,"
+                              "cold=true"),
+               *r = tc_create("name=o,dim=2,optimizer=sgd,lr=1,shards=1");
+    ps_table_set_cold(c, &ops, &f);
+    static uint64_t keys[N];
+    static float g[N * D], x[N * D], y[N * D];
+    static uint8_t found[N];
+    for (int i = 0; i < N; i++)
+        keys[i] = key_of(5000 + (uint64_t)i);
+    for (int i = 0; i < N * D; i++)
+        g[i] = 0.25f * (float)(i % 7 + 1);
+    f.refuse_put = f.oom_on_refuse = true;
+    assert_int_equal(ps_table_push(c, keys, N, g, N * D, NULL), PC_ENOSPC);
+    assert_int_equal(pc_mem_fail_remaining(), 0); /* the put was reached: allocations fail */
+    pc_mem_fail_after(-1);
+    f.refuse_put = false;
+    assert_int_equal(ps_table_push(r, keys, N, g, N * D, NULL), 0);
+    assert_int_equal(ps_table_lookup(c, keys, N, x, N * D, found), 0);
+    assert_int_equal(ps_table_lookup(r, keys, N, y, N * D, NULL), 0);
+    for (int i = 0; i < N; i++)
+        if (!found[i] || memcmp(x + i * D, y + i * D, D * sizeof(float)))
+            fail_msg("key %d lost (found %d)", i, found[i]);
+    ps_table_destroy(c);
+    ps_table_destroy(r);
 }
 
 static void test_erase_lookup_ttl(void **state) {
@@ -1080,6 +1122,7 @@ int main(void) {
         cmocka_unit_test(test_shared_keys_no_lost_update),
         cmocka_unit_test(test_requeued_rows),
         cmocka_unit_test(test_requeued_rows_refused),
+        cmocka_unit_test(test_requeued_rows_oom),
         cmocka_unit_test(test_ckpt_cold_under_pushes),
         cmocka_unit_test(test_export_import_cold),
         cmocka_unit_test(test_export_skips_expired_cold),
