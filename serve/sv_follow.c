@@ -847,8 +847,8 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
             continue;
         }
         const source_t *x = &f->srv[i].src[t];
-        if (x->uid == uids[i] && !x->need_scan) {
-            ok = x->pos >= heads[i];
+        if (x->uid == uids[i]) { /* (rescanning it: not caught up, and not "before" either) */
+            ok = !x->need_scan && x->pos >= heads[i];
             continue;
         }
         bool before = false; /* followed it before: what it holds now is newer */
@@ -885,6 +885,50 @@ char *sv_follow_newest_map(sv_follow_t *f) {
     char *t = newest_text(f);
     pthread_mutex_unlock(&f->mu);
     return t;
+}
+
+/* The uids source x (of `to`) followed before, merged with those its predecessor y (of `from`)
+ * followed and y's own: oldest first, without 0, x's own uid or repeats, the newest
+ * UID_HISTORY kept. Callers hold both locks. */
+static void merge_seen(source_t *x, const source_t *y) {
+    uint64_t all[2 * UID_HISTORY + 1];
+    unsigned n = 0;
+    for (unsigned k = 0; k < y->nseen; k++)
+        all[n++] = y->seen[k];
+    all[n++] = y->uid;
+    for (unsigned k = 0; k < x->nseen; k++)
+        all[n++] = x->seen[k];
+    unsigned m = 0;
+    for (unsigned k = 0; k < n; k++) { /* the later of repeats stays: newest last */
+        bool later = false;
+        for (unsigned j = k + 1; j < n && !later; j++)
+            later = all[j] == all[k];
+        if (all[k] && all[k] != x->uid && !later)
+            all[m++] = all[k];
+    }
+    const unsigned from = m > UID_HISTORY ? m - UID_HISTORY : 0;
+    x->nseen = m - from;
+    memcpy(x->seen, all + from, x->nseen * sizeof x->seen[0]);
+}
+
+void sv_follow_inherit(sv_follow_t *to, sv_follow_t *from) {
+    if (!to || !from || to == from)
+        return;
+    pthread_mutex_lock(&from->mu); /* (no other code holds two followers' locks) */
+    pthread_mutex_lock(&to->mu);
+    for (size_t i = 0; i < to->nsrv; i++) {
+        srvf_t *sf = &to->srv[i];
+        const srvf_t *of = NULL;
+        for (size_t j = 0; j < from->nsrv && !of; j++)
+            if (strcmp(from->srv[j].addr, sf->addr) == 0)
+                of = &from->srv[j];
+        for (size_t t = 0; of && t < sf->nsrc; t++)
+            for (size_t u = 0; u < of->nsrc; u++)
+                if (strcmp(of->src[u].table, sf->src[t].table) == 0)
+                    merge_seen(&sf->src[t], &of->src[u]);
+    }
+    pthread_mutex_unlock(&to->mu);
+    pthread_mutex_unlock(&from->mu);
 }
 
 size_t sv_follow_unmoved(sv_follow_t *f, uint64_t version, sv_sparse_start_t *out, size_t cap) {

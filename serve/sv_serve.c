@@ -680,6 +680,9 @@ static void swap_rows(sv_serve_t *s) {
         return; /* the next tick tries again */
     }
     s->next = NULL;
+    /* the tables the old follower saw replaced still count as followed before (a watermark
+     * naming one is reached); under swap_mu, as the live tick's sv_follow_caught_up */
+    sv_follow_inherit(s->rows->follower, old->follower);
     rows_unref(old); /* the old live objects hold it until no request reads them */
     atomic_fetch_add(&s->relayouts, 1);
     atomic_store(&s->map_version, sv_follow_map_version(s->rows->follower));
