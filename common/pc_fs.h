@@ -29,8 +29,9 @@ int pc_fs_replace_dir(const char *tmp, const char *fin, const char *dir);
 
 /* A reader's repair before it looks at fin, a directory pc_fs_replace_dir replaces: when fin is
  * missing and fin.tmp.old is there (a crash between the fallback's two renames), it goes back
- * to fin (renames only: safe beside other readers; leftovers stay for the writer's
- * pc_fs_remove_tmp_numbered). 1 when put back, 0 when there was nothing to do, else an error. */
+ * to fin (renames only: safe beside other readers, not beside a writer replacing the same fin,
+ * whose second rename it would fail; leftovers stay for the writer's pc_fs_remove_tmp_numbered). 1
+ * when put back, 0 when there was nothing to do, else an error. */
 int pc_fs_restore_replaced(const char *fin);
 
 /* The numbers N of dir's entries named exactly PREFIX<N> (decimal digits, any zero padding: a

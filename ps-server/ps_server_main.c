@@ -189,15 +189,15 @@ typedef struct server {
 /* SIGTERM or SIGINT before the loop runs: its number. The start gives up at its next step (a
  * retry loop waiting for an unreachable coordinator included) and exits as a stop does; the
  * loop's handlers take over before it runs. */
-static volatile sig_atomic_t g_stop;
+static atomic_int g_stop; /* (lock-free: the handler may run on any thread) */
 
 static void on_early_stop(int sig) {
-    g_stop = sig;
+    atomic_store(&g_stop, sig);
 }
 
 /* The start goes on: no step failed and no stop was asked. */
 static bool going_on(int rc) {
-    return !rc && !g_stop;
+    return !rc && !atomic_load(&g_stop);
 }
 
 /* ==== settings ============================================================================= */
@@ -911,7 +911,8 @@ int main(int argc, char **argv) {
         pc_metrics_start(s.cfg.host, (int)s.cfg.metrics_port,
                          (unsigned)s.cfg.metrics_max_connections, render_metrics, &s, &s.metrics))
         rc = 1;
-    if (rc || g_stop) {
+    const int stop_sig = atomic_load(&g_stop);
+    if (rc || stop_sig) {
         pc_metrics_stop(s.metrics);
         ps_grpc_stop(s.grpc);
         ps_repl_end_t end;
@@ -921,11 +922,12 @@ int main(int argc, char **argv) {
             ps_dp_stats(s.dp, &ds);
         ps_dp_stop(s.dp);
         const uint64_t last = ds.rows_pushed && s.cfg.ckpt_on_exit
-                                  ? checkpoint_now(&s, g_stop ? "exit"
-                                                              : "a failed start, "
-                                                                "after pushes")
+                                  ? checkpoint_now(&s, stop_sig ? "exit"
+                                                                : "a failed start, "
+                                                                  "after pushes")
                                   : 0;
-        ps_repl_record_end(&end, false, 0);
+        /* stopped after its lease took pushes: ended as a stop does (its rows in `last`) */
+        ps_repl_record_end(&end, stop_sig && end.took_pushes, last);
         ps_ckpt_destroy(s.ck);
         ps_catalog_destroy(s.cat);
         ps_tier_close(s.tier);
@@ -933,8 +935,8 @@ int main(int argc, char **argv) {
             s.coord.destroy(s.coord.ctx);
         if (s.ccoord.ctx)
             s.ccoord.destroy(s.ccoord.ctx);
-        if (g_stop) { /* exits as a stop does: 1 when taken pushes could not be saved */
-            PC_INFO("signal %d during the start: stopped", (int)g_stop);
+        if (stop_sig) { /* exits as a stop does: 1 when taken pushes could not be saved */
+            PC_INFO("signal %d during the start: stopped", stop_sig);
             return ds.rows_pushed && s.cfg.ckpt_on_exit && s.ck && !last ? 1 : 0;
         }
         return rc;
@@ -972,8 +974,8 @@ int main(int argc, char **argv) {
      * into them (the usual stop, in the loop) */
     uv_signal_start(&s.sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&s.sig_int, on_stop_signal, SIGINT);
-    if (g_stop)
-        raise(g_stop);
+    if (atomic_load(&g_stop))
+        raise(atomic_load(&g_stop));
     uv_run(s.loop, UV_RUN_DEFAULT);
     uv_loop_close(s.loop);
     ps_ckpt_destroy(s.ck);

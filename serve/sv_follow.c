@@ -889,13 +889,19 @@ char *sv_follow_newest_map(sv_follow_t *f) {
 
 /* The uids source x (of `to`) followed before, merged with those its predecessor y (of `from`)
  * followed and y's own: oldest first, without 0, x's own uid or repeats, the newest
- * UID_HISTORY kept. Callers hold both locks. */
+ * UID_HISTORY kept. When y followed x's uid before (it saw the table replaced after x started
+ * from its rows), only the uids older than x's are taken: x holds no newer table's rows yet.
+ * Callers hold both locks. */
 static void merge_seen(source_t *x, const source_t *y) {
     uint64_t all[2 * UID_HISTORY + 1];
-    unsigned n = 0;
+    unsigned n = 0, older = y->nseen;
     for (unsigned k = 0; k < y->nseen; k++)
+        if (x->uid && y->seen[k] == x->uid)
+            older = k;
+    for (unsigned k = 0; k < older; k++)
         all[n++] = y->seen[k];
-    all[n++] = y->uid;
+    if (older == y->nseen)
+        all[n++] = y->uid;
     for (unsigned k = 0; k < x->nseen; k++)
         all[n++] = x->seen[k];
     unsigned m = 0;

@@ -44,7 +44,7 @@
 #ifndef PS_REPL_H
 #define PS_REPL_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,7 +64,7 @@ typedef struct ps_repl_opts {
     bool restore_chosen; /* an operator named it (--restore-id): going back was asked for */
     /* The other servers' data plane, as ps-worker reaches it (all may be NULL; copied). */
     const char *token, *tls_ca, *tls_cert, *tls_key;
-    const volatile sig_atomic_t *stop; /* may be NULL: once nonzero, the start gives up */
+    const atomic_int *stop; /* may be NULL: once nonzero, the start gives up */
 } ps_repl_opts_t;
 
 /* Start both threads. store, cat and dp are borrowed and must outlive ps_repl_stop; dp takes no

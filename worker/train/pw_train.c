@@ -531,10 +531,10 @@ static int evaluate_mid(trainer_t *t, const char *const *test, size_t ntest,
 /* The mid-run evaluation of round `cur` in a group, when it is one (every t->eval_rounds
  * rounds: the group's rank 0's --eval-every, taken by every member when the group formed): every
  * member stops there, every round before cur applied, rank 0 evaluates and the others wait for
- * it at a barrier (eval_timeout_ms; rank 0, arriving last, waits timeout_ms for a member that
- * hung). Evaluated while the others went on, they waited inside the next round's allreduce,
- * which timed out on a long evaluation and re-formed the group, throwing rounds away. A member
- * out of data stops too (its empty rounds). Returns as ckpt_round does. */
+ * it at a barrier (eval_timeout_ms; rank 0, arriving last, waits timeout_ms and a server's
+ * retry time for a member that hung). Evaluated while the others went on, they waited inside the
+ * next round's allreduce, which timed out on a long evaluation and re-formed the group, throwing
+ * rounds away. A member out of data stops too (its empty rounds). Returns as ckpt_round does. */
 static int eval_round(trainer_t *t, uint64_t cur, const char *const *test, size_t ntest,
                       pw_train_result_t *res, bool *stop, bool *again) {
     const uint64_t every = t->eval_rounds;
@@ -546,7 +546,9 @@ static int eval_round(trainer_t *t, uint64_t cur, const char *const *test, size_
     int rc = pw__apply_rounds(t, 0, true, stop);
     if (!rc && evaluator && ntest && (rc = evaluate_mid(t, test, ntest, res)))
         return rc; /* the others' barrier fails: they re-form without this member */
-    const int64_t wait_ms = evaluator ? t->c->timeout_ms : t->c->eval_timeout_ms;
+    /* rank 0 comes last unless a member's pushes still wait for a server (server_retry_ms) */
+    const int64_t wait_ms =
+        evaluator ? t->c->timeout_ms + t->c->server_retry_ms : t->c->eval_timeout_ms;
     if (rc || (rc = pw_coll_barrier(pw_group_coll(t->grp), (int)wait_ms)))
         *again = !(rc = pw__pipeline_regroup(t));
     return rc;
