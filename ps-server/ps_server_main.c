@@ -347,8 +347,11 @@ static int start_repl(server_t *s, const pc_cluster_map_t *map) {
     const srv_cfg_t *c = &s->cfg;
     const ps_coord_store_t *store = &s->coord;
     if (strcmp(c->cluster_coordinator, "self")) { /* self: --coordinator's (load_settings) */
-        const psg_opts_t sec = {
-            .token = c->token, .tls_ca = c->tls_ca, .tls_cert = c->tls_cert, .tls_key = c->tls_key};
+        /* its keys are under PS_COORD_CLUSTER_PREFIX: the admin token, when one is set */
+        const psg_opts_t sec = {.token = c->admin_token[0] ? c->admin_token : c->token,
+                                .tls_ca = c->tls_ca,
+                                .tls_cert = c->tls_cert,
+                                .tls_key = c->tls_key};
         int rc = ps_coord_store_open(c->cluster_coordinator, &sec, 5000, &s->ccoord);
         if (rc) {
             PC_ERROR("cluster_coordinator %s: %s", c->cluster_coordinator, pc_strerror(rc));
@@ -578,8 +581,9 @@ static uint64_t checkpoint_now(server_t *s, const char *why) {
 
 /* ---- hooks of the gRPC API ---- */
 /* The gRPC service's call: the API's handlers over env. */
-static void api_call(void *env, int method, const uint8_t *req, size_t len, ps_api_reply_t *out) {
-    ps_api_call(env, method, req, len, out);
+static void api_call(void *env, int method, const uint8_t *req, size_t len, bool admin,
+                     ps_api_reply_t *out) {
+    ps_api_call(env, method, req, len, admin, out);
 }
 
 static bool api_owns(void *ctx, const uint64_t *keys, size_t n) {

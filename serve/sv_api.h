@@ -42,6 +42,7 @@ bool sv_api_is_admin(int method);
  * process answers: a liveness probe) and ParameterServer (Lookup) always. env: sv_api_env_t. */
 bool sv_api_ready(void *env, const char *service);
 /* ps_grpc_service_t.call: env is the sv_api_env_t. */
-void sv_api_call(void *env, int method, const uint8_t *req, size_t len, ps_api_reply_t *out);
+void sv_api_call(void *env, int method, const uint8_t *req, size_t len, bool admin,
+                 ps_api_reply_t *out);
 
 #endif

@@ -32,6 +32,11 @@
 #define PS_COORD_LIST_MAX   4096         /* entries one list returns at most */
 #define PS_COORD_LIST_BYTES (4u << 20)   /* and values of at most this many bytes */
 
+/* The servers' keys (cluster maps, reshard targets, leases, run records): with an admin token
+ * set, written only by callers presenting it (KvSet), the servers included; jobs write under
+ * their own prefix with the plain token. */
+#define PS_COORD_CLUSTER_PREFIX "cluster/"
+
 typedef struct ps_coord_store {
     void *ctx;
     /* Set key to value, replacing it, or with if_absent only when the key is absent (PC_EEXIST

@@ -463,7 +463,8 @@ static void do_health(const ps_api_env_t *env, ps_api_reply_t *r) {
     ps_api_reply_pack(r, &resp.base);
 }
 
-static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, ps_api_reply_t *r) {
+static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, bool admin,
+                      ps_api_reply_t *r) {
     if (!env->coord) {
         ps_api_fail(r, PC_ESTATE, "not the coordinator");
         return;
@@ -472,6 +473,13 @@ static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, p
         emberps__kv_set_request__unpack(ps_api_budget(&(ps_api_budget_t){0}, len), len, req);
     if (!q) {
         ps_api_fail(r, PC_EPARSE, "malformed KvSetRequest");
+        return;
+    }
+    /* the servers' keys: a worker's (plain) token rewrote cluster maps and leases */
+    if (!admin && !strncmp(q->key, PS_COORD_CLUSTER_PREFIX, strlen(PS_COORD_CLUSTER_PREFIX))) {
+        ps_api_fail(r, PC_EAUTH,
+                    "%.200s: keys under " PS_COORD_CLUSTER_PREFIX " need the admin token", q->key);
+        emberps__kv_set_request__free_unpacked(q, NULL);
         return;
     }
     int rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len, q->if_absent,
@@ -555,7 +563,7 @@ static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, 
     emberps__kv_list_request__free_unpacked(q, NULL);
 }
 
-void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
+void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len, bool admin,
                  ps_api_reply_t *r) {
     memset(r, 0, sizeof *r);
     if (!req && len)
@@ -599,7 +607,7 @@ void ps_api_call(const ps_api_env_t *env, int m, const uint8_t *req, size_t len,
             do_health(env, r);
             return;
         case PS_API_KV_SET:
-            do_kv_set(env, req, len, r);
+            do_kv_set(env, req, len, admin, r);
             return;
         case PS_API_KV_GET:
             do_kv_get(env, req, len, r);

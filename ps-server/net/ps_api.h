@@ -108,7 +108,9 @@ typedef struct ps_api_reply {
     size_t len;
 } ps_api_reply_t;
 
-void ps_api_call(const ps_api_env_t *env, int method, const uint8_t *req, size_t len,
+/* admin: the caller presented the admin token (or none is set): KvSet of a key under
+ * PS_COORD_CLUSTER_PREFIX needs it (PC_EAUTH otherwise). */
+void ps_api_call(const ps_api_env_t *env, int method, const uint8_t *req, size_t len, bool admin,
                  ps_api_reply_t *out);
 /* The rows (+ found) a Lookup/Pull reply may carry (env's max_reply): the reply limit, and
  * within one gRPC message of max_message bytes with room for the reply's own fields (their tags

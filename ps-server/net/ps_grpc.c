@@ -184,7 +184,8 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         if (!atomic_load(&g->serving))
             ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
         else
-            g->svc.call(g->svc.ctx, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
+            g->svc.call(g->svc.ctx, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
+                        !g->admin[0] || token_ok(md, g->admin), &r);
         pthread_rwlock_unlock(&g->gate);
     }
     grpc_slice_unref(s);

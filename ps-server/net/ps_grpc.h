@@ -80,7 +80,9 @@ typedef struct ps_grpc_service {
     bool (*is_admin)(int method);
     /* Run one call: decode req, answer in out (ps_api_reply_t: a body or a failure). Called
      * from the handler threads at once; must be thread-safe. */
-    void (*call)(void *ctx, int method, const uint8_t *req, size_t len, ps_api_reply_t *out);
+    /* admin: the caller presented the admin token, or none is set */
+    void (*call)(void *ctx, int method, const uint8_t *req, size_t len, bool admin,
+                 ps_api_reply_t *out);
     /* Whether `service` (one of names, or "") can do its work now, beside the transport's own
      * serving state: health checks answer NOT_SERVING while it says no (ps-serve: no model yet).
      * NULL: always. Thread-safe. */

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAP_PREFIX "cluster/map/"
-#define MAP_HINT   "cluster/map-newest"
-#define TARGET     "cluster/target"
-#define RUN_PREFIX "cluster/run/"
+#define MAP_PREFIX PS_COORD_CLUSTER_PREFIX "map/"
+#define MAP_HINT   PS_COORD_CLUSTER_PREFIX "map-newest"
+#define TARGET     PS_COORD_CLUSTER_PREFIX "target"
+#define RUN_PREFIX PS_COORD_CLUSTER_PREFIX "run/"
 #define RUNNING    "running"
 #define STOPPED    "stopped"
 

@@ -108,7 +108,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ALIVE_PREFIX "cluster/alive/"
+#define ALIVE_PREFIX PS_COORD_CLUSTER_PREFIX "alive/"
 #define CALL_ROWS    16384u      /* rows one DELTAS or scan part brings at most */
 #define CALL_BYTES   (32u << 20) /* and bytes of rows (a wide row with state: fewer rows) */
 #define SCAN_PARTS   16u         /* a copy's first split; doubled while a part is larger */

@@ -130,7 +130,7 @@ static void print_map(const char *what, const pc_cluster_map_t *m, cJSON *o) {
 /* The addresses the target adds, one a line after the target's map_hash (16 hex digits): a
  * `reshard add` run again finds its own there (the slot counts cannot tell it from a server that
  * held slots before); a list of another target (a remove wrote one since) is none. */
-#define ADDED_KEY "cluster/target-added"
+#define ADDED_KEY PS_COORD_CLUSTER_PREFIX "target-added"
 #define HASH_LINE 17
 
 /* Whether addr is a line of the list [p, p + len). */

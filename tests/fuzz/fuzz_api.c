@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     ps_api_env_t env = {.cat = g_cat, .max_keys = 1024, .shard = 0, .coord = &kv};
     ps_api_reply_t r;
-    ps_api_call(&env, data[0] % (PS_API_NMETHODS + 1), data + 1, size - 1, &r);
+    ps_api_call(&env, data[0] % (PS_API_NMETHODS + 1), data + 1, size - 1, data[0] & 0x80, &r);
     kv.destroy(kv.ctx);
     if (r.status == PS_ST_OK && !r.body && r.len)
         abort(); /* a reply claims bytes it does not have */

@@ -92,7 +92,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     const int m = g_methods[data[0] % 10];
     ps_api_reply_t r;
-    sv_api_call(&g_env, m, data + 1, size - 1, &r);
+    sv_api_call(&g_env, m, data + 1, size - 1, true, &r);
     (r.err ? g_failed : g_ok)[data[0] % 10]++;
     if (r.status != pc_err_to_grpc(r.err) || (r.err && r.body) || (!r.body && r.len))
         abort(); /* a status that is not the code's, a body with a failure, bytes it lacks */

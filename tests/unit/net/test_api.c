@@ -48,7 +48,7 @@ static void test_edge_requests(void **state) {
     ps_api_reply_t r;
     /* fuzz_api: Push of "emb" with no keys and an empty grads field (NULL data). */
     const uint8_t push_empty[] = {0x0a, 0x03, 'e', 'm', 'b'};
-    ps_api_call(&env, PS_API_PUSH, push_empty, sizeof push_empty, &r);
+    ps_api_call(&env, PS_API_PUSH, push_empty, sizeof push_empty, true, &r);
     assert_int_equal(r.status, PS_ST_OK);
     Emberps__PushResponse *p = emberps__push_response__unpack(NULL, r.len, r.body);
     assert_non_null(p);
@@ -56,21 +56,21 @@ static void test_edge_requests(void **state) {
     emberps__push_response__free_unpacked(p, NULL);
     ps_api_reply_free(&r);
     /* An empty message: table name missing. */
-    ps_api_call(&env, PS_API_PULL, NULL, 0, &r);
+    ps_api_call(&env, PS_API_PULL, NULL, 0, true, &r);
     assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
     ps_api_reply_free(&r);
     /* Pull of no keys: an empty, valid reply. */
-    ps_api_call(&env, PS_API_PULL, push_empty, sizeof push_empty, &r);
+    ps_api_call(&env, PS_API_PULL, push_empty, sizeof push_empty, true, &r);
     assert_int_equal(r.status, PS_ST_OK);
     ps_api_reply_free(&r);
     /* Unknown method number, and Checkpoint without a checkpointer. */
-    ps_api_call(&env, PS_API_NMETHODS, NULL, 0, &r);
+    ps_api_call(&env, PS_API_NMETHODS, NULL, 0, true, &r);
     assert_int_equal(r.status, PS_ST_UNIMPLEMENTED);
     assert_int_equal(r.err, PC_EUNSUPPORTED);
-    ps_api_call(&env, PS_API_CHECKPOINT, NULL, 0, &r);
+    ps_api_call(&env, PS_API_CHECKPOINT, NULL, 0, true, &r);
     assert_int_equal(r.status, PS_ST_FAILED_PRECONDITION);
     assert_int_equal(r.err, PC_ESTATE);
-    ps_api_call(&env, PS_API_GET_CLUSTER_MAP, NULL, 0, &r);
+    ps_api_call(&env, PS_API_GET_CLUSTER_MAP, NULL, 0, true, &r);
     assert_int_equal(r.status, PS_ST_UNAVAILABLE);
     assert_int_equal(r.err, PC_EUNAVAIL);
     ps_catalog_destroy(c);
@@ -92,10 +92,10 @@ static void test_decode_budget(void **state) {
         req[6 + 2 * i] = 0x00;
     }
     ps_api_reply_t r;
-    ps_api_call(&env, PS_API_PULL, req, 5 + 2 * FIELDS, &r);
+    ps_api_call(&env, PS_API_PULL, req, 5 + 2 * FIELDS, true, &r);
     assert_int_equal(r.err, PC_EPARSE);
     ps_api_reply_free(&r);
-    ps_api_call(&env, PS_API_PULL, req, 5 + 2 * 1000, &r);
+    ps_api_call(&env, PS_API_PULL, req, 5 + 2 * 1000, true, &r);
     assert_int_equal(r.status, PS_ST_OK);
     ps_api_reply_free(&r);
     free(req);
@@ -112,7 +112,7 @@ static void test_create_needs_name(void **state) {
     Emberps__CreateTableRequest q = EMBERPS__CREATE_TABLE_REQUEST__INIT;
     q.spec = "dim=8";
     size_t n = protobuf_c_message_pack(&q.base, buf);
-    ps_api_call(&env, PS_API_CREATE_TABLE, buf, n, &r);
+    ps_api_call(&env, PS_API_CREATE_TABLE, buf, n, true, &r);
     assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
     assert_int_equal(r.err, PC_EINVAL);
     assert_string_equal(r.msg, "table spec 'dim=8': name= is required");
@@ -121,7 +121,7 @@ static void test_create_needs_name(void **state) {
     assert_int_equal(ps_catalog_acquire(c, "default", &t), PC_ENOTFOUND);
     q.spec = "name=ads,dim=8";
     n = protobuf_c_message_pack(&q.base, buf);
-    ps_api_call(&env, PS_API_CREATE_TABLE, buf, n, &r);
+    ps_api_call(&env, PS_API_CREATE_TABLE, buf, n, true, &r);
     assert_int_equal(r.status, PS_ST_OK);
     ps_api_reply_free(&r);
     assert_int_equal(ps_catalog_acquire(c, "ads", &t), 0);
@@ -132,7 +132,7 @@ static void test_create_needs_name(void **state) {
 static int kv_call(const ps_api_env_t *env, int m, const ProtobufCMessage *msg, ps_api_reply_t *r) {
     uint8_t buf[4096];
     const size_t n = protobuf_c_message_pack(msg, buf);
-    ps_api_call(env, m, buf, n, r);
+    ps_api_call(env, m, buf, n, true, r);
     return r->status;
 }
 
@@ -193,9 +193,29 @@ static void test_coordinator_kv(void **state) {
     assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_RESOURCE_EXHAUSTED);
     assert_int_equal(st.set(st.ctx, "big", "x", (size_t)PS_COORD_VALUE_MAX + 1, false, 0),
                      PC_ETOOBIG);
+    /* The servers' keys need the admin token (a worker's plain one rewrote cluster maps and
+     * leases); a job's keys, and reads, do not. */
+    uint8_t buf[512];
+    set.key = "cluster/map/00000000000000000002";
+    set.value = (ProtobufCBinaryData){3, (uint8_t *)"map"};
+    size_t n = protobuf_c_message_pack(&set.base, buf);
+    ps_api_call(&env, PS_API_KV_SET, buf, n, false, &r);
+    assert_int_equal(r.status, PS_ST_UNAUTHENTICATED);
+    assert_non_null(strstr(r.msg, "need the admin token"));
+    ps_api_reply_free(&r);
+    get.key = "cluster/map/00000000000000000002";
+    assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_NOT_FOUND); /* unwritten */
+    set.key = "emberps/run/0/live/0";
+    n = protobuf_c_message_pack(&set.base, buf);
+    ps_api_call(&env, PS_API_KV_SET, buf, n, false, &r);
+    assert_int_equal(r.status, PS_ST_OK);
+    ps_api_reply_free(&r);
+    set.key = "cluster/alive/x";
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_OK); /* admin */
+    ps_api_reply_free(&r);
     /* Malformed bytes; a server that is not the coordinator. */
     const uint8_t junk[] = {0xff, 0xff, 0xff};
-    ps_api_call(&env, PS_API_KV_GET, junk, sizeof junk, &r);
+    ps_api_call(&env, PS_API_KV_GET, junk, sizeof junk, true, &r);
     assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
     env.coord = NULL;
     get.key = "gen/0/1";
@@ -353,7 +373,7 @@ static void test_coordinator_leases(void **state) {
     emberps__kv_list_response__free_unpacked(l, NULL);
     /* Malformed bytes; a server that is not the coordinator. */
     const uint8_t junk[] = {0xff, 0xff, 0xff};
-    ps_api_call(&env, PS_API_KV_LIST, junk, sizeof junk, &r);
+    ps_api_call(&env, PS_API_KV_LIST, junk, sizeof junk, true, &r);
     assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
     env.coord = NULL;
     Emberps__KvListRequest q = EMBERPS__KV_LIST_REQUEST__INIT;
@@ -388,7 +408,7 @@ static void test_restore(void **state) {
     q.id = 9;
     assert_int_equal(kv_call(&env, PS_API_RESTORE, &q.base, &r), PS_ST_NOT_FOUND);
     const uint8_t junk[] = {0xff, 0xff, 0xff};
-    ps_api_call(&env, PS_API_RESTORE, junk, sizeof junk, &r);
+    ps_api_call(&env, PS_API_RESTORE, junk, sizeof junk, true, &r);
     assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
     q.id = 0;
     assert_int_equal(kv_call(&env, PS_API_RESTORE, &q.base, &r), PS_ST_OK);
@@ -415,7 +435,7 @@ static void test_checkpoint_dir(void **state) {
     snprintf(given, sizeof given, "./%s/", rel);
     ps_api_env_t env = {.max_keys = 10, .ckpt_dir = given, .checkpoint = checkpoint_hook};
     ps_api_reply_t r;
-    ps_api_call(&env, PS_API_CHECKPOINT, NULL, 0, &r);
+    ps_api_call(&env, PS_API_CHECKPOINT, NULL, 0, true, &r);
     assert_int_equal(r.status, PS_ST_OK);
     Emberps__CheckpointResponse *p = emberps__checkpoint_response__unpack(NULL, r.len, r.body);
     assert_non_null(p);

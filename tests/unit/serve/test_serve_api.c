@@ -53,7 +53,7 @@ static int call(const sv_api_env_t *env, int m, const ProtobufCMessage *msg, ps_
     assert_non_null(buf);
     if (msg)
         protobuf_c_message_pack(msg, buf);
-    sv_api_call((void *)env, m, buf, n, r);
+    sv_api_call((void *)env, m, buf, n, true, r);
     free(buf);
     assert_int_equal(r->status, pc_err_to_grpc(r->err));
     return r->err;
@@ -519,7 +519,7 @@ static void test_bad_input(void **state) {
     const int readers[] = {m_predict, m_lookup, m_load};
     for (size_t i = 0; i < 3; i++) {
         ps_api_reply_t r;
-        sv_api_call(&g_env, readers[i], junk, sizeof junk, &r);
+        sv_api_call(&g_env, readers[i], junk, sizeof junk, true, &r);
         assert_int_equal(r.err, PC_EPARSE);
         assert_int_equal(r.status, PS_ST_INVALID_ARGUMENT);
         assert_non_null(strstr(r.msg, "malformed"));
@@ -599,7 +599,7 @@ static void test_refused_methods(void **state) {
         expect_fail(&g_env, m, NULL, PC_EREADONLY, "read-only replica");
         const uint8_t junk[] = {0x0a, 0x03, 'e', 'm', 'b', 0x12, 0xff};
         ps_api_reply_t r;
-        sv_api_call(&g_env, m, junk, sizeof junk, &r);
+        sv_api_call(&g_env, m, junk, sizeof junk, true, &r);
         assert_int_equal(r.err, PC_EREADONLY);
         assert_int_equal(r.status, PS_ST_FAILED_PRECONDITION);
         ps_api_reply_free(&r);
@@ -767,7 +767,7 @@ static void *predict_loop(void *arg) {
     protobuf_c_message_pack(&q.base, buf);
     while (!*l->stop || l->calls < 4) {
         ps_api_reply_t r;
-        sv_api_call(&g_env, m_predict, buf, len, &r);
+        sv_api_call(&g_env, m_predict, buf, len, true, &r);
         l->calls++;
         Emberps__PredictResponse *a =
             r.err ? NULL : emberps__predict_response__unpack(NULL, r.len, r.body);
