@@ -106,6 +106,14 @@ static int parse_int(const char *v, int64_t *out) {
     return PC_EINVAL;
 }
 
+/* Trim spaces in place at both ends of [b, e); returns the new start, *e updated. */
+static const char *trim(const char *b, const char **e) {
+    while (b < *e && isspace((unsigned char)*b))
+        b++;
+    while (*e > b && isspace((unsigned char)(*e)[-1]))
+        (*e)--;
+    return b;
+}
 /* Parse v into s's field of obj; `flag`: v came from a command line flag (messages name the
  * setting as the flag: "--ckpt-dir: ..."). */
 static int set_value(const pc_setting_t *s, void *obj, const char *v, bool flag, char *err,
@@ -114,14 +122,11 @@ static int set_value(const pc_setting_t *s, void *obj, const char *v, bool flag,
     char nbuf[96];
     const char *name = shown(s, flag, nbuf, sizeof nbuf);
     char trimmed[128]; /* numbers, booleans and choices: blanks around do not count; a string
-                        * from a flag or the environment is taken as written (a file's line is
-                        * trimmed before: set_span) */
+                        * is taken as given (set_span trims file lines and spec lists first) */
     if (s->type != PC_SET_STRING) {
-        while (isspace((unsigned char)*v))
-            v++;
-        size_t len = strlen(v);
-        while (len && isspace((unsigned char)v[len - 1]))
-            len--;
+        const char *e = v + strlen(v);
+        v = trim(v, &e);
+        const size_t len = (size_t)(e - v);
         if (len >= sizeof trimmed) {
             set_err(err, errlen, "%s: value too long", name);
             return PC_EINVAL;
@@ -232,15 +237,6 @@ int pc_settings_set(const pc_setting_t *tab, size_t n, void *obj, const char *na
         return PC_ENOTFOUND;
     }
     return set_value(s, obj, value, false, err, errlen);
-}
-
-/* Trim spaces in place at both ends of [b, e); returns the new start, *e updated. */
-static const char *trim(const char *b, const char **e) {
-    while (b < *e && isspace((unsigned char)*b))
-        b++;
-    while (*e > b && isspace((unsigned char)(*e)[-1]))
-        (*e)--;
-    return b;
 }
 
 /* Apply "name=value" from [b, e) (value copied so set_value sees a C string). */

@@ -18,9 +18,10 @@
  * or binary (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer
  * size - 1 (in spec lists a string cannot hold ','; in files a '#' at a line's start or after a
  * blank starts a comment, so a value cannot hold " #", and "name = #..." is refused rather than
- * read as an empty value). Blanks around a value do not count, except a string's from a flag or
- * the environment: taken as written. A config file's line is at most 64 KiB (a longer one, or a
- * NUL byte, is an error at that line, read no further).
+ * read as an empty value). Blanks around a value do not count, except a string's from a flag, the
+ * environment or pc_settings_set: taken as given (file lines and spec lists are trimmed). A
+ * config file's line is at most 64 KiB (a longer one, or a NUL byte, is an error at that line,
+ * read no further).
  * Every value is checked against the bounds before it is stored; on error nothing is stored and
  * `err` (may be NULL) receives one line naming the setting (as the flag, "--ckpt-dir", when it
  * came from one), the value and the rule (an enum's lists the choices).

@@ -648,6 +648,15 @@ static double step_s(uint64_t *t) {
     return d;
 }
 
+/* The checkpoint of a stop (`why` names it in the log), when ckpt_on_exit: its id (0: none).
+ * *rc becomes 1 when it was asked for and failed: the pushes since the last one are gone. */
+static uint64_t exit_checkpoint(server_t *s, const char *why, int *rc) {
+    const uint64_t last = s->cfg.ckpt_on_exit ? checkpoint_now(s, why) : 0;
+    if (s->cfg.ckpt_on_exit && s->ck && !last)
+        *rc = 1;
+    return last;
+}
+
 static void on_stop_signal(uv_signal_t *h, int sig) {
     server_t *s = h->data;
     PC_INFO("signal %d: stopping", sig);
@@ -667,9 +676,7 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     ps_dp_stop(s->dp); /* no more requests; those received are answered */
     s->dp = NULL;
     took[2] = step_s(&t);
-    const uint64_t last = s->cfg.ckpt_on_exit ? checkpoint_now(s, "exit") : 0;
-    if (s->cfg.ckpt_on_exit && s->ck && !last)
-        s->rc = 1; /* the pushes since the last checkpoint are gone: exit 1 says so */
+    const uint64_t last = exit_checkpoint(s, "exit", &s->rc);
     took[3] = step_s(&t);
     ps_repl_record_end(&end, true, last); /* the next start knows what rows this run ended with */
     took[4] = step_s(&t);
@@ -925,11 +932,11 @@ int main(int argc, char **argv) {
         if (s.dp)               /* a later step failed are written, as at a stop */
             ps_dp_stats(s.dp, &ds);
         ps_dp_stop(s.dp);
-        const uint64_t last = ds.rows_pushed && s.cfg.ckpt_on_exit
-                                  ? checkpoint_now(&s, stop_sig ? "exit"
-                                                                : "a failed start, "
-                                                                  "after pushes")
-                                  : 0;
+        int stop_rc = 0;
+        const uint64_t last =
+            ds.rows_pushed
+                ? exit_checkpoint(&s, stop_sig ? "exit" : "a failed start, after pushes", &stop_rc)
+                : 0;
         /* stopped after its lease took pushes: ended as a stop does (its rows in `last`) */
         ps_repl_record_end(&end, stop_sig && end.took_pushes, last);
         ps_ckpt_destroy(s.ck);
@@ -941,7 +948,7 @@ int main(int argc, char **argv) {
             s.ccoord.destroy(s.ccoord.ctx);
         if (stop_sig) { /* exits as a stop does: 1 when taken pushes could not be saved */
             PC_INFO("signal %d during the start: stopped", stop_sig);
-            return ds.rows_pushed && s.cfg.ckpt_on_exit && s.ck && !last ? 1 : 0;
+            return stop_rc;
         }
         return rc;
     }

@@ -154,7 +154,8 @@ bool sv_follow_stale(sv_follow_t *f, char **map_text);
  * Up to cap into out; returns how many there are. Thread-safe. */
 size_t sv_follow_unmoved(sv_follow_t *f, uint64_t version, sv_sparse_start_t *out, size_t cap);
 /* Carry the table uids `from` (a follower being replaced) followed before, and those it follows
- * now, over to `to` (its successor over a new layout), server by address and table by name:
+ * now, over to `to` (its successor over a new layout), server by address and table by name (of
+ * a source `from` saw replaced after `to` started from its rows, only the uids older than `to`'s):
  * a published model's watermark naming a table that a server replaced before the new layout
  * still counts as reached (sv_follow_caught_up; the new follower started with no history, and
  * held such a model back for good). Thread-safe. */

@@ -1889,7 +1889,8 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
             PC_WARN("replication: %zu servers cannot give every slot %u backups: none",
                     pc_cmap_nservers(mine), o->replicas);
     }
-    for (int attempt = 0; !rc && !current(r) && attempt < 20 && !stop_asked(o); attempt++) {
+    enum { MAP_TRIES = 20 }; /* (ps_repl.h) */
+    for (int attempt = 0; !rc && !current(r) && attempt < MAP_TRIES && !stop_asked(o); attempt++) {
         pc_cluster_map_t *m;
         int lr = ps_mapstore_newest(&r->store, 0, pc_cmap_version(mine), &m);
         if (!lr && !m && (lr = ps_mapstore_put(&r->store, mine)) == PC_EEXIST)
@@ -1898,12 +1899,12 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
             adopt(r, m);
         } else if (lr) {
             if (!attempt)
-                PC_WARN("replication: no cluster map from the coordinator (%s): 19 more tries, "
+                PC_WARN("replication: no cluster map from the coordinator (%s): %d more tries, "
                         "%u ms apart",
-                        pc_strerror(lr), o->lease_ms / 4);
+                        pc_strerror(lr), MAP_TRIES - 1, o->lease_ms / 4);
             /* in steps: a stop asked meanwhile does not wait out a quarter lease (minutes) */
-            for (uint32_t slept = 0; attempt < 19 && slept < o->lease_ms / 4 && !stop_asked(o);
-                 slept += 50)
+            for (uint32_t slept = 0;
+                 attempt + 1 < MAP_TRIES && slept < o->lease_ms / 4 && !stop_asked(o); slept += 50)
                 pc_time_sleep_ms(50);
         }
     }

@@ -1010,11 +1010,6 @@ bool ps_table_expired(const ps_table_t *t, uint32_t last, uint32_t now) {
     return ttl && last <= now && now - last >= ttl;
 }
 
-/* A cold row last changed at `clock` has expired (TTL). */
-static inline int cold_expired(const ps_table_t *t, const ps_shard_t *s, uint32_t clock) {
-    return ps_table_expired(t, clock, s->clock);
-}
-
 static void spill_free(ps_table_t *t, ps_shard_t *s) {
     pc_free(PC_MEM_SCRATCH, s->spill_hdr, s->spill_hcap * sizeof *s->spill_hdr);
     pc_free(PC_MEM_SCRATCH, s->spill_rows, s->spill_cap * t->stride * sizeof(float));
@@ -1706,7 +1701,7 @@ static void cold_apply(batch_t *b, ps_shard_t *s, op_t op, uint32_t q, const flo
             m = &queued;
             src = s->spill_rows + (size_t)sp * t->stride;
         }
-        const int hit = m->found && !cold_expired(t, s, m->clock);
+        const int hit = m->found && !ps_table_expired(t, m->clock, s->clock);
         if (hit)
             atomic_fetch_add_explicit(&t->cold_hits, 1, memory_order_relaxed);
         if (!hit && t->admit > 1 && sketch_count(s, key, op == OP_PULL) < t->admit) {
@@ -1779,8 +1774,7 @@ static void cold_deferred(batch_t *b, op_t op) {
             const uint32_t k = key_at(b, b->defer[i]);
             float *out = b->rows + (size_t)k * w;
             const uint32_t now = atomic_load_explicit(&t->clock, memory_order_relaxed);
-            const uint32_t ttl = (uint32_t)t->cfg.ttl_ticks;
-            const int hit = cm[i].found && !(ttl && cm[i].clock <= now && now - cm[i].clock >= ttl);
+            const int hit = cm[i].found && !ps_table_expired(t, cm[i].clock, now);
             if (b->found)
                 b->found[k] = (uint8_t)hit;
             if (hit) {
@@ -2003,7 +1997,7 @@ int ps_table_erase(ps_table_t *t, const uint64_t *keys, size_t n, size_t *erased
             if (r != NO_ROW) {
                 row_remove(t, s, r);
                 count++;
-            } else if (known && cm[q].found && !cold_expired(t, s, cm[q].clock)) {
+            } else if (known && cm[q].found && !ps_table_expired(t, cm[q].clock, s->clock)) {
                 count++;
             }
         }

@@ -154,7 +154,11 @@ class Client:
                 self._post(None)
         if waiter:
             waiter.join()
-        with self._mu:  # once, whichever close() gets here first
+        self._disconnect()
+
+    def _disconnect(self):
+        """Close the C client, once: whichever close() (or the waiter) gets here first."""
+        with self._mu:
             c, self._c = self._c, ffi.NULL
         if c != ffi.NULL:
             lib.psc_close(c)
@@ -297,9 +301,7 @@ class Client:
                     with self._mu:
                         self._post(None)
                     continue
-                with self._mu:
-                    c, self._c = self._c, ffi.NULL
-                lib.psc_close(c)
+                self._disconnect()
                 return
             cid, fut, result, _keep, _ = item
             try:

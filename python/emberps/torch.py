@@ -117,9 +117,8 @@ class EmbeddingBag(nn.Module):
         """The rows of ukeys: pulled when training (a missing key gets its initial row, and
         counts toward admission), else looked up (read-only: the test set inserts nothing and
         a missing key answers the table's missing-row policy, as ps-worker evaluates)."""
-        for _, _, fut, _ in [a for a in self._ahead if a[3] != self._pushes]:
-            fut.exception()  # stale (a push started after it): waited for, not used
-        self._ahead = [a for a in self._ahead if a[3] == self._pushes]
+        while self._ahead and self._ahead[0][3] != self._pushes:  # stale ones come first
+            self._ahead.pop(0)[2].exception()  # a push started after it: waited for, not used
         for i, (k, kind, fut, _) in enumerate(self._ahead):
             if kind == train and k.shape == ukeys.shape and np.array_equal(k, ukeys):
                 del self._ahead[i]

@@ -76,7 +76,8 @@ timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 \
 [ "$rc" = 2 ] && grep -q -- "--port=0 (any free port) with a cluster map" "$dir/err" ||
   { cat "$dir/err"; fail "--port=0 with a map: exit $rc"; }
 
-# Settings wrong in themselves are refused before the checkpoint is restored.
+# A stop removes the port file; then settings wrong in themselves are refused before that
+# server's checkpoint is restored.
 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --tables=name=emb,dim=4 \
   --ckpt-dir="$dir/ck2" --port-file="$dir/ports3" 2>"$dir/server3.log" &
 pid=$!

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ps_catalog.h"
 #include "ps_table.h"
 
 /* A table from a spec ("name=emb,dim=8,optimizer=adam"); fails the test on a bad spec. */
@@ -18,6 +19,20 @@ static inline ps_table_t *tc_create(const char *spec) {
     assert_int_equal(ps_table_config_parse(&c, spec, NULL, 0), 0);
     ps_table_t *t;
     assert_int_equal(ps_table_create(&c, &t), 0);
+    return t;
+}
+
+/* A table from a spec added to cat (the catalog keeps it; the test holds no reference). */
+static inline ps_table_t *tc_add(ps_catalog_t *cat, const char *spec) {
+    ps_table_config_t c;
+    ps_table_config_defaults(&c);
+    char err[200];
+    if (ps_table_config_parse(&c, spec, err, sizeof err))
+        fail_msg("%s: %s", spec, err);
+    assert_int_equal(ps_catalog_add(cat, &c), 0);
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, c.name, &t), 0);
+    ps_catalog_release(cat, t);
     return t;
 }
 

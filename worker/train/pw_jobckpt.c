@@ -343,9 +343,8 @@ int pw_jobckpt_read_latest(const char *dir, pw_jobckpt_t *ck, float *state, size
         return PC_ECORRUPT;
     /* a rewrite of that step (a fresh run in the same directory) crashed between the renames of
      * pc_fs_replace_dir's fallback: its old copy back in place (resume failed on every try) */
-    char fin[4200];
-    snprintf(fin, sizeof fin, "%s/step-%020" PRIu64, dir, step);
-    (void)pc_fs_restore_replaced(fin);
+    snprintf(path, sizeof path, "%s/step-%020" PRIu64, dir, step);
+    (void)pc_fs_restore_replaced(path);
     const int rc = pw_jobckpt_read(dir, step, ck, state, n);
     return rc == PC_ENOTFOUND ? PC_ECORRUPT : rc; /* LATEST is written last: its step is there */
 }

@@ -336,6 +336,15 @@ static void trainer_free(trainer_t *t) {
     pw_telemetry_close(t->tel); /* last: the loop published into it until here */
 }
 
+/* Whether round cur is one a group stops at every `every` rounds, not taken yet (*last: the
+ * last one taken; cur from now on). */
+static bool stop_due(const trainer_t *t, uint64_t cur, uint64_t every, uint64_t *last) {
+    if (!t->grp || !every || cur % every || cur == *last)
+        return false;
+    *last = cur;
+    return true;
+}
+
 /* The coordinated checkpoint of round `cur`, when it is one: a consistent cut, every round
  * before cur applied and every push acknowledged (async rounds do not wait for their pushes:
  * the slots' are waited for here). Every member takes it at that round, one whose data ran out
@@ -343,11 +352,9 @@ static void trainer_free(trainer_t *t) {
  * allreduce instead would meet the others' checkpoint barrier). 0 with *again false: go on;
  * *again: the group re-formed, start the step over; else a fatal error. */
 static int ckpt_round(trainer_t *t, uint64_t cur, bool *stop, bool *again) {
-    const pw_train_config_t *c = t->c;
     *again = false;
-    if (!t->grp || !c->ckpt_every || cur % (uint64_t)c->ckpt_every || cur == t->last_ckpt)
+    if (!stop_due(t, cur, (uint64_t)t->c->ckpt_every, &t->last_ckpt))
         return 0;
-    t->last_ckpt = cur;
     int rc = pw__apply_rounds(t, 0, true, stop);
     if (!rc)
         rc = pw__slots_settle(t);
@@ -537,11 +544,9 @@ static int evaluate_mid(trainer_t *t, const char *const *test, size_t ntest,
  * rounds away. A member out of data stops too (its empty rounds). Returns as ckpt_round does. */
 static int eval_round(trainer_t *t, uint64_t cur, const char *const *test, size_t ntest,
                       pw_train_result_t *res, bool *stop, bool *again) {
-    const uint64_t every = t->eval_rounds;
     *again = false;
-    if (!t->grp || !every || cur % every || cur == t->last_eval)
+    if (!stop_due(t, cur, t->eval_rounds, &t->last_eval))
         return 0;
-    t->last_eval = cur;
     const bool evaluator = pw_group_rank(t->grp) == 0;
     int rc = pw__apply_rounds(t, 0, true, stop);
     if (!rc && evaluator && ntest && (rc = evaluate_mid(t, test, ntest, res)))
@@ -552,6 +557,14 @@ static int eval_round(trainer_t *t, uint64_t cur, const char *const *test, size_
     if (rc || (rc = pw_coll_barrier(pw_group_coll(t->grp), (int)wait_ms)))
         *again = !(rc = pw__pipeline_regroup(t));
     return rc;
+}
+
+/* The stops of a group's round `cur`: its coordinated checkpoint, then its evaluation, each when
+ * due. Returns as they do. */
+static int round_stops(trainer_t *t, uint64_t cur, const char *const *test, size_t ntest,
+                       pw_train_result_t *res, bool *stop, bool *again) {
+    const int rc = ckpt_round(t, cur, stop, again);
+    return rc || *again ? rc : eval_round(t, cur, test, ntest, res, stop, again);
 }
 
 /* Bytes the training stream will read (all epochs), or 0 when unknown (stdin, TCP, gzip). */
@@ -780,8 +793,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                     stop = true;
                 continue;
             }
-            if ((rc = ckpt_round(&t, t.next_round, &stop, &again)) ||
-                (!again && (rc = eval_round(&t, t.next_round, test, ntest, res, &stop, &again))))
+            if ((rc = round_stops(&t, t.next_round, test, ntest, res, &stop, &again)))
                 break;
             if (again)
                 continue;
@@ -800,8 +812,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 continue;
             break;
         }
-        if ((rc = ckpt_round(&t, cur, &stop, &again)) ||
-            (!again && (rc = eval_round(&t, cur, test, ntest, res, &stop, &again))))
+        if ((rc = round_stops(&t, cur, test, ntest, res, &stop, &again)))
             break;
         if (again)
             continue;

@@ -18,19 +18,6 @@
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
 
-static ps_table_t *add_table(ps_catalog_t *cat, const char *spec) {
-    ps_table_config_t c;
-    ps_table_config_defaults(&c);
-    char err[200];
-    if (ps_table_config_parse(&c, spec, err, sizeof err))
-        fail_msg("%s: %s", spec, err);
-    assert_int_equal(ps_catalog_add(cat, &c), 0);
-    ps_table_t *t;
-    assert_int_equal(ps_catalog_acquire(cat, c.name, &t), 0);
-    ps_catalog_release(cat, t); /* the catalog keeps it; tests hold no reference */
-    return t;
-}
-
 static ps_table_t *get(ps_catalog_t *cat, const char *name) {
     ps_table_t *t;
     assert_int_equal(ps_catalog_acquire(cat, name, &t), 0);
@@ -52,7 +39,7 @@ static void test_roundtrip_every_optimizer(void **state) {
     ps_catalog_t *cat, *cat2;
     assert_int_equal(ps_catalog_create(&cat), 0);
     for (size_t i = 0; i < 5; i++) {
-        ps_table_t *t = add_table(cat, specs[i]);
+        ps_table_t *t = tc_add(cat, specs[i]);
         for (int k = 1; k <= 6; k++)
             tc_round(t, k);
         assert_int_equal(ps_table_advance_clock(t, 40 + (uint32_t)i), 0);
@@ -108,7 +95,7 @@ static void test_incremental_chain(void **state) {
     tc_tmpdir(dir, sizeof dir, "chain");
     ps_catalog_t *cat;
     assert_int_equal(ps_catalog_create(&cat), 0);
-    ps_table_t *t = add_table(cat, spec);
+    ps_table_t *t = tc_add(cat, spec);
     ps_ckpt_t *ck;
     ps_ckpt_opts_t o = {.dir = dir, .keep = 100, .full_every = 4};
     assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
@@ -209,7 +196,7 @@ static void test_consistent_under_pushes(void **state) {
     tc_tmpdir(dir, sizeof dir, "live");
     ps_catalog_t *cat;
     assert_int_equal(ps_catalog_create(&cat), 0);
-    ps_table_t *t = add_table(cat, spec);
+    ps_table_t *t = tc_add(cat, spec);
     ps_ckpt_t *ck;
     ps_ckpt_opts_t o = {.dir = dir, .keep = 5, .full_every = 1};
     assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
@@ -322,7 +309,7 @@ static void test_manifest_seal(void **state) {
     tc_tmpdir(dir, sizeof dir, "mseal");
     ps_catalog_t *cat;
     assert_int_equal(ps_catalog_create(&cat), 0);
-    ps_table_t *t = add_table(cat, "name=k,dim=4,optimizer=sgd");
+    ps_table_t *t = tc_add(cat, "name=k,dim=4,optimizer=sgd");
     ps_ckpt_t *ck;
     ps_ckpt_opts_t o = {.dir = dir, .keep = 5, .full_every = 4};
     assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
@@ -374,7 +361,7 @@ static void test_manifest_settings(void **state) {
     tc_tmpdir(dir, sizeof dir, "mcfg");
     ps_catalog_t *cat;
     assert_int_equal(ps_catalog_create(&cat), 0);
-    tc_round(add_table(cat, "name=k,dim=4,optimizer=sgd,lr=0.25"), 1);
+    tc_round(tc_add(cat, "name=k,dim=4,optimizer=sgd,lr=0.25"), 1);
     ps_ckpt_t *ck;
     ps_ckpt_opts_t o = {.dir = dir, .keep = 2, .full_every = 1};
     assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
@@ -405,7 +392,7 @@ static void test_retention_and_damage(void **state) {
     tc_tmpdir(dir, sizeof dir, "keep");
     ps_catalog_t *cat;
     assert_int_equal(ps_catalog_create(&cat), 0);
-    ps_table_t *t = add_table(cat, "name=k,dim=4,optimizer=sgd");
+    ps_table_t *t = tc_add(cat, "name=k,dim=4,optimizer=sgd");
     ps_ckpt_t *ck;
     ps_ckpt_opts_t o = {.dir = dir, .keep = 2, .full_every = 3};
     assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
@@ -498,7 +485,7 @@ static void test_export_import(void **state) {
     ps_catalog_t *cat, *c2;
     assert_int_equal(ps_catalog_create(&cat), 0);
     assert_int_equal(ps_catalog_create(&c2), 0);
-    ps_table_t *t = add_table(cat, "name=emb,dim=10,optimizer=adagrad");
+    ps_table_t *t = tc_add(cat, "name=emb,dim=10,optimizer=adagrad");
     for (int k = 1; k <= 4; k++)
         tc_round(t, k);
     assert_int_equal(ps_table_export(t, NULL, path, true), 0);
@@ -546,7 +533,7 @@ static void test_regressions(void **state) {
     ps_catalog_t *cat, *c2;
     assert_int_equal(ps_catalog_create(&cat), 0);
     assert_int_equal(ps_catalog_create(&c2), 0);
-    ps_table_t *t = add_table(cat, "name=edge,dim=1,optimizer=sgd,init=zeros");
+    ps_table_t *t = tc_add(cat, "name=edge,dim=1,optimizer=sgd,init=zeros");
     char cfg[2048];
     size_t clen = ps_table_config_format(ps_table_config(t), cfg, sizeof cfg);
     const size_t header = 44 + clen, row = 12 + 4;
@@ -643,8 +630,8 @@ static void test_stream_positions(void **state) {
     ps_catalog_t *cat, *rep;
     assert_int_equal(ps_catalog_create(&cat), 0);
     ps_catalog_set_changelog(cat, 1 << 16);
-    ps_table_t *a = add_table(cat, "name=a,dim=4,optimizer=sgd"),
-               *b = add_table(cat, "name=b,dim=3,optimizer=adagrad");
+    ps_table_t *a = tc_add(cat, "name=a,dim=4,optimizer=sgd"),
+               *b = tc_add(cat, "name=b,dim=3,optimizer=adagrad");
     for (int k = 1; k <= 3; k++) {
         tc_round(a, k);
         tc_round(b, k);
@@ -745,7 +732,7 @@ static void test_lost_removal(void **state) {
     tc_tmpdir(dir, sizeof dir, "lost");
     ps_catalog_t *cat;
     assert_int_equal(ps_catalog_create(&cat), 0);
-    ps_table_t *t = add_table(cat, spec);
+    ps_table_t *t = tc_add(cat, spec);
     ps_ckpt_t *ck;
     ps_ckpt_opts_t o = {.dir = dir, .keep = 10, .full_every = 5};
     assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
@@ -796,7 +783,7 @@ static void test_row_file_swapped(void **state) {
     for (int i = 0; i < 2; i++) {
         tc_tmpdir(dir[i], sizeof dir[i], i ? "swapb" : "swapa");
         assert_int_equal(ps_catalog_create(&cat[i]), 0);
-        t[i] = add_table(cat[i], "name=k,dim=4,optimizer=sgd");
+        t[i] = tc_add(cat[i], "name=k,dim=4,optimizer=sgd");
         tc_round(t[i], i + 1); /* one push each, of other keys */
         ps_ckpt_t *ck;
         ps_ckpt_opts_t o = {.dir = dir[i], .keep = 5, .full_every = 4};

@@ -886,14 +886,6 @@ static void server_close(server_t *s) {
     fx_close(&s->f);
 }
 
-/* Add a table of `spec` to cat. */
-static void add_table(ps_catalog_t *cat, const char *spec) {
-    ps_table_config_t cfg;
-    ps_table_config_defaults(&cfg);
-    assert_int_equal(ps_table_config_parse(&cfg, spec, NULL, 0), 0);
-    assert_int_equal(ps_catalog_add(cat, &cfg), 0);
-}
-
 static ps_table_t *get_table(ps_catalog_t *cat, const char *name) {
     ps_table_t *t;
     assert_int_equal(ps_catalog_acquire(cat, name, &t), 0);
@@ -910,9 +902,7 @@ static void test_ckpt_cold_under_pushes(void **state) {
     tc_tmpdir(ckdir, sizeof ckdir, "tierck");
     server_t sv;
     server_open(&sv, ckdir);
-    add_table(sv.cat, k_live);
-    add_table(sv.cat, "name=ram,dim=4,optimizer=sgd");
-    ps_table_t *t = get_table(sv.cat, "live"), *ram = get_table(sv.cat, "ram");
+    ps_table_t *t = tc_add(sv.cat, k_live), *ram = tc_add(sv.cat, "name=ram,dim=4,optimizer=sgd");
     live_pusher_t p = {.t = t};
     pthread_t th;
     pthread_create(&th, NULL, live_loop, &p);
@@ -989,7 +979,7 @@ static void test_roundtrip_every_optimizer(void **state) {
                  "name=t%d,dim=8,optimizer=%s,shards=4,capacity_rows=300,cold=true,seed=%d,"
                  "row_dtype=%s",
                  o, opts[o], o + 1, (const char *[]){"f32", "bf16", "f16"}[o % 3]);
-        add_table(sv.cat, spec[o]);
+        (void)tc_add(sv.cat, spec[o]);
     }
     enum { K = 3000, N = 200 };
     static uint64_t keys[N], all[K];
@@ -1037,8 +1027,7 @@ static void test_export_import_cold(void **state) {
     snprintf(file, sizeof file, "%s/live.rows", ckdir);
     server_t a, b;
     server_open(&a, ckdir);
-    add_table(a.cat, k_live);
-    ps_table_t *t = get_table(a.cat, "live");
+    ps_table_t *t = tc_add(a.cat, k_live);
     for (int i = 0; i < 100; i++)
         live_call(t, i, true);
     assert_int_equal(ps_table_export(t, NULL, file, true), PC_EINVAL); /* needs the tier */
@@ -1072,9 +1061,8 @@ static void test_export_skips_expired_cold(void **state) {
     snprintf(file, sizeof file, "%s/ttl.rows", ckdir);
     server_t a, b;
     server_open(&a, ckdir);
-    add_table(a.cat, "name=ttl,dim=4,optimizer=sgd,lr=0.01,shards=2,capacity_rows=100,cold=true,"
-                     "ttl_ticks=50");
-    ps_table_t *t = get_table(a.cat, "ttl");
+    ps_table_t *t = tc_add(a.cat, "name=ttl,dim=4,optimizer=sgd,lr=0.01,shards=2,capacity_rows=100,"
+                                  "cold=true,ttl_ticks=50");
     enum { N = 1000, D = 4 };
     static uint64_t keys[N];
     static float g[N * D], x[N * D];
