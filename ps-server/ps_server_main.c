@@ -21,6 +21,7 @@
 #include "pc_hist.h"
 #include "pc_log.h"
 #include "pc_settings.h"
+#include "pc_stop.h"
 #include "ps_catalog.h"
 #include "ps_ckpt.h"
 #include "pc_time.h"
@@ -186,18 +187,9 @@ typedef struct server {
     int rc;
 } server_t;
 
-/* SIGTERM or SIGINT before the loop runs: its number. The start gives up at its next step (a
- * retry loop waiting for an unreachable coordinator included) and exits as a stop does; the
- * loop's handlers take over before it runs. */
-static atomic_int g_stop; /* (lock-free: the handler may run on any thread) */
-
-static void on_early_stop(int sig) {
-    atomic_store(&g_stop, sig);
-}
-
 /* The start goes on: no step failed and no stop was asked. */
 static bool going_on(int rc) {
-    return !rc && !atomic_load(&g_stop);
+    return !rc && !pc_stop_signal();
 }
 
 /* ==== settings ============================================================================= */
@@ -368,7 +360,7 @@ static int start_repl(server_t *s, const pc_cluster_map_t *map) {
                          .tls_ca = tls_on(c) ? c->tls_ca : NULL,
                          .tls_cert = c->tls_cert,
                          .tls_key = c->tls_key,
-                         .stop = &g_stop};
+                         .stopped = pc_stop_signal};
     int rc = ps_repl_start(store, s->cat, s->dp, map, &ro, &s->repl);
     if (rc == PC_ECANCELED)
         PC_INFO("replication: start given up: a stop was asked");
@@ -836,10 +828,7 @@ int main(int argc, char **argv) {
      * taken); the default action killed it with acknowledged pushes unsaved, and one held for
      * the loop waited out a start retrying an unreachable coordinator (up to 20 quarter leases),
      * then was dropped with the failed start's exit 1. */
-    struct sigaction stop_sa = {.sa_handler = on_early_stop, .sa_flags = SA_RESTART};
-    sigemptyset(&stop_sa.sa_mask);
-    sigaction(SIGTERM, &stop_sa, NULL);
-    sigaction(SIGINT, &stop_sa, NULL);
+    pc_stop_catch();
     s.loop = uv_default_loop();
     uv_signal_init(s.loop, &s.sig_term);
     uv_signal_init(s.loop, &s.sig_int);
@@ -922,7 +911,7 @@ int main(int argc, char **argv) {
         pc_metrics_start(s.cfg.host, (int)s.cfg.metrics_port,
                          (unsigned)s.cfg.metrics_max_connections, render_metrics, &s, &s.metrics))
         rc = 1;
-    const int stop_sig = atomic_load(&g_stop);
+    const int stop_sig = pc_stop_signal();
     if (rc || stop_sig) {
         pc_metrics_stop(s.metrics);
         ps_grpc_stop(s.grpc);
@@ -985,8 +974,8 @@ int main(int argc, char **argv) {
      * into them (the usual stop, in the loop) */
     uv_signal_start(&s.sig_term, on_stop_signal, SIGTERM);
     uv_signal_start(&s.sig_int, on_stop_signal, SIGINT);
-    if (atomic_load(&g_stop))
-        raise(atomic_load(&g_stop));
+    if (pc_stop_signal())
+        raise(pc_stop_signal());
     uv_run(s.loop, UV_RUN_DEFAULT);
     uv_loop_close(s.loop);
     ps_ckpt_destroy(s.ck);

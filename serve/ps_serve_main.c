@@ -19,6 +19,7 @@
 #include "pc_log.h"
 #include "pc_metrics.h"
 #include "pc_settings.h"
+#include "pc_stop.h"
 #include "pc_time.h"
 #include "ps_grpc.h"
 #include "pw_backend.h"
@@ -125,12 +126,6 @@ static size_t render_metrics(void *ctx, char *buf, size_t cap) {
     return sv_serve_render_metrics(d->serve, buf, cap, len);
 }
 
-static volatile sig_atomic_t g_stop; /* the stop signal's number, once one came */
-
-static void on_stop(int sig) {
-    g_stop = sig;
-}
-
 int main(int argc, char **argv) {
     pw_blas_select(argv); /* first: it may execute this program again */
     size_t nf, nset;
@@ -159,13 +154,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     pc_log_init(NULL, (pc_log_level_t)c.log_level, "ps-serve");
-    /* SIGTERM and SIGINT set a flag the main loop reads, whichever thread they reach: threads
-     * started before main (OpenBLAS's pool, made when the library loads) do not have them
-     * blocked, and one of those took them with their default action (killed, no drain). */
-    struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    pc_stop_catch(); /* a flag the main loop reads, whichever thread takes the signal */
     signal(SIGPIPE, SIG_IGN);
 
     /* Requests score on grpc_threads threads at once, each with its own evaluator, so OpenBLAS's
@@ -240,13 +229,13 @@ int main(int argc, char **argv) {
         PC_INFO("serving '%s' on %s (gRPC port %d)", c.name, c.host, ps_grpc_port(d.grpc));
         const struct timespec tick = {.tv_sec = c.tick_ms / 1000,
                                       .tv_nsec = (long)(c.tick_ms % 1000) * 1000000};
-        while (!g_stop) {
+        while (!pc_stop_signal()) {
             nanosleep(&tick, NULL); /* a signal to this thread ends it early */
-            if (g_stop)
+            if (pc_stop_signal())
                 break;
             sv_serve_tick(d.serve);
         }
-        PC_INFO("signal %d: stopping", (int)g_stop);
+        PC_INFO("signal %d: stopping", pc_stop_signal());
     }
     pc_metrics_stop(metrics);
     ps_grpc_set_serving(d.grpc, false); /* the calls in flight end first */

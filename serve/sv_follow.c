@@ -209,16 +209,34 @@ static void source_up(srvf_t *sf, source_t *x, sv_source_state_t st) {
     x->backoff_ms = 0;
 }
 
+/* Where uid is in x's history (x->nseen: not there). */
+static unsigned seen_index(const source_t *x, uint64_t uid) {
+    unsigned k = 0;
+    while (k < x->nseen && x->seen[k] != uid)
+        k++;
+    return k;
+}
+
+/* Add uid to x's history as its newest (an earlier copy moved, the oldest dropped when full);
+ * not 0 or x's own uid. Caller holds mu. */
+static void seen_add(source_t *x, uint64_t uid) {
+    if (!uid || uid == x->uid)
+        return;
+    unsigned k = seen_index(x, uid);
+    if (k == x->nseen && x->nseen == UID_HISTORY)
+        k = 0; /* the oldest goes */
+    if (k < x->nseen) {
+        memmove(x->seen + k, x->seen + k + 1, (x->nseen - k - 1) * sizeof x->seen[0]);
+        x->nseen--;
+    }
+    x->seen[x->nseen++] = uid;
+}
+
 /* Note the uid followed from now on (the previous one goes to the history). Caller holds mu. */
 static void set_uid(source_t *x, uint64_t uid) {
-    if (x->uid && x->uid != uid) {
-        if (x->nseen == UID_HISTORY) {
-            memmove(x->seen, x->seen + 1, (UID_HISTORY - 1) * sizeof x->seen[0]);
-            x->nseen--;
-        }
-        x->seen[x->nseen++] = x->uid;
-    }
+    const uint64_t prev = x->uid;
     x->uid = uid;
+    seen_add(x, prev);
 }
 
 /* Apply n rows of a reply in sf's buffers to t: present ones loaded, absent ones erased. */
@@ -851,10 +869,7 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
             ok = !x->need_scan && x->pos >= heads[i];
             continue;
         }
-        bool before = false; /* followed it before: what it holds now is newer */
-        for (unsigned k = 0; k < x->nseen && !before; k++)
-            before = x->seen[k] == uids[i];
-        ok = before;
+        ok = seen_index(x, uids[i]) < x->nseen; /* followed before: what it holds is newer */
     }
     pthread_mutex_unlock(&f->mu);
     return ok;
@@ -893,28 +908,17 @@ char *sv_follow_newest_map(sv_follow_t *f) {
  * from its rows), only the uids older than x's are taken: x holds no newer table's rows yet.
  * Callers hold both locks. */
 static void merge_seen(source_t *x, const source_t *y) {
-    uint64_t all[2 * UID_HISTORY + 1];
-    unsigned n = 0, older = y->nseen;
-    for (unsigned k = 0; k < y->nseen; k++)
-        if (x->uid && y->seen[k] == x->uid)
-            older = k;
+    uint64_t own[UID_HISTORY];
+    const unsigned nown = x->nseen;
+    memcpy(own, x->seen, sizeof own);
+    x->nseen = 0;
+    const unsigned older = x->uid ? seen_index(y, x->uid) : y->nseen;
     for (unsigned k = 0; k < older; k++)
-        all[n++] = y->seen[k];
+        seen_add(x, y->seen[k]);
     if (older == y->nseen)
-        all[n++] = y->uid;
-    for (unsigned k = 0; k < x->nseen; k++)
-        all[n++] = x->seen[k];
-    unsigned m = 0;
-    for (unsigned k = 0; k < n; k++) { /* the later of repeats stays: newest last */
-        bool later = false;
-        for (unsigned j = k + 1; j < n && !later; j++)
-            later = all[j] == all[k];
-        if (all[k] && all[k] != x->uid && !later)
-            all[m++] = all[k];
-    }
-    const unsigned from = m > UID_HISTORY ? m - UID_HISTORY : 0;
-    x->nseen = m - from;
-    memcpy(x->seen, all + from, x->nseen * sizeof x->seen[0]);
+        seen_add(x, y->uid);
+    for (unsigned k = 0; k < nown; k++)
+        seen_add(x, own[k]);
 }
 
 void sv_follow_inherit(sv_follow_t *to, sv_follow_t *from) {

@@ -1845,9 +1845,9 @@ static void fill_end(const ps_repl_t *r, ps_repl_end_t *end) {
     snprintf(end->prev, sizeof end->prev, "%s", r->prev);
 }
 
-/* A stop was asked while the server starts (ps_repl_opts_t.stop). */
+/* A stop was asked while the server starts (ps_repl_opts_t.stopped). */
 static bool stop_asked(const ps_repl_opts_t *o) {
-    return o->stop && *o->stop;
+    return o->stopped && o->stopped();
 }
 
 int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,

@@ -44,7 +44,6 @@
 #ifndef PS_REPL_H
 #define PS_REPL_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,14 +63,15 @@ typedef struct ps_repl_opts {
     bool restore_chosen; /* an operator named it (--restore-id): going back was asked for */
     /* The other servers' data plane, as ps-worker reaches it (all may be NULL; copied). */
     const char *token, *tls_ca, *tls_cert, *tls_key;
-    const atomic_int *stop; /* may be NULL: once nonzero, the start gives up */
+    int (*stopped)(void); /* may be NULL: once it answers nonzero, the start gives up */
 } ps_repl_opts_t;
 
 /* Start both threads. store, cat and dp are borrowed and must outlive ps_repl_stop; dp takes no
  * pushes from now until the lease is held (start it with ps_dp_opts_t.fenced). initial is the
  * configured map (copied). The first map is adopted before this returns (20 tries, each bounded
  * by the store's timeout, lease_ms / 4 apart): PC_EUNAVAIL when the coordinator gave none,
- * PC_ECANCELED when *o->stop was set meanwhile (a stop asked while the server starts). */
+ * PC_ECANCELED when o->stopped answered nonzero meanwhile (a stop asked while the server starts).
+ */
 int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
                   const pc_cluster_map_t *initial, const ps_repl_opts_t *o, ps_repl_t **out);
 

@@ -972,20 +972,6 @@ static void test_client_oom(void **state) {
 #define HWM_GROWTH_KB (256L * 1024)
 #endif
 
-/* A field of /proc/<pid>/status in KiB ("VmHWM:" the peak resident set, "VmRSS:"). */
-static long proc_kb(pid_t pid, const char *field) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, field, strlen(field)) == 0)
-            kb = atol(line + strlen(field));
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* A reply over max_reply_bytes (64 MiB by default) is refused before it is built: a lookup of
  * 262144 keys of a dim-1024 table would be 1 GiB. */
 static void test_reply_limit(void **state) {
@@ -996,7 +982,7 @@ static void test_reply_limit(void **state) {
     const char *extra[] = {tables, NULL};
     int port = pu_free_port();
     pid_t s = pu_spawn(port, dir, extra, NULL);
-    const long hwm0 = proc_kb(s, "VmHWM:");
+    const long hwm0 = tu_proc_kb(s, "VmHWM:");
     enum { N = 262144, DIM = 1024 };
     const size_t body_cap = 64 + (size_t)N * 8;
     uint8_t *body = malloc(body_cap);
@@ -1049,7 +1035,7 @@ static void test_reply_limit(void **state) {
     free(ok);
     psc_close(c);
     munmap(rows, rows_len);
-    const long hwm1 = proc_kb(s, "VmHWM:");
+    const long hwm1 = tu_proc_kb(s, "VmHWM:");
     print_message("server peak RSS %ld -> %ld KiB\n", hwm0, hwm1);
     assert_true(hwm0 > 0 && hwm1 - hwm0 < HWM_GROWTH_KB); /* 1 GiB replies were never built */
     free(keys);
@@ -1100,7 +1086,7 @@ static void test_unsent_bounded(void **state) {
     enum { DIM = 256, N = 1024, LOOPS = 2, FIRST = 3, MORE = 9 };
     const double reply = (double)N * DIM * 4 + N, reply_alloc = reply + 4096; /* one reply */
     const double conn_cap = 2 << 20, total_cap = 8 << 20;
-    const long rss0 = proc_kb(s, "VmRSS:");
+    const long rss0 = tu_proc_kb(s, "VmRSS:");
     snprintf(one, sizeof one, "127.0.0.1:%d", port);
     psc_t *c = connect_to(one, NULL);
     uint64_t keys[64];
@@ -1129,7 +1115,7 @@ static void test_unsent_bounded(void **state) {
         fds[i] = flood(port, 40, N, DIM, 1000u * (uint64_t)i);
     usleep(500000);
     const double peak = metric(mp, "emberps_dataplane_reply_queue_peak_bytes");
-    const long rss1 = proc_kb(s, "VmRSS:");
+    const long rss1 = tu_proc_kb(s, "VmRSS:");
     print_message("%d non-readers: peak %.1f MiB unsent (cap %.0f MiB), RSS %ld -> %ld KiB\n",
                   FIRST + MORE, peak / (1 << 20), total_cap / (1 << 20), rss0, rss1);
     assert_true(peak >= total_cap);

@@ -324,20 +324,6 @@ static void test_bad_input(void **state) {
     tc_rmdir(dir);
 }
 
-/* Peak resident set of pid in KiB (VmHWM), -1 when unreadable. */
-static long peak_kb(pid_t pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmHWM:", 6) == 0)
-            kb = atol(line + 6);
-    if (f)
-        fclose(f);
-    return kb;
-}
-
 /* 262144 keys of a dim-1024 table would be a 1 GiB reply: refused (64 MiB by default) before
  * any row is read or allocated, with the sizes in the message. */
 static void test_reply_limit(void **state) {
@@ -348,7 +334,7 @@ static void test_reply_limit(void **state) {
     int gp = 0;
     pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
     psg_t *c = client(gp, NULL);
-    const long hwm0 = peak_kb(s);
+    const long hwm0 = tu_proc_kb(s, "VmHWM:");
     enum { N = 262144 };
     uint64_t *keys = malloc(N * sizeof *keys);
     for (uint64_t i = 0; i < N; i++)
@@ -389,7 +375,7 @@ static void test_reply_limit(void **state) {
     size_t len;
     assert_int_equal(call(c, PS_API_LOOKUP, &lq.base, &resp, &len), 0);
     free(resp);
-    const long hwm1 = peak_kb(s);
+    const long hwm1 = tu_proc_kb(s, "VmHWM:");
     print_message("server peak RSS %ld -> %ld KiB\n", hwm0, hwm1);
     assert_true(hwm0 > 0 && hwm1 - hwm0 < 256 * 1024); /* no 1 GiB reply was built */
     free(keys);
@@ -446,7 +432,7 @@ static void test_token_before_body(void **state) {
     int gp = 0;
     pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
     psg_t *c = client(gp, NULL);
-    const long hwm0 = peak_kb(s);
+    const long hwm0 = tu_proc_kb(s, "VmHWM:");
     enum { MB = 48 };
     Emberps__PushRequest q = EMBERPS__PUSH_REQUEST__INIT;
     uint64_t key = 1;
@@ -468,7 +454,7 @@ static void test_token_before_body(void **state) {
             print_message("a %d MiB Push without the token: %s: %s\n", MB, pc_err_name(rc), msg);
         assert_int_equal(rc, PC_EAUTH);
     }
-    const long hwm1 = peak_kb(s);
+    const long hwm1 = tu_proc_kb(s, "VmHWM:");
     print_message("server peak RSS %ld -> %ld KiB\n", hwm0, hwm1);
     assert_true(hwm0 > 0 && hwm1 - hwm0 < (MB << 10)); /* not even one copy */
     free(q.grads.data);

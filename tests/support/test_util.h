@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -39,5 +40,21 @@ static inline float tu_gauss(uint64_t *s) {
             fail();                                                                   \
         }                                                                             \
     } while (0)
+
+/* A "Name: N kB" field of process pid's /proc status (field with its colon: "VmHWM:"), in KiB;
+ * -1 when absent. */
+static inline long tu_proc_kb(int pid, const char *field) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    const size_t n = strlen(field);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0)
+            kb = atol(line + n);
+    if (f)
+        fclose(f);
+    return kb;
+}
 
 #endif

@@ -190,19 +190,6 @@ static void test_file_env_dump(void **state) {
     free(buf);
 }
 
-/* The process's peak resident set in KiB (VmHWM), -1 when unknown. */
-static long peak_kib(void) {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long kib = -1;
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-            break;
-    if (f)
-        fclose(f);
-    return kib;
-}
-
 /* A config file whose line never ends (here 256 MiB of NUL bytes, a sparse file; a 100 KiB line
  * of letters too) is refused at its first 64 KiB: it was read whole into memory first. */
 static void test_file_huge_line(void **state) {
@@ -217,11 +204,11 @@ static void test_file_huge_line(void **state) {
     const bool measured = reset && fputs("5", reset) >= 0 && fclose(reset) == 0;
     if (reset && !measured)
         print_message("clear_refs not writable: the peak is not measured\n");
-    const long before = peak_kib();
+    const long before = tu_proc_kb(getpid(), "VmHWM:");
     pc_settings_defaults(tab, N, &c);
     assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), PC_EINVAL);
     assert_non_null(strstr(err, ":1: line too long"));
-    const long grew = peak_kib() - before;
+    const long grew = tu_proc_kb(getpid(), "VmHWM:") - before;
     print_message("peak grew %ld KiB reading a 256 MiB line\n", grew);
     if (measured && before > 0)
         assert_true(grew < 16 << 10);
