@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <libgen.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -33,20 +34,15 @@ int pc_fs_fsync_path(const char *path) {
     return rc;
 }
 
-/* The directory holding path ("." for a bare name, "/" for one at the root) into dir. */
-static void parent_of(const char *path, char *dir, size_t cap) {
-    snprintf(dir, cap, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        slash[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    else
-        snprintf(dir, cap, ".");
+int pc_fs_fsync_parent(const char *path) {
+    char copy[PATH_MAX];
+    if ((size_t)snprintf(copy, sizeof copy, "%s", path) >= sizeof copy)
+        return PC_EIO;
+    return pc_fs_fsync_path(dirname(copy)); /* POSIX: "a/b/" -> "a", "b" -> ".", "/b" -> "/" */
 }
 
 int pc_fs_write_atomic(const char *path, const void *buf, size_t len) {
-    char tmp[PATH_MAX], dir[PATH_MAX];
+    char tmp[PATH_MAX];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
         return PC_EINVAL;
     FILE *f = fopen(tmp, "wb");
@@ -63,8 +59,7 @@ int pc_fs_write_atomic(const char *path, const void *buf, size_t len) {
         remove(tmp);
         return rc;
     }
-    parent_of(path, dir, sizeof dir);
-    return pc_fs_fsync_path(dir);
+    return pc_fs_fsync_parent(path);
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
@@ -74,15 +69,14 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 }
 
 int pc_fs_restore_replaced(const char *fin) {
-    char old[PATH_MAX], dir[PATH_MAX];
+    char old[PATH_MAX];
     if ((size_t)snprintf(old, sizeof old, "%s.tmp.old", fin) >= sizeof old)
         return PC_EINVAL;
     if (access(fin, F_OK) == 0 || access(old, F_OK) != 0)
         return 0;
     if (rename(old, fin) != 0) /* another reader may have put it back first */
         return access(fin, F_OK) == 0 ? 0 : errno_rc(errno);
-    parent_of(fin, dir, sizeof dir);
-    (void)pc_fs_fsync_path(dir);
+    (void)pc_fs_fsync_parent(fin);
     return 1;
 }
 

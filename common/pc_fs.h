@@ -9,6 +9,8 @@
 
 /* fsync a directory (or file) by path. 0 or PC_EIO. */
 int pc_fs_fsync_path(const char *path);
+/* fsync the directory holding path (an entry made, renamed or removed there durable). */
+int pc_fs_fsync_parent(const char *path);
 
 /* Write len bytes to path atomically: into PATH.tmp, fsynced, renamed over path, directory
  * fsynced; a crash leaves the old file or the new one. 0, PC_EINVAL (path too long),

@@ -39,7 +39,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -467,12 +466,9 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
         o->full_every > MAX_CHAIN || strlen(o->dir) >= sizeof((ps_ckpt_t *)0)->dir)
         return PC_EINVAL;
     if (!o->read_only && mkdir(o->dir, 0755) == 0) { /* new: its entry made durable too */
-        char parent[sizeof((ps_ckpt_t *)0)->dir];
-        snprintf(parent, sizeof parent, "%s", o->dir);
-        const char *up = dirname(parent); /* POSIX: "a/b/" -> "a", "b" -> ".", "/b" -> "/" */
-        if (pc_fs_fsync_path(up)) {
-            PC_ERROR("checkpoint dir %s: cannot make its creation durable (fsync of %s)", o->dir,
-                     up);
+        if (pc_fs_fsync_parent(o->dir)) {
+            PC_ERROR("checkpoint dir %s: cannot make its creation durable (fsync of its parent)",
+                     o->dir);
             return PC_EIO;
         }
     } else if (!o->read_only && errno != EEXIST) {
@@ -1210,12 +1206,7 @@ int ps_table_export(ps_table_t *t, ps_tier_t *tier, const char *path, bool with_
         unlink(tmp);
         return rc;
     }
-    char dir[PBUF];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    return pc_fs_fsync_path(slash ? (dir[0] ? dir : "/") : ".");
+    return pc_fs_fsync_parent(path);
 }
 
 typedef struct ictx {
