@@ -203,6 +203,11 @@ static int sync_state(trainer_t *t) {
     /* Rank 0 evaluates: every member stops at its evaluation rounds (only rank 0 is usually
      * given --test and --eval-every; a member's own value is not used) */
     t->eval_rounds = rc ? 0 : u64_get(info + INFO_EVAL);
+    if (!rc && me != 0 && eval_rounds_of(t) && t->eval_rounds != eval_rounds_of(t))
+        PC_WARN("train: this worker's --eval-every (%llu rounds) is not the group's: rank 0 "
+                "evaluates, %s",
+                (unsigned long long)eval_rounds_of(t),
+                t->eval_rounds ? "at its own rounds" : "and has no --test or --eval-every: none");
     int job = me; /* a member of the job's shape (most members; ties: most steps) */
     for (int i = 0, most = 0; !rc && i < n; i++) {
         const uint64_t si = u64_get(info + INFO_W * i);
