@@ -114,6 +114,7 @@ static const char *trim(const char *b, const char **e) {
         (*e)--;
     return b;
 }
+
 /* Parse v into s's field of obj; `flag`: v came from a command line flag (messages name the
  * setting as the flag: "--ckpt-dir: ..."). */
 static int set_value(const pc_setting_t *s, void *obj, const char *v, bool flag, char *err,
