@@ -1583,8 +1583,10 @@ static inline void shard_lock(ps_shard_t *s, op_t op) {
  *   B  (D behind A):   match tags in b1 -> prefetch the candidate's row, or b2 if none matched
  *   B2 (D behind B):   match tags in b2 where needed -> prefetch the row
  *   C  (D behind B2):  verify the key against the slab and do the operation
- * (A pipeline flowing across groups, locking ahead, measured slower here.) Push skips positions
- * merged into an earlier duplicate. */
+ * Each stage runs a fixed PIPE_D positions behind the one before, draining included (a position
+ * is in range when its unsigned offset from q0 is below the group's length): four range checks
+ * per step, no stage bookkeeping. (A pipeline flowing across groups, locking ahead, measured
+ * slower here.) Push skips positions merged into an earlier duplicate. */
 static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op) {
     ps_table_t *t = b->t;
     const uint64_t *h = b->p->h;
@@ -1602,43 +1604,34 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
         ps_shard_t *s = &t->shards[sh];
         shard_lock(s, op);
         const uint32_t d0 = b->ndefer;
-        uint32_t qa = q0, qb = q0, qb2 = q0, qc = q0;
-        while (qc < q1) {
-            if (qa < q1) {
-                if (LIVE(qa))
-                    __builtin_prefetch(bucket_at(s, bucket1(s, h[order[qa]])), 0, 3);
-                qa++;
+        const uint32_t len = q1 - q0;
+        for (uint32_t i = q0; i < q1 + 3 * PIPE_D; i++) {
+            const uint32_t qa = i, qb = i - PIPE_D, qb2 = i - 2 * PIPE_D, qc = i - 3 * PIPE_D;
+            if (qa < q1 && LIVE(qa))
+                __builtin_prefetch(bucket_at(s, bucket1(s, h[order[qa]])), 0, 3);
+            if (qb - q0 < len && LIVE(qb)) {
+                const uint32_t j = order[qb], c = probe_b1(s, h[j]);
+                cand[j] = c;
+                /* The gradient is read in shard order, not sequentially: the hardware
+                 * prefetchers do not see it coming (a stall even when it is in L2). */
+                if (op == OP_PUSH)
+                    prefetch_bytes(push_grad(b, qb, j), t->dim * (uint32_t)sizeof(float), 0);
+                if (c < s->count)
+                    prefetch_row(t, s, c, write, bytes);
+                else if (c == CAND_IN_B2)
+                    __builtin_prefetch(bucket_at(s, bucket2(s, h[j])), 0, 3);
             }
-            if (qb < qa && (qa - qb > PIPE_D || qa == q1)) {
-                if (LIVE(qb)) {
-                    const uint32_t j = order[qb], c = probe_b1(s, h[j]);
-                    cand[j] = c;
-                    /* The gradient is read in shard order, not sequentially: the hardware
-                     * prefetchers do not see it coming (a stall even when it is in L2). */
-                    if (op == OP_PUSH)
-                        prefetch_bytes(push_grad(b, qb, j), t->dim * (uint32_t)sizeof(float), 0);
-                    if (c < s->count)
-                        prefetch_row(t, s, c, write, bytes);
-                    else if (c == CAND_IN_B2)
-                        __builtin_prefetch(bucket_at(s, bucket2(s, h[j])), 0, 3);
-                }
-                qb++;
-            }
-            if (qb2 < qb && (qb - qb2 > PIPE_D || qb == q1)) {
+            if (qb2 - q0 < len && LIVE(qb2)) {
                 const uint32_t j = order[qb2];
-                if (LIVE(qb2) && cand[j] == CAND_IN_B2) {
+                if (cand[j] == CAND_IN_B2) {
                     const uint32_t c = probe_b2(s, h[j]);
                     cand[j] = c;
                     if (c < s->count)
                         prefetch_row(t, s, c, write, bytes);
                 }
-                qb2++;
             }
-            if (qc < qb2 && (qb2 - qc > PIPE_D || qb2 == q1)) {
-                if (LIVE(qc))
-                    stage_op(b, s, qc, order[qc], op);
-                qc++;
-            }
+            if (qc - q0 < len && LIVE(qc))
+                stage_op(b, s, qc, order[qc], op);
         }
         if (op == OP_PULL && b->ndefer > d0 && !b->cold) { /* inserts need the shard alone */
             pthread_rwlock_unlock(&s->lock);
