@@ -240,7 +240,18 @@ int pc_settings_set(const pc_setting_t *tab, size_t n, void *obj, const char *na
     return set_value(s, obj, value, false, err, errlen);
 }
 
-/* Apply "name=value" from [b, e) (value copied so set_value sees a C string). */
+/* Apply value (a C string) to the setting named [nb, ne). */
+static int apply(const pc_setting_t *tab, size_t n, void *obj, const char *nb, const char *ne,
+                 const char *value, char *err, size_t errlen) {
+    const pc_setting_t *s = find(tab, n, nb, (size_t)(ne - nb));
+    if (!s) {
+        set_err(err, errlen, "unknown setting '%.*s'", (int)(ne - nb), nb);
+        return PC_ENOTFOUND;
+    }
+    return set_value(s, obj, value, false, err, errlen);
+}
+
+/* Apply "name=value" from [b, e), both trimmed (value copied so set_value sees a C string). */
 static int set_span(const pc_setting_t *tab, size_t n, void *obj, const char *b, const char *e,
                     char *err, size_t errlen) {
     const char *eq = memchr(b, '=', (size_t)(e - b));
@@ -252,19 +263,14 @@ static int set_span(const pc_setting_t *tab, size_t n, void *obj, const char *b,
     const char *nb = trim(b, &ne);
     const char *ve = e;
     const char *vb = trim(eq + 1, &ve);
-    const pc_setting_t *s = find(tab, n, nb, (size_t)(ne - nb));
-    if (!s) {
-        set_err(err, errlen, "unknown setting '%.*s'", (int)(ne - nb), nb);
-        return PC_ENOTFOUND;
-    }
     char *buf = malloc((size_t)(ve - vb) + 1); /* as long as the setting takes (a map: 4 KiB) */
     if (!buf) {
-        set_err(err, errlen, "%s: out of memory", s->name);
+        set_err(err, errlen, "out of memory");
         return PC_ENOMEM;
     }
     memcpy(buf, vb, (size_t)(ve - vb));
     buf[ve - vb] = '\0';
-    const int rc = set_value(s, obj, buf, false, err, errlen);
+    const int rc = apply(tab, n, obj, nb, ne, buf, err, errlen);
     free(buf);
     return rc;
 }
@@ -349,6 +355,81 @@ static long read_line(FILE *f, char *buf, size_t cap) {
     return ch == EOF && len == 0 ? -1 : (long)len;
 }
 
+/* A quoted value: from q (just past the opening '"') to the closing quote, unescaped in place
+ * (\\" \\\\ \\n \\t \\r); *end gets the byte after the closing quote. Returns the value, or NULL
+ * for a missing closing quote or an unknown escape (message in err). */
+static char *unquote(char *q, char **end, char *err, size_t errlen) {
+    char *w = q;
+    for (char *r = q; *r; r++) {
+        if (*r == '"') {
+            *w = '\0';
+            *end = r + 1;
+            return q;
+        }
+        if (*r == '\\') {
+            const char *from = "\"\\ntr", *to = "\"\\\n\t\r";
+            const char *x = r[1] ? strchr(from, r[1]) : NULL;
+            if (!x) {
+                set_err(err, errlen, "unknown escape '\\%.1s' in a quoted value", r + 1);
+                return NULL;
+            }
+            *w++ = to[x - from];
+            r++;
+            continue;
+        }
+        *w++ = *r;
+    }
+    set_err(err, errlen, "a quoted value without its closing '\"'");
+    return NULL;
+}
+
+/* One config file line (modified in place): blank, a comment, or "name = value". A value is
+ * bare (blanks around dropped; a '#' after a blank starts a comment) or quoted ("...": taken
+ * whole, blanks and '#' included, with the escapes of unquote; only a comment may follow). */
+static int file_line(const pc_setting_t *tab, size_t n, void *obj, char *line, char *err,
+                     size_t errlen) {
+    const char *e = line + strlen(line);
+    const char *b = trim(line, &e);
+    if (b == e || *b == '#')
+        return 0;
+    char *eq = strchr(line, '=');
+    if (!eq) {
+        set_err(err, errlen, "'%.*s': expected name=value", (int)(e - b), b);
+        return PC_EINVAL;
+    }
+    const char *ne = eq;
+    const char *nb = trim(b, &ne);
+    char *v = eq + 1;
+    while (isspace((unsigned char)*v))
+        v++;
+    if (*v == '"') {
+        char *after;
+        const char *value = unquote(v + 1, &after, err, errlen);
+        if (!value)
+            return PC_EINVAL;
+        while (isspace((unsigned char)*after))
+            after++;
+        if (*after && *after != '#') {
+            set_err(err, errlen, "'%s' after a quoted value", after);
+            return PC_EINVAL;
+        }
+        return apply(tab, n, obj, nb, ne, value, err, errlen);
+    }
+    if (*v == '#') { /* "token = #s3cret": not an empty value, silently */
+        set_err(err, errlen, "a value cannot begin with '#' (a comment there; quote it)");
+        return PC_EINVAL;
+    }
+    for (char *hash = v; (hash = strchr(hash, '#')); hash++) /* a comment after a blank */
+        if (hash[-1] == ' ' || hash[-1] == '\t') {
+            *hash = '\0';
+            break;
+        }
+    const char *ve = v + strlen(v);
+    const char *vb = trim(v, &ve);
+    *(char *)ve = '\0';
+    return apply(tab, n, obj, nb, ne, vb, err, errlen);
+}
+
 int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const char *path, char *err,
                           size_t errlen) {
     FILE *f = fopen(path, "r");
@@ -367,27 +448,8 @@ int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const ch
             rc = PC_EINVAL;
             break;
         }
-        /* a comment: '#' at the line's start or after a blank (a value may hold one: a token,
-         * a path) */
-        char *cut = NULL;
-        for (char *hash = line; (hash = strchr(hash, '#')); hash++)
-            if (hash == line || hash[-1] == ' ' || hash[-1] == '\t') {
-                *(cut = hash) = '\0';
-                break;
-            }
-        const char *eq = cut ? strchr(line, '=') : NULL, *ee = cut;
-        if (eq && trim(eq + 1, &ee) == ee) { /* "token = #s3cret": not an empty value, silently */
-            set_err(err, errlen, "%s:%d: a value cannot begin with '#' (a comment there)", path,
-                    lineno);
-            rc = PC_EINVAL;
-            break;
-        }
-        const char *e = line + strlen(line);
-        const char *b = trim(line, &e);
-        if (b == e)
-            continue;
         char msg[512] = "";
-        rc = set_span(tab, n, obj, b, e, msg, sizeof msg);
+        rc = file_line(tab, n, obj, line, msg, sizeof msg);
         if (rc) {
             set_err(err, errlen, "%s:%d: %s", path, lineno, msg);
             break;
@@ -482,6 +544,37 @@ void pc_settings_help_list(const pc_setting_t *tab, size_t n, FILE *out) {
     help_lines(tab, n, false, out);
 }
 
+/* Whether a string reads back differently bare in a config file: blanks at its ends, a '"' or
+ * '#' first, a '#' after a blank, a control character (a line's end). */
+static bool needs_quotes(const char *v) {
+    const size_t len = strlen(v);
+    if (len && (isspace((unsigned char)v[0]) || isspace((unsigned char)v[len - 1]) || v[0] == '"' ||
+                v[0] == '#'))
+        return true;
+    for (size_t i = 0; i < len; i++)
+        if (iscntrl((unsigned char)v[i]) || (v[i] == '#' && (v[i - 1] == ' ' || v[i - 1] == '\t')))
+            return true;
+    return false;
+}
+
+/* "name = "value"" with the escapes file_line reads back. */
+static void print_quoted(FILE *out, const char *name, const char *v) {
+    fprintf(out, "%s = \"", name);
+    for (; *v; v++) {
+        const char *esc = *v == '"'    ? "\\\""
+                          : *v == '\\' ? "\\\\"
+                          : *v == '\n' ? "\\n"
+                          : *v == '\t' ? "\\t"
+                          : *v == '\r' ? "\\r"
+                                       : NULL;
+        if (esc)
+            fputs(esc, out);
+        else
+            fputc(*v, out);
+    }
+    fputs("\"\n", out);
+}
+
 void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *out) {
     for (size_t i = 0; i < n; i++) { /* a string whole, however long (a cluster map) */
         const size_t cap = tab[i].type == PC_SET_STRING ? tab[i].size + 1 : 128;
@@ -491,6 +584,8 @@ void pc_settings_dump(const pc_setting_t *tab, size_t n, const void *obj, FILE *
         pc_settings_format(&tab[i], obj, buf, cap);
         if (tab[i].secret && buf[0]) /* (printed configurations end up in logs) */
             fprintf(out, "# %s = (set, not shown)\n", tab[i].name);
+        else if (tab[i].type == PC_SET_STRING && needs_quotes(buf))
+            print_quoted(out, tab[i].name, buf);
         else
             fprintf(out, "%s = %s\n", tab[i].name, buf);
         free(buf);

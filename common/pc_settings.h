@@ -8,7 +8,7 @@
  *   flags          pc_settings_parse_args   --name=value, --name value, --flag, --no-flag
  *   "a=1,b=2"      pc_settings_parse_list   (table specs, psctl arguments)
  *   config file    pc_settings_load_file    "name = value" lines, comments from a '#' at a
- *                                           line's start or after a blank
+ *                                           line's start or after a blank; name = "..." quoted
  *   environment    pc_settings_load_env     PREFIX_NAME=value
  *   --help         pc_settings_help (flags: --ckpt-dir), pc_settings_help_list (lists)
  *   effective      pc_settings_dump         (same syntax as the config file: round-trips,
@@ -16,10 +16,12 @@
  *
  * Value syntax: bool true/false/1/0/yes/no/on/off; int in decimal with optional decimal (k, M, G)
  * or binary (Ki, Mi, Gi) suffix; double as strtod; enum by choice name; string up to its buffer
- * size - 1 (in spec lists a string cannot hold ','; in files a '#' at a line's start or after a
- * blank starts a comment, so a value cannot hold " #", and "name = #..." is refused rather than
- * read as an empty value). Blanks around a value do not count, except a string's from a flag, the
- * environment or pc_settings_set: taken as given (file lines and spec lists are trimmed). A
+ * size - 1 (in spec lists a string cannot hold ','; in files a bare value ends at a '#' after a
+ * blank, and "name = #..." is refused rather than read as an empty value; a value in double
+ * quotes is taken whole, blanks and '#' included, with the escapes \" \\ \n \t \r, and only a
+ * comment may follow it). Blanks around a value do not count, except a string's from a flag, the
+ * environment, pc_settings_set or quotes: taken as given (bare file values and spec lists are
+ * trimmed); the dump quotes a string that would not read back bare. A
  * config file's line is at most 64 KiB (a longer one, or a NUL byte, is an error at that line,
  * read no further).
  * Every value is checked against the bounds before it is stored; on error nothing is stored and
@@ -106,7 +108,8 @@ int pc_settings_parse_list(const pc_setting_t *tab, size_t n, void *obj, const c
 int pc_settings_parse_args(const pc_setting_t *tab, size_t n, void *obj, int argc, char **argv,
                            int *argi, char *err, size_t errlen);
 
-/* Read "name = value" lines; '#' starts a comment; unknown names are errors (with file:line). */
+/* Read "name = value" lines (value bare or "quoted"); '#' starts a comment; unknown names are
+ * errors (with file:line). */
 int pc_settings_load_file(const pc_setting_t *tab, size_t n, void *obj, const char *path, char *err,
                           size_t errlen);
 

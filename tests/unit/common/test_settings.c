@@ -190,6 +190,53 @@ static void test_file_env_dump(void **state) {
     free(buf);
 }
 
+/* A quoted value in a file is taken whole (blanks, '#', escapes), and the dump quotes a string
+ * that would not read back bare: " x" came back "x", "a #b" came back "a", and "\"q\"" with
+ * its quotes. */
+static void test_file_quoted(void **state) {
+    (void)state;
+    cfg_t c, d;
+    memset(&c, 0, sizeof c);
+    memset(&d, 0, sizeof d);
+    char err[300], path[] = "/tmp/ember_settings_q_XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fprintf(f, "name = \" a #b \"  # a comment\r\ncount = \"7\"\n");
+    fclose(f);
+    pc_settings_defaults(tab, N, &c);
+    assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), 0);
+    assert_string_equal(c.name, " a #b ");
+    assert_int_equal(c.count, 7);
+    static const char *const bad[][2] = {
+        {"name = \"open\n", ":1: a quoted value without its closing"},
+        {"name = \"a\\qb\"\n", ":1: unknown escape '\\q'"},
+        {"name = \"a\" b\n", ":1: 'b' after a quoted value"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        f = fopen(path, "w");
+        fputs(bad[i][0], f);
+        fclose(f);
+        assert_int_equal(pc_settings_load_file(tab, N, &c, path, err, sizeof err), PC_EINVAL);
+        assert_non_null(strstr(err, bad[i][1]));
+        assert_string_equal(c.name, " a #b ");
+    }
+    static const char *const names[] = {" x", "a #b", "\"q\"", "#h", "t\\\n\tu ", "plain\"mid"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        memset(c.name, 0, sizeof c.name); /* (the bytes after the string compare too) */
+        strcpy(c.name, names[i]);
+        f = fopen(path, "w");
+        pc_settings_dump(tab, N, &c, f);
+        fclose(f);
+        memset(d.name, 0, sizeof d.name);
+        pc_settings_defaults(tab, N, &d);
+        assert_int_equal(pc_settings_load_file(tab, N, &d, path, err, sizeof err), 0);
+        assert_string_equal(d.name, names[i]);
+        assert_memory_equal(&c, &d, sizeof c);
+    }
+    unlink(path);
+}
+
 /* A config file whose line never ends (here 256 MiB of NUL bytes, a sparse file; a 100 KiB line
  * of letters too) is refused at its first 64 KiB: it was read whole into memory first. */
 static void test_file_huge_line(void **state) {
@@ -374,17 +421,12 @@ static void test_list_diff(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults_and_list),
-        cmocka_unit_test(test_long_string_dump),
-        cmocka_unit_test(test_rejects),
-        cmocka_unit_test(test_args),
-        cmocka_unit_test(test_file_env_dump),
-        cmocka_unit_test(test_file_huge_line),
-        cmocka_unit_test(test_string_blanks),
-        cmocka_unit_test(test_bad_declaration),
-        cmocka_unit_test(test_cli),
-        cmocka_unit_test(test_names_and_choices),
-        cmocka_unit_test(test_list_diff),
+        cmocka_unit_test(test_defaults_and_list), cmocka_unit_test(test_long_string_dump),
+        cmocka_unit_test(test_rejects),           cmocka_unit_test(test_args),
+        cmocka_unit_test(test_file_env_dump),     cmocka_unit_test(test_file_quoted),
+        cmocka_unit_test(test_file_huge_line),    cmocka_unit_test(test_string_blanks),
+        cmocka_unit_test(test_bad_declaration),   cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_names_and_choices), cmocka_unit_test(test_list_diff),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
