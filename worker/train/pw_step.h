@@ -83,8 +83,9 @@ int pw_step_compute(pw_step_t *st, int set, float scale, float *ugrads);
 bool pw_step_loss_finite(const pw_step_t *st);
 
 /* Finish the computed step: gradients and loss to the host, the dense optimizer stepped on the
- * model's gradients first when apply_dense (while they move), then wait. *loss: the batch's
- * mean loss. PC_EIO when the device failed. */
+ * model's gradients first when apply_dense (while they move, whatever the loss: the trainer
+ * passes false and steps with pw_step_apply once the loss is known finite), then wait. *loss:
+ * the batch's mean loss. PC_EIO when the device failed. */
 int pw_step_finish(pw_step_t *st, bool apply_dense, double *loss);
 
 /* One dense optimizer step on the model's current gradients. */

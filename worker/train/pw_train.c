@@ -663,10 +663,11 @@ static void publish_dense(trainer_t *t, bool force) {
 
 /* A training step on slot s (staged): the step computes, the next slot is staged meanwhile when
  * its rows are there, then the gradients (scaled by 1 / workers) come back to s->ugrads; without
- * a group the dense optimizer steps while they move. The step's round (its pushes) is submitted
- * once s->ugrads holds them: on host memory before the dense optimizer steps (a lone worker's
- * next step waits for its first push), else after the copy back. A step whose loss is not finite
- * (known after compute on host memory, after the copy back on a device) submits nothing. */
+ * a group the dense optimizer then steps (queued behind the copy's wait: a device's loss is known
+ * only there). The step's round (its pushes) is submitted once s->ugrads holds them: on host
+ * memory before the dense optimizer steps (a lone worker's next step waits for its first push),
+ * else after the copy back. A step whose loss is not finite (known after compute on host memory,
+ * after the copy back on a device) submits nothing and leaves the dense model as it was. */
 static int step_run(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
     const float scale = t->grp ? 1.0f / (float)pw_group_size(t->grp) : 1.0f;
     const bool early = t->be->host_memory;
@@ -679,9 +680,11 @@ static int step_run(trainer_t *t, slot_t *s, slot_t *next, double *loss) {
         return rc;
     if (next && !next->staged && pw__slot_pulled(t, next) && (rc = pw__slot_stage(t, next)))
         return rc;
-    rc = pw_step_finish(t->st, !t->grp, loss);
-    if (!rc && !t->grp && isfinite(*loss))
+    rc = pw_step_finish(t->st, false, loss);
+    if (!rc && !t->grp && isfinite(*loss)) {
+        pw_step_apply(t->st);
         t->step++;
+    }
     if (rc || early || !isfinite(*loss)) /* a device backend's loss comes back here: diverged, */
         return rc;                       /* its gradients go nowhere (the caller stops the run) */
     return pw__round_submit(t, s, true);

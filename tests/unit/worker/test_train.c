@@ -130,9 +130,6 @@ static void test_device_memory_rule(void **state) {
     }
 }
 
-/* --device: cpu and auto always give a backend (auto says why it is not the GPU when it is not);
- * unknown names and bad GPU indexes are refused; cuda:N on a machine without that GPU fails
- * with the reason, never crashes. */
 /* The local store, with every push's gradients looked at: how many pushes carried a value that
  * is not finite (what a diverged step computes). The store's calls run on the scheduler's
  * dispatch thread. */
@@ -161,6 +158,27 @@ static int seen_open(const pw_emb_opts_t *o, pw_emb_t **out) {
     return rc;
 }
 
+/* The dense optimizer, with every step's gradients looked at (cpu:checked: read through a
+ * download, device memory being closed to the host): how many steps applied a gradient that is
+ * not finite. */
+static void (*g_opt_step)(pw_backend_t *be, const pw_opt_step_args_t *a, size_t n, float *w,
+                          const float *g, float *s1, float *s2);
+static atomic_int g_bad_dense_steps;
+
+static void seen_opt_step(pw_backend_t *be, const pw_opt_step_args_t *a, size_t n, float *w,
+                          const float *g, float *s1, float *s2) {
+    float *h = malloc(n * sizeof *h);
+    assert_non_null(h);
+    be->download(be, h, g, n * sizeof *h);
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(h[i])) {
+            atomic_fetch_add(&g_bad_dense_steps, 1);
+            break;
+        }
+    free(h);
+    g_opt_step(be, a, n, w, g, s1, s2);
+}
+
 /* A dense model that diverges (SGD at a learning rate of 100): the run stops at the first step
  * whose loss is not finite, and that step's row gradients stay home, on a host-memory backend
  * (the loss is looked at before the round is submitted) and on a device backend (cpu:checked:
@@ -170,8 +188,11 @@ static void test_diverged_step_pushes_nothing(void **state) {
     char why[512];
     for (int k = 0; k < 2; k++) {
         pw_backend_t *checked = NULL;
-        if (k)
+        if (k) {
             assert_int_equal(pw_backend_open("cpu:checked", &checked, why, sizeof why), 0);
+            g_opt_step = checked->opt_step; /* (this instance's own table) */
+            checked->opt_step = seen_opt_step;
+        }
         pw_train_config_t c;
         pw_train_config_defaults(&c);
         c.local_store = seen_open;
@@ -183,13 +204,16 @@ static void test_diverged_step_pushes_nothing(void **state) {
         const char *tr[] = {g_train};
         pw_train_result_t r;
         atomic_store(&g_bad_pushes, 0);
+        atomic_store(&g_bad_dense_steps, 0);
         const int rc = pw_train_run(&c, PW_FMT_CRITEO, tr, 1, NULL, 0, &r);
-        print_message("%s: rc %d after %llu steps; pushes with non-finite gradients: %d\n",
+        print_message("%s: rc %d after %llu steps; pushes with non-finite gradients: %d, dense "
+                      "steps: %d\n",
                       k ? "cpu:checked" : "cpu", rc, (unsigned long long)r.steps,
-                      atomic_load(&g_bad_pushes));
+                      atomic_load(&g_bad_pushes), atomic_load(&g_bad_dense_steps));
         pw_backend_close(checked);
         assert_int_equal(rc, PC_ERANGE);
         assert_int_equal(atomic_load(&g_bad_pushes), 0);
+        assert_int_equal(atomic_load(&g_bad_dense_steps), 0);
     }
 }
 
@@ -223,6 +247,9 @@ static void test_dcoll_choice(void **state) {
     }
 }
 
+/* --device: cpu and auto always give a backend (auto says why it is not the GPU when it is not);
+ * unknown names and bad GPU indexes are refused; cuda:N on a machine without that GPU fails
+ * with the reason, never crashes. */
 static void test_device_choice(void **state) {
     (void)state;
     char why[768];
