@@ -141,6 +141,12 @@ static void test_elementwise(void **state) {
     g_x->col_sum(g_x, rows, cols, xdy, 0.5f, xout);
     g_cpu->col_sum(g_cpu, rows, cols, dy, 0.5f, out);
     same("col_sum", xout, out, (size_t)cols, RTOL);
+    g_x->col_sum(g_x, 0, cols, xdy, 0.25f, xout); /* no rows: out = beta * out */
+    g_cpu->col_sum(g_cpu, 0, cols, dy, 0.25f, out);
+    same("col_sum of no rows", xout, out, (size_t)cols, RTOL);
+    g_x->col_sum(g_x, rows, 0, xdy, 0.25f, xout); /* no columns: nothing, and no failure */
+    char msg[256];
+    assert_int_equal(g_x->error(g_x, msg, sizeof msg), 0);
     float *xdx = g_x->alloc(g_x, n * 4), *dx = malloc(n * 4);
     g_x->relu_grad(g_x, n, xy, xdy, xdx);
     g_cpu->relu_grad(g_cpu, n, y, dy, dx);

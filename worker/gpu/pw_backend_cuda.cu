@@ -459,6 +459,13 @@ void g_bias_act(pw_backend_t *be, int rows, int cols, const float *bias, bool re
 
 void g_col_sum(pw_backend_t *be, int rows, int cols, const float *x, float beta, float *out) {
     cuda_be *b = of(be);
+    if (rows <= 0 || cols <= 0) { /* (cuBLAS leaves y as it is for no rows, refuses no columns) */
+        if (cols > 0) {
+            k_scale<<<blocks((size_t)cols), kThreads, 0, b->stream>>>((size_t)cols, beta, out);
+            LAUNCHED(b);
+        }
+        return;
+    }
     if ((size_t)rows > b->nones) { /* a vector of ones as long as the batch */
         CU(b, cudaFree(b->ones));
         b->ones = nullptr;
