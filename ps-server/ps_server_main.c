@@ -151,7 +151,8 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, ckpt_interval_s, 0, 1e9, "0", "seconds between checkpoints (0: off)"),
     PC_SETTING_INT(T, ckpt_keep, 1, 1000, "3", "checkpoints to keep"),
     PC_SETTING_INT(T, restore_id, 0, 9.2e18, "0",
-                   "start from this checkpoint (0: the newest; a job rollback names one)"),
+                   "start from this checkpoint (0: the newest; a job rollback names one, and "
+                   "the newer ones are abandoned)"),
     PC_SETTING_INT(T, ckpt_full_every, 1, 256, "4", "every Nth checkpoint is full"),
     PC_SETTING_BOOL(T, ckpt_on_exit, "true", "write a checkpoint on SIGTERM/SIGINT"),
     PC_SETTING_STRING(T, tier_dir, "", "RocksDB cold tier directory (empty: no cold tables)"),
@@ -606,7 +607,7 @@ static int api_restore(void *ctx, uint64_t id, uint64_t *restored) {
         return PC_EUNSUPPORTED;
     }
     pthread_mutex_lock(&s->ckpt_mu);
-    int rc = ps_ckpt_restore(s->ck, id, restored);
+    int rc = ps_ckpt_rollback(s->ck, id, restored);
     pthread_mutex_unlock(&s->ckpt_mu);
     if (rc)
         PC_ERROR("restore of checkpoint %llu failed: %s", (unsigned long long)id, pc_strerror(rc));
@@ -800,7 +801,7 @@ int main(int argc, char **argv) {
         if (ps_ckpt_create(s.cat, &co, &s.ck)) {
             rc = 1;
         } else {
-            int r = ps_ckpt_restore(s.ck, (uint64_t)s.cfg.restore_id, &id);
+            int r = ps_ckpt_rollback(s.ck, (uint64_t)s.cfg.restore_id, &id);
             s.restored = r == 0 ? id : 0;
             if (r == 0)
                 PC_INFO("restored checkpoint %llu", (unsigned long long)id);

@@ -109,11 +109,16 @@ typedef struct manifest {
 
 /* ==== paths and files ====================================================================== */
 
-static void ckpt_path(const ps_ckpt_t *c, uint64_t id, bool tmp, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s/ckpt-%020" PRIu64 "%s", c->dir, id, tmp ? ".tmp" : "");
+/* The names of a checkpoint's directory: published, being written (or left by a crash), or
+ * abandoned by a rollback (ps_ckpt_rollback). */
+typedef enum { NAME_PUBLISHED = 1, NAME_TMP, NAME_ABANDONED } name_kind_t;
+
+static void ckpt_path(const ps_ckpt_t *c, uint64_t id, name_kind_t kind, char *buf, size_t cap) {
+    static const char *const suffix[] = {"", "", ".tmp", ".abandoned"};
+    snprintf(buf, cap, "%s/ckpt-%020" PRIu64 "%s", c->dir, id, suffix[kind]);
 }
 
-/* Parse "ckpt-<digits>[.tmp]". Returns 1 published, 2 temporary, 0 other. */
+/* Parse "ckpt-<digits>[.tmp|.abandoned]". Returns its name_kind_t, or 0 for another name. */
 static int parse_name(const char *name, uint64_t *id) {
     if (strncmp(name, "ckpt-", 5) != 0)
         return 0;
@@ -127,12 +132,15 @@ static int parse_name(const char *name, uint64_t *id) {
         return 0;
     *id = v;
     if (*end == '\0')
-        return 1;
-    return strcmp(end, ".tmp") == 0 ? 2 : 0;
+        return NAME_PUBLISHED;
+    if (strcmp(end, ".tmp") == 0)
+        return NAME_TMP;
+    return strcmp(end, ".abandoned") == 0 ? NAME_ABANDONED : 0;
 }
 
 /* Ids in `dir`: published ones into ids (sorted ascending, up to cap; *n = count), the largest
- * id of any kind into *max_any. With remove_tmp, unpublished directories are deleted. */
+ * id of any kind into *max_any (abandoned ones included: an id is never given twice). With
+ * remove_tmp, directories being written are deleted (a crashed writer's). */
 static int scan_dir(const char *dir, uint64_t *ids, size_t cap, size_t *n, uint64_t *max_any,
                     bool remove_tmp) {
     DIR *d = opendir(dir);
@@ -148,12 +156,12 @@ static int scan_dir(const char *dir, uint64_t *ids, size_t cap, size_t *n, uint6
             continue;
         if (id > mx)
             mx = id;
-        if (kind == 2 && remove_tmp) {
+        if (kind == NAME_TMP && remove_tmp) {
             char p[PBUF];
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
             PC_INFO("removing unpublished checkpoint %s", p);
             pc_fs_rm_tree(p);
-        } else if (kind == 1) {
+        } else if (kind == NAME_PUBLISHED) {
             if (cnt < cap) {
                 ids[cnt] = id;
             } else if (cap) { /* full: the cap newest are kept (readdir's order is none) */
@@ -280,7 +288,7 @@ static int cold_verify(const char *dir, const manifest_t *m) {
 
 static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
     char path[PBUF];
-    ckpt_path(c, id, false, path, sizeof path);
+    ckpt_path(c, id, NAME_PUBLISHED, path, sizeof path);
     strncat(path, "/" MANIFEST, sizeof path - strlen(path) - 1);
     memset(m, 0, sizeof *m);
     FILE *f = fopen(path, "rb");
@@ -667,13 +675,61 @@ static void retain(ps_ckpt_t *c) {
         /* Unpublish first (atomic), then delete: a crash in between leaves a .tmp directory,
          * which restore ignores and the next checkpointer removes. */
         char p[PBUF], q[PBUF];
-        ckpt_path(c, ids[i], false, p, sizeof p);
-        ckpt_path(c, ids[i], true, q, sizeof q);
+        ckpt_path(c, ids[i], NAME_PUBLISHED, p, sizeof p);
+        ckpt_path(c, ids[i], NAME_TMP, q, sizeof q);
         if (rename(p, q) == 0)
             pc_fs_rm_tree(q);
     }
     CK_FREE(need, n * sizeof *need);
     pc_fs_fsync_path(c->dir);
+}
+
+/* A rollback (ps_ckpt_rollback): published checkpoints newer than `id` belong to the abandoned
+ * run, and a later "restore the newest" must not bring them back. Each is renamed to
+ * ckpt-<id>.abandoned (atomic: unpublished, its id still taken, its files there for an operator who
+ * restored the wrong one), then removed by the next published checkpoint (drop_abandoned). */
+static void abandon_newer(ps_ckpt_t *c, uint64_t id) {
+    uint64_t ids[4096];
+    size_t n;
+    if (scan_dir(c->dir, ids, 4096, &n, NULL, false))
+        return;
+    bool any = false;
+    for (size_t i = 0; i < n && i < 4096; i++) {
+        if (ids[i] <= id)
+            continue;
+        char p[PBUF], q[PBUF];
+        ckpt_path(c, ids[i], NAME_PUBLISHED, p, sizeof p);
+        ckpt_path(c, ids[i], NAME_ABANDONED, q, sizeof q);
+        if (rename(p, q) == 0) {
+            PC_WARN("checkpoint %" PRIu64 " is newer than the restored %" PRIu64
+                    ": abandoned (%s, removed by the next checkpoint)",
+                    ids[i], id, q);
+            any = true;
+        } else {
+            PC_ERROR("checkpoint %" PRIu64 " is newer than the restored %" PRIu64
+                     " and could not be abandoned (%s): a restore of the newest would take it",
+                     ids[i], id, strerror(errno));
+        }
+    }
+    if (any)
+        pc_fs_fsync_path(c->dir);
+}
+
+/* Remove the checkpoints a rollback abandoned (a newer one is published: ids stay unique). */
+static void drop_abandoned(const ps_ckpt_t *c) {
+    DIR *d = opendir(c->dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        uint64_t id;
+        if (parse_name(e->d_name, &id) == NAME_ABANDONED) {
+            char p[PBUF];
+            snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
+            pc_fs_rm_tree(p);
+        }
+    }
+    closedir(d);
 }
 
 /* The tables of one checkpoint, cut together. */
@@ -744,14 +800,14 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
         return rc;
     manifest_t m = {.id = mx + 1, .created = pc_time_wall_ns()};
     char parent_path[PBUF], tmp[PBUF], final[PBUF];
-    ckpt_path(c, c->last_id, false, parent_path, sizeof parent_path);
+    ckpt_path(c, c->last_id, NAME_PUBLISHED, parent_path, sizeof parent_path);
     struct stat st;
     m.incremental = c->last_id && c->since_full + 1 < c->full_every &&
                     stat(parent_path, &st) == 0 && S_ISDIR(st.st_mode);
     m.parent = m.incremental ? c->last_id : 0;
     m.since_full = m.incremental ? c->since_full + 1 : 0;
-    ckpt_path(c, m.id, true, tmp, sizeof tmp);
-    ckpt_path(c, m.id, false, final, sizeof final);
+    ckpt_path(c, m.id, NAME_TMP, tmp, sizeof tmp);
+    ckpt_path(c, m.id, NAME_PUBLISHED, final, sizeof final);
     if (mkdir(tmp, 0755) != 0) {
         int e = errno;
         PC_ERROR("checkpoint %s: mkdir: %s", tmp, strerror(e));
@@ -836,6 +892,7 @@ done:
         PC_INFO("checkpoint %" PRIu64 " published (%s, %zu tables%s)", m.id,
                 m.incremental ? "incremental" : "full", m.ntables, m.has_cold ? ", cold tier" : "");
         retain(c);
+        drop_abandoned(c);
     } else {
         PC_ERROR("checkpoint %" PRIu64 " failed: %s; previous checkpoints untouched", m.id,
                  pc_strerror(rc));
@@ -952,7 +1009,7 @@ static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t 
      * cut, so the file's ticks mean the same ages they meant when it was written. */
     for (size_t i = nc; !rc && i-- > 0;) {
         char path[PBUF + PS_TABLE_NAME_MAX + 8];
-        ckpt_path(c, chain[i], false, path, sizeof path);
+        ckpt_path(c, chain[i], NAME_PUBLISHED, path, sizeof path);
         snprintf(path + strlen(path), sizeof path - strlen(path), "/t-%s.rows", te->name);
         if (ent[i].cut + 1 > ps_table_clock(t))
             rc = ps_table_advance_clock(t, ent[i].cut + 1);
@@ -983,7 +1040,7 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
         return rc;
     if (m.has_cold) { /* the tier's database becomes the checkpoint's copy first */
         char cold[PBUF + 8];
-        ckpt_path(c, id, false, cold, sizeof cold);
+        ckpt_path(c, id, NAME_PUBLISHED, cold, sizeof cold);
         strncat(cold, "/" COLD_DIR, sizeof cold - strlen(cold) - 1);
         if (!c->tier) {
             PC_ERROR("checkpoint %" PRIu64 " has cold tables: restore it with a tier", id);
@@ -1069,7 +1126,7 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
             if (rc != PC_ECORRUPT && rc != PC_ENOTFOUND)
                 return rc; /* out of memory, I/O error: not a reason to go back in time */
             char p[PBUF];
-            ckpt_path(c, ids[i], false, p, sizeof p);
+            ckpt_path(c, ids[i], NAME_PUBLISHED, p, sizeof p);
             if (rc == PC_ENOTFOUND && access(p, F_OK) != 0 && c->read_only) {
                 again = 1; /* removed meanwhile: the writer went on */
                 break;
@@ -1081,6 +1138,15 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
     /* A directory of damaged checkpoints is not an empty one, whatever was wrong with them (a
      * file missing answers PC_ENOTFOUND): the caller must not start empty tables over them. */
     return n ? PC_ECORRUPT : PC_ENOTFOUND;
+}
+
+int ps_ckpt_rollback(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
+    if (c->read_only)
+        return PC_ESTATE;
+    const int rc = ps_ckpt_restore(c, id, restored);
+    if (!rc && id)
+        abandon_newer(c, id);
+    return rc;
 }
 
 int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n) {
@@ -1122,7 +1188,7 @@ static int files_present(const ps_ckpt_t *c, const manifest_t *m) {
     for (size_t i = 0; i < m->ntables; i++) {
         char path[PBUF + PS_TABLE_NAME_MAX + 8];
         struct stat st;
-        ckpt_path(c, m->id, false, path, sizeof path);
+        ckpt_path(c, m->id, NAME_PUBLISHED, path, sizeof path);
         snprintf(path + strlen(path), sizeof path - strlen(path), "/t-%s.rows", m->tables[i].name);
         if (stat(path, &st) != 0 || (uint64_t)st.st_size != m->tables[i].bytes)
             return PC_ECORRUPT;

@@ -6,7 +6,8 @@
  * table's uid and the position of its delta stream at the cut: ps_ckpt_tables). It is
  * built as ckpt-<id>.tmp/, every file fsynced, the manifest written last, then published by
  * renaming the directory and fsyncing DIR. A directory that is not published (crash, full disk)
- * is never chosen by restore and is removed by the next checkpoint.
+ * is never chosen by restore and is removed by the next checkpoint; nor is one a rollback
+ * abandoned (ckpt-<id>.abandoned, ps_ckpt_rollback).
  *
  * Consistency: each table is captured by a snapshot (ps_table_snapshot_begin): every row at one
  * cut between whole push calls, also while pushes continue. All tables are cut before any is
@@ -74,6 +75,14 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res);
  * checkpoints exist and none verifies: a caller must not take that for an empty directory and
  * start empty tables, whose checkpoints would then retire the damaged ones. */
 int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored);
+
+/* Restore checkpoint `id` as the point the run goes on from (a job rollback, a server started
+ * from a named checkpoint): ps_ckpt_restore, then every published checkpoint newer than `id` is
+ * abandoned (renamed ckpt-<id>.abandoned: never restored, its id never given again; removed by
+ * the next published checkpoint, so until then an operator can rename it back), so that a
+ * restart restoring the newest takes `id`, not the abandoned run's rows. id 0: the newest,
+ * nothing abandoned. PC_ESTATE for a read-only checkpointer. */
+int ps_ckpt_rollback(ps_ckpt_t *c, uint64_t id, uint64_t *restored);
 
 typedef struct ps_ckpt_entry {
     uint64_t id, parent;

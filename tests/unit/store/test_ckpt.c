@@ -477,6 +477,80 @@ static void test_retention_and_damage(void **state) {
     tc_rmdir(dir);
 }
 
+/* A rollback: ps_ckpt_rollback to checkpoint 2 of 4 abandons 3 and 4 (renamed, not published: a
+ * restart that restores the newest takes 2, it took 4, the abandoned run's rows); the next
+ * checkpoint is 5 (ids are never given twice), follows 2's chain, and removes the abandoned ones. A
+ * read-only checkpointer refuses, and a plain restore (a look at an old one) abandons nothing. */
+static void test_rollback_abandons_newer(void **state) {
+    (void)state;
+    const char *spec = "name=r,dim=4,optimizer=adagrad";
+    char dir[256], path[512];
+    tc_tmpdir(dir, sizeof dir, "rollback");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_t *t = tc_add(cat, spec);
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 8, .full_every = 8};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    for (int k = 1; k <= 4; k++) {
+        tc_round(t, k);
+        assert_int_equal(ps_ckpt_write(ck, NULL), 0);
+    }
+    ps_ckpt_t *ro; /* a serving replica's view first: it changes nothing */
+    ps_catalog_t *rcat;
+    ps_ckpt_opts_t ro_opts = {.dir = dir, .keep = 8, .full_every = 8, .read_only = true};
+    assert_int_equal(ps_catalog_create(&rcat), 0);
+    assert_int_equal(ps_ckpt_create(rcat, &ro_opts, &ro), 0);
+    assert_int_equal(ps_ckpt_restore(ro, 2, NULL), 0);
+    assert_int_equal(ps_ckpt_rollback(ro, 2, NULL), PC_ESTATE);
+    assert_int_equal(ps_ckpt_restore(ck, 2, NULL), 0); /* a restore alone (a look) neither */
+    ps_ckpt_entry_t e[8];
+    size_t n;
+    assert_int_equal(ps_ckpt_list(dir, e, 8, &n), 0);
+    assert_int_equal(n, 4);
+
+    uint64_t got;
+    assert_int_equal(ps_ckpt_rollback(ck, 2, &got), 0);
+    assert_int_equal(got, 2);
+    assert_int_equal(ps_ckpt_list(dir, e, 8, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(e[1].id, 2);
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000004.abandoned/MANIFEST.json", dir);
+    assert_int_equal(access(path, F_OK), 0); /* kept until the next checkpoint */
+
+    ps_catalog_t *c2; /* a restart: the newest is the restored one */
+    ps_ckpt_t *ck2;
+    assert_int_equal(ps_catalog_create(&c2), 0);
+    assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+    assert_int_equal(ps_ckpt_restore(ck2, 0, &got), 0);
+    assert_int_equal(got, 2);
+    ps_table_t *ref = replay(spec, 2);
+    tc_assert_equal(get(c2, "r"), ref);
+    ps_table_destroy(ref);
+
+    tc_round(get(cat, "r"), 3); /* the new run's round 3, checkpointed */
+    ps_ckpt_result_t res;
+    assert_int_equal(ps_ckpt_write(ck, &res), 0);
+    assert_int_equal(res.id, 5);
+    assert_true(res.incremental);
+    assert_int_equal(res.parent, 2);
+    assert_int_equal(access(path, F_OK), -1);
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000003.abandoned", dir);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(ps_ckpt_restore(ck2, 0, &got), 0);
+    assert_int_equal(got, 5);
+    ref = replay(spec, 3);
+    tc_assert_equal(get(c2, "r"), ref);
+    ps_table_destroy(ref);
+    ps_ckpt_destroy(ro);
+    ps_catalog_destroy(rcat);
+    ps_ckpt_destroy(ck2);
+    ps_catalog_destroy(c2);
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
+}
+
 static void test_export_import(void **state) {
     (void)state;
     char dir[256], path[512];
@@ -822,6 +896,7 @@ int main(void) {
         cmocka_unit_test(test_incremental_chain),
         cmocka_unit_test(test_consistent_under_pushes),
         cmocka_unit_test(test_retention_and_damage),
+        cmocka_unit_test(test_rollback_abandons_newer),
         cmocka_unit_test(test_manifest_settings),
         cmocka_unit_test(test_manifest_seal),
         cmocka_unit_test(test_row_file_swapped),
