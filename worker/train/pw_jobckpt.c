@@ -224,6 +224,10 @@ int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state
     return rc;
 }
 
+void pw_jobckpt_abandon_after(const char *dir, uint64_t step) {
+    pc_fs_prune_numbered(dir, "step-", step, SIZE_MAX); /* every older one kept */
+}
+
 /* Parse "word N N N ..." (decimal digits only) into out (at most cap numbers). */
 static int numbers(const char *line, const char *word, uint64_t *out, size_t cap, size_t *n) {
     const size_t wl = strlen(word);

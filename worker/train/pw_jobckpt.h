@@ -115,6 +115,11 @@ int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int time
 int pw_jobckpt_write(const char *dir, const pw_jobckpt_t *ck, const float *state, size_t n,
                      const pw_model_t *model, const pw_model_card_t *card, int keep);
 
+/* A rollback to `step` (LATEST's): remove the step directories after it, the abandoned run's
+ * (one written whose LATEST write then failed, or a crash in between, would otherwise stay the
+ * highest step: what a serving replica loads). */
+void pw_jobckpt_abandon_after(const char *dir, uint64_t step);
+
 /* Read checkpoint `step` of dir: its manifest into ck and its n-float dense state into state
  * (state NULL: not read; a serving replica loads `model` instead). PC_ENOTFOUND (no manifest for
  * that step), PC_ECORRUPT (a damaged manifest or state), PC_EDIM (a state of another size). */

@@ -374,6 +374,7 @@ static int rollback_agree(trainer_t *t) {
             pw_publish_t *pub = pw__publisher(t); /* abandoned models go before their rows do */
             if (pub)
                 pw_publish_abandon(pub, ck->step);
+            pw_jobckpt_abandon_after(t->c->ckpt_dir, ck->step); /* and their checkpoints */
             ck_rc = pw_jobckpt_restore_servers(t->c->server_grpc, &sec, restore_ms,
                                                (int)t->c->server_retry_ms, ck);
             if (!ck_rc)

@@ -308,10 +308,35 @@ static void test_latest_after_fallback_crash(void **state) {
     free(r);
 }
 
+/* A step written whose LATEST write failed (LATEST still names the one before): a rollback to
+ * LATEST's step removes it, and keeps every older step. */
+static void test_abandon_after(void **state) {
+    (void)state;
+    const float st[5] = {1, 2, 3, 4, 5};
+    pw_jobckpt_t *ck = sample_ck(100, false);
+    for (uint64_t s = 100; s <= 300; s += 100) {
+        ck->step = s;
+        assert_int_equal(pw_jobckpt_write(g_dir, ck, st, 5, NULL, NULL, 3), 0);
+    }
+    char path[512];
+    snprintf(path, sizeof path, "%s/LATEST", g_dir);
+    FILE *f = fopen(path, "w");
+    fputs("200\n", f);
+    fclose(f);
+    pw_jobckpt_abandon_after(g_dir, 200);
+    for (int s = 100; s <= 300; s += 100) {
+        snprintf(path, sizeof path, "%s/step-%020d", g_dir, s);
+        assert_int_equal(access(path, F_OK), s <= 200 ? 0 : -1);
+    }
+    free(ck);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_version_roundtrip), cmocka_unit_test(test_manifests),
-        cmocka_unit_test(test_dir_arena), cmocka_unit_test(test_server_lists),
-        cmocka_unit_test(test_latest_after_fallback_crash)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_version_roundtrip),
+                                       cmocka_unit_test(test_manifests),
+                                       cmocka_unit_test(test_dir_arena),
+                                       cmocka_unit_test(test_server_lists),
+                                       cmocka_unit_test(test_latest_after_fallback_crash),
+                                       cmocka_unit_test(test_abandon_after)};
     return cmocka_run_group_tests(tests, setup, teardown);
 }
