@@ -800,6 +800,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 break;
             if (again)
                 continue;
+            publish_dense(&t, false); /* rank 0 out of data: its versions stay on schedule */
             pw__log_step(&t, t.next_round, "start");
             (void)pw__round_submit(&t, NULL, false); /* no slot: nothing to allocate */
             if ((rc = pw__apply_rounds(&t, 0, true, &stop)) && t.grp)
