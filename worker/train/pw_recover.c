@@ -402,6 +402,7 @@ static int rollback_agree(trainer_t *t) {
     }
     if (!rc) {
         t->seen_reconnects = t->emb->ops->reconnects(t->emb);
+        t->seen_push_fails = atomic_load(&t->server_push_fails);
         t->want_rollback = false;
     }
     pc_sfree(ck);
@@ -539,6 +540,7 @@ static uint64_t unclean_now(trainer_t *t) {
 
 void pw__losses_start(trainer_t *t) {
     t->seen_reconnects = t->emb->ops->reconnects(t->emb);
+    t->seen_push_fails = atomic_load(&t->server_push_fails);
     t->seen_unclean = unclean_now(t);
     look_map(t, true);
 }
@@ -696,8 +698,9 @@ int pw__rows_went_back(trainer_t *t) {
 
 /* With rollback_on_server_loss: whether this worker wants a job rollback: a connection to a
  * server was lost since the last look (the client reconnected: the server may have restarted
- * from an older checkpoint of its own) and the map at the look before it called for a rollback
- * (look_map, DESIGN), or an earlier want is still pending. */
+ * from an older checkpoint of its own), or a push failed for a server failure (the worker may
+ * make no call after it that would reconnect: its data ran out), and the map at the look before
+ * it called for a rollback (look_map, DESIGN), or an earlier want is still pending. */
 bool pw__server_lost(trainer_t *t) {
     if (!t->grp || t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK)
         return false;
@@ -706,9 +709,11 @@ bool pw__server_lost(trainer_t *t) {
     const bool rolls_back = t->loss_rolls_back; /* as the map was before this loss */
     look_map(t, false);
     const uint64_t reconnects = t->emb->ops->reconnects(t->emb);
-    if (reconnects == t->seen_reconnects)
+    const uint64_t fails = atomic_load(&t->server_push_fails);
+    if (reconnects == t->seen_reconnects && fails == t->seen_push_fails)
         return false;
     t->seen_reconnects = reconnects;
+    t->seen_push_fails = fails;
     if (!rolls_back) {
         PC_INFO("train: a server connection was lost; the servers have replicas: no rollback (a "
                 "failover keeps every acknowledged push, or counts the slots it cannot)");

@@ -567,6 +567,22 @@ static int round_stops(trainer_t *t, uint64_t cur, const char *const *test, size
     return rc || *again ? rc : eval_round(t, cur, test, ntest, res, stop, again);
 }
 
+/* A group's step (every round before it applied): when a server was lost (pw__server_lost),
+ * propose a new generation and re-form the group, which rolls the job back (*again: start the
+ * step over). A proposal that fails (the coordinator) is tried again at the next step. */
+static int rollback_if_lost(trainer_t *t, bool *again) {
+    *again = false;
+    if (!pw__server_lost(t))
+        return 0;
+    const int rc = pw_group_reform(t->grp);
+    if (rc) {
+        PC_WARN("train: cannot propose the rollback's generation: %s", pc_strerror(rc));
+        return 0;
+    }
+    *again = true;
+    return pw__pipeline_regroup(t);
+}
+
 /* Bytes the training stream will read (all epochs), or 0 when unknown (stdin, TCP, gzip). */
 static uint64_t stream_bytes(const char *const *paths, size_t n, int epochs) {
     uint64_t total = 0;
@@ -798,8 +814,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             }
             if ((rc = round_stops(&t, t.next_round, test, ntest, res, &stop, &again)))
                 break;
-            if (again)
-                continue;
+            if (again || (rc = rollback_if_lost(&t, &again)) || again)
+                continue; /* (out of data: its last pushes may have failed, see pw__server_lost) */
             publish_dense(&t, false); /* rank 0 out of data: its versions stay on schedule */
             pw__log_step(&t, t.next_round, "start");
             (void)pw__round_submit(&t, NULL, false); /* no slot: nothing to allocate */
@@ -826,16 +842,8 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         publish_dense(&t, false);
         if ((rc = pw__slot_rows(&t, s)) || (rc = pw__rows_went_back(&t)))
             break;
-        if (pw__server_lost(&t)) {               /* the servers answer again: roll the job back */
-            if ((rc = pw_group_reform(t.grp))) { /* the coordinator: tried again next step */
-                PC_WARN("train: cannot propose the rollback's generation: %s", pc_strerror(rc));
-                rc = 0;
-            } else {
-                if ((rc = pw__pipeline_regroup(&t)))
-                    break;
-                continue;
-            }
-        }
+        if ((rc = rollback_if_lost(&t, &again)) || again)
+            continue;
         const uint64_t unapplied = cur - t.applied; /* split: one more, its rows not stale */
         const uint64_t ahead = unapplied > (uint64_t)t.split ? unapplied - (uint64_t)t.split : 0;
         if (ahead > t.max_ahead)

@@ -147,6 +147,7 @@ typedef struct trainer {
     int nplan;
     uint64_t next_round, applied; /* rounds submitted, rounds applied */
     atomic_ullong lost_pushes;
+    atomic_ullong server_push_fails; /* of those, pushes a server failure cut short (push_done) */
     atomic_int push_refused; /* a round's pushes refused by a server (not a transient failure):
                               * the code (this worker's, PC_EIO for another's); the job stops */
     atomic_bool coll_broken; /* an ordered-lane collective failed (until the group re-forms) */
@@ -163,6 +164,7 @@ typedef struct trainer {
     bool pos_saved;           /* this worker's last position reached the coordinator */
     uint64_t pos_retry_ns;    /* after a failed save, the next try waits until then */
     uint64_t seen_reconnects; /* the store's reconnects when last looked at (rollback) */
+    uint64_t seen_push_fails; /* server_push_fails then */
     uint64_t seen_unclean;    /* the store's unclean_slots at the last look (pw__rows_went_back) */
     uint64_t unclean_slots;   /* its growth since the start */
     bool loss_rolls_back;     /* a lost connection calls for a job rollback (look_map) */
