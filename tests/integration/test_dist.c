@@ -899,9 +899,12 @@ static void *feed(void *arg) {
 /* Mid-run evaluations (--eval-every) that last longer than the collectives' timeout
  * (--timeout-ms): the members wait for rank 0's at the same round, so the group does not
  * re-form (rank 1 once waited inside the next allreduce, which timed out: a new generation,
- * rounds thrown away) and the model is the uninterrupted run's to the last bit. */
-static void test_eval_longer_than_timeout(void **state) {
-    (void)state;
+ * rounds thrown away) and the model is the uninterrupted run's to the last bit. With
+ * `rank1_wait` (rank 1's --eval-timeout-ms shorter than an evaluation) the group re-forms at
+ * each evaluation's round instead, after rank 0 took it: it is not taken again (the group's
+ * agreement carries rank 0's last evaluated round; one missed there is taken after it), and the
+ * model is still exact (every round before it was applied). */
+static void eval_long_run(const char *rank1_wait) {
     const double auc0 = base_auc();
     cluster_t c;
     cluster_up(&c, RTABLE);
@@ -918,7 +921,7 @@ static void test_eval_longer_than_timeout(void **state) {
     assert_int_equal(pthread_create(&th, NULL, feed, &f), 0);
     /* as a job is started: only rank 0, the evaluator, is given the evaluation's settings */
     rjob_t j = {.c = &c,
-                .job = "slowev",
+                .job = rank1_wait ? "slowev2" : "slowev",
                 .policy = "wait",
                 .rejoin_ms = 500,
                 .extra = {test, every, "--timeout-ms=" STR(EV_TIMEOUT_MS)},
@@ -927,7 +930,8 @@ static void test_eval_longer_than_timeout(void **state) {
     snprintf(j.out[1], sizeof j.out[1], "%s/slow1.json", g_dir);
     pid_t p0 = rworker(&j, 0, j.out[0]);
     j.extra[0] = "--timeout-ms=" STR(EV_TIMEOUT_MS);
-    j.extra[1] = NULL;
+    j.extra[1] = rank1_wait;
+    j.extra[2] = NULL;
     pid_t p1 = rworker(&j, 1, j.out[1]);
     const int rc0 = pu_reap(p0, 180), rc1 = pu_reap(p1, 180);
     atomic_store(&f.stop, true);
@@ -938,19 +942,33 @@ static void test_eval_longer_than_timeout(void **state) {
         evals++;
     job_key(co, j.job, "g/1", v, sizeof v);
     const double auc = json_num(j.out[0], "auc");
-    print_message("evaluations of >= %d ms with a %d ms timeout: %d mid-run, %d served; AUC "
+    print_message("evaluations of >= %d ms with a %d ms timeout%s%s: %d mid-run, %d served; AUC "
                   "%.8f (uninterrupted %.8f); generation 1: %s\n",
-                  f.delay_ms, EV_TIMEOUT_MS, evals, f.served, auc, auc0, v[0] ? v : "none");
+                  f.delay_ms, EV_TIMEOUT_MS, rank1_wait ? ", rank 1 " : "",
+                  rank1_wait ? rank1_wait : "", evals, f.served, auc, auc0, v[0] ? v : "none");
     assert_int_equal(rc0, 0);
     assert_int_equal(rc1, 0);
     assert_int_equal(evals, 2);
-    assert_string_equal(v, ""); /* the group never re-formed */
+    if (rank1_wait)
+        assert_true(v[0] != '\0'); /* re-formed */
+    else
+        assert_string_equal(v, ""); /* the group never re-formed */
     for (int k = 0; k < 2; k++)
         assert_true(json_num(j.out[k], "lost_pushes") == 0);
     assert_true(auc == auc0);
     unlink(fifo);
     pw_coord_close(co);
     cluster_down(&c);
+}
+
+static void test_eval_longer_than_timeout(void **state) {
+    (void)state;
+    eval_long_run(NULL);
+}
+
+static void test_eval_regroup_after_eval(void **state) {
+    (void)state;
+    eval_long_run("--eval-timeout-ms=1000");
 }
 
 /* Rank 1 killed and started again with another dense model (--top): it ends with an error
@@ -1932,6 +1950,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_all_restarted),
         cmocka_unit_test(test_misconfigured_rejoin),
         cmocka_unit_test(test_eval_longer_than_timeout),
+        cmocka_unit_test(test_eval_regroup_after_eval),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_server_restart),
         cmocka_unit_test(test_primary_kill_with_replicas),

@@ -165,8 +165,9 @@ static const char *plan_text(int k, uint64_t v, char *buf) {
 
 /* Member i's entry of the agreement: steps + 1 (0: no trained state), the dense state's size,
  * the plan (PLAN_N values), its evaluation rounds (eval_rounds_of: group rank 0's are the
- * group's): two floats each. */
-enum { INFO_EVAL = 2 * (2 + PLAN_N), INFO_W = INFO_EVAL + 2 };
+ * group's) and the round of its last mid-run evaluation (group rank 0's: whether the one due
+ * where the group re-formed was taken): two floats each. */
+enum { INFO_EVAL = 2 * (2 + PLAN_N), INFO_TAKEN = INFO_EVAL + 2, INFO_W = INFO_TAKEN + 2 };
 
 /* Whether members i and j could train together (size and plan). */
 static bool same_shape(const float *info, int i, int j) {
@@ -199,10 +200,12 @@ static int sync_state(trainer_t *t) {
     for (int k = 0; k < PLAN_N; k++)
         u64_put(info + INFO_W * me + 4 + 2 * k, plan[k]);
     u64_put(info + INFO_W * me + INFO_EVAL, eval_rounds_of(t));
+    u64_put(info + INFO_W * me + INFO_TAKEN, t->eval_taken);
     int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * INFO_W);
     /* Rank 0 evaluates: every member stops at its evaluation rounds (only rank 0 is usually
      * given --test and --eval-every; a member's own value is not used) */
     t->eval_rounds = rc ? 0 : u64_get(info + INFO_EVAL);
+    t->rank0_eval_taken = rc ? 0 : u64_get(info + INFO_TAKEN);
     if (!rc && me != 0 && eval_rounds_of(t) && t->eval_rounds != eval_rounds_of(t))
         PC_WARN("train: this worker's --eval-every (%llu rounds) is not the group's: rank 0 "
                 "evaluates, %s",
@@ -754,8 +757,14 @@ int pw__pipeline_regroup(trainer_t *t) {
         return rc;
     t->next_round = t->applied = t->step;
     /* A member that met the new generation before a checkpoint due at this step and one that
-     * tried it first (its collective failed as the other left) would disagree on taking it */
-    t->last_ckpt = t->last_eval = t->step;
+     * tried it first (its collective failed as the other left) would disagree on taking it: it
+     * is skipped. An evaluation due here is taken when rank 0 has not taken it (a regroup before
+     * it skipped it), decided alike by every member from the agreed values; one taken (its
+     * barrier failed: a long evaluation) is not taken again. */
+    t->last_ckpt = t->step;
+    const bool eval_missed =
+        t->eval_rounds && t->step && t->step % t->eval_rounds == 0 && t->rank0_eval_taken < t->step;
+    t->last_eval = eval_missed ? UINT64_MAX : t->step;
     if (t->reposition) /* rolled back: the batches read ahead are read again later */
         t->filled = 0;
     for (int i = 0; i < t->filled; i++) {

@@ -551,6 +551,8 @@ static int eval_round(trainer_t *t, uint64_t cur, const char *const *test, size_
     int rc = pw__apply_rounds(t, 0, true, stop);
     if (!rc && evaluator && ntest && (rc = evaluate_mid(t, test, ntest, res)))
         return rc; /* the others' barrier fails: they re-form without this member */
+    if (!rc && evaluator && ntest)
+        t->eval_taken = cur; /* (a regroup at cur does not take it again) */
     /* rank 0 comes last unless a member's pushes still wait for a server (server_retry_ms) */
     const int64_t wait_ms =
         evaluator ? t->c->timeout_ms + t->c->server_retry_ms : t->c->eval_timeout_ms;

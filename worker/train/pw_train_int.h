@@ -179,7 +179,10 @@ typedef struct trainer {
                                  * group agreed on, pw__pipeline_regroup: every member skips a
                                  * checkpoint due there, so that all enter the same collectives) */
     uint64_t last_eval;         /* the round of the last mid-run evaluation in a group (or the
-                                 * step a group agreed on, as last_ckpt) */
+                                 * step a group agreed on, as last_ckpt, unless the evaluation
+                                 * due there was not taken: pw__pipeline_regroup) */
+    uint64_t eval_taken;        /* the round of this worker's last mid-run evaluation (0: none) */
+    uint64_t rank0_eval_taken;  /* group rank 0's eval_taken when the group formed (sync_state) */
     bool evaluates;             /* this worker has a test stream */
     uint64_t eval_rounds;       /* a group's rounds between mid-run evaluations: its rank 0's
                                  * (sync_state), 0: none */
