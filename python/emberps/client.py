@@ -225,10 +225,7 @@ class Client:
                 item = [cid[0], fut, result, keep, False]
                 with self._mu:  # the waiter leaves when idle (under _mu): queued while it runs
                     if self._waiter is None:
-                        waiter = threading.Thread(target=self._wait_loop, name="emberps-waiter",
-                                                  daemon=True)
-                        waiter.start()
-                        self._waiter = waiter
+                        self._start_waiter()
                     self._post(item)
                 return fut
             done = self._wait(cid[0])
@@ -242,6 +239,19 @@ class Client:
             if sync:  # once, whatever happened
                 self._leave()
         return done
+
+    def _start_waiter(self):
+        """Start the waiter thread (_mu held), tracked before it starts: start() interrupted once
+        the thread runs (KeyboardInterrupt in its wait for the thread) left one nobody joined,
+        and the next call started a second."""
+        waiter = threading.Thread(target=self._wait_loop, name="emberps-waiter", daemon=True)
+        self._waiter = waiter
+        try:
+            waiter.start()
+        except BaseException:
+            if waiter.ident is None:  # never ran
+                self._waiter = None
+            raise
 
     def _post(self, item):
         """Queue an item for the waiter (_mu held)."""
@@ -285,7 +295,8 @@ class Client:
                 while not self._pending:
                     left = idle_end - time.monotonic()
                     if left <= 0:
-                        self._waiter = None
+                        if self._waiter is threading.current_thread():
+                            self._waiter = None
                         return
                     self._mu.wait(left)
                 item = self._pending.popleft()

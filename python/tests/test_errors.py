@@ -106,6 +106,34 @@ def test_interrupt_while_handing_over(servers, monkeypatch):
     assert not closer.is_alive()
 
 
+def test_interrupt_in_thread_start(servers, monkeypatch):
+    """A KeyboardInterrupt in Thread.start once the waiter thread runs: the call is waited for,
+    and the thread is the client's (close() joins it; none ran untracked beside a second)."""
+    import threading
+
+    addr, _ = servers(TABLE)
+    c = emberps.Client(addr)
+    keys = np.arange(1, 9, dtype=np.uint64)
+    start = threading.Thread.start
+
+    def started_then_interrupted(self):
+        start(self)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", started_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        c.pull_async("emb", keys)
+    monkeypatch.undo()
+    assert c._busy == 0
+    waiters = [t for t in threading.enumerate() if t.name == "emberps-waiter"]
+    assert waiters and all(t is c._waiter for t in waiters)
+    assert c.pull_async("emb", keys).result(timeout=10).shape == (8, 8)
+    waiters = [t for t in threading.enumerate() if t.name == "emberps-waiter"]
+    assert len(waiters) == 1 and waiters[0] is c._waiter
+    c.close()
+    assert not any(t.name == "emberps-waiter" for t in threading.enumerate())
+
+
 def test_close_again_after_interrupt(servers, monkeypatch):
     """A close() interrupted (here as it tells the waiter thread to end) is done by the next
     close(): it disconnected never again before (the client and its thread leaked)."""
