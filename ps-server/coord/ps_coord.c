@@ -76,9 +76,14 @@ static bool fits(const mem_t *m, size_t grow, bool add) {
     return m->bytes + grow <= PS_COORD_BYTES_MAX && (!add || m->n < PS_COORD_KEYS_MAX);
 }
 
-static int mem_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+/* The condition of a set: any, only when absent, or only at a revision. */
+typedef struct cond {
+    bool if_absent;
+    uint64_t revision; /* > 0: only when the key's revision is this */
+} cond_t;
+
+static int mem_put(mem_t *m, const char *key, const void *value, size_t len, cond_t c,
                    uint32_t lease_ms) {
-    mem_t *m = ctx;
     const size_t kl = key ? strlen(key) : 0;
     if (kl == 0)
         return PC_EINVAL;
@@ -99,7 +104,7 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
         e = slot(m, key); /* the purge may have moved the chain */
     }
     int rc = 0;
-    if (*e && if_absent) {
+    if ((*e && c.if_absent) || (c.revision && (!*e || (*e)->revision != c.revision))) {
         rc = PC_EEXIST;
     } else if (!fits(m, grow, !*e)) {
         rc = PC_EFULL;
@@ -130,7 +135,17 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
     return rc;
 }
 
-static int mem_get(void *ctx, const char *key, void **value, size_t *len) {
+static int mem_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+                   uint32_t lease_ms) {
+    return mem_put(ctx, key, value, len, (cond_t){if_absent, 0}, lease_ms);
+}
+
+static int mem_set_if(void *ctx, const char *key, const void *value, size_t len,
+                      uint64_t revision) {
+    return mem_put(ctx, key, value, len, (cond_t){revision == 0, revision}, 0);
+}
+
+static int mem_get_rev(void *ctx, const char *key, void **value, size_t *len, uint64_t *revision) {
     mem_t *m = ctx;
     pthread_mutex_lock(&m->mu);
     entry_t *e = *live_slot(m, key, pc_time_mono_ns());
@@ -140,9 +155,15 @@ static int mem_get(void *ctx, const char *key, void **value, size_t *len) {
         rc = *value ? 0 : PC_ENOMEM;
         if (!rc)
             *len = e->len;
+        if (!rc && revision)
+            *revision = e->revision;
     }
     pthread_mutex_unlock(&m->mu);
     return rc;
+}
+
+static int mem_get(void *ctx, const char *key, void **value, size_t *len) {
+    return mem_get_rev(ctx, key, value, len, NULL);
 }
 
 static int by_entry_key(const void *a, const void *b) {
@@ -211,6 +232,15 @@ int ps_coord_store_memory(ps_coord_store_t *out) {
     if (!m)
         return PC_ENOMEM;
     pthread_mutex_init(&m->mu, NULL);
-    *out = (ps_coord_store_t){m, mem_set, mem_get, mem_list, mem_destroy};
+    /* revisions go on from the wall clock's nanoseconds: a coordinator started again never
+     * gives a revision a client may still hold from before (its compare-and-set would match) */
+    m->sets = pc_time_wall_ns();
+    *out = (ps_coord_store_t){.ctx = m,
+                              .set = mem_set,
+                              .get = mem_get,
+                              .get_rev = mem_get_rev,
+                              .set_if = mem_set_if,
+                              .list = mem_list,
+                              .destroy = mem_destroy};
     return 0;
 }

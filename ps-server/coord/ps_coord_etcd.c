@@ -305,20 +305,67 @@ static bool is_ours(etcd_t *e, const char *fk, size_t fl, const void *value, siz
     return ours;
 }
 
-static int e_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
-                 uint32_t lease_ms) {
-    etcd_t *e = ctx;
+/* Put `put` in one transaction when the key's create revision is 0 (absent; revision 0) or its
+ * mod revision is `revision`: 0, PC_EEXIST (the compare failed), or a call's error. A retried
+ * attempt that finds the compare failed checks whether the value there is its own put (an
+ * earlier attempt was applied, its answer lost). */
+static int txn_put(etcd_t *e, Emberps__Etcd__PutRequest *put, uint64_t revision, uint64_t end_ns) {
+    Emberps__Etcd__Compare cmp = EMBERPS__ETCD__COMPARE__INIT;
+    cmp.result = EMBERPS__ETCD__COMPARE__COMPARE_RESULT__EQUAL;
+    cmp.key = put->key;
+    if (revision) {
+        cmp.target = EMBERPS__ETCD__COMPARE__COMPARE_TARGET__MOD;
+        cmp.target_union_case = EMBERPS__ETCD__COMPARE__TARGET_UNION_MOD_REVISION;
+        cmp.mod_revision = (int64_t)revision;
+    } else {
+        cmp.target = EMBERPS__ETCD__COMPARE__COMPARE_TARGET__CREATE;
+        cmp.target_union_case = EMBERPS__ETCD__COMPARE__TARGET_UNION_CREATE_REVISION;
+        cmp.create_revision = 0;
+    }
+    Emberps__Etcd__RequestOp op = EMBERPS__ETCD__REQUEST_OP__INIT;
+    op.request_case = EMBERPS__ETCD__REQUEST_OP__REQUEST_REQUEST_PUT;
+    op.request_put = put;
+    Emberps__Etcd__Compare *cmps[] = {&cmp};
+    Emberps__Etcd__RequestOp *ops[] = {&op};
+    Emberps__Etcd__TxnRequest q = EMBERPS__ETCD__TXN_REQUEST__INIT;
+    q.n_compare = 1;
+    q.compare = cmps;
+    q.n_success = 1;
+    q.success = ops;
+    Emberps__Etcd__TxnResponse *r = NULL;
+    bool retried = false;
+    int rc = call_r(e, "/etcdserverpb.KV/Txn", &q.base, &emberps__etcd__txn_response__descriptor,
+                    (ProtobufCMessage **)&r, &retried, end_ns);
+    if (!rc) {
+        rc = r->succeeded ? 0 : PC_EEXIST;
+        emberps__etcd__txn_response__free_unpacked(r, NULL);
+    }
+    if (rc == PC_EEXIST && retried &&
+        is_ours(e, (const char *)put->key.data, put->key.len, put->value.data, put->value.len,
+                put->lease, tail_end(e, end_ns)))
+        rc = 0; /* an attempt whose answer was lost had put it */
+    return rc;
+}
+
+/* A key's checks: PC_EINVAL (empty), PC_ETOOBIG (key or value over the limits). */
+static int key_check(const char *key, size_t len) {
     const size_t kl = key ? strlen(key) : 0;
     if (!kl)
         return PC_EINVAL;
-    if (kl > PS_COORD_KEY_MAX || len > PS_COORD_VALUE_MAX)
-        return PC_ETOOBIG;
+    return kl > PS_COORD_KEY_MAX || len > PS_COORD_VALUE_MAX ? PC_ETOOBIG : 0;
+}
+
+static int e_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+                 uint32_t lease_ms) {
+    etcd_t *e = ctx;
+    int rc = key_check(key, len);
+    if (rc)
+        return rc;
     char fk[PREFIX_MAX + PS_COORD_KEY_MAX + 1];
     const size_t fl = full_key(e, key, fk);
     const uint64_t end_ns = op_end(e); /* the lease's calls, the put, the check, the revoke */
     int64_t lid = 0, ttl = 0;
     bool fresh = false;
-    int rc = 0;
     if (lease_ms) {
         ttl = ((int64_t)lease_ms + 999) / 1000;
         if ((rc = lease_for(e, key, ttl, &lid, &fresh, end_ns)))
@@ -335,32 +382,7 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
         if (!rc)
             emberps__etcd__put_response__free_unpacked(r, NULL);
     } else {
-        Emberps__Etcd__Compare cmp = EMBERPS__ETCD__COMPARE__INIT;
-        cmp.result = EMBERPS__ETCD__COMPARE__COMPARE_RESULT__EQUAL;
-        cmp.target = EMBERPS__ETCD__COMPARE__COMPARE_TARGET__CREATE;
-        cmp.key = put.key;
-        cmp.target_union_case = EMBERPS__ETCD__COMPARE__TARGET_UNION_CREATE_REVISION;
-        cmp.create_revision = 0;
-        Emberps__Etcd__RequestOp op = EMBERPS__ETCD__REQUEST_OP__INIT;
-        op.request_case = EMBERPS__ETCD__REQUEST_OP__REQUEST_REQUEST_PUT;
-        op.request_put = &put;
-        Emberps__Etcd__Compare *cmps[] = {&cmp};
-        Emberps__Etcd__RequestOp *ops[] = {&op};
-        Emberps__Etcd__TxnRequest q = EMBERPS__ETCD__TXN_REQUEST__INIT;
-        q.n_compare = 1;
-        q.compare = cmps;
-        q.n_success = 1;
-        q.success = ops;
-        Emberps__Etcd__TxnResponse *r = NULL;
-        bool retried = false;
-        rc = call_r(e, "/etcdserverpb.KV/Txn", &q.base, &emberps__etcd__txn_response__descriptor,
-                    (ProtobufCMessage **)&r, &retried, end_ns);
-        if (!rc) {
-            rc = r->succeeded ? 0 : PC_EEXIST;
-            emberps__etcd__txn_response__free_unpacked(r, NULL);
-        }
-        if (rc == PC_EEXIST && retried && is_ours(e, fk, fl, value, len, lid, tail_end(e, end_ns)))
-            rc = 0; /* an attempt whose answer was lost had put it */
+        rc = txn_put(e, &put, 0, end_ns);
     }
     if (lease_ms && rc && fresh) {
         revoke(e, lid, tail_end(e, end_ns)); /* nothing was put under it */
@@ -371,7 +393,22 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
     return rc;
 }
 
-static int e_get(void *ctx, const char *key, void **value, size_t *len) {
+static int e_set_if(void *ctx, const char *key, const void *value, size_t len, uint64_t revision) {
+    etcd_t *e = ctx;
+    int rc = key_check(key, len);
+    if (rc)
+        return rc;
+    char fk[PREFIX_MAX + PS_COORD_KEY_MAX + 1];
+    Emberps__Etcd__PutRequest put = EMBERPS__ETCD__PUT_REQUEST__INIT;
+    put.key = (ProtobufCBinaryData){full_key(e, key, fk), (uint8_t *)fk};
+    put.value = (ProtobufCBinaryData){len, (uint8_t *)(uintptr_t)value};
+    if (revision > INT64_MAX) /* etcd's revisions are int64: never this one */
+        return PC_EEXIST;
+    rc = txn_put(e, &put, revision, op_end(e));
+    return rc ? rc : lease_note(e, key, 0, 0); /* no lease now */
+}
+
+static int e_get_rev(void *ctx, const char *key, void **value, size_t *len, uint64_t *revision) {
     etcd_t *e = ctx;
     if (!key || !key[0])
         return PC_EINVAL;
@@ -394,9 +431,15 @@ static int e_get(void *ctx, const char *key, void **value, size_t *len) {
             rc = PC_ENOMEM;
         else
             *len = v->len;
+        if (!rc && revision)
+            *revision = (uint64_t)r->kvs[0]->mod_revision;
     }
     emberps__etcd__range_response__free_unpacked(r, NULL);
     return rc;
+}
+
+static int e_get(void *ctx, const char *key, void **value, size_t *len) {
+    return e_get_rev(ctx, key, value, len, NULL);
 }
 
 /* Milliseconds left of lease id (0 when it is gone or cannot be asked by end_ns). */
@@ -604,6 +647,12 @@ int ps_coord_store_etcd(const char *url, const psg_opts_t *sec, int timeout_ms,
         return rc;
     }
     pthread_mutex_init(&e->mu, NULL);
-    *out = (ps_coord_store_t){e, e_set, e_get, e_list, e_destroy};
+    *out = (ps_coord_store_t){.ctx = e,
+                              .set = e_set,
+                              .get = e_get,
+                              .get_rev = e_get_rev,
+                              .set_if = e_set_if,
+                              .list = e_list,
+                              .destroy = e_destroy};
     return 0;
 }

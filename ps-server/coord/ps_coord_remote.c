@@ -42,7 +42,22 @@ static int r_set(void *ctx, const char *key, const void *value, size_t len, bool
     return rc;
 }
 
-static int r_get(void *ctx, const char *key, void **value, size_t *len) {
+static int r_set_if(void *ctx, const char *key, const void *value, size_t len, uint64_t revision) {
+    if (!revision) /* only when absent */
+        return r_set(ctx, key, value, len, true, 0);
+    Emberps__KvSetRequest q = EMBERPS__KV_SET_REQUEST__INIT;
+    q.key = (char *)key;
+    q.value.data = (uint8_t *)(uintptr_t)value;
+    q.value.len = len;
+    q.if_revision = revision;
+    uint8_t *resp = NULL;
+    size_t rlen = 0;
+    int rc = call(ctx, "/emberps.Coordinator/KvSet", &q.base, &resp, &rlen);
+    free(resp);
+    return rc;
+}
+
+static int r_get_rev(void *ctx, const char *key, void **value, size_t *len, uint64_t *revision) {
     Emberps__KvGetRequest q = EMBERPS__KV_GET_REQUEST__INIT;
     q.key = (char *)key;
     uint8_t *resp = NULL;
@@ -56,8 +71,14 @@ static int r_get(void *ctx, const char *key, void **value, size_t *len) {
         return PC_ECORRUPT;
     if ((*value = pc_kv_dup(r->value.data, r->value.len)))
         *len = r->value.len;
+    if (revision) /* (0 from a server older than the field: no compare-and-set matches it) */
+        *revision = r->revision;
     emberps__kv_get_response__free_unpacked(r, NULL);
     return *value ? 0 : PC_ENOMEM;
+}
+
+static int r_get(void *ctx, const char *key, void **value, size_t *len) {
+    return r_get_rev(ctx, key, value, len, NULL);
 }
 
 static int r_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out, size_t *n,
@@ -127,7 +148,13 @@ int ps_coord_store_remote(const char *addr, const psg_opts_t *sec, int timeout_m
         free(c);
         return rc;
     }
-    *out = (ps_coord_store_t){c, r_set, r_get, r_list, r_destroy};
+    *out = (ps_coord_store_t){.ctx = c,
+                              .set = r_set,
+                              .get = r_get,
+                              .get_rev = r_get_rev,
+                              .set_if = r_set_if,
+                              .list = r_list,
+                              .destroy = r_destroy};
     return 0;
 }
 

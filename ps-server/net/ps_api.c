@@ -482,8 +482,15 @@ static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, b
         emberps__kv_set_request__free_unpacked(q, NULL);
         return;
     }
-    int rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len, q->if_absent,
+    int rc;
+    if (!q->if_revision)
+        rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len, q->if_absent,
                              q->lease_ms);
+    else if (q->if_absent || q->lease_ms)
+        rc = PC_EINVAL; /* (a compare-and-set takes no lease, and a revision is not absent) */
+    else
+        rc = env->coord->set_if(env->coord->ctx, q->key, q->value.data, q->value.len,
+                                q->if_revision);
     if (rc) {
         fail_pc(r, rc, q->key);
     } else {
@@ -506,13 +513,15 @@ static void do_kv_get(const ps_api_env_t *env, const uint8_t *req, size_t len, p
     }
     void *v = NULL;
     size_t vl = 0;
-    int rc = q->key[0] ? env->coord->get(env->coord->ctx, q->key, &v, &vl) : PC_EINVAL;
+    uint64_t rev = 0;
+    int rc = q->key[0] ? env->coord->get_rev(env->coord->ctx, q->key, &v, &vl, &rev) : PC_EINVAL;
     if (rc) {
         fail_pc(r, rc, q->key);
     } else {
         Emberps__KvGetResponse resp = EMBERPS__KV_GET_RESPONSE__INIT;
         resp.value.data = v;
         resp.value.len = vl;
+        resp.revision = rev;
         ps_api_reply_pack(r, &resp.base);
     }
     free(v);

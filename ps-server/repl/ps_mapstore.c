@@ -17,11 +17,15 @@
 #define STOPPED    "stopped"
 
 /* The map under key: 0, PC_ENOTFOUND, PC_EPARSE or the store's error. */
-static int get_text(const ps_coord_store_t *st, const char *key, pc_cluster_map_t **out) {
+static int get_text(const ps_coord_store_t *st, const char *key, pc_cluster_map_t **out,
+                    uint64_t *revision) {
     char err[160];
     void *val = NULL;
     size_t len = 0;
-    int rc = st->get(st->ctx, key, &val, &len);
+    uint64_t rev = 0;
+    int rc = st->get_rev(st->ctx, key, &val, &len, &rev);
+    if (revision)
+        *revision = rc ? 0 : rev;
     char *text = rc ? NULL : malloc(len + 1);
     if (!rc && !text)
         rc = PC_ENOMEM;
@@ -36,15 +40,15 @@ static int get_text(const ps_coord_store_t *st, const char *key, pc_cluster_map_
     return rc;
 }
 
-/* Write m's text under key (if_absent: set-if-absent). */
+/* Write m's text under key: if absent (revision 0), or compare-and-set at revision. */
 static int put_text(const ps_coord_store_t *st, const char *key, const pc_cluster_map_t *m,
-                    bool if_absent) {
+                    uint64_t revision) {
     const size_t len = pc_cmap_format(m, NULL, 0);
     char *text = malloc(len + 1);
     if (!text)
         return PC_ENOMEM;
     pc_cmap_format(m, text, len + 1);
-    int rc = st->set(st->ctx, key, text, len, if_absent, 0);
+    int rc = st->set_if(st->ctx, key, text, len, revision);
     free(text);
     return rc;
 }
@@ -52,7 +56,7 @@ static int put_text(const ps_coord_store_t *st, const char *key, const pc_cluste
 int ps_mapstore_get(const ps_coord_store_t *st, uint64_t v, pc_cluster_map_t **out) {
     char key[64];
     snprintf(key, sizeof key, MAP_PREFIX "%020" PRIu64, v);
-    return get_text(st, key, out);
+    return get_text(st, key, out, NULL);
 }
 
 int ps_mapstore_newest(const ps_coord_store_t *st, uint64_t from, uint64_t guess,
@@ -98,7 +102,7 @@ int ps_mapstore_newest(const ps_coord_store_t *st, uint64_t from, uint64_t guess
 int ps_mapstore_put(const ps_coord_store_t *st, const pc_cluster_map_t *m) {
     char key[64];
     snprintf(key, sizeof key, MAP_PREFIX "%020" PRIu64, pc_cmap_version(m));
-    int rc = put_text(st, key, m, true);
+    int rc = put_text(st, key, m, 0);
     if (!rc) { /* the hint: best effort (readers walk forward from any version) */
         char v[32];
         const int n = snprintf(v, sizeof v, "%" PRIu64, pc_cmap_version(m));
@@ -107,12 +111,13 @@ int ps_mapstore_put(const ps_coord_store_t *st, const pc_cluster_map_t *m) {
     return rc;
 }
 
-int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out) {
-    return get_text(st, TARGET, out);
+int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out, uint64_t *revision) {
+    return get_text(st, TARGET, out, revision);
 }
 
-int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target) {
-    return put_text(st, TARGET, target, false);
+int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target,
+                           uint64_t revision) {
+    return put_text(st, TARGET, target, revision);
 }
 
 /* The run record's key of addr. */

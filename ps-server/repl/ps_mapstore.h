@@ -39,11 +39,15 @@ int ps_mapstore_newest(const ps_coord_store_t *st, uint64_t from, uint64_t guess
  * error. The hint follows a win. */
 int ps_mapstore_put(const ps_coord_store_t *st, const pc_cluster_map_t *m);
 
-/* The resharding target: 0, PC_ENOTFOUND (none asked), PC_EPARSE (logged) or the store's error. */
-int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out);
+/* The resharding target: 0, PC_ENOTFOUND (none asked), PC_EPARSE (logged) or the store's
+ * error. *revision (may be NULL): its revision in the store (0: none), whatever it holds. */
+int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out, uint64_t *revision);
 
-/* Replace the resharding target. */
-int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target);
+/* Replace the resharding target read at `revision` (ps_mapstore_get_target's; 0: none was
+ * there): PC_EEXIST when another was written since (plan again from it: two operators'
+ * resharding at once must not lose one), else 0 or the store's error. */
+int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target,
+                           uint64_t revision);
 
 /* A server at `addr` starts from checkpoint `restored` (0: empty tables): *went_back is set when
  * a run of it is on record that did not stop with exactly those rows (a crash, a kill, a stop

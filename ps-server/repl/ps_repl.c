@@ -685,7 +685,7 @@ static void note_synced(ps_repl_t *r) {
  * first ones, in place); the last one stays when the coordinator does not answer. */
 static void read_target(ps_repl_t *r, const pc_cluster_map_t *m) {
     pc_cluster_map_t *t = NULL;
-    int rc = ps_mapstore_get_target(&r->store, &t);
+    int rc = ps_mapstore_get_target(&r->store, &t, NULL);
     if (rc && rc != PC_ENOTFOUND)
         return;
     bool fits = t && pc_cmap_nservers(t) <= pc_cmap_nservers(m);

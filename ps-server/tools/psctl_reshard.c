@@ -68,11 +68,13 @@ static bool target_fits(const pc_cluster_map_t *m, const pc_cluster_map_t *t) {
 
 /* The resharding asked before that the map has not reached (*pending, NULL when none), listing
  * the map's servers: a new plan builds on it, so that it goes on rather than being cancelled.
- * Exit code when the target cannot be read (a pending one taken for none would be cancelled). */
+ * *revision: the stored target's (0: none), for the compare-and-set of the new one. Exit code
+ * when the target cannot be read (a pending one taken for none would be cancelled). */
 static int pending_target(const psctl_reshard_opts_t *o, ps_coord_store_t *st,
-                          const pc_cluster_map_t *m, pc_cluster_map_t **pending, uint64_t *hash) {
+                          const pc_cluster_map_t *m, pc_cluster_map_t **pending, uint64_t *hash,
+                          uint64_t *revision) {
     *pending = NULL;
-    int rc = ps_mapstore_get_target(st, pending);
+    int rc = ps_mapstore_get_target(st, pending, revision);
     if (rc == PC_ENOTFOUND)
         return 0;
     if (rc) {
@@ -186,6 +188,10 @@ static int note_added(ps_coord_store_t *st, const pc_cluster_map_t *t, const cha
     return rc;
 }
 
+/* What add and remove return when another psctl wrote a target between their read and their
+ * write (the compare-and-set lost): nothing said, plan again from that one. */
+#define AGAIN (-1)
+
 /* add: list the server (its own map version), then the target. */
 static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *addr) {
     pc_cluster_map_t *m = NULL;
@@ -220,8 +226,8 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
     }
     /* from the resharding asked before, when there is one */
     pc_cluster_map_t *t = NULL, *base = NULL;
-    uint64_t bh = 0;
-    if ((rc = pending_target(o, st, m, &base, &bh))) {
+    uint64_t bh = 0, rev = 0;
+    if ((rc = pending_target(o, st, m, &base, &bh, &rev))) {
         pc_cmap_destroy(m);
         return rc;
     }
@@ -243,7 +249,9 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
         else if (rc)
             fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
-        else if ((rc = note_added(st, t, adds, alen, addr)) || (rc = ps_mapstore_put_target(st, t)))
+        else if ((rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST)
+            rc = AGAIN;
+        else if (rc || (rc = note_added(st, t, adds, alen, addr)))
             fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
     }
     free(added);
@@ -267,7 +275,7 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
     }
     pc_cmap_destroy(m);
     pc_cmap_destroy(t);
-    return rc ? (rc == PC_EINVAL ? 1 : psctl_exit_of(rc)) : 0;
+    return rc == AGAIN ? AGAIN : rc ? (rc == PC_EINVAL ? 1 : psctl_exit_of(rc)) : 0;
 }
 
 /* remove: the target without the server's roles, from the target asked before if any. */
@@ -282,14 +290,17 @@ static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, co
         pc_cmap_destroy(m);
         return 1;
     }
-    if ((rc = pending_target(o, st, m, &base, NULL))) {
+    uint64_t rev = 0;
+    if ((rc = pending_target(o, st, m, &base, NULL, &rev))) {
         pc_cmap_destroy(m);
         return rc;
     }
     rc = pc_cmap_plan_remove(base ? base : m, (uint32_t)idx, &t);
     if (rc == PC_EINVAL)
         fprintf(stderr, "psctl: reshard remove %s: it is the only server with slots\n", addr);
-    else if (!rc && (rc = ps_mapstore_put_target(st, t)))
+    else if (!rc && (rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST)
+        rc = AGAIN;
+    else if (rc)
         fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
     if (!rc) {
         cJSON *j = o->json ? cJSON_CreateObject() : NULL;
@@ -305,7 +316,7 @@ static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, co
     pc_cmap_destroy(m);
     pc_cmap_destroy(base);
     pc_cmap_destroy(t);
-    return rc ? (rc == PC_EINVAL ? 1 : psctl_exit_of(rc)) : 0;
+    return rc == AGAIN ? AGAIN : rc ? (rc == PC_EINVAL ? 1 : psctl_exit_of(rc)) : 0;
 }
 
 /* status, and wait: *slots_left (0 with no target). */
@@ -315,7 +326,7 @@ static int status(const psctl_reshard_opts_t *o, ps_coord_store_t *st, bool prin
     int rc = newest(o, st, &m);
     if (rc)
         return rc;
-    int trc = ps_mapstore_get_target(st, &t);
+    int trc = ps_mapstore_get_target(st, &t, NULL);
     if (trc && trc != PC_ENOTFOUND) {
         g_transient = trc == PC_EUNAVAIL || trc == PC_ETIMEDOUT;
         if (!g_retrying || !g_transient)
@@ -364,10 +375,21 @@ int psctl_reshard(const psctl_reshard_opts_t *o, int nargs, char **args) {
         return 2;
     }
     uint32_t slots = 0;
-    if (!strcmp(args[0], "add")) {
-        rc = add(o, &st, args[1]);
-    } else if (!strcmp(args[0], "remove")) {
-        rc = remove_server(o, &st, args[1]);
+    if (!strcmp(args[0], "add") || !strcmp(args[0], "remove")) {
+        /* another psctl's target written between this one's read and write: plan again on it */
+        const bool adding = !strcmp(args[0], "add");
+        for (int tries = 0;
+             (rc = adding ? add(o, &st, args[1]) : remove_server(o, &st, args[1])) == AGAIN;) {
+            if (++tries == 20) {
+                fprintf(stderr,
+                        "psctl: reshard %s %s: the target kept changing (other psctl "
+                        "runs): try again\n",
+                        args[0], args[1]);
+                rc = 1;
+                break;
+            }
+            pc_time_sleep_ms(10 * (uint32_t)tries);
+        }
     } else if (!strcmp(args[0], "status")) {
         rc = status(o, &st, true, &slots);
     } else {

@@ -11,6 +11,7 @@
  *    connections open, answering nothing), while a writer and a heartbeat run: no operation
  *    fails (a pause, not an error) and every acknowledged value is read back.
  * Skips (77) when etcd is not installed. Every wait is bounded. */
+#include "kv_check.h"
 #include "test_util.h"
 
 #include "pc_error.h"
@@ -76,23 +77,6 @@ static int cluster_down(void **state) {
     return system(cmd) ? -1 : 0;
 }
 
-typedef struct {
-    ps_coord_store_t *st;
-    atomic_int *wins;
-    int id;
-    int rc; /* asserted by the main thread: cmocka's asserts belong to the test's thread */
-} racer_t;
-
-static void *race(void *arg) {
-    racer_t *r = arg;
-    char v[16];
-    snprintf(v, sizeof v, "r%d", r->id);
-    r->rc = r->st->set(r->st->ctx, "race/winner", v, strlen(v), true, 0);
-    if (r->rc == 0)
-        atomic_fetch_add(r->wins, 1);
-    return NULL;
-}
-
 static void test_one_member(void **state) {
     (void)state;
     assert_int_equal(sh("%s start %s %s", "1"), 0);
@@ -108,21 +92,9 @@ static void test_one_member(void **state) {
     expect(&st, "a", "two");
     assert_int_equal(st.set(st.ctx, "empty", "", 0, false, 0), 0);
     expect(&st, "empty", "");
-    expect(&other, "a", NULL); /* another prefix, another namespace */
-    /* racing if_absent: exactly one winner */
-    atomic_int wins = 0;
-    pthread_t th[6];
-    racer_t rr[6];
-    for (int i = 0; i < 6; i++) {
-        rr[i] = (racer_t){&st, &wins, i, 0};
-        pthread_create(&th[i], NULL, race, &rr[i]);
-    }
-    for (int i = 0; i < 6; i++) {
-        pthread_join(th[i], NULL);
-        if (rr[i].rc)
-            assert_int_equal(rr[i].rc, PC_EEXIST); /* the losers: refused, nothing else */
-    }
-    assert_int_equal(atomic_load(&wins), 1);
+    expect(&other, "a", NULL);                       /* another prefix, another namespace */
+    kc_race_one_wins(&st, "race/winner", KC_ABSENT); /* racing if_absent: exactly one winner */
+    kc_cas_check(&st, "cas");
     /* list: sorted, under the prefix only, limits and truncation, leases */
     const char *keys[] = {"job/w/3", "job/w/1", "job/w/2", "job/x", "jobz"};
     for (int i = 0; i < 5; i++)
@@ -145,7 +117,7 @@ static void test_one_member(void **state) {
     assert_true(trunc);
     pc_kv_entries_free(e, n);
     assert_int_equal(st.list(st.ctx, "", 100, &e, &n, &trunc), 0);
-    assert_int_equal(n, 8); /* a, empty, race/winner, the 5 job keys; nothing of /t2/ */
+    assert_int_equal(n, 9); /* a, cas, empty, race/winner, the 5 job keys; nothing of /t2/ */
     pc_kv_entries_free(e, n);
     assert_int_equal(other.list(other.ctx, "", 100, &e, &n, &trunc), 0);
     assert_int_equal(n, 0);

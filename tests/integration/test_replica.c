@@ -51,6 +51,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1233,6 +1234,22 @@ static pc_cluster_map_t *reshard_add_target(int grpc_port, int port) {
     return t;
 }
 
+/* `psctl reshard add` of port, run from a thread (its exit code kept: the test's thread
+ * asserts). */
+typedef struct concurrent_add {
+    int grpc_port, port, rc;
+    pthread_t th;
+} concurrent_add_t;
+
+static void *add_thread(void *arg) {
+    concurrent_add_t *a = arg;
+    char addr[64], out[8192];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", a->port);
+    const char *args[] = {"reshard", "add", addr, NULL};
+    a->rc = pu_psctl(g_psctl, a->grpc_port, out, sizeof out, args);
+    return NULL;
+}
+
 static void test_reshard_absent_server(void **state) {
     (void)state;
     cluster_t cl;
@@ -1265,14 +1282,35 @@ static void test_reshard_absent_server(void **state) {
     const bool both = pc_cmap_has_role(t, 2) && pc_cmap_has_role(t, 3);
     pc_cmap_destroy(t);
     assert_true(both);
+    /* two psctl adding two servers at once (two operators): the target gives all four theirs
+     * (each writes by compare-and-set on the target it read; the last plain write won before,
+     * and the other's server had no slots while its psctl said it had) */
+    concurrent_add_t ca[2] = {{.grpc_port = cl.grpc0, .port = pu_free_port(), .rc = -1},
+                              {.grpc_port = cl.grpc0, .port = pu_free_port(), .rc = -1}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&ca[i].th, NULL, add_thread, &ca[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(ca[i].th, NULL);
+        assert_int_equal(ca[i].rc, 0);
+    }
+    t = reshard_add_target(cl.grpc0, ca[1].port); /* (said again: the target as it is) */
+    const int added[] = {p2, p3, ca[0].port, ca[1].port};
+    for (int i = 0; i < 4; i++) {
+        char addr[64];
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", added[i]);
+        const int idx = pc_cmap_find(t, addr);
+        if (idx < 0 || !pc_cmap_has_role(t, (uint32_t)idx))
+            fail_msg("%s has no role in the target after two adds at once", addr);
+    }
+    pc_cmap_destroy(t);
     { /* a server that holds slots already is not added again (exit 1), pending target or not */
         char addr[64], out[8192];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", cl.p1);
         const char *args[] = {"reshard", "add", addr, NULL};
         assert_int_equal(pu_psctl(g_psctl, cl.grpc0, out, sizeof out, args), 1);
     }
-    cc_reshard_remove(g_psctl, cl.grpc0, p3);
-    cc_reshard_remove(g_psctl, cl.grpc0, p2);
+    for (int i = 3; i >= 0; i--)
+        cc_reshard_remove(g_psctl, cl.grpc0, added[i]);
     for (double t0 = pu_now(); !cc_reshard_done(g_psctl, cl.grpc0) && pu_now() - t0 < 10;)
         usleep(50000);
     assert_true(cc_reshard_done(g_psctl, cl.grpc0));

@@ -1,6 +1,7 @@
 /* The coordinator's map store (ps_mapstore.h) on the in-process store: map versions written once
  * and found from any known one, and a server's run record, which tells a restarted server
  * whether it starts with the rows its last run ended with. */
+#include "kv_check.h"
 #include "test_util.h"
 
 #include <string.h>
@@ -46,6 +47,42 @@ static bool begin(ps_coord_store_t *st, const char *addr, uint64_t restored, cha
     return back;
 }
 
+/* The resharding target is replaced by compare-and-set: two operators' psctl planning from the
+ * same target (here none, then the first's) cannot both write, so neither plan is lost: the
+ * second plans again from the first's (the last plain write won, and psctl said the loser's
+ * server had its slots). The store's compare-and-set itself: kc_cas_check. */
+static void test_target_cas(void **state) {
+    (void)state;
+    ps_coord_store_t st;
+    assert_int_equal(ps_coord_store_memory(&st), 0);
+    kc_cas_check(&st, "job/cas");
+    const char *addrs[] = {"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"};
+    pc_cluster_map_t *m, *a, *b, *got;
+    assert_int_equal(pc_cmap_create_even(1, 3, addrs, &m), 0);
+    uint64_t rev_a = 1, rev_b = 1;
+    assert_int_equal(ps_mapstore_get_target(&st, &got, &rev_a), PC_ENOTFOUND);
+    assert_int_equal(ps_mapstore_get_target(&st, &got, &rev_b), PC_ENOTFOUND);
+    assert_true(rev_a == 0 && rev_b == 0);
+    assert_int_equal(pc_cmap_plan_remove(m, 1, &a), 0); /* operator A */
+    assert_int_equal(pc_cmap_plan_remove(m, 2, &b), 0); /* operator B, from the same base */
+    assert_int_equal(ps_mapstore_put_target(&st, a, rev_a), 0);
+    assert_int_equal(ps_mapstore_put_target(&st, b, rev_b), PC_EEXIST);
+    pc_cmap_destroy(b);
+    assert_int_equal(ps_mapstore_get_target(&st, &got, &rev_b), 0); /* B again, from A's */
+    assert_true(rev_b > 0 && pc_cmap_roles_same(got, a));
+    assert_int_equal(pc_cmap_plan_remove(got, 2, &b), 0);
+    pc_cmap_destroy(got);
+    assert_int_equal(ps_mapstore_put_target(&st, b, rev_b), 0);
+    assert_int_equal(ps_mapstore_put_target(&st, a, rev_a), PC_EEXIST); /* A's stale read */
+    assert_int_equal(ps_mapstore_get_target(&st, &got, NULL), 0);
+    assert_int_equal(pc_cmap_server_slots(got, 0), PC_NSLOTS); /* both plans in it */
+    pc_cmap_destroy(got);
+    pc_cmap_destroy(a);
+    pc_cmap_destroy(b);
+    pc_cmap_destroy(m);
+    st.destroy(st.ctx);
+}
+
 static void test_run_record(void **state) {
     (void)state;
     ps_coord_store_t st;
@@ -89,6 +126,7 @@ static void test_run_record(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_versions),
+        cmocka_unit_test(test_target_cas),
         cmocka_unit_test(test_run_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
