@@ -27,14 +27,16 @@ static int call(remote_t *c, const char *method, const ProtobufCMessage *m, uint
     return rc;
 }
 
-static int r_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
-                 uint32_t lease_ms) {
+/* One KvSet: its condition (if_absent, or at a revision) and lease. */
+static int r_put(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+                 uint32_t lease_ms, uint64_t revision) {
     Emberps__KvSetRequest q = EMBERPS__KV_SET_REQUEST__INIT;
     q.key = (char *)key;
     q.value.data = (uint8_t *)(uintptr_t)value;
     q.value.len = len;
     q.if_absent = if_absent;
     q.lease_ms = lease_ms;
+    q.if_revision = revision;
     uint8_t *resp = NULL;
     size_t rlen = 0;
     int rc = call(ctx, "/emberps.Coordinator/KvSet", &q.base, &resp, &rlen);
@@ -42,19 +44,13 @@ static int r_set(void *ctx, const char *key, const void *value, size_t len, bool
     return rc;
 }
 
+static int r_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+                 uint32_t lease_ms) {
+    return r_put(ctx, key, value, len, if_absent, lease_ms, 0);
+}
+
 static int r_set_if(void *ctx, const char *key, const void *value, size_t len, uint64_t revision) {
-    if (!revision) /* only when absent */
-        return r_set(ctx, key, value, len, true, 0);
-    Emberps__KvSetRequest q = EMBERPS__KV_SET_REQUEST__INIT;
-    q.key = (char *)key;
-    q.value.data = (uint8_t *)(uintptr_t)value;
-    q.value.len = len;
-    q.if_revision = revision;
-    uint8_t *resp = NULL;
-    size_t rlen = 0;
-    int rc = call(ctx, "/emberps.Coordinator/KvSet", &q.base, &resp, &rlen);
-    free(resp);
-    return rc;
+    return r_put(ctx, key, value, len, revision == 0, 0, revision); /* 0: only when absent */
 }
 
 static int r_get_rev(void *ctx, const char *key, void **value, size_t *len, uint64_t *revision) {
