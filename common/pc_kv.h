@@ -15,8 +15,9 @@ typedef struct pc_kv_entry {
     size_t len;             /* of value */
     uint32_t lease_left_ms; /* 0: no lease (the key stays) */
     /* Changes with every set of the key, even to the same value (etcd's mod_revision; the
-     * memory store's count of sets): a heartbeat shows as a new revision, which a lease's time
-     * left (whole seconds on etcd) cannot show. 0: unknown. */
+     * memory store's count of sets, from the wall clock's nanoseconds at its start): a heartbeat
+     * shows as a new revision, which a lease's time left (whole seconds on etcd) cannot show. 0:
+     * unknown. */
     uint64_t revision;
 } pc_kv_entry_t;
 

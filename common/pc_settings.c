@@ -415,7 +415,7 @@ static int file_line(const pc_setting_t *tab, size_t n, void *obj, char *line, c
         }
         return apply(tab, n, obj, nb, ne, value, err, errlen);
     }
-    if (*v == '#') { /* "token = #s3cret": not an empty value, silently */
+    if (*v == '#' && v > eq + 1) { /* "token = #s3cret": not an empty value, silently */
         set_err(err, errlen, "a value cannot begin with '#' (a comment there; quote it)");
         return PC_EINVAL;
     }

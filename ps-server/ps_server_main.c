@@ -152,7 +152,8 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, ckpt_keep, 1, 1000, "3", "checkpoints to keep"),
     PC_SETTING_INT(T, restore_id, 0, 9.2e18, "0",
                    "start from this checkpoint (0: the newest; a job rollback names one, and "
-                   "the newer ones are abandoned)"),
+                   "the newer ones are abandoned: give it for that start only, not in a "
+                   "supervisor's restarts)"),
     PC_SETTING_INT(T, ckpt_full_every, 1, 256, "4", "every Nth checkpoint is full"),
     PC_SETTING_BOOL(T, ckpt_on_exit, "true", "write a checkpoint on SIGTERM/SIGINT"),
     PC_SETTING_STRING(T, tier_dir, "", "RocksDB cold tier directory (empty: no cold tables)"),

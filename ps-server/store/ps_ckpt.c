@@ -3,9 +3,10 @@
  * DESIGN
  * Publishing: ckpt-<id>.tmp/ receives every row file (fsynced by the writer), then
  * MANIFEST.json (written to a temporary name, fsynced, renamed, directory fsynced), then the
- * directory is renamed to ckpt-<id> and DIR fsynced. Only names without ".tmp" whose manifest
- * parses are checkpoints; restore additionally verifies every file's size and XXH3 before it
- * replaces a table, and falls back to older checkpoints when asked for the newest.
+ * directory is renamed to ckpt-<id> and DIR fsynced. Only names without ".tmp" (or ".abandoned":
+ * ps_ckpt_rollback) whose manifest parses are checkpoints; restore additionally verifies every
+ * file's size and XXH3 before it replaces a table, and falls back to older checkpoints when asked
+ * for the newest.
  *
  * Chains: the checkpointer remembers the last checkpoint it wrote or restored, with each table's
  * uid and cut clock. The next checkpoint is incremental when that parent is still published and
@@ -691,8 +692,12 @@ static void retain(ps_ckpt_t *c) {
 static void abandon_newer(ps_ckpt_t *c, uint64_t id) {
     uint64_t ids[4096];
     size_t n;
-    if (scan_dir(c->dir, ids, 4096, &n, NULL, false))
+    if (scan_dir(c->dir, ids, 4096, &n, NULL, false)) {
+        PC_ERROR("checkpoints newer than the restored %" PRIu64 " in %s could not be listed: a "
+                 "restore of the newest may take one of them",
+                 id, c->dir);
         return;
+    }
     bool any = false;
     for (size_t i = 0; i < n && i < 4096; i++) {
         if (ids[i] <= id)

@@ -149,14 +149,16 @@ static bool listed(const void *p, size_t len, const char *addr) {
 }
 
 /* The adds of the target of map_hash `hash` (*adds into the stored value, *n bytes; none when
- * the store holds another target's). Exit code when the store cannot be read. */
+ * the store holds another target's, or hash is 0: no target), and the list's *revision (0:
+ * none), for its compare-and-set. Exit code when the store cannot be read. */
 static int adds_of(const psctl_reshard_opts_t *o, ps_coord_store_t *st, uint64_t hash, void **value,
-                   const char **adds, size_t *n) {
+                   const char **adds, size_t *n, uint64_t *revision) {
     size_t len = 0;
     *value = NULL;
     *adds = NULL;
     *n = 0;
-    const int rc = st->get(st->ctx, ADDED_KEY, value, &len);
+    *revision = 0;
+    const int rc = st->get_rev(st->ctx, ADDED_KEY, value, &len, revision);
     if (rc && rc != PC_ENOTFOUND) {
         fprintf(stderr, "psctl: coordinator %s: %s: %s\n", o->coordinator, ADDED_KEY,
                 pc_strerror(rc));
@@ -164,16 +166,18 @@ static int adds_of(const psctl_reshard_opts_t *o, ps_coord_store_t *st, uint64_t
     }
     char want[HASH_LINE + 1];
     snprintf(want, sizeof want, "%016" PRIx64 "\n", hash);
-    if (!rc && len >= HASH_LINE && memcmp(*value, want, HASH_LINE) == 0) {
+    if (!rc && hash && len >= HASH_LINE && memcmp(*value, want, HASH_LINE) == 0) {
         *adds = (const char *)*value + HASH_LINE;
         *n = len - HASH_LINE;
     }
     return 0;
 }
 
-/* Write the adds of target t: those of the target it builds on (adds, n bytes) and addr. */
+/* Write the adds of target t: those of the target it builds on (adds, n bytes) and addr, by
+ * compare-and-set at the list's revision read (PC_EEXIST: another psctl wrote one since). Written
+ * before the target: a psctl that plans on this target then finds this server in its list. */
 static int note_added(ps_coord_store_t *st, const pc_cluster_map_t *t, const char *adds, size_t n,
-                      const char *addr) {
+                      const char *addr, uint64_t revision) {
     const size_t al = strlen(addr);
     char *v = malloc(HASH_LINE + n + al + 2);
     if (!v)
@@ -183,7 +187,7 @@ static int note_added(ps_coord_store_t *st, const pc_cluster_map_t *t, const cha
         memcpy(v + HASH_LINE, adds, n);
     memcpy(v + HASH_LINE + n, addr, al);
     v[HASH_LINE + n + al] = '\n';
-    const int rc = st->set(st->ctx, ADDED_KEY, v, HASH_LINE + n + al + 1, false, 0);
+    const int rc = st->set_if(st->ctx, ADDED_KEY, v, HASH_LINE + n + al + 1, revision);
     free(v);
     return rc;
 }
@@ -235,7 +239,8 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
     void *added = NULL;
     const char *adds = NULL;
     size_t alen = 0;
-    if (base && (rc = adds_of(o, st, bh, &added, &adds, &alen))) {
+    uint64_t arev = 0;
+    if ((rc = adds_of(o, st, base ? bh : 0, &added, &adds, &alen, &arev))) {
         pc_cmap_destroy(base);
         pc_cmap_destroy(m);
         return rc;
@@ -249,9 +254,10 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
         else if (rc)
             fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
-        else if ((rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST)
-            rc = AGAIN;
-        else if (rc || (rc = note_added(st, t, adds, alen, addr)))
+        else if ((rc = note_added(st, t, adds, alen, addr, arev)) == PC_EEXIST ||
+                 (!rc && (rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST))
+            rc = AGAIN; /* another psctl wrote one since: plan again */
+        else if (rc)
             fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
     }
     free(added);

@@ -289,6 +289,9 @@ class Client:
         """Waits for the async calls in order. It leaves after a second with none (so that a
         client nobody closed can be collected: the running thread holds it), and at close; after
         a close() from a done callback, once the calls started are done, it disconnects."""
+        with self._mu:  # a thread start() gave up on (interrupted before it ran) does nothing
+            if self._waiter is not threading.current_thread():
+                return
         while True:
             with self._mu:
                 idle_end = time.monotonic() + WAITER_IDLE_S

@@ -138,7 +138,8 @@ static void push_done(void *ctx, int rc) {
         PC_WARN("train: rank %d: a push failed (%s); its part on the failed server is lost",
                 (int)t->c->rank, pw__store_why(t, rc, why, sizeof why));
         atomic_fetch_add(&t->lost_pushes, 1);
-        atomic_fetch_add(&t->server_push_fails, 1);
+        if (rc == PC_EUNAVAIL) /* the connection lost (a timeout may be a slow server) */
+            atomic_fetch_add(&t->server_push_fails, 1);
         rc = 0;
     } else if (rc) {
         PC_ERROR("train: rank %d: a push failed: %s", (int)t->c->rank,

@@ -494,6 +494,13 @@ static int agree(trainer_t *t) {
     return rc ? rc : rollback_agree(t);
 }
 
+void pw__stops_formed(trainer_t *t) {
+    t->last_ckpt = t->step;
+    const bool eval_missed = t->grp && t->eval_rounds && t->step && t->step % t->eval_rounds == 0 &&
+                             t->rank0_eval_taken < t->step;
+    t->last_eval = eval_missed ? UINT64_MAX : t->step;
+}
+
 /* A collective failed (a peer died) or a newer generation was proposed: re-form the group and
  * agree (agree); tried again while a member fails during the agreement. */
 static int regroup(trainer_t *t) {
@@ -701,8 +708,8 @@ int pw__rows_went_back(trainer_t *t) {
 
 /* With rollback_on_server_loss: whether this worker wants a job rollback: a connection to a
  * server was lost since the last look (the client reconnected: the server may have restarted
- * from an older checkpoint of its own), or a push failed for a server failure (the worker may
- * make no call after it that would reconnect: its data ran out), and the map at the look before
+ * from an older checkpoint of its own), or a push's connection was lost (the worker may make no
+ * call after it that would reconnect: its data ran out), and the map at the look before
  * it called for a rollback (look_map, DESIGN), or an earlier want is still pending. */
 bool pw__server_lost(trainer_t *t) {
     if (!t->grp || t->c->on_server_loss != PW_SERVER_LOSS_ROLLBACK)
@@ -756,15 +763,7 @@ int pw__pipeline_regroup(trainer_t *t) {
     if (rc)
         return rc;
     t->next_round = t->applied = t->step;
-    /* A member that met the new generation before a checkpoint due at this step and one that
-     * tried it first (its collective failed as the other left) would disagree on taking it: it
-     * is skipped. An evaluation due here is taken when rank 0 has not taken it (a regroup before
-     * it skipped it), decided alike by every member from the agreed values; one taken (its
-     * barrier failed: a long evaluation) is not taken again. */
-    t->last_ckpt = t->step;
-    const bool eval_missed =
-        t->eval_rounds && t->step && t->step % t->eval_rounds == 0 && t->rank0_eval_taken < t->step;
-    t->last_eval = eval_missed ? UINT64_MAX : t->step;
+    pw__stops_formed(t);
     if (t->reposition) /* rolled back: the batches read ahead are read again later */
         t->filled = 0;
     for (int i = 0; i < t->filled; i++) {

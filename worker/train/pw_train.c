@@ -750,7 +750,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
     const uint64_t total_bytes = stream_bytes(train, ntrain, (int)c->epochs);
     double ema = NAN;
     uint64_t next_progress = (uint64_t)c->progress_every, next_eval = (uint64_t)c->eval_every;
-    t.last_ckpt = t.last_eval = t.step;
+    pw__stops_formed(&t);
     bool more = true, stop = false, again = false;
     res->first_step_s = NAN;
     t.next_round = t.applied = t.step;

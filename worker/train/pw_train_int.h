@@ -147,7 +147,7 @@ typedef struct trainer {
     int nplan;
     uint64_t next_round, applied; /* rounds submitted, rounds applied */
     atomic_ullong lost_pushes;
-    atomic_ullong server_push_fails; /* of those, pushes a server failure cut short (push_done) */
+    atomic_ullong server_push_fails; /* of those, pushes whose connection was lost (push_done) */
     atomic_int push_refused; /* a round's pushes refused by a server (not a transient failure):
                               * the code (this worker's, PC_EIO for another's); the job stops */
     atomic_bool coll_broken; /* an ordered-lane collective failed (until the group re-forms) */
@@ -246,6 +246,13 @@ int pw__group_join(trainer_t *t);
 int pw__regroup_initial(trainer_t *t);
 /* A collective failed or a newer generation was proposed: re-form, agree, pull again. */
 int pw__pipeline_regroup(trainer_t *t);
+/* The group's round stops once it formed at t->step (at start, a restart included, and after a
+ * regroup), alike on every member: a checkpoint due at this step is skipped (a member that met
+ * the new generation before it and one that tried it first would disagree on taking it); an
+ * evaluation due here is taken unless rank 0 had taken it (the agreement's rank0_eval_taken: a
+ * regroup before it skipped it, and one taken, its barrier failed on a long evaluation, is not
+ * taken again). */
+void pw__stops_formed(trainer_t *t);
 int pw__job_checkpoint(trainer_t *t);
 int pw__resume_checkpoint(trainer_t *t, uint64_t *skip);
 /* XXH3 of the dense state as a group's members exchange it; 0 when out of memory. */
