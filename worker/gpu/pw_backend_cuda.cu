@@ -28,7 +28,8 @@
  *   completes the buffer (sync) before it hands it over.
  *
  * Thread rule: one thread at a time, the thread that opened it or one that called bind since
- * (cudaSetDevice is per thread); a communicator sets its device on the thread that calls it.
+ * (cudaSetDevice is per thread); a communicator sets its device on the thread that calls it, and
+ * its collectives and the backend's allocations and frees exclude each other (mem_hold).
  */
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -64,6 +65,7 @@ struct cuda_be {
     char name[160];
     char uuid[48];                /* "GPU-" and the device's UUID, as nvidia-smi prints it */
     void (*log)(const char *msg); /* the worker's error log */
+    pthread_mutex_t mem_mu;       /* pw_cuda::mem_hold: allocations against NCCL collectives */
 };
 
 cuda_be *of(pw_backend_t *be) {
@@ -303,7 +305,11 @@ void *g_alloc(pw_backend_t *be, size_t bytes) {
     void *p = nullptr;
     if (!bytes)
         return nullptr;
-    const cudaError_t e = cudaMalloc(&p, bytes);
+    cudaError_t e;
+    {
+        const pw_cuda::mem_hold hold(&b->mem_mu);
+        e = cudaMalloc(&p, bytes);
+    }
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError(); /* out of memory is not sticky */
         return nullptr;
@@ -321,8 +327,11 @@ void *g_alloc(pw_backend_t *be, size_t bytes) {
 }
 
 void g_free(pw_backend_t *be, void *p) {
-    if (p)
-        CU(of(be), cudaFree(p));
+    cuda_be *b = of(be);
+    if (!p)
+        return;
+    const pw_cuda::mem_hold hold(&b->mem_mu);
+    CU(b, cudaFree(p));
 }
 
 void g_upload(pw_backend_t *be, void *dst, const void *src, size_t bytes) {
@@ -388,11 +397,16 @@ void g_zero(pw_backend_t *be, void *p, size_t bytes) {
 }
 
 void *g_host_alloc(pw_backend_t *be, size_t bytes) {
-    (void)be;
+    cuda_be *b = of(be);
     void *p = nullptr;
     if (!bytes)
         return nullptr;
-    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    cudaError_t e;
+    {
+        const pw_cuda::mem_hold hold(&b->mem_mu);
+        e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
+    }
+    if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return nullptr;
     }
@@ -401,8 +415,11 @@ void *g_host_alloc(pw_backend_t *be, size_t bytes) {
 }
 
 void g_host_free(pw_backend_t *be, void *p) {
-    if (p)
-        CU(of(be), cudaFreeHost(p));
+    cuda_be *b = of(be);
+    if (!p)
+        return;
+    const pw_cuda::mem_hold hold(&b->mem_mu);
+    CU(b, cudaFreeHost(p));
 }
 
 int g_error(pw_backend_t *be, char *msg, size_t len) {
@@ -429,6 +446,7 @@ void g_close(pw_backend_t *be) {
         cudaStreamDestroy(b->copy);
     if (b->stream)
         cudaStreamDestroy(b->stream);
+    pthread_mutex_destroy(&b->mem_mu);
     free(b);
 }
 
@@ -467,6 +485,7 @@ void g_col_sum(pw_backend_t *be, int rows, int cols, const float *x, float beta,
         return;
     }
     if ((size_t)rows > b->nones) { /* a vector of ones as long as the batch */
+        const pw_cuda::mem_hold hold(&b->mem_mu);
         CU(b, cudaFree(b->ones));
         b->ones = nullptr;
         b->nones = 0;
@@ -591,6 +610,7 @@ void g_bce(pw_backend_t *be, int n, const float *z, const float *y, float *p, fl
         return;
     }
     if ((size_t)n > b->nloss) {
+        const pw_cuda::mem_hold hold(&b->mem_mu);
         CU(b, cudaFree(b->loss));
         b->loss = nullptr;
         b->nloss = 0;
@@ -619,7 +639,7 @@ void g_opt_step(pw_backend_t *be, const pw_opt_step_args_t *a, size_t n, float *
 
 /* What the NCCL part (pw_cuda_nccl.cu) needs of a backend. */
 pw_cuda::device_info pw_cuda::info(pw_backend_t *be) {
-    return {of(be)->dev, of(be)->log};
+    return {of(be)->dev, of(be)->log, &of(be)->mem_mu};
 }
 
 extern "C" __attribute__((visibility("default"))) int
@@ -652,6 +672,7 @@ pw_cuda_backend_open(int device, void (*log)(const char *msg), pw_backend_t **ou
     cuda_be *b = static_cast<cuda_be *>(calloc(1, sizeof *b));
     if (!b)
         return PC_ENOMEM;
+    pthread_mutex_init(&b->mem_mu, nullptr); /* (g_close destroys it) */
     b->dev = device;
     b->log = log;
     snprintf(b->name, sizeof b->name, "cuda:%d %.100s (sm_%d%d)", device, prop.name, prop.major,

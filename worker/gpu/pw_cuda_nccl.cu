@@ -35,6 +35,7 @@ struct nccl_coll {
     cudaStream_t stream;
     int dev, timeout_ms;
     void (*log)(const char *msg);
+    pthread_mutex_t *mem_mu; /* the backend's (pw_cuda::mem_hold) */
 };
 
 /* A line to the worker's error log (the module has no logger of its own). */
@@ -171,6 +172,7 @@ int nccl_create(pw_backend_t *be, const struct pw_kv *kv, const char *prefix, in
     c->dev = b.dev;
     c->timeout_ms = timeout_ms;
     c->log = b.log;
+    c->mem_mu = b.mem_mu;
     cudaError_t e = cudaSetDevice(c->dev);
     if (e == cudaSuccess)
         e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -205,6 +207,7 @@ int nccl_allreduce_sum(pw_dcoll_t *dc, float *buf, size_t n) {
         return PC_ECANCELED; /* aborted before: the group re-forms */
     if (!n)
         return 0;
+    const pw_cuda::mem_hold hold(c->mem_mu); /* no allocation of the backend meanwhile */
     const cudaError_t e = cudaSetDevice(c->dev);
     if (e != cudaSuccess) { /* the device lost: said as itself, not as NCCL's later error */
         (void)cudaGetLastError();
