@@ -54,6 +54,13 @@ struct ps_grpc {
     pthread_rwlock_t gate;
     atomic_uint_least64_t calls, errors;
     atomic_uint_least64_t stalled; /* calls cancelled after call_wait_ms */
+    /* Administrative calls running (a checkpoint or a restore runs for minutes): at most
+     * admin_max, one handler thread fewer than there are, so that one stays for the data calls
+     * and health checks (two checkpoints on two threads held every Lookup and Health call, and a
+     * liveness probe restarted the server); a call past it is answered UNAVAILABLE at once. */
+    atomic_int admin_running;
+    int admin_max;
+    atomic_uint_least64_t admin_busy; /* calls answered so */
     uint32_t call_wait_ms;
     pc_hist_t lat; /* request received -> reply sent */
 };
@@ -138,6 +145,16 @@ static bool run_batch(worker_t *w, grpc_call *call, const grpc_op *ops, size_t n
     return ev.type == GRPC_OP_COMPLETE && ev.tag == tag && ev.success;
 }
 
+/* Count an administrative call in, or false when admin_max run already. */
+static bool admin_enter(struct ps_grpc *g) {
+    int cur = atomic_load(&g->admin_running);
+    do {
+        if (cur >= g->admin_max)
+            return false;
+    } while (!atomic_compare_exchange_weak(&g->admin_running, &cur, cur + 1));
+    return true;
+}
+
 static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
                    const grpc_metadata_array *md) {
     struct ps_grpc *g = w->g;
@@ -179,6 +196,13 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         /* refused above */
     } else if (health) {
         health_check(g, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
+    } else if (g->svc.is_admin(m) && !admin_enter(g)) {
+        atomic_fetch_add_explicit(&g->admin_busy, 1, memory_order_relaxed);
+        ps_api_fail(&r, PC_EUNAVAIL,
+                    "busy: %d of the %d handler threads run administrative calls (checkpoint, "
+                    "restore...), the last stays for data calls and health checks: try again, "
+                    "or start the server with more --grpc-threads",
+                    g->admin_max, g->nworkers);
     } else {
         pthread_rwlock_rdlock(&g->gate);
         if (!atomic_load(&g->serving))
@@ -187,6 +211,8 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
             g->svc.call(g->svc.ctx, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
                         !g->admin[0] || token_ok(md, g->admin), &r);
         pthread_rwlock_unlock(&g->gate);
+        if (g->svc.is_admin(m))
+            atomic_fetch_sub(&g->admin_running, 1);
     }
     grpc_slice_unref(s);
     if (in)
@@ -365,6 +391,7 @@ int ps_grpc_start(const ps_grpc_service_t *svc, const ps_grpc_opts_t *o, ps_grpc
         grpc_server_register_completion_queue(g->server, w[i].cq, NULL);
     }
     g->nworkers = o->threads;
+    g->admin_max = o->threads > 1 ? o->threads - 1 : 1; /* (one thread: nothing to keep) */
     grpc_server_credentials *cr;
     int rc = server_credentials(o, &cr);
     if (rc) {
@@ -414,9 +441,11 @@ size_t ps_grpc_render_metrics(ps_grpc_t *g, char *buf, size_t cap, size_t len) {
         "# TYPE emberps_grpc_calls_total counter\nemberps_grpc_calls_total %llu\n"
         "# TYPE emberps_grpc_errors_total counter\nemberps_grpc_errors_total %llu\n"
         "# TYPE emberps_grpc_stalled_total counter\nemberps_grpc_stalled_total %llu\n"
+        "# TYPE emberps_grpc_admin_busy_total counter\nemberps_grpc_admin_busy_total %llu\n"
         "# TYPE emberps_grpc_call_seconds histogram\n",
         (unsigned long long)atomic_load(&g->calls), (unsigned long long)atomic_load(&g->errors),
-        (unsigned long long)atomic_load(&g->stalled));
+        (unsigned long long)atomic_load(&g->stalled),
+        (unsigned long long)atomic_load(&g->admin_busy));
     return pc_hist_render(&g->lat, "emberps_grpc_call_seconds", "", buf, cap, len);
 }
 

@@ -97,13 +97,14 @@ bool pw_jobckpt_list_ok(const char *grpc);
 /* Ask every server of `grpc` (comma-separated host:gRPC port, cluster-map order) to write a
  * checkpoint now; their ids go to ck->servers, the directories they give to ck's server dirs. sec
  * (may be NULL: plaintext, no token) gives the token and TLS files of the calls (psg_opts_t; its
- * addr is not used). */
+ * addr is not used). A server that answers UNAVAILABLE (busy with another administrative call,
+ * or not reachable) is asked again every 200 ms for up to timeout_ms. */
 int pw_jobckpt_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, pw_jobckpt_t *ck);
 
 /* Have every server of `grpc` (as above) go back to its checkpoint of ck (gRPC Restore of
  * ck->servers[i], each call bounded by timeout_ms): a job rollback while the servers run. A
- * server that cannot be reached (PC_EUNAVAIL: still restarting) is asked again every 200 ms
- * for up to wait_ms. PC_EINVAL (nothing restored) when the list and the checkpoint's servers
+ * server that cannot be reached (PC_EUNAVAIL: still restarting, or busy) is asked again every
+ * 200 ms for up to wait_ms. PC_EINVAL (nothing restored) when the list and the checkpoint's servers
  * differ in number; an error after the first call may leave some servers restored and others
  * not. */
 int pw_jobckpt_restore_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, int wait_ms,
