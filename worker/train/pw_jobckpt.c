@@ -102,11 +102,10 @@ static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms, 
             q.id = restore->servers[i];
             rc = call_waiting(a, sec, "/emberps.ParameterServer/Restore", &q.base,
                               &emberps__restore_response__descriptor, timeout_ms, wait_ms, &p);
-        } else { /* (a busy server: asked again for up to timeout_ms) */
+        } else { /* once: the members wait for rank 0 a bounded time (pw__job_checkpoint) */
             Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
-            rc =
-                call_waiting(a, sec, "/emberps.ParameterServer/Checkpoint", &q.base,
-                             &emberps__checkpoint_response__descriptor, timeout_ms, timeout_ms, &p);
+            rc = call_server(a, sec, "/emberps.ParameterServer/Checkpoint", &q.base,
+                             &emberps__checkpoint_response__descriptor, timeout_ms, false, &p);
             if (!rc) {
                 const Emberps__CheckpointResponse *r = (const Emberps__CheckpointResponse *)p;
                 taken->servers[i] = r->id;

@@ -96,18 +96,21 @@ static void test_admin_keeps_a_thread(void **state) {
         pc_time_sleep_ms(5);
         pthread_mutex_lock(&g_mu);
     }
-    assert_int_equal(g_slow_running, 1);
+    const int running = g_slow_running;
     pthread_mutex_unlock(&g_mu);
-    char msg[256] = "";
-    assert_int_equal(request(ps_grpc_port(g), "/t.S/Slow", msg, sizeof msg), PC_EUNAVAIL);
-    print_message("a second administrative call: %s\n", msg);
-    assert_non_null(strstr(msg, "busy"));
-    assert_int_equal(request(ps_grpc_port(g), "/t.S/Fast", msg, sizeof msg), 0);
-    pthread_mutex_lock(&g_mu);
+    char msg[256] = "", fast_msg[256] = "";
+    const int second = running ? request(ps_grpc_port(g), "/t.S/Slow", msg, sizeof msg) : -1;
+    const int fast = request(ps_grpc_port(g), "/t.S/Fast", fast_msg, sizeof fast_msg);
+    pthread_mutex_lock(&g_mu); /* released before any assertion: no handler left held */
     g_release = true;
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
     pthread_join(slow.th, NULL);
+    print_message("a second administrative call: %s\n", msg);
+    assert_int_equal(running, 1);
+    assert_int_equal(second, PC_EUNAVAIL);
+    assert_non_null(strstr(msg, "busy"));
+    assert_int_equal(fast, 0);
     assert_int_equal(slow.rc, 0);
     assert_int_equal(request(ps_grpc_port(g), "/t.S/Slow", msg, sizeof msg), 0); /* (released) */
     char metrics[4096];
