@@ -140,10 +140,11 @@ static int parse_name(const char *name, uint64_t *id) {
 }
 
 /* Ids in `dir`: published ones into ids (sorted ascending, up to cap; *n = count), the largest
- * id of any kind into *max_any (abandoned ones included: an id is never given twice). With
- * remove_tmp, directories being written are deleted (a crashed writer's). */
+ * id of any kind into *max_any (abandoned ones included: an id is never given twice). Directories
+ * of kind `remove` (a name_kind_t, 0: none) are deleted: NAME_TMP, a crashed writer's; or
+ * NAME_ABANDONED, once a newer checkpoint is published. */
 static int scan_dir(const char *dir, uint64_t *ids, size_t cap, size_t *n, uint64_t *max_any,
-                    bool remove_tmp) {
+                    int remove) {
     DIR *d = opendir(dir);
     if (!d)
         return errno == ENOENT ? PC_ENOTFOUND : PC_EIO;
@@ -157,10 +158,10 @@ static int scan_dir(const char *dir, uint64_t *ids, size_t cap, size_t *n, uint6
             continue;
         if (id > mx)
             mx = id;
-        if (kind == NAME_TMP && remove_tmp) {
+        if (kind == remove) {
             char p[PBUF];
             snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            PC_INFO("removing unpublished checkpoint %s", p);
+            PC_INFO("removing %s checkpoint %s", kind == NAME_TMP ? "unpublished" : "abandoned", p);
             pc_fs_rm_tree(p);
         } else if (kind == NAME_PUBLISHED) {
             if (cnt < cap) {
@@ -501,7 +502,7 @@ int ps_ckpt_create(ps_catalog_t *cat, const ps_ckpt_opts_t *o, ps_ckpt_t **out) 
     size_t n;
     uint64_t mx;
     if (!c->read_only) /* leftovers of a crashed writer: the writer's to remove */
-        scan_dir(c->dir, NULL, 0, &n, &mx, true);
+        scan_dir(c->dir, NULL, 0, &n, &mx, NAME_TMP);
     *out = c;
     return 0;
 }
@@ -643,11 +644,12 @@ static const tstate_t *find_state(const ps_ckpt_t *c, const char *name) {
     return NULL;
 }
 
-/* Keep the newest `keep` checkpoints and their chains; delete the rest. */
+/* After a publish: keep the newest `keep` checkpoints and their chains, delete the rest, and the
+ * checkpoints a rollback abandoned (a newer one is published: ids stay unique). */
 static void retain(ps_ckpt_t *c) {
     uint64_t ids[4096];
     size_t n;
-    if (scan_dir(c->dir, ids, 4096, &n, NULL, false) || n > 4096 || n <= c->keep)
+    if (scan_dir(c->dir, ids, 4096, &n, NULL, NAME_ABANDONED) || n > 4096 || n <= c->keep)
         return;
     bool *need = CK_ALLOC(n * sizeof *need);
     if (!need)
@@ -688,11 +690,11 @@ static void retain(ps_ckpt_t *c) {
 /* A rollback (ps_ckpt_rollback): published checkpoints newer than `id` belong to the abandoned
  * run, and a later "restore the newest" must not bring them back. Each is renamed to
  * ckpt-<id>.abandoned (atomic: unpublished, its id still taken, its files there for an operator who
- * restored the wrong one), then removed by the next published checkpoint (drop_abandoned). */
+ * restored the wrong one), then removed by the next published checkpoint (retain). */
 static void abandon_newer(ps_ckpt_t *c, uint64_t id) {
     uint64_t ids[4096];
     size_t n;
-    if (scan_dir(c->dir, ids, 4096, &n, NULL, false)) {
+    if (scan_dir(c->dir, ids, 4096, &n, NULL, 0)) {
         PC_ERROR("checkpoints newer than the restored %" PRIu64 " in %s could not be listed: a "
                  "restore of the newest may take one of them",
                  id, c->dir);
@@ -718,23 +720,6 @@ static void abandon_newer(ps_ckpt_t *c, uint64_t id) {
     }
     if (any)
         pc_fs_fsync_path(c->dir);
-}
-
-/* Remove the checkpoints a rollback abandoned (a newer one is published: ids stay unique). */
-static void drop_abandoned(const ps_ckpt_t *c) {
-    DIR *d = opendir(c->dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        uint64_t id;
-        if (parse_name(e->d_name, &id) == NAME_ABANDONED) {
-            char p[PBUF];
-            snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
-            pc_fs_rm_tree(p);
-        }
-    }
-    closedir(d);
 }
 
 /* The tables of one checkpoint, cut together. */
@@ -800,7 +785,7 @@ int ps_ckpt_write(ps_ckpt_t *c, ps_ckpt_result_t *res) {
     size_t npub;
     if (c->read_only)
         return PC_ESTATE;
-    int rc = scan_dir(c->dir, NULL, 0, &npub, &mx, true);
+    int rc = scan_dir(c->dir, NULL, 0, &npub, &mx, NAME_TMP);
     if (rc)
         return rc;
     manifest_t m = {.id = mx + 1, .created = pc_time_wall_ns()};
@@ -897,7 +882,6 @@ done:
         PC_INFO("checkpoint %" PRIu64 " published (%s, %zu tables%s)", m.id,
                 m.incremental ? "incremental" : "full", m.ntables, m.has_cold ? ", cold tier" : "");
         retain(c);
-        drop_abandoned(c);
     } else {
         PC_ERROR("checkpoint %" PRIu64 " failed: %s; previous checkpoints untouched", m.id,
                  pc_strerror(rc));
@@ -1117,7 +1101,7 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
      * a few times at most, for the newer ones the writer published meanwhile. */
     for (int scans = 0, again = 1; again && scans < 8; scans++) {
         again = 0;
-        if ((rc = scan_dir(c->dir, ids, 4096, &n, NULL, false)))
+        if ((rc = scan_dir(c->dir, ids, 4096, &n, NULL, 0)))
             return rc;
         n = n < 4096 ? n : 4096;
         for (size_t i = n; i-- > 0;) {
@@ -1157,7 +1141,7 @@ int ps_ckpt_rollback(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
 int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n) {
     uint64_t ids[4096];
     size_t cnt;
-    int rc = scan_dir(dir, ids, 4096, &cnt, NULL, false);
+    int rc = scan_dir(dir, ids, 4096, &cnt, NULL, 0);
     if (rc)
         return rc;
     ps_ckpt_t tmp = {0};
@@ -1209,7 +1193,7 @@ int ps_ckpt_tables(const char *dir, uint64_t id, ps_ckpt_table_info_t *out, size
     uint64_t ids[4096];
     size_t cnt = 1;
     ids[0] = id;
-    int rc = id ? 0 : scan_dir(dir, ids, 4096, &cnt, NULL, false);
+    int rc = id ? 0 : scan_dir(dir, ids, 4096, &cnt, NULL, 0);
     if (rc)
         return rc;
     cnt = cnt < 4096 ? cnt : 4096;

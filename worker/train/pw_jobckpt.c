@@ -52,22 +52,24 @@ static int call_server(const char *addr, const psg_opts_t *sec, const char *meth
     return 0;
 }
 
-/* call_server, asked again every 200 ms for up to wait_ms while the server answers UNAVAILABLE:
- * it cannot be reached (restarting after the failure that called for a rollback), or it is busy
- * (its administrative calls' share of handler threads taken: another checkpoint or restore). */
-static int call_waiting(const char *addr, const psg_opts_t *sec, const char *method,
-                        const ProtobufCMessage *q, const ProtobufCMessageDescriptor *rd,
-                        int timeout_ms, int wait_ms, ProtobufCMessage **out) {
+/* Restore checkpoint `id` on the server at addr. One that answers UNAVAILABLE (it cannot be
+ * reached, restarting after the failure that called for the rollback, or its administrative
+ * calls' share of handler threads is taken) is asked again every 200 ms for up to wait_ms. */
+static int restore_one(const char *addr, const psg_opts_t *sec, int timeout_ms, int wait_ms,
+                       uint64_t id, ProtobufCMessage **out) {
+    Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
+    q.id = id;
     const uint64_t t0 = pc_time_mono_ns();
     for (bool said = false;; said = true) {
         const bool last = pc_time_sec_since(t0) * 1000 >= wait_ms;
-        int rc = call_server(addr, sec, method, q, rd, timeout_ms, !last, out);
+        int rc = call_server(addr, sec, "/emberps.ParameterServer/Restore", &q.base,
+                             &emberps__restore_response__descriptor, timeout_ms, !last, out);
         if (rc != PC_EUNAVAIL || last)
             return rc;
         if (!said)
-            PC_WARN("job checkpoint: server %s cannot be reached or is busy (%s); asking again for "
-                    "up to %d ms",
-                    addr, method, wait_ms);
+            PC_WARN("job checkpoint: server %s cannot be reached or is busy; asking again for up "
+                    "to %d ms for it to restore checkpoint %llu",
+                    addr, wait_ms, (unsigned long long)id);
         pc_time_sleep_ms(200);
     }
 }
@@ -98,10 +100,7 @@ static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms, 
     for (char *a = strtok_r(list, ",", &save); a && !rc; a = strtok_r(NULL, ",", &save), i++) {
         ProtobufCMessage *p;
         if (restore) {
-            Emberps__RestoreRequest q = EMBERPS__RESTORE_REQUEST__INIT;
-            q.id = restore->servers[i];
-            rc = call_waiting(a, sec, "/emberps.ParameterServer/Restore", &q.base,
-                              &emberps__restore_response__descriptor, timeout_ms, wait_ms, &p);
+            rc = restore_one(a, sec, timeout_ms, wait_ms, restore->servers[i], &p);
         } else { /* once: the members wait for rank 0 a bounded time (pw__job_checkpoint) */
             Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
             rc = call_server(a, sec, "/emberps.ParameterServer/Checkpoint", &q.base,

@@ -816,7 +816,9 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             }
             if ((rc = round_stops(&t, t.next_round, test, ntest, res, &stop, &again)))
                 break;
-            if (again || (rc = rollback_if_lost(&t, &again)) || again)
+            if (again)
+                continue;
+            if ((rc = rollback_if_lost(&t, &again)) || again)
                 continue; /* (out of data: its last pushes may have failed, see pw__server_lost) */
             publish_dense(&t, false); /* rank 0 out of data: its versions stay on schedule */
             pw__log_step(&t, t.next_round, "start");
