@@ -140,9 +140,9 @@ static int mem_set(void *ctx, const char *key, const void *value, size_t len, bo
     return mem_put(ctx, key, value, len, (cond_t){if_absent, 0}, lease_ms);
 }
 
-static int mem_set_if(void *ctx, const char *key, const void *value, size_t len,
-                      uint64_t revision) {
-    return mem_put(ctx, key, value, len, (cond_t){revision == 0, revision}, 0);
+static int mem_set_if(void *ctx, const char *key, const void *value, size_t len, uint64_t revision,
+                      uint32_t lease_ms) {
+    return mem_put(ctx, key, value, len, (cond_t){revision == 0, revision}, lease_ms);
 }
 
 static int mem_get_rev(void *ctx, const char *key, void **value, size_t *len, uint64_t *revision) {

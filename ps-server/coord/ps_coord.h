@@ -51,11 +51,12 @@ typedef struct ps_coord_store {
     /* get, with the key's revision (KvList's: it changes with every set of the key, and a
      * revision is never given to two sets of one store, across restarts too). */
     int (*get_rev)(void *ctx, const char *key, void **value, size_t *len, uint64_t *revision);
-    /* Compare-and-set: set key to value (no lease) only when its revision is `revision`, or with
-     * revision 0 only when it is absent; else PC_EEXIST and nothing changes (of writers that read
-     * the same revision, the first wins: a read-modify-write that does not lose another's).
-     * Errors as set's. */
-    int (*set_if)(void *ctx, const char *key, const void *value, size_t len, uint64_t revision);
+    /* Compare-and-set: set key to value only when its revision is `revision`, or with revision 0
+     * only when it is absent; else PC_EEXIST and nothing changes (of writers that read the same
+     * revision, the first wins: a read-modify-write that does not lose another's). lease_ms as
+     * set's (a heartbeat fenced against another holder's writes). Errors as set's. */
+    int (*set_if)(void *ctx, const char *key, const void *value, size_t len, uint64_t revision,
+                  uint32_t lease_ms);
     /* The live keys starting with prefix ("" for all), sorted by key, at most max and
      * PS_COORD_LIST_BYTES of values (then *truncated): *out is a malloc'ed array of *n entries
      * (each key and value malloc'ed; free with pc_kv_entries_free). 0 or PC_ENOMEM. */

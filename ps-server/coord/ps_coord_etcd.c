@@ -355,12 +355,15 @@ static int key_check(const char *key, size_t len) {
     return kl > PS_COORD_KEY_MAX || len > PS_COORD_VALUE_MAX ? PC_ETOOBIG : 0;
 }
 
-static int e_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
-                 uint32_t lease_ms) {
-    etcd_t *e = ctx;
+/* One put: plain, only when absent (if_absent), or at a revision (> 0); with a lease of lease_ms
+ * (0: none). */
+static int e_put(etcd_t *e, const char *key, const void *value, size_t len, bool if_absent,
+                 uint64_t revision, uint32_t lease_ms) {
     int rc = key_check(key, len);
     if (rc)
         return rc;
+    if (revision > INT64_MAX) /* etcd's revisions are int64: never this one */
+        return PC_EEXIST;
     char fk[PREFIX_MAX + PS_COORD_KEY_MAX + 1];
     const size_t fl = full_key(e, key, fk);
     const uint64_t end_ns = op_end(e); /* the lease's calls, the put, the check, the revoke */
@@ -375,37 +378,30 @@ static int e_set(void *ctx, const char *key, const void *value, size_t len, bool
     put.key = (ProtobufCBinaryData){fl, (uint8_t *)fk};
     put.value = (ProtobufCBinaryData){len, (uint8_t *)(uintptr_t)value};
     put.lease = lid;
-    if (!if_absent) {
+    if (!if_absent && !revision) {
         Emberps__Etcd__PutResponse *r = NULL;
         rc = CALL(e, "/etcdserverpb.KV/Put", put, Emberps__Etcd__PutResponse,
                   emberps__etcd__put_response, &r, end_ns);
         if (!rc)
             emberps__etcd__put_response__free_unpacked(r, NULL);
     } else {
-        rc = txn_put(e, &put, 0, end_ns);
+        rc = txn_put(e, &put, revision, end_ns);
     }
     if (lease_ms && rc && fresh) {
         revoke(e, lid, tail_end(e, end_ns)); /* nothing was put under it */
         return rc;
     }
-    if (!rc)
-        rc = lease_note(e, key, lid, ttl);
-    return rc;
+    return rc ? rc : lease_note(e, key, lid, ttl); /* (lid 0: no lease now) */
 }
 
-static int e_set_if(void *ctx, const char *key, const void *value, size_t len, uint64_t revision) {
-    etcd_t *e = ctx;
-    int rc = key_check(key, len);
-    if (rc)
-        return rc;
-    char fk[PREFIX_MAX + PS_COORD_KEY_MAX + 1];
-    Emberps__Etcd__PutRequest put = EMBERPS__ETCD__PUT_REQUEST__INIT;
-    put.key = (ProtobufCBinaryData){full_key(e, key, fk), (uint8_t *)fk};
-    put.value = (ProtobufCBinaryData){len, (uint8_t *)(uintptr_t)value};
-    if (revision > INT64_MAX) /* etcd's revisions are int64: never this one */
-        return PC_EEXIST;
-    rc = txn_put(e, &put, revision, op_end(e));
-    return rc ? rc : lease_note(e, key, 0, 0); /* no lease now */
+static int e_set(void *ctx, const char *key, const void *value, size_t len, bool if_absent,
+                 uint32_t lease_ms) {
+    return e_put(ctx, key, value, len, if_absent, 0, lease_ms);
+}
+
+static int e_set_if(void *ctx, const char *key, const void *value, size_t len, uint64_t revision,
+                    uint32_t lease_ms) {
+    return e_put(ctx, key, value, len, revision == 0, revision, lease_ms);
 }
 
 static int e_get_rev(void *ctx, const char *key, void **value, size_t *len, uint64_t *revision) {

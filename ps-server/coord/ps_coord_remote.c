@@ -49,8 +49,9 @@ static int r_set(void *ctx, const char *key, const void *value, size_t len, bool
     return r_put(ctx, key, value, len, if_absent, lease_ms, 0);
 }
 
-static int r_set_if(void *ctx, const char *key, const void *value, size_t len, uint64_t revision) {
-    return r_put(ctx, key, value, len, revision == 0, 0, revision); /* 0: only when absent */
+static int r_set_if(void *ctx, const char *key, const void *value, size_t len, uint64_t revision,
+                    uint32_t lease_ms) {
+    return r_put(ctx, key, value, len, revision == 0, lease_ms, revision); /* 0: when absent */
 }
 
 static int r_get_rev(void *ctx, const char *key, void **value, size_t *len, uint64_t *revision) {

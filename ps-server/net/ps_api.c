@@ -486,11 +486,11 @@ static void do_kv_set(const ps_api_env_t *env, const uint8_t *req, size_t len, b
     if (!q->if_revision)
         rc = env->coord->set(env->coord->ctx, q->key, q->value.data, q->value.len, q->if_absent,
                              q->lease_ms);
-    else if (q->if_absent || q->lease_ms)
-        rc = PC_EINVAL; /* (a compare-and-set takes no lease, and a revision is not absent) */
+    else if (q->if_absent)
+        rc = PC_EINVAL; /* (a key at a revision is not absent) */
     else
         rc = env->coord->set_if(env->coord->ctx, q->key, q->value.data, q->value.len,
-                                q->if_revision);
+                                q->if_revision, q->lease_ms);
     if (rc) {
         fail_pc(r, rc, q->key);
     } else {

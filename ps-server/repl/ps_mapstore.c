@@ -48,7 +48,7 @@ static int put_text(const ps_coord_store_t *st, const char *key, const pc_cluste
     if (!text)
         return PC_ENOMEM;
     pc_cmap_format(m, text, len + 1);
-    int rc = st->set_if(st->ctx, key, text, len, revision);
+    int rc = st->set_if(st->ctx, key, text, len, revision, 0);
     free(text);
     return rc;
 }

@@ -187,7 +187,7 @@ static int note_added(ps_coord_store_t *st, const pc_cluster_map_t *t, const cha
         memcpy(v + HASH_LINE, adds, n);
     memcpy(v + HASH_LINE + n, addr, al);
     v[HASH_LINE + n + al] = '\n';
-    const int rc = st->set_if(st->ctx, ADDED_KEY, v, HASH_LINE + n + al + 1, revision);
+    const int rc = st->set_if(st->ctx, ADDED_KEY, v, HASH_LINE + n + al + 1, revision, 0);
     free(v);
     return rc;
 }

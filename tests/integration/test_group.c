@@ -7,6 +7,8 @@
  *  - a rank whose holder elsewhere keeps setting it, the same value each time, is refused with
  *    PC_EEXIST (two workers given one rank); of two claimants of a dead holder's rank, one takes
  *    it over and the other is refused;
+ *  - a holder whose rank was taken over while it stalled never writes over its successor's
+ *    heartbeat, and its recovery fails (PC_EEXIST) instead of joining as a second holder;
  *  - a ps-server coordinator (no store) killed and restarted empty, twice: the job's workers
  *    write their generation back and recovery works as before it (test_coordinator_restart);
  *  - every worker in recovery though none died: the next generation forms at once;
@@ -128,6 +130,25 @@ static void claims(const char *coord) {
     }
     assert_true(ours);
     pw_group_close(g);
+
+    /* a holder taken over while it stalled (another process's heartbeat in its key, as a
+     * claimant writes it): it never writes over its successor, and leaves the job */
+    g = NULL;
+    assert_int_equal(join(coord, "stalled", &g), 0);
+    const char *skey = "stalled/run/0/live/0";
+    assert_int_equal(pw_coord_set_lease(co, skey, HOLDER, strlen(HOLDER), LEASE_MS), 0);
+    bool said = false;
+    for (double t1 = pu_now(); !said && pu_now() - t1 < 5; usleep(50000))
+        said = pw_group_stale(g);
+    assert_true(said);
+    usleep(LEASE_MS * 1000 / 2); /* two heartbeat periods */
+    assert_int_equal(pw_group_recover(g), PC_EEXIST);
+    pw_group_close(g);
+    void *sv;
+    size_t sn;
+    assert_int_equal(pw_coord_get(co, skey, &sv, &sn), 0);
+    assert_true(sn == strlen(HOLDER) && memcmp(sv, HOLDER, sn) == 0);
+    free(sv);
 
     /* two claimants of that rank once its holder elsewhere stopped: one takes it over, the
      * other is refused (both took it over before) */

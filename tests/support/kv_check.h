@@ -31,7 +31,7 @@ static void *kc_race(void *arg) {
     char v[16];
     snprintf(v, sizeof v, "r%d", r->id);
     r->rc = r->rev == KC_ABSENT ? r->st->set(r->st->ctx, r->key, v, strlen(v), true, 0)
-                                : r->st->set_if(r->st->ctx, r->key, v, strlen(v), r->rev);
+                                : r->st->set_if(r->st->ctx, r->key, v, strlen(v), r->rev, 0);
     if (r->rc == 0)
         atomic_fetch_add(r->wins, 1);
     return NULL;
@@ -67,26 +67,37 @@ static inline void kc_race_one_wins(ps_coord_store_t *st, const char *key, uint6
 
 /* Compare-and-set on key (absent at first): revision 0 writes only an absent key; a write at the
  * revision read wins once and moves the revision; a stale revision is refused and changes
- * nothing; of writers that read one revision exactly one wins. */
+ * nothing; one with a lease leaves the key with that lease; of writers that read one revision
+ * exactly one wins. */
 static inline void kc_cas_check(ps_coord_store_t *st, const char *key) {
     void *v = NULL;
     size_t len = 0;
     uint64_t r0 = 0, r1 = 0, r2 = 0;
     assert_int_equal(st->get_rev(st->ctx, key, &v, &len, &r0), PC_ENOTFOUND);
-    assert_int_equal(st->set_if(st->ctx, key, "a", 1, 0), 0);
-    assert_int_equal(st->set_if(st->ctx, key, "b", 1, 0), PC_EEXIST); /* there now */
+    assert_int_equal(st->set_if(st->ctx, key, "a", 1, 0, 0), 0);
+    assert_int_equal(st->set_if(st->ctx, key, "b", 1, 0, 0), PC_EEXIST); /* there now */
     assert_int_equal(st->get_rev(st->ctx, key, &v, &len, &r1), 0);
     assert_true(len == 1 && !memcmp(v, "a", 1) && r1 > 0);
     free(v);
-    assert_int_equal(st->set_if(st->ctx, key, "c", 1, r1), 0);
-    assert_int_equal(st->set_if(st->ctx, key, "d", 1, r1), PC_EEXIST); /* stale */
+    assert_int_equal(st->set_if(st->ctx, key, "c", 1, r1, 0), 0);
+    assert_int_equal(st->set_if(st->ctx, key, "d", 1, r1, 0), PC_EEXIST); /* stale */
     assert_int_equal(st->get_rev(st->ctx, key, &v, &len, &r2), 0);
     assert_true(len == 1 && !memcmp(v, "c", 1) && r2 != r1);
     free(v);
     assert_int_equal(st->set(st->ctx, key, "e", 1, false, 0), 0); /* a plain set moves it too */
-    assert_int_equal(st->set_if(st->ctx, key, "f", 1, r2), PC_EEXIST);
+    assert_int_equal(st->set_if(st->ctx, key, "f", 1, r2, 0), PC_EEXIST);
     assert_int_equal(st->get_rev(st->ctx, key, &v, &len, &r2), 0);
     free(v);
+    /* with a lease (a fenced heartbeat): the key has one afterwards */
+    assert_int_equal(st->set_if(st->ctx, key, "g", 1, r2, 60000), 0);
+    pc_kv_entry_t *e = NULL;
+    size_t n = 0;
+    bool truncated = false;
+    assert_int_equal(st->list(st->ctx, key, 10, &e, &n, &truncated), 0);
+    assert_true(n >= 1 && strcmp(e[0].key, key) == 0 && e[0].lease_left_ms > 0 &&
+                e[0].revision != r2);
+    r2 = e[0].revision;
+    pc_kv_entries_free(e, n);
     kc_race_one_wins(st, key, r2);
 }
 

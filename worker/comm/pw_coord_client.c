@@ -60,6 +60,16 @@ int pw_coord_get(pw_coord_t *c, const char *key, void **value, size_t *len) {
     return c->st.get(c->st.ctx, key, value, len);
 }
 
+int pw_coord_get_rev(pw_coord_t *c, const char *key, void **value, size_t *len,
+                     uint64_t *revision) {
+    return c->st.get_rev(c->st.ctx, key, value, len, revision);
+}
+
+int pw_coord_set_if(pw_coord_t *c, const char *key, const void *value, size_t len,
+                    uint64_t revision, uint32_t lease_ms) {
+    return c->st.set_if(c->st.ctx, key, value, len, revision, lease_ms);
+}
+
 int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pc_kv_entry_t **out,
                   size_t *n) {
     bool truncated;

@@ -39,6 +39,15 @@ int pw_coord_set_lease(pw_coord_t *c, const char *key, const void *value, size_t
 int pw_coord_set_lease_if_absent(pw_coord_t *c, const char *key, const void *value, size_t len,
                                  uint32_t lease_ms);
 
+/* KvGet with the key's revision (KvList's: it changes with every set of the key; 0 from a
+ * coordinator older than revisions). */
+int pw_coord_get_rev(pw_coord_t *c, const char *key, void **value, size_t *len, uint64_t *revision);
+/* Compare-and-set: only when the key's revision is `revision` (0: only when it is absent), with a
+ * lease of lease_ms (0: none). 0, PC_EEXIST (it changed: nothing changed now), or the errors of
+ * pw_coord_set. */
+int pw_coord_set_if(pw_coord_t *c, const char *key, const void *value, size_t len,
+                    uint64_t revision, uint32_t lease_ms);
+
 /* KvList: the live keys under prefix, sorted, at most limit (0: the server's maximum, 4096).
  * *out (malloc'ed; free with pc_kv_entries_free; values NUL-terminated) has *n entries. Errors as
  * pw_coord_get. */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #define MAX_MEMBERS 4096
@@ -35,6 +36,7 @@ struct pw_group {
     /* The heartbeat thread's view of this worker (hb_mu); hb_now: beat at once. */
     pthread_t hb;
     bool hb_started, hb_stop, hb_now, hb_failing;
+    bool hb_lost; /* another process took this rank over (see hold): every later call fails */
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cv; /* CLOCK_MONOTONIC */
     const char *hb_state;
@@ -42,6 +44,7 @@ struct pw_group {
     uint64_t hb_step;
     char hb_note[200]; /* pw_group_note's, JSON-safe */
     char node[64];     /* this machine's name: tells a dead holder of a rank from a live one */
+    char id[20];       /* this join's own mark in its heartbeats (random, hex) */
 };
 
 static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, ...) {
@@ -279,52 +282,13 @@ static void hb_set(pw_group_t *g, const char *state) {
 /* The heartbeat's value (JSON) into v; its length. */
 static size_t hb_value(const pw_group_t *g, const char *state, int64_t gen, uint64_t step,
                        const char *note, char *v, size_t cap) {
-    const int n = snprintf(v, cap,
-                           "{\"rank\":%d,\"gen\":%" PRId64 ",\"step\":%" PRIu64
-                           ",\"state\":\"%s\",\"host\":\"%s\",\"pid\":%d,\"node\":\"%s\""
-                           ",\"note\":\"%s\"}",
-                           g->o.rank, gen, step, state, g->host, (int)getpid(), g->node, note);
+    const int n =
+        snprintf(v, cap,
+                 "{\"rank\":%d,\"gen\":%" PRId64 ",\"step\":%" PRIu64
+                 ",\"state\":\"%s\",\"host\":\"%s\",\"pid\":%d,\"node\":\"%s\""
+                 ",\"note\":\"%s\",\"id\":\"%s\"}",
+                 g->o.rank, gen, step, state, g->host, (int)getpid(), g->node, note, g->id);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
-}
-
-static void beat(pw_group_t *g, const char *state, int64_t gen, uint64_t step, const char *note) {
-    char key[256], v[640];
-    key_of(g, key, sizeof key, "live/%d", g->o.rank);
-    const size_t n = hb_value(g, state, gen, step, note, v, sizeof v);
-    const int rc = pw_coord_set_lease(g->hb_coord, key, v, n, (uint32_t)g->o.lease_ms);
-    if (rc && !g->hb_failing)
-        PC_WARN("group: heartbeat to the coordinator %s failed: %s (retrying)", g->o.coordinator,
-                pc_strerror(rc));
-    else if (!rc && g->hb_failing)
-        PC_INFO("group: heartbeats reach the coordinator again");
-    g->hb_failing = rc != 0; /* this thread's alone */
-}
-
-static void *hb_main(void *arg) {
-    pw_group_t *g = arg;
-    const uint64_t period_ns = (uint64_t)g->o.lease_ms * 250000u; /* lease / 4 */
-    pthread_mutex_lock(&g->hb_mu);
-    while (!g->hb_stop) {
-        const char *state = g->hb_state;
-        const int64_t gen = g->hb_gen;
-        const uint64_t step = g->hb_step;
-        char note[sizeof g->hb_note];
-        memcpy(note, g->hb_note, sizeof note);
-        g->hb_now = false;
-        pthread_mutex_unlock(&g->hb_mu);
-        beat(g, state, gen, step, note);
-        pthread_mutex_lock(&g->hb_mu);
-        struct timespec dl;
-        clock_gettime(CLOCK_MONOTONIC, &dl);
-        const uint64_t at = (uint64_t)dl.tv_sec * 1000000000u + (uint64_t)dl.tv_nsec + period_ns;
-        dl.tv_sec = (time_t)(at / 1000000000u);
-        dl.tv_nsec = (long)(at % 1000000000u);
-        int w = 0;
-        while (!g->hb_stop && !g->hb_now && w != ETIMEDOUT)
-            w = pthread_cond_timedwait(&g->hb_cv, &g->hb_mu, &dl);
-    }
-    pthread_mutex_unlock(&g->hb_mu);
-    return NULL;
 }
 
 /* A string field of a heartbeat's value (pw_group's own JSON: no escapes) into out ("" when
@@ -342,6 +306,98 @@ static long hb_num(const char *v, const char *name) {
     snprintf(pat, sizeof pat, "\"%s\":", name);
     const char *p = strstr(v, pat);
     return p ? strtol(p + strlen(pat), NULL, 10) : -1;
+}
+
+static bool lost(pw_group_t *g) {
+    pthread_mutex_lock(&g->hb_mu);
+    const bool l = g->hb_lost;
+    pthread_mutex_unlock(&g->hb_mu);
+    return l;
+}
+
+/* Set this rank's lease key to v (n bytes) through co, fenced: only while the key holds this
+ * join's heartbeat (its id) or is absent (its lease ran out while the coordinator could not be
+ * reached: taken again unless another claimant was first), by a compare-and-set at the revision
+ * read. A holder that stalled (stopped, cut off) past a heartbeat period and was taken over
+ * meanwhile so never writes over its successor: it learns it lost the rank instead. 0, PC_EEXIST
+ * (another process holds the rank now: logged, and the group is lost: pw_group_stale says so and
+ * recovery fails), PC_EAGAIN (the key kept changing), or the coordinator's error. */
+static int hold(pw_group_t *g, pw_coord_t *co, const char *v, size_t n) {
+    char key[256];
+    key_of(g, key, sizeof key, "live/%d", g->o.rank);
+    for (int tries = 0; tries < 4; tries++) {
+        void *cur = NULL;
+        size_t cn = 0;
+        uint64_t rev = 0;
+        int rc = pw_coord_get_rev(co, key, &cur, &cn, &rev);
+        if (rc && rc != PC_ENOTFOUND)
+            return rc;
+        char id[sizeof g->id] = "", host[64] = "";
+        long pid = -1;
+        if (!rc) {
+            hb_field(cur, "id", id, sizeof id);
+            hb_field(cur, "host", host, sizeof host);
+            pid = hb_num(cur, "pid");
+            free(cur);
+        }
+        if (!rc && strcmp(id, g->id) != 0) {
+            PC_ERROR("group: rank %d of job %s was taken over by another worker (pid %ld on %s) "
+                     "while this one (pid %d) could not renew it: this worker leaves the job",
+                     g->o.rank, g->job, pid, host[0] ? host : "?", (int)getpid());
+            pthread_mutex_lock(&g->hb_mu);
+            g->hb_lost = true;
+            pthread_mutex_unlock(&g->hb_mu);
+            return PC_EEXIST;
+        }
+        if (!rc && !rev) /* a coordinator older than revisions: not fenced */
+            return pw_coord_set_lease(co, key, v, n, (uint32_t)g->o.lease_ms);
+        rc = pw_coord_set_if(co, key, v, n, rev, (uint32_t)g->o.lease_ms);
+        if (rc != PC_EEXIST)
+            return rc;
+        /* it changed between the read and the write: read again */
+    }
+    return PC_EAGAIN;
+}
+
+static void beat(pw_group_t *g, const char *state, int64_t gen, uint64_t step, const char *note) {
+    char v[640];
+    const size_t n = hb_value(g, state, gen, step, note, v, sizeof v);
+    const int rc = hold(g, g->hb_coord, v, n);
+    if (rc == PC_EEXIST) /* taken over: said by hold */
+        return;
+    if (rc && !g->hb_failing)
+        PC_WARN("group: heartbeat to the coordinator %s failed: %s (retrying)", g->o.coordinator,
+                pc_strerror(rc));
+    else if (!rc && g->hb_failing)
+        PC_INFO("group: heartbeats reach the coordinator again");
+    g->hb_failing = rc != 0; /* this thread's alone */
+}
+
+static void *hb_main(void *arg) {
+    pw_group_t *g = arg;
+    const uint64_t period_ns = (uint64_t)g->o.lease_ms * 250000u; /* lease / 4 */
+    pthread_mutex_lock(&g->hb_mu);
+    while (!g->hb_stop && !g->hb_lost) {
+        const char *state = g->hb_state;
+        const int64_t gen = g->hb_gen;
+        const uint64_t step = g->hb_step;
+        char note[sizeof g->hb_note];
+        memcpy(note, g->hb_note, sizeof note);
+        g->hb_now = false;
+        pthread_mutex_unlock(&g->hb_mu);
+        beat(g, state, gen, step, note);
+        pthread_mutex_lock(&g->hb_mu);
+        struct timespec dl;
+        clock_gettime(CLOCK_MONOTONIC, &dl);
+        const uint64_t at = (uint64_t)dl.tv_sec * 1000000000u + (uint64_t)dl.tv_nsec + period_ns;
+        dl.tv_sec = (time_t)(at / 1000000000u);
+        dl.tv_nsec = (long)(at % 1000000000u);
+        int w = 0;
+        while (!g->hb_stop && !g->hb_lost && !g->hb_now && w != ETIMEDOUT)
+            w = pthread_cond_timedwait(&g->hb_cv, &g->hb_mu, &dl);
+    }
+    pthread_mutex_unlock(&g->hb_mu);
+    return NULL;
 }
 
 /* The live lease of `rank` among the entries of "live/" (prefix length pl), or NULL. */
@@ -492,9 +548,17 @@ static int claim_rank(pw_group_t *g) {
             }
             dead = !renewed; /* not renewed within the watch: its holder is gone */
         }
-        if (dead) { /* the heartbeats take it over, if this claimant is the first to mark it */
-            if ((rc = take_over(g, v, n)) != PC_EEXIST)
+        if (dead) { /* taken over, if this claimant is the first to mark it */
+            if ((rc = take_over(g, v, n)) == 0) {
+                /* the key from the dead holder's heartbeat to this one's, only if unchanged:
+                 * a holder that writes again was alive (seen as such next time round) */
+                rc = rev ? pw_coord_set_if(g->coord, key, v, n, rev, (uint32_t)g->o.lease_ms)
+                         : pw_coord_set_lease(g->coord, key, v, n, (uint32_t)g->o.lease_ms);
+                if (rc != PC_EEXIST)
+                    return rc;
+            } else if (rc != PC_EEXIST) {
                 return rc;
+            }
             first_ns = 0; /* another one did: whether its heartbeats come, watched again */
             pc_time_sleep_ms(50);
             continue;
@@ -562,6 +626,8 @@ static int settle(pw_group_t *g, bool first) {
     bool registered = false;
     unsigned polls = 0;
     for (;;) {
+        if (lost(g)) /* another process holds this rank now (said by hold) */
+            return PC_EEXIST;
         int64_t last;
         int rc = newest(g, g->coord, &last), n = 0;
         if (!rc && last >= 0 && (n = members_of(g, last)) < 0)
@@ -696,6 +762,10 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     g->hb_gen = -1;
     if (gethostname(g->node, sizeof g->node - 1) != 0 || strpbrk(g->node, "\"\\"))
         g->node[0] = '\0'; /* unknown: rank holders are then told apart by lease renewals */
+    uint64_t mark = 0;
+    if (getrandom(&mark, sizeof mark, 0) != (ssize_t)sizeof mark) /* (no entropy yet: unique) */
+        mark = pc_time_mono_ns() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)g;
+    snprintf(g->id, sizeof g->id, "%016" PRIx64, mark);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -750,7 +820,7 @@ void pw_group_close(pw_group_t *g) {
         pthread_cond_signal(&g->hb_cv);
         pthread_mutex_unlock(&g->hb_mu);
         pthread_join(g->hb, NULL);
-        if (!g->hb_failing) /* shows until its lease ends */
+        if (!g->hb_failing && !g->hb_lost) /* shows until its lease ends */
             beat(g, "exited", g->gen, g->hb_step, "");
     }
     pthread_cond_destroy(&g->hb_cv);
@@ -818,6 +888,8 @@ void pw_group_progress(pw_group_t *g, uint64_t step) {
 }
 
 bool pw_group_stale(pw_group_t *g) {
+    if (lost(g)) /* recovery says so */
+        return true;
     const uint64_t now = pc_time_mono_ns();
     if (now - g->last_poll_ns < POLL_NS)
         return false;

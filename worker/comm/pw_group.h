@@ -26,10 +26,15 @@
  * lease_ms / 4 with a lease of lease_ms (the coordinator drops the key when the heartbeats stop:
  * the process died, hung or lost its network). Its value is a JSON object: {"rank", "gen",
  * "step", "state" ("joining", "training", "recovering", "exited"), "host", "pid", "node" (the
- * machine's name), "note" (pw_group_note)}; `psctl workers JOB` lists them. Joining takes the
- * lease first (if absent): a rank whose lease a live worker holds is refused with PC_EEXIST, so
- * two workers given one rank fail at once instead of timing out; a dead holder's lease (its
- * process on this machine gone, or not renewed within a heartbeat period) is taken over. A
+ * machine's name), "note" (pw_group_note), "id" (random, this join's own)}; `psctl workers JOB`
+ * lists them. Each heartbeat is a compare-and-set at the revision it read, and only while the
+ * key holds this join's id (or is absent: its lease ran out while the coordinator was out of
+ * reach), so a worker whose rank was taken over while it stalled never writes over its successor:
+ * it learns it lost the rank (logged; pw_group_stale says true, pw_group_recover fails with
+ * PC_EEXIST) and leaves the job. Joining takes the lease first (if absent): a rank whose lease
+ * a live worker holds is refused with PC_EEXIST, so two workers given one rank fail at once
+ * instead of timing out; a dead holder's lease (its process on this machine gone, or not renewed
+ * within a heartbeat period) is taken over, by a compare-and-set at the revision watched. A
  * shrink takes only workers that registered as alive AND hold a live lease (one that registered
  * and died since is left out, so the new generation can form), and the survivors' warnings say
  * what is known of each one left out: lease expired, process gone, heartbeats stopped (lost), or
@@ -43,7 +48,8 @@
  * A finished run (pw_group_finish) bumps "runs", so the next run of the same job name starts
  * fresh.
  *
- * Errors: PC_EEXIST (join: a live worker holds this rank), PC_ETIMEDOUT (the first generation
+ * Errors: PC_EEXIST (join: a live worker holds this rank; recover: another process took this
+ * rank over while this one stalled), PC_ETIMEDOUT (the first generation
  * did not form within the timeout: a worker never came), PC_EUNAVAIL (the coordinator is
  * unreachable for longer than rejoin_timeout_ms), and the errors of pw_coll_create.
  *

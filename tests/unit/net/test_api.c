@@ -178,7 +178,7 @@ static void test_coordinator_kv(void **state) {
     g = emberps__kv_get_response__unpack(NULL, r.len, r.body);
     assert_true(g && g->value.len == 3 && memcmp(g->value.data, "0,1", 3) == 0);
     /* compare-and-set: KvGet's revision, KvSet's if_revision (a stale one changes nothing;
-     * not with if_absent or a lease) */
+     * not with if_absent) */
     const uint64_t rev = g->revision;
     assert_true(rev > 0);
     emberps__kv_get_response__free_unpacked(g, NULL);
@@ -190,9 +190,12 @@ static void test_coordinator_kv(void **state) {
     ps_api_reply_free(&r);
     set.value = (ProtobufCBinaryData){3, (uint8_t *)"0,3"};
     assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_ALREADY_EXISTS);
-    set.lease_ms = 1000;
-    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_INVALID_ARGUMENT);
+    set.lease_ms = 1000; /* a stale revision with a lease: refused alike */
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_ALREADY_EXISTS);
     set.lease_ms = 0;
+    set.if_absent = true; /* a key at a revision is not absent */
+    assert_int_equal(kv_call(&env, PS_API_KV_SET, &set.base, &r), PS_ST_INVALID_ARGUMENT);
+    set.if_absent = false;
     set.if_revision = 0;
     assert_int_equal(kv_call(&env, PS_API_KV_GET, &get.base, &r), PS_ST_OK);
     g = emberps__kv_get_response__unpack(NULL, r.len, r.body);
