@@ -860,7 +860,14 @@ int pw_group_recover(pw_group_t *g) {
     pw_coll_destroy(g->coll); /* broken or stale: its peers are gone or moving on */
     g->coll = NULL;
     hb_set(g, "recovering");
-    int rc = settle(g, false);
+    /* This process may have stalled past a heartbeat period and been replaced: whether it still
+     * holds its rank is asked now, before it joins a generation as that rank (its heartbeat
+     * thread may not have beaten since it resumed). */
+    char v[640];
+    pthread_mutex_lock(&g->hb_mu);
+    const size_t n = hb_value(g, "recovering", g->gen, g->hb_step, g->hb_note, v, sizeof v);
+    pthread_mutex_unlock(&g->hb_mu);
+    int rc = hold(g, g->coord, v, n) == PC_EEXIST ? PC_EEXIST : settle(g, false);
     g->last_poll_ns = pc_time_mono_ns();
     return rc;
 }
