@@ -4,6 +4,8 @@
  * down and drain the queues. */
 #include "ps_grpc.h"
 
+#include "emberps/psgrpc.h"
+
 #include "health.pb-c.h"
 #include "pc_error.h"
 #include "pc_fs.h"
@@ -199,9 +201,10 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     } else if (g->svc.is_admin(m) && !admin_enter(g)) {
         atomic_fetch_add_explicit(&g->admin_busy, 1, memory_order_relaxed);
         ps_api_fail(&r, PC_EUNAVAIL,
-                    "busy: %d of the %d handler threads run administrative calls, the last stays "
-                    "for data calls and health checks: try again, or start the server with more "
-                    "--grpc-threads",
+                    PSG_BUSY
+                    "%d of the %d handler threads run administrative calls, the last "
+                    "stays for data calls and health checks: try again, or start the server with "
+                    "more --grpc-threads",
                     g->admin_max, g->nworkers);
     } else {
         pthread_rwlock_rdlock(&g->gate);

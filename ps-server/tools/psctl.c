@@ -137,8 +137,8 @@ static uint8_t *call_quiet(int m, const ProtobufCMessage *req, size_t *len, int 
     uint8_t *resp;
     char msg[512];
     int st;
-    int rc = psg_request(g_c, ps_api_path((ps_api_method_t)m), rb, rl, (int)g_o.timeout_ms, &resp,
-                         len, &st, msg, sizeof msg);
+    int rc = psctl_request(g_c, ps_api_path((ps_api_method_t)m), rb, rl, (int)g_o.timeout_ms, &resp,
+                           len, &st, msg, sizeof msg);
     free(rb);
     if (rc == 0 && !resp && (resp = malloc(1))) /* an empty reply is an empty message */
         *len = 0;

@@ -27,7 +27,7 @@ static void *call(const psctl_serve_opts_t *o, const char *method, const Protobu
     int st = 0, e = rb ? 0 : PC_ENOMEM;
     if (rb) {
         protobuf_c_message_pack(req, rb);
-        e = psg_request(o->c, path, rb, rl, o->timeout_ms, &resp, &len, &st, msg, sizeof msg);
+        e = psctl_request(o->c, path, rb, rl, o->timeout_ms, &resp, &len, &st, msg, sizeof msg);
     }
     free(rb);
     if (e) {

@@ -1,7 +1,8 @@
 /* The gRPC transport (ps_grpc.h) keeps a handler thread for data calls and health checks: with 2
  * threads, one administrative call that runs (here held until the test lets it go) makes a second
  * one answered UNAVAILABLE at once, while a data call is served; once it ended, the next one
- * runs. (Two checkpoints held both threads, and with them every Lookup and Health call.) */
+ * runs. (Two checkpoints held both threads, and with them every Lookup and Health call.) psctl's
+ * calls (psctl_request) ask a busy server again until their timeout. */
 #include "test_util.h"
 
 #include <pthread.h>
@@ -12,6 +13,7 @@
 #include "pc_error.h"
 #include "pc_time.h"
 #include "ps_grpc.h"
+#include "psctl_exit.h"
 
 enum { SLOW, FAST };
 
@@ -51,10 +53,11 @@ static void call(void *ctx, int m, const uint8_t *req, size_t len, bool admin,
 typedef struct caller {
     int port, rc;
     const char *path;
+    bool again; /* psctl_request */
     pthread_t th;
 } caller_t;
 
-static int request(int port, const char *path, char *msg, size_t cap) {
+static int request_as(int port, const char *path, char *msg, size_t cap, bool again) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     psg_opts_t o = {.addr = addr};
@@ -65,17 +68,57 @@ static int request(int port, const char *path, char *msg, size_t cap) {
     uint8_t *resp = NULL;
     size_t rlen = 0;
     int st = 0;
-    rc = psg_request(c, path, (const uint8_t *)"", 0, 10000, &resp, &rlen, &st, msg, cap);
+    rc = again ? psctl_request(c, path, (const uint8_t *)"", 0, 20000, &resp, &rlen, &st, msg, cap)
+               : psg_request(c, path, (const uint8_t *)"", 0, 10000, &resp, &rlen, &st, msg, cap);
     free(resp);
     psg_destroy(c);
     return rc;
 }
 
+static int request(int port, const char *path, char *msg, size_t cap) {
+    return request_as(port, path, msg, cap, false);
+}
+
 static void *caller_main(void *arg) {
     caller_t *k = arg;
     char msg[256];
-    k->rc = request(k->port, k->path, msg, sizeof msg);
+    k->rc = request_as(k->port, k->path, msg, sizeof msg, k->again);
     return NULL;
+}
+
+/* The busy answers the server counted. */
+static unsigned long long busy_count(ps_grpc_t *g) {
+    char metrics[4096] = "";
+    ps_grpc_render_metrics(g, metrics, sizeof metrics, 0);
+    const char *p = strstr(metrics, "\nemberps_grpc_admin_busy_total "); /* (not # TYPE's) */
+    return p ? strtoull(p + strlen("\nemberps_grpc_admin_busy_total "), NULL, 10) : 0;
+}
+
+/* Until cond() or 20 s (bounded); cond's last answer. */
+static bool wait_for(bool (*cond)(void *), void *arg) {
+    const uint64_t t0 = pc_time_mono_ns();
+    while (!cond(arg) && pc_time_sec_since(t0) < 20)
+        pc_time_sleep_ms(5);
+    return cond(arg);
+}
+
+static bool slow_running(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_mu);
+    const bool r = g_slow_running > 0;
+    pthread_mutex_unlock(&g_mu);
+    return r;
+}
+
+static bool busy_twice(void *arg) {
+    return busy_count(arg) >= 2;
+}
+
+static void release(bool yes) {
+    pthread_mutex_lock(&g_mu);
+    g_release = yes;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
 }
 
 static void test_admin_keeps_a_thread(void **state) {
@@ -89,34 +132,37 @@ static void test_admin_keeps_a_thread(void **state) {
     ps_grpc_set_serving(g, true);
     caller_t slow = {.port = ps_grpc_port(g), .rc = -1, .path = "/t.S/Slow"};
     assert_int_equal(pthread_create(&slow.th, NULL, caller_main, &slow), 0);
-    pthread_mutex_lock(&g_mu);
-    const uint64_t t0 = pc_time_mono_ns();
-    while (!g_slow_running && pc_time_sec_since(t0) < 20) { /* bounded */
-        pthread_mutex_unlock(&g_mu);
-        pc_time_sleep_ms(5);
-        pthread_mutex_lock(&g_mu);
-    }
-    const int running = g_slow_running;
-    pthread_mutex_unlock(&g_mu);
+    const bool running = wait_for(slow_running, NULL);
     char msg[256] = "", fast_msg[256] = "";
     const int second = running ? request(ps_grpc_port(g), "/t.S/Slow", msg, sizeof msg) : -1;
     const int fast = request(ps_grpc_port(g), "/t.S/Fast", fast_msg, sizeof fast_msg);
-    pthread_mutex_lock(&g_mu); /* released before any assertion: no handler left held */
-    g_release = true;
-    pthread_cond_broadcast(&g_cv);
-    pthread_mutex_unlock(&g_mu);
+    release(true); /* before any assertion: no handler left held */
     pthread_join(slow.th, NULL);
     print_message("a second administrative call: %s\n", msg);
-    assert_int_equal(running, 1);
+    assert_true(running);
     assert_int_equal(second, PC_EUNAVAIL);
-    assert_non_null(strstr(msg, "busy"));
+    assert_true(strncmp(msg, PSG_BUSY, strlen(PSG_BUSY)) == 0);
     assert_int_equal(fast, 0);
     assert_int_equal(slow.rc, 0);
     assert_int_equal(request(ps_grpc_port(g), "/t.S/Slow", msg, sizeof msg), 0); /* (released) */
-    char metrics[4096];
-    metrics[0] = '\0';
-    ps_grpc_render_metrics(g, metrics, sizeof metrics, 0);
-    assert_non_null(strstr(metrics, "emberps_grpc_admin_busy_total 1\n"));
+    assert_int_equal(busy_count(g), 1);
+
+    /* psctl's call: answered busy while one is held, asked again, run once it was let go */
+    release(false);
+    slow.rc = -1;
+    assert_int_equal(pthread_create(&slow.th, NULL, caller_main, &slow), 0);
+    caller_t again = {.port = ps_grpc_port(g), .rc = -1, .path = "/t.S/Slow", .again = true};
+    const bool held = wait_for(slow_running, NULL);
+    if (held)
+        assert_int_equal(pthread_create(&again.th, NULL, caller_main, &again), 0);
+    const bool met_busy = held && wait_for(busy_twice, g);
+    release(true);
+    pthread_join(slow.th, NULL);
+    if (held)
+        pthread_join(again.th, NULL);
+    assert_true(held && met_busy);
+    assert_int_equal(slow.rc, 0);
+    assert_int_equal(again.rc, 0);
     ps_grpc_stop(g);
 }
 

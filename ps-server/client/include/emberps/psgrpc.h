@@ -60,6 +60,11 @@ void psg_destroy(psg_t *c);
 int psg_request(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
                 uint8_t **resp, size_t *resp_len, int *status, char *msg, size_t msgcap);
 
+/* How a server's status message starts when it refused an administrative call at once because
+ * its other administrative calls hold every handler thread but one (PC_EUNAVAIL; none of the
+ * call ran: asking again is safe). */
+#define PSG_BUSY "busy: "
+
 /* psg_request returning the gRPC status code instead (14 UNAVAILABLE when the server cannot be
  * reached, 4 DEADLINE_EXCEEDED), for callers that look at statuses. */
 int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
