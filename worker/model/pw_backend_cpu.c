@@ -268,25 +268,28 @@ static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, i
 }
 
 /* The fused interaction: no f x f matrices. Dot products are summed in blocks of IB lanes held in
- * a GCC vector (one AVX-512 register, two AVX2, four SSE: the compiler does not vectorize the
- * plain loop of 16, it unrolls it into scalars), RB output rows at a time so that each block
+ * a GCC vector (one AVX2 register, half an AVX-512 one, two SSE: the compiler does not vectorize
+ * the plain loop, it unrolls it into scalars; and a 16-lane vector, two AVX2 registers, GCC 12
+ * spilled to the stack and moved through general registers lane by lane: 6 times slower on
+ * AVX2, the interaction then half of a DLRM step), RB output rows at a time so that each block
  * loaded feeds RB independent sums (one row at a time, a sum's chain of adds and a load per
- * multiply held both kernels to a third of the FPU). The forward transposes a sample's z (zt:
- * d x fp, f padded with zeros to whole blocks; 16 x 16 blocks by shuffles), and row i's products
+ * multiply held both kernels to a third of the FPU; 2, 3, 5, 6 or 8 rows: slower). The forward
+ * transposes a sample's z (zt: d x fp, f padded with zeros to whole blocks; 8 x 8 blocks by
+ * shuffles), and row i's products
  * with rows j < i are the first i lanes of its blocks, copied into its packed row. The gradient
  * writes dz_i = sum over j != i of g_(max(i,j), min(i,j)) z_j, d in blocks. Each sum runs over e
  * (forward) or j (gradient) in order, a multiply then an add (C11 contracts nothing), so every
  * CPU_VEC variant gives the same bits, and the same as one row at a time. */
 enum {
-    IB = 16,       /* lanes of a block */
-    RB = 4,        /* output rows a block's sums run for at once (2, 6, 8: slower) */
+    IB = 8,        /* lanes of a block */
+    RB = 4,        /* output rows a block's sums run for at once */
     ZT_MAX = 8192, /* floats of zt on the stack */
     FP_MAX = 1024, /* padded fields the forward's row results hold (more: pairs) */
 };
 typedef float vblock_t __attribute__((vector_size(IB * sizeof(float))));
 /* The interleaving of two blocks' low and high halves (clang spells GCC's shuffle otherwise). */
-#define LO_LANES 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23
-#define HI_LANES 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31
+#define LO_LANES 0, 8, 1, 9, 2, 10, 3, 11
+#define HI_LANES 4, 12, 5, 13, 6, 14, 7, 15
 #if defined(__clang__)
 #define VSHUFFLE(a, b, lanes) __builtin_shufflevector(a, b, lanes)
 #else
@@ -294,9 +297,9 @@ typedef int vlane_t __attribute__((vector_size(IB * sizeof(int))));
 #define VSHUFFLE(a, b, lanes) __builtin_shuffle(a, b, (vlane_t){lanes})
 #endif
 
-/* zt (d x fp) = the transpose of zs (f x d), rows f..fp of zs read as zeros. 16 x 16 blocks in
- * four rounds that interleave rows p and p + 8 (each round rotates the 8 bits of (row, column)
- * by one, so four make the transpose); the tail of d element by element. always_inline: the
+/* zt (d x fp) = the transpose of zs (f x d), rows f..fp of zs read as zeros. 8 x 8 blocks in
+ * three rounds that interleave rows p and p + 4 (each round rotates the 6 bits of (row, column)
+ * by one, so three make the transpose); the tail of d element by element. always_inline: the
  * caller's CPU_VEC variant compiles it. */
 static inline __attribute__((always_inline)) void transpose(const float *restrict zs, int f, int d,
                                                             float *restrict zt, int fp) {
@@ -310,7 +313,7 @@ static inline __attribute__((always_inline)) void transpose(const float *restric
                 else
                     r[k] = (vblock_t){0};
             }
-            for (int round = 0; round < 4; round++) {
+            for (int round = 0; round < 3; round++) {
                 for (int p = 0; p < IB / 2; p++) {
                     t[2 * p] = VSHUFFLE(r[p], r[p + IB / 2], LO_LANES);
                     t[2 * p + 1] = VSHUFFLE(r[p], r[p + IB / 2], HI_LANES);
