@@ -1,7 +1,8 @@
 /* Layers against double precision: the backend's GEMM (all transpose cases) and each layer's
  * forward match a double reference; every gradient (weights, biases, inputs) of a
- * Linear-ReLU-Linear-BCE network (pw_mlp) and of the dot interaction (the CPU's fused kernel,
- * and the batched GEMM and triangle the GPU runs) matches central finite differences of the
+ * Linear-ReLU-Linear-BCE network (pw_mlp) and of the dot interaction (the CPU's fused kernel in
+ * both block widths, which give the same bits, and the batched GEMM and triangle the GPU runs)
+ * matches central finite differences of the
  * double reference; pooling is exact and its
  * gradient is its adjoint. BCE is finite and exact at extreme logits. A ReLU keeps NaN. */
 #include "test_util.h"
@@ -13,6 +14,17 @@
 #include "pc_error.h"
 #include "pw_backend.h"
 #include "pw_layers.h"
+
+/* The fused interaction's two block widths, as the CPU backend builds them (it runs one of
+ * them, by the CPU): both are checked here, on any CPU. */
+#define IK_LANES   8
+#define IK_NAME(x) x##_8
+#define IK_ATTR
+#include "pw_cpu_interact.h"
+#define IK_LANES   16
+#define IK_NAME(x) x##_16
+#define IK_ATTR
+#include "pw_cpu_interact.h"
 
 static pw_backend_t *be;
 
@@ -261,17 +273,54 @@ static void check_interaction(pw_backend_t *b, int nb, int f, int d, bool fd, ui
     free(zd);
 }
 
-/* The CPU's fused kernel (no f x f matrices) and the batched-GEMM path the GPU takes, at small
- * odd shapes, DLRM's 27 x 16, z too large for the fused kernel's transposed copy, row groups
- * that cross blocks, a d with a tail and more fields than its row results hold. */
+/* The fused kernel's widths on one input: the same bits (outputs and gradients). */
+static void check_widths_agree(int nb, int f, int d, uint64_t seed) {
+    const int np = f * (f - 1) / 2, ldo = np + 17;
+    const size_t nz = (size_t)nb * f * d, no = (size_t)nb * ldo;
+    float *z = malloc(nz * sizeof *z), *g = malloc(no * sizeof *g), *o[2], *dz[2];
+    assert_non_null(z && g);
+    for (int w = 0; w < 2; w++) {
+        o[w] = calloc(no, sizeof *o[w]);
+        dz[w] = calloc(nz, sizeof *dz[w]);
+        assert_non_null(o[w] && dz[w]);
+    }
+    uint64_t rng = seed;
+    fill(z, nz, &rng, 1);
+    fill(g, no, &rng, 1);
+    interact_8(be, nb, f, d, z, o[0], ldo);
+    interact_16(be, nb, f, d, z, o[1], ldo);
+    interact_grad_8(be, nb, f, d, z, g, ldo, dz[0]);
+    interact_grad_16(be, nb, f, d, z, g, ldo, dz[1]);
+    assert_memory_equal(o[0], o[1], no * sizeof *o[0]);
+    assert_memory_equal(dz[0], dz[1], nz * sizeof *dz[0]);
+    for (int w = 0; w < 2; w++) {
+        free(o[w]);
+        free(dz[w]);
+    }
+    free(z);
+    free(g);
+}
+
+/* The CPU's fused kernel (no f x f matrices; as the backend picks it, and each width) and the
+ * batched-GEMM path the GPU takes, at small odd shapes, DLRM's 27 x 16, z too large for the
+ * fused kernel's transposed copy, row groups that cross blocks, a d with a tail and more fields
+ * than its row results hold. */
 static void test_dot_interaction(void **state) {
     (void)state;
     assert_non_null(be->interact);
-    pw_backend_t gemm = *be; /* the CPU backend is stateless: a copy without the fused ops */
+    pw_backend_t gemm = *be, w8 = *be, w16 = *be; /* the CPU backend is stateless: copies */
     gemm.interact = NULL;
     gemm.interact_grad = NULL;
-    pw_backend_t *const paths[] = {be, &gemm};
-    for (int p = 0; p < 2; p++) {
+    w8.interact = interact_8;
+    w8.interact_grad = interact_grad_8;
+    w16.interact = interact_16;
+    w16.interact_grad = interact_grad_16;
+    static const int shapes[][3] = {{2, 27, 16}, {3, 4, 3},   {2, 70, 130}, {3, 40, 32},
+                                    {2, 21, 17}, {2, 150, 4}, {2, 33, 7},   {1, 2, 1}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
+        check_widths_agree(shapes[k][0], shapes[k][1], shapes[k][2], 20 + k);
+    pw_backend_t *const paths[] = {be, &gemm, &w8, &w16};
+    for (int p = 0; p < 4; p++) {
         check_interaction(paths[p], 3, 4, 3, true, 3);
         check_interaction(paths[p], 2, 27, 16, true, 4);
         check_interaction(paths[p], 5, 9, 5, true, 5);
