@@ -1077,6 +1077,24 @@ static void wait_gone(pw_coord_t *co, const char *job, const char *key) {
     fail_msg("%s/%s stayed: %s", job, key, v);
 }
 
+/* Rank 1 of job j stopped (SIGSTOP) until its lease ended and rank 0 went on alone (generation
+ * 1 is "0"): the seconds from the stop to each. */
+static void stop_until_shrunk(const rjob_t *j, pw_coord_t *co, pid_t p0, pid_t p1,
+                              double *lease_end, double *shrunk) {
+    char v[256];
+    const double t0 = pu_now();
+    assert_int_equal(kill(p1, SIGSTOP), 0);
+    wait_gone(co, j->job, "live/1"); /* its heartbeats stopped */
+    *lease_end = pu_now() - t0;
+    job_key(co, j->job, "live/0", v, sizeof v);
+    assert_non_null(strstr(v, "\"rank\":0,")); /* the survivor's lease lives */
+    wait_key(co, j->job, "g/1/formed", v, sizeof v);
+    *shrunk = pu_now() - t0;
+    job_key(co, j->job, "g/1", v, sizeof v);
+    assert_string_equal(v, "0"); /* rank 0 went on alone */
+    assert_true(running(p0));
+}
+
 static void test_worker_hung(void **state) {
     (void)state;
     recovery_data();
@@ -1108,19 +1126,10 @@ static void test_worker_hung(void **state) {
     assert_int_equal(pu_psctl(g_psctl, c.grpc0, out, sizeof out, text), 0);
     assert_non_null(strstr(out, "generation 0: workers 0,1"));
     assert_non_null(strstr(out, "training"));
-    const double t0 = pu_now();
-    assert_int_equal(kill(p1, SIGSTOP), 0);
-    wait_gone(co, j.job, "live/1"); /* its heartbeats stopped */
-    const double lease_end = pu_now() - t0;
-    job_key(co, j.job, "live/0", v, sizeof v);
-    assert_non_null(strstr(v, "\"rank\":0,")); /* the survivor's lease lives */
+    double lease_end, shrunk;
+    stop_until_shrunk(&j, co, p0, p1, &lease_end, &shrunk);
     assert_int_equal(pu_psctl(g_psctl, c.grpc0, out, sizeof out, args), 0);
-    assert_null(strstr(out, "\"rank\":1,"));
-    wait_key(co, j.job, "g/1/formed", v, sizeof v);
-    const double shrunk = pu_now() - t0;
-    job_key(co, j.job, "g/1", v, sizeof v);
-    assert_string_equal(v, "0"); /* rank 0 went on alone */
-    assert_true(running(p0));
+    assert_null(strstr(out, "\"rank\":1,")); /* (before rank 1 resumes) */
     assert_int_equal(kill(p1, SIGCONT), 0);
     wait_key(co, j.job, "g/2/formed", v, sizeof v);
     job_key(co, j.job, "g/2", v, sizeof v);
@@ -1133,6 +1142,53 @@ static void test_worker_hung(void **state) {
     assert_true(lease_end < 4); /* 1 s lease, heartbeats every 0.25 s */
     assert_true(json_num(j.out[0], "samples") == 2 * REJOIN_EPOCHS * RROWS);
     assert_true(json_num(j.out[1], "samples") == 2 * REJOIN_EPOCHS * RROWS);
+    assert_true(json_num(j.out[0], "auc") > AUC_MIN);
+    pw_coord_close(co);
+    cluster_down(&c);
+}
+
+/* A stopped worker replaced while it was stopped: rank 1 stopped until rank 0 went on alone, a
+ * new rank 1 started and joined (generation 2 is "0,1"), then the stopped one continued. It
+ * learns that its rank was taken over (its heartbeat, or its recovery, finds the new worker's
+ * mark in the rank's lease) and exits 1 instead of training as a second rank 1; the others
+ * finish. (Its heartbeats used to write over the new worker's, and both held the rank.) */
+static void test_worker_replaced(void **state) {
+    (void)state;
+    recovery_data();
+    cluster_t c;
+    cluster_up(&c, RTABLE);
+    pw_coord_t *co = coord_of(&c);
+    char epochs[32], err1[300], v[256], log[16384];
+    snprintf(epochs, sizeof epochs, "--epochs=%d", 2 * REJOIN_EPOCHS); /* as test_worker_hung */
+    snprintf(err1, sizeof err1, "%s/rp1.err", g_dir);
+    rjob_t j = {.c = &c,
+                .job = "replaced",
+                .policy = "shrink",
+                .rejoin_ms = 1000,
+                .extra = {"--timeout-ms=4000", "--lease-ms=1000", epochs, NULL},
+                .err1 = err1};
+    snprintf(j.out[0], sizeof j.out[0], "%s/rp0.json", g_dir);
+    snprintf(j.out[1], sizeof j.out[1], "%s/rp1.json", g_dir);
+    snprintf(j.out[2], sizeof j.out[2], "%s/rp1b.json", g_dir);
+    pid_t p0 = rworker(&j, 0, j.out[0]), p1 = rworker(&j, 1, j.out[1]);
+    wait_progress(co, j.job);
+    double lease_end, shrunk;
+    stop_until_shrunk(&j, co, p0, p1, &lease_end, &shrunk);
+    j.err1 = NULL; /* the new worker's: the test's */
+    const pid_t p1b = rworker(&j, 1, j.out[2]);
+    wait_key(co, j.job, "g/2/formed", v, sizeof v);
+    job_key(co, j.job, "g/2", v, sizeof v);
+    assert_string_equal(v, "0,1"); /* rank 0 and the new rank 1 */
+    assert_int_equal(kill(p1, SIGCONT), 0);
+    const int old = pu_reap(p1, 60);
+    assert_int_equal(pu_reap(p0, HUNG_REAP_S), 0);
+    assert_int_equal(pu_reap(p1b, HUNG_REAP_S), 0);
+    json_text(err1, log, sizeof log);
+    print_message("replaced worker: exit %d; %s\n", old,
+                  strstr(log, "taken over") ? "it said it was taken over" : log);
+    assert_int_equal(old, 1);
+    assert_non_null(strstr(log, "was taken over by another worker"));
+    assert_true(json_num(j.out[0], "samples") == 2 * REJOIN_EPOCHS * RROWS);
     assert_true(json_num(j.out[0], "auc") > AUC_MIN);
     pw_coord_close(co);
     cluster_down(&c);
@@ -1959,6 +2015,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_job_rollback),
         cmocka_unit_test(test_consistency_modes),
         cmocka_unit_test(test_worker_hung),
+        cmocka_unit_test(test_worker_replaced),
         cmocka_unit_test(test_server_rollback),
         cmocka_unit_test(test_server_restart_at_cut),
         cmocka_unit_test(test_publish_watermark),
