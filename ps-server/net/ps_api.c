@@ -551,19 +551,26 @@ static void do_kv_list(const ps_api_env_t *env, const uint8_t *req, size_t len, 
     if (rc) {
         fail_pc(r, rc, q->prefix);
     } else {
-        for (size_t i = 0; i < n; i++) {
-            emberps__kv_entry__init(&ents[i]);
-            ents[i].key = v[i].key;
-            ents[i].value.data = v[i].value;
-            ents[i].value.len = v[i].len;
-            ents[i].lease_left_ms = v[i].lease_left_ms;
-            ents[i].revision = v[i].revision;
-            ptrs[i] = &ents[i];
+        /* as many as the reply may hold (max_reply: the message limit too), then truncated */
+        const uint64_t room = env->max_reply ? env->max_reply : UINT64_MAX;
+        uint64_t bytes = 2; /* the truncated flag */
+        size_t k = 0;
+        for (; k < n; k++) {
+            emberps__kv_entry__init(&ents[k]);
+            ents[k].key = v[k].key;
+            ents[k].value.data = v[k].value;
+            ents[k].value.len = v[k].len;
+            ents[k].lease_left_ms = v[k].lease_left_ms;
+            ents[k].revision = v[k].revision;
+            ptrs[k] = &ents[k];
+            bytes += 1 + 5 + protobuf_c_message_get_packed_size(&ents[k].base); /* tag, length */
+            if (bytes > room)
+                break;
         }
         Emberps__KvListResponse resp = EMBERPS__KV_LIST_RESPONSE__INIT;
-        resp.n_entries = n;
+        resp.n_entries = k;
         resp.entries = ptrs;
-        resp.truncated = truncated;
+        resp.truncated = truncated || k < n;
         ps_api_reply_pack(r, &resp.base);
     }
     free(ptrs);

@@ -138,9 +138,24 @@ static void claims(const char *coord) {
         g = NULL;
         const char *skey = now ? "stalled1/run/0/live/0" : "stalled0/run/0/live/0";
         assert_int_equal(join(coord, now ? "stalled1" : "stalled0", &g), 0);
+        bool training = false; /* the beat the formation asked for is done (the next: 1 s on) */
+        for (double t1 = pu_now(); !training && pu_now() - t1 < 5; usleep(10000)) {
+            void *tv;
+            size_t tn;
+            if (pw_coord_get(co, skey, &tv, &tn) == 0) {
+                training = strstr(tv, "\"state\":\"training\"") != NULL;
+                free(tv);
+            }
+        }
+        assert_true(training);
         assert_int_equal(pw_coord_set_lease(co, skey, HOLDER, strlen(HOLDER), LEASE_MS), 0);
-        if (now)
+        if (now) { /* before any heartbeat found out: recovery went no further (no alive mark) */
             assert_int_equal(pw_group_recover(g), PC_EEXIST);
+            void *av;
+            size_t an;
+            assert_int_equal(pw_coord_get(co, "stalled1/run/0/g/0/alive/0", &av, &an),
+                             PC_ENOTFOUND);
+        }
         bool said = false;
         for (double t1 = pu_now(); !said && pu_now() - t1 < 5; usleep(50000))
             said = pw_group_stale(g);

@@ -36,7 +36,8 @@ struct pw_group {
     /* The heartbeat thread's view of this worker (hb_mu); hb_now: beat at once. */
     pthread_t hb;
     bool hb_started, hb_stop, hb_now, hb_failing;
-    bool hb_lost; /* another process took this rank over (see hold): every later call fails */
+    bool hb_lost;     /* another process took this rank over (see hold): every later call fails */
+    bool hb_unfenced; /* the coordinator refused a leased compare-and-set (said once) */
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cv; /* CLOCK_MONOTONIC */
     const char *hb_state;
@@ -308,6 +309,26 @@ static long hb_num(const char *v, const char *name) {
     return p ? strtol(p + strlen(pat), NULL, 10) : -1;
 }
 
+/* key = v (n bytes) with the membership lease, at revision rev (0: only if absent). A
+ * coordinator older than leased compare-and-sets refuses one (PC_EINVAL): then a plain leased
+ * set, not fenced (said once). */
+static int set_leased_if(pw_group_t *g, pw_coord_t *co, const char *key, const char *v, size_t n,
+                         uint64_t rev) {
+    int rc = pw_coord_set_if(co, key, v, n, rev, (uint32_t)g->o.lease_ms);
+    if (rc == PC_EINVAL) {
+        pthread_mutex_lock(&g->hb_mu);
+        const bool said = g->hb_unfenced;
+        g->hb_unfenced = true;
+        pthread_mutex_unlock(&g->hb_mu);
+        if (!said)
+            PC_WARN("group: the coordinator %s takes no compare-and-set with a lease (older than "
+                    "this worker): heartbeats are not fenced against a successor",
+                    g->o.coordinator);
+        rc = pw_coord_set_lease(co, key, v, n, (uint32_t)g->o.lease_ms);
+    }
+    return rc;
+}
+
 static bool lost(pw_group_t *g) {
     pthread_mutex_lock(&g->hb_mu);
     const bool l = g->hb_lost;
@@ -323,6 +344,8 @@ static bool lost(pw_group_t *g) {
  * (another process holds the rank now: logged, and the group is lost: pw_group_stale says so and
  * recovery fails), PC_EAGAIN (the key kept changing), or the coordinator's error. */
 static int hold(pw_group_t *g, pw_coord_t *co, const char *v, size_t n) {
+    if (lost(g)) /* never again: a successor's key that expired is not this process's */
+        return PC_EEXIST;
     char key[256];
     key_of(g, key, sizeof key, "live/%d", g->o.rank);
     for (int tries = 0; tries < 4; tries++) {
@@ -351,7 +374,7 @@ static int hold(pw_group_t *g, pw_coord_t *co, const char *v, size_t n) {
         }
         if (!rc && !rev) /* a coordinator older than revisions: not fenced */
             return pw_coord_set_lease(co, key, v, n, (uint32_t)g->o.lease_ms);
-        rc = pw_coord_set_if(co, key, v, n, rev, (uint32_t)g->o.lease_ms);
+        rc = set_leased_if(g, co, key, v, n, rev);
         if (rc != PC_EEXIST)
             return rc;
         /* it changed between the read and the write: read again */
@@ -385,11 +408,11 @@ static void *hb_main(void *arg) {
         memcpy(note, g->hb_note, sizeof note);
         g->hb_now = false;
         pthread_mutex_unlock(&g->hb_mu);
-        beat(g, state, gen, step, note);
-        pthread_mutex_lock(&g->hb_mu);
-        struct timespec dl;
+        struct timespec dl; /* the next beat a period after this one's start (it takes calls) */
         clock_gettime(CLOCK_MONOTONIC, &dl);
         const uint64_t at = (uint64_t)dl.tv_sec * 1000000000u + (uint64_t)dl.tv_nsec + period_ns;
+        beat(g, state, gen, step, note);
+        pthread_mutex_lock(&g->hb_mu);
         dl.tv_sec = (time_t)(at / 1000000000u);
         dl.tv_nsec = (long)(at % 1000000000u);
         int w = 0;
@@ -552,7 +575,7 @@ static int claim_rank(pw_group_t *g) {
             if ((rc = take_over(g, v, n)) == 0) {
                 /* the key from the dead holder's heartbeat to this one's, only if unchanged:
                  * a holder that writes again was alive (seen as such next time round) */
-                rc = rev ? pw_coord_set_if(g->coord, key, v, n, rev, (uint32_t)g->o.lease_ms)
+                rc = rev ? set_leased_if(g, g->coord, key, v, n, rev)
                          : pw_coord_set_lease(g->coord, key, v, n, (uint32_t)g->o.lease_ms);
                 if (rc != PC_EEXIST)
                     return rc;
@@ -763,7 +786,7 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     if (gethostname(g->node, sizeof g->node - 1) != 0 || strpbrk(g->node, "\"\\"))
         g->node[0] = '\0'; /* unknown: rank holders are then told apart by lease renewals */
     uint64_t mark = 0;
-    if (getrandom(&mark, sizeof mark, 0) != (ssize_t)sizeof mark) /* (no entropy yet: unique) */
+    if (getrandom(&mark, sizeof mark, GRND_NONBLOCK) != (ssize_t)sizeof mark) /* (early boot) */
         mark = pc_time_mono_ns() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)g;
     snprintf(g->id, sizeof g->id, "%016" PRIx64, mark);
     pthread_condattr_t ca;
@@ -859,7 +882,6 @@ uint64_t pw_group_gen(const pw_group_t *g) {
 int pw_group_recover(pw_group_t *g) {
     pw_coll_destroy(g->coll); /* broken or stale: its peers are gone or moving on */
     g->coll = NULL;
-    hb_set(g, "recovering");
     /* This process may have stalled past a heartbeat period and been replaced: whether it still
      * holds its rank is asked now, before it joins a generation as that rank (its heartbeat
      * thread may not have beaten since it resumed). */
@@ -867,7 +889,11 @@ int pw_group_recover(pw_group_t *g) {
     pthread_mutex_lock(&g->hb_mu);
     const size_t n = hb_value(g, "recovering", g->gen, g->hb_step, g->hb_note, v, sizeof v);
     pthread_mutex_unlock(&g->hb_mu);
-    int rc = hold(g, g->coord, v, n) == PC_EEXIST ? PC_EEXIST : settle(g, false);
+    int rc = hold(g, g->coord, v, n) == PC_EEXIST ? PC_EEXIST : 0;
+    if (!rc) {
+        hb_set(g, "recovering");
+        rc = settle(g, false);
+    }
     g->last_poll_ns = pc_time_mono_ns();
     return rc;
 }
@@ -910,6 +936,8 @@ bool pw_group_stale(pw_group_t *g) {
 }
 
 int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines) {
+    if (lost(g)) /* the successor's position is its own */
+        return PC_EEXIST;
     char key[256], v[48];
     key_of(g, key, sizeof key, "off/%d", g->o.rank);
     snprintf(v, sizeof v, "%" PRIu64 " %" PRIu64, step, lines);

@@ -105,7 +105,8 @@ int pw_group_reform(pw_group_t *g);
 
 /* Whether a newer generation was proposed (asks the coordinator at most once a second, each ask
  * bounded by a quarter lease like the heartbeats: an unreachable coordinator costs the training
- * thread that, not --timeout-ms; a failed ask says no). */
+ * thread that, not --timeout-ms; a failed ask says no), or this process lost its rank (at once:
+ * pw_group_recover then fails). */
 bool pw_group_stale(pw_group_t *g);
 
 /* What this worker is stuck on, for its heartbeats ("server 127.0.0.1:7401 unreachable since

@@ -32,9 +32,11 @@
  * crashed before main), and they test the code, not its speed. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
     !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define CPU_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define CPU_VEC    __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define CPU_CLONES 1
 #else
 #define CPU_VEC
+#define CPU_CLONES 0
 #endif
 
 /* ---- OpenBLAS's kernels (see DESIGN) ---- */
@@ -268,8 +270,8 @@ static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, i
 }
 
 /* The fused interaction (pw_cpu_interact.h) in blocks of 8 lanes and of 16: one register of
- * AVX2 and of AVX-512, picked by the CPU at each call (a load and a test; the 16-lane code in
- * AVX2 registers was 6 times slower). */
+ * AVX2 and of AVX-512, picked by the CPU at each call (a few bit tests; the 16-lane code in AVX2
+ * registers was 6 times slower). */
 #define IK_LANES   8
 #define IK_NAME(x) x##_8
 #define IK_ATTR    CPU_VEC
@@ -279,9 +281,13 @@ static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, i
 #define IK_ATTR    CPU_VEC
 #include "pw_cpu_interact.h"
 
+/* Whether the x86-64-v4 variants run here (target_clones' choice: AVX-512 F, BW, CD, DQ and
+ * VL); without clones the 16-lane code would run in narrower registers. */
 static bool wide_vectors(void) {
-#if defined(__x86_64__) && defined(__GNUC__)
-    return __builtin_cpu_supports("avx512f");
+#if CPU_CLONES
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vl");
 #else
     return false;
 #endif

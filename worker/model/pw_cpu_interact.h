@@ -5,7 +5,10 @@
  *   IK_NAME(x)  the names it defines, e.g. x##_8;
  *   IK_ATTR     the functions' attribute (CPU_VEC: target clones), or nothing;
  * it defines IK_NAME(interact) and IK_NAME(interact_grad) (static), with the signatures of
- * pw_backend_t's interact and interact_grad, and undefines the three.
+ * pw_backend_t's interact and interact_grad (and, for them, IK_NAME(transpose), IK_NAME(vblock),
+ * IK_NAME(vlane), and the IK_RB, IK_ZT_MAX, IK_FP_MAX constants once), and undefines the three.
+ * Inside, it defines and then undefines IB, RB, ZT_MAX, FP_MAX, LO_LANES, HI_LANES, ROUNDS,
+ * VSHUFFLE, vblock_t, vlane_t and transpose: the includer must not use these names.
  *
  * DESIGN
  * - Dot products are summed in blocks of IB lanes held in a GCC vector; the compiler does not

@@ -293,6 +293,13 @@ static void test_coordinator_leases(void **state) {
     assert_true(l->entries[1]->lease_left_ms > 150 && l->entries[1]->lease_left_ms <= 60000);
     assert_true(l->entries[0]->value.len == 2 && !l->truncated);
     emberps__kv_list_response__free_unpacked(l, NULL);
+    /* a reply limit cuts a listing short: what fits, then truncated (the message was refused) */
+    env.max_reply = 60;
+    l = kv_list(&env, "w/", 0);
+    assert_true(l->truncated && l->n_entries >= 1 && l->n_entries < 3);
+    assert_true(emberps__kv_list_response__get_packed_size(l) <= 60);
+    emberps__kv_list_response__free_unpacked(l, NULL);
+    env.max_reply = 0;
     /* "w/live/1" renewed every 50 ms with a 300 ms lease outlives "w/live/0" (and its own
      * first lease). */
     for (int i = 0; i < 8; i++) {

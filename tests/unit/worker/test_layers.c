@@ -273,13 +273,14 @@ static void check_interaction(pw_backend_t *b, int nb, int f, int d, bool fd, ui
     free(zd);
 }
 
-/* The fused kernel's widths on one input: the same bits (outputs and gradients). */
+/* The fused kernel's widths on one input, and the backend's own (its width for this CPU, its
+ * target variant): the same bits (outputs and gradients). */
 static void check_widths_agree(int nb, int f, int d, uint64_t seed) {
     const int np = f * (f - 1) / 2, ldo = np + 17;
     const size_t nz = (size_t)nb * f * d, no = (size_t)nb * ldo;
-    float *z = malloc(nz * sizeof *z), *g = malloc(no * sizeof *g), *o[2], *dz[2];
+    float *z = malloc(nz * sizeof *z), *g = malloc(no * sizeof *g), *o[3], *dz[3];
     assert_non_null(z && g);
-    for (int w = 0; w < 2; w++) {
+    for (int w = 0; w < 3; w++) {
         o[w] = calloc(no, sizeof *o[w]);
         dz[w] = calloc(nz, sizeof *dz[w]);
         assert_non_null(o[w] && dz[w]);
@@ -291,9 +292,13 @@ static void check_widths_agree(int nb, int f, int d, uint64_t seed) {
     interact_16(be, nb, f, d, z, o[1], ldo);
     interact_grad_8(be, nb, f, d, z, g, ldo, dz[0]);
     interact_grad_16(be, nb, f, d, z, g, ldo, dz[1]);
-    assert_memory_equal(o[0], o[1], no * sizeof *o[0]);
-    assert_memory_equal(dz[0], dz[1], nz * sizeof *dz[0]);
-    for (int w = 0; w < 2; w++) {
+    be->interact(be, nb, f, d, z, o[2], ldo);
+    be->interact_grad(be, nb, f, d, z, g, ldo, dz[2]);
+    for (int w = 1; w < 3; w++) {
+        assert_memory_equal(o[0], o[w], no * sizeof *o[0]);
+        assert_memory_equal(dz[0], dz[w], nz * sizeof *dz[0]);
+    }
+    for (int w = 0; w < 3; w++) {
         free(o[w]);
         free(dz[w]);
     }
