@@ -7,6 +7,8 @@
  *  - a rank whose holder elsewhere keeps setting it, the same value each time, is refused with
  *    PC_EEXIST (two workers given one rank); of two claimants of a dead holder's rank, one takes
  *    it over and the other is refused;
+ *  - a live holder of this machine's name but another pid namespace (its pid no process here)
+ *    is watched and refused, not taken for dead;
  *  - a holder whose rank was taken over while it stalled never writes over its successor's
  *    heartbeat, and its recovery fails (PC_EEXIST) instead of joining as a second holder;
  *  - a ps-server coordinator (no store) killed and restarted empty, twice: the job's workers
@@ -39,6 +41,7 @@ static const char HOLDER[] = "{\"rank\":0,\"gen\":0,\"step\":5,\"state\":\"train
 typedef struct holder {
     pw_coord_t *co;
     char key[128];
+    const char *value; /* NULL: HOLDER */
     atomic_bool stop;
     atomic_int sets;
 } holder_t;
@@ -46,8 +49,9 @@ typedef struct holder {
 /* A live holder elsewhere: the same value again every LEASE_MS / 8 until stopped. */
 static void *holder_main(void *arg) {
     holder_t *h = arg;
+    const char *v = h->value ? h->value : HOLDER;
     while (!atomic_load(&h->stop)) {
-        if (pw_coord_set_lease(h->co, h->key, HOLDER, strlen(HOLDER), LEASE_MS) == 0)
+        if (pw_coord_set_lease(h->co, h->key, v, strlen(v), LEASE_MS) == 0)
             atomic_fetch_add(&h->sets, 1);
         for (int i = 0; i < 10 && !atomic_load(&h->stop); i++)
             usleep(LEASE_MS * 100 / 8);
@@ -207,6 +211,29 @@ static void claims(const char *coord) {
     assert_int_equal(pw_coord_get(co, "alive/run/0/live/0", &v, &n), 0);
     assert_true(n == strlen(HOLDER) && memcmp(v, HOLDER, n) == 0);
     free(v);
+
+    /* a live holder whose node is this machine's name alone (another pid namespace of it: a
+     * container; or a worker before pid namespaces were told apart), its pid no process here:
+     * watched like one elsewhere and refused, not taken for dead by its pid */
+    char host[65] = "", same[512];
+    assert_int_equal(gethostname(host, sizeof host - 1), 0);
+    snprintf(same, sizeof same,
+             "{\"rank\":0,\"gen\":0,\"step\":5,\"state\":\"training\",\"host\":\"10.9.9.9\","
+             "\"pid\":4194305,\"node\":\"%s\",\"note\":\"\"}",
+             host); /* (above the largest pid_max: no such process) */
+    holder_t hs = {.co = co, .value = same};
+    snprintf(hs.key, sizeof hs.key, "samehost/run/0/live/0");
+    assert_int_equal(pthread_create(&th, NULL, holder_main, &hs), 0);
+    while (atomic_load(&hs.sets) == 0 && pu_now() - t0 < 60)
+        usleep(10000);
+    g = NULL;
+    const int rs = join(coord, "samehost", &g);
+    atomic_store(&hs.stop, true);
+    pthread_join(th, NULL);
+    print_message("a live holder of this host name in another pid namespace: %s\n",
+                  pc_err_name(rs));
+    assert_int_equal(rs, PC_EEXIST);
+    assert_null(g);
     pw_coord_close(co);
 }
 

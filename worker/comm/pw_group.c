@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_MEMBERS 4096
@@ -44,8 +45,8 @@ struct pw_group {
     int64_t hb_gen;
     uint64_t hb_step;
     char hb_note[200]; /* pw_group_note's, JSON-safe */
-    char node[64];     /* this machine's name: tells a dead holder of a rank from a live one */
-    char id[20];       /* this join's own mark in its heartbeats (random, hex) */
+    char node[96]; /* this machine's name and pid namespace: where a holder's pid can be checked */
+    char id[20];   /* this join's own mark in its heartbeats (random, hex) */
 };
 
 static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, ...) {
@@ -54,6 +55,20 @@ static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, 
     int n = snprintf(buf, cap, "%s/", g->ns);
     vsnprintf(buf + n, cap - (size_t)n, fmt, ap);
     va_end(ap);
+}
+
+/* This machine's name and this process's pid namespace ("host/4026531836"): a holder's pid is
+ * checked (kill) only where both match, so a worker in another container of the same host name
+ * is not taken for dead by a pid that is not its. "" when either is unknown: rank holders are
+ * then told apart by lease renewals. */
+static void node_of(char *out, size_t cap) {
+    char host[65] = "";
+    struct stat st;
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0] || strpbrk(host, "\"\\") ||
+        stat("/proc/self/ns/pid", &st) != 0)
+        out[0] = '\0';
+    else
+        snprintf(out, cap, "%s/%llu", host, (unsigned long long)st.st_ino);
 }
 
 /* A value as a NUL-terminated string. PC_ENOTFOUND, PC_ETOOBIG (longer than cap - 1). */
@@ -436,9 +451,9 @@ static const pc_kv_entry_t *lease_in(const pc_kv_entry_t *e, size_t ne, size_t p
 
 /* What a live lease's value says about its holder. */
 typedef struct holder {
-    char state[24], host[64], node[64], note[200];
+    char state[24], host[64], node[96], note[200];
     long pid;
-    bool here;       /* on this machine (same node name) */
+    bool here;       /* on this machine, in this pid namespace (same node) */
     bool gone;       /* here, and its process no longer exists */
     double silent_s; /* since its last heartbeat (its lease is this worker's lease_ms) */
 } holder_t;
@@ -783,8 +798,7 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     g->formed = -1;
     g->hb_state = "joining";
     g->hb_gen = -1;
-    if (gethostname(g->node, sizeof g->node - 1) != 0 || strpbrk(g->node, "\"\\"))
-        g->node[0] = '\0'; /* unknown: rank holders are then told apart by lease renewals */
+    node_of(g->node, sizeof g->node);
     uint64_t mark = 0;
     if (getrandom(&mark, sizeof mark, GRND_NONBLOCK) != (ssize_t)sizeof mark) /* (early boot) */
         mark = pc_time_mono_ns() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)g;
