@@ -84,11 +84,10 @@ typedef struct cond {
 
 static int mem_put(mem_t *m, const char *key, const void *value, size_t len, cond_t c,
                    uint32_t lease_ms) {
-    const size_t kl = key ? strlen(key) : 0;
-    if (kl == 0)
-        return PC_EINVAL;
-    if (kl > PS_COORD_KEY_MAX || len > PS_COORD_VALUE_MAX)
-        return PC_ETOOBIG;
+    const int bad = ps_coord_key_check(key, len);
+    if (bad)
+        return bad;
+    const size_t kl = strlen(key);
     void *copy = malloc(len ? len : 1);
     if (!copy)
         return PC_ENOMEM;

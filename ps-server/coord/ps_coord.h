@@ -22,7 +22,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "pc_error.h"
 #include "pc_kv.h"
 
 #define PS_COORD_KEY_MAX    512
@@ -64,6 +66,14 @@ typedef struct ps_coord_store {
                 bool *truncated);
     void (*destroy)(void *ctx);
 } ps_coord_store_t;
+
+/* A set's key and value against the limits: 0, PC_EINVAL (no key), PC_ETOOBIG. */
+static inline int ps_coord_key_check(const char *key, size_t len) {
+    const size_t kl = key ? strlen(key) : 0;
+    if (!kl)
+        return PC_EINVAL;
+    return kl > PS_COORD_KEY_MAX || len > PS_COORD_VALUE_MAX ? PC_ETOOBIG : 0;
+}
 
 /* The in-process store. PC_ENOMEM. */
 int ps_coord_store_memory(ps_coord_store_t *out);

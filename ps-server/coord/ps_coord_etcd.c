@@ -347,19 +347,11 @@ static int txn_put(etcd_t *e, Emberps__Etcd__PutRequest *put, uint64_t revision,
     return rc;
 }
 
-/* A key's checks: PC_EINVAL (empty), PC_ETOOBIG (key or value over the limits). */
-static int key_check(const char *key, size_t len) {
-    const size_t kl = key ? strlen(key) : 0;
-    if (!kl)
-        return PC_EINVAL;
-    return kl > PS_COORD_KEY_MAX || len > PS_COORD_VALUE_MAX ? PC_ETOOBIG : 0;
-}
-
 /* One put: plain, only when absent (if_absent), or at a revision (> 0); with a lease of lease_ms
  * (0: none). */
 static int e_put(etcd_t *e, const char *key, const void *value, size_t len, bool if_absent,
                  uint64_t revision, uint32_t lease_ms) {
-    int rc = key_check(key, len);
+    int rc = ps_coord_key_check(key, len);
     if (rc)
         return rc;
     if (revision > INT64_MAX) /* etcd's revisions are int64: never this one */

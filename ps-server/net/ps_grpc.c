@@ -165,7 +165,8 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     const int m =
         g->svc.method((const char *)GRPC_SLICE_START_PTR(d->method), GRPC_SLICE_LENGTH(d->method));
     const bool health = path_is(d, HEALTH_CHECK), watch = path_is(d, HEALTH_WATCH);
-    const char *need = m >= 0 && g->svc.is_admin(m) && g->admin[0] ? g->admin : g->token;
+    const bool admin_call = m >= 0 && g->svc.is_admin(m);
+    const char *need = admin_call && g->admin[0] ? g->admin : g->token;
     /* refusals by the method and the metadata come before the message is read: a peer without
      * the token has no request body copied (health: no token, probes send none; ps_grpc.h) */
     if (watch)
@@ -198,7 +199,7 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         /* refused above */
     } else if (health) {
         health_check(g, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
-    } else if (g->svc.is_admin(m) && !admin_enter(g)) {
+    } else if (admin_call && !admin_enter(g)) {
         atomic_fetch_add_explicit(&g->admin_busy, 1, memory_order_relaxed);
         ps_api_fail(&r, PC_EUNAVAIL,
                     PSG_BUSY
@@ -214,7 +215,7 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
             g->svc.call(g->svc.ctx, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
                         !g->admin[0] || token_ok(md, g->admin), &r);
         pthread_rwlock_unlock(&g->gate);
-        if (g->svc.is_admin(m))
+        if (admin_call)
             atomic_fetch_sub(&g->admin_running, 1);
     }
     grpc_slice_unref(s);

@@ -37,8 +37,7 @@ struct pw_group {
     /* The heartbeat thread's view of this worker (hb_mu); hb_now: beat at once. */
     pthread_t hb;
     bool hb_started, hb_stop, hb_now, hb_failing;
-    bool hb_lost;     /* another process took this rank over (see hold): every later call fails */
-    bool hb_unfenced; /* the coordinator refused a leased compare-and-set (said once) */
+    bool hb_lost; /* another process took this rank over (see hold): every later call fails */
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cv; /* CLOCK_MONOTONIC */
     const char *hb_state;
@@ -285,13 +284,16 @@ static bool formed(pw_group_t *g, int64_t gen) {
     return get_str(g->coord, key, v, sizeof v) == 0;
 }
 
-/* Publish this worker's state (and current generation) to its heartbeats, at once. */
-static void hb_set(pw_group_t *g, const char *state) {
+/* Publish this worker's state (and current generation) to its heartbeats: at once, or (now
+ * false: the caller just wrote it) at the next beat. */
+static void hb_set(pw_group_t *g, const char *state, bool now) {
     pthread_mutex_lock(&g->hb_mu);
     g->hb_state = state;
     g->hb_gen = g->gen;
-    g->hb_now = true;
-    pthread_cond_signal(&g->hb_cv);
+    if (now) {
+        g->hb_now = true;
+        pthread_cond_signal(&g->hb_cv);
+    }
     pthread_mutex_unlock(&g->hb_mu);
 }
 
@@ -322,26 +324,6 @@ static long hb_num(const char *v, const char *name) {
     snprintf(pat, sizeof pat, "\"%s\":", name);
     const char *p = strstr(v, pat);
     return p ? strtol(p + strlen(pat), NULL, 10) : -1;
-}
-
-/* key = v (n bytes) with the membership lease, at revision rev (0: only if absent). A
- * coordinator older than leased compare-and-sets refuses one (PC_EINVAL): then a plain leased
- * set, not fenced (said once). */
-static int set_leased_if(pw_group_t *g, pw_coord_t *co, const char *key, const char *v, size_t n,
-                         uint64_t rev) {
-    int rc = pw_coord_set_if(co, key, v, n, rev, (uint32_t)g->o.lease_ms);
-    if (rc == PC_EINVAL) {
-        pthread_mutex_lock(&g->hb_mu);
-        const bool said = g->hb_unfenced;
-        g->hb_unfenced = true;
-        pthread_mutex_unlock(&g->hb_mu);
-        if (!said)
-            PC_WARN("group: the coordinator %s takes no compare-and-set with a lease (older than "
-                    "this worker): heartbeats are not fenced against a successor",
-                    g->o.coordinator);
-        rc = pw_coord_set_lease(co, key, v, n, (uint32_t)g->o.lease_ms);
-    }
-    return rc;
 }
 
 static bool lost(pw_group_t *g) {
@@ -389,7 +371,7 @@ static int hold(pw_group_t *g, pw_coord_t *co, const char *v, size_t n) {
         }
         if (!rc && !rev) /* a coordinator older than revisions: not fenced */
             return pw_coord_set_lease(co, key, v, n, (uint32_t)g->o.lease_ms);
-        rc = set_leased_if(g, co, key, v, n, rev);
+        rc = pw_coord_set_if(co, key, v, n, rev, (uint32_t)g->o.lease_ms);
         if (rc != PC_EEXIST)
             return rc;
         /* it changed between the read and the write: read again */
@@ -590,7 +572,7 @@ static int claim_rank(pw_group_t *g) {
             if ((rc = take_over(g, v, n)) == 0) {
                 /* the key from the dead holder's heartbeat to this one's, only if unchanged:
                  * a holder that writes again was alive (seen as such next time round) */
-                rc = rev ? set_leased_if(g, g->coord, key, v, n, rev)
+                rc = rev ? pw_coord_set_if(g->coord, key, v, n, rev, (uint32_t)g->o.lease_ms)
                          : pw_coord_set_lease(g->coord, key, v, n, (uint32_t)g->o.lease_ms);
                 if (rc != PC_EEXIST)
                     return rc;
@@ -705,7 +687,7 @@ static int settle(pw_group_t *g, bool first) {
                 const int t =
                     (fresh && last == 0) || g->o.timeout_ms > rejoin ? g->o.timeout_ms : rejoin;
                 if ((rc = form(g, last, g->members, n, t)) == 0) {
-                    hb_set(g, "training");
+                    hb_set(g, "training", true);
                     return 0;
                 }
                 /* Its prefix spent (this rank tried it before), or a formation of a job that
@@ -903,9 +885,10 @@ int pw_group_recover(pw_group_t *g) {
     pthread_mutex_lock(&g->hb_mu);
     const size_t n = hb_value(g, "recovering", g->gen, g->hb_step, g->hb_note, v, sizeof v);
     pthread_mutex_unlock(&g->hb_mu);
-    int rc = hold(g, g->coord, v, n) == PC_EEXIST ? PC_EEXIST : 0;
+    const int held = hold(g, g->coord, v, n);
+    int rc = held == PC_EEXIST ? PC_EEXIST : 0;
     if (!rc) {
-        hb_set(g, "recovering");
+        hb_set(g, "recovering", held != 0); /* (written by hold unless it failed) */
         rc = settle(g, false);
     }
     g->last_poll_ns = pc_time_mono_ns();

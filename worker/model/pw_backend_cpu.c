@@ -270,8 +270,8 @@ static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, i
 }
 
 /* The fused interaction (pw_cpu_interact.h) in blocks of 8 lanes and of 16: one register of
- * AVX2 and of AVX-512, picked by the CPU at each call (a few bit tests; the 16-lane code in AVX2
- * registers was 6 times slower). */
+ * AVX2 and of AVX-512, the table's entries picked for the CPU once, before main (pick_interact;
+ * the 16-lane code in AVX2 registers was 6 times slower). */
 #define IK_LANES   8
 #define IK_NAME(x) x##_8
 #define IK_ATTR    CPU_VEC
@@ -280,28 +280,6 @@ static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, i
 #define IK_NAME(x) x##_16
 #define IK_ATTR    CPU_VEC
 #include "pw_cpu_interact.h"
-
-/* Whether the x86-64-v4 variants run here (target_clones' choice: AVX-512 F, BW, CD, DQ and
- * VL); without clones the 16-lane code would run in narrower registers. */
-static bool wide_vectors(void) {
-#if CPU_CLONES
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512vl");
-#else
-    return false;
-#endif
-}
-
-static void cpu_interact(pw_backend_t *be, int n, int f, int d, const float *restrict z,
-                         float *restrict out, int ldo) {
-    (wide_vectors() ? interact_16 : interact_8)(be, n, f, d, z, out, ldo);
-}
-
-static void cpu_interact_grad(pw_backend_t *be, int n, int f, int d, const float *restrict z,
-                              const float *restrict grad, int ldg, float *restrict dz) {
-    (wide_vectors() ? interact_grad_16 : interact_grad_8)(be, n, f, d, z, grad, ldg, dz);
-}
 
 /* ---- embeddings ---- */
 
@@ -525,8 +503,8 @@ static pw_backend_t k_cpu = {
     .fill = cpu_fill,
     .tril_pack = cpu_tril_pack,
     .tril_unpack = cpu_tril_unpack,
-    .interact = cpu_interact,
-    .interact_grad = cpu_interact_grad,
+    .interact = interact_8, /* or 16 lanes: pick_interact */
+    .interact_grad = interact_grad_8,
     .gather_rows = cpu_gather_rows,
     .scatter_add_rows = cpu_scatter_add_rows,
     .pool = cpu_pool,
@@ -538,6 +516,21 @@ static pw_backend_t k_cpu = {
     .bce = cpu_bce,
     .opt_step = cpu_opt_step,
 };
+
+/* 16 lanes where the x86-64-v4 variants run (target_clones' choice: AVX-512 F, BW, CD, DQ and
+ * VL); never without clones, where the 16-lane code would run in narrower registers. Before main,
+ * so every thread reads a settled table. */
+__attribute__((constructor)) static void pick_interact(void) {
+#if CPU_CLONES
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vl")) {
+        k_cpu.interact = interact_16;
+        k_cpu.interact_grad = interact_grad_16;
+    }
+#endif
+}
 
 pw_backend_t *pw_backend_cpu(void) {
     return &k_cpu;
