@@ -80,9 +80,11 @@
  *   emberps_replication_unclean_promoted_slots_total).
  * - Falling behind again: a backup in sync that must copy a primary's table again (its own table
  *   replaced, the primary's replaced within its run, rows erased by a release, the log overrun)
- *   may lack pushes that primary acknowledged. The follower notes it (behind, fell_behind) and
+ *   may lack pushes that primary acknowledged. The follower counts it (falls, fell_behind) and
  *   the controller marks this server catching up on that primary's slots in the next version
- *   (note_behind; cleared again as above), unless the follower caught up first. A follower
+ *   (note_behind; cleared again as above), unless the follower caught up first; a fall counts
+ *   as noted only once that version is this server's map, so that no look in between (a
+ *   failover, emberps_replication_behind_primaries at a scrape) takes it for in sync. A follower
  *   waiting on a primary that does not answer cannot see its own table replaced: when this
  *   server writes the failover of a primary, it marks itself first also when a table here came
  *   or went since the follower last caught up with that primary (caught_gen against
@@ -206,20 +208,21 @@ struct ps_repl {
     uint64_t lease_until, last_sent;
     bool *seen;           /* per server index: its alive key was seen */
     atomic_bool *suspect; /* per server index: the follower saw its table replaced under a copy */
-    atomic_bool *behind;  /* per primary index: the follower copies a table of it again (see
-                           * DESIGN "In sync"): the controller marks this server catching up */
+    /* per primary index: the times the follower began to copy a table of it again (see DESIGN
+     * "In sync"), and how many of them the controller has dealt with (marked this server
+     * catching up in the map it adopted, or found it caught up): behind while they differ */
+    atomic_uint_least64_t *falls, *falls_noted;
     atomic_uint_least64_t version, promotions, drops, rejoins, rows_copied, rows_streamed;
     atomic_uint_least64_t map_unclean; /* the current map's count (pc_cmap_unclean) */
     atomic_uint_least64_t roles;       /* the first version with the current map's roles (a version
                                         * that only confirms a lease or clears marks keeps it) */
     atomic_uint_least64_t lapses, copies, handovers, released, unclean, synced, fell_behind;
-    atomic_uint_least64_t behind_primaries; /* watch: the primaries behind_now at its last look */
-    atomic_uint_least64_t restart_unclean;  /* slots this server came back to as only holder */
-    atomic_uint_least64_t *caught_ver;      /* per primary index: the map version the follower held
-                                             * all its rows under (0: not caught up) */
-    atomic_uint_least64_t *caught_gen;      /* and ps_catalog_changes before that round (0: never
-                                             * caught up): a table replaced here since, unseen by
-                                             * a follower stuck on a silent primary, shows */
+    atomic_uint_least64_t restart_unclean; /* slots this server came back to as only holder */
+    atomic_uint_least64_t *caught_ver;     /* per primary index: the map version the follower held
+                                            * all its rows under (0: not caught up) */
+    atomic_uint_least64_t *caught_gen;     /* and ps_catalog_changes before that round (0: never
+                                            * caught up): a table replaced here since, unseen by
+                                            * a follower stuck on a silent primary, shows */
     pc_cluster_map_t *target; /* controller: the resharding target (fits the map), or NULL */
     uint64_t handover_wait_ns, handover_said_ns; /* controller: since when a handover waits */
     uint32_t handover_to;
@@ -515,18 +518,16 @@ static void confirm(ps_repl_t *r) {
  * in sync: its follower never caught up with p in this run (a backup restarted within its lease,
  * still named in sync), a table here was replaced (or made) since it last did, which a follower
  * waiting on p's answer has not seen yet (ps_catalog_changes), or it copies a table of p again
- * (behind) and has not caught up since. */
+ * (falls not yet marked in the map) and has not caught up since. */
 static bool behind_now(ps_repl_t *r, uint32_t p) {
     const uint64_t gen = atomic_load(&r->caught_gen[p]);
     if (!gen || gen != ps_catalog_changes(r->cat))
         return true; /* (0: never caught up with p in this run) */
-    return atomic_load(&r->behind[p]) && atomic_load(&r->caught_ver[p]) != current(r);
+    return atomic_load(&r->falls[p]) != atomic_load(&r->falls_noted[p]) &&
+           atomic_load(&r->caught_ver[p]) != current(r);
 }
 
-/* One look at the other servers: promote over a lost primary, drop a lost backup, join again;
- * and how many primaries this server backs up it is behind (behind_now), for
- * emberps_replication_behind_primaries: what a failover written then would count unclean (one
- * it wrote itself no longer counts). */
+/* One look at the other servers: promote over a lost primary, drop a lost backup, join again. */
 static void watch(ps_repl_t *r) {
     pc_cluster_map_t *m = map_if_new(r, 0);
     if (!m)
@@ -552,7 +553,6 @@ static void watch(ps_repl_t *r) {
     for (uint32_t s = 0; s < PC_MAX_SERVERS; s++)
         if (!prim_of_me[s] && atomic_load_explicit(&r->suspect[s], memory_order_relaxed))
             atomic_store(&r->suspect[s], false);
-    uint32_t failed = PC_NO_SERVER; /* the server whose failover this look wrote */
     for (uint32_t s = 0; s < n; s++) {
         if (s == me || !(prim_of_me[s] || bk_of_me[s]) || !lost(r, m, s, prim_of_me[s]))
             continue;
@@ -573,7 +573,6 @@ static void watch(ps_repl_t *r) {
                  atomic_load(&r->suspect[s]) ? "came back without its rows" : "lost its lease",
                  f.promoted, f.unclean, f.orphaned);
         if (change_map(r, next, what) == 0) {
-            failed = s;
             atomic_store(&r->suspect[s], false);
             atomic_fetch_add(prim_of_me[s] ? &r->promotions : &r->drops, 1);
             atomic_fetch_add(&r->unclean, f.unclean);
@@ -588,10 +587,6 @@ static void watch(ps_repl_t *r) {
         }
         break; /* one change per tick: the map moved */
     }
-    uint64_t behind = 0;
-    for (uint32_t p = 0; p < n; p++)
-        behind += prim_of_me[p] && p != failed && behind_now(r, p);
-    atomic_store(&r->behind_primaries, behind);
     uint32_t added = 0; /* not when a resharding target leaves this server out */
     const bool wanted = !r->target || pc_cmap_has_role(r->target, me);
     pc_cluster_map_t *next = !role && wanted && r->o.replicas && n > 1 ? map_copy(r) : NULL;
@@ -608,27 +603,31 @@ static void watch(ps_repl_t *r) {
     pc_cmap_destroy(m);
 }
 
-/* The follower copies a table of primary p again (behind[p]): this server's rows of p's slots may
- * lack pushes p acknowledged, so mark it catching up on them in the next version (a failover
- * before it caught up again counts them unclean, or takes a backup in sync). Not when the map
- * already marks them all, nor when the follower caught up again under the current map. One
- * change a tick. */
+/* The follower copies a table of primary p again (falls[p] moved): this server's rows of p's
+ * slots may lack pushes p acknowledged, so mark it catching up on them in the next version (a
+ * failover before it caught up again counts them unclean, or takes a backup in sync). Not when
+ * the map already marks them all, nor when the follower caught up again under the current map.
+ * The falls count as noted only once the marked map is adopted (or none was needed), so that
+ * behind_now and the gauge never miss one in between; a fall after the look is noted at the
+ * next tick (fell_behind zeroes caught_ver before it counts, so the look below cannot see an
+ * older catch-up as this one). One change a tick. */
 static void note_behind(ps_repl_t *r) {
     bool any = false;
     for (uint32_t p = 0; p < PC_MAX_SERVERS && !any; p++)
-        any = atomic_load(&r->behind[p]);
+        any = atomic_load(&r->falls[p]) != atomic_load(&r->falls_noted[p]);
     pc_cluster_map_t *m = any ? map_copy(r) : NULL;
     const uint32_t me = r->o.self, n = m ? (uint32_t)pc_cmap_nservers(m) : 0;
     for (uint32_t p = 0; p < n; p++) {
-        /* taken first: a fall after this look sets it again (fell_behind zeroes caught_ver
-         * before it sets behind, so the look below cannot see an older catch-up as this one) */
-        if (!atomic_exchange(&r->behind[p], false))
+        const uint64_t falls = atomic_load(&r->falls[p]);
+        if (falls == atomic_load(&r->falls_noted[p]))
             continue;
         const uint32_t marked = atomic_load(&r->caught_ver[p]) == pc_cmap_version(m)
                                     ? 0
                                     : pc_cmap_set_syncing(m, p, me, true);
-        if (!marked)
+        if (!marked) {
+            atomic_store(&r->falls_noted[p], falls);
             continue;
+        }
         char what[PC_ADDR_MAX + 96];
         snprintf(what, sizeof what, "this server copies %s's rows again: catching up on %u slots",
                  pc_cmap_addr(m, p), marked);
@@ -637,8 +636,8 @@ static void note_behind(ps_repl_t *r) {
             rc = change_map(r, m, what);
             m = NULL; /* change_map took it */
         }
-        if (rc)
-            atomic_store(&r->behind[p], true); /* not written: again next tick */
+        if (!rc)
+            atomic_store(&r->falls_noted[p], falls); /* else again next tick */
         break;
     }
     pc_cmap_destroy(m);
@@ -1155,7 +1154,7 @@ static void fell_behind(ps_repl_t *r, uint32_t primary, bool was_following) {
     if (!was_following)
         return;
     atomic_store(&r->caught_ver[primary], 0);
-    atomic_store(&r->behind[primary], true);
+    atomic_fetch_add(&r->falls[primary], 1);
     atomic_fetch_add(&r->fell_behind, 1);
 }
 
@@ -1243,8 +1242,10 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         return rc; /* another map version there, or no answer: this part again later */
     if (!rc && cp->part && out.uid != cp->uid) {
         if (ps_table_uid_same_run(cp->uid, out.uid)) { /* reset while the primary ran (DESIGN) */
-            cp->part = 0; /* the copy starts over: its first part marks nothing as got */
-            cp->start = 0;
+            /* the copy starts over from the keys held now: those the earlier parts loaded from
+             * the old table are among them, so its end erases what the new one lacks (kept, the
+             * keys noted before would leave them here for good) */
+            copy_end(src);
             return 0;
         }
         rc = PC_ESTATE; /* replaced by another run during the copy: see DESIGN */
@@ -1822,7 +1823,8 @@ static void repl_free(ps_repl_t *r) {
     pc_cmap_destroy(r->released_map);
     pc_sfree(r->seen);
     pc_sfree(r->suspect);
-    pc_sfree(r->behind);
+    pc_sfree(r->falls);
+    pc_sfree(r->falls_noted);
     pc_sfree(r->caught_ver);
     pc_sfree(r->caught_gen);
     pthread_mutex_destroy(&r->mu);
@@ -1870,7 +1872,8 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
     r->start_ns = pc_time_mono_ns();
     r->seen = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->seen);
     r->suspect = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->suspect);
-    r->behind = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->behind);
+    r->falls = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->falls);
+    r->falls_noted = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->falls_noted);
     r->caught_ver = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->caught_ver);
     r->caught_gen = pc_scalloc(PC_MEM_OTHER, PC_MAX_SERVERS, sizeof *r->caught_gen);
     pthread_mutex_init(&r->mu, NULL);
@@ -1879,7 +1882,7 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
     /* The first map: the coordinator's newest, or the configured one (with `replicas` backups
      * per slot) written if absent and read back, whoever won. */
     pc_cluster_map_t *mine = NULL;
-    int rc = r->seen && r->suspect && r->behind && r->caught_ver && r->caught_gen
+    int rc = r->seen && r->suspect && r->falls && r->falls_noted && r->caught_ver && r->caught_gen
                  ? pc_cmap_copy(initial, &mine)
                  : PC_ENOMEM;
     if (!rc && o->replicas && !pc_cmap_replicated(mine)) {
@@ -1971,6 +1974,30 @@ void ps_repl_record_end(const ps_repl_end_t *end, bool served, uint64_t ckpt) {
                 pc_strerror(rc));
 }
 
+/* emberps_replication_behind_primaries, at each scrape: the primaries this server backs up under
+ * the current map that a failover written now would count unclean (the map marks this server
+ * catching up on their slots, or behind_now). */
+static uint64_t behind_primaries(ps_repl_t *r) {
+    bool prim[PC_MAX_SERVERS] = {false}, marked[PC_MAX_SERVERS] = {false};
+    const uint32_t me = r->o.self;
+    uint32_t n = 0;
+    pthread_mutex_lock(&r->mu);
+    if (r->map) {
+        n = (uint32_t)pc_cmap_nservers(r->map);
+        for (uint32_t s = 0; s < PC_NSLOTS; s++)
+            if (pc_cmap_is_backup(r->map, s, me)) {
+                const uint32_t p = pc_cmap_slot_owner(r->map, s);
+                prim[p] = true;
+                marked[p] = marked[p] || pc_cmap_backup_syncing(r->map, s, me);
+            }
+    }
+    pthread_mutex_unlock(&r->mu);
+    uint64_t behind = 0;
+    for (uint32_t p = 0; p < n; p++)
+        behind += prim[p] && (marked[p] || behind_now(r, p));
+    return behind;
+}
+
 size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
     return pc_prom_appendf(
         buf, cap, len,
@@ -2010,8 +2037,7 @@ size_t ps_repl_render_metrics(ps_repl_t *r, char *buf, size_t cap, size_t len) {
         (unsigned long long)atomic_load(&r->unclean),
         (unsigned long long)atomic_load(&r->restart_unclean),
         (unsigned long long)atomic_load(&r->synced),
-        (unsigned long long)atomic_load(&r->fell_behind),
-        (unsigned long long)atomic_load(&r->behind_primaries),
+        (unsigned long long)atomic_load(&r->fell_behind), (unsigned long long)behind_primaries(r),
         (unsigned long long)atomic_load(&r->drops), (unsigned long long)atomic_load(&r->rejoins),
         (unsigned long long)atomic_load(&r->lapses), (unsigned long long)atomic_load(&r->copies),
         (unsigned long long)atomic_load(&r->rows_copied),
