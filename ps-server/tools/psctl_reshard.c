@@ -129,11 +129,18 @@ static void print_map(const char *what, const pc_cluster_map_t *m, cJSON *o) {
     free(text);
 }
 
-/* The addresses the target adds, one a line after the target's map_hash (16 hex digits): a
- * `reshard add` run again finds its own there (the slot counts cannot tell it from a server that
- * held slots before); a list of another target (a remove wrote one since) is none. */
-#define ADDED_KEY PS_COORD_CLUSTER_PREFIX "target-added"
-#define HASH_LINE 17
+/* The addresses a target adds, one a line, under a key of that target's own (its map_hash, 16
+ * hex digits): a `reshard add` run again finds its own there (the slot counts cannot tell it
+ * from a server that held slots before); a target with no list (a remove's) adds none. Each list
+ * is written whole before its target, never changed after, so that a target another psctl
+ * reads always has its list: one key for both held a race (two adds at once, each reading the
+ * other's list before its target, kept only the last server of them). A key stays in the store
+ * per target an add wrote, as map versions do (tens of bytes each). */
+#define ADDED_PREFIX PS_COORD_CLUSTER_PREFIX "target-added/"
+
+static void added_key(char *key, size_t cap, uint64_t hash) {
+    snprintf(key, cap, ADDED_PREFIX "%016" PRIx64, hash);
+}
 
 /* Whether addr is a line of the list [p, p + len). */
 static bool listed(const void *p, size_t len, const char *addr) {
@@ -148,53 +155,43 @@ static bool listed(const void *p, size_t len, const char *addr) {
     return false;
 }
 
-/* The adds of the target of map_hash `hash` (*adds into the stored value, *n bytes; none when
- * the store holds another target's, or hash is 0: no target), and the list's *revision (0:
- * none), for its compare-and-set. Exit code when the store cannot be read. */
-static int adds_of(const psctl_reshard_opts_t *o, ps_coord_store_t *st, uint64_t hash, void **value,
-                   const char **adds, size_t *n, uint64_t *revision) {
-    size_t len = 0;
-    *value = NULL;
+/* The adds of the target of map_hash `hash` (*adds, *n bytes, malloc'ed; none when it has no
+ * list, or hash is 0: no target). Exit code when the store cannot be read. */
+static int adds_of(const psctl_reshard_opts_t *o, ps_coord_store_t *st, uint64_t hash, void **adds,
+                   size_t *n) {
+    char key[128];
+    added_key(key, sizeof key, hash);
     *adds = NULL;
     *n = 0;
-    *revision = 0;
-    const int rc = st->get_rev(st->ctx, ADDED_KEY, value, &len, revision);
+    const int rc = hash ? st->get(st->ctx, key, adds, n) : PC_ENOTFOUND;
     if (rc && rc != PC_ENOTFOUND) {
-        fprintf(stderr, "psctl: coordinator %s: %s: %s\n", o->coordinator, ADDED_KEY,
-                pc_strerror(rc));
+        fprintf(stderr, "psctl: coordinator %s: %s: %s\n", o->coordinator, key, pc_strerror(rc));
         return psctl_exit_of(rc);
-    }
-    char want[HASH_LINE + 1];
-    snprintf(want, sizeof want, "%016" PRIx64 "\n", hash);
-    if (!rc && hash && len >= HASH_LINE && memcmp(*value, want, HASH_LINE) == 0) {
-        *adds = (const char *)*value + HASH_LINE;
-        *n = len - HASH_LINE;
     }
     return 0;
 }
 
-/* Write the adds of target t: those of the target it builds on (adds, n bytes) and addr, by
- * compare-and-set at the list's revision read (PC_EEXIST: another psctl wrote one since). Written
- * before the target: a psctl that plans on this target then finds this server in its list. */
+/* Write the list of target t: the adds of the target it builds on (adds, n bytes) and addr. */
 static int note_added(ps_coord_store_t *st, const pc_cluster_map_t *t, const char *adds, size_t n,
-                      const char *addr, uint64_t revision) {
+                      const char *addr) {
+    char key[128];
+    added_key(key, sizeof key, map_hash(t));
     const size_t al = strlen(addr);
-    char *v = malloc(HASH_LINE + n + al + 2);
+    char *v = malloc(n + al + 1);
     if (!v)
         return PC_ENOMEM;
-    snprintf(v, HASH_LINE + 1, "%016" PRIx64 "\n", map_hash(t));
     if (n)
-        memcpy(v + HASH_LINE, adds, n);
-    memcpy(v + HASH_LINE + n, addr, al);
-    v[HASH_LINE + n + al] = '\n';
-    const int rc = st->set_if(st->ctx, ADDED_KEY, v, HASH_LINE + n + al + 1, revision, 0);
+        memcpy(v, adds, n);
+    memcpy(v + n, addr, al);
+    v[n + al] = '\n';
+    const int rc = st->set(st->ctx, key, v, n + al + 1, false, 0);
     free(v);
     return rc;
 }
 
 /* What add and remove return when another psctl wrote a target between their read and their
  * write (the compare-and-set lost): nothing said, plan again from that one. */
-#define AGAIN (-1)
+#define AGAIN (-1000) /* (neither an exit code nor a PC_ code: PC_EINVAL is -1) */
 
 /* add: list the server (its own map version), then the target. */
 static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *addr) {
@@ -236,11 +233,9 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
         return rc;
     }
     /* the servers the pending target adds */
-    void *added = NULL;
-    const char *adds = NULL;
+    void *adds = NULL;
     size_t alen = 0;
-    uint64_t arev = 0;
-    if ((rc = adds_of(o, st, base ? bh : 0, &added, &adds, &alen, &arev))) {
+    if ((rc = adds_of(o, st, base ? bh : 0, &adds, &alen))) {
         pc_cmap_destroy(base);
         pc_cmap_destroy(m);
         return rc;
@@ -254,13 +249,13 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
         else if (rc)
             fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
-        else if ((rc = note_added(st, t, adds, alen, addr, arev)) == PC_EEXIST ||
-                 (!rc && (rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST))
+        else if (!(rc = note_added(st, t, adds, alen, addr)) &&
+                 (rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST)
             rc = AGAIN; /* another psctl wrote one since: plan again */
         else if (rc)
             fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
     }
-    free(added);
+    free(adds);
     pc_cmap_destroy(base);
     if (!rc) {
         cJSON *j = o->json ? cJSON_CreateObject() : NULL;

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,15 +171,17 @@ static inline void pu_stop(pid_t pid) {
 }
 
 /* Run psctl (its binary: psctl) against the server at 127.0.0.1:grpc_port with args
- * (NULL-terminated, each quoted); its stdout into out, its exit status (-1: not exited). */
-static inline int pu_psctl(const char *psctl, int grpc_port, char *out, size_t cap,
-                           const char *const *args) {
+ * (NULL-terminated, each quoted); its stdout into out, and its stderr too with `said` (else that
+ * goes to the test's log); its exit status (-1: not exited). */
+static inline int pu_psctl_run(const char *psctl, int grpc_port, char *out, size_t cap,
+                               const char *const *args, bool said) {
     char cmd[1024];
     int n =
         snprintf(cmd, sizeof cmd, "%s --server=127.0.0.1:%d --timeout-ms=2000", psctl, grpc_port);
     for (int i = 0; args[i]; i++)
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
-    snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>/dev/null");
+    if (said)
+        snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1");
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;
@@ -186,6 +189,11 @@ static inline int pu_psctl(const char *psctl, int grpc_port, char *out, size_t c
     out[got] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static inline int pu_psctl(const char *psctl, int grpc_port, char *out, size_t cap,
+                           const char *const *args) {
+    return pu_psctl_run(psctl, grpc_port, out, cap, args, false);
 }
 
 static inline void pu_kill_all(void) {
