@@ -1991,10 +1991,12 @@ static uint64_t behind_primaries(ps_repl_t *r) {
                 marked[p] = marked[p] || pc_cmap_backup_syncing(r->map, s, me);
             }
     }
-    pthread_mutex_unlock(&r->mu);
+    /* under the mutex too: a marked map adopted after the look above (and its falls noted)
+     * would otherwise hide the fall from both */
     uint64_t behind = 0;
     for (uint32_t p = 0; p < n; p++)
         behind += prim[p] && (marked[p] || behind_now(r, p));
+    pthread_mutex_unlock(&r->mu);
     return behind;
 }
 

@@ -49,7 +49,7 @@ static char *map_text(const pc_cluster_map_t *m) {
     return text;
 }
 
-/* The XXH3 of a map's text: which target a list of adds (ADDED_KEY) belongs to. */
+/* The XXH3 of a map's text: which target a list of adds (added_key) belongs to. */
 static uint64_t map_hash(const pc_cluster_map_t *m) {
     char *text = map_text(m);
     const uint64_t h = text ? pc_hash64(text, strlen(text), 0) : 0;
@@ -82,7 +82,7 @@ static int pending_target(const psctl_reshard_opts_t *o, ps_coord_store_t *st,
         return psctl_exit_of(rc);
     }
     if (hash)
-        *hash = map_hash(*pending); /* as stored (ADDED_KEY names it) */
+        *hash = map_hash(*pending); /* as stored (its list's key names it) */
     if (!target_fits(m, *pending) || pc_cmap_roles_same(m, *pending)) {
         pc_cmap_destroy(*pending); /* one the servers ignore, or done */
         *pending = NULL;
@@ -131,11 +131,12 @@ static void print_map(const char *what, const pc_cluster_map_t *m, cJSON *o) {
 
 /* The addresses a target adds, one a line, under a key of that target's own (its map_hash, 16
  * hex digits): a `reshard add` run again finds its own there (the slot counts cannot tell it
- * from a server that held slots before); a target with no list (a remove's) adds none. Each list
- * is written whole before its target, never changed after, so that a target another psctl
- * reads always has its list: one key for both held a race (two adds at once, each reading the
- * other's list before its target, kept only the last server of them). A key stays in the store
- * per target an add wrote, as map versions do (tens of bytes each). */
+ * from a server that held slots before). Each list is written whole before its target (a
+ * remove's carries the adds of the target it builds on, less the server it removes), so that a
+ * target another psctl reads has its list: one key for every target's list held a race (two
+ * adds at once, each reading the other's list before its target, kept only the last server of
+ * them). A key stays in the store per target written with adds, as map versions do (tens of
+ * bytes each). */
 #define ADDED_PREFIX PS_COORD_CLUSTER_PREFIX "target-added/"
 
 static void added_key(char *key, size_t cap, uint64_t hash) {
@@ -171,20 +172,33 @@ static int adds_of(const psctl_reshard_opts_t *o, ps_coord_store_t *st, uint64_t
     return 0;
 }
 
-/* Write the list of target t: the adds of the target it builds on (adds, n bytes) and addr. */
-static int note_added(ps_coord_store_t *st, const pc_cluster_map_t *t, const char *adds, size_t n,
-                      const char *addr) {
+/* Write the list of target t: the adds of the target it builds on (adds, n bytes) but `drop`,
+ * and `add` (either may be NULL). Nothing when the list is empty. */
+static int note_adds(ps_coord_store_t *st, const pc_cluster_map_t *t, const char *adds, size_t n,
+                     const char *add, const char *drop) {
     char key[128];
     added_key(key, sizeof key, map_hash(t));
-    const size_t al = strlen(addr);
+    const size_t al = add ? strlen(add) : 0, dl = drop ? strlen(drop) : 0;
     char *v = malloc(n + al + 1);
     if (!v)
         return PC_ENOMEM;
-    if (n)
-        memcpy(v, adds, n);
-    memcpy(v + n, addr, al);
-    v[n + al] = '\n';
-    const int rc = st->set(st->ctx, key, v, n + al + 1, false, 0);
+    size_t len = 0;
+    for (const char *l = adds, *e = adds ? adds + n : NULL; l && l < e;) {
+        const char *nl = memchr(l, '\n', (size_t)(e - l));
+        const size_t ll = (size_t)((nl ? nl : e) - l);
+        if (ll && !(drop && ll == dl && memcmp(l, drop, dl) == 0)) {
+            memcpy(v + len, l, ll);
+            v[len + ll] = '\n';
+            len += ll + 1;
+        }
+        l = nl ? nl + 1 : e;
+    }
+    if (add) {
+        memcpy(v + len, add, al);
+        v[len + al] = '\n';
+        len += al + 1;
+    }
+    const int rc = len ? st->set(st->ctx, key, v, len, false, 0) : 0;
     free(v);
     return rc;
 }
@@ -249,7 +263,7 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             fprintf(stderr, "psctl: reshard add %s: it has a role in the map already\n", addr);
         else if (rc)
             fprintf(stderr, "psctl: reshard add %s: %s\n", addr, pc_strerror(rc));
-        else if (!(rc = note_added(st, t, adds, alen, addr)) &&
+        else if (!(rc = note_adds(st, t, adds, alen, addr, NULL)) &&
                  (rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST)
             rc = AGAIN; /* another psctl wrote one since: plan again */
         else if (rc)
@@ -291,15 +305,24 @@ static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, co
         pc_cmap_destroy(m);
         return 1;
     }
-    uint64_t rev = 0;
-    if ((rc = pending_target(o, st, m, &base, NULL, &rev))) {
+    uint64_t rev = 0, bh = 0;
+    if ((rc = pending_target(o, st, m, &base, &bh, &rev))) {
+        pc_cmap_destroy(m);
+        return rc;
+    }
+    /* the servers the pending target adds: still added by this one, but this server */
+    void *adds = NULL;
+    size_t alen = 0;
+    if ((rc = adds_of(o, st, base ? bh : 0, &adds, &alen))) {
+        pc_cmap_destroy(base);
         pc_cmap_destroy(m);
         return rc;
     }
     rc = pc_cmap_plan_remove(base ? base : m, (uint32_t)idx, &t);
     if (rc == PC_EINVAL)
         fprintf(stderr, "psctl: reshard remove %s: it is the only server with slots\n", addr);
-    else if (!rc && (rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST)
+    else if (!rc && !(rc = note_adds(st, t, adds, alen, NULL, addr)) &&
+             (rc = ps_mapstore_put_target(st, t, rev)) == PC_EEXIST)
         rc = AGAIN;
     else if (rc)
         fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
@@ -314,6 +337,7 @@ static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, co
         print_map("target", t, j);
         emit(j);
     }
+    free(adds);
     pc_cmap_destroy(m);
     pc_cmap_destroy(base);
     pc_cmap_destroy(t);
