@@ -25,7 +25,7 @@ static int get_text(const ps_coord_store_t *st, const char *key, pc_cluster_map_
     uint64_t rev = 0;
     int rc = st->get_rev(st->ctx, key, &val, &len, &rev);
     if (revision)
-        *revision = rc ? 0 : rev;
+        *revision = rc ? 0 : rev ? rev : PS_MAPSTORE_UNVERSIONED;
     char *text = rc ? NULL : malloc(len + 1);
     if (!rc && !text)
         rc = PC_ENOMEM;
@@ -40,7 +40,8 @@ static int get_text(const ps_coord_store_t *st, const char *key, pc_cluster_map_
     return rc;
 }
 
-/* Write m's text under key: if absent (revision 0), or compare-and-set at revision. */
+/* Write m's text under key: if absent (revision 0), or compare-and-set at revision, or
+ * whatever is there (PS_MAPSTORE_UNVERSIONED). */
 static int put_text(const ps_coord_store_t *st, const char *key, const pc_cluster_map_t *m,
                     uint64_t revision) {
     const size_t len = pc_cmap_format(m, NULL, 0);
@@ -48,7 +49,8 @@ static int put_text(const ps_coord_store_t *st, const char *key, const pc_cluste
     if (!text)
         return PC_ENOMEM;
     pc_cmap_format(m, text, len + 1);
-    int rc = st->set_if(st->ctx, key, text, len, revision, 0);
+    int rc = revision == PS_MAPSTORE_UNVERSIONED ? st->set(st->ctx, key, text, len, false, 0)
+                                                 : st->set_if(st->ctx, key, text, len, revision, 0);
     free(text);
     return rc;
 }

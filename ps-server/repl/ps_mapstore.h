@@ -40,12 +40,16 @@ int ps_mapstore_newest(const ps_coord_store_t *st, uint64_t from, uint64_t guess
 int ps_mapstore_put(const ps_coord_store_t *st, const pc_cluster_map_t *m);
 
 /* The resharding target: 0, PC_ENOTFOUND (none asked), PC_EPARSE (logged) or the store's
- * error. *revision (may be NULL): its revision in the store (0: none), whatever it holds. */
+ * error. *revision (may be NULL): its revision in the store (0: none), whatever it holds;
+ * PS_MAPSTORE_UNVERSIONED when the coordinator is older than key revisions (a ps-server before
+ * them answers none for a key it holds). */
+#define PS_MAPSTORE_UNVERSIONED UINT64_MAX
 int ps_mapstore_get_target(const ps_coord_store_t *st, pc_cluster_map_t **out, uint64_t *revision);
 
 /* Replace the resharding target read at `revision` (ps_mapstore_get_target's; 0: none was
  * there): PC_EEXIST when another was written since (plan again from it: two operators'
- * resharding at once must not lose one), else 0 or the store's error. */
+ * resharding at once must not lose one), else 0 or the store's error. At
+ * PS_MAPSTORE_UNVERSIONED it is written over whatever is there (the last writer wins). */
 int ps_mapstore_put_target(const ps_coord_store_t *st, const pc_cluster_map_t *target,
                            uint64_t revision);
 

@@ -82,7 +82,12 @@ static int pending_target(const psctl_reshard_opts_t *o, ps_coord_store_t *st,
         return psctl_exit_of(rc);
     }
     if (hash)
-        *hash = map_hash(*pending); /* as stored (its list's key names it) */
+        *hash = map_hash(*pending);           /* as stored (its list's key names it) */
+    if (*revision == PS_MAPSTORE_UNVERSIONED) /* (else every write lost: "kept changing") */
+        fprintf(stderr,
+                "psctl: coordinator %s is older than key revisions: the target is written over, "
+                "not by compare-and-set (another psctl reshard at once may lose its plan)\n",
+                o->coordinator);
     if (!target_fits(m, *pending) || pc_cmap_roles_same(m, *pending)) {
         pc_cmap_destroy(*pending); /* one the servers ignore, or done */
         *pending = NULL;

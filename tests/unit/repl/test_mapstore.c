@@ -1,6 +1,7 @@
 /* The coordinator's map store (ps_mapstore.h) on the in-process store: map versions written once
- * and found from any known one, and a server's run record, which tells a restarted server
- * whether it starts with the rows its last run ended with. */
+ * and found from any known one, the resharding target by compare-and-set (and over a coordinator
+ * older than key revisions), and a server's run record, which tells a restarted server whether
+ * it starts with the rows its last run ended with. */
 #include "kv_check.h"
 #include "test_util.h"
 
@@ -83,6 +84,47 @@ static void test_target_cas(void **state) {
     st.destroy(st.ctx);
 }
 
+/* A coordinator older than key revisions (a ps-server before them): its KvGet carries none, so
+ * a target it holds reads as PS_MAPSTORE_UNVERSIONED and is written over; before, the
+ * compare-and-set at revision 0 (absent) never matched and psctl reshard planned again until it
+ * said "the target kept changing". */
+static ps_coord_store_t g_inner;
+
+static int norev_get_rev(void *ctx, const char *key, void **value, size_t *len, uint64_t *rev) {
+    (void)ctx;
+    const int rc = g_inner.get_rev(g_inner.ctx, key, value, len, rev);
+    if (rev)
+        *rev = 0;
+    return rc;
+}
+
+static void test_target_unversioned(void **state) {
+    (void)state;
+    assert_int_equal(ps_coord_store_memory(&g_inner), 0);
+    ps_coord_store_t st = g_inner;
+    st.get_rev = norev_get_rev;
+    const char *addrs[] = {"127.0.0.1:7000", "127.0.0.1:7001", "127.0.0.1:7002"};
+    pc_cluster_map_t *m, *a, *b, *got;
+    assert_int_equal(pc_cmap_create_even(1, 3, addrs, &m), 0);
+    uint64_t rev = 1;
+    assert_int_equal(ps_mapstore_get_target(&st, &got, &rev), PC_ENOTFOUND);
+    assert_true(rev == 0);
+    assert_int_equal(pc_cmap_plan_remove(m, 1, &a), 0);
+    assert_int_equal(ps_mapstore_put_target(&st, a, rev), 0); /* if absent, as before */
+    assert_int_equal(ps_mapstore_get_target(&st, &got, &rev), 0);
+    assert_true(rev == PS_MAPSTORE_UNVERSIONED);
+    assert_int_equal(pc_cmap_plan_remove(got, 2, &b), 0);
+    pc_cmap_destroy(got);
+    assert_int_equal(ps_mapstore_put_target(&st, b, rev), 0);
+    assert_int_equal(ps_mapstore_get_target(&st, &got, NULL), 0);
+    assert_int_equal(pc_cmap_server_slots(got, 0), PC_NSLOTS);
+    pc_cmap_destroy(got);
+    pc_cmap_destroy(a);
+    pc_cmap_destroy(b);
+    pc_cmap_destroy(m);
+    g_inner.destroy(g_inner.ctx);
+}
+
 static void test_run_record(void **state) {
     (void)state;
     ps_coord_store_t st;
@@ -127,6 +169,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_versions),
         cmocka_unit_test(test_target_cas),
+        cmocka_unit_test(test_target_unversioned),
         cmocka_unit_test(test_run_record),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
