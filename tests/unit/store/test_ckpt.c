@@ -152,6 +152,49 @@ static void test_incremental_chain(void **state) {
     tc_rmdir(dir);
 }
 
+/* Tables whose chains end at different checkpoints, restored in one walk of the chain: one made
+ * after the chain began (its first entry full in a later checkpoint), the others since the
+ * chain's full checkpoint, in manifests listed out of name order; each checkpoint restores
+ * every table exactly as it was when written. */
+static void test_chains_of_unequal_length(void **state) {
+    (void)state;
+    char dir[256];
+    tc_tmpdir(dir, sizeof dir, "chains");
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    const char *names[] = {"zeta", "alpha", "mid"};
+    ps_table_t *t[3] = {tc_add(cat, "name=zeta,dim=8,optimizer=adagrad"),
+                        tc_add(cat, "name=alpha,dim=4,optimizer=sgd"), NULL};
+    ps_ckpt_t *ck;
+    ps_ckpt_opts_t o = {.dir = dir, .keep = 100, .full_every = 8};
+    assert_int_equal(ps_ckpt_create(cat, &o, &ck), 0);
+    for (int k = 1; k <= 6; k++) {
+        if (k == 3) /* made mid-chain */
+            t[2] = tc_add(cat, "name=mid,dim=8,optimizer=adam");
+        for (int i = 0; i < 3; i++)
+            if (t[i] && (k + i) % 2 == 0) /* each table changes every other checkpoint */
+                tc_round(t[i], k);
+        ps_ckpt_result_t r;
+        assert_int_equal(ps_ckpt_write(ck, &r), 0);
+        assert_int_equal(r.incremental, k > 1);
+        ps_catalog_t *c2;
+        ps_ckpt_t *ck2;
+        assert_int_equal(ps_catalog_create(&c2), 0);
+        assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+        assert_int_equal(ps_ckpt_restore(ck2, r.id, NULL), 0);
+        char listed[4][PS_TABLE_NAME_MAX];
+        assert_int_equal(ps_catalog_list(c2, listed, 4), k >= 3 ? 3 : 2);
+        for (int i = 0; i < 3; i++)
+            if (t[i])
+                tc_assert_equal(get(c2, names[i]), t[i]);
+        ps_ckpt_destroy(ck2);
+        ps_catalog_destroy(c2);
+    }
+    ps_ckpt_destroy(ck);
+    ps_catalog_destroy(cat);
+    tc_rmdir(dir);
+}
+
 /* ---- consistency while pushes continue ------------------------------------------------- */
 
 #define PUSHES_MAX 100000
@@ -894,6 +937,7 @@ int main(void) {
         cmocka_unit_test(test_lost_removal),
         cmocka_unit_test(test_roundtrip_every_optimizer),
         cmocka_unit_test(test_incremental_chain),
+        cmocka_unit_test(test_chains_of_unequal_length),
         cmocka_unit_test(test_consistent_under_pushes),
         cmocka_unit_test(test_retention_and_damage),
         cmocka_unit_test(test_rollback_abandons_newer),
