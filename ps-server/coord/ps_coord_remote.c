@@ -68,7 +68,7 @@ static int r_get_rev(void *ctx, const char *key, void **value, size_t *len, uint
         return PC_ECORRUPT;
     if ((*value = pc_kv_dup(r->value.data, r->value.len)))
         *len = r->value.len;
-    if (revision) /* (0 from a server older than the field: no compare-and-set matches it) */
+    if (revision) /* (0 from a server older than the field: it cannot compare-and-set) */
         *revision = r->revision;
     emberps__kv_get_response__free_unpacked(r, NULL);
     return *value ? 0 : PC_ENOMEM;

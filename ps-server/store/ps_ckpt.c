@@ -990,6 +990,9 @@ static int chains_of(ps_ckpt_t *c, const manifest_t *m, link_t **level, size_t *
             for (size_t i = 0; i < mk->ntables; i++)
                 byname[i] = &mk->tables[i];
             qsort(byname, mk->ntables, sizeof *byname, cmp_mtable_name);
+            for (size_t i = 1; !rc && i < mk->ntables; i++)
+                if (!cmp_mtable_name(&byname[i - 1], &byname[i]))
+                    rc = PC_ECORRUPT; /* a name twice: which entry is the table's? */
         }
         for (size_t i = 0; !rc && i < nt; i++) {
             if (nlinks[i] != k || (k && level[k - 1][i].full)) /* its chain ended (full) */

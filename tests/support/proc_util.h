@@ -38,19 +38,30 @@ static inline int pu_free_port(void) {
      * bind(0) and took back can be handed to another socket (a server's --grpc-port=0, a
      * client's connection) before the server given it binds it. Random per process, checked by
      * a bind. */
+    /* Never one handed out before by this process (its last 512): a port not bound yet (the
+     * server given it still starting) passed the check again, and two servers of one test got
+     * the same port ("server ... listed twice" in a cluster map). */
     static unsigned seed;
+    static int given[512], ngiven;
     if (!seed)
         seed = (unsigned)getpid() ^ (unsigned)pu_now_ns();
     for (int tries = 0; tries < 1000; tries++) {
         const int port = 20000 + rand_r(&seed) % 10000;
+        bool again = false;
+        for (int i = 0; i < ngiven && i < 512 && !again; i++)
+            again = given[i] == port;
+        if (again)
+            continue;
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in a = {.sin_family = AF_INET,
                                 .sin_port = htons((uint16_t)port),
                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         const int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
         close(fd);
-        if (ok)
+        if (ok) {
+            given[ngiven++ % 512] = port;
             return port;
+        }
     }
     fail_msg("no free port in 20000-29999");
     return -1;

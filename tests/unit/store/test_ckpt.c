@@ -153,9 +153,10 @@ static void test_incremental_chain(void **state) {
 }
 
 /* Tables whose chains end at different checkpoints, restored in one walk of the chain: one made
- * after the chain began (its first entry full in a later checkpoint), the others since the
- * chain's full checkpoint, in manifests listed out of name order; each checkpoint restores
- * every table exactly as it was when written. */
+ * after the chain began (its first entry full, with rows, in a later checkpoint), the others
+ * since the chain's full checkpoint, each table at another place in each manifest; each
+ * checkpoint restores every table exactly as it was when written, and a restore that runs out
+ * of memory at any allocation fails with PC_ENOMEM and gives its scratch memory back. */
 static void test_chains_of_unequal_length(void **state) {
     (void)state;
     char dir[256];
@@ -172,7 +173,7 @@ static void test_chains_of_unequal_length(void **state) {
         if (k == 3) /* made mid-chain */
             t[2] = tc_add(cat, "name=mid,dim=8,optimizer=adam");
         for (int i = 0; i < 3; i++)
-            if (t[i] && (k + i) % 2 == 0) /* each table changes every other checkpoint */
+            if (t[i] && (k + i) % 2 == 1) /* every other checkpoint; mid from its first */
                 tc_round(t[i], k);
         ps_ckpt_result_t r;
         assert_int_equal(ps_ckpt_write(ck, &r), 0);
@@ -189,6 +190,23 @@ static void test_chains_of_unequal_length(void **state) {
                 tc_assert_equal(get(c2, names[i]), t[i]);
         ps_ckpt_destroy(ck2);
         ps_catalog_destroy(c2);
+    }
+    for (long n = 0;; n++) { /* the chain of 6, every allocation of the restore failing once */
+        const uint64_t scratch = pc_mem_used(PC_MEM_SCRATCH);
+        ps_catalog_t *c2;
+        ps_ckpt_t *ck2;
+        assert_int_equal(ps_catalog_create(&c2), 0);
+        assert_int_equal(ps_ckpt_create(c2, &o, &ck2), 0);
+        pc_mem_fail_after(n);
+        const int rc = ps_ckpt_restore(ck2, 6, NULL);
+        pc_mem_fail_after(-1);
+        ps_ckpt_destroy(ck2);
+        ps_catalog_destroy(c2);
+        assert_true(pc_mem_used(PC_MEM_SCRATCH) == scratch); /* all of it went back */
+        if (rc == 0)
+            break;
+        assert_int_equal(rc, PC_ENOMEM);
+        assert_true(n < 100000);
     }
     ps_ckpt_destroy(ck);
     ps_catalog_destroy(cat);
