@@ -10,6 +10,7 @@
 #include "pc_error.h"
 #include "pc_fs.h"
 #include "pc_grpc_log.h"
+#include "pc_time.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -265,6 +266,27 @@ int psg_request(psg_t *c, const char *path, const uint8_t *req, size_t len, int 
     if (status_out)
         *status_out = (int)status;
     return rc;
+}
+
+int psg_request_busy(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
+                     uint8_t **resp, size_t *resp_len, int *status, char *msg, size_t msgcap,
+                     psg_busy_fn waiting, void *ctx) {
+    char own[256]; /* the status message, to tell a busy answer, where the caller keeps none */
+    char *m = msg && msgcap ? msg : own;
+    const size_t cap = msg && msgcap ? msgcap : sizeof own;
+    const uint64_t t0 = pc_time_mono_ns();
+    int pause_ms = 50, left = timeout_ms;
+    for (;;) {
+        const int rc = psg_request(c, path, req, len, left, resp, resp_len, status, m, cap);
+        left = timeout_ms - (int)(pc_time_sec_since(t0) * 1000);
+        if (rc != PC_EUNAVAIL || strncmp(m, PSG_BUSY, strlen(PSG_BUSY)) != 0 || left <= pause_ms)
+            return rc;
+        if (waiting && pause_ms == 50)
+            waiting(ctx, path, left);
+        pc_time_sleep_ms(pause_ms);
+        left -= pause_ms;
+        pause_ms = pause_ms < 1000 ? pause_ms * 2 : 1000;
+    }
 }
 
 int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,

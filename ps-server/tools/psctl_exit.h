@@ -9,7 +9,6 @@
 
 #include "emberps/psgrpc.h"
 #include "pc_error.h"
-#include "pc_time.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -24,31 +23,22 @@ static inline int psctl_exit_of(int rc) {
     return rc == PC_ETIMEDOUT ? 4 : rc == PC_EUNAVAIL || rc == PC_ETLS ? 3 : 1;
 }
 
+/* What psctl says on stderr when a busy server is asked again (psg_request_busy). */
+static inline void psctl_said_busy(void *ctx, const char *path, int left_ms) {
+    (void)ctx;
+    fprintf(stderr,
+            "psctl: %s: the server is busy with other administrative calls: asking again for up "
+            "to %d ms\n",
+            path, left_ms);
+}
+
 /* psg_request, asked again while the server answers that it is busy with other administrative
- * calls (PSG_BUSY: none of the call ran), for up to timeout_ms in all (said once on stderr);
- * each attempt's deadline is the time left. */
+ * calls (PSG_BUSY: none of the call ran), for up to timeout_ms in all (said once on stderr). */
 static inline int psctl_request(psg_t *c, const char *path, const uint8_t *req, size_t len,
                                 int timeout_ms, uint8_t **resp, size_t *resp_len, int *st,
                                 char *msg, size_t cap) {
-    const uint64_t t0 = pc_time_mono_ns();
-    int pause_ms = 50, left = timeout_ms;
-    for (;;) {
-        if (msg && cap)
-            msg[0] = '\0';
-        const int rc = psg_request(c, path, req, len, left, resp, resp_len, st, msg, cap);
-        left = timeout_ms - (int)(pc_time_sec_since(t0) * 1000);
-        if (rc != PC_EUNAVAIL || !msg || strncmp(msg, PSG_BUSY, strlen(PSG_BUSY)) != 0 ||
-            left <= pause_ms)
-            return rc;
-        if (pause_ms == 50)
-            fprintf(stderr,
-                    "psctl: %s: the server is busy with other administrative calls: "
-                    "asking again for up to %d ms\n",
-                    path, left);
-        pc_time_sleep_ms(pause_ms);
-        left -= pause_ms;
-        pause_ms = pause_ms < 1000 ? pause_ms * 2 : 1000;
-    }
+    return psg_request_busy(c, path, req, len, timeout_ms, resp, resp_len, st, msg, cap,
+                            psctl_said_busy, NULL);
 }
 
 /* A decimal number argument (a key, an id, a step): digits only, no sign, no space, no junk,

@@ -19,7 +19,15 @@
 /* A manifest's largest size: its numbers, every server's directory and the map */
 #define MANIFEST_MAX (1u << 20)
 
-/* One unary call to the server at addr: the unpacked response (free with
+/* psg_request_busy's word that a server is asked again (ctx: its address). */
+static void said_busy(void *ctx, const char *path, int left_ms) {
+    PC_WARN("job checkpoint: server %s, %s: busy with other administrative calls; asking again "
+            "for up to %d ms",
+            (const char *)ctx, path, left_ms);
+}
+
+/* One unary call to the server at addr, asked again while the server is busy with other
+ * administrative calls (an operator's psctl) until timeout_ms: the unpacked response (free with
  * protobuf_c_message_free_unpacked) or an error, logged (but PC_EUNAVAIL when `quiet`). */
 static int call_server(const char *addr, const psg_opts_t *sec, const char *method,
                        const ProtobufCMessage *q, const ProtobufCMessageDescriptor *rd,
@@ -40,7 +48,8 @@ static int call_server(const char *addr, const psg_opts_t *sec, const char *meth
     size_t rlen = 0, len = protobuf_c_message_pack(q, req); /* small requests */
     char msg[256] = "";
     int st = 0;
-    rc = psg_request(g, method, req, len, timeout_ms, &resp, &rlen, &st, msg, sizeof msg);
+    rc = psg_request_busy(g, method, req, len, timeout_ms, &resp, &rlen, &st, msg, sizeof msg,
+                          said_busy, (void *)addr);
     psg_destroy(g);
     *out = rc ? NULL : protobuf_c_message_unpack(rd, NULL, rlen, resp);
     free(resp);

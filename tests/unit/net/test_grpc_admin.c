@@ -2,7 +2,8 @@
  * threads, one administrative call that runs (here held until the test lets it go) makes a second
  * one answered UNAVAILABLE at once, while a data call is served; once it ended, the next one
  * runs. (Two checkpoints held both threads, and with them every Lookup and Health call.) psctl's
- * calls (psctl_request) ask a busy server again until their timeout. */
+ * calls (psctl_request) and a job checkpoint's Checkpoint calls (pw_jobckpt_servers) ask a busy
+ * server again until their timeout (psg_request_busy; the job's checkpoint failed before). */
 #include "test_util.h"
 
 #include <pthread.h>
@@ -14,8 +15,10 @@
 #include "pc_time.h"
 #include "ps_grpc.h"
 #include "psctl_exit.h"
+#include "pw_jobckpt.h"
 
-enum { SLOW, FAST };
+enum { SLOW, FAST, CKPT };
+#define CKPT_PATH "/emberps.ParameterServer/Checkpoint" /* answered at once: checkpoint 0 */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
@@ -27,11 +30,13 @@ static int method(const char *path, size_t len) {
         return SLOW;
     if (len == strlen("/t.S/Fast") && !memcmp(path, "/t.S/Fast", len))
         return FAST;
+    if (len == strlen(CKPT_PATH) && !memcmp(path, CKPT_PATH, len))
+        return CKPT;
     return -1;
 }
 
 static bool is_admin(int m) {
-    return m == SLOW;
+    return m == SLOW || m == CKPT;
 }
 
 /* Slow: counted running, then held until g_release; both answer an empty message. */
@@ -54,6 +59,7 @@ typedef struct caller {
     int port, rc;
     const char *path;
     bool again; /* psctl_request */
+    bool job;   /* pw_jobckpt_servers */
     pthread_t th;
 } caller_t;
 
@@ -81,8 +87,13 @@ static int request(int port, const char *path, char *msg, size_t cap) {
 
 static void *caller_main(void *arg) {
     caller_t *k = arg;
-    char msg[256];
-    k->rc = request_as(k->port, k->path, msg, sizeof msg, k->again);
+    char msg[256], addr[64];
+    static pw_jobckpt_t ck;
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", k->port);
+    k->rc = k->job ? pw_jobckpt_servers(addr, NULL, 20000, &ck)
+                   : request_as(k->port, k->path, msg, sizeof msg, k->again);
+    if (k->job && !k->rc && ck.nservers != 1)
+        k->rc = PC_EINTERNAL;
     return NULL;
 }
 
@@ -110,8 +121,10 @@ static bool slow_running(void *arg) {
     return r;
 }
 
-static bool busy_twice(void *arg) {
-    return busy_count(arg) >= 2;
+static unsigned long long g_busy_want; /* busy_reached's */
+
+static bool busy_reached(void *arg) {
+    return busy_count(arg) >= g_busy_want;
 }
 
 static void release(bool yes) {
@@ -119,6 +132,26 @@ static void release(bool yes) {
     g_release = yes;
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
+}
+
+/* While a Slow call is held, caller k is answered busy (the server's busy count reaches `busy`)
+ * and asks again; once Slow is let go, both succeed. */
+static void asked_again(ps_grpc_t *g, caller_t *k, unsigned long long busy) {
+    release(false);
+    caller_t slow = {.port = ps_grpc_port(g), .rc = -1, .path = "/t.S/Slow"};
+    assert_int_equal(pthread_create(&slow.th, NULL, caller_main, &slow), 0);
+    const bool held = wait_for(slow_running, NULL);
+    if (held)
+        assert_int_equal(pthread_create(&k->th, NULL, caller_main, k), 0);
+    g_busy_want = busy;
+    const bool met_busy = held && wait_for(busy_reached, g);
+    release(true);
+    pthread_join(slow.th, NULL);
+    if (held)
+        pthread_join(k->th, NULL);
+    assert_true(held && met_busy);
+    assert_int_equal(slow.rc, 0);
+    assert_int_equal(k->rc, 0);
 }
 
 static void test_admin_keeps_a_thread(void **state) {
@@ -147,22 +180,13 @@ static void test_admin_keeps_a_thread(void **state) {
     assert_int_equal(request(ps_grpc_port(g), "/t.S/Slow", msg, sizeof msg), 0); /* (released) */
     assert_int_equal(busy_count(g), 1);
 
-    /* psctl's call: answered busy while one is held, asked again, run once it was let go */
-    release(false);
-    slow.rc = -1;
-    assert_int_equal(pthread_create(&slow.th, NULL, caller_main, &slow), 0);
+    /* psctl's call: answered busy while one is held, asked again, run once it was let go; a job
+     * checkpoint's call the same way (it failed at the first busy answer, and the job went on
+     * without that checkpoint) */
     caller_t again = {.port = ps_grpc_port(g), .rc = -1, .path = "/t.S/Slow", .again = true};
-    const bool held = wait_for(slow_running, NULL);
-    if (held)
-        assert_int_equal(pthread_create(&again.th, NULL, caller_main, &again), 0);
-    const bool met_busy = held && wait_for(busy_twice, g);
-    release(true);
-    pthread_join(slow.th, NULL);
-    if (held)
-        pthread_join(again.th, NULL);
-    assert_true(held && met_busy);
-    assert_int_equal(slow.rc, 0);
-    assert_int_equal(again.rc, 0);
+    asked_again(g, &again, 2);
+    caller_t job = {.port = ps_grpc_port(g), .rc = -1, .job = true};
+    asked_again(g, &job, 3);
     ps_grpc_stop(g);
 }
 

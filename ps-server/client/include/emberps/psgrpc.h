@@ -65,6 +65,16 @@ int psg_request(psg_t *c, const char *path, const uint8_t *req, size_t len, int 
  * call ran: asking again is safe). */
 #define PSG_BUSY "busy: "
 
+/* Told once, before the first pause, that psg_request_busy asks again (left_ms: for up to). */
+typedef void (*psg_busy_fn)(void *ctx, const char *path, int left_ms);
+
+/* psg_request, asked again while the server answers PSG_BUSY, pausing 50 ms doubling to 1 s,
+ * for up to timeout_ms in all (each attempt's deadline is the time left); waiting (may be NULL)
+ * is told once. The psctl commands and the workers' job checkpoints call through it. */
+int psg_request_busy(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
+                     uint8_t **resp, size_t *resp_len, int *status, char *msg, size_t msgcap,
+                     psg_busy_fn waiting, void *ctx);
+
 /* psg_request returning the gRPC status code instead (14 UNAVAILABLE when the server cannot be
  * reached, 4 DEADLINE_EXCEEDED), for callers that look at statuses. */
 int psg_call(psg_t *c, const char *path, const uint8_t *req, size_t len, int timeout_ms,
