@@ -191,10 +191,10 @@ static inline int pu_psctl_run(const char *psctl, int grpc_port, char *out, size
         snprintf(cmd, sizeof cmd, "%s --server=127.0.0.1:%d --timeout-ms=2000", psctl, grpc_port);
     for (int i = 0; args[i] && n < (int)sizeof cmd; i++)
         n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", args[i]);
+    if (said && n < (int)sizeof cmd)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1");
     if (n >= (int)sizeof cmd)
         fail_msg("psctl command line over %zu bytes", sizeof cmd);
-    if (said)
-        snprintf(cmd + n, sizeof cmd - (size_t)n, " 2>&1");
     FILE *p = popen(cmd, "r");
     if (!p)
         return -1;

@@ -26,12 +26,13 @@ static void said_busy(void *ctx, const char *path, int left_ms) {
             (const char *)ctx, path, left_ms);
 }
 
-/* One unary call to the server at addr, asked again while the server is busy with other
- * administrative calls (an operator's psctl) until timeout_ms: the unpacked response (free with
- * protobuf_c_message_free_unpacked) or an error, logged (but PC_EUNAVAIL when `quiet`). */
+/* One unary call to the server at addr: the unpacked response (free with
+ * protobuf_c_message_free_unpacked) or an error, logged (but PC_EUNAVAIL when `quiet`). With
+ * busy_again, a server busy with other administrative calls (an operator's psctl) is asked again
+ * until timeout_ms has passed in all (a caller that asks again itself passes false). */
 static int call_server(const char *addr, const psg_opts_t *sec, const char *method,
                        const ProtobufCMessage *q, const ProtobufCMessageDescriptor *rd,
-                       int timeout_ms, bool quiet, ProtobufCMessage **out) {
+                       int timeout_ms, bool quiet, bool busy_again, ProtobufCMessage **out) {
     psg_opts_t o = {0};
     if (sec)
         o = *sec;
@@ -48,8 +49,10 @@ static int call_server(const char *addr, const psg_opts_t *sec, const char *meth
     size_t rlen = 0, len = protobuf_c_message_pack(q, req); /* small requests */
     char msg[256] = "";
     int st = 0;
-    rc = psg_request_busy(g, method, req, len, timeout_ms, &resp, &rlen, &st, msg, sizeof msg,
-                          said_busy, (void *)addr);
+    rc = busy_again
+             ? psg_request_busy(g, method, req, len, timeout_ms, &resp, &rlen, &st, msg, sizeof msg,
+                                said_busy, (void *)addr)
+             : psg_request(g, method, req, len, timeout_ms, &resp, &rlen, &st, msg, sizeof msg);
     psg_destroy(g);
     *out = rc ? NULL : protobuf_c_message_unpack(rd, NULL, rlen, resp);
     free(resp);
@@ -72,7 +75,7 @@ static int restore_one(const char *addr, const psg_opts_t *sec, int timeout_ms, 
     for (bool said = false;; said = true) {
         const bool last = pc_time_sec_since(t0) * 1000 >= wait_ms;
         int rc = call_server(addr, sec, "/emberps.ParameterServer/Restore", &q.base,
-                             &emberps__restore_response__descriptor, timeout_ms, !last, out);
+                             &emberps__restore_response__descriptor, timeout_ms, !last, false, out);
         if (rc != PC_EUNAVAIL || last)
             return rc;
         if (!said)
@@ -110,10 +113,12 @@ static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms, 
         ProtobufCMessage *p;
         if (restore) {
             rc = restore_one(a, sec, timeout_ms, wait_ms, restore->servers[i], &p);
-        } else { /* once: the members wait for rank 0 a bounded time (pw__job_checkpoint) */
+        } else { /* one call (a busy server asked again within it): the members wait for rank 0
+                  * a bounded time (pw__job_checkpoint) */
             Emberps__CheckpointRequest q = EMBERPS__CHECKPOINT_REQUEST__INIT;
-            rc = call_server(a, sec, "/emberps.ParameterServer/Checkpoint", &q.base,
-                             &emberps__checkpoint_response__descriptor, timeout_ms, false, &p);
+            rc =
+                call_server(a, sec, "/emberps.ParameterServer/Checkpoint", &q.base,
+                            &emberps__checkpoint_response__descriptor, timeout_ms, false, true, &p);
             if (!rc) {
                 const Emberps__CheckpointResponse *r = (const Emberps__CheckpointResponse *)p;
                 taken->servers[i] = r->id;

@@ -97,8 +97,9 @@ bool pw_jobckpt_list_ok(const char *grpc);
 /* Ask every server of `grpc` (comma-separated host:gRPC port, cluster-map order) to write a
  * checkpoint now; their ids go to ck->servers, the directories they give to ck's server dirs. sec
  * (may be NULL: plaintext, no token) gives the token and TLS files of the calls (psg_opts_t; its
- * addr is not used). Each server is asked once: one busy with other administrative calls
- * (UNAVAILABLE, ps_grpc.h) fails the checkpoint, and the job takes the next one. */
+ * addr is not used). A server busy with other administrative calls (UNAVAILABLE "busy: ",
+ * ps_grpc.h) is asked again within the call's timeout_ms (each try's deadline the time left);
+ * a call that fails fails the checkpoint, and the job takes the next one. */
 int pw_jobckpt_servers(const char *grpc, const psg_opts_t *sec, int timeout_ms, pw_jobckpt_t *ck);
 
 /* Have every server of `grpc` (as above) go back to its checkpoint of ck (gRPC Restore of
