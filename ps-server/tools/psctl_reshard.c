@@ -81,8 +81,7 @@ static int pending_target(const psctl_reshard_opts_t *o, ps_coord_store_t *st,
         fprintf(stderr, "psctl: coordinator %s: target: %s\n", o->coordinator, pc_strerror(rc));
         return psctl_exit_of(rc);
     }
-    if (hash)
-        *hash = map_hash(*pending);           /* as stored (its list's key names it) */
+    *hash = map_hash(*pending);               /* as stored (its list's key names it) */
     if (*revision == PS_MAPSTORE_UNVERSIONED) /* (else every write lost: "kept changing") */
         fprintf(stderr,
                 "psctl: coordinator %s is older than key revisions: the target is written over, "
@@ -148,16 +147,29 @@ static void added_key(char *key, size_t cap, uint64_t hash) {
     snprintf(key, cap, ADDED_PREFIX "%016" PRIx64, hash);
 }
 
+/* The next line of [*l, e) into *line, *ll bytes (no newline); *l moves past it. false at the
+ * end (*l NULL: an empty list). */
+static bool next_line(const char **l, const char *e, const char **line, size_t *ll) {
+    if (!*l || *l >= e)
+        return false;
+    const char *nl = memchr(*l, '\n', (size_t)(e - *l));
+    *line = *l;
+    *ll = (size_t)((nl ? nl : e) - *l);
+    *l = nl ? nl + 1 : e;
+    return true;
+}
+
+static bool line_is(const char *line, size_t ll, const char *s) {
+    return s && ll == strlen(s) && memcmp(line, s, ll) == 0;
+}
+
 /* Whether addr is a line of the list [p, p + len). */
 static bool listed(const void *p, size_t len, const char *addr) {
-    const size_t al = strlen(addr);
-    for (const char *l = p, *e = l ? l + len : NULL; l && l < e;) {
-        const char *nl = memchr(l, '\n', (size_t)(e - l));
-        const size_t ll = (size_t)((nl ? nl : e) - l);
-        if (ll == al && memcmp(l, addr, al) == 0)
+    const char *l = p, *e = l ? l + len : NULL, *line;
+    size_t ll;
+    while (next_line(&l, e, &line, &ll))
+        if (line_is(line, ll, addr))
             return true;
-        l = nl ? nl + 1 : e;
-    }
     return false;
 }
 
@@ -177,27 +189,38 @@ static int adds_of(const psctl_reshard_opts_t *o, ps_coord_store_t *st, uint64_t
     return 0;
 }
 
+/* pending_target, with the servers it adds (*adds, *alen bytes, malloc'ed; none without one). */
+static int pending_with_adds(const psctl_reshard_opts_t *o, ps_coord_store_t *st,
+                             const pc_cluster_map_t *m, pc_cluster_map_t **pending,
+                             uint64_t *revision, void **adds, size_t *alen) {
+    uint64_t hash = 0;
+    *adds = NULL;
+    *alen = 0;
+    int rc = pending_target(o, st, m, pending, &hash, revision);
+    if (!rc && *pending && (rc = adds_of(o, st, hash, adds, alen))) {
+        pc_cmap_destroy(*pending);
+        *pending = NULL;
+    }
+    return rc;
+}
+
 /* Write the list of target t: the adds of the target it builds on (adds, n bytes) but `drop`,
  * and `add` (either may be NULL). Nothing when the list is empty. */
 static int note_adds(ps_coord_store_t *st, const pc_cluster_map_t *t, const char *adds, size_t n,
                      const char *add, const char *drop) {
     char key[128];
     added_key(key, sizeof key, map_hash(t));
-    const size_t al = add ? strlen(add) : 0, dl = drop ? strlen(drop) : 0;
+    const size_t al = add ? strlen(add) : 0;
     char *v = malloc(n + al + 1);
     if (!v)
         return PC_ENOMEM;
-    size_t len = 0;
-    for (const char *l = adds, *e = adds ? adds + n : NULL; l && l < e;) {
-        const char *nl = memchr(l, '\n', (size_t)(e - l));
-        const size_t ll = (size_t)((nl ? nl : e) - l);
-        if (ll && !(drop && ll == dl && memcmp(l, drop, dl) == 0)) {
-            memcpy(v + len, l, ll);
+    size_t len = 0, ll;
+    for (const char *l = adds, *e = adds ? adds + n : NULL, *line; next_line(&l, e, &line, &ll);)
+        if (ll && !line_is(line, ll, drop)) {
+            memcpy(v + len, line, ll);
             v[len + ll] = '\n';
             len += ll + 1;
         }
-        l = nl ? nl + 1 : e;
-    }
     if (add) {
         memcpy(v + len, add, al);
         v[len + al] = '\n';
@@ -246,16 +269,10 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
     }
     /* from the resharding asked before, when there is one */
     pc_cluster_map_t *t = NULL, *base = NULL;
-    uint64_t bh = 0, rev = 0;
-    if ((rc = pending_target(o, st, m, &base, &bh, &rev))) {
-        pc_cmap_destroy(m);
-        return rc;
-    }
-    /* the servers the pending target adds */
-    void *adds = NULL;
+    uint64_t rev = 0;
+    void *adds = NULL; /* the servers the pending target adds */
     size_t alen = 0;
-    if ((rc = adds_of(o, st, base ? bh : 0, &adds, &alen))) {
-        pc_cmap_destroy(base);
+    if ((rc = pending_with_adds(o, st, m, &base, &rev, &adds, &alen))) {
         pc_cmap_destroy(m);
         return rc;
     }
@@ -310,16 +327,10 @@ static int remove_server(const psctl_reshard_opts_t *o, ps_coord_store_t *st, co
         pc_cmap_destroy(m);
         return 1;
     }
-    uint64_t rev = 0, bh = 0;
-    if ((rc = pending_target(o, st, m, &base, &bh, &rev))) {
-        pc_cmap_destroy(m);
-        return rc;
-    }
-    /* the servers the pending target adds: still added by this one, but this server */
-    void *adds = NULL;
+    uint64_t rev = 0;
+    void *adds = NULL; /* the pending target's adds: still added by this one, but this server */
     size_t alen = 0;
-    if ((rc = adds_of(o, st, base ? bh : 0, &adds, &alen))) {
-        pc_cmap_destroy(base);
+    if ((rc = pending_with_adds(o, st, m, &base, &rev, &adds, &alen))) {
         pc_cmap_destroy(m);
         return rc;
     }
