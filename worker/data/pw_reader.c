@@ -336,7 +336,8 @@ static int line_commit(cursor_t *c, const char *where, uint64_t lineno, size_t l
     pw_reader_t *r = c->r;
     src_count_t *sc = &r->src[c->src];
     atomic_fetch_add_explicit(&r->bytes, len, memory_order_relaxed);
-    c->b->lines++;
+    if (!c->stream) /* positions count the lines a resume skips: never a stream's */
+        c->b->lines++;
     if (kind == LINE_BLANK)
         return 0;
     atomic_fetch_add_explicit(&r->lines, 1, memory_order_relaxed);

@@ -52,7 +52,8 @@ typedef struct pw_batch {
     uint16_t *fields;
     float *vals;
     size_t *key_off;
-    uint64_t lines; /* lines of the stream this batch covers (samples and bad lines) */
+    uint64_t lines; /* lines of this rank's files this batch covers (samples, bad and blank
+                     * lines); a stream's lines are not counted, since a resume never skips them */
     uint64_t *ukeys;
     uint32_t *inv;
     size_t nu;

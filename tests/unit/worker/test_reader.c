@@ -562,6 +562,35 @@ static void test_tcp_source(void **state) {
     pw_reader_close(r);
     assert_int_equal(net.samples, file.samples);
     o.skip_lines = 0;
+    /* A stream before a file: positions count the file's lines only (a resume skips none of the
+     * stream's), so a resume at the position after both skips the file's lines exactly. */
+    const char *mixed[] = {"tcp://127.0.0.1:0", path};
+    pw_reader_opts_t om = opts(mixed, 2);
+    om.tcp_end_idle_ms = 200;
+    assert_int_equal(pw_reader_open(&om, &r), 0);
+    pa.port = pw_reader_tcp_port(r);
+    pthread_create(&th[0], NULL, produce, &pa);
+    seen_t both;
+    assert_int_equal(drain(r, &both, SIZE_MAX), 0);
+    pthread_join(th[0], NULL);
+    assert_int_equal(both.samples, 2 * file.samples);
+    assert_int_equal(pw_reader_consumed(r), 3000); /* the file's lines, not 6000 */
+    pw_reader_close(r);
+    om.skip_lines = 1000; /* part of the file: the stream whole, the file's last 2000 lines */
+    seen_t rest;
+    o = opts(p1, 1);
+    o.skip_lines = 1000;
+    read_through(&o, &rest, &st);
+    assert_int_equal(pw_reader_open(&om, &r), 0);
+    pa.port = pw_reader_tcp_port(r);
+    pthread_create(&th[0], NULL, produce, &pa);
+    assert_int_equal(drain(r, &both, SIZE_MAX), 0);
+    pthread_join(th[0], NULL);
+    assert_int_equal(both.samples, file.samples + rest.samples);
+    assert_int_equal(pw_reader_consumed(r), 3000);
+    pw_reader_close(r);
+    o = opts(tcp, 1);
+    o.tcp_end_idle_ms = 200;
     /* Closing while nobody connected returns promptly; a bad address is PC_EINVAL. */
     assert_int_equal(pw_reader_open(&o, &r), 0);
     assert_true(pw_reader_tcp_port(r) > 0);
