@@ -4,8 +4,11 @@
 #include "pc_cluster.h"
 #include "pc_error.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the wire format is little-endian and arrays are used in place"
@@ -377,5 +380,20 @@ int pc_wire_stream_reply_decode(const uint8_t *body, uint32_t len, pc_wire_strea
     for (uint64_t i = 0; i < flen; i++)
         if (found[i] > (i < out->n ? 1 : 0))
             return PC_EINVAL;
+    return 0;
+}
+
+/* ==== dead peers =========================================================================== */
+
+int pc_wire_watch_peer(int fd, uint32_t dead_ms) {
+    const int on = 1, idle = (int)(dead_ms / 2000 ? dead_ms / 2000 : 1),
+              intvl = (int)(dead_ms / 6000 ? dead_ms / 6000 : 1), cnt = 3;
+    const unsigned int user = dead_ms;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt) ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user, sizeof user))
+        return PC_ESYS;
     return 0;
 }

@@ -255,4 +255,15 @@ void pc_wire_stream_reply_encode(const pc_wire_stream_reply_t *r, uint8_t *out);
  * PC_EINVAL. */
 int pc_wire_stream_reply_decode(const uint8_t *body, uint32_t len, pc_wire_stream_reply_t *out);
 
+/* ---- dead peers ----
+ * A data-plane connection whose peer is gone without a word (its host lost power, a network cut
+ * that drops packets instead of refusing them) would otherwise live on for the kernel's
+ * retransmission limit (about 15 minutes) with its requests in flight, or for ever when idle.
+ * pc_wire_watch_peer makes the kernel end it within about dead_ms of the peer's last
+ * acknowledgement: TCP_USER_TIMEOUT (sent bytes unacknowledged for dead_ms), and keepalive
+ * probes from dead_ms / 2 of silence, every dead_ms / 6, so that an idle connection is ended too.
+ * Both ends call it on every data-plane socket (docs/wire.md "Dead peers"). 0, or PC_ESYS when
+ * the socket takes an option (the connection still works, unwatched). */
+int pc_wire_watch_peer(int fd, uint32_t dead_ms);
+
 #endif

@@ -45,6 +45,9 @@
  * array) and converted into the caller's positions by pc_half.h's fastest kernels. A reply must
  * carry the type asked for; a server of wire v1 refuses a typed batch with PC_EINVAL ("malformed
  * batch"), which the client reports as PC_EUNSUPPORTED naming the type.
+ * Dead servers: every connection is watched by the kernel (pc_wire_watch_peer, dead_peer_ms): a
+ * server that stops acknowledging (its host lost power, a cut that drops packets) ends its
+ * connection within twice the call timeout, as a lost connection.
  */
 #include "emberps/psclient.h"
 #include "psclient_repl.h"
@@ -59,6 +62,7 @@
 #include "pc_tls.h"
 #include "pc_wire.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -77,11 +81,12 @@
 #define MAP_CONNECT_NS 1000000000ull
 /* map_ask_newer: at most every 10 ms (a resharding writes a version a controller tick, 20 ms:
  * a follower sees each) */
-#define MAP_NEWER_NS  10000000ull
-#define RECONNECT_MAX 8           /* connection attempts per server before its parts fail */
-#define WAIT_SPIN_NS  200000L     /* psc_wait yields this long before sleeping */
-#define BODY_KEEP     (16u << 20) /* a server's reply buffer is kept for the next reply up to this */
-#define PSC_WHY_MAX   (PC_ADDR_MAX + PC_WIRE_MSG_MAX + 96) /* a call's failure detail */
+#define MAP_NEWER_NS     10000000ull
+#define RECONNECT_MAX    8           /* connection attempts per server before its parts fail */
+#define WAIT_SPIN_NS     200000L     /* psc_wait yields this long before sleeping */
+#define DEAD_PEER_MIN_MS 2000u       /* dead_peer_ms at least */
+#define BODY_KEEP        (16u << 20) /* a server's reply buffer is kept for the next reply up to this */
+#define PSC_WHY_MAX      (PC_ADDR_MAX + PC_WIRE_MSG_MAX + 96) /* a call's failure detail */
 
 #define STR_(x)        #x
 #define STR(x)         STR_(x)
@@ -980,6 +985,16 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf) {
         input(s, (size_t)nread);
 }
 
+/* How long a connection lives once its server acknowledges nothing (pc_wire_watch_peer): twice
+ * the call timeout, at least DEAD_PEER_MIN_MS. A call to a server gone without a word times out
+ * first; the connection ends next, failing its parts in flight (a sent push counts as lost) and
+ * freeing its max_inflight slots, and the calls after it reconnect (to a promoted backup, or to
+ * the server when it is back) instead of queueing behind a dead socket for the kernel's 15 min. */
+static uint32_t dead_peer_ms(const psc_t *c) {
+    const uint64_t ms = 2 * (uint64_t)c->o.timeout_ms;
+    return ms < DEAD_PEER_MIN_MS ? DEAD_PEER_MIN_MS : ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
 static void on_connect(uv_connect_t *req, int status) {
     server_t *s = req->data;
     psc_t *c = s->c;
@@ -1005,6 +1020,11 @@ static void on_connect(uv_connect_t *req, int status) {
     }
     s->was_connected = true;
     uv_tcp_nodelay(&s->tcp, 1);
+    uv_os_fd_t fd;
+    if (uv_fileno((const uv_handle_t *)&s->tcp, &fd) == 0 &&
+        pc_wire_watch_peer(fd, dead_peer_ms(c)) != 0)
+        PC_WARN("psclient: %s: cannot watch the connection for a dead server (%s)", s->addr,
+                strerror(errno));
     if (c->tls) { /* the handshake first; HELLO once it is done (tls_input) */
         char host[PC_ADDR_MAX];
         snprintf(host, sizeof host, "%s", s->addr);

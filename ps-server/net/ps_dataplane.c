@@ -73,7 +73,10 @@
  * pushes from a deadline on (PC_EUNAVAIL: the client retries them elsewhere): the clock is read at
  * each push, so a server that was stopped past its lease refuses the pushes it meets on waking
  * before any other thread runs; `pushing` counts the pushes past that check and not yet in the
- * change log (ps_dp_pushes_idle: a handover's cut).
+ * change log (ps_dp_pushes_idle: a handover's cut). Dead clients: every accepted connection is
+ * watched by the kernel (pc_wire_watch_peer, dead_peer_ms): a peer that acknowledges nothing for
+ * that long, idle or in the middle of a request, is ended as a closed connection is, and what it
+ * held (a large body read in part, queued replies) is freed.
  */
 #include "ps_dataplane.h"
 
@@ -88,6 +91,7 @@
 
 #include <arpa/inet.h>
 #include <assert.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <netinet/in.h>
@@ -1802,6 +1806,10 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     }
     uv_tcp_nodelay(&c->tcp, 1);
+    uv_os_fd_t fd;
+    if (uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 &&
+        pc_wire_watch_peer(fd, lc->dp->o.dead_peer_ms ? lc->dp->o.dead_peer_ms : 60000u))
+        PC_WARN("data plane: cannot watch a connection for a dead client (%s)", strerror(errno));
     conn_resume(c);
 }
 

@@ -60,6 +60,10 @@ typedef struct ps_dp_opts {
      * its sockets without sleeping for this long after it, so a request arriving within that time
      * is read with no wake-up of a sleeping thread or of an idle CPU. 0: sleep in epoll at once. */
     uint32_t poll_us;
+    /* A client connection whose peer acknowledges nothing for this long is ended by the kernel
+     * (pc_wire_watch_peer: keepalive and TCP_USER_TIMEOUT), with what it held (a part-read
+     * request's body, queued replies). 0: 60000. */
+    uint32_t dead_peer_ms;
 } ps_dp_opts_t;
 
 /* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot

@@ -17,7 +17,10 @@
  *  - the cluster calls: psc_tables (the same text from every server, PC_ESTATE when they differ,
  *    PC_ETOOBIG and the size for a short buffer) and psc_health (a result per server: an answer,
  *    a stopped server's "no answer" at the deadline, a killed one's connection failure);
- *  - SIGTERM: in-flight work answered, checkpoint written, exit 0.
+ *  - SIGTERM: in-flight work answered, checkpoint written, exit 0;
+ *  - a network that drops every packet (loopback down in a network namespace of the test's own;
+ *    skipped where one cannot be made): the client's connection ends within its dead-peer time,
+ *    the server's within --dead-peer-ms, and calls go on once the network is back.
  * argv[1] is the ps-server binary. Every wait is bounded. */
 #include "proc_util.h"
 #include "raw_frame.h"
@@ -29,6 +32,11 @@
 #include "pc_wire.h"
 #include "ps_ckpt.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 
 #include <pthread.h>
@@ -1166,6 +1174,103 @@ static void test_stop_with_nonreader(void **state) {
     tc_rmdir(dir);
 }
 
+/* ---- dead peers ---- */
+
+static int g_home_ns = -1; /* the test's network namespace while test_dead_peer runs in another */
+
+/* Loopback of this thread's network namespace up, or down: then its packets vanish with no
+ * error to anyone, as on a cut that drops them. 0 or -1. */
+static int lo_set(bool up) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct ifreq r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.ifr_name, IFNAMSIZ, "lo");
+    int rc = fd < 0 ? -1 : ioctl(fd, SIOCGIFFLAGS, &r);
+    if (!rc) {
+        r.ifr_flags = (short)(up ? r.ifr_flags | IFF_UP : r.ifr_flags & ~IFF_UP);
+        rc = ioctl(fd, SIOCSIFFLAGS, &r);
+    }
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* Back to the test's own namespace (also after a failed assertion: the tests after it run
+ * there). */
+static int leave_ns(void **state) {
+    (void)state;
+    if (g_home_ns >= 0) {
+        if (setns(g_home_ns, CLONE_NEWNET) != 0)
+            fprintf(stderr, "cannot return to the test's network namespace: %s\n", strerror(errno));
+        close(g_home_ns);
+        g_home_ns = -1;
+    }
+    return 0;
+}
+
+/* A server and a client in a network namespace of their own whose loopback goes down for 4 s
+ * with a call in flight: every packet vanishes, nobody is told. The client (call timeout 500 ms,
+ * so its dead-peer time is 2 s) ends its connection and reconnects once the network is back;
+ * the server (--dead-peer-ms=2000) ends its side, so it holds only the new connection. Without
+ * the kernel's watch (pc_wire_watch_peer) both old connections live on: the client's waits for
+ * TCP's next retransmission (seconds, then minutes) with no reconnect, the server's for ever. */
+static void test_dead_peer(void **state) {
+    (void)state;
+    g_home_ns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (g_home_ns < 0 || unshare(CLONE_NEWNET) != 0 || lo_set(true) != 0) {
+        print_message("SKIPPED: no network namespace of the test's own (%s): needs "
+                      "CAP_SYS_ADMIN\n",
+                      strerror(errno));
+        skip();
+    }
+    char dir[256], tables[200], one[64];
+    tc_tmpdir(dir, sizeof dir, "dpdead");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, "--dead-peer-ms=2000", NULL};
+    int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    const int mport = pu_last_metrics_port;
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = one, .timeout_ms = 500, .retries = 1};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    enum { N = 100 };
+    uint64_t keys[N];
+    static float rows[N * D], ok[N * D];
+    for (int i = 0; i < N; i++)
+        keys[i] = (uint64_t)i * 11;
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, ok), 0);
+    assert_true(metric(mport, "emberps_dataplane_connections") == 1);
+    assert_int_equal(lo_set(false), 0);
+    const double t0 = pu_now();
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, rows), PC_ETIMEDOUT);
+    while (pu_now() - t0 < 4.0)
+        usleep(50000);
+    assert_int_equal(lo_set(true), 0);
+    int rc = -1;
+    double back = pu_now();
+    while ((rc = psc_pull(c, "emb", keys, N, D, rows)) != 0 && pu_now() - back < 15)
+        usleep(100000);
+    back = pu_now() - back;
+    psc_stats_t st;
+    psc_stats(c, &st);
+    double conns = -1;
+    for (double t1 = pu_now(); pu_now() - t1 < 5; usleep(100000))
+        if ((conns = metric(mport, "emberps_dataplane_connections")) == 1)
+            break;
+    print_message("dead peer: a pull %.1f s after the network came back: %s; reconnects %llu; "
+                  "server connections %.0f\n",
+                  back, psc_strerror(rc), (unsigned long long)st.reconnects, conns);
+    assert_int_equal(rc, 0);
+    assert_memory_equal(rows, ok, sizeof rows);
+    assert_true(st.reconnects >= 1); /* the old connection ended: a new one */
+    assert_true(conns == 1);         /* the server's side of the old one ended too */
+    psc_close(c);
+    pu_stop(s);
+    tc_rmdir(dir);
+    leave_ns(NULL);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_dataplane PATH-TO-ps-server\n");
@@ -1192,6 +1297,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_reply_limit),
         cmocka_unit_test(test_unsent_bounded),
         cmocka_unit_test(test_stop_with_nonreader),
+        cmocka_unit_test_teardown(test_dead_peer, leave_ns),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     pu_kill_all(); /* servers a failed test left running */
