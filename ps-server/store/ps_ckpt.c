@@ -194,10 +194,11 @@ static int scan_dir(const char *dir, uint64_t *ids, size_t cap, size_t *n, uint6
 
 /* ==== manifests ============================================================================ */
 
-static void json_u64(cJSON *o, const char *k, uint64_t v) {
+/* Add v as a decimal string (JSON numbers are doubles); false when it could not be added. */
+static bool json_u64(cJSON *o, const char *k, uint64_t v) {
     char b[24];
     snprintf(b, sizeof b, "%" PRIu64, v);
-    cJSON_AddStringToObject(o, k, b);
+    return cJSON_AddStringToObject(o, k, b) != NULL;
 }
 
 static int json_get_u64(const cJSON *o, const char *k, uint64_t *v) {
@@ -409,48 +410,60 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
 }
 
 /* Write MANIFEST.json into `tmpdir`, sealed, atomically (pc_fs_write_atomic: a temporary
- * name, fsync, rename, fsync of the directory). */
+ * name, fsync, rename, fsync of the directory). Every item is checked as it is added: a
+ * manifest missing one would be published and then refused by every reader (PC_ECORRUPT), and
+ * every later incremental would chain on it. */
 static int manifest_write(const char *tmpdir, const manifest_t *m) {
     cJSON *root = cJSON_CreateObject(), *tabs = cJSON_AddArrayToObject(root, "tables");
-    cJSON_AddNumberToObject(root, "format", MANIFEST_FORMAT);
-    json_u64(root, "id", m->id);
-    json_u64(root, "parent", m->parent);
-    cJSON_AddStringToObject(root, "kind", m->incremental ? "incremental" : "full");
-    cJSON_AddNumberToObject(root, "since_full", m->since_full);
-    json_u64(root, "created_unix_ns", m->created);
-    for (size_t i = 0; i < m->ntables; i++) {
+    bool ok = root && tabs;
+#define ADD(x) (ok = ok && (x))
+    ADD(cJSON_AddNumberToObject(root, "format", MANIFEST_FORMAT) != NULL);
+    ADD(json_u64(root, "id", m->id));
+    ADD(json_u64(root, "parent", m->parent));
+    ADD(cJSON_AddStringToObject(root, "kind", m->incremental ? "incremental" : "full") != NULL);
+    ADD(cJSON_AddNumberToObject(root, "since_full", m->since_full) != NULL);
+    ADD(json_u64(root, "created_unix_ns", m->created));
+    for (size_t i = 0; ok && i < m->ntables; i++) {
         const mtable_t *t = &m->tables[i];
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", t->name);
-        cJSON_AddStringToObject(e, "config", t->config);
-        cJSON_AddStringToObject(e, "owner", t->owner);
-        cJSON_AddBoolToObject(e, "full", t->full);
-        cJSON_AddNumberToObject(e, "cut_clock", t->cut);
-        json_u64(e, "version", t->version);
-        json_u64(e, "rows", t->rows);
-        json_u64(e, "tombstones", t->tombs);
-        json_u64(e, "bytes", t->bytes);
-        json_u64(e, "xxh3", t->xxh3);
-        json_u64(e, "uid", t->uid);
+        if (!e || !cJSON_AddItemToArray(tabs, e)) {
+            cJSON_Delete(e);
+            ok = false;
+            break;
+        }
+        ADD(cJSON_AddStringToObject(e, "name", t->name) != NULL);
+        ADD(cJSON_AddStringToObject(e, "config", t->config) != NULL);
+        ADD(cJSON_AddStringToObject(e, "owner", t->owner) != NULL);
+        ADD(cJSON_AddBoolToObject(e, "full", t->full) != NULL);
+        ADD(cJSON_AddNumberToObject(e, "cut_clock", t->cut) != NULL);
+        ADD(json_u64(e, "version", t->version));
+        ADD(json_u64(e, "rows", t->rows));
+        ADD(json_u64(e, "tombstones", t->tombs));
+        ADD(json_u64(e, "bytes", t->bytes));
+        ADD(json_u64(e, "xxh3", t->xxh3));
+        ADD(json_u64(e, "uid", t->uid));
         if (t->log_position != UINT64_MAX)
-            json_u64(e, "log_position", t->log_position);
+            ADD(json_u64(e, "log_position", t->log_position));
         char file[PS_TABLE_NAME_MAX + 8];
         snprintf(file, sizeof file, "t-%s.rows", t->name);
-        cJSON_AddStringToObject(e, "file", file);
-        cJSON_AddItemToArray(tabs, e);
+        ADD(cJSON_AddStringToObject(e, "file", file) != NULL);
     }
     if (m->has_cold) {
-        cJSON *cold = cJSON_AddArrayToObject(root, "cold");
-        for (size_t i = 0; cold && i < m->ncold; i++) {
+        cJSON *cold = ok ? cJSON_AddArrayToObject(root, "cold") : NULL;
+        ok = ok && cold;
+        for (size_t i = 0; ok && i < m->ncold; i++) {
             cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "name", m->cold[i].name);
-            json_u64(e, "bytes", m->cold[i].bytes);
-            cJSON_AddItemToArray(cold, e);
+            if (!e || !cJSON_AddItemToArray(cold, e)) {
+                cJSON_Delete(e);
+                ok = false;
+                break;
+            }
+            ADD(cJSON_AddStringToObject(e, "name", m->cold[i].name) != NULL);
+            ADD(json_u64(e, "bytes", m->cold[i].bytes));
         }
-        if (!cold || cJSON_GetArraySize(cold) != (int)m->ncold)
-            tabs = NULL; /* incomplete: publish nothing */
     }
-    char *json = tabs && cJSON_GetArraySize(tabs) == (int)m->ntables ? cJSON_Print(root) : NULL;
+#undef ADD
+    char *json = ok ? cJSON_Print(root) : NULL; /* incomplete: publish nothing */
     cJSON_Delete(root);
     /* the text, a newline, then the seal of both */
     const size_t jlen = json ? strlen(json) + 1 : 0, tlen = jlen + PC_FS_SEAL_LEN;

@@ -251,14 +251,24 @@ int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_
         rc = PC_ENOMEM;
         goto out;
     }
-    if (fstat(r.fd, &st) != 0 || st.st_size < HEADER_SIZE + FOOTER_SIZE) {
+    /* A read that fails is PC_EIO, not damage (as get's): a restore stops on it instead of
+     * falling back to an older checkpoint as it does for a damaged file. */
+    if (fstat(r.fd, &st) != 0) {
+        rc = PC_EIO;
+        goto out;
+    }
+    if (st.st_size < HEADER_SIZE + FOOTER_SIZE) {
         rc = corrupt(path, "shorter than header and footer");
         goto out;
     }
     /* Footer first: counts and magic. */
     uint8_t foot[FOOTER_SIZE];
-    if (pread(r.fd, foot, FOOTER_SIZE, st.st_size - FOOTER_SIZE) != FOOTER_SIZE ||
-        memcmp(foot + 24, END_MAGIC, 8) != 0) {
+    const ssize_t got = pread(r.fd, foot, FOOTER_SIZE, st.st_size - FOOTER_SIZE);
+    if (got < 0) {
+        rc = PC_EIO;
+        goto out;
+    }
+    if (got != FOOTER_SIZE || memcmp(foot + 24, END_MAGIC, 8) != 0) {
         rc = corrupt(path, "missing footer (truncated?)");
         goto out;
     }

@@ -62,7 +62,9 @@ typedef int (*ps_rowfile_rows_fn)(void *ctx, size_t n, const uint64_t *keys, con
 
 /* Read `path`: meta, then tombstones (before rows, so that applying them in order restores an
  * incremental), then rows. Any callback may be NULL. PC_ECORRUPT on a bad or truncated file
- * (callbacks may have run before a checksum mismatch is detected at the end). */
+ * (callbacks may have run before a checksum mismatch is detected at the end); PC_EIO when a read
+ * of it fails (a disk error is not damage: a restore stops instead of going back to an older
+ * checkpoint). */
 int ps_rowfile_read(const char *path, ps_rowfile_meta_t *meta, ps_keys_fn tombs_fn,
                     ps_rowfile_rows_fn rows_fn, void *ctx);
 
