@@ -969,8 +969,9 @@ uint64_t sv_follow_map_version(const sv_follow_t *f) {
 typedef enum { TABLE_PENDING, TABLE_HELD, TABLE_GONE } table_state_t;
 
 /* Table t of every followed server: gone everywhere (the last call of each source answered
- * PC_ENOTFOUND: no server has it), else its rows held everywhere (scanned, or started from a
- * position), or neither yet. Caller holds f->mu. */
+ * PC_ENOTFOUND or PC_EDIM: no server has it at the replica's dim, dropped, or dropped and
+ * created again with another dim while the served model keeps the old one), else its rows held
+ * everywhere (scanned, or started from a position), or neither yet. Caller holds f->mu. */
 static table_state_t table_state_locked(const sv_follow_t *f, size_t t) {
     bool held = true, gone = true;
     for (size_t i = 0; i < f->nsrv; i++) {
@@ -978,7 +979,8 @@ static table_state_t table_state_locked(const sv_follow_t *f, size_t t) {
             continue;
         const source_t *x = &f->srv[i].src[t];
         held = held && x->uid && !x->need_scan;
-        gone = gone && x->state == SV_SOURCE_DOWN && x->last_rc == PC_ENOTFOUND;
+        gone = gone && x->state == SV_SOURCE_DOWN &&
+               (x->last_rc == PC_ENOTFOUND || x->last_rc == PC_EDIM);
     }
     return gone ? TABLE_GONE : held ? TABLE_HELD : TABLE_PENDING;
 }

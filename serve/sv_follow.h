@@ -167,8 +167,9 @@ uint64_t sv_follow_map_version(const sv_follow_t *f);
 /* Whether every table is held by every followed server's source (its rows scanned, or started
  * from a checkpoint's position) or gone (sv_follow_gone). Thread-safe. */
 bool sv_follow_ready(sv_follow_t *f);
-/* The tables no followed server has (every source's last call answered PC_ENOTFOUND: dropped
- * on the servers): up to cap names into names; returns how many there are. Thread-safe. */
+/* The tables no followed server has at the replica's dim (every source's last call answered
+ * PC_ENOTFOUND or PC_EDIM: dropped on the servers, or created again with another dim): up to
+ * cap names into names; returns how many there are. Thread-safe. */
 size_t sv_follow_gone(sv_follow_t *f, char (*names)[PS_TABLE_NAME_MAX], size_t cap);
 
 #endif

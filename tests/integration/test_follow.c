@@ -914,9 +914,11 @@ static void test_follow_new_table(void **state) {
  * model's table is kept to serve its last rows; tables_poll_ms 0 here keeps any): the new
  * layout carries that table's last rows, routed by the new map, instead of waiting for scans no
  * server can answer, and the moved slots of the other table follow the servers again. Without
- * the carry the new layout never swaps in and the moved slots' rows stay as at the move. */
-static void test_follow_relayout_dropped_table(void **state) {
-    (void)state;
+ * the carry the new layout never swaps in and the moved slots' rows stay as at the move.
+ * `recreated`: the table is created again at once with another dim: the replica's table of the
+ * old dim is on no server either (its scans answer PC_EDIM), and is carried the same way (before,
+ * only PC_ENOTFOUND counted as gone: the new layout never swapped in). */
+static void relayout_dropped(bool recreated) {
     char dir[256], mf[300], mfarg[320], tables[300], map[256], idx[2][32];
     tc_tmpdir(dir, sizeof dir, "followdrop");
     int port[2] = {pu_free_port(), pu_free_port()}, grpc[2];
@@ -960,6 +962,9 @@ static void test_follow_relayout_dropped_table(void **state) {
         char out[512];
         const char *args[] = {"drop", "cap", NULL};
         assert_int_equal(pu_psctl(g_psctl, grpc[i], out, sizeof out, args), 0);
+        const char *again[] = {"create", "name=cap,dim=6,optimizer=sgd,missing=zeros", NULL};
+        if (recreated)
+            assert_int_equal(pu_psctl(g_psctl, grpc[i], out, sizeof out, again), 0);
     }
     /* server 1 takes slots 4096-8191 (SIGHUP rereads the map file) */
     snprintf(map, sizeof map,
@@ -1012,6 +1017,16 @@ static void test_follow_relayout_dropped_table(void **state) {
     tc_rmdir(dir);
 }
 
+static void test_follow_relayout_dropped_table(void **state) {
+    (void)state;
+    relayout_dropped(false);
+}
+
+static void test_follow_relayout_table_other_dim(void **state) {
+    (void)state;
+    relayout_dropped(true);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_follow PATH-TO-ps-server\n");
@@ -1029,6 +1044,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_follow_map_changes),
         cmocka_unit_test(test_follow_new_table),
         cmocka_unit_test(test_follow_relayout_dropped_table),
+        cmocka_unit_test(test_follow_relayout_table_other_dim),
     };
     if (argc > 2) /* a test name pattern (cmocka's * and ?), to run one */
         cmocka_set_test_filter(argv[2]);
