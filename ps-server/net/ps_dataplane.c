@@ -186,7 +186,7 @@ typedef struct ack {
     bool in_sync; /* acknowledged, caught up, since it became a backup (its copy done) */
     char table[PC_WIRE_NAME_MAX + 1];
 } ack_t;
-#define ACKS_MAX 256
+#define ACKS_MIN 64 /* the acks table's first room; it doubles when full */
 
 struct ps_dp {
     ps_catalog_t *cat;
@@ -216,8 +216,8 @@ struct ps_dp {
     atomic_uint_least64_t newer_map; /* ps_dp_newer_map */
     bool replicated;                 /* the map names backups: this server may hold others' rows */
     pthread_mutex_t ack_mu;
-    ack_t acks[ACKS_MAX];
-    size_t nacks;
+    ack_t *acks; /* pc_smalloc'ed, nacks of acks_cap used: one per (table, backup) that acked */
+    size_t nacks, acks_cap;
     atomic_uint_least64_t write_until; /* ps_dp_set_write_until: pushes refused from then */
     atomic_uint pushing; /* pushes past the write_until check and not yet in the change log */
     atomic_uint_least64_t parked_now;    /* push replies waiting for backups, all loops */
@@ -818,6 +818,20 @@ static void wake_loops(ps_dp_t *dp) {
         uv_async_send(&dp->loops[i].wake);
 }
 
+/* Double the acks table (ack_mu held); false when out of memory. Entries are never evicted
+ * while there is memory: a (table, backup) pair without one falls back to its joining bit, which
+ * for a backup that joined a running primary lets pushes go unconfirmed by it (a fixed table of
+ * 256 evicted live entries once a primary had more than 256 pairs: 128 tables with 2 replicas). */
+static bool acks_grow(ps_dp_t *dp) {
+    const size_t cap = dp->acks_cap ? 2 * dp->acks_cap : ACKS_MIN;
+    ack_t *a = pc_srealloc(PC_MEM_OTHER, dp->acks, cap * sizeof *a);
+    if (!a)
+        return false;
+    dp->acks = a;
+    dp->acks_cap = cap;
+    return true;
+}
+
 /* A backup acknowledged table t's changes before pos; `caught`: it had reached the log's head
  * (PC_STREAM_CAUGHT), so pushes wait for it from now on (in_sync). */
 static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t server, uint64_t pos,
@@ -850,11 +864,19 @@ static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t ser
     if (fresh) {
         if (same != SIZE_MAX || other != SIZE_MAX) {
             i = same != SIZE_MAX ? same : other;
-        } else if (i == ACKS_MAX) { /* full of live backups' tables: the oldest goes */
-            memmove(dp->acks, dp->acks + 1, (ACKS_MAX - 1) * sizeof *dp->acks);
-            i = ACKS_MAX - 1;
-        } else {
+        } else if (i < dp->acks_cap || acks_grow(dp)) {
             dp->nacks++;
+        } else if (dp->nacks == 0) { /* out of memory, nothing noted: acknowledged again later */
+            pthread_mutex_unlock(&dp->ack_mu);
+            pthread_rwlock_unlock(&dp->map_lock);
+            return;
+        } else { /* out of memory: the oldest entry goes (its pair holds pushes back, or, for a
+                  * joining backup, none, until it acknowledges again) */
+            PC_WARN("replication: no memory for the acknowledgement of backup %u of table %s: "
+                    "the oldest entry is dropped",
+                    server, table);
+            memmove(dp->acks, dp->acks + 1, (dp->nacks - 1) * sizeof *dp->acks);
+            i = dp->nacks - 1;
         }
         dp->acks[i] = (ack_t){.uid = uid, .server = server};
         snprintf(dp->acks[i].table, sizeof dp->acks[i].table, "%s", table);
@@ -2227,6 +2249,7 @@ void ps_dp_stop(ps_dp_t *dp) {
     free(dp->map_text);
     pthread_rwlock_destroy(&dp->map_lock);
     pthread_mutex_destroy(&dp->ack_mu);
+    pc_sfree(dp->acks);
     pc_tls_ctx_destroy(dp->tls);
     pc_free(PC_MEM_OTHER, dp, sizeof *dp);
 }
