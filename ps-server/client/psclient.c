@@ -1360,6 +1360,9 @@ static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n) {
     for (size_t s = 0; !rc && s < ns; s++) {
         if ((!count[s] && keyed(k)) || (k->target >= 0 && (size_t)k->target != s))
             continue; /* the other calls go to every server, or to their target */
+        if (!keyed(k) && k->target < 0 && k->op != PC_OP_PING && c->map &&
+            !pc_cmap_has_role(c->map, (uint32_t)s))
+            continue; /* TABLES and CLAIM: not to a server with no role (see psc_connect2) */
         parts[s] = pc_scalloc(PC_MEM_CLIENT, 1, sizeof(part_t));
         if (!parts[s] ||
             !(parts[s]->idx = pc_smalloc(PC_MEM_CLIENT, (count[s] + 1) * sizeof(uint32_t)))) {
@@ -1866,7 +1869,16 @@ int psc_connect2(const psc_opts_t *o, const psc_tls_opts_t *tls, char *why, size
     }
     map_adopt(c, m);
     c->placeholder = !strchr(o->servers, '=');
-    c->hello_pending = (int)c->nsrv;
+    /* Wait for the servers with a role: one listed with none (the dead server a failover left
+     * in the map, one added for a resharding) holds nothing a call needs, and a dead one made
+     * every connect fail (a worker restarted after a failover could not join its job). */
+    c->hello_pending = 0;
+    for (size_t i = 0; i < c->nsrv; i++) {
+        if (c->placeholder || pc_cmap_has_role(c->map, (uint32_t)i))
+            c->hello_pending++;
+        else
+            c->srv[i]->hello_done = true; /* not waited for: connected like any other */
+    }
     uv_async_init(&c->loop, &c->wake, on_wake);
     c->wake.data = c;
     uv_async_t *start = pc_smalloc(PC_MEM_CLIENT, sizeof *start);

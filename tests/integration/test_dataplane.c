@@ -1174,6 +1174,43 @@ static void test_stop_with_nonreader(void **state) {
     tc_rmdir(dir);
 }
 
+/* A map that lists a server with no role (as a failover leaves the dead server listed; here
+ * one that never ran): a client connects to the others, and the cluster calls (tables, claim)
+ * and the keyed ones work, and health says it is down. Before, the connect failed on it (a
+ * worker restarted after a failover could not join), and so did every tables call. */
+static void test_roleless_dead_server(void **state) {
+    (void)state;
+    char dir[256], map[256], maparg[300], tables[200];
+    tc_tmpdir(dir, sizeof dir, "dproleless");
+    const int p0 = pu_free_port(), dead = pu_free_port();
+    snprintf(map, sizeof map, "version=1;servers=127.0.0.1:%d,127.0.0.1:%d;slots=0-16383:0", p0,
+             dead);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *e0[] = {maparg, tables, "--server-index=0", NULL};
+    pid_t s0 = pu_spawn(p0, dir, e0, NULL);
+    psc_t *c = connect_to(map, NULL); /* (asserts the connect) */
+    char text[4096];
+    size_t len = 0;
+    assert_int_equal(psc_tables(c, text, sizeof text, &len), 0);
+    assert_true(!strncmp(text, "name=emb,dim=8,", 15));
+    psc_claim_t cl;
+    assert_int_equal(psc_claim(c, "emb", "job", PSC_CLAIM_CHECK, &cl), 0);
+    enum { N = 64 };
+    uint64_t keys[N];
+    static float g[N * D], rows[N * D];
+    batch(7, keys, g, N);
+    assert_int_equal(psc_push(c, "emb", keys, N, D, g, NULL), 0);
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, rows), 0);
+    psc_server_health_t h[2];
+    assert_int_equal(psc_health(c, 1000, h, 2), 2);
+    assert_int_equal(h[0].rc, 0);
+    assert_true(h[1].rc != 0); /* the server with no role: asked, and down */
+    psc_close(c);
+    pu_stop(s0);
+    tc_rmdir(dir);
+}
+
 /* ---- dead peers ---- */
 
 static int g_home_ns = -1; /* the test's network namespace while test_dead_peer runs in another */
@@ -1297,6 +1334,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_reply_limit),
         cmocka_unit_test(test_unsent_bounded),
         cmocka_unit_test(test_stop_with_nonreader),
+        cmocka_unit_test(test_roleless_dead_server),
         cmocka_unit_test_teardown(test_dead_peer, leave_ns),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

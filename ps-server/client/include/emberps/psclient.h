@@ -45,7 +45,7 @@ extern "C" {
  * that carries it: it keeps its map; docs/wire.md). */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
 #define PSC_VERSION_MINOR 6
-#define PSC_VERSION_PATCH 0
+#define PSC_VERSION_PATCH 1
 #define PSC_VERSION_HEX   ((PSC_VERSION_MAJOR << 16) | (PSC_VERSION_MINOR << 8) | PSC_VERSION_PATCH)
 
 /* Marks the exported functions (the shared library is built with hidden visibility). */
@@ -78,7 +78,10 @@ typedef struct psc_opts {
 } psc_opts_t;
 
 /* Connect to every server of the map (and authenticate), over plain TCP: psc_connect2 with
- * tls NULL and no detail buffer (the reason of a failure is logged). */
+ * tls NULL and no detail buffer (the reason of a failure is logged). It waits for the servers
+ * with a role (primary or backup of some slot); one listed with none (a dead server a failover
+ * left in the map, one added for a resharding) is connected to but not waited for, and a failure
+ * there does not fail the connect (since 1.6.1; before, a dead one did). */
 PSC_EXTERN int psc_connect(const psc_opts_t *o, psc_t **out);
 
 /* TLS for the data plane (servers started with a certificate: docs/wire.md "TLS"). A separate
@@ -169,7 +172,8 @@ typedef struct psc_claim {
     char message[600];      /* on failure: psc_wait_detail's line (the server's address first) */
 } psc_claim_t;
 
-/* Claim `table` for `job` (at most 127 bytes) on every server; blocking. Errors: PC_EOWNED (the
+/* Claim `table` for `job` (at most 127 bytes) on every server with a role (as psc_tables);
+ * blocking. Errors: PC_EOWNED (the
  * message names the owner), PC_ENOTFOUND (no such table on some server), PC_ESTATE (servers
  * disagree on the table's settings, or a cold table cannot be reset), PC_EINVAL, the transport's
  * errors. Claims are not retried. Thread-safe. */
@@ -216,7 +220,8 @@ PSC_EXTERN int psc_wait_detail(psc_t *c, uint64_t id, char *buf, size_t cap);
 /* ---- the cluster (since 1.4) ---- */
 
 /* Every table's settings text, one line each ("name=emb,dim=16,optimizer=adagrad,...\n"), in
- * name order, as the servers hold them; blocking. The text is terminated in buf[0..cap) and
+ * name order, as the servers with a role hold them (a server with none is not asked: psc_connect);
+ * blocking. The text is terminated in buf[0..cap) and
  * *len gets its length; PC_ETOOBIG (and the length needed in *len) when cap <= the length.
  * PC_ESTATE when the servers do not hold the same tables with the same settings; the
  * transport's errors. Thread-safe. */
