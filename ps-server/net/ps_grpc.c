@@ -167,11 +167,16 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     const bool health = path_is(d, HEALTH_CHECK), watch = path_is(d, HEALTH_WATCH);
     const bool admin_call = m >= 0 && g->svc.is_admin(m);
     const char *need = admin_call && g->admin[0] ? g->admin : g->token;
+    /* The admin token opens every call (it replaces the token for administrative ones): a server
+     * of the cluster presents it to a remote coordinator for its cluster/ keys and for the
+     * plain KV calls alike (before, those were refused with it, unless both tokens were one). */
+    const bool authed =
+        !need[0] || token_ok(md, need) || (!admin_call && g->admin[0] && token_ok(md, g->admin));
     /* refusals by the method and the metadata come before the message is read: a peer without
      * the token has no request body copied (health: no token, probes send none; ps_grpc.h) */
     if (watch)
         ps_api_fail(&r, PC_EUNSUPPORTED, "Watch is not served: poll Check");
-    else if (!health && need[0] && !token_ok(md, need))
+    else if (!health && !authed)
         ps_api_fail(&r, PC_EAUTH, "missing or wrong %s", TOKEN_KEY);
     else if (!health && m < 0)
         ps_api_fail(&r, PC_EUNSUPPORTED, "no such method");
@@ -180,15 +185,21 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     memset(op, 0, sizeof op);
     op[0].op = GRPC_OP_RECV_MESSAGE;
     op[0].data.recv_message.recv_message = &in;
-    const int wait_ms =
-        health && g->call_wait_ms > HEALTH_WAIT_MS ? HEALTH_WAIT_MS : g->call_wait_ms;
-    if (!r.err && !run_batch(w, call, op, 1, (void *)1, wait_ms)) {
+    /* Calls open to anyone (health) and calls refused by their metadata get the short wait, for
+     * their request and their reply alike: a peer with no token that never lets its reply go out
+     * (an HTTP/2 window of 0) would hold a handler thread for call_wait_ms. */
+    const uint32_t short_ms = g->call_wait_ms > HEALTH_WAIT_MS ? HEALTH_WAIT_MS : g->call_wait_ms;
+    const uint32_t wait_ms = health || r.err ? short_ms : g->call_wait_ms;
+    if (!r.err && !run_batch(w, call, op, 1, (void *)1, (int)wait_ms)) {
         if (in) /* a message that completed as the wait gave up */
             grpc_byte_buffer_destroy(in);
         return;
     }
     grpc_slice s = grpc_empty_slice();
-    if (in) {
+    if (in && health && grpc_byte_buffer_length(in) > HEALTH_MAX) {
+        /* not copied: health_check refuses it by its length (no token here) */
+        ps_api_fail(&r, PC_ETOOBIG, "HealthCheckRequest over %d bytes", HEALTH_MAX);
+    } else if (in) {
         grpc_byte_buffer_reader rd;
         if (grpc_byte_buffer_reader_init(&rd, in)) {
             s = grpc_byte_buffer_reader_readall(&rd);
@@ -249,7 +260,7 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
     op[n++].data.send_status_from_server.status_details = &details;
     op[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op[n++].data.recv_close_on_server.cancelled = &cancelled;
-    run_batch(w, call, op, n, (void *)2, g->call_wait_ms);
+    run_batch(w, call, op, n, (void *)2, (int)wait_ms);
     grpc_slice_unref(details);
     if (out)
         grpc_byte_buffer_destroy(out);
