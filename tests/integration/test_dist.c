@@ -812,7 +812,8 @@ static void digest_of(const char *path, char out[17]) {
 }
 
 /* Every worker of the job killed and started again (they continue the run, each from its
- * recorded position, with no trained dense model among them), then rank 1 alone killed and
+ * recorded position and at the run's step, with no trained dense model among them), then rank 1
+ * alone killed and
  * started again: both end with one model (the same dense_digest). The restarted rank 1 once
  * kept its initial model: after the whole job's restart no member counted as having one, so
  * nobody sent it, and the two trained on with different weights. */
@@ -839,6 +840,17 @@ static void test_all_restarted(void **state) {
     assert_int_equal(sscanf(v, "%llu %llu", &step, &lines), 2);
     p0 = rworker(&j, 0, a0);
     p1 = rworker(&j, 1, a1);
+    /* the run goes on at its step (before, its steps began at 0 again: the run's next
+     * coordinated checkpoint, at a low step, removed its later ones) */
+    unsigned long long step2 = 0, lines2 = lines;
+    for (double t0 = pu_now(); lines2 == lines && pu_now() - t0 < 60; usleep(10000)) {
+        job_key(co, j.job, "off/1", v, sizeof v);
+        if (sscanf(v, "%llu %llu", &step2, &lines2) != 2)
+            lines2 = lines;
+    }
+    print_message("recorded before the restart: step %llu; the first after it: step %llu\n", step,
+                  step2);
+    assert_true(lines2 != lines && step2 > step);
     wait_step(co, j.job, step + 10);
     assert_int_equal(kill(p1, SIGKILL), 0);
     assert_int_equal(pu_reap(p1, 10), 128 + SIGKILL);

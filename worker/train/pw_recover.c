@@ -165,9 +165,15 @@ static const char *plan_text(int k, uint64_t v, char *buf) {
 
 /* Member i's entry of the agreement: steps + 1 (0: no trained state), the dense state's size,
  * the plan (PLAN_N values), its evaluation rounds (eval_rounds_of: group rank 0's are the
- * group's) and the round of its last mid-run evaluation (group rank 0's: whether the one due
- * where the group re-formed was taken): two floats each. */
-enum { INFO_EVAL = 2 * (2 + PLAN_N), INFO_TAKEN = INFO_EVAL + 2, INFO_W = INFO_TAKEN + 2 };
+ * group's), the round of its last mid-run evaluation (group rank 0's: whether the one due
+ * where the group re-formed was taken) and, for a restarted worker, the step its recorded
+ * position was at: two floats each. */
+enum {
+    INFO_EVAL = 2 * (2 + PLAN_N),
+    INFO_TAKEN = INFO_EVAL + 2,
+    INFO_RESUMED = INFO_TAKEN + 2,
+    INFO_W = INFO_RESUMED + 2
+};
 
 /* Whether members i and j could train together (size and plan). */
 static bool same_shape(const float *info, int i, int j) {
@@ -201,6 +207,7 @@ static int sync_state(trainer_t *t) {
         u64_put(info + INFO_W * me + 4 + 2 * k, plan[k]);
     u64_put(info + INFO_W * me + INFO_EVAL, eval_rounds_of(t));
     u64_put(info + INFO_W * me + INFO_TAKEN, t->eval_taken);
+    u64_put(info + INFO_W * me + INFO_RESUMED, t->has_state ? 0 : t->restart_step);
     int rc = pw_coll_allreduce_sum(coll, info, (size_t)n * INFO_W);
     /* Rank 0 evaluates: every member stops at its evaluation rounds (only rank 0 is usually
      * given --test and --eval-every; a member's own value is not used) */
@@ -246,9 +253,18 @@ static int sync_state(trainer_t *t) {
             best = u64_get(info + INFO_W * i), src = i;
         }
     }
+    /* No member has trained state (the whole job restarted): member 0's initial model, at the
+     * step the run had reached (the newest any member recorded). From step 0 the job's step
+     * numbers went back: its next coordinated checkpoint, at a low step, removed the run's
+     * later ones, and published dense versions were numbered again from the start. */
+    uint64_t resumed = 0;
+    for (int i = 0; !rc && src < 0 && i < n; i++)
+        if (u64_get(info + INFO_W * i + INFO_RESUMED) > resumed)
+            resumed = u64_get(info + INFO_W * i + INFO_RESUMED);
     pc_sfree(info);
     if (rc)
         return rc;
+    const bool fresh = src < 0;
     if (src < 0)
         src = 0;
     float *buf = pc_scalloc(PC_MEM_MODEL, len, sizeof *buf);
@@ -259,6 +275,8 @@ static int sync_state(trainer_t *t) {
     if (!(rc = pw_coll_allreduce_sum(coll, buf, len)) && me != src)
         dense_state(t, buf, false);
     pc_sfree(buf);
+    if (!rc && fresh && resumed > t->step)
+        t->step = resumed;
     if (!rc) {
         t->has_state = true;
         PC_INFO("train: group generation %llu: %d worker(s) at step %llu (state of member %d)",
@@ -361,6 +379,11 @@ static int rollback_agree(trainer_t *t) {
     int rc = pw_coll_allreduce_sum(coll, &want, 1);
     if (rc || want == 0.0f)
         return rc;
+    /* Every member wants it now, until it is done or refused: when the group fails on the way
+     * (after rank 0 restored the servers, say) and the member that asked is gone, the next
+     * group still rolls back (before, its survivors went on at their step over the servers'
+     * restored rows). */
+    t->want_rollback = true;
     pw_jobckpt_t *ck = NULL;
     float *state = NULL;
     float failed = latest_checkpoint(t, true, &ck, &state) ? 1.0f : 0.0f;

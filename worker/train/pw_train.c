@@ -729,6 +729,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         rc = pw_group_offset_load(t.grp, (int)c->rank, &saved_step, &skip);
         if (rc == 0) {
             t.has_state = false; /* its dense model comes from a live peer */
+            t.restart_step = saved_step;
             PC_WARN("train: rank %lld resumes after step %llu, line %llu of its data",
                     (long long)c->rank, (unsigned long long)saved_step, (unsigned long long)skip);
         }
@@ -744,6 +745,10 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         return rc;
     }
     t.done_pos = skip;
+    /* Resumed from a checkpoint: its position is recorded at the first save, also when this rank
+     * applies no batch before the next checkpoint (its share used up): the coordinator may hold
+     * none (it started empty), or the abandoned run's, which that checkpoint would take. */
+    t.pos_dirty = t.grp && c->resume == PW_RESUME_CHECKPOINT;
     /* reconnects and unclean promotions from here on are losses (connecting to late servers is
      * not) */
     pw__losses_start(&t);

@@ -159,6 +159,7 @@ typedef struct trainer {
     /* recovery (pw_recover.c) */
     uint64_t step;            /* dense optimizer steps taken (distributed: the group's count) */
     bool has_state;           /* the dense model is trained state (not a restarted worker's) */
+    uint64_t restart_step;    /* a restarted worker: the step its recorded position was at */
     uint64_t done_pos;        /* position after the last applied round with a batch */
     bool pos_dirty;           /* done_pos not recorded at the coordinator yet */
     bool pos_saved;           /* this worker's last position reached the coordinator */
