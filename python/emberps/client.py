@@ -13,6 +13,7 @@ Thread rule: a Client may be used by several threads at once; close() waits unti
 already started have completed (each is bounded by timeout_ms).
 """
 import collections
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -27,6 +28,16 @@ WAITER_IDLE_S = 1.0  # the async calls' waiter thread leaves after this long wit
 CLAIM_MODES = {"check": 0, "warm_start": 1, "fresh": 2, "inspect": 3}
 WIRE_TYPES = {"f32": 0, "bf16": 1, "f16": 2}  # psclient.h PSC_WIRE_*
 CLAIM_ACTIONS = ("new", "continued", "warm_started", "reset", "none")
+NAME_MAX, JOB_MAX = 64, 127  # bytes of a table name and a job name (pc_wire.h)
+
+
+def _name(s, what, most, empty_ok=False):
+    """Refuse a name libpsclient would refuse with a bare "invalid argument", or read as another
+    (C strings end at a NUL: "emb\0x" would name table "emb")."""
+    if not isinstance(s, str) or (not s and not empty_ok):
+        raise ValueError("%s must be a non-empty str" % what)
+    if "\0" in s or len(s.encode()) > most:
+        raise ValueError("%s must be at most %d bytes, with no NUL: %r" % (what, most, s))
 
 
 def as_keys(keys):
@@ -133,12 +144,19 @@ class Client:
         self._pending = collections.deque()  # under _mu: [id, future, result, keep, taken]
         self._waiter = None
         self._close_after = False  # close() ran in a done callback: the waiter disconnects
+        # The process that made it: a forked child has the client's memory but not its C I/O
+        # thread, so a call there would wait for ever, and so would psc_close (it joins that
+        # thread). _enter refuses, close() only forgets the pointer (a DataLoader worker, say).
+        self._pid = os.getpid()
 
     # ---- lifetime --------------------------------------------------------------------------
     def close(self):
         """Wait for calls already started, then disconnect. Idempotent. From a future's done
         callback (the waiter thread) it returns at once: the waiter finishes the calls started,
         then disconnects (waiting there would wait for itself)."""
+        if getattr(self, "_pid", os.getpid()) != os.getpid():  # a forked child: see __init__
+            self._closed, self._c = True, ffi.NULL  # (_mu may be held by a thread not here)
+            return
         with self._mu:
             if self._c == ffi.NULL or self._close_after:
                 return
@@ -174,6 +192,11 @@ class Client:
             self.close()
 
     def _enter(self):
+        if self._pid != os.getpid():
+            raise EmberError(CODES["PC_ECLOSED"],
+                             "this client was made in process %d: a forked process cannot use it "
+                             "(make a Client in each process, e.g. in a DataLoader's "
+                             "worker_init_fn)" % self._pid)
         with self._mu:
             if self._closed:
                 raise EmberError(CODES["PC_ECLOSED"], "the client is closed")
@@ -261,12 +284,14 @@ class Client:
     def _unqueue(self, item):
         """Whether a call whose hand-over raised is still the caller's (then taken back from the
         queue): False once the waiter took it (it waits for it and leaves)."""
+        if item is None:  # never queued (its start failed); a None queued is close()'s mark
+            return True
         with self._mu:
             for i, queued in enumerate(self._pending):
                 if queued is item:
                     del self._pending[i]
                     return True
-            return item is None or not item[4]
+            return not item[4]
 
     def _abandon(self, cid):
         """A call that raised on its way to being waited for (KeyboardInterrupt, no thread):
@@ -335,8 +360,7 @@ class Client:
     def _prep(self, op, table, keys, dim, out=None, grads=None, sync=False):
         """Check and convert a call's arguments and start it: with sync, wait for it and return
         its result; else the Future of its result."""
-        if not isinstance(table, str) or not table:
-            raise ValueError("table must be a non-empty str")
+        _name(table, "table", NAME_MAX)
         keys = as_keys(keys)
         n = keys.size
         if grads is not None:
@@ -409,6 +433,8 @@ class Client:
         "version", "previous", "settings"}."""
         if mode not in CLAIM_MODES:
             raise ValueError("mode must be one of %s" % ", ".join(CLAIM_MODES))
+        _name(table, "table", NAME_MAX)
+        _name(job, "job", JOB_MAX, empty_ok=True)
         out = ffi.new("psc_claim_t *")
         self._enter()
         try:

@@ -3,6 +3,7 @@ calls (byte for byte, two servers, slot routing), futures, threads, the cluster 
 import os
 import subprocess
 import threading
+import time
 
 import numpy as np
 
@@ -124,6 +125,14 @@ def test_cluster_calls(servers):
         c.push("aux", np.arange(1, 101, dtype=np.uint64), np.ones((100, 4), np.float32))
         aux = {t["name"]: t for t in c.tables()}["aux"]
         assert aux["rows"] == 100 and aux["version"] >= 1
+        for bad in ("e" * 65, "emb\0x", ""):  # refused before anything is sent
+            for call in (lambda: c.pull(bad, np.arange(1, 3, dtype=np.uint64), dim=8),
+                         lambda: c.claim(bad, "job-a")):
+                try:
+                    call()
+                    raise AssertionError("table %r was accepted" % bad)
+                except ValueError as e:
+                    assert "table" in str(e)
         assert c.claim("emb", "job-a")["action"] == "new"
         assert c.claim("emb", "", "inspect")["previous"] == "job-a"
         try:
@@ -152,3 +161,37 @@ def test_names_that_look_like_numbers(servers):
         assert c.dim("2024") == 4 and c.dim("nan") == 2
         rows = c.pull("2024", np.arange(1, 4, dtype=np.uint64))
         assert rows.shape == (3, 4)
+
+
+def test_fork_refused(servers):
+    """A client used in a forked child (a DataLoader worker, say) raises at once: the child has
+    its memory but not its C I/O thread, so the call waited for ever, and so did closing it
+    there. The parent's client goes on working."""
+    addr, _ = servers(TABLE)
+    with emberps.Client(addr) as c:
+        keys = np.arange(1, 100, dtype=np.uint64)
+        want = c.pull("emb", keys)
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 only when the call is refused and close() returns
+            code = 3
+            try:
+                try:
+                    c.pull("emb", keys)
+                    code = 1
+                except emberps.EmberError as e:
+                    code = 0 if "forked process" in str(e) else 2
+                c.close()
+            finally:
+                os._exit(code)
+        status = None
+        for _ in range(400):  # 20 s at most
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung on the client")
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert np.array_equal(c.pull("emb", keys), want)
