@@ -50,14 +50,15 @@
 #include <time.h>
 #include <arpa/inet.h>
 
-#define DEFAULT_PREFIX "/emberps/"
-#define PREFIX_MAX     128
-#define TARGET_MAX     2048
-#define LEASE_BUCKETS  256
-#define BACKOFF_MS     25
-#define BACKOFF_MAX_MS 400
-#define ATTEMPT_MS     2000 /* one attempt's deadline: a member waiting for a leader is left */
-#define MEMBERS_MAX    16
+#define DEFAULT_PREFIX       "/emberps/"
+#define PREFIX_MAX           128
+#define TARGET_MAX           2048
+#define LEASE_BUCKETS        256
+#define BACKOFF_MS           25
+#define BACKOFF_MAX_MS       400
+#define ATTEMPT_MS           2000 /* one attempt's deadline: a member waiting for a leader is left */
+#define LEASE_ATTEMPT_MIN_MS 250  /* op_end's attempts at least, with leases */
+#define MEMBERS_MAX          16
 
 typedef struct lease {
     struct lease *next;
@@ -76,6 +77,7 @@ typedef struct etcd {
     int timeout_ms;
     pthread_mutex_t mu; /* the lease map */
     lease_t *leases[LEASE_BUCKETS];
+    atomic_uint shortest_lease_ms; /* of the leased sets so far (0: none): see op_end */
 } etcd_t;
 
 /* The length of url's etcd scheme ("etcd://" or "etcds://"), 0 for another URL. */
@@ -93,19 +95,44 @@ bool ps_coord_is_etcd(const char *url) {
 
 /* ---- calls ------------------------------------------------------------------------------- */
 
-/* The deadline of an operation started now (CLOCK_MONOTONIC ns): timeout_ms for all its calls. */
-static uint64_t op_end(const etcd_t *e) {
-    return pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u;
+/* An operation's deadline (CLOCK_MONOTONIC ns: timeout_ms for all its calls) and the longest
+ * one attempt of it waits on a member before the next member is asked. */
+typedef struct dl {
+    uint64_t end_ns;
+    int attempt_ms;
+} dl_t;
+
+/* The deadline of an operation started now. Once the store has kept a lease alive, every
+ * attempt of every operation waits at most a quarter of the shortest such lease
+ * (LEASE_ATTEMPT_MIN_MS at least): one member that holds requests unanswered (stopped, cut off from
+ * its leader) kept an attempt waiting ATTEMPT_MS, as long as the default lease, and the thread
+ * that renews the lease (a server's controller, its reads too) renewed it too late: the key
+ * expired and a healthy primary's backup took over. */
+static dl_t op_end(const etcd_t *e) {
+    dl_t d = {pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u, ATTEMPT_MS};
+    const uint32_t lease = atomic_load(&e->shortest_lease_ms);
+    const uint32_t q = lease / 4 < LEASE_ATTEMPT_MIN_MS ? LEASE_ATTEMPT_MIN_MS : lease / 4;
+    if (lease && q < (uint32_t)d.attempt_ms)
+        d.attempt_ms = (int)q;
+    return d;
+}
+
+/* Note a set with a lease of lease_ms (op_end). */
+static void note_lease_ms(etcd_t *e, uint32_t lease_ms) {
+    uint32_t cur = atomic_load(&e->shortest_lease_ms);
+    while (lease_ms && (!cur || lease_ms < cur) &&
+           !atomic_compare_exchange_weak(&e->shortest_lease_ms, &cur, lease_ms))
+        ;
 }
 
 /* The deadline of an operation's last call, which settles what the others did (the check of a
  * retried set-if-absent, the revoke of its lease): one attempt at least, past end_ns if need be
  * (a retry that met the deadline would else leave a key under an unknown lease), of at most the
  * store's timeout (a heartbeat's store has a quarter lease). */
-static uint64_t tail_end(const etcd_t *e, uint64_t end_ns) {
-    const int ms = e->timeout_ms < ATTEMPT_MS ? e->timeout_ms : ATTEMPT_MS;
+static dl_t tail_end(const etcd_t *e, dl_t d) {
+    const int ms = e->timeout_ms < d.attempt_ms ? e->timeout_ms : d.attempt_ms;
     const uint64_t one = pc_time_mono_ns() + (uint64_t)ms * 1000000u;
-    return one > end_ns ? one : end_ns;
+    return (dl_t){one > d.end_ns ? one : d.end_ns, d.attempt_ms};
 }
 
 /* An attempt's failure as the operation sees it: etcd's RESOURCE_EXHAUSTED (PC_ETOOBIG, bare)
@@ -121,12 +148,14 @@ static int attempt_rc(int rc, const char *msg) {
 
 /* Call `method` with message q and unpack the answer as `desc` into *out. PC_EUNAVAIL and an
  * attempt's deadline (ATTEMPT_MS: a member cut off from the leader holds requests for seconds)
- * are retried with backoff on the next member until end_ns (CLOCK_MONOTONIC: op_end; the calls of
- * an operation share it); *retried (may be NULL) tells whether an earlier attempt may have been
- * applied (its answer was lost). */
+ * are retried with backoff on the next member until d.end_ns (CLOCK_MONOTONIC: op_end; the calls
+ * of an operation share it), each attempt waiting d.attempt_ms at most; *retried (may be NULL)
+ * tells whether an earlier attempt may have been applied (its answer was lost). Out of time:
+ * PC_ETIMEDOUT when an attempt timed out (it may have been applied: a caller must not take it for
+ * undone), else PC_EUNAVAIL. */
 static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
                   const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out, bool *retried,
-                  uint64_t end_ns) {
+                  dl_t d) {
     if (retried)
         *retried = false;
     const size_t n = protobuf_c_message_get_packed_size(q);
@@ -135,16 +164,17 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
         return PC_ENOMEM;
     protobuf_c_message_pack(q, req);
     int rc, backoff = BACKOFF_MS;
+    bool lost = false; /* an attempt timed out: it may have been applied, its answer lost */
     char msg[256] = "";
     for (;;) {
-        const int64_t left = ((int64_t)end_ns - (int64_t)pc_time_mono_ns()) / 1000000;
+        const int64_t left = ((int64_t)d.end_ns - (int64_t)pc_time_mono_ns()) / 1000000;
         if (left <= 0) {
             rc = PC_ETIMEDOUT;
             break;
         }
         uint8_t *resp = NULL;
         size_t rlen = 0;
-        const int attempt = left < ATTEMPT_MS ? (int)left : ATTEMPT_MS;
+        const int attempt = left < d.attempt_ms ? (int)left : d.attempt_ms;
         int m = atomic_load(&e->cur);
         rc = psg_request(e->g[m], method, req, n, attempt, &resp, &rlen, NULL, msg, sizeof msg);
         if (!rc) {
@@ -156,13 +186,14 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
         free(resp);
         if ((rc = attempt_rc(rc, msg)) != PC_EUNAVAIL && rc != PC_ETIMEDOUT)
             break;
+        lost |= rc == PC_ETIMEDOUT;
         if (retried)
             *retried = true;
         /* the next member (unless another thread's failed attempt moved on already) */
         atomic_compare_exchange_strong(&e->cur, &m, (m + 1) % e->ng);
-        const int64_t after = ((int64_t)end_ns - (int64_t)pc_time_mono_ns()) / 1000000;
-        if (after <= backoff) {
-            rc = PC_EUNAVAIL;
+        const int64_t after = ((int64_t)d.end_ns - (int64_t)pc_time_mono_ns()) / 1000000;
+        if (after <= backoff) { /* (a write an attempt may have applied is no PC_EUNAVAIL) */
+            rc = lost ? PC_ETIMEDOUT : PC_EUNAVAIL;
             break;
         }
         struct timespec ts = {backoff / 1000, (long)(backoff % 1000) * 1000000L};
@@ -175,8 +206,8 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
     return rc;
 }
 
-#define CALL(e, method, q, T, lower, out, end_ns) \
-    call_r(e, method, &(q).base, &lower##__descriptor, (ProtobufCMessage **)(out), NULL, end_ns)
+#define CALL(e, method, q, T, lower, out, d) \
+    call_r(e, method, &(q).base, &lower##__descriptor, (ProtobufCMessage **)(out), NULL, d)
 
 /* ---- leases ------------------------------------------------------------------------------ */
 
@@ -190,12 +221,12 @@ static lease_t **lease_slot(etcd_t *e, const char *key) {
     return pp;
 }
 
-static int grant(etcd_t *e, int64_t ttl, int64_t *id, uint64_t end_ns) {
+static int grant(etcd_t *e, int64_t ttl, int64_t *id, dl_t d) {
     Emberps__Etcd__LeaseGrantRequest q = EMBERPS__ETCD__LEASE_GRANT_REQUEST__INIT;
     q.ttl = ttl;
     Emberps__Etcd__LeaseGrantResponse *r = NULL;
     int rc = CALL(e, "/etcdserverpb.Lease/LeaseGrant", q, Emberps__Etcd__LeaseGrantResponse,
-                  emberps__etcd__lease_grant_response, &r, end_ns);
+                  emberps__etcd__lease_grant_response, &r, d);
     if (!rc) {
         if (r->error && r->error[0]) {
             PC_WARN("coord: etcd refused a lease of %lld s: %s", (long long)ttl, r->error);
@@ -209,12 +240,12 @@ static int grant(etcd_t *e, int64_t ttl, int64_t *id, uint64_t end_ns) {
 }
 
 /* Keep lease id alive: 0 (alive), PC_ENOTFOUND (expired), or the call's error. */
-static int keepalive(etcd_t *e, int64_t id, uint64_t end_ns) {
+static int keepalive(etcd_t *e, int64_t id, dl_t d) {
     Emberps__Etcd__LeaseKeepAliveRequest q = EMBERPS__ETCD__LEASE_KEEP_ALIVE_REQUEST__INIT;
     q.id = id;
     Emberps__Etcd__LeaseKeepAliveResponse *r = NULL;
     int rc = CALL(e, "/etcdserverpb.Lease/LeaseKeepAlive", q, Emberps__Etcd__LeaseKeepAliveResponse,
-                  emberps__etcd__lease_keep_alive_response, &r, end_ns);
+                  emberps__etcd__lease_keep_alive_response, &r, d);
     if (!rc) {
         rc = r->ttl > 0 ? 0 : PC_ENOTFOUND;
         emberps__etcd__lease_keep_alive_response__free_unpacked(r, NULL);
@@ -223,25 +254,24 @@ static int keepalive(etcd_t *e, int64_t id, uint64_t end_ns) {
 }
 
 /* Revoke lease id within the operation's deadline (past it: the lease ends by its TTL). */
-static void revoke(etcd_t *e, int64_t id, uint64_t end_ns) {
+static void revoke(etcd_t *e, int64_t id, dl_t d) {
     Emberps__Etcd__LeaseRevokeRequest q = EMBERPS__ETCD__LEASE_REVOKE_REQUEST__INIT;
     q.id = id;
     Emberps__Etcd__LeaseRevokeResponse *r = NULL;
     if (!CALL(e, "/etcdserverpb.Lease/LeaseRevoke", q, Emberps__Etcd__LeaseRevokeResponse,
-              emberps__etcd__lease_revoke_response, &r, end_ns))
+              emberps__etcd__lease_revoke_response, &r, d))
         emberps__etcd__lease_revoke_response__free_unpacked(r, NULL);
 }
 
 /* The live lease for key with ttl seconds: the one it had (kept alive) or a new grant (*fresh). */
-static int lease_for(etcd_t *e, const char *key, int64_t ttl, int64_t *id, bool *fresh,
-                     uint64_t end_ns) {
+static int lease_for(etcd_t *e, const char *key, int64_t ttl, int64_t *id, bool *fresh, dl_t d) {
     pthread_mutex_lock(&e->mu);
     lease_t *l = *lease_slot(e, key);
     int64_t have = l && l->ttl == ttl ? l->id : 0;
     pthread_mutex_unlock(&e->mu);
     *fresh = false;
     if (have) {
-        int rc = keepalive(e, have, end_ns);
+        int rc = keepalive(e, have, d);
         if (!rc) {
             *id = have;
             return 0;
@@ -249,7 +279,7 @@ static int lease_for(etcd_t *e, const char *key, int64_t ttl, int64_t *id, bool 
         if (rc != PC_ENOTFOUND)
             return rc;
     }
-    int rc = grant(e, ttl, id, end_ns);
+    int rc = grant(e, ttl, id, d);
     *fresh = !rc;
     return rc;
 }
@@ -292,12 +322,12 @@ static size_t full_key(const etcd_t *e, const char *key, char *buf) {
 
 /* Whether full key fk holds exactly (value, lease): the put of an earlier attempt. */
 static bool is_ours(etcd_t *e, const char *fk, size_t fl, const void *value, size_t len,
-                    int64_t lease, uint64_t end_ns) {
+                    int64_t lease, dl_t d) {
     Emberps__Etcd__RangeRequest q = EMBERPS__ETCD__RANGE_REQUEST__INIT;
     q.key = (ProtobufCBinaryData){fl, (uint8_t *)(uintptr_t)fk};
     Emberps__Etcd__RangeResponse *r = NULL;
     if (CALL(e, "/etcdserverpb.KV/Range", q, Emberps__Etcd__RangeResponse,
-             emberps__etcd__range_response, &r, end_ns))
+             emberps__etcd__range_response, &r, d))
         return false;
     const bool ours = r->n_kvs == 1 && r->kvs[0]->value.len == len && r->kvs[0]->lease == lease &&
                       (!len || !memcmp(r->kvs[0]->value.data, value, len));
@@ -309,7 +339,7 @@ static bool is_ours(etcd_t *e, const char *fk, size_t fl, const void *value, siz
  * mod revision is `revision`: 0, PC_EEXIST (the compare failed), or a call's error. A retried
  * attempt that finds the compare failed checks whether the value there is its own put (an
  * earlier attempt was applied, its answer lost). */
-static int txn_put(etcd_t *e, Emberps__Etcd__PutRequest *put, uint64_t revision, uint64_t end_ns) {
+static int txn_put(etcd_t *e, Emberps__Etcd__PutRequest *put, uint64_t revision, dl_t d) {
     Emberps__Etcd__Compare cmp = EMBERPS__ETCD__COMPARE__INIT;
     cmp.result = EMBERPS__ETCD__COMPARE__COMPARE_RESULT__EQUAL;
     cmp.key = put->key;
@@ -335,14 +365,14 @@ static int txn_put(etcd_t *e, Emberps__Etcd__PutRequest *put, uint64_t revision,
     Emberps__Etcd__TxnResponse *r = NULL;
     bool retried = false;
     int rc = call_r(e, "/etcdserverpb.KV/Txn", &q.base, &emberps__etcd__txn_response__descriptor,
-                    (ProtobufCMessage **)&r, &retried, end_ns);
+                    (ProtobufCMessage **)&r, &retried, d);
     if (!rc) {
         rc = r->succeeded ? 0 : PC_EEXIST;
         emberps__etcd__txn_response__free_unpacked(r, NULL);
     }
     if (rc == PC_EEXIST && retried &&
         is_ours(e, (const char *)put->key.data, put->key.len, put->value.data, put->value.len,
-                put->lease, tail_end(e, end_ns)))
+                put->lease, tail_end(e, d)))
         rc = 0; /* an attempt whose answer was lost had put it */
     return rc;
 }
@@ -358,12 +388,13 @@ static int e_put(etcd_t *e, const char *key, const void *value, size_t len, bool
         return PC_EEXIST;
     char fk[PREFIX_MAX + PS_COORD_KEY_MAX + 1];
     const size_t fl = full_key(e, key, fk);
-    const uint64_t end_ns = op_end(e); /* the lease's calls, the put, the check, the revoke */
+    note_lease_ms(e, lease_ms);
+    const dl_t d = op_end(e); /* the lease's calls, the put, the check, the revoke */
     int64_t lid = 0, ttl = 0;
     bool fresh = false;
     if (lease_ms) {
         ttl = ((int64_t)lease_ms + 999) / 1000;
-        if ((rc = lease_for(e, key, ttl, &lid, &fresh, end_ns)))
+        if ((rc = lease_for(e, key, ttl, &lid, &fresh, d)))
             return rc;
     }
     Emberps__Etcd__PutRequest put = EMBERPS__ETCD__PUT_REQUEST__INIT;
@@ -373,14 +404,14 @@ static int e_put(etcd_t *e, const char *key, const void *value, size_t len, bool
     if (!if_absent && !revision) {
         Emberps__Etcd__PutResponse *r = NULL;
         rc = CALL(e, "/etcdserverpb.KV/Put", put, Emberps__Etcd__PutResponse,
-                  emberps__etcd__put_response, &r, end_ns);
+                  emberps__etcd__put_response, &r, d);
         if (!rc)
             emberps__etcd__put_response__free_unpacked(r, NULL);
     } else {
-        rc = txn_put(e, &put, revision, end_ns);
+        rc = txn_put(e, &put, revision, d);
     }
     if (lease_ms && rc && fresh) {
-        revoke(e, lid, tail_end(e, end_ns)); /* nothing was put under it */
+        revoke(e, lid, tail_end(e, d)); /* nothing was put under it */
         return rc;
     }
     return rc ? rc : lease_note(e, key, lid, ttl); /* (lid 0: no lease now) */
@@ -430,15 +461,15 @@ static int e_get(void *ctx, const char *key, void **value, size_t *len) {
     return e_get_rev(ctx, key, value, len, NULL);
 }
 
-/* Milliseconds left of lease id (0 when it is gone or cannot be asked by end_ns). */
-static uint32_t lease_left_ms(etcd_t *e, int64_t id, uint64_t end_ns) {
+/* Milliseconds left of lease id (0 when it is gone or cannot be asked by d.end_ns). */
+static uint32_t lease_left_ms(etcd_t *e, int64_t id, dl_t d) {
     Emberps__Etcd__LeaseTimeToLiveRequest q = EMBERPS__ETCD__LEASE_TIME_TO_LIVE_REQUEST__INIT;
     q.id = id;
     Emberps__Etcd__LeaseTimeToLiveResponse *r = NULL;
-    if (pc_time_mono_ns() >= end_ns ||
+    if (pc_time_mono_ns() >= d.end_ns ||
         call_r(e, "/etcdserverpb.Lease/LeaseTimeToLive", &q.base,
                &emberps__etcd__lease_time_to_live_response__descriptor, (ProtobufCMessage **)&r,
-               NULL, end_ns))
+               NULL, d))
         return 0;
     const int64_t ttl = r->ttl;
     emberps__etcd__lease_time_to_live_response__free_unpacked(r, NULL);
@@ -448,7 +479,7 @@ static uint32_t lease_left_ms(etcd_t *e, int64_t id, uint64_t end_ns) {
 static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out, size_t *n,
                   bool *truncated) {
     etcd_t *e = ctx;
-    const uint64_t end_ns = op_end(e); /* all of it */
+    const dl_t when = op_end(e); /* all of it */
     *out = NULL;
     *n = 0;
     *truncated = false;
@@ -476,7 +507,7 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
     Emberps__Etcd__RangeResponse *r = NULL;
     int rc = max ? call_r(e, "/etcdserverpb.KV/Range", &q.base,
                           &emberps__etcd__range_response__descriptor, (ProtobufCMessage **)&r, NULL,
-                          end_ns)
+                          when)
                  : 0;
     if (rc || !max)
         return rc;
@@ -502,7 +533,7 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
         if (kv->lease) {
             if (kv->lease != last_lease) {
                 last_lease = kv->lease;
-                last_left = lease_left_ms(e, kv->lease, end_ns);
+                last_left = lease_left_ms(e, kv->lease, when);
             }
             d->lease_left_ms = last_left ? last_left : 1; /* leased: never reads as "none" */
         }

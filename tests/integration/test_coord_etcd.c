@@ -218,8 +218,38 @@ static void *writer(void *arg) {
     return NULL;
 }
 
+/* Reads the heartbeat key every 50 ms through a store of its own, from when `armed` until `stop`:
+ * how often it was absent (its lease ran out before the writer renewed it). */
+typedef struct {
+    ps_coord_store_t *st;
+    atomic_bool armed, stop;
+    atomic_int reads, absent;
+} watcher_t;
+
+static void *watcher(void *arg) {
+    watcher_t *w = arg;
+    while (!atomic_load(&w->stop)) {
+        if (atomic_load(&w->armed)) {
+            void *v = NULL;
+            size_t len = 0;
+            const int rc = w->st->get(w->st->ctx, "hb", &v, &len);
+            free(v);
+            atomic_fetch_add(&w->reads, 1);
+            if (rc == PC_ENOTFOUND)
+                atomic_fetch_add(&w->absent, 1);
+        }
+        usleep(50000);
+    }
+    return NULL;
+}
+
 /* Three members; one lost while a writer and a heartbeat run (timeout 15 s): no operation fails
- * (a pause, not an error) and every acknowledged value is read back through the others. how:
+ * (a pause, not an error), the heartbeat's key (a 2 s lease, renewed by the writer's thread
+ * between its plain writes) never lapses, and every acknowledged value is read back through the
+ * others. With a stopped member, an attempt waited 2 s there before the next member was asked,
+ * as long as the lease, so a renewal could come too late (etcd store: attempts of a store that
+ * keeps leases alive wait a quarter of the shortest lease at most; the slowest write is checked,
+ * the lapse itself is too narrow to be caught every time). how:
  * "kill" the leader (SIGKILL: its connections close), or "stop1" member 0 (SIGSTOP: its
  * connections stay open and requests wait there unanswered; the store's calls go to it first).
  * A stopped member held a store whose one channel picked it for good: every call timed out. */
@@ -227,11 +257,14 @@ static void member_lost(const char *how) {
     assert_int_equal(sh("%s start %s %s", "3"), 0);
     char eps[256];
     read_file("endpoints", eps, sizeof eps);
-    ps_coord_store_t st = open_store(eps, "/lk", 15000);
+    ps_coord_store_t st = open_store(eps, "/lk", 15000), rs = open_store(eps, "/lk", 15000);
     writer_t w = {.st = &st};
-    pthread_t th;
+    watcher_t wa = {.st = &rs};
+    pthread_t th, wth;
     pthread_create(&th, NULL, writer, &w);
+    pthread_create(&wth, NULL, watcher, &wa);
     usleep(500000);
+    atomic_store(&wa.armed, true); /* the key exists by now */
     char out[16] = "0";
     if (strcmp(how, "kill") == 0) {
         char cmd[600];
@@ -253,15 +286,25 @@ static void member_lost(const char *how) {
         usleep(50000);
     atomic_store(&w.stop, true);
     pthread_join(th, NULL);
-    print_message("%d writes after it, %d failed; the slowest took %.2f s\n",
-                  atomic_load(&w.ok) - before, atomic_load(&w.failed), w.worst_s);
+    atomic_store(&wa.stop, true);
+    pthread_join(wth, NULL);
+    print_message("%d writes after it, %d failed; the slowest took %.2f s; the heartbeat key "
+                  "absent in %d of %d reads\n",
+                  atomic_load(&w.ok) - before, atomic_load(&w.failed), w.worst_s,
+                  atomic_load(&wa.absent), atomic_load(&wa.reads));
     assert_int_equal(atomic_load(&w.failed), 0);
+    assert_int_equal(atomic_load(&wa.absent), 0);
+    /* a stopped member holds an attempt a quarter lease (0.5 s), not 2 s, before the next one is
+     * asked (a killed leader's election takes its own time) */
+    if (strcmp(how, "stop1") == 0)
+        assert_true(w.worst_s < 1.6);
     assert_true(atomic_load(&w.ok) >= before + 50);
     char want[32];
     snprintf(want, sizeof want, "%d", w.last);
     expect(&st, "seq", want); /* the last acknowledged value, through the survivors */
     expect(&st, "hb", want);
     st.destroy(st.ctx);
+    rs.destroy(rs.ctx);
 }
 
 static void test_leader_killed(void **state) {
