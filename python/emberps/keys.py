@@ -25,10 +25,10 @@ def feature_key(field, value):
     if isinstance(value, np.ndarray):
         if value.dtype != np.uint64:
             raise TypeError("values must be a numpy uint64 array, got %s" % value.dtype)
-        vals = np.ascontiguousarray(value)
-        out = np.empty(vals.shape, dtype=np.uint64)
+        vals = np.ascontiguousarray(value).reshape(-1)  # (ascontiguousarray makes 0-d 1-d)
+        out = np.empty(value.shape, dtype=np.uint64)  # the values' shape, 0-d included
         lib.psc_feature_keys(f, ffi.from_buffer("uint64_t[]", vals), vals.size,
-                             ffi.from_buffer("uint64_t[]", out, require_writable=True))
+                             ffi.from_buffer("uint64_t[]", out.reshape(-1), require_writable=True))
         return out
     if not isinstance(value, (int, np.integer)) or not 0 <= int(value) < 2 ** 64:
         raise ValueError("value must be an int in [0, 2^64), got %r" % (value,))

@@ -53,3 +53,13 @@ def test_bad_arguments():
         emberps.feature_keys(0, np.arange(4))  # int64, not uint64
     with pytest.raises(TypeError):
         emberps.text_key(0, 12)
+
+
+def test_array_shapes():
+    """An array of values gives keys of its shape: 0-d (it gave shape (1,)), 2-D, empty."""
+    one = emberps.feature_key(3, 7)
+    k0 = emberps.feature_key(3, np.array(7, dtype=np.uint64))
+    assert k0.shape == () and int(k0) == one
+    k2 = emberps.feature_key(3, np.full((2, 3), 7, dtype=np.uint64))
+    assert k2.shape == (2, 3) and (k2 == one).all()
+    assert emberps.feature_key(3, np.empty(0, dtype=np.uint64)).shape == (0,)
