@@ -11,8 +11,12 @@ their rows into one float32 array (or takes the rows a prefetch(keys) already pu
 unique keys), and pools with torch.nn.functional.embedding_bag over that array, so forward and
 backward are PyTorch's own kernels. The pulled rows enter autograd through _PushRows, an identity
 whose backward receives the gradient of every unique row (duplicates summed by embedding_bag's
-backward) and pushes it to the servers with one call: the table's server-side optimizer applies
-it, so the module has no torch Parameter and a torch optimizer only steps the dense layers.
+backward). A module called more than once in a step (one table for two features) gets a backward
+of each call: their gradients are gathered, and at the end of the backward pass (a callback
+queued on autograd's engine) summed per key and pushed to the servers with one call, so each
+backward is one step of the table's server-side optimizer (before, each call's part was its own
+step: with Adagrad not the same as one step of their sum). The module has no torch Parameter
+and a torch optimizer only steps the dense layers.
 The push is started in backward and not waited for there (the dense optimizer's step overlaps
 it); a pull issued after backward returned still sees the update, because libpsclient sends a
 server its requests in order on one connection and the server applies them in that order. The
@@ -51,7 +55,7 @@ class _PushRows(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.module._push(ctx.ukeys, grad)
+        ctx.module._grad_in(ctx.ukeys, grad)
         return None, None, None
 
 
@@ -81,6 +85,7 @@ class EmbeddingBag(nn.Module):
         self._pushes = 0  # pushes started: a prefetch from before the last one is stale
         self._pushing = None  # the future of the last push, until its result is taken
         self._last_push = None
+        self._grads = []  # this backward pass's (unique keys, gradient), pushed at its end
 
     def extra_repr(self):
         return "table=%s, dim=%d, mode=%s" % (self.table, self.dim, self.mode)
@@ -127,9 +132,27 @@ class EmbeddingBag(nn.Module):
             return self.client.pull(self.table, ukeys, self.dim)
         return self.client.lookup(self.table, ukeys, self.dim)[0]
 
+    def _grad_in(self, ukeys, grad):
+        """A call's gradient, from backward: kept until the backward pass ends (_push_pass)."""
+        if not self._grads:
+            torch.autograd.Variable._execution_engine.queue_callback(self._push_pass)
+        self._grads.append((ukeys, grad.detach().to("cpu", torch.float32)))
+
+    def _push_pass(self):
+        """The end of a backward pass: its calls' gradients, summed per key, in one push."""
+        parts, self._grads = self._grads, []
+        if len(parts) == 1:
+            ukeys, g = parts[0]
+        else:
+            ukeys, inverse = np.unique(np.concatenate([k for k, _ in parts]), return_inverse=True)
+            g = torch.zeros((len(ukeys), self.dim), dtype=torch.float32)
+            g.index_add_(0, torch.from_numpy(inverse.astype(np.int64)),
+                         torch.cat([x for _, x in parts]))
+        self._push(ukeys, g)
+
     def _push(self, ukeys, grad):
         self.flush()
-        g = grad.detach().to(torch.float32).contiguous().numpy()
+        g = grad.contiguous().numpy()
         self._pushing = self.client.push_async(self.table, ukeys, g, self.dim)
         self._pushes += 1
 

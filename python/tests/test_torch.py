@@ -195,3 +195,31 @@ def test_read_criteo_as_the_worker(tmp_path):
         p.write_text(bad + "\n")
         with pytest.raises(ValueError, match="ok.tsv:1: not a Criteo line"):
             read_criteo(str(p))
+
+
+def test_two_calls_one_step(servers):
+    """One module called twice in a step (one table for two features): backward is one Adagrad
+    step of the two calls' gradients summed per key (a key in both: one step of g1 + g2), in
+    one push (each call pushed its own part before: two steps, not the same with Adagrad)."""
+    lr, init, eps = 0.1, 0.01, 1e-8
+    addr, _ = servers("name=emb,dim=4,optimizer=adagrad,lr=%g,adagrad_init=%g,eps=%g" %
+                      (lr, init, eps))
+    with emberps.Client(addr) as c:
+        a = torch.tensor([[11, 12], [12, 13]], dtype=torch.int64)
+        b = torch.tensor([[13, 14]], dtype=torch.int64)  # 13 in both
+        uk = np.unique(np.concatenate([a.numpy().reshape(-1), b.numpy().reshape(-1)])
+                       .view(np.uint64))
+        w = c.pull("emb", uk).astype(np.float64)
+        emb = EmbeddingBag(c, "emb", 4)
+        ua = torch.tensor([[1.0, -2.0, 0.5, 3.0], [0.25, 1.0, -1.0, 2.0]])
+        ub = torch.tensor([[2.0, 1.0, -1.5, 0.5]])
+        ((emb(a) * ua).sum() + (emb(b) * ub).sum()).backward()
+        g = np.zeros_like(w)
+        for keys, up in ((a, ua), (b, ub)):
+            for r in range(keys.shape[0]):
+                for k in keys[r].numpy().view(np.uint64):
+                    g[np.searchsorted(uk, k)] += up[r].numpy()
+        G = init + g * g
+        want = w - lr * g / (np.sqrt(G) + eps)
+        assert emb.last_push["applied"] == len(uk)  # one push of every key
+        np.testing.assert_allclose(c.pull("emb", uk), want, rtol=2e-6, atol=1e-7)
