@@ -285,18 +285,29 @@ static void do_reset(const ps_api_env_t *env, const uint8_t *req, size_t len, ps
     emberps__reset_table_request__free_unpacked(q, NULL);
 }
 
+/* Every table's name, sorted (all of them: a fixed 4096 once answered an arbitrary part of a
+ * larger catalog). */
 static void do_list(const ps_api_env_t *env, ps_api_reply_t *r) {
-    enum { MAXT = 4096 };
-    char(*names)[PS_TABLE_NAME_MAX] = malloc(MAXT * sizeof *names);
-    char **ptrs = malloc(MAXT * sizeof *ptrs);
+    char(*names)[PS_TABLE_NAME_MAX] = NULL;
+    char **ptrs = NULL;
+    size_t cap = 256, n = 0;
+    for (;;) { /* until the room holds them all (tables may come meanwhile) */
+        free(names);
+        names = malloc(cap * sizeof *names);
+        if (!names)
+            break;
+        if ((n = ps_catalog_list(env->cat, names, cap)) <= cap)
+            break;
+        cap = n + 64;
+    }
+    if (names)
+        ptrs = malloc((n ? n : 1) * sizeof *ptrs);
     if (!names || !ptrs) {
         free(names);
         free(ptrs);
         ps_api_fail(r, PC_ENOMEM, "out of memory");
         return;
     }
-    size_t n = ps_catalog_list(env->cat, names, MAXT);
-    n = n < MAXT ? n : MAXT;
     for (size_t i = 0; i < n; i++)
         ptrs[i] = names[i];
     Emberps__ListTablesResponse resp = EMBERPS__LIST_TABLES_RESPONSE__INIT;

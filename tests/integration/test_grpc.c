@@ -254,6 +254,32 @@ static void test_admin_and_tokens(void **state) {
     assert_non_null(strstr(mr->map, "slots=0-16383:0"));
     emberps__get_cluster_map_response__free_unpacked(mr, NULL);
     free(resp);
+    /* ListTables answers every table, sorted, however many (it answered 4096 of them, any) */
+    enum { MANY = 4200 };
+    for (int i = MANY - 1; i >= 0; i--) {
+        char spec[64];
+        snprintf(spec, sizeof spec, "name=t%04d,dim=1,shards=1", i);
+        cq.spec = spec;
+        assert_int_equal(call(admin, PS_API_CREATE_TABLE, &cq.base, &resp, &len), 0);
+        free(resp);
+    }
+    assert_int_equal(call(user, PS_API_LIST_TABLES, &tq.base, &resp, &len), 0);
+    tl = emberps__list_tables_response__unpack(NULL, len, resp);
+    assert_int_equal(tl->n_tables, MANY);
+    for (int i = 0; i < MANY; i++) {
+        char want[16];
+        snprintf(want, sizeof want, "t%04d", i);
+        assert_string_equal(tl->tables[i], want);
+    }
+    emberps__list_tables_response__free_unpacked(tl, NULL);
+    free(resp);
+    for (int i = 0; i < MANY; i++) { /* (a checkpoint holds 1024 tables at most: the exit's) */
+        char name[16];
+        snprintf(name, sizeof name, "t%04d", i);
+        dq.table = name;
+        assert_int_equal(call(admin, PS_API_DROP_TABLE, &dq.base, &resp, &len), 0);
+        free(resp);
+    }
     psg_destroy(none);
     psg_destroy(user);
     psg_destroy(admin);
