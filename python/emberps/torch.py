@@ -133,14 +133,19 @@ class EmbeddingBag(nn.Module):
         return self.client.lookup(self.table, ukeys, self.dim)[0]
 
     def _grad_in(self, ukeys, grad):
-        """A call's gradient, from backward: kept until the backward pass ends (_push_pass)."""
-        if not self._grads:
-            torch.autograd.Variable._execution_engine.queue_callback(self._push_pass)
+        """A call's gradient, from backward: kept until the backward pass ends (_push_pass). A
+        callback is queued for every call (the first to run pushes them all, the others find
+        nothing): a pass that failed runs none of its callbacks, and one queued only when the
+        list was empty would never be queued again (the module would stop pushing)."""
         self._grads.append((ukeys, grad.detach().to("cpu", torch.float32)))
+        torch.autograd.Variable._execution_engine.queue_callback(self._push_pass)
 
     def _push_pass(self):
-        """The end of a backward pass: its calls' gradients, summed per key, in one push."""
+        """The end of a backward pass: its calls' gradients, summed per key, in one push (with
+        those of a pass that failed before its end, if any)."""
         parts, self._grads = self._grads, []
+        if not parts:
+            return
         if len(parts) == 1:
             ukeys, g = parts[0]
         else:

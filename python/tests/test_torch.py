@@ -223,3 +223,28 @@ def test_two_calls_one_step(servers):
         want = w - lr * g / (np.sqrt(G) + eps)
         assert emb.last_push["applied"] == len(uk)  # one push of every key
         np.testing.assert_allclose(c.pull("emb", uk), want, rtol=2e-6, atol=1e-7)
+
+
+def test_push_after_a_failed_backward(servers):
+    """A backward pass that raised after this module's part of it (its end callback never ran)
+    does not stop the module: the next backward pushes (it queued no callback again before)."""
+    addr, _ = servers("name=emb,dim=4,optimizer=sgd,lr=1")
+
+    class Boom(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.view_as(t)
+
+        @staticmethod
+        def backward(ctx, g):
+            raise RuntimeError("boom")
+
+    with emberps.Client(addr) as c:
+        keys = torch.tensor([[11, 12]], dtype=torch.int64)
+        emb = EmbeddingBag(c, "emb", 4)
+        leaf = torch.ones(3, requires_grad=True)
+        z = Boom.apply(leaf)  # made first: its backward runs after the module's
+        with pytest.raises(RuntimeError, match="boom"):
+            (z.sum() + emb(keys).sum()).backward()
+        emb(keys).sum().backward()
+        assert emb.last_push is not None and emb.last_push["applied"] == 2
