@@ -38,7 +38,9 @@
  * only once its handshake is done: HELLO and the queued parts go out then. Frames are
  * encrypted as they are sent (send_frame, pc_tls_seal), each frame's ciphertext one write. A failed
  * handshake marks the server dead with PC_ETLS (a verify failure does not heal by retrying), and
- * any failure before the HELLO answer settles psc_connect at once with the reason (connect_why).
+ * a failure before the HELLO answer is psc_connect's result with its reason (connect_why) once
+ * no other server it waits for is still to answer (connect_check: an answer may bring a newer map
+ * in which the failed server has no role, a dead one a failover left listed, which is no error).
  * Compressed rows (psc_set_wire_type, docs/wire.md): a call takes the client's wire type when it
  * starts. Its parts' gradients are converted from the caller's fp32 as the frame is built, and
  * rows in bf16/f16 are read into the server's body buffer (never straight into the caller's
@@ -165,6 +167,11 @@ struct server {
     uv_connect_t creq;
     int state; /* 0 closed, 1 connecting, 2 connected, 3 closing (server_drop) */
     bool in_map, dead, hello_done, was_connected;
+    /* Connect phase: psc_connect waits for this server's HELLO answer (hello_wait: it had a
+     * role in the map psc_connect was given), then its result (hello_rc, 0 or why in hello_why). */
+    bool hello_wait;
+    int hello_rc;
+    char hello_why[PC_WIRE_MSG_MAX];
     int dead_rc;   /* why dead: PC_EAUTH or PC_EINVAL (HELLO refused), PC_ETLS (handshake),
                     * PC_EINVAL (not an IPv4 address); s->msg says more */
     pc_tls_t *tls; /* TLS: this connection's session (I/O thread) */
@@ -209,7 +216,9 @@ struct psc {
     atomic_uint_least64_t next_id, next_fid;
     atomic_uint_least64_t calls, retries, refreshes, reconnects, timeouts;
     atomic_uint_least64_t unclean; /* the current map's pc_cmap_unclean (psc_map_unclean_slots) */
-    int hello_pending;
+    int hello_pending;             /* servers psc_connect still waits for (connect_check) */
+    bool connect_phase;            /* psc_connect waits: connect_check decides */
+    bool connect_done;             /* it decided (connect_rc) */
     int connect_rc;
     char connect_why[PSC_WHY_MAX]; /* why connect_rc, "<addr>: <message>" (under mu) */
     bool placeholder;              /* the map is a stand-in until a server sends its own */
@@ -222,16 +231,56 @@ static void server_pump(server_t *s);
 static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n);
 static void on_backoff(uv_timer_t *t);
 
-/* Connect phase bookkeeping, read by psc_connect under mu. */
-static void hello_settled(psc_t *c, int rc, const char *addr, const char *text) {
+/* Whether server s has a role in the current map (the placeholder's one server does). I/O
+ * thread. */
+static bool has_role_now(const psc_t *c, const server_t *s) {
+    if (c->placeholder)
+        return true;
+    const int i = c->map ? pc_cmap_find(c->map, s->addr) : -1;
+    return i >= 0 && pc_cmap_has_role(c->map, (uint32_t)i);
+}
+
+/* The connect phase's decision (I/O thread, or before it starts; caller holds mu): done once no
+ * server it waits for that has a role in the newest map still waits for its HELLO answer; then the
+ * first of those that failed is the connect's error. A failure is not decided on at once: a dead
+ * server a failover left in the caller's map (with its old role) answers first, and another
+ * server's answer then brings the map in which it has none. */
+static void connect_check(psc_t *c) {
+    if (!c->connect_phase || c->connect_done)
+        return;
+    int waiting = 0;
+    const server_t *failed = NULL;
+    for (const server_t *s = c->all; s; s = s->next_all) {
+        if (!s->hello_wait && !s->hello_rc)
+            continue;
+        if (!has_role_now(c, s))
+            continue;
+        if (s->hello_wait)
+            waiting++;
+        else if (!failed)
+            failed = s;
+    }
+    c->hello_pending = waiting;
+    if (waiting)
+        return;
+    c->connect_done = true;
+    if (failed) {
+        c->connect_rc = failed->hello_rc;
+        snprintf(c->connect_why, sizeof c->connect_why, "%s: %s", failed->addr, failed->hello_why);
+    }
+    pthread_cond_broadcast(&c->cv);
+}
+
+/* Server s's HELLO was answered (rc 0), refused or failed (rc, text): noted for connect_check
+ * when psc_connect waits for it. */
+static void hello_settled(server_t *s, int rc, const char *text) {
+    psc_t *c = s->c;
     pthread_mutex_lock(&c->mu);
-    if (c->hello_pending > 0) {
-        if (rc && !c->connect_rc) {
-            c->connect_rc = rc;
-            snprintf(c->connect_why, sizeof c->connect_why, "%s: %s", addr, text);
-        }
-        c->hello_pending--;
-        pthread_cond_broadcast(&c->cv);
+    if (s->hello_wait) {
+        s->hello_wait = false;
+        s->hello_rc = rc;
+        snprintf(s->hello_why, sizeof s->hello_why, "%s", rc && text ? text : "");
+        connect_check(c);
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -288,6 +337,7 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
     pthread_mutex_lock(&c->mu);
     pc_sfree(c->map_text);
     c->map_text = text;
+    connect_check(c); /* a server it waits for may have no role now */
     pthread_mutex_unlock(&c->mu);
     atomic_store(&c->unclean, pc_cmap_unclean(m));
     if (refresh) /* after the text: who sees the count sees this map (psc_map_text) */
@@ -467,7 +517,7 @@ static void server_drop(server_t *s, int rc, const char *why) {
         PC_WARN("psclient: %s: connection lost (%s); calls to it are retried", s->addr, s->msg);
     if (!s->hello_done) { /* lost before the HELLO answer: psc_connect ends with it, now */
         s->hello_done = true;
-        hello_settled(s->c, rc, s->addr, s->msg);
+        hello_settled(s, rc, s->msg);
     }
     s->state = 3; /* nothing is sent on it now; on_close_tcp reconnects for what is queued */
     if (!uv_is_closing((uv_handle_t *)&s->tcp))
@@ -732,7 +782,7 @@ static void handle_reply(server_t *s) {
         }
         if (!s->hello_done) {
             s->hello_done = true;
-            hello_settled(c, h->status, s->addr, s->msg);
+            hello_settled(s, h->status, s->msg);
         }
         return;
     }
@@ -1013,7 +1063,7 @@ static void on_connect(uv_connect_t *req, int status) {
             s->hello_done = true;
             char text[200];
             snprintf(text, sizeof text, "%s: %s", pc_strerror(PC_EUNAVAIL), why);
-            hello_settled(c, PC_EUNAVAIL, s->addr, text);
+            hello_settled(s, PC_EUNAVAIL, text);
         }
         server_drop(s, PC_EUNAVAIL, why);
         return;
@@ -1078,7 +1128,7 @@ static void server_connect(server_t *s) {
         s->dead_rc = PC_EINVAL;
         if (!s->hello_done) { /* psc_connect fails at once, not at its deadline */
             s->hello_done = true;
-            hello_settled(c, PC_EINVAL, s->addr, "invalid argument: not an IPv4 host:port");
+            hello_settled(s, PC_EINVAL, "invalid argument: not an IPv4 host:port");
         }
         server_fail(s, PC_EINVAL, "not an IPv4 host:port");
         return;
@@ -1801,7 +1851,8 @@ static void on_connect_start(uv_async_t *a) {
     psc_t *c = a->data;
     uv_close((uv_handle_t *)a, close_free);
     for (size_t i = 0; i < c->nsrv; i++)
-        server_connect(c->srv[i]);
+        if (c->srv[i]) /* (NULL: out of memory; psc_connect fails) */
+            server_connect(c->srv[i]);
 }
 
 int psc_connect(const psc_opts_t *o, psc_t **out) {
@@ -1871,13 +1922,25 @@ int psc_connect2(const psc_opts_t *o, const psc_tls_opts_t *tls, char *why, size
     c->placeholder = !strchr(o->servers, '=');
     /* Wait for the servers with a role: one listed with none (the dead server a failover left
      * in the map, one added for a resharding) holds nothing a call needs, and a dead one made
-     * every connect fail (a worker restarted after a failover could not join its job). */
-    c->hello_pending = 0;
+     * every connect fail (a worker restarted after a failover could not join its job). One that
+     * has a role in the caller's map but not in a newer one a server answers with is not waited
+     * for from then on (connect_check). */
+    int wait_for = 0;
+    bool missing = !c->map; /* out of memory in map_adopt: a map or a server object short */
     for (size_t i = 0; i < c->nsrv; i++) {
-        if (c->placeholder || pc_cmap_has_role(c->map, (uint32_t)i))
-            c->hello_pending++;
+        if (!c->srv[i])
+            missing = true;
+        else if (c->placeholder || pc_cmap_has_role(c->map, (uint32_t)i))
+            c->srv[i]->hello_wait = true, wait_for++;
         else
             c->srv[i]->hello_done = true; /* not waited for: connected like any other */
+    }
+    c->hello_pending = wait_for;
+    c->connect_phase = true;
+    c->connect_done = wait_for == 0 || missing;
+    if (missing) {
+        c->connect_rc = PC_ENOMEM;
+        snprintf(c->connect_why, sizeof c->connect_why, "out of memory for the cluster map");
     }
     uv_async_init(&c->loop, &c->wake, on_wake);
     c->wake.data = c;
@@ -1909,8 +1972,9 @@ int psc_connect2(const psc_opts_t *o, const psc_tls_opts_t *tls, char *why, size
     }
     pthread_mutex_lock(&c->mu);
     int w = 0;
-    while (w == 0 && c->hello_pending > 0 && !c->connect_rc)
+    while (w == 0 && !c->connect_done)
         w = pthread_cond_timedwait(&c->cv, &c->mu, &dl);
+    c->connect_phase = false; /* (decided, or given up: nothing is noted after) */
     rc = c->connect_rc ? c->connect_rc : w ? PC_EUNAVAIL : 0;
     if (rc && !c->connect_rc)
         snprintf(c->connect_why, sizeof c->connect_why, "%d server(s) did not answer within %d ms",
