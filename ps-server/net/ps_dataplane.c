@@ -818,10 +818,11 @@ static void wake_loops(ps_dp_t *dp) {
         uv_async_send(&dp->loops[i].wake);
 }
 
-/* Double the acks table (ack_mu held); false when out of memory. Entries are never evicted
- * while there is memory: a (table, backup) pair without one falls back to its joining bit, which
- * for a backup that joined a running primary lets pushes go unconfirmed by it (a fixed table of
- * 256 evicted live entries once a primary had more than 256 pairs: 128 tables with 2 replicas). */
+/* Double the acks table (ack_mu held); false when out of memory. A live entry is never evicted
+ * while there is memory (ack_stale's entries are taken over first): a (table, backup) pair
+ * without one falls back to its joining bit, which for a backup that joined a running primary
+ * lets pushes go unconfirmed by it (a fixed table of 256 evicted its oldest entry, live or not,
+ * once full of entries of tables dropped over time). */
 static bool acks_grow(ps_dp_t *dp) {
     const size_t cap = dp->acks_cap ? 2 * dp->acks_cap : ACKS_MIN;
     ack_t *a = pc_srealloc(PC_MEM_OTHER, dp->acks, cap * sizeof *a);
@@ -830,6 +831,23 @@ static bool acks_grow(ps_dp_t *dp) {
     dp->acks = a;
     dp->acks_cap = cap;
     return true;
+}
+
+/* An entry whose table is gone from the catalog, or was replaced (ack_mu held), or SIZE_MAX. A
+ * new pair takes it over before the table grows, so the table holds about as many entries as
+ * there are live pairs (a handover reads them all: ps_dp_repl_lag), not one for every table
+ * ever dropped. */
+static size_t ack_stale(ps_dp_t *dp) {
+    for (size_t i = 0; i < dp->nacks; i++) {
+        ps_table_t *t;
+        if (ps_catalog_acquire(dp->cat, dp->acks[i].table, &t))
+            return i;
+        const bool replaced = ps_table_uid(t) != dp->acks[i].uid;
+        ps_catalog_release(dp->cat, t);
+        if (replaced)
+            return i;
+    }
+    return SIZE_MAX;
 }
 
 /* A backup acknowledged table t's changes before pos; `caught`: it had reached the log's head
@@ -862,8 +880,9 @@ static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t ser
     }
     const bool fresh = i == dp->nacks; /* a first acknowledgement answers waits for position 0 */
     if (fresh) {
-        if (same != SIZE_MAX || other != SIZE_MAX) {
-            i = same != SIZE_MAX ? same : other;
+        const size_t stale = same == SIZE_MAX && other == SIZE_MAX ? ack_stale(dp) : SIZE_MAX;
+        if (same != SIZE_MAX || other != SIZE_MAX || stale != SIZE_MAX) {
+            i = same != SIZE_MAX ? same : other != SIZE_MAX ? other : stale;
         } else if (i < dp->acks_cap || acks_grow(dp)) {
             dp->nacks++;
         } else if (dp->nacks == 0) { /* out of memory, nothing noted: acknowledged again later */
