@@ -102,11 +102,12 @@ typedef struct dl {
     int attempt_ms;
 } dl_t;
 
-/* The deadline of an operation started now. Once the store has kept a lease alive, every
+/* The deadline of an operation started now. Once the store has kept a lease alive, the first
  * attempt of every operation waits at most a quarter of the shortest such lease
- * (LEASE_ATTEMPT_MIN_MS at least): one member that holds requests unanswered (stopped, cut off from
- * its leader) kept an attempt waiting ATTEMPT_MS, as long as the default lease, and the thread
- * that renews the lease (a server's controller, its reads too) renewed it too late: the key
+ * (LEASE_ATTEMPT_MIN_MS at least; the attempts after it ATTEMPT_MS, so a member merely slow, a
+ * large range, still gets an answer out): one member that holds requests unanswered (stopped, cut
+ * off from its leader) kept an attempt waiting ATTEMPT_MS, as long as the default lease, and the
+ * thread that renews the lease (a server's controller, its reads too) renewed it too late: the key
  * expired and a healthy primary's backup took over. */
 static dl_t op_end(const etcd_t *e) {
     dl_t d = {pc_time_mono_ns() + (uint64_t)e->timeout_ms * 1000000u, ATTEMPT_MS};
@@ -164,7 +165,8 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
         return PC_ENOMEM;
     protobuf_c_message_pack(q, req);
     int rc, backoff = BACKOFF_MS;
-    bool lost = false; /* an attempt timed out: it may have been applied, its answer lost */
+    bool lost = false;      /* an attempt timed out: it may have been applied, its answer lost */
+    int cap = d.attempt_ms; /* the first attempt's; ATTEMPT_MS after (see op_end) */
     char msg[256] = "";
     for (;;) {
         const int64_t left = ((int64_t)d.end_ns - (int64_t)pc_time_mono_ns()) / 1000000;
@@ -174,7 +176,7 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
         }
         uint8_t *resp = NULL;
         size_t rlen = 0;
-        const int attempt = left < d.attempt_ms ? (int)left : d.attempt_ms;
+        const int attempt = left < cap ? (int)left : cap;
         int m = atomic_load(&e->cur);
         rc = psg_request(e->g[m], method, req, n, attempt, &resp, &rlen, NULL, msg, sizeof msg);
         if (!rc) {
@@ -187,6 +189,7 @@ static int call_r(etcd_t *e, const char *method, const ProtobufCMessage *q,
         if ((rc = attempt_rc(rc, msg)) != PC_EUNAVAIL && rc != PC_ETIMEDOUT)
             break;
         lost |= rc == PC_ETIMEDOUT;
+        cap = ATTEMPT_MS; /* a member merely slow still answers the next attempt */
         if (retried)
             *retried = true;
         /* the next member (unless another thread's failed attempt moved on already) */

