@@ -79,9 +79,10 @@ typedef struct psc_opts {
 
 /* Connect to every server of the map (and authenticate), over plain TCP: psc_connect2 with
  * tls NULL and no detail buffer (the reason of a failure is logged). It waits for the servers
- * with a role (primary or backup of some slot); one listed with none (a dead server a failover
- * left in the map, one added for a resharding) is connected to but not waited for, and a failure
- * there does not fail the connect (since 1.6.1; before, a dead one did). */
+ * with a role (primary or backup of some slot) in the newest map it knows (a server's answer may
+ * bring a newer one than the caller's); one listed with none (a dead server a failover left in
+ * the map, one added for a resharding) is connected to but not waited for, and a failure there
+ * does not fail the connect (since 1.6.1; before, a dead one did). */
 PSC_EXTERN int psc_connect(const psc_opts_t *o, psc_t **out);
 
 /* TLS for the data plane (servers started with a certificate: docs/wire.md "TLS"). A separate
