@@ -623,9 +623,11 @@ static int replace_locked(ps_tier_t *tier, const char *src) {
     int rc = pc_fs_mkdirs(tier->dir);
     if (!rc)
         rc = pc_fs_clone_dir(src, tier->dir, ".sst");
-    if (!rc)
-        rc = db_open(tier); /* a copy that does not open: its files are damaged */
-    if (rc) {               /* leave an empty, working database rather than none */
+    if (!rc && (rc = db_open(tier)) == PC_EIO)
+        rc = PC_ECORRUPT; /* a copy that does not open: its files are damaged. RocksDB calls some
+                           * damage an I/O error (a CURRENT naming a MANIFEST that is not there:
+                           * "No such file"), and the copy just read every file without one */
+    if (rc) {             /* leave an empty, working database rather than none */
         pc_fs_rm_tree(tier->dir);
         pc_fs_mkdirs(tier->dir);
         const int orc = db_open(tier);

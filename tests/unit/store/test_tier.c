@@ -757,9 +757,10 @@ static void test_corrupt_record(void **state) {
     fx_close(&f);
 }
 
-/* A checkpoint's cold copy whose MANIFEST is damaged (its size right: the checkpoint's own
- * check passes) is PC_ECORRUPT (a restore then goes back to an older checkpoint; it was PC_EIO,
- * which ends the server), and the tier is left empty and working. */
+/* A checkpoint's cold copy whose MANIFEST is damaged, or whose CURRENT names another MANIFEST
+ * (sizes right: the checkpoint's own check passes), is PC_ECORRUPT (a restore then goes back to
+ * an older checkpoint; it was PC_EIO, which ends the server), and the tier is left empty and
+ * working. */
 static void test_damaged_copy(void **state) {
     (void)state;
     fixture_t f;
@@ -778,6 +779,12 @@ static void test_damaged_copy(void **state) {
     snprintf(cmd, sizeof cmd,
              "for m in %s/MANIFEST-*; do s=$(stat -c %%s $m); head -c $s /dev/urandom > $m; done",
              src);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(ps_tier_replace(f.tier, src), PC_ECORRUPT);
+    /* a CURRENT naming a MANIFEST that is not there (one digit changed, its size right):
+     * RocksDB says "IO error: No such file", and that is the copy's damage too (it was PC_EIO,
+     * so a restore stopped instead of going back to an older checkpoint) */
+    snprintf(cmd, sizeof cmd, "printf 'MANIFEST-999999\n' > %s/CURRENT", src);
     assert_int_equal(system(cmd), 0);
     assert_int_equal(ps_tier_replace(f.tier, src), PC_ECORRUPT);
     ps_table_t *t = mk_cold(&f, "name=d,dim=4,optimizer=sgd,lr=1,shards=1,capacity_rows=2,"
