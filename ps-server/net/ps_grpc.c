@@ -50,6 +50,11 @@ struct ps_grpc {
     worker_t *w;
     atomic_bool stopping;
     atomic_bool serving; /* health: SERVING; API calls accepted */
+    /* Serving is being turned off: ps_grpc_set_serving waits for the calls in flight (a
+     * checkpoint may run for minutes). New calls are refused at once meanwhile and health says
+     * NOT_SERVING: they queued on the gate behind that waiting writer, and held the handler
+     * thread kept for data calls and health checks until the long call ended. */
+    atomic_bool draining;
     /* Read-held by every API call from its check of `serving` to its end; ps_grpc_set_serving
      * takes it exclusively (writers first), so when it turns serving off no call still runs
      * through env (the owner then stops what env points to: the data plane, the catalog). */
@@ -113,8 +118,8 @@ static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_a
         ps_api_fail(r, PC_ENOTFOUND, "unknown service '%.200s'", svc);
     } else {
         Grpc__Health__V1__HealthCheckResponse a = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-        const bool up =
-            atomic_load(&g->serving) && (!g->svc.ready || g->svc.ready(g->svc.ctx, svc));
+        const bool up = atomic_load(&g->serving) && !atomic_load(&g->draining) &&
+                        (!g->svc.ready || g->svc.ready(g->svc.ctx, svc));
         a.status = up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                       : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
         r->len = grpc__health__v1__health_check_response__get_packed_size(&a);
@@ -218,6 +223,10 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
                     "stays for data calls and health checks: try again, or start the server with "
                     "more --grpc-threads",
                     g->admin_max, g->nworkers);
+    } else if (atomic_load(&g->draining)) {
+        ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
+        if (admin_call)
+            atomic_fetch_sub(&g->admin_running, 1);
     } else {
         pthread_rwlock_rdlock(&g->gate);
         if (!atomic_load(&g->serving))
@@ -445,8 +454,11 @@ int ps_grpc_port(const ps_grpc_t *g) {
 void ps_grpc_set_serving(ps_grpc_t *g, bool serving) {
     if (!g)
         return;
-    pthread_rwlock_wrlock(&g->gate); /* calls in flight end first */
+    if (!serving)
+        atomic_store(&g->draining, true); /* (see draining) */
+    pthread_rwlock_wrlock(&g->gate);      /* calls in flight end first */
     atomic_store(&g->serving, serving);
+    atomic_store(&g->draining, false);
     pthread_rwlock_unlock(&g->gate);
 }
 

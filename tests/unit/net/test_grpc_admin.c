@@ -190,7 +190,54 @@ static void test_admin_keeps_a_thread(void **state) {
     ps_grpc_stop(g);
 }
 
+typedef struct setter {
+    ps_grpc_t *g;
+    pthread_t th;
+} setter_t;
+
+static void *serving_off(void *arg) {
+    ps_grpc_set_serving(((setter_t *)arg)->g, false);
+    return NULL;
+}
+
+/* Serving turned off (a stop) while an administrative call is held: the data call and the health
+ * check after it are answered at once (not serving), and the turn-off ends once the held call
+ * does. They waited on the gate behind the turn-off until the held call ended (a checkpoint:
+ * minutes), holding the handler thread kept for them. */
+static void test_stop_beside_a_long_call(void **state) {
+    (void)state;
+    static const char *const names[] = {"t.S", NULL};
+    const ps_grpc_service_t svc = {
+        .names = names, .method = method, .is_admin = is_admin, .call = call};
+    const ps_grpc_opts_t o = {.addr = "127.0.0.1:0", .threads = 2, .max_message = 1 << 20};
+    ps_grpc_t *g;
+    assert_int_equal(ps_grpc_start(&svc, &o, &g), 0);
+    ps_grpc_set_serving(g, true);
+    release(false);
+    caller_t slow = {.port = ps_grpc_port(g), .rc = -1, .path = "/t.S/Slow"};
+    assert_int_equal(pthread_create(&slow.th, NULL, caller_main, &slow), 0);
+    const bool held = wait_for(slow_running, NULL);
+    setter_t off = {.g = g};
+    assert_int_equal(pthread_create(&off.th, NULL, serving_off, &off), 0);
+    pc_time_sleep_ms(100); /* (the turn-off waits on the gate now) */
+    char msg[256] = "";
+    const uint64_t t0 = pc_time_mono_ns();
+    const int fast = request(ps_grpc_port(g), "/t.S/Fast", msg, sizeof msg);
+    const double took = pc_time_sec_since(t0);
+    release(true); /* before any assertion: no handler left held */
+    pthread_join(slow.th, NULL);
+    pthread_join(off.th, NULL);
+    print_message("a data call beside a held one while serving turns off: %s in %.2f s (%s)\n",
+                  pc_err_name(fast), took, msg);
+    assert_true(held);
+    assert_int_equal(fast, PC_EUNAVAIL);
+    assert_true(took < 2.0);
+    assert_int_equal(slow.rc, 0);
+    ps_grpc_stop(g);
+}
+
 int main(void) {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_admin_keeps_a_thread)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_admin_keeps_a_thread),
+                                       cmocka_unit_test(test_stop_beside_a_long_call)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
