@@ -7,7 +7,7 @@
  *    and if_absent may take it again);
  *  - a cluster that is down: the operation ends at the store's deadline with PC_EUNAVAIL or
  *    PC_ETIMEDOUT;
- *  - three members, the leader killed with SIGKILL, or member 0 stopped with SIGSTOP (its
+ *  - three members, the leader killed with SIGKILL, or a follower stopped with SIGSTOP (its
  *    connections open, answering nothing), while a writer and a heartbeat run: no operation
  *    fails (a pause, not an error) and every acknowledged value is read back.
  * Skips (77) when etcd is not installed. Every wait is bounded. */
@@ -250,14 +250,34 @@ static void *watcher(void *arg) {
  * as long as the lease, so a renewal could come too late (etcd store: attempts of a store that
  * keeps leases alive wait a quarter of the shortest lease at most; the slowest write is checked,
  * the lapse itself is too narrow to be caught every time). how:
- * "kill" the leader (SIGKILL: its connections close), or "stop1" member 0 (SIGSTOP: its
- * connections stay open and requests wait there unanswered; the store's calls go to it first).
- * A stopped member held a store whose one channel picked it for good: every call timed out. */
+ * "kill" the leader (SIGKILL: its connections close), or "stop1" a follower (SIGSTOP: its
+ * connections stay open and requests wait there unanswered; the store lists it first, so its
+ * calls go to it first). A stopped member held a store whose one channel picked it for good:
+ * every call timed out. */
 static void member_lost(const char *how) {
     assert_int_equal(sh("%s start %s %s", "3"), 0);
-    char eps[256];
+    char eps[256], leader[16] = "";
     read_file("endpoints", eps, sizeof eps);
-    ps_coord_store_t st = open_store(eps, "/lk", 15000), rs = open_store(eps, "/lk", 15000);
+    {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "%s leader %s", g_script, g_dir);
+        FILE *p = popen(cmd, "r");
+        assert_non_null(p);
+        assert_non_null(fgets(leader, sizeof leader, p));
+        pclose(p);
+        leader[strcspn(leader, "\n")] = '\0';
+    }
+    /* stop1: the member after the leader, listed first (the endpoints rotated to start there) */
+    const int stopped = (atoi(leader) + 1) % 3;
+    char rot[256] = "", *ep[3], *save = NULL;
+    int ne = 0;
+    for (char *t = strtok_r(eps, ",", &save); t && ne < 3; t = strtok_r(NULL, ",", &save))
+        ep[ne++] = t;
+    assert_int_equal(ne, 3);
+    for (int k = 0; k < 3; k++)
+        snprintf(rot + strlen(rot), sizeof rot - strlen(rot), "%s%s", k ? "," : "",
+                 ep[strcmp(how, "stop1") == 0 ? (stopped + k) % 3 : k]);
+    ps_coord_store_t st = open_store(rot, "/lk", 15000), rs = open_store(rot, "/lk", 15000);
     writer_t w = {.st = &st};
     watcher_t wa = {.st = &rs};
     pthread_t th, wth;
@@ -265,16 +285,11 @@ static void member_lost(const char *how) {
     pthread_create(&wth, NULL, watcher, &wa);
     usleep(500000);
     atomic_store(&wa.armed, true); /* the key exists by now */
-    char out[16] = "0";
-    if (strcmp(how, "kill") == 0) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "%s leader %s", g_script, g_dir);
-        FILE *p = popen(cmd, "r");
-        assert_non_null(p);
-        assert_non_null(fgets(out, sizeof out, p));
-        pclose(p);
-        out[strcspn(out, "\n")] = '\0';
-    }
+    char out[16];
+    if (strcmp(how, "kill") == 0)
+        snprintf(out, sizeof out, "%s", leader);
+    else
+        snprintf(out, sizeof out, "%d", stopped);
     const int before = atomic_load(&w.ok);
     assert_true(before > 0);
     print_message("%s member %s after %d writes\n", how, out, before);
@@ -293,9 +308,9 @@ static void member_lost(const char *how) {
                   atomic_load(&w.ok) - before, atomic_load(&w.failed), w.worst_s,
                   atomic_load(&wa.absent), atomic_load(&wa.reads));
     assert_int_equal(atomic_load(&w.failed), 0);
-    /* a stopped member holds an attempt a quarter lease (0.5 s), not 2 s, before the next one is
-     * asked, and the heartbeat key does not lapse (a killed leader's election takes its own time:
-     * under load its renewal may come late, nothing wrong with the store) */
+    /* a stopped follower holds an attempt a quarter lease (0.5 s), not 2 s, before the next
+     * member is asked, and the heartbeat key does not lapse (an election takes its own time:
+     * under load a renewal may come late then, nothing wrong with the store) */
     if (strcmp(how, "stop1") == 0) {
         assert_true(w.worst_s < 1.6);
         assert_int_equal(atomic_load(&wa.absent), 0);
