@@ -167,8 +167,9 @@ struct server {
     uv_connect_t creq;
     int state; /* 0 closed, 1 connecting, 2 connected, 3 closing (server_drop) */
     bool in_map, dead, hello_done, was_connected;
-    /* Connect phase: psc_connect waits for this server's HELLO answer (hello_wait: it had a
-     * role in the map psc_connect was given), then its result (hello_rc, 0 or why in hello_why). */
+    /* Connect phase: this server's HELLO answer is still to come (hello_wait: a server of the map
+     * psc_connect was given; connect_check counts those with a role in the newest map), then its
+     * result (hello_rc, 0 or why in hello_why). */
     bool hello_wait;
     int hello_rc;
     char hello_why[PC_WIRE_MSG_MAX];
@@ -1925,22 +1926,20 @@ int psc_connect2(const psc_opts_t *o, const psc_tls_opts_t *tls, char *why, size
      * every connect fail (a worker restarted after a failover could not join its job). One that
      * has a role in the caller's map but not in a newer one a server answers with is not waited
      * for from then on (connect_check). */
-    int wait_for = 0;
     bool missing = !c->map; /* out of memory in map_adopt: a map or a server object short */
     for (size_t i = 0; i < c->nsrv; i++) {
         if (!c->srv[i])
             missing = true;
-        else if (c->placeholder || pc_cmap_has_role(c->map, (uint32_t)i))
-            c->srv[i]->hello_wait = true, wait_for++;
-        else
-            c->srv[i]->hello_done = true; /* not waited for: connected like any other */
+        else /* (connect_check counts those with a role) */
+            c->srv[i]->hello_wait = true;
     }
-    c->hello_pending = wait_for;
     c->connect_phase = true;
-    c->connect_done = wait_for == 0 || missing;
     if (missing) {
+        c->connect_done = true;
         c->connect_rc = PC_ENOMEM;
         snprintf(c->connect_why, sizeof c->connect_why, "out of memory for the cluster map");
+    } else {
+        connect_check(c); /* (no thread yet: mu is not needed) */
     }
     uv_async_init(&c->loop, &c->wake, on_wake);
     c->wake.data = c;

@@ -50,11 +50,6 @@ struct ps_grpc {
     worker_t *w;
     atomic_bool stopping;
     atomic_bool serving; /* health: SERVING; API calls accepted */
-    /* Serving is being turned off: ps_grpc_set_serving waits for the calls in flight (a
-     * checkpoint may run for minutes). New calls are refused at once meanwhile and health says
-     * NOT_SERVING: they queued on the gate behind that waiting writer, and held the handler
-     * thread kept for data calls and health checks until the long call ended. */
-    atomic_bool draining;
     /* Read-held by every API call from its check of `serving` to its end; ps_grpc_set_serving
      * takes it exclusively (writers first), so when it turns serving off no call still runs
      * through env (the owner then stops what env points to: the data plane, the catalog). */
@@ -118,8 +113,8 @@ static void health_check(struct ps_grpc *g, const uint8_t *req, size_t len, ps_a
         ps_api_fail(r, PC_ENOTFOUND, "unknown service '%.200s'", svc);
     } else {
         Grpc__Health__V1__HealthCheckResponse a = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-        const bool up = atomic_load(&g->serving) && !atomic_load(&g->draining) &&
-                        (!g->svc.ready || g->svc.ready(g->svc.ctx, svc));
+        const bool up =
+            atomic_load(&g->serving) && (!g->svc.ready || g->svc.ready(g->svc.ctx, svc));
         a.status = up ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                       : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
         r->len = grpc__health__v1__health_check_response__get_packed_size(&a);
@@ -223,18 +218,20 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
                     "stays for data calls and health checks: try again, or start the server with "
                     "more --grpc-threads",
                     g->admin_max, g->nworkers);
-    } else if (atomic_load(&g->draining)) {
-        ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
-        if (admin_call)
-            atomic_fetch_sub(&g->admin_running, 1);
     } else {
-        pthread_rwlock_rdlock(&g->gate);
-        if (!atomic_load(&g->serving))
+        /* serving is looked at before the gate too: a stop turns it off first and then waits on
+         * the gate for the calls in flight (ps_grpc_set_serving), and a call queued there behind
+         * it would wait as long (a checkpoint: minutes), holding its handler thread */
+        const bool gated = atomic_load(&g->serving);
+        if (gated)
+            pthread_rwlock_rdlock(&g->gate);
+        if (!gated || !atomic_load(&g->serving))
             ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
         else
             g->svc.call(g->svc.ctx, m, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s),
                         !g->admin[0] || token_ok(md, g->admin), &r);
-        pthread_rwlock_unlock(&g->gate);
+        if (gated)
+            pthread_rwlock_unlock(&g->gate);
         if (admin_call)
             atomic_fetch_sub(&g->admin_running, 1);
     }
@@ -454,11 +451,10 @@ int ps_grpc_port(const ps_grpc_t *g) {
 void ps_grpc_set_serving(ps_grpc_t *g, bool serving) {
     if (!g)
         return;
-    if (!serving)
-        atomic_store(&g->draining, true); /* (see draining) */
-    pthread_rwlock_wrlock(&g->gate);      /* calls in flight end first */
+    if (!serving) /* refused from now on, health NOT_SERVING, while the calls in flight end */
+        atomic_store(&g->serving, false);
+    pthread_rwlock_wrlock(&g->gate); /* calls in flight end first */
     atomic_store(&g->serving, serving);
-    atomic_store(&g->draining, false);
     pthread_rwlock_unlock(&g->gate);
 }
 

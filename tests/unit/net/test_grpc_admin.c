@@ -154,15 +154,21 @@ static void asked_again(ps_grpc_t *g, caller_t *k) {
     assert_int_equal(k->rc, 0);
 }
 
-static void test_admin_keeps_a_thread(void **state) {
-    (void)state;
+/* The test service (Slow, Fast, Checkpoint) on 2 handler threads, serving. */
+static ps_grpc_t *start_serving(void) {
     static const char *const names[] = {"t.S", NULL};
-    const ps_grpc_service_t svc = {
+    static const ps_grpc_service_t svc = {
         .names = names, .method = method, .is_admin = is_admin, .call = call};
     const ps_grpc_opts_t o = {.addr = "127.0.0.1:0", .threads = 2, .max_message = 1 << 20};
     ps_grpc_t *g;
     assert_int_equal(ps_grpc_start(&svc, &o, &g), 0);
     ps_grpc_set_serving(g, true);
+    return g;
+}
+
+static void test_admin_keeps_a_thread(void **state) {
+    (void)state;
+    ps_grpc_t *g = start_serving();
     caller_t slow = {.port = ps_grpc_port(g), .rc = -1, .path = "/t.S/Slow"};
     assert_int_equal(pthread_create(&slow.th, NULL, caller_main, &slow), 0);
     const bool running = wait_for(slow_running, NULL);
@@ -206,13 +212,7 @@ static void *serving_off(void *arg) {
  * minutes), holding the handler thread kept for them. */
 static void test_stop_beside_a_long_call(void **state) {
     (void)state;
-    static const char *const names[] = {"t.S", NULL};
-    const ps_grpc_service_t svc = {
-        .names = names, .method = method, .is_admin = is_admin, .call = call};
-    const ps_grpc_opts_t o = {.addr = "127.0.0.1:0", .threads = 2, .max_message = 1 << 20};
-    ps_grpc_t *g;
-    assert_int_equal(ps_grpc_start(&svc, &o, &g), 0);
-    ps_grpc_set_serving(g, true);
+    ps_grpc_t *g = start_serving();
     release(false);
     caller_t slow = {.port = ps_grpc_port(g), .rc = -1, .path = "/t.S/Slow"};
     assert_int_equal(pthread_create(&slow.th, NULL, caller_main, &slow), 0);
