@@ -481,13 +481,17 @@ static void cf_remove(ps_tier_t *tier, cfent_t *e) {
     *e = tier->cfs[--tier->ncf];
 }
 
+/* Drop column family e. One whose drop failed stays listed, with its handle: it is still in the
+ * database, and the next fresh attach of its name tries the drop again (forgotten, the name could
+ * not be created again until a restart). */
 static int cf_drop(ps_tier_t *tier, cfent_t *e) {
     char *err = NULL;
     rocksdb_drop_column_family(tier->db, e->h, &err);
-    int rc = err ? db_error(tier, "drop column family", err) : 0;
+    if (err)
+        return db_error(tier, "drop column family", err);
     rocksdb_column_family_handle_destroy(e->h);
     cf_remove(tier, e);
-    return rc;
+    return 0;
 }
 
 bool ps_tier_attached(const ps_tier_t *tier, const ps_table_t *t) {
