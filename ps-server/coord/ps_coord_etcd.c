@@ -26,12 +26,14 @@
  * - set-if-absent: one transaction comparing the key's create revision with 0 (an absent key
  *   has none) and putting on success; exactly one of racing writers succeeds. A lease granted
  *   for a set-if-absent that lost is revoked.
- * - list: a range over [PREFIX + prefix, its successor) sorted by key, limit max; values over
- *   PS_COORD_LIST_BYTES in all, or etcd's "more", mark it truncated; the lease left of a leased
- *   key comes from LeaseTimeToLive (one call per lease met, all within the list's one
- *   deadline: past it, or when a call fails, the time left reads as 1 ms, "leased, unknown"),
- *   in whole seconds; a key's revision is its mod_revision (every put changes it, so a heartbeat
- *   shows at once).
+ * - list: a range over [PREFIX + prefix, its successor) sorted by key, limit max, read in pages
+ *   (each after the last key of the one before, at the first one's revision): a page whose answer
+ *   passes gRPC's message limit (8 MiB: nine values of 1 MiB) is asked again half as long. Values
+ *   over PS_COORD_LIST_BYTES in all, or more than max keys, mark it truncated. The lease left
+ *   of a leased key comes from LeaseTimeToLive (one call per lease met, all within the list's
+ *   one deadline: past it, or when a call fails, the time left reads as 1 ms, "leased,
+ *   unknown"), in whole seconds; a key's revision is its mod_revision (every put changes it, so a
+ * heartbeat shows at once).
  */
 #include "ps_coord_etcd.h"
 
@@ -492,7 +494,9 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
         return PC_EINVAL;
     if (max > PS_COORD_LIST_MAX)
         max = PS_COORD_LIST_MAX;
-    char lo[PREFIX_MAX + PS_COORD_KEY_MAX + 1], hi[sizeof lo];
+    if (!max)
+        return 0;
+    char lo[PREFIX_MAX + PS_COORD_KEY_MAX + 2], hi[sizeof lo];
     size_t ll = full_key(e, prefix, lo), hl = ll;
     memcpy(hi, lo, ll);
     /* the successor of the prefix: its last byte below 0xff plus one (the rest dropped) */
@@ -500,57 +504,79 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
         hl--;
     if (hl)
         hi[hl - 1] = (char)((uint8_t)hi[hl - 1] + 1);
+    pc_kv_entry_t *v = calloc(max, sizeof *v);
+    if (!v)
+        return PC_ENOMEM;
     Emberps__Etcd__RangeRequest q = EMBERPS__ETCD__RANGE_REQUEST__INIT;
-    q.key = (ProtobufCBinaryData){ll, (uint8_t *)lo};
     q.range_end =
         hl ? (ProtobufCBinaryData){hl, (uint8_t *)hi} : (ProtobufCBinaryData){1, (uint8_t *)"\0"};
-    q.limit = (int64_t)max;
     q.sort_order = EMBERPS__ETCD__RANGE_REQUEST__SORT_ORDER__ASCEND;
     q.sort_target = EMBERPS__ETCD__RANGE_REQUEST__SORT_TARGET__KEY;
-    Emberps__Etcd__RangeResponse *r = NULL;
-    int rc = max ? call_r(e, "/etcdserverpb.KV/Range", &q.base,
-                          &emberps__etcd__range_response__descriptor, (ProtobufCMessage **)&r, NULL,
-                          when)
-                 : 0;
-    if (rc || !max)
-        return rc;
-    pc_kv_entry_t *v = calloc(r->n_kvs ? r->n_kvs : 1, sizeof *v);
-    size_t k = 0, bytes = 0;
-    rc = v ? 0 : PC_ENOMEM;
-    *truncated = r->more;
+    size_t k = 0, bytes = 0, page = max;
     int64_t last_lease = 0;
     uint32_t last_left = 0;
-    for (; !rc && k < r->n_kvs; k++) {
-        const Emberps__Etcd__KeyValue *kv = r->kvs[k];
-        if (bytes + kv->value.len > PS_COORD_LIST_BYTES) {
-            *truncated = true;
-            break;
+    int rc = 0;
+    bool done = false;
+    while (!rc && !done) {
+        q.key = (ProtobufCBinaryData){ll, (uint8_t *)lo};
+        q.limit = (int64_t)(page < max - k ? page : max - k);
+        Emberps__Etcd__RangeResponse *r = NULL;
+        rc =
+            call_r(e, "/etcdserverpb.KV/Range", &q.base, &emberps__etcd__range_response__descriptor,
+                   (ProtobufCMessage **)&r, NULL, when);
+        if (rc == PC_ETOOBIG && q.limit > 1) { /* over gRPC's message limit: smaller pages */
+            page = (size_t)q.limit / 2;
+            rc = 0;
+            continue;
         }
-        bytes += kv->value.len;
-        pc_kv_entry_t *d = &v[k];
-        const size_t kl = kv->key.len > e->plen ? kv->key.len - e->plen : 0;
-        if ((rc = pc_kv_entry_fill(d, kl ? kv->key.data + e->plen : NULL, kl, kv->value.data,
-                                   kv->value.len)))
+        if (rc)
             break;
-        d->revision = kv->mod_revision > 0 ? (uint64_t)kv->mod_revision : 0;
-        if (kv->lease) {
-            if (kv->lease != last_lease) {
-                last_lease = kv->lease;
-                last_left = lease_left_ms(e, kv->lease, when);
+        if (!q.revision && r->header) /* the later pages read the first one's revision */
+            q.revision = r->header->revision;
+        size_t i = 0;
+        for (; !rc && i < r->n_kvs; i++, k++) {
+            const Emberps__Etcd__KeyValue *kv = r->kvs[i];
+            if (bytes + kv->value.len > PS_COORD_LIST_BYTES) {
+                *truncated = done = true;
+                break;
             }
-            d->lease_left_ms = last_left ? last_left : 1; /* leased: never reads as "none" */
+            bytes += kv->value.len;
+            pc_kv_entry_t *d = &v[k];
+            const size_t kl = kv->key.len > e->plen ? kv->key.len - e->plen : 0;
+            if ((rc = pc_kv_entry_fill(d, kl ? kv->key.data + e->plen : NULL, kl, kv->value.data,
+                                       kv->value.len)))
+                break;
+            d->revision = kv->mod_revision > 0 ? (uint64_t)kv->mod_revision : 0;
+            if (kv->lease) {
+                if (kv->lease != last_lease) {
+                    last_lease = kv->lease;
+                    last_left = lease_left_ms(e, kv->lease, when);
+                }
+                d->lease_left_ms = last_left ? last_left : 1; /* leased: never reads as "none" */
+            }
         }
+        if (!rc && !done && r->more && r->n_kvs) {
+            const Emberps__Etcd__KeyValue *kv = r->kvs[r->n_kvs - 1];
+            if (k == max || kv->key.len >= sizeof lo) { /* (a key no caller of ours writes) */
+                *truncated = done = true;
+            } else { /* the next page starts just after the last key */
+                memcpy(lo, kv->key.data, kv->key.len);
+                lo[kv->key.len] = '\0';
+                ll = kv->key.len + 1;
+            }
+        } else {
+            done = true;
+        }
+        emberps__etcd__range_response__free_unpacked(r, NULL);
     }
-    emberps__etcd__range_response__free_unpacked(r, NULL);
     if (rc) {
-        pc_kv_entries_free(v, k + 1);
+        pc_kv_entries_free(v, k + 1 < max ? k + 1 : max);
         return rc;
     }
     *out = v;
     *n = k;
     return 0;
 }
-
 static void e_destroy(void *ctx) {
     etcd_t *e = ctx;
     if (!e)

@@ -131,6 +131,26 @@ static void test_one_member(void **state) {
     char *huge = calloc(1, PS_COORD_VALUE_MAX + 1);
     assert_int_equal(st.set(st.ctx, "huge", huge, PS_COORD_VALUE_MAX + 1, false, 0), PC_ETOOBIG);
     assert_int_equal(st.set(st.ctx, "huge", huge, PS_COORD_VALUE_MAX, false, 0), 0);
+    /* a list whose answer passes gRPC's 8 MiB: read in pages, in order, cut at
+     * PS_COORD_LIST_BYTES: 40 small values, then 9 of 1 MiB (the first pages halve twice) */
+    char key[32];
+    for (int i = 0; i < 49; i++) {
+        snprintf(key, sizeof key, "pages/%02d", i);
+        assert_int_equal(st.set(st.ctx, key, huge, i < 40 ? 10 : PS_COORD_VALUE_MAX, false, 0), 0);
+    }
+    assert_int_equal(st.list(st.ctx, "pages/", 100, &e, &n, &trunc), 0);
+    assert_int_equal(n, 43); /* the 40 small ones and 3 of 1 MiB: a 4th passes 4 MiB */
+    assert_true(trunc);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "pages/%02zu", i);
+        assert_string_equal(e[i].key, key);
+        assert_int_equal(e[i].len, i < 40 ? 10 : PS_COORD_VALUE_MAX);
+    }
+    pc_kv_entries_free(e, n);
+    assert_int_equal(st.list(st.ctx, "pages/", 41, &e, &n, &trunc), 0);
+    assert_int_equal(n, 41);
+    assert_true(trunc);
+    pc_kv_entries_free(e, n);
     free(huge);
     st.destroy(st.ctx);
     other.destroy(other.ctx);
