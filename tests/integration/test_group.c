@@ -15,7 +15,9 @@
  *    write their generation back and recovery works as before it (test_coordinator_restart);
  *  - every worker in recovery though none died: the next generation forms at once;
  *  - a job whose generation 0 never formed, started again: it forms under a fresh prefix; the
- *    rendezvous keys carry a lease.
+ *    rendezvous keys carry a lease;
+ *  - etcd out of its space quota (reads answered, writes refused) while a worker recovers into a
+ *    newer generation: the recovery fails after the rejoin timeout, not a spin.
  * On etcd a lease's time left comes in whole seconds: a claim that judged renewals by it took a
  * dead holder for a live one. Every wait is bounded. */
 #include "proc_util.h"
@@ -456,23 +458,74 @@ static int etcd(const char *verb, const char *arg) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static void test_claims_etcd(void **state) {
-    (void)state;
+/* One etcd member started (the test skipped without etcd): its URL with namespace ns in url. */
+static void etcd_up(const char *ns, char *url, size_t cap) {
     const int rc = etcd("start", "1");
     if (rc == 77) {
         print_message("SKIPPED: etcd is not installed (deploy/install-deps.sh)\n");
         skip();
     }
     assert_int_equal(rc, 0);
-    char path[300], eps[256] = "", url[300];
+    char path[300], eps[256] = "";
     snprintf(path, sizeof path, "%s/etcd/endpoints", g_dir);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     assert_non_null(fgets(eps, sizeof eps, f));
     fclose(f);
     eps[strcspn(eps, "\n")] = '\0';
-    snprintf(url, sizeof url, "etcd://%s/claims", eps);
+    snprintf(url, cap, "etcd://%s/%s", eps, ns);
+}
+
+static void test_claims_etcd(void **state) {
+    (void)state;
+    char url[300];
+    etcd_up("claims", url, sizeof url);
     claims(url);
+    etcd("stop", "");
+}
+
+/* A coordinator that refuses writes but answers reads (etcd out of its space quota) while a
+ * worker recovers into a newer generation: the recovery fails after the rejoin timeout. It spun
+ * for ever: the tried mark's failed write went back to the loop with no pause and no bound. */
+static void test_nospace_etcd(void **state) {
+    (void)state;
+    char url[300];
+    setenv("ETCD_QUOTA_BACKEND_BYTES", "16777216", 1); /* 16 MiB */
+    etcd_up("nospace", url, sizeof url);
+    unsetenv("ETCD_QUOTA_BACKEND_BYTES");
+    pw_group_t *g = NULL;
+    assert_int_equal(join(url, "ns", &g), 0);
+    pw_coord_t *co;
+    assert_int_equal(pw_coord_open(url, NULL, 5000, &co), 0);
+    char key[64], cur[24];
+    const uint64_t next = pw_group_gen(g) + 1; /* proposed, with this worker in it */
+    snprintf(key, sizeof key, "ns/run/0/g/%llu", (unsigned long long)next);
+    assert_int_equal(pw_coord_set(co, key, "0", 1), 0);
+    snprintf(cur, sizeof cur, "%llu", (unsigned long long)next);
+    assert_int_equal(pw_coord_set(co, "ns/run/0/cur", cur, strlen(cur)), 0);
+    const size_t big = 1u << 20;
+    char *fill = calloc(1, big);
+    int rc = 0;
+    for (int i = 0; i < 64 && !rc; i++) {
+        snprintf(key, sizeof key, "fill/%d", i);
+        rc = pw_coord_set(co, key, fill, big);
+    }
+    free(fill);
+    print_message("etcd refused a write: %s\n", pc_err_name(rc));
+    assert_int_equal(rc, PC_ENOSPC);
+    recoverer_t rec = {.g = g};
+    pthread_t rt;
+    const double t0 = pu_now();
+    assert_int_equal(pthread_create(&rt, NULL, recover_main, &rec), 0);
+    while (!atomic_load(&rec.done) && pu_now() - t0 < 15)
+        usleep(50000);
+    print_message("recovery with writes refused: %s after %.2f s (rejoin timeout 5 s)\n",
+                  atomic_load(&rec.done) ? pc_err_name(rec.rc) : "still running", pu_now() - t0);
+    assert_true(atomic_load(&rec.done)); /* else it spins in settle (the thread is left) */
+    pthread_join(rt, NULL);
+    assert_int_equal(rec.rc, PC_ENOSPC);
+    pw_group_close(g);
+    pw_coord_close(co);
     etcd("stop", "");
 }
 
@@ -485,7 +538,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_claims_memory),       cmocka_unit_test(test_claims_etcd),
         cmocka_unit_test(test_coordinator_restart), cmocka_unit_test(test_all_recovering),
-        cmocka_unit_test(test_unformed_restart),
+        cmocka_unit_test(test_unformed_restart),    cmocka_unit_test(test_nospace_etcd),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     etcd("stop", ""); /* also after a failed assertion */

@@ -28,8 +28,9 @@ struct pw_group {
     uint64_t run;
     pw_coord_t *coord, *hb_coord; /* hb_coord: heartbeats, polls (calls bounded by lease / 4) */
     pw_coll_t *coll;
-    int64_t gen;    /* -1: none yet */
-    int64_t formed; /* the newest generation this worker formed (-1: none); its members: */
+    int64_t gen;     /* -1: none yet */
+    uint64_t marked; /* the tried mark this process wrote last (mark_tried; 0: none) */
+    int64_t formed;  /* the newest generation this worker formed (-1: none); its members: */
     int formed_members[MAX_MEMBERS];
     int grank, gsize;
     uint64_t last_poll_ns;
@@ -223,31 +224,41 @@ static bool coord_retry(pw_group_t *g, uint64_t *since, int rc, bool timeouts) {
     return !coord_gave_up(g, since, rc);
 }
 
-/* Form generation `gen` of members m[0..n) (this worker among them). PC_ESTATE when this rank
- * tried to form it before (an earlier process of the rank: its rendezvous keys there name a
- * process that is gone; the caller proposes the next generation instead). The rank's key
- * tried/<rank> holds the newest generation it tried (one key a rank: generations are many). */
-static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms) {
-    char prefix[256], key[256], v[24];
-    pw_coll_destroy(g->coll);
+/* Mark generation gen as tried by this rank before forming it: 0, PC_ESTATE when this rank
+ * tried it before (an earlier process of the rank: its rendezvous keys there name a process
+ * that is gone; the caller proposes the next generation instead), or the coordinator's error
+ * (the caller retries it as its other calls). The rank's key tried/<rank> holds the newest
+ * generation it tried, plus one (0 is none; one key a rank: generations are many); a mark this
+ * process wrote itself (a write applied whose answer was lost, then retried) is no earlier
+ * process's. */
+static int mark_tried(pw_group_t *g, int64_t gen) {
+    char key[256], v[24];
+    pw_coll_destroy(g->coll); /* the generation before is over */
     g->coll = NULL;
     key_of(g, key, sizeof key, "tried/%d", g->o.rank);
     uint64_t tried = 0;
     int rc = get_u64(g->coord, key, &tried);
-    if (rc == 0 && tried >= (uint64_t)gen + 1) { /* (stored + 1: 0 is none) */
+    if (rc && rc != PC_ENOTFOUND)
+        return rc;
+    if (rc == 0 && tried >= (uint64_t)gen + 1 && tried != g->marked) {
         PC_WARN("group: generation %" PRId64 " was tried by an earlier process of rank %d: "
                 "proposing the next one",
                 gen, g->o.rank);
         g->gen = gen;
         return PC_ESTATE;
     }
-    snprintf(v, sizeof v, "%" PRIu64, (uint64_t)gen + 1);
-    if ((rc && rc != PC_ENOTFOUND) || (rc = set_str(g, key, v)))
-        return rc;
+    g->marked = (uint64_t)gen + 1;
+    snprintf(v, sizeof v, "%" PRIu64, g->marked);
+    return set_str(g, key, v);
+}
+
+/* Form generation `gen` (marked tried) of members m[0..n) (this worker among them). */
+static int form(pw_group_t *g, int64_t gen, const int *m, int n, int timeout_ms) {
+    char prefix[256], key[256];
     key_of(g, prefix, sizeof prefix, "g/%" PRId64 "/rdv", gen);
     pw_kv_t kv = pw_coord_kv(g->coord, rdv_lease_ms(g));
     const int me = index_of(m, n, g->o.rank);
-    rc = pw_coll_create(&kv, prefix, me, n, g->host, timeout_ms, &g->coll);
+    int rc = pw_coll_create(&kv, prefix, me, n, g->host, timeout_ms, &g->coll);
     g->gen = gen; /* tried: a failed formation is not tried again */
     if (rc)
         return rc;
@@ -686,7 +697,12 @@ static int settle(pw_group_t *g, bool first) {
                 const bool fresh = first && !job_started(g); /* the job never formed */
                 const int t =
                     (fresh && last == 0) || g->o.timeout_ms > rejoin ? g->o.timeout_ms : rejoin;
-                if ((rc = form(g, last, g->members, n, t)) == 0) {
+                if ((rc = mark_tried(g, last)) && rc != PC_ESTATE) {
+                    if (coord_gave_up(g, &set_trouble, rc)) /* bounded as the other writes */
+                        return rc;
+                    continue;
+                }
+                if (!rc && (rc = form(g, last, g->members, n, t)) == 0) {
                     hb_set(g, "training", true);
                     return 0;
                 }
