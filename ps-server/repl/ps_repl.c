@@ -287,7 +287,17 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
         pc_cmap_destroy(m);
         return;
     }
-    ps_dp_set_map_from(r->dp, m, r->map); /* backups new since r->map join (not the first) */
+    /* backups new since r->map join (not the first); the data plane's map first: adopted
+     * without it, a promoted server refused pushes for its new slots (PC_EWRONGSLOT), and a
+     * handed-over one took them, until another version came (this one is read again) */
+    const int rc = ps_dp_set_map_from(r->dp, m, r->map);
+    if (rc) {
+        pthread_mutex_unlock(&r->mu);
+        PC_ERROR("replication: map version %" PRIu64 " not adopted: %s", pc_cmap_version(m),
+                 pc_strerror(rc));
+        pc_cmap_destroy(m);
+        return;
+    }
     if (!r->map || !pc_cmap_roles_same(m, r->map))
         atomic_store(&r->roles, pc_cmap_version(m));
     pc_cmap_destroy(r->map);
@@ -1017,13 +1027,15 @@ typedef struct bufs {
 } bufs_t;
 
 static int bufs_fit(bufs_t *b, uint32_t stride) {
-    if (!b->keys) {
+    /* each on its own: after a failure, the next call allocates those still missing */
+    if (!b->keys)
         b->keys = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS * 8);
+    if (!b->ek)
         b->ek = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS * 8);
+    if (!b->found)
         b->found = pc_malloc(PC_MEM_SCRATCH, CALL_ROWS);
-        if (!b->keys || !b->ek || !b->found)
-            return PC_ENOMEM;
-    }
+    if (!b->keys || !b->ek || !b->found)
+        return PC_ENOMEM;
     if (stride > b->stride) {
         const size_t old = b->rows ? (size_t)b->cap * b->stride * 4 : 0;
         uint32_t cap = CALL_BYTES / (stride * 4);
@@ -1238,8 +1250,10 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
         cp->start = 0;
         return 0;
     }
-    if (rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT)
-        return rc; /* another map version there, or no answer: this part again later */
+    if (rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ECLOSED ||
+        rc == PC_ETLS || rc == PC_EAUTH || rc == PC_ENOMEM)
+        return rc; /* another map version there, no answer, or no connection: this part again
+                    * later (the copy stays) */
     if (!rc && cp->part && out.uid != cp->uid) {
         if (ps_table_uid_same_run(cp->uid, out.uid)) { /* reset while the primary ran (DESIGN) */
             /* the copy starts over from the keys held now: those the earlier parts loaded from
