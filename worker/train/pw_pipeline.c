@@ -154,7 +154,11 @@ static int run_push(pw_job_t *j) {
     pchunk_t *p = (pchunk_t *)j;
     pw_emb_t *e = p->s->t->emb;
     p->sent = true;
-    return e->ops->push_async(e, p->keys, p->n, p->grads, push_done, p);
+    const int rc = e->ops->push_async(e, p->keys, p->n, p->grads, push_done, p);
+    if (rc) /* refused before it went out: the same account as one that failed (a refusal stops
+             * the job through push_refused, which the marks tell the others) */
+        push_done(p, rc);
+    return 0;
 }
 
 /* A collective of the ordered lane, on the devices (dev: buf is device memory, the round's
