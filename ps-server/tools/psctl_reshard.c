@@ -246,6 +246,12 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             return rc;
         if ((idx = pc_cmap_find(m, addr)) >= 0)
             break;
+        if (pc_cmap_nservers(m) >= PC_MAX_SERVERS) { /* (not a usage error) */
+            fprintf(stderr, "psctl: reshard add %s: the map lists %u servers, the most it can\n",
+                    addr, PC_MAX_SERVERS);
+            pc_cmap_destroy(m);
+            return 1;
+        }
         pc_cluster_map_t *next = NULL;
         if ((rc = pc_cmap_copy(m, &next)) ||
             (rc = pc_cmap_add_server(next, addr, pc_cmap_version(m) + 1))) {
@@ -255,12 +261,19 @@ static int add(const psctl_reshard_opts_t *o, ps_coord_store_t *st, const char *
             return rc == PC_EINVAL ? 2 : 1;
         }
         rc = ps_mapstore_put(st, next);
+        if (!rc) { /* listed: plan on the version written (the last try's too) */
+            pc_cmap_destroy(m);
+            m = next;
+            idx = pc_cmap_find(m, addr);
+            break;
+        }
         pc_cmap_destroy(next);
-        if (rc && rc != PC_EEXIST) {
+        if (rc != PC_EEXIST) {
             fprintf(stderr, "psctl: coordinator %s: %s\n", o->coordinator, pc_strerror(rc));
             pc_cmap_destroy(m);
             return psctl_exit_of(rc);
         }
+        pc_time_sleep_ms(10 * (uint32_t)(tries + 1)); /* another writer's version: read it */
     }
     if (idx < 0) {
         fprintf(stderr, "psctl: reshard add %s: the map kept changing\n", addr);
