@@ -74,7 +74,8 @@ static const pc_setting_t k_own[] = {
     PC_SETTING_INT(T, max_keys, 1, 16777216, "1Mi",
                    "most keys in one Lookup, and features in one Predict"),
     PC_SETTING_INT(T, max_reply_bytes, 1024, 2147483647, "64Mi",
-                   "largest Lookup reply (rows + found bytes); more: PC_ETOOBIG"),
+                   "largest Lookup reply (rows + found bytes), and rows one Predict gathers; more: "
+                   "PC_ETOOBIG"),
     PC_SETTING_INT(T, max_message_bytes, 1024, 2147483647, "64Mi",
                    "largest gRPC message either way"),
     PC_SETTING_INT(T, tick_ms, 10, 60000, "100",

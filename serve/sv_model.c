@@ -271,6 +271,11 @@ float *sv_eval_rows(sv_eval_t *e, size_t nk) {
 }
 
 int sv_eval_run(sv_eval_t *e, const pw_batch_t *b, float *probs, char *why, size_t cap) {
+    if (b->n > (size_t)e->owner->max_batch) { /* the step's buffers hold max_batch samples */
+        snprintf(why, cap, "%zu samples, over the model's max_batch %d", (size_t)b->n,
+                 e->owner->max_batch);
+        return PC_EINVAL;
+    }
     device_enter(e->owner);
     int rc = eval_run(e, b, probs, why, cap);
     device_leave(e->owner);

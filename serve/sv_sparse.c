@@ -399,7 +399,8 @@ uint64_t sv_sparse_rows(sv_sparse_t *s) {
     size_t n = sv_sparse_tables(s, NULL, 0);
     if (n && !(names = malloc(n * sizeof *names)))
         return 0;
-    n = sv_sparse_tables(s, names, n);
+    const size_t got = sv_sparse_tables(s, names, n); /* (the count now: one added since?) */
+    n = got < n ? got : n;
     uint64_t rows = 0;
     for (size_t srv = 0; srv < s->nsrv; srv++) {
         for (size_t i = 0; i < n; i++) {

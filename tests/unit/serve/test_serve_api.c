@@ -493,6 +493,14 @@ static void test_bad_input(void **state) {
     Emberps__PredictResponse *a = predict_ok(&small, &q);
     assert_int_equal(a->n_scores, 3);
     emberps__predict_response__free_unpacked(a, NULL);
+    /* more bytes of rows than max_reply: 78 rows of 64 bytes over 4096 (52: under it) */
+    small = g_env;
+    small.max_reply = 4096;
+    expect_fail(&small, m_predict, &q.base, PC_ETOOBIG, "4992 bytes of rows, over max_reply 4096");
+    lines_request(&q, 0, 2);
+    a = predict_ok(&small, &q);
+    assert_int_equal(a->n_scores, 2);
+    emberps__predict_response__free_unpacked(a, NULL);
     /* an unknown model */
     lines_request(&q, 0, 2);
     q.model = "ranker";
