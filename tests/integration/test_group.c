@@ -8,7 +8,8 @@
  *    PC_EEXIST (two workers given one rank); of two claimants of a dead holder's rank, one takes
  *    it over and the other is refused;
  *  - a live holder of this machine's name but another pid namespace (its pid no process here)
- *    is watched and refused, not taken for dead;
+ *    is watched and refused, not taken for dead; one of this node whose pid is this process's
+ *    but whose start time is earlier (a container restarted as pid 1) is taken over;
  *  - a holder whose rank was taken over while it stalled never writes over its successor's
  *    heartbeat, and its recovery fails (PC_EEXIST) instead of joining as a second holder;
  *  - a ps-server coordinator (no store) killed and restarted empty, twice: the job's workers
@@ -24,6 +25,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
 
 #include "pc_error.h"
 #include "pc_log.h"
@@ -236,6 +238,26 @@ static void claims(const char *coord) {
                   pc_err_name(rs));
     assert_int_equal(rs, PC_EEXIST);
     assert_null(g);
+
+    /* a holder on this node (host and pid namespace) whose pid is this very process's but whose
+     * start time is not (a container restarted as pid 1 while its earlier process's lease ran):
+     * taken over at once, not refused as a live worker of this rank */
+    struct stat ns;
+    assert_int_equal(stat("/proc/self/ns/pid", &ns), 0);
+    snprintf(same, sizeof same,
+             "{\"rank\":0,\"gen\":0,\"step\":5,\"state\":\"training\",\"host\":\"10.9.9.9\","
+             "\"pid\":%d,\"start\":1,\"node\":\"%s/%llu\",\"note\":\"\",\"id\":"
+             "\"feedfeedfeedfeed\"}",
+             (int)getpid(), host, (unsigned long long)ns.st_ino);
+    assert_int_equal(pw_coord_set_lease(co, "reborn/run/0/live/0", same, strlen(same), LEASE_MS),
+                     0);
+    g = NULL;
+    t0 = pu_now();
+    const int rr = join(coord, "reborn", &g);
+    print_message("a holder here with this pid but an earlier start: %s after %.2f s\n",
+                  pc_err_name(rr), pu_now() - t0);
+    assert_int_equal(rr, 0);
+    pw_group_close(g);
     pw_coord_close(co);
 }
 

@@ -47,6 +47,7 @@ struct pw_group {
     char hb_note[200]; /* pw_group_note's, JSON-safe */
     char node[96]; /* this machine's name and pid namespace: where a holder's pid can be checked */
     char id[20];   /* this join's own mark in its heartbeats (random, hex) */
+    unsigned long long start; /* when this process started (proc_start; 0: unknown) */
 };
 
 static void key_of(const pw_group_t *g, char *buf, size_t cap, const char *fmt, ...) {
@@ -69,6 +70,23 @@ static void node_of(char *out, size_t cap) {
         out[0] = '\0';
     else
         snprintf(out, cap, "%s/%llu", host, (unsigned long long)st.st_ino);
+}
+
+/* When process pid started (clock ticks after boot: /proc/PID/stat's 22nd field), which tells
+ * a process from a later one given its pid; 0 when unknown. */
+static unsigned long long proc_start(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* after the command name, which may hold anything */
+    for (int field = 2; p && field < 22; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
 }
 
 /* A value as a NUL-terminated string. PC_ENOTFOUND, PC_ETOOBIG (longer than cap - 1). */
@@ -311,12 +329,12 @@ static void hb_set(pw_group_t *g, const char *state, bool now) {
 /* The heartbeat's value (JSON) into v; its length. */
 static size_t hb_value(const pw_group_t *g, const char *state, int64_t gen, uint64_t step,
                        const char *note, char *v, size_t cap) {
-    const int n =
-        snprintf(v, cap,
-                 "{\"rank\":%d,\"gen\":%" PRId64 ",\"step\":%" PRIu64
-                 ",\"state\":\"%s\",\"host\":\"%s\",\"pid\":%d,\"node\":\"%s\""
-                 ",\"note\":\"%s\",\"id\":\"%s\"}",
-                 g->o.rank, gen, step, state, g->host, (int)getpid(), g->node, note, g->id);
+    const int n = snprintf(
+        v, cap,
+        "{\"rank\":%d,\"gen\":%" PRId64 ",\"step\":%" PRIu64
+        ",\"state\":\"%s\",\"host\":\"%s\",\"pid\":%d,\"start\":%llu,\"node\":\"%s\""
+        ",\"note\":\"%s\",\"id\":\"%s\"}",
+        g->o.rank, gen, step, state, g->host, (int)getpid(), g->start, g->node, note, g->id);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
 }
 
@@ -444,10 +462,11 @@ static const pc_kv_entry_t *lease_in(const pc_kv_entry_t *e, size_t ne, size_t p
 
 /* What a live lease's value says about its holder. */
 typedef struct holder {
-    char state[24], host[64], node[96], note[200];
+    char state[24], host[64], node[96], note[200], id[20];
     long pid;
     bool here;       /* on this machine, in this pid namespace (same node) */
-    bool gone;       /* here, and its process no longer exists */
+    bool gone;       /* here, and its process no longer exists (or is this one: see holder_of) */
+    bool mine;       /* this join's own heartbeat (a claim applied whose answer was lost) */
     double silent_s; /* since its last heartbeat (its lease is this worker's lease_ms) */
 } holder_t;
 
@@ -457,10 +476,19 @@ static void holder_of(const pw_group_t *g, const pc_kv_entry_t *e, holder_t *h) 
     hb_field(v, "host", h->host, sizeof h->host);
     hb_field(v, "node", h->node, sizeof h->node);
     hb_field(v, "note", h->note, sizeof h->note);
+    hb_field(v, "id", h->id, sizeof h->id);
     h->pid = hb_num(v, "pid");
     h->here = h->node[0] && strcmp(h->node, g->node) == 0;
-    h->gone = h->here && h->pid > 0 && h->pid != (long)getpid() && kill((pid_t)h->pid, 0) != 0 &&
-              errno == ESRCH;
+    h->mine = h->id[0] && strcmp(h->id, g->id) == 0;
+    /* Gone: no such process, or one that started at another time (the pid handed out again:
+     * a container restarted as pid 1, with its host name and, often, its pid namespace's
+     * number; its earlier process's claim read as this very process's) */
+    const long start = hb_num(v, "start");
+    const unsigned long long now =
+        h->here && h->pid > 0 && start > 0 ? proc_start((pid_t)h->pid) : 0;
+    h->gone = h->here && h->pid > 0 && !h->mine &&
+              ((kill((pid_t)h->pid, 0) != 0 && errno == ESRCH) ||
+               (now && now != (unsigned long long)start));
     const long left = (long)e->lease_left_ms;
     h->silent_s = left > 0 && left < g->o.lease_ms ? (g->o.lease_ms - left) / 1000.0 : 0;
 }
@@ -562,6 +590,8 @@ static int claim_rank(pw_group_t *g) {
         pc_kv_entries_free(e, ne);
         if (!lease)
             continue; /* it expired meanwhile: claim again */
+        if (h.mine)
+            return 0; /* this join's claim landed (its answer lost, the set tried again) */
         bool dead = strcmp(h.state, "exited") == 0 || h.gone;
         const bool live_here = h.here && h.pid > 0 && !h.gone;
         if (!dead && !live_here) { /* elsewhere: renewed within a heartbeat period means alive */
@@ -797,6 +827,7 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     g->hb_state = "joining";
     g->hb_gen = -1;
     node_of(g->node, sizeof g->node);
+    g->start = proc_start(getpid());
     uint64_t mark = 0;
     if (getrandom(&mark, sizeof mark, GRND_NONBLOCK) != (ssize_t)sizeof mark) /* (early boot) */
         mark = pc_time_mono_ns() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)g;

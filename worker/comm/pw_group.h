@@ -25,21 +25,22 @@
  * Membership lease: from join to close a thread of the group sets "live/<rank>" every
  * lease_ms / 4 with a lease of lease_ms (the coordinator drops the key when the heartbeats stop:
  * the process died, hung or lost its network). Its value is a JSON object: {"rank", "gen",
- * "step", "state" ("joining", "training", "recovering", "exited"), "host", "pid", "node" (the
- * machine's name and pid namespace, "host/4026531836": where the pid means this process), "note"
- * (pw_group_note), "id" (random, this join's own)}; `psctl workers JOB` lists them. Each
+ * "step", "state" ("joining", "training", "recovering", "exited"), "host", "pid", "start" (when
+ * that process started, clock ticks after boot: a later process given its pid is not it), "node"
+ * (the machine's name and pid namespace, "host/4026531836": where the pid means this process),
+ * "note" (pw_group_note), "id" (random, this join's own)}; `psctl workers JOB` lists them. Each
  * heartbeat is a compare-and-set at the revision it read, and only while the key holds this
  * join's id (or is absent: its lease ran out while the coordinator was out of reach), so a worker
  * whose rank was taken over while it stalled never writes over its successor: it learns it lost
  * the rank (logged; pw_group_stale says true, pw_group_recover fails with PC_EEXIST) and leaves
  * the job. Joining takes the lease first (if absent): a rank whose lease a live worker holds is
  * refused with PC_EEXIST, so two workers given one rank fail at once instead of timing out; a
- * dead holder's lease (its process gone, checked on the same node only, or not renewed within a
- * heartbeat period) is taken over, by a compare-and-set at the revision watched. A shrink takes
- * only workers that registered as alive AND hold a live lease (one that registered and died since
- * is left out, so the new generation can form), and the survivors' warnings say what is known of
- * each one left out: lease expired, process gone, heartbeats stopped (lost), or alive but busy
- * elsewhere, with its note.
+ * dead holder's lease (its process gone or its pid another process's now, checked on the same
+ * node only, or not renewed within a heartbeat period) is taken over, by a compare-and-set at the
+ * revision watched. A shrink takes only workers that registered as alive AND hold a live lease (one
+ * that registered and died since is left out, so the new generation can form), and the survivors'
+ * warnings say what is known of each one left out: lease expired, process gone, heartbeats stopped
+ * (lost), or alive but busy elsewhere, with its note.
  *
  * Keys (all under "<job>/run/<k>", k = the job's finished runs, "<job>/runs"): "g/<G>" member
  * list, "g/<G>/formed", "g/<G>/alive/<rank>", "g/<G>/rdv/..." (the group's rendezvous), "cur"
