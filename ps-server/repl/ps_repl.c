@@ -1325,6 +1325,7 @@ static bool role_in(const pc_cluster_map_t *m, uint32_t me, uint32_t s) {
 typedef struct release_ctx {
     ps_repl_t *r;
     const pc_cluster_map_t *m;
+    uint64_t end_ns; /* the pass's time (an eighth of a lease: this thread renews the lease) */
 } release_ctx_t;
 
 /* Table `name` in the release under way under m (a new release when its map is another). NULL
@@ -1356,6 +1357,8 @@ static int release_table(void *ctx, ps_table_t *t) {
     struct rel_walk *c = rel_walk_of(r, x->m, ps_table_config(t)->name);
     if (c && c->done)
         return 0; /* (released earlier in this release) */
+    if (c && pc_time_mono_ns() > x->end_ns)
+        return PC_EAGAIN; /* the pass's time is spent: this table at the next tick */
     seen_t k = {.m = x->m, .me = r->o.self, .p = PC_NO_SERVER};
     /* the rows in RAM until erased once (no row of those slots comes in after) */
     int rc = !c || !c->ram_done ? seen_ram(&k, t) : 0;
@@ -1364,10 +1367,9 @@ static int release_table(void *ctx, ps_table_t *t) {
         rc = seen_cold(&k, t, &next, c ? REL_TICK_KEYS : UINT64_MAX);
     seen_sort(&k);
     size_t erased = 0, i = 0;
-    /* erasures of cold rows read and delete them in RocksDB: past an eighth of a lease, the
-     * rest waits for the next tick (this thread renews the lease) */
-    const uint64_t t0 = pc_time_mono_ns(), budget = (uint64_t)r->o.lease_ms * 1000000 / 8;
-    for (; !rc && i < k.n && !(c && i && pc_time_mono_ns() - t0 > budget); i += RELEASE_KEYS) {
+    /* erasures of cold rows read and delete them in RocksDB: past the pass's time (all tables
+     * together), the rest waits for the next tick */
+    for (; !rc && i < k.n && !(c && i && pc_time_mono_ns() > x->end_ns); i += RELEASE_KEYS) {
         const size_t n = k.n - i < RELEASE_KEYS ? k.n - i : RELEASE_KEYS;
         size_t e = 0;
         pthread_mutex_lock(&r->mu); /* the follower loads under it: not past a new map */
@@ -1408,7 +1410,7 @@ static void release_rows(ps_repl_t *r) {
     bool lost = false;
     for (uint32_t s = 0; s < PC_NSLOTS && !lost; s++)
         lost = role_in(r->released_map, r->o.self, s) && !role_in(m, r->o.self, s);
-    release_ctx_t x = {r, m};
+    release_ctx_t x = {r, m, pc_time_mono_ns() + (uint64_t)r->o.lease_ms * 1000000 / 8};
     const int rc = lost ? ps_catalog_each(r->cat, release_table, &x) : 0;
     if (lost) { /* (rows may be gone even when it stopped part way) */
         pthread_mutex_lock(&r->mu);
