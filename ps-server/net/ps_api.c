@@ -235,7 +235,10 @@ static void do_create(const ps_api_env_t *env, const uint8_t *req, size_t len, p
     int rc = ps_catalog_spec_parse(q->spec, &c, err, sizeof err);
     if (rc) {
         ps_api_fail(r, PC_EINVAL, "%s", err);
-    } else if ((rc = ps_catalog_add(env->cat, &c))) {
+    } else if ((rc = ps_catalog_add(env->cat, &c)) == PC_ETOOBIG) {
+        ps_api_fail(r, rc, "%s: this server holds %d tables, the most it can", c.name,
+                    PS_CATALOG_TABLES_MAX);
+    } else if (rc) {
         fail_pc(r, rc, c.name);
     } else {
         char config[2048];

@@ -122,7 +122,7 @@
 #define OWN_ROUND_KEYS 65536u
 #define REL_TICK_KEYS  65536u
 #define HANDBACK_NS    500000000ull /* a handover's bounds queries stop after this (see DESIGN) */
-#define MAX_TABLES     64u
+#define MAX_TABLES     ((unsigned)PS_CATALOG_TABLES_MAX) /* every table of a catalog */
 #define TABLES_NS      1000000000ull /* the catalog is listed again this often (new tables) */
 #define LAG_MAX        (2 * MAX_TABLES * PC_MAX_BACKUPS) /* (table, backup) pairs a handover sees */
 

@@ -217,7 +217,13 @@ static int adopt(ps_catalog_t *c, ps_table_t *t) {
 
 /* Room for one more entry (under c->mu); *e (an entry, or NULL) kept pointing at the same
  * entry. */
+/* Room for one more entry; a new name (e NULL) only below PS_CATALOG_TABLES_MAX live tables. */
 static int room_for_one(ps_catalog_t *c, entry_t **e) {
+    size_t live = 0;
+    for (size_t i = 0; !*e && i < c->n; i++)
+        live += !c->e[i].dropped;
+    if (live >= PS_CATALOG_TABLES_MAX)
+        return PC_ETOOBIG;
     if (c->n < c->cap)
         return 0;
     const size_t ncap = c->cap ? 2 * c->cap : 8;
@@ -234,7 +240,8 @@ static int room_for_one(ps_catalog_t *c, entry_t **e) {
 /* t under its name: in place of the live table of that name (may_replace: in one step, an
  * acquire sees the old table or t, never none; the old one is destroyed once its last holder
  * releases it) or as a new one (may_add). Takes ownership of t (destroyed on failure).
- * PC_EEXIST, PC_ENOTFOUND (the case not allowed), PC_ENOMEM. */
+ * PC_EEXIST, PC_ENOTFOUND (the case not allowed), PC_ETOOBIG (a new name, and the catalog
+ * full), PC_ENOMEM. */
 static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_add) {
     int rc = adopt(c, t);
     if (rc)

@@ -17,6 +17,9 @@
 
 typedef struct ps_catalog ps_catalog_t;
 
+/* Live tables a catalog holds at most (a checkpoint and replication carry every one of them). */
+#define PS_CATALOG_TABLES_MAX 256
+
 int ps_catalog_create(ps_catalog_t **out);
 /* Destroys every table. No table may be acquired any more. NULL is a no-op. */
 void ps_catalog_destroy(ps_catalog_t *c);
@@ -29,11 +32,11 @@ void ps_catalog_destroy(ps_catalog_t *c);
 int ps_catalog_spec_parse(const char *spec, ps_table_config_t *cfg, char *err, size_t errlen);
 
 /* Create a table from cfg under cfg->name. PC_EEXIST if the name is taken, PC_EINVAL for a bad
- * config, PC_ENOMEM. */
+ * config, PC_ETOOBIG with PS_CATALOG_TABLES_MAX tables already, PC_ENOMEM. */
 int ps_catalog_add(ps_catalog_t *c, const ps_table_config_t *cfg);
 
 /* Add an existing table under its configured name, taking ownership (also on failure: the
- * table is destroyed then). PC_EEXIST if the name is taken. */
+ * table is destroyed then). PC_EEXIST if the name is taken, PC_ETOOBIG as ps_catalog_add. */
 int ps_catalog_put(ps_catalog_t *c, ps_table_t *t);
 
 /* Acquire the table `name`: *out stays valid until ps_catalog_release. PC_ENOTFOUND. */

@@ -59,6 +59,34 @@ static void test_catalog(void **state) {
     ps_catalog_destroy(cat);
 }
 
+/* At most PS_CATALOG_TABLES_MAX live tables (a checkpoint and replication carry that many: a
+ * table past it was left out of both): one more is refused, a dropped one makes room, and a
+ * table replaced under its name needs none. */
+static void test_table_limit(void **state) {
+    (void)state;
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_config_t c;
+    char spec[64];
+    for (int i = 0; i < PS_CATALOG_TABLES_MAX; i++) {
+        snprintf(spec, sizeof spec, "name=t%d,dim=4", i);
+        cfg_named(&c, spec);
+        assert_int_equal(ps_catalog_add(cat, &c), 0);
+    }
+    cfg_named(&c, "name=one_more,dim=4");
+    assert_int_equal(ps_catalog_add(cat, &c), PC_ETOOBIG);
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, "one_more", &t), PC_ENOTFOUND);
+    cfg_named(&c, "name=t7,dim=8"); /* a replacement */
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    assert_int_equal(ps_catalog_set(cat, t), 0);
+    assert_int_equal(ps_catalog_drop(cat, "t3"), 0);
+    cfg_named(&c, "name=one_more,dim=4");
+    assert_int_equal(ps_catalog_add(cat, &c), 0);
+    assert_int_equal(ps_catalog_list(cat, NULL, 0), PS_CATALOG_TABLES_MAX);
+    ps_catalog_destroy(cat);
+}
+
 /* Installing a table made aside (a restore, a replica's swap): put refuses a taken name,
  * replace a free one, set takes both; a holder of the old table keeps it usable, and the name
  * is never without a table (acquire sees the old or the new one). */
@@ -306,6 +334,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_catalog),         cmocka_unit_test(test_install),
         cmocka_unit_test(test_spec_needs_name), cmocka_unit_test(test_claims),
-        cmocka_unit_test(test_claims_race),     cmocka_unit_test(test_attach_race)};
+        cmocka_unit_test(test_claims_race),     cmocka_unit_test(test_attach_race),
+        cmocka_unit_test(test_table_limit)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
