@@ -220,10 +220,12 @@ static int table_specs(const srv_cfg_t *cfg, server_t *s) {
             continue;
         }
         int rc = ps_catalog_add(s->cat, &c);
-        if (rc) {
+        if (rc == PC_ETOOBIG)
+            PC_ERROR("table %s: a server holds %d tables at most", c.name, PS_CATALOG_TABLES_MAX);
+        else if (rc)
             PC_ERROR("table %s: %s", c.name, pc_strerror(rc));
+        if (rc)
             return 1;
-        }
         PC_INFO("created table %s (dim %lld)", c.name, (long long)c.dim);
     }
     return 0;

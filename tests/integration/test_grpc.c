@@ -27,20 +27,27 @@
 #include "pc_error.h"
 #include "pc_feature.h"
 #include "ps_api.h"
+#include "ps_catalog.h"
 
 static const char *g_psctl;
 static const char *TABLE = "name=emb,dim=8,optimizer=adagrad,shards=4";
 enum { D = 8 };
 
-/* One call: packs `req`, returns the status; on OK *resp holds the reply bytes (free them). */
-static int call(psg_t *c, int m, const ProtobufCMessage *req, uint8_t **resp, size_t *len) {
+/* One call: packs `req`, returns the status; on OK *resp holds the reply bytes (free them),
+ * else msg the server's message. */
+static int call_why(psg_t *c, int m, const ProtobufCMessage *req, uint8_t **resp, size_t *len,
+                    char *msg, size_t cap) {
     size_t rl = protobuf_c_message_get_packed_size(req);
     uint8_t *rb = malloc(rl + 1);
     protobuf_c_message_pack(req, rb);
-    char msg[256];
-    int st = psg_call(c, ps_api_path((ps_api_method_t)m), rb, rl, 5000, resp, len, msg, sizeof msg);
+    int st = psg_call(c, ps_api_path((ps_api_method_t)m), rb, rl, 5000, resp, len, msg, cap);
     free(rb);
     return st;
+}
+
+static int call(psg_t *c, int m, const ProtobufCMessage *req, uint8_t **resp, size_t *len) {
+    char msg[256];
+    return call_why(c, m, req, resp, len, msg, sizeof msg);
 }
 
 /* The same call seen as the client's error code (psg_request): 0 or the server's PC_E* code. */
@@ -104,7 +111,7 @@ static void test_rows_match_local(void **state) {
     pid_t s = pu_spawn(pu_free_port(), dir, extra, &gp);
     psg_t *c = client(gp, NULL);
     ps_table_t *ref = tc_create(TABLE);
-    enum { N = 300 };
+    enum { N = PS_CATALOG_TABLES_MAX };
     uint64_t keys[N];
     float g[N * D], y[N * D];
     uint8_t fy[N];
@@ -254,8 +261,9 @@ static void test_admin_and_tokens(void **state) {
     assert_non_null(strstr(mr->map, "slots=0-16383:0"));
     emberps__get_cluster_map_response__free_unpacked(mr, NULL);
     free(resp);
-    /* ListTables answers every table, sorted, however many (it answered 4096 of them, any) */
-    enum { MANY = 4200 };
+    /* ListTables answers every table, sorted (it answered 4096 of them, any); the server holds
+     * PS_CATALOG_TABLES_MAX at most, and one more is refused with the reason */
+    enum { MANY = PS_CATALOG_TABLES_MAX };
     for (int i = MANY - 1; i >= 0; i--) {
         char spec[64];
         snprintf(spec, sizeof spec, "name=t%04d,dim=1,shards=1", i);
@@ -263,6 +271,11 @@ static void test_admin_and_tokens(void **state) {
         assert_int_equal(call(admin, PS_API_CREATE_TABLE, &cq.base, &resp, &len), 0);
         free(resp);
     }
+    cq.spec = "name=one_more,dim=1,shards=1";
+    char msg[256];
+    assert_int_equal(call_why(admin, PS_API_CREATE_TABLE, &cq.base, &resp, &len, msg, sizeof msg),
+                     PS_ST_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(msg, "this server holds 256 tables, the most it can"));
     assert_int_equal(call(user, PS_API_LIST_TABLES, &tq.base, &resp, &len), 0);
     tl = emberps__list_tables_response__unpack(NULL, len, resp);
     assert_int_equal(tl->n_tables, MANY);
@@ -273,7 +286,7 @@ static void test_admin_and_tokens(void **state) {
     }
     emberps__list_tables_response__free_unpacked(tl, NULL);
     free(resp);
-    for (int i = 0; i < MANY; i++) { /* (a checkpoint holds 1024 tables at most: the exit's) */
+    for (int i = 0; i < MANY; i++) {
         char name[16];
         snprintf(name, sizeof name, "t%04d", i);
         dq.table = name;
@@ -500,7 +513,7 @@ static void test_many_tables_metrics(void **state) {
     (void)state;
     char dir[256];
     tc_tmpdir(dir, sizeof dir, "grpc9");
-    enum { N = 300 };
+    enum { N = PS_CATALOG_TABLES_MAX };
     static char tables[N * 10 + 16]; /* (names alone: a flag's value is at most 4095 bytes) */
     size_t at = (size_t)snprintf(tables, sizeof tables, "--tables=");
     for (int i = 0; i < N; i++)
