@@ -750,6 +750,13 @@ static void on_hup(uv_signal_t *h, int sig) {
 
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
+    /* The stop signals are caught from the first step: one arriving while the server starts
+     * ends the start at its next step, as a stop (exit checkpoint included when pushes were
+     * taken). The default action killed it with acknowledged pushes unsaved; and as a
+     * container's pid 1, whose default-action signals the kernel drops, a stop sent during a
+     * restore (minutes) was lost: the server went on to serve until SIGKILL. One held for the
+     * loop waited out a start retrying an unreachable coordinator (up to 20 quarter leases). */
+    pc_stop_catch();
     /* a reload or a checkpoint asked for while a restore runs (minutes) is not a kill: the
      * default action of both; their handlers are installed once the tables are there */
     signal(SIGHUP, SIG_IGN);
@@ -830,12 +837,6 @@ int main(int argc, char **argv) {
     }
     if (!rc)
         rc = table_specs(&s.cfg, &s);
-    /* The stop signals are caught before pushes are taken: one arriving while the rest starts
-     * ends the start at its next step, as a stop (exit checkpoint included when pushes were
-     * taken); the default action killed it with acknowledged pushes unsaved, and one held for
-     * the loop waited out a start retrying an unreachable coordinator (up to 20 quarter leases),
-     * then was dropped with the failed start's exit 1. */
-    pc_stop_catch();
     s.loop = uv_default_loop();
     uv_signal_init(s.loop, &s.sig_term);
     uv_signal_init(s.loop, &s.sig_int);

@@ -17,6 +17,8 @@
 #   SIGTERM while the start waits for an unreachable --cluster-coordinator: exit 0 at once (it
 #                                     was held for 20 quarter leases, then exit 1); the port file
 #                                     is removed at a stop (it outlived the server)
+#   SIGTERM while the restore reads: a stop once it is over, exit 0 (killed by the default
+#                                     action; dropped as a container's pid 1)
 #   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
 #                                     exit 2 before any restore (found after it: minutes of
 #                                     restore, the tier's files replaced, exit 1)
@@ -145,4 +147,23 @@ pid=""
 [ "$rc" = 0 ] || { tail -n 5 "$dir/server4.log"; fail "SIGTERM during the start: exit $rc, want 0"; }
 grep -q "signal 15 during the start: stopped" "$dir/server4.log" ||
   { cat "$dir/server4.log"; fail "no line about the stop during the start"; }
+# SIGTERM while the restore reads (its manifest a FIFO: the read waits for a writer): taken as a
+# stop once the restore is over, exit 0 (the default action killed it: 143; as a container's
+# pid 1 the signal was dropped and the server went on to serve)
+mkdir -p "$dir/ck5/ckpt-00000000000000000001"
+mkfifo "$dir/ck5/ckpt-00000000000000000001/MANIFEST.json"
+"$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 --ckpt-dir="$dir/ck5" 2>"$dir/server5.log" &
+pid=$!
+sleep 0.5
+kill -TERM "$pid"
+sleep 0.2
+timeout 5 sh -c ": > '$dir/ck5/ckpt-00000000000000000001/MANIFEST.json'" || true
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$pid" 2>/dev/null && { kill -9 "$pid"; tail -n 5 "$dir/server5.log"; fail "SIGTERM during the restore: running 10 s later"; }
+rc=0
+wait "$pid" || rc=$?
+pid=""
+[ "$rc" = 0 ] || { tail -n 5 "$dir/server5.log"; fail "SIGTERM during the restore: exit $rc, want 0"; }
+grep -q "signal 15 during the start: stopped" "$dir/server5.log" ||
+  { cat "$dir/server5.log"; fail "no line about the stop during the restore"; }
 echo "ok"
