@@ -89,6 +89,14 @@ static void files_json(cJSON *j, const char *key, const pw_train_file_t *f, size
     }
 }
 
+/* A stop signal ends the worker at once, as the default action does (its group recovers
+ * without it, as after any worker's death; a restarted worker joins again). Caught, because as a
+ * container's pid 1 (the entrypoint execs it, with no init) the kernel drops default-action
+ * signals: a `docker stop` or a pod's deletion waited out the grace period, then SIGKILL. */
+static void on_stop(int sig) {
+    _Exit(128 + sig);
+}
+
 int main(int argc, char **argv) {
     pw_blas_select(argv); /* first: it may execute this program again */
     size_t ntrain_set, nset;
@@ -112,6 +120,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     signal(SIGPIPE, SIG_IGN); /* a peer that died must not kill this worker */
+    signal(SIGTERM, on_stop);
+    signal(SIGINT, on_stop);
     const char *train[256], *test[256];
     size_t ntrain = split(c.train, train, 256), ntest = split(c.test, test, 256);
     if (!ntrain) {
