@@ -7,6 +7,7 @@
 #   --server-grpc=a,,b     exit 2, naming the empty entry
 #   --local --table=dim=8  exit 1 at the start, naming the model's width
 #   --help                 flags as the docs write them (--ckpt-dir), both spellings accepted
+#   SIGTERM as pid 1       it ends at once (the kernel dropped the default action's signal)
 set -eu
 bin=$1
 dir=$(mktemp -d /tmp/ember-wflags-XXXXXX)
@@ -37,4 +38,30 @@ expect 1 "dim=8, but the model's rows are 16 wide" --local --device=cpu --format
 "$bin/ps-worker" --help >"$dir/help.txt"
 grep -q -- "--ckpt-dir=<str>" "$dir/help.txt" || { echo "FAIL: --help does not show --ckpt-dir"; exit 1; }
 grep -q -- "'-' or '_'" "$dir/help.txt" || { echo "FAIL: --help does not say both forms work"; exit 1; }
+# SIGTERM to a worker that is pid 1 of its pid namespace (a container's, the entrypoint execs
+# it): it ends (143) within a second; the kernel dropped the default action's signal, and the
+# worker waited for SIGKILL. Its training data a FIFO nobody writes: it waits there.
+if unshare -pf true 2>/dev/null; then
+  mkfifo "$dir/never"
+  unshare -pf "$bin/ps-worker" --local --device=cpu --train="$dir/never" >/dev/null 2>&1 &
+  outer=$!
+  inner=""
+  for _ in $(seq 50); do
+    inner=$(pgrep -P "$outer" ps-worker || true)
+    [ -n "$inner" ] && break
+    sleep 0.1
+  done
+  [ -n "$inner" ] || { kill -9 "$outer"; echo "FAIL: the worker in its pid namespace did not start"; exit 1; }
+  sleep 0.5
+  kill -TERM "$inner"
+  for _ in $(seq 20); do kill -0 "$inner" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$inner" 2>/dev/null; then
+    kill -9 "$inner"
+    echo "FAIL: ps-worker as pid 1 still ran 2 s after SIGTERM"
+    exit 1
+  fi
+  wait "$outer" || true
+else
+  echo "SKIPPED: pid 1 under SIGTERM (unshare -p needs CAP_SYS_ADMIN)"
+fi
 echo "ok"
