@@ -479,14 +479,35 @@ static inline void row_weights_get(const ps_table_t *t, const unsigned char *row
         t->half->from_f16((const uint16_t *)(const void *)row, out, t->dim);
 }
 
-/* Store f32 weights into a row, rounded to nearest. */
+/* Whether finite x is past f16's largest finite value, 65504, in magnitude. */
+static inline bool f16_past_range(float x) {
+    uint32_t b;
+    memcpy(&b, &x, sizeof b);
+    b &= 0x7fffffffu;
+    return b > 0x477fe000u && b < 0x7f800000u;
+}
+
+/* Store f32 weights into a row, rounded to nearest; f16 saturates at its largest finite (65504),
+ * as the optimizer's stochastic rounding does: an initial value (init_scale up to 1e6) or a
+ * loaded f32 row past the range was stored as Inf, served, and kept for good (NaN under FTRL or
+ * weight decay). */
 static inline void row_weights_set(const ps_table_t *t, unsigned char *row, const float *w) {
-    if (t->dtype == PS_ROW_F32)
+    if (t->dtype == PS_ROW_F32) {
         memcpy(row, w, (size_t)t->dim * sizeof(float));
-    else if (t->dtype == PS_ROW_BF16)
+    } else if (t->dtype == PS_ROW_BF16) {
         t->half->to_bf16(w, (uint16_t *)(void *)row, t->dim);
-    else
-        t->half->to_f16(w, (uint16_t *)(void *)row, t->dim);
+    } else {
+        float sat[PS_DIM_MAX];
+        const float *src = w;
+        for (uint32_t i = 0; i < t->dim; i++)
+            if (f16_past_range(w[i])) {
+                for (uint32_t j = 0; j < t->dim; j++)
+                    sat[j] = f16_past_range(w[j]) ? (w[j] > 0 ? 65504.f : -65504.f) : w[j];
+                src = sat;
+                break;
+            }
+        t->half->to_f16(src, (uint16_t *)(void *)row, t->dim);
+    }
 }
 
 /* A row as outside the slab: stride floats, weights then state. */

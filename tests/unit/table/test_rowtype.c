@@ -277,6 +277,23 @@ static void test_f16_stays_finite(void **state) {
     for (int i = 0; i < 2 * D; i++)
         assert_true(isfinite(w[i]) && fabsf(w[i]) < 65504.f);
     ps_table_destroy(h);
+    /* initial values past the range (init_scale 1e5) saturate too, and FTRL with gradients of
+     * zero keeps them finite (0 x Inf was NaN in its z) */
+    h = mk("dim=16,optimizer=ftrl,init=uniform,init_scale=1e5,row_dtype=f16");
+    assert_int_equal(ps_table_pull(h, keys, 2, w, 2 * D), 0);
+    int at_edge = 0;
+    for (int i = 0; i < 2 * D; i++) {
+        assert_true(isfinite(w[i]) && fabsf(w[i]) <= 65504.f);
+        at_edge += fabsf(w[i]) == 65504.f;
+    }
+    assert_true(at_edge > D / 2); /* (most of U(-1e5, 1e5) is past the range) */
+    for (int i = 0; i < 2 * D; i++)
+        g[i] = i % 2 ? 0.f : 0.5f;
+    assert_int_equal(ps_table_push(h, keys, 2, g, 2 * D, NULL), 0);
+    assert_int_equal(ps_table_pull(h, keys, 2, w, 2 * D), 0);
+    for (int i = 0; i < 2 * D; i++)
+        assert_true(isfinite(w[i]));
+    ps_table_destroy(h);
 }
 
 typedef struct snap_ctx {
