@@ -201,7 +201,16 @@ int pc_tls_ctx_create(const pc_tls_opts_t *o, pc_tls_ctx_t **out, char *err, siz
     if (!rc && o->server) {
         /* the server's order decides: AES-128-GCM even for a client that lists AES-256 first */
         SSL_CTX_set_options(t->ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
-        SSL_CTX_set_num_tickets(t->ctx, 0); /* no resumption: connections are long-lived */
+        /* No resumption (connections are long-lived): no TLS 1.3 tickets, no TLS 1.2 tickets,
+         * no session cache. A TLS 1.2 client offering its last session again failed every such
+         * handshake when client certificates were asked (no session id context: OpenSSL's
+         * SESSION_ID_CONTEXT_UNINITIALIZED), and was resumed otherwise. The context is set too,
+         * so that an offered session is only ever declined. */
+        SSL_CTX_set_num_tickets(t->ctx, 0);
+        SSL_CTX_set_options(t->ctx, SSL_OP_NO_TICKET);
+        SSL_CTX_set_session_cache_mode(t->ctx, SSL_SESS_CACHE_OFF);
+        static const unsigned char sid_ctx[] = "emberps";
+        SSL_CTX_set_session_id_context(t->ctx, sid_ctx, sizeof sid_ctx - 1);
         int mode = SSL_VERIFY_NONE;
         if (o->client_auth != PC_TLS_AUTH_NONE) {
             mode = SSL_VERIFY_PEER;

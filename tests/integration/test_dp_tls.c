@@ -14,6 +14,7 @@
  *  - TLS 1.3 with AES-128-GCM whatever the client prefers, TLS 1.2 with ECDHE and AES-128-GCM;
  *    TLS 1.1 and TLS 1.2 suites without forward secrecy or AEAD refused (openssl s_client);
  *  - tls_client_auth=require: without a client certificate refused (PC_ETLS), with it served;
+ *    a TLS 1.2 client offering its last session again: full handshakes, never resumed;
  *  - TLS and a token: a wrong token is PC_EAUTH with the server's message ("bad token");
  *  - a TLS client that sends lookups and never reads (pc_tls over a raw socket): the server counts
  *    the ciphertext as unsent reply bytes and stops reading that connection at its cap, while a
@@ -220,21 +221,33 @@ static void test_tls_refusals(void **state) {
     pu_stop(sp);
 }
 
-/* What `openssl s_client` (args after the address) negotiates with 127.0.0.1:port: its
- * "New, <protocol>, Cipher is <suite>" line into buf ("" when it printed none). */
-static void s_client(int port, const char *args, char *buf, size_t cap) {
-    char cmd[1024], ca[400], line[512];
+/* `openssl s_client` (args after the address) with 127.0.0.1:port: the lines of its output
+ * that say what a handshake gave ("New, ...", "Reused, ...") and any error, in buf. */
+static void s_client_all(int port, const char *args, char *buf, size_t cap) {
+    char cmd[2048], ca[400], line[512];
     snprintf(cmd, sizeof cmd,
-             "timeout 10 openssl s_client -connect 127.0.0.1:%d -CAfile '%s' "
+             "timeout 20 openssl s_client -connect 127.0.0.1:%d -CAfile '%s' "
              "-verify_return_error %s </dev/null 2>&1",
              port, cert(ca, sizeof ca, "ca.pem"), args);
     buf[0] = '\0';
+    size_t at = 0;
     FILE *f = popen(cmd, "r");
     assert_non_null(f);
     while (fgets(line, sizeof line, f))
-        if (!strncmp(line, "New, ", 5))
-            snprintf(buf, cap, "%.*s", (int)strcspn(line, "\n"), line);
+        if ((!strncmp(line, "New, ", 5) || !strncmp(line, "Reused, ", 8) ||
+             strstr(line, "error")) &&
+            at < cap)
+            at += (size_t)snprintf(buf + at, cap - at, "%s", line);
     pclose(f);
+}
+
+/* What `openssl s_client` (args after the address) negotiates with 127.0.0.1:port: its
+ * "New, <protocol>, Cipher is <suite>" line into buf ("" when it printed none). */
+static void s_client(int port, const char *args, char *buf, size_t cap) {
+    char out[4096];
+    s_client_all(port, args, out, sizeof out);
+    const char *l = strstr(out, "New, ");
+    snprintf(buf, cap, "%.*s", l ? (int)strcspn(l, "\n") : 0, l ? l : "");
     print_message("s_client %s: %s\n", args, buf);
 }
 
@@ -292,6 +305,20 @@ static void test_tls_client_auth_and_token(void **state) {
     float r[3 * D];
     assert_int_equal(psc_pull(c, "emb", k, 3, D, r), 0);
     psc_close(c);
+    /* a TLS 1.2 client that offers its last session again (openssl -reconnect: five times) gets
+     * full handshakes, none resumed (no session cache, no tickets); with client certificates
+     * asked, the session offered failed every handshake (no session id context) */
+    char certs[400], key[400], args[1200], out[8192];
+    snprintf(args, sizeof args, "-tls1_2 -reconnect -cert '%s' -key '%s'",
+             cert(certs, sizeof certs, "client.pem"), cert(key, sizeof key, "client.key"));
+    s_client_all(pt, args, out, sizeof out);
+    int fresh = 0;
+    for (const char *l = out; (l = strstr(l, "New, TLSv1.2")) != NULL; l++)
+        fresh++;
+    print_message("TLS 1.2 reconnects: %d full handshakes, resumed: %s\n", fresh,
+                  strstr(out, "Reused,") ? "yes" : "no");
+    assert_null(strstr(out, "Reused,"));
+    assert_int_equal(fresh, 6);
     pu_stop(st);
 }
 
