@@ -534,7 +534,7 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
         if (!q.revision && r->header) /* the later pages read the first one's revision */
             q.revision = r->header->revision;
         size_t i = 0;
-        for (; !rc && i < r->n_kvs; i++, k++) {
+        for (; !rc && i < r->n_kvs && k < max; i++, k++) { /* (etcd may not honour limit) */
             const Emberps__Etcd__KeyValue *kv = r->kvs[i];
             if (bytes + kv->value.len > PS_COORD_LIST_BYTES) {
                 *truncated = done = true;
@@ -555,6 +555,8 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
                 d->lease_left_ms = last_left ? last_left : 1; /* leased: never reads as "none" */
             }
         }
+        if (!rc && !done && i < r->n_kvs) /* more than asked for: max reached */
+            *truncated = done = true;
         if (!rc && !done && r->more && r->n_kvs) {
             const Emberps__Etcd__KeyValue *kv = r->kvs[r->n_kvs - 1];
             if (k == max || kv->key.len >= sizeof lo) { /* (a key no caller of ours writes) */
