@@ -33,14 +33,20 @@
 #                         cluster, etcd://HOST:PORT[,HOST:PORT...][/PREFIX]: the workers talk
 #                         to it directly and server 0's Coordinator service (psctl workers)
 #                         keeps its state there, so the job survives server 0's death      ("")
+#   EMBER_RESOLVE_TIMEOUT_S  how long a server's DNS name may take to resolve          (120)
 #   HOSTNAME, JOB_COMPLETION_INDEX, POD_IP, POD_NAMESPACE: set by Kubernetes (the manifests).
 #
 # The cluster map names servers by IPv4 address (libpsclient connects to IPv4 host:port), so
 # the DNS names are resolved here, with getent, for a bounded time (a Service's name resolves
-# once it exists). ps-server's own PS_SERVER_* environment variables (the ConfigMap) carry its
+# once it exists). A name that does not resolve in time exits 1 (the pod is restarted, a Job
+# counts a failure against its backoff limit); a wrong setting exits 2 (the Job's pod-failure
+# policy fails the job at once). A failure inside a command substitution ends the script
+# (inherit_errexit): the map is built before the exec, which would have started the server
+# with an empty or partial map. ps-server's own PS_SERVER_* environment variables (the ConfigMap) carry its
 # other settings, and ps-serve's PS_SERVE_* its (--host, the publish and versions directories are
 # the Deployment's).
 set -euo pipefail
+shopt -s inherit_errexit
 
 name=${EMBER_SERVER_NAME:-ps-server}
 dport=${EMBER_DATA_PORT:-7400}
@@ -53,17 +59,20 @@ secret=${EMBER_SECRET_DIR:-/etc/emberps/secret}
 
 die() { echo "emberps-entrypoint: $*" >&2; exit 2; }
 
-# resolve NAME: its IPv4 address (NAME itself when it is one), waiting up to 120 s for DNS.
+# resolve NAME: its IPv4 address (NAME itself when it is one), waiting up to
+# EMBER_RESOLVE_TIMEOUT_S for DNS (then exit 1: a transient failure, unlike die's).
 resolve() {
-  local n=$1 ip="" t
+  local n=$1 ip="" t wait_s=${EMBER_RESOLVE_TIMEOUT_S:-120}
   if [[ $n =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then echo "$n"; return; fi
-  for ((t = 0; t < 240; t++)); do
+  [[ $wait_s =~ ^[0-9]+$ ]] || die "EMBER_RESOLVE_TIMEOUT_S=$wait_s is not a count of seconds"
+  for ((t = 0; t < 2 * wait_s; t++)); do
     ip=$(getent ahostsv4 "$n" 2>/dev/null | awk 'NR == 1 { print $1 }') || true
     [ -n "$ip" ] && { echo "$ip"; return; }
     [ $t -eq 0 ] && echo "emberps-entrypoint: waiting for $n to resolve" >&2
     sleep 0.5
   done
-  die "$n did not resolve in 120 s"
+  echo "emberps-entrypoint: $n did not resolve in $wait_s s" >&2
+  exit 1
 }
 
 server_host() { echo "$name-$1.${EMBER_SERVER_DOMAIN:-${POD_NAMESPACE:?POD_NAMESPACE unset}.svc}"; }
@@ -116,7 +125,8 @@ case "$cmd" in
     extra=()
     [ "$idx" -eq 0 ] && extra+=(--coordinator) # server 0 is also the job's coordinator
     [ "$idx" -eq 0 ] && [ -n "${EMBER_COORDINATOR:-}" ] && extra+=(--coordinator-store="$EMBER_COORDINATOR")
-    exec ps-server --cluster-map="$(cluster_map)" --server-index="$idx" \
+    map=$(cluster_map)
+    exec ps-server --cluster-map="$map" --server-index="$idx" \
       --port=$((dport + idx * stride)) --grpc-port=$((gport + idx * stride)) \
       --metrics-port=$((mport + idx * stride)) "${extra[@]}" "$@"
     ;;
@@ -126,8 +136,11 @@ case "$cmd" in
     for ((i = 0; i < ${EMBER_SERVERS:?EMBER_SERVERS unset}; i++)); do
       grpcs+="${grpcs:+,}$(resolve "$(server_host $i)"):$((gport + i * stride))"
     done
-    coord=${EMBER_COORDINATOR:-$(resolve "$(server_host 0)"):$gport}
-    exec ps-worker --servers="$(cluster_map)" --rank="$rank" --server-grpc="$grpcs" \
+    if [ -n "${EMBER_COORDINATOR:-}" ]; then coord=$EMBER_COORDINATOR; else
+      coord=$(resolve "$(server_host 0)"):$gport
+    fi
+    map=$(cluster_map)
+    exec ps-worker --servers="$map" --rank="$rank" --server-grpc="$grpcs" \
       --coordinator="$coord" --host="${POD_IP:-127.0.0.1}" "${client[@]}" "$@"
     ;;
   serve)
@@ -138,7 +151,8 @@ case "$cmd" in
       export PS_SERVE_TLS_CERT=$secret/tls.crt PS_SERVE_TLS_KEY=$secret/tls.key
       export PS_SERVE_TLS_CA=$secret/ca.crt
     fi
-    exec ps-serve --follow="$(cluster_map)" --grpc-port="$sgport" --metrics-port="$smport" \
+    map=$(cluster_map)
+    exec ps-serve --follow="$map" --grpc-port="$sgport" --metrics-port="$smport" \
       "${follow[@]}" "$@"
     ;;
   health)

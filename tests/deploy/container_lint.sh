@@ -36,10 +36,11 @@ env | grep -E '^(PS_SERVE_|PS_SERVER_|PSCTL_)' | sort >"$tmp/env" || true
 EOF
   chmod +x "$tmp/stub/$p"
 done
-cat >"$tmp/stub/getent" <<'EOF'
+cat >"$tmp/stub/getent" <<EOF
 #!/bin/sh
-i=${2#ps-server-}; i=${i%%.*}
-echo "10.0.0.$((i + 1))     STREAM $2"
+case "\$2" in ps-server-\${NODNS:-none}.*) exit 2 ;; esac # (NODNS: that server does not resolve)
+i=\${2#ps-server-}; i=\${i%%.*}
+echo "10.0.0.\$((i + 1))     STREAM \$2"
 EOF
 chmod +x "$tmp/stub/getent"
 echo -n s3cret-token >"$tmp/secret/token"
@@ -98,6 +99,21 @@ ep "$tmp/secret" serve
 has argv --grpc-port=7601
 has argv --metrics-port=9601
 penv=()
+
+# A server name that never resolves: exit 1 (a transient failure: the pod restarts; 2 failed a
+# worker Job for good), and no program started (server 0 started with an empty map, the
+# failure inside the exec's arguments ignored, and took every slot)
+for mode in server worker serve; do
+  rm -f "$tmp/argv"
+  rc=0
+  env -i PATH="$tmp/stub:/usr/bin:/bin" HOSTNAME=ps-server-0 JOB_COMPLETION_INDEX=0 \
+    POD_NAMESPACE=emberps EMBER_SERVERS=2 EMBER_SECRET_DIR="$tmp/nosecret" NODNS=1 \
+    EMBER_RESOLVE_TIMEOUT_S=1 bash "$entry" "$mode" 2>"$tmp/err" || rc=$?
+  [ "$rc" = 1 ] || fail "emberps-entrypoint $mode with ps-server-1 unresolved: exit $rc, want 1 ($(cat "$tmp/err"))"
+  [ ! -e "$tmp/argv" ] || fail "emberps-entrypoint $mode with ps-server-1 unresolved started $(head -n 1 "$tmp/argv")"
+  grep -q "did not resolve in 1 s" "$tmp/err" || fail "emberps-entrypoint $mode: $(cat "$tmp/err")"
+done
+echo "entrypoint: a server name that does not resolve: exit 1, nothing started"
 
 what="ps-serve (pass-through)"
 ep "$tmp/secret" ps-serve --help
