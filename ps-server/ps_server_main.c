@@ -690,6 +690,11 @@ static void on_stop_signal(uv_signal_t *h, int sig) {
     uv_close((uv_handle_t *)&s->sig_int, NULL);
     uv_close((uv_handle_t *)&s->sig_usr1, NULL);
     uv_close((uv_handle_t *)&s->sig_hup, NULL);
+    /* libuv's handlers gone (their default actions back): another stop signal is noted, a
+     * reload or checkpoint signal ignored, not a kill during the teardown */
+    pc_stop_catch();
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
     uv_close((uv_handle_t *)&s->ckpt_timer, NULL);
     uv_close((uv_handle_t *)&s->clock_timer, NULL);
 }
@@ -776,7 +781,8 @@ int main(int argc, char **argv) {
     pc_cluster_map_t *map = NULL;
     /* The map (and our index) first: logs carry the shard id. */
     if ((rc = read_map(&s.cfg, (int)s.cfg.port, &map)))
-        return 2;
+        return rc == PC_EIO ? 1 : 2; /* a file that cannot be read now (a restart may): not a
+                                      * setting's error, which systemd does not restart */
     char addr[PC_ADDR_MAX];
     const int self = self_index(&s.cfg, (int)s.cfg.port, map, addr);
     if (self < 0) {

@@ -19,6 +19,7 @@
 #                                     is removed at a stop (it outlived the server)
 #   SIGTERM while the restore reads: a stop once it is over, exit 0 (killed by the default
 #                                     action; dropped as a container's pid 1)
+#   an empty --cluster-map-file       exit 1 (restarted by systemd), one that does not parse 2
 #   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
 #                                     exit 2 before any restore (found after it: minutes of
 #                                     restore, the tier's files replaced, exit 1)
@@ -35,6 +36,19 @@ timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --restore-i
 cat "$dir/err"
 [ "$rc" = 2 ] && grep -q -- "--restore-id needs --ckpt-dir" "$dir/err" ||
   fail "--restore-id without --ckpt-dir: exit $rc"
+
+# a map file that cannot be read now (empty: being rewritten) is exit 1, which systemd
+# restarts; one that does not parse is a setting's error, exit 2 (both were 2)
+: >"$dir/empty.map"
+rc=0
+timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \
+  --server-index=0 --cluster-map-file="$dir/empty.map" 2>"$dir/err" || rc=$?
+[ "$rc" = 1 ] || { cat "$dir/err"; fail "an empty --cluster-map-file: exit $rc, want 1"; }
+echo "version=1;servers=nonsense" >"$dir/bad.map"
+rc=0
+timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \
+  --server-index=0 --cluster-map-file="$dir/bad.map" 2>"$dir/err" || rc=$?
+[ "$rc" = 2 ] || { cat "$dir/err"; fail "a --cluster-map-file that does not parse: exit $rc, want 2"; }
 
 # a config file named by the environment is read (PS_SERVER_CONFIG was ignored)
 echo "grpc_threads = 3" >"$dir/server.conf"
