@@ -778,6 +778,8 @@ int main(int argc, char **argv) {
     }
     if ((rc = check_security(&s.cfg)))
         return rc;
+    if (s.cfg.port_file[0]) /* an earlier run's (killed): written again once this one serves */
+        (void)remove(s.cfg.port_file);
     pc_cluster_map_t *map = NULL;
     /* The map (and our index) first: logs carry the shard id. */
     if ((rc = read_map(&s.cfg, (int)s.cfg.port, &map)))

@@ -155,6 +155,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     pc_log_init(NULL, (pc_log_level_t)c.log_level, "ps-serve");
+    if (c.port_file[0]) /* an earlier run's (killed): written again once this one serves */
+        (void)remove(c.port_file);
     pc_stop_catch(); /* a flag the main loop reads, whichever thread takes the signal */
     signal(SIGPIPE, SIG_IGN);
 
@@ -237,6 +239,8 @@ int main(int argc, char **argv) {
             sv_serve_tick(d.serve);
         }
         PC_INFO("signal %d: stopping", pc_stop_signal());
+        if (c.port_file[0]) /* its ports stop serving: a script waiting for it must not read it */
+            (void)remove(c.port_file);
     }
     pc_metrics_stop(metrics);
     ps_grpc_set_serving(d.grpc, false); /* the calls in flight end first */

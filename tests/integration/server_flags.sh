@@ -18,7 +18,8 @@
 #                                     was held for 20 quarter leases, then exit 1); the port file
 #                                     is removed at a stop (it outlived the server)
 #   SIGTERM while the restore reads: a stop once it is over, exit 0 (killed by the default
-#                                     action; dropped as a container's pid 1)
+#                                     action; dropped as a container's pid 1); an earlier run's
+#                                     port file is removed at the start (a script read it)
 #   an empty --cluster-map-file       exit 1 (restarted by systemd), one that does not parse 2
 #   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
 #                                     exit 2 before any restore (found after it: minutes of
@@ -166,7 +167,9 @@ grep -q "signal 15 during the start: stopped" "$dir/server4.log" ||
 # pid 1 the signal was dropped and the server went on to serve)
 mkdir -p "$dir/ck5/ckpt-00000000000000000001"
 mkfifo "$dir/ck5/ckpt-00000000000000000001/MANIFEST.json"
-"$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 --ckpt-dir="$dir/ck5" 2>"$dir/server5.log" &
+echo stale >"$dir/ports5" # an earlier run's, killed: removed at the start
+"$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 --ckpt-dir="$dir/ck5" \
+  --port-file="$dir/ports5" 2>"$dir/server5.log" &
 pid=$!
 sleep 0.5
 kill -TERM "$pid"
@@ -180,4 +183,5 @@ pid=""
 [ "$rc" = 0 ] || { tail -n 5 "$dir/server5.log"; fail "SIGTERM during the restore: exit $rc, want 0"; }
 grep -q "signal 15 during the start: stopped" "$dir/server5.log" ||
   { cat "$dir/server5.log"; fail "no line about the stop during the restore"; }
+[ ! -e "$dir/ports5" ] || fail "an earlier run's port file outlived a start that never served"
 echo "ok"
