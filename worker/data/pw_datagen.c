@@ -170,6 +170,14 @@ struct pw_datagen {
     double b;
 };
 
+/* The positive rate of bias b over the CALIB logits z. */
+static double mean_rate(const double *z, double b) {
+    double mean = 0;
+    for (int i = 0; i < CALIB; i++)
+        mean += sigmoid(b + z[i]);
+    return mean / CALIB;
+}
+
 /* The bias that gives o->positive_rate, by bisection on CALIB rows of their own stream. */
 static int calibrate(const pw_datagen_opts_t *o, const model_t *m, double *out) {
     double *z = malloc(CALIB * sizeof *z);
@@ -177,14 +185,20 @@ static int calibrate(const pw_datagen_opts_t *o, const model_t *m, double *out) 
         return PC_ENOMEM;
     for (int i = 0; i < CALIB; i++)
         z[i] = draw(o, m, 2, (uint64_t)i, NULL, NULL, NULL);
-    double lo = -30, hi = 30;
+    /* [-30, 30] when it holds the bias (the data of every run so far, to the bit); else, with
+     * large interactions (their spread passes 30), a bracket of the whole spread of z */
+    double lo = -30, hi = 30, zmin = z[0], zmax = z[0];
+    for (int i = 1; i < CALIB; i++) {
+        zmin = z[i] < zmin ? z[i] : zmin;
+        zmax = z[i] > zmax ? z[i] : zmax;
+    }
+    if (mean_rate(z, lo) > o->positive_rate || mean_rate(z, hi) < o->positive_rate) {
+        lo = -zmax - 40;
+        hi = -zmin + 40;
+    }
     for (int it = 0; it < 60; it++) {
         const double b = (lo + hi) / 2;
-        double mean = 0;
-        for (int i = 0; i < CALIB; i++)
-            mean += sigmoid(b + z[i]);
-        mean /= CALIB;
-        if (mean < o->positive_rate)
+        if (mean_rate(z, b) < o->positive_rate)
             lo = b;
         else
             hi = b;

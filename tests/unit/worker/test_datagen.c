@@ -125,6 +125,16 @@ static void test_datagen(void **state) {
     pw_datagen_result_t r4;
     assert_int_equal(pw_datagen_run(&o4, NULL, NULL, &r4), 0);
     assert_true(r4.oracle_seen_auc == r4.oracle_auc && r4.oracle_seen5_auc == r4.oracle_auc);
+    /* interactions of spread past 30 and a rare positive: the bias is found outside [-30, 30]
+     * (its search stopped at -30 there, and about 0.3 of the rows came out positive) */
+    pw_datagen_opts_t o5 = o;
+    o5.interaction = 100;
+    o5.positive_rate = 0.01;
+    pw_datagen_result_t r5;
+    assert_int_equal(pw_datagen_run(&o5, NULL, NULL, &r5), 0);
+    print_message("interaction 100, positive rate 0.01: bias %.2f, %.4f positive\n", r5.bias,
+                  r5.train_positive);
+    assert_true(fabs(r5.train_positive - 0.01) < 0.01);
     pw_datagen_opts_t bad = o;
     bad.positive_rate = 1.5;
     assert_int_equal(pw_datagen_run(&bad, NULL, NULL, NULL), PC_EINVAL);
