@@ -134,8 +134,9 @@ typedef struct conn {
     loopctx_t *lc;
     struct conn *prev, *next;
     bool authed;
-    bool finishing; /* no more reads or replies: a shutdown is flushing the queued ones */
-    bool closing;   /* uv_close called */
+    uint64_t born_ns; /* accepted (the hello deadline counts from it) */
+    bool finishing;   /* no more reads or replies: a shutdown is flushing the queued ones */
+    bool closing;     /* uv_close called */
     uint8_t *stage;
     size_t stage_len;
     pc_wire_hdr_t hdr; /* of the frame being read into `body` */
@@ -170,12 +171,13 @@ struct loopctx {
     size_t idle_bytes;
     float *conv; /* fp32 rows or gradients of a bf16/f16 batch (see DESIGN), conv_cap bytes */
     size_t conv_cap;
-    parked_t *parked;      /* push replies waiting for the backups (see Replication) */
-    uv_timer_t park_timer; /* answers the parked ones past their deadline */
-    uv_timer_t stop_timer; /* a stop closes the connections that did not take their replies */
-    uv_tcp_t spare;        /* a connection accepted without memory for it, to close it */
-    bool spare_busy;       /* spare is in use (closing) until on_spare_closed */
-    bool spare_pending;    /* a connection came while it was: taken by on_spare_closed */
+    parked_t *parked;       /* push replies waiting for the backups (see Replication) */
+    uv_timer_t park_timer;  /* answers the parked ones past their deadline */
+    uv_timer_t stop_timer;  /* a stop closes the connections that did not take their replies */
+    uv_timer_t hello_timer; /* with a token or TLS: closes connections past the hello deadline */
+    uv_tcp_t spare;         /* a connection accepted without memory for it, to close it */
+    bool spare_busy;        /* spare is in use (closing) until on_spare_closed */
+    bool spare_pending;     /* a connection came while it was: taken by on_spare_closed */
 };
 
 /* A backup's acknowledged position of a table's change log (PC_STREAM_ACK). */
@@ -1831,6 +1833,7 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     }
     c->lc = lc;
+    c->born_ns = pc_time_mono_ns();
     c->stage = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
     if (lc->dp->tls && pc_tls_new(lc->dp->tls, NULL, &c->tls))
         c->tls = NULL; /* checked below */
@@ -1856,6 +1859,29 @@ static void on_connection(uv_stream_t *server, int status) {
 
 /* ==== loops ================================================================================ */
 
+/* Whether connection c is past its handshake: TLS established and, with a token, HELLO said. */
+static bool admitted(const conn_t *c) {
+    const ps_dp_t *dp = c->lc->dp;
+    return (!dp->token_len || c->authed) && (!c->tls || pc_tls_established(c->tls));
+}
+
+/* Every hello_ms / 4: the connections not admitted within hello_ms of their accept are closed
+ * (only a server with a token or TLS runs this timer). */
+static void on_hello_timer(uv_timer_t *tm) {
+    loopctx_t *lc = tm->data;
+    const uint64_t now = pc_time_mono_ns(), limit = (uint64_t)lc->dp->o.hello_ms * 1000000u;
+    size_t n = 0;
+    for (conn_t *c = lc->conns; c; c = c->next)
+        if (!c->closing && !admitted(c) && now - c->born_ns > limit) {
+            n++;
+            conn_close(c);
+        }
+    if (n)
+        PC_WARN("data plane: %zu connection(s) did not finish the TLS handshake and HELLO within "
+                "%u ms: closed",
+                n, lc->dp->o.hello_ms);
+}
+
 /* STOP_FLUSH_MS after a stop: a peer that does not read (stopped, stuck, partitioned) would hold
  * its connection's shutdown, the loop and the server's exit checkpoint forever. */
 static void on_stop_timer(uv_timer_t *tm) {
@@ -1880,6 +1906,7 @@ static void on_stop(uv_async_t *a) {
     uv_close((uv_handle_t *)&lc->wake, NULL);
     park_release(lc, true, NULL); /* pushes applied here, not confirmed by a backup */
     uv_close((uv_handle_t *)&lc->park_timer, NULL);
+    uv_close((uv_handle_t *)&lc->hello_timer, NULL);
     /* Frames already read were executed in their read callback (except those a paused
      * connection holds back: they are dropped): flush replies and close, within a bound. */
     for (conn_t *c = lc->conns; c; c = c->next)
@@ -2038,6 +2065,8 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
     dp->o.tls_cert = dp->o.tls_key = dp->o.tls_ca = NULL;
     if (!dp->o.reply_queue) /* 0: no cap (halved: cap + cap / 8 must not overflow) */
         dp->o.reply_queue = UINT64_MAX / 2;
+    if (!dp->o.hello_ms)
+        dp->o.hello_ms = 10000;
     if (!dp->o.reply_queue_total)
         dp->o.reply_queue_total = UINT64_MAX / 2;
     pthread_rwlock_init(&dp->map_lock, NULL);
@@ -2071,6 +2100,13 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         lc->park_timer.data = lc;
         uv_timer_init(&lc->loop, &lc->stop_timer); /* started by on_stop */
         lc->stop_timer.data = lc;
+        uv_timer_init(&lc->loop, &lc->hello_timer);
+        lc->hello_timer.data = lc;
+        if (dp->token_len || dp->tls) {
+            const uint64_t every = dp->o.hello_ms / 4 ? dp->o.hello_ms / 4 : 1;
+            uv_timer_start(&lc->hello_timer, on_hello_timer, every, every);
+            uv_unref((uv_handle_t *)&lc->hello_timer); /* (the loop's life is its listener's) */
+        }
         if (uv_tcp_open(&lc->listener, fd) < 0 ||
             uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
             close(fd);
@@ -2083,6 +2119,7 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
             uv_close((uv_handle_t *)&lc->wake, NULL);
             uv_close((uv_handle_t *)&lc->park_timer, NULL);
             uv_close((uv_handle_t *)&lc->stop_timer, NULL);
+            uv_close((uv_handle_t *)&lc->hello_timer, NULL);
             uv_run(&lc->loop, UV_RUN_DEFAULT);
             uv_loop_close(&lc->loop);
             dp->nloops = i;

@@ -64,6 +64,10 @@ typedef struct ps_dp_opts {
      * (pc_wire_watch_peer: keepalive and TCP_USER_TIMEOUT), with what it held (a part-read
      * request's body, queued replies). 0: 60000. */
     uint32_t dead_peer_ms;
+    /* With a token or TLS: a connection that has not finished its TLS handshake and said HELLO
+     * with the token within this long is closed (a peer that connects and sends nothing, or a
+     * part of a ClientHello, held its buffers, 128 KiB, for ever). 0: 10000. */
+    uint32_t hello_ms;
 } ps_dp_opts_t;
 
 /* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot

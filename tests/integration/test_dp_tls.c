@@ -31,6 +31,7 @@
 #include "pc_wire.h"
 #include "pw_datagen.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -450,6 +451,54 @@ static int run_worker(const char *const *args, char *err, size_t cap) {
 }
 
 /* ps-worker against a TLS + token server: trains with --tls-ca and --token, fails without. */
+/* Seconds until the server closes fd (read gives EOF or an error), waiting up to `wait_s`; -1 when
+ * it is still open then. */
+static double closed_after(int fd, double wait_s) {
+    const double t0 = pu_now();
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char b[256];
+    while (pu_now() - t0 < wait_s) {
+        const ssize_t n = recv(fd, b, sizeof b, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return pu_now() - t0;
+    }
+    return -1;
+}
+
+/* hello_timeout_ms: a connection that sends nothing, or part of a ClientHello, is closed after
+ * it (both held their buffers for ever); one that finished the handshake and HELLO stays. */
+static void test_hello_deadline(void **state) {
+    (void)state;
+    char sc[340], sk[340];
+    const int pt = pu_free_port(), pk = pu_free_port();
+    const char *tls[] = {TABLE, cert_flag(sc, sizeof sc, "tls-cert", "server.pem"),
+                         cert_flag(sk, sizeof sk, "tls-key", "server.key"),
+                         "--hello-timeout-ms=500", NULL};
+    const char *token[] = {TABLE, "--token=s3cret", "--hello-timeout-ms=500", NULL};
+    pid_t st = pu_spawn(pt, g_dir, tls, NULL), sk2 = pu_spawn(pk, g_dir, token, NULL);
+    psc_t *c;
+    char why[1024];
+    assert_int_equal(connect_tls(pt, NULL, "ca.pem", NULL, NULL, why, sizeof why, &c), 0);
+    int part = raw_connect(pt), none = raw_connect(pt), plain = raw_connect(pk);
+    assert_true(part >= 0 && none >= 0 && plain >= 0);
+    assert_int_equal(send(part, "\x16\x03\x01", 3, 0), 3); /* a record header, no more */
+    const double a = closed_after(part, 5), b = closed_after(none, 5), d = closed_after(plain, 5);
+    print_message("closed after %.2f s (part of a ClientHello), %.2f s (nothing, TLS), %.2f s "
+                  "(nothing, token)\n",
+                  a, b, d);
+    assert_true(a > 0 && b > 0 && d > 0);
+    uint64_t k[2] = {1, 2};
+    float r[2 * D];
+    assert_int_equal(psc_pull(c, "emb", k, 2, D, r), 0); /* admitted: still served */
+    psc_close(c);
+    close(part);
+    close(none);
+    close(plain);
+    pu_stop(st);
+    pu_stop(sk2);
+}
+
 static void test_worker_tls(void **state) {
     (void)state;
     char sc[340], sk[340], srv[64], ca[340], err[8192];
@@ -515,6 +564,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_tls_versions_and_suites),
         cmocka_unit_test(test_tls_client_auth_and_token),
         cmocka_unit_test(test_tls_unsent_bounded),
+        cmocka_unit_test(test_hello_deadline),
         cmocka_unit_test(test_worker_tls),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
