@@ -271,13 +271,14 @@ static pc_cluster_map_t *map_if_new(ps_repl_t *r, uint64_t have) {
 
 /* ==== the map in the coordinator =========================================================== */
 
-/* Adopt m (taken) as the current map when newer. */
-static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
+/* Adopt m (taken) as the current map when newer. 0, or the data plane's error (not adopted: the
+ * version is read again at the next refresh). */
+static int adopt(ps_repl_t *r, pc_cluster_map_t *m) {
     pthread_mutex_lock(&r->mu);
     if (r->map && pc_cmap_version(m) <= pc_cmap_version(r->map)) {
         pthread_mutex_unlock(&r->mu);
         pc_cmap_destroy(m);
-        return;
+        return 0;
     }
     if (pc_cmap_nservers(m) <= r->o.self || strcmp(pc_cmap_addr(m, r->o.self), r->self_addr) != 0) {
         pthread_mutex_unlock(&r->mu);
@@ -285,7 +286,7 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
                  "%u: not adopted",
                  pc_cmap_version(m), r->self_addr, r->o.self);
         pc_cmap_destroy(m);
-        return;
+        return 0;
     }
     /* backups new since r->map join (not the first); the data plane's map first: adopted
      * without it, a promoted server refused pushes for its new slots (PC_EWRONGSLOT), and a
@@ -296,7 +297,7 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
         PC_ERROR("replication: map version %" PRIu64 " not adopted: %s", pc_cmap_version(m),
                  pc_strerror(rc));
         pc_cmap_destroy(m);
-        return;
+        return rc;
     }
     if (!r->map || !pc_cmap_roles_same(m, r->map))
         atomic_store(&r->roles, pc_cmap_version(m));
@@ -310,6 +311,7 @@ static void adopt(ps_repl_t *r, pc_cluster_map_t *m) {
     pc_cmap_format(m, text, sizeof text);
     PC_INFO("replication: map version %" PRIu64 ": %s%s", pc_cmap_version(m), text,
             pc_cmap_format(m, NULL, 0) >= sizeof text ? "..." : "");
+    return 0;
 }
 
 /* The current map's version (0: none yet). */
@@ -327,18 +329,19 @@ static int refresh(ps_repl_t *r) {
     pc_cluster_map_t *m;
     int rc = ps_mapstore_newest(&r->store, current(r), 0, &m);
     if (!rc && m)
-        adopt(r, m);
+        rc = adopt(r, m);
     return rc;
 }
 
 /* Write `next` (derived from the current map, with the next version) and adopt it when won;
- * PC_EEXIST when another server wrote that version first (its map is adopted instead). */
+ * PC_EEXIST when another server wrote that version first (its map is adopted instead); adopt's
+ * error when the version is written but not adopted here (read again at the next refresh: the
+ * caller takes the change for not done yet). */
 static int change_map(ps_repl_t *r, pc_cluster_map_t *next, const char *what) {
     int rc = ps_mapstore_put(&r->store, next);
     if (rc == 0) {
         PC_INFO("replication: wrote map version %" PRIu64 " (%s)", pc_cmap_version(next), what);
-        adopt(r, next);
-        return 0;
+        return adopt(r, next);
     }
     pc_cmap_destroy(next);
     refresh(r);
@@ -1239,11 +1242,14 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     /* a cold table: its parts of RAM rows, then pages of the primary's cold store */
     const bool walk = ps_table_config(t)->cold;
     psc_stream_t out = {0};
-    if (!rc)
-        rc = psc__stream(
-            pr->c, true, &q,
-            PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP | (walk ? PC_STREAM_COLD : 0),
-            pc_cmap_version(m), cp->part < src->parts ? 0 : cp->start, &out, why, whycap);
+    if (rc) { /* the copy's own keys could not be noted (memory): it starts over */
+        copy_end(src);
+        return rc;
+    }
+    rc = psc__stream(pr->c, true, &q,
+                     PC_STREAM_STATE | PC_STREAM_SAME_MAP | PC_STREAM_BACKUP |
+                         (walk ? PC_STREAM_COLD : 0),
+                     pc_cmap_version(m), cp->part < src->parts ? 0 : cp->start, &out, why, whycap);
     if (rc == PC_ETOOBIG && src->parts < 65536) { /* a part over the buffers: split finer */
         src->parts *= 2;
         cp->part = 0; /* the parts loaded are loaded again: a load is idempotent */
@@ -1252,8 +1258,8 @@ static long copy_step(ps_repl_t *r, primary_t *pr, source_t *src, const pc_clust
     }
     if (rc == PC_EWRONGSLOT || rc == PC_EUNAVAIL || rc == PC_ETIMEDOUT || rc == PC_ECLOSED ||
         rc == PC_ETLS || rc == PC_EAUTH || rc == PC_ENOMEM)
-        return rc; /* another map version there, no answer, or no connection: this part again
-                    * later (the copy stays) */
+        return rc; /* another map version there, no answer, no connection, or no memory for
+                    * the reply: this part again later (the copy stays) */
     if (!rc && cp->part && out.uid != cp->uid) {
         if (ps_table_uid_same_run(cp->uid, out.uid)) { /* reset while the primary ran (DESIGN) */
             /* the copy starts over from the keys held now: those the earlier parts loaded from
@@ -1914,9 +1920,9 @@ int ps_repl_start(const ps_coord_store_t *store, ps_catalog_t *cat, ps_dp_t *dp,
         int lr = ps_mapstore_newest(&r->store, 0, pc_cmap_version(mine), &m);
         if (!lr && !m && (lr = ps_mapstore_put(&r->store, mine)) == PC_EEXIST)
             lr = 0;
-        if (!lr && m) {
-            adopt(r, m);
-        } else if (lr) {
+        if (!lr && m)
+            lr = adopt(r, m); /* (its error: the same wait, then the same version again) */
+        if (lr) {
             if (!attempt)
                 PC_WARN("replication: no cluster map from the coordinator (%s): %d more tries, "
                         "%u ms apart",
