@@ -219,6 +219,16 @@ static bool coord_gave_up(pw_group_t *g, uint64_t *since, int rc) {
     return false;
 }
 
+/* A write's outcome rc in settle: 0 ends the trouble *since counted (a later failure waits the
+ * rejoin timeout again); a failure is coord_gave_up's. */
+static bool write_gave_up(pw_group_t *g, uint64_t *since, int rc) {
+    if (!rc) {
+        *since = 0;
+        return false;
+    }
+    return coord_gave_up(g, since, rc);
+}
+
 /* The lease of a generation's rendezvous keys: twice the longest wait of a formation (the
  * collective or the rejoin timeout), and a minute. Only a formation reads them: after it they go,
  * so a long job's generations do not fill the coordinator (65,536 keys at most) and a later
@@ -700,7 +710,7 @@ static int settle(pw_group_t *g, bool first) {
         }
         trouble = 0;
         if (last < g->gen && g->formed >= 0) { /* the coordinator lost the job's state */
-            if ((rc = restore(g, last)) && coord_gave_up(g, &set_trouble, rc))
+            if (write_gave_up(g, &set_trouble, rc = restore(g, last)))
                 return rc;
             continue;
         }
@@ -712,7 +722,7 @@ static int settle(pw_group_t *g, bool first) {
         if (last < 0) { /* a new run: generation 0 is everybody */
             for (int i = 0; i < g->o.world; i++)
                 g->members[i] = i;
-            if ((rc = propose(g, 0, g->members, g->o.world)) && coord_gave_up(g, &set_trouble, rc))
+            if (write_gave_up(g, &set_trouble, rc = propose(g, 0, g->members, g->o.world)))
                 return rc;
             continue;
         }
@@ -727,11 +737,11 @@ static int settle(pw_group_t *g, bool first) {
                 const bool fresh = first && !job_started(g); /* the job never formed */
                 const int t =
                     (fresh && last == 0) || g->o.timeout_ms > rejoin ? g->o.timeout_ms : rejoin;
-                if ((rc = mark_tried(g, last)) && rc != PC_ESTATE) {
-                    if (coord_gave_up(g, &set_trouble, rc)) /* bounded as the other writes */
-                        return rc;
+                if ((rc = mark_tried(g, last)) != PC_ESTATE &&
+                    write_gave_up(g, &set_trouble, rc)) /* bounded as the other writes */
+                    return rc;
+                if (rc && rc != PC_ESTATE)
                     continue;
-                }
                 if (!rc && (rc = form(g, last, g->members, n, t)) == 0) {
                     hb_set(g, "training", true);
                     return 0;
@@ -744,8 +754,7 @@ static int settle(pw_group_t *g, bool first) {
                 if (rc == PC_ESTATE ||
                     (fresh &&
                      (rc != PC_ETIMEDOUT || (newest(g, g->coord, &now) == 0 && now > last)))) {
-                    if ((rc = propose(g, last + 1, g->members, n)) &&
-                        coord_gave_up(g, &set_trouble, rc))
+                    if (write_gave_up(g, &set_trouble, rc = propose(g, last + 1, g->members, n)))
                         return rc;
                     continue;
                 }
@@ -759,7 +768,7 @@ static int settle(pw_group_t *g, bool first) {
             }
             if (!member) /* formed without this worker, or it lost the race: add it */
                 g->members[n++] = g->o.rank;
-            if ((rc = propose(g, last + 1, g->members, n)) && coord_gave_up(g, &set_trouble, rc))
+            if (write_gave_up(g, &set_trouble, rc = propose(g, last + 1, g->members, n)))
                 return rc;
             continue;
         }
@@ -767,11 +776,10 @@ static int settle(pw_group_t *g, bool first) {
         char key[256];
         if (!registered) {
             key_of(g, key, sizeof key, "g/%" PRId64 "/alive/%d", g->gen, g->o.rank);
-            if ((rc = set_str(g, key, "1"))) { /* coordinator trouble: bounded as above */
-                if (coord_gave_up(g, &set_trouble, rc))
-                    return rc;
+            if (write_gave_up(g, &set_trouble, rc = set_str(g, key, "1"))) /* bounded as above */
+                return rc;
+            if (rc)
                 continue;
-            }
             registered = true;
         }
         if (pc_time_mono_ns() < deadline) {
@@ -783,8 +791,7 @@ static int settle(pw_group_t *g, bool first) {
                 PC_WARN("group: every worker of generation %" PRId64 " is in recovery: forming "
                         "the next one",
                         g->gen);
-                if ((rc = propose(g, g->gen + 1, g->members, n)) &&
-                    coord_gave_up(g, &set_trouble, rc))
+                if (write_gave_up(g, &set_trouble, rc = propose(g, g->gen + 1, g->members, n)))
                     return rc;
                 continue;
             }
@@ -803,7 +810,7 @@ static int settle(pw_group_t *g, bool first) {
             continue;
         }
         PC_WARN("group: a worker did not come back within %d ms: going on with %d", rejoin, n);
-        if ((rc = propose(g, g->gen + 1, g->members, n)) && coord_gave_up(g, &set_trouble, rc))
+        if (write_gave_up(g, &set_trouble, rc = propose(g, g->gen + 1, g->members, n)))
             return rc;
     }
 }
