@@ -194,6 +194,7 @@ typedef struct ps_shard {
     unsigned char *rows; /* row_bytes per row */
     ps_km_t *km;
     uint32_t count, cap;
+    uint32_t rows_cap, km_cap; /* what each mapping holds (cap, or more after a failed resize) */
     /* clock, eviction, admission */
     uint32_t clock, last_aging, last_ttl, last_decay;
     uint32_t hand;
@@ -815,36 +816,41 @@ static size_t rows_bytes(const ps_table_t *t, uint32_t cap) {
 static int slab_resize(const ps_table_t *t, ps_shard_t *s, uint32_t cap) {
     if (cap < 16)
         cap = 16;
-    size_t ob = rows_bytes(t, s->cap), nbytes = rows_bytes(t, cap);
+    const size_t nbytes = rows_bytes(t, cap), kb = (size_t)cap * sizeof(ps_km_t);
     unsigned char *rows =
-        s->rows ? pc_vm_resize(PC_MEM_ROWS, s->rows, ob, nbytes) : pc_vm_alloc(PC_MEM_ROWS, nbytes);
+        s->rows ? pc_vm_resize(PC_MEM_ROWS, s->rows, rows_bytes(t, s->rows_cap), nbytes)
+                : pc_vm_alloc(PC_MEM_ROWS, nbytes);
     if (!rows)
         return PC_ENOMEM;
     s->rows = rows;
+    s->rows_cap = cap;
     if (nbytes >= HUGE_MIN_BYTES)
         pc_vm_advise_huge(rows, nbytes, rows_bytes(t, s->count));
-    const size_t kb = (size_t)cap * sizeof(ps_km_t);
-    ps_km_t *km = s->km ? pc_vm_resize(PC_MEM_KEYS, s->km, (size_t)s->cap * sizeof(ps_km_t), kb)
+    ps_km_t *km = s->km ? pc_vm_resize(PC_MEM_KEYS, s->km, (size_t)s->km_cap * sizeof(ps_km_t), kb)
                         : pc_vm_alloc(PC_MEM_KEYS, kb);
     if (!km) {
-        /* Keep the arrays consistent: shrink rows back when it was a growth, free them when
-         * they were new (a mapping of 0 bytes cannot be resized: the shard would refuse every
-         * insert for good, and leak). */
-        unsigned char *back = ob ? pc_vm_resize(PC_MEM_ROWS, s->rows, nbytes, ob) : NULL;
-        if (!ob) {
+        /* The rows back to the size that was in use, or freed when they were new (a mapping of
+         * 0 bytes cannot be resized: the shard would refuse every insert for good, and leak).
+         * When even that fails, each mapping keeps the size it has (rows_cap, km_cap: what a
+         * later resize or the free takes) and the shard uses the smaller. */
+        if (!s->km) {
             pc_vm_free(PC_MEM_ROWS, s->rows, nbytes);
             s->rows = NULL;
-        } else if (back) {
-            s->rows = back;
+            s->rows_cap = 0;
         } else {
-            s->cap = cap < s->cap ? cap : s->cap; /* rows array is larger: still valid */
+            unsigned char *back = pc_vm_resize(PC_MEM_ROWS, s->rows, nbytes, rows_bytes(t, s->cap));
+            if (back) {
+                s->rows = back;
+                s->rows_cap = s->cap;
+            }
+            s->cap = s->rows_cap < s->km_cap ? s->rows_cap : s->km_cap;
         }
         return PC_ENOMEM;
     }
     if (kb >= HUGE_MIN_BYTES)
         pc_vm_advise_huge(km, kb, (size_t)s->count * sizeof(ps_km_t));
     s->km = km;
-    s->cap = cap;
+    s->km_cap = s->cap = cap;
     return 0;
 }
 
@@ -2494,8 +2500,8 @@ void ps_table_destroy(ps_table_t *t) {
     for (uint32_t sh = 0; sh < t->nshards; sh++) {
         ps_shard_t *s = &t->shards[sh];
         pc_vm_free(PC_MEM_INDEX, s->slots, (size_t)s->nbuckets * BUCKET_SLOTS * sizeof(uint32_t));
-        pc_vm_free(PC_MEM_ROWS, s->rows, rows_bytes(t, s->cap));
-        pc_vm_free(PC_MEM_KEYS, s->km, (size_t)s->cap * sizeof(ps_km_t));
+        pc_vm_free(PC_MEM_ROWS, s->rows, rows_bytes(t, s->rows_cap));
+        pc_vm_free(PC_MEM_KEYS, s->km, (size_t)s->km_cap * sizeof(ps_km_t));
         pc_free(PC_MEM_SKETCH, s->sketch, (size_t)SKETCH_DEPTH * s->sketch_width);
         cow_free(t, s);
         pc_free(PC_MEM_SCRATCH, s->removed, s->removed_cap * sizeof(ps_removal_t));
