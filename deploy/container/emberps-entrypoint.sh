@@ -63,8 +63,10 @@ die() { echo "emberps-entrypoint: $*" >&2; exit 2; }
 # EMBER_RESOLVE_TIMEOUT_S for DNS (then exit 1: a transient failure, unlike die's).
 resolve() {
   local n=$1 ip="" t wait_s=${EMBER_RESOLVE_TIMEOUT_S:-120}
+  [ -n "$n" ] || die "no server name to resolve (set POD_NAMESPACE or EMBER_SERVER_DOMAIN)"
   if [[ $n =~ ^[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+$ ]]; then echo "$n"; return; fi
   [[ $wait_s =~ ^[0-9]+$ ]] || die "EMBER_RESOLVE_TIMEOUT_S=$wait_s is not a count of seconds"
+  wait_s=$((10#$wait_s)) # (08: not octal)
   for ((t = 0; t < 2 * wait_s; t++)); do
     ip=$(getent ahostsv4 "$n" 2>/dev/null | awk 'NR == 1 { print $1 }') || true
     [ -n "$ip" ] && { echo "$ip"; return; }

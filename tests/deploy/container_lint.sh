@@ -113,7 +113,19 @@ for mode in server worker serve; do
   [ ! -e "$tmp/argv" ] || fail "emberps-entrypoint $mode with ps-server-1 unresolved started $(head -n 1 "$tmp/argv")"
   grep -q "did not resolve in 1 s" "$tmp/err" || fail "emberps-entrypoint $mode: $(cat "$tmp/err")"
 done
-echo "entrypoint: a server name that does not resolve: exit 1, nothing started"
+# no namespace for the servers' names: a setting's error, exit 2 at once (it waited for DNS to
+# resolve an empty name, then exit 1, as if transient); a timeout written 08 is 8 s, not octal
+rc=0
+env -i PATH="$tmp/stub:/usr/bin:/bin" HOSTNAME=ps-server-0 EMBER_SERVERS=2 \
+  EMBER_SECRET_DIR="$tmp/nosecret" EMBER_RESOLVE_TIMEOUT_S=08 bash "$entry" server 2>"$tmp/err" || rc=$?
+[ "$rc" = 2 ] && grep -q "no server name to resolve" "$tmp/err" ||
+  fail "emberps-entrypoint server without POD_NAMESPACE: exit $rc ($(cat "$tmp/err"))"
+rm -f "$tmp/argv"
+env -i PATH="$tmp/stub:/usr/bin:/bin" HOSTNAME=ps-server-0 POD_NAMESPACE=emberps EMBER_SERVERS=2 \
+  EMBER_SECRET_DIR="$tmp/nosecret" EMBER_RESOLVE_TIMEOUT_S=08 bash "$entry" server 2>"$tmp/err" ||
+  fail "emberps-entrypoint server with EMBER_RESOLVE_TIMEOUT_S=08: $(cat "$tmp/err")"
+[ -e "$tmp/argv" ] || fail "emberps-entrypoint server with EMBER_RESOLVE_TIMEOUT_S=08 started nothing"
+echo "entrypoint: a server name that does not resolve: exit 1, nothing started; no namespace: exit 2"
 
 what="ps-serve (pass-through)"
 ep "$tmp/secret" ps-serve --help
