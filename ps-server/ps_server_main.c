@@ -403,7 +403,9 @@ static int read_map(const srv_cfg_t *c, int port, pc_cluster_map_t **out) {
             PC_ERROR("cluster_map_file %s: %s", c->cluster_map_file,
                      rc ? pc_strerror(rc) : "empty");
             free(text);
-            return PC_EIO;
+            /* empty (rewritten in place) or unreadable now: PC_EIO, a start that may work later;
+             * absent or too large: a setting's error */
+            return rc == PC_ENOTFOUND || rc == PC_ETOOBIG ? PC_EINVAL : PC_EIO;
         }
         text[strcspn(text, "\r\n")] = '\0';
     } else if (!c->cluster_map[0]) { /* a lone server's */

@@ -195,6 +195,7 @@ int main(int argc, char **argv) {
         .max_batch = (uint32_t)c.max_batch,
         .max_keys = (uint32_t)c.max_keys,
         .max_reply = ps_api_max_reply((uint64_t)c.max_reply_bytes, (uint64_t)c.max_message_bytes),
+        .max_gather = (uint64_t)c.max_reply_bytes, /* (rows that stay here: no message's) */
         .start_ns = d.start_ns};
     static const char *const k_names[] = {"emberps.Serving", "emberps.ParameterServer", NULL};
     ps_grpc_service_t svc = {.names = k_names,

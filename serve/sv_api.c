@@ -235,11 +235,13 @@ static void do_predict(const sv_api_env_t *env, const uint8_t *req, size_t len, 
          * row buffer at the largest it held (max_keys alone let one request pin 384 MiB of
          * dim-64 rows in each evaluator) */
         const size_t nk = rc ? 0 : bb.b.key_off[n];
-        if (!rc && (uint64_t)nk * c->row_dim * sizeof(float) > env->max_reply)
-            ps_api_fail(r, rc = PC_ETOOBIG,
-                        "%zu features of %d floats are %llu bytes of rows, over max_reply %llu", nk,
-                        c->row_dim, (unsigned long long)((uint64_t)nk * c->row_dim * sizeof(float)),
-                        (unsigned long long)env->max_reply);
+        const uint64_t gather = env->max_gather ? env->max_gather : env->max_reply;
+        if (!rc && (uint64_t)nk * c->row_dim * sizeof(float) > gather)
+            ps_api_fail(
+                r, rc = PC_ETOOBIG,
+                "%zu features of %d floats are %llu bytes of rows, over max_reply_bytes %llu", nk,
+                c->row_dim, (unsigned long long)((uint64_t)nk * c->row_dim * sizeof(float)),
+                (unsigned long long)gather);
         if (!rc) {
             npos = sv_served_positions(x, pos, SV_SERVE_SOURCES_MAX); /* before the rows */
             sv_eval_t *e = sv_model_acquire(m);

@@ -28,9 +28,10 @@
 
 typedef struct sv_api_env {
     sv_serve_t *serve;
-    uint32_t max_batch; /* samples per Predict */
-    uint32_t max_keys;  /* keys per Lookup, and features per Predict */
-    uint64_t max_reply; /* bytes of rows a Lookup may return, and a Predict gather */
+    uint32_t max_batch;  /* samples per Predict */
+    uint32_t max_keys;   /* keys per Lookup, and features per Predict */
+    uint64_t max_reply;  /* bytes of rows a Lookup may return (within a message) */
+    uint64_t max_gather; /* bytes of rows a Predict gathers (max_reply_bytes; 0: max_reply) */
     uint64_t start_ns;
 } sv_api_env_t;
 

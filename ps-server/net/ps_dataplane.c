@@ -1866,13 +1866,14 @@ static bool admitted(const conn_t *c) {
 }
 
 /* Every hello_ms / 4: the connections not admitted within hello_ms of their accept are closed
- * (only a server with a token or TLS runs this timer). */
+ * (only a server with a token or TLS runs this timer); not one paused by may_run, whose HELLO
+ * waits for the server's replies to drain. */
 static void on_hello_timer(uv_timer_t *tm) {
     loopctx_t *lc = tm->data;
     const uint64_t now = pc_time_mono_ns(), limit = (uint64_t)lc->dp->o.hello_ms * 1000000u;
     size_t n = 0;
     for (conn_t *c = lc->conns; c; c = c->next)
-        if (!c->closing && !admitted(c) && now - c->born_ns > limit) {
+        if (!c->closing && !c->paused && !admitted(c) && now - c->born_ns > limit) {
             n++;
             conn_close(c);
         }

@@ -20,7 +20,8 @@
 #   SIGTERM while the restore reads: a stop once it is over, exit 0 (killed by the default
 #                                     action; dropped as a container's pid 1); an earlier run's
 #                                     port file is removed at the start (a script read it)
-#   an empty --cluster-map-file       exit 1 (restarted by systemd), one that does not parse 2
+#   an empty --cluster-map-file       exit 1 (restarted by systemd); one that does not exist or
+#                                     parse: 2
 #   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
 #                                     exit 2 before any restore (found after it: minutes of
 #                                     restore, the tier's files replaced, exit 1)
@@ -45,6 +46,10 @@ rc=0
 timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \
   --server-index=0 --cluster-map-file="$dir/empty.map" 2>"$dir/err" || rc=$?
 [ "$rc" = 1 ] || { cat "$dir/err"; fail "an empty --cluster-map-file: exit $rc, want 1"; }
+rc=0
+timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \
+  --server-index=0 --cluster-map-file="$dir/no-such.map" 2>"$dir/err" || rc=$?
+[ "$rc" = 2 ] || { cat "$dir/err"; fail "a --cluster-map-file that does not exist: exit $rc, want 2"; }
 echo "version=1;servers=nonsense" >"$dir/bad.map"
 rc=0
 timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \

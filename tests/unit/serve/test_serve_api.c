@@ -496,7 +496,8 @@ static void test_bad_input(void **state) {
     /* more bytes of rows than max_reply: 78 rows of 64 bytes over 4096 (52: under it) */
     small = g_env;
     small.max_reply = 4096;
-    expect_fail(&small, m_predict, &q.base, PC_ETOOBIG, "4992 bytes of rows, over max_reply 4096");
+    expect_fail(&small, m_predict, &q.base, PC_ETOOBIG,
+                "4992 bytes of rows, over max_reply_bytes 4096");
     lines_request(&q, 0, 2);
     a = predict_ok(&small, &q);
     assert_int_equal(a->n_scores, 2);
