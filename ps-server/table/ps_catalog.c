@@ -217,10 +217,11 @@ static int adopt(ps_catalog_t *c, ps_table_t *t) {
 
 /* Room for one more entry (under c->mu); *e (an entry, or NULL) kept pointing at the same
  * entry. */
-/* Room for one more entry; a new name (e NULL) only below PS_CATALOG_TABLES_MAX live tables. */
-static int room_for_one(ps_catalog_t *c, entry_t **e) {
+/* Room for one more entry; with `limited`, a new name (e NULL) only below PS_CATALOG_TABLES_MAX
+ * live tables. */
+static int room_for_one(ps_catalog_t *c, entry_t **e, bool limited) {
     size_t live = 0;
-    for (size_t i = 0; !*e && i < c->n; i++)
+    for (size_t i = 0; limited && !*e && i < c->n; i++)
         live += !c->e[i].dropped;
     if (live >= PS_CATALOG_TABLES_MAX)
         return PC_ETOOBIG;
@@ -240,9 +241,9 @@ static int room_for_one(ps_catalog_t *c, entry_t **e) {
 /* t under its name: in place of the live table of that name (may_replace: in one step, an
  * acquire sees the old table or t, never none; the old one is destroyed once its last holder
  * releases it) or as a new one (may_add). Takes ownership of t (destroyed on failure).
- * PC_EEXIST, PC_ENOTFOUND (the case not allowed), PC_ETOOBIG (a new name, and the catalog
- * full), PC_ENOMEM. */
-static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_add) {
+ * PC_EEXIST, PC_ENOTFOUND (the case not allowed), PC_ETOOBIG (a new name with `limited`, and
+ * the catalog full), PC_ENOMEM. */
+static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_add, bool limited) {
     int rc = adopt(c, t);
     if (rc)
         return rc;
@@ -253,7 +254,7 @@ static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_ad
     if (e ? !may_replace : !may_add)
         rc = e ? PC_EEXIST : PC_ENOTFOUND;
     else
-        rc = room_for_one(c, &e);
+        rc = room_for_one(c, &e, limited);
     if (!rc) {
         if (e)
             e->dropped = true;
@@ -269,11 +270,11 @@ static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_ad
 }
 
 int ps_catalog_put(ps_catalog_t *c, ps_table_t *t) {
-    return install(c, t, false, true);
+    return install(c, t, false, true, true);
 }
 
 int ps_catalog_set(ps_catalog_t *c, ps_table_t *t) {
-    return install(c, t, true, true);
+    return install(c, t, true, true, false); /* (a restore: every table it has) */
 }
 
 uint64_t ps_catalog_changes(ps_catalog_t *c) {
@@ -367,7 +368,7 @@ static int reset_table(ps_catalog_t *c, ps_table_t *old, const char *job, char *
         if (c->e[i].t == old && !c->e[i].dropped)
             e = &c->e[i];
     if (e)
-        rc = room_for_one(c, &e);
+        rc = room_for_one(c, &e, true);
     if (!e && !rc)
         rc = PC_ENOTFOUND; /* dropped meanwhile */
     if (!rc) {
@@ -474,5 +475,5 @@ int ps_catalog_each(ps_catalog_t *c, int (*fn)(void *ctx, ps_table_t *t), void *
 }
 
 int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t) {
-    return install(c, t, true, false);
+    return install(c, t, true, false, true);
 }

@@ -81,7 +81,9 @@ void ps_catalog_discard(ps_catalog_t *c, ps_table_t *t);
 int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t);
 
 /* ps_catalog_replace when a table has t's name, else ps_catalog_put (a restore installing its
- * tables: a failure leaves the old table in place). PC_ENOMEM. */
+ * tables: a failure leaves the old table in place), past PS_CATALOG_TABLES_MAX too (a checkpoint
+ * written before the limit may hold more: all of them come back, and new tables are refused
+ * until some are dropped). PC_ENOMEM. */
 int ps_catalog_set(ps_catalog_t *c, ps_table_t *t);
 
 /* Remove `name`; the table is destroyed once no one holds it. PC_ENOTFOUND. */
