@@ -729,8 +729,9 @@ int pc_cmap_plan_remove(const pc_cluster_map_t *m, uint32_t server, pc_cluster_m
         for (uint32_t j = 0; j < no; j++)
             if (old[j] != server && old[j] != owner)
                 b[n++] = old[j];
-            else if (old[j] == server)
-                bk[server] -= len;
+            else /* the removed server's place, or the promoted backup's: counted no more (the
+                  * promoted one looked loaded still, and later runs passed it over) */
+                bk[old[j]] -= len;
         while (n < r) { /* the least loaded server with a role that holds none of it */
             uint32_t best = PC_NO_SERVER;
             for (uint32_t i = 0; i < m->nservers; i++) {

@@ -373,6 +373,19 @@ static void test_reshard_plans(void **state) {
     assert_int_equal(check_roles(one, 1, 0), PC_NSLOTS);
     pc_cluster_map_t *none;
     assert_int_equal(pc_cmap_plan_remove(one, 1, &none), PC_EINVAL); /* the last one */
+    /* a backup promoted by a remove counts as a backup no more: the next run's new backup is
+     * the least loaded (server 3, promoted over 0-8191, was passed over for server 1, which then
+     * backed up 12288 slots and server 3 none) */
+    pc_cluster_map_t *four, *less;
+    assert_int_equal(pc_cmap_parse("version=1;servers=a:1,b:2,c:3,d:4;slots=0-8191:0/3,"
+                                   "8192-12287:2/0,12288-16383:1/2",
+                                   &four, err, sizeof err),
+                     0);
+    assert_int_equal(pc_cmap_plan_remove(four, 0, &less), 0);
+    assert_int_equal(pc_cmap_slot_owner(less, 0), 3);
+    assert_true(pc_cmap_is_backup(less, 8192, 3));
+    pc_cmap_destroy(four);
+    pc_cmap_destroy(less);
     /* bad backups refused, nothing changed */
     const uint32_t self[] = {0}, twice[] = {1, 1}, far[] = {7};
     assert_int_equal(pc_cmap_set_backups(m, 0, self, 1), PC_EINVAL);
