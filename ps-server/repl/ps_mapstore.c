@@ -75,10 +75,20 @@ int ps_mapstore_newest(const ps_coord_store_t *st, uint64_t from, uint64_t guess
             memcpy(text, val, len < sizeof text - 1 ? len : sizeof text - 1);
         free(val);
         const uint64_t hint = strtoull(text, NULL, 10);
-        from = hint > guess ? hint : guess;
-        rc = ps_mapstore_get(st, from, out);
-        if (rc == PC_ENOTFOUND && from != guess) /* a hint ahead of its map: never written */
-            rc = ps_mapstore_get(st, from = guess, out);
+        /* the larger of the hint and the guess, then the smaller: a hint ahead of its map
+         * (never written), or a guess ahead of the store (a server configured with a later
+         * version than the store holds: it wrote its own there, and the servers that followed
+         * the store's versions one by one never saw it), then version 1 (no hint yet) */
+        const uint64_t lo = hint < guess ? hint : guess, hi = hint > guess ? hint : guess;
+        const uint64_t tries[3] = {hi, lo, 1};
+        rc = PC_ENOTFOUND;
+        for (int k = 0; k < 3 && rc == PC_ENOTFOUND; k++) {
+            bool asked = !tries[k]; /* (0: none; each version asked once) */
+            for (int j = 0; j < k; j++)
+                asked = asked || tries[j] == tries[k];
+            if (!asked)
+                rc = ps_mapstore_get(st, from = tries[k], out);
+        }
         if (rc == PC_ENOTFOUND)
             return 0; /* none yet */
         if (rc)
