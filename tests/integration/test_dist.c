@@ -1742,9 +1742,15 @@ static void test_job_rollback(void **state) {
         snprintf(vpath, sizeof vpath, "%s/ckpt-%020llu", sd, (unsigned long long)ck->servers[i]);
         assert_true(sd[0] == '/' && access(vpath, F_OK) == 0);
     }
+    /* a later step renamed into place before LATEST named it (a crash in between): the resumed
+     * job removes it, as a rollback does (it stayed the newest model version) */
+    char later[600];
+    snprintf(later, sizeof later, "%s/step-%020llu", dir, (unsigned long long)ck->step + 40000);
+    assert_int_equal(mkdir(later, 0755), 0);
     start_server0(&c, ck->servers[0]);
     start_server1(&c, ck->servers[1]);
-    ckjob_init(&k, &c, "jobckpt"); /* the servers' new gRPC ports */
+    ckjob_init(&k, &c, "jobckpt");       /* the servers' new gRPC ports */
+    j.extra[2] = "--ckpt-every=1000000"; /* (its next checkpoint would prune it anyway) */
     j.extra[3] = "--resume=checkpoint";
     snprintf(out[0], sizeof out[0], "%s/rb0b.json", g_dir);
     snprintf(out[1], sizeof out[1], "%s/rb1b.json", g_dir);
@@ -1759,6 +1765,7 @@ static void test_job_rollback(void **state) {
         assert_true(json_num(out[r], "samples") + (double)ck->positions[r] == RROWS);
     assert_true(json_num(out[0], "steps") == RROWS / RB);
     assert_true(auc == base); /* as in test_server_rollback: the same model, bit for bit */
+    assert_int_equal(access(later, F_OK), -1);
     /* A damaged dense state is refused (checksum), not loaded. */
     pw_jobckpt_read_latest(dir, ck, st, 1);
     char path[400];

@@ -126,6 +126,12 @@ static int each_server(const char *grpc, const psg_opts_t *sec, int timeout_ms, 
                     PC_WARN("job checkpoint: server %s: its directory is not kept (too long, "
                             "or a newline in it): %.200s",
                             a, r->dir);
+                if (!r->id) { /* (a manifest naming it could never be read) */
+                    PC_ERROR("job checkpoint: server %s answered without a checkpoint id", a);
+                    protobuf_c_message_free_unpacked(p, NULL);
+                    rc = PC_ECORRUPT;
+                    break;
+                }
             }
         }
         if (!rc)

@@ -677,6 +677,11 @@ int pw__resume_checkpoint(trainer_t *t, uint64_t *skip) {
         pw_publish_t *pub = pw__publisher(t); /* the servers restored it: later models go */
         if (pub)
             pw_publish_abandon(pub, ck->step);
+        /* and later steps' checkpoints, as a rollback's: one renamed into place before LATEST
+         * named it (a crash in between) stayed the newest model version, its server checkpoints
+         * abandoned, and was written again by the resumed run */
+        if (t->c->rank == 0)
+            pw_jobckpt_abandon_after(t->c->ckpt_dir, ck->step);
         take_checkpoint(t, ck, state, skip);
         t->resumed = true;
         t->resumed_step = ck->step;
