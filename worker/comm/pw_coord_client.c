@@ -72,8 +72,15 @@ int pw_coord_set_if(pw_coord_t *c, const char *key, const void *value, size_t le
 
 int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pc_kv_entry_t **out,
                   size_t *n) {
-    bool truncated;
-    return c->st.list(c->st.ctx, prefix, limit ? limit : PS_COORD_LIST_MAX, out, n, &truncated);
+    bool truncated = false;
+    int rc = c->st.list(c->st.ctx, prefix, limit ? limit : PS_COORD_LIST_MAX, out, n, &truncated);
+    if (!rc && truncated && !limit) {
+        pc_kv_entries_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+        rc = PC_ETOOBIG;
+    }
+    return rc;
 }
 
 static int kv_set(void *ctx, const char *key, const void *value, size_t len) {

@@ -50,7 +50,8 @@ int pw_coord_set_if(pw_coord_t *c, const char *key, const void *value, size_t le
 
 /* KvList: the live keys under prefix, sorted, at most limit (0: the server's maximum, 4096).
  * *out (malloc'ed; free with pc_kv_entries_free; values NUL-terminated) has *n entries. Errors as
- * pw_coord_get. */
+ * pw_coord_get, and PC_ETOOBIG when the list was cut (more keys, or more bytes of values, than
+ * one list carries): a caller never takes a key left out for an absent one. */
 int pw_coord_list(pw_coord_t *c, const char *prefix, uint32_t limit, pc_kv_entry_t **out,
                   size_t *n);
 

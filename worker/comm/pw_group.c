@@ -588,7 +588,8 @@ static int claim_rank(pw_group_t *g) {
             return rc;
         pc_kv_entry_t *e;
         size_t ne;
-        if ((rc = pw_coord_list(g->coord, prefix, 0, &e, &ne)))
+        if ((rc = pw_coord_list(g->coord, key, 0, &e, &ne))) /* (this rank's, and ranks that
+                                                              * start with its digits) */
             return rc;
         const pc_kv_entry_t *lease = lease_in(e, ne, strlen(prefix), g->o.rank);
         holder_t h = {0};
@@ -598,8 +599,10 @@ static int claim_rank(pw_group_t *g) {
             rev = lease->revision;
         }
         pc_kv_entries_free(e, ne);
-        if (!lease)
-            continue; /* it expired meanwhile: claim again */
+        if (!lease) { /* it expired meanwhile: claim again */
+            pc_time_sleep_ms(10);
+            continue;
+        }
         if (h.mine)
             return 0; /* this join's claim landed (its answer lost, the set tried again) */
         bool dead = strcmp(h.state, "exited") == 0 || h.gone;
