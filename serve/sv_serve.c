@@ -86,6 +86,7 @@ struct sv_serve {
      * without it) */
     uint64_t live_seen;         /* newest published step looked at (taken or refused) */
     uint64_t pub_taken;         /* the published step served (0: none; a version's is not) */
+    struct stat pub_dir;        /* its directory when it was taken (st_ino 0: unknown) */
     int back_ticks;             /* ticks in a row that found every published step older */
     uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
     uint64_t tables_next_ns;    /* fetch_tables asks the servers again then */
@@ -868,6 +869,13 @@ static bool apply_tables(sv_serve_t *s, const char *servers, const char *tables)
     return rc == 0;
 }
 
+/* Whether a and b are the same directory as written: inode and change time (a directory
+ * replaced whole, as a step published again is, differs in one of them). */
+static bool same_dir(const struct stat *a, const struct stat *b) {
+    return a->st_ino == b->st_ino && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
+           a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
 void sv_serve_tick(sv_serve_t *s) {
     pthread_mutex_lock(&s->mu);
     const bool dead = s->graveyard != NULL;
@@ -910,6 +918,17 @@ void sv_serve_tick(sv_serve_t *s) {
         }
     } else {
         s->back_ticks = 0;
+    }
+    /* The step served, its directory written again since (a rollback to an earlier step, then
+     * training that published this step again between two ticks): its model is another */
+    struct stat dn;
+    if (any && s->pub_taken && step == s->pub_taken && s->pub_dir.st_ino && stat(dir, &dn) == 0 &&
+        !same_dir(&dn, &s->pub_dir)) {
+        PC_WARN("serve: published model %" PRIu64 " was written again (the trainer rolled back "
+                "and published it anew): loaded again",
+                step);
+        s->live_seen = step - 1;
+        s->pub_dir.st_ino = 0;
     }
     if (any && step > s->live_seen) {
         snprintf(what, sizeof what, "published model %" PRIu64, step);
@@ -962,10 +981,7 @@ void sv_serve_tick(sv_serve_t *s) {
                     rc = PC_ECORRUPT;
                 }
                 struct stat d1; /* replaced meanwhile: the files read may be of two writes */
-                const bool replaced =
-                    have0 && stat(dir, &d1) == 0 &&
-                    (d1.st_ino != d0.st_ino || d1.st_ctim.tv_sec != d0.st_ctim.tv_sec ||
-                     d1.st_ctim.tv_nsec != d0.st_ctim.tv_nsec);
+                const bool replaced = have0 && stat(dir, &d1) == 0 && !same_dir(&d1, &d0);
                 if (replaced && !rc) {
                     sv_model_destroy(m);
                     m = NULL;
@@ -989,6 +1005,9 @@ void sv_serve_tick(sv_serve_t *s) {
                     PC_WARN("serve: %s: out of memory swapping it in (tried again)", what);
                 } else {
                     s->pub_taken = step;
+                    s->pub_dir = d0;
+                    if (!have0)
+                        s->pub_dir.st_ino = 0;
                     PC_DEBUG("serve: dense model %" PRIu64 " in", step);
                 }
             }

@@ -162,7 +162,18 @@ model_becomes() { # model_becomes STEP: the live model is STEP within 10 s
 model_becomes "$prev" || fail "the replica kept model $final after the trainer went back to $prev"
 mv "$dir/dense-final" "$dir/publish/dense-$(printf '%020d' "$final")"
 model_becomes "$final" || fail "the replica did not take model $final again"
-echo "rolled back to published model $prev and forward to $final"
+# the step served, published anew in place (a rollback, then training back to that step between
+# two of the replica's looks): its model is another, loaded again (it was kept)
+pubf="$dir/publish/dense-$(printf '%020d' "$final")"
+cp -r "$pubf" "$dir/dense-again" && rm -rf "$pubf" && mv "$dir/dense-again" "$pubf"
+for _ in $(seq 100); do
+  grep -q "published model $final was written again" "$dir/serve.log" && break
+  sleep 0.1
+done
+grep -q "published model $final was written again" "$dir/serve.log" ||
+  fail "the replica kept model $final after it was published anew"
+model_becomes "$final" || fail "the replica did not load model $final anew"
+echo "rolled back to published model $prev and forward to $final; $final published anew: loaded again"
 
 echo "== 3c. a published model whose watermark names no server, or a table not held, is refused"
 refused_becomes() { # refused_becomes N: refused_versions is N within 10 s
