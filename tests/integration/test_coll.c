@@ -84,6 +84,12 @@ static pw_kv_t memory_kv(ps_coord_store_t *st) {
     return (pw_kv_t){st->ctx, store_set, st->get};
 }
 
+/* A coordinator with no room left: every set refused (PC_EFULL). */
+static int full_set(void *ctx, const char *key, const void *value, size_t len) {
+    (void)ctx, (void)key, (void)value, (void)len;
+    return PC_EFULL;
+}
+
 static void test_groups_in_process(void **state) {
     (void)state;
     ps_coord_store_t st;
@@ -122,6 +128,12 @@ static void test_groups_in_process(void **state) {
         assert_true(a.rc_reduce == PC_EUNAVAIL || a.rc_reduce == PC_ETIMEDOUT);
     /* ... and a new prefix forms a working group again. */
     run_group(kv, "job/gen/5", 2, 1000);
+    /* A store that refuses the rendezvous keys: its own code (PC_EFULL), not a peer's failure
+     * (it read as PC_EUNAVAIL, and the group formed again for ever) */
+    member_t full = {.kv = kv, .prefix = "job/gen/6", .rank = 0, .size = 2, .timeout_ms = 300};
+    full.kv.set = full_set;
+    run_member(&full);
+    assert_int_equal(full.rc_create, PC_EFULL);
     /* Bad arguments. */
     pw_coll_t *c;
     assert_int_equal(pw_coll_create(&kv, "p/", 2, 2, "127.0.0.1", 100, &c), PC_EINVAL);

@@ -16,6 +16,7 @@ extern "C" {
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -31,33 +32,43 @@ struct RendezvousTimeout : public std::runtime_error {
     explicit RendezvousTimeout(const std::string &m) : std::runtime_error(m) {}
 };
 
-// Gloo's Store over the C callbacks; wait polls get (the coordinator never blocks a call).
+// The store's own failure (its EmberPS code: a full coordinator is PC_EFULL, not a peer gone).
+struct StoreError : public std::runtime_error {
+    StoreError(const std::string &m, int code) : std::runtime_error(m), rc(code) {}
+    int rc;
+};
+
+// Gloo's Store over the C callbacks; wait polls get (the coordinator never blocks a call). Every
+// wait ends by one deadline, the formation's timeout from the store's making: Gloo waits for
+// each key with a timeout of its own, so a formation waited that long per key.
 class KvStore : public gloo::rendezvous::Store {
   public:
-    KvStore(const pw_kv_t &kv, std::chrono::milliseconds timeout) : kv_(kv), timeout_(timeout) {}
+    KvStore(const pw_kv_t &kv, std::chrono::milliseconds timeout)
+        : kv_(kv), end_(std::chrono::steady_clock::now() + timeout) {}
 
     void set(const std::string &key, const std::vector<char> &data) override {
         int rc = kv_.set(kv_.ctx, key.c_str(), data.data(), data.size());
         if (rc)
-            throw gloo::IoException("rendezvous set " + key + ": " + pc_strerror(rc));
+            throw StoreError("rendezvous set " + key + ": " + pc_strerror(rc), rc);
     }
 
-    std::vector<char> get(const std::string &key) override { return fetch(key, timeout_); }
+    std::vector<char> get(const std::string &key) override { return fetch(key, end_); }
 
-    void wait(const std::vector<std::string> &keys) override { wait(keys, timeout_); }
+    void wait(const std::vector<std::string> &keys) override {
+        for (const auto &k : keys)
+            fetch(k, end_);
+    }
 
     void wait(const std::vector<std::string> &keys,
               const std::chrono::milliseconds &timeout) override {
-        const auto end = std::chrono::steady_clock::now() + timeout;
+        const auto end = std::min(end_, std::chrono::steady_clock::now() + timeout);
         for (const auto &k : keys)
-            fetch(k, std::chrono::duration_cast<std::chrono::milliseconds>(
-                         end - std::chrono::steady_clock::now()));
+            fetch(k, end);
     }
 
   private:
-    // The value of key, polling until it is there or the timeout passed.
-    std::vector<char> fetch(const std::string &key, std::chrono::milliseconds timeout) {
-        const auto end = std::chrono::steady_clock::now() + timeout;
+    // The value of key, polling until it is there or `end` passed.
+    std::vector<char> fetch(const std::string &key, std::chrono::steady_clock::time_point end) {
         for (int sleep_ms = 1;; sleep_ms = sleep_ms < 20 ? 2 * sleep_ms : 20) {
             void *v = nullptr;
             size_t n = 0;
@@ -68,7 +79,7 @@ class KvStore : public gloo::rendezvous::Store {
                 return out;
             }
             if (rc != PC_ENOTFOUND)
-                throw gloo::IoException("rendezvous get " + key + ": " + pc_strerror(rc));
+                throw StoreError("rendezvous get " + key + ": " + pc_strerror(rc), rc);
             if (std::chrono::steady_clock::now() >= end)
                 throw RendezvousTimeout("rendezvous: key " + key + " never came");
             std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
@@ -76,13 +87,15 @@ class KvStore : public gloo::rendezvous::Store {
     }
 
     pw_kv_t kv_;
-    std::chrono::milliseconds timeout_;
+    std::chrono::steady_clock::time_point end_;
 };
 
 int error_of(const std::exception &e, const char *what) {
     PC_ERROR("collective %s: %s", what, e.what());
     if (dynamic_cast<const RendezvousTimeout *>(&e))
         return PC_ETIMEDOUT;
+    if (const auto *s = dynamic_cast<const StoreError *>(&e))
+        return s->rc;
     if (dynamic_cast<const gloo::IoException *>(&e)) /* Gloo reports its timeouts as I/O errors */
         return strstr(e.what(), "imed out") ? PC_ETIMEDOUT : PC_EUNAVAIL;
     return PC_EINTERNAL;

@@ -749,6 +749,13 @@ static int settle(pw_group_t *g, bool first) {
                     hb_set(g, "training", true);
                     return 0;
                 }
+                if (rc == PC_EFULL || rc == PC_ENOSPC || rc == PC_ETOOBIG) {
+                    /* the coordinator has no room for the rendezvous (every generation needs
+                     * the same): formed again and again for ever before */
+                    PC_ERROR("group: generation %" PRId64 " cannot form: the coordinator %s: %s",
+                             last, g->o.coordinator, pc_strerror(rc));
+                    return rc;
+                }
                 /* Its prefix spent (this rank tried it before), or a formation of a job that
                  * never started failed otherwise than by the timeout (a peer's key there named
                  * a process that is gone: an earlier attempt's), or timed out while a member
