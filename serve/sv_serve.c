@@ -1062,8 +1062,13 @@ static int start_live(sv_serve_t *s) {
         /* a version whose step was published too is that published model served: the trainer
          * rolling back past it (its directory pruned, every one left older) is seen as after
          * any published model taken */
-        if (s->publish_dir[0] && sv_published_has(s->publish_dir, s->live_seen))
+        if (s->publish_dir[0] && sv_published_has(s->publish_dir, s->live_seen)) {
             s->pub_taken = s->live_seen;
+            char pd[SV_PATH_MAX + 64]; /* its directory as it is: one published anew differs */
+            snprintf(pd, sizeof pd, "%s/dense-%020" PRIu64, s->publish_dir, s->live_seen);
+            if (stat(pd, &s->pub_dir) != 0)
+                s->pub_dir.st_ino = 0;
+        }
     } else if (!rc) {
         if (!(rc = sv_sparse_create(map, &sparse, why, sizeof why)))
             rc = sv_sparse_add_tables(sparse, tables, NULL, why, sizeof why);

@@ -35,8 +35,8 @@ typedef struct pw_coll pw_coll_t;
 
 /* Form a group: rank in 0..size-1, peers reached on `host` (this worker's address as the others
  * see it: "127.0.0.1" on one machine), every operation bounded by timeout_ms. Blocks until all
- * ranks joined or the timeout (the rendezvous keys' waits all end by it: PC_ETIMEDOUT). A
- * failure of the store itself is its own code (PC_EFULL: the coordinator is full). */
+ * ranks joined or the timeout (PC_ETIMEDOUT). A failure of the store itself is its own code
+ * (PC_EFULL: the coordinator is full). */
 int pw_coll_create(const pw_kv_t *kv, const char *prefix, int rank, int size, const char *host,
                    int timeout_ms, pw_coll_t **out);
 void pw_coll_destroy(pw_coll_t *c);

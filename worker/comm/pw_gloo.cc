@@ -16,7 +16,6 @@ extern "C" {
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
-#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -38,13 +37,12 @@ struct StoreError : public std::runtime_error {
     int rc;
 };
 
-// Gloo's Store over the C callbacks; wait polls get (the coordinator never blocks a call). Every
-// wait ends by one deadline, the formation's timeout from the store's making: Gloo waits for
-// each key with a timeout of its own, so a formation waited that long per key.
+// Gloo's Store over the C callbacks; wait polls get (the coordinator never blocks a call). Each
+// key is waited for up to the timeout: a formation fails once a member makes no progress for it
+// (members started apart each wait for the next from the one before).
 class KvStore : public gloo::rendezvous::Store {
   public:
-    KvStore(const pw_kv_t &kv, std::chrono::milliseconds timeout)
-        : kv_(kv), end_(std::chrono::steady_clock::now() + timeout) {}
+    KvStore(const pw_kv_t &kv, std::chrono::milliseconds timeout) : kv_(kv), timeout_(timeout) {}
 
     void set(const std::string &key, const std::vector<char> &data) override {
         int rc = kv_.set(kv_.ctx, key.c_str(), data.data(), data.size());
@@ -52,23 +50,22 @@ class KvStore : public gloo::rendezvous::Store {
             throw StoreError("rendezvous set " + key + ": " + pc_strerror(rc), rc);
     }
 
-    std::vector<char> get(const std::string &key) override { return fetch(key, end_); }
+    std::vector<char> get(const std::string &key) override { return fetch(key, timeout_); }
 
-    void wait(const std::vector<std::string> &keys) override {
-        for (const auto &k : keys)
-            fetch(k, end_);
-    }
+    void wait(const std::vector<std::string> &keys) override { wait(keys, timeout_); }
 
     void wait(const std::vector<std::string> &keys,
               const std::chrono::milliseconds &timeout) override {
-        const auto end = std::min(end_, std::chrono::steady_clock::now() + timeout);
+        const auto end = std::chrono::steady_clock::now() + timeout;
         for (const auto &k : keys)
-            fetch(k, end);
+            fetch(k, std::chrono::duration_cast<std::chrono::milliseconds>(
+                         end - std::chrono::steady_clock::now()));
     }
 
   private:
-    // The value of key, polling until it is there or `end` passed.
-    std::vector<char> fetch(const std::string &key, std::chrono::steady_clock::time_point end) {
+    // The value of key, polling until it is there or the timeout passed.
+    std::vector<char> fetch(const std::string &key, std::chrono::milliseconds timeout) {
+        const auto end = std::chrono::steady_clock::now() + timeout;
         for (int sleep_ms = 1;; sleep_ms = sleep_ms < 20 ? 2 * sleep_ms : 20) {
             void *v = nullptr;
             size_t n = 0;
@@ -87,7 +84,7 @@ class KvStore : public gloo::rendezvous::Store {
     }
 
     pw_kv_t kv_;
-    std::chrono::steady_clock::time_point end_;
+    std::chrono::milliseconds timeout_;
 };
 
 int error_of(const std::exception &e, const char *what) {

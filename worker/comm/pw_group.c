@@ -697,6 +697,7 @@ static int settle(pw_group_t *g, bool first) {
     const int rejoin = g->o.rejoin_timeout_ms;
     uint64_t deadline = pc_time_mono_ns() + (uint64_t)rejoin * 1000000ull, trouble = 0;
     uint64_t set_trouble = 0; /* since when writes fail (reads may work meanwhile) */
+    uint64_t full_since = 0;  /* since when the rendezvous finds the coordinator full */
     bool registered = false;
     unsigned polls = 0;
     for (;;) {
@@ -750,11 +751,24 @@ static int settle(pw_group_t *g, bool first) {
                     return 0;
                 }
                 if (rc == PC_EFULL || rc == PC_ENOSPC || rc == PC_ETOOBIG) {
-                    /* the coordinator has no room for the rendezvous (every generation needs
-                     * the same): formed again and again for ever before */
-                    PC_ERROR("group: generation %" PRId64 " cannot form: the coordinator %s: %s",
-                             last, g->o.coordinator, pc_strerror(rc));
-                    return rc;
+                    /* The coordinator has no room for the rendezvous. Every generation needs
+                     * the same: they were formed one after another for ever. Earlier ones'
+                     * keys expire (their lease), so it is waited for, up to that lease. */
+                    const uint64_t now = pc_time_mono_ns();
+                    if (!full_since) {
+                        full_since = now;
+                        PC_WARN("group: the coordinator %s has no room for generation %" PRId64
+                                "'s rendezvous (%s): waiting up to %u ms",
+                                g->o.coordinator, last, pc_strerror(rc), rdv_lease_ms(g));
+                    } else if (now - full_since > (uint64_t)rdv_lease_ms(g) * 1000000u) {
+                        PC_ERROR("group: generation %" PRId64 " cannot form: the coordinator "
+                                 "%s: %s",
+                                 last, g->o.coordinator, pc_strerror(rc));
+                        return rc;
+                    }
+                    pc_time_sleep_ms(500);
+                } else {
+                    full_since = 0;
                 }
                 /* Its prefix spent (this rank tried it before), or a formation of a job that
                  * never started failed otherwise than by the timeout (a peer's key there named
