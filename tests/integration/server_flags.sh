@@ -32,6 +32,26 @@ dir=$(mktemp -d /tmp/ember-sflags-XXXXXX)
 pid=""
 trap '[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$dir"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
+# map_exit WANT FILE WHAT: ps-server with --cluster-map-file=FILE exits WANT
+map_exit() {
+  rc=0
+  timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \
+    --server-index=0 --cluster-map-file="$2" 2>"$dir/err" || rc=$?
+  [ "$rc" = "$1" ] || { cat "$dir/err"; fail "$3: exit $rc, want $1"; }
+}
+# stopped_in_start LOG WHAT: the server $pid, sent SIGTERM during its start, ends within 15 s
+# with exit 0 and says it stopped during the start
+stopped_in_start() {
+  for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -9 "$pid"; tail -n 5 "$1"; fail "SIGTERM $2: running 15 s later"
+  fi
+  rc=0
+  wait "$pid" || rc=$?
+  pid=""
+  [ "$rc" = 0 ] || { tail -n 5 "$1"; fail "SIGTERM $2: exit $rc, want 0"; }
+  grep -q "signal 15 during the start: stopped" "$1" || { cat "$1"; fail "no line about the stop $2"; }
+}
 
 rc=0
 timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --restore-id=5 2>"$dir/err" || rc=$?
@@ -42,19 +62,10 @@ cat "$dir/err"
 # a map file that cannot be read now (empty: being rewritten) is exit 1, which systemd
 # restarts; one that does not parse is a setting's error, exit 2 (both were 2)
 : >"$dir/empty.map"
-rc=0
-timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \
-  --server-index=0 --cluster-map-file="$dir/empty.map" 2>"$dir/err" || rc=$?
-[ "$rc" = 1 ] || { cat "$dir/err"; fail "an empty --cluster-map-file: exit $rc, want 1"; }
-rc=0
-timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \
-  --server-index=0 --cluster-map-file="$dir/no-such.map" 2>"$dir/err" || rc=$?
-[ "$rc" = 2 ] || { cat "$dir/err"; fail "a --cluster-map-file that does not exist: exit $rc, want 2"; }
+map_exit 1 "$dir/empty.map" "an empty --cluster-map-file"
+map_exit 2 "$dir/no-such.map" "a --cluster-map-file that does not exist"
 echo "version=1;servers=nonsense" >"$dir/bad.map"
-rc=0
-timeout 10 "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 \
-  --server-index=0 --cluster-map-file="$dir/bad.map" 2>"$dir/err" || rc=$?
-[ "$rc" = 2 ] || { cat "$dir/err"; fail "a --cluster-map-file that does not parse: exit $rc, want 2"; }
+map_exit 2 "$dir/bad.map" "a --cluster-map-file that does not parse"
 
 # a config file named by the environment is read (PS_SERVER_CONFIG was ignored)
 echo "grpc_threads = 3" >"$dir/server.conf"
@@ -157,16 +168,7 @@ pid=$!
 for _ in $(seq 100); do grep -q "no cluster map from the coordinator\|cannot give every slot" "$dir/server4.log" && break; sleep 0.1; done
 sleep 0.5
 kill -TERM "$pid"
-for _ in $(seq 150); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$pid" 2>/dev/null; then
-  tail -n 5 "$dir/server4.log"; fail "SIGTERM during a start on an unreachable coordinator: running 15 s later"
-fi
-rc=0
-wait "$pid" || rc=$?
-pid=""
-[ "$rc" = 0 ] || { tail -n 5 "$dir/server4.log"; fail "SIGTERM during the start: exit $rc, want 0"; }
-grep -q "signal 15 during the start: stopped" "$dir/server4.log" ||
-  { cat "$dir/server4.log"; fail "no line about the stop during the start"; }
+stopped_in_start "$dir/server4.log" "during a start on an unreachable coordinator"
 # SIGTERM while the restore reads (its manifest a FIFO: the read waits for a writer): taken as a
 # stop once the restore is over, exit 0 (the default action killed it: 143; as a container's
 # pid 1 the signal was dropped and the server went on to serve)
@@ -180,13 +182,6 @@ sleep 0.5
 kill -TERM "$pid"
 sleep 0.2
 timeout 5 sh -c ": > '$dir/ck5/ckpt-00000000000000000001/MANIFEST.json'" || true
-for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$pid" 2>/dev/null && { kill -9 "$pid"; tail -n 5 "$dir/server5.log"; fail "SIGTERM during the restore: running 10 s later"; }
-rc=0
-wait "$pid" || rc=$?
-pid=""
-[ "$rc" = 0 ] || { tail -n 5 "$dir/server5.log"; fail "SIGTERM during the restore: exit $rc, want 0"; }
-grep -q "signal 15 during the start: stopped" "$dir/server5.log" ||
-  { cat "$dir/server5.log"; fail "no line about the stop during the restore"; }
+stopped_in_start "$dir/server5.log" "during the restore"
 [ ! -e "$dir/ports5" ] || fail "an earlier run's port file outlived a start that never served"
 echo "ok"
