@@ -309,6 +309,80 @@ static void test_sync_equivalence(void **state) {
     pw_dlrm_destroy(m2);
 }
 
+/* A member without data adds zeros to the dense sum and to the embeddings' pushes alike: rank 1
+ * reads an empty file, so the group trains rank 0's data at half the rate of both halves of the
+ * model (size 2), which is the lone worker's model at half of both learning rates (SGD on both
+ * sides: the halvings are exact). Dividing the dense sum by the members that had a batch (1)
+ * instead trained the dense layers at twice the embeddings' rate at a job's tail. */
+static void test_idle_member_rate(void **state) {
+    (void)state;
+    char srv[64], coord[64], tr1[320], test[320], d1[300], d2[300];
+    char a1[320], a2[320], o1[300], o2a[300], o2b[300];
+    snprintf(tr1, sizeof tr1, "--train=%s", g_all);
+    snprintf(test, sizeof test, "--test=%s", g_test);
+    snprintf(d1, sizeof d1, "%s/idle1.dense", g_dir);
+    snprintf(d2, sizeof d2, "%s/idle2.dense", g_dir);
+    snprintf(a1, sizeof a1, "--save-dense=%s", d1);
+    snprintf(a2, sizeof a2, "--save-dense=%s", d2);
+    snprintf(o1, sizeof o1, "%s/idle1.json", g_dir);
+    snprintf(o2a, sizeof o2a, "%s/idle2a.json", g_dir);
+    snprintf(o2b, sizeof o2b, "%s/idle2b.json", g_dir);
+    cluster_t c;
+    cluster_up(&c, "name=emb,dim=16,optimizer=sgd,lr=2.5,init=uniform,init_scale=0.05,seed=3");
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+    const char *w1[] = {srv, tr1, test, "--batch=512", "--dense-optimizer=sgd", "--dense-lr=0.5",
+                        a1,  NULL};
+    assert_int_equal(pu_reap(worker(w1, o1), 120), 0);
+    cluster_down(&c);
+    cluster_up(&c, SYNC_TABLE); /* lr=5 */
+    snprintf(srv, sizeof srv, "--servers=127.0.0.1:%d", c.p0);
+    snprintf(coord, sizeof coord, "--coordinator=127.0.0.1:%d", c.grpc0);
+    const char *w20[] = {srv,
+                         coord,
+                         "--world=2",
+                         "--rank=0",
+                         tr1,
+                         test,
+                         "--batch=512",
+                         "--dense-optimizer=sgd",
+                         "--dense-lr=1",
+                         a2,
+                         NULL};
+    const char *w21[] = {srv,
+                         coord,
+                         "--world=2",
+                         "--rank=1",
+                         tr1,
+                         "--batch=512",
+                         "--dense-optimizer=sgd",
+                         "--dense-lr=1",
+                         NULL};
+    pid_t r0 = worker(w20, o2a), r1 = worker(w21, o2b);
+    assert_int_equal(pu_reap(r0, 120), 0);
+    assert_int_equal(pu_reap(r1, 120), 0);
+    cluster_down(&c);
+    const double auc1 = json_num(o1, "auc"), auc2 = json_num(o2a, "auc");
+    print_message("lone worker at half the rates: AUC %.7f; rank 0 of 2 beside an idle rank 1: "
+                  "AUC %.7f\n",
+                  auc1, auc2);
+    assert_true(json_num(o2a, "samples") == ROWS && json_num(o2b, "samples") == 0);
+    assert_true(json_num(o1, "steps") == json_num(o2a, "steps"));
+    assert_true(fabs(auc1 - auc2) < 1e-6);
+    pw_dlrm_t *m1, *m2;
+    load_dense(d1, &m1);
+    load_dense(d2, &m2);
+    int n;
+    pw_linear_t *l1 = pw_dlrm_layers(m1, &n), *l2 = pw_dlrm_layers(m2, &n);
+    double worst = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < l1[i].in * l1[i].out; j++)
+            worst = fmax(worst, fabs((double)l1[i].w[j] - l2[i].w[j]));
+    print_message("largest dense weight difference %.3g\n", worst);
+    assert_true(worst < 1e-5);
+    pw_dlrm_destroy(m1);
+    pw_dlrm_destroy(m2);
+}
+
 static void test_unequal_data_and_errors(void **state) {
     (void)state;
     cluster_t c;
@@ -2019,6 +2093,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sync_equivalence),
         cmocka_unit_test(test_unequal_data_and_errors),
+        cmocka_unit_test(test_idle_member_rate),
         cmocka_unit_test(test_push_refused),
         cmocka_unit_test(test_push_order_three_workers),
         cmocka_unit_test(test_worker_restart),

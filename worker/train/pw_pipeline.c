@@ -633,6 +633,7 @@ int pw__round_submit(trainer_t *t, slot_t *s, bool had_batch) {
     r->slot = t->staleness == PW_ASYNC ? NULL : s;
     if (t->grp) {
         pw_backend_t *be = t->be;
+        r->members = pw_group_size(t->grp);
         const bool dev = r->dev = t->dcoll != NULL;
         float *const flat = round_sum(r);
         const move_fn out = dev ? be->copy : be->download;
@@ -706,23 +707,26 @@ void pw__apply_dense(trainer_t *t) {
     t->step++;
 }
 
-/* The group's mean gradients of round r into the layers, and the dense step. *stop when no
- * worker had a batch. */
+/* The group's mean gradients of round r into the layers, and the dense step. The sum is divided
+ * by the group's size, not by the members that had a batch: a member out of data adds zeros, as
+ * to the embeddings, whose pushes were scaled by 1 / size before anyone knew who had a batch (the
+ * two halves of the model learn at one rate at a job's tail, as with PyTorch DDP's join by the
+ * initial world size). *stop when no worker had a batch. */
 static void round_apply(trainer_t *t, round_t *r, bool *stop) {
     pw_backend_t *be = t->be;
     const bool dev = r->dev;
     float *const flat = round_sum(r);
     const move_fn in = dev ? be->copy : be->upload;
-    const float active = r->flag; /* the members with a batch (the mark's sum) */
-    if (active <= 0) {
+    if (r->flag <= 0) { /* the members with a batch (the mark's sum) */
         *stop = true;
         return;
     }
-    if (dev) /* the mean over the active workers */
-        be->scale(be, t->nflat, 1.0f / active, flat);
+    const float members = (float)r->members;
+    if (dev)
+        be->scale(be, t->nflat, 1.0f / members, flat);
     else
         for (size_t j = 0; j < t->nflat; j++)
-            flat[j] /= active;
+            flat[j] /= members;
     size_t k = 0;
     for (int i = 0; i < t->model->nparams; i++) {
         pw_linear_t *l = &t->model->params[i];

@@ -104,6 +104,8 @@ typedef struct round {
     bool dev;     /* it sums dflat on the devices (its generation formed t->dcoll), else hflat */
     float flag;   /* 1 when this worker had a batch, + PUSH_FAILED when its pushes failed; the
                    * mark makes it the group's sum: the members with a batch (run_mark) */
+    int members;  /* the group's size when it was submitted: its dense sum's divisor, as the
+                   * pushes' gradients were scaled by 1 / members (step_run) */
     struct dchunk *chunks;
     pw_job_t *turns; /* push_order rank: turn k waits for rank k's pushes (world - 1 of them;
                       * NULL with arrival order) */
