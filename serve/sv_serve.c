@@ -86,7 +86,7 @@ struct sv_serve {
      * without it) */
     uint64_t live_seen;         /* newest published step looked at (taken or refused) */
     uint64_t pub_taken;         /* the published step served (0: none; a version's is not) */
-    struct stat pub_dir;        /* its directory when it was taken (st_ino 0: unknown) */
+    sv_dir_id_t pub_dir;        /* its directory when it was taken (ino 0: unknown) */
     int back_ticks;             /* ticks in a row that found every published step older */
     uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
     uint64_t tables_next_ns;    /* fetch_tables asks the servers again then */
@@ -350,10 +350,12 @@ static int add_checkpoint_tables(sv_sparse_t *sparse, const char *dir, uint64_t 
     return rc;
 }
 
-/* Version `step` (0: newest) loaded into a pinned object of its own. */
-static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map,
-                        const sv_model_t *like, sv_served_t **out, sv_sparse_start_t **starts,
-                        size_t *nstarts, char *why, size_t cap) {
+/* Version `step` (0: newest) loaded into a pinned object of its own, once: PC_EAGAIN when its
+ * directory was replaced while it loaded (its model and card may be of another write than its
+ * manifest: the rows). */
+static int load_version_once(sv_serve_t *s, uint64_t step, const char *followed_map,
+                             const sv_model_t *like, sv_served_t **out, sv_sparse_start_t **starts,
+                             size_t *nstarts, char *why, size_t cap) {
     *out = NULL;
     if (!s->versions_dir[0]) {
         snprintf(why, cap, "no versions directory (--versions)");
@@ -407,6 +409,13 @@ static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map,
         snprintf(why, cap, "version %" PRIu64 ": %s", v.step, err[0] ? err : pc_strerror(rc));
     if (!rc)
         rc = load_model(s, v.dir, v.step, x->sparse, like, &x->model, why, cap);
+    if (!rc && sv_version_replaced(&v)) {
+        snprintf(why, cap,
+                 "version %" PRIu64 ": its directory was replaced while it loaded (the trainer "
+                 "wrote the step again)",
+                 v.step);
+        rc = PC_EAGAIN;
+    }
     if (!rc && x->model)
         for (size_t i = 0; i < nst; i++)
             if (st[i].server < x->npos &&
@@ -426,6 +435,16 @@ static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map,
     }
     *out = x;
     return 0;
+}
+
+/* load_version_once, tried again (a few times) while the directory is replaced under it. */
+static int load_version(sv_serve_t *s, uint64_t step, const char *followed_map,
+                        const sv_model_t *like, sv_served_t **out, sv_sparse_start_t **starts,
+                        size_t *nstarts, char *why, size_t cap) {
+    int rc = PC_EAGAIN;
+    for (int i = 0; i < 3 && rc == PC_EAGAIN; i++)
+        rc = load_version_once(s, step, followed_map, like, out, starts, nstarts, why, cap);
+    return rc;
 }
 
 typedef struct pin_load {
@@ -869,13 +888,6 @@ static bool apply_tables(sv_serve_t *s, const char *servers, const char *tables)
     return rc == 0;
 }
 
-/* Whether a and b are the same directory as written: inode and change time (a directory
- * replaced whole, as a step published again is, differs in one of them). */
-static bool same_dir(const struct stat *a, const struct stat *b) {
-    return a->st_ino == b->st_ino && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
-           a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
-}
-
 void sv_serve_tick(sv_serve_t *s) {
     pthread_mutex_lock(&s->mu);
     const bool dead = s->graveyard != NULL;
@@ -921,21 +933,19 @@ void sv_serve_tick(sv_serve_t *s) {
     }
     /* The step served, its directory written again since (a rollback to an earlier step, then
      * training that published this step again between two ticks): its model is another */
-    struct stat dn;
-    if (any && s->pub_taken && step == s->pub_taken && s->pub_dir.st_ino && stat(dir, &dn) == 0 &&
-        !same_dir(&dn, &s->pub_dir)) {
+    const sv_dir_id_t dn = any && s->pub_taken == step ? sv_dir_id(dir) : (sv_dir_id_t){0};
+    if (dn.ino && s->pub_taken && s->pub_dir.ino && !sv_dir_id_same(dn, s->pub_dir)) {
         PC_WARN("serve: published model %" PRIu64 " was written again (the trainer rolled back "
                 "and published it anew): loaded again",
                 step);
         s->live_seen = step - 1;
-        s->pub_dir.st_ino = 0;
+        s->pub_dir.ino = 0;
     }
     if (any && step > s->live_seen) {
         snprintf(what, sizeof what, "published model %" PRIu64, step);
         /* its directory as it is now: the trainer replaces a step's directory whole when it
          * publishes the step again (a rollback), so a load that saw two of them is not kept */
-        struct stat d0;
-        const bool have0 = stat(dir, &d0) == 0;
+        const sv_dir_id_t d0 = sv_dir_id(dir);
         int rc = sv_watermark_read(dir, &w, why, sizeof why);
         if (!rc && w.n == 0) { /* caught_up would hold at once: nothing to pair it with */
             snprintf(why, sizeof why,
@@ -980,8 +990,9 @@ void sv_serve_tick(sv_serve_t *s) {
                     sv_model_destroy(m);
                     rc = PC_ECORRUPT;
                 }
-                struct stat d1; /* replaced meanwhile: the files read may be of two writes */
-                const bool replaced = have0 && stat(dir, &d1) == 0 && !same_dir(&d1, &d0);
+                /* replaced meanwhile: the files read may be of two writes */
+                const sv_dir_id_t d1 = sv_dir_id(dir);
+                const bool replaced = d0.ino && d1.ino && !sv_dir_id_same(d1, d0);
                 if (replaced && !rc) {
                     sv_model_destroy(m);
                     m = NULL;
@@ -1005,9 +1016,7 @@ void sv_serve_tick(sv_serve_t *s) {
                     PC_WARN("serve: %s: out of memory swapping it in (tried again)", what);
                 } else {
                     s->pub_taken = step;
-                    s->pub_dir = d0;
-                    if (!have0)
-                        s->pub_dir.st_ino = 0;
+                    s->pub_dir = d0; /* (ino 0 when it was gone) */
                     PC_DEBUG("serve: dense model %" PRIu64 " in", step);
                 }
             }
@@ -1066,8 +1075,7 @@ static int start_live(sv_serve_t *s) {
             s->pub_taken = s->live_seen;
             char pd[SV_PATH_MAX + 64]; /* its directory as it is: one published anew differs */
             snprintf(pd, sizeof pd, "%s/dense-%020" PRIu64, s->publish_dir, s->live_seen);
-            if (stat(pd, &s->pub_dir) != 0)
-                s->pub_dir.st_ino = 0;
+            s->pub_dir = sv_dir_id(pd);
         }
     } else if (!rc) {
         if (!(rc = sv_sparse_create(map, &sparse, why, sizeof why)))

@@ -21,6 +21,19 @@ static bool has_file(const char *dir, const char *sub, const char *file) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+sv_dir_id_t sv_dir_id(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return (sv_dir_id_t){0};
+    return (sv_dir_id_t){.dev = (uint64_t)st.st_dev,
+                         .ino = (uint64_t)st.st_ino,
+                         .ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec};
+}
+
+bool sv_dir_id_same(sv_dir_id_t a, sv_dir_id_t b) {
+    return a.ino && a.ino == b.ino && a.dev == b.dev && a.ctime_ns == b.ctime_ns;
+}
+
 int sv_published_newest(const char *dir, uint64_t after, char *path, size_t cap, uint64_t *step) {
     uint64_t *v;
     const size_t n = pc_fs_numbered(dir, "dense-", &v);
@@ -142,6 +155,10 @@ void sv_version_free(sv_version_t *v) {
     memset(v, 0, sizeof *v);
 }
 
+bool sv_version_replaced(const sv_version_t *v) {
+    return !sv_dir_id_same(v->id, sv_dir_id(v->dir));
+}
+
 int sv_version_read(const char *dir, uint64_t step, sv_version_t *v, char *why, size_t cap) {
     memset(v, 0, sizeof *v);
     if (!step) {
@@ -159,6 +176,8 @@ int sv_version_read(const char *dir, uint64_t step, sv_version_t *v, char *why, 
     pw_jobckpt_t *ck = calloc(1, sizeof *ck);
     if (!ck)
         return PC_ENOMEM;
+    snprintf(v->dir, sizeof v->dir, "%s/step-%020" PRIu64, dir, step);
+    v->id = sv_dir_id(v->dir); /* before the manifest: a replacement after it shows */
     int rc = pw_jobckpt_read(dir, step, ck, NULL, 0);
     if (rc) {
         snprintf(why, cap, "version %" PRIu64 " of %s: %s", step, dir,
@@ -167,7 +186,6 @@ int sv_version_read(const char *dir, uint64_t step, sv_version_t *v, char *why, 
         return rc;
     }
     v->step = step;
-    snprintf(v->dir, sizeof v->dir, "%s/step-%020" PRIu64, dir, step);
     v->nservers = ck->nservers;
     v->ckpt_ids = calloc(ck->nservers ? ck->nservers : 1, sizeof *v->ckpt_ids);
     v->ckpt_dirs = calloc(ck->nservers ? ck->nservers : 1, sizeof *v->ckpt_dirs);

@@ -39,11 +39,25 @@ bool sv_published_has(const char *dir, uint64_t step);
 int sv_watermark_read(const char *dir, sv_watermark_t *w, char *why, size_t cap);
 void sv_watermark_free(sv_watermark_t *w);
 
+/* A directory as written (inode and change time): the trainer replaces a step's directory whole
+ * when it writes the step again (a rollback), so a load that read files of one identity and finds
+ * another (or none) may have read two writes. ino 0: unknown. */
+typedef struct sv_dir_id {
+    uint64_t dev, ino;
+    int64_t ctime_ns;
+} sv_dir_id_t;
+
+/* dir's identity now; {0} when it cannot be read (gone). */
+sv_dir_id_t sv_dir_id(const char *dir);
+/* Whether a and b are one directory as written (false when either is unknown). */
+bool sv_dir_id_same(sv_dir_id_t a, sv_dir_id_t b);
+
 /* A version: its directory and every server's checkpoint (id, directory), map order. */
 typedef struct sv_version {
     uint64_t step;
     char dir[SV_PATH_MAX];
-    char *map; /* the training cluster's map text, NULL when the manifest has none */
+    sv_dir_id_t id; /* dir's identity before its manifest was read (sv_version_replaced) */
+    char *map;      /* the training cluster's map text, NULL when the manifest has none */
     size_t nservers;
     uint64_t *ckpt_ids; /* nservers each (malloc'ed: sv_version_free) */
     char **ckpt_dirs;
@@ -57,5 +71,8 @@ size_t sv_versions_list(const char *dir, uint64_t *steps, uint64_t *created_ns, 
  * servers' checkpoint directories, or damaged: why says which). */
 int sv_version_read(const char *dir, uint64_t step, sv_version_t *v, char *why, size_t cap);
 void sv_version_free(sv_version_t *v);
+/* Whether v's directory was replaced (or removed) since sv_version_read read its manifest: the
+ * model and card read after it may then be another write's. */
+bool sv_version_replaced(const sv_version_t *v);
 
 #endif
