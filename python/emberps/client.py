@@ -13,10 +13,12 @@ Thread rule: a Client may be used by several threads at once; close() waits unti
 already started have completed (each is bounded by timeout_ms).
 """
 import collections
+import numbers
 import os
 import threading
 import time
-from concurrent.futures import Future
+import weakref
+from concurrent.futures import Future, InvalidStateError
 
 import numpy as np
 
@@ -28,6 +30,18 @@ WAITER_IDLE_S = 1.0  # the async calls' waiter thread leaves after this long wit
 CLAIM_MODES = {"check": 0, "warm_start": 1, "fresh": 2, "inspect": 3}
 WIRE_TYPES = {"f32": 0, "bf16": 1, "f16": 2}  # psclient.h PSC_WIRE_*
 CLAIM_ACTIONS = ("new", "continued", "warm_started", "reset", "none")
+
+# Every live Client of this process: a forked child fails their pending futures (Client._forked)
+_CLIENTS = weakref.WeakSet()
+
+
+def _after_fork_in_child():
+    for c in list(_CLIENTS):
+        if c._pid != os.getpid():
+            c._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 NAME_MAX, JOB_MAX = 64, 127  # bytes of a table name and a job name (pc_wire.h)
 
 
@@ -93,7 +107,7 @@ class Client:
     servers: a cluster map text, or "host:port" of any server (its map is used).
     token: the servers' token. tls_ca (with tls_cert, tls_key for client certificates,
     tls_server_name to check another name than each server's address): TLS on the data plane.
-    timeout_ms bounds every call; retries and max_inflight are libpsclient's.
+    timeout_ms bounds every call; retries (0: none) and max_inflight are libpsclient's.
     wire_dtype: "f32" (exact), "bf16" or "f16": rows and gradients travel compressed and are
     converted at both ends (arrays in and out stay float32; docs/wire.md "Compressed rows");
     servers older than libpsclient 1.5's refuse such calls with PC_EUNSUPPORTED.
@@ -120,9 +134,15 @@ class Client:
             keep.append(b)
             return b
 
+        for what, v, least in (("timeout_ms", timeout_ms, 1), ("max_inflight", max_inflight, 1),
+                               ("retries", retries, 0),
+                               ("connect_timeout_ms", connect_timeout_ms, 1)):
+            if not isinstance(v, numbers.Integral) or isinstance(v, bool) or not least <= v < 2**31:
+                raise ValueError("%s must be an int >= %d, got %r" % (what, least, v))
         o = ffi.new("psc_opts_t *")
         o.servers, o.token = cstr(servers), cstr(token)
-        o.timeout_ms, o.max_inflight, o.retries = timeout_ms, max_inflight, retries
+        # (libpsclient reads 0 as its default: no retries is -1 there)
+        o.timeout_ms, o.max_inflight, o.retries = timeout_ms, max_inflight, retries or -1
         o.connect_timeout_ms = connect_timeout_ms
         tls = ffi.NULL
         if tls_ca:
@@ -148,31 +168,56 @@ class Client:
         # thread, so a call there would wait for ever, and so would psc_close (it joins that
         # thread). _enter refuses, close() only forgets the pointer (a DataLoader worker, say).
         self._pid = os.getpid()
+        self._current = None  # the item the waiter waits for (under _mu)
+        _CLIENTS.add(self)
 
     # ---- lifetime --------------------------------------------------------------------------
     def close(self):
         """Wait for calls already started, then disconnect. Idempotent. From a future's done
         callback (the waiter thread) it returns at once: the waiter finishes the calls started,
-        then disconnects (waiting there would wait for itself)."""
+        then disconnects (waiting there would wait for itself); a close() from another thread
+        after that waits for it."""
         if getattr(self, "_pid", os.getpid()) != os.getpid():  # a forked child: see __init__
             self._closed, self._c = True, ffi.NULL  # (_mu may be held by a thread not here)
             return
         with self._mu:
-            if self._c == ffi.NULL or self._close_after:
+            if self._c == ffi.NULL:
                 return
             self._closed = True
-            if self._waiter is not None and threading.current_thread() is self._waiter:
+            in_waiter = self._waiter is not None and threading.current_thread() is self._waiter
+            if self._close_after and in_waiter:
+                return
+            if in_waiter:
                 self._close_after = True
                 self._post(None)
                 return
-            while self._busy > 0:  # (interrupted: a later close() waits again)
-                self._mu.wait()
             waiter = self._waiter
-            if waiter:
-                self._post(None)
-        if waiter:
+            if not self._close_after:  # (else: a done callback's close, the waiter finishing it)
+                while self._busy > 0:  # (interrupted: a later close() waits again)
+                    self._mu.wait()
+                if waiter:
+                    self._post(None)
+        if waiter:  # its calls done, it leaves (after a callback's close: disconnected)
             waiter.join()
         self._disconnect()
+
+    def _forked(self):
+        """In a forked child (os.register_at_fork): the futures pending at the fork would never
+        complete (their waiter thread is the parent's), so they fail with PC_ECLOSED; the lock
+        is made anew (a parent's thread may have held it at the fork)."""
+        self._mu = threading.Condition()
+        self._waiter = None
+        items = list(self._pending) + [self._current]
+        self._pending.clear()
+        self._current = None
+        for item in items:
+            if item is not None and not item[1].done():
+                try:
+                    item[1].set_exception(EmberError(
+                        CODES["PC_ECLOSED"], "a call started in process %d before the fork: a "
+                        "forked process cannot wait for it" % self._pid))
+                except InvalidStateError:  # (completed meanwhile)
+                    pass
 
     def _disconnect(self):
         """Close the C client, once: whichever close() (or the waiter) gets here first."""
@@ -330,6 +375,7 @@ class Client:
                 item = self._pending.popleft()
                 if item is not None:
                     item[4] = True  # taken: this thread waits for it
+                    self._current = item
             if item is None:
                 if not self._close_after:
                     return
@@ -347,6 +393,8 @@ class Client:
                 fut.set_result(self._finish(cid, result))
             except BaseException as e:  # delivered to the future's owner
                 fut.set_exception(e)
+            with self._mu:
+                self._current = None
 
     def _rows_out(self, n, dim, out):
         if out is None:
@@ -434,7 +482,7 @@ class Client:
         if mode not in CLAIM_MODES:
             raise ValueError("mode must be one of %s" % ", ".join(CLAIM_MODES))
         _name(table, "table", NAME_MAX)
-        _name(job, "job", JOB_MAX, empty_ok=True)
+        _name(job, "job", JOB_MAX, empty_ok=mode in ("fresh", "inspect"))  # as psc_claim
         out = ffi.new("psc_claim_t *")
         self._enter()
         try:

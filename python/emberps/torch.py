@@ -153,7 +153,11 @@ class EmbeddingBag(nn.Module):
             g = torch.zeros((len(ukeys), self.dim), dtype=torch.float32)
             g.index_add_(0, torch.from_numpy(inverse.astype(np.int64)),
                          torch.cat([x for _, x in parts]))
-        self._push(ukeys, g)
+        try:
+            self._push(ukeys, g)
+        except BaseException:  # (the last push's error, or this one refused): kept for the
+            self._grads = parts + self._grads  # next pass, not dropped with the error
+            raise
 
     def _push(self, ukeys, grad):
         self.flush()

@@ -1,11 +1,13 @@
 """emberps.Client against live ps-server processes: the same results as the C client for the same
 calls (byte for byte, two servers, slot routing), futures, threads, the cluster calls."""
 import os
+import signal
 import subprocess
 import threading
 import time
 
 import numpy as np
+import pytest
 
 import emberps
 from conftest import BUILD
@@ -195,3 +197,55 @@ def test_fork_refused(servers):
             raise AssertionError("the forked child hung on the client")
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
         assert np.array_equal(c.pull("emb", keys), want)
+
+
+def test_fork_fails_pending_futures(servers):
+    """A future pending when the process forked fails in the child at once (PC_ECLOSED): only
+    the parent's waiter thread completes it, so its result() waited for ever there (and so did
+    EmbeddingBag.flush() on a push still on its way). In the parent it completes as usual."""
+    _, group = servers(TABLE)
+    with emberps.Client(group[0].addr) as c:
+        keys = np.arange(1, 100, dtype=np.uint64)
+        want = c.pull("emb", keys)
+        group[0].signal(signal.SIGSTOP)  # the pull below stays pending
+        try:
+            fut = c.pull_async("emb", keys)
+            pid = os.fork()
+            if pid == 0:
+                code = 3
+                try:
+                    try:
+                        fut.result(timeout=10)
+                        code = 1
+                    except emberps.EmberError as e:
+                        code = 0 if "before the fork" in str(e) else 2
+                    except Exception:  # (a timeout: it would have waited for ever)
+                        code = 4
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)  # (the child is bounded by its own timeout)
+        finally:
+            group[0].signal(signal.SIGCONT)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert np.array_equal(fut.result(timeout=20), want)
+
+
+def test_options_checked(servers):
+    """Options libpsclient would read otherwise are refused; retries=0 means none (libpsclient
+    reads 0 as its default of 3: a fail-fast caller got 3 retries with backoff)."""
+    addr, group = servers(TABLE)
+    for bad in ({"retries": -1}, {"timeout_ms": 0}, {"max_inflight": 0},
+                {"connect_timeout_ms": -5}, {"retries": 1.5}, {"timeout_ms": True}):
+        with pytest.raises(ValueError):
+            emberps.Client(addr, **bad)
+    with emberps.Client(addr, retries=0, timeout_ms=3000) as none, \
+            emberps.Client(addr, timeout_ms=3000) as default:
+        keys = np.arange(1, 10, dtype=np.uint64)
+        none.pull("emb", keys)
+        default.pull("emb", keys)
+        group[0].kill()
+        for c in (none, default):
+            with pytest.raises(emberps.EmberError):
+                c.pull("emb", keys)
+        assert none.stats()["retries"] == 0
+        assert default.stats()["retries"] > 0
