@@ -406,8 +406,12 @@ void *g_host_alloc(pw_backend_t *be, size_t bytes) {
         const pw_cuda::mem_hold hold(&b->mem_mu);
         e = cudaHostAlloc(&p, bytes, cudaHostAllocDefault);
     }
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (e == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* out of (pinnable) memory is not sticky */
+        return nullptr;
+    }
+    if (e != cudaSuccess) { /* a device that failed: sticky, as g_alloc's */
+        fail(b, __FILE__, __LINE__, "cudaHostAlloc", cudaGetErrorString(e));
         return nullptr;
     }
     memset(p, 0, bytes);

@@ -85,7 +85,8 @@ struct pw_backend {
     void (*download_async)(pw_backend_t *be, void *dst_host, const void *src, size_t bytes);
     void (*copy_wait)(pw_backend_t *be); /* the async copies are done */
     void (*sync)(pw_backend_t *be);      /* every function called so far is done */
-    void (*copy)(pw_backend_t *be, void *dst, const void *src, size_t bytes); /* device->device */
+    /* device->device; the two ranges must not overlap (a device's copy is undefined there) */
+    void (*copy)(pw_backend_t *be, void *dst, const void *src, size_t bytes);
     void (*zero)(pw_backend_t *be, void *p, size_t bytes);
     /* Host memory the device copies from and to fastest (pinned for a GPU), zeroed, or NULL;
      * host_free(NULL) does nothing. */
@@ -116,7 +117,8 @@ struct pw_backend {
     void (*col_sum)(pw_backend_t *be, int rows, int cols, const float *x, float beta, float *out);
     /* dx = dy where y > 0, else 0 (dx may be dy). */
     void (*relu_grad)(pw_backend_t *be, size_t n, const float *y, const float *dy, float *dx);
-    /* dst rows (rows x cols, leading dimension ldd) = src rows (leading dimension lds). */
+    /* dst rows (rows x cols, leading dimension ldd) = src rows (leading dimension lds); the
+     * two must not overlap (as copy). */
     void (*copy2d)(pw_backend_t *be, int rows, int cols, const float *src, int lds, float *dst,
                    int ldd);
     /* dst rows += src rows (as copy2d). */

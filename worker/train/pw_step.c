@@ -46,10 +46,11 @@ struct pw_step {
     int nopt;
     dbuf_t dev[NSETS][DB_N], dugrads;
     staged_t set[NSETS];
-    size_t cap, gcap;    /* features rows (and hrows) hold, and grads (training only) */
-    float *rows, *grads; /* device: a row and its gradient per feature */
-    float *hrows;        /* host (pinned): evaluation's looked-up rows (device backends) */
-    float *dense1;       /* max_batch ones: the dense input of streams without dense values */
+    size_t cap, hcap, gcap; /* features rows, hrows (evaluation on a device) and grads
+                             * (training) hold */
+    float *rows, *grads;    /* device: a row and its gradient per feature */
+    float *hrows;           /* host (pinned): evaluation's looked-up rows (device backends) */
+    float *dense1;          /* max_batch ones: the dense input of streams without dense values */
     float *logits, *dlogits, *probs, *dloss;
     float *hloss; /* host (pinned) */
     /* the step between compute and finish */
@@ -123,19 +124,25 @@ void pw_step_destroy(pw_step_t *st) {
 /* ---- buffers and staging ---- */
 
 /* Row buffers for nk features (their contents are not kept), and with `grads` their gradients:
- * evaluation (serving's Predict included) needs no gradients, so it does not hold them. */
+ * evaluation (serving's Predict included) needs no gradients, so it does not hold them, and only
+ * evaluation looks rows up into the pinned host buffer of a device backend (hrows). A batch
+ * without features still gets a buffer of one row: a model reads rows per feature when it has
+ * them (a NULL buffer means "through inv", which a device backend does not do). */
 static int reserve_rows(pw_step_t *st, size_t nk, bool grads) {
     pw_backend_t *be = st->be;
+    nk = nk ? nk : 1;
     const size_t cap = nk + nk / 2, bytes = cap * (size_t)st->d * sizeof(float);
     if (nk > st->cap) {
         be->free(be, st->rows);
-        be->host_free(be, st->hrows);
-        st->rows = be->alloc(be, bytes);
-        /* evaluation looks rows up on the host: into the rows themselves with host memory */
-        st->hrows = be->host_memory ? NULL : be->host_alloc(be, bytes);
-        if (!st->rows || (!be->host_memory && !st->hrows))
+        if (!(st->rows = be->alloc(be, bytes)))
             return st->cap = 0, PC_ENOMEM;
         st->cap = cap;
+    }
+    if (!grads && !be->host_memory && nk > st->hcap) {
+        be->host_free(be, st->hrows);
+        if (!(st->hrows = be->host_alloc(be, bytes)))
+            return st->hcap = 0, PC_ENOMEM;
+        st->hcap = cap;
     }
     if (grads && nk > st->gcap) {
         be->free(be, st->grads);
@@ -310,7 +317,7 @@ float *pw_step_eval_rows(pw_step_t *st, size_t nk) {
 int pw_step_eval(pw_step_t *st, const pw_batch_t *b, float *probs) {
     pw_backend_t *be = st->be;
     const size_t nk = b->key_off[b->n];
-    if (nk > st->cap)
+    if (nk > st->cap || (!be->host_memory && nk > st->hcap))
         return PC_EINVAL; /* its rows were not looked up into pw_step_eval_rows */
     if (!be->host_memory)
         be->upload(be, st->rows, st->hrows, nk * (size_t)st->d * sizeof(float));

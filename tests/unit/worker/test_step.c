@@ -308,6 +308,44 @@ static void test_dlrm_unique_rows(void **state) {
     pw_backend_close(be);
 }
 
+/* A first batch without a single feature (every sample's sparse fields empty, e.g. CSV columns
+ * all blank) on a backend that pools rows per feature, as a GPU does: its step and evaluation
+ * run on the dense features alone. The step reserved no row buffer for no features, and DLRM took
+ * the missing buffer for "read through inv", an op such a backend does not have (a NULL call:
+ * the worker crashed on a GPU). */
+static void test_no_features(void **state) {
+    (void)state;
+    pw_backend_t *be;
+    char why[256];
+    assert_int_equal(pw_backend_open("cpu:checked", &be, why, sizeof why), 0);
+    assert_null(be->pool_unique); /* (as CUDA's table) */
+    pw_model_t *m = model_make(be, "dlrm", ND);
+    assert_false(pw_model_reads_unique(m));
+    pw_opt_config_t oc;
+    pw_opt_config_defaults(&oc, PW_OPT_ADAM);
+    pw_step_config_t sc = {.be = be, .model = m, .ndense = ND, .opt = &oc};
+    pw_step_t *st;
+    assert_int_equal(pw_step_create(&sc, &st), 0);
+    batch_t t;
+    batch_make(&t, 3, ND);
+    for (int s = 0; s <= N; s++)
+        t.off[s] = 0;
+    pw_step_input_t in = {.b = &t.b, .inv = t.inv, .nu = 0, .urows = NULL};
+    double loss;
+    float ugrads[1], p[N];
+    assert_int_equal(pw_step_stage(st, 0, &in), 0);
+    assert_int_equal(pw_step_compute(st, 0, 1.0f, ugrads), 0);
+    assert_int_equal(pw_step_finish(st, true, &loss), 0);
+    assert_true(isfinite(loss) && loss > 0);
+    assert_non_null(pw_step_eval_rows(st, 0));
+    assert_int_equal(pw_step_eval(st, &t.b, p), 0);
+    for (int s = 0; s < N; s++)
+        assert_true(p[s] > 0 && p[s] < 1);
+    pw_step_destroy(st);
+    pw_model_destroy(m);
+    pw_backend_close(be);
+}
+
 /* Batches that do not fit the model are refused before any memory is touched. */
 static void test_check(void **state) {
     (void)state;
@@ -338,6 +376,7 @@ int main(void) {
         cmocka_unit_test(test_unique),           cmocka_unit_test(test_unique_find),
         cmocka_unit_test(test_fm_reference),     cmocka_unit_test(test_dlrm_gradients),
         cmocka_unit_test(test_dlrm_unique_rows), cmocka_unit_test(test_check),
+        cmocka_unit_test(test_no_features),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
