@@ -436,9 +436,9 @@ static int rollback_agree(trainer_t *t) {
     return rc;
 }
 
-void pw__dcoll_entry(const pw_backend_t *be, float out[PW_DCOLL_ENTRY]) {
+void pw__dcoll_entry(const pw_backend_t *be, bool offered, float out[PW_DCOLL_ENTRY]) {
     memset(out, 0, PW_DCOLL_ENTRY * sizeof *out);
-    if (!be->dcoll || !be->device_id)
+    if (!be->dcoll || !be->device_id || !offered)
         return;
     const uint64_t h = pc_hash64(be->device_id, strlen(be->device_id), PC_HASH_SEED_DEVICE);
     out[0] = 1;
@@ -450,7 +450,10 @@ bool pw__dcoll_choose(const float *v, int n, char *why, size_t cap) {
     for (int a = 0; a < n; a++) {
         const float *ea = v + (size_t)a * PW_DCOLL_ENTRY;
         if (ea[0] != 1) {
-            snprintf(why, cap, "rank %d has no device collectives", a);
+            snprintf(why, cap,
+                     "rank %d has no device collectives (or they failed to form %d "
+                     "times in a row)",
+                     a, PW_DCOLL_TRIES);
             return false;
         }
         for (int b = a + 1; b < n; b++)
@@ -470,7 +473,8 @@ static int dcoll_decide(trainer_t *t, bool *on_device, char *why, size_t cap) {
     float *v = pc_scalloc(PC_MEM_MODEL, (size_t)n * PW_DCOLL_ENTRY, sizeof *v);
     if (!v)
         return PC_ENOMEM;
-    pw__dcoll_entry(t->be, v + (size_t)pw_group_rank(t->grp) * PW_DCOLL_ENTRY);
+    pw__dcoll_entry(t->be, t->dcoll_failed < PW_DCOLL_TRIES,
+                    v + (size_t)pw_group_rank(t->grp) * PW_DCOLL_ENTRY);
     int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), v, (size_t)n * PW_DCOLL_ENTRY);
     *on_device = !rc && pw__dcoll_choose(v, n, why, cap);
     pc_sfree(v);
@@ -502,9 +506,13 @@ static int dcoll_form(trainer_t *t) {
     pw_group_rendezvous(t->grp, "dcoll", &kv, prefix, sizeof prefix);
     rc = be->dcoll->create(be, &kv, prefix, pw_group_rank(t->grp), pw_group_size(t->grp),
                            t->c->timeout_ms, &t->dcoll);
+    t->dcoll_failed = rc ? t->dcoll_failed + 1 : 0;
     if (rc)
-        PC_WARN("train: the device allreduce of generation %llu did not form: %s",
-                (unsigned long long)pw_group_gen(t->grp), pc_strerror(rc));
+        PC_WARN("train: the device allreduce of generation %llu did not form: %s%s",
+                (unsigned long long)pw_group_gen(t->grp), pc_strerror(rc),
+                t->dcoll_failed >= PW_DCOLL_TRIES
+                    ? " (the last try: the group sums on the host from the next generation)"
+                    : "");
     return rc;
 }
 

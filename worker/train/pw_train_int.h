@@ -174,6 +174,7 @@ typedef struct trainer {
     uint64_t seen_refreshes;  /* the store's map_refreshes when look_map last parsed */
     bool want_rollback;       /* this worker saw a server connection lost */
     bool dcoll_said;          /* the job was told its dense allreduce goes through the host */
+    int dcoll_failed;         /* generations in a row whose device allreduce did not form */
     bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
     uint64_t reposition_at, rollbacks;
     uint64_t rolled_back_steps; /* the last rollback's: their samples are not in the model, */
@@ -196,9 +197,14 @@ typedef struct trainer {
 
 /* ---- pw_recover.c: where a generation sums its dense gradients ---- */
 enum { PW_DCOLL_ENTRY = 4 }; /* floats per member */
-/* A member's entry: 1 when its backend has device collectives, then its device identity's hash
- * in three 21-bit parts (exact in a float); all zero without. */
-void pw__dcoll_entry(const pw_backend_t *be, float out[PW_DCOLL_ENTRY]);
+/* Generations in a row whose device allreduce did not form after which a member stops offering
+ * it (the group sums on the host for the rest of the job: a firewall on NCCL's ports, a /dev/shm
+ * too small, would otherwise re-form the group for ever). */
+enum { PW_DCOLL_TRIES = 3 };
+/* A member's entry: 1 when its backend has device collectives and it still offers them
+ * (`offered`), then its device identity's hash in three 21-bit parts (exact in a float); all
+ * zero otherwise. */
+void pw__dcoll_entry(const pw_backend_t *be, bool offered, float out[PW_DCOLL_ENTRY]);
 /* From the n members' entries (v: n x PW_DCOLL_ENTRY): whether every member has device
  * collectives and no two share a device (NCCL needs one device per member); else why not. */
 bool pw__dcoll_choose(const float *v, int n, char *why, size_t cap);

@@ -228,25 +228,32 @@ static void test_dcoll_choice(void **state) {
     static const pw_dcoll_ops_t ops = {0};
     pw_backend_t gpu_a = {.dcoll = &ops, .device_id = "GPU-2f591e30-818a-0906-9d03-1dd356a6d178"};
     pw_backend_t gpu_b = {.dcoll = &ops, .device_id = "GPU-2f591e30-818a-0906-9d03-1dd356a6d179"};
+    /* (the last case: gpu_a and gpu_b, rank 1's device allreduce failed to form too often) */
     const pw_backend_t *const cases[][3] = {{&gpu_a, &gpu_b, NULL},
                                             {&gpu_a, &gpu_a, NULL},
                                             {&gpu_a, pw_backend_cpu(), NULL},
                                             {&gpu_a, &gpu_b, &gpu_a},
-                                            {pw_backend_cpu(), pw_backend_cpu(), NULL}};
-    const char *const want[] = {"", "ranks 0 and 1 use one GPU", "rank 1 has no device collectives",
-                                "ranks 0 and 2 use one GPU", "rank 0 has no device collectives"};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+                                            {pw_backend_cpu(), pw_backend_cpu(), NULL},
+                                            {&gpu_a, &gpu_b, NULL}};
+    const size_t ncases = sizeof cases / sizeof cases[0];
+    const char *const want[] = {"",
+                                "ranks 0 and 1 use one GPU",
+                                "rank 1 has no device collectives",
+                                "ranks 0 and 2 use one GPU",
+                                "rank 0 has no device collectives",
+                                "rank 1 has no device collectives"};
+    for (size_t c = 0; c < ncases; c++) {
         float v[3 * PW_DCOLL_ENTRY];
         int n = 0;
         for (; n < 3 && cases[c][n]; n++) {
-            pw__dcoll_entry(cases[c][n], v + n * PW_DCOLL_ENTRY);
+            pw__dcoll_entry(cases[c][n], !(c == ncases - 1 && n == 1), v + n * PW_DCOLL_ENTRY);
             for (int k = 1; k < PW_DCOLL_ENTRY; k++) /* exact in a float, and summed exactly */
                 assert_true(v[n * PW_DCOLL_ENTRY + k] >= 0 && v[n * PW_DCOLL_ENTRY + k] < 0x200000);
         }
         char why[128] = "";
         const bool dev = pw__dcoll_choose(v, n, why, sizeof why);
         assert_int_equal(dev, !want[c][0]);
-        assert_string_equal(why, want[c]);
+        assert_true(want[c][0] ? strncmp(why, want[c], strlen(want[c])) == 0 : !why[0]);
     }
 }
 
