@@ -252,7 +252,7 @@ int bench_gpu_main(int argc, char **argv) {
     char why[768];
     pw_backend_t *be;
     cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "area", "gpu");
+    cJSON_AddStringToObject(root, "bench", "gpu");
     if (pw_backend_open(device, &be, why, sizeof why)) {
         printf("gpu: SKIPPED: %s\n", why);
         cJSON_AddStringToObject(root, "skipped", why);

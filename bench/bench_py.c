@@ -23,11 +23,16 @@
 
 #include "bench_util.h"
 #include "emberps/psclient.h"
+#include "pc_fs.h"
 
 #define BATCH  4096
 #define NBATCH 64
 #define DIM    64
 #define GOLDEN UINT64_C(0x9E3779B97F4A7C15) /* python/emberps/bench.py's universe: i * GOLDEN */
+/* The Python side's bounds: silent between two rounds (its start: importing, filling keys), and
+ * its whole run (its AUC figure trains ps-worker and PyTorch, each bounded there: 600 + 3600 s) */
+#define PY_SILENCE_S 300
+#define PY_RUN_S     4500
 
 static double now_s(void) {
     struct timespec t;
@@ -51,16 +56,19 @@ static double c_round(psc_t *c, const uint64_t *batches, float *rows, double sec
 
 /* Run the Python side with the sync pipes; its output into out_path. Returns its pid. */
 static pid_t spawn_python(const bench_opts_t *o, const char *servers, int rfd, int wfd,
-                          const char *out_path) {
-    char bin[600], srv[128], sync[32], bindir[620];
+                          uint64_t nkeys, double secs, const char *out_path) {
+    char bin[600], srv[128], sync[32], bindir[620], keys[48], seconds[48];
     bench_sibling("ps-server", bin, sizeof bin);
     *strrchr(bin, '/') = '\0'; /* the binaries' directory */
     snprintf(srv, sizeof srv, "--servers=%s", servers);
     snprintf(sync, sizeof sync, "--sync=%d,%d", rfd, wfd);
     snprintf(bindir, sizeof bindir, "--bin-dir=%s", bin);
+    /* the C rounds' keys and length: both sides' rounds alike */
+    snprintf(keys, sizeof keys, "--keys=%llu", (unsigned long long)nkeys);
+    snprintf(seconds, sizeof seconds, "--seconds=%g", secs);
     const char *size = o->smoke ? "--smoke" : o->quick ? "--quick" : NULL; /* NULL: full */
-    char *args[] = {BENCH_PYTHON, "-m",     "emberps.bench", srv, sync,
-                    bindir,       "--json", (char *)size,    NULL};
+    char *args[] = {BENCH_PYTHON, "-m",    "emberps.bench", srv,          sync, bindir,
+                    keys,         seconds, "--json",        (char *)size, NULL};
     return bench_python(args, out_path, false);
 }
 
@@ -68,7 +76,10 @@ int bench_py_main(int argc, char **argv) {
     bench_opts_t o;
     bench_parse_opts(argc, argv, "py", &o);
     signal(SIGPIPE, SIG_IGN);
-    const uint64_t nkeys = o.smoke ? 20000 : o.quick ? 200000 : 1000000;
+    const uint64_t nkeys = o.keys > 0 ? (uint64_t)o.keys
+                           : o.smoke  ? 20000
+                           : o.quick  ? 200000
+                                      : 1000000;
     const double secs = o.seconds > 0 ? o.seconds : o.smoke ? 0.2 : o.quick ? 1.0 : 2.0;
     char dir[256];
     bench_tmpdir("py", dir, sizeof dir);
@@ -76,8 +87,10 @@ int bench_py_main(int argc, char **argv) {
         "--tables=name=b64,dim=64,optimizer=adagrad;name=d16,dim=16,optimizer=adagrad", NULL};
     int port;
     const pid_t ps = bench_ps_server(&o, "py", dir, "py", extra, &port, NULL);
-    if (ps < 0)
+    if (ps < 0) {
+        pc_fs_rm_tree(dir);
         return 1;
+    }
     bench_pin(&o, 1);
     char servers[64];
     snprintf(servers, sizeof servers, "127.0.0.1:%d", port);
@@ -86,6 +99,7 @@ int bench_py_main(int argc, char **argv) {
     if (psc_connect(&co, &c)) {
         fprintf(stderr, "ps-bench py: cannot connect to %s\n", servers);
         bench_stop(ps);
+        pc_fs_rm_tree(dir);
         return 1;
     }
     uint64_t *batches = malloc(sizeof(uint64_t) * BATCH * NBATCH);
@@ -97,21 +111,21 @@ int bench_py_main(int argc, char **argv) {
         batches[i] = (bench_rand(&rng) % nkeys + 1) * GOLDEN;
 
     int to_py[2], from_py[2];
-    if (pipe(to_py) || pipe(from_py))
-        abort();
+    bench_sync_pipes(to_py, from_py);
     char out_path[320];
     snprintf(out_path, sizeof out_path, "%s/python.out", dir);
     printf("ps-bench py: %llu keys, dim %d, batches of %d, server on CPU 0, clients on CPU 1\n",
            (unsigned long long)nkeys, DIM, BATCH);
     fflush(stdout);
-    pid_t py = spawn_python(&o, servers, to_py[0], from_py[1], out_path);
+    pid_t py = spawn_python(&o, servers, to_py[0], from_py[1], nkeys, secs, out_path);
     close(to_py[0]);
     close(from_py[1]);
     double rates[16];
     int nr = 0, failed = 0;
     char ch;
-    /* Python asks ('r') before each of its rounds (after filling the keys): a C round first */
-    while (read(from_py[0], &ch, 1) == 1 && ch == 'r' && nr < 16) {
+    /* Python asks ('r') before each of its rounds (after filling the keys): a C round first.
+     * Its rounds and start take seconds: a Python silent for PY_SILENCE_S hangs (not waited). */
+    while (bench_read_byte(from_py[0], PY_SILENCE_S, &ch) == 1 && ch == 'r' && nr < 16) {
         const double r = c_round(c, batches, rows, secs);
         if (r < 0) {
             fprintf(stderr, "ps-bench py: psc_pull: %s\n", psc_strerror((int)r));
@@ -125,7 +139,8 @@ int bench_py_main(int argc, char **argv) {
     close(to_py[1]);
     close(from_py[0]);
     int st = 0;
-    waitpid(py, &st, 0);
+    if (bench_wait_exit(py, PY_RUN_S, &st))
+        fprintf(stderr, "ps-bench py: the Python side ran past %d s: killed\n", PY_RUN_S);
     psc_close(c);
     bench_stop(ps);
     free(batches);

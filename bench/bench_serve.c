@@ -23,8 +23,8 @@
  *     with a row other than its initial one; a probe's time runs from the push's acknowledgement.
  *     Baseline: the marker push's own round trip. The replica's lag is sampled meanwhile.
  *  4. Version swaps: Predict at 1,000/s as in 1; the p99 of a steady window, then of a window in
- *     which LoadVersion(oldest), LoadVersion(the one before the newest), Follow run back to
- *     back; every failed Predict counted.
+ *     which LoadVersion(the one before the newest), LoadVersion(the newest), Follow run back
+ *     to back; every failed Predict counted.
  * CPUs (unless --no-pin): the daemon on the first CPU this process may use and this process (the
  * load's threads and gRPC's) on the second, in phases 1, 2 and 4; the torch process runs on the
  * daemon's CPU with one thread, in turns with it, so both get the same one core. The training
@@ -317,7 +317,8 @@ static int make_data(bench_t *b, long rows) {
     char *argv[] = {gen, rowsarg, "--test-rows=4096", out, tout, "--seed=7", NULL};
     const pid_t pid = spawn(b, "ps-datagen", argv, log);
     int st = -1;
-    waitpid(pid, &st, 0);
+    if (bench_wait_exit(pid, 600, &st)) /* (killed past ten minutes) */
+        fprintf(stderr, "ps-bench serve: ps-datagen ran past 600 s: killed\n");
     forget(b, pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st)) {
         print_log_tail(log);
@@ -460,21 +461,25 @@ static double train(bench_t *b, int ckpt_every, double limit_s) {
         w[r] = spawn(b, r ? "ps-worker 1" : "ps-worker 0", argv, log[r]);
     }
     int left = 2, bad = 0;
-    while (left && now_s() - t0 < limit_s) {
-        int st;
-        const pid_t p = waitpid(-1, &st, WNOHANG);
-        if (p == w[0] || p == w[1]) {
-            forget(b, p);
+    bool done[2] = {false, false};
+    while (left && now_s() - t0 < limit_s) { /* (the workers only: the daemons stay spawned) */
+        bool any = false;
+        for (int r = 0; r < 2; r++) {
+            int st;
+            if (done[r] || waitpid(w[r], &st, WNOHANG) != w[r])
+                continue;
+            done[r] = any = true;
+            forget(b, w[r]);
             left--;
             if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-                fprintf(stderr, "ps-bench serve: ps-worker rank %d failed (status %d)\n", p == w[1],
+                fprintf(stderr, "ps-bench serve: ps-worker rank %d failed (status %d)\n", r,
                         WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st));
-                print_log_tail(log[p == w[1]]);
+                print_log_tail(log[r]);
                 bad = 1;
             }
-        } else if (p <= 0) {
-            usleep(50000);
         }
+        if (!any)
+            usleep(50000);
     }
     if (left)
         fprintf(stderr, "ps-bench serve: training did not end in %.0f s\n", limit_s);
@@ -806,8 +811,7 @@ static versus_t against_torch(bench_t *b, psg_t **c, int rounds, double secs) {
     snprintf(samples, sizeof samples, "--samples=%s/samples", b->dir);
     snprintf(out, sizeof out, "%s/torch.out", b->dir);
     int to_py[2], from_py[2];
-    if (pipe(to_py) || pipe(from_py))
-        abort();
+    bench_sync_pipes(to_py, from_py);
     char script[400], sync[32], secarg[32], rarg[32];
     snprintf(script, sizeof script, "%s/bench/serve_torch.py", EMBER_SOURCE_DIR);
     snprintf(sync, sizeof sync, "--sync=%d,%d", to_py[0], from_py[1]);
@@ -827,9 +831,10 @@ static versus_t against_torch(bench_t *b, psg_t **c, int rounds, double secs) {
     close(to_py[0]);
     close(from_py[1]);
     char ch;
-    /* python asks ('r') before each of its rounds: a Predict round first */
+    /* python asks ('r') before each of its rounds: a Predict round first (one silent for two
+     * minutes hangs: the rest are Predict rounds alone) */
     double busy = 0, dcpu = 0, ccpu = 0;
-    while (nq < rounds && read(from_py[0], &ch, 1) == 1 && ch == 'r') {
+    while (nq < rounds && bench_read_byte(from_py[0], 120, &ch) == 1 && ch == 'r') {
         const double t0 = now_s(), d0 = cpu_seconds(b->serve_pid), c0 = cpu_seconds(getpid());
         qps[nq++] = closed_loop(b, c, secs, &v.failed);
         busy += now_s() - t0;

@@ -3,8 +3,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <pthread.h>
 #include <sched.h>
@@ -305,6 +307,31 @@ int bench_wait_exit(int pid, double seconds, int *status) {
     kill(pid, SIGKILL);
     waitpid(pid, status, 0);
     return -1;
+}
+
+int bench_read_byte(int fd, double seconds, char *ch) {
+    const uint64_t t0 = pc_time_mono_ns();
+    for (;;) {
+        const double left = seconds - pc_time_sec_since(t0);
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        const int n = poll(&p, 1, left > 1 ? 1000 : (int)(left * 1000) + 1);
+        if (n < 0 && errno != EINTR)
+            return -1;
+        if (n > 0) {
+            const ssize_t r = read(fd, ch, 1);
+            if (r >= 0 || errno != EINTR)
+                return r == 1 ? 1 : r == 0 ? 0 : -1;
+        }
+    }
+}
+
+void bench_sync_pipes(int to[2], int from[2]) {
+    if (pipe(to) || pipe(from))
+        abort();
+    (void)fcntl(to[1], F_SETFD, FD_CLOEXEC);
+    (void)fcntl(from[0], F_SETFD, FD_CLOEXEC);
 }
 
 void bench_stop(int pid) {

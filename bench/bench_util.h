@@ -74,6 +74,13 @@ int bench_spawn(const bench_opts_t *o, char *const argv[]);
 int bench_run_output(const char *cmd, char *out, size_t cap);
 void bench_stop(int pid);
 int bench_wait_exit(int pid, double seconds, int *status);
+/* Read one byte of fd (a pipe from a child) within `seconds`: 1, 0 at its end, -1 on an error or
+ * when the time passed (a child that hangs does not hang the benchmark). */
+int bench_read_byte(int fd, double seconds, char *ch);
+/* Two pipes for a child's sync: to[0] and from[1] are the child's (inherited), to[1] and from[0]
+ * the caller's, closed on exec (a child holding them would never see the caller's end). Aborts
+ * when none can be made. */
+void bench_sync_pipes(int to[2], int from[2]);
 bool bench_wait_file(const char *path, double seconds);
 void bench_sibling(const char *name, char *buf, size_t cap);
 /* The ps-server next to ps-bench on a free data port, started by bench_spawn (pinned to the

@@ -106,7 +106,9 @@ def main(argv=None):
           "rows at %.0f samples/s (reading %.1f s)" % (r["rows"], r["auc"], logloss, len(y),
                                                        r["samples_per_s"], read_s), flush=True)
     if a.json:
-        print(json.dumps(r))
+        # (a NaN, e.g. the AUC of a one-class test set, is null: ps-bench parses strict JSON)
+        print(json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                          for k, v in r.items()}))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ The last line of --json is one JSON object with these keys.
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -195,7 +196,9 @@ def main(argv=None):
                 else:
                     res["torch_auc_skipped"] = why
     if a.json:
-        print(json.dumps(res))
+        # (a NaN is null: ps-bench parses strict JSON)
+        print(json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v
+                          for k, v in res.items()}))
 
 
 if __name__ == "__main__":
