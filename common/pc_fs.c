@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -368,5 +369,39 @@ int pc_fs_read_all(const char *path, size_t max, char **out, size_t *len) {
     *out = buf;
     if (len)
         *len = n;
+    return 0;
+}
+
+int pc_fs_lock_dir(const char *dir, int *fd, long *holder) {
+    *fd = -1;
+    *holder = 0;
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/LOCK", dir) >= (int)sizeof path)
+        return PC_EINVAL;
+    int rc = pc_fs_mkdirs(dir);
+    if (rc)
+        return rc;
+    const int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (f < 0) {
+        PC_ERROR("%s: %s", path, strerror(errno));
+        return PC_EIO;
+    }
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        char buf[32] = "";
+        const ssize_t n = pread(f, buf, sizeof buf - 1, 0);
+        close(f);
+        if (e != EWOULDBLOCK) {
+            PC_ERROR("%s: flock: %s", path, strerror(e));
+            return PC_EIO;
+        }
+        *holder = n > 0 ? strtol(buf, NULL, 10) : 0;
+        return PC_EEXIST;
+    }
+    char pid[32];
+    const int len = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(f, 0) != 0 || pwrite(f, pid, (size_t)len, 0) != len) /* (only a hint) */
+        PC_WARN("%s: cannot write this process's pid: %s", path, strerror(errno));
+    *fd = f;
     return 0;
 }

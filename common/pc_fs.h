@@ -73,6 +73,14 @@ int pc_fs_mkdirs(const char *path);
  * share a file system, copied otherwise. 0, PC_ENOSPC or PC_EIO. */
 int pc_fs_clone_dir(const char *src, const char *dst, const char *link_suffix);
 
+/* Hold directory dir for this process (a daemon's data: two servers writing one checkpoint
+ * directory would prune and overwrite each other's): an exclusive flock on dir/LOCK (made, and
+ * dir with it), which this process's pid is written into; kept until the process ends (the fd
+ * is not inherited). 0 with *fd the lock's descriptor; PC_EEXIST when another process holds it
+ * (its pid into *holder when it wrote one, else 0); PC_EIO (said why on the log). A killed
+ * holder's lock goes with it. */
+int pc_fs_lock_dir(const char *dir, int *fd, long *holder);
+
 /* Read the whole file at path (at most max bytes) into *out, malloc'ed and NUL-terminated (the
  * caller frees it), its length in *len (may be NULL). 0, PC_ENOTFOUND (no such file), PC_ETOOBIG
  * (over max), PC_ENOMEM, PC_EIO. For small files: PEM certificates and keys. */

@@ -783,6 +783,22 @@ int main(int argc, char **argv) {
     }
     if ((rc = check_security(&s.cfg)))
         return rc;
+    /* Its checkpoint directory is this server's alone: a second server on it (started twice by
+     * mistake, or a restart while the old process still runs) would prune and overwrite its
+     * checkpoints. Before anything else is touched (the port file is the first server's). */
+    int ckpt_lock = -1; /* (held until the process ends) */
+    long holder = 0;
+    if (s.cfg.ckpt_dir[0] && (rc = pc_fs_lock_dir(s.cfg.ckpt_dir, &ckpt_lock, &holder))) {
+        if (rc == PC_EEXIST)
+            fprintf(stderr,
+                    "ps-server: checkpoint directory %s is in use by another ps-server (pid "
+                    "%ld): two servers must not share one\n",
+                    s.cfg.ckpt_dir, holder);
+        else
+            fprintf(stderr, "ps-server: checkpoint directory %s: %s\n", s.cfg.ckpt_dir,
+                    pc_strerror(rc));
+        return 1; /* (a restart racing the old process' exit: systemd tries again) */
+    }
     if (s.cfg.port_file[0]) /* an earlier run's (killed): written again once this one serves */
         (void)remove(s.cfg.port_file);
     pc_cluster_map_t *map = NULL;

@@ -22,6 +22,7 @@
 #                                     port file is removed at the start (a script read it)
 #   an empty --cluster-map-file       exit 1 (restarted by systemd); one that does not exist or
 #                                     parse: 2
+#   a second server on a running one's --ckpt-dir: exit 1 naming the first (both wrote there)
 #   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
 #                                     exit 2 before any restore (found after it: minutes of
 #                                     restore, the tier's files replaced, exit 1)
@@ -116,6 +117,15 @@ timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 \
 pid=$!
 for _ in $(seq 100); do [ -s "$dir/ports3" ] && break; sleep 0.1; done
 [ -s "$dir/ports3" ] || { cat "$dir/server3.log"; fail "ps-server did not start"; }
+# a second server on the same checkpoint directory (and port file) is refused at once, naming
+# the first, whose port file stays (two writers pruned each other's checkpoints; it removed the
+# live server's port file)
+rc=0
+timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --tables=name=emb,dim=4 \
+  --ckpt-dir="$dir/ck2" --port-file="$dir/ports3" 2>"$dir/err" || rc=$?
+[ "$rc" = 1 ] && grep -q "is in use by another ps-server (pid $pid)" "$dir/err" ||
+  { cat "$dir/err"; fail "a second server on one checkpoint directory: exit $rc, want 1"; }
+[ -s "$dir/ports3" ] || fail "the second server removed the first one's port file"
 kill -TERM "$pid"
 wait "$pid" || { tail -n 5 "$dir/server3.log"; fail "the checkpointing server did not stop cleanly"; }
 pid=""
