@@ -921,7 +921,8 @@ int main(int argc, char **argv) {
                         .map_text = api_map,
                         .checkpoint = s.ck ? api_checkpoint : NULL,
                         .restore = s.ck ? api_restore : NULL,
-                        .coord = s.coord.ctx ? &s.coord : NULL};
+                        .coord = s.coord.ctx ? &s.coord : NULL,
+                        .coord_remote = ps_coord_is_etcd(s.cfg.coordinator_store)};
     if (going_on(rc) && s.cfg.grpc_port >= 0) {
         char addr[128];
         snprintf(addr, sizeof addr, "%s:%d", s.cfg.host, (int)s.cfg.grpc_port);
@@ -941,6 +942,7 @@ int main(int argc, char **argv) {
         ps_grpc_service_t svc = {.names = env.coord ? k_names : k_names_plain,
                                  .method = ps_api_method,
                                  .is_admin = ps_api_is_admin,
+                                 .waits_outside = ps_api_waits_outside,
                                  .call = api_call,
                                  .ctx = &env};
         if (ps_grpc_start(&svc, &go, &s.grpc))

@@ -416,7 +416,10 @@ static int e_put(etcd_t *e, const char *key, const void *value, size_t len, bool
         rc = txn_put(e, &put, revision, d);
     }
     if (lease_ms && rc && fresh) {
-        revoke(e, lid, tail_end(e, d)); /* nothing was put under it */
+        /* nothing was put under it; or a timed-out attempt was applied after all, and the key
+         * goes with the lease: the caller was told the set failed, and no stale holder stays
+         * (until the TTL) for others to read */
+        revoke(e, lid, tail_end(e, d));
         return rc;
     }
     return rc ? rc : lease_note(e, key, lid, ttl); /* (lid 0: no lease now) */
@@ -513,6 +516,7 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
     q.sort_order = EMBERPS__ETCD__RANGE_REQUEST__SORT_ORDER__ASCEND;
     q.sort_target = EMBERPS__ETCD__RANGE_REQUEST__SORT_TARGET__KEY;
     size_t k = 0, bytes = 0, page = max;
+    int restarts = 0;
     int64_t last_lease = 0;
     uint32_t last_left = 0;
     int rc = 0;
@@ -526,6 +530,20 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
                    (ProtobufCMessage **)&r, NULL, when);
         if (rc == PC_ETOOBIG && q.limit > 1) { /* over gRPC's message limit: smaller pages */
             page = (size_t)q.limit / 2;
+            rc = 0;
+            continue;
+        }
+        /* A later page read at the first one's revision fails once etcd compacted past it
+         * (OUT_OF_RANGE): the listing starts over at the revision then current, twice at most
+         * (within the operation's deadline, as every call). */
+        if (rc && q.revision && restarts < 2 && pc_time_mono_ns() < when.end_ns) {
+            restarts++;
+            pc_kv_entries_free(v, k + 1 < max ? k + 1 : max);
+            if (!(v = calloc(max, sizeof *v)))
+                return PC_ENOMEM;
+            k = bytes = 0;
+            q.revision = 0;
+            ll = full_key(e, prefix, lo);
             rc = 0;
             continue;
         }
