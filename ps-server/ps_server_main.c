@@ -35,6 +35,7 @@
 #include "pc_metrics.h"
 #include "ps_tier.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -758,6 +759,39 @@ static void on_hup(uv_signal_t *h, int sig) {
     pc_cmap_destroy(m);
 }
 
+/* path resolved as the file system would (links, "..", relative paths) into out, also when its
+ * last components do not exist yet: the deepest existing ancestor resolved, the rest appended. */
+static bool resolve_path(const char *path, char out[PATH_MAX]) {
+    char head[PATH_MAX], tail[PATH_MAX] = "";
+    if (snprintf(head, sizeof head, "%s%s", path[0] == '/' ? "" : "./", path) >= (int)sizeof head)
+        return false;
+    while (!realpath(head, out)) {
+        char *slash = strrchr(head, '/');
+        if (errno != ENOENT || !slash)
+            return false;
+        char t[PATH_MAX];
+        if (snprintf(t, sizeof t, "%s%s", slash, tail) >= (int)sizeof t)
+            return false;
+        memcpy(tail, t, strlen(t) + 1);
+        slash[slash == head] = '\0'; /* ("/" kept: it exists, as "." does) */
+    }
+    const size_t lo = strlen(out), skip = lo && out[lo - 1] == '/' && tail[0] == '/'; /* "/" */
+    if (lo + strlen(tail + skip) >= PATH_MAX)
+        return false;
+    strcat(out, tail + skip);
+    return true;
+}
+
+/* Whether directories a and b are one, or one lies inside the other (resolve_path). */
+static bool dirs_nested(const char *a, const char *b) {
+    char ra[PATH_MAX], rb[PATH_MAX];
+    if (!resolve_path(a, ra) || !resolve_path(b, rb))
+        return false; /* (the tier's and the checkpoints' own opens say what is wrong) */
+    const size_t la = strlen(ra), lb = strlen(rb), l = la < lb ? la : lb;
+    const char *longer = la < lb ? rb : ra;
+    return !strncmp(ra, rb, l) && (la == lb || longer[l] == '/' || l == 1 /* "/" */);
+}
+
 int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     /* The stop signals are caught from the first step: one arriving while the server starts
@@ -798,6 +832,13 @@ int main(int argc, char **argv) {
             fprintf(stderr, "ps-server: checkpoint directory %s: %s\n", s.cfg.ckpt_dir,
                     pc_strerror(rc));
         return 1; /* (a restart racing the old process' exit: systemd tries again) */
+    }
+    if (s.cfg.tier_dir[0] && s.cfg.ckpt_dir[0] && dirs_nested(s.cfg.tier_dir, s.cfg.ckpt_dir)) {
+        fprintf(stderr,
+                "ps-server: tier_dir %s and ckpt_dir %s overlap: the tier's directory is emptied "
+                "at every start, and must not hold the checkpoints (nor be inside them)\n",
+                s.cfg.tier_dir, s.cfg.ckpt_dir);
+        return 2;
     }
     if (s.cfg.port_file[0]) /* an earlier run's (killed): written again once this one serves */
         (void)remove(s.cfg.port_file);

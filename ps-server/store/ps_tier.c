@@ -20,6 +20,8 @@
 #include "pc_log.h"
 #include "pc_time.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
@@ -397,6 +399,53 @@ static void db_close(ps_tier_t *tier) {
     tier->db = NULL;
 }
 
+/* The file that marks a directory as a tier's (its live database is removed at every start). */
+#define TIER_MARKER "EMBERPS-TIER"
+
+/* Empty `dir` for a new live database (made when missing), its marker kept or written. A
+ * directory that holds anything without the marker or a RocksDB database (CURRENT) is not the
+ * tier's: PC_EEXIST, nothing removed (a --tier-dir given the checkpoint directory, or a parent of
+ * it, wiped every checkpoint). */
+static int tier_dir_reset(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d && errno != ENOENT) {
+        PC_ERROR("tier %s: %s", dir, strerror(errno));
+        return PC_EIO;
+    }
+    bool any = false, ours = false;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        any = true;
+        ours = ours || !strcmp(e->d_name, TIER_MARKER) || !strcmp(e->d_name, "CURRENT");
+    }
+    if (any && !ours) {
+        closedir(d);
+        PC_ERROR("tier %s holds files that are not a cold tier's (no " TIER_MARKER
+                 " nor a RocksDB database): not removed; give the tier a directory of its own, "
+                 "apart from the checkpoint directory",
+                 dir);
+        return PC_EEXIST;
+    }
+    if (d)
+        rewinddir(d);
+    char path[PATH_MAX];
+    for (struct dirent *e; d && (e = readdir(d));) { /* the marker last of all: kept */
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, TIER_MARKER))
+            continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
+            pc_fs_rm_tree(path);
+    }
+    if (d)
+        closedir(d);
+    int rc = pc_fs_mkdirs(dir);
+    snprintf(path, sizeof path, "%s/" TIER_MARKER, dir);
+    static const char k_text[] = "EmberPS cold tier: working storage, emptied at every start\n";
+    if (!rc)
+        rc = pc_fs_write_atomic(path, k_text, sizeof k_text - 1);
+    return rc;
+}
+
 int ps_tier_open(const ps_tier_opts_t *o, ps_tier_t **out) {
     if (!o || !o->dir || !out || strlen(o->dir) >= PATH_MAX - 64)
         return PC_EINVAL;
@@ -429,8 +478,7 @@ int ps_tier_open(const ps_tier_opts_t *o, ps_tier_t **out) {
     rocksdb_writeoptions_disable_WAL(tier->wo, 1);
     atomic_store(&tier->writable, true);
     /* The live database is working storage: start empty (durable state is in checkpoints). */
-    pc_fs_rm_tree(tier->dir);
-    int rc = pc_fs_mkdirs(tier->dir);
+    int rc = tier_dir_reset(tier->dir);
     if (!rc)
         rc = db_open(tier);
     if (rc) {
@@ -623,8 +671,7 @@ int ps_tier_replace(ps_tier_t *tier, const char *src) {
 
 static int replace_locked(ps_tier_t *tier, const char *src) {
     db_close(tier);
-    pc_fs_rm_tree(tier->dir);
-    int rc = pc_fs_mkdirs(tier->dir);
+    int rc = tier_dir_reset(tier->dir);
     if (!rc)
         rc = pc_fs_clone_dir(src, tier->dir, ".sst");
     if (!rc && (rc = db_open(tier)) == PC_EIO)
@@ -632,9 +679,9 @@ static int replace_locked(ps_tier_t *tier, const char *src) {
                            * damage an I/O error (a CURRENT naming a MANIFEST that is not there:
                            * "No such file"), and the copy just read every file without one */
     if (rc) {             /* leave an empty, working database rather than none */
-        pc_fs_rm_tree(tier->dir);
-        pc_fs_mkdirs(tier->dir);
-        const int orc = db_open(tier);
+        int orc = tier_dir_reset(tier->dir);
+        if (!orc)
+            orc = db_open(tier);
         if (orc) { /* none: attach and checkpoint refuse until a replace opens */
             PC_ERROR("tier %s: no database open (an empty one failed too): %s", tier->dir,
                      pc_strerror(orc));

@@ -36,7 +36,9 @@
 typedef struct ps_tier ps_tier_t;
 
 typedef struct ps_tier_opts {
-    const char *dir;             /* live database directory (wiped at open) */
+    const char *dir;             /* live database directory (emptied at open: only one that is
+                                  * empty, or the tier's own, holding its marker EMBERPS-TIER or a
+                                  * RocksDB database; any other is PC_EEXIST, left as it is) */
     uint64_t cache_bytes;        /* RocksDB block cache, 0: 256 MiB */
     uint64_t write_buffer_bytes; /* memtable size per table, 0: 64 MiB */
     uint64_t min_free_bytes;     /* free-space watermark, 0: 1 GiB */

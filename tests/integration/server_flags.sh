@@ -23,6 +23,7 @@
 #   an empty --cluster-map-file       exit 1 (restarted by systemd); one that does not exist or
 #                                     parse: 2
 #   a second server on a running one's --ckpt-dir: exit 1 naming the first (both wrote there)
+#   a --tier-dir that is, holds or lies in --ckpt-dir: exit 2 (the tier emptied it at start)
 #   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
 #                                     exit 2 before any restore (found after it: minutes of
 #                                     restore, the tier's files replaced, exit 1)
@@ -126,6 +127,17 @@ timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --tables=na
 [ "$rc" = 1 ] && grep -q "is in use by another ps-server (pid $pid)" "$dir/err" ||
   { cat "$dir/err"; fail "a second server on one checkpoint directory: exit $rc, want 1"; }
 [ -s "$dir/ports3" ] || fail "the second server removed the first one's port file"
+# a tier directory that holds the checkpoints (or lies inside them) is refused: it is emptied at
+# every start (every checkpoint was wiped)
+mkdir -p "$dir/ck4"
+touch "$dir/ck4/keep"
+for tier in "$dir/ck4" "$dir/ck4/tier" "$dir"; do
+  rc=0
+  timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --ckpt-dir="$dir/ck4" \
+    --tier-dir="$tier" 2>"$dir/err" || rc=$?
+  [ "$rc" = 2 ] && grep -q "overlap" "$dir/err" && [ -e "$dir/ck4/keep" ] ||
+    { cat "$dir/err"; fail "--tier-dir=$tier beside --ckpt-dir=$dir/ck4: exit $rc, want 2"; }
+done
 kill -TERM "$pid"
 wait "$pid" || { tail -n 5 "$dir/server3.log"; fail "the checkpointing server did not stop cleanly"; }
 pid=""

@@ -7,6 +7,8 @@
 #include <pthread.h>
 #include <rocksdb/c.h>
 #include <stdatomic.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "pc_alloc.h"
 #include "pc_error.h"
@@ -123,6 +125,36 @@ static void working_set_10x(const char *dtype) {
     ps_table_destroy(r);
     drop_cold(&f, c);
     fx_close(&f);
+}
+
+/* The tier empties its directory at every open, but only its own: one holding files without
+ * its marker or a RocksDB database (the checkpoint directory given as --tier-dir, or a parent
+ * of it) is refused and left as it was (it was wiped: every checkpoint gone); its own is emptied,
+ * the marker kept. */
+static void test_foreign_dir_kept(void **state) {
+    (void)state;
+    char dir[256], path[320];
+    tc_tmpdir(dir, sizeof dir, "tier-foreign");
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000001", dir);
+    assert_int_equal(mkdir(path, 0755), 0);
+    ps_tier_opts_t o = {.dir = dir, .cache_bytes = 8 << 20, .min_free_bytes = 1 << 20};
+    ps_tier_t *tier = NULL;
+    assert_int_equal(ps_tier_open(&o, &tier), PC_EEXIST);
+    assert_null(tier);
+    assert_int_equal(access(path, F_OK), 0); /* still there */
+    assert_int_equal(rmdir(path), 0);
+    assert_int_equal(ps_tier_open(&o, &tier), 0); /* empty: taken, marked */
+    ps_tier_close(tier);
+    snprintf(path, sizeof path, "%s/EMBERPS-TIER", dir);
+    assert_int_equal(access(path, F_OK), 0);
+    snprintf(path, sizeof path, "%s/leftover", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(ps_tier_open(&o, &tier), 0); /* its own: emptied */
+    ps_tier_close(tier);
+    assert_int_not_equal(access(path, F_OK), 0);
+    tc_rmdir(dir);
 }
 
 static void test_working_set_10x(void **state) {
@@ -1102,6 +1134,7 @@ static void test_export_skips_expired_cold(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_foreign_dir_kept),
         cmocka_unit_test(test_working_set_10x),
         cmocka_unit_test(test_working_set_10x_bf16),
         cmocka_unit_test(test_concurrent_spills),
