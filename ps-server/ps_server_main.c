@@ -203,6 +203,26 @@ static bool going_on(int rc) {
 
 /* ==== settings ============================================================================= */
 
+/* A table the checkpoint brought keeps the settings it had; where --tables says otherwise (a
+ * changed learning rate, optimizer, dim), say which settings differ (silently, a changed
+ * optimizer was ignored and a changed dim showed as the workers' push errors). */
+static void said_kept(const ps_table_config_t *had, const ps_table_config_t *asked) {
+    char a[2048], b[2048], diff[1024] = "";
+    ps_table_config_format(had, a, sizeof a);
+    ps_table_config_format(asked, b, sizeof b);
+    size_t len = 0;
+    char *sa = NULL, *sb = NULL; /* (one order of keys: ps_table_config_format's) */
+    for (char *x = strtok_r(a, ",", &sa), *y = strtok_r(b, ",", &sb); x && y;
+         x = strtok_r(NULL, ",", &sa), y = strtok_r(NULL, ",", &sb))
+        if (strcmp(x, y) && len < sizeof diff)
+            len += (size_t)snprintf(diff + len, sizeof diff - len, "%s%s (checkpoint: %s)",
+                                    len ? ", " : "", y, x);
+    if (len)
+        PC_WARN("table %s: restored with the checkpoint's settings; --tables asks for %s: not "
+                "taken (a table changes settings by ResetTable, or under a new name)",
+                had->name, diff);
+}
+
 /* The table specs of --tables, each parsed; with s, the tables not restored already are created
  * (without: a check, before anything is opened). Returns 0, or the exit status (logged). */
 static int table_specs(const srv_cfg_t *cfg, server_t *s) {
@@ -219,7 +239,8 @@ static int table_specs(const srv_cfg_t *cfg, server_t *s) {
         if (!s)
             continue;
         ps_table_t *t;
-        if (ps_catalog_acquire(s->cat, c.name, &t) == 0) { /* restored already */
+        if (ps_catalog_acquire(s->cat, c.name, &t) == 0) { /* restored already: kept as it is */
+            said_kept(ps_table_config(t), &c);
             ps_catalog_release(s->cat, t);
             continue;
         }

@@ -24,6 +24,7 @@
 #                                     parse: 2
 #   a second server on a running one's --ckpt-dir: exit 1 naming the first (both wrote there)
 #   a --tier-dir that is, holds or lies in --ckpt-dir: exit 2 (the tier emptied it at start)
+#   --tables changed for a table the checkpoint brings: said (it was ignored without a word)
 #   a bad table spec, coordinator store or cluster_coordinator=self without --coordinator:
 #                                     exit 2 before any restore (found after it: minutes of
 #                                     restore, the tier's files replaced, exit 1)
@@ -157,6 +158,21 @@ timeout 10 "$bin/ps-server" --port=0 --grpc-port=0 --metrics-port=-1 --ckpt-dir=
   --cluster-coordinator=self 2>"$dir/err" || rc=$?
 [ "$rc" = 2 ] && grep -q "cluster_coordinator=self needs --coordinator" "$dir/err" ||
   { cat "$dir/err"; fail "cluster_coordinator=self without --coordinator: exit $rc"; }
+
+# A table the checkpoint brings keeps its settings; a --tables that asks for others is told which
+# (a changed optimizer was ignored without a word)
+for opt in adagrad adam; do
+  "$bin/ps-server" --port=0 --grpc-port=-1 --metrics-port=-1 --ckpt-dir="$dir/ck6" \
+    --tables="name=emb,dim=4,optimizer=$opt" --port-file="$dir/ports6" 2>"$dir/server6.log" &
+  pid=$!
+  for _ in $(seq 100); do [ -s "$dir/ports6" ] && break; sleep 0.1; done
+  [ -s "$dir/ports6" ] || { cat "$dir/server6.log"; fail "ps-server did not start"; }
+  kill -TERM "$pid"
+  wait "$pid" || { tail -n 5 "$dir/server6.log"; fail "ps-server ($opt) did not stop cleanly"; }
+  pid=""
+done
+grep -q "table emb: restored with the checkpoint's settings; --tables asks for optimizer=adam (checkpoint: optimizer=adagrad)" "$dir/server6.log" ||
+  { cat "$dir/server6.log"; fail "a changed optimizer of a restored table was not said"; }
 
 # A map file of 700 servers (this one owns every slot), then reloads by SIGHUP; the interval
 # without a directory is said.
