@@ -705,35 +705,42 @@ static void retain(ps_ckpt_t *c) {
  * run, and a later "restore the newest" must not bring them back. Each is renamed to
  * ckpt-<id>.abandoned (atomic: unpublished, its id still taken, its files there for an operator who
  * restored the wrong one), then removed by the next published checkpoint (retain). */
-static void abandon_newer(ps_ckpt_t *c, uint64_t id) {
+static int abandon_newer(ps_ckpt_t *c, uint64_t id) {
     uint64_t ids[4096];
     size_t n;
     if (scan_dir(c->dir, ids, 4096, &n, NULL, 0)) {
         PC_ERROR("checkpoints newer than the restored %" PRIu64 " in %s could not be listed: a "
                  "restore of the newest may take one of them",
                  id, c->dir);
-        return;
+        return PC_EIO;
     }
     bool any = false;
-    for (size_t i = 0; i < n && i < 4096; i++) {
-        if (ids[i] <= id)
-            continue;
+    int rc = 0;
+    for (size_t i = n < 4096 ? n : 4096; i > 0; i--) { /* the newest first */
+        if (ids[i - 1] <= id)
+            break;
         char p[PBUF], q[PBUF];
-        ckpt_path(c, ids[i], NAME_PUBLISHED, p, sizeof p);
-        ckpt_path(c, ids[i], NAME_ABANDONED, q, sizeof q);
+        ckpt_path(c, ids[i - 1], NAME_PUBLISHED, p, sizeof p);
+        ckpt_path(c, ids[i - 1], NAME_ABANDONED, q, sizeof q);
         if (rename(p, q) == 0) {
             PC_WARN("checkpoint %" PRIu64 " is newer than the restored %" PRIu64
                     ": abandoned (%s, removed by the next checkpoint)",
-                    ids[i], id, q);
+                    ids[i - 1], id, q);
             any = true;
         } else {
             PC_ERROR("checkpoint %" PRIu64 " is newer than the restored %" PRIu64
                      " and could not be abandoned (%s): a restore of the newest would take it",
-                     ids[i], id, strerror(errno));
+                     ids[i - 1], id, strerror(errno));
+            rc = PC_EIO;
         }
     }
-    if (any)
-        pc_fs_fsync_path(c->dir);
+    if (any && pc_fs_fsync_path(c->dir)) {
+        PC_ERROR("checkpoints newer than the restored %" PRIu64 " were abandoned, but %s could "
+                 "not be fsynced: a power loss may bring them back",
+                 id, c->dir);
+        rc = PC_EIO;
+    }
+    return rc;
 }
 
 /* The tables of one checkpoint, cut together. */
@@ -1210,9 +1217,7 @@ int ps_ckpt_rollback(ps_ckpt_t *c, uint64_t id, uint64_t *restored) {
     if (c->read_only)
         return PC_ESTATE;
     const int rc = ps_ckpt_restore(c, id, restored);
-    if (!rc && id)
-        abandon_newer(c, id);
-    return rc;
+    return !rc && id ? abandon_newer(c, id) : rc;
 }
 
 int ps_ckpt_list(const char *dir, ps_ckpt_entry_t *out, size_t cap, size_t *n) {

@@ -81,7 +81,10 @@ int ps_ckpt_restore(ps_ckpt_t *c, uint64_t id, uint64_t *restored);
  * abandoned (renamed ckpt-<id>.abandoned: never restored, its id never given again; removed by
  * the next published checkpoint, so until then an operator can rename it back), so that a
  * restart restoring the newest takes `id`, not the abandoned run's rows. id 0: the newest,
- * nothing abandoned. PC_ESTATE for a read-only checkpointer. */
+ * nothing abandoned. PC_ESTATE for a read-only checkpointer. PC_EIO after the restore when a
+ * newer checkpoint could not be abandoned durably (listed, renamed, the directory fsynced): the
+ * tables are `id`'s, but a restart restoring the newest could take the abandoned run's; call it
+ * again (a job's rollback fails, a server's start exits 1, and the next try abandons them). */
 int ps_ckpt_rollback(ps_ckpt_t *c, uint64_t id, uint64_t *restored);
 
 typedef struct ps_ckpt_entry {

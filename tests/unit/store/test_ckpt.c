@@ -660,6 +660,26 @@ static void test_rollback_abandons_newer(void **state) {
     ref = replay(spec, 3);
     tc_assert_equal(get(c2, "r"), ref);
     ps_table_destroy(ref);
+
+    /* A newer checkpoint that cannot be abandoned (its .abandoned name taken by a non-empty
+     * directory): the rollback restores, but says it failed (it answered 0, and a restart
+     * restoring the newest took the abandoned run's checkpoint 6); once possible, again: 0. */
+    assert_int_equal(ps_ckpt_write(ck, &res), 0);
+    assert_int_equal(res.id, 6);
+    char blocker[600];
+    snprintf(path, sizeof path, "%s/ckpt-00000000000000000006.abandoned", dir);
+    snprintf(blocker, sizeof blocker, "%s/x", path);
+    assert_int_equal(mkdir(path, 0755), 0);
+    assert_int_equal(mkdir(blocker, 0755), 0);
+    assert_int_equal(ps_ckpt_rollback(ck, 5, &got), PC_EIO);
+    assert_int_equal(got, 5);
+    assert_int_equal(ps_ckpt_list(dir, e, 8, &n), 0);
+    assert_int_equal(e[n - 1].id, 6); /* still published */
+    assert_int_equal(rmdir(blocker), 0);
+    assert_int_equal(rmdir(path), 0);
+    assert_int_equal(ps_ckpt_rollback(ck, 5, &got), 0);
+    assert_int_equal(ps_ckpt_list(dir, e, 8, &n), 0);
+    assert_int_equal(e[n - 1].id, 5);
     ps_ckpt_destroy(ro);
     ps_catalog_destroy(rcat);
     ps_ckpt_destroy(ck2);
