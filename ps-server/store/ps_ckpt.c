@@ -1104,7 +1104,18 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
     int rc = manifest_read(c, id, &m);
     if (rc)
         return rc;
-    if (m.has_cold) { /* the tier's database becomes the checkpoint's copy first */
+    const size_t cap = m.ntables ? m.ntables : 1;
+    ps_table_t **tabs = CK_ALLOC(cap * sizeof *tabs);
+    tstate_t *ts = CK_ALLOC(cap * sizeof *ts);
+    uint32_t *nlinks = CK_ALLOC(cap * sizeof *nlinks);
+    link_t *level[MAX_CHAIN + 1];
+    size_t nlevels = 0;
+    if (!tabs || !ts || !nlinks)
+        rc = PC_ENOMEM;
+    if (!rc) /* the row files' chains, verified before the tier's database is touched */
+        rc = chains_of(c, &m, level, &nlevels, nlinks);
+    if (!rc && m.has_cold) { /* the tier's database becomes the checkpoint's copy, then the
+                              * tables are built (the cold ones attached to it) */
         char cold[PBUF + 8];
         ckpt_path(c, id, NAME_PUBLISHED, cold, sizeof cold);
         strncat(cold, "/" COLD_DIR, sizeof cold - strlen(cold) - 1);
@@ -1116,21 +1127,7 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
             rc = cold_verify(cold, &m);
         if (!rc)
             rc = ps_tier_replace(c->tier, cold);
-        if (rc) {
-            manifest_free(&m);
-            return rc;
-        }
     }
-    const size_t cap = m.ntables ? m.ntables : 1;
-    ps_table_t **tabs = CK_ALLOC(cap * sizeof *tabs);
-    tstate_t *ts = CK_ALLOC(cap * sizeof *ts);
-    uint32_t *nlinks = CK_ALLOC(cap * sizeof *nlinks);
-    link_t *level[MAX_CHAIN + 1];
-    size_t nlevels = 0;
-    if (!tabs || !ts || !nlinks)
-        rc = PC_ENOMEM;
-    if (!rc)
-        rc = chains_of(c, &m, level, &nlevels, nlinks);
     for (size_t i = 0; i < m.ntables && !rc; i++) {
         rc = restore_table(c, &m, &m.tables[i], level, i, nlinks[i], &tabs[i]);
         if (!rc) {
@@ -1139,6 +1136,8 @@ static int restore_one(ps_ckpt_t *c, uint64_t id) {
             memcpy(ts[i].name, m.tables[i].name, sizeof ts[i].name);
         }
     }
+    if (!rc) /* every install's room first: none fails midway for memory */
+        rc = ps_catalog_reserve(c->cat, m.ntables);
     if (!rc) {
         for (size_t i = 0; i < m.ntables; i++) {
             int prc = ps_catalog_set(c->cat, tabs[i]); /* never a moment without the table */

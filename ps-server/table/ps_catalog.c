@@ -277,6 +277,25 @@ int ps_catalog_set(ps_catalog_t *c, ps_table_t *t) {
     return install(c, t, true, true, false); /* (a restore: every table it has) */
 }
 
+int ps_catalog_reserve(ps_catalog_t *c, size_t more) {
+    pthread_mutex_lock(&c->mu);
+    int rc = 0;
+    if (c->n + more > c->cap) {
+        size_t ncap = c->cap ? c->cap : 8;
+        while (ncap < c->n + more)
+            ncap *= 2;
+        entry_t *ne = realloc(c->e, ncap * sizeof *ne);
+        if (ne) {
+            c->e = ne;
+            c->cap = ncap;
+        } else {
+            rc = PC_ENOMEM;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 uint64_t ps_catalog_changes(ps_catalog_t *c) {
     return atomic_load(&c->changes);
 }

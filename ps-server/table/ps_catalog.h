@@ -86,6 +86,11 @@ int ps_catalog_replace(ps_catalog_t *c, ps_table_t *t);
  * until some are dropped). PC_ENOMEM. */
 int ps_catalog_set(ps_catalog_t *c, ps_table_t *t);
 
+/* Room for `more` installs beyond the entries now there (a restore reserves every table's before
+ * it installs the first: an allocation failure midway left the catalog partly restored).
+ * PC_ENOMEM, nothing changed. */
+int ps_catalog_reserve(ps_catalog_t *c, size_t more);
+
 /* Remove `name`; the table is destroyed once no one holds it. PC_ENOTFOUND. */
 int ps_catalog_drop(ps_catalog_t *c, const char *name);
 
