@@ -50,7 +50,7 @@ typedef struct srv_cfg {
     char host[64];
     int64_t port;
     int64_t io_threads;
-    int64_t poll_us, dead_peer_ms, hello_timeout_ms;
+    int64_t poll_us, dead_peer_ms, hello_timeout_ms, frame_timeout_ms;
     int64_t grpc_port;
     int64_t grpc_threads, grpc_call_wait_ms;
     int64_t metrics_port, metrics_max_connections;
@@ -100,6 +100,9 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, hello_timeout_ms, 100, 3600000, "10000",
                    "with a token or TLS: a data plane connection that has not finished its TLS "
                    "handshake and said HELLO with the token within this long is closed"),
+    PC_SETTING_INT(T, frame_timeout_ms, 100, 3600000, "30000",
+                   "a data plane connection that sent part of a request and then nothing for this "
+                   "long is closed, with the buffer the request held"),
     PC_SETTING_INT(T, grpc_port, -1, 65535, "7500", "gRPC API port (0: any free, -1: off)"),
     PC_SETTING_INT(T, grpc_threads, 1, 64, "2", "gRPC handler threads"),
     PC_SETTING_INT(T, grpc_call_wait_ms, 100, 3600000, "30000",
@@ -953,7 +956,8 @@ int main(int argc, char **argv) {
                         .fenced = s.cfg.cluster_coordinator[0] != '\0',
                         .poll_us = (uint32_t)s.cfg.poll_us,
                         .dead_peer_ms = (uint32_t)s.cfg.dead_peer_ms,
-                        .hello_ms = (uint32_t)s.cfg.hello_timeout_ms};
+                        .hello_ms = (uint32_t)s.cfg.hello_timeout_ms,
+                        .frame_ms = (uint32_t)s.cfg.frame_timeout_ms};
     if (going_on(rc) && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
         rc = 1;
     if (going_on(rc) && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {

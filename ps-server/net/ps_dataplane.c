@@ -134,9 +134,10 @@ typedef struct conn {
     loopctx_t *lc;
     struct conn *prev, *next;
     bool authed;
-    uint64_t born_ns; /* accepted (the hello deadline counts from it) */
-    bool finishing;   /* no more reads or replies: a shutdown is flushing the queued ones */
-    bool closing;     /* uv_close called */
+    uint64_t born_ns;  /* accepted (the hello deadline counts from it) */
+    uint64_t input_ns; /* its last bytes read (a part-read frame's deadline counts from it) */
+    bool finishing;    /* no more reads or replies: a shutdown is flushing the queued ones */
+    bool closing;      /* uv_close called */
     uint8_t *stage;
     size_t stage_len;
     pc_wire_hdr_t hdr; /* of the frame being read into `body` */
@@ -171,13 +172,13 @@ struct loopctx {
     size_t idle_bytes;
     float *conv; /* fp32 rows or gradients of a bf16/f16 batch (see DESIGN), conv_cap bytes */
     size_t conv_cap;
-    parked_t *parked;       /* push replies waiting for the backups (see Replication) */
-    uv_timer_t park_timer;  /* answers the parked ones past their deadline */
-    uv_timer_t stop_timer;  /* a stop closes the connections that did not take their replies */
-    uv_timer_t hello_timer; /* with a token or TLS: closes connections past the hello deadline */
-    uv_tcp_t spare;         /* a connection accepted without memory for it, to close it */
-    bool spare_busy;        /* spare is in use (closing) until on_spare_closed */
-    bool spare_pending;     /* a connection came while it was: taken by on_spare_closed */
+    parked_t *parked;          /* push replies waiting for the backups (see Replication) */
+    uv_timer_t park_timer;     /* answers the parked ones past their deadline */
+    uv_timer_t stop_timer;     /* a stop closes the connections that did not take their replies */
+    uv_timer_t deadline_timer; /* closes connections past the hello or the frame deadline */
+    uv_tcp_t spare;            /* a connection accepted without memory for it, to close it */
+    bool spare_busy;           /* spare is in use (closing) until on_spare_closed */
+    bool spare_pending;        /* a connection came while it was: taken by on_spare_closed */
 };
 
 /* A backup's acknowledged position of a table's change log (PC_STREAM_ACK). */
@@ -1655,6 +1656,7 @@ static bool run_body(conn_t *c) {
  * close (after its replies). */
 static bool conn_input(conn_t *c, size_t nread) {
     bool ok = true;
+    c->input_ns = pc_time_mono_ns();
     if (c->skip) {
         c->skip -= (uint64_t)nread;
     } else if (c->body) {
@@ -1773,6 +1775,7 @@ static void conn_continue(conn_t *c) {
     if (!c->paused || c->closing || c->finishing || !may_run(c))
         return;
     c->paused = false;
+    c->input_ns = pc_time_mono_ns(); /* (the frame deadline: not for the time it was paused) */
     atomic_fetch_sub_explicit(&c->lc->dp->paused, 1, memory_order_relaxed);
     bool ok = true;
     if (c->body_ready) {
@@ -1833,7 +1836,7 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     }
     c->lc = lc;
-    c->born_ns = pc_time_mono_ns();
+    c->born_ns = c->input_ns = pc_time_mono_ns();
     c->stage = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
     if (lc->dp->tls && pc_tls_new(lc->dp->tls, NULL, &c->tls))
         c->tls = NULL; /* checked below */
@@ -1865,22 +1868,42 @@ static bool admitted(const conn_t *c) {
     return (!dp->token_len || c->authed) && (!c->tls || pc_tls_established(c->tls));
 }
 
-/* Every hello_ms / 4: the connections not admitted within hello_ms of their accept are closed
- * (only a server with a token or TLS runs this timer); not one paused by may_run, whose HELLO
- * waits for the server's replies to drain. */
-static void on_hello_timer(uv_timer_t *tm) {
+/* Whether c holds part of a request frame: a header or body begun in its stage, a large body,
+ * or an oversized one being discarded (a complete body waiting for a pause to end is not). */
+static bool mid_frame(const conn_t *c) {
+    return c->skip || (c->body && !c->body_ready) || (!c->body && c->stage_len > 0);
+}
+
+/* Every quarter of the shorter deadline: with a token or TLS, the connections not admitted
+ * within hello_ms of their accept are closed; and every connection that holds part of a frame
+ * and sent nothing for frame_ms. Not one paused by may_run: it is the server that does not read
+ * it (its HELLO, or the rest of its frame, waits for its replies to drain). */
+static void on_deadline_timer(uv_timer_t *tm) {
     loopctx_t *lc = tm->data;
-    const uint64_t now = pc_time_mono_ns(), limit = (uint64_t)lc->dp->o.hello_ms * 1000000u;
-    size_t n = 0;
-    for (conn_t *c = lc->conns; c; c = c->next)
-        if (!c->closing && !c->paused && !admitted(c) && now - c->born_ns > limit) {
-            n++;
+    const ps_dp_t *dp = lc->dp;
+    const bool hello = dp->token_len || dp->tls;
+    const uint64_t now = pc_time_mono_ns(), hello_ns = (uint64_t)dp->o.hello_ms * 1000000u,
+                   frame_ns = (uint64_t)dp->o.frame_ms * 1000000u;
+    size_t late_hello = 0, late_frame = 0;
+    for (conn_t *c = lc->conns; c; c = c->next) {
+        if (c->closing || c->paused)
+            continue;
+        if (hello && !admitted(c) && now - c->born_ns > hello_ns) {
+            late_hello++;
+            conn_close(c);
+        } else if (mid_frame(c) && now - c->input_ns > frame_ns) {
+            late_frame++;
             conn_close(c);
         }
-    if (n)
+    }
+    if (late_hello)
         PC_WARN("data plane: %zu connection(s) did not finish the TLS handshake and HELLO within "
                 "%u ms: closed",
-                n, lc->dp->o.hello_ms);
+                late_hello, dp->o.hello_ms);
+    if (late_frame)
+        PC_WARN("data plane: %zu connection(s) sent part of a request and then nothing for %u "
+                "ms: closed",
+                late_frame, dp->o.frame_ms);
 }
 
 /* STOP_FLUSH_MS after a stop: a peer that does not read (stopped, stuck, partitioned) would hold
@@ -1907,7 +1930,7 @@ static void on_stop(uv_async_t *a) {
     uv_close((uv_handle_t *)&lc->wake, NULL);
     park_release(lc, true, NULL); /* pushes applied here, not confirmed by a backup */
     uv_close((uv_handle_t *)&lc->park_timer, NULL);
-    uv_close((uv_handle_t *)&lc->hello_timer, NULL);
+    uv_close((uv_handle_t *)&lc->deadline_timer, NULL);
     /* Frames already read were executed in their read callback (except those a paused
      * connection holds back: they are dropped): flush replies and close, within a bound. */
     for (conn_t *c = lc->conns; c; c = c->next)
@@ -2068,6 +2091,8 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         dp->o.reply_queue = UINT64_MAX / 2;
     if (!dp->o.hello_ms)
         dp->o.hello_ms = 10000;
+    if (!dp->o.frame_ms)
+        dp->o.frame_ms = 30000;
     if (!dp->o.reply_queue_total)
         dp->o.reply_queue_total = UINT64_MAX / 2;
     pthread_rwlock_init(&dp->map_lock, NULL);
@@ -2101,12 +2126,15 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         lc->park_timer.data = lc;
         uv_timer_init(&lc->loop, &lc->stop_timer); /* started by on_stop */
         lc->stop_timer.data = lc;
-        uv_timer_init(&lc->loop, &lc->hello_timer);
-        lc->hello_timer.data = lc;
-        if (dp->token_len || dp->tls) {
-            const uint64_t every = dp->o.hello_ms / 4 ? dp->o.hello_ms / 4 : 1;
-            uv_timer_start(&lc->hello_timer, on_hello_timer, every, every);
-            uv_unref((uv_handle_t *)&lc->hello_timer); /* (the loop's life is its listener's) */
+        uv_timer_init(&lc->loop, &lc->deadline_timer);
+        lc->deadline_timer.data = lc;
+        {
+            uint64_t every = dp->o.frame_ms;
+            if ((dp->token_len || dp->tls) && dp->o.hello_ms < every)
+                every = dp->o.hello_ms;
+            every = every / 4 ? every / 4 : 1;
+            uv_timer_start(&lc->deadline_timer, on_deadline_timer, every, every);
+            uv_unref((uv_handle_t *)&lc->deadline_timer); /* (the loop's life is its listener's) */
         }
         if (uv_tcp_open(&lc->listener, fd) < 0 ||
             uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
@@ -2120,7 +2148,7 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
             uv_close((uv_handle_t *)&lc->wake, NULL);
             uv_close((uv_handle_t *)&lc->park_timer, NULL);
             uv_close((uv_handle_t *)&lc->stop_timer, NULL);
-            uv_close((uv_handle_t *)&lc->hello_timer, NULL);
+            uv_close((uv_handle_t *)&lc->deadline_timer, NULL);
             uv_run(&lc->loop, UV_RUN_DEFAULT);
             uv_loop_close(&lc->loop);
             dp->nloops = i;

@@ -68,6 +68,11 @@ typedef struct ps_dp_opts {
      * with the token within this long is closed (a peer that connects and sends nothing, or a
      * part of a ClientHello, held its buffers, 128 KiB, for ever). 0: 10000. */
     uint32_t hello_ms;
+    /* A connection that sent part of a request frame (its header, part of its body) and then
+     * nothing for this long is closed, with what the frame held (an admitted peer stopped
+     * mid-body held up to max_body for ever: the kernel's keepalives still answered). Idle
+     * connections between frames, and ones the server paused, are not timed. 0: 30000. */
+    uint32_t frame_ms;
 } ps_dp_opts_t;
 
 /* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot

@@ -1256,6 +1256,48 @@ static int leave_ns(void **state) {
     return 0;
 }
 
+/* frame_timeout_ms: a connection that sends part of a request (a header and part of a large
+ * body, or part of a header) and then nothing is closed after it, with the buffer it held (an
+ * admitted peer stopped mid-body held up to max_body for ever); an idle connection between
+ * requests stays open, and so does a working client's. */
+static void test_frame_deadline(void **state) {
+    (void)state;
+    char dir[256], tables[200];
+    tc_tmpdir(dir, sizeof dir, "dpframe");
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *extra[] = {tables, "--frame-timeout-ms=500", NULL};
+    const int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    int body = raw_connect(port), head = raw_connect(port), idle = raw_connect(port);
+    uint8_t h[PC_WIRE_HDR];
+    pc_wire_hdr_t hd = {.op = PC_OP_PUSH, .id = 1, .body_len = 1u << 20}; /* 1 MiB announced */
+    pc_wire_hdr_encode(&hd, h);
+    static uint8_t part[100 << 10]; /* past the staging buffer: the body's own buffer holds it */
+    send_all(body, h, sizeof h);
+    send_all(body, part, sizeof part);
+    send_all(head, h, 10); /* part of a header */
+    const double b = raw_closed_after(body, 6), d = raw_closed_after(head, 6);
+    const double i = raw_closed_after(idle, 1.5);
+    char one[64];
+    snprintf(one, sizeof one, "127.0.0.1:%d", port);
+    psc_opts_t o = {.servers = one};
+    psc_t *c;
+    assert_int_equal(psc_connect(&o, &c), 0);
+    uint64_t keys[2] = {1, 2};
+    float rows[2 * D];
+    assert_int_equal(psc_pull(c, "emb", keys, 2, D, rows), 0);
+    print_message("closed after %.2f s (part of a body), %.2f s (part of a header); idle: %s\n", b,
+                  d, i < 0 ? "open" : "closed");
+    assert_true(b > 0 && d > 0);
+    assert_true(i < 0);
+    psc_close(c);
+    close(body);
+    close(head);
+    close(idle);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 /* A server and a client in a network namespace of their own whose loopback goes down for 4 s
  * with a call in flight: every packet vanishes, nobody is told. The client (call timeout 500 ms,
  * so its dead-peer time is 2 s) ends its connection and reconnects once the network is back;
@@ -1346,6 +1388,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_unsent_bounded),
         cmocka_unit_test(test_stop_with_nonreader),
         cmocka_unit_test(test_roleless_dead_server),
+        cmocka_unit_test(test_frame_deadline),
         cmocka_unit_test_teardown(test_dead_peer, leave_ns),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -451,21 +451,6 @@ static int run_worker(const char *const *args, char *err, size_t cap) {
 }
 
 /* ps-worker against a TLS + token server: trains with --tls-ca and --token, fails without. */
-/* Seconds until the server closes fd (read gives EOF or an error), waiting up to `wait_s`; -1 when
- * it is still open then. */
-static double closed_after(int fd, double wait_s) {
-    const double t0 = pu_now();
-    struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    char b[256];
-    while (pu_now() - t0 < wait_s) {
-        const ssize_t n = recv(fd, b, sizeof b, 0);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            return pu_now() - t0;
-    }
-    return -1;
-}
-
 /* hello_timeout_ms: a connection that sends nothing, or part of a ClientHello, is closed after
  * it (both held their buffers for ever); one that finished the handshake and HELLO stays. */
 static void test_hello_deadline(void **state) {
@@ -483,7 +468,8 @@ static void test_hello_deadline(void **state) {
     int part = raw_connect(pt), none = raw_connect(pt), plain = raw_connect(pk);
     assert_true(part >= 0 && none >= 0 && plain >= 0);
     assert_int_equal(send(part, "\x16\x03\x01", 3, 0), 3); /* a record header, no more */
-    const double a = closed_after(part, 5), b = closed_after(none, 5), d = closed_after(plain, 5);
+    const double a = raw_closed_after(part, 5), b = raw_closed_after(none, 5),
+                 d = raw_closed_after(plain, 5);
     print_message("closed after %.2f s (part of a ClientHello), %.2f s (nothing, TLS), %.2f s "
                   "(nothing, token)\n",
                   a, b, d);

@@ -5,6 +5,7 @@
 #define RAW_FRAME_H
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pc_wire.h"
@@ -47,6 +49,25 @@ static inline void send_frame(int fd, uint8_t op, uint64_t id, const void *body,
     send_all(fd, h, sizeof h);
     if (len)
         send_all(fd, body, len);
+}
+
+/* Seconds until the server closed fd (read returned its end or an error), reading and dropping
+ * what comes meanwhile; -1 when it was still open after wait_s. */
+static inline double raw_closed_after(int fd, double wait_s) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        const double s = (double)(t.tv_sec - t0.tv_sec) + (double)(t.tv_nsec - t0.tv_nsec) / 1e9;
+        if (s >= wait_s)
+            return -1;
+        char b[256];
+        const ssize_t n = recv(fd, b, sizeof b, 0);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return s;
+    }
 }
 
 /* One reply: its header, the body into body (cap bytes; NUL-terminated when it is text). */
