@@ -166,7 +166,7 @@ struct server {
     uv_tcp_t tcp;
     uv_connect_t creq;
     int state; /* 0 closed, 1 connecting, 2 connected, 3 closing (server_drop) */
-    bool in_map, dead, hello_done, was_connected;
+    bool dead, hello_done, was_connected;
     /* Connect phase: this server's HELLO answer is still to come (hello_wait: a server of the map
      * psc_connect was given; connect_check counts those with a role in the newest map), then its
      * result (hello_rc, 0 or why in hello_why). */
@@ -319,12 +319,16 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
         return;
     }
     pc_cmap_format(m, text, len + 1);
-    for (server_t *s = c->all; s; s = s->next_all)
-        s->in_map = false;
     for (size_t i = 0; i < n; i++) {
         srv[i] = server_get(c, pc_cmap_addr(m, i));
-        if (srv[i])
-            srv[i]->in_map = true;
+        if (!srv[i] && c->map && !c->placeholder) { /* out of memory: the map in use stays (a
+                                                     * call routed to a server without its object
+                                                     * crashed); the first map's connect fails */
+            pc_sfree(srv);
+            pc_sfree(text);
+            pc_cmap_destroy(m);
+            return;
+        }
     }
     const bool refresh = c->map && !c->placeholder;
     c->placeholder = false;
@@ -1354,7 +1358,9 @@ static void on_deadline(uv_timer_t *t) {
     call_t *k = t->data;
     psc_t *c = (psc_t *)t->loop->data;
     atomic_fetch_add(&c->timeouts, 1);
-    call_finish(c, k, PC_ETIMEDOUT);
+    /* a part already failed for good (PC_EDIM from one server while another hangs): that is the
+     * call's error, not the deadline the hung part made it wait for */
+    call_finish(c, k, k->rc ? k->rc : PC_ETIMEDOUT);
     /* Its parts still queued go now (the pump drops them only when it takes them, which a
      * server that hangs with its requests in flight never lets it do: every call to it would
      * stay queued for as long as it hangs). */
@@ -1851,7 +1857,11 @@ void psc_feature_keys(uint32_t field, const uint64_t *values, size_t n, uint64_t
 static void on_connect_start(uv_async_t *a) {
     psc_t *c = a->data;
     uv_close((uv_handle_t *)a, close_free);
-    for (size_t i = 0; i < c->nsrv; i++)
+    pthread_mutex_lock(&c->mu);
+    const bool stopping = c->stopping; /* (a connect that gave up before this ran: its stop,
+                                        * already handled, closed no connection of these) */
+    pthread_mutex_unlock(&c->mu);
+    for (size_t i = 0; i < c->nsrv && !stopping; i++)
         if (c->srv[i]) /* (NULL: out of memory; psc_connect fails) */
             server_connect(c->srv[i]);
 }

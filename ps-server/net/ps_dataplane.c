@@ -1748,8 +1748,12 @@ static bool tls_start(conn_t *c, const uint8_t *data, size_t n) {
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     conn_t *c = s->data;
-    if (nread < 0) {
-        conn_close(c);
+    if (nread < 0) { /* its end (a half-close: the replies of what it sent still go out) or an
+                      * error (they could not) */
+        if (nread == UV_EOF)
+            conn_finish(c);
+        else
+            conn_close(c);
         return;
     }
     c->lc->reads += nread > 0;
@@ -2136,10 +2140,11 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
             uv_timer_start(&lc->deadline_timer, on_deadline_timer, every, every);
             uv_unref((uv_handle_t *)&lc->deadline_timer); /* (the loop's life is its listener's) */
         }
-        if (uv_tcp_open(&lc->listener, fd) < 0 ||
-            uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
-            close(fd);
+        if (uv_tcp_open(&lc->listener, fd) < 0) {
+            close(fd); /* (not the listener's yet) */
             rc = PC_EIO;
+        } else if (uv_listen((uv_stream_t *)&lc->listener, 1024, on_connection) < 0) {
+            rc = PC_EIO; /* the listener's: closed with it below */
         }
         dp->nloops = i + 1;
         if (rc || pthread_create(&lc->thread, NULL, loop_main, lc)) {

@@ -113,6 +113,14 @@ static void test_two_servers_match_local(void **state) {
     assert_int_equal(psc_pull(c, "nope", keys, N, D, x), PC_ENOTFOUND);
     assert_int_equal(psc_pull(c, "emb", keys, 10, 4, x), PC_EDIM);
     psc_close(c);
+    /* One server answers a wrong dim while the other hangs: the call waits for its deadline,
+     * then says the error it has (it said PC_ETIMEDOUT, the code of the hung part). */
+    psc_opts_t o = {.servers = one, .timeout_ms = 400, .retries = 1};
+    assert_int_equal(psc_connect(&o, &c), 0);
+    pu_stop_signal(s1);
+    assert_int_equal(psc_pull(c, "emb", keys, N, 4, x), PC_EDIM);
+    kill(s1, SIGCONT);
+    psc_close(c);
     ps_table_destroy(ref);
     pu_stop(s0);
     pu_stop(s1);
@@ -1264,7 +1272,7 @@ static void test_frame_deadline(void **state) {
     (void)state;
     char dir[256], tables[200];
     tc_tmpdir(dir, sizeof dir, "dpframe");
-    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    snprintf(tables, sizeof tables, "--tables=%s;name=big,dim=256", TABLE);
     const char *extra[] = {tables, "--frame-timeout-ms=500", NULL};
     const int port = pu_free_port();
     pid_t s = pu_spawn(port, dir, extra, NULL);
@@ -1278,6 +1286,18 @@ static void test_frame_deadline(void **state) {
     send_all(head, h, 10); /* part of a header */
     const double b = raw_closed_after(body, 6), d = raw_closed_after(head, 6);
     const double i = raw_closed_after(idle, 1.5);
+    /* a half-close after pipelined requests: every reply still comes (the ones not yet written
+     * when the end was read were dropped) */
+    const int half = raw_connect(port);
+    static uint8_t pb[64 << 10];
+    const uint32_t plen = batch_body(PC_OP_PULL, "big", 1000, 256, false, pb);
+    enum { NP = 48 }; /* 48 MiB of replies, more than the sockets hold: some wait in the server */
+    for (int k = 0; k < NP; k++)
+        send_frame(half, PC_OP_PULL, 100 + (uint64_t)k, pb, plen);
+    assert_int_equal(shutdown(half, SHUT_WR), 0);
+    int answered = 0;
+    for (int k = 0; k < NP && recv_reply(half, 100 + (uint64_t)k) == 0; k++)
+        answered++;
     char one[64];
     snprintf(one, sizeof one, "127.0.0.1:%d", port);
     psc_opts_t o = {.servers = one};
@@ -1286,10 +1306,13 @@ static void test_frame_deadline(void **state) {
     uint64_t keys[2] = {1, 2};
     float rows[2 * D];
     assert_int_equal(psc_pull(c, "emb", keys, 2, D, rows), 0);
-    print_message("closed after %.2f s (part of a body), %.2f s (part of a header); idle: %s\n", b,
-                  d, i < 0 ? "open" : "closed");
+    print_message("closed after %.2f s (part of a body), %.2f s (part of a header); idle: %s; "
+                  "%d of %d pulls answered after a half-close\n",
+                  b, d, i < 0 ? "open" : "closed", answered, NP);
     assert_true(b > 0 && d > 0);
     assert_true(i < 0);
+    assert_int_equal(answered, NP);
+    close(half);
     psc_close(c);
     close(body);
     close(head);
