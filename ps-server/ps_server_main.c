@@ -186,7 +186,11 @@ typedef struct server {
     ps_dp_t *dp;
     ps_grpc_t *grpc;
     pc_metrics_t *metrics;
-    ps_coord_store_t coord;  /* --coordinator: the in-process store */
+    ps_coord_store_t coord; /* --coordinator: the in-process store */
+    /* With an etcd store, the gRPC API's own connection to it, each call bounded by
+     * API_COORD_MS: a handler thread waits that long at most on an etcd that does not answer
+     * (10 s, the store's own budget, held every thread from health checks and lookups) */
+    ps_coord_store_t api_coord;
     ps_coord_store_t ccoord; /* --cluster-coordinator, when not this server's own */
     ps_repl_t *repl;
     uint64_t restored; /* the checkpoint restored at start (0: none) */
@@ -357,13 +361,21 @@ static int check_security(const srv_cfg_t *c) {
     return 0;
 }
 
+/* A gRPC API call's budget on an etcd store (the workers' heartbeats and rendezvous ask again). */
+#define API_COORD_MS 2000
+
 /* The store of --coordinator's service: this process's memory, or an etcd cluster (etcds://: TLS
- * with this server's CA, certificate and key as the client's). Logged on failure. */
-static int open_coord_store(const srv_cfg_t *c, ps_coord_store_t *out) {
+ * with this server's CA, certificate and key as the client's), with a second connection for the
+ * API (api). Logged on failure. */
+static int open_coord_store(const srv_cfg_t *c, ps_coord_store_t *out, ps_coord_store_t *api) {
     if (!strcmp(c->coordinator_store, "memory")) /* else etcd (load_settings checked) */
         return ps_coord_store_memory(out);
     const psg_opts_t sec = {.tls_ca = c->tls_ca, .tls_cert = c->tls_cert, .tls_key = c->tls_key};
     int rc = ps_coord_store_etcd(c->coordinator_store, &sec, 10000, out);
+    if (!rc && (rc = ps_coord_store_etcd(c->coordinator_store, &sec, API_COORD_MS, api))) {
+        out->destroy(out->ctx);
+        out->ctx = NULL;
+    }
     if (!rc)
         PC_INFO("coordinator: state kept in etcd at %s", c->coordinator_store);
     return rc;
@@ -968,7 +980,7 @@ int main(int argc, char **argv) {
             ps_dp_set_map(s.dp, map);
     }
     s.self = (uint32_t)self;
-    if (going_on(rc) && s.cfg.coordinator && open_coord_store(&s.cfg, &s.coord))
+    if (going_on(rc) && s.cfg.coordinator && open_coord_store(&s.cfg, &s.coord, &s.api_coord))
         rc = 1;
     if (going_on(rc) && s.cfg.cluster_coordinator[0])
         rc = start_repl(&s, map);
@@ -987,8 +999,9 @@ int main(int argc, char **argv) {
                         .map_text = api_map,
                         .checkpoint = s.ck ? api_checkpoint : NULL,
                         .restore = s.ck ? api_restore : NULL,
-                        .coord = s.coord.ctx ? &s.coord : NULL,
-                        .coord_remote = ps_coord_is_etcd(s.cfg.coordinator_store)};
+                        .coord = s.api_coord.ctx ? &s.api_coord
+                                 : s.coord.ctx   ? &s.coord
+                                                 : NULL};
     if (going_on(rc) && s.cfg.grpc_port >= 0) {
         char addr[128];
         snprintf(addr, sizeof addr, "%s:%d", s.cfg.host, (int)s.cfg.grpc_port);
@@ -1008,7 +1021,6 @@ int main(int argc, char **argv) {
         ps_grpc_service_t svc = {.names = env.coord ? k_names : k_names_plain,
                                  .method = ps_api_method,
                                  .is_admin = ps_api_is_admin,
-                                 .waits_outside = ps_api_waits_outside,
                                  .call = api_call,
                                  .ctx = &env};
         if (ps_grpc_start(&svc, &go, &s.grpc))
@@ -1040,6 +1052,8 @@ int main(int argc, char **argv) {
         ps_tier_close(s.tier);
         if (s.coord.ctx)
             s.coord.destroy(s.coord.ctx);
+        if (s.api_coord.ctx)
+            s.api_coord.destroy(s.api_coord.ctx);
         if (s.ccoord.ctx)
             s.ccoord.destroy(s.ccoord.ctx);
         if (stop_sig) { /* exits as a stop does: 1 when taken pushes could not be saved */
@@ -1090,6 +1104,8 @@ int main(int argc, char **argv) {
     ps_tier_close(s.tier);
     if (s.coord.ctx)
         s.coord.destroy(s.coord.ctx);
+    if (s.api_coord.ctx)
+        s.api_coord.destroy(s.api_coord.ctx);
     if (s.ccoord.ctx)
         s.ccoord.destroy(s.ccoord.ctx);
     PC_INFO("stopped");

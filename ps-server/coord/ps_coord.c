@@ -10,6 +10,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #define NBUCKETS 4096
 
@@ -231,9 +233,14 @@ int ps_coord_store_memory(ps_coord_store_t *out) {
     if (!m)
         return PC_ENOMEM;
     pthread_mutex_init(&m->mu, NULL);
-    /* revisions go on from the wall clock's nanoseconds: a coordinator started again never
-     * gives a revision a client may still hold from before (its compare-and-set would match) */
-    m->sets = pc_time_wall_ns();
+    /* revisions go on from a random point in [2^60, 2^61): a coordinator started again (empty)
+     * gives a revision a client may still hold from before (its compare-and-set would match)
+     * with a chance of its sets in 2^60. They went on from the wall clock's nanoseconds, which
+     * a clock stepped back (NTP, a VM restored) would give again. */
+    uint64_t r;
+    if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+        r = pc_time_wall_ns() ^ pc_time_mono_ns() << 20 ^ (uint64_t)getpid() << 40;
+    m->sets = (r >> 4) | (UINT64_C(1) << 60);
     *out = (ps_coord_store_t){.ctx = m,
                               .set = mem_set,
                               .get = mem_get,

@@ -534,9 +534,10 @@ static int e_list(void *ctx, const char *prefix, size_t max, pc_kv_entry_t **out
             continue;
         }
         /* A later page read at the first one's revision fails once etcd compacted past it
-         * (OUT_OF_RANGE): the listing starts over at the revision then current, twice at most
-         * (within the operation's deadline, as every call). */
-        if (rc && q.revision && restarts < 2 && pc_time_mono_ns() < when.end_ns) {
+         * (OUT_OF_RANGE, which no code of ours is bare for: PC_EINTERNAL): the listing starts
+         * over at the revision then current, twice at most (within the operation's deadline, as
+         * every call). */
+        if (rc == PC_EINTERNAL && q.revision && restarts < 2 && pc_time_mono_ns() < when.end_ns) {
             restarts++;
             pc_kv_entries_free(v, k + 1 < max ? k + 1 : max);
             if (!(v = calloc(max, sizeof *v)))

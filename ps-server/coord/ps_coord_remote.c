@@ -22,10 +22,7 @@ static int call(remote_t *c, const char *method, const ProtobufCMessage *m, uint
     if (!req)
         return PC_ENOMEM;
     protobuf_c_message_pack(m, req);
-    /* a coordinator whose store is etcd answers "busy" while its other slow calls hold every
-     * handler thread but one (none of the call ran): asked again within the timeout */
-    int rc = psg_request_busy(c->g, method, req, n, c->timeout_ms, resp, rlen, NULL, NULL, 0, NULL,
-                              NULL);
+    int rc = psg_request(c->g, method, req, n, c->timeout_ms, resp, rlen, NULL, NULL, 0);
     free(req);
     return rc;
 }

@@ -39,11 +39,6 @@ bool ps_api_is_admin(int m) {
            m == PS_API_RESTORE || m == PS_API_RESET_TABLE;
 }
 
-bool ps_api_waits_outside(void *env, int m) {
-    const ps_api_env_t *e = env;
-    return e->coord_remote && (m == PS_API_KV_SET || m == PS_API_KV_GET || m == PS_API_KV_LIST);
-}
-
 void ps_api_fail(ps_api_reply_t *r, int err, const char *fmt, ...) {
     r->err = err;
     r->status = pc_err_to_grpc(err);

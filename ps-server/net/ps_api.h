@@ -89,7 +89,6 @@ typedef struct ps_api_env {
     /* The coordinator's store (NULL: not the coordinator; its methods are PC_ESTATE,
      * FAILED_PRECONDITION). */
     const struct ps_coord_store *coord;
-    bool coord_remote; /* that store answers over the network (etcd): its calls may wait seconds */
 } ps_api_env_t;
 
 /* The method of a gRPC path such as "/emberps.ParameterServer/Lookup" or
@@ -97,10 +96,6 @@ typedef struct ps_api_env {
 int ps_api_method(const char *path, size_t len);
 /* The full path of a method ("/emberps.ParameterServer/Lookup"). */
 const char *ps_api_path(ps_api_method_t m);
-/* The coordinator's methods (KvSet, KvGet, KvList) when its store is remote (env: a
- * ps_api_env_t): they may wait seconds on etcd, so they share the administrative calls' handler
- * threads (ps_grpc_service_t's waits_outside). */
-bool ps_api_waits_outside(void *env, int m);
 /* Administrative methods (CreateTable, DropTable, Checkpoint, Restore): the admin token
  * applies. */
 bool ps_api_is_admin(int method);

@@ -166,9 +166,6 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         g->svc.method((const char *)GRPC_SLICE_START_PTR(d->method), GRPC_SLICE_LENGTH(d->method));
     const bool health = path_is(d, HEALTH_CHECK), watch = path_is(d, HEALTH_WATCH);
     const bool admin_call = m >= 0 && g->svc.is_admin(m);
-    /* (either holds a handler thread for long: all but one are theirs at most) */
-    const bool slow_call =
-        admin_call || (m >= 0 && g->svc.waits_outside && g->svc.waits_outside(g->svc.ctx, m));
     const char *need = admin_call && g->admin[0] ? g->admin : g->token;
     /* The admin token opens every call (it replaces the token for administrative ones): a server
      * of the cluster presents it to a remote coordinator for its cluster/ keys and for the
@@ -213,21 +210,23 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
         /* refused above */
     } else if (health) {
         health_check(g, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &r);
-    } else if (slow_call && !admin_enter(g)) {
+    } else if (admin_call && !admin_enter(g)) {
         atomic_fetch_add_explicit(&g->admin_busy, 1, memory_order_relaxed);
         ps_api_fail(&r, PC_EUNAVAIL,
                     PSG_BUSY
-                    "%d of the %d handler threads run administrative or coordinator-store calls, "
-                    "the last stays for data calls and health checks: try again, or start the "
-                    "server with more --grpc-threads",
+                    "%d of the %d handler threads run administrative calls, the last "
+                    "stays for data calls and health checks: try again, or start the server with "
+                    "more --grpc-threads",
                     g->admin_max, g->nworkers);
     } else {
-        /* serving is looked at before the gate too: a stop turns it off first and then waits on
-         * the gate for the calls in flight (ps_grpc_set_serving), and a call queued there behind
-         * it would wait as long (a checkpoint: minutes), holding its handler thread */
-        const bool gated = atomic_load(&g->serving);
-        if (gated)
-            pthread_rwlock_rdlock(&g->gate);
+        /* serving is looked at before the gate and while trying it: a stop turns it off first
+         * and then waits on the gate for the calls in flight (ps_grpc_set_serving), and a call
+         * queued there behind it (the gate prefers writers) would wait as long (a checkpoint:
+         * minutes), holding its handler thread; one that found serving on just before is told
+         * at its next try */
+        bool gated = false;
+        while (atomic_load(&g->serving) && !(gated = pthread_rwlock_tryrdlock(&g->gate) == 0))
+            pc_time_sleep_ms(1);
         if (!gated || !atomic_load(&g->serving))
             ps_api_fail(&r, PC_EUNAVAIL, "not serving (starting or shutting down)");
         else
@@ -235,7 +234,7 @@ static void handle(worker_t *w, grpc_call *call, const grpc_call_details *d,
                         !g->admin[0] || token_ok(md, g->admin), &r);
         if (gated)
             pthread_rwlock_unlock(&g->gate);
-        if (slow_call)
+        if (admin_call)
             atomic_fetch_sub(&g->admin_running, 1);
     }
     grpc_slice_unref(s);

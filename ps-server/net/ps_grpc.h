@@ -78,10 +78,6 @@ typedef struct ps_grpc_service {
     int (*method)(const char *path, size_t len);
     /* Administrative methods: the admin token applies. */
     bool (*is_admin)(int method);
-    /* Methods that may wait seconds on something outside the process (a coordinator store in
-     * etcd): they share the administrative calls' handler threads (all but one), so a health
-     * check or a data call always finds one. NULL: none. */
-    bool (*waits_outside)(void *ctx, int method);
     /* Run one call: decode req, answer in out (ps_api_reply_t: a body or a failure). Called
      * from the handler threads at once; must be thread-safe. */
     /* admin: the caller presented the admin token, or none is set */

@@ -19,7 +19,7 @@
 #include "psctl_exit.h"
 #include "pw_jobckpt.h"
 
-enum { SLOW, FAST, CKPT, KV };
+enum { SLOW, FAST, CKPT };
 #define CKPT_PATH "/emberps.ParameterServer/Checkpoint" /* answered at once: checkpoint 1 */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -34,26 +34,18 @@ static int method(const char *path, size_t len) {
         return FAST;
     if (len == strlen(CKPT_PATH) && !memcmp(path, CKPT_PATH, len))
         return CKPT;
-    if (len == strlen("/t.S/Kv") && !memcmp(path, "/t.S/Kv", len))
-        return KV;
     return -1;
-}
-
-/* Kv: not administrative, but it waits outside the process (a coordinator store in etcd) */
-static bool waits_outside(void *ctx, int m) {
-    (void)ctx;
-    return m == KV;
 }
 
 static bool is_admin(int m) {
     return m == SLOW || m == CKPT;
 }
 
-/* Slow and Kv: counted running, then held until g_release; all answer an empty message. */
+/* Slow: counted running, then held until g_release; both answer an empty message. */
 static void call(void *ctx, int m, const uint8_t *req, size_t len, bool admin,
                  ps_api_reply_t *out) {
     (void)ctx, (void)req, (void)len, (void)admin;
-    if (m == SLOW || m == KV) {
+    if (m == SLOW) {
         pthread_mutex_lock(&g_mu);
         g_slow_running++;
         pthread_cond_broadcast(&g_cv);
@@ -172,11 +164,8 @@ static void asked_again(ps_grpc_t *g, caller_t *k) {
 /* The test service (Slow, Fast, Checkpoint) on 2 handler threads, serving. */
 static ps_grpc_t *start_serving(void) {
     static const char *const names[] = {"t.S", NULL};
-    static const ps_grpc_service_t svc = {.names = names,
-                                          .method = method,
-                                          .is_admin = is_admin,
-                                          .waits_outside = waits_outside,
-                                          .call = call};
+    static const ps_grpc_service_t svc = {
+        .names = names, .method = method, .is_admin = is_admin, .call = call};
     const ps_grpc_opts_t o = {.addr = "127.0.0.1:0", .threads = 2, .max_message = 1 << 20};
     ps_grpc_t *g;
     assert_int_equal(ps_grpc_start(&svc, &o, &g), 0);
@@ -211,31 +200,6 @@ static void test_admin_keeps_a_thread(void **state) {
     asked_again(g, &again);
     caller_t job = {.port = ps_grpc_port(g), .rc = -1, .job = true};
     asked_again(g, &job);
-    ps_grpc_stop(g);
-}
-
-/* A call that waits outside the process (KvGet on an etcd store: seconds while etcd elects)
- * shares the administrative calls' threads: with one held, a second is answered busy and a data
- * call still runs. Both handler threads could sit in such calls, and health checks and lookups
- * waited behind them. */
-static void test_outside_keeps_a_thread(void **state) {
-    (void)state;
-    ps_grpc_t *g = start_serving();
-    release(false);
-    caller_t kv = {.port = ps_grpc_port(g), .rc = -1, .path = "/t.S/Kv"};
-    assert_int_equal(pthread_create(&kv.th, NULL, caller_main, &kv), 0);
-    const bool running = wait_for(slow_running, NULL);
-    char msg[256] = "", fast_msg[256] = "";
-    const int second = running ? request(ps_grpc_port(g), "/t.S/Kv", msg, sizeof msg) : -1;
-    const int fast = request(ps_grpc_port(g), "/t.S/Fast", fast_msg, sizeof fast_msg);
-    release(true); /* before any assertion: no handler left held */
-    pthread_join(kv.th, NULL);
-    print_message("a second call waiting outside: %s\n", msg);
-    assert_true(running);
-    assert_int_equal(second, PC_EUNAVAIL);
-    assert_true(strncmp(msg, PSG_BUSY, strlen(PSG_BUSY)) == 0);
-    assert_int_equal(fast, 0);
-    assert_int_equal(kv.rc, 0);
     ps_grpc_stop(g);
 }
 
@@ -281,7 +245,6 @@ static void test_stop_beside_a_long_call(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_admin_keeps_a_thread),
-                                       cmocka_unit_test(test_outside_keeps_a_thread),
                                        cmocka_unit_test(test_stop_beside_a_long_call)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
