@@ -64,7 +64,8 @@
  * PC_ETIMEDOUT after ack_timeout_ms (the push was applied here, not confirmed there). A push whose
  * keys this server no longer owns is answered 0 when their new primary (a backup before: a
  * handover) acknowledged it, else PC_ETIMEDOUT: a demoted server's map has no backups to wait for,
- * which must not read as "held". A closed or finishing connection drops its parked replies; a
+ * which must not read as "held". A closed or finishing connection drops its parked replies (one
+ * whose peer half-closed is finished only after they are answered); a
  * stopping loop answers them PC_ETIMEDOUT (never PC_EUNAVAIL: the client would send an applied push
  * again). Waiting on the head rather than the push's own last position is safe (the head is at or
  * past it). A stream reply of a server with backups carries only keys of slots it is primary of, so
@@ -137,6 +138,7 @@ typedef struct conn {
     uint64_t born_ns;  /* accepted (the hello deadline counts from it) */
     uint64_t input_ns; /* its last bytes read (a part-read frame's deadline counts from it) */
     bool finishing;    /* no more reads or replies: a shutdown is flushing the queued ones */
+    bool eof;          /* its peer half-closed: finished once its parked push replies are out */
     bool closing;      /* uv_close called */
     uint8_t *stage;
     size_t stage_len;
@@ -242,6 +244,7 @@ typedef struct wreq {
 } wreq_t;
 
 static void conn_close(conn_t *c);
+static void conn_finish(conn_t *c);
 
 /* A push reply waiting for the backups (see Replication). */
 struct parked {
@@ -786,7 +789,8 @@ static void park_release(loopctx_t *lc, bool all, const conn_t *gone) {
             continue;
         }
         *pp = p->next;
-        p->c->parked -= parked_bytes(p);
+        conn_t *const c = p->c;
+        c->parked -= parked_bytes(p);
         atomic_fetch_sub_explicit(&dp->parked_now, 1, memory_order_relaxed);
         if (st == 1) {
             reply_free(lc, p->w);
@@ -804,6 +808,8 @@ static void park_release(loopctx_t *lc, bool all, const conn_t *gone) {
             reply_send_flags(p->c, p->w, &p->h, 0, p->plen, p->flags);
         }
         pc_free(PC_MEM_OTHER, p, sizeof *p + (size_t)p->n * 8);
+        if (st != 1 && c->eof && !c->parked) /* half-closed: its last parked reply is out */
+            conn_finish(c);
     }
     if (!lc->parked && !lc->stopping)
         uv_timer_stop(&lc->park_timer);
@@ -1750,10 +1756,14 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     conn_t *c = s->data;
     if (nread < 0) { /* its end (a half-close: the replies of what it sent still go out) or an
                       * error (they could not) */
-        if (nread == UV_EOF)
-            conn_finish(c);
-        else
+        if (nread != UV_EOF) {
             conn_close(c);
+        } else if (c->parked) { /* its push replies wait for the backups: finished after them */
+            c->eof = true;
+            uv_read_stop(s);
+        } else {
+            conn_finish(c);
+        }
         return;
     }
     c->lc->reads += nread > 0;
