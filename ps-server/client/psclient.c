@@ -202,6 +202,8 @@ struct psc {
     pthread_cond_t cv;
     call_t *live, *submit_head, *submit_tail;
     atomic_bool stopping;    /* set under mu (ordering with submissions), read anywhere */
+    bool unmapped_due;       /* a refresh may have left servers out: close_unmapped at the next wake
+                              * (I/O thread; not inside the read callback that brought the map) */
     atomic_int spinners;     /* callers yielding in psc_wait now: the I/O thread polls (io_main) */
     int waiters;             /* callers inside psc_wait (mu): psc_close frees after they left */
     atomic_int wire;         /* PSC_WIRE_*: the element type new calls use (psc_set_wire_type) */
@@ -228,6 +230,7 @@ struct psc {
 };
 
 static void call_finish(psc_t *c, call_t *k, int rc);
+static void close_unmapped(psc_t *c);
 static void server_pump(server_t *s);
 static void call_dispatch(psc_t *c, call_t *k, const uint32_t *idx, size_t n);
 static void on_backoff(uv_timer_t *t);
@@ -345,6 +348,10 @@ static void map_adopt(psc_t *c, pc_cluster_map_t *m) {
     connect_check(c); /* a server it waits for may have no role now */
     pthread_mutex_unlock(&c->mu);
     atomic_store(&c->unclean, pc_cmap_unclean(m));
+    if (refresh) {
+        c->unmapped_due = true;
+        uv_async_send(&c->wake);
+    }
     if (refresh) /* after the text: who sees the count sees this map (psc_map_text) */
         atomic_fetch_add(&c->refreshes, 1);
 }
@@ -508,6 +515,20 @@ static void on_close_tcp(uv_handle_t *h) {
     s->direct = NULL;
     if (!s->c->stopping && (s->qhead || s->inflight))
         server_pump(s); /* reconnect for what is still queued */
+}
+
+/* Connections to servers the map no longer names (moved by a resharding, replaced by a
+ * failover), with nothing queued or in flight, are closed: each held an fd and its peer's
+ * resources for as long as that server lived. The object stays (a later map may name it again:
+ * it connects then, as one never connected). */
+static void close_unmapped(psc_t *c) {
+    for (server_t *s = c->all; s; s = s->next_all)
+        if (s->state == 2 && s->hello_done && !s->qhead && !s->inflight &&
+            pc_cmap_find(c->map, s->addr) < 0) {
+            s->state = 3; /* (not a lost connection: nothing to fail, no warning) */
+            if (!uv_is_closing((uv_handle_t *)&s->tcp))
+                uv_close((uv_handle_t *)&s->tcp, on_close_tcp);
+        }
 }
 
 static void server_drop(server_t *s, int rc, const char *why) {
@@ -1484,6 +1505,10 @@ static void on_wake(uv_async_t *a) {
     c->submit_head = c->submit_tail = NULL;
     bool stopping = c->stopping;
     pthread_mutex_unlock(&c->mu);
+    if (c->unmapped_due && !stopping) {
+        c->unmapped_due = false;
+        close_unmapped(c);
+    }
     for (call_t *k = list, *nx; k; k = nx) {
         nx = k->next_submit;
         uv_timer_init(&c->loop, &k->deadline);

@@ -497,7 +497,10 @@ static void test_wrong_slot_redirect(void **state) {
     snprintf(tables, sizeof tables, "--tables=%s", TABLE);
     char idx0[] = "--server-index=0", idx1[] = "--server-index=1";
     const char *e0[] = {mfarg, tables, idx0, NULL}, *e1[] = {mfarg, tables, idx1, NULL};
-    pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
+    pid_t s0 = pu_spawn(p0, dir, e0, NULL);
+    const int m0 = pu_last_metrics_port;
+    pid_t s1 = pu_spawn(p1, dir, e1, NULL);
+    const int m1 = pu_last_metrics_port;
     psc_t *c = connect_to(map, NULL);
     ps_table_t *ref = tc_create(TABLE);
     enum { N = 500 };
@@ -522,6 +525,24 @@ static void test_wrong_slot_redirect(void **state) {
     char text[256];
     psc_map_text(c, text, sizeof text);
     assert_non_null(strstr(text, "version=2"));
+    /* A map without server 1 (server 0 owns every slot again; 1 is not told): the client's
+     * connection to 1 is closed once it adopts that map (it stayed open for as long as 1 lived) */
+    assert_true(metric(m1, "emberps_dataplane_connections") == 1);
+    snprintf(map, sizeof map, "version=3;servers=127.0.0.1:%d;slots=0-16383:0", p0);
+    tc_write_file(mf, map);
+    kill(s0, SIGHUP);
+    double conns1 = -1;
+    for (double t0 = pu_now(); pu_now() - t0 < 10; usleep(50000)) {
+        (void)psc_pull(c, "emb", keys, 1, D, x); /* a reply from server 0 says version 3 */
+        psc_map_text(c, text, sizeof text);
+        if (strstr(text, "version=3") &&
+            (conns1 = metric(m1, "emberps_dataplane_connections")) == 0)
+            break;
+    }
+    print_message("server 1's connections once the client took a map without it: %.0f\n", conns1);
+    assert_true(conns1 == 0);
+    assert_true(metric(m0, "emberps_dataplane_connections") == 1);
+    assert_int_equal(psc_pull(c, "emb", keys, N, D, x), 0);
     psc_close(c);
     ps_table_destroy(ref);
     pu_stop(s0);
