@@ -402,6 +402,13 @@ static void db_close(ps_tier_t *tier) {
 /* The file that marks a directory as a tier's (its live database is removed at every start). */
 #define TIER_MARKER "EMBERPS-TIER"
 
+/* Entries of a directory that are neither the tier's nor someone else's: "." and "..", and the
+ * lost+found of a freshly made ext4 volume (a Kubernetes volume mounted as the tier: neither a
+ * reason to refuse it nor the tier's to remove). */
+static bool neutral(const char *name) {
+    return !strcmp(name, ".") || !strcmp(name, "..") || !strcmp(name, "lost+found");
+}
+
 /* Empty `dir` for a new live database (made when missing), its marker kept or written. A
  * directory that holds anything without the marker or a RocksDB database (CURRENT) is not the
  * tier's: PC_EEXIST, nothing removed (a --tier-dir given the checkpoint directory, or a parent of
@@ -414,7 +421,7 @@ static int tier_dir_reset(const char *dir) {
     }
     bool any = false, ours = false;
     for (struct dirent *e; d && (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+        if (neutral(e->d_name))
             continue;
         any = true;
         ours = ours || !strcmp(e->d_name, TIER_MARKER) || !strcmp(e->d_name, "CURRENT");
@@ -431,7 +438,7 @@ static int tier_dir_reset(const char *dir) {
         rewinddir(d);
     char path[PATH_MAX];
     for (struct dirent *e; d && (e = readdir(d));) { /* the marker last of all: kept */
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, TIER_MARKER))
+        if (neutral(e->d_name) || !strcmp(e->d_name, TIER_MARKER))
             continue;
         if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path)
             pc_fs_rm_tree(path);
