@@ -1013,8 +1013,12 @@ bool pw_group_stale(pw_group_t *g) {
 int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines) {
     if (lost(g)) /* the successor's position is its own */
         return PC_EEXIST;
+    return pw_group_offset_set(g, g->o.rank, step, lines);
+}
+
+int pw_group_offset_set(pw_group_t *g, int rank, uint64_t step, uint64_t lines) {
     char key[256], v[48];
-    key_of(g, key, sizeof key, "off/%d", g->o.rank);
+    key_of(g, key, sizeof key, "off/%d", rank);
     snprintf(v, sizeof v, "%" PRIu64 " %" PRIu64, step, lines);
     return pw_coord_set(g->hb_coord, key, v, strlen(v)); /* bounded as the heartbeats */
 }

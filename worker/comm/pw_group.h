@@ -123,6 +123,10 @@ void pw_group_progress(pw_group_t *g, uint64_t step);
  * rank `rank`'s: PC_ENOTFOUND when none was saved in this run. */
 int pw_group_offset_save(pw_group_t *g, uint64_t step, uint64_t lines);
 int pw_group_offset_load(pw_group_t *g, int rank, uint64_t *step, uint64_t *lines);
+/* Set data rank `rank`'s saved position (a job rollback, from its rank 0: every rank's goes back
+ * to the checkpoint's, so that a rank missing from the group, restarted later, resumes from the
+ * checkpoint's position and not from where the abandoned run left it). */
+int pw_group_offset_set(pw_group_t *g, int rank, uint64_t step, uint64_t lines);
 
 /* The run is over (call once, from group rank 0): the job's name starts a new run next. */
 int pw_group_finish(pw_group_t *g);

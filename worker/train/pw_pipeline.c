@@ -171,6 +171,8 @@ static int coll_sum(trainer_t *t, float *buf, size_t n, bool dev) {
                  : pw_coll_allreduce_sum(pw_group_coll(t->grp), buf, n);
     if (rc)
         atomic_store(&t->coll_broken, true);
+    else if (dev) /* this generation's device allreduce works (pw_recover.c's dcoll_form) */
+        atomic_store(&t->dcoll_worked, true);
     return rc;
 }
 

@@ -324,14 +324,17 @@ static bool of_this_run(const trainer_t *t, const pw_jobckpt_t *ck) {
     return ck->run[0] && t->grp && strcmp(ck->run, pw_group_run_name(t->grp)) == 0;
 }
 
-/* The latest coordinated checkpoint of ckpt_dir: its manifest and dense state (*ck and *state
- * malloc'ed, NULL on errors), checked against this job's world, and with this_run against
+/* Checkpoint `step` of ckpt_dir (0: the latest, LATEST's): its manifest and dense state (*ck and
+ * *state malloc'ed, NULL on errors), checked against this job's world, and with this_run against
  * this run (of_this_run: else PC_ESTATE). Errors are logged. */
-static int latest_checkpoint(trainer_t *t, bool this_run, pw_jobckpt_t **ck, float **state) {
+static int read_checkpoint(trainer_t *t, uint64_t step, bool this_run, pw_jobckpt_t **ck,
+                           float **state) {
     const size_t n = dense_state(t, NULL, false);
     *ck = pc_scalloc(PC_MEM_MODEL, 1, sizeof **ck);
     *state = pc_smalloc(PC_MEM_MODEL, n * sizeof **state);
-    int rc = *ck && *state ? pw_jobckpt_read_latest(t->c->ckpt_dir, *ck, *state, n) : PC_ENOMEM;
+    int rc = !*ck || !*state ? PC_ENOMEM
+             : step          ? pw_jobckpt_read(t->c->ckpt_dir, step, *ck, *state, n)
+                             : pw_jobckpt_read_latest(t->c->ckpt_dir, *ck, *state, n);
     if (!rc && (*ck)->nranks != (size_t)t->c->world) {
         PC_ERROR("train: the checkpoint is of %zu workers, this job has %d", (*ck)->nranks,
                  (int)t->c->world);
@@ -364,6 +367,20 @@ static void take_checkpoint(trainer_t *t, const pw_jobckpt_t *ck, const float *s
             (int)t->c->rank, (unsigned long long)t->step, (unsigned long long)*pos);
 }
 
+/* Rank 0's `step` to every member of the group (*out): one allreduce of three 21-bit parts,
+ * which only rank 0 fills (exact in floats). */
+static int rank0_step(trainer_t *t, uint64_t step, uint64_t *out) {
+    float v[3] = {0, 0, 0};
+    if (pw_group_rank(t->grp) == 0)
+        for (int k = 0; k < 3; k++)
+            v[k] = (float)((step >> (21 * k)) & 0x1fffff);
+    const int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), v, 3);
+    *out = 0;
+    for (int k = 0; !rc && k < 3; k++)
+        *out |= (uint64_t)v[k] << (21 * k);
+    return rc;
+}
+
 /* In a group just formed: when any member saw a server connection lost (want_rollback), the
  * job rolls back to the latest coordinated checkpoint. Every member reads it first (when one
  * cannot, nothing changes: logged, training goes on); then the group's rank 0 removes the dense
@@ -386,8 +403,22 @@ static int rollback_agree(trainer_t *t) {
     t->want_rollback = true;
     pw_jobckpt_t *ck = NULL;
     float *state = NULL;
-    float failed = latest_checkpoint(t, true, &ck, &state) ? 1.0f : 0.0f;
+    float failed = read_checkpoint(t, 0, true, &ck, &state) ? 1.0f : 0.0f;
     rc = pw_coll_allreduce_sum(coll, &failed, 1);
+    /* Every member read LATEST on its own: one read before a late write of it (a replaced rank
+     * 0 still running) may hold another step. Rank 0's is the group's: the others read it. */
+    uint64_t step = 0;
+    if (!rc && failed == 0.0f && !(rc = rank0_step(t, ck->step, &step)) && ck->step != step) {
+        PC_WARN("train: rank %d read checkpoint step %llu as the latest, rank 0 step %llu: the "
+                "group rolls back to rank 0's",
+                pw_group_rank(t->grp), (unsigned long long)ck->step, (unsigned long long)step);
+        pc_sfree(ck);
+        pc_sfree(state);
+        failed = read_checkpoint(t, step, true, &ck, &state) ? 1.0f : 0.0f;
+        rc = pw_coll_allreduce_sum(coll, &failed, 1);
+    } else if (!rc && failed == 0.0f) {
+        rc = pw_coll_allreduce_sum(coll, &failed, 1); /* (every member enters the same calls) */
+    }
     if (!rc && failed > 0.0f)
         PC_ERROR("train: a worker cannot read the latest coordinated checkpoint: no rollback, "
                  "training goes on from here");
@@ -407,6 +438,16 @@ static int rollback_agree(trainer_t *t) {
                 PC_WARN("train: job rollback: %zu servers restored the checkpoint after step %llu "
                         "in %.2f s",
                         ck->nservers, (unsigned long long)ck->step, pc_time_sec_since(t0));
+            /* every rank's saved position goes back with the rows, before the members save
+             * theirs (after the barrier below): a rank missing from this group, restarted later,
+             * resumes from the checkpoint's, not where the abandoned run left it */
+            for (size_t r = 0; !ck_rc && r < ck->nranks; r++) {
+                const int orc = pw_group_offset_set(t->grp, (int)r, ck->step, ck->positions[r]);
+                if (orc)
+                    PC_WARN("train: job rollback: rank %zu's saved position could not be set "
+                            "back (%s): restarted, it would resume after it",
+                            r, pc_strerror(orc));
+            }
         }
         failed = ck_rc ? 1.0f : 0.0f;
         /* rank 0 restores, waiting for servers that restart (server_retry_ms) */
@@ -486,9 +527,12 @@ static int dcoll_decide(trainer_t *t, bool *on_device, char *why, size_t cap) {
  * said once per job on a backend that has device collectives). */
 static int dcoll_form(trainer_t *t) {
     pw_backend_t *be = t->be;
-    if (t->dcoll)
+    if (t->dcoll) { /* the last generation's: it worked (the count starts over) or never did */
+        t->dcoll_failed = atomic_load(&t->dcoll_worked) ? 0 : t->dcoll_failed + 1;
         be->dcoll->destroy(t->dcoll);
+    }
     t->dcoll = NULL;
+    atomic_store(&t->dcoll_worked, false);
     bool on_device = false;
     char why[256] = "";
     int rc = dcoll_decide(t, &on_device, why, sizeof why);
@@ -506,7 +550,7 @@ static int dcoll_form(trainer_t *t) {
     pw_group_rendezvous(t->grp, "dcoll", &kv, prefix, sizeof prefix);
     rc = be->dcoll->create(be, &kv, prefix, pw_group_rank(t->grp), pw_group_size(t->grp),
                            t->c->timeout_ms, &t->dcoll);
-    t->dcoll_failed = rc ? t->dcoll_failed + 1 : 0;
+    t->dcoll_failed += rc != 0; /* (one that forms is counted once it summed, or not) */
     if (rc)
         PC_WARN("train: the device allreduce of generation %llu did not form: %s%s",
                 (unsigned long long)pw_group_gen(t->grp), pc_strerror(rc),
@@ -680,7 +724,7 @@ int pw__job_checkpoint(trainer_t *t) {
 int pw__resume_checkpoint(trainer_t *t, uint64_t *skip) {
     pw_jobckpt_t *ck;
     float *state;
-    int rc = latest_checkpoint(t, false, &ck, &state);
+    int rc = read_checkpoint(t, 0, false, &ck, &state);
     if (!rc) {
         pw_publish_t *pub = pw__publisher(t); /* the servers restored it: later models go */
         if (pub)

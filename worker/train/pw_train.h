@@ -33,7 +33,8 @@
  * are pushed in chunks, scaled by 1/size of the group. Step t's round: its dense gradients
  * allreduced in chunks (the layers the next forward needs first) and a marker that waits for
  * step t's pushes (not in async) and sums the has-batch flags. Rounds are applied in order on
- * every worker (the dense optimizer steps with the mean over the workers that had a batch).
+ * every worker (the dense optimizer steps with the group's sum divided by its size, as the
+ * pushes were scaled: a worker without a batch adds zeros to both).
  * Consistency (`staleness`): step t's pull waits for round t - S - 1 and that round is applied
  * before step t computes; sync is S = 0 (bulk synchronous: every worker's pushes of step t - 1
  * applied before any pull of step t, and no push of step t sent before every worker's pull of

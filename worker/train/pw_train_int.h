@@ -174,7 +174,10 @@ typedef struct trainer {
     uint64_t seen_refreshes;  /* the store's map_refreshes when look_map last parsed */
     bool want_rollback;       /* this worker saw a server connection lost */
     bool dcoll_said;          /* the job was told its dense allreduce goes through the host */
-    int dcoll_failed;         /* generations in a row whose device allreduce did not form */
+    int dcoll_failed;         /* generations in a row whose device allreduce did not form, or
+                               * formed and never summed (NCCL connects lazily: a /dev/shm too
+                               * small fails the first allreduce, not the formation) */
+    atomic_bool dcoll_worked; /* this generation's device allreduce summed once (coll_sum) */
     bool reposition;          /* a rollback: read again from reposition_at (the loop reopens) */
     uint64_t reposition_at, rollbacks;
     uint64_t rolled_back_steps; /* the last rollback's: their samples are not in the model, */
