@@ -125,7 +125,8 @@ int bench_py_main(int argc, char **argv) {
     char ch;
     /* Python asks ('r') before each of its rounds (after filling the keys): a C round first.
      * Its rounds and start take seconds: a Python silent for PY_SILENCE_S hangs (not waited). */
-    while (bench_read_byte(from_py[0], PY_SILENCE_S, &ch) == 1 && ch == 'r' && nr < 16) {
+    int got = 0;
+    while ((got = bench_read_byte(from_py[0], PY_SILENCE_S, &ch)) == 1 && ch == 'r' && nr < 16) {
         const double r = c_round(c, batches, rows, secs);
         if (r < 0) {
             fprintf(stderr, "ps-bench py: psc_pull: %s\n", psc_strerror((int)r));
@@ -138,9 +139,10 @@ int bench_py_main(int argc, char **argv) {
     }
     close(to_py[1]);
     close(from_py[0]);
-    int st = 0;
-    if (bench_wait_exit(py, PY_RUN_S, &st))
-        fprintf(stderr, "ps-bench py: the Python side ran past %d s: killed\n", PY_RUN_S);
+    int st = 0; /* (one that went silent hangs: killed after a few seconds) */
+    if (bench_wait_exit(py, got < 0 ? 5 : PY_RUN_S, &st))
+        fprintf(stderr, "ps-bench py: the Python side %s %d s: killed\n",
+                got < 0 ? "was silent for" : "ran past", got < 0 ? PY_SILENCE_S : PY_RUN_S);
     psc_close(c);
     bench_stop(ps);
     free(batches);

@@ -211,6 +211,9 @@ class Client:
         self._pending.clear()
         self._current = None
         for item in items:
+            if item is not None:
+                # its lock may have been held by the parent's waiter at the fork (completing it)
+                item[1]._condition = threading.Condition()
             if item is not None and not item[1].done():
                 try:
                     item[1].set_exception(EmberError(
