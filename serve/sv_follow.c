@@ -99,6 +99,10 @@ typedef struct source {
     uint32_t dim;
     /* the thread's own */
     bool need_scan;
+    bool behind;         /* need_scan because it fell behind the ring, the same table: the rows held
+                          * are as of pos still (a rescan brings newer ones, never older) */
+    bool scanned;        /* no DELTAS answered since its last scan */
+    uint64_t slow_scans; /* scans the ring outran before their first DELTAS */
     uint64_t backoff_ms, retry_ns;
     /* written by the thread under f->mu; read by the status functions under it */
     sv_source_state_t state;
@@ -472,7 +476,8 @@ static int rescan(srvf_t *sf, source_t *x, char *why, size_t cap) {
             x->pos = x->head = next; /* the next DELTAS says the head since */
             x->applied += rows;
             source_up(sf, x, SV_SOURCE_FOLLOWING);
-            x->need_scan = false; /* under mu: sv_follow_caught_up reads it */
+            x->need_scan = x->behind = false; /* under mu: sv_follow_caught_up reads them */
+            x->scanned = true;
             pthread_mutex_unlock(&f->mu);
             PC_INFO("serve: %s table %s: scanned %" PRIu64 " rows in %u parts (%.3f s), uid "
                     "%016" PRIx64 ", following from position %" PRIu64,
@@ -517,8 +522,14 @@ static int step(srvf_t *sf, source_t *x, bool *more, char *why, size_t cap) {
     int rc = psc_deltas(sf->c, &q, &out, why, cap);
     if (rc == PC_ERANGE || rc == PC_ESTATE) {
         /* fell behind the ring (or the DELTAS just started the log), or a new table */
+        if (rc == PC_ERANGE && x->scanned && (++x->slow_scans == 1 || x->slow_scans % 10 == 0))
+            PC_WARN("serve: %s table %s: the change log moved past this replica's position "
+                    "while it scanned (%llu times): the scan takes longer than the server's "
+                    "--delta-log-entries cover; give the training servers a larger log",
+                    sf->addr, x->table, (unsigned long long)x->slow_scans);
         pthread_mutex_lock(&f->mu);
         x->need_scan = true;
+        x->behind = rc == PC_ERANGE;
         x->rescans++;
         x->last_rc = rc;
         snprintf(x->last_error, sizeof x->last_error, "%s", why);
@@ -554,6 +565,7 @@ static int step(srvf_t *sf, source_t *x, bool *more, char *why, size_t cap) {
     x->head = out.head;
     x->applied += out.n;
     x->calls++;
+    x->scanned = false; /* (the thread's own: set under mu with what it follows) */
     if (out.next >= out.head)
         x->caught_ns = now;
     source_up(sf, x, SV_SOURCE_FOLLOWING);
@@ -865,8 +877,9 @@ bool sv_follow_caught_up(sv_follow_t *f, const char *table, const uint64_t *uids
             continue;
         }
         const source_t *x = &f->srv[i].src[t];
-        if (x->uid == uids[i]) { /* (rescanning it: not caught up, and not "before" either) */
-            ok = !x->need_scan && x->pos >= heads[i];
+        if (x->uid == uids[i]) { /* (rescanning a new table: not caught up, nor "before";
+                                  * behind the ring, the same table: its rows are as of pos) */
+            ok = (!x->need_scan || x->behind) && x->pos >= heads[i];
             continue;
         }
         ok = seen_index(x, uids[i]) < x->nseen; /* followed before: what it holds is newer */

@@ -82,6 +82,9 @@ struct sv_serve {
     pthread_mutex_t swap_mu; /* one swap at a time; what follows is under it */
     live_rows_t *rows;       /* the live rows (a reference); NULL: not following */
     live_rows_t *next;       /* rows of a new layout being built (a reference), NULL */
+    live_rows_t *dropped;    /* a new layout given up, released once swap_mu is let go (its
+                              * follower's threads are joined: up to --timeout-ms) */
+    uint64_t next_since_ns, next_said_ns; /* next waited since (0: not yet looked), said then */
     /* (rows, next, tables_next_ns: written by the tick only, under swap_mu; the tick reads them
      * without it) */
     uint64_t live_seen;         /* newest published step looked at (taken or refused) */
@@ -700,6 +703,7 @@ static void swap_rows(sv_serve_t *s) {
         return; /* the next tick tries again */
     }
     s->next = NULL;
+    s->next_since_ns = 0;
     /* the tables the old follower saw replaced still count as followed before (a watermark
      * naming one is reached); under swap_mu, as the live tick's sv_follow_caught_up */
     sv_follow_inherit(s->rows->follower, old->follower);
@@ -761,18 +765,77 @@ static int carry_gone(sv_serve_t *s) {
     return rc;
 }
 
+/* Give up the new layout being built (under swap_mu): released by unlock_swap, after the lock,
+ * since stopping its follower joins threads that may be in a call (LoadVersion and Follow wait
+ * on swap_mu). */
+static void drop_next(sv_serve_t *s) {
+    s->next_since_ns = 0;
+    if (!s->next)
+        return;
+    rows_unref(s->dropped); /* (none: every unlock releases it) */
+    s->dropped = s->next;
+    s->next = NULL;
+}
+
+/* Let swap_mu go, then release a layout given up under it. */
+static void unlock_swap(sv_serve_t *s) {
+    live_rows_t *d = s->dropped;
+    s->dropped = NULL;
+    pthread_mutex_unlock(&s->swap_mu);
+    rows_unref(d);
+}
+
+/* A new layout that has not become ready for a minute says, every minute, which of its sources
+ * it waits for (one the replica cannot reach, a server whose follow-TLS name does not match):
+ * meanwhile the moved slots' rows are frozen and no published model is taken, while the status
+ * shows the old layout's sources, all following. Under swap_mu. */
+static void said_waiting(sv_serve_t *s) {
+    const uint64_t now = pc_time_mono_ns();
+    if (!s->next_since_ns)
+        s->next_since_ns = s->next_said_ns = now;
+    if (now - s->next_said_ns < 60000000000ull)
+        return;
+    s->next_said_ns = now;
+    sv_follow_source_t src[8];
+    const size_t n = sv_follow_status(s->next->follower, src, 8);
+    char waits[600] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < n && i < 8 && len < sizeof waits; i++)
+        if (src[i].state != SV_SOURCE_FOLLOWING)
+            len += (size_t)snprintf(waits + len, sizeof waits - len, "%s%s %s (%s%s%.120s)",
+                                    len ? ", " : "", src[i].addr, src[i].table,
+                                    sv_source_state_name(src[i].state),
+                                    src[i].last_error[0] ? ": " : "", src[i].last_error);
+    PC_WARN("serve: the replica's layout of map version %" PRIu64 " has been built for %.0f s "
+            "and waits for %s: the moved slots' rows are not refreshed and no newer model is "
+            "taken until it is ready",
+            sv_follow_map_version(s->next->follower), (double)(now - s->next_since_ns) / 1e9,
+            len ? waits : "its first answers");
+}
+
 /* Follow the training servers' map (see DESIGN). Under swap_mu. */
 static void relayout(sv_serve_t *s) {
     char *map = NULL, why[320] = "";
     if (s->next && !sv_follow_stale(s->next->follower, &map)) {
-        if (!sv_follow_ready(s->next->follower))
+        if (!sv_follow_ready(s->next->follower)) {
+            said_waiting(s);
             return;
+        }
         const int rc = carry_gone(s);
         if (rc == PC_EAGAIN) { /* its rows may be mixed: the next tick builds it anew */
             PC_INFO("serve: a table of the new layout came back while its last rows were "
                     "carried: building the layout again");
-            rows_unref(s->next);
-            s->next = NULL;
+            drop_next(s);
+        } else if (rc == 0 && s->live && s->live->model &&
+                   sv_sparse_table_config(s->next->sparse,
+                                          sv_model_card(s->live->model)->table_name,
+                                          &(ps_table_config_t){0})) {
+            /* the model served now reads a table the layout left out (gone from the servers when
+             * it started, the model taken since): built again, with it */
+            PC_INFO("serve: the new layout lacks table %s of the model served now: building it "
+                    "again",
+                    sv_model_card(s->live->model)->table_name);
+            drop_next(s);
         } else if (rc == 0) {
             swap_rows(s);
         }
@@ -788,8 +851,7 @@ static void relayout(sv_serve_t *s) {
     if (s->next)
         PC_INFO("serve: the map changed again while the replica's new layout was built: "
                 "starting over");
-    rows_unref(s->next); /* stops its follower: bounded by --timeout-ms */
-    s->next = NULL;
+    drop_next(s);
     const int rc = rows_relayout(s, map, NULL, 0, NULL, why, sizeof why);
     if (rc) {
         s->relayout_retry_ns = pc_time_mono_ns() + 1000000000ull;
@@ -905,7 +967,7 @@ void sv_serve_tick(sv_serve_t *s) {
     free(servers);
     free(tables);
     if (!s->publish_dir[0]) {
-        pthread_mutex_unlock(&s->swap_mu);
+        unlock_swap(s);
         return;
     }
     char dir[SV_PATH_MAX + 64], why[256] = "", what[64];
@@ -1022,7 +1084,7 @@ void sv_serve_tick(sv_serve_t *s) {
             }
         }
     }
-    pthread_mutex_unlock(&s->swap_mu);
+    unlock_swap(s);
 }
 
 /* The live state: the cluster's tables, rows from the newest version when there is one (then
@@ -1171,6 +1233,7 @@ void sv_serve_destroy(sv_serve_t *s) {
     pthread_mutex_unlock(&s->mu);
     reap(s);
     rows_unref(s->next);
+    rows_unref(s->dropped);
     rows_unref(s->rows);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->swap_mu);
