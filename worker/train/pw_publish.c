@@ -254,6 +254,16 @@ void pw_publish_stats(pw_publish_t *p, pw_publish_stats_t *out) {
     pthread_mutex_unlock(&p->mu);
 }
 
+void pw_publish_discard(pw_publish_t *p) {
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    free(p->pending.img); /* not started: not written */
+    p->pending = (snap_t){0};
+    pthread_mutex_unlock(&p->mu);
+    pw_publish_close(p);
+}
+
 void pw_publish_close(pw_publish_t *p) {
     if (!p)
         return;

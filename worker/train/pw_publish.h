@@ -103,4 +103,9 @@ void pw_publish_stats(pw_publish_t *p, pw_publish_stats_t *out);
 /* Write what is pending, stop the thread, free. NULL: nothing. */
 void pw_publish_close(pw_publish_t *p);
 
+/* Stop without writing what is pending (a write under way ends first), free: a worker that is no
+ * longer its group's rank 0 (a regroup) must not write, nor prune the versions after its step,
+ * once the new rank 0 publishes. NULL: nothing. */
+void pw_publish_discard(pw_publish_t *p);
+
 #endif

@@ -563,6 +563,13 @@ static int dcoll_form(trainer_t *t) {
 /* The agreement of a group just formed: its device allreduce, one dense state, then a rollback
  * if one is wanted. */
 static int agree(trainer_t *t) {
+    /* A rank 0 demoted by this regroup drops its publisher (what it had pending included) before
+     * the group agrees, so before the new rank 0 can publish: it would write an older step and
+     * prune the newer ones (pw_publish_discard). */
+    if (t->pub && pw_group_rank(t->grp) != 0) {
+        pw_publish_discard(t->pub);
+        t->pub = NULL;
+    }
     int rc = dcoll_form(t);
     if (!rc)
         rc = sync_state(t);
