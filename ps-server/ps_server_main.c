@@ -170,7 +170,9 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, tier_cache_bytes, 0, 1e15, "256Mi", "cold tier block cache"),
     PC_SETTING_INT(T, tier_min_free_bytes, 0, 1e15, "1Gi", "cold tier free-space watermark"),
     PC_SETTING_INT(T, clock_tick_s, 0, 1e9, "0", "advance table clocks every N s (0: off)"),
-    PC_SETTING_STRING(T, port_file, "", "once serving, write the data plane and gRPC ports here"),
+    PC_SETTING_STRING(
+        T, port_file, "",
+        "once serving, write the data plane, gRPC and metrics ports here, one per line"),
     PC_SETTING_ENUM(T, log_level, k_levels, "info", "log level"),
     PC_SETTING_BOOL(T, print_config, "false", "print the effective settings and exit"),
 };
