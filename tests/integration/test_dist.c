@@ -228,6 +228,23 @@ static void load_dense(const char *path, pw_dlrm_t **m) {
 
 static int ssp_check(const char *log0, const char *log1, int S, int min_starts);
 
+/* The largest difference of a dense weight between the models saved at a and b (printed). */
+static double dense_diff(const char *a, const char *b) {
+    pw_dlrm_t *m1, *m2;
+    load_dense(a, &m1);
+    load_dense(b, &m2);
+    int n;
+    pw_linear_t *l1 = pw_dlrm_layers(m1, &n), *l2 = pw_dlrm_layers(m2, &n);
+    double worst = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < l1[i].in * l1[i].out; j++)
+            worst = fmax(worst, fabs((double)l1[i].w[j] - l2[i].w[j]));
+    print_message("largest dense weight difference %.3g\n", worst);
+    pw_dlrm_destroy(m1);
+    pw_dlrm_destroy(m2);
+    return worst;
+}
+
 static void test_sync_equivalence(void **state) {
     (void)state;
     char srv[64], coord[64], d1[300], d2[300], o1[300], o2a[300], o2b[300], a1[320], a2[320];
@@ -294,19 +311,7 @@ static void test_sync_equivalence(void **state) {
      * same other result. At lr=5 (SYNC_TABLE) thirty runs stayed within 2e-6. A stale pull
      * (the pull gate removed) costs 6e-3 to 5e-2 in AUC. */
     assert_true(fabs(auc1 - auc2) < 1e-3 && fabs(ll1 - ll2) < 1e-3);
-    pw_dlrm_t *m1, *m2;
-    load_dense(d1, &m1);
-    load_dense(d2, &m2);
-    int n;
-    pw_linear_t *l1 = pw_dlrm_layers(m1, &n), *l2 = pw_dlrm_layers(m2, &n);
-    double worst = 0;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < l1[i].in * l1[i].out; j++)
-            worst = fmax(worst, fabs((double)l1[i].w[j] - l2[i].w[j]));
-    print_message("largest dense weight difference %.3g\n", worst);
-    assert_true(worst < 1e-3);
-    pw_dlrm_destroy(m1);
-    pw_dlrm_destroy(m2);
+    assert_true(dense_diff(d1, d2) < 1e-3);
 }
 
 /* A member without data adds zeros to the dense sum and to the embeddings' pushes alike: rank 1
@@ -368,19 +373,7 @@ static void test_idle_member_rate(void **state) {
     assert_true(json_num(o2a, "samples") == ROWS && json_num(o2b, "samples") == 0);
     assert_true(json_num(o1, "steps") == json_num(o2a, "steps"));
     assert_true(fabs(auc1 - auc2) < 1e-6);
-    pw_dlrm_t *m1, *m2;
-    load_dense(d1, &m1);
-    load_dense(d2, &m2);
-    int n;
-    pw_linear_t *l1 = pw_dlrm_layers(m1, &n), *l2 = pw_dlrm_layers(m2, &n);
-    double worst = 0;
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < l1[i].in * l1[i].out; j++)
-            worst = fmax(worst, fabs((double)l1[i].w[j] - l2[i].w[j]));
-    print_message("largest dense weight difference %.3g\n", worst);
-    assert_true(worst < 1e-5);
-    pw_dlrm_destroy(m1);
-    pw_dlrm_destroy(m2);
+    assert_true(dense_diff(d1, d2) < 1e-5);
 }
 
 static void test_unequal_data_and_errors(void **state) {

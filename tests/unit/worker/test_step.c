@@ -213,19 +213,26 @@ static double eval_loss(pw_step_t *st, const batch_t *t, const float *u, int d) 
     return l;
 }
 
+/* A DLRM step (Adam) on cpu:checked: *be and *m to close and destroy after the step. */
+static pw_step_t *dlrm_checked(pw_backend_t **be, pw_model_t **m) {
+    char why[256];
+    assert_int_equal(pw_backend_open("cpu:checked", be, why, sizeof why), 0);
+    *m = model_make(*be, "dlrm", ND);
+    pw_opt_config_t oc; /* (copied by the step) */
+    pw_opt_config_defaults(&oc, PW_OPT_ADAM);
+    pw_step_config_t sc = {.be = *be, .model = *m, .ndense = ND, .opt = &oc};
+    pw_step_t *st;
+    assert_int_equal(pw_step_create(&sc, &st), 0);
+    return st;
+}
+
 /* DLRM (pooling in the model): unique row gradients = central differences of the loss. */
 static void test_dlrm_gradients(void **state) {
     (void)state;
     pw_backend_t *be;
-    char why[256];
-    assert_int_equal(pw_backend_open("cpu:checked", &be, why, sizeof why), 0);
-    pw_model_t *m = model_make(be, "dlrm", ND);
+    pw_model_t *m;
+    pw_step_t *st = dlrm_checked(&be, &m);
     const int d = m->row_dim;
-    pw_opt_config_t oc;
-    pw_opt_config_defaults(&oc, PW_OPT_ADAM);
-    pw_step_config_t sc = {.be = be, .model = m, .ndense = ND, .opt = &oc};
-    pw_step_t *st;
-    assert_int_equal(pw_step_create(&sc, &st), 0);
     batch_t t;
     batch_make(&t, 5, ND);
     uint64_t rng = 11;
@@ -316,16 +323,10 @@ static void test_dlrm_unique_rows(void **state) {
 static void test_no_features(void **state) {
     (void)state;
     pw_backend_t *be;
-    char why[256];
-    assert_int_equal(pw_backend_open("cpu:checked", &be, why, sizeof why), 0);
+    pw_model_t *m;
+    pw_step_t *st = dlrm_checked(&be, &m);
     assert_null(be->pool_unique); /* (as CUDA's table) */
-    pw_model_t *m = model_make(be, "dlrm", ND);
     assert_false(pw_model_reads_unique(m));
-    pw_opt_config_t oc;
-    pw_opt_config_defaults(&oc, PW_OPT_ADAM);
-    pw_step_config_t sc = {.be = be, .model = m, .ndense = ND, .opt = &oc};
-    pw_step_t *st;
-    assert_int_equal(pw_step_create(&sc, &st), 0);
     batch_t t;
     batch_make(&t, 3, ND);
     for (int s = 0; s <= N; s++)
