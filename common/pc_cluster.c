@@ -501,6 +501,16 @@ uint32_t pc_cmap_set_syncing(pc_cluster_map_t *m, uint32_t primary, uint32_t ser
     return n;
 }
 
+/* Slot s has a new primary: every backup left followed the old one, not it, so none holds what
+ * the new primary acknowledges until it has copied and caught up (its data plane does not wait
+ * for a backup new to it): all are marked catching up, and a promotion from one of them before
+ * it clears its mark is counted unclean (it was counted clean, the pushes the new primary had
+ * acknowledged meanwhile missing). */
+static void mark_all_syncing(pc_cluster_map_t *m, uint32_t s) {
+    for (uint32_t j = 0; j < PC_MAX_BACKUPS && m->backup[j][s] != PC_NO_SERVER; j++)
+        m->syncing[j][s] = 1;
+}
+
 int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
                         pc_cmap_failover_t *out) {
     if (dead >= m->nservers || !version_next_ok(m, new_version))
@@ -524,6 +534,7 @@ int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version
         }
         m->owner[s] = m->backup[j][s];
         drop_backup(m, s, m->owner[s]);
+        mark_all_syncing(m, s);
         f.promoted++;
     }
     m->version = new_version;
@@ -633,6 +644,8 @@ int pc_cmap_take_slot(pc_cluster_map_t *m, const pc_cluster_map_t *from, uint32_
     int rc = set_backups(m, slot, b, n, owner);
     if (rc)
         m->owner[slot] = owner;
+    else if (m->owner[slot] != owner) /* a handover: no backup follows the new primary yet */
+        mark_all_syncing(m, slot);
     return rc;
 }
 

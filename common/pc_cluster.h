@@ -143,8 +143,9 @@ typedef struct pc_cmap_failover {
 } pc_cmap_failover_t;
 
 /* The map after server `dead` is lost: each slot it was primary of gets as primary its first
- * backup in sync, else its first backup (unclean: added to the map's count), and `dead` leaves
- * every backup list. Version new_version (> the current). */
+ * backup in sync, else its first backup (unclean: added to the map's count), its other backups
+ * marked catching up (they followed `dead`, not the new primary), and `dead` leaves every
+ * backup list. Version new_version (> the current). */
 int pc_cmap_fail_server(pc_cluster_map_t *m, uint32_t dead, uint64_t new_version,
                         pc_cmap_failover_t *out);
 
@@ -173,8 +174,9 @@ bool pc_cmap_slot_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b, uin
 bool pc_cmap_roles_same(const pc_cluster_map_t *a, const pc_cluster_map_t *b);
 
 /* Give slot the primary and backups it has in `from` (version unchanged): PC_EINVAL when they
- * are not servers of m. Marks as pc_cmap_set_backups, except that the slot's old primary, now a
- * backup, is in sync. */
+ * are not servers of m. Marks as pc_cmap_set_backups when the primary stays; when it changes (a
+ * handover) every backup, the old primary included, is marked catching up: none follows the new
+ * primary yet, whose pushes do not wait for it until it has. */
 int pc_cmap_take_slot(pc_cluster_map_t *m, const pc_cluster_map_t *from, uint32_t slot);
 
 /* Set slot's backups to b[0..n) (distinct, not its primary, servers of m; version unchanged).

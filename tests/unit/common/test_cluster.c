@@ -179,15 +179,19 @@ static void test_backups(void **state) {
     assert_int_equal(pc_cmap_add_backup(m, 0, 2, 4, &added), 0);
     assert_int_equal(added, 0);
     assert_int_equal(pc_cmap_version(m), 3); /* nothing changed: same version */
-    /* ... marked as catching up, in the text too, which keeps the mark */
+    /* ... marked as catching up, in the text too, which keeps the mark; server 2, a backup of
+     * server 0's slots that server 1 took over, is marked too (it followed server 0, not 1: it
+     * was counted in sync, and a promotion of it clean, while server 1's pushes did not wait for
+     * it); of server 1's own slots it stays in sync */
     assert_true(pc_cmap_backup_syncing(m, 0, 0));
-    assert_false(pc_cmap_backup_syncing(m, 0, 2));
+    assert_true(pc_cmap_backup_syncing(m, 0, 2));
+    assert_false(pc_cmap_backup_syncing(m, 6000, 2));
     assert_false(pc_cmap_backup_syncing(m, 0, 1)); /* the primary: no backup */
     pc_cmap_format(m, buf, sizeof buf);
-    assert_non_null(strstr(buf, "0-10922:1/2/0~,10923-16383:2/1/0~"));
+    assert_non_null(strstr(buf, "0-5461:1/2~/0~,5462-10922:1/2/0~,10923-16383:2/1/0~"));
     assert_int_equal(pc_cmap_parse(buf, &p, err, sizeof err), 0);
-    assert_true(pc_cmap_backup_syncing(p, 100, 0));
-    assert_false(pc_cmap_backup_syncing(p, 100, 2));
+    assert_true(pc_cmap_backup_syncing(p, 6000, 0));
+    assert_false(pc_cmap_backup_syncing(p, 6000, 2));
     pc_cmap_format(p, buf2, sizeof buf2);
     assert_string_equal(buf, buf2);
     /* the mark is no role: the same slot with and without it has the same roles */
@@ -203,13 +207,15 @@ static void test_backups(void **state) {
     assert_int_equal(pc_cmap_set_syncing(q, 1, 0, true), 10923);
     assert_int_equal(pc_cmap_set_syncing(q, 1, 0, true), 0);
     assert_int_equal(pc_cmap_set_syncing(q, 0, 0, true), 0);
-    assert_true(pc_cmap_backup_syncing(q, 100, 0));
-    assert_false(pc_cmap_backup_syncing(q, 100, 2));
+    assert_true(pc_cmap_backup_syncing(q, 6000, 0));
+    assert_false(pc_cmap_backup_syncing(q, 6000, 2));
     assert_true(pc_cmap_roles_same(p, q));
     pc_cmap_format(q, buf2, sizeof buf2);
     assert_string_equal(buf, buf2);
     assert_int_equal(pc_cmap_set_syncing(q, 1, 0, false), 10923);
-    /* server 1 lost: the backup in sync (2) is promoted, not the first one (0, catching up) */
+    /* server 2 caught up with server 1; then server 1 is lost: the backup in sync (2) is
+     * promoted, not the first one (0, catching up) */
+    assert_int_equal(pc_cmap_set_syncing(p, 1, 2, false), 5462);
     assert_int_equal(pc_cmap_fail_server(p, 1, 4, &f), 0);
     assert_false(pc_cmap_roles_same(p, q));
     assert_int_equal(f.promoted, 10923);
@@ -353,12 +359,15 @@ static void test_reshard_plans(void **state) {
     assert_false(pc_cmap_backup_syncing(m, 8191, 1));
     assert_true(pc_cmap_backup_syncing(m, 8191, 2));
     /* taking the target's roles slot by slot ends in the target; the old primary becomes a
-     * backup in sync */
+     * backup catching up (it follows the new primary only from now: it was counted in sync, and
+     * a promotion of it clean, while the new primary's pushes did not wait for it); a slot whose
+     * primary stays keeps its marks */
     for (uint32_t s = 0; s < PC_NSLOTS; s++)
         assert_int_equal(pc_cmap_take_slot(m, t, s), 0);
     for (uint32_t s = 0; s < PC_NSLOTS; s++)
         assert_true(pc_cmap_slot_same(m, t, s));
-    assert_false(pc_cmap_backup_syncing(m, 8191, 0));
+    assert_true(pc_cmap_backup_syncing(m, 8191, 0));
+    assert_false(pc_cmap_backup_syncing(m, 0, 1));
     /* removing it again: its slots to their first backup (the old primary) */
     assert_int_equal(pc_cmap_plan_remove(m, 2, &back), 0);
     assert_int_equal(check_roles(back, 2, 1), 0);
