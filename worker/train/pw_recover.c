@@ -563,13 +563,6 @@ static int dcoll_form(trainer_t *t) {
 /* The agreement of a group just formed: its device allreduce, one dense state, then a rollback
  * if one is wanted. */
 static int agree(trainer_t *t) {
-    /* A rank 0 demoted by this regroup drops its publisher (what it had pending included) before
-     * the group agrees, so before the new rank 0 can publish: it would write an older step and
-     * prune the newer ones (pw_publish_discard). */
-    if (t->pub && pw_group_rank(t->grp) != 0) {
-        pw_publish_discard(t->pub);
-        t->pub = NULL;
-    }
     int rc = dcoll_form(t);
     if (!rc)
         rc = sync_state(t);
@@ -836,6 +829,13 @@ int pw__pipeline_regroup(trainer_t *t) {
     if (refused) /* every member learnt it from the round's mark: each stops (run_mark) */
         return refused;
     pw_sched_abort_ordered(t->sched, PC_ECANCELED);
+    /* The publisher goes, what it had pending included, before the group re-forms: a rank 0
+     * demoted, or left out (taken over, shrunk out: its run ends with the failure), would write
+     * an older step after the new rank 0 published, and prune the newer versions. Rank 0 of the
+     * new group opens one again at its next step (pw__publisher); its own pending version is
+     * offered again then. */
+    pw_publish_discard(t->pub);
+    t->pub = NULL;
     t->dropped_batches = 0;
     for (uint64_t id = t->applied; id < t->next_round; id++) { /* the rounds not applied */
         const round_t *r = &t->rounds[id % (uint64_t)t->nrounds];

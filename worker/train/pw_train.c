@@ -830,6 +830,9 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             (void)pw__round_submit(&t, NULL, false); /* no slot: nothing to allocate */
             if ((rc = pw__apply_rounds(&t, 0, true, &stop)) && t.grp)
                 rc = pw__pipeline_regroup(&t);
+            else if (!rc) /* its last batches' rounds applied here: their position is saved, or
+                           * a restart during the others' tail read them again */
+                pw__save_position(&t, false);
             continue;
         }
         /* The staleness gate: round next_round - stale - 1 done (its pull waited for it too);
