@@ -765,6 +765,16 @@ static int carry_gone(sv_serve_t *s) {
     return rc;
 }
 
+/* Whether the new layout holds the served model's table with the model's row width (as
+ * load_model checks a model against the rows). Under swap_mu. */
+static bool layout_fits_model(sv_serve_t *s) {
+    if (!s->live || !s->live->model)
+        return true;
+    const pw_model_card_t *c = sv_model_card(s->live->model);
+    ps_table_config_t tc;
+    return sv_sparse_table_config(s->next->sparse, c->table_name, &tc) == 0 && tc.dim == c->row_dim;
+}
+
 /* Give up the new layout being built (under swap_mu): released by unlock_swap, after the lock,
  * since stopping its follower joins threads that may be in a call (LoadVersion and Follow wait
  * on swap_mu). */
@@ -796,16 +806,26 @@ static void said_waiting(sv_serve_t *s) {
     if (now - s->next_said_ns < 60000000000ull)
         return;
     s->next_said_ns = now;
-    sv_follow_source_t src[8];
-    const size_t n = sv_follow_status(s->next->follower, src, 8);
+    const size_t n = sv_follow_status(s->next->follower, NULL, 0);
+    sv_follow_source_t *src = calloc(n ? n : 1, sizeof *src);
+    const size_t got = src ? sv_follow_status(s->next->follower, src, n) : 0;
     char waits[600] = "";
-    size_t len = 0;
-    for (size_t i = 0; i < n && i < 8 && len < sizeof waits; i++)
-        if (src[i].state != SV_SOURCE_FOLLOWING)
-            len += (size_t)snprintf(waits + len, sizeof waits - len, "%s%s %s (%s%s%.120s)",
+    size_t len = 0, named = 0, waiting = 0;
+    for (size_t i = 0; i < got && i < n; i++) {
+        if (src[i].state == SV_SOURCE_FOLLOWING && !src[i].lag_entries)
+            continue; /* (one following behind its head, or rescanning, still waits) */
+        waiting++;
+        if (len + 200 < sizeof waits) {
+            len += (size_t)snprintf(waits + len, sizeof waits - len, "%s%s %s (%s%s%.100s)",
                                     len ? ", " : "", src[i].addr, src[i].table,
                                     sv_source_state_name(src[i].state),
                                     src[i].last_error[0] ? ": " : "", src[i].last_error);
+            named++;
+        }
+    }
+    free(src);
+    if (waiting > named && len + 40 < sizeof waits)
+        snprintf(waits + len, sizeof waits - len, " and %zu more", waiting - named);
     PC_WARN("serve: the replica's layout of map version %" PRIu64 " has been built for %.0f s "
             "and waits for %s: the moved slots' rows are not refreshed and no newer model is "
             "taken until it is ready",
@@ -826,14 +846,12 @@ static void relayout(sv_serve_t *s) {
             PC_INFO("serve: a table of the new layout came back while its last rows were "
                     "carried: building the layout again");
             drop_next(s);
-        } else if (rc == 0 && s->live && s->live->model &&
-                   sv_sparse_table_config(s->next->sparse,
-                                          sv_model_card(s->live->model)->table_name,
-                                          &(ps_table_config_t){0})) {
+        } else if (rc == 0 && !layout_fits_model(s)) {
             /* the model served now reads a table the layout left out (gone from the servers when
-             * it started, the model taken since): built again, with it */
-            PC_INFO("serve: the new layout lacks table %s of the model served now: building it "
-                    "again",
+             * it started, the model taken since), or of another width (dropped and made again):
+             * built again, with it */
+            PC_INFO("serve: the new layout lacks table %s of the model served now, or holds it "
+                    "with rows of another width: building it again",
                     sv_model_card(s->live->model)->table_name);
             drop_next(s);
         } else if (rc == 0) {
