@@ -832,8 +832,9 @@ int pw__pipeline_regroup(trainer_t *t) {
     /* The publisher goes, what it had pending included, before the group re-forms: a rank 0
      * demoted, or left out (taken over, shrunk out: its run ends with the failure), would write
      * an older step after the new rank 0 published, and prune the newer versions. Rank 0 of the
-     * new group opens one again at its next step (pw__publisher); its own pending version is
-     * offered again then. */
+     * new group opens one again at its next step (pw__publisher) and offers a version at once
+     * (pub_due): a schedule by seconds alone would wait its whole interval again. */
+    t->pub_due = t->pub != NULL;
     pw_publish_discard(t->pub);
     t->pub = NULL;
     t->dropped_batches = 0;

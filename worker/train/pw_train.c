@@ -670,6 +670,7 @@ pw_publish_t *pw__publisher(trainer_t *t) {
  * answered), so that the watermark the publisher reads covers them, as a group's does. */
 static void publish_dense(trainer_t *t, bool force) {
     pw_publish_t *p = pw__publisher(t);
+    force = force || t->pub_due; /* (the pending version a regroup dropped: offered again) */
     if (!p || !pw_publish_due(p, t->step, force))
         return;
     bool stop = false;
@@ -677,6 +678,7 @@ static void publish_dense(trainer_t *t, bool force) {
         pw__apply_rounds(t, (int64_t)t->step - 1, false, &stop))
         return; /* (the loop meets the failure at its next gate) */
     (void)pw_publish_step(p, t->model, t->step, force); /* failures logged */
+    t->pub_due = false;
 }
 
 /* A training step on slot s (staged): the step computes, the next slot is staged meanwhile when

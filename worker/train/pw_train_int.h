@@ -136,6 +136,7 @@ typedef struct trainer {
     pw_telemetry_t *tel; /* /metrics and the metrics log: published after every step */
     pw_publish_t *pub;   /* publish_dir: the dense publisher (NULL: not opened yet) */
     bool pub_off;        /* it could not be opened: publishing stays off */
+    bool pub_due;        /* the publisher was discarded (a regroup): the next version now */
     /* the pipeline (pw_pipeline.c) */
     size_t nflat; /* dense gradients */
     int stale;    /* rounds a step may run ahead of the group (sync 0) */
