@@ -17,10 +17,11 @@
  * and from the slot's other backups.
  *
  * In sync (docs/server.md "Which backup is promoted"): a backup added to a running primary (a
- * server rejoining, a resharding step) is marked `~` until it has copied the primary's tables and
- * caught up with its stream: `0-8191:0/1~`. The backup clears its own mark in a new version once
- * it holds every row the primary acknowledged. Promotion prefers an unmarked backup; marks are no
- * part of a slot's roles (pc_cmap_slot_same).
+ * server rejoining, a resharding step), and every backup of a slot whose primary changed (a
+ * failover, a handover: they followed the old one), is marked `~` until it has copied the
+ * primary's tables and caught up with its stream: `0-8191:0/1~`. The backup clears its own mark in
+ * a new version once it holds every row the primary acknowledged. Promotion prefers an unmarked
+ * backup; marks are no part of a slot's roles (pc_cmap_slot_same).
  *
  * Losses: a slot promoted to a backup still catching up (no backup in sync was left) may have
  * lost rows, and so has a slot whose only holder restarted from an older state (ps_repl.h); the

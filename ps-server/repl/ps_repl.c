@@ -68,16 +68,17 @@
  *   holds (PC_ERANGE) falls back to a copy; another uid (PC_ESTATE: the new primary restarted
  *   with another table) is a replaced table with rows held here: this server takes over.
  * - In sync: a backup added to a running primary is marked catching up in the map (`~`,
- *   pc_cluster.h). Its follower knows when it holds every acknowledged push of a primary: each
- *   table copied, then a DELTAS reply that reached the head (`reached`), and then the reply to a
- *   DELTAS that said so (PC_STREAM_CAUGHT) reaching the head too (`caught`): that request made
- *   the primary's pushes wait for this backup, so a push acknowledged earlier is before the
- *   head of its reply. Pushes do not wait for a backup still working through the changes made
- *   during its copy (a copy under training would stall every push until then). The follower
- *   then notes the map version it did so under (caught_ver) and the controller clears its own
- *   mark on that primary's slots in the next version, if that is still the map. A failover
- *   promotes a backup in sync first; one catching up only when no other is left (counted in
- *   emberps_replication_unclean_promoted_slots_total).
+ *   pc_cluster.h), and so is every backup of a slot whose primary changed (a failover, a
+ *   handover: pc_cmap_fail_server, pc_cmap_take_slot), the old primary of a handover included. Its
+ * follower knows when it holds every acknowledged push of a primary: each table copied, then a
+ * DELTAS reply that reached the head (`reached`), and then the reply to a DELTAS that said so
+ * (PC_STREAM_CAUGHT) reaching the head too (`caught`): that request made the primary's pushes wait
+ * for this backup, so a push acknowledged earlier is before the head of its reply. Pushes do not
+ * wait for a backup still working through the changes made during its copy (a copy under training
+ * would stall every push until then). The follower then notes the map version it did so under
+ * (caught_ver) and the controller clears its own mark on that primary's slots in the next version,
+ * if that is still the map. A failover promotes a backup in sync first; one catching up only when
+ * no other is left (counted in emberps_replication_unclean_promoted_slots_total).
  * - Falling behind again: a backup in sync that must copy a primary's table again (its own table
  *   replaced, the primary's replaced within its run, rows erased by a release, the log overrun)
  *   may lack pushes that primary acknowledged. The follower counts it (falls, fell_behind) and
