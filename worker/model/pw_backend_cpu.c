@@ -276,10 +276,12 @@ static void cpu_tril_unpack(pw_backend_t *be, int n, int f, const float *grad, i
 #define IK_NAME(x) x##_8
 #define IK_ATTR    CPU_VEC
 #include "pw_cpu_interact.h"
+#if CPU_CLONES /* (only pick_interact takes them: not built where it cannot, the sanitizers') */
 #define IK_LANES   16
 #define IK_NAME(x) x##_16
 #define IK_ATTR    CPU_VEC
 #include "pw_cpu_interact.h"
+#endif
 
 /* ---- embeddings ---- */
 
