@@ -136,7 +136,8 @@ typedef struct conn {
     struct conn *prev, *next;
     bool authed;
     uint64_t born_ns;  /* accepted (the hello deadline counts from it) */
-    uint64_t input_ns; /* its last bytes read (a part-read frame's deadline counts from it) */
+    uint64_t input_ms; /* its loop's time (uv_now) at its last bytes read: a part-read frame's
+                        * deadline counts from it (no clock read per read) */
     bool finishing;    /* no more reads or replies: a shutdown is flushing the queued ones */
     bool eof;          /* its peer half-closed: finished once its parked push replies are out */
     bool closing;      /* uv_close called */
@@ -1662,7 +1663,7 @@ static bool run_body(conn_t *c) {
  * close (after its replies). */
 static bool conn_input(conn_t *c, size_t nread) {
     bool ok = true;
-    c->input_ns = pc_time_mono_ns();
+    c->input_ms = uv_now(&c->lc->loop);
     if (c->skip) {
         c->skip -= (uint64_t)nread;
     } else if (c->body) {
@@ -1789,7 +1790,7 @@ static void conn_continue(conn_t *c) {
     if (!c->paused || c->closing || c->finishing || !may_run(c))
         return;
     c->paused = false;
-    c->input_ns = pc_time_mono_ns(); /* (the frame deadline: not for the time it was paused) */
+    c->input_ms = uv_now(&c->lc->loop); /* (the frame deadline: not for its pause) */
     atomic_fetch_sub_explicit(&c->lc->dp->paused, 1, memory_order_relaxed);
     bool ok = true;
     if (c->body_ready) {
@@ -1850,7 +1851,8 @@ static void on_connection(uv_stream_t *server, int status) {
         return;
     }
     c->lc = lc;
-    c->born_ns = c->input_ns = pc_time_mono_ns();
+    c->born_ns = pc_time_mono_ns();
+    c->input_ms = uv_now(&lc->loop);
     c->stage = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
     if (lc->dp->tls && pc_tls_new(lc->dp->tls, NULL, &c->tls))
         c->tls = NULL; /* checked below */
@@ -1897,7 +1899,7 @@ static void on_deadline_timer(uv_timer_t *tm) {
     const ps_dp_t *dp = lc->dp;
     const bool hello = dp->token_len || dp->tls;
     const uint64_t now = pc_time_mono_ns(), hello_ns = (uint64_t)dp->o.hello_ms * 1000000u,
-                   frame_ns = (uint64_t)dp->o.frame_ms * 1000000u;
+                   now_ms = uv_now(&lc->loop);
     size_t late_hello = 0, late_frame = 0;
     for (conn_t *c = lc->conns; c; c = c->next) {
         if (c->closing || c->paused)
@@ -1905,7 +1907,7 @@ static void on_deadline_timer(uv_timer_t *tm) {
         if (hello && !admitted(c) && now - c->born_ns > hello_ns) {
             late_hello++;
             conn_close(c);
-        } else if (mid_frame(c) && now - c->input_ns > frame_ns) {
+        } else if (mid_frame(c) && now_ms - c->input_ms > dp->o.frame_ms) {
             late_frame++;
             conn_close(c);
         }

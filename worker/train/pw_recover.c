@@ -367,13 +367,19 @@ static void take_checkpoint(trainer_t *t, const pw_jobckpt_t *ck, const float *s
             (int)t->c->rank, (unsigned long long)t->step, (unsigned long long)*pos);
 }
 
+/* The low 63 bits of x in three 21-bit parts, each exact in a float (and summed exactly by an
+ * allreduce where one member alone fills them): a step, a device identity's hash. */
+static void float_parts(uint64_t x, float out[3]) {
+    for (int k = 0; k < 3; k++)
+        out[k] = (float)((x >> (21 * k)) & 0x1fffff);
+}
+
 /* Rank 0's `step` to every member of the group (*out): one allreduce of three 21-bit parts,
  * which only rank 0 fills (exact in floats). */
 static int rank0_step(trainer_t *t, uint64_t step, uint64_t *out) {
     float v[3] = {0, 0, 0};
     if (pw_group_rank(t->grp) == 0)
-        for (int k = 0; k < 3; k++)
-            v[k] = (float)((step >> (21 * k)) & 0x1fffff);
+        float_parts(step, v);
     const int rc = pw_coll_allreduce_sum(pw_group_coll(t->grp), v, 3);
     *out = 0;
     for (int k = 0; !rc && k < 3; k++)
@@ -483,8 +489,7 @@ void pw__dcoll_entry(const pw_backend_t *be, bool offered, float out[PW_DCOLL_EN
         return;
     const uint64_t h = pc_hash64(be->device_id, strlen(be->device_id), PC_HASH_SEED_DEVICE);
     out[0] = 1;
-    for (int k = 0; k < 3; k++)
-        out[1 + k] = (float)((h >> (21 * k)) & 0x1fffff);
+    float_parts(h, out + 1);
 }
 
 bool pw__dcoll_choose(const float *v, int n, char *why, size_t cap) {
