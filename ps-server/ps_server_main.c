@@ -68,7 +68,7 @@ typedef struct srv_cfg {
     int64_t replicas, lease_ms, ack_timeout_ms;
     int64_t max_body_bytes, max_batch_keys, max_reply_bytes;
     int64_t delta_log_entries;
-    int64_t reply_queue_bytes, reply_queue_total_bytes;
+    int64_t reply_queue_bytes, reply_queue_total_bytes, body_total_bytes;
     char tables[4096];
     char ckpt_dir[512];
     int64_t ckpt_interval_s, ckpt_keep, ckpt_full_every, restore_id;
@@ -156,6 +156,9 @@ static const pc_setting_t k_settings[] = {
                    "unsent reply bytes at which a data-plane connection stops being read"),
     PC_SETTING_INT(T, reply_queue_total_bytes, 65536, 1e15, "1Gi",
                    "unsent reply bytes of all connections at which the data plane stops reading"),
+    PC_SETTING_INT(T, body_total_bytes, 65536, 1e15, "1Gi",
+                   "request bodies over 64 KiB that all data-plane connections may hold at once "
+                   "(one always may): a connection whose next body would pass it waits unread"),
     PC_SETTING_STRING(T, tables, "", "tables to create if missing: spec;spec (--help-tables)"),
     PC_SETTING_STRING(T, ckpt_dir, "", "checkpoint directory (empty: no checkpoints)"),
     PC_SETTING_INT(T, ckpt_interval_s, 0, 1e9, "0", "seconds between checkpoints (0: off)"),
@@ -971,7 +974,8 @@ int main(int argc, char **argv) {
                         .poll_us = (uint32_t)s.cfg.poll_us,
                         .dead_peer_ms = (uint32_t)s.cfg.dead_peer_ms,
                         .hello_ms = (uint32_t)s.cfg.hello_timeout_ms,
-                        .frame_ms = (uint32_t)s.cfg.frame_timeout_ms};
+                        .frame_ms = (uint32_t)s.cfg.frame_timeout_ms,
+                        .body_total = (uint64_t)s.cfg.body_total_bytes};
     if (going_on(rc) && (rc = ps_dp_start(s.cat, map, &dpo, &s.dp)))
         rc = 1;
     if (going_on(rc) && s.cfg.port == 0 && !s.cfg.cluster_map[0] && !s.cfg.cluster_map_file[0]) {

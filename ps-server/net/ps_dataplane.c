@@ -35,7 +35,15 @@
  * polling (poll_us, docs/wire.md "Latency: busy polling"): a loop that read input within the last
  * poll_us runs libuv with UV_RUN_NOWAIT (epoll without a timeout), sched_yield between runs so that
  * a thread sharing the core is not starved; after poll_us without input it sleeps in epoll again
- * (UV_RUN_ONCE). `reads` counts the read callbacks that brought bytes. TLS (pc_tls.h, when the
+ * (UV_RUN_ONCE). `reads` counts the read callbacks that brought bytes. Bodies: a large body's
+ * buffer (one that does not fit in the staging buffer) is taken from a server-wide budget,
+ * `bodies` against body_total, when its header is read and given back when it is freed (executed
+ * or closed). Over the budget (unless no other body is held: the largest must pass) the connection
+ * pauses with the header still in its staging buffer; a release that sees `body_waiting` wakes
+ * every loop, and the connection tries again as it continues. The whole body is taken at once, so
+ * bodies read in part never wait on each other. Such a body must be complete within frame_ms plus
+ * 1 ms per KiB of it from its header on (body_late): its buffer is the server's memory, not the
+ * connection's. TLS (pc_tls.h, when the
  * server has a certificate): the socket's bytes are read straight into the connection's TLS session
  * (made at accept); the plaintext it gives is read into exactly the places a plain connection reads
  * into (conn_buf: the staging buffer, a large body, the discard area) and handled by the same code
@@ -136,6 +144,7 @@ typedef struct conn {
     struct conn *prev, *next;
     bool authed;
     uint64_t born_ns;  /* accepted (the hello deadline counts from it) */
+    uint64_t body_ms;  /* its loop's time when the header of the large body in `body` came */
     uint64_t input_ms; /* its loop's time (uv_now) at its last bytes read: a part-read frame's
                         * deadline counts from it (no clock read per read) */
     bool finishing;    /* no more reads or replies: a shutdown is flushing the queued ones */
@@ -212,8 +221,10 @@ struct ps_dp {
     atomic_uint_least64_t unsent, unsent_peak, paused; /* reply memory (see DESIGN) */
     atomic_uint_least64_t pooled;                      /* idle reply allocations, all loops */
     atomic_bool waiting; /* some connection waits for the unsent total to fall */
-    pc_hist_t lat[4];    /* request latency (frame complete -> reply queued): pull, push, lookup,
-                          * other */
+    atomic_uint_least64_t bodies, body_waits; /* large request bodies held (see Bodies) */
+    atomic_bool body_waiting;                 /* some connection waits for `bodies` to fall */
+    pc_hist_t lat[4]; /* request latency (frame complete -> reply queued): pull, push, lookup,
+                       * other */
     /* Replication (see DESIGN): under map_lock, the servers that back up a slot this server is
      * primary of; under ack_mu, each (table uid, backup)'s acknowledged change-log position. */
     uint64_t backups[PC_MAX_SERVERS / 64];
@@ -273,13 +284,53 @@ static void unsent_add(conn_t *c, size_t bytes) {
     }
 }
 
+/* Every loop looks at its paused connections and parked replies again. */
+static void wake_all(ps_dp_t *dp) {
+    for (int i = 0; i < dp->nloops; i++)
+        uv_async_send(&dp->loops[i].wake);
+}
+
 static void unsent_sub(conn_t *c, size_t bytes) {
     ps_dp_t *dp = c->lc->dp;
     c->unsent -= bytes;
     const uint64_t now = atomic_fetch_sub(&dp->unsent, bytes) - bytes;
     if (now < dp->o.reply_queue_total && atomic_exchange(&dp->waiting, false))
-        for (int i = 0; i < dp->nloops; i++) /* paused connections may go on */
-            uv_async_send(&dp->loops[i].wake);
+        wake_all(dp);
+}
+
+/* Take n bytes of the server's body budget (see Bodies): within body_total, or the only body. */
+static bool body_take(ps_dp_t *dp, uint64_t n) {
+    uint64_t cur = atomic_load(&dp->bodies);
+    while (!cur || cur + n <= dp->o.body_total)
+        if (atomic_compare_exchange_weak(&dp->bodies, &cur, cur + n))
+            return true;
+    return false;
+}
+
+/* Whether c may hold a large body of n bytes now; when not, the caller pauses it and a release
+ * wakes it. */
+static bool body_admit(conn_t *c, uint64_t n) {
+    ps_dp_t *dp = c->lc->dp;
+    if (body_take(dp, n))
+        return true;
+    /* say so first, then try again (a release in between saw no waiter and woke no one) */
+    atomic_store(&dp->body_waiting, true);
+    if (body_take(dp, n))
+        return true;
+    atomic_fetch_add_explicit(&dp->body_waits, 1, memory_order_relaxed);
+    return false;
+}
+
+/* Free c's large body and give its bytes back to the budget. */
+static void body_free(conn_t *c) {
+    if (!c->body)
+        return;
+    ps_dp_t *dp = c->lc->dp;
+    pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
+    c->body = NULL;
+    atomic_fetch_sub(&dp->bodies, c->hdr.body_len);
+    if (atomic_exchange(&dp->body_waiting, false))
+        wake_all(dp);
 }
 
 /* Whether connection c may execute its next frame now (see DESIGN); a connection resuming
@@ -820,12 +871,10 @@ static void on_park_timer(uv_timer_t *tm) {
     park_release(tm->data, false, NULL);
 }
 
-/* Every loop looks at its parked replies again. */
-static void wake_loops(ps_dp_t *dp) {
-    if (!atomic_load_explicit(&dp->parked_now, memory_order_relaxed))
-        return;
-    for (int i = 0; i < dp->nloops; i++)
-        uv_async_send(&dp->loops[i].wake);
+/* Every loop looks at its parked replies again, when there are any. */
+static void wake_parked(ps_dp_t *dp) {
+    if (atomic_load_explicit(&dp->parked_now, memory_order_relaxed))
+        wake_all(dp);
 }
 
 /* Double the acks table (ack_mu held); false when out of memory. A live entry is never evicted
@@ -922,7 +971,7 @@ static void note_ack(ps_dp_t *dp, ps_table_t *t, const char *table, uint32_t ser
     pthread_mutex_unlock(&dp->ack_mu);
     pthread_rwlock_unlock(&dp->map_lock);
     if (moved)
-        wake_loops(dp);
+        wake_parked(dp);
 }
 
 void ps_dp_set_write_until(ps_dp_t *dp, uint64_t until_ns) {
@@ -1505,7 +1554,7 @@ static void on_closed(uv_handle_t *hd) {
     if (c->next)
         c->next->prev = c->prev;
     pc_free(PC_MEM_SCRATCH, c->stage, STAGE_BYTES);
-    pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
+    body_free(c);
     pc_tls_free(c->tls);
     if (c->paused)
         atomic_fetch_sub_explicit(&lc->dp->paused, 1, memory_order_relaxed);
@@ -1612,10 +1661,17 @@ static bool drain_stage_(conn_t *c) {
         const size_t total = PC_WIRE_HDR + (size_t)h.body_len;
         if (c->stage_len - off < total) {
             if (total > STAGE_BYTES) { /* read the rest of the body straight into its buffer */
-                c->body = pc_malloc(PC_MEM_SCRATCH, h.body_len ? h.body_len : 1);
-                if (!c->body)
-                    return false;
+                if (!body_admit(c, h.body_len)) { /* over body_total: the frame waits, unread */
+                    conn_pause(c);
+                    break;
+                }
+                c->body = pc_malloc(PC_MEM_SCRATCH, h.body_len);
                 c->hdr = h;
+                if (!c->body) {
+                    atomic_fetch_sub(&dp->bodies, h.body_len);
+                    return false;
+                }
+                c->body_ms = uv_now(&c->lc->loop);
                 c->body_have = c->stage_len - off - PC_WIRE_HDR;
                 memcpy(c->body, c->stage + off + PC_WIRE_HDR, c->body_have);
                 off = c->stage_len;
@@ -1654,8 +1710,7 @@ static bool drain_stage(conn_t *c) {
 /* Execute the frame whose large body is complete in c->body, then free the body. */
 static bool run_body(conn_t *c) {
     bool ok = c->closing || do_frame(c, &c->hdr, c->body);
-    pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
-    c->body = NULL;
+    body_free(c);
     return ok;
 }
 
@@ -1890,6 +1945,13 @@ static bool mid_frame(const conn_t *c) {
     return c->skip || (c->body && !c->body_ready) || (!c->body && c->stage_len > 0);
 }
 
+/* Whether c's large body, still being read, is past its deadline from its header on: frame_ms
+ * plus 1 ms per KiB (about 1 MB/s; a sender that trickles bytes renews input_ms for ever). */
+static bool body_late(const conn_t *c, uint64_t now_ms) {
+    return c->body && !c->body_ready &&
+           now_ms - c->body_ms > c->lc->dp->o.frame_ms + (c->hdr.body_len >> 10);
+}
+
 /* Every quarter of the shorter deadline: with a token or TLS, the connections not admitted
  * within hello_ms of their accept are closed; and every connection that holds part of a frame
  * and sent nothing for frame_ms. Not one paused by may_run: it is the server that does not read
@@ -1907,7 +1969,8 @@ static void on_deadline_timer(uv_timer_t *tm) {
         if (hello && !admitted(c) && now - c->born_ns > hello_ns) {
             late_hello++;
             conn_close(c);
-        } else if (mid_frame(c) && now_ms - c->input_ms > dp->o.frame_ms) {
+        } else if (mid_frame(c) &&
+                   (now_ms - c->input_ms > dp->o.frame_ms || body_late(c, now_ms))) {
             late_frame++;
             conn_close(c);
         }
@@ -1918,7 +1981,7 @@ static void on_deadline_timer(uv_timer_t *tm) {
                 late_hello, dp->o.hello_ms);
     if (late_frame)
         PC_WARN("data plane: %zu connection(s) sent part of a request and then nothing for %u "
-                "ms: closed",
+                "ms, or a large body slower than 1 KiB/ms: closed",
                 late_frame, dp->o.frame_ms);
 }
 
@@ -2069,7 +2132,7 @@ int ps_dp_set_map(ps_dp_t *dp, const pc_cluster_map_t *map) {
 int ps_dp_set_map_from(ps_dp_t *dp, const pc_cluster_map_t *map, const pc_cluster_map_t *prev) {
     int rc = set_map(dp, map, prev);
     if (!rc)
-        wake_loops(dp); /* a backup dropped or added: parked replies may be answered */
+        wake_parked(dp); /* a backup dropped or added: parked replies may be answered */
     return rc;
 }
 
@@ -2111,6 +2174,8 @@ int ps_dp_start(ps_catalog_t *cat, const pc_cluster_map_t *map, const ps_dp_opts
         dp->o.frame_ms = 30000;
     if (!dp->o.reply_queue_total)
         dp->o.reply_queue_total = UINT64_MAX / 2;
+    if (!dp->o.body_total)
+        dp->o.body_total = UINT64_MAX / 2;
     pthread_rwlock_init(&dp->map_lock, NULL);
     pthread_mutex_init(&dp->ack_mu, NULL);
     /* no lease: pushes always taken; one to come (ps_repl.h): none until it is held */
@@ -2199,6 +2264,8 @@ void ps_dp_stats(ps_dp_t *dp, ps_dp_stats_t *s) {
     s->reply_queue_bytes = atomic_load(&dp->unsent);
     s->reply_queue_peak_bytes = atomic_load(&dp->unsent_peak);
     s->paused_connections = atomic_load(&dp->paused);
+    s->body_bytes = atomic_load(&dp->bodies);
+    s->body_waits = atomic_load(&dp->body_waits);
     s->reply_pool_bytes = atomic_load(&dp->pooled);
     s->repl_waiting = atomic_load(&dp->parked_now);
     s->repl_waited = atomic_load(&dp->parked_total);
@@ -2304,13 +2371,18 @@ size_t ps_dp_render_metrics(ps_dp_t *dp, char *buf, size_t cap, size_t len) {
         "emberps_dataplane_paused_connections %llu\n"
         "# TYPE emberps_dataplane_reply_pool_bytes gauge\n"
         "emberps_dataplane_reply_pool_bytes %llu\n"
+        "# TYPE emberps_dataplane_body_bytes gauge\n"
+        "emberps_dataplane_body_bytes %llu\n"
+        "# TYPE emberps_dataplane_body_waits_total counter\n"
+        "emberps_dataplane_body_waits_total %llu\n"
         "# TYPE emberps_dataplane_request_seconds histogram\n",
         (unsigned long long)s.connections, (unsigned long long)s.requests,
         (unsigned long long)s.errors, (unsigned long long)s.rows_pulled,
         (unsigned long long)s.rows_pushed, (unsigned long long)s.rows_looked_up,
         (unsigned long long)s.bytes_in, (unsigned long long)s.bytes_out,
         (unsigned long long)s.reply_queue_bytes, (unsigned long long)s.reply_queue_peak_bytes,
-        (unsigned long long)s.paused_connections, (unsigned long long)s.reply_pool_bytes);
+        (unsigned long long)s.paused_connections, (unsigned long long)s.reply_pool_bytes,
+        (unsigned long long)s.body_bytes, (unsigned long long)s.body_waits);
     len = pc_prom_appendf(buf, cap, len,
                           "# TYPE emberps_replication_waiting_pushes gauge\n"
                           "emberps_replication_waiting_pushes %llu\n"

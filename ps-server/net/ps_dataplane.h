@@ -73,6 +73,13 @@ typedef struct ps_dp_opts {
      * mid-body held up to max_body for ever: the kernel's keepalives still answered). Idle
      * connections between frames, and ones the server paused, are not timed. 0: 30000. */
     uint32_t frame_ms;
+    /* Request bodies too large for a connection's staging buffer (64 KiB) get a buffer of their
+     * own; all connections together hold at most body_total bytes of them (one body is always
+     * let through, so body_total below lim.max_body still takes the largest): a connection whose
+     * next body would pass it is not read until bodies are freed. Such a body must also arrive
+     * within frame_ms plus 1 ms per KiB of it from its header on (a sender that trickles a byte
+     * now and then held its buffer for ever). 0: no cap. */
+    uint64_t body_total;
 } ps_dp_opts_t;
 
 /* Bind and start serving `cat` (borrowed) with a copy of `map`. PC_EIO when the address cannot
@@ -105,7 +112,9 @@ typedef struct ps_dp_stats {
     uint64_t bytes_in, bytes_out;
     uint64_t reply_queue_bytes;      /* replies built and not yet written, now (all loops) */
     uint64_t reply_queue_peak_bytes; /* the most reply_queue_bytes has been since start */
-    uint64_t paused_connections;     /* not read now because of reply_queue(_total) */
+    uint64_t paused_connections;     /* not read now: reply_queue(_total) or body_total */
+    uint64_t body_bytes;             /* large request bodies held now (body_total) */
+    uint64_t body_waits;             /* times a connection waited for body_total, since start */
     uint64_t reply_pool_bytes;       /* idle reply allocations kept for reuse (all loops) */
     uint64_t repl_waiting;           /* push replies waiting for the backups, now */
     uint64_t repl_waited;            /* pushes that waited for them, since start */

@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -1342,6 +1343,64 @@ static void test_frame_deadline(void **state) {
     tc_rmdir(dir);
 }
 
+/* Large bodies share one budget (--body-total-bytes): while one connection holds a 1 MB push
+ * body read in part, a second connection's 260 KB push waits unread (counted as a wait) and is
+ * executed once the first completes; before the budget, every connection got its body's buffer at
+ * once (many connections announcing max_body made the server allocate them all). And a body that
+ * trickles in, a byte every 100 ms, is closed at frame_ms plus 1 ms per KiB from its header on,
+ * though no gap reaches frame_ms (before, each byte renewed the deadline for ever). */
+static void test_body_budget(void **state) {
+    (void)state;
+    char dir[256], tables[200];
+    tc_tmpdir(dir, sizeof dir, "dpbody");
+    snprintf(tables, sizeof tables, "--tables=%s;name=big,dim=256", TABLE);
+    const char *extra[] = {tables, "--body-total-bytes=64Ki", "--frame-timeout-ms=2000", NULL};
+    const int port = pu_free_port();
+    pid_t s = pu_spawn(port, dir, extra, NULL);
+    const int mport = pu_last_metrics_port;
+    static uint8_t big[1100 << 10], small[300 << 10];
+    const uint32_t blen = batch_body(PC_OP_PUSH, "big", 1000, 256, false, big);
+    const uint32_t slen = batch_body(PC_OP_PUSH, "big", 250, 256, false, small);
+    const int a = raw_connect(port), b = raw_connect(port);
+    uint8_t h[PC_WIRE_HDR];
+    pc_wire_hdr_t hd = {.op = PC_OP_PUSH, .id = 1, .body_len = blen};
+    pc_wire_hdr_encode(&hd, h);
+    send_all(a, h, sizeof h);
+    send_all(a, big, 100 << 10);
+    usleep(200 * 1000); /* a's body is taken before b's header comes */
+    send_frame(b, PC_OP_PUSH, 2, small, slen);
+    struct pollfd pb = {.fd = b, .events = POLLIN};
+    const int early = poll(&pb, 1, 500);
+    const double waits = metric(mport, "emberps_dataplane_body_waits_total");
+    send_all(a, big + (100 << 10), blen - (100 << 10));
+    assert_int_equal(recv_reply(a, 1), 0);
+    assert_int_equal(recv_reply(b, 2), 0);
+    /* the trickle: 1 MB announced, 100 KiB sent, then a byte every 100 ms */
+    const int t = raw_connect(port);
+    hd.id = 3;
+    pc_wire_hdr_encode(&hd, h);
+    send_all(t, h, sizeof h);
+    send_all(t, big, 100 << 10);
+    double closed = -1;
+    for (int i = 0; i < 100 && closed < 0; i++) {
+        if (send(t, big, 1, MSG_NOSIGNAL) != 1)
+            closed = i * 0.1;
+        else if (raw_closed_after(t, 0.1) >= 0)
+            closed = i * 0.1;
+    }
+    print_message("a push waited %s for the body budget (waits %.0f); a trickling body closed "
+                  "after %.1f s\n",
+                  early == 0 ? "500 ms" : "not at all", waits, closed);
+    assert_int_equal(early, 0);
+    assert_true(waits >= 1);
+    assert_true(closed > 2.0 && closed < 8.0); /* 2000 ms + ~1 s for the KiB, + the timer */
+    close(a);
+    close(b);
+    close(t);
+    pu_stop(s);
+    tc_rmdir(dir);
+}
+
 /* A server and a client in a network namespace of their own whose loopback goes down for 4 s
  * with a call in flight: every packet vanishes, nobody is told. The client (call timeout 500 ms,
  * so its dead-peer time is 2 s) ends its connection and reconnects once the network is back;
@@ -1433,6 +1492,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stop_with_nonreader),
         cmocka_unit_test(test_roleless_dead_server),
         cmocka_unit_test(test_frame_deadline),
+        cmocka_unit_test(test_body_budget),
         cmocka_unit_test_teardown(test_dead_peer, leave_ns),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
