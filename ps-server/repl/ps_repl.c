@@ -896,14 +896,24 @@ static void reshard_handover(ps_repl_t *r, const pc_cluster_map_t *m, const pc_c
         for (uint32_t s = 0; s < PC_NSLOTS; s++)
             if (pc_cmap_slot_owner(m, s) == r->o.self && pc_cmap_slot_owner(next, s) == to)
                 pc_slots_add(r->hb_slots, s);
-        r->hb_ver = pc_cmap_version(next);
+        const uint64_t ver = r->hb_ver = pc_cmap_version(next);
         pthread_mutex_unlock(&r->mu);
-        if (change_map(r, next, what) == 0) {
+        const int rc = change_map(r, next, what);
+        if (rc == 0) {
             atomic_fetch_add(&r->handovers, 1);
-        } else { /* another server wrote that version: nothing was handed over */
+        } else if (rc == PC_EEXIST && current(r) >= ver) {
+            /* another server wrote that version (adopted): nothing was handed over */
             pthread_mutex_lock(&r->mu);
             r->hb_ver = 0;
             pthread_mutex_unlock(&r->mu);
+        } else {
+            /* no answer (the write may have landed: `to` may be taking these slots' pushes), or
+             * written and not adopted here: pushes stay refused until this server wins a later
+             * version or adopts this one (confirm, as after a lapse) */
+            r->lapsed = true;
+            PC_WARN("resharding: the map naming %s primary (version %" PRIu64 ") is not known "
+                    "to be written or not (%s): no pushes until the next map version settles it",
+                    pc_cmap_addr(m, to), ver, pc_strerror(rc));
         }
     } else {
         pc_cmap_destroy(next);
