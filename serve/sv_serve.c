@@ -94,6 +94,7 @@ struct sv_serve {
     uint64_t relayout_retry_ns; /* a new layout that failed to start is tried again then */
     uint64_t tables_next_ns;    /* fetch_tables asks the servers again then */
     uint64_t tables_seen_ns;    /* the servers' tables last answered with no new layout coming */
+    bool said_unreadable;       /* said that a line of the servers' tables could not be read */
     uint64_t absent_step;       /* a published step whose table the replica lacks, and since */
     uint64_t absent_since_ns;   /* when (refused once the servers' tables answered since) */
     atomic_uint_least64_t relayouts, map_version;
@@ -944,10 +945,28 @@ static char *fetch_tables(sv_serve_t *s, char **servers) {
  * tables scanned. Under swap_mu, not while a layout is being built. */
 /* Returns whether the replica's tables are the servers' (nothing new or gone, or a new layout
  * was started: its swap brings them), false when it could not follow them (said). */
+static int accept_spec(void *ctx, const ps_table_config_t *cfg) {
+    (void)ctx;
+    (void)cfg;
+    return 0;
+}
+
 static bool apply_tables(sv_serve_t *s, const char *servers, const char *tables) {
     if (s->next)
         return true;
     char why[320] = "";
+    /* Every line first: one this replica cannot read (a setting of newer servers) would end the
+     * walks of new_tables and gone early, and every table listed after it would read as dropped
+     * and leave the replica with its rows. */
+    if (sv_sparse_specs_each(tables, accept_spec, NULL, why, sizeof why)) {
+        if (!s->said_unreadable)
+            PC_ERROR("serve: the training servers' tables hold a line this replica cannot read "
+                     "(%s; servers newer than it?): no table is added or dropped until it can",
+                     why);
+        s->said_unreadable = true;
+        return false;
+    }
+    s->said_unreadable = false;
     ps_table_config_t *more = calloc(NEW_TABLES_MAX, sizeof *more);
     int rc = more ? 0 : PC_ENOMEM;
     const size_t n = rc ? 0 : new_tables(s, tables, more, NEW_TABLES_MAX);
