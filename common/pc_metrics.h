@@ -6,9 +6,12 @@
  * DESIGN: libmicrohttpd runs one internal thread with epoll (poll where the library lacks it),
  * never select(): select cannot watch a descriptor >= FD_SETSIZE (1024), and a server with a
  * thousand data-plane connections hands out descriptor numbers above that, which made /metrics
- * refuse every scrape. It holds at most `max_connections` connections at once (more are closed
- * as they arrive) and drops idle ones after 10 s, so a flood of connections cannot use up the
- * process's descriptors. The library's own messages (one per malformed request) go through
+ * refuse every scrape. It holds at most `max_connections` connections at once (more wait in the
+ * listen backlog, where they cost no descriptor) and closes any that has gone
+ * PC_METRICS_REQUEST_MS without a request answered (idle, or sending its request a byte now and
+ * then: each byte renewed the library's idle timeout, and 64 such clients blinded every scrape
+ * for days), so a flood of connections cannot use up the process's descriptors or the endpoint.
+ * The library's own messages (one per malformed request) go through
  * pc_log as WARN lines prefixed "metrics: http: ", rate-limited to PC_METRICS_LOG_LINES per
  * PC_METRICS_LOG_WINDOW_MS (the next line let through counts the suppressed ones).
  *
@@ -21,6 +24,7 @@
 
 #define PC_METRICS_LOG_LINES     5
 #define PC_METRICS_LOG_WINDOW_MS 10000
+#define PC_METRICS_REQUEST_MS    10000 /* a connection's longest time without a request answered */
 
 typedef struct pc_metrics pc_metrics_t;
 

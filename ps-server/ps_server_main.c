@@ -111,7 +111,7 @@ static const pc_setting_t k_settings[] = {
     PC_SETTING_INT(T, metrics_port, -1, 65535, "9400",
                    "Prometheus /metrics port (0: any, -1: off)"),
     PC_SETTING_INT(T, metrics_max_connections, 1, 10000, "64",
-                   "most HTTP connections /metrics holds at once (more wait)"),
+                   "most HTTP connections /metrics holds at once (more wait in the backlog)"),
     PC_SETTING_SECRET(T, admin_token, "token for CreateTable/DropTable/Checkpoint (gRPC)"),
     PC_SETTING_STRING(T, cluster_map, "", "cluster map text (empty: this server owns every slot)"),
     PC_SETTING_STRING(T, cluster_map_file, "", "file holding the cluster map (reread on SIGHUP)"),

@@ -164,14 +164,7 @@ static bool stopping(sv_follow_t *f) {
 
 /* Wait up to ms (or until stop). */
 static void wait_ms(sv_follow_t *f, uint64_t ms) {
-    struct timespec dl;
-    clock_gettime(CLOCK_MONOTONIC, &dl);
-    dl.tv_sec += (time_t)(ms / 1000);
-    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (dl.tv_nsec >= 1000000000L) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000L;
-    }
+    const struct timespec dl = pc_time_mono_ts(pc_time_mono_ns() + ms * 1000000u);
     pthread_mutex_lock(&f->mu);
     while (!f->stop && pthread_cond_timedwait(&f->cv, &f->mu, &dl) == 0) {
     }
@@ -668,11 +661,7 @@ int sv_follow_create(sv_sparse_t *s, const sv_follow_opts_t *o, const sv_follow_
         copy_str(f->name, sizeof f->name, auth->tls_server_name);
     }
     pthread_mutex_init(&f->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&f->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pc_cond_init_mono(&f->cv);
     const size_t ntab = sv_sparse_tables(s, NULL, 0);
     char(*names)[PS_TABLE_NAME_MAX] = calloc(ntab ? ntab : 1, sizeof *names);
     f->nsrv = sv_sparse_servers(s);

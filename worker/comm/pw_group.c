@@ -444,13 +444,10 @@ static void *hb_main(void *arg) {
         memcpy(note, g->hb_note, sizeof note);
         g->hb_now = false;
         pthread_mutex_unlock(&g->hb_mu);
-        struct timespec dl; /* the next beat a period after this one's start (it takes calls) */
-        clock_gettime(CLOCK_MONOTONIC, &dl);
-        const uint64_t at = (uint64_t)dl.tv_sec * 1000000000u + (uint64_t)dl.tv_nsec + period_ns;
+        /* the next beat a period after this one's start (it takes calls) */
+        const struct timespec dl = pc_time_mono_ts(pc_time_mono_ns() + period_ns);
         beat(g, state, gen, step, note);
         pthread_mutex_lock(&g->hb_mu);
-        dl.tv_sec = (time_t)(at / 1000000000u);
-        dl.tv_nsec = (long)(at % 1000000000u);
         int w = 0;
         while (!g->hb_stop && !g->hb_lost && !g->hb_now && w != ETIMEDOUT)
             w = pthread_cond_timedwait(&g->hb_cv, &g->hb_mu, &dl);
@@ -863,11 +860,7 @@ int pw_group_join(const pw_group_opts_t *o, pw_group_t **out) {
     if (getrandom(&mark, sizeof mark, GRND_NONBLOCK) != (ssize_t)sizeof mark) /* (early boot) */
         mark = pc_time_mono_ns() ^ ((uint64_t)getpid() << 40) ^ (uint64_t)(uintptr_t)g;
     snprintf(g->id, sizeof g->id, "%016" PRIx64, mark);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->hb_cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pc_cond_init_mono(&g->hb_cv);
     pthread_mutex_init(&g->hb_mu, NULL);
     int rc = pw_coord_open(o->coordinator, o->sec, o->timeout_ms, &g->coord);
     if (!rc) {

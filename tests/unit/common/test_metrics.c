@@ -5,6 +5,8 @@
  *    without a descriptor in the process, and once the idle ones go, scrapes are answered again;
  *  - libmicrohttpd's own messages about malformed requests reach pc_log's sink as formatted
  *    lines (time, level, identity), rate-limited to PC_METRICS_LOG_LINES per window;
+ *  - a client that sends its request a byte a second (each byte renewing the library's idle
+ *    timeout) is closed PC_METRICS_REQUEST_MS after it connected, while scrapes go on;
  *  - a latency histogram files a sample under the first bound not below it, in nanoseconds.
  * Every wait is bounded. */
 #include "test_util.h"
@@ -13,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <string.h>
@@ -186,6 +189,46 @@ static void test_descriptors_above_fd_setsize(void **state) {
     pc_metrics_stop(m);
 }
 
+/* A slow client: "GET /metrics ..." a byte a second, never finished. The idle timeout alone
+ * kept it for as long as it had bytes to send; the watchdog closes it after
+ * PC_METRICS_REQUEST_MS. A scrape meanwhile is answered. */
+static void test_slow_request_closed(void **state) {
+    (void)state;
+    pc_metrics_t *m = NULL;
+    assert_int_equal(pc_metrics_start("127.0.0.1", 0, 4, render, NULL, &m), 0);
+    const int port = pc_metrics_port(m);
+    const int fd = tcp_connect(port);
+    assert_true(fd >= 0);
+    struct timeval tv = {0, 50000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const char *req = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const double t0 = now_s(), limit = PC_METRICS_REQUEST_MS / 1000.0;
+    double closed = -1, next = t0;
+    static char out[1 << 14];
+    bool scraped = false;
+    for (size_t i = 0; closed < 0 && now_s() - t0 < limit + 6;) {
+        if (now_s() >= next && i < strlen(req)) {
+            if (send(fd, req + i++, 1, MSG_NOSIGNAL) != 1)
+                closed = now_s() - t0;
+            next += 1.0;
+        }
+        char b;
+        const ssize_t r = recv(fd, &b, 1, 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            closed = now_s() - t0;
+        if (!scraped && now_s() - t0 > 3) {
+            assert_int_equal(http_get(port, out, sizeof out), 200);
+            scraped = true;
+        }
+    }
+    print_message("a request sent a byte a second: closed after %.1f s (limit %.0f s)\n", closed,
+                  limit);
+    assert_true(scraped);
+    assert_true(closed >= limit - 0.5 && closed < limit + 5);
+    close(fd);
+    pc_metrics_stop(m);
+}
+
 /* Count the lines of `text` that contain `what`. */
 static int count_lines(const char *text, const char *what) {
     int n = 0;
@@ -251,6 +294,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_descriptors_above_fd_setsize, close_dummies),
         cmocka_unit_test(test_library_log_limited),
+        cmocka_unit_test(test_slow_request_closed),
         cmocka_unit_test(test_hist_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
