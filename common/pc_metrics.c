@@ -5,9 +5,10 @@
  * limit and the idle timeout bound what the endpoint holds. The idle timeout alone let a client
  * that sends a byte now and then keep its connection for days (each byte renews it), and 64 of
  * them blinded every scrape: so each connection is also on a list (MHD_OPTION_NOTIFY_CONNECTION,
- * under `mu`) with the time of its start or of its last answered request (NOTIFY_COMPLETED), and
- * a watchdog thread shuts down (shutdown(2); the daemon sees the end and closes it) any that has
- * gone PC_METRICS_REQUEST_MS without a request answered. The daemon calls the CLOSED notice
+ * under `mu`) with the time of its start, of its last request line (URI_LOG_CALLBACK) or of its
+ * last answered request (NOTIFY_COMPLETED), and a watchdog thread shuts down (shutdown(2); the
+ * daemon sees the end and closes it) any that has gone PC_METRICS_REQUEST_MS past that time: a
+ * request is answered within it, or its connection goes. The daemon calls the CLOSED notice
  * before it closes the socket, and the watchdog shuts down only listed connections under `mu`, so
  * it never touches a descriptor number reused since. The library's messages arrive through
  * MHD_OPTION_EXTERNAL_LOGGER on its thread and are formatted into one pc_log line each, through
@@ -86,12 +87,8 @@ static void on_conn(void *cls, struct MHD_Connection *conn, void **socket_contex
     }
 }
 
-/* MHD_OPTION_NOTIFY_COMPLETED: a request answered (or ended) restarts its connection's time. */
-static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
-                    enum MHD_RequestTerminationCode code) {
-    (void)con_cls;
-    (void)code;
-    pc_metrics_t *m = cls;
+/* Restart the time of conn's connection. */
+static void restart(pc_metrics_t *m, struct MHD_Connection *conn) {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     watched_t *w = ci ? ci->socket_context : NULL;
@@ -100,6 +97,22 @@ static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_mutex_lock(&m->mu);
     w->since_ns = pc_time_mono_ns();
     pthread_mutex_unlock(&m->mu);
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: a request line came; its request has the whole time (a
+ * keep-alive scraper's next request, near the end of the idle time, is not cut mid-answer). */
+static void *on_request(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)uri;
+    restart(cls, conn);
+    return NULL;
+}
+
+/* MHD_OPTION_NOTIFY_COMPLETED: a request answered (or ended) restarts the time too. */
+static void on_done(void *cls, struct MHD_Connection *conn, void **con_cls,
+                    enum MHD_RequestTerminationCode code) {
+    (void)con_cls;
+    (void)code;
+    restart(cls, conn);
 }
 
 /* The watchdog: every quarter of PC_METRICS_REQUEST_MS, shut down the connections past it. */
@@ -220,7 +233,7 @@ int pc_metrics_start(const char *host, int port, unsigned max_connections, pc_me
                             (struct sockaddr *)&a, MHD_OPTION_CONNECTION_LIMIT, max_connections,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(PC_METRICS_REQUEST_MS / 1000),
                             MHD_OPTION_NOTIFY_CONNECTION, on_conn, m, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_done, m, MHD_OPTION_END);
+                            on_done, m, MHD_OPTION_URI_LOG_CALLBACK, on_request, m, MHD_OPTION_END);
     if (m->d && pthread_create(&m->watchdog, NULL, watchdog_main, m) == 0)
         m->watching = true;
     if (!m->watching) {

@@ -944,7 +944,8 @@ static char *fetch_tables(sv_serve_t *s, char **servers) {
  * servers' tables: the rows held are copied over and followed on (sv_follow_unmoved), new
  * tables scanned. Under swap_mu, not while a layout is being built. */
 /* Returns whether the replica's tables are the servers' (nothing new or gone, or a new layout
- * was started: its swap brings them), false when it could not follow them (said). */
+ * was started: its swap brings them) or cannot be made so (a line it cannot read: said), false
+ * when it could not follow them (said). */
 static int accept_spec(void *ctx, const ps_table_config_t *cfg) {
     (void)ctx;
     (void)cfg;
@@ -964,7 +965,7 @@ static bool apply_tables(sv_serve_t *s, const char *servers, const char *tables)
                      "(%s; servers newer than it?): no table is added or dropped until it can",
                      why);
         s->said_unreadable = true;
-        return false;
+        return true; /* answered: a model of a table the replica lacks is refused, not awaited */
     }
     s->said_unreadable = false;
     ps_table_config_t *more = calloc(NEW_TABLES_MAX, sizeof *more);

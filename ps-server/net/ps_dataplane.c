@@ -43,26 +43,28 @@
  * every loop, and the connection tries again as it continues. The whole body is taken at once, so
  * bodies read in part never wait on each other. Such a body must be complete within frame_ms plus
  * 1 ms per KiB of it from its header on (body_late): its buffer is the server's memory, not the
- * connection's. TLS (pc_tls.h, when the
- * server has a certificate): the socket's bytes are read straight into the connection's TLS session
- * (made at accept); the plaintext it gives is read into exactly the places a plain connection reads
- * into (conn_buf: the staging buffer, a large body, the discard area) and handled by the same code
- * (conn_input). A reply is encrypted as soon as it is built (pc_tls_seal, record by record into one
- * buffer), and the ciphertext is one write whose allocation counts as unsent exactly as a plain
- * reply does; the plaintext is freed at once. A paused connection leaves its undecrypted records in
- * the session, and takes them up when it continues (tls_pump). The first bytes of a connection must
- * be a TLS ClientHello: a plaintext EmberPS frame is answered with PC_ETLS in clear (the client
- * learns why), anything else is closed with a log line. All TLS state belongs to the loop's thread.
- * Compressed rows (docs/wire.md): a batch in bf16 or f16 is converted at this boundary, the
- * table and its optimizer staying fp32. A PULL or LOOKUP gathers its rows into the loop's
- * conversion buffer (conv: loop thread only, kept between calls up to POOL_KEEP bytes, so it is
- * not faulted in again) and converts them into the reply (pc_half.h's fastest kernels); a PUSH
- * converts its gradients into that buffer and pushes from there. The reply's flags say the type.
- * Replication (docs/server.md "Replicas and failover"): a backup follows this server's tables
- * through DELTAS with PC_STREAM_ACK, and its `from` says it has applied every change before it
- * (acks: per table uid and backup). When the map names backups of this server's slots, a PUSH
- * that succeeded is not answered at once: its reply waits on its loop's `parked` list with a
- * target, the table's log head after the push less the table's replication_lag, until every
+ * connection's. For the same reason a connection paused with its complete body (its replies over
+ * reply_queue) is closed when none of its replies has been written for frame_ms (body_stuck): a
+ * peer that stopped reading would hold its share of the budget for as long as it lived. TLS
+ * (pc_tls.h, when the server has a certificate): the socket's bytes are read straight into the
+ * connection's TLS session (made at accept); the plaintext it gives is read into exactly the places
+ * a plain connection reads into (conn_buf: the staging buffer, a large body, the discard area) and
+ * handled by the same code (conn_input). A reply is encrypted as soon as it is built (pc_tls_seal,
+ * record by record into one buffer), and the ciphertext is one write whose allocation counts as
+ * unsent exactly as a plain reply does; the plaintext is freed at once. A paused connection leaves
+ * its undecrypted records in the session, and takes them up when it continues (tls_pump). The first
+ * bytes of a connection must be a TLS ClientHello: a plaintext EmberPS frame is answered with
+ * PC_ETLS in clear (the client learns why), anything else is closed with a log line. All TLS state
+ * belongs to the loop's thread. Compressed rows (docs/wire.md): a batch in bf16 or f16 is converted
+ * at this boundary, the table and its optimizer staying fp32. A PULL or LOOKUP gathers its rows
+ * into the loop's conversion buffer (conv: loop thread only, kept between calls up to POOL_KEEP
+ * bytes, so it is not faulted in again) and converts them into the reply (pc_half.h's fastest
+ * kernels); a PUSH converts its gradients into that buffer and pushes from there. The reply's flags
+ * say the type. Replication (docs/server.md "Replicas and failover"): a backup follows this
+ * server's tables through DELTAS with PC_STREAM_ACK, and its `from` says it has applied every
+ * change before it (acks: per table uid and backup). When the map names backups of this server's
+ * slots, a PUSH that succeeded is not answered at once: its reply waits on its loop's `parked` list
+ * with a target, the table's log head after the push less the table's replication_lag, until every
  * backup's acknowledged position reaches it. A backup counts once it has acknowledged, caught up
  * (PC_STREAM_CAUGHT: its copy done and a reply that reached the log's head), since it became one
  * (in_sync); one named by the first map this server followed holds pushes back from the start,
@@ -155,14 +157,16 @@ typedef struct conn {
     pc_wire_hdr_t hdr; /* of the frame being read into `body` */
     uint8_t *body;
     size_t body_have;
-    uint64_t skip;    /* bytes of an oversized body still to discard */
-    uint64_t unsent;  /* bytes of replies written but not yet completed */
-    uint64_t parked;  /* bytes its push replies parked for the backups hold (park_push) */
-    bool paused;      /* held back by may_run(): not reading, frames wait in stage/body */
-    bool body_ready;  /* paused with the large body complete, not yet executed */
-    pc_tls_t *tls;    /* TLS servers: the session (NULL once a plaintext client is refused) */
-    bool tls_started; /* the first bytes were a ClientHello */
-    bool corked;      /* replies wait in cork_* until cork_flush (drain_stage) */
+    uint64_t skip;     /* bytes of an oversized body still to discard */
+    uint64_t unsent;   /* bytes of replies written but not yet completed */
+    uint64_t parked;   /* bytes its push replies parked for the backups hold (park_push) */
+    bool paused;       /* held back by may_run(): not reading, frames wait in stage/body */
+    bool body_ready;   /* paused with the large body complete, not yet executed */
+    bool body_wait;    /* paused: its next large body is over body_total (counted once) */
+    uint64_t wrote_ms; /* its loop's time at its last reply written (or its accept) */
+    pc_tls_t *tls;     /* TLS servers: the session (NULL once a plaintext client is refused) */
+    bool tls_started;  /* the first bytes were a ClientHello */
+    bool corked;       /* replies wait in cork_* until cork_flush (drain_stage) */
     struct wreq *cork_head, *cork_tail;
     int ncork;
     size_t cork_bytes;
@@ -311,26 +315,31 @@ static bool body_take(ps_dp_t *dp, uint64_t n) {
  * wakes it. */
 static bool body_admit(conn_t *c, uint64_t n) {
     ps_dp_t *dp = c->lc->dp;
-    if (body_take(dp, n))
-        return true;
-    /* say so first, then try again (a release in between saw no waiter and woke no one) */
-    atomic_store(&dp->body_waiting, true);
-    if (body_take(dp, n))
-        return true;
-    atomic_fetch_add_explicit(&dp->body_waits, 1, memory_order_relaxed);
-    return false;
+    bool ok = body_take(dp, n);
+    if (!ok) { /* say so first, then try again (a release in between saw no waiter) */
+        atomic_store(&dp->body_waiting, true);
+        ok = body_take(dp, n);
+    }
+    if (!ok && !c->body_wait) /* a wait counts once, not at each try */
+        atomic_fetch_add_explicit(&dp->body_waits, 1, memory_order_relaxed);
+    c->body_wait = !ok;
+    return ok;
 }
 
-/* Free c's large body and give its bytes back to the budget. */
+/* Give n bytes back to the body budget, waking the connections that wait for it. */
+static void body_give(ps_dp_t *dp, uint64_t n) {
+    atomic_fetch_sub(&dp->bodies, n);
+    if (atomic_exchange(&dp->body_waiting, false))
+        wake_all(dp);
+}
+
+/* Free c's large body, and its bytes of the budget. */
 static void body_free(conn_t *c) {
     if (!c->body)
         return;
-    ps_dp_t *dp = c->lc->dp;
     pc_free(PC_MEM_SCRATCH, c->body, c->hdr.body_len);
     c->body = NULL;
-    atomic_fetch_sub(&dp->bodies, c->hdr.body_len);
-    if (atomic_exchange(&dp->body_waiting, false))
-        wake_all(dp);
+    body_give(c->lc->dp, c->hdr.body_len);
 }
 
 /* Whether connection c may execute its next frame now (see DESIGN); a connection resuming
@@ -362,6 +371,7 @@ static void conn_pause(conn_t *c) {
 static void on_written(uv_write_t *req, int status) {
     wreq_t *w = (wreq_t *)req;
     conn_t *c = w->c;
+    c->wrote_ms = uv_now(&c->lc->loop);
     for (wreq_t *nx; w; w = nx) { /* one reply, or the corked ones written together */
         nx = w->next;
         unsent_sub(c, w->bytes);
@@ -1668,7 +1678,7 @@ static bool drain_stage_(conn_t *c) {
                 c->body = pc_malloc(PC_MEM_SCRATCH, h.body_len);
                 c->hdr = h;
                 if (!c->body) {
-                    atomic_fetch_sub(&dp->bodies, h.body_len);
+                    body_give(dp, h.body_len);
                     return false;
                 }
                 c->body_ms = uv_now(&c->lc->loop);
@@ -1907,7 +1917,7 @@ static void on_connection(uv_stream_t *server, int status) {
     }
     c->lc = lc;
     c->born_ns = pc_time_mono_ns();
-    c->input_ms = uv_now(&lc->loop);
+    c->input_ms = c->wrote_ms = uv_now(&lc->loop);
     c->stage = pc_malloc(PC_MEM_SCRATCH, STAGE_BYTES);
     if (lc->dp->tls && pc_tls_new(lc->dp->tls, NULL, &c->tls))
         c->tls = NULL; /* checked below */
@@ -1952,20 +1962,37 @@ static bool body_late(const conn_t *c, uint64_t now_ms) {
            now_ms - c->body_ms > c->lc->dp->o.frame_ms + (c->hdr.body_len >> 10);
 }
 
+/* Whether paused c holds a complete large body that waits on replies its peer does not take:
+ * none of them written for frame_ms (a peer that stopped reading held its share of body_total,
+ * and with it every other connection's large requests, for as long as it lived). */
+static bool body_stuck(const conn_t *c, uint64_t now_ms) {
+    const uint64_t frame_ms = c->lc->dp->o.frame_ms;
+    return c->body_ready && c->unsent && now_ms - c->wrote_ms > frame_ms &&
+           now_ms - c->body_ms > frame_ms;
+}
+
 /* Every quarter of the shorter deadline: with a token or TLS, the connections not admitted
  * within hello_ms of their accept are closed; and every connection that holds part of a frame
  * and sent nothing for frame_ms. Not one paused by may_run: it is the server that does not read
- * it (its HELLO, or the rest of its frame, waits for its replies to drain). */
+ * it (its HELLO, or the rest of its frame, waits for its replies to drain); unless it holds a
+ * complete large body and its peer takes none of its replies (body_stuck). */
 static void on_deadline_timer(uv_timer_t *tm) {
     loopctx_t *lc = tm->data;
     const ps_dp_t *dp = lc->dp;
     const bool hello = dp->token_len || dp->tls;
     const uint64_t now = pc_time_mono_ns(), hello_ns = (uint64_t)dp->o.hello_ms * 1000000u,
                    now_ms = uv_now(&lc->loop);
-    size_t late_hello = 0, late_frame = 0;
+    size_t late_hello = 0, late_frame = 0, stuck = 0;
     for (conn_t *c = lc->conns; c; c = c->next) {
-        if (c->closing || c->paused)
+        if (c->closing)
             continue;
+        if (c->paused) {
+            if (body_stuck(c, now_ms)) {
+                stuck++;
+                conn_close(c);
+            }
+            continue;
+        }
         if (hello && !admitted(c) && now - c->born_ns > hello_ns) {
             late_hello++;
             conn_close(c);
@@ -1983,6 +2010,10 @@ static void on_deadline_timer(uv_timer_t *tm) {
         PC_WARN("data plane: %zu connection(s) sent part of a request and then nothing for %u "
                 "ms, or a large body slower than 1 KiB/ms: closed",
                 late_frame, dp->o.frame_ms);
+    if (stuck)
+        PC_WARN("data plane: %zu connection(s) held a large request body while taking none of "
+                "their replies for %u ms: closed",
+                stuck, dp->o.frame_ms);
 }
 
 /* STOP_FLUSH_MS after a stop: a peer that does not read (stopped, stuck, partitioned) would hold
