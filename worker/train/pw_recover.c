@@ -749,22 +749,43 @@ int pw__resume_checkpoint(trainer_t *t, uint64_t *skip) {
     return rc;
 }
 
-/* Record this worker's position (after its last applied step) at the coordinator when it
- * changed. A failed save: training goes on (the group's connections are peer to peer), the next
- * try a second later (force: now); a restart would resume from an older position, and no
- * checkpoint is taken meanwhile. */
+/* The position a restart may resume from: done_pos, or, asynchronous, the start of the oldest
+ * batch with a push not answered yet (an applied round does not wait for its pushes there; a
+ * crash would have lost those of up to a ring of batches, unread again). A batch read again
+ * may push some rows twice: at least once, never lost (as in sync). */
+static uint64_t pushed_pos(trainer_t *t) {
+    uint64_t pos = t->done_pos;
+    for (int i = 0; t->staleness == PW_ASYNC && i < t->nslots; i++) {
+        const slot_t *s = &t->slots[i];
+        bool out = false;
+        for (size_t k = 0; k < s->npush && !out; k++)
+            out = !pw_sched_done(t->sched, &s->push[k].job);
+        if (out && s->pos0 < pos)
+            pos = s->pos0;
+    }
+    return pos;
+}
+
+/* Record this worker's position (after its last applied step whose pushes are answered,
+ * pushed_pos) at the coordinator when it changed. A failed save: training goes on (the group's
+ * connections are peer to peer), the next try a second later (force: now); a restart would
+ * resume from an older position, and no checkpoint is taken meanwhile. */
 void pw__save_position(trainer_t *t, bool force) {
     if (t->grp)
         pw_group_progress(t->grp, t->step);
     if (!t->grp || (!t->pos_dirty && t->pos_saved) ||
         (!force && pc_time_mono_ns() < t->pos_retry_ns))
         return;
-    int rc = pw_group_offset_save(t->grp, t->step, t->done_pos);
+    const uint64_t pos = pushed_pos(t);
+    if (t->pos_saved && pos < t->done_pos && pos == t->pos_last)
+        return; /* held back by the same pushes as at the last save: nothing new to record */
+    int rc = pw_group_offset_save(t->grp, t->step, pos);
     if (rc && t->pos_saved)
         PC_WARN("train: cannot record this worker's position at the coordinator: %s",
                 pc_strerror(rc));
     t->pos_saved = rc == 0;
-    t->pos_dirty = rc != 0;
+    t->pos_last = pos;
+    t->pos_dirty = rc != 0 || pos < t->done_pos; /* (the rest, once its pushes are answered) */
     t->pos_retry_ns = rc ? pc_time_mono_ns() + 1000000000ull : 0;
 }
 

@@ -784,6 +784,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
             slot_t *s = &t.slots[(t.head + t.filled) % t.nslots];
             if ((rc = pw__slot_settle(&t, s))) /* async: pushes not awaited before */
                 break;
+            const uint64_t pos0 = pw_reader_consumed(r);
             const pw_batch_t *b =
                 c->max_samples && res->samples + (uint64_t)t.filled * (uint64_t)c->batch >=
                                       (uint64_t)c->max_samples
@@ -803,6 +804,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
                 break;
             s->round = t.next_round + (uint64_t)t.filled++;
             s->pos = pw_reader_consumed(r);
+            s->pos0 = pos0;
             pw__slot_pull(&t, s);
         }
         if (rc)

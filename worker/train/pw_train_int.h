@@ -54,6 +54,7 @@ typedef struct slot {
     struct trainer *t;
     uint64_t round; /* the step it is computed as */
     uint64_t pos;   /* the reader's position after this batch */
+    uint64_t pos0;  /* and before it (async: the position recorded while its pushes are out) */
     pw_batch_t b;   /* the batch without its features' keys (keys NULL: the step reads ukeys) */
     size_t ncap, dcap, kcap; /* labels and key_off; dense; fields, vals, inv, ukeys */
     uint64_t *ukeys;
@@ -165,6 +166,7 @@ typedef struct trainer {
     uint64_t restart_step;    /* a restarted worker: the step its recorded position was at */
     uint64_t done_pos;        /* position after the last applied round with a batch */
     bool pos_dirty;           /* done_pos not recorded at the coordinator yet */
+    uint64_t pos_last;        /* the position last recorded (async: done_pos or before it) */
     bool pos_saved;           /* this worker's last position reached the coordinator */
     uint64_t pos_retry_ns;    /* after a failed save, the next try waits until then */
     uint64_t seen_reconnects; /* the store's reconnects when last looked at (rollback) */
