@@ -53,7 +53,8 @@
     XX(ESTATE,       -23, 1,  9 /* FAILED_PRECONDITION */, "not possible in the current state")   \
     XX(EOWNED,       -24, 0,  9 /* FAILED_PRECONDITION */, "table owned by another job")       \
     XX(ETLS,         -25, 0, 14 /* UNAVAILABLE */, "TLS failed (handshake, certificate or protocol)") \
-    XX(EREADONLY,    -26, 0,  9 /* FAILED_PRECONDITION */, "read-only: a serving replica takes no writes")
+    XX(EREADONLY,    -26, 0,  9 /* FAILED_PRECONDITION */, "read-only: a serving replica takes no writes") \
+    XX(EFENCED,      -27, 0,  9 /* FAILED_PRECONDITION */, "fenced: a newer generation of the job took over the table")
 // clang-format on
 
 typedef enum {

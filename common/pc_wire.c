@@ -107,6 +107,10 @@ size_t pc_wire_batch_head_encode_typed(const char *name, uint32_t n, uint32_t di
     return hl;
 }
 
+void pc_wire_batch_set_epoch(uint8_t *head, uint32_t epoch) {
+    put32(head + 12, epoch);
+}
+
 int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
                          const pc_wire_limits_t *lim, pc_wire_batch_t *out) {
     if (op != PC_OP_PULL && op != PC_OP_PUSH && op != PC_OP_LOOKUP)
@@ -115,7 +119,8 @@ int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
         return PC_EINVAL;
     const uint32_t nl = get16(body), t = get16(body + 2), n = get32(body + 4),
                    dim = get32(body + 8);
-    if (nl == 0 || nl > PC_WIRE_NAME_MAX || get32(body + 12))
+    const uint32_t epoch = get32(body + 12);
+    if (nl == 0 || nl > PC_WIRE_NAME_MAX || (epoch && op != PC_OP_PUSH))
         return PC_EINVAL;
     if (t > PC_WIRE_DTYPE_MAX_)
         return PC_EUNSUPPORTED;
@@ -136,6 +141,7 @@ int pc_wire_batch_decode(pc_wire_op_t op, const uint8_t *body, uint32_t len,
     out->n = n;
     out->dim = dim;
     out->dtype = (pc_wire_dtype_t)t;
+    out->epoch = epoch;
     out->keys = (const uint64_t *)(const void *)(body + hl);
     const void *vals = op == PC_OP_PUSH ? body + hl + (size_t)n * 8 : NULL;
     out->vals = t == PC_WIRE_F32 ? vals : NULL;
@@ -210,7 +216,8 @@ size_t pc_wire_claim_len(size_t name_len, size_t job_len) {
     return pc_wire_batch_head_len(name_len) + job_len;
 }
 
-size_t pc_wire_claim_encode(const char *name, const char *job, uint32_t mode, uint8_t *out) {
+size_t pc_wire_claim_encode(const char *name, const char *job, uint32_t mode, uint32_t epoch,
+                            uint8_t *out) {
     const size_t nl = strlen(name), jl = strlen(job), hl = pc_wire_batch_head_len(nl);
     if (nl == 0 || nl > PC_WIRE_NAME_MAX || jl > PC_WIRE_JOB_MAX || mode > UINT16_MAX)
         return 0;
@@ -218,6 +225,7 @@ size_t pc_wire_claim_encode(const char *name, const char *job, uint32_t mode, ui
     put16(out, (uint16_t)nl);
     put16(out + 2, (uint16_t)mode);
     put32(out + 4, (uint32_t)jl);
+    put32(out + 8, epoch);
     memcpy(out + PC_WIRE_PREFIX, name, nl);
     memcpy(out + hl, job, jl);
     return hl + jl;
@@ -227,8 +235,7 @@ int pc_wire_claim_decode(const uint8_t *body, uint32_t len, pc_wire_claim_t *out
     if (len < PC_WIRE_PREFIX)
         return PC_EINVAL;
     const uint32_t nl = get16(body), jl = get32(body + 4);
-    if (nl == 0 || nl > PC_WIRE_NAME_MAX || jl > PC_WIRE_JOB_MAX || get32(body + 8) ||
-        get32(body + 12))
+    if (nl == 0 || nl > PC_WIRE_NAME_MAX || jl > PC_WIRE_JOB_MAX || get32(body + 12))
         return PC_EINVAL;
     const size_t hl = pc_wire_batch_head_len(nl);
     if ((uint64_t)len != (uint64_t)hl + jl)
@@ -237,6 +244,7 @@ int pc_wire_claim_decode(const uint8_t *body, uint32_t len, pc_wire_claim_t *out
         if (body[i])
             return PC_EINVAL;
     out->mode = get16(body + 2);
+    out->epoch = get32(body + 8);
     if (get_text(body + PC_WIRE_PREFIX, nl, out->name) || get_text(body + hl, jl, out->job))
         return PC_EINVAL;
     return 0;

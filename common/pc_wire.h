@@ -9,15 +9,15 @@
  *   8  u64 request id (a response echoes its request's)
  * Requests are answered in any order (match by id); many may be in flight per connection.
  *
- * Batch bodies (PULL, PUSH, LOOKUP requests): a 16-byte prefix {u16 name_len, u16 0, u32 n,
- * u32 dim, u32 0}, the table name padded with zeros to a multiple of 8, then n u64 keys, then
- * (PUSH) n * dim f32 gradients. So keys and floats start 8-aligned in an aligned buffer and
- * both ends use the arrays in place: no per-element encoding.
- * Responses: PULL n * dim f32 rows; LOOKUP rows then n found bytes; PUSH three u64 counters
- * (applied, skipped_nonfinite, dropped_unadmitted). CLAIM: see pc_wire_claim_t. TABLES: each
- * table's settings text ("name=emb,dim=16,...") followed by '\n'. HELLO carries the
- * token and is answered with the server's cluster map text, as is MAP. An error response's body is
- * a one-line message, except PC_EWRONGSLOT whose body is the server's current cluster map text.
+ * Batch bodies (PULL, PUSH, LOOKUP requests): a 16-byte prefix {u16 name_len, u16 type, u32 n,
+ * u32 dim, u32 epoch} (epoch: PUSH only, the generation fence, else 0), the table name padded with
+ * zeros to a multiple of 8, then n u64 keys, then (PUSH) n * dim f32 gradients. So keys and floats
+ * start 8-aligned in an aligned buffer and both ends use the arrays in place: no per-element
+ * encoding. Responses: PULL n * dim f32 rows; LOOKUP rows then n found bytes; PUSH three u64
+ * counters (applied, skipped_nonfinite, dropped_unadmitted). CLAIM: see pc_wire_claim_t. TABLES:
+ * each table's settings text ("name=emb,dim=16,...") followed by '\n'. HELLO carries the token and
+ * is answered with the server's cluster map text, as is MAP. An error response's body is a one-line
+ * message, except PC_EWRONGSLOT whose body is the server's current cluster map text.
  *
  * Every length is checked against limits before anything is allocated for it.
  *
@@ -27,6 +27,11 @@
  * status 0 to such a batch carries the type in its header's flags (bits 1-2), which only a
  * client that asked for it ever sees. PUSH gradients and PULL/LOOKUP rows then take 2 bytes an
  * element; conversions are pc_half.h's.
+ *
+ * Generation fences (docs/wire.md "Generation fences"): a PUSH may carry its job generation's
+ * epoch in the prefix's last u32 (0: none, what a server before fences requires there); a
+ * server refuses one below the epoch its table was fenced at (a CLAIM of mode 4) with
+ * PC_EFENCED. A client stamps epochs only once its fence claim succeeded.
  */
 #ifndef PC_WIRE_H
 #define PC_WIRE_H
@@ -114,6 +119,7 @@ typedef struct pc_wire_batch {
     const uint64_t *keys;
     const float *vals;      /* PUSH in f32: n * dim gradients; NULL otherwise */
     const uint16_t *vals16; /* PUSH in bf16 or f16: n * dim gradients; NULL otherwise */
+    uint32_t epoch;         /* PUSH: the pushing job generation's fence epoch (0: none) */
 } pc_wire_batch_t;
 
 /* Bytes of the prefix and padded name of a batch body. */
@@ -129,6 +135,9 @@ uint64_t pc_wire_batch_body_len_typed(pc_wire_op_t op, size_t name_len, uint32_t
 size_t pc_wire_batch_head_encode(const char *name, uint32_t n, uint32_t dim, uint8_t *out);
 size_t pc_wire_batch_head_encode_typed(const char *name, uint32_t n, uint32_t dim,
                                        pc_wire_dtype_t t, uint8_t *out);
+/* A PUSH's fence epoch (docs/wire.md "Generation fences"), the prefix's last u32, into an
+ * encoded head (0: not fenced, as encoded). PULL and LOOKUP carry 0. */
+void pc_wire_batch_set_epoch(uint8_t *head, uint32_t epoch);
 
 /* Decode a batch request body of `op` (8-aligned `body`): PC_EINVAL for a malformed body (the
  * frame boundaries are intact, so the connection can go on), PC_EUNSUPPORTED for an element type
@@ -151,13 +160,14 @@ int pc_wire_reply_check(pc_wire_op_t op, uint64_t n, uint32_t dim, uint64_t max_
 int pc_wire_reply_check_typed(pc_wire_op_t op, uint64_t n, uint32_t dim, pc_wire_dtype_t t,
                               uint64_t max_reply, char *msg, size_t cap);
 
-/* A claim (request body): a 16-byte prefix {u16 name_len, u16 mode, u32 job_len, u32 0, u32 0},
- * the table name padded with zeros to a multiple of 8, then the job name (job_len bytes, no
- * NUL). mode is ps_claim_mode_t (0 check, 1 warm-start, 2 fresh, 3 inspect). */
+/* A claim (request body): a 16-byte prefix {u16 name_len, u16 mode, u32 job_len, u32 epoch,
+ * u32 0}, the table name padded with zeros to a multiple of 8, then the job name (job_len bytes,
+ * no NUL). mode is ps_claim_mode_t (0 check, 1 warm-start, 2 fresh, 3 inspect, 4 fence); epoch
+ * is the fence's (mode 4 only, else 0). */
 typedef struct pc_wire_claim {
     char name[PC_WIRE_NAME_MAX + 1];
     char job[PC_WIRE_JOB_MAX + 1];
-    uint32_t mode;
+    uint32_t mode, epoch;
 } pc_wire_claim_t;
 
 /* A claim reply (status 0): a 32-byte prefix {u32 action, u32 dim, u64 rows, u64 version,
@@ -175,7 +185,8 @@ typedef struct pc_wire_claim_reply {
 /* Encode into out (at least pc_wire_claim_len bytes); returns the bytes written. name must be
  * 1..PC_WIRE_NAME_MAX bytes, job at most PC_WIRE_JOB_MAX (else 0 is returned). */
 size_t pc_wire_claim_len(size_t name_len, size_t job_len);
-size_t pc_wire_claim_encode(const char *name, const char *job, uint32_t mode, uint8_t *out);
+size_t pc_wire_claim_encode(const char *name, const char *job, uint32_t mode, uint32_t epoch,
+                            uint8_t *out);
 /* PC_EINVAL for a malformed body. */
 int pc_wire_claim_decode(const uint8_t *body, uint32_t len, pc_wire_claim_t *out);
 

@@ -126,8 +126,9 @@ struct call {
     uint8_t *found;
     psc_push_result_t *res;
     psc_push_result_t acc;
-    const char *job; /* CLAIM: the job, mode and the caller's result */
+    const char *job; /* CLAIM: the job, mode (and a fence's epoch) and the caller's result */
     int mode;
+    uint32_t epoch; /* CLAIM of PSC_CLAIM_FENCE: its epoch; PUSH: the client's (psc_fence) */
     psc_claim_t *claim;
     bool claimed; /* CLAIM: a server's reply is in *claim */
     char *text;   /* TABLES: the caller's buffer (text_cap bytes), *text_len bytes in it */
@@ -207,6 +208,7 @@ struct psc {
     atomic_int spinners;     /* callers yielding in psc_wait now: the I/O thread polls (io_main) */
     int waiters;             /* callers inside psc_wait (mu): psc_close frees after they left */
     atomic_int wire;         /* PSC_WIRE_*: the element type new calls use (psc_set_wire_type) */
+    atomic_uint push_epoch;  /* the generation epoch new pushes carry (psc_fence; 0: none) */
     pc_cluster_map_t *map;   /* I/O thread; map_text under mu for readers */
     uint64_t map_asked_ns;   /* when the other servers were last asked for their map */
     uint64_t map_connect_ns; /* when map_ask_others last connected to them */
@@ -1195,7 +1197,7 @@ static int part_send(server_t *s, part_t *p) {
     uint8_t *b = w->data + PC_WIRE_HDR;
     p->t_sent = pc_time_mono_ns();
     if (k->op == PC_OP_CLAIM)
-        pc_wire_claim_encode(k->table, k->job, (uint32_t)k->mode, b);
+        pc_wire_claim_encode(k->table, k->job, (uint32_t)k->mode, k->epoch, b);
     if (k->stream) {
         const psc_stream_req_t *q = k->stream;
         pc_wire_stream_t sq = {.flags = k->stream_flags,
@@ -1213,7 +1215,11 @@ static int part_send(server_t *s, part_t *p) {
         p->sent = rc == 0;
         return rc;
     }
-    b += pc_wire_batch_head_encode_typed(k->table, p->n, k->dim, (pc_wire_dtype_t)k->dtype, b);
+    const size_t hl =
+        pc_wire_batch_head_encode_typed(k->table, p->n, k->dim, (pc_wire_dtype_t)k->dtype, b);
+    if (k->op == PC_OP_PUSH)
+        pc_wire_batch_set_epoch(b, k->epoch);
+    b += hl;
     uint64_t *keys = (uint64_t *)(void *)b;
     for (uint32_t i = 0; i < p->n; i++)
         keys[i] = k->keys[p->idx[i]];
@@ -1589,6 +1595,7 @@ static int start_call(psc_t *c, uint8_t op, const char *table, const uint64_t *k
     k->n = n;
     k->dim = dim;
     k->dtype = (uint8_t)atomic_load_explicit(&c->wire, memory_order_relaxed);
+    k->epoch = op == PC_OP_PUSH ? atomic_load(&c->push_epoch) : 0;
     k->rows = rows;
     k->grads = grads;
     k->found = found;
@@ -1776,6 +1783,25 @@ int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_
     int rc = call_run(c, k, out->message, sizeof out->message);
     if (rc && !out->message[0])
         snprintf(out->message, sizeof out->message, "%s", pc_strerror(rc));
+    return rc;
+}
+
+int psc_fence(psc_t *c, const char *table, const char *job, uint32_t epoch, psc_claim_t *out) {
+    if (!c || !table || !job || !out || !table[0] || strlen(table) > PC_WIRE_NAME_MAX || !job[0] ||
+        strlen(job) > PC_WIRE_JOB_MAX || epoch == 0)
+        return PC_EINVAL;
+    memset(out, 0, sizeof *out);
+    call_t *k = call_new(c, PC_OP_CLAIM, table);
+    if (!k)
+        return PC_ENOMEM;
+    k->job = job;
+    k->mode = PSC_CLAIM_FENCE;
+    k->epoch = epoch;
+    k->claim = out;
+    int rc = call_run(c, k, out->message, sizeof out->message);
+    if (rc && !out->message[0])
+        snprintf(out->message, sizeof out->message, "%s", pc_strerror(rc));
+    atomic_store(&c->push_epoch, rc ? 0 : epoch);
     return rc;
 }
 

@@ -276,7 +276,7 @@ static void do_reset(const ps_api_env_t *env, const uint8_t *req, size_t len, ps
     }
     ps_claim_result_t res;
     char err[512];
-    int rc = ps_catalog_claim(env->cat, q->table, "", PS_CLAIM_FRESH, &res, err, sizeof err);
+    int rc = ps_catalog_claim(env->cat, q->table, "", PS_CLAIM_FRESH, 0, &res, err, sizeof err);
     if (rc) {
         ps_api_fail(r, rc, "%s", err);
     } else {

@@ -1046,6 +1046,18 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
         reply_error(c, h, PC_EDIM, msg);
         return;
     }
+    const uint32_t fence = b.epoch ? ps_table_fence(t) : 0;
+    if (b.epoch < fence) { /* a generation its job has left behind (docs/wire.md) */
+        char msg[PC_WIRE_NAME_MAX + 192];
+        snprintf(msg, sizeof msg,
+                 "table %s is fenced at generation epoch %u; this push is of epoch %u (its "
+                 "worker was left behind by its job's group)",
+                 b.name, fence, b.epoch);
+        ps_catalog_release(dp->cat, t);
+        atomic_fetch_sub(&dp->pushing, 1);
+        reply_error(c, h, PC_EFENCED, msg);
+        return;
+    }
     const size_t nf = (size_t)b.n * b.dim, es = pc_wire_dtype_size(b.dtype);
     size_t plen = h->op == PC_OP_PUSH     ? 3 * sizeof(uint64_t)
                   : h->op == PC_OP_LOOKUP ? nf * es + b.n
@@ -1112,14 +1124,15 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
 static void do_claim(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_dp_t *dp = c->lc->dp;
     pc_wire_claim_t q;
-    if (pc_wire_claim_decode(body, h->body_len, &q) || q.mode > PS_CLAIM_INSPECT) {
+    if (pc_wire_claim_decode(body, h->body_len, &q) || q.mode > PS_CLAIM_FENCE ||
+        (q.mode == PS_CLAIM_FENCE) != (q.epoch != 0)) {
         reply_error(c, h, PC_EINVAL, "malformed claim");
         return;
     }
     ps_claim_result_t res = {0};
     char err[PC_WIRE_MSG_MAX] = "";
-    int rc =
-        ps_catalog_claim(dp->cat, q.name, q.job, (ps_claim_mode_t)q.mode, &res, err, sizeof err);
+    int rc = ps_catalog_claim(dp->cat, q.name, q.job, (ps_claim_mode_t)q.mode, q.epoch, &res, err,
+                              sizeof err);
     pc_wire_claim_reply_t r = {
         .action = (uint32_t)res.action, .rows = res.rows, .version = res.version};
     ps_table_t *t = NULL;

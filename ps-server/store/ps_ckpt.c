@@ -84,6 +84,7 @@ typedef struct mtable {
     char name[PS_TABLE_NAME_MAX];
     char config[2048];
     char owner[PS_OWNER_MAX]; /* the job that trained it ("" none; absent in older manifests) */
+    uint32_t fence;           /* the owner's generation fence (ps_table_fence; 0: none, older) */
     bool full;
     uint32_t cut;
     uint64_t version, rows, tombs, bytes, xxh3;
@@ -371,6 +372,11 @@ static int manifest_read(const ps_ckpt_t *c, uint64_t id, manifest_t *m) {
         if (!rc && cJSON_GetObjectItemCaseSensitive(e, "owner") &&
             json_get_str(e, "owner", t->owner, sizeof t->owner))
             rc = PC_ECORRUPT;
+        uint64_t fence = 0; /* absent in older manifests */
+        if (!rc && cJSON_GetObjectItemCaseSensitive(e, "fence") &&
+            (json_get_u64(e, "fence", &fence) || fence > UINT32_MAX))
+            rc = PC_ECORRUPT;
+        t->fence = (uint32_t)fence;
         t->log_position = UINT64_MAX; /* uid and log_position: absent in older manifests */
         if (!rc && cJSON_GetObjectItemCaseSensitive(e, "uid") && json_get_u64(e, "uid", &t->uid))
             rc = PC_ECORRUPT;
@@ -434,6 +440,7 @@ static int manifest_write(const char *tmpdir, const manifest_t *m) {
         ADD(cJSON_AddStringToObject(e, "name", t->name) != NULL);
         ADD(cJSON_AddStringToObject(e, "config", t->config) != NULL);
         ADD(cJSON_AddStringToObject(e, "owner", t->owner) != NULL);
+        ADD(json_u64(e, "fence", t->fence));
         ADD(cJSON_AddBoolToObject(e, "full", t->full) != NULL);
         ADD(cJSON_AddNumberToObject(e, "cut_clock", t->cut) != NULL);
         ADD(json_u64(e, "version", t->version));
@@ -641,6 +648,7 @@ static int write_snapshot(ps_table_t *t, const ps_snapshot_info_t *info, ps_tier
         snprintf(e->name, sizeof e->name, "%s", cfg->name);
         memcpy(e->config, meta.config, sizeof e->config);
         ps_table_owner(t, e->owner, sizeof e->owner);
+        e->fence = ps_table_fence(t);
         e->full = since == PS_SCAN_ALL;
         e->cut = info->cut_clock;
         e->version = info->version;
@@ -1093,6 +1101,7 @@ static int restore_table(ps_ckpt_t *c, const manifest_t *target, const mtable_t 
     }
     ps_table_set_version(t, te->version);
     ps_table_set_owner(t, te->owner);
+    ps_table_raise_fence(t, te->fence);
     ps_table_track_removals(t);
     *out = t;
     return 0;

@@ -238,6 +238,17 @@ static int room_for_one(ps_catalog_t *c, entry_t **e, bool limited) {
     return 0;
 }
 
+/* A table installed over `old` of the same owner keeps the higher generation fence of the two:
+ * a live restore of an older checkpoint must not let the job's left-behind generations push
+ * again. */
+static void keep_fence(const ps_table_t *old, ps_table_t *t) {
+    char a[PS_OWNER_MAX], b[PS_OWNER_MAX];
+    ps_table_owner(old, a, sizeof a);
+    ps_table_owner(t, b, sizeof b);
+    if (a[0] && strcmp(a, b) == 0)
+        ps_table_raise_fence(t, ps_table_fence(old));
+}
+
 /* t under its name: in place of the live table of that name (may_replace: in one step, an
  * acquire sees the old table or t, never none; the old one is destroyed once its last holder
  * releases it) or as a new one (may_add). Takes ownership of t (destroyed on failure).
@@ -256,8 +267,10 @@ static int install(ps_catalog_t *c, ps_table_t *t, bool may_replace, bool may_ad
     else
         rc = room_for_one(c, &e, limited);
     if (!rc) {
-        if (e)
+        if (e) {
             e->dropped = true;
+            keep_fence(e->t, t);
+        }
         c->e[c->n++] = (entry_t){t, 0, false};
         atomic_fetch_add(&c->changes, 1);
         if (e && e->refs == 0)
@@ -404,10 +417,10 @@ static int reset_table(ps_catalog_t *c, ps_table_t *old, const char *job, char *
 }
 
 int ps_catalog_claim(ps_catalog_t *c, const char *name, const char *job, ps_claim_mode_t mode,
-                     ps_claim_result_t *out, char *err, size_t errlen) {
+                     uint32_t epoch, ps_claim_result_t *out, char *err, size_t errlen) {
     if (!c || !name || !job || !out || strlen(job) >= PS_OWNER_MAX ||
         (!job[0] && mode != PS_CLAIM_FRESH && mode != PS_CLAIM_INSPECT) ||
-        (unsigned)mode > PS_CLAIM_INSPECT) {
+        (unsigned)mode > PS_CLAIM_FENCE || (mode == PS_CLAIM_FENCE) != (epoch != 0)) {
         snprintf(err, errlen, "bad claim of table %s", name ? name : "(null)");
         return PC_EINVAL;
     }
@@ -425,6 +438,15 @@ int ps_catalog_claim(ps_catalog_t *c, const char *name, const char *job, ps_clai
     out->version = ps_table_version(t);
     if (mode == PS_CLAIM_INSPECT) {
         out->action = PS_CLAIMED_NONE;
+    } else if (mode == PS_CLAIM_FENCE) {
+        out->action = PS_CLAIMED_CONTINUED;
+        if (strcmp(out->previous, job) == 0) {
+            ps_table_raise_fence(t, epoch);
+        } else {
+            rc = PC_EOWNED;
+            snprintf(err, errlen, "table %s holds rows of job '%s', not of '%s' that fences it",
+                     name, out->previous, job);
+        }
     } else if (job[0] && strcmp(out->previous, job) == 0) {
         out->action = PS_CLAIMED_CONTINUED;
     } else if (mode == PS_CLAIM_FRESH) {

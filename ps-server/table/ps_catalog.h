@@ -104,14 +104,20 @@ int ps_catalog_drop(ps_catalog_t *c, const char *name);
  *   - PS_CLAIM_CHECK: an unowned table that no push has changed becomes J's (new); a table owned
  *     by another job, or changed by pushes of clients that claim nothing, is refused with
  *     PC_EOWNED and a message in err that names the owner and what to do;
- *   - PS_CLAIM_INSPECT: nothing changes (action none); the result describes the table.
+ *   - PS_CLAIM_INSPECT: nothing changes (action none); the result describes the table;
+ *   - PS_CLAIM_FENCE: J, the owner already (else PC_EOWNED), raises the table's generation fence
+ *     to `epoch` (> 0; ps_table_fence): pushes of J's older generations are refused from then on
+ *     (action continued). A table installed over one of the same owner (a live restore, a
+ *     backup's copy) keeps the higher fence of the two.
+ * `epoch` is 0 in every other mode.
  * Claims of one catalog are serialized. Cold tables cannot be reset while serving (PC_ESTATE:
  * their rows live in the tier under the table's name; drop and create them). */
 typedef enum {
     PS_CLAIM_CHECK,
     PS_CLAIM_WARM_START,
     PS_CLAIM_FRESH,
-    PS_CLAIM_INSPECT
+    PS_CLAIM_INSPECT,
+    PS_CLAIM_FENCE
 } ps_claim_mode_t;
 typedef enum {
     PS_CLAIMED_NEW,
@@ -129,7 +135,7 @@ typedef struct ps_claim_result {
  * PS_CLAIM_INSPECT).
  * Errors: PC_ENOTFOUND, PC_EINVAL, PC_EOWNED, PC_ESTATE, PC_ENOMEM; err gets a message. */
 int ps_catalog_claim(ps_catalog_t *c, const char *name, const char *job, ps_claim_mode_t mode,
-                     ps_claim_result_t *out, char *err, size_t errlen);
+                     uint32_t epoch, ps_claim_result_t *out, char *err, size_t errlen);
 /* The name of a claim action ("new", "continued", "warm_started", "reset", "none"). */
 const char *ps_claim_action_name(ps_claim_action_t a);
 

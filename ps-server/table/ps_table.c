@@ -260,6 +260,7 @@ struct ps_table {
     atomic_uint_least64_t cold_reads, cold_hits, cold_get_errors; /* per call, readers too */
     pthread_mutex_t owner_mu; /* the owner, the job that trains the table (ps_catalog_claim) */
     char owner[PS_OWNER_MAX];
+    atomic_uint_least32_t fence; /* the owner's generation fence (ps_table_fence) */
     ps_shard_t *shards;
 };
 
@@ -2418,9 +2419,21 @@ int ps_table_set_owner(ps_table_t *t, const char *owner) {
     if (!owner || strlen(owner) >= PS_OWNER_MAX)
         return PC_EINVAL;
     pthread_mutex_lock(&t->owner_mu);
+    if (strcmp(t->owner, owner)) /* another job: its generations count from nothing */
+        atomic_store(&t->fence, 0);
     snprintf(t->owner, sizeof t->owner, "%s", owner);
     pthread_mutex_unlock(&t->owner_mu);
     return 0;
+}
+
+uint32_t ps_table_fence(const ps_table_t *t) {
+    return atomic_load(&((ps_table_t *)t)->fence);
+}
+
+void ps_table_raise_fence(ps_table_t *t, uint32_t epoch) {
+    uint32_t cur = atomic_load(&t->fence);
+    while (cur < epoch && !atomic_compare_exchange_weak(&t->fence, &cur, epoch)) {
+    }
 }
 
 /* ==== lifecycle and accessors ============================================================== */

@@ -310,6 +310,13 @@ void ps_table_set_version(ps_table_t *t, uint64_t version);
 size_t ps_table_owner(const ps_table_t *t, char *buf, size_t cap);
 int ps_table_set_owner(ps_table_t *t, const char *owner);
 
+/* The owner's generation fence (ps_catalog_claim's PS_CLAIM_FENCE, docs/wire.md "Generation
+ * fences"): pushes that carry a lower epoch are refused (a worker of a generation its job has
+ * left behind); 0: none. Raise keeps the higher of the two; a new owner (ps_table_set_owner of
+ * another name) starts at 0. Kept in checkpoints with the owner. Both thread-safe. */
+uint32_t ps_table_fence(const ps_table_t *t);
+void ps_table_raise_fence(ps_table_t *t, uint32_t epoch);
+
 /* The initial row of a key (what pull would insert). out has dim floats. */
 void ps_table_initial_row(const ps_table_t *t, uint64_t key, float *out);
 

@@ -1343,6 +1343,83 @@ static void test_frame_deadline(void **state) {
     tc_rmdir(dir);
 }
 
+/* Generation fences on two servers: job a fences its table at epoch 5 through one client (psc_fence
+ * reaches both servers), and a second client of a, fenced at 3 (a worker the group left behind;
+ * its fence does not lower the table's), has its pushes refused with PC_EFENCED on both, its rows
+ * untouched; the first client's pushes (epoch 5) and a client that never fenced (no epoch) are
+ * taken; a fence by another job is refused and leaves that client unfenced. A raw push of a lower
+ * epoch is refused the same way, and a pull that carries an epoch is malformed. After a restart
+ * from its checkpoint, the server still refuses epoch 3 (the fence is in the manifest). */
+static void test_fence(void **state) {
+    (void)state;
+    char dir[256], map[256], maparg[300], one[64], ck[300];
+    tc_tmpdir(dir, sizeof dir, "dpfence");
+    int p0 = pu_free_port(), p1 = pu_free_port();
+    two_way_map(map, sizeof map, p0, p1, 1);
+    snprintf(maparg, sizeof maparg, "--cluster-map=%s", map);
+    snprintf(ck, sizeof ck, "--ckpt-dir=%s/ck0", dir);
+    char tables[200];
+    snprintf(tables, sizeof tables, "--tables=%s", TABLE);
+    const char *e0[] = {maparg, tables, ck, NULL}, *e1[] = {maparg, tables, NULL};
+    pid_t s0 = pu_spawn(p0, dir, e0, NULL), s1 = pu_spawn(p1, dir, e1, NULL);
+    snprintf(one, sizeof one, "127.0.0.1:%d", p0);
+    psc_t *now = connect_to(one, NULL), *old = connect_to(one, NULL),
+          *plain = connect_to(one, NULL);
+    psc_claim_t cl;
+    assert_int_equal(psc_claim(now, "emb", "a", PSC_CLAIM_CHECK, &cl), 0);
+    assert_int_equal(psc_fence(old, "emb", "a", 3, &cl), 0);
+    assert_int_equal(psc_fence(now, "emb", "a", 5, &cl), 0);
+    assert_int_equal(psc_fence(plain, "emb", "b", 9, &cl), PC_EOWNED); /* not b's table */
+    assert_has(cl.message, "holds rows of job 'a'");
+    assert_int_equal(psc_fence(plain, "emb", "a", 0, &cl), PC_EINVAL);
+    enum { N = 300 };
+    static uint64_t keys[N];
+    static float g[N * D], before[N * D], after[N * D];
+    batch(1, keys, g, N);
+    assert_int_equal(psc_pull(plain, "emb", keys, N, D, before), 0);
+    assert_int_equal(psc_push(old, "emb", keys, N, D, g, NULL), PC_EFENCED);
+    assert_int_equal(psc_pull(plain, "emb", keys, N, D, after), 0);
+    assert_memory_equal(before, after, sizeof before); /* nothing of it applied, on either */
+    assert_int_equal(psc_push(now, "emb", keys, N, D, g, NULL), 0);
+    assert_int_equal(psc_push(plain, "emb", keys, N, D, g, NULL), 0); /* (no epoch: never) */
+    /* raw frames: a push of epoch 4 refused, 5 taken; a pull carrying an epoch is malformed */
+    static uint8_t body[64 << 10];
+    const uint32_t plen = batch_body(PC_OP_PUSH, "emb", 1, D, false, body);
+    pc_wire_batch_set_epoch(body, 4);
+    char msg[256];
+    int fd = raw_connect(p0), rc = PC_EWRONGSLOT;
+    send_frame(fd, PC_OP_PUSH, 1, body, plen);
+    if ((rc = recv_reply_msg(fd, 1, msg, sizeof msg)) == PC_EWRONGSLOT) { /* the key's server */
+        close(fd);
+        fd = raw_connect(p1);
+        send_frame(fd, PC_OP_PUSH, 1, body, plen);
+        rc = recv_reply_msg(fd, 1, msg, sizeof msg);
+    }
+    assert_int_equal(rc, PC_EFENCED);
+    assert_has(msg, "fenced at generation epoch 5");
+    pc_wire_batch_set_epoch(body, 5);
+    send_frame(fd, PC_OP_PUSH, 2, body, plen);
+    assert_int_equal(recv_reply(fd, 2), 0);
+    const uint32_t qlen = batch_body(PC_OP_PULL, "emb", 1, D, false, body);
+    pc_wire_batch_set_epoch(body, 5);
+    send_frame(fd, PC_OP_PULL, 3, body, qlen);
+    assert_int_equal(recv_reply(fd, 3), PC_EINVAL);
+    close(fd);
+    /* the fence survives a restart from the checkpoint (written on exit) */
+    psc_close(old);
+    pu_stop(s0);
+    s0 = pu_spawn(p0, dir, e0, NULL);
+    old = connect_to(one, NULL);
+    assert_int_equal(psc_fence(old, "emb", "a", 3, &cl), 0);
+    assert_int_equal(psc_push(old, "emb", keys, N, D, g, NULL), PC_EFENCED);
+    psc_close(old);
+    psc_close(now);
+    psc_close(plain);
+    pu_stop(s0);
+    pu_stop(s1);
+    tc_rmdir(dir);
+}
+
 /* Large bodies share one budget (--body-total-bytes): while one connection holds a 1 MB push
  * body read in part, a second connection's 260 KB push waits unread (counted as a wait) and is
  * executed once the first completes; before the budget, every connection got its body's buffer at
@@ -1493,6 +1570,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_roleless_dead_server),
         cmocka_unit_test(test_frame_deadline),
         cmocka_unit_test(test_body_budget),
+        cmocka_unit_test(test_fence),
         cmocka_unit_test_teardown(test_dead_peer, leave_ns),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -78,6 +78,11 @@ typedef struct pw_emb_ops {
      * line for the user: PC_EDIM / PC_EINVAL (the table differs), PC_EOWNED (another job's
      * rows), PC_ENOTFOUND (no such table), transport errors. */
     int (*claim)(pw_emb_t *e, const char *job, int mode, const char *expect, char *msg, size_t cap);
+    /* Fence the claimed table at generation `epoch` (> 0) for `job` (libpsclient's psc_fence):
+     * the servers refuse pushes of lower epochs (PC_EFENCED), and this store's pushes carry
+     * `epoch` from then on (none after a failure). msg gets the failure's line. NULL: no servers
+     * (local). */
+    int (*fence)(pw_emb_t *e, const char *job, uint32_t epoch, char *msg, size_t cap);
     /* The table's delta-stream marks on every server, in cluster-map order: out[0 .. *n), *n
      * the map's servers (PC_ETOOBIG when over cap). Asked after a step's pushes were
      * acknowledged, each head is at or after the log entries of every change they made (the

@@ -187,6 +187,18 @@ static int r_claim(pw_emb_t *e, const char *job, int mode, const char *expect, c
     return rc;
 }
 
+static int r_fence(pw_emb_t *e, const char *job, uint32_t epoch, char *msg, size_t cap) {
+    remote_t *r = (remote_t *)e;
+    psc_claim_t *cl = pc_smalloc(PC_MEM_OTHER, sizeof *cl);
+    if (!cl)
+        return PC_ENOMEM;
+    const int rc = psc_fence(r->ps, r->table, job, epoch, cl);
+    if (rc)
+        snprintf(msg, cap, "table %s: %s", r->table, cl->message);
+    pc_sfree(cl);
+    return rc;
+}
+
 static int r_watermark(pw_emb_t *e, pw_emb_mark_t *out, size_t cap, size_t *n, char *why,
                        size_t whycap) {
     remote_t *r = (remote_t *)e;
@@ -245,6 +257,7 @@ static const pw_emb_ops_t k_remote = {.name = "remote",
                                       .ping = r_ping,
                                       .rows = r_rows,
                                       .claim = r_claim,
+                                      .fence = r_fence,
                                       .order_free = r_order_free,
                                       .watermark = r_watermark,
                                       .map_text = r_map_text,

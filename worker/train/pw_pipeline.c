@@ -134,7 +134,13 @@ static void push_done(void *ctx, int rc) {
     pchunk_t *p = ctx;
     trainer_t *t = p->s->t;
     char why[1024];
-    if (transient(rc)) {
+    if (rc == PC_EFENCED) { /* this worker was left behind: it re-forms (or learns it is out) */
+        if (p->epoch == atomic_load(&t->epoch) && !atomic_exchange(&t->fenced, true))
+            PC_WARN("train: rank %d: a push was refused: %s; re-forming the group", (int)t->c->rank,
+                    pw__store_why(t, rc, why, sizeof why));
+        atomic_fetch_add(&t->lost_pushes, 1);
+        rc = 0;
+    } else if (transient(rc)) {
         PC_WARN("train: rank %d: a push failed (%s); its part on the failed server is lost",
                 (int)t->c->rank, pw__store_why(t, rc, why, sizeof why));
         atomic_fetch_add(&t->lost_pushes, 1);
@@ -154,6 +160,7 @@ static int run_push(pw_job_t *j) {
     pchunk_t *p = (pchunk_t *)j;
     pw_emb_t *e = p->s->t->emb;
     p->sent = true;
+    p->epoch = atomic_load(&p->s->t->epoch); /* (a refusal of an older one: a dropped round's) */
     const int rc = e->ops->push_async(e, p->keys, p->n, p->grads, push_done, p);
     if (rc) /* refused before it went out: the same account as one that failed (a refusal stops
              * the job through push_refused, which the marks tell the others) */

@@ -567,7 +567,29 @@ static int dcoll_form(trainer_t *t) {
 
 /* The agreement of a group just formed: its device allreduce, one dense state, then a rollback
  * if one is wanted. */
+/* Fence the table at this generation (docs/wire.md "Generation fences"): from here on the servers
+ * refuse pushes of the generations before it, a worker the group left behind (stopped, cut off,
+ * then back) included, before rank 0 may restore the servers (rollback_agree). Any member's
+ * fence does it for all; each stamps its own pushes. A failure is said, and this member's
+ * pushes go unfenced (the store stamps none): a fence is protection, not a condition to train. */
+static void fence(trainer_t *t) {
+    const pw_emb_ops_t *ops = t->emb->ops;
+    if (!t->grp || !ops->fence)
+        return;
+    const uint64_t gen = pw_group_gen(t->grp);
+    const uint32_t epoch = gen + 1 < UINT32_MAX ? (uint32_t)(gen + 1) : UINT32_MAX;
+    char msg[1024];
+    const int rc = ops->fence(t->emb, pw_group_run_name(t->grp), epoch, msg, sizeof msg);
+    if (rc)
+        PC_WARN("train: rank %d: cannot fence the table at generation %llu (%s): this worker's "
+                "pushes go unfenced",
+                (int)t->c->rank, (unsigned long long)gen, msg);
+    atomic_store(&t->epoch, rc ? 0 : epoch);
+    atomic_store(&t->fenced, false);
+}
+
 static int agree(trainer_t *t) {
+    fence(t);
     int rc = dcoll_form(t);
     if (!rc)
         rc = sync_state(t);

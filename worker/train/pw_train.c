@@ -809,7 +809,7 @@ int pw_train_run(const pw_train_config_t *c, pw_format_t fmt, const char *const 
         }
         if (rc)
             break;
-        if (t.grp && pw_group_stale(t.grp)) {
+        if (t.grp && (pw_group_stale(t.grp) || atomic_load(&t.fenced))) {
             if ((rc = pw__pipeline_regroup(&t)))
                 break;
             continue;

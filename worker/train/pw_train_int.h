@@ -86,7 +86,8 @@ typedef struct pchunk { /* a push of n keys of a slot, from keys and grads */
     const uint64_t *keys;
     const float *grads;
     size_t n;
-    bool sent; /* its call started (else its gate failed and it never ran) */
+    bool sent;      /* its call started (else its gate failed and it never ran) */
+    uint32_t epoch; /* the generation fence its call was started under (t->epoch then) */
 } pchunk_t;
 
 /* A step's round (see DESIGN). Its sum: the group's dense gradients, and one float for the turns
@@ -155,6 +156,8 @@ typedef struct trainer {
     atomic_int push_refused; /* a round's pushes refused by a server (not a transient failure):
                               * the code (this worker's, PC_EIO for another's); the job stops */
     atomic_bool coll_broken; /* an ordered-lane collective failed (until the group re-forms) */
+    atomic_bool fenced;      /* a push was refused as of a generation the group left (PC_EFENCED) */
+    atomic_uint epoch;       /* the generation fence this worker's pushes carry (0: none) */
     bool waiting_servers;    /* warned that the servers are unavailable (until they answer) */
     FILE *step_log;
     uint64_t max_ahead;

@@ -110,8 +110,13 @@ static void test_batch_roundtrip_and_errors(void **state) {
     body[3] = 1; /* 256 */
     assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EUNSUPPORTED);
     memcpy(body, save, 16);
-    body[13] = 1;
-    assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EINVAL);
+    /* The last u32: a push's generation epoch (0 as encoded); any other op must carry 0. */
+    assert_int_equal(b.epoch, 0);
+    pc_wire_batch_set_epoch(body, 256);
+    assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), 0);
+    assert_int_equal(b.epoch, 256);
+    assert_int_equal(pc_wire_batch_decode(PC_OP_PULL, body, plen, &LIM, &b), PC_EINVAL);
+    assert_int_equal(pc_wire_batch_decode(PC_OP_LOOKUP, body, plen, &LIM, &b), PC_EINVAL);
     memcpy(body, save, 16);
     body[16 + 7] = 'x'; /* padding after "emb.v2" */
     assert_int_equal(pc_wire_batch_decode(PC_OP_PUSH, body, len, &LIM, &b), PC_EINVAL);
@@ -357,7 +362,7 @@ static void test_stream_codec(void **state) {
 static void test_claim_codec(void **state) {
     (void)state;
     uint8_t b[512] __attribute__((aligned(8)));
-    const size_t len = pc_wire_claim_encode("emb", "job/run/3", 2, b);
+    const size_t len = pc_wire_claim_encode("emb", "job/run/3", 2, 0, b);
     assert_int_equal(len, pc_wire_claim_len(3, 9));
     assert_int_equal(len, PC_WIRE_PREFIX + 8 + 9);
     pc_wire_claim_t q;
@@ -382,8 +387,13 @@ static void test_claim_codec(void **state) {
     char big[200];
     memset(big, 'j', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    assert_int_equal(pc_wire_claim_encode("emb", big, 0, b), 0); /* refused, nothing written */
-    assert_int_equal(pc_wire_claim_encode("", "j", 0, b), 0);
+    assert_int_equal(pc_wire_claim_encode("emb", big, 0, 0, b), 0); /* refused, nothing written */
+    assert_int_equal(pc_wire_claim_encode("", "j", 0, 0, b), 0);
+    /* a fence's epoch travels in the prefix's third u32 */
+    const size_t fl = pc_wire_claim_encode("emb", "job/run/3", 4, 77, b);
+    assert_int_equal(pc_wire_claim_decode(b, (uint32_t)fl, &q), 0);
+    assert_int_equal(q.mode, 4);
+    assert_int_equal(q.epoch, 77);
 
     pc_wire_claim_reply_t r = {.action = 3, .dim = 16, .rows = 7, .version = 9}, back;
     snprintf(r.previous, sizeof r.previous, "old/run/0");

@@ -163,7 +163,7 @@ static void test_spec_needs_name(void **state) {
 
 static int claim(ps_catalog_t *cat, const char *job, ps_claim_mode_t mode, ps_claim_result_t *r) {
     char err[256];
-    return ps_catalog_claim(cat, "emb", job, mode, r, err, sizeof err);
+    return ps_catalog_claim(cat, "emb", job, mode, 0, r, err, sizeof err);
 }
 
 /* One push of key 1 (a trained table). */
@@ -185,7 +185,7 @@ static void test_claims(void **state) {
     assert_int_equal(ps_catalog_add(cat, &c), 0);
     ps_claim_result_t r;
     char err[256], owner[PS_OWNER_MAX];
-    assert_int_equal(ps_catalog_claim(cat, "nope", "a", PS_CLAIM_CHECK, &r, err, sizeof err),
+    assert_int_equal(ps_catalog_claim(cat, "nope", "a", PS_CLAIM_CHECK, 0, &r, err, sizeof err),
                      PC_ENOTFOUND);
     assert_int_equal(claim(cat, "", PS_CLAIM_CHECK, &r), PC_EINVAL); /* a job needs a name */
     /* an untrained table: job a gets it; a again: continued; inspect changes nothing */
@@ -199,7 +199,7 @@ static void test_claims(void **state) {
     assert_int_equal(r.action, PS_CLAIMED_NONE);
     assert_string_equal(r.previous, "a");
     /* job b: refused, with a message naming a; warm-start takes the rows over */
-    assert_int_equal(ps_catalog_claim(cat, "emb", "b", PS_CLAIM_CHECK, &r, err, sizeof err),
+    assert_int_equal(ps_catalog_claim(cat, "emb", "b", PS_CLAIM_CHECK, 0, &r, err, sizeof err),
                      PC_EOWNED);
     assert_non_null(strstr(err, "job 'a'"));
     assert_int_equal(claim(cat, "b", PS_CLAIM_WARM_START, &r), 0);
@@ -225,11 +225,63 @@ static void test_claims(void **state) {
     /* a table pushed to by a client that claimed nothing is refused too; reset with job "" */
     assert_int_equal(claim(cat, "", PS_CLAIM_FRESH, &r), 0);
     push_one(cat);
-    assert_int_equal(ps_catalog_claim(cat, "emb", "d", PS_CLAIM_CHECK, &r, err, sizeof err),
+    assert_int_equal(ps_catalog_claim(cat, "emb", "d", PS_CLAIM_CHECK, 0, &r, err, sizeof err),
                      PC_EOWNED);
     assert_non_null(strstr(err, "claimed no job"));
     char names[2][PS_TABLE_NAME_MAX];
     assert_int_equal(ps_catalog_list(cat, names, 2), 1); /* one table through all of it */
+    ps_catalog_destroy(cat);
+}
+
+/* Generation fences: the owner raises its table's fence (never lowers it); another job, an
+ * epoch 0 or an epoch with another mode are refused; a table installed over one of the same
+ * owner (a live restore) keeps the higher fence, one of another owner does not, and a new owner
+ * starts at 0. */
+static void test_fence(void **state) {
+    (void)state;
+    ps_catalog_t *cat;
+    assert_int_equal(ps_catalog_create(&cat), 0);
+    ps_table_config_t c;
+    cfg_named(&c, "name=emb,dim=4");
+    assert_int_equal(ps_catalog_add(cat, &c), 0);
+    ps_claim_result_t r;
+    char err[256];
+    assert_int_equal(claim(cat, "a", PS_CLAIM_CHECK, &r), 0);
+    assert_int_equal(ps_catalog_claim(cat, "emb", "a", PS_CLAIM_FENCE, 0, &r, err, sizeof err),
+                     PC_EINVAL);
+    assert_int_equal(ps_catalog_claim(cat, "emb", "a", PS_CLAIM_CHECK, 3, &r, err, sizeof err),
+                     PC_EINVAL);
+    assert_int_equal(ps_catalog_claim(cat, "emb", "b", PS_CLAIM_FENCE, 3, &r, err, sizeof err),
+                     PC_EOWNED);
+    assert_non_null(strstr(err, "job 'a'"));
+    ps_table_t *t;
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0);
+    assert_int_equal(ps_table_fence(t), 0);
+    assert_int_equal(ps_catalog_claim(cat, "emb", "a", PS_CLAIM_FENCE, 3, &r, err, sizeof err), 0);
+    assert_int_equal(r.action, PS_CLAIMED_CONTINUED);
+    assert_int_equal(ps_catalog_claim(cat, "emb", "a", PS_CLAIM_FENCE, 2, &r, err, sizeof err), 0);
+    assert_int_equal(ps_table_fence(t), 3); /* an older generation's fence lowers nothing */
+    ps_catalog_release(cat, t);
+    /* a live restore of a's table (fence 1 in its checkpoint): keeps 3 */
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    assert_int_equal(ps_table_set_owner(t, "a"), 0);
+    ps_table_raise_fence(t, 1);
+    assert_int_equal(ps_catalog_set(cat, t), 0);
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0);
+    assert_int_equal(ps_table_fence(t), 3);
+    ps_catalog_release(cat, t);
+    /* another owner's table in its place: its own fence */
+    assert_int_equal(ps_table_create(&c, &t), 0);
+    assert_int_equal(ps_table_set_owner(t, "z"), 0);
+    assert_int_equal(ps_catalog_set(cat, t), 0);
+    assert_int_equal(ps_catalog_acquire(cat, "emb", &t), 0);
+    assert_int_equal(ps_table_fence(t), 0);
+    ps_table_raise_fence(t, 5);
+    assert_int_equal(ps_table_set_owner(t, "z"), 0); /* the same owner: kept */
+    assert_int_equal(ps_table_fence(t), 5);
+    assert_int_equal(ps_table_set_owner(t, "y"), 0); /* a new owner: from nothing */
+    assert_int_equal(ps_table_fence(t), 0);
+    ps_catalog_release(cat, t);
     ps_catalog_destroy(cat);
 }
 
@@ -343,6 +395,6 @@ int main(void) {
         cmocka_unit_test(test_catalog),         cmocka_unit_test(test_install),
         cmocka_unit_test(test_spec_needs_name), cmocka_unit_test(test_claims),
         cmocka_unit_test(test_claims_race),     cmocka_unit_test(test_attach_race),
-        cmocka_unit_test(test_table_limit)};
+        cmocka_unit_test(test_fence),           cmocka_unit_test(test_table_limit)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

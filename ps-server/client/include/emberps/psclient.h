@@ -42,10 +42,10 @@ extern "C" {
  * 1 psc_claim; 2 psc_wait_detail; 3 psc_connect2 (TLS); 4 psc_tables, psc_health, feature keys,
  * the delta stream (psc_deltas, psc_scan); 5 compressed rows on the wire (psc_set_wire_type);
  * 6 psc_map_unclean_slots, and the map text's unclean=N (a client before 1.6 cannot parse a map
- * that carries it: it keeps its map; docs/wire.md). */
+ * that carries it: it keeps its map; docs/wire.md); 7 psc_fence (generation fences). */
 #define PSC_VERSION_MAJOR 1 /* the ABI version: libpsclient.so.1 */
-#define PSC_VERSION_MINOR 6
-#define PSC_VERSION_PATCH 1
+#define PSC_VERSION_MINOR 7
+#define PSC_VERSION_PATCH 0
 #define PSC_VERSION_HEX   ((PSC_VERSION_MAJOR << 16) | (PSC_VERSION_MINOR << 8) | PSC_VERSION_PATCH)
 
 /* Marks the exported functions (the shared library is built with hidden visibility). */
@@ -179,6 +179,20 @@ typedef struct psc_claim {
  * disagree on the table's settings, or a cold table cannot be reset), PC_EINVAL, the transport's
  * errors. Claims are not retried. Thread-safe. */
 PSC_EXTERN int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_t *out);
+
+/* ---- generation fences (since 1.7; docs/wire.md "Generation fences") ----
+ * A job whose group of workers re-forms (a worker lost, restarted, taken over) fences its table
+ * at the new generation's epoch (> 0, rising with each generation): every server with a role
+ * keeps the higher epoch, and refuses pushes stamped with a lower one with PC_EFENCED, so a
+ * worker the group left behind (stopped, cut off, then back) cannot push into the rows the new
+ * generation trains or restored. The claim is of PSC_CLAIM_FENCE's kind: `job` must own the
+ * table already (else PC_EOWNED, the message naming the owner). On success, every push this
+ * client starts from then on carries `epoch`; on failure, none (pushes are not fenced: a server
+ * that did not take the fence must not refuse the job's own pushes). Pushes without an epoch (a
+ * client that never fenced) are never refused for it. Blocking; thread-safe. */
+enum { PSC_CLAIM_FENCE = 4 };
+PSC_EXTERN int psc_fence(psc_t *c, const char *table, const char *job, uint32_t epoch,
+                         psc_claim_t *out);
 
 /* ---- compressed rows on the wire (since 1.5; docs/wire.md "Compressed rows") ----
  * Pulls, lookups and pushes may travel as 16-bit floats: half the bytes of rows and gradients.
