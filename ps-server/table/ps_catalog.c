@@ -440,8 +440,13 @@ int ps_catalog_claim(ps_catalog_t *c, const char *name, const char *job, ps_clai
         out->action = PS_CLAIMED_NONE;
     } else if (mode == PS_CLAIM_FENCE) {
         out->action = PS_CLAIMED_CONTINUED;
-        if (strcmp(out->previous, job) == 0) {
+        const uint32_t at = ps_table_fence(t);
+        if (strcmp(out->previous, job) == 0 && epoch >= at) {
             ps_table_raise_fence(t, epoch);
+        } else if (strcmp(out->previous, job) == 0) { /* its generations counted again from 0 */
+            rc = PC_EFENCED;
+            snprintf(err, errlen, "table %s is fenced at generation epoch %u, above %u", name, at,
+                     epoch);
         } else {
             rc = PC_EOWNED;
             snprintf(err, errlen, "table %s holds rows of job '%s', not of '%s' that fences it",

@@ -107,8 +107,9 @@ int ps_catalog_drop(ps_catalog_t *c, const char *name);
  *   - PS_CLAIM_INSPECT: nothing changes (action none); the result describes the table;
  *   - PS_CLAIM_FENCE: J, the owner already (else PC_EOWNED), raises the table's generation fence
  *     to `epoch` (> 0; ps_table_fence): pushes of J's older generations are refused from then on
- *     (action continued). A table installed over one of the same owner (a live restore, a
- *     backup's copy) keeps the higher fence of the two.
+ *     (action continued); an epoch below the table's fence is refused (PC_EFENCED: a fence of a
+ *     left-behind generation, or a job whose generations were counted again from 0). A table
+ *     installed over one of the same owner (a live restore) keeps the higher fence of the two.
  * `epoch` is 0 in every other mode.
  * Claims of one catalog are serialized. Cold tables cannot be reset while serving (PC_ESTATE:
  * their rows live in the tier under the table's name; drop and create them). */

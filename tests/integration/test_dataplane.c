@@ -1410,8 +1410,8 @@ static void test_fence(void **state) {
     pu_stop(s0);
     s0 = pu_spawn(p0, dir, e0, NULL);
     old = connect_to(one, NULL);
-    assert_int_equal(psc_fence(old, "emb", "a", 3, &cl), 0);
-    assert_int_equal(psc_push(old, "emb", keys, N, D, g, NULL), PC_EFENCED);
+    assert_int_equal(psc_fence(old, "emb", "a", 3, &cl), PC_EFENCED); /* below its fence, 5 */
+    assert_has(cl.message, "fenced at generation epoch 5");
     psc_close(old);
     psc_close(now);
     psc_close(plain);

@@ -259,7 +259,9 @@ static void test_fence(void **state) {
     assert_int_equal(ps_table_fence(t), 0);
     assert_int_equal(ps_catalog_claim(cat, "emb", "a", PS_CLAIM_FENCE, 3, &r, err, sizeof err), 0);
     assert_int_equal(r.action, PS_CLAIMED_CONTINUED);
-    assert_int_equal(ps_catalog_claim(cat, "emb", "a", PS_CLAIM_FENCE, 2, &r, err, sizeof err), 0);
+    assert_int_equal(ps_catalog_claim(cat, "emb", "a", PS_CLAIM_FENCE, 3, &r, err, sizeof err), 0);
+    assert_int_equal(ps_catalog_claim(cat, "emb", "a", PS_CLAIM_FENCE, 2, &r, err, sizeof err),
+                     PC_EFENCED);
     assert_int_equal(ps_table_fence(t), 3); /* an older generation's fence lowers nothing */
     ps_catalog_release(cat, t);
     /* a live restore of a's table (fence 1 in its checkpoint): keeps 3 */
