@@ -1768,17 +1768,16 @@ static int call_run(psc_t *c, call_t *k, char *why, size_t cap) {
     return rc ? rc : psc_wait_detail(c, id, why, cap);
 }
 
-int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_t *out) {
-    if (!c || !table || !job || !out || !table[0] || strlen(table) > PC_WIRE_NAME_MAX ||
-        strlen(job) > PC_WIRE_JOB_MAX || mode < PSC_CLAIM_CHECK || mode > PSC_CLAIM_INSPECT ||
-        (!job[0] && mode != PSC_CLAIM_FRESH && mode != PSC_CLAIM_INSPECT))
-        return PC_EINVAL;
+/* A CLAIM of `mode` (and a fence's epoch) on every server with a role, its result into out. */
+static int claim_run(psc_t *c, const char *table, const char *job, int mode, uint32_t epoch,
+                     psc_claim_t *out) {
     memset(out, 0, sizeof *out);
     call_t *k = call_new(c, PC_OP_CLAIM, table);
     if (!k)
         return PC_ENOMEM;
     k->job = job;
     k->mode = mode;
+    k->epoch = epoch;
     k->claim = out;
     int rc = call_run(c, k, out->message, sizeof out->message);
     if (rc && !out->message[0])
@@ -1786,21 +1785,19 @@ int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_
     return rc;
 }
 
+int psc_claim(psc_t *c, const char *table, const char *job, int mode, psc_claim_t *out) {
+    if (!c || !table || !job || !out || !table[0] || strlen(table) > PC_WIRE_NAME_MAX ||
+        strlen(job) > PC_WIRE_JOB_MAX || mode < PSC_CLAIM_CHECK || mode > PSC_CLAIM_INSPECT ||
+        (!job[0] && mode != PSC_CLAIM_FRESH && mode != PSC_CLAIM_INSPECT))
+        return PC_EINVAL;
+    return claim_run(c, table, job, mode, 0, out);
+}
+
 int psc_fence(psc_t *c, const char *table, const char *job, uint32_t epoch, psc_claim_t *out) {
     if (!c || !table || !job || !out || !table[0] || strlen(table) > PC_WIRE_NAME_MAX || !job[0] ||
         strlen(job) > PC_WIRE_JOB_MAX || epoch == 0)
         return PC_EINVAL;
-    memset(out, 0, sizeof *out);
-    call_t *k = call_new(c, PC_OP_CLAIM, table);
-    if (!k)
-        return PC_ENOMEM;
-    k->job = job;
-    k->mode = PSC_CLAIM_FENCE;
-    k->epoch = epoch;
-    k->claim = out;
-    int rc = call_run(c, k, out->message, sizeof out->message);
-    if (rc && !out->message[0])
-        snprintf(out->message, sizeof out->message, "%s", pc_strerror(rc));
+    const int rc = claim_run(c, table, job, PSC_CLAIM_FENCE, epoch, out);
     atomic_store(&c->push_epoch, rc ? 0 : epoch);
     return rc;
 }
