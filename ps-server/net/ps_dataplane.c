@@ -1124,8 +1124,7 @@ static void do_batch(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
 static void do_claim(conn_t *c, const pc_wire_hdr_t *h, const uint8_t *body) {
     ps_dp_t *dp = c->lc->dp;
     pc_wire_claim_t q;
-    if (pc_wire_claim_decode(body, h->body_len, &q) || q.mode > PS_CLAIM_FENCE ||
-        (q.mode == PS_CLAIM_FENCE) != (q.epoch != 0)) {
+    if (pc_wire_claim_decode(body, h->body_len, &q) || q.mode > PS_CLAIM_FENCE) {
         reply_error(c, h, PC_EINVAL, "malformed claim");
         return;
     }

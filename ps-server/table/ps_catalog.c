@@ -441,16 +441,16 @@ int ps_catalog_claim(ps_catalog_t *c, const char *name, const char *job, ps_clai
     } else if (mode == PS_CLAIM_FENCE) {
         out->action = PS_CLAIMED_CONTINUED;
         const uint32_t at = ps_table_fence(t);
-        if (strcmp(out->previous, job) == 0 && epoch >= at) {
-            ps_table_raise_fence(t, epoch);
-        } else if (strcmp(out->previous, job) == 0) { /* its generations counted again from 0 */
+        if (strcmp(out->previous, job)) {
+            rc = PC_EOWNED;
+            snprintf(err, errlen, "table %s holds rows of job '%s', not of '%s' that fences it",
+                     name, out->previous, job);
+        } else if (epoch < at) { /* a left-behind generation, or generations counted again */
             rc = PC_EFENCED;
             snprintf(err, errlen, "table %s is fenced at generation epoch %u, above %u", name, at,
                      epoch);
         } else {
-            rc = PC_EOWNED;
-            snprintf(err, errlen, "table %s holds rows of job '%s', not of '%s' that fences it",
-                     name, out->previous, job);
+            ps_table_raise_fence(t, epoch);
         }
     } else if (job[0] && strcmp(out->previous, job) == 0) {
         out->action = PS_CLAIMED_CONTINUED;
