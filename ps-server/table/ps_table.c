@@ -30,9 +30,9 @@
  *
  * Batches are software-pipelined within a shard group (see batch_run): bucket prefetch, tag match
  * and row prefetch (with the caller's gradient row for push), second-bucket match (every key that
- * did not match in b1), then key verification and the operation, PIPE_D keys apart. Every batch
- * operation goes through it (pull, lookup, push, and the whole-row read_state and load of
- * replication and restores). The lock of a shard is taken once per group, never per key.
+ * did not match in b1), then key verification and the operation, 16 (pull, lookup) or 8 keys apart.
+ * Every batch operation goes through it (pull, lookup, push, and the whole-row read_state and load
+ * of replication and restores). The lock of a shard is taken once per group, never per key.
  * Verification always re-checks the candidate against the slab, so rows that moved in between
  * (eviction during the same call) are found again by a full probe; under a read lock nothing
  * moves, so a key that matched in neither bucket is absent without one. The prefetch helpers must
@@ -116,7 +116,8 @@
 #define MAX_TAG_BITS       20u /* tags come from h bits 32..51, shards from the top 12 */
 #define MAX_KICKS          256
 #define REBUILD_D          8  /* rows between a rebuild's bucket prefetch and placement */
-#define PIPE_D             8  /* keys between pipeline stages (4..24 within 10%, see table.md) */
+#define PIPE_D_WEIGHTS     16 /* keys between pipeline stages: pull and lookup (table.md) */
+#define PIPE_D_ROWS        8  /* push, and whole-row reads and loads */
 #define CLOCK_PROBES       64 /* rows a CLOCK eviction visits at most */
 #define AGING_PERIOD       8192u
 #define SNAPSHOT_MAX_TICKS 4096u /* a snapshot spanning more ticks fails (ages stay < 2^15) */
@@ -551,8 +552,13 @@ static inline void freq_bump(ps_km_t *km, uint64_t salt) {
     km->freq = c;
 }
 
+/* How a prefetched line will be used: read and kept (index buckets, key records, gradients),
+ * written, or read once (a pulled row: a non-temporal hint, so rows streaming through do not
+ * push the index and the key records, which every key needs, out of the caches). */
+enum { PF_READ, PF_WRITE, PF_STREAM };
+
 /* Prefetch the cache lines of `bytes` bytes at p (at most 32 lines). The hint must be a
- * literal, hence the two loops.
+ * literal, hence the three loops.
  *
  * The prefetch helpers are always_inline on purpose: a function whose only effect is
  * __builtin_prefetch is classified as const by GCC's interprocedural pure-const analysis when it
@@ -560,15 +566,18 @@ static inline void freq_bump(ps_km_t *km, uint64_t salt) {
  * happened to prefetch_row before (every row prefetch of the pipeline was silently dropped); the
  * table's tests cannot see it, ps-bench table can (push 0.12 -> 0.18 of the gather). */
 static inline __attribute__((always_inline)) void prefetch_bytes(const void *p, uint32_t bytes,
-                                                                 int write) {
+                                                                 int use) {
     const uintptr_t a = (uintptr_t)p;
     const char *line = (const char *)(a & ~(uintptr_t)63);
     uint32_t lines = (uint32_t)((a + (uintptr_t)bytes - 1) / 64 - a / 64) + 1;
     if (lines > 32)
         lines = 32;
-    if (write) {
+    if (use == PF_WRITE) {
         for (uint32_t l = 0; l < lines; l++, line += 64)
             __builtin_prefetch(line, 1, 3);
+    } else if (use == PF_STREAM) {
+        for (uint32_t l = 0; l < lines; l++, line += 64)
+            __builtin_prefetch(line, 0, 0);
     } else {
         for (uint32_t l = 0; l < lines; l++, line += 64)
             __builtin_prefetch(line, 0, 3);
@@ -578,12 +587,12 @@ static inline __attribute__((always_inline)) void prefetch_bytes(const void *p, 
 /* Prefetch row r's record and the cache lines of its first `bytes` bytes. Records are 11 bytes
  * packed, so one in six straddles two lines: a write prefetches the whole record, a read the key
  * (one in nine straddles). A prefetch of the first byte alone left those keys demand misses at
- * stage C. */
+ * stage C. A read streams the row (PF_STREAM, see docs/table.md). */
 static inline __attribute__((always_inline)) void
 prefetch_row(const ps_table_t *t, const ps_shard_t *s, uint32_t r, int write, uint32_t bytes) {
     prefetch_bytes(&s->km[r], write ? (uint32_t)sizeof(ps_km_t) : (uint32_t)sizeof(uint64_t),
-                   write);
-    prefetch_bytes(row_at(t, s, r), bytes, write);
+                   write ? PF_WRITE : PF_READ);
+    prefetch_bytes(row_at(t, s, r), bytes, write ? PF_WRITE : PF_STREAM);
 }
 
 /* Bitmask of the slots of a bucket that carry `tag` (never 0, see slot_tag) in the bits `hi`:
@@ -1611,10 +1620,10 @@ static inline void shard_lock(ps_shard_t *s, op_t op) {
  *   B  (D behind A):   match tags in b1 -> prefetch the candidate's row, or b2 if none matched
  *   B2 (D behind B):   match tags in b2 where needed -> prefetch the row
  *   C  (D behind B2):  verify the key against the slab and do the operation
- * Each stage runs a fixed PIPE_D positions behind the one before, draining included (a position
- * is in range when its unsigned offset from q0 is below the group's length): four range checks
- * per step, no stage bookkeeping. (A pipeline flowing across groups, locking ahead, measured
- * slower here.) Push skips positions merged into an earlier duplicate. */
+ * Each stage runs a fixed D positions (PIPE_D_WEIGHTS or PIPE_D_ROWS) behind the one before,
+ * draining included (a position is in range when its unsigned offset from q0 is below the group's
+ * length): four range checks per step, no stage bookkeeping. (A pipeline flowing across groups,
+ * locking ahead, measured slower here.) Push skips positions merged into an earlier duplicate. */
 static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op) {
     ps_table_t *t = b->t;
     const uint64_t *h = b->p->h;
@@ -1624,6 +1633,7 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
     const uint32_t bytes = write || op == OP_READ ? t->row_bytes : t->wbytes;
     const uint32_t n = b->n;
     const uint32_t *first = op == OP_PUSH ? b->d->first : NULL;
+    const uint32_t D = op == OP_PULL || op == OP_LOOKUP ? PIPE_D_WEIGHTS : PIPE_D_ROWS;
 #define LIVE(q) (op != OP_PUSH || first[q] == (q))
     for (uint32_t q0 = 0, q1; q0 < n; q0 = q1) {
         const uint32_t sh = b->p->sq[q0];
@@ -1633,8 +1643,8 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
         shard_lock(s, op);
         const uint32_t d0 = b->ndefer;
         const uint32_t len = q1 - q0;
-        for (uint32_t i = q0; i < q1 + 3 * PIPE_D; i++) {
-            const uint32_t qa = i, qb = i - PIPE_D, qb2 = i - 2 * PIPE_D, qc = i - 3 * PIPE_D;
+        for (uint32_t i = q0; i < q1 + 3 * D; i++) {
+            const uint32_t qa = i, qb = i - D, qb2 = i - 2 * D, qc = i - 3 * D;
             if (qa < q1 && LIVE(qa))
                 __builtin_prefetch(bucket_at(s, bucket1(s, h[order[qa]])), 0, 3);
             if (qb - q0 < len && LIVE(qb)) {
@@ -1643,7 +1653,7 @@ static inline __attribute__((always_inline)) void batch_run(batch_t *b, op_t op)
                 /* The gradient is read in shard order, not sequentially: the hardware
                  * prefetchers do not see it coming (a stall even when it is in L2). */
                 if (op == OP_PUSH)
-                    prefetch_bytes(push_grad(b, qb, j), t->dim * (uint32_t)sizeof(float), 0);
+                    prefetch_bytes(push_grad(b, qb, j), t->dim * (uint32_t)sizeof(float), PF_READ);
                 if (c < s->count)
                     prefetch_row(t, s, c, write, bytes);
                 else if (c == CAND_IN_B2)
